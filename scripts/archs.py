@@ -1,0 +1,247 @@
+"""GPU architecture knowledge (data/arches.toml) and detection from KFD sysfs.
+
+Detection reads /sys/class/kfd/kfd/topology/nodes/*/properties the way LLVM's amdgpu-arch
+does: gfx_target_version = major*10000 + minor*100 + stepping, printed with the stepping in
+hex (90010 -> gfx90a). HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs, so it
+is reported next to the real arch rather than silently trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scripts.datafiles import DATA_DIR, load_toml, require
+from scripts.errors import UserError
+
+ARCHES_FILE = DATA_DIR / "arches.toml"
+KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+ARCH_ENV = "ROCMFA_ARCH"
+
+
+def aotriton_version_key(version: str) -> tuple[int, ...]:
+    """'0.11.2b' -> (0, 11, 2); '0.13b' -> (0, 13); '0.13.50tp' -> (0, 13, 50)."""
+    match = re.fullmatch(r"v?(\d+(?:\.\d+)*)[a-z]*", version.strip())
+    if not match:
+        raise UserError(f"not an AOTriton version: {version!r} (expected e.g. 0.12b)")
+    return tuple(int(p) for p in match.group(1).split("."))
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    display_name: str
+    vendor: str
+    device_extra: str | None
+    legacy_family: str | None
+    aotriton_since: str | None
+    aotriton_packs: tuple[tuple[str, str], ...]
+    aotriton_experimental: tuple[tuple[str, str | None], ...]
+    ck_mha: bool
+    vllm_aiter: bool
+    vllm_note: str
+    peak_tflops: Mapping[str, float] = field(default_factory=dict)
+    limits: tuple[str, ...] = ()
+
+    def aotriton_supported(self, version: str | None = None) -> bool:
+        if self.aotriton_since is None:
+            return False
+        if version is None:
+            return True
+        return aotriton_version_key(version) >= aotriton_version_key(self.aotriton_since)
+
+    def aotriton_pack(self, version: str) -> str | None:
+        """Image pack directory name without 'amd-' for an AOTriton release, or None."""
+        key = aotriton_version_key(version)
+        chosen = None
+        for since, pack in self.aotriton_packs:
+            if key >= aotriton_version_key(since):
+                chosen = pack
+        return chosen if self.aotriton_supported(version) else None
+
+    def needs_experimental_flag(self, version: str) -> bool:
+        key = aotriton_version_key(version)
+        for since, until in self.aotriton_experimental:
+            if key >= aotriton_version_key(since) and (
+                until is None or key < aotriton_version_key(until)
+            ):
+                return True
+        return False
+
+
+def _parse_arch(name: str, raw: Any) -> Arch:
+    where = f"{ARCHES_FILE.name} [arch.{name}]"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: must be a table")
+    packs = []
+    for entry in require(raw, "aotriton_packs", list, where):
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: aotriton_packs entries must be tables")
+        packs.append((require(entry, "since", str, where), require(entry, "pack", str, where)))
+    experimental = []
+    for entry in require(raw, "aotriton_experimental", list, where):
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: aotriton_experimental entries must be tables")
+        until = entry.get("until")
+        if until is not None and not isinstance(until, str):
+            raise UserError(f"{where}: 'until' must be str")
+        experimental.append((require(entry, "since", str, where), until))
+    peaks = {}
+    for dtype in ("fp16", "bf16"):
+        value = raw.get(f"peak_tflops_{dtype}")
+        if value is not None:
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise UserError(f"{where}: peak_tflops_{dtype} must be a positive number")
+            peaks[dtype] = float(value)
+    since = raw.get("aotriton_since")
+    for version in [since, *(p[0] for p in packs), *(e[0] for e in experimental)]:
+        if version is not None:
+            try:
+                aotriton_version_key(version)
+            except UserError as e:
+                raise UserError(f"{where}: {e}") from None
+    return Arch(
+        name=name,
+        display_name=require(raw, "name", str, where),
+        vendor=raw.get("vendor", "amd"),
+        device_extra=raw.get("device_extra"),
+        legacy_family=raw.get("legacy_family"),
+        aotriton_since=since,
+        aotriton_packs=tuple(packs),
+        aotriton_experimental=tuple(experimental),
+        ck_mha=require(raw, "ck_mha", bool, where),
+        vllm_aiter=require(raw, "vllm_aiter", bool, where),
+        vllm_note=require(raw, "vllm_note", str, where),
+        peak_tflops=peaks,
+        limits=tuple(raw.get("limits", ())),
+    )
+
+
+def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
+    data = load_toml(path, "arch data")
+    table = data.get("arch")
+    if not isinstance(table, dict) or not table:
+        raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
+    return {name: _parse_arch(name, raw) for name, raw in table.items()}
+
+
+def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
+    arches = load_arches() if arches is None else arches
+    key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
+    if key not in arches:
+        known = ", ".join(a for a in sorted(arches) if arches[a].vendor == "amd")
+        raise UserError(f"unknown GPU arch '{name}'; known: {known}")
+    return arches[key]
+
+
+def decode_gfx_target_version(value: int) -> str:
+    major, minor, step = (value // 10000) % 100, (value // 100) % 100, value % 100
+    return f"gfx{major}{minor}{step:x}"
+
+
+def parse_hsa_override(value: str) -> str:
+    """HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal) -> 'gfx1100'."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
+    if not match:
+        raise UserError(
+            f"HSA_OVERRIDE_GFX_VERSION={value!r} is invalid (ROCr wants major.minor.stepping, "
+            "decimal, e.g. 11.0.0)"
+        )
+    major, minor, step = (int(g) for g in match.groups())
+    return f"gfx{major}{minor}{step:x}"
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What the host has. gpus are in KFD node order (the order HIP_VISIBLE_DEVICES counts)."""
+
+    gpus: tuple[str, ...]
+    source: str
+    hsa_override: str | None = None
+    hsa_override_arch: str | None = None
+
+    @property
+    def primary(self) -> str | None:
+        return self.gpus[0] if self.gpus else None
+
+
+def detect_gpus(nodes_dir: Path = KFD_NODES, environ: Mapping[str, str] | None = None) -> Detection:
+    environ = os.environ if environ is None else environ
+    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    override_arch = None
+    if override:
+        try:
+            override_arch = parse_hsa_override(override)
+        except UserError:
+            override_arch = "invalid"
+    gpus: list[str] = []
+    if nodes_dir.is_dir():
+
+        def node_number(p: Path) -> int:
+            return int(p.name) if p.name.isdigit() else 1 << 30
+
+        for node in sorted(nodes_dir.iterdir(), key=node_number):
+            try:
+                text = (node / "properties").read_text()
+            except OSError:
+                continue
+            match = re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.MULTILINE)
+            if match and int(match.group(1)) != 0:
+                gpus.append(decode_gfx_target_version(int(match.group(1))))
+        source = f"KFD sysfs ({nodes_dir})"
+    else:
+        source = f"no KFD sysfs at {nodes_dir} (no AMD GPU driver)"
+    return Detection(tuple(gpus), source, override, override_arch)
+
+
+@dataclass(frozen=True)
+class ArchChoice:
+    arch: Arch
+    how: str
+    detection: Detection
+
+
+def resolve_arch(
+    requested: str | None,
+    *,
+    nodes_dir: Path = KFD_NODES,
+    environ: Mapping[str, str] | None = None,
+    arches: Mapping[str, Arch] | None = None,
+) -> ArchChoice:
+    """--arch wins, then $ROCMFA_ARCH, then the first GPU in KFD sysfs."""
+    environ = os.environ if environ is None else environ
+    detection = detect_gpus(nodes_dir, environ)
+    if requested:
+        return ArchChoice(get_arch(requested, arches), "--arch", detection)
+    if environ.get(ARCH_ENV):
+        return ArchChoice(get_arch(environ[ARCH_ENV], arches), f"${ARCH_ENV}", detection)
+    if not detection.gpus:
+        raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
+    how = detection.source
+    if len(set(detection.gpus)) > 1:
+        how += f"; several GPU archs {', '.join(detection.gpus)}, using the first (node order)"
+    return ArchChoice(get_arch(detection.primary, arches), how, detection)
+
+
+def explain_override(detection: Detection) -> str | None:
+    """One sentence about HSA_OVERRIDE_GFX_VERSION, or None when it is not set."""
+    if not detection.hsa_override:
+        return None
+    if detection.hsa_override_arch == "invalid":
+        return (
+            f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} is invalid: ROCr rejects it "
+            "(format major.minor.stepping, decimal)"
+        )
+    real = detection.primary or "unknown"
+    if detection.hsa_override_arch == real:
+        return f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} matches the real arch ({real})"
+    return (
+        f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} makes ROCr report "
+        f"{detection.hsa_override_arch} although the GPU is {real}: kernels built for "
+        f"{detection.hsa_override_arch} run on {real}; builds here target the real arch "
+        "(pass --arch to choose otherwise)"
+    )

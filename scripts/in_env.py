@@ -1,0 +1,48 @@
+"""Run the standalone torch scripts (bench, backend_check, validate) with the env's Python.
+
+The scripts depend on torch and the standard library only; this module just gives them the
+shared env's full activation (our variables included, e.g. the AOTriton experimental flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from scripts import condaenv
+from scripts.datafiles import REPO_ROOT
+from scripts.errors import UserError
+
+
+def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -> int:
+    manager = condaenv.find_manager()
+    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    prefix = location.prefix
+    if prefix is None:
+        raise condaenv.no_manager_error()
+    python = prefix / "bin" / "python"
+    if not python.exists():
+        raise UserError(f"no Python in env {prefix} ({location.how}); run: nox -s setup_env")
+    if not (prefix / condaenv.ENV_STAMP).is_file():
+        print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
+    env = condaenv.activated_environ(prefix)
+    argv = [str(python), str(REPO_ROOT / "scripts" / script), *args]
+    if opts.arch and "--arch" not in args:
+        argv += ["--arch", opts.arch]
+    print("$ " + " ".join(argv), flush=True)
+    return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
+
+
+def bench(opts: argparse.Namespace, rest: Sequence[str]) -> int:
+    return run_env_script(opts, "bench.py", rest)
+
+
+def backend_check(opts: argparse.Namespace, rest: Sequence[str]) -> int:
+    return run_env_script(opts, "backend_check.py", rest)
+
+
+def validate(opts: argparse.Namespace, rest: Sequence[str]) -> int:
+    return run_env_script(opts, "validate.py", rest)

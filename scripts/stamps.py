@@ -1,0 +1,66 @@
+"""Content-addressed stamps: a JSON record of the inputs of a finished step.
+
+A step is up to date when its stamp exists and its recorded inputs digest equals the digest
+of the current inputs. Stamps are written last and atomically, so an interrupted step never
+looks done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def digest(inputs: Any) -> str:
+    """sha256 over a canonical JSON form of inputs (dicts, lists, strings, numbers)."""
+    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """The stamp's content, or None when missing or unreadable (treated as not done)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_current(path: Path, inputs: Any) -> bool:
+    stamp = read(path)
+    return stamp is not None and stamp.get("inputs_digest") == digest(inputs)
+
+
+def write(path: Path, inputs: Any, **extra: Any) -> None:
+    """Record inputs (and extra facts, e.g. versions) atomically at path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"inputs_digest": digest(inputs), "inputs": inputs, **extra}
+    write_text_atomic(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove(path: Path) -> None:
+    Path(path).unlink(missing_ok=True)
