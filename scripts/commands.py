@@ -70,7 +70,7 @@ class Runner:
     ) -> subprocess.CompletedProcess[str]:
         """Run argv (no shell). Returns the completed process; under dry-run a stand-in
         whose stdout is dry_run_output, so callers can keep going with a placeholder."""
-        command = Command(tuple(str(a) for a in argv), cwd, dict(sets or {}))
+        command = Command(tuple(str(a) for a in argv), Path(cwd or Path.cwd()), dict(sets or {}))
         prefix = "[dry-run] " if self.dry_run else "$ "
         self.say(prefix + command.describe())
         if self.dry_run:

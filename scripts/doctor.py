@@ -1,0 +1,212 @@
+"""`nox -s doctor`: one screen about this host and the shared env, and the next command.
+
+Every section reports instead of raising, so doctor exits 0 on a machine with no GPU and no
+conda; only bad options fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from scripts import archs, condaenv, lockfile, paths, rocm_sdk, stamps
+from scripts.datafiles import load_toml
+from scripts.errors import UserError
+
+TORCH_PROBE = (
+    "import json, torch; print(json.dumps({'version': torch.__version__, "
+    "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
+)
+
+
+def _arch_section(requested: str | None) -> dict[str, Any]:
+    detection = archs.detect_gpus()
+    section: dict[str, Any] = {
+        "detected": list(detection.gpus),
+        "detected_from": detection.source,
+        "hsa_override": archs.explain_override(detection),
+    }
+    try:
+        choice = archs.resolve_arch(requested)
+    except UserError as e:
+        section["error"] = str(e)
+        return section
+    arch = choice.arch
+    section.update(
+        arch=arch.name,
+        how=choice.how,
+        name=arch.display_name,
+        aotriton=bool(arch.aotriton_supported()),
+        ck_mha=arch.ck_mha,
+        peak_tflops=dict(arch.peak_tflops),
+        limits=list(arch.limits),
+    )
+    return section
+
+
+def _env_section(opts: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    manager = condaenv.find_manager()
+    section: dict[str, Any] = {"manager": None}
+    if manager:
+        section["manager"] = {
+            "kind": manager.kind,
+            "exe": str(manager.exe),
+            "via": manager.found_via,
+        }
+    try:
+        location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    except UserError as e:
+        section["error"] = str(e)
+        return section, None
+    prefix = location.prefix
+    section.update(prefix=str(prefix) if prefix else None, how=location.how)
+    stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
+    section["exists"] = bool(prefix and prefix.exists())
+    section["conda_env"] = bool(prefix and condaenv.is_conda_env(prefix))
+    section["set_up"] = stamp is not None
+    if stamp:
+        section["rocm_sdk"] = stamp.get("rocm", {})
+        section["variables"] = stamp.get("variables", {}).get("set", [])
+    python = prefix / "bin" / "python" if prefix else None
+    if python and python.exists():
+        try:
+            env = condaenv.activated_environ(prefix)
+            probe = subprocess.run(
+                [str(python), "-c", TORCH_PROBE], env=env, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            section["torch"] = (
+                json.loads(probe.stdout) if probe.returncode == 0 else {"error": "not importable"}
+            )
+        except (UserError, subprocess.TimeoutExpired, ValueError) as e:
+            section["torch"] = {"error": str(e) or type(e).__name__}
+    return section, stamp
+
+
+def _pins_section() -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(rocm_sdk.pins_dir().glob("*.toml")):
+        try:
+            data = load_toml(path, "pin")
+        except UserError as e:
+            found.append({"file": path.name, "error": str(e)})
+            continue
+        for table, values in data.items():
+            if isinstance(values, dict):
+                keys = ("url", "ref", "commit", "version", "index")
+                entry = {k: values[k] for k in keys if k in values}
+                if entry:
+                    found.append({"file": path.name, "project": table, **entry})
+    return found
+
+
+def _builds_section(work: Path) -> list[dict[str, Any]]:
+    builds = []
+    for path in sorted((work / "stamps").glob("*.json")):
+        record = stamps.read(path) or {}
+        builds.append({"step": path.stem, "stamp": str(path), "facts": {
+            k: v for k, v in record.items() if k not in ("inputs", "inputs_digest")
+        }})  # fmt: skip
+    return builds
+
+
+def _next_step(report: dict[str, Any]) -> str:
+    env, arch = report["env"], report["arch"]
+    if "error" in arch:
+        return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
+    if not env.get("manager"):
+        return "install micromamba or miniforge (or set MAMBA_EXE), then: nox -s setup_env"
+    if not report["lock"].get("present"):
+        return "nox -s setup_env (it generates conda-lock.yml first)"
+    if not report["lock"].get("fresh"):
+        return "nox -s lock"
+    if not env.get("set_up"):
+        return "nox -s setup_env"
+    torch = env.get("torch") or {}
+    if not torch.get("version"):
+        return "nox -s build_aotriton build_pytorch install_wheels (or setup_env -- --with-torch)"
+    return "nox -s backend_check, then nox -s bench"
+
+
+def gather(opts: argparse.Namespace) -> dict[str, Any]:
+    env, _ = _env_section(opts)
+    report: dict[str, Any] = {
+        "arch": _arch_section(opts.arch),
+        "env": env,
+        "lock": lockfile.describe(),
+        "pins": _pins_section(),
+        "builds": _builds_section(paths.workdir(opts.workdir)),
+    }
+    report["next"] = _next_step(report)
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    arch, env, lock = report["arch"], report["env"], report["lock"]
+    lines = ["rocm-fa-workflow doctor", ""]
+    gpus = ", ".join(arch["detected"]) or "none"
+    lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
+    if arch.get("hsa_override"):
+        lines.append(f"           {arch['hsa_override']}")
+    if "error" in arch:
+        lines.append(f"arch       {arch['error']}")
+    else:
+        peak = arch["peak_tflops"].get("fp16")
+        lines.append(
+            f"arch       {arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
+            f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
+            + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
+        )
+        lines += [f"           limit: {limit}" for limit in arch["limits"]]
+    manager = env.get("manager")
+    lines.append(
+        f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"
+        if manager else "manager    none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
+    )  # fmt: skip
+    state = (
+        "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
+    )
+    lines.append(
+        f"env        {env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"
+    )
+    if not lock.get("present"):
+        lines.append("lock       conda-lock.yml missing (setup_env generates it)")
+    else:
+        lines.append(
+            f"lock       {'fresh' if lock.get('fresh') else 'STALE'}: {lock.get('reason')}"
+        )
+    rocm = env.get("rocm_sdk")
+    lines.append(
+        f"ROCm SDK   {rocm.get('version')} at {rocm.get('root')}" if rocm else "ROCm SDK   -"
+    )
+    torch = env.get("torch") or {}
+    if torch.get("version"):
+        lines.append(
+            f"torch      {torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
+        )
+    else:
+        lines.append(f"torch      {torch.get('error', 'not installed')}")
+    for var in env.get("variables", []):
+        lines.append(f"variable   {var['name']}={var['value']}  - {var['why']}")
+    for pin in report["pins"]:
+        if "error" in pin:
+            lines.append(f"pin        {pin['error']}")
+            continue
+        what = pin.get("commit") or pin.get("version") or pin.get("index")
+        lines.append(
+            f"pin        {pin['project']}: {pin.get('ref', '')} {str(what)[:12]} ({pin['file']})"
+        )
+    for build in report["builds"]:
+        lines.append(f"built      {build['step']} ({build['stamp']})")
+    if not report["builds"]:
+        lines.append("built      nothing yet")
+    lines += ["", f"next       {report['next']}"]
+    return "\n".join(lines)
+
+
+def doctor(opts: argparse.Namespace) -> None:
+    report = gather(opts)
+    print(json.dumps(report, indent=2) if opts.json else render(report))

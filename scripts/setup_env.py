@@ -1,0 +1,247 @@
+"""`nox -s setup_env`: the shared env from the lock, TheRock's ROCm SDK, activation variables.
+
+Steps, each skipped when its inputs are unchanged (a stamp in conda-meta/, written last):
+  1. conda-lock.yml: generated first when missing; an out-of-date lock is an error.
+  2. `conda-lock install` into the prefix (recreates it, so 3-4 are always redone after).
+  3. pip: rocm[libraries,devel,device-<arch>] from TheRock's index (pins/rocm.toml),
+     optionally TheRock's torch; then `rocm-sdk init` and `rocm-sdk path`.
+  4. activate.d/deactivate.d scripts with only the variables that have an effect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts import activation, archs, condaenv, lockfile, paths, rocm_sdk, stamps
+from scripts.commands import Runner
+from scripts.datafiles import load_toml
+from scripts.errors import UserError
+
+STAMP_VERSION = 1
+
+
+def torch_aotriton_version(prefix: Path) -> str | None:
+    """The AOTriton runtime the env's torch carries (libaotriton_v2.so.X.Y.Z), if any."""
+    pattern = str(prefix / "lib" / "python3*" / "site-packages" / "torch" / "lib")
+    for lib in sorted(glob.glob(pattern)):
+        for name in sorted(os.listdir(lib)):
+            match = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+\.\d+)", name)
+            if match:
+                return match.group(1)
+    return None
+
+
+def pinned_aotriton_version() -> str | None:
+    path = rocm_sdk.pins_dir() / "aotriton.toml"
+    if not path.is_file():
+        return None
+    data = load_toml(path, "AOTriton pin")
+    table = data.get("aotriton", data)
+    version = table.get("version") if isinstance(table, dict) else None
+    return version if isinstance(version, str) else None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the env should be; its JSON form is the stamp's input digest."""
+
+    arch: archs.Arch
+    rocm: rocm_sdk.RocmPin
+    index_kind: str
+    with_torch: bool
+    profiles: tuple[str, ...]
+
+    def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
+        return {
+            "stamp_version": STAMP_VERSION,
+            "lock_sha256": lock_sha256,
+            "arch": self.arch.name,
+            "rocm_index_url": self.rocm.index_url(self.arch, self.index_kind),
+            "rocm_requirement": self.rocm.requirement(self.arch, self.index_kind),
+            "torch_requirement": (
+                self.rocm.torch_requirement(self.arch, self.index_kind) if self.with_torch else None
+            ),
+            "profiles": sorted(self.profiles),
+            "variables_file": stamps.file_sha256(activation.VARS_FILE),
+            "aotriton_version": aotriton_version,
+        }
+
+
+def check_prefix_usable(prefix: Path, force: bool) -> None:
+    """Refuse to let conda-lock replace what we did not make, or write where we cannot."""
+    if prefix.exists():
+        if not prefix.is_dir():
+            raise UserError(f"env prefix {prefix} exists and is not a directory")
+        if not condaenv.is_conda_env(prefix):
+            if any(prefix.iterdir()):
+                raise UserError(
+                    f"env prefix {prefix} is a non-empty folder that is not a conda env; "
+                    "choose another --prefix"
+                )
+        elif not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+            raise UserError(
+                f"conda env {prefix} exists but was not created by setup_env; installing the "
+                "lock would replace it; rerun with --force to replace it, or use "
+                "--env-name/--prefix"
+            )
+        if not os.access(prefix, os.W_OK):
+            raise UserError(f"env prefix {prefix} is not writable")
+        return
+    parent = prefix.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"env prefix {prefix} is not writable (no write access to {parent})")
+
+
+def provision(
+    prefix: Path,
+    request: Request,
+    runner: Runner,
+    *,
+    stamp_inputs: dict[str, object],
+) -> activation.Plan:
+    """Steps 3-4 on an existing Python prefix, then the stamp. Works on any prefix with
+    bin/python (tests use a venv standing in for the conda env)."""
+    python = prefix / "bin" / "python"
+    index_url = request.rocm.index_url(request.arch, request.index_kind)
+    runner.run(
+        rocm_sdk.pip_install_argv(
+            python,
+            index_url,
+            request.rocm.pre,
+            request.rocm.requirement(request.arch, request.index_kind),
+        )
+    )
+    if request.with_torch:
+        runner.run(
+            rocm_sdk.pip_install_argv(
+                python,
+                index_url,
+                request.rocm.pre,
+                request.rocm.torch_requirement(request.arch, request.index_kind),
+            )
+        )
+    rocm_cli = prefix / "bin" / "rocm-sdk"
+    runner.run([rocm_cli, "init", "--quiet"])
+    rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
+    aotriton_version = (
+        torch_aotriton_version(prefix) if not runner.dry_run else None
+    ) or pinned_aotriton_version()
+    result = activation.plan(
+        request.arch,
+        rocm_root=rocm_paths.root,
+        aotriton_version=aotriton_version,
+        profiles=request.profiles,
+    )
+    activate, deactivate = activation.script_paths(prefix)
+    if runner.dry_run:
+        runner.say(f"[dry-run] would write {activate} and {deactivate}, setting:")
+        for var in result.variables:
+            runner.say(f"[dry-run]   {var.name}={var.value}")
+        return result
+    activation.write_scripts(prefix, result.variables)
+    stamps.write(
+        prefix / condaenv.ENV_STAMP,
+        stamp_inputs,
+        rocm={"version": rocm_paths.version, "root": rocm_paths.root, "cmake": rocm_paths.cmake},
+        variables=result.as_dict(),
+    )
+    return result
+
+
+def setup_env(opts: argparse.Namespace) -> None:
+    runner = Runner(dry_run=opts.dry_run)
+    work = paths.workdir(opts.workdir)
+    manager = condaenv.find_manager()
+    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    if opts.show:
+        show(location.prefix)
+        return
+    choice = archs.resolve_arch(opts.arch)
+    request = Request(
+        arch=choice.arch,
+        rocm=(rocm := rocm_sdk.load_pin()),
+        index_kind=opts.rocm_index or rocm.index,
+        with_torch=opts.with_torch,
+        profiles=tuple(opts.profile),
+    )
+
+    note = archs.explain_override(choice.detection)
+    runner.say(f"arch {choice.arch.name} ({choice.how})" + (f"; {note}" if note else ""))
+    if choice.arch.vendor != "amd":
+        raise UserError(f"{choice.arch.name} is not an AMD GPU arch; setup_env needs one")
+
+    if manager is None or location.prefix is None:
+        if not opts.dry_run:
+            raise condaenv.no_manager_error()
+        runner.say("note: no conda manager found; a real run stops here")
+        manager = condaenv.Manager("micromamba", Path("micromamba"), "placeholder")
+        location = condaenv.EnvLocation(
+            location.prefix or Path("~/micromamba/envs/therock").expanduser(), location.how
+        )
+    prefix = location.prefix
+    runner.say(f"env {prefix} ({location.how}); manager {manager.exe} ({manager.found_via})")
+
+    if not lockfile.LOCK_FILE.is_file():
+        runner.say(f"{lockfile.LOCK_FILE.name} is missing: generating it first (as nox -s lock)")
+        runner.run(lockfile.lock_argv(manager.exe))
+    lock_sha = (
+        "(generated above)"
+        if opts.dry_run and not lockfile.LOCK_FILE.is_file()
+        else (lockfile.require_fresh(work))
+    )
+
+    inputs = request.inputs(lock_sha, torch_aotriton_version(prefix) or pinned_aotriton_version())
+    stamp_file = prefix / condaenv.ENV_STAMP
+    if not opts.force and stamps.is_current(stamp_file, inputs):
+        runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
+        return
+
+    previous = stamps.read(stamp_file) or {}
+    needs_conda = opts.force or previous.get("inputs", {}).get("lock_sha256") != lock_sha
+    if needs_conda:
+        check_prefix_usable(prefix, opts.force)
+        if prefix.exists() and condaenv.is_conda_env(prefix):
+            runner.say(
+                f"note: conda-lock install recreates {prefix}; wheels installed into it "
+                "(install_wheels, build_aotriton) must be installed again afterwards"
+            )
+        if not opts.dry_run:
+            stamps.remove(stamp_file)  # an interrupted install must not look finished
+        runner.run(lockfile.install_argv(manager.exe, prefix))
+    else:
+        runner.say("conda packages match the lock; updating ROCm SDK and variables only")
+        if not opts.dry_run:
+            stamps.remove(stamp_file)
+
+    if opts.dry_run:
+        runner.say(
+            f"[dry-run] commands in the env run with CONDA_PREFIX={prefix} "
+            f"PATH={prefix / 'bin'}:$PATH and the env's activate.d scripts sourced"
+        )
+    else:
+        runner.base_env = condaenv.activated_environ(prefix)
+    result = provision(prefix, request, runner, stamp_inputs=inputs)
+    runner.say(activation.show(result))
+    if not opts.dry_run:
+        runner.say(f"env {prefix} is ready; next: nox -s build_aotriton build_pytorch")
+
+
+def show(prefix: Path | None) -> None:
+    stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
+    if not stamp:
+        raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
+    variables = stamp.get("variables", {})
+    print(f"env {prefix}")
+    print("Variables set on activation:")
+    for var in variables.get("set", []):
+        print(f"  {var['name']}={var['value']}  - {var['why']}")
+    print("Not set:")
+    for skipped in variables.get("not_set", []):
+        print(f"  {skipped['name']}  - {skipped['why']}")

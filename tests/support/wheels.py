@@ -1,0 +1,59 @@
+"""Write real wheel files (zip + METADATA + WHEEL + RECORD) for stand-in upstream packages."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+
+def _record_hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def make_wheel(
+    out_dir: Path,
+    name: str,
+    version: str,
+    *,
+    files: Mapping[str, str | bytes] = {},
+    requires: Sequence[str] = (),
+    extras: Mapping[str, Sequence[str]] = {},
+    console_scripts: Mapping[str, str] = {},
+    executables: Sequence[str] = (),
+    tag: str = "py3-none-any",
+) -> Path:
+    """Build name-version-tag.whl in out_dir. executables: paths in files to mark 0o755."""
+    dist = canonicalize_name(name).replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata += [f"Requires-Dist: {r}" for r in requires]
+    for extra, reqs in extras.items():
+        metadata.append(f"Provides-Extra: {extra}")
+        metadata += [f'Requires-Dist: {r} ; extra == "{extra}"' for r in reqs]
+    contents: dict[str, bytes] = {
+        path: data.encode() if isinstance(data, str) else data for path, data in files.items()
+    }
+    contents[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
+    contents[f"{info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: rocmfa-tests\nRoot-Is-Purelib: true\nTag: {tag}\n"
+    ).encode()
+    if console_scripts:
+        lines = ["[console_scripts]", *(f"{k} = {v}" for k, v in console_scripts.items())]
+        contents[f"{info}/entry_points.txt"] = ("\n".join(lines) + "\n").encode()
+    record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in contents.items()]
+    record.append(f"{info}/RECORD,,")
+    contents[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel = out_dir / f"{dist}-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, data in contents.items():
+            entry = zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0))
+            entry.external_attr = (0o755 if path in executables else 0o644) << 16
+            zf.writestr(entry, data, zipfile.ZIP_DEFLATED)
+    return wheel

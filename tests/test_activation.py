@@ -1,0 +1,95 @@
+"""Activation scripts sourced for real by bash (also under set -u) with hostile values."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scripts import activation, archs, condaenv
+
+HOSTILE = [
+    activation.Variable("ROCM_PATH", "/opt/my rocm/$HOME/`id`/\"q\"/'s'/back\\slash", "x"),
+    activation.Variable("PYTORCH_ROCM_ARCH", "gfx1151", "x"),
+    activation.Variable("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "1", "x"),
+]
+DUMP = 'python3 -c "import json,os; print(json.dumps(dict(os.environ)))"'
+
+
+def run_bash(script: str, env: dict[str, str]) -> dict[str, str]:
+    out = subprocess.run(["bash", "--norc", "-c", script], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("nounset", ["", "set -u;"])
+def test_activate_then_deactivate_restores_exactly(tmp_path: Path, nounset: str) -> None:
+    activate, deactivate = activation.write_scripts(tmp_path, HOSTILE)
+    outer = {
+        "PATH": "/usr/bin:/bin",
+        "ROCM_PATH": "/previous value with spaces",  # set before: must come back
+        "PYTORCH_ROCM_ARCH": "",  # set but empty: must come back empty, not unset
+    }  # TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL unset before: must be unset after
+    before = run_bash(f"{nounset} {DUMP}", outer)
+    during = run_bash(f'{nounset} . "{activate}"; {DUMP}', outer)
+    after = run_bash(f'{nounset} . "{activate}"; . "{deactivate}"; {DUMP}', outer)
+    for var in HOSTILE:
+        assert during[var.name] == var.value
+    assert after == before
+    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in after
+    assert after["PYTORCH_ROCM_ARCH"] == ""
+
+
+def test_double_activation_keeps_the_original_backup(tmp_path: Path) -> None:
+    activate, deactivate = activation.write_scripts(tmp_path, HOSTILE)
+    outer = {"PATH": "/usr/bin:/bin", "ROCM_PATH": "/orig"}
+    after = run_bash(f'set -u; . "{activate}"; . "{activate}"; . "{deactivate}"; {DUMP}', outer)
+    assert after["ROCM_PATH"] == "/orig"
+    assert not any(k.startswith("_ROCMFA") for k in after)
+
+
+def test_activated_environ_sources_activate_d_like_conda(tmp_path: Path) -> None:
+    activation.write_scripts(tmp_path, HOSTILE)
+    # A compiler package's activation script that (like conda-forge's) is not set -u safe
+    (tmp_path / "etc/conda/activate.d/activate-gcc.sh").write_text(
+        'export CC="$CONDA_PREFIX/bin/gcc${CONDA_BACKUP_CC}"\n'
+    )
+    (tmp_path / "conda-meta").mkdir()
+    (tmp_path / "conda-meta" / "state").write_text(json.dumps({"env_vars": {"from_state": "1"}}))
+    env = condaenv.activated_environ(tmp_path, {"PATH": "/usr/bin:/bin", "VIRTUAL_ENV": "/v"})
+    assert env["CONDA_PREFIX"] == str(tmp_path)
+    assert env["PATH"].split(":")[0] == str(tmp_path / "bin")
+    assert env["CC"] == f"{tmp_path}/bin/gcc"
+    assert env["FROM_STATE"] == "1"
+    assert env["ROCM_PATH"] == HOSTILE[0].value
+    assert "VIRTUAL_ENV" not in env
+
+
+def test_plan_sets_only_effective_variables() -> None:
+    strix = archs.get_arch("gfx1151")
+    old = activation.plan(strix, rocm_root="/r", aotriton_version="0.11.2b", profiles=["vllm"])
+    names = {v.name for v in old.variables}
+    assert names == {"ROCM_PATH", "PYTORCH_ROCM_ARCH", "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"}
+    refused = {s.name: s.why for s in old.skipped}
+    never_set = (
+        "TORCH_ROCM_AOTRITON_PREFER_DEFAULT",
+        "HIP_ARCH",
+        "LD_LIBRARY_PATH",
+        "AMD_SERIALIZE_KERNEL",
+        "VLLM_USE_TRITON_FLASH_ATTN",
+        "VLLM_ROCM_USE_AITER",
+    )
+    for never in never_set:
+        assert refused.get(never)
+    new = activation.plan(strix, rocm_root="/r", aotriton_version="0.12b")
+    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in {v.name for v in new.variables}
+    mi300 = activation.plan(archs.get_arch("gfx942"), rocm_root="/r", aotriton_version="0.13b",
+                            profiles=["vllm"])  # fmt: skip
+    assert "VLLM_ROCM_USE_AITER" in {v.name for v in mi300.variables}
+    mi100 = activation.plan(archs.get_arch("gfx908"), rocm_root="/r", aotriton_version="0.13b",
+                            profiles=["vllm"])  # fmt: skip
+    reasons = {s.name: s.why for s in mi100.skipped}
+    assert "no kernels for gfx908" in reasons["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
+    assert "gfx908" in reasons["VLLM_ROCM_USE_AITER"]

@@ -1,0 +1,51 @@
+"""The noxfile through real nox subprocesses: listing, tags, exit codes, doctor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support.project import REPO_ROOT, run_nox
+
+ALL = {
+    "lock", "setup_env", "doctor", "update_pins", "build_aotriton", "build_pytorch",
+    "install_wheels", "build_ck", "bench", "backend_check", "validate", "tests", "lint",
+}  # fmt: skip
+
+
+def test_list_shows_every_session_with_a_docstring() -> None:
+    result = run_nox(REPO_ROOT, "-l", "--json", "-s", *sorted(ALL))
+    sessions = {s["name"]: s for s in json.loads(result.stdout)}
+    assert set(sessions) == ALL
+    assert all(s["description"] for s in sessions.values())
+    assert "build" in sessions["build_pytorch"]["tags"]
+    default = {s["name"] for s in json.loads(run_nox(REPO_ROOT, "-l", "--json").stdout)}
+    assert default == {"doctor", "tests", "lint"}  # expensive sessions are opt-in
+
+
+def test_doctor_reports_and_exits_zero_without_gpu_or_conda(tmp_path: Path) -> None:
+    env = {"ROCMFA_WORKDIR": str(tmp_path / "w"), "PATH": "/usr/bin:/bin"}
+    result = run_nox(REPO_ROOT, "-s", "doctor", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "manager    none found" in result.stdout and "next " in result.stdout
+    as_json = run_nox(REPO_ROOT, "-s", "doctor", "--", "--json", "--arch", "gfx908", env=env)
+    report = json.loads(as_json.stdout)
+    assert report["arch"]["arch"] == "gfx908" and report["arch"]["aotriton"] is False
+    assert report["env"]["manager"] is None
+    assert report["next"].startswith("install micromamba")
+
+
+def test_unknown_session_and_help() -> None:
+    assert run_nox(REPO_ROOT, "-s", "no_such_session").returncode == 3
+    helped = run_nox(REPO_ROOT, "-s", "setup_env", "--", "--help")
+    assert helped.returncode == 0
+    assert "--with-torch" in helped.stdout and "--from-release" not in helped.stdout
+
+
+def test_options_shared_between_sessions_of_one_run(tmp_path: Path) -> None:
+    env = {"ROCMFA_WORKDIR": str(tmp_path / "w")}
+    # --profile belongs to setup_env only; doctor must accept and ignore it in the same run.
+    result = run_nox(REPO_ROOT, "-s", "doctor", "setup_env", "--", "--arch", "gfx1100",
+                     "--dry-run", "--profile", "vllm", env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "arch       gfx1100" in result.stdout and "arch gfx1100 (--arch)" in result.stdout

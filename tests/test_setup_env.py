@@ -1,0 +1,151 @@
+"""setup_env: the real flow through nox, against a loopback TheRock-like index."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scripts import archs, condaenv, rocm_sdk, setup_env, stamps
+from scripts.commands import Runner
+from scripts.errors import UserError
+from tests.conftest import RocmIndex, _venv_environ
+from tests.support.project import copy_project, run_nox, standin_micromamba
+
+
+def test_provisioned_env_got_the_device_package_and_variables(provisioned_env: Path) -> None:
+    site = next((provisioned_env / "lib").glob("python3*/site-packages"))
+    assert (site / "_rocm_device_gfx1151").is_dir()  # rocm[...,device-gfx1151] resolved
+    assert not (site / "_rocm_device_gfx1100").exists()
+    stamp = stamps.read(provisioned_env / condaenv.ENV_STAMP)
+    assert stamp["rocm"]["version"] == "7.15.0a20260630"
+    assert stamp["rocm"]["root"] == str(site / "_rocm_sdk_devel")
+    assert condaenv.require_env(provisioned_env) == provisioned_env
+    env = condaenv.activated_environ(provisioned_env)
+    assert env["ROCM_PATH"] == str(site / "_rocm_sdk_devel")
+    assert env["PYTORCH_ROCM_ARCH"] == "gfx1151"
+    assert condaenv.which_in_env("rocm-sdk", env) == provisioned_env / "bin" / "rocm-sdk"
+
+
+def test_requirement_and_index_per_kind(rocm_index: RocmIndex) -> None:
+    pin = rocm_sdk.load_pin(rocm_index.pins_dir / "rocm.toml")
+    strix, navi = archs.get_arch("gfx1151"), archs.get_arch("gfx1100")
+    assert pin.requirement(strix) == "rocm[libraries,devel,device-gfx1151]==7.15.0a20260630"
+    assert pin.requirement(navi, "legacy") == "rocm[libraries,devel]==7.15.0a20260630"
+    assert pin.index_url(navi, "legacy").endswith("/v2/gfx110X-all/")
+    assert pin.torch_requirement(strix) == "torch[device-gfx1151]>=2.13,<2.14"
+
+
+def test_malformed_rocm_pin(tmp_path: Path) -> None:
+    (tmp_path / "rocm.toml").write_text('[rocm]\nindex = "nightly"\n')
+    with pytest.raises(UserError, match="index must be one of multi-arch, legacy"):
+        rocm_sdk.load_pin(tmp_path / "rocm.toml")
+    (tmp_path / "rocm.toml").write_text("[rocm\n")
+    with pytest.raises(UserError, match="malformed ROCm pin"):
+        rocm_sdk.load_pin(tmp_path / "rocm.toml")
+
+
+@pytest.fixture
+def project_env(tmp_path: Path, rocm_index: RocmIndex):
+    """A project copy + a venv prefix set up once through setup_env's own code with the
+    copy's lock hash, so nox runs on it behave as on an env setup_env created."""
+    project = copy_project(tmp_path / "project")
+    prefix = tmp_path / "env"
+    subprocess.run(["python3", "-m", "venv", str(prefix)], check=True)
+    pin = rocm_sdk.load_pin(rocm_index.pins_dir / "rocm.toml")
+    request = setup_env.Request(archs.get_arch("gfx1151"), pin, "multi-arch", False, ())
+    inputs = request.inputs(stamps.file_sha256(project / "conda-lock.yml"), None)
+    setup_env.provision(prefix, request, Runner(base_env=_venv_environ(prefix)),
+                        stamp_inputs=inputs)  # fmt: skip
+    env = {
+        "MAMBA_EXE": str(standin_micromamba(tmp_path / "mm")),
+        "ROCMFA_PINS_DIR": str(rocm_index.pins_dir),
+        "ROCMFA_WORKDIR": str(tmp_path / "work"),
+        "ROCMFA_ENV_PREFIX": str(prefix),
+    }
+    return project, prefix, env
+
+
+def test_rerun_is_a_noop_then_a_pin_change_updates_only_rocm(project_env, rocm_index) -> None:
+    project, _, env = project_env
+    first = run_nox(project, "-s", "setup_env", "--", "--arch", "gfx1151", env=env)
+    assert first.returncode == 0, first.stderr
+    assert "is up to date (nothing to do" in first.stdout
+    assert "$ " not in first.stdout  # no command ran
+    # A variable profile changes the inputs: conda is skipped, ROCm and variables redone.
+    second = run_nox(project, "-s", "setup_env", "--", "--arch", "gfx1151", "--profile", "vllm",
+                     env=env)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert "conda packages match the lock" in second.stdout
+    assert "conda_lock install" not in second.stdout
+    assert "pip install --index-url " + rocm_index.url in second.stdout
+    shown = run_nox(project, "-s", "setup_env", "--", "--show", env=env)
+    assert "PYTORCH_ROCM_ARCH=gfx1151" in shown.stdout
+    assert "VLLM_ROCM_USE_AITER  - vLLM gates AITER" in shown.stdout
+
+
+def test_stale_lock_is_one_line_naming_nox_lock(project_env) -> None:
+    project, _, env = project_env
+    yml = project / "environment.yml"
+    yml.write_text(yml.read_text().replace("  - ccache\n", ""))
+    result = run_nox(project, "-s", "setup_env", "--", "--arch", "gfx1151", env=env)
+    assert result.returncode == 1
+    assert "conda-lock.yml is stale" in result.stderr and "run: nox -s lock" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "p", with_lock=False)
+    base = {"ROCMFA_WORKDIR": str(tmp_path / "w")}
+    cases = {
+        ("--arch", "gfx9999"): "unknown GPU arch 'gfx9999'; known: ",
+        ("--arch", "gfx1151"): "no conda manager found",
+        ("--arch", "gfx1151", "--bogus"): "unrecognized arguments: --bogus",
+    }
+    for args, message in cases.items():
+        result = run_nox(project, "-s", "setup_env", "--", *args, env=base)
+        assert result.returncode == 1, args
+        assert message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    (project / "pins" / "rocm.toml").write_text("[rocm]\nindex = 3\n")
+    result = run_nox(project, "-s", "setup_env", "--", "--arch", "gfx1151", env=base)
+    assert "rocm.toml [rocm]: 'index' must be str" in result.stderr
+
+
+def test_dry_run_prints_everything_and_runs_nothing(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "p", with_lock=False)
+    prefix = tmp_path / "envs" / "therock"
+    args = ["--dry-run", "--arch", "gfx1151", "--prefix", str(prefix)]
+    result = run_nox(project, "-s", "setup_env", "--", *args,
+                     env={"ROCMFA_WORKDIR": str(tmp_path / "w")})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "conda-lock.yml is missing: generating it first" in out
+    assert "[dry-run] (cd " in out and "conda_lock lock --file" in out and "--without-cuda" in out
+    assert f"conda_lock install --conda micromamba --prefix {prefix}" in out
+    assert "'rocm[libraries,devel,device-gfx1151]==7.15.0a20260630'" in out
+    assert "rocm-sdk path --cmake" in out and "PYTORCH_ROCM_ARCH=gfx1151" in out
+    assert f"CONDA_PREFIX={prefix}" in out
+    assert not (project / "conda-lock.yml").exists() and not prefix.exists()
+    assert not (tmp_path / "w").exists()
+
+
+def test_refuses_to_replace_what_it_did_not_make(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign"
+    (foreign / "conda-meta").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"was not created by setup_env.*--force"):
+        setup_env.check_prefix_usable(foreign, force=False)
+    setup_env.check_prefix_usable(foreign, force=True)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("mine")
+    with pytest.raises(UserError, match="not a conda env; choose another --prefix"):
+        setup_env.check_prefix_usable(folder, force=True)
+    assert (folder / "thesis.tex").read_text() == "mine"
+
+
+def test_unwritable_prefix(tmp_path: Path) -> None:
+    readonly = Path("/proc/sys/rocmfa-env")  # a read-only mount even for root
+    with pytest.raises(UserError, match="not writable"):
+        setup_env.check_prefix_usable(readonly, force=False)
