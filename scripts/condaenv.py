@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +198,13 @@ def require_env(prefix: Path | None) -> Path:
         if not prefix.exists():
             state = "does not exist"
         raise UserError(f"env {prefix} {state}; run: nox -s setup_env")
+    from scripts import lockfile  # lockfile imports this module
+
+    if lockfile.LOCK_FILE.is_file():
+        lockfile.require_fresh()
+    else:
+        print(f"note: {lockfile.LOCK_FILE.name} is missing, so {prefix} cannot be checked "
+              "against it (nox -s lock makes it)", file=sys.stderr)  # fmt: skip
     return prefix
 
 

@@ -14,7 +14,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from scripts import condaenv, paths, stamps
+from scripts import condaenv, stamps
 from scripts.commands import Runner
 from scripts.datafiles import REPO_ROOT
 from scripts.errors import UserError
@@ -100,9 +100,12 @@ def check(
     return fresh, reason
 
 
-def require_fresh(work: Path, env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
+VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
+
+
+def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
     """sha256 of a lock that matches environment.yml, or a one-line error naming `nox -s lock`."""
-    fresh, reason = check(env_file, lock_file, cache_file=paths.cache_dir(work) / "lock-check.json")
+    fresh, reason = check(env_file, lock_file, cache_file=VERDICT_CACHE)
     if not fresh:
         raise UserError(
             f"{lock_file.name} is stale ({reason}): environment.yml changed since it was "

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts import activation, archs, condaenv, lockfile, paths, rocm_sdk, stamps
+from scripts import activation, archs, condaenv, lockfile, rocm_sdk, stamps
 from scripts.commands import Runner
 from scripts.datafiles import load_toml
 from scripts.errors import UserError
@@ -157,7 +157,6 @@ def provision(
 
 def setup_env(opts: argparse.Namespace) -> None:
     runner = Runner(dry_run=opts.dry_run)
-    work = paths.workdir(opts.workdir)
     manager = condaenv.find_manager()
     location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
     if opts.show:
@@ -194,7 +193,7 @@ def setup_env(opts: argparse.Namespace) -> None:
     lock_sha = (
         "(generated above)"
         if opts.dry_run and not lockfile.LOCK_FILE.is_file()
-        else (lockfile.require_fresh(work))
+        else (lockfile.require_fresh())
     )
 
     inputs = request.inputs(lock_sha, torch_aotriton_version(prefix) or pinned_aotriton_version())

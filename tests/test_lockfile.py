@@ -64,7 +64,7 @@ def test_our_environment_yml_locked_by_conda_lock_writer(tmp_path: Path) -> None
     assert lockfile.check(env_file, lock, cache_file=cache)[1].endswith("(cached verdict)")
     env_file.write_text(env_file.read_text().replace("  - ccache\n", ""))
     with pytest.raises(UserError) as error:
-        lockfile.require_fresh(tmp_path / "work", env_file, lock)
+        lockfile.require_fresh(env_file, lock)
     assert "stale" in str(error.value) and "run: nox -s lock" in str(error.value)
 
 

@@ -1,0 +1,79 @@
+"""Measure `nox -s setup_env` whole-process wall time when nothing changed (and, for scale,
+when only the ROCm/variables step must be redone), against the stand-in TheRock index.
+
+Run: python -m tests.perf.setup_env_noop [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts import archs, rocm_sdk, setup_env, stamps
+from scripts.commands import Runner
+from tests.conftest import _venv_environ
+from tests.support import pep503, standin_rocm
+from tests.support.project import copy_project, run_nox, standin_micromamba
+
+
+def timed(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
+    start = time.perf_counter()
+    result = run_nox(project, "-s", "setup_env", "--", *args, env=env)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"setup_env failed: {result.stderr.strip().splitlines()[-1]}")
+    return elapsed, result.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        root = Path(tmp)
+        pep503.write_index(standin_rocm.build_wheels(root / "wheels"), root / "www")
+        base = stack.enter_context(pep503.serve(root / "www"))
+        pins = root / "pins"
+        standin_rocm.write_rocm_pin(pins, f"{base}/simple/")
+        project = copy_project(root / "project")
+        prefix = root / "env"
+        subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+        request = setup_env.Request(
+            archs.get_arch("gfx1151"), rocm_sdk.load_pin(pins / "rocm.toml"), "multi-arch",
+            False, (),
+        )  # fmt: skip
+        inputs = request.inputs(stamps.file_sha256(project / "conda-lock.yml"), None)
+        start = time.perf_counter()
+        setup_env.provision(prefix, request, Runner(base_env=_venv_environ(prefix), out=sys.stderr),
+                            stamp_inputs=inputs)  # fmt: skip
+        first = time.perf_counter() - start
+        env = {
+            "MAMBA_EXE": str(standin_micromamba(root / "mm")),
+            "ROCMFA_PINS_DIR": str(pins),
+            "ROCMFA_WORKDIR": str(root / "work"),
+            "ROCMFA_ENV_PREFIX": str(prefix),
+        }
+        timed(project, env, "--arch", "gfx1151")  # warms the cached lock verdict
+        noop = []
+        for _ in range(args.repeats):
+            elapsed, out = timed(project, env, "--arch", "gfx1151")
+            assert "up to date" in out and "$ " not in out, out
+            noop.append(elapsed)
+        update, _ = timed(project, env, "--arch", "gfx1151", "--profile", "vllm")
+    print(f"ROCm SDK + variables step (pip from loopback index): {first:.2f} s")
+    print(f"update after a profile change (pip + variables):     {update:.2f} s")
+    print(
+        f"no-op rerun, whole `nox -s setup_env` process: median {statistics.median(noop):.3f} s "
+        f"(min {min(noop):.3f}, max {max(noop):.3f}, n={len(noop)}); commands run: 0"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
