@@ -101,6 +101,128 @@ OPTIONS: tuple[Option, ...] = (
         choices=["multi-arch", "legacy"],
         help="TheRock index kind (default from pins/rocm.toml)",
     ),
+    # --- build_aotriton and update_pins (issue 3: pins, patches, AOTriton) ---
+    _opt(
+        "--clean",
+        sessions=("build_aotriton",),
+        action="store_true",
+        help="remove the build directory first (never the source checkout)",
+    ),
+    _opt(
+        "--no-images",
+        sessions=("build_aotriton",),
+        action="store_true",
+        help="AOTRITON_NOIMAGE_MODE=ON: build only the runtime, keep torch's kernel images",
+    ),
+    _opt(
+        "--timeout-min",
+        sessions=("build_aotriton",),
+        type=float,
+        metavar="MIN",
+        help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
+    ),
+    _opt(
+        "--from-release",
+        sessions=("build_aotriton",),
+        action="store_true",
+        help="install the prebuilt release runtime + this arch's image pack (minutes, not hours)",
+    ),
+    _opt(
+        "--restore",
+        sessions=("build_aotriton",),
+        action="store_true",
+        help="put back the AOTriton files torch shipped (from the backup) and stop",
+    ),
+    _opt(
+        "--project",
+        sessions=("update_pins",),
+        action="append",
+        choices=["therock", "pytorch", "aotriton", "composable_kernel"],
+        help="update only this project's pin (repeatable; default: all)",
+    ),
+    _opt(
+        "--port-patches",
+        sessions=("update_pins",),
+        action="store_true",
+        help="copy a patch set to the new commit when it still applies cleanly there",
+    ),
+    # --- build_pytorch, install_wheels, build_ck (issue 4) ---
+    _opt(
+        "--from",
+        dest="from_stage",
+        sessions=("build_pytorch",),
+        choices=["checkout", "triton", "torch", "audio", "vision", "apex"],
+        metavar="STAGE",
+        help="rerun STAGE and every stage after it: checkout, triton, torch, audio, vision, apex",
+    ),
+    _opt(
+        "--only",
+        sessions=("build_pytorch",),
+        choices=["checkout", "triton", "torch", "audio", "vision", "apex"],
+        metavar="STAGE",
+        help="run just STAGE (the stages it builds on must be done)",
+    ),
+    _opt(
+        "--skip",
+        sessions=("build_pytorch",),
+        action="append",
+        choices=["triton", "audio", "vision"],
+        default=[],
+        metavar="STAGE",
+        help="leave out triton, audio or vision (repeatable); leaving out triton is refused "
+        "where torch would lose flash attention",
+    ),
+    _opt(
+        "--with-apex",
+        sessions=("build_pytorch",),
+        action="store_true",
+        help="also check out and build apex",
+    ),
+    _opt(
+        "--ccache",
+        sessions=("build_pytorch",),
+        action="store_true",
+        help="compile through ccache (TheRock --use-ccache)",
+    ),
+    _opt(
+        "--sccache",
+        sessions=("build_pytorch",),
+        action="store_true",
+        help="compile through sccache (TheRock --use-sccache)",
+    ),
+    _opt(
+        "--aotriton-prefix",
+        sessions=("build_pytorch",),
+        metavar="DIR",
+        help="AOTriton install prefix for torch (default: build_aotriton's install, if any)",
+    ),
+    _opt(
+        "--no-backend-check",
+        sessions=("install_wheels",),
+        action="store_true",
+        help="install only; do not run scripts/backend_check.py afterwards",
+    ),
+    _opt(
+        "--with-tests",
+        sessions=("build_ck",),
+        action="store_true",
+        help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)",
+    ),
+    _opt(
+        "--with-examples",
+        sessions=("build_ck",),
+        action="store_true",
+        help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)",
+    ),
+)
+
+# issue 4: --clean means the same for build_pytorch (TheRock --clean instead of --no-clean) and
+# build_ck (empty the CMake build dir first): never the source checkout.
+OPTIONS = tuple(
+    Option(o.flags, (*o.sessions, "build_pytorch", "build_ck"), o.kwargs)
+    if o.flags == ("--clean",)
+    else o
+    for o in OPTIONS
 )
 
 

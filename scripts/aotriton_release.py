@@ -1,0 +1,247 @@
+"""`build_aotriton -- --from-release`: AOTriton's prebuilt runtime plus only this arch's image
+pack (upstream-facts.md §1.5), sha256-verified, cached in <work>/downloads/aotriton/ and
+resumed with HTTP Range requests after an interruption.
+
+Names and sums come from the [aotriton.release] table of pins/aotriton.toml (the sums PyTorch's
+aotriton.cmake lists), or, for `commit = "from-pytorch"` pins, from that aotriton.cmake itself.
+$ROCMFA_AOTRITON_BASE_URL overrides the download location (mirrors, tests).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scripts import paths, stamps
+from scripts.commands import Runner
+from scripts.errors import UserError
+from scripts.pins import Pin
+
+BASE_URL_ENV = "ROCMFA_AOTRITON_BASE_URL"
+DEFAULT_BASE_URL = "https://github.com/ROCm/aotriton/releases/download/"
+RUNTIME_NAME = "aotriton-{version}-{manylinux}_{hostarch}-rocm{rocm}-shared.tar.gz"
+IMAGES_NAME = "aotriton-{version}-images-amd-{pack}.tar.gz"
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    base_url: str
+    runtime_name: str
+    images_name: str
+    runtime: Mapping[str, tuple[str, str]]  # "7.15" -> (manylinux, sha256)
+    images: Mapping[str, str]  # "gfx115x" -> sha256
+    source: str
+
+
+def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = None) -> Release:
+    environ = os.environ if environ is None else environ
+    table = pin.data.get("release")
+    where = f"{pin.source} [aotriton.release]"
+    if isinstance(table, dict) and table.get("version", version) == version:
+        runtime: dict[str, tuple[str, str]] = {}
+        for rocm, entry in (table.get("runtime_sha256") or {}).items():
+            if (
+                not isinstance(entry, list)
+                or len(entry) != 2
+                or not all(isinstance(e, str) for e in entry)
+            ):
+                raise UserError(f"{where}: runtime_sha256.{rocm} must be [manylinux, sha256]")
+            runtime[str(rocm)] = (entry[0], entry[1].lower())
+        images = {str(k): str(v).lower() for k, v in (table.get("image_sha256") or {}).items()}
+        base = table.get("base_url", DEFAULT_BASE_URL)
+        names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
+        source = where
+    else:
+        resolved = pin.data.get("pytorch_cmake")
+        cmake = getattr(resolved, "cmake", None)
+        if cmake is None or cmake.version != version:
+            raise UserError(
+                f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
+                "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
+            )
+        lists = cmake.lists
+        rocm_list = lists.get("__AOTRITON_ROCM_LIST", ())
+        sums = lists.get("__AOTRITON_SHA256_LIST", ())
+        manylinux = lists.get("__AOTRITON_MANYLINUX_LIST", ())
+        runtime = {
+            r.removeprefix("rocm"): (m, s.lower())
+            for r, m, s in zip(rocm_list, manylinux, sums, strict=False)
+        }
+        image_names = lists.get("__AOTRITON_IMAGE_LIST", ()) or lists.get("__AOTRITON_IMAGE", ())
+        image_sums = lists.get("__AOTRITON_IMAGE_SHA256_LIST", ()) or lists.get(
+            "__AOTRITON_IMAGE_SHA256", ()
+        )
+        images = {
+            n.removeprefix("amd-"): s.lower() for n, s in zip(image_names, image_sums, strict=False)
+        }
+        base, names, source = DEFAULT_BASE_URL, (RUNTIME_NAME, IMAGES_NAME), resolved.source
+    base = environ.get(BASE_URL_ENV) or base
+    if not base.endswith("/"):
+        base += "/"
+    return Release(version, base, names[0], names[1], runtime, images, source)
+
+
+def release_inputs(pin: Pin, version: str) -> dict[str, Any]:
+    info = release_info(pin, version)
+    return {
+        "version": info.version,
+        "base_url": info.base_url,
+        "runtime": {k: list(v) for k, v in info.runtime.items()},
+        "images": dict(info.images),
+        "hostarch": platform.machine(),
+    }
+
+
+def rocm_series(site: Path) -> str:
+    """'7.15' from the env's rocm-<version>.dist-info (TheRock's SDK)."""
+    from scripts.build_aotriton import dist_version
+
+    version = dist_version(site, "rocm")
+    if not version:
+        raise UserError(f"no TheRock `rocm` package in {site}; run: nox -s setup_env")
+    parts = version.split(".")
+    return f"{parts[0]}.{parts[1]}" if len(parts) > 1 else parts[0]
+
+
+def download(
+    url: str,
+    dest: Path,
+    sha256: str,
+    runner: Runner,
+    *,
+    attempts: int = 5,
+    timeout: float = 60.0,
+) -> Path:
+    """url -> dest, verified. A finished file with the right sum is reused; an interrupted
+    download continues from <dest>.part with a Range request."""
+    import requests
+
+    if dest.is_file() and stamps.file_sha256(dest) == sha256:
+        runner.say(f"cached: {dest}")
+        return dest
+    if runner.dry_run:
+        runner.say(f"[dry-run] would download {url} -> {dest} (sha256 {sha256[:12]}…)")
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    last = ""
+    for attempt in range(attempts):
+        have = part.stat().st_size if part.exists() else 0
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        runner.say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
+        try:
+            with requests.get(url, headers=headers, stream=True, timeout=(10, timeout)) as r:
+                if r.status_code == 416 and have:
+                    break  # nothing left to send: the part is complete
+                if r.status_code == 404:
+                    raise UserError(f"{url}: not found (HTTP 404)")
+                if r.status_code not in (200, 206):
+                    last = f"HTTP {r.status_code}"
+                    if r.status_code < 500 and r.status_code != 429:
+                        break
+                    raise requests.ConnectionError(last)
+                mode = "ab" if r.status_code == 206 else "wb"
+                total = _expected_total(r, have)
+                with open(part, mode) as f:
+                    for chunk in r.iter_content(1 << 16):
+                        f.write(chunk)
+            size = part.stat().st_size
+            if total is None or size >= total:
+                break
+            last = f"connection closed at {size} of {total} bytes"
+        except requests.RequestException as e:
+            last = f"{type(e).__name__}: interrupted"
+        got = part.stat().st_size if part.exists() else 0
+        runner.say(f"download interrupted ({last}) at {got} bytes; retrying")
+        time.sleep(min(0.2 * 2**attempt, 5.0))
+    else:
+        raise UserError(f"cannot download {url}: {last} (after {attempts} tries; resumable)")
+    if not part.exists():
+        raise UserError(f"cannot download {url}: {last or 'no data'}")
+    actual = stamps.file_sha256(part)
+    if actual != sha256:
+        part.unlink()  # our own partial download; a retry starts clean
+        raise UserError(
+            f"{url}: sha256 mismatch (expected {sha256[:12]}…, got {actual[:12]}…); discarded"
+        )
+    os.replace(part, dest)
+    return dest
+
+
+def _expected_total(response: Any, have: int) -> int | None:
+    content_range = response.headers.get("Content-Range", "")
+    if response.status_code == 206 and "/" in content_range:
+        tail = content_range.rsplit("/", 1)[1]
+        return int(tail) if tail.isdigit() else None
+    length = response.headers.get("Content-Length")
+    return int(length) if length and length.isdigit() else None
+
+
+def extract(archive: Path, target: Path) -> Path:
+    """Extract into target (fresh) and return the install root: the single top-level
+    directory of the archive when there is one (AOTriton tarballs hold `aotriton/`)."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")
+    except (tarfile.TarError, OSError) as e:
+        raise UserError(f"cannot extract {archive}: {e}") from None
+    entries = list(target.iterdir())
+    if len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists():
+        return entries[0]
+    return target
+
+
+def fetch_release(ctx, runner: Runner):
+    """Download, verify and unpack the runtime and this arch's pack; return the install."""
+    from scripts.build_aotriton import AotritonInstall
+
+    info = release_info(ctx.pin, ctx.version)
+    rocm = rocm_series(ctx.site)
+    if rocm not in info.runtime:
+        raise UserError(
+            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
+            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
+        )
+    pack = ctx.pack.removeprefix("amd-")
+    if pack not in info.images:
+        raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
+    manylinux, runtime_sha = info.runtime[rocm]
+    fields = {
+        "version": info.version,
+        "manylinux": manylinux,
+        "hostarch": platform.machine(),
+        "rocm": rocm,
+        "pack": pack,
+    }
+    runtime_name = info.runtime_name.format(**fields)
+    images_name = info.images_name.format(**fields)
+    cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
+    base = f"{info.base_url}{info.version}/"
+    runner.say(f"release sums from {info.source}")
+    runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
+    images_tar = download(base + images_name, cache / images_name, info.images[pack], runner)
+    if runner.dry_run:
+        return None
+    staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
+    root = extract(runtime_tar, staging / "runtime")
+    images_root = extract(images_tar, staging / "images")
+    pack_dir = images_root / "lib" / "aotriton.images" / f"amd-{pack}"
+    if not (pack_dir / "__signature__").is_file():
+        raise UserError(f"{images_tar.name}: no lib/aotriton.images/amd-{pack}/__signature__")
+    images_target = root / "lib" / "aotriton.images"
+    if images_target.exists():
+        shutil.rmtree(images_target)
+    images_target.mkdir(parents=True)
+    shutil.copytree(pack_dir, images_target / f"amd-{pack}", symlinks=True)
+    return AotritonInstall.read(root / "lib", root / "include")

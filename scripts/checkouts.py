@@ -1,0 +1,286 @@
+"""Source checkouts at a pinned commit, without ever losing the user's work.
+
+ensure_checkout() clones or fetches the pin's repository into the work directory and puts a
+detached HEAD on exactly the pinned commit (submodules as the project needs). Every commit we
+put HEAD on is recorded as a ref under refs/rocmfa/ (pin-<commit> for pins, patched-<commit>
+for the HEAD that scripts.patches made), so "extra commits" has a precise meaning: commits
+reachable from HEAD that are neither upstream (remote refs) nor ours. A checkout with local
+edits or extra commits is never reset, cleaned or deleted without force=True.
+
+Under a dry-run Runner nothing runs, not even read-only git queries: the commands a real run
+may need are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.commands import Runner
+from scripts.errors import UserError
+from scripts.pins import Pin
+
+REF_PREFIX = "refs/rocmfa"
+STATE_FILE = "rocmfa-checkout.json"  # inside .git: {base, head, patches, set}
+
+
+def pin_ref(commit: str) -> str:
+    return f"{REF_PREFIX}/pin-{commit}"
+
+
+def patched_ref(commit: str) -> str:
+    return f"{REF_PREFIX}/patched-{commit}"
+
+
+def git(
+    runner: Runner,
+    repo: Path,
+    *args: str,
+    capture: bool = True,
+    check: bool = True,
+    sets: dict[str, str] | None = None,
+    dry_run_output: str = "",
+) -> subprocess.CompletedProcess[str]:
+    return runner.run(
+        ["git", *args],
+        cwd=repo,
+        capture=capture,
+        check=check,
+        sets=sets,
+        dry_run_output=dry_run_output,
+    )
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@dataclass(frozen=True)
+class State:
+    """What scripts.patches recorded after applying a set: base (pinned commit), head."""
+
+    base: str
+    head: str
+    patches: tuple[str, ...]
+    set_dir: str
+
+
+def read_state(checkout: Path) -> State | None:
+    try:
+        raw = json.loads((Path(checkout) / ".git" / STATE_FILE).read_text())
+        return State(raw["base"], raw["head"], tuple(raw["patches"]), raw.get("set", ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_state(checkout: Path, state: State) -> None:
+    from scripts import stamps
+
+    record = {
+        "base": state.base,
+        "head": state.head,
+        "patches": list(state.patches),
+        "set": state.set_dir,
+    }
+    stamps.write_text_atomic(Path(checkout) / ".git" / STATE_FILE, json.dumps(record, indent=1))
+
+
+def head_commit(runner: Runner, checkout: Path) -> str | None:
+    result = git(runner, checkout, "rev-parse", "--verify", "-q", "HEAD", check=False)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def tracked_changes(runner: Runner, checkout: Path) -> list[str]:
+    """`git status --porcelain` lines for tracked files and submodules (untracked files are
+    left alone by every step here, so they do not count)."""
+    result = git(runner, checkout, "status", "--porcelain", "--untracked-files=no")
+    return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
+    result = git(runner, checkout, "cat-file", "-e", f"{commit}^{{commit}}", check=False)
+    return result.returncode == 0
+
+
+def _submodule_args(submodules: bool | Sequence[str]) -> list[str] | None:
+    if submodules is False or submodules is None:
+        return None
+    if submodules is True:
+        return []
+    return ["--", *submodules]
+
+
+def _submodules_ready(runner: Runner, checkout: Path, submodules: bool | Sequence[str]) -> bool:
+    extra = _submodule_args(submodules)
+    if extra is None or not (checkout / ".gitmodules").is_file():
+        return True
+    result = git(runner, checkout, "submodule", "status", "--recursive", *extra, check=False)
+    if result.returncode != 0:
+        return False
+    return all(line[:1] == " " for line in result.stdout.splitlines() if line)
+
+
+def ensure_checkout(
+    pin: Pin,
+    dest: Path,
+    runner: Runner,
+    *,
+    force: bool = False,
+    submodules: bool | Sequence[str] = False,
+) -> Path:
+    """Make dest a checkout of pin.url at exactly pin.commit (or at the patched state that
+    scripts.patches recorded for it). Returns dest."""
+    dest = Path(dest)
+    if runner.dry_run:
+        _print_plan(pin, dest, runner, force=force, submodules=submodules)
+        return dest
+    if dest.exists() and not (dest / ".git").exists():
+        if dest.is_dir() and not any(dest.iterdir()):
+            pass
+        elif not force:
+            raise UserError(
+                f"{dest} exists and is not a git checkout; move it away, or pass --force to "
+                "replace it"
+            )
+        else:
+            runner.say(f"--force: removing {dest} (not a git checkout)")
+            if dest.is_dir():
+                shutil.rmtree(dest)
+            else:
+                dest.unlink()
+    if not (dest / ".git").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        git(runner, dest, "init", "-q")
+        git(runner, dest, "remote", "add", "origin", pin.url)
+        head = None
+    else:
+        head = head_commit(runner, dest)
+        state = read_state(dest)
+        ours = head == pin.commit or (
+            state is not None and state.base == pin.commit and head == state.head
+        )
+        changes = tracked_changes(runner, dest) if head else []
+        if ours and not changes and _submodules_ready(runner, dest, submodules):
+            runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
+            return dest
+        if changes:
+            if not force:
+                raise UserError(
+                    f"{dest} has local edits ({len(changes)} path(s), e.g. "
+                    f"'{changes[0].strip()}'); commit or stash them, or pass --force to discard"
+                )
+            runner.say(f"--force: discarding local edits in {dest}")
+            git(runner, dest, "reset", "-q", "--hard", capture=False)
+        if head and head != pin.commit:
+            extra = git(
+                runner,
+                dest,
+                "rev-list",
+                "--max-count=100",
+                "HEAD",
+                "--not",
+                f"--glob={REF_PREFIX}",
+                "--remotes",
+            ).stdout.split()
+            if extra and not force:
+                raise UserError(
+                    f"{dest} has {len(extra)}{'+' if len(extra) >= 100 else ''} commit(s) that are"
+                    f" not upstream or ours (HEAD {head[:12]}); keep them on a branch, or pass "
+                    "--force to move HEAD to the pin"
+                )
+        _set_origin(runner, dest, pin.url)
+    _fetch(pin, dest, runner)
+    git(runner, dest, "update-ref", pin_ref(pin.commit), pin.commit)
+    git(
+        runner,
+        dest,
+        "-c",
+        "advice.detachedHead=false",
+        "checkout",
+        "-q",
+        *(["-f"] if force else []),
+        "--detach",
+        pin.commit,
+        capture=False,
+    )
+    _update_submodules(runner, dest, submodules, force=force)
+    runner.say(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
+    return dest
+
+
+def _set_origin(runner: Runner, dest: Path, url: str) -> None:
+    current = git(runner, dest, "remote", "get-url", "origin", check=False)
+    if current.returncode != 0:
+        git(runner, dest, "remote", "add", "origin", url)
+    elif current.stdout.strip() != url:
+        git(runner, dest, "remote", "set-url", "origin", url)
+
+
+def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
+    if has_commit(runner, dest, pin.commit):
+        return
+    depth = pin.data.get("depth")
+    depth_args = [f"--depth={int(depth)}"] if isinstance(depth, int) and depth > 0 else []
+    first = git(
+        runner, dest, "fetch", "-q", "--no-tags", *depth_args, "origin", pin.commit, check=False
+    )
+    detail = last_line(first.stderr)
+    if first.returncode != 0 or not has_commit(runner, dest, pin.commit):
+        # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
+        second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)
+        detail = last_line(second.stderr) or detail
+        if second.returncode == 0 and has_commit(runner, dest, pin.commit):
+            return
+        raise UserError(
+            f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}"
+            + (f": {detail}" if detail else f": commit not found on ref {pin.ref}")
+        )
+
+
+def _update_submodules(
+    runner: Runner, dest: Path, submodules: bool | Sequence[str], *, force: bool
+) -> None:
+    extra = _submodule_args(submodules)
+    if extra is None or not (dest / ".gitmodules").is_file():
+        return
+    git(runner, dest, "submodule", "sync", "-q", "--recursive", capture=False)
+    result = git(
+        runner,
+        dest,
+        "submodule",
+        "update",
+        "-q",
+        "--init",
+        "--recursive",
+        *(["--force"] if force else []),
+        *extra,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise UserError(
+            f"submodule update failed in {dest}: {last_line(result.stderr) or 'see output'}"
+        )
+
+
+def _print_plan(
+    pin: Pin, dest: Path, runner: Runner, *, force: bool, submodules: bool | Sequence[str]
+) -> None:
+    if not (dest / ".git").exists():
+        git(runner, dest, "init", "-q")
+        git(runner, dest, "remote", "add", "origin", pin.url)
+    else:
+        runner.say(f"[dry-run] existing checkout {dest}: checks HEAD and local edits first")
+        git(runner, dest, "rev-parse", "--verify", "-q", "HEAD")
+        git(runner, dest, "status", "--porcelain", "--untracked-files=no")
+    git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.commit)
+    git(runner, dest, "update-ref", pin_ref(pin.commit), pin.commit)
+    git(runner, dest, "checkout", "-q", *(["-f"] if force else []), "--detach", pin.commit)
+    extra = _submodule_args(submodules)
+    if extra is not None:
+        git(runner, dest, "submodule", "sync", "-q", "--recursive")
+        git(runner, dest, "submodule", "update", "-q", "--init", "--recursive", *extra)

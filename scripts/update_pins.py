@@ -1,0 +1,141 @@
+"""`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote`, rewrite only
+the `commit = "..."` line of pins/<project>.toml (comments stay), and report per project whether
+its patch set still applies at the new commit; `--port-patches` copies a set that applies
+cleanly to patches/<project>/<new commit>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from scripts import paths, pins
+from scripts.checkouts import git, has_commit, last_line
+from scripts.commands import Runner
+from scripts.errors import UserError
+from scripts.patches import available_sets, check_set_applies, patch_set_for, port_set
+
+HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
+def ls_remote(runner: Runner, url: str, ref: str) -> str:
+    """The commit ref names at url (tags peeled); UserError when unreachable or unknown."""
+    if HEX40.fullmatch(ref):
+        return ref
+    result = runner.run(
+        ["git", "ls-remote", url, ref],
+        capture=True,
+        check=False,
+        dry_run_output=f"{'0' * 40}\trefs/heads/{ref}\n",
+    )
+    if result.returncode != 0:
+        detail = last_line(result.stderr) or f"exit {result.returncode}"
+        raise UserError(f"cannot reach {url}: {detail}")
+    refs: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            refs[parts[1]] = parts[0]
+    for name in (
+        f"refs/tags/{ref}^{{}}",
+        f"refs/tags/{ref}",
+        f"refs/heads/{ref}",
+        ref,
+        f"{ref}^{{}}",
+    ):
+        if name in refs:
+            return refs[name]
+    raise UserError(f"{url} has no ref '{ref}' (branch or tag)")
+
+
+def _tables(project: str, table: dict) -> list[tuple[str, dict]]:
+    found = [(project, table)]
+    for key, value in table.items():
+        if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value):
+            found.append((f"{project}.{key}", value))
+    return found
+
+
+def update_pins(opts: argparse.Namespace) -> None:
+    runner = Runner(dry_run=opts.dry_run)
+    work = paths.workdir(opts.workdir)
+    directory = pins.resolve_pins_dir()
+    failures: list[str] = []
+    for project in opts.project or pins.PROJECTS:
+        try:
+            _update_project(project, directory, work, runner, port=opts.port_patches)
+        except UserError as e:
+            failures.append(f"{project}: {e}")
+            runner.say(f"{project}: FAILED: {e}")
+    if failures:
+        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {failures[0]}")
+
+
+def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
+    path, table = pins.read_pin_table(project, directory)
+    for name, entry in _tables(project, table):
+        where = f"{path.name} [{name}]"
+        url, ref = entry.get("url"), entry.get("ref")
+        if not isinstance(url, str) or not isinstance(ref, str) or not url or not ref:
+            raise UserError(f"{where}: needs string 'url' and 'ref'")
+        old = entry.get("commit", "")
+        if project == "aotriton" and old == pins.FROM_PYTORCH:
+            pin = pins.load_pin("aotriton", directory, workdir=work)
+            runner.say(f"{name}: follows PyTorch -> {pin.commit[:12]} ({pin.source})")
+            _report_patches(project, old_commit=None, new=pin.commit, work=work, runner=runner)
+            continue
+        new = ls_remote(runner, url, ref)
+        if runner.dry_run:
+            runner.say(f"[dry-run] {name}: would set commit to what {ref} resolves to")
+            continue
+        if new == old:
+            runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
+        else:
+            pins.rewrite_commit(path, project, new, table=name)
+            shown = old[:12] if isinstance(old, str) and old else "unset"
+            runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
+        old_commit = old if isinstance(old, str) and HEX40.fullmatch(old) else None
+        _report_patches(
+            project, old_commit=old_commit, new=new, work=work, runner=runner, port=port
+        )
+
+
+def _report_patches(
+    project: str,
+    *,
+    old_commit: str | None,
+    new: str,
+    work: Path,
+    runner: Runner,
+    port: bool = False,
+) -> None:
+    if patch_set_for(project, new) is not None:
+        runner.say(f"{project}: patch set present for {new[:12]}")
+        return
+    sets = available_sets(project)
+    if not sets:
+        runner.say(f"{project}: no patches")
+        return
+    source = old_commit if old_commit in sets else sets[-1]
+    found = patch_set_for(project, source)
+    checkout = paths.src_dir(work, project)
+    if found is None or not (checkout / ".git").exists():
+        runner.say(
+            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: no checkout at "
+            f"{checkout} (build once, then rerun update_pins)"
+        )
+        return
+    if not has_commit(runner, checkout, new):
+        fetched = git(runner, checkout, "fetch", "-q", "--no-tags", "origin", new, check=False)
+        if fetched.returncode != 0:
+            runner.say(f"{project}: cannot fetch {new[:12]}: {last_line(fetched.stderr)}")
+            return
+    ok, detail = check_set_applies(found, new, checkout, runner)
+    verdict = "still applies" if ok else "does NOT apply"
+    runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
+    if ok and port:
+        target = port_set(found, new)
+        runner.say(f"{project}: ported the set to {target}")
+    elif ok:
+        runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")

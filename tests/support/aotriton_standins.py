@@ -1,0 +1,371 @@
+"""Stand-ins for issue 3's tests: upstream git repositories, a small CMake project laid out
+like AOTriton, a torch package in an env, release tarballs, and a loopback HTTP server that
+supports Range requests and can drop a connection midway."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import io
+import os
+import subprocess
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Upstream Dev",
+    "GIT_AUTHOR_EMAIL": "dev@upstream.invalid",
+    "GIT_COMMITTER_NAME": "Upstream Dev",
+    "GIT_COMMITTER_EMAIL": "dev@upstream.invalid",
+    "GIT_AUTHOR_DATE": "2026-07-07T12:00:00+00:00",
+    "GIT_COMMITTER_DATE": "2026-07-07T12:00:00+00:00",
+}
+# Tests use file:// submodules, which git refuses by default since 2.38.
+FILE_PROTOCOL_ENV = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "protocol.file.allow",
+    "GIT_CONFIG_VALUE_0": "always",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV, **FILE_PROTOCOL_ENV}
+    result = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    )
+    return result.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str], message: str = "initial") -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    return commit_files(path, files, message)
+
+
+def commit_files(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def make_patch_set(
+    root: Path, project: str, base: str, upstream: Path, edits: list[dict[str, str]]
+) -> Path:
+    """patches/<project>/<base>/NNNN-*.patch made with `git format-patch` from a clone of
+    upstream with one commit per edit, plus manifest.toml with their sha256s."""
+    scratch = root / f".scratch-{project}-{base[:8]}"
+    subprocess.run(["git", "clone", "-q", str(upstream), str(scratch)], check=True)
+    git(scratch, "checkout", "-q", "--detach", base)
+    for i, files in enumerate(edits, 1):
+        commit_files(scratch, files, f"stand-in fix {i}")
+    directory = root / project / base
+    directory.mkdir(parents=True, exist_ok=True)
+    git(scratch, "format-patch", "-q", "-o", str(directory), f"{base}..HEAD")
+    write_manifest(directory)
+    subprocess.run(["rm", "-rf", str(scratch)], check=True)
+    return directory
+
+
+def write_manifest(directory: Path) -> None:
+    entries = []
+    for patch in sorted(directory.glob("*.patch")):
+        digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+        entries.append(
+            f'[[patch]]\nfile = "{patch.name}"\nsha256 = "{digest}"\n'
+            f'reason = "stand-in fix"\nupstream = "https://example.invalid/pr/1"\n'
+        )
+    (directory / "manifest.toml").write_text("\n".join(entries))
+
+
+# --- a CMake project laid out like AOTriton -----------------------------------------------
+
+CMAKELISTS = r"""
+cmake_minimum_required(VERSION 3.26)
+file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/VERSION" AOTRITON_FULL_VERSION LIMIT_COUNT 1)
+file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/IMAGE_VERSION" IMAGE_VERSION LIMIT_COUNT 1)
+project(aotriton VERSION ${AOTRITON_FULL_VERSION} LANGUAGES C)
+set(AOTRITON_TARGET_ARCH "gfx90a;gfx942;gfx1100;gfx1151" CACHE STRING "GPUs to build for")
+set(AOTRITON_GPU_BUILD_TIMEOUT "8.0" CACHE STRING "minutes, 0 for indefinite")
+option(AOTRITON_NOIMAGE_MODE "Only build C++ Shim part" OFF)
+option(AOTRITON_NO_PYTHON "Do not build pyaotriton" OFF)
+option(AOTRITON_USE_TORCH "link pyaotriton against torch" ON)
+if(NOT DEFINED ENV{ROCM_PATH})
+  message(FATAL_ERROR "ROCM_PATH is not set")
+endif()
+if(NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/incbin/incbin.h")
+  message(FATAL_ERROR "submodule third_party/incbin is missing")
+endif()
+set(packs "")
+foreach(arch IN LISTS AOTRITON_TARGET_ARCH)
+  if(arch MATCHES "^gfx110[0-3]$")
+    set(pack gfx110x)
+  elseif(arch MATCHES "^gfx115[0-3]$")
+    set(pack gfx115x)
+  elseif(arch MATCHES "^gfx120[01]$")
+    set(pack gfx120x)
+  elseif(arch MATCHES "^gfx(90a|942|950|1250)$")
+    set(pack ${arch})
+  else()
+    continue()
+  endif()
+  list(APPEND packs ${pack})
+endforeach()
+if(NOT packs)
+  message(FATAL_ERROR "aotriton: no supported target arch in input list")
+endif()
+list(REMOVE_DUPLICATES packs)
+configure_file(config.h.in include/aotriton/config.h)
+add_library(aotriton_v2 SHARED src/aotriton.c)
+target_include_directories(aotriton_v2 PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/include)
+set_target_properties(aotriton_v2 PROPERTIES VERSION ${PROJECT_VERSION})
+install(TARGETS aotriton_v2 LIBRARY DESTINATION lib)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/aotriton/config.h DESTINATION include/aotriton)
+if(NOT AOTRITON_NOIMAGE_MODE)
+  foreach(pack IN LISTS packs)
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/images/amd-${pack}/__signature__
+         "aotriton${IMAGE_VERSION}\n")
+  endforeach()
+  install(DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/images/ DESTINATION lib/aotriton.images)
+endif()
+if(NOT AOTRITON_NO_PYTHON)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
+  Python3_add_library(pyaotriton MODULE WITH_SOABI src/pyaotriton.c)
+  target_link_libraries(pyaotriton PRIVATE aotriton_v2)
+  set_target_properties(pyaotriton PROPERTIES INSTALL_RPATH "$ORIGIN")
+  install(TARGETS pyaotriton LIBRARY DESTINATION lib)
+endif()
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt
+  "TARGET_ARCH=${AOTRITON_TARGET_ARCH}\nTIMEOUT=${AOTRITON_GPU_BUILD_TIMEOUT}\n"
+  "NOIMAGE=${AOTRITON_NOIMAGE_MODE}\nROCM_PATH=$ENV{ROCM_PATH}\n"
+  "PKG_CONFIG_PATH=$ENV{PKG_CONFIG_PATH}\nPREFIX_PATH=${CMAKE_PREFIX_PATH}\n")
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt DESTINATION share/aotriton)
+"""
+
+CONFIG_H_IN = """#pragma once
+#define AOTRITON_VERSION_MAJOR @PROJECT_VERSION_MAJOR@
+#define AOTRITON_VERSION_MINOR @PROJECT_VERSION_MINOR@
+#define AOTRITON_VERSION_PATCH @PROJECT_VERSION_PATCH@
+"""
+
+AOTRITON_C = """#include "aotriton/config.h"
+int aotriton_version(void) {
+  return AOTRITON_VERSION_MAJOR * 10000 + AOTRITON_VERSION_MINOR * 100 + AOTRITON_VERSION_PATCH;
+}
+"""
+
+PYAOTRITON_C = """#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+int aotriton_version(void);
+static PyObject *version(PyObject *self, PyObject *args) {
+  return PyLong_FromLong(aotriton_version());
+}
+static PyMethodDef methods[] = {{"version", version, METH_NOARGS, "runtime version"},
+                                {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pyaotriton", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_pyaotriton(void) { return PyModule_Create(&module); }
+"""
+
+
+def make_aotriton_upstream(
+    root: Path, version: str = "0.13.0", image_version: str = "0.13"
+) -> tuple[Path, str]:
+    """A git repo shaped like AOTriton (with a submodule); returns (repo, HEAD commit)."""
+    incbin = root / "incbin-upstream"
+    make_repo(incbin, {"incbin.h": "/* stand-in incbin */\n"})
+    repo = root / "aotriton-upstream"
+    make_repo(
+        repo,
+        {
+            "CMakeLists.txt": CMAKELISTS,
+            "VERSION": version + "\n",
+            "IMAGE_VERSION": image_version + "\n",
+            "config.h.in": CONFIG_H_IN,
+            "src/aotriton.c": AOTRITON_C,
+            "src/pyaotriton.c": PYAOTRITON_C,
+        },
+    )
+    git(repo, "submodule", "add", "-q", f"file://{incbin}", "third_party/incbin")
+    git(repo, "commit", "-q", "-m", "add incbin submodule")
+    git(repo, "tag", "0.13b")
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+# --- torch in an env ----------------------------------------------------------------------
+
+
+def site_packages(prefix: Path) -> Path:
+    return next(prefix.glob("lib/python3*/site-packages"))
+
+
+def install_torch(
+    prefix: Path, runtime: str = "0.13.0", images: dict[str, str] | None = None
+) -> Path:
+    """A stand-in torch package carrying AOTriton the way TheRock's wheels do."""
+    site = site_packages(prefix)
+    torch = site / "torch"
+    subprocess.run(["rm", "-rf", str(torch)], check=True)
+    for info in site.glob("torch-*.dist-info"):
+        subprocess.run(["rm", "-rf", str(info)], check=True)
+    (torch / "lib").mkdir(parents=True)
+    (torch / "__init__.py").write_text("__version__ = '2.13.0+rocm7.15.0'\n")
+    info = site / "torch-2.13.0+rocm7.15.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: torch\nVersion: 2.13.0+rocm7.15.0\n")
+    if runtime:
+        (torch / "lib" / f"libaotriton_v2.so.{runtime}").write_bytes(b"torch-shipped runtime\n")
+        (torch / "lib" / "libaotriton_v2.so").symlink_to(f"libaotriton_v2.so.{runtime}")
+        major, minor, patch = runtime.split(".")
+        include = torch / "include" / "aotriton"
+        include.mkdir(parents=True)
+        (include / "config.h").write_text(
+            f"#define AOTRITON_VERSION_MAJOR {major}\n#define AOTRITON_VERSION_MINOR {minor}\n"
+            f"#define AOTRITON_VERSION_PATCH {patch}\n"
+        )
+    for pack, sig in (images or {"amd-gfx115x": "0.13", "amd-gfx110x": "0.13"}).items():
+        (torch / "lib" / "aotriton.images" / pack).mkdir(parents=True)
+        (torch / "lib" / "aotriton.images" / pack / "__signature__").write_text(f"aotriton{sig}\n")
+    return torch
+
+
+# --- release tarballs and a loopback server with Range support ----------------------------
+
+
+def _tar(entries: dict[str, bytes], target: Path) -> str:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in entries.items():
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            member.mtime = 0
+            tar.addfile(member, io.BytesIO(data))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(buffer.getvalue())
+    return hashlib.sha256(target.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ReleaseFiles:
+    runtime_name: str
+    runtime_sha: str
+    images_name: str
+    images_sha: str
+    pack: str
+    version: str
+    rocm: str
+
+    def pin_table(self, runtime_sha: str | None = None) -> str:
+        return (
+            f'[aotriton.release]\nversion = "{self.version}"\n'
+            'base_url = "http://127.0.0.1:9/overridden-by-env/"\n'
+            "[aotriton.release.runtime_sha256]\n"
+            f'"{self.rocm}" = ["manylinux_2_28", "{runtime_sha or self.runtime_sha}"]\n'
+            "[aotriton.release.image_sha256]\n"
+            f'{self.pack} = "{self.images_sha}"\n'
+        )
+
+
+def make_release(
+    www: Path,
+    *,
+    version: str = "0.13b",
+    runtime: str = "0.13.0",
+    signature: str = "0.13",
+    rocm: str = "7.15",
+    pack: str = "gfx115x",
+    hostarch: str = "x86_64",
+    padding: int = 300_000,
+) -> ReleaseFiles:
+    """Runtime + one image pack under www/<version>/ (AOTriton's release names)."""
+    noise = os.urandom(padding)  # incompressible, so a download can be cut midway
+    runtime_name = f"aotriton-{version}-manylinux_2_28_{hostarch}-rocm{rocm}-shared.tar.gz"
+    images_name = f"aotriton-{version}-images-amd-{pack}.tar.gz"
+    runtime_sha = _tar(
+        {
+            f"aotriton/lib/libaotriton_v2.so.{runtime}": b"release runtime\n" + noise,
+            "aotriton/include/aotriton/config.h": b"/* release */\n",
+        },
+        www / version / runtime_name,
+    )
+    images_sha = _tar(
+        {
+            f"aotriton/lib/aotriton.images/amd-{pack}/__signature__": (
+                f"aotriton{signature}\n".encode()
+            ),
+            f"aotriton/lib/aotriton.images/amd-{pack}/flash/fwd.aks2": noise,
+        },
+        www / version / images_name,
+    )
+    return ReleaseFiles(runtime_name, runtime_sha, images_name, images_sha, pack, version, rocm)
+
+
+@dataclass
+class ServerLog:
+    requests: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header)
+    drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes, first GET only
+
+
+def _handler(directory: Path, log: ServerLog):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            log.requests.append((path, self.headers.get("Range", "")))
+            target = directory / path.lstrip("/")
+            if not target.is_file():
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data = target.read_bytes()
+            start = 0
+            rng = self.headers.get("Range", "")
+            if rng.startswith("bytes=") and rng.endswith("-"):
+                start = int(rng[6:-1])
+                if start >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            else:
+                self.send_response(200)
+            body = data[start:]
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+            cut = log.drop_after.pop(path, None)
+            if cut is not None:
+                self.wfile.write(body[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+    return Handler
+
+
+@contextlib.contextmanager
+def serve(directory: Path, log: ServerLog | None = None) -> Iterator[tuple[str, ServerLog]]:
+    log = log or ServerLog()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(directory, log))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", log
+    finally:
+        server.shutdown()
+        server.server_close()

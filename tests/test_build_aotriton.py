@@ -1,0 +1,247 @@
+"""build_aotriton against stand-ins: a CMake project laid out like AOTriton, built with the real
+cmake and ninja, installed into a stand-in torch inside a provisioned stand-in env."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts import build_aotriton as ba
+from scripts import stamps
+from scripts.errors import UserError
+from tests.support import aotriton_standins as st
+from tests.support.aotriton_env import build_opts, command_lines, provision_env
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Bed:
+    root: Path
+    prefix: Path
+    repo: Path
+    commit: str
+    pins: Path
+    patches: Path
+    work: Path
+
+    @property
+    def torch_lib(self) -> Path:
+        return st.site_packages(self.prefix) / "torch" / "lib"
+
+    @property
+    def src(self) -> Path:
+        return self.work / "src" / "aotriton"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "ROCMFA_PINS_DIR": str(self.pins),
+            "ROCMFA_PATCHES_DIR": str(self.patches),
+            **st.FILE_PROTOCOL_ENV,
+        }
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
+    root = tmp_path_factory.mktemp("aotriton-build")
+    prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
+    repo, commit = st.make_aotriton_upstream(root)
+    pins = root / "pins"
+    pins.mkdir()
+    (pins / "aotriton.toml").write_text(
+        "# stand-in pin\n[aotriton]\n"
+        f'url = "file://{repo}"\nref = "0.13b"\ncommit = "{commit}"\nversion = "0.13b"\n'
+        "submodules = true\n"
+    )
+    patches = root / "patches"
+    patches.mkdir()
+    st.install_torch(prefix)
+    return Bed(root, prefix, repo, commit, pins, patches, root / "work")
+
+
+@pytest.fixture(autouse=True)
+def _env(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in bed.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PYTORCH_AOTRITON_COMMIT", raising=False)
+
+
+def run_build(bed: Bed, capsys, *extra: str, arch: str = "gfx1151") -> str:
+    capsys.readouterr()
+    ba.build_aotriton(build_opts(bed.prefix, bed.work, *extra, arch=arch))
+    return capsys.readouterr().out
+
+
+def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
+    shipped = (bed.torch_lib / "libaotriton_v2.so.0.13.0").read_bytes()
+    out = run_build(bed, capsys)
+    assert f"aotriton pin: {bed.commit} (0.13b) from {bed.pins / 'aotriton.toml'}" in out
+    lib = bed.torch_lib
+    real = lib / "libaotriton_v2.so.0.13.0"
+    assert real.is_file() and not real.is_symlink()
+    assert real.read_bytes() != shipped  # the build's runtime replaced torch's
+    assert os.readlink(lib / "libaotriton_v2.so") == "libaotriton_v2.so.0.13.0"
+    assert (lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text() == (
+        "aotriton0.13\n"
+    )
+    # pyaotriton is a real extension module next to the runtime
+    py = subprocess.run(
+        [
+            str(bed.prefix / "bin" / "python"),
+            "-c",
+            "import pyaotriton; print(pyaotriton.version())",
+        ],
+        env={**os.environ, "PYTHONPATH": str(lib)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert py.stdout.strip() == "1300"
+    # what torch shipped is backed up and both versions are recorded
+    marker = json.loads((lib / ba.MARKER).read_text())
+    backup = Path(marker["backup"])
+    assert (backup / "libaotriton_v2.so.0.13.0").read_bytes() == shipped
+    assert marker["shipped"]["runtime"] == "0.13.0" and marker["new"]["runtime"] == "0.13.0"
+    assert f"backup of what torch shipped: {backup}" in out
+    # cmake got the arch, timeout, no-image mode, ROCm from rocm-sdk, pkg-config path
+    info = bed.work / "build" / "aotriton" / "install" / "share" / "aotriton" / "build-info.txt"
+    text = info.read_text()
+    assert "TARGET_ARCH=gfx1151\n" in text and "TIMEOUT=0\n" in text and "NOIMAGE=OFF\n" in text
+    assert "ROCM_PATH=" + str(st.site_packages(bed.prefix) / "_rocm_sdk_devel") in text
+    assert f"PKG_CONFIG_PATH={bed.prefix / 'lib' / 'pkgconfig'}" in text
+    assert text.split("PREFIX_PATH=")[1].strip().endswith("_rocm_sdk_devel/lib/cmake")
+    ninja = [line for line in command_lines(out) if " install" in line and "ninja" in line]
+    assert len(ninja) == 1 and not any(
+        line.rstrip().endswith(("ninja", f"-j{ba.jobs_limit(None)}")) for line in command_lines(out)
+    )
+    # the rerun with nothing changed runs no command at all
+    again = run_build(bed, capsys)
+    assert command_lines(again) == []
+    assert "up to date" in again
+
+
+def test_dry_run_prints_every_command_and_runs_none(bed: Bed, capsys) -> None:
+    stamp = bed.work / "stamps" / "aotriton.json"
+    before = (stamp.read_text(), ba.installed_fingerprint(bed.torch_lib))
+    out = run_build(bed, capsys, "--dry-run", "--force", "--timeout-min", "2.5")
+    assert command_lines(out) == []
+    lines = [line for line in out.splitlines() if line.startswith("[dry-run] ")]
+    configure = next(line for line in lines if " -G Ninja " in line)
+    assert f"(cd {bed.src})" in configure
+    assert "ROCM_PATH='$(rocm-sdk path --root)'" in configure
+    assert "PKG_CONFIG_PATH=" in configure
+    assert "-DAOTRITON_TARGET_ARCH=gfx1151" in configure
+    assert "-DAOTRITON_GPU_BUILD_TIMEOUT=2.5" in configure
+    assert "-DAOTRITON_NOIMAGE_MODE=OFF" in configure
+    assert "'-DCMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)'" in configure
+    assert any(line.endswith(" install") and "ninja" in line for line in lines)
+    assert any(" git " in f" {line} " and "checkout" in line for line in lines)
+    assert (stamp.read_text(), ba.installed_fingerprint(bed.torch_lib)) == before
+
+
+def test_nox_session_dry_run_subprocess(bed: Bed) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "nox", "-s", "build_aotriton", "--", "--dry-run", "--force"),
+            *("--arch", "gfx1151", "--prefix", str(bed.prefix), "--workdir", str(bed.work)),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, **bed.env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "[dry-run]" in output and "-DAOTRITON_TARGET_ARCH=gfx1151" in output
+
+
+def test_arch_without_aotriton_is_refused_in_one_line(bed: Bed, capsys) -> None:
+    with pytest.raises(UserError) as error:
+        run_build(bed, capsys, arch="gfx908")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "gfx908" in message and "no AOTriton support" in message
+
+
+def test_patch_set_rebuilds_and_tampered_patch_is_refused(bed: Bed, capsys) -> None:
+    set_dir = st.make_patch_set(
+        bed.patches, "aotriton", bed.commit, bed.repo, [{"src/extra.txt": "patched\n"}]
+    )
+    try:
+        out = run_build(bed, capsys)
+        assert "applied 1 patch(es)" in out
+        assert (bed.src / "src" / "extra.txt").read_text() == "patched\n"
+        head = st.git(bed.src, "rev-parse", "HEAD")
+        assert head != bed.commit
+        assert command_lines(run_build(bed, capsys)) == []
+        # tamper with the patch: refused before anything runs, checkout untouched
+        patch = next(set_dir.glob("*.patch"))
+        patch.write_text(patch.read_text().replace("patched", "tampered"))
+        with pytest.raises(UserError, match=r"sha256 mismatch") as error:
+            run_build(bed, capsys)
+        assert "\n" not in str(error.value) and patch.name in str(error.value)
+        assert st.git(bed.src, "rev-parse", "HEAD") == head
+        assert st.git(bed.src, "status", "--porcelain") == ""
+    finally:
+        shutil.rmtree(set_dir)
+    run_build(bed, capsys)  # back to the unpatched pin
+    assert st.git(bed.src, "rev-parse", "HEAD") == bed.commit
+
+
+def test_runtime_image_mismatch_is_refused_and_torch_untouched(bed: Bed, capsys) -> None:
+    set_dir = st.make_patch_set(
+        bed.patches, "aotriton", bed.commit, bed.repo, [{"IMAGE_VERSION": "0.12\n"}]
+    )
+    before = ba.installed_fingerprint(bed.torch_lib)
+    try:
+        with pytest.raises(UserError) as error:
+            run_build(bed, capsys)
+        message = str(error.value)
+        assert "\n" not in message
+        assert "runtime 0.13.0 but amd-gfx115x/__signature__ says 0.12" in message
+        assert ba.installed_fingerprint(bed.torch_lib) == before
+    finally:
+        shutil.rmtree(set_dir)
+
+
+def test_version_torch_was_not_built_for_needs_force_then_restore(bed: Bed, capsys) -> None:
+    st.install_torch(bed.prefix, runtime="0.12.0", images={"amd-gfx115x": "0.12"})
+    with pytest.raises(UserError, match=r"torch was built for AOTriton 0\.12\.0 but this is 0\.13"):
+        run_build(bed, capsys)
+    assert (bed.torch_lib / "libaotriton_v2.so.0.12.0").read_bytes() == b"torch-shipped runtime\n"
+    out = run_build(bed, capsys, "--force")
+    assert "WARNING (--force)" in out
+    lib = bed.torch_lib
+    # torch links the soname it was built with: it now points at the new runtime
+    assert os.readlink(lib / "libaotriton_v2.so.0.12.0") == "libaotriton_v2.so.0.13.0"
+    restore = run_build(bed, capsys, "--restore")
+    assert "restored torch's AOTriton (0.12.0)" in restore
+    assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == b"torch-shipped runtime\n"
+    assert not (lib / "libaotriton_v2.so.0.13.0").exists()
+    assert (lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text() == (
+        "aotriton0.12\n"
+    )
+    assert not (lib / ba.MARKER).exists()
+    st.install_torch(bed.prefix)
+
+
+def test_no_images_keeps_torch_images(bed: Bed, capsys) -> None:
+    st.install_torch(bed.prefix)
+    out = run_build(bed, capsys, "--no-images")
+    assert "-DAOTRITON_NOIMAGE_MODE=ON" in out
+    lib = bed.torch_lib
+    assert sorted(p.name for p in (lib / "aotriton.images").iterdir()) == [
+        "amd-gfx110x",
+        "amd-gfx115x",
+    ]
+    assert (lib / "libaotriton_v2.so.0.13.0").read_bytes() != b"torch-shipped runtime\n"
+    record = stamps.read(bed.work / "stamps" / "aotriton.json")
+    assert record is not None and record["inputs"]["options"]["noimage"] is True

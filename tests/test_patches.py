@@ -1,0 +1,200 @@
+"""Patch sets keyed by the pinned commit, and update_pins, against test-made repositories."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts import options, patches, update_pins
+from scripts.checkouts import ensure_checkout
+from scripts.commands import Runner
+from scripts.errors import UserError
+from scripts.pins import Pin
+from tests.support import aotriton_standins as st
+
+
+@dataclass
+class Up:
+    repo: Path
+    base: str
+    root: Path  # patches root
+
+    def pin(self, commit: str | None = None) -> Pin:
+        return Pin("proj", f"file://{self.repo}", "main", commit or self.base, "test", {})
+
+
+@pytest.fixture
+def up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Up:
+    repo = tmp_path / "upstream"
+    base = st.make_repo(repo, {"a.txt": "one\ntwo\nthree\n", "b.txt": "alpha\nbeta\n"})
+    root = tmp_path / "patches"
+    root.mkdir()
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(root))
+    return Up(repo, base, root)
+
+
+def quiet(dry_run: bool = False) -> Runner:
+    return Runner(dry_run=dry_run, out=io.StringIO())
+
+
+def checkout(up: Up, dest: Path, commit: str | None = None) -> Path:
+    return ensure_checkout(up.pin(commit), dest, quiet())
+
+
+def test_apply_is_idempotent_and_reproducible(up: Up, tmp_path: Path) -> None:
+    st.make_patch_set(
+        up.root, "proj", up.base, up.repo, [{"a.txt": "one\nTWO\nthree\n"}, {"c.txt": "new\n"}]
+    )
+    first = checkout(up, tmp_path / "one")
+    shas = patches.apply_patch_set("proj", up.base, first, quiet())
+    assert len(shas) == 2
+    head = st.git(first, "rev-parse", "HEAD")
+    assert (first / "c.txt").read_text() == "new\n"
+    again = quiet()
+    assert patches.apply_patch_set("proj", up.base, first, again) == shas
+    assert "already applied" in again.out.getvalue()
+    assert st.git(first, "rev-parse", "HEAD") == head
+    # a later ensure_checkout accepts the patched state as clean
+    ensure_checkout(up.pin(), first, quiet())
+    assert st.git(first, "rev-parse", "HEAD") == head
+    second = checkout(up, tmp_path / "two")
+    patches.apply_patch_set("proj", up.base, second, quiet())
+    assert st.git(second, "rev-parse", "HEAD") == head  # same pin + patches = same HEAD
+    assert patches.patch_set_digest("proj", up.base) != patches.patch_set_digest("proj", "0" * 40)
+
+
+def test_failing_patch_leaves_pristine_checkout(up: Up, tmp_path: Path) -> None:
+    set_dir = st.make_patch_set(
+        up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}, {"b.txt": "alpha\nBETA\n"}]
+    )
+    dest = checkout(up, tmp_path / "co")
+    (dest / "b.txt").write_text("alpha\nsomething else\n")  # upstream-like divergence
+    st.git(dest, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qam", "diverge")
+    diverged = st.git(dest, "rev-parse", "HEAD")
+    # pretend the pin is this diverged commit, with the set moved to it
+    moved = up.root / "proj" / diverged
+    shutil.move(set_dir, moved)
+    with pytest.raises(UserError) as error:
+        patches.apply_patch_set("proj", diverged, dest, quiet())
+    message = str(error.value)
+    assert "\n" not in message
+    assert "0002-" in message and "b.txt" in message and diverged[:12] in message
+    assert st.git(dest, "rev-parse", "HEAD") == diverged
+    assert st.git(dest, "status", "--porcelain") == ""
+    assert not (dest / "c.txt").exists()  # patch 1 was rolled back too
+    assert not (dest / ".git" / "rebase-apply").exists()
+
+
+def test_tampered_patch_refused_before_anything_is_applied(up: Up, tmp_path: Path) -> None:
+    set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    patch = next(set_dir.glob("*.patch"))
+    patch.write_bytes(patch.read_bytes().replace(b"+new", b"+evil"))
+    dest = checkout(up, tmp_path / "co")
+    with pytest.raises(UserError, match=rf"{patch.name}: sha256 mismatch") as error:
+        patches.apply_patch_set("proj", up.base, dest, quiet())
+    assert "\n" not in str(error.value)
+    assert st.git(dest, "rev-parse", "HEAD") == up.base and not (dest / "c.txt").exists()
+
+
+def test_patch_already_contained_upstream_is_skipped(up: Up, tmp_path: Path) -> None:
+    set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    newer = st.commit_files(up.repo, {"c.txt": "new\n"}, "upstream merged the fix")
+    shutil.copytree(set_dir, up.root / "proj" / newer)
+    dest = checkout(up, tmp_path / "co", newer)
+    said = quiet()
+    patches.apply_patch_set("proj", newer, dest, said)
+    assert "already contained at this commit; skipped" in said.out.getvalue()
+    assert st.git(dest, "rev-parse", "HEAD") == newer
+
+
+def test_missing_set_names_nearest_ancestor_set(up: Up, tmp_path: Path) -> None:
+    st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    st.commit_files(up.repo, {"d.txt": "1\n"}, "two")
+    newer = st.commit_files(up.repo, {"d.txt": "2\n"}, "three")
+    dest = checkout(up, tmp_path / "co", newer)
+    said = quiet()
+    assert patches.apply_patch_set("proj", newer, dest, said) == []
+    text = said.out.getvalue()
+    assert f"no patch set for the pinned commit {newer[:12]}" in text
+    assert f"proj/{up.base} (2 commits older)" in text
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: (d / "manifest.toml").write_text(
+            (d / "manifest.toml").read_text().replace('reason = "stand-in fix"\n', "")
+        ), r"manifest\.toml: patch 1: missing or empty key 'reason'"),
+        (lambda d: (d / "0009-stray.patch").write_text("From x\n"),
+         r"0009-stray\.patch is in the directory but not in the manifest"),
+    ],
+)  # fmt: skip
+def test_manifest_errors_are_one_line(up: Up, mutate, message) -> None:
+    set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    mutate(set_dir)
+    with pytest.raises(UserError, match=message):
+        patches.patch_set_for("proj", up.base)
+
+
+def test_update_pins_resolves_rewrites_and_ports(
+    up: Up, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    pin_file = pins_dir / "aotriton.toml"
+    pin_file.write_text(
+        f'# keep me\n[aotriton]\nurl = "file://{up.repo}"  # stand-in\nref = "main"\n'
+        f'commit = "{up.base}"\nversion = "0.13b"\n'
+    )
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"c.txt": "new\n"}])
+    newer = st.commit_files(up.repo, {"d.txt": "later\n"}, "upstream moved")
+    work = tmp_path / "work"
+    ensure_checkout(up.pin(), work / "src" / "aotriton", quiet())
+    argv = ["--workdir", str(work), "--project", "aotriton", "--port-patches"]
+    update_pins.update_pins(options.parse("update_pins", argv))
+    out = capsys.readouterr().out
+    text = pin_file.read_text()
+    assert f'commit = "{newer}"' in text and "# keep me" in text and "# stand-in" in text
+    assert f"patch set {up.base[:12]} still applies at {newer[:12]}" in out
+    ported = patches.patch_set_for("aotriton", newer)
+    assert ported is not None and len(ported.patches) == 1
+    # the checkout the check used is untouched
+    assert st.git(work / "src" / "aotriton", "rev-parse", "HEAD") == up.base
+
+
+def test_update_pins_reports_a_set_that_no_longer_applies(
+    up: Up, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    (pins_dir / "aotriton.toml").write_text(
+        f'[aotriton]\nurl = "file://{up.repo}"\nref = "main"\ncommit = "{up.base}"\n'
+    )
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"b.txt": "alpha\nBETA\n"}])
+    newer = st.commit_files(up.repo, {"b.txt": "alpha\ngamma\n"}, "upstream rewrote b")
+    work = tmp_path / "work"
+    ensure_checkout(up.pin(), work / "src" / "aotriton", quiet())
+    argv = ["--workdir", str(work), "--project", "aotriton", "--port-patches"]
+    update_pins.update_pins(options.parse("update_pins", argv))
+    out = capsys.readouterr().out
+    assert f"does NOT apply at {newer[:12]}: 0001-stand-in-fix-1.patch conflicts in b.txt" in out
+    assert patches.patch_set_for("aotriton", newer) is None
+
+
+def test_update_pins_unreachable_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    (pins_dir / "therock.toml").write_text(
+        f'[therock]\nurl = "file://{tmp_path}/nowhere"\nref = "main"\ncommit = "{"a" * 40}"\n'
+    )
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    argv = ["--workdir", str(tmp_path / "work"), "--project", "therock"]
+    with pytest.raises(UserError, match=r"therock: cannot reach file://") as error:
+        update_pins.update_pins(options.parse("update_pins", argv))
+    assert "\n" not in str(error.value)
