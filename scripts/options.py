@@ -101,12 +101,12 @@ OPTIONS: tuple[Option, ...] = (
         choices=["multi-arch", "legacy"],
         help="TheRock index kind (default from pins/rocm.toml)",
     ),
-    # --- build_aotriton and update_pins (issue 3: pins, patches, AOTriton) ---
+    # --- builds: pins, patches, AOTriton, PyTorch, CK ---
     _opt(
         "--clean",
-        sessions=("build_aotriton",),
+        sessions=("build_aotriton", "build_pytorch", "build_ck"),
         action="store_true",
-        help="remove the build directory first (never the source checkout)",
+        help="start the build over (empty the build dir; TheRock --clean); never the sources",
     ),
     _opt(
         "--no-images",
@@ -214,15 +214,6 @@ OPTIONS: tuple[Option, ...] = (
         action="store_true",
         help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)",
     ),
-)
-
-# issue 4: --clean means the same for build_pytorch (TheRock --clean instead of --no-clean) and
-# build_ck (empty the CMake build dir first): never the source checkout.
-OPTIONS = tuple(
-    Option(o.flags, (*o.sessions, "build_pytorch", "build_ck"), o.kwargs)
-    if o.flags == ("--clean",)
-    else o
-    for o in OPTIONS
 )
 
 

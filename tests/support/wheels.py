@@ -54,6 +54,7 @@ def make_wheel(
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         for path, data in contents.items():
             entry = zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0))
-            entry.external_attr = (0o755 if path in executables else 0o644) << 16
+            # pip sets +x only for regular-file modes (S_IFREG) with an exec bit
+            entry.external_attr = (0o100755 if path in executables else 0o100644) << 16
             zf.writestr(entry, data, zipfile.ZIP_DEFLATED)
     return wheel

@@ -1,0 +1,207 @@
+"""`nox -s build_ck`: composable_kernel for this arch, library only, installed into the env.
+
+CK lives in the ROCm/rocm-libraries monorepo under projects/composablekernel (the
+ROCm/composable_kernel repository is deprecated; pins/composable_kernel.toml can still select
+it). upstream-facts.md §5: `GPU_TARGETS=<arch>` also adds tests and examples (the 1.5 h
+build), so the library-only build uses `GPU_ARCHS=<arch>` plus BUILD_TESTING/BUILD_CK_EXAMPLES/
+BUILD_CK_TUTORIALS=OFF; `BUILD_DEV` defaults to ON (-Werror -Weverything) and is turned off;
+`find_package(ROCM)` needs `CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` with a pip ROCm, and
+the compilers come from that same SDK (there is no /opt/rocm/llvm). Installs go to the env
+prefix (never /opt/rocm, never sudo). The build dir is reused; a stamp skips the whole step
+when nothing changed; --clean starts over. Compile jobs are capped by available memory.
+
+PyTorch's CK attention backend is not this CK: PyTorch builds its own bundled CK when
+USE_ROCM_CK_SDPA=1, and CK's fused-MHA instances exist only for gfx90a/gfx94x/gfx95x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from scripts import archs, buildjobs, condaenv, paths, stamps
+from scripts.commands import Runner
+from scripts.errors import UserError
+
+CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
+STAMP = "build_ck"
+
+
+def compilers(root: Path) -> tuple[Path, Path]:
+    """(C, C++) compiler of the env's ROCm SDK: bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
+    for c, cxx in (
+        (root / "bin" / "amdclang", root / "bin" / "amdclang++"),
+        (root / "lib" / "llvm" / "bin" / "clang", root / "lib" / "llvm" / "bin" / "clang++"),
+    ):
+        if c.is_file() and cxx.is_file():
+            if not (os.access(c, os.X_OK) and os.access(cxx, os.X_OK)):
+                raise UserError(f"{c} / {cxx} are not executable; reinstall rocm[devel]")
+            return c, cxx
+    raise UserError(
+        f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
+        "is rocm[devel] installed? run: nox -s setup_env"
+    )
+
+
+def cmake_args(
+    *,
+    source: Path,
+    build: Path,
+    prefix: Path,
+    arch: str,
+    cmake_prefix: str,
+    cc: str,
+    cxx: str,
+    with_tests: bool,
+    with_examples: bool,
+) -> list[str]:
+    args = [
+        "-G",
+        "Ninja",
+        "-S",
+        str(source),
+        "-B",
+        str(build),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_INSTALL_PREFIX={prefix}",
+        f"-DCMAKE_PREFIX_PATH={cmake_prefix}",
+        f"-DCMAKE_C_COMPILER={cc}",
+        f"-DCMAKE_CXX_COMPILER={cxx}",
+        f"-DCMAKE_HIP_COMPILER={cxx}",
+        "-DBUILD_DEV=OFF",
+    ]
+    if with_tests or with_examples:
+        # Tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS).
+        args += ["-UGPU_ARCHS", f"-DGPU_TARGETS={arch}"]
+    else:
+        args += ["-UGPU_TARGETS", f"-DGPU_ARCHS={arch}"]
+    args += [
+        f"-DBUILD_TESTING={'ON' if with_tests else 'OFF'}",
+        f"-DBUILD_CK_EXAMPLES={'ON' if with_examples else 'OFF'}",
+        f"-DBUILD_CK_TUTORIALS={'ON' if with_examples else 'OFF'}",
+    ]
+    return args
+
+
+def cached_compiler(build: Path) -> str | None:
+    try:
+        for line in (build / "CMakeCache.txt").read_text().splitlines():
+            if line.startswith("CMAKE_CXX_COMPILER:"):
+                return line.split("=", 1)[1]
+    except OSError:
+        return None
+    return None
+
+
+def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
+    """Empty our own build dir (refuses anything outside the work dir)."""
+    if not build.exists():
+        return
+    if work not in build.resolve().parents:
+        raise UserError(f"refusing to remove {build}: not inside the work dir {work}")
+    runner.say(f"{why}: removing {build}" if not runner.dry_run else f"[dry-run] {why}: rm {build}")
+    if not runner.dry_run:
+        shutil.rmtree(build)
+
+
+def build_ck(opts: argparse.Namespace) -> None:
+    from scripts import checkouts, patches, pins
+
+    choice = archs.resolve_arch(opts.arch)
+    arch = choice.arch
+    if arch.vendor != "amd":
+        raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
+    work = paths.workdir(opts.workdir)
+    manager = condaenv.find_manager()
+    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    prefix = condaenv.require_env(location.prefix)
+    env = condaenv.activated_environ(prefix)
+    runner = Runner(dry_run=opts.dry_run, base_env=env)
+    query = Runner(base_env=env)  # read-only questions run under --dry-run too
+    say = runner.say
+    say(f"arch {arch.name} ({choice.how}); env {prefix} ({location.how}); work dir {work}")
+    if not arch.ck_mha:
+        say(
+            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
+            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
+        )
+    say(
+        "note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
+        "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
+        "TORCH_ROCM_FA_PREFER_CK=1"
+    )
+    if opts.with_tests or opts.with_examples:
+        say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
+
+    pin = pins.load_pin("composable_kernel", workdir=work)
+    subdir = str(pin.data.get("subdir") or "")
+    if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
+        say(
+            f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
+            "lives in ROCm/rocm-libraries projects/composablekernel"
+        )
+    say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
+
+    rocm_sdk = condaenv.which_in_env("rocm-sdk", env)
+    root = Path(query.run([rocm_sdk, "path", "--root"], capture=True).stdout.strip())
+    cmake_prefix = query.run([rocm_sdk, "path", "--cmake"], capture=True).stdout.strip()
+    rocm_version = query.run([rocm_sdk, "version"], capture=True).stdout.strip()
+    cc, cxx = compilers(root)
+    cmake = condaenv.which_in_env("cmake", env)
+    condaenv.which_in_env("ninja", env)
+    jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
+    say(f"compile: {why}")
+
+    checkout = paths.src_dir(work, "composable_kernel")
+    build = paths.build_dir(work, "composable_kernel")
+    source = checkout / subdir if subdir else checkout
+    inputs: dict[str, Any] = {
+        "pin": [pin.url, pin.commit, subdir],
+        "patches": patches.patch_set_digest("composable_kernel", pin.commit),
+        "arch": arch.name,
+        "tests": bool(opts.with_tests),
+        "examples": bool(opts.with_examples),
+        "compilers": [str(cc), str(cxx)],
+        "rocm": rocm_version,
+        "prefix": str(prefix),
+        "env": condaenv.env_identity(prefix),
+    }
+    stamp = paths.stamp_path(work, STAMP)
+    if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
+        say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
+        return
+
+    checkouts.ensure_checkout(pin, checkout, runner, force=opts.force)
+    patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
+    if not opts.dry_run and not (source / "CMakeLists.txt").is_file():
+        raise UserError(f"{source} has no CMakeLists.txt (pin subdir {subdir!r})")
+
+    if opts.clean:
+        clear_build_dir(build, work, runner, "--clean")
+    else:
+        cached = cached_compiler(build)
+        if cached and cached != str(cxx):
+            clear_build_dir(build, work, runner, f"the compiler changed ({cached} -> {cxx})")
+    if not opts.dry_run:
+        stamps.remove(stamp)
+        build.mkdir(parents=True, exist_ok=True)
+    configure = cmake_args(
+        source=source,
+        build=build,
+        prefix=prefix,
+        arch=arch.name,
+        cmake_prefix=cmake_prefix,
+        cc=str(cc),
+        cxx=str(cxx),
+        with_tests=bool(opts.with_tests),
+        with_examples=bool(opts.with_examples),
+    )
+    runner.run([cmake, *configure], cwd=build)
+    runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build)
+    runner.run([cmake, "--install", str(build)], cwd=build)
+    if not opts.dry_run:
+        stamps.write(stamp, inputs, install_prefix=str(prefix), build_dir=str(build))
+    say(f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, include/ck)")

@@ -1,0 +1,757 @@
+"""`nox -s build_pytorch`: torch, triton, audio and vision wheels through TheRock, by stage.
+
+TheRock is checked out at its pin; PyTorch and its companions are checked out by TheRock's own
+external-builds/pytorch/pytorch_*_repo.py scripts with their current flags (upstream-facts.md
+§4.3: --checkout-dir, --repo-hashtag, --gitrepo-origin, --depth, --jobs, --hipify; the
+--patch/--patchset/--repo flags of 2025 are gone); our patch sets are applied by commit after
+checkout; then `build_prod_wheels.py build` (§4.1) builds one stage per call:
+
+    checkout -> triton -> torch -> audio, vision (-> apex with --with-apex)
+
+Each stage leaves a stamp in <work>/stamps/build_pytorch-<stage>.json, written last; a rerun
+resumes at the first stage that is not done. `--from STAGE` reruns STAGE and everything after
+it, `--only STAGE` just that one. Builds are incremental (--no-clean) unless --clean.
+
+Flash attention is never lost as a side effect: TheRock turns it off on Linux when triton is
+not built in the same call (and rejects --enable-pytorch-flash-attention without triton), so
+the torch stage always builds triton with it and passes the flag explicitly; options that
+would build torch without flash attention for an arch that has AOTriton stop with the reason.
+TheRock's env dict overrides CXXFLAGS, USE_FLASH_ATTENTION, PYTORCH_ROCM_ARCH, ... so nothing
+here is passed that way; AOTRITON_INSTALLED_PREFIX (not overridden) points at build_aotriton's
+install when there is one.
+
+The wheels of a stage are exactly the files that appeared or changed in the output dir while
+that stage ran (listing before/after, names parsed with packaging); the run manifest
+<work>/build_pytorch-manifest.json lists them for install_wheels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from scripts import archs, buildjobs, condaenv, paths, stamps
+from scripts.commands import Runner
+from scripts.errors import UserError
+
+STAGES = ("checkout", "triton", "torch", "audio", "vision", "apex")
+SKIPPABLE = ("triton", "audio", "vision")
+SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
+BUILD_SCRIPT = "build_prod_wheels.py"
+MANIFEST_NAME = "build_pytorch-manifest.json"
+STAMP_PREFIX = "build_pytorch-"
+CHECKOUT_DEPTH = "1"
+CHECKOUT_JOBS = "10"
+TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise = CPU count
+DEFAULT_TRITON_ORIGIN = "https://github.com/ROCm/triton.git"
+
+
+@dataclass(frozen=True)
+class Component:
+    key: str  # checkout dir name under <work>/src and patches/<key>/
+    stage: str  # the stage whose build_prod_wheels call builds it
+    script: str  # TheRock checkout script
+    pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
+    related: str | None  # project name in PyTorch's related_commits
+    hipify_subcommand: bool  # the script has a `hipify` subcommand
+    dir_flag: str  # build_prod_wheels --*-dir
+    build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
+    wheels: tuple[str, ...]  # canonical distribution names this stage must produce
+
+
+COMPONENTS = (
+    Component(
+        "pytorch", "torch", "pytorch_torch_repo.py", "", None, True, "--pytorch-dir", None,
+        ("torch",),
+    ),
+    Component(
+        "triton", "triton", "pytorch_triton_repo.py", "triton", None, False, "--triton-dir",
+        "triton", ("triton", "pytorch-triton-rocm"),
+    ),
+    Component(
+        "pytorch_audio", "audio", "pytorch_audio_repo.py", "audio", "torchaudio", True,
+        "--pytorch-audio-dir", "pytorch-audio", ("torchaudio",),
+    ),
+    Component(
+        "pytorch_vision", "vision", "pytorch_vision_repo.py", "vision", "torchvision", True,
+        "--pytorch-vision-dir", "pytorch-vision", ("torchvision",),
+    ),
+    Component(
+        "apex", "apex", "pytorch_apex_repo.py", "apex", "apex", True, "--apex-dir", "apex",
+        ("apex",),
+    ),
+)  # fmt: skip
+BY_STAGE = {c.stage: c for c in COMPONENTS}
+BY_KEY = {c.key: c for c in COMPONENTS}
+NO_BUILD_FLAGS = ("pytorch-audio", "pytorch-vision", "apex")
+
+
+def manifest_path(work: Path) -> Path:
+    return work / MANIFEST_NAME
+
+
+def output_dir(work: Path) -> Path:
+    return work / "wheels"
+
+
+def stage_stamp(work: Path, stage: str) -> Path:
+    return paths.stamp_path(work, STAMP_PREFIX + stage)
+
+
+# --- which stages run ---------------------------------------------------------------------
+
+
+def enabled_stages(opts: argparse.Namespace) -> list[str]:
+    skip = set(opts.skip or ())
+    stages = [s for s in STAGES if s not in skip]
+    if not opts.with_apex:
+        stages.remove("apex")
+    return stages
+
+
+def dependency(stage: str, enabled: list[str]) -> str | None:
+    """The stage whose result this one builds on (the stamp chain)."""
+    if stage == "checkout":
+        return None
+    if stage == "triton":
+        return "checkout"
+    if stage == "torch":
+        return "triton" if "triton" in enabled else "checkout"
+    return "torch"
+
+
+def flash_attention_problem(arch: archs.Arch, argv: list[str]) -> str | None:
+    """Why this build_prod_wheels call would build torch without flash attention although the
+    arch has AOTriton kernels, or None."""
+    if "--pytorch-dir" not in argv or not arch.aotriton_supported():
+        return None
+    if "--build-triton" not in argv:
+        return (
+            f"this would build torch for {arch.name} without flash attention: TheRock's "
+            f"{BUILD_SCRIPT} turns flash attention off on Linux when triton is not built in the "
+            "same call (and rejects --enable-pytorch-flash-attention without it)"
+        )
+    if "--enable-pytorch-flash-attention" not in argv:
+        return f"this would build torch for {arch.name} without --enable-pytorch-flash-attention"
+    return None
+
+
+# --- wheels -------------------------------------------------------------------------------
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    """name -> (size, mtime_ns) of the wheel files in directory."""
+    if not directory.is_dir():
+        return {}
+    result = {}
+    for entry in directory.iterdir():
+        if entry.name.endswith(".whl") and entry.is_file():
+            st = entry.stat()
+            result[entry.name] = (st.st_size, st.st_mtime_ns)
+    return result
+
+
+def wheel_record(path: Path, stage: str) -> dict[str, Any]:
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as e:
+        raise UserError(f"{path}: not a valid wheel file name ({e})") from None
+    return {
+        "project": str(name),
+        "version": str(version),
+        "tags": sorted(str(t) for t in tags),
+        "file": str(path),
+        "sha256": stamps.file_sha256(path),
+        "size": path.stat().st_size,
+        "stage": stage,
+    }
+
+
+def produced_wheels(
+    out: Path, before: Mapping[str, tuple[int, int]], stage: str
+) -> list[dict[str, Any]]:
+    after = snapshot(out)
+    names = sorted(n for n, st in after.items() if before.get(n) != st)
+    records = [wheel_record(out / n, stage) for n in names]
+    wanted = set(BY_STAGE[stage].wheels) if stage in BY_STAGE else set()
+    if wanted and not any(r["project"] in wanted for r in records):
+        raise UserError(
+            f"stage {stage} finished but no {'/'.join(sorted(wanted))} wheel appeared in {out}"
+        )
+    return records
+
+
+def stage_wheels_ok(stamp: Mapping[str, Any]) -> bool:
+    """The wheels a stamp recorded are still there, unchanged in size."""
+    for record in stamp.get("wheels", []):
+        path = Path(record["file"])
+        try:
+            if path.stat().st_size != record["size"]:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+# --- sources ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    origin: str | None
+    hashtag: str | None
+    how: str
+
+    @property
+    def commit(self) -> str | None:
+        h = self.hashtag or ""
+        return h if len(h) == 40 and all(c in "0123456789abcdef" for c in h) else None
+
+
+def read_related_commits(torch_dir: Path, project: str) -> tuple[str, str] | None:
+    """(origin, commit) of project from <torch>/related_commits (os 'ubuntu', as TheRock)."""
+    try:
+        text = (torch_dir / "related_commits").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) == 6 and fields[0] == "ubuntu" and fields[2] == project:
+            return fields[5], fields[4]
+    return None
+
+
+def resolve_source(component: Component, pytorch_pin: Any, torch_dir: Path) -> Source:
+    """Where a companion comes from: an explicit [pytorch.<x>] pin, else what the pinned
+    PyTorch declares (related_commits / ci_commit_pins/triton.txt), passed explicitly."""
+    if component.key == "pytorch":
+        return Source(pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source)
+    table = pytorch_pin.data.get(component.pin_key)
+    table = table if isinstance(table, dict) else {}
+    where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
+    for key in ("url", "commit"):
+        if key in table and not isinstance(table[key], str):
+            raise UserError(f"{where}: '{key}' must be a string")
+    if table.get("commit"):
+        return Source(table.get("url"), table["commit"], where)
+    at = f"pytorch {pytorch_pin.commit[:12]}"
+    if component.key == "triton":
+        origin = table.get("url") or DEFAULT_TRITON_ORIGIN
+        pin_file = torch_dir / ".ci" / "docker" / "ci_commit_pins" / "triton.txt"
+        try:
+            commit = pin_file.read_text().strip()
+        except OSError:
+            return Source(
+                origin, None, f"{at} .ci/docker/ci_commit_pins/triton.txt (after checkout)"
+            )
+        return Source(origin, commit, f"{at} ci_commit_pins/triton.txt")
+    if not (torch_dir / ".git").exists():
+        return Source(table.get("url"), None, f"{at} related_commits (after checkout)")
+    found = read_related_commits(torch_dir, component.related or "")
+    if found is None:
+        return Source(
+            table.get("url"), None, f"TheRock's default ({at} has no related_commits entry)"
+        )
+    return Source(table.get("url") or found[0], found[1], f"{at} related_commits")
+
+
+def read_head(checkout: Path) -> str | None:
+    """HEAD's commit read from .git without running git (detached or on a branch)."""
+    git_dir = checkout / ".git"
+    try:
+        head = (git_dir / "HEAD").read_text().strip()
+        if head.startswith("ref: "):
+            ref = head[5:]
+            ref_file = git_dir / ref
+            if ref_file.is_file():
+                return ref_file.read_text().strip()
+            for line in (git_dir / "packed-refs").read_text().splitlines():
+                if line.endswith(" " + ref):
+                    return line.split()[0]
+            return None
+        return head
+    except OSError:
+        return None
+
+
+# --- the build ----------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    opts: argparse.Namespace
+    runner: Runner
+    arch: archs.Arch
+    work: Path
+    prefix: Path
+    python: Path
+    therock_pin: Any
+    pytorch_pin: Any
+    therock_dir: Path
+    scripts_dir: Path
+    out: Path
+    enabled: list[str]
+    rocm_version: str
+    python_tag: str
+    env_identity: str
+    aotriton: Path | None
+    aotriton_digest: str
+    max_jobs: int
+
+
+def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX."""
+
+    def has_lib(prefix: Path) -> bool:
+        return any((prefix / "lib").glob("libaotriton_v2.so*"))
+
+    if opts.aotriton_prefix:
+        prefix = Path(opts.aotriton_prefix).expanduser().resolve()
+        if not has_lib(prefix):
+            raise UserError(f"--aotriton-prefix {prefix}: no lib/libaotriton_v2.so* there")
+        return prefix, "--aotriton-prefix", str(prefix)
+    # build_aotriton (scripts/build_aotriton.py) installs into <work>/build/aotriton/install
+    # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.
+    stamp = stamps.read(paths.stamp_path(work, "aotriton")) or {}
+    digest = str(stamp.get("inputs_digest", ""))
+    for candidate in (
+        paths.build_dir(work, "aotriton") / "install",
+        paths.build_dir(work, "aotriton") / "install_dir",
+    ):
+        if has_lib(candidate):
+            return candidate, "build_aotriton", digest or str(candidate)
+    return None, "", ""
+
+
+def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
+    choice = archs.resolve_arch(opts.arch)
+    arch = choice.arch
+    if arch.vendor != "amd":
+        raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
+    work = paths.workdir(opts.workdir)
+    manager = condaenv.find_manager()
+    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    if opts.dry_run and (
+        location.prefix is None or not (location.prefix / condaenv.ENV_STAMP).is_file()
+    ):
+        prefix = location.prefix or Path("<env prefix>")
+        note = f"[dry-run] note: env {prefix} is not set up (nox -s setup_env); showing the plan"
+        env = dict(os.environ)
+    else:
+        prefix = condaenv.require_env(location.prefix)
+        note = ""
+        env = condaenv.activated_environ(prefix)
+    runner = Runner(dry_run=opts.dry_run, base_env=env, out=runner_out)
+    if note:
+        runner.say(note)
+    runner.say(f"arch {arch.name} ({choice.how}); env {prefix} ({location.how}); work dir {work}")
+    from scripts import pins
+
+    therock_pin = pins.load_pin("therock", workdir=work)
+    pytorch_pin = pins.load_pin("pytorch", workdir=work)
+    runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
+    python = prefix / "bin" / "python"
+    rocm_sdk = condaenv.which_in_env("rocm-sdk", env) if not note else Path("rocm-sdk")
+    rocm_version = runner.run(
+        [rocm_sdk, "version"], capture=True, dry_run_output="$(rocm-sdk version)"
+    ).stdout.strip()
+    python_tag = runner.run(
+        [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+        capture=True,
+        dry_run_output="$(python tag)",
+    ).stdout.strip()
+    aotriton, how, aotriton_digest = find_aotriton_prefix(opts, work)
+    if aotriton:
+        runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
+    elif arch.aotriton_supported():
+        runner.say(
+            "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
+            "fetches the AOTriton its cmake/External/aotriton.cmake pins"
+        )
+    jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
+    runner.say(f"compile: MAX_JOBS={jobs}: {why}")
+    therock_dir = paths.src_dir(work, "therock")
+    return Context(
+        opts=opts,
+        runner=runner,
+        arch=arch,
+        work=work,
+        prefix=prefix,
+        python=python,
+        therock_pin=therock_pin,
+        pytorch_pin=pytorch_pin,
+        therock_dir=therock_dir,
+        scripts_dir=therock_dir / SCRIPTS_SUBDIR,
+        out=output_dir(work),
+        enabled=enabled_stages(opts),
+        rocm_version=rocm_version,
+        python_tag=python_tag,
+        env_identity=condaenv.env_identity(prefix) if not note else "",
+        aotriton=aotriton,
+        aotriton_digest=aotriton_digest,
+        max_jobs=jobs,
+    )
+
+
+def checkout_components(ctx: Context) -> list[Component]:
+    return [c for c in COMPONENTS if c.stage in ctx.enabled]
+
+
+def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
+    from scripts import patches
+
+    if stage == "checkout":
+        return {
+            "therock": ctx.therock_pin.commit,
+            "pytorch": [ctx.pytorch_pin.url, ctx.pytorch_pin.commit],
+            "companions": {
+                c.key: ctx.pytorch_pin.data.get(c.pin_key) for c in checkout_components(ctx)
+            },
+            "patches": {
+                c.key: {
+                    commit: patches.patch_set_digest(c.key, commit)
+                    for commit in patches.available_sets(c.key)
+                }
+                for c in checkout_components(ctx)
+            },
+            "depth": CHECKOUT_DEPTH,
+        }
+    dep = dependency(stage, ctx.enabled)
+    dep_stamp = stamps.read(stage_stamp(ctx.work, dep)) if dep else None
+    inputs: dict[str, Any] = {
+        "after": (dep, (dep_stamp or {}).get("inputs_digest")),
+        "config": stage_config(ctx, stage),
+        "rocm": ctx.rocm_version,
+        "python": ctx.python_tag,
+        "env": ctx.env_identity,
+        "cache": "ccache" if ctx.opts.ccache else "sccache" if ctx.opts.sccache else None,
+    }
+    return inputs
+
+
+def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
+    """What the build dir's CMake cache remembers: a change means a clean rebuild."""
+    config: dict[str, Any] = {"arch": ctx.arch.name}
+    if stage == "torch":
+        config["flash_attention"] = ctx.arch.aotriton_supported()
+        config["aotriton"] = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
+    return config
+
+
+def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
+    argv = [
+        str(ctx.python),
+        str(ctx.scripts_dir / BUILD_SCRIPT),
+        "build",
+        "--no-install-rocm",
+        "--output-dir",
+        str(ctx.out),
+        "--pytorch-rocm-arch",
+        ctx.arch.name,
+        "--clean" if clean else "--no-clean",
+    ]
+    if ctx.opts.ccache:
+        argv.append("--use-ccache")
+    if ctx.opts.sccache:
+        argv.append("--use-sccache")
+
+    def src(key: str) -> str:
+        return str(paths.src_dir(ctx.work, key))
+
+    if stage == "triton":
+        argv += ["--triton-dir", src("triton"), "--build-triton"]
+    elif stage == "torch":
+        argv += ["--pytorch-dir", src("pytorch")]
+        if "triton" in ctx.enabled:
+            argv += ["--triton-dir", src("triton"), "--build-triton"]
+        else:
+            argv.append("--no-build-triton")
+        if ctx.arch.aotriton_supported():
+            argv.append("--enable-pytorch-flash-attention")
+        else:
+            argv.append("--no-enable-pytorch-flash-attention")
+    else:
+        component = BY_STAGE[stage]
+        argv += [component.dir_flag, src(component.key), f"--build-{component.build_flag}"]
+        argv.append("--no-build-triton")
+    for flag in NO_BUILD_FLAGS:
+        if stage not in BY_STAGE or BY_STAGE[stage].build_flag != flag:
+            argv.append(f"--no-build-{flag}")
+    return argv
+
+
+def build_sets(ctx: Context, stage: str) -> dict[str, str]:
+    sets = {"MAX_JOBS": str(ctx.max_jobs)}
+    if stage == "torch" and ctx.aotriton:
+        sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
+    return sets
+
+
+def guard_default_dirs(ctx: Context) -> None:
+    """build_prod_wheels builds any project whose dir exists under --root-checkout-dir (default:
+    its own folder), so a hand-made checkout there would be built in every stage."""
+    for sub in ("pytorch", "pytorch_audio", "pytorch_vision", "triton", "apex"):
+        stray = ctx.scripts_dir / sub
+        if stray.exists():
+            raise UserError(
+                f"{stray} exists: TheRock's {BUILD_SCRIPT} would build it in every stage by "
+                "default; move it away (our checkouts live in the work dir)"
+            )
+
+
+def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
+    """TheRock's checkout scripts force-checkout: never let them eat the user's work."""
+    if ctx.runner.dry_run or not (dest / ".git").exists():
+        return
+    changes = ctx.runner.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=dest, capture=True
+    ).stdout.splitlines()
+    head = read_head(dest)
+    problem = None
+    if changes:
+        problem = f"has local edits ('{changes[0].strip()}')"
+    elif recorded and head != recorded:
+        problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
+    if problem:
+        if not ctx.opts.force:
+            raise UserError(
+                f"{dest} {problem}; TheRock's checkout would discard it - keep it on a branch "
+                "or stash it, or pass --force"
+            )
+        ctx.runner.say(f"--force: {dest} {problem}; checking out over it")
+
+
+def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
+    from scripts import checkouts, patches
+
+    checkouts.ensure_checkout(ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.opts.force)
+    if not ctx.runner.dry_run:
+        guard_default_dirs(ctx)
+    heads: dict[str, str] = {}
+    sources: dict[str, Any] = {}
+    torch_dir = paths.src_dir(ctx.work, "pytorch")
+    for component in checkout_components(ctx):
+        dest = paths.src_dir(ctx.work, component.key)
+        protect_checkout(ctx, dest, (previous.get("heads") or {}).get(component.key))
+        source = resolve_source(component, ctx.pytorch_pin, torch_dir)
+        if source.hashtag is None and not ctx.runner.dry_run:
+            ctx.runner.say(
+                f"warning: {component.key} is not pinned ({source.how}); TheRock's checkout "
+                "script picks its default - pin it in pins/pytorch.toml "
+                f"[pytorch.{component.pin_key}]"
+            )
+        patch_set = patches.patch_set_for(component.key, source.commit) if source.commit else None
+        script = str(ctx.scripts_dir / component.script)
+        argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
+        if source.hashtag:
+            argv += ["--repo-hashtag", source.hashtag]
+        if source.origin:
+            argv += ["--gitrepo-origin", source.origin]
+        argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
+        if component.key != "pytorch":
+            argv += ["--torch-dir", str(torch_dir)]
+        # Patches are keyed by the upstream commit, so they go on before hipify.
+        hipify_later = bool(patch_set) and component.hipify_subcommand
+        if hipify_later:
+            argv.append("--no-hipify")
+        elif component.hipify_subcommand:
+            argv.append("--hipify")
+        ctx.runner.say(f"{component.key}: {source.hashtag or 'default'} from {source.how}")
+        ctx.runner.run(argv, cwd=ctx.scripts_dir)
+        applied: list[str] = []
+        if source.commit:
+            applied = patches.apply_patch_set(component.key, source.commit, dest, ctx.runner)
+        if hipify_later:
+            ctx.runner.run(
+                [str(ctx.python), script, "hipify", "--checkout-dir", str(dest)],
+                cwd=ctx.scripts_dir,
+            )
+        heads[component.key] = read_head(dest) or ""
+        sources[component.key] = {
+            "origin": source.origin,
+            "hashtag": source.hashtag,
+            "how": source.how,
+            "patches": applied,
+        }
+    return {"heads": heads, "sources": sources}
+
+
+def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    config_file = paths.build_dir(ctx.work, "build_pytorch") / f"{stage}.config.json"
+    clean = bool(ctx.opts.clean)
+    config = stage_config(ctx, stage)
+    try:
+        previous = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        previous = None
+    if previous is not None and previous != config and not clean:
+        ctx.runner.say(
+            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
+            "passing --clean so the CMake cache does not keep the old ones"
+        )
+        clean = True
+    argv = build_argv(ctx, stage, clean)
+    sets = build_sets(ctx, stage)
+    if stage == "torch" and "--build-triton" in argv:
+        ctx.runner.say(
+            "torch: triton is rebuilt in the same call (incrementally): TheRock enables flash "
+            "attention only when triton is built with torch"
+        )
+    cwd = paths.build_dir(ctx.work, "build_pytorch")
+    if ctx.runner.dry_run:
+        ctx.runner.run(argv, cwd=cwd, sets=sets)
+        return {}
+    cwd.mkdir(parents=True, exist_ok=True)
+    stamps.write_text_atomic(config_file, json.dumps(config, sort_keys=True))
+    before = snapshot(ctx.out)
+    ctx.runner.run(argv, cwd=cwd, sets=sets)
+    wheels = produced_wheels(ctx.out, before, stage)
+    for record in wheels:
+        ctx.runner.say(f"{stage}: built {Path(record['file']).name}")
+    return {"wheels": wheels, "argv": argv}
+
+
+def plan(ctx: Context) -> list[str]:
+    """Stages to run, in order, after checking --from/--only against the stamps."""
+    opts = ctx.opts
+    order = ctx.enabled
+    for name, value in (("--from", opts.from_stage), ("--only", opts.only)):
+        if value and value not in order:
+            raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
+
+    def done(stage: str) -> bool:
+        stamp = stamps.read(stage_stamp(ctx.work, stage))
+        if not stamp or stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, stage)):
+            return False
+        if stage == "checkout":
+            heads = stamp.get("heads") or {}
+            return (
+                all(
+                    read_head(paths.src_dir(ctx.work, c.key)) == heads.get(c.key)
+                    for c in checkout_components(ctx)
+                )
+                and (ctx.therock_dir / ".git").exists()
+            )
+        return stage_wheels_ok(stamp)
+
+    start = opts.only or opts.from_stage
+    if start:
+        flag = "--only" if opts.only else "--from"
+        for stage in order[: order.index(start)]:
+            if stage in _needed_before(start, order) and not done(stage):
+                raise UserError(
+                    f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
+                    f"run without {flag} to resume, or {flag} {stage}"
+                )
+        return [start] if opts.only else order[order.index(start) :]
+    if opts.force:
+        return list(order)
+    todo: list[str] = []
+    for stage in order:
+        if dependency(stage, order) in todo or not done(stage):
+            todo.append(stage)
+    return todo
+
+
+def _needed_before(stage: str, order: list[str]) -> set[str]:
+    needed: set[str] = set()
+    dep = dependency(stage, order)
+    while dep:
+        needed.add(dep)
+        dep = dependency(dep, order)
+    return needed
+
+
+def write_manifest(ctx: Context) -> dict[str, Any]:
+    by_project: dict[str, dict[str, Any]] = {}
+    for stage in ctx.enabled:
+        if stage == "checkout":
+            continue
+        stamp = stamps.read(stage_stamp(ctx.work, stage)) or {}
+        for record in stamp.get("wheels", []):
+            by_project[record["project"]] = record  # later stages win (triton from torch's)
+    wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
+    manifest = {
+        "schema": "build_pytorch-manifest/1",
+        "arch": ctx.arch.name,
+        "rocm_version": ctx.rocm_version,
+        "python_tag": ctx.python_tag,
+        "env_prefix": str(ctx.prefix),
+        "stages": ctx.enabled,
+        "wheels": wheels,
+    }
+    stamps.write_text_atomic(
+        manifest_path(ctx.work), json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    )
+    return manifest
+
+
+def install_argv(python: Path, files: list[str]) -> list[str]:
+    return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
+
+
+def build_pytorch(opts: argparse.Namespace) -> None:
+    if opts.from_stage and opts.only:
+        raise UserError("--from and --only exclude each other")
+    if opts.ccache and opts.sccache:
+        raise UserError("--ccache and --sccache exclude each other")
+    ctx = make_context(opts)
+    say = ctx.runner.say
+    if not ctx.arch.aotriton_supported():
+        say(
+            f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
+            "attention (--no-enable-pytorch-flash-attention)"
+        )
+    for stage in ctx.enabled:
+        if stage == "checkout":
+            continue
+        problem = flash_attention_problem(ctx.arch, build_argv(ctx, stage, False))
+        if problem:
+            cause = " (--skip triton)" if "triton" not in ctx.enabled else ""
+            raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
+    if ctx.opts.ccache or ctx.opts.sccache:
+        tool = "ccache" if ctx.opts.ccache else "sccache"
+        if not ctx.runner.dry_run:
+            condaenv.which_in_env(tool, ctx.runner.base_env)
+    todo = plan(ctx)
+    skipped = [s for s in ctx.enabled if s not in todo]
+    if skipped:
+        say(f"done already (stamps current): {', '.join(skipped)}")
+    if not todo:
+        say("nothing to build: every stage is up to date (--from STAGE or --force to rebuild)")
+    for stage in todo:
+        say(f"=== stage {stage} ===")
+        stamp = stage_stamp(ctx.work, stage)
+        inputs = stage_inputs(ctx, stage)
+        previous = stamps.read(stamp) or {}
+        if not ctx.runner.dry_run:
+            stamps.remove(stamp)  # a stage that does not finish is never "done"
+        if stage == "checkout":
+            facts = run_checkout(ctx, previous)
+        else:
+            facts = run_build_stage(ctx, stage, inputs)
+        if not ctx.runner.dry_run:
+            stamps.write(stamp, inputs, **facts)
+    if ctx.runner.dry_run:
+        say(
+            f"[dry-run] afterwards: the wheels that appeared in {ctx.out} during each stage are "
+            f"listed in {manifest_path(ctx.work)}"
+        )
+        return
+    manifest = write_manifest(ctx)
+    files = [w["file"] for w in manifest["wheels"]]
+    say(f"wheels of this build ({manifest_path(ctx.work)}):")
+    for record in manifest["wheels"]:
+        say(f"  {record['project']} {record['version']}: {record['file']}")
+    say("install them into the env with:")
+    say("  nox -s install_wheels")
+    say("or by hand:")
+    say("  " + shlex.join(install_argv(ctx.python, files)))

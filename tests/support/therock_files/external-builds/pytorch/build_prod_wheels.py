@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""Stand-in for TheRock's external-builds/pytorch/build_prod_wheels.py (HEAD CLI).
+
+The command line is exactly upstream-facts.md §4.1 (argparse rejects anything else). The
+flash-attention rule is HEAD's: an explicit --enable-pytorch-flash-attention without building
+triton is a parser error; with triton not built and no explicit flag, Linux disables it;
+otherwise it is ON when an arch starts with an AOTriton-supported prefix. "Building" writes
+real wheel files (zip, METADATA/WHEEL/RECORD) named like TheRock's, into <project>/dist and
+then --output-dir, with an incremental <project>/build dir that --clean removes.
+
+Test hooks (environment): THEROCK_STANDIN_BLOCK=<project> and THEROCK_STANDIN_BLOCK_FILE=<path>
+make the build of that project write <path>.started and wait until <path> exists;
+THEROCK_STANDIN_PYTAG overrides the Python tag of the wheels and THEROCK_STANDIN_ROCM_VERSION
+the installed ROCm version (as if built while the env had another one).
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import repo_management
+
+THIS_DIR = Path(__file__).resolve().parent
+AOTRITON_SUPPORTED_ARCH_PREFIXES = ("gfx90a", "gfx942", "gfx950", "gfx11", "gfx12")
+RELEASE_TYPES = ("ci", "dev", "dev-bkc", "nightly", "nightly-bkc", "prerelease")
+PROJECT_DIRS = {
+    "pytorch": "pytorch",
+    "pytorch-audio": "pytorch_audio",
+    "pytorch-vision": "pytorch_vision",
+    "triton": "triton",
+    "apex": "apex",
+}
+
+
+def build_parser():
+    def add_common(sp):
+        sp.add_argument("--index-url")
+        sp.add_argument("--find-links")
+        sp.add_argument("--pip-cache-dir", type=Path)
+        sp.add_argument("--rocm-sdk-version", default=">1.0")
+        sp.add_argument("--pre", action=argparse.BooleanOptionalAction, default=True)
+        sp.add_argument("--rocm-extras")
+
+    p = argparse.ArgumentParser("build_prod_wheels.py")
+    sub_p = p.add_subparsers(dest="command", required=True)
+    add_common(sub_p.add_parser("install-rocm"))
+    b = sub_p.add_parser("build")
+    add_common(b)
+    b.add_argument("--install-rocm", action=argparse.BooleanOptionalAction, default=False)
+    b.add_argument("--output-dir", type=Path, required=True)
+    cache = b.add_mutually_exclusive_group()
+    cache.add_argument("--use-ccache", action="store_true")
+    cache.add_argument("--use-sccache", action="store_true")
+    b.add_argument("--sccache-no-wrap", action="store_true")
+    b.add_argument("--root-checkout-dir", type=Path, default=THIS_DIR)
+    for name in PROJECT_DIRS:
+        b.add_argument(f"--{name}-dir", type=Path)
+    b.add_argument("--pytorch-rocm-arch")
+    b.add_argument("--pytorch-build-number", default="1")
+    for name in ("triton", "pytorch-audio", "pytorch-vision", "apex"):
+        b.add_argument(f"--build-{name}", action=argparse.BooleanOptionalAction, default=None)
+    b.add_argument(
+        "--enable-pytorch-flash-attention", action=argparse.BooleanOptionalAction, default=None
+    )
+    b.add_argument("--version-suffix")
+    b.add_argument("--release-type", choices=RELEASE_TYPES)
+    b.add_argument("--clean", action=argparse.BooleanOptionalAction, default=False)
+    return p
+
+
+def parse(argv):
+    """Parse like HEAD, including the parser-level flash-attention rule."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.command != "build":
+        return args
+    for name, sub in PROJECT_DIRS.items():
+        attr = name.replace("-", "_") + "_dir"
+        if getattr(args, attr) is None and (args.root_checkout_dir / sub).exists():
+            setattr(args, attr, args.root_checkout_dir / sub)
+    args.triton_built = bool(
+        args.build_triton or (args.build_triton is None and args.triton_dir is not None)
+    )
+    if args.enable_pytorch_flash_attention and not args.triton_built:
+        p.error("--enable-pytorch-flash-attention requires building triton (--build-triton)")
+    if args.build_triton and args.triton_dir is None:
+        p.error("Must specify --triton-dir if --build-triton")
+    return args
+
+
+def rocm_sdk(*args):
+    out = subprocess.run(
+        [sys.executable, "-m", "rocm_sdk", *args], check=True, text=True, capture_output=True
+    )
+    return out.stdout.strip()
+
+
+def python_tag():
+    return os.environ.get("THEROCK_STANDIN_PYTAG") or "cp{}{}".format(*sys.version_info[:2])
+
+
+def normalized_local(version):
+    """Wheel-file form: one '+', local segments joined by '.'."""
+    public, _, local = version.partition("+")
+    if not local:
+        return public
+    parts = local.replace("+", ".").replace("-", ".").replace("_", ".")
+    return f"{public}+{parts}".lower()
+
+
+def write_wheel(dist_dir, name, version, files):
+    dist_dir.mkdir(parents=True, exist_ok=True)
+    version = normalized_local(version)
+    tag = f"{python_tag()}-{python_tag()}-linux_x86_64"
+    info = f"{name}-{version}.dist-info"
+    contents = dict(files)
+    contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    contents[f"{info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: therock-standin\nRoot-Is-Purelib: false\nTag: {tag}\n"
+    )
+    record = []
+    for path, text in contents.items():
+        data = text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    contents[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    wheel = dist_dir / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in contents.items():
+            z.writestr(path, text)
+    return wheel
+
+
+def maybe_block(project):
+    if os.environ.get("THEROCK_STANDIN_BLOCK") != project:
+        return
+    marker = Path(os.environ["THEROCK_STANDIN_BLOCK_FILE"])
+    Path(f"{marker}.started").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        if time.monotonic() > deadline:
+            repo_management.fail(f"stand-in: {marker} never appeared")
+        time.sleep(0.05)
+
+
+def build_project(args, project, source_dir, name, version, files):
+    source_dir = Path(source_dir)
+    if not source_dir.is_dir():
+        repo_management.fail(f"{project} dir does not exist: {source_dir}")
+    build = source_dir / "build"
+    if args.clean and build.exists():
+        print(f"++ Removing {build}")
+        shutil.rmtree(build)
+    build.mkdir(exist_ok=True)
+    counter = build / "build-count"
+    count = int(counter.read_text()) + 1 if counter.exists() else 1
+    maybe_block(project)
+    counter.write_text(str(count))
+    dist = source_dir / "dist"
+    if dist.exists():
+        shutil.rmtree(dist)
+    wheel = write_wheel(dist, name, version, files)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(wheel, args.output_dir)
+    print(f"++ Copy {wheel} -> {args.output_dir}")
+    return {"project": project, "wheel": wheel.name, "incremental_count": count}
+
+
+def do_build(args):
+    suffix = args.version_suffix
+    if not suffix:
+        sdk_version = os.environ.get("THEROCK_STANDIN_ROCM_VERSION") or rocm_sdk("version")
+        suffix = ("+devrocm" if "dev" in sdk_version else "+rocm") + sdk_version.replace("+", "-")
+    arch = args.pytorch_rocm_arch or rocm_sdk("targets").replace(";", ",")
+    if not arch:
+        repo_management.fail("No --pytorch-rocm-arch provided and rocm-sdk targets is empty")
+    arch = arch.replace(",", ";")
+    built = []
+    fa = None
+    if args.triton_built:
+        env = {}
+        env_file = args.triton_dir / "build_env.json"
+        if env_file.exists():
+            env.update(json.loads(env_file.read_text()))
+        head = repo_management.git(["rev-parse", "--short=8", "HEAD"], args.triton_dir, True)
+        base = (args.triton_dir / "python" / "version.txt").read_text().strip()
+        version = f"{base}+git{head}{env.get('TRITON_WHEEL_VERSION_SUFFIX', '')}{suffix}"
+        files = {"triton/__init__.py": f"__version__ = {version!r}\n"}
+        built.append(build_project(args, "triton", args.triton_dir, "triton", version, files))
+    if args.pytorch_dir:
+        if args.enable_pytorch_flash_attention is None:
+            if not args.triton_built:
+                print("Disabling Flash Attention on Linux since triton is not built")
+                fa = False
+            else:
+                fa = any(a.startswith(AOTRITON_SUPPORTED_ARCH_PREFIXES) for a in arch.split(";"))
+        else:
+            fa = bool(args.enable_pytorch_flash_attention)
+        version = (args.pytorch_dir / "version.txt").read_text().strip() + suffix
+        files = {
+            "torch/__init__.py": f"__version__ = {version!r}\n",
+            "torch/_standin_build.py": (
+                f"USE_FLASH_ATTENTION = {fa!r}\nPYTORCH_ROCM_ARCH = {arch!r}\n"
+                f"AOTRITON_INSTALLED_PREFIX = {os.environ.get('AOTRITON_INSTALLED_PREFIX')!r}\n"
+            ),
+        }
+        (args.pytorch_dir / "torch").mkdir(exist_ok=True)
+        (args.pytorch_dir / "torch" / "_rocm_init.py").write_text("def initialize(): pass\n")
+        built.append(build_project(args, "pytorch", args.pytorch_dir, "torch", version, files))
+    for project, name, flag in (
+        ("pytorch-audio", "torchaudio", args.build_pytorch_audio),
+        ("pytorch-vision", "torchvision", args.build_pytorch_vision),
+        ("apex", "apex", args.build_apex),
+    ):
+        source = getattr(args, project.replace("-", "_") + "_dir")
+        if flag or (flag is None and source is not None):
+            if source is None:
+                repo_management.fail(f"Must specify --{project}-dir if --build-{project}")
+            version = (Path(source) / "version.txt").read_text().strip() + suffix
+            files = {f"{name}/__init__.py": f"__version__ = {version!r}\n"}
+            built.append(build_project(args, project, source, name, version, files))
+    return {"built": built, "flash_attention": fa, "arch": arch}
+
+
+def main(argv):
+    args = parse(argv)
+    if args.command == "install-rocm":
+        repo_management.record("build_prod_wheels.py", argv, event="install-rocm")
+        return
+    keep = ("AOTRITON_INSTALLED_PREFIX", "MAX_JOBS", "CXXFLAGS", "USE_FLASH_ATTENTION")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    repo_management.record("build_prod_wheels.py", argv, event="start", env=env)
+    result = do_build(args)
+    repo_management.record("build_prod_wheels.py", argv, event="done", env=env, **result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

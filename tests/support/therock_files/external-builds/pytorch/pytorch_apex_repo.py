@@ -1,0 +1,18 @@
+#!/usr/bin/env python
+"""Stand-in for TheRock's pytorch_apex_repo.py (HEAD CLI, upstream-facts.md §4.3)."""
+
+import sys
+from pathlib import Path
+
+import _related_repo
+
+THIS_DIR = Path(__file__).resolve().parent
+ARGS = ("pytorch_apex_repo.py", "apex", "apex", "https://github.com/ROCm/apex.git", THIS_DIR)
+
+
+def build_parser():
+    return _related_repo.build_parser(ARGS[0], ARGS[1], THIS_DIR)
+
+
+if __name__ == "__main__":
+    _related_repo.main(*ARGS, sys.argv[1:])

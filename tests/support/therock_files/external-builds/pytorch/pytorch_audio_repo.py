@@ -1,0 +1,24 @@
+#!/usr/bin/env python
+"""Stand-in for TheRock's pytorch_audio_repo.py (HEAD CLI, upstream-facts.md §4.3)."""
+
+import sys
+from pathlib import Path
+
+import _related_repo
+
+THIS_DIR = Path(__file__).resolve().parent
+ARGS = (
+    "pytorch_audio_repo.py",
+    "pytorch_audio",
+    "torchaudio",
+    "https://github.com/pytorch/audio.git",
+    THIS_DIR,
+)
+
+
+def build_parser():
+    return _related_repo.build_parser(ARGS[0], ARGS[1], THIS_DIR)
+
+
+if __name__ == "__main__":
+    _related_repo.main(*ARGS, sys.argv[1:])

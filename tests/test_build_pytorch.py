@@ -1,0 +1,404 @@
+"""build_pytorch against a stand-in TheRock whose scripts accept exactly the current CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts import build_pytorch as bp
+from scripts import options
+from scripts.errors import UserError
+from tests.support import therock_standin as standin
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ROCM = "7.15.0a20260630"
+PYTAG = "cp{}{}".format(*sys.version_info[:2])
+SKIP_V = ("--skip", "vision")
+FORBIDDEN = {"--patch", "--patchset", "--repo", "--no-patch", "--patch-dir", "--continue"}
+
+
+@pytest.fixture(scope="module")
+def upstreams(tmp_path_factory: pytest.TempPathFactory) -> standin.Upstreams:
+    return standin.make_upstreams(tmp_path_factory.mktemp("upstreams"))
+
+
+@pytest.fixture(scope="module")
+def pinned_upstreams(tmp_path_factory: pytest.TempPathFactory) -> standin.Upstreams:
+    return standin.make_upstreams(tmp_path_factory.mktemp("pinned"), companions_in_pins=True)
+
+
+@pytest.fixture
+def build(monkeypatch, provisioned_env, upstreams, tmp_path):
+    """Call build_pytorch like nox does; returns (work, run) where run(*args) parses options."""
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
+    monkeypatch.delenv("ROCMFA_ARCH", raising=False)
+    work = tmp_path / "work"
+
+    def run(*args: str) -> None:
+        argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *args]
+        if "--arch" not in args:
+            argv += ["--arch", "gfx1151"]
+        bp.build_pytorch(options.parse("build_pytorch", argv))
+
+    return work, run
+
+
+def build_calls(work: Path, event: str = "done") -> list[dict]:
+    return [
+        c
+        for c in standin.calls(work)
+        if c["script"] == "build_prod_wheels.py" and c.get("event") == event
+    ]
+
+
+def checkout_calls(work: Path) -> list[dict]:
+    return [c for c in standin.calls(work) if c["script"] != "build_prod_wheels.py"]
+
+
+def value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def make_patch_set(upstreams: standin.Upstreams, patches_root: Path) -> str:
+    """patches/pytorch/<pinned commit>/0001-*.patch made with git format-patch."""
+    repo, commit = upstreams.pytorch
+    standin.git(repo, "checkout", "-q", "-b", "tmp-patch", commit)
+    target = repo / "aten/src/ATen/native/transformers/attention.cpp"
+    target.write_text("// flash attention, patched\n")
+    standin.git(repo, "commit", "-q", "-am", "Patch attention")
+    text = standin.git(repo, "format-patch", "--stdout", "-1", "HEAD") + "\n"
+    standin.git(repo, "checkout", "-q", "release/2.13")
+    standin.git(repo, "branch", "-q", "-D", "tmp-patch")
+    directory = patches_root / "pytorch" / commit
+    directory.mkdir(parents=True)
+    patch = directory / "0001-patch-attention.patch"
+    patch.write_text(text)
+    import hashlib
+
+    sha = hashlib.sha256(patch.read_bytes()).hexdigest()
+    (directory / "manifest.toml").write_text(
+        f'[[patch]]\nfile = "{patch.name}"\nsha256 = "{sha}"\nreason = "test"\n'
+        'upstream = "https://example.invalid/pr/1"\n'
+    )
+    return sha
+
+
+def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
+    work, run = build
+    make_patch_set(upstreams, tmp_path / "patches")
+    out = work / "wheels"
+    out.mkdir(parents=True)
+    # Old wheels side by side, one of them newer than anything this run makes: a picker by
+    # date/mtime would take it, one by glob would take both.
+    stale = [
+        "torch-2.9.0a0+rocmsdk20250831-cp312-cp312-linux_x86_64.whl",
+        f"torch-2.14.0a0+rocm7.16.0a20270101-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchvision-0.25.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+    ]
+    for name in stale:
+        (out / name).write_bytes(b"old")
+        os.utime(out / name, (time.time() + 86400, time.time() + 86400))
+
+    run()
+    captured = capfd.readouterr().out
+
+    # Checkouts through TheRock's scripts with their current flags only.
+    calls = checkout_calls(work)
+    scripts = [(c["script"], c["argv"][0]) for c in calls]
+    assert scripts == [
+        ("pytorch_torch_repo.py", "checkout"),
+        ("pytorch_torch_repo.py", "hipify"),
+        ("pytorch_triton_repo.py", "checkout"),
+        ("pytorch_audio_repo.py", "checkout"),
+        ("pytorch_vision_repo.py", "checkout"),
+    ]
+    torch_checkout = calls[0]["argv"]
+    assert value(torch_checkout, "--repo-hashtag") == upstreams.pytorch[1]
+    assert value(torch_checkout, "--gitrepo-origin") == f"file://{upstreams.pytorch[0]}"
+    assert value(torch_checkout, "--checkout-dir") == str(work / "src" / "pytorch")
+    assert value(torch_checkout, "--depth") == "1" and "--jobs" in torch_checkout
+    assert "--no-hipify" in torch_checkout  # patches go on the upstream commit, then hipify
+    for call in calls:
+        assert not FORBIDDEN & set(call["argv"]), call
+    # Companions at what the pinned PyTorch declares, passed explicitly.
+    assert value(calls[2]["argv"], "--repo-hashtag") == upstreams.triton[1]
+    assert value(calls[3]["argv"], "--repo-hashtag") == upstreams.audio[1]
+    assert value(calls[4]["argv"], "--gitrepo-origin") == f"file://{upstreams.vision[0]}"
+    torch_src = work / "src" / "pytorch"
+    log = standin.git(torch_src, "log", "--format=%s", "-3")
+    assert log.splitlines() == ["DO NOT SUBMIT: HIPIFY", "Patch attention", "upstream"]
+
+    # One build_prod_wheels call per stage, incremental, arch from --arch, FA kept.
+    builds = build_calls(work)
+    assert [[b["project"] for b in c["built"]] for c in builds] == [
+        ["triton"],
+        ["triton", "pytorch"],
+        ["pytorch-audio"],
+        ["pytorch-vision"],
+    ]
+    for call in builds:
+        assert value(call["argv"], "--pytorch-rocm-arch") == "gfx1151"
+        assert "--no-clean" in call["argv"] and "--no-install-rocm" in call["argv"]
+        assert value(call["argv"], "--output-dir") == str(out)
+        assert "MAX_JOBS" in call["env"] and "USE_FLASH_ATTENTION" not in call["env"]
+    torch_call = builds[1]
+    assert {"--build-triton", "--enable-pytorch-flash-attention"} <= set(torch_call["argv"])
+    assert torch_call["flash_attention"] is True
+    assert builds[0]["flash_attention"] is None  # the triton stage builds no torch
+
+    # Exactly this run's wheels, by parsed name; the stale ones are still there, unlisted.
+    manifest = json.loads((work / bp.MANIFEST_NAME).read_text())
+    listed = {Path(w["file"]).name for w in manifest["wheels"]}
+    assert listed == {
+        f"triton-3.6.0+git{upstreams.triton[1][:8]}.rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torch-2.13.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchaudio-2.11.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchvision-0.26.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+    }
+    assert all((out / name).exists() for name in stale)
+    install_line = next(line for line in captured.splitlines() if "--force-reinstall" in line)
+    argv = shlex.split(install_line)
+    assert argv[1:6] == ["-m", "pip", "install", "--no-deps", "--force-reinstall"]
+    assert {Path(p).name for p in argv[6:]} == listed
+    assert "nox -s install_wheels" in captured
+
+    # A rerun with nothing changed runs no TheRock script at all.
+    count = len(standin.calls(work))
+    run()
+    assert len(standin.calls(work)) == count
+    assert "every stage is up to date" in capfd.readouterr().out
+
+    # --from audio: audio and vision again, nothing before them.
+    run("--from", "audio")
+    new = build_calls(work)[len(builds) :]
+    assert [c["built"][0]["project"] for c in new] == ["pytorch-audio", "pytorch-vision"]
+
+    # --only torch keeps flash attention: triton is built in the same call.
+    run("--only", "torch")
+    last = build_calls(work)[-1]
+    assert "--build-triton" in last["argv"] and last["flash_attention"] is True
+    assert [b["project"] for b in last["built"]] == ["triton", "pytorch"]
+    assert last["built"][1]["incremental_count"] == 2
+
+    # A different AOTriton means a clean torch build (stale CMake cache), and the prefix.
+    aot = tmp_path / "aotriton"
+    (aot / "lib").mkdir(parents=True)
+    (aot / "lib" / "libaotriton_v2.so.0.13.0").write_bytes(b"")
+    run("--aotriton-prefix", str(aot))
+    torch_call = build_calls(work)[-3]
+    assert torch_call["env"]["AOTRITON_INSTALLED_PREFIX"] == str(aot)
+    assert "--clean" in torch_call["argv"]
+    assert "build settings changed" in capfd.readouterr().out
+
+
+def test_dirty_checkout_is_never_overwritten(build, capfd):
+    work, run = build
+    run("--skip", "audio", "--skip", "vision")
+    source = work / "src" / "pytorch" / "version.txt"
+    source.write_text("my local edit\n")
+    with pytest.raises(UserError, match=r"has local edits .*pass --force") as err:
+        run("--from", "checkout", "--skip", "audio", "--skip", "vision")
+    assert "\n" not in str(err.value)
+    assert source.read_text() == "my local edit\n"
+
+
+def test_only_and_from_need_the_stages_before(build):
+    _work, run = build
+    with pytest.raises(UserError, match=r"--only torch: stage checkout is not done"):
+        run("--only", "torch")
+    with pytest.raises(UserError, match="exclude each other"):
+        run("--only", "torch", "--from", "triton")
+
+
+def test_skipping_triton_would_lose_flash_attention(build):
+    work, run = build
+    with pytest.raises(UserError, match="without flash attention") as err:
+        run("--skip", "triton", "--dry-run")
+    assert "turns flash attention off on Linux when triton is not built" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not (work / "src").exists()
+
+
+def test_gfx908_builds_torch_without_flash_attention_by_design(build, capfd):
+    _work, run = build
+    run("--arch", "gfx908", "--skip", "triton", "--dry-run")
+    out = capfd.readouterr().out
+    assert "gfx908 has no AOTriton kernels" in out
+    argv = next(a for a in dry_run_commands(out) if "--pytorch-dir" in a)
+    assert "--no-build-triton" in argv and "--no-enable-pytorch-flash-attention" in argv
+    standin.load_script("build_prod_wheels.py").parse(argv[2:])
+
+
+def test_standin_enforces_the_flash_attention_rule():
+    mod = standin.load_script("build_prod_wheels.py")
+    base = ["build", "--output-dir", "/tmp/x", "--pytorch-dir", "/tmp/p", "--no-build-triton"]
+    with pytest.raises(SystemExit):
+        mod.parse([*base, "--enable-pytorch-flash-attention"])
+    with pytest.raises(SystemExit):
+        mod.parse([*base, "--patchset", "main"])
+    assert mod.parse(base).triton_built is False
+    torch_repo = standin.load_script("pytorch_torch_repo.py")
+    for old in (["--patch"], ["--patchset", "main"], ["--repo", "/tmp/p"]):
+        with pytest.raises(SystemExit):
+            torch_repo.build_parser().parse_args(["checkout", *old])
+
+
+def test_kill_in_the_middle_of_a_stage_then_resume(
+    monkeypatch, provisioned_env, upstreams, tmp_path
+):
+    """A real nox process killed while torch builds: checkout and triton stay done, torch is
+    not marked done, and the rerun starts at torch."""
+    work = tmp_path / "work"
+    marker = tmp_path / "release-torch"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("ROCMFA_")},
+        "ROCMFA_PINS_DIR": str(upstreams.pins_dir),
+        "ROCMFA_PATCHES_DIR": str(tmp_path / "no-patches"),
+        "THEROCK_STANDIN_BLOCK": "pytorch",
+        "THEROCK_STANDIN_BLOCK_FILE": str(marker),
+    }
+    argv = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "-s"]
+    argv += ["build_pytorch", "--", "--arch", "gfx1151", "--prefix", str(provisioned_env)]
+    argv += ["--workdir", str(work), "--skip", "vision"]
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=REPO_ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    started = Path(f"{marker}.started")
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert proc.poll() is None, "build_pytorch ended before the torch stage"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    stamps_dir = work / "stamps"
+    assert sorted(p.name for p in stamps_dir.glob("build_pytorch-*.json")) == [
+        "build_pytorch-checkout.json",
+        "build_pytorch-triton.json",
+    ]
+    assert not (work / bp.MANIFEST_NAME).exists()
+    before = len(standin.calls(work))
+
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "no-patches"))
+    opts = options.parse(
+        "build_pytorch",
+        [*("--arch", "gfx1151", "--prefix", str(provisioned_env)), "--workdir", str(work), *SKIP_V],
+    )
+    bp.build_pytorch(opts)
+    rerun = standin.calls(work)[before:]
+    assert [c["script"] for c in rerun if c.get("event") != "start"] == [
+        "build_prod_wheels.py",
+        "build_prod_wheels.py",
+    ]
+    done = [c for c in rerun if c.get("event") == "done"]
+    assert [[b["project"] for b in c["built"]] for c in done] == [
+        ["triton", "pytorch"],
+        ["pytorch-audio"],
+    ]
+    # triton's build dir is reused: built in the triton stage, again in the killed torch call
+    assert done[0]["built"][0]["incremental_count"] == 3
+    assert (stamps_dir / "build_pytorch-torch.json").exists()
+
+
+def dry_run_commands(output: str) -> list[list[str]]:
+    """argv of each `[dry-run] (cd DIR) VAR=value ... argv` line."""
+    commands = []
+    for line in output.splitlines():
+        if not line.startswith("[dry-run] "):
+            continue
+        rest = line[len("[dry-run] ") :]
+        match = re.match(r"\(cd (.+?)\) (.*)$", rest)
+        if not match:  # a note, not a command
+            continue
+        words = shlex.split(match.group(2))
+        while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+            words.pop(0)
+        commands.append(words)
+    return commands
+
+
+@pytest.mark.parametrize("arch", ["gfx1151", "gfx1100", "gfx942"])
+def test_dry_run_argv_is_accepted_by_therock_cli(
+    arch, monkeypatch, provisioned_env, pinned_upstreams, tmp_path, capfd
+):
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pinned_upstreams.pins_dir))
+    work = tmp_path / "work"
+    argv = ["--dry-run", "--arch", arch, "--prefix", str(provisioned_env)]
+    argv += ["--workdir", str(work), "--with-apex", "--ccache"]
+    bp.build_pytorch(options.parse("build_pytorch", argv))
+    out = capfd.readouterr().out
+    assert not work.exists()  # nothing ran, nothing was written
+    commands = dry_run_commands(out)
+    seen = set()
+    for command in commands:
+        if len(command) < 2 or "external-builds/pytorch/" not in command[1]:
+            continue
+        script = Path(command[1]).name
+        seen.add((script, command[2]))
+        assert not FORBIDDEN & set(command)
+        module = standin.load_script(script)
+        if script == "build_prod_wheels.py":
+            args = module.parse(command[2:])
+            assert args.pytorch_rocm_arch == arch and args.use_ccache and not args.clean
+        else:
+            module.build_parser().parse_args(command[2:])
+    assert seen == {
+        ("pytorch_torch_repo.py", "checkout"),
+        ("pytorch_triton_repo.py", "checkout"),
+        ("pytorch_audio_repo.py", "checkout"),
+        ("pytorch_vision_repo.py", "checkout"),
+        ("pytorch_apex_repo.py", "checkout"),
+        ("build_prod_wheels.py", "build"),
+    }
+    builds = [c for c in commands if c[1].endswith("build_prod_wheels.py")]
+    assert len(builds) == 5  # triton, torch, audio, vision, apex
+    torch = next(c for c in builds if "--pytorch-dir" in c)
+    assert {"--build-triton", "--enable-pytorch-flash-attention"} <= set(torch)
+    # Working directory and variables are shown.
+    line = next(x for x in out.splitlines() if "--pytorch-dir" in x)
+    assert line.startswith(f"[dry-run] (cd {work / 'build' / 'build_pytorch'}) MAX_JOBS=")
+
+
+def test_nox_dry_run_subprocess(provisioned_env, pinned_upstreams, tmp_path):
+    work = tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMFA_")}
+    env["ROCMFA_PINS_DIR"] = str(pinned_upstreams.pins_dir)
+    argv = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "-s"]
+    argv += ["build_pytorch", "--", "--dry-run", "--arch", "gfx942"]
+    argv += ["--prefix", str(provisioned_env), "--workdir", str(work)]
+    result = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    builds = [c for c in dry_run_commands(result.stdout) if c[1].endswith(bp.BUILD_SCRIPT)]
+    mod = standin.load_script("build_prod_wheels.py")
+    for command in builds:
+        assert mod.parse(command[2:]).pytorch_rocm_arch == "gfx942"
+    assert not work.exists()
+
+
+def test_build_aotriton_install_is_used_for_torch(build, capfd):
+    work, run = build
+    lib = work / "build" / "aotriton" / "install" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libaotriton_v2.so.0.13.0").write_bytes(b"")
+    run("--dry-run")
+    out = capfd.readouterr().out
+    torch_line = next(x for x in out.splitlines() if "--pytorch-dir" in x)
+    assert f"AOTRITON_INSTALLED_PREFIX={lib.parent}" in torch_line
+    other = [x for x in out.splitlines() if "--triton-dir" in x and "--pytorch-dir" not in x]
+    assert other and "AOTRITON_INSTALLED_PREFIX" not in other[0]
