@@ -379,8 +379,7 @@ def _context(opts: argparse.Namespace) -> Context:
     choice = archs.resolve_arch(opts.arch)
     arch = choice.arch
     work = paths.workdir(opts.workdir)
-    manager = condaenv.find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    location = condaenv.locate(opts)
     prefix = condaenv.require_env(location.prefix)
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")

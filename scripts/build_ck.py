@@ -115,8 +115,7 @@ def build_ck(opts: argparse.Namespace) -> None:
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
     work = paths.workdir(opts.workdir)
-    manager = condaenv.find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    location = condaenv.locate(opts)
     prefix = condaenv.require_env(location.prefix)
     env = condaenv.activated_environ(prefix)
     runner = Runner(dry_run=opts.dry_run, base_env=env)

@@ -337,8 +337,7 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
     work = paths.workdir(opts.workdir)
-    manager = condaenv.find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    location = condaenv.locate(opts)
     if opts.dry_run and (
         location.prefix is None or not (location.prefix / condaenv.ENV_STAMP).is_file()
     ):

@@ -18,8 +18,7 @@ from scripts.errors import UserError
 
 
 def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -> int:
-    manager = condaenv.find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    location = condaenv.locate(opts)
     prefix = location.prefix
     if prefix is None:
         raise condaenv.no_manager_error()

@@ -123,8 +123,7 @@ def load_manifest(work: Path) -> dict[str, Any]:
 
 def install_wheels(opts: argparse.Namespace) -> None:
     work = paths.workdir(opts.workdir)
-    manager = condaenv.find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+    location = condaenv.locate(opts)
     prefix = condaenv.require_env(location.prefix)
     env = condaenv.activated_environ(prefix)
     runner = Runner(dry_run=opts.dry_run, base_env=env)
