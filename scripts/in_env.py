@@ -28,9 +28,8 @@ def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -
     if not (prefix / condaenv.ENV_STAMP).is_file():
         print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
     env = condaenv.activated_environ(prefix)
+    # The scripts read the arch from torch itself; --arch only matters to other sessions.
     argv = [str(python), str(REPO_ROOT / "scripts" / script), *args]
-    if opts.arch and "--arch" not in args:
-        argv += ["--arch", opts.arch]
     print("$ " + " ".join(argv), flush=True)
     return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
 

@@ -49,3 +49,26 @@ def test_options_shared_between_sessions_of_one_run(tmp_path: Path) -> None:
                      "--dry-run", "--profile", "vllm", env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "arch       gfx1100" in result.stdout and "arch gfx1100 (--arch)" in result.stdout
+
+
+def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> None:
+    """The in-env sessions get the env's Python and activation; their own options pass
+    through to the scripts, shared options (--arch) stay with nox."""
+    import subprocess
+    import sys
+
+    prefix = tmp_path / "env"
+    # A real Python prefix standing in for the conda env; torch comes from the outer site.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(prefix)],
+                   check=True)  # fmt: skip
+    out = tmp_path / "results"
+    env = {"ROCMFA_ENV_PREFIX": str(prefix), "ROCMFA_WORKDIR": str(tmp_path / "w")}
+    bench = run_nox(REPO_ROOT, "-s", "bench", "--", "--arch", "gfx1151", "--sizes", "Tiny",
+                    "--backends", "math", "--causal", "no", "--repeats", "2",
+                    "--out-dir", str(out), env=env)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    assert f"{prefix}/bin/python" in bench.stdout
+    result = json.loads((out / "bench.json").read_text())
+    assert result["results"] and result["provenance"]["torch"]
+    bad = run_nox(REPO_ROOT, "-s", "validate", "--", "--no-such-option", env=env)
+    assert bad.returncode == 1 and "validate exited with status 2" in bad.stderr

@@ -1,0 +1,521 @@
+"""Shared helpers for bench.py, backend_check.py and validate.py.
+
+Runs inside the target env's Python: torch and the standard library only. Imported as
+`scripts.sdpa_common` (pytest from the repo root) or as plain `sdpa_common` when a script is run
+as `python scripts/<name>.py` (the script's folder is then first on sys.path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ARCHES_FILE = Path(__file__).resolve().parent / "data" / "arches.toml"
+
+# Environment variables that change which SDPA kernel runs or how it is timed.
+DISPATCH_ENV_VARS = (
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+    "TORCH_ROCM_FA_PREFER_CK",
+    "AMD_SERIALIZE_KERNEL",
+    "HIP_LAUNCH_BLOCKING",
+    "CUDA_LAUNCH_BLOCKING",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "AOTRITON_DEBUG_LEVEL",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+)
+
+DTYPE_NAMES = ("fp16", "bf16")
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit status 2."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a single line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def run_cli(prog: str, body: Callable[[], int]) -> int:
+    """Run a script body; UsageError becomes one line on stderr and exit 2."""
+    try:
+        return body()
+    except UsageError as e:
+        sys.stderr.write(f"{prog}: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+
+
+# --------------------------------------------------------------------------- arch data
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """'0.11.2b' -> (0, 11, 2); '0.13.50tp' -> (0, 13, 50); '' -> ()."""
+    match = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
+    return tuple(int(p) for p in match.group(1).split(".")) if match else ()
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: no tomllib; fall back to the few fields we need
+        return _parse_arches_subset(path.read_text(encoding="utf-8"))
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def _strip_comment(line: str) -> str:
+    in_string = False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            in_string = not in_string
+        elif ch == "#" and not in_string:
+            return line[:i].strip()
+    return line.strip()
+
+
+def _parse_arches_subset(text: str) -> dict[str, Any]:
+    """Minimal reader for arches.toml on Pythons without tomllib: sections, scalars, and the
+    list values (strings / inline tables of strings) that this file uses."""
+    arches: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    lines = iter(text.splitlines())
+    for raw in lines:
+        line = _strip_comment(raw)
+        section = re.fullmatch(r"\[arch\.([\w.-]+)\]", line)
+        if section:
+            current = arches.setdefault(section.group(1), {})
+            continue
+        if current is None or "=" not in line:
+            continue
+        key, value = (s.strip() for s in line.split("=", 1))
+        while value.startswith("[") and value.count("[") > value.count("]"):
+            value += " " + _strip_comment(next(lines, "]"))
+        current[key] = _parse_value(value)
+    return {"arch": arches}
+
+
+def _parse_value(value: str) -> Any:
+    if value.startswith('"'):
+        return value.strip('"')
+    if value in ("true", "false"):
+        return value == "true"
+    if value.startswith("["):
+        tables = re.findall(r"\{([^}]*)\}", value)
+        if tables:
+            return [dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', t)) for t in tables]
+        return re.findall(r'"([^"]*)"', value)
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
+    try:
+        return dict(_load_toml(path).get("arch", {}))
+    except (OSError, ValueError) as e:
+        warnings.warn(f"cannot read arch data {path}: {e}", stacklevel=2)
+        return {}
+
+
+def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
+    if not arch_table:
+        return None
+    value = arch_table.get(f"peak_tflops_{dtype_name}")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def needs_experimental_flag(
+    arch_table: dict[str, Any] | None, aotriton_version: str | None
+) -> bool | None:
+    """True/False from the arch's [since, until) ranges; None if either input is unknown."""
+    if not arch_table or not aotriton_version:
+        return None
+    key = version_key(aotriton_version)
+    if not key:
+        return None
+    for rng in arch_table.get("aotriton_experimental", []):
+        since = version_key(str(rng.get("since", "0")))
+        until = rng.get("until")
+        if key >= since and (until is None or key < version_key(str(until))):
+            return True
+    return False
+
+
+def head_dim_limit(arch_table: dict[str, Any] | None) -> tuple[int, str] | None:
+    """(max head_dim, limit text) for limits written as 'head_dim > N ...', else None."""
+    for text in (arch_table or {}).get("limits", []):
+        match = re.search(r"head_dim\s*>\s*(\d+)", text)
+        if match and "backward" not in text:
+            return int(match.group(1)), text
+    return None
+
+
+# --------------------------------------------------------------------------- device / arch
+
+
+def resolve_device(name: str) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise UsageError(f"bad --device {name!r}: {e}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: this torch has no usable CUDA/ROCm device")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: only cpu and cuda (also ROCm) are supported")
+    return device
+
+
+def device_index(device: Any) -> int:
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def platform_name(device: Any) -> str:
+    import torch
+
+    if device.type == "cpu":
+        return "cpu"
+    return "rocm" if torch.version.hip else "cuda"
+
+
+def detect_arch(device: Any) -> tuple[str | None, str]:
+    """(arch, device name). ROCm: gcnArchName without feature flags; CUDA: sm_XY; CPU: None."""
+    import platform
+
+    import torch
+
+    if device.type == "cpu":
+        return None, platform.processor() or platform.machine() or "cpu"
+    props = torch.cuda.get_device_properties(device_index(device))
+    if torch.version.hip:
+        return str(getattr(props, "gcnArchName", "")).split(":")[0] or None, props.name
+    return f"sm_{props.major}{props.minor}", props.name
+
+
+def peak_for(
+    arch: str | None, dtype_name: str, override: float | None, arches: dict[str, Any]
+) -> tuple[float | None, str]:
+    """Peak TFLOP/s and where it came from."""
+    if override is not None:
+        return override, "--peak-tflops"
+    peak = arch_peak_tflops(arches.get(arch or ""), dtype_name)
+    if peak is None:
+        return None, f"unknown for {arch or 'cpu'} (not in arches.toml)"
+    return peak, f"arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
+def parse_dtypes(text: str) -> list[str]:
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+    names = [aliases.get(n, n) for n in names]
+    bad = [n for n in names if n not in DTYPE_NAMES]
+    if bad or not names:
+        raise UsageError(f"unknown dtype {','.join(bad) or text!r} (choose from fp16, bf16)")
+    return list(dict.fromkeys(names))
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    seq: int
+    head_dim: int
+
+    @property
+    def gqa(self) -> bool:
+        return self.kv_heads != self.q_heads
+
+    def dims(self) -> str:
+        heads = f"{self.q_heads}/{self.kv_heads}" if self.gqa else str(self.q_heads)
+        return f"{self.batch},{heads},{self.seq},{self.head_dim}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.name,
+            "batch": self.batch,
+            "q_heads": self.q_heads,
+            "kv_heads": self.kv_heads,
+            "seq_q": self.seq,
+            "seq_k": self.seq,
+            "head_dim": self.head_dim,
+        }
+
+
+def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
+    """'B,H,S,D' or 'B,Hq,Hkv,S,D' (grouped-query), optionally prefixed 'name='."""
+    name = None
+    if "=" in text:
+        name, text = (s.strip() for s in text.split("=", 1))
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        nums = []
+    if len(nums) not in (4, 5) or any(n <= 0 for n in nums):
+        raise UsageError(
+            f"malformed shape {text!r}: expected B,H,S,D or B,Hq,Hkv,S,D (positive integers)"
+        )
+    if len(nums) == 4:
+        b, hq, s, d = nums
+        hkv = kv_heads or hq
+    else:
+        b, hq, hkv, s, d = nums
+    if hq % hkv:
+        raise UsageError(f"shape {text!r}: query heads {hq} not a multiple of kv heads {hkv}")
+    if not name:
+        heads = f"{hq}/{hkv}" if hq != hkv else str(hq)
+        name = f"custom({b},{heads},{s},{d})"
+    return Shape(name, b, hq, hkv, s, d)
+
+
+# --------------------------------------------------------------------------- backends
+
+# name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
+BACKENDS = {
+    "flash": ("FLASH_ATTENTION", "aotriton"),
+    "ck": ("FLASH_ATTENTION", "ck"),
+    "efficient": ("EFFICIENT_ATTENTION", None),
+    "cudnn": ("CUDNN_ATTENTION", None),
+    "math": ("MATH", None),
+}
+
+
+def default_backends(device: Any) -> list[str]:
+    """Backends worth trying on this device (those torch lacks are reported as unavailable)."""
+    import torch
+
+    if device.type == "cpu":
+        return ["flash", "efficient", "math"]
+    if torch.version.hip:
+        names = ["flash", "efficient", "math"]
+        is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
+        if is_ck is not None and is_ck():
+            names.insert(1, "ck")
+        return names
+    return ["flash", "efficient", "cudnn", "math"]
+
+
+def parse_backends(text: str | None, device: Any) -> list[str]:
+    if not text or text == "all":
+        return default_backends(device)
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in BACKENDS]
+    if bad or not names:
+        raise UsageError(
+            f"unknown backend {','.join(bad) or text!r} (choose from {', '.join(BACKENDS)})"
+        )
+    return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def backend_context(name: str, device: Any) -> Iterator[None]:
+    """Force SDPA to one backend (and on ROCm, to one flash library), restoring afterwards."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    member, rocm_library = BACKENDS[name]
+    previous = None
+    use_library = device.type == "cuda" and bool(torch.version.hip) and rocm_library is not None
+    if use_library:
+        previous = torch.backends.cuda.preferred_rocm_fa_library()
+        torch.backends.cuda.preferred_rocm_fa_library(rocm_library)
+    elif name == "ck":
+        raise RuntimeError("No available kernel: the CK flash library exists only on ROCm")
+    try:
+        with sdpa_kernel(getattr(SDPBackend, member)):
+            yield
+    finally:
+        if use_library:
+            torch.backends.cuda.preferred_rocm_fa_library(previous)
+
+
+def sdpa(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    import torch.nn.functional as F
+
+    if k.shape[1] != q.shape[1]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def is_oom(exc: BaseException) -> bool:
+    import torch
+
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
+    text = str(exc).lower()
+    return isinstance(exc, oom_type) or "out of memory" in text or "can't allocate" in text
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
+    """One readable reason: torch's own 'not used because' warnings first, then the error."""
+    parts: list[str] = []
+    for w in caught:
+        msg = " ".join(str(w.message).split())
+        msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", msg).strip()
+        if msg and msg not in parts:
+            parts.append(msg)
+    if exc is not None:
+        parts.append(first_line(str(exc)) or type(exc).__name__)
+    return "; ".join(parts) if parts else "torch gave no reason"
+
+
+@contextlib.contextmanager
+def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def free_memory_bytes(device: Any) -> int | None:
+    import torch
+
+    if device.type == "cuda":
+        index = device_index(device)
+        free, _total = torch.cuda.mem_get_info(index)
+        # Blocks torch's caching allocator holds but does not use are free for our purposes.
+        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        return int(free + max(0, cached))
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def torch_lib_dir() -> Path:
+    import torch
+
+    return Path(torch.__file__).resolve().parent / "lib"
+
+
+def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
+    """AOTriton runtime version (include/aotriton/config.h next to lib/, else the versioned
+    libaotriton_v2.so.X.Y.Z name) and each image pack's __signature__ version."""
+    info: dict[str, Any] = {
+        "lib_dir": str(lib_dir),
+        "runtime_version": None,
+        "runtime_source": None,
+        "images": {},
+        "mismatch": None,
+    }
+    config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
+    with contextlib.suppress(OSError):
+        text = config_h.read_text(errors="replace")
+        parts = []
+        for field in ("MAJOR", "MINOR", "PATCH"):
+            m = re.search(rf"#define\s+AOTRITON_VERSION_{field}\s+(\d+)", text)
+            if m:
+                parts.append(m.group(1))
+        if len(parts) >= 2:
+            info["runtime_version"] = ".".join(parts)
+            info["runtime_source"] = str(config_h)
+    if info["runtime_version"] is None:
+        for lib in sorted(lib_dir.glob("libaotriton_v2.so.*")):
+            m = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name)
+            if m:
+                info["runtime_version"] = m.group(1)
+                info["runtime_source"] = str(lib)
+    images_dir = lib_dir / "aotriton.images"
+    for sig in sorted(images_dir.glob("*/__signature__")):
+        try:
+            text = sig.read_bytes().decode("latin-1")
+        except OSError as e:
+            info["images"][sig.parent.name] = {"version": None, "error": e.strerror}
+            continue
+        m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
+        m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+        info["images"][sig.parent.name] = {
+            "version": m.group(1) if m else None,
+            "signature": first_line(text, 120),
+        }
+    runtime = info["runtime_version"]
+    if runtime:
+        bad = [
+            f"{pack} images {img['version']}"
+            for pack, img in info["images"].items()
+            if img.get("version") and version_key(img["version"])[:2] != version_key(runtime)[:2]
+        ]
+        if bad:
+            info["mismatch"] = (
+                f"AOTriton runtime {runtime} ({info['runtime_source']}) does not match "
+                + ", ".join(bad)
+            )
+    return info
+
+
+def provenance(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    prov: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "cudnn": None,
+        "python": platform.python_version(),
+        "platform": platform_name(device),
+        "device": str(device),
+        "device_name": device_name,
+        "arch": arch,
+        "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
+        "aotriton": aotriton_versions(torch_lib_dir()) if torch.version.hip else None,
+    }
+    with contextlib.suppress(Exception):
+        prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device_index(device))
+        prov["device_memory_gib"] = round(props.total_memory / 2**30, 1)
+        prov["multiprocessors"] = props.multi_processor_count
+        if torch.version.hip:
+            with contextlib.suppress(Exception):
+                prov["preferred_rocm_fa_library"] = str(
+                    torch.backends.cuda.preferred_rocm_fa_library()
+                )
+    return prov

@@ -1,0 +1,168 @@
+"""bench.py on the CPU: real torch runs at tiny sizes, the JSON/CSV schema, --compare, the
+over-peak flag, the memory skip, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import bench, sdpa_common
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--repeats", "2", "--warmup-ms", "0"]
+
+
+def run_json(tmp_path: Path, *args: str, name: str = "out.json") -> dict:
+    path = tmp_path / name
+    assert bench.main([*TINY, *args, "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
+    rc = bench.main([*TINY, "--backends", "flash,math", "--out-dir", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    assert doc["schema"] == bench.SCHEMA
+    assert "flash-attention convention" in doc["flop_convention"]
+    prov = doc["provenance"]
+    assert prov["torch"] and prov["platform"] == "cpu" and prov["arch"] is None
+    assert "env" in prov and "peak_tflops" in prov
+    rows = doc["results"]
+    # 1 shape x 1 dtype x 2 causal x 2 backends x 3 passes
+    assert len(rows) == 12
+    assert {r["status"] for r in rows} == {"ok"}
+    assert all(set(r) == set(bench.RESULT_FIELDS) for r in rows)
+    assert all(r["repeats"] == 2 and r["min_ms"] <= r["median_ms"] <= r["max_ms"] for r in rows)
+    fwd = 4 * 1 * 2 * 32 * 32 * 16
+    by_key = {(r["backend"], r["causal"], r["pass"]): r for r in rows}
+    assert by_key[("math", False, "fwd")]["flops"] == fwd
+    assert by_key[("math", True, "fwd")]["flops"] == fwd / 2
+    assert by_key[("flash", False, "bwd")]["flops"] == 2.5 * fwd
+    assert by_key[("flash", True, "fwdbwd")]["flops"] == 3.5 * fwd / 2
+    with open(tmp_path / "bench.csv") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert len(csv_rows) == 12 and list(csv_rows[0]) == list(bench.RESULT_FIELDS)
+    out = capsys.readouterr()
+    assert "FLOPs: flash-attention convention" in out.out
+    assert "[4/4]" in out.err  # progress on stderr
+
+
+def test_grouped_query_shape_runs(tmp_path):
+    doc = run_json(tmp_path, "--shape", "gqa=1,4,2,17,16", "--backends", "math", "--causal", "no")
+    gqa = [r for r in doc["results"] if r["size"] == "gqa"]
+    assert gqa and all(r["q_heads"] == 4 and r["kv_heads"] == 2 for r in gqa)
+    assert {r["status"] for r in gqa} == {"ok"}
+
+
+def test_rate_above_peak_is_flagged_not_shown(tmp_path, capsys):
+    doc = run_json(tmp_path, "--backends", "math", "--causal", "no", "--peak-tflops", "1e-9")
+    rows = doc["results"]
+    assert rows and all(r["above_peak"] for r in rows)
+    assert all(r["tflops"] is None and r["pct_peak"] is None for r in rows)
+    assert all(r["measured_tflops_above_peak"] > 1e-9 for r in rows)
+    table = capsys.readouterr().out
+    assert "!>peak" in table and "ABOVE PEAK" in table
+
+
+def test_rate_below_peak_has_percentage():
+    fields = bench.rate_fields(flops=2e12, median_ms=1000.0, peak=4.0)
+    assert fields == {
+        "tflops": 2.0,
+        "pct_peak": 50.0,
+        "above_peak": False,
+        "measured_tflops_above_peak": None,
+    }
+
+
+def test_case_that_does_not_fit_in_memory_is_skipped(tmp_path):
+    doc = run_json(tmp_path, "--backends", "math,flash", "--mem-limit-gib", "1e-6")
+    rows = doc["results"]
+    assert rows and {r["status"] for r in rows} == {"skipped"}
+    assert all("GiB free" in r["reason"] for r in rows)
+
+
+def test_math_estimate_counts_materialised_scores():
+    xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
+    math_bytes = bench.estimate_bytes(xlarge, "math", 2)
+    flash_bytes = bench.estimate_bytes(xlarge, "flash", 2)
+    scores_fp32 = 16 * 16 * 4096 * 4096 * 4
+    assert math_bytes > 3 * scores_fp32 > 40 * 2**30
+    assert flash_bytes < 2 * 2**30
+
+
+def test_backend_torch_rejects_is_recorded_as_unavailable(tmp_path):
+    # The memory-efficient kernel has no CPU implementation: torch refuses, we record why.
+    doc = run_json(tmp_path, "--backends", "efficient", "--causal", "no")
+    rows = doc["results"]
+    assert {r["status"] for r in rows} == {"unavailable"}
+    assert all(r["reason"] for r in rows)
+
+
+def test_compare_reports_matching_cases(tmp_path, capsys):
+    a = run_json(tmp_path, "--backends", "math", name="a.json")
+    b = run_json(tmp_path, "--backends", "math,flash", name="b.json")
+    assert a and b
+    capsys.readouterr()
+    rc = bench.main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "6 matching cases" in out and "speedup" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--shape", "1,2,3"],
+        ["--shape", "1,3,2,16,8"],  # 3 query heads not a multiple of 2 kv heads
+        ["--backends", "flash,nope"],
+        ["--dtypes", "fp8"],
+        ["--sizes", "Huge"],
+        ["--passes", "sideways"],
+        ["--repeats", "0"],
+        ["--compare", "/nonexistent/a.json", "/nonexistent/b.json"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, capsys):
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bench.py: error:")
+
+
+def test_compare_rejects_non_result_json(tmp_path, capsys):
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    other = tmp_path / "other.json"
+    other.write_text('{"a": 1}')
+    assert bench.main(["--compare", str(junk), str(other)]) == 2
+    assert bench.main(["--compare", str(other), str(other)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "not JSON" in err[0] and "no 'results' list" in err[1]
+
+
+def test_peak_comes_from_arch_data():
+    arches = sdpa_common.load_arches()
+    assert sdpa_common.peak_for("sm_90", "bf16", None, arches)[0] == 989.0
+    assert sdpa_common.peak_for("gfx908", "bf16", None, arches)[0] == 92.3
+    assert sdpa_common.peak_for(None, "fp16", None, arches)[0] is None
+    assert sdpa_common.peak_for("gfx908", "fp16", 5.0, arches) == (5.0, "--peak-tflops")
+
+
+def test_runs_as_plain_script():
+    """`python scripts/bench.py` must work without the repo on sys.path (the target env)."""
+    ok = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and "flash-attention convention" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench.py"), "--shape", "x"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0
