@@ -55,8 +55,8 @@ SIZES = {
     "XLarge": (16, 16, 4096, 64),
 }
 
-RESULT_FIELDS = (
-    "size",
+# What identifies a timed case (--compare matches runs on it); the rest are its results.
+CASE_FIELDS = (
     "batch",
     "q_heads",
     "kv_heads",
@@ -67,6 +67,10 @@ RESULT_FIELDS = (
     "causal",
     "backend",
     "pass",
+)
+RESULT_FIELDS = (
+    "size",
+    *CASE_FIELDS,
     "status",
     "reason",
     "median_ms",
@@ -648,21 +652,7 @@ def _load_results(path: str) -> dict[str, Any]:
 
 
 def _case_key(row: dict[str, Any]) -> tuple:
-    return tuple(
-        row.get(k)
-        for k in (
-            "batch",
-            "q_heads",
-            "kv_heads",
-            "seq_q",
-            "seq_k",
-            "head_dim",
-            "dtype",
-            "causal",
-            "backend",
-            "pass",
-        )
-    )
+    return tuple(row.get(k) for k in CASE_FIELDS)
 
 
 def compare(path_a: str, path_b: str, threshold_pct: float) -> str:
