@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,25 +33,8 @@ def rocm_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocmIndex]:
 
 @pytest.fixture(scope="session")
 def provisioned_env(tmp_path_factory: pytest.TempPathFactory, rocm_index: RocmIndex) -> Path:
-    """A real Python prefix (a venv standing in for the conda env) provisioned by
-    setup_env's own post-conda code: stand-in ROCm SDK from the loopback index, activation
-    scripts, env stamp. `rocm-sdk path ...` works and condaenv.require_env accepts it."""
-    from scripts import archs, rocm_sdk, setup_env
-    from scripts.commands import Runner
-
-    prefix = tmp_path_factory.mktemp("env") / "therock"
-    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
-    pin = rocm_sdk.load_pin(rocm_index.pins_dir / "rocm.toml")
-    request = setup_env.Request(archs.get_arch("gfx1151"), pin, "multi-arch", False, ())
-    runner = Runner(base_env=_venv_environ(prefix))
-    setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs("test-lock", None))
-    return prefix
-
-
-def _venv_environ(prefix: Path) -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
-    env["PATH"] = f"{prefix / 'bin'}:{env.get('PATH', '')}"
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
+    """A stand-in env provisioned by setup_env's own post-conda code (see
+    standin_rocm.provision_env): `rocm-sdk path ...` works and condaenv.require_env accepts it."""
+    return standin_rocm.provision_env(
+        tmp_path_factory.mktemp("env") / "therock", rocm_index.pins_dir
+    )

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from scripts import archs, condaenv, rocm_sdk, setup_env, stamps
-from scripts.commands import Runner
 from scripts.errors import UserError
-from tests.conftest import RocmIndex, _venv_environ
+from tests.conftest import RocmIndex
+from tests.support import standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
 
@@ -51,13 +50,10 @@ def project_env(tmp_path: Path, rocm_index: RocmIndex):
     """A project copy + a venv prefix set up once through setup_env's own code with the
     copy's lock hash, so nox runs on it behave as on an env setup_env created."""
     project = copy_project(tmp_path / "project")
-    prefix = tmp_path / "env"
-    subprocess.run(["python3", "-m", "venv", str(prefix)], check=True)
-    pin = rocm_sdk.load_pin(rocm_index.pins_dir / "rocm.toml")
-    request = setup_env.Request(archs.get_arch("gfx1151"), pin, "multi-arch", False, ())
-    inputs = request.inputs(stamps.file_sha256(project / "conda-lock.yml"), None)
-    setup_env.provision(prefix, request, Runner(base_env=_venv_environ(prefix)),
-                        stamp_inputs=inputs)  # fmt: skip
+    prefix = standin_rocm.provision_env(
+        tmp_path / "env", rocm_index.pins_dir,
+        lock_sha256=stamps.file_sha256(project / "conda-lock.yml"),
+    )  # fmt: skip
     env = {
         "MAMBA_EXE": str(standin_micromamba(tmp_path / "mm")),
         "ROCMFA_PINS_DIR": str(rocm_index.pins_dir),

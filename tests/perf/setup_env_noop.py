@@ -17,7 +17,6 @@ from pathlib import Path
 
 from scripts import archs, rocm_sdk, setup_env, stamps
 from scripts.commands import Runner
-from tests.conftest import _venv_environ
 from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
@@ -50,8 +49,8 @@ def main() -> int:
         )  # fmt: skip
         inputs = request.inputs(stamps.file_sha256(project / "conda-lock.yml"), None)
         start = time.perf_counter()
-        setup_env.provision(prefix, request, Runner(base_env=_venv_environ(prefix), out=sys.stderr),
-                            stamp_inputs=inputs)  # fmt: skip
+        runner = Runner(base_env=standin_rocm.venv_environ(prefix), out=sys.stderr)
+        setup_env.provision(prefix, request, runner, stamp_inputs=inputs)
         first = time.perf_counter() - start
         env = {
             "MAMBA_EXE": str(standin_micromamba(root / "mm")),

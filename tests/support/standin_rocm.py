@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from tests.support.wheels import make_wheel
 
@@ -116,3 +120,28 @@ def write_rocm_pin(pins_dir: Path, index_url: str, version: str = VERSION) -> Pa
         'spec = ">=2.13,<2.14"\n'
     )
     return path
+
+
+def venv_environ(prefix: Path) -> dict[str, str]:
+    """The outer environment with prefix/bin first, as commands in a venv prefix see it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+    env["PATH"] = f"{prefix / 'bin'}:{env.get('PATH', '')}"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def provision_env(
+    prefix: Path, pins_dir: Path, *, lock_sha256: str = "test-lock", out: TextIO | None = None
+) -> Path:
+    """A real Python prefix (a venv standing in for the conda env) provisioned by setup_env's
+    own post-conda code against the loopback index whose rocm.toml is in pins_dir: stand-in
+    ROCm SDK, activation scripts, env stamp (recording lock_sha256 as the lock it came from)."""
+    from scripts import archs, rocm_sdk, setup_env
+    from scripts.commands import Runner
+
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+    pin = rocm_sdk.load_pin(pins_dir / "rocm.toml")
+    request = setup_env.Request(archs.get_arch("gfx1151"), pin, "multi-arch", False, ())
+    runner = Runner(base_env=venv_environ(prefix), out=out)
+    setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs(lock_sha256, None))
+    return prefix

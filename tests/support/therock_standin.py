@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from tests.support import standin_rocm
+
 FILES = Path(__file__).resolve().parent / "therock_files"
 SCRIPTS = FILES / "external-builds" / "pytorch"
 GIT_ENV = {
@@ -172,18 +174,5 @@ def copy_tree(src: Path, dest: Path) -> None:
 
 
 def provision_private_env(root: Path, pins_dir: Path) -> Path:
-    """A prefix like the shared provisioned_env fixture (same setup_env code, same loopback
-    index), for tests that install into it (pins_dir holds the index's rocm.toml)."""
-    from scripts import archs, rocm_sdk, setup_env
-    from scripts.commands import Runner
-
-    prefix = root / "therock"
-    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
-    env["PATH"] = f"{prefix / 'bin'}:{env.get('PATH', '')}"
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    pin = rocm_sdk.load_pin(pins_dir / "rocm.toml")
-    request = setup_env.Request(archs.get_arch("gfx1151"), pin, "multi-arch", False, ())
-    runner = Runner(base_env=env)
-    setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs("test-lock", None))
-    return prefix
+    """A prefix like the shared provisioned_env fixture, for tests that install into it."""
+    return standin_rocm.provision_env(root / "therock", pins_dir)
