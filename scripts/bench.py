@@ -560,19 +560,14 @@ def render_table(results: list[dict], provenance: dict[str, Any]) -> str:
                 status,
             )
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    widths[-1] = len(header[-1])
     lines = [
         f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
         f"torch {provenance['torch']}",
         f"FLOPs: {FLOP_CONVENTION}",
         f"peak: {provenance.get('peak_note', '-')}",
         "",
-        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+        *common.text_table(header, rows),
     ]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
 
 

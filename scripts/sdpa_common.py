@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -379,6 +379,19 @@ def is_oom(exc: BaseException) -> bool:
     oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
     text = str(exc).lower()
     return isinstance(exc, oom_type) or "out of memory" in text or "can't allocate" in text
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Header, rule and rows in aligned columns; the last column (free text) is not padded."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    widths[-1] = len(header[-1])
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += [
+        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    return lines
 
 
 def first_line(text: str, limit: int = 300) -> str:

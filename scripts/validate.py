@@ -196,21 +196,15 @@ def render(doc: dict[str, Any]) -> str:
         rows.append(
             (r["backend"], r["shape"], r["dtype"], "yes" if r["causal"] else "no", fwd, bwd, status)
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    widths[-1] = len(header[-1])
     lines = [
         f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
         f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
         f"tolerance: {doc['tolerance']['rule']}",
         "",
-        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
-        "  ".join("-" * w for w in widths),
+        *common.text_table(header, rows),
+        "",
+        doc["summary"],
     ]
-    lines += [
-        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines += ["", doc["summary"]]
     return "\n".join(lines)
 
 
