@@ -11,6 +11,7 @@ backend_check, validate), dev (tests, lint).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -22,21 +23,18 @@ nox.options.error_on_external_run = False
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _call(session: nox.Session, module: str, function: str, *, forward: bool = False) -> None:
-    """Parse this session's options and call scripts.<module>.<function>(opts[, rest])."""
-    import importlib
-
-    from scripts import options
-    from scripts.errors import UserError
+def _call(session: nox.Session, target: Callable[..., int | None], *, forward: bool = False):
+    """Parse this session's options and call target(opts) - or target(opts, rest) for the
+    probes, whose own options go through to the script."""
+    from scripts.plumbing import options
+    from scripts.plumbing.errors import UserError
 
     try:
-        if forward:  # bench/backend_check/validate: their own options go to the script
+        if forward:
             opts, rest = options.build_parser(session.name).parse_known_args(session.posargs)
-            args = (opts, rest)
+            code = target(opts, rest)
         else:
-            args = (options.parse(session.name, session.posargs),)
-        target = getattr(importlib.import_module(f"scripts.{module}"), function)
-        code = target(*args)
+            code = target(options.parse(session.name, session.posargs))
     except UserError as error:
         session.error(str(error))
     except SystemExit as done:  # --help
@@ -48,70 +46,95 @@ def _call(session: nox.Session, module: str, function: str, *, forward: bool = F
             session.error(f"{session.name} exited with status {code}")
 
 
+# Each session imports its function when it runs, so `nox -l` and a no-op rerun stay fast.
+
+
 @nox.session(python=False, tags=["env"], default=False)
 def lock(session: nox.Session) -> None:
     """Re-solve environment.yml into conda-lock.yml (needs a conda manager and channels)."""
-    _call(session, "lockfile", "lock")
+    from scripts.env.lockfile import lock
+
+    _call(session, lock)
 
 
 @nox.session(python=False, tags=["env"], default=False)
 def setup_env(session: nox.Session) -> None:
     """Create/update the shared env from the lock, add TheRock's ROCm SDK, write variables."""
-    _call(session, "setup_env", "setup_env")
+    from scripts.env.setup_env import setup_env
+
+    _call(session, setup_env)
 
 
 @nox.session(python=False, tags=["env"])
 def doctor(session: nox.Session) -> None:
     """One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next step."""
-    _call(session, "doctor", "doctor")
+    from scripts.env.doctor import doctor
+
+    _call(session, doctor)
 
 
 @nox.session(python=False, tags=["build"], default=False)
 def update_pins(session: nox.Session) -> None:
     """Resolve pinned refs to commits, rewrite pins/, report whether patch sets still apply."""
-    _call(session, "update_pins", "update_pins")
+    from scripts.sources.update_pins import update_pins
+
+    _call(session, update_pins)
 
 
 @nox.session(python=False, tags=["build"], default=False)
 def build_aotriton(session: nox.Session) -> None:
     """Build (or --from-release fetch) AOTriton at its pin and install it into the env's torch."""
-    _call(session, "build_aotriton", "build_aotriton")
+    from scripts.builds.build_aotriton import build_aotriton
+
+    _call(session, build_aotriton)
 
 
 @nox.session(python=False, tags=["build"], default=False)
 def build_pytorch(session: nox.Session) -> None:
     """Build torch, audio, vision and triton wheels through TheRock, resumable by stage."""
-    _call(session, "build_pytorch", "build_pytorch")
+    from scripts.builds.build_pytorch import build_pytorch
+
+    _call(session, build_pytorch)
 
 
 @nox.session(python=False, tags=["build"], default=False)
 def install_wheels(session: nox.Session) -> None:
     """Install the wheels of the last build_pytorch run into the env, then check the backend."""
-    _call(session, "install_wheels", "install_wheels")
+    from scripts.builds.install_wheels import install_wheels
+
+    _call(session, install_wheels)
 
 
 @nox.session(python=False, tags=["build"], default=False)
 def build_ck(session: nox.Session) -> None:
     """Build and install composable_kernel (library only) for this arch into the env."""
-    _call(session, "build_ck", "build_ck")
+    from scripts.builds.build_ck import build_ck
+
+    _call(session, build_ck)
 
 
 @nox.session(python=False, tags=["check"], default=False)
 def bench(session: nox.Session) -> None:
     """Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare."""
-    _call(session, "in_env", "bench", forward=True)
+    from scripts.env.in_env import bench
+
+    _call(session, bench, forward=True)
 
 
 @nox.session(python=False, tags=["check"], default=False)
 def backend_check(session: nox.Session) -> None:
     """Prove flash attention is compiled in, usable, actually used and correct."""
-    _call(session, "in_env", "backend_check", forward=True)
+    from scripts.env.in_env import backend_check
+
+    _call(session, backend_check, forward=True)
 
 
 @nox.session(python=False, tags=["check"], default=False)
 def validate(session: nox.Session) -> None:
     """Forward/backward correctness vs an fp32/fp64 reference across head dims and shapes."""
-    _call(session, "in_env", "validate", forward=True)
+    from scripts.env.in_env import validate
+
+    _call(session, validate, forward=True)
 
 
 @nox.session(python=False, tags=["dev"])

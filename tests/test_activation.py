@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import activation, archs, condaenv
+from scripts.env import activation, archs, condaenv
 
 HOSTILE = [
     activation.Variable("ROCM_PATH", "/opt/my rocm/$HOME/`id`/\"q\"/'s'/back\\slash", "x"),

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import build_aotriton as ba
-from scripts.errors import UserError
+from scripts.builds import aotriton_install
+from scripts.builds import build_aotriton as ba
+from scripts.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import build_opts, command_lines, provision_env
 
@@ -85,14 +86,14 @@ def test_sha256_mismatch_discards_download_and_installs_nothing(
 ) -> None:
     www, _ = release(runtime_sha="0" * 64)
     lib = st.site_packages(env_prefix) / "torch" / "lib"
-    before = ba.installed_fingerprint(lib)
+    before = aotriton_install.installed_fingerprint(lib)
     with st.serve(www) as (base, _log):
         monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", base + "/")
         with pytest.raises(UserError, match="sha256 mismatch") as error:
             build(env_prefix, tmp_path / "work", capsys)
     assert "\n" not in str(error.value)
     assert not list((tmp_path / "work" / "downloads").rglob("*.part"))
-    assert ba.installed_fingerprint(lib) == before
+    assert aotriton_install.installed_fingerprint(lib) == before
 
 
 def test_release_runtime_image_mismatch_is_refused(
@@ -100,12 +101,12 @@ def test_release_runtime_image_mismatch_is_refused(
 ) -> None:
     www, _ = release(signature="0.12")
     lib = st.site_packages(env_prefix) / "torch" / "lib"
-    before = ba.installed_fingerprint(lib)
+    before = aotriton_install.installed_fingerprint(lib)
     with st.serve(www) as (base, _log):
         monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", base + "/")
         with pytest.raises(UserError, match=r"runtime 0\.13\.0 but amd-gfx115x/__signature__"):
             build(env_prefix, tmp_path / "work", capsys)
-    assert ba.installed_fingerprint(lib) == before
+    assert aotriton_install.installed_fingerprint(lib) == before
 
 
 def test_no_prebuilt_runtime_for_this_rocm(
@@ -123,7 +124,7 @@ def test_unreachable_release_server_is_one_line(
 ) -> None:
     release()
     monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", "http://127.0.0.1:9/")
-    from scripts import aotriton_release
+    from scripts.builds import aotriton_release
 
     monkeypatch.setattr(aotriton_release.time, "sleep", lambda _s: None)
     with pytest.raises(UserError, match=r"cannot download http://127\.0\.0\.1:9/0\.13b/") as e:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import archs
-from scripts.errors import UserError
+from scripts.env import archs
+from scripts.plumbing.errors import UserError
 
 CPU_NODE = "cpu_cores_count 16\nsimd_count 0\ngfx_target_version 0\nvendor_id 4098\n"
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from scripts import backend_check, sdpa_common
+from scripts.probes import backend_check, sdpa_common
 
 # Kernel names as the profiler reports them (the CUDA ones copied from an H100 run of this tool;
 # the ROCm ones are AOTriton's Triton kernels and Tensile gemms).

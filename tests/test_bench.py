@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import bench, sdpa_common
+from scripts.probes import bench, bench_measure, bench_plan, sdpa_common
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--repeats", "2", "--warmup-ms", "0"]
@@ -36,7 +36,7 @@ def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
     # 1 shape x 1 dtype x 2 causal x 2 backends x 3 passes
     assert len(rows) == 12
     assert {r["status"] for r in rows} == {"ok"}
-    assert all(set(r) == set(bench.RESULT_FIELDS) for r in rows)
+    assert all(set(r) == set(bench_measure.RESULT_FIELDS) for r in rows)
     assert all(r["repeats"] == 2 and r["min_ms"] <= r["median_ms"] <= r["max_ms"] for r in rows)
     fwd = 4 * 1 * 2 * 32 * 32 * 16
     by_key = {(r["backend"], r["causal"], r["pass"]): r for r in rows}
@@ -46,7 +46,7 @@ def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
     assert by_key[("flash", True, "fwdbwd")]["flops"] == 3.5 * fwd / 2
     with open(tmp_path / "bench.csv") as f:
         csv_rows = list(csv.DictReader(f))
-    assert len(csv_rows) == 12 and list(csv_rows[0]) == list(bench.RESULT_FIELDS)
+    assert len(csv_rows) == 12 and list(csv_rows[0]) == list(bench_measure.RESULT_FIELDS)
     out = capsys.readouterr()
     assert "FLOPs: flash-attention convention" in out.out
     assert "[4/4]" in out.err  # progress on stderr
@@ -70,7 +70,7 @@ def test_rate_above_peak_is_flagged_not_shown(tmp_path, capsys):
 
 
 def test_rate_below_peak_has_percentage():
-    fields = bench.rate_fields(flops=2e12, median_ms=1000.0, peak=4.0)
+    fields = bench_measure.rate_fields(flops=2e12, median_ms=1000.0, peak=4.0)
     assert fields == {
         "tflops": 2.0,
         "pct_peak": 50.0,
@@ -88,8 +88,8 @@ def test_case_that_does_not_fit_in_memory_is_skipped(tmp_path):
 
 def test_math_estimate_counts_materialised_scores():
     xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
-    math_bytes = bench.estimate_bytes(xlarge, "math", 2)
-    flash_bytes = bench.estimate_bytes(xlarge, "flash", 2)
+    math_bytes = bench_plan.estimate_bytes(xlarge, "math", 2)
+    flash_bytes = bench_plan.estimate_bytes(xlarge, "flash", 2)
     scores_fp32 = 16 * 16 * 4096 * 4096 * 4
     assert math_bytes > 3 * scores_fp32 > 40 * 2**30
     assert flash_bytes < 2 * 2**30
@@ -155,11 +155,14 @@ def test_peak_comes_from_arch_data():
 def test_runs_as_plain_script():
     """`python scripts/bench.py` must work without the repo on sys.path (the target env)."""
     ok = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--help"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "scripts/probes/bench.py", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert ok.returncode == 0 and "flash-attention convention" in ok.stdout
     bad = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench.py"), "--shape", "x"],
+        [sys.executable, str(REPO / "scripts" / "probes" / "bench.py"), "--shape", "x"],
         cwd="/",
         capture_output=True,
         text=True,

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts import build_aotriton as ba
-from scripts import stamps
-from scripts.errors import UserError
+from scripts.builds import aotriton_install
+from scripts.builds import build_aotriton as ba
+from scripts.plumbing import stamps
+from scripts.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import build_opts, command_lines, provision_env
 
@@ -105,7 +106,7 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
     )
     assert py.stdout.strip() == "1300"
     # what torch shipped is backed up and both versions are recorded
-    marker = json.loads((lib / ba.MARKER).read_text())
+    marker = json.loads((lib / aotriton_install.MARKER).read_text())
     backup = Path(marker["backup"])
     assert (backup / "libaotriton_v2.so.0.13.0").read_bytes() == shipped
     assert marker["shipped"]["runtime"] == "0.13.0" and marker["new"]["runtime"] == "0.13.0"
@@ -129,7 +130,7 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
 
 def test_dry_run_prints_every_command_and_runs_none(bed: Bed, capsys) -> None:
     stamp = bed.work / "stamps" / "aotriton.json"
-    before = (stamp.read_text(), ba.installed_fingerprint(bed.torch_lib))
+    before = (stamp.read_text(), aotriton_install.installed_fingerprint(bed.torch_lib))
     out = run_build(bed, capsys, "--dry-run", "--force", "--timeout-min", "2.5")
     assert command_lines(out) == []
     lines = [line for line in out.splitlines() if line.startswith("[dry-run] ")]
@@ -143,7 +144,7 @@ def test_dry_run_prints_every_command_and_runs_none(bed: Bed, capsys) -> None:
     assert "'-DCMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)'" in configure
     assert any(line.endswith(" install") and "ninja" in line for line in lines)
     assert any(" git " in f" {line} " and "checkout" in line for line in lines)
-    assert (stamp.read_text(), ba.installed_fingerprint(bed.torch_lib)) == before
+    assert (stamp.read_text(), aotriton_install.installed_fingerprint(bed.torch_lib)) == before
 
 
 def test_nox_session_dry_run_subprocess(bed: Bed) -> None:
@@ -200,14 +201,14 @@ def test_runtime_image_mismatch_is_refused_and_torch_untouched(bed: Bed, capsys)
     set_dir = st.make_patch_set(
         bed.patches, "aotriton", bed.commit, bed.repo, [{"IMAGE_VERSION": "0.12\n"}]
     )
-    before = ba.installed_fingerprint(bed.torch_lib)
+    before = aotriton_install.installed_fingerprint(bed.torch_lib)
     try:
         with pytest.raises(UserError) as error:
             run_build(bed, capsys)
         message = str(error.value)
         assert "\n" not in message
         assert "runtime 0.13.0 but amd-gfx115x/__signature__ says 0.12" in message
-        assert ba.installed_fingerprint(bed.torch_lib) == before
+        assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
     finally:
         shutil.rmtree(set_dir)
 
@@ -229,7 +230,7 @@ def test_version_torch_was_not_built_for_needs_force_then_restore(bed: Bed, caps
     assert (lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text() == (
         "aotriton0.12\n"
     )
-    assert not (lib / ba.MARKER).exists()
+    assert not (lib / aotriton_install.MARKER).exists()
     st.install_torch(bed.prefix)
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import build_ck as ck
-from scripts import buildjobs, options
-from scripts.errors import UserError
+from scripts.builds import build_ck as ck
+from scripts.plumbing import buildjobs, options
+from scripts.plumbing.errors import UserError
 from tests.support import ck_standin
 from tests.support import therock_standin as standin
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import build_pytorch as bp
-from scripts import options
-from scripts.errors import UserError
+from scripts.builds import build_pytorch as bp
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
 from tests.support import therock_standin as standin
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.checkouts import ensure_checkout
-from scripts.commands import Runner
-from scripts.errors import UserError
-from scripts.pins import Pin
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
+from scripts.sources.checkouts import ensure_checkout
+from scripts.sources.pins import Pin
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import command_lines
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from scripts import build_pytorch as bp
-from scripts import install_wheels as iw
-from scripts import options
-from scripts.errors import UserError
+from scripts.builds import build_pytorch as bp
+from scripts.builds import install_wheels as iw
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
 from tests.support import therock_standin as standin
 
 ROCM = "7.15.0a20260630"
@@ -83,7 +83,7 @@ def test_installs_exactly_this_runs_wheels_then_checks(session, env_prefix, capf
     with pytest.raises(UserError, match=r"wheels installed, but the backend check failed") as e:
         install()
     assert "\n" not in str(e.value)
-    assert "scripts/backend_check.py" in capfd.readouterr().out
+    assert "scripts/probes/backend_check.py" in capfd.readouterr().out
 
 
 def test_refuses_wheels_for_another_python(session, monkeypatch, env_prefix):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import lockfile, stamps
-from scripts.errors import UserError
+from scripts.env import lockfile
+from scripts.plumbing import stamps
+from scripts.plumbing.errors import UserError
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "conda-lock"
 needs_fixtures = pytest.mark.skipif(

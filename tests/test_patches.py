@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from scripts import options, patches, update_pins
-from scripts.checkouts import ensure_checkout
-from scripts.commands import Runner
-from scripts.errors import UserError
-from scripts.pins import Pin
+from scripts.plumbing import options
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
+from scripts.sources import patches, update_pins
+from scripts.sources.checkouts import ensure_checkout
+from scripts.sources.pins import Pin
 from tests.support import aotriton_standins as st
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts import pins
-from scripts.errors import UserError
+from scripts.plumbing.errors import UserError
+from scripts.sources import pins
 from tests.support import aotriton_standins as st
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

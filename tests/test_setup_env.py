@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import archs, condaenv, rocm_sdk, setup_env, stamps
-from scripts.errors import UserError
+from scripts.env import archs, condaenv, rocm_sdk, setup_env
+from scripts.plumbing import stamps
+from scripts.plumbing.errors import UserError
 from tests.conftest import RocmIndex
 from tests.support import standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from scripts import sdpa_common, validate
+from scripts.probes import sdpa_common, validate
 
 
 def test_quick_subset_passes_on_cpu(tmp_path):

@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts import archs, rocm_sdk, setup_env, stamps
-from scripts.commands import Runner
+from scripts.env import archs, rocm_sdk, setup_env
+from scripts.plumbing import stamps
+from scripts.plumbing.commands import Runner
 from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 

@@ -1,5 +1,5 @@
-"""The one shared conda env: find the manager, resolve the prefix, and build the env's
-full activation for commands that nox runs.
+"""The one shared conda env: resolve its prefix and build its full activation for commands
+that nox runs (the manager that makes it is found by scripts.env.manager).
 
 Nox never activates conda envs (it only prepends PATH), so compiler packages' CC/CXX and our
 persisted variables would be missing. activated_environ() reproduces what `conda activate`
@@ -19,49 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.errors import UserError
+from scripts.env.manager import Manager, find_manager, no_manager_error
+from scripts.plumbing.errors import UserError
 
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"
 NAME_ENV = "ROCMFA_ENV_NAME"
 DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
-
-
-@dataclass(frozen=True)
-class Manager:
-    kind: str  # micromamba | mamba | conda
-    exe: Path
-    found_via: str
-
-
-def _kind_of(exe: Path) -> str:
-    name = exe.name.lower()
-    for kind in ("micromamba", "mamba", "conda"):
-        if name.startswith(kind):
-            return kind
-    return "conda"
-
-
-def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
-    """$MAMBA_EXE, then $CONDA_EXE, then micromamba, mamba, conda on PATH. Never downloads."""
-    environ = os.environ if environ is None else environ
-    for var in ("MAMBA_EXE", "CONDA_EXE"):
-        value = environ.get(var)
-        if value and os.access(value, os.X_OK):
-            exe = Path(value)
-            return Manager(_kind_of(exe), exe, f"${var}")
-    for name in ("micromamba", "mamba", "conda"):
-        found = shutil.which(name, path=environ.get("PATH", ""))
-        if found:
-            return Manager(name, Path(found), "PATH")
-    return None
-
-
-def no_manager_error() -> UserError:
-    return UserError(
-        "no conda manager found (looked at $MAMBA_EXE, $CONDA_EXE, and micromamba, mamba, "
-        "conda on PATH); install micromamba or miniforge, or set MAMBA_EXE"
-    )
 
 
 def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path]:
@@ -205,7 +169,7 @@ def require_env(prefix: Path | None) -> Path:
         if not prefix.exists():
             state = "does not exist"
         raise UserError(f"env {prefix} {state}; run: nox -s setup_env")
-    from scripts import lockfile  # lockfile imports this module
+    from scripts.env import lockfile  # lazily: conda-lock's import is slow
 
     if lockfile.LOCK_FILE.is_file():
         lockfile.require_fresh()

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.datafiles import DATA_DIR, load_toml, require
-from scripts.errors import UserError
+from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
+from scripts.plumbing.errors import UserError
 
 ARCHES_FILE = DATA_DIR / "arches.toml"
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")

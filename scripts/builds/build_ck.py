@@ -22,9 +22,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from scripts import archs, buildjobs, condaenv, paths, stamps
-from scripts.commands import Runner
-from scripts.errors import UserError
+from scripts.env import archs, condaenv
+from scripts.plumbing import buildjobs, paths, stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
 
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
 STAMP = "build_ck"
@@ -108,7 +109,7 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
 
 
 def build_ck(opts: argparse.Namespace) -> None:
-    from scripts import checkouts, patches, pins
+    from scripts.sources import checkouts, patches, pins
 
     choice = archs.resolve_arch(opts.arch)
     arch = choice.arch

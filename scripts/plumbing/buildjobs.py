@@ -35,7 +35,7 @@ def choose_jobs(
     """(jobs, one-line reason)."""
     if requested is not None:
         if requested < 1:
-            from scripts.errors import UserError
+            from scripts.plumbing.errors import UserError
 
             raise UserError(f"--jobs must be at least 1, got {requested}")
         return requested, f"{requested} jobs (--jobs)"

@@ -12,9 +12,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scripts import archs, condaenv, lockfile, paths, rocm_sdk, stamps
-from scripts.datafiles import load_toml
-from scripts.errors import UserError
+from scripts.env import archs, condaenv, lockfile, rocm_sdk
+from scripts.env.manager import find_manager
+from scripts.plumbing import paths, stamps
+from scripts.plumbing.datafiles import load_toml
+from scripts.plumbing.errors import UserError
 
 TORCH_PROBE = (
     "import json, torch; print(json.dumps({'version': torch.__version__, "
@@ -48,7 +50,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
 
 
 def _env_section(opts: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    manager = condaenv.find_manager()
+    manager = find_manager()
     section: dict[str, Any] = {"manager": None}
     if manager:
         section["manager"] = {

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from scripts.errors import UserError
+from scripts.plumbing.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Runner:
     """Executes commands, or only prints them when dry_run is set.
 
     base_env is the complete environment commands get (for commands "in the env": the
-    activated environment from scripts.condaenv); Command.sets is layered on top.
+    activated environment from scripts.env.condaenv); Command.sets is layered on top.
     """
 
     def __init__(

@@ -1,8 +1,8 @@
 """Shared helpers for bench.py, backend_check.py and validate.py.
 
 Runs inside the target env's Python: torch and the standard library only. Imported as
-`scripts.sdpa_common` (pytest from the repo root) or as plain `sdpa_common` when a script is run
-as `python scripts/<name>.py` (the script's folder is then first on sys.path).
+`scripts.probes.sdpa_common` (pytest from the repo root) or as plain `sdpa_common` when a
+script is run as `python scripts/probes/<name>.py` (its folder is then first on sys.path).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ARCHES_FILE = Path(__file__).resolve().parent / "data" / "arches.toml"
+ARCHES_FILE = Path(__file__).resolve().parents[1] / "data" / "arches.toml"
 
 # Environment variables that change which SDPA kernel runs or how it is timed.
 DISPATCH_ENV_VARS = (

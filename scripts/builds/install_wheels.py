@@ -23,11 +23,12 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from scripts import condaenv, paths, stamps
-from scripts.build_pytorch import install_argv, manifest_path
-from scripts.commands import Runner
-from scripts.datafiles import REPO_ROOT
-from scripts.errors import UserError
+from scripts.builds.build_pytorch import install_argv, manifest_path
+from scripts.env import condaenv
+from scripts.plumbing import paths, stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import REPO_ROOT
+from scripts.plumbing.errors import UserError
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
@@ -159,7 +160,7 @@ def install_wheels(opts: argparse.Namespace) -> None:
         runner.run(install_argv(python, files))
         if not opts.dry_run:
             stamps.write(stamp, inputs, wheels=files)
-    check = REPO_ROOT / "scripts" / "backend_check.py"
+    check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
     elif not check.is_file():

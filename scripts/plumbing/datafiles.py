@@ -6,10 +6,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from scripts.errors import UserError
+from scripts.plumbing.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(__file__).resolve().parent / "data"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT / "scripts" / "data"
 PINS_DIR = REPO_ROOT / "pins"
 
 

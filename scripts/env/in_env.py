@@ -12,16 +12,17 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from scripts import condaenv
-from scripts.datafiles import REPO_ROOT
-from scripts.errors import UserError
+from scripts.env import condaenv
+from scripts.env.manager import no_manager_error
+from scripts.plumbing.datafiles import REPO_ROOT
+from scripts.plumbing.errors import UserError
 
 
 def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -> int:
     location = condaenv.locate(opts)
     prefix = location.prefix
     if prefix is None:
-        raise condaenv.no_manager_error()
+        raise no_manager_error()
     python = prefix / "bin" / "python"
     if not python.exists():
         raise UserError(f"no Python in env {prefix} ({location.how}); run: nox -s setup_env")
@@ -29,7 +30,7 @@ def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -
         print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
     env = condaenv.activated_environ(prefix)
     # The scripts read the arch from torch itself; --arch only matters to other sessions.
-    argv = [str(python), str(REPO_ROOT / "scripts" / script), *args]
+    argv = [str(python), str(REPO_ROOT / "scripts" / "probes" / script), *args]
     print("$ " + " ".join(argv), flush=True)
     return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
 

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts import stamps
-from scripts.archs import Arch
-from scripts.datafiles import DATA_DIR, load_toml, require
-from scripts.errors import UserError
+from scripts.env.archs import Arch
+from scripts.plumbing import stamps
+from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
+from scripts.plumbing.errors import UserError
 
 VARS_FILE = DATA_DIR / "env_vars.toml"
 SCRIPT_NAME = "zz-rocmfa.sh"  # sorts after compiler activation scripts

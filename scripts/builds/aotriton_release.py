@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts import paths, stamps
-from scripts.commands import Runner
-from scripts.errors import UserError
-from scripts.pins import Pin
+from scripts.builds.aotriton_install import AotritonInstall, dist_version
+from scripts.plumbing import paths, stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
+from scripts.sources.pins import Pin
 
 BASE_URL_ENV = "ROCMFA_AOTRITON_BASE_URL"
 DEFAULT_BASE_URL = "https://github.com/ROCm/aotriton/releases/download/"
@@ -102,7 +103,6 @@ def release_inputs(pin: Pin, version: str) -> dict[str, Any]:
 
 def rocm_series(site: Path) -> str:
     """'7.15' from the env's rocm-<version>.dist-info (TheRock's SDK)."""
-    from scripts.build_aotriton import dist_version
 
     version = dist_version(site, "rocm")
     if not version:
@@ -204,7 +204,6 @@ def extract(archive: Path, target: Path) -> Path:
 
 def fetch_release(ctx, runner: Runner):
     """Download, verify and unpack the runtime and this arch's pack; return the install."""
-    from scripts.build_aotriton import AotritonInstall
 
     info = release_info(ctx.pin, ctx.version)
     rocm = rocm_series(ctx.site)

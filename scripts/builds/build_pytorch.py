@@ -38,9 +38,10 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from scripts import archs, buildjobs, condaenv, paths, stamps
-from scripts.commands import Runner
-from scripts.errors import UserError
+from scripts.env import archs, condaenv
+from scripts.plumbing import buildjobs, paths, stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
 
 STAGES = ("checkout", "triton", "torch", "audio", "vision", "apex")
 SKIPPABLE = ("triton", "audio", "vision")
@@ -352,7 +353,7 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
     if note:
         runner.say(note)
     runner.say(f"arch {arch.name} ({choice.how}); env {prefix} ({location.how}); work dir {work}")
-    from scripts import pins
+    from scripts.sources import pins
 
     therock_pin = pins.load_pin("therock", workdir=work)
     pytorch_pin = pins.load_pin("pytorch", workdir=work)
@@ -405,7 +406,7 @@ def checkout_components(ctx: Context) -> list[Component]:
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
-    from scripts import patches
+    from scripts.sources import patches
 
     if stage == "checkout":
         return {
@@ -529,7 +530,7 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
 
 
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
-    from scripts import checkouts, patches
+    from scripts.sources import checkouts, patches
 
     checkouts.ensure_checkout(ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.opts.force)
     if not ctx.runner.dry_run:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.errors import UserError
+from scripts.plumbing.errors import UserError
 
 SETUP = "setup_env"
 BUILDS = ("build_aotriton", "build_pytorch", "install_wheels", "build_ck")

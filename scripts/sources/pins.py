@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts import paths
-from scripts.commands import Runner
-from scripts.datafiles import PINS_DIR, REPO_ROOT, load_toml
-from scripts.errors import UserError
+from scripts.plumbing import paths
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
+from scripts.plumbing.errors import UserError
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
@@ -164,7 +164,7 @@ def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
         if version is not None and (not isinstance(version, str) or not version.strip()):
             raise UserError(f"{where}: 'version' must be a string like \"0.13b\"")
         if version:
-            from scripts.archs import aotriton_version_key
+            from scripts.env.archs import aotriton_version_key
 
             try:
                 aotriton_version_key(version)
@@ -325,7 +325,7 @@ def _pytorch_files(
             )
         files = _from_http(template, pytorch.commit, out)
         origin = template.format(commit=pytorch.commit, path="...")
-    from scripts import stamps
+    from scripts.plumbing import stamps
 
     cache.parent.mkdir(parents=True, exist_ok=True)
     stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
@@ -397,7 +397,7 @@ def _from_http(template: str, commit: str, out) -> dict[str, str]:
 def rewrite_commit(path: Path, project: str, new_commit: str, *, table: str | None = None) -> bool:
     """Replace `commit = "..."` inside [table] (default [project]) keeping every other line and
     comment. Returns True when the file changed."""
-    from scripts import stamps
+    from scripts.plumbing import stamps
 
     header = f"[{table or project}]"
     lines = Path(path).read_text().splitlines(keepends=True)

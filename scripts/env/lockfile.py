@@ -14,10 +14,11 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from scripts import condaenv, stamps
-from scripts.commands import Runner
-from scripts.datafiles import REPO_ROOT
-from scripts.errors import UserError
+from scripts.env.manager import find_manager, no_manager_error
+from scripts.plumbing import stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import REPO_ROOT
+from scripts.plumbing.errors import UserError
 
 ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
@@ -117,10 +118,10 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
 def lock(opts: argparse.Namespace) -> None:
     """`nox -s lock`: solve environment.yml for linux-64 into conda-lock.yml."""
     runner = Runner(dry_run=opts.dry_run)
-    manager = condaenv.find_manager()
+    manager = find_manager()
     if manager is None:
         if not opts.dry_run:
-            raise condaenv.no_manager_error()
+            raise no_manager_error()
         runner.say("note: no conda manager found; a real run stops here")
         exe: Path | str = "micromamba"
     else:

@@ -10,11 +10,12 @@ import argparse
 import re
 from pathlib import Path
 
-from scripts import paths, pins
-from scripts.checkouts import git, has_commit, last_line
-from scripts.commands import Runner
-from scripts.errors import UserError
-from scripts.patches import available_sets, check_set_applies, patch_set_for, port_set
+from scripts.plumbing import paths
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
+from scripts.sources import pins
+from scripts.sources.checkouts import git, has_commit, last_line
+from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 

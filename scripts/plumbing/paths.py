@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from scripts.datafiles import REPO_ROOT
+from scripts.plumbing.datafiles import REPO_ROOT
 
 WORKDIR_ENV = "ROCMFA_WORKDIR"
 

@@ -17,10 +17,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts import activation, archs, condaenv, lockfile, rocm_sdk, stamps
-from scripts.commands import Runner
-from scripts.datafiles import load_toml
-from scripts.errors import UserError
+from scripts.env import activation, archs, condaenv, lockfile, rocm_sdk
+from scripts.env.manager import Manager, find_manager, no_manager_error
+from scripts.plumbing import stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import load_toml
+from scripts.plumbing.errors import UserError
 
 STAMP_VERSION = 1
 
@@ -157,7 +159,7 @@ def provision(
 
 def setup_env(opts: argparse.Namespace) -> None:
     runner = Runner(dry_run=opts.dry_run)
-    manager = condaenv.find_manager()
+    manager = find_manager()
     location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
     if opts.show:
         show(location.prefix)
@@ -178,9 +180,9 @@ def setup_env(opts: argparse.Namespace) -> None:
 
     if manager is None or location.prefix is None:
         if not opts.dry_run:
-            raise condaenv.no_manager_error()
+            raise no_manager_error()
         runner.say("note: no conda manager found; a real run stops here")
-        manager = condaenv.Manager("micromamba", Path("micromamba"), "placeholder")
+        manager = Manager("micromamba", Path("micromamba"), "placeholder")
         location = condaenv.EnvLocation(
             location.prefix or Path("~/micromamba/envs/therock").expanduser(), location.how
         )

@@ -7,10 +7,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.archs import Arch
-from scripts.commands import Runner
-from scripts.datafiles import PINS_DIR, load_toml, require
-from scripts.errors import UserError
+from scripts.env.archs import Arch
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import PINS_DIR, load_toml, require
+from scripts.plumbing.errors import UserError
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 INDEX_KINDS = ("multi-arch", "legacy")

@@ -26,11 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts import checkouts, stamps
-from scripts.checkouts import State, git, last_line
-from scripts.commands import Runner
-from scripts.datafiles import REPO_ROOT, load_toml
-from scripts.errors import UserError
+from scripts.plumbing import stamps
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import REPO_ROOT, load_toml
+from scripts.plumbing.errors import UserError
+from scripts.sources import checkouts
+from scripts.sources.checkouts import State, git, last_line
 
 PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")

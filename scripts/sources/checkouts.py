@@ -3,7 +3,7 @@
 ensure_checkout() clones or fetches the pin's repository into the work directory and puts a
 detached HEAD on exactly the pinned commit (submodules as the project needs). Every commit we
 put HEAD on is recorded as a ref under refs/rocmfa/ (pin-<commit> for pins, patched-<commit>
-for the HEAD that scripts.patches made), so "extra commits" has a precise meaning: commits
+for the HEAD that scripts.sources.patches made), so "extra commits" has a precise meaning: commits
 reachable from HEAD that are neither upstream (remote refs) nor ours. A checkout with local
 edits or extra commits is never reset, cleaned or deleted without force=True.
 
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.commands import Runner
-from scripts.errors import UserError
-from scripts.pins import Pin
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
+from scripts.sources.pins import Pin
 
 REF_PREFIX = "refs/rocmfa"
 STATE_FILE = "rocmfa-checkout.json"  # inside .git: {base, head, patches, set}
@@ -62,7 +62,7 @@ def last_line(text: str) -> str:
 
 @dataclass(frozen=True)
 class State:
-    """What scripts.patches recorded after applying a set: base (pinned commit), head."""
+    """What scripts.sources.patches recorded after applying a set: base (pinned commit), head."""
 
     base: str
     head: str
@@ -79,7 +79,7 @@ def read_state(checkout: Path) -> State | None:
 
 
 def write_state(checkout: Path, state: State) -> None:
-    from scripts import stamps
+    from scripts.plumbing import stamps
 
     record = {
         "base": state.base,
@@ -134,7 +134,7 @@ def ensure_checkout(
     submodules: bool | Sequence[str] = False,
 ) -> Path:
     """Make dest a checkout of pin.url at exactly pin.commit (or at the patched state that
-    scripts.patches recorded for it). Returns dest."""
+    scripts.sources.patches recorded for it). Returns dest."""
     dest = Path(dest)
     if runner.dry_run:
         _print_plan(pin, dest, runner, force=force, submodules=submodules)

@@ -1,0 +1,260 @@
+"""Benchmark torch scaled_dot_product_attention per backend: forward, backward, forward+backward.
+
+Timing: device events (torch.cuda.Event; the same API on ROCm) around each repeat, with a 256 MiB
+buffer written before every repeat to flush the L2 and a short GPU spin (torch.cuda._sleep)
+queued ahead of it so that launch latency stays out of the window, after a warm-up; median,
+min/max and quartiles are reported. On CPU the host clock (time.perf_counter) is used and
+there is no flush.
+The number of repeats adapts to a time budget per measurement (--budget-ms, clamped to
+--min-repeats..--max-repeats) unless --repeats fixes it.
+
+FLOPs follow the flash-attention convention (say so when quoting the numbers):
+forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
+A rate above the device's peak is flagged ("!>peak", "above_peak": true), never shown as a
+rate.
+
+Run as `python scripts/probes/bench.py [options]` with any Python that has torch (CPU, CUDA or
+ROCm).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__:
+    from . import bench_measure as measure
+    from . import bench_plan as plan
+    from . import bench_report as report
+    from . import sdpa_common as common
+else:  # run as a plain script: this file's folder is first on sys.path
+    import bench_measure as measure  # type: ignore[no-redef]
+    import bench_plan as plan  # type: ignore[no-redef]
+    import bench_report as report  # type: ignore[no-redef]
+    import sdpa_common as common  # type: ignore[no-redef]
+
+PROG = "bench.py"
+SCHEMA = "sdpa-bench/1"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> common.OneLineArgumentParser:
+    p = common.OneLineArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog=(
+            "Default sizes (B,H,S,D): "
+            + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in plan.SIZES.items())
+            + f". FLOPs: {measure.FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
+            "unavailable or skipped are recorded, not errors), 2 on bad input."
+        ),
+        formatter_class=common.argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--sizes", help="comma list of named sizes (default: all when no --shape)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable",
+    )
+    p.add_argument("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
+    p.add_argument(
+        "--dtypes",
+        default="fp16",
+        help="comma list of fp16, bf16 (default fp16, the dtype of the reference figures)",
+    )
+    p.add_argument(
+        "--backends",
+        default="all",
+        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)",
+    )
+    p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    p.add_argument("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
+    p.add_argument("--repeats", type=int, help="fixed repeat count (default: adaptive)")
+    p.add_argument(
+        "--budget-ms",
+        type=float,
+        default=6.0,
+        help="adaptive mode: timed milliseconds per measurement (default 6)",
+    )
+    p.add_argument("--min-repeats", type=int, default=5, help="adaptive mode minimum (default 5)")
+    p.add_argument(
+        "--slow-min-repeats",
+        type=int,
+        default=2,
+        help=f"adaptive mode minimum for calls slower than {measure.SLOW_CALL_MS:g} ms (default 2)",
+    )
+    p.add_argument("--max-repeats", type=int, default=50, help="adaptive mode maximum (50)")
+    p.add_argument("--warmup", type=int, default=1, help="minimum warm-up calls (default 1)")
+    p.add_argument(
+        "--warmup-ms",
+        type=float,
+        default=3.0,
+        help="keep warming up until this many ms were spent (default 3)",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
+    p.add_argument("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
+    p.add_argument(
+        "--mem-limit-gib",
+        type=float,
+        help="treat at most this much memory as free (skips cases that need more)",
+    )
+    p.add_argument("--out-dir", help="write bench.json, bench.csv, bench.png here")
+    p.add_argument("--json", dest="json_path", help="JSON result path")
+    p.add_argument("--csv", dest="csv_path", help="CSV result path")
+    p.add_argument("--plot", dest="plot_path", help="PNG plot path")
+    p.add_argument("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A.json", "B.json"),
+        help="print speedups/regressions of B against A for matching cases and exit",
+    )
+    p.add_argument(
+        "--threshold-pct",
+        type=float,
+        default=5.0,
+        help="--compare: change that counts as faster/regression (default 5)",
+    )
+    return p
+
+
+def _check_options(opts: Any) -> None:
+    for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
+        value = getattr(opts, name)
+        if value is not None and value < 1:
+            raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if opts.min_repeats > opts.max_repeats:
+        raise common.UsageError("--min-repeats is larger than --max-repeats")
+    if opts.peak_tflops is not None and opts.peak_tflops <= 0:
+        raise common.UsageError("--peak-tflops must be positive")
+
+
+def _output_paths(opts: Any) -> dict[str, Path | None]:
+    out_dir = Path(opts.out_dir) if opts.out_dir else None
+    paths: dict[str, Path | None] = {}
+    for kind, explicit, default_name in (
+        ("json", opts.json_path, "bench.json"),
+        ("csv", opts.csv_path, "bench.csv"),
+        ("plot", opts.plot_path, "bench.png"),
+    ):
+        if explicit:
+            paths[kind] = Path(explicit)
+        elif out_dir is not None:
+            paths[kind] = out_dir / default_name
+        else:
+            paths[kind] = None
+    for path in paths.values():
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
+    return paths
+
+
+def _main(argv: list[str] | None) -> int:
+    opts = build_parser().parse_args(argv)
+    if opts.compare:
+        print(report.compare(opts.compare[0], opts.compare[1], opts.threshold_pct))
+        return 0
+    if opts.replot:
+        if not opts.plot_path:
+            raise common.UsageError("--replot needs --plot PATH")
+        data = report.load_results(opts.replot)
+        prov = data.get("provenance", {})
+        note = report.write_plot(
+            Path(opts.plot_path),
+            data["results"],
+            f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}",
+        )
+        print(note or f"wrote {opts.plot_path}")
+        return 0
+    _check_options(opts)
+    # Validate everything cheap before touching the device.
+    device = common.resolve_device(opts.device)
+    plan.build_shapes(opts)
+    common.parse_dtypes(opts.dtypes)
+    common.parse_backends(opts.backends, device)
+    paths = _output_paths(opts)
+
+    started = time.perf_counter()
+    arches = common.load_arches()
+    arch, device_name = common.detect_arch(device)
+    prov = common.provenance(device, arch, device_name)
+    peaks = {d: common.peak_for(arch, d, opts.peak_tflops, arches) for d in ("fp16", "bf16")}
+    prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
+    prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
+    prov["peak_note"] = (
+        ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
+        + f" ({peaks['fp16'][1]})"
+    )
+    if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
+        plan.progress(
+            "warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer"
+        )
+
+    results = plan.run_suite(opts, device, arch, arches)
+    wall = time.perf_counter() - started
+    print(report.render_table(results, prov))
+    settings = {
+        k: getattr(opts, k)
+        for k in (
+            "sizes",
+            "shape",
+            "kv_heads",
+            "dtypes",
+            "backends",
+            "causal",
+            "passes",
+            "repeats",
+            "budget_ms",
+            "min_repeats",
+            "slow_min_repeats",
+            "max_repeats",
+            "warmup",
+            "warmup_ms",
+            "mem_limit_gib",
+        )
+    }
+    settings["timer"] = (
+        "torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin (torch.cuda._sleep) "
+        "queued before each repeat"
+        if device.type == "cuda"
+        else "time.perf_counter per repeat, no cache flush (CPU)"
+    )
+    document = {
+        "schema": SCHEMA,
+        "flop_convention": measure.FLOP_CONVENTION,
+        "provenance": prov,
+        "settings": settings,
+        "wall_s": round(wall, 3),
+        "results": results,
+    }
+    if paths["json"]:
+        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+        plan.progress(f"wrote {paths['json']}")
+    if paths["csv"]:
+        report.write_csv(paths["csv"], results)
+        plan.progress(f"wrote {paths['csv']}")
+    if paths["plot"]:
+        note = report.write_plot(
+            paths["plot"],
+            results,
+            f"SDPA on {device_name} ({arch or 'cpu'}), torch {prov['torch']}",
+        )
+        plan.progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
+    plan.progress(f"done in {wall:.1f} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.run_cli(PROG, lambda: _main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

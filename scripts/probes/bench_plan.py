@@ -1,0 +1,183 @@
+"""bench's planning: the named sizes, which shapes x dtypes x causal x backends x passes to time,
+which cases to skip for memory (estimate_bytes), and running the suite with progress on stderr.
+torch + stdlib only."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+if __package__:
+    from . import bench_measure as measure
+    from . import bench_report as report
+    from . import sdpa_common as common
+else:  # run as a plain script: this file's folder is first on sys.path
+    import bench_measure as measure  # type: ignore[no-redef]
+    import bench_report as report  # type: ignore[no-redef]
+    import sdpa_common as common  # type: ignore[no-redef]
+
+# The original 05-attention-bench.py suite (B, H, S, D).
+SIZES = {
+    "Tiny": (1, 1, 128, 64),
+    "Small": (2, 8, 512, 64),
+    "Medium": (4, 8, 1024, 64),
+    "Large": (8, 16, 2048, 64),
+    "XLarge": (16, 16, 4096, 64),
+}
+
+
+def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
+    """Peak memory of one case: inputs, output, grads, plus what the backend materialises.
+
+    q/out/dout/dq and k/v/dk/dv, one spare output. The math path upcasts fp16/bf16 to fp32 and
+    materialises B*Hq*Sq*Sk scores: scores and softmax in forward, softmax kept for backward plus
+    two score-sized gradients while it runs (3 fp32 score tensors at peak), and with grouped-query
+    heads expanded fp32 copies of K and V.
+    """
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.seq * shape.head_dim
+    total = (5 * n_q + 4 * n_kv) * element_size
+    if backend == "math":
+        scores = shape.batch * shape.q_heads * shape.seq * shape.seq
+        total += 3 * scores * 4 + 8 * n_q * 4
+    else:
+        total += 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
+    return total
+
+
+# --------------------------------------------------------------------------- suite
+
+
+def build_shapes(opts: Any) -> list[common.Shape]:
+    shapes: list[common.Shape] = []
+    if opts.sizes is not None or not opts.shape:
+        wanted = opts.sizes or ",".join(SIZES)
+        by_lower = {k.lower(): k for k in SIZES}
+        for token in (t.strip() for t in wanted.split(",") if t.strip()):
+            if token.lower() not in by_lower:
+                raise common.UsageError(f"unknown size {token!r} (choose from {', '.join(SIZES)})")
+            name = by_lower[token.lower()]
+            b, h, s, d = SIZES[name]
+            kv = opts.kv_heads or h
+            if h % kv:
+                raise common.UsageError(f"--kv-heads {kv} does not divide {name}'s {h} heads")
+            shapes.append(common.Shape(name, b, h, kv, s, d))
+    for text in opts.shape or []:
+        shapes.append(common.parse_shape(text, opts.kv_heads))
+    return shapes
+
+
+def run_suite(opts: Any, device: Any, arch: str | None, arches: dict[str, Any]) -> list[dict]:
+    import torch
+
+    shapes = build_shapes(opts)
+    dtypes = common.parse_dtypes(opts.dtypes)
+    backends = common.parse_backends(opts.backends, device)
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
+    passes = [p.strip() for p in opts.passes.split(",") if p.strip()]
+    bad = [p for p in passes if p not in measure.PASSES]
+    if bad or not passes:
+        raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
+
+    timer = measure.Timer(device)
+    limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
+    total_cases = len(shapes) * len(dtypes) * len(causals) * len(backends)
+    done = 0
+    results: list[dict] = []
+    for shape in shapes:
+        for dtype_name in dtypes:
+            peak, _ = common.peak_for(arch, dtype_name, opts.peak_tflops, arches)
+            dtype = common.torch_dtype(dtype_name)
+            tensors = None
+            for causal in causals:
+                for backend in backends:
+                    done += 1
+                    label = (
+                        f"[{done}/{total_cases}] {shape.name} {dtype_name} "
+                        f"{'causal' if causal else 'non-causal'} {backend}"
+                    )
+                    base = {
+                        **shape.as_dict(),
+                        "dtype": dtype_name,
+                        "causal": causal,
+                        "backend": backend,
+                        "peak_tflops": peak,
+                    }
+                    skip = _memory_skip_reason(shape, backend, dtype, device, timer, limit)
+                    if skip is None and tensors is None:
+                        try:
+                            tensors = measure.Tensors(shape, dtype, device)
+                        except Exception as exc:
+                            if not common.is_oom(exc):
+                                raise
+                            measure.release_cache(device)
+                            skip = f"out of memory allocating inputs: {common.first_line(exc)}"
+                    row_status = []
+                    estimates: dict[str, float] = {}
+                    for pass_name in passes:
+                        row = dict(base, **{"pass": pass_name})
+                        known = None
+                        if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
+                            known = estimates["fwd"] + estimates["bwd"]
+                        if skip is not None:
+                            row.update(status="skipped", reason=skip)
+                        else:
+                            row.update(
+                                measure.run_pass(
+                                    timer, tensors, causal, backend, pass_name, opts, known
+                                )
+                            )
+                            if row["status"] == "ok":
+                                estimates[pass_name] = row["median_ms"]
+                            if row["status"] == "ok":
+                                flops = measure.attention_flops(shape, causal, pass_name)
+                                row["flops"] = flops
+                                row.update(measure.rate_fields(flops, row["median_ms"], peak))
+                        results.append(complete_row(row))
+                        row_status.append(progress_text(row))
+                    progress(f"{label}: " + ", ".join(row_status))
+            # Cached blocks are reused by the next shape (free_memory_bytes counts them as free);
+            # releasing them would only make the next case pay for cudaMalloc again.
+            del tensors
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return results
+
+
+def _memory_skip_reason(
+    shape: common.Shape,
+    backend: str,
+    dtype: Any,
+    device: Any,
+    timer: measure.Timer,
+    limit: float | None,
+) -> str | None:
+    import torch
+
+    need = estimate_bytes(shape, backend, torch.empty((), dtype=dtype).element_size())
+    free = common.free_memory_bytes(device)
+    if limit is not None:
+        free = min(free, limit) if free is not None else limit
+    if free is None:
+        return None
+    if need > 0.95 * free:
+        return (
+            f"needs ~{need / 2**30:.2f} GiB ({backend} estimate), "
+            f"{free / 2**30:.2f} GiB free on {device}"
+        )
+    return None
+
+
+def complete_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in measure.RESULT_FIELDS}
+
+
+def progress_text(row: dict[str, Any]) -> str:
+    if row["status"] != "ok":
+        return f"{row['pass']} {row['status']}"
+    rate = "!>peak" if row["above_peak"] else f"{report.format_rate(row)[0]} TF/s"
+    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}"
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

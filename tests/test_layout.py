@@ -1,0 +1,110 @@
+"""The layers of scripts/ hold: imports point builds -> sources -> env -> plumbing, nothing
+imports against that direction, there are no cycles, and the probes import nothing of ours but
+each other (they run in the target env with torch and the standard library only)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO_ROOT / "scripts"
+LAYERS = ("plumbing", "env", "sources", "builds")  # each may import only those before it
+PROBE_DEPS = {"torch", "matplotlib"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (lazy imports in functions count too)."""
+    package = module_name(path).rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = package + (f".{base}" if base else "")
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                is_module = (REPO_ROOT / Path(*candidate.split("."))).with_suffix(".py").exists()
+                found.add(candidate if is_module else base)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    ours = {module_name(p): p for p in SCRIPTS.rglob("*.py")}
+    return {
+        name: {m for m in imports_of(path) if m in ours and m != name}
+        for name, path in ours.items()
+    }
+
+
+def test_no_import_cycles() -> None:
+    edges = graph()
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                cycle = [*stack[stack.index(nxt) :], nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else None
+
+
+def test_imports_point_one_way() -> None:
+    wrong = []
+    for module, deps in graph().items():
+        layer = layer_of(module)
+        if layer not in LAYERS:
+            continue
+        allowed = set(LAYERS[: LAYERS.index(layer) + 1])
+        for dep in deps:
+            dep_layer = layer_of(dep)
+            if dep_layer is not None and dep_layer not in allowed:
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, "imports against the layer order: " + "; ".join(sorted(wrong))
+
+
+def test_probes_need_only_torch_stdlib_and_each_other() -> None:
+    stdlib = set(sys.stdlib_module_names)
+    bad = []
+    for path in sorted((SCRIPTS / "probes").glob("*.py")):
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            if name.startswith("scripts.probes") or top in stdlib or top in PROBE_DEPS:
+                continue
+            if (SCRIPTS / "probes" / f"{top}.py").exists():  # sibling, run as a plain script
+                continue
+            bad.append(f"{path.name} imports {name}")
+    assert not bad, "; ".join(bad)
+
+
+def test_the_checker_reads_every_kind_of_import() -> None:
+    """The graph reader finds relative, lazy and from-package imports, or the tests above
+    would pass on an empty graph."""
+    edges = graph()
+    assert "scripts.builds.aotriton_install" in edges["scripts.builds.build_aotriton"]
+    assert "scripts.env.lockfile" in edges["scripts.env.condaenv"]  # a lazy import
+    assert "scripts.probes.sdpa_common" in edges["scripts.probes.bench"]  # a relative import
+    assert "scripts.plumbing.options" in imports_of(REPO_ROOT / "noxfile.py")
