@@ -4,6 +4,7 @@ APIs on CPU (profiler output, can_use_* on CPU tensors) and a test-made torch/li
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -101,8 +102,78 @@ def test_cpu_run_exits_1_with_one_clear_line(tmp_path, capsys):
     # The forced-flash run itself works on CPU (torch's CPU flash kernel) and is correct.
     assert report["truth"]["forced_flash"]["ran"] == "flash-cpu"
     assert report["truth"]["correct"] is True
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("FAIL: flash attention not usable on cpu")
+    captured = capsys.readouterr()
+    verdicts = [
+        line
+        for line in (captured.out + captured.err).splitlines()
+        if line.startswith(("FAIL", "PASS"))
+    ]
+    assert len(verdicts) == 1 and verdicts[0].startswith("FAIL: flash attention not usable")
+    assert "profiler" not in captured.err.lower()
+
+
+def test_json_on_stdout_puts_the_one_verdict_on_stderr(capsys):
+    assert backend_check.main(["--shape", "1,2,64,32", "--json"]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert isinstance(report["backends"]["flash"]["reasons"], list)
+    assert captured.err.strip().splitlines()[-1] == report["summary"]
+    assert report["summary"].count("FAIL") == 1
+
+
+@pytest.mark.parametrize(
+    ("full", "short"),
+    [
+        (
+            "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, "
+            "false, false, cutlass::half_t, Flash_kernel_traits<64, 128, 128, 4, "
+            "cutlass::half_t> >, false, true, false>(Flash_fwd_params)",
+            "flash_fwd_kernel",
+        ),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8>(float*)",
+            "cunn_SoftMaxForward",
+        ),
+        ("attn_fwd", "attn_fwd"),
+    ],
+)
+def test_kernel_names_shortened_to_the_function(full, short):
+    assert backend_check.short_kernel_name(full) == short
+
+
+def _forked_resize_warning() -> None:
+    """A real C++ TORCH_WARN that bypasses Python's warnings: the out= resize warning raised on
+    torch's inter-op thread pool (torch.jit.fork), where no Python warning handler is set, so
+    c10 logs it to fd 2."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script is deprecated
+
+        @torch.jit.script
+        def resize_into(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            return torch.add(a, a, out=out)
+
+        @torch.jit.script
+        def forked(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            return torch.jit.wait(torch.jit.fork(resize_into, a, out))
+
+    forked(torch.ones(2), torch.empty(3))
+
+
+def test_fd_level_capture_catches_a_real_cpp_warning(capfd):
+    with sdpa_common.capture_all_warnings() as caught:
+        _forked_resize_warning()
+        sdpa_common.warnings.warn("a python warning", UserWarning, stacklevel=1)
+    reasons = caught.reasons()
+    assert any(r.startswith("An output with one or more elements was resized") for r in reasons)
+    assert "a python warning" in reasons
+    # Each reason once, without c10's log prefix or the '(function ...)' suffix.
+    assert len(reasons) == len(set(reasons)) and not any("(function" in r for r in reasons)
+    # Nothing leaked to the real fd 2, and fd 2 works again afterwards.
+    assert "resized" not in capfd.readouterr().err
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"
 
 
 def make_torch_tree(root: Path, runtime: tuple[int, int, int], images: dict[str, str]) -> Path:

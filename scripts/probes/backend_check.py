@@ -145,13 +145,14 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
         fn = getattr(cuda, fn_name, None)
         if fn is None:
             return {"can_use": None, "reasons": [f"torch has no torch.backends.cuda.{fn_name}"]}
-        with common.capture_warnings() as caught:
+        # debug=True reports through C++ TORCH_WARN, which reaches fd 2, not Python warnings.
+        with common.capture_all_warnings() as caught:
             try:
                 ok = bool(fn(params, debug=True))
                 error = None
             except Exception as exc:
                 ok, error = False, exc
-        reasons = [" ".join(str(w.message).split()) for w in caught]
+        reasons = caught.reasons()
         if error is not None:
             reasons.append(common.first_line(str(error)))
         if not ok and not reasons:
@@ -262,7 +263,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
     def run_profiled(backend: str | None) -> tuple[Any, dict[str, Any]]:
         for t in (q, k, v):
             t.grad = None
-        with common.capture_warnings() as caught:
+        with common.capture_all_warnings() as caught:
             try:
                 with profile(activities=activities) as prof:
                     if backend is None:
@@ -276,9 +277,15 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
                 # A deferred HIP error (pitfall: it surfaces at the next checked op) lands here.
                 torch.zeros(1, device=device).add_(1).item()
             except Exception as exc:
-                return None, {"ran": None, "error": common.reason_from(exc, caught)}
+                error = exc
+            else:
+                error = None
+        reasons = caught.reasons()
+        if error is not None:
+            text = common.first_line(str(error)) or type(error).__name__
+            return None, {"ran": None, "error": text, "reasons": reasons}
         grads = [t.grad.detach().clone() for t in (q, k, v)]
-        return (out.detach(), grads), classify_events(profile_events(prof))
+        return (out.detach(), grads), {**classify_events(profile_events(prof)), "reasons": reasons}
 
     flash_result, flash_profile = run_profiled("flash")
     _default_result, default_profile = run_profiled(None)
@@ -340,7 +347,12 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     truth = report.get("truth") or {}
     forced = truth.get("forced_flash") or {}
     if forced.get("error"):
-        failures.append(f"SDPA forced to flash failed on {where}: {forced['error']}")
+        # torch's reasons for refusing flash were already quoted when can_use said no.
+        known = set(flash.get("reasons") or [])
+        extra = [r for r in forced.get("reasons") or [] if r not in known]
+        failures.append(
+            f"SDPA forced to flash failed on {where}: " + "; ".join([*extra, forced["error"]])
+        )
     elif report["device"]["type"] == "cuda" and forced.get("ran") not in ("flash", "ck"):
         failures.append(
             f"SDPA forced to flash ran no flash kernel on {where} "
@@ -397,8 +409,15 @@ def render(report: dict[str, Any]) -> str:
             if p.get("error"):
                 lines.append(f"{label}: failed: {p['error']}")
             else:
-                kernels = "; ".join(f"{f}: {', '.join(n[:2])}" for f, n in p["kernels"].items())
+                kernels = "; ".join(
+                    f"{f}: {', '.join(dict.fromkeys(short_kernel_name(x) for x in n[:3]))}"
+                    for f, n in p["kernels"].items()
+                )
                 lines.append(f"{label}: ran {p['ran']} (ops {p['ops']}; kernels {kernels or '-'})")
+            shown = {r for b in report["backends"].values() for r in b.get("reasons") or []}
+            new = [r for r in p.get("reasons") or [] if r not in shown]
+            if new:
+                lines.append(f"  torch said: {'; '.join(new)}")
         if truth.get("errors"):
             lines.append(
                 f"vs float32 math: fwd {truth['errors']['fwd']:.2e}, "
@@ -408,6 +427,25 @@ def render(report: dict[str, Any]) -> str:
     lines.append("")
     lines.append(report["summary"])
     return "\n".join(lines)
+
+
+def short_kernel_name(name: str) -> str:
+    """'void ns::flash_fwd_kernel<Traits<64, 128>>(Params)' -> 'flash_fwd_kernel': template
+    arguments, parameters, return type and namespaces dropped (the JSON keeps the full name)."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch in "<(":
+            # '(anonymous namespace)' is a namespace, not parameters
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    flat = "".join(out).strip()
+    last = flat.split()[-1] if flat.split() else name
+    short = last.split("::")[-1]
+    return short or name
 
 
 def _yn(value: Any) -> str:
@@ -492,7 +530,9 @@ def _main(argv: list[str] | None) -> int:
             print(render(report))
     else:
         print(render(report))
-    print(report["summary"], file=sys.stderr)
+    if opts.json == "-":
+        # stdout is the JSON document; the verdict line goes to stderr, once.
+        print(report["summary"], file=sys.stderr)
     return 0 if passed else 1
 
 

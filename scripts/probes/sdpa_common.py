@@ -403,9 +403,8 @@ def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]
     """One readable reason: torch's own 'not used because' warnings first, then the error."""
     parts: list[str] = []
     for w in caught:
-        msg = " ".join(str(w.message).split())
-        msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", msg).strip()
-        if msg and msg not in parts:
+        msg = clean_reason(str(w.message))
+        if msg and not is_chatter(msg) and msg not in parts:
             parts.append(msg)
     if exc is not None:
         parts.append(first_line(str(exc)) or type(exc).__name__)
@@ -417,6 +416,111 @@ def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield caught
+
+
+# torch's C++ TORCH_WARN, when no Python handler is installed (can_use_*(debug=True), worker
+# threads), goes through c10 logging to the process's fd 2, e.g.
+# "[W1122 16:42:26.917740431 Resize.cpp:30] Warning: <message> (function _resize_output_check)".
+_NATIVE_WARNING = re.compile(
+    r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function [^)]*\))?$"
+)
+# Chatter that is not a reason: the profiler's per-cycle notice (Python) and its kineto log
+# lines on fd 2 ("... ActivityProfilerController.cpp:...] profiler_stop"), which are dropped.
+_CHATTER = ("Profiler clears events",)
+
+
+def clean_reason(text: str) -> str:
+    """One warning message on one line, without torch's 'Triggered internally at' suffix."""
+    msg = " ".join(str(text).split())
+    msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", msg).strip()
+    return re.sub(r"^Warning:\s*", "", msg)
+
+
+def is_chatter(text: str) -> bool:
+    return any(c in text for c in _CHATTER)
+
+
+class CapturedWarnings:
+    """What capture_all_warnings caught: Python warnings and the raw fd-2 text."""
+
+    def __init__(self) -> None:
+        self.python: list[warnings.WarningMessage] = []
+        self.native_text = ""
+
+    def native(self) -> list[str]:
+        """The C++ warnings in the captured fd-2 text (continuation lines joined)."""
+        found: list[str] = []
+        current: list[str] | None = None
+        for line in self.native_text.splitlines():
+            match = _NATIVE_WARNING.match(line.strip())
+            if match:
+                if current is not None:
+                    found.append(" ".join(current))
+                current = [match.group("msg")]
+            elif current is not None and line.strip() and not line.startswith("["):
+                current.append(line.strip())
+        if current is not None:
+            found.append(" ".join(current))
+        return [re.sub(r"\s*\(function [^)]*\)$", "", f).strip() for f in found]
+
+    def other_text(self) -> str:
+        """fd-2 text that is not a C++ warning (passed on to the real stderr)."""
+        keep = [
+            line
+            for line in self.native_text.splitlines()
+            if not _NATIVE_WARNING.match(line.strip()) and "profiler" not in line.lower()
+        ]
+        return "\n".join(keep).strip()
+
+    def reasons(self) -> list[str]:
+        """Every reason once, in order: C++ warnings, then Python warnings; no chatter."""
+        out: list[str] = []
+        for text in [*self.native(), *(str(w.message) for w in self.python)]:
+            msg = clean_reason(text)
+            if msg and not is_chatter(msg) and msg not in out:
+                out.append(msg)
+        return out
+
+
+def _flush_c_stdio() -> None:
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def capture_all_warnings() -> Iterator[CapturedWarnings]:
+    """Capture Python warnings and, at the file-descriptor level, everything written to fd 2
+    (torch's C++ TORCH_WARN). Text on fd 2 that is not a warning goes on to the real stderr."""
+    import tempfile
+
+    captured = CapturedWarnings()
+    sys.stderr.flush()
+    _flush_c_stdio()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 (embedded interpreter): Python warnings only
+        with capture_warnings() as caught:
+            yield captured
+        captured.python = list(caught)
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            with capture_warnings() as caught:
+                yield captured
+        finally:
+            sys.stderr.flush()
+            _flush_c_stdio()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.python = list(caught)
+            sink.seek(0)
+            captured.native_text = sink.read().decode("utf-8", "replace")
+    rest = captured.other_text()
+    if rest:
+        sys.stderr.write(rest + "\n")
 
 
 # --------------------------------------------------------------------------- memory
