@@ -6,7 +6,13 @@ queued ahead of it so that launch latency stays out of the window, after a warm-
 min/max and quartiles are reported. On CPU the host clock (time.perf_counter) is used and
 there is no flush.
 The number of repeats adapts to a time budget per measurement (--budget-ms, clamped to
---min-repeats..--max-repeats) unless --repeats fixes it.
+--min-repeats..--max-repeats) unless --repeats fixes it. Each row has a spread figure,
+(p75 - p25) / median; above --noise-threshold more repeats are taken (up to --noise-max-repeats
+and --noise-budget-ms), and a row still above it is marked `noisy`.
+--timing wall times back-to-back calls on the host clock instead (host launch cost included,
+what a training loop pays). --sustained SECONDS runs each large case that long before timing it,
+so that it is timed in the GPU's steady power state, not at burst clocks. The GPU's SM clock
+and power state are recorded before and after the run.
 
 FLOPs follow the flash-attention convention (say so when quoting the numbers):
 forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
@@ -29,11 +35,13 @@ if __package__:
     from . import bench_measure as measure
     from . import bench_plan as plan
     from . import bench_report as report
+    from . import gpu_state
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_measure as measure  # type: ignore[no-redef]
     import bench_plan as plan  # type: ignore[no-redef]
     import bench_report as report  # type: ignore[no-redef]
+    import gpu_state  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 PROG = "bench.py"
@@ -96,6 +104,39 @@ def build_parser() -> common.OneLineArgumentParser:
         default=3.0,
         help="keep warming up until this many ms were spent (default 3)",
     )
+    p.add_argument(
+        "--timing",
+        choices=measure.TIMINGS,
+        default="device",
+        help="device: device events, launch cost kept out (default); wall: back-to-back calls "
+        "on the host clock, host cost included",
+    )
+    p.add_argument(
+        "--sustained",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="run each large case (Large and up) this long before timing it: steady power state",
+    )
+    p.add_argument(
+        "--noise-threshold",
+        type=float,
+        default=measure.NOISE_THRESHOLD,
+        help="spread (p75-p25)/median above which more repeats are taken "
+        f"(default {measure.NOISE_THRESHOLD:g})",
+    )
+    p.add_argument(
+        "--noise-max-repeats",
+        type=int,
+        default=100,
+        help="bound on the repeats of a noisy row (default 100)",
+    )
+    p.add_argument(
+        "--noise-budget-ms",
+        type=float,
+        default=30.0,
+        help="bound on the extra time spent on a noisy row (default 30)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
     p.add_argument(
@@ -132,6 +173,9 @@ def _check_options(opts: Any) -> None:
         raise common.UsageError("--min-repeats is larger than --max-repeats")
     if opts.peak_tflops is not None and opts.peak_tflops <= 0:
         raise common.UsageError("--peak-tflops must be positive")
+    for name in ("sustained", "noise_threshold", "noise_budget_ms"):
+        if getattr(opts, name) < 0:
+            raise common.UsageError(f"--{name.replace('_', '-')} must not be negative")
 
 
 def _output_paths(opts: Any) -> dict[str, Path | None]:
@@ -186,6 +230,7 @@ def _main(argv: list[str] | None) -> int:
     arches = common.load_arches()
     arch, device_name = common.detect_arch(device)
     prov = common.provenance(device, arch, device_name)
+    prov["gpu_state"] = {"before": gpu_state.gpu_state(device)}
     peaks = {d: common.peak_for(arch, d, opts.peak_tflops, arches) for d in ("fp16", "bf16")}
     prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
@@ -199,8 +244,9 @@ def _main(argv: list[str] | None) -> int:
         )
 
     results = plan.run_suite(opts, device, arch, arches)
+    prov["gpu_state"]["after"] = gpu_state.gpu_state(device)
     wall = time.perf_counter() - started
-    print(report.render_table(results, prov))
+    print(report.render_table(results, prov, opts.timing))
     settings = {
         k: getattr(opts, k)
         for k in (
@@ -219,14 +265,14 @@ def _main(argv: list[str] | None) -> int:
             "warmup",
             "warmup_ms",
             "mem_limit_gib",
+            "timing",
+            "sustained",
+            "noise_threshold",
+            "noise_max_repeats",
+            "noise_budget_ms",
         )
     }
-    settings["timer"] = (
-        "torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin (torch.cuda._sleep) "
-        "queued before each repeat"
-        if device.type == "cuda"
-        else "time.perf_counter per repeat, no cache flush (CPU)"
-    )
+    settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
     document = {
         "schema": SCHEMA,
         "flop_convention": measure.FLOP_CONVENTION,

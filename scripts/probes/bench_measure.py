@@ -1,6 +1,10 @@
 """bench's measuring: the FLOP convention, the result row's fields, and timing one pass of
-one case (device events with an L2 flush and a GPU spin ahead of each repeat; host clock on
-CPU), with adaptive repeats and median/min/max/quartiles. torch + stdlib only."""
+one case, with adaptive repeats, median/min/max/quartiles and a spread figure (more repeats
+when it is high; `noisy` when it stays high). torch + stdlib only.
+
+Timing modes: "device" (device events with an L2 flush and a GPU spin ahead of each repeat, so
+host launch cost stays out; host clock on CPU) and "wall" (back-to-back calls on the host clock,
+synchronised once per sample: what a training loop pays, host cost included)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,14 @@ PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 FLUSH_BYTES = 256 * 2**20
 SLOW_CALL_MS = 50.0
 HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
+TIMINGS = ("device", "wall")
+WALL_SAMPLE_MS = 2.0  # wall mode: back-to-back calls per sample until about this long
+WALL_MAX_CALLS = 200
+# Spread = (p75 - p25) / median. Above NOISE_THRESHOLD more repeats are taken (up to
+# --noise-max-repeats); still above it, the row is marked noisy.
+NOISE_THRESHOLD = 0.10
+# --sustained applies to cases at least this big (fwd FLOPs, non-causal): Large and up.
+SUSTAINED_MIN_FLOPS = 4.0 * 8 * 16 * 2048 * 2048 * 64
 
 # What identifies a timed case (--compare matches runs on it); the rest are its results.
 CASE_FIELDS = (
@@ -49,6 +61,10 @@ RESULT_FIELDS = (
     "p25_ms",
     "p75_ms",
     "repeats",
+    "spread",
+    "noisy",
+    "calls_per_sample",
+    "sustained_s",
     "flops",
     "tflops",
     "pct_peak",
@@ -91,12 +107,14 @@ def rate_fields(flops: float, median_ms: float, peak: float | None) -> dict[str,
 
 
 class Timer:
-    """Times a callable: device events + L2 flush on GPU, perf_counter on CPU."""
+    """Times a callable: device events + L2 flush on GPU, perf_counter on CPU ("device"), or
+    back-to-back calls on the host clock ("wall")."""
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: Any, timing: str = "device") -> None:
         import torch
 
         self.device = device
+        self.timing = timing
         self.gpu = device.type == "cuda"
         self.flush_buffer = (
             torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if self.gpu else None
@@ -151,11 +169,44 @@ class Timer:
             calls += 1
         return statistics.median(times) if times else first_ms
 
+    def calls_per_sample(self, estimate_ms: float) -> int:
+        """wall mode: calls per sample, so that one sample spans about WALL_SAMPLE_MS."""
+        if self.timing != "wall":
+            return 1
+        return max(1, min(WALL_MAX_CALLS, round(WALL_SAMPLE_MS / max(estimate_ms, 1e-3))))
+
+    def measure_wall(
+        self, fn: Callable[[], Any], before: Callable[[], Any], samples: int, calls: int
+    ) -> list[float]:
+        """Per-call ms of `calls` back-to-back calls (setup included), one value per sample."""
+        out = []
+        for _ in range(samples):
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                before()
+                fn()
+            self.sync()
+            out.append((time.perf_counter() - t0) * 1e3 / calls)
+        return out
+
+    def run_for(self, fn: Callable[[], Any], before: Callable[[], Any], seconds: float) -> float:
+        """Back-to-back calls, untimed, for `seconds` (to reach the sustained power state)."""
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for _ in range(4):
+                before()
+                fn()
+            self.sync()
+        return seconds
+
     def measure(
-        self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int
+        self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int, calls: int = 1
     ) -> list[float]:
         import torch
 
+        if self.timing == "wall":
+            return self.measure_wall(fn, before, repeats, calls)
         if not self.gpu:
             out = []
             for _ in range(repeats):
@@ -181,14 +232,27 @@ class Timer:
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
-def summarize(times_ms: list[float]) -> dict[str, Any]:
+def spread(times_ms: list[float]) -> float:
+    """(p75 - p25) / median: 0.1 means the middle half of the repeats spans 10% of the median."""
+    ordered = sorted(times_ms)
+    if len(ordered) < 2:
+        return 0.0
+    q = statistics.quantiles(ordered, n=4, method="inclusive")
+    median = statistics.median(ordered)
+    return (q[2] - q[0]) / median if median > 0 else 0.0
+
+
+def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
     ordered = sorted(times_ms)
     if len(ordered) >= 2:
         q = statistics.quantiles(ordered, n=4, method="inclusive")
         p25, p75 = q[0], q[2]
     else:
         p25 = p75 = ordered[0]
+    figure = spread(ordered)
     return {
+        "spread": round(figure, 4),
+        "noisy": figure > noise_threshold,
         "median_ms": round(statistics.median(ordered), 5),
         "min_ms": round(ordered[0], 5),
         "max_ms": round(ordered[-1], 5),
@@ -286,16 +350,56 @@ def run_pass(
                     # samples bound the spread and keep the default suite's wall time down.
                     floor = min(floor, opts.slow_min_repeats)
                 repeats = max(floor, min(opts.max_repeats, wanted))
-            times = timer.measure(fn, before, repeats)
+            calls = timer.calls_per_sample(estimate)
+            sustained = 0.0
+            if getattr(opts, "sustained", 0) and large_case(tensors, causal):
+                sustained = timer.run_for(fn, before, opts.sustained)
+            times = timer.measure(fn, before, repeats, calls)
+            times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
         tensors.reset_grads()
         return {
             "status": "ok",
             "reason": None,
-            **summarize(times),
+            **summarize(times, _threshold(opts)),
+            "calls_per_sample": calls,
+            "sustained_s": sustained or None,
             "host_s": round(time.perf_counter() - started, 3),
         }
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
         return _failure(timer, tensors, exc, [])
+
+
+def _threshold(opts: Any) -> float:
+    return getattr(opts, "noise_threshold", NOISE_THRESHOLD)
+
+
+def large_case(tensors: Tensors, causal: bool) -> bool:
+    b, h, s, d = tensors.q.shape
+    return 4.0 * b * h * s * s * d >= SUSTAINED_MIN_FLOPS
+
+
+def more_repeats_while_noisy(
+    timer: Timer,
+    fn: Callable[[], Any],
+    before: Callable[[], Any],
+    times: list[float],
+    estimate_ms: float,
+    calls: int,
+    opts: Any,
+) -> list[float]:
+    """Over the noise threshold: add as many repeats again, until the spread is under it or
+    --noise-max-repeats samples (or --noise-budget-ms more time) were taken."""
+    # A fixed --repeats count is kept as asked; the row is still marked when noisy.
+    bound = 0 if getattr(opts, "repeats", None) else getattr(opts, "noise_max_repeats", 0) or 0
+    budget_ms = getattr(opts, "noise_budget_ms", 0.0) or 0.0
+    sample_ms = estimate_ms * calls
+    spent = 0.0
+    while spread(times) > _threshold(opts) and len(times) < bound and spent < budget_ms:
+        extra = min(len(times), bound - len(times))
+        extra = min(extra, max(1, int((budget_ms - spent) / max(sample_ms, 1e-6))))
+        times = times + timer.measure(fn, before, extra, calls)
+        spent += extra * sample_ms
+    return times
 
 
 def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:

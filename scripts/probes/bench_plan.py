@@ -79,7 +79,7 @@ def run_suite(opts: Any, device: Any, arch: str | None, arches: dict[str, Any]) 
     if bad or not passes:
         raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
 
-    timer = measure.Timer(device)
+    timer = measure.Timer(device, getattr(opts, "timing", "device"))
     limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
     total_cases = len(shapes) * len(dtypes) * len(causals) * len(backends)
     done = 0
@@ -176,7 +176,8 @@ def progress_text(row: dict[str, Any]) -> str:
     if row["status"] != "ok":
         return f"{row['pass']} {row['status']}"
     rate = "!>peak" if row["above_peak"] else f"{report.format_rate(row)[0]} TF/s"
-    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}"
+    noisy = f" NOISY (spread {100 * row['spread']:.0f}%)" if row.get("noisy") else ""
+    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}{noisy}"
 
 
 def progress(text: str) -> None:

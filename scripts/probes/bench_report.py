@@ -11,9 +11,11 @@ from typing import Any
 
 if __package__:
     from . import bench_measure as measure
+    from . import gpu_state
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_measure as measure  # type: ignore[no-redef]
+    import gpu_state  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 # --------------------------------------------------------------------------- output
@@ -30,7 +32,35 @@ def format_rate(row: dict[str, Any]) -> tuple[str, str]:
     )
 
 
-def render_table(results: list[dict], provenance: dict[str, Any]) -> str:
+def timing_note(timing: str, gpu: bool) -> str:
+    if timing == "wall":
+        return (
+            "wall: back-to-back calls on the host clock (time.perf_counter), synchronised once "
+            "per sample; host launch cost included, no cache flush"
+        )
+    if gpu:
+        return (
+            "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
+            "(torch.cuda._sleep) queued before each repeat; host launch cost kept out"
+        )
+    return "device: time.perf_counter per repeat, no cache flush (CPU)"
+
+
+def _state_line(provenance: dict[str, Any]) -> str:
+    state = provenance.get("gpu_state") or {}
+    parts = [f"{k} {gpu_state.describe(v)}" for k, v in state.items() if isinstance(v, dict)]
+    return "GPU state: " + ("; ".join(parts) or gpu_state.UNKNOWN)
+
+
+def status_text(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"{r['status']}: {common.first_line(r['reason'] or '', 90)}"
+    if r["above_peak"]:
+        return "ABOVE PEAK (timing suspect)"
+    return "noisy" if r.get("noisy") else "ok"
+
+
+def render_table(results: list[dict], provenance: dict[str, Any], timing: str = "device") -> str:
     header = (
         "size",
         "B,H,S,D",
@@ -41,6 +71,8 @@ def render_table(results: list[dict], provenance: dict[str, Any]) -> str:
         "median ms",
         "min ms",
         "max ms",
+        "spread %",
+        "reps",
         "TFLOP/s",
         "% peak",
         "status",
@@ -52,12 +84,17 @@ def render_table(results: list[dict], provenance: dict[str, Any]) -> str:
         )
         if r["status"] == "ok":
             tflops, pct = format_rate(r)
-            timing = (f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}", f"{r['max_ms']:.4f}")
-            status = "ok" if not r["above_peak"] else "ABOVE PEAK (timing suspect)"
+            times = (
+                f"{r['median_ms']:.4f}",
+                f"{r['min_ms']:.4f}",
+                f"{r['max_ms']:.4f}",
+                f"{100 * r['spread']:.1f}",
+                str(r["repeats"]),
+            )
         else:
             tflops = pct = "-"
-            timing = ("-", "-", "-")
-            status = f"{r['status']}: {common.first_line(r['reason'] or '', 90)}"
+            times = ("-",) * 5
+        status = status_text(r)
         rows.append(
             (
                 r["size"],
@@ -66,19 +103,32 @@ def render_table(results: list[dict], provenance: dict[str, Any]) -> str:
                 "yes" if r["causal"] else "no",
                 r["backend"],
                 r["pass"],
-                *timing,
+                *times,
                 tflops,
                 pct,
                 status,
             )
         )
+    noisy = sum(1 for r in results if r.get("noisy"))
+    footer = (
+        [
+            "",
+            f"{noisy} row(s) noisy: spread (p75-p25)/median stayed above the threshold after "
+            "extra repeats; treat those medians with care",
+        ]
+        if noisy
+        else []
+    )
     lines = [
         f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
         f"torch {provenance['torch']}",
+        f"timing: {timing_note(timing, provenance.get('platform') not in (None, 'cpu'))}",
         f"FLOPs: {measure.FLOP_CONVENTION}",
+        _state_line(provenance),
         f"peak: {provenance.get('peak_note', '-')}",
         "",
         *common.text_table(header, rows),
+        *footer,
     ]
     return "\n".join(lines)
 
@@ -114,6 +164,7 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
         squeeze=False,
         sharex=True,
     )
+    any_noisy = False
     for i, pass_name in enumerate(passes):
         for j, (dtype, causal) in enumerate(columns):
             ax = axes[i][j]
@@ -127,6 +178,26 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
                 if points:
                     xs, ys = zip(*points, strict=True)
                     ax.plot(xs, ys, marker="o", label=backend)
+                    noisy = [
+                        (sizes.index(r["size"]), r["tflops"])
+                        for r in ok
+                        if r.get("noisy")
+                        and (r["pass"], r["dtype"], r["causal"], r["backend"])
+                        == (pass_name, dtype, causal, backend)
+                    ]
+                    if noisy:
+                        nx, ny = zip(*noisy, strict=True)
+                        ax.scatter(
+                            nx,
+                            ny,
+                            s=90,
+                            marker="o",
+                            facecolors="none",
+                            edgecolors="red",
+                            zorder=3,
+                            label="noisy" if not any_noisy else None,
+                        )
+                        any_noisy = True
             ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
             ax.set_xticks(range(len(sizes)))
             ax.set_xticklabels(sizes, rotation=30, fontsize=7)
@@ -135,7 +206,10 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
                 ax.set_ylabel("TFLOP/s")
             if i == 0 and j == 0:
                 ax.legend(fontsize=7)
-    fig.suptitle(title + "\n" + measure.FLOP_CONVENTION, fontsize=9)
+    fig.suptitle(
+        title + "\n" + measure.FLOP_CONVENTION + ("\nred ring: noisy row" if any_noisy else ""),
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
