@@ -352,7 +352,7 @@ def run_pass(
                 repeats = max(floor, min(opts.max_repeats, wanted))
             calls = timer.calls_per_sample(estimate)
             sustained = 0.0
-            if getattr(opts, "sustained", 0) and large_case(tensors, causal):
+            if getattr(opts, "sustained", 0) and large_case(tensors.q.shape):
                 sustained = timer.run_for(fn, before, opts.sustained)
             times = timer.measure(fn, before, repeats, calls)
             times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
@@ -373,8 +373,9 @@ def _threshold(opts: Any) -> float:
     return getattr(opts, "noise_threshold", NOISE_THRESHOLD)
 
 
-def large_case(tensors: Tensors, causal: bool) -> bool:
-    b, h, s, d = tensors.q.shape
+def large_case(dims: Any) -> bool:
+    """dims: B, H, S, D. Large and XLarge are large; Medium is not."""
+    b, h, s, d = dims
     return 4.0 * b * h * s * s * d >= SUSTAINED_MIN_FLOPS
 
 

@@ -1,0 +1,133 @@
+"""bench.py's spread figure, extra repeats for noisy rows and the `noisy` mark, the wall-clock
+timing mode, --sustained, the GPU-state provenance, and bench_crosscheck's reading of a result
+file: real CPU torch runs and real timers (the noise comes from real sleeps)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from types import SimpleNamespace
+
+import torch
+
+from scripts.probes import bench, bench_crosscheck, bench_measure, bench_plan, gpu_state
+
+TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--warmup-ms", "0", "--causal", "no"]
+
+
+def test_spread_is_iqr_over_median():
+    assert bench_measure.spread([1.0] * 8) == 0.0
+    summary = bench_measure.summarize([1.0, 1.0, 2.0, 2.0, 3.0], noise_threshold=0.1)
+    assert summary["spread"] == 0.5 and summary["noisy"] is True
+    assert bench_measure.summarize([1.0, 1.01, 1.02, 1.0], 0.1)["noisy"] is False
+
+
+def alternating_sleeps(short_s: float, long_s: float):
+    state = {"n": 0}
+
+    def fn() -> None:
+        state["n"] += 1
+        time.sleep(long_s if state["n"] % 2 else short_s)
+
+    return fn, state
+
+
+def opts(**kw):
+    base = {
+        "repeats": None,
+        "noise_threshold": 0.1,
+        "noise_max_repeats": 16,
+        "noise_budget_ms": 1e4,
+    }
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_noisy_timings_get_more_repeats_up_to_the_bound():
+    timer = bench_measure.Timer(torch.device("cpu"))
+    fn, _ = alternating_sleeps(0.0005, 0.002)
+    times = timer.measure(fn, lambda: None, 4)
+    more = bench_measure.more_repeats_while_noisy(timer, fn, lambda: None, times, 1.2, 1, opts())
+    assert len(more) == 16 and more[:4] == times
+    assert bench_measure.summarize(more)["noisy"] is True
+    # A fixed --repeats count is kept as asked.
+    fixed = bench_measure.more_repeats_while_noisy(
+        timer, fn, lambda: None, times, 1.2, 1, opts(repeats=4)
+    )
+    assert fixed == times
+
+
+def test_steady_timings_get_no_extra_repeats():
+    timer = bench_measure.Timer(torch.device("cpu"))
+    fn, state = alternating_sleeps(0.002, 0.002)
+    times = timer.measure(fn, lambda: None, 5)
+    steady = opts(noise_threshold=0.5)  # sleep jitter on a loaded machine stays far below
+    more = bench_measure.more_repeats_while_noisy(timer, fn, lambda: None, times, 2.0, 1, steady)
+    assert more == times and state["n"] == 5
+
+
+def test_noisy_rows_marked_on_screen_csv_and_json(tmp_path, capsys):
+    # Threshold 0: any spread at all counts as noise; one repeat more at most.
+    args = [*TINY, "--backends", "math", "--passes", "fwd", "--min-repeats", "6"]
+    args += ["--noise-threshold", "0", "--noise-max-repeats", "7", "--out-dir", str(tmp_path)]
+    assert bench.main(args) == 0
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    (row,) = doc["results"]
+    assert row["noisy"] is True and row["spread"] > 0 and row["repeats"] == 7
+    with open(tmp_path / "bench.csv") as f:
+        (csv_row,) = list(csv.DictReader(f))
+    assert csv_row["noisy"] == "True" and float(csv_row["spread"]) == row["spread"]
+    out = capsys.readouterr()
+    assert "noisy" in out.out.splitlines()[-3] and "1 row(s) noisy" in out.out
+    assert "NOISY" in out.err  # progress line
+
+
+def test_wall_timing_is_recorded_and_named_in_the_header(tmp_path, capsys):
+    path = tmp_path / "wall.json"
+    args = [*TINY, "--backends", "math", "--timing", "wall", "--repeats", "3", "--json", str(path)]
+    assert bench.main(args) == 0
+    doc = json.loads(path.read_text())
+    assert doc["settings"]["timing"] == "wall" and doc["settings"]["timer"].startswith("wall:")
+    assert all(r["status"] == "ok" and r["calls_per_sample"] >= 1 for r in doc["results"])
+    assert all(r["repeats"] == 3 for r in doc["results"])
+    assert "timing: wall: back-to-back calls" in capsys.readouterr().out
+
+
+def test_wall_samples_average_back_to_back_calls():
+    timer = bench_measure.Timer(torch.device("cpu"), "wall")
+    assert timer.calls_per_sample(0.5) == 4 and timer.calls_per_sample(10.0) == 1
+    fn, state = alternating_sleeps(0.001, 0.003)
+    (per_call,) = timer.measure(fn, lambda: None, 1, calls=4)
+    assert state["n"] == 4 and 1.9 < per_call < 4.0  # mean of 1, 3, 1, 3 ms plus overhead
+
+
+def test_sustained_runs_large_cases_first():
+    assert bench_measure.large_case(bench_plan.SIZES["Large"])
+    assert bench_measure.large_case(bench_plan.SIZES["XLarge"])
+    assert not bench_measure.large_case(bench_plan.SIZES["Medium"])
+    timer = bench_measure.Timer(torch.device("cpu"))
+    fn, state = alternating_sleeps(0.001, 0.001)
+    started = time.perf_counter()
+    timer.run_for(fn, lambda: None, 0.05)
+    assert time.perf_counter() - started >= 0.05 and state["n"] >= 4
+
+
+def test_gpu_state_is_unknown_on_cpu_and_recorded_before_and_after(tmp_path, capsys):
+    state = gpu_state.gpu_state(torch.device("cpu"))
+    assert state["sm_clock_mhz"] == "unknown" and gpu_state.describe(state) == "unknown"
+    path = tmp_path / "b.json"
+    assert bench.main([*TINY, "--backends", "math", "--repeats", "2", "--json", str(path)]) == 0
+    prov = json.loads(path.read_text())["provenance"]
+    assert set(prov["gpu_state"]) == {"before", "after"}
+    assert "GPU state: before unknown; after unknown" in capsys.readouterr().out
+
+
+def test_crosscheck_reads_every_named_size_and_the_timing_mode(tmp_path):
+    path = tmp_path / "tiny.json"
+    args = ["--sizes", "Tiny", "--dtypes", "fp16", "--backends", "math", "--timing", "wall"]
+    assert bench.main([*args, "--repeats", "2", "--warmup-ms", "0", "--json", str(path)]) == 0
+    table, timing = bench_crosscheck.bench_lookup(str(path))
+    assert timing == "wall"
+    assert set(table) == {("Tiny", "math", c, p) for c in (False, True) for p in ("fwd", "bwd")}
+    assert all(reps == 2 and calls >= 1 for _ms, reps, calls in table.values())
+    assert {c[0] for c in bench_crosscheck.default_cases()} == set(bench_plan.SIZES)
