@@ -68,7 +68,17 @@ def test_steady_timings_get_no_extra_repeats():
 
 def test_noisy_rows_marked_on_screen_csv_and_json(tmp_path, capsys):
     # Threshold 0: any spread at all counts as noise; one repeat more at most.
-    args = [*TINY, "--backends", "math", "--passes", "fwd", "--min-repeats", "6"]
+    args = [
+        *TINY,
+        "--backends",
+        "math",
+        "--passes",
+        "fwd",
+        "--min-repeats",
+        "6",
+        "--max-repeats",
+        "6",
+    ]
     args += ["--noise-threshold", "0", "--noise-max-repeats", "7", "--out-dir", str(tmp_path)]
     assert bench.main(args) == 0
     doc = json.loads((tmp_path / "bench.json").read_text())

@@ -28,6 +28,7 @@ PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 FLUSH_BYTES = 256 * 2**20
 SLOW_CALL_MS = 50.0
 HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
+MAX_HEAD_START_CYCLES = 2_000_000  # ~1 ms: longer than any host launch sequence we time
 TIMINGS = ("device", "wall")
 WALL_SAMPLE_MS = 2.0  # wall mode: back-to-back calls per sample until about this long
 WALL_MAX_CALLS = 200
@@ -93,7 +94,7 @@ def rate_fields(flops: float, median_ms: float, peak: float | None) -> dict[str,
             "tflops": None,
             "pct_peak": None,
             "above_peak": True,
-            "measured_tflops_above_peak": round(tflops, 3),
+            "measured_tflops_above_peak": float(f"{tflops:.4g}"),  # tiny rates stay > 0
         }
     return {
         "tflops": round(tflops, 3),
@@ -120,6 +121,13 @@ class Timer:
             torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if self.gpu else None
         )
         self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
+        self.head_start_cycles = HEAD_START_CYCLES
+
+    def set_head_start(self, estimate_ms: float) -> None:
+        """Spin at least as long as one synchronised call took on the host (an autograd
+        backward at Tiny spends ~0.2 ms launching), at ~2 GHz, 1.5x for margin."""
+        cycles = int(estimate_ms * 1e-3 * 2e9 * 1.5)
+        self.head_start_cycles = max(HEAD_START_CYCLES, min(MAX_HEAD_START_CYCLES, cycles))
 
     def sync(self) -> None:
         import torch
@@ -223,7 +231,7 @@ class Timer:
                 # Give the host a head start: a backward's kernels take the autograd engine
                 # ~0.1 ms to launch, as long as a Medium backward runs; without queued work
                 # the events would time the host's launch gaps instead of the GPU.
-                self.gpu_sleep(HEAD_START_CYCLES)
+                self.gpu_sleep(self.head_start_cycles)
             self.flush_buffer.zero_()
             starts[i].record()
             fn()
@@ -351,6 +359,7 @@ def run_pass(
                     floor = min(floor, opts.slow_min_repeats)
                 repeats = max(floor, min(opts.max_repeats, wanted))
             calls = timer.calls_per_sample(estimate)
+            timer.set_head_start(estimate)
             sustained = 0.0
             if getattr(opts, "sustained", 0) and large_case(tensors.q.shape):
                 sustained = timer.run_for(fn, before, opts.sustained)
