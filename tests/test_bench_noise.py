@@ -139,5 +139,5 @@ def test_crosscheck_reads_every_named_size_and_the_timing_mode(tmp_path):
     table, timing = bench_crosscheck.bench_lookup(str(path))
     assert timing == "wall"
     assert set(table) == {("Tiny", "math", c, p) for c in (False, True) for p in ("fwd", "bwd")}
-    assert all(reps == 2 and calls >= 1 for _ms, reps, calls in table.values())
+    assert all(reps == 2 and calls >= 1 for _ms, reps, calls, _noisy in table.values())
     assert {c[0] for c in bench_crosscheck.default_cases()} == set(bench_plan.SIZES)

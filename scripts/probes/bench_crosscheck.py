@@ -7,8 +7,9 @@ two timing modes (--timing; default: the mode of --bench-json, else device):
   every repeat behind a GPU spin (torch.cuda._sleep, so the host's launch latency is not
   timed), one torch.cuda.Event pair per repeat, one synchronize after all repeats (as triton's
   do_bench), median.
-- wall: two warm-up calls, then samples of N back-to-back calls on the host clock with one
-  synchronize per sample (host launch cost included), median of the per-call times.
+- wall: two warm-up calls and 25 ms of back-to-back calls, then samples of N back-to-back
+  calls on the host clock with one synchronize per sample (host launch cost included), median
+  of the per-call times.
 
 Backward is timed alone: forward once, then out.backward(grad, retain_graph=True) with the input
 grads reset before each repeat.
@@ -71,6 +72,11 @@ REFERENCE = {
 def time_wall_ms(fn, before, samples: int, calls: int | None) -> float:
     """Median per-call host time of `calls` back-to-back calls (own estimate when None)."""
     for _ in range(2):  # warm-up
+        before()
+        fn()
+    torch.cuda.synchronize()
+    settle_end = time.perf_counter() + 0.025  # 25 ms back-to-back first: GPU clocks up
+    while time.perf_counter() < settle_end:
         before()
         fn()
     torch.cuda.synchronize()
@@ -177,7 +183,12 @@ def bench_lookup(path: str | None) -> tuple[dict, str | None]:
             and r["pass"] in ("fwd", "bwd")
         ):
             key = (r["size"], r["backend"], r["causal"], r["pass"])
-            table[key] = (r["median_ms"], r["repeats"], r.get("calls_per_sample"))
+            table[key] = (
+                r["median_ms"],
+                r["repeats"],
+                r.get("calls_per_sample"),
+                bool(r.get("noisy")),
+            )
     return table, (data.get("settings") or {}).get("timing", "device")
 
 
@@ -222,10 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     for size, backend, causal in cases:
         ref = REFERENCE.get((size, backend, causal))
         wanted = {
-            p: bench.get((size, backend, causal, p), (None, SUSTAINED_REPEATS, None))[1]
+            p: bench.get((size, backend, causal, p), (None, SUSTAINED_REPEATS))[1]
             for p in ("fwd", "bwd")
         }
-        calls = {p: bench.get((size, backend, causal, p), (None, None, None))[2] for p in wanted}
+        calls = {p: bench.get((size, backend, causal, p), (None,) * 3)[2] for p in wanted}
         try:
             times = measure(
                 size,
@@ -246,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             ms = times[pass_name]
             sustained = times.get(pass_name + "_sustained")
             ref_ms = ref[index] if ref else None
-            bench_ms = bench.get((size, backend, causal, pass_name), (None,))[0]
+            bench_ms, _reps, _calls, noisy = bench.get(
+                (size, backend, causal, pass_name), (None, None, None, False)
+            )
             diff = None if bench_ms is None else 100.0 * (bench_ms - ms) / ms
             if diff is not None:
                 worst_by_size[size] = max(worst_by_size.get(size, 0.0), abs(diff))
@@ -261,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                     "repeats": wanted[pass_name],
                     "crosscheck_ms": round(ms, 5),
                     "bench_ms": bench_ms,
+                    "bench_noisy": noisy,
                     "diff_pct": None if diff is None else round(diff, 2),
                     "sustained_ms": None if sustained is None else round(sustained, 5),
                     "reference_ms": ref_ms,
@@ -274,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{sustained if sustained is not None else nan:>10.4f}"
                 f"{ref_ms if ref_ms is not None else nan:>9.4f}"
                 f"{ratio if ratio is not None else nan:>9.3f}"
+                + ("  (bench: noisy)" if noisy else "")
             )
     compared = [r for r in rows if r["diff_pct"] is not None]
     worst = max(worst_by_size.values(), default=0.0)
@@ -286,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         if compared
         else "no bench.py timings to compare"
     )
+    steady = [abs(r["diff_pct"]) for r in compared if not r["bench_noisy"]]
+    if len(steady) < len(compared):
+        summary += (
+            f"; {len(compared) - len(steady)} of them were marked noisy by bench.py, the largest "
+            f"difference among the others is {max(steady, default=0.0):.2f}%"
+        )
     print(summary)
     if opts.json:
         Path(opts.json).write_text(

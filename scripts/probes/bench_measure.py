@@ -28,7 +28,11 @@ PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 FLUSH_BYTES = 256 * 2**20
 SLOW_CALL_MS = 50.0
 HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
+# A backward's kernels are launched by the autograd engine's device thread; its wake-up varies
+# (a Medium flash backward read 0.12 ms, or 0.30 ms with a 3.4 ms tail, behind a 0.2 ms spin).
+BACKWARD_HEAD_START_CYCLES = 1_000_000  # ~0.5 ms
 MAX_HEAD_START_CYCLES = 2_000_000  # ~1 ms: longer than any host launch sequence we time
+WALL_SETTLE_MS = 25.0  # wall mode: back-to-back calls before timing, so clocks are up
 TIMINGS = ("device", "wall")
 WALL_SAMPLE_MS = 2.0  # wall mode: back-to-back calls per sample until about this long
 WALL_MAX_CALLS = 200
@@ -123,11 +127,12 @@ class Timer:
         self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
 
-    def set_head_start(self, estimate_ms: float) -> None:
+    def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
         """Spin at least as long as one synchronised call took on the host (an autograd
         backward at Tiny spends ~0.2 ms launching), at ~2 GHz, 1.5x for margin."""
         cycles = int(estimate_ms * 1e-3 * 2e9 * 1.5)
-        self.head_start_cycles = max(HEAD_START_CYCLES, min(MAX_HEAD_START_CYCLES, cycles))
+        floor = BACKWARD_HEAD_START_CYCLES if backward else HEAD_START_CYCLES
+        self.head_start_cycles = max(floor, min(MAX_HEAD_START_CYCLES, cycles))
 
     def sync(self) -> None:
         import torch
@@ -359,7 +364,11 @@ def run_pass(
                     floor = min(floor, opts.slow_min_repeats)
                 repeats = max(floor, min(opts.max_repeats, wanted))
             calls = timer.calls_per_sample(estimate)
-            timer.set_head_start(estimate)
+            timer.set_head_start(estimate, backward=pass_name != "fwd")
+            if timer.timing == "wall" and timer.gpu:
+                # Host-bound small cases leave the GPU idle and its clock drops; start every
+                # case from the same busy state, as a training loop would be.
+                timer.run_for(fn, before, WALL_SETTLE_MS / 1e3)
             sustained = 0.0
             if getattr(opts, "sustained", 0) and large_case(tensors.q.shape):
                 sustained = timer.run_for(fn, before, opts.sustained)

@@ -36,7 +36,7 @@ def timing_note(timing: str, gpu: bool) -> str:
     if timing == "wall":
         return (
             "wall: back-to-back calls on the host clock (time.perf_counter), synchronised once "
-            "per sample; host launch cost included, no cache flush"
+            "per sample, after 25 ms of untimed calls; host launch cost included, no cache flush"
         )
     if gpu:
         return (
