@@ -235,3 +235,21 @@ def test_bad_input_exit_2(tmp_path, capsys):
     assert backend_check.main(["--dtype", "fp64"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(e.startswith("backend_check.py: error:") for e in err)
+
+
+def test_reason_headings_join_the_warning_that_follows():
+    caught = sdpa_common.CapturedWarnings()
+    caught.native_text = (
+        "[W1122 16:49:58.1 sdp_utils.cpp:1] Warning: Flash attention kernel not used because: "
+        "(function operator())\n"
+        "[W1122 16:49:58.2 sdp_utils.cpp:2] Warning: Flash attention has been runtime disabled. "
+        "(function check_runtime_disabled_flash)\n"
+        "[W1122 16:49:58.3 sdp_utils.cpp:2] Warning: Flash attention has been runtime disabled. "
+        "(function check_runtime_disabled_flash)\n"
+        "some other output\n"
+    )
+    assert caught.reasons() == [
+        "Flash attention kernel not used because: Flash attention has been runtime disabled.",
+        "Flash attention has been runtime disabled.",
+    ]
+    assert caught.other_text() == "some other output"

@@ -108,7 +108,7 @@ def test_wall_samples_average_back_to_back_calls():
     assert timer.calls_per_sample(0.5) == 4 and timer.calls_per_sample(10.0) == 1
     fn, state = alternating_sleeps(0.001, 0.003)
     (per_call,) = timer.measure(fn, lambda: None, 1, calls=4)
-    assert state["n"] == 4 and 1.9 < per_call < 4.0  # mean of 1, 3, 1, 3 ms plus overhead
+    assert state["n"] == 4 and per_call >= 1.95  # mean of 1, 3, 1, 3 ms (sleeps only overshoot)
 
 
 def test_sustained_runs_large_cases_first():

@@ -421,9 +421,7 @@ def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
 # torch's C++ TORCH_WARN, when no Python handler is installed (can_use_*(debug=True), worker
 # threads), goes through c10 logging to the process's fd 2, e.g.
 # "[W1122 16:42:26.917740431 Resize.cpp:30] Warning: <message> (function _resize_output_check)".
-_NATIVE_WARNING = re.compile(
-    r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function [^)]*\))?$"
-)
+_NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function .*\))?$")
 # Chatter that is not a reason: the profiler's per-cycle notice (Python) and its kineto log
 # lines on fd 2 ("... ActivityProfilerController.cpp:...] profiler_stop"), which are dropped.
 _CHATTER = ("Profiler clears events",)
@@ -448,20 +446,13 @@ class CapturedWarnings:
         self.native_text = ""
 
     def native(self) -> list[str]:
-        """The C++ warnings in the captured fd-2 text (continuation lines joined)."""
-        found: list[str] = []
-        current: list[str] | None = None
+        """The C++ warnings in the captured fd-2 text, one per c10 log line."""
+        found = []
         for line in self.native_text.splitlines():
             match = _NATIVE_WARNING.match(line.strip())
             if match:
-                if current is not None:
-                    found.append(" ".join(current))
-                current = [match.group("msg")]
-            elif current is not None and line.strip() and not line.startswith("["):
-                current.append(line.strip())
-        if current is not None:
-            found.append(" ".join(current))
-        return [re.sub(r"\s*\(function [^)]*\)$", "", f).strip() for f in found]
+                found.append(match.group("msg"))
+        return found
 
     def other_text(self) -> str:
         """fd-2 text that is not a C++ warning (passed on to the real stderr)."""
@@ -475,9 +466,17 @@ class CapturedWarnings:
     def reasons(self) -> list[str]:
         """Every reason once, in order: C++ warnings, then Python warnings; no chatter."""
         out: list[str] = []
+        heading = ""
         for text in [*self.native(), *(str(w.message) for w in self.python)]:
             msg = clean_reason(text)
-            if msg and not is_chatter(msg) and msg not in out:
+            if not msg or is_chatter(msg):
+                continue
+            if msg.endswith(":"):  # "Flash attention kernel not used because:" + next warning
+                heading = msg
+                continue
+            msg = f"{heading} {msg}" if heading else msg
+            heading = ""
+            if msg not in out:
                 out.append(msg)
         return out
 
