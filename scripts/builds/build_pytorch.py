@@ -62,7 +62,7 @@ class Component:
     script: str  # TheRock checkout script
     pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
     related: str | None  # project name in PyTorch's related_commits
-    hipify_subcommand: bool  # the script has a `hipify` subcommand
+    hipify_subcommand: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
     dir_flag: str  # build_prod_wheels --*-dir
     build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
     wheels: tuple[str, ...]  # canonical distribution names this stage must produce
@@ -86,7 +86,7 @@ COMPONENTS = (
         "--pytorch-vision-dir", "pytorch-vision", ("torchvision",),
     ),
     Component(
-        "apex", "apex", "pytorch_apex_repo.py", "apex", "apex", True, "--apex-dir", "apex",
+        "apex", "apex", "pytorch_apex_repo.py", "apex", "apex", False, "--apex-dir", "apex",
         ("apex",),
     ),
 )  # fmt: skip
