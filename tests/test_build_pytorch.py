@@ -195,6 +195,11 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     aot = tmp_path / "aotriton"
     (aot / "lib").mkdir(parents=True)
     (aot / "lib" / "libaotriton_v2.so.0.13.0").write_bytes(b"")
+    # PyTorch's aotriton.cmake links lib/libaotriton_v2.so and installs include/ too
+    with pytest.raises(UserError, match=r"lib/libaotriton_v2\.so and include/"):
+        run("--aotriton-prefix", str(aot))
+    (aot / "lib" / "libaotriton_v2.so").symlink_to("libaotriton_v2.so.0.13.0")
+    (aot / "include" / "aotriton").mkdir(parents=True)
     run("--aotriton-prefix", str(aot))
     torch_call = build_calls(work)[-3]
     assert torch_call["env"]["AOTRITON_INSTALLED_PREFIX"] == str(aot)
@@ -453,6 +458,8 @@ def test_build_aotriton_install_is_used_for_torch(build, capfd):
     lib = work / "build" / "aotriton" / "install" / "lib"
     lib.mkdir(parents=True)
     (lib / "libaotriton_v2.so.0.13.0").write_bytes(b"")
+    (lib / "libaotriton_v2.so").symlink_to("libaotriton_v2.so.0.13.0")
+    (lib.parent / "include").mkdir()
     run("--dry-run")
     out = capfd.readouterr().out
     torch_line = next(x for x in out.splitlines() if "--pytorch-dir" in x)

@@ -311,13 +311,18 @@ class Context:
 def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
     """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX."""
 
+    # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
+    # links $PREFIX/lib/libaotriton_v2.so (the unversioned name) - all three must be there.
     def has_lib(prefix: Path) -> bool:
-        return any((prefix / "lib").glob("libaotriton_v2.so*"))
+        return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
     if opts.aotriton_prefix:
         prefix = Path(opts.aotriton_prefix).expanduser().resolve()
         if not has_lib(prefix):
-            raise UserError(f"--aotriton-prefix {prefix}: no lib/libaotriton_v2.so* there")
+            raise UserError(
+                f"--aotriton-prefix {prefix}: PyTorch's aotriton.cmake needs "
+                "lib/libaotriton_v2.so and include/ there"
+            )
         return prefix, "--aotriton-prefix", str(prefix)
     # build_aotriton (scripts/build_aotriton.py) installs into <work>/build/aotriton/install
     # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.
