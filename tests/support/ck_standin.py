@@ -1,7 +1,10 @@
 """A stand-in composable_kernel CMake project (built for real with cmake + ninja), in a
 rocm-libraries-like monorepo (projects/composablekernel) and in a legacy-layout repo.
 
-It mirrors the upstream behaviour build_ck relies on (upstream-facts.md §5): BUILD_DEV
+It mirrors the upstream behaviour build_ck relies on (upstream-facts.md §5; checked against
+rocm-libraries@05d98566 projects/composablekernel/CMakeLists.txt, docs/upstream-interfaces.md):
+find_package(hip) is required; a single unsupported target (gfx900/906/90c) gives a dummy
+build with nothing installed; BUILD_DEV
 defaults ON and adds -Werror (the stand-in has a warning, so BUILD_DEV=ON fails); tests and
 examples are only added when GPU_TARGETS is given without GPU_ARCHS; find_package(ROCM) must
 be found through CMAKE_PREFIX_PATH; the install has include/ck/config.h (which records the
@@ -16,8 +19,19 @@ from tests.support.therock_standin import make_repo, url
 CMAKELISTS = r"""
 cmake_minimum_required(VERSION 3.21)
 project(composable_kernel VERSION 1.2.0 LANGUAGES CXX)
+set(CK_UNSUPPORTED_GPU_TARGETS_LIST "gfx900;gfx906;gfx90c")
 find_package(ROCM REQUIRED CONFIG)
-option(BUILD_DEV "Build with -Werror -Weverything" ON)
+if(GPU_ARCHS)
+  unset(GPU_TARGETS CACHE)
+  unset(AMDGPU_TARGETS CACHE)
+endif()
+if("${GPU_TARGETS}" IN_LIST CK_UNSUPPORTED_GPU_TARGETS_LIST)
+  add_custom_target(ck_dummy_target)
+  message("CK is not supported for target ${GPU_TARGETS}")
+  return()
+endif()
+find_package(hip REQUIRED)
+SET(BUILD_DEV ON CACHE BOOL "BUILD_DEV")
 if(BUILD_DEV)
   add_compile_options(-Werror -Wunused-variable)
 endif()
