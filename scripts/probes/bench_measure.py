@@ -77,7 +77,8 @@ def rate_fields(flops: float, median_ms: float, peak: float | None) -> dict[str,
             "tflops": None,
             "pct_peak": None,
             "above_peak": True,
-            "measured_tflops_above_peak": round(tflops, 3),
+            # significant digits, not decimals: a tiny rate must still read as above the peak
+            "measured_tflops_above_peak": float(f"{tflops:.4g}"),
         }
     return {
         "tflops": round(tflops, 3),
