@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import http.server
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -315,18 +316,31 @@ class ReleaseFiles:
         )
 
 
+def json_signature(commit: str = "6e00ef3e335b45dfb49065259533b59c68995bfe") -> bytes:
+    """An image pack's __signature__ as AOTriton writes it (python/write_image_signature.py)."""
+    fields = {
+        "AOTRITON_GIT_SHA1": commit,
+        "AOTRITON_GIT_TREESHA1": "0" * 40,
+        "DB_SHA256": {"primary": {}, "secondary": {}},
+        "TRITON_VERSION": "3.5.0+git00000000",
+    }
+    return (json.dumps(fields, indent=2) + "\n").encode()
+
+
 def make_release(
     www: Path,
     *,
     version: str = "0.13b",
     runtime: str = "0.13.0",
-    signature: str = "0.13",
+    signature: str | None = None,
     rocm: str = "7.15",
     pack: str = "gfx115x",
     hostarch: str = "x86_64",
     padding: int = 300_000,
 ) -> ReleaseFiles:
-    """Runtime + one image pack under www/<version>/ (AOTriton's release names)."""
+    """Runtime + one image pack under www/<version>/ (AOTriton's release names). The pack's
+    __signature__ is AOTriton's JSON form (0.11b+ write_image_signature) unless `signature`
+    gives a version, then the old text form `aotriton<version>` (to test the version guard)."""
     noise = os.urandom(padding)  # incompressible, so a download can be cut midway
     runtime_name = f"aotriton-{version}-manylinux_2_28_{hostarch}-rocm{rocm}-shared.tar.gz"
     images_name = f"aotriton-{version}-images-amd-{pack}.tar.gz"
@@ -340,7 +354,7 @@ def make_release(
     images_sha = _tar(
         {
             f"aotriton/lib/aotriton.images/amd-{pack}/__signature__": (
-                f"aotriton{signature}\n".encode()
+                f"aotriton{signature}\n".encode() if signature else json_signature()
             ),
             f"aotriton/lib/aotriton.images/amd-{pack}/flash/fwd.aks2": noise,
         },
