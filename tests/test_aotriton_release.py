@@ -21,7 +21,7 @@ def env_prefix(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Path:
 
 @pytest.fixture
 def release(tmp_path: Path, env_prefix: Path, monkeypatch: pytest.MonkeyPatch):
-    def make(*, signature: str = "0.13", runtime_sha: str | None = None, **kw):
+    def make(*, signature: str | None = None, runtime_sha: str | None = None, **kw):
         www = tmp_path / "www"
         files = st.make_release(www, signature=signature, **kw)
         pins = tmp_path / "pins"

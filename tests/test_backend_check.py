@@ -209,6 +209,24 @@ def test_matching_runtime_and_images_are_not_a_mismatch(tmp_path):
     assert info["mismatch"] is None
 
 
+def test_real_json_signature_is_not_read_as_a_version(tmp_path):
+    """AOTriton 0.13b's __signature__ is JSON whose TRITON_VERSION (3.x) is no AOTriton
+    version (ROCm/aotriton@6e00ef3e python/write_image_signature.py)."""
+    signature = json.dumps(
+        {
+            "AOTRITON_GIT_SHA1": "6e00ef3e335b45dfb49065259533b59c68995bfe",
+            "AOTRITON_GIT_TREESHA1": "0" * 40,
+            "DB_SHA256": {"primary": {}, "secondary": {}},
+            "TRITON_VERSION": "3.5.0+git1234abcd",
+        },
+        indent=2,
+    )
+    lib = make_torch_tree(tmp_path, (0, 13, 0), {"amd-gfx115x": signature})
+    info = sdpa_common.aotriton_versions(lib)
+    assert info["images"]["amd-gfx115x"] == {"version": None, "signature": "git 6e00ef3e335b"}
+    assert info["mismatch"] is None
+
+
 def test_runtime_version_from_versioned_library_name(tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()

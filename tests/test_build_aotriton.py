@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -89,9 +89,15 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
     assert real.is_file() and not real.is_symlink()
     assert real.read_bytes() != shipped  # the build's runtime replaced torch's
     assert os.readlink(lib / "libaotriton_v2.so") == "libaotriton_v2.so.0.13.0"
-    assert (lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text() == (
-        "aotriton0.13\n"
-    )
+    # AOTriton 0.13b's JSON signature (write_image_signature), naming the commit built
+    signature = json.loads((lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text())
+    assert signature["AOTRITON_GIT_SHA1"] == st.git(bed.src, "rev-parse", "HEAD")
+    assert set(signature) == {
+        "AOTRITON_GIT_SHA1",
+        "AOTRITON_GIT_TREESHA1",
+        "DB_SHA256",
+        "TRITON_VERSION",
+    }
     # pyaotriton is a real extension module next to the runtime
     py = subprocess.run(
         [
@@ -197,20 +203,24 @@ def test_patch_set_rebuilds_and_tampered_patch_is_refused(bed: Bed, capsys) -> N
     assert st.git(bed.src, "rev-parse", "HEAD") == bed.commit
 
 
-def test_runtime_image_mismatch_is_refused_and_torch_untouched(bed: Bed, capsys) -> None:
-    set_dir = st.make_patch_set(
-        bed.patches, "aotriton", bed.commit, bed.repo, [{"IMAGE_VERSION": "0.12\n"}]
+def test_real_json_signatures_are_read_and_mixed_builds_refused(tmp_path: Path) -> None:
+    """0.13b writes JSON signatures without a version (docs/upstream-interfaces.md): they are
+    not a runtime/image mismatch, but packs from two different commits are."""
+    sig = json.dumps({"AOTRITON_GIT_SHA1": "a" * 40, "AOTRITON_GIT_TREESHA1": "b" * 40})
+    assert aotriton_install.signature_of(sig) == "git-" + "a" * 12
+    assert aotriton_install.signature_of("aotriton0.12\n") == "0.12"
+    one = aotriton_install.AotritonInstall(
+        tmp_path, "0.13.0", {"amd-gfx115x": "git-" + "a" * 12}, ()
     )
-    before = aotriton_install.installed_fingerprint(bed.torch_lib)
-    try:
-        with pytest.raises(UserError) as error:
-            run_build(bed, capsys)
-        message = str(error.value)
-        assert "\n" not in message
-        assert "runtime 0.13.0 but amd-gfx115x/__signature__ says 0.12" in message
-        assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
-    finally:
-        shutil.rmtree(set_dir)
+    assert aotriton_install.check_compatible(one, one, force=False) == []
+    mixed = replace(one, images={"amd-gfx115x": "git-aaaa", "amd-gfx110x": "git-bbbb"})
+    with pytest.raises(UserError, match="different AOTriton commits"):
+        aotriton_install.check_compatible(mixed, one, force=False)
+    old_text = replace(one, images={"amd-gfx115x": "0.12"})
+    with pytest.raises(
+        UserError, match=r"runtime 0\.13\.0 but amd-gfx115x/__signature__ says 0\.12"
+    ):
+        aotriton_install.check_compatible(old_text, one, force=False)
 
 
 def test_version_torch_was_not_built_for_needs_force_then_restore(bed: Bed, capsys) -> None:
@@ -246,3 +256,25 @@ def test_no_images_keeps_torch_images(bed: Bed, capsys) -> None:
     assert (lib / "libaotriton_v2.so.0.13.0").read_bytes() != b"torch-shipped runtime\n"
     record = stamps.read(bed.work / "stamps" / "aotriton.json")
     assert record is not None and record["inputs"]["options"]["noimage"] is True
+
+
+def test_standin_configure_fails_where_the_real_one_does(bed: Bed, tmp_path: Path) -> None:
+    """As ROCm/aotriton@6e00ef3e CMakeLists.txt: TARGET_GPUS is obsolete, find_package(hip)
+    needs `rocm-sdk path --cmake`, and a source without git needs AOTRITON_CI_SUPPLIED_SHA1."""
+    cmake_dir = next(bed.prefix.glob("lib/python3*/site-packages/_rocm_sdk_devel/lib/cmake"))
+    cmake = shutil.which("cmake")
+    assert cmake
+
+    def configure(src: Path, *args: str) -> str:
+        build = tmp_path / f"b{len(list(tmp_path.iterdir()))}"
+        argv = [cmake, "-S", str(src), "-B", str(build), *args]
+        result = subprocess.run(argv, capture_output=True, text=True)
+        assert result.returncode != 0
+        return result.stdout + result.stderr
+
+    prefix = f"-DCMAKE_PREFIX_PATH={cmake_dir}"
+    assert "OBSOLETE" in configure(bed.repo, prefix, "-DTARGET_GPUS=gfx942")
+    assert "hip" in configure(bed.repo, "-DAOTRITON_NOIMAGE_MODE=ON")
+    bare = tmp_path / "bare"
+    shutil.copytree(bed.repo, bare, ignore=shutil.ignore_patterns(".git"))
+    assert "AOTRITON_CI_SUPPLIED_SHA1" in configure(bare, prefix)

@@ -68,6 +68,8 @@ def test_library_only_build_installs_into_env_and_rerun_skips(run, env_prefix, c
     config_h = (env_prefix / "include" / "ck" / "config.h").read_text()
     assert "amdclang++" in config_h and '"gfx1151"' in config_h
     assert (env_prefix / "lib" / "libdevice_gemm_instance.a").is_file()
+    assert "BUILD_MHA_LIB" not in configure  # no MHA instances exist for gfx1151
+    assert not (env_prefix / "lib" / "libdevice_mha_instance.a").exists()
     assert (env_prefix / "lib/cmake/composable_kernel/composable_kernelConfig.cmake").is_file()
     build = work / "build" / "composable_kernel"
     assert not (build / "test").exists() and not (build / "example").exists()
@@ -101,6 +103,7 @@ def test_dry_run_legacy_repo_and_cdna_arch(run, monkeypatch, capfd, env_prefix):
     assert configure.startswith("[dry-run] (cd ")
     assert f"-S {work / 'src' / 'composable_kernel'} " in configure  # no subdir
     assert "-DGPU_ARCHS=gfx942" in configure
+    assert "-DBUILD_MHA_LIB=ON" in configure  # the monorepo CK builds MHA only with it
     assert not (work / "src").exists() and not (work / "build").exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -194,6 +195,11 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     aot = tmp_path / "aotriton"
     (aot / "lib").mkdir(parents=True)
     (aot / "lib" / "libaotriton_v2.so.0.13.0").write_bytes(b"")
+    # PyTorch's aotriton.cmake links lib/libaotriton_v2.so and installs include/ too
+    with pytest.raises(UserError, match=r"lib/libaotriton_v2\.so and include/"):
+        run("--aotriton-prefix", str(aot))
+    (aot / "lib" / "libaotriton_v2.so").symlink_to("libaotriton_v2.so.0.13.0")
+    (aot / "include" / "aotriton").mkdir(parents=True)
     run("--aotriton-prefix", str(aot))
     torch_call = build_calls(work)[-3]
     assert torch_call["env"]["AOTRITON_INSTALLED_PREFIX"] == str(aot)
@@ -251,6 +257,35 @@ def test_standin_enforces_the_flash_attention_rule():
     for old in (["--patch"], ["--patchset", "main"], ["--repo", "/tmp/p"]):
         with pytest.raises(SystemExit):
             torch_repo.build_parser().parse_args(["checkout", *old])
+
+
+def test_standin_rejects_what_the_pinned_therock_rejects(tmp_path):
+    """docs/upstream-interfaces.md: the CLI at TheRock@89553ce3 (the pin)."""
+    mod = standin.load_script("build_prod_wheels.py")
+    base = ["build", "--output-dir", str(tmp_path / "out")]
+    # Flags of older TheRock (2555d629 and before) are gone; the old -linux one is unknown.
+    for old in (
+        ["--enable-pytorch-flash-attention-linux"],
+        ["--enable-pytorch-fbgemm-genai-linux"],
+        ["--enable-pytorch-flash-attention-windows"],
+    ):
+        with pytest.raises(SystemExit):
+            mod.parse([*base, *old])
+    # validate_build_args: a project to build needs an existing source folder.
+    with pytest.raises(SystemExit):
+        mod.parse([*base, "--build-apex"])
+    with pytest.raises(SystemExit):
+        mod.parse([*base, "--pytorch-audio-dir", str(tmp_path / "missing")])
+    args = mod.parse([*base, "--release-type", "dev"])
+    assert (args.clean, args.install_rocm, args.rocm_extras) == (None, None, "")
+    with pytest.raises(SystemExit):
+        mod.parse([*base, "--release-type", "weekly"])
+    apex = standin.load_script("pytorch_apex_repo.py").build_parser()
+    assert apex.parse_args(["checkout"]).hipify is False  # apex is not hipified by default
+    assert (
+        apex.parse_args(["checkout", "--no-require-related-commit"]).require_related_commit is False
+    )
+    assert apex.parse_args(["hipify", "--torch-dir", "/t"]).torch_dir == Path("/t")
 
 
 def test_kill_in_the_middle_of_a_stage_then_resume(
@@ -333,7 +368,29 @@ def dry_run_commands(output: str) -> list[list[str]]:
     return commands
 
 
-@pytest.mark.parametrize("arch", ["gfx1151", "gfx1100", "gfx942"])
+def make_source_dirs(command: list[str]) -> None:
+    """The --*-dir folders a build_prod_wheels call names exist once checkout ran (the real
+    validate_build_args rejects missing ones)."""
+    for flag, value in itertools.pairwise(command):
+        if flag.endswith("-dir") and flag not in ("--output-dir", "--checkout-dir"):
+            Path(value).mkdir(parents=True, exist_ok=True)
+
+
+def real_therock_accepts(command: list[str]) -> None:
+    """With $ROCMFA_THEROCK_REAL_DIR (an extracted ROCm/TheRock tree at pins/therock.toml's
+    commit, outside the repository), the real script must accept the argv too."""
+    real = os.environ.get("ROCMFA_THEROCK_REAL_DIR")
+    if not real:
+        return
+    script = Path(real) / "external-builds" / "pytorch" / Path(command[1]).name
+    checker = REPO_ROOT / "tests" / "perf" / "argparse_accepts.py"
+    result = subprocess.run(
+        [sys.executable, str(checker), str(script), *command[2:]], capture_output=True, text=True
+    )
+    assert result.returncode == 0, (command, result.stderr[-800:])
+
+
+@pytest.mark.parametrize("arch", ["gfx1151", "gfx1100", "gfx942", "gfx950", "gfx1201"])
 def test_dry_run_argv_is_accepted_by_therock_cli(
     arch, monkeypatch, provisioned_env, pinned_upstreams, tmp_path, capfd
 ):
@@ -354,10 +411,14 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
         assert not FORBIDDEN & set(command)
         module = standin.load_script(script)
         if script == "build_prod_wheels.py":
+            make_source_dirs(command)
             args = module.parse(command[2:])
             assert args.pytorch_rocm_arch == arch and args.use_ccache and not args.clean
         else:
-            module.build_parser().parse_args(command[2:])
+            args = module.build_parser().parse_args(command[2:])
+            # apex is not hipified (its script's default, as TheRock's CI checks it out)
+            assert args.hipify is (script != "pytorch_apex_repo.py")
+        real_therock_accepts(command)
     assert seen == {
         ("pytorch_torch_repo.py", "checkout"),
         ("pytorch_triton_repo.py", "checkout"),
@@ -386,9 +447,10 @@ def test_nox_dry_run_subprocess(provisioned_env, pinned_upstreams, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     builds = [c for c in dry_run_commands(result.stdout) if c[1].endswith(bp.BUILD_SCRIPT)]
     mod = standin.load_script("build_prod_wheels.py")
-    for command in builds:
-        assert mod.parse(command[2:]).pytorch_rocm_arch == "gfx942"
     assert not work.exists()
+    for command in builds:
+        make_source_dirs(command)
+        assert mod.parse(command[2:]).pytorch_rocm_arch == "gfx942"
 
 
 def test_build_aotriton_install_is_used_for_torch(build, capfd):
@@ -396,6 +458,8 @@ def test_build_aotriton_install_is_used_for_torch(build, capfd):
     lib = work / "build" / "aotriton" / "install" / "lib"
     lib.mkdir(parents=True)
     (lib / "libaotriton_v2.so.0.13.0").write_bytes(b"")
+    (lib / "libaotriton_v2.so").symlink_to("libaotriton_v2.so.0.13.0")
+    (lib.parent / "include").mkdir()
     run("--dry-run")
     out = capfd.readouterr().out
     torch_line = next(x for x in out.splitlines() if "--pytorch-dir" in x)

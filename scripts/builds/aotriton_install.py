@@ -85,14 +85,26 @@ def config_h_version(include_dir: Path) -> str | None:
     return ".".join(parts)
 
 
+def signature_of(text: str) -> str:
+    """What one __signature__ says: 'X.Y' for a versioned text signature, 'git-<sha1[:12]>'
+    for AOTriton's JSON form (0.13b write_image_signature: AOTRITON_GIT_SHA1, ..._TREESHA1,
+    DB_SHA256, TRITON_VERSION; no version in it), else 'unknown'."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("AOTRITON_GIT_SHA1"), str):
+        return "git-" + data["AOTRITON_GIT_SHA1"][:12]
+    match = SIG_RE.search(text)
+    return f"{match.group(1)}.{match.group(2)}" if match else "unknown"
+
+
 def image_signatures(images: Path) -> dict[str, str]:
-    """{'amd-gfx115x': '0.13', ...} from each pack's __signature__."""
+    """{'amd-gfx115x': '0.13' or 'git-<sha1>', ...} from each pack's __signature__."""
     found = {}
     if images.is_dir():
         for sig in sorted(images.glob("*/__signature__")):
-            text = sig.read_text(errors="replace")
-            match = SIG_RE.search(text)
-            found[sig.parent.name] = f"{match.group(1)}.{match.group(2)}" if match else "unknown"
+            found[sig.parent.name] = signature_of(sig.read_text(errors="replace"))
     return found
 
 
@@ -132,7 +144,13 @@ def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     runtime = major_minor(new.runtime)
+    built_from = {sig for sig in new.images.values() if sig.startswith("git-")}
+    if len(built_from) > 1:
+        commits = ", ".join(sorted(built_from))
+        problems.append(f"the image packs come from different AOTriton commits ({commits})")
     for pack, sig in new.images.items():
+        if sig.startswith("git-"):
+            continue  # the JSON signature names a commit, not a version
         if major_minor(sig) != runtime:
             problems.append(
                 f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime "

@@ -58,6 +58,7 @@ def cmake_args(
     cxx: str,
     with_tests: bool,
     with_examples: bool,
+    with_mha: bool = False,
 ) -> list[str]:
     args = [
         "-G",
@@ -84,6 +85,9 @@ def cmake_args(
         f"-DBUILD_CK_EXAMPLES={'ON' if with_examples else 'OFF'}",
         f"-DBUILD_CK_TUTORIALS={'ON' if with_examples else 'OFF'}",
     ]
+    if with_mha:
+        # The monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
+        args.append("-DBUILD_MHA_LIB=ON")
     return args
 
 
@@ -198,6 +202,7 @@ def build_ck(opts: argparse.Namespace) -> None:
         cxx=str(cxx),
         with_tests=bool(opts.with_tests),
         with_examples=bool(opts.with_examples),
+        with_mha=arch.ck_mha,
     )
     runner.run([cmake, *configure], cwd=build)
     runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build)

@@ -62,7 +62,7 @@ class Component:
     script: str  # TheRock checkout script
     pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
     related: str | None  # project name in PyTorch's related_commits
-    hipify_subcommand: bool  # the script has a `hipify` subcommand
+    hipify_subcommand: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
     dir_flag: str  # build_prod_wheels --*-dir
     build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
     wheels: tuple[str, ...]  # canonical distribution names this stage must produce
@@ -86,7 +86,7 @@ COMPONENTS = (
         "--pytorch-vision-dir", "pytorch-vision", ("torchvision",),
     ),
     Component(
-        "apex", "apex", "pytorch_apex_repo.py", "apex", "apex", True, "--apex-dir", "apex",
+        "apex", "apex", "pytorch_apex_repo.py", "apex", "apex", False, "--apex-dir", "apex",
         ("apex",),
     ),
 )  # fmt: skip
@@ -311,13 +311,18 @@ class Context:
 def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
     """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX."""
 
+    # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
+    # links $PREFIX/lib/libaotriton_v2.so (the unversioned name) - all three must be there.
     def has_lib(prefix: Path) -> bool:
-        return any((prefix / "lib").glob("libaotriton_v2.so*"))
+        return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
     if opts.aotriton_prefix:
         prefix = Path(opts.aotriton_prefix).expanduser().resolve()
         if not has_lib(prefix):
-            raise UserError(f"--aotriton-prefix {prefix}: no lib/libaotriton_v2.so* there")
+            raise UserError(
+                f"--aotriton-prefix {prefix}: PyTorch's aotriton.cmake needs "
+                "lib/libaotriton_v2.so and include/ there"
+            )
         return prefix, "--aotriton-prefix", str(prefix)
     # build_aotriton (scripts/build_aotriton.py) installs into <work>/build/aotriton/install
     # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import sys
@@ -584,6 +585,16 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
         except OSError as e:
             info["images"][sig.parent.name] = {"version": None, "error": e.strerror}
             continue
+        # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
+        # version in it, and TRITON_VERSION must not be taken for one.
+        with contextlib.suppress(ValueError):
+            data = json.loads(text)
+            if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
+                info["images"][sig.parent.name] = {
+                    "version": None,
+                    "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}",
+                }
+                continue
         m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
         m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
         info["images"][sig.parent.name] = {

@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import http.server
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -87,19 +88,61 @@ def write_manifest(directory: Path) -> None:
 
 # --- a CMake project laid out like AOTriton -----------------------------------------------
 
+# Fidelity (docs/upstream-interfaces.md, ROCm/aotriton@6e00ef3e = 0.13b CMakeLists.txt): the same
+# option names and defaults; configure fails as the real one does without a git checkout (or
+# AOTRITON_CI_SUPPLIED_SHA1 / AOTRITON_GIT_TREESHA1), with TARGET_GPUS set, without
+# find_package(hip) or pkg-config's liblzma; __signature__ is the JSON that 0.13b's
+# write_image_signature writes (no version in it). The version comes from a VERSION file here
+# (real: set() in CMakeLists.txt) so tests can make other versions.
 CMAKELISTS = r"""
-cmake_minimum_required(VERSION 3.26)
+cmake_minimum_required(VERSION 3.18 FATAL_ERROR)
 file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/VERSION" AOTRITON_FULL_VERSION LIMIT_COUNT 1)
-file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/IMAGE_VERSION" IMAGE_VERSION LIMIT_COUNT 1)
 project(aotriton VERSION ${AOTRITON_FULL_VERSION} LANGUAGES C)
-set(AOTRITON_TARGET_ARCH "gfx90a;gfx942;gfx1100;gfx1151" CACHE STRING "GPUs to build for")
-set(AOTRITON_GPU_BUILD_TIMEOUT "8.0" CACHE STRING "minutes, 0 for indefinite")
-option(AOTRITON_NOIMAGE_MODE "Only build C++ Shim part" OFF)
-option(AOTRITON_NO_PYTHON "Do not build pyaotriton" OFF)
-option(AOTRITON_USE_TORCH "link pyaotriton against torch" ON)
-if(NOT DEFINED ENV{ROCM_PATH})
-  message(FATAL_ERROR "ROCM_PATH is not set")
+if(DEFINED ENV{AOTRITON_CI_SUPPLIED_SHA1})
+  set(AOTRITON_GIT_SHA1 $ENV{AOTRITON_CI_SUPPLIED_SHA1})
+else()
+  execute_process(COMMAND git rev-parse HEAD WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}"
+    OUTPUT_VARIABLE AOTRITON_GIT_SHA1 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 endif()
+if(NOT AOTRITON_GIT_SHA1)
+  message(FATAL_ERROR "[AOTriton] Cannot identify Git Commit SHA1; set AOTRITON_CI_SUPPLIED_SHA1")
+endif()
+if(DEFINED ENV{AOTRITON_GIT_TREESHA1})
+  set(AOTRITON_GIT_TREESHA1 $ENV{AOTRITON_GIT_TREESHA1})
+else()
+  execute_process(COMMAND git rev-parse "HEAD^{tree}"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}"
+    OUTPUT_VARIABLE AOTRITON_GIT_TREESHA1 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+if(NOT AOTRITON_GIT_TREESHA1)
+  message(FATAL_ERROR "[AOTriton] Cannot identify Git tree SHA1; define AOTRITON_GIT_TREESHA1.")
+endif()
+set(AOTRITON_MIN_PYTHON 3.10 CACHE STRING "Minimal Python version for find_package.")
+find_package(Python3 ${AOTRITON_MIN_PYTHON} COMPONENTS Interpreter REQUIRED)
+find_package(hip REQUIRED)
+set(VENV_DIR "${CMAKE_CURRENT_BINARY_DIR}/venv" CACHE STRING "Virtual Environment Directory")
+option(AOTRITON_NO_PYTHON "Disable python binding build" OFF)
+option(AOTRITON_USE_TORCH "Enable functions in python binding that requires libtorch" ON)
+option(AOTRITON_ENABLE_ASAN "Enable Address Sanitizer (g++). Implies -g" OFF)
+option(AOTRITON_ENABLE_ASAN_CLANG "Enable Address Sanitizer using Clang" OFF)
+option(AOTRITON_BUILD_FOR_TUNING "Build all GPU kernels" OFF)
+option(AOTRITON_ENABLE_FP32_INPUTS "Enable FP32 support." ON)
+option(AOTRITON_NOIMAGE_MODE "Only build C++ Shim part. Kernel image builds are disabled" OFF)
+option(AOTRITON_INHERIT_SYSTEM_SITE_TRITON "Use system site packages" OFF)
+set(AOTRITON_USE_LOCAL_TRITON_WHEEL "" CACHE STRING "local triton wheel")
+set(AOTRITON_GPU_BUILD_TIMEOUT "8.0" CACHE STRING "minutes, 0 for indefinite")
+option(AOTRITON_TERMINATE_WHEN_GPU_BUILD_TIMEOUT "error on GPU build timeout" OFF)
+set(AOTRITON_TARGET_ARCH "gfx90a;gfx942;gfx950;gfx1100;gfx1101;gfx1102;gfx1103;gfx1150;gfx1151"
+    "gfx1152;gfx1153;gfx1201;gfx1200;gfx1250" CACHE STRING "Target GPU Architecture")
+set(TARGET_GPUS "OBSOLETE" CACHE STRING "OBSOLETE")
+set(AOTRITON_OVERRIDE_TARGET_GPUS "" CACHE STRING "Override AOTRITON_TARGET_ARCH")
+set(AOTRITON_NAME_SUFFIX "" CACHE STRING "suffix")
+if(NOT TARGET_GPUS STREQUAL "OBSOLETE")
+  message(FATAL_ERROR "TARGET_GPUS is OBSOLETE in Dispatcher V3. "
+    "Use AOTRITON_TARGET_ARCH or AOTRITON_OVERRIDE_TARGET_GPUS.")
+endif()
+include(FindPkgConfig)
+pkg_search_module(LZMA REQUIRED liblzma)
 if(NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/incbin/incbin.h")
   message(FATAL_ERROR "submodule third_party/incbin is missing")
 endif()
@@ -131,7 +174,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/aotriton/config.h DESTINATION 
 if(NOT AOTRITON_NOIMAGE_MODE)
   foreach(pack IN LISTS packs)
     file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/images/amd-${pack}/__signature__
-         "aotriton${IMAGE_VERSION}\n")
+         "{\n  \"AOTRITON_GIT_SHA1\": \"${AOTRITON_GIT_SHA1}\",\n"
+         "  \"AOTRITON_GIT_TREESHA1\": \"${AOTRITON_GIT_TREESHA1}\",\n"
+         "  \"DB_SHA256\": {\"primary\": {}, \"secondary\": {}},\n"
+         "  \"TRITON_VERSION\": \"3.5.0+git00000000\"\n}\n")
   endforeach()
   install(DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/images/ DESTINATION lib/aotriton.images)
 endif()
@@ -150,9 +196,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt DESTINATION share/aotri
 """
 
 CONFIG_H_IN = """#pragma once
-#define AOTRITON_VERSION_MAJOR @PROJECT_VERSION_MAJOR@
-#define AOTRITON_VERSION_MINOR @PROJECT_VERSION_MINOR@
-#define AOTRITON_VERSION_PATCH @PROJECT_VERSION_PATCH@
+#define AOTRITON_VERSION_MAJOR @PROJECT_VERSION_MAJOR@u
+#define AOTRITON_VERSION_MINOR @PROJECT_VERSION_MINOR@u
+#define AOTRITON_VERSION_PATCH @PROJECT_VERSION_PATCH@u
+#define AOTRITON_GIT_SHA1 @AOTRITON_GIT_SHA1@
 """
 
 AOTRITON_C = """#include "aotriton/config.h"
@@ -174,9 +221,7 @@ PyMODINIT_FUNC PyInit_pyaotriton(void) { return PyModule_Create(&module); }
 """
 
 
-def make_aotriton_upstream(
-    root: Path, version: str = "0.13.0", image_version: str = "0.13"
-) -> tuple[Path, str]:
+def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, str]:
     """A git repo shaped like AOTriton (with a submodule); returns (repo, HEAD commit)."""
     incbin = root / "incbin-upstream"
     make_repo(incbin, {"incbin.h": "/* stand-in incbin */\n"})
@@ -186,7 +231,6 @@ def make_aotriton_upstream(
         {
             "CMakeLists.txt": CMAKELISTS,
             "VERSION": version + "\n",
-            "IMAGE_VERSION": image_version + "\n",
             "config.h.in": CONFIG_H_IN,
             "src/aotriton.c": AOTRITON_C,
             "src/pyaotriton.c": PYAOTRITON_C,
@@ -272,18 +316,31 @@ class ReleaseFiles:
         )
 
 
+def json_signature(commit: str = "6e00ef3e335b45dfb49065259533b59c68995bfe") -> bytes:
+    """An image pack's __signature__ as AOTriton writes it (python/write_image_signature.py)."""
+    fields = {
+        "AOTRITON_GIT_SHA1": commit,
+        "AOTRITON_GIT_TREESHA1": "0" * 40,
+        "DB_SHA256": {"primary": {}, "secondary": {}},
+        "TRITON_VERSION": "3.5.0+git00000000",
+    }
+    return (json.dumps(fields, indent=2) + "\n").encode()
+
+
 def make_release(
     www: Path,
     *,
     version: str = "0.13b",
     runtime: str = "0.13.0",
-    signature: str = "0.13",
+    signature: str | None = None,
     rocm: str = "7.15",
     pack: str = "gfx115x",
     hostarch: str = "x86_64",
     padding: int = 300_000,
 ) -> ReleaseFiles:
-    """Runtime + one image pack under www/<version>/ (AOTriton's release names)."""
+    """Runtime + one image pack under www/<version>/ (AOTriton's release names). The pack's
+    __signature__ is AOTriton's JSON form (0.11b+ write_image_signature) unless `signature`
+    gives a version, then the old text form `aotriton<version>` (to test the version guard)."""
     noise = os.urandom(padding)  # incompressible, so a download can be cut midway
     runtime_name = f"aotriton-{version}-manylinux_2_28_{hostarch}-rocm{rocm}-shared.tar.gz"
     images_name = f"aotriton-{version}-images-amd-{pack}.tar.gz"
@@ -297,7 +354,7 @@ def make_release(
     images_sha = _tar(
         {
             f"aotriton/lib/aotriton.images/amd-{pack}/__signature__": (
-                f"aotriton{signature}\n".encode()
+                f"aotriton{signature}\n".encode() if signature else json_signature()
             ),
             f"aotriton/lib/aotriton.images/amd-{pack}/flash/fwd.aks2": noise,
         },

@@ -1,7 +1,11 @@
 """A stand-in composable_kernel CMake project (built for real with cmake + ninja), in a
 rocm-libraries-like monorepo (projects/composablekernel) and in a legacy-layout repo.
 
-It mirrors the upstream behaviour build_ck relies on (upstream-facts.md §5): BUILD_DEV
+It mirrors the upstream behaviour build_ck relies on (upstream-facts.md §5; checked against
+rocm-libraries@05d98566 projects/composablekernel/CMakeLists.txt, docs/upstream-interfaces.md):
+find_package(hip) is required; a single unsupported target (gfx900/906/90c) gives a dummy
+build with nothing installed; fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF) and
+a gfx90a/gfx94x/gfx95x target; BUILD_DEV
 defaults ON and adds -Werror (the stand-in has a warning, so BUILD_DEV=ON fails); tests and
 examples are only added when GPU_TARGETS is given without GPU_ARCHS; find_package(ROCM) must
 be found through CMAKE_PREFIX_PATH; the install has include/ck/config.h (which records the
@@ -16,8 +20,19 @@ from tests.support.therock_standin import make_repo, url
 CMAKELISTS = r"""
 cmake_minimum_required(VERSION 3.21)
 project(composable_kernel VERSION 1.2.0 LANGUAGES CXX)
+set(CK_UNSUPPORTED_GPU_TARGETS_LIST "gfx900;gfx906;gfx90c")
 find_package(ROCM REQUIRED CONFIG)
-option(BUILD_DEV "Build with -Werror -Weverything" ON)
+if(GPU_ARCHS)
+  unset(GPU_TARGETS CACHE)
+  unset(AMDGPU_TARGETS CACHE)
+endif()
+if("${GPU_TARGETS}" IN_LIST CK_UNSUPPORTED_GPU_TARGETS_LIST)
+  add_custom_target(ck_dummy_target)
+  message("CK is not supported for target ${GPU_TARGETS}")
+  return()
+endif()
+find_package(hip REQUIRED)
+SET(BUILD_DEV ON CACHE BOOL "BUILD_DEV")
 if(BUILD_DEV)
   add_compile_options(-Werror -Wunused-variable)
 endif()
@@ -36,6 +51,11 @@ add_library(device_gemm_instance STATIC library/src/gemm.cpp)
 target_include_directories(device_gemm_instance PUBLIC
   $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include> $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/include>)
 install(TARGETS device_gemm_instance EXPORT ckTargets ARCHIVE DESTINATION lib)
+option(BUILD_MHA_LIB "Build the static library for flash attention" OFF)
+if(BUILD_MHA_LIB AND CK_TARGETS MATCHES "gfx94|gfx90a|gfx95")
+  add_library(device_mha_instance STATIC library/src/mha.cpp)
+  install(TARGETS device_mha_instance ARCHIVE DESTINATION lib)
+endif()
 install(DIRECTORY include/ck DESTINATION include FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${CMAKE_BINARY_DIR}/include/ck/config.h DESTINATION include/ck)
 install(EXPORT ckTargets FILE composable_kernelConfig.cmake
@@ -60,6 +80,7 @@ FILES = {
         '#include "ck/ck.hpp"\n#include "ck/config.h"\n'
         "int ck_gemm() { int unused_in_dev_builds; return 1; }\n"
     ),
+    "library/src/mha.cpp": "int ck_mha() { return 1; }\n",
     "test/CMakeLists.txt": "add_executable(test_gemm gemm.cpp)\n"
     "target_link_libraries(test_gemm device_gemm_instance)\n",
     "test/gemm.cpp": '#include "ck/ck.hpp"\nint main() { return ck_gemm() == 1 ? 0 : 1; }\n',

@@ -93,7 +93,12 @@ def build_wheels(out: Path, version: str = VERSION) -> Path:
         },
     )  # fmt: skip
     make_wheel(out, "rocm-sdk-libraries", version, files={"_rocm_sdk_libraries/__init__.py": ""})
-    devel_files = {"_rocm_sdk_devel/__init__.py": "", "_rocm_sdk_devel/lib/cmake/README": "x\n"}
+    devel_files = {
+        "_rocm_sdk_devel/__init__.py": "",
+        "_rocm_sdk_devel/lib/cmake/README": "x\n",
+        # find_package(hip REQUIRED) (AOTriton's CMakeLists) finds it under `rocm-sdk path --cmake`
+        "_rocm_sdk_devel/lib/cmake/hip/hip-config.cmake": "set(hip_VERSION 7.15.0)\n",
+    }
     for tool, body in WRAPPERS.items():
         devel_files[f"_rocm_sdk_devel/bin/{tool}"] = f"#!/bin/sh\n{body}\n"
     make_wheel(
@@ -101,7 +106,11 @@ def build_wheels(out: Path, version: str = VERSION) -> Path:
         executables=[p for p in devel_files if "/bin/" in p],
     )  # fmt: skip
     for arch in DEVICE_ARCHS:
-        make_wheel(out, f"rocm-sdk-device-{arch}", version, files={f"_rocm_device_{arch}/x": ""})
+        # As TheRock's rocm-sdk-device template: a device wheel requires the libraries wheel.
+        make_wheel(
+            out, f"rocm-sdk-device-{arch}", version, files={f"_rocm_device_{arch}/x": ""},
+            requires=[f"rocm-sdk-libraries=={version}"],
+        )  # fmt: skip
     return out
 
 

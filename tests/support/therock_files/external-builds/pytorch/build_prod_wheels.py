@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""Stand-in for TheRock's external-builds/pytorch/build_prod_wheels.py (HEAD CLI).
+"""Stand-in for TheRock's external-builds/pytorch/build_prod_wheels.py.
 
-The command line is exactly upstream-facts.md §4.1 (argparse rejects anything else). The
-flash-attention rule is HEAD's: an explicit --enable-pytorch-flash-attention without building
-triton is a parser error; with triton not built and no explicit flag, Linux disables it;
-otherwise it is ON when an arch starts with an AOTriton-supported prefix. "Building" writes
-real wheel files (zip, METADATA/WHEEL/RECORD) named like TheRock's, into <project>/dist and
-then --output-dir, with an incremental <project>/build dir that --clean removes.
+The command line is exactly the real parser's at TheRock@89553ce3, our pin (names, choices,
+defaults, validate_build_args; docs/upstream-interfaces.md). The flash-attention rule is its: an
+explicit --enable-pytorch-flash-attention without building triton is a parser error; with triton not
+built and no explicit flag, Linux disables it; otherwise it is ON when an arch starts with an
+AOTriton-supported prefix. "Building" writes real wheel files (zip, METADATA/WHEEL/RECORD) named
+like TheRock's, into <project>/dist and then --output-dir, with an incremental <project>/build dir
+that --clean removes.
 
 Test hooks (environment): THEROCK_STANDIN_BLOCK=<project> and THEROCK_STANDIN_BLOCK_FILE=<path>
 make the build of that project write <path>.started and wait until <path> exists;
@@ -47,14 +48,14 @@ def build_parser():
         sp.add_argument("--pip-cache-dir", type=Path)
         sp.add_argument("--rocm-sdk-version", default=">1.0")
         sp.add_argument("--pre", action=argparse.BooleanOptionalAction, default=True)
-        sp.add_argument("--rocm-extras")
+        sp.add_argument("--rocm-extras", default="")
 
     p = argparse.ArgumentParser("build_prod_wheels.py")
     sub_p = p.add_subparsers(dest="command", required=True)
     add_common(sub_p.add_parser("install-rocm"))
     b = sub_p.add_parser("build")
     add_common(b)
-    b.add_argument("--install-rocm", action=argparse.BooleanOptionalAction, default=False)
+    b.add_argument("--install-rocm", action=argparse.BooleanOptionalAction)
     b.add_argument("--output-dir", type=Path, required=True)
     cache = b.add_mutually_exclusive_group()
     cache.add_argument("--use-ccache", action="store_true")
@@ -71,8 +72,8 @@ def build_parser():
         "--enable-pytorch-flash-attention", action=argparse.BooleanOptionalAction, default=None
     )
     b.add_argument("--version-suffix")
-    b.add_argument("--release-type", choices=RELEASE_TYPES)
-    b.add_argument("--clean", action=argparse.BooleanOptionalAction, default=False)
+    b.add_argument("--release-type", choices=RELEASE_TYPES, default="nightly")
+    b.add_argument("--clean", action=argparse.BooleanOptionalAction)
     return p
 
 
@@ -86,13 +87,21 @@ def parse(argv):
         attr = name.replace("-", "_") + "_dir"
         if getattr(args, attr) is None and (args.root_checkout_dir / sub).exists():
             setattr(args, attr, args.root_checkout_dir / sub)
-    args.triton_built = bool(
-        args.build_triton or (args.build_triton is None and args.triton_dir is not None)
-    )
-    if args.enable_pytorch_flash_attention and not args.triton_built:
-        p.error("--enable-pytorch-flash-attention requires building triton (--build-triton)")
-    if args.build_triton and args.triton_dir is None:
-        p.error("Must specify --triton-dir if --build-triton")
+    # validate_build_args: a --build-X with no (existing) --X-dir is a parser error.
+    for name in PROJECT_DIRS:
+        attr = name.replace("-", "_")
+        source = getattr(args, attr + "_dir")
+        if name != "pytorch" and getattr(args, "build_" + attr) is None:
+            setattr(args, "build_" + attr, source is not None)
+        if name == "pytorch" or not getattr(args, "build_" + attr):
+            continue
+        if source is None:
+            p.error(f"--build-{name} requires --{name}-dir or a matching checkout")
+        if not source.is_dir():
+            p.error(f"--{name}-dir does not exist: {source}")
+    args.triton_built = bool(args.build_triton)
+    if args.enable_pytorch_flash_attention and args.pytorch_dir and not args.triton_built:
+        p.error("--enable-pytorch-flash-attention on Linux requires Triton")
     return args
 
 

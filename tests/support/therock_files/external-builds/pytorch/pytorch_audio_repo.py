@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Stand-in for TheRock's pytorch_audio_repo.py (HEAD CLI, upstream-facts.md §4.3)."""
+"""Stand-in for TheRock's pytorch_audio_repo.py (CLI as at TheRock@89553ce3, the pin;
+upstream-facts.md §4.3)."""
 
 import sys
 from pathlib import Path
@@ -17,8 +18,8 @@ ARGS = (
 
 
 def build_parser():
-    return _related_repo.build_parser(ARGS[0], ARGS[1], THIS_DIR)
+    return _related_repo.build_parser(ARGS[0], ARGS[1], THIS_DIR, True)
 
 
 if __name__ == "__main__":
-    _related_repo.main(*ARGS, sys.argv[1:])
+    _related_repo.main(*ARGS, sys.argv[1:], "nightly", True)

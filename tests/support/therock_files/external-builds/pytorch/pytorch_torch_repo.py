@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Stand-in for TheRock's pytorch_torch_repo.py (HEAD CLI, upstream-facts.md §4.3)."""
+"""Stand-in for TheRock's pytorch_torch_repo.py (CLI as at TheRock@89553ce3, the pin;
+upstream-facts.md §4.3)."""
 
 import argparse
 import sys

@@ -1,4 +1,5 @@
-"""Stand-in for TheRock's external-builds/pytorch/repo_management.py (HEAD CLI).
+"""Stand-in for TheRock's external-builds/pytorch/repo_management.py
+(CLI as at TheRock@89553ce3, the pin).
 
 Made for the tests from upstream-facts.md §4.3: the checkout options shared by the
 pytorch_*_repo.py scripts, a git checkout at --repo-hashtag from --gitrepo-origin, a
