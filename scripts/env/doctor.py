@@ -25,10 +25,14 @@ TORCH_PROBE = (
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
-    detection = archs.detect_gpus()
+    try:
+        detection = archs.detect_gpus()
+    except UserError as e:
+        return {"detected": [], "detected_from": "rocm-bootstrap", "error": str(e)}
     section: dict[str, Any] = {
         "detected": list(detection.gpus),
         "detected_from": detection.source,
+        "hierarchy": {gpu: list(chain) for gpu, chain in detection.chains.items()},
         "hsa_override": archs.explain_override(detection),
     }
     try:
@@ -151,6 +155,8 @@ def render(report: dict[str, Any]) -> str:
     lines = ["rocm-fa-workflow doctor", ""]
     gpus = ", ".join(arch["detected"]) or "none"
     lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
+    for gpu, chain in arch.get("hierarchy", {}).items():
+        lines.append(f"           {gpu}: target -> sub-family -> family {' -> '.join(chain)}")
     if arch.get("hsa_override"):
         lines.append(f"           {arch['hsa_override']}")
     if "error" in arch:
