@@ -38,6 +38,7 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from scripts.builds import compile_cache
 from scripts.env import archs, condaenv
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
@@ -306,6 +307,7 @@ class Context:
     aotriton: Path | None
     aotriton_digest: str
     max_jobs: int
+    cache: compile_cache.CachePlan | None = None
 
 
 def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
@@ -379,6 +381,17 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     therock_dir = paths.src_dir(work, "therock")
+    cache_spec = compile_cache.parse_cache(getattr(opts, "cache", None))
+    cache = None
+    if cache_spec is not None:
+        toolchain = {
+            "rocm": rocm_version,
+            "python": python_tag,
+            "env": condaenv.env_identity(prefix) if not note else "",
+        }
+        cache = compile_cache.plan_cache(
+            cache_spec, work=work, arch=arch.name, toolchain=toolchain, env=env, runner=runner
+        )
     return Context(
         opts=opts,
         runner=runner,
@@ -398,6 +411,7 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
         aotriton=aotriton,
         aotriton_digest=aotriton_digest,
         max_jobs=jobs,
+        cache=cache,
     )
 
 
@@ -433,6 +447,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         "python": ctx.python_tag,
         "env": ctx.env_identity,
         "cache": "ccache" if ctx.opts.ccache else "sccache" if ctx.opts.sccache else None,
+        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
     }
     return inputs
 
@@ -458,9 +473,11 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         ctx.arch.name,
         "--clean" if clean else "--no-clean",
     ]
-    if ctx.opts.ccache:
+    if ctx.cache is not None and ctx.cache.active:
+        argv += ctx.cache.therock_flags()
+    elif ctx.opts.ccache:
         argv.append("--use-ccache")
-    if ctx.opts.sccache:
+    elif ctx.opts.sccache:
         argv.append("--use-sccache")
 
     def src(key: str) -> str:
@@ -492,6 +509,8 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     sets = {"MAX_JOBS": str(ctx.max_jobs)}
     if stage == "torch" and ctx.aotriton:
         sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
+    if ctx.cache is not None:
+        sets.update(ctx.cache.build_sets(ctx.runner.base_env))
     return sets
 
 
@@ -607,12 +626,14 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
         )
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     if ctx.runner.dry_run:
-        ctx.runner.run(argv, cwd=cwd, sets=sets)
+        with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
+            ctx.runner.run(argv, cwd=cwd, sets=sets)
         return {}
     cwd.mkdir(parents=True, exist_ok=True)
     stamps.write_text_atomic(config_file, json.dumps(config, sort_keys=True))
     before = snapshot(ctx.out)
-    ctx.runner.run(argv, cwd=cwd, sets=sets)
+    with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
+        ctx.runner.run(argv, cwd=cwd, sets=sets)
     wheels = produced_wheels(ctx.out, before, stage)
     for record in wheels:
         ctx.runner.say(f"{stage}: built {Path(record['file']).name}")
@@ -703,6 +724,9 @@ def build_pytorch(opts: argparse.Namespace) -> None:
         raise UserError("--from and --only exclude each other")
     if opts.ccache and opts.sccache:
         raise UserError("--ccache and --sccache exclude each other")
+    if getattr(opts, "cache", None) and (opts.ccache or opts.sccache):
+        raise UserError("--cache replaces --ccache/--sccache; pass only --cache")
+    compile_cache.parse_cache(getattr(opts, "cache", None))  # a bad --cache fails first
     ctx = make_context(opts)
     say = ctx.runner.say
     if not ctx.arch.aotriton_supported():

@@ -146,6 +146,14 @@ OPTIONS: tuple[Option, ...] = (
         action="store_true",
         help="copy a patch set to the new commit when it still applies cleanly there",
     ),
+    _opt(
+        "--cache",
+        sessions=("build_aotriton", "build_pytorch", "build_ck"),
+        metavar="KIND|URL",
+        help="compile cache: none, ccache, sccache (local), or a shared sccache at "
+        "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL; "
+        "add ?read_only=1 to only read; credentials only from the environment",
+    ),
     # --- build_pytorch, install_wheels, build_ck (issue 4) ---
     _opt(
         "--from",
