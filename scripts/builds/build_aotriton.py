@@ -42,7 +42,7 @@ from scripts.builds.aotriton_install import (
     torch_dir,
     torch_version,
 )
-from scripts.env import archs, condaenv
+from scripts.env import archs, compat_matrix, condaenv
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -196,6 +196,16 @@ def build_aotriton(opts: argparse.Namespace) -> None:
     if getattr(opts, "restore", False):
         restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run))
         return
+    # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
+    compat_matrix.announce(
+        compat_matrix.check_combination(
+            ctx.arch,
+            ctx.version,
+            torch_version=torch_version(ctx.torch),
+            aotriton_url=ctx.pin.url,
+            force=opts.force,
+        )
+    )
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
     print(f"arch: {ctx.arch.name} ({ctx.arch_how}); image pack {ctx.pack}", file=out)
     inputs = _inputs(ctx)

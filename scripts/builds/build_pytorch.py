@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from scripts.builds import compile_cache
-from scripts.env import archs, condaenv
+from scripts.env import archs, compat_matrix, condaenv
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -719,6 +720,20 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
     return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
 
 
+def check_matrix(ctx: Context) -> None:
+    """The torch series of a release/X.Y pin x build_aotriton's AOTriton, before any build."""
+    match = re.search(r"release/(\d+\.\d+)", str(getattr(ctx.pytorch_pin, "ref", "") or ""))
+    stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
+    version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
+    if match and version and ctx.aotriton:
+        compat_matrix.announce(
+            compat_matrix.check_combination(
+                ctx.arch, version, torch_version=match[1], force=ctx.opts.force
+            ),
+            ctx.runner.say,
+        )
+
+
 def build_pytorch(opts: argparse.Namespace) -> None:
     if opts.from_stage and opts.only:
         raise UserError("--from and --only exclude each other")
@@ -745,6 +760,7 @@ def build_pytorch(opts: argparse.Namespace) -> None:
         tool = "ccache" if ctx.opts.ccache else "sccache"
         if not ctx.runner.dry_run:
             condaenv.which_in_env(tool, ctx.runner.base_env)
+    check_matrix(ctx)
     todo = plan(ctx)
     skipped = [s for s in ctx.enabled if s not in todo]
     if skipped:

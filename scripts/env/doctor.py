@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scripts.env import archs, condaenv, lockfile, rocm_sdk
+from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
 from scripts.env.manager import find_manager
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.datafiles import load_toml
@@ -49,6 +49,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         ck_mha=arch.ck_mha,
         peak_tflops=dict(arch.peak_tflops),
         limits=list(arch.limits),
+        matrix=compat_matrix.host_line(arch.name),
     )
     return section
 
@@ -169,6 +170,7 @@ def render(report: dict[str, Any]) -> str:
             + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
         )
         lines += [f"           limit: {limit}" for limit in arch["limits"]]
+        lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
     manager = env.get("manager")
     lines.append(
         f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"

@@ -35,7 +35,7 @@ OPTIONS: tuple[Option, ...] = (
     # Shared by every session that touches the env or builds.
     _opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins"),
+        sessions=(*ENV_USERS, "update_pins", "matrix"),
         help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else detected from KFD sysfs)",
     ),
     _opt(
@@ -63,9 +63,12 @@ OPTIONS: tuple[Option, ...] = (
         "--force",
         sessions=(SETUP, *BUILDS),
         action="store_true",
-        help="redo even when up to date; replace or reset what would otherwise be refused",
+        help="redo even when up to date; replace or reset what would otherwise be refused "
+        "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
     ),
-    _opt("--json", sessions=("doctor",), action="store_true", help="machine-readable output"),
+    _opt(
+        "--json", sessions=("doctor", "matrix"), action="store_true", help="machine-readable output"
+    ),
     _opt(
         "--jobs",
         "-j",

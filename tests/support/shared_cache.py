@@ -130,5 +130,6 @@ def build_on_machine(machine: Path, cache: str, units: int) -> MachineBuild:
         runner.run(configure, cwd=machine, sets=sets, capture=True)
         runner.run([tool("cmake"), "--build", str(build)], cwd=machine, sets=sets, capture=True)
     wall = time.monotonic() - began
-    lines = (machine / ".cache" / compile_cache.STATS_FILE).read_text().splitlines()
+    stats_file = machine / ".cache" / compile_cache.STATS_FILE
+    lines = stats_file.read_text().splitlines() if stats_file.exists() else ["{}"]
     return MachineBuild(wall, json.loads(lines[-1]), out.getvalue())
