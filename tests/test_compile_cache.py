@@ -38,7 +38,7 @@ def test_kinds_and_urls_parse() -> None:
     )
     assert redis.read_only and redis.prefix == "team"
     dav = cc.parse_cache("https://dav.example/sccache/")
-    assert (dav.backend, dav.endpoint) == ("webdav", "https://dav.example/sccache/")
+    assert (dav.backend, dav.endpoint) == ("webdav", "https://dav.example/sccache")
     s3 = cc.parse_cache("s3://builds/rocm?endpoint=http://minio:9000&region=eu-1")
     assert (s3.bucket, s3.prefix, s3.endpoint, s3.region) == (
         "builds", "rocm", "http://minio:9000", "eu-1"

@@ -133,7 +133,9 @@ def parse_cache(value: str | None) -> CacheSpec | None:
             read_only=read_only,
         )
     if backend == "webdav":
-        endpoint = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        # No trailing slash: sccache joins endpoint + "/" + key ('//' is refused by servers).
+        path = parts.path.rstrip("/")
+        endpoint = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
         return CacheSpec("sccache", backend, endpoint=endpoint, prefix=prefix, read_only=read_only)
     endpoint = opt.get("endpoint")
     if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
@@ -372,14 +374,20 @@ def format_stats(record: Mapping[str, Any]) -> str:
     )
 
 
+def _why_not_started(output: str) -> str:
+    """sccache ends with a backtrace; its 'error:' line says what happened."""
+    lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() and not line[0].isdigit()]
+    return (errors or lines or ["the sccache server did not start"])[0][:200]
+
+
 def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
     if plan.spec.tool == "ccache":
         runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
         return plan
     started = runner.run([plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False)
     if started.returncode != 0 and plan.spec.remote:
-        why = (started.stderr or started.stdout).strip().splitlines()
-        plan = _degrade(plan, work, why[-1] if why else "sccache server did not start", runner)
+        plan = _degrade(plan, work, _why_not_started(started.stderr or started.stdout), runner)
         started = runner.run(
             [plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False
         )

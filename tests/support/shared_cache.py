@@ -1,6 +1,6 @@
 """A real redis-server on loopback and a stand-in C++ CMake project built through --cache.
 
-Used by tests/test_compile_cache_redis.py and tests/perf/bench_shared_cache.py: two "machines"
+Used by tests/test_compile_cache_servers.py and tests/perf/bench_shared_cache.py: two "machines"
 (separate work dirs, so separate source trees, build dirs, SCCACHE_DIR and sccache server
 ports) build the same project against one redis; the second should be served from the cache.
 """
@@ -44,18 +44,35 @@ def redis_server(tmp: Path) -> Iterator[str]:
     tmp.mkdir(parents=True, exist_ok=True)
     argv = [REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp)]
     argv += ["--save", "", "--appendonly", "no", "--protected-mode", "yes"]
+    with _serving(argv, port, "redis-server", f"redis://127.0.0.1:{port}") as url:
+        yield url
+
+
+WSGIDAV = shutil.which("wsgidav") or (
+    str(Path(sys.executable).parent / "wsgidav")
+    if (Path(sys.executable).parent / "wsgidav").exists()
+    else None
+)
+
+
+def _wait_for_port(proc: subprocess.Popen, port: int, what: str) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start on port {port}") from None
+            time.sleep(0.05)
+
+
+@contextmanager
+def _serving(argv: list[str], port: int, what: str, url: str) -> Iterator[str]:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start on port {port}") from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}"
+        _wait_for_port(proc, port, what)
+        yield url
     finally:
         proc.terminate()
         try:
@@ -63,6 +80,19 @@ def redis_server(tmp: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def webdav_server(root: Path) -> Iterator[str]:
+    """A real WebDAV server (WsgiDAV, PyPI) on 127.0.0.1:<free port>, anonymous, files in root."""
+    if WSGIDAV is None:
+        raise RuntimeError("wsgidav not installed")
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [WSGIDAV, "--host", "127.0.0.1", "--port", str(port), "--root", str(root)]
+    argv += ["--auth", "anonymous", "--no-config"]
+    with _serving(argv, port, "wsgidav", f"http://127.0.0.1:{port}/") as url:
+        yield url
 
 
 def write_project(src: Path, units: int) -> None:

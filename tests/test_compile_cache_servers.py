@@ -1,4 +1,4 @@
-"""--cache redis:// against a real redis-server on loopback: two machines, one shared cache.
+"""--cache against real servers on loopback (redis-server, WsgiDAV): two machines, one cache.
 
 Machine A and machine B have separate work dirs (checkout, build dir, SCCACHE_DIR, sccache
 server port) and build the same stand-in C++ project with real cmake/ninja/sccache; B's
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@needs_redis
 def test_second_machine_is_served_from_redis(tmp_path: Path) -> None:
     with shared_cache.redis_server(tmp_path / "redis") as url:
         cache = f"{url}?prefix=ci"
@@ -46,3 +47,14 @@ def test_unreachable_server_warns_once_and_builds_locally(tmp_path: Path) -> Non
     assert len(warnings) == 1 and "unreachable" in warnings[0] and "local" in warnings[0]
     assert build.stats["misses"] == 2 and build.stats["location"].startswith("Local disk")
     assert (tmp_path / "machine" / "build" / "app").exists()
+
+
+@pytest.mark.skipif(shared_cache.WSGIDAV is None, reason="wsgidav (PyPI) is not installed")
+def test_second_machine_is_served_from_webdav(tmp_path: Path) -> None:
+    with shared_cache.webdav_server(tmp_path / "dav") as url:
+        first = shared_cache.build_on_machine(tmp_path / "machine-a", f"{url}?prefix=ci", units=1)
+        second = shared_cache.build_on_machine(tmp_path / "machine-b", f"{url}?prefix=ci", units=1)
+    assert "WARNING" not in first.log + second.log
+    assert first.stats["location"].lower().startswith("webdav") and first.stats["misses"] == 2
+    assert second.stats["hits"] == 2 and second.stats["misses"] == 0
+    assert any((tmp_path / "dav" / "ci" / "rocmfa" / "gfx1151").rglob("*"))
