@@ -2,7 +2,7 @@
 
 Machine A and machine B have separate work dirs (checkout, build dir, SCCACHE_DIR, sccache
 server port) and build the same stand-in C++ project with real cmake/ninja/sccache; B's
-compiles must come from redis. An unreachable server must only cost a warning line.
+compiles must come from the server. An unreachable server must only cost a warning line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import shared_cache
 
-pytestmark = pytest.mark.skipif(
+needs_redis = pytest.mark.skipif(
     shared_cache.REDIS is None,
     reason="redis-server is not installed (apt-get install redis-server)",
 )
