@@ -36,7 +36,8 @@ OPTIONS: tuple[Option, ...] = (
     _opt(
         "--arch",
         sessions=(*ENV_USERS, "update_pins", "matrix"),
-        help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else detected from KFD sysfs)",
+        help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
+        "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     ),
     _opt(
         "--prefix",
