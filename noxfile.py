@@ -73,6 +73,14 @@ def doctor(session: nox.Session) -> None:
     _call(session, doctor)
 
 
+@nox.session(python=False, tags=["env"], default=False)
+def matrix(session: nox.Session) -> None:
+    """Arch x AOTriton release: flash by default / experimental flag / community port / none."""
+    from scripts.env.compat_matrix import main
+
+    _call(session, main)
+
+
 @nox.session(python=False, tags=["build"], default=False)
 def update_pins(session: nox.Session) -> None:
     """Resolve pinned refs to commits, rewrite pins/, report whether patch sets still apply."""

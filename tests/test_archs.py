@@ -1,13 +1,28 @@
-"""Arch data and detection from KFD sysfs trees laid out like the real one."""
+"""Arch data, and detection through rocm-bootstrap from KFD sysfs trees laid out like the real one.
+
+rocm-bootstrap keeps all its I/O in rocm_bootstrap._platform so tests can fake sysfs; these tests
+point its KFD_TOPOLOGY at a real directory tree (our fixtures) and set its variables with
+monkeypatch, so its real parsing runs.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from rocm_bootstrap import _platform
 
 from scripts.env import archs
 from scripts.plumbing.errors import UserError
+
+
+@pytest.fixture(autouse=True)
+def _clean_bootstrap_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in (archs.BOOTSTRAP_FORCE_ENV, archs.BOOTSTRAP_DISABLE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_platform, "KFD_TOPOLOGY", tmp_path / "no-kfd")
+    monkeypatch.setattr(_platform, "run_clinfo", lambda: "")  # Windows fallback: no clinfo here
+
 
 CPU_NODE = "cpu_cores_count 16\nsimd_count 0\ngfx_target_version 0\nvendor_id 4098\n"
 
@@ -23,6 +38,7 @@ def kfd_tree(root: Path, *targets: int) -> Path:
             f"cpu_cores_count 0\nsimd_count 80\ngfx_target_version {target}\n"
             f"drm_render_minor {127 + i}\nvendor_id 4098\n"
         )
+    _platform.KFD_TOPOLOGY = nodes  # undone by the autouse fixture's monkeypatch
     return nodes
 
 
@@ -32,7 +48,7 @@ def kfd_tree(root: Path, *targets: int) -> Path:
      (90010, "gfx90a"), (120001, "gfx1201")],
 )  # fmt: skip
 def test_detects_single_gpu(tmp_path: Path, target: int, arch: str) -> None:
-    choice = archs.resolve_arch(None, nodes_dir=kfd_tree(tmp_path, target), environ={})
+    choice = (kfd_tree(tmp_path, target), archs.resolve_arch(None, environ={}))[1]
     assert choice.arch.name == arch
     assert "KFD sysfs" in choice.how
 
@@ -41,31 +57,63 @@ def test_multi_gpu_uses_first_in_node_order_and_says_so(tmp_path: Path) -> None:
     nodes = kfd_tree(tmp_path, 110000, 110501)
     # Node 10 must sort after node 2 (numeric, not lexical order).
     (nodes / "10").mkdir()
-    (nodes / "10" / "properties").write_text("gfx_target_version 90402\n")
-    detection = archs.detect_gpus(nodes, {})
+    (nodes / "10" / "properties").write_text("simd_count 304\ngfx_target_version 90402\n")
+    detection = archs.detect_gpus({})
     assert detection.gpus == ("gfx1100", "gfx1151", "gfx942")
-    choice = archs.resolve_arch(None, nodes_dir=nodes, environ={})
+    choice = archs.resolve_arch(None, environ={})
     assert choice.arch.name == "gfx1100"
     assert "several GPU archs" in choice.how
 
 
 def test_cpu_only_machine_needs_explicit_arch(tmp_path: Path) -> None:
-    nodes = kfd_tree(tmp_path)
+    kfd_tree(tmp_path)
     with pytest.raises(UserError, match=r"no AMD GPU detected.*--arch"):
-        archs.resolve_arch(None, nodes_dir=nodes, environ={})
-    assert archs.resolve_arch("gfx1151", nodes_dir=nodes, environ={}).how == "--arch"
+        archs.resolve_arch(None, environ={})
+    assert archs.resolve_arch("gfx1151", environ={}).how == "--arch"
 
 
-def test_no_kfd_at_all(tmp_path: Path) -> None:
-    detection = archs.detect_gpus(tmp_path / "missing", {})
-    assert detection.gpus == () and "no KFD sysfs" in detection.source
+def test_no_kfd_at_all() -> None:
+    detection = archs.detect_gpus({})
+    assert detection.gpus == () and "no AMD GPU found" in detection.source
+
+
+def test_rocm_bootstrap_force_variable_and_hierarchy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kfd_tree(tmp_path, 110000)
+    monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx1151")
+    choice = archs.resolve_arch(None, environ={})
+    assert choice.arch.name == "gfx1151" and "ROCM_BOOTSTRAP_FORCE_GFX_ARCH" in choice.how
+    assert choice.detection.chains["gfx1151"] == ("gfx1151", "gfx115x", "gfx11")
+    # ours wins over rocm-bootstrap's
+    assert archs.resolve_arch(None, environ={"ROCMFA_ARCH": "gfx942"}).arch.name == "gfx942"
+    monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx9999")
+    with pytest.raises(UserError, match=r"^GPU detection failed \(\$ROCM_BOOTSTRAP_FORCE"):
+        archs.detect_gpus({})
+    monkeypatch.delenv(archs.BOOTSTRAP_FORCE_ENV)
+    monkeypatch.setenv(archs.BOOTSTRAP_DISABLE_ENV, "1")
+    assert "disabled" in archs.detect_gpus({}).source
+
+
+def test_unknown_gfx_target_version_is_one_line(tmp_path: Path) -> None:
+    kfd_tree(tmp_path, 130007)
+    with pytest.raises(UserError, match=r"GPU detection failed \(KFD sysfs\).*130007"):
+        archs.resolve_arch(None, environ={})
+
+
+def test_device_extras_come_from_rocm_bootstrap() -> None:
+    table = archs.load_arches()
+    assert table["gfx1151"].device_extra == "device-gfx1151"
+    assert table["gfx90a"].device_extra == "device-gfx90a"
+    assert table["sm_90"].device_extra is None
+    assert archs.packaging_chain("gfx908") == ("gfx908", "gfx9_0", "gfx9")
 
 
 def test_arch_override_order(tmp_path: Path) -> None:
-    nodes = kfd_tree(tmp_path, 110501)
+    kfd_tree(tmp_path, 110501)
     env = {"ROCMFA_ARCH": "gfx942"}
-    assert archs.resolve_arch(None, nodes_dir=nodes, environ=env).arch.name == "gfx942"
-    assert archs.resolve_arch("gfx1100", nodes_dir=nodes, environ=env).arch.name == "gfx1100"
+    assert archs.resolve_arch(None, environ=env).arch.name == "gfx942"
+    assert archs.resolve_arch("gfx1100", environ=env).arch.name == "gfx1100"
     # gcnArchName carries feature suffixes
     assert archs.get_arch("gfx90a:sramecc+:xnack-").name == "gfx90a"
 
@@ -79,17 +127,17 @@ def test_unknown_arch_lists_known_ones() -> None:
 
 
 def test_hsa_override_is_detected_and_explained(tmp_path: Path) -> None:
-    nodes = kfd_tree(tmp_path, 110501)
-    detection = archs.detect_gpus(nodes, {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
+    kfd_tree(tmp_path, 110501)
+    detection = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
     assert detection.gpus == ("gfx1151",)  # sysfs still shows the real arch
     assert detection.hsa_override_arch == "gfx1100"
     text = archs.explain_override(detection)
     assert "report gfx1100 although the GPU is gfx1151" in text
-    bad = archs.detect_gpus(nodes, {"HSA_OVERRIDE_GFX_VERSION": "11.5"})
+    bad = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5"})
     assert "invalid" in archs.explain_override(bad)
-    same = archs.detect_gpus(nodes, {"HSA_OVERRIDE_GFX_VERSION": "11.5.1"})
+    same = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5.1"})
     assert "matches" in archs.explain_override(same)
-    assert archs.explain_override(archs.detect_gpus(nodes, {})) is None
+    assert archs.explain_override(archs.detect_gpus({})) is None
 
 
 def test_capabilities_match_upstream_facts() -> None:

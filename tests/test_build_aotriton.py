@@ -278,3 +278,22 @@ def test_standin_configure_fails_where_the_real_one_does(bed: Bed, tmp_path: Pat
     bare = tmp_path / "bare"
     shutil.copytree(bed.repo, bare, ignore=shutil.ignore_patterns(".git"))
     assert "AOTRITON_CI_SUPPLIED_SHA1" in configure(bare, prefix)
+
+
+def test_known_bad_torch_aotriton_combination_is_refused_before_any_command(
+    bed: Bed, capsys
+) -> None:
+    st.install_torch(bed.prefix)
+    site = st.site_packages(bed.prefix)
+    info = next(site.glob("torch-*.dist-info"))
+    old = site / "torch-2.11.0+rocm7.1.dist-info"
+    info.rename(old)  # torch 2.11 expects AOTriton 0.11.2b; the pin is 0.13b
+    try:
+        src_before = bed.src.exists()
+        with pytest.raises(UserError) as error:
+            run_build(bed, capsys)
+        assert "torch 2.11 expects AOTriton 0.11.2b" in str(error.value)
+        out = capsys.readouterr().out
+        assert "$ " not in out and bed.src.exists() == src_before  # no command ran
+    finally:
+        old.rename(info)

@@ -115,3 +115,18 @@ def test_jobs_are_capped_by_available_memory(tmp_path):
     assert buildjobs.choose_jobs(5, 3.0, meminfo=meminfo, cpus=32)[0] == 5
     with pytest.raises(UserError):
         buildjobs.choose_jobs(0, 3.0, meminfo=meminfo)
+
+
+def test_dry_run_shows_the_compile_cache_and_contacts_nothing(run, capfd, monkeypatch):
+    monkeypatch.setenv("SCCACHE_REDIS_PASSWORD", "hunter2")  # sccache reads it; we never print it
+    work = run("--dry-run", "--cache", "redis://192.0.2.1:6379?read_only=1")
+    out = capfd.readouterr().out
+    assert "would check that the cache server answers" in out
+    configure = next(line for line in out.splitlines() if " -G Ninja " in line)
+    assert "SCCACHE_REDIS_RW_MODE=READ_ONLY" in configure
+    assert "-DCMAKE_CXX_COMPILER_LAUNCHER=" in configure and "/gfx1151/" in configure
+    assert "[dry-run] " in out and "--start-server" in out
+    assert "hunter2" not in out
+    assert not (work / "src").exists() and not (work / ".cache").exists()
+    with pytest.raises(UserError, match="credentials do not belong in the URL"):
+        run("--dry-run", "--cache", "redis://u:hunter2@h:1")

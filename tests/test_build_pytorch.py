@@ -466,3 +466,23 @@ def test_build_aotriton_install_is_used_for_torch(build, capfd):
     assert f"AOTRITON_INSTALLED_PREFIX={lib.parent}" in torch_line
     other = [x for x in out.splitlines() if "--triton-dir" in x and "--pytorch-dir" not in x]
     assert other and "AOTRITON_INSTALLED_PREFIX" not in other[0]
+
+
+def test_cache_url_maps_to_therock_use_sccache_and_is_shown(
+    monkeypatch, provisioned_env, pinned_upstreams, tmp_path, capfd
+):
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pinned_upstreams.pins_dir))
+    work = tmp_path / "work"
+    argv = ["--dry-run", "--arch", "gfx1151", "--prefix", str(provisioned_env)]
+    argv += ["--workdir", str(work), "--cache", "redis://192.0.2.7:6379"]
+    bp.build_pytorch(options.parse("build_pytorch", argv))
+    out = capfd.readouterr().out
+    assert not work.exists()
+    torch = next(c for c in dry_run_commands(out) if "--pytorch-dir" in c)
+    args = standin.load_script("build_prod_wheels.py").parse(torch[2:])
+    assert args.use_sccache and not args.use_ccache
+    line = next(x for x in out.splitlines() if "--pytorch-dir" in x)
+    assert "SCCACHE_REDIS_ENDPOINT=redis://192.0.2.7:6379" in line
+    assert "SCCACHE_REDIS_KEY_PREFIX=rocmfa/gfx1151/rocm-" in line
+    with pytest.raises(UserError, match="--cache replaces --ccache/--sccache"):
+        bp.build_pytorch(options.parse("build_pytorch", [*argv, "--ccache"]))

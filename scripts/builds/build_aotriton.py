@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from scripts.builds import compile_cache
 from scripts.builds.aotriton_install import (
     MARKER,
     AotritonInstall,
@@ -41,7 +42,7 @@ from scripts.builds.aotriton_install import (
     torch_dir,
     torch_version,
 )
-from scripts.env import archs, condaenv
+from scripts.env import archs, compat_matrix, condaenv
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -187,6 +188,7 @@ def _timeout(opts: argparse.Namespace) -> str:
 
 
 def build_aotriton(opts: argparse.Namespace) -> None:
+    compile_cache.parse_cache(getattr(opts, "cache", None))  # a bad --cache fails first
     ctx = _context(opts)
     out = sys.stdout
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
@@ -194,6 +196,16 @@ def build_aotriton(opts: argparse.Namespace) -> None:
     if getattr(opts, "restore", False):
         restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run))
         return
+    # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
+    compat_matrix.announce(
+        compat_matrix.check_combination(
+            ctx.arch,
+            ctx.version,
+            torch_version=torch_version(ctx.torch),
+            aotriton_url=ctx.pin.url,
+            force=opts.force,
+        )
+    )
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
     print(f"arch: {ctx.arch.name} ({ctx.arch_how}); image pack {ctx.pack}", file=out)
     inputs = _inputs(ctx)
@@ -275,8 +287,18 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
     ]
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
+    cache = compile_cache.plan_cache(
+        compile_cache.parse_cache(getattr(opts, "cache", None)),
+        work=ctx.work,
+        arch=ctx.arch.name,
+        toolchain=toolchain(ctx.prefix, ctx.site),
+        env=env,
+        runner=runner,
+    )
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
-    if ccache:
+    if cache.active:
+        args += cache.cmake_args()
+    elif ccache and getattr(opts, "cache", None) is None:
         args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
     # A changed configuration must not meet a stale CMakeCache (user-pitfalls §1.7).
     configured = build / ".rocmfa-configure.json"
@@ -292,7 +314,9 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
     if not runner.dry_run:
         stamps.write(configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
-    runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=sets)
+    with compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache:
+        build_sets = {**sets, **cache.build_sets(env)}
+        runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
     if runner.dry_run:
         return None
     return AotritonInstall.read(install / "lib", install / "include")

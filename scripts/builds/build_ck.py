@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from scripts.builds import compile_cache
 from scripts.env import archs, condaenv
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
@@ -115,6 +116,7 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
 def build_ck(opts: argparse.Namespace) -> None:
     from scripts.sources import checkouts, patches, pins
 
+    cache_spec = compile_cache.parse_cache(getattr(opts, "cache", None))
     choice = archs.resolve_arch(opts.arch)
     arch = choice.arch
     if arch.vendor != "amd":
@@ -204,8 +206,19 @@ def build_ck(opts: argparse.Namespace) -> None:
         with_examples=bool(opts.with_examples),
         with_mha=arch.ck_mha,
     )
-    runner.run([cmake, *configure], cwd=build)
-    runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build)
+    cache = compile_cache.plan_cache(
+        cache_spec,
+        work=work,
+        arch=arch.name,
+        toolchain={"rocm": rocm_version, "cxx": str(cxx), "env": inputs["env"]},
+        env=env,
+        runner=runner,
+    )
+    configure += cache.cmake_args()
+    with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
+        sets = cache.build_sets(env)
+        runner.run([cmake, *configure], cwd=build, sets=sets)
+        runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build, sets=sets)
     runner.run([cmake, "--install", str(build)], cwd=build)
     if not opts.dry_run:
         stamps.write(stamp, inputs, install_prefix=str(prefix), build_dir=str(build))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from scripts.env import archs, condaenv
+from scripts.builds import compile_cache
+from scripts.env import archs, compat_matrix, condaenv
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -306,6 +308,7 @@ class Context:
     aotriton: Path | None
     aotriton_digest: str
     max_jobs: int
+    cache: compile_cache.CachePlan | None = None
 
 
 def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
@@ -384,6 +387,17 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     therock_dir = paths.src_dir(work, "therock")
+    cache_spec = compile_cache.parse_cache(getattr(opts, "cache", None))
+    cache = None
+    if cache_spec is not None:
+        toolchain = {
+            "rocm": rocm_version,
+            "python": python_tag,
+            "env": condaenv.env_identity(prefix) if not note else "",
+        }
+        cache = compile_cache.plan_cache(
+            cache_spec, work=work, arch=arch.name, toolchain=toolchain, env=env, runner=runner
+        )
     return Context(
         opts=opts,
         runner=runner,
@@ -403,6 +417,7 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
         aotriton=aotriton,
         aotriton_digest=aotriton_digest,
         max_jobs=jobs,
+        cache=cache,
     )
 
 
@@ -438,6 +453,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         "python": ctx.python_tag,
         "env": ctx.env_identity,
         "cache": "ccache" if ctx.opts.ccache else "sccache" if ctx.opts.sccache else None,
+        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
     }
     return inputs
 
@@ -463,9 +479,11 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         ctx.arch.name,
         "--clean" if clean else "--no-clean",
     ]
-    if ctx.opts.ccache:
+    if ctx.cache is not None and ctx.cache.active:
+        argv += ctx.cache.therock_flags()
+    elif ctx.opts.ccache:
         argv.append("--use-ccache")
-    if ctx.opts.sccache:
+    elif ctx.opts.sccache:
         argv.append("--use-sccache")
 
     def src(key: str) -> str:
@@ -497,6 +515,8 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     sets = {"MAX_JOBS": str(ctx.max_jobs)}
     if stage == "torch" and ctx.aotriton:
         sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
+    if ctx.cache is not None:
+        sets.update(ctx.cache.build_sets(ctx.runner.base_env))
     return sets
 
 
@@ -612,12 +632,14 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
         )
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     if ctx.runner.dry_run:
-        ctx.runner.run(argv, cwd=cwd, sets=sets)
+        with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
+            ctx.runner.run(argv, cwd=cwd, sets=sets)
         return {}
     cwd.mkdir(parents=True, exist_ok=True)
     stamps.write_text_atomic(config_file, json.dumps(config, sort_keys=True))
     before = snapshot(ctx.out)
-    ctx.runner.run(argv, cwd=cwd, sets=sets)
+    with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
+        ctx.runner.run(argv, cwd=cwd, sets=sets)
     wheels = produced_wheels(ctx.out, before, stage)
     for record in wheels:
         ctx.runner.say(f"{stage}: built {Path(record['file']).name}")
@@ -703,11 +725,28 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
     return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
 
 
+def check_matrix(ctx: Context) -> None:
+    """The torch series of a release/X.Y pin x build_aotriton's AOTriton, before any build."""
+    match = re.search(r"release/(\d+\.\d+)", str(getattr(ctx.pytorch_pin, "ref", "") or ""))
+    stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
+    version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
+    if match and version and ctx.aotriton:
+        compat_matrix.announce(
+            compat_matrix.check_combination(
+                ctx.arch, version, torch_version=match[1], force=ctx.opts.force
+            ),
+            ctx.runner.say,
+        )
+
+
 def build_pytorch(opts: argparse.Namespace) -> None:
     if opts.from_stage and opts.only:
         raise UserError("--from and --only exclude each other")
     if opts.ccache and opts.sccache:
         raise UserError("--ccache and --sccache exclude each other")
+    if getattr(opts, "cache", None) and (opts.ccache or opts.sccache):
+        raise UserError("--cache replaces --ccache/--sccache; pass only --cache")
+    compile_cache.parse_cache(getattr(opts, "cache", None))  # a bad --cache fails first
     ctx = make_context(opts)
     say = ctx.runner.say
     if not ctx.arch.aotriton_supported():
@@ -726,6 +765,7 @@ def build_pytorch(opts: argparse.Namespace) -> None:
         tool = "ccache" if ctx.opts.ccache else "sccache"
         if not ctx.runner.dry_run:
             condaenv.which_in_env(tool, ctx.runner.base_env)
+    check_matrix(ctx)
     todo = plan(ctx)
     skipped = [s for s in ctx.enabled if s not in todo]
     if skipped:

@@ -1,9 +1,10 @@
-"""GPU architecture knowledge (data/arches.toml) and detection from KFD sysfs.
+"""GPU architecture knowledge (data/arches.toml) on top of AMD's rocm-bootstrap.
 
-Detection reads /sys/class/kfd/kfd/topology/nodes/*/properties the way LLVM's amdgpu-arch
-does: gfx_target_version = major*10000 + minor*100 + stepping, printed with the stepping in
-hex (90010 -> gfx90a). HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs, so it
-is reported next to the real arch rather than silently trusted.
+rocm-bootstrap (PyPI) detects GPUs (KFD sysfs, $ROCM_BOOTSTRAP_FORCE_GFX_ARCH) and knows the
+target -> sub-family -> family hierarchy and device package names; arches.toml keeps only what
+it does not know (AOTriton support per version, image packs, CK MHA, vLLM gate, peaks, limits).
+HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs, so it is reported next to the
+real arch rather than silently trusted.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import rocm_bootstrap
+from rocm_bootstrap import parse_gfx_target_version
+
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError
 
 ARCHES_FILE = DATA_DIR / "arches.toml"
-KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 ARCH_ENV = "ROCMFA_ARCH"
+BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
+BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
 
 
 def aotriton_version_key(version: str) -> tuple[int, ...]:
@@ -73,6 +78,23 @@ class Arch:
         return False
 
 
+def _device_extra(name: str) -> str | None:
+    """TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming."""
+    try:
+        target_bundle = rocm_bootstrap.packaging_chain(name)[0]
+    except ValueError:
+        return None
+    return rocm_bootstrap.device_dist_name("device", target_bundle)
+
+
+def packaging_chain(name: str) -> tuple[str, ...]:
+    """('gfx1151', 'gfx115x', 'gfx11') from rocm-bootstrap; () for a target it does not know."""
+    try:
+        return tuple(b.key for b in rocm_bootstrap.packaging_chain(name))
+    except ValueError:
+        return ()
+
+
 def _parse_arch(name: str, raw: Any) -> Arch:
     where = f"{ARCHES_FILE.name} [arch.{name}]"
     if not isinstance(raw, dict):
@@ -108,7 +130,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         name=name,
         display_name=require(raw, "name", str, where),
         vendor=raw.get("vendor", "amd"),
-        device_extra=raw.get("device_extra"),
+        device_extra=_device_extra(name) if raw.get("vendor", "amd") == "amd" else None,
         legacy_family=raw.get("legacy_family"),
         aotriton_since=since,
         aotriton_packs=tuple(packs),
@@ -138,9 +160,12 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     return arches[key]
 
 
-def decode_gfx_target_version(value: int) -> str:
-    major, minor, step = (value // 10000) % 100, (value // 100) % 100, value % 100
-    return f"gfx{major}{minor}{step:x}"
+def _target_name(major: int, minor: int, stepping: int) -> str:
+    """Name through rocm-bootstrap's table; LLVM spelling (stepping in hex) when it is unknown."""
+    try:
+        return parse_gfx_target_version(major * 10000 + minor * 100 + stepping).name
+    except ValueError:
+        return f"gfx{major}{minor}{stepping:x}"
 
 
 def parse_hsa_override(value: str) -> str:
@@ -152,7 +177,7 @@ def parse_hsa_override(value: str) -> str:
             "decimal, e.g. 11.0.0)"
         )
     major, minor, step = (int(g) for g in match.groups())
-    return f"gfx{major}{minor}{step:x}"
+    return _target_name(major, minor, step)
 
 
 @dataclass(frozen=True)
@@ -163,13 +188,19 @@ class Detection:
     source: str
     hsa_override: str | None = None
     hsa_override_arch: str | None = None
+    chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def primary(self) -> str | None:
         return self.gpus[0] if self.gpus else None
 
 
-def detect_gpus(nodes_dir: Path = KFD_NODES, environ: Mapping[str, str] | None = None) -> Detection:
+def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
+    """GPUs as rocm-bootstrap sees them (its ROCM_BOOTSTRAP_* variables apply).
+
+    rocm-bootstrap lists KFD nodes in name order ('10' before '2'); HIP counts devices in
+    numeric node order, so the result is re-sorted by node id.
+    """
     environ = os.environ if environ is None else environ
     override = environ.get("HSA_OVERRIDE_GFX_VERSION")
     override_arch = None
@@ -178,24 +209,23 @@ def detect_gpus(nodes_dir: Path = KFD_NODES, environ: Mapping[str, str] | None =
             override_arch = parse_hsa_override(override)
         except UserError:
             override_arch = "invalid"
-    gpus: list[str] = []
-    if nodes_dir.is_dir():
-
-        def node_number(p: Path) -> int:
-            return int(p.name) if p.name.isdigit() else 1 << 30
-
-        for node in sorted(nodes_dir.iterdir(), key=node_number):
-            try:
-                text = (node / "properties").read_text()
-            except OSError:
-                continue
-            match = re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.MULTILINE)
-            if match and int(match.group(1)) != 0:
-                gpus.append(decode_gfx_target_version(int(match.group(1))))
-        source = f"KFD sysfs ({nodes_dir})"
+    forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
+    try:
+        found = sorted(rocm_bootstrap.detect_gpus(), key=lambda gpu: gpu.node_id)
+    except ValueError as e:  # unknown gfx_target_version or forced name
+        where = f"${BOOTSTRAP_FORCE_ENV}" if forced else "KFD sysfs"
+        raise UserError(f"GPU detection failed ({where}): {e}") from None
+    gpus = tuple(gpu.target.name for gpu in found)
+    if os.environ.get(BOOTSTRAP_DISABLE_ENV) == "1":
+        source = f"detection disabled (${BOOTSTRAP_DISABLE_ENV}=1)"
+    elif forced:
+        source = f"${BOOTSTRAP_FORCE_ENV}={forced} (rocm-bootstrap)"
+    elif gpus:
+        source = "KFD sysfs (rocm-bootstrap)"
     else:
-        source = f"no KFD sysfs at {nodes_dir} (no AMD GPU driver)"
-    return Detection(tuple(gpus), source, override, override_arch)
+        source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
+    chains = {name: packaging_chain(name) for name in gpus}
+    return Detection(gpus, source, override, override_arch, chains)
 
 
 @dataclass(frozen=True)
@@ -208,13 +238,12 @@ class ArchChoice:
 def resolve_arch(
     requested: str | None,
     *,
-    nodes_dir: Path = KFD_NODES,
     environ: Mapping[str, str] | None = None,
     arches: Mapping[str, Arch] | None = None,
 ) -> ArchChoice:
-    """--arch wins, then $ROCMFA_ARCH, then the first GPU in KFD sysfs."""
+    """--arch wins, then $ROCMFA_ARCH, then rocm-bootstrap ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD)."""
     environ = os.environ if environ is None else environ
-    detection = detect_gpus(nodes_dir, environ)
+    detection = detect_gpus(environ)
     if requested:
         return ArchChoice(get_arch(requested, arches), "--arch", detection)
     if environ.get(ARCH_ENV):

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scripts.env import archs, condaenv, lockfile, rocm_sdk
+from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
 from scripts.env.manager import find_manager
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.datafiles import load_toml
@@ -25,10 +25,14 @@ TORCH_PROBE = (
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
-    detection = archs.detect_gpus()
+    try:
+        detection = archs.detect_gpus()
+    except UserError as e:
+        return {"detected": [], "detected_from": "rocm-bootstrap", "error": str(e)}
     section: dict[str, Any] = {
         "detected": list(detection.gpus),
         "detected_from": detection.source,
+        "hierarchy": {gpu: list(chain) for gpu, chain in detection.chains.items()},
         "hsa_override": archs.explain_override(detection),
     }
     try:
@@ -45,6 +49,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         ck_mha=arch.ck_mha,
         peak_tflops=dict(arch.peak_tflops),
         limits=list(arch.limits),
+        matrix=compat_matrix.host_line(arch.name),
     )
     return section
 
@@ -151,6 +156,8 @@ def render(report: dict[str, Any]) -> str:
     lines = ["rocm-fa-workflow doctor", ""]
     gpus = ", ".join(arch["detected"]) or "none"
     lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
+    for gpu, chain in arch.get("hierarchy", {}).items():
+        lines.append(f"           {gpu}: target -> sub-family -> family {' -> '.join(chain)}")
     if arch.get("hsa_override"):
         lines.append(f"           {arch['hsa_override']}")
     if "error" in arch:
@@ -163,6 +170,7 @@ def render(report: dict[str, Any]) -> str:
             + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
         )
         lines += [f"           limit: {limit}" for limit in arch["limits"]]
+        lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
     manager = env.get("manager")
     lines.append(
         f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"

@@ -35,8 +35,9 @@ OPTIONS: tuple[Option, ...] = (
     # Shared by every session that touches the env or builds.
     _opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins"),
-        help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else detected from KFD sysfs)",
+        sessions=(*ENV_USERS, "update_pins", "matrix"),
+        help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
+        "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     ),
     _opt(
         "--prefix",
@@ -63,9 +64,12 @@ OPTIONS: tuple[Option, ...] = (
         "--force",
         sessions=(SETUP, *BUILDS),
         action="store_true",
-        help="redo even when up to date; replace or reset what would otherwise be refused",
+        help="redo even when up to date; replace or reset what would otherwise be refused "
+        "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
     ),
-    _opt("--json", sessions=("doctor",), action="store_true", help="machine-readable output"),
+    _opt(
+        "--json", sessions=("doctor", "matrix"), action="store_true", help="machine-readable output"
+    ),
     _opt(
         "--jobs",
         "-j",
@@ -145,6 +149,14 @@ OPTIONS: tuple[Option, ...] = (
         sessions=("update_pins",),
         action="store_true",
         help="copy a patch set to the new commit when it still applies cleanly there",
+    ),
+    _opt(
+        "--cache",
+        sessions=("build_aotriton", "build_pytorch", "build_ck"),
+        metavar="KIND|URL",
+        help="compile cache: none, ccache, sccache (local), or a shared sccache at "
+        "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL; "
+        "add ?read_only=1 to only read; credentials only from the environment",
     ),
     # --- build_pytorch, install_wheels, build_ck (issue 4) ---
     _opt(

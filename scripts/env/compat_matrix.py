@@ -1,0 +1,271 @@
+"""`nox -s matrix`: arch x AOTriton release -> flash attention by default / only with
+TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / community port only / none, with the image pack,
+the AOTriton each torch series expects, and the check builds run before their first command.
+
+Data: data/arches.toml (per arch) and data/aotriton_matrix.toml (releases with the util.cc
+experimental lists they were read from, torch -> AOTriton, community ports), sources beside
+every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scripts.env import archs, rocm_sdk
+from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
+from scripts.plumbing.errors import UserError
+
+MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
+EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+DEFAULT, EXPERIMENTAL, COMMUNITY, NONE = "default", "experimental", "community", "none"
+LABELS = {
+    DEFAULT: "flash by default",
+    EXPERIMENTAL: f"needs {EXPERIMENTAL_ENV}",
+    COMMUNITY: "community port only",
+    NONE: "none",
+}
+SHORT = {DEFAULT: "default", EXPERIMENTAL: "experimental*", COMMUNITY: "community port only"}
+UPSTREAM_AOTRITON = "github.com/ROCm/aotriton"
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    commit: str
+    experimental: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class MatrixData:
+    releases: tuple[Release, ...]
+    torch: Mapping[str, tuple[str, str]]  # series -> (aotriton version, source)
+    community: Mapping[str, tuple[str, str]]  # arch -> (note, source)
+
+
+def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
+    data = load_toml(path, "AOTriton matrix data")
+    releases = []
+    for version, raw in (data.get("aotriton") or {}).items():
+        where = f"{path.name} [aotriton.{version!r}]"
+        archs.aotriton_version_key(version)
+        releases.append(
+            Release(
+                version,
+                require(raw, "commit", str, where),
+                tuple(require(raw, "experimental", list, where)),
+                require(raw, "source", str, where),
+            )
+        )
+    if not releases:
+        raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
+    releases.sort(key=lambda r: archs.aotriton_version_key(r.version))
+    torch = {
+        series: (
+            require(raw, "aotriton", str, f"{path.name} [torch.{series!r}]"),
+            require(raw, "source", str, f"{path.name} [torch.{series!r}]"),
+        )
+        for series, raw in (data.get("torch") or {}).items()
+    }
+    community = {
+        arch: (
+            require(raw, "note", str, f"{path.name} [community.{arch}]"),
+            require(raw, "source", str, f"{path.name} [community.{arch}]"),
+        )
+        for arch, raw in (data.get("community") or {}).items()
+    }
+    return MatrixData(tuple(releases), torch, community)
+
+
+def state(arch: archs.Arch, version: str, data: MatrixData) -> str:
+    if arch.aotriton_supported(version):
+        return EXPERIMENTAL if arch.needs_experimental_flag(version) else DEFAULT
+    if arch.name in data.community:
+        return COMMUNITY
+    return NONE
+
+
+def torch_series(version: str | None) -> str | None:
+    """'2.13.0+rocm7.15.0' -> '2.13'; None when unknown."""
+    match = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+def same_release_line(a: str, b: str) -> bool:
+    """0.13b and 0.13.1b share a runtime ABI line (major.minor); 0.12b and 0.13b do not."""
+    return archs.aotriton_version_key(a)[:2] == archs.aotriton_version_key(b)[:2]
+
+
+def table(
+    arches: Mapping[str, archs.Arch] | None = None, data: MatrixData | None = None
+) -> dict[str, Any]:
+    arches = archs.load_arches() if arches is None else arches
+    data = load_matrix() if data is None else data
+    rows = []
+    for arch in arches.values():
+        cells = {}
+        for release in data.releases:
+            cell = {"state": state(arch, release.version, data)}
+            pack = arch.aotriton_pack(release.version)
+            if pack:
+                cell["pack"] = f"amd-{pack}"
+            cells[release.version] = cell
+        row: dict[str, Any] = {
+            "arch": arch.name,
+            "name": arch.display_name,
+            "vendor": arch.vendor,
+            "hierarchy": list(archs.packaging_chain(arch.name)),
+            "cells": cells,
+            "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
+        }
+        if arch.name in data.community:
+            row["community"] = {
+                "note": data.community[arch.name][0],
+                "source": data.community[arch.name][1],
+            }
+        rows.append(row)
+    return {
+        "releases": [
+            {
+                "version": r.version,
+                "commit": r.commit,
+                "experimental": list(r.experimental),
+                "source": r.source,
+            }
+            for r in data.releases
+        ],
+        "torch": [
+            {"torch": series, "aotriton": v, "source": src}
+            for series, (v, src) in sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
+        ],
+        "arches": rows,
+    }
+
+
+def _series_key(series: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in series.split("."))
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    versions = [r["version"] for r in report["releases"]]
+    lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
+    lines.append("| arch | " + " | ".join(versions) + " |")
+    lines.append("|---|" + "---|" * len(versions))
+    for row in report["arches"]:
+        if row["vendor"] != "amd":
+            continue
+        cells = []
+        for version in versions:
+            cell = row["cells"][version]
+            text = SHORT.get(cell["state"], "-")
+            cells.append(text + (f" {cell['pack']}" if "pack" in cell else ""))
+        lines.append(f"| {row['arch']} ({row['name']}) | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
+        " community port only: no upstream AOTriton kernels; -: none. amd-...: image pack"
+        " (0.10b and older: one tarball with every arch's images).",
+    ]
+    lines += ["", "## AOTriton each torch series expects", "", "| torch | AOTriton | source |"]
+    lines.append("|---|---|---|")
+    lines += [f"| {t['torch']} | {t['aotriton']} | {t['source']} |" for t in report["torch"]]
+    lines += ["", "## Sources", ""]
+    lines += [
+        f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
+    ]
+    lines += [
+        f"- {row['arch']} community port: {row['community']['note']} ({row['community']['source']})"
+        for row in report["arches"]
+        if "community" in row
+    ]
+    lines.append("- per-arch support and image packs: scripts/data/arches.toml")
+    if report.get("host"):
+        lines += ["", f"This host: {report['host']}"]
+    return "\n".join(lines) + "\n"
+
+
+def host_line(requested: str | None = None, aotriton_version: str | None = None) -> str:
+    """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
+    try:
+        choice = archs.resolve_arch(requested)
+    except UserError as e:
+        return f"no arch ({e})"
+    version = aotriton_version or pinned_aotriton_version()
+    if not version:
+        return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
+    data = load_matrix()
+    verdict = LABELS[state(choice.arch, version, data)]
+    pack = choice.arch.aotriton_pack(version)
+    return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}" + (
+        f", image pack amd-{pack}" if pack else ""
+    )
+
+
+def pinned_aotriton_version() -> str | None:
+    path = rocm_sdk.pins_dir() / "aotriton.toml"
+    try:
+        return (load_toml(path, "pin").get("aotriton") or {}).get("version")
+    except UserError:
+        return None
+
+
+def check_combination(
+    arch: archs.Arch,
+    aotriton_version: str,
+    *,
+    torch_version: str | None = None,
+    aotriton_url: str = "",
+    force: bool = False,
+) -> list[str]:
+    """Conflicts of arch x AOTriton release x torch; raises UserError (one line) on the first
+    unless force, then returns them as warnings. Notes (experimental) are returned as well."""
+    data = load_matrix()
+    found = state(arch, aotriton_version, data)
+    problems, notes = [], []
+    if found == NONE:
+        problems.append(
+            f"{arch.name} x AOTriton {aotriton_version}: no AOTriton support for {arch.name} "
+            "(nox -s matrix)"
+        )
+    elif found == COMMUNITY and UPSTREAM_AOTRITON in aotriton_url:
+        problems.append(
+            f"{arch.name} x AOTriton {aotriton_version}: no AOTriton support upstream, "
+            f"community port only ({data.community[arch.name][0]}); pin the port, not "
+            f"{aotriton_url}"
+        )
+    elif found == EXPERIMENTAL:
+        notes.append(
+            f"note: {arch.name} x AOTriton {aotriton_version}: PyTorch uses flash attention only "
+            f"with {EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)"
+        )
+    series = torch_series(torch_version)
+    if series and series in data.torch:
+        expected = data.torch[series][0]
+        if not same_release_line(expected, aotriton_version):
+            problems.append(
+                f"torch {series} x AOTriton {aotriton_version}: torch {series} expects AOTriton "
+                f"{expected} ({data.torch[series][1]})"
+            )
+    if problems and not force:
+        raise UserError(problems[0] + "; --force to go on anyway")
+    return [f"WARNING (--force): {p}" for p in problems] + notes
+
+
+def announce(lines: list[str], say: Any = print) -> None:
+    for line in lines:
+        say(line)
+
+
+def main(opts: argparse.Namespace) -> None:
+    report = table()
+    report["host"] = host_line(getattr(opts, "arch", None))
+    if getattr(opts, "json", False):
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_markdown(report), end="")

@@ -1,0 +1,66 @@
+"""`nox -s matrix` data and the combination check builds run before their first command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripts.env import archs, compat_matrix
+from scripts.plumbing.errors import UserError
+
+
+def test_arches_toml_gating_agrees_with_util_cc_lists() -> None:
+    """arches.toml's experimental ranges must say what AOTriton's util.cc says at each tag."""
+    data = compat_matrix.load_matrix()
+    for release in data.releases:
+        for arch in archs.load_arches().values():
+            if arch.aotriton_supported(release.version):
+                listed = arch.name in release.experimental
+                assert arch.needs_experimental_flag(release.version) == listed, (
+                    arch.name,
+                    release.version,
+                )
+
+
+def test_table_rows_match_upstream_facts() -> None:
+    report = compat_matrix.table()
+    rows = {row["arch"]: row["cells"] for row in report["arches"]}
+    assert set(rows) == set(archs.load_arches())  # every arch in arches.toml
+    state = {a: {v: c["state"] for v, c in cells.items()} for a, cells in rows.items()}
+    assert state["gfx1151"]["0.11.2b"] == "experimental" and state["gfx1151"]["0.12b"] == "default"
+    assert state["gfx1100"]["0.11b"] == "experimental" and state["gfx1100"]["0.11.1b"] == "default"
+    for arch in ("gfx1200", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1152", "gfx1153"):
+        assert state[arch]["0.13b"] == "experimental", arch
+    for arch in ("gfx90a", "gfx942", "gfx950", "gfx1201"):
+        assert set(state[arch].values()) == {"default"}, arch
+    assert set(state["gfx908"].values()) == {"community"}
+    assert rows["gfx1151"]["0.13b"]["pack"] == "amd-gfx115x"
+    assert rows["gfx1151"]["0.11b"]["pack"] == "amd-gfx11xx"
+    assert {t["torch"]: t["aotriton"] for t in report["torch"]}["2.13"] == "0.13b"
+    assert all(r["source"] and len(r["commit"]) == 40 for r in report["releases"])
+    text = compat_matrix.render_markdown(report)
+    assert "| gfx908 (Instinct MI100) | community port only |" in text
+    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1" in text
+    json.dumps(report)
+
+
+def test_known_bad_combinations_are_one_line_and_force_warns() -> None:
+    table = archs.load_arches()
+    with pytest.raises(UserError) as error:
+        compat_matrix.check_combination(table["gfx1151"], "0.13b", torch_version="2.11.0+rocm7.1")
+    assert str(error.value).startswith("torch 2.11 x AOTriton 0.13b: torch 2.11 expects AOTriton")
+    assert "\n" not in str(error.value) and "--force" in str(error.value)
+    with pytest.raises(UserError, match=r"gfx1152 x AOTriton 0\.11b: no AOTriton support"):
+        compat_matrix.check_combination(table["gfx1152"], "0.11b")
+    with pytest.raises(UserError, match="community port only"):
+        compat_matrix.check_combination(
+            table["gfx908"], "0.13b", aotriton_url="https://github.com/ROCm/aotriton"
+        )
+    forced = compat_matrix.check_combination(
+        table["gfx1151"], "0.13b", torch_version="2.11.0", force=True
+    )
+    assert forced[0].startswith("WARNING (--force): torch 2.11")
+    notes = compat_matrix.check_combination(table["gfx1150"], "0.13b", torch_version="2.13.0")
+    assert notes and "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1" in notes[0]
+    assert compat_matrix.check_combination(table["gfx942"], "0.13.1b", torch_version="2.14") == []
