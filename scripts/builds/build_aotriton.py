@@ -45,7 +45,7 @@ from scripts.env import archs, condaenv
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
-from scripts.sources import pins
+from scripts.sources import aotriton_variants, pins
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest
 
@@ -125,6 +125,13 @@ class Context:
     pin: pins.Pin
     version: str
     pack: str
+    # A non-upstream AOTriton (pins/aotriton_variants.toml), or None for ROCm/aotriton.
+    variant: aotriton_variants.Variant | None = None
+
+    @property
+    def source_name(self) -> str:
+        """work/src/<name> and work/build/<name>: a variant never shares upstream's tree."""
+        return "aotriton" if self.variant is None else f"aotriton-{self.variant.name}"
 
 
 def _context(opts: argparse.Namespace) -> Context:
@@ -133,6 +140,30 @@ def _context(opts: argparse.Namespace) -> Context:
     work = paths.workdir(opts.workdir)
     location = condaenv.locate(opts)
     prefix = condaenv.require_env(location.prefix)
+    variant = aotriton_variants.choose(arch.name, getattr(opts, "aotriton_source", None))
+    if variant is not None:
+        if getattr(opts, "from_release", False):
+            raise UserError(f"{variant.describe()} has no prebuilt release; drop --from-release")
+        pin, version, pack = variant.pin, variant.pin.data["version"], variant.pack
+    else:
+        pin, version, pack = _upstream_pin(arch, work)
+    torch = torch_dir(prefix)
+    return Context(
+        opts,
+        arch,
+        choice.how,
+        work,
+        prefix,
+        torch,
+        torch.parent,
+        pin,
+        version,
+        f"amd-{pack}",
+        variant,
+    )
+
+
+def _upstream_pin(arch: archs.Arch, work: Path) -> tuple[pins.Pin, str, str]:
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
@@ -146,10 +177,7 @@ def _context(opts: argparse.Namespace) -> Context:
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    torch = torch_dir(prefix)
-    return Context(
-        opts, arch, choice.how, work, prefix, torch, torch.parent, pin, version, f"amd-{pack}"
-    )
+    return pin, version, pack
 
 
 def _inputs(ctx: Context) -> dict[str, Any]:
@@ -159,6 +187,7 @@ def _inputs(ctx: Context) -> dict[str, Any]:
         "stamp_version": STAMP_VERSION,
         "mode": mode,
         "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
+        "variant": ctx.variant.name if ctx.variant else None,
         "arch": ctx.arch.name,
         "pack": ctx.pack,
         "torch": str(ctx.torch),
@@ -196,6 +225,8 @@ def build_aotriton(opts: argparse.Namespace) -> None:
         return
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
     print(f"arch: {ctx.arch.name} ({ctx.arch_how}); image pack {ctx.pack}", file=out)
+    if ctx.variant is not None:
+        print(f"{ctx.variant.describe()}; why: {ctx.variant.why}", file=out)
     inputs = _inputs(ctx)
     recorded = stamps.read(stamp)
     if (
@@ -227,8 +258,8 @@ def build_aotriton(opts: argparse.Namespace) -> None:
 
 def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
     opts = ctx.opts
-    src = paths.src_dir(ctx.work, "aotriton")
-    build = paths.build_dir(ctx.work, "aotriton")
+    src = paths.src_dir(ctx.work, ctx.source_name)
+    build = paths.build_dir(ctx.work, ctx.source_name)
     install = build / "install"
     if getattr(opts, "clean", False) and build.exists():
         runner.say(f"--clean: removing the build directory {build}")
@@ -275,6 +306,8 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
     ]
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
+    if archs.aotriton_version_key(ctx.version) < (0, 11):
+        args.remove("-DAOTRITON_USE_TORCH=OFF")  # the option came with 0.11 (upstream-facts §1.1)
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
     if ccache:
         args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
@@ -361,4 +394,5 @@ def _install(
         shipped=record["shipped"],
         new=record["new"],
         backup=record["backup"],
+        install_prefix=str(new.lib.parent),
     )

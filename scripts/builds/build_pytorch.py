@@ -323,7 +323,9 @@ def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | N
     # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.
     stamp = stamps.read(paths.stamp_path(work, "aotriton")) or {}
     digest = str(stamp.get("inputs_digest", ""))
+    recorded = stamp.get("install_prefix")  # where it built: upstream's or a variant's tree
     for candidate in (
+        *([Path(recorded)] if recorded else []),
         paths.build_dir(work, "aotriton") / "install",
         paths.build_dir(work, "aotriton") / "install_dir",
     ):
