@@ -45,9 +45,10 @@ from scripts.env import archs, condaenv
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
-from scripts.sources import aotriton_variants, pins
+from scripts.sources import aotriton_variants, pins, tuning_db
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest
+from scripts.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
 STAMP_VERSION = 1
@@ -195,6 +196,8 @@ def _inputs(ctx: Context) -> dict[str, Any]:
     }
     if mode == "source":
         inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit)
+        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+        inputs["tuning_db"] = tuned.digest() if tuned else None
         inputs["options"] = {
             "noimage": bool(getattr(opts, "no_images", False)),
             "timeout_min": _timeout(opts),
@@ -251,15 +254,27 @@ def build_aotriton(opts: argparse.Namespace) -> None:
         new = aotriton_release.fetch_release(ctx, runner)
         how = f"prebuilt release {ctx.version}"
     else:
-        new = _build_from_source(ctx, runner)
+        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+        new = _build_from_source(ctx, runner, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
+        if tuned:
+            how += f" with the tuning database {tuned.directory.name}"
     _install(ctx, new, runner, stamp, inputs, how)
 
 
-def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
+def _build_from_source(
+    ctx: Context,
+    runner: Runner,
+    *,
+    tuning: TuningDb | None = None,
+    build_name: str | None = None,
+    extra_cmake: tuple[str, ...] = (),
+) -> AotritonInstall | None:
+    """Configure, build and install into <build>/install; tune_aotriton passes its own
+    build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database."""
     opts = ctx.opts
     src = paths.src_dir(ctx.work, ctx.source_name)
-    build = paths.build_dir(ctx.work, ctx.source_name)
+    build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"
     if getattr(opts, "clean", False) and build.exists():
         runner.say(f"--clean: removing the build directory {build}")
@@ -306,6 +321,12 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
     ]
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
+    if tuning is not None:
+        scratch = build.with_name(build.name + "-tuning-db")
+        args += tuning_db.build_inputs(
+            tuning, src, scratch, python=str(python), cmake=cmake, runner=runner
+        )
+    args += extra_cmake
     if archs.aotriton_version_key(ctx.version) < (0, 11):
         args.remove("-DAOTRITON_USE_TORCH=OFF")  # the option came with 0.11 (upstream-facts §1.1)
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
@@ -321,7 +342,11 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
             (build / "CMakeCache.txt").unlink()
     if not runner.dry_run and install.exists():
         shutil.rmtree(install)  # ours; `ninja install` repopulates it
-    runner.run(args, cwd=src, sets=sets)
+    try:
+        runner.run(args, cwd=src, sets=sets)
+    finally:
+        if tuning is not None:  # configure has read the merged database; keep the tree clean
+            tuning_db.restore_source(tuning, src, runner)
     if not runner.dry_run:
         stamps.write(configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.

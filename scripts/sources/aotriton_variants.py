@@ -35,6 +35,7 @@ class Variant:
     gpus: tuple[str, ...]
     dtypes: tuple[str, ...]
     tuner: str
+    tune_head_dims: tuple[int, ...]
 
     def describe(self) -> str:
         return (
@@ -97,7 +98,17 @@ def _parse(name: str, raw: Any, path: Path) -> Variant:
         _strings(raw, "gpus", where),
         _strings(raw, "dtypes", where),
         require(raw, "tuner", str, where),
+        _head_dims(raw, where),
     )
+
+
+def _head_dims(raw: dict[str, Any], where: str) -> tuple[int, ...]:
+    values = raw.get("tune_head_dims", [64, 128])
+    if not isinstance(values, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values
+    ):
+        raise UserError(f"{where}: 'tune_head_dims' must be a list of positive integers")
+    return tuple(values)
 
 
 def choose(
