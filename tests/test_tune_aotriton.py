@@ -199,3 +199,22 @@ def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> N
         ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx908"))
     assert "sha256" in str(error.value) and "refusing" in str(error.value)
     shutil.rmtree(bed.published)
+
+
+def test_port_refused_by_a_torch_built_for_upstream_feeds_build_pytorch(bed: Bed, capsys) -> None:
+    from scripts.builds.build_pytorch import find_aotriton_prefix
+
+    st.install_torch(bed.prefix)  # TheRock's torch, built for AOTriton 0.13
+    before = aotriton_install.installed_fingerprint(bed.torch_lib)
+    try:
+        with pytest.raises(UserError) as error:
+            ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
+        assert "torch was built for AOTriton 0.13.0 but this is 0.10.0" in str(error.value)
+        assert "AOTRITON_INSTALLED_PREFIX" in str(error.value)
+        assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
+        opts = options.parse("build_pytorch", ["--workdir", str(bed.work)])
+        prefix, how, _ = find_aotriton_prefix(opts, bed.work)
+        assert prefix == bed.work / "build" / "aotriton-gfx908-community" / "install"
+        assert how == "build_aotriton"
+    finally:
+        st.install_torch(bed.prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})

@@ -51,6 +51,9 @@ from scripts.sources.patches import apply_patch_set, patch_set_digest
 from scripts.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
+# The last finished source build (installed into torch or not): build_pytorch's
+# AOTRITON_INSTALLED_PREFIX, e.g. a variant that torch must be built against first.
+BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
 GIB = 1 << 30
 
@@ -259,7 +262,18 @@ def build_aotriton(opts: argparse.Namespace) -> None:
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         if tuned:
             how += f" with the tuning database {tuned.directory.name}"
-    _install(ctx, new, runner, stamp, inputs, how)
+        if new is not None:
+            built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+            stamps.write(built, inputs, install_prefix=str(new.lib.parent))
+    try:
+        _install(ctx, new, runner, stamp, inputs, how)
+    except UserError as refused:
+        if ctx.variant is None or new is None:
+            raise
+        raise UserError(
+            f"{refused}; the {ctx.variant.name} build stays in {new.lib.parent}: build torch "
+            "against it (nox -s build_pytorch passes it as AOTRITON_INSTALLED_PREFIX)"
+        ) from None
 
 
 def _build_from_source(
@@ -419,5 +433,4 @@ def _install(
         shipped=record["shipped"],
         new=record["new"],
         backup=record["backup"],
-        install_prefix=str(new.lib.parent),
     )

@@ -16,7 +16,6 @@ The root is $ROCMFA_TUNING_DIR, else <pins dir>/tuning.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Mapping
@@ -48,14 +47,6 @@ def tuning_root(environ: Mapping[str, str] | None = None) -> Path:
 
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
     return (root or tuning_root()) / "aotriton" / commit / arch
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -97,7 +88,7 @@ def load(directory: Path) -> TuningDb:
         target = directory / name
         if not target.is_file():
             raise UserError(f"{where}: {name} is missing; refusing this tuning database")
-        actual = sha256_file(target)
+        actual = stamps.file_sha256(target)
         if actual != expected:
             raise UserError(
                 f"{where}: {name} has sha256 {actual[:16]}..., manifest says {expected[:16]}...; "
@@ -172,7 +163,7 @@ def write(
         target = staging / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-        lines += ["", "[[file]]", f'path = "{name}"', f'sha256 = "{sha256_file(target)}"']
+        lines += ["", "[[file]]", f'path = "{name}"', f'sha256 = "{stamps.file_sha256(target)}"']
     (staging / MANIFEST).write_text("\n".join(lines) + "\n")
     if directory.exists():
         shutil.rmtree(directory)
