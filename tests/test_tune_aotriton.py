@@ -4,7 +4,10 @@ stand-in of the port and of its cpptune tuner built with the real cmake and ninj
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -218,3 +221,43 @@ def test_port_refused_by_a_torch_built_for_upstream_feeds_build_pytorch(bed: Bed
         assert how == "build_aotriton"
     finally:
         st.install_torch(bed.prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
+
+
+def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, capsys) -> None:
+    shard = bed.pins.parent / "attn_fwd.sqlite3.tar.xz"
+    shard.write_bytes(port.tuning_database_tar_xz())
+    where = bed.pins / "tuning" / "aotriton" / ("a" * 40) / "gfx1151"
+    tuning_db.write(
+        where,
+        {"amd/gfx1151/flash/attn_fwd.sqlite3.tar.xz": shard},
+        commit="a" * 40,
+        arch="gfx1151",
+        kind="sharded-sqlite",
+        tuner="tuner-v3.5",
+        meta={},
+    )
+    try:
+        capsys.readouterr()
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx1151"))
+        out = capsys.readouterr().out
+        configure = next(line for line in out.splitlines() if " -G Ninja " in line)
+        assert f"-DAOTRITON_TUNING_DATABASE_ROOT={where}" in configure
+        assert "-DAOTRITON_TARGET_ARCH=gfx1151" in configure and command_lines(out) == []
+    finally:
+        shutil.rmtree(where)
+
+
+def test_nox_tune_aotriton_dry_run_gfx908(bed: Bed) -> None:
+    repo_root = Path(__file__).resolve().parent.parent
+    nox = [sys.executable, "-m", "nox", "-s", "tune_aotriton", "--", "--dry-run"]
+    result = subprocess.run(
+        [*nox, "--arch", "gfx908", "--prefix", str(bed.prefix), "--workdir", str(bed.work)],
+        cwd=repo_root,
+        env={**os.environ, "ROCMFA_PINS_DIR": str(bed.pins), **st.FILE_PROTOCOL_ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "-DAOTRITON_BUILD_FOR_TUNING=ON" in output and "validate.py" in output
