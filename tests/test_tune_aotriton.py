@@ -161,6 +161,14 @@ def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
     assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
     assert not bed.published.exists()
 
+    # Another plan keeps the tuning build, not the old records (their task ids mean other cases).
+    monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "1")
+    with pytest.raises(UserError, match="command failed"):
+        tune(bed, capsys, "--tune-seqlens", "16,64")
+    out = capsys.readouterr().out
+    assert "another plan than last time" in out and "done earlier; skipped" in out
+    assert [json.loads(x)["task_id"] for x in raw.read_text().splitlines()] == [0]
+
 
 def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> None:
     records = bed.pins.parent / "records.json"
@@ -187,10 +195,19 @@ def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> N
         tuner="cpptune",
         meta={"head_dims": [64], "dtypes": ["float16"]},
     )
+    # A patch set for the port's commit is chosen by that commit, like upstream's.
+    patches = bed.pins.parent / "patches"
+    st.make_patch_set(patches, "aotriton", bed.commit, bed.repo, [{"PATCHED": "yes\n"}])
     capsys.readouterr()
-    ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
+    try:
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
+    finally:
+        shutil.rmtree(patches / "aotriton")
     out = capsys.readouterr().out
     assert "with the tuning database gfx908" in out
+    src = bed.work / "src" / "aotriton-gfx908-community"
+    assert (src / "PATCHED").read_text() == "yes\n"
+    assert st.git(src, "status", "--porcelain") == ""  # the merged database was put back
     installed = bed.work / "build" / "aotriton-gfx908-community" / "install"
     assert "TUNED_ROWS=2" in (installed / "share" / "aotriton" / "build-info.txt").read_text()
     assert (bed.torch_lib / "libaotriton_v2.so.0.10.0").read_bytes() == (
@@ -250,8 +267,9 @@ def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, capsys)
 def test_nox_tune_aotriton_dry_run_gfx908(bed: Bed) -> None:
     repo_root = Path(__file__).resolve().parent.parent
     nox = [sys.executable, "-m", "nox", "-s", "tune_aotriton", "--", "--dry-run"]
+    fresh = bed.work.with_name("work-nox")  # no progress from the other tests
     result = subprocess.run(
-        [*nox, "--arch", "gfx908", "--prefix", str(bed.prefix), "--workdir", str(bed.work)],
+        [*nox, "--arch", "gfx908", "--prefix", str(bed.prefix), "--workdir", str(fresh)],
         cwd=repo_root,
         env={**os.environ, "ROCMFA_PINS_DIR": str(bed.pins), **st.FILE_PROTOCOL_ENV},
         capture_output=True,

@@ -90,15 +90,19 @@ def make_plan(opts: argparse.Namespace, ctx: ba.Context) -> TunePlan:
 
 
 class Progress:
-    """Steps done so far for one (commit, patches, arch, plan); another plan starts over."""
+    """Steps done so far for one (commit, patches) build and one plan. Another build starts
+    over; another plan keeps the tuning build but not the tuner records, whose task ids
+    number another set of cases."""
 
-    def __init__(self, path: Path, key: str, *, dry_run: bool) -> None:
-        self.path, self.key, self.dry_run = path, key, dry_run
+    def __init__(self, path: Path, key: str, plan: dict[str, Any], *, dry_run: bool) -> None:
+        self.path, self.key, self.plan, self.dry_run = path, key, plan, dry_run
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             data = {}
-        self.done: list[str] = data.get("done", []) if data.get("key") == key else []
+        done = data.get("done", []) if data.get("key") == key else []
+        self.stale = bool(data) and data.get("plan") != plan
+        self.done: list[str] = [s for s in done if s == "build"] if self.stale else done
 
     def has(self, step: str) -> bool:
         return step in self.done
@@ -108,7 +112,8 @@ class Progress:
         if not self.dry_run:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"key": self.key, "done": self.done}, indent=1) + "\n")
+            record = {"key": self.key, "plan": self.plan, "done": self.done}
+            tmp.write_text(json.dumps(record, indent=1) + "\n")
             tmp.replace(self.path)
 
     def reset(self) -> None:
@@ -144,13 +149,17 @@ def tune_aotriton(opts: argparse.Namespace) -> None:
         f"seqlens {','.join(map(str, plan.seqlens))}"
     )
     state_dir = paths.workdir(opts.workdir) / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
-    key = stamps.digest(
-        {"commit": commit, "patches": patch_set_digest("aotriton", commit), "plan": plan.as_dict()}
-    )
-    progress = Progress(state_dir / "progress.json", key, dry_run=opts.dry_run)
-    if opts.force:
-        runner.say("--force: starting the tuning over")
-        progress.reset()
+    key = stamps.digest({"commit": commit, "patches": patch_set_digest("aotriton", commit)})
+    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=opts.dry_run)
+    if opts.force or progress.stale:
+        if opts.force:
+            runner.say("--force: starting over, tuning build included")
+            progress.reset()
+        else:
+            runner.say("another plan than last time: tuning again (the tuning build is kept)")
+        if not opts.dry_run:
+            for old in state_dir.glob("raw-*.json"):
+                old.unlink()
     elif progress.done:
         runner.say(f"resuming: done earlier: {', '.join(progress.done)} ({progress.path})")
     python = str(ctx.prefix / "bin" / "python")
