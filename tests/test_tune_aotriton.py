@@ -279,3 +279,25 @@ def test_nox_tune_aotriton_dry_run_gfx908(bed: Bed) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "-DAOTRITON_BUILD_FOR_TUNING=ON" in output and "validate.py" in output
+
+
+def test_update_pins_resolves_the_variant_commit(
+    bed: Bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from scripts.sources import update_pins
+
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    (pins_dir / "aotriton.toml").write_text(
+        f'[aotriton]\nurl = "file://{bed.repo}"\nref = "main"\ncommit = "{bed.commit}"\n'
+    )
+    stale = port.variants_toml(bed.repo, "0" * 40).replace('ref = "main"', 'ref = "main"  # k')
+    (pins_dir / "aotriton_variants.toml").write_text(stale)
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    argv = ["--workdir", str(tmp_path / "work"), "--project", "aotriton"]
+    update_pins.update_pins(options.parse("update_pins", argv))
+    text = (pins_dir / "aotriton_variants.toml").read_text()
+    assert f'commit = "{bed.commit}"' in text and "# k" in text
+    assert f"aotriton variant gfx908-community: main 000000000000 -> {bed.commit[:12]}" in (
+        capsys.readouterr().out
+    )

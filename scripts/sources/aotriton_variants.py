@@ -129,3 +129,20 @@ def choose(
             )
         return chosen
     return next((v for v in variants.values() if arch in v.arches), None)
+
+
+def update_variant_pins(runner, resolve, pins_dir: str | os.PathLike[str] | None = None) -> None:
+    """update_pins for variants: resolve each variant's ref with resolve(runner, url, ref) and
+    rewrite only its commit line, as for pins/aotriton.toml."""
+    directory = pins.resolve_pins_dir(pins_dir)
+    path = directory / VARIANTS_FILE
+    for name, variant in load_variants(directory).items():
+        new = resolve(runner, variant.pin.url, variant.pin.ref)
+        label = f"aotriton variant {name}"
+        if runner.dry_run:
+            runner.say(f"[dry-run] {label}: would set commit to what {variant.pin.ref} resolves to")
+        elif new == variant.pin.commit:
+            runner.say(f"{label}: {variant.pin.ref} is still {new[:12]} (unchanged)")
+        else:
+            pins.rewrite_commit(path, "variant", new, table=f"variant.{name}")
+            runner.say(f"{label}: {variant.pin.ref} {variant.pin.commit[:12]} -> {new[:12]}")
