@@ -193,8 +193,10 @@ def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> N
         arch="gfx908",
         kind="cpptune-json",
         tuner="cpptune",
-        meta={"head_dims": [64], "dtypes": ["float16"]},
+        meta={"head_dims": [64], "dtypes": ["float16"], "seqlens": [16]},
     )
+    out = tune(bed, capsys, "--tune-head-dims", "64", "--tune-seqlens", "16")
+    assert "already tuned for this plan" in out and command_lines(out) == []
     # A patch set for the port's commit is chosen by that commit, like upstream's.
     patches = bed.pins.parent / "patches"
     st.make_patch_set(patches, "aotriton", bed.commit, bed.repo, [{"PATCHED": "yes\n"}])

@@ -148,6 +148,17 @@ def tune_aotriton(opts: argparse.Namespace) -> None:
         f"plan: head_dim {','.join(map(str, plan.head_dims))}; {','.join(plan.dtypes)}; "
         f"seqlens {','.join(map(str, plan.seqlens))}"
     )
+    stored = tuning_db.find(commit, arch)
+    if (
+        stored
+        and not opts.force
+        and all(stored.meta.get(k) == v for k, v in plan.as_dict().items())
+    ):
+        runner.say(
+            f"tune_aotriton: already tuned for this plan: {stored.describe()}; nothing run "
+            "(--force to tune again)"
+        )
+        return
     state_dir = paths.workdir(opts.workdir) / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
     key = stamps.digest({"commit": commit, "patches": patch_set_digest("aotriton", commit)})
     progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=opts.dry_run)
