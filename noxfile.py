@@ -98,6 +98,14 @@ def build_aotriton(session: nox.Session) -> None:
 
 
 @nox.session(python=False, tags=["build"], default=False)
+def tune_aotriton(session: nox.Session) -> None:
+    """Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, install."""
+    from scripts.builds.tune_aotriton import tune_aotriton
+
+    _call(session, tune_aotriton)
+
+
+@nox.session(python=False, tags=["build"], default=False)
 def build_pytorch(session: nox.Session) -> None:
     """Build torch, audio, vision and triton wheels through TheRock, resumable by stage."""
     from scripts.builds.build_pytorch import build_pytorch

@@ -46,11 +46,15 @@ from scripts.env import archs, compat_matrix, condaenv
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
-from scripts.sources import pins
+from scripts.sources import aotriton_variants, pins, tuning_db
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest
+from scripts.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
+# The last finished source build (installed into torch or not): build_pytorch's
+# AOTRITON_INSTALLED_PREFIX, e.g. a variant that torch must be built against first.
+BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
 GIB = 1 << 30
 
@@ -126,6 +130,13 @@ class Context:
     pin: pins.Pin
     version: str
     pack: str
+    # A non-upstream AOTriton (pins/aotriton_variants.toml), or None for ROCm/aotriton.
+    variant: aotriton_variants.Variant | None = None
+
+    @property
+    def source_name(self) -> str:
+        """work/src/<name> and work/build/<name>: a variant never shares upstream's tree."""
+        return "aotriton" if self.variant is None else f"aotriton-{self.variant.name}"
 
 
 def _context(opts: argparse.Namespace) -> Context:
@@ -134,6 +145,30 @@ def _context(opts: argparse.Namespace) -> Context:
     work = paths.workdir(opts.workdir)
     location = condaenv.locate(opts)
     prefix = condaenv.require_env(location.prefix)
+    variant = aotriton_variants.choose(arch.name, getattr(opts, "aotriton_source", None))
+    if variant is not None:
+        if getattr(opts, "from_release", False):
+            raise UserError(f"{variant.describe()} has no prebuilt release; drop --from-release")
+        pin, version, pack = variant.pin, variant.pin.data["version"], variant.pack
+    else:
+        pin, version, pack = _upstream_pin(arch, work)
+    torch = torch_dir(prefix)
+    return Context(
+        opts,
+        arch,
+        choice.how,
+        work,
+        prefix,
+        torch,
+        torch.parent,
+        pin,
+        version,
+        f"amd-{pack}",
+        variant,
+    )
+
+
+def _upstream_pin(arch: archs.Arch, work: Path) -> tuple[pins.Pin, str, str]:
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
@@ -147,10 +182,7 @@ def _context(opts: argparse.Namespace) -> Context:
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    torch = torch_dir(prefix)
-    return Context(
-        opts, arch, choice.how, work, prefix, torch, torch.parent, pin, version, f"amd-{pack}"
-    )
+    return pin, version, pack
 
 
 def _inputs(ctx: Context) -> dict[str, Any]:
@@ -160,6 +192,7 @@ def _inputs(ctx: Context) -> dict[str, Any]:
         "stamp_version": STAMP_VERSION,
         "mode": mode,
         "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
+        "variant": ctx.variant.name if ctx.variant else None,
         "arch": ctx.arch.name,
         "pack": ctx.pack,
         "torch": str(ctx.torch),
@@ -167,6 +200,8 @@ def _inputs(ctx: Context) -> dict[str, Any]:
     }
     if mode == "source":
         inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit)
+        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+        inputs["tuning_db"] = tuned.digest() if tuned else None
         inputs["options"] = {
             "noimage": bool(getattr(opts, "no_images", False)),
             "timeout_min": _timeout(opts),
@@ -208,6 +243,8 @@ def build_aotriton(opts: argparse.Namespace) -> None:
     )
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
     print(f"arch: {ctx.arch.name} ({ctx.arch_how}); image pack {ctx.pack}", file=out)
+    if ctx.variant is not None:
+        print(f"{ctx.variant.describe()}; why: {ctx.variant.why}", file=out)
     inputs = _inputs(ctx)
     recorded = stamps.read(stamp)
     if (
@@ -232,15 +269,38 @@ def build_aotriton(opts: argparse.Namespace) -> None:
         new = aotriton_release.fetch_release(ctx, runner)
         how = f"prebuilt release {ctx.version}"
     else:
-        new = _build_from_source(ctx, runner)
+        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+        new = _build_from_source(ctx, runner, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
-    _install(ctx, new, runner, stamp, inputs, how)
+        if tuned:
+            how += f" with the tuning database {tuned.directory.name}"
+        if new is not None:
+            built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+            stamps.write(built, inputs, install_prefix=str(new.lib.parent))
+    try:
+        _install(ctx, new, runner, stamp, inputs, how)
+    except UserError as refused:
+        if ctx.variant is None or new is None:
+            raise
+        raise UserError(
+            f"{refused}; the {ctx.variant.name} build stays in {new.lib.parent}: build torch "
+            "against it (nox -s build_pytorch passes it as AOTRITON_INSTALLED_PREFIX)"
+        ) from None
 
 
-def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
+def _build_from_source(
+    ctx: Context,
+    runner: Runner,
+    *,
+    tuning: TuningDb | None = None,
+    build_name: str | None = None,
+    extra_cmake: tuple[str, ...] = (),
+) -> AotritonInstall | None:
+    """Configure, build and install into <build>/install; tune_aotriton passes its own
+    build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database."""
     opts = ctx.opts
-    src = paths.src_dir(ctx.work, "aotriton")
-    build = paths.build_dir(ctx.work, "aotriton")
+    src = paths.src_dir(ctx.work, ctx.source_name)
+    build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"
     if getattr(opts, "clean", False) and build.exists():
         runner.say(f"--clean: removing the build directory {build}")
@@ -295,6 +355,14 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
         env=env,
         runner=runner,
     )
+    if tuning is not None:
+        scratch = build.with_name(build.name + "-tuning-db")
+        args += tuning_db.build_inputs(
+            tuning, src, scratch, python=str(python), cmake=cmake, runner=runner
+        )
+    args += extra_cmake
+    if archs.aotriton_version_key(ctx.version) < (0, 11):
+        args.remove("-DAOTRITON_USE_TORCH=OFF")  # the option came with 0.11 (upstream-facts §1.1)
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
     if cache.active:
         args += cache.cmake_args()
@@ -310,7 +378,11 @@ def _build_from_source(ctx: Context, runner: Runner) -> AotritonInstall | None:
             (build / "CMakeCache.txt").unlink()
     if not runner.dry_run and install.exists():
         shutil.rmtree(install)  # ours; `ninja install` repopulates it
-    runner.run(args, cwd=src, sets=sets)
+    try:
+        runner.run(args, cwd=src, sets=sets)
+    finally:
+        if tuning is not None:  # configure has read the merged database; keep the tree clean
+            tuning_db.restore_source(tuning, src, runner)
     if not runner.dry_run:
         stamps.write(configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.

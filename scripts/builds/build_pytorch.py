@@ -331,6 +331,10 @@ def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | N
     # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.
     stamp = stamps.read(paths.stamp_path(work, "aotriton")) or {}
     digest = str(stamp.get("inputs_digest", ""))
+    built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
+    if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
+        # the last build_aotriton source build: upstream's tree or a variant's (gfx908 port)
+        return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
     for candidate in (
         paths.build_dir(work, "aotriton") / "install",
         paths.build_dir(work, "aotriton") / "install_dir",

@@ -16,7 +16,7 @@ from typing import Any
 from scripts.plumbing.errors import UserError
 
 SETUP = "setup_env"
-BUILDS = ("build_aotriton", "build_pytorch", "install_wheels", "build_ck")
+BUILDS = ("build_aotriton", "build_pytorch", "install_wheels", "build_ck", "tune_aotriton")
 ENV_USERS = (SETUP, "doctor", *BUILDS, "bench", "backend_check", "validate")
 
 
@@ -130,6 +130,31 @@ OPTIONS: tuple[Option, ...] = (
         sessions=("build_aotriton",),
         action="store_true",
         help="install the prebuilt release runtime + this arch's image pack (minutes, not hours)",
+    ),
+    _opt(
+        "--aotriton-source",
+        sessions=("build_aotriton", "tune_aotriton"),
+        metavar="SOURCE",
+        help="'upstream' (ROCm/aotriton) or a variant of pins/aotriton_variants.toml "
+        "(default: the variant for this arch, if any, else upstream)",
+    ),
+    _opt(
+        "--tune-head-dims",
+        sessions=("tune_aotriton",),
+        metavar="LIST",
+        help="head dims to tune, comma list (default: the arch's, e.g. 32,64 for gfx908)",
+    ),
+    _opt(
+        "--tune-dtypes",
+        sessions=("tune_aotriton",),
+        metavar="LIST",
+        help="dtypes to tune: float16,bfloat16 (default: the variant's, else float16,bfloat16)",
+    ),
+    _opt(
+        "--tune-seqlens",
+        sessions=("tune_aotriton",),
+        metavar="LIST",
+        help="sequence lengths to tune (q and k), comma list (default 16..4096, powers of 2)",
     ),
     _opt(
         "--restore",

@@ -69,6 +69,14 @@ def update_pins(opts: argparse.Namespace) -> None:
         except UserError as e:
             failures.append(f"{project}: {e}")
             runner.say(f"{project}: FAILED: {e}")
+    if "aotriton" in (opts.project or pins.PROJECTS):
+        from scripts.sources.aotriton_variants import update_variant_pins
+
+        try:
+            update_variant_pins(runner, ls_remote, directory)
+        except UserError as e:
+            failures.append(f"aotriton variants: {e}")
+            runner.say(f"aotriton variants: FAILED: {e}")
     if failures:
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {failures[0]}")
 

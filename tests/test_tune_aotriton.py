@@ -1,0 +1,305 @@
+"""The gfx908 community port as an AOTriton source variant, and tune_aotriton, against a
+stand-in of the port and of its cpptune tuner built with the real cmake and ninja."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts.builds import aotriton_install
+from scripts.builds import build_aotriton as ba
+from scripts.builds import tune_aotriton as ta
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
+from scripts.sources import tuning_db
+from tests.support import aotriton_port_standin as port
+from tests.support import aotriton_standins as st
+from tests.support.aotriton_env import build_opts, command_lines, provision_env
+
+
+@dataclass
+class Bed:
+    prefix: Path
+    repo: Path
+    commit: str
+    pins: Path
+    work: Path
+
+    @property
+    def torch_lib(self) -> Path:
+        return st.site_packages(self.prefix) / "torch" / "lib"
+
+    @property
+    def state(self) -> Path:
+        return self.work / "tuning" / f"aotriton-gfx908-community-{self.commit[:12]}-gfx908"
+
+    @property
+    def published(self) -> Path:
+        return self.pins / "tuning" / "aotriton" / self.commit / "gfx908"
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
+    root = tmp_path_factory.mktemp("aotriton-port")
+    prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
+    repo, commit = port.make_port(root)
+    pins = root / "pins"
+    pins.mkdir()
+    (pins / "aotriton_variants.toml").write_text(port.variants_toml(repo, commit))
+    (pins / "aotriton.toml").write_text(
+        "[aotriton]\n"
+        f'url = "file://{repo}"\nref = "0.13b"\ncommit = "{"a" * 40}"\nversion = "0.13b"\n'
+        'tuner = "tuner-v3.5"\n'
+    )
+    (root / "patches").mkdir()
+    # torch as build_pytorch makes it against the port (AOTRITON_INSTALLED_PREFIX): 0.10.
+    st.install_torch(prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
+    return Bed(prefix, repo, commit, pins, root / "work")
+
+
+@pytest.fixture(autouse=True)
+def _env(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(bed.pins))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(bed.pins.parent / "patches"))
+    monkeypatch.delenv("ROCMFA_TUNING_DIR", raising=False)
+    monkeypatch.delenv("STANDIN_TUNE_STOP_AFTER", raising=False)
+
+
+def tune(bed: Bed, capsys, *extra: str, arch: str = "gfx908") -> str:
+    capsys.readouterr()
+    argv = ["--arch", arch, "--prefix", str(bed.prefix), "--workdir", str(bed.work), *extra]
+    try:
+        ta.tune_aotriton(options.parse("tune_aotriton", argv))
+    finally:
+        captured = capsys.readouterr().out
+        print(captured)
+    return captured
+
+
+def test_build_dry_run_gfx908_builds_the_port_and_says_so(bed: Bed, capsys) -> None:
+    capsys.readouterr()
+    ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx908"))
+    out = capsys.readouterr().out
+    assert command_lines(out) == []
+    assert "community port, untested: NOT upstream ROCm/aotriton, not tested by AMD" in out
+    configure = next(line for line in out.splitlines() if " -G Ninja " in line)
+    assert "-DAOTRITON_TARGET_ARCH=gfx908" in configure
+    assert f"(cd {bed.work / 'src' / 'aotriton-gfx908-community'})" in configure
+    assert "AOTRITON_USE_TORCH" not in configure  # the 0.10 port has no such option
+    assert any(line.endswith(" install") and "ninja" in line for line in out.splitlines())
+
+
+def test_upstream_source_for_gfx908_is_refused_math_path(bed: Bed, capsys) -> None:
+    opts = build_opts(bed.prefix, bed.work, "--aotriton-source", "upstream", arch="gfx908")
+    with pytest.raises(UserError) as error:
+        ba.build_aotriton(opts)
+    assert "no AOTriton support" in str(error.value) and "math path" in str(error.value)
+    with pytest.raises(UserError, match="unknown; known: upstream, gfx908-community"):
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--aotriton-source", "nope"))
+
+
+def test_tune_dry_run_shows_tune_store_rebuild_validate(bed: Bed, capsys) -> None:
+    out = tune(bed, capsys, "--dry-run")
+    assert command_lines(out) == []
+    lines = out.splitlines()
+    tuning_configure = next(line for line in lines if "-DAOTRITON_BUILD_FOR_TUNING=ON" in line)
+    assert "-DAOTRITON_OVERRIDE_TARGET_GPUS=gfx908_mod0" in tuning_configure
+    assert "-DAOTRITON_NAME_SUFFIX=rocmfa" in tuning_configure
+    tuner = [line for line in lines if "test/tune_flash.py --json_file" in line]
+    assert len(tuner) == 2 and "--d_head 32" in tuner[0] and "--d_head 64" in tuner[1]
+    assert all("--dtype float16 " in line and "PYTHONPATH=" in line for line in tuner)
+    assert any("table_tool.py --action rawjson -k FLASH" in line for line in lines)
+    gate = next(line for line in lines if "validate.py" in line)
+    assert "--head-dims 32,64" in gate and "--dtypes fp16" in gate and "LD_PRELOAD=" in gate
+    order = [next(i for i, x in enumerate(lines) if x.startswith(f"[{n}/6]")) for n in range(1, 7)]
+    assert order == sorted(order)
+    assert not bed.state.exists()
+
+
+def test_tune_gfx1151_names_tuner_v35(bed: Bed, capsys) -> None:
+    with pytest.raises(UserError) as error:
+        tune(bed, capsys, "--dry-run", arch="gfx1151")
+    message = str(error.value)
+    assert "\n" not in message and "Tuner v3.5" in message
+    assert "AOTRITON_TUNING_DATABASE_ROOT" in message
+
+
+def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
+    bed: Bed, capfd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capsys = capfd  # the tuner's own output goes to the file descriptors
+    before = aotriton_install.installed_fingerprint(bed.torch_lib)
+    monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "3")
+    with pytest.raises(UserError, match="command failed"):
+        tune(bed, capsys, "--tune-seqlens", "16,32")
+    raw = bed.state / "raw-d32-float16.json"
+    assert len(raw.read_text().splitlines()) == 3
+    assert json.loads((bed.state / "progress.json").read_text())["done"] == ["build"]
+
+    monkeypatch.delenv("STANDIN_TUNE_STOP_AFTER")
+    with pytest.raises(UserError) as error:
+        tune(bed, capsys, "--tune-seqlens", "16,32")
+    out = capsys.readouterr().out
+    assert "resuming: done earlier: build" in out and "done earlier; skipped" in out
+    assert "skip_set=3" in out  # the tuner continued its own records
+    ids = [json.loads(x)["task_id"] for x in raw.read_text().splitlines()]
+    assert sorted(ids) == [0, 1, 2, 3]
+    candidate = tuning_db.load(bed.state / "candidate")
+    assert candidate.meta["head_dims"] == [32, 64] and candidate.meta["dtypes"] == ["float16"]
+    rebuilt = bed.work / "build" / "aotriton-gfx908-community" / "install"
+    info = (rebuilt / "share" / "aotriton" / "build-info.txt").read_text()
+    assert "TUNED_ROWS=9" in info  # 1 reused gfx90a row + 8 tuned
+    # The gate (validate.py) cannot pass here: nothing installed, nothing published.
+    assert "validate failed" in str(error.value) and "NOT installed" in str(error.value)
+    assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
+    assert not bed.published.exists()
+
+    # Another plan keeps the tuning build, not the old records (their task ids mean other cases).
+    monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "1")
+    with pytest.raises(UserError, match="command failed"):
+        tune(bed, capsys, "--tune-seqlens", "16,64")
+    out = capsys.readouterr().out
+    assert "another plan than last time" in out and "done earlier; skipped" in out
+    assert [json.loads(x)["task_id"] for x in raw.read_text().splitlines()] == [0]
+
+
+def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> None:
+    records = bed.pins.parent / "records.json"
+    records.write_text(
+        json.dumps(
+            {
+                "arch": "gfx908_mod0",
+                "task_id": 0,
+                "kernel_name": "attn_fwd",
+                "inputs": {"D_HEAD": 64},
+                "tuned_kernel": {"BLOCK_M": 16},
+                "result": "tuned",
+                "time": [1.0],
+            }
+        )
+        + "\n"
+    )
+    tuning_db.write(
+        bed.published,
+        {tuning_db.CPPTUNE_RECORDS: records},
+        commit=bed.commit,
+        arch="gfx908",
+        kind="cpptune-json",
+        tuner="cpptune",
+        meta={"head_dims": [64], "dtypes": ["float16"], "seqlens": [16]},
+    )
+    out = tune(bed, capsys, "--tune-head-dims", "64", "--tune-seqlens", "16")
+    assert "already tuned for this plan" in out and command_lines(out) == []
+    # A patch set for the port's commit is chosen by that commit, like upstream's.
+    patches = bed.pins.parent / "patches"
+    st.make_patch_set(patches, "aotriton", bed.commit, bed.repo, [{"PATCHED": "yes\n"}])
+    capsys.readouterr()
+    try:
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
+    finally:
+        shutil.rmtree(patches / "aotriton")
+    out = capsys.readouterr().out
+    assert "with the tuning database gfx908" in out
+    src = bed.work / "src" / "aotriton-gfx908-community"
+    assert (src / "PATCHED").read_text() == "yes\n"
+    assert st.git(src, "status", "--porcelain") == ""  # the merged database was put back
+    installed = bed.work / "build" / "aotriton-gfx908-community" / "install"
+    assert "TUNED_ROWS=2" in (installed / "share" / "aotriton" / "build-info.txt").read_text()
+    assert (bed.torch_lib / "libaotriton_v2.so.0.10.0").read_bytes() == (
+        installed / "lib" / "libaotriton_v2.so.0.10.0"
+    ).read_bytes()
+
+    (bed.published / tuning_db.CPPTUNE_RECORDS).write_text("{}\n")
+    with pytest.raises(UserError) as error:
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx908"))
+    assert "sha256" in str(error.value) and "refusing" in str(error.value)
+    shutil.rmtree(bed.published)
+
+
+def test_port_refused_by_a_torch_built_for_upstream_feeds_build_pytorch(bed: Bed, capsys) -> None:
+    from scripts.builds.build_pytorch import find_aotriton_prefix
+
+    st.install_torch(bed.prefix)  # TheRock's torch, built for AOTriton 0.13
+    before = aotriton_install.installed_fingerprint(bed.torch_lib)
+    try:
+        with pytest.raises(UserError) as error:
+            ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
+        assert "torch was built for AOTriton 0.13.0 but this is 0.10.0" in str(error.value)
+        assert "AOTRITON_INSTALLED_PREFIX" in str(error.value)
+        assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
+        opts = options.parse("build_pytorch", ["--workdir", str(bed.work)])
+        prefix, how, _ = find_aotriton_prefix(opts, bed.work)
+        assert prefix == bed.work / "build" / "aotriton-gfx908-community" / "install"
+        assert how == "build_aotriton"
+    finally:
+        st.install_torch(bed.prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
+
+
+def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, capsys) -> None:
+    shard = bed.pins.parent / "attn_fwd.sqlite3.tar.xz"
+    shard.write_bytes(port.tuning_database_tar_xz())
+    where = bed.pins / "tuning" / "aotriton" / ("a" * 40) / "gfx1151"
+    tuning_db.write(
+        where,
+        {"amd/gfx1151/flash/attn_fwd.sqlite3.tar.xz": shard},
+        commit="a" * 40,
+        arch="gfx1151",
+        kind="sharded-sqlite",
+        tuner="tuner-v3.5",
+        meta={},
+    )
+    try:
+        capsys.readouterr()
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx1151"))
+        out = capsys.readouterr().out
+        configure = next(line for line in out.splitlines() if " -G Ninja " in line)
+        assert f"-DAOTRITON_TUNING_DATABASE_ROOT={where}" in configure
+        assert "-DAOTRITON_TARGET_ARCH=gfx1151" in configure and command_lines(out) == []
+    finally:
+        shutil.rmtree(where)
+
+
+def test_nox_tune_aotriton_dry_run_gfx908(bed: Bed) -> None:
+    repo_root = Path(__file__).resolve().parent.parent
+    nox = [sys.executable, "-m", "nox", "-s", "tune_aotriton", "--", "--dry-run"]
+    fresh = bed.work.with_name("work-nox")  # no progress from the other tests
+    result = subprocess.run(
+        [*nox, "--arch", "gfx908", "--prefix", str(bed.prefix), "--workdir", str(fresh)],
+        cwd=repo_root,
+        env={**os.environ, "ROCMFA_PINS_DIR": str(bed.pins), **st.FILE_PROTOCOL_ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "-DAOTRITON_BUILD_FOR_TUNING=ON" in output and "validate.py" in output
+
+
+def test_update_pins_resolves_the_variant_commit(
+    bed: Bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from scripts.sources import update_pins
+
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    (pins_dir / "aotriton.toml").write_text(
+        f'[aotriton]\nurl = "file://{bed.repo}"\nref = "main"\ncommit = "{bed.commit}"\n'
+    )
+    stale = port.variants_toml(bed.repo, "0" * 40).replace('ref = "main"', 'ref = "main"  # k')
+    (pins_dir / "aotriton_variants.toml").write_text(stale)
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    argv = ["--workdir", str(tmp_path / "work"), "--project", "aotriton"]
+    update_pins.update_pins(options.parse("update_pins", argv))
+    text = (pins_dir / "aotriton_variants.toml").read_text()
+    assert f'commit = "{bed.commit}"' in text and "# k" in text
+    assert f"aotriton variant gfx908-community: main 000000000000 -> {bed.commit[:12]}" in (
+        capsys.readouterr().out
+    )
