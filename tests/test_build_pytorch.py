@@ -479,6 +479,7 @@ def test_cache_url_maps_to_therock_use_sccache_and_is_shown(
     out = capfd.readouterr().out
     assert not work.exists()
     torch = next(c for c in dry_run_commands(out) if "--pytorch-dir" in c)
+    make_source_dirs(torch)
     args = standin.load_script("build_prod_wheels.py").parse(torch[2:])
     assert args.use_sccache and not args.use_ccache
     line = next(x for x in out.splitlines() if "--pytorch-dir" in x)

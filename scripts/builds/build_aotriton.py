@@ -239,6 +239,7 @@ def build_aotriton(opts: argparse.Namespace) -> None:
             torch_version=torch_version(ctx.torch),
             aotriton_url=ctx.pin.url,
             force=opts.force,
+            torch_to_be_rebuilt=ctx.variant is not None,
         )
     )
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)

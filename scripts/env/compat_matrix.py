@@ -222,9 +222,12 @@ def check_combination(
     torch_version: str | None = None,
     aotriton_url: str = "",
     force: bool = False,
+    torch_to_be_rebuilt: bool = False,
 ) -> list[str]:
     """Conflicts of arch x AOTriton release x torch; raises UserError (one line) on the first
-    unless force, then returns them as warnings. Notes (experimental) are returned as well."""
+    unless force, then returns them as warnings. Notes (experimental) are returned as well.
+    torch_to_be_rebuilt: the build is for a torch built against it later (a source variant),
+    so a torch mismatch is a note, not a conflict."""
     data = load_matrix()
     found = state(arch, aotriton_version, data)
     problems, notes = [], []
@@ -248,10 +251,17 @@ def check_combination(
     if series and series in data.torch:
         expected = data.torch[series][0]
         if not same_release_line(expected, aotriton_version):
-            problems.append(
+            conflict = (
                 f"torch {series} x AOTriton {aotriton_version}: torch {series} expects AOTriton "
                 f"{expected} ({data.torch[series][1]})"
             )
+            if torch_to_be_rebuilt:
+                notes.append(
+                    f"note: {conflict}; this build is not installed into that torch: build torch "
+                    "against it (nox -s build_pytorch uses AOTRITON_INSTALLED_PREFIX)"
+                )
+            else:
+                problems.append(conflict)
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes
