@@ -1,4 +1,5 @@
-"""--cache against real servers on loopback (redis-server, WsgiDAV): two machines, one cache.
+"""--cache against real servers on loopback (redis-server, WsgiDAV, moto's S3): two machines,
+one cache.
 
 Machine A and machine B have separate work dirs (checkout, build dir, SCCACHE_DIR, sccache
 server port) and build the same stand-in C++ project with real cmake/ninja/sccache; B's
@@ -58,3 +59,18 @@ def test_second_machine_is_served_from_webdav(tmp_path: Path) -> None:
     assert first.stats["location"].lower().startswith("webdav") and first.stats["misses"] == 2
     assert second.stats["hits"] == 2 and second.stats["misses"] == 0
     assert any((tmp_path / "dav" / "ci" / "rocmfa" / "gfx1151").rglob("*"))
+
+
+@pytest.mark.skipif(shared_cache.MOTO is None, reason="moto[server] (PyPI) is not installed")
+def test_second_machine_is_served_from_s3(tmp_path: Path, monkeypatch) -> None:
+    # Credentials come only from the environment; they must not show up in what we print.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
+    with shared_cache.s3_server("ci-cache") as endpoint:
+        cache = f"s3://ci-cache/team?endpoint={endpoint}&region=us-east-1"
+        first = shared_cache.build_on_machine(tmp_path / "machine-a", cache, units=1)
+        second = shared_cache.build_on_machine(tmp_path / "machine-b", cache, units=1)
+    assert "WARNING" not in first.log + second.log
+    assert first.stats["misses"] == 2 and first.stats["location"].lower().startswith("s3")
+    assert second.stats["hits"] == 2 and second.stats["misses"] == 0
+    assert "testing-secret" not in first.log + second.log

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,6 +93,29 @@ def webdav_server(root: Path) -> Iterator[str]:
     argv = [WSGIDAV, "--host", "127.0.0.1", "--port", str(port), "--root", str(root)]
     argv += ["--auth", "anonymous", "--no-config"]
     with _serving(argv, port, "wsgidav", f"http://127.0.0.1:{port}/") as url:
+        yield url
+
+
+MOTO = shutil.which("moto_server") or (
+    str(Path(sys.executable).parent / "moto_server")
+    if (Path(sys.executable).parent / "moto_server").exists()
+    else None
+)
+
+
+@contextmanager
+def s3_server(bucket: str) -> Iterator[str]:
+    """moto's S3-compatible server (PyPI moto[server]) on 127.0.0.1:<free port> with an empty
+    bucket; yields its endpoint URL. It takes any credentials, which the caller sets in the
+    environment as a real user would."""
+    if MOTO is None:
+        raise RuntimeError("moto_server not installed")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with _serving([MOTO, "-H", "127.0.0.1", "-p", str(port)], port, "moto_server", url):
+        # CreateBucket is a plain PUT of the bucket path.
+        request = urllib.request.Request(f"{url}/{bucket}", method="PUT")
+        urllib.request.urlopen(request, timeout=10).close()
         yield url
 
 
