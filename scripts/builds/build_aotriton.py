@@ -43,7 +43,7 @@ from scripts.builds.aotriton_install import (
     torch_version,
 )
 from scripts.env import archs, compat_matrix, condaenv
-from scripts.plumbing import paths, stamps
+from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources import aotriton_variants, pins, tuning_db
@@ -56,28 +56,11 @@ STAMP_NAME = "aotriton"
 # AOTRITON_INSTALLED_PREFIX, e.g. a variant that torch must be built against first.
 BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
-GIB = 1 << 30
+# Peak compiler memory per AOTriton job (HIP host/device C++), for buildjobs.choose_jobs.
+AOTRITON_GIB_PER_JOB = 2.0
 
 
 # --- options, inputs, stamp ---------------------------------------------------------------
-
-
-def jobs_limit(requested: int | None) -> int:
-    """--jobs, else min(CPUs, free memory / 2 GiB), at least 1."""
-    if requested:
-        if requested < 1:
-            raise UserError(f"--jobs must be at least 1, got {requested}")
-        return requested
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    available = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    by_memory = max(1, available // (2 * GIB)) if available else cpus
-    return max(1, min(cpus or 1, by_memory))
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
@@ -318,7 +301,8 @@ def _build_from_source(
     cmake_dir = runner.run(
         [rocm, "path", "--cmake"], capture=True, dry_run_output="$(rocm-sdk path --cmake)"
     )
-    jobs = jobs_limit(getattr(opts, "jobs", None))
+    jobs, why = buildjobs.choose_jobs(getattr(opts, "jobs", None), AOTRITON_GIB_PER_JOB)
+    runner.say(f"build jobs: {why}")
     pkgconfig = [str(ctx.prefix / "lib" / "pkgconfig"), str(ctx.prefix / "share" / "pkgconfig")]
     if env.get("PKG_CONFIG_PATH"):
         pkgconfig.append(env["PKG_CONFIG_PATH"])
