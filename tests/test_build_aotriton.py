@@ -124,7 +124,7 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
     assert "TARGET_ARCH=gfx1151\n" in text and "TIMEOUT=0\n" in text and "NOIMAGE=OFF\n" in text
     assert "ROCM_PATH=" + str(st.site_packages(bed.prefix) / "_rocm_sdk_devel") in text
     assert f"PKG_CONFIG_PATH={bed.prefix / 'lib' / 'pkgconfig'}" in text
-    assert text.split("PREFIX_PATH=")[1].strip().endswith("_rocm_sdk_devel/lib/cmake")
+    assert text.split("PREFIX_PATH=")[1].splitlines()[0].endswith("_rocm_sdk_devel/lib/cmake")
     ninja = [line for line in command_lines(out) if " install" in line and "ninja" in line]
     assert len(ninja) == 1 and not any(
         re.search(r"(ninja|-j\d+)$", line.rstrip()) for line in command_lines(out)
@@ -299,3 +299,41 @@ def test_known_bad_torch_aotriton_combination_is_refused_before_any_command(
         assert "$ " not in out and bed.src.exists() == src_before  # no command ran
     finally:
         old.rename(info)
+
+
+def test_cache_choice_beats_aotritons_own_ccache_detection(
+    bed: Bed, tmp_path: Path, capsys
+) -> None:
+    """AOTriton's CMakeLists makes any ccache on PATH the launcher, over a command-line
+    CMAKE_*_COMPILER_LAUNCHER: the launcher args build_aotriton passes for --cache sccache and
+    --cache none must still decide, in a real configure with a ccache on PATH."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    fake_ccache = tools / "ccache"
+    fake_ccache.write_text('#!/bin/sh\nexec "$@"\n')
+    fake_ccache.chmod(0o755)
+    cmake_dir = next(bed.prefix.glob("lib/python3*/site-packages/_rocm_sdk_devel/lib/cmake"))
+    env = {
+        **os.environ,
+        "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+        "PKG_CONFIG_PATH": str(bed.prefix / "lib" / "pkgconfig"),
+    }
+
+    def launcher(*cmake_args: str) -> str:
+        build = tmp_path / f"b{len(list(tmp_path.glob('b*')))}"
+        argv = [shutil.which("cmake") or "cmake", "-S", str(bed.repo), "-B", str(build)]
+        argv += [f"-DCMAKE_PREFIX_PATH={cmake_dir}", "-DAOTRITON_NO_PYTHON=ON", *cmake_args]
+        result = subprocess.run(argv, capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        info = (build / "build-info.txt").read_text()
+        return info.split("LAUNCHER=", 1)[1].splitlines()[0]
+
+    def cache_args(choice: str) -> list[str]:
+        out = run_build(bed, capsys, "--dry-run", "--cache", choice)
+        configure = next(line for line in out.splitlines() if " -G Ninja " in line)
+        return [a for a in configure.split() if "LAUNCHER=" in a or a.startswith("-DCCACHE_FOUND")]
+
+    assert launcher() == str(fake_ccache)  # what the real CMakeLists does on its own
+    sccache_args = cache_args("sccache")
+    assert launcher(*sccache_args).endswith("sccache")
+    assert launcher(*cache_args("none")) == ""

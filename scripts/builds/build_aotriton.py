@@ -349,10 +349,14 @@ def _build_from_source(
     if archs.aotriton_version_key(ctx.version) < (0, 11):
         args.remove("-DAOTRITON_USE_TORCH=OFF")  # the option came with 0.11 (upstream-facts §1.1)
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
+    # AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
+    # preset that result so --cache really decides (docs/upstream-interfaces.md).
     if cache.active:
-        args += cache.cmake_args()
+        args += [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
     elif ccache and getattr(opts, "cache", None) is None:
         args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
+    else:
+        args.append("-DCCACHE_FOUND=OFF")
     # A changed configuration must not meet a stale CMakeCache (user-pitfalls §1.7).
     configured = build / ".rocmfa-configure.json"
     wanted = stamps.digest({"args": args, "sets": sets})

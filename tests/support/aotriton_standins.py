@@ -117,6 +117,13 @@ endif()
 if(NOT AOTRITON_GIT_TREESHA1)
   message(FATAL_ERROR "[AOTriton] Cannot identify Git tree SHA1; define AOTRITON_GIT_TREESHA1.")
 endif()
+# As the real one (CMakeLists.txt @ 6e00ef3e): any ccache found becomes the compiler launcher,
+# overriding a -DCMAKE_*_COMPILER_LAUNCHER given on the command line.
+find_program(CCACHE_FOUND ccache)
+if(CCACHE_FOUND)
+  set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_FOUND})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_FOUND})
+endif()
 set(AOTRITON_MIN_PYTHON 3.10 CACHE STRING "Minimal Python version for find_package.")
 find_package(Python3 ${AOTRITON_MIN_PYTHON} COMPONENTS Interpreter REQUIRED)
 find_package(hip REQUIRED)
@@ -191,7 +198,8 @@ endif()
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt
   "TARGET_ARCH=${AOTRITON_TARGET_ARCH}\nTIMEOUT=${AOTRITON_GPU_BUILD_TIMEOUT}\n"
   "NOIMAGE=${AOTRITON_NOIMAGE_MODE}\nROCM_PATH=$ENV{ROCM_PATH}\n"
-  "PKG_CONFIG_PATH=$ENV{PKG_CONFIG_PATH}\nPREFIX_PATH=${CMAKE_PREFIX_PATH}\n")
+  "PKG_CONFIG_PATH=$ENV{PKG_CONFIG_PATH}\nPREFIX_PATH=${CMAKE_PREFIX_PATH}\n"
+  "LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER}\n")
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt DESTINATION share/aotriton)
 """
 
