@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import time
 from types import SimpleNamespace
 
@@ -141,3 +142,74 @@ def test_crosscheck_reads_every_named_size_and_the_timing_mode(tmp_path):
     assert set(table) == {("Tiny", "math", c, p) for c in (False, True) for p in ("fwd", "bwd")}
     assert all(reps == 2 and calls >= 1 for _ms, reps, calls, _noisy in table.values())
     assert {c[0] for c in bench_crosscheck.default_cases()} == set(bench_plan.SIZES)
+
+
+def test_crosscheck_takes_turns_a_b_then_b_a():
+    order: list[str] = []
+
+    def side(name: str):
+        def run(index: int) -> list[float]:
+            order.append(name)
+            assert index == (len(order) - 1) // 2
+            return [float(len(order))]
+
+        return run
+
+    a, b = bench_crosscheck.take_turns(4, side("A"), side("B"))
+    assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert a == [[1.0], [4.0], [5.0], [8.0]] and b == [[2.0], [3.0], [6.0], [7.0]]
+
+
+def test_crosscheck_difference_pairs_neighbouring_turns():
+    # The machine switches between a fast (1 ms) and a slow (2 ms) state, and once between the
+    # two turns of a pair; A times 2 % slower than B in either state. The pooled medians differ
+    # by 104 % (A saw 3 slow turns of 5, B 2); the paired difference is the 2 %.
+    a_turns = [[1.02], [1.02], [2.04], [2.04], [2.04]]
+    b_turns = [[1.0], [1.0], [1.0], [2.0], [2.0]]
+    assert abs(bench_crosscheck.paired_diff_pct(a_turns, b_turns) - 2.0) < 1e-9
+    pooled = bench_crosscheck.diff_pct(
+        statistics.median([x for turn in a_turns for x in turn]), 1.0
+    )
+    assert abs(pooled - 104.0) < 1e-9
+
+
+def test_crosscheck_times_bench_and_its_own_harness_in_one_process(tmp_path, capsys):
+    path = tmp_path / "cc.json"
+    args = ["--device", "cpu", "--timing", "wall", "--sizes", "Tiny", "--turns", "3"]
+    code = bench_crosscheck.main([*args, "--json", str(path)])
+    data = json.loads(path.read_text())
+    assert code == (0 if data["agree"] else 1)
+    assert {(r["causal"], r["pass"]) for r in data["rows"]} == {
+        (c, p) for c in (False, True) for p in ("fwd", "bwd")
+    }
+    for row in data["rows"]:
+        assert row["backend"] == "math" and row["bench_ms"] > 0 and row["crosscheck_ms"] > 0
+        expected = 100 * (row["bench_ms"] - row["crosscheck_ms"]) / row["crosscheck_ms"]
+        assert abs(row["pooled_diff_pct"] - expected) < 0.05
+        pairs = zip(row["bench_turns_ms"], row["crosscheck_turns_ms"], strict=True)
+        ratios = [statistics.median(a) / statistics.median(b) for a, b in pairs]
+        assert abs(row["diff_pct"] - 100 * (statistics.median(ratios) - 1)) < 0.05
+    worst = max(abs(r["diff_pct"]) for r in data["rows"])
+    assert data["max_abs_diff_pct_by_size"] == {"Tiny": round(worst, 2)}
+    out = capsys.readouterr().out
+    assert all(r["turns"] == 3 == len(r["bench_turns_ms"]) for r in data["rows"])
+    assert "take turns on each case" in out and ("AGREE" in out or "DISAGREE" in out)
+
+
+def test_crosscheck_refuses_what_it_cannot_compare(tmp_path, capsys):
+    bench_json = tmp_path / "wall.json"
+    bench_args = ["--sizes", "Tiny", "--dtypes", "fp16", "--backends", "math", "--timing", "wall"]
+    assert (
+        bench.main([*bench_args, "--repeats", "2", "--warmup-ms", "0", "--json", str(bench_json)])
+        == 0
+    )
+    capsys.readouterr()
+    cases = [
+        (["--device", "cpu"], "device timing needs a CUDA or ROCm device"),
+        (["--device", "cpu", "--timing", "wall", "--sizes", "Huge"], "unknown size 'Huge'"),
+        (["--device", "cpu", "--bench-json", str(bench_json), "--timing", "device"], "not device"),
+    ]
+    for argv, message in cases:
+        assert bench_crosscheck.main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1

@@ -54,13 +54,18 @@ def test_options_shared_between_sessions_of_one_run(tmp_path: Path) -> None:
 def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> None:
     """The in-env sessions get the env's Python and activation; their own options pass
     through to the scripts, shared options (--arch) stay with nox."""
+    import site
     import subprocess
     import sys
+    import sysconfig
 
     prefix = tmp_path / "env"
-    # A real Python prefix standing in for the conda env; torch comes from the outer site.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(prefix)],
-                   check=True)  # fmt: skip
+    # A real Python prefix standing in for the conda env; torch comes from the site-packages of
+    # the Python running the tests (a .pth file: --system-site-packages would reach only the
+    # base interpreter's when the tests run in a venv).
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+    inner = sysconfig.get_path("purelib", vars={"base": str(prefix)})
+    Path(inner, "outer-site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     out = tmp_path / "results"
     env = {"ROCMFA_ENV_PREFIX": str(prefix), "ROCMFA_WORKDIR": str(tmp_path / "w")}
     bench = run_nox(REPO_ROOT, "-s", "bench", "--", "--arch", "gfx1151", "--sizes", "Tiny",

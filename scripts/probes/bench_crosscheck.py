@@ -1,7 +1,18 @@
-"""Independent timing of SDPA cases, to cross-check bench.py's numbers.
+"""Cross-check of bench.py's timing against an independent harness, in the same process.
 
-A deliberately separate, minimal harness (it shares no code with bench.py), in either of bench's
-two timing modes (--timing; default: the mode of --bench-json, else device):
+For every case, bench.py's own timer (bench_measure.Timer, on bench's inputs, with bench's
+warm-up, spin, calls per sample) and a deliberately separate, minimal harness (its own inputs
+and loops, no code shared with bench) take turns on the same GPU, A-B then B-A: few long turns
+in device mode, many short ones in wall mode (--turns), so that both see the same clocks, power
+state and neighbours. The difference of a case ("diff %") is the median, over the pairs of
+neighbouring turns, of bench's turn median / the harness's turn median - 1; the difference of
+the pooled medians is shown too ("pooled"). The largest difference per size is reported and
+the exit status is 1 when any exceeds --tolerance-pct (default 5). Comparing two separate
+processes instead measures mostly the machine: wall timings of small cases differed by up to
+62 % between two runs of one harness a minute apart on an H100 (docs/results/README.md).
+
+The independent harness, in bench's two timing modes (--timing; default: the mode of
+--bench-json, else device):
 
 - device: fp16 inputs that require grad, two fixed warm-up calls, a 256 MiB L2 flush before
   every repeat behind a GPU spin (torch.cuda._sleep, so the host's launch latency is not
@@ -9,19 +20,17 @@ two timing modes (--timing; default: the mode of --bench-json, else device):
   do_bench), median.
 - wall: two warm-up calls and 25 ms of back-to-back calls, then samples of N back-to-back
   calls on the host clock with one synchronize per sample (host launch cost included), median
-  of the per-call times.
+  of the per-call times. This mode also runs on a CPU.
 
 Backward is timed alone: forward once, then out.backward(grad, retain_graph=True) with the input
 grads reset before each repeat.
 
-Cases: every fp16 forward/backward case of --bench-json (all sizes, Tiny to XLarge), else all
-five sizes x flash/efficient/cudnn/math x causal and not. With --bench-json it times each case
-with the repeat count (and, in wall mode, the calls per sample) bench.py used, so that both see
-the GPU in the same power/clock state, prints this harness's median next to bench.py's and the
-largest difference per size; exit 1 if any differs by more than --tolerance-pct (default 5).
-In device mode it also times the cases of benchmarking.md's reference table with 30 repeats
+Cases: every fp16 forward/backward case of --bench-json, else all five sizes x flash/efficient/
+cudnn/math x causal and not (narrowed by --sizes/--backends). With --bench-json, that file's
+medians (another process) are shown beside the two in-process figures, for information. In
+device mode it also times the cases of benchmarking.md's reference table with 30 repeats
 ("sustained"; 10 for XLarge math) and prints them next to the reference H100 figures (measured
-with 100 repeats). Needs a CUDA or ROCm device.
+with 100 repeats).
 """
 
 from __future__ import annotations
@@ -31,14 +40,30 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+if __package__:
+    from . import bench_measure as bench_timing
+    from . import sdpa_common as common
+else:  # run as a plain script: this file's folder is first on sys.path
+    import bench_measure as bench_timing  # type: ignore[no-redef]
+    import sdpa_common as common  # type: ignore[no-redef]
+
+# (turns, timed ms per side per turn). Wall time of host-bound calls drifts within seconds, so
+# in wall mode the two sides take many short turns.
+TURNS = {"device": (6, 20.0), "wall": (40, 5.0)}
+SLOW_TURNS, SLOW_PER_TURN = 6, 3  # calls slower than bench's SLOW_CALL_MS vary well under 1 %
+MAX_PER_TURN = 40
+SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only spins longer
+MIN_SPIN_CYCLES, MAX_SPIN_CYCLES = 1_000_000, 10_000_000
+WARMUP_MS = 10.0
 SUSTAINED_REPEATS = 30
-WALL_SAMPLE_MS = 2.0
+# Kept apart from bench_plan.SIZES on purpose: this harness must not inherit a wrong shape.
 SIZES = {
     "Tiny": (1, 1, 128, 64),
     "Small": (2, 8, 512, 64),
@@ -69,107 +94,217 @@ REFERENCE = {
 }
 
 
-def time_wall_ms(fn, before, samples: int, calls: int | None) -> float:
-    """Median per-call host time of `calls` back-to-back calls (own estimate when None)."""
-    for _ in range(2):  # warm-up
-        before()
-        fn()
-    torch.cuda.synchronize()
-    settle_end = time.perf_counter() + 0.025  # 25 ms back-to-back first: GPU clocks up
-    while time.perf_counter() < settle_end:
-        before()
-        fn()
-    torch.cuda.synchronize()
-    if calls is None:
-        t0 = time.perf_counter()
-        before()
-        fn()
+# --------------------------------------------------------------------------- the own harness
+
+
+class Harness:
+    """The independent timer: own inputs, own loops."""
+
+    def __init__(self, size: str, causal: bool, timing: str, device: torch.device) -> None:
+        b, h, s, d = SIZES[size]
+        self.causal = causal
+        self.timing = timing
+        self.gpu = device.type == "cuda"
+        torch.manual_seed(0)
+        self.q, self.k, self.v = (
+            torch.randn(b, h, s, d, device=device, dtype=torch.float16, requires_grad=True)
+            for _ in range(3)
+        )
+        self.grad = torch.randn(b, h, s, d, device=device, dtype=torch.float16)
+        self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
+        self.spin_cycles = MIN_SPIN_CYCLES
+
+    def sync(self) -> None:
+        if self.gpu:
+            torch.cuda.synchronize()
+
+    def reset(self) -> None:
+        self.q.grad = self.k.grad = self.v.grad = None
+
+    def callables(self, pass_name: str) -> tuple[Callable[[], object], Callable[[], None]]:
+        q, k, v, causal = self.q, self.k, self.v, self.causal
+
+        def fwd():
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        if pass_name == "fwd":
+            return fwd, lambda: None
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return (lambda: out.backward(self.grad, retain_graph=True)), self.reset
+
+    def time(
+        self, backend: str, pass_name: str, repeats: int, calls: int, warm_up: bool = True
+    ) -> list[float]:
+        """Per-repeat ms (device) or per-call ms of each sample (wall)."""
+        with sdpa_kernel(BACKEND[backend]):
+            fn, before = self.callables(pass_name)
+            if warm_up:
+                for _ in range(2):
+                    before()
+                    fn()
+                self.sync()
+                before()
+                t0 = time.perf_counter()
+                fn()
+                self.sync()
+                # The spin must outlast the host's launch sequence (an autograd backward of the
+                # math path launches for ~0.5 ms at Tiny), or the events time the host's gaps.
+                host_cycles = (time.perf_counter() - t0) * 3 * SPIN_CYCLES_PER_S
+                self.spin_cycles = int(min(MAX_SPIN_CYCLES, max(MIN_SPIN_CYCLES, host_cycles)))
+                if self.timing == "wall":
+                    self._settle(fn, before)
+            self.sync()
+            if self.timing == "wall":
+                return self._wall(fn, before, repeats, calls)
+            return self._device(fn, before, repeats)
+
+    def _device(self, fn, before, repeats: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        for start, end in zip(starts, ends, strict=True):
+            before()
+            torch.cuda._sleep(self.spin_cycles)  # queued GPU work: host launch cost not timed
+            self.flush.zero_()
+            start.record()
+            fn()
+            end.record()
         torch.cuda.synchronize()
-        one = (time.perf_counter() - t0) * 1e3
-        calls = max(1, min(200, round(WALL_SAMPLE_MS / max(one, 1e-3))))
-    per_call = []
-    for _ in range(samples):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+    def _settle(self, fn, before) -> None:
+        settle_end = time.perf_counter() + 0.025  # 25 ms back-to-back first: GPU clocks up
+        while time.perf_counter() < settle_end:
             before()
             fn()
-        torch.cuda.synchronize()
-        per_call.append((time.perf_counter() - t0) * 1e3 / calls)
-    return statistics.median(per_call)
+
+    def _wall(self, fn, before, samples: int, calls: int) -> list[float]:
+        per_call = []
+        for _ in range(samples):
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                before()
+                fn()
+            self.sync()
+            per_call.append((time.perf_counter() - t0) * 1e3 / calls)
+        return per_call
 
 
-def time_ms(fn, before, repeats: int, flush: torch.Tensor) -> float:
-    for _ in range(2):  # warm-up
-        before()
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    for start, end in zip(starts, ends, strict=True):
-        before()
-        torch.cuda._sleep(1_000_000)  # queue GPU work so host launch latency is not timed
-        flush.zero_()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+# --------------------------------------------------------------------------- taking turns
 
 
-def measure(
+def take_turns(
+    turns: int, first: Callable[[int], list[float]], second: Callable[[int], list[float]]
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Run both `turns` times, A-B then B-A (so neither always runs after the other), each
+    called with the turn's index; return the times of each, turn by turn."""
+    a: list[list[float]] = []
+    b: list[list[float]] = []
+    for index in range(turns):
+        if index % 2 == 0:
+            a.append(first(index))
+            b.append(second(index))
+        else:
+            b.append(second(index))
+            a.append(first(index))
+    return a, b
+
+
+def paired_diff_pct(a_turns: list[list[float]], b_turns: list[list[float]]) -> float:
+    """How much slower A times than B, from neighbouring turns: the median over turns of
+    median(A's turn) / median(B's turn), in %. The machine's slow drift (clocks, power, a
+    neighbour) and a bimodal row's changing mix hit both turns of a pair alike and cancel."""
+    ratios = [
+        statistics.median(a) / statistics.median(b) for a, b in zip(a_turns, b_turns, strict=True)
+    ]
+    return 100.0 * (statistics.median(ratios) - 1.0)
+
+
+def turn_plan(timing: str, sample_ms: float, turns: int | None = None) -> tuple[int, int]:
+    """(turns, samples per side per turn) for a sample of `sample_ms`."""
+    if sample_ms >= bench_timing.SLOW_CALL_MS:
+        return turns or SLOW_TURNS, SLOW_PER_TURN
+    default_turns, turn_ms = TURNS[timing]
+    per_turn = max(1, min(MAX_PER_TURN, round(turn_ms / max(sample_ms, 1e-6))))
+    return turns or default_turns, per_turn
+
+
+def compare_pass(
     size: str,
     backend: str,
     causal: bool,
-    flush: torch.Tensor,
-    repeats: dict[str, int],
-    timing: str = "device",
-    calls: dict[str, int | None] | None = None,
-    sustained_too: bool = False,
-) -> dict[str, float]:
-    """Median fwd and bwd ms with the given repeat counts (and SUSTAINED_REPEATS each when
-    sustained_too, device timing)."""
-    calls = calls or {}
+    pass_name: str,
+    timing: str,
+    device: torch.device,
+    turns: int | None = None,
+    sustained: bool = False,
+) -> dict:
+    """bench's timer and the own harness, taking turns on one pass of one case; then, when
+    `sustained`, the harness alone with SUSTAINED_REPEATS (10 for XLarge math).
 
-    def timed(fn, before, pass_name):
-        if timing == "wall":
-            return time_wall_ms(fn, before, repeats[pass_name], calls.get(pass_name))
-        return time_ms(fn, before, repeats[pass_name], flush)
-
+    Each side warms up (and in wall mode settles) in its first turn only: after that the other
+    side's turn keeps the GPU as busy as its own loop would. A backward's graph is rebuilt per
+    turn so that two retained graphs never coexist (the math path's at XLarge is ~17 GB)."""
     b, h, s, d = SIZES[size]
-    torch.manual_seed(0)
-    q, k, v = (
-        torch.randn(b, h, s, d, device="cuda", dtype=torch.float16, requires_grad=True)
-        for _ in range(3)
-    )
-    grad = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16)
+    timer = bench_timing.Timer(device, timing)
+    tensors = bench_timing.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
+    harness = Harness(size, causal, timing, device)
 
-    def reset():
-        q.grad = k.grad = v.grad = None
+    with common.backend_context(backend, device):
+        fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+        first_ms = timer.call_once(fn, before)
+        estimate = timer.warmup(fn, before, first_ms, WARMUP_MS, 1)
+        del fn, before
+    calls = timer.calls_per_sample(estimate)
+    timer.set_head_start(estimate, backward=pass_name != "fwd")
+    turns, per_turn = turn_plan(timing, estimate * calls, turns)
 
-    def fwd():
-        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    def bench_turn(index: int) -> list[float]:
+        with common.backend_context(backend, device):
+            fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+            if timing == "wall" and index == 0:  # as bench's run_pass does before timing
+                timer.run_for(fn, before, bench_timing.WALL_SETTLE_MS / 1e3)
+            times = timer.measure(fn, before, per_turn, calls)
+        tensors.reset_grads()
+        return times
 
-    sustained = 10 if backend == "math" and size == "XLarge" else SUSTAINED_REPEATS
-    result = {}
-    with sdpa_kernel(BACKEND[backend]):
-        result["fwd"] = timed(fwd, lambda: None, "fwd")
-        if sustained_too:
-            result["fwd_sustained"] = time_ms(fwd, lambda: None, sustained, flush)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    def harness_turn(index: int) -> list[float]:
+        times = harness.time(backend, pass_name, per_turn, calls, warm_up=index == 0)
+        harness.reset()
+        return times
 
-        def bwd():
-            out.backward(grad, retain_graph=True)
+    bench_turns, own_turns = take_turns(turns, bench_turn, harness_turn)
+    sustained_ms = None
+    if sustained:
+        many = 10 if backend == "math" and size == "XLarge" else SUSTAINED_REPEATS
+        sustained_ms = statistics.median(harness.time(backend, pass_name, many, 1))
+    return {
+        "bench": bench_turns,
+        "own": own_turns,
+        "turns": turns,
+        "calls_per_sample": calls,
+        "sustained_ms": sustained_ms,
+    }
 
-        result["bwd"] = timed(bwd, reset, "bwd")
-        if sustained_too:
-            result["bwd_sustained"] = time_ms(bwd, reset, sustained, flush)
-    return result
+
+def diff_pct(bench_ms: float, own_ms: float) -> float:
+    return 100.0 * (bench_ms - own_ms) / own_ms
+
+
+def verdict(rows: list[dict], tolerance_pct: float) -> tuple[bool, dict[str, float]]:
+    """(all sizes within tolerance, largest |difference| per size) over the compared rows."""
+    worst: dict[str, float] = {}
+    for row in rows:
+        worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row["diff_pct"]))
+    return bool(worst) and max(worst.values()) <= tolerance_pct, worst
+
+
+# --------------------------------------------------------------------------- inputs
 
 
 def bench_lookup(path: str | None) -> tuple[dict, str | None]:
     """bench.py's fp16 fwd/bwd rows: (size, backend, causal, pass) -> (median, repeats,
-    calls per sample); and the timing mode of that run."""
+    calls per sample, noisy); and the timing mode of that run."""
     if not path:
         return {}, None
     data = json.loads(Path(path).read_text())
@@ -192,138 +327,165 @@ def bench_lookup(path: str | None) -> tuple[dict, str | None]:
     return table, (data.get("settings") or {}).get("timing", "device")
 
 
-def default_cases() -> list[tuple[str, str, bool]]:
-    backends = [b for b in BACKEND if b != "cudnn" or not torch.version.hip]
+def default_cases(device: torch.device | None = None) -> list[tuple[str, str, bool]]:
+    """Every size x backend x causal; on a CPU only math, on ROCm no cuDNN."""
+    if device is not None and device.type == "cpu":
+        backends = ["math"]
+    else:
+        backends = [b for b in BACKEND if b != "cudnn" or not torch.version.hip]
     return [(s, b, c) for s in SIZES for b in backends for c in (False, True)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def pick_cases(bench: dict, device, sizes: str | None, backends: str | None) -> list[tuple]:
+    cases = {(k[0], k[1], k[2]) for k in bench} or set(default_cases(device))
+    for text, index, known in ((sizes, 0, SIZES), (backends, 1, BACKEND)):
+        if text:
+            wanted = {t.strip() for t in text.split(",") if t.strip()}
+            unknown = wanted - set(known)
+            if unknown:
+                raise common.UsageError(
+                    f"unknown {'size' if index == 0 else 'backend'} {','.join(sorted(unknown))!r}"
+                    f" (choose from {', '.join(known)})"
+                )
+            cases = {c for c in cases if c[index] in wanted}
+    return sorted(cases, key=lambda c: (list(SIZES).index(c[0]), list(BACKEND).index(c[1]), c[2]))
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bench-json", help="bench.py JSON from the same machine to compare against")
+    p.add_argument("--bench-json", help="bench.py JSON: its cases, timing mode and medians")
     p.add_argument("--timing", choices=("device", "wall"), help="default: the bench JSON's")
-    p.add_argument("--tolerance-pct", type=float, default=5.0)
-    p.add_argument("--json", help="write the comparison here")
-    opts = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_crosscheck.py: error: needs a CUDA or ROCm device", file=sys.stderr)
-        return 2
-    bench, bench_timing = bench_lookup(opts.bench_json)
-    timing = opts.timing or bench_timing or "device"
-    if bench_timing and bench_timing != timing:
-        print(
-            f"bench_crosscheck.py: error: {opts.bench_json} was timed in {bench_timing} mode, "
-            f"not {timing}; compare like with like",
-            file=sys.stderr,
-        )
-        return 2
-    cases = sorted(
-        {(k[0], k[1], k[2]) for k in bench} or set(default_cases()),
-        key=lambda c: (list(SIZES).index(c[0]), c[1], c[2]),
+    p.add_argument("--sizes", help=f"comma list of {', '.join(SIZES)} (default: all)")
+    p.add_argument("--backends", help=f"comma list of {', '.join(BACKEND)} (default: all)")
+    p.add_argument(
+        "--turns",
+        type=int,
+        help=f"turns each side takes (default: device {TURNS['device'][0]}, wall "
+        f"{TURNS['wall'][0]}; {SLOW_TURNS} for calls over {bench_timing.SLOW_CALL_MS:g} ms)",
     )
-    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    rows = []
-    worst_by_size: dict[str, float] = {}
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, fp16")
-    print(f"timing: {timing}")
+    p.add_argument("--tolerance-pct", type=float, default=5.0)
+    p.add_argument("--device", default="cuda", help="cuda (ROCm too), or cpu for --timing wall")
+    p.add_argument("--json", help="write the comparison here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    prog = "bench_crosscheck.py"
+    bench, bench_mode = bench_lookup(opts.bench_json)
+    timing = opts.timing or bench_mode or "device"
+    device = torch.device(opts.device)
+    problem = None
+    if bench_mode and bench_mode != timing:
+        problem = f"{opts.bench_json} was timed in {bench_mode} mode, not {timing}"
+    elif device.type == "cuda" and not torch.cuda.is_available():
+        problem = "no CUDA or ROCm device (on a CPU: --device cpu --timing wall)"
+    elif device.type == "cpu" and timing == "device":
+        problem = "device timing needs a CUDA or ROCm device; on a CPU use --timing wall"
+    elif device.type not in ("cuda", "cpu"):
+        problem = f"--device {opts.device}: choose cuda or cpu"
+    elif opts.turns is not None and opts.turns < 1:
+        problem = f"--turns {opts.turns}: at least 1"
+    try:
+        cases = [] if problem else pick_cases(bench, device, opts.sizes, opts.backends)
+    except common.UsageError as exc:
+        problem = str(exc)
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return 2
+
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    print(f"device: {name}, torch {torch.__version__}, fp16")
+    print(f"timing: {timing}; bench.py's timer and this harness take turns on each case")
     print(
-        f"{'case':<28}{'pass':<5}{'this ms':>10}{'bench ms':>10}{'diff %':>8}{'reps':>5}"
-        f"{'sustained':>10}{'ref ms':>9}{'sust/ref':>9}"
+        f"{'case':<28}{'pass':<5}{'bench ms':>10}{'this ms':>10}{'diff %':>8}{'pooled':>8}{'n':>5}"
+        f"{'json ms':>10}{'sustained':>10}{'ref ms':>9}"
     )
     nan = float("nan")
+    rows = []
     for size, backend, causal in cases:
-        ref = REFERENCE.get((size, backend, causal))
-        wanted = {
-            p: bench.get((size, backend, causal, p), (None, SUSTAINED_REPEATS))[1]
-            for p in ("fwd", "bwd")
-        }
-        calls = {p: bench.get((size, backend, causal, p), (None,) * 3)[2] for p in wanted}
-        try:
-            times = measure(
-                size,
-                backend,
-                causal,
-                flush,
-                wanted,
-                timing,
-                calls,
-                sustained_too=ref is not None and timing == "device",
-            )
-        except RuntimeError as exc:  # a backend that refuses this case on this device
-            print(f"{size} {backend} causal={causal}: not run ({str(exc).splitlines()[0][:80]})")
-            torch.cuda.empty_cache()
-            continue
-        torch.cuda.empty_cache()
+        label = f"{size} {backend} {'causal' if causal else 'non-causal'}"
+        ref = REFERENCE.get((size, backend, causal)) if timing == "device" else None
         for index, pass_name in enumerate(("fwd", "bwd")):
-            ms = times[pass_name]
-            sustained = times.get(pass_name + "_sustained")
+            try:
+                result = compare_pass(
+                    size, backend, causal, pass_name, timing, device, opts.turns, bool(ref)
+                )
+            except RuntimeError as exc:  # a backend that refuses this case on this device
+                print(f"{label} {pass_name}: not run ({common.first_line(str(exc), 80)})")
+                result = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if result is None:
+                continue
+            bench_all = [x for turn in result["bench"] for x in turn]
+            own_all = [x for turn in result["own"] for x in turn]
+            bench_ms = statistics.median(bench_all)
+            own_ms = statistics.median(own_all)
+            json_ms = bench.get((size, backend, causal, pass_name), (None,))[0]
             ref_ms = ref[index] if ref else None
-            bench_ms, _reps, _calls, noisy = bench.get(
-                (size, backend, causal, pass_name), (None, None, None, False)
-            )
-            diff = None if bench_ms is None else 100.0 * (bench_ms - ms) / ms
-            if diff is not None:
-                worst_by_size[size] = max(worst_by_size.get(size, 0.0), abs(diff))
-            label = f"{size} {backend} {'causal' if causal else 'non-causal'}"
-            ratio = sustained / ref_ms if sustained is not None and ref_ms else None
-            rows.append(
-                {
-                    "size": size,
-                    "backend": backend,
-                    "causal": causal,
-                    "pass": pass_name,
-                    "repeats": wanted[pass_name],
-                    "crosscheck_ms": round(ms, 5),
-                    "bench_ms": bench_ms,
-                    "bench_noisy": noisy,
-                    "diff_pct": None if diff is None else round(diff, 2),
-                    "sustained_ms": None if sustained is None else round(sustained, 5),
-                    "reference_ms": ref_ms,
-                    "sustained_vs_reference": None if ratio is None else round(ratio, 3),
-                }
-            )
+            sustained = result["sustained_ms"]
+            row = {
+                "size": size,
+                "backend": backend,
+                "causal": causal,
+                "pass": pass_name,
+                "turns": result["turns"],
+                "samples": len(own_all),
+                "calls_per_sample": result["calls_per_sample"],
+                "bench_ms": round(bench_ms, 5),
+                "crosscheck_ms": round(own_ms, 5),
+                "diff_pct": round(paired_diff_pct(result["bench"], result["own"]), 2),
+                "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2),
+                "bench_spread": round(bench_timing.spread(bench_all), 4),
+                "crosscheck_spread": round(bench_timing.spread(own_all), 4),
+                "bench_json_ms": json_ms,
+                "bench_json_diff_pct": None
+                if json_ms is None
+                else round(diff_pct(json_ms, own_ms), 2),
+                "sustained_ms": None if sustained is None else round(sustained, 5),
+                "reference_ms": ref_ms,
+                "bench_turns_ms": [[round(x, 5) for x in turn] for turn in result["bench"]],
+                "crosscheck_turns_ms": [[round(x, 5) for x in turn] for turn in result["own"]],
+            }
+            rows.append(row)
             print(
-                f"{label:<28}{pass_name:<5}{ms:>10.4f}"
-                f"{bench_ms if bench_ms is not None else nan:>10.4f}"
-                f"{diff if diff is not None else nan:>8.2f}{wanted[pass_name]:>5}"
+                f"{label:<28}{pass_name:<5}{bench_ms:>10.4f}{own_ms:>10.4f}"
+                f"{row['diff_pct']:>8.2f}{row['pooled_diff_pct']:>8.2f}{row['samples']:>5}"
+                f"{json_ms if json_ms is not None else nan:>10.4f}"
                 f"{sustained if sustained is not None else nan:>10.4f}"
                 f"{ref_ms if ref_ms is not None else nan:>9.4f}"
-                f"{ratio if ratio is not None else nan:>9.3f}"
-                + ("  (bench: noisy)" if noisy else "")
             )
-    compared = [r for r in rows if r["diff_pct"] is not None]
-    worst = max(worst_by_size.values(), default=0.0)
-    ok = bool(compared) and worst <= opts.tolerance_pct
-    per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst_by_size.items())
+    ok, worst = verdict(rows, opts.tolerance_pct)
+    per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
     summary = (
-        f"{timing} timing: {len(compared)} timings compared with bench.py, largest difference "
-        f"{worst:.2f}% (per size: {per_size}; limit {opts.tolerance_pct:g}%): "
-        f"{'AGREE' if ok else 'DISAGREE'}"
-        if compared
-        else "no bench.py timings to compare"
+        f"{timing} timing: {len(rows)} timings, bench.py's timer vs this harness in turns, "
+        f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
+        f"{opts.tolerance_pct:g}%): {'AGREE' if ok else 'DISAGREE'}"
+        if rows
+        else "nothing was timed"
     )
-    steady = [abs(r["diff_pct"]) for r in compared if not r["bench_noisy"]]
-    if len(steady) < len(compared):
-        summary += (
-            f"; {len(compared) - len(steady)} of them were marked noisy by bench.py, the largest "
-            f"difference among the others is {max(steady, default=0.0):.2f}%"
-        )
     print(summary)
     if opts.json:
         Path(opts.json).write_text(
             json.dumps(
                 {
-                    "device": torch.cuda.get_device_name(),
+                    "device": name,
                     "torch": torch.__version__,
                     "timing": timing,
                     "summary": summary,
-                    "max_abs_diff_pct": round(worst, 2),
-                    "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst_by_size.items()},
+                    "agree": ok,
+                    "max_abs_diff_pct": round(max(worst.values(), default=0.0), 2),
+                    "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
                     "rows": rows,
                 },
                 indent=1,
             )
         )
-    return 0 if ok or not opts.bench_json else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

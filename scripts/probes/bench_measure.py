@@ -307,21 +307,18 @@ def pass_callables(
 ) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(timed fn, untimed setup before each call) for one pass."""
     q, k, v, dout = tensors.q, tensors.k, tensors.v, tensors.dout
+    forward = common.sdpa_call(q, k, v, causal)
     if pass_name == "fwd":
-
-        def forward() -> None:
-            # Training forward (inputs require grad); the output is dropped at once so that
-            # saved activations don't pile up across repeats.
-            common.sdpa(q, k, v, causal)
-
+        # Training forward (inputs require grad); the timer drops the output at once so that
+        # saved activations don't pile up across repeats.
         return forward, (lambda: None)
     if pass_name == "bwd":
-        out = common.sdpa(q, k, v, causal)  # forward once; only backward is timed
+        out = forward()  # forward once; only backward is timed
         return (
             lambda: out.backward(dout, retain_graph=True),
             tensors.reset_grads,
         )
-    return (lambda: common.sdpa(q, k, v, causal).backward(dout)), tensors.reset_grads
+    return (lambda: forward().backward(dout)), tensors.reset_grads
 
 
 def run_pass(
