@@ -30,6 +30,12 @@ REDIS = shutil.which("redis-server") or (
 )
 
 
+def installed_program(name: str) -> str | None:
+    """A server program from PATH, else from the folder of this Python (a venv's bin)."""
+    beside = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(beside) if beside.exists() else None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,11 +55,7 @@ def redis_server(tmp: Path) -> Iterator[str]:
         yield url
 
 
-WSGIDAV = shutil.which("wsgidav") or (
-    str(Path(sys.executable).parent / "wsgidav")
-    if (Path(sys.executable).parent / "wsgidav").exists()
-    else None
-)
+WSGIDAV = installed_program("wsgidav")
 
 
 def _wait_for_port(proc: subprocess.Popen, port: int, what: str) -> None:
@@ -96,11 +98,7 @@ def webdav_server(root: Path) -> Iterator[str]:
         yield url
 
 
-MOTO = shutil.which("moto_server") or (
-    str(Path(sys.executable).parent / "moto_server")
-    if (Path(sys.executable).parent / "moto_server").exists()
-    else None
-)
+MOTO = installed_program("moto_server")
 
 
 @contextmanager
