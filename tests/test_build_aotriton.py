@@ -57,11 +57,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     repo, commit = st.make_aotriton_upstream(root)
     pins = root / "pins"
     pins.mkdir()
-    (pins / "aotriton.toml").write_text(
-        "# stand-in pin\n[aotriton]\n"
-        f'url = "file://{repo}"\nref = "0.13b"\ncommit = "{commit}"\nversion = "0.13b"\n'
-        "submodules = true\n"
-    )
+    st.write_aotriton_pin(pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=True)
     patches = root / "patches"
     patches.mkdir()
     st.install_torch(prefix)

@@ -173,9 +173,7 @@ def test_update_pins_reports_a_set_that_no_longer_applies(
 ) -> None:
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
-    (pins_dir / "aotriton.toml").write_text(
-        f'[aotriton]\nurl = "file://{up.repo}"\nref = "main"\ncommit = "{up.base}"\n'
-    )
+    st.write_aotriton_pin(pins_dir, f"file://{up.repo}", up.base)
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
     st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"b.txt": "alpha\nBETA\n"}])
     newer = st.commit_files(up.repo, {"b.txt": "alpha\ngamma\n"}, "upstream rewrote b")

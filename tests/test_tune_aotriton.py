@@ -53,10 +53,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     pins = root / "pins"
     pins.mkdir()
     (pins / "aotriton_variants.toml").write_text(port.variants_toml(repo, commit))
-    (pins / "aotriton.toml").write_text(
-        "[aotriton]\n"
-        f'url = "file://{repo}"\nref = "0.13b"\ncommit = "{"a" * 40}"\nversion = "0.13b"\n'
-        'tuner = "tuner-v3.5"\n'
+    st.write_aotriton_pin(
+        pins, f"file://{repo}", "a" * 40, "0.13b", version="0.13b", tuner="tuner-v3.5"
     )
     (root / "patches").mkdir()
     # torch as build_pytorch makes it against the port (AOTRITON_INSTALLED_PREFIX): 0.10.
@@ -290,9 +288,7 @@ def test_update_pins_resolves_the_variant_commit(
 
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
-    (pins_dir / "aotriton.toml").write_text(
-        f'[aotriton]\nurl = "file://{bed.repo}"\nref = "main"\ncommit = "{bed.commit}"\n'
-    )
+    st.write_aotriton_pin(pins_dir, f"file://{bed.repo}", bed.commit)
     stale = port.variants_toml(bed.repo, "0" * 40).replace('ref = "main"', 'ref = "main"  # k')
     (pins_dir / "aotriton_variants.toml").write_text(stale)
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))

@@ -76,9 +76,8 @@ def main() -> int:
         repo, commit = st.make_aotriton_upstream(root)
         pins = root / "pins"
         pins.mkdir()
-        (pins / "aotriton.toml").write_text(
-            f'[aotriton]\nurl = "file://{repo}"\nref = "0.13b"\ncommit = "{commit}"\n'
-            'version = "0.13b"\nsubmodules = true\n'
+        st.write_aotriton_pin(
+            pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=True
         )
         (root / "patches").mkdir()
         log = root / "commands.log"

@@ -253,6 +253,20 @@ def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, s
 # --- torch in an env ----------------------------------------------------------------------
 
 
+def write_aotriton_pin(
+    pins_dir: Path, url: str, commit: str, ref: str = "main", **fields: str | bool
+) -> Path:
+    """pins/aotriton.toml as a user's: url, ref, commit, then `fields` (version, tuner, ...)."""
+    lines = ["[aotriton]", f'url = "{url}"', f'ref = "{ref}"', f'commit = "{commit}"']
+    for key, value in fields.items():
+        lines.append(
+            f"{key} = {str(value).lower()}" if isinstance(value, bool) else f'{key} = "{value}"'
+        )
+    path = pins_dir / "aotriton.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def site_packages(prefix: Path) -> Path:
     return next(prefix.glob("lib/python3*/site-packages"))
 
