@@ -13,12 +13,13 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scripts.env import archs
-from scripts.plumbing import stamps
+from scripts.plumbing import stamps, transaction
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 
@@ -218,9 +219,80 @@ def remove_entry(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _walk(root: Path) -> Iterator[Path]:
+    """root itself when it is a file or link, else every file and link below it."""
+    if root.is_symlink() or not root.is_dir():
+        yield root
+        return
+    for folder, dirs, files in os.walk(root):
+        base = Path(folder)
+        for name in sorted(files):
+            yield base / name
+        for name in sorted(dirs):
+            if (base / name).is_symlink():
+                yield base / name
+
+
+def manifest_of(folder: Path, names: list[str]) -> dict[str, Any]:
+    """{relative path: [size, sha256]} for files, {relative path: {'link': target}} for links."""
+    entries: dict[str, Any] = {}
+    for name in names:
+        for path in _walk(folder / name):
+            rel = path.relative_to(folder).as_posix()
+            if path.is_symlink():
+                entries[rel] = {"link": os.readlink(path)}
+            else:
+                entries[rel] = [path.stat().st_size, stamps.file_sha256(path)]
+    return entries
+
+
+def verify_backup(backup: Path, *, force: bool = False) -> dict[str, Any]:
+    """The backup's record, after checking every file against the manifest written with it;
+    anything missing, extra, changed or unreadable is refused in one line."""
+    record_path = backup / "backup.json"
+    refuse = f"refusing to restore from {backup}; nothing was changed"
+    try:
+        info = json.loads(record_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"no backup record {record_path}: {refuse}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"backup record {record_path} is not UTF-8 (damaged): {refuse}") from None
+    except ValueError as e:
+        raise UserError(f"backup record {record_path} is damaged ({e}): {refuse}") from None
+    files = info.get("files") if isinstance(info, dict) else None
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+        raise UserError(f"backup record {record_path} lists no files: {refuse}")
+    manifest = info.get("manifest")
+    if not isinstance(manifest, dict) or not manifest:
+        if not force:
+            raise UserError(
+                f"backup record {record_path} has no manifest (an older backup), so it cannot be "
+                f"verified: {refuse} (--force restores it unverified)"
+            )
+        missing = [f for f in files if not os.path.lexists(backup / f)]
+        if missing:
+            raise UserError(f"backup {backup} lacks {missing[0]}: {refuse}")
+        return info
+    try:
+        found = manifest_of(backup, files)
+    except OSError as e:
+        why = f"{e.strerror}: {e.filename}"
+        raise UserError(f"backup {backup} is unreadable ({why}): {refuse}") from None
+    for rel, want in sorted(manifest.items()):
+        if rel not in found:
+            raise UserError(f"backup {backup} is incomplete: {rel} is missing: {refuse}")
+        if found[rel] != want:
+            raise UserError(f"backup {backup} is damaged: {rel} is not what was saved: {refuse}")
+    extra = sorted(set(found) - set(manifest))
+    if extra:
+        raise UserError(f"backup {backup} holds {extra[0]}, which its manifest lacks: {refuse}")
+    return info
+
+
 def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
     """Copy what torch shipped (libaotriton_v2.so*, aotriton.images/, pyaotriton) out of the
-    way once. Files we installed earlier (the marker says so) are not backed up again."""
+    way once, with a manifest (sizes, sha256) that --restore verifies first. Files we installed
+    earlier (the marker says so) are not backed up again."""
     lib = torch / "lib"
     marker = read_marker(lib)
     if marker is not None:
@@ -232,8 +304,13 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
     name = f"torch-{torch_version(torch)}-aotriton-{shipped.runtime or 'unknown'}"
     target = backup_root(work) / re.sub(r"[^A-Za-z0-9._+-]", "_", name)
     if (target / "backup.json").is_file():
-        runner.say(f"backup of torch's AOTriton already at {target}")
-        return target
+        try:
+            verify_backup(target)
+        except UserError as damaged:  # it must not stand in for torch's files: make it again
+            runner.say(f"{damaged}; backing up torch's AOTriton again")
+        else:
+            runner.say(f"backup of torch's AOTriton already at {target}")
+            return target
     if runner.dry_run:
         runner.say(f"[dry-run] would back up {len(files)} AOTriton file(s) from {lib} to {target}")
         return target
@@ -241,6 +318,7 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
+    names = [f.name for f in files]
     for item in files:
         copy_entry(item, staging / item.name)
     record = {
@@ -248,10 +326,14 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
         "torch_version": torch_version(torch),
         "runtime": shipped.runtime,
         "images": shipped.images,
-        "files": [f.name for f in files],
+        "files": names,
+        "manifest": manifest_of(lib, names),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     stamps.write_text_atomic(staging / "backup.json", json.dumps(record, indent=1) + "\n")
+    verify_backup(staging)  # the copy is what the manifest says torch had
+    if target.exists():
+        shutil.rmtree(target)  # ours, and without a record: an unfinished older backup
     staging.rename(target)
     runner.say(f"backed up torch's AOTriton ({shipped.describe()}) to {target}")
     return target
@@ -265,6 +347,26 @@ def read_marker(lib: Path) -> dict[str, Any] | None:
         return None
 
 
+def env_prefix_of(torch: Path) -> Path:
+    """<prefix> of <prefix>/lib/python3.X/site-packages/torch (site_packages' layout)."""
+    return torch.parents[3]
+
+
+def replace_in_torch(
+    torch: Path, *, what: str, session: str, remove: list[str], stage: Callable[[Path], list[str]]
+) -> list[str]:
+    """Swap AOTriton entries of torch/lib as one transaction (scripts.plumbing.transaction)."""
+    return transaction.replace_entries(
+        env_prefix_of(torch),
+        torch / "lib",
+        label="aotriton",
+        what=what,
+        session=session,
+        remove=remove,
+        stage=stage,
+    )
+
+
 def install_into_torch(
     new: AotritonInstall,
     torch: Path,
@@ -272,9 +374,10 @@ def install_into_torch(
     record: dict[str, Any],
     expected_soname: str | None,
     runner: Runner,
+    session: str = "build_aotriton",
 ) -> list[str]:
-    """Replace torch/lib's AOTriton with new (runtime + symlink, aotriton.images/, pyaotriton).
-    Returns the installed names."""
+    """Replace torch/lib's AOTriton with new (runtime + symlink, aotriton.images/, pyaotriton,
+    our marker) as one transaction. Returns the installed names."""
     lib = torch / "lib"
     real = f"libaotriton_v2.so.{new.runtime}"
     if runner.dry_run:
@@ -282,32 +385,61 @@ def install_into_torch(
             f"[dry-run] would install {real}, libaotriton_v2.so, aotriton.images/ into {lib}"
         )
         return [real]
-    staging = lib / ".aotriton-staging"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir()
-    shutil.copy2(new.lib / real, staging / real)
-    (staging / "libaotriton_v2.so").symlink_to(real)
-    names = [real, "libaotriton_v2.so"]
-    if expected_soname and expected_soname not in names:
-        # torch's libtorch_hip links the full-version soname it was built with.
-        (staging / expected_soname).symlink_to(real)
-        names.append(expected_soname)
-    if (new.lib / "aotriton.images").is_dir():
-        shutil.copytree(new.lib / "aotriton.images", staging / "aotriton.images", symlinks=True)
-        names.append("aotriton.images")
-    for py in new.pyaotriton:
-        shutil.copy2(py, staging / py.name)
-        names.append(py.name)
-    for old in aotriton_files(lib):
-        if old.name == "aotriton.images" and "aotriton.images" not in names:
-            continue  # runtime-only install keeps the images next to it
-        remove_entry(old)
-    for name in names:
-        os.replace(staging / name, lib / name)
-    shutil.rmtree(staging)
-    stamps.write_text_atomic(lib / MARKER, json.dumps(record, indent=1, default=str) + "\n")
-    return names
+
+    def stage(staging: Path) -> list[str]:
+        shutil.copy2(new.lib / real, staging / real)
+        (staging / "libaotriton_v2.so").symlink_to(real)
+        names = [real, "libaotriton_v2.so"]
+        if expected_soname and expected_soname not in names:
+            # torch's libtorch_hip links the full-version soname it was built with.
+            (staging / expected_soname).symlink_to(real)
+            names.append(expected_soname)
+        transaction.fault_point("staged:runtime")
+        if (new.lib / "aotriton.images").is_dir():
+            shutil.copytree(new.lib / "aotriton.images", staging / "aotriton.images", symlinks=True)
+            names.append("aotriton.images")
+        for py in new.pyaotriton:
+            shutil.copy2(py, staging / py.name)
+            names.append(py.name)
+        text = json.dumps(record, indent=1, default=str) + "\n"
+        (staging / MARKER).write_text(text, encoding="utf-8")
+        return [*names, MARKER]
+
+    old = [
+        item.name
+        for item in aotriton_files(lib)
+        # a runtime-only install keeps the images next to it
+        if item.name != "aotriton.images" or (new.lib / "aotriton.images").is_dir()
+    ]
+    names = replace_in_torch(
+        torch,
+        what=f"install of AOTriton {new.runtime} ({session})",
+        session=session,
+        remove=[*old, MARKER],
+        stage=stage,
+    )
+    return names[:-1]
+
+
+def restore_into_torch(torch: Path, backup: Path, info: dict[str, Any], session: str) -> None:
+    """Put the verified backup's entries back in torch/lib, dropping ours (and our marker)."""
+    lib = torch / "lib"
+
+    def stage(staging: Path) -> list[str]:
+        for name in info["files"]:
+            copy_entry(backup / name, staging / name)
+            transaction.fault_point(f"staged:{name}")
+        if info.get("manifest") and manifest_of(staging, info["files"]) != info["manifest"]:
+            raise UserError(f"copying {backup} to {staging} gave other files; nothing changed")
+        return list(info["files"])
+
+    replace_in_torch(
+        torch,
+        what=f"restore of AOTriton {info.get('runtime')} from {backup} ({session})",
+        session=session,
+        remove=[*(item.name for item in aotriton_files(lib)), MARKER],
+        stage=stage,
+    )
 
 
 def backup_info(backup: Path) -> dict[str, Any] | None:

@@ -15,7 +15,6 @@ installed) makes a rerun with nothing changed run no command at all.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -25,22 +24,20 @@ from typing import Any
 
 from scripts.builds import compile_cache
 from scripts.builds.aotriton_install import (
-    MARKER,
     AotritonInstall,
-    aotriton_files,
     backup_info,
     backup_root,
     backup_shipped,
     check_compatible,
-    copy_entry,
     dist_version,
     image_signatures,
     install_into_torch,
     installed_fingerprint,
     read_marker,
-    remove_entry,
+    restore_into_torch,
     torch_dir,
     torch_version,
+    verify_backup,
 )
 from scripts.env import archs, compat_matrix, condaenv
 from scripts.plumbing import buildjobs, paths, stamps
@@ -77,24 +74,22 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
 # --- restore -------------------------------------------------------------
 
 
-def restore(torch: Path, work: Path, runner: Runner) -> None:
+def restore(torch: Path, work: Path, runner: Runner, *, force: bool = False) -> None:
+    """Put torch's own AOTriton back: the backup is verified against its manifest before
+    torch/lib is touched, then swapped in as one transaction."""
     lib = torch / "lib"
     marker = read_marker(lib)
     if marker is None:
         raise UserError(f"nothing to restore: {lib} has no AOTriton installed by build_aotriton")
-    backup = Path(marker.get("backup") or "")
-    if not marker.get("backup") or not (backup / "backup.json").is_file():
+    if not marker.get("backup"):
         raise UserError(f"no backup recorded for {lib} (expected under {backup_root(work)})")
-    info = json.loads((backup / "backup.json").read_text())
+    backup = Path(marker["backup"])
+    info = verify_backup(backup, force=force)
     if runner.dry_run:
         runner.say(f"[dry-run] would restore {', '.join(info['files'])} from {backup} to {lib}")
         return
-    for old in aotriton_files(lib):
-        remove_entry(old)
-    for name in info["files"]:
-        copy_entry(backup / name, lib / name)
-    (lib / MARKER).unlink(missing_ok=True)
-    stamps.remove(paths.stamp_path(work, STAMP_NAME))
+    stamps.remove(paths.stamp_path(work, STAMP_NAME))  # first: a stale stamp must not survive
+    restore_into_torch(torch, backup, info, "build_aotriton --restore")
     runner.say(f"restored torch's AOTriton ({info.get('runtime')}) from {backup} into {lib}")
 
 
@@ -212,7 +207,7 @@ def build_aotriton(opts: argparse.Namespace) -> None:
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
     lib = ctx.torch / "lib"
     if getattr(opts, "restore", False):
-        restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run))
+        restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
         return
     # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
     compat_matrix.announce(

@@ -1,0 +1,101 @@
+"""What every session does around its work (noxfile `_call`): take the workdir and env locks
+when it changes them, and first recover (or report) an interrupted change to the env's torch.
+
+- Sessions that change the workdir or the env hold its lock (scripts/plumbing/locks.py); a
+  second one says which session holds it and exits non-zero.
+- A journal of an interrupted change (scripts/plumbing/transaction.py) is recovered by the next
+  session of any kind that can take the env's lock; doctor and --dry-run only report it in one
+  line, and a journal that no automatic step can repair (pip was killed) stops every session
+  but its repair with one line naming that command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from scripts.env import condaenv
+from scripts.plumbing import locks, paths, transaction
+from scripts.plumbing.errors import UserError
+
+CHANGES_WORKDIR = frozenset(
+    {
+        "setup_env",
+        "build_aotriton",
+        "tune_aotriton",
+        "build_pytorch",
+        "install_wheels",
+        "build_ck",
+        "update_pins",
+    }
+)
+CHANGES_ENV = frozenset(
+    {"setup_env", "build_aotriton", "tune_aotriton", "install_wheels", "build_ck", "repair"}
+)
+REPORTS_ONLY = frozenset({"doctor"})
+
+
+def env_lock(prefix: Path) -> Path:
+    return transaction.state_dir(prefix) / "lock"
+
+
+def workdir_lock(work: Path) -> Path:
+    return work / locks.LOCK_NAME
+
+
+def _prefix(opts: Any) -> Path | None:
+    try:
+        return condaenv.locate(opts).prefix
+    except UserError:
+        return None  # the session itself reports a bad --env-name
+
+
+def report(prefix: Path | None) -> list[str]:
+    """One line per interrupted change to the env (doctor, --dry-run)."""
+    if prefix is None:
+        return []
+    lines = []
+    for path, record in transaction.pending(prefix):
+        holder = locks.holder(env_lock(prefix))
+        if holder:
+            lines.append(locks.busy_message(f"env {prefix}", env_lock(prefix), holder))
+        else:
+            lines.append(transaction.describe(path, record))
+    return lines
+
+
+def recover(prefix: Path, session: str, say=print) -> None:
+    """Recover every journal of this env; the caller holds the env's lock."""
+    for path, record in transaction.pending(prefix):
+        if record is not None and record.get("kind") == "opaque":
+            if record.get("repaired_by") == session:
+                continue  # this session is the repair: it redoes the step
+            raise UserError(transaction.describe(path, record))
+        say(transaction.recover(path, record))
+
+
+@contextmanager
+def guarded(session: str, opts: Any, say=print) -> Iterator[None]:
+    dry_run = bool(getattr(opts, "dry_run", False))
+    prefix = _prefix(opts)
+    with ExitStack() as stack:
+        if session in REPORTS_ONLY or dry_run:
+            for line in report(prefix):
+                say(f"WARNING: {line}")
+            yield
+            return
+        changes_env = session in CHANGES_ENV
+        if session in CHANGES_WORKDIR or (changes_env and not (prefix and prefix.is_dir())):
+            work = paths.workdir(getattr(opts, "workdir", None))
+            stack.enter_context(locks.hold(workdir_lock(work), f"workdir {work}", session))
+        if prefix is not None and prefix.is_dir():
+            if changes_env:
+                stack.enter_context(locks.hold(env_lock(prefix), f"env {prefix}", session))
+                recover(prefix, session, say)
+            elif transaction.pending(prefix):
+                # a reader recovers too, when nobody is changing the env right now
+                with locks.hold(env_lock(prefix), f"env {prefix}", session):
+                    recover(prefix, session, say)
+        yield

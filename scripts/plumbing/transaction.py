@@ -1,0 +1,281 @@
+"""Changes to the env's files as transactions: after a kill at any point, the target holds the
+old entries or the new ones, or a journal says what was interrupted and how to repair it.
+
+replace_entries() swaps named entries of one directory (e.g. AOTriton in torch/lib):
+  1. journal "staging" (fsync'd) before the first change, then the new entries are copied into
+     <dir>/.rocmfa-<label>.new (same filesystem);
+  2. journal "swapping" with the exact old and new names, then, with SIGINT/SIGTERM deferred,
+     each old entry is renamed aside into <dir>/.rocmfa-<label>.old and each new one renamed in
+     (a directory such as aotriton.images moves as one rename, whatever it holds);
+  3. journal "committed", then the aside and staging folders are removed and the journal last.
+Nothing old is deleted before every new entry is in place. recover() rolls an interrupted
+"staging"/"swapping" back (each name is in exactly one place, rename is atomic) and finishes a
+"committed" one; it is idempotent, so a kill during recovery is recovered the next time.
+
+recorded() journals a step we cannot undo ourselves (pip replacing torch): the journal names the
+one command that repairs it and is removed when the step finished.
+
+Journals live in <env prefix>/.rocmfa/journal/, next to the env's lock; every session looks
+there first (scripts/env/session_guard.py).
+
+Test hook: ROCMFA_FAULT_AT=<n or step name> SIGKILLs the process at the n-th fault_point() of
+the run (or at the step of that name), so the tests kill every step deterministically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from scripts.plumbing.errors import UserError
+
+FAULT_ENV = "ROCMFA_FAULT_AT"
+STATE_DIR = ".rocmfa"
+JOURNAL_VERSION = 1
+REPAIR = "nox -s repair"
+_faults_passed = 0
+
+
+def fault_point(step: str) -> None:
+    """Test hook (see the module docstring); costs one environment lookup otherwise."""
+    global _faults_passed
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted:
+        return
+    _faults_passed += 1
+    if wanted in (step, str(_faults_passed)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT/SIGTERM wait until the block is done, then act as they would have."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+def state_dir(prefix: Path) -> Path:
+    return prefix / STATE_DIR
+
+
+def journal_dir(prefix: Path) -> Path:
+    return state_dir(prefix) / "journal"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_journal(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _remove_journal(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def pending(prefix: Path) -> list[tuple[Path, dict[str, Any] | None]]:
+    """Journals of interrupted changes to this env: (path, record or None when unreadable)."""
+    folder = journal_dir(prefix)
+    try:
+        names = sorted(p for p in folder.iterdir() if p.suffix == ".json")
+    except FileNotFoundError:
+        return []
+    return [(path, read_journal(path)) for path in names]
+
+
+def read_journal(path: Path) -> dict[str, Any] | None:
+    """The journal's record, or None when it is unreadable (garbage, not UTF-8, not JSON)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def describe(path: Path, record: dict[str, Any] | None) -> str:
+    """One line: what is half-done and the one command that repairs it."""
+    if record is None:
+        return f"unreadable journal {path}: an interrupted change to the env; repair: {REPAIR}"
+    where = record.get("target", "?")
+    return (
+        f"{where} is half-installed: {record.get('what', '?')} was interrupted "
+        f"({record.get('phase', '?')}; {record.get('session', '?')} pid {record.get('pid', '?')} "
+        f"at {record.get('started', '?')}); repair: {record.get('repair', REPAIR)}"
+    )
+
+
+def _entries(record: dict[str, Any]) -> tuple[Path, Path, Path, list[str], list[str]]:
+    target = Path(record["target"])
+    new = [str(n) for n in record.get("new", [])]
+    old = [str(n) for n in record.get("old", [])]
+    for name in (*new, *old):
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"bad entry name {name!r}")
+    return target, target / record["staging"], target / record["aside"], old, new
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def recover(path: Path, record: dict[str, Any] | None) -> str:
+    """Roll an interrupted replace_entries back (or finish a committed one); idempotent.
+    Returns what was done, in one line. The caller holds the env's lock."""
+    if record is None or record.get("kind") != "replace":
+        raise UserError(describe(path, record))
+    try:
+        target, staging, aside, old, new = _entries(record)
+    except (KeyError, TypeError, ValueError):
+        raise UserError(describe(path, None)) from None
+    phase = record.get("phase")
+    with signals_deferred():
+        if phase == "swapping":
+            for name in new:  # moved in -> back to staging
+                if not os.path.lexists(staging / name) and os.path.lexists(target / name):
+                    os.rename(target / name, staging / name)
+                    fault_point(f"recover:out:{name}")
+            for name in old:  # aside -> back in place
+                if os.path.lexists(aside / name):
+                    if os.path.lexists(target / name):
+                        _remove_tree(target / name)
+                    os.rename(aside / name, target / name)
+                    fault_point(f"recover:back:{name}")
+            _fsync_dir(target)
+            done = "rolled back to what was there before"
+        elif phase in ("staging", "committed"):
+            done = "finished" if phase == "committed" else "nothing had changed; cleaned up"
+        else:
+            raise UserError(describe(path, record))
+        _remove_tree(staging)
+        _remove_tree(aside)
+        fault_point("recover:cleaned")
+        _remove_journal(path)
+    return f"recovered the interrupted {record.get('what', 'change')} in {target}: {done}"
+
+
+def _record(label: str, what: str, target: Path, session: str, repair: str) -> dict[str, Any]:
+    return {
+        "version": JOURNAL_VERSION,
+        "what": what,
+        "target": str(target),
+        "session": session,
+        "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "repair": repair,
+    }
+
+
+def replace_entries(
+    prefix: Path,
+    target: Path,
+    *,
+    label: str,
+    what: str,
+    session: str,
+    remove: list[str],
+    stage: Callable[[Path], list[str]],
+) -> list[str]:
+    """Replace the entries `remove` of target by what stage(folder) puts into folder (it
+    returns the names it made). See the module docstring for the steps."""
+    journal = journal_dir(prefix) / f"{label}.json"
+    if journal.exists():
+        recover(journal, read_journal(journal))
+    staging = target / f".rocmfa-{label}.new"
+    aside = target / f".rocmfa-{label}.old"
+    record = {
+        **_record(label, what, target, session, REPAIR),
+        "kind": "replace",
+        "staging": staging.name,
+        "aside": aside.name,
+        "phase": "staging",
+        "old": [],
+        "new": [],
+    }
+    _write_journal(journal, record)
+    fault_point("journal:staging")
+    try:
+        _remove_tree(staging)
+        _remove_tree(aside)
+        staging.mkdir()
+        names = stage(staging)
+        fault_point("staged")
+        old = sorted(set(remove) | {n for n in names if os.path.lexists(target / n)})
+        old = [n for n in old if os.path.lexists(target / n)]
+        _write_journal(journal, {**record, "phase": "swapping", "old": old, "new": names})
+        fault_point("journal:swapping")
+        with signals_deferred():
+            aside.mkdir()
+            for name in old:
+                os.rename(target / name, aside / name)
+                fault_point(f"aside:{name}")
+            for name in names:
+                os.rename(staging / name, target / name)
+                fault_point(f"in:{name}")
+            _fsync_dir(target)
+            _write_journal(journal, {**record, "phase": "committed", "old": old, "new": names})
+            fault_point("journal:committed")
+    except BaseException:
+        # a failed or interrupted step: put back what was there (if that fails too, the
+        # journal stays and the next session recovers)
+        with contextlib.suppress(Exception):
+            recover(journal, read_journal(journal))
+        raise
+    _remove_tree(aside)
+    _remove_tree(staging)
+    fault_point("cleaned")
+    _remove_journal(journal)
+    return names
+
+
+@contextmanager
+def recorded(
+    prefix: Path, *, label: str, what: str, target: Path, session: str, repair: str
+) -> Iterator[None]:
+    """Journal a step we cannot undo (pip replacing torch): while the block runs, and after it
+    failed or was killed, every session but `session` (the repair) names `repair`. Removed
+    when the block finished."""
+    journal = journal_dir(prefix) / f"{label}.json"
+    record = {**_record(label, what, target, session, repair), "kind": "opaque"}
+    _write_journal(journal, {**record, "phase": "running", "repaired_by": session})
+    fault_point(f"journal:{label}")
+    yield
+    fault_point(f"done:{label}")
+    _remove_journal(journal)
