@@ -19,6 +19,8 @@ import nox
 nox.needs_version = ">=2026.8.10"
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
+# `nox -s build_aotriton build_pytorch`: a failed session stops the chain (README).
+nox.options.stop_on_first_error = True
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,17 +28,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def _call(session: nox.Session, target: Callable[..., int | None], *, forward: bool = False):
     """Parse this session's options and call target(opts) - or target(opts, rest) for the
     probes, whose own options go through to the script."""
-    from scripts.plumbing import options
-    from scripts.plumbing.errors import UserError
+    from scripts.env.session_guard import guarded
+    from scripts.plumbing import errors, options
 
     try:
         if forward:
             opts, rest = options.build_parser(session.name).parse_known_args(session.posargs)
-            code = target(opts, rest)
+            with guarded(session.name, opts):
+                code = target(opts, rest)
         else:
-            code = target(options.parse(session.name, session.posargs))
-    except UserError as error:
+            opts = options.parse(session.name, session.posargs)
+            with guarded(session.name, opts):
+                code = target(opts)
+    except errors.UserError as error:
         session.error(str(error))
+    except OSError as error:  # on the paths we own: permissions, space, read-only mounts
+        session.error(errors.os_error_line(error))
+    except UnicodeDecodeError as error:
+        session.error(errors.decode_error_line(error))
     except SystemExit as done:  # --help
         if done.code not in (0, None):
             raise
@@ -71,6 +80,14 @@ def doctor(session: nox.Session) -> None:
     from scripts.env.doctor import doctor
 
     _call(session, doctor)
+
+
+@nox.session(python=False, tags=["env"], default=False)
+def repair(session: nox.Session) -> None:
+    """Finish or roll back an interrupted install into the env's torch (any session does too)."""
+    from scripts.env.session_guard import repair
+
+    _call(session, repair)
 
 
 @nox.session(python=False, tags=["env"], default=False)

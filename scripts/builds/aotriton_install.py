@@ -233,8 +233,9 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield base / name
 
 
-def manifest_of(folder: Path, names: list[str]) -> dict[str, Any]:
-    """{relative path: [size, sha256]} for files, {relative path: {'link': target}} for links."""
+def manifest_of(folder: Path, names: list[str], *, hashes: bool = True) -> dict[str, Any]:
+    """{relative path: [size, sha256]} for files, {relative path: {'link': target}} for links
+    (hashes=False: [size, None], a quick look)."""
     entries: dict[str, Any] = {}
     for name in names:
         for path in _walk(folder / name):
@@ -242,13 +243,14 @@ def manifest_of(folder: Path, names: list[str]) -> dict[str, Any]:
             if path.is_symlink():
                 entries[rel] = {"link": os.readlink(path)}
             else:
-                entries[rel] = [path.stat().st_size, stamps.file_sha256(path)]
+                entries[rel] = [path.stat().st_size, stamps.file_sha256(path) if hashes else None]
     return entries
 
 
-def verify_backup(backup: Path, *, force: bool = False) -> dict[str, Any]:
+def verify_backup(backup: Path, *, force: bool = False, quick: bool = False) -> dict[str, Any]:
     """The backup's record, after checking every file against the manifest written with it;
-    anything missing, extra, changed or unreadable is refused in one line."""
+    anything missing, extra, changed or unreadable is refused in one line. quick: sizes only
+    (reusing a backup at install time; --restore reads every byte)."""
     record_path = backup / "backup.json"
     refuse = f"refusing to restore from {backup}; nothing was changed"
     try:
@@ -274,13 +276,15 @@ def verify_backup(backup: Path, *, force: bool = False) -> dict[str, Any]:
             raise UserError(f"backup {backup} lacks {missing[0]}: {refuse}")
         return info
     try:
-        found = manifest_of(backup, files)
+        found = manifest_of(backup, files, hashes=not quick)
     except OSError as e:
         why = f"{e.strerror}: {e.filename}"
         raise UserError(f"backup {backup} is unreadable ({why}): {refuse}") from None
     for rel, want in sorted(manifest.items()):
         if rel not in found:
             raise UserError(f"backup {backup} is incomplete: {rel} is missing: {refuse}")
+        if quick and isinstance(want, list) and isinstance(found[rel], list):
+            want = [want[0], None]
         if found[rel] != want:
             raise UserError(f"backup {backup} is damaged: {rel} is not what was saved: {refuse}")
     extra = sorted(set(found) - set(manifest))
@@ -305,7 +309,7 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
     target = backup_root(work) / re.sub(r"[^A-Za-z0-9._+-]", "_", name)
     if (target / "backup.json").is_file():
         try:
-            verify_backup(target)
+            verify_backup(target, quick=True)
         except UserError as damaged:  # it must not stand in for torch's files: make it again
             runner.say(f"{damaged}; backing up torch's AOTriton again")
         else:

@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from scripts.builds.build_pytorch import install_argv, manifest_path
 from scripts.env import condaenv
-from scripts.plumbing import paths, stamps
+from scripts.plumbing import paths, stamps, transaction
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
@@ -155,10 +155,21 @@ def install_wheels(opts: argparse.Namespace) -> None:
     ):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
     else:
-        if not opts.dry_run:
+        if opts.dry_run:
+            runner.run(install_argv(python, files))
+        else:
             stamps.remove(stamp)
-        runner.run(install_argv(python, files))
-        if not opts.dry_run:
+            # pip replaces torch file by file: a kill midway leaves a mix that only a rerun
+            # repairs, so the journal names that rerun to every session until it finished.
+            with transaction.recorded(
+                prefix,
+                label="wheels",
+                what="pip install of build_pytorch's wheels (install_wheels)",
+                target=prefix,
+                session="install_wheels",
+                repair="nox -s install_wheels",
+            ):
+                runner.run(install_argv(python, files))
             stamps.write(stamp, inputs, wheels=files)
     check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:

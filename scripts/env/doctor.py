@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
+from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_guard
 from scripts.env.manager import find_manager
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.datafiles import load_toml
@@ -136,6 +136,8 @@ def _builds_section(work: Path) -> list[dict[str, Any]]:
 
 def _next_step(report: dict[str, Any]) -> str:
     env, arch = report["env"], report["arch"]
+    for line in report.get("interrupted", []):
+        return line.rsplit("repair: ", 1)[-1] if "repair: " in line else line
     if "error" in arch:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
     if not env.get("manager"):
@@ -154,7 +156,9 @@ def _next_step(report: dict[str, Any]) -> str:
 
 def gather(opts: argparse.Namespace) -> dict[str, Any]:
     env, _ = _env_section(opts)
+    prefix = Path(env["prefix"]) if env.get("prefix") else None
     report: dict[str, Any] = {
+        "interrupted": session_guard.report(prefix),
         "arch": _arch_section(opts.arch),
         "env": env,
         "lock": lockfile.describe(),
@@ -168,6 +172,7 @@ def gather(opts: argparse.Namespace) -> dict[str, Any]:
 def render(report: dict[str, Any]) -> str:
     arch, env, lock = report["arch"], report["env"], report["lock"]
     lines = ["rocm-fa-workflow doctor", ""]
+    lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
     gpus = ", ".join(arch["detected"]) or "none"
     lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
     for gpu, chain in arch.get("hierarchy", {}).items():

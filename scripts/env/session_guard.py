@@ -82,8 +82,8 @@ def guarded(session: str, opts: Any, say=print) -> Iterator[None]:
     prefix = _prefix(opts)
     with ExitStack() as stack:
         if session in REPORTS_ONLY or dry_run:
-            for line in report(prefix):
-                say(f"WARNING: {line}")
+            for line in [] if session in REPORTS_ONLY else report(prefix):
+                say(f"WARNING: {line}")  # doctor shows these in its report
             yield
             return
         changes_env = session in CHANGES_ENV
@@ -99,3 +99,15 @@ def guarded(session: str, opts: Any, say=print) -> Iterator[None]:
                 with locks.hold(env_lock(prefix), f"env {prefix}", session):
                     recover(prefix, session, say)
         yield
+
+
+def repair(opts: Any) -> None:
+    """`nox -s repair`: the guard around it has recovered the env; say what is left."""
+    prefix = _prefix(opts)
+    if prefix is None:
+        raise UserError("no env to repair: pass --prefix or --env-name")
+    left = report(prefix)
+    for line in left:
+        print(line)
+    if not left:
+        print(f"env {prefix}: no interrupted change left")

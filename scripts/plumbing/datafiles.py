@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing.errors import UserError
+from scripts.plumbing.errors import UserError, decode_error_line, os_error_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT / "scripts" / "data"
@@ -21,8 +21,10 @@ def load_toml(path: Path, what: str) -> dict[str, Any]:
         raise UserError(f"{what} not found: {path}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"malformed {what} {path}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what}: {decode_error_line(e, path)}") from None
     except OSError as e:
-        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+        raise UserError(f"cannot read {what}: {os_error_line(e)}") from None
 
 
 def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:

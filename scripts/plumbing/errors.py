@@ -1,5 +1,44 @@
-"""The one exception type for bad input and failed preconditions."""
+"""The one exception type for bad input and failed preconditions, and the one-line form of
+the OS and decoding errors that reach the noxfile boundary."""
+
+from __future__ import annotations
+
+import errno
 
 
 class UserError(Exception):
     """A problem the user can fix; reported as one line and a non-zero exit, no traceback."""
+
+
+FIXES = {
+    errno.EROFS: "the file system is mounted read-only; remount it read-write or choose "
+    "another location (--workdir, --prefix)",
+    errno.EACCES: "give this user write access (chown/chmod) or choose another location "
+    "(--workdir, --prefix)",
+    errno.EPERM: "give this user write access (chown/chmod) or choose another location "
+    "(--workdir, --prefix)",
+    errno.ENOSPC: "free space on that file system (df -h) or choose another location",
+    errno.EDQUOT: "the disk quota is used up; free space or choose another location",
+    errno.ENOENT: "it does not exist; check the path (or rerun the step that makes it)",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; check the path",
+    errno.EISDIR: "it is a folder where a file was expected; check the path",
+    errno.EMFILE: "too many open files; raise `ulimit -n`",
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """'cannot use PATH: CAUSE; fix: ...' for an OSError from a path we own."""
+    where = error.filename if error.filename is not None else "a file"
+    if error.filename2 is not None:
+        where = f"{where} -> {error.filename2}"
+    cause = error.strerror or type(error).__name__
+    fix = FIXES.get(error.errno or 0, "check the path and its permissions")
+    return f"cannot use {where}: {cause} (errno {error.errno}); fix: {fix}"
+
+
+def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
+    where = f"{path} " if path is not None else "a data file "
+    return (
+        f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: re-save it as "
+        "UTF-8, or delete it when it is a record we wrote (stamps, journals, backups)"
+    )

@@ -17,7 +17,7 @@ from scripts.plumbing.errors import UserError
 
 SETUP = "setup_env"
 BUILDS = ("build_aotriton", "build_pytorch", "install_wheels", "build_ck", "tune_aotriton")
-ENV_USERS = (SETUP, "doctor", *BUILDS, "bench", "backend_check", "validate")
+ENV_USERS = (SETUP, "doctor", *BUILDS, "bench", "backend_check", "validate", "repair")
 
 
 @dataclass(frozen=True)

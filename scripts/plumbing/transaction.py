@@ -19,7 +19,8 @@ Journals live in <env prefix>/.rocmfa/journal/, next to the env's lock; every se
 there first (scripts/env/session_guard.py).
 
 Test hook: ROCMFA_FAULT_AT=<n or step name> SIGKILLs the process at the n-th fault_point() of
-the run (or at the step of that name), so the tests kill every step deterministically.
+the run (or at the step of that name), so the tests kill every step deterministically;
+ROCMFA_FAULT_SIGNAL=SIGSTOP stops it there instead. Not for users.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def fault_point(step: str) -> None:
         return
     _faults_passed += 1
     if wanted in (step, str(_faults_passed)):
-        os.kill(os.getpid(), signal.SIGKILL)
+        # ROCMFA_FAULT_SIGNAL=SIGSTOP pauses there instead (a run that holds its locks)
+        os.kill(os.getpid(), signal.Signals[os.environ.get("ROCMFA_FAULT_SIGNAL", "SIGKILL")])
 
 
 @contextmanager

@@ -272,7 +272,10 @@ def site_packages(prefix: Path) -> Path:
 
 
 def install_torch(
-    prefix: Path, runtime: str = "0.13.0", images: dict[str, str] | None = None
+    prefix: Path,
+    runtime: str = "0.13.0",
+    images: dict[str, str] | None = None,
+    image_files: int = 0,
 ) -> Path:
     """A stand-in torch package carrying AOTriton the way TheRock's wheels do."""
     site = site_packages(prefix)
@@ -298,6 +301,11 @@ def install_torch(
     for pack, sig in (images or {"amd-gfx115x": "0.13", "amd-gfx110x": "0.13"}).items():
         (torch / "lib" / "aotriton.images" / pack).mkdir(parents=True)
         (torch / "lib" / "aotriton.images" / pack / "__signature__").write_text(f"aotriton{sig}\n")
+        if image_files:
+            kernels = torch / "lib" / "aotriton.images" / pack / "flash"
+            kernels.mkdir()
+            for i in range(image_files):
+                (kernels / f"k{i:05d}.aks2").write_bytes(b"shipped %d" % i)
     return torch
 
 
@@ -359,6 +367,7 @@ def make_release(
     pack: str = "gfx115x",
     hostarch: str = "x86_64",
     padding: int = 300_000,
+    image_files: int = 0,
 ) -> ReleaseFiles:
     """Runtime + one image pack under www/<version>/ (AOTriton's release names). The pack's
     __signature__ is AOTriton's JSON form (0.11b+ write_image_signature) unless `signature`
@@ -379,6 +388,11 @@ def make_release(
                 f"aotriton{signature}\n".encode() if signature else json_signature()
             ),
             f"aotriton/lib/aotriton.images/amd-{pack}/flash/fwd.aks2": noise,
+            # many small kernel files, as a real pack has (tens of thousands)
+            **{
+                f"aotriton/lib/aotriton.images/amd-{pack}/flash/k{i:05d}.aks2": b"new %d" % i
+                for i in range(image_files)
+            },
         },
         www / version / images_name,
     )
