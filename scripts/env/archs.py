@@ -20,7 +20,7 @@ import rocm_bootstrap
 from rocm_bootstrap import parse_gfx_target_version
 
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
-from scripts.plumbing.errors import UserError
+from scripts.plumbing.errors import UserError, did_you_mean
 
 ARCHES_FILE = DATA_DIR / "arches.toml"
 ARCH_ENV = "ROCMFA_ARCH"
@@ -155,8 +155,9 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     arches = load_arches() if arches is None else arches
     key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
     if key not in arches:
-        known = ", ".join(a for a in sorted(arches) if arches[a].vendor == "amd")
-        raise UserError(f"unknown GPU arch '{name}'; known: {known}")
+        amd = [a for a in sorted(arches) if arches[a].vendor == "amd"]
+        hint = did_you_mean(key, amd)
+        raise UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(amd)}")
     return arches[key]
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_guard
 from scripts.env.manager import find_manager
-from scripts.plumbing import paths, stamps
+from scripts.plumbing import paths, pin_schema, stamps
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 
@@ -39,6 +40,12 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         choice = archs.resolve_arch(requested)
     except UserError as e:
         section["error"] = str(e)
+        if requested or os.environ.get(archs.ARCH_ENV):  # a bad value, not a missing GPU
+            section["bad_value"] = (
+                f"--arch {requested}"
+                if requested
+                else f"${archs.ARCH_ENV}={os.environ[archs.ARCH_ENV]}"
+            )
         return section
     arch = choice.arch
     section.update(
@@ -112,6 +119,8 @@ def _pins_section() -> list[dict[str, Any]]:
     for path in sorted(rocm_sdk.pins_dir().glob("*.toml")):
         try:
             data = load_toml(path, "pin")
+            if path.stem in pin_schema.PROJECTS:  # what the builds check, checked the same way
+                pin_schema.check_file(path, path.stem)
         except UserError as e:
             found.append({"file": path.name, "error": str(e)})
             continue
@@ -138,6 +147,8 @@ def _next_step(report: dict[str, Any]) -> str:
     env, arch = report["env"], report["arch"]
     for line in report.get("interrupted", []):
         return line.rsplit("repair: ", 1)[-1] if "repair: " in line else line
+    if arch.get("bad_value"):
+        return f"fix {arch['bad_value']}: {arch['error']}"
     if "error" in arch:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
     if not env.get("manager"):
@@ -232,10 +243,10 @@ def render(report: dict[str, Any]) -> str:
         if "error" in pin:
             lines.append(f"pin        {pin['error']}")
             continue
-        what = pin.get("commit") or pin.get("version") or pin.get("index")
-        lines.append(
-            f"pin        {pin['project']}: {pin.get('ref', '')} {str(what)[:12]} ({pin['file']})"
-        )
+        what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
+        if pin_schema.HEX40.fullmatch(what):
+            what = what[:12]  # a commit; versions are shown whole
+        lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
     for build in report["builds"]:
         lines.append(f"built      {build['step']} ({build['stamp']})")
     if not report["builds"]:

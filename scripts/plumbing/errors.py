@@ -3,7 +3,9 @@ the OS and decoding errors that reach the noxfile boundary."""
 
 from __future__ import annotations
 
+import difflib
 import errno
+from collections.abc import Iterable
 
 
 class UserError(Exception):
@@ -42,3 +44,11 @@ def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
         f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: re-save it as "
         "UTF-8, or delete it when it is a record we wrote (stamps, journals, backups)"
     )
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest choice (case first), or ''."""
+    options = sorted(choices)
+    folded = [c for c in options if c.lower() == word.strip().lower()]
+    match = folded or difflib.get_close_matches(word.strip().lower(), options, n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import paths
+from scripts.plumbing import paths, pin_schema
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
 from scripts.plumbing.errors import UserError
@@ -116,6 +116,7 @@ def load_pin(
     directory = resolve_pins_dir(pins_dir, environ)
     path, table = read_pin_table(project, directory)
     where = f"{_display(path)} [{project}]"
+    pin_schema.check_table(project, table, where)  # the same checks as doctor's
     if project == "composable_kernel":
         table, where = _ck_variant(table, where, environ)
     url = _string(table, "url", where)

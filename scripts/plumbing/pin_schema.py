@@ -1,0 +1,82 @@
+"""What a pin table (pins/<project>.toml) may hold, checked the same way by the builds
+(scripts.sources.pins) and by doctor: known keys only (a typo gets a "did you mean"), `url` and
+`ref` non-empty strings, `commit` a full 40-hex commit (AOTriton also "from-pytorch")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from scripts.plumbing.datafiles import load_toml
+from scripts.plumbing.errors import UserError, did_you_mean
+
+PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
+FROM_PYTORCH = "from-pytorch"
+HEX40 = re.compile(r"[0-9a-f]{40}")
+COMMON = frozenset({"url", "ref", "commit", "depth"})
+KNOWN = {
+    "therock": COMMON,
+    "pytorch": COMMON | {"raw_url"},
+    "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
+    "composable_kernel": COMMON | {"use", "subdir", "legacy"},
+}
+
+
+def _text(table: Mapping[str, Any], key: str, where: str) -> str:
+    if key not in table:
+        raise UserError(f"{where}: missing key '{key}'")
+    value = table[key]
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{where}: 'commit' must be a string (40-hex commit), got {value!r}")
+    value = value.strip()
+    if allow_from_pytorch and value == FROM_PYTORCH:
+        return value
+    if value.lower() in ("", "unknown", "todo", "none"):
+        raise UserError(
+            f"{where}: 'commit' is not resolved yet ({value!r}); run: nox -s update_pins"
+        )
+    if not HEX40.fullmatch(value):
+        extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""
+        raise UserError(
+            f"{where}: 'commit' must be a full 40-hex lowercase commit{extra}, got {value!r}"
+        )
+    return value
+
+
+def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
+    """Refuse unknown keys and a bad url/ref/commit, in one line naming the file and key."""
+    known = KNOWN.get(project, COMMON)
+    for key in sorted(table):
+        if key not in known:
+            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}")
+    if project == "composable_kernel" and isinstance(table.get("legacy"), Mapping):
+        legacy = table["legacy"]
+        for key in sorted(legacy):
+            if key not in COMMON | {"subdir"}:
+                hint = did_you_mean(key, COMMON | {"subdir"})
+                raise UserError(f"{where[:-1]}.legacy]: unknown key '{key}'{hint}")
+        if "commit" in legacy:
+            check_commit(legacy["commit"], f"{where[:-1]}.legacy]")
+    _text(table, "url", where)
+    _text(table, "ref", where)
+    if "commit" not in table:
+        raise UserError(f"{where}: missing key 'commit'{did_you_mean('commit', table)}")
+    check_commit(table["commit"], where, allow_from_pytorch=project == "aotriton")
+
+
+def check_file(path: Path, project: str) -> dict[str, Any]:
+    """The pin table of project in path, checked; UserError in one line otherwise."""
+    data = load_toml(path, f"pin file for {project}")
+    table = data.get(project)
+    if not isinstance(table, dict):
+        raise UserError(f"{path}: missing table [{project}]{did_you_mean(project, data)}")
+    check_table(project, table, f"{path} [{project}]")
+    return table
