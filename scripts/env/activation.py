@@ -101,6 +101,8 @@ def plan(
     vars_file: Path = VARS_FILE,
 ) -> Plan:
     data = load_toml(vars_file, "variable data")
+    if not data:
+        raise UserError(f"variable data {vars_file} is empty; restore it: git checkout {vars_file}")
     conditions = _conditions(arch, aotriton_version)
     fields = {"rocm_root": rocm_root, "arch": arch.name}
     variables, skipped = _section(data, "", conditions, fields)
