@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -93,3 +94,38 @@ def test_plan_sets_only_effective_variables() -> None:
     reasons = {s.name: s.why for s in mi100.skipped}
     assert "no kernels for gfx908" in reasons["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
     assert "gfx908" in reasons["VLLM_ROCM_USE_AITER"]
+
+
+SHELLS = [s for s in ("bash", "dash", "zsh", "ksh", "mksh") if shutil.which(s)]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_shell_only_variable_comes_back_as_a_shell_variable(tmp_path: Path, shell: str) -> None:
+    activate, deactivate = activation.write_scripts(tmp_path, HOSTILE)
+    script = (
+        f'ROCM_PATH="/shell only"; . "{activate}"; . "{deactivate}"; '
+        'printf "%s|" "$ROCM_PATH"; sh -c \'printf "%s" "${ROCM_PATH-UNEXPORTED}"\''
+    )
+    out = subprocess.run([shell, "-c", script], env={"PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout == "/shell only|UNEXPORTED"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_stacked_envs_inner_deactivate_restores_the_outer_values(
+    tmp_path: Path, shell: str
+) -> None:
+    outer_env, inner_env = tmp_path / "outer", tmp_path / "inner"
+    outer_a, outer_d = activation.write_scripts(outer_env, [activation.Variable("V", "outer", "x")])
+    inner_a, inner_d = activation.write_scripts(
+        inner_env, [activation.Variable("V", "in ner", "x")]
+    )
+    script = (
+        f'set -u; export V=orig; CONDA_PREFIX="{outer_env}"; . "{outer_a}"; '
+        f'CONDA_PREFIX="{inner_env}"; . "{inner_a}"; printf "%s|" "$V"; '
+        f'. "{inner_d}"; CONDA_PREFIX="{outer_env}"; printf "%s|" "$V"; '
+        f'. "{outer_d}"; printf "%s|" "$V"; env | grep -c "^_ROCMFA" || true'
+    )
+    out = subprocess.run([shell, "-c", script], env={"PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "in ner|outer|orig|0"
