@@ -32,8 +32,14 @@ def _call(session: nox.Session, target: Callable[..., int | None], *, forward: b
     from scripts.plumbing import errors, options
 
     try:
-        if forward:
-            opts, rest = options.build_parser(session.name).parse_known_args(session.posargs)
+        if forward:  # --help: ours, then the script's own (it goes through)
+            parser = options.build_parser(session.name)
+            helps = [a for a in session.posargs if a in ("-h", "--help")]
+            args = [a for a in session.posargs if a not in helps]
+            opts, rest = parser.parse_known_args(args)
+            if helps:
+                print(parser.format_help())
+                rest = [*rest, "--help"]
             with guarded(session.name, opts):
                 code = target(opts, rest)
         else:

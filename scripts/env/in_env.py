@@ -7,10 +7,12 @@ shared env's full activation (our variables included, e.g. the AOTriton experime
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from scripts.env import condaenv
 from scripts.env.manager import no_manager_error
@@ -19,16 +21,32 @@ from scripts.plumbing.errors import UserError
 
 
 def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -> int:
+    """The script with the env's Python, fully activated. With no env given (--prefix,
+    --env-name, $ROCMFA_ENV_PREFIX, $ROCMFA_ENV_NAME) and none found, the Python running nox
+    runs it when it has torch (a CPU machine without conda)."""
     location = condaenv.locate(opts)
     prefix = location.prefix
-    if prefix is None:
-        raise no_manager_error()
-    python = prefix / "bin" / "python"
-    if not python.exists():
-        raise UserError(f"no Python in env {prefix} ({location.how}); run: nox -s setup_env")
-    if not (prefix / condaenv.ENV_STAMP).is_file():
-        print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
-    env = condaenv.activated_environ(prefix)
+    python = prefix / "bin" / "python" if prefix else None
+    env = None
+    if python is None or not python.exists():
+        chosen = getattr(opts, "prefix", None) or getattr(opts, "env_name", None)
+        chosen = chosen or os.environ.get("ROCMFA_ENV_PREFIX") or os.environ.get("ROCMFA_ENV_NAME")
+        if chosen or importlib.util.find_spec("torch") is None:
+            if prefix is None:
+                raise no_manager_error()
+            raise UserError(
+                f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
+                f"--prefix ENV (an env with torch), or run: python scripts/probes/{script}"
+            )
+        print(
+            f"note: no env found ({location.how}); running with {sys.executable}", file=sys.stderr
+        )
+        python = Path(sys.executable)
+    else:
+        assert prefix is not None
+        if not (prefix / condaenv.ENV_STAMP).is_file():
+            print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
+        env = condaenv.activated_environ(prefix)
     # The scripts read the arch from torch itself; --arch only matters to other sessions.
     argv = [str(python), str(REPO_ROOT / "scripts" / "probes" / script), *args]
     print("$ " + " ".join(argv), flush=True)

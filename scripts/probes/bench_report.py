@@ -221,8 +221,10 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
 
 def load_results(path: str) -> dict[str, Any]:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
+    except UnicodeDecodeError:
+        raise common.UsageError(f"{path} is not UTF-8 text (not a bench.py result file)") from None
     except OSError as e:
         raise common.UsageError(f"cannot read {path}: {e.strerror}") from None
     except json.JSONDecodeError as e:
@@ -249,7 +251,7 @@ def compare(path_a: str, path_b: str, threshold_pct: float) -> str:
     ]
     header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "")
     table = []
-    matched = regressions = improvements = 0
+    matched = regressions = improvements = noisy_changes = 0
     for ra in a["results"]:
         if ra.get("status") != "ok":
             continue
@@ -259,7 +261,10 @@ def compare(path_a: str, path_b: str, threshold_pct: float) -> str:
         matched += 1
         speedup = ra["median_ms"] / rb["median_ms"]
         mark = ""
-        if speedup < 1 - threshold_pct / 100:
+        noisy = ra.get("noisy") or rb.get("noisy")
+        if noisy and abs(speedup - 1) > threshold_pct / 100:
+            mark, noisy_changes = "noisy", noisy_changes + 1  # the spread hides a real change
+        elif speedup < 1 - threshold_pct / 100:
             mark, regressions = "REGRESSION", regressions + 1
         elif speedup > 1 + threshold_pct / 100:
             mark, improvements = "faster", improvements + 1
@@ -287,6 +292,11 @@ def compare(path_a: str, path_b: str, threshold_pct: float) -> str:
     lines += [
         "",
         f"{matched} matching cases: {improvements} faster, {regressions} regressions, "
-        f"geometric-mean speedup {geo:.3f}x",
+        + (
+            f"{noisy_changes} noisy (a change, but a flagged spread: rerun), "
+            if noisy_changes
+            else ""
+        )
+        + f"geometric-mean speedup {geo:.3f}x",
     ]
     return "\n".join(lines)

@@ -321,12 +321,12 @@ def _main(argv: list[str] | None) -> int:
         text = json.dumps(doc, indent=1) + "\n"
         if opts.json == "-":
             sys.stdout.write(text)
+            print(summary, file=sys.stderr)  # the verdict once, beside the JSON
         else:
             Path(opts.json).write_text(text)
             print(render(doc))
     else:
-        print(render(doc))
-    print(summary, file=sys.stderr)
+        print(render(doc))  # it ends with the verdict
     return 0 if passed else 1
 
 
