@@ -25,6 +25,7 @@ import pytest
 from scripts.builds import aotriton_install
 from scripts.env import session_guard
 from scripts.plumbing import transaction
+from scripts.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import provision_env
 
@@ -288,3 +289,27 @@ def test_backup_manifest_lists_every_file(rig: Rig) -> None:
     backup = next((rig.work / "backups" / "aotriton").iterdir())
     info = aotriton_install.verify_backup(backup)
     assert len(info["manifest"]) == len(snapshot(rig.shipped))
+
+
+def test_killed_pip_install_is_named_by_every_session_and_redone_by_install_wheels(
+    tmp_path: Path,
+) -> None:
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from scripts.plumbing import transaction\n"
+            "with transaction.recorded(Path(sys.argv[1]), label='wheels', what='pip install', "
+            "target=Path(sys.argv[1]), session='install_wheels', repair='nox -s install_wheels'):"
+            "\n    pass",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, transaction.FAULT_ENV: "journal:wheels"},
+    )
+    assert killed.returncode == -signal.SIGKILL
+    (line,) = session_guard.report(tmp_path)
+    assert line.endswith("repair: nox -s install_wheels")
+    with pytest.raises(UserError, match="repair: nox -s install_wheels"):
+        session_guard.recover(tmp_path, "bench")
+    session_guard.recover(tmp_path, "install_wheels")  # the repair itself goes ahead
