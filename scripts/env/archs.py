@@ -156,7 +156,7 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
     if key not in arches:
         amd = [a for a in sorted(arches) if arches[a].vendor == "amd"]
-        hint = did_you_mean(key, amd)
+        hint = did_you_mean(key, amd, cutoff=0.85)  # gfx names differ by a digit
         raise UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(amd)}")
     return arches[key]
 

@@ -46,9 +46,9 @@ def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
     )
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
+def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
     """' (did you mean 'x'?)' for the closest choice (case first), or ''."""
     options = sorted(choices)
     folded = [c for c in options if c.lower() == word.strip().lower()]
-    match = folded or difflib.get_close_matches(word.strip().lower(), options, n=1, cutoff=0.6)
+    match = folded or difflib.get_close_matches(word.strip().lower(), options, n=1, cutoff=cutoff)
     return f" (did you mean '{match[0]}'?)" if match else ""
