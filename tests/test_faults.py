@@ -313,3 +313,23 @@ def test_killed_pip_install_is_named_by_every_session_and_redone_by_install_whee
     with pytest.raises(UserError, match="repair: nox -s install_wheels"):
         session_guard.recover(tmp_path, "bench")
     session_guard.recover(tmp_path, "install_wheels")  # the repair itself goes ahead
+
+
+def test_ctrl_c_during_the_swap_waits_for_the_swap_to_end(rig: Rig) -> None:
+    rig.reset(rig.shipped)
+    env = {**os.environ, **rig.env, transaction.FAULT_ENV: "aside:aotriton.images"}
+    env["ROCMFA_FAULT_SIGNAL"] = "SIGSTOP"
+    argv = [sys.executable, "-m", "nox", "-s", "build_aotriton", "--", "--from-release"]
+    run = subprocess.Popen(
+        [*argv, *rig.args()],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _wait_stopped(run.pid)  # mid-swap: the old images are aside, nothing new is in
+    os.kill(run.pid, signal.SIGINT)
+    os.kill(run.pid, signal.SIGCONT)
+    assert run.wait(timeout=120) != 0  # interrupted, but only after the swap
+    assert snapshot(rig.lib) == snapshot(rig.installed)
+    assert not transaction.pending(rig.prefix)
