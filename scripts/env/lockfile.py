@@ -8,7 +8,6 @@ conda-lock version) so a no-op setup_env does not pay conda-lock's import and pa
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from importlib import metadata
@@ -19,6 +18,7 @@ from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import LockOptions
 
 ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
@@ -115,7 +115,7 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
     return stamps.file_sha256(lock_file)
 
 
-def lock(opts: argparse.Namespace) -> None:
+def lock(opts: LockOptions) -> None:
     """`nox -s lock`: solve environment.yml for linux-64 into conda-lock.yml."""
     runner = Runner(dry_run=opts.dry_run)
     manager = find_manager()

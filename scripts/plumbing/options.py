@@ -1,16 +1,20 @@
-"""One option table for every session.
+"""One option table for every session, parsed once into a frozen, typed object per session.
 
 Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so an
 option means the same thing to every session that takes it, and a session silently ignores
 options that belong only to other sessions. Options nobody defines are an error. Each
 session's --help lists only its own options.
+
+Adding an option: one row in OPTIONS (naming its sessions) and one field in the options class
+of each of those sessions (SESSION_OPTIONS; shared fields live in a shared base class).
+tests/test_options.py fails when a session's rows and its class's fields differ.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from scripts.plumbing.errors import UserError
@@ -25,6 +29,14 @@ class Option:
     flags: tuple[str, ...]
     sessions: tuple[str, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        """The attribute argparse stores it under: the field name in the options classes."""
+        if "dest" in self.kwargs:
+            return str(self.kwargs["dest"])
+        long = next((f for f in self.flags if f.startswith("--")), self.flags[0])
+        return long.lstrip("-").replace("-", "_")
 
 
 def _opt(*flags: str, sessions: Sequence[str], **kwargs: Any) -> Option:
@@ -108,7 +120,7 @@ OPTIONS: tuple[Option, ...] = (
     # --- builds: pins, patches, AOTriton, PyTorch, CK ---
     _opt(
         "--clean",
-        sessions=("build_aotriton", "build_pytorch", "build_ck"),
+        sessions=("build_aotriton", "tune_aotriton", "build_pytorch", "build_ck"),
         action="store_true",
         help="start the build over (empty the build dir; TheRock --clean); never the sources",
     ),
@@ -120,7 +132,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--timeout-min",
-        sessions=("build_aotriton",),
+        sessions=("build_aotriton", "tune_aotriton"),
         type=float,
         metavar="MIN",
         help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
@@ -177,7 +189,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--cache",
-        sessions=("build_aotriton", "build_pytorch", "build_ck"),
+        sessions=("build_aotriton", "tune_aotriton", "build_pytorch", "build_ck"),
         metavar="KIND|URL",
         help="compile cache: none, ccache, sccache (local), or a shared sccache at "
         "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL; "
@@ -254,6 +266,162 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+# --- the typed options of each session (one field per row of OPTIONS above) ---------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvChoice:
+    """Which GPU arch, shared env and work dir: every session that uses the env."""
+
+    arch: str | None = None
+    prefix: str | None = None
+    env_name: str | None = None
+    workdir: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockOptions:
+    prefix: str | None = None
+    env_name: str | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetupEnvOptions(EnvChoice):
+    dry_run: bool = False
+    force: bool = False
+    show: bool = False
+    profile: tuple[str, ...] = ()
+    with_torch: bool = False
+    rocm_index: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions(EnvChoice):
+    json: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixOptions:
+    arch: str | None = None
+    json: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpdatePinsOptions:
+    arch: str | None = None
+    workdir: str | None = None
+    dry_run: bool = False
+    project: tuple[str, ...] | None = None
+    port_patches: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions(EnvChoice):
+    """What every build session takes."""
+
+    dry_run: bool = False
+    force: bool = False
+    jobs: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AotritonSourceOptions(BuildOptions):
+    """How AOTriton is built from source: build_aotriton and tune_aotriton's builds."""
+
+    clean: bool = False
+    cache: str | None = None
+    timeout_min: float | None = None
+    aotriton_source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildAotritonOptions(AotritonSourceOptions):
+    no_images: bool = False
+    from_release: bool = False
+    restore: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneAotritonOptions(AotritonSourceOptions):
+    tune_head_dims: str | None = None
+    tune_dtypes: str | None = None
+    tune_seqlens: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPytorchOptions(BuildOptions):
+    clean: bool = False
+    cache: str | None = None
+    from_stage: str | None = None
+    only: str | None = None
+    skip: tuple[str, ...] = ()
+    with_apex: bool = False
+    ccache: bool = False
+    sccache: bool = False
+    aotriton_prefix: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallWheelsOptions(BuildOptions):
+    no_backend_check: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildCkOptions(BuildOptions):
+    clean: bool = False
+    cache: str | None = None
+    with_tests: bool = False
+    with_examples: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions(EnvChoice):
+    """bench's own options go through to scripts/probes/bench.py."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendCheckOptions(EnvChoice):
+    """backend_check's own options go through to scripts/probes/backend_check.py."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateOptions(EnvChoice):
+    """validate's own options go through to scripts/probes/validate.py."""
+
+
+SESSION_OPTIONS: dict[str, type] = {
+    "lock": LockOptions,
+    "setup_env": SetupEnvOptions,
+    "doctor": DoctorOptions,
+    "matrix": MatrixOptions,
+    "update_pins": UpdatePinsOptions,
+    "build_aotriton": BuildAotritonOptions,
+    "tune_aotriton": TuneAotritonOptions,
+    "build_pytorch": BuildPytorchOptions,
+    "install_wheels": InstallWheelsOptions,
+    "build_ck": BuildCkOptions,
+    "bench": BenchOptions,
+    "backend_check": BackendCheckOptions,
+    "validate": ValidateOptions,
+}
+
+
+def session_rows(session: str) -> list[Option]:
+    return [option for option in OPTIONS if session in option.sessions]
+
+
+def _typed(session: str, parsed: argparse.Namespace) -> Any:
+    """The session's frozen options object from argparse's result (lists become tuples)."""
+    cls = SESSION_OPTIONS[session]
+    values = vars(parsed)
+    chosen = {}
+    for item in fields(cls):
+        value = values[item.name]
+        chosen[item.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**chosen)
+
+
 def build_parser(session: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"nox -s {session} --",
@@ -274,12 +442,19 @@ def build_parser(session: str) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(session: str, posargs: Sequence[str]) -> argparse.Namespace:
-    """Parse posargs for session. Unknown options raise UserError; --help exits 0."""
+def parse(session: str, posargs: Sequence[str]) -> Any:
+    """The session's options object (SESSION_OPTIONS) from posargs. Unknown options raise
+    UserError; --help exits 0."""
     parser = build_parser(session)
 
     def fail(message: str) -> None:
         raise UserError(f"{session}: {message} (see: nox -s {session} -- --help)")
 
     parser.error = fail  # type: ignore[method-assign]
-    return parser.parse_args(list(posargs))
+    return _typed(session, parser.parse_args(list(posargs)))
+
+
+def parse_known(session: str, posargs: Sequence[str]) -> tuple[Any, list[str]]:
+    """For the probe sessions: (their options object, the rest for the probe script)."""
+    parsed, rest = build_parser(session).parse_known_args(list(posargs))
+    return _typed(session, parsed), rest
