@@ -77,7 +77,7 @@ def _string(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = 
     return value.strip()
 
 
-def _check_commit(value: str, where: str, *, allow_from_pytorch: bool = False) -> str:
+def check_commit(value: str, where: str, *, allow_from_pytorch: bool = False) -> str:
     if allow_from_pytorch and value == FROM_PYTORCH:
         return value
     if value.lower() in ("", "unknown", "todo", "none"):
@@ -121,7 +121,7 @@ def load_pin(
     url = _string(table, "url", where)
     ref = _string(table, "ref", where)
     commit = _string(table, "commit", where, empty_ok=True)
-    commit = _check_commit(commit, where, allow_from_pytorch=project == "aotriton")
+    commit = check_commit(commit, where, allow_from_pytorch=project == "aotriton")
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
     _validate_data(project, data, where)
     if commit == FROM_PYTORCH:
