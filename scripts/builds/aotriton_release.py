@@ -1,6 +1,7 @@
 """`build_aotriton -- --from-release`: AOTriton's prebuilt runtime plus only this arch's image
-pack (upstream-facts.md §1.5), sha256-verified, cached in <work>/downloads/aotriton/ and
-resumed with HTTP Range requests after an interruption.
+pack (split since AOTriton 0.11b: pytorch/pytorch#161754, cmake/External/aotriton.cmake),
+sha256-verified, cached in <work>/downloads/aotriton/ and resumed with HTTP Range requests after
+an interruption.
 
 Names and sums come from the [aotriton.release] table of pins/aotriton.toml (the sums PyTorch's
 aotriton.cmake lists), or, for `commit = "from-pytorch"` pins, from that aotriton.cmake itself.

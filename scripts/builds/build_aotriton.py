@@ -5,8 +5,8 @@ runtime and this arch's image pack (scripts.builds.aotriton_release).
 What the env's torch shipped is backed up first (work/backups/aotriton/...) and both versions
 are recorded; `--restore` puts the backup back. The install is refused when the runtime and the
 image signatures disagree, or when the AOTriton version is not the one torch was built for,
-unless --force (upstream user-pitfalls §1.2: that mismatch gives hipErrorInvalidValue and
-all-zero attention output).
+unless --force (docs/aotriton.md: that mismatch gives hipErrorInvalidValue and all-zero
+attention output).
 
 A content-addressed stamp (pin, patch sha256s, options, arch, toolchain, env identity, what is
 installed) makes a rerun with nothing changed run no command at all.
@@ -376,7 +376,7 @@ def build_from_source(
         )
     args += extra_cmake
     if archs.aotriton_version_key(ctx.version) < (0, 11):
-        args.remove("-DAOTRITON_USE_TORCH=OFF")  # the option came with 0.11 (upstream-facts §1.1)
+        args.remove("-DAOTRITON_USE_TORCH=OFF")  # new in 0.11b (aotriton CMakeLists.txt)
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
     # AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
     # preset that result so --cache really decides (docs/upstream-interfaces.md).
@@ -386,7 +386,8 @@ def build_from_source(
         args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
     else:
         args.append("-DCCACHE_FOUND=OFF")
-    # A changed configuration must not meet a stale CMakeCache (user-pitfalls §1.7).
+    # A changed configuration must not meet a stale CMakeCache: its values win over new ones on
+    # later runs (pytorch/pytorch#28373).
     configured = build / ".rocmfa-configure.json"
     wanted = stamps.digest({"args": args, "sets": sets})
     previous = stamps.read(configured)

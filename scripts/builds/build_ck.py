@@ -2,13 +2,14 @@
 
 CK lives in the ROCm/rocm-libraries monorepo under projects/composablekernel (the
 ROCm/composable_kernel repository is deprecated; pins/composable_kernel.toml can still select
-it). upstream-facts.md §5: `GPU_TARGETS=<arch>` also adds tests and examples (the 1.5 h
+it). projects/composablekernel/CMakeLists.txt @ rocm-libraries 05d98566
+(docs/upstream-interfaces.md): `GPU_TARGETS=<arch>` also adds tests and examples (the 1.5 h
 build), so the library-only build uses `GPU_ARCHS=<arch>` plus BUILD_TESTING/BUILD_CK_EXAMPLES/
 BUILD_CK_TUTORIALS=OFF; `BUILD_DEV` defaults to ON (-Werror -Weverything) and is turned off;
-`find_package(ROCM)` needs `CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` with a pip ROCm, and
-the compilers come from that same SDK (there is no /opt/rocm/llvm). Installs go to the env
-prefix (never /opt/rocm, never sudo). The build dir is reused; a stamp skips the whole step
-when nothing changed; --clean starts over. Compile jobs are capped by available memory.
+`find_package(ROCM)` needs `CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` with a pip ROCm, and the
+compilers come from that same SDK (there is no /opt/rocm/llvm). Installs go to the env prefix
+(never /opt/rocm, never sudo). The build dir is reused; a stamp skips the whole step when
+nothing changed; --clean starts over. Compile jobs are capped by available memory.
 
 PyTorch's CK attention backend is not this CK: PyTorch builds its own bundled CK when
 USE_ROCM_CK_SDPA=1, and CK's fused-MHA instances exist only for gfx90a/gfx94x/gfx95x.

@@ -1,10 +1,11 @@
 """`nox -s build_pytorch`: torch, triton, audio and vision wheels through TheRock, by stage.
 
 TheRock is checked out at its pin; PyTorch and its companions are checked out by TheRock's own
-external-builds/pytorch/pytorch_*_repo.py scripts with their current flags (upstream-facts.md
-§4.3: --checkout-dir, --repo-hashtag, --gitrepo-origin, --depth, --jobs, --hipify; the
---patch/--patchset/--repo flags of 2025 are gone); our patch sets are applied by commit after
-checkout; then `build_prod_wheels.py build` (§4.1) builds one stage per call:
+external-builds/pytorch/pytorch_*_repo.py scripts with their current flags (those scripts and
+repo_management.py at TheRock 89553ce3, docs/upstream-interfaces.md: --checkout-dir,
+--repo-hashtag, --gitrepo-origin, --depth, --jobs, --hipify; the --patch/--patchset/--repo flags
+of 2025 are gone); our patch sets are applied by commit after checkout; then
+`build_prod_wheels.py build` (same commit) builds one stage per call:
 
     checkout -> triton -> torch -> audio, vision (-> apex with --with-apex)
 

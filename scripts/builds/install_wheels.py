@@ -1,13 +1,13 @@
 """`nox -s install_wheels`: install the wheels of the last build_pytorch run into the env.
 
 The wheels come from build_pytorch's run manifest (<work>/build_pytorch-manifest.json), never
-from a directory listing, so old wheels next to them in the output dir are never picked up.
-Each is checked before anything is installed: the file is the one the build recorded
-(sha256), its Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... /
-+devrocm...) is the env's `rocm-sdk version` - torch's _rocm_init checks that at import
-time, and torch/vision/audio built against different ROCm versions do not load together
-(user-pitfalls.md §1.8). Then `pip install --no-deps --force-reinstall` with the env's Python,
-and scripts/backend_check.py when it exists.
+from a directory listing, so old wheels next to them in the output dir are never picked up. Each
+is checked before anything is installed: the file is the one the build recorded (sha256), its
+Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... / +devrocm...) is the
+env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and torch/vision/audio
+built against different ROCm versions do not load together (ROCm/vllm#943: "operator
+torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
+Python, and scripts/backend_check.py when it exists.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """conda-lock.yml: (re)generate it, and check offline that it still matches environment.yml.
 
-The check is conda-lock's own content-hash code (tooling-facts.md §3.3) with the same
-virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env must not be
-solved against a fake __cuda). Its verdict is cached per (environment.yml, conda-lock.yml,
-conda-lock version) so a no-op setup_env does not pay conda-lock's import and parse again.
+The check is conda-lock's own content-hash code (conda_lock/content_hash.py, conda-lock 4.0.3)
+with the same virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env
+must not be solved against a fake __cuda). Its verdict is cached per (environment.yml,
+conda-lock.yml, conda-lock version) so a no-op setup_env does not pay conda-lock's import and
+parse again.
 """
 
 from __future__ import annotations

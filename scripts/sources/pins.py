@@ -6,9 +6,10 @@ Pin.data. The pins directory is the `pins_dir` argument, else $ROCMFA_PINS_DIR, 
 <repo>/pins.
 
 AOTriton's commit may be declared `commit = "from-pytorch"`: it is then read from PyTorch's
-`cmake/External/aotriton.cmake` at the pinned PyTorch commit (upstream-facts.md §2.1) - from
-the local PyTorch checkout when it has that commit, else that single file over HTTP - and the
-result is cached per PyTorch commit in the work directory. Every Pin says where it came from.
+`cmake/External/aotriton.cmake` at the pinned PyTorch commit (its forms:
+docs/upstream-interfaces.md) - from the local PyTorch checkout when it has that commit, else
+that single file over HTTP - and the result is cached per PyTorch commit in the work directory.
+Every Pin says where it came from.
 """
 
 from __future__ import annotations
