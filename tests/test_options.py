@@ -16,7 +16,7 @@ def test_every_session_row_is_a_field_of_its_class_and_back() -> None:
     assert named == set(options.SESSION_OPTIONS), "a session in OPTIONS has no options class"
     for session, cls in options.SESSION_OPTIONS.items():
         rows = {row.dest for row in options.session_rows(session)}
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = set(cls.field_names())
         assert rows - fields == set(), f"{session}: rows without a field in {cls.__name__}"
         assert fields - rows == set(), f"{session}: fields of {cls.__name__} without a row"
 
@@ -26,10 +26,13 @@ def test_parse_gives_a_frozen_typed_object_with_argparse_defaults() -> None:
         parsed = options.parse(session, [])
         assert type(parsed) is cls
         assert parsed == cls(), f"{session}: class defaults differ from the table's"
+        assert hash(parsed) == hash(cls()) and repr(parsed).startswith(cls.__name__ + "(")
     opts = options.parse("build_pytorch", ["--skip", "audio", "--skip", "vision", "-j", "3"])
     assert opts.skip == ("audio", "vision") and opts.jobs == 3 and opts.from_stage is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.jobs = 4  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no option clena"):
+        options.BuildCkOptions(clena=True)  # a misspelt field is an error, not a default
 
 
 def test_other_sessions_options_are_accepted_and_dropped() -> None:
