@@ -26,19 +26,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _call(session: nox.Session, target: Callable[..., int | None], *, forward: bool = False):
-    """Parse this session's options and call target(opts) - or target(opts, rest) for the
-    probes, whose own options go through to the script."""
+    """Parse this session's options into its typed options object and call target(opts) - or
+    target(opts, rest) for the probes, whose own options go through to the script."""
     from scripts.env.session_guard import guarded
     from scripts.plumbing import errors, options
 
     try:
         if forward:  # --help: ours, then the script's own (it goes through)
-            parser = options.build_parser(session.name)
             helps = [a for a in session.posargs if a in ("-h", "--help")]
-            args = [a for a in session.posargs if a not in helps]
-            opts, rest = parser.parse_known_args(args)
+            opts, rest = options.parse_known(
+                session.name, [a for a in session.posargs if a not in helps]
+            )
             if helps:
-                print(parser.format_help())
+                print(options.build_parser(session.name).format_help())
                 rest = [*rest, "--help"]
             with guarded(session.name, opts):
                 code = target(opts, rest)

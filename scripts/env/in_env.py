@@ -6,7 +6,6 @@ shared env's full activation (our variables included, e.g. the AOTriton experime
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import subprocess
@@ -18,19 +17,20 @@ from scripts.env import condaenv
 from scripts.env.manager import no_manager_error
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import BackendCheckOptions, BenchOptions, EnvChoice, ValidateOptions
 
 
-def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -> int:
+def run_env_script(where: EnvChoice, script: str, args: Sequence[str]) -> int:
     """The script with the env's Python, fully activated. With no env given (--prefix,
     --env-name, $ROCMFA_ENV_PREFIX, $ROCMFA_ENV_NAME) and none found, the Python running nox
     runs it when it has torch (a CPU machine without conda)."""
-    location = condaenv.locate(opts)
+    location = condaenv.locate(where.prefix, where.env_name)
     prefix = location.prefix
     python = prefix / "bin" / "python" if prefix else None
     env = None
     if python is None or not python.exists():
-        chosen = getattr(opts, "prefix", None) or getattr(opts, "env_name", None)
-        chosen = chosen or os.environ.get("ROCMFA_ENV_PREFIX") or os.environ.get("ROCMFA_ENV_NAME")
+        chosen = where.prefix or where.env_name
+        chosen = chosen or os.environ.get(condaenv.PREFIX_ENV) or os.environ.get(condaenv.NAME_ENV)
         if chosen or importlib.util.find_spec("torch") is None:
             if prefix is None:
                 raise no_manager_error()
@@ -53,13 +53,13 @@ def run_env_script(opts: argparse.Namespace, script: str, args: Sequence[str]) -
     return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
 
 
-def bench(opts: argparse.Namespace, rest: Sequence[str]) -> int:
+def bench(opts: BenchOptions, rest: Sequence[str]) -> int:
     return run_env_script(opts, "bench.py", rest)
 
 
-def backend_check(opts: argparse.Namespace, rest: Sequence[str]) -> int:
+def backend_check(opts: BackendCheckOptions, rest: Sequence[str]) -> int:
     return run_env_script(opts, "backend_check.py", rest)
 
 
-def validate(opts: argparse.Namespace, rest: Sequence[str]) -> int:
+def validate(opts: ValidateOptions, rest: Sequence[str]) -> int:
     return run_env_script(opts, "validate.py", rest)

@@ -13,12 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from scripts.env import condaenv
 from scripts.plumbing import locks, paths, transaction
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import (
+    BuildOptions,
+    EnvChoice,
+    LockOptions,
+    RepairOptions,
+    SessionOptions,
+    SetupEnvOptions,
+    UpdatePinsOptions,
+)
+
+DRY_RUNNABLE = (BuildOptions, SetupEnvOptions, LockOptions, UpdatePinsOptions)
 
 CHANGES_WORKDIR = frozenset(
     {
@@ -45,9 +56,31 @@ def workdir_lock(work: Path) -> Path:
     return work / locks.LOCK_NAME
 
 
-def _prefix(opts: Any) -> Path | None:
+@dataclass(frozen=True)
+class Where:
+    """What the guard needs from a session's options."""
+
+    prefix: str | None = None
+    env_name: str | None = None
+    workdir: str | None = None
+    dry_run: bool = False
+
+
+def where_of(opts: SessionOptions) -> Where:
+    """The env/workdir options of any session's typed options (each class has its own set)."""
+    dry_run = isinstance(opts, DRY_RUNNABLE) and opts.dry_run
+    if isinstance(opts, EnvChoice):
+        return Where(opts.prefix, opts.env_name, opts.workdir, dry_run)
+    if isinstance(opts, LockOptions):
+        return Where(opts.prefix, opts.env_name, None, dry_run)
+    if isinstance(opts, UpdatePinsOptions):
+        return Where(None, None, opts.workdir, dry_run)
+    return Where(dry_run=dry_run)
+
+
+def _prefix(where: Where) -> Path | None:
     try:
-        return condaenv.locate(opts).prefix
+        return condaenv.locate(where.prefix, where.env_name).prefix
     except UserError:
         return None  # the session itself reports a bad --env-name
 
@@ -77,18 +110,18 @@ def recover(prefix: Path, session: str, say=print) -> None:
 
 
 @contextmanager
-def guarded(session: str, opts: Any, say=print) -> Iterator[None]:
-    dry_run = bool(getattr(opts, "dry_run", False))
-    prefix = _prefix(opts)
+def guarded(session: str, opts: SessionOptions, say=print) -> Iterator[None]:
+    where = where_of(opts)
+    prefix = _prefix(where)
     with ExitStack() as stack:
-        if session in REPORTS_ONLY or dry_run:
+        if session in REPORTS_ONLY or where.dry_run:
             for line in [] if session in REPORTS_ONLY else report(prefix):
                 say(f"WARNING: {line}")  # doctor shows these in its report
             yield
             return
         changes_env = session in CHANGES_ENV
         if session in CHANGES_WORKDIR or (changes_env and not (prefix and prefix.is_dir())):
-            work = paths.workdir(getattr(opts, "workdir", None))
+            work = paths.workdir(where.workdir)
             stack.enter_context(locks.hold(workdir_lock(work), f"workdir {work}", session))
         if prefix is not None and prefix.is_dir():
             if changes_env:
@@ -101,9 +134,9 @@ def guarded(session: str, opts: Any, say=print) -> Iterator[None]:
         yield
 
 
-def repair(opts: Any) -> None:
+def repair(opts: RepairOptions) -> None:
     """`nox -s repair`: the guard around it has recovered the env; say what is left."""
-    prefix = _prefix(opts)
+    prefix = _prefix(where_of(opts))
     if prefix is None:
         raise UserError("no env to repair: pass --prefix or --env-name")
     left = report(prefix)
