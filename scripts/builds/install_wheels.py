@@ -8,6 +8,9 @@ Each is checked before anything is installed: the file is the one the build reco
 time, and torch/vision/audio built against different ROCm versions do not load together
 (user-pitfalls.md §1.8). Then `pip install --no-deps --force-reinstall` with the env's Python,
 and scripts/backend_check.py when it exists.
+
+With --index URL the wheels are a set another machine published (scripts/builds/publish.py):
+scripts/builds/index_install.py picks it and pip installs it with --require-hashes.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def check_wheel(
     """(path, one-line description) or UserError naming the wheel and the mismatch."""
     path = Path(record["file"])
     try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
+        parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
         raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not path.is_file():
@@ -82,6 +85,16 @@ def check_wheel(
             f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
             "to install it; rerun: nox -s build_pytorch"
         )
+    return path, check_wheel_name(path.name, python_tag, rocm_version, machine)
+
+
+def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
+    """A wheel's tags and ROCm local version against the env: its description or UserError."""
+    path = Path(filename)
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as e:
+        raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not python_fits(tags, python_tag, machine):
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
@@ -96,13 +109,13 @@ def check_wheel(
                 f"{path.name} names no ROCm version ({what}); the env has ROCm {rocm_version} "
                 "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
             )
-        return path, f"{name} {version}"
+        return f"{name} {version}"
     if not same_rocm(built_for, rocm_version):
         raise UserError(
             f"{path.name} was built against ROCm {built_for}, but the env has ROCm "
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
         )
-    return path, f"{name} {version}"
+    return f"{name} {version}"
 
 
 def load_manifest(work: Path) -> dict[str, Any]:
@@ -129,19 +142,40 @@ def install_wheels(opts: argparse.Namespace) -> None:
     env = condaenv.activated_environ(prefix)
     runner = Runner(dry_run=opts.dry_run, base_env=env)
     query = Runner(base_env=env)  # read-only questions run even under --dry-run
-    manifest = load_manifest(work)
+    manifest = load_manifest(work) if not opts.index else None
     python = prefix / "bin" / "python"
     rocm_sdk = condaenv.which_in_env("rocm-sdk", env)
     rocm_version = query.run([rocm_sdk, "version"], capture=True).stdout.strip()
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
     python_tag, machine = query.run([python, "-c", probe], capture=True).stdout.split()
-    if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
-        runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
-    files: list[str] = []
-    for record in manifest["wheels"]:
-        path, what = check_wheel(record, python_tag, rocm_version, machine or platform.machine())
-        runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
-        files.append(str(path))
+    chosen = None
+    if opts.index:  # a wheel set published on a team index (scripts/builds/index_install.py)
+        from scripts.builds import index_install
+
+        chosen = index_install.choose(
+            opts.index,
+            arch_name=opts.arch,
+            wheel_set=opts.wheel_set,
+            python_tag=python_tag,
+            rocm_version=rocm_version,
+            say=runner.say,
+        )
+        manifest = chosen.manifest
+        for record in manifest["wheels"]:
+            what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
+            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
+        argv = index_install.pip_argv(python, chosen, work, runner)
+    else:
+        if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
+            runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
+        files: list[str] = []
+        for record in manifest["wheels"]:
+            path, what = check_wheel(
+                record, python_tag, rocm_version, machine or platform.machine()
+            )
+            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
+            files.append(str(path))
+        argv = install_argv(python, files)
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {
         "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
@@ -157,9 +191,11 @@ def install_wheels(opts: argparse.Namespace) -> None:
     else:
         if not opts.dry_run:
             stamps.remove(stamp)
-        runner.run(install_argv(python, files))
+        result = runner.run(argv, check=chosen is None)
+        if result.returncode != 0 and chosen is not None:
+            raise UserError(chosen.failure(result.returncode))
         if not opts.dry_run:
-            stamps.write(stamp, inputs, wheels=files)
+            stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
     check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")

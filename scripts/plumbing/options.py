@@ -35,7 +35,7 @@ OPTIONS: tuple[Option, ...] = (
     # Shared by every session that touches the env or builds.
     _opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins", "matrix"),
+        sessions=(*ENV_USERS, "update_pins", "matrix", "publish"),
         help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
         "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     ),
@@ -51,12 +51,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--workdir",
-        sessions=(*ENV_USERS, "update_pins"),
+        sessions=(*ENV_USERS, "update_pins", "publish"),
         help="checkouts, builds, stamps and downloads (default: $ROCMFA_WORKDIR, else ./work)",
     ),
     _opt(
         "--dry-run",
-        sessions=(SETUP, "lock", *BUILDS, "update_pins"),
+        sessions=(SETUP, "lock", *BUILDS, "update_pins", "publish"),
         action="store_true",
         help="print every command with its working directory and variables; run none",
     ),
@@ -238,6 +238,30 @@ OPTIONS: tuple[Option, ...] = (
         sessions=("install_wheels",),
         action="store_true",
         help="install only; do not run scripts/backend_check.py afterwards",
+    ),
+    # --- publish, install_wheels --index (issue 20) ---
+    _opt(
+        "--index",
+        sessions=("publish", "install_wheels"),
+        metavar="URL",
+        help="team wheel index (family index: URL/v2/<family>/, or {family} in URL): DIR, "
+        "http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, pypi+http(s)://HOST "
+        "(upload API: pypiserver, devpi); credentials only from the environment",
+    ),
+    _opt(
+        "--wheel-set",
+        sessions=("install_wheels",),
+        metavar="ID",
+        help="with --index: install this wheel set (default: the newest that fits this env)",
+    ),
+    _opt(
+        "--report",
+        sessions=("publish",),
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a backend_check / validate / bench JSON report of this build to summarize in the "
+        "manifest (repeatable)",
     ),
     _opt(
         "--with-tests",
