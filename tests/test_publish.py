@@ -128,9 +128,15 @@ def install_and_check(second: Machine, index: str, capfd) -> str:
     return out
 
 
-def test_pypiserver_upload_then_second_machine_installs(builder, second, env, tmp_path, capfd):
+def test_pypiserver_upload_then_second_machine_installs(
+    builder, second, env, tmp_path, capfd, monkeypatch
+):
     with servers.pypiserver_families(tmp_path / "pypi") as base:
         index = f"pypi+{base}"
+        with monkeypatch.context() as mp:
+            mp.delenv("TWINE_USERNAME")
+            with pytest.raises(UserError, match="needs TWINE_USERNAME and TWINE_PASSWORD"):
+                publish(builder, index)
         publish(builder, index)
         out = capfd.readouterr().out
         twine = next(line for line in out.splitlines() if " twine upload " in line)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -155,6 +156,11 @@ def publish(opts: argparse.Namespace) -> None:
 def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
     """twine to a server with the upload API; it reads TWINE_USERNAME/TWINE_PASSWORD itself.
     The manifest wheel is last, so the set is listed only once its wheels are there."""
+    if not runner.dry_run and not os.environ.get("TWINE_USERNAME"):
+        raise UserError(
+            "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
+            "(twine reads them; any values for a server without authentication)"
+        )
     argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
     argv += ["--disable-progress-bar", "--repository-url", spec.family_root(family) + "/"]
     runner.run([*argv, *map(str, files)])
