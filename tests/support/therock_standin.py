@@ -55,7 +55,7 @@ def make_repo(path: Path, files: dict[str, str], branch: str = "main") -> str:
     return git(path, "rev-parse", "HEAD")
 
 
-# PyTorch's cmake/External/aotriton.cmake, form B (a literal commit; upstream-facts §2.1),
+# PyTorch's cmake/External/aotriton.cmake in its literal-commit form (scripts/sources/pins.py),
 # pinning AOTriton 0.13b (ROCm/pytorch release/2.13).
 AOTRITON_CMAKE = """\
 if(NOT __AOTRITON_INCLUDED)
