@@ -51,14 +51,15 @@ class Chosen:
 def choose(
     index: str,
     *,
-    arch_name: str | None,
+    choice: archs.ArchChoice,
     wheel_set: str | None,
-    python_tag: str,
-    rocm_version: str,
+    python_tag: str | None,
+    rocm_version: str | None,
     say,
 ) -> Chosen:
+    """The wheel set to install. python_tag / rocm_version None (a dry run without the env):
+    those are not compared."""
     spec = team_index.parse_index(index)
-    choice = archs.resolve_arch(arch_name)
     arch = choice.arch
     family = wheel_manifest.family_of(arch)
     where = spec.describe(family)

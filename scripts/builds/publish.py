@@ -14,7 +14,6 @@ are never replaced). A set already published is a no-op.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import platform
@@ -30,6 +29,7 @@ from scripts.builds.team_index import IndexSpec, Link
 from scripts.plumbing import paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import PublishOptions
 
 
 @dataclass
@@ -98,7 +98,7 @@ def plan_publish(
     return plan
 
 
-def publish(opts: argparse.Namespace) -> None:
+def publish(opts: PublishOptions) -> None:
     work = paths.workdir(opts.workdir)
     spec = team_index.parse_index(opts.index)
     run = install_wheels.load_manifest(work)
@@ -111,7 +111,7 @@ def publish(opts: argparse.Namespace) -> None:
         install_wheels.check_wheel(
             record, run["python_tag"], run["rocm_version"], platform.machine()
         )
-    manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report or []])
+    manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner = Runner(dry_run=opts.dry_run)
     say = runner.say

@@ -323,7 +323,12 @@ def manifest_sort_key(filename: str) -> Version:
 
 
 def mismatch(
-    manifest: Mapping[str, Any], *, family: str, arch: str, python_tag: str, rocm_version: str
+    manifest: Mapping[str, Any],
+    *,
+    family: str,
+    arch: str,
+    python_tag: str | None,
+    rocm_version: str | None,
 ) -> str | None:
     """One line naming how this wheel set does not fit this machine, or None."""
     who = f"wheel set {manifest['set_id']}"
@@ -334,9 +339,9 @@ def mismatch(
         )
     if arch not in manifest.get("archs", [manifest["arch"]]):
         return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
-    if manifest["python"] != python_tag:
+    if python_tag is not None and manifest["python"] != python_tag:
         return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
-    if not _same_version(manifest["rocm_sdk"], rocm_version):
+    if rocm_version is not None and not _same_version(manifest["rocm_sdk"], rocm_version):
         return (
             f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
             f"{rocm_version} (rocm-sdk version)"
