@@ -148,6 +148,23 @@ def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
     assert {e.file for e in only} == {"generic.py"}
 
 
+def test_therock_commit_is_the_checkouts_own_never_an_enclosing_repos(tmp_path: Path) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    outer = tmp_path / "outer"
+    therock = standin.write_therock(outer / "therock")
+    subprocess.run([*git, "init", "-q", str(outer)], check=True)
+    subprocess.run([*git, "-C", str(outer), "commit", "-q", "--allow-empty", "-m", "o"],
+                   check=True)  # fmt: skip
+    commit, how = upstream_sdpa.therock_commit(therock)
+    assert commit == upstream_sdpa.pinned_therock_commit() and how.startswith("pins/")
+    subprocess.run([*git, "init", "-q", str(therock)], check=True)
+    subprocess.run([*git, "-C", str(therock), "commit", "-q", "--allow-empty", "-m", "t"],
+                   check=True)  # fmt: skip
+    head = subprocess.run([*git, "-C", str(therock), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    assert upstream_sdpa.therock_commit(therock) == (head, f"git HEAD of {therock}")
+
+
 @pytest.mark.parametrize(
     "text",
     ["skip_tests = [1]", "x = {}", "skip_tests = {'common': {'nn': 'test_a'}}", "skip_tests = {"],
@@ -211,7 +228,11 @@ def test_probe_runs_the_fetched_file_with_pytest_and_explains_every_skip(
         "Does not support fused SDPA",
     }
     assert set(doc["by_class"]) == {"TestSDPACPU", "TestSDPACpuOnlyCPU"}  # no TestTransformers
-    assert doc["therock"]["commit"] and doc["therock"]["entries_applied"] == 4
+    assert doc["therock"]["entries_applied"] == 4
+    # The stand-in folder is not a git checkout (though inside one: the tmp dir may be): the
+    # commit is the pin's, and said to be.
+    assert doc["therock"]["commit"] == upstream_sdpa.pinned_therock_commit()
+    assert doc["therock"]["commit_from"].startswith("pins/therock.toml")
     last = printed.out.strip().splitlines()[-1]
     assert last == doc["verdict"] and last.startswith("PASS: 7 passed, 0 failed, 3 skipped")
     assert printed.out.count(doc["verdict"]) == 1

@@ -88,6 +88,11 @@ def pinned_therock_commit() -> str | None:
 
 
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
+    """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
+    folder), else the pinned commit, named as such."""
+    if not (checkout / ".git").exists():
+        pin = pinned_therock_commit()
+        return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
     try:
         done = subprocess.run(
             ["git", "-C", str(checkout), "rev-parse", "HEAD"],
