@@ -369,9 +369,12 @@ def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
         f"{word}: {c.get('passed', 0)} passed, {bad} failed, {skipped} skipped"
         + (f" ({skip_text})" if skip_text else "")
         + (f", {c.get('xfailed', 0)} xfailed" if c.get("xfailed") else "")
-        + f" of {ran + skipped + c.get('xfailed', 0)} PyTorch SDPA tests"
-        + f" (test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
-        + ("" if tf["verified"] else ", UNVERIFIED file")
+        + f" of {ran + skipped + c.get('xfailed', 0)} SDPA tests"
+        + (
+            f" (test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
+            if tf["verified"]
+            else f" (UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
+        )
         + f"; torch {doc['torch']['version']}; {doc['wall_s']:.0f} s)"
     )
     if problems:
@@ -388,7 +391,7 @@ def render(doc: dict[str, Any]) -> str:
         f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
         f"test file: {doc['test_file']['how']}",
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
-        + (f", --quick: every {_stride(doc)}th selected test" if doc["quick"] else ""),
+        + (f", --quick: 1 in {_stride(doc)} selected tests" if doc["quick"] else ""),
         "TheRock: "
         + (
             f"{doc['therock'].get('entries_applied', 0)} of {doc['therock']['entries_read']} "
