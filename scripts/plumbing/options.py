@@ -452,7 +452,8 @@ class BackendCheckOptions(EnvChoice):
 
 
 class ValidateOptions(EnvChoice):
-    """validate's own options go through to scripts/probes/validate.py."""
+    """validate's own options go through to scripts/probes/validate.py (with --upstream:
+    scripts/probes/upstream_sdpa.py, PyTorch's own SDPA tests; see scripts.env.in_env)."""
 
 
 SESSION_OPTIONS: dict[str, type[SessionOptions]] = {
