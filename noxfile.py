@@ -145,6 +145,14 @@ def install_wheels(session: nox.Session) -> None:
 
 
 @nox.session(python=False, tags=["build"], default=False)
+def publish(session: nox.Session) -> None:
+    """Publish this run's wheels and their manifest to a team index (one index per family)."""
+    from scripts.builds.publish import publish
+
+    _call(session, publish)
+
+
+@nox.session(python=False, tags=["build"], default=False)
 def build_ck(session: nox.Session) -> None:
     """Build and install composable_kernel (library only) for this arch into the env."""
     from scripts.builds.build_ck import build_ck

@@ -11,7 +11,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO_ROOT / "scripts"
 LAYERS = ("plumbing", "env", "sources", "builds")  # each may import only those before it
-PROBE_DEPS = {"torch", "matplotlib"}
+# pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (its plugin
+# upstream_sdpa_plugin.py is loaded into that run).
+PROBE_DEPS = {"torch", "matplotlib", "pytest"}
 
 
 def module_name(path: Path) -> str:

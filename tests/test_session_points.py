@@ -28,6 +28,9 @@ def test_compare_calls_a_noisy_row_noisy_not_a_regression(tmp_path: Path, capsys
     doc = json.loads(a.read_text())
     ok = [r for r in doc["results"] if r.get("status") == "ok"]
     assert len(ok) >= 2
+    for r in ok:
+        r["noisy"] = False  # a loaded machine may flag rows of A itself: here only B's flags count
+    a.write_text(json.dumps(doc))
     slower = json.loads(json.dumps(doc))
     rows = [r for r in slower["results"] if r.get("status") == "ok"]
     for r in rows[:2]:

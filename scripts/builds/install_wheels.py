@@ -8,6 +8,9 @@ env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and to
 built against different ROCm versions do not load together (ROCm/vllm#943: "operator
 torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
 Python, and scripts/backend_check.py when it exists.
+
+With --index URL the wheels are a set another machine published (scripts/builds/publish.py):
+scripts/builds/index_install.py picks it and pip installs it with --require-hashes.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +76,7 @@ def check_wheel(
     """(path, one-line description) or UserError naming the wheel and the mismatch."""
     path = Path(record["file"])
     try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
+        parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
         raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not path.is_file():
@@ -82,6 +86,16 @@ def check_wheel(
             f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
             "to install it; rerun: nox -s build_pytorch"
         )
+    return path, check_wheel_name(path.name, python_tag, rocm_version, machine)
+
+
+def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
+    """A wheel's tags and ROCm local version against the env: its description or UserError."""
+    path = Path(filename)
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as e:
+        raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not python_fits(tags, python_tag, machine):
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
@@ -96,13 +110,13 @@ def check_wheel(
                 f"{path.name} names no ROCm version ({what}); the env has ROCm {rocm_version} "
                 "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
             )
-        return path, f"{name} {version}"
+        return f"{name} {version}"
     if not same_rocm(built_for, rocm_version):
         raise UserError(
             f"{path.name} was built against ROCm {built_for}, but the env has ROCm "
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
         )
-    return path, f"{name} {version}"
+    return f"{name} {version}"
 
 
 def load_manifest(work: Path) -> dict[str, Any]:
@@ -126,23 +140,46 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     session = preamble.open_env(opts, dry_run=opts.dry_run)
     work, prefix, python = session.work, session.prefix, session.python
     runner = session.runner
-    manifest = load_manifest(work)
+    manifest = load_manifest(work) if not opts.index else {}
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
     python_tag, machine = session.ask([python, "-c", probe], "$(python tag) $(machine)").split()
-    if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
-        runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
     checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
-    files: list[str] = []
-    for record in manifest["wheels"]:
-        if not checkable:
-            runner.say(f"[dry-run] would check {record['file']} against the env's Python and ROCm")
-            files.append(str(record["file"]))
-            continue
-        path, what = check_wheel(record, python_tag, rocm_version, machine or platform.machine())
-        runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
-        files.append(str(path))
+    chosen = None
+    if opts.index:  # a wheel set published on a team index (scripts/builds/index_install.py)
+        from scripts.builds import index_install
+
+        chosen = index_install.choose(
+            opts.index,
+            choice=session.choice,
+            wheel_set=opts.wheel_set,
+            python_tag=python_tag if checkable else None,
+            rocm_version=rocm_version if checkable else None,
+            say=runner.say,
+        )
+        manifest = chosen.manifest
+        for record in manifest["wheels"] if checkable else ():
+            what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
+            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
+        argv = index_install.pip_argv(python, chosen, work, runner)
+    else:
+        if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
+            runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
+        files: list[str] = []
+        for record in manifest["wheels"]:
+            if not checkable:
+                runner.say(
+                    f"[dry-run] would check {record['file']} against the env's Python and ROCm"
+                )
+                files.append(str(record["file"]))
+                continue
+            path, what = check_wheel(
+                record, python_tag, rocm_version, machine or platform.machine()
+            )
+            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
+            files.append(str(path))
+        argv = install_argv(python, files)
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {
         "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
@@ -157,21 +194,26 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         runner.say("these wheels are already installed in the env (--force to reinstall)")
     else:
         if opts.dry_run:
-            runner.run(install_argv(python, files))
+            runner.run(argv, check=chosen is None)
         else:
             stamps.remove(stamp)
             # pip replaces torch file by file: a kill midway leaves a mix that only a rerun
             # repairs, so the journal names that rerun to every session until it finished.
+            repair = "nox -s install_wheels"
+            if opts.index:
+                repair += f" -- --index {shlex.quote(opts.index)}"
             with transaction.recorded(
                 prefix,
                 label="wheels",
-                what="pip install of build_pytorch's wheels (install_wheels)",
+                what="pip install of the wheels (install_wheels)",
                 target=prefix,
                 session="install_wheels",
-                repair="nox -s install_wheels",
+                repair=repair,
             ):
-                runner.run(install_argv(python, files))
-            stamps.write(stamp, inputs, wheels=files)
+                result = runner.run(argv, check=chosen is None)
+                if result.returncode != 0 and chosen is not None:
+                    raise UserError(chosen.failure(result.returncode))
+            stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
     check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from scripts.env import condaenv
 from scripts.env.manager import no_manager_error
+from scripts.plumbing import paths
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BackendCheckOptions, BenchOptions, EnvChoice, ValidateOptions
@@ -62,4 +63,16 @@ def backend_check(opts: BackendCheckOptions, rest: Sequence[str]) -> int:
 
 
 def validate(opts: ValidateOptions, rest: Sequence[str]) -> int:
+    if UPSTREAM_FLAG in rest:
+        return validate_upstream(opts, [a for a in rest if a != UPSTREAM_FLAG])
     return run_env_script(opts, "validate.py", rest)
+
+
+# `validate -- --upstream`: PyTorch's own SDPA tests (scripts/probes/upstream_sdpa.py) instead
+# of our grid; it finds the test file through the work dir (source checkout, cache).
+UPSTREAM_FLAG = "--upstream"
+
+
+def validate_upstream(opts: ValidateOptions, rest: Sequence[str]) -> int:
+    work = paths.workdir(opts.workdir)
+    return run_env_script(opts, "upstream_sdpa.py", ["--workdir", str(work), *rest])

@@ -23,13 +23,14 @@ from scripts.plumbing.options import (
     BuildOptions,
     EnvChoice,
     LockOptions,
+    PublishOptions,
     RepairOptions,
     SessionOptions,
     SetupEnvOptions,
     UpdatePinsOptions,
 )
 
-DRY_RUNNABLE = (BuildOptions, SetupEnvOptions, LockOptions, UpdatePinsOptions)
+DRY_RUNNABLE = (BuildOptions, SetupEnvOptions, LockOptions, UpdatePinsOptions, PublishOptions)
 
 CHANGES_WORKDIR = frozenset(
     {
@@ -40,6 +41,7 @@ CHANGES_WORKDIR = frozenset(
         "install_wheels",
         "build_ck",
         "update_pins",
+        "publish",  # reads the run's wheels: a build must not replace them meanwhile
     }
 )
 CHANGES_ENV = frozenset(
@@ -73,7 +75,7 @@ def where_of(opts: SessionOptions) -> Where:
         return Where(opts.prefix, opts.env_name, opts.workdir, dry_run)
     if isinstance(opts, LockOptions):
         return Where(opts.prefix, opts.env_name, None, dry_run)
-    if isinstance(opts, UpdatePinsOptions):
+    if isinstance(opts, UpdatePinsOptions | PublishOptions):
         return Where(None, None, opts.workdir, dry_run)
     return Where(dry_run=dry_run)
 

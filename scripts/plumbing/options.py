@@ -48,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
     # Shared by every session that touches the env or builds.
     _opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins", "matrix"),
+        sessions=(*ENV_USERS, "update_pins", "matrix", "publish"),
         help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
         "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     ),
@@ -64,12 +64,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--workdir",
-        sessions=(*ENV_USERS, "update_pins"),
+        sessions=(*ENV_USERS, "update_pins", "publish"),
         help="checkouts, builds, stamps and downloads (default: $ROCMFA_WORKDIR, else ./work)",
     ),
     _opt(
         "--dry-run",
-        sessions=(SETUP, "lock", *BUILDS, "update_pins"),
+        sessions=(SETUP, "lock", *BUILDS, "update_pins", "publish"),
         action="store_true",
         help="print every command with its working directory and variables; run none",
     ),
@@ -252,6 +252,30 @@ OPTIONS: tuple[Option, ...] = (
         action="store_true",
         help="install only; do not run scripts/backend_check.py afterwards",
     ),
+    # --- publish, install_wheels --index (issue 20) ---
+    _opt(
+        "--index",
+        sessions=("publish", "install_wheels"),
+        metavar="URL",
+        help="team wheel index (family index: URL/v2/<family>/, or {family} in URL): DIR, "
+        "http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, pypi+http(s)://HOST "
+        "(upload API: pypiserver, devpi); credentials only from the environment",
+    ),
+    _opt(
+        "--wheel-set",
+        sessions=("install_wheels",),
+        metavar="ID",
+        help="with --index: install this wheel set (default: the newest that fits this env)",
+    ),
+    _opt(
+        "--report",
+        sessions=("publish",),
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="a backend_check / validate / bench JSON report of this build to summarize in the "
+        "manifest (repeatable)",
+    ),
     _opt(
         "--with-tests",
         sessions=("build_ck",),
@@ -398,6 +422,18 @@ class BuildPytorchOptions(BuildOptions):
 
 class InstallWheelsOptions(BuildOptions):
     no_backend_check: bool = False
+    index: str | None = None
+    wheel_set: str | None = None
+
+
+class PublishOptions(SessionOptions):
+    """publish reads the build's run manifest (work dir), not the env."""
+
+    arch: str | None = None
+    workdir: str | None = None
+    dry_run: bool = False
+    index: str | None = None
+    report: tuple[str, ...] = ()
 
 
 class BuildCkOptions(BuildOptions):
@@ -416,7 +452,8 @@ class BackendCheckOptions(EnvChoice):
 
 
 class ValidateOptions(EnvChoice):
-    """validate's own options go through to scripts/probes/validate.py."""
+    """validate's own options go through to scripts/probes/validate.py (with --upstream:
+    scripts/probes/upstream_sdpa.py, PyTorch's own SDPA tests; see scripts.env.in_env)."""
 
 
 class RepairOptions(EnvChoice):
@@ -433,6 +470,7 @@ SESSION_OPTIONS: dict[str, type[SessionOptions]] = {
     "tune_aotriton": TuneAotritonOptions,
     "build_pytorch": BuildPytorchOptions,
     "install_wheels": InstallWheelsOptions,
+    "publish": PublishOptions,
     "build_ck": BuildCkOptions,
     "bench": BenchOptions,
     "backend_check": BackendCheckOptions,
