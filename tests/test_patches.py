@@ -151,6 +151,7 @@ def test_update_pins_resolves_rewrites_and_ports(
         f'# keep me\n[aotriton]\nurl = "file://{up.repo}"  # stand-in\nref = "main"\n'
         f'commit = "{up.base}"\nversion = "0.13b"\n'
     )
+    st.write_pytorch_pin(pins_dir, aotriton_commit=up.base, aotriton_version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
     st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"c.txt": "new\n"}])
     newer = st.commit_files(up.repo, {"d.txt": "later\n"}, "upstream moved")
@@ -161,6 +162,8 @@ def test_update_pins_resolves_rewrites_and_ports(
     out = capsys.readouterr().out
     text = pin_file.read_text()
     assert f'commit = "{newer}"' in text and "# keep me" in text and "# stand-in" in text
+    assert "submodules = []" in text  # read from the new commit's tree (it has none)
+    assert "pin set: torch bbbbbbbbbbbb names AOTriton 0.13b" in out
     assert f"patch set {up.base[:12]} still applies at {newer[:12]}" in out
     ported = patches.patch_set_for("aotriton", newer)
     assert ported is not None and len(ported.patches) == 1
@@ -173,7 +176,7 @@ def test_update_pins_reports_a_set_that_no_longer_applies(
 ) -> None:
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
-    st.write_aotriton_pin(pins_dir, f"file://{up.repo}", up.base)
+    st.write_aotriton_pin(pins_dir, f"file://{up.repo}", up.base, version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
     st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"b.txt": "alpha\nBETA\n"}])
     newer = st.commit_files(up.repo, {"b.txt": "alpha\ngamma\n"}, "upstream rewrote b")

@@ -32,8 +32,9 @@ import json
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +310,8 @@ class Context:
     aotriton_digest: str
     max_jobs: int
     cache: compile_cache.CachePlan | None = None
+    # stages of this run that passed TheRock --clean (triton's build is wiped once per run)
+    cleaned: set[str] = field(default_factory=set)
 
 
 def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
@@ -613,6 +616,29 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     return {"heads": heads, "sources": sources}
 
 
+def torch_stage_clean(ctx: Context, clean: bool) -> bool:
+    """Whether the torch call (which rebuilds triton: TheRock enables flash attention only
+    when triton is built with torch) passes --clean. TheRock's --clean wipes the build dir of
+    every project of the call, triton's too; when this run's triton stage already built triton
+    from a clean dir, torch's own build dir is removed here instead, so triton's is wiped once."""
+    say = ctx.runner.say
+    if not clean:
+        say("torch: triton is rebuilt in the same call, incrementally (no --clean)")
+        return False
+    if "triton" not in ctx.cleaned:
+        say("torch: --clean wipes triton's build dir too; triton is rebuilt from scratch here")
+        return True
+    torch_build = paths.src_dir(ctx.work, "pytorch") / "build"
+    say(
+        f"torch: --clean: removing torch's build dir {torch_build} and passing --no-clean: the "
+        "triton stage of this run already rebuilt triton from a clean dir, so it is rebuilt "
+        "incrementally here, not wiped a second time"
+    )
+    if not ctx.runner.dry_run and torch_build.exists():
+        shutil.rmtree(torch_build)
+    return False
+
+
 def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[str, Any]:
     config_file = paths.build_dir(ctx.work, "build_pytorch") / f"{stage}.config.json"
     clean = bool(ctx.opts.clean)
@@ -627,13 +653,12 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
             "passing --clean so the CMake cache does not keep the old ones"
         )
         clean = True
+    if stage == "torch" and "triton" in ctx.enabled:
+        clean = torch_stage_clean(ctx, clean)
     argv = build_argv(ctx, stage, clean)
     sets = build_sets(ctx, stage)
-    if stage == "torch" and "--build-triton" in argv:
-        ctx.runner.say(
-            "torch: triton is rebuilt in the same call (incrementally): TheRock enables flash "
-            "attention only when triton is built with torch"
-        )
+    if clean:
+        ctx.cleaned.add(stage)
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     if ctx.runner.dry_run:
         with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
@@ -743,6 +768,25 @@ def check_matrix(ctx: Context) -> None:
         )
 
 
+def check_pin_set(ctx: Context) -> None:
+    """The torch pin x build_aotriton's upstream AOTriton it is built against, before any
+    build (scripts.sources.pin_set; a variant such as the gfx908 port is meant to differ)."""
+    from scripts.sources import pin_set, pins
+
+    built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
+    inputs = built.get("inputs") or {}
+    if (
+        not ctx.aotriton
+        or inputs.get("variant")
+        or built.get("install_prefix") != str(ctx.aotriton)
+    ):
+        return
+    aotriton = pins.load_pin("aotriton", workdir=ctx.work)
+    version = str((inputs.get("pin") or {}).get("version") or aotriton.data.get("version") or "")
+    lines = pin_set.check(aotriton, version, force=ctx.opts.force, workdir=ctx.work)
+    compat_matrix.announce(lines, ctx.runner.say)
+
+
 def build_pytorch(opts: argparse.Namespace) -> None:
     if opts.from_stage and opts.only:
         raise UserError("--from and --only exclude each other")
@@ -770,6 +814,7 @@ def build_pytorch(opts: argparse.Namespace) -> None:
         if not ctx.runner.dry_run:
             condaenv.which_in_env(tool, ctx.runner.base_env)
     check_matrix(ctx)
+    check_pin_set(ctx)
     todo = plan(ctx)
     skipped = [s for s in ctx.enabled if s not in todo]
     if skipped:

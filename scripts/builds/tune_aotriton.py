@@ -122,6 +122,17 @@ class Progress:
             self.path.unlink(missing_ok=True)
 
 
+def tuner_argv(python: str, raw: Path, head_dim: int, dtype: str, seq: list[str]) -> list[str]:
+    """One cpptune run. test/tune_flash.py ends in a Textual app, `app.run(mouse=False,
+    inline=True, headless=args.debug_headless)` (port @ 60639c72): --debug_headless lets it run
+    without a terminal (nox, CI, ssh without a tty)."""
+    return [
+        *(python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)),
+        *("--dtype", dtype, "--seqlen_q", *seq, "--seqlen_k", *seq, "--validate"),
+        "--debug_headless",
+    ]
+
+
 def _refuse_other_tuners(ctx: ba.Context) -> str:
     tuner = ctx.variant.tuner if ctx.variant else str(ctx.pin.data.get("tuner", "unknown"))
     if tuner != CPPTUNE:
@@ -210,9 +221,8 @@ def tune_aotriton(opts: argparse.Namespace) -> None:
         runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}{again}")
         if not opts.dry_run:
             state_dir.mkdir(parents=True, exist_ok=True)
-        tune = [python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)]
         runner.run(
-            [*tune, "--dtype", dtype, "--seqlen_q", *seq, "--seqlen_k", *seq, "--validate"],
+            tuner_argv(python, raw, head_dim, dtype, seq),
             cwd=src,
             sets={"PYTHONPATH": str(bindings)},
         )

@@ -62,7 +62,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--force",
-        sessions=(SETUP, *BUILDS),
+        sessions=(SETUP, *BUILDS, "update_pins"),
         action="store_true",
         help="redo even when up to date; replace or reset what would otherwise be refused "
         "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
