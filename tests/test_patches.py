@@ -90,6 +90,39 @@ def test_failing_patch_leaves_pristine_checkout(up: Up, tmp_path: Path) -> None:
     assert not (dest / ".git" / "rebase-apply").exists()
 
 
+def test_failing_new_set_goes_back_to_the_previous_patched_state(up: Up, tmp_path: Path) -> None:
+    set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    dest = checkout(up, tmp_path / "co")
+    patches.apply_patch_set("proj", up.base, dest, quiet())
+    patched = st.git(dest, "rev-parse", "HEAD")
+    # the set changes: its patch now conflicts with the pin
+    shutil.rmtree(set_dir)
+    st.make_patch_set(up.root, "proj", up.base, up.repo, [{"b.txt": "alpha\nBETA\n"}])
+    patch = next(set_dir.glob("*.patch"))
+    patch.write_bytes(patch.read_bytes().replace(b"-beta", b"-gamma"))
+    st.write_manifest(set_dir)
+    with pytest.raises(UserError) as error:
+        patches.apply_patch_set("proj", up.base, dest, quiet())
+    assert f"checkout back at its previous patched state {patched[:12]}" in str(error.value)
+    assert st.git(dest, "rev-parse", "HEAD") == patched  # not the pristine pin
+    assert (dest / "c.txt").read_text() == "new\n"
+    assert st.git(dest, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_edit_after_patching_is_kept_and_reported_on_reapply(up: Up, tmp_path: Path) -> None:
+    st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    dest = checkout(up, tmp_path / "co")
+    patches.apply_patch_set("proj", up.base, dest, quiet())
+    (dest / "a.txt").write_text("my edit\n")
+    said = quiet()
+    patches.apply_patch_set("proj", up.base, dest, said)
+    text = said.out.getvalue()
+    assert "already applied" in text
+    assert "WARNING:" in text and "1 edit(s) made after the patches were applied" in text
+    assert "'M a.txt'" in text
+    assert (dest / "a.txt").read_text() == "my edit\n"
+
+
 def test_tampered_patch_refused_before_anything_is_applied(up: Up, tmp_path: Path) -> None:
     set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
     patch = next(set_dir.glob("*.patch"))
