@@ -337,9 +337,7 @@ def test_cache_choice_beats_aotritons_own_ccache_detection(
     assert launcher(*cache_args("none")) == ""
 
 
-def test_torch_pin_naming_another_aotriton_is_refused_before_any_command(
-    bed: Bed, capsys
-) -> None:
+def test_torch_pin_naming_another_aotriton_is_refused_before_any_command(bed: Bed, capsys) -> None:
     torch_pin = bed.pins / "pytorch.toml"
     kept = torch_pin.read_text()
     st.write_pytorch_pin(bed.pins, aotriton_commit="2" * 40, aotriton_version="0.12b")
