@@ -165,3 +165,15 @@ def test_release_lists_read_as_cmake_does_first_entry_and_bz2(tmp_path: Path) ->
     assert name == "aotriton-0.4.2b-manylinux_2_17_x86_64-rocm6.2-shared.tar.bz2"
     with pytest.raises(UserError, match="placeholder"):
         aotriton_release.real_sum("0" * 64, "x", "src")
+
+
+def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Path) -> None:
+    (tmp_path / "pytorch.toml").write_text(
+        f'[pytorch]\nurl = "https://x.invalid/pytorch"\nref = "nightly"\ncommit = "{"1" * 40}"\n'
+    )
+    env = {"ROCMFA_PINS_DIR": str(tmp_path)}
+    lines = pin_set.check(
+        aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path, environ=env
+    )
+    assert lines[0].startswith("[dry-run] note: cannot tell which AOTriton")
+    assert "the real run refuses this" in lines[0]

@@ -1,18 +1,17 @@
 """`nox -s install_wheels`: install the wheels of the last build_pytorch run into the env.
 
 The wheels come from build_pytorch's run manifest (<work>/build_pytorch-manifest.json), never
-from a directory listing, so old wheels next to them in the output dir are never picked up.
-Each is checked before anything is installed: the file is the one the build recorded
-(sha256), its Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... /
-+devrocm...) is the env's `rocm-sdk version` - torch's _rocm_init checks that at import
-time, and torch/vision/audio built against different ROCm versions do not load together
-(user-pitfalls.md §1.8). Then `pip install --no-deps --force-reinstall` with the env's Python,
-and scripts/backend_check.py when it exists.
+from a directory listing, so old wheels next to them in the output dir are never picked up. Each
+is checked before anything is installed: the file is the one the build recorded (sha256), its
+Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... / +devrocm...) is the
+env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and torch/vision/audio
+built against different ROCm versions do not load together (ROCm/vllm#943: "operator
+torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
+Python, and scripts/backend_check.py when it exists.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import re
@@ -24,11 +23,12 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from scripts.builds.build_pytorch import install_argv, manifest_path
-from scripts.env import condaenv
+from scripts.env import condaenv, preamble
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import InstallWheelsOptions
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
@@ -122,23 +122,24 @@ def load_manifest(work: Path) -> dict[str, Any]:
     return manifest
 
 
-def install_wheels(opts: argparse.Namespace) -> None:
-    work = paths.workdir(opts.workdir)
-    location = condaenv.locate(opts)
-    prefix = condaenv.require_env(location.prefix)
-    env = condaenv.activated_environ(prefix)
-    runner = Runner(dry_run=opts.dry_run, base_env=env)
-    query = Runner(base_env=env)  # read-only questions run even under --dry-run
+def install_wheels(opts: InstallWheelsOptions) -> None:
+    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    work, prefix, python = session.work, session.prefix, session.python
+    runner = session.runner
     manifest = load_manifest(work)
-    python = prefix / "bin" / "python"
-    rocm_sdk = condaenv.which_in_env("rocm-sdk", env)
-    rocm_version = query.run([rocm_sdk, "version"], capture=True).stdout.strip()
+    rocm_sdk = session.tool("rocm-sdk")
+    rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
-    python_tag, machine = query.run([python, "-c", probe], capture=True).stdout.split()
+    python_tag, machine = session.ask([python, "-c", probe], "$(python tag) $(machine)").split()
     if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
         runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
+    checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
     files: list[str] = []
     for record in manifest["wheels"]:
+        if not checkable:
+            runner.say(f"[dry-run] would check {record['file']} against the env's Python and ROCm")
+            files.append(str(record["file"]))
+            continue
         path, what = check_wheel(record, python_tag, rocm_version, machine or platform.machine())
         runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
         files.append(str(path))
@@ -151,7 +152,7 @@ def install_wheels(opts: argparse.Namespace) -> None:
     if (
         stamps.is_current(stamp, inputs)
         and not opts.force
-        and installed_match(query, python, manifest)
+        and installed_match(session, python, manifest)
     ):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
     else:
@@ -174,7 +175,7 @@ def install_wheels(opts: argparse.Namespace) -> None:
             )
 
 
-def installed_match(query: Runner, python: Path, manifest: dict[str, Any]) -> bool:
+def installed_match(session: preamble.SessionEnv, python: Path, manifest: dict[str, Any]) -> bool:
     """The env still has exactly these versions installed (someone may have pip-installed
     something else since)."""
     wanted = {r["project"]: r["version"] for r in manifest["wheels"]}
@@ -185,6 +186,9 @@ def installed_match(query: Runner, python: Path, manifest: dict[str, Any]) -> bo
         "    except metadata.PackageNotFoundError: out[name] = None\n"
         "print(json.dumps(out))\n"
     )
+    if not session.ready:
+        return False
+    query = Runner(base_env=session.environ, out=session.out)
     result = query.run([python, "-c", program, *wanted], capture=True, check=False)
     try:
         have = json.loads(result.stdout)

@@ -10,21 +10,24 @@ Steps, each skipped when its inputs are unchanged (a stamp in conda-meta/, writt
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import activation, archs, condaenv, lockfile, rocm_sdk
+from scripts.env import activation, archs, condaenv, lockfile, preamble, rocm_sdk
 from scripts.env.manager import Manager, find_manager, no_manager_error
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import SetupEnvOptions
 
 STAMP_VERSION = 1
+# What a dry run without a conda manager shows in place of the manager and the env's prefix.
+NO_MANAGER_EXE = Path("<conda manager: micromamba, mamba or conda>")
+NO_MANAGER_PREFIX = Path("<env prefix: in the envs dir of the conda manager you install>")
 
 
 def torch_aotriton_version(prefix: Path) -> str | None:
@@ -157,37 +160,37 @@ def provision(
     return result
 
 
-def setup_env(opts: argparse.Namespace) -> None:
-    runner = Runner(dry_run=opts.dry_run)
-    manager = find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        show(location.prefix)
+        show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
-    choice = archs.resolve_arch(opts.arch)
+    session = preamble.open_env(
+        opts, dry_run=opts.dry_run, makes_env=True, placeholder=NO_MANAGER_PREFIX
+    )
+    runner = session.runner
     request = Request(
-        arch=choice.arch,
+        arch=session.arch,
         rocm=(rocm := rocm_sdk.load_pin()),
         index_kind=opts.rocm_index or rocm.index,
         with_torch=opts.with_torch,
-        profiles=tuple(opts.profile),
+        profiles=opts.profile,
     )
 
-    note = archs.explain_override(choice.detection)
-    runner.say(f"arch {choice.arch.name} ({choice.how})" + (f"; {note}" if note else ""))
-    if choice.arch.vendor != "amd":
-        raise UserError(f"{choice.arch.name} is not an AMD GPU arch; setup_env needs one")
+    note = archs.explain_override(session.choice.detection)
+    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    if session.arch.vendor != "amd":
+        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
 
-    if manager is None or location.prefix is None:
+    manager = session.manager
+    if manager is None or session.location.prefix is None:
         if not opts.dry_run:
             raise no_manager_error()
         runner.say("note: no conda manager found; a real run stops here")
-        manager = Manager("micromamba", Path("micromamba"), "placeholder")
-        location = condaenv.EnvLocation(
-            location.prefix or Path("~/micromamba/envs/therock").expanduser(), location.how
-        )
-    prefix = location.prefix
-    runner.say(f"env {prefix} ({location.how}); manager {manager.exe} ({manager.found_via})")
+        manager = Manager("micromamba", NO_MANAGER_EXE, "placeholder")
+    prefix = session.prefix
+    runner.say(
+        f"env {prefix} ({session.location.how}); manager {manager.exe} ({manager.found_via})"
+    )
 
     if not lockfile.LOCK_FILE.is_file():
         runner.say(f"{lockfile.LOCK_FILE.name} is missing: generating it first (as nox -s lock)")

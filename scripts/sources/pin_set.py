@@ -105,12 +105,14 @@ def check(
     version: str,
     *,
     force: bool,
+    dry_run: bool = False,
     workdir: str | os.PathLike[str] | Path | None = None,
     environ: Mapping[str, str] | None = None,
     out=None,
 ) -> list[str]:
     """Lines to print; UserError (one line) for an inconsistent or unverifiable set unless
-    force, which makes it a warning."""
+    force, which makes it a warning. A dry run shows its plan when the torch file cannot be
+    read (offline), saying that the real run refuses."""
     if aotriton.data.get("pytorch_cmake") is not None:
         return [f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
     try:
@@ -121,6 +123,8 @@ def check(
             f"cannot tell which AOTriton the torch pin names ({e}); "
             "nox -s update_pins records it in pins/pytorch.toml"
         )
+        if dry_run and not force:
+            return [f"[dry-run] note: {found}; the real run refuses this (--force to go on)"]
     else:
         found = problem(aotriton, version, named, pytorch)
         if not found:

@@ -11,13 +11,13 @@ inconsistent torch x AOTriton pin set (--force: a warning).
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 from scripts.plumbing import paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import UpdatePinsOptions
 from scripts.sources import pin_records, pin_set, pins, submodules
 from scripts.sources.checkouts import git, has_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
@@ -63,7 +63,7 @@ def _tables(project: str, table: dict) -> list[tuple[str, dict]]:
     return found
 
 
-def update_pins(opts: argparse.Namespace) -> None:
+def update_pins(opts: UpdatePinsOptions) -> None:
     runner = Runner(dry_run=opts.dry_run)
     work = paths.workdir(opts.workdir)
     directory = pins.resolve_pins_dir()
@@ -92,7 +92,7 @@ def update_pins(opts: argparse.Namespace) -> None:
             runner.say("[dry-run] would check the torch x AOTriton pin set")
         else:
             try:
-                _check_pin_set(directory, work, runner, force=bool(getattr(opts, "force", False)))
+                _check_pin_set(directory, work, runner, force=opts.force)
             except UserError as e:
                 failures.append(f"pin set: {e}")
                 runner.say(f"pin set: FAILED: {e}")

@@ -1,8 +1,8 @@
 """Stand-in upstreams for build_pytorch: a TheRock git repo whose external-builds/pytorch
-scripts accept exactly the current CLI (upstream-facts.md §4.1, §4.3; the scripts are in
-tests/support/therock_files/), and PyTorch, triton, audio, vision and apex repos shaped the way
-those scripts read them (version.txt, related_commits, ci_commit_pins/triton.txt). Pins files
-point at them with file:// URLs (ROCMFA_PINS_DIR)."""
+scripts accept exactly the current CLI (TheRock external-builds/pytorch @ 89553ce3; the scripts
+are in tests/support/therock_files/), and PyTorch, triton, audio, vision and apex repos shaped
+the way those scripts read them (version.txt, related_commits, ci_commit_pins/triton.txt). Pins
+files point at them with file:// URLs (ROCMFA_PINS_DIR)."""
 
 from __future__ import annotations
 
