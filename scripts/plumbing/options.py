@@ -75,7 +75,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--force",
-        sessions=(SETUP, *BUILDS),
+        sessions=(SETUP, *BUILDS, "update_pins"),
         action="store_true",
         help="redo even when up to date; replace or reset what would otherwise be refused "
         "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
@@ -375,6 +375,7 @@ class UpdatePinsOptions(SessionOptions):
     arch: str | None = None
     workdir: str | None = None
     dry_run: bool = False
+    force: bool = False  # an inconsistent torch x AOTriton pin set: warn instead of refusing
     project: tuple[str, ...] | None = None
     port_patches: bool = False
 
