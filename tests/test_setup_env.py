@@ -85,7 +85,7 @@ def test_rerun_is_a_noop_then_a_pin_change_updates_only_rocm(project_env, rocm_i
 def test_stale_lock_is_one_line_naming_nox_lock(project_env) -> None:
     project, _, env = project_env
     yml = project / "environment.yml"
-    yml.write_text(yml.read_text().replace("  - ccache\n", ""))
+    yml.write_text(yml.read_text().replace("  - patchelf\n", ""))
     result = run_nox(project, "-s", "setup_env", "--", "--arch", "gfx1151", env=env)
     assert result.returncode == 1
     assert "conda-lock.yml is stale" in result.stderr and "run: nox -s lock" in result.stderr

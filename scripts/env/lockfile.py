@@ -50,8 +50,11 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
             )
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
-        repodata = default_virtual_package_repodata(cuda)
-        with repodata:
+        from scripts.env.rattler_env import quiet_conda_lock
+
+        with quiet_conda_lock():
+            repodata = default_virtual_package_repodata(cuda)
+        with repodata, quiet_conda_lock():
             for platform in platforms:
                 expected = lock.metadata.content_hash.get(platform)
                 allowed = backwards_compatible_content_hashes(spec, repodata, platform)

@@ -14,7 +14,9 @@ Every rattler call goes through rattler_runtime.run (exit-time crash, see there)
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 import urllib.parse
@@ -83,6 +85,16 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
 
 
 # --- solving into conda-lock.yml ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_conda_lock():
+    """conda-lock logs its virtual-package repo at INFO (on the root logger, which nox shows)."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
@@ -186,7 +198,7 @@ def solve_lock(
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
         mapping = Path(tmp) / "mapping.json"  # local and empty: the default one is downloaded
         mapping.write_text("{}")
         try:
