@@ -17,7 +17,14 @@ import pytest
 
 from scripts.env import activation, condaenv, lockfile, rattler_env
 from scripts.plumbing.errors import UserError
-from tests.support.conda_packages import Package, build, make_channel, write_repodata
+from tests.conftest import RocmIndex
+from tests.support.conda_packages import (
+    Package,
+    build,
+    make_channel,
+    python_standin,
+    write_repodata,
+)
 from tests.support.project import copy_project, run_nox
 
 ACTIVATE = """\
@@ -271,3 +278,36 @@ def test_nox_lock_uses_rattler_against_a_mirror(tmp_path: Path) -> None:
     failed = run_nox(project, "-s", "lock", "--", "--channel", mirror, env=env)
     assert failed.returncode == 1
     assert "cannot solve tool, libfoo <1:" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_setup_env_makes_a_real_env_with_rattler_and_no_conda_manager(
+    tmp_path: Path, rocm_index: RocmIndex
+) -> None:
+    mirror = make_channel(tmp_path / "mirror", [*packages(), python_standin()])
+    project = copy_project(tmp_path / "project", with_lock=False)
+    write_env(project / "environment.yml", "conda-forge", ["python", "tool"])
+    env = {
+        "ROCMFA_WORKDIR": str(tmp_path / "work"),
+        "ROCMFA_PINS_DIR": str(rocm_index.pins_dir),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+    }
+    assert run_nox(project, "-s", "lock", "--", "--channel", mirror, env=env).returncode == 0
+    args = ["--arch", "gfx1151", "--channel", mirror]
+    first = run_nox(project, "-s", "setup_env", "--", *args, env=env)
+    assert first.returncode == 0, first.stderr
+    prefix = tmp_path / "data" / "rocm-fa-workflow" / "envs" / "therock"
+    assert f"env {prefix} (default name 'therock' (to be created)); no conda manager" in (
+        first.stdout
+    )
+    assert "conda packages: 3 installed, 0 removed, 0 unchanged (py-rattler" in first.stdout
+    assert (tmp_path / "cache" / "rocm-fa-workflow" / "conda" / "archives").is_dir()
+    assert (prefix / "conda-meta" / "tool-2.0-0.json").is_file()
+    site = next((prefix / "lib").glob("python3*/site-packages"))
+    assert (site / "_rocm_device_gfx1151").is_dir()  # pip ran in the rattler-made prefix
+    activated = condaenv.activated_environ(prefix, {"PATH": "/usr/bin:/bin"})
+    assert activated["TOOL_FLAGS"] == "-O2 -g"  # the package's activate.d
+    assert activated["PYTORCH_ROCM_ARCH"] == "gfx1151"  # ours, beside it
+    assert condaenv.require_env(prefix) == prefix
+    again = run_nox(project, "-s", "setup_env", "--", *args, env=env)
+    assert again.returncode == 0 and "is up to date (nothing to do" in again.stdout

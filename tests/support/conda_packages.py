@@ -27,6 +27,7 @@ class Package:
     depends: tuple[str, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # prefix-relative path -> text
     subdir: str = SUBDIR
+    links: dict[str, str] = field(default_factory=dict)  # prefix-relative path -> link target
 
     @property
     def filename(self) -> str:
@@ -64,16 +65,22 @@ def build(package: Package, out_dir: Path) -> Path:
                 "size_in_bytes": len(data),
             }
             for path, data in payload.items()
-        ],
+        ]
+        + [{"_path": path, "path_type": "softlink"} for path in sorted(package.links)],
     }
     target = out_dir / package.subdir / package.filename
     target.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(target, "w:bz2") as tar:
         _add(tar, "info/index.json", json.dumps(index, indent=1).encode())
         _add(tar, "info/paths.json", json.dumps(paths, indent=1).encode())
-        _add(tar, "info/files", "".join(f"{p}\n" for p in payload).encode())
+        listed = [*payload, *sorted(package.links)]
+        _add(tar, "info/files", "".join(f"{p}\n" for p in listed).encode())
         for path, data in payload.items():
             _add(tar, path, data, 0o755 if path.startswith("bin/") else 0o644)
+        for path, target in sorted(package.links.items()):
+            info = tarfile.TarInfo(path)
+            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, 1_700_000_000
+            tar.addfile(info)
     return target
 
 
@@ -109,3 +116,21 @@ def make_channel(channel: Path, packages: list[Package]) -> str:
         build(package, channel)
     write_repodata(channel)
     return channel.resolve().as_uri()
+
+
+def python_standin(version: str = "3.12.0") -> Package:
+    """A `python` package whose prefix is a venv of the Python running the tests (pyvenv.cfg +
+    bin/python links): `PREFIX/bin/python -m pip install` then installs into the prefix,
+    as with conda-forge's python, without shipping an interpreter."""
+    import sys
+    import sysconfig
+
+    real = Path(sys.executable).resolve()
+    cfg = (
+        f"home = {real.parent}\ninclude-system-site-packages = true\n"
+        f"version = {sysconfig.get_python_version()}\n"
+    )
+    return Package(
+        "python", version, files={"pyvenv.cfg": cfg},
+        links={"bin/python": str(real), "bin/python3": "python"},
+    )  # fmt: skip
