@@ -12,6 +12,12 @@ from scripts.plumbing.errors import UserError
 from tests.support.conda_packages import Package, make_channel
 
 
+@pytest.fixture(autouse=True)
+def own_conda_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repodata and package caches of each test in its own tmp dir, not ~/.cache."""
+    monkeypatch.setenv("ROCMFA_CONDA_CACHE", str(tmp_path / "conda-cache"))
+
+
 def test_a_lock_round_trips_through_a_channel_made_from_it(tmp_path: Path) -> None:
     mirror = make_channel(tmp_path / "mirror", [
         Package("libfoo", "1.2", files={"lib/f": "1\n"}),

@@ -5,7 +5,6 @@ installer, and activated by sourcing the env's activate.d/deactivate.d scripts i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -37,6 +36,12 @@ DEACTIVATE = """\
 if [ -n "$_TOOL_BACKUP_CC" ]; then export CC="$_TOOL_BACKUP_CC"; else unset CC; fi
 unset _TOOL_BACKUP_CC TOOL_HOME TOOL_FLAGS
 """
+
+
+@pytest.fixture(autouse=True)
+def own_conda_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repodata and package caches of each test in its own tmp dir, not ~/.cache."""
+    monkeypatch.setenv("ROCMFA_CONDA_CACHE", str(tmp_path / "conda-cache"))
 
 
 def packages(libfoo: str = "1.2", tool_note: str = "") -> list[Package]:
@@ -267,7 +272,7 @@ def test_nox_lock_uses_rattler_against_a_mirror(tmp_path: Path) -> None:
     mirror = make_channel(tmp_path / "mirror", packages())
     project = copy_project(tmp_path / "project", with_lock=False)
     write_env(project / "environment.yml", "conda-forge", ["tool"])
-    env = {"ROCMFA_WORKDIR": str(tmp_path / "w"), "PATH": os.environ["PATH"]}
+    env = {"ROCMFA_WORKDIR": str(tmp_path / "w"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     result = run_nox(project, "-s", "lock", "--", "--channel", mirror, env=env)
     assert result.returncode == 0, result.stderr
     assert "linux-64 locked, 2 packages; content hash matches" in result.stdout

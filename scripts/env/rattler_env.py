@@ -127,15 +127,20 @@ def solve(
     channels: list[str],
     virtual: list[Any],
     platform: str = PLATFORM,
+    cache_dir: Path | None = None,
 ) -> list[rattler.RepoDataRecord]:
-    """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict."""
+    """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
+    Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
     import rattler
     from rattler.exceptions import SolverError
+
+    cache_dir = cache_dir or default_cache_dir()
 
     async def go() -> list[rattler.RepoDataRecord]:
         return await rattler.solve(
             sources=[rattler.Channel(url) for url in channels],
             specs=specs,
+            gateway=rattler.Gateway(cache_dir=cache_dir / "repodata"),
             platforms=[platform, "noarch"],
             virtual_packages=virtual,
         )
@@ -189,7 +194,12 @@ def locked_dependencies(
 
 
 def solve_lock(
-    env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print
+    env_file: Path,
+    lock_file: Path,
+    mirrors: list[str],
+    cuda: str,
+    say=print,
+    cache_dir: Path | None = None,
 ) -> list[Any]:
     """Solve env_file for linux-64 and write lock_file with conda-lock's models."""
     from conda_lock.content_hash import compute_content_hashes
@@ -217,7 +227,7 @@ def solve_lock(
         with vpr:
             specs = [match_spec(d) for d in conda_deps]
             say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-            records = solve(specs, sources, virtual_packages(vpr))
+            records = solve(specs, sources, virtual_packages(vpr), cache_dir=cache_dir)
             hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}

@@ -15,7 +15,9 @@ The fix follows from that: rattler's thread holds a reference to *our* event loo
 finished with Python. We run each coroutine on a loop we own and, before returning, wait until
 the loop's reference count is back to what it was before rattler saw it, i.e. until rattler's
 thread has let go of it. That is a wait on the exact condition, not a pause: it usually ends
-at once, and after it no rattler thread needs the GIL for this call.
+at once, and after it no rattler thread needs the GIL for this call. (A reference a rattler
+thread dropped *without* the GIL is parked in pyo3's pool until the next call into pyo3, e.g.
+after an install with nothing to do; the wait makes such a call, which applies it.)
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ T = TypeVar("T")
 
 RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
 _YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
+
+
+def _apply_pending_decrefs() -> None:
+    """A reference that a rattler thread dropped without the GIL waits in pyo3's pool until
+    the next call into pyo3 applies it; any cheap call into rattler's extension is one."""
+    import rattler
+
+    rattler.Version("0")
 
 
 def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -50,9 +60,10 @@ def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
         loop.close()
         raise
-    # Measured in this frame, like `baseline`: any excess is rattler's thread.
+    # Measured in this frame, like `baseline`: any excess is rattler's.
     deadline = time.monotonic() + RELEASE_DEADLINE_S
     while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
+        _apply_pending_decrefs()
         time.sleep(_YIELD_S)
     loop.close()
     if not ok:

@@ -3,7 +3,8 @@
 Each run is a fresh Python process with a cold package cache that solves one small test-made
 package from a file:// channel, installs it, checks the prefix, and returns from main:
   naive   - `asyncio.run(...)` as rattler's docs show;
-  guarded - the same calls through scripts.env.rattler_runtime.run (what setup_env uses).
+  guarded - the same calls through scripts.env.rattler_runtime.run;
+  ours    - what `nox -s lock` and setup_env call: rattler_env.solve_lock + install_lock.
 A run "crashes" when the process dies of a signal (SIGSEGV/SIGABRT) after printing that the
 prefix was complete. The cause is in rattler_runtime's docstring.
 
@@ -43,6 +44,14 @@ def child(mode: str, root: Path) -> None:
 
     if mode == "naive":
         asyncio.run(solve_and_install())
+    elif mode == "ours":
+        from scripts.env import rattler_env
+
+        env_file = root / "environment.yml"
+        env_file.write_text(f"channels: [{url}]\nplatforms: [linux-64]\ndependencies: [hello]\n")
+        lock = root / "conda-lock.yml"
+        rattler_env.solve_lock(env_file, lock, [], "", say=lambda _: None)
+        rattler_env.install_lock(lock, root / "env", cache_dir=root / "cache")
     else:
         from scripts.env import rattler_runtime
 
@@ -71,7 +80,7 @@ def loop(mode: str, runs: int) -> Counter[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--mode", choices=["naive", "guarded", "both"], default="both")
+    parser.add_argument("--mode", choices=["naive", "guarded", "ours", "all"], default="all")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -80,7 +89,7 @@ def main() -> int:
     import rattler
 
     print(f"py-rattler {rattler.__version__}, Python {sys.version.split()[0]}, cold cache")
-    for mode in ("naive", "guarded") if args.mode == "both" else (args.mode,):
+    for mode in ("naive", "guarded", "ours") if args.mode == "all" else (args.mode,):
         outcomes = loop(mode, args.runs)
         crashed = sum(n for k, n in outcomes.items() if k.startswith("SIG"))
         detail = ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items()))
