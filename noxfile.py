@@ -24,14 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _call(session: nox.Session, target: Callable[..., int | None], *, forward: bool = False):
-    """Parse this session's options and call target(opts) - or target(opts, rest) for the
-    probes, whose own options go through to the script."""
+    """Parse this session's options into its typed options object and call target(opts) - or
+    target(opts, rest) for the probes, whose own options go through to the script."""
     from scripts.plumbing import options
     from scripts.plumbing.errors import UserError
 
     try:
         if forward:
-            opts, rest = options.build_parser(session.name).parse_known_args(session.posargs)
+            opts, rest = options.parse_known(session.name, session.posargs)
             code = target(opts, rest)
         else:
             code = target(options.parse(session.name, session.posargs))
@@ -119,6 +119,14 @@ def install_wheels(session: nox.Session) -> None:
     from scripts.builds.install_wheels import install_wheels
 
     _call(session, install_wheels)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def publish(session: nox.Session) -> None:
+    """Publish this run's wheels and their manifest to a team index (one index per family)."""
+    from scripts.builds.publish import publish
+
+    _call(session, publish)
 
 
 @nox.session(python=False, tags=["build"], default=False)

@@ -173,3 +173,28 @@ def test_malformed_arch_data_is_one_line(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError, match="'ck_mha' must be bool"):
         archs.load_arches(broken)
+
+
+def test_the_probes_read_the_same_arch_rules() -> None:
+    """scripts/probes/sdpa_common.py (torch + stdlib, no scripts.env) reads arches.toml itself:
+    for every arch it gives the same peaks, experimental-flag verdicts and version order."""
+    from scripts.probes import sdpa_common
+
+    assert sdpa_common.ARCHES_FILE.resolve() == archs.ARCHES_FILE.resolve()
+    tables = sdpa_common.load_arches()
+    typed = archs.load_arches()
+    assert set(tables) == set(typed)
+    versions = {"0.9b", "0.10b", "0.11b", "0.11.2b", "0.12b", "0.13b", "0.14b", "1.0b"}
+    for arch in typed.values():
+        versions |= {since for since, _ in arch.aotriton_experimental}
+        versions |= {until for _, until in arch.aotriton_experimental if until}
+    for name, arch in typed.items():
+        table = tables[name]
+        for dtype in ("fp16", "bf16"):
+            assert sdpa_common.arch_peak_tflops(table, dtype) == arch.peak_tflops.get(dtype), name
+        for version in sorted(versions):
+            assert sdpa_common.version_key(version) == archs.aotriton_version_key(version)
+            probe = sdpa_common.needs_experimental_flag(table, version)
+            assert probe == arch.needs_experimental_flag(version), (name, version)
+        limit = sdpa_common.head_dim_limit(table)
+        assert limit is None or limit[1] in arch.limits, name

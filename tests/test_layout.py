@@ -11,7 +11,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO_ROOT / "scripts"
 LAYERS = ("plumbing", "env", "sources", "builds")  # each may import only those before it
-PROBE_DEPS = {"torch", "matplotlib"}
+# pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (its plugin
+# upstream_sdpa_plugin.py is loaded into that run).
+PROBE_DEPS = {"torch", "matplotlib", "pytest"}
 
 
 def module_name(path: Path) -> str:
@@ -108,3 +110,53 @@ def test_the_checker_reads_every_kind_of_import() -> None:
     assert "scripts.env.lockfile" in edges["scripts.env.condaenv"]  # a lazy import
     assert "scripts.probes.sdpa_common" in edges["scripts.probes.bench"]  # a relative import
     assert "scripts.plumbing.options" in imports_of(REPO_ROOT / "noxfile.py")
+
+
+def private_uses(path: Path) -> list[str]:
+    """`module._name` and `from module import _name` for our modules: another module's
+    private names (dunders such as __file__ are public)."""
+    ours = {module_name(p) for p in SCRIPTS.rglob("*.py")}
+    tree = ast.parse(path.read_text(), str(path))
+    aliases: dict[str, str] = {}  # local name -> our module
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ours:
+                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in ours:
+                    aliases[alias.asname or alias.name] = full
+                elif node.module in ours and alias.name.startswith("_"):
+                    found.append(f"{path.name}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{path.name}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    files = [*sorted(SCRIPTS.rglob("*.py")), REPO_ROOT / "noxfile.py"]
+    wrong = [use for path in files for use in private_uses(path)]
+    assert not wrong, "private names used across modules: " + "; ".join(wrong)
+
+
+def test_the_private_name_checker_finds_both_forms(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from scripts.builds import build_aotriton as ba\n"
+        "from scripts.plumbing.paths import _hidden\n"
+        "ba._context(None); ba.__name__; ba.make_context\n"
+    )
+    assert private_uses(sample) == [
+        "sample.py: from scripts.plumbing.paths import _hidden",
+        "sample.py: scripts.builds.build_aotriton._context",
+    ]

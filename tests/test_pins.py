@@ -17,7 +17,8 @@ C_011 = "972223c501ffc22068bb035ac5d64cf54318d895"
 C_OLD = "24a3fe9cb57e5cda3c923df29743f9767194cc27"
 C_013 = "6e00ef3e335b45dfb49065259533b59c68995bfe"
 
-# upstream-facts.md §2.1, one fixture per form.
+# The forms of docs/upstream-interfaces.md ("PyTorch cmake/External/aotriton.cmake forms"),
+# one fixture per form.
 FORM_A = """
   file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/.ci/docker/aotriton_version.txt" __AOTRITON_CI_INFO)
   list(GET __AOTRITON_CI_INFO 0 __AOTRITON_VER)

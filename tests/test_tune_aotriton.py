@@ -233,7 +233,7 @@ def test_port_refused_by_a_torch_built_for_upstream_feeds_build_pytorch(bed: Bed
         assert "AOTRITON_INSTALLED_PREFIX" in str(error.value)
         assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
         opts = options.parse("build_pytorch", ["--workdir", str(bed.work)])
-        prefix, how, _ = find_aotriton_prefix(opts, bed.work)
+        prefix, how, _ = find_aotriton_prefix(opts.aotriton_prefix, bed.work)
         assert prefix == bed.work / "build" / "aotriton-gfx908-community" / "install"
         assert how == "build_aotriton"
     finally:

@@ -1,6 +1,7 @@
 """`build_aotriton -- --from-release`: AOTriton's prebuilt runtime plus only this arch's image
-pack (upstream-facts.md §1.5), sha256-verified, cached in <work>/downloads/aotriton/ and
-resumed with HTTP Range requests after an interruption.
+pack (split since AOTriton 0.11b: pytorch/pytorch#161754, cmake/External/aotriton.cmake),
+sha256-verified, cached in <work>/downloads/aotriton/ and resumed with HTTP Range requests after
+an interruption.
 
 Names and sums come from the [aotriton.release] table of pins/aotriton.toml (the sums PyTorch's
 aotriton.cmake lists), or, for `commit = "from-pytorch"` pins, from that aotriton.cmake itself.
@@ -203,32 +204,37 @@ def extract(archive: Path, target: Path) -> Path:
 
 
 def fetch_release(ctx, runner: Runner):
-    """Download, verify and unpack the runtime and this arch's pack; return the install."""
+    """Download, verify and unpack the runtime and this arch's pack; return the install
+    (None on a dry run)."""
 
     info = release_info(ctx.pin, ctx.version)
-    rocm = rocm_series(ctx.site)
-    if rocm not in info.runtime:
-        raise UserError(
-            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
-            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
-        )
     pack = ctx.pack.removeprefix("amd-")
     if pack not in info.images:
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
-    manylinux, runtime_sha = info.runtime[rocm]
-    fields = {
-        "version": info.version,
-        "manylinux": manylinux,
-        "hostarch": platform.machine(),
-        "rocm": rocm,
-        "pack": pack,
-    }
-    runtime_name = info.runtime_name.format(**fields)
-    images_name = info.images_name.format(**fields)
     cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
     base = f"{info.base_url}{info.version}/"
     runner.say(f"release sums from {info.source}")
-    runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
+    fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
+    if runner.dry_run and dist_version(ctx.site, "rocm") is None:  # setup_env installs it
+        rocm = "<ROCm series of the env>"
+        runner.say(
+            f"[dry-run] would download from {base} the runtime for the env's ROCm series "
+            f"(this release has {', '.join(sorted(info.runtime)) or 'none'})"
+        )
+    else:
+        rocm = rocm_series(ctx.site)
+        if rocm not in info.runtime:
+            raise UserError(
+                f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
+                f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
+            )
+        manylinux, runtime_sha = info.runtime[rocm]
+        fields.update(manylinux=manylinux, rocm=rocm)
+        runtime_name = info.runtime_name.format(**fields)
+        runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
+    fields.setdefault("rocm", rocm)
+    fields.setdefault("manylinux", "<manylinux>")
+    images_name = info.images_name.format(**fields)
     images_tar = download(base + images_name, cache / images_name, info.images[pack], runner)
     if runner.dry_run:
         return None

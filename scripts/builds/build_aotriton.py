@@ -5,8 +5,8 @@ runtime and this arch's image pack (scripts.builds.aotriton_release).
 What the env's torch shipped is backed up first (work/backups/aotriton/...) and both versions
 are recorded; `--restore` puts the backup back. The install is refused when the runtime and the
 image signatures disagree, or when the AOTriton version is not the one torch was built for,
-unless --force (upstream user-pitfalls §1.2: that mismatch gives hipErrorInvalidValue and
-all-zero attention output).
+unless --force (docs/aotriton.md: that mismatch gives hipErrorInvalidValue and all-zero
+attention output).
 
 A content-addressed stamp (pin, patch sha256s, options, arch, toolchain, env identity, what is
 installed) makes a rerun with nothing changed run no command at all.
@@ -14,7 +14,6 @@ installed) makes a rerun with nothing changed run no command at all.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -42,10 +41,11 @@ from scripts.builds.aotriton_install import (
     torch_dir,
     torch_version,
 )
-from scripts.env import archs, compat_matrix, condaenv
+from scripts.env import archs, compat_matrix, condaenv, preamble
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
 from scripts.sources import aotriton_variants, pins, tuning_db
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest
@@ -101,15 +101,42 @@ def restore(torch: Path, work: Path, runner: Runner) -> None:
 # --- the session --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
+class SourceBuild:
+    """How a source build runs: build_aotriton's options, or tune_aotriton's for its builds."""
+
+    clean: bool = False
+    force: bool = False
+    no_images: bool = False
+    timeout_min: float | None = None
+    cache: str | None = None
+    jobs: int | None = None
+
+    @property
+    def timeout(self) -> str:
+        """AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)."""
+        if self.timeout_min is None:
+            return "0"
+        if self.timeout_min < 0:
+            raise UserError(f"--timeout-min must be >= 0 (0 = no limit), got {self.timeout_min}")
+        return f"{self.timeout_min:g}"
+
+
+def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> SourceBuild:
+    return SourceBuild(
+        clean=opts.clean,
+        force=opts.force,
+        no_images=no_images,
+        timeout_min=opts.timeout_min,
+        cache=opts.cache,
+        jobs=opts.jobs,
+    )
+
+
+@dataclass(frozen=True)
 class Context:
-    opts: argparse.Namespace
-    arch: archs.Arch
-    arch_how: str
-    work: Path
-    prefix: Path
+    session: preamble.SessionEnv
     torch: Path
-    site: Path
     pin: pins.Pin
     version: str
     pack: str
@@ -117,38 +144,45 @@ class Context:
     variant: aotriton_variants.Variant | None = None
 
     @property
+    def arch(self) -> archs.Arch:
+        return self.session.arch
+
+    @property
+    def work(self) -> Path:
+        return self.session.work
+
+    @property
+    def prefix(self) -> Path:
+        return self.session.prefix
+
+    @property
+    def site(self) -> Path:
+        return self.torch.parent
+
+    @property
     def source_name(self) -> str:
         """work/src/<name> and work/build/<name>: a variant never shares upstream's tree."""
         return "aotriton" if self.variant is None else f"aotriton-{self.variant.name}"
 
 
-def _context(opts: argparse.Namespace) -> Context:
-    choice = archs.resolve_arch(opts.arch)
-    arch = choice.arch
-    work = paths.workdir(opts.workdir)
-    location = condaenv.locate(opts)
-    prefix = condaenv.require_env(location.prefix)
-    variant = aotriton_variants.choose(arch.name, getattr(opts, "aotriton_source", None))
+def make_context(
+    where: EnvChoice, *, dry_run: bool, aotriton_source: str | None, from_release: bool = False
+) -> Context:
+    """The preamble (arch, work dir, env) plus which AOTriton: its pin, version and pack."""
+    session = preamble.open_env(where, dry_run=dry_run)
+    arch, work = session.arch, session.work
+    variant = aotriton_variants.choose(arch.name, aotriton_source)
     if variant is not None:
-        if getattr(opts, "from_release", False):
+        if from_release:
             raise UserError(f"{variant.describe()} has no prebuilt release; drop --from-release")
         pin, version, pack = variant.pin, variant.pin.data["version"], variant.pack
     else:
         pin, version, pack = _upstream_pin(arch, work)
-    torch = torch_dir(prefix)
-    return Context(
-        opts,
-        arch,
-        choice.how,
-        work,
-        prefix,
-        torch,
-        torch.parent,
-        pin,
-        version,
-        f"amd-{pack}",
-        variant,
-    )
+    if session.ready:
+        torch = torch_dir(session.prefix)
+    else:  # dry run: where the env's torch will be
+        torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
+    return Context(session, torch, pin, version, f"amd-{pack}", variant)
 
 
 def _upstream_pin(arch: archs.Arch, work: Path) -> tuple[pins.Pin, str, str]:
@@ -168,9 +202,9 @@ def _upstream_pin(arch: archs.Arch, work: Path) -> tuple[pins.Pin, str, str]:
     return pin, version, pack
 
 
-def _inputs(ctx: Context) -> dict[str, Any]:
-    opts = ctx.opts
-    mode = "release" if getattr(opts, "from_release", False) else "source"
+def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
+    """Everything the install depends on: the stamp that makes a rerun a no-op."""
+    mode = "release" if from_release else "source"
     inputs: dict[str, Any] = {
         "stamp_version": STAMP_VERSION,
         "mode": mode,
@@ -185,10 +219,7 @@ def _inputs(ctx: Context) -> dict[str, Any]:
         inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit)
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
         inputs["tuning_db"] = tuned.digest() if tuned else None
-        inputs["options"] = {
-            "noimage": bool(getattr(opts, "no_images", False)),
-            "timeout_min": _timeout(opts),
-        }
+        inputs["options"] = {"noimage": build.no_images, "timeout_min": build.timeout}
     else:
         from scripts.builds import aotriton_release  # lazily: only --from-release needs it
 
@@ -196,22 +227,18 @@ def _inputs(ctx: Context) -> dict[str, Any]:
     return inputs
 
 
-def _timeout(opts: argparse.Namespace) -> str:
-    value = getattr(opts, "timeout_min", None)
-    if value is None:
-        return "0"
-    if value < 0:
-        raise UserError(f"--timeout-min must be >= 0 (0 = no limit), got {value}")
-    return f"{value:g}"
-
-
-def build_aotriton(opts: argparse.Namespace) -> None:
-    compile_cache.parse_cache(getattr(opts, "cache", None))  # a bad --cache fails first
-    ctx = _context(opts)
+def build_aotriton(opts: BuildAotritonOptions) -> None:
+    compile_cache.parse_cache(opts.cache)  # a bad --cache fails first
+    ctx = make_context(
+        opts,
+        dry_run=opts.dry_run,
+        aotriton_source=opts.aotriton_source,
+        from_release=opts.from_release,
+    )
     out = sys.stdout
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
     lib = ctx.torch / "lib"
-    if getattr(opts, "restore", False):
+    if opts.restore:
         restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run))
         return
     # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
@@ -226,14 +253,15 @@ def build_aotriton(opts: argparse.Namespace) -> None:
         )
     )
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
-    print(f"arch: {ctx.arch.name} ({ctx.arch_how}); image pack {ctx.pack}", file=out)
+    print(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}", file=out)
     if ctx.variant is not None:
         print(f"{ctx.variant.describe()}; why: {ctx.variant.why}", file=out)
-    inputs = _inputs(ctx)
+    build = source_build(opts, no_images=opts.no_images)
+    inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
     recorded = stamps.read(stamp)
     if (
         not opts.force
-        and not getattr(opts, "clean", False)
+        and not opts.clean
         and stamps.is_current(stamp, inputs)
         and recorded is not None
         and recorded.get("installed") == installed_fingerprint(lib)
@@ -244,17 +272,17 @@ def build_aotriton(opts: argparse.Namespace) -> None:
             file=out,
         )
         return
-    runner = Runner(dry_run=opts.dry_run, base_env=condaenv.activated_environ(ctx.prefix))
+    runner = ctx.session.runner
     if not opts.dry_run:
         stamps.remove(stamp)
-    if inputs["mode"] == "release":
+    if opts.from_release:
         from scripts.builds import aotriton_release  # lazily: only --from-release needs it
 
         new = aotriton_release.fetch_release(ctx, runner)
         how = f"prebuilt release {ctx.version}"
     else:
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-        new = _build_from_source(ctx, runner, tuning=tuned)
+        new = build_from_source(ctx, build, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         if tuned:
             how += f" with the tuning database {tuned.directory.name}"
@@ -262,7 +290,7 @@ def build_aotriton(opts: argparse.Namespace) -> None:
             built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
             stamps.write(built, inputs, install_prefix=str(new.lib.parent))
     try:
-        _install(ctx, new, runner, stamp, inputs, how)
+        install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
     except UserError as refused:
         if ctx.variant is None or new is None:
             raise
@@ -272,43 +300,44 @@ def build_aotriton(opts: argparse.Namespace) -> None:
         ) from None
 
 
-def _build_from_source(
+def build_from_source(
     ctx: Context,
-    runner: Runner,
+    build_options: SourceBuild,
     *,
     tuning: TuningDb | None = None,
     build_name: str | None = None,
     extra_cmake: tuple[str, ...] = (),
 ) -> AotritonInstall | None:
     """Configure, build and install into <build>/install; tune_aotriton passes its own
-    build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database."""
-    opts = ctx.opts
+    build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database.
+    Returns None on a dry run."""
+    session, runner = ctx.session, ctx.session.runner
     src = paths.src_dir(ctx.work, ctx.source_name)
     build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"
-    if getattr(opts, "clean", False) and build.exists():
+    if build_options.clean and build.exists():
         runner.say(f"--clean: removing the build directory {build}")
         if not runner.dry_run:
             shutil.rmtree(build)
     submodules = ctx.pin.data.get("submodules", True)
-    ensure_checkout(ctx.pin, src, runner, force=opts.force, submodules=submodules)
+    ensure_checkout(ctx.pin, src, runner, force=build_options.force, submodules=submodules)
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
     env = runner.base_env
-    rocm = condaenv.which_in_env("rocm-sdk", env)
+    rocm = session.tool("rocm-sdk")
     root = runner.run(
         [rocm, "path", "--root"], capture=True, dry_run_output="$(rocm-sdk path --root)"
     )
     cmake_dir = runner.run(
         [rocm, "path", "--cmake"], capture=True, dry_run_output="$(rocm-sdk path --cmake)"
     )
-    jobs, why = buildjobs.choose_jobs(getattr(opts, "jobs", None), AOTRITON_GIB_PER_JOB)
+    jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
     pkgconfig = [str(ctx.prefix / "lib" / "pkgconfig"), str(ctx.prefix / "share" / "pkgconfig")]
     if env.get("PKG_CONFIG_PATH"):
         pkgconfig.append(env["PKG_CONFIG_PATH"])
     sets = {"ROCM_PATH": root.stdout.strip(), "PKG_CONFIG_PATH": os.pathsep.join(pkgconfig)}
-    cmake = str(condaenv.which_in_env("cmake", env))
-    ninja = str(condaenv.which_in_env("ninja", env))
+    cmake = str(session.tool("cmake"))
+    ninja = str(session.tool("ninja"))
     python = ctx.prefix / "bin" / "python"
     args = [
         cmake,
@@ -323,8 +352,8 @@ def _build_from_source(
         f"-DCMAKE_INSTALL_PREFIX={install}",
         f"-DCMAKE_PREFIX_PATH={cmake_dir.stdout.strip()}",
         f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
-        f"-DAOTRITON_GPU_BUILD_TIMEOUT={_timeout(opts)}",
-        f"-DAOTRITON_NOIMAGE_MODE={'ON' if getattr(opts, 'no_images', False) else 'OFF'}",
+        f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
+        f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
         "-DAOTRITON_NO_PYTHON=OFF",
         # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
         "-DAOTRITON_USE_TORCH=OFF",
@@ -333,7 +362,7 @@ def _build_from_source(
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
     cache = compile_cache.plan_cache(
-        compile_cache.parse_cache(getattr(opts, "cache", None)),
+        compile_cache.parse_cache(build_options.cache),
         work=ctx.work,
         arch=ctx.arch.name,
         toolchain=toolchain(ctx.prefix, ctx.site),
@@ -347,17 +376,18 @@ def _build_from_source(
         )
     args += extra_cmake
     if archs.aotriton_version_key(ctx.version) < (0, 11):
-        args.remove("-DAOTRITON_USE_TORCH=OFF")  # the option came with 0.11 (upstream-facts §1.1)
+        args.remove("-DAOTRITON_USE_TORCH=OFF")  # new in 0.11b (aotriton CMakeLists.txt)
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
     # AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
     # preset that result so --cache really decides (docs/upstream-interfaces.md).
     if cache.active:
         args += [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
-    elif ccache and getattr(opts, "cache", None) is None:
+    elif ccache and build_options.cache is None:
         args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
     else:
         args.append("-DCCACHE_FOUND=OFF")
-    # A changed configuration must not meet a stale CMakeCache (user-pitfalls §1.7).
+    # A changed configuration must not meet a stale CMakeCache: its values win over new ones on
+    # later runs (pytorch/pytorch#28373).
     configured = build / ".rocmfa-configure.json"
     wanted = stamps.digest({"args": args, "sets": sets})
     previous = stamps.read(configured)
@@ -383,14 +413,19 @@ def _build_from_source(
     return AotritonInstall.read(install / "lib", install / "include")
 
 
-def _install(
+def install(
     ctx: Context,
     new: AotritonInstall | None,
-    runner: Runner,
     stamp: Path,
     inputs: dict[str, Any],
     how: str,
+    *,
+    no_images: bool,
+    force: bool,
 ) -> None:
+    """Check versions and images, back up what torch shipped, install new into the env's
+    torch and write the stamp (new is None on a dry run: say what would happen)."""
+    runner = ctx.session.runner
     lib = ctx.torch / "lib"
     marker = read_marker(lib)
     if marker is not None and marker.get("backup"):
@@ -404,14 +439,14 @@ def _install(
         backup_shipped(ctx.torch, ctx.work, runner)
         runner.say(f"[dry-run] would check versions, then install into {lib} and write {stamp}")
         return
-    no_images = inputs["mode"] == "source" and getattr(ctx.opts, "no_images", False)
+    no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = (
         new if new.images else replace(new, images=image_signatures(lib / "aotriton.images"))
     )
-    overridden = check_compatible(effective, shipped, ctx.opts.force)
+    overridden = check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
     backup = backup_shipped(ctx.torch, ctx.work, runner)

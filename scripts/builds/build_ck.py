@@ -2,13 +2,14 @@
 
 CK lives in the ROCm/rocm-libraries monorepo under projects/composablekernel (the
 ROCm/composable_kernel repository is deprecated; pins/composable_kernel.toml can still select
-it). upstream-facts.md §5: `GPU_TARGETS=<arch>` also adds tests and examples (the 1.5 h
+it). projects/composablekernel/CMakeLists.txt @ rocm-libraries 05d98566
+(docs/upstream-interfaces.md): `GPU_TARGETS=<arch>` also adds tests and examples (the 1.5 h
 build), so the library-only build uses `GPU_ARCHS=<arch>` plus BUILD_TESTING/BUILD_CK_EXAMPLES/
 BUILD_CK_TUTORIALS=OFF; `BUILD_DEV` defaults to ON (-Werror -Weverything) and is turned off;
-`find_package(ROCM)` needs `CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` with a pip ROCm, and
-the compilers come from that same SDK (there is no /opt/rocm/llvm). Installs go to the env
-prefix (never /opt/rocm, never sudo). The build dir is reused; a stamp skips the whole step
-when nothing changed; --clean starts over. Compile jobs are capped by available memory.
+`find_package(ROCM)` needs `CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` with a pip ROCm, and the
+compilers come from that same SDK (there is no /opt/rocm/llvm). Installs go to the env prefix
+(never /opt/rocm, never sudo). The build dir is reused; a stamp skips the whole step when
+nothing changed; --clean starts over. Compile jobs are capped by available memory.
 
 PyTorch's CK attention backend is not this CK: PyTorch builds its own bundled CK when
 USE_ROCM_CK_SDPA=1, and CK's fused-MHA instances exist only for gfx90a/gfx94x/gfx95x.
@@ -16,17 +17,17 @@ USE_ROCM_CK_SDPA=1, and CK's fused-MHA instances exist only for gfx90a/gfx94x/gf
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from scripts.builds import compile_cache
-from scripts.env import archs, condaenv
+from scripts.env import condaenv, preamble
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import BuildCkOptions
 
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
 STAMP = "build_ck"
@@ -113,22 +114,18 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
         shutil.rmtree(build)
 
 
-def build_ck(opts: argparse.Namespace) -> None:
+def build_ck(opts: BuildCkOptions) -> None:
     from scripts.sources import checkouts, patches, pins
 
-    cache_spec = compile_cache.parse_cache(getattr(opts, "cache", None))
-    choice = archs.resolve_arch(opts.arch)
-    arch = choice.arch
+    cache_spec = compile_cache.parse_cache(opts.cache)
+    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    arch, work, prefix = session.arch, session.work, session.prefix
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
-    work = paths.workdir(opts.workdir)
-    location = condaenv.locate(opts)
-    prefix = condaenv.require_env(location.prefix)
-    env = condaenv.activated_environ(prefix)
-    runner = Runner(dry_run=opts.dry_run, base_env=env)
-    query = Runner(base_env=env)  # read-only questions run under --dry-run too
+    env = session.environ
+    runner = session.runner
     say = runner.say
-    say(f"arch {arch.name} ({choice.how}); env {prefix} ({location.how}); work dir {work}")
+    say(session.describe())
     if not arch.ck_mha:
         say(
             f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
@@ -151,13 +148,16 @@ def build_ck(opts: argparse.Namespace) -> None:
         )
     say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
 
-    rocm_sdk = condaenv.which_in_env("rocm-sdk", env)
-    root = Path(query.run([rocm_sdk, "path", "--root"], capture=True).stdout.strip())
-    cmake_prefix = query.run([rocm_sdk, "path", "--cmake"], capture=True).stdout.strip()
-    rocm_version = query.run([rocm_sdk, "version"], capture=True).stdout.strip()
-    cc, cxx = compilers(root)
-    cmake = condaenv.which_in_env("cmake", env)
-    condaenv.which_in_env("ninja", env)
+    rocm_sdk = session.tool("rocm-sdk")
+    root = Path(session.ask([rocm_sdk, "path", "--root"], "$(rocm-sdk path --root)"))
+    cmake_prefix = session.ask([rocm_sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
+    rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
+    if session.dry_run and not root.is_dir():  # no ROCm SDK yet: where rocm[devel] puts them
+        cc, cxx = root / "bin" / "amdclang", root / "bin" / "amdclang++"
+    else:
+        cc, cxx = compilers(root)
+    cmake = session.tool("cmake")
+    session.tool("ninja")
     jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     say(f"compile: {why}")
 

@@ -1,10 +1,11 @@
 """`nox -s build_pytorch`: torch, triton, audio and vision wheels through TheRock, by stage.
 
 TheRock is checked out at its pin; PyTorch and its companions are checked out by TheRock's own
-external-builds/pytorch/pytorch_*_repo.py scripts with their current flags (upstream-facts.md
-§4.3: --checkout-dir, --repo-hashtag, --gitrepo-origin, --depth, --jobs, --hipify; the
---patch/--patchset/--repo flags of 2025 are gone); our patch sets are applied by commit after
-checkout; then `build_prod_wheels.py build` (§4.1) builds one stage per call:
+external-builds/pytorch/pytorch_*_repo.py scripts with their current flags (those scripts and
+repo_management.py at TheRock 89553ce3, docs/upstream-interfaces.md: --checkout-dir,
+--repo-hashtag, --gitrepo-origin, --depth, --jobs, --hipify; the --patch/--patchset/--repo flags
+of 2025 are gone); our patch sets are applied by commit after checkout; then
+`build_prod_wheels.py build` (same commit) builds one stage per call:
 
     checkout -> triton -> torch -> audio, vision (-> apex with --with-apex)
 
@@ -27,23 +28,25 @@ that stage ran (listing before/after, names parsed with packaging); the run mani
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv
+from scripts.env.preamble import SessionEnv, open_env
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import BuildPytorchOptions
+from scripts.sources import pins
+from scripts.sources.pins import Pin
 
 STAGES = ("checkout", "triton", "torch", "audio", "vision", "apex")
 SKIPPABLE = ("triton", "audio", "vision")
@@ -112,10 +115,9 @@ def stage_stamp(work: Path, stage: str) -> Path:
 # --- which stages run ---------------------------------------------------------------------
 
 
-def enabled_stages(opts: argparse.Namespace) -> list[str]:
-    skip = set(opts.skip or ())
-    stages = [s for s in STAGES if s not in skip]
-    if not opts.with_apex:
+def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
+    stages = [s for s in STAGES if s not in set(skip)]
+    if not with_apex:
         stages.remove("apex")
     return stages
 
@@ -232,7 +234,7 @@ def read_related_commits(torch_dir: Path, project: str) -> tuple[str, str] | Non
     return None
 
 
-def resolve_source(component: Component, pytorch_pin: Any, torch_dir: Path) -> Source:
+def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
     """Where a companion comes from: an explicit [pytorch.<x>] pin, else what the pinned
     PyTorch declares (related_commits / ci_commit_pins/triton.txt), passed explicitly."""
     if component.key == "pytorch":
@@ -288,16 +290,11 @@ def read_head(checkout: Path) -> str | None:
 # --- the build ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
-    opts: argparse.Namespace
-    runner: Runner
-    arch: archs.Arch
-    work: Path
-    prefix: Path
-    python: Path
-    therock_pin: Any
-    pytorch_pin: Any
+    session: SessionEnv
+    therock_pin: Pin
+    pytorch_pin: Pin
     therock_dir: Path
     scripts_dir: Path
     out: Path
@@ -308,10 +305,35 @@ class Context:
     aotriton: Path | None
     aotriton_digest: str
     max_jobs: int
+    force: bool = False
+    clean: bool = False
+    launcher: str | None = None  # --ccache / --sccache: TheRock's own launcher flags
+    from_stage: str | None = None
+    only: str | None = None
     cache: compile_cache.CachePlan | None = None
 
+    @property
+    def runner(self) -> Runner:
+        return self.session.runner
 
-def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | None, str, str]:
+    @property
+    def arch(self) -> archs.Arch:
+        return self.session.arch
+
+    @property
+    def work(self) -> Path:
+        return self.session.work
+
+    @property
+    def prefix(self) -> Path:
+        return self.session.prefix
+
+    @property
+    def python(self) -> Path:
+        return self.session.python
+
+
+def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
     """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX."""
 
     # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
@@ -319,8 +341,8 @@ def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | N
     def has_lib(prefix: Path) -> bool:
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
-    if opts.aotriton_prefix:
-        prefix = Path(opts.aotriton_prefix).expanduser().resolve()
+    if requested:
+        prefix = Path(requested).expanduser().resolve()
         if not has_lib(prefix):
             raise UserError(
                 f"--aotriton-prefix {prefix}: PyTorch's aotriton.cmake needs "
@@ -344,43 +366,26 @@ def find_aotriton_prefix(opts: argparse.Namespace, work: Path) -> tuple[Path | N
     return None, "", ""
 
 
-def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
-    choice = archs.resolve_arch(opts.arch)
-    arch = choice.arch
+def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
+    session = open_env(opts, dry_run=opts.dry_run, out=out)
+    arch, work, prefix = session.arch, session.work, session.prefix
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
-    work = paths.workdir(opts.workdir)
-    location = condaenv.locate(opts)
-    if opts.dry_run and (
-        location.prefix is None or not (location.prefix / condaenv.ENV_STAMP).is_file()
-    ):
-        prefix = location.prefix or Path("<env prefix>")
-        note = f"[dry-run] note: env {prefix} is not set up (nox -s setup_env); showing the plan"
-        env = dict(os.environ)
-    else:
-        prefix = condaenv.require_env(location.prefix)
-        note = ""
-        env = condaenv.activated_environ(prefix)
-    runner = Runner(dry_run=opts.dry_run, base_env=env, out=runner_out)
-    if note:
-        runner.say(note)
-    runner.say(f"arch {arch.name} ({choice.how}); env {prefix} ({location.how}); work dir {work}")
-    from scripts.sources import pins
-
+    runner = session.runner
+    runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
     pytorch_pin = pins.load_pin("pytorch", workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
-    python = prefix / "bin" / "python"
-    rocm_sdk = condaenv.which_in_env("rocm-sdk", env) if not note else Path("rocm-sdk")
+    rocm_sdk = session.tool("rocm-sdk")
     rocm_version = runner.run(
         [rocm_sdk, "version"], capture=True, dry_run_output="$(rocm-sdk version)"
     ).stdout.strip()
     python_tag = runner.run(
-        [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+        [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
         capture=True,
         dry_run_output="$(python tag)",
     ).stdout.strip()
-    aotriton, how, aotriton_digest = find_aotriton_prefix(opts, work)
+    aotriton, how, aotriton_digest = find_aotriton_prefix(opts.aotriton_prefix, work)
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
@@ -391,36 +396,38 @@ def make_context(opts: argparse.Namespace, runner_out=None) -> Context:
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     therock_dir = paths.src_dir(work, "therock")
-    cache_spec = compile_cache.parse_cache(getattr(opts, "cache", None))
+    env_identity = condaenv.env_identity(prefix) if session.ready else ""
+    cache_spec = compile_cache.parse_cache(opts.cache)
     cache = None
     if cache_spec is not None:
-        toolchain = {
-            "rocm": rocm_version,
-            "python": python_tag,
-            "env": condaenv.env_identity(prefix) if not note else "",
-        }
+        toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
         cache = compile_cache.plan_cache(
-            cache_spec, work=work, arch=arch.name, toolchain=toolchain, env=env, runner=runner
+            cache_spec,
+            work=work,
+            arch=arch.name,
+            toolchain=toolchain,
+            env=session.environ,
+            runner=runner,
         )
     return Context(
-        opts=opts,
-        runner=runner,
-        arch=arch,
-        work=work,
-        prefix=prefix,
-        python=python,
+        session=session,
         therock_pin=therock_pin,
         pytorch_pin=pytorch_pin,
         therock_dir=therock_dir,
         scripts_dir=therock_dir / SCRIPTS_SUBDIR,
         out=output_dir(work),
-        enabled=enabled_stages(opts),
+        enabled=enabled_stages(opts.skip, opts.with_apex),
         rocm_version=rocm_version,
         python_tag=python_tag,
-        env_identity=condaenv.env_identity(prefix) if not note else "",
+        env_identity=env_identity,
         aotriton=aotriton,
         aotriton_digest=aotriton_digest,
         max_jobs=jobs,
+        force=opts.force,
+        clean=opts.clean,
+        launcher="ccache" if opts.ccache else "sccache" if opts.sccache else None,
+        from_stage=opts.from_stage,
+        only=opts.only,
         cache=cache,
     )
 
@@ -456,7 +463,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         "rocm": ctx.rocm_version,
         "python": ctx.python_tag,
         "env": ctx.env_identity,
-        "cache": "ccache" if ctx.opts.ccache else "sccache" if ctx.opts.sccache else None,
+        "cache": ctx.launcher,
         "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
     }
     return inputs
@@ -485,10 +492,8 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     ]
     if ctx.cache is not None and ctx.cache.active:
         argv += ctx.cache.therock_flags()
-    elif ctx.opts.ccache:
-        argv.append("--use-ccache")
-    elif ctx.opts.sccache:
-        argv.append("--use-sccache")
+    elif ctx.launcher:
+        argv.append(f"--use-{ctx.launcher}")
 
     def src(key: str) -> str:
         return str(paths.src_dir(ctx.work, key))
@@ -550,7 +555,7 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     elif recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem:
-        if not ctx.opts.force:
+        if not ctx.force:
             raise UserError(
                 f"{dest} {problem}; TheRock's checkout would discard it - keep it on a branch "
                 "or stash it, or pass --force"
@@ -561,7 +566,7 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     from scripts.sources import checkouts, patches
 
-    checkouts.ensure_checkout(ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.opts.force)
+    checkouts.ensure_checkout(ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.force)
     if not ctx.runner.dry_run:
         guard_default_dirs(ctx)
     heads: dict[str, str] = {}
@@ -615,7 +620,7 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[str, Any]:
     config_file = paths.build_dir(ctx.work, "build_pytorch") / f"{stage}.config.json"
-    clean = bool(ctx.opts.clean)
+    clean = ctx.clean
     config = stage_config(ctx, stage)
     try:
         previous = json.loads(config_file.read_text())
@@ -652,9 +657,8 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
 
 def plan(ctx: Context) -> list[str]:
     """Stages to run, in order, after checking --from/--only against the stamps."""
-    opts = ctx.opts
     order = ctx.enabled
-    for name, value in (("--from", opts.from_stage), ("--only", opts.only)):
+    for name, value in (("--from", ctx.from_stage), ("--only", ctx.only)):
         if value and value not in order:
             raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
 
@@ -673,17 +677,17 @@ def plan(ctx: Context) -> list[str]:
             )
         return stage_wheels_ok(stamp)
 
-    start = opts.only or opts.from_stage
+    start = ctx.only or ctx.from_stage
     if start:
-        flag = "--only" if opts.only else "--from"
+        flag = "--only" if ctx.only else "--from"
         for stage in order[: order.index(start)]:
             if stage in _needed_before(start, order) and not done(stage):
                 raise UserError(
                     f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
                     f"run without {flag} to resume, or {flag} {stage}"
                 )
-        return [start] if opts.only else order[order.index(start) :]
-    if opts.force:
+        return [start] if ctx.only else order[order.index(start) :]
+    if ctx.force:
         return list(order)
     todo: list[str] = []
     for stage in order:
@@ -731,26 +735,26 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
 
 def check_matrix(ctx: Context) -> None:
     """The torch series of a release/X.Y pin x build_aotriton's AOTriton, before any build."""
-    match = re.search(r"release/(\d+\.\d+)", str(getattr(ctx.pytorch_pin, "ref", "") or ""))
+    match = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
     stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
     version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
     if match and version and ctx.aotriton:
         compat_matrix.announce(
             compat_matrix.check_combination(
-                ctx.arch, version, torch_version=match[1], force=ctx.opts.force
+                ctx.arch, version, torch_version=match[1], force=ctx.force
             ),
             ctx.runner.say,
         )
 
 
-def build_pytorch(opts: argparse.Namespace) -> None:
+def build_pytorch(opts: BuildPytorchOptions) -> None:
     if opts.from_stage and opts.only:
         raise UserError("--from and --only exclude each other")
     if opts.ccache and opts.sccache:
         raise UserError("--ccache and --sccache exclude each other")
-    if getattr(opts, "cache", None) and (opts.ccache or opts.sccache):
+    if opts.cache and (opts.ccache or opts.sccache):
         raise UserError("--cache replaces --ccache/--sccache; pass only --cache")
-    compile_cache.parse_cache(getattr(opts, "cache", None))  # a bad --cache fails first
+    compile_cache.parse_cache(opts.cache)  # a bad --cache fails first
     ctx = make_context(opts)
     say = ctx.runner.say
     if not ctx.arch.aotriton_supported():
@@ -765,10 +769,8 @@ def build_pytorch(opts: argparse.Namespace) -> None:
         if problem:
             cause = " (--skip triton)" if "triton" not in ctx.enabled else ""
             raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
-    if ctx.opts.ccache or ctx.opts.sccache:
-        tool = "ccache" if ctx.opts.ccache else "sccache"
-        if not ctx.runner.dry_run:
-            condaenv.which_in_env(tool, ctx.runner.base_env)
+    if ctx.launcher and not ctx.runner.dry_run:
+        condaenv.which_in_env(ctx.launcher, ctx.runner.base_env)
     check_matrix(ctx)
     todo = plan(ctx)
     skipped = [s for s in ctx.enabled if s not in todo]

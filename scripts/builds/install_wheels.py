@@ -1,18 +1,20 @@
 """`nox -s install_wheels`: install the wheels of the last build_pytorch run into the env.
 
 The wheels come from build_pytorch's run manifest (<work>/build_pytorch-manifest.json), never
-from a directory listing, so old wheels next to them in the output dir are never picked up.
-Each is checked before anything is installed: the file is the one the build recorded
-(sha256), its Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... /
-+devrocm...) is the env's `rocm-sdk version` - torch's _rocm_init checks that at import
-time, and torch/vision/audio built against different ROCm versions do not load together
-(user-pitfalls.md §1.8). Then `pip install --no-deps --force-reinstall` with the env's Python,
-and scripts/backend_check.py when it exists.
+from a directory listing, so old wheels next to them in the output dir are never picked up. Each
+is checked before anything is installed: the file is the one the build recorded (sha256), its
+Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... / +devrocm...) is the
+env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and torch/vision/audio
+built against different ROCm versions do not load together (ROCm/vllm#943: "operator
+torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
+Python, and scripts/backend_check.py when it exists.
+
+With --index URL the wheels are a set another machine published (scripts/builds/publish.py):
+scripts/builds/index_install.py picks it and pip installs it with --require-hashes.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import re
@@ -24,11 +26,12 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from scripts.builds.build_pytorch import install_argv, manifest_path
-from scripts.env import condaenv
+from scripts.env import condaenv, preamble
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import InstallWheelsOptions
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
@@ -72,7 +75,7 @@ def check_wheel(
     """(path, one-line description) or UserError naming the wheel and the mismatch."""
     path = Path(record["file"])
     try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
+        parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
         raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not path.is_file():
@@ -82,6 +85,16 @@ def check_wheel(
             f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
             "to install it; rerun: nox -s build_pytorch"
         )
+    return path, check_wheel_name(path.name, python_tag, rocm_version, machine)
+
+
+def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
+    """A wheel's tags and ROCm local version against the env: its description or UserError."""
+    path = Path(filename)
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as e:
+        raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not python_fits(tags, python_tag, machine):
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
@@ -96,13 +109,13 @@ def check_wheel(
                 f"{path.name} names no ROCm version ({what}); the env has ROCm {rocm_version} "
                 "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
             )
-        return path, f"{name} {version}"
+        return f"{name} {version}"
     if not same_rocm(built_for, rocm_version):
         raise UserError(
             f"{path.name} was built against ROCm {built_for}, but the env has ROCm "
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
         )
-    return path, f"{name} {version}"
+    return f"{name} {version}"
 
 
 def load_manifest(work: Path) -> dict[str, Any]:
@@ -122,26 +135,50 @@ def load_manifest(work: Path) -> dict[str, Any]:
     return manifest
 
 
-def install_wheels(opts: argparse.Namespace) -> None:
-    work = paths.workdir(opts.workdir)
-    location = condaenv.locate(opts)
-    prefix = condaenv.require_env(location.prefix)
-    env = condaenv.activated_environ(prefix)
-    runner = Runner(dry_run=opts.dry_run, base_env=env)
-    query = Runner(base_env=env)  # read-only questions run even under --dry-run
-    manifest = load_manifest(work)
-    python = prefix / "bin" / "python"
-    rocm_sdk = condaenv.which_in_env("rocm-sdk", env)
-    rocm_version = query.run([rocm_sdk, "version"], capture=True).stdout.strip()
+def install_wheels(opts: InstallWheelsOptions) -> None:
+    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    work, prefix, python = session.work, session.prefix, session.python
+    runner = session.runner
+    manifest = load_manifest(work) if not opts.index else {}
+    rocm_sdk = session.tool("rocm-sdk")
+    rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
-    python_tag, machine = query.run([python, "-c", probe], capture=True).stdout.split()
-    if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
-        runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
-    files: list[str] = []
-    for record in manifest["wheels"]:
-        path, what = check_wheel(record, python_tag, rocm_version, machine or platform.machine())
-        runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
-        files.append(str(path))
+    python_tag, machine = session.ask([python, "-c", probe], "$(python tag) $(machine)").split()
+    checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
+    chosen = None
+    if opts.index:  # a wheel set published on a team index (scripts/builds/index_install.py)
+        from scripts.builds import index_install
+
+        chosen = index_install.choose(
+            opts.index,
+            choice=session.choice,
+            wheel_set=opts.wheel_set,
+            python_tag=python_tag if checkable else None,
+            rocm_version=rocm_version if checkable else None,
+            say=runner.say,
+        )
+        manifest = chosen.manifest
+        for record in manifest["wheels"] if checkable else ():
+            what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
+            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
+        argv = index_install.pip_argv(python, chosen, work, runner)
+    else:
+        if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
+            runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
+        files: list[str] = []
+        for record in manifest["wheels"]:
+            if not checkable:
+                runner.say(
+                    f"[dry-run] would check {record['file']} against the env's Python and ROCm"
+                )
+                files.append(str(record["file"]))
+                continue
+            path, what = check_wheel(
+                record, python_tag, rocm_version, machine or platform.machine()
+            )
+            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
+            files.append(str(path))
+        argv = install_argv(python, files)
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {
         "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
@@ -151,15 +188,17 @@ def install_wheels(opts: argparse.Namespace) -> None:
     if (
         stamps.is_current(stamp, inputs)
         and not opts.force
-        and installed_match(query, python, manifest)
+        and installed_match(session, python, manifest)
     ):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
     else:
         if not opts.dry_run:
             stamps.remove(stamp)
-        runner.run(install_argv(python, files))
+        result = runner.run(argv, check=chosen is None)
+        if result.returncode != 0 and chosen is not None:
+            raise UserError(chosen.failure(result.returncode))
         if not opts.dry_run:
-            stamps.write(stamp, inputs, wheels=files)
+            stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
     check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
@@ -174,7 +213,7 @@ def install_wheels(opts: argparse.Namespace) -> None:
             )
 
 
-def installed_match(query: Runner, python: Path, manifest: dict[str, Any]) -> bool:
+def installed_match(session: preamble.SessionEnv, python: Path, manifest: dict[str, Any]) -> bool:
     """The env still has exactly these versions installed (someone may have pip-installed
     something else since)."""
     wanted = {r["project"]: r["version"] for r in manifest["wheels"]}
@@ -185,6 +224,9 @@ def installed_match(query: Runner, python: Path, manifest: dict[str, Any]) -> bo
         "    except metadata.PackageNotFoundError: out[name] = None\n"
         "print(json.dumps(out))\n"
     )
+    if not session.ready:
+        return False
+    query = Runner(base_env=session.environ, out=session.out)
     result = query.run([python, "-c", program, *wanted], capture=True, check=False)
     try:
         have = json.loads(result.stdout)

@@ -19,7 +19,6 @@ its own --json_file (cpptune skips the entries already recorded there).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 from dataclasses import dataclass
@@ -28,12 +27,13 @@ from typing import Any
 
 from scripts.builds import build_aotriton as ba
 from scripts.builds.aotriton_install import AotritonInstall
-from scripts.env import condaenv
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import TuneAotritonOptions
 from scripts.sources import tuning_db
+from scripts.sources.aotriton_variants import Variant
 from scripts.sources.patches import patch_set_digest
 
 CPPTUNE = "cpptune"
@@ -72,21 +72,25 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
     return values
 
 
-def make_plan(opts: argparse.Namespace, ctx: ba.Context) -> TunePlan:
-    variant = ctx.variant
-    head_dims = variant.tune_head_dims if variant else DEFAULT_HEAD_DIMS
-    if getattr(opts, "tune_head_dims", None):
-        head_dims = _int_list(opts.tune_head_dims, "--tune-head-dims")
-    dtypes = variant.dtypes if variant else DTYPES
-    if getattr(opts, "tune_dtypes", None):
-        dtypes = tuple(t.strip() for t in opts.tune_dtypes.split(",") if t.strip())
-        unknown = [t for t in dtypes if t not in DTYPES]
-        if unknown or not dtypes:
-            raise UserError(f"--tune-dtypes {opts.tune_dtypes!r}: choose from {', '.join(DTYPES)}")
-    seqlens = DEFAULT_SEQLENS
-    if getattr(opts, "tune_seqlens", None):
-        seqlens = _int_list(opts.tune_seqlens, "--tune-seqlens")
-    return TunePlan(tuple(head_dims), tuple(dtypes), tuple(seqlens))
+def make_plan(
+    variant: Variant | None,
+    *,
+    head_dims: str | None = None,
+    dtypes: str | None = None,
+    seqlens: str | None = None,
+) -> TunePlan:
+    """The variant's defaults (or upstream's), overridden by --tune-head-dims/-dtypes/-seqlens."""
+    chosen_dims = variant.tune_head_dims if variant else DEFAULT_HEAD_DIMS
+    if head_dims:
+        chosen_dims = _int_list(head_dims, "--tune-head-dims")
+    chosen_types = variant.dtypes if variant else DTYPES
+    if dtypes:
+        chosen_types = tuple(t.strip() for t in dtypes.split(",") if t.strip())
+        unknown = [t for t in chosen_types if t not in DTYPES]
+        if unknown or not chosen_types:
+            raise UserError(f"--tune-dtypes {dtypes!r}: choose from {', '.join(DTYPES)}")
+    chosen_seqlens = _int_list(seqlens, "--tune-seqlens") if seqlens else DEFAULT_SEQLENS
+    return TunePlan(tuple(chosen_dims), tuple(chosen_types), tuple(chosen_seqlens))
 
 
 class Progress:
@@ -122,7 +126,9 @@ class Progress:
             self.path.unlink(missing_ok=True)
 
 
-def _refuse_other_tuners(ctx: ba.Context) -> str:
+def refuse_other_tuners(ctx: ba.Context) -> str:
+    """The pin's tuner, when it is the one tune_aotriton drives (cpptune); else a one-line
+    error saying how to tune with it and where to store the result."""
     tuner = ctx.variant.tuner if ctx.variant else str(ctx.pin.data.get("tuner", "unknown"))
     if tuner != CPPTUNE:
         where = tuning_db.db_dir(ctx.pin.commit, ctx.arch.name)
@@ -136,132 +142,209 @@ def _refuse_other_tuners(ctx: ba.Context) -> str:
     return tuner
 
 
-def tune_aotriton(opts: argparse.Namespace) -> None:
-    ctx = ba._context(opts)
-    tuner = _refuse_other_tuners(ctx)
-    plan = make_plan(opts, ctx)
-    commit, arch = ctx.pin.commit, ctx.arch.name
-    runner = Runner(dry_run=opts.dry_run, base_env=condaenv.activated_environ(ctx.prefix))
+@dataclass(frozen=True)
+class TuningRun:
+    """One tune_aotriton run: the build context, the plan, and where its progress is kept."""
+
+    ctx: ba.Context
+    plan: TunePlan
+    tuner: str
+    build: ba.SourceBuild
+    progress: Progress
+    state_dir: Path
+
+    @property
+    def runner(self) -> Runner:
+        return self.ctx.session.runner
+
+    @property
+    def dry_run(self) -> bool:
+        return self.runner.dry_run
+
+    @property
+    def python(self) -> str:
+        return str(self.ctx.session.python)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        variant = self.ctx.variant
+        return tuple(variant.gpus) if variant else (f"{self.ctx.arch.name}_mod0",)
+
+    @property
+    def tuning_build(self) -> str:
+        return f"{self.ctx.source_name}-tuning"
+
+
+def tune_aotriton(opts: TuneAotritonOptions) -> None:
+    ctx = ba.make_context(opts, dry_run=opts.dry_run, aotriton_source=opts.aotriton_source)
+    tuner = refuse_other_tuners(ctx)
+    plan = make_plan(
+        ctx.variant,
+        head_dims=opts.tune_head_dims,
+        dtypes=opts.tune_dtypes,
+        seqlens=opts.tune_seqlens,
+    )
+    announce(ctx, tuner, plan)
+    if already_tuned(ctx, plan, force=opts.force):
+        return
+    run = resume_or_start(ctx, plan, tuner, ba.source_build(opts), force=opts.force)
+    build_for_tuning(run)  # [1/6]
+    records = tune_each_case(run)  # [2/6]
+    candidate = store_candidate(run, records)  # [3/6]
+    run.runner.say("[4/6] rebuild with the candidate database")
+    new = ba.build_from_source(ctx, run.build, tuning=candidate)
+    run.runner.say("[5/6] validate (the gate): the tuned build, forward and backward")
+    gate(ctx, new, plan, run.runner, run.python, candidate.directory)
+    install_and_publish(run, new, candidate)  # [6/6]
+
+
+def announce(ctx: ba.Context, tuner: str, plan: TunePlan) -> None:
+    say = ctx.session.runner.say
     what = ctx.variant.describe() if ctx.variant else f"ROCm/aotriton {ctx.version}"
-    runner.say(f"tune_aotriton: {what}; arch {arch}; tuner {tuner} ({TUNE_SCRIPT})")
-    runner.say(
+    say(f"tune_aotriton: {what}; arch {ctx.arch.name}; tuner {tuner} ({TUNE_SCRIPT})")
+    say(
         f"plan: head_dim {','.join(map(str, plan.head_dims))}; {','.join(plan.dtypes)}; "
         f"seqlens {','.join(map(str, plan.seqlens))}"
     )
-    stored = tuning_db.find(commit, arch)
-    if (
-        stored
-        and not opts.force
-        and all(stored.meta.get(k) == v for k, v in plan.as_dict().items())
-    ):
-        runner.say(
-            f"tune_aotriton: already tuned for this plan: {stored.describe()}; nothing run "
-            "(--force to tune again)"
-        )
-        return
-    state_dir = paths.workdir(opts.workdir) / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
+
+
+def already_tuned(ctx: ba.Context, plan: TunePlan, *, force: bool) -> bool:
+    """A stored database for this commit, arch and plan: nothing to do (unless --force)."""
+    stored = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+    if stored is None or force:
+        return False
+    if not all(stored.meta.get(k) == v for k, v in plan.as_dict().items()):
+        return False
+    ctx.session.runner.say(
+        f"tune_aotriton: already tuned for this plan: {stored.describe()}; nothing run "
+        "(--force to tune again)"
+    )
+    return True
+
+
+def resume_or_start(
+    ctx: ba.Context, plan: TunePlan, tuner: str, build: ba.SourceBuild, *, force: bool
+) -> TuningRun:
+    """Progress of an earlier run of this build and plan is kept; --force or another plan
+    drops the tuner records (another plan keeps the tuning build)."""
+    commit, arch = ctx.pin.commit, ctx.arch.name
+    runner = ctx.session.runner
+    state_dir = ctx.work / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
     key = stamps.digest({"commit": commit, "patches": patch_set_digest("aotriton", commit)})
-    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=opts.dry_run)
-    if opts.force or progress.stale:
-        if opts.force:
+    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=runner.dry_run)
+    if force or progress.stale:
+        if force:
             runner.say("--force: starting over, tuning build included")
             progress.reset()
         else:
             runner.say("another plan than last time: tuning again (the tuning build is kept)")
-        if not opts.dry_run:
+        if not runner.dry_run:
             for old in state_dir.glob("raw-*.json"):
                 old.unlink()
     elif progress.done:
         runner.say(f"resuming: done earlier: {', '.join(progress.done)} ({progress.path})")
-    python = str(ctx.prefix / "bin" / "python")
-    gpus = ctx.variant.gpus if ctx.variant else (f"{arch}_mod0",)
-    tuning_build = f"{ctx.source_name}-tuning"
+    return TuningRun(ctx, plan, tuner, build, progress, state_dir)
 
-    runner.say("[1/6] build for tuning")
-    if progress.has("build"):
-        runner.say("  done earlier; skipped")
-    else:
-        ba._build_from_source(
-            ctx,
-            runner,
-            build_name=tuning_build,
-            extra_cmake=(
-                "-DAOTRITON_BUILD_FOR_TUNING=ON",
-                f"-DAOTRITON_NAME_SUFFIX={NAME_SUFFIX}",
-                f"-DAOTRITON_OVERRIDE_TARGET_GPUS={';'.join(gpus)}",
-            ),
-        )
-        progress.mark("build")
 
+def build_for_tuning(run: TuningRun) -> None:
+    """[1/6] AOTRITON_BUILD_FOR_TUNING with a name suffix, in its own build dir."""
+    run.runner.say("[1/6] build for tuning")
+    if run.progress.has("build"):
+        run.runner.say("  done earlier; skipped")
+        return
+    ba.build_from_source(
+        run.ctx,
+        run.build,
+        build_name=run.tuning_build,
+        extra_cmake=(
+            "-DAOTRITON_BUILD_FOR_TUNING=ON",
+            f"-DAOTRITON_NAME_SUFFIX={NAME_SUFFIX}",
+            f"-DAOTRITON_OVERRIDE_TARGET_GPUS={';'.join(run.gpus)}",
+        ),
+    )
+    run.progress.mark("build")
+
+
+def tune_each_case(run: TuningRun) -> list[Path]:
+    """[2/6] the pinned tuner once per (head_dim, dtype); returns its record files."""
+    ctx, runner = run.ctx, run.runner
     src = paths.src_dir(ctx.work, ctx.source_name)
-    bindings = paths.build_dir(ctx.work, tuning_build) / "bindings"
-    chunks = plan.chunks()
+    bindings = paths.build_dir(ctx.work, run.tuning_build) / "bindings"
+    chunks = run.plan.chunks()
     records: list[Path] = []
     runner.say(f"[2/6] tune: {len(chunks)} runs")
-    seq = [str(s) for s in plan.seqlens]
+    seq = [str(s) for s in run.plan.seqlens]
     for i, (head_dim, dtype) in enumerate(chunks, 1):
         step = f"tune:d{head_dim}:{dtype}"
-        raw = state_dir / f"raw-d{head_dim}-{dtype}.json"
+        raw = run.state_dir / f"raw-d{head_dim}-{dtype}.json"
         records.append(raw)
-        if progress.has(step):
+        if run.progress.has(step):
             runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}: done earlier ({raw})")
             continue
         again = " (continues its records)" if raw.is_file() else ""
         runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}{again}")
-        if not opts.dry_run:
-            state_dir.mkdir(parents=True, exist_ok=True)
-        tune = [python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)]
+        if not run.dry_run:
+            run.state_dir.mkdir(parents=True, exist_ok=True)
+        tune = [run.python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)]
         runner.run(
             [*tune, "--dtype", dtype, "--seqlen_q", *seq, "--seqlen_k", *seq, "--validate"],
             cwd=src,
             sets={"PYTHONPATH": str(bindings)},
         )
-        progress.mark(step)
+        run.progress.mark(step)
+    return records
 
+
+def store_candidate(run: TuningRun, records: list[Path]) -> tuning_db.TuningDb:
+    """[3/6] the tuner's records as a candidate database (sha256 per file), not published."""
+    ctx, runner = run.ctx, run.runner
+    commit, arch = ctx.pin.commit, ctx.arch.name
     runner.say("[3/6] store the candidate tuning database (sha256 per file)")
-    candidate_dir = state_dir / "candidate"
-    meta = {**plan.as_dict(), "gpus": list(gpus)}
-    if opts.dry_run:
+    candidate_dir = run.state_dir / "candidate"
+    meta = {**run.plan.as_dict(), "gpus": list(run.gpus)}
+    if run.dry_run:
         runner.say(f"[dry-run] would write {candidate_dir}/{{manifest.toml,tune_flash.json}}")
-        candidate = tuning_db.TuningDb(candidate_dir, commit, arch, "cpptune-json", tuner, {}, meta)
-    else:
-        combined = state_dir / "combined.json"
-        with open(combined, "w") as out:
-            for raw in records:
-                out.write(raw.read_text() if raw.is_file() else "")
-        meta["created"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        candidate = tuning_db.write(
-            candidate_dir,
-            {tuning_db.CPPTUNE_RECORDS: combined},
-            commit=commit,
-            arch=arch,
-            kind="cpptune-json",
-            tuner=tuner,
-            meta=meta,
-        )
-        runner.say(f"  {candidate.describe()}")
+        return tuning_db.TuningDb(candidate_dir, commit, arch, "cpptune-json", run.tuner, {}, meta)
+    combined = run.state_dir / "combined.json"
+    with open(combined, "w") as out:
+        for raw in records:
+            out.write(raw.read_text() if raw.is_file() else "")
+    meta["created"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    candidate = tuning_db.write(
+        candidate_dir,
+        {tuning_db.CPPTUNE_RECORDS: combined},
+        commit=commit,
+        arch=arch,
+        kind="cpptune-json",
+        tuner=run.tuner,
+        meta=meta,
+    )
+    runner.say(f"  {candidate.describe()}")
+    return candidate
 
-    runner.say("[4/6] rebuild with the candidate database")
-    new = ba._build_from_source(ctx, runner, tuning=candidate)
 
-    runner.say("[5/6] validate (the gate): the tuned build, forward and backward")
-    _gate(ctx, new, plan, runner, python, candidate_dir)
-
+def install_and_publish(
+    run: TuningRun, new: AotritonInstall | None, candidate: tuning_db.TuningDb
+) -> None:
+    """[6/6] into the env's torch (build_aotriton's guards), the database into pins/tuning."""
+    ctx, runner = run.ctx, run.runner
+    commit = ctx.pin.commit
     runner.say("[6/6] install into torch and publish the database")
-    published_at = tuning_db.db_dir(commit, arch)
-    if opts.dry_run:
+    published_at = tuning_db.db_dir(commit, ctx.arch.name)
+    if run.dry_run:
         runner.say(f"[dry-run] would install into {ctx.torch / 'lib'} and copy to {published_at}")
         return
     published = tuning_db.publish(candidate)
     stamp = paths.stamp_path(ctx.work, ba.STAMP_NAME)
     stamps.remove(stamp)
     how = f"built from {ctx.pin.url} at {commit[:12]} with tuning database {published.directory}"
-    ba._install(ctx, new, runner, stamp, ba._inputs(ctx), how)
+    inputs = ba.stamp_inputs(ctx, from_release=False, build=run.build)
+    ba.install(ctx, new, stamp, inputs, how, no_images=False, force=run.build.force)
     runner.say(f"tuning database stored: {published.directory} (commit it to keep it)")
-    progress.reset()
+    run.progress.reset()
 
 
-def _gate(
+def gate(
     ctx: ba.Context,
     new: AotritonInstall | None,
     plan: TunePlan,

@@ -9,7 +9,6 @@ every row.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any
 from scripts.env import archs, rocm_sdk
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import MatrixOptions
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
@@ -272,10 +272,10 @@ def announce(lines: list[str], say: Any = print) -> None:
         say(line)
 
 
-def main(opts: argparse.Namespace) -> None:
+def main(opts: MatrixOptions) -> None:
     report = table()
-    report["host"] = host_line(getattr(opts, "arch", None))
-    if getattr(opts, "json", False):
+    report["host"] = host_line(opts.arch)
+    if opts.json:
         print(json.dumps(report, indent=2))
     else:
         print(render_markdown(report), end="")

@@ -87,11 +87,9 @@ def resolve_prefix(
     return EnvLocation(None, f"{how} '{name}': no manager to locate its envs directory")
 
 
-def locate(opts: object) -> EnvLocation:
+def locate(prefix: str | None, env_name: str | None) -> EnvLocation:
     """The shared env named by a session's --prefix/--env-name options (or their defaults)."""
-    return resolve_prefix(
-        getattr(opts, "prefix", None), getattr(opts, "env_name", None), find_manager()
-    )
+    return resolve_prefix(prefix, env_name, find_manager())
 
 
 def is_conda_env(prefix: Path) -> bool:

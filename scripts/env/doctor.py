@@ -6,7 +6,6 @@ conda; only bad options fail.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 from pathlib import Path
@@ -17,6 +16,7 @@ from scripts.env.manager import find_manager
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import DoctorOptions
 
 TORCH_PROBE = (
     "import json, torch; print(json.dumps({'version': torch.__version__, "
@@ -68,7 +68,9 @@ def _aotriton_variant(arch: str) -> dict[str, Any] | None:
     return None
 
 
-def _env_section(opts: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _env_section(
+    prefix: str | None, env_name: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     manager = find_manager()
     section: dict[str, Any] = {"manager": None}
     if manager:
@@ -78,7 +80,7 @@ def _env_section(opts: argparse.Namespace) -> tuple[dict[str, Any], dict[str, An
             "via": manager.found_via,
         }
     try:
-        location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+        location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
         section["error"] = str(e)
         return section, None
@@ -152,8 +154,8 @@ def _next_step(report: dict[str, Any]) -> str:
     return "nox -s backend_check, then nox -s bench"
 
 
-def gather(opts: argparse.Namespace) -> dict[str, Any]:
-    env, _ = _env_section(opts)
+def gather(opts: DoctorOptions) -> dict[str, Any]:
+    env, _ = _env_section(opts.prefix, opts.env_name)
     report: dict[str, Any] = {
         "arch": _arch_section(opts.arch),
         "env": env,
@@ -239,6 +241,6 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def doctor(opts: argparse.Namespace) -> None:
+def doctor(opts: DoctorOptions) -> None:
     report = gather(opts)
     print(json.dumps(report, indent=2) if opts.json else render(report))

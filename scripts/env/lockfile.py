@@ -1,15 +1,15 @@
 """conda-lock.yml: (re)generate it with py-rattler's solver (scripts.env.rattler_env), and check
 offline that it still matches environment.yml.
 
-The check is conda-lock's own content-hash code (tooling-facts.md §3.3) with the same
-virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env must not be
-solved against a fake __cuda). Its verdict is cached per (environment.yml, conda-lock.yml,
-conda-lock version) so a no-op setup_env does not pay conda-lock's import and parse again.
+The check is conda-lock's own content-hash code (conda_lock/content_hash.py, conda-lock 4.0.3)
+with the same virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env
+must not be solved against a fake __cuda). Its verdict is cached per (environment.yml,
+conda-lock.yml, conda-lock version) so a no-op setup_env does not pay conda-lock's import and
+parse again.
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -18,11 +18,12 @@ from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import LockOptions
 
 ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
 PLATFORM = "linux-64"
-CUDA_CHOICE = ""  # "" = no __cuda virtual package; the lock command passes --without-cuda
+CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 
 
 def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[bool, str]:
@@ -101,9 +102,9 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
     return stamps.file_sha256(lock_file)
 
 
-def lock(opts: argparse.Namespace) -> None:
+def lock(opts: LockOptions) -> None:
     """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml."""
-    write_lock(Runner(dry_run=opts.dry_run), opts.channel)
+    write_lock(Runner(dry_run=opts.dry_run), list(opts.channel))
 
 
 def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,

@@ -12,19 +12,19 @@ Steps, each skipped when its inputs are unchanged (a stamp in conda-meta/, writt
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import activation, archs, condaenv, lockfile, rocm_sdk
+from scripts.env import activation, archs, condaenv, lockfile, preamble, rocm_sdk
 from scripts.env.manager import find_manager
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import SetupEnvOptions
 
 STAMP_VERSION = 1
 
@@ -177,36 +177,34 @@ def install_conda_packages(prefix: Path, runner: Runner, mirrors: list[str]) -> 
                f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
 
 
-def setup_env(opts: argparse.Namespace) -> None:
-    runner = Runner(dry_run=opts.dry_run)
-    manager = find_manager()
-    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, manager)
+def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        show(location.prefix)
+        show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
-    choice = archs.resolve_arch(opts.arch)
+    # No manager is needed: condaenv places a named env in its own data dir without one.
+    session = preamble.open_env(opts, dry_run=opts.dry_run, makes_env=True)
+    runner = session.runner
     request = Request(
-        arch=choice.arch,
+        arch=session.arch,
         rocm=(rocm := rocm_sdk.load_pin()),
         index_kind=opts.rocm_index or rocm.index,
         with_torch=opts.with_torch,
-        profiles=tuple(opts.profile),
+        profiles=opts.profile,
     )
 
-    note = archs.explain_override(choice.detection)
-    runner.say(f"arch {choice.arch.name} ({choice.how})" + (f"; {note}" if note else ""))
-    if choice.arch.vendor != "amd":
-        raise UserError(f"{choice.arch.name} is not an AMD GPU arch; setup_env needs one")
+    note = archs.explain_override(session.choice.detection)
+    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    if session.arch.vendor != "amd":
+        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
 
-    if location.prefix is None:
-        raise UserError(f"cannot place the env ({location.how}); use --prefix")
-    prefix = location.prefix
+    manager = session.manager
+    prefix = session.prefix
     found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
-    runner.say(f"env {prefix} ({location.how}); {found}; installer py-rattler")
+    runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
 
     if not lockfile.LOCK_FILE.is_file():
         runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
-        lockfile.write_lock(runner, opts.channel)
+        lockfile.write_lock(runner, list(opts.channel))
     lock_sha = (
         "(solved above)"
         if opts.dry_run and not lockfile.LOCK_FILE.is_file()
@@ -225,7 +223,7 @@ def setup_env(opts: argparse.Namespace) -> None:
         check_prefix_usable(prefix, opts.force)
         if not opts.dry_run:
             stamps.remove(stamp_file)  # an interrupted install must not look finished
-        install_conda_packages(prefix, runner, opts.channel)
+        install_conda_packages(prefix, runner, list(opts.channel))
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
         if not opts.dry_run:

@@ -2,7 +2,7 @@
 
 Large C++/HIP translation units (CK instances, PyTorch's HIP kernels) take several GiB each;
 running one job per core on a machine with little free memory ends in
-`clang: error: unable to execute command: Killed` (user-pitfalls.md §1.7). --jobs overrides.
+`clang: error: unable to execute command: Killed` (ROCm/TheRock#997). --jobs overrides.
 """
 
 from __future__ import annotations

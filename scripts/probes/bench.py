@@ -165,8 +165,9 @@ def build_parser() -> common.OneLineArgumentParser:
 
 
 def _check_options(opts: Any) -> None:
+    given = vars(opts)
     for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
-        value = getattr(opts, name)
+        value = given[name]
         if value is not None and value < 1:
             raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if opts.min_repeats > opts.max_repeats:
@@ -174,7 +175,7 @@ def _check_options(opts: Any) -> None:
     if opts.peak_tflops is not None and opts.peak_tflops <= 0:
         raise common.UsageError("--peak-tflops must be positive")
     for name in ("sustained", "noise_threshold", "noise_budget_ms"):
-        if getattr(opts, name) < 0:
+        if given[name] < 0:
             raise common.UsageError(f"--{name.replace('_', '-')} must not be negative")
 
 
@@ -248,7 +249,7 @@ def _main(argv: list[str] | None) -> int:
     wall = time.perf_counter() - started
     print(report.render_table(results, prov, opts.timing))
     settings = {
-        k: getattr(opts, k)
+        k: vars(opts)[k]
         for k in (
             "sizes",
             "shape",

@@ -28,7 +28,7 @@ grads reset before each repeat.
 Cases: every fp16 forward/backward case of --bench-json, else all five sizes x flash/efficient/
 cudnn/math x causal and not (narrowed by --sizes/--backends). With --bench-json, that file's
 medians (another process) are shown beside the two in-process figures, for information. In
-device mode it also times the cases of benchmarking.md's reference table with 30 repeats
+device mode it also times the cases of the reference table (REFERENCE below) with 30 repeats
 ("sustained"; 10 for XLarge math) and prints them next to the reference H100 figures (measured
 with 100 repeats).
 """
@@ -78,7 +78,7 @@ BACKEND = {
     "math": SDPBackend.MATH,
 }
 # (size, backend, causal): reference fwd ms, bwd ms on an H100 80GB HBM3, torch 2.11.0+cu130,
-# fp16 (shared/reference/benchmarking.md).
+# fp16, 100 repeats (docs/results/README.md, "Comparison with the reference figures").
 REFERENCE = {
     ("Medium", "flash", True): (0.0385, 0.135),
     ("Medium", "flash", False): (0.0369, 0.143),

@@ -367,7 +367,7 @@ def run_pass(
                 # case from the same busy state, as a training loop would be.
                 timer.run_for(fn, before, WALL_SETTLE_MS / 1e3)
             sustained = 0.0
-            if getattr(opts, "sustained", 0) and large_case(tensors.q.shape):
+            if opts.sustained and large_case(tensors.q.shape):
                 sustained = timer.run_for(fn, before, opts.sustained)
             times = timer.measure(fn, before, repeats, calls)
             times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
@@ -385,7 +385,7 @@ def run_pass(
 
 
 def _threshold(opts: Any) -> float:
-    return getattr(opts, "noise_threshold", NOISE_THRESHOLD)
+    return opts.noise_threshold
 
 
 def large_case(dims: Any) -> bool:
@@ -406,8 +406,8 @@ def more_repeats_while_noisy(
     """Over the noise threshold: add as many repeats again, until the spread is under it or
     --noise-max-repeats samples (or --noise-budget-ms more time) were taken."""
     # A fixed --repeats count is kept as asked; the row is still marked when noisy.
-    bound = 0 if getattr(opts, "repeats", None) else getattr(opts, "noise_max_repeats", 0) or 0
-    budget_ms = getattr(opts, "noise_budget_ms", 0.0) or 0.0
+    bound = 0 if opts.repeats else opts.noise_max_repeats or 0
+    budget_ms = opts.noise_budget_ms or 0.0
     sample_ms = estimate_ms * calls
     spent = 0.0
     while spread(times) > _threshold(opts) and len(times) < bound and spent < budget_ms:

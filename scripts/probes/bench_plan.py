@@ -79,7 +79,7 @@ def run_suite(opts: Any, device: Any, arch: str | None, arches: dict[str, Any]) 
     if bad or not passes:
         raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
 
-    timer = measure.Timer(device, getattr(opts, "timing", "device"))
+    timer = measure.Timer(device, opts.timing)
     limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
     total_cases = len(shapes) * len(dtypes) * len(causals) * len(backends)
     done = 0

@@ -13,12 +13,15 @@ import json
 import os
 import re
 import sys
+import tomllib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The one arch data file (scripts.env.archs reads it too; tests/test_archs.py checks that both
+# readers agree), found from this file so the probe still runs as a plain script.
 ARCHES_FILE = Path(__file__).resolve().parents[1] / "data" / "arches.toml"
 
 # Environment variables that change which SDPA kernel runs or how it is timed.
@@ -73,66 +76,11 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def _load_toml(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: no tomllib; fall back to the few fields we need
-        return _parse_arches_subset(path.read_text(encoding="utf-8"))
-    with open(path, "rb") as f:
-        return tomllib.load(f)
-
-
-def _strip_comment(line: str) -> str:
-    in_string = False
-    for i, ch in enumerate(line):
-        if ch == '"':
-            in_string = not in_string
-        elif ch == "#" and not in_string:
-            return line[:i].strip()
-    return line.strip()
-
-
-def _parse_arches_subset(text: str) -> dict[str, Any]:
-    """Minimal reader for arches.toml on Pythons without tomllib: sections, scalars, and the
-    list values (strings / inline tables of strings) that this file uses."""
-    arches: dict[str, dict[str, Any]] = {}
-    current: dict[str, Any] | None = None
-    lines = iter(text.splitlines())
-    for raw in lines:
-        line = _strip_comment(raw)
-        section = re.fullmatch(r"\[arch\.([\w.-]+)\]", line)
-        if section:
-            current = arches.setdefault(section.group(1), {})
-            continue
-        if current is None or "=" not in line:
-            continue
-        key, value = (s.strip() for s in line.split("=", 1))
-        while value.startswith("[") and value.count("[") > value.count("]"):
-            value += " " + _strip_comment(next(lines, "]"))
-        current[key] = _parse_value(value)
-    return {"arch": arches}
-
-
-def _parse_value(value: str) -> Any:
-    if value.startswith('"'):
-        return value.strip('"')
-    if value in ("true", "false"):
-        return value == "true"
-    if value.startswith("["):
-        tables = re.findall(r"\{([^}]*)\}", value)
-        if tables:
-            return [dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', t)) for t in tables]
-        return re.findall(r'"([^"]*)"', value)
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
     """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
     try:
-        return dict(_load_toml(path).get("arch", {}))
+        with open(path, "rb") as f:
+            return dict(tomllib.load(f).get("arch", {}))
     except (OSError, ValueError) as e:
         warnings.warn(f"cannot read arch data {path}: {e}", stacklevel=2)
         return {}

@@ -67,7 +67,7 @@ def _parse(name: str, raw: Any, path: Path) -> Variant:
     where = f"{path.name} [variant.{name}]"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
-    commit = pins._check_commit(require(raw, "commit", str, where).strip(), where)
+    commit = pins.check_commit(require(raw, "commit", str, where).strip(), where)
     status = require(raw, "status", str, where)
     tested = require(raw, "tested", str, where)
     if status not in STATUSES:

@@ -9,7 +9,7 @@ manifest.toml lists every patch in order with its sha256, why it exists and an u
     upstream = "https://github.com/<org>/<repo>/pull/<n>"
 
 Every sha256 is verified before anything is applied. Application is all or nothing: each
-patch is classified with the two checks tooling-facts.md §6 trusts (`git apply --check` and
+patch is classified with two checks read together (`git apply --check` and
 `git apply --reverse --check`: forward ok = apply, reverse ok only = already contained, both
 fail = conflict), applied with `git am` under a fixed committer identity and
 --committer-date-is-author-date (same pin + same patches = same HEAD), and on any failure the

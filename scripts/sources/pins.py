@@ -6,9 +6,10 @@ Pin.data. The pins directory is the `pins_dir` argument, else $ROCMFA_PINS_DIR, 
 <repo>/pins.
 
 AOTriton's commit may be declared `commit = "from-pytorch"`: it is then read from PyTorch's
-`cmake/External/aotriton.cmake` at the pinned PyTorch commit (upstream-facts.md §2.1) - from
-the local PyTorch checkout when it has that commit, else that single file over HTTP - and the
-result is cached per PyTorch commit in the work directory. Every Pin says where it came from.
+`cmake/External/aotriton.cmake` at the pinned PyTorch commit (its forms:
+docs/upstream-interfaces.md) - from the local PyTorch checkout when it has that commit, else
+that single file over HTTP - and the result is cached per PyTorch commit in the work directory.
+Every Pin says where it came from.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _string(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = 
     return value.strip()
 
 
-def _check_commit(value: str, where: str, *, allow_from_pytorch: bool = False) -> str:
+def check_commit(value: str, where: str, *, allow_from_pytorch: bool = False) -> str:
     if allow_from_pytorch and value == FROM_PYTORCH:
         return value
     if value.lower() in ("", "unknown", "todo", "none"):
@@ -121,7 +122,7 @@ def load_pin(
     url = _string(table, "url", where)
     ref = _string(table, "ref", where)
     commit = _string(table, "commit", where, empty_ok=True)
-    commit = _check_commit(commit, where, allow_from_pytorch=project == "aotriton")
+    commit = check_commit(commit, where, allow_from_pytorch=project == "aotriton")
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
     _validate_data(project, data, where)
     if commit == FROM_PYTORCH:

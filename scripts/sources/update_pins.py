@@ -6,13 +6,13 @@ cleanly to patches/<project>/<new commit>/.
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 from scripts.plumbing import paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import UpdatePinsOptions
 from scripts.sources import pins
 from scripts.sources.checkouts import git, has_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
@@ -58,7 +58,7 @@ def _tables(project: str, table: dict) -> list[tuple[str, dict]]:
     return found
 
 
-def update_pins(opts: argparse.Namespace) -> None:
+def update_pins(opts: UpdatePinsOptions) -> None:
     runner = Runner(dry_run=opts.dry_run)
     work = paths.workdir(opts.workdir)
     directory = pins.resolve_pins_dir()

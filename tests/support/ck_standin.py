@@ -1,7 +1,7 @@
 """A stand-in composable_kernel CMake project (built for real with cmake + ninja), in a
 rocm-libraries-like monorepo (projects/composablekernel) and in a legacy-layout repo.
 
-It mirrors the upstream behaviour build_ck relies on (upstream-facts.md §5; checked against
+It mirrors the upstream behaviour build_ck relies on (checked against
 rocm-libraries@05d98566 projects/composablekernel/CMakeLists.txt, docs/upstream-interfaces.md):
 find_package(hip) is required; a single unsupported target (gfx900/906/90c) gives a dummy
 build with nothing installed; fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF) and

@@ -1,4 +1,5 @@
-"""Stand-in TheRock ROCm SDK wheels with the real package shape (upstream-facts.md §3):
+"""Stand-in TheRock ROCm SDK wheels with the real package shape (TheRock RELEASES.md and
+build_tools/packaging/python/templates/rocm @ 89553ce3):
 `rocm` with extras libraries/devel/device-gfxNNNN pulling rocm-sdk-* packages, and the
 `rocm-sdk` CLI (path --root|--bin|--cmake, version, targets, init [--quiet])."""
 

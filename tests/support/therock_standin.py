@@ -1,8 +1,8 @@
 """Stand-in upstreams for build_pytorch: a TheRock git repo whose external-builds/pytorch
-scripts accept exactly the current CLI (upstream-facts.md §4.1, §4.3; the scripts are in
-tests/support/therock_files/), and PyTorch, triton, audio, vision and apex repos shaped the way
-those scripts read them (version.txt, related_commits, ci_commit_pins/triton.txt). Pins files
-point at them with file:// URLs (ROCMFA_PINS_DIR)."""
+scripts accept exactly the current CLI (TheRock external-builds/pytorch @ 89553ce3; the scripts
+are in tests/support/therock_files/), and PyTorch, triton, audio, vision and apex repos shaped
+the way those scripts read them (version.txt, related_commits, ci_commit_pins/triton.txt). Pins
+files point at them with file:// URLs (ROCMFA_PINS_DIR)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,25 @@ def make_repo(path: Path, files: dict[str, str], branch: str = "main") -> str:
     return git(path, "rev-parse", "HEAD")
 
 
+# PyTorch's cmake/External/aotriton.cmake in its literal-commit form (scripts/sources/pins.py),
+# pinning AOTriton 0.13b (ROCm/pytorch release/2.13).
+AOTRITON_CMAKE = """\
+if(NOT __AOTRITON_INCLUDED)
+  set(__AOTRITON_INCLUDED TRUE)
+  set(__AOTRITON_VER "0.13b")
+  set(__AOTRITON_CI_COMMIT "6e00ef3e335b45dfb49065259533b59c68995bfe")
+  set(__AOTRITON_IMAGE_LIST
+      "amd-gfx90a"
+      "amd-gfx942"
+      "amd-gfx950"
+      "amd-gfx110x"
+      "amd-gfx115x"
+      "amd-gfx120x"
+     )
+endif()
+"""
+
+
 @dataclass(frozen=True)
 class Upstreams:
     root: Path
@@ -104,6 +123,7 @@ def make_upstreams(root: Path, *, companions_in_pins: bool = False) -> Upstreams
             ".ci/docker/ci_commit_pins/triton.txt": triton_commit + "\n",
             ".ci/docker/triton_version.txt": "3.6.0\n",
             "aten/src/ATen/native/transformers/attention.cpp": "// flash attention\n",
+            "cmake/External/aotriton.cmake": AOTRITON_CMAKE,
             ".gitignore": ignore + "torch/_rocm_init.py\n",
         },
         branch="release/2.13",

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -149,6 +150,38 @@ def write_wheel(dist_dir, name, version, files):
     return wheel
 
 
+def aotriton_files(pytorch_dir):
+    """torch/lib/ AOTriton files as PyTorch's cmake/External/aotriton.cmake installs them: the
+    runtime (libaotriton_v2.so.X.Y.Z + the unversioned link, stored as a file in a wheel) and
+    aotriton.images/ from $AOTRITON_INSTALLED_PREFIX/lib, else the release it pins (here: the
+    __AOTRITON_VER / __AOTRITON_CI_COMMIT / __AOTRITON_IMAGE_LIST of the checkout's
+    aotriton.cmake, images carrying 0.13b's JSON __signature__)."""
+    files = {}
+    prefix = os.environ.get("AOTRITON_INSTALLED_PREFIX")
+    if prefix:
+        lib = Path(prefix) / "lib"
+        for item in sorted(lib.rglob("*")):
+            rel = item.relative_to(lib).as_posix()
+            wanted = rel.startswith("libaotriton_v2.so") or rel.startswith("aotriton.images/")
+            if item.is_file() and wanted:
+                files[f"torch/lib/{rel}"] = item.read_text(errors="replace")
+        return files
+    cmake = Path(pytorch_dir) / "cmake" / "External" / "aotriton.cmake"
+    if not cmake.is_file():
+        return files
+    text = cmake.read_text()
+    version = re.search(r'set\(__AOTRITON_VER "(\d+)\.(\d+)(?:\.(\d+))?b?"\)', text)
+    commit = re.search(r'set\(__AOTRITON_CI_COMMIT "([0-9a-f]{40})"\)', text)
+    images = re.search(r"set\(__AOTRITON_IMAGE_LIST(.*?)\)", text, re.S)
+    runtime = f"{version[1]}.{version[2]}.{version[3] or 0}"
+    files[f"torch/lib/libaotriton_v2.so.{runtime}"] = "stand-in runtime\n"
+    files["torch/lib/libaotriton_v2.so"] = "stand-in runtime\n"
+    signature = json.dumps({"AOTRITON_GIT_SHA1": commit[1], "TRITON_VERSION": "3.5.0"})
+    for pack in re.findall(r'"([^"]+)"', images[1]):
+        files[f"torch/lib/aotriton.images/{pack}/__signature__"] = signature + "\n"
+    return files
+
+
 def maybe_block(project):
     if os.environ.get("THEROCK_STANDIN_BLOCK") != project:
         return
@@ -222,6 +255,8 @@ def do_build(args):
                 f"AOTRITON_INSTALLED_PREFIX = {os.environ.get('AOTRITON_INSTALLED_PREFIX')!r}\n"
             ),
         }
+        if fa:
+            files.update(aotriton_files(args.pytorch_dir))
         (args.pytorch_dir / "torch").mkdir(exist_ok=True)
         (args.pytorch_dir / "torch" / "_rocm_init.py").write_text("def initialize(): pass\n")
         built.append(build_project(args, "pytorch", args.pytorch_dir, "torch", version, files))

@@ -1,6 +1,5 @@
 #!/usr/bin/env python
-"""Stand-in for TheRock's pytorch_torch_repo.py (CLI as at TheRock@89553ce3, the pin;
-upstream-facts.md §4.3)."""
+"""Stand-in for TheRock's pytorch_torch_repo.py (CLI as at TheRock@89553ce3, the pin)."""
 
 import argparse
 import sys

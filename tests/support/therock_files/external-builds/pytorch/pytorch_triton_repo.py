@@ -1,6 +1,5 @@
 #!/usr/bin/env python
-"""Stand-in for TheRock's pytorch_triton_repo.py (CLI as at TheRock@89553ce3, the pin;
-upstream-facts.md §2.2, §4.3).
+"""Stand-in for TheRock's pytorch_triton_repo.py (CLI as at TheRock@89553ce3, the pin).
 
 The default hashtag is PyTorch's .ci/docker/ci_commit_pins/triton.txt; the Linux "hipify"
 step writes build_env.json (read back by build_prod_wheels.py). No --patch/--patchset.

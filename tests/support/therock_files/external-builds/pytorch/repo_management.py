@@ -1,7 +1,7 @@
 """Stand-in for TheRock's external-builds/pytorch/repo_management.py
 (CLI as at TheRock@89553ce3, the pin).
 
-Made for the tests from upstream-facts.md §4.3: the checkout options shared by the
+Made for the tests from that file: the checkout options shared by the
 pytorch_*_repo.py scripts, a git checkout at --repo-hashtag from --gitrepo-origin, a
 "hipify" that commits its result, and the THEROCK_* diffbase tags. Every accepted command
 line is appended to standin-calls.jsonl next to this file so tests can assert on it.

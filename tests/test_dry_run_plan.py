@@ -1,0 +1,71 @@
+"""A plan before any setup: on a fresh copy of the project with no conda manager, no env and no
+ROCMFA_*/CONDA_*/MAMBA_* variables, every build/setup session's --dry-run prints its whole plan
+with the env setup_env would create (no manager needed: py-rattler installs it into our own
+data dir), runs no command, and exits 0; a real run still stops with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.project import copy_project, run_nox, standin_micromamba
+
+PLANS = {
+    # session + options: a line every full plan of it prints
+    ("setup_env", "gfx1151"): "rocm[libraries,devel,device-gfx1151]",
+    ("build_aotriton", "gfx1151"): "-DAOTRITON_TARGET_ARCH=gfx1151",
+    ("build_aotriton", "gfx908"): "-DAOTRITON_TARGET_ARCH=gfx908",
+    ("tune_aotriton", "gfx908"): "[6/6] install into torch and publish the database",
+    ("build_pytorch", "gfx1151"): "--enable-pytorch-flash-attention",
+    ("build_ck", "gfx1151"): "-DGPU_ARCHS=gfx1151",
+}
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("fresh")
+    project = copy_project(root / "project", with_lock=False)
+    home = root / "home"  # no ~/.conda/environments.txt, no ~/micromamba
+    home.mkdir()
+    return project, {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+
+
+def env_to_be(env: dict[str, str]) -> Path:
+    """Where setup_env puts the default env when there is no conda manager."""
+    return Path(env["HOME"]) / ".local" / "share" / "rocm-fa-workflow" / "envs" / "therock"
+
+
+@pytest.mark.parametrize(("session", "arch"), sorted(PLANS))
+def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, arch: str) -> None:
+    project, env = fresh
+    result = run_nox(project, "-s", session, "--", "--dry-run", "--arch", arch, env=env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert PLANS[session, arch] in out, out
+    lines = out.splitlines()
+    assert not [line for line in lines if line.startswith("$ ")], "a command ran"
+    assert any(line.startswith("[dry-run] ") for line in lines)
+    if session == "setup_env":
+        assert f"env {env_to_be(env)} (default name" in out
+        assert "no conda manager; installer py-rattler" in out
+    else:
+        assert f"{env_to_be(env)}/bin/" in out  # the env's tools, where setup_env puts them
+        assert "a real run stops here: run: nox -s setup_env" in out
+    assert not (project / "work").exists() and not (project / "conda-lock.yml").exists()
+
+
+def test_a_real_run_still_stops_with_one_line(fresh, tmp_path: Path) -> None:
+    project, env = fresh
+    result = run_nox(project, "-s", "build_ck", "--", "--arch", "gfx1151", env=env)
+    assert result.returncode == 1
+    assert f"env {env_to_be(env)} does not exist; run: nox -s setup_env" in result.stderr
+    with_manager = {**env, "MAMBA_EXE": str(standin_micromamba(tmp_path / "mm"))}
+    for session in ("build_aotriton", "build_pytorch", "build_ck", "tune_aotriton"):
+        result = run_nox(project, "-s", session, "--", "--arch", "gfx908", env=with_manager)
+        assert result.returncode == 1, session
+        assert "does not exist; run: nox -s setup_env" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    dry = run_nox(project, "-s", "build_ck", "--", "--dry-run", "--arch", "gfx1151",
+                  env=with_manager)  # fmt: skip
+    assert dry.returncode == 0 and "is not set up; the plan below" in dry.stdout

@@ -1,0 +1,382 @@
+"""publish + install_wheels --index: a wheel set built by the stand-in TheRock goes to real
+indexes on loopback (pypiserver via twine, a directory tree, WsgiDAV, moto's S3) and a second
+machine (its own env prefix and work dir) installs it with real pip and --require-hashes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from scripts.builds import build_pytorch as bp
+from scripts.builds import install_wheels as iw
+from scripts.builds import publish as pub
+from scripts.builds import team_index, wheel_manifest
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
+from tests.support import shared_cache
+from tests.support import team_index as servers
+from tests.support import therock_standin as standin
+
+ROCM = "7.15.0a20260630"
+PYTAG = "cp{}{}".format(*sys.version_info[:2])
+SECRET = "s3cr3t-never-printed"
+
+
+@dataclass
+class Machine:
+    prefix: Path
+    work: Path
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--prefix", str(self.prefix), "--workdir", str(self.work), *extra]
+
+
+@pytest.fixture(scope="module")
+def upstreams(tmp_path_factory) -> standin.Upstreams:
+    return standin.make_upstreams(tmp_path_factory.mktemp("pub-up"))
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory, rocm_index, upstreams) -> Machine:
+    """The building machine: its env, and one build_pytorch run (torch, triton, audio)."""
+    root = tmp_path_factory.mktemp("builder")
+    machine = Machine(standin.provision_private_env(root, rocm_index.pins_dir), root / "work")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
+        mp.setenv("ROCMFA_PATCHES_DIR", str(root / "patches"))
+        argv = machine.args("--arch", "gfx1151", "--skip", "vision")
+        bp.build_pytorch(options.parse("build_pytorch", argv))
+    return machine
+
+
+@pytest.fixture(scope="module")
+def second(tmp_path_factory, rocm_index) -> Machine:
+    """Another machine: its own env prefix and work dir, nothing built."""
+    root = tmp_path_factory.mktemp("second")
+    return Machine(standin.provision_private_env(root, rocm_index.pins_dir), root / "work")
+
+
+@pytest.fixture
+def env(monkeypatch, upstreams, tmp_path):
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
+    monkeypatch.setenv("TWINE_USERNAME", "builder")
+    monkeypatch.setenv("TWINE_PASSWORD", SECRET)
+    monkeypatch.setenv("ROCMFA_INDEX_USERNAME", "builder")
+    monkeypatch.setenv("ROCMFA_INDEX_PASSWORD", SECRET)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.delenv("ROCMFA_ARCH", raising=False)
+
+
+def publish(machine: Machine, index: str, *extra: str) -> None:
+    pub.publish(options.parse("publish", machine.args("--index", index, *extra)))
+
+
+def install(machine: Machine, index: str, *extra: str) -> None:
+    argv = machine.args("--index", index, "--arch", "gfx1151", *extra)
+    iw.install_wheels(options.parse("install_wheels", argv))
+
+
+def installed(prefix: Path, name: str) -> str | None:
+    program = (
+        "import sys\nfrom importlib import metadata\n"
+        "try: print(metadata.version(sys.argv[1]))\n"
+        "except metadata.PackageNotFoundError: print('')\n"
+    )
+    out = subprocess.run(
+        [prefix / "bin" / "python", "-c", program, name], capture_output=True, text=True
+    )
+    return out.stdout.strip() or None
+
+
+def uninstall(prefix: Path) -> None:
+    subprocess.run(
+        [prefix / "bin" / "python", "-m", "pip", "uninstall", "-y", "-q", "torch", "triton",
+         "torchaudio"],
+        capture_output=True,
+        check=False,
+    )  # fmt: skip
+
+
+def run_manifest(machine: Machine) -> dict:
+    return json.loads((machine.work / bp.MANIFEST_NAME).read_text())
+
+
+def install_and_check(second: Machine, index: str, capfd) -> str:
+    """Install from index on the second machine: pip with --require-hashes, then the backend
+    check (which fails on the stand-in torch, and says so: proof that it ran)."""
+    uninstall(second.prefix)
+    with pytest.raises(UserError, match=r"wheels installed, but the backend check failed") as e:
+        install(second, index)
+    assert "\n" not in str(e.value)
+    out = capfd.readouterr().out
+    assert "--require-hashes -r" in out and "scripts/probes/backend_check.py" in out
+    requirements = (second.work / "install_wheels-requirements.txt").read_text()
+    assert requirements.count("--hash=sha256:") == 3
+    assert Version(installed(second.prefix, "torch")) == Version(f"2.13.0a0+rocm{ROCM}")
+    assert Version(installed(second.prefix, "torchaudio")) == Version(f"2.11.0a0+rocm{ROCM}")
+    assert installed(second.prefix, "triton") is not None
+    return out
+
+
+def test_pypiserver_upload_then_second_machine_installs(
+    builder, second, env, tmp_path, capfd, monkeypatch
+):
+    with servers.pypiserver_families(tmp_path / "pypi") as base:
+        index = f"pypi+{base}"
+        with monkeypatch.context() as mp:
+            mp.delenv("TWINE_USERNAME")
+            with pytest.raises(UserError, match="needs TWINE_USERNAME and TWINE_PASSWORD"):
+                publish(builder, index)
+        publish(builder, index)
+        out = capfd.readouterr().out
+        twine = next(line for line in out.splitlines() if " twine upload " in line)
+        assert f"--repository-url {base}/v2/gfx1151/" in twine
+        assert twine.rstrip().endswith(".whl") and "rocmfa_wheelset-" in twine
+        assert SECRET not in out
+        stored = sorted(p.name for p in (tmp_path / "pypi" / "gfx1151").iterdir())
+        assert len(stored) == 4  # 3 wheels + the manifest
+        assert sum(n.startswith("rocmfa_wheelset-") for n in stored) == 1
+
+        publish(builder, index)  # nothing new: no upload at all
+        out = capfd.readouterr().out
+        assert "already published" in out and "twine" not in out
+        assert len(list((tmp_path / "pypi" / "gfx1151").iterdir())) == 4
+
+        install_and_check(second, index, capfd)
+        # The env's stamp makes a rerun cheap; the check is skipped on request.
+        install(second, index, "--no-backend-check")
+        assert "already installed" in capfd.readouterr().out
+
+
+def test_directory_tree_dry_run_publish_and_install(builder, second, env, tmp_path, capfd):
+    tree = tmp_path / "team-index"
+    publish(builder, str(tree), "--dry-run")
+    out = capfd.readouterr().out
+    uploads = [line for line in out.splitlines() if line.startswith("[dry-run] upload ")]
+    assert len(uploads) == 4 and all(f"-> {tree}/v2/gfx1151/" in u for u in uploads)
+    assert "[dry-run] write page" in out
+    assert not tree.exists()
+
+    publish(builder, tree.as_uri())
+    family = tree / "v2" / "gfx1151"
+    page = (family / "torch" / "index.html").read_text()
+    torch = next(w for w in run_manifest(builder)["wheels"] if w["project"] == "torch")
+    assert f"#sha256={torch['sha256']}" in page
+    listed = set(team_index.parse_page((family / "index.html").read_text(), "http://x/"))
+    assert listed == {"torch", "triton", "torchaudio", "rocmfa-wheelset"}
+    manifest = json.loads(
+        zipfile.ZipFile(next((family / "rocmfa-wheelset").glob("*.whl"))).read(
+            wheel_manifest.MANIFEST_MEMBER
+        )
+    )
+    assert manifest["family"] == "gfx1151" and manifest["python"] == PYTAG
+    assert manifest["rocm_sdk"] == ROCM and manifest["flash_attention"] is True
+    assert manifest["aotriton"]["runtime"] == "0.13.0"
+    assert manifest["aotriton"]["commit"].startswith("6e00ef3e")
+    assert set(manifest["aotriton"]["images"]) >= {"amd-gfx115x", "amd-gfx110x"}
+    assert (
+        manifest["torch"]["commit"]
+        == json.loads((builder.work / "stamps" / "build_pytorch-checkout.json").read_text())[
+            "inputs"
+        ]["pytorch"][1]
+    )
+    assert {w["file"] for w in manifest["wheels"]} == {
+        Path(w["file"]).name for w in run_manifest(builder)["wheels"]
+    }
+    mtimes = {p: p.stat().st_mtime_ns for p in family.rglob("*")}
+    publish(builder, str(tree))
+    assert "nothing to do" in capfd.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in family.rglob("*")} == mtimes
+
+    install_and_check(second, str(tree), capfd)
+
+
+def test_webdav_tree(builder, second, env, tmp_path, capfd):
+    if shared_cache.WSGIDAV is None:
+        pytest.skip("wsgidav not installed (pip install wsgidav cheroot)")
+    with shared_cache.webdav_server(tmp_path / "dav") as url:
+        publish(builder, url + "wheels")
+        out = capfd.readouterr().out
+        assert SECRET not in out
+        assert len(list((tmp_path / "dav" / "wheels" / "v2" / "gfx1151").rglob("*.whl"))) == 4
+        publish(builder, url + "wheels")
+        assert "nothing to do" in capfd.readouterr().out
+        install_and_check(second, url + "wheels", capfd)
+
+
+def test_s3_tree(builder, second, env, tmp_path, capfd):
+    if shared_cache.MOTO is None:
+        pytest.skip("moto_server not installed (pip install 'moto[server]')")
+    with shared_cache.s3_server("team") as endpoint:
+        index = f"s3://team/wheels?endpoint={endpoint}"
+        publish(builder, index)
+        out = capfd.readouterr().out
+        assert "-> s3://team/wheels/v2/gfx1151/torch/torch-" in out and SECRET not in out
+        publish(builder, index)
+        assert "nothing to do" in capfd.readouterr().out
+        install_and_check(second, index, capfd)
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def test_unreachable_index_is_one_line(second, env):
+    port = shared_cache.free_port()
+    with pytest.raises(UserError, match=rf"index 127.0.0.1:{port} unreachable") as e:
+        install(second, f"http://127.0.0.1:{port}/wheels")
+    assert "\n" not in str(e.value)
+
+
+def test_tampered_wheel_is_refused_by_pip(builder, second, env, tmp_path, capfd):
+    tree = tmp_path / "idx"
+    publish(builder, str(tree))
+    uninstall(second.prefix)
+    torch = next((tree / "v2" / "gfx1151" / "torch").glob("*.whl"))
+    data = bytearray(torch.read_bytes())
+    data[-10] ^= 0xFF  # same name and size, other bytes
+    torch.write_bytes(bytes(data))
+    capfd.readouterr()
+    with pytest.raises(UserError, match=r"pip could not install wheel set \w+ from .*sha256"):
+        install(second, str(tree), "--no-backend-check", "--force")
+    assert "DO NOT MATCH THE HASHES" in capfd.readouterr().err
+    assert installed(second.prefix, "torch") is None and installed(second.prefix, "triton") is None
+
+
+def test_manifest_for_another_family_is_refused(builder, second, env, tmp_path):
+    tree = tmp_path / "idx"
+    publish(builder, str(tree))
+    # Someone copied the gfx1151 set into the gfx110X-all index.
+    shutil.copytree(tree / "v2" / "gfx1151", tree / "v2" / "gfx110X-all")
+    argv = second.args("--index", str(tree), "--arch", "gfx1100", "--no-backend-check")
+    with pytest.raises(
+        UserError,
+        match=r"was built for arch family gfx1151 \(gfx1151\); this machine is gfx1100 "
+        r"\(family gfx110X-all\)",
+    ) as e:
+        iw.install_wheels(options.parse("install_wheels", argv))
+    assert "\n" not in str(e.value)
+
+
+def test_no_set_on_the_index(second, env, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"no wheel set on .*/v2/gfx1151/; publish one"):
+        install(second, str(tmp_path / "empty"))
+
+
+def test_name_clash_refused_before_anything_is_uploaded(
+    builder, env, tmp_path, rocm_index, upstreams, capfd
+):
+    """Another build of the same versions (here torch built against another AOTriton
+    install: same file name, other bytes) must not replace the published wheel."""
+    with servers.pypiserver_families(tmp_path / "pypi") as base:
+        publish(builder, f"pypi+{base}")
+        before = {p.name: p.read_bytes() for p in (tmp_path / "pypi" / "gfx1151").iterdir()}
+        other = Machine(builder.prefix, tmp_path / "other-work")
+        prefix = make_aotriton_prefix(tmp_path / "aot", images={"amd-gfx115x": "0.13"})
+        argv = other.args("--arch", "gfx1151", "--skip", "vision", "--skip", "audio")
+        bp.build_pytorch(options.parse("build_pytorch", [*argv, "--aotriton-prefix", str(prefix)]))
+        capfd.readouterr()
+        clash = r"refusing to publish .*\.whl is already on the index with another sha256"
+        with pytest.raises(UserError, match=clash) as e:
+            publish(other, f"pypi+{base}")
+        assert "\n" not in str(e.value) and "never replaced" in str(e.value)
+        assert "twine" not in capfd.readouterr().out
+        after = {p.name: p.read_bytes() for p in (tmp_path / "pypi" / "gfx1151").iterdir()}
+        assert after == before
+
+
+def make_aotriton_prefix(root: Path, *, runtime: str = "0.13.0", images: dict[str, str]) -> Path:
+    """An AOTriton install as build_aotriton leaves it (lib/, include/)."""
+    lib = root / "lib"
+    lib.mkdir(parents=True)
+    (root / "include").mkdir()
+    (lib / f"libaotriton_v2.so.{runtime}").write_text("runtime\n")
+    (lib / "libaotriton_v2.so").symlink_to(f"libaotriton_v2.so.{runtime}")
+    for pack, version in images.items():
+        (lib / "aotriton.images" / pack).mkdir(parents=True)
+        (lib / "aotriton.images" / pack / "__signature__").write_text(f"aotriton{version}\n")
+    return root
+
+
+def test_runtime_and_images_of_other_versions_are_not_published(builder, env, tmp_path, capfd):
+    other = Machine(builder.prefix, tmp_path / "work")
+    prefix = make_aotriton_prefix(tmp_path / "aot", images={"amd-gfx115x": "0.12"})
+    argv = other.args("--arch", "gfx1151", "--skip", "vision", "--skip", "audio")
+    bp.build_pytorch(options.parse("build_pytorch", [*argv, "--aotriton-prefix", str(prefix)]))
+    with pytest.raises(
+        UserError, match=r"AOTriton runtime 0\.13\.0 but image pack amd-gfx115x is version 0\.12"
+    ):
+        publish(other, str(tmp_path / "idx"))
+    assert not (tmp_path / "idx").exists()
+
+
+def test_reports_are_summarized_in_the_manifest(builder, env, tmp_path):
+    """A real backend_check report (CPU torch here) goes into the manifest as a summary."""
+    report = tmp_path / "backend_check.json"
+    subprocess.run(
+        [sys.executable, "scripts/probes/backend_check.py", "--device", "cpu", "--json",
+         str(report)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        check=False,
+    )  # fmt: skip
+    tree = tmp_path / "idx"
+    publish(builder, str(tree), "--report", str(report))
+    wheel = next((tree / "v2" / "gfx1151" / "rocmfa-wheelset").glob("*.whl"))
+    manifest = json.loads(zipfile.ZipFile(wheel).read(wheel_manifest.MANIFEST_MEMBER))
+    summary = manifest["reports"]["backend_check"]
+    assert summary["passed"] is json.loads(report.read_text())["passed"]
+    assert summary["summary"] and summary["device"]["type"] == "cpu"
+    (tmp_path / "other.json").write_text('{"schema": "something-else/1"}')
+    with pytest.raises(UserError, match="unknown report schema"):
+        publish(builder, str(tree), "--report", str(tmp_path / "other.json"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("python", "cp399", r"built for Python cp399; the env has " + PYTAG),
+        ("rocm_sdk", "7.14.0", r"built against ROCm SDK 7\.14\.0; the env has " + ROCM),
+        ("family", "gfx120X-all", r"built for arch family gfx120X-all"),
+        ("archs", ["gfx1150"], r"built for gfx1151 only; this machine is gfx1151"),
+    ],
+)
+def test_mismatch_names_the_field(field, value, message):
+    manifest = {
+        "set_id": "abc", "arch": "gfx1151", "archs": ["gfx1151"], "family": "gfx1151",
+        "python": PYTAG, "rocm_sdk": ROCM, "wheels": [],
+    }  # fmt: skip
+    fits = dict(family="gfx1151", arch="gfx1151", python_tag=PYTAG, rocm_version=ROCM)
+    assert wheel_manifest.mismatch(manifest, **fits) is None
+    problem = wheel_manifest.mismatch({**manifest, field: value}, **fits)
+    assert problem is not None and "\n" not in problem
+    assert __import__("re").search(message, problem)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "root"),
+    [
+        ("/srv/idx", "dir", "/srv/idx/v2/gfx1151"),
+        ("https://dav.lab/wheels/", "webdav", "https://dav.lab/wheels/v2/gfx1151"),
+        ("pypi+http://pypi.lab:8080/{family}", "upload", "http://pypi.lab:8080/gfx1151"),
+        ("s3://team/wheels?endpoint=http://s3.lab:9000", "s3", "wheels/v2/gfx1151"),
+    ],
+)
+def test_index_url_forms(value, kind, root):
+    spec = team_index.parse_index(value)
+    assert spec.kind == kind and spec.family_root("gfx1151") == root
+
+
+def test_credentials_in_index_url_are_refused():
+    with pytest.raises(UserError, match="credentials do not belong in the URL"):
+        team_index.parse_index("pypi+https://user:pw@pypi.lab/")
