@@ -91,6 +91,16 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
         help="parallel build jobs (default: capped by CPU count and free memory)",
     ),
+    _opt(
+        "--channel",
+        sessions=(SETUP, "lock"),
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL "
+        "when it has several): lock solves against it, setup_env downloads from it; the lock "
+        "keeps the channel's own URLs",
+    ),
     # setup_env
     _opt(
         "--show",
@@ -351,11 +361,13 @@ class LockOptions(SessionOptions):
     prefix: str | None = None
     env_name: str | None = None
     dry_run: bool = False
+    channel: tuple[str, ...] = ()
 
 
 class SetupEnvOptions(EnvChoice):
     dry_run: bool = False
     force: bool = False
+    channel: tuple[str, ...] = ()
     show: bool = False
     profile: tuple[str, ...] = ()
     with_torch: bool = False
