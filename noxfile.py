@@ -66,7 +66,7 @@ def _call(session: nox.Session, target: Callable[..., int | None], *, forward: b
 
 @nox.session(python=False, tags=["env"], default=False)
 def lock(session: nox.Session) -> None:
-    """Re-solve environment.yml into conda-lock.yml (needs a conda manager and channels)."""
+    """Re-solve environment.yml into conda-lock.yml with py-rattler (channels or --channel)."""
     from scripts.env.lockfile import lock
 
     _call(session, lock)

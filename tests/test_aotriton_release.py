@@ -31,6 +31,7 @@ def release(tmp_path: Path, env_prefix: Path, monkeypatch: pytest.MonkeyPatch):
             f'commit = "{"6e00ef3e335b45dfb49065259533b59c68995bfe"}"\nversion = "0.13b"\n\n'
             + files.pin_table(runtime_sha)
         )
+        st.write_pytorch_pin(pins, aotriton_commit="6e00ef3e" + "0" * 32, aotriton_version="0.13b")
         monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
         st.install_torch(env_prefix)
         return www, files
@@ -84,7 +85,7 @@ def test_interrupted_download_resumes_with_range(
 def test_sha256_mismatch_discards_download_and_installs_nothing(
     release, env_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    www, _ = release(runtime_sha="0" * 64)
+    www, _ = release(runtime_sha="1" * 64)
     lib = st.site_packages(env_prefix) / "torch" / "lib"
     before = aotriton_install.installed_fingerprint(lib)
     with st.serve(www) as (base, _log):
@@ -94,6 +95,18 @@ def test_sha256_mismatch_discards_download_and_installs_nothing(
     assert "\n" not in str(error.value)
     assert not list((tmp_path / "work" / "downloads").rglob("*.part"))
     assert aotriton_install.installed_fingerprint(lib) == before
+
+
+def test_placeholder_sum_is_refused_before_any_download(
+    release, env_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    www, _ = release(runtime_sha="0" * 64)  # 0.14b's aotriton.cmake lists such placeholders
+    with st.serve(www) as (base, log):
+        monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", base + "/")
+        with pytest.raises(UserError, match=r"placeholder \(all zeros\), not a real release sum"):
+            build(env_prefix, tmp_path / "work", capsys)
+    assert not log.requests
+    assert not (tmp_path / "work" / "downloads").exists()
 
 
 def test_release_runtime_image_mismatch_is_refused(

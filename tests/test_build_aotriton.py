@@ -57,7 +57,9 @@ def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     repo, commit = st.make_aotriton_upstream(root)
     pins = root / "pins"
     pins.mkdir()
-    st.write_aotriton_pin(pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=True)
+    st.write_aotriton_pin(
+        pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=[st.UPSTREAM_SUBMODULE]
+    )
     patches = root / "patches"
     patches.mkdir()
     st.install_torch(prefix)
@@ -333,3 +335,21 @@ def test_cache_choice_beats_aotritons_own_ccache_detection(
     sccache_args = cache_args("sccache")
     assert launcher(*sccache_args).endswith("sccache")
     assert launcher(*cache_args("none")) == ""
+
+
+def test_torch_pin_naming_another_aotriton_is_refused_before_any_command(bed: Bed, capsys) -> None:
+    torch_pin = bed.pins / "pytorch.toml"
+    kept = torch_pin.read_text()
+    st.write_pytorch_pin(bed.pins, aotriton_commit="2" * 40, aotriton_version="0.12b")
+    try:
+        capsys.readouterr()
+        with pytest.raises(UserError) as error:
+            ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run"))
+        assert "\n" not in str(error.value)
+        assert "pins disagree" in str(error.value) and "names AOTriton 0.12b" in str(error.value)
+        printed = capsys.readouterr().out
+        assert command_lines(printed) == [] and "[dry-run]" not in printed
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", "--force"))
+        assert "WARNING (--force): pins disagree" in capsys.readouterr().out
+    finally:
+        torch_pin.write_text(kept)

@@ -207,6 +207,32 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     assert "build settings changed" in capfd.readouterr().out
 
 
+def test_clean_wipes_tritons_build_once_and_says_so(build, capfd):
+    work, run = build
+    run()
+    capfd.readouterr()
+    run("--clean", "--from", "triton")
+    out = capfd.readouterr().out
+    triton_call, torch_call = build_calls(work)[-4:-2]
+    assert "--clean" in triton_call["argv"]
+    assert triton_call["built"][0]["incremental_count"] == 1  # wiped by the triton stage
+    # torch's call rebuilds triton on that clean build instead of wiping it again
+    assert "--no-clean" in torch_call["argv"] and "--build-triton" in torch_call["argv"]
+    built = {b["project"]: b["incremental_count"] for b in torch_call["built"]}
+    assert built == {"triton": 2, "pytorch": 1}  # torch's build dir was removed here
+    assert "rebuilt incrementally here, not wiped a second time" in out
+    assert "incrementally (no --clean)" not in out
+    # --only torch --clean: no triton stage in this run, so TheRock's --clean wipes it
+    run("--clean", "--only", "torch")
+    last = build_calls(work)[-1]
+    assert "--clean" in last["argv"]
+    assert {b["project"]: b["incremental_count"] for b in last["built"]} == {
+        "triton": 1,
+        "pytorch": 1,
+    }
+    assert "--clean wipes triton's build dir too" in capfd.readouterr().out
+
+
 def test_dirty_checkout_is_never_overwritten(build, capfd):
     work, run = build
     run("--skip", "audio", "--skip", "vision")

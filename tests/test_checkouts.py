@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.sources import patches, submodules
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.pins import Pin
+from tests.support import aotriton_port_standin as port
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import command_lines
 
@@ -27,7 +30,10 @@ def upstream(tmp_path: Path) -> tuple[Path, str]:
 
 
 def pin_for(repo: Path, commit: str) -> Pin:
-    return Pin("aotriton", f"file://{repo}", "main", commit, "test", {"submodules": True})
+    return Pin("aotriton", f"file://{repo}", "main", commit, "test", {"submodules": SUBS})
+
+
+SUBS = [st.UPSTREAM_SUBMODULE]
 
 
 def runner(dry_run: bool = False) -> Runner:
@@ -38,12 +44,12 @@ def test_clone_at_commit_with_submodules_then_noop(upstream, tmp_path: Path) -> 
     repo, commit = upstream
     st.commit_files(repo, {"later.txt": "x\n"}, "upstream moved on")
     dest = tmp_path / "co"
-    ensure_checkout(pin_for(repo, commit), dest, runner(), submodules=True)
+    ensure_checkout(pin_for(repo, commit), dest, runner(), submodules=SUBS)
     assert st.git(dest, "rev-parse", "HEAD") == commit
-    assert (dest / "third_party" / "incbin" / "incbin.h").is_file()
+    assert (dest / "third_party" / "triton" / "python" / "setup.py").is_file()
     assert not (dest / "later.txt").exists()
     again = runner()
-    ensure_checkout(pin_for(repo, commit), dest, again, submodules=True)
+    ensure_checkout(pin_for(repo, commit), dest, again, submodules=SUBS)
     printed = command_lines(again.out.getvalue())
     assert not any(" fetch " in line or " checkout " in line for line in printed)
     assert "up to date" in again.out.getvalue()
@@ -108,8 +114,67 @@ def test_dry_run_prints_and_creates_nothing(upstream, tmp_path: Path) -> None:
     repo, commit = upstream
     dest = tmp_path / "co"
     dry = runner(dry_run=True)
-    ensure_checkout(pin_for(repo, commit), dest, dry, submodules=True)
+    ensure_checkout(pin_for(repo, commit), dest, dry, submodules=SUBS)
     out = dry.out.getvalue()
     assert f"[dry-run] (cd {dest}) git fetch -q --no-tags origin {commit}" in out
-    assert "submodule update -q --init --recursive" in out
+    assert "submodule update -q --init -- third_party/triton" in out
     assert not dest.exists()
+
+
+def test_port_layout_initialises_exactly_the_pinned_paths(tmp_path: Path) -> None:
+    repo, commit = port.make_port(tmp_path)
+    tree = submodules.read_tree_submodules(runner(), repo, commit)
+    assert tree.initialisable == port.PORT_SUBMODULES
+    assert tree.unmapped == (port.UNMAPPED_GITLINK,)
+    # what `submodules = true` used to run: git stops at the unmapped gitlink, as on the real port
+    plain = tmp_path / "plain"
+    st.git(tmp_path, "clone", "-q", str(repo), str(plain))
+    failed = subprocess.run(
+        ["git", "submodule", "update", "--init", "--recursive"],
+        cwd=plain,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode != 0
+    assert "No url found for submodule path 'third_party/aiter' in .gitmodules" in failed.stderr
+    dest = tmp_path / "co"
+    pin = Pin("aotriton", f"file://{repo}", "main", commit, "test", {})
+    ensure_checkout(pin, dest, runner(), submodules=list(tree.initialisable))
+    for path in port.PORT_SUBMODULES:
+        assert any((dest / path).iterdir()), path
+    assert not any((dest / port.UNMAPPED_GITLINK).iterdir())
+    registered = st.git(dest, "config", "--get-regexp", r"^submodule\..*\.url$")
+    assert sorted(line.split()[0] for line in registered.splitlines()) == [
+        f"submodule.{p}.url" for p in port.PORT_SUBMODULES
+    ]
+
+
+def test_patched_tree_missing_a_submodule_gets_it_and_keeps_the_patches(
+    upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, commit = upstream
+    root = tmp_path / "patches"
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(root))
+    st.make_patch_set(root, "aotriton", commit, repo, [{"fix.txt": "patched\n"}])
+    dest = tmp_path / "co"
+    ensure_checkout(pin_for(repo, commit), dest, runner(), submodules=SUBS)
+    patches.apply_patch_set("aotriton", commit, dest, runner())
+    patched = st.git(dest, "rev-parse", "HEAD")
+    st.git(dest, "submodule", "deinit", "-q", "-f", "--", st.UPSTREAM_SUBMODULE)
+    again = runner()
+    ensure_checkout(pin_for(repo, commit), dest, again, submodules=SUBS)
+    assert st.git(dest, "rev-parse", "HEAD") == patched  # not reset to the pristine pin
+    assert (dest / "fix.txt").read_text() == "patched\n"
+    assert (dest / "third_party" / "triton" / "python" / "setup.py").is_file()
+    assert "submodules added" in again.out.getvalue()
+    assert not any(" checkout " in line for line in command_lines(again.out.getvalue()))
+
+
+def test_submodules_true_is_refused_with_the_fix() -> None:
+    with pytest.raises(UserError, match=r"list the paths instead \(nox -s update_pins"):
+        submodules.pinned_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
+    assert submodules.pinned_paths({"submodules": ["third_party/triton"]}, "x") == (
+        "third_party/triton",
+    )
+    with pytest.raises(UserError, match="must be relative"):
+        submodules.pinned_paths({"submodules": ["../escape"]}, "x")

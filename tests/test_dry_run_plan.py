@@ -1,7 +1,7 @@
 """A plan before any setup: on a fresh copy of the project with no conda manager, no env and no
 ROCMFA_*/CONDA_*/MAMBA_* variables, every build/setup session's --dry-run prints its whole plan
-with named placeholders for what setup_env creates, runs no command, and exits 0; a real run
-still stops with one line."""
+with the env setup_env would create (no manager needed: py-rattler installs it into our own
+data dir), runs no command, and exits 0; a real run still stops with one line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env.preamble import ENV_PLACEHOLDER
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
 PLANS = {
@@ -32,6 +31,11 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     return project, {"PATH": "/usr/bin:/bin", "HOME": str(home)}
 
 
+def env_to_be(env: dict[str, str]) -> Path:
+    """Where setup_env puts the default env when there is no conda manager."""
+    return Path(env["HOME"]) / ".local" / "share" / "rocm-fa-workflow" / "envs" / "therock"
+
+
 @pytest.mark.parametrize(("session", "arch"), sorted(PLANS))
 def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, arch: str) -> None:
     project, env = fresh
@@ -43,9 +47,10 @@ def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, ar
     assert not [line for line in lines if line.startswith("$ ")], "a command ran"
     assert any(line.startswith("[dry-run] ") for line in lines)
     if session == "setup_env":
-        assert "<conda manager: micromamba, mamba or conda>" in out
+        assert f"env {env_to_be(env)} (default name" in out
+        assert "no conda manager; installer py-rattler" in out
     else:
-        assert f"{ENV_PLACEHOLDER}/bin/" in out  # the env's tools, where setup_env puts them
+        assert f"{env_to_be(env)}/bin/" in out  # the env's tools, where setup_env puts them
         assert "a real run stops here: run: nox -s setup_env" in out
     assert not (project / "work").exists() and not (project / "conda-lock.yml").exists()
 
@@ -53,7 +58,8 @@ def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, ar
 def test_a_real_run_still_stops_with_one_line(fresh, tmp_path: Path) -> None:
     project, env = fresh
     result = run_nox(project, "-s", "build_ck", "--", "--arch", "gfx1151", env=env)
-    assert result.returncode == 1 and "no conda manager found" in result.stderr
+    assert result.returncode == 1
+    assert f"env {env_to_be(env)} does not exist; run: nox -s setup_env" in result.stderr
     with_manager = {**env, "MAMBA_EXE": str(standin_micromamba(tmp_path / "mm"))}
     for session in ("build_aotriton", "build_pytorch", "build_ck", "tune_aotriton"):
         result = run_nox(project, "-s", session, "--", "--arch", "gfx908", env=with_manager)

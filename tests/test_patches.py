@@ -90,6 +90,39 @@ def test_failing_patch_leaves_pristine_checkout(up: Up, tmp_path: Path) -> None:
     assert not (dest / ".git" / "rebase-apply").exists()
 
 
+def test_failing_new_set_goes_back_to_the_previous_patched_state(up: Up, tmp_path: Path) -> None:
+    set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    dest = checkout(up, tmp_path / "co")
+    patches.apply_patch_set("proj", up.base, dest, quiet())
+    patched = st.git(dest, "rev-parse", "HEAD")
+    # the set changes: its patch now conflicts with the pin
+    shutil.rmtree(set_dir)
+    st.make_patch_set(up.root, "proj", up.base, up.repo, [{"b.txt": "alpha\nBETA\n"}])
+    patch = next(set_dir.glob("*.patch"))
+    patch.write_bytes(patch.read_bytes().replace(b"-beta", b"-gamma"))
+    st.write_manifest(set_dir)
+    with pytest.raises(UserError) as error:
+        patches.apply_patch_set("proj", up.base, dest, quiet())
+    assert f"checkout back at its previous patched state {patched[:12]}" in str(error.value)
+    assert st.git(dest, "rev-parse", "HEAD") == patched  # not the pristine pin
+    assert (dest / "c.txt").read_text() == "new\n"
+    assert st.git(dest, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_edit_after_patching_is_kept_and_reported_on_reapply(up: Up, tmp_path: Path) -> None:
+    st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    dest = checkout(up, tmp_path / "co")
+    patches.apply_patch_set("proj", up.base, dest, quiet())
+    (dest / "a.txt").write_text("my edit\n")
+    said = quiet()
+    patches.apply_patch_set("proj", up.base, dest, said)
+    text = said.out.getvalue()
+    assert "already applied" in text
+    assert "WARNING:" in text and "1 edit(s) made after the patches were applied" in text
+    assert "'M a.txt'" in text
+    assert (dest / "a.txt").read_text() == "my edit\n"
+
+
 def test_tampered_patch_refused_before_anything_is_applied(up: Up, tmp_path: Path) -> None:
     set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
     patch = next(set_dir.glob("*.patch"))
@@ -151,6 +184,7 @@ def test_update_pins_resolves_rewrites_and_ports(
         f'# keep me\n[aotriton]\nurl = "file://{up.repo}"  # stand-in\nref = "main"\n'
         f'commit = "{up.base}"\nversion = "0.13b"\n'
     )
+    st.write_pytorch_pin(pins_dir, aotriton_commit=up.base, aotriton_version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
     st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"c.txt": "new\n"}])
     newer = st.commit_files(up.repo, {"d.txt": "later\n"}, "upstream moved")
@@ -161,6 +195,8 @@ def test_update_pins_resolves_rewrites_and_ports(
     out = capsys.readouterr().out
     text = pin_file.read_text()
     assert f'commit = "{newer}"' in text and "# keep me" in text and "# stand-in" in text
+    assert "submodules = []" in text  # read from the new commit's tree (it has none)
+    assert "pin set: torch bbbbbbbbbbbb names AOTriton 0.13b" in out
     assert f"patch set {up.base[:12]} still applies at {newer[:12]}" in out
     ported = patches.patch_set_for("aotriton", newer)
     assert ported is not None and len(ported.patches) == 1
@@ -173,7 +209,7 @@ def test_update_pins_reports_a_set_that_no_longer_applies(
 ) -> None:
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
-    st.write_aotriton_pin(pins_dir, f"file://{up.repo}", up.base)
+    st.write_aotriton_pin(pins_dir, f"file://{up.repo}", up.base, version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
     st.make_patch_set(up.root, "aotriton", up.base, up.repo, [{"b.txt": "alpha\nBETA\n"}])
     newer = st.commit_files(up.repo, {"b.txt": "alpha\ngamma\n"}, "upstream rewrote b")

@@ -68,6 +68,8 @@ def _env(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(bed.pins.parent / "patches"))
     monkeypatch.delenv("ROCMFA_TUNING_DIR", raising=False)
     monkeypatch.delenv("STANDIN_TUNE_STOP_AFTER", raising=False)
+    for key, value in st.FILE_PROTOCOL_ENV.items():  # the port's file:// submodules
+        monkeypatch.setenv(key, value)
 
 
 def tune(bed: Bed, capsys, *extra: str, arch: str = "gfx908") -> str:
@@ -113,6 +115,7 @@ def test_tune_dry_run_shows_tune_store_rebuild_validate(bed: Bed, capsys) -> Non
     tuner = [line for line in lines if "test/tune_flash.py --json_file" in line]
     assert len(tuner) == 2 and "--d_head 32" in tuner[0] and "--d_head 64" in tuner[1]
     assert all("--dtype float16 " in line and "PYTHONPATH=" in line for line in tuner)
+    assert all(line.endswith(" --debug_headless") for line in tuner)  # no terminal needed
     assert any("table_tool.py --action rawjson -k FLASH" in line for line in lines)
     gate = next(line for line in lines if "validate.py" in line)
     assert "--head-dims 32,64" in gate and "--dtypes fp16" in gate and "LD_PRELOAD=" in gate

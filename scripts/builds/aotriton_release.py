@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import tarfile
 import time
@@ -30,6 +31,7 @@ BASE_URL_ENV = "ROCMFA_AOTRITON_BASE_URL"
 DEFAULT_BASE_URL = "https://github.com/ROCm/aotriton/releases/download/"
 RUNTIME_NAME = "aotriton-{version}-{manylinux}_{hostarch}-rocm{rocm}-shared.tar.gz"
 IMAGES_NAME = "aotriton-{version}-images-amd-{pack}.tar.gz"
+HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,22 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         rocm_list = lists.get("__AOTRITON_ROCM_LIST", ())
         sums = lists.get("__AOTRITON_SHA256_LIST", ())
         manylinux = lists.get("__AOTRITON_MANYLINUX_LIST", ())
-        runtime = {
-            r.removeprefix("rocm"): (m, s.lower())
-            for r, m, s in zip(rocm_list, manylinux, sums, strict=False)
-        }
+        runtime = {}
+        for r, m, sha in zip(rocm_list, manylinux, sums, strict=False):
+            # CMake's list(FIND) takes the first entry of a ROCm version listed twice
+            runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
         image_names = lists.get("__AOTRITON_IMAGE_LIST", ()) or lists.get("__AOTRITON_IMAGE", ())
         image_sums = lists.get("__AOTRITON_IMAGE_SHA256_LIST", ()) or lists.get(
             "__AOTRITON_IMAGE_SHA256", ()
         )
-        images = {
-            n.removeprefix("amd-"): s.lower() for n, s in zip(image_names, image_sums, strict=False)
-        }
-        base, names, source = DEFAULT_BASE_URL, (RUNTIME_NAME, IMAGES_NAME), resolved.source
+        images = {}
+        for name, sha in zip(image_names, image_sums, strict=False):
+            images.setdefault(name.removeprefix("amd-"), sha.lower())
+        # the archive suffix is the file's __AOTRITON_Z (old files: "bz2")
+        z = (lists.get("__AOTRITON_Z") or ("gz",))[0] or "gz"
+        names = (RUNTIME_NAME, IMAGES_NAME)
+        names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in names)
+        base, source = DEFAULT_BASE_URL, resolved.source
     base = environ.get(BASE_URL_ENV) or base
     if not base.endswith("/"):
         base += "/"
@@ -100,6 +106,19 @@ def release_inputs(pin: Pin, version: str) -> dict[str, Any]:
         "images": dict(info.images),
         "hostarch": platform.machine(),
     }
+
+
+def real_sum(sha256: str, what: str, source: str) -> str:
+    """A published sha256, or UserError: all zeros is a placeholder (0.14b's aotriton.cmake
+    lists some before the tarballs exist), not a sum anything can be verified against."""
+    if not HEX64.fullmatch(sha256 or ""):
+        raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
+    if set(sha256) == {"0"}:
+        raise UserError(
+            f"{source}: the sha256 of {what} is a placeholder (all zeros), not a real release "
+            "sum; that tarball is not published - build from source instead"
+        )
+    return sha256
 
 
 def rocm_series(site: Path) -> str:
@@ -211,6 +230,7 @@ def fetch_release(ctx, runner: Runner):
     pack = ctx.pack.removeprefix("amd-")
     if pack not in info.images:
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
+    real_sum(info.images[pack], f"image pack amd-{pack} of AOTriton {info.version}", info.source)
     cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
     base = f"{info.base_url}{info.version}/"
     runner.say(f"release sums from {info.source}")
@@ -229,6 +249,7 @@ def fetch_release(ctx, runner: Runner):
                 f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
             )
         manylinux, runtime_sha = info.runtime[rocm]
+        real_sum(runtime_sha, f"the ROCm {rocm} runtime of AOTriton {info.version}", info.source)
         fields.update(manylinux=manylinux, rocm=rocm)
         runtime_name = info.runtime_name.format(**fields)
         runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)

@@ -43,7 +43,7 @@ from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-from scripts.sources import aotriton_variants, pins, tuning_db
+from scripts.sources import aotriton_variants, pin_set, pins, submodules, tuning_db
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest
 from scripts.sources.tuning_db import TuningDb
@@ -236,6 +236,12 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     if opts.restore:
         restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
         return
+    if ctx.variant is None:  # the torch pin must name this AOTriton (--force: warn only)
+        compat_matrix.announce(
+            pin_set.check(
+                ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work
+            )
+        )
     # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
     compat_matrix.announce(
         compat_matrix.check_combination(
@@ -314,8 +320,8 @@ def build_from_source(
         runner.say(f"--clean: removing the build directory {build}")
         if not runner.dry_run:
             shutil.rmtree(build)
-    submodules = ctx.pin.data.get("submodules", True)
-    ensure_checkout(ctx.pin, src, runner, force=build_options.force, submodules=submodules)
+    pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    ensure_checkout(ctx.pin, src, runner, force=build_options.force, submodules=pinned)
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
     env = runner.base_env
     rocm = session.tool("rocm-sdk")

@@ -31,8 +31,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -311,6 +312,8 @@ class Context:
     from_stage: str | None = None
     only: str | None = None
     cache: compile_cache.CachePlan | None = None
+    # stages of this run that passed TheRock --clean (triton's build is wiped once per run)
+    cleaned: set[str] = field(default_factory=set)
 
     @property
     def runner(self) -> Runner:
@@ -618,6 +621,29 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     return {"heads": heads, "sources": sources}
 
 
+def torch_stage_clean(ctx: Context, clean: bool) -> bool:
+    """Whether the torch call (which rebuilds triton: TheRock enables flash attention only
+    when triton is built with torch) passes --clean. TheRock's --clean wipes the build dir of
+    every project of the call, triton's too; when this run's triton stage already built triton
+    from a clean dir, torch's own build dir is removed here instead, so triton's is wiped once."""
+    say = ctx.runner.say
+    if not clean:
+        say("torch: triton is rebuilt in the same call, incrementally (no --clean)")
+        return False
+    if "triton" not in ctx.cleaned:
+        say("torch: --clean wipes triton's build dir too; triton is rebuilt from scratch here")
+        return True
+    torch_build = paths.src_dir(ctx.work, "pytorch") / "build"
+    say(
+        f"torch: --clean: removing torch's build dir {torch_build} and passing --no-clean: the "
+        "triton stage of this run already rebuilt triton from a clean dir, so it is rebuilt "
+        "incrementally here, not wiped a second time"
+    )
+    if not ctx.runner.dry_run and torch_build.exists():
+        shutil.rmtree(torch_build)
+    return False
+
+
 def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[str, Any]:
     config_file = paths.build_dir(ctx.work, "build_pytorch") / f"{stage}.config.json"
     clean = ctx.clean
@@ -632,13 +658,12 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
             "passing --clean so the CMake cache does not keep the old ones"
         )
         clean = True
+    if stage == "torch" and "triton" in ctx.enabled:
+        clean = torch_stage_clean(ctx, clean)
     argv = build_argv(ctx, stage, clean)
     sets = build_sets(ctx, stage)
-    if stage == "torch" and "--build-triton" in argv:
-        ctx.runner.say(
-            "torch: triton is rebuilt in the same call (incrementally): TheRock enables flash "
-            "attention only when triton is built with torch"
-        )
+    if clean:
+        ctx.cleaned.add(stage)
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     if ctx.runner.dry_run:
         with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
@@ -747,6 +772,27 @@ def check_matrix(ctx: Context) -> None:
         )
 
 
+def check_pin_set(ctx: Context) -> None:
+    """The torch pin x build_aotriton's upstream AOTriton it is built against, before any
+    build (scripts.sources.pin_set; a variant such as the gfx908 port is meant to differ)."""
+    from scripts.sources import pin_set, pins
+
+    built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
+    inputs = built.get("inputs") or {}
+    if (
+        not ctx.aotriton
+        or inputs.get("variant")
+        or built.get("install_prefix") != str(ctx.aotriton)
+    ):
+        return
+    aotriton = pins.load_pin("aotriton", workdir=ctx.work)
+    version = str((inputs.get("pin") or {}).get("version") or aotriton.data.get("version") or "")
+    lines = pin_set.check(
+        aotriton, version, force=ctx.force, dry_run=ctx.runner.dry_run, workdir=ctx.work
+    )
+    compat_matrix.announce(lines, ctx.runner.say)
+
+
 def build_pytorch(opts: BuildPytorchOptions) -> None:
     if opts.from_stage and opts.only:
         raise UserError("--from and --only exclude each other")
@@ -772,6 +818,7 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     if ctx.launcher and not ctx.runner.dry_run:
         condaenv.which_in_env(ctx.launcher, ctx.runner.base_env)
     check_matrix(ctx)
+    check_pin_set(ctx)
     todo = plan(ctx)
     skipped = [s for s in ctx.enabled if s not in todo]
     if skipped:

@@ -126,6 +126,19 @@ class Progress:
             self.path.unlink(missing_ok=True)
 
 
+def tuner_argv(
+    python: str | Path, raw: Path, head_dim: int, dtype: str, seq: list[str]
+) -> list[str]:
+    """One cpptune run. test/tune_flash.py ends in a Textual app, `app.run(mouse=False,
+    inline=True, headless=args.debug_headless)` (port @ 60639c72): --debug_headless lets it run
+    without a terminal (nox, CI, ssh without a tty)."""
+    return [
+        *(python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)),
+        *("--dtype", dtype, "--seqlen_q", *seq, "--seqlen_k", *seq, "--validate"),
+        "--debug_headless",
+    ]
+
+
 def refuse_other_tuners(ctx: ba.Context) -> str:
     """The pin's tuner, when it is the one tune_aotriton drives (cpptune); else a one-line
     error saying how to tune with it and where to store the result."""
@@ -285,9 +298,8 @@ def tune_each_case(run: TuningRun) -> list[Path]:
         runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}{again}")
         if not run.dry_run:
             run.state_dir.mkdir(parents=True, exist_ok=True)
-        tune = [run.python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)]
         runner.run(
-            [*tune, "--dtype", dtype, "--seqlen_q", *seq, "--seqlen_k", *seq, "--validate"],
+            tuner_argv(run.python, raw, head_dim, dtype, seq),
             cwd=src,
             sets={"PYTHONPATH": str(bindings)},
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class MatrixData:
     releases: tuple[Release, ...]
     torch: Mapping[str, tuple[str, str]]  # series -> (aotriton version, source)
     community: Mapping[str, tuple[str, str]]  # arch -> (note, source)
+    trees: Mapping[str, str] = field(default_factory=dict)  # series -> source tree
 
 
 def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
@@ -73,6 +74,7 @@ def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
         )
         for series, raw in (data.get("torch") or {}).items()
     }
+    trees = {series: str(raw.get("tree", "")) for series, raw in (data.get("torch") or {}).items()}
     community = {
         arch: (
             require(raw, "note", str, f"{path.name} [community.{arch}]"),
@@ -80,7 +82,7 @@ def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
         )
         for arch, raw in (data.get("community") or {}).items()
     }
-    return MatrixData(tuple(releases), torch, community)
+    return MatrixData(tuple(releases), torch, community, trees)
 
 
 def state(arch: archs.Arch, version: str, data: MatrixData) -> str:
@@ -141,10 +143,38 @@ def table(
             for r in data.releases
         ],
         "torch": [
-            {"torch": series, "aotriton": v, "source": src}
+            {
+                "torch": series,
+                "tree": (data.trees or {}).get(series, ""),
+                "aotriton": v,
+                "source": src,
+            }
             for series, (v, src) in sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
         ],
+        "pinned_build": pinned_build(),
         "arches": rows,
+    }
+
+
+def pinned_build() -> dict[str, Any]:
+    """The tree build_pytorch builds (pins/pytorch.toml) and the AOTriton its own aotriton.cmake
+    names as update_pins recorded it, next to pins/aotriton.toml; no network."""
+    directory = rocm_sdk.pins_dir()
+    try:
+        torch = load_toml(directory / "pytorch.toml", "pin").get("pytorch") or {}
+        aotriton = load_toml(directory / "aotriton.toml", "pin").get("aotriton") or {}
+    except UserError as e:
+        return {"error": str(e)}
+    record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
+    current = bool(record) and record.get("pytorch_commit") == torch.get("commit")
+    names = "not recorded for this commit (nox -s update_pins reads it)"
+    if current:
+        names = f"{record.get('version') or '?'} {str(record.get('commit'))[:12]}"
+        names += f" ({record.get('source')})"
+    return {
+        "torch": f"{torch.get('url')} {torch.get('ref')} {str(torch.get('commit'))[:12]}",
+        "names": names,
+        "pinned_aotriton": f"{aotriton.get('version')} {str(aotriton.get('commit'))[:12]}",
     }
 
 
@@ -172,9 +202,22 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         " community port only: no upstream AOTriton kernels; -: none. amd-...: image pack"
         " (0.10b and older: one tarball with every arch's images).",
     ]
-    lines += ["", "## AOTriton each torch series expects", "", "| torch | AOTriton | source |"]
-    lines.append("|---|---|---|")
-    lines += [f"| {t['torch']} | {t['aotriton']} | {t['source']} |" for t in report["torch"]]
+    lines += ["", "## AOTriton each torch series expects (the trees TheRock builds wheels from)"]
+    lines += ["", "| torch | tree | AOTriton | source |", "|---|---|---|---|"]
+    lines += [
+        f"| {t['torch']} | {t.get('tree', '')} | {t['aotriton']} | {t['source']} |"
+        for t in report["torch"]
+    ]
+    built = report.get("pinned_build") or {}
+    if built and "error" not in built:
+        lines += [
+            "",
+            "## The pinned source build (build_pytorch)",
+            "",
+            f"- torch: {built['torch']} (pins/pytorch.toml)",
+            f"- its aotriton.cmake names: {built['names']}",
+            f"- pins/aotriton.toml: {built['pinned_aotriton']} (same release line required)",
+        ]
     lines += ["", "## Sources", ""]
     lines += [
         f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
@@ -248,6 +291,10 @@ def check_combination(
             f"with {EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)"
         )
     series = torch_series(torch_version)
+    # "+git<sha>": a torch built from source (pins/pytorch.toml); scripts.sources.pin_set checks
+    # it against its own aotriton.cmake, the matrix rows describe other trees.
+    if "+git" in (torch_version or ""):
+        series = None
     if series and series in data.torch:
         expected = data.torch[series][0]
         if not same_release_line(expected, aotriton_version):

@@ -1,5 +1,6 @@
 """The one shared conda env: resolve its prefix and build its full activation for commands
-that nox runs (the manager that makes it is found by scripts.env.manager).
+that nox runs. py-rattler installs it; a conda manager (scripts.env.manager), when present,
+only decides where named envs live so that `activate NAME` finds it.
 
 Nox never activates conda envs (it only prepends PATH), so compiler packages' CC/CXX and our
 persisted variables would be missing. activated_environ() reproduces what `conda activate`
@@ -37,6 +38,10 @@ def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path
         else:
             # <root>/bin/conda or <root>/condabin/conda
             dirs.append(manager.exe.resolve().parent.parent / "envs")
+    else:
+        # No manager: py-rattler still installs the env; it lives in our own data dir.
+        data = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        dirs.append(Path(data) / "rocm-fa-workflow" / "envs")
     return dirs
 
 

@@ -1,4 +1,5 @@
-"""conda-lock.yml: (re)generate it, and check offline that it still matches environment.yml.
+"""conda-lock.yml: (re)generate it with py-rattler's solver (scripts.env.rattler_env), and check
+offline that it still matches environment.yml.
 
 The check is conda-lock's own content-hash code (conda_lock/content_hash.py, conda-lock 4.0.3)
 with the same virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env
@@ -9,12 +10,10 @@ parse again.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from scripts.env.manager import find_manager, no_manager_error
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
@@ -24,23 +23,7 @@ from scripts.plumbing.options import LockOptions
 ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
 PLATFORM = "linux-64"
-CUDA_CHOICE = ""  # "" = no __cuda virtual package; the lock command passes --without-cuda
-
-
-def lock_argv(conda_exe: Path | str, env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE):
-    """conda-lock with an explicit executable: it would otherwise download micromamba."""
-    return [
-        sys.executable, "-m", "conda_lock", "lock",
-        "--file", str(env_file), "--lockfile", str(lock_file),
-        "--platform", PLATFORM, "--conda", str(conda_exe), "--without-cuda",
-    ]  # fmt: skip
-
-
-def install_argv(conda_exe: Path | str, prefix: Path, lock_file: Path = LOCK_FILE):
-    return [
-        sys.executable, "-m", "conda_lock", "install",
-        "--conda", str(conda_exe), "--prefix", str(prefix), str(lock_file),
-    ]  # fmt: skip
+CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 
 
 def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[bool, str]:
@@ -68,8 +51,11 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
             )
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
-        repodata = default_virtual_package_repodata(cuda)
-        with repodata:
+        from scripts.env.rattler_env import quiet_conda_lock
+
+        with quiet_conda_lock():
+            repodata = default_virtual_package_repodata(cuda)
+        with repodata, quiet_conda_lock():
             for platform in platforms:
                 expected = lock.metadata.content_hash.get(platform)
                 allowed = backwards_compatible_content_hashes(spec, repodata, platform)
@@ -117,22 +103,26 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
 
 
 def lock(opts: LockOptions) -> None:
-    """`nox -s lock`: solve environment.yml for linux-64 into conda-lock.yml."""
-    runner = Runner(dry_run=opts.dry_run)
-    manager = find_manager()
-    if manager is None:
-        if not opts.dry_run:
-            raise no_manager_error()
-        runner.say("note: no conda manager found; a real run stops here")
-        exe: Path | str = "micromamba"
-    else:
-        exe = manager.exe
-    runner.run(lock_argv(exe))
-    if not opts.dry_run:
-        fresh, reason = check()
-        if not fresh:
-            raise UserError(f"conda-lock wrote a lock that does not verify: {reason}")
-        runner.say(f"{LOCK_FILE.name}: {PLATFORM} locked; {reason}")
+    """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml."""
+    write_lock(Runner(dry_run=opts.dry_run), list(opts.channel))
+
+
+def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
+               lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
+    """Solve (rattler, against environment.yml's channels or their --channel mirrors), write
+    with conda-lock's models, then verify with conda-lock's own parser and content hash."""
+    from scripts.env import rattler_env
+
+    if runner.dry_run:
+        where = ", ".join(mirrors) or "environment.yml's channels"
+        runner.say(f"[dry-run] would solve {env_file.name} for {PLATFORM} with py-rattler "
+                   f"against {where} and write {lock_file.name}")  # fmt: skip
+        return
+    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE, say=runner.say)
+    fresh, reason = check(env_file, lock_file)
+    if not fresh:
+        raise UserError(f"the lock written does not verify: {reason}")
+    runner.say(f"{lock_file.name}: {PLATFORM} locked, {len(locked)} packages; {reason}")
 
 
 def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:

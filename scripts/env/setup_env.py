@@ -1,8 +1,10 @@
 """`nox -s setup_env`: the shared env from the lock, TheRock's ROCm SDK, activation variables.
 
 Steps, each skipped when its inputs are unchanged (a stamp in conda-meta/, written last):
-  1. conda-lock.yml: generated first when missing; an out-of-date lock is an error.
-  2. `conda-lock install` into the prefix (recreates it, so 3-4 are always redone after).
+  1. conda-lock.yml: solved first when missing; an out-of-date lock is an error.
+  2. py-rattler installs the lock into the prefix: sha256-verified downloads into a package
+     cache, then only the difference to what the prefix holds. No conda manager is needed;
+     one, when present, only decides where named envs live (scripts.env.condaenv).
   3. pip: rocm[libraries,devel,device-<arch>] from TheRock's index (pins/rocm.toml),
      optionally TheRock's torch; then `rocm-sdk init` and `rocm-sdk path`.
   4. activate.d/deactivate.d scripts with only the variables that have an effect.
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.env import activation, archs, condaenv, lockfile, preamble, rocm_sdk
-from scripts.env.manager import Manager, find_manager, no_manager_error
+from scripts.env.manager import find_manager
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import load_toml
@@ -25,9 +27,6 @@ from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import SetupEnvOptions
 
 STAMP_VERSION = 1
-# What a dry run without a conda manager shows in place of the manager and the env's prefix.
-NO_MANAGER_EXE = Path("<conda manager: micromamba, mamba or conda>")
-NO_MANAGER_PREFIX = Path("<env prefix: in the envs dir of the conda manager you install>")
 
 
 def torch_aotriton_version(prefix: Path) -> str | None:
@@ -78,7 +77,7 @@ class Request:
 
 
 def check_prefix_usable(prefix: Path, force: bool) -> None:
-    """Refuse to let conda-lock replace what we did not make, or write where we cannot."""
+    """Refuse to let the installer replace what we did not make, or write where we cannot."""
     if prefix.exists():
         if not prefix.is_dir():
             raise UserError(f"env prefix {prefix} exists and is not a directory")
@@ -160,13 +159,30 @@ def provision(
     return result
 
 
+def install_conda_packages(prefix: Path, runner: Runner, mirrors: list[str]) -> None:
+    """The lock's packages into prefix with py-rattler (only the difference)."""
+    from scripts.env import rattler_env
+
+    cache = rattler_env.default_cache_dir()
+    if runner.dry_run:
+        runner.say(f"[dry-run] would install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) "
+                   f"into {prefix} with py-rattler: sha256-verified downloads into {cache}, "
+                   "then only the difference to the prefix")  # fmt: skip
+        return
+    channels = sorted({p.channel for p in rattler_env.locked_packages(lockfile.LOCK_FILE)})
+    mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
+    result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
+                                      mirrors=mapping)  # fmt: skip
+    runner.say(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
+               f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+
+
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
         show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
-    session = preamble.open_env(
-        opts, dry_run=opts.dry_run, makes_env=True, placeholder=NO_MANAGER_PREFIX
-    )
+    # No manager is needed: condaenv places a named env in its own data dir without one.
+    session = preamble.open_env(opts, dry_run=opts.dry_run, makes_env=True)
     runner = session.runner
     request = Request(
         arch=session.arch,
@@ -182,21 +198,15 @@ def setup_env(opts: SetupEnvOptions) -> None:
         raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
 
     manager = session.manager
-    if manager is None or session.location.prefix is None:
-        if not opts.dry_run:
-            raise no_manager_error()
-        runner.say("note: no conda manager found; a real run stops here")
-        manager = Manager("micromamba", NO_MANAGER_EXE, "placeholder")
     prefix = session.prefix
-    runner.say(
-        f"env {prefix} ({session.location.how}); manager {manager.exe} ({manager.found_via})"
-    )
+    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
+    runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
 
     if not lockfile.LOCK_FILE.is_file():
-        runner.say(f"{lockfile.LOCK_FILE.name} is missing: generating it first (as nox -s lock)")
-        runner.run(lockfile.lock_argv(manager.exe))
+        runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
+        lockfile.write_lock(runner, list(opts.channel))
     lock_sha = (
-        "(generated above)"
+        "(solved above)"
         if opts.dry_run and not lockfile.LOCK_FILE.is_file()
         else (lockfile.require_fresh())
     )
@@ -211,14 +221,9 @@ def setup_env(opts: SetupEnvOptions) -> None:
     needs_conda = opts.force or previous.get("inputs", {}).get("lock_sha256") != lock_sha
     if needs_conda:
         check_prefix_usable(prefix, opts.force)
-        if prefix.exists() and condaenv.is_conda_env(prefix):
-            runner.say(
-                f"note: conda-lock install recreates {prefix}; wheels installed into it "
-                "(install_wheels, build_aotriton) must be installed again afterwards"
-            )
         if not opts.dry_run:
             stamps.remove(stamp_file)  # an interrupted install must not look finished
-        runner.run(lockfile.install_argv(manager.exe, prefix))
+        install_conda_packages(prefix, runner, list(opts.channel))
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
         if not opts.dry_run:

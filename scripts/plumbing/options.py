@@ -75,7 +75,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--force",
-        sessions=(SETUP, *BUILDS),
+        sessions=(SETUP, *BUILDS, "update_pins"),
         action="store_true",
         help="redo even when up to date; replace or reset what would otherwise be refused "
         "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
@@ -90,6 +90,16 @@ OPTIONS: tuple[Option, ...] = (
         type=int,
         metavar="N",
         help="parallel build jobs (default: capped by CPU count and free memory)",
+    ),
+    _opt(
+        "--channel",
+        sessions=(SETUP, "lock"),
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL "
+        "when it has several): lock solves against it, setup_env downloads from it; the lock "
+        "keeps the channel's own URLs",
     ),
     # setup_env
     _opt(
@@ -351,11 +361,13 @@ class LockOptions(SessionOptions):
     prefix: str | None = None
     env_name: str | None = None
     dry_run: bool = False
+    channel: tuple[str, ...] = ()
 
 
 class SetupEnvOptions(EnvChoice):
     dry_run: bool = False
     force: bool = False
+    channel: tuple[str, ...] = ()
     show: bool = False
     profile: tuple[str, ...] = ()
     with_torch: bool = False
@@ -375,6 +387,7 @@ class UpdatePinsOptions(SessionOptions):
     arch: str | None = None
     workdir: str | None = None
     dry_run: bool = False
+    force: bool = False  # an inconsistent torch x AOTriton pin set: warn instead of refusing
     project: tuple[str, ...] | None = None
     port_patches: bool = False
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from scripts.plumbing.datafiles import load_toml, require
 from scripts.plumbing.errors import UserError
-from scripts.sources import pins
+from scripts.sources import pins, submodules
 
 VARIANTS_FILE = "aotriton_variants.toml"
 UPSTREAM = "upstream"
@@ -76,7 +76,7 @@ def _parse(name: str, raw: Any, path: Path) -> Variant:
         raise UserError(f"{where}: 'tested' must be one of {', '.join(TESTED)}, got {tested!r}")
     data = {
         "version": require(raw, "version", str, where),
-        "submodules": bool(raw.get("submodules", True)),
+        "submodules": submodules.pinned_paths(raw, where),
         "variant": name,
     }
     pin = pins.Pin(
@@ -131,9 +131,12 @@ def choose(
     return next((v for v in variants.values() if arch in v.arches), None)
 
 
-def update_variant_pins(runner, resolve, pins_dir: str | os.PathLike[str] | None = None) -> None:
+def update_variant_pins(
+    runner, resolve, pins_dir: str | os.PathLike[str] | None = None, *, record=None
+) -> None:
     """update_pins for variants: resolve each variant's ref with resolve(runner, url, ref) and
-    rewrite only its commit line, as for pins/aotriton.toml."""
+    rewrite only its commit line, as for pins/aotriton.toml; then record(path, table, url,
+    commit, checkout name) re-reads what else is recorded with the commit (submodules)."""
     directory = pins.resolve_pins_dir(pins_dir)
     path = directory / VARIANTS_FILE
     for name, variant in load_variants(directory).items():
@@ -146,3 +149,5 @@ def update_variant_pins(runner, resolve, pins_dir: str | os.PathLike[str] | None
         else:
             pins.rewrite_commit(path, "variant", new, table=f"variant.{name}")
             runner.say(f"{label}: {variant.pin.ref} {variant.pin.commit[:12]} -> {new[:12]}")
+        if record is not None:
+            record(path, f"variant.{name}", variant.pin.url, new, f"aotriton-{name}")

@@ -107,22 +107,25 @@ def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
     return result.returncode == 0
 
 
-def _submodule_args(submodules: bool | Sequence[str]) -> list[str] | None:
-    if submodules is False or submodules is None:
-        return None
-    if submodules is True:
-        return []
-    return ["--", *submodules]
+def _submodule_paths(submodules: Sequence[str] | None) -> tuple[str, ...]:
+    """The pinned submodule paths (scripts.sources.submodules); none for a falsy value."""
+    if not submodules:
+        return ()
+    if isinstance(submodules, str) or submodules is True:
+        raise TypeError("submodules must be the pinned list of paths")
+    return tuple(submodules)
 
 
-def _submodules_ready(runner: Runner, checkout: Path, submodules: bool | Sequence[str]) -> bool:
-    extra = _submodule_args(submodules)
-    if extra is None or not (checkout / ".gitmodules").is_file():
+def _submodules_ready(runner: Runner, checkout: Path, submodules: Sequence[str] | None) -> bool:
+    """Every pinned path initialised and at the commit the tree records (' ' status)."""
+    paths = _submodule_paths(submodules)
+    if not paths:
         return True
-    result = git(runner, checkout, "submodule", "status", "--recursive", *extra, check=False)
+    result = git(runner, checkout, "submodule", "status", "--", *paths, check=False)
     if result.returncode != 0:
         return False
-    return all(line[:1] == " " for line in result.stdout.splitlines() if line)
+    lines = [line for line in result.stdout.splitlines() if line]
+    return len(lines) == len(paths) and all(line[:1] == " " for line in lines)
 
 
 def ensure_checkout(
@@ -131,10 +134,11 @@ def ensure_checkout(
     runner: Runner,
     *,
     force: bool = False,
-    submodules: bool | Sequence[str] = False,
+    submodules: Sequence[str] | None = None,
 ) -> Path:
     """Make dest a checkout of pin.url at exactly pin.commit (or at the patched state that
-    scripts.sources.patches recorded for it). Returns dest."""
+    scripts.sources.patches recorded for it), with exactly the pinned submodule paths
+    initialised (`git submodule update --init -- <paths>`). Returns dest."""
     dest = Path(dest)
     if runner.dry_run:
         _print_plan(pin, dest, runner, force=force, submodules=submodules)
@@ -165,8 +169,14 @@ def ensure_checkout(
             state is not None and state.base == pin.commit and head == state.head
         )
         changes = tracked_changes(runner, dest) if head else []
-        if ours and not changes and _submodules_ready(runner, dest, submodules):
-            runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
+        if ours and not changes:
+            if _submodules_ready(runner, dest, submodules):
+                runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
+                return dest
+            # HEAD is the pin or our patched state: only the submodules are missing, so they
+            # are fetched where they are; a reset would drop the applied patches.
+            _update_submodules(runner, dest, submodules, force=force)
+            runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - submodules added")
             return dest
         if changes:
             if not force:
@@ -243,12 +253,12 @@ def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
 
 
 def _update_submodules(
-    runner: Runner, dest: Path, submodules: bool | Sequence[str], *, force: bool
+    runner: Runner, dest: Path, submodules: Sequence[str] | None, *, force: bool
 ) -> None:
-    extra = _submodule_args(submodules)
-    if extra is None or not (dest / ".gitmodules").is_file():
+    paths = _submodule_paths(submodules)
+    if not paths:
         return
-    git(runner, dest, "submodule", "sync", "-q", "--recursive", capture=False)
+    git(runner, dest, "submodule", "sync", "-q", "--", *paths, capture=False)
     result = git(
         runner,
         dest,
@@ -256,19 +266,20 @@ def _update_submodules(
         "update",
         "-q",
         "--init",
-        "--recursive",
         *(["--force"] if force else []),
-        *extra,
+        "--",
+        *paths,
         check=False,
     )
     if result.returncode != 0:
         raise UserError(
-            f"submodule update failed in {dest}: {last_line(result.stderr) or 'see output'}"
+            f"submodule update failed in {dest} for {', '.join(paths)}: "
+            f"{last_line(result.stderr) or 'see output'}"
         )
 
 
 def _print_plan(
-    pin: Pin, dest: Path, runner: Runner, *, force: bool, submodules: bool | Sequence[str]
+    pin: Pin, dest: Path, runner: Runner, *, force: bool, submodules: Sequence[str] | None
 ) -> None:
     if not (dest / ".git").exists():
         git(runner, dest, "init", "-q")
@@ -280,7 +291,7 @@ def _print_plan(
     git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.commit)
     git(runner, dest, "update-ref", pin_ref(pin.commit), pin.commit)
     git(runner, dest, "checkout", "-q", *(["-f"] if force else []), "--detach", pin.commit)
-    extra = _submodule_args(submodules)
-    if extra is not None:
-        git(runner, dest, "submodule", "sync", "-q", "--recursive")
-        git(runner, dest, "submodule", "update", "-q", "--init", "--recursive", *extra)
+    paths = _submodule_paths(submodules)
+    if paths:
+        git(runner, dest, "submodule", "sync", "-q", "--", *paths)
+        git(runner, dest, "submodule", "update", "-q", "--init", "--", *paths)

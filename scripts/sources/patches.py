@@ -13,7 +13,9 @@ patch is classified with two checks read together (`git apply --check` and
 `git apply --reverse --check`: forward ok = apply, reverse ok only = already contained, both
 fail = conflict), applied with `git am` under a fixed committer identity and
 --committer-date-is-author-date (same pin + same patches = same HEAD), and on any failure the
-checkout goes back to the pristine pinned commit before the error names patch, file and commit.
+checkout goes back to the state it was in (the pristine pin, or the patched state of the set
+applied before) before the error names patch, file and commit. Edits made after patching are
+never discarded here; a re-apply reports them.
 """
 
 from __future__ import annotations
@@ -283,22 +285,31 @@ def apply_patch_set(
     head = checkouts.head_commit(runner, checkout)
     state = checkouts.read_state(checkout)
     ours = state is not None and state.base == commit and head == state.head
+    changes = checkouts.tracked_changes(runner, checkout)
     if ours and state.patches == tuple(found.shas):
         runner.say(f"{project}: patch set {label} already applied (HEAD {head[:12]})")
+        if changes:  # kept (they are the user's), but the build is not of the patched pin alone
+            runner.say(
+                f"{project}: WARNING: {checkout} has {len(changes)} edit(s) made after the "
+                f"patches were applied (e.g. '{changes[0].strip()}'); kept, and built as they are"
+            )
         return found.shas
-    changes = checkouts.tracked_changes(runner, checkout)
     if changes:
         raise UserError(
             f"{checkout} has local edits ('{changes[0].strip()}'); cannot apply {label} "
             "(pass --force to discard them)"
         )
+    # Where a failure goes back to: the state the tree was in (the pin, or the patched state
+    # of the previous set), never further.
+    restore_to, restored = commit, "the pristine pin"
     if head != commit:
         if not ours:
             raise UserError(
                 f"{checkout}: HEAD {head[:12] if head else 'none'} is neither the pinned commit "
                 f"{commit[:12]} nor its recorded patched state; cannot apply {label}"
             )
-        # Our own commits from an older version of the set: back to the pristine pin.
+        # Our own commits from an older version of the set: the new set starts at the pin.
+        restore_to, restored = head, f"its previous patched state {head[:12]}"
         _rollback(runner, checkout, commit)
     skipped = []
     for patch in found.patches:
@@ -308,17 +319,17 @@ def apply_patch_set(
             runner.say(f"{project}: {patch.name} is already contained at this commit; skipped")
             continue
         if verdict == "conflict":
-            _rollback(runner, checkout, commit)
+            _rollback(runner, checkout, restore_to)
             raise UserError(
                 f"patch {_display(patch.path)} does not apply to {project} {commit[:12]}: "
-                f"{_failed_file(detail)} conflicts; checkout reset to the pristine pin"
+                f"{_failed_file(detail)} conflicts; checkout back at {restored}"
             )
         result = _am(runner, checkout, patch.path, check=False)
         if result.returncode != 0:
-            _rollback(runner, checkout, commit)
+            _rollback(runner, checkout, restore_to)
             raise UserError(
                 f"patch {_display(patch.path)} failed in git am on {project} {commit[:12]}: "
-                f"{_failed_file(result.stderr + result.stdout)}; checkout reset to the pristine pin"
+                f"{_failed_file(result.stderr + result.stdout)}; checkout back at {restored}"
             )
     new_head = checkouts.head_commit(runner, checkout) or commit
     git(runner, checkout, "update-ref", checkouts.patched_ref(new_head), new_head)

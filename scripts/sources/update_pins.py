@@ -2,6 +2,11 @@
 the `commit = "..."` line of pins/<project>.toml (comments stay), and report per project whether
 its patch set still applies at the new commit; `--port-patches` copies a set that applies
 cleanly to patches/<project>/<new commit>/.
+
+Besides the commit it records, read from the new commit itself: the submodule paths to
+initialise (AOTriton and its variants, scripts.sources.submodules) and which AOTriton the torch
+pin's own aotriton.cmake names ([pytorch.aotriton], scripts.sources.pin_set). It then refuses an
+inconsistent torch x AOTriton pin set (--force: a warning).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from scripts.plumbing import paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import UpdatePinsOptions
-from scripts.sources import pins
+from scripts.sources import pin_records, pin_set, pins, submodules
 from scripts.sources.checkouts import git, has_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
@@ -72,11 +77,25 @@ def update_pins(opts: UpdatePinsOptions) -> None:
     if "aotriton" in (opts.project or pins.PROJECTS):
         from scripts.sources.aotriton_variants import update_variant_pins
 
+        def record(path: Path, table: str, url: str, commit: str, name: str) -> None:
+            record_submodules(path, table, url, commit, paths.src_dir(work, name), runner)
+
         try:
-            update_variant_pins(runner, ls_remote, directory)
+            update_variant_pins(runner, ls_remote, directory, record=record)
         except UserError as e:
             failures.append(f"aotriton variants: {e}")
             runner.say(f"aotriton variants: FAILED: {e}")
+    chosen = set(opts.project or pins.PROJECTS)
+    broken = {f.split(":", 1)[0].split()[0] for f in failures}
+    if chosen & {"pytorch", "aotriton"} and not broken & {"pytorch", "aotriton"}:
+        if runner.dry_run:
+            runner.say("[dry-run] would check the torch x AOTriton pin set")
+        else:
+            try:
+                _check_pin_set(directory, work, runner, force=opts.force)
+            except UserError as e:
+                failures.append(f"pin set: {e}")
+                runner.say(f"pin set: FAILED: {e}")
     if failures:
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {failures[0]}")
 
@@ -92,6 +111,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         if project == "aotriton" and old == pins.FROM_PYTORCH:
             pin = pins.load_pin("aotriton", directory, workdir=work)
             runner.say(f"{name}: follows PyTorch -> {pin.commit[:12]} ({pin.source})")
+            record_submodules(path, name, url, pin.commit, paths.src_dir(work, "aotriton"), runner)
             _report_patches(project, old_commit=None, new=pin.commit, work=work, runner=runner)
             continue
         new = ls_remote(runner, url, ref)
@@ -104,6 +124,10 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             pins.rewrite_commit(path, project, new, table=name)
             shown = old[:12] if isinstance(old, str) and old else "unset"
             runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
+        if project == "aotriton" and name == "aotriton":
+            record_submodules(path, name, url, new, paths.src_dir(work, "aotriton"), runner)
+        if project == "pytorch" and name == "pytorch":
+            _record_torch_aotriton(path, directory, work, runner)
         old_commit = old if isinstance(old, str) and HEX40.fullmatch(old) else None
         _report_patches(
             project, old_commit=old_commit, new=new, work=work, runner=runner, port=port
@@ -148,3 +172,65 @@ def _report_patches(
         runner.say(f"{project}: ported the set to {target}")
     elif ok:
         runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
+
+
+def record_submodules(
+    path: Path, table: str, url: str, commit: str, checkout: Path, runner: Runner
+) -> None:
+    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
+    if runner.dry_run:
+        runner.say(f"[dry-run] {table}: would record the submodule paths of {commit[:12]}")
+        return
+    if not (checkout / ".git").exists():
+        runner.say(
+            f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
+            "(build once, then rerun update_pins); the recorded list is kept"
+        )
+        return
+    if not has_commit(runner, checkout, commit):
+        fetched = git(runner, checkout, "fetch", "-q", "--no-tags", url, commit, check=False)
+        if fetched.returncode != 0:
+            raise UserError(
+                f"{table}: cannot fetch {commit[:12]} to read its submodules: "
+                f"{last_line(fetched.stderr)}"
+            )
+    tree = submodules.read_tree_submodules(runner, checkout, commit)
+    changed = pin_records.set_values(path, table, {"submodules": list(tree.initialisable)})
+    unmapped = (
+        f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(tree.unmapped)}"
+        if tree.unmapped
+        else ""
+    )
+    runner.say(
+        f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
+        f"{unmapped}{' (rewrote ' + path.name + ')' if changed else ''}"
+    )
+
+
+def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
+    """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
+    if runner.dry_run:
+        runner.say(f"[dry-run] pytorch: would read {pins.AOTRITON_CMAKE} at the new commit")
+        return
+    pytorch = pins.load_pin("pytorch", directory, workdir=work)
+    named = pin_set.read_from_torch(pytorch, workdir=work)
+    values = {
+        "pytorch_commit": pytorch.commit,
+        "version": named.version or "",
+        "commit": named.commit,
+        "source": named.source,
+    }
+    if not named.version:
+        values.pop("version")
+    pin_records.set_values(path, pin_set.RECORD_TABLE, values)
+    runner.say(
+        f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
+        f"{named.commit[:12]} ({named.source}); recorded in [{pin_set.RECORD_TABLE}]"
+    )
+
+
+def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) -> None:
+    aotriton = pins.load_pin("aotriton", directory, workdir=work)
+    version = str(aotriton.data.get("version") or "")
+    for line in pin_set.check(aotriton, version, force=force, workdir=work):
+        runner.say(line)

@@ -11,12 +11,21 @@ AOTriton 0.10.0) and of its cpptune tuner, following the interfaces read there:
   the tuning build's bindings on PYTHONPATH; writes one JSON record per line.
 - v2python/table_tool.py --action rawjson -k FLASH -f <sqlite3> -i <json>: best record per
   input into the FLASH tables.
+- submodules as the real tree has them: gitlinks third_party/{aiter,incbin,pybind11,triton},
+  but .gitmodules maps only incbin, pybind11 and triton (a96e8f2 re-added the aiter gitlink
+  without a mapping), so `git submodule update --init --recursive` fails with "No url found for
+  submodule path 'third_party/aiter' in .gitmodules"; CMakeLists.txt stops without
+  third_party/pybind11/CMakeLists.txt when AOTRITON_NO_PYTHON=OFF.
+- test/tune_flash.py ends in a Textual app, `app.run(mouse=False, inline=True,
+  headless=args.debug_headless)`: the stand-in fails at once without a terminal unless
+  --debug_headless is given (the real inline app needs one).
 $STANDIN_TUNE_STOP_AFTER=N makes the tuner die after N new records (an interrupted run).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import sqlite3
 import tarfile
 from pathlib import Path
@@ -57,6 +66,11 @@ if(NOT packs)
   message(FATAL_ERROR "aotriton: no supported target arch in input list")
 endif()
 list(REMOVE_DUPLICATES packs)
+if(NOT AOTRITON_NO_PYTHON)
+  if(NOT EXISTS ${CMAKE_SOURCE_DIR}/third_party/pybind11/CMakeLists.txt)
+    message(FATAL_ERROR "third_party/pybind11 is not initialized")
+  endif()
+endif()
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 execute_process(COMMAND ${CMAKE_COMMAND} -E tar xf
   "${CMAKE_SOURCE_DIR}/v3python/rules/tuning_database.sqlite3.tar.xz"
@@ -104,11 +118,14 @@ def parse():
     p.add_argument("--json_file", type=Path, required=True, default=None)
     p.add_argument("--overwrite_json_file", dest="continue_from_json_file",
                    action="store_false")
+    p.add_argument("--debug_headless", action="store_true")
     return p.parse_args()
 
 
 def main():
     a = parse()
+    if not a.debug_headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        sys.exit("stand-in: the tuner's inline Textual app needs a terminal; pass --debug_headless")
     import pyaotriton_standin as binding  # the tuning build's bindings, via PYTHONPATH
     if binding.BUILD_FOR_TUNING != "ON" or not binding.SUFFIX:
         sys.exit("tune_flash.py needs a build with AOTRITON_BUILD_FOR_TUNING=ON and a suffix")
@@ -200,8 +217,17 @@ def tuning_database_tar_xz() -> bytes:
     return buffer.getvalue()
 
 
+PORT_SUBMODULES = ("third_party/incbin", "third_party/pybind11", "third_party/triton")
+UNMAPPED_GITLINK = "third_party/aiter"
+
+
 def make_port(root: Path) -> tuple[Path, str]:
     """The stand-in port as a git repo; returns (repo, HEAD commit)."""
+    subs = {
+        "third_party/incbin": {"incbin.h": "/* stand-in incbin */\n"},
+        "third_party/pybind11": {"CMakeLists.txt": "# stand-in pybind11\n"},
+        "third_party/triton": {"python/setup.py": "# stand-in triton\n"},
+    }
     repo = root / "aotriton-gfx908-port"
     make_repo(
         repo,
@@ -216,11 +242,20 @@ def make_port(root: Path) -> tuple[Path, str]:
             "count_rows.py": COUNT_ROWS,
         },
     )
+    for path, files in subs.items():
+        sub = root / "port-submodules" / path.rsplit("/", 1)[1]
+        make_repo(sub, files)
+        git(repo, "submodule", "add", "-q", f"file://{sub}", path)
+    # aiter: a gitlink with no .gitmodules entry, as the real tree has it
+    aiter = root / "port-submodules" / "aiter"
+    aiter_commit = make_repo(aiter, {"README.md": "stand-in aiter\n"})
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{aiter_commit},{UNMAPPED_GITLINK}")
     rules = repo / "v3python" / "rules"
     rules.mkdir(parents=True)
     (rules / "tuning_database.sqlite3.tar.xz").write_bytes(tuning_database_tar_xz())
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "add the reused gfx90a tuning database")
+    git(repo, "add", "v3python")
+    git(repo, "commit", "-q", "-m", "submodules as the port has them; the reused gfx90a database")
+    # the author's work tree has the submodules; a clone does not
     return repo, git(repo, "rev-parse", "HEAD")
 
 
@@ -231,5 +266,5 @@ def variants_toml(repo: Path, commit: str) -> str:
         'status = "community"\ntested = "untested"\nwhy = "stand-in of the gfx908 port"\n'
         'arches = ["gfx908"]\npack = "gfx908"\ngpus = ["gfx908_mod0"]\n'
         'dtypes = ["float16"]\ntuner = "cpptune"\ntune_head_dims = [32, 64]\n'
-        "submodules = false\n"
+        f"submodules = {json.dumps(list(PORT_SUBMODULES))}\n"
     )

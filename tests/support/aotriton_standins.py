@@ -150,8 +150,9 @@ if(NOT TARGET_GPUS STREQUAL "OBSOLETE")
 endif()
 include(FindPkgConfig)
 pkg_search_module(LZMA REQUIRED liblzma)
-if(NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/incbin/incbin.h")
-  message(FATAL_ERROR "submodule third_party/incbin is missing")
+# the real one pip-installs third_party/triton for the image build (0.13b: its only submodule)
+if(NOT AOTRITON_NOIMAGE_MODE AND NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/triton/python")
+  message(FATAL_ERROR "submodule third_party/triton is missing")
 endif()
 set(packs "")
 foreach(arch IN LISTS AOTRITON_TARGET_ARCH)
@@ -229,10 +230,14 @@ PyMODINIT_FUNC PyInit_pyaotriton(void) { return PyModule_Create(&module); }
 """
 
 
+UPSTREAM_SUBMODULE = "third_party/triton"
+
+
 def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, str]:
-    """A git repo shaped like AOTriton (with a submodule); returns (repo, HEAD commit)."""
-    incbin = root / "incbin-upstream"
-    make_repo(incbin, {"incbin.h": "/* stand-in incbin */\n"})
+    """A git repo shaped like AOTriton; returns (repo, HEAD commit). Its one submodule is
+    third_party/triton, as at 0.13b (6e00ef3e: the only gitlink, mapped in .gitmodules)."""
+    triton = root / "triton-upstream"
+    make_repo(triton, {"python/setup.py": "# stand-in triton\n"})
     repo = root / "aotriton-upstream"
     make_repo(
         repo,
@@ -244,8 +249,8 @@ def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, s
             "src/pyaotriton.c": PYAOTRITON_C,
         },
     )
-    git(repo, "submodule", "add", "-q", f"file://{incbin}", "third_party/incbin")
-    git(repo, "commit", "-q", "-m", "add incbin submodule")
+    git(repo, "submodule", "add", "-q", f"file://{triton}", UPSTREAM_SUBMODULE)
+    git(repo, "commit", "-q", "-m", "add the triton submodule")
     git(repo, "tag", "0.13b")
     return repo, git(repo, "rev-parse", "HEAD")
 
@@ -254,16 +259,48 @@ def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, s
 
 
 def write_aotriton_pin(
-    pins_dir: Path, url: str, commit: str, ref: str = "main", **fields: str | bool
+    pins_dir: Path, url: str, commit: str, ref: str = "main", **fields: str | bool | list[str]
 ) -> Path:
-    """pins/aotriton.toml as a user's: url, ref, commit, then `fields` (version, tuner, ...)."""
+    """pins/aotriton.toml as a user's: url, ref, commit, then `fields` (version, tuner, ...).
+    Unless pins_dir has one, also a pins/pytorch.toml whose recorded aotriton.cmake names this
+    AOTriton (scripts.sources.pin_set), so the pin set is consistent."""
     lines = ["[aotriton]", f'url = "{url}"', f'ref = "{ref}"', f'commit = "{commit}"']
     for key, value in fields.items():
-        lines.append(
-            f"{key} = {str(value).lower()}" if isinstance(value, bool) else f'{key} = "{value}"'
-        )
+        if isinstance(value, bool):
+            lines.append(f"{key} = {str(value).lower()}")
+        elif isinstance(value, list):
+            lines.append(f"{key} = [" + ", ".join(f'"{v}"' for v in value) + "]")
+        else:
+            lines.append(f'{key} = "{value}"')
     path = pins_dir / "aotriton.toml"
     path.write_text("\n".join(lines) + "\n")
+    torch = pins_dir / "pytorch.toml"
+    if not torch.exists() and commit != "from-pytorch":
+        write_pytorch_pin(pins_dir, aotriton_commit=commit, aotriton_version=fields.get("version"))
+    return path
+
+
+STANDIN_TORCH_COMMIT = "b" * 40
+
+
+def write_pytorch_pin(
+    pins_dir: Path,
+    *,
+    aotriton_commit: str,
+    aotriton_version: object = None,
+    torch_commit: str = STANDIN_TORCH_COMMIT,
+    recorded_for: str | None = None,
+) -> Path:
+    """pins/pytorch.toml with a [pytorch.aotriton] record (as update_pins writes it) saying the
+    torch names that AOTriton; recorded_for: the torch commit the record was read at."""
+    version = f'version = "{aotriton_version}"\n' if isinstance(aotriton_version, str) else ""
+    path = pins_dir / "pytorch.toml"
+    path.write_text(
+        f'[pytorch]\nurl = "https://example.invalid/pytorch"\nref = "nightly"\n'
+        f'commit = "{torch_commit}"\n\n[pytorch.aotriton]\n'
+        f'pytorch_commit = "{recorded_for or torch_commit}"\n{version}'
+        f'commit = "{aotriton_commit}"\nsource = "stand-in record"\n'
+    )
     return path
 
 

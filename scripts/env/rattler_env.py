@@ -1,0 +1,382 @@
+"""py-rattler as the one conda solver and installer; conda-lock.yml stays the lock format.
+
+- solve_lock(): environment.yml (parsed by conda-lock, as its content hash sees it) solved by
+  rattler's resolvo against its channels, or mirrors of them (`--channel URL`, file:// too),
+  written with conda-lock's own models and writer. Locked URLs always name the channel of
+  environment.yml, never the mirror, so the lock is the same wherever it was solved.
+- install_lock(): the lock's linux-64 packages fetched into a package cache and checked
+  against the lock's sha256 *before* anything touches the prefix, then linked by rattler's
+  installer, which installs only the difference to what the prefix already has.
+
+Every rattler call goes through rattler_runtime.run (exit-time crash, see there).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scripts.env import rattler_runtime
+from scripts.plumbing.errors import UserError
+
+if TYPE_CHECKING:
+    import rattler
+
+PLATFORM = "linux-64"
+CACHE_ENV = "ROCMFA_CONDA_CACHE"
+_CHUNK = 1 << 20
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$ROCMFA_CONDA_CACHE, else $XDG_CACHE_HOME/rocm-fa-workflow/conda (~/.cache/...)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(CACHE_ENV):
+        return Path(environ[CACHE_ENV]).expanduser()
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
+
+
+# --- channels and mirrors ---------------------------------------------------------------
+
+
+def channel_base(channel: str) -> str:
+    """conda-forge -> https://conda.anaconda.org/conda-forge/ (URLs kept, with one '/')."""
+    if "://" in channel:
+        return channel.rstrip("/") + "/"
+    return f"https://conda.anaconda.org/{channel.strip('/')}/"
+
+
+def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
+    """`--channel URL` mirrors environment.yml's only channel; `NAME=URL` names the channel.
+    Returns {canonical base: mirror base}."""
+    mirrors: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or "://" in name:
+            if len(channels) != 1:
+                raise UserError(
+                    f"--channel {value}: environment.yml has channels {', '.join(channels)}; "
+                    "say which one it mirrors: --channel NAME=URL"
+                )
+            name, url = channels[0], value
+        if channel_base(name) not in {channel_base(c) for c in channels}:
+            raise UserError(f"--channel {value}: {name} is not a channel of environment.yml")
+        if "://" not in url:
+            url = Path(url).expanduser().resolve().as_uri()
+        mirrors[channel_base(name)] = channel_base(url)
+    return mirrors
+
+
+def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
+    for old, new in mapping.items():
+        if url.startswith(old):
+            return new + url[len(old) :]
+    return url
+
+
+# --- solving into conda-lock.yml ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_conda_lock():
+    """conda-lock logs its virtual-package repo at INFO (on the root logger, which nox shows)."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
+    """The virtual packages conda-lock hashes (its FakeRepoData), for rattler's solver."""
+    import rattler
+
+    return [
+        rattler.GenericVirtualPackage(
+            rattler.PackageName(p.name),
+            rattler.Version(p.version),
+            rattler.BuildString(p.build_string or "0"),  # rattler wants one; conda uses 0
+        )
+        for p, subdirs in vpr.packages_by_subdir.items()
+        if platform in subdirs
+    ]
+
+
+def match_spec(dep: Any) -> str:
+    """A conda-lock VersionedDependency as a conda match spec string."""
+    spec = dep.name
+    if dep.version or dep.build:
+        spec += f" {dep.version or '*'}"
+    if dep.build:
+        spec += f" {dep.build}"
+    return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
+
+
+def solve(
+    specs: list[str],
+    channels: list[str],
+    virtual: list[Any],
+    platform: str = PLATFORM,
+    cache_dir: Path | None = None,
+) -> list[rattler.RepoDataRecord]:
+    """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
+    Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
+    import rattler
+    from rattler.exceptions import SolverError
+
+    cache_dir = cache_dir or default_cache_dir()
+
+    async def go() -> list[rattler.RepoDataRecord]:
+        return await rattler.solve(
+            sources=[rattler.Channel(url) for url in channels],
+            specs=specs,
+            gateway=rattler.Gateway(cache_dir=cache_dir / "repodata"),
+            platforms=[platform, "noarch"],
+            virtual_packages=virtual,
+        )
+
+    try:
+        return rattler_runtime.run(go)
+    except SolverError as error:
+        raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
+    except Exception as error:  # channel fetch errors and the like, from rattler
+        raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    # rattler's solver message: a heading, then a tree of why; keep the conflict lines.
+    text = " ".join(lines[:8])
+    return text if len(text) < 600 else text[:597] + "..."
+
+
+def locked_dependencies(
+    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str], platform: str
+) -> list[Any]:
+    """conda-lock's LockedDependency per record, dependencies as conda-lock writes them."""
+    from conda_lock.interfaces.vendored_conda import MatchSpec
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    locked = []
+    for record in records:
+        by_name: dict[str, list[Any]] = {}
+        for dep in record.depends:
+            spec = MatchSpec(dep)  # type: ignore[arg-type]
+            by_name.setdefault(spec.name, []).append(spec)
+        dependencies = {}
+        for name, specs in by_name.items():
+            merged = specs[0] if len(specs) == 1 else MatchSpec.merge(specs)[0]
+            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
+        if not record.sha256 or not record.md5:
+            raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
+        locked.append(
+            LockedDependency(
+                name=record.name.normalized,
+                version=str(record.version),
+                manager="conda",
+                platform=platform,
+                dependencies=dependencies,
+                url=_swap_base(record.url, canonical),
+                hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+            )
+        )
+    return locked
+
+
+def solve_lock(
+    env_file: Path,
+    lock_file: Path,
+    mirrors: list[str],
+    cuda: str,
+    say=print,
+    cache_dir: Path | None = None,
+) -> list[Any]:
+    """Solve env_file for linux-64 and write lock_file with conda-lock's models."""
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.lockfile import apply_categories, write_conda_lock_file
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
+        mapping = Path(tmp) / "mapping.json"  # local and empty: the default one is downloaded
+        mapping.write_text("{}")
+        try:
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=[PLATFORM], mapping_url=str(mapping)
+            )
+        except Exception as e:
+            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+        conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
+        if len(conda_deps) != len(spec.dependencies[PLATFORM]):
+            raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
+        channels = [c.url for c in spec.channels]
+        mirror_of = parse_mirrors(mirrors, channels)
+        sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
+        vpr = default_virtual_package_repodata(cuda)
+        with vpr:
+            specs = [match_spec(d) for d in conda_deps]
+            say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+            records = solve(specs, sources, virtual_packages(vpr), cache_dir=cache_dir)
+            hashes = compute_content_hashes(spec, vpr)
+        canonical = {mirror: base for base, mirror in mirror_of.items()}
+        planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
+        apply_categories(
+            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=str(mapping)
+        )
+    meta = LockMeta(
+        content_hash=hashes,
+        channels=list(spec.channels),
+        platforms=[PLATFORM],
+        sources=[os.path.relpath(env_file, lock_file.parent)],
+    )
+    write_conda_lock_file(
+        Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
+    )
+    return list(planned.values())
+
+
+# --- installing conda-lock.yml --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    url: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def channel(self) -> str:
+        return self.url.rsplit("/", 2)[0]
+
+
+def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPackage]:
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    lock = parse_conda_lock_file(lock_file)
+    packages = []
+    for p in lock.package:
+        if p.platform != platform:
+            continue
+        if p.manager != "conda":
+            raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
+        if not p.hash.sha256:
+            raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
+        packages.append(LockedPackage(p.name, p.url, p.hash.sha256))
+    return packages
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch_verified(package: LockedPackage, archives: Path, source_url: str) -> Path:
+    """The package's archive in the cache, its sha256 equal to the lock's (downloaded if
+    absent; a cached file with other bytes is fetched again)."""
+    target = archives / package.filename
+    if target.is_file() and _sha256(target) == package.sha256:
+        return target
+    archives.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{package.filename}.", dir=archives)
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(source_url, timeout=60) as response:
+                    while chunk := response.read(_CHUNK):
+                        digest.update(chunk)
+                        out.write(chunk)
+            except (OSError, ValueError) as e:
+                raise UserError(f"cannot download {source_url}: {e}") from None
+        if digest.hexdigest() != package.sha256:
+            raise UserError(
+                f"{package.filename}: sha256 {digest.hexdigest()} does not match the lock's "
+                f"{package.sha256} (from {source_url}); nothing was installed"
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    installed: list[str]
+    removed: list[str]
+    unchanged: int
+
+
+def _prefix_packages(prefix: Path) -> set[str]:
+    return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
+
+
+def install_lock(
+    lock_file: Path,
+    prefix: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirrors: Mapping[str, str] | None = None,
+    jobs: int = 8,
+    reporter: Any = None,
+) -> InstallResult:
+    """Make prefix hold exactly the lock's linux-64 packages (a real conda prefix)."""
+    import rattler
+
+    cache_dir = cache_dir or default_cache_dir()
+    packages = locked_packages(lock_file)
+    archives = cache_dir / "archives"
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        paths = list(
+            pool.map(
+                lambda p: fetch_verified(p, archives, _swap_base(p.url, mirrors or {})), packages
+            )
+        )
+
+    async def records() -> list[rattler.RepoDataRecord]:
+        out = []
+        for package, path in zip(packages, paths, strict=True):
+            record = await rattler.RepoDataRecord.from_package_archive(path)
+            # Linked from the verified archive; the origin stays in the channel field.
+            record.url = path.resolve().as_uri()
+            record.channel = package.channel
+            out.append(record)
+        return out
+
+    wanted = rattler_runtime.run(records)
+    before = _prefix_packages(prefix)
+
+    async def link() -> None:
+        await rattler.install(
+            wanted,
+            target_prefix=prefix,
+            cache_dir=cache_dir / "pkgs",
+            show_progress=False,
+            execute_link_scripts=False,
+            reporter=reporter,
+        )
+
+    try:
+        rattler_runtime.run(link)
+    except Exception as error:
+        raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
+    after = _prefix_packages(prefix)
+    return InstallResult(sorted(after - before), sorted(before - after), len(after & before))

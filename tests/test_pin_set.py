@@ -1,0 +1,179 @@
+"""One consistent pin set (scripts.sources.pin_set): the torch pin's own aotriton.cmake against
+pins/aotriton.toml, recorded by update_pins, checked before the first command; and the
+release lists of old aotriton.cmake files read the way CMake reads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripts.builds import aotriton_release
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
+from scripts.sources import pin_set, pins, update_pins
+from tests.support import aotriton_standins as st
+
+C_013 = "6e00ef3e335b45dfb49065259533b59c68995bfe"
+C_012 = "269036897bcee4292f4e928767df1e3dd0e3c8bd"
+C_0121 = "8fdb4a4353f95b88c9542f5e5637efc1e1e0e530"
+OLD_SUM = "c51b23065dd0ef50ad89386524ee423ee0deb3d43aaf6eb27bdb97afdbf5e004"
+CMAKE = pins.AOTRITON_CMAKE
+# The form of PyTorch's aotriton.cmake since 0.13b (form C; ROCm/pytorch, docs/upstream-
+# interfaces.md), reduced to the lines pins.parse_aotriton_cmake reads.
+NAMES_012 = f"""
+  set(__AOTRITON_VER "0.12b")
+  if(DEFINED ENV{{PYTORCH_AOTRITON_COMMIT}})
+    set(__AOTRITON_CI_COMMIT "$ENV{{PYTORCH_AOTRITON_COMMIT}}")
+  else()
+    set(__AOTRITON_CI_COMMIT "{C_012}")
+  endif()
+"""
+# An old ROCm/pytorch aotriton.cmake (cacab34e, AOTriton 0.4.2b): rocm6.2 listed twice, bz2.
+OLD_TWICE = """
+  set(__AOTRITON_VER "0.4.2b")
+  set(__AOTRITON_MANYLINUX_LIST
+      "manylinux_2_17"  # rocm6.2
+      "manylinux_2_28"  # rocm6.2
+      )
+  set(__AOTRITON_ROCM_LIST
+      "rocm6.2"
+      "rocm6.2"
+      )
+  set(__AOTRITON_CI_COMMIT "99f540a954e80f446ec6980f108e8c25408f1823")
+  set(__AOTRITON_SHA256_LIST
+      "c51b23065dd0ef50ad89386524ee423ee0deb3d43aaf6eb27bdb97afdbf5e004"  # rocm6.2
+      "50f7d307356bca70928c4b4ac16ad94b0ae130478de51123f018f3588cd0b1f4"  # rocm6.2
+      )
+  set(__AOTRITON_Z "bz2")
+"""
+
+
+def aotriton_pin(commit: str = C_013, version: str = "0.13b") -> pins.Pin:
+    return pins.Pin("aotriton", "https://github.com/ROCm/aotriton", version, commit, "t", {})
+
+
+def test_recorded_same_line_agrees_other_line_refused_force_warns(tmp_path: Path) -> None:
+    st.write_pytorch_pin(tmp_path, aotriton_commit=C_012, aotriton_version="0.12b")
+    env = {"ROCMFA_PINS_DIR": str(tmp_path)}
+    with pytest.raises(UserError) as error:
+        pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
+    message = str(error.value)
+    assert "\n" not in message
+    assert (
+        "pins disagree: torch bbbbbbbbbbbb (nightly) names AOTriton 0.12b (269036897bce)" in message
+    )
+    assert "pins/aotriton.toml pins 0.13b (6e00ef3e335b)" in message and "--force" in message
+    warned = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
+    assert warned[0].startswith("WARNING (--force): pins disagree")
+    fine = pin_set.check(
+        aotriton_pin(C_0121, "0.12.1b"), "0.12.1b", force=False, workdir=tmp_path, environ=env
+    )
+    assert "same line" in fine[0] and "(torch names 269036897bce)" in fine[0]
+
+
+def test_stale_record_is_ignored_and_the_real_file_is_read(tmp_path: Path) -> None:
+    """A record made at another torch commit does not count: the file at the pin is read."""
+    torch_commit = "1" * 40
+    www = tmp_path / "www"
+    target = www / "raw" / torch_commit / CMAKE
+    target.parent.mkdir(parents=True)
+    target.write_text(NAMES_012)
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    st.write_pytorch_pin(
+        pins_dir,
+        aotriton_commit=C_013,
+        aotriton_version="0.13b",
+        torch_commit=torch_commit,
+        recorded_for="2" * 40,
+    )
+    env = {"ROCMFA_PINS_DIR": str(pins_dir), "PYTORCH_AOTRITON_COMMIT": C_013}
+    with st.serve(www) as (base, log):
+        text = (pins_dir / "pytorch.toml").read_text()
+        (pins_dir / "pytorch.toml").write_text(
+            text.replace("\n\n[pytorch.aotriton]", f'\nraw_url = "{base}/raw/{{commit}}/{{path}}"'
+                         "\n\n[pytorch.aotriton]")
+        )  # fmt: skip
+        with pytest.raises(UserError, match=r"names AOTriton 0\.12b \(269036897bce\)"):
+            pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
+        assert [path for path, _ in log.requests] == [f"/raw/{torch_commit}/{CMAKE}"]
+
+
+def test_unreadable_torch_file_is_refused_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "pytorch.toml").write_text(
+        f'[pytorch]\nurl = "https://x.invalid/pytorch"\nref = "nightly"\ncommit = "{"1" * 40}"\n'
+    )
+    env = {"ROCMFA_PINS_DIR": str(tmp_path)}
+    with pytest.raises(UserError, match=r"cannot tell which AOTriton the torch pin names .*"):
+        pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
+    forced = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
+    assert forced[0].startswith("WARNING (--force): cannot tell")
+
+
+def test_update_pins_records_what_torch_names_then_refuses_the_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    torch_repo = tmp_path / "pytorch-upstream"
+    torch_commit = st.make_repo(torch_repo, {CMAKE: NAMES_012})
+    www = tmp_path / "www"
+    served = www / "raw" / torch_commit / CMAKE
+    served.parent.mkdir(parents=True)
+    served.write_text(NAMES_012)
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
+    st.write_aotriton_pin(
+        pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b", submodules=["x"]
+    )
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch", "--project", "aotriton"]
+    with st.serve(www) as (base, _log):
+        (pins_dir / "pytorch.toml").write_text(
+            f'# keep me\n[pytorch]\nurl = "file://{torch_repo}"\nref = "main"\n'
+            f'commit = "{"0" * 40}"\nraw_url = "{base}/raw/{{commit}}/{{path}}"\n'
+        )
+        with pytest.raises(UserError, match=r"pin set: pins disagree: .*names AOTriton 0\.12b"):
+            update_pins.update_pins(options.parse("update_pins", argv))
+        text = (pins_dir / "pytorch.toml").read_text()
+        assert "# keep me" in text and f'commit = "{torch_commit}"' in text
+        record = pins.load_pin("pytorch", pins_dir).data["aotriton"]
+        assert record["pytorch_commit"] == torch_commit
+        assert (record["version"], record["commit"]) == ("0.12b", C_012)
+        assert f"PyTorch {torch_commit[:12]} {CMAKE}, form C literal" in record["source"]
+        # the aotriton checkout is absent: its submodule list is kept, and said so
+        out = capsys.readouterr().out
+        assert "submodule paths not re-read" in out
+        forced = update_pins.update_pins(options.parse("update_pins", [*argv, "--force"]))
+        assert forced is None
+        assert "WARNING (--force): pins disagree" in capsys.readouterr().out
+
+
+def test_release_lists_read_as_cmake_does_first_entry_and_bz2(tmp_path: Path) -> None:
+    parsed = pins.parse_aotriton_cmake(OLD_TWICE)
+    resolved = pins.ResolvedAotriton(
+        "99f540a954e80f446ec6980f108e8c25408f1823", "0.4.2b", "test", parsed
+    )
+    pin = pins.Pin("aotriton", "u", "r", resolved.commit, "t", {"pytorch_cmake": resolved})
+    info = aotriton_release.release_info(pin, "0.4.2b", environ={})
+    # CMake's list(FIND ... "rocm6.2") is the first index: manylinux_2_17 and its sum
+    assert info.runtime == {"6.2": ("manylinux_2_17", OLD_SUM)}
+    assert info.runtime_name.endswith("-shared.tar.bz2") and info.images_name.endswith(".tar.bz2")
+    name = info.runtime_name.format(
+        version="0.4.2b", manylinux="manylinux_2_17", hostarch="x86_64", rocm="6.2"
+    )
+    assert name == "aotriton-0.4.2b-manylinux_2_17_x86_64-rocm6.2-shared.tar.bz2"
+    with pytest.raises(UserError, match="placeholder"):
+        aotriton_release.real_sum("0" * 64, "x", "src")
+
+
+def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Path) -> None:
+    (tmp_path / "pytorch.toml").write_text(
+        f'[pytorch]\nurl = "https://x.invalid/pytorch"\nref = "nightly"\ncommit = "{"1" * 40}"\n'
+    )
+    env = {"ROCMFA_PINS_DIR": str(tmp_path)}
+    lines = pin_set.check(
+        aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path, environ=env
+    )
+    assert lines[0].startswith("[dry-run] note: cannot tell which AOTriton")
+    assert "the real run refuses this" in lines[0]

@@ -1,0 +1,296 @@
+"""Opt-in replays against real upstream git snapshots (outside the repository): our patch
+engine, our checkout with the pinned submodule paths, the CMake option names we pass and the
+tuner argv, run on the real trees. Without the variables the tests skip, saying so.
+
+    ROCMFA_AOTRITON_REAL_GIT  a git dir of ROCm/aotriton holding pins/aotriton.toml's commit
+    ROCMFA_PORT_REAL_GIT      a git dir of Jack31098/aotriton_gfx908 holding the variant's commit
+
+(e.g. `fetch` snapshots: /work/.mirror/<owner>+<name>/repo). Offline, a submodule fetch from
+GitHub cannot succeed: GIT_ALLOW_PROTOCOL=file makes it fail at once, and the tests assert that
+the checkout stopped there and exactly which submodule paths it had initialised (registered).
+Such snapshots may lack their largest blobs (the port's gfx908_4_0.11.json; objects of
+aotriton's history), so `git fetch` from them fails; the checkout directory therefore borrows
+the snapshot's objects (objects/info/alternates, the commit is then present and our checkout
+code skips its fetch) and leaves the absent paths out (sparse checkout).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.builds import build_aotriton as ba
+from scripts.builds import tune_aotriton as ta
+from scripts.plumbing import options
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import PINS_DIR, load_toml
+from scripts.plumbing.errors import UserError
+from scripts.sources import patches, submodules
+from scripts.sources.checkouts import ensure_checkout
+from scripts.sources.pins import Pin
+from tests.support import aotriton_standins as st
+from tests.support.aotriton_env import build_opts, provision_env
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+AOTRITON_GIT = os.environ.get("ROCMFA_AOTRITON_REAL_GIT")
+PORT_GIT = os.environ.get("ROCMFA_PORT_REAL_GIT")
+needs_aotriton = pytest.mark.skipif(
+    not AOTRITON_GIT, reason="set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot"
+)
+needs_port = pytest.mark.skipif(
+    not PORT_GIT, reason="set ROCMFA_PORT_REAL_GIT to a Jack31098/aotriton_gfx908 git snapshot"
+)
+OPTION = re.compile(r"-D(AOTRITON_[A-Z0-9_]+|CCACHE_FOUND)=")
+
+
+def upstream_pin() -> dict:
+    return load_toml(PINS_DIR / "aotriton.toml", "pin")["aotriton"]
+
+
+def port_pin() -> dict:
+    return load_toml(PINS_DIR / "aotriton_variants.toml", "pin")["variant"]["gfx908-community"]
+
+
+def real_pin(git_dir: str, table: dict) -> Pin:
+    return Pin("aotriton", f"file://{git_dir}", table["ref"], table["commit"], "real", {})
+
+
+def borrow_snapshot(git_dir: str, dest: Path, commit: str) -> list[str]:
+    """dest: an empty repository that sees git_dir's objects and will not check out the paths
+    whose blobs the snapshot lacks. Returns those paths."""
+    dest.mkdir(parents=True)
+    st.git(dest, "init", "-q")
+    alternates = dest / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(str(Path(git_dir).resolve() / "objects") + "\n")
+    tree = st.git(dest, "ls-tree", "-r", "--full-tree", commit).splitlines()
+    blobs = [(line.split()[2], line.split("\t", 1)[1]) for line in tree if " blob " in line]
+    check = subprocess.run(
+        ["git", "cat-file", "--batch-check"],
+        cwd=dest,
+        input="".join(f"{sha}\n" for sha, _ in blobs),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    absent = [path for (sha, path), line in zip(blobs, check, strict=True) if "missing" in line]
+    if absent:
+        st.git(dest, "sparse-checkout", "set", "--no-cone", "/*", *(f"!/{p}" for p in absent))
+    return absent
+
+
+def quiet() -> Runner:
+    return Runner(out=io.StringIO())
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_ALLOW_PROTOCOL", "file")  # https submodule fetches fail at once
+
+
+def registered(checkout: Path) -> list[str]:
+    """Submodule paths `git submodule update --init` registered in .git/config."""
+    result = subprocess.run(
+        ["git", "config", "--get-regexp", r"^submodule\..*\.url$"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+    )
+    return sorted(
+        line.split()[0][len("submodule.") : -len(".url")] for line in result.stdout.splitlines()
+    )
+
+
+def options_we_pass() -> set[str]:
+    text = "".join(
+        (REPO_ROOT / "scripts" / name).read_text()
+        for name in ("builds/build_aotriton.py", "builds/tune_aotriton.py", "sources/tuning_db.py")
+    )
+    return set(OPTION.findall(text))
+
+
+def cmake_defines(git_dir: str, commit: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", git_dir, "show", f"{commit}:CMakeLists.txt"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def defined(name: str, cmakelists: str) -> bool:
+    return bool(
+        re.search(rf"option\(\s*{name}\b", cmakelists)
+        or re.search(rf"set\(\s*{name}\b[^)]*CACHE", cmakelists)
+        or re.search(rf"find_program\(\s*{name}\b", cmakelists)
+    )
+
+
+# --- ROCm/aotriton at the pin ---------------------------------------------------------------
+
+
+@needs_aotriton
+def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
+    table = upstream_pin()
+    tree = submodules.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
+    assert tree.initialisable == tuple(table["submodules"]) == ("third_party/triton",)
+    assert tree.unmapped == ()
+
+
+@needs_aotriton
+def test_real_aotriton_checkout_initialises_exactly_the_pinned_paths(
+    tmp_path: Path, offline
+) -> None:
+    table = upstream_pin()
+    dest = tmp_path / "aotriton"
+    borrow_snapshot(AOTRITON_GIT, dest, table["commit"])
+    with pytest.raises(UserError, match=r"submodule update failed in .* for third_party/triton"):
+        ensure_checkout(
+            real_pin(AOTRITON_GIT, table), dest, quiet(), submodules=table["submodules"]
+        )
+    assert st.git(dest, "rev-parse", "HEAD") == table["commit"]
+    assert registered(dest) == ["third_party/triton"]
+
+
+@needs_aotriton
+def test_real_aotriton_defines_every_option_we_pass() -> None:
+    text = cmake_defines(AOTRITON_GIT, upstream_pin()["commit"])
+    missing = {name for name in options_we_pass() if not defined(name, text)}
+    assert "AOTRITON_TARGET_ARCH" in options_we_pass()
+    assert missing == set(), missing
+
+
+@needs_aotriton
+def test_real_aotriton_patch_engine_all_or_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = upstream_pin()
+    root = tmp_path / "patches"
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(root))
+    borrow_snapshot(AOTRITON_GIT, tmp_path / "co", table["commit"])
+    dest = ensure_checkout(real_pin(AOTRITON_GIT, table), tmp_path / "co", quiet())
+    readme = (dest / "README.md").read_text()
+    st.make_patch_set(
+        root, "aotriton", table["commit"], dest, [{"README.md": readme + "\nrocmfa test\n"}]
+    )
+    patches.apply_patch_set("aotriton", table["commit"], dest, quiet())
+    patched = st.git(dest, "rev-parse", "HEAD")
+    assert patched != table["commit"] and (dest / "README.md").read_text().endswith("rocmfa test\n")
+    # a second patch that conflicts: the tree goes back to the patched state it was in
+    set_dir = root / "aotriton" / table["commit"]
+    st.make_patch_set(root, "aotriton-x", table["commit"], dest, [{"CMakeLists.txt": "x\n"}])
+    bad = next((root / "aotriton-x" / table["commit"]).glob("*.patch"))
+    text = bad.read_text().replace("cmake_minimum_required", "cmake_maximum_required", 1)
+    (set_dir / "0002-conflict.patch").write_text(text)
+    st.write_manifest(set_dir)
+    with pytest.raises(UserError, match=r"0002-conflict\.patch does not apply"):
+        patches.apply_patch_set("aotriton", table["commit"], dest, quiet())
+    assert st.git(dest, "rev-parse", "HEAD") == patched
+    assert st.git(dest, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+# --- the gfx908 port at the variant's pin -----------------------------------------------------
+
+
+@needs_port
+def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, offline) -> None:
+    table = port_pin()
+    tree = submodules.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
+    assert tree.initialisable == tuple(table["submodules"])
+    assert tree.unmapped == ("third_party/aiter",)
+    # what `submodules = true` ran: it stops at aiter and initialises nothing
+    assert borrow_snapshot(PORT_GIT, tmp_path / "plain", table["commit"]) == ["gfx908_4_0.11.json"]
+    plain = ensure_checkout(real_pin(PORT_GIT, table), tmp_path / "plain", quiet())
+    failed = subprocess.run(
+        ["git", "submodule", "update", "--init", "--recursive"],
+        cwd=plain,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode != 0
+    assert "No url found for submodule path 'third_party/aiter' in .gitmodules" in failed.stderr
+    assert registered(plain) == []
+
+
+@needs_port
+def test_real_port_defines_every_option_we_pass() -> None:
+    text = cmake_defines(PORT_GIT, port_pin()["commit"])
+    missing = {name for name in options_we_pass() if not defined(name, text)}
+    # AOTRITON_USE_TORCH: build_aotriton drops it below 0.11; AOTRITON_TUNING_DATABASE_ROOT:
+    # only for sharded (0.13b) databases, the port's cpptune database is merged in the tree
+    assert missing == {"AOTRITON_USE_TORCH", "AOTRITON_TUNING_DATABASE_ROOT"}, missing
+
+
+@pytest.fixture(scope="module")
+def port_bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> tuple[Path, Path, Path]:
+    if not PORT_GIT:
+        pytest.skip("set ROCMFA_PORT_REAL_GIT to a Jack31098/aotriton_gfx908 git snapshot")
+    root = tmp_path_factory.mktemp("real-port")
+    prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
+    pins = root / "pins"
+    pins.mkdir()
+    text = (PINS_DIR / "aotriton_variants.toml").read_text()
+    url = port_pin()["url"]
+    (pins / "aotriton_variants.toml").write_text(text.replace(f'"{url}"', f'"file://{PORT_GIT}"'))
+    st.install_torch(prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
+    return prefix, pins, root / "work"
+
+
+@needs_port
+@pytest.mark.slow
+@pytest.mark.parametrize("session", ["build_aotriton", "tune_aotriton"])
+def test_real_port_sessions_stop_only_at_the_submodule_fetch(
+    port_bed, session: str, monkeypatch: pytest.MonkeyPatch, offline
+) -> None:
+    prefix, pins, work = port_bed
+    src = work / "src" / "aotriton-gfx908-community"
+    if not src.exists():
+        borrow_snapshot(PORT_GIT, src, port_pin()["commit"])
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(pins.parent / "patches"))
+    if session == "build_aotriton":
+        call = lambda: ba.build_aotriton(build_opts(prefix, work, arch="gfx908"))  # noqa: E731
+    else:
+        argv = ["--arch", "gfx908", "--prefix", str(prefix), "--workdir", str(work)]
+        call = lambda: ta.tune_aotriton(options.parse("tune_aotriton", argv))  # noqa: E731
+    with pytest.raises(UserError, match=r"submodule update failed .* for third_party/incbin, "
+                       r"third_party/pybind11, third_party/triton"):  # fmt: skip
+        call()
+    assert st.git(src, "rev-parse", "HEAD") == port_pin()["commit"]
+    assert registered(src) == list(port_pin()["submodules"])  # aiter never attempted
+
+
+@needs_port
+def test_real_tuner_parser_and_ui_entry_accept_our_argv(tmp_path: Path) -> None:
+    script = tmp_path / "tune_flash.py"
+    script.write_text(
+        subprocess.run(
+            ["git", "--git-dir", PORT_GIT, "show", f"{port_pin()['commit']}:test/tune_flash.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    raw = tmp_path / "raw-d32-float16.json"
+    argv = ta.tuner_argv(sys.executable, raw, 32, "float16", ["16", "32", "64"])
+    assert argv[1] == ta.TUNE_SCRIPT
+    probe = REPO_ROOT / "tests" / "support" / "tune_flash_probe.py"
+    result = subprocess.run(
+        [sys.executable, str(probe), str(script), *argv[2:]],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    args = report["args"]
+    assert args["json_file"] == str(raw) and args["d_head"] == [32]
+    assert args["dtype"] == ["float16"] and args["seqlen_q"] == [16, 32, 64]
+    assert args["validate"] is True and args["continue_from_json_file"] is True
+    assert report["app_run"] == [{"mouse": False, "inline": True, "headless": True}]
