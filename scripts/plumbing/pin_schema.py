@@ -18,8 +18,8 @@ HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
 KNOWN = {
     "therock": COMMON,
-    # [pytorch.<companion>] tables: build_pytorch checks their own keys
-    "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex"},
+    # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
+    "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
     "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
 }
