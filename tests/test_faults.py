@@ -92,6 +92,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Rig:
         'commit = "6e00ef3e335b45dfb49065259533b59c68995bfe"\nversion = "0.13b"\n\n'
         + files.pin_table(None)
     )
+    st.write_pytorch_pin(pins, aotriton_commit="6e00ef3e" + "0" * 32, aotriton_version="0.13b")
     work = root / "work"
     cache = work / "downloads" / "aotriton" / "0.13b"  # verified by sha256, so no server
     cache.mkdir(parents=True)
