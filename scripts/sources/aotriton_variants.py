@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.plumbing import pin_schema
 from scripts.plumbing.datafiles import load_toml, require
 from scripts.plumbing.errors import UserError
 from scripts.sources import pins, submodules
@@ -67,7 +68,7 @@ def _parse(name: str, raw: Any, path: Path) -> Variant:
     where = f"{path.name} [variant.{name}]"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
-    commit = pins.check_commit(require(raw, "commit", str, where).strip(), where)
+    commit = pin_schema.check_commit(require(raw, "commit", str, where).strip(), where)
     status = require(raw, "status", str, where)
     tested = require(raw, "tested", str, where)
     if status not in STATUSES:

@@ -31,12 +31,12 @@ from scripts.plumbing.errors import UserError
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
-FROM_PYTORCH = "from-pytorch"
+FROM_PYTORCH = pin_schema.FROM_PYTORCH
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 CK_SOURCE_ENV = "ROCMFA_CK_SOURCE"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
 AOTRITON_VERSION_TXT = ".ci/docker/aotriton_version.txt"
-HEX40 = re.compile(r"[0-9a-f]{40}")
+HEX40 = pin_schema.HEX40
 
 
 @dataclass(frozen=True)
@@ -78,21 +78,6 @@ def _string(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = 
     return value.strip()
 
 
-def check_commit(value: str, where: str, *, allow_from_pytorch: bool = False) -> str:
-    if allow_from_pytorch and value == FROM_PYTORCH:
-        return value
-    if value.lower() in ("", "unknown", "todo", "none"):
-        raise UserError(
-            f"{where}: 'commit' is not resolved yet ({value!r}); run: nox -s update_pins"
-        )
-    if not HEX40.fullmatch(value):
-        extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""
-        raise UserError(
-            f"{where}: 'commit' must be a full 40-hex lowercase commit{extra}, got {value!r}"
-        )
-    return value
-
-
 def read_pin_table(project: str, directory: Path) -> tuple[Path, dict[str, Any]]:
     path = pin_file(project, directory)
     data = load_toml(path, f"pin file for {project}")
@@ -123,7 +108,7 @@ def load_pin(
     url = _string(table, "url", where)
     ref = _string(table, "ref", where)
     commit = _string(table, "commit", where, empty_ok=True)
-    commit = check_commit(commit, where, allow_from_pytorch=project == "aotriton")
+    commit = pin_schema.check_commit(commit, where, allow_from_pytorch=project == "aotriton")
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
     _validate_data(project, data, where)
     if commit == FROM_PYTORCH:
