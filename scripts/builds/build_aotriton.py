@@ -129,7 +129,7 @@ def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> Sou
 
 
 @dataclass(frozen=True)
-class Context:
+class Context(preamble.OnSession):
     session: preamble.SessionEnv
     torch: Path
     pin: pins.Pin
@@ -137,18 +137,6 @@ class Context:
     pack: str
     # A non-upstream AOTriton (pins/aotriton_variants.toml), or None for ROCm/aotriton.
     variant: aotriton_variants.Variant | None = None
-
-    @property
-    def arch(self) -> archs.Arch:
-        return self.session.arch
-
-    @property
-    def work(self) -> Path:
-        return self.session.work
-
-    @property
-    def prefix(self) -> Path:
-        return self.session.prefix
 
     @property
     def site(self) -> Path:

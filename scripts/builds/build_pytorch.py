@@ -41,9 +41,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv
-from scripts.env.preamble import SessionEnv, open_env
+from scripts.env.preamble import OnSession, SessionEnv, open_env
 from scripts.plumbing import buildjobs, paths, stamps
-from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BuildPytorchOptions
 from scripts.sources import pins
@@ -292,7 +291,7 @@ def read_head(checkout: Path) -> str | None:
 
 
 @dataclass(frozen=True)
-class Context:
+class Context(OnSession):
     session: SessionEnv
     therock_pin: Pin
     pytorch_pin: Pin
@@ -314,26 +313,6 @@ class Context:
     cache: compile_cache.CachePlan | None = None
     # stages of this run that passed TheRock --clean (triton's build is wiped once per run)
     cleaned: set[str] = field(default_factory=set)
-
-    @property
-    def runner(self) -> Runner:
-        return self.session.runner
-
-    @property
-    def arch(self) -> archs.Arch:
-        return self.session.arch
-
-    @property
-    def work(self) -> Path:
-        return self.session.work
-
-    @property
-    def prefix(self) -> Path:
-        return self.session.prefix
-
-    @property
-    def python(self) -> Path:
-        return self.session.python
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:

@@ -127,3 +127,30 @@ def open_env(
         "placeholders (a real run stops here: run: nox -s setup_env)"
     )
     return session
+
+
+class OnSession:
+    """For a build's context that holds its session: the arch, work dir, env and Runner read
+    through, so each context declares only what is its own."""
+
+    session: SessionEnv
+
+    @property
+    def arch(self) -> archs.Arch:
+        return self.session.arch
+
+    @property
+    def work(self) -> Path:
+        return self.session.work
+
+    @property
+    def prefix(self) -> Path:
+        return self.session.prefix
+
+    @property
+    def python(self) -> Path:
+        return self.session.python
+
+    @property
+    def runner(self) -> Runner:
+        return self.session.runner
