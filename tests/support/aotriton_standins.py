@@ -12,10 +12,11 @@ import json
 import os
 import subprocess
 import tarfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.loopback import serving
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Upstream Dev",
@@ -492,10 +493,5 @@ def _handler(directory: Path, log: ServerLog):
 def serve(directory: Path, log: ServerLog | None = None) -> Iterator[tuple[str, ServerLog]]:
     log = log or ServerLog()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(directory, log))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", log
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as url:
+        yield url, log

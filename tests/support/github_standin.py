@@ -16,10 +16,11 @@ import contextlib
 import hashlib
 import http.server
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from tests.support.loopback import serving
 
 
 def blob_sha1(data: bytes) -> str:
@@ -91,19 +92,11 @@ def _handler(state: GitHubStandin, kind: str) -> type[http.server.BaseHTTPReques
 @contextlib.contextmanager
 def serve(state: GitHubStandin) -> Iterator[GitHubStandin]:
     """Both hosts on 127.0.0.1 free ports; sets state.api_base and state.raw_base."""
-    servers = []
-    for kind in ("api", "raw"):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state, kind))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        if kind == "api":
-            state.api_base = url
-        else:
-            state.raw_base = url
-    try:
+    with contextlib.ExitStack() as stack:
+        state.api_base, state.raw_base = (
+            stack.enter_context(
+                serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state, kind)))
+            )
+            for kind in ("api", "raw")
+        )
         yield state
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()

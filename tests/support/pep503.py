@@ -6,13 +6,14 @@ import contextlib
 import hashlib
 import html
 import http.server
-import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from tests.support.loopback import serving
 
 
 def write_index(wheels_dir: Path, root: Path) -> None:
@@ -49,10 +50,5 @@ def serve(directory: Path) -> Iterator[str]:
     """Serve directory on 127.0.0.1:<free port>; yields the base URL (no trailing slash)."""
     handler = partial(_QuietHandler, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as url:
+        yield url

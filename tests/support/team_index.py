@@ -15,6 +15,8 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from tests.support.loopback import serving
+
 
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, *args: object) -> None:
@@ -61,13 +63,8 @@ def pypiserver_families(root: Path) -> Iterator[str]:
         "127.0.0.1", 0, _family_mount(root), server_class=_ThreadingServer,
         handler_class=_QuietHandler,
     )  # fmt: skip
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as url:
+        yield url
 
 
 def pytest_skip_unless_pypiserver() -> None:
