@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from scripts.builds import install_wheels as iw
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
 from tests.support import therock_standin as standin
+from tests.support.wheels import installed
 
 ROCM = "7.15.0a20260630"
 PYTAG = "cp{}{}".format(*sys.version_info[:2])
@@ -46,18 +46,6 @@ def session(monkeypatch, env_prefix, upstreams, tmp_path):
         iw.install_wheels(options.parse("install_wheels", [*common, *args]))
 
     return work, build, install
-
-
-def installed(prefix: Path, name: str) -> str | None:
-    program = (
-        "import sys\nfrom importlib import metadata\n"
-        "try: print(metadata.version(sys.argv[1]))\n"
-        "except metadata.PackageNotFoundError: print('')\n"
-    )
-    out = subprocess.run(
-        [prefix / "bin" / "python", "-c", program, name], capture_output=True, text=True
-    )
-    return out.stdout.strip() or None
 
 
 def test_installs_exactly_this_runs_wheels_then_checks(session, env_prefix, capfd):

@@ -24,6 +24,7 @@ from scripts.plumbing.errors import UserError
 from tests.support import shared_cache
 from tests.support import team_index as servers
 from tests.support import therock_standin as standin
+from tests.support.wheels import installed
 
 ROCM = "7.15.0a20260630"
 PYTAG = "cp{}{}".format(*sys.version_info[:2])
@@ -84,18 +85,6 @@ def publish(machine: Machine, index: str, *extra: str) -> None:
 def install(machine: Machine, index: str, *extra: str) -> None:
     argv = machine.args("--index", index, "--arch", "gfx1151", *extra)
     iw.install_wheels(options.parse("install_wheels", argv))
-
-
-def installed(prefix: Path, name: str) -> str | None:
-    program = (
-        "import sys\nfrom importlib import metadata\n"
-        "try: print(metadata.version(sys.argv[1]))\n"
-        "except metadata.PackageNotFoundError: print('')\n"
-    )
-    out = subprocess.run(
-        [prefix / "bin" / "python", "-c", program, name], capture_output=True, text=True
-    )
-    return out.stdout.strip() or None
 
 
 def uninstall(prefix: Path) -> None:

@@ -77,8 +77,9 @@ def main() -> int:
         pins = root / "pins"
         pins.mkdir()
         st.write_aotriton_pin(
-            pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=True
-        )
+            pins, f"file://{repo}", commit, "0.13b", version="0.13b",
+            submodules=[st.UPSTREAM_SUBMODULE],
+        )  # fmt: skip
         (root / "patches").mkdir()
         log = root / "commands.log"
         make_shims(root / "shims", log)

@@ -22,13 +22,18 @@ from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
 
-def timed(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
+def timed_nox(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
+    """Whole-process wall time and stdout of one `nox ARGS` run; exits on failure."""
     start = time.perf_counter()
-    result = run_nox(project, "-s", "setup_env", "--", *args, env=env)
+    result = run_nox(project, *args, env=env)
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
-        sys.exit(f"setup_env failed: {result.stderr.strip().splitlines()[-1]}")
+        sys.exit(f"{' '.join(args)} failed: {result.stderr.strip().splitlines()[-1]}")
     return elapsed, result.stdout
+
+
+def timed(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
+    return timed_nox(project, env, "-s", "setup_env", "--", *args)
 
 
 def main() -> int:

@@ -17,18 +17,10 @@ import time
 from pathlib import Path
 
 from scripts.env import rattler_env
+from tests.perf.setup_env_noop import timed_nox
 from tests.support import pep503, standin_rocm
 from tests.support.conda_packages import Package, make_channel, python_standin
-from tests.support.project import copy_project, run_nox
-
-
-def timed_nox(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
-    start = time.perf_counter()
-    result = run_nox(project, *args, env=env)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed: {result.stderr.strip().splitlines()[-1]}")
-    return elapsed, result.stdout
+from tests.support.project import copy_project
 
 
 def main() -> int:

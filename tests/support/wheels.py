@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -58,3 +59,16 @@ def make_wheel(
             entry.external_attr = (0o100755 if path in executables else 0o100644) << 16
             zf.writestr(entry, data, zipfile.ZIP_DEFLATED)
     return wheel
+
+
+def installed(prefix: Path, name: str) -> str | None:
+    """The version of distribution name in the env at prefix, or None (its own Python asks)."""
+    program = (
+        "import sys\nfrom importlib import metadata\n"
+        "try: print(metadata.version(sys.argv[1]))\n"
+        "except metadata.PackageNotFoundError: print('')\n"
+    )
+    out = subprocess.run(
+        [prefix / "bin" / "python", "-c", program, name], capture_output=True, text=True
+    )
+    return out.stdout.strip() or None
