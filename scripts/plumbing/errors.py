@@ -3,7 +3,6 @@ the OS and decoding errors that reach the noxfile boundary."""
 
 from __future__ import annotations
 
-import difflib
 import errno
 from collections.abc import Iterable
 
@@ -48,6 +47,8 @@ def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
 
 def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
     """' (did you mean 'x'?)' for the closest choice (case first), or ''."""
+    import difflib  # only on an error path: every session imports this module
+
     options = sorted(choices)
     folded = [c for c in options if c.lower() == word.strip().lower()]
     match = folded or difflib.get_close_matches(word.strip().lower(), options, n=1, cutoff=cutoff)
