@@ -10,6 +10,7 @@ backend_check, validate), dev (tests, lint).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,8 @@ import nox
 nox.needs_version = ">=2026.8.10"
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
+# nox logs at debug level; our fetches (requests) say what they fetch themselves.
+logging.getLogger("urllib3").setLevel(logging.WARNING)
 # `nox -s build_aotriton build_pytorch`: a failed session stops the chain (README).
 nox.options.stop_on_first_error = True
 
