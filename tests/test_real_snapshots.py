@@ -35,6 +35,7 @@ from scripts.plumbing.errors import UserError
 from scripts.sources import patches, submodules
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.pins import Pin
+from tests.support import aotriton_port_standin as port
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import build_opts, provision_env
 
@@ -207,14 +208,7 @@ def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, off
     # what `submodules = true` ran: it stops at aiter and initialises nothing
     assert borrow_snapshot(PORT_GIT, tmp_path / "plain", table["commit"]) == ["gfx908_4_0.11.json"]
     plain = ensure_checkout(real_pin(PORT_GIT, table), tmp_path / "plain", quiet())
-    failed = subprocess.run(
-        ["git", "submodule", "update", "--init", "--recursive"],
-        cwd=plain,
-        capture_output=True,
-        text=True,
-    )
-    assert failed.returncode != 0
-    assert "No url found for submodule path 'third_party/aiter' in .gitmodules" in failed.stderr
+    port.assert_recursive_init_stops_at_aiter(plain)
     assert registered(plain) == []
 
 

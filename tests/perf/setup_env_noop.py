@@ -32,6 +32,13 @@ def timed_nox(project: Path, env: dict[str, str], *args: str) -> tuple[float, st
     return elapsed, result.stdout
 
 
+def noop_line(noop: list[float]) -> str:
+    return (
+        f"no-op rerun, whole `nox -s setup_env` process: median {statistics.median(noop):.3f} s "
+        f"(min {min(noop):.3f}, max {max(noop):.3f}, n={len(noop)}); commands run: 0"
+    )
+
+
 def timed(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
     return timed_nox(project, env, "-s", "setup_env", "--", *args)
 
@@ -73,10 +80,7 @@ def main() -> int:
         update, _ = timed(project, env, "--arch", "gfx1151", "--profile", "vllm")
     print(f"ROCm SDK + variables step (pip from loopback index): {first:.2f} s")
     print(f"update after a profile change (pip + variables):     {update:.2f} s")
-    print(
-        f"no-op rerun, whole `nox -s setup_env` process: median {statistics.median(noop):.3f} s "
-        f"(min {min(noop):.3f}, max {max(noop):.3f}, n={len(noop)}); commands run: 0"
-    )
+    print(noop_line(noop))
     return 0
 
 

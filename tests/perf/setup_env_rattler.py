@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from scripts.env import rattler_env
-from tests.perf.setup_env_noop import timed_nox
+from tests.perf.setup_env_noop import noop_line, timed_nox
 from tests.support import pep503, standin_rocm
 from tests.support.conda_packages import Package, make_channel, python_standin
 from tests.support.project import copy_project
@@ -77,10 +76,7 @@ def main() -> int:
     print(f"conda step, warm cache, new prefix:                       {warm:.2f} s")
     print(f"conda step, nothing to change (rattler's own diff):        {same:.2f} s")
     print(f"first nox -s setup_env (conda + pip ROCm + variables):    {first:.2f} s")
-    print(
-        f"no-op rerun, whole `nox -s setup_env` process: median {statistics.median(noop):.3f} s "
-        f"(min {min(noop):.3f}, max {max(noop):.3f}, n={len(noop)}); commands run: 0"
-    )
+    print(noop_line(noop))
     return 0
 
 

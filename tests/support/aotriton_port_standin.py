@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -268,3 +269,16 @@ def variants_toml(repo: Path, commit: str) -> str:
         'dtypes = ["float16"]\ntuner = "cpptune"\ntune_head_dims = [32, 64]\n'
         f"submodules = {json.dumps(list(PORT_SUBMODULES))}\n"
     )
+
+
+def assert_recursive_init_stops_at_aiter(checkout: Path) -> None:
+    """What `submodules = true` ran, on a clone of the port (stand-in or real): git stops at the
+    unmapped gitlink third_party/aiter."""
+    failed = subprocess.run(
+        ["git", "submodule", "update", "--init", "--recursive"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode != 0
+    assert "No url found for submodule path 'third_party/aiter' in .gitmodules" in failed.stderr
