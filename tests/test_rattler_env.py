@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from scripts.env import activation, condaenv, lockfile, rattler_env
+from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 from tests.conftest import RocmIndex
 from tests.support.conda_packages import (
@@ -90,7 +91,7 @@ def test_rattler_lock_is_accepted_by_conda_lock_and_goes_stale(locked) -> None:
     tool = by_name["tool"]
     archive = root / "channel" / "linux-64" / "tool-2.0-0.tar.bz2"
     assert tool.url == archive.as_uri()
-    assert tool.hash.sha256 == rattler_env._sha256(archive)
+    assert tool.hash.sha256 == stamps.file_sha256(archive)
     assert tool.dependencies == {"libfoo": ">=1.0", "__glibc": ">=2.17"}
     assert tool.categories == {"main"}
     env_file.write_text(env_file.read_text().replace("tool>=2", "tool>=2.0"))
@@ -149,7 +150,7 @@ def test_installed_env_is_a_real_prefix_whose_scripts_activate_in_real_shells(lo
     result = rattler_env.install_lock(lock, prefix, cache_dir=root / "cache")
     assert len(result.installed) == 14 and result.removed == [] and result.unchanged == 0
     record = json.loads((prefix / "conda-meta" / "tool-2.0-0.json").read_text())
-    assert record["sha256"] == rattler_env._sha256(root / "channel/linux-64/tool-2.0-0.tar.bz2")
+    assert record["sha256"] == stamps.file_sha256(root / "channel/linux-64/tool-2.0-0.tar.bz2")
     assert record["files"] == ["bin/tool", "etc/conda/activate.d/tool.sh",
                                "etc/conda/deactivate.d/tool.sh"]  # fmt: skip
     assert subprocess.run([prefix / "bin" / "tool"], capture_output=True, text=True).stdout == (

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scripts.env import rattler_runtime
+from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 
 if TYPE_CHECKING:
@@ -280,19 +281,11 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPac
     return packages
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch_verified(package: LockedPackage, archives: Path, source_url: str) -> Path:
     """The package's archive in the cache, its sha256 equal to the lock's (downloaded if
     absent; a cached file with other bytes is fetched again)."""
     target = archives / package.filename
-    if target.is_file() and _sha256(target) == package.sha256:
+    if target.is_file() and stamps.file_sha256(target) == package.sha256:
         return target
     archives.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{package.filename}.", dir=archives)
