@@ -250,6 +250,22 @@ def test_read_only_torch_lib_is_one_line_and_changes_nothing(rig: Rig) -> None:
     assert len(line) == 1 and str(rig.lib) in line[0], result.stderr
 
 
+def _start_paused_mid_swap(rig: Rig) -> subprocess.Popen[bytes]:
+    """A real build_aotriton --from-release that stops itself (SIGSTOP) mid-swap: the old images
+    aside, nothing new in, its locks held."""
+    rig.reset(rig.shipped)
+    env = {**os.environ, **rig.env, transaction.FAULT_ENV: "aside:aotriton.images"}
+    env["ROCMFA_FAULT_SIGNAL"] = "SIGSTOP"
+    argv = [sys.executable, "-m", "nox", "-s", "build_aotriton", "--", "--from-release"]
+    return subprocess.Popen(
+        [*argv, *rig.args()],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def _wait_stopped(pid: int) -> None:
     for _ in range(600):
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -260,17 +276,7 @@ def _wait_stopped(pid: int) -> None:
 
 
 def test_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(rig: Rig) -> None:
-    rig.reset(rig.shipped)
-    env = {**os.environ, **rig.env, transaction.FAULT_ENV: "aside:aotriton.images"}
-    env["ROCMFA_FAULT_SIGNAL"] = "SIGSTOP"  # the first run pauses mid-swap, holding its locks
-    argv = [sys.executable, "-m", "nox", "-s", "build_aotriton", "--", "--from-release"]
-    first = subprocess.Popen(
-        [*argv, *rig.args()],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    first = _start_paused_mid_swap(rig)  # holds its locks while stopped
     try:
         _wait_stopped(first.pid)
         second = rig.nox("build_aotriton", "--from-release")
@@ -317,17 +323,7 @@ def test_killed_pip_install_is_named_by_every_session_and_redone_by_install_whee
 
 
 def test_ctrl_c_during_the_swap_waits_for_the_swap_to_end(rig: Rig) -> None:
-    rig.reset(rig.shipped)
-    env = {**os.environ, **rig.env, transaction.FAULT_ENV: "aside:aotriton.images"}
-    env["ROCMFA_FAULT_SIGNAL"] = "SIGSTOP"
-    argv = [sys.executable, "-m", "nox", "-s", "build_aotriton", "--", "--from-release"]
-    run = subprocess.Popen(
-        [*argv, *rig.args()],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    run = _start_paused_mid_swap(rig)
     _wait_stopped(run.pid)  # mid-swap: the old images are aside, nothing new is in
     os.kill(run.pid, signal.SIGINT)
     os.kill(run.pid, signal.SIGCONT)
