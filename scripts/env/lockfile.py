@@ -118,7 +118,10 @@ def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
         runner.say(f"[dry-run] would solve {env_file.name} for {PLATFORM} with py-rattler "
                    f"against {where} and write {lock_file.name}")  # fmt: skip
         return
-    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE, say=runner.say)
+    from scripts.env.lock_records import records_path
+
+    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE, say=runner.say,
+                                    records_file=records_path(lock_file))  # fmt: skip
     fresh, reason = check(env_file, lock_file)
     if not fresh:
         raise UserError(f"the lock written does not verify: {reason}")

@@ -201,8 +201,10 @@ def solve_lock(
     cuda: str,
     say=print,
     cache_dir: Path | None = None,
+    records_file: Path | None = None,
 ) -> list[Any]:
-    """Solve env_file for linux-64 and write lock_file with conda-lock's models."""
+    """Solve env_file for linux-64 and write lock_file with conda-lock's models (and, when
+    records_file is given, the solved records whole: scripts.env.lock_records)."""
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -228,7 +230,8 @@ def solve_lock(
         with vpr:
             specs = [match_spec(d) for d in conda_deps]
             say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-            records = solve(specs, sources, virtual_packages(vpr), cache_dir=cache_dir)
+            virtual = virtual_packages(vpr)
+            records = solve(specs, sources, virtual, cache_dir=cache_dir)
             hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
@@ -244,6 +247,11 @@ def solve_lock(
     write_conda_lock_file(
         Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
     )
+    if records_file is not None:
+        from scripts.env import lock_records
+
+        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
+        lock_records.write(records, urls, PLATFORM, virtual, hashes[PLATFORM], records_file)
     return list(planned.values())
 
 

@@ -177,10 +177,20 @@ def install_conda_packages(prefix: Path, runner: Runner, mirrors: list[str]) -> 
                f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
 
 
+def check_host() -> str:
+    """Refuse (one line) a host the lock does not suit: another platform, an older glibc."""
+    from scripts.env import host_check, lock_records
+
+    needs = lock_records.host_requirements(lock_records.records_path(lockfile.LOCK_FILE),
+                                           lockfile.PLATFORM)  # fmt: skip
+    return host_check.require_suited(needs.platforms, needs.glibc, lockfile.LOCK_FILE.name)
+
+
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
         show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
+    check_host()
     # No manager is needed: condaenv places a named env in its own data dir without one.
     session = preamble.open_env(opts, dry_run=opts.dry_run, makes_env=True)
     runner = session.runner
