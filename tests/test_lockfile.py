@@ -3,13 +3,14 @@ own writer produces here for our environment.yml with our virtual-package choice
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from scripts.env import lockfile
+from scripts.env import lock_records, lockfile
 from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 
@@ -82,23 +83,101 @@ def test_missing_and_malformed_locks(tmp_path: Path) -> None:
 
 def test_environment_yml_declares_what_builds_need() -> None:
     text = lockfile.ENV_FILE.read_text()
-    for needed in ("python=3.12", "cmake>=3.26", "ninja", "git", "pkg-config", "xz", "patchelf",
-                   "gxx_linux-64", "platforms:", "linux-64"):  # fmt: skip
+    for needed in ("python=3.12", "cmake>=3.26", "ninja", "git", "pkg-config", "liblzma-devel",
+                   "ccache", "patchelf", "gxx_linux-64", "platforms:", "linux-64"):  # fmt: skip
         assert needed in text
     assert "cuda" not in text.lower()
     assert stamps.file_sha256(lockfile.ENV_FILE)
 
 
-def test_committed_lock_is_fresh_and_every_package_is_a_verified_conda_forge_record() -> None:
+def committed() -> tuple[list[tuple[str, str, str, str]], dict]:
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    lock = parse_conda_lock_file(lockfile.LOCK_FILE)
+    locked = [(p.name, p.url, p.hash.md5, p.hash.sha256) for p in lock.package]
+    return locked, lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))
+
+
+def test_committed_lock_is_fresh_and_its_records_are_a_consistent_set() -> None:
+    """Fresh; one record per name; every url/md5/sha256 equal to its channel record's (the
+    records file holds them whole, with depends and constrains); every depends met by a locked
+    record or a virtual package; no constrains violated."""
     from conda_lock.lockfile import parse_conda_lock_file
 
     assert lockfile.check(lockfile.ENV_FILE, lockfile.LOCK_FILE) == (True, "content hash matches")
     lock = parse_conda_lock_file(lockfile.LOCK_FILE)
     assert lock.metadata.platforms == ["linux-64"]
-    names = {p.name for p in lock.package}
-    assert {"python", "pip", "cmake", "ninja", "git", "pkg-config", "xz", "gcc_linux-64",
-            "gxx_linux-64", "make", "patchelf"} <= names  # fmt: skip
-    for package in lock.package:
-        assert package.manager == "conda" and package.platform == "linux-64"
-        assert package.url.startswith("https://conda.anaconda.org/conda-forge/"), package.url
-        assert len(package.hash.sha256 or "") == 64 and len(package.hash.md5 or "") == 32
+    locked, document = committed()
+    assert document["content_hash"] == lock.metadata.content_hash["linux-64"]
+    assert document["platform"] == "linux-64" and "__glibc=2.28=0" in document["virtual_packages"]
+    assert lock_records.problems(locked, document) == []
+    names = {name for name, *_ in locked}
+    assert {"python", "pip", "cmake", "ninja", "git", "pkg-config", "liblzma-devel", "ccache",
+            "gcc_linux-64", "gxx_linux-64", "make", "patchelf"} <= names  # fmt: skip
+    # The pair the issue was about: libgcc's run_constrained pins libgomp exactly.
+    libgcc = next(e for u, e in document["records"].items() if e["name"] == "libgcc")
+    libgomp = next(e for u, e in document["records"].items() if e["name"] == "libgomp")
+    assert f"libgomp {libgomp['version']} {libgomp['build']}" in libgcc["constrains"]
+
+
+def test_committed_lock_is_what_its_own_records_solve_to(tmp_path: Path) -> None:
+    """Closed world: the lock's records alone, as a channel, solve environment.yml back to the
+    committed conda-lock.yml and records file, byte for byte."""
+    from scripts.env import rattler_env
+
+    _, document = committed()
+    channel = lock_records.write_channel(document, tmp_path / "closed")
+    shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
+    lock = tmp_path / "conda-lock.yml"
+    rattler_env.solve_lock(tmp_path / "environment.yml", lock, [channel], lockfile.CUDA_CHOICE,
+                           say=lambda _: None, cache_dir=tmp_path / "cache",
+                           records_file=lock_records.records_path(lock))  # fmt: skip
+    assert lock.read_text() == lockfile.LOCK_FILE.read_text()
+    records = lock_records.records_path(lockfile.LOCK_FILE)
+    assert lock_records.records_path(lock).read_text() == records.read_text()
+
+
+def with_libgomp_build(document: dict, build: str) -> tuple[dict, str]:
+    """The records with libgomp swapped for another build of it (same depends)."""
+    document = json.loads(json.dumps(document))
+    url = next(u for u, e in document["records"].items() if e["name"] == "libgomp")
+    entry = document["records"].pop(url)
+    new_url = url.replace(entry["build"], build)
+    entry.update(build=build, build_number=int(build.rsplit("_", 1)[1]))
+    document["records"][new_url] = entry
+    return document, new_url
+
+
+def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None:
+    """What the lock held before: libgomp he0feb66_19 beside libgcc he0feb66_18."""
+    from scripts.env import rattler_env
+
+    locked, document = committed()
+    bad, url = with_libgomp_build(document, "he0feb66_19")
+    locked = [(n, url if n == "libgomp" else u, m, s) for n, u, m, s in locked]
+    found = lock_records.problems(locked, bad)
+    assert found == ["libgcc-15.2.0-he0feb66_18.conda constrains libgomp 15.2.0 he0feb66_18: "
+                     "the lock has libgomp 15.2.0 he0feb66_19"]  # fmt: skip
+    channel = lock_records.write_channel(bad, tmp_path / "closed")
+    shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
+    with pytest.raises(UserError, match="cannot solve"):
+        rattler_env.solve_lock(tmp_path / "environment.yml", tmp_path / "l.yml", [channel], "",
+                               say=lambda _: None, cache_dir=tmp_path / "cache")  # fmt: skip
+
+
+def test_duplicates_hash_mismatches_and_unmet_depends_are_caught() -> None:
+    locked, document = committed()
+    name, url, md5, sha256 = locked[0]
+    assert lock_records.problems([*locked, (name, url, md5, sha256)], document)[0].startswith(
+        f"two records of {name}: "
+    )
+    wrong = [(name, url, md5, "0" * 64), *locked[1:]]
+    assert lock_records.problems(wrong, document) == [
+        f"{url}: name/md5/sha256 differ from its record"
+    ]
+    git = next(u for u, e in document["records"].items() if e["name"] == "git")
+    pcre2 = next(u for u, e in document["records"].items() if e["name"] == "pcre2")
+    fewer = json.loads(json.dumps(document))
+    del fewer["records"][pcre2]
+    found = lock_records.problems([p for p in locked if p[1] != pcre2], fewer)
+    assert any(f.startswith(git.rsplit("/", 1)[1] + " depends on pcre2 ") for f in found), found

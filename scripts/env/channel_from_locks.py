@@ -112,6 +112,15 @@ def read_conda_lock(data: dict[str, Any], source: str, platform: str) -> list[Re
     return records
 
 
+def repodata_entry(record: Any) -> dict[str, Any]:
+    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS, empty ones left out
+    (depends always there)."""
+    data = json.loads(record.to_json())
+    entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
+    entry.setdefault("depends", [])
+    return entry
+
+
 def read_pixi_lock(path: Path, source: str, platform: str) -> list[Record]:
     """Every conda record of every environment of a pixi.lock for platform (and noarch), whole,
     through py-rattler's lock parser."""
@@ -127,9 +136,7 @@ def read_pixi_lock(path: Path, source: str, platform: str) -> list[Record]:
             if lock_platform.name != platform:
                 continue
             for record in env.conda_repodata_records_for_platform(lock_platform) or []:
-                data = json.loads(record.to_json())
-                entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
-                entry.setdefault("depends", [])
+                entry = repodata_entry(record)
                 records.append(Record(record.subdir, record.file_name, entry, PIXI, source))
     return records
 
@@ -166,7 +173,8 @@ def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[st
     chosen: dict[tuple[str, str], Record] = {}
     supplied: dict[str, list[str]] = {}
     conflicts: list[str] = []
-    for key, held in sorted(by_file.items()):
+    for key, unordered in sorted(by_file.items()):
+        held = sorted(unordered, key=lambda r: r.source)  # messages the same in any order
         kind = PIXI if any(r.kind == PIXI for r in held) else CONDA_LOCK
         best = [r for r in held if r.kind == kind]
         problems = set()

@@ -33,14 +33,9 @@ def records_path(lock_file: Path) -> Path:
 def write(records: Iterable[Any], urls: Mapping[str, str], platform: str,
           virtual: Iterable[Any], content_hash: str, path: Path) -> None:  # fmt: skip
     """records: rattler RepoDataRecords; urls: file_name -> the url the lock names."""
-    from scripts.env.channel_from_locks import RECORD_FIELDS
+    from scripts.env.channel_from_locks import repodata_entry
 
-    entries = {}
-    for record in records:
-        data = json.loads(record.to_json())
-        entries[urls[record.file_name]] = {
-            k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")
-        }
+    entries = {urls[record.file_name]: repodata_entry(record) for record in records}
     document = {
         "format": FORMAT,
         "platform": platform,
