@@ -103,7 +103,8 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
 
 
 def lock(opts: LockOptions) -> None:
-    """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml."""
+    """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml
+    (and conda-lock.records.json, the solved records whole: scripts.env.lock_records)."""
     write_lock(Runner(dry_run=opts.dry_run), list(opts.channel))
 
 
@@ -112,16 +113,16 @@ def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
     """Solve (rattler, against environment.yml's channels or their --channel mirrors), write
     with conda-lock's models, then verify with conda-lock's own parser and content hash."""
     from scripts.env import rattler_env
+    from scripts.env.lock_records import records_path
 
+    records = records_path(lock_file)
     if runner.dry_run:
         where = ", ".join(mirrors) or "environment.yml's channels"
         runner.say(f"[dry-run] would solve {env_file.name} for {PLATFORM} with py-rattler "
-                   f"against {where} and write {lock_file.name}")  # fmt: skip
+                   f"against {where} and write {lock_file.name} and {records.name}")  # fmt: skip
         return
-    from scripts.env.lock_records import records_path
-
     locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE, say=runner.say,
-                                    records_file=records_path(lock_file))  # fmt: skip
+                                    records_file=records)  # fmt: skip
     fresh, reason = check(env_file, lock_file)
     if not fresh:
         raise UserError(f"the lock written does not verify: {reason}")
