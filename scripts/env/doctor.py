@@ -23,6 +23,11 @@ TORCH_PROBE = (
     "import json, torch; print(json.dumps({'version': torch.__version__, "
     "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
 )
+SDK_PROBE = (
+    "import json; from importlib import metadata; print(json.dumps({d.metadata['Name'].lower(): "
+    "d.version for d in metadata.distributions() if (d.metadata['Name'] or '').lower()"
+    ".startswith('rocm')}))"
+)
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
@@ -111,6 +116,13 @@ def _env_section(
             section["torch"] = (
                 json.loads(probe.stdout) if probe.returncode == 0 else {"error": "not importable"}
             )
+            dists = subprocess.run(
+                [str(python), "-c", SDK_PROBE], env=env, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            if dists.returncode == 0:
+                section["rocm_dists"] = json.loads(dists.stdout)
+                section["mixed_sdk"] = rocm_sdk.mixed_sdk(section["rocm_dists"])
         except (UserError, subprocess.TimeoutExpired, ValueError) as e:
             section["torch"] = {"error": str(e) or type(e).__name__}
     return section, stamp
@@ -161,6 +173,8 @@ def _next_step(report: dict[str, Any]) -> str:
         return "nox -s lock"
     if not env.get("set_up"):
         return "nox -s setup_env"
+    if env.get("mixed_sdk"):
+        return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     torch = env.get("torch") or {}
     if not torch.get("version"):
         return "nox -s build_aotriton build_pytorch install_wheels (or setup_env -- --with-torch)"
@@ -232,6 +246,8 @@ def render(report: dict[str, Any]) -> str:
     lines.append(
         f"ROCm SDK   {rocm.get('version')} at {rocm.get('root')}" if rocm else "ROCm SDK   -"
     )
+    if env.get("mixed_sdk"):
+        lines.append(f"ROCm SDK   {env['mixed_sdk']}")
     torch = env.get("torch") or {}
     if torch.get("version"):
         lines.append(
