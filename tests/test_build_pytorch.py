@@ -160,11 +160,16 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     # Exactly this run's wheels, by parsed name; the stale ones are still there, unlisted.
     manifest = json.loads((work / bp.MANIFEST_NAME).read_text())
     listed = {Path(w["file"]).name for w in manifest["wheels"]}
+    # Named for what built them: TheRock's +rocm<SDK> with this build's identity first.
+    suffix = value(builds[0]["argv"], "--version-suffix")
+    assert re.fullmatch(rf"\+rocmfa[0-9a-f]{{8}}\.rocm{ROCM}", suffix), suffix
+    assert {value(c["argv"], "--version-suffix") for c in builds} == {suffix}
+    local = suffix[1:]
     assert listed == {
-        f"triton-3.6.0+git{upstreams.triton[1][:8]}.rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
-        f"torch-2.13.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
-        f"torchaudio-2.11.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
-        f"torchvision-0.26.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"triton-3.6.0+git{upstreams.triton[1][:8]}.{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torch-2.13.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchaudio-2.11.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchvision-0.26.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
     }
     assert all((out / name).exists() for name in stale)
     install_line = next(line for line in captured.splitlines() if "--force-reinstall" in line)

@@ -28,6 +28,7 @@ that stage ran (listing before/after, names parsed with packaging); the run mani
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv
@@ -447,6 +449,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         "env": ctx.env_identity,
         "cache": ctx.launcher,
         "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
+        "version_suffix": version_suffix(ctx),
     }
     return inputs
 
@@ -460,6 +463,37 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     return config
 
 
+def wheel_identity(ctx: Context) -> str:
+    """8 hex digits naming what builds this run's wheels: the checkout (TheRock, every source's
+    commit and HEAD after our patches, the patch sha256s), the AOTriton install torch links,
+    the arch and the ROCm SDK. A named placeholder while the checkout is not done yet (a dry
+    run), so no claim is made from a guess."""
+    stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
+    if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
+        return "<identity: digest of the checkout's commits and patches, after checkout>"
+    sources = stamp.get("sources") or {}
+    return stamps.digest({
+        "therock": ctx.therock_pin.commit,
+        "heads": stamp.get("heads"),
+        "sources": {k: [v.get("hashtag"), v.get("patches")] for k, v in sorted(sources.items())},
+        "aotriton": ctx.aotriton_digest,
+        "arch": ctx.arch.name,
+        "rocm": ctx.rocm_version,
+    })[:8]  # fmt: skip
+
+
+def version_suffix(ctx: Context) -> str:
+    """build_prod_wheels.py --version-suffix: TheRock's own default (+rocm<SDK>, +devrocm<SDK>
+    for a dev SDK; get_version_suffix_for_installed_rocm_package @ 89553ce3) with this build's
+    identity put first in the one local segment, `+rocmfa<identity>.rocm<SDK>`, so two
+    different builds never share a wheel file name and install_wheels still reads the SDK."""
+    sdk = ctx.rocm_version
+    with contextlib.suppress(InvalidVersion):  # a dry run's placeholder is shown as it is
+        sdk = str(Version(sdk)).replace("+", "-")
+    base = "devrocm" if "dev" in ctx.rocm_version else "rocm"
+    return f"+rocmfa{wheel_identity(ctx)}.{base}{sdk}"
+
+
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     argv = [
         str(ctx.python),
@@ -470,6 +504,8 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         str(ctx.out),
         "--pytorch-rocm-arch",
         ctx.arch.name,
+        "--version-suffix",
+        version_suffix(ctx),
         "--clean" if clean else "--no-clean",
     ]
     if ctx.cache is not None and ctx.cache.active:
