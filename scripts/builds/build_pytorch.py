@@ -244,11 +244,11 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     table = pytorch_pin.data.get(component.pin_key)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
-    for key in ("url", "commit"):
+    for key in ("url", "ref", "commit"):
         if key in table and not isinstance(table[key], str):
             raise UserError(f"{where}: '{key}' must be a string")
-    if table.get("commit"):
-        return Source(table.get("url"), table["commit"], where)
+    if table.get("commit") or table.get("ref"):  # a commit, else a tag or branch
+        return Source(table.get("url"), table.get("commit") or table["ref"], where)
     at = f"pytorch {pytorch_pin.commit[:12]}"
     if component.key == "triton":
         origin = table.get("url") or DEFAULT_TRITON_ORIGIN
@@ -600,7 +600,11 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
                 "script picks its default - pin it in pins/pytorch.toml "
                 f"[pytorch.{component.pin_key}]"
             )
-        patch_set = patches.patch_set_for(component.key, source.commit) if source.commit else None
+        # Patch sets are found by the commit the source is at, whatever form its ref takes: a
+        # 40-hex pin is known now; a tag, a branch or TheRock's default is read from the
+        # checkout's HEAD before hipify.
+        known = source.commit
+        patch_set = patches.patch_set_for(component.key, known) if known else None
         script = str(ctx.scripts_dir / component.script)
         argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
         if source.hashtag:
@@ -611,16 +615,22 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
         if component.key != "pytorch":
             argv += ["--torch-dir", str(torch_dir)]
         # Patches are keyed by the upstream commit, so they go on before hipify.
-        hipify_later = bool(patch_set) and component.hipify_subcommand
+        hipify_later = bool(patch_set or not known) and component.hipify_subcommand
         if hipify_later:
             argv.append("--no-hipify")
         elif component.hipify_subcommand:
             argv.append("--hipify")
         ctx.runner.say(f"{component.key}: {source.hashtag or 'default'} from {source.how}")
         ctx.runner.run(argv, cwd=ctx.scripts_dir)
+        commit = known or (None if ctx.runner.dry_run else read_head(dest))
         applied: list[str] = []
-        if source.commit:
-            applied = patches.apply_patch_set(component.key, source.commit, dest, ctx.runner)
+        if commit:
+            applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner)
+        else:
+            ctx.runner.say(
+                f"[dry-run] {component.key}: patches/{component.key}/<the commit the checkout "
+                "lands on>/ is applied before hipify (a missing set where others exist is refused)"
+            )
         if hipify_later:
             ctx.runner.run(
                 [str(ctx.python), script, "hipify", "--checkout-dir", str(dest)],

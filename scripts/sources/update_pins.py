@@ -23,6 +23,13 @@ from scripts.sources.checkouts import git, has_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
+# patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
+PATCH_PROJECTS = {
+    "pytorch.audio": "pytorch_audio",
+    "pytorch.vision": "pytorch_vision",
+    "pytorch.triton": "triton",
+    "pytorch.apex": "apex",
+}
 
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
@@ -130,7 +137,12 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             _record_torch_aotriton(path, directory, work, runner)
         old_commit = old if isinstance(old, str) and HEX40.fullmatch(old) else None
         _report_patches(
-            project, old_commit=old_commit, new=new, work=work, runner=runner, port=port
+            PATCH_PROJECTS.get(name, project),
+            old_commit=old_commit,
+            new=new,
+            work=work,
+            runner=runner,
+            port=port,
         )
 
 
@@ -143,13 +155,20 @@ def _report_patches(
     runner: Runner,
     port: bool = False,
 ) -> None:
-    if patch_set_for(project, new) is not None:
-        runner.say(f"{project}: patch set present for {new[:12]}")
+    present = patch_set_for(project, new)
+    if present is not None:
+        what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
+        runner.say(f"{project}: {what} present for {new[:12]}")
         return
     sets = available_sets(project)
     if not sets:
         runner.say(f"{project}: no patches")
         return
+    runner.say(
+        f"{project}: no patch set for {new[:12]} while sets exist for "
+        f"{', '.join(c[:12] for c in sets)}: the build refuses it until one is ported "
+        f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
+    )
     source = old_commit if old_commit in sets else sets[-1]
     found = patch_set_for(project, source)
     checkout = paths.src_dir(work, project)
