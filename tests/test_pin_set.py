@@ -65,11 +65,13 @@ def test_recorded_same_line_agrees_other_line_refused_force_warns(tmp_path: Path
     )
     assert "pins/aotriton.toml pins 0.13b (6e00ef3e335b)" in message and "--force" in message
     warned = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
-    assert warned[0].startswith("WARNING (--force): pins disagree")
+    assert warned[0].startswith("line release: ") and warned[1].startswith(
+        "WARNING (--force): pins disagree"
+    )
     fine = pin_set.check(
         aotriton_pin(C_0121, "0.12.1b"), "0.12.1b", force=False, workdir=tmp_path, environ=env
     )
-    assert "same line" in fine[0] and "(torch names 269036897bce)" in fine[0]
+    assert "same line" in fine[1] and "(torch names 269036897bce)" in fine[1]
 
 
 def test_stale_record_is_ignored_and_the_real_file_is_read(tmp_path: Path) -> None:
@@ -108,7 +110,7 @@ def test_unreadable_torch_file_is_refused_unless_forced(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"cannot tell which AOTriton the torch pin names .*"):
         pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
     forced = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
-    assert forced[0].startswith("WARNING (--force): cannot tell")
+    assert forced[1].startswith("WARNING (--force): cannot tell")
 
 
 def test_update_pins_records_what_torch_names_then_refuses_the_set(
@@ -175,5 +177,5 @@ def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Pat
     lines = pin_set.check(
         aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path, environ=env
     )
-    assert lines[0].startswith("[dry-run] note: cannot tell which AOTriton")
-    assert "the real run refuses this" in lines[0]
+    assert lines[1].startswith("[dry-run] note: cannot tell which AOTriton")
+    assert "the real run refuses this" in lines[1]

@@ -44,7 +44,7 @@ from packaging.version import InvalidVersion, Version
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv
 from scripts.env.preamble import OnSession, SessionEnv, open_env
-from scripts.plumbing import buildjobs, paths, stamps
+from scripts.plumbing import buildjobs, paths, pin_schema, stamps
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BuildPytorchOptions
 from scripts.sources import pins
@@ -229,11 +229,7 @@ def read_related_commits(torch_dir: Path, project: str) -> tuple[str, str] | Non
         text = (torch_dir / "related_commits").read_text()
     except OSError:
         return None
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split("|")]
-        if len(fields) == 6 and fields[0] == "ubuntu" and fields[2] == project:
-            return fields[5], fields[4]
-    return None
+    return pins.parse_related_commits(text, str(torch_dir / "related_commits")).get(project)
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
@@ -247,8 +243,9 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     for key in ("url", "ref", "commit"):
         if key in table and not isinstance(table[key], str):
             raise UserError(f"{where}: '{key}' must be a string")
-    if table.get("commit") or table.get("ref"):  # a commit, else a tag or branch
-        return Source(table.get("url"), table.get("commit") or table["ref"], where)
+    ref = table.get("ref") if table.get("ref") != pins.FROM_PYTORCH else None
+    if table.get("commit") or ref:  # a commit, else a tag or branch
+        return Source(table.get("url"), table.get("commit") or ref, where)
     at = f"pytorch {pytorch_pin.commit[:12]}"
     if component.key == "triton":
         origin = table.get("url") or DEFAULT_TRITON_ORIGIN
@@ -358,7 +355,8 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     runner = session.runner
     runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
-    pytorch_pin = pins.load_pin("pytorch", workdir=work)
+    runner.say(pin_schema.describe_line(pins.resolve_pins_dir()))
+    pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = runner.run(
@@ -815,7 +813,7 @@ def check_pin_set(ctx: Context) -> None:
     lines = pin_set.check(
         aotriton, version, force=ctx.force, dry_run=ctx.runner.dry_run, workdir=ctx.work
     )
-    compat_matrix.announce(lines, ctx.runner.say)
+    compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
 
 
 def build_pytorch(opts: BuildPytorchOptions) -> None:

@@ -147,6 +147,13 @@ def _pins_section() -> list[dict[str, Any]]:
     return found
 
 
+def _line() -> str:
+    try:
+        return pin_schema.describe_line(rocm_sdk.pins_dir())
+    except UserError as e:
+        return str(e)
+
+
 def _builds_section(work: Path) -> list[dict[str, Any]]:
     builds = []
     for path in sorted((work / "stamps").glob("*.json")):
@@ -175,6 +182,8 @@ def _next_step(report: dict[str, Any]) -> str:
         return "nox -s setup_env"
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
+    if any("run: nox -s update_pins" in pin.get("error", "") for pin in report["pins"]):
+        return "nox -s update_pins (a pin's commit is not resolved yet)"
     torch = env.get("torch") or {}
     if not torch.get("version"):
         return "nox -s build_aotriton build_pytorch install_wheels (or setup_env -- --with-torch)"
@@ -190,6 +199,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         "env": env,
         "lock": lockfile.describe(),
         "pins": _pins_section(),
+        "line": _line(),
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
     report["next"] = _next_step(report)
@@ -265,6 +275,8 @@ def render(report: dict[str, Any]) -> str:
         if pin_schema.HEX40.fullmatch(what):
             what = what[:12]  # a commit; versions are shown whole
         lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
+    if report.get("line"):
+        lines.append(f"pin line   {report['line']}")
     for build in report["builds"]:
         lines.append(f"built      {build['step']} ({build['stamp']})")
     if not report["builds"]:
