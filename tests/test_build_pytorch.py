@@ -136,6 +136,18 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     assert value(calls[2]["argv"], "--repo-hashtag") == upstreams.triton[1]
     assert value(calls[3]["argv"], "--repo-hashtag") == upstreams.audio[1]
     assert value(calls[4]["argv"], "--gitrepo-origin") == f"file://{upstreams.vision[0]}"
+    # What was checked out, in TheRock's source-manifest form (checkout_from_manifest.py @
+    # 89553ce3 needs schema_version 1 and a non-empty repo and commit per project).
+    sources = json.loads((work / bp.SOURCE_MANIFEST_NAME).read_text())
+    assert sources["schema_version"] == 1
+    assert sources["pytorch"] == {
+        "repo": f"file://{upstreams.pytorch[0]}", "commit": upstreams.pytorch[1],
+        "branch": "release/2.13",
+    }  # fmt: skip
+    for key, (_path, commit) in (("triton", upstreams.triton), ("pytorch_audio", upstreams.audio),
+                                 ("pytorch_vision", upstreams.vision)):  # fmt: skip
+        assert sources[key]["commit"] == commit and sources[key]["repo"].startswith("file://")
+    assert sources["therock"]["commit"] == upstreams.therock[1]
     torch_src = work / "src" / "pytorch"
     log = standin.git(torch_src, "log", "--format=%s", "-3")
     assert log.splitlines() == ["DO NOT SUBMIT: HIPIFY", "Patch attention", "upstream"]

@@ -55,6 +55,7 @@ SKIPPABLE = ("triton", "audio", "vision")
 SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
+SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
 STAMP_PREFIX = "build_pytorch-"
 CHECKOUT_DEPTH = "1"
 CHECKOUT_JOBS = "10"
@@ -638,10 +639,47 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
         sources[component.key] = {
             "origin": source.origin,
             "hashtag": source.hashtag,
+            "commit": commit,
             "how": source.how,
             "patches": applied,
         }
+    if not ctx.runner.dry_run:
+        write_source_manifest(ctx, sources)
+    ctx.runner.say(
+        f"{'[dry-run] ' if ctx.runner.dry_run else ''}the checked-out commits go to "
+        f"{source_manifest_path(ctx.work)} (TheRock's source-manifest form: its "
+        "checkout_from_manifest.py reproduces the tree)"
+    )
     return {"heads": heads, "sources": sources}
+
+
+def source_manifest_path(work: Path) -> Path:
+    return work / SOURCE_MANIFEST_NAME
+
+
+def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]) -> None:
+    """What this checkout is, in TheRock's own source-manifest form (schema_version 1: one
+    {repo, commit, branch} entry per project, keys as checkout_from_manifest.py's
+    CHECKOUT_SCRIPTS, plus "therock"; generate_pytorch_source_manifest.py @ 89553ce3 writes it).
+    The commit is the upstream one the checkout landed on, before our patches and hipify."""
+    manifest: dict[str, Any] = {"schema_version": 1}
+    for key, source in sources.items():
+        entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
+        hashtag = source.get("hashtag") or ""
+        if key == "pytorch":
+            entry["branch"] = ctx.pytorch_pin.ref
+        elif hashtag and hashtag != entry["commit"]:
+            entry["branch"] = hashtag
+        manifest[key] = entry
+    manifest["therock"] = {
+        "repo": ctx.therock_pin.url,
+        "commit": ctx.therock_pin.commit,
+        "branch": ctx.therock_pin.ref,
+        "version": ctx.rocm_version,
+    }
+    stamps.write_text_atomic(
+        source_manifest_path(ctx.work), json.dumps(manifest, indent=2, sort_keys=False) + "\n"
+    )
 
 
 def torch_stage_clean(ctx: Context, clean: bool) -> bool:

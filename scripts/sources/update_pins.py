@@ -175,6 +175,9 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
         if found is None:
             raise UserError(f"{name}: {where} has no {key!r} entry")
         commit = found[1].lower()
+        if found[0] and not runner.dry_run:  # TheRock's manifest takes the origin from there too
+            path_file, _ = pins.read_pin_table("pytorch", directory)
+            pin_records.set_values(path_file, name, {"url": found[0]})
     if not HEX40.fullmatch(commit):
         raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
     runner.say(f"{name}: from {where}")
