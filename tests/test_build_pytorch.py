@@ -18,6 +18,7 @@ import pytest
 from scripts.builds import build_pytorch as bp
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
+from tests.support import aotriton_standins as st
 from tests.support import therock_standin as standin
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +136,18 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     assert value(calls[2]["argv"], "--repo-hashtag") == upstreams.triton[1]
     assert value(calls[3]["argv"], "--repo-hashtag") == upstreams.audio[1]
     assert value(calls[4]["argv"], "--gitrepo-origin") == f"file://{upstreams.vision[0]}"
+    # What was checked out, in TheRock's source-manifest form (checkout_from_manifest.py @
+    # 89553ce3 needs schema_version 1 and a non-empty repo and commit per project).
+    sources = json.loads((work / bp.SOURCE_MANIFEST_NAME).read_text())
+    assert sources["schema_version"] == 1
+    assert sources["pytorch"] == {
+        "repo": f"file://{upstreams.pytorch[0]}", "commit": upstreams.pytorch[1],
+        "branch": "release/2.13",
+    }  # fmt: skip
+    for key, (_path, commit) in (("triton", upstreams.triton), ("pytorch_audio", upstreams.audio),
+                                 ("pytorch_vision", upstreams.vision)):  # fmt: skip
+        assert sources[key]["commit"] == commit and sources[key]["repo"].startswith("file://")
+    assert sources["therock"]["commit"] == upstreams.therock[1]
     torch_src = work / "src" / "pytorch"
     log = standin.git(torch_src, "log", "--format=%s", "-3")
     assert log.splitlines() == ["DO NOT SUBMIT: HIPIFY", "Patch attention", "upstream"]
@@ -160,11 +173,16 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     # Exactly this run's wheels, by parsed name; the stale ones are still there, unlisted.
     manifest = json.loads((work / bp.MANIFEST_NAME).read_text())
     listed = {Path(w["file"]).name for w in manifest["wheels"]}
+    # Named for what built them: TheRock's +rocm<SDK> with this build's identity first.
+    suffix = value(builds[0]["argv"], "--version-suffix")
+    assert re.fullmatch(rf"\+rocmfa[0-9a-f]{{8}}\.rocm{ROCM}", suffix), suffix
+    assert {value(c["argv"], "--version-suffix") for c in builds} == {suffix}
+    local = suffix[1:]
     assert listed == {
-        f"triton-3.6.0+git{upstreams.triton[1][:8]}.rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
-        f"torch-2.13.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
-        f"torchaudio-2.11.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
-        f"torchvision-0.26.0a0+rocm{ROCM}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"triton-3.6.0+git{upstreams.triton[1][:8]}.{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torch-2.13.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchaudio-2.11.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
+        f"torchvision-0.26.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
     }
     assert all((out / name).exists() for name in stale)
     install_line = next(line for line in captured.splitlines() if "--force-reinstall" in line)
@@ -513,3 +531,36 @@ def test_cache_url_maps_to_therock_use_sccache_and_is_shown(
     assert "SCCACHE_REDIS_KEY_PREFIX=rocmfa/gfx1151/rocm-" in line
     with pytest.raises(UserError, match="--cache replaces --ccache/--sccache"):
         bp.build_pytorch(options.parse("build_pytorch", [*argv, "--ccache"]))
+
+
+def test_patch_sets_found_whatever_form_the_ref_takes(monkeypatch, provisioned_env, tmp_path):
+    """A companion pinned by branch (no commit): its patch set is looked up by the commit the
+    checkout lands on and applied before hipify; a pinned commit with no set while an earlier
+    commit had one is refused in one line before any build."""
+    up = standin.make_upstreams(tmp_path / "up")
+    pins = up.pins_dir / "pytorch.toml"
+    audio_repo, audio_commit = up.audio
+    pins.write_text(
+        pins.read_text() + f'\n[pytorch.audio]\nurl = "file://{audio_repo}"\nref = "main"\n'
+    )
+    root = tmp_path / "patches"
+    st.make_patch_set(root, "pytorch_audio", audio_commit, audio_repo, [{"fix.txt": "patched\n"}])
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(up.pins_dir))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(root))
+    work = tmp_path / "work"
+    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), "--arch", "gfx1151",
+            "--skip", "vision", "--only", "checkout"]  # fmt: skip
+    bp.build_pytorch(options.parse("build_pytorch", argv))
+    audio = next(c for c in checkout_calls(work) if c["script"] == "pytorch_audio_repo.py")
+    assert value(audio["argv"], "--repo-hashtag") == "main" and "--no-hipify" in audio["argv"]
+    src = work / "src" / "pytorch_audio"
+    assert (src / "fix.txt").read_text() == "patched\n" and (src / "HIPIFY_DONE").exists()
+    log = standin.git(src, "log", "--format=%s", "-3").splitlines()
+    assert log == ["DO NOT SUBMIT: HIPIFY", "stand-in fix 1", "upstream"]
+
+    # upstream moves, the branch pin follows, the set stays at the older commit: refused
+    standin.git(audio_repo, "commit", "-q", "--allow-empty", "-m", "moved")
+    with pytest.raises(UserError, match=r"pytorch_audio: no patch set for the pinned commit") as e:
+        bp.build_pytorch(options.parse("build_pytorch", [*argv[:-2], "--force"]))
+    assert "\n" not in str(e.value) and "refusing to build it unpatched" in str(e.value)
+    assert not (work / "wheels").exists()

@@ -183,3 +183,25 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
     with locks.hold(lock, "workdir X", "build_ck"):  # the dead run's lock is taken over
         assert json.loads(lock.read_text())["session"] == "build_ck"
     assert locks.holder(lock) is None
+
+
+def test_doctor_names_a_mixed_sdk_the_line_and_update_pins() -> None:
+    report = {
+        "arch": {"detected": [], "detected_from": "x", "arch": "gfx1151", "name": "n", "how": "h",
+                 "aotriton": True, "ck_mha": False, "peak_tflops": {}, "limits": [], "matrix": "m"},
+        "env": {"manager": {"kind": "k", "exe": "e", "via": "v"}, "set_up": True,
+                "torch": {"version": "2.13.0"},
+                "mixed_sdk": "mixed ROCm SDK: rocm-sdk-core 2, rocm-sdk-devel 1; rerun: x"},
+        "lock": {"present": True, "fresh": True, "reason": "ok"},
+        "pins": [{"file": "pytorch.toml", "error": "p: 'commit' is not resolved yet (''); "
+                  "run: nox -s update_pins"}],
+        "line": "line release: u release/2.13 (commit not resolved yet) x AOTriton 0.13b",
+        "builds": [],
+    }  # fmt: skip
+    assert doctor._next_step(report) == "nox -s setup_env -- --force (the ROCm SDK is mixed)"
+    report["next"] = "n"
+    text = doctor.render(report)
+    assert "ROCm SDK   mixed ROCm SDK: rocm-sdk-core 2, rocm-sdk-devel 1" in text
+    assert "pin line   line release: u release/2.13 (commit not resolved yet)" in text
+    del report["env"]["mixed_sdk"]
+    assert doctor._next_step(report).startswith("nox -s update_pins")

@@ -69,3 +69,35 @@ def test_a_real_run_still_stops_with_one_line(fresh, tmp_path: Path) -> None:
     dry = run_nox(project, "-s", "build_ck", "--", "--dry-run", "--arch", "gfx1151",
                   env=with_manager)  # fmt: skip
     assert dry.returncode == 0 and "is not set up; the plan below" in dry.stdout
+
+
+def test_the_default_line_dry_run_names_the_line_and_every_source(fresh) -> None:
+    """build_pytorch --dry-run on the repository's own pins: the line and how its torch x
+    AOTriton agreement is known, torch at a named placeholder until update_pins resolves it
+    (audio/vision/triton read from that commit); the nightly line has every source at a
+    commit and AOTriton following torch."""
+    project, env = fresh
+    result = run_nox(project, "-s", "build_pytorch", "--", "--dry-run", "--arch", "gfx1151",
+                     env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "line release: https://github.com/ROCm/pytorch release/2.13 (commit not resolved" in out
+    assert "x AOTriton 0.13b 6e00ef3e335b: agreement known from a public record only" in out
+    placeholder = (
+        "<commit of https://github.com/ROCm/pytorch release/2.13: resolved, checked and recorded "
+        "by nox -s update_pins>"
+    )
+    assert f"--repo-hashtag '{placeholder}'" in out
+    assert "--version-suffix '+rocmfa<identity: digest of the checkout" in out
+    assert "TheRock's source-manifest form" in out
+    nightly = run_nox(project, "-s", "build_pytorch", "--", "--dry-run", "--arch", "gfx1151",
+                      env={**env, "ROCMFA_PYTORCH_LINE": "nightly"})  # fmt: skip
+    assert nightly.returncode == 0, nightly.stderr
+    text = nightly.stdout
+    assert "line nightly: https://github.com/pytorch/pytorch nightly cac8bcf1ca69" in text
+    assert "agree by construction" in text
+    for commit in ("cac8bcf1ca69bff4364b793b570f850cf9e1faa1",
+                   "c6473ed0a5d5254cef30295c4b24019c539007b2",
+                   "97164178c67fc943ab7b3ecddd4454a3265b0f63",
+                   "88b227e23f0445f3f695bad05bbf1a363b4f50e0"):  # fmt: skip
+        assert f"--repo-hashtag {commit}" in text

@@ -145,16 +145,49 @@ def test_patch_already_contained_upstream_is_skipped(up: Up, tmp_path: Path) -> 
     assert st.git(dest, "rev-parse", "HEAD") == newer
 
 
-def test_missing_set_names_nearest_ancestor_set(up: Up, tmp_path: Path) -> None:
+def test_pin_bump_without_a_patch_set_is_refused(up: Up, tmp_path: Path) -> None:
+    """An earlier commit had a set, the pinned one has none: refused in one line naming the
+    nearest set and both ways out; a manifest saying none_needed lets it build unpatched."""
     st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
     st.commit_files(up.repo, {"d.txt": "1\n"}, "two")
     newer = st.commit_files(up.repo, {"d.txt": "2\n"}, "three")
     dest = checkout(up, tmp_path / "co", newer)
+    with pytest.raises(UserError) as e:
+        patches.apply_patch_set("proj", newer, dest, quiet())
+    text = str(e.value)
+    assert "\n" not in text and text.endswith("refusing to build it unpatched")
+    assert f"no patch set for the pinned commit {newer[:12]}" in text
+    assert f"proj/{up.base} (2 commits older)" in text and "--port-patches" in text
+    assert st.git(dest, "rev-parse", "HEAD") == newer
+
+    dry = quiet(dry_run=True)
+    assert patches.apply_patch_set("proj", newer, dest, dry) == []
+    assert "[dry-run] note: proj: no patch set" in dry.out.getvalue()
+
+    none = up.root / "proj" / newer
+    none.mkdir()
+    (none / "manifest.toml").write_text('none_needed = "upstream merged the fix (pr/1)"\n')
     said = quiet()
     assert patches.apply_patch_set("proj", newer, dest, said) == []
-    text = said.out.getvalue()
-    assert f"no patch set for the pinned commit {newer[:12]}" in text
-    assert f"proj/{up.base} (2 commits older)" in text
+    assert "no patches needed at" in said.out.getvalue() and "merged the fix" in said.out.getvalue()
+    assert patches.patch_set_digest("proj", newer) != patches.patch_set_digest("proj", "0" * 40)
+    (none / "manifest.toml").write_text("")
+    with pytest.raises(UserError, match=r"lists no patches; say why none are needed"):
+        patches.patch_set_for("proj", newer)
+
+
+def test_a_set_of_another_line_does_not_block(up: Up, tmp_path: Path) -> None:
+    """A set for a commit that is provably not an ancestor (another branch) is no reason to
+    refuse; with no checkout to ask (the first run), it is."""
+    st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
+    st.git(up.repo, "checkout", "-q", "--orphan", "other")
+    other = st.commit_files(up.repo, {"z.txt": "z\n"}, "another line")
+    dest = checkout(up, tmp_path / "co", other)
+    st.git(dest, "fetch", "-q", "origin", up.base)
+    said = quiet()
+    assert patches.apply_patch_set("proj", other, dest, said) == []
+    assert "no patches for" in said.out.getvalue()
+    assert patches.missing_set_problem("proj", other, None, quiet())
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scripts.builds import aotriton_release
-from scripts.plumbing import options
+from scripts.plumbing import options, pin_schema
 from scripts.plumbing.errors import UserError
 from scripts.sources import pin_set, pins, update_pins
 from tests.support import aotriton_standins as st
@@ -65,11 +65,13 @@ def test_recorded_same_line_agrees_other_line_refused_force_warns(tmp_path: Path
     )
     assert "pins/aotriton.toml pins 0.13b (6e00ef3e335b)" in message and "--force" in message
     warned = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
-    assert warned[0].startswith("WARNING (--force): pins disagree")
+    assert warned[0].startswith("line release: ") and warned[1].startswith(
+        "WARNING (--force): pins disagree"
+    )
     fine = pin_set.check(
         aotriton_pin(C_0121, "0.12.1b"), "0.12.1b", force=False, workdir=tmp_path, environ=env
     )
-    assert "same line" in fine[0] and "(torch names 269036897bce)" in fine[0]
+    assert "same line" in fine[1] and "(torch names 269036897bce)" in fine[1]
 
 
 def test_stale_record_is_ignored_and_the_real_file_is_read(tmp_path: Path) -> None:
@@ -108,7 +110,7 @@ def test_unreadable_torch_file_is_refused_unless_forced(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"cannot tell which AOTriton the torch pin names .*"):
         pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
     forced = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
-    assert forced[0].startswith("WARNING (--force): cannot tell")
+    assert forced[1].startswith("WARNING (--force): cannot tell")
 
 
 def test_update_pins_records_what_torch_names_then_refuses_the_set(
@@ -175,5 +177,71 @@ def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Pat
     lines = pin_set.check(
         aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path, environ=env
     )
-    assert lines[0].startswith("[dry-run] note: cannot tell which AOTriton")
-    assert "the real run refuses this" in lines[0]
+    assert lines[1].startswith("[dry-run] note: cannot tell which AOTriton")
+    assert "the real run refuses this" in lines[1]
+
+
+def test_update_pins_resolves_the_default_line_and_records_every_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The repository's own pins/pytorch.toml (ROCm/pytorch release/2.13, no commit yet) against
+    a stand-in ROCm/pytorch: update_pins resolves the branch, reads aotriton.cmake,
+    related_commits and ci_commit_pins/triton.txt at that commit over raw_url (one file each, as
+    TheRock's generate_pytorch_source_manifest.py), records them and checks the pair."""
+    audio, vision, triton = "a" * 40, "b" * 40, "c" * 40
+    files = {
+        CMAKE: NAMES_012.replace("0.12b", "0.13b").replace(C_012, C_013),
+        "related_commits": "".join(
+            f"{os_}|pytorch|{name}|release/2.13|{commit}|https://github.com/pytorch/{repo}\n"
+            for os_ in ("ubuntu", "centos")
+            for name, commit, repo in (
+                ("torchaudio", audio, "audio"),
+                ("torchvision", vision, "vision"),
+            )
+        ),
+        ".ci/docker/ci_commit_pins/triton.txt": triton + "\n",
+    }
+    torch_repo = tmp_path / "rocm-pytorch"
+    st.make_repo(torch_repo, {"README": "x\n"})
+    st.git(torch_repo, "checkout", "-q", "-b", "release/2.13")
+    torch_commit = st.commit_files(torch_repo, files, "release 2.13")
+    www = tmp_path / "www"
+    for path, text in files.items():
+        served = www / "raw" / torch_commit / path
+        served.parent.mkdir(parents=True, exist_ok=True)
+        served.write_text(text)
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
+    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    real = (pins.REPO_ROOT / "pins" / "pytorch.toml").read_text()
+    argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
+    with st.serve(www) as (base, _log):
+        (pins_dir / "pytorch.toml").write_text(
+            real.replace("https://github.com/ROCm/pytorch", f"file://{torch_repo}").replace(
+                "https://raw.githubusercontent.com/ROCm/pytorch", f"{base}/raw"
+            )
+        )
+        assert "public record only" in pin_schema.describe_line(pins_dir)
+        update_pins.update_pins(options.parse("update_pins", argv))
+    out = capsys.readouterr().out
+    torch = pins.load_pin("pytorch", pins_dir)
+    assert torch.commit == torch_commit
+    assert {k: torch.data[k]["commit"] for k in ("triton", "audio", "vision")} == {
+        "triton": triton, "audio": audio, "vision": vision,
+    }  # fmt: skip
+    assert torch.data["triton"]["url"] == "https://github.com/ROCm/triton"
+    assert torch.data["audio"]["url"] == "https://github.com/pytorch/audio"
+    record = torch.data["aotriton"]
+    assert (record["pytorch_commit"], record["version"], record["commit"]) == (
+        torch_commit, "0.13b", C_013,
+    )  # fmt: skip
+    assert f"names AOTriton 0.13b {C_013[:12]}" in out
+    assert "pin set: torch" in out and "same line" in out
+    said = pin_schema.describe_line(pins_dir)
+    assert said.startswith(f"line release: file://{torch_repo} release/2.13 {torch_commit[:12]}")
+    assert f"the torch names 0.13b [PyTorch {torch_commit[:12]} {CMAKE}, form C literal" in said
+    assert (
+        "# The companions TheRock's source manifest pins" in (pins_dir / "pytorch.toml").read_text()
+    )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from scripts.plumbing import pin_schema
 from scripts.plumbing.errors import UserError
 from scripts.sources import pins
 from tests.support import aotriton_standins as st
@@ -16,6 +18,7 @@ C_0132 = "9c7c79c16df7e9f7a37334e2ec3e87e7b00d03cb"
 C_011 = "972223c501ffc22068bb035ac5d64cf54318d895"
 C_OLD = "24a3fe9cb57e5cda3c923df29743f9767194cc27"
 C_013 = "6e00ef3e335b45dfb49065259533b59c68995bfe"
+C_012 = "269036897bcee4292f4e928767df1e3dd0e3c8bd"
 
 # The forms of docs/upstream-interfaces.md ("PyTorch cmake/External/aotriton.cmake forms"),
 # one fixture per form.
@@ -60,6 +63,8 @@ ENV_ONLY = """
 
 def test_repository_pins_are_valid_full_commits() -> None:
     for project in pins.PROJECTS:
+        if project == "pytorch":
+            continue  # the default line's torch commit is resolved by update_pins (below)
         pin = pins.load_pin(project, REPO_ROOT / "pins")
         assert len(pin.commit) == 40 and pin.url.startswith("https://github.com/")
         assert pin.source == f"pins/{project}.toml"
@@ -247,3 +252,48 @@ def test_rewrite_commit_keeps_comments(tmp_path: Path) -> None:
     assert f'commit = "{"b" * 40}"  # resolved' in text
     assert "# header comment" in text and 'url = "u"  # where' in text and 'commit = "keep"' in text
     assert not pins.rewrite_commit(path, "therock", "b" * 40)
+
+
+def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
+    tmp_path: Path,
+) -> None:
+    """The default torch pin is ROCm/pytorch release/2.13 with no commit yet: a build refuses it
+    in one line, a dry run shows a named placeholder, and the line says its agreement with
+    AOTriton 0.13b is known from a public record only. The nightly line is fully pinned and its
+    AOTriton follows that torch."""
+    env = {"ROCMFA_PINS_DIR": str(REPO_ROOT / "pins"), "ROCMFA_WORKDIR": str(tmp_path)}
+    with pytest.raises(
+        UserError,
+        match=r"pins/pytorch.toml \[pytorch\]: 'commit' is not resolved yet .*nox -s update_pins$",
+    ):
+        pins.load_pin("pytorch", environ=env)
+    plan = pins.load_pin_for_plan("pytorch", dry_run=True, environ=env)
+    assert (plan.url, plan.ref) == ("https://github.com/ROCm/pytorch", "release/2.13")
+    assert plan.commit == (
+        "<commit of https://github.com/ROCm/pytorch release/2.13: resolved, checked and recorded "
+        "by nox -s update_pins>"
+    )
+    with pytest.raises(UserError, match="not resolved yet"):
+        pins.load_pin_for_plan("pytorch", dry_run=False, environ=env)
+    said = pin_schema.describe_line(REPO_ROOT / "pins", env)
+    assert said.startswith("line release: https://github.com/ROCm/pytorch release/2.13 (commit ")
+    assert "x AOTriton 0.13b 6e00ef3e335b: agreement known from a public record only" in said
+    assert "build_prod_wheels_flash_attention_test.py" in said and "update_pins" in said
+
+    nightly = {**env, "ROCMFA_PYTORCH_LINE": "nightly"}
+    torch = pins.load_pin("pytorch", environ=nightly)
+    assert (torch.ref, torch.commit[:8], torch.source) == (
+        "nightly",
+        "cac8bcf1",
+        "pins/pytorch-nightly.toml",
+    )
+    cache = tmp_path / ".cache" / "pins" / f"pytorch-{torch.commit}-aotriton.json"
+    cache.parent.mkdir(parents=True)
+    cmake = 'set(__AOTRITON_VER "0.12b")\nset(__AOTRITON_CI_COMMIT "' + C_012 + '")\n'
+    cache.write_text(json.dumps({"origin": "test", "files": {pins.AOTRITON_CMAKE: cmake}}))
+    aotriton = pins.load_pin("aotriton", environ=nightly)
+    assert (aotriton.commit, aotriton.data["version"]) == (C_012, "0.12b")
+    assert "cac8bcf1ca69" in aotriton.source
+    assert "agree by construction" in pin_schema.describe_line(REPO_ROOT / "pins", nightly)
+    with pytest.raises(UserError, match=r"ROCMFA_PYTORCH_LINE='beta': known lines"):
+        pins.load_pin("pytorch", environ={**env, "ROCMFA_PYTORCH_LINE": "beta"})

@@ -4,7 +4,9 @@ machine (its own env prefix and work dir) installs it with real pip and --requir
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 from scripts.builds import build_pytorch as bp
 from scripts.builds import install_wheels as iw
@@ -21,6 +22,7 @@ from scripts.builds import publish as pub
 from scripts.builds import team_index, wheel_manifest
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
+from tests.support import aotriton_standins as st
 from tests.support import shared_cache
 from tests.support import team_index as servers
 from tests.support import therock_standin as standin
@@ -111,8 +113,9 @@ def install_and_check(second: Machine, index: str, capfd) -> str:
     assert "--require-hashes -r" in out and "scripts/probes/backend_check.py" in out
     requirements = (second.work / "install_wheels-requirements.txt").read_text()
     assert requirements.count("--hash=sha256:") == 3
-    assert Version(installed(second.prefix, "torch")) == Version(f"2.13.0a0+rocm{ROCM}")
-    assert Version(installed(second.prefix, "torchaudio")) == Version(f"2.11.0a0+rocm{ROCM}")
+    for project, base in (("torch", "2.13.0a0"), ("torchaudio", "2.11.0a0")):
+        local = rf"\+rocmfa[0-9a-f]{{8}}\.rocm{re.escape(ROCM)}"  # named for what built it
+        assert re.fullmatch(re.escape(base) + local, installed(second.prefix, project))
     assert installed(second.prefix, "triton") is not None
     return out
 
@@ -262,18 +265,34 @@ def test_no_set_on_the_index(second, env, tmp_path):
         install(second, str(tmp_path / "empty"))
 
 
-def test_name_clash_refused_before_anything_is_uploaded(
-    builder, env, tmp_path, rocm_index, upstreams, capfd
-):
-    """Another build of the same versions (here torch built against another AOTriton
-    install: same file name, other bytes) must not replace the published wheel."""
+def rebuilt_bytes(machine: Machine, project: str) -> None:
+    """A rebuild that is not byte-for-byte reproducible (zip times): same wheel name, other
+    sha256, recorded in the run manifest as a real rebuild would be."""
+    manifest = run_manifest(machine)
+    record = next(w for w in manifest["wheels"] if w["project"] == project)
+    path = Path(record["file"])
+    with zipfile.ZipFile(path) as old:
+        members = [(i.filename, old.read(i)) for i in old.infolist()]
+    with zipfile.ZipFile(path, "w") as new:
+        for name, data in members:
+            new.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    record["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    record["size"] = path.stat().st_size
+    (machine.work / bp.MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+
+
+def test_name_clash_refused_before_anything_is_uploaded(builder, env, tmp_path, capfd):
+    """Another build of the same inputs (same wheel names, other bytes) must not replace the
+    published wheel."""
     with servers.pypiserver_families(tmp_path / "pypi") as base:
         publish(builder, f"pypi+{base}")
         before = {p.name: p.read_bytes() for p in (tmp_path / "pypi" / "gfx1151").iterdir()}
         other = Machine(builder.prefix, tmp_path / "other-work")
-        prefix = make_aotriton_prefix(tmp_path / "aot", images={"amd-gfx115x": "0.13"})
-        argv = other.args("--arch", "gfx1151", "--skip", "vision", "--skip", "audio")
-        bp.build_pytorch(options.parse("build_pytorch", [*argv, "--aotriton-prefix", str(prefix)]))
+        argv = other.args("--arch", "gfx1151", "--skip", "vision")
+        bp.build_pytorch(options.parse("build_pytorch", argv))
+        names = {Path(w["file"]).name for w in run_manifest(other)["wheels"]}
+        assert names == {Path(w["file"]).name for w in run_manifest(builder)["wheels"]}
+        rebuilt_bytes(other, "torch")
         capfd.readouterr()
         clash = r"refusing to publish .*\.whl is already on the index with another sha256"
         with pytest.raises(UserError, match=clash) as e:
@@ -282,6 +301,32 @@ def test_name_clash_refused_before_anything_is_uploaded(
         assert "twine" not in capfd.readouterr().out
         after = {p.name: p.read_bytes() for p in (tmp_path / "pypi" / "gfx1151").iterdir()}
         assert after == before
+
+
+def test_builds_with_other_patch_sets_get_other_names_and_both_publish(
+    builder, env, tmp_path, upstreams, monkeypatch
+):
+    """Wheels are named for what built them (build_prod_wheels --version-suffix carries the
+    build's identity): a build with a patch set beside one without never shares a file name,
+    and both sets publish to one index."""
+    patches = tmp_path / "patches-b"
+    repo, commit = upstreams.pytorch
+    st.make_patch_set(patches, "pytorch", commit, repo, [{"attention_fix.txt": "patched\n"}])
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(patches))
+    other = Machine(builder.prefix, tmp_path / "other-work")
+    argv = other.args("--arch", "gfx1151", "--skip", "vision")
+    bp.build_pytorch(options.parse("build_pytorch", argv))
+    mine = {Path(w["file"]).name for w in run_manifest(builder)["wheels"]}
+    theirs = {Path(w["file"]).name for w in run_manifest(other)["wheels"]}
+    assert len(theirs) == len(mine) == 3 and not mine & theirs
+    tree = tmp_path / "idx"
+    publish(builder, str(tree))
+    publish(other, str(tree))
+    family = tree / "v2" / "gfx1151"
+    assert {p.name for p in (family / "torch").glob("*.whl")} == {
+        n for n in mine | theirs if n.startswith("torch-")
+    }
+    assert len(list((family / "rocmfa-wheelset").glob("*.whl"))) == 2
 
 
 def make_aotriton_prefix(root: Path, *, runtime: str = "0.13.0", images: dict[str, str]) -> Path:

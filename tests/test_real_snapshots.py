@@ -288,3 +288,41 @@ def test_real_tuner_parser_and_ui_entry_accept_our_argv(tmp_path: Path) -> None:
     assert args["dtype"] == ["float16"] and args["seqlen_q"] == [16, 32, 64]
     assert args["validate"] is True and args["continue_from_json_file"] is True
     assert report["app_run"] == [{"mouse": False, "inline": True, "headless": True}]
+
+
+THEROCK_GIT = os.environ.get("ROCMFA_THEROCK_REAL_GIT")
+
+
+@pytest.mark.skipif(
+    not THEROCK_GIT, reason="set ROCMFA_THEROCK_REAL_GIT to a ROCm/TheRock git snapshot"
+)
+def test_arch_families_agree_with_therock_at_the_pin() -> None:
+    """arches.toml's legacy_family is one of the v2/<family>/ indexes TheRock's
+    docs/packaging/legacy_per_family_releases.md lists at pins/therock.toml's commit, and the
+    arch is in that family in cmake/therock_amdgpu_targets.cmake; an arch without one names its
+    own cmake family (therock_family)."""
+    from scripts.env import archs
+
+    commit = load_toml(PINS_DIR / "therock.toml", "pin")["therock"]["commit"]
+
+    def show(path: str) -> str:
+        return subprocess.run(["git", "--git-dir", THEROCK_GIT, "show", f"{commit}:{path}"],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+
+    listed = set(re.findall(r"/v2/([A-Za-z0-9-]+)/", show(
+        "docs/packaging/legacy_per_family_releases.md")))  # fmt: skip
+    families: dict[str, set[str]] = {}
+    for target, names in re.findall(
+        r'therock_add_amdgpu_target\((gfx\w+) "[^"]*" FAMILY ([^\n)]+)',
+        show("cmake/therock_amdgpu_targets.cmake"),
+    ):
+        families[target] = set(names.split())
+    assert "gfx90X-dcgpu" not in listed
+    for name, arch in archs.load_arches().items():
+        if arch.vendor != "amd":
+            continue
+        if arch.legacy_family:
+            assert arch.legacy_family in listed, name
+            assert arch.legacy_family in families[name] | {name}, name
+        else:
+            assert arch.therock_family in families[name], name

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scripts.env import archs, condaenv, rocm_sdk, setup_env
 from scripts.plumbing import stamps
+from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from tests.conftest import RocmIndex
-from tests.support import standin_rocm
+from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
 
@@ -145,3 +151,78 @@ def test_unwritable_prefix(tmp_path: Path) -> None:
     readonly = Path("/proc/sys/rocmfa-env")  # a read-only mount even for root
     with pytest.raises(UserError, match="not writable"):
         setup_env.check_prefix_usable(readonly, force=False)
+
+
+def _dists(prefix: Path) -> dict[str, str]:
+    probe = "import json; from importlib import metadata as m; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"  # noqa: E501
+    out = subprocess.run([str(prefix / "bin" / "python"), "-c", probe], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return json.loads(out)
+
+
+def test_with_torch_is_one_resolve_that_keeps_the_sdk_at_the_pin(tmp_path: Path) -> None:
+    """A newer torch on the index requires a newer SDK: one resolve picks the torch built for
+    the pinned SDK; two pip calls (what setup_env did before) leave a mixed SDK, which doctor's
+    check names; with no torch for the pin the run refuses in one line."""
+    pinned, newer = standin_rocm.VERSION, "7.15.0a20260701"
+    wheels = tmp_path / "wheels"
+    standin_rocm.build_wheels(wheels, pinned)
+    standin_rocm.build_wheels(wheels, newer)
+    standin_rocm.build_torch_wheel(wheels, f"2.13.0+rocm{pinned}", pinned, "gfx1151")
+    standin_rocm.build_torch_wheel(wheels, f"2.13.1+rocm{newer}", newer, "gfx1151")
+    pep503.write_index(wheels, tmp_path / "www")
+    with pep503.serve(tmp_path / "www") as base:
+        pin = rocm_sdk.load_pin(standin_rocm.write_rocm_pin(tmp_path / "pins", f"{base}/simple/"))
+        arch = archs.get_arch("gfx1151")
+        request = setup_env.Request(arch, pin, "multi-arch", True, ())
+        prefix = tmp_path / "env"
+        subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+        out = io.StringIO()
+        runner = Runner(base_env=standin_rocm.venv_environ(prefix), out=out)
+        setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs("t", None))
+        pips = [c.argv for c in runner.executed if c.argv[1:3] == ("-m", "pip")]
+        assert len(pips) == 1 and pips[0][-2:] == (
+            f"rocm[libraries,devel,device-gfx1151]=={pinned}", "torch[device-gfx1151]>=2.13,<2.14"
+        )  # fmt: skip
+        dists = _dists(prefix)
+        assert dists["torch"] == f"2.13.0+rocm{pinned}"
+        assert {dists[d] for d in rocm_sdk.SDK_DISTS} == {pinned}
+        assert rocm_sdk.mixed_sdk(dists) == ""
+
+        # the old way: a second pip for torch alone moves core/libraries, not devel
+        subprocess.run(rocm_sdk.pip_install_argv(prefix / "bin" / "python", f"{base}/simple/",
+                       True, "torch[device-gfx1151]>=2.13,<2.14", "--upgrade"), check=True,
+                       env=standin_rocm.venv_environ(prefix), capture_output=True)  # fmt: skip
+        mixed = rocm_sdk.mixed_sdk(_dists(prefix))
+        assert mixed.startswith("mixed ROCm SDK: ") and f"rocm-sdk-devel {pinned}" in mixed
+        assert f"rocm-sdk-libraries {newer}" in mixed and "setup_env -- --force" in mixed
+
+        # only the newer torch fits the spec: refused in one line, the SDK is not moved
+        only_newer = setup_env.Request(
+            arch, dataclasses.replace(pin, torch_spec="==2.13.1+rocm" + newer), "multi-arch",
+            True, (),
+        )  # fmt: skip
+        fresh = tmp_path / "env2"
+        subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True)
+        runner = Runner(base_env=standin_rocm.venv_environ(fresh), out=io.StringIO())
+        with pytest.raises(UserError, match=r"pip found no torch\[device-gfx1151\]==2.13.1") as e:
+            setup_env.provision(fresh, only_newer, runner, stamp_inputs={})
+        assert "\n" not in str(e.value)
+        assert "rocm-sdk-core" not in _dists(fresh)
+
+
+def test_dry_run_with_torch_shows_one_resolve(rocm_index: RocmIndex, tmp_path: Path) -> None:
+    pin = rocm_sdk.load_pin(rocm_index.pins_dir / "rocm.toml")
+    request = setup_env.Request(archs.get_arch("gfx908"), pin, "legacy", True, ())
+    out = io.StringIO()
+    setup_env.provision(tmp_path / "p", request, Runner(dry_run=True, out=out), stamp_inputs={})
+    text = out.getvalue()
+    pips = [line for line in text.splitlines() if " -m pip install " in line]
+    assert len(pips) == 1, text
+    assert pips[0].endswith(
+        f"'rocm[libraries,devel,device-gfx908]=={rocm_index.version}' "
+        "'torch[device-gfx908]>=2.13,<2.14'"
+    ), pips[0]
+    assert rocm_index.url in pips[0]  # gfx908 has no legacy family index: the multi-arch one
+    assert "gfx908: TheRock has no legacy per-family index" in text
+    assert "in one pip resolve" in text

@@ -28,6 +28,7 @@ that stage ran (listing before/after, names parsed with packaging); the run mani
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -38,11 +39,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv
 from scripts.env.preamble import OnSession, SessionEnv, open_env
-from scripts.plumbing import buildjobs, paths, stamps
+from scripts.plumbing import buildjobs, paths, pin_schema, stamps
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BuildPytorchOptions
 from scripts.sources import pins
@@ -53,6 +55,7 @@ SKIPPABLE = ("triton", "audio", "vision")
 SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
+SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
 STAMP_PREFIX = "build_pytorch-"
 CHECKOUT_DEPTH = "1"
 CHECKOUT_JOBS = "10"
@@ -227,11 +230,7 @@ def read_related_commits(torch_dir: Path, project: str) -> tuple[str, str] | Non
         text = (torch_dir / "related_commits").read_text()
     except OSError:
         return None
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split("|")]
-        if len(fields) == 6 and fields[0] == "ubuntu" and fields[2] == project:
-            return fields[5], fields[4]
-    return None
+    return pins.parse_related_commits(text, str(torch_dir / "related_commits")).get(project)
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
@@ -242,11 +241,12 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     table = pytorch_pin.data.get(component.pin_key)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
-    for key in ("url", "commit"):
+    for key in ("url", "ref", "commit"):
         if key in table and not isinstance(table[key], str):
             raise UserError(f"{where}: '{key}' must be a string")
-    if table.get("commit"):
-        return Source(table.get("url"), table["commit"], where)
+    ref = table.get("ref") if table.get("ref") != pins.FROM_PYTORCH else None
+    if table.get("commit") or ref:  # a commit, else a tag or branch
+        return Source(table.get("url"), table.get("commit") or ref, where)
     at = f"pytorch {pytorch_pin.commit[:12]}"
     if component.key == "triton":
         origin = table.get("url") or DEFAULT_TRITON_ORIGIN
@@ -356,7 +356,8 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     runner = session.runner
     runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
-    pytorch_pin = pins.load_pin("pytorch", workdir=work)
+    runner.say(pin_schema.describe_line(pins.resolve_pins_dir()))
+    pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = runner.run(
@@ -447,6 +448,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         "env": ctx.env_identity,
         "cache": ctx.launcher,
         "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
+        "version_suffix": version_suffix(ctx),
     }
     return inputs
 
@@ -460,6 +462,37 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     return config
 
 
+def wheel_identity(ctx: Context) -> str:
+    """8 hex digits naming what builds this run's wheels: the checkout (TheRock, every source's
+    commit and HEAD after our patches, the patch sha256s), the AOTriton install torch links,
+    the arch and the ROCm SDK. A named placeholder while the checkout is not done yet (a dry
+    run), so no claim is made from a guess."""
+    stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
+    if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
+        return "<identity: digest of the checkout's commits and patches, after checkout>"
+    sources = stamp.get("sources") or {}
+    return stamps.digest({
+        "therock": ctx.therock_pin.commit,
+        "heads": stamp.get("heads"),
+        "sources": {k: [v.get("hashtag"), v.get("patches")] for k, v in sorted(sources.items())},
+        "aotriton": ctx.aotriton_digest,
+        "arch": ctx.arch.name,
+        "rocm": ctx.rocm_version,
+    })[:8]  # fmt: skip
+
+
+def version_suffix(ctx: Context) -> str:
+    """build_prod_wheels.py --version-suffix: TheRock's own default (+rocm<SDK>, +devrocm<SDK>
+    for a dev SDK; get_version_suffix_for_installed_rocm_package @ 89553ce3) with this build's
+    identity put first in the one local segment, `+rocmfa<identity>.rocm<SDK>`, so two
+    different builds never share a wheel file name and install_wheels still reads the SDK."""
+    sdk = ctx.rocm_version
+    with contextlib.suppress(InvalidVersion):  # a dry run's placeholder is shown as it is
+        sdk = str(Version(sdk)).replace("+", "-")
+    base = "devrocm" if "dev" in ctx.rocm_version else "rocm"
+    return f"+rocmfa{wheel_identity(ctx)}.{base}{sdk}"
+
+
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     argv = [
         str(ctx.python),
@@ -470,6 +503,8 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         str(ctx.out),
         "--pytorch-rocm-arch",
         ctx.arch.name,
+        "--version-suffix",
+        version_suffix(ctx),
         "--clean" if clean else "--no-clean",
     ]
     if ctx.cache is not None and ctx.cache.active:
@@ -564,7 +599,11 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
                 "script picks its default - pin it in pins/pytorch.toml "
                 f"[pytorch.{component.pin_key}]"
             )
-        patch_set = patches.patch_set_for(component.key, source.commit) if source.commit else None
+        # Patch sets are found by the commit the source is at, whatever form its ref takes: a
+        # 40-hex pin is known now; a tag, a branch or TheRock's default is read from the
+        # checkout's HEAD before hipify.
+        known = source.commit
+        patch_set = patches.patch_set_for(component.key, known) if known else None
         script = str(ctx.scripts_dir / component.script)
         argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
         if source.hashtag:
@@ -575,16 +614,22 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
         if component.key != "pytorch":
             argv += ["--torch-dir", str(torch_dir)]
         # Patches are keyed by the upstream commit, so they go on before hipify.
-        hipify_later = bool(patch_set) and component.hipify_subcommand
+        hipify_later = bool(patch_set or not known) and component.hipify_subcommand
         if hipify_later:
             argv.append("--no-hipify")
         elif component.hipify_subcommand:
             argv.append("--hipify")
         ctx.runner.say(f"{component.key}: {source.hashtag or 'default'} from {source.how}")
         ctx.runner.run(argv, cwd=ctx.scripts_dir)
+        commit = known or (None if ctx.runner.dry_run else read_head(dest))
         applied: list[str] = []
-        if source.commit:
-            applied = patches.apply_patch_set(component.key, source.commit, dest, ctx.runner)
+        if commit:
+            applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner)
+        else:
+            ctx.runner.say(
+                f"[dry-run] {component.key}: patches/{component.key}/<the commit the checkout "
+                "lands on>/ is applied before hipify (a missing set where others exist is refused)"
+            )
         if hipify_later:
             ctx.runner.run(
                 [str(ctx.python), script, "hipify", "--checkout-dir", str(dest)],
@@ -594,10 +639,47 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
         sources[component.key] = {
             "origin": source.origin,
             "hashtag": source.hashtag,
+            "commit": commit,
             "how": source.how,
             "patches": applied,
         }
+    if not ctx.runner.dry_run:
+        write_source_manifest(ctx, sources)
+    ctx.runner.say(
+        f"{'[dry-run] ' if ctx.runner.dry_run else ''}the checked-out commits go to "
+        f"{source_manifest_path(ctx.work)} (TheRock's source-manifest form: its "
+        "checkout_from_manifest.py reproduces the tree)"
+    )
     return {"heads": heads, "sources": sources}
+
+
+def source_manifest_path(work: Path) -> Path:
+    return work / SOURCE_MANIFEST_NAME
+
+
+def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]) -> None:
+    """What this checkout is, in TheRock's own source-manifest form (schema_version 1: one
+    {repo, commit, branch} entry per project, keys as checkout_from_manifest.py's
+    CHECKOUT_SCRIPTS, plus "therock"; generate_pytorch_source_manifest.py @ 89553ce3 writes it).
+    The commit is the upstream one the checkout landed on, before our patches and hipify."""
+    manifest: dict[str, Any] = {"schema_version": 1}
+    for key, source in sources.items():
+        entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
+        hashtag = source.get("hashtag") or ""
+        if key == "pytorch":
+            entry["branch"] = ctx.pytorch_pin.ref
+        elif hashtag and hashtag != entry["commit"]:
+            entry["branch"] = hashtag
+        manifest[key] = entry
+    manifest["therock"] = {
+        "repo": ctx.therock_pin.url,
+        "commit": ctx.therock_pin.commit,
+        "branch": ctx.therock_pin.ref,
+        "version": ctx.rocm_version,
+    }
+    stamps.write_text_atomic(
+        source_manifest_path(ctx.work), json.dumps(manifest, indent=2, sort_keys=False) + "\n"
+    )
 
 
 def torch_stage_clean(ctx: Context, clean: bool) -> bool:
@@ -769,7 +851,7 @@ def check_pin_set(ctx: Context) -> None:
     lines = pin_set.check(
         aotriton, version, force=ctx.force, dry_run=ctx.runner.dry_run, workdir=ctx.work
     )
-    compat_matrix.announce(lines, ctx.runner.say)
+    compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
 
 
 def build_pytorch(opts: BuildPytorchOptions) -> None:

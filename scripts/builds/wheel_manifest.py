@@ -47,9 +47,10 @@ REPORT_KINDS = {
 
 def family_of(arch: archs.Arch) -> str:
     """TheRock's per-family index folder (v2/<family>/) for arch (arches.toml legacy_family),
-    else rocm-bootstrap's sub-family of the target."""
-    if arch.legacy_family:
-        return arch.legacy_family
+    else TheRock's cmake family of the target (therock_family), else rocm-bootstrap's
+    sub-family of the target."""
+    if arch.legacy_family or arch.therock_family:
+        return arch.legacy_family or arch.therock_family
     chain = archs.packaging_chain(arch.name)
     return chain[1] if len(chain) > 1 else arch.name
 

@@ -51,6 +51,7 @@ class Arch:
     vllm_note: str
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     limits: tuple[str, ...] = ()
+    therock_family: str | None = None  # TheRock's cmake family where no legacy index exists
 
     def aotriton_supported(self, version: str | None = None) -> bool:
         if self.aotriton_since is None:
@@ -140,6 +141,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         vllm_note=require(raw, "vllm_note", str, where),
         peak_tflops=peaks,
         limits=tuple(raw.get("limits", ())),
+        therock_family=raw.get("therock_family"),
     )
 
 

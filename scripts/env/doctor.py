@@ -23,6 +23,11 @@ TORCH_PROBE = (
     "import json, torch; print(json.dumps({'version': torch.__version__, "
     "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
 )
+SDK_PROBE = (
+    "import json; from importlib import metadata; print(json.dumps({d.metadata['Name'].lower(): "
+    "d.version for d in metadata.distributions() if (d.metadata['Name'] or '').lower()"
+    ".startswith('rocm')}))"
+)
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
@@ -111,6 +116,13 @@ def _env_section(
             section["torch"] = (
                 json.loads(probe.stdout) if probe.returncode == 0 else {"error": "not importable"}
             )
+            dists = subprocess.run(
+                [str(python), "-c", SDK_PROBE], env=env, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            if dists.returncode == 0:
+                section["rocm_dists"] = json.loads(dists.stdout)
+                section["mixed_sdk"] = rocm_sdk.mixed_sdk(section["rocm_dists"])
         except (UserError, subprocess.TimeoutExpired, ValueError) as e:
             section["torch"] = {"error": str(e) or type(e).__name__}
     return section, stamp
@@ -133,6 +145,13 @@ def _pins_section() -> list[dict[str, Any]]:
                 if entry:
                     found.append({"file": path.name, "project": table, **entry})
     return found
+
+
+def _line() -> str:
+    try:
+        return pin_schema.describe_line(rocm_sdk.pins_dir())
+    except UserError as e:
+        return str(e)
 
 
 def _builds_section(work: Path) -> list[dict[str, Any]]:
@@ -161,6 +180,10 @@ def _next_step(report: dict[str, Any]) -> str:
         return "nox -s lock"
     if not env.get("set_up"):
         return "nox -s setup_env"
+    if env.get("mixed_sdk"):
+        return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
+    if any("run: nox -s update_pins" in pin.get("error", "") for pin in report["pins"]):
+        return "nox -s update_pins (a pin's commit is not resolved yet)"
     torch = env.get("torch") or {}
     if not torch.get("version"):
         return "nox -s build_aotriton build_pytorch install_wheels (or setup_env -- --with-torch)"
@@ -176,6 +199,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         "env": env,
         "lock": lockfile.describe(),
         "pins": _pins_section(),
+        "line": _line(),
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
     report["next"] = _next_step(report)
@@ -232,6 +256,8 @@ def render(report: dict[str, Any]) -> str:
     lines.append(
         f"ROCm SDK   {rocm.get('version')} at {rocm.get('root')}" if rocm else "ROCm SDK   -"
     )
+    if env.get("mixed_sdk"):
+        lines.append(f"ROCm SDK   {env['mixed_sdk']}")
     torch = env.get("torch") or {}
     if torch.get("version"):
         lines.append(
@@ -249,6 +275,8 @@ def render(report: dict[str, Any]) -> str:
         if pin_schema.HEX40.fullmatch(what):
             what = what[:12]  # a commit; versions are shown whole
         lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
+    if report.get("line"):
+        lines.append(f"pin line   {report['line']}")
     for build in report["builds"]:
         lines.append(f"built      {build['step']} ({build['stamp']})")
     if not report["builds"]:

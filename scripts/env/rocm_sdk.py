@@ -30,25 +30,38 @@ class RocmPin:
     pre: bool
     torch_spec: str
 
-    def index_url(self, arch: Arch, kind: str | None = None) -> str:
+    def kind_for(self, arch: Arch, kind: str | None = None) -> str:
+        """The index kind used for arch: "legacy" only where TheRock has a per-family index
+        for it (arches.toml legacy_family); else the multi-arch index with its device extra."""
         kind = kind or self.index
-        if kind == "multi-arch":
+        return "legacy" if kind == "legacy" and arch.legacy_family else "multi-arch"
+
+    def index_note(self, arch: Arch, kind: str | None = None) -> str:
+        """Why the multi-arch index is used although "legacy" was asked for ('' otherwise)."""
+        if (kind or self.index) == "legacy" and self.kind_for(arch, kind) != "legacy":
+            return (
+                f"{arch.name}: TheRock has no legacy per-family index (its "
+                "docs/packaging/legacy_per_family_releases.md lists none); using the multi-arch "
+                f"index with the {arch.device_extra} extra"
+            )
+        return ""
+
+    def index_url(self, arch: Arch, kind: str | None = None) -> str:
+        if self.kind_for(arch, kind) == "multi-arch":
             return self.multi_arch_index_url
-        if not arch.legacy_family:
-            raise UserError(f"{arch.name} has no legacy per-family TheRock index")
         return self.legacy_index_url.format(family=arch.legacy_family)
 
     def requirement(self, arch: Arch, kind: str | None = None) -> str:
         """rocm[libraries,devel,device-gfxNNNN]==V (the device extra only on multi-arch)."""
         extras = list(self.extras)
-        if (kind or self.index) == "multi-arch":
+        if self.kind_for(arch, kind) == "multi-arch":
             if not arch.device_extra:
                 raise UserError(f"{arch.name} has no TheRock device package")
             extras.append(arch.device_extra)
         return f"rocm[{','.join(extras)}]=={self.version}"
 
     def torch_requirement(self, arch: Arch, kind: str | None = None) -> str:
-        if (kind or self.index) == "multi-arch" and arch.device_extra:
+        if self.kind_for(arch, kind) == "multi-arch" and arch.device_extra:
             return f"torch[{arch.device_extra}]{self.torch_spec}"
         return f"torch{self.torch_spec}"
 
@@ -79,11 +92,32 @@ def load_pin(path: Path | None = None) -> RocmPin:
     )
 
 
-def pip_install_argv(python: Path, index_url: str, pre: bool, requirement: str) -> list[str]:
+def pip_install_argv(python: Path, index_url: str, pre: bool, *requirements: str) -> list[str]:
+    """One pip resolve: with TheRock's torch beside the pinned `rocm[...]==V`, pip must pick a
+    torch whose own `rocm[libraries]==<its SDK>` is V (or fail), so the SDK never moves."""
     argv = [str(python), "-m", "pip", "install", "--index-url", index_url]
     if pre:
         argv.append("--pre")
-    return [*argv, requirement]
+    return [*argv, *requirements]
+
+
+# The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
+SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
+
+
+def mixed_sdk(versions: dict[str, str]) -> str:
+    """'' when every installed SDK distribution (rocm, rocm-sdk-*) has one version, else one
+    sentence naming them (a second pip call moved part of the SDK)."""
+    named = {name.lower().replace("_", "-"): v for name, v in versions.items()}
+    found = {
+        name: v
+        for name, v in named.items()
+        if name in SDK_DISTS or name.startswith("rocm-sdk-device-")
+    }
+    if len(set(found.values())) <= 1:
+        return ""
+    listed = ", ".join(f"{name} {version}" for name, version in sorted(found.items()))
+    return f"mixed ROCm SDK: {listed}; rerun: nox -s setup_env -- --force"
 
 
 @dataclass(frozen=True)

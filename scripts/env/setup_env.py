@@ -114,22 +114,22 @@ def provision(
     bin/python (tests use a venv standing in for the conda env)."""
     python = prefix / "bin" / "python"
     index_url = request.rocm.index_url(request.arch, request.index_kind)
-    runner.run(
-        rocm_sdk.pip_install_argv(
-            python,
-            index_url,
-            request.rocm.pre,
-            request.rocm.requirement(request.arch, request.index_kind),
-        )
-    )
+    note = request.rocm.index_note(request.arch, request.index_kind)
+    if note:
+        runner.say(note)
+    requirements = [request.rocm.requirement(request.arch, request.index_kind)]
     if request.with_torch:
-        runner.run(
-            rocm_sdk.pip_install_argv(
-                python,
-                index_url,
-                request.rocm.pre,
-                request.rocm.torch_requirement(request.arch, request.index_kind),
-            )
+        requirements.append(request.rocm.torch_requirement(request.arch, request.index_kind))
+        runner.say(
+            f"torch and the ROCm SDK in one pip resolve: {requirements[0]} holds the SDK at the "
+            "pin, so only a torch built for it can be chosen"
+        )
+    pip = rocm_sdk.pip_install_argv(python, index_url, request.rocm.pre, *requirements)
+    if runner.run(pip, check=not request.with_torch).returncode != 0:
+        raise UserError(
+            f"pip found no {requirements[1]} on {index_url} that works with {requirements[0]} "
+            "(TheRock's torch requires rocm[libraries]==<its own SDK>); pick an SDK version "
+            "that index has a torch for in pins/rocm.toml, or drop --with-torch"
         )
     rocm_cli = prefix / "bin" / "rocm-sdk"
     runner.run([rocm_cli, "init", "--quiet"])

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,10 @@ from scripts.plumbing.errors import UserError, did_you_mean
 
 PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
 FROM_PYTORCH = "from-pytorch"
+# The torch line: pins/pytorch.toml (ROCm/pytorch release/2.13 x AOTriton 0.13b, the default) or
+# the opt-in upstream nightly, whose AOTriton follows torch (ROCMFA_PYTORCH_LINE=nightly).
+LINE_ENV = "ROCMFA_PYTORCH_LINE"
+LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
 HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
 KNOWN = {
@@ -23,6 +28,57 @@ KNOWN = {
     "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
 }
+
+
+class Unresolved(UserError):
+    """A pin whose commit update_pins has not resolved yet (builds refuse; dry runs show a
+    named placeholder)."""
+
+
+def line(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(LINE_ENV) or "release"
+    if chosen not in LINES:
+        raise UserError(f"${LINE_ENV}={chosen!r}: known lines: release (default), nightly")
+    return chosen
+
+
+def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:
+    """One line, from the pin files as data (nothing fetched): which torch line is pinned and
+    how its torch x AOTriton agreement is known."""
+    name = line(environ)
+    path = pins_dir / LINES[name]
+    try:
+        torch = load_toml(path, "pin file for pytorch").get("pytorch") or {}
+        aotriton = load_toml(pins_dir / "aotriton.toml", "pin file for aotriton").get("aotriton")
+    except UserError as e:
+        return f"line {name}: {e}"
+    commit = str(torch.get("commit") or "")
+    at = commit[:12] if HEX40.fullmatch(commit) else "(commit not resolved yet)"
+    head = f"line {name}: {torch.get('url')} {torch.get('ref')} {at} ({path.name})"
+    aotriton = aotriton if isinstance(aotriton, Mapping) else {}
+    if name == "nightly" or aotriton.get("commit") == FROM_PYTORCH:
+        return (
+            f"{head} x AOTriton from-pytorch: agree by construction (AOTriton is read from that "
+            "torch's cmake/External/aotriton.cmake)"
+        )
+    pinned = f"AOTriton {aotriton.get('version')} {str(aotriton.get('commit'))[:12]}"
+    record = torch.get("aotriton") if isinstance(torch.get("aotriton"), Mapping) else {}
+    if record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
+        return (
+            f"{head} x {pinned}: the torch names {record.get('version')} [{record.get('source')}]"
+        )
+    if record and not record.get("pytorch_commit"):
+        return (
+            f"{head} x {pinned}: agreement known from a public record only "
+            f"[{record.get('source')}]; "
+            "nox -s update_pins resolves the branch, reads the file at that commit and records it "
+            "(builds refuse until then)"
+        )
+    return (
+        f"{head} x {pinned}: not recorded at this torch commit; each build reads its "
+        "cmake/External/aotriton.cmake before the first command (nox -s update_pins records it)"
+    )
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:
@@ -41,7 +97,7 @@ def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False)
     if allow_from_pytorch and value == FROM_PYTORCH:
         return value
     if value.lower() in ("", "unknown", "todo", "none"):
-        raise UserError(
+        raise Unresolved(
             f"{where}: 'commit' is not resolved yet ({value!r}); run: nox -s update_pins"
         )
     if not HEX40.fullmatch(value):

@@ -87,6 +87,7 @@ class PatchSet:
     commit: str
     directory: Path
     patches: tuple[Patch, ...]
+    none_needed: str = ""  # manifest.toml `none_needed = "why"`: this commit needs no patches
 
     @property
     def shas(self) -> list[str]:
@@ -116,6 +117,13 @@ def patch_set_for(project: str, commit: str, *, root: Path | None = None) -> Pat
     entries = data.get("patch", [])
     if not isinstance(entries, list):
         raise UserError(f"{where}: 'patch' must be an array of tables ([[patch]])")
+    none_needed = data.get("none_needed", "")
+    if not isinstance(none_needed, str) or (("none_needed" in data) and not none_needed.strip()):
+        raise UserError(f"{where}: 'none_needed' must say why no patches are needed")
+    if none_needed and entries:
+        raise UserError(f"{where}: says none_needed but lists patches; keep one of them")
+    if not entries and not none_needed:
+        raise UserError(f'{where}: lists no patches; say why none are needed: none_needed = "..."')
     patches: list[Patch] = []
     for index, entry in enumerate(entries, 1):
         here = f"{where}: patch {index}"
@@ -152,12 +160,14 @@ def patch_set_for(project: str, commit: str, *, root: Path | None = None) -> Pat
     unlisted = sorted(set(on_disk) - set(names))
     if unlisted:
         raise UserError(f"{where}: {unlisted[0]} is in the directory but not in the manifest")
-    return PatchSet(project, commit, directory, tuple(patches))
+    return PatchSet(project, commit, directory, tuple(patches), none_needed.strip())
 
 
 def patch_set_digest(project: str, commit: str, *, root: Path | None = None) -> str:
     """For stamps: changes whenever any patch of the set (or the set's existence) changes."""
     found = patch_set_for(project, commit, root=root)
+    if found is not None and found.none_needed:
+        return stamps.digest({"commit": commit, "none_needed": found.none_needed})
     return stamps.digest({"commit": commit, "patches": found.shas if found else []})
 
 
@@ -179,27 +189,43 @@ def nearest_ancestor_set(
     return best
 
 
-def report_missing_set(
+def missing_set_problem(
     project: str, commit: str, checkout: Path | None, runner: Runner, *, root: Path | None = None
-) -> None:
+) -> str:
+    """'' when commit may go unpatched (no project sets at all, or every other set's commit is
+    provably not an ancestor), else one sentence: a pin moved past its patch set."""
     others = [c for c in available_sets(project, root) if c != commit]
     if not others:
-        runner.say(f"{project}: no patches for {commit[:12]} (none needed)")
-        return
-    nearest = None
-    if checkout is not None and (Path(checkout) / ".git").exists() and not runner.dry_run:
-        nearest = nearest_ancestor_set(project, commit, checkout, runner, root=root)
-    if nearest:
-        runner.say(
-            f"{project}: no patch set for the pinned commit {commit[:12]}; nearest set for an "
-            f"ancestor: {_display(set_dir(project, nearest[0], root))} ({nearest[1]} commits "
-            "older) - try it with: nox -s update_pins -- --port-patches"
-        )
-    else:
-        runner.say(
-            f"{project}: no patch set for the pinned commit {commit[:12]}; sets exist for "
-            f"{', '.join(c[:12] for c in others)} (none is a known ancestor) - building unpatched"
-        )
+        return ""
+    can_ask = checkout is not None and (Path(checkout) / ".git").exists() and not runner.dry_run
+    if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
+        shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
+        can_ask = shallow.stdout.strip() == "false"
+    earlier = []
+    for candidate in others:
+        if can_ask:
+            check = git(runner, checkout, "merge-base", "--is-ancestor", candidate, commit,
+                        check=False)  # fmt: skip
+            if check.returncode == 1:  # both known, not an ancestor: another line's set
+                continue
+        earlier.append(candidate)
+    if not earlier:
+        return ""
+    nearest = (
+        nearest_ancestor_set(project, commit, checkout, runner, root=root) if can_ask else None
+    )
+    hint = (
+        f"nearest set for an ancestor: {_display(set_dir(project, nearest[0], root))} "
+        f"({nearest[1]} commits older)"
+        if nearest
+        else f"sets exist for {', '.join(c[:12] for c in earlier)}"
+    )
+    return (
+        f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it "
+        "(nox -s update_pins -- --port-patches) or write "
+        f"{_display(set_dir(project, commit, root))}/manifest.toml with "
+        'none_needed = "why" - refusing to build it unpatched'
+    )
 
 
 def _classify(runner: Runner, checkout: Path, patch: Path) -> tuple[str, str]:
@@ -271,8 +297,15 @@ def apply_patch_set(
     sha256s; [] when there is no set."""
     checkout = Path(checkout)
     found = patch_set_for(project, commit, root=root)  # verifies every sha256 first
-    if found is None:
-        report_missing_set(project, commit, checkout, runner, root=root)
+    if found is None or found.none_needed:
+        if found is not None:
+            runner.say(f"{project}: no patches needed at {commit[:12]}: {found.none_needed}")
+        elif problem := missing_set_problem(project, commit, checkout, runner, root=root):
+            if not runner.dry_run:
+                raise UserError(problem)
+            runner.say(f"[dry-run] note: {problem}; the real run stops here")
+        else:
+            runner.say(f"{project}: no patches for {commit[:12]} (none needed)")
         if not runner.dry_run and (checkout / ".git").exists():
             _drop_our_patches(project, commit, checkout, runner)
         return []

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.env import archs
+from scripts.plumbing import pin_schema
 from scripts.plumbing.errors import UserError
 from scripts.sources import pins
 
@@ -49,6 +50,8 @@ def recorded(pytorch: pins.Pin) -> TorchAotriton | None:
     if not isinstance(table, Mapping):
         return None
     where = f"pins/pytorch.toml [{RECORD_TABLE}]"
+    if table.get("pytorch_commit") == "":
+        return None  # a public record, not read from the file: update_pins reads it
     values = {}
     for key in ("pytorch_commit", "commit", "source"):
         value = table.get(key)
@@ -112,7 +115,15 @@ def check(
 ) -> list[str]:
     """Lines to print; UserError (one line) for an inconsistent or unverifiable set unless
     force, which makes it a warning. A dry run shows its plan when the torch file cannot be
-    read (offline), saying that the real run refuses."""
+    read (offline), saying that the real run refuses. The first line names the torch line
+    and how its agreement is known."""
+    head = pin_schema.describe_line(pins.resolve_pins_dir(None, environ), environ)
+    return [head, *_check(aotriton, version, force=force, dry_run=dry_run, workdir=workdir,
+                          environ=environ, out=out)]  # fmt: skip
+
+
+def _check(aotriton: pins.Pin, version: str, *, force: bool, dry_run: bool, workdir, environ,
+           out) -> list[str]:  # fmt: skip
     if aotriton.data.get("pytorch_cmake") is not None:
         return [f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
     try:

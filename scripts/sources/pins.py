@@ -58,7 +58,9 @@ def resolve_pins_dir(requested: str | os.PathLike[str] | None = None, environ=No
     return Path(chosen).expanduser().resolve()
 
 
-def pin_file(project: str, directory: Path) -> Path:
+def pin_file(project: str, directory: Path, environ: Mapping[str, str] | None = None) -> Path:
+    if project == "pytorch":  # the torch line (pin_schema.LINES)
+        return directory / pin_schema.LINES[pin_schema.line(environ)]
     return directory / f"{project}.toml"
 
 
@@ -78,8 +80,10 @@ def _string(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = 
     return value.strip()
 
 
-def read_pin_table(project: str, directory: Path) -> tuple[Path, dict[str, Any]]:
-    path = pin_file(project, directory)
+def read_pin_table(
+    project: str, directory: Path, environ: Mapping[str, str] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    path = pin_file(project, directory, environ)
     data = load_toml(path, f"pin file for {project}")
     table = data.get(project)
     if not isinstance(table, dict):
@@ -100,8 +104,13 @@ def load_pin(
         raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
     environ = os.environ if environ is None else environ
     directory = resolve_pins_dir(pins_dir, environ)
-    path, table = read_pin_table(project, directory)
+    path, table = read_pin_table(project, directory, environ)
     where = f"{_display(path)} [{project}]"
+    if project == "aotriton" and pin_schema.line(environ) == "nightly":
+        # the nightly line's AOTriton follows its torch: agreement by construction
+        table = {k: v for k, v in table.items() if k != "version"}
+        table["commit"] = FROM_PYTORCH
+        where = f"{where} (line nightly: follows torch)"
     pin_schema.check_table(project, table, where)  # the same checks as doctor's
     if project == "composable_kernel":
         table, where = _ck_variant(table, where, environ)
@@ -124,6 +133,29 @@ def load_pin(
         return Pin(project, url, ref, resolved.commit, resolved.source, data)
     source = where if data.get("use") == "legacy" else _display(path)
     return Pin(project, url, ref, commit, source, data)
+
+
+def load_pin_for_plan(
+    project: str,
+    *,
+    dry_run: bool,
+    workdir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    out=None,
+) -> Pin:
+    """load_pin; a dry run shows an unresolved commit as a named placeholder (the real run
+    refuses it in one line naming update_pins)."""
+    try:
+        return load_pin(project, workdir=workdir, environ=environ, out=out)
+    except pin_schema.Unresolved as e:
+        if not dry_run:
+            raise
+        directory = resolve_pins_dir(None, environ)
+        path, table = read_pin_table(project, directory, environ)
+        url, ref = str(table.get("url")), str(table.get("ref"))
+        commit = f"<commit of {url} {ref}: resolved, checked and recorded by nox -s update_pins>"
+        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+        return Pin(project, url, ref, commit, f"{_display(path)} ({e})", data)
 
 
 def _ck_variant(
@@ -359,6 +391,49 @@ def http_get(url: str, *, timeout: float = 20.0, retries: int = 3, out=None) -> 
         if attempt + 1 < retries:
             time.sleep(0.5 * 2**attempt)
     raise UserError(f"cannot fetch {url}: {last} (after {retries} tries)")
+
+
+def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
+    """One file of the torch pin's tree (None when it has no such file): from the local PyTorch
+    checkout when it holds the commit, else over raw_url (TheRock's manifest generator reads
+    related_commits and ci_commit_pins/triton.txt the same way, one file at a commit)."""
+    checkout = paths.src_dir(paths.workdir(workdir, environ), "pytorch")
+    if (checkout / ".git").exists():
+        result = Runner(out=out or sys.stderr).run(
+            ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"],
+            cwd=checkout,
+            capture=True,
+            check=False,
+        )
+        if result.returncode == 0:
+            return result.stdout
+    template = pytorch.data.get("raw_url")
+    if not template:
+        raise UserError(
+            f"pins/pytorch.toml has no raw_url to fetch {path} at {pytorch.commit[:12]}"
+        )
+    url = template.format(commit=pytorch.commit, path=path)
+    print(f"fetching {url}", file=out or sys.stderr, flush=True)
+    return http_get(url)
+
+
+def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
+    """project -> (origin, commit) from ROCm/pytorch's related_commits
+    (os|source|project|branch|commit|origin), as TheRock's generate_pytorch_source_manifest.py
+    reads it at 89553ce3: one commit per project, rows of several OSes must agree."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) != 6:
+            raise UserError(f"{where}: malformed line {line!r}")
+        pin = (fields[5], fields[4])
+        if found.get(fields[2], pin) != pin:
+            raise UserError(f"{where}: conflicting entries for {fields[2]!r}")
+        found[fields[2]] = pin
+    return found
 
 
 def _from_http(template: str, commit: str, out) -> dict[str, str]:

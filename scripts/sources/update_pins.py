@@ -23,6 +23,20 @@ from scripts.sources.checkouts import git, has_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
+# companions whose commit the torch pin names (ref = "from-pytorch"): file, related_commits key
+FROM_TORCH = {
+    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None),
+    "pytorch.audio": ("related_commits", "torchaudio"),
+    "pytorch.vision": ("related_commits", "torchvision"),
+    "pytorch.apex": ("related_commits", "apex"),
+}
+# patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
+PATCH_PROJECTS = {
+    "pytorch.audio": "pytorch_audio",
+    "pytorch.vision": "pytorch_vision",
+    "pytorch.triton": "triton",
+    "pytorch.apex": "apex",
+}
 
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
@@ -114,7 +128,10 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, paths.src_dir(work, "aotriton"), runner)
             _report_patches(project, old_commit=None, new=pin.commit, work=work, runner=runner)
             continue
-        new = ls_remote(runner, url, ref)
+        if name in FROM_TORCH and ref == pins.FROM_PYTORCH:
+            new = _companion_from_torch(name, directory, work, runner)
+        else:
+            new = ls_remote(runner, url, ref)
         if runner.dry_run:
             runner.say(f"[dry-run] {name}: would set commit to what {ref} resolves to")
             continue
@@ -130,8 +147,41 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             _record_torch_aotriton(path, directory, work, runner)
         old_commit = old if isinstance(old, str) and HEX40.fullmatch(old) else None
         _report_patches(
-            project, old_commit=old_commit, new=new, work=work, runner=runner, port=port
+            PATCH_PROJECTS.get(name, project),
+            old_commit=old_commit,
+            new=new,
+            work=work,
+            runner=runner,
+            port=port,
         )
+
+
+def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
+    """The commit the (just resolved) torch pin names for a companion: related_commits for
+    audio/vision/apex, .ci/docker/ci_commit_pins/triton.txt for triton - what TheRock's
+    generate_pytorch_source_manifest.py records for a ROCm/pytorch release branch."""
+    if runner.dry_run:
+        return ""
+    pytorch = pins.load_pin("pytorch", directory, workdir=work)
+    path, key = FROM_TORCH[name]
+    text = pins.torch_file(pytorch, path, workdir=work)
+    where = f"torch {pytorch.commit[:12]} {path}"
+    if text is None:
+        raise UserError(f"{name}: {where} does not exist")
+    if key is None:
+        commit = text.strip().lower()
+    else:
+        found = pins.parse_related_commits(text, where).get(key)
+        if found is None:
+            raise UserError(f"{name}: {where} has no {key!r} entry")
+        commit = found[1].lower()
+        if found[0] and not runner.dry_run:  # TheRock's manifest takes the origin from there too
+            path_file, _ = pins.read_pin_table("pytorch", directory)
+            pin_records.set_values(path_file, name, {"url": found[0]})
+    if not HEX40.fullmatch(commit):
+        raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
+    runner.say(f"{name}: from {where}")
+    return commit
 
 
 def _report_patches(
@@ -143,13 +193,20 @@ def _report_patches(
     runner: Runner,
     port: bool = False,
 ) -> None:
-    if patch_set_for(project, new) is not None:
-        runner.say(f"{project}: patch set present for {new[:12]}")
+    present = patch_set_for(project, new)
+    if present is not None:
+        what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
+        runner.say(f"{project}: {what} present for {new[:12]}")
         return
     sets = available_sets(project)
     if not sets:
         runner.say(f"{project}: no patches")
         return
+    runner.say(
+        f"{project}: no patch set for {new[:12]} while sets exist for "
+        f"{', '.join(c[:12] for c in sets)}: the build refuses it until one is ported "
+        f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
+    )
     source = old_commit if old_commit in sets else sets[-1]
     found = patch_set_for(project, source)
     checkout = paths.src_dir(work, project)

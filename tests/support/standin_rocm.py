@@ -155,3 +155,19 @@ def provision_env(
     runner = Runner(base_env=venv_environ(prefix), out=out)
     setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs(lock_sha256, None))
     return prefix
+
+
+def build_torch_wheel(out: Path, torch_version: str, rocm_version: str, arch: str) -> Path:
+    """TheRock's torch as published (RELEASES.md @ 89553ce3; build_prod_wheels.py puts
+    `rocm[libraries]==<the SDK it was built with>` in its requirements): the `device-<arch>`
+    extra pulls amd-torch-device-<arch> (which needs the SDK's device wheel)."""
+    make_wheel(
+        out, f"amd-torch-device-{arch}", torch_version, files={f"_amd_torch_device_{arch}/x": ""},
+        requires=[f"rocm-sdk-device-{arch}=={rocm_version}"],
+    )  # fmt: skip
+    return make_wheel(
+        out, "torch", torch_version,
+        files={"torch/__init__.py": f"__version__ = {torch_version!r}\n"},
+        requires=[f"rocm[libraries]=={rocm_version}"],
+        extras={f"device-{arch}": [f"amd-torch-device-{arch}=={torch_version}"]},
+    )  # fmt: skip

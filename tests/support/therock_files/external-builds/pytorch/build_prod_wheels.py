@@ -5,8 +5,11 @@ The command line is exactly the real parser's at TheRock@89553ce3, our pin (name
 defaults, validate_build_args; docs/upstream-interfaces.md). The flash-attention rule is its: an
 explicit --enable-pytorch-flash-attention without building triton is a parser error; with triton not
 built and no explicit flag, Linux disables it; otherwise it is ON when an arch starts with an
-AOTriton-supported prefix. "Building" writes real wheel files (zip, METADATA/WHEEL/RECORD) named
-like TheRock's, into <project>/dist and then --output-dir, with an incremental <project>/build dir
+AOTriton-supported prefix. Versions are formed as its compute_build_version() does (version.txt +
+--version-suffix, default +rocm<installed rocm>; dev/dev-bkc release types merge git<8-char
+commit> into the local segment); triton's as its setup.py (+git<sha> then the suffixes).
+"Building" writes real wheel files (zip, METADATA/WHEEL/RECORD) named like TheRock's, into
+<project>/dist and then --output-dir, with an incremental <project>/build dir
 that --clean removes.
 
 Test hooks (environment): THEROCK_STANDIN_BLOCK=<project> and THEROCK_STANDIN_BLOCK_FILE=<path>
@@ -217,11 +220,26 @@ def build_project(args, project, source_dir, name, version, files):
     return {"project": project, "wheel": wheel.name, "incremental_count": count}
 
 
+def compute_build_version(source_dir, version_suffix, release_type):
+    """As the real one: version.txt + suffix; dev/dev-bkc merge git<8-char HEAD> into the one
+    local segment (2.12.0a0+git1a2b3c4d.rocm7.10.0)."""
+    base = (Path(source_dir) / "version.txt").read_text().strip()
+    if release_type in ("dev", "dev-bkc"):
+        commit = repo_management.git(["rev-parse", "--short=8", "HEAD"], source_dir, True)
+        if commit:
+            local = [p for p in (f"git{commit}", version_suffix.lstrip("+")) if p]
+            return f"{base}+{'.'.join(local)}"
+    return base + version_suffix
+
+
 def do_build(args):
     suffix = args.version_suffix
+    hook = os.environ.get("THEROCK_STANDIN_ROCM_VERSION")
     if not suffix:
-        sdk_version = os.environ.get("THEROCK_STANDIN_ROCM_VERSION") or rocm_sdk("version")
+        sdk_version = hook or rocm_sdk("version")
         suffix = ("+devrocm" if "dev" in sdk_version else "+rocm") + sdk_version.replace("+", "-")
+    elif hook:  # the test hook: as if the SDK had changed under the caller's suffix
+        suffix = re.sub(r"rocm\d[0-9a-z.]*$", "rocm" + hook, suffix)
     arch = args.pytorch_rocm_arch or rocm_sdk("targets").replace(";", ",")
     if not arch:
         repo_management.fail("No --pytorch-rocm-arch provided and rocm-sdk targets is empty")
@@ -247,7 +265,7 @@ def do_build(args):
                 fa = any(a.startswith(AOTRITON_SUPPORTED_ARCH_PREFIXES) for a in arch.split(";"))
         else:
             fa = bool(args.enable_pytorch_flash_attention)
-        version = (args.pytorch_dir / "version.txt").read_text().strip() + suffix
+        version = compute_build_version(args.pytorch_dir, suffix, args.release_type)
         files = {
             "torch/__init__.py": f"__version__ = {version!r}\n",
             "torch/_standin_build.py": (
@@ -269,7 +287,7 @@ def do_build(args):
         if flag or (flag is None and source is not None):
             if source is None:
                 repo_management.fail(f"Must specify --{project}-dir if --build-{project}")
-            version = (Path(source) / "version.txt").read_text().strip() + suffix
+            version = compute_build_version(source, suffix, args.release_type)
             files = {f"{name}/__init__.py": f"__version__ = {version!r}\n"}
             built.append(build_project(args, project, source, name, version, files))
     return {"built": built, "flash_attention": fa, "arch": arch}
