@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import install_wheels
+from scripts.sharing import install_wheels
 from scripts.env import activation, archs, doctor, session_guard
 from scripts.plumbing import errors, locks, pin_schema, stamps, transaction
 from scripts.plumbing.errors import UserError

@@ -10,7 +10,7 @@ import pytest
 from packaging.version import Version
 
 from scripts.builds import build_pytorch as bp
-from scripts.builds import install_wheels as iw
+from scripts.sharing import install_wheels as iw
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
 from tests.support import therock_standin as standin

@@ -1,4 +1,4 @@
-"""The layers of scripts/ hold: imports point builds -> sources -> env -> plumbing, nothing
+"""The layers of scripts/ hold: imports point sharing -> builds -> sources -> env -> plumbing, nothing
 imports against that direction, there are no cycles, and the probes import nothing of ours but
 each other (they run in the target env with torch and the standard library only)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO_ROOT / "scripts"
-LAYERS = ("plumbing", "env", "sources", "builds")  # each may import only those before it
+LAYERS = ("plumbing", "env", "sources", "builds", "sharing")  # each may import only those before
 # pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (its plugin
 # upstream_sdpa_plugin.py is loaded into that run).
 PROBE_DEPS = {"torch", "matplotlib", "pytest"}

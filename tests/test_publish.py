@@ -16,9 +16,9 @@ import pytest
 from packaging.version import Version
 
 from scripts.builds import build_pytorch as bp
-from scripts.builds import install_wheels as iw
-from scripts.builds import publish as pub
-from scripts.builds import team_index, wheel_manifest
+from scripts.sharing import install_wheels as iw
+from scripts.sharing import publish as pub
+from scripts.sharing import team_index, wheel_manifest
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
 from tests.support import shared_cache

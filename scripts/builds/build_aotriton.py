@@ -102,9 +102,10 @@ class SourceBuild:
 
     clean: bool = False
     force: bool = False
+    discard_local_edits: bool = False
     no_images: bool = False
     timeout_min: float | None = None
-    cache: str | None = None
+    cache: compile_cache.CacheSpec | None = None  # parsed with the options
     jobs: int | None = None
 
     @property
@@ -112,8 +113,6 @@ class SourceBuild:
         """AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)."""
         if self.timeout_min is None:
             return "0"
-        if self.timeout_min < 0:
-            raise UserError(f"--timeout-min must be >= 0 (0 = no limit), got {self.timeout_min}")
         return f"{self.timeout_min:g}"
 
 
@@ -121,6 +120,7 @@ def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> Sou
     return SourceBuild(
         clean=opts.clean,
         force=opts.force,
+        discard_local_edits=opts.discard_local_edits,
         no_images=no_images,
         timeout_min=opts.timeout_min,
         cache=opts.cache,
@@ -211,7 +211,6 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
 
 
 def build_aotriton(opts: BuildAotritonOptions) -> None:
-    compile_cache.parse_cache(opts.cache)  # a bad --cache fails first
     ctx = make_context(
         opts,
         dry_run=opts.dry_run,
@@ -309,7 +308,9 @@ def build_from_source(
         if not runner.dry_run:
             shutil.rmtree(build)
     pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
-    ensure_checkout(ctx.pin, src, runner, force=build_options.force, submodules=pinned)
+    ensure_checkout(
+        ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
+    )
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
     env = runner.base_env
     rocm = session.tool("rocm-sdk")
@@ -351,7 +352,7 @@ def build_from_source(
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
     cache = compile_cache.plan_cache(
-        compile_cache.parse_cache(build_options.cache),
+        build_options.cache,
         work=ctx.work,
         arch=ctx.arch.name,
         toolchain=toolchain(ctx.prefix, ctx.site),

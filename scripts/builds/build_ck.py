@@ -117,7 +117,7 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
 def build_ck(opts: BuildCkOptions) -> None:
     from scripts.sources import checkouts, patches, pins
 
-    cache_spec = compile_cache.parse_cache(opts.cache)
+    cache_spec = opts.cache
     session = preamble.open_env(opts, dry_run=opts.dry_run)
     arch, work, prefix = session.arch, session.work, session.prefix
     if arch.vendor != "amd":
@@ -180,7 +180,7 @@ def build_ck(opts: BuildCkOptions) -> None:
         say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return
 
-    checkouts.ensure_checkout(pin, checkout, runner, force=opts.force)
+    checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
     patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
     if not opts.dry_run and not (source / "CMakeLists.txt").is_file():
         raise UserError(f"{source} has no CMakeLists.txt (pin subdir {subdir!r})")

@@ -21,9 +21,9 @@ from rocm_bootstrap import parse_gfx_target_version
 
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError, did_you_mean
+from scripts.plumbing.options import ARCH_ENV
 
 ARCHES_FILE = DATA_DIR / "arches.toml"
-ARCH_ENV = "ROCMFA_ARCH"
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
 

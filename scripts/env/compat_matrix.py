@@ -19,7 +19,6 @@ from typing import Any
 from scripts.env import archs, rocm_sdk
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import MatrixOptions
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
@@ -317,12 +316,3 @@ def check_combination(
 def announce(lines: list[str], say: Any = print) -> None:
     for line in lines:
         say(line)
-
-
-def main(opts: MatrixOptions) -> None:
-    report = table()
-    report["host"] = host_line(opts.arch)
-    if opts.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(render_markdown(report), end="")
