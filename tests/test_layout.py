@@ -1,6 +1,6 @@
-"""The layers of scripts/ hold: imports point sharing -> builds -> sources -> env -> plumbing, nothing
-imports against that direction, there are no cycles, and the probes import nothing of ours but
-each other (they run in the target env with torch and the standard library only)."""
+"""The layers of scripts/ hold: imports point sharing -> builds -> sources -> env -> plumbing,
+nothing imports against that direction, there are no cycles, and the probes import nothing of
+ours but each other (they run in the target env with torch and the standard library only)."""
 
 from __future__ import annotations
 

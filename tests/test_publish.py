@@ -16,11 +16,11 @@ import pytest
 from packaging.version import Version
 
 from scripts.builds import build_pytorch as bp
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels as iw
 from scripts.sharing import publish as pub
 from scripts.sharing import team_index, wheel_manifest
-from scripts.plumbing import options
-from scripts.plumbing.errors import UserError
 from tests.support import shared_cache
 from tests.support import team_index as servers
 from tests.support import therock_standin as standin

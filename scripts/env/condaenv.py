@@ -22,7 +22,8 @@ from pathlib import Path
 
 from scripts.env.manager import Manager, find_manager, no_manager_error
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import NAME_ENV, PREFIX_ENV, env_name as check_env_name
+from scripts.plumbing.options import NAME_ENV, PREFIX_ENV
+from scripts.plumbing.options import env_name as check_env_name
 
 DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env

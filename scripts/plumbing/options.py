@@ -13,20 +13,22 @@ shared by the sessions that read it):
         with_tests: bool = opt("--with-tests", help="also build CK's tests")
 
   The field's type says what the flag takes: bool -> a switch (default False); tuple[...] ->
-  repeatable (default ()); anything else -> one value (default None unless default= says). type= turns the text into the typed value (int, a
-  function, or "module:function"); check= only checks it; choices= names the domain constant
-  ("scripts.builds.build_pytorch:STAGES": imported only when that session runs or shows
-  --help), never a copy; env= is the $ROCMFA_* variable that is the default (checked at parse
-  time with the same type/check/choices; the field stays None so the resolver can say where the
-  value came from); aliases= maps an old flag to a value. Checks across fields: check(self).
+  repeatable (default ()); anything else -> one value (default None unless default= says).
+  type= turns the text into the typed value (int, a function, or "module:function"); check=
+  only checks it; choices= names the domain constant ("scripts.builds.build_pytorch:STAGES":
+  imported only when that session runs or shows --help), never a copy; env= is the $ROCMFA_*
+  variable that is the default (checked at parse time with the same type/check/choices; the
+  field stays None so the resolver can say where the value came from); aliases= maps an old
+  flag to a value. Checks across fields go in the class's check(self).
   An old-style row `_opt("--x", sessions=(...), action=..., type=T, **kw)` + field `x: X = D`
   becomes `x: X = opt("--x", type=T, **kw)` in the class (drop sessions=, action= and the
   bool/tuple defaults; keep default= for other defaults).
 
 Adding a session - one Session(...) line in SESSIONS below and its function in a module named
-for it: Session("name", "scripts.layer.name:name", NameOptions, doc=..., tags=BUILD,
-changes_workdir=..., changes_env=...). The function takes the options object; noxfile.py and
-the guard need no edit; add its row to README's session table.
+for it: Session("name", "scripts.layer.name:name", NameOptions, BUILD, "One-line doc.",
+changes=(W, E)) - W/E: it changes the work dir / the env (the guard takes their locks); a
+class with dry_run makes it dry-runnable. The function takes the options object; noxfile.py
+and the guard need no edit; add its row to README's session table.
 
 Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so a
 session accepts and drops options declared by other sessions; options nobody declares are an
@@ -411,13 +413,20 @@ class Session:
     name: str
     run: str
     options: type[SessionOptions]
-    doc: str
     tags: tuple[str, ...]
+    doc: str
     default: bool = False
-    changes_workdir: bool = False  # holds the work dir's lock
-    changes_env: bool = False  # holds the env's lock and recovers its interrupted changes
+    changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
     reports_only: bool = False  # never takes a lock nor recovers (doctor)
     forward: bool = False  # options it does not declare go through to a probe script
+
+    @property
+    def changes_workdir(self) -> bool:
+        return "workdir" in self.changes
+
+    @property
+    def changes_env(self) -> bool:
+        return "env" in self.changes
 
     @property
     def dry_runnable(self) -> bool:
@@ -428,49 +437,61 @@ class Session:
 
 
 ENV, BUILD, CHECK = ("env",), ("build",), ("check",)
+W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
+# fmt: off
 SESSIONS = (
-    Session("lock", "scripts.env.lockfile:lock", LockOptions, tags=ENV,
-            doc="Re-solve environment.yml into conda-lock.yml with py-rattler (channels or --channel)."),
-    Session("setup_env", "scripts.env.setup_env:setup_env", SetupEnvOptions, tags=ENV,
-            changes_workdir=True, changes_env=True,
-            doc="Create/update the shared env from the lock, add TheRock's ROCm SDK, write variables."),
-    Session("doctor", "scripts.env.doctor:doctor", DoctorOptions, tags=ENV, default=True,
-            reports_only=True,
-            doc="One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next step."),
-    Session("repair", "scripts.env.repair:repair", RepairOptions, tags=ENV, changes_env=True,
-            doc="Finish or roll back an interrupted install into the env's torch (any session does too)."),
-    Session("matrix", "scripts.env.matrix:matrix", MatrixOptions, tags=ENV,
-            doc="Arch x AOTriton release: flash by default / experimental flag / community port / none."),
-    Session("update_pins", "scripts.sources.update_pins:update_pins", UpdatePinsOptions,
-            tags=BUILD, changes_workdir=True,
-            doc="Resolve pinned refs to commits, rewrite pins/, report whether patch sets still apply."),
+    Session("lock", "scripts.env.lockfile:lock", LockOptions, ENV,
+            "Re-solve environment.yml into conda-lock.yml with py-rattler (channels or "
+            "--channel)."),
+    Session("setup_env", "scripts.env.setup_env:setup_env", SetupEnvOptions, ENV,
+            "Create/update the shared env from the lock, add TheRock's ROCm SDK, write "
+            "variables.", changes=(W, E)),
+    Session("doctor", "scripts.env.doctor:doctor", DoctorOptions, ENV,
+            "One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next "
+            "step.", default=True, reports_only=True),
+    Session("repair", "scripts.env.repair:repair", RepairOptions, ENV,
+            "Finish or roll back an interrupted install into the env's torch (any session "
+            "does too).", changes=(E,)),
+    Session("matrix", "scripts.env.matrix:matrix", MatrixOptions, ENV,
+            "Arch x AOTriton release: flash by default / experimental flag / community port / "
+            "none."),
+    Session("update_pins", "scripts.sources.update_pins:update_pins", UpdatePinsOptions, BUILD,
+            "Resolve pinned refs to commits, rewrite pins/, report whether patch sets still "
+            "apply.", changes=(W,)),
     Session("build_aotriton", "scripts.builds.build_aotriton:build_aotriton",
-            BuildAotritonOptions, tags=BUILD, changes_workdir=True, changes_env=True,
-            doc="Build (or --from-release fetch) AOTriton at its pin and install it into the env's torch."),
+            BuildAotritonOptions, BUILD,
+            "Build (or --from-release fetch) AOTriton at its pin and install it into the env's "
+            "torch.", changes=(W, E)),
     Session("tune_aotriton", "scripts.builds.tune_aotriton:tune_aotriton", TuneAotritonOptions,
-            tags=BUILD, changes_workdir=True, changes_env=True,
-            doc="Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, install."),
+            BUILD,
+            "Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, "
+            "install.", changes=(W, E)),
     Session("build_pytorch", "scripts.builds.build_pytorch:build_pytorch", BuildPytorchOptions,
-            tags=BUILD, changes_workdir=True,
-            doc="Build torch, audio, vision and triton wheels through TheRock, resumable by stage."),
+            BUILD,
+            "Build torch, audio, vision and triton wheels through TheRock, resumable by stage.",
+            changes=(W,)),
     Session("install_wheels", "scripts.sharing.install_wheels:install_wheels",
-            InstallWheelsOptions, tags=BUILD, changes_workdir=True, changes_env=True,
-            doc="Install the wheels of the last build_pytorch run into the env, then check the backend."),
+            InstallWheelsOptions, BUILD,
+            "Install the wheels of the last build_pytorch run into the env, then check the "
+            "backend.", changes=(W, E)),
     # publish holds the work dir: it reads the run's wheels, a build must not replace them
-    Session("publish", "scripts.sharing.publish:publish", PublishOptions, tags=BUILD,
-            changes_workdir=True,
-            doc="Publish this run's wheels and their manifest to a team index (one index per family)."),
-    Session("build_ck", "scripts.builds.build_ck:build_ck", BuildCkOptions, tags=BUILD,
-            changes_workdir=True, changes_env=True,
-            doc="Build and install composable_kernel (library only) for this arch into the env."),
-    Session("bench", "scripts.env.in_env:bench", BenchOptions, tags=CHECK, forward=True,
-            doc="Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare."),
-    Session("backend_check", "scripts.env.in_env:backend_check", BackendCheckOptions,
-            tags=CHECK, forward=True,
-            doc="Prove flash attention is compiled in, usable, actually used and correct."),
-    Session("validate", "scripts.env.in_env:validate", ValidateOptions, tags=CHECK, forward=True,
-            doc="Forward/backward correctness vs an fp32/fp64 reference across head dims and shapes."),
-)  # fmt: skip
+    Session("publish", "scripts.sharing.publish:publish", PublishOptions, BUILD,
+            "Publish this run's wheels and their manifest to a team index (one index per "
+            "family).", changes=(W,)),
+    Session("build_ck", "scripts.builds.build_ck:build_ck", BuildCkOptions, BUILD,
+            "Build and install composable_kernel (library only) for this arch into the env.",
+            changes=(W, E)),
+    Session("bench", "scripts.env.in_env:bench", BenchOptions, CHECK,
+            "Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare.",
+            forward=True),
+    Session("backend_check", "scripts.env.in_env:backend_check", BackendCheckOptions, CHECK,
+            "Prove flash attention is compiled in, usable, actually used and correct.",
+            forward=True),
+    Session("validate", "scripts.env.in_env:validate", ValidateOptions, CHECK,
+            "Forward/backward correctness vs an fp32/fp64 reference across head dims and "
+            "shapes.", forward=True),
+)
+# fmt: on
 BY_NAME = {s.name: s for s in SESSIONS}
 
 

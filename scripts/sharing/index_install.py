@@ -18,12 +18,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from scripts.sharing import team_index, wheel_manifest
-from scripts.sharing.team_index import IndexSpec
 from scripts.env import archs
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.sharing import team_index, wheel_manifest
+from scripts.sharing.team_index import IndexSpec
 
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"
 

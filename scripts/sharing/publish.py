@@ -24,12 +24,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from scripts.sharing import install_wheels, team_index, wheel_manifest
-from scripts.sharing.team_index import IndexSpec, Link
 from scripts.plumbing import paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import PublishOptions
+from scripts.sharing import install_wheels, team_index, wheel_manifest
+from scripts.sharing.team_index import IndexSpec, Link
 
 
 @dataclass

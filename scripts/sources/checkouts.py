@@ -148,8 +148,8 @@ def ensure_checkout(
             pass
         elif not force:
             raise UserError(
-                f"{dest} exists and is not a git checkout; move it away, or pass --discard-local-edits to "
-                "replace it"
+                f"{dest} exists and is not a git checkout; move it away, or pass "
+                "--discard-local-edits to replace it"
             )
         else:
             runner.say(f"--discard-local-edits: removing {dest} (not a git checkout)")
@@ -182,7 +182,8 @@ def ensure_checkout(
             if not force:
                 raise UserError(
                     f"{dest} has local edits ({len(changes)} path(s), e.g. "
-                    f"'{changes[0].strip()}'); commit or stash them, or pass --discard-local-edits to discard"
+                    f"'{changes[0].strip()}'); commit or stash them, or pass "
+                    "--discard-local-edits to discard them"
                 )
             runner.say(f"--discard-local-edits: discarding local edits in {dest}")
             git(runner, dest, "reset", "-q", "--hard", capture=False)
