@@ -83,3 +83,13 @@ def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> 
     assert upstream.returncode == 1 and "validate exited with status 2" in upstream.stderr
     assert f"upstream_sdpa.py --workdir {tmp_path / 'w'} --offline" in upstream.stdout
     assert "cannot be had" in upstream.stderr and "Traceback" not in upstream.stderr
+
+
+def test_a_bad_option_value_stops_before_any_plan_line(tmp_path: Path) -> None:
+    env = {"ROCMFA_WORKDIR": str(tmp_path / "w")}
+    result = run_nox(REPO_ROOT, "-s", "tune_aotriton", "--", "--dry-run", "--arch", "gfx908",
+                     "--cache", "bogus", env=env)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout.strip() == "" and "[dry-run]" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if "aborted" in x]
+    assert "tune_aotriton: --cache 'bogus'" in line
