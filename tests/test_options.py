@@ -34,7 +34,7 @@ def test_parse_gives_a_frozen_typed_object_with_the_fields_defaults() -> None:
 def test_a_field_without_opt_is_refused_when_the_class_is_made() -> None:
     with pytest.raises(TypeError, match="declare the option with opt"):
 
-        class Bad(SessionOptions):  # noqa: F841
+        class Bad(SessionOptions):
             loose: bool = False
 
 
