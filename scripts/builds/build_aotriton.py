@@ -288,6 +288,33 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         ) from None
 
 
+def launcher_args(cache: compile_cache.CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
+    """AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
+    preset that result so --cache really decides (docs/upstream-interfaces.md). Without
+    --cache, a ccache on PATH is used, as before."""
+    ccache = shutil.which("ccache", path=env.get("PATH", ""))
+    if cache.active:
+        return [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
+    if ccache and not asked:
+        return [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
+    return ["-DCCACHE_FOUND=OFF"]
+
+
+def drop_stale_cmake_cache(
+    build: Path, args: list[str], sets: dict[str, str], runner: Runner
+) -> Path:
+    """A changed configuration must not meet a stale CMakeCache: its values win over new ones
+    on later runs (pytorch/pytorch#28373). Returns the record of the configuration."""
+    configured = build / ".rocmfa-configure.json"
+    wanted = stamps.digest({"args": args, "sets": sets})
+    previous = stamps.read(configured)
+    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
+        runner.say("configuration changed: removing the stale CMakeCache.txt")
+        if not runner.dry_run:
+            (build / "CMakeCache.txt").unlink()
+    return configured
+
+
 def build_from_source(
     ctx: Context,
     build_options: SourceBuild,
@@ -367,24 +394,8 @@ def build_from_source(
     args += extra_cmake
     if archs.aotriton_version_key(ctx.version) < (0, 11):
         args.remove("-DAOTRITON_USE_TORCH=OFF")  # new in 0.11b (aotriton CMakeLists.txt)
-    ccache = shutil.which("ccache", path=env.get("PATH", ""))
-    # AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
-    # preset that result so --cache really decides (docs/upstream-interfaces.md).
-    if cache.active:
-        args += [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
-    elif ccache and build_options.cache is None:
-        args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
-    else:
-        args.append("-DCCACHE_FOUND=OFF")
-    # A changed configuration must not meet a stale CMakeCache: its values win over new ones on
-    # later runs (pytorch/pytorch#28373).
-    configured = build / ".rocmfa-configure.json"
-    wanted = stamps.digest({"args": args, "sets": sets})
-    previous = stamps.read(configured)
-    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
-        runner.say("configuration changed: removing the stale CMakeCache.txt")
-        if not runner.dry_run:
-            (build / "CMakeCache.txt").unlink()
+    args += launcher_args(cache, env, asked=build_options.cache is not None)
+    configured = drop_stale_cmake_cache(build, args, sets, runner)
     if not runner.dry_run and install.exists():
         shutil.rmtree(install)  # ours; `ninja install` repopulates it
     try:

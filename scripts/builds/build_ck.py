@@ -114,18 +114,9 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
         shutil.rmtree(build)
 
 
-def build_ck(opts: BuildCkOptions) -> None:
-    from scripts.sources import checkouts, patches, pins
-
-    cache_spec = opts.cache
-    session = preamble.open_env(opts, dry_run=opts.dry_run)
-    arch, work, prefix = session.arch, session.work, session.prefix
-    if arch.vendor != "amd":
-        raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
-    env = session.environ
-    runner = session.runner
-    say = runner.say
-    say(session.describe())
+def announce(session: preamble.SessionEnv, opts: BuildCkOptions) -> None:
+    """What this CK build is and is not for (said before the pin and the plan)."""
+    say, arch = session.runner.say, session.arch
     if not arch.ck_mha:
         say(
             f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
@@ -139,6 +130,20 @@ def build_ck(opts: BuildCkOptions) -> None:
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
 
+
+def build_ck(opts: BuildCkOptions) -> None:
+    from scripts.sources import checkouts, patches, pins
+
+    cache_spec = opts.cache
+    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    arch, work, prefix = session.arch, session.work, session.prefix
+    if arch.vendor != "amd":
+        raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
+    env = session.environ
+    runner = session.runner
+    say = runner.say
+    say(session.describe())
+    announce(session, opts)
     pin = pins.load_pin("composable_kernel", workdir=work)
     subdir = str(pin.data.get("subdir") or "")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:

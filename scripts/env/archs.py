@@ -241,10 +241,12 @@ def resolve_arch(
     *,
     environ: Mapping[str, str] | None = None,
     arches: Mapping[str, Arch] | None = None,
+    detection: Detection | None = None,
 ) -> ArchChoice:
-    """--arch wins, then $ROCMFA_ARCH, then rocm-bootstrap ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD)."""
+    """--arch wins, then $ROCMFA_ARCH, then rocm-bootstrap ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD).
+    detection: the GPUs already detected (doctor detects once and hands them down)."""
     environ = os.environ if environ is None else environ
-    detection = detect_gpus(environ)
+    detection = detect_gpus(environ) if detection is None else detection
     if requested:
         return ArchChoice(get_arch(requested, arches), "--arch", detection)
     if environ.get(ARCH_ENV):

@@ -231,10 +231,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def host_line(requested: str | None = None, aotriton_version: str | None = None) -> str:
-    """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
+def host_line(
+    requested: str | None = None,
+    aotriton_version: str | None = None,
+    choice: archs.ArchChoice | None = None,
+) -> str:
+    """One line for doctor/matrix: this host's arch (choice: resolved already) and what the
+    pinned AOTriton gives it."""
     try:
-        choice = archs.resolve_arch(requested)
+        choice = choice or archs.resolve_arch(requested)
     except UserError as e:
         return f"no arch ({e})"
     version = aotriton_version or pinned_aotriton_version()

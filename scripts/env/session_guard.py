@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import condaenv
+from scripts.env import preamble
 from scripts.plumbing import locks, paths, transaction
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import Session
@@ -50,11 +50,16 @@ def where_of(opts: object) -> Where:
     )
 
 
-def resolved_prefix(where: Where) -> Path | None:
+def located(where: Where) -> preamble.Located | None:
     try:
-        return condaenv.locate(where.prefix, where.env_name).prefix
+        return preamble.locate(where.prefix, where.env_name, where.workdir)
     except UserError:
         return None  # the session itself reports a bad --env-name
+
+
+def resolved_prefix(where: Where) -> Path | None:
+    found = located(where)
+    return found.location.prefix if found else None
 
 
 def report(prefix: Path | None) -> list[str]:
@@ -86,8 +91,12 @@ def guarded(declared: Session, opts: object, say=print) -> Iterator[None]:
     """Around one session: its locks (declared.changes_workdir / changes_env) and the recovery
     of the env's interrupted changes; doctor (reports_only) and a dry run only report."""
     session, where = declared.name, where_of(opts)
-    prefix = resolved_prefix(where)
+    found = located(where)
+    prefix = found.location.prefix if found else None
     with ExitStack() as stack:
+        if found is not None:  # the session sees the same env and work dir
+            token = preamble.CURRENT.set(found)
+            stack.callback(preamble.CURRENT.reset, token)
         if declared.reports_only or where.dry_run:
             for line in [] if declared.reports_only else report(prefix):
                 say(f"WARNING: {line}")  # doctor shows these in its report
@@ -95,7 +104,7 @@ def guarded(declared: Session, opts: object, say=print) -> Iterator[None]:
             return
         changes_env = declared.changes_env
         if declared.changes_workdir or (changes_env and not (prefix and prefix.is_dir())):
-            work = paths.workdir(where.workdir)
+            work = found.work if found else paths.workdir(where.workdir)
             stack.enter_context(locks.hold(workdir_lock(work), f"workdir {work}", session))
         if prefix is not None and prefix.is_dir():
             if changes_env:
