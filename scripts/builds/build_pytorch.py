@@ -330,7 +330,7 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
                 "lib/libaotriton_v2.so and include/ there"
             )
         return prefix, "--aotriton-prefix", str(prefix)
-    # build_aotriton (scripts/build_aotriton.py) installs into <work>/build/aotriton/install
+    # build_aotriton (scripts/builds/build_aotriton.py) installs into <work>/build/aotriton/install
     # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.
     stamp = stamps.read(paths.stamp_path(work, "aotriton")) or {}
     digest = str(stamp.get("inputs_digest", ""))

@@ -7,7 +7,7 @@ Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... / +dev
 env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and torch/vision/audio
 built against different ROCm versions do not load together (ROCm/vllm#943: "operator
 torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
-Python, and scripts/backend_check.py when it exists.
+Python, and scripts/probes/backend_check.py when it exists.
 
 With --index URL the wheels are a set another machine published (scripts/sharing/publish.py):
 scripts/sharing/index_install.py picks it and pip installs it with --require-hashes.
