@@ -4,15 +4,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing.datafiles import load_toml
+from scripts.plumbing.datafiles import PINS_DIR, load_toml
 from scripts.plumbing.errors import UserError, did_you_mean
 
 PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
+PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
 HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
@@ -23,6 +25,13 @@ KNOWN = {
     "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
 }
+
+
+def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
+    """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
+    environ = os.environ if environ is None else environ
+    chosen = requested or environ.get(PINS_DIR_ENV) or PINS_DIR
+    return Path(chosen).expanduser().resolve()
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:
