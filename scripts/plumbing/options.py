@@ -58,7 +58,7 @@ NAME_ENV = "ROCMFA_ENV_NAME"
 def folder(text: str) -> str:
     """A folder we may create: refused when it exists as something else."""
     if Path(text).expanduser().exists() and not Path(text).expanduser().is_dir():
-        raise UserError(f"{text} exists and is not a folder")
+        raise UserError(f"{text} exists and is not a folder; fix: move it away, or name another")
     return text
 
 
