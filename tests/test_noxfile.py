@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.project import REPO_ROOT, run_nox
 
 ALL = {
@@ -51,6 +53,7 @@ def test_options_shared_between_sessions_of_one_run(tmp_path: Path) -> None:
     assert "arch       gfx1100" in result.stdout and "arch gfx1100 (--arch)" in result.stdout
 
 
+@pytest.mark.slow
 def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> None:
     """The in-env sessions get the env's Python and activation; their own options pass
     through to the scripts, shared options (--arch) stay with nox."""

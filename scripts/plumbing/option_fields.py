@@ -148,9 +148,8 @@ def _add(parser: argparse.ArgumentParser, option: Opt, flags: Sequence[str], own
     else:
         action = "append" if option.kind == "list" else "store"
         choices = option.allowed() if own else None
-        metavar = option.metavar if own or option.metavar else None
         parser.add_argument(
-            *flags, dest=dest, action=action, choices=choices, metavar=metavar, help=shown
+            *flags, dest=dest, action=action, choices=choices, metavar=option.metavar, help=shown
         )
     for alias, value in option.aliases.items():
         note = f"the same as {option.flags[0]} {value} (kept for old command lines)"
@@ -187,11 +186,7 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog=f"nox -s {session} --",
         allow_abbrev=False,
-        description=" ".join(
-            [f"Options of the {session} session.", inspect.getdoc(cls) or ""]
-            if "__doc__" in cls.__dict__ and cls.__doc__
-            else [f"Options of the {session} session."]
-        ),
+        description=f"Options of the {session} session. {cls.__dict__.get('__doc__') or ''}",
     )
     taken: set[str] = set()
     for own, options in [(True, cls.options()), *((False, c.options()) for c in others)]:
