@@ -153,7 +153,7 @@ def test_peak_comes_from_arch_data():
 
 
 def test_runs_as_plain_script():
-    """`python scripts/bench.py` must work without the repo on sys.path (the target env)."""
+    """`python scripts/probes/bench.py` must work without the repo on sys.path (the target env)."""
     ok = subprocess.run(
         [sys.executable, "scripts/probes/bench.py", "--help"],
         cwd=REPO,

@@ -256,9 +256,11 @@ def test_dirty_checkout_is_never_overwritten(build, capfd):
     run("--skip", "audio", "--skip", "vision")
     source = work / "src" / "pytorch" / "version.txt"
     source.write_text("my local edit\n")
-    with pytest.raises(UserError, match=r"has local edits .*pass --force") as err:
+    with pytest.raises(UserError, match=r"has local edits .*pass --discard-local-edits") as err:
         run("--from", "checkout", "--skip", "audio", "--skip", "vision")
     assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="has local edits"):  # --force only redoes work
+        run("--force", "--from", "checkout", "--skip", "audio", "--skip", "vision")
     assert source.read_text() == "my local edit\n"
 
 
@@ -477,7 +479,8 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
     assert {"--build-triton", "--enable-pytorch-flash-attention"} <= set(torch)
     # Working directory and variables are shown.
     line = next(x for x in out.splitlines() if "--pytorch-dir" in x)
-    assert line.startswith(f"[dry-run] (cd {work / 'build' / 'build_pytorch'}) MAX_JOBS=")
+    assert line.startswith(f"[dry-run] (cd {work / 'build' / 'build_pytorch'}) ")
+    assert " MAX_JOBS=" in line and " CCACHE_BASEDIR=" in line  # --ccache: --cache ccache
 
 
 def test_nox_dry_run_subprocess(provisioned_env, pinned_upstreams, tmp_path):

@@ -60,7 +60,8 @@ def test_dirty_checkout_is_refused_and_kept(upstream, tmp_path: Path) -> None:
     ensure_checkout(pin_for(repo, commit), dest, runner())
     (dest / "VERSION").write_text("my local edit\n")
     (dest / "notes.txt").write_text("untracked, mine\n")
-    with pytest.raises(UserError, match=r"has local edits .*'M VERSION'.*--force") as error:
+    refused = r"has local edits .*'M VERSION'.*--discard-local-edits"
+    with pytest.raises(UserError, match=refused) as error:
         ensure_checkout(pin_for(repo, commit), dest, runner())
     assert "\n" not in str(error.value)
     assert (dest / "VERSION").read_text() == "my local edit\n"

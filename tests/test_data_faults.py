@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import install_wheels
 from scripts.env import activation, archs, doctor, session_guard
 from scripts.plumbing import errors, locks, pin_schema, stamps, transaction
 from scripts.plumbing.errors import UserError
+from scripts.sharing import install_wheels
 from scripts.sources import pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -150,6 +150,7 @@ def kill_at_every_step(rig: Rig, start: Path, old: dict, new: dict, *extra: str)
     raise AssertionError("the run never finished")
 
 
+@pytest.mark.slow
 def test_install_killed_at_every_step(rig: Rig) -> None:
     old, new = snapshot(rig.shipped), snapshot(rig.installed)
     assert old != new and len(old) > 2 * KERNELS
@@ -157,6 +158,7 @@ def test_install_killed_at_every_step(rig: Rig) -> None:
     assert len(outcomes) >= 10 and "repaired" in outcomes  # the swap itself was killed
 
 
+@pytest.mark.slow
 def test_restore_killed_at_every_step(rig: Rig) -> None:
     old, new = snapshot(rig.installed), snapshot(rig.shipped)
     outcomes = kill_at_every_step(rig, rig.installed, old, new, "--restore")

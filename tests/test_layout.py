@@ -1,6 +1,6 @@
-"""The layers of scripts/ hold: imports point builds -> sources -> env -> plumbing, nothing
-imports against that direction, there are no cycles, and the probes import nothing of ours but
-each other (they run in the target env with torch and the standard library only)."""
+"""The layers of scripts/ hold: imports point sharing -> builds -> sources -> env -> plumbing,
+nothing imports against that direction, there are no cycles, and the probes import nothing of
+ours but each other (they run in the target env with torch and the standard library only)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO_ROOT / "scripts"
-LAYERS = ("plumbing", "env", "sources", "builds")  # each may import only those before it
+LAYERS = ("plumbing", "env", "sources", "builds", "sharing")  # each may import only those before
 # pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (its plugin
 # upstream_sdpa_plugin.py is loaded into that run).
 PROBE_DEPS = {"torch", "matplotlib", "pytest"}
@@ -160,3 +160,14 @@ def test_the_private_name_checker_finds_both_forms(tmp_path: Path) -> None:
         "sample.py: from scripts.plumbing.paths import _hidden",
         "sample.py: scripts.builds.build_aotriton._context",
     ]
+
+
+def test_no_function_is_over_100_lines() -> None:
+    long = []
+    for path in sorted(SCRIPTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 100:
+                    long.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {node.name}")
+    assert not long, "split these functions (over 100 lines): " + "; ".join(long)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.project import REPO_ROOT, run_nox
 
 ALL = {
@@ -51,6 +53,7 @@ def test_options_shared_between_sessions_of_one_run(tmp_path: Path) -> None:
     assert "arch       gfx1100" in result.stdout and "arch gfx1100 (--arch)" in result.stdout
 
 
+@pytest.mark.slow
 def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> None:
     """The in-env sessions get the env's Python and activation; their own options pass
     through to the scripts, shared options (--arch) stay with nox."""
@@ -83,3 +86,13 @@ def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> 
     assert upstream.returncode == 1 and "validate exited with status 2" in upstream.stderr
     assert f"upstream_sdpa.py --workdir {tmp_path / 'w'} --offline" in upstream.stdout
     assert "cannot be had" in upstream.stderr and "Traceback" not in upstream.stderr
+
+
+def test_a_bad_option_value_stops_before_any_plan_line(tmp_path: Path) -> None:
+    env = {"ROCMFA_WORKDIR": str(tmp_path / "w")}
+    result = run_nox(REPO_ROOT, "-s", "tune_aotriton", "--", "--dry-run", "--arch", "gfx908",
+                     "--cache", "bogus", env=env)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout.strip() == "" and "[dry-run]" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if "aborted" in x]
+    assert "tune_aotriton: --cache 'bogus'" in line

@@ -1,5 +1,6 @@
-"""The options table and the typed options classes agree: every row of a session is a field of
-its class and every field a row, so a misspelt name fails here instead of reading a default."""
+"""Session options: each declared once as a field of its session's class; parsing gives a frozen
+typed object, defaults come from the field, $ROCMFA_* defaults and every value are checked at
+parse time with a one-line error, and --help lists only what a session reads."""
 
 from __future__ import annotations
 
@@ -7,32 +8,57 @@ import dataclasses
 
 import pytest
 
-from scripts.plumbing import options
+from scripts.builds import build_pytorch
+from scripts.env import rocm_sdk
+from scripts.plumbing import options, pin_schema
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.option_fields import SessionOptions, opt
 
 
-def test_every_session_row_is_a_field_of_its_class_and_back() -> None:
-    named = {s for row in options.OPTIONS for s in row.sessions}
-    assert named == set(options.SESSION_OPTIONS), "a session in OPTIONS has no options class"
-    for session, cls in options.SESSION_OPTIONS.items():
-        rows = {row.dest for row in options.session_rows(session)}
-        fields = set(cls.field_names())
-        assert rows - fields == set(), f"{session}: rows without a field in {cls.__name__}"
-        assert fields - rows == set(), f"{session}: fields of {cls.__name__} without a row"
-
-
-def test_parse_gives_a_frozen_typed_object_with_argparse_defaults() -> None:
-    for session, cls in options.SESSION_OPTIONS.items():
-        parsed = options.parse(session, [])
-        assert type(parsed) is cls
-        assert parsed == cls(), f"{session}: class defaults differ from the table's"
-        assert hash(parsed) == hash(cls()) and repr(parsed).startswith(cls.__name__ + "(")
+def test_parse_gives_a_frozen_typed_object_with_the_fields_defaults() -> None:
+    for declared in options.SESSIONS:
+        parsed = options.parse(declared.name, [])
+        assert type(parsed) is declared.options
+        assert parsed == declared.options(), f"{declared.name}: parse([]) is not the defaults"
+        assert hash(parsed) == hash(declared.options())
+        assert repr(parsed).startswith(declared.options.__name__ + "(")
     opts = options.parse("build_pytorch", ["--skip", "audio", "--skip", "vision", "-j", "3"])
     assert opts.skip == ("audio", "vision") and opts.jobs == 3 and opts.from_stage is None
+    assert opts.dry_run is False and opts.with_apex is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.jobs = 4  # type: ignore[misc]
     with pytest.raises(TypeError, match="no option clena"):
         options.BuildCkOptions(clena=True)  # a misspelt field is an error, not a default
+
+
+def test_a_field_without_opt_is_refused_when_the_class_is_made() -> None:
+    with pytest.raises(TypeError, match="declare the option with opt"):
+
+        class Bad(SessionOptions):
+            loose: bool = False
+
+
+def test_choices_are_the_domain_constants() -> None:
+    def choices(session: str, name: str) -> tuple[str, ...] | None:
+        return options.BY_NAME[session].options._options[name].allowed()
+
+    assert choices("build_pytorch", "from_stage") == build_pytorch.STAGES
+    assert choices("build_pytorch", "only") == build_pytorch.STAGES
+    assert choices("build_pytorch", "skip") == build_pytorch.SKIPPABLE
+    assert choices("setup_env", "rocm_index") == rocm_sdk.INDEX_KINDS
+    assert choices("update_pins", "project") == pin_schema.PROJECTS
+    assert "vllm" in (choices("setup_env", "profile") or ())
+
+
+def test_every_named_reference_resolves() -> None:
+    """choices=/type=/check= and Session.run name objects by "module:name": all exist."""
+    for declared in options.SESSIONS:
+        assert callable(declared.function()), declared.run
+        for option in declared.options.options():
+            option.allowed()
+            for ref in (option.type, option.check):
+                if isinstance(ref, str):
+                    assert callable(options.resolve(ref)), ref
 
 
 def test_other_sessions_options_are_accepted_and_dropped() -> None:
@@ -40,8 +66,95 @@ def test_other_sessions_options_are_accepted_and_dropped() -> None:
     assert opts == options.DoctorOptions(arch="gfx1100")
     with pytest.raises(UserError, match="unrecognized arguments: --nope"):
         options.parse("doctor", ["--nope"])
-
-
-def test_probe_sessions_pass_their_own_options_through() -> None:
+    # bench does not read --arch, but another session of the run may
     opts, rest = options.parse_known("bench", ["--arch", "gfx1151", "--sizes", "Tiny"])
-    assert opts == options.BenchOptions(arch="gfx1151") and rest == ["--sizes", "Tiny"]
+    assert opts == options.BenchOptions() and rest == ["--sizes", "Tiny"]
+
+
+def test_bad_values_are_one_line_errors_before_any_work(monkeypatch) -> None:
+    bad = [
+        ("tune_aotriton", ["--cache", "bogus"], "--cache 'bogus': expected none, ccache"),
+        ("build_aotriton", ["--timeout-min", "-1"], "--timeout-min '-1': expected minutes"),
+        ("build_ck", ["-j", "0"], "--jobs '0': expected a number of at least 1"),
+        ("build_ck", ["-j", "many"], "--jobs 'many'"),
+        ("doctor", ["--arch", "gfx9999"], "unknown GPU arch 'gfx9999'"),
+        ("tune_aotriton", ["--tune-dtypes", "fp8"], "--tune-dtypes 'fp8': choose from"),
+        ("tune_aotriton", ["--tune-seqlens", "a,b"], "comma list of integers"),
+        ("build_pytorch", ["--from", "torch", "--only", "audio"], "exclude each other"),
+        ("build_pytorch", ["--ccache", "--sccache"], "--ccache and --sccache exclude"),
+        ("build_pytorch", ["--cache", "none", "--ccache"], "--cache replaces --ccache/--sccache"),
+        ("setup_env", ["--env-name", "a/b"], "invalid env name"),
+        ("publish", ["--index", "ftp://x"], "--index"),
+    ]
+    for session, argv, message in bad:
+        with pytest.raises(UserError, match=message) as error:
+            options.parse(session, argv)
+        assert "\n" not in str(error.value) and str(error.value).startswith(session + ":")
+    monkeypatch.setenv("ROCMFA_ARCH", "gfx9999")
+    with pytest.raises(UserError, match=r"\$ROCMFA_ARCH='gfx9999': unknown GPU arch"):
+        options.parse("build_ck", [])
+    assert options.parse("build_ck", ["--arch", "gfx1100"]).arch == "gfx1100"  # --arch wins
+    assert options.parse("bench", []) == options.BenchOptions()  # bench reads no arch
+
+
+def test_typed_values_and_the_old_cache_flags() -> None:
+    cache = options.parse("build_pytorch", ["--sccache"]).cache
+    assert cache is not None and cache.tool == "sccache"
+    assert options.parse("build_aotriton", ["--timeout-min", "2.5"]).timeout_min == 2.5
+    assert options.parse("build_aotriton", []).cache is None
+
+
+def test_help_lists_only_what_a_session_reads() -> None:
+    def flags(session: str) -> set[str]:
+        return {f for o in options.BY_NAME[session].options.options() for f in o.flags}
+
+    assert "--arch" not in flags("update_pins") | flags("repair") | flags("bench")
+    assert "--arch" not in flags("backend_check") | flags("validate")
+    assert "--jobs" not in flags("install_wheels")
+    assert "--upstream" in options.build_parser("validate").format_help()
+    text = options.build_parser("build_pytorch").format_help()
+    assert "--discard-local-edits" in text and "--ccache" in text and "TheRock --clean" in text
+    assert "TheRock" not in options.build_parser("build_ck").format_help()
+
+
+def test_one_flag_has_one_kind_across_sessions() -> None:
+    """A flag shared by sessions of one run must take the same arguments everywhere."""
+    kinds: dict[str, str] = {}
+    for declared in options.SESSIONS:
+        for option in declared.options.options():
+            for flag in option.flags:
+                assert kinds.setdefault(flag, option.kind) == option.kind, flag
+
+
+def test_env_default_is_named_in_help() -> None:
+    for declared in options.SESSIONS:
+        for option in declared.options.options():
+            if option.env:
+                assert f"${option.env}" in option.help, option.name
+
+
+def test_session_facts() -> None:
+    guard = {s.name: s for s in options.SESSIONS}
+    assert guard["doctor"].reports_only and guard["doctor"].default
+    assert guard["install_wheels"].changes_env and guard["publish"].changes_workdir
+    assert guard["build_pytorch"].dry_runnable and not guard["bench"].dry_runnable
+
+    class Extra(SessionOptions):
+        flag: bool = opt("--flag", help="x")
+        many: tuple[str, ...] = opt("--many", help="y")
+
+    assert Extra().flag is False and Extra().many == ()
+
+
+def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, monkeypatch):
+    from scripts.env import preamble, session_guard
+
+    monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
+    opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
+    with session_guard.guarded(options.BY_NAME["build_ck"], opts, say=lambda _: None):
+        handed = preamble.CURRENT.get()
+        assert handed is not None and handed.work == tmp_path / "w"
+        assert handed.location.prefix == tmp_path / "env"
+        assert preamble.locate(str(tmp_path / "env"), None, None) is handed  # not resolved again
+        assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
+    assert preamble.CURRENT.get() is None

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from scripts.probes import bench
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +57,7 @@ def test_nox_bench_help_shows_benchs_own_options() -> None:
     )
 
 
+@pytest.mark.slow
 def test_probes_without_conda_run_with_this_python_and_say_so() -> None:
     result = nox("-s", "validate", "--", "--quick", "--device", "cpu")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -212,13 +212,6 @@ def copy_entry(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def remove_entry(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-
-
 def _walk(root: Path) -> Iterator[Path]:
     """root itself when it is a file or link, else every file and link below it."""
     if root.is_symlink() or not root.is_dir():

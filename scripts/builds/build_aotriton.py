@@ -102,9 +102,10 @@ class SourceBuild:
 
     clean: bool = False
     force: bool = False
+    discard_local_edits: bool = False
     no_images: bool = False
     timeout_min: float | None = None
-    cache: str | None = None
+    cache: compile_cache.CacheSpec | None = None  # parsed with the options
     jobs: int | None = None
 
     @property
@@ -112,8 +113,6 @@ class SourceBuild:
         """AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)."""
         if self.timeout_min is None:
             return "0"
-        if self.timeout_min < 0:
-            raise UserError(f"--timeout-min must be >= 0 (0 = no limit), got {self.timeout_min}")
         return f"{self.timeout_min:g}"
 
 
@@ -121,6 +120,7 @@ def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> Sou
     return SourceBuild(
         clean=opts.clean,
         force=opts.force,
+        discard_local_edits=opts.discard_local_edits,
         no_images=no_images,
         timeout_min=opts.timeout_min,
         cache=opts.cache,
@@ -211,7 +211,6 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
 
 
 def build_aotriton(opts: BuildAotritonOptions) -> None:
-    compile_cache.parse_cache(opts.cache)  # a bad --cache fails first
     ctx = make_context(
         opts,
         dry_run=opts.dry_run,
@@ -289,6 +288,33 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         ) from None
 
 
+def launcher_args(cache: compile_cache.CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
+    """AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
+    preset that result so --cache really decides (docs/upstream-interfaces.md). Without
+    --cache, a ccache on PATH is used, as before."""
+    ccache = shutil.which("ccache", path=env.get("PATH", ""))
+    if cache.active:
+        return [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
+    if ccache and not asked:
+        return [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
+    return ["-DCCACHE_FOUND=OFF"]
+
+
+def drop_stale_cmake_cache(
+    build: Path, args: list[str], sets: dict[str, str], runner: Runner
+) -> Path:
+    """A changed configuration must not meet a stale CMakeCache: its values win over new ones
+    on later runs (pytorch/pytorch#28373). Returns the record of the configuration."""
+    configured = build / ".rocmfa-configure.json"
+    wanted = stamps.digest({"args": args, "sets": sets})
+    previous = stamps.read(configured)
+    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
+        runner.say("configuration changed: removing the stale CMakeCache.txt")
+        if not runner.dry_run:
+            (build / "CMakeCache.txt").unlink()
+    return configured
+
+
 def build_from_source(
     ctx: Context,
     build_options: SourceBuild,
@@ -309,7 +335,9 @@ def build_from_source(
         if not runner.dry_run:
             shutil.rmtree(build)
     pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
-    ensure_checkout(ctx.pin, src, runner, force=build_options.force, submodules=pinned)
+    ensure_checkout(
+        ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
+    )
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
     env = runner.base_env
     rocm = session.tool("rocm-sdk")
@@ -351,7 +379,7 @@ def build_from_source(
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
     cache = compile_cache.plan_cache(
-        compile_cache.parse_cache(build_options.cache),
+        build_options.cache,
         work=ctx.work,
         arch=ctx.arch.name,
         toolchain=toolchain(ctx.prefix, ctx.site),
@@ -366,24 +394,8 @@ def build_from_source(
     args += extra_cmake
     if archs.aotriton_version_key(ctx.version) < (0, 11):
         args.remove("-DAOTRITON_USE_TORCH=OFF")  # new in 0.11b (aotriton CMakeLists.txt)
-    ccache = shutil.which("ccache", path=env.get("PATH", ""))
-    # AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
-    # preset that result so --cache really decides (docs/upstream-interfaces.md).
-    if cache.active:
-        args += [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
-    elif ccache and build_options.cache is None:
-        args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
-    else:
-        args.append("-DCCACHE_FOUND=OFF")
-    # A changed configuration must not meet a stale CMakeCache: its values win over new ones on
-    # later runs (pytorch/pytorch#28373).
-    configured = build / ".rocmfa-configure.json"
-    wanted = stamps.digest({"args": args, "sets": sets})
-    previous = stamps.read(configured)
-    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
-        runner.say("configuration changed: removing the stale CMakeCache.txt")
-        if not runner.dry_run:
-            (build / "CMakeCache.txt").unlink()
+    args += launcher_args(cache, env, asked=build_options.cache is not None)
+    configured = drop_stale_cmake_cache(build, args, sets, runner)
     if not runner.dry_run and install.exists():
         shutil.rmtree(install)  # ours; `ninja install` repopulates it
     try:

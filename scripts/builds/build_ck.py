@@ -114,18 +114,9 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
         shutil.rmtree(build)
 
 
-def build_ck(opts: BuildCkOptions) -> None:
-    from scripts.sources import checkouts, patches, pins
-
-    cache_spec = compile_cache.parse_cache(opts.cache)
-    session = preamble.open_env(opts, dry_run=opts.dry_run)
-    arch, work, prefix = session.arch, session.work, session.prefix
-    if arch.vendor != "amd":
-        raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
-    env = session.environ
-    runner = session.runner
-    say = runner.say
-    say(session.describe())
+def announce(session: preamble.SessionEnv, opts: BuildCkOptions) -> None:
+    """What this CK build is and is not for (said before the pin and the plan)."""
+    say, arch = session.runner.say, session.arch
     if not arch.ck_mha:
         say(
             f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
@@ -139,6 +130,20 @@ def build_ck(opts: BuildCkOptions) -> None:
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
 
+
+def build_ck(opts: BuildCkOptions) -> None:
+    from scripts.sources import checkouts, patches, pins
+
+    cache_spec = opts.cache
+    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    arch, work, prefix = session.arch, session.work, session.prefix
+    if arch.vendor != "amd":
+        raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
+    env = session.environ
+    runner = session.runner
+    say = runner.say
+    say(session.describe())
+    announce(session, opts)
     pin = pins.load_pin("composable_kernel", workdir=work)
     subdir = str(pin.data.get("subdir") or "")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
@@ -180,7 +185,7 @@ def build_ck(opts: BuildCkOptions) -> None:
         say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return
 
-    checkouts.ensure_checkout(pin, checkout, runner, force=opts.force)
+    checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
     patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
     if not opts.dry_run and not (source / "CMakeLists.txt").is_file():
         raise UserError(f"{source} has no CMakeLists.txt (pin subdir {subdir!r})")

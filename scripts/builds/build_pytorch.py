@@ -51,7 +51,7 @@ from scripts.sources import pins
 from scripts.sources.pins import Pin
 
 STAGES = ("checkout", "triton", "torch", "audio", "vision", "apex")
-SKIPPABLE = ("triton", "audio", "vision")
+SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices
 SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
@@ -99,7 +99,6 @@ COMPONENTS = (
     ),
 )  # fmt: skip
 BY_STAGE = {c.stage: c for c in COMPONENTS}
-BY_KEY = {c.key: c for c in COMPONENTS}
 NO_BUILD_FLAGS = ("pytorch-audio", "pytorch-vision", "apex")
 
 
@@ -306,8 +305,8 @@ class Context(OnSession):
     aotriton_digest: str
     max_jobs: int
     force: bool = False
+    discard_local_edits: bool = False
     clean: bool = False
-    launcher: str | None = None  # --ccache / --sccache: TheRock's own launcher flags
     from_stage: str | None = None
     only: str | None = None
     cache: compile_cache.CachePlan | None = None
@@ -331,7 +330,7 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
                 "lib/libaotriton_v2.so and include/ there"
             )
         return prefix, "--aotriton-prefix", str(prefix)
-    # build_aotriton (scripts/build_aotriton.py) installs into <work>/build/aotriton/install
+    # build_aotriton (scripts/builds/build_aotriton.py) installs into <work>/build/aotriton/install
     # and stamps <work>/stamps/aotriton.json; a rebuild there changes the digest here.
     stamp = stamps.read(paths.stamp_path(work, "aotriton")) or {}
     digest = str(stamp.get("inputs_digest", ""))
@@ -380,7 +379,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     therock_dir = paths.src_dir(work, "therock")
     env_identity = condaenv.env_identity(prefix) if session.ready else ""
-    cache_spec = compile_cache.parse_cache(opts.cache)
+    cache_spec = opts.cache  # parsed with the options
     cache = None
     if cache_spec is not None:
         toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
@@ -407,8 +406,8 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         aotriton_digest=aotriton_digest,
         max_jobs=jobs,
         force=opts.force,
+        discard_local_edits=opts.discard_local_edits,
         clean=opts.clean,
-        launcher="ccache" if opts.ccache else "sccache" if opts.sccache else None,
         from_stage=opts.from_stage,
         only=opts.only,
         cache=cache,
@@ -446,7 +445,6 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         "rocm": ctx.rocm_version,
         "python": ctx.python_tag,
         "env": ctx.env_identity,
-        "cache": ctx.launcher,
         "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
         "version_suffix": version_suffix(ctx),
     }
@@ -509,8 +507,6 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     ]
     if ctx.cache is not None and ctx.cache.active:
         argv += ctx.cache.therock_flags()
-    elif ctx.launcher:
-        argv.append(f"--use-{ctx.launcher}")
 
     def src(key: str) -> str:
         return str(paths.src_dir(ctx.work, key))
@@ -572,18 +568,20 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     elif recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem:
-        if not ctx.force:
+        if not ctx.discard_local_edits:
             raise UserError(
                 f"{dest} {problem}; TheRock's checkout would discard it - keep it on a branch "
-                "or stash it, or pass --force"
+                "or stash it, or pass --discard-local-edits"
             )
-        ctx.runner.say(f"--force: {dest} {problem}; checking out over it")
+        ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
 
 
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     from scripts.sources import checkouts, patches
 
-    checkouts.ensure_checkout(ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.force)
+    checkouts.ensure_checkout(
+        ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.discard_local_edits
+    )
     if not ctx.runner.dry_run:
         guard_default_dirs(ctx)
     heads: dict[str, str] = {}
@@ -855,13 +853,6 @@ def check_pin_set(ctx: Context) -> None:
 
 
 def build_pytorch(opts: BuildPytorchOptions) -> None:
-    if opts.from_stage and opts.only:
-        raise UserError("--from and --only exclude each other")
-    if opts.ccache and opts.sccache:
-        raise UserError("--ccache and --sccache exclude each other")
-    if opts.cache and (opts.ccache or opts.sccache):
-        raise UserError("--cache replaces --ccache/--sccache; pass only --cache")
-    compile_cache.parse_cache(opts.cache)  # a bad --cache fails first
     ctx = make_context(opts)
     say = ctx.runner.say
     if not ctx.arch.aotriton_supported():
@@ -876,8 +867,6 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
         if problem:
             cause = " (--skip triton)" if "triton" not in ctx.enabled else ""
             raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
-    if ctx.launcher and not ctx.runner.dry_run:
-        condaenv.which_in_env(ctx.launcher, ctx.runner.base_env)
     check_matrix(ctx)
     check_pin_set(ctx)
     todo = plan(ctx)

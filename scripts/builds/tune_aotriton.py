@@ -93,6 +93,19 @@ def make_plan(
     return TunePlan(tuple(chosen_dims), tuple(chosen_types), tuple(chosen_seqlens))
 
 
+# --tune-head-dims/-dtypes/-seqlens are checked with the options, by the run's own check:
+def check_head_dims(text: str) -> None:
+    make_plan(None, head_dims=text)
+
+
+def check_dtypes(text: str) -> None:
+    make_plan(None, dtypes=text)
+
+
+def check_seqlens(text: str) -> None:
+    make_plan(None, seqlens=text)
+
+
 class Progress:
     """Steps done so far for one (commit, patches) build and one plan. Another build starts
     over; another plan keeps the tuning build but not the tuner records, whose task ids

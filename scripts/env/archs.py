@@ -21,9 +21,9 @@ from rocm_bootstrap import parse_gfx_target_version
 
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError, did_you_mean
+from scripts.plumbing.options import ARCH_ENV
 
 ARCHES_FILE = DATA_DIR / "arches.toml"
-ARCH_ENV = "ROCMFA_ARCH"
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
 
@@ -243,10 +243,12 @@ def resolve_arch(
     *,
     environ: Mapping[str, str] | None = None,
     arches: Mapping[str, Arch] | None = None,
+    detection: Detection | None = None,
 ) -> ArchChoice:
-    """--arch wins, then $ROCMFA_ARCH, then rocm-bootstrap ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD)."""
+    """--arch wins, then $ROCMFA_ARCH, then rocm-bootstrap ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD).
+    detection: the GPUs already detected (doctor detects once and hands them down)."""
     environ = os.environ if environ is None else environ
-    detection = detect_gpus(environ)
+    detection = detect_gpus(environ) if detection is None else detection
     if requested:
         return ArchChoice(get_arch(requested, arches), "--arch", detection)
     if environ.get(ARCH_ENV):

@@ -9,7 +9,6 @@ every row.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +18,6 @@ from typing import Any
 from scripts.env import archs, rocm_sdk
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import MatrixOptions
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
@@ -233,10 +231,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def host_line(requested: str | None = None, aotriton_version: str | None = None) -> str:
-    """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
+def host_line(
+    requested: str | None = None,
+    aotriton_version: str | None = None,
+    choice: archs.ArchChoice | None = None,
+) -> str:
+    """One line for doctor/matrix: this host's arch (choice: resolved already) and what the
+    pinned AOTriton gives it."""
     try:
-        choice = archs.resolve_arch(requested)
+        choice = choice or archs.resolve_arch(requested)
     except UserError as e:
         return f"no arch ({e})"
     version = aotriton_version or pinned_aotriton_version()
@@ -317,12 +320,3 @@ def check_combination(
 def announce(lines: list[str], say: Any = print) -> None:
     for line in lines:
         say(line)
-
-
-def main(opts: MatrixOptions) -> None:
-    report = table()
-    report["host"] = host_line(opts.arch)
-    if opts.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(render_markdown(report), end="")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from scripts.env.manager import Manager, find_manager, no_manager_error
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import NAME_ENV, PREFIX_ENV
+from scripts.plumbing.options import env_name as check_env_name
 
-PREFIX_ENV = "ROCMFA_ENV_PREFIX"
-NAME_ENV = "ROCMFA_ENV_NAME"
 DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
 
@@ -73,8 +73,7 @@ def resolve_prefix(
         return EnvLocation(Path(environ[PREFIX_ENV]).expanduser().resolve(), f"${PREFIX_ENV}")
     name = env_name or environ.get(NAME_ENV) or DEFAULT_ENV_NAME
     how = "--env-name" if env_name else f"${NAME_ENV}" if environ.get(NAME_ENV) else "default name"
-    if "/" in name or name in (".", ".."):
-        raise UserError(f"invalid env name {name!r}; use --prefix for a path")
+    check_env_name(name)
     for registered in _registered_envs():
         if registered.name == name and (registered / "conda-meta").is_dir():
             return EnvLocation(registered, f"{how} '{name}' (registered env)")

@@ -42,7 +42,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         "hsa_override": archs.explain_override(detection),
     }
     try:
-        choice = archs.resolve_arch(requested)
+        choice = archs.resolve_arch(requested, detection=detection)
     except UserError as e:
         section["error"] = str(e)
         if requested or os.environ.get(archs.ARCH_ENV):  # a bad value, not a missing GPU
@@ -61,7 +61,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         ck_mha=arch.ck_mha,
         peak_tflops=dict(arch.peak_tflops),
         limits=list(arch.limits),
-        matrix=compat_matrix.host_line(arch.name),
+        matrix=compat_matrix.host_line(choice=choice),
         aotriton_variant=_aotriton_variant(arch.name),
     )
     return section

@@ -13,19 +13,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.env import condaenv
+from scripts.env import condaenv, preamble
 from scripts.env.manager import no_manager_error
-from scripts.plumbing import paths
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import BackendCheckOptions, BenchOptions, EnvChoice, ValidateOptions
+from scripts.plumbing.options import BackendCheckOptions, BenchOptions, EnvOptions, ValidateOptions
 
 
-def run_env_script(where: EnvChoice, script: str, args: Sequence[str]) -> int:
+def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     """The script with the env's Python, fully activated. With no env given (--prefix,
     --env-name, $ROCMFA_ENV_PREFIX, $ROCMFA_ENV_NAME) and none found, the Python running nox
     runs it when it has torch (a CPU machine without conda)."""
-    location = condaenv.locate(where.prefix, where.env_name)
+    workdir = getattr(where, "workdir", None)  # bench and backend_check take none
+    location = preamble.locate(where.prefix, where.env_name, workdir).location
     prefix = location.prefix
     python = prefix / "bin" / "python" if prefix else None
     env = None
@@ -63,16 +63,15 @@ def backend_check(opts: BackendCheckOptions, rest: Sequence[str]) -> int:
 
 
 def validate(opts: ValidateOptions, rest: Sequence[str]) -> int:
-    if UPSTREAM_FLAG in rest:
-        return validate_upstream(opts, [a for a in rest if a != UPSTREAM_FLAG])
+    if opts.upstream:
+        return validate_upstream(opts, rest)
     return run_env_script(opts, "validate.py", rest)
 
 
 # `validate -- --upstream`: PyTorch's own SDPA tests (scripts/probes/upstream_sdpa.py) instead
 # of our grid; it finds the test file through the work dir (source checkout, cache).
-UPSTREAM_FLAG = "--upstream"
 
 
 def validate_upstream(opts: ValidateOptions, rest: Sequence[str]) -> int:
-    work = paths.workdir(opts.workdir)
+    work = preamble.locate(opts.prefix, opts.env_name, opts.workdir).work
     return run_env_script(opts, "upstream_sdpa.py", ["--workdir", str(work), *rest])

@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -25,6 +26,32 @@ from scripts.plumbing.options import EnvChoice
 
 # What a dry run shows where setup_env has not made the env yet.
 ENV_PLACEHOLDER = Path("<env prefix: created by nox -s setup_env>")
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a session's options point: the conda manager, the env and the work dir. Resolved
+    once per session (by the guard, scripts/env/session_guard.py) and handed down through
+    CURRENT to open_env and the probe sessions, so both see the same env and work dir."""
+
+    options: tuple[str | None, str | None, str | None]  # --prefix, --env-name, --workdir
+    manager: Manager | None
+    location: condaenv.EnvLocation
+    work: Path
+
+
+CURRENT: ContextVar[Located | None] = ContextVar("located", default=None)
+
+
+def locate(prefix: str | None, env_name: str | None, workdir: str | None) -> Located:
+    """The session's Located: the one the guard resolved for these options, else resolved now
+    (a bad --env-name: the one-line UserError)."""
+    current = CURRENT.get()
+    if current is not None and current.options == (prefix, env_name, workdir):
+        return current
+    manager = find_manager()
+    location = condaenv.resolve_prefix(prefix, env_name, manager)
+    return Located((prefix, env_name, workdir), manager, location, paths.workdir(workdir))
 
 
 @dataclass(frozen=True)
@@ -109,9 +136,8 @@ def open_env(
     "... run: nox -s setup_env"); a dry run goes on with placeholders and says so.
     makes_env (setup_env): the env need not exist; its checks are the session's own."""
     choice = archs.resolve_arch(where.arch)
-    work = paths.workdir(where.workdir)
-    manager = find_manager()
-    location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
+    located = locate(where.prefix, where.env_name, where.workdir)
+    work, manager, location = located.work, located.manager, located.location
     ready = location.prefix is not None and (location.prefix / condaenv.ENV_STAMP).is_file()
     if makes_env:
         prefix = location.prefix or placeholder

@@ -1,6 +1,6 @@
 """Run one py-rattler coroutine so that the process can exit safely afterwards.
 
-Why (tests/support/rattler_exit_crash.py reproduces it; docs/conda-lock.md has the counts):
+Why (tests/perf/rattler_exit_crash.py reproduces it; docs/conda-lock.md has the counts):
 py-rattler's awaitables come from pyo3-async-runtimes' `future_into_py_with_locals`. When the
 Rust future is done, a tokio blocking thread takes the GIL and runs the event loop's Python
 `call_soon_threadsafe` to hand over the result, then drops its references to the future and

@@ -3,21 +3,16 @@ paths `rocm-sdk path` reports once it is installed."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.env.archs import Arch
 from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import PINS_DIR, load_toml, require
+from scripts.plumbing.datafiles import load_toml, require
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.pin_schema import pins_dir
 
-PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 INDEX_KINDS = ("multi-arch", "legacy")
-
-
-def pins_dir() -> Path:
-    return Path(os.environ.get(PINS_DIR_ENV) or PINS_DIR)
 
 
 @dataclass(frozen=True)

@@ -16,38 +16,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import condaenv
+from scripts.env import preamble
 from scripts.plumbing import locks, paths, transaction
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import (
-    BuildOptions,
-    EnvChoice,
-    LockOptions,
-    PublishOptions,
-    RepairOptions,
-    SessionOptions,
-    SetupEnvOptions,
-    UpdatePinsOptions,
-)
-
-DRY_RUNNABLE = (BuildOptions, SetupEnvOptions, LockOptions, UpdatePinsOptions, PublishOptions)
-
-CHANGES_WORKDIR = frozenset(
-    {
-        "setup_env",
-        "build_aotriton",
-        "tune_aotriton",
-        "build_pytorch",
-        "install_wheels",
-        "build_ck",
-        "update_pins",
-        "publish",  # reads the run's wheels: a build must not replace them meanwhile
-    }
-)
-CHANGES_ENV = frozenset(
-    {"setup_env", "build_aotriton", "tune_aotriton", "install_wheels", "build_ck", "repair"}
-)
-REPORTS_ONLY = frozenset({"doctor"})
+from scripts.plumbing.options import Session
 
 
 def env_lock(prefix: Path) -> Path:
@@ -68,23 +40,26 @@ class Where:
     dry_run: bool = False
 
 
-def where_of(opts: SessionOptions) -> Where:
-    """The env/workdir options of any session's typed options (each class has its own set)."""
-    dry_run = isinstance(opts, DRY_RUNNABLE) and opts.dry_run
-    if isinstance(opts, EnvChoice):
-        return Where(opts.prefix, opts.env_name, opts.workdir, dry_run)
-    if isinstance(opts, LockOptions):
-        return Where(opts.prefix, opts.env_name, None, dry_run)
-    if isinstance(opts, UpdatePinsOptions | PublishOptions):
-        return Where(None, None, opts.workdir, dry_run)
-    return Where(dry_run=dry_run)
+def where_of(opts: object) -> Where:
+    """The env/work dir options of any session's typed options (those it does not take: None)."""
+    return Where(
+        getattr(opts, "prefix", None),
+        getattr(opts, "env_name", None),
+        getattr(opts, "workdir", None),
+        bool(getattr(opts, "dry_run", False)),
+    )
 
 
-def _prefix(where: Where) -> Path | None:
+def located(where: Where) -> preamble.Located | None:
     try:
-        return condaenv.locate(where.prefix, where.env_name).prefix
+        return preamble.locate(where.prefix, where.env_name, where.workdir)
     except UserError:
         return None  # the session itself reports a bad --env-name
+
+
+def resolved_prefix(where: Where) -> Path | None:
+    found = located(where)
+    return found.location.prefix if found else None
 
 
 def report(prefix: Path | None) -> list[str]:
@@ -112,18 +87,24 @@ def recover(prefix: Path, session: str, say=print) -> None:
 
 
 @contextmanager
-def guarded(session: str, opts: SessionOptions, say=print) -> Iterator[None]:
-    where = where_of(opts)
-    prefix = _prefix(where)
+def guarded(declared: Session, opts: object, say=print) -> Iterator[None]:
+    """Around one session: its locks (declared.changes_workdir / changes_env) and the recovery
+    of the env's interrupted changes; doctor (reports_only) and a dry run only report."""
+    session, where = declared.name, where_of(opts)
+    found = located(where)
+    prefix = found.location.prefix if found else None
     with ExitStack() as stack:
-        if session in REPORTS_ONLY or where.dry_run:
-            for line in [] if session in REPORTS_ONLY else report(prefix):
+        if found is not None:  # the session sees the same env and work dir
+            token = preamble.CURRENT.set(found)
+            stack.callback(preamble.CURRENT.reset, token)
+        if declared.reports_only or where.dry_run:
+            for line in [] if declared.reports_only else report(prefix):
                 say(f"WARNING: {line}")  # doctor shows these in its report
             yield
             return
-        changes_env = session in CHANGES_ENV
-        if session in CHANGES_WORKDIR or (changes_env and not (prefix and prefix.is_dir())):
-            work = paths.workdir(where.workdir)
+        changes_env = declared.changes_env
+        if declared.changes_workdir or (changes_env and not (prefix and prefix.is_dir())):
+            work = found.work if found else paths.workdir(where.workdir)
             stack.enter_context(locks.hold(workdir_lock(work), f"workdir {work}", session))
         if prefix is not None and prefix.is_dir():
             if changes_env:
@@ -134,15 +115,3 @@ def guarded(session: str, opts: SessionOptions, say=print) -> Iterator[None]:
                 with locks.hold(env_lock(prefix), f"env {prefix}", session):
                     recover(prefix, session, say)
         yield
-
-
-def repair(opts: RepairOptions) -> None:
-    """`nox -s repair`: the guard around it has recovered the env; say what is left."""
-    prefix = _prefix(where_of(opts))
-    if prefix is None:
-        raise UserError("no env to repair: pass --prefix or --env-name")
-    left = report(prefix)
-    for line in left:
-        print(line)
-    if not left:
-        print(f"env {prefix}: no interrupted change left")

@@ -1,545 +1,514 @@
-"""One option table for every session, parsed once into a frozen, typed object per session.
+"""Every nox session and its options, declared once.
 
-Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so an
-option means the same thing to every session that takes it, and a session silently ignores
-options that belong only to other sessions. Options nobody defines are an error. Each
-session's --help lists only its own options.
+A session's options are its class below (one opt() field per option; shared options live in a
+base class the sessions inherit); a session is one Session line in SESSIONS. noxfile.py
+registers the sessions from SESSIONS, scripts/env/session_guard.py reads what each one changes,
+and the argparse parser and --help are generated from the classes (scripts/plumbing/
+option_fields.py). Nothing else lists options or sessions.
 
-Adding an option: one row in OPTIONS (naming its sessions) and one field in the options class
-of each of those sessions (SESSION_OPTIONS; shared fields live in a shared base class).
-tests/test_options.py fails when a session's rows and its class's fields differ.
+Adding an option - one field, in the class of the session that reads it (or a base class
+shared by the sessions that read it):
+
+    class BuildCkOptions(CompileOptions):
+        with_tests: bool = opt("--with-tests", help="also build CK's tests")
+
+  The field's type says what the flag takes: bool -> a switch (default False); tuple[...] ->
+  repeatable (default ()); anything else -> one value (default None unless default= says).
+  type= turns the text into the typed value (int, a function, or "module:function"); check=
+  only checks it; choices= names the domain constant ("scripts.builds.build_pytorch:STAGES":
+  imported only when that session runs or shows --help), never a copy; env= is the $ROCMFA_*
+  variable that is the default (checked at parse time with the same type/check/choices; the
+  field stays None so the resolver can say where the value came from); aliases= maps an old
+  flag to a value. Checks across fields go in the class's check(self).
+  An old-style row `_opt("--x", sessions=(...), action=..., type=T, **kw)` + field `x: X = D`
+  becomes `x: X = opt("--x", type=T, **kw)` in the class (drop sessions=, action= and the
+  bool/tuple defaults; keep default= for other defaults).
+
+Adding a session - one Session(...) line in SESSIONS below and its function in a module named
+for it: Session("name", "scripts.layer.name:name", NameOptions, BUILD, "One-line doc.",
+changes=(W, E)) - W/E: it changes the work dir / the env (the guard takes their locks); a
+class with dry_run makes it dry-runnable. The function takes the options object; noxfile.py
+and the guard need no edit; add its row to README's session table.
+
+Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so a
+session accepts and drops options declared by other sessions; options nobody declares are an
+error. A session's --help lists only its own options and needs no env.
 """
 
 from __future__ import annotations
 
-import argparse
-import inspect
 from collections.abc import Sequence
-from dataclasses import FrozenInstanceError, dataclass, field
-from typing import Any, ClassVar, dataclass_transform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from scripts.plumbing import option_fields
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.option_fields import SessionOptions, opt, resolve
+from scripts.plumbing.paths import WORKDIR_ENV
+from scripts.plumbing.pin_schema import PROJECTS
 
-SETUP = "setup_env"
-BUILDS = ("build_aotriton", "build_pytorch", "install_wheels", "build_ck", "tune_aotriton")
-ENV_USERS = (SETUP, "doctor", *BUILDS, "bench", "backend_check", "validate", "repair")
+ARCH_ENV = "ROCMFA_ARCH"
+PREFIX_ENV = "ROCMFA_ENV_PREFIX"
+NAME_ENV = "ROCMFA_ENV_NAME"
 
-
-@dataclass(frozen=True)
-class Option:
-    flags: tuple[str, ...]
-    sessions: tuple[str, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def dest(self) -> str:
-        """The attribute argparse stores it under: the field name in the options classes."""
-        if "dest" in self.kwargs:
-            return str(self.kwargs["dest"])
-        long = next((f for f in self.flags if f.startswith("--")), self.flags[0])
-        return long.lstrip("-").replace("-", "_")
+# --- values checked here (the domain's own checks are named as "module:function") -------------
 
 
-def _opt(*flags: str, sessions: Sequence[str], **kwargs: Any) -> Option:
-    return Option(tuple(flags), tuple(sessions), kwargs)
+def folder(text: str) -> str:
+    """A folder we may create: refused when it exists as something else."""
+    if Path(text).expanduser().exists() and not Path(text).expanduser().is_dir():
+        raise UserError(f"{text} exists and is not a folder; fix: move it away, or name another")
+    return text
 
 
-OPTIONS: tuple[Option, ...] = (
-    # Shared by every session that touches the env or builds.
-    _opt(
+def env_name(text: str) -> str:
+    if "/" in text or text in (".", ".."):
+        raise UserError(f"invalid env name {text!r}; use --prefix for a path")
+    return text
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("expected a number of at least 1")
+    return value
+
+
+def minutes(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("expected minutes >= 0 (0 = no limit)")
+    return value
+
+
+# --- option groups several sessions share ------------------------------------------------------
+
+
+class ArchOption(SessionOptions):
+    arch: str | None = opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins", "matrix", "publish"),
-        help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
+        env=ARCH_ENV,
+        check="scripts.env.archs:get_arch",
+        help=f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection: "
         "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
-    ),
-    _opt(
+    )
+
+
+class EnvOptions(SessionOptions):
+    """Which shared env."""
+
+    prefix: str | None = opt(
         "--prefix",
-        sessions=(*ENV_USERS, "lock"),
-        help="conda env prefix (default: $ROCMFA_ENV_PREFIX, else the env named by --env-name)",
-    ),
-    _opt(
+        env=PREFIX_ENV,
+        type=folder,
+        help=f"conda env prefix (default: ${PREFIX_ENV}, else the env named by --env-name)",
+    )
+    env_name: str | None = opt(
         "--env-name",
-        sessions=(*ENV_USERS, "lock"),
-        help="conda env name (default: $ROCMFA_ENV_NAME, else 'therock')",
-    ),
-    _opt(
+        env=NAME_ENV,
+        type=env_name,
+        help=f"conda env name (default: ${NAME_ENV}, else 'therock')",
+    )
+
+
+class WorkdirOption(SessionOptions):
+    workdir: str | None = opt(
         "--workdir",
-        sessions=(*ENV_USERS, "update_pins", "publish"),
-        help="checkouts, builds, stamps and downloads (default: $ROCMFA_WORKDIR, else ./work)",
-    ),
-    _opt(
-        "--dry-run",
-        sessions=(SETUP, "lock", *BUILDS, "update_pins", "publish"),
-        action="store_true",
-        help="print every command with its working directory and variables; run none",
-    ),
-    _opt(
+        env=WORKDIR_ENV,
+        type=folder,
+        help=f"checkouts, builds, stamps and downloads (default: ${WORKDIR_ENV}, else ./work)",
+    )
+
+
+class EnvChoice(ArchOption, EnvOptions, WorkdirOption):
+    """Which GPU arch, shared env and work dir: the sessions that set up, build or report."""
+
+
+class DryRunOption(SessionOptions):
+    dry_run: bool = opt(
+        "--dry-run", help="print every command with its working directory and variables; run none"
+    )
+
+
+class ForceOption(SessionOptions):
+    force: bool = opt(
         "--force",
-        sessions=(SETUP, *BUILDS, "update_pins"),
-        action="store_true",
-        help="redo even when up to date; replace or reset what would otherwise be refused "
-        "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
-    ),
-    _opt(
-        "--json", sessions=("doctor", "matrix"), action="store_true", help="machine-readable output"
-    ),
-    _opt(
-        "--jobs",
-        "-j",
-        sessions=BUILDS,
-        type=int,
-        metavar="N",
-        help="parallel build jobs (default: capped by CPU count and free memory)",
-    ),
-    _opt(
+        help="redo even when up to date; replace what would otherwise be refused (also a "
+        "conflicting arch x AOTriton x torch combination, see nox -s matrix)",
+    )
+
+
+class JsonOption(SessionOptions):
+    json: bool = opt("--json", help="machine-readable output")
+
+
+class ChannelOption(SessionOptions):
+    channel: tuple[str, ...] = opt(
         "--channel",
-        sessions=(SETUP, "lock"),
-        action="append",
-        default=[],
         metavar="URL",
         help="a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL "
         "when it has several): lock solves against it, setup_env downloads from it; the lock "
         "keeps the channel's own URLs",
-    ),
-    # setup_env
-    _opt(
-        "--show",
-        sessions=(SETUP,),
-        action="store_true",
-        help="list the activation variables set in the env and why, then stop",
-    ),
-    _opt(
-        "--profile",
-        sessions=(SETUP,),
-        action="append",
-        choices=["vllm"],
-        default=[],
-        help="add a variable profile (vllm: only the vLLM flags effective for this arch)",
-    ),
-    _opt(
-        "--with-torch",
-        sessions=(SETUP,),
-        action="store_true",
-        help="also install TheRock's prebuilt torch for this arch from the same index",
-    ),
-    _opt(
-        "--rocm-index",
-        sessions=(SETUP,),
-        choices=["multi-arch", "legacy"],
-        help="TheRock index kind (default from pins/rocm.toml)",
-    ),
-    # --- builds: pins, patches, AOTriton, PyTorch, CK ---
-    _opt(
-        "--clean",
-        sessions=("build_aotriton", "tune_aotriton", "build_pytorch", "build_ck"),
-        action="store_true",
-        help="start the build over (empty the build dir; TheRock --clean); never the sources",
-    ),
-    _opt(
-        "--no-images",
-        sessions=("build_aotriton",),
-        action="store_true",
-        help="AOTRITON_NOIMAGE_MODE=ON: build only the runtime, keep torch's kernel images",
-    ),
-    _opt(
-        "--timeout-min",
-        sessions=("build_aotriton", "tune_aotriton"),
-        type=float,
-        metavar="MIN",
-        help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
-    ),
-    _opt(
-        "--from-release",
-        sessions=("build_aotriton",),
-        action="store_true",
-        help="install the prebuilt release runtime + this arch's image pack (minutes, not hours)",
-    ),
-    _opt(
-        "--aotriton-source",
-        sessions=("build_aotriton", "tune_aotriton"),
-        metavar="SOURCE",
-        help="'upstream' (ROCm/aotriton) or a variant of pins/aotriton_variants.toml "
-        "(default: the variant for this arch, if any, else upstream)",
-    ),
-    _opt(
-        "--tune-head-dims",
-        sessions=("tune_aotriton",),
-        metavar="LIST",
-        help="head dims to tune, comma list (default: the arch's, e.g. 32,64 for gfx908)",
-    ),
-    _opt(
-        "--tune-dtypes",
-        sessions=("tune_aotriton",),
-        metavar="LIST",
-        help="dtypes to tune: float16,bfloat16 (default: the variant's, else float16,bfloat16)",
-    ),
-    _opt(
-        "--tune-seqlens",
-        sessions=("tune_aotriton",),
-        metavar="LIST",
-        help="sequence lengths to tune (q and k), comma list (default 16..4096, powers of 2)",
-    ),
-    _opt(
-        "--restore",
-        sessions=("build_aotriton",),
-        action="store_true",
-        help="put back the AOTriton files torch shipped (from the backup) and stop",
-    ),
-    _opt(
-        "--project",
-        sessions=("update_pins",),
-        action="append",
-        choices=["therock", "pytorch", "aotriton", "composable_kernel"],
-        help="update only this project's pin (repeatable; default: all)",
-    ),
-    _opt(
-        "--port-patches",
-        sessions=("update_pins",),
-        action="store_true",
-        help="copy a patch set to the new commit when it still applies cleanly there",
-    ),
-    _opt(
+    )
+
+
+class BuildOptions(EnvChoice, DryRunOption, ForceOption):
+    """What every build session takes."""
+
+
+class CompileOptions(BuildOptions):
+    """The sessions that compile: jobs, compile cache, checkouts they update."""
+
+    jobs: int | None = opt(
+        "--jobs",
+        "-j",
+        type=positive_int,
+        metavar="N",
+        help="parallel build jobs (default: capped by CPU count and free memory)",
+    )
+    cache: Any = opt(
         "--cache",
-        sessions=("build_aotriton", "tune_aotriton", "build_pytorch", "build_ck"),
+        type="scripts.builds.compile_cache:parse_cache",
         metavar="KIND|URL",
         help="compile cache: none, ccache, sccache (local), or a shared sccache at "
         "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL; "
         "add ?read_only=1 to only read; credentials only from the environment",
-    ),
-    # --- build_pytorch, install_wheels, build_ck (issue 4) ---
-    _opt(
+    )
+    discard_local_edits: bool = opt(
+        "--discard-local-edits",
+        help="let a source checkout be reset to its pin although it has local edits or extra "
+        "commits (they are lost; without this flag the session stops and names them)",
+    )
+
+
+# --- each session's options --------------------------------------------------------------------
+
+
+class LockOptions(EnvOptions, DryRunOption, ChannelOption):
+    pass
+
+
+class SetupEnvOptions(EnvChoice, DryRunOption, ForceOption, ChannelOption):
+    show: bool = opt(
+        "--show", help="list the activation variables set in the env and why, then stop"
+    )
+    profile: tuple[str, ...] = opt(
+        "--profile",
+        choices="scripts.env.activation:profiles",
+        help="add a variable profile (vllm: only the vLLM flags effective for this arch)",
+    )
+    with_torch: bool = opt(
+        "--with-torch",
+        help="also install TheRock's prebuilt torch for this arch from the same index",
+    )
+    rocm_index: str | None = opt(
+        "--rocm-index",
+        choices="scripts.env.rocm_sdk:INDEX_KINDS",
+        help="TheRock index kind (default from pins/rocm.toml)",
+    )
+
+
+class DoctorOptions(EnvChoice, JsonOption):
+    pass
+
+
+class RepairOptions(EnvOptions, WorkdirOption):
+    """The env (and work dir) whose interrupted install to finish or roll back."""
+
+
+class MatrixOptions(ArchOption, JsonOption):
+    pass
+
+
+class UpdatePinsOptions(WorkdirOption, DryRunOption):
+    force: bool = opt(
+        "--force", help="an inconsistent torch x AOTriton pin set: warn instead of refusing"
+    )
+    project: tuple[str, ...] = opt(
+        "--project",
+        choices=PROJECTS,
+        help="update only this project's pin (repeatable; default: all)",
+    )
+    port_patches: bool = opt(
+        "--port-patches",
+        help="copy a patch set to the new commit when it still applies cleanly there",
+    )
+
+
+class AotritonSourceOptions(CompileOptions):
+    """How AOTriton is built from source: build_aotriton and tune_aotriton's builds."""
+
+    clean: bool = opt(
+        "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
+    )
+    timeout_min: float | None = opt(
+        "--timeout-min",
+        type=minutes,
+        metavar="MIN",
+        help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
+    )
+    aotriton_source: str | None = opt(
+        "--aotriton-source",
+        metavar="SOURCE",
+        help="'upstream' (ROCm/aotriton) or a variant of pins/aotriton_variants.toml "
+        "(default: the variant for this arch, if any, else upstream)",
+    )
+
+
+class BuildAotritonOptions(AotritonSourceOptions):
+    no_images: bool = opt(
+        "--no-images",
+        help="AOTRITON_NOIMAGE_MODE=ON: build only the runtime, keep torch's kernel images",
+    )
+    from_release: bool = opt(
+        "--from-release",
+        help="install the prebuilt release runtime + this arch's image pack (minutes, not hours)",
+    )
+    restore: bool = opt(
+        "--restore", help="put back the AOTriton files torch shipped (from the backup) and stop"
+    )
+
+
+class TuneAotritonOptions(AotritonSourceOptions):
+    tune_head_dims: str | None = opt(
+        "--tune-head-dims",
+        check="scripts.builds.tune_aotriton:check_head_dims",
+        metavar="LIST",
+        help="head dims to tune, comma list (default: the arch's, e.g. 32,64 for gfx908)",
+    )
+    tune_dtypes: str | None = opt(
+        "--tune-dtypes",
+        check="scripts.builds.tune_aotriton:check_dtypes",
+        metavar="LIST",
+        help="dtypes to tune: float16,bfloat16 (default: the variant's, else float16,bfloat16)",
+    )
+    tune_seqlens: str | None = opt(
+        "--tune-seqlens",
+        check="scripts.builds.tune_aotriton:check_seqlens",
+        metavar="LIST",
+        help="sequence lengths to tune (q and k), comma list (default 16..4096, powers of 2)",
+    )
+
+
+class BuildPytorchOptions(CompileOptions):
+    cache: Any = opt(
+        "--cache",
+        type="scripts.builds.compile_cache:parse_cache",
+        metavar="KIND|URL",
+        aliases={"--ccache": "ccache", "--sccache": "sccache"},
+        help=CompileOptions._options["cache"].help,
+    )
+    clean: bool = opt(
+        "--clean",
+        help="start each stage's build over (TheRock --clean: its build dir); never the sources",
+    )
+    from_stage: str | None = opt(
         "--from",
-        dest="from_stage",
-        sessions=("build_pytorch",),
-        choices=["checkout", "triton", "torch", "audio", "vision", "apex"],
+        choices="scripts.builds.build_pytorch:STAGES",
         metavar="STAGE",
         help="rerun STAGE and every stage after it: checkout, triton, torch, audio, vision, apex",
-    ),
-    _opt(
+    )
+    only: str | None = opt(
         "--only",
-        sessions=("build_pytorch",),
-        choices=["checkout", "triton", "torch", "audio", "vision", "apex"],
+        choices="scripts.builds.build_pytorch:STAGES",
         metavar="STAGE",
         help="run just STAGE (the stages it builds on must be done)",
-    ),
-    _opt(
+    )
+    skip: tuple[str, ...] = opt(
         "--skip",
-        sessions=("build_pytorch",),
-        action="append",
-        choices=["triton", "audio", "vision"],
-        default=[],
+        choices="scripts.builds.build_pytorch:SKIPPABLE",
         metavar="STAGE",
         help="leave out triton, audio or vision (repeatable); leaving out triton is refused "
         "where torch would lose flash attention",
-    ),
-    _opt(
-        "--with-apex",
-        sessions=("build_pytorch",),
-        action="store_true",
-        help="also check out and build apex",
-    ),
-    _opt(
-        "--ccache",
-        sessions=("build_pytorch",),
-        action="store_true",
-        help="compile through ccache (TheRock --use-ccache)",
-    ),
-    _opt(
-        "--sccache",
-        sessions=("build_pytorch",),
-        action="store_true",
-        help="compile through sccache (TheRock --use-sccache)",
-    ),
-    _opt(
+    )
+    with_apex: bool = opt("--with-apex", help="also check out and build apex")
+    aotriton_prefix: str | None = opt(
         "--aotriton-prefix",
-        sessions=("build_pytorch",),
         metavar="DIR",
         help="AOTriton install prefix for torch (default: build_aotriton's install, if any)",
-    ),
-    _opt(
+    )
+
+    def check(self) -> None:
+        if self.from_stage and self.only:
+            raise UserError("--from and --only exclude each other")
+
+
+class InstallWheelsOptions(BuildOptions):
+    no_backend_check: bool = opt(
         "--no-backend-check",
-        sessions=("install_wheels",),
-        action="store_true",
-        help="install only; do not run scripts/backend_check.py afterwards",
-    ),
-    # --- publish, install_wheels --index (issue 20) ---
-    _opt(
+        help="install only; do not run scripts/probes/backend_check.py afterwards",
+    )
+    index: str | None = opt(
         "--index",
-        sessions=("publish", "install_wheels"),
+        check="scripts.sharing.team_index:parse_index",
+        metavar="URL",
+        help="team wheel index to install from (see publish --index)",
+    )
+    wheel_set: str | None = opt(
+        "--wheel-set",
+        metavar="ID",
+        help="with --index: install this wheel set (default: the newest that fits this env)",
+    )
+
+
+class PublishOptions(ArchOption, WorkdirOption, DryRunOption):
+    """publish reads the build's run manifest (work dir), not the env."""
+
+    index: str | None = opt(
+        "--index",
+        check="scripts.sharing.team_index:parse_index",
         metavar="URL",
         help="team wheel index (family index: URL/v2/<family>/, or {family} in URL): DIR, "
         "http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, pypi+http(s)://HOST "
         "(upload API: pypiserver, devpi); credentials only from the environment",
-    ),
-    _opt(
-        "--wheel-set",
-        sessions=("install_wheels",),
-        metavar="ID",
-        help="with --index: install this wheel set (default: the newest that fits this env)",
-    ),
-    _opt(
+    )
+    report: tuple[str, ...] = opt(
         "--report",
-        sessions=("publish",),
-        action="append",
-        default=[],
         metavar="JSON",
         help="a backend_check / validate / bench JSON report of this build to summarize in the "
         "manifest (repeatable)",
-    ),
-    _opt(
-        "--with-tests",
-        sessions=("build_ck",),
-        action="store_true",
-        help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)",
-    ),
-    _opt(
-        "--with-examples",
-        sessions=("build_ck",),
-        action="store_true",
-        help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)",
-    ),
-)
+    )
 
 
-# --- the typed options of each session (one field per row of OPTIONS above) ---------------
+class BuildCkOptions(CompileOptions):
+    clean: bool = opt(
+        "--clean", help="start the CK build over (empty its build dir); never the sources"
+    )
+    with_tests: bool = opt(
+        "--with-tests", help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)"
+    )
+    with_examples: bool = opt(
+        "--with-examples", help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)"
+    )
 
 
-@dataclass_transform(kw_only_default=True, frozen_default=True)
-class SessionOptions:
-    """Base of the options classes: frozen, keyword-only, one field per annotated class
-    attribute (its value is the default), equal by value - a dataclass to type checkers.
-    Not @dataclass itself: that costs ~1 ms per class at import, which every nox run pays."""
-
-    _fields: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        names = [n for n in inspect.get_annotations(cls) if n != "_fields"]
-        cls._fields = (*cls._fields, *(n for n in names if n not in cls._fields))
-
-    def __init__(self, **values: Any) -> None:
-        unknown = set(values) - set(self._fields)
-        if unknown:
-            raise TypeError(f"{type(self).__name__}: no option {', '.join(sorted(unknown))}")
-        for name in self._fields:
-            object.__setattr__(self, name, values.get(name, getattr(type(self), name)))
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return cls._fields
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(self.__dict__[name] for name in self._fields)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._values() == self._values()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self), self._values()))
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(self._fields, self._values(), strict=True))
-        return f"{type(self).__name__}({shown})"
-
-
-class EnvChoice(SessionOptions):
-    """Which GPU arch, shared env and work dir: every session that uses the env."""
-
-    arch: str | None = None
-    prefix: str | None = None
-    env_name: str | None = None
-    workdir: str | None = None
-
-
-class LockOptions(SessionOptions):
-    prefix: str | None = None
-    env_name: str | None = None
-    dry_run: bool = False
-    channel: tuple[str, ...] = ()
-
-
-class SetupEnvOptions(EnvChoice):
-    dry_run: bool = False
-    force: bool = False
-    channel: tuple[str, ...] = ()
-    show: bool = False
-    profile: tuple[str, ...] = ()
-    with_torch: bool = False
-    rocm_index: str | None = None
-
-
-class DoctorOptions(EnvChoice):
-    json: bool = False
-
-
-class MatrixOptions(SessionOptions):
-    arch: str | None = None
-    json: bool = False
-
-
-class UpdatePinsOptions(SessionOptions):
-    arch: str | None = None
-    workdir: str | None = None
-    dry_run: bool = False
-    force: bool = False  # an inconsistent torch x AOTriton pin set: warn instead of refusing
-    project: tuple[str, ...] | None = None
-    port_patches: bool = False
-
-
-class BuildOptions(EnvChoice):
-    """What every build session takes."""
-
-    dry_run: bool = False
-    force: bool = False
-    jobs: int | None = None
-
-
-class AotritonSourceOptions(BuildOptions):
-    """How AOTriton is built from source: build_aotriton and tune_aotriton's builds."""
-
-    clean: bool = False
-    cache: str | None = None
-    timeout_min: float | None = None
-    aotriton_source: str | None = None
-
-
-class BuildAotritonOptions(AotritonSourceOptions):
-    no_images: bool = False
-    from_release: bool = False
-    restore: bool = False
-
-
-class TuneAotritonOptions(AotritonSourceOptions):
-    tune_head_dims: str | None = None
-    tune_dtypes: str | None = None
-    tune_seqlens: str | None = None
-
-
-class BuildPytorchOptions(BuildOptions):
-    clean: bool = False
-    cache: str | None = None
-    from_stage: str | None = None
-    only: str | None = None
-    skip: tuple[str, ...] = ()
-    with_apex: bool = False
-    ccache: bool = False
-    sccache: bool = False
-    aotriton_prefix: str | None = None
-
-
-class InstallWheelsOptions(BuildOptions):
-    no_backend_check: bool = False
-    index: str | None = None
-    wheel_set: str | None = None
-
-
-class PublishOptions(SessionOptions):
-    """publish reads the build's run manifest (work dir), not the env."""
-
-    arch: str | None = None
-    workdir: str | None = None
-    dry_run: bool = False
-    index: str | None = None
-    report: tuple[str, ...] = ()
-
-
-class BuildCkOptions(BuildOptions):
-    clean: bool = False
-    cache: str | None = None
-    with_tests: bool = False
-    with_examples: bool = False
-
-
-class BenchOptions(EnvChoice):
+class BenchOptions(EnvOptions):
     """bench's own options go through to scripts/probes/bench.py."""
 
 
-class BackendCheckOptions(EnvChoice):
+class BackendCheckOptions(EnvOptions):
     """backend_check's own options go through to scripts/probes/backend_check.py."""
 
 
-class ValidateOptions(EnvChoice):
-    """validate's own options go through to scripts/probes/validate.py (with --upstream:
-    scripts/probes/upstream_sdpa.py, PyTorch's own SDPA tests; see scripts.env.in_env)."""
+class ValidateOptions(EnvOptions, WorkdirOption):
+    """validate's own options go through to scripts/probes/validate.py."""
 
-
-class RepairOptions(EnvChoice):
-    """repair: the env (and work dir) whose interrupted install to finish or roll back."""
-
-
-SESSION_OPTIONS: dict[str, type[SessionOptions]] = {
-    "lock": LockOptions,
-    "setup_env": SetupEnvOptions,
-    "doctor": DoctorOptions,
-    "matrix": MatrixOptions,
-    "update_pins": UpdatePinsOptions,
-    "build_aotriton": BuildAotritonOptions,
-    "tune_aotriton": TuneAotritonOptions,
-    "build_pytorch": BuildPytorchOptions,
-    "install_wheels": InstallWheelsOptions,
-    "publish": PublishOptions,
-    "build_ck": BuildCkOptions,
-    "bench": BenchOptions,
-    "backend_check": BackendCheckOptions,
-    "validate": ValidateOptions,
-    "repair": RepairOptions,
-}
-
-
-def session_rows(session: str) -> list[Option]:
-    return [option for option in OPTIONS if session in option.sessions]
-
-
-def _typed(session: str, parsed: argparse.Namespace) -> Any:
-    """The session's frozen options object from argparse's result (lists become tuples)."""
-    cls = SESSION_OPTIONS[session]
-    values = vars(parsed)
-    chosen = {}
-    for name in cls.field_names():
-        value = values[name]
-        chosen[name] = tuple(value) if isinstance(value, list) else value
-    return cls(**chosen)
-
-
-def build_parser(session: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"nox -s {session} --",
-        add_help=True,
-        allow_abbrev=False,
-        description=f"Options of the {session} session.",
+    upstream: bool = opt(
+        "--upstream",
+        help="run PyTorch's own SDPA tests (scripts/probes/upstream_sdpa.py, found through the "
+        "work dir) instead of our grid",
     )
-    known = False
-    for option in OPTIONS:
-        kwargs = dict(option.kwargs)
-        if session not in option.sessions:
-            kwargs["help"] = argparse.SUPPRESS
-        else:
-            known = True
-        parser.add_argument(*option.flags, **kwargs)
-    if not known:
-        raise ValueError(f"no options registered for session {session}")
-    return parser
 
 
-def parse(session: str, posargs: Sequence[str]) -> Any:
-    """The session's options object (SESSION_OPTIONS) from posargs. Unknown options raise
-    UserError; --help exits 0."""
-    parser = build_parser(session)
-
-    def fail(message: str) -> None:
-        raise UserError(f"{session}: {message} (see: nox -s {session} -- --help)")
-
-    parser.error = fail  # type: ignore[method-assign]
-    return _typed(session, parser.parse_args(list(posargs)))
+# --- the sessions ------------------------------------------------------------------------------
 
 
-def parse_known(session: str, posargs: Sequence[str]) -> tuple[Any, list[str]]:
+@dataclass(frozen=True)
+class Session:
+    """One nox session. run: "module:function", imported when the session runs (so `nox -l`
+    and a no-op rerun stay fast); the function takes the options object (and, with forward,
+    the arguments that go through to the probe script)."""
+
+    name: str
+    run: str
+    options: type[SessionOptions]
+    tags: tuple[str, ...]
+    doc: str
+    default: bool = False
+    changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
+    reports_only: bool = False  # never takes a lock nor recovers (doctor)
+    forward: bool = False  # options it does not declare go through to a probe script
+
+    @property
+    def changes_workdir(self) -> bool:
+        return "workdir" in self.changes
+
+    @property
+    def changes_env(self) -> bool:
+        return "env" in self.changes
+
+    @property
+    def dry_runnable(self) -> bool:
+        return "dry_run" in self.options.field_names()
+
+    def function(self) -> Any:
+        return resolve(self.run)
+
+
+ENV, BUILD, CHECK = ("env",), ("build",), ("check",)
+W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
+# fmt: off
+SESSIONS = (
+    Session("lock", "scripts.env.lockfile:lock", LockOptions, ENV,
+            "Re-solve environment.yml into conda-lock.yml with py-rattler (channels or "
+            "--channel)."),
+    Session("setup_env", "scripts.env.setup_env:setup_env", SetupEnvOptions, ENV,
+            "Create/update the shared env from the lock, add TheRock's ROCm SDK, write "
+            "variables.", changes=(W, E)),
+    Session("doctor", "scripts.env.doctor:doctor", DoctorOptions, ENV,
+            "One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next "
+            "step.", default=True, reports_only=True),
+    Session("repair", "scripts.env.repair:repair", RepairOptions, ENV,
+            "Finish or roll back an interrupted install into the env's torch (any session "
+            "does too).", changes=(E,)),
+    Session("matrix", "scripts.env.matrix:matrix", MatrixOptions, ENV,
+            "Arch x AOTriton release: flash by default / experimental flag / community port / "
+            "none."),
+    Session("update_pins", "scripts.sources.update_pins:update_pins", UpdatePinsOptions, BUILD,
+            "Resolve pinned refs to commits, rewrite pins/, report whether patch sets still "
+            "apply.", changes=(W,)),
+    Session("build_aotriton", "scripts.builds.build_aotriton:build_aotriton",
+            BuildAotritonOptions, BUILD,
+            "Build (or --from-release fetch) AOTriton at its pin and install it into the env's "
+            "torch.", changes=(W, E)),
+    Session("tune_aotriton", "scripts.builds.tune_aotriton:tune_aotriton", TuneAotritonOptions,
+            BUILD,
+            "Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, "
+            "install.", changes=(W, E)),
+    Session("build_pytorch", "scripts.builds.build_pytorch:build_pytorch", BuildPytorchOptions,
+            BUILD,
+            "Build torch, audio, vision and triton wheels through TheRock, resumable by stage.",
+            changes=(W,)),
+    Session("install_wheels", "scripts.sharing.install_wheels:install_wheels",
+            InstallWheelsOptions, BUILD,
+            "Install the wheels of the last build_pytorch run into the env, then check the "
+            "backend.", changes=(W, E)),
+    # publish holds the work dir: it reads the run's wheels, a build must not replace them
+    Session("publish", "scripts.sharing.publish:publish", PublishOptions, BUILD,
+            "Publish this run's wheels and their manifest to a team index (one index per "
+            "family).", changes=(W,)),
+    Session("build_ck", "scripts.builds.build_ck:build_ck", BuildCkOptions, BUILD,
+            "Build and install composable_kernel (library only) for this arch into the env.",
+            changes=(W, E)),
+    Session("bench", "scripts.env.in_env:bench", BenchOptions, CHECK,
+            "Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare.",
+            forward=True),
+    Session("backend_check", "scripts.env.in_env:backend_check", BackendCheckOptions, CHECK,
+            "Prove flash attention is compiled in, usable, actually used and correct.",
+            forward=True),
+    Session("validate", "scripts.env.in_env:validate", ValidateOptions, CHECK,
+            "Forward/backward correctness vs an fp32/fp64 reference across head dims and "
+            "shapes.", forward=True),
+)
+# fmt: on
+BY_NAME = {s.name: s for s in SESSIONS}
+
+
+def _classes() -> tuple[type[SessionOptions], ...]:
+    return tuple(s.options for s in SESSIONS)
+
+
+def build_parser(name: str) -> Any:
+    return option_fields.build_parser(name, BY_NAME[name].options, _classes())
+
+
+def parse(name: str, posargs: Sequence[str]) -> Any:
+    """Session `name`'s options object from posargs (other sessions' options accepted and
+    dropped; a bad option or value: one-line UserError; --help exits 0)."""
+    return option_fields.parse(name, BY_NAME[name].options, posargs, _classes())
+
+
+def parse_known(name: str, posargs: Sequence[str]) -> tuple[Any, list[str]]:
     """For the probe sessions: (their options object, the rest for the probe script)."""
-    parsed, rest = build_parser(session).parse_known_args(list(posargs))
-    return _typed(session, parsed), rest
+    return option_fields.parse_known(name, BY_NAME[name].options, posargs, _classes())

@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing.datafiles import load_toml
+from scripts.plumbing.datafiles import PINS_DIR, load_toml
 from scripts.plumbing.errors import UserError, did_you_mean
 
 PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
+PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
 # The torch line: pins/pytorch.toml (ROCm/pytorch release/2.13 x AOTriton 0.13b, the default) or
 # the opt-in upstream nightly, whose AOTriton follows torch (ROCMFA_PYTORCH_LINE=nightly).
@@ -79,6 +80,13 @@ def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> s
         f"{head} x {pinned}: not recorded at this torch commit; each build reads its "
         "cmake/External/aotriton.cmake before the first command (nox -s update_pins records it)"
     )
+
+
+def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
+    """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
+    environ = os.environ if environ is None else environ
+    chosen = requested or environ.get(PINS_DIR_ENV) or PINS_DIR
+    return Path(chosen).expanduser().resolve()
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:

@@ -193,7 +193,7 @@ def recover(path: Path, record: dict[str, Any] | None) -> str:
     return f"recovered the interrupted {record.get('what', 'change')} in {target}: {done}"
 
 
-def _record(label: str, what: str, target: Path, session: str, repair: str) -> dict[str, Any]:
+def _record(what: str, target: Path, session: str, repair: str) -> dict[str, Any]:
     return {
         "version": JOURNAL_VERSION,
         "what": what,
@@ -223,7 +223,7 @@ def replace_entries(
     staging = target / f".rocmfa-{label}.new"
     aside = target / f".rocmfa-{label}.old"
     record = {
-        **_record(label, what, target, session, REPAIR),
+        **_record(what, target, session, REPAIR),
         "kind": "replace",
         "staging": staging.name,
         "aside": aside.name,
@@ -275,7 +275,7 @@ def recorded(
     failed or was killed, every session but `session` (the repair) names `repair`. Removed
     when the block finished."""
     journal = journal_dir(prefix) / f"{label}.json"
-    record = {**_record(label, what, target, session, repair), "kind": "opaque"}
+    record = {**_record(what, target, session, repair), "kind": "opaque"}
     _write_journal(journal, {**record, "phase": "running", "repaired_by": session})
     fault_point(f"journal:{label}")
     yield

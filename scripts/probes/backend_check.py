@@ -24,7 +24,7 @@ from typing import Any
 
 if __package__:
     from . import sdpa_common as common
-else:  # run as `python scripts/backend_check.py`
+else:  # run as `python scripts/probes/backend_check.py`
     import sdpa_common as common  # type: ignore[no-redef]
 
 PROG = "backend_check.py"

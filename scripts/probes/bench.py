@@ -63,6 +63,14 @@ def build_parser() -> common.OneLineArgumentParser:
         ),
         formatter_class=common.argparse.RawDescriptionHelpFormatter,
     )
+    _add_case_options(p)
+    _add_timing_options(p)
+    _add_output_options(p)
+    return p
+
+
+def _add_case_options(p: common.OneLineArgumentParser) -> None:
+    """Which cases: sizes, shapes, dtypes, backends, causal, passes."""
     p.add_argument("--sizes", help="comma list of named sizes (default: all when no --shape)")
     p.add_argument(
         "--shape",
@@ -82,6 +90,10 @@ def build_parser() -> common.OneLineArgumentParser:
     )
     p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     p.add_argument("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
+
+
+def _add_timing_options(p: common.OneLineArgumentParser) -> None:
+    """How each case is timed: repeats, warm-up, timing mode, noise handling."""
     p.add_argument("--repeats", type=int, help="fixed repeat count (default: adaptive)")
     p.add_argument(
         "--budget-ms",
@@ -137,6 +149,10 @@ def build_parser() -> common.OneLineArgumentParser:
         default=30.0,
         help="bound on the extra time spent on a noisy row (default 30)",
     )
+
+
+def _add_output_options(p: common.OneLineArgumentParser) -> None:
+    """Device, memory, outputs and --compare."""
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
     p.add_argument(
@@ -161,7 +177,6 @@ def build_parser() -> common.OneLineArgumentParser:
         default=5.0,
         help="--compare: change that counts as faster/regression (default 5)",
     )
-    return p
 
 
 def _check_options(opts: Any) -> None:

@@ -42,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -372,6 +373,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def make_row(
+    case: tuple[str, str, bool, str],
+    result: dict[str, Any],
+    json_ms: float | None,
+    ref_ms: float | None,
+) -> dict[str, Any]:
+    """One timing row of the JSON: both timers' turns, their differences, the references."""
+    size, backend, causal, pass_name = case
+    bench_all = [x for turn in result["bench"] for x in turn]
+    own_all = [x for turn in result["own"] for x in turn]
+    bench_ms = statistics.median(bench_all)
+    own_ms = statistics.median(own_all)
+    sustained = result["sustained_ms"]
+    row = {
+        "size": size,
+        "backend": backend,
+        "causal": causal,
+        "pass": pass_name,
+        "turns": result["turns"],
+        "samples": len(own_all),
+        "calls_per_sample": result["calls_per_sample"],
+        "bench_ms": round(bench_ms, 5),
+        "crosscheck_ms": round(own_ms, 5),
+        "diff_pct": round(paired_diff_pct(result["bench"], result["own"]), 2),
+        "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2),
+        "bench_spread": round(bench_timing.spread(bench_all), 4),
+        "crosscheck_spread": round(bench_timing.spread(own_all), 4),
+        "bench_json_ms": json_ms,
+        "bench_json_diff_pct": None if json_ms is None else round(diff_pct(json_ms, own_ms), 2),
+        "sustained_ms": None if sustained is None else round(sustained, 5),
+        "reference_ms": ref_ms,
+        "bench_turns_ms": [[round(x, 5) for x in turn] for turn in result["bench"]],
+        "crosscheck_turns_ms": [[round(x, 5) for x in turn] for turn in result["own"]],
+    }
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     prog = "bench_crosscheck.py"
@@ -421,36 +459,11 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
             if result is None:
                 continue
-            bench_all = [x for turn in result["bench"] for x in turn]
-            own_all = [x for turn in result["own"] for x in turn]
-            bench_ms = statistics.median(bench_all)
-            own_ms = statistics.median(own_all)
             json_ms = bench.get((size, backend, causal, pass_name), (None,))[0]
             ref_ms = ref[index] if ref else None
-            sustained = result["sustained_ms"]
-            row = {
-                "size": size,
-                "backend": backend,
-                "causal": causal,
-                "pass": pass_name,
-                "turns": result["turns"],
-                "samples": len(own_all),
-                "calls_per_sample": result["calls_per_sample"],
-                "bench_ms": round(bench_ms, 5),
-                "crosscheck_ms": round(own_ms, 5),
-                "diff_pct": round(paired_diff_pct(result["bench"], result["own"]), 2),
-                "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2),
-                "bench_spread": round(bench_timing.spread(bench_all), 4),
-                "crosscheck_spread": round(bench_timing.spread(own_all), 4),
-                "bench_json_ms": json_ms,
-                "bench_json_diff_pct": None
-                if json_ms is None
-                else round(diff_pct(json_ms, own_ms), 2),
-                "sustained_ms": None if sustained is None else round(sustained, 5),
-                "reference_ms": ref_ms,
-                "bench_turns_ms": [[round(x, 5) for x in turn] for turn in result["bench"]],
-                "crosscheck_turns_ms": [[round(x, 5) for x in turn] for turn in result["own"]],
-            }
+            row = make_row((size, backend, causal, pass_name), result, json_ms, ref_ms)
+            bench_ms, own_ms = row["bench_ms"], row["crosscheck_ms"]
+            sustained = row["sustained_ms"]
             rows.append(row)
             print(
                 f"{label:<28}{pass_name:<5}{bench_ms:>10.4f}{own_ms:>10.4f}"

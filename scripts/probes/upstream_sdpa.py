@@ -467,25 +467,8 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def _main(argv: list[str] | None) -> int:
-    started = time.perf_counter()
-    opts = build_parser().parse_args(argv)
-    if opts.quick_max <= 0:
-        raise common.UsageError("--quick-max must be positive")
-    if opts.budget_min is not None and opts.budget_min <= 0:
-        raise common.UsageError("--budget-min must be positive")
-    import torch
-
-    work = Path(opts.workdir).expanduser().resolve() if opts.workdir else default_workdir()
-    git_version = str(getattr(torch.version, "git_version", "") or "")
-    cuda_ok = torch.cuda.is_available()
-    devices = opts.devices or ("cuda" if cuda_ok else "cpu")
-    if not set(devices.split(",")) <= {"cpu", "cuda"}:
-        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
-    device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
-    arch, device_name = common.detect_arch(device)
-    tools = require_test_tools()
-
+def find_test_file(opts: Any, work: Path, git_version: str, torch_version: str) -> Any:
+    """PyTorch's test file for this torch: --test-file, else found through the work dir."""
     try:
         if opts.test_file:
             test = upstream_sources.user_file(Path(opts.test_file), git_version)
@@ -501,61 +484,16 @@ def _main(argv: list[str] | None) -> int:
             )
     except upstream_sources.SourceUnavailable as exc:
         raise CannotRun(
-            f"PyTorch's test file for torch {torch.__version__} (git {git_version[:12] or '?'}) "
+            f"PyTorch's test file for torch {torch_version} (git {git_version[:12] or '?'}) "
             f"cannot be had: {exc}"
         ) from None
-    print(f"test file: {test.how}", file=sys.stderr, flush=True)
+    return test
 
-    therock_dir = (
-        None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock").expanduser()
-    )
-    skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
 
-    budget_s = 60 * (opts.budget_min or (10 if opts.quick else 60))
-    selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
-    run_dir = (
-        work
-        / "upstream-tests"
-        / "runs"
-        / (f"{test.source}-{test.blob_sha1[:12]}" + ("-quick" if opts.quick else ""))
-    )
-    log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_bytes(b"")
-    quick_max = opts.quick_max if opts.quick else None
-    passes_plan: list[tuple[str, str, dict[str, str]]] = [("main", selection, {})]
-    ck = bool(torch.version.hip) and cuda_ok and _ck_available(torch)
-    if ck and not opts.no_ck:
-        passes_plan.append(
-            ("ck", f"{selection} and {FLASH_SELECTION}", {"TORCH_ROCM_FA_PREFER_CK": "1"})
-        )
-    passes = []
-    for name, sel, env in passes_plan:
-        passes.append(
-            run_pass(
-                name=name,
-                test_file=test.path,
-                run_dir=run_dir,
-                selection=sel,
-                devices=devices,
-                therock=skips,
-                budget_s=budget_s,
-                quick_max=quick_max,
-                extra_env=env,
-                log_path=log_path,
-            )
-        )
-
-    rows = final_results(passes)
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    by_source: dict[str, int] = {}
-    for r in rows:
-        if r["outcome"] == "skipped":
-            by_source[r.get("source", "test-file")] = (
-                by_source.get(r.get("source", "test-file"), 0) + 1
-            )
+def pass_problems(
+    passes: list[dict[str, Any]], rows: list[dict[str, Any]], log_path: Path
+) -> list[str]:
+    """Each pass's counts (set on it) and what went wrong in it, one line each."""
     problems = []
     for p in passes:
         p["counts"] = {
@@ -578,6 +516,99 @@ def _main(argv: list[str] | None) -> int:
                 f"pass {p['name']}: pytest collected nothing "
                 f"(exit {p['pytest_exit']}; see {log_path})"
             )
+    return problems
+
+
+def outcome_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """(tests per outcome, skipped tests per source of the skip)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    by_source: dict[str, int] = {}
+    for r in rows:
+        if r["outcome"] == "skipped":
+            by_source[r.get("source", "test-file")] = (
+                by_source.get(r.get("source", "test-file"), 0) + 1
+            )
+    return counts, by_source
+
+
+def plan_passes(selection: str, ck_pass: bool) -> list[tuple[str, str, dict[str, str]]]:
+    """(name, -k selection, extra variables) per pytest pass: the main one, and a CK pass."""
+    passes_plan: list[tuple[str, str, dict[str, str]]] = [("main", selection, {})]
+    if ck_pass:
+        passes_plan.append(
+            ("ck", f"{selection} and {FLASH_SELECTION}", {"TORCH_ROCM_FA_PREFER_CK": "1"})
+        )
+    return passes_plan
+
+
+def parse_args(argv: list[str] | None) -> Any:
+    opts = build_parser().parse_args(argv)
+    if opts.quick_max <= 0:
+        raise common.UsageError("--quick-max must be positive")
+    if opts.budget_min is not None and opts.budget_min <= 0:
+        raise common.UsageError("--budget-min must be positive")
+    return opts
+
+
+def _main(argv: list[str] | None) -> int:
+    started = time.perf_counter()
+    opts = parse_args(argv)
+    import torch
+
+    work = Path(opts.workdir).expanduser().resolve() if opts.workdir else default_workdir()
+    git_version = str(getattr(torch.version, "git_version", "") or "")
+    cuda_ok = torch.cuda.is_available()
+    devices = opts.devices or ("cuda" if cuda_ok else "cpu")
+    if not set(devices.split(",")) <= {"cpu", "cuda"}:
+        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
+    device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
+    arch, device_name = common.detect_arch(device)
+    tools = require_test_tools()
+
+    test = find_test_file(opts, work, git_version, torch.__version__)
+    print(f"test file: {test.how}", file=sys.stderr, flush=True)
+
+    therock_dir = (
+        None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock").expanduser()
+    )
+    skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
+
+    budget_s = 60 * (opts.budget_min or (10 if opts.quick else 60))
+    selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
+    run_dir = (
+        work
+        / "upstream-tests"
+        / "runs"
+        / (f"{test.source}-{test.blob_sha1[:12]}" + ("-quick" if opts.quick else ""))
+    )
+    log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    quick_max = opts.quick_max if opts.quick else None
+    ck = bool(torch.version.hip) and cuda_ok and _ck_available(torch)
+    passes_plan = plan_passes(selection, ck and not opts.no_ck)
+    passes = []
+    for name, sel, env in passes_plan:
+        passes.append(
+            run_pass(
+                name=name,
+                test_file=test.path,
+                run_dir=run_dir,
+                selection=sel,
+                devices=devices,
+                therock=skips,
+                budget_s=budget_s,
+                quick_max=quick_max,
+                extra_env=env,
+                log_path=log_path,
+            )
+        )
+
+    rows = final_results(passes)
+    counts, by_source = outcome_counts(rows)
+    problems = pass_problems(passes, rows, log_path)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "torch": {

@@ -27,7 +27,7 @@ from typing import Any
 
 if __package__:
     from . import sdpa_common as common
-else:  # run as `python scripts/validate.py`
+else:  # run as `python scripts/probes/validate.py`
     import sdpa_common as common  # type: ignore[no-redef]
 
 PROG = "validate.py"

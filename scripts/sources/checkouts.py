@@ -148,11 +148,11 @@ def ensure_checkout(
             pass
         elif not force:
             raise UserError(
-                f"{dest} exists and is not a git checkout; move it away, or pass --force to "
-                "replace it"
+                f"{dest} exists and is not a git checkout; move it away, or pass "
+                "--discard-local-edits to replace it"
             )
         else:
-            runner.say(f"--force: removing {dest} (not a git checkout)")
+            runner.say(f"--discard-local-edits: removing {dest} (not a git checkout)")
             if dest.is_dir():
                 shutil.rmtree(dest)
             else:
@@ -182,9 +182,10 @@ def ensure_checkout(
             if not force:
                 raise UserError(
                     f"{dest} has local edits ({len(changes)} path(s), e.g. "
-                    f"'{changes[0].strip()}'); commit or stash them, or pass --force to discard"
+                    f"'{changes[0].strip()}'); commit or stash them, or pass "
+                    "--discard-local-edits to discard them"
                 )
-            runner.say(f"--force: discarding local edits in {dest}")
+            runner.say(f"--discard-local-edits: discarding local edits in {dest}")
             git(runner, dest, "reset", "-q", "--hard", capture=False)
         if head and head != pin.commit:
             extra = git(
@@ -201,7 +202,7 @@ def ensure_checkout(
                 raise UserError(
                     f"{dest} has {len(extra)}{'+' if len(extra) >= 100 else ''} commit(s) that are"
                     f" not upstream or ours (HEAD {head[:12]}); keep them on a branch, or pass "
-                    "--force to move HEAD to the pin"
+                    "--discard-local-edits to move HEAD to the pin"
                 )
         _set_origin(runner, dest, pin.url)
     _fetch(pin, dest, runner)

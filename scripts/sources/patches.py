@@ -330,7 +330,7 @@ def apply_patch_set(
     if changes:
         raise UserError(
             f"{checkout} has local edits ('{changes[0].strip()}'); cannot apply {label} "
-            "(pass --force to discard them)"
+            "(pass --discard-local-edits to discard them)"
         )
     # Where a failure goes back to: the state the tree was in (the pin, or the patched state
     # of the previous set), never further.

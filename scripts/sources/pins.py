@@ -26,11 +26,11 @@ from typing import Any
 
 from scripts.plumbing import paths, pin_schema
 from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
+from scripts.plumbing.datafiles import REPO_ROOT, load_toml
 from scripts.plumbing.errors import UserError
 
-PINS_DIR_ENV = "ROCMFA_PINS_DIR"
-PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")
+PINS_DIR_ENV = pin_schema.PINS_DIR_ENV
+PROJECTS = pin_schema.PROJECTS
 FROM_PYTORCH = pin_schema.FROM_PYTORCH
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 CK_SOURCE_ENV = "ROCMFA_CK_SOURCE"
@@ -53,9 +53,7 @@ class Pin:
 
 
 def resolve_pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
-    environ = os.environ if environ is None else environ
-    chosen = requested or environ.get(PINS_DIR_ENV) or PINS_DIR
-    return Path(chosen).expanduser().resolve()
+    return pin_schema.pins_dir(requested, environ)
 
 
 def pin_file(project: str, directory: Path, environ: Mapping[str, str] | None = None) -> Path:

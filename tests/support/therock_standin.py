@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -187,10 +186,6 @@ def load_script(name: str) -> ModuleType:
         return module
     finally:
         sys.path.remove(str(SCRIPTS))
-
-
-def copy_tree(src: Path, dest: Path) -> None:
-    shutil.copytree(src, dest, dirs_exist_ok=True)
 
 
 def provision_private_env(root: Path, pins_dir: Path) -> Path:

@@ -2,7 +2,7 @@
 hash-pinned requirements file for it.
 
 The family index is this machine's (arch from --arch / $ROCMFA_ARCH / rocm-bootstrap); its
-manifests (scripts/builds/wheel_manifest.py) are read newest first. A set for another arch
+manifests (scripts/sharing/wheel_manifest.py) are read newest first. A set for another arch
 family or arch is refused at once; sets for another Python or ROCm SDK are passed over (a team
 index may hold several), and when none fits, the newest one's mismatch is the error. The wheels
 are installed with `pip install --require-hashes -r <file>`, each line `name @ URL
@@ -18,12 +18,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from scripts.builds import team_index, wheel_manifest
-from scripts.builds.team_index import IndexSpec
 from scripts.env import archs
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
+from scripts.sharing import team_index, wheel_manifest
+from scripts.sharing.team_index import IndexSpec
 
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"
 

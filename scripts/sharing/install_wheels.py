@@ -7,10 +7,10 @@ Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... / +dev
 env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and torch/vision/audio
 built against different ROCm versions do not load together (ROCm/vllm#943: "operator
 torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
-Python, and scripts/backend_check.py when it exists.
+Python, and scripts/probes/backend_check.py when it exists.
 
-With --index URL the wheels are a set another machine published (scripts/builds/publish.py):
-scripts/builds/index_install.py picks it and pip installs it with --require-hashes.
+With --index URL the wheels are a set another machine published (scripts/sharing/publish.py):
+scripts/sharing/index_install.py picks it and pip installs it with --require-hashes.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     python_tag, machine = session.ask([python, "-c", probe], "$(python tag) $(machine)").split()
     checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
     chosen = None
-    if opts.index:  # a wheel set published on a team index (scripts/builds/index_install.py)
-        from scripts.builds import index_install
+    if opts.index:  # a wheel set published on a team index (scripts/sharing/index_install.py)
+        from scripts.sharing import index_install
 
         chosen = index_install.choose(
             opts.index,

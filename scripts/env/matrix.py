@@ -1,0 +1,18 @@
+"""`nox -s matrix`: arch x AOTriton release (scripts/env/compat_matrix.py), as Markdown or
+JSON, with the line for this host."""
+
+from __future__ import annotations
+
+import json
+
+from scripts.env.compat_matrix import host_line, render_markdown, table
+from scripts.plumbing.options import MatrixOptions
+
+
+def matrix(opts: MatrixOptions) -> None:
+    report = table()
+    report["host"] = host_line(opts.arch)
+    if opts.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_markdown(report), end="")
