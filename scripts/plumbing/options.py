@@ -155,23 +155,16 @@ OPTIONS: tuple[Option, ...] = (
         help="install the prebuilt release runtime + this arch's image pack (minutes, not hours)",
     ),
     _opt(
-        "--aotriton-source",
-        sessions=("build_aotriton", "tune_aotriton"),
-        metavar="SOURCE",
-        help="'upstream' (ROCm/aotriton) or a variant of pins/aotriton_variants.toml "
-        "(default: the variant for this arch, if any, else upstream)",
-    ),
-    _opt(
         "--tune-head-dims",
         sessions=("tune_aotriton",),
         metavar="LIST",
-        help="head dims to tune, comma list (default: the arch's, e.g. 32,64 for gfx908)",
+        help="head dims to tune, comma list (default 64,128)",
     ),
     _opt(
         "--tune-dtypes",
         sessions=("tune_aotriton",),
         metavar="LIST",
-        help="dtypes to tune: float16,bfloat16 (default: the variant's, else float16,bfloat16)",
+        help="dtypes to tune: float16,bfloat16 (default both)",
     ),
     _opt(
         "--tune-seqlens",
@@ -406,7 +399,6 @@ class AotritonSourceOptions(BuildOptions):
     clean: bool = False
     cache: str | None = None
     timeout_min: float | None = None
-    aotriton_source: str | None = None
 
 
 class BuildAotritonOptions(AotritonSourceOptions):
