@@ -426,8 +426,10 @@ def patched_aotriton(arch: archs.Arch, work: Path, found: Path | None, *, dry_ru
     release images, which have none for it); None for any other arch."""
     from scripts.sources import pins
 
+    if arch.aotriton_supported() or not arch.aotriton_patched:
+        return None
     version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
-    if arch.aotriton_supported() or not version or not arch.aotriton_patched_pack(version):
+    if not arch.aotriton_patched_pack(version):
         return None
     built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
     if found is not None and built.get("arch") in (arch.name, None):
