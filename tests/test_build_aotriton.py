@@ -202,7 +202,7 @@ def test_gfx908_builds_upstream_with_the_patch_set_into_the_013_torch(bed: Bed, 
     assert "gfx908: not in upstream AOTriton 0.13b; its kernels come from patches/aotriton/" in out
     assert "built with this repository's patch set" in out
     assert (bed.torch_lib / "aotriton.images" / "amd-gfx908" / "__signature__").is_file()
-    info = (bed.work / "build" / "aotriton" / "install" / "share" / "aotriton" / "build-info.txt")
+    info = bed.work / "build" / "aotriton" / "install" / "share" / "aotriton" / "build-info.txt"
     assert "TARGET_ARCH=gfx908" in info.read_text()
     run_build(bed, capsys, "--restore")
 

@@ -155,7 +155,11 @@ def test_gfx908_patch_set_generator_and_kernels_on_the_real_tree(tmp_path: Path)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda j: compile_job(tree, pkg, tmp_path, j), picked))
     wall = time.monotonic() - start
-    failed = [(j["kernel"], j["out"], why) for j, (ok, _t, why) in zip(picked, results) if not ok]
+    failed = [
+        (j["kernel"], j["out"], why)
+        for j, (ok, _t, why) in zip(picked, results, strict=True)
+        if not ok
+    ]
     report["sample"] = {
         "compiled": sum(ok for ok, _t, _w in results),
         "of": len(picked),
