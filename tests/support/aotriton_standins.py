@@ -334,6 +334,7 @@ def install_torch(
     runtime: str = "0.13.0",
     images: dict[str, str] | None = None,
     image_files: int = 0,
+    version: str = "2.13.0+rocm7.15.0",
 ) -> Path:
     """A stand-in torch package carrying AOTriton the way TheRock's wheels do."""
     site = site_packages(prefix)
@@ -342,10 +343,10 @@ def install_torch(
     for info in site.glob("torch-*.dist-info"):
         subprocess.run(["rm", "-rf", str(info)], check=True)
     (torch / "lib").mkdir(parents=True)
-    (torch / "__init__.py").write_text("__version__ = '2.13.0+rocm7.15.0'\n")
-    info = site / "torch-2.13.0+rocm7.15.0.dist-info"
+    (torch / "__init__.py").write_text(f"__version__ = '{version}'\n")
+    info = site / f"torch-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Name: torch\nVersion: 2.13.0+rocm7.15.0\n")
+    (info / "METADATA").write_text(f"Name: torch\nVersion: {version}\n")
     if runtime:
         (torch / "lib" / f"libaotriton_v2.so.{runtime}").write_bytes(b"torch-shipped runtime\n")
         (torch / "lib" / "libaotriton_v2.so").symlink_to(f"libaotriton_v2.so.{runtime}")
