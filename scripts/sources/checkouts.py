@@ -7,6 +7,14 @@ for the HEAD that scripts.sources.patches made), so "extra commits" has a precis
 reachable from HEAD that are neither upstream (remote refs) nor ours. A checkout with local
 edits or extra commits is never reset, cleaned or deleted without force=True.
 
+The submodule step is ours too: before it runs, .git/rocmfa-submodules.json records the HEAD and
+the paths it initialises; it is removed when the step finishes. When the step stopped part way
+(a later submodule's clone broke, or a fetched repository lacked the pinned commit), git leaves
+the submodules it had cloned without a checkout or at another commit, which `git status` shows
+as modified. The next run, at the same HEAD and with changes only under those paths, resumes the
+step (`submodule update --init --force -- <paths>`) instead of calling them local edits; an edit
+anywhere else is still refused.
+
 Under a dry-run Runner nothing runs, not even read-only git queries: the commands a real run
 may need are printed.
 """
@@ -26,6 +34,7 @@ from scripts.sources.pins import Pin
 
 REF_PREFIX = "refs/rocmfa"
 STATE_FILE = "rocmfa-checkout.json"  # inside .git: {base, head, patches, set}
+SUBMODULE_STEP_FILE = "rocmfa-submodules.json"  # inside .git: {head, paths} of an unfinished step
 
 
 def pin_ref(commit: str) -> str:
@@ -102,6 +111,21 @@ def tracked_changes(runner: Runner, checkout: Path) -> list[str]:
     return [line for line in result.stdout.splitlines() if line.strip()]
 
 
+def unfinished_submodule_step(checkout: Path, head: str | None) -> tuple[str, ...]:
+    """The paths of our submodule step that did not finish at this HEAD; () when none."""
+    try:
+        raw = json.loads((Path(checkout) / ".git" / SUBMODULE_STEP_FILE).read_text())
+        paths = tuple(str(p) for p in raw["paths"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+    return paths if head and raw.get("head") == head else ()
+
+
+def _only_under(changes: list[str], paths: Sequence[str]) -> bool:
+    """Every `status --porcelain` line is one of paths (a submodule shows as its path)."""
+    return bool(paths) and all(line[3:].strip() in paths for line in changes)
+
+
 def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
     result = git(runner, checkout, "cat-file", "-e", f"{commit}^{{commit}}", check=False)
     return result.returncode == 0
@@ -169,13 +193,23 @@ def ensure_checkout(
             state is not None and state.base == pin.commit and head == state.head
         )
         changes = tracked_changes(runner, dest) if head else []
+        pending = unfinished_submodule_step(dest, head) if ours else ()
+        if changes and _only_under(changes, pending):
+            # Our own submodule step stopped part way at this HEAD: what it left is ours.
+            runner.say(
+                f"{pin.project}: resuming the submodule step that stopped part way "
+                f"({', '.join(pending)})"
+            )
+            _update_submodules(runner, dest, submodules, force=True, head=head)
+            runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - submodules added")
+            return dest
         if ours and not changes:
             if _submodules_ready(runner, dest, submodules):
                 runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
                 return dest
             # HEAD is the pin or our patched state: only the submodules are missing, so they
             # are fetched where they are; a reset would drop the applied patches.
-            _update_submodules(runner, dest, submodules, force=force)
+            _update_submodules(runner, dest, submodules, force=force, head=head)
             runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - submodules added")
             return dest
         if changes:
@@ -218,7 +252,7 @@ def ensure_checkout(
         pin.commit,
         capture=False,
     )
-    _update_submodules(runner, dest, submodules, force=force)
+    _update_submodules(runner, dest, submodules, force=force, head=pin.commit)
     runner.say(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
     return dest
 
@@ -253,11 +287,15 @@ def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
 
 
 def _update_submodules(
-    runner: Runner, dest: Path, submodules: Sequence[str] | None, *, force: bool
+    runner: Runner, dest: Path, submodules: Sequence[str] | None, *, force: bool, head: str
 ) -> None:
     paths = _submodule_paths(submodules)
     if not paths:
         return
+    from scripts.plumbing import stamps
+
+    step = dest / ".git" / SUBMODULE_STEP_FILE
+    stamps.write_text_atomic(step, json.dumps({"head": head, "paths": list(paths)}))
     git(runner, dest, "submodule", "sync", "-q", "--", *paths, capture=False)
     result = git(
         runner,
@@ -274,8 +312,9 @@ def _update_submodules(
     if result.returncode != 0:
         raise UserError(
             f"submodule update failed in {dest} for {', '.join(paths)}: "
-            f"{last_line(result.stderr) or 'see output'}"
+            f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
         )
+    step.unlink(missing_ok=True)
 
 
 def _print_plan(
