@@ -370,7 +370,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         dry_run_output="$(python tag)",
     ).stdout.strip()
     aotriton, how, aotriton_digest = find_aotriton_prefix(opts.aotriton_prefix, work)
-    patched = patched_aotriton(arch, work, aotriton, dry_run=opts.dry_run)
+    patched = patched_aotriton(arch, work, aotriton, how, dry_run=opts.dry_run)
     if patched is not None:
         aotriton, how = patched, how or "build_aotriton (after it runs)"
     if aotriton:
@@ -420,10 +420,13 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     )
 
 
-def patched_aotriton(arch: archs.Arch, work: Path, found: Path | None, *, dry_run: bool):
+def patched_aotriton(
+    arch: archs.Arch, work: Path, found: Path | None, how: str, *, dry_run: bool
+) -> Path | None:
     """For an arch whose AOTriton kernels come from our patch set (gfx908 on 0.13b): the
     build_aotriton install torch is built against (PyTorch's own aotriton.cmake would fetch
-    release images, which have none for it); None for any other arch."""
+    release images, which have none for it), or the --aotriton-prefix given; None for any
+    other arch."""
     from scripts.sources import pins
 
     if arch.aotriton_supported() or not arch.aotriton_patched:
@@ -432,7 +435,7 @@ def patched_aotriton(arch: archs.Arch, work: Path, found: Path | None, *, dry_ru
     if not arch.aotriton_patched_pack(version):
         return None
     built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
-    if found is not None and built.get("arch") in (arch.name, None):
+    if found is not None and (how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)):
         return found
     if dry_run:
         return paths.build_dir(work, "aotriton") / "install"
