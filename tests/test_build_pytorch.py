@@ -297,6 +297,14 @@ def test_gfx908_builds_torch_with_flash_attention_against_the_patched_aotriton(
     assert value(argv, "--pytorch-rocm-arch") == "gfx908"
     make_source_dirs(argv)
     assert standin.load_script("build_prod_wheels.py").parse(argv[2:]).triton_built is True
+    given = tmp_path / "my-aotriton"  # an AOTriton the user built: taken as given
+    (given / "lib").mkdir(parents=True)
+    (given / "lib" / "libaotriton_v2.so").write_bytes(b"")
+    (given / "include").mkdir()
+    run("--arch", "gfx908", "--dry-run", "--aotriton-prefix", str(given))
+    torch_line = next(x for x in capfd.readouterr().out.splitlines() if "--pytorch-dir" in x)
+    assert f"AOTRITON_INSTALLED_PREFIX={given}" in torch_line
+    assert "--enable-pytorch-flash-attention" in torch_line
 
 
 def test_gfx908_without_a_patched_release_builds_torch_without_flash_attention(
