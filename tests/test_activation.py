@@ -92,7 +92,12 @@ def test_plan_sets_only_effective_variables() -> None:
     mi100 = activation.plan(archs.get_arch("gfx908"), rocm_root="/r", aotriton_version="0.13b",
                             profiles=["vllm"])  # fmt: skip
     reasons = {s.name: s.why for s in mi100.skipped}
-    assert "no kernels for gfx908" in reasons["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
+    assert "come from our patch set" in reasons["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
+    old = activation.plan(archs.get_arch("gfx908"), rocm_root="/r", aotriton_version="0.12b")
+    assert (
+        "no kernels for gfx908"
+        in {s.name: s.why for s in old.skipped}["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
+    )
     assert "gfx908" in reasons["VLLM_ROCM_USE_AITER"]
 
 

@@ -144,6 +144,11 @@ def test_capabilities_match_upstream_facts() -> None:
     table = archs.load_arches()
     mi100 = table["gfx908"]
     assert not mi100.aotriton_supported() and mi100.aotriton_pack("0.13b") is None
+    # our patch set adds it to the 0.13 line only (0.13.1b too; not 0.12b)
+    assert mi100.aotriton_patched_pack("0.13b") == "gfx908"
+    assert mi100.aotriton_patched_pack("0.13.1b") == "gfx908"
+    assert mi100.aotriton_patched_pack("0.12b") is None
+    assert table["gfx90a"].aotriton_patched_pack("0.13b") is None  # upstream: no patch needed
     assert mi100.peak_tflops == {"fp16": 184.6, "bf16": 92.3}
     strix = table["gfx1151"]
     assert strix.aotriton_pack("0.11b") == "gfx11xx"

@@ -170,12 +170,42 @@ def test_nox_session_dry_run_subprocess(bed: Bed) -> None:
     assert "[dry-run]" in output and "-DAOTRITON_TARGET_ARCH=gfx1151" in output
 
 
-def test_arch_without_aotriton_is_refused_in_one_line(bed: Bed, capsys) -> None:
-    with pytest.raises(UserError) as error:
-        run_build(bed, capsys, arch="gfx908")
-    message = str(error.value)
-    assert "\n" not in message
-    assert "gfx908" in message and "no AOTriton support" in message
+def test_gfx908_needs_the_patch_set_and_a_source_build(bed: Bed, capsys) -> None:
+    """gfx908 has no upstream kernels: without a patch set for the pinned commit, and with
+    --from-release (no release has gfx908 images), it is refused in one line."""
+    for extra in ((), ("--from-release",)):
+        with pytest.raises(UserError) as error:
+            run_build(bed, capsys, *extra, arch="gfx908")
+        message = str(error.value)
+        assert "\n" not in message and "gfx908" in message
+        expected = "drop --from-release" if extra else "no patch set for the pinned commit"
+        assert expected in message
+
+
+@pytest.mark.slow
+def test_gfx908_builds_upstream_with_the_patch_set_into_the_013_torch(bed: Bed, capsys) -> None:
+    """With a patch set adding gfx908 to the tables (as patches/aotriton/6e00ef3e.../ does on
+    the real tree), the upstream pin builds amd-gfx908 images and installs into torch 2.13's
+    AOTriton 0.13 (one release line: no refusal, no variant)."""
+    text = (bed.repo / "python" / "gpu_targets.py").read_text()
+    set_dir = st.make_patch_set(
+        bed.patches,
+        "aotriton",
+        bed.commit,
+        bed.repo,
+        [{"python/gpu_targets.py": text.replace(*st.GFX908_PACK_EDIT)}],
+    )
+    own = replace(bed, work=bed.root / "work-gfx908")  # its own build dir: no other arch's packs
+    try:
+        out = run_build(own, capsys, arch="gfx908")
+    finally:
+        shutil.rmtree(set_dir)
+    assert "gfx908: not in upstream AOTriton 0.13b; its kernels come from patches/aotriton/" in out
+    assert "built with this repository's patch set" in out
+    assert (bed.torch_lib / "aotriton.images" / "amd-gfx908" / "__signature__").is_file()
+    info = own.work / "build" / "aotriton" / "install" / "share" / "aotriton" / "build-info.txt"
+    assert "TARGET_ARCH=gfx908" in info.read_text()
+    run_build(own, capsys, "--restore")
 
 
 def test_patch_set_rebuilds_and_tampered_patch_is_refused(bed: Bed, capsys) -> None:

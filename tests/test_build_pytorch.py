@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -281,8 +282,57 @@ def test_skipping_triton_would_lose_flash_attention(build):
     assert not (work / "src").exists()
 
 
-def test_gfx908_builds_torch_without_flash_attention_by_design(build, capfd):
+def aotriton_pins(upstreams: standin.Upstreams, where: Path, version: str) -> Path:
+    """The stand-in pins plus a pins/aotriton.toml of that release (only its version is read)."""
+    shutil.copytree(upstreams.pins_dir, where)
+    (where / "aotriton.toml").write_text(
+        f'[aotriton]\nurl = "https://github.com/ROCm/aotriton"\nref = "{version}"\n'
+        f'commit = "{"6e00ef3e" + "0" * 32}"\nversion = "{version}"\n'
+    )
+    return where
+
+
+def test_gfx908_builds_torch_with_flash_attention_against_the_patched_aotriton(
+    build, capfd, upstreams, tmp_path, monkeypatch
+):
+    """gfx908's kernels come from AOTriton 0.13b + our patch set (arches.toml aotriton_patched):
+    torch is built WITH flash attention against build_aotriton's install, never against the
+    release images PyTorch's aotriton.cmake would fetch (they have no gfx908)."""
+    work, run = build
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(aotriton_pins(upstreams, tmp_path / "p", "0.13b")))
+    with pytest.raises(UserError) as error:
+        run("--arch", "gfx908")  # a real run before build_aotriton: refused, nothing built
+    message = str(error.value)
+    assert "\n" not in message and "run nox -s build_aotriton -- --arch gfx908 first" in message
+    assert build_calls(work) == [] and not (work / "src").exists()
+    capfd.readouterr()
+    run("--arch", "gfx908", "--dry-run")
+    out = capfd.readouterr().out
+    assert "has no AOTriton kernels" not in out
+    torch_line = next(x for x in out.splitlines() if "--pytorch-dir" in x)
+    assert f"AOTRITON_INSTALLED_PREFIX={work / 'build' / 'aotriton' / 'install'}" in torch_line
+    argv = next(a for a in dry_run_commands(out) if "--pytorch-dir" in a)
+    assert "--build-triton" in argv and "--enable-pytorch-flash-attention" in argv
+    assert "--no-enable-pytorch-flash-attention" not in argv
+    assert value(argv, "--pytorch-rocm-arch") == "gfx908"
+    make_source_dirs(argv)
+    assert standin.load_script("build_prod_wheels.py").parse(argv[2:]).triton_built is True
+    given = tmp_path / "my-aotriton"  # an AOTriton the user built: taken as given
+    (given / "lib").mkdir(parents=True)
+    (given / "lib" / "libaotriton_v2.so").write_bytes(b"")
+    (given / "include").mkdir()
+    run("--arch", "gfx908", "--dry-run", "--aotriton-prefix", str(given))
+    torch_line = next(x for x in capfd.readouterr().out.splitlines() if "--pytorch-dir" in x)
+    assert f"AOTRITON_INSTALLED_PREFIX={given}" in torch_line
+    assert "--enable-pytorch-flash-attention" in torch_line
+
+
+def test_gfx908_without_a_patched_release_builds_torch_without_flash_attention(
+    build, capfd, upstreams, tmp_path, monkeypatch
+):
+    """An AOTriton release our patch set does not cover (0.12b): no gfx908 kernels at all."""
     _work, run = build
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(aotriton_pins(upstreams, tmp_path / "p", "0.12b")))
     run("--arch", "gfx908", "--skip", "triton", "--dry-run")
     out = capfd.readouterr().out
     assert "gfx908 has no AOTriton kernels" in out

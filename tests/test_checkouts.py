@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,61 @@ def test_submodules_true_is_refused_with_the_fix() -> None:
     )
     with pytest.raises(UserError, match="must be relative"):
         submodules.pinned_paths({"submodules": ["../escape"]}, "x")
+
+
+RESUME_CASES = [
+    # AOTriton 0.13b (6e00ef3e): one submodule, third_party/triton
+    ("0.13b", "lacks-commit"),
+    # the retired gfx908 port (60639c72): incbin, pybind11, triton named (aiter unmapped)
+    ("port", "clone-breaks"),
+    ("port", "lacks-commit"),
+]
+
+
+@pytest.mark.parametrize(("layout", "fault"), RESUME_CASES)
+def test_part_failed_submodule_step_is_resumed_without_force(
+    tmp_path: Path, layout: str, fault: str
+) -> None:
+    """The submodule step stops part way (a later submodule's clone breaks, or the fetched
+    repository lacks the pinned commit): git leaves the submodules it had cloned modified. The
+    next run, with the upstream fixed and nothing changed by the user, resumes without --force;
+    an edit outside the submodules is still the user's and refused."""
+    if layout == "0.13b":
+        repo, commit = st.make_aotriton_upstream(tmp_path)
+        subs, broken = [st.UPSTREAM_SUBMODULE], tmp_path / "triton-upstream"
+    else:
+        repo, commit = port.make_port(tmp_path)
+        subs, broken = list(port.PORT_SUBMODULES), tmp_path / "port-submodules" / "pybind11"
+    aside = broken.with_name(broken.name + ".aside")
+    broken.rename(aside)
+    if fault == "lacks-commit":  # a repository at the URL, without the pinned history
+        st.make_repo(broken, {"other.txt": "not the pinned history\n"})
+    pin = Pin("aotriton", f"file://{repo}", "main", commit, "test", {"submodules": subs})
+    dest = tmp_path / "co"
+    with pytest.raises(UserError, match=r"submodule update failed .*\(the next run resumes it\)"):
+        ensure_checkout(pin, dest, runner(), submodules=subs)
+    left = st.git(dest, "status", "--porcelain", "--untracked-files=no").splitlines()
+    assert left and all(line.split()[-1] in subs for line in left)  # what the rerun refused
+    if fault == "lacks-commit":
+        subprocess.run(["rm", "-rf", str(broken)], check=True)
+    aside.rename(broken)  # the upstream is fixed
+
+    (dest / "CMakeLists.txt").write_text("# a user's edit\n")
+    with pytest.raises(UserError, match="has local edits"):
+        ensure_checkout(pin, dest, runner(), submodules=subs)
+    st.git(dest, "checkout", "--", "CMakeLists.txt")
+
+    again = runner()
+    ensure_checkout(pin, dest, again, submodules=subs)
+    said = again.out.getvalue()
+    assert f"resuming the submodule step that stopped part way ({', '.join(subs)})" in said
+    assert st.git(dest, "rev-parse", "HEAD") == commit
+    assert st.git(dest, "status", "--porcelain", "--untracked-files=no") == ""
+    status = subprocess.run(
+        ["git", "submodule", "status", "--", *subs], cwd=dest, capture_output=True, text=True
+    ).stdout.splitlines()  # " <commit> <path>": at the commit the tree records
+    assert len(status) == len(subs) and all(line.startswith(" ") for line in status)
+    assert not (dest / ".git" / "rocmfa-submodules.json").exists()
+    up_to_date = runner()
+    ensure_checkout(pin, dest, up_to_date, submodules=subs)
+    assert "up to date" in up_to_date.out.getvalue()

@@ -34,15 +34,37 @@ def test_table_rows_match_upstream_facts() -> None:
         assert state[arch]["0.13b"] == "experimental", arch
     for arch in ("gfx90a", "gfx942", "gfx950", "gfx1201"):
         assert set(state[arch].values()) == {"default"}, arch
-    assert set(state["gfx908"].values()) == {"community"}
+    # gfx908: none upstream; 0.13b with our patch set (patches/aotriton/6e00ef3e.../)
+    assert state["gfx908"].pop("0.13b") == "patched" and set(state["gfx908"].values()) == {"none"}
+    assert rows["gfx908"]["0.13b"]["pack"] == "amd-gfx908"
+    (retired,) = next(r for r in report["arches"] if r["arch"] == "gfx908")["retired"]
+    assert retired["name"] == "gfx908-community" and "0.10b" in retired["why"]
     assert rows["gfx1151"]["0.13b"]["pack"] == "amd-gfx115x"
     assert rows["gfx1151"]["0.11b"]["pack"] == "amd-gfx11xx"
     assert {t["torch"]: t["aotriton"] for t in report["torch"]}["2.13"] == "0.13b"
     assert all(r["source"] and len(r["commit"]) == 40 for r in report["releases"])
     text = compat_matrix.render_markdown(report)
-    assert "| gfx908 (Instinct MI100) | community port only |" in text
+    assert "| gfx908 (Instinct MI100) | - | - | - | - | - | - | patched amd-gfx908 |" in text
+    assert "- gfx908: gfx908-community is retired: the community port" in text
     assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1" in text
     json.dumps(report)
+
+
+def test_patched_arches_have_a_patch_set_that_adds_them() -> None:
+    """arches.toml aotriton_patched names a release: patches/aotriton/<its commit>/ exists and
+    adds the arch to the tables the generator and the runtime read."""
+    from scripts.sources import patches
+
+    commits = {r.version: r.commit for r in compat_matrix.load_matrix().releases}
+    patched = [(a, r) for a in archs.load_arches().values() for r, _pack in a.aotriton_patched]
+    assert ("gfx908", "0.13b") in [(a.name, r) for a, r in patched]
+    for arch, release in patched:
+        found = patches.patch_set_for("aotriton", commits[release])
+        assert found is not None, (arch.name, release)
+        text = "".join(p.path.read_text() for p in found.patches)
+        for table in ("python/gpu_targets.py", "v3src/util.cc", "include/aotriton/util.h"):
+            assert f"+++ b/{table}" in text, table
+        assert f"'{arch.name}_mod0'" in text and f'"{arch.name}"' in text
 
 
 def test_known_bad_combinations_are_one_line_and_force_warns() -> None:
@@ -53,10 +75,10 @@ def test_known_bad_combinations_are_one_line_and_force_warns() -> None:
     assert "\n" not in str(error.value) and "--force" in str(error.value)
     with pytest.raises(UserError, match=r"gfx1152 x AOTriton 0\.11b: no AOTriton support"):
         compat_matrix.check_combination(table["gfx1152"], "0.11b")
-    with pytest.raises(UserError, match="community port only"):
-        compat_matrix.check_combination(
-            table["gfx908"], "0.13b", aotriton_url="https://github.com/ROCm/aotriton"
-        )
+    with pytest.raises(UserError, match=r"gfx908 x AOTriton 0\.12b: no AOTriton support"):
+        compat_matrix.check_combination(table["gfx908"], "0.12b")
+    (patched,) = compat_matrix.check_combination(table["gfx908"], "0.13b", torch_version="2.13")
+    assert "patch set (patches/aotriton/)" in patched and "amd-gfx908" in patched
     forced = compat_matrix.check_combination(
         table["gfx1151"], "0.13b", torch_version="2.11.0", force=True
     )

@@ -16,8 +16,9 @@ PLANS = {
     ("setup_env", "gfx1151"): "rocm[libraries,devel,device-gfx1151]",
     ("build_aotriton", "gfx1151"): "-DAOTRITON_TARGET_ARCH=gfx1151",
     ("build_aotriton", "gfx908"): "-DAOTRITON_TARGET_ARCH=gfx908",
-    ("tune_aotriton", "gfx908"): "[6/6] install into torch and publish the database",
     ("build_pytorch", "gfx1151"): "--enable-pytorch-flash-attention",
+    # gfx908: AOTriton 0.13b + patches/aotriton/6e00ef3e.../, torch built against it with flash
+    ("build_pytorch", "gfx908"): "--enable-pytorch-flash-attention",
     ("build_ck", "gfx1151"): "-DGPU_ARCHS=gfx1151",
 }
 

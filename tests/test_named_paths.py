@@ -24,7 +24,7 @@ def named_paths(text: str) -> set[str]:
     text = FENCED.sub("", text)
     for match in PATH.finditer(text):
         path, end = match.group(1).rstrip("/."), match.end()
-        if text[end : end + 1] in ("<", "{", "*") or "..." in path or "/X." in path:
+        if text[end : end + 1] in ("<", "{", "*") or "..." in match.group(1) or "/X." in path:
             continue  # a pattern, not a path
         parts = path.split("/")
         ours = (REPO_ROOT / parts[0] / parts[1]).exists()

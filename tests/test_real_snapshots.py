@@ -3,7 +3,10 @@ engine, our checkout with the pinned submodule paths, the CMake option names we 
 tuner argv, run on the real trees. Without the variables the tests skip, saying so.
 
     ROCMFA_AOTRITON_REAL_GIT  a git dir of ROCm/aotriton holding pins/aotriton.toml's commit
-    ROCMFA_PORT_REAL_GIT      a git dir of Jack31098/aotriton_gfx908 holding the variant's commit
+                              (and 0.11b, 972223c5, for cpptune's test/tune_flash.py)
+    ROCMFA_PORT_REAL_GIT      a git dir of Jack31098/aotriton_gfx908 holding 60639c72 (the
+                              retired 0.10b port: its submodule layout, which the resume tests
+                              of tests/test_checkouts.py replay)
 
 (e.g. `fetch` snapshots: /work/.mirror/<owner>+<name>/repo). Offline, a submodule fetch from
 GitHub cannot succeed: GIT_ALLOW_PROTOCOL=file makes it fail at once, and the tests assert that
@@ -26,9 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import build_aotriton as ba
 from scripts.builds import tune_aotriton as ta
-from scripts.plumbing import options
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import PINS_DIR, load_toml
 from scripts.plumbing.errors import UserError
@@ -37,7 +38,7 @@ from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
 from tests.support import aotriton_standins as st
-from tests.support.aotriton_env import build_opts, provision_env
+from tests.support.real_trees import borrow_snapshot
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AOTRITON_GIT = os.environ.get("ROCMFA_AOTRITON_REAL_GIT")
@@ -55,35 +56,18 @@ def upstream_pin() -> dict:
     return load_toml(PINS_DIR / "aotriton.toml", "pin")["aotriton"]
 
 
-def port_pin() -> dict:
-    return load_toml(PINS_DIR / "aotriton_variants.toml", "pin")["variant"]["gfx908-community"]
+# The retired gfx908 port (docs/aotriton.md): main @ 2025-09-02, its three mapped submodules.
+PORT = {
+    "ref": "main",
+    "commit": "60639c72e9fabf7ab34469e7876eb633623c5f0f",
+    "submodules": list(port.PORT_SUBMODULES),
+}
+# Upstream 0.11b: the last line tuned with cpptune (test/tune_flash.py), torch 2.9's AOTriton.
+CPPTUNE_011B = "972223c501ffc22068bb035ac5d64cf54318d895"
 
 
 def real_pin(git_dir: str, table: dict) -> Pin:
     return Pin("aotriton", f"file://{git_dir}", table["ref"], table["commit"], "real", {})
-
-
-def borrow_snapshot(git_dir: str, dest: Path, commit: str) -> list[str]:
-    """dest: an empty repository that sees git_dir's objects and will not check out the paths
-    whose blobs the snapshot lacks. Returns those paths."""
-    dest.mkdir(parents=True)
-    st.git(dest, "init", "-q")
-    alternates = dest / ".git" / "objects" / "info" / "alternates"
-    alternates.write_text(str(Path(git_dir).resolve() / "objects") + "\n")
-    tree = st.git(dest, "ls-tree", "-r", "--full-tree", commit).splitlines()
-    blobs = [(line.split()[2], line.split("\t", 1)[1]) for line in tree if " blob " in line]
-    check = subprocess.run(
-        ["git", "cat-file", "--batch-check"],
-        cwd=dest,
-        input="".join(f"{sha}\n" for sha, _ in blobs),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    absent = [path for (sha, path), line in zip(blobs, check, strict=True) if "missing" in line]
-    if absent:
-        st.git(dest, "sparse-checkout", "set", "--no-cone", "/*", *(f"!/{p}" for p in absent))
-    return absent
 
 
 def quiet() -> Runner:
@@ -196,12 +180,12 @@ def test_real_aotriton_patch_engine_all_or_nothing(
     assert st.git(dest, "status", "--porcelain", "--untracked-files=no") == ""
 
 
-# --- the gfx908 port at the variant's pin -----------------------------------------------------
+# --- the retired gfx908 port ------------------------------------------------------------------
 
 
 @needs_port
 def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, offline) -> None:
-    table = port_pin()
+    table = PORT
     tree = submodules.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"])
     assert tree.unmapped == ("third_party/aiter",)
@@ -212,60 +196,12 @@ def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, off
     assert registered(plain) == []
 
 
-@needs_port
-def test_real_port_defines_every_option_we_pass() -> None:
-    text = cmake_defines(PORT_GIT, port_pin()["commit"])
-    missing = {name for name in options_we_pass() if not defined(name, text)}
-    # AOTRITON_USE_TORCH: build_aotriton drops it below 0.11; AOTRITON_TUNING_DATABASE_ROOT:
-    # only for sharded (0.13b) databases, the port's cpptune database is merged in the tree
-    assert missing == {"AOTRITON_USE_TORCH", "AOTRITON_TUNING_DATABASE_ROOT"}, missing
-
-
-@pytest.fixture(scope="module")
-def port_bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> tuple[Path, Path, Path]:
-    if not PORT_GIT:
-        pytest.skip("set ROCMFA_PORT_REAL_GIT to a Jack31098/aotriton_gfx908 git snapshot")
-    root = tmp_path_factory.mktemp("real-port")
-    prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
-    pins = root / "pins"
-    pins.mkdir()
-    text = (PINS_DIR / "aotriton_variants.toml").read_text()
-    url = port_pin()["url"]
-    (pins / "aotriton_variants.toml").write_text(text.replace(f'"{url}"', f'"file://{PORT_GIT}"'))
-    st.install_torch(prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
-    return prefix, pins, root / "work"
-
-
-@needs_port
-@pytest.mark.slow
-@pytest.mark.parametrize("session", ["build_aotriton", "tune_aotriton"])
-def test_real_port_sessions_stop_only_at_the_submodule_fetch(
-    port_bed, session: str, monkeypatch: pytest.MonkeyPatch, offline
-) -> None:
-    prefix, pins, work = port_bed
-    src = work / "src" / "aotriton-gfx908-community"
-    if not src.exists():
-        borrow_snapshot(PORT_GIT, src, port_pin()["commit"])
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
-    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(pins.parent / "patches"))
-    if session == "build_aotriton":
-        call = lambda: ba.build_aotriton(build_opts(prefix, work, arch="gfx908"))  # noqa: E731
-    else:
-        argv = ["--arch", "gfx908", "--prefix", str(prefix), "--workdir", str(work)]
-        call = lambda: ta.tune_aotriton(options.parse("tune_aotriton", argv))  # noqa: E731
-    with pytest.raises(UserError, match=r"submodule update failed .* for third_party/incbin, "
-                       r"third_party/pybind11, third_party/triton"):  # fmt: skip
-        call()
-    assert st.git(src, "rev-parse", "HEAD") == port_pin()["commit"]
-    assert registered(src) == list(port_pin()["submodules"])  # aiter never attempted
-
-
-@needs_port
+@needs_aotriton
 def test_real_tuner_parser_and_ui_entry_accept_our_argv(tmp_path: Path) -> None:
     script = tmp_path / "tune_flash.py"
     script.write_text(
         subprocess.run(
-            ["git", "--git-dir", PORT_GIT, "show", f"{port_pin()['commit']}:test/tune_flash.py"],
+            ["git", "--git-dir", AOTRITON_GIT, "show", f"{CPPTUNE_011B}:test/tune_flash.py"],
             capture_output=True,
             text=True,
             check=True,

@@ -1,5 +1,6 @@
-"""The gfx908 community port as an AOTriton source variant, and tune_aotriton, against a
-stand-in of the port and of its cpptune tuner built with the real cmake and ninja."""
+"""tune_aotriton against a stand-in AOTriton pinned at a cpptune release (upstream 0.11b's
+layout, torch 2.9's AOTriton: a coherent pin set) built with the real cmake and ninja; and its
+refusal of Tuner v3.5 at 0.13b, gfx908's patch set included."""
 
 from __future__ import annotations
 
@@ -38,11 +39,15 @@ class Bed:
 
     @property
     def state(self) -> Path:
-        return self.work / "tuning" / f"aotriton-gfx908-community-{self.commit[:12]}-gfx908"
+        return self.work / "tuning" / f"aotriton-{self.commit[:12]}-gfx90a"
 
     @property
     def published(self) -> Path:
-        return self.pins / "tuning" / "aotriton" / self.commit / "gfx908"
+        return self.pins / "tuning" / "aotriton" / self.commit / "gfx90a"
+
+
+PINNED_013B = "6e00ef3e335b45dfb49065259533b59c68995bfe"  # the real pin, with gfx908's patch set
+PLAN = ("--tune-head-dims", "32,64", "--tune-dtypes", "float16")
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +57,35 @@ def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     repo, commit = port.make_port(root)
     pins = root / "pins"
     pins.mkdir()
-    (pins / "aotriton_variants.toml").write_text(port.variants_toml(repo, commit))
     st.write_aotriton_pin(
-        pins, f"file://{repo}", "a" * 40, "0.13b", version="0.13b", tuner="tuner-v3.5"
+        pins,
+        f"file://{repo}",
+        commit,
+        "0.11b",
+        version="0.11b",
+        tuner="cpptune",
+        submodules=list(port.PORT_SUBMODULES),
     )
     (root / "patches").mkdir()
-    # torch as build_pytorch makes it against the port (AOTRITON_INSTALLED_PREFIX): 0.10.
-    st.install_torch(prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
+    # torch 2.9, built for AOTriton 0.11 (aotriton_matrix.toml [torch."2.9"])
+    st.install_torch(
+        prefix, runtime="0.11.0", images={"amd-gfx90a": "0.11"}, version="2.9.1+rocm7.1.0"
+    )
     return Bed(prefix, repo, commit, pins, root / "work")
+
+
+@pytest.fixture
+def v35(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Pins of the real line: 0.13b (Tuner v3.5) with the repository's own patch sets."""
+    pins = bed.pins.parent / "pins-v35"
+    if not pins.exists():
+        pins.mkdir()
+        st.write_aotriton_pin(
+            pins, f"file://{bed.repo}", PINNED_013B, "0.13b", version="0.13b", tuner="tuner-v3.5"
+        )
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
+    monkeypatch.delenv("ROCMFA_PATCHES_DIR")
+    return pins
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +98,7 @@ def _env(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(key, value)
 
 
-def tune(bed: Bed, capsys, *extra: str, arch: str = "gfx908") -> str:
+def tune(bed: Bed, capsys, *extra: str, arch: str = "gfx90a") -> str:
     capsys.readouterr()
     argv = ["--arch", arch, "--prefix", str(bed.prefix), "--workdir", str(bed.work), *extra]
     try:
@@ -83,34 +109,12 @@ def tune(bed: Bed, capsys, *extra: str, arch: str = "gfx908") -> str:
     return captured
 
 
-def test_build_dry_run_gfx908_builds_the_port_and_says_so(bed: Bed, capsys) -> None:
-    capsys.readouterr()
-    ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx908"))
-    out = capsys.readouterr().out
-    assert command_lines(out) == []
-    assert "community port, untested: NOT upstream ROCm/aotriton, not tested by AMD" in out
-    configure = next(line for line in out.splitlines() if " -G Ninja " in line)
-    assert "-DAOTRITON_TARGET_ARCH=gfx908" in configure
-    assert f"(cd {bed.work / 'src' / 'aotriton-gfx908-community'})" in configure
-    assert "AOTRITON_USE_TORCH" not in configure  # the 0.10 port has no such option
-    assert any(line.endswith(" install") and "ninja" in line for line in out.splitlines())
-
-
-def test_upstream_source_for_gfx908_is_refused_math_path(bed: Bed, capsys) -> None:
-    opts = build_opts(bed.prefix, bed.work, "--aotriton-source", "upstream", arch="gfx908")
-    with pytest.raises(UserError) as error:
-        ba.build_aotriton(opts)
-    assert "no AOTriton support" in str(error.value) and "math path" in str(error.value)
-    with pytest.raises(UserError, match="unknown; known: upstream, gfx908-community"):
-        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--aotriton-source", "nope"))
-
-
 def test_tune_dry_run_shows_tune_store_rebuild_validate(bed: Bed, capsys) -> None:
-    out = tune(bed, capsys, "--dry-run")
+    out = tune(bed, capsys, "--dry-run", *PLAN)
     assert command_lines(out) == []
     lines = out.splitlines()
     tuning_configure = next(line for line in lines if "-DAOTRITON_BUILD_FOR_TUNING=ON" in line)
-    assert "-DAOTRITON_OVERRIDE_TARGET_GPUS=gfx908_mod0" in tuning_configure
+    assert "-DAOTRITON_OVERRIDE_TARGET_GPUS=gfx90a_mod0" in tuning_configure
     assert "-DAOTRITON_NAME_SUFFIX=rocmfa" in tuning_configure
     tuner = [line for line in lines if "test/tune_flash.py --json_file" in line]
     assert len(tuner) == 2 and "--d_head 32" in tuner[0] and "--d_head 64" in tuner[1]
@@ -124,12 +128,15 @@ def test_tune_dry_run_shows_tune_store_rebuild_validate(bed: Bed, capsys) -> Non
     assert not bed.state.exists()
 
 
-def test_tune_gfx1151_names_tuner_v35(bed: Bed, capsys) -> None:
+@pytest.mark.parametrize("arch", ["gfx1151", "gfx908"])
+def test_tune_at_013b_names_tuner_v35(bed: Bed, v35: Path, capsys, arch: str) -> None:
+    """0.13b tunes with Tuner v3.5; gfx908 (0.13b + our patch set, gfx90a's tuning reused) too:
+    the 0.10b port's cpptune is retired with it."""
     with pytest.raises(UserError) as error:
-        tune(bed, capsys, "--dry-run", arch="gfx1151")
+        tune(bed, capsys, "--dry-run", arch=arch)
     message = str(error.value)
     assert "\n" not in message and "Tuner v3.5" in message
-    assert "AOTRITON_TUNING_DATABASE_ROOT" in message
+    assert "AOTRITON_TUNING_DATABASE_ROOT" in message and f"amd/{arch}/" in message
 
 
 def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
@@ -139,14 +146,14 @@ def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
     before = aotriton_install.installed_fingerprint(bed.torch_lib)
     monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "3")
     with pytest.raises(UserError, match="command failed"):
-        tune(bed, capsys, "--tune-seqlens", "16,32")
+        tune(bed, capsys, *PLAN, "--tune-seqlens", "16,32")
     raw = bed.state / "raw-d32-float16.json"
     assert len(raw.read_text().splitlines()) == 3
     assert json.loads((bed.state / "progress.json").read_text())["done"] == ["build"]
 
     monkeypatch.delenv("STANDIN_TUNE_STOP_AFTER")
     with pytest.raises(UserError) as error:
-        tune(bed, capsys, "--tune-seqlens", "16,32")
+        tune(bed, capsys, *PLAN, "--tune-seqlens", "16,32")
     out = capsys.readouterr().out
     assert "resuming: done earlier: build" in out and "done earlier; skipped" in out
     assert "skip_set=3" in out  # the tuner continued its own records
@@ -154,7 +161,7 @@ def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
     assert sorted(ids) == [0, 1, 2, 3]
     candidate = tuning_db.load(bed.state / "candidate")
     assert candidate.meta["head_dims"] == [32, 64] and candidate.meta["dtypes"] == ["float16"]
-    rebuilt = bed.work / "build" / "aotriton-gfx908-community" / "install"
+    rebuilt = bed.work / "build" / "aotriton" / "install"
     info = (rebuilt / "share" / "aotriton" / "build-info.txt").read_text()
     assert "TUNED_ROWS=9" in info  # 1 reused gfx90a row + 8 tuned
     # The gate (validate.py) cannot pass here: nothing installed, nothing published.
@@ -165,7 +172,7 @@ def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
     # Another plan keeps the tuning build, not the old records (their task ids mean other cases).
     monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "1")
     with pytest.raises(UserError, match="command failed"):
-        tune(bed, capsys, "--tune-seqlens", "16,64")
+        tune(bed, capsys, *PLAN, "--tune-seqlens", "16,64")
     out = capsys.readouterr().out
     assert "another plan than last time" in out and "done earlier; skipped" in out
     assert [json.loads(x)["task_id"] for x in raw.read_text().splitlines()] == [0]
@@ -176,7 +183,7 @@ def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> N
     records.write_text(
         json.dumps(
             {
-                "arch": "gfx908_mod0",
+                "arch": "gfx90a_mod0",
                 "task_id": 0,
                 "kernel_name": "attn_fwd",
                 "inputs": {"D_HEAD": 64},
@@ -191,66 +198,48 @@ def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> N
         bed.published,
         {tuning_db.CPPTUNE_RECORDS: records},
         commit=bed.commit,
-        arch="gfx908",
+        arch="gfx90a",
         kind="cpptune-json",
         tuner="cpptune",
         meta={"head_dims": [64], "dtypes": ["float16"], "seqlens": [16]},
     )
-    out = tune(bed, capsys, "--tune-head-dims", "64", "--tune-seqlens", "16")
+    plan = ("--tune-head-dims", "64", "--tune-dtypes", "float16", "--tune-seqlens", "16")
+    out = tune(bed, capsys, *plan)
     assert "already tuned for this plan" in out and command_lines(out) == []
-    # A patch set for the port's commit is chosen by that commit, like upstream's.
+    # A patch set for the pinned commit is applied before the database is merged in.
     patches = bed.pins.parent / "patches"
     st.make_patch_set(patches, "aotriton", bed.commit, bed.repo, [{"PATCHED": "yes\n"}])
     capsys.readouterr()
     try:
-        ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx90a"))
     finally:
         shutil.rmtree(patches / "aotriton")
     out = capsys.readouterr().out
-    assert "with the tuning database gfx908" in out
-    src = bed.work / "src" / "aotriton-gfx908-community"
+    assert "with the tuning database gfx90a" in out
+    src = bed.work / "src" / "aotriton"
     assert (src / "PATCHED").read_text() == "yes\n"
     assert st.git(src, "status", "--porcelain") == ""  # the merged database was put back
-    installed = bed.work / "build" / "aotriton-gfx908-community" / "install"
+    installed = bed.work / "build" / "aotriton" / "install"
     assert "TUNED_ROWS=2" in (installed / "share" / "aotriton" / "build-info.txt").read_text()
-    assert (bed.torch_lib / "libaotriton_v2.so.0.10.0").read_bytes() == (
-        installed / "lib" / "libaotriton_v2.so.0.10.0"
+    assert (bed.torch_lib / "libaotriton_v2.so.0.11.0").read_bytes() == (
+        installed / "lib" / "libaotriton_v2.so.0.11.0"
     ).read_bytes()
 
     (bed.published / tuning_db.CPPTUNE_RECORDS).write_text("{}\n")
     with pytest.raises(UserError) as error:
-        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx908"))
+        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx90a"))
     assert "sha256" in str(error.value) and "refusing" in str(error.value)
     shutil.rmtree(bed.published)
 
 
-def test_port_refused_by_a_torch_built_for_upstream_feeds_build_pytorch(bed: Bed, capsys) -> None:
-    from scripts.builds.build_pytorch import find_aotriton_prefix
-
-    st.install_torch(bed.prefix)  # TheRock's torch, built for AOTriton 0.13
-    before = aotriton_install.installed_fingerprint(bed.torch_lib)
-    try:
-        with pytest.raises(UserError) as error:
-            ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx908"))
-        assert "torch was built for AOTriton 0.13.0 but this is 0.10.0" in str(error.value)
-        assert "AOTRITON_INSTALLED_PREFIX" in str(error.value)
-        assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
-        opts = options.parse("build_pytorch", ["--workdir", str(bed.work)])
-        prefix, how, _ = find_aotriton_prefix(opts.aotriton_prefix, bed.work)
-        assert prefix == bed.work / "build" / "aotriton-gfx908-community" / "install"
-        assert how == "build_aotriton"
-    finally:
-        st.install_torch(bed.prefix, runtime="0.10.0", images={"amd-gfx908": "0.10"})
-
-
-def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, capsys) -> None:
+def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, v35: Path, capsys) -> None:
     shard = bed.pins.parent / "attn_fwd.sqlite3.tar.xz"
     shard.write_bytes(port.tuning_database_tar_xz())
-    where = bed.pins / "tuning" / "aotriton" / ("a" * 40) / "gfx1151"
+    where = v35 / "tuning" / "aotriton" / PINNED_013B / "gfx1151"
     tuning_db.write(
         where,
         {"amd/gfx1151/flash/attn_fwd.sqlite3.tar.xz": shard},
-        commit="a" * 40,
+        commit=PINNED_013B,
         arch="gfx1151",
         kind="sharded-sqlite",
         tuner="tuner-v3.5",
@@ -258,7 +247,9 @@ def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, capsys)
     )
     try:
         capsys.readouterr()
-        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx1151"))
+        # --force: the torch here is 2.9 (0.11b), this dry run is for 0.13b
+        opts = build_opts(bed.prefix, bed.work, "--dry-run", "--force", arch="gfx1151")
+        ba.build_aotriton(opts)
         out = capsys.readouterr().out
         configure = next(line for line in out.splitlines() if " -G Ninja " in line)
         assert f"-DAOTRITON_TUNING_DATABASE_ROOT={where}" in configure
@@ -267,12 +258,12 @@ def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, capsys)
         shutil.rmtree(where)
 
 
-def test_nox_tune_aotriton_dry_run_gfx908(bed: Bed) -> None:
+def test_nox_tune_aotriton_dry_run_gfx90a(bed: Bed) -> None:
     repo_root = Path(__file__).resolve().parent.parent
     nox = [sys.executable, "-m", "nox", "-s", "tune_aotriton", "--", "--dry-run"]
     fresh = bed.work.with_name("work-nox")  # no progress from the other tests
     result = subprocess.run(
-        [*nox, "--arch", "gfx908", "--prefix", str(bed.prefix), "--workdir", str(fresh)],
+        [*nox, "--arch", "gfx90a", "--prefix", str(bed.prefix), "--workdir", str(fresh)],
         cwd=repo_root,
         env={**os.environ, "ROCMFA_PINS_DIR": str(bed.pins), **st.FILE_PROTOCOL_ENV},
         capture_output=True,
@@ -282,23 +273,3 @@ def test_nox_tune_aotriton_dry_run_gfx908(bed: Bed) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "-DAOTRITON_BUILD_FOR_TUNING=ON" in output and "validate.py" in output
-
-
-def test_update_pins_resolves_the_variant_commit(
-    bed: Bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    from scripts.sources import update_pins
-
-    pins_dir = tmp_path / "pins"
-    pins_dir.mkdir()
-    st.write_aotriton_pin(pins_dir, f"file://{bed.repo}", bed.commit)
-    stale = port.variants_toml(bed.repo, "0" * 40).replace('ref = "main"', 'ref = "main"  # k')
-    (pins_dir / "aotriton_variants.toml").write_text(stale)
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
-    argv = ["--workdir", str(tmp_path / "work"), "--project", "aotriton"]
-    update_pins.update_pins(options.parse("update_pins", argv))
-    text = (pins_dir / "aotriton_variants.toml").read_text()
-    assert f'commit = "{bed.commit}"' in text and "# k" in text
-    assert f"aotriton variant gfx908-community: main 000000000000 -> {bed.commit[:12]}" in (
-        capsys.readouterr().out
-    )

@@ -43,14 +43,14 @@ from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-from scripts.sources import aotriton_variants, pin_set, pins, submodules, tuning_db
+from scripts.sources import pin_set, pins, submodules, tuning_db
 from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.patches import apply_patch_set, patch_set_digest
+from scripts.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 from scripts.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
 # The last finished source build (installed into torch or not): build_pytorch's
-# AOTRITON_INSTALLED_PREFIX, e.g. a variant that torch must be built against first.
+# AOTRITON_INSTALLED_PREFIX (gfx908's torch is built against the patched build).
 BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
 # Peak compiler memory per AOTriton job (HIP host/device C++), for buildjobs.choose_jobs.
@@ -135,8 +135,8 @@ class Context(preamble.OnSession):
     pin: pins.Pin
     version: str
     pack: str
-    # A non-upstream AOTriton (pins/aotriton_variants.toml), or None for ROCm/aotriton.
-    variant: aotriton_variants.Variant | None = None
+    # The arch's kernels come from our patch set, not upstream (gfx908 on 0.13b).
+    patched_arch: bool = False
 
     @property
     def site(self) -> Path:
@@ -144,35 +144,31 @@ class Context(preamble.OnSession):
 
     @property
     def source_name(self) -> str:
-        """work/src/<name> and work/build/<name>: a variant never shares upstream's tree."""
-        return "aotriton" if self.variant is None else f"aotriton-{self.variant.name}"
+        """work/src/<name> and work/build/<name>."""
+        return "aotriton"
 
 
-def make_context(
-    where: EnvChoice, *, dry_run: bool, aotriton_source: str | None, from_release: bool = False
-) -> Context:
+def make_context(where: EnvChoice, *, dry_run: bool, from_release: bool = False) -> Context:
     """The preamble (arch, work dir, env) plus which AOTriton: its pin, version and pack."""
     session = preamble.open_env(where, dry_run=dry_run)
-    arch, work = session.arch, session.work
-    variant = aotriton_variants.choose(arch.name, aotriton_source)
-    if variant is not None:
-        if from_release:
-            raise UserError(f"{variant.describe()} has no prebuilt release; drop --from-release")
-        pin, version, pack = variant.pin, variant.pin.data["version"], variant.pack
-    else:
-        pin, version, pack = _upstream_pin(arch, work)
+    pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:
         torch = torch_dir(session.prefix)
     else:  # dry run: where the env's torch will be
         torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
-    return Context(session, torch, pin, version, f"amd-{pack}", variant)
+    return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
-def _upstream_pin(arch: archs.Arch, work: Path) -> tuple[pins.Pin, str, str]:
+def _upstream_pin(
+    arch: archs.Arch, work: Path, from_release: bool = False
+) -> tuple[pins.Pin, str, str, bool]:
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
         raise UserError(f"{pin.source}: AOTriton 'version' is unknown; add version = \"0.13b\"")
+    patched = arch.aotriton_patched_pack(version)
+    if patched:
+        return pin, version, _patched_arch(arch, pin, version, patched, from_release), True
     if not arch.aotriton_supported(version):
         limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
         raise UserError(
@@ -182,7 +178,26 @@ def _upstream_pin(arch: archs.Arch, work: Path) -> tuple[pins.Pin, str, str]:
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    return pin, version, pack
+    return pin, version, pack, False
+
+
+def _patched_arch(
+    arch: archs.Arch, pin: pins.Pin, version: str, pack: str, from_release: bool
+) -> str:
+    """An arch upstream has no kernels for, added by our patch set (arches.toml
+    aotriton_patched): only a source build of the pinned commit with that set has them."""
+    if from_release:
+        raise UserError(
+            f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream has "
+            "no kernels for it; our patch set adds them); drop --from-release to build from source"
+        )
+    if patch_set_for("aotriton", pin.commit) is None:
+        raise UserError(
+            f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
+            f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
+            "port it with: nox -s update_pins -- --port-patches"
+        )
+    return pack
 
 
 def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
@@ -192,7 +207,6 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         "stamp_version": STAMP_VERSION,
         "mode": mode,
         "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
-        "variant": ctx.variant.name if ctx.variant else None,
         "arch": ctx.arch.name,
         "pack": ctx.pack,
         "torch": str(ctx.torch),
@@ -214,7 +228,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     ctx = make_context(
         opts,
         dry_run=opts.dry_run,
-        aotriton_source=opts.aotriton_source,
         from_release=opts.from_release,
     )
     out = sys.stdout
@@ -223,27 +236,29 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     if opts.restore:
         restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
         return
-    if ctx.variant is None:  # the torch pin must name this AOTriton (--force: warn only)
-        compat_matrix.announce(
-            pin_set.check(
-                ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work
-            )
+    # the torch pin must name this AOTriton (--force: warn only)
+    compat_matrix.announce(
+        pin_set.check(
+            ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work
         )
+    )
     # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
     compat_matrix.announce(
         compat_matrix.check_combination(
             ctx.arch,
             ctx.version,
             torch_version=torch_version(ctx.torch),
-            aotriton_url=ctx.pin.url,
             force=opts.force,
-            torch_to_be_rebuilt=ctx.variant is not None,
         )
     )
     print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
     print(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}", file=out)
-    if ctx.variant is not None:
-        print(f"{ctx.variant.describe()}; why: {ctx.variant.why}", file=out)
+    if ctx.patched_arch:
+        print(
+            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
+            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)",
+            file=out,
+        )
     build = source_build(opts, no_images=opts.no_images)
     inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
     recorded = stamps.read(stamp)
@@ -277,15 +292,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         if new is not None:
             built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
             stamps.write(built, inputs, install_prefix=str(new.lib.parent))
-    try:
-        install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
-    except UserError as refused:
-        if ctx.variant is None or new is None:
-            raise
-        raise UserError(
-            f"{refused}; the {ctx.variant.name} build stays in {new.lib.parent}: build torch "
-            "against it (nox -s build_pytorch passes it as AOTRITON_INSTALLED_PREFIX)"
-        ) from None
+    install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
 
 
 def launcher_args(cache: compile_cache.CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:

@@ -135,10 +135,10 @@ def dependency(stage: str, enabled: list[str]) -> str | None:
     return "torch"
 
 
-def flash_attention_problem(arch: archs.Arch, argv: list[str]) -> str | None:
+def flash_attention_problem(arch: archs.Arch, argv: list[str], flash: bool) -> str | None:
     """Why this build_prod_wheels call would build torch without flash attention although the
-    arch has AOTriton kernels, or None."""
-    if "--pytorch-dir" not in argv or not arch.aotriton_supported():
+    arch has AOTriton kernels (flash), or None."""
+    if "--pytorch-dir" not in argv or not flash:
         return None
     if "--build-triton" not in argv:
         return (
@@ -312,6 +312,8 @@ class Context(OnSession):
     cache: compile_cache.CachePlan | None = None
     # stages of this run that passed TheRock --clean (triton's build is wiped once per run)
     cleaned: set[str] = field(default_factory=set)
+    # torch gets flash attention: the arch has AOTriton kernels upstream or from our patch set
+    flash_attention: bool = False
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
@@ -336,7 +338,7 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
     digest = str(stamp.get("inputs_digest", ""))
     built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
     if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
-        # the last build_aotriton source build: upstream's tree or a variant's (gfx908 port)
+        # the last build_aotriton source build (gfx908: the patched one torch needs)
         return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
     for candidate in (
         paths.build_dir(work, "aotriton") / "install",
@@ -368,6 +370,9 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         dry_run_output="$(python tag)",
     ).stdout.strip()
     aotriton, how, aotriton_digest = find_aotriton_prefix(opts.aotriton_prefix, work)
+    patched = patched_aotriton(arch, work, aotriton, how, dry_run=opts.dry_run)
+    if patched is not None:
+        aotriton, how = patched, how or "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
@@ -411,6 +416,32 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         from_stage=opts.from_stage,
         only=opts.only,
         cache=cache,
+        flash_attention=arch.aotriton_supported() or patched is not None,
+    )
+
+
+def patched_aotriton(
+    arch: archs.Arch, work: Path, found: Path | None, how: str, *, dry_run: bool
+) -> Path | None:
+    """For an arch whose AOTriton kernels come from our patch set (gfx908 on 0.13b): the
+    build_aotriton install torch is built against (PyTorch's own aotriton.cmake would fetch
+    release images, which have none for it), or the --aotriton-prefix given; None for any
+    other arch."""
+    from scripts.sources import pins
+
+    if arch.aotriton_supported() or not arch.aotriton_patched:
+        return None
+    version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
+    if not arch.aotriton_patched_pack(version):
+        return None
+    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
+    if found is not None and (how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)):
+        return found
+    if dry_run:
+        return paths.build_dir(work, "aotriton") / "install"
+    raise UserError(
+        f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
+        f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
     )
 
 
@@ -455,7 +486,7 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     """What the build dir's CMake cache remembers: a change means a clean rebuild."""
     config: dict[str, Any] = {"arch": ctx.arch.name}
     if stage == "torch":
-        config["flash_attention"] = ctx.arch.aotriton_supported()
+        config["flash_attention"] = ctx.flash_attention
         config["aotriton"] = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
     return config
 
@@ -519,7 +550,7 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
             argv += ["--triton-dir", src("triton"), "--build-triton"]
         else:
             argv.append("--no-build-triton")
-        if ctx.arch.aotriton_supported():
+        if ctx.flash_attention:
             argv.append("--enable-pytorch-flash-attention")
         else:
             argv.append("--no-enable-pytorch-flash-attention")
@@ -832,17 +863,13 @@ def check_matrix(ctx: Context) -> None:
 
 
 def check_pin_set(ctx: Context) -> None:
-    """The torch pin x build_aotriton's upstream AOTriton it is built against, before any
-    build (scripts.sources.pin_set; a variant such as the gfx908 port is meant to differ)."""
+    """The torch pin x build_aotriton's AOTriton it is built against, before any build
+    (scripts.sources.pin_set)."""
     from scripts.sources import pin_set, pins
 
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     inputs = built.get("inputs") or {}
-    if (
-        not ctx.aotriton
-        or inputs.get("variant")
-        or built.get("install_prefix") != str(ctx.aotriton)
-    ):
+    if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
     aotriton = pins.load_pin("aotriton", workdir=ctx.work)
     version = str((inputs.get("pin") or {}).get("version") or aotriton.data.get("version") or "")
@@ -855,7 +882,7 @@ def check_pin_set(ctx: Context) -> None:
 def build_pytorch(opts: BuildPytorchOptions) -> None:
     ctx = make_context(opts)
     say = ctx.runner.say
-    if not ctx.arch.aotriton_supported():
+    if not ctx.flash_attention:
         say(
             f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
             "attention (--no-enable-pytorch-flash-attention)"
@@ -863,7 +890,9 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     for stage in ctx.enabled:
         if stage == "checkout":
             continue
-        problem = flash_attention_problem(ctx.arch, build_argv(ctx, stage, False))
+        problem = flash_attention_problem(
+            ctx.arch, build_argv(ctx, stage, False), ctx.flash_attention
+        )
         if problem:
             cause = " (--skip triton)" if "triton" not in ctx.enabled else ""
             raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")

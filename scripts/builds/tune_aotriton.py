@@ -10,9 +10,11 @@ as data, rebuild with it, and install it only when `validate` passes.
     6 install + publish  into the env's torch (build_aotriton's version/image guards), and the
                          database into pins/tuning/aotriton/<commit>/<arch>/ for later builds
 
-Only cpptune is driven (test/tune_flash.py: AOTriton <= 0.10 and the gfx908 port). Upstream
-0.13b tunes with Tuner v3.5 (PostgreSQL + Docker workers over SSH), which is refused with a
-pointer to AOTRITON_TUNING_DATABASE_ROOT. Progress is kept in work/tuning/<...>/progress.json:
+Only cpptune is driven (test/tune_flash.py of AOTriton <= 0.10: a pin whose `tuner` is
+"cpptune"). Upstream 0.13b tunes with Tuner v3.5 (PostgreSQL + Docker workers over SSH), which
+is refused with a pointer to AOTRITON_TUNING_DATABASE_ROOT; so is gfx908 on 0.13b (our patch
+set reuses gfx90a's database until one is tuned there). The 0.10b community gfx908 port and its
+cpptune are retired (docs/aotriton.md). Progress is kept in work/tuning/<...>/progress.json:
 an interrupted run resumes at the first unfinished step, and a tuner run cut midway continues
 its own --json_file (cpptune skips the entries already recorded there).
 """
@@ -33,7 +35,6 @@ from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import TuneAotritonOptions
 from scripts.sources import tuning_db
-from scripts.sources.aotriton_variants import Variant
 from scripts.sources.patches import patch_set_digest
 
 CPPTUNE = "cpptune"
@@ -73,17 +74,16 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 
 def make_plan(
-    variant: Variant | None,
     *,
     head_dims: str | None = None,
     dtypes: str | None = None,
     seqlens: str | None = None,
 ) -> TunePlan:
-    """The variant's defaults (or upstream's), overridden by --tune-head-dims/-dtypes/-seqlens."""
-    chosen_dims = variant.tune_head_dims if variant else DEFAULT_HEAD_DIMS
+    """The defaults, overridden by --tune-head-dims/-dtypes/-seqlens."""
+    chosen_dims = DEFAULT_HEAD_DIMS
     if head_dims:
         chosen_dims = _int_list(head_dims, "--tune-head-dims")
-    chosen_types = variant.dtypes if variant else DTYPES
+    chosen_types = DTYPES
     if dtypes:
         chosen_types = tuple(t.strip() for t in dtypes.split(",") if t.strip())
         unknown = [t for t in chosen_types if t not in DTYPES]
@@ -95,15 +95,15 @@ def make_plan(
 
 # --tune-head-dims/-dtypes/-seqlens are checked with the options, by the run's own check:
 def check_head_dims(text: str) -> None:
-    make_plan(None, head_dims=text)
+    make_plan(head_dims=text)
 
 
 def check_dtypes(text: str) -> None:
-    make_plan(None, dtypes=text)
+    make_plan(dtypes=text)
 
 
 def check_seqlens(text: str) -> None:
-    make_plan(None, seqlens=text)
+    make_plan(seqlens=text)
 
 
 class Progress:
@@ -155,7 +155,7 @@ def tuner_argv(
 def refuse_other_tuners(ctx: ba.Context) -> str:
     """The pin's tuner, when it is the one tune_aotriton drives (cpptune); else a one-line
     error saying how to tune with it and where to store the result."""
-    tuner = ctx.variant.tuner if ctx.variant else str(ctx.pin.data.get("tuner", "unknown"))
+    tuner = str(ctx.pin.data.get("tuner", "unknown"))
     if tuner != CPPTUNE:
         where = tuning_db.db_dir(ctx.pin.commit, ctx.arch.name)
         raise UserError(
@@ -193,8 +193,7 @@ class TuningRun:
 
     @property
     def gpus(self) -> tuple[str, ...]:
-        variant = self.ctx.variant
-        return tuple(variant.gpus) if variant else (f"{self.ctx.arch.name}_mod0",)
+        return (f"{self.ctx.arch.name}_mod0",)
 
     @property
     def tuning_build(self) -> str:
@@ -202,10 +201,9 @@ class TuningRun:
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
-    ctx = ba.make_context(opts, dry_run=opts.dry_run, aotriton_source=opts.aotriton_source)
+    ctx = ba.make_context(opts, dry_run=opts.dry_run)
     tuner = refuse_other_tuners(ctx)
     plan = make_plan(
-        ctx.variant,
         head_dims=opts.tune_head_dims,
         dtypes=opts.tune_dtypes,
         seqlens=opts.tune_seqlens,
@@ -226,8 +224,10 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
 
 def announce(ctx: ba.Context, tuner: str, plan: TunePlan) -> None:
     say = ctx.session.runner.say
-    what = ctx.variant.describe() if ctx.variant else f"ROCm/aotriton {ctx.version}"
-    say(f"tune_aotriton: {what}; arch {ctx.arch.name}; tuner {tuner} ({TUNE_SCRIPT})")
+    say(
+        f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {ctx.arch.name}; "
+        f"tuner {tuner} ({TUNE_SCRIPT})"
+    )
     say(
         f"plan: head_dim {','.join(map(str, plan.head_dims))}; {','.join(plan.dtypes)}; "
         f"seqlens {','.join(map(str, plan.seqlens))}"

@@ -56,6 +56,12 @@ class Plan:
 def _conditions(arch: Arch, aotriton_version: str | None) -> dict[str, tuple[bool, str]]:
     if aotriton_version is None:
         experimental = (False, "AOTriton version unknown, so the experimental flag is not set")
+    elif arch.aotriton_patched_pack(aotriton_version):
+        experimental = (
+            False,
+            f"{arch.name}'s kernels come from our patch set for AOTriton {aotriton_version}, "
+            "which does not list it as experimental",
+        )
     elif not arch.aotriton_supported(aotriton_version):
         experimental = (False, f"AOTriton {aotriton_version} has no kernels for {arch.name}")
     elif arch.needs_experimental_flag(aotriton_version):

@@ -52,6 +52,9 @@ class Arch:
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     limits: tuple[str, ...] = ()
     therock_family: str | None = None  # TheRock's cmake family where no legacy index exists
+    # (release, pack): releases this repository's patch set (patches/aotriton/<commit>/) adds
+    # the arch to, although upstream has no kernels for it
+    aotriton_patched: tuple[tuple[str, str], ...] = ()
 
     def aotriton_supported(self, version: str | None = None) -> bool:
         if self.aotriton_since is None:
@@ -68,6 +71,17 @@ class Arch:
             if key >= aotriton_version_key(since):
                 chosen = pack
         return chosen if self.aotriton_supported(version) else None
+
+    def aotriton_patched_pack(self, version: str) -> str | None:
+        """The pack our patch set builds for this arch on version's release line, or None
+        (upstream support needs no patch set)."""
+        if self.aotriton_supported(version):
+            return None
+        key = aotriton_version_key(version)[:2]
+        return next(
+            (pack for rel, pack in self.aotriton_patched if aotriton_version_key(rel)[:2] == key),
+            None,
+        )
 
     def needs_experimental_flag(self, version: str) -> bool:
         key = aotriton_version_key(version)
@@ -120,8 +134,14 @@ def _parse_arch(name: str, raw: Any) -> Arch:
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise UserError(f"{where}: peak_tflops_{dtype} must be a positive number")
             peaks[dtype] = float(value)
+    patched = []
+    for entry in raw.get("aotriton_patched", []):
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: aotriton_patched entries must be tables")
+        patched.append((require(entry, "release", str, where), require(entry, "pack", str, where)))
     since = raw.get("aotriton_since")
-    for version in [since, *(p[0] for p in packs), *(e[0] for e in experimental)]:
+    versions = [since, *(p[0] for p in packs), *(e[0] for e in experimental)]
+    for version in [*versions, *(p[0] for p in patched)]:
         if version is not None:
             try:
                 aotriton_version_key(version)
@@ -142,6 +162,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         peak_tflops=peaks,
         limits=tuple(raw.get("limits", ())),
         therock_family=raw.get("therock_family"),
+        aotriton_patched=tuple(patched),
     )
 
 

@@ -1,9 +1,10 @@
 """`nox -s matrix`: arch x AOTriton release -> flash attention by default / only with
-TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / community port only / none, with the image pack,
-the AOTriton each torch series expects, and the check builds run before their first command.
+TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / with this repository's patch set / none, with the
+image pack, the AOTriton each torch series expects, retired AOTriton sources and why, and the
+check builds run before their first command.
 
 Data: data/arches.toml (per arch) and data/aotriton_matrix.toml (releases with the util.cc
-experimental lists they were read from, torch -> AOTriton, community ports), sources beside
+experimental lists they were read from, torch -> AOTriton, retired sources), sources beside
 every row.
 """
 
@@ -21,15 +22,14 @@ from scripts.plumbing.errors import UserError
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
-DEFAULT, EXPERIMENTAL, COMMUNITY, NONE = "default", "experimental", "community", "none"
+DEFAULT, EXPERIMENTAL, PATCHED, NONE = "default", "experimental", "patched", "none"
 LABELS = {
     DEFAULT: "flash by default",
     EXPERIMENTAL: f"needs {EXPERIMENTAL_ENV}",
-    COMMUNITY: "community port only",
+    PATCHED: "flash with our patch set (patches/aotriton/, source build only)",
     NONE: "none",
 }
-SHORT = {DEFAULT: "default", EXPERIMENTAL: "experimental*", COMMUNITY: "community port only"}
-UPSTREAM_AOTRITON = "github.com/ROCm/aotriton"
+SHORT = {DEFAULT: "default", EXPERIMENTAL: "experimental*", PATCHED: "patched"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Release:
 class MatrixData:
     releases: tuple[Release, ...]
     torch: Mapping[str, tuple[str, str]]  # series -> (aotriton version, source)
-    community: Mapping[str, tuple[str, str]]  # arch -> (note, source)
+    retired: Mapping[str, tuple[str, str, str]]  # name -> (arch, why, source)
     trees: Mapping[str, str] = field(default_factory=dict)  # series -> source tree
 
 
@@ -73,22 +73,27 @@ def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
         for series, raw in (data.get("torch") or {}).items()
     }
     trees = {series: str(raw.get("tree", "")) for series, raw in (data.get("torch") or {}).items()}
-    community = {
-        arch: (
-            require(raw, "note", str, f"{path.name} [community.{arch}]"),
-            require(raw, "source", str, f"{path.name} [community.{arch}]"),
+    retired = {
+        name: tuple(
+            " ".join(require(raw, key, str, f"{path.name} [retired.{name}]").split())
+            for key in ("arch", "why", "source")
         )
-        for arch, raw in (data.get("community") or {}).items()
+        for name, raw in (data.get("retired") or {}).items()
     }
-    return MatrixData(tuple(releases), torch, community, trees)
+    return MatrixData(tuple(releases), torch, retired, trees)
 
 
-def state(arch: archs.Arch, version: str, data: MatrixData) -> str:
+def state(arch: archs.Arch, version: str) -> str:
     if arch.aotriton_supported(version):
         return EXPERIMENTAL if arch.needs_experimental_flag(version) else DEFAULT
-    if arch.name in data.community:
-        return COMMUNITY
+    if arch.aotriton_patched_pack(version):
+        return PATCHED
     return NONE
+
+
+def pack(arch: archs.Arch, version: str) -> str | None:
+    """The image pack a build of version has for arch: upstream's, or our patch set's."""
+    return arch.aotriton_pack(version) or arch.aotriton_patched_pack(version)
 
 
 def torch_series(version: str | None) -> str | None:
@@ -111,10 +116,10 @@ def table(
     for arch in arches.values():
         cells = {}
         for release in data.releases:
-            cell = {"state": state(arch, release.version, data)}
-            pack = arch.aotriton_pack(release.version)
-            if pack:
-                cell["pack"] = f"amd-{pack}"
+            cell = {"state": state(arch, release.version)}
+            found = pack(arch, release.version)
+            if found:
+                cell["pack"] = f"amd-{found}"
             cells[release.version] = cell
         row: dict[str, Any] = {
             "arch": arch.name,
@@ -124,11 +129,13 @@ def table(
             "cells": cells,
             "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
         }
-        if arch.name in data.community:
-            row["community"] = {
-                "note": data.community[arch.name][0],
-                "source": data.community[arch.name][1],
-            }
+        retired = [
+            {"name": name, "why": why, "source": source}
+            for name, (on, why, source) in data.retired.items()
+            if on == arch.name
+        ]
+        if retired:
+            row["retired"] = retired
         rows.append(row)
     return {
         "releases": [
@@ -197,7 +204,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += [
         "",
         f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
-        " community port only: no upstream AOTriton kernels; -: none. amd-...: image pack"
+        " patched: no upstream kernels, built from source with this repository's patch set"
+        " (patches/aotriton/<commit>/); -: none. amd-...: image pack"
         " (0.10b and older: one tarball with every arch's images).",
     ]
     lines += ["", "## AOTriton each torch series expects (the trees TheRock builds wheels from)"]
@@ -221,9 +229,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
     ]
     lines += [
-        f"- {row['arch']} community port: {row['community']['note']} ({row['community']['source']})"
+        f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
         for row in report["arches"]
-        if "community" in row
+        for r in row.get("retired", ())
     ]
     lines.append("- per-arch support and image packs: scripts/data/arches.toml")
     if report.get("host"):
@@ -245,11 +253,10 @@ def host_line(
     version = aotriton_version or pinned_aotriton_version()
     if not version:
         return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
-    data = load_matrix()
-    verdict = LABELS[state(choice.arch, version, data)]
-    pack = choice.arch.aotriton_pack(version)
+    verdict = LABELS[state(choice.arch, version)]
+    found = pack(choice.arch, version)
     return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}" + (
-        f", image pack amd-{pack}" if pack else ""
+        f", image pack amd-{found}" if found else ""
     )
 
 
@@ -266,27 +273,24 @@ def check_combination(
     aotriton_version: str,
     *,
     torch_version: str | None = None,
-    aotriton_url: str = "",
     force: bool = False,
-    torch_to_be_rebuilt: bool = False,
 ) -> list[str]:
     """Conflicts of arch x AOTriton release x torch; raises UserError (one line) on the first
-    unless force, then returns them as warnings. Notes (experimental) are returned as well.
-    torch_to_be_rebuilt: the build is for a torch built against it later (a source variant),
-    so a torch mismatch is a note, not a conflict."""
+    unless force, then returns them as warnings. Notes (experimental, patched) are returned as
+    well."""
     data = load_matrix()
-    found = state(arch, aotriton_version, data)
+    found = state(arch, aotriton_version)
     problems, notes = [], []
     if found == NONE:
         problems.append(
             f"{arch.name} x AOTriton {aotriton_version}: no AOTriton support for {arch.name} "
             "(nox -s matrix)"
         )
-    elif found == COMMUNITY and UPSTREAM_AOTRITON in aotriton_url:
-        problems.append(
-            f"{arch.name} x AOTriton {aotriton_version}: no AOTriton support upstream, "
-            f"community port only ({data.community[arch.name][0]}); pin the port, not "
-            f"{aotriton_url}"
+    elif found == PATCHED:
+        notes.append(
+            f"note: {arch.name} x AOTriton {aotriton_version}: no upstream kernels; built with "
+            f"this repository's patch set (patches/aotriton/), image pack "
+            f"amd-{pack(arch, aotriton_version)}"
         )
     elif found == EXPERIMENTAL:
         notes.append(
@@ -301,17 +305,10 @@ def check_combination(
     if series and series in data.torch:
         expected = data.torch[series][0]
         if not same_release_line(expected, aotriton_version):
-            conflict = (
+            problems.append(
                 f"torch {series} x AOTriton {aotriton_version}: torch {series} expects AOTriton "
                 f"{expected} ({data.torch[series][1]})"
             )
-            if torch_to_be_rebuilt:
-                notes.append(
-                    f"note: {conflict}; this build is not installed into that torch: build torch "
-                    "against it (nox -s build_pytorch uses AOTRITON_INSTALLED_PREFIX)"
-                )
-            else:
-                problems.append(conflict)
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes

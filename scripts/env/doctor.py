@@ -53,31 +53,18 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
             )
         return section
     arch = choice.arch
+    pinned = compat_matrix.pinned_aotriton_version()  # gfx908: kernels from our patch set
     section.update(
         arch=arch.name,
         how=choice.how,
         name=arch.display_name,
-        aotriton=bool(arch.aotriton_supported()),
+        aotriton=bool(arch.aotriton_supported() or (pinned and arch.aotriton_patched_pack(pinned))),
         ck_mha=arch.ck_mha,
         peak_tflops=dict(arch.peak_tflops),
         limits=list(arch.limits),
         matrix=compat_matrix.host_line(choice=choice),
-        aotriton_variant=_aotriton_variant(arch.name),
     )
     return section
-
-
-def _aotriton_variant(arch: str) -> dict[str, Any] | None:
-    """The non-upstream AOTriton that build_aotriton picks for arch (pins/aotriton_variants.toml,
-    read as data here: scripts.sources sits above this layer)."""
-    path = rocm_sdk.pins_dir() / "aotriton_variants.toml"
-    if not path.is_file():
-        return None
-    for name, table in load_toml(path, "AOTriton variants").get("variant", {}).items():
-        if isinstance(table, dict) and arch in table.get("arches", []):
-            keys = ("url", "commit", "version", "status", "tested")
-            return {"name": name, **{k: table.get(k) for k in keys}}
-    return None
 
 
 def _env_section(
@@ -227,14 +214,6 @@ def render(report: dict[str, Any]) -> str:
         )
         lines += [f"           limit: {limit}" for limit in arch["limits"]]
         lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
-        variant = arch.get("aotriton_variant")
-        if variant:
-            lines.append(
-                f"           AOTriton variant {variant['name']} ({variant['status']}, "
-                f"{variant['tested']}; not upstream): {variant['url']} @ "
-                f"{str(variant['commit'])[:12]} - build_aotriton uses it "
-                "(--aotriton-source upstream: none, SDPA runs math)"
-            )
     manager = env.get("manager")
     lines.append(
         f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"

@@ -248,12 +248,6 @@ class AotritonSourceOptions(CompileOptions):
         metavar="MIN",
         help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
     )
-    aotriton_source: str | None = opt(
-        "--aotriton-source",
-        metavar="SOURCE",
-        help="'upstream' (ROCm/aotriton) or a variant of pins/aotriton_variants.toml "
-        "(default: the variant for this arch, if any, else upstream)",
-    )
 
 
 class BuildAotritonOptions(AotritonSourceOptions):
@@ -275,13 +269,13 @@ class TuneAotritonOptions(AotritonSourceOptions):
         "--tune-head-dims",
         check="scripts.builds.tune_aotriton:check_head_dims",
         metavar="LIST",
-        help="head dims to tune, comma list (default: the arch's, e.g. 32,64 for gfx908)",
+        help="head dims to tune, comma list (default 64,128)",
     )
     tune_dtypes: str | None = opt(
         "--tune-dtypes",
         check="scripts.builds.tune_aotriton:check_dtypes",
         metavar="LIST",
-        help="dtypes to tune: float16,bfloat16 (default: the variant's, else float16,bfloat16)",
+        help="dtypes to tune: float16,bfloat16 (default both)",
     )
     tune_seqlens: str | None = opt(
         "--tune-seqlens",

@@ -4,7 +4,7 @@ its patch set still applies at the new commit; `--port-patches` copies a set tha
 cleanly to patches/<project>/<new commit>/.
 
 Besides the commit it records, read from the new commit itself: the submodule paths to
-initialise (AOTriton and its variants, scripts.sources.submodules) and which AOTriton the torch
+initialise (AOTriton, scripts.sources.submodules) and which AOTriton the torch
 pin's own aotriton.cmake names ([pytorch.aotriton], scripts.sources.pin_set). It then refuses an
 inconsistent torch x AOTriton pin set (--force: a warning).
 """
@@ -88,17 +88,6 @@ def update_pins(opts: UpdatePinsOptions) -> None:
         except UserError as e:
             failures.append(f"{project}: {e}")
             runner.say(f"{project}: FAILED: {e}")
-    if "aotriton" in (opts.project or pins.PROJECTS):
-        from scripts.sources.aotriton_variants import update_variant_pins
-
-        def record(path: Path, table: str, url: str, commit: str, name: str) -> None:
-            record_submodules(path, table, url, commit, paths.src_dir(work, name), runner)
-
-        try:
-            update_variant_pins(runner, ls_remote, directory, record=record)
-        except UserError as e:
-            failures.append(f"aotriton variants: {e}")
-            runner.say(f"aotriton variants: FAILED: {e}")
     chosen = set(opts.project or pins.PROJECTS)
     broken = {f.split(":", 1)[0].split()[0] for f in failures}
     if chosen & {"pytorch", "aotriton"} and not broken & {"pytorch", "aotriton"}:

@@ -1,31 +1,29 @@
-"""A stand-in of the community gfx908 AOTriton port (Jack31098/aotriton_gfx908 @ 60639c72,
-AOTriton 0.10.0) and of its cpptune tuner, following the interfaces read there:
+"""A stand-in of an AOTriton tree tuned with cpptune, laid out as upstream ROCm/aotriton 0.11b
+(972223c5) and the retired community gfx908 port (Jack31098/aotriton_gfx908 @ 60639c72, 0.10)
+both have it, following the interfaces read there:
 
-- CMakeLists.txt: AOTRITON_TARGET_ARCH (gfx908 among the defaults), AOTRITON_OVERRIDE_TARGET_GPUS
-  (gfxNNN_modN ids), AOTRITON_BUILD_FOR_TUNING, AOTRITON_NAME_SUFFIX (library
-  libaotriton<SUFFIX>_v2.so, v3src/CMakeLists.txt), AOTRITON_NOIMAGE_MODE, no AOTRITON_USE_TORCH
-  (0.11+); pack gfx908 (v3python/gpu_targets.py); at configure time it untars
-  v3python/rules/tuning_database.sqlite3.tar.xz into the build dir (v3src/CMakeLists.txt).
+- CMakeLists.txt: AOTRITON_TARGET_ARCH, AOTRITON_OVERRIDE_TARGET_GPUS (gfxNNN_modN ids),
+  AOTRITON_BUILD_FOR_TUNING, AOTRITON_NAME_SUFFIX (library libaotriton<SUFFIX>_v2.so,
+  v3src/CMakeLists.txt), AOTRITON_NOIMAGE_MODE; packs per arch (v3python/gpu_targets.py); at
+  configure time it untars v3python/rules/tuning_database.sqlite3.tar.xz into the build dir.
 - test/tune_flash.py: --json_file (required; appends and skips task ids already recorded unless
   --overwrite_json_file), --d_head/--dtype/--seqlen_q/--seqlen_k (nargs +), --validate; needs
-  the tuning build's bindings on PYTHONPATH; writes one JSON record per line.
+  the tuning build's bindings on PYTHONPATH; writes one JSON record per line; ends in a Textual
+  app, `app.run(mouse=False, inline=True, headless=args.debug_headless)` (972223c5 line 448):
+  the stand-in fails at once without a terminal unless --debug_headless is given.
 - v2python/table_tool.py --action rawjson -k FLASH -f <sqlite3> -i <json>: best record per
   input into the FLASH tables.
-- submodules as the real tree has them: gitlinks third_party/{aiter,incbin,pybind11,triton},
-  but .gitmodules maps only incbin, pybind11 and triton (a96e8f2 re-added the aiter gitlink
-  without a mapping), so `git submodule update --init --recursive` fails with "No url found for
-  submodule path 'third_party/aiter' in .gitmodules"; CMakeLists.txt stops without
-  third_party/pybind11/CMakeLists.txt when AOTRITON_NO_PYTHON=OFF.
-- test/tune_flash.py ends in a Textual app, `app.run(mouse=False, inline=True,
-  headless=args.debug_headless)`: the stand-in fails at once without a terminal unless
-  --debug_headless is given (the real inline app needs one).
-$STANDIN_TUNE_STOP_AFTER=N makes the tuner die after N new records (an interrupted run).
-"""
+- submodules as the port has them (the layout issue 28's resume tests replay): gitlinks
+  third_party/{aiter,incbin,pybind11,triton}, but .gitmodules maps only incbin, pybind11 and
+  triton (port a96e8f2 re-added the aiter gitlink without a mapping), so `git submodule update
+  --init --recursive` fails with "No url found for submodule path 'third_party/aiter' in
+  .gitmodules"; CMakeLists.txt stops without third_party/pybind11/CMakeLists.txt when
+  AOTRITON_NO_PYTHON=OFF (0.11b lines 85-87 and the port alike).
+$STANDIN_TUNE_STOP_AFTER=N makes the tuner die after N new records (an interrupted run)."""
 
 from __future__ import annotations
 
 import io
-import json
 import sqlite3
 import subprocess
 import tarfile
@@ -147,7 +145,7 @@ def main():
                 print("interrupted", flush=True)
                 sys.exit(130)
             record = {
-                "arch": "gfx908_mod0", "task_id": task_id, "kernel_name": "attn_fwd",
+                "arch": "gfx90a_mod0", "task_id": task_id, "kernel_name": "attn_fwd",
                 "inputs": {"D_HEAD": d, "Q_dtype": f"torch.{dt}", "Max_seqlen_q": sq,
                            "Max_seqlen_k": sk},
                 "tuned_kernel": {"BLOCK_M": 64, "BLOCK_N": 32, "PRE_LOAD_V": False},
@@ -222,8 +220,8 @@ PORT_SUBMODULES = ("third_party/incbin", "third_party/pybind11", "third_party/tr
 UNMAPPED_GITLINK = "third_party/aiter"
 
 
-def make_port(root: Path) -> tuple[Path, str]:
-    """The stand-in port as a git repo; returns (repo, HEAD commit)."""
+def make_port(root: Path, version: str = "0.11.0") -> tuple[Path, str]:
+    """The stand-in as a git repo; returns (repo, HEAD commit)."""
     subs = {
         "third_party/incbin": {"incbin.h": "/* stand-in incbin */\n"},
         "third_party/pybind11": {"CMakeLists.txt": "# stand-in pybind11\n"},
@@ -234,7 +232,7 @@ def make_port(root: Path) -> tuple[Path, str]:
         repo,
         {
             "CMakeLists.txt": PORT_CMAKELISTS,
-            "VERSION": "0.10.0\n",
+            "VERSION": version + "\n",
             "config.h.in": CONFIG_H_IN,
             "src/aotriton.c": "int aotriton_version(void) { return 1000; }\n",
             "test/tune_flash.py": TUNE_FLASH,
@@ -258,17 +256,6 @@ def make_port(root: Path) -> tuple[Path, str]:
     git(repo, "commit", "-q", "-m", "submodules as the port has them; the reused gfx90a database")
     # the author's work tree has the submodules; a clone does not
     return repo, git(repo, "rev-parse", "HEAD")
-
-
-def variants_toml(repo: Path, commit: str) -> str:
-    return (
-        "[variant.gfx908-community]\n"
-        f'url = "file://{repo}"\nref = "main"\ncommit = "{commit}"\nversion = "0.10b"\n'
-        'status = "community"\ntested = "untested"\nwhy = "stand-in of the gfx908 port"\n'
-        'arches = ["gfx908"]\npack = "gfx908"\ngpus = ["gfx908_mod0"]\n'
-        'dtypes = ["float16"]\ntuner = "cpptune"\ntune_head_dims = [32, 64]\n'
-        f"submodules = {json.dumps(list(PORT_SUBMODULES))}\n"
-    )
 
 
 def assert_recursive_init_stops_at_aiter(checkout: Path) -> None:

@@ -155,21 +155,11 @@ pkg_search_module(LZMA REQUIRED liblzma)
 if(NOT AOTRITON_NOIMAGE_MODE AND NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/triton/python")
   message(FATAL_ERROR "submodule third_party/triton is missing")
 endif()
-set(packs "")
-foreach(arch IN LISTS AOTRITON_TARGET_ARCH)
-  if(arch MATCHES "^gfx110[0-3]$")
-    set(pack gfx110x)
-  elseif(arch MATCHES "^gfx115[0-3]$")
-    set(pack gfx115x)
-  elseif(arch MATCHES "^gfx120[01]$")
-    set(pack gfx120x)
-  elseif(arch MATCHES "^gfx(90a|942|950|1250)$")
-    set(pack ${arch})
-  else()
-    continue()
-  endif()
-  list(APPEND packs ${pack})
-endforeach()
+# the real one asks python/gpu_targets.py (`-m aotriton.gpu_targets --target_arch`): an arch
+# missing from its tables (gfx908 at 0.13b) gives no GPU and no pack
+execute_process(COMMAND ${Python3_EXECUTABLE} "${CMAKE_CURRENT_SOURCE_DIR}/python/gpu_targets.py"
+  ${AOTRITON_TARGET_ARCH} OUTPUT_VARIABLE packs OUTPUT_STRIP_TRAILING_WHITESPACE
+  COMMAND_ERROR_IS_FATAL ANY)
 if(NOT packs)
   message(FATAL_ERROR "aotriton: no supported target arch in input list")
 endif()
@@ -231,6 +221,35 @@ PyMODINIT_FUNC PyInit_pyaotriton(void) { return PyModule_Create(&module); }
 """
 
 
+# python/gpu_targets.py's pack table as at 0.13b (6e00ef3e: no gfx908; the gfx908 patch set adds
+# it, patches/aotriton/6e00ef3e.../0001); run as a script it prints the packs of its arguments.
+GPU_TARGETS = """AOTRITON_ARCH_TO_PACK = {
+    'gfx90a'    : 'gfx90a',
+    'gfx942'    : 'gfx942',
+    'gfx950'    : 'gfx950',
+    'gfx1100'   : 'gfx110x',
+    'gfx1101'   : 'gfx110x',
+    'gfx1102'   : 'gfx110x',
+    'gfx1103'   : 'gfx110x',
+    'gfx1150'   : 'gfx115x',
+    'gfx1151'   : 'gfx115x',
+    'gfx1152'   : 'gfx115x',
+    'gfx1153'   : 'gfx115x',
+    'gfx1201'   : 'gfx120x',
+    'gfx1200'   : 'gfx120x',
+    'gfx1250'   : 'gfx1250',
+}
+
+if __name__ == "__main__":
+    import sys
+    found = [AOTRITON_ARCH_TO_PACK[a] for a in sys.argv[1:] if a in AOTRITON_ARCH_TO_PACK]
+    print(";".join(dict.fromkeys(found)))
+"""
+GFX908_PACK_EDIT = (
+    "AOTRITON_ARCH_TO_PACK = {\n",
+    "AOTRITON_ARCH_TO_PACK = {\n    'gfx908'    : 'gfx908',\n",
+)
+
 UPSTREAM_SUBMODULE = "third_party/triton"
 
 
@@ -248,6 +267,7 @@ def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, s
             "config.h.in": CONFIG_H_IN,
             "src/aotriton.c": AOTRITON_C,
             "src/pyaotriton.c": PYAOTRITON_C,
+            "python/gpu_targets.py": GPU_TARGETS,
         },
     )
     git(repo, "submodule", "add", "-q", f"file://{triton}", UPSTREAM_SUBMODULE)
@@ -314,6 +334,7 @@ def install_torch(
     runtime: str = "0.13.0",
     images: dict[str, str] | None = None,
     image_files: int = 0,
+    version: str = "2.13.0+rocm7.15.0",
 ) -> Path:
     """A stand-in torch package carrying AOTriton the way TheRock's wheels do."""
     site = site_packages(prefix)
@@ -322,10 +343,10 @@ def install_torch(
     for info in site.glob("torch-*.dist-info"):
         subprocess.run(["rm", "-rf", str(info)], check=True)
     (torch / "lib").mkdir(parents=True)
-    (torch / "__init__.py").write_text("__version__ = '2.13.0+rocm7.15.0'\n")
-    info = site / "torch-2.13.0+rocm7.15.0.dist-info"
+    (torch / "__init__.py").write_text(f"__version__ = '{version}'\n")
+    info = site / f"torch-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Name: torch\nVersion: 2.13.0+rocm7.15.0\n")
+    (info / "METADATA").write_text(f"Name: torch\nVersion: {version}\n")
     if runtime:
         (torch / "lib" / f"libaotriton_v2.so.{runtime}").write_bytes(b"torch-shipped runtime\n")
         (torch / "lib" / "libaotriton_v2.so").symlink_to(f"libaotriton_v2.so.{runtime}")

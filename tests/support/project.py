@@ -19,6 +19,7 @@ def copy_project(dest: Path, *, with_lock: bool = True) -> Path:
     shutil.copytree(REPO_ROOT / "scripts", dest / "scripts",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     shutil.copytree(REPO_ROOT / "pins", dest / "pins")
+    shutil.copytree(REPO_ROOT / "patches", dest / "patches")  # gfx908's kernels come from one
     if with_lock:
         from tests.test_lockfile import write_lock_with_conda_lock
 

@@ -1,12 +1,13 @@
-"""Run the REAL test/tune_flash.py of an AOTriton checkout (the gfx908 port) on an argv, up to
-its UI entry, without a GPU: `python tune_flash_probe.py <tune_flash.py> ARGS...` prints JSON
+"""Run the REAL test/tune_flash.py of an AOTriton checkout (upstream 0.11b, 972223c5; the
+retired gfx908 port has the same) on an argv, up to its UI entry, without a GPU:
+`python tune_flash_probe.py <tune_flash.py> ARGS...` prints JSON
 {"args": <parsed namespace>, "app_run": <keyword arguments of app.run>}.
 
-Its own code runs unchanged: the module body (including VRAM_CAP_IN_GB's amdsmi/rocm-smi probe,
-which falls back to -1 without them), parse() on ARGS with argparse and its checks, and main().
-Stand-ins replace only what needs the GPU build: the `mptune` package (imports pyaotriton), the
-GPU query rocm_arch.rocm_get_gpuarch (rocm_agent_enumerator), and, inside main(), the tuner
-graph and the Textual app, whose run() records how it was called.
+Its own code runs unchanged: the module body (including VRAM_CAP_IN_GB's probe), parse() on
+ARGS with argparse and its checks, and main(). Stand-ins replace only what needs the GPU build:
+the `mptune` package (imports pyaotriton), the GPU queries rocm_arch.rocm_get_gpuarch
+(rocm_agent_enumerator) and amdsmi (no GPU), and, inside main(), the tuner graph and the
+Textual app, whose run() records how it was called.
 """
 
 from __future__ import annotations
@@ -46,9 +47,17 @@ def _stub_modules() -> None:
     mptune.core = core
     mptune.tui = types.SimpleNamespace(TunerApp=_Anything)
     rocm_arch = types.ModuleType("rocm_arch")
-    rocm_arch.rocm_get_gpuarch = lambda: "gfx908"
-    rocm_arch.rocm_get_allarch = lambda: ["gfx908:sramecc+:xnack-"]
-    sys.modules.update({"mptune": mptune, "mptune.core": core, "rocm_arch": rocm_arch})
+    rocm_arch.rocm_get_gpuarch = lambda: "gfx90a"
+    rocm_arch.rocm_get_allarch = lambda: ["gfx90a:sramecc+:xnack-"]
+    # 0.11b's module body asks amdsmi for the VRAM size (the port guards it, 8c55a2d): no GPU
+    amdsmi = types.ModuleType("amdsmi")
+    amdsmi.AmdSmiException = type("AmdSmiException", (Exception,), {})
+    amdsmi.amdsmi_init = amdsmi.amdsmi_shut_down = lambda: None
+    amdsmi.amdsmi_get_processor_handles = lambda: []
+    amdsmi.amdsmi_get_gpu_vram_usage = lambda device: {"vram_total": 0}
+    sys.modules.update(
+        {"mptune": mptune, "mptune.core": core, "rocm_arch": rocm_arch, "amdsmi": amdsmi}
+    )
 
 
 def main() -> None:
