@@ -42,7 +42,7 @@ from scripts.builds.aotriton_install import (
     torch_version,
     verify_backup,
 )
-from scripts.env import archs, compat_matrix, condaenv, preamble
+from scripts.env import archs, compat_matrix, condaenv, preamble, rocm_sdk
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -66,11 +66,14 @@ AOTRITON_GIB_PER_JOB = 2.0
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     """Toolchain identity without running anything: the env's identity (its lock covers
-    cmake, ninja, compilers), TheRock's rocm version, and which tools would be used."""
+    cmake, ninja, compilers), TheRock's rocm version (before setup_env made the env, on a dry
+    run: the version pins/rocm.toml pins, which setup_env installs exactly), and which tools
+    would be used."""
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
+    rocm = dist_version(site, "rocm") if site.is_dir() else rocm_sdk.load_pin().version
     return {
         "env_identity": condaenv.env_identity(prefix),
-        "rocm": dist_version(site, "rocm"),
+        "rocm": rocm,
         "tools": {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")},
     }
 
@@ -448,6 +451,7 @@ def build_from_source(
         toolchain=toolchain(ctx.prefix, ctx.site),
         env=env,
         runner=runner,
+        planned=not session.ready,
     )
     if tuning is not None:
         scratch = build.with_name(build.name + "-tuning-db")
