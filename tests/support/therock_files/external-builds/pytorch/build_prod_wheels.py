@@ -219,8 +219,8 @@ def build_project(args, project, source_dir, name, version, files):
 
 def do_build(args):
     suffix = args.version_suffix
+    sdk_version = os.environ.get("THEROCK_STANDIN_ROCM_VERSION") or rocm_sdk("version")
     if not suffix:
-        sdk_version = os.environ.get("THEROCK_STANDIN_ROCM_VERSION") or rocm_sdk("version")
         suffix = ("+devrocm" if "dev" in sdk_version else "+rocm") + sdk_version.replace("+", "-")
     arch = args.pytorch_rocm_arch or rocm_sdk("targets").replace(";", ",")
     if not arch:
@@ -248,8 +248,13 @@ def do_build(args):
         else:
             fa = bool(args.enable_pytorch_flash_attention)
         version = (args.pytorch_dir / "version.txt").read_text().strip() + suffix
+        hip = sdk_version.split("a")[0]
         files = {
-            "torch/__init__.py": f"__version__ = {version!r}\n",
+            # as torch's own: torch/version.py (generated at build time), imported by __init__
+            "torch/__init__.py": (
+                f"from torch import version as version\n__version__ = {version!r}\n"
+            ),
+            "torch/version.py": f"__version__ = {version!r}\ncuda = None\nhip = {hip!r}\n",
             "torch/_standin_build.py": (
                 f"USE_FLASH_ATTENTION = {fa!r}\nPYTORCH_ROCM_ARCH = {arch!r}\n"
                 f"AOTRITON_INSTALLED_PREFIX = {os.environ.get('AOTRITON_INSTALLED_PREFIX')!r}\n"
