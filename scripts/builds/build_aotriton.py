@@ -280,6 +280,11 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         restore(ctx.in_torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
         return
     lib = ctx.torch / "lib" if ctx.torch is not None else None
+    if lib is None and opts.no_images and ctx.session.ready:
+        raise UserError(
+            "--no-images builds the runtime only and keeps the images of the env's torch, but "
+            "the env has no torch: drop --no-images (build_pytorch needs the images too)"
+        )
     if ctx.variant is None:  # the torch pin must name this AOTriton (--force: warn only)
         compat_matrix.announce(
             pin_set.check(
@@ -340,7 +345,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         else:  # a dry run: build_pytorch later in this run plans against this prefix
             stamps.plan(built, install_prefix=str(built_in))
     if ctx.torch is None:
-        keep_in_prefix(ctx, new, stamp, inputs, built_in, no_images=build.no_images)
+        keep_in_prefix(ctx, new, stamp, inputs, built_in)
         return
     try:
         install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
@@ -359,8 +364,6 @@ def keep_in_prefix(
     stamp: Path,
     inputs: dict[str, Any],
     built_in: Path,
-    *,
-    no_images: bool,
 ) -> None:
     """No torch in the env (the main job builds AOTriton first, then torch against it): the
     build stays in its install prefix, which build_pytorch passes as AOTRITON_INSTALLED_PREFIX;
@@ -375,7 +378,7 @@ def keep_in_prefix(
         return
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
-    if not no_images and ctx.pack not in new.images:
+    if ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
     runner.say(f"built: {new.describe()}")
     runner.say(story)
