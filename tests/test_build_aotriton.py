@@ -57,9 +57,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     repo, commit = st.make_aotriton_upstream(root)
     pins = root / "pins"
     pins.mkdir()
-    st.write_aotriton_pin(
-        pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=[st.UPSTREAM_SUBMODULE]
-    )
+    st.pin_standin_release(pins, repo, commit)
     patches = root / "patches"
     patches.mkdir()
     st.install_torch(prefix)

@@ -127,16 +127,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory, rocm_index: RocmIndex) -> 
     pins = upstreams.pins_dir
     shutil.copy(rocm_index.pins_dir / "rocm.toml", pins / "rocm.toml")
     repo, commit = st.make_aotriton_upstream(root / "aotriton")
-    torch_pin = (pins / "pytorch.toml").read_text()
-    st.write_pytorch_pin(
-        pins, aotriton_commit=commit, aotriton_version="0.13b", torch_commit=upstreams.pytorch[1]
-    )
-    record = (pins / "pytorch.toml").read_text().split("[pytorch.aotriton]", 1)[1]
-    (pins / "pytorch.toml").write_text(torch_pin + "\n[pytorch.aotriton]" + record)
-    st.write_aotriton_pin(
-        pins, f"file://{repo}", commit, "0.13b", version="0.13b",
-        submodules=[st.UPSTREAM_SUBMODULE],
-    )  # fmt: skip
+    st.pin_standin_release(pins, repo, commit)
     (root / "patches").mkdir()
     home = root / "home"
     home.mkdir()

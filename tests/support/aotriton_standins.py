@@ -11,6 +11,7 @@ import http.server
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -280,6 +281,25 @@ def write_aotriton_pin(
     if not torch.exists() and commit != "from-pytorch":
         write_pytorch_pin(pins_dir, aotriton_commit=commit, aotriton_version=fields.get("version"))
     return path
+
+
+def pin_standin_release(pins_dir: Path, repo: Path, commit: str) -> Path:
+    """pins/aotriton.toml for make_aotriton_upstream's repo as 0.13b, with its one submodule.
+    A pins/pytorch.toml already there (a TheRock stand-in's) gets the [pytorch.aotriton]
+    record update_pins would write, naming this AOTriton at that torch's commit."""
+    torch_pin = pins_dir / "pytorch.toml"
+    if torch_pin.is_file():
+        torch_commit = re.search(r'^commit = "([0-9a-f]{40})"', torch_pin.read_text(), re.M)
+        assert torch_commit, torch_pin
+        record = (
+            f'\n[pytorch.aotriton]\npytorch_commit = "{torch_commit[1]}"\nversion = "0.13b"\n'
+            f'commit = "{commit}"\nsource = "stand-in record"\n'
+        )
+        torch_pin.write_text(torch_pin.read_text() + record)
+    return write_aotriton_pin(
+        pins_dir, f"file://{repo}", commit, "0.13b", version="0.13b",
+        submodules=[UPSTREAM_SUBMODULE],
+    )  # fmt: skip
 
 
 STANDIN_TORCH_COMMIT = "b" * 40
