@@ -117,7 +117,7 @@ def update_pins(session: nox.Session) -> None:
 
 @nox.session(python=False, tags=["build"], default=False)
 def build_aotriton(session: nox.Session) -> None:
-    """Build (or --from-release fetch) AOTriton at its pin and install it into the env's torch."""
+    """Build (or --from-release fetch) AOTriton at its pin; swap it into the env's torch, if any."""
     from scripts.builds.build_aotriton import build_aotriton
 
     _call(session, build_aotriton)

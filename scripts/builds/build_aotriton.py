@@ -1,6 +1,8 @@
 """`nox -s build_aotriton`: AOTriton at its pin (with its patch set), built with cmake + ninja
-against the env's ROCm, installed into the env's torch - or, with --from-release, the prebuilt
-runtime and this arch's image pack (scripts.builds.aotriton_release).
+against the env's ROCm into its install prefix (build_pytorch's AOTRITON_INSTALLED_PREFIX), and
+swapped into the env's torch when there is one - or, with --from-release, the prebuilt runtime
+and this arch's image pack (scripts.builds.aotriton_release), which needs a torch. Without a
+torch (the README's main job: torch is built against this build afterwards) nothing is swapped.
 
 What the env's torch shipped is backed up first (work/backups/aotriton/...) and both versions
 are recorded; `--restore` puts the backup back. The install is refused when the runtime and the
