@@ -388,6 +388,8 @@ def test_a_reinstalled_torch_is_never_mixed_with_the_old_one(bed: Bed, capsys) -
     assert backup_b != backup_a
     assert (backup_b / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
     assert second["shipped"]["runtime"] == "0.12.0"
+    # our pyaotriton, left by pip (not in A's RECORD), is not what torch B shipped
+    assert list(backup_a.glob("pyaotriton*")) == [] == list(backup_b.glob("pyaotriton*"))
 
     # a marker naming a backup made for another torch: --restore refuses, nothing changes
     forged = {**second, "backup": str(backup_a)}

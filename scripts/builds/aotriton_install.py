@@ -227,6 +227,26 @@ def aotriton_files(lib: Path) -> list[Path]:
     return sorted(files)
 
 
+def shipped_files(torch: Path) -> list[Path]:
+    """aotriton_files of torch/lib that torch's own RECORD lists: after pip reinstalled torch
+    over an AOTriton we had swapped in, what pip did not know of (our pyaotriton, say) is still
+    there and is not what this torch shipped. Without a RECORD, every AOTriton entry."""
+    lib = torch / "lib"
+    infos = sorted(torch.parent.glob("torch-*.dist-info"))
+    try:
+        lines = (infos[-1] / "RECORD").read_text(encoding="utf-8").splitlines() if infos else []
+    except OSError:
+        lines = []
+    prefix = f"{torch.name}/lib/"
+    listed = {
+        line.split(",", 1)[0][len(prefix) :].split("/", 1)[0]
+        for line in lines
+        if line.startswith(prefix)
+    }
+    files = aotriton_files(lib)
+    return [f for f in files if f.name in listed] if listed else files
+
+
 def copy_entry(src: Path, dst: Path) -> None:
     if src.is_symlink():
         dst.symlink_to(os.readlink(src))
@@ -328,7 +348,7 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
     if stale:
         runner.say(f"{stale}: backing up this torch's own AOTriton")
     shipped = AotritonInstall.read(lib, torch / "include")
-    files = aotriton_files(lib)
+    files = shipped_files(torch)
     if not files:
         return None
     identity = torch_identity(torch)

@@ -363,6 +363,7 @@ def install_torch(
         subprocess.run(["rm", "-rf", str(torch)], check=True)
         for info in site.glob("torch-*.dist-info"):
             subprocess.run(["rm", "-rf", str(info)], check=True)
+    left = set(torch.rglob("*"))  # what pip did not remove is not this wheel's: not in RECORD
     (torch / "lib").mkdir(parents=True, exist_ok=True)
     (torch / "__init__.py").write_text("__version__ = '2.13.0+rocm7.15.0'\n")
     info = site / "torch-2.13.0+rocm7.15.0.dist-info"
@@ -387,15 +388,15 @@ def install_torch(
             kernels.mkdir()
             for i in range(image_files):
                 (kernels / f"k{i:05d}.aks2").write_bytes(b"shipped %d" % i)
-    write_record(site, torch, info)
+    write_record(site, torch, info, left)
     return torch
 
 
-def write_record(site: Path, torch: Path, info: Path) -> None:
-    """info/RECORD listing every file of torch/ and info/ as pip writes it."""
+def write_record(site: Path, torch: Path, info: Path, left: set[Path]) -> None:
+    """info/RECORD listing the files of torch/ (but those in left) and info/ as pip writes it."""
     lines = []
     for path in sorted([*torch.rglob("*"), *info.iterdir()]):
-        if path.is_dir() and not path.is_symlink():
+        if (path.is_dir() and not path.is_symlink()) or path in left:
             continue
         rel = path.relative_to(site).as_posix()
         data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
