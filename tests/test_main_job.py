@@ -16,7 +16,7 @@ a choice the machine would make (the GPU arch, where the pins live), the environ
 dependencies into the Python that runs nox, and the test runs under that Python already; the
 test asserts that every dependency pyproject.toml names is installed there (re-running pip
 would need the network or a local build backend, for nothing). `nox -s bench` (the last line)
-is not run: the stand-in torch has no kernels to time. Both are parsed all the same, so the
+is not run: the stand-in torch has no SDPA to time. Both are parsed all the same, so the
 README cannot gain or lose a line without this test seeing it.
 """
 
@@ -196,8 +196,9 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
         (torch / "lib" / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text()
     )
     assert signature["AOTRITON_GIT_SHA1"] == machine.aotriton_commit
-    # then its backend check ran with the env's Python on that torch, and failed in one line
-    # (the stand-in torch carries no kernels; on a GPU machine this is the verdict)
+    # then its backend check ran with the env's Python on that torch and failed in one line:
+    # the stand-in torch is a wheel of TheRock's shape without torch's API (on a machine with a
+    # GPU and a real torch, this line is the flash-attention verdict)
     assert f"{machine.prefix}/bin/python {machine.project}/scripts/probes/backend_check.py" in out
     version = metadata.Distribution.at(next(site.glob("torch-*.dist-info"))).version
     assert f"backend_check.py: error: torch {version} ({torch}/__init__.py) is not a usable" in out
