@@ -57,9 +57,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     repo, commit = st.make_aotriton_upstream(root)
     pins = root / "pins"
     pins.mkdir()
-    st.write_aotriton_pin(
-        pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=[st.UPSTREAM_SUBMODULE]
-    )
+    st.pin_standin_release(pins, repo, commit)
     patches = root / "patches"
     patches.mkdir()
     st.install_torch(prefix)
@@ -383,3 +381,56 @@ def test_torch_pin_naming_another_aotriton_is_refused_before_any_command(bed: Be
         assert "WARNING (--force): pins disagree" in capsys.readouterr().out
     finally:
         torch_pin.write_text(kept)
+
+
+def test_a_reinstalled_torch_is_never_mixed_with_the_old_one(bed: Bed, capsys) -> None:
+    """pip reinstalling torch leaves our marker behind (it is not in the wheel's RECORD): the
+    next build_aotriton reads what the new torch shipped, not the old torch's backup, and
+    --restore never puts one torch's AOTriton into another."""
+    lib = bed.torch_lib
+    st.install_torch(bed.prefix, build="A")
+    run_build(bed, capsys)
+    first = json.loads((lib / aotriton_install.MARKER).read_text())
+    assert first["torch"] == aotriton_install.torch_identity(lib.parent)
+    backup_a = Path(first["backup"])
+    assert (backup_a / "libaotriton_v2.so.0.13.0").read_bytes().endswith(b"build A\n")
+
+    # another torch build, for AOTriton 0.12, installed over it by pip: the marker stays
+    st.install_torch(bed.prefix, "0.12.0", {"amd-gfx115x": "0.12"}, as_pip=True, build="B")
+    assert (lib / aotriton_install.MARKER).is_file()
+    shipped_b = (lib / "libaotriton_v2.so.0.12.0").read_bytes()
+    backups = sorted(backup_a.parent.iterdir())
+    # what torch B shipped (0.12) is what the install is checked against, not A's 0.13 backup
+    with pytest.raises(UserError, match=r"torch was built for AOTriton 0\.12\.0 but this is 0\.13"):
+        run_build(bed, capsys)
+    assert sorted(backup_a.parent.iterdir()) == backups  # refused before any backup of B
+    # --restore: the marker is A's, torch/lib holds B's own AOTriton: nothing to restore
+    with pytest.raises(UserError, match=r"nothing to restore: .* \(reinstalled since\)") as error:
+        run_build(bed, capsys, "--restore")
+    assert "\n" not in str(error.value)
+    assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
+
+    out = run_build(bed, capsys, "--force")
+    assert "reinstalled since): backing up this torch's own AOTriton" in out
+    second = json.loads((lib / aotriton_install.MARKER).read_text())
+    assert second["torch"] == aotriton_install.torch_identity(lib.parent) != first["torch"]
+    backup_b = Path(second["backup"])
+    assert backup_b != backup_a
+    assert (backup_b / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
+    assert second["shipped"]["runtime"] == "0.12.0"
+    # our pyaotriton, left by pip (not in A's RECORD), is not what torch B shipped
+    assert list(backup_a.glob("pyaotriton*")) == [] == list(backup_b.glob("pyaotriton*"))
+
+    # a marker naming a backup made for another torch: --restore refuses, nothing changes
+    forged = {**second, "backup": str(backup_a)}
+    (lib / aotriton_install.MARKER).write_text(json.dumps(forged))
+    before = aotriton_install.installed_fingerprint(lib)
+    with pytest.raises(UserError, match=r"it was made for torch 2\.13\.0\+rocm7\.15\.0 \(RECORD "):
+        run_build(bed, capsys, "--restore")
+    assert aotriton_install.installed_fingerprint(lib) == before
+    (lib / aotriton_install.MARKER).write_text(json.dumps(second))
+    restored = run_build(bed, capsys, "--restore")
+    assert "restored torch's AOTriton (0.12.0)" in restored
+    assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
+    assert not (lib / "libaotriton_v2.so.0.13.0").exists()
+    st.install_torch(bed.prefix)

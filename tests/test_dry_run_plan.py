@@ -5,6 +5,7 @@ data dir), runs no command, and exits 0; a real run still stops with one line.""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,39 @@ def test_the_default_line_dry_run_names_the_line_and_every_source(fresh) -> None
                    "97164178c67fc943ab7b3ecddd4454a3265b0f63",
                    "88b227e23f0445f3f695bad05bbf1a363b4f50e0"):  # fmt: skip
         assert f"--repo-hashtag {commit}" in text
+
+
+def test_the_chained_dry_run_tells_the_real_chains_story(fresh) -> None:
+    """`nox -s build_aotriton build_pytorch -- --dry-run` before setup_env: build_aotriton keeps
+    its build in its install prefix (setup_env installs no torch), build_pytorch plans against
+    that prefix as the real chain does, unknown values are named placeholders or the pinned
+    values setup_env installs, and nothing is claimed from a placeholder."""
+    project, env = fresh
+    work = project / "work"
+    before = sorted(work.rglob("*")) if work.exists() else []
+    args = ("--", "--dry-run", "--arch", "gfx1151", "--cache", "sccache")
+    result = run_nox(project, "-s", "build_aotriton", "build_pytorch", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    prefix = project / "work" / "build" / "aotriton" / "install"
+    assert f"[dry-run] no torch in the env: AOTriton stays in {prefix}" in out
+    assert (
+        f"AOTriton: {prefix} from build_aotriton, which fills it earlier in this run "
+        "-> AOTRITON_INSTALLED_PREFIX"
+    ) in out
+    torch_stage = next(line for line in out.splitlines() if "--pytorch-dir" in line)
+    assert f"AOTRITON_INSTALLED_PREFIX={prefix} " in torch_stage
+    assert "no build_aotriton install found" not in out
+    rocm = tomllib.loads((project / "pins" / "rocm.toml").read_text())["rocm"]["version"]
+    assert f"[dry-run] ROCm SDK {rocm}: pinned in pins/rocm.toml, setup_env installs it" in out
+    keys = [line for line in out.splitlines() if "key prefix" in line]
+    assert len(keys) >= 2  # build_aotriton's, then build_pytorch's per stage
+    for line in keys:
+        assert line.endswith(f"rocmfa/gfx1151/rocm-{rocm}-<digest of the env setup_env makes>")
+    assert any("HIP_CLANG_LAUNCHER=" in line for line in out.splitlines())  # 7.15 >= 7.13
+    for leak in ("unknown", "__rocm-sdk_version_", "predates", "000000000000"):
+        assert leak not in out, leak
+    assert (sorted(work.rglob("*")) if work.exists() else []) == before  # nothing written
+    pins = run_nox(project, "-s", "update_pins", "--", "--dry-run", env=env)
+    assert pins.returncode == 0, pins.stderr
+    assert "000000000000" not in pins.stdout

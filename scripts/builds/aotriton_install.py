@@ -38,13 +38,20 @@ def site_packages(prefix: Path) -> Path:
     return Path(found[-1])
 
 
-def torch_dir(prefix: Path) -> Path:
-    site = site_packages(prefix)
-    torch = site / "torch"
-    if not (torch / "__init__.py").is_file():
+def find_torch(prefix: Path) -> Path | None:
+    """<site-packages>/torch of the env, or None when no torch is installed there."""
+    torch = site_packages(prefix) / "torch"
+    return torch if (torch / "__init__.py").is_file() else None
+
+
+def torch_dir(prefix: Path, why: str = "") -> Path:
+    """The env's torch; UserError (one line, saying why it is needed) when there is none."""
+    torch = find_torch(prefix)
+    if torch is None:
+        need = f" ({why})" if why else ""
         raise UserError(
-            f"no torch in the env ({site}); install it first: nox -s setup_env -- --with-torch, "
-            "or nox -s build_pytorch install_wheels"
+            f"no torch in the env ({site_packages(prefix)}){need}; install it first: "
+            "nox -s setup_env -- --with-torch, or nox -s build_pytorch install_wheels"
         )
     return torch
 
@@ -56,6 +63,23 @@ def torch_version(torch: Path) -> str:
     text = (torch / "version.py").read_text() if (torch / "version.py").is_file() else ""
     match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
     return match.group(1) if match else "unknown"
+
+
+def torch_identity(torch: Path) -> dict[str, str | None]:
+    """Which torch install this is: its version and the sha256 of its dist-info RECORD. pip
+    rewrites RECORD on every install of another wheel, and our swap never touches it, so a
+    reinstalled torch is never taken for the one a marker or a backup was made for."""
+    infos = sorted(torch.parent.glob("torch-*.dist-info"))
+    record = infos[-1] / "RECORD" if infos else None
+    digest = stamps.file_sha256(record) if record is not None and record.is_file() else None
+    return {"version": torch_version(torch), "record_sha256": digest}
+
+
+def describe_identity(identity: Any) -> str:
+    if not isinstance(identity, dict):
+        return "an unrecorded torch"
+    digest = identity.get("record_sha256")
+    return f"torch {identity.get('version')} (RECORD {str(digest)[:12] if digest else 'none'})"
 
 
 def runtime_version_in(lib_dir: Path) -> str | None:
@@ -203,6 +227,26 @@ def aotriton_files(lib: Path) -> list[Path]:
     return sorted(files)
 
 
+def shipped_files(torch: Path) -> list[Path]:
+    """aotriton_files of torch/lib that torch's own RECORD lists: after pip reinstalled torch
+    over an AOTriton we had swapped in, what pip did not know of (our pyaotriton, say) is still
+    there and is not what this torch shipped. Without a RECORD, every AOTriton entry."""
+    lib = torch / "lib"
+    infos = sorted(torch.parent.glob("torch-*.dist-info"))
+    try:
+        lines = (infos[-1] / "RECORD").read_text(encoding="utf-8").splitlines() if infos else []
+    except OSError:
+        lines = []
+    prefix = f"{torch.name}/lib/"
+    listed = {
+        line.split(",", 1)[0][len(prefix) :].split("/", 1)[0]
+        for line in lines
+        if line.startswith(prefix)
+    }
+    files = aotriton_files(lib)
+    return [f for f in files if f.name in listed] if listed else files
+
+
 def copy_entry(src: Path, dst: Path) -> None:
     if src.is_symlink():
         dst.symlink_to(os.readlink(src))
@@ -291,20 +335,27 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
     way once, with a manifest (sizes, sha256) that --restore verifies first. Files we installed
     earlier (the marker says so) are not backed up again."""
     lib = torch / "lib"
-    marker = read_marker(lib)
+    marker, stale = current_marker(torch)
     if marker is not None:
         return Path(marker["backup"]) if marker.get("backup") else None
+    if stale:
+        runner.say(f"{stale}: backing up this torch's own AOTriton")
     shipped = AotritonInstall.read(lib, torch / "include")
-    files = aotriton_files(lib)
+    files = shipped_files(torch)
     if not files:
         return None
-    name = f"torch-{torch_version(torch)}-aotriton-{shipped.runtime or 'unknown'}"
+    identity = torch_identity(torch)
+    record_id = (identity["record_sha256"] or "no-record")[:12]
+    name = f"torch-{identity['version']}-{record_id}-aotriton-{shipped.runtime or 'none'}"
     target = backup_root(work) / re.sub(r"[^A-Za-z0-9._+-]", "_", name)
     if (target / "backup.json").is_file():
         try:
-            verify_backup(target, quick=True)
-        except UserError as damaged:  # it must not stand in for torch's files: make it again
-            runner.say(f"{damaged}; backing up torch's AOTriton again")
+            info = verify_backup(target, quick=True)
+            if info.get("torch") != identity:
+                made_for = describe_identity(info.get("torch"))
+                raise UserError(f"backup {target} was made for {made_for}")
+        except UserError as unusable:  # it must not stand in for torch's files: make it again
+            runner.say(f"{unusable}; backing up torch's AOTriton again")
         else:
             runner.say(f"backup of torch's AOTriton already at {target}")
             return target
@@ -320,7 +371,8 @@ def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
         copy_entry(item, staging / item.name)
     record = {
         "torch_dir": str(torch),
-        "torch_version": torch_version(torch),
+        "torch_version": identity["version"],
+        "torch": identity,
         "runtime": shipped.runtime,
         "images": shipped.images,
         "files": names,
@@ -342,6 +394,29 @@ def read_marker(lib: Path) -> dict[str, Any] | None:
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+
+
+def current_marker(torch: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(our marker, None) when torch/lib holds an AOTriton we installed into this very torch;
+    (None, why) when the marker was written for another torch install: pip reinstalled torch
+    since (the marker is not in the wheel's RECORD, so pip leaves it behind), and torch/lib
+    holds that torch's own AOTriton again; (None, None) without a marker."""
+    lib = torch / "lib"
+    marker = read_marker(lib)
+    if marker is None:
+        return None, None
+    here = torch_identity(torch)
+    recorded = marker.get("torch")
+    if recorded is None:  # written before markers carried the identity: the version at least
+        recorded = {"version": marker.get("torch_version"), "record_sha256": None}
+        if recorded["version"] == here["version"]:
+            return marker, None
+    elif recorded == here:
+        return marker, None
+    return None, (
+        f"{lib / MARKER} was written for {describe_identity(recorded)}, but the env's torch is "
+        f"{describe_identity(here)} (reinstalled since)"
+    )
 
 
 def env_prefix_of(torch: Path) -> Path:

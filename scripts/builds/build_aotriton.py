@@ -1,6 +1,8 @@
 """`nox -s build_aotriton`: AOTriton at its pin (with its patch set), built with cmake + ninja
-against the env's ROCm, installed into the env's torch - or, with --from-release, the prebuilt
-runtime and this arch's image pack (scripts.builds.aotriton_release).
+against the env's ROCm into its install prefix (build_pytorch's AOTRITON_INSTALLED_PREFIX), and
+swapped into the env's torch when there is one - or, with --from-release, the prebuilt runtime
+and this arch's image pack (scripts.builds.aotriton_release), which needs a torch. Without a
+torch (the README's main job: torch is built against this build afterwards) nothing is swapped.
 
 What the env's torch shipped is backed up first (work/backups/aotriton/...) and both versions
 are recorded; `--restore` puts the backup back. The install is refused when the runtime and the
@@ -28,17 +30,21 @@ from scripts.builds.aotriton_install import (
     backup_root,
     backup_shipped,
     check_compatible,
+    current_marker,
+    describe_identity,
     dist_version,
+    find_torch,
     image_signatures,
     install_into_torch,
     installed_fingerprint,
-    read_marker,
     restore_into_torch,
+    site_packages,
     torch_dir,
+    torch_identity,
     torch_version,
     verify_backup,
 )
-from scripts.env import archs, compat_matrix, condaenv, preamble
+from scripts.env import archs, compat_matrix, condaenv, preamble, rocm_sdk
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -62,11 +68,14 @@ AOTRITON_GIB_PER_JOB = 2.0
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     """Toolchain identity without running anything: the env's identity (its lock covers
-    cmake, ninja, compilers), TheRock's rocm version, and which tools would be used."""
+    cmake, ninja, compilers), TheRock's rocm version (before setup_env made the env, on a dry
+    run: the version pins/rocm.toml pins, which setup_env installs exactly), and which tools
+    would be used."""
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
+    rocm = dist_version(site, "rocm") if site.is_dir() else rocm_sdk.load_pin().version
     return {
         "env_identity": condaenv.env_identity(prefix),
-        "rocm": dist_version(site, "rocm"),
+        "rocm": rocm,
         "tools": {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")},
     }
 
@@ -76,15 +85,29 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
 
 def restore(torch: Path, work: Path, runner: Runner, *, force: bool = False) -> None:
     """Put torch's own AOTriton back: the backup is verified against its manifest before
-    torch/lib is touched, then swapped in as one transaction."""
+    torch/lib is touched, then swapped in as one transaction. A marker or a backup made for
+    another torch install (torch was reinstalled since) is refused: the two never mix."""
     lib = torch / "lib"
-    marker = read_marker(lib)
+    marker, stale = current_marker(torch)
+    if stale:
+        raise UserError(
+            f"nothing to restore: {stale}, so {lib} holds that torch's own AOTriton; the "
+            f"backups under {backup_root(work)} belong to the old torch"
+        )
     if marker is None:
         raise UserError(f"nothing to restore: {lib} has no AOTriton installed by build_aotriton")
     if not marker.get("backup"):
         raise UserError(f"no backup recorded for {lib} (expected under {backup_root(work)})")
     backup = Path(marker["backup"])
     info = verify_backup(backup, force=force)
+    here = torch_identity(torch)
+    legacy = {"version": info.get("torch_version"), "record_sha256": here["record_sha256"]}
+    if (info.get("torch") or legacy) != here:
+        raise UserError(
+            f"refusing to restore from {backup}: it was made for "
+            f"{describe_identity(info.get('torch'))}, but the env's torch is "
+            f"{describe_identity(here)}; nothing was changed"
+        )
     if runner.dry_run:
         runner.say(f"[dry-run] would restore {', '.join(info['files'])} from {backup} to {lib}")
         return
@@ -131,7 +154,9 @@ def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> Sou
 @dataclass(frozen=True)
 class Context(preamble.OnSession):
     session: preamble.SessionEnv
-    torch: Path
+    # The env's torch, or None when it has none yet (the main job builds AOTriton first, then
+    # torch against it): the build then stays in its install prefix.
+    torch: Path | None
     pin: pins.Pin
     version: str
     pack: str
@@ -140,7 +165,18 @@ class Context(preamble.OnSession):
 
     @property
     def site(self) -> Path:
-        return self.torch.parent
+        if self.torch is not None:
+            return self.torch.parent
+        if self.session.ready:
+            return site_packages(self.prefix)
+        return self.prefix / "lib" / "python3.X" / "site-packages"  # a dry run before setup_env
+
+    @property
+    def in_torch(self) -> Path:
+        """The env's torch, for what needs one (an install into it, --restore, tuning)."""
+        if self.torch is None:
+            return torch_dir(self.prefix, "needed to install into it")
+        return self.torch
 
     @property
     def source_name(self) -> str:
@@ -148,12 +184,23 @@ class Context(preamble.OnSession):
         return "aotriton"
 
 
-def make_context(where: EnvChoice, *, dry_run: bool, from_release: bool = False) -> Context:
-    """The preamble (arch, work dir, env) plus which AOTriton: its pin, version and pack."""
+def make_context(
+    where: EnvChoice,
+    *,
+    dry_run: bool,
+    from_release: bool = False,
+    torch_optional: bool = False,
+) -> Context:
+    """The preamble (arch, work dir, env) plus which AOTriton: its pin, version and pack.
+    torch_optional: a source build goes on without a torch in the env (torch None); on a dry
+    run before setup_env the env has none either (setup_env installs one only with
+    --with-torch)."""
     session = preamble.open_env(where, dry_run=dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:
-        torch = torch_dir(session.prefix)
+        torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
+    elif torch_optional:
+        torch = None
     else:  # dry run: where the env's torch will be
         torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
@@ -209,7 +256,7 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
         "arch": ctx.arch.name,
         "pack": ctx.pack,
-        "torch": str(ctx.torch),
+        "torch": str(ctx.torch) if ctx.torch is not None else None,
         "toolchain": toolchain(ctx.prefix, ctx.site),
     }
     if mode == "source":
@@ -224,18 +271,35 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
     return inputs
 
 
+def install_prefix(ctx: Context) -> Path:
+    """Where a source build installs (build_pytorch's AOTRITON_INSTALLED_PREFIX)."""
+    return paths.build_dir(ctx.work, ctx.source_name) / "install"
+
+
+def build_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs of the build itself, for the aotriton-built stamp: not which torch it is
+    swapped into (a torch appearing later must not make build_pytorch rebuild torch)."""
+    return {k: v for k, v in inputs.items() if k != "torch"}
+
+
 def build_aotriton(opts: BuildAotritonOptions) -> None:
     ctx = make_context(
         opts,
         dry_run=opts.dry_run,
         from_release=opts.from_release,
+        torch_optional=not (opts.restore or opts.from_release),
     )
     out = sys.stdout
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
-    lib = ctx.torch / "lib"
     if opts.restore:
-        restore(ctx.torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
+        restore(ctx.in_torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
         return
+    lib = ctx.torch / "lib" if ctx.torch is not None else None
+    if lib is None and opts.no_images and ctx.session.ready:
+        raise UserError(
+            "--no-images builds the runtime only and keeps the images of the env's torch, but "
+            "the env has no torch: drop --no-images (build_pytorch needs the images too)"
+        )
     # the torch pin must name this AOTriton (--force: warn only)
     compat_matrix.announce(
         pin_set.check(
@@ -247,7 +311,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         compat_matrix.check_combination(
             ctx.arch,
             ctx.version,
-            torch_version=torch_version(ctx.torch),
+            torch_version=torch_version(ctx.torch) if ctx.torch is not None else None,
             force=opts.force,
         )
     )
@@ -262,16 +326,19 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     build = source_build(opts, no_images=opts.no_images)
     inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
     recorded = stamps.read(stamp)
+    built_in = install_prefix(ctx)
     if (
         not opts.force
         and not opts.clean
         and stamps.is_current(stamp, inputs)
         and recorded is not None
-        and recorded.get("installed") == installed_fingerprint(lib)
+        and recorded.get("installed") == (installed_fingerprint(lib) if lib else None)
+        and (lib is not None or AotritonInstall.read(built_in / "lib").runtime is not None)
     ):
+        where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
         print(
-            f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} installed in "
-            f"{lib}; stamp {stamp}); nothing run",
+            f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} {where}; "
+            f"stamp {stamp}); nothing run",
             file=out,
         )
         return
@@ -289,9 +356,14 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         if tuned:
             how += f" with the tuning database {tuned.directory.name}"
+        built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
         if new is not None:
-            built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
-            stamps.write(built, inputs, install_prefix=str(new.lib.parent))
+            stamps.write(built, build_inputs(inputs), install_prefix=str(new.lib.parent))
+        else:  # a dry run: build_pytorch later in this run plans against this prefix
+            stamps.plan(built, install_prefix=str(built_in))
+    if ctx.torch is None:
+        keep_in_prefix(ctx, new, stamp, inputs, built_in)
+        return
     install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
 
 
@@ -320,6 +392,34 @@ def drop_stale_cmake_cache(
         if not runner.dry_run:
             (build / "CMakeCache.txt").unlink()
     return configured
+
+
+def keep_in_prefix(
+    ctx: Context,
+    new: AotritonInstall | None,
+    stamp: Path,
+    inputs: dict[str, Any],
+    built_in: Path,
+) -> None:
+    """No torch in the env (the main job builds AOTriton first, then torch against it): the
+    build stays in its install prefix, which build_pytorch passes as AOTRITON_INSTALLED_PREFIX;
+    nothing is swapped (new is None on a dry run)."""
+    runner = ctx.session.runner
+    story = (
+        f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
+        "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
+    )
+    if new is None:
+        runner.say(f"[dry-run] {story}; would write {stamp}")
+        return
+    if new.runtime is None:
+        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
+    if ctx.pack not in new.images:
+        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
+    runner.say(f"built: {new.describe()}")
+    runner.say(story)
+    described = {"runtime": new.runtime, "images": new.images}
+    stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
 
 
 def build_from_source(
@@ -392,6 +492,7 @@ def build_from_source(
         toolchain=toolchain(ctx.prefix, ctx.site),
         env=env,
         runner=runner,
+        planned=not session.ready,
     )
     if tuning is not None:
         scratch = build.with_name(build.name + "-tuning-db")
@@ -434,17 +535,20 @@ def install(
     """Check versions and images, back up what torch shipped, install new into the env's
     torch and write the stamp (new is None on a dry run: say what would happen)."""
     runner = ctx.session.runner
-    lib = ctx.torch / "lib"
-    marker = read_marker(lib)
+    torch = ctx.in_torch
+    lib = torch / "lib"
+    # What torch shipped: from the backup when torch/lib holds our install, never from one made
+    # for another torch install (a marker pip left behind when it reinstalled torch).
+    marker, _stale = current_marker(torch)
     if marker is not None and marker.get("backup"):
         info = backup_info(Path(marker["backup"]))
         shipped = (
             AotritonInstall(lib, info.get("runtime"), info.get("images", {}), ()) if info else None
         )
     else:
-        shipped = AotritonInstall.read(lib, ctx.torch / "include")
+        shipped = AotritonInstall.read(lib, torch / "include")
     if new is None:  # dry run
-        backup_shipped(ctx.torch, ctx.work, runner)
+        backup_shipped(torch, ctx.work, runner)
         runner.say(f"[dry-run] would check versions, then install into {lib} and write {stamp}")
         return
     no_images = inputs["mode"] == "source" and no_images
@@ -457,7 +561,7 @@ def install(
     overridden = check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    backup = backup_shipped(ctx.torch, ctx.work, runner)
+    backup = backup_shipped(torch, ctx.work, runner)
     expected = None
     if shipped is not None and shipped.runtime and shipped.runtime != new.runtime:
         expected = f"libaotriton_v2.so.{shipped.runtime}"
@@ -466,15 +570,14 @@ def install(
         "how": how,
         "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "arch": ctx.arch.name,
-        "torch_version": torch_version(ctx.torch),
+        "torch_version": torch_version(torch),
+        "torch": torch_identity(torch),
         "shipped": {"runtime": shipped.runtime, "images": shipped.images} if shipped else None,
         "new": {"runtime": new.runtime, "images": effective.images},
         "backup": str(backup) if backup else None,
         "forced": overridden,
     }
-    names = install_into_torch(
-        new, ctx.torch, record=record, expected_soname=expected, runner=runner
-    )
+    names = install_into_torch(new, torch, record=record, expected_soname=expected, runner=runner)
     was = shipped.describe() if shipped else "nothing"
     runner.say(f"installed into {lib}: {', '.join(names)}")
     runner.say(f"torch shipped: {was}; now: {effective.describe()} ({how})")

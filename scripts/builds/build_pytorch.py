@@ -42,7 +42,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from scripts.builds import compile_cache
-from scripts.env import archs, compat_matrix, condaenv
+from scripts.env import archs, compat_matrix, condaenv, rocm_sdk
 from scripts.env.preamble import OnSession, SessionEnv, open_env
 from scripts.plumbing import buildjobs, paths, pin_schema, stamps
 from scripts.plumbing.errors import UserError
@@ -316,8 +316,11 @@ class Context(OnSession):
     flash_attention: bool = False
 
 
-def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX."""
+def find_aotriton_prefix(
+    requested: str | None, work: Path, *, dry_run: bool = False
+) -> tuple[Path | None, str, str]:
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX. A dry run after
+    build_aotriton's dry run in the same nox run takes the prefix that one is about to fill."""
 
     # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
     # links $PREFIX/lib/libaotriton_v2.so (the unversioned name) - all three must be there.
@@ -346,6 +349,10 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
     ):
         if has_lib(candidate):
             return candidate, "build_aotriton", digest or str(candidate)
+    planned = stamps.planned(paths.stamp_path(work, "aotriton-built")) if dry_run else None
+    if planned and planned.get("install_prefix"):
+        how = "build_aotriton, which fills it earlier in this run"
+        return Path(planned["install_prefix"]), how, "<digest of build_aotriton's build to come>"
     return None, "", ""
 
 
@@ -360,16 +367,21 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     runner.say(pin_schema.describe_line(pins.resolve_pins_dir()))
     pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
-    rocm_sdk = session.tool("rocm-sdk")
-    rocm_version = runner.run(
-        [rocm_sdk, "version"], capture=True, dry_run_output="$(rocm-sdk version)"
-    ).stdout.strip()
+    if session.ready:
+        rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
+    else:  # a dry run before setup_env: it installs exactly the pinned version
+        rocm_version = rocm_sdk.load_pin().version
+        runner.say(
+            f"[dry-run] ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
+        )
     python_tag = runner.run(
         [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
         capture=True,
         dry_run_output="$(python tag)",
     ).stdout.strip()
-    aotriton, how, aotriton_digest = find_aotriton_prefix(opts.aotriton_prefix, work)
+    aotriton, how, aotriton_digest = find_aotriton_prefix(
+        opts.aotriton_prefix, work, dry_run=opts.dry_run
+    )
     patched = patched_aotriton(arch, work, aotriton, how, dry_run=opts.dry_run)
     if patched is not None:
         aotriton, how = patched, how or "build_aotriton (after it runs)"
@@ -395,6 +407,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
             toolchain=toolchain,
             env=session.environ,
             runner=runner,
+            planned=not session.ready,
         )
     return Context(
         session=session,

@@ -158,11 +158,16 @@ def hip_launcher_supported(rocm_version: str | None) -> bool:
     return bool(match) and (int(match[1]), int(match[2])) >= HIP_CLANG_LAUNCHER_SINCE
 
 
-def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any]) -> str:
-    """<user prefix>/rocmfa/<arch>/<rocm version>-<toolchain digest>."""
+def key_prefix(
+    spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned: bool = False
+) -> str:
+    """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
+    before setup_env made the env, whose identity (part of the digest) is not known yet."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
-    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "unknown-rocm"))
-    tail = f"rocm-{rocm}-{hashlib.sha256(blob).hexdigest()[:10]}"
+    rocm = toolchain.get("rocm")
+    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(rocm)) if rocm else "<ROCm SDK version>"
+    digest = hashlib.sha256(blob).hexdigest()[:10]
+    tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
     return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
 
 
@@ -284,8 +289,10 @@ def plan_cache(
     toolchain: Mapping[str, Any],
     env: Mapping[str, str],
     runner: Runner,
+    planned: bool = False,
 ) -> CachePlan:
-    """Resolve the tool, the variables and (for a server) whether it answers."""
+    """Resolve the tool, the variables and (for a server) whether it answers. planned: a dry
+    run before setup_env (toolchain["rocm"] is then the version pins/rocm.toml pins)."""
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
         return CachePlan(spec, None)
@@ -297,12 +304,17 @@ def plan_cache(
                 f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})"
             )
         exe = spec.tool
-    key = key_prefix(spec, arch, toolchain)
-    plan = CachePlan(spec, exe, key=key, hip_launcher=hip_launcher_supported(toolchain.get("rocm")))
+    key = key_prefix(spec, arch, toolchain, planned=planned)
+    rocm = toolchain.get("rocm")
+    plan = CachePlan(spec, exe, key=key, hip_launcher=hip_launcher_supported(rocm))
+    known = bool(re.match(r"\s*\d+\.\d+", str(rocm or "")))
     if spec.tool == "sccache" and not plan.hip_launcher:
         plan.notes.append(
-            f"ROCm {toolchain.get('rocm') or '?'} predates HIP_CLANG_LAUNCHER (7.13): "
-            "HIP device code is not cached, host code is"
+            f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached, "
+            "host code is"
+            if known
+            else "ROCm SDK version not known yet: whether HIP device code is cached "
+            "(HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real run"
         )
     if spec.remote:
         problem = None if runner.dry_run else probe(spec)

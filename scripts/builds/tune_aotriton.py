@@ -357,7 +357,9 @@ def install_and_publish(
     runner.say("[6/6] install into torch and publish the database")
     published_at = tuning_db.db_dir(commit, ctx.arch.name)
     if run.dry_run:
-        runner.say(f"[dry-run] would install into {ctx.torch / 'lib'} and copy to {published_at}")
+        runner.say(
+            f"[dry-run] would install into {ctx.in_torch / 'lib'} and copy to {published_at}"
+        )
         return
     published = tuning_db.publish(candidate)
     stamp = paths.stamp_path(ctx.work, ba.STAMP_NAME)
@@ -389,10 +391,10 @@ def gate(
         runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib})
         return
     # The preload only tests the candidate when torch asks for this very runtime version.
-    shipped = AotritonInstall.read(ctx.torch / "lib", ctx.torch / "include")
+    shipped = AotritonInstall.read(ctx.in_torch / "lib", ctx.in_torch / "include")
     if shipped.runtime != new.runtime:
         raise UserError(
-            f"{ctx.torch / 'lib'} has AOTriton {shipped.runtime}, the tuned build is "
+            f"{ctx.in_torch / 'lib'} has AOTriton {shipped.runtime}, the tuned build is "
             f"{new.runtime}: the gate cannot test it, nothing installed (build torch against "
             "this AOTriton first: nox -s build_pytorch)"
         )

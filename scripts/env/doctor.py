@@ -19,6 +19,14 @@ from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import DoctorOptions
 
+# The README's main job after `pip install -e .`, in order: doctor's "next" and setup_env's
+# "next:" line name these (tests/test_main_job.py holds README, setup_env and doctor to them).
+MAIN_JOB = (
+    "nox -s setup_env",
+    "nox -s build_aotriton build_pytorch",
+    "nox -s install_wheels",
+    "nox -s bench",
+)
 TORCH_PROBE = (
     "import json, torch; print(json.dumps({'version': torch.__version__, "
     "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
@@ -159,22 +167,22 @@ def _next_step(report: dict[str, Any]) -> str:
         return f"fix {arch['bad_value']}: {arch['error']}"
     if "error" in arch:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
-    if not env.get("manager"):
-        return "install micromamba or miniforge (or set MAMBA_EXE), then: nox -s setup_env"
+    # No conda manager is needed: setup_env makes the env with py-rattler (README).
     if not report["lock"].get("present"):
-        return "nox -s setup_env (it generates conda-lock.yml first)"
+        return f"{MAIN_JOB[0]} (it generates conda-lock.yml first)"
     if not report["lock"].get("fresh"):
         return "nox -s lock"
     if not env.get("set_up"):
-        return "nox -s setup_env"
+        return MAIN_JOB[0]
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     if any("run: nox -s update_pins" in pin.get("error", "") for pin in report["pins"]):
         return "nox -s update_pins (a pin's commit is not resolved yet)"
     torch = env.get("torch") or {}
     if not torch.get("version"):
-        return "nox -s build_aotriton build_pytorch install_wheels (or setup_env -- --with-torch)"
-    return "nox -s backend_check, then nox -s bench"
+        built = any(b["step"] == "build_pytorch-torch" for b in report["builds"])
+        return MAIN_JOB[2] if built else MAIN_JOB[1]
+    return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 
 def gather(opts: DoctorOptions) -> dict[str, Any]:

@@ -454,8 +454,8 @@ SESSIONS = (
             "apply.", changes=(W,)),
     Session("build_aotriton", "scripts.builds.build_aotriton:build_aotriton",
             BuildAotritonOptions, BUILD,
-            "Build (or --from-release fetch) AOTriton at its pin and install it into the env's "
-            "torch.", changes=(W, E)),
+            "Build (or --from-release fetch) AOTriton at its pin; swap it into the env's torch, "
+            "if any.", changes=(W, E)),
     Session("tune_aotriton", "scripts.builds.tune_aotriton:tune_aotriton", TuneAotritonOptions,
             BUILD,
             "Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, "

@@ -482,9 +482,15 @@ def build_parser() -> common.OneLineArgumentParser:
 
 
 def _main(argv: list[str] | None) -> int:
-    import torch
-
     opts = build_parser().parse_args(argv)
+    try:
+        import torch
+
+        torch.device, torch.version, torch.nn.functional  # noqa: B018 - the API this reads
+    except (ImportError, AttributeError) as e:  # a broken or partial install: no verdict
+        where = getattr(sys.modules.get("torch"), "__file__", None) or "the env's torch"
+        version = getattr(sys.modules.get("torch"), "__version__", "?")
+        raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
     dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)

@@ -37,6 +37,8 @@ PATCH_PROJECTS = {
     "pytorch.triton": "triton",
     "pytorch.apex": "apex",
 }
+# What `git ls-remote` answers on a dry run (nothing is asked): never shown as a commit.
+UNRESOLVED = "0" * 40
 
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
@@ -47,7 +49,7 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
         ["git", "ls-remote", url, ref],
         capture=True,
         check=False,
-        dry_run_output=f"{'0' * 40}\trefs/heads/{ref}\n",
+        dry_run_output=f"{UNRESOLVED}\trefs/heads/{ref}\n",
     )
     if result.returncode != 0:
         detail = last_line(result.stderr) or f"exit {result.returncode}"
@@ -225,7 +227,8 @@ def record_submodules(
 ) -> None:
     """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
     if runner.dry_run:
-        runner.say(f"[dry-run] {table}: would record the submodule paths of {commit[:12]}")
+        at = "<the commit its ref resolves to>" if commit == UNRESOLVED else commit[:12]
+        runner.say(f"[dry-run] {table}: would record the submodule paths of {at}")
         return
     if not (checkout / ".git").exists():
         runner.say(

@@ -76,10 +76,7 @@ def main() -> int:
         repo, commit = st.make_aotriton_upstream(root)
         pins = root / "pins"
         pins.mkdir()
-        st.write_aotriton_pin(
-            pins, f"file://{repo}", commit, "0.13b", version="0.13b",
-            submodules=[st.UPSTREAM_SUBMODULE],
-        )  # fmt: skip
+        st.pin_standin_release(pins, repo, commit)
         (root / "patches").mkdir()
         log = root / "commands.log"
         make_shims(root / "shims", log)

@@ -4,12 +4,14 @@ supports Range requests and can drop a connection midway."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import http.server
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -301,6 +303,25 @@ def write_aotriton_pin(
     return path
 
 
+def pin_standin_release(pins_dir: Path, repo: Path, commit: str) -> Path:
+    """pins/aotriton.toml for make_aotriton_upstream's repo as 0.13b, with its one submodule.
+    A pins/pytorch.toml already there (a TheRock stand-in's) gets the [pytorch.aotriton]
+    record update_pins would write, naming this AOTriton at that torch's commit."""
+    torch_pin = pins_dir / "pytorch.toml"
+    if torch_pin.is_file():
+        torch_commit = re.search(r'^commit = "([0-9a-f]{40})"', torch_pin.read_text(), re.M)
+        assert torch_commit, torch_pin
+        record = (
+            f'\n[pytorch.aotriton]\npytorch_commit = "{torch_commit[1]}"\nversion = "0.13b"\n'
+            f'commit = "{commit}"\nsource = "stand-in record"\n'
+        )
+        torch_pin.write_text(torch_pin.read_text() + record)
+    return write_aotriton_pin(
+        pins_dir, f"file://{repo}", commit, "0.13b", version="0.13b",
+        submodules=[UPSTREAM_SUBMODULE],
+    )  # fmt: skip
+
+
 STANDIN_TORCH_COMMIT = "b" * 40
 
 
@@ -335,37 +356,75 @@ def install_torch(
     images: dict[str, str] | None = None,
     image_files: int = 0,
     version: str = "2.13.0+rocm7.15.0",
+    *,
+    as_pip: bool = False,
+    build: str = "",
 ) -> Path:
-    """A stand-in torch package carrying AOTriton the way TheRock's wheels do."""
+    """A stand-in torch package carrying AOTriton the way TheRock's wheels do, with a RECORD
+    as pip writes it (path,sha256=<urlsafe b64>,size; symlinks are files in a wheel, but the
+    stand-in keeps libaotriton_v2.so a link as TheRock's install leaves it). as_pip: replace
+    the installed torch the way `pip install --force-reinstall` does - only the files its
+    RECORD lists are removed first, so what others put in torch/ stays (our marker, say);
+    build: a tag in the shipped runtime's bytes, so another build gets another RECORD."""
     site = site_packages(prefix)
     torch = site / "torch"
-    subprocess.run(["rm", "-rf", str(torch)], check=True)
-    for info in site.glob("torch-*.dist-info"):
-        subprocess.run(["rm", "-rf", str(info)], check=True)
-    (torch / "lib").mkdir(parents=True)
+    if as_pip:
+        for info in site.glob("torch-*.dist-info"):
+            record = info / "RECORD"
+            listed = record.read_text().splitlines() if record.is_file() else []
+            for line in listed:
+                target = site / line.split(",", 1)[0]
+                if target.is_symlink() or target.is_file():
+                    target.unlink()
+            subprocess.run(["rm", "-rf", str(info)], check=True)
+        for folder in sorted(torch.rglob("*"), reverse=True):  # pip drops emptied folders
+            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+                folder.rmdir()
+    else:
+        subprocess.run(["rm", "-rf", str(torch)], check=True)
+        for info in site.glob("torch-*.dist-info"):
+            subprocess.run(["rm", "-rf", str(info)], check=True)
+    left = set(torch.rglob("*"))  # what pip did not remove is not this wheel's: not in RECORD
+    (torch / "lib").mkdir(parents=True, exist_ok=True)
     (torch / "__init__.py").write_text(f"__version__ = '{version}'\n")
     info = site / f"torch-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Name: torch\nVersion: {version}\n")
     if runtime:
-        (torch / "lib" / f"libaotriton_v2.so.{runtime}").write_bytes(b"torch-shipped runtime\n")
+        shipped = b"torch-shipped runtime\n" + (f"build {build}\n".encode() if build else b"")
+        (torch / "lib" / f"libaotriton_v2.so.{runtime}").write_bytes(shipped)
         (torch / "lib" / "libaotriton_v2.so").symlink_to(f"libaotriton_v2.so.{runtime}")
         major, minor, patch = runtime.split(".")
         include = torch / "include" / "aotriton"
-        include.mkdir(parents=True)
+        include.mkdir(parents=True, exist_ok=True)
         (include / "config.h").write_text(
             f"#define AOTRITON_VERSION_MAJOR {major}\n#define AOTRITON_VERSION_MINOR {minor}\n"
             f"#define AOTRITON_VERSION_PATCH {patch}\n"
         )
     for pack, sig in (images or {"amd-gfx115x": "0.13", "amd-gfx110x": "0.13"}).items():
-        (torch / "lib" / "aotriton.images" / pack).mkdir(parents=True)
+        (torch / "lib" / "aotriton.images" / pack).mkdir(parents=True, exist_ok=True)
         (torch / "lib" / "aotriton.images" / pack / "__signature__").write_text(f"aotriton{sig}\n")
         if image_files:
             kernels = torch / "lib" / "aotriton.images" / pack / "flash"
             kernels.mkdir()
             for i in range(image_files):
                 (kernels / f"k{i:05d}.aks2").write_bytes(b"shipped %d" % i)
+    write_record(site, torch, info, left)
     return torch
+
+
+def write_record(site: Path, torch: Path, info: Path, left: set[Path]) -> None:
+    """info/RECORD listing the files of torch/ (but those in left) and info/ as pip writes it."""
+    lines = []
+    for path in sorted([*torch.rglob("*"), *info.iterdir()]):
+        if (path.is_dir() and not path.is_symlink()) or path in left:
+            continue
+        rel = path.relative_to(site).as_posix()
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{rel},sha256={digest},{len(data)}")
+    lines.append(f"{info.relative_to(site).as_posix()}/RECORD,,")
+    (info / "RECORD").write_text("\n".join(lines) + "\n")
 
 
 # --- release tarballs and a loopback server with Range support ----------------------------

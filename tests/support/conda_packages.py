@@ -118,19 +118,61 @@ def make_channel(channel: Path, packages: list[Package]) -> str:
     return channel.resolve().as_uri()
 
 
-def python_standin(version: str = "3.12.0") -> Package:
+def python_standin(version: str = "3.12.0", *, system_site_packages: bool = True) -> Package:
     """A `python` package whose prefix is a venv of the Python running the tests (pyvenv.cfg +
     bin/python links): `PREFIX/bin/python -m pip install` then installs into the prefix,
-    as with conda-forge's python, without shipping an interpreter."""
+    as with conda-forge's python, without shipping an interpreter. system_site_packages=False:
+    the env sees none of the test Python's packages (no torch); add pip_standin() for pip."""
     import sys
     import sysconfig
 
     real = Path(sys.executable).resolve()
     cfg = (
-        f"home = {real.parent}\ninclude-system-site-packages = true\n"
+        f"home = {real.parent}\n"
+        f"include-system-site-packages = {str(system_site_packages).lower()}\n"
         f"version = {sysconfig.get_python_version()}\n"
     )
     return Package(
         "python", version, files={"pyvenv.cfg": cfg},
         links={"bin/python": str(real), "bin/python3": "python"},
+    )  # fmt: skip
+
+
+PIP_ONLY = """\
+import importlib.machinery
+import sys
+
+SITE = {site!r}
+
+
+class PipOnly:
+    \"\"\"Finds the top-level `pip` package in the test Python's site-packages, nothing else.\"\"\"
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "pip":
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, [SITE])
+
+
+sys.meta_path.append(PipOnly)
+"""
+
+
+def pip_standin(version: str = "25.0") -> Package:
+    """A `pip` package for a python_standin(system_site_packages=False) env: a .pth hook that
+    lets the env's Python import the test Python's pip (which vendors its dependencies) and
+    no other package of it, as conda-forge's pip package gives an env pip and nothing else."""
+    import sysconfig
+
+    import pip
+
+    site_dir = str(Path(pip.__file__).resolve().parent.parent)
+    lib = f"lib/python{sysconfig.get_python_version()}/site-packages"
+    return Package(
+        "pip", version, depends=("python",),
+        files={
+            f"{lib}/rocmfa_pip_standin.pth": "import rocmfa_pip_standin\n",
+            f"{lib}/rocmfa_pip_standin.py": PIP_ONLY.format(site=site_dir),
+        },
     )  # fmt: skip

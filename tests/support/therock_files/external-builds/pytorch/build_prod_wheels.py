@@ -235,8 +235,8 @@ def compute_build_version(source_dir, version_suffix, release_type):
 def do_build(args):
     suffix = args.version_suffix
     hook = os.environ.get("THEROCK_STANDIN_ROCM_VERSION")
+    sdk_version = hook or rocm_sdk("version")
     if not suffix:
-        sdk_version = hook or rocm_sdk("version")
         suffix = ("+devrocm" if "dev" in sdk_version else "+rocm") + sdk_version.replace("+", "-")
     elif hook:  # the test hook: as if the SDK had changed under the caller's suffix
         suffix = re.sub(r"rocm\d[0-9a-z.]*$", "rocm" + hook, suffix)
@@ -266,8 +266,13 @@ def do_build(args):
         else:
             fa = bool(args.enable_pytorch_flash_attention)
         version = compute_build_version(args.pytorch_dir, suffix, args.release_type)
+        hip = sdk_version.split("a")[0]
         files = {
-            "torch/__init__.py": f"__version__ = {version!r}\n",
+            # as torch's own: torch/version.py (generated at build time), imported by __init__
+            "torch/__init__.py": (
+                f"from torch import version as version\n__version__ = {version!r}\n"
+            ),
+            "torch/version.py": f"__version__ = {version!r}\ncuda = None\nhip = {hip!r}\n",
             "torch/_standin_build.py": (
                 f"USE_FLASH_ATTENTION = {fa!r}\nPYTORCH_ROCM_ARCH = {arch!r}\n"
                 f"AOTRITON_INSTALLED_PREFIX = {os.environ.get('AOTRITON_INSTALLED_PREFIX')!r}\n"
