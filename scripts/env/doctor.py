@@ -14,7 +14,7 @@ from typing import Any
 
 from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_guard
 from scripts.env.manager import find_manager
-from scripts.plumbing import paths, pin_schema, stamps
+from scripts.plumbing import paths, pin_schema, stamps, transaction
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import DoctorOptions
@@ -172,6 +172,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
     prefix = Path(env["prefix"]) if env.get("prefix") else None
     report: dict[str, Any] = {
         "interrupted": session_guard.report(prefix),
+        "set_aside": [str(p) for p in transaction.quarantined(prefix)] if prefix else [],
         "arch": _arch_section(opts.arch),
         "env": env,
         "lock": lockfile.describe(),
@@ -186,6 +187,12 @@ def render(report: dict[str, Any]) -> str:
     arch, env, lock = report["arch"], report["env"], report["lock"]
     lines = ["rocm-fa-workflow doctor", ""]
     lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
+    if report.get("set_aside"):
+        folder = Path(report["set_aside"][0]).parent
+        lines.append(
+            f"SET ASIDE  {len(report['set_aside'])} refused journal(s) in {folder} "
+            "(by nox -s repair; nothing acted on them: look, then delete)"
+        )
     gpus = ", ".join(arch["detected"]) or "none"
     lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
     for gpu, chain in arch.get("hierarchy", {}).items():
