@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -130,11 +131,14 @@ def test_a_well_formed_journal_is_still_recovered(tmp_path: Path) -> None:
     assert not transaction.pending(prefix) and not transaction.quarantined(prefix)
 
 
-def _nox(session: str, prefix: Path, work: Path) -> subprocess.CompletedProcess[str]:
+def _nox(
+    session: str, prefix: Path, work: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "nox", "-s", session, "--", "--prefix", str(prefix)]
         + ["--workdir", str(work)] * (session != "doctor"),
         cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
@@ -155,3 +159,15 @@ def test_a_garbage_journal_costs_one_repair_through_nox(tmp_path: Path) -> None:
     _assert_set_aside(prefix, journal)
     report = doctor.render({**doctor.gather(doctor.DoctorOptions(prefix=str(prefix))), "next": "-"})
     assert f"SET ASIDE  1 refused journal(s) in {transaction.quarantine_dir(prefix)}" in report
+
+
+def test_repair_killed_while_setting_a_journal_aside(tmp_path: Path) -> None:
+    prefix, work = tmp_path / "env", tmp_path / "work"
+    journal = transaction.journal_dir(prefix) / "aotriton.json"
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(b"\xff\xfe")
+    killed = _nox("repair", prefix, work, {transaction.FAULT_ENV: "quarantined"})
+    assert killed.returncode == -signal.SIGKILL
+    again = _nox("repair", prefix, work)
+    assert again.returncode == 0 and "no interrupted change left" in again.stdout
+    _assert_set_aside(prefix, journal)

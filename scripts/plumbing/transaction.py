@@ -9,8 +9,9 @@ replace_entries() swaps named entries of one directory (e.g. AOTriton in torch/l
      (a directory such as aotriton.images moves as one rename, whatever it holds);
   3. journal "committed", then the aside and staging folders are removed and the journal last.
 Nothing old is deleted before every new entry is in place. recover() rolls an interrupted
-"staging"/"swapping" back (each name is in exactly one place, rename is atomic) and finishes a
-"committed" one; it is idempotent, so a kill during recovery is recovered the next time.
+"staging"/"swapping" back (each name is in exactly one place, rename is atomic; "rolled-back" is
+journalled before the cleanup) and finishes a "committed" one; it is idempotent, so a kill
+during recovery is recovered the next time (tests/test_faults.py kills it at every step).
 
 recorded() journals a step we cannot undo ourselves (pip replacing torch): the journal names the
 one command that repairs it and is removed when the step finished.
@@ -48,7 +49,7 @@ FAULT_ENV = "ROCMFA_FAULT_AT"
 STATE_DIR = ".rocmfa"
 JOURNAL_VERSION = 1
 REPAIR = "nox -s repair"
-PHASES = ("staging", "swapping", "committed")
+PHASES = ("staging", "swapping", "rolled-back", "committed")
 _faults_passed = 0
 
 
@@ -301,6 +302,12 @@ def recover(path: Path, record: dict[str, Any] | None) -> str:
                     os.rename(aside / name, target / name)
                     fault_point(f"recover:back:{name}")
             _fsync_dir(target)
+            # before the cleanup: once staging is gone, the loops above could no longer tell
+            # a restored old entry from a new one of the same name
+            _write_journal(path, {**record, "phase": "rolled-back"})
+            fault_point("recover:rolled-back")
+            done = "rolled back to what was there before"
+        elif phase == "rolled-back":
             done = "rolled back to what was there before"
         else:
             done = "finished" if phase == "committed" else "nothing had changed; cleaned up"
