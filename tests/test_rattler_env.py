@@ -4,12 +4,17 @@ installer, and activated by sourcing the env's activate.d/deactivate.d scripts i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -317,3 +322,67 @@ def test_setup_env_makes_a_real_env_with_rattler_and_no_conda_manager(
     assert condaenv.require_env(prefix) == prefix
     again = run_nox(project, "-s", "setup_env", "--", *args, env=env)
     assert again.returncode == 0 and "is up to date (nothing to do" in again.stdout
+
+
+@pytest.fixture
+def silent_mirror():
+    """A loopback server that accepts every connection and never answers."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/"
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_ctrl_c_ends_setup_env_on_a_silent_mirror_at_once_with_no_partial_files(
+    tmp_path: Path, rocm_index: RocmIndex, silent_mirror: str
+) -> None:
+    mirror = make_channel(tmp_path / "mirror", packages())
+    project = copy_project(tmp_path / "project", with_lock=False)
+    write_env(project / "environment.yml", "conda-forge", ["tool"])
+    env = {
+        "ROCMFA_WORKDIR": str(tmp_path / "work"),
+        "ROCMFA_PINS_DIR": str(rocm_index.pins_dir),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    assert run_nox(project, "-s", "lock", "--", "--channel", mirror, env=env).returncode == 0
+    archives = tmp_path / "cache" / "rocm-fa-workflow" / "conda" / "archives"
+    archives.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    strays = [f".tool-2.0-0.tar.bz2.{dead}.a1b2c3d4", ".libfoo-1.2-0.tar.bz2.x_9y8z7w"]
+    for name in strays:  # a killed run's (and an older version's) partial downloads
+        (archives / name).write_bytes(b"")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ROCMFA_", "CONDA_"))}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", "setup_env",
+         "--", "--arch", "gfx1151", "--prefix", str(tmp_path / "env"),
+         "--channel", silent_mirror],
+        cwd=project, env={**full, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not [p for p in archives.iterdir() if p.name not in strays]:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)  # its downloads are waiting on the mirror now
+        run.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = run.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        run.kill()
+    assert run.returncode != 0 and took < 5, (took, out, err)
+    assert "Traceback" not in err
+    assert list(archives.iterdir()) == []  # no partial file, no stray of the killed run
+    (line,) = [x for x in err.splitlines() if x.startswith("interrupted while downloading")]
+    assert "127.0.0.1" in line
