@@ -106,6 +106,17 @@ def test_rattler_lock_is_accepted_by_conda_lock_and_goes_stale(locked) -> None:
     assert "run: nox -s lock" in str(error.value)
 
 
+def test_an_unreachable_channel_is_a_network_error_naming_the_host_and_channel(
+    tmp_path: Path,
+) -> None:
+    env_file = write_env(tmp_path / "environment.yml", "http://127.0.0.1:9/c", ["tool"])
+    with pytest.raises(UserError) as error:
+        rattler_env.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("cannot reach 127.0.0.1:9 (http://")
+    assert "--channel URL" in message and "solve" not in message
+
+
 def test_unsolvable_spec_is_one_line_naming_the_conflict(tmp_path: Path) -> None:
     url = make_channel(tmp_path / "channel", packages())
     env_file = write_env(tmp_path / "environment.yml", url, ["tool>=2", "libfoo<1"])

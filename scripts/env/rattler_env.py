@@ -135,7 +135,7 @@ def solve(
     """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
     Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
     import rattler
-    from rattler.exceptions import SolverError
+    from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
     cache_dir = cache_dir or default_cache_dir()
 
@@ -152,7 +152,15 @@ def solve(
         return rattler_runtime.run(go)
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
-    except Exception as error:  # channel fetch errors and the like, from rattler
+    except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
+        text = str(error)
+        url = re.search(r"url \((\S+?)\)", text)
+        cause = [line.strip() for line in text.splitlines() if line.strip()][-1:] or ["?"]
+        where = url[1] if url else ", ".join(channels)
+        raise UserError(
+            network_error_line(where, Exception(cause[0].removeprefix("Caused by: ")), MIRROR_FIX)
+        ) from None
+    except Exception as error:  # anything else from rattler
         raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
 
 
