@@ -32,7 +32,7 @@ def test_doctor_reports_and_exits_zero_without_gpu_or_conda(tmp_path: Path) -> N
     report = json.loads(as_json.stdout)
     assert report["arch"]["arch"] == "gfx908" and report["arch"]["aotriton"] is False
     assert report["env"]["manager"] is None
-    assert report["next"].startswith("install micromamba")
+    assert report["next"] == "nox -s setup_env"  # a conda manager is optional (README)
 
 
 def test_unknown_session_and_help() -> None:

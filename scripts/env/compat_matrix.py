@@ -10,6 +10,7 @@ every row.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -323,6 +324,14 @@ def main(opts: MatrixOptions) -> None:
     report = table()
     report["host"] = host_line(opts.arch)
     if opts.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2), flush=True)
     else:
-        print(render_markdown(report), end="")
+        print(render_markdown(report), end="", flush=True)
+    # after the screen: a non-zero exit when what it shows is broken (not for a missing GPU)
+    broken = []
+    if (opts.arch or os.environ.get(archs.ARCH_ENV)) and report["host"].startswith("no arch ("):
+        broken.append(report["host"].removeprefix("no arch (").removesuffix(")"))
+    if "error" in report["pinned_build"]:
+        broken.append(report["pinned_build"]["error"])
+    if broken:
+        raise UserError(f"matrix: {'; '.join(broken)}")

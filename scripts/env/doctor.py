@@ -1,7 +1,7 @@
 """`nox -s doctor`: one screen about this host and the shared env, and the next command.
 
 Every section reports instead of raising, so doctor exits 0 on a machine with no GPU and no
-conda; only bad options fail.
+conda; after the screen it exits non-zero when what it shows is broken (problems()).
 """
 
 from __future__ import annotations
@@ -153,10 +153,8 @@ def _next_step(report: dict[str, Any]) -> str:
         return f"fix {arch['bad_value']}: {arch['error']}"
     if "error" in arch:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
-    if not env.get("manager"):
-        return "install micromamba or miniforge (or set MAMBA_EXE), then: nox -s setup_env"
-    if not report["lock"].get("present"):
-        return "nox -s setup_env (it generates conda-lock.yml first)"
+    if not report["lock"].get("present"):  # a conda manager is optional (README)
+        return "nox -s setup_env"
     if not report["lock"].get("fresh"):
         return "nox -s lock"
     if not env.get("set_up"):
@@ -264,6 +262,22 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def problems(report: dict[str, Any]) -> list[str]:
+    """What the report shows broken (doctor then exits non-zero): a bad arch value, a malformed
+    pin file, a stale lock, a half-done change. No GPU, no manager, no env yet are not."""
+    interrupted = report.get("interrupted", [])
+    found = [f"half-done change ({line.rsplit('repair: ', 1)[-1]})" for line in interrupted]
+    if report["arch"].get("bad_value"):
+        found.append(f"unknown arch ({report['arch']['bad_value']})")
+    found += [f"malformed pin file {pin['file']}" for pin in report["pins"] if "error" in pin]
+    if report["lock"].get("present") and not report["lock"].get("fresh"):
+        found.append("stale conda-lock.yml (nox -s lock)")
+    return found
+
+
 def doctor(opts: DoctorOptions) -> None:
     report = gather(opts)
-    print(json.dumps(report, indent=2) if opts.json else render(report))
+    print(json.dumps(report, indent=2) if opts.json else render(report), flush=True)
+    broken = problems(report)
+    if broken:
+        raise UserError(f"doctor: {'; '.join(broken)} - see the report above")
