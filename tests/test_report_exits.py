@@ -5,6 +5,8 @@ suggestion ranks two swapped digits first."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,7 @@ def test_doctor_and_matrix_exit_non_zero_for_an_unknown_arch_after_their_screen(
         result = run_nox(REPO_ROOT, "-s", session, "--", "--arch", "gfx9999", env=env)
         assert result.returncode == 1, result.stderr
         assert screen in result.stdout and "Traceback" not in result.stderr
+        assert "uv binary not found" not in result.stderr  # nox's own chatter stays out
         (line,) = [x for x in result.stderr.splitlines() if "aborted" in x]
         assert "gfx9999" in line
 
@@ -69,3 +72,16 @@ def test_doctor_problems_are_what_is_broken_not_what_is_missing() -> None:
         "malformed pin file pytorch.toml",
         "stale conda-lock.yml (nox -s lock)",
     ]
+
+
+def test_nox_tests_without_the_dev_extras_is_one_line_naming_the_install(tmp_path: Path) -> None:
+    # pytest absent: None in sys.modules is how Python itself marks a module as not importable
+    hide = "import sys; sys.modules['pytest'] = None; sys.argv[0] = 'nox'; import nox; nox.main()"
+    result = subprocess.run(
+        [sys.executable, "-c", hide, "-s", "tests"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    (line,) = [x for x in result.stderr.splitlines() if "aborted" in x]
+    assert "pytest is not installed; run: python3 -m pip install -e '.[dev]'" in line
+    assert "Traceback" not in result.stderr and "uv binary" not in result.stderr
