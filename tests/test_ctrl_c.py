@@ -5,11 +5,11 @@ tests/test_rattler_env.py, a silent mirror.)"""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.support import loopback
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,18 +30,10 @@ def test_ctrl_c_stops_a_runner_command_and_its_child_at_once(tmp_path: Path) -> 
         [sys.executable, "-c", PARENT, str(pid_file), str(tmp_path)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not pid_file.exists() or not pid_file.read_text():
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.05)
-        child = int(pid_file.read_text())
-        run.send_signal(signal.SIGINT)  # to our process only, as `kill -INT` does
-        sent = time.monotonic()
-        _out, err = run.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        run.kill()
+    took, _out, err = loopback.interrupt_when(  # to our process only, as `kill -INT` does
+        run, lambda: pid_file.exists() and bool(pid_file.read_text())
+    )
+    child = int(pid_file.read_text())
     assert run.returncode != 0 and took < 5, (took, err)
     (line,) = [x for x in err.splitlines() if x.startswith("interrupted: ")]
     assert f"(cd {tmp_path})" in line and "sleep(120)" in line

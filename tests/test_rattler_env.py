@@ -4,17 +4,13 @@ installer, and activated by sourcing the env's activate.d/deactivate.d scripts i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +19,7 @@ from scripts.env import activation, condaenv, lockfile, rattler_env
 from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 from tests.conftest import RocmIndex
+from tests.support import loopback
 from tests.support.conda_packages import (
     Package,
     build,
@@ -337,20 +334,8 @@ def test_setup_env_makes_a_real_env_with_rattler_and_no_conda_manager(
 
 @pytest.fixture
 def silent_mirror():
-    """A loopback server that accepts every connection and never answers."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                held.append(server.accept()[0])
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}/"
-    server.close()
-    for conn in held:
-        conn.close()
+    with loopback.silent() as url:
+        yield url
 
 
 def test_ctrl_c_ends_setup_env_on_a_silent_mirror_at_once_with_no_partial_files(
@@ -380,20 +365,29 @@ def test_ctrl_c_ends_setup_env_on_a_silent_mirror_at_once_with_no_partial_files(
         cwd=project, env={**full, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not [p for p in archives.iterdir() if p.name not in strays]:
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.05)
-        time.sleep(0.5)  # its downloads are waiting on the mirror now
-        run.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        out, err = run.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        run.kill()
+    # once its downloads wait on the mirror (a partial file is there), Ctrl-C
+    took, out, err = loopback.interrupt_when(
+        run, lambda: any(p.name not in strays for p in archives.iterdir())
+    )
     assert run.returncode != 0 and took < 5, (took, out, err)
     assert "Traceback" not in err
     assert list(archives.iterdir()) == []  # no partial file, no stray of the killed run
     (line,) = [x for x in err.splitlines() if x.startswith("interrupted while downloading")]
     assert "127.0.0.1" in line
+
+
+def test_ctrl_c_ends_lock_on_a_silent_mirror_at_once(tmp_path: Path, silent_mirror: str) -> None:
+    project = copy_project(tmp_path / "project", with_lock=False)
+    write_env(project / "environment.yml", "conda-forge", ["tool"])
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ROCMFA_", "CONDA_"))}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", "lock", "--",
+         "--channel", silent_mirror],
+        cwd=project, env={**full, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    repodata = tmp_path / "cache" / "rocm-fa-workflow" / "conda" / "repodata"
+    took, out, err = loopback.interrupt_when(run, repodata.exists)  # rattler is fetching
+    assert run.returncode != 0 and took < 5, (took, out, err)
+    assert "Traceback" not in err and "solving 1 specs" in out
+    assert not (project / "conda-lock.yml").exists()
