@@ -233,8 +233,8 @@ def _entries(record: dict[str, Any]) -> tuple[Path, Path, Path, list[str], list[
 
 def describe_refused(path: Path, why: str) -> str:
     return (
-        f"refused journal {path} ({why}); nothing was done; repair: {REPAIR} "
-        f"(it sets the journal aside in {quarantine_dir(env_of(path))})"
+        f"refused journal {path} ({why}); nothing was done; the repair sets it aside in "
+        f"{quarantine_dir(env_of(path))}; repair: {REPAIR}"
     )
 
 
