@@ -10,7 +10,6 @@ every row.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -179,6 +178,20 @@ def pinned_build() -> dict[str, Any]:
     }
 
 
+def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
+    """What the matrix screen shows broken (the session then exits non-zero): a bad arch value
+    (not a missing GPU) and pin files that do not parse."""
+    import os
+
+    broken = []
+    host = str(report.get("host", ""))
+    if (requested or os.environ.get(archs.ARCH_ENV)) and host.startswith("no arch ("):
+        broken.append(host.removeprefix("no arch (").removesuffix(")"))
+    if "error" in report["pinned_build"]:
+        broken.append(report["pinned_build"]["error"])
+    return broken
+
+
 def _series_key(series: str) -> tuple[int, ...]:
     return tuple(int(p) for p in series.split("."))
 
@@ -324,14 +337,9 @@ def main(opts: MatrixOptions) -> None:
     report = table()
     report["host"] = host_line(opts.arch)
     if opts.json:
-        print(json.dumps(report, indent=2), flush=True)
+        print(json.dumps(report, indent=2))
     else:
-        print(render_markdown(report), end="", flush=True)
-    # after the screen: a non-zero exit when what it shows is broken (not for a missing GPU)
-    broken = []
-    if (opts.arch or os.environ.get(archs.ARCH_ENV)) and report["host"].startswith("no arch ("):
-        broken.append(report["host"].removeprefix("no arch (").removesuffix(")"))
-    if "error" in report["pinned_build"]:
-        broken.append(report["pinned_build"]["error"])
+        print(render_markdown(report), end="")
+    broken = problems(report, opts.arch)  # after the screen
     if broken:
         raise UserError(f"matrix: {'; '.join(broken)}")
