@@ -27,14 +27,12 @@ def test_arch_suggestion_ranks_swapped_digits_first(typed: str, meant: str) -> N
     assert did_you_mean(typed, ARCHES) == f" (did you mean '{meant}'?)"
 
 
-def test_doctor_and_matrix_exit_non_zero_for_an_unknown_arch_after_their_screen(
-    tmp_path: Path,
-) -> None:
+def test_doctor_and_matrix_exit_non_zero_for_an_unknown_arch(tmp_path: Path) -> None:
     env = {"ROCMFA_WORKDIR": str(tmp_path / "w")}
-    for session, screen in (("doctor", "next       "), ("matrix", "This host: no arch")):
+    for session in ("doctor", "matrix"):
         result = run_nox(REPO_ROOT, "-s", session, "--", "--arch", "gfx9999", env=env)
         assert result.returncode == 1, result.stderr
-        assert screen in result.stdout and "Traceback" not in result.stderr
+        assert "Traceback" not in result.stderr
         assert "uv binary not found" not in result.stderr  # nox's own chatter stays out
         (line,) = [x for x in result.stderr.splitlines() if "aborted" in x]
         assert "gfx9999" in line
@@ -56,7 +54,13 @@ def test_doctor_problems_are_what_is_broken_not_what_is_missing() -> None:
         "arch": {"error": "no AMD GPU detected"},
         "env": {},
         "lock": {"present": False},
-        "pins": [{"file": "rocm.toml", "project": "rocm"}],
+        "pins": [
+            {"file": "rocm.toml", "project": "rocm"},
+            {
+                "file": "pytorch.toml",
+                "error": "'commit' is not resolved yet; run: nox -s update_pins",
+            },
+        ],
     }
     assert doctor.problems(fine) == []  # no GPU, no manager, no env, no lock yet
     broken = {
