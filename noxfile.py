@@ -21,6 +21,8 @@ nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
 # nox logs at debug level; our fetches (requests) say what they fetch themselves.
 logging.getLogger("urllib3").setLevel(logging.WARNING)
+# nox looks for uv even with venv backend "none"; sessions here never use it.
+logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 # `nox -s build_aotriton build_pytorch`: a failed session stops the chain (README).
 nox.options.stop_on_first_error = True
 
@@ -94,15 +96,24 @@ for _declared in options.SESSIONS:
     _register(_declared)
 
 
+def _dev_tool(session: nox.Session, module: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:  # README "Tests" installs the dev extras
+        session.error(f"{module} is not installed; run: python3 -m pip install -e '.[dev]'")
+
+
 @nox.session(python=False, tags=["dev"])
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest) with this interpreter."""
+    _dev_tool(session, "pytest")
     session.run(sys.executable, "-m", "pytest", *session.posargs)
 
 
 @nox.session(python=False, tags=["dev"])
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
+    _dev_tool(session, "ruff")
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
 

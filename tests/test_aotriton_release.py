@@ -143,3 +143,4 @@ def test_unreachable_release_server_is_one_line(
     with pytest.raises(UserError, match=r"cannot download http://127\.0\.0\.1:9/0\.13b/") as e:
         build(env_prefix, tmp_path / "work", capsys)
     assert "\n" not in str(e.value)
+    assert "127.0.0.1:9 unreachable or offline? set $ROCMFA_AOTRITON_BASE_URL" in str(e.value)

@@ -332,3 +332,64 @@ def test_ctrl_c_during_the_swap_waits_for_the_swap_to_end(rig: Rig) -> None:
     assert run.wait(timeout=120) != 0  # interrupted, but only after the swap
     assert snapshot(rig.lib) == snapshot(rig.installed)
     assert not transaction.pending(rig.prefix)
+
+
+@pytest.fixture(scope="module")
+def half_swapped(rig: Rig) -> Path:
+    """A copy of the env's torch/lib and journal mid-swap at the most work for recovery: every
+    old entry aside, every new one in, the journal still saying "swapping"."""
+    rig.reset(rig.shipped)
+    journal = transaction.journal_dir(rig.prefix) / "aotriton.json"
+    killed = rig.nox("build_aotriton", "--from-release", fault="journal:swapping")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    last = transaction.read_journal(journal)["new"][-1]  # type: ignore[index]
+    rig.reset(rig.shipped)
+    killed = rig.nox("build_aotriton", "--from-release", fault=f"in:{last}")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert transaction.read_journal(journal)["phase"] == "swapping"  # type: ignore[index]
+    saved = rig.root / "half-swapped"
+    shutil.copytree(rig.lib, saved / "lib", symlinks=True)
+    shutil.copytree(transaction.state_dir(rig.prefix), saved / "state", symlinks=True)
+    return saved
+
+
+def _restore_half_swapped(rig: Rig, saved: Path) -> None:
+    rig.reset(saved / "lib")
+    shutil.copytree(saved / "state", transaction.state_dir(rig.prefix), symlinks=True)
+
+
+def _assert_next_repair_finishes(rig: Rig, old: dict, step: str) -> None:
+    repaired = rig.nox("repair")
+    assert repaired.returncode == 0, f"{step}: {repaired.stdout}{repaired.stderr}"
+    assert snapshot(rig.lib) == old, f"{step}: repair left a third state"
+    assert not transaction.pending(rig.prefix)
+    assert not [p for p in rig.lib.iterdir() if p.name.startswith(".rocmfa-")]
+
+
+def test_repair_killed_at_every_step_of_its_recovery(rig: Rig, half_swapped: Path) -> None:
+    old = snapshot(rig.shipped)
+    for n in range(1, 60):
+        _restore_half_swapped(rig, half_swapped)
+        result = rig.nox("repair", fault=str(n))
+        if result.returncode == 0:  # past the last kill point
+            assert snapshot(rig.lib) == old and not transaction.pending(rig.prefix)
+            break
+        assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
+        _assert_next_repair_finishes(rig, old, f"repair killed at point {n}")
+    else:
+        raise AssertionError("repair never finished")
+    assert n > 4  # entries moved out, entries moved back, the cleanup: each was killed
+
+
+def test_a_session_killed_inside_the_recovery_it_does_first(rig: Rig, half_swapped: Path) -> None:
+    old = snapshot(rig.shipped)
+    recovery_points = 0
+    for n in range(1, 60):
+        _restore_half_swapped(rig, half_swapped)
+        result = rig.nox("build_aotriton", "--from-release", fault=str(n))
+        assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
+        if "recovered the interrupted" in result.stdout:
+            break  # killed after its recovery: the install's own points, tested above
+        recovery_points += 1
+        _assert_next_repair_finishes(rig, old, f"build_aotriton killed at point {n}")
+    assert recovery_points > 4

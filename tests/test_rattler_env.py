@@ -5,6 +5,7 @@ installer, and activated by sourcing the env's activate.d/deactivate.d scripts i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from scripts.env import activation, condaenv, lockfile, rattler_env
 from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 from tests.conftest import RocmIndex
+from tests.support import loopback
 from tests.support.conda_packages import (
     Package,
     build,
@@ -99,6 +101,17 @@ def test_rattler_lock_is_accepted_by_conda_lock_and_goes_stale(locked) -> None:
         lockfile.require_fresh(env_file, lock)
     assert "\n" not in str(error.value) and "stale" in str(error.value)
     assert "run: nox -s lock" in str(error.value)
+
+
+def test_an_unreachable_channel_is_a_network_error_naming_the_host_and_channel(
+    tmp_path: Path,
+) -> None:
+    env_file = write_env(tmp_path / "environment.yml", "http://127.0.0.1:9/c", ["tool"])
+    with pytest.raises(UserError) as error:
+        rattler_env.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("cannot reach 127.0.0.1:9 (http://")
+    assert "--channel URL" in message and "solve" not in message
 
 
 def test_unsolvable_spec_is_one_line_naming_the_conflict(tmp_path: Path) -> None:
@@ -317,3 +330,64 @@ def test_setup_env_makes_a_real_env_with_rattler_and_no_conda_manager(
     assert condaenv.require_env(prefix) == prefix
     again = run_nox(project, "-s", "setup_env", "--", *args, env=env)
     assert again.returncode == 0 and "is up to date (nothing to do" in again.stdout
+
+
+@pytest.fixture
+def silent_mirror():
+    with loopback.silent() as url:
+        yield url
+
+
+def test_ctrl_c_ends_setup_env_on_a_silent_mirror_at_once_with_no_partial_files(
+    tmp_path: Path, rocm_index: RocmIndex, silent_mirror: str
+) -> None:
+    mirror = make_channel(tmp_path / "mirror", packages())
+    project = copy_project(tmp_path / "project", with_lock=False)
+    write_env(project / "environment.yml", "conda-forge", ["tool"])
+    env = {
+        "ROCMFA_WORKDIR": str(tmp_path / "work"),
+        "ROCMFA_PINS_DIR": str(rocm_index.pins_dir),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    assert run_nox(project, "-s", "lock", "--", "--channel", mirror, env=env).returncode == 0
+    archives = tmp_path / "cache" / "rocm-fa-workflow" / "conda" / "archives"
+    archives.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    strays = [f".tool-2.0-0.tar.bz2.{dead}.a1b2c3d4", ".libfoo-1.2-0.tar.bz2.x_9y8z7w"]
+    for name in strays:  # a killed run's (and an older version's) partial downloads
+        (archives / name).write_bytes(b"")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ROCMFA_", "CONDA_"))}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", "setup_env",
+         "--", "--arch", "gfx1151", "--prefix", str(tmp_path / "env"),
+         "--channel", silent_mirror],
+        cwd=project, env={**full, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    # once its downloads wait on the mirror (a partial file is there), Ctrl-C
+    took, out, err = loopback.interrupt_when(
+        run, lambda: any(p.name not in strays for p in archives.iterdir())
+    )
+    assert run.returncode != 0 and took < 5, (took, out, err)
+    assert "Traceback" not in err
+    assert list(archives.iterdir()) == []  # no partial file, no stray of the killed run
+    (line,) = [x for x in err.splitlines() if x.startswith("interrupted while downloading")]
+    assert "127.0.0.1" in line
+
+
+def test_ctrl_c_ends_lock_on_a_silent_mirror_at_once(tmp_path: Path, silent_mirror: str) -> None:
+    project = copy_project(tmp_path / "project", with_lock=False)
+    write_env(project / "environment.yml", "conda-forge", ["tool"])
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ROCMFA_", "CONDA_"))}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", "lock", "--",
+         "--channel", silent_mirror],
+        cwd=project, env={**full, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    repodata = tmp_path / "cache" / "rocm-fa-workflow" / "conda" / "repodata"
+    took, out, err = loopback.interrupt_when(run, repodata.exists)  # rattler is fetching
+    assert run.returncode != 0 and took < 5, (took, out, err)
+    assert "Traceback" not in err and "solving 1 specs" in out
+    assert not (project / "conda-lock.yml").exists()

@@ -16,6 +16,7 @@ import re
 import shutil
 import tarfile
 import time
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,9 +184,12 @@ def download(
         runner.say(f"download interrupted ({last}) at {got} bytes; retrying")
         time.sleep(min(0.2 * 2**attempt, 5.0))
     else:
-        raise UserError(f"cannot download {url}: {last} (after {attempts} tries; resumable)")
+        raise UserError(
+            f"cannot download {url}: {last} (after {attempts} tries; resumable); "
+            f"{_unreachable(url)}"
+        )
     if not part.exists():
-        raise UserError(f"cannot download {url}: {last or 'no data'}")
+        raise UserError(f"cannot download {url}: {last or 'no data'}; {_unreachable(url)}")
     actual = stamps.file_sha256(part)
     if actual != sha256:
         part.unlink()  # our own partial download; a retry starts clean
@@ -194,6 +198,11 @@ def download(
         )
     os.replace(part, dest)
     return dest
+
+
+def _unreachable(url: str) -> str:
+    host = urllib.parse.urlsplit(url).netloc or url
+    return f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
 
 
 def _expected_total(response: Any, have: int) -> int | None:

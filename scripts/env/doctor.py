@@ -1,7 +1,7 @@
 """`nox -s doctor`: one screen about this host and the shared env, and the next command.
 
 Every section reports instead of raising, so doctor exits 0 on a machine with no GPU and no
-conda; only bad options fail.
+conda; after the screen it exits non-zero when what it shows is broken (problems()).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_guard
 from scripts.env.manager import find_manager
-from scripts.plumbing import paths, pin_schema, stamps
+from scripts.plumbing import paths, pin_schema, stamps, transaction
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import DoctorOptions
@@ -190,6 +190,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
     prefix = Path(env["prefix"]) if env.get("prefix") else None
     report: dict[str, Any] = {
         "interrupted": session_guard.report(prefix),
+        "set_aside": [str(p) for p in transaction.quarantined(prefix)] if prefix else [],
         "arch": _arch_section(opts.arch),
         "env": env,
         "lock": lockfile.describe(),
@@ -205,6 +206,12 @@ def render(report: dict[str, Any]) -> str:
     arch, env, lock = report["arch"], report["env"], report["lock"]
     lines = ["rocm-fa-workflow doctor", ""]
     lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
+    if report.get("set_aside"):
+        folder = Path(report["set_aside"][0]).parent
+        lines.append(
+            f"SET ASIDE  {len(report['set_aside'])} refused journal(s) in {folder} "
+            "(by nox -s repair; nothing acted on them: look, then delete)"
+        )
     gpus = ", ".join(arch["detected"]) or "none"
     lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
     for gpu, chain in arch.get("hierarchy", {}).items():
@@ -272,6 +279,24 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def problems(report: dict[str, Any]) -> list[str]:
+    """What the report shows broken (doctor then exits non-zero): a bad arch value, a malformed
+    pin file, a stale lock, a half-done change. No GPU, no manager, no env yet are not."""
+    interrupted = report.get("interrupted", [])
+    found = [f"half-done change ({line.rsplit('repair: ', 1)[-1]})" for line in interrupted]
+    if report["arch"].get("bad_value"):
+        found.append(f"unknown arch ({report['arch']['bad_value']})")
+    for pin in report["pins"]:  # a commit not resolved yet is a step to run, not damage
+        if "error" in pin and "run: nox -s update_pins" not in pin["error"]:
+            found.append(f"malformed pin file {pin['file']}")
+    if report["lock"].get("present") and not report["lock"].get("fresh"):
+        found.append("stale conda-lock.yml (nox -s lock)")
+    return found
+
+
 def doctor(opts: DoctorOptions) -> None:
     report = gather(opts)
-    print(json.dumps(report, indent=2) if opts.json else render(report))
+    print(json.dumps(report, indent=2) if opts.json else render(report), flush=True)
+    broken = problems(report)
+    if broken:
+        raise UserError(f"doctor: {'; '.join(broken)} - see the report above")

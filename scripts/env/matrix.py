@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from scripts.env.compat_matrix import host_line, render_markdown, table
+from scripts.env.compat_matrix import host_line, problems, render_markdown, table
+from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import MatrixOptions
 
 
@@ -16,3 +17,6 @@ def matrix(opts: MatrixOptions) -> None:
         print(json.dumps(report, indent=2))
     else:
         print(render_markdown(report), end="")
+    broken = problems(report, opts.arch)  # after the screen
+    if broken:
+        raise UserError(f"matrix: {'; '.join(broken)}")

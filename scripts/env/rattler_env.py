@@ -13,12 +13,14 @@ Every rattler call goes through rattler_runtime.run (exit-time crash, see there)
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import logging
 import os
+import re
+import sys
 import tempfile
+import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -133,7 +135,7 @@ def solve(
     """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
     Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
     import rattler
-    from rattler.exceptions import SolverError
+    from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
     cache_dir = cache_dir or default_cache_dir()
 
@@ -150,7 +152,15 @@ def solve(
         return rattler_runtime.run(go)
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
-    except Exception as error:  # channel fetch errors and the like, from rattler
+    except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
+        text = str(error)
+        url = re.search(r"url \((\S+?)\)", text)
+        cause = [line.strip() for line in text.splitlines() if line.strip()][-1:] or ["?"]
+        where = url[1] if url else ", ".join(channels)
+        raise UserError(
+            network_error_line(where, Exception(cause[0].removeprefix("Caused by: ")), MIRROR_FIX)
+        ) from None
+    except Exception as error:  # anything else from rattler
         raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
 
 
@@ -289,14 +299,62 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPac
     return packages
 
 
+_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.bz2))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
+
+
+def _partial_prefix(filename: str) -> str:
+    """Downloads go to .<file>.<our pid>.XXXXXXXX next to their final name."""
+    return f".{filename}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_partial_downloads(archives: Path, *, ours: bool = False) -> int:
+    """Remove the partial downloads of runs that are gone (killed ones: a kill leaves them) -
+    or, with ours, of this process (it was interrupted). Returns how many."""
+    removed = 0
+    try:
+        names = [p for p in archives.iterdir() if p.name.startswith(".")]
+    except FileNotFoundError:
+        return 0
+    for path in names:
+        match = _PARTIAL.fullmatch(path.name)
+        if not match:
+            continue
+        pid = int(match["pid"]) if match["pid"] else None  # none: named before pids were
+        if (pid == os.getpid()) if ours else (pid != os.getpid() and not (pid and _alive(pid))):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def network_error_line(url: str, error: BaseException, fix: str) -> str:
+    """'cannot reach HOST (URL): CAUSE; FIX' - a network error says where and what to pass."""
+    host = urllib.parse.urlsplit(url).netloc or url
+    cause = getattr(error, "reason", None) or error
+    return f"cannot reach {host} ({url}): {cause}; {fix}"
+
+
+MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
+
+
 def fetch_verified(package: LockedPackage, archives: Path, source_url: str) -> Path:
     """The package's archive in the cache, its sha256 equal to the lock's (downloaded if
-    absent; a cached file with other bytes is fetched again)."""
+    absent; a cached file with other bytes is fetched again). Only a whole, verified file
+    ever gets the final name."""
     target = archives / package.filename
     if target.is_file() and stamps.file_sha256(target) == package.sha256:
         return target
     archives.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{package.filename}.", dir=archives)
+    fd, tmp_name = tempfile.mkstemp(prefix=_partial_prefix(package.filename), dir=archives)
     tmp = Path(tmp_name)
     try:
         digest = hashlib.sha256()
@@ -307,7 +365,7 @@ def fetch_verified(package: LockedPackage, archives: Path, source_url: str) -> P
                         digest.update(chunk)
                         out.write(chunk)
             except (OSError, ValueError) as e:
-                raise UserError(f"cannot download {source_url}: {e}") from None
+                raise UserError(network_error_line(source_url, e, MIRROR_FIX)) from None
         if digest.hexdigest() != package.sha256:
             raise UserError(
                 f"{package.filename}: sha256 {digest.hexdigest()} does not match the lock's "
@@ -317,6 +375,53 @@ def fetch_verified(package: LockedPackage, archives: Path, source_url: str) -> P
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def fetch_all(
+    packages: list[LockedPackage], archives: Path, mirrors: Mapping[str, str], jobs: int
+) -> list[Path]:
+    """fetch_verified for each package, jobs at a time, in daemon threads: Ctrl-C ends the run
+    at once (a ThreadPoolExecutor would join its workers first, each stuck up to its socket
+    timeout on a silent mirror) and this run's partial files are removed on the way out."""
+    remove_partial_downloads(archives)
+    results: list[Path | None] = [None] * len(packages)
+    failures: list[BaseException] = []
+    todo = iter(enumerate(packages))
+    taking = threading.Lock()
+
+    def work() -> None:
+        while not failures:
+            with taking:
+                item = next(todo, None)
+            if item is None:
+                return
+            try:
+                results[item[0]] = fetch_verified(
+                    item[1], archives, _swap_base(item[1].url, mirrors)
+                )
+            except BaseException as error:
+                failures.append(error)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()  # interruptible: Ctrl-C raises here
+    except KeyboardInterrupt:
+        failures.append(KeyboardInterrupt())
+        remove_partial_downloads(archives, ours=True)
+        hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
+        print(
+            f"interrupted while downloading conda packages from {', '.join(hosts)} into "
+            f"{archives}; partial files removed",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    if failures:
+        raise failures[0]
+    return [path for path in results if path is not None]
 
 
 @dataclass(frozen=True)
@@ -344,13 +449,7 @@ def install_lock(
 
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
-    archives = cache_dir / "archives"
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        paths = list(
-            pool.map(
-                lambda p: fetch_verified(p, archives, _swap_base(p.url, mirrors or {})), packages
-            )
-        )
+    paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
 
     async def records() -> list[rattler.RepoDataRecord]:
         out = []

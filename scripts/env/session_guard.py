@@ -7,6 +7,9 @@ when it changes them, and first recover (or report) an interrupted change to the
   session of any kind that can take the env's lock; doctor and --dry-run only report it in one
   line, and a journal that no automatic step can repair (pip was killed) stops every session
   but its repair with one line naming that command.
+- A journal that is unreadable or not confined to the env (transaction.check) is never acted
+  on: it stops every session but `nox -s repair`, which sets it aside in
+  <env>/.rocmfa/quarantine/ and says where.
 """
 
 from __future__ import annotations
@@ -77,9 +80,16 @@ def report(prefix: Path | None) -> list[str]:
 
 
 def recover(prefix: Path, session: str, say=print) -> None:
-    """Recover every journal of this env; the caller holds the env's lock."""
+    """Recover every journal of this env; the caller holds the env's lock. A journal that is
+    unreadable or breaks a rule (transaction.check) stops every session but `repair`, which
+    sets it aside."""
     for path, record in transaction.pending(prefix):
-        if record is not None and record.get("kind") == "opaque":
+        if record is None or transaction.check(path, record):
+            if session != "repair":
+                raise UserError(transaction.describe(path, record))
+            say(transaction.set_aside(path, record))
+            continue
+        if record.get("kind") == "opaque":
             if record.get("repaired_by") == session:
                 continue  # this session is the repair: it redoes the step
             raise UserError(transaction.describe(path, record))

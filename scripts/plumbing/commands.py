@@ -89,6 +89,9 @@ class Runner:
             )
         except FileNotFoundError:
             raise UserError(f"{command.argv[0]}: command not found") from None
+        except KeyboardInterrupt:  # subprocess.run has stopped the child (SIGKILL after 0.25 s)
+            print(f"interrupted: {command.describe()}", file=sys.stderr, flush=True)
+            raise
         if check and result.returncode != 0:
             detail = ""
             if capture and result.stderr.strip():

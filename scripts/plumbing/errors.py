@@ -45,11 +45,22 @@ def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
     )
 
 
+def _swapped(a: str, b: str) -> bool:
+    """b is a with two characters swapped (gfx1115 / gfx1151)."""
+    diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    return len(diff) == 2 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
 def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
-    """' (did you mean 'x'?)' for the closest choice (case first), or ''."""
+    """' (did you mean 'x'?)' for the closest choice: case first, then two characters
+    swapped (the usual typo in gfx1151), then difflib's closest; or ''."""
     import difflib  # only on an error path: every session imports this module
 
     options = sorted(choices)
-    folded = [c for c in options if c.lower() == word.strip().lower()]
-    match = folded or difflib.get_close_matches(word.strip().lower(), options, n=1, cutoff=cutoff)
+    wanted = word.strip().lower()
+    match = (
+        [c for c in options if c.lower() == wanted]
+        or [c for c in options if len(c) == len(wanted) and _swapped(wanted, c.lower())]
+        or difflib.get_close_matches(wanted, options, n=1, cutoff=cutoff)
+    )
     return f" (did you mean '{match[0]}'?)" if match else ""

@@ -95,6 +95,12 @@ class ArchOption(SessionOptions):
     )
 
 
+class ReportedArchOption(SessionOptions):
+    """doctor and matrix show a bad arch on their screen, then exit non-zero: not checked here."""
+
+    arch: str | None = opt("--arch", env=ARCH_ENV, help=ArchOption._options["arch"].help)
+
+
 class EnvOptions(SessionOptions):
     """Which shared env."""
 
@@ -209,7 +215,7 @@ class SetupEnvOptions(EnvChoice, DryRunOption, ForceOption, ChannelOption):
     )
 
 
-class DoctorOptions(EnvChoice, JsonOption):
+class DoctorOptions(ReportedArchOption, EnvChoice, JsonOption):
     pass
 
 
@@ -217,7 +223,7 @@ class RepairOptions(EnvOptions, WorkdirOption):
     """The env (and work dir) whose interrupted install to finish or roll back."""
 
 
-class MatrixOptions(ArchOption, JsonOption):
+class MatrixOptions(ReportedArchOption, JsonOption):
     pass
 
 
