@@ -132,6 +132,14 @@ def tune_aotriton(session: nox.Session) -> None:
 
 
 @nox.session(python=False, tags=["build"], default=False)
+def kernel_check(session: nox.Session) -> None:
+    """Run AOTriton's generator and compile a sample of its real kernels on CPU (no ROCm)."""
+    from scripts.builds.kernel_check import kernel_check
+
+    _call(session, kernel_check)
+
+
+@nox.session(python=False, tags=["build"], default=False)
 def build_pytorch(session: nox.Session) -> None:
     """Build torch, audio, vision and triton wheels through TheRock, resumable by stage."""
     from scripts.builds.build_pytorch import build_pytorch

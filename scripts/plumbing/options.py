@@ -48,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
     # Shared by every session that touches the env or builds.
     _opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins", "matrix", "publish"),
+        sessions=(*ENV_USERS, "update_pins", "matrix", "publish", "kernel_check"),
         help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
         "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     ),
@@ -64,18 +64,18 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--workdir",
-        sessions=(*ENV_USERS, "update_pins", "publish"),
+        sessions=(*ENV_USERS, "update_pins", "publish", "kernel_check"),
         help="checkouts, builds, stamps and downloads (default: $ROCMFA_WORKDIR, else ./work)",
     ),
     _opt(
         "--dry-run",
-        sessions=(SETUP, "lock", *BUILDS, "update_pins", "publish"),
+        sessions=(SETUP, "lock", *BUILDS, "update_pins", "publish", "kernel_check"),
         action="store_true",
         help="print every command with its working directory and variables; run none",
     ),
     _opt(
         "--force",
-        sessions=(SETUP, *BUILDS, "update_pins"),
+        sessions=(SETUP, *BUILDS, "update_pins", "kernel_check"),
         action="store_true",
         help="redo even when up to date; replace or reset what would otherwise be refused "
         "(also a conflicting arch x AOTriton x torch combination, see nox -s matrix)",
@@ -86,7 +86,7 @@ OPTIONS: tuple[Option, ...] = (
     _opt(
         "--jobs",
         "-j",
-        sessions=BUILDS,
+        sessions=(*BUILDS, "kernel_check"),
         type=int,
         metavar="N",
         help="parallel build jobs (default: capped by CPU count and free memory)",
@@ -156,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--aotriton-source",
-        sessions=("build_aotriton", "tune_aotriton"),
+        sessions=("build_aotriton", "tune_aotriton", "kernel_check"),
         metavar="SOURCE",
         help="'upstream' (ROCm/aotriton) or a variant of pins/aotriton_variants.toml "
         "(default: the variant for this arch, if any, else upstream)",
@@ -200,11 +200,26 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _opt(
         "--cache",
-        sessions=("build_aotriton", "tune_aotriton", "build_pytorch", "build_ck"),
+        sessions=("build_aotriton", "tune_aotriton", "build_pytorch", "build_ck", "kernel_check"),
         metavar="KIND|URL",
         help="compile cache: none, ccache, sccache (local), or a shared sccache at "
         "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL; "
         "add ?read_only=1 to only read; credentials only from the environment",
+    ),
+    _opt(
+        "--sample",
+        sessions=("kernel_check",),
+        type=int,
+        metavar="N",
+        help="compile N of the generator's jobs (default: one per kernel x warps x stages x "
+        "waves_per_eu; fewer keeps every kernel family, more adds evenly spaced jobs)",
+    ),
+    _opt(
+        "--workers",
+        sessions=("build_aotriton",),
+        metavar="URL",
+        help="compile AOTriton's kernels on a Dask cluster (tcp://HOST:8786) into the --cache "
+        "store first (pip install -e '.[cluster]')",
     ),
     # --- build_pytorch, install_wheels, build_ck (issue 4) ---
     _opt(
@@ -413,6 +428,18 @@ class BuildAotritonOptions(AotritonSourceOptions):
     no_images: bool = False
     from_release: bool = False
     restore: bool = False
+    workers: str | None = None
+
+
+class KernelCheckOptions(SessionOptions):
+    arch: str | None = None
+    workdir: str | None = None
+    dry_run: bool = False
+    force: bool = False
+    jobs: int | None = None
+    cache: str | None = None
+    aotriton_source: str | None = None
+    sample: int | None = None
 
 
 class TuneAotritonOptions(AotritonSourceOptions):
@@ -481,6 +508,7 @@ SESSION_OPTIONS: dict[str, type[SessionOptions]] = {
     "update_pins": UpdatePinsOptions,
     "build_aotriton": BuildAotritonOptions,
     "tune_aotriton": TuneAotritonOptions,
+    "kernel_check": KernelCheckOptions,
     "build_pytorch": BuildPytorchOptions,
     "install_wheels": InstallWheelsOptions,
     "publish": PublishOptions,
