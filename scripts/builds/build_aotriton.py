@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.builds import compile_cache
+from scripts.builds import compile_cache, kernel_check
 from scripts.builds.aotriton_install import (
     AotritonInstall,
     backup_info,
@@ -106,6 +106,7 @@ class SourceBuild:
     timeout_min: float | None = None
     cache: str | None = None
     jobs: int | None = None
+    workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
 
     @property
     def timeout(self) -> str:
@@ -125,6 +126,7 @@ def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> Sou
         timeout_min=opts.timeout_min,
         cache=opts.cache,
         jobs=opts.jobs,
+        workers=getattr(opts, "workers", None),
     )
 
 
@@ -311,6 +313,9 @@ def build_from_source(
     pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
     ensure_checkout(ctx.pin, src, runner, force=build_options.force, submodules=pinned)
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
+    # AOTriton's generator and a sample of its real kernels (docs/kernel-check.md); with
+    # --workers every kernel, on the cluster, into the kernel store.
+    kernel_check.before_build(ctx, src, build_options)
     env = runner.base_env
     rocm = session.tool("rocm-sdk")
     root = runner.run(

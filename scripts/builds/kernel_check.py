@@ -324,29 +324,35 @@ def tree_for(
     return pin, tree
 
 
-def check_before_build(
-    pin: pins.Pin,
-    src: Path,
-    name: str,
-    arch: archs.Arch,
-    work: Path,
-    runner: Runner,
-    *,
-    cache: str | None,
-    jobs: int | None,
-    gpus: tuple[str, ...] | None = None,
-) -> None:
-    """build_aotriton / tune_aotriton: the check on the checked-out, patched tree, before
-    cmake. A pin with no Triton recorded is one line and no check."""
-    triton = recorded_triton(pin.commit)
+def before_build(ctx: Any, src: Path, build: Any) -> None:
+    """build_aotriton / tune_aotriton (build_aotriton.build_from_source), on the checked-out,
+    patched tree before cmake: the check, then with --workers the whole job list on the
+    cluster. A pin with no Triton recorded is one line and no check."""
+    runner = ctx.runner
+    if build.workers:
+        from scripts.builds import kernel_cluster  # only --workers needs the optional extra
+
+        kernel_cluster.require(build.workers, build.cache, dry_run=runner.dry_run)
+    if build.no_images:
+        runner.say("kernel check: skipped (--no-images compiles no kernel)")
+        return
+    triton = recorded_triton(ctx.pin.commit)
     if triton is None:
+        if build.workers:
+            raise UserError(
+                f"--workers: no Triton recorded for AOTriton {ctx.pin.commit[:12]} "
+                f"in pins/{PINS_FILE}"
+            )
         runner.say(
-            f"kernel check: no Triton recorded for AOTriton {pin.commit[:12]} in pins/{PINS_FILE}; "
-            "skipped"
+            f"kernel check: no Triton recorded for AOTriton {ctx.pin.commit[:12]} in "
+            f"pins/{PINS_FILE}; skipped"
         )
         return
-    tree = Tree(src, name, pin.commit, arch.name, gpus or (f"{arch.name}_mod0",), triton)
-    run_check(tree, work=work, runner=runner, cache=cache, jobs=jobs)
+    gpus = ctx.variant.gpus if ctx.variant is not None else (f"{ctx.arch.name}_mod0",)
+    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus, triton)
+    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs)
+    if build.workers:
+        kernel_cluster.fan_out(tree, build.workers, build.cache, runner)
 
 
 def kernel_check(opts: Any) -> None:

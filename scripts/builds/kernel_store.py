@@ -311,6 +311,9 @@ class CompileFailed(Exception):
         super().__init__(f"{job.describe()}: {message}")
         self.job, self.message = job, message
 
+    def __reduce__(self):  # travels back from a cluster worker
+        return (CompileFailed, (self.job, self.message))
+
 
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
