@@ -373,3 +373,47 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     summary = kc.run_check(tree, work=work, runner=runner, cache=None, jobs=2, size=7)
     assert summary is not None and summary["sampled"] == 7 and summary["jobs"] > 10000
     assert sum(f["compiled"] for f in summary["families"].values()) == 7
+
+
+# --- build_aotriton runs the check before its long build -----------------------------------------
+
+
+def test_build_aotriton_checks_kernels_before_cmake(
+    tmp_path: Path, rocm_index, monkeypatch, capsys
+) -> None:
+    from scripts.builds import build_aotriton as ba
+    from tests.support.aotriton_env import build_opts, provision_env
+
+    made = make_tree(tmp_path)
+    for key, value in made.env().items():
+        monkeypatch.setenv(key, value)
+    prefix = provision_env(tmp_path / "env" / "therock", rocm_index.pins_dir)
+    st.install_torch(prefix)
+    work = tmp_path / "work"
+    capsys.readouterr()
+    cluster = ["--workers", "tcp://127.0.0.1:8786", "--cache", "redis://127.0.0.1:6379"]
+    ba.build_aotriton(build_opts(prefix, work, "--dry-run", *cluster))
+    plan = capsys.readouterr().out
+    assert "-m aotriton.generate --root_dir" in plan
+    assert "[dry-run] then compile a stratified sample" in plan
+    assert "[dry-run] --workers tcp://127.0.0.1:8786: send every job of" in plan
+    assert plan.index("aotriton.generate") < plan.index("-G Ninja")
+    # a patch set that makes one kernel fail to compile: stopped before cmake, in one line
+    failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")
+    edit = {"modules/flash/kernel/bwd_kernel_dq.py": failing + gen.FAILING_HOOK.format(warps=4)}
+    set_dir = st.make_patch_set(made.patches, "aotriton", made.commit, made.repo, [edit])
+    with pytest.raises(UserError) as failed:
+        ba.build_aotriton(build_opts(prefix, work))
+    assert "\n" not in str(failed.value)
+    assert "kernel check: bwd_kernel_dq (Bare.compile line" in str(failed.value)
+    assert "RuntimeError: at 12:8" in str(failed.value)
+    assert "-G Ninja" not in capsys.readouterr().out
+    # a patch set that breaks the generator itself: the same, naming the generator
+    import shutil
+
+    shutil.rmtree(set_dir)
+    broken = {"python/generate.py": "raise SystemExit('generate.py broken by the patch')\n"}
+    st.make_patch_set(made.patches, "aotriton", made.commit, made.repo, [broken])
+    with pytest.raises(UserError, match=r"generator failed .*: generate.py broken by the patch"):
+        ba.build_aotriton(build_opts(prefix, work))
+    assert "-G Ninja" not in capsys.readouterr().out

@@ -168,8 +168,14 @@ def remote_build(
 # --- on the client ------------------------------------------------------------------------------
 
 
-def fan_out(tree: Any, url: str, cache: str | None, runner: Runner) -> dict[str, int] | None:
-    """Every job of the tree's Bare.compile through the cluster into the shared store."""
+def fan_out(
+    tree: Any,
+    url: str,
+    cache: str | None,
+    runner: Runner,
+    jobs: list[kernel_jobs.Job] | None = None,
+) -> dict[str, int] | None:
+    """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
     if runner.dry_run:
         runner.say(
@@ -181,7 +187,7 @@ def fan_out(tree: Any, url: str, cache: str | None, runner: Runner) -> dict[str,
         return None
     from distributed import Client, as_completed
 
-    jobs = kernel_jobs.read_jobs(bare)
+    jobs = jobs if jobs is not None else kernel_jobs.read_jobs(bare)
     context = tree.key_context()
     sources = kernel_jobs.source_digests(jobs)
     bundle = bundle_for(tree.src, jobs)
