@@ -153,7 +153,7 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
 def _step(runner: Runner, argv: list[str], tree: Tree, sets: dict[str, str], what: str) -> None:
     done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
     if done.returncode != 0:
-        last = kernel_store._last_line(done.stderr or done.stdout)
+        last = kernel_store.last_line(done.stderr or done.stdout)
         raise UserError(
             f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on {tree.src} "
             f"(exit {done.returncode}): {last}"

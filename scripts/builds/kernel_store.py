@@ -315,7 +315,7 @@ class CompileFailed(Exception):
         return (CompileFailed, (self.job, self.message))
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
 
@@ -354,14 +354,14 @@ def build_kernel(
             check=False,
         )
         if done.returncode != 0:
-            raise CompileFailed(job, _last_line(done.stderr or done.stdout))
+            raise CompileFailed(job, last_line(done.stderr or done.stdout))
         try:
             hsaco = target.with_suffix(".hsaco").read_bytes()
             meta = target.with_suffix(".json").read_bytes()
         except FileNotFoundError as missing:
             raise CompileFailed(job, f"compile.py wrote no {Path(missing.filename).name}") from None
         if not hsaco:
-            raise CompileFailed(job, "empty code object (" + _last_line(meta.decode()) + ")")
+            raise CompileFailed(job, "empty code object (" + last_line(meta.decode()) + ")")
         blob = pack(hsaco, meta)
         if store is not None:
             store.put(key, blob)
