@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=16)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--skip-check", action="store_true", help="leave out step 1")
+    parser.add_argument(
+        "--parts", default="store,engine", help="which of steps 2-4 to run: store,engine"
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="rocmfa-kernel-bench-"))
     work = root / "work"
@@ -107,65 +110,76 @@ def main(argv: list[str] | None = None) -> int:
         tree = kc.Tree(src, "aotriton", commit, args.arch, tuple(summary["target_gpus"]),
                        summary["triton"])  # fmt: skip
     jobs = kernel_jobs.read_jobs(tree.build / "Bare.compile")
-    chosen = kernel_jobs.sample(jobs, args.sample)
-    context = tree.key_context()
-    sources = kernel_jobs.source_digests(chosen)
-    keys = {job.line: context.key(job, sources) for job in chosen}
-    with redis_server(root / "redis") as url:
-        first = machine("machine-1", root, tree, args.python, chosen, keys, url)
-        print("machine 1:", first, flush=True)
-        second = machine("machine-2", root, tree, args.python, chosen, keys, url)
-        print("machine 2:", second, flush=True)
-    out["shared_store"] = {
-        "first": first,
-        "second": second,
-        "ratio": round(second["wall_s"] / first["wall_s"], 4),  # type: ignore[operator]
-    }
-    small = kernel_jobs.sample(jobs, args.cluster_sample)
-    engine: dict[str, object] = {}
-    from tests.support.dask_cluster import dask_cluster
-
-    for workers in (1, 2):
-        with (
-            redis_server(root / f"redis-{workers}") as url,
-            dask_cluster(root / f"dask-{workers}", workers, {kc.PYTHON_ENV: args.python}) as (
-                scheduler,
-                _,
-            ),
-        ):
-            began = time.monotonic()
-            counts = kernel_cluster.fan_out(tree, scheduler, url, Runner(), jobs=small)
-            engine[f"{workers}_worker"] = {
-                "wall_s": round(time.monotonic() - began, 2),
-                "jobs": len(small),
-                "counts": counts,
-                "load": load(),
-            }
-            print(f"{workers} worker(s):", engine[f"{workers}_worker"], flush=True)
-    one = engine["1_worker"]["wall_s"]  # type: ignore[index]
-    two = engine["2_worker"]["wall_s"]  # type: ignore[index]
-    engine["speedup"] = round(one / two, 3)
-    out["engine"] = engine
-    per_job = one / len(small)  # one worker process = one core busy
-    cores = args.machines * args.cores
-    out["projection"] = {
-        "jobs": len(jobs),
-        "core_seconds_per_job": round(per_job, 3),
-        "machines": args.machines,
-        "cores_each": args.cores,
-        "wall_s_ideal": round(len(jobs) * per_job / cores, 1),
-        "wall_s_at_measured_efficiency": round(
-            len(jobs) * per_job / (cores * min(1.0, engine["speedup"] / 2)), 1
-        ),
-        "note": "one-worker seconds per job on this loaded 2-core machine; a dedicated core is "
-        "faster, so this is an upper bound",
-    }
+    parts = args.parts.split(",")
+    if "store" in parts:
+        out["shared_store"] = shared_store(root, tree, args.python, jobs, args.sample)
+    if "engine" in parts:
+        out.update(engine(root, tree, args.python, jobs, args))
     out["end"] = load()
     text = json.dumps(out, indent=2)
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
     return 0
+
+
+def shared_store(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str, object]:
+    chosen = kernel_jobs.sample(jobs, size)
+    context = tree.key_context()
+    sources = kernel_jobs.source_digests(chosen)
+    keys = {job.line: context.key(job, sources) for job in chosen}
+    with redis_server(root / "redis") as url:
+        first = machine("machine-1", root, tree, python, chosen, keys, url)
+        print("machine 1:", first, flush=True)
+        second = machine("machine-2", root, tree, python, chosen, keys, url)
+        print("machine 2:", second, flush=True)
+    return {
+        "first": first,
+        "second": second,
+        "ratio": round(second["wall_s"] / first["wall_s"], 4),  # type: ignore[operator]
+    }
+
+
+def engine(root: Path, tree: kc.Tree, python: str, jobs, args) -> dict[str, object]:
+    small = kernel_jobs.sample(jobs, args.cluster_sample)
+    result: dict[str, object] = {}
+    from tests.support.dask_cluster import dask_cluster
+
+    for workers in (1, 2):
+        with (
+            redis_server(root / f"redis-{workers}") as url,
+            dask_cluster(root / f"dask-{workers}", workers, {kc.PYTHON_ENV: python}) as (
+                scheduler,
+                _,
+            ),
+        ):
+            began = time.monotonic()
+            counts = kernel_cluster.fan_out(tree, scheduler, url, Runner(), jobs=small)
+            result[f"{workers}_worker"] = {
+                "wall_s": round(time.monotonic() - began, 2),
+                "jobs": len(small),
+                "counts": counts,
+                "load": load(),
+            }
+            print(f"{workers} worker(s):", result[f"{workers}_worker"], flush=True)
+    one = result["1_worker"]["wall_s"]  # type: ignore[index]
+    two = result["2_worker"]["wall_s"]  # type: ignore[index]
+    result["speedup"] = round(one / two, 3)
+    per_job = one / len(small)  # one worker process = one core busy
+    cores = args.machines * args.cores
+    projection = {
+        "jobs": len(jobs),
+        "core_seconds_per_job": round(per_job, 3),
+        "machines": args.machines,
+        "cores_each": args.cores,
+        "wall_s_ideal": round(len(jobs) * per_job / cores, 1),
+        "wall_s_at_measured_efficiency": round(
+            len(jobs) * per_job / (cores * min(1.0, result["speedup"] / 2)), 1
+        ),
+        "note": "one-worker seconds per job on this loaded 2-core machine; a dedicated core is "
+        "faster, so this is an upper bound",
+    }
+    return {"engine": result, "projection": projection}
 
 
 if __name__ == "__main__":
