@@ -417,3 +417,27 @@ def test_build_aotriton_checks_kernels_before_cmake(
     with pytest.raises(UserError, match=r"generator failed .*: generate.py broken by the patch"):
         ba.build_aotriton(build_opts(prefix, work))
     assert "-G Ninja" not in capsys.readouterr().out
+
+
+def test_store_form_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
+    """WebDAV and S3 go through the team index's stores (scripts.builds.team_index; S3 is
+    exercised against moto by tests/test_publish.py); here a real WsgiDAV server."""
+    from tests.support import shared_cache
+
+    if shared_cache.WSGIDAV is None:
+        pytest.skip("wsgidav not installed")
+    blob = kernel_store.pack(b"\x7fELF code", b'{"compile_status": "Complete"}')
+    with shared_cache.webdav_server(tmp_path / "dav") as url:
+        cache = url.rstrip("/") + "/team"
+        lines: list[str] = []
+        writer = kernel_store.open_store(cache, tmp_path / "a", "gfx1151", say=lines.append)
+        assert writer is not None and writer.shared is not None, lines
+        writer.put("ab" * 32, blob)
+        assert (tmp_path / "dav" / "team" / "rocmfa-kernels" / "gfx1151" / "kernels").is_dir()
+        reader = kernel_store.open_store(cache, tmp_path / "b", "gfx1151", say=lines.append)
+        assert reader is not None and reader.get("ab" * 32) == blob
+        assert reader.get("cd" * 32) is None and lines == []
+        ro = kernel_store.open_store(cache + "?read_only=1", tmp_path / "c", "gfx1151", say=print)
+        assert ro is not None and ro.read_only
+        ro.put("ef" * 32, blob)
+        assert reader.get("ef" * 32) is None
