@@ -142,7 +142,9 @@ def remote_build(
     root = _materialize(bundle, digest)
     store = _STORES.get((cache, arch))
     if store is None:
-        work = Path(tempfile.gettempdir()) / "rocmfa-kernel-worker"
+        from distributed import get_worker
+
+        work = Path(get_worker().local_directory)  # the worker's own scratch
         store = kernel_store.open_store(cache, work, arch, say=print)
         assert store is not None
         _STORES[(cache, arch)] = store
