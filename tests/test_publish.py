@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from scripts.builds import build_pytorch as bp
-from scripts.plumbing import options
+from scripts.plumbing import options, team_index
 from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels as iw
 from scripts.sharing import publish as pub
-from scripts.sharing import team_index, wheel_manifest
+from scripts.sharing import wheel_manifest
 from tests.support import aotriton_standins as st
 from tests.support import shared_cache
 from tests.support import team_index as servers

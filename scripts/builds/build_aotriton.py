@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.builds import compile_cache
+from scripts.builds import compile_cache, kernel_check
 from scripts.builds.aotriton_install import (
     AotritonInstall,
     backup_info,
@@ -130,6 +130,7 @@ class SourceBuild:
     timeout_min: float | None = None
     cache: compile_cache.CacheSpec | None = None  # parsed with the options
     jobs: int | None = None
+    workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
 
     @property
     def timeout(self) -> str:
@@ -139,7 +140,9 @@ class SourceBuild:
         return f"{self.timeout_min:g}"
 
 
-def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> SourceBuild:
+def source_build(
+    opts: AotritonSourceOptions, *, no_images: bool = False, workers: str | None = None
+) -> SourceBuild:
     return SourceBuild(
         clean=opts.clean,
         force=opts.force,
@@ -148,6 +151,7 @@ def source_build(opts: AotritonSourceOptions, *, no_images: bool = False) -> Sou
         timeout_min=opts.timeout_min,
         cache=opts.cache,
         jobs=opts.jobs,
+        workers=workers,
     )
 
 
@@ -323,7 +327,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)",
             file=out,
         )
-    build = source_build(opts, no_images=opts.no_images)
+    build = source_build(opts, no_images=opts.no_images, workers=opts.workers)
     inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
     recorded = stamps.read(stamp)
     built_in = install_prefix(ctx)
@@ -422,6 +426,25 @@ def keep_in_prefix(
     stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
 
 
+def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path) -> Path:
+    """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
+    generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
+    kernel, on the cluster, into the kernel store). Returns the source tree."""
+    runner = ctx.session.runner
+    src = paths.src_dir(ctx.work, ctx.source_name)
+    if build_options.clean and build.exists():
+        runner.say(f"--clean: removing the build directory {build}")
+        if not runner.dry_run:
+            shutil.rmtree(build)
+    pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    ensure_checkout(
+        ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
+    )
+    apply_patch_set("aotriton", ctx.pin.commit, src, runner)
+    kernel_check.before_build(ctx, src, build_options)
+    return src
+
+
 def build_from_source(
     ctx: Context,
     build_options: SourceBuild,
@@ -434,18 +457,9 @@ def build_from_source(
     build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database.
     Returns None on a dry run."""
     session, runner = ctx.session, ctx.session.runner
-    src = paths.src_dir(ctx.work, ctx.source_name)
     build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"
-    if build_options.clean and build.exists():
-        runner.say(f"--clean: removing the build directory {build}")
-        if not runner.dry_run:
-            shutil.rmtree(build)
-    pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
-    ensure_checkout(
-        ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
-    )
-    apply_patch_set("aotriton", ctx.pin.commit, src, runner)
+    src = prepare_tree(ctx, build_options, build)
     env = runner.base_env
     rocm = session.tool("rocm-sdk")
     root = runner.run(

@@ -85,6 +85,11 @@ def _truthy(value: str, what: str) -> bool:
     raise UserError(f"--cache: {what}={value!r} must be 1/0 (true/false)")
 
 
+def as_spec(value: CacheSpec | str | None) -> CacheSpec | None:
+    """A --cache value already parsed with the options, or its text (tests, Dask workers)."""
+    return value if value is None or isinstance(value, CacheSpec) else parse_cache(value)
+
+
 def parse_cache(value: str | None) -> CacheSpec | None:
     """--cache VALUE -> CacheSpec; None when --cache was not given (each build's old default)."""
     if value is None:

@@ -163,8 +163,8 @@ class BuildOptions(EnvChoice, DryRunOption, ForceOption):
     """What every build session takes."""
 
 
-class CompileOptions(BuildOptions):
-    """The sessions that compile: jobs, compile cache, checkouts they update."""
+class CompileFields(SessionOptions):
+    """What a compile takes: jobs, compile cache, checkouts it updates."""
 
     jobs: int | None = opt(
         "--jobs",
@@ -186,6 +186,10 @@ class CompileOptions(BuildOptions):
         help="let a source checkout be reset to its pin although it has local edits or extra "
         "commits (they are lost; without this flag the session stops and names them)",
     )
+
+
+class CompileOptions(BuildOptions, CompileFields):
+    """The build sessions that compile."""
 
 
 # --- each session's options --------------------------------------------------------------------
@@ -268,6 +272,24 @@ class BuildAotritonOptions(AotritonSourceOptions):
     restore: bool = opt(
         "--restore", help="put back the AOTriton files torch shipped (from the backup) and stop"
     )
+    workers: str | None = opt(
+        "--workers",
+        metavar="URL",
+        help="compile AOTriton's kernels on a Dask cluster (tcp://HOST:8786) into the --cache "
+        "store first (pip install -e '.[cluster]')",
+    )
+
+
+class KernelCheckOptions(ArchOption, WorkdirOption, DryRunOption, CompileFields):
+    """kernel_check needs no env: AOTriton's generator and a pip Triton in their own venv."""
+
+    sample: int | None = opt(
+        "--sample",
+        type=positive_int,
+        metavar="N",
+        help="compile N of the generator's jobs (default: one per kernel x warps x stages x "
+        "waves_per_eu; fewer keeps every kernel family, more adds evenly spaced jobs)",
+    )
 
 
 class TuneAotritonOptions(AotritonSourceOptions):
@@ -341,7 +363,7 @@ class InstallWheelsOptions(BuildOptions):
     )
     index: str | None = opt(
         "--index",
-        check="scripts.sharing.team_index:parse_index",
+        check="scripts.plumbing.team_index:parse_index",
         metavar="URL",
         help="team wheel index to install from (see publish --index)",
     )
@@ -357,7 +379,7 @@ class PublishOptions(ArchOption, WorkdirOption, DryRunOption):
 
     index: str | None = opt(
         "--index",
-        check="scripts.sharing.team_index:parse_index",
+        check="scripts.plumbing.team_index:parse_index",
         metavar="URL",
         help="team wheel index (family index: URL/v2/<family>/, or {family} in URL): DIR, "
         "http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, pypi+http(s)://HOST "
@@ -466,6 +488,10 @@ SESSIONS = (
             BUILD,
             "Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, "
             "install.", changes=(W, E)),
+    Session("kernel_check", "scripts.builds.kernel_check:kernel_check", KernelCheckOptions,
+            BUILD,
+            "Run AOTriton's generator and compile a sample of its real kernels on CPU (no "
+            "ROCm).", changes=(W,)),
     Session("build_pytorch", "scripts.builds.build_pytorch:build_pytorch", BuildPytorchOptions,
             BUILD,
             "Build torch, audio, vision and triton wheels through TheRock, resumable by stage.",

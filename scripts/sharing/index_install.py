@@ -19,11 +19,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from scripts.env import archs
-from scripts.plumbing import paths, stamps
+from scripts.plumbing import paths, stamps, team_index
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
-from scripts.sharing import team_index, wheel_manifest
-from scripts.sharing.team_index import IndexSpec
+from scripts.plumbing.team_index import IndexSpec
+from scripts.sharing import wheel_manifest
 
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"
 

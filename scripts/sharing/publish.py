@@ -2,7 +2,7 @@
 
 The wheels are exactly the ones install_wheels would install: build_pytorch's run manifest,
 each file checked against the sha256 the build recorded. They go to the family index of the
-arch they were built for (scripts/sharing/team_index.py: URL forms, layout, credentials),
+arch they were built for (scripts/plumbing/team_index.py: URL forms, layout, credentials),
 followed by the wheel-set manifest (scripts/sharing/wheel_manifest.py) and, on a static tree,
 the pages; the set becomes visible to install_wheels only when its manifest is listed, so an
 interrupted publish leaves no half set behind, and a rerun uploads only what is missing.
@@ -24,12 +24,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from scripts.plumbing import paths
+from scripts.plumbing import paths, team_index
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import PublishOptions
-from scripts.sharing import install_wheels, team_index, wheel_manifest
-from scripts.sharing.team_index import IndexSpec, Link
+from scripts.plumbing.team_index import IndexSpec, Link
+from scripts.sharing import install_wheels, wheel_manifest
 
 
 @dataclass

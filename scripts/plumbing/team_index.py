@@ -263,8 +263,12 @@ class TreeStore:
     def put_new(self, rel: str, source: Path) -> None:
         raise NotImplementedError
 
-    def put_page(self, rel: str, text: str) -> None:
+    def put_bytes(self, rel: str, data: bytes, content_type: str | None = None) -> None:
+        """Create or replace rel with data (pages; the kernel store's entries)."""
         raise NotImplementedError
+
+    def put_page(self, rel: str, text: str) -> None:
+        self.put_bytes(rel, text.encode(), "text/html")
 
 
 class DirStore(TreeStore):
@@ -292,10 +296,10 @@ class DirStore(TreeStore):
         finally:
             tmp.unlink(missing_ok=True)
 
-    def put_page(self, rel: str, text: str) -> None:
+    def put_bytes(self, rel: str, data: bytes, content_type: str | None = None) -> None:
         dest = self._path(rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        stamps.write_text_atomic(dest, text)
+        stamps.write_bytes_atomic(dest, data)
 
 
 class WebDavStore(TreeStore):
@@ -368,11 +372,10 @@ class WebDavStore(TreeStore):
             raise Clash(rel)
         self._check(response, f"PUT {rel}")
 
-    def put_page(self, rel: str, text: str) -> None:
+    def put_bytes(self, rel: str, data: bytes, content_type: str | None = None) -> None:
         self._collections(rel)
-        response = self._request(
-            "PUT", self._url(rel), data=text.encode(), headers={"Content-Type": "text/html"}
-        )
+        headers = {"Content-Type": content_type} if content_type else {}
+        response = self._request("PUT", self._url(rel), data=data, headers=headers)
         self._check(response, f"PUT {rel}")
 
 
@@ -429,14 +432,9 @@ class S3Store(TreeStore):
         with source.open("rb") as data:
             self._call(rel, self.client.put_object, Key=self._key(rel), Body=data, IfNoneMatch="*")
 
-    def put_page(self, rel: str, text: str) -> None:
-        self._call(
-            f"PUT {rel}",
-            self.client.put_object,
-            Key=self._key(rel),
-            Body=text.encode(),
-            ContentType="text/html",
-        )
+    def put_bytes(self, rel: str, data: bytes, content_type: str | None = None) -> None:
+        extra = {"ContentType": content_type} if content_type else {}
+        self._call(f"PUT {rel}", self.client.put_object, Key=self._key(rel), Body=data, **extra)
 
 
 def tree_store(spec: IndexSpec, family: str) -> TreeStore:

@@ -1,0 +1,377 @@
+"""AOTriton's compiled kernels shared through `--cache`, and the one place a kernel is compiled.
+
+Every kernel compile (kernel_check's sample, a cluster worker's share) goes through
+build_kernel(): it looks the job's key (kernel_jobs.KeyContext: source digest, kernel,
+signature, warps, stages, waves_per_eu, target, Triton version, patch digest, compile.py)
+up in the store BEFORE any Python/Triton process starts, and only on a miss runs AOTriton's
+python/compile.py. Why a wrapper around compile.py and not Triton's cache-manager interface:
+Triton's cache is consulted inside compile.py, after Python has started and imported Triton
+(0.39 s of a 0.98 s job, measured), and its built-in Redis backend fails in 3.5.1.
+
+Stores, from the --cache value (compile_cache.parse_cache's forms):
+  none                   no store
+  (not given), ccache,   a directory under the work dir (<work>/.cache/aotriton-kernels)
+  sccache
+  redis://HOST:PORT[/db] Redis (credentials: SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD)
+  http(s)://HOST/PATH    WebDAV (ROCMFA_INDEX_USERNAME/_PASSWORD or ROCMFA_INDEX_TOKEN)
+  s3://BUCKET/PREFIX     S3 (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
+A shared store is layered over the local directory; ?read_only=1 never writes to it. An entry
+is one object: a header with the sha256 and length of the code object and of its metadata,
+then both; an entry that does not match (damaged, truncated) is recompiled, never installed.
+An unreachable store costs one warning line; the compile then happens locally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scripts.builds import compile_cache
+from scripts.builds.kernel_jobs import COMPILE_ENV, Job, compile_argv
+from scripts.plumbing import paths
+
+MAGIC = b"ROCMFA-KERNEL/1\n"
+LOCAL_DIR = "aotriton-kernels"
+
+
+class Damaged(ValueError):
+    """A store entry whose digests or lengths do not match."""
+
+
+class StoreDown(Exception):
+    """The shared store stopped answering."""
+
+
+def pack(hsaco: bytes, meta: bytes) -> bytes:
+    import hashlib
+
+    header = {
+        "hsaco": [len(hsaco), hashlib.sha256(hsaco).hexdigest()],
+        "meta": [len(meta), hashlib.sha256(meta).hexdigest()],
+    }
+    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + hsaco + meta
+
+
+def unpack(blob: bytes) -> tuple[bytes, bytes]:
+    import hashlib
+
+    if not blob.startswith(MAGIC):
+        raise Damaged("not a kernel entry")
+    head, sep, body = blob[len(MAGIC) :].partition(b"\n")
+    try:
+        header = json.loads(head) if sep else None
+        (hlen, hsum), (mlen, msum) = header["hsaco"], header["meta"]
+    except (ValueError, TypeError, KeyError):
+        raise Damaged("unreadable header") from None
+    if len(body) != hlen + mlen:
+        raise Damaged(f"{len(body)} bytes, expected {hlen + mlen} (truncated?)")
+    hsaco, meta = body[:hlen], body[hlen:]
+    if hashlib.sha256(hsaco).hexdigest() != hsum or hashlib.sha256(meta).hexdigest() != msum:
+        raise Damaged("sha256 mismatch")
+    if not hsaco:
+        raise Damaged("empty code object")
+    return hsaco, meta
+
+
+# --- backends: get(key) -> bytes | None, put(key, bytes) ----------------------------------
+
+
+class DirBackend:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def describe(self) -> str:
+        return f"directory {self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.kernel"
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        from scripts.plumbing import stamps
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamps.write_bytes_atomic(path, data)
+
+
+class RedisBackend:
+    """GET / SET of one key over RESP (Redis's wire protocol), one connection."""
+
+    def __init__(self, endpoint: str, db: str | None, prefix: str) -> None:
+        parts = urllib.parse.urlsplit(endpoint)
+        self.tls = parts.scheme == "rediss"
+        self.address = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        self.db, self.prefix = db, prefix
+        self.sock: socket.socket | None = None
+        self.reader = None
+        self.lock = threading.Lock()  # one connection, several compile threads
+
+    def describe(self) -> str:
+        host, port = self.address
+        return f"redis {host}:{port}"
+
+    def _connect(self) -> None:
+        sock = socket.create_connection(self.address, timeout=compile_cache.PROBE_TIMEOUT_S * 10)
+        if self.tls:
+            import ssl
+
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.address[0])
+        self.sock, self.reader = sock, sock.makefile("rb")
+        user = os.environ.get("SCCACHE_REDIS_USERNAME")
+        password = os.environ.get("SCCACHE_REDIS_PASSWORD")
+        if password:
+            self._exchange(*(["AUTH", user] if user else ["AUTH"]), password)
+        if self.db:
+            self._exchange("SELECT", self.db)
+
+    def _call(self, *args: str | bytes) -> bytes | None:
+        with self.lock:
+            return self._exchange(*args)
+
+    def _exchange(self, *args: str | bytes) -> bytes | None:
+        if self.sock is None:
+            self._connect()
+        assert self.sock is not None and self.reader is not None
+        out = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            raw = arg if isinstance(arg, bytes) else arg.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        self.sock.sendall(b"".join(out))
+        line = self.reader.readline()
+        kind, rest = line[:1], line[1:].rstrip(b"\r\n")
+        if kind == b"-":
+            raise StoreDown(f"redis: {rest.decode(errors='replace')}")
+        if kind == b"$":
+            size = int(rest)
+            return None if size < 0 else self.reader.read(size + 2)[:size]
+        if kind in (b"+", b":"):
+            return rest
+        raise StoreDown("redis: connection closed")
+
+    def get(self, key: str) -> bytes | None:
+        return self._call("GET", f"{self.prefix}/{key}")
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("SET", f"{self.prefix}/{key}", data)
+
+
+class TreeBackend:
+    """WebDAV and S3 through the team index's stores (scripts.plumbing.team_index)."""
+
+    def __init__(self, spec: compile_cache.CacheSpec, root: str) -> None:
+        from scripts.plumbing import team_index
+
+        if spec.backend == "s3":
+            index = team_index.IndexSpec(
+                "s3", str(spec.bucket), f"{root}/{{family}}", spec.endpoint, spec.region
+            )
+        else:
+            index = team_index.IndexSpec("webdav", f"{spec.endpoint}/{root}/{{family}}")
+        self.store = team_index.tree_store(index, "kernels")
+        self.what = spec.describe().replace("sccache on ", "")
+
+    def describe(self) -> str:
+        return self.what
+
+    def get(self, key: str) -> bytes | None:
+        return self.store.read(f"{key}.kernel")
+
+    def put(self, key: str, data: bytes) -> None:
+        self.store.put_bytes(f"{key}.kernel", data, "application/octet-stream")
+
+
+# --- the store a session uses ----------------------------------------------------------------
+
+
+@dataclass
+class KernelStore:
+    """The local directory, and a shared store over it (None when there is none or it went
+    away: one warning line, then local compiles)."""
+
+    local: DirBackend | None
+    shared: DirBackend | RedisBackend | TreeBackend | None = None
+    read_only: bool = False
+    say: Callable[[str], None] = print
+    stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "compiled": 0})
+
+    def describe(self) -> str:
+        layers = [b.describe() for b in (self.shared, self.local) if b is not None]
+        ro = " (read-only)" if self.read_only else ""
+        return (" over ".join(layers) + ro) if layers else "none"
+
+    def _lost(self, error: Exception) -> None:
+        if self.shared is not None:
+            self.say(f"WARNING: kernel store {self.shared.describe()}: {error}; compiling locally")
+            self.shared = None
+
+    def get(self, key: str) -> bytes | None:
+        for layer in (self.local, self.shared):
+            if layer is None:
+                continue
+            try:
+                blob = layer.get(key)
+            except Exception as error:
+                self._lost(_why(error))
+                continue
+            if blob is None:
+                continue
+            try:
+                unpack(blob)
+            except Damaged as error:
+                self.say(
+                    f"kernel store: damaged entry {key[:16]} in {layer.describe()} "
+                    f"({error}); recompiling"
+                )
+                continue
+            if layer is self.shared and self.local is not None:
+                self.local.put(key, blob)
+            return blob
+        return None
+
+    def put(self, key: str, blob: bytes) -> None:
+        if self.local is not None:
+            self.local.put(key, blob)
+        if self.shared is not None and not self.read_only:
+            try:
+                self.shared.put(key, blob)
+            except Exception as error:
+                self._lost(_why(error))
+
+
+def _why(error: Exception) -> Exception:
+    return error if str(error) else Exception(type(error).__name__)
+
+
+def open_store(
+    cache: compile_cache.CacheSpec | str | None,
+    work: Path,
+    arch: str,
+    *,
+    say: Callable[[str], None],
+    dry_run: bool = False,
+) -> KernelStore | None:
+    """The store for --cache (None: --cache none). A shared store that does not answer is one
+    warning line and the local directory alone."""
+    spec = compile_cache.as_spec(cache)
+    if spec is not None and spec.tool == "none":
+        return None
+    local = DirBackend(paths.cache_dir(work) / LOCAL_DIR / arch)
+    store = KernelStore(local, say=say)
+    if spec is None or not spec.remote:
+        return store
+    root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
+    if dry_run:
+        say(f"[dry-run] kernel store: would use {spec.describe()} under {root}/ over {local.root}")
+        return store
+    problem = compile_cache.probe(spec)
+    if problem:
+        say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
+        return store
+    if spec.backend == "redis":
+        store.shared = RedisBackend(str(spec.endpoint), spec.redis_db, root)
+    else:
+        store.shared = TreeBackend(spec, root)
+    store.read_only = spec.read_only
+    return store
+
+
+# --- one job: from the store, else compiled --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """How compile.py runs: the Python with the recorded Triton, the tree's compile.py, and
+    where Triton's own cache goes (TRITON_CACHE_DIR=<dir>/triton-cache.<venv>, as the build)."""
+
+    python: str
+    compile_py: Path
+    triton_cache: Path
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def sets(self, job: Job) -> dict[str, str]:
+        return {
+            "TRITON_CACHE_DIR": str(self.triton_cache / f"triton-cache.{job.venv}"),
+            **COMPILE_ENV,
+        }
+
+
+class CompileFailed(Exception):
+    def __init__(self, job: Job, message: str) -> None:
+        super().__init__(f"{job.describe()}: {message}")
+        self.job, self.message = job, message
+
+    def __reduce__(self):  # travels back from a cluster worker
+        return (CompileFailed, (self.job, self.message))
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _install(out: Path, hsaco: bytes, meta: bytes) -> None:
+    from scripts.plumbing import stamps
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
+    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
+
+
+def build_kernel(
+    job: Job, key: str, compiler: Compiler, store: KernelStore | None, out: Path | None = None
+) -> tuple[str, float]:
+    """Put job's code object at out (default: its Bare.compile path): ('hit' | 'compiled',
+    seconds). CompileFailed names the kernel, the job and the compiler's last line."""
+    began = time.monotonic()
+    out = Path(out or job.hsaco)
+    blob = store.get(key) if store is not None else None
+    if blob is not None:
+        _install(out, *unpack(blob))
+        if store is not None:
+            store.stats["hits"] += 1
+        return "hit", time.monotonic() - began
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.stem[:40]}.", dir=out.parent))
+    try:
+        target = scratch / out.name
+        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
+        done = subprocess.run(
+            argv,
+            env={**compiler.env, **compiler.sets(job)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise CompileFailed(job, last_line(done.stderr or done.stdout))
+        try:
+            hsaco = target.with_suffix(".hsaco").read_bytes()
+            meta = target.with_suffix(".json").read_bytes()
+        except FileNotFoundError as missing:
+            raise CompileFailed(job, f"compile.py wrote no {Path(missing.filename).name}") from None
+        if not hsaco:
+            raise CompileFailed(job, "empty code object (" + last_line(meta.decode()) + ")")
+        blob = pack(hsaco, meta)
+        if store is not None:
+            store.put(key, blob)
+            store.stats["compiled"] += 1
+        _install(out, hsaco, meta)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return "compiled", time.monotonic() - began

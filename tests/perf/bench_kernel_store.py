@@ -1,0 +1,186 @@
+"""Measure AOTriton's real kernel compiles on this CPU-only machine (docs/kernel-check.md):
+
+1. `nox -s kernel_check -- --arch gfx1151 --cache none` end to end (generator + sample);
+2. a sample of real jobs (kernel_jobs.sample, default 200) on "machine 1" (own work dir, 2
+   threads) into a shared store (a real redis-server on loopback), then the same jobs on
+   "machine 2" (another work dir) from that store: the ratio of their wall times;
+3. a (smaller) sample through the Dask engine with one worker process, then two (fresh store
+   each, one thread per worker);
+4. on paper: a whole image set (all jobs of Bare.compile) on M machines of C cores, from the
+   CPU seconds per job measured in 3 (one worker = one core).
+Load (os.getloadavg) is recorded beside every figure: the machine is shared.
+
+Run: python -m tests.perf.bench_kernel_store --tree AOTRITON_CHECKOUT --python PY_WITH_TRITON
+     [--arch gfx1151] [--sample 200] [--cluster-sample 40] [--json docs/results/kernel_store.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from scripts.builds import kernel_check as kc
+from scripts.builds import kernel_cluster, kernel_jobs, kernel_store
+from scripts.plumbing.commands import Runner
+from tests.support.shared_cache import redis_server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine(
+    name: str, root: Path, tree: kc.Tree, python: str, jobs, keys, url: str
+) -> dict[str, object]:
+    """All jobs on one 'machine': its own dirs and Triton cache, the shared store at url."""
+    here = root / name
+    store = kernel_store.open_store(url, here, tree.arch, say=print)
+    assert store is not None and store.shared is not None
+    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", here / "triton")
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(
+            pool.map(
+                lambda job: kernel_store.build_kernel(
+                    job, keys[job.line], compiler, store, here / "out" / f"{job.line}.hsaco"
+                ),
+                jobs,
+            )
+        )
+    wall = time.monotonic() - began
+    hits = sum(1 for how, _ in results if how == "hit")
+    return {"wall_s": round(wall, 2), "jobs": len(jobs), "from_store": hits, "load": load()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, required=True, help="AOTriton checkout at the pin")
+    parser.add_argument("--python", required=True, help="a Python with the recorded triton")
+    parser.add_argument("--arch", default="gfx1151")
+    parser.add_argument("--sample", type=int, default=200)
+    parser.add_argument("--cluster-sample", type=int, default=40)
+    parser.add_argument("--machines", type=int, default=8)
+    parser.add_argument("--cores", type=int, default=16)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--skip-check", action="store_true", help="leave out step 1")
+    parser.add_argument(
+        "--parts", default="store,engine", help="which of steps 2-4 to run: store,engine"
+    )
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="rocmfa-kernel-bench-"))
+    work = root / "work"
+    src = work / "src" / "aotriton"
+    src.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "-q", str(args.tree), str(src)], check=True)
+    env = {**os.environ, kc.PYTHON_ENV: args.python}
+    out: dict[str, object] = {"arch": args.arch, "cpus": os.cpu_count(), "start": load()}
+    nox = [sys.executable, "-m", "nox", "-s", "kernel_check", "--", "--arch", args.arch]
+    nox += ["--workdir", str(work), "--cache", "none"]
+    if args.skip_check:
+        commit = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        tree = kc.Tree(src, "aotriton", commit, args.arch, (f"{args.arch}_mod0",), "")
+        tree = kc.Tree(src, "aotriton", commit, args.arch, tree.gpus, kc.recorded_triton(commit))
+        kc.generate(tree, args.python, Runner())
+    else:
+        began = time.monotonic()
+        subprocess.run(nox, cwd=REPO_ROOT, env=env, check=True)
+        summary = json.loads(
+            (work / "build" / "kernel-check" / f"aotriton-{args.arch}" / kc.SUMMARY).read_text()
+        )
+        out["kernel_check"] = {
+            "wall_s": round(time.monotonic() - began, 2),
+            "inner_wall_s": summary["wall_s"],
+            "sampled": summary["sampled"],
+            "jobs": summary["jobs"],
+            "load": load(),
+        }
+        print("kernel_check:", out["kernel_check"], flush=True)
+        commit = summary["aotriton_commit"]
+        tree = kc.Tree(src, "aotriton", commit, args.arch, tuple(summary["target_gpus"]),
+                       summary["triton"])  # fmt: skip
+    jobs = kernel_jobs.read_jobs(tree.build / "Bare.compile")
+    parts = args.parts.split(",")
+    if "store" in parts:
+        out["shared_store"] = shared_store(root, tree, args.python, jobs, args.sample)
+    if "engine" in parts:
+        out.update(engine(root, tree, args.python, jobs, args))
+    out["end"] = load()
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+def shared_store(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str, object]:
+    chosen = kernel_jobs.sample(jobs, size)
+    context = tree.key_context()
+    sources = kernel_jobs.source_digests(chosen)
+    keys = {job.line: context.key(job, sources) for job in chosen}
+    with redis_server(root / "redis") as url:
+        first = machine("machine-1", root, tree, python, chosen, keys, url)
+        print("machine 1:", first, flush=True)
+        second = machine("machine-2", root, tree, python, chosen, keys, url)
+        print("machine 2:", second, flush=True)
+    return {
+        "first": first,
+        "second": second,
+        "ratio": round(second["wall_s"] / first["wall_s"], 4),  # type: ignore[operator]
+    }
+
+
+def engine(root: Path, tree: kc.Tree, python: str, jobs, args) -> dict[str, object]:
+    small = kernel_jobs.sample(jobs, args.cluster_sample)
+    result: dict[str, object] = {}
+    from tests.support.dask_cluster import dask_cluster
+
+    for workers in (1, 2):
+        with (
+            redis_server(root / f"redis-{workers}") as url,
+            dask_cluster(root / f"dask-{workers}", workers, {kc.PYTHON_ENV: python}) as (
+                scheduler,
+                _,
+            ),
+        ):
+            began = time.monotonic()
+            counts = kernel_cluster.fan_out(tree, scheduler, url, Runner(), jobs=small)
+            result[f"{workers}_worker"] = {
+                "wall_s": round(time.monotonic() - began, 2),
+                "jobs": len(small),
+                "counts": counts,
+                "load": load(),
+            }
+            print(f"{workers} worker(s):", result[f"{workers}_worker"], flush=True)
+    one = result["1_worker"]["wall_s"]  # type: ignore[index]
+    two = result["2_worker"]["wall_s"]  # type: ignore[index]
+    result["speedup"] = round(one / two, 3)
+    per_job = one / len(small)  # one worker process = one core busy
+    cores = args.machines * args.cores
+    projection = {
+        "jobs": len(jobs),
+        "core_seconds_per_job": round(per_job, 3),
+        "machines": args.machines,
+        "cores_each": args.cores,
+        "wall_s_ideal": round(len(jobs) * per_job / cores, 1),
+        "wall_s_at_measured_efficiency": round(
+            len(jobs) * per_job / (cores * min(1.0, result["speedup"] / 2)), 1
+        ),
+        "note": "one-worker seconds per job on this loaded 2-core machine; a dedicated core is "
+        "faster, so this is an upper bound",
+    }
+    return {"engine": result, "projection": projection}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""kernel_check and the kernel store against a stand-in AOTriton tree whose generator and
+compile.py keep the real argv (tests/support/aotriton_generator_standin.py); the opt-in test at
+the end runs the real fetched tree with a real Triton."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts.builds import kernel_check as kc
+from scripts.builds import kernel_jobs, kernel_store
+from scripts.env import archs
+from scripts.plumbing import options
+from scripts.plumbing.errors import UserError
+from tests.support import aotriton_generator_standin as gen
+from tests.support import aotriton_standins as st
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def add_files(repo: Path, files: dict[str, str | bytes], message: str) -> str:
+    for name, content in files.items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+    st.git(repo, "add", "-A")
+    st.git(repo, "commit", "-q", "-m", message)
+    return st.git(repo, "rev-parse", "HEAD")
+
+
+def write_compiler_pin(pins: Path, commit: str, triton: str = "3.5.1") -> None:
+    (pins / kc.PINS_FILE).write_text(
+        f'[compiler.{commit}]\naotriton = "0.13b"\ntriton = "{triton}"\n'
+    )
+
+
+@dataclass
+class Tree:
+    root: Path
+    repo: Path
+    commit: str
+    pins: Path
+    patches: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            "ROCMFA_PINS_DIR": str(self.pins),
+            "ROCMFA_PATCHES_DIR": str(self.patches),
+            kc.PYTHON_ENV: sys.executable,
+            **st.FILE_PROTOCOL_ENV,
+        }
+
+
+def make_tree(root: Path, extra: dict[str, str | bytes] | None = None) -> Tree:
+    repo, _ = st.make_aotriton_upstream(root)
+    commit = add_files(repo, {**gen.generator_files(), **(extra or {})}, "generator")
+    pins = root / "pins"
+    pins.mkdir()
+    st.write_aotriton_pin(
+        pins, f"file://{repo}", commit, "0.13b", version="0.13b", submodules=[st.UPSTREAM_SUBMODULE]
+    )
+    write_compiler_pin(pins, commit)
+    patches = root / "patches"
+    patches.mkdir()
+    return Tree(root, repo, commit, pins, patches)
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tree:
+    made = make_tree(tmp_path)
+    for key, value in made.env().items():
+        monkeypatch.setenv(key, value)
+    return made
+
+
+def check(work: Path, *extra: str) -> options.KernelCheckOptions:
+    return options.parse("kernel_check", ["--arch", "gfx1151", "--workdir", str(work), *extra])
+
+
+# --- the job list and its sample --------------------------------------------------------------
+
+# Two lines of the real gfx1151 Bare.compile (0.13b), paths shortened.
+REAL_LINES = [
+    "default;/v/bin/python;/b/flash/gpu_kernel_image.attn_fwd/attn_fwd-dc0b.hsaco;"
+    "/t/modules/flash/kernel/fwd_kernel.py;attn_fwd;4;1;2;gfx1151;*fp16:16, *fp16:16, 0, fp32, "
+    "u64:8, 1, i32, 16, False, True, 1",
+    "default;/v/bin/python;/b/flash/gpu_kernel_image.attn_fwd/attn_fwd-3eb3.hsaco;"
+    "/t/modules/flash/kernel/fwd_kernel.py;attn_fwd;4;1;1;gfx1151;*fp16:16, 0, fp32, 32, False",
+]
+
+
+def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
+    job = kernel_jobs.parse_line(REAL_LINES[0], 1)
+    assert (job.kernel, job.num_warps, job.num_stages, job.waves_per_eu) == ("attn_fwd", 4, 1, 2)
+    assert job.signature.startswith("*fp16:16, *fp16:16, 0, fp32")
+    argv = kernel_jobs.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
+    # v3src/CMakeLists.txt @ 6e00ef3e, add_custom_command(OUTPUT ${HSACO})
+    assert argv[:3] == ["py", "/t/python/compile.py", job.source]
+    assert argv[3:] == [
+        "--kernel_name",
+        "attn_fwd",
+        "-o",
+        "/o/x.hsaco",
+        "-g",
+        "1,1,1",
+        "--num_warps",
+        "4",
+        "--num_stages",
+        "1",
+        "--waves_per_eu",
+        "2",
+        "--target",
+        "gfx1151",
+        "--signature",
+        job.signature,
+        "--timeout",
+        "0",
+    ]
+    with pytest.raises(kernel_jobs.JobListError, match="line 3"):
+        kernel_jobs.parse_line("a;b;c", 3)
+
+
+def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_jobs.Job]:
+    jobs, line = [], 0
+    for kernel, warps, stages, waves, count in spec:
+        for _ in range(count):
+            line += 1
+            jobs.append(
+                kernel_jobs.Job(
+                    line,
+                    "default",
+                    "p",
+                    f"/o/{line}.hsaco",
+                    "/s.py",
+                    kernel,
+                    warps,
+                    stages,
+                    waves,
+                    "gfx1151",
+                    f"sig{line}",
+                )
+            )
+    return jobs
+
+
+def test_sample_covers_every_family_and_every_distinct_triple() -> None:
+    jobs = _jobs([("a", 4, 1, 2, 50), ("a", 4, 1, 1, 10), ("b", 2, 1, 0, 30), ("c", 4, 1, 1, 3)])
+    full = kernel_jobs.sample(jobs)
+    assert {j.combo for j in full} == {j.combo for j in jobs} and len(full) == 4
+    small = kernel_jobs.sample(jobs, 3)
+    assert {j.family for j in small} == {"a", "b", "c"}
+    big = kernel_jobs.sample(jobs, 20)
+    assert len(big) == 20 and {j.combo for j in full} <= {j.combo for j in big}
+    assert [j.line for j in big] == sorted(j.line for j in big)
+    with pytest.raises(ValueError, match="3 kernel families"):
+        kernel_jobs.sample(jobs, 2)
+
+
+# --- the session against the stand-in tree ------------------------------------------------------
+
+
+def test_kernel_check_compiles_the_sample_and_a_rerun_comes_from_the_store(
+    tree: Tree, tmp_path: Path, capsys
+) -> None:
+    work = tmp_path / "work"
+    kc.kernel_check(check(work))
+    out = capsys.readouterr().out
+    build = work / "build" / "kernel-check" / "aotriton-gfx1151"
+    summary = json.loads((build / kc.SUMMARY).read_text())
+    assert summary["jobs"] == sum(gen.jobs_per_family().values())
+    assert summary["sampled"] == gen.combos()
+    for family, count in gen.jobs_per_family().items():
+        entry = summary["families"][family]
+        assert entry["jobs"] == count and entry["compiled"] == entry["sampled"] >= 1
+        assert re.search(rf"^{family}\s+{count}\s", out, re.MULTILINE)
+    assert "kernel check: gfx1151 OK" in out
+    # every sampled job left its real outputs where Bare.compile says
+    jobs = kernel_jobs.read_jobs(build / "Bare.compile")
+    chosen = kernel_jobs.sample(jobs)
+    for job in chosen:
+        assert Path(job.hsaco).read_bytes().startswith(b"\x7fELF-standin-")
+        assert json.loads(Path(job.hsaco).with_suffix(".json").read_text())["compile_status"]
+        Path(job.hsaco).unlink()
+    # the checkout is untouched (the generator is imported through a symlink)
+    assert st.git(work / "src" / "aotriton", "status", "--porcelain") == ""
+    kc.kernel_check(check(work))
+    again = json.loads((build / kc.SUMMARY).read_text())
+    assert all(f["from_store"] == f["sampled"] for f in again["families"].values())
+    assert all(Path(job.hsaco).is_file() for job in chosen)
+
+
+def test_kernel_that_fails_to_compile_stops_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dk_dv")
+    made = make_tree(
+        tmp_path,
+        {"modules/flash/kernel/bwd_kernel_dk_dv.py": failing + gen.FAILING_HOOK.format(warps=2)},
+    )
+    for key, value in made.env().items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UserError) as failed:
+        kc.kernel_check(check(tmp_path / "work"))
+    line = str(failed.value)
+    assert "\n" not in line
+    assert "bwd_kernel_dk_dv (Bare.compile line" in line and "num_warps 2" in line
+    assert line.endswith("RuntimeError: at 12:8: unsupported layout for 2 warps on gfx1151")
+
+
+def test_arch_the_tree_cannot_generate_is_one_line(tree: Tree, tmp_path: Path) -> None:
+    # gfx908 is not in 0.13b's AOTRITON_SUPPORTED_GPUS (python/gpu_targets.py)
+    argv = ["--arch", "gfx908"]
+    with pytest.raises(UserError, match=r"generator failed for gfx908_mod0 .*invalid choice"):
+        kc.kernel_check(check(tmp_path / "work", *argv))
+
+
+def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
+    tree: Tree, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.delenv(kc.PYTHON_ENV)
+    work = tmp_path / "work"
+    kc.kernel_check(check(work, "--dry-run", "--sample", "5"))
+    out = capsys.readouterr().out
+    assert "-m venv --clear" in out and "triton==3.5.1" in out
+    assert "-m aotriton.generate --root_dir" in out and "--target_gpus gfx1151_mod0" in out
+    assert "python/compile.py SRC.py --kernel_name KERNEL -o OUT.hsaco -g 1,1,1" in out
+    assert "5 jobs" in out
+    assert not work.exists()
+
+
+def test_pin_without_a_recorded_triton_is_refused(tree: Tree, tmp_path: Path) -> None:
+    (tree.pins / kc.PINS_FILE).write_text("")
+    with pytest.raises(UserError, match="no Triton recorded for AOTriton"):
+        kc.kernel_check(check(tmp_path / "work"))
+
+
+def test_nox_session_runs_standalone(tree: Tree, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-s",
+            "kernel_check",
+            "--",
+            "--arch",
+            "gfx1151",
+            "--workdir",
+            str(work),
+            "--sample",
+            "4",
+            "--cache",
+            "none",
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, **tree.env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kernel check: gfx1151 OK - 4 of 16 jobs" in done.stdout
+
+
+# --- the store: damaged entries, unreachable stores ---------------------------------------------
+
+
+def _one_job(tree: Tree, work: Path):
+    kc.kernel_check(check(work, "--sample", "4"))
+    build = work / "build" / "kernel-check" / "aotriton-gfx1151"
+    job = kernel_jobs.sample(kernel_jobs.read_jobs(build / "Bare.compile"))[0]
+    compile_py = work / "src" / "aotriton" / "python" / "compile.py"
+    compiler = kernel_store.Compiler(sys.executable, compile_py, build)
+    _, standin = kc.tree_for(archs.get_arch("gfx1151"), work)
+    ctx = standin.key_context()  # the key the check itself used
+    return job, ctx.key(job, kernel_jobs.source_digests([job])), compiler
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_damaged_entry_is_recompiled_never_installed(
+    tree: Tree, tmp_path: Path, damage: str
+) -> None:
+    work = tmp_path / "work"
+    job, key, compiler = _one_job(tree, work)
+    lines: list[str] = []
+    store = kernel_store.open_store(None, work, "gfx1151", say=lines.append)
+    assert store is not None and store.local is not None
+    entry = store.local._path(key)
+    good = entry.read_bytes()
+    bad = good[:-7] if damage == "truncated" else good[:-1] + bytes([good[-1] ^ 1])
+    entry.write_bytes(bad)
+    out = tmp_path / "out" / "k.hsaco"
+    how, _ = kernel_store.build_kernel(job, key, compiler, store, out)
+    assert how == "compiled"
+    assert any(f"damaged entry {key[:16]}" in line for line in lines)
+    assert entry.read_bytes() == good  # replaced by the fresh compile
+    assert kernel_store.unpack(good)[0] == out.read_bytes()
+
+
+def test_unreachable_store_is_one_warning_and_a_local_compile(tree: Tree, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    job, key, compiler = _one_job(tree, work)
+    lines: list[str] = []
+    dead = f"redis://127.0.0.1:{_closed_port()}"
+    store = kernel_store.open_store(dead, tmp_path / "other", "gfx1151", say=lines.append)
+    assert store is not None and store.shared is None
+    how, _ = kernel_store.build_kernel(job, key, compiler, store, tmp_path / "o" / "k.hsaco")
+    assert how == "compiled"
+    warnings = [line for line in lines if line.startswith("WARNING")]
+    assert (
+        len(warnings) == 1 and "unreachable" in warnings[0] and "compiling locally" in warnings[0]
+    )
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_shared_store_serves_a_second_machine_and_read_only_writes_nothing(
+    tree: Tree, tmp_path: Path
+) -> None:
+    from tests.support.shared_cache import REDIS, redis_server
+
+    if REDIS is None:
+        pytest.skip("redis-server not installed")
+    with redis_server(tmp_path / "redis") as url:
+        first, second, third = tmp_path / "m1", tmp_path / "m2", tmp_path / "m3"
+        kc.kernel_check(check(first, "--cache", url))
+        kc.kernel_check(check(second, "--cache", url))
+        build = "build/kernel-check/aotriton-gfx1151"
+        got = json.loads((second / build / kc.SUMMARY).read_text())
+        assert all(f["from_store"] == f["sampled"] for f in got["families"].values())
+        store = kernel_store.open_store(url, tmp_path / "m4", "gfx1151", say=print)
+        assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
+        stored = int(store.shared._call("DBSIZE") or 0)
+        assert stored == gen.combos()
+        # read_only=1: a third machine compiles the one job that is not there, writes nothing
+        kc.kernel_check(check(third, "--cache", url + "?read_only=1", "--sample", "8"))
+        got = json.loads((third / build / kc.SUMMARY).read_text())
+        assert sum(f["compiled"] for f in got["families"].values()) == 1
+        assert int(store.shared._call("DBSIZE") or 0) == stored
+
+
+@pytest.mark.skipif(
+    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kc.PYTHON_ENV),
+    reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "
+    "ROCMFA_KERNEL_PYTHON (a Python with the recorded triton) to run the real check",
+)
+def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
+    real = Path(os.environ["ROCMFA_REAL_AOTRITON_TREE"])
+    commit = st.git(real, "rev-parse", "HEAD")
+    triton = kc.recorded_triton(commit)
+    assert triton, f"no Triton recorded for {commit}"
+    work = tmp_path / "work"
+    src = work / "src" / "aotriton"
+    src.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "-q", str(real), str(src)], check=True)
+    tree = kc.Tree(src, "aotriton", commit, "gfx1151", ("gfx1151_mod0",), triton)
+    runner = kc.Runner()
+    summary = kc.run_check(tree, work=work, runner=runner, cache=None, jobs=2, size=7)
+    assert summary is not None and summary["sampled"] == 7 and summary["jobs"] > 10000
+    assert sum(f["compiled"] for f in summary["families"].values()) == 7
+
+
+# --- build_aotriton runs the check before its long build -----------------------------------------
+
+
+def test_build_aotriton_checks_kernels_before_cmake(
+    tmp_path: Path, rocm_index, monkeypatch, capsys
+) -> None:
+    from scripts.builds import build_aotriton as ba
+    from tests.support.aotriton_env import build_opts, provision_env
+
+    made = make_tree(tmp_path)
+    for key, value in made.env().items():
+        monkeypatch.setenv(key, value)
+    prefix = provision_env(tmp_path / "env" / "therock", rocm_index.pins_dir)
+    st.install_torch(prefix)
+    work = tmp_path / "work"
+    capsys.readouterr()
+    cluster = ["--workers", "tcp://127.0.0.1:8786", "--cache", "redis://127.0.0.1:6379"]
+    ba.build_aotriton(build_opts(prefix, work, "--dry-run", *cluster))
+    plan = capsys.readouterr().out
+    assert "-m aotriton.generate --root_dir" in plan
+    assert "[dry-run] then compile a stratified sample" in plan
+    assert "[dry-run] --workers tcp://127.0.0.1:8786: send every job of" in plan
+    assert plan.index("aotriton.generate") < plan.index("-G Ninja")
+    # a patch set that makes one kernel fail to compile: stopped before cmake, in one line
+    failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")
+    edit = {"modules/flash/kernel/bwd_kernel_dq.py": failing + gen.FAILING_HOOK.format(warps=4)}
+    set_dir = st.make_patch_set(made.patches, "aotriton", made.commit, made.repo, [edit])
+    with pytest.raises(UserError) as failed:
+        ba.build_aotriton(build_opts(prefix, work))
+    assert "\n" not in str(failed.value)
+    assert "kernel check: bwd_kernel_dq (Bare.compile line" in str(failed.value)
+    assert "RuntimeError: at 12:8" in str(failed.value)
+    assert "-G Ninja" not in capsys.readouterr().out
+    # a patch set that breaks the generator itself: the same, naming the generator
+    import shutil
+
+    shutil.rmtree(set_dir)
+    broken = {"python/generate.py": "raise SystemExit('generate.py broken by the patch')\n"}
+    st.make_patch_set(made.patches, "aotriton", made.commit, made.repo, [broken])
+    with pytest.raises(UserError, match=r"generator failed .*: generate.py broken by the patch"):
+        ba.build_aotriton(build_opts(prefix, work))
+    assert "-G Ninja" not in capsys.readouterr().out
+
+
+def test_store_form_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
+    """WebDAV and S3 go through the team index's stores (scripts.plumbing.team_index; S3 is
+    exercised against moto by tests/test_publish.py); here a real WsgiDAV server."""
+    from tests.support import shared_cache
+
+    if shared_cache.WSGIDAV is None:
+        pytest.skip("wsgidav not installed")
+    blob = kernel_store.pack(b"\x7fELF code", b'{"compile_status": "Complete"}')
+    with shared_cache.webdav_server(tmp_path / "dav") as url:
+        cache = url.rstrip("/") + "/team"
+        lines: list[str] = []
+        writer = kernel_store.open_store(cache, tmp_path / "a", "gfx1151", say=lines.append)
+        assert writer is not None and writer.shared is not None, lines
+        writer.put("ab" * 32, blob)
+        assert (tmp_path / "dav" / "team" / "rocmfa-kernels" / "gfx1151" / "kernels").is_dir()
+        reader = kernel_store.open_store(cache, tmp_path / "b", "gfx1151", say=lines.append)
+        assert reader is not None and reader.get("ab" * 32) == blob
+        assert reader.get("cd" * 32) is None and lines == []
+        ro = kernel_store.open_store(cache + "?read_only=1", tmp_path / "c", "gfx1151", say=print)
+        assert ro is not None and ro.read_only
+        ro.put("ef" * 32, blob)
+        assert reader.get("ef" * 32) is None

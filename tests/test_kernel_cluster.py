@@ -1,0 +1,167 @@
+"""--workers: AOTriton's kernel jobs on a real two-worker Dask cluster on loopback, into a real
+redis-server; a worker killed mid-job; an unreachable scheduler; the missing extra."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts.builds import kernel_check as kc
+from scripts.builds import kernel_cluster, kernel_jobs, kernel_store
+from scripts.env import archs
+from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
+from tests.support import aotriton_generator_standin as gen
+from tests.support.shared_cache import REDIS, free_port, redis_server
+from tests.test_kernel_check import check, make_tree
+
+pytest.importorskip("distributed", reason="the optional extra: pip install -e '.[cluster]'")
+
+# On the first attempt anywhere, the attn_fwd compile records its worker (compile.py's parent)
+# and hangs, so the test can kill that worker mid-job; a retry finds the record and goes on.
+HANG_HOOK = """
+
+import os, time
+def compile_hook(kernel, num_warps, num_stages, waves_per_eu, target):
+    marker = os.path.join(os.environ.get("STANDIN_HANG_DIR", ""), "worker.pid")
+    if os.environ.get("STANDIN_HANG_DIR") and not os.path.exists(marker):
+        with open(marker + ".tmp", "w") as f:
+            f.write(str(os.getppid()))
+        os.rename(marker + ".tmp", marker)
+        time.sleep(120)
+"""
+
+
+def _generated_tree(tmp_path: Path, monkeypatch, extra=None) -> kc.Tree:
+    made = make_tree(tmp_path, extra)
+    for key, value in made.env().items():
+        monkeypatch.setenv(key, value)
+    work = tmp_path / "work"
+    opts = check(work, "--dry-run")
+    _, tree = kc.tree_for(archs.get_arch(opts.arch), work)
+    runner = Runner()
+    kc.ensure_checkout(kc.pins.load_pin("aotriton", workdir=work), tree.src, runner)
+    kc.generate(tree, sys.executable, runner)
+    return tree
+
+
+def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
+    store = kernel_store.open_store(url, tmp, "gfx1151", say=print)
+    assert store is not None and store.shared is not None
+    jobs = kernel_jobs.read_jobs(tree.build / "Bare.compile")
+    ctx, sources = tree.key_context(), kernel_jobs.source_digests(jobs)
+    whole = 0
+    for job in jobs:
+        blob = store.shared.get(ctx.key(job, sources))
+        assert blob is not None, job.describe()
+        kernel_store.unpack(blob)  # raises on a partial entry
+        whole += 1
+    return whole
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server not installed")
+def test_two_workers_compile_every_job_into_the_store(tmp_path: Path, monkeypatch) -> None:
+    from tests.support.dask_cluster import dask_cluster
+
+    tree = _generated_tree(tmp_path, monkeypatch)
+    env = {kc.PYTHON_ENV: sys.executable}
+    with (
+        redis_server(tmp_path / "redis") as store_url,
+        dask_cluster(tmp_path / "dask", 2, env) as (
+            url,
+            _,
+        ),
+    ):
+        runner = Runner()
+        counts = kernel_cluster.fan_out(tree, url, store_url, runner)
+        assert counts == {"compiled": sum(gen.jobs_per_family().values()), "hit": 0}
+        assert _all_entries_whole(tree, store_url, tmp_path / "reader") == counts["compiled"]
+        again = kernel_cluster.fan_out(tree, url, store_url, runner)
+        assert again == {"compiled": 0, "hit": counts["compiled"]}
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server not installed")
+def test_killed_worker_job_is_retried_and_leaves_nothing_partial(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from tests.support.dask_cluster import dask_cluster
+
+    hanging = gen.KERNEL_SOURCE.format(helper="helpers", kernel="attn_fwd") + HANG_HOOK
+    tree = _generated_tree(tmp_path, monkeypatch, {"modules/flash/kernel/fwd_kernel.py": hanging})
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    env = {kc.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
+    with (
+        redis_server(tmp_path / "redis") as store_url,
+        dask_cluster(tmp_path / "dask", 2, env) as (
+            url,
+            _,
+        ),
+    ):
+        result: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                result["counts"] = kernel_cluster.fan_out(tree, url, store_url, Runner())
+            except BaseException as error:
+                result["error"] = error
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        marker = hang / "worker.pid"
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline, "no job started hanging"
+            time.sleep(0.1)
+        os.kill(int(marker.read_text()), signal.SIGKILL)  # the worker process, mid-job
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert "error" not in result, result.get("error")
+        total = sum(gen.jobs_per_family().values())
+        assert result["counts"] == {"compiled": total, "hit": 0}
+        assert _all_entries_whole(tree, store_url, tmp_path / "reader") == total
+
+
+def test_unreachable_scheduler_is_one_line_before_any_work(tmp_path: Path) -> None:
+    if REDIS is None:
+        pytest.skip("redis-server not installed")
+    with redis_server(tmp_path / "redis") as store_url, pytest.raises(UserError) as failed:
+        kernel_cluster.require(f"tcp://127.0.0.1:{free_port()}", store_url, dry_run=False)
+    assert "Dask scheduler unreachable" in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_workers_need_a_shared_writable_store() -> None:
+    with pytest.raises(UserError, match="needs a shared --cache"):
+        kernel_cluster.require("tcp://127.0.0.1:8786", None, dry_run=True)
+    with pytest.raises(UserError, match="read_only=1"):
+        kernel_cluster.require("tcp://h:1", "redis://h:1?read_only=1", dry_run=True)
+    with pytest.raises(UserError, match="tcp://HOST:PORT"):
+        kernel_cluster.require("h:8786", "redis://h:1", dry_run=True)
+
+
+def test_missing_extra_is_one_line_naming_it() -> None:
+    code = (
+        "import sys; sys.modules['distributed'] = None\n"
+        "from scripts.builds import kernel_cluster\n"
+        "try:\n"
+        "    kernel_cluster.require('tcp://127.0.0.1:1', 'redis://127.0.0.1:1', dry_run=True)\n"
+        "except Exception as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == (
+        "--workers needs Dask distributed, the optional extra: pip install -e '.[cluster]'"
+    )
