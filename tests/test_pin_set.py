@@ -10,6 +10,7 @@ import pytest
 
 from scripts.builds import aotriton_release
 from scripts.plumbing import options, pin_schema
+from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources import pin_set, pins, update_pins
 from tests.support import aotriton_standins as st
@@ -245,3 +246,70 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     assert (
         "# The companions TheRock's source manifest pins" in (pins_dir / "pytorch.toml").read_text()
     )
+
+
+def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """update_pins.resolve_for_build, what build_aotriton and build_pytorch call first, on the
+    repository's own pins/pytorch.toml: a dry run asks nothing and says the real run records
+    it; an unreachable upstream and a disagreeing pair are refused in one line and the pin file
+    is left as it was; --force records the pair with a warning; a resolved pin is left alone."""
+    torch_repo = tmp_path / "rocm-pytorch"
+    st.make_repo(torch_repo, {"README": "x\n"})
+    st.git(torch_repo, "checkout", "-q", "-b", "release/2.13")
+    names = {
+        CMAKE: NAMES_012,  # this torch names 0.12b; pins/aotriton.toml pins 0.13b
+        "related_commits": f"ubuntu|pytorch|torchaudio|release/2.13|{'a' * 40}|https://x/audio\n"
+        f"ubuntu|pytorch|torchvision|release/2.13|{'b' * 40}|https://x/vision\n",
+        ".ci/docker/ci_commit_pins/triton.txt": "c" * 40 + "\n",
+    }
+    torch_commit = st.commit_files(torch_repo, names, "release 2.13")
+    www = tmp_path / "www"
+    for path, text in names.items():
+        (www / "raw" / torch_commit / path).parent.mkdir(parents=True, exist_ok=True)
+        (www / "raw" / torch_commit / path).write_text(text)
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
+    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    real = (pins.REPO_ROOT / "pins" / "pytorch.toml").read_text()
+    pin = pins_dir / "pytorch.toml"
+    work = tmp_path / "work"
+
+    def resolve(*, dry_run: bool = False, force: bool = False) -> None:
+        runner = Runner(dry_run=dry_run)
+        update_pins.resolve_for_build("pytorch", runner, workdir=work, force=force)
+
+    pin.write_text(real.replace("https://github.com/ROCm/pytorch", "https://127.0.0.1:9/pytorch"))
+    before = pin.read_text()
+    resolve(dry_run=True)
+    out = capsys.readouterr().out
+    assert "[dry-run] pytorch: release/2.13 has no commit in" in out and "$ " not in out
+    assert "the real run resolves, checks and records it there first" in out
+    with pytest.raises(UserError) as unreachable:
+        resolve()
+    message = str(unreachable.value)
+    assert "\n" not in message and message.startswith("pytorch: cannot resolve release/2.13")
+    assert "run nox -s update_pins where 127.0.0.1 is reachable" in message
+    assert "$ROCMFA_PINS_DIR" in message
+    assert pin.read_text() == before
+    with st.serve(www) as (base, _log):
+        pin.write_text(
+            real.replace("https://github.com/ROCm/pytorch", f"file://{torch_repo}").replace(
+                "https://raw.githubusercontent.com/ROCm/pytorch", f"{base}/raw"
+            )
+        )
+        before = pin.read_text()
+        with pytest.raises(UserError, match=r"^pins disagree: .*names AOTriton 0\.12b.*--force"):
+            resolve()
+        assert pin.read_text() == before  # never a recorded pair that was refused
+        capsys.readouterr()
+        resolve(force=True)
+        out = capsys.readouterr().out
+    said = f"pytorch: resolved release/2.13 to {torch_commit[:12]}, checked it and recorded it in"
+    assert said in out and "WARNING (--force): pins disagree" in out
+    assert pins.load_pin("pytorch", pins_dir).commit == torch_commit
+    resolve()  # resolved now: nothing asked, nothing said, the server is gone
+    assert capsys.readouterr().out == ""
