@@ -644,12 +644,14 @@ def test_first_real_run_resolves_the_default_pin_then_builds(
     monkeypatch.delenv("ROCMFA_ARCH", raising=False)
     work = tmp_path / "work"
     argv = ["--prefix", str(provisioned_env), "--workdir", str(work), "--arch", "gfx1151"]
-    real = (REPO_ROOT / "pins" / "pytorch.toml").read_text()
     with st.serve(www) as (base, _log):
-        (pins_dir / "pytorch.toml").write_text(
-            real.replace("https://github.com/ROCm/pytorch", standin.url(torch_repo))
-            .replace("https://raw.githubusercontent.com/ROCm/pytorch", f"{base}/raw")
-            .replace("https://github.com/ROCm/triton", standin.url(upstreams.triton[0]))
+        st.write_default_torch_pin(
+            pins_dir,
+            {
+                "https://github.com/ROCm/pytorch": standin.url(torch_repo),
+                "https://raw.githubusercontent.com/ROCm/pytorch": f"{base}/raw",
+                "https://github.com/ROCm/triton": standin.url(upstreams.triton[0]),
+            },
         )
         bp.build_pytorch(options.parse("build_pytorch", [*argv, *SKIP_V]))
     out = capfd.readouterr().out

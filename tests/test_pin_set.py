@@ -20,6 +20,7 @@ C_012 = "269036897bcee4292f4e928767df1e3dd0e3c8bd"
 C_0121 = "8fdb4a4353f95b88c9542f5e5637efc1e1e0e530"
 OLD_SUM = "c51b23065dd0ef50ad89386524ee423ee0deb3d43aaf6eb27bdb97afdbf5e004"
 CMAKE = pins.AOTRITON_CMAKE
+REPO, RAW = "https://github.com/ROCm/pytorch", "https://raw.githubusercontent.com/ROCm/pytorch"
 # The form of PyTorch's aotriton.cmake since 0.13b (form C; ROCm/pytorch, docs/upstream-
 # interfaces.md), reduced to the lines pins.parse_aotriton_cmake reads.
 NAMES_012 = f"""
@@ -202,28 +203,15 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
         ),
         ".ci/docker/ci_commit_pins/triton.txt": triton + "\n",
     }
-    torch_repo = tmp_path / "rocm-pytorch"
-    st.make_repo(torch_repo, {"README": "x\n"})
-    st.git(torch_repo, "checkout", "-q", "-b", "release/2.13")
-    torch_commit = st.commit_files(torch_repo, files, "release 2.13")
-    www = tmp_path / "www"
-    for path, text in files.items():
-        served = www / "raw" / torch_commit / path
-        served.parent.mkdir(parents=True, exist_ok=True)
-        served.write_text(text)
+    torch_repo, torch_commit, www = st.make_rocm_pytorch_release(tmp_path, files)
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
     aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
     st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
-    real = (pins.REPO_ROOT / "pins" / "pytorch.toml").read_text()
     argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
     with st.serve(www) as (base, _log):
-        (pins_dir / "pytorch.toml").write_text(
-            real.replace("https://github.com/ROCm/pytorch", f"file://{torch_repo}").replace(
-                "https://raw.githubusercontent.com/ROCm/pytorch", f"{base}/raw"
-            )
-        )
+        st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
         assert "public record only" in pin_schema.describe_line(pins_dir)
         update_pins.update_pins(options.parse("update_pins", argv))
     out = capsys.readouterr().out
@@ -255,26 +243,18 @@ def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
     repository's own pins/pytorch.toml: a dry run asks nothing and says the real run records
     it; an unreachable upstream and a disagreeing pair are refused in one line and the pin file
     is left as it was; --force records the pair with a warning; a resolved pin is left alone."""
-    torch_repo = tmp_path / "rocm-pytorch"
-    st.make_repo(torch_repo, {"README": "x\n"})
-    st.git(torch_repo, "checkout", "-q", "-b", "release/2.13")
     names = {
         CMAKE: NAMES_012,  # this torch names 0.12b; pins/aotriton.toml pins 0.13b
         "related_commits": f"ubuntu|pytorch|torchaudio|release/2.13|{'a' * 40}|https://x/audio\n"
         f"ubuntu|pytorch|torchvision|release/2.13|{'b' * 40}|https://x/vision\n",
         ".ci/docker/ci_commit_pins/triton.txt": "c" * 40 + "\n",
     }
-    torch_commit = st.commit_files(torch_repo, names, "release 2.13")
-    www = tmp_path / "www"
-    for path, text in names.items():
-        (www / "raw" / torch_commit / path).parent.mkdir(parents=True, exist_ok=True)
-        (www / "raw" / torch_commit / path).write_text(text)
+    torch_repo, torch_commit, www = st.make_rocm_pytorch_release(tmp_path, names)
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
     aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
     st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
-    real = (pins.REPO_ROOT / "pins" / "pytorch.toml").read_text()
     pin = pins_dir / "pytorch.toml"
     work = tmp_path / "work"
 
@@ -282,7 +262,7 @@ def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
         runner = Runner(dry_run=dry_run)
         update_pins.resolve_for_build("pytorch", runner, workdir=work, force=force)
 
-    pin.write_text(real.replace("https://github.com/ROCm/pytorch", "https://127.0.0.1:9/pytorch"))
+    st.write_default_torch_pin(pins_dir, {REPO: "https://127.0.0.1:9/pytorch"})
     before = pin.read_text()
     resolve(dry_run=True)
     out = capsys.readouterr().out
@@ -296,11 +276,7 @@ def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
     assert "$ROCMFA_PINS_DIR" in message
     assert pin.read_text() == before
     with st.serve(www) as (base, _log):
-        pin.write_text(
-            real.replace("https://github.com/ROCm/pytorch", f"file://{torch_repo}").replace(
-                "https://raw.githubusercontent.com/ROCm/pytorch", f"{base}/raw"
-            )
-        )
+        st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
         before = pin.read_text()
         with pytest.raises(UserError, match=r"^pins disagree: .*names AOTriton 0\.12b.*--force"):
             resolve()
