@@ -183,6 +183,20 @@ def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Pat
     assert "the real run refuses this" in lines[1]
 
 
+def release_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]
+) -> tuple[Path, str, Path, Path]:
+    """A stand-in ROCm/pytorch release/2.13 holding files, and $ROCMFA_PINS_DIR with an
+    AOTriton 0.13b pin: (torch repo, its commit, the folder raw_url serves, the pins dir)."""
+    torch_repo, torch_commit, www = st.make_rocm_pytorch_release(tmp_path, files)
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
+    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    return torch_repo, torch_commit, www, pins_dir
+
+
 def test_update_pins_resolves_the_default_line_and_records_every_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -203,12 +217,7 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
         ),
         ".ci/docker/ci_commit_pins/triton.txt": triton + "\n",
     }
-    torch_repo, torch_commit, www = st.make_rocm_pytorch_release(tmp_path, files)
-    pins_dir = tmp_path / "pins"
-    pins_dir.mkdir()
-    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
-    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    torch_repo, torch_commit, www, pins_dir = release_line(tmp_path, monkeypatch, files)
     argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
     with st.serve(www) as (base, _log):
         st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
@@ -249,12 +258,7 @@ def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
         f"ubuntu|pytorch|torchvision|release/2.13|{'b' * 40}|https://x/vision\n",
         ".ci/docker/ci_commit_pins/triton.txt": "c" * 40 + "\n",
     }
-    torch_repo, torch_commit, www = st.make_rocm_pytorch_release(tmp_path, names)
-    pins_dir = tmp_path / "pins"
-    pins_dir.mkdir()
-    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
-    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    torch_repo, torch_commit, www, pins_dir = release_line(tmp_path, monkeypatch, names)
     pin = pins_dir / "pytorch.toml"
     work = tmp_path / "work"
 
