@@ -434,3 +434,41 @@ def test_a_reinstalled_torch_is_never_mixed_with_the_old_one(bed: Bed, capsys) -
     assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
     assert not (lib / "libaotriton_v2.so.0.13.0").exists()
     st.install_torch(bed.prefix)
+
+
+def test_first_real_run_resolves_the_torch_pin_and_refuses_a_disagreeing_pair(
+    bed: Bed, capsys
+) -> None:
+    """The repository's own pins/pytorch.toml (release/2.13, commit = "") against a stand-in
+    ROCm/pytorch whose aotriton.cmake names 0.12b: the first real run resolves the branch and
+    reads the file as update_pins does, refuses the pair before any command, and leaves the pin
+    file as it was."""
+    cmake = '  set(__AOTRITON_VER "0.12b")\n  set(__AOTRITON_CI_COMMIT "' + "2" * 40 + '")\n'
+    files = {
+        "cmake/External/aotriton.cmake": cmake,
+        "related_commits": "ubuntu|pytorch|torchaudio|release/2.13|" + "a" * 40 + "|https://x/a\n"
+        "ubuntu|pytorch|torchvision|release/2.13|" + "b" * 40 + "|https://x/v\n",
+        ".ci/docker/ci_commit_pins/triton.txt": "c" * 40 + "\n",
+    }
+    repo, _commit, www = st.make_rocm_pytorch_release(bed.root / "torch-release", files)
+    torch_pin = bed.pins / "pytorch.toml"
+    kept = torch_pin.read_text()
+    try:
+        with st.serve(www) as (base, _log):
+            st.write_default_torch_pin(
+                bed.pins,
+                {
+                    "https://github.com/ROCm/pytorch": f"file://{repo}",
+                    "https://raw.githubusercontent.com/ROCm/pytorch": f"{base}/raw",
+                },
+            )
+            before = torch_pin.read_text()
+            capsys.readouterr()
+            with pytest.raises(UserError) as error:
+                ba.build_aotriton(build_opts(bed.prefix, bed.work))
+        message = str(error.value)
+        assert "\n" not in message and "pins disagree" in message and "0.12b" in message
+        assert command_lines(capsys.readouterr().out) == []
+        assert torch_pin.read_text() == before
+    finally:
+        torch_pin.write_text(kept)

@@ -19,6 +19,7 @@ import pytest
 from scripts.builds import build_pytorch as bp
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
+from scripts.sources import pins
 from tests.support import aotriton_standins as st
 from tests.support import therock_standin as standin
 
@@ -617,3 +618,55 @@ def test_patch_sets_found_whatever_form_the_ref_takes(monkeypatch, provisioned_e
         bp.build_pytorch(options.parse("build_pytorch", [*argv[:-2], "--force"]))
     assert "\n" not in str(e.value) and "refusing to build it unpatched" in str(e.value)
     assert not (work / "wheels").exists()
+
+
+def test_first_real_run_resolves_the_default_pin_then_builds(
+    monkeypatch, provisioned_env, upstreams, tmp_path, capfd
+):
+    """The repository's own pins/pytorch.toml (ROCm/pytorch release/2.13, commit = "") against
+    the stand-in ROCm/pytorch: the first real build_pytorch resolves, checks and records it as
+    `nox -s update_pins -- --project pytorch` does, says so in one line and builds at that
+    commit; the second run does not resolve again."""
+    torch_repo, torch_commit = upstreams.pytorch
+    www = tmp_path / "www"
+    for path in (pins.AOTRITON_CMAKE, "related_commits", ".ci/docker/ci_commit_pins/triton.txt"):
+        served = www / "raw" / torch_commit / path
+        served.parent.mkdir(parents=True, exist_ok=True)
+        served.write_text(st.git(torch_repo, "show", f"{torch_commit}:{path}"))
+    pins_dir = tmp_path / "pins"
+    shutil.copytree(upstreams.pins_dir, pins_dir)
+    aotriton_013 = "6e00ef3e335b45dfb49065259533b59c68995bfe"  # what the stand-in torch names
+    st.write_aotriton_pin(
+        pins_dir, "https://github.com/ROCm/aotriton", aotriton_013, version="0.13b"
+    )
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
+    monkeypatch.delenv("ROCMFA_ARCH", raising=False)
+    work = tmp_path / "work"
+    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), "--arch", "gfx1151"]
+    with st.serve(www) as (base, _log):
+        st.write_default_torch_pin(
+            pins_dir,
+            {
+                "https://github.com/ROCm/pytorch": standin.url(torch_repo),
+                "https://raw.githubusercontent.com/ROCm/pytorch": f"{base}/raw",
+                "https://github.com/ROCm/triton": standin.url(upstreams.triton[0]),
+            },
+        )
+        bp.build_pytorch(options.parse("build_pytorch", [*argv, *SKIP_V]))
+    out = capfd.readouterr().out
+    said = f"pytorch: resolved release/2.13 to {torch_commit[:12]}, checked it and recorded it in"
+    assert sum(said in line for line in out.splitlines()) == 1, out
+    recorded = (pins_dir / "pytorch.toml").read_text()
+    assert (
+        f'commit = "{torch_commit}"' in recorded
+        and f'pytorch_commit = "{torch_commit}"' in recorded
+    )
+    assert f'commit = "{upstreams.triton[1]}"' in recorded  # the companions too
+    assert f"line release: {standin.url(torch_repo)} release/2.13 {torch_commit[:12]}" in out
+    assert value(checkout_calls(work)[0]["argv"], "--repo-hashtag") == torch_commit
+    assert build_calls(work), "the build went on"
+    bp.build_pytorch(options.parse("build_pytorch", [*argv, *SKIP_V]))  # the server is gone
+    again = capfd.readouterr().out
+    assert "resolved release/2.13" not in again
+    assert (pins_dir / "pytorch.toml").read_text() == recorded

@@ -185,7 +185,7 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
     assert locks.holder(lock) is None
 
 
-def test_doctor_names_a_mixed_sdk_the_line_and_update_pins() -> None:
+def test_doctor_names_a_mixed_sdk_the_line_and_the_unresolved_pin() -> None:
     report = {
         "arch": {"detected": [], "detected_from": "x", "arch": "gfx1151", "name": "n", "how": "h",
                  "aotriton": True, "ck_mha": False, "peak_tflops": {}, "limits": [], "matrix": "m"},
@@ -194,7 +194,7 @@ def test_doctor_names_a_mixed_sdk_the_line_and_update_pins() -> None:
                 "mixed_sdk": "mixed ROCm SDK: rocm-sdk-core 2, rocm-sdk-devel 1; rerun: x"},
         "lock": {"present": True, "fresh": True, "reason": "ok"},
         "pins": [{"file": "pytorch.toml", "error": "p: 'commit' is not resolved yet (''); "
-                  "run: nox -s update_pins"}],
+                  "the first real build resolves it, or run: nox -s update_pins"}],
         "line": "line release: u release/2.13 (commit not resolved yet) x AOTriton 0.13b",
         "builds": [],
     }  # fmt: skip
@@ -204,4 +204,9 @@ def test_doctor_names_a_mixed_sdk_the_line_and_update_pins() -> None:
     assert "ROCm SDK   mixed ROCm SDK: rocm-sdk-core 2, rocm-sdk-devel 1" in text
     assert "pin line   line release: u release/2.13 (commit not resolved yet)" in text
     del report["env"]["mixed_sdk"]
-    assert doctor._next_step(report).startswith("nox -s update_pins")
+    assert doctor._next_step(report).startswith("nox -s bench")
+    report["env"]["torch"] = {}  # the next step is the main job's line; it resolves the pin
+    assert doctor._next_step(report) == (
+        "nox -s build_aotriton build_pytorch (its first run resolves and records the torch pin's "
+        "commit)"
+    )

@@ -75,7 +75,7 @@ def test_a_real_run_still_stops_with_one_line(fresh, tmp_path: Path) -> None:
 
 def test_the_default_line_dry_run_names_the_line_and_every_source(fresh) -> None:
     """build_pytorch --dry-run on the repository's own pins: the line and how its torch x
-    AOTriton agreement is known, torch at a named placeholder until update_pins resolves it
+    AOTriton agreement is known, torch at a named placeholder until the real run resolves it
     (audio/vision/triton read from that commit); the nightly line has every source at a
     commit and AOTriton following torch."""
     project, env = fresh
@@ -87,9 +87,10 @@ def test_the_default_line_dry_run_names_the_line_and_every_source(fresh) -> None
     assert "x AOTriton 0.13b 6e00ef3e335b: agreement known from a public record only" in out
     placeholder = (
         "<commit of https://github.com/ROCm/pytorch release/2.13: resolved, checked and recorded "
-        "by nox -s update_pins>"
+        "by the real run>"
     )
     assert f"--repo-hashtag '{placeholder}'" in out
+    assert "the real run resolves, checks and records it there first" in out
     assert "--version-suffix '+rocmfa<identity: digest of the checkout" in out
     assert "TheRock's source-manifest form" in out
     nightly = run_nox(project, "-s", "build_pytorch", "--", "--dry-run", "--arch", "gfx1151",

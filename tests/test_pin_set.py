@@ -10,6 +10,7 @@ import pytest
 
 from scripts.builds import aotriton_release
 from scripts.plumbing import options, pin_schema
+from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources import pin_set, pins, update_pins
 from tests.support import aotriton_standins as st
@@ -19,6 +20,7 @@ C_012 = "269036897bcee4292f4e928767df1e3dd0e3c8bd"
 C_0121 = "8fdb4a4353f95b88c9542f5e5637efc1e1e0e530"
 OLD_SUM = "c51b23065dd0ef50ad89386524ee423ee0deb3d43aaf6eb27bdb97afdbf5e004"
 CMAKE = pins.AOTRITON_CMAKE
+REPO, RAW = "https://github.com/ROCm/pytorch", "https://raw.githubusercontent.com/ROCm/pytorch"
 # The form of PyTorch's aotriton.cmake since 0.13b (form C; ROCm/pytorch, docs/upstream-
 # interfaces.md), reduced to the lines pins.parse_aotriton_cmake reads.
 NAMES_012 = f"""
@@ -181,6 +183,20 @@ def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Pat
     assert "the real run refuses this" in lines[1]
 
 
+def release_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]
+) -> tuple[Path, str, Path, Path]:
+    """A stand-in ROCm/pytorch release/2.13 holding files, and $ROCMFA_PINS_DIR with an
+    AOTriton 0.13b pin: (torch repo, its commit, the folder raw_url serves, the pins dir)."""
+    torch_repo, torch_commit, www = st.make_rocm_pytorch_release(tmp_path, files)
+    pins_dir = tmp_path / "pins"
+    pins_dir.mkdir()
+    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
+    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
+    return torch_repo, torch_commit, www, pins_dir
+
+
 def test_update_pins_resolves_the_default_line_and_records_every_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -201,28 +217,10 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
         ),
         ".ci/docker/ci_commit_pins/triton.txt": triton + "\n",
     }
-    torch_repo = tmp_path / "rocm-pytorch"
-    st.make_repo(torch_repo, {"README": "x\n"})
-    st.git(torch_repo, "checkout", "-q", "-b", "release/2.13")
-    torch_commit = st.commit_files(torch_repo, files, "release 2.13")
-    www = tmp_path / "www"
-    for path, text in files.items():
-        served = www / "raw" / torch_commit / path
-        served.parent.mkdir(parents=True, exist_ok=True)
-        served.write_text(text)
-    pins_dir = tmp_path / "pins"
-    pins_dir.mkdir()
-    aot_repo, aot_commit = st.make_aotriton_upstream(tmp_path)
-    st.write_aotriton_pin(pins_dir, f"file://{aot_repo}", aot_commit, version="0.13b")
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
-    real = (pins.REPO_ROOT / "pins" / "pytorch.toml").read_text()
+    torch_repo, torch_commit, www, pins_dir = release_line(tmp_path, monkeypatch, files)
     argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
     with st.serve(www) as (base, _log):
-        (pins_dir / "pytorch.toml").write_text(
-            real.replace("https://github.com/ROCm/pytorch", f"file://{torch_repo}").replace(
-                "https://raw.githubusercontent.com/ROCm/pytorch", f"{base}/raw"
-            )
-        )
+        st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
         assert "public record only" in pin_schema.describe_line(pins_dir)
         update_pins.update_pins(options.parse("update_pins", argv))
     out = capsys.readouterr().out
@@ -245,3 +243,53 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     assert (
         "# The companions TheRock's source manifest pins" in (pins_dir / "pytorch.toml").read_text()
     )
+
+
+def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """update_pins.resolve_for_build, what build_aotriton and build_pytorch call first, on the
+    repository's own pins/pytorch.toml: a dry run asks nothing and says the real run records
+    it; an unreachable upstream and a disagreeing pair are refused in one line and the pin file
+    is left as it was; --force records the pair with a warning; a resolved pin is left alone."""
+    names = {
+        CMAKE: NAMES_012,  # this torch names 0.12b; pins/aotriton.toml pins 0.13b
+        "related_commits": f"ubuntu|pytorch|torchaudio|release/2.13|{'a' * 40}|https://x/audio\n"
+        f"ubuntu|pytorch|torchvision|release/2.13|{'b' * 40}|https://x/vision\n",
+        ".ci/docker/ci_commit_pins/triton.txt": "c" * 40 + "\n",
+    }
+    torch_repo, torch_commit, www, pins_dir = release_line(tmp_path, monkeypatch, names)
+    pin = pins_dir / "pytorch.toml"
+    work = tmp_path / "work"
+
+    def resolve(*, dry_run: bool = False, force: bool = False) -> None:
+        runner = Runner(dry_run=dry_run)
+        update_pins.resolve_for_build("pytorch", runner, workdir=work, force=force)
+
+    st.write_default_torch_pin(pins_dir, {REPO: "https://127.0.0.1:9/pytorch"})
+    before = pin.read_text()
+    resolve(dry_run=True)
+    out = capsys.readouterr().out
+    assert "[dry-run] pytorch: release/2.13 has no commit in" in out and "$ " not in out
+    assert "the real run resolves, checks and records it there first" in out
+    with pytest.raises(UserError) as unreachable:
+        resolve()
+    message = str(unreachable.value)
+    assert "\n" not in message and message.startswith("pytorch: cannot resolve release/2.13")
+    assert "run nox -s update_pins where 127.0.0.1 is reachable" in message
+    assert "$ROCMFA_PINS_DIR" in message
+    assert pin.read_text() == before
+    with st.serve(www) as (base, _log):
+        st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
+        before = pin.read_text()
+        with pytest.raises(UserError, match=r"^pins disagree: .*names AOTriton 0\.12b.*--force"):
+            resolve()
+        assert pin.read_text() == before  # never a recorded pair that was refused
+        capsys.readouterr()
+        resolve(force=True)
+        out = capsys.readouterr().out
+    said = f"pytorch: resolved release/2.13 to {torch_commit[:12]}, checked it and recorded it in"
+    assert said in out and "WARNING (--force): pins disagree" in out
+    assert pins.load_pin("pytorch", pins_dir).commit == torch_commit
+    resolve()  # resolved now: nothing asked, nothing said, the server is gone
+    assert capsys.readouterr().out == ""

@@ -257,9 +257,10 @@ def test_rewrite_commit_keeps_comments(tmp_path: Path) -> None:
 def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     tmp_path: Path,
 ) -> None:
-    """The default torch pin is ROCm/pytorch release/2.13 with no commit yet: a build refuses it
-    in one line, a dry run shows a named placeholder, and the line says its agreement with
-    AOTriton 0.13b is known from a public record only. The nightly line is fully pinned and its
+    """The default torch pin is ROCm/pytorch release/2.13 with no commit yet: load_pin refuses it
+    in one line (a build's first real run resolves it first: test_pin_set), a dry run shows a
+    named placeholder, and the line says its agreement with AOTriton 0.13b is known from a
+    public record only. The nightly line is fully pinned and its
     AOTriton follows that torch."""
     env = {"ROCMFA_PINS_DIR": str(REPO_ROOT / "pins"), "ROCMFA_WORKDIR": str(tmp_path)}
     with pytest.raises(
@@ -271,7 +272,7 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     assert (plan.url, plan.ref) == ("https://github.com/ROCm/pytorch", "release/2.13")
     assert plan.commit == (
         "<commit of https://github.com/ROCm/pytorch release/2.13: resolved, checked and recorded "
-        "by nox -s update_pins>"
+        "by the real run>"
     )
     with pytest.raises(UserError, match="not resolved yet"):
         pins.load_pin_for_plan("pytorch", dry_run=False, environ=env)

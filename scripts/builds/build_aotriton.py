@@ -49,7 +49,7 @@ from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-from scripts.sources import pin_set, pins, submodules, tuning_db
+from scripts.sources import pin_set, pins, submodules, tuning_db, update_pins
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 from scripts.sources.tuning_db import TuningDb
@@ -304,7 +304,9 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             "--no-images builds the runtime only and keeps the images of the env's torch, but "
             "the env has no torch: drop --no-images (build_pytorch needs the images too)"
         )
-    # the torch pin must name this AOTriton (--force: warn only)
+    # the torch pin must name this AOTriton (--force: warn only); the first real run resolves,
+    # checks and records an unresolved torch pin as update_pins does
+    update_pins.resolve_for_build("pytorch", ctx.session.runner, workdir=ctx.work, force=opts.force)
     compat_matrix.announce(
         pin_set.check(
             ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work

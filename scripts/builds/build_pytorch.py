@@ -47,7 +47,7 @@ from scripts.env.preamble import OnSession, SessionEnv, open_env
 from scripts.plumbing import buildjobs, paths, pin_schema, stamps
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BuildPytorchOptions
-from scripts.sources import pins
+from scripts.sources import pins, update_pins
 from scripts.sources.pins import Pin
 
 STAGES = ("checkout", "triton", "torch", "audio", "vision", "apex")
@@ -364,6 +364,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     runner = session.runner
     runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
+    update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
     runner.say(pin_schema.describe_line(pins.resolve_pins_dir()))
     pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")

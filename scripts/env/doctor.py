@@ -176,12 +176,14 @@ def _next_step(report: dict[str, Any]) -> str:
         return MAIN_JOB[0]
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
-    if any("run: nox -s update_pins" in pin.get("error", "") for pin in report["pins"]):
-        return "nox -s update_pins (a pin's commit is not resolved yet)"
     torch = env.get("torch") or {}
     if not torch.get("version"):
         built = any(b["step"] == "build_pytorch-torch" for b in report["builds"])
-        return MAIN_JOB[2] if built else MAIN_JOB[1]
+        if built:
+            return MAIN_JOB[2]
+        unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
+        return MAIN_JOB[1] + (" (its first run resolves and records the torch pin's commit)"
+                              if unresolved else "")  # fmt: skip
     return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 

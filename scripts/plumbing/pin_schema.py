@@ -32,8 +32,8 @@ KNOWN = {
 
 
 class Unresolved(UserError):
-    """A pin whose commit update_pins has not resolved yet (builds refuse; dry runs show a
-    named placeholder)."""
+    """A pin whose commit update_pins has not resolved yet (a build's first real run resolves
+    it: scripts.sources.update_pins.resolve_for_build; dry runs show a named placeholder)."""
 
 
 def line(environ: Mapping[str, str] | None = None) -> str:
@@ -73,8 +73,8 @@ def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> s
         return (
             f"{head} x {pinned}: agreement known from a public record only "
             f"[{record.get('source')}]; "
-            "nox -s update_pins resolves the branch, reads the file at that commit and records it "
-            "(builds refuse until then)"
+            "the first real build (or nox -s update_pins) resolves the branch, reads the file at "
+            "that commit, records it and checks the pair"
         )
     return (
         f"{head} x {pinned}: not recorded at this torch commit; each build reads its "
@@ -106,7 +106,8 @@ def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False)
         return value
     if value.lower() in ("", "unknown", "todo", "none"):
         raise Unresolved(
-            f"{where}: 'commit' is not resolved yet ({value!r}); run: nox -s update_pins"
+            f"{where}: 'commit' is not resolved yet ({value!r}); the first real build resolves "
+            "it, or run: nox -s update_pins"
         )
     if not HEX40.fullmatch(value):
         extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""

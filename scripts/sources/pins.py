@@ -142,7 +142,7 @@ def load_pin_for_plan(
     out=None,
 ) -> Pin:
     """load_pin; a dry run shows an unresolved commit as a named placeholder (the real run
-    refuses it in one line naming update_pins)."""
+    resolves, checks and records it first: update_pins.resolve_for_build)."""
     try:
         return load_pin(project, workdir=workdir, environ=environ, out=out)
     except pin_schema.Unresolved as e:
@@ -151,7 +151,7 @@ def load_pin_for_plan(
         directory = resolve_pins_dir(None, environ)
         path, table = read_pin_table(project, directory, environ)
         url, ref = str(table.get("url")), str(table.get("ref"))
-        commit = f"<commit of {url} {ref}: resolved, checked and recorded by nox -s update_pins>"
+        commit = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
         data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
         return Pin(project, url, ref, commit, f"{_display(path)} ({e})", data)
 

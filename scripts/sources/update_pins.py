@@ -7,14 +7,20 @@ Besides the commit it records, read from the new commit itself: the submodule pa
 initialise (AOTriton, scripts.sources.submodules) and which AOTriton the torch
 pin's own aotriton.cmake names ([pytorch.aotriton], scripts.sources.pin_set). It then refuses an
 inconsistent torch x AOTriton pin set (--force: a warning).
+
+resolve_for_build: a build's first real run that meets an unresolved pin (`commit = ""`, a
+branch no public record names a commit of) does exactly that for the pin's project, says so in
+one line and goes on; a failure leaves the pin file as it was.
 """
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
-from scripts.plumbing import paths
+from scripts.plumbing import paths, pin_schema
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import UpdatePinsOptions
@@ -103,6 +109,52 @@ def update_pins(opts: UpdatePinsOptions) -> None:
                 runner.say(f"pin set: FAILED: {e}")
     if failures:
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {failures[0]}")
+
+
+def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
+    """Before a build's first command: an unresolved pin of project is resolved, checked and
+    recorded as `nox -s update_pins -- --project <project>` does (one line said); nothing when it
+    is resolved. A dry run asks nothing and says the real run will."""
+    directory = pins.resolve_pins_dir()
+    try:
+        pins.load_pin(project, directory, workdir=workdir)
+        return
+    except pin_schema.Unresolved:
+        pass
+    path, table = pins.read_pin_table(project, directory)
+    url, ref = str(table.get("url")), str(table.get("ref"))
+    if runner.dry_run:
+        runner.say(
+            f"[dry-run] {project}: {ref} has no commit in {path}: the real run resolves, checks "
+            "and records it there first (as nox -s update_pins does)"
+        )
+        return
+    work = paths.workdir(workdir)
+    before = path.read_text()
+    said = io.StringIO()
+    quiet = Runner(out=said)  # update_pins' own lines; the build says one
+    try:
+        try:
+            _update_project(project, directory, work, quiet, port=False)
+        except UserError as e:
+            host = urlparse(url).hostname or url
+            raise UserError(
+                f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
+                f"{host} is reachable, or point ${pins.PINS_DIR_ENV} at resolved pins"
+            ) from None
+        if project in ("pytorch", "aotriton"):
+            _check_pin_set(directory, work, quiet, force=force)
+    except UserError:
+        path.write_text(before)  # never a recorded pin that was not checked
+        raise
+    commit = pins.load_pin(project, directory, workdir=work).commit
+    runner.say(
+        f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path} "
+        "(as nox -s update_pins does)"
+    )
+    for line in said.getvalue().splitlines():
+        if line.startswith("WARNING"):
+            runner.say(line)
 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):

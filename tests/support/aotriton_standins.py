@@ -20,6 +20,8 @@ from pathlib import Path
 
 from tests.support.loopback import serving
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Upstream Dev",
     "GIT_AUTHOR_EMAIL": "dev@upstream.invalid",
@@ -343,6 +345,31 @@ def write_pytorch_pin(
         f'pytorch_commit = "{recorded_for or torch_commit}"\n{version}'
         f'commit = "{aotriton_commit}"\nsource = "stand-in record"\n'
     )
+    return path
+
+
+def make_rocm_pytorch_release(root: Path, files: dict[str, str]) -> tuple[Path, str, Path]:
+    """A stand-in ROCm/pytorch whose release/2.13 branch holds files, and a folder that serves
+    each at <www>/raw/<commit>/<path> as raw.githubusercontent.com does: (repo, commit, www)."""
+    repo = root / "rocm-pytorch"
+    make_repo(repo, {"README": "x\n"})
+    git(repo, "checkout", "-q", "-b", "release/2.13")
+    commit = commit_files(repo, files, "release 2.13")
+    www = root / "www"
+    for path, text in files.items():
+        (www / "raw" / commit / path).parent.mkdir(parents=True, exist_ok=True)
+        (www / "raw" / commit / path).write_text(text)
+    return repo, commit, www
+
+
+def write_default_torch_pin(pins_dir: Path, urls: dict[str, str]) -> Path:
+    """The repository's own pins/pytorch.toml (release/2.13, commit = "") with each upstream
+    URL in urls (a prefix of one in the file) pointed at a stand-in."""
+    text = (REPO_ROOT / "pins" / "pytorch.toml").read_text()
+    for real, standin in urls.items():
+        text = text.replace(real, standin)
+    path = pins_dir / "pytorch.toml"
+    path.write_text(text)
     return path
 
 
