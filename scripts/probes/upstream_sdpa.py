@@ -580,6 +580,7 @@ def _main(argv: list[str] | None) -> int:
             )
     doc: dict[str, Any] = {
         "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
         "torch": {
             "version": torch.__version__,
             "git_version": git_version,
