@@ -187,6 +187,14 @@ def validate(session: nox.Session) -> None:
     _call(session, validate, forward=True)
 
 
+@nox.session(python=False, tags=["check"], default=False)
+def report(session: nox.Session) -> None:
+    """One self-contained HTML page (and merged JSON) from result sets: INPUT... --baseline."""
+    from scripts.report.page import report
+
+    _call(session, report, forward=True)
+
+
 @nox.session(python=False, tags=["dev"])
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest) with this interpreter."""

@@ -43,6 +43,32 @@ REPORT_KINDS = {
     "sdpa-validate/1": "validate",
     "sdpa-bench/1": "bench",
 }
+# What a bench summary keeps of each row: the case (scripts/probes/bench_change.CASE_FIELDS)
+# and its figures, so that the results page (scripts/report) can draw and compare it.
+BENCH_ROW_FIELDS = (
+    "size",
+    "batch",
+    "q_heads",
+    "kv_heads",
+    "seq_q",
+    "seq_k",
+    "head_dim",
+    "dtype",
+    "causal",
+    "backend",
+    "pass",
+    "median_ms",
+    "p25_ms",
+    "p75_ms",
+    "spread",
+    "noisy",
+    "tflops",
+    "pct_peak",
+    "peak_tflops",
+    "kernel_ms",
+    "busy",
+    "launch_bound",
+)
 
 
 def family_of(arch: archs.Arch) -> str:
@@ -155,14 +181,20 @@ def summarize_report(path: Path) -> tuple[str, dict[str, Any]]:
         raise UserError(f"--report {path}: unknown report schema (expected one of {known})")
     if kind == "bench":
         rows = [
-            {k: r.get(k) for k in ("backend", "pass", "size", "dtype", "causal", "tflops")}
-            | {"pct_peak": r.get("pct_peak"), "median_ms": r.get("median_ms")}
+            {k: r.get(k) for k in BENCH_ROW_FIELDS}
             for r in doc.get("results", [])
             if isinstance(r, dict) and r.get("status") == "ok"
         ]
-        return kind, {"provenance": doc.get("provenance"), "wall_s": doc.get("wall_s"), "ok": rows}
+        return kind, {
+            "identity": doc.get("identity"),
+            "provenance": doc.get("provenance"),
+            "settings": doc.get("settings"),
+            "wall_s": doc.get("wall_s"),
+            "ok": rows,
+        }
     summary = {k: doc.get(k) for k in ("passed", "summary", "failures", "counts") if k in doc}
     summary["device"] = doc.get("device")
+    summary["identity"] = doc.get("identity")
     return kind, summary
 
 

@@ -48,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
     # Shared by every session that touches the env or builds.
     _opt(
         "--arch",
-        sessions=(*ENV_USERS, "update_pins", "matrix", "publish"),
+        sessions=(*ENV_USERS, "update_pins", "matrix", "publish", "report"),
         help="GPU arch, e.g. gfx1151 (default: $ROCMFA_ARCH, else rocm-bootstrap's detection: "
         "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     ),
@@ -265,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
     # --- publish, install_wheels --index (issue 20) ---
     _opt(
         "--index",
-        sessions=("publish", "install_wheels"),
+        sessions=("publish", "install_wheels", "report"),
         metavar="URL",
         help="team wheel index (family index: URL/v2/<family>/, or {family} in URL): DIR, "
         "http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, pypi+http(s)://HOST "
@@ -285,6 +285,20 @@ OPTIONS: tuple[Option, ...] = (
         metavar="JSON",
         help="a backend_check / validate / bench JSON report of this build to summarize in the "
         "manifest (repeatable)",
+    ),
+    # --- report (issue 32) ---
+    _opt(
+        "--baseline",
+        sessions=("report",),
+        metavar="INPUT",
+        help="a result set (folder or JSON file) to compare the others with: speedup table and "
+        "chart",
+    ),
+    _opt(
+        "--out",
+        sessions=("report",),
+        metavar="DIR",
+        help="where results.html and results.json go (default: ./results-page)",
     ),
     _opt(
         "--with-tests",
@@ -469,6 +483,15 @@ class ValidateOptions(EnvChoice):
     scripts/probes/upstream_sdpa.py, PyTorch's own SDPA tests; see scripts.env.in_env)."""
 
 
+class ReportOptions(SessionOptions):
+    """report: INPUT... (folders or probe JSON files) go through as the rest."""
+
+    arch: str | None = None
+    index: str | None = None
+    baseline: str | None = None
+    out: str | None = None
+
+
 class RepairOptions(EnvChoice):
     """repair: the env (and work dir) whose interrupted install to finish or roll back."""
 
@@ -489,6 +512,7 @@ SESSION_OPTIONS: dict[str, type[SessionOptions]] = {
     "backend_check": BackendCheckOptions,
     "validate": ValidateOptions,
     "repair": RepairOptions,
+    "report": ReportOptions,
 }
 
 

@@ -15,9 +15,9 @@ below the event time: `launch_bound`, scripts/probes/kernel_time.py) are labelle
 and never called a kernel speed-up or regression. Otherwise: "same" (within the threshold) or
 "noisy" (beyond the threshold, within run-to-run variation, or a row flagged noisy).
 
-`python scripts/probes/bench_change.py --learn A1.json A2.json ... > bench_noise.toml` learns
-the floors from A/A runs: per class, FLOOR_MARGIN x the largest change seen between any two
-runs. stdlib only.
+`python scripts/probes/bench_change.py --learn A1.json A2.json ... [--learn B1.json ...] >
+bench_noise.toml` learns the floors from A/A sessions: per class, FLOOR_MARGIN x the largest
+change seen between any two runs of one session (launch-bound rows left out). stdlib only.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
 # Row classes by how long a row takes: short rows move most between runs.
-BUCKETS_MS = (0.05, 0.5, 5.0)
+BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)
 FLOOR_MARGIN = 2.0
 DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
 CASE_FIELDS = (
@@ -157,11 +157,15 @@ def compare_runs(
     return out
 
 
-def learn_floors(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
-    """Per class: FLOOR_MARGIN x the largest |change| between any two runs (whole %)."""
+def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
+    """Per class: FLOOR_MARGIN x the largest |change| between any two runs of one group (one
+    A/A session), in whole %; launch-bound rows are left out (they are never judged)."""
     seen: dict[str, float] = {}
-    for a, b in itertools.combinations(runs, 2):
+    pairs = [pair for runs in groups for pair in itertools.combinations(runs, 2)]
+    for a, b in pairs:
         for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
+            if row["verdict"] == "launch-bound":
+                continue
             cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
             seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
     return {
@@ -172,17 +176,27 @@ def learn_floors(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
-    p.add_argument("--learn", nargs="+", required=True, metavar="JSON", help="bench JSON runs")
+    p.add_argument(
+        "--learn",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="JSON",
+        help="bench JSON runs of one build, back to back (one A/A session); repeat per session",
+    )
     p.add_argument("--source", default="", help="where the runs came from (written as source)")
     opts = p.parse_args(argv)
-    if len(opts.learn) < 2:
-        p.error("--learn needs at least two runs of one build")
+    if any(len(files) < 2 for files in opts.learn):
+        p.error("each --learn needs at least two runs of one build")
     try:
-        runs = [json.loads(Path(f).read_text())["results"] for f in opts.learn]
+        groups = [
+            [json.loads(Path(f).read_text())["results"] for f in files] for files in opts.learn
+        ]
     except (OSError, ValueError, KeyError, TypeError) as e:
         p.error(f"cannot read the runs: {e}")
-    floors = learn_floors(runs)
-    print(f'source = "{opts.source or ", ".join(Path(f).name for f in opts.learn)}"')
+    floors = learn_floors(groups)
+    names = "; ".join(", ".join(Path(f).name for f in files) for files in opts.learn)
+    print(f'source = "{opts.source or names}"')
     print(f"default_floor = {DEFAULT_FLOOR}")
     print("[floor]")
     for cls, value in floors.items():
