@@ -283,21 +283,6 @@ def header(words: str, *more: str) -> str:
     return "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in [*words.split(), *more])
 
 
-def bench_row(set_id: str, r: dict[str, Any]) -> str:
-    case = html.escape(json.dumps(list(change.case_key(r))))
-    flags = ("noisy " if r.get("noisy") else "") + ("launch-bound" if r.get("launch_bound") else "")
-    return (
-        f'<tr data-set="{set_id}" data-case="{case}"><td>{set_id}</td>'
-        + cells(r, "size")
-        + f"<td>{dims(r)}</td>"
-        + cells(r, "dtype")
-        + f"<td>{'yes' if r['causal'] else 'no'}</td>"
-        + cells(r, "backend", "pass")
-        + cells(r, "median_ms", "tflops", "pct_peak", "kernel_ms", numbers=True)
-        + f"<td>{flags}</td></tr>"
-    )
-
-
 # --- the page -----------------------------------------------------------------------------------
 
 
@@ -352,64 +337,76 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
     return f"<td>{mark} {_text(verdict.get('summary'))}{extra}{prof}</td>"
 
 
+CASE_HEADER = "size B,H,S,D dtype causal backend pass"
+
+
+def case_cells(row: dict[str, Any]) -> str:
+    return (
+        cells(row, "size")
+        + f"<td>{dims(row)}</td>"
+        + cells(row, "dtype")
+        + f"<td>{'yes' if row.get('causal') else 'no'}</td>"
+        + cells(row, "backend", "pass")
+    )
+
+
+def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
+    flags = tuple(
+        f
+        for f, on in (("noisy", row.get("noisy")), ("launch-bound", row.get("launch_bound")))
+        if on
+    )
+    return svg.Bar(
+        row.get("tflops"),
+        row["backend"],
+        shade,
+        f"{model['id']} {row['size']} {row['backend']}: {row['median_ms']} ms, "
+        f"{row.get('tflops')} TFLOP/s, {row.get('pct_peak')}% of peak"
+        + "".join(f" [{f}]" for f in flags),
+        flags,
+    )
+
+
 def bench_section(models: list[dict[str, Any]]) -> str:
+    """Per bench configuration: a chart per pass / dtype / causal (x: size; one bar per backend
+    per result set) and one table of every case with each set's median, TFLOP/s, % of peak."""
     by_config: dict[str, list[dict[str, Any]]] = {}
     for model in models:
         if model["bench"]:
             by_config.setdefault(model["config_label"], []).append(model)
     parts = []
     for ci, (label, members) in enumerate(by_config.items()):
-        rows = [(m, r) for m in members for r in ok_rows(m)]
-        backends = list(dict.fromkeys(r["backend"] for _m, r in rows))
+        index = [{change.case_key(r): r for r in ok_rows(m)} for m in members]
+        cases = list(dict.fromkeys(k for rows in index for k in rows))
+        first = {k: next(rows[k] for rows in index if k in rows) for k in cases}
+        backends = list(dict.fromkeys(first[k]["backend"] for k in cases))
         panels = sorted(
-            {(r["pass"], r["dtype"], bool(r["causal"])) for _m, r in rows},
+            {(r["pass"], r["dtype"], bool(r["causal"])) for r in first.values()},
             key=lambda p: (list(PASS_NAMES).index(p[0]) if p[0] in PASS_NAMES else 9, p[1], p[2]),
         )
-        sizes = list(dict.fromkeys(r["size"] for _m, r in rows))
+        sizes = list(dict.fromkeys(r["size"] for r in first.values()))
         figs = []
         for pass_name, dtype, causal in panels:
             groups = []
             for size in sizes:
-                bars = []
-                for backend in backends:
-                    for shade, model in enumerate(members):
-                        row = next(
+                bars = [
+                    bench_bar(model, rows[key], shade)
+                    for backend in backends
+                    for shade, (model, rows) in enumerate(zip(members, index, strict=True))
+                    for key in [
+                        next(
                             (
-                                r
-                                for r in ok_rows(model)
-                                if (
-                                    r["size"],
-                                    r["backend"],
-                                    r["pass"],
-                                    r["dtype"],
-                                    bool(r["causal"]),
-                                )
-                                == (size, backend, pass_name, dtype, causal)
+                                k
+                                for k in cases
+                                if (first[k]["size"], first[k]["backend"], first[k]["pass"])
+                                == (size, backend, pass_name)
+                                and (first[k]["dtype"], bool(first[k]["causal"])) == (dtype, causal)
                             ),
                             None,
                         )
-                        if row is None:
-                            continue
-                        flags = tuple(
-                            f
-                            for f, on in (
-                                ("noisy", row.get("noisy")),
-                                ("launch-bound", row.get("launch_bound")),
-                            )
-                            if on
-                        )
-                        bars.append(
-                            svg.Bar(
-                                row.get("tflops"),
-                                backend,
-                                shade,
-                                f"{model['id']} {row_label(row)}: {row['median_ms']} ms, "
-                                f"{row.get('tflops')} TFLOP/s, {row.get('pct_peak')} % of peak"
-                                + "".join(f" [{f}]" for f in flags),
-                                flags,
-                                {"set": model["id"], "tflops": _num(row.get("tflops"))},
-                            )
-                        )
+                    ]
+                    if key in rows
+                ]
                 if bars:
                     groups.append((size, bars))
             title = (
@@ -423,73 +420,113 @@ def bench_section(models: list[dict[str, Any]]) -> str:
                 chart_id=f"bench-{ci}-{pass_name}-{dtype}-{int(causal)}",
             )
             figs.append(f"<figure><h4>{html.escape(title)}</h4>{chart}</figure>")
-        table = "".join(bench_row(m["id"], r) for m, r in rows)
-        sets_line = ", ".join(f"{m['id']}" for m in members)
+        head = header(
+            CASE_HEADER, *(f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "%"))
+        )
+        body = []
+        for key in cases:
+            values = []
+            for rows in index:
+                row = rows.get(key)
+                mark = ""
+                if row is not None:
+                    mark = ("*" if row.get("noisy") else "") + (
+                        "†" if row.get("launch_bound") else ""
+                    )
+                values.append(
+                    "<td>-</td><td>-</td><td>-</td>"
+                    if row is None
+                    else f"<td>{_num(row['median_ms'])}{mark}</td><td>{_num(row.get('tflops'))}"
+                    f"</td><td>{_num(row.get('pct_peak'))}</td>"
+                )
+            body.append(f"<tr>{case_cells(first[key])}{''.join(values)}</tr>")
+        sets_line = ", ".join(m["id"] for m in members)
         parts.append(
-            f"<h3>{html.escape(label)}</h3><p>result sets: {sets_line} (within a backend, in this "
-            f"order; later ones lighter). Red outline: noisy row; dashed: launch-bound (the GPU "
-            f"idled most of the timed interval).</p>{svg.legend(backends)}"
-            f'<div class="figs">{"".join(figs)}</div>'
-            f'<details><summary>numbers ({len(rows)} rows)</summary><table class="bench-table">'
-            + header("set size B,H,S,D dtype causal backend pass", "median ms", "TFLOP/s")
-            + header("", "% peak", "kernel ms", "flags")[4:]
-            + f"</tr>{table}</table></details>"
+            f"<h3>{html.escape(label)}</h3><p>Result sets {sets_line}: within a backend in this "
+            "order, later ones lighter. Red outline (* in the table): noisy row; dashed (†): "
+            "launch-bound, the GPU idled most of the timed interval.</p>"
+            f'{svg.legend(backends)}<div class="figs">{"".join(figs)}</div>'
+            f"<details><summary>numbers: median ms, TFLOP/s, % of peak ({len(cases)} cases)"
+            f'</summary><table class="bench-table" data-sets="{sets_line}">{head}</tr>'
+            f"{''.join(body)}</table></details>"
         )
     return "".join(parts) or "<p>No bench result.</p>"
 
 
 def comparison_section(data: dict[str, Any]) -> str:
-    parts = []
-    for ci, comp in enumerate(data["comparisons"]):
-        rows = comp["rows"]
-        counts = ", ".join(f"{n} {v}" for v, n in comp["counts"].items() if n)
-        figs = []
-        for pass_name in PASS_NAMES:
-            groups: dict[str, list[svg.Bar]] = {}
-            for r in rows:
-                if r["pass"] != pass_name:
-                    continue
-                label = f"{r['size']}{' c' if r['causal'] else ''}"
-                groups.setdefault(label, []).append(
-                    svg.Bar(
-                        r["speedup"],
-                        r["backend"],
-                        0,
-                        f"{row_label(r)}: {r['a_ms']} -> {r['b_ms']} ms, {r['speedup']}x, "
-                        f"{r['verdict']}",
-                        (r["verdict"],),
-                        {"speedup": _num(r["speedup"])},
+    """Against the baseline: per result set the counts and geometric-mean speedups (a chart per
+    pass: x backend, one bar per set), and one table of every case's speedup and verdict."""
+    comps = data["comparisons"]
+    summary = "".join(
+        f"<tr><td>{c['set']}</td><td>{c['baseline']}</td>"
+        + "".join(f"<td>{c['counts'].get(v, 0)}</td>" for v in change.VERDICTS)
+        + f"<td>{_num(c['geomean_speedup'])}</td></tr>"
+        for c in comps
+    )
+    figs = []
+    for pass_name in PASS_NAMES:
+        groups = []
+        backends = list(
+            dict.fromkeys(r["backend"] for c in comps for r in c["rows"] if r["pass"] == pass_name)
+        )
+        for backend in backends:
+            bars = []
+            for shade, comp in enumerate(comps):
+                kept = [
+                    r["speedup"]
+                    for r in comp["rows"]
+                    if (r["pass"], r["backend"]) == (pass_name, backend)
+                    and r["verdict"] != "launch-bound"
+                ]
+                if kept:
+                    geo = round(math.exp(sum(math.log(x) for x in kept) / len(kept)), 4)
+                    bars.append(
+                        svg.Bar(geo, backend, shade, f"{comp['set']} {backend} {pass_name}: {geo}x")
                     )
-                )
-            if groups:
-                chart = svg.grouped_bars(
-                    list(groups.items()),
-                    "speedup (x)",
-                    reference=1.0,
-                    chart_id=f"speedup-{ci}-{pass_name}",
-                )
-                figs.append(f"<figure><h4>{PASS_NAMES[pass_name]} (c: causal)</h4>{chart}</figure>")
-        table = "".join(
-            f'<tr class="{r["verdict"]}">'
-            + cells(r, "size", "dtype")
-            + f"<td>{'yes' if r['causal'] else 'no'}</td>"
-            + cells(r, "backend", "pass")
-            + cells(r, "a_ms", "b_ms", "speedup", "allowance_pct", numbers=True)
-            + cells(r, "verdict")
-            + "</tr>"
-            for r in rows
+            if bars:
+                groups.append((backend, bars))
+        if groups:
+            chart = svg.grouped_bars(
+                groups,
+                "speedup (x)",
+                shades=len(comps),
+                reference=1.0,
+                chart_id=f"speedup-{pass_name}",
+            )
+            figs.append(f"<figure><h4>{PASS_NAMES[pass_name]}</h4>{chart}</figure>")
+    rows_by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
+    first: dict[tuple, dict[str, Any]] = {}
+    for comp in comps:
+        for r in comp["rows"]:
+            key = change.case_key(r)
+            first.setdefault(key, r)
+            rows_by_case.setdefault(key, {})[comp["set"]] = r
+    body = "".join(
+        f"<tr>{case_cells(first[key])}<td>{_num(first[key]['a_ms'])}</td>"
+        + "".join(
+            (
+                f'<td class="{found[c["set"]]["verdict"]}">{_num(found[c["set"]]["speedup"])} '
+                f"{found[c['set']]['verdict']}</td>"
+            )
+            if c["set"] in found
+            else "<td>-</td>"
+            for c in comps
         )
-        parts.append(
-            f'<h3 id="cmp-{comp["set"]}">{comp["set"]} against baseline {comp["baseline"]}</h3>'
-            f"<p>{len(rows)} cases: {html.escape(counts)}; geometric-mean speedup "
-            f"{_num(comp['geomean_speedup'])}x (launch-bound rows left out). Green outline: "
-            f"faster, red: slower.</p>{svg.legend(list(dict.fromkeys(r['backend'] for r in rows)))}"
-            f'<div class="figs">{"".join(figs)}</div><details><summary>speedup table</summary>'
-            '<table class="speedup-table">'
-            + header("size dtype causal backend pass", "baseline ms", "ms", "speedup", "allowed %")
-            + f"<th>verdict</th></tr>{table}</table></details>"
-        )
-    return "".join(parts)
+        + "</tr>"
+        for key, found in rows_by_case.items()
+    )
+    backends = list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"]))
+    return (
+        "<p>Speedup = baseline median / median (&gt;1: faster than the baseline). Verdicts by the "
+        "change rule above; launch-bound rows are left out of the means.</p>"
+        '<table class="comparisons">'
+        + header("set baseline", *change.VERDICTS, "geo. mean speedup")
+        + f"</tr>{summary}</table>{svg.legend(backends)}"
+        f'<div class="figs">{"".join(figs)}</div><details><summary>every case ({len(first)})'
+        '</summary><table class="speedup-table">'
+        + header(CASE_HEADER, "baseline ms", *(c["set"] for c in comps))
+        + f"</tr>{body}</table></details>"
+    )
 
 
 def time_section(data: dict[str, Any]) -> str:

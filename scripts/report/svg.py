@@ -71,7 +71,8 @@ def grouped_bars(
     group_w = per_group * bar_w + 12
     left, top, plot_h = 46, 8, 150
     width = int(left + group_w * len(groups) + 10)
-    height = top + plot_h + 34
+    slanted = any(len(label) > max(4, group_w / 6) for label, _b in groups)
+    height = top + plot_h + (90 if slanted else 34)
     values = [b.value for _g, bars in groups for b in bars if b.value is not None]
     top_value = nice_max(max([*values, reference or 0.0], default=1.0))
     out = [
@@ -98,6 +99,7 @@ def grouped_bars(
             h = plot_h * min(bar.value, top_value) / top_value
             y = top + plot_h - h
             opacity = 1.0 - 0.6 * (bar.shade / max(1, shades - 1)) if shades > 1 else 1.0
+            fade = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""
             stroke = ""
             if "noisy" in bar.flags or "slower" in bar.flags:
                 stroke = ' stroke="#d62728" stroke-width="1.5"'
@@ -106,14 +108,18 @@ def grouped_bars(
             elif "faster" in bar.flags:
                 stroke = ' stroke="#2ca02c" stroke-width="1.5"'
             out.append(
-                f'<rect class="bar" x="{_fmt(x)}" y="{_fmt(y)}" width="{_fmt(bar_w - 1)}" '
-                f'height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}" '
-                f'fill-opacity="{opacity:.2f}"{stroke}{_attrs(bar.data)}>'
+                f'<rect x="{_fmt(x)}" y="{_fmt(y)}" width="{_fmt(bar_w - 1)}" '
+                f'height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"{fade}{stroke}'
+                f"{_attrs(bar.data)}>"
                 f"<title>{html.escape(bar.title)}</title></rect>"
             )
+        x_mid = _fmt(x0 + per_group * bar_w / 2)
+        y_label_at = top + plot_h + 14
+        turn = f' transform="rotate(-35 {x_mid} {y_label_at})"' if slanted else ""
+        anchor = "end" if slanted else "middle"
         out.append(
-            f'<text x="{_fmt(x0 + per_group * bar_w / 2)}" y="{top + plot_h + 14}" '
-            f'text-anchor="middle" {FONT}>{html.escape(label)}</text>'
+            f'<text x="{x_mid}" y="{y_label_at}" text-anchor="{anchor}"{turn} {FONT}>'
+            f"{html.escape(label)}</text>"
         )
     if reference is not None:
         y = top + plot_h - plot_h * reference / top_value
