@@ -18,10 +18,8 @@ IDENTITY_KEYS = {"version", "date", "host", "gpu", "arch", "platform", "torch", 
 
 def test_bench_writes_the_identity(tmp_path):
     out = tmp_path / "b.json"
-    rc = bench.main(
-        ["--sizes", "Tiny", "--backends", "math", "--causal", "no", "--passes", "fwd"]
-        + ["--repeats", "2", "--json", str(out)]
-    )
+    args = ["--sizes", "Tiny", "--backends", "math", "--causal", "no", "--passes", "fwd"]
+    rc = bench.main([*args, "--repeats", "2", "--json", str(out)])
     assert rc == 0
     doc = json.loads(out.read_text())
     assert doc["identity"].keys() >= IDENTITY_KEYS
