@@ -34,7 +34,15 @@ PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
 PAGE_DATA = "a results page's merged data, not a probe's JSON"
 COMPANION_WINDOW_S = 3 * 3600
 MACHINE_FIELDS = ("host", "gpu", "device", "platform")
-SOFTWARE_FIELDS = ("torch", "torch_commit", "rocm", "cuda", "aotriton", "flash_built_in")
+SOFTWARE_FIELDS = (
+    "torch",
+    "torch_commit",
+    "rocm",
+    "cuda",
+    "aotriton",
+    "flash_built_in",
+    "wheel_set",
+)
 # What makes two bench runs comparable (the rest of bench's settings are about noise).
 CONFIG_FIELDS = (
     "suite",
@@ -276,7 +284,7 @@ def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
             schema = (
                 next(s for s, k in KINDS.items() if k == kind) if kind in KINDS.values() else kind
             )
-            data = {"schema": schema, "identity": identity, **summary}
+            data = {**summary, "schema": schema, "identity": identity}
         found = check_doc(f"{source} ({kind})", data)
         if isinstance(found, Doc):
             docs.append(found)
