@@ -43,32 +43,6 @@ REPORT_KINDS = {
     "sdpa-validate/1": "validate",
     "sdpa-bench/1": "bench",
 }
-# What a bench summary keeps of each row: the case (scripts/probes/bench_change.CASE_FIELDS)
-# and its figures, so that the results page (scripts/report) can draw and compare it.
-BENCH_ROW_FIELDS = (
-    "size",
-    "batch",
-    "q_heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "backend",
-    "pass",
-    "median_ms",
-    "p25_ms",
-    "p75_ms",
-    "spread",
-    "noisy",
-    "tflops",
-    "pct_peak",
-    "peak_tflops",
-    "kernel_ms",
-    "busy",
-    "launch_bound",
-)
 
 
 def family_of(arch: archs.Arch) -> str:
@@ -180,10 +154,9 @@ def summarize_report(path: Path) -> tuple[str, dict[str, Any]]:
         known = ", ".join(sorted(REPORT_KINDS))
         raise UserError(f"--report {path}: unknown report schema (expected one of {known})")
     if kind == "bench":
+        # Whole rows: the results page (scripts/report) draws and compares them.
         rows = [
-            {k: r.get(k) for k in BENCH_ROW_FIELDS}
-            for r in doc.get("results", [])
-            if isinstance(r, dict) and r.get("status") == "ok"
+            r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"
         ]
         return kind, {
             "identity": doc.get("identity"),

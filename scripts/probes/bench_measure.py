@@ -15,9 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 if __package__:
+    from . import bench_change as change
     from . import kernel_time
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
+    import bench_change as change  # type: ignore[no-redef]
     import kernel_time  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
@@ -44,22 +46,10 @@ NOISE_THRESHOLD = 0.10
 # --sustained applies to cases at least this big (fwd FLOPs, non-causal): Large and up.
 SUSTAINED_MIN_FLOPS = 4.0 * 8 * 16 * 2048 * 2048 * 64
 
-# What identifies a timed case (--compare matches runs on it); the rest are its results.
-CASE_FIELDS = (
-    "batch",
-    "q_heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "backend",
-    "pass",
-)
+# What identifies a timed case (bench_change.CASE_FIELDS: --compare matches runs on it), then
+# its results.
 RESULT_FIELDS = (
-    "size",
-    *CASE_FIELDS,
+    *change.CASE_FIELDS,
     "status",
     "reason",
     "median_ms",

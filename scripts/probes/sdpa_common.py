@@ -76,14 +76,19 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
+def load_table(path: Path, key: str, what: str) -> dict[str, dict[str, Any]]:
+    """The TOML file's [key.*] tables; {} (with a warning) if unreadable."""
     try:
         with open(path, "rb") as f:
-            return dict(tomllib.load(f).get("arch", {}))
+            return dict(tomllib.load(f).get(key, {}))
     except (OSError, ValueError) as e:
-        warnings.warn(f"cannot read arch data {path}: {e}", stacklevel=2)
+        warnings.warn(f"cannot read {what} {path}: {e}", stacklevel=3)
         return {}
+
+
+def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
+    return load_table(path, "arch", "arch data")
 
 
 def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
@@ -183,12 +188,7 @@ PEAK_RATES_FILE = ARCHES_FILE.with_name("peak_rates.toml")
 
 def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
     """Arch -> dense matrix FLOP per compute unit per clock, per dtype, with its source."""
-    try:
-        with open(path, "rb") as f:
-            return dict(tomllib.load(f).get("rate", {}))
-    except (OSError, ValueError) as e:
-        warnings.warn(f"cannot read peak rates {path}: {e}", stacklevel=2)
-        return {}
+    return load_table(path, "rate", "peak rates")
 
 
 def computed_peak(

@@ -32,23 +32,6 @@ FLOP_CONVENTION = (
     "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
     "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
 )
-ROW_FIELDS = (
-    *change.CASE_FIELDS,
-    "status",
-    "reason",
-    "median_ms",
-    "p25_ms",
-    "p75_ms",
-    "spread",
-    "noisy",
-    "tflops",
-    "pct_peak",
-    "peak_tflops",
-    "above_peak",
-    "kernel_ms",
-    "busy",
-    "launch_bound",
-)
 PASS_NAMES = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
 STYLE = """
 body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}
@@ -134,9 +117,7 @@ def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
         model["peak_tflops"] = prov.get("peak_tflops")
         model["peak_source"] = prov.get("peak_source")
         model["timer"] = (bench.data.get("settings") or {}).get("timer")
-        model["bench"] = [
-            {k: r.get(k) for k in ROW_FIELDS} for r in bench.data["results"] if isinstance(r, dict)
-        ]
+        model["bench"] = [r for r in bench.data["results"] if isinstance(r, dict)]
     for kind in ("backend_check", "validate", "upstream", "crosscheck"):
         doc = result_set.docs.get(kind)
         if doc is None:
