@@ -615,7 +615,9 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     page = out / "results.html"
     page.write_text(render(data), encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(
+        json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8"
+    )
     print(
         f"report: wrote {page} ({page.stat().st_size / 1024:.0f} KiB) and {out / 'results.json'}: "
         f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown, "
