@@ -4,11 +4,12 @@ file:// and prints) and the merged data (results.json) from any number of result
 
 Sections: an identity card per result set; verdicts (backend_check with its reason, validate
 and upstream counts, the crosscheck); bench as grouped bars per pass / dtype / causal with one
-bar per backend per result set (TFLOP/s; % of peak, median and kernel time in the tables and
-on hover; noisy rows outlined red, launch-bound rows dashed); with --baseline, a speedup table
-and chart judged by the one change rule (scripts/probes/bench_change.py); result sets of one
-machine over time as a line per backend; and "not shown, and why" for every input that could
-not be used (also one line each on the terminal). Exit non-zero only when nothing was shown.
+bar per backend per result set (TFLOP/s; median and % of peak in the tables and on hover,
+kernel time in the JSON; noisy rows outlined red, launch-bound rows dashed); with --baseline, a
+speedup table and chart judged by the one change rule (scripts/probes/bench_change.py); result
+sets of one machine over time as a line per backend; and "not shown, and why" for every input
+that could not be used (also one line each on the terminal). Exit non-zero only when nothing
+was shown.
 """
 
 from __future__ import annotations
@@ -587,6 +588,9 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     """nox -s report: read the inputs, write results.html and results.json, say what was left
     out. UserError when nothing could be shown."""
     started = time.perf_counter()
+    if "--help" in rest or "-h" in rest:  # after the options' own help (noxfile._call)
+        print(__doc__)
+        raise SystemExit(0)
     flags = [a for a in rest if a.startswith("-")]
     if flags:
         raise UserError(f"report: unknown option {flags[0]} (see: nox -s report -- --help)")
