@@ -297,7 +297,8 @@ def card(model: dict[str, Any]) -> str:
     for dtype, peak in (model.get("peak_tflops") or {}).items():
         source = (model.get("peak_source") or {}).get(dtype, "")
         kind = "computed" if str(source).startswith("computed") else "table"
-        lines.append((f"peak {dtype}", f"{peak} TFLOP/s ({kind}: {source})"))
+        shown = f"{peak} TFLOP/s ({kind}: {source})" if peak else f"unknown ({source})"
+        lines.append((f"peak {dtype}", shown))
     if model.get("config_label"):
         lines.append(("bench", model["config_label"]))
     body = "".join(f"<br>{html.escape(k)}: {_text(v)}" for k, v in lines)
