@@ -100,7 +100,7 @@ def _dev_tool(session: nox.Session, module: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(module) is None:  # README "Tests" installs the dev extras
-        session.error(f"{module} is not installed; run: python3 -m pip install -e '.[dev]'")
+        session.error(f"{module} is not installed; run: python3 -m pip install -e '.[dev,cluster]'")
 
 
 @nox.session(python=False, tags=["dev"])

@@ -423,6 +423,29 @@ class ValidateOptions(EnvOptions, WorkdirOption):
     )
 
 
+class ReportOptions(ArchOption):
+    """report's INPUT... (folders or probe JSON files) go through as the rest."""
+
+    index: str | None = opt(
+        "--index",
+        check="scripts.plumbing.team_index:parse_index",
+        metavar="URL",
+        help="also read the report summaries in this team index's manifests (see publish "
+        "--index; the family from the URL, else from --arch)",
+    )
+    baseline: str | None = opt(
+        "--baseline",
+        metavar="INPUT",
+        help="a result set (folder or JSON file) to compare the others with: speedup table and "
+        "chart",
+    )
+    out: str | None = opt(
+        "--out",
+        metavar="DIR",
+        help="where results.html and results.json go (default: ./results-page)",
+    )
+
+
 # --- the sessions ------------------------------------------------------------------------------
 
 
@@ -516,6 +539,9 @@ SESSIONS = (
     Session("validate", "scripts.env.in_env:validate", ValidateOptions, CHECK,
             "Forward/backward correctness vs an fp32/fp64 reference across head dims and "
             "shapes.", forward=True),
+    Session("report", "scripts.report.page:report", ReportOptions, CHECK,
+            "One self-contained HTML page (and merged JSON) from result sets: INPUT... "
+            "--baseline.", reports_only=True, forward=True),
 )
 # fmt: on
 BY_NAME = {s.name: s for s in SESSIONS}

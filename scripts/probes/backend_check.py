@@ -502,6 +502,7 @@ def _main(argv: list[str] | None) -> int:
     arch, device_name = common.detect_arch(device)
     report: dict[str, Any] = {
         "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
         "torch": {
             "version": torch.__version__,
             "cuda": torch.version.cuda,

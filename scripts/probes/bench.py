@@ -71,6 +71,14 @@ def build_parser() -> common.OneLineArgumentParser:
 
 def _add_case_options(p: common.OneLineArgumentParser) -> None:
     """Which cases: sizes, shapes, dtypes, backends, causal, passes."""
+    p.add_argument(
+        "--suite",
+        choices=plan.SUITES,
+        default="default",
+        help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run "
+        "(head dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode "
+        "against 4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)",
+    )
     p.add_argument("--sizes", help="comma list of named sizes (default: all when no --shape)")
     p.add_argument(
         "--shape",
@@ -80,8 +88,8 @@ def _add_case_options(p: common.OneLineArgumentParser) -> None:
     p.add_argument("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
     p.add_argument(
         "--dtypes",
-        default="fp16",
-        help="comma list of fp16, bf16 (default fp16, the dtype of the reference figures)",
+        help="comma list of fp16, bf16 (default fp16, the dtype of the reference figures; "
+        "--suite llm: bf16,fp16)",
     )
     p.add_argument(
         "--backends",
@@ -149,6 +157,13 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
         default=30.0,
         help="bound on the extra time spent on a noisy row (default 30)",
     )
+    p.add_argument(
+        "--no-kernel-time",
+        dest="kernel_time",
+        action="store_false",
+        help="skip timing a few repeats again under torch.profiler (kernel time, busy "
+        "fraction, launch-bound label)",
+    )
 
 
 def _add_output_options(p: common.OneLineArgumentParser) -> None:
@@ -175,7 +190,15 @@ def _add_output_options(p: common.OneLineArgumentParser) -> None:
         "--threshold-pct",
         type=float,
         default=5.0,
-        help="--compare: change that counts as faster/regression (default 5)",
+        help="--compare: change that counts as faster/slower (default 5), besides what "
+        "run-to-run variation allows (scripts/data/bench_noise.toml)",
+    )
+    p.add_argument(
+        "--compare-runs",
+        nargs="+",
+        metavar="JSON",
+        help="with --compare: more runs of A and B, as A2.json B2.json ... (several runs per "
+        "side: their spread is the run-to-run variation)",
     )
 
 
@@ -220,7 +243,14 @@ def _output_paths(opts: Any) -> dict[str, Path | None]:
 def _main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.compare:
-        print(report.compare(opts.compare[0], opts.compare[1], opts.threshold_pct))
+        extra = opts.compare_runs or []
+        if len(extra) % 2:
+            raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
+        print(
+            report.compare(
+                [opts.compare[0], *extra[0::2]], [opts.compare[1], *extra[1::2]], opts.threshold_pct
+            )
+        )
         return 0
     if opts.replot:
         if not opts.plot_path:
@@ -237,8 +267,8 @@ def _main(argv: list[str] | None) -> int:
     _check_options(opts)
     # Validate everything cheap before touching the device.
     device = common.resolve_device(opts.device)
-    plan.build_shapes(opts)
-    common.parse_dtypes(opts.dtypes)
+    plan.build_cases(opts)
+    plan.suite_dtypes(opts)
     common.parse_backends(opts.backends, device)
     paths = _output_paths(opts)
 
@@ -246,8 +276,15 @@ def _main(argv: list[str] | None) -> int:
     arches = common.load_arches()
     arch, device_name = common.detect_arch(device)
     prov = common.provenance(device, arch, device_name)
+    ident = common.identity(device, arch, device_name)
     prov["gpu_state"] = {"before": gpu_state.gpu_state(device)}
-    peaks = {d: common.peak_for(arch, d, opts.peak_tflops, arches) for d in ("fp16", "bf16")}
+    info = common.device_info(device)
+    prov["device_info"] = info
+    rates = common.load_peak_rates()
+    peaks = {
+        d: common.peak_from_device(arch, d, opts.peak_tflops, arches, info, rates)
+        for d in ("fp16", "bf16")
+    }
     prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
     prov["peak_note"] = (
@@ -259,13 +296,14 @@ def _main(argv: list[str] | None) -> int:
             "warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer"
         )
 
-    results = plan.run_suite(opts, device, arch, arches)
+    results = plan.run_suite(opts, device, {d: p for d, (p, _s) in peaks.items()})
     prov["gpu_state"]["after"] = gpu_state.gpu_state(device)
     wall = time.perf_counter() - started
     print(report.render_table(results, prov, opts.timing))
     settings = {
         k: vars(opts)[k]
         for k in (
+            "suite",
             "sizes",
             "shape",
             "kv_heads",
@@ -286,11 +324,13 @@ def _main(argv: list[str] | None) -> int:
             "noise_threshold",
             "noise_max_repeats",
             "noise_budget_ms",
+            "kernel_time",
         )
     }
     settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
     document = {
         "schema": SCHEMA,
+        "identity": ident,
         "flop_convention": measure.FLOP_CONVENTION,
         "provenance": prov,
         "settings": settings,

@@ -50,9 +50,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 if __package__:
     from . import bench_measure as bench_timing
+    from . import kernel_time
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_measure as bench_timing  # type: ignore[no-redef]
+    import kernel_time  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 # (turns, timed ms per side per turn). Wall time of host-bound calls drifts within seconds, so
@@ -64,6 +66,8 @@ SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only
 MIN_SPIN_CYCLES, MAX_SPIN_CYCLES = 1_000_000, 10_000_000
 WARMUP_MS = 10.0
 SUSTAINED_REPEATS = 30
+SCHEMA = "sdpa-crosscheck/1"
+PROFILED_REPEATS = 20  # device mode: the harness's repeats timed by events and the profiler at once
 # Kept apart from bench_plan.SIZES on purpose: this harness must not inherit a wrong shape.
 SIZES = {
     "Tiny": (1, 1, 128, 64),
@@ -275,6 +279,19 @@ def compare_pass(
         return times
 
     bench_turns, own_turns = take_turns(turns, bench_turn, harness_turn)
+    profiled = None
+    if timing == "device":
+        # A second clock, not another loop: the same repeats timed by their event pairs and by
+        # the profiler's kernel records (scripts/probes/kernel_time.py).
+        events: list[float] = []
+        many = SLOW_PER_TURN if estimate >= bench_timing.SLOW_CALL_MS else PROFILED_REPEATS
+        kernels = kernel_time.profile(
+            lambda: events.extend(harness.time(backend, pass_name, many, 1, warm_up=False))
+        )
+        harness.reset()
+        found = kernel_time.summary(kernels)
+        if found and events:
+            profiled = {"events_ms": statistics.median(events), **found}
     sustained_ms = None
     if sustained:
         many = 10 if backend == "math" and size == "XLarge" else SUSTAINED_REPEATS
@@ -285,18 +302,31 @@ def compare_pass(
         "turns": turns,
         "calls_per_sample": calls,
         "sustained_ms": sustained_ms,
+        "profiled": profiled,
     }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 5)
+
+
+def _pct(events_ms: float | None, kernel_ms: float | None) -> float | None:
+    """How much longer the event pair read than the profiler's kernel time, in %."""
+    return None if not events_ms or not kernel_ms else round(diff_pct(events_ms, kernel_ms), 2)
 
 
 def diff_pct(bench_ms: float, own_ms: float) -> float:
     return 100.0 * (bench_ms - own_ms) / own_ms
 
 
-def verdict(rows: list[dict], tolerance_pct: float) -> tuple[bool, dict[str, float]]:
+def verdict(
+    rows: list[dict], tolerance_pct: float, field: str = "diff_pct"
+) -> tuple[bool, dict[str, float]]:
     """(all sizes within tolerance, largest |difference| per size) over the compared rows."""
     worst: dict[str, float] = {}
     for row in rows:
-        worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row["diff_pct"]))
+        if row.get(field) is not None:
+            worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row[field]))
     return bool(worst) and max(worst.values()) <= tolerance_pct, worst
 
 
@@ -386,6 +416,7 @@ def make_row(
     bench_ms = statistics.median(bench_all)
     own_ms = statistics.median(own_all)
     sustained = result["sustained_ms"]
+    prof = result["profiled"] or {}
     row = {
         "size": size,
         "backend": backend,
@@ -404,6 +435,12 @@ def make_row(
         "bench_json_diff_pct": None if json_ms is None else round(diff_pct(json_ms, own_ms), 2),
         "sustained_ms": None if sustained is None else round(sustained, 5),
         "reference_ms": ref_ms,
+        "profiler_events_ms": _r(prof.get("events_ms")),
+        "profiler_kernel_ms": prof.get("kernel_ms"),
+        "profiler_span_ms": prof.get("kernel_span_ms"),
+        "profiler_kernels_per_call": prof.get("kernels_per_call"),
+        "profiler_diff_pct": _pct(prof.get("events_ms"), prof.get("kernel_ms")),
+        "profiler_span_diff_pct": _pct(prof.get("events_ms"), prof.get("kernel_span_ms")),
         "bench_turns_ms": [[round(x, 5) for x in turn] for turn in result["bench"]],
         "crosscheck_turns_ms": [[round(x, 5) for x in turn] for turn in result["own"]],
     }
@@ -471,6 +508,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{json_ms if json_ms is not None else nan:>10.4f}"
                 f"{sustained if sustained is not None else nan:>10.4f}"
                 f"{ref_ms if ref_ms is not None else nan:>9.4f}"
+                + (
+                    f"  profiler {row['profiler_kernel_ms']:.4f} ms "
+                    f"({row['profiler_diff_pct']:+.2f}%)"
+                    if row["profiler_kernel_ms"] is not None
+                    else ""
+                )
             )
     ok, worst = verdict(rows, opts.tolerance_pct)
     per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
@@ -481,16 +524,33 @@ def main(argv: list[str] | None = None) -> int:
         if rows
         else "nothing was timed"
     )
+    prof_ok, prof_worst = verdict(rows, opts.tolerance_pct, "profiler_diff_pct")
+    prof_summary = (
+        f"event timer vs profiler kernel time (same repeats): largest difference "
+        f"{max(prof_worst.values()):.2f}% (per size: "
+        + ", ".join(f"{s} {w:.2f}%" for s, w in prof_worst.items())
+        + f"): {'AGREE' if prof_ok else 'DISAGREE'}"
+        if prof_worst
+        else "no profiler kernel records (wall timing, or the profiler saw no device activity)"
+    )
     print(summary)
+    print(prof_summary)
     if opts.json:
         Path(opts.json).write_text(
             json.dumps(
                 {
+                    "schema": SCHEMA,
                     "device": name,
                     "torch": torch.__version__,
                     "timing": timing,
+                    "identity": common.identity(device, *common.detect_arch(device)),
                     "summary": summary,
                     "agree": ok,
+                    "profiler_summary": prof_summary,
+                    "profiler_agree": prof_ok if prof_worst else None,
+                    "profiler_max_abs_diff_pct_by_size": {
+                        k: round(v, 2) for k, v in prof_worst.items()
+                    },
                     "max_abs_diff_pct": round(max(worst.values(), default=0.0), 2),
                     "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
                     "rows": rows,

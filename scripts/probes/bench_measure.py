@@ -15,8 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 if __package__:
+    from . import bench_change as change
+    from . import kernel_time
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
+    import bench_change as change  # type: ignore[no-redef]
+    import kernel_time  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 FLOP_CONVENTION = (
@@ -42,22 +46,10 @@ NOISE_THRESHOLD = 0.10
 # --sustained applies to cases at least this big (fwd FLOPs, non-causal): Large and up.
 SUSTAINED_MIN_FLOPS = 4.0 * 8 * 16 * 2048 * 2048 * 64
 
-# What identifies a timed case (--compare matches runs on it); the rest are its results.
-CASE_FIELDS = (
-    "batch",
-    "q_heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "backend",
-    "pass",
-)
+# What identifies a timed case (bench_change.CASE_FIELDS: --compare matches runs on it), then
+# its results.
 RESULT_FIELDS = (
-    "size",
-    *CASE_FIELDS,
+    *change.CASE_FIELDS,
     "status",
     "reason",
     "median_ms",
@@ -76,15 +68,19 @@ RESULT_FIELDS = (
     "above_peak",
     "measured_tflops_above_peak",
     "peak_tflops",
+    "kernel_ms",
+    "busy",
+    "launch_bound",
     "host_s",
 )
+PROFILED_REPEATS = 5  # repeats timed again under torch.profiler for the kernel time
 
 
 # --------------------------------------------------------------------------- FLOPs, memory
 
 
 def attention_flops(shape: common.Shape, causal: bool, pass_name: str) -> float:
-    forward = 4.0 * shape.batch * shape.q_heads * shape.seq * shape.seq * shape.head_dim
+    forward = 4.0 * shape.batch * shape.q_heads * shape.seq * shape.kv_seq * shape.head_dim
     if causal:
         forward *= 0.5
     return forward * PASS_FLOP_FACTOR[pass_name]
@@ -287,16 +283,14 @@ class Tensors:
         # Generated on the device: CPU generation of the XLarge inputs alone takes seconds.
         gen = torch.Generator(device=device).manual_seed(0)
 
-        def make(heads: int) -> Any:
-            t = torch.randn(
-                shape.batch, heads, shape.seq, shape.head_dim, generator=gen, device=device
-            )
+        def make(heads: int, seq: int) -> Any:
+            t = torch.randn(shape.batch, heads, seq, shape.head_dim, generator=gen, device=device)
             return t.to(dtype).requires_grad_(True)
 
-        self.q = make(shape.q_heads)
-        self.k = make(shape.kv_heads)
-        self.v = make(shape.kv_heads)
-        self.dout = make(shape.q_heads).detach()
+        self.q = make(shape.q_heads, shape.seq)
+        self.k = make(shape.kv_heads, shape.kv_seq)
+        self.v = make(shape.kv_heads, shape.kv_seq)
+        self.dout = make(shape.q_heads, shape.seq).detach()
 
     def reset_grads(self) -> None:
         self.q.grad = self.k.grad = self.v.grad = None
@@ -371,11 +365,19 @@ def run_pass(
                 sustained = timer.run_for(fn, before, opts.sustained)
             times = timer.measure(fn, before, repeats, calls)
             times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
+            summary = summarize(times, _threshold(opts))
+            kernel = None
+            if timer.gpu and timer.timing == "device" and getattr(opts, "kernel_time", True):
+                n = 2 if estimate >= SLOW_CALL_MS else PROFILED_REPEATS
+                kernel = kernel_time.summary(
+                    kernel_time.profile(lambda: timer.measure(fn, before, n, calls))
+                )
         tensors.reset_grads()
         return {
             "status": "ok",
             "reason": None,
-            **summarize(times, _threshold(opts)),
+            **summary,
+            **kernel_time.busy_fields(kernel, summary["median_ms"]),
             "calls_per_sample": calls,
             "sustained_s": sustained or None,
             "host_s": round(time.perf_counter() - started, 3),

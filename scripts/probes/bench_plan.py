@@ -24,6 +24,25 @@ SIZES = {
     "Large": (8, 16, 2048, 64),
     "XLarge": (16, 16, 4096, 64),
 }
+SUITES = ("default", "llm")
+
+# --suite llm: the shapes models are run with. (name, B, Hq, Hkv, Sq, Sk, D, causal, passes).
+# Prefill is causal with Sq = Sk. Decode (one new token against a cache) and a chunk of queries
+# against a longer cache run non-causal: torch's is_causal aligns the mask top-left when
+# Sq != Sk (the one query would see only the first key), and a decode step needs no mask.
+PREFILL = ("fwd", "bwd", "fwdbwd")
+LLM_SUITE = (
+    *(
+        (f"prefill-{s // 1024}k-d128", 1, 32, 8, s, s, 128, True, PREFILL)
+        for s in (4096, 8192, 16384, 32768)
+    ),
+    *((f"prefill-{s // 1024}k-d64", 1, 32, 8, s, s, 64, True, PREFILL) for s in (4096, 16384)),
+    ("chunk-512x8k-d128", 1, 32, 8, 512, 8192, 128, False, ("fwd", "bwd")),
+    *(
+        (f"decode-{s // 1024}k-d128", 8, 32, 8, 1, s, 128, False, ("fwd",))
+        for s in (4096, 16384, 65536, 131072)
+    ),
+)
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
@@ -35,17 +54,46 @@ def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
     heads expanded fp32 copies of K and V.
     """
     n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
-    n_kv = shape.batch * shape.kv_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     total = (5 * n_q + 4 * n_kv) * element_size
     if backend == "math":
-        scores = shape.batch * shape.q_heads * shape.seq * shape.seq
-        total += 3 * scores * 4 + 8 * n_q * 4
+        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
+        expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
+        total += 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
     else:
         total += 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
     return total
 
 
 # --------------------------------------------------------------------------- suite
+
+
+def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
+    """(shape, causal settings, passes) to time: the llm suite's own, else every shape with
+    --causal and --passes."""
+    passes = [p.strip() for p in opts.passes.split(",") if p.strip()]
+    bad = [p for p in passes if p not in measure.PASSES]
+    if bad or not passes:
+        raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
+    if getattr(opts, "suite", "default") == "llm":
+        if opts.sizes or opts.shape or opts.kv_heads:
+            raise common.UsageError("--suite llm has its own shapes: drop --sizes/--shape")
+        return [
+            (
+                common.Shape(name, b, hq, hkv, sq, d, sk),
+                [causal],
+                [p for p in suite_passes if p in passes],
+            )
+            for name, b, hq, hkv, sq, sk, d, causal, suite_passes in LLM_SUITE
+        ]
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
+    return [(shape, causals, passes) for shape in build_shapes(opts)]
+
+
+def suite_dtypes(opts: Any) -> list[str]:
+    """--dtypes, else fp16 (the reference figures' dtype), bf16 and fp16 for --suite llm."""
+    default = "bf16,fp16" if getattr(opts, "suite", "default") == "llm" else "fp16"
+    return common.parse_dtypes(opts.dtypes or default)
 
 
 def build_shapes(opts: Any) -> list[common.Shape]:
@@ -67,26 +115,22 @@ def build_shapes(opts: Any) -> list[common.Shape]:
     return shapes
 
 
-def run_suite(opts: Any, device: Any, arch: str | None, arches: dict[str, Any]) -> list[dict]:
+def run_suite(opts: Any, device: Any, peaks: dict[str, float | None]) -> list[dict]:
+    """Time every case; peaks: dtype -> the peak TFLOP/s % of peak is taken against."""
     import torch
 
-    shapes = build_shapes(opts)
-    dtypes = common.parse_dtypes(opts.dtypes)
+    cases = build_cases(opts)
+    dtypes = suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
-    causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
-    passes = [p.strip() for p in opts.passes.split(",") if p.strip()]
-    bad = [p for p in passes if p not in measure.PASSES]
-    if bad or not passes:
-        raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
 
     timer = measure.Timer(device, opts.timing)
     limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
-    total_cases = len(shapes) * len(dtypes) * len(causals) * len(backends)
+    total_cases = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
     done = 0
     results: list[dict] = []
-    for shape in shapes:
+    for shape, causals, passes in cases:
         for dtype_name in dtypes:
-            peak, _ = common.peak_for(arch, dtype_name, opts.peak_tflops, arches)
+            peak = peaks.get(dtype_name)
             dtype = common.torch_dtype(dtype_name)
             tensors = None
             for causal in causals:

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 if __package__:
+    from . import bench_change as change
     from . import bench_measure as measure
     from . import gpu_state
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
+    import bench_change as change  # type: ignore[no-redef]
     import bench_measure as measure  # type: ignore[no-redef]
     import gpu_state  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
@@ -57,6 +59,8 @@ def status_text(r: dict[str, Any]) -> str:
         return f"{r['status']}: {common.first_line(r['reason'] or '', 90)}"
     if r["above_peak"]:
         return "ABOVE PEAK (timing suspect)"
+    if r.get("launch_bound"):
+        return f"launch-bound (GPU busy {100 * r['busy']:.0f}% of the time)"
     return "noisy" if r.get("noisy") else "ok"
 
 
@@ -80,7 +84,13 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
     rows = []
     for r in results:
         shape = common.Shape(
-            r["size"], r["batch"], r["q_heads"], r["kv_heads"], r["seq_q"], r["head_dim"]
+            r["size"],
+            r["batch"],
+            r["q_heads"],
+            r["kv_heads"],
+            r["seq_q"],
+            r["head_dim"],
+            r.get("seq_k"),
         )
         if r["status"] == "ok":
             tflops, pct = format_rate(r)
@@ -234,69 +244,59 @@ def load_results(path: str) -> dict[str, Any]:
     return data
 
 
-def _case_key(row: dict[str, Any]) -> tuple:
-    return tuple(row.get(k) for k in measure.CASE_FIELDS)
+def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
+    """B's runs against A's runs, every matching case judged by the one change rule
+    (bench_change: threshold, run-to-run floor, launch-bound rows never a change)."""
+    a_docs = [load_results(p) for p in paths_a]
+    b_docs = [load_results(p) for p in paths_b]
+    floors = change.load_floors()
 
+    def who(docs: list[dict[str, Any]], paths: list[str]) -> str:
+        prov = docs[0].get("provenance", {})
+        return (
+            f"{', '.join(paths)} (torch {prov.get('torch')}, {prov.get('device_name')}"
+            f"{f'; {len(docs)} runs' if len(docs) > 1 else ''})"
+        )
 
-def compare(path_a: str, path_b: str, threshold_pct: float) -> str:
-    a, b = load_results(path_a), load_results(path_b)
-    rows_b = {_case_key(r): r for r in b["results"] if r.get("status") == "ok"}
     lines = [
-        f"A: {path_a} (torch {a.get('provenance', {}).get('torch')}, "
-        f"{a.get('provenance', {}).get('device_name')})",
-        f"B: {path_b} (torch {b.get('provenance', {}).get('torch')}, "
-        f"{b.get('provenance', {}).get('device_name')})",
-        f"speedup = A median / B median (>1: B faster); changes beyond {threshold_pct:g}% marked",
+        f"A: {who(a_docs, paths_a)}",
+        f"B: {who(b_docs, paths_b)}",
+        f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
+        f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
         "",
     ]
-    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "")
-    table = []
-    matched = regressions = improvements = noisy_changes = 0
-    for ra in a["results"]:
-        if ra.get("status") != "ok":
-            continue
-        rb = rows_b.get(_case_key(ra))
-        if rb is None:
-            continue
-        matched += 1
-        speedup = ra["median_ms"] / rb["median_ms"]
-        mark = ""
-        noisy = ra.get("noisy") or rb.get("noisy")
-        if noisy and abs(speedup - 1) > threshold_pct / 100:
-            mark, noisy_changes = "noisy", noisy_changes + 1  # the spread hides a real change
-        elif speedup < 1 - threshold_pct / 100:
-            mark, regressions = "REGRESSION", regressions + 1
-        elif speedup > 1 + threshold_pct / 100:
-            mark, improvements = "faster", improvements + 1
-        table.append(
-            (
-                ra.get("size", "?"),
-                ra["dtype"],
-                "yes" if ra["causal"] else "no",
-                ra["backend"],
-                ra["pass"],
-                f"{ra['median_ms']:.4f}",
-                f"{rb['median_ms']:.4f}",
-                f"{speedup:.3f}x",
-                mark,
-            )
-        )
-    if not table:
+    rows = change.compare_runs(
+        [d["results"] for d in a_docs], [d["results"] for d in b_docs], threshold_pct, floors
+    )
+    if not rows:
         return "\n".join([*lines, "no matching successful cases in the two files"])
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
-    for row in table:
-        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
-    speedups = [float(r[7][:-1]) for r in table]
-    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
+    header = (*header, "")
+    table = [
+        (
+            r.get("size") or "?",
+            r["dtype"],
+            "yes" if r["causal"] else "no",
+            r["backend"],
+            r["pass"],
+            f"{r['a_ms']:.4f}",
+            f"{r['b_ms']:.4f}",
+            f"{r['speedup']:.3f}x",
+            f"{r['allowance_pct']:.0f}%",
+            "" if r["verdict"] == "same" else r["verdict"],
+        )
+        for r in rows
+    ]
+    lines += common.text_table(header, table)
+    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
+    kernel_rows = [r for r in rows if r["verdict"] != "launch-bound"]
+    geo = math.exp(sum(math.log(r["speedup"]) for r in kernel_rows) / max(1, len(kernel_rows)))
     lines += [
         "",
-        f"{matched} matching cases: {improvements} faster, {regressions} regressions, "
-        + (
-            f"{noisy_changes} noisy (a change, but a flagged spread: rerun), "
-            if noisy_changes
-            else ""
-        )
-        + f"geometric-mean speedup {geo:.3f}x",
+        f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
+        f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
+        f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
+        f"timed interval: not a kernel change), {counts['same']} same; "
+        f"geometric-mean speedup {geo:.3f}x",
     ]
     return "\n".join(lines)

@@ -76,14 +76,19 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
+def load_table(path: Path, key: str, what: str) -> dict[str, dict[str, Any]]:
+    """The TOML file's [key.*] tables; {} (with a warning) if unreadable."""
     try:
         with open(path, "rb") as f:
-            return dict(tomllib.load(f).get("arch", {}))
+            return dict(tomllib.load(f).get(key, {}))
     except (OSError, ValueError) as e:
-        warnings.warn(f"cannot read arch data {path}: {e}", stacklevel=2)
+        warnings.warn(f"cannot read {what} {path}: {e}", stacklevel=3)
         return {}
+
+
+def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
+    return load_table(path, "arch", "arch data")
 
 
 def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
@@ -178,6 +183,109 @@ def peak_for(
     return peak, f"arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
 
 
+PEAK_RATES_FILE = ARCHES_FILE.with_name("peak_rates.toml")
+
+
+def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch -> dense matrix FLOP per compute unit per clock, per dtype, with its source."""
+    return load_table(path, "rate", "peak rates")
+
+
+def computed_peak(
+    units: int | None, clock_mhz: float | None, rate: dict[str, Any] | None, dtype_name: str
+) -> float | None:
+    """units x clock x FLOP per unit per clock, in TFLOP/s; None when any part is unknown."""
+    per_clock = (rate or {}).get(dtype_name)
+    if not units or not clock_mhz or not isinstance(per_clock, int | float):
+        return None
+    return round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
+
+
+def peak_from_device(
+    arch: str | None,
+    dtype_name: str,
+    override: float | None,
+    arches: dict[str, Any],
+    device_info: dict[str, Any] | None,
+    rates: dict[str, Any],
+) -> tuple[float | None, str]:
+    """The card's own peak (compute units x peak engine clock x per-unit rate of its arch);
+    the arch table's figure only when the device does not say enough."""
+    if override is not None:
+        return override, "--peak-tflops"
+    info = device_info or {}
+    rate = rates.get(arch or "")
+    peak = computed_peak(info.get("compute_units"), info.get("max_clock_mhz"), rate, dtype_name)
+    if peak is not None:
+        return peak, (
+            f"computed: {info['compute_units']} CUs x {info['max_clock_mhz']:g} MHz "
+            f"({info.get('clock_source')}) x {rate[dtype_name]} FLOP/CU/clock "
+            f"(peak_rates.toml [rate.{arch}])"
+        )
+    table, source = peak_for(arch, dtype_name, None, arches)
+    missing = "no per-CU rate" if rate is None else "no engine clock"
+    return table, f"table fallback ({missing}): {source}"
+
+
+def _sysfs_max_sclk(props: Any) -> float | None:
+    """ROCm: the highest level of the card's pp_dpm_sclk (amdgpu sysfs), found by PCI address."""
+    domain = getattr(props, "pci_domain_id", None)
+    bus = getattr(props, "pci_bus_id", None)
+    dev = getattr(props, "pci_device_id", None)
+    if bus is None or dev is None:
+        return None
+    path = Path(f"/sys/bus/pci/devices/{domain or 0:04x}:{bus:02x}:{dev:02x}.0/pp_dpm_sclk")
+    with contextlib.suppress(OSError, ValueError):
+        levels = re.findall(r"(\d+)\s*Mhz", path.read_text(), re.IGNORECASE)
+        return max(float(x) for x in levels) if levels else None
+    return None
+
+
+def device_info(device: Any) -> dict[str, Any] | None:
+    """Compute units (torch's multi_processor_count) and the peak engine clock in MHz, with
+    where the clock came from: amdgpu sysfs (ROCm) or nvidia-smi clocks.max.sm (CUDA), else
+    torch's clock_rate property. None on CPU."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device_index(device))
+    info: dict[str, Any] = {
+        "compute_units": getattr(props, "multi_processor_count", None),
+        "max_clock_mhz": None,
+        "clock_source": None,
+    }
+    if torch.version.hip:
+        clock = _sysfs_max_sclk(props)
+        if clock:
+            info.update(max_clock_mhz=clock, clock_source="amdgpu sysfs pp_dpm_sclk")
+    elif shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+            out = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=clocks.max.sm",
+                    "--format=csv,noheader,nounits",
+                    "-i",
+                    str(device_index(device)),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout
+            clock = float(out.split()[0])
+            info.update(max_clock_mhz=clock, clock_source="nvidia-smi clocks.max.sm")
+    if not info["max_clock_mhz"]:
+        khz = getattr(props, "clock_rate", None)
+        if khz:
+            info.update(max_clock_mhz=khz / 1000.0, clock_source="torch clock_rate property")
+    return info
+
+
 def torch_dtype(name: str) -> Any:
     import torch
 
@@ -205,14 +313,20 @@ class Shape:
     kv_heads: int
     seq: int
     head_dim: int
+    seq_k: int | None = None  # key/value length when it differs from the query's (decode)
 
     @property
     def gqa(self) -> bool:
         return self.kv_heads != self.q_heads
 
+    @property
+    def kv_seq(self) -> int:
+        return self.seq_k or self.seq
+
     def dims(self) -> str:
         heads = f"{self.q_heads}/{self.kv_heads}" if self.gqa else str(self.q_heads)
-        return f"{self.batch},{heads},{self.seq},{self.head_dim}"
+        seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else str(self.seq)
+        return f"{self.batch},{heads},{seq},{self.head_dim}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -221,7 +335,7 @@ class Shape:
             "q_heads": self.q_heads,
             "kv_heads": self.kv_heads,
             "seq_q": self.seq,
-            "seq_k": self.seq,
+            "seq_k": self.kv_seq,
             "head_dim": self.head_dim,
         }
 
@@ -601,3 +715,50 @@ def provenance(device: Any, arch: str | None, device_name: str) -> dict[str, Any
                     torch.backends.cuda.preferred_rocm_fa_library()
                 )
     return prov
+
+
+IDENTITY_VERSION = 1
+
+
+def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
+    """Who made a result: machine, GPU, software and when (UTC), written into every probe's JSON
+    so that a result set needs no side file (the results page groups files by it)."""
+    import socket
+    import time
+
+    import torch
+
+    aotriton = None
+    if torch.version.hip:
+        found = aotriton_versions(torch_lib_dir())
+        commits = sorted(
+            {
+                str(img.get("signature", ""))[4:]
+                for img in found["images"].values()
+                if str(img.get("signature", "")).startswith("git ")
+            }
+        )
+        aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
+    flash = None
+    with contextlib.suppress(Exception):
+        flash = bool(torch.backends.cuda.is_flash_attention_available())
+    ident: dict[str, Any] = {
+        "version": IDENTITY_VERSION,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "gpu": device_name,
+        "arch": arch,
+        "platform": platform_name(device),
+        "device": str(device),
+        "rocm": torch.version.hip,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "torch_commit": getattr(torch.version, "git_version", None),
+        "aotriton": aotriton,
+        "flash_built_in": flash,
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device_index(device))
+        ident["compute_units"] = props.multi_processor_count
+        ident["memory_gib"] = round(props.total_memory / 2**30, 1)
+    return ident

@@ -611,6 +611,7 @@ def _main(argv: list[str] | None) -> int:
     problems = pass_problems(passes, rows, log_path)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
         "torch": {
             "version": torch.__version__,
             "git_version": git_version,

@@ -295,6 +295,7 @@ def _main(argv: list[str] | None) -> int:
         summary += "; no case ran"
     doc = {
         "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": torch.version.hip,

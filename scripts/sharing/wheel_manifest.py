@@ -155,15 +155,20 @@ def summarize_report(path: Path) -> tuple[str, dict[str, Any]]:
         known = ", ".join(sorted(REPORT_KINDS))
         raise UserError(f"--report {path}: unknown report schema (expected one of {known})")
     if kind == "bench":
+        # Whole rows: the results page (scripts/report) draws and compares them.
         rows = [
-            {k: r.get(k) for k in ("backend", "pass", "size", "dtype", "causal", "tflops")}
-            | {"pct_peak": r.get("pct_peak"), "median_ms": r.get("median_ms")}
-            for r in doc.get("results", [])
-            if isinstance(r, dict) and r.get("status") == "ok"
+            r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"
         ]
-        return kind, {"provenance": doc.get("provenance"), "wall_s": doc.get("wall_s"), "ok": rows}
+        return kind, {
+            "identity": doc.get("identity"),
+            "provenance": doc.get("provenance"),
+            "settings": doc.get("settings"),
+            "wall_s": doc.get("wall_s"),
+            "ok": rows,
+        }
     summary = {k: doc.get(k) for k in ("passed", "summary", "failures", "counts") if k in doc}
     summary["device"] = doc.get("device")
+    summary["identity"] = doc.get("identity")
     return kind, summary
 
 

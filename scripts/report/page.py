@@ -1,0 +1,631 @@
+"""`nox -s report -- INPUT... [--baseline INPUT] [--out DIR] [--index URL]`: one self-contained
+HTML page (results.html: styles and SVG charts inline, no script, nothing fetched; opens from
+file:// and prints) and the merged data (results.json) from any number of result sets.
+
+Sections: an identity card per result set; verdicts (backend_check with its reason, validate
+and upstream counts, the crosscheck); bench as grouped bars per pass / dtype / causal with one
+bar per backend per result set (TFLOP/s; median and % of peak in the tables and on hover,
+kernel time in the JSON; noisy rows outlined red, launch-bound rows dashed); with --baseline, a
+speedup table and chart judged by the one change rule (scripts/probes/bench_change.py); result
+sets of one machine over time as a line per backend; and "not shown, and why" for every input
+that could not be used (also one line each on the terminal). Exit non-zero only when nothing
+was shown.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scripts.plumbing.errors import UserError
+from scripts.probes import bench_change as change
+from scripts.report import inputs, svg
+
+PAGE_SCHEMA = inputs.PAGE_SCHEMA
+THRESHOLD_PCT = 5.0
+FLOP_CONVENTION = (
+    "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
+    "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
+)
+PASS_NAMES = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
+STYLE = """
+body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}
+h1{font-size:20px}h2{font-size:16px;border-bottom:1px solid #ccc;margin-top:26px}
+h3{font-size:14px}h4{font-size:12px;margin:6px 0}
+.cards{display:flex;flex-wrap:wrap;gap:8px}
+.card{border:1px solid #bbb;border-radius:4px;padding:6px 9px;width:300px;font-size:11px}
+.card b{font-size:12px}.card .base{color:#b00}
+table{border-collapse:collapse;font-size:11px;margin:4px 0}
+td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#060;font-weight:bold}.fail{color:#b00;font-weight:bold}
+.faster{color:#060}.slower{color:#b00}.noisy,.launch-bound{color:#a60}
+.figs{display:flex;flex-wrap:wrap;gap:10px}figure{margin:0;break-inside:avoid}
+.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
+.key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.why{color:#555}code{font-size:11px}
+@media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}
+.card{break-inside:avoid}}
+"""
+
+
+def _text(value: Any) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def _num(value: Any) -> str:
+    """A number as the JSON holds it (the browser test reads these cells back)."""
+    return (
+        "-"
+        if value is None
+        else html.escape(repr(value) if isinstance(value, float) else str(value))
+    )
+
+
+def row_label(row: dict[str, Any]) -> str:
+    return (
+        f"{row.get('size')} {row.get('dtype')} {'causal' if row.get('causal') else 'non-causal'} "
+        f"{row.get('backend')} {row.get('pass')}"
+    )
+
+
+def dims(row: dict[str, Any]) -> str:
+    if row.get("batch") is None:
+        return "-"
+    heads = (
+        f"{row['q_heads']}/{row['kv_heads']}"
+        if row.get("kv_heads") != row.get("q_heads")
+        else str(row["q_heads"])
+    )
+    seq = (
+        f"{row['seq_q']}/{row['seq_k']}"
+        if row.get("seq_k") not in (None, row.get("seq_q"))
+        else str(row["seq_q"])
+    )
+    return f"{row['batch']},{heads},{seq},{row['head_dim']}"
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+
+def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
+    ident = result_set.identity
+    model: dict[str, Any] = {
+        "id": result_set.id,
+        "label": f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · "
+        f"{ident.get('date')}",
+        "baseline": baseline,
+        "identity": ident,
+        "files": {kind: doc.source for kind, doc in sorted(result_set.docs.items())},
+        "verdicts": {},
+        "config": None,
+        "config_label": None,
+        "peak_tflops": None,
+        "peak_source": None,
+        "bench": [],
+    }
+    bench = result_set.docs.get("bench")
+    if bench is not None:
+        prov = bench.data.get("provenance") or {}
+        model["config"] = inputs.bench_config(bench.data)
+        model["config_label"] = inputs.config_label(model["config"])
+        model["peak_tflops"] = prov.get("peak_tflops")
+        model["peak_source"] = prov.get("peak_source")
+        model["timer"] = (bench.data.get("settings") or {}).get("timer")
+        model["bench"] = [r for r in bench.data["results"] if isinstance(r, dict)]
+    for kind in ("backend_check", "validate", "upstream", "crosscheck"):
+        doc = result_set.docs.get(kind)
+        if doc is None:
+            continue
+        data = doc.data
+        model["verdicts"][kind] = {
+            "passed": data.get("passed", data.get("agree")),
+            "summary": data.get("summary") or data.get("verdict"),
+            "counts": data.get("counts"),
+            "failures": data.get("failures"),
+            "profiler": data.get("profiler_summary"),
+        }
+    return model
+
+
+def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in model["bench"] if r.get("status") == "ok" and r.get("median_ms")]
+
+
+def comparisons(
+    base: dict[str, Any], others: list[dict[str, Any]], not_shown: list[dict[str, str]]
+) -> list[dict[str, Any]]:
+    floors = change.load_floors()
+    out = []
+    for model in others:
+        if model is base or not model["bench"]:
+            continue
+        source = model["files"].get("bench", model["id"])
+        if model["config"] != base["config"]:
+            not_shown.append(
+                {
+                    "input": source,
+                    "why": f"not compared with baseline {base['id']}: bench configuration "
+                    f"differs ({model['config_label']} against {base['config_label']})",
+                }
+            )
+            continue
+        rows = change.compare_runs([ok_rows(base)], [ok_rows(model)], THRESHOLD_PCT, floors)
+        if not rows:
+            not_shown.append(
+                {
+                    "input": source,
+                    "why": f"not compared with baseline {base['id']}: no case ran in both",
+                }
+            )
+            continue
+        counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
+        kernel = [r["speedup"] for r in rows if r["verdict"] != "launch-bound"]
+        geo = math.exp(sum(math.log(s) for s in kernel) / len(kernel)) if kernel else None
+        out.append(
+            {
+                "baseline": base["id"],
+                "set": model["id"],
+                "counts": counts,
+                "geomean_speedup": None if geo is None else round(geo, 4),
+                "rows": rows,
+            }
+        )
+    return out
+
+
+def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per machine and bench configuration with two or more runs: per backend, the geometric
+    mean TFLOP/s over the cases every one of those runs has."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for model in models:
+        if model["bench"]:
+            key = (
+                inputs.machine_key(model["identity"]),
+                json.dumps(model["config"], sort_keys=True),
+            )
+            groups.setdefault(key, []).append(model)
+    out = []
+    for (machine, _config), members in groups.items():
+        if len(members) < 2:
+            continue
+        rated = [
+            {change.case_key(r): r["tflops"] for r in ok_rows(m) if r.get("tflops")}
+            for m in members
+        ]
+        common = set.intersection(*(set(r) for r in rated))
+        backends = sorted({key[change.CASE_FIELDS.index("backend")] for key in common})
+        series = {}
+        for backend in backends:
+            keys = [k for k in common if k[change.CASE_FIELDS.index("backend")] == backend]
+            series[backend] = [
+                round(math.exp(sum(math.log(r[k]) for k in keys) / len(keys)), 3) for r in rated
+            ]
+        out.append(
+            {
+                "machine": " ".join(str(x) for x in machine if x),
+                "config_label": members[0]["config_label"],
+                "sets": [m["id"] for m in members],
+                "dates": [m["identity"].get("date") for m in members],
+                "cases": len(common),
+                "series": series,
+            }
+        )
+    return out
+
+
+def build(
+    docs: list[inputs.Doc],
+    rejected: list[inputs.Rejected],
+    baseline_docs: list[inputs.Doc] | None = None,
+) -> dict[str, Any]:
+    """The merged data of the page."""
+    baseline_docs = baseline_docs or []
+    sets, duplicates = inputs.group([*baseline_docs, *docs])
+    base_sources = {d.source for d in baseline_docs}
+    not_shown = [{"input": r.source, "why": r.why} for r in [*rejected, *duplicates]]
+    models = [
+        set_model(s, baseline=any(d.source in base_sources for d in s.docs.values())) for s in sets
+    ]
+    base = next((m for m in models if m["baseline"] and m["bench"]), None)
+    if baseline_docs and base is None:
+        not_shown.append(
+            {"input": "--baseline", "why": "no bench result among the baseline's inputs"}
+        )
+    return {
+        "schema": PAGE_SCHEMA,
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "flop_convention": FLOP_CONVENTION,
+        "change_rule": {
+            "threshold_pct": THRESHOLD_PCT,
+            "floors": change.load_floors()["source"],
+            "text": "faster/slower only beyond the threshold and the run-to-run floor of the "
+            "row's class; launch-bound rows are never a change",
+        },
+        "sets": models,
+        "comparisons": comparisons(base, models, not_shown) if base else [],
+        "over_time": over_time(models),
+        "not_shown": not_shown,
+    }
+
+
+def cells(row: dict[str, Any], *fields: str, numbers: bool = False) -> str:
+    if numbers:
+        return "".join(f'<td class="n {f}">{_num(row.get(f))}</td>' for f in fields)
+    return "".join(f"<td>{_text(row.get(f))}</td>" for f in fields)
+
+
+def header(words: str, *more: str) -> str:
+    return "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in [*words.split(), *more])
+
+
+# --- the page -----------------------------------------------------------------------------------
+
+
+def card(model: dict[str, Any]) -> str:
+    ident = model["identity"]
+    aot = ident.get("aotriton") or {}
+    lines = [
+        (
+            "GPU",
+            f"{ident.get('gpu')} ({ident.get('arch') or '-'}), "
+            f"{ident.get('compute_units', '-')} CUs",
+        ),
+        (
+            "platform",
+            f"{ident.get('platform')} ROCm {ident.get('rocm') or '-'} / "
+            f"CUDA {ident.get('cuda') or '-'}",
+        ),
+        ("torch", f"{ident.get('torch')} @ {str(ident.get('torch_commit') or '-')[:12]}"),
+        ("AOTriton", f"{aot.get('version') or '-'} @ {str(aot.get('commit') or '-')[:12]}"),
+        ("flash built in", ident.get("flash_built_in")),
+        ("host", ident.get("host")),
+        ("date", ident.get("date")),
+    ]
+    if ident.get("wheel_set"):
+        lines.append(("wheel set", ident["wheel_set"]))
+    if ident.get("patches"):
+        lines.append(
+            ("patches", ", ".join(f"{k} {str(v)[:12]}" for k, v in ident["patches"].items()))
+        )
+    for dtype, peak in (model.get("peak_tflops") or {}).items():
+        source = (model.get("peak_source") or {}).get(dtype, "")
+        kind = "computed" if str(source).startswith("computed") else "table"
+        shown = f"{peak} TFLOP/s ({kind}: {source})" if peak else f"unknown ({source})"
+        lines.append((f"peak {dtype}", shown))
+    if model.get("config_label"):
+        lines.append(("bench", model["config_label"]))
+    body = "".join(f"<br>{html.escape(k)}: {_text(v)}" for k, v in lines)
+    base = ' <span class="base">baseline</span>' if model["baseline"] else ""
+    label = html.escape(model["label"])
+    return f'<div class="card" id="card-{model["id"]}"><b>{label}</b>{base}{body}</div>'
+
+
+def verdict_cell(verdict: dict[str, Any] | None) -> str:
+    if not verdict:
+        return "<td>-</td>"
+    passed = verdict.get("passed")
+    mark = {True: '<span class="pass">PASS</span>', False: '<span class="fail">FAIL</span>'}.get(
+        passed, "?"
+    )
+    counts = verdict.get("counts")
+    extra = f"<br>counts: {_text(json.dumps(counts, sort_keys=True))}" if counts else ""
+    prof = f"<br>{_text(verdict['profiler'])}" if verdict.get("profiler") else ""
+    return f"<td>{mark} {_text(verdict.get('summary'))}{extra}{prof}</td>"
+
+
+CASE_HEADER = "size B,H,S,D dtype causal backend pass"
+
+
+def case_cells(row: dict[str, Any]) -> str:
+    return (
+        cells(row, "size")
+        + f"<td>{dims(row)}</td>"
+        + cells(row, "dtype")
+        + f"<td>{'yes' if row.get('causal') else 'no'}</td>"
+        + cells(row, "backend", "pass")
+    )
+
+
+def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
+    flags = tuple(
+        f
+        for f, on in (("noisy", row.get("noisy")), ("launch-bound", row.get("launch_bound")))
+        if on
+    )
+    return svg.Bar(
+        row.get("tflops"),
+        row["backend"],
+        shade,
+        f"{model['id']} {row['size']} {row['backend']}: {row['median_ms']} ms, "
+        f"{row.get('tflops')} TFLOP/s, {row.get('pct_peak')}% of peak"
+        + "".join(f" [{f}]" for f in flags),
+        flags,
+    )
+
+
+def bench_section(models: list[dict[str, Any]]) -> str:
+    """Per bench configuration: a chart per pass / dtype / causal (x: size; one bar per backend
+    per result set) and one table of every case with each set's median, TFLOP/s, % of peak."""
+    by_config: dict[str, list[dict[str, Any]]] = {}
+    for model in models:
+        if model["bench"]:
+            by_config.setdefault(model["config_label"], []).append(model)
+    parts = []
+    for ci, (label, members) in enumerate(by_config.items()):
+        index = [{change.case_key(r): r for r in ok_rows(m)} for m in members]
+        cases = list(dict.fromkeys(k for rows in index for k in rows))
+        first = {k: next(rows[k] for rows in index if k in rows) for k in cases}
+        backends = list(dict.fromkeys(first[k]["backend"] for k in cases))
+        panels = sorted(
+            {(r["pass"], r["dtype"], bool(r["causal"])) for r in first.values()},
+            key=lambda p: (list(PASS_NAMES).index(p[0]) if p[0] in PASS_NAMES else 9, p[1], p[2]),
+        )
+        sizes = list(dict.fromkeys(r["size"] for r in first.values()))
+        figs = []
+        for pass_name, dtype, causal in panels:
+            groups = []
+            for size in sizes:
+                bars = [
+                    bench_bar(model, rows[key], shade)
+                    for backend in backends
+                    for shade, (model, rows) in enumerate(zip(members, index, strict=True))
+                    for key in [
+                        next(
+                            (
+                                k
+                                for k in cases
+                                if (first[k]["size"], first[k]["backend"], first[k]["pass"])
+                                == (size, backend, pass_name)
+                                and (first[k]["dtype"], bool(first[k]["causal"])) == (dtype, causal)
+                            ),
+                            None,
+                        )
+                    ]
+                    if key in rows
+                ]
+                if bars:
+                    groups.append((size, bars))
+            title = (
+                f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · "
+                f"{'causal' if causal else 'non-causal'}"
+            )
+            chart = svg.grouped_bars(
+                groups,
+                "TFLOP/s",
+                shades=len(members),
+                chart_id=f"bench-{ci}-{pass_name}-{dtype}-{int(causal)}",
+            )
+            figs.append(f"<figure><h4>{html.escape(title)}</h4>{chart}</figure>")
+        head = header(
+            CASE_HEADER, *(f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "%"))
+        )
+        body = []
+        for key in cases:
+            values = []
+            for rows in index:
+                row = rows.get(key)
+                mark = ""
+                if row is not None:
+                    mark = ("*" if row.get("noisy") else "") + (
+                        "†" if row.get("launch_bound") else ""
+                    )
+                values.append(
+                    "<td>-</td><td>-</td><td>-</td>"
+                    if row is None
+                    else f"<td>{_num(row['median_ms'])}{mark}</td><td>{_num(row.get('tflops'))}"
+                    f"</td><td>{_num(row.get('pct_peak'))}</td>"
+                )
+            body.append(f"<tr>{case_cells(first[key])}{''.join(values)}</tr>")
+        sets_line = ", ".join(m["id"] for m in members)
+        parts.append(
+            f"<h3>{html.escape(label)}</h3><p>Result sets {sets_line}: within a backend in this "
+            "order, later ones lighter. Red outline (* in the table): noisy row; dashed (†): "
+            "launch-bound, the GPU idled most of the timed interval.</p>"
+            f'{svg.legend(backends)}<div class="figs">{"".join(figs)}</div>'
+            f"<details><summary>numbers: median ms, TFLOP/s, % of peak ({len(cases)} cases)"
+            f'</summary><table class="bench-table" data-sets="{sets_line}">{head}</tr>'
+            f"{''.join(body)}</table></details>"
+        )
+    return "".join(parts) or "<p>No bench result.</p>"
+
+
+def comparison_section(data: dict[str, Any]) -> str:
+    """Against the baseline: per result set the counts and geometric-mean speedups (a chart per
+    pass: x backend, one bar per set), and one table of every case's speedup and verdict."""
+    comps = data["comparisons"]
+    summary = "".join(
+        f"<tr><td>{c['set']}</td><td>{c['baseline']}</td>"
+        + "".join(f"<td>{c['counts'].get(v, 0)}</td>" for v in change.VERDICTS)
+        + f"<td>{_num(c['geomean_speedup'])}</td></tr>"
+        for c in comps
+    )
+    figs = []
+    for pass_name in PASS_NAMES:
+        groups = []
+        backends = list(
+            dict.fromkeys(r["backend"] for c in comps for r in c["rows"] if r["pass"] == pass_name)
+        )
+        for backend in backends:
+            bars = []
+            for shade, comp in enumerate(comps):
+                kept = [
+                    r["speedup"]
+                    for r in comp["rows"]
+                    if (r["pass"], r["backend"]) == (pass_name, backend)
+                    and r["verdict"] != "launch-bound"
+                ]
+                if kept:
+                    geo = round(math.exp(sum(math.log(x) for x in kept) / len(kept)), 4)
+                    bars.append(
+                        svg.Bar(geo, backend, shade, f"{comp['set']} {backend} {pass_name}: {geo}x")
+                    )
+            if bars:
+                groups.append((backend, bars))
+        if groups:
+            chart = svg.grouped_bars(
+                groups,
+                "speedup (x)",
+                shades=len(comps),
+                reference=1.0,
+                chart_id=f"speedup-{pass_name}",
+            )
+            figs.append(f"<figure><h4>{PASS_NAMES[pass_name]}</h4>{chart}</figure>")
+    rows_by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
+    first: dict[tuple, dict[str, Any]] = {}
+    for comp in comps:
+        for r in comp["rows"]:
+            key = change.case_key(r)
+            first.setdefault(key, r)
+            rows_by_case.setdefault(key, {})[comp["set"]] = r
+    body = "".join(
+        f"<tr>{case_cells(first[key])}<td>{_num(first[key]['a_ms'])}</td>"
+        + "".join(
+            (
+                f'<td class="{found[c["set"]]["verdict"]}">{_num(found[c["set"]]["speedup"])} '
+                f"{found[c['set']]['verdict']}</td>"
+            )
+            if c["set"] in found
+            else "<td>-</td>"
+            for c in comps
+        )
+        + "</tr>"
+        for key, found in rows_by_case.items()
+    )
+    backends = list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"]))
+    return (
+        "<p>Speedup = baseline median / median (&gt;1: faster than the baseline). Verdicts by the "
+        "change rule above; launch-bound rows are left out of the means.</p>"
+        '<table class="comparisons">'
+        + header("set baseline", *change.VERDICTS, "geo. mean speedup")
+        + f"</tr>{summary}</table>{svg.legend(backends)}"
+        f'<div class="figs">{"".join(figs)}</div><details><summary>every case ({len(first)})'
+        '</summary><table class="speedup-table">'
+        + header(CASE_HEADER, "baseline ms", *(c["set"] for c in comps))
+        + f"</tr>{body}</table></details>"
+    )
+
+
+def time_section(data: dict[str, Any]) -> str:
+    parts = []
+    for ti, group in enumerate(data["over_time"]):
+        labels = [f"{s} {str(d)[5:16]}" for s, d in zip(group["sets"], group["dates"], strict=True)]
+        chart = svg.line_chart(
+            labels, group["series"], "TFLOP/s (geo. mean)", chart_id=f"time-{ti}"
+        )
+        parts.append(
+            f"<h3>{html.escape(group['machine'])}</h3>"
+            f"<p>{html.escape(group['config_label'] or '')}: "
+            f"geometric mean TFLOP/s over the {group['cases']} cases every run has, per backend."
+            f"</p>{svg.legend(list(group['series']))}<figure>{chart}</figure>"
+        )
+    return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
+
+
+def render(data: dict[str, Any]) -> str:
+    models = data["sets"]
+    verdict_rows = "".join(
+        f"<tr><td>{m['id']}</td>"
+        + "".join(
+            verdict_cell(m["verdicts"].get(k))
+            for k in ("backend_check", "validate", "upstream", "crosscheck")
+        )
+        + "</tr>"
+        for m in models
+    )
+    not_shown = "".join(
+        f"<li><code>{html.escape(n['input'])}</code>: "
+        f'<span class="why">{html.escape(n["why"])}</span></li>'
+        for n in data["not_shown"]
+    )
+    sections = [
+        ("identity", "Result sets", f'<div class="cards">{"".join(card(m) for m in models)}</div>'),
+        (
+            "verdicts",
+            "Verdicts",
+            '<table class="verdicts"><tr><th>set</th><th>backend_check</th><th>validate</th>'
+            f"<th>validate --upstream</th><th>crosscheck</th></tr>{verdict_rows}</table>",
+        ),
+        ("bench", "Bench", bench_section(models)),
+    ]
+    if data["comparisons"]:
+        sections.append(("baseline", "Against the baseline", comparison_section(data)))
+    sections.append(("over-time", "One machine over time", time_section(data)))
+    sections.append(
+        (
+            "not-shown",
+            "Not shown, and why",
+            f"<ul>{not_shown}</ul>" if not_shown else "<p>Every input is shown.</p>",
+        )
+    )
+    nav = " · ".join(f'<a href="#{sid}">{html.escape(title)}</a>' for sid, title, _b in sections)
+    body = "".join(
+        f'<section id="{sid}"><h2>{html.escape(title)}</h2>{content}</section>'
+        for sid, title, content in sections
+    )
+    rule = data["change_rule"]
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>SDPA results: {len(models)} result sets</title><style>{STYLE}</style></head><body>"
+        f"<h1>SDPA results: {len(models)} result sets</h1>"
+        f"<p>Generated {data['generated']} by <code>nox -s report</code>. FLOPs: "
+        f"{html.escape(data['flop_convention'])}. Change rule: {html.escape(rule['text'])} "
+        f"(threshold {rule['threshold_pct']:g}%; floors: {html.escape(rule['floors'])}).</p>"
+        f"<nav>{nav}</nav>{body}</body></html>\n"
+    )
+
+
+# --- the session --------------------------------------------------------------------------------
+
+
+def report(opts: Any, rest: Sequence[str]) -> int:
+    """nox -s report: read the inputs, write results.html and results.json, say what was left
+    out. UserError when nothing could be shown."""
+    started = time.perf_counter()
+    if "--help" in rest or "-h" in rest:  # after the options' own help (noxfile._call)
+        print(__doc__)
+        raise SystemExit(0)
+    flags = [a for a in rest if a.startswith("-")]
+    if flags:
+        raise UserError(f"report: unknown option {flags[0]} (see: nox -s report -- --help)")
+    if not rest and not opts.index:
+        raise UserError("report: give INPUT (a folder or a probe's JSON file) or --index URL")
+    docs, rejected = inputs.read_paths(list(rest))
+    if opts.index:
+        found, left = inputs.read_index(opts.index, opts.arch)
+        docs += found
+        rejected += left
+    baseline_docs: list[inputs.Doc] = []
+    if opts.baseline:
+        baseline_docs, left = inputs.read_paths([opts.baseline])
+        rejected += [inputs.Rejected(r.source, f"(baseline) {r.why}") for r in left]
+        known = {d.source for d in baseline_docs}
+        docs = [d for d in docs if d.source not in known]
+    data = build(docs, rejected, baseline_docs)
+    for entry in data["not_shown"]:
+        print(f"report: not shown: {entry['input']}: {entry['why']}", file=sys.stderr)
+    if not data["sets"]:
+        raise UserError(
+            f"report: nothing could be shown ({len(data['not_shown'])} input(s) left out, "
+            "listed above)"
+        )
+    out = Path(opts.out or "results-page")
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "results.html"
+    page.write_text(render(data), encoding="utf-8")
+    (out / "results.json").write_text(
+        json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8"
+    )
+    print(
+        f"report: wrote {page} ({page.stat().st_size / 1024:.0f} KiB) and {out / 'results.json'}: "
+        f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown, "
+        f"{time.perf_counter() - started:.2f} s"
+    )
+    return 0
