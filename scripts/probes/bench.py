@@ -240,30 +240,107 @@ def _output_paths(opts: Any) -> dict[str, Path | None]:
     return paths
 
 
+def _compare(opts: Any) -> int:
+    """--compare: the change between run files A and B (and --compare-runs pairs)."""
+    extra = opts.compare_runs or []
+    if len(extra) % 2:
+        raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
+    print(
+        report.compare(
+            [opts.compare[0], *extra[0::2]], [opts.compare[1], *extra[1::2]], opts.threshold_pct
+        )
+    )
+    return 0
+
+
+def _replot(opts: Any) -> int:
+    """--replot: draw the plot again from a saved JSON."""
+    if not opts.plot_path:
+        raise common.UsageError("--replot needs --plot PATH")
+    data = report.load_results(opts.replot)
+    prov = data.get("provenance", {})
+    note = report.write_plot(
+        Path(opts.plot_path),
+        data["results"],
+        f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}",
+    )
+    print(note or f"wrote {opts.plot_path}")
+    return 0
+
+
+def _add_peaks(
+    prov: dict[str, Any], arch: Any, arches: Any, info: Any, peak_tflops: float | None
+) -> dict[str, tuple[Any, Any]]:
+    """The card's peak per dtype, (TFLOP/s, source); recorded in the provenance too."""
+    rates = common.load_peak_rates()
+    peaks = {
+        d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
+        for d in ("fp16", "bf16")
+    }
+    prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
+    prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
+    prov["peak_note"] = (
+        ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
+        + f" ({peaks['fp16'][1]})"
+    )
+    return peaks
+
+
+_SETTINGS = (
+    "suite",
+    "sizes",
+    "shape",
+    "kv_heads",
+    "dtypes",
+    "backends",
+    "causal",
+    "passes",
+    "repeats",
+    "budget_ms",
+    "min_repeats",
+    "slow_min_repeats",
+    "max_repeats",
+    "warmup",
+    "warmup_ms",
+    "mem_limit_gib",
+    "timing",
+    "sustained",
+    "noise_threshold",
+    "noise_max_repeats",
+    "noise_budget_ms",
+    "kernel_time",
+)
+
+
+def _settings(opts: Any, device: Any) -> dict[str, Any]:
+    """The options that shaped the run, as recorded in the JSON."""
+    settings = {k: vars(opts)[k] for k in _SETTINGS}
+    settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
+    return settings
+
+
+def _write_outputs(
+    paths: dict[str, Path | None], document: dict[str, Any], plot_title: str
+) -> None:
+    """Write the JSON, CSV and plot that were asked for."""
+    results = document["results"]
+    if paths["json"]:
+        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+        plan.progress(f"wrote {paths['json']}")
+    if paths["csv"]:
+        report.write_csv(paths["csv"], results)
+        plan.progress(f"wrote {paths['csv']}")
+    if paths["plot"]:
+        note = report.write_plot(paths["plot"], results, plot_title)
+        plan.progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
+
+
 def _main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.compare:
-        extra = opts.compare_runs or []
-        if len(extra) % 2:
-            raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
-        print(
-            report.compare(
-                [opts.compare[0], *extra[0::2]], [opts.compare[1], *extra[1::2]], opts.threshold_pct
-            )
-        )
-        return 0
+        return _compare(opts)
     if opts.replot:
-        if not opts.plot_path:
-            raise common.UsageError("--replot needs --plot PATH")
-        data = report.load_results(opts.replot)
-        prov = data.get("provenance", {})
-        note = report.write_plot(
-            Path(opts.plot_path),
-            data["results"],
-            f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}",
-        )
-        print(note or f"wrote {opts.plot_path}")
-        return 0
+        return _replot(opts)
     _check_options(opts)
     # Validate everything cheap before touching the device.
     device = common.resolve_device(opts.device)
@@ -280,17 +357,7 @@ def _main(argv: list[str] | None) -> int:
     prov["gpu_state"] = {"before": gpu_state.gpu_state(device)}
     info = common.device_info(device)
     prov["device_info"] = info
-    rates = common.load_peak_rates()
-    peaks = {
-        d: common.peak_from_device(arch, d, opts.peak_tflops, arches, info, rates)
-        for d in ("fp16", "bf16")
-    }
-    prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
-    prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
-    prov["peak_note"] = (
-        ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
-        + f" ({peaks['fp16'][1]})"
-    )
+    peaks = _add_peaks(prov, arch, arches, info, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         plan.progress(
             "warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer"
@@ -300,56 +367,18 @@ def _main(argv: list[str] | None) -> int:
     prov["gpu_state"]["after"] = gpu_state.gpu_state(device)
     wall = time.perf_counter() - started
     print(report.render_table(results, prov, opts.timing))
-    settings = {
-        k: vars(opts)[k]
-        for k in (
-            "suite",
-            "sizes",
-            "shape",
-            "kv_heads",
-            "dtypes",
-            "backends",
-            "causal",
-            "passes",
-            "repeats",
-            "budget_ms",
-            "min_repeats",
-            "slow_min_repeats",
-            "max_repeats",
-            "warmup",
-            "warmup_ms",
-            "mem_limit_gib",
-            "timing",
-            "sustained",
-            "noise_threshold",
-            "noise_max_repeats",
-            "noise_budget_ms",
-            "kernel_time",
-        )
-    }
-    settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
     document = {
         "schema": SCHEMA,
         "identity": ident,
         "flop_convention": measure.FLOP_CONVENTION,
         "provenance": prov,
-        "settings": settings,
+        "settings": _settings(opts, device),
         "wall_s": round(wall, 3),
         "results": results,
     }
-    if paths["json"]:
-        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-        plan.progress(f"wrote {paths['json']}")
-    if paths["csv"]:
-        report.write_csv(paths["csv"], results)
-        plan.progress(f"wrote {paths['csv']}")
-    if paths["plot"]:
-        note = report.write_plot(
-            paths["plot"],
-            results,
-            f"SDPA on {device_name} ({arch or 'cpu'}), torch {prov['torch']}",
-        )
-        plan.progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
+    _write_outputs(
+        paths, document, f"SDPA on {device_name} ({arch or 'cpu'}), torch {prov['torch']}"
+    )
     plan.progress(f"done in {wall:.1f} s")
     return 0
 

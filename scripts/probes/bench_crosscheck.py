@@ -447,39 +447,57 @@ def make_row(
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    opts = parse_args(argv)
-    prog = "bench_crosscheck.py"
-    bench, bench_mode = bench_lookup(opts.bench_json)
-    timing = opts.timing or bench_mode or "device"
+def usage_problem(opts: argparse.Namespace, bench_mode: str | None, timing: str) -> str | None:
+    """Why these options cannot run here, or None."""
     device = torch.device(opts.device)
-    problem = None
     if bench_mode and bench_mode != timing:
-        problem = f"{opts.bench_json} was timed in {bench_mode} mode, not {timing}"
-    elif device.type == "cuda" and not torch.cuda.is_available():
-        problem = "no CUDA or ROCm device (on a CPU: --device cpu --timing wall)"
-    elif device.type == "cpu" and timing == "device":
-        problem = "device timing needs a CUDA or ROCm device; on a CPU use --timing wall"
-    elif device.type not in ("cuda", "cpu"):
-        problem = f"--device {opts.device}: choose cuda or cpu"
-    elif opts.turns is not None and opts.turns < 1:
-        problem = f"--turns {opts.turns}: at least 1"
-    try:
-        cases = [] if problem else pick_cases(bench, device, opts.sizes, opts.backends)
-    except common.UsageError as exc:
-        problem = str(exc)
-    if problem:
-        print(f"{prog}: error: {problem}", file=sys.stderr)
-        return 2
+        return f"{opts.bench_json} was timed in {bench_mode} mode, not {timing}"
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return "no CUDA or ROCm device (on a CPU: --device cpu --timing wall)"
+    if device.type == "cpu" and timing == "device":
+        return "device timing needs a CUDA or ROCm device; on a CPU use --timing wall"
+    if device.type not in ("cuda", "cpu"):
+        return f"--device {opts.device}: choose cuda or cpu"
+    if opts.turns is not None and opts.turns < 1:
+        return f"--turns {opts.turns}: at least 1"
+    return None
 
-    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+
+def print_header(name: str, timing: str) -> None:
     print(f"device: {name}, torch {torch.__version__}, fp16")
     print(f"timing: {timing}; bench.py's timer and this harness take turns on each case")
     print(
         f"{'case':<28}{'pass':<5}{'bench ms':>10}{'this ms':>10}{'diff %':>8}{'pooled':>8}{'n':>5}"
         f"{'json ms':>10}{'sustained':>10}{'ref ms':>9}"
     )
+
+
+def print_row(label: str, row: dict[str, Any]) -> None:
+    """One table line: both timers, their difference, the JSON's, sustained and reference."""
     nan = float("nan")
+    json_ms, sustained, ref_ms = row["bench_json_ms"], row["sustained_ms"], row["reference_ms"]
+    print(
+        f"{label:<28}{row['pass']:<5}{row['bench_ms']:>10.4f}{row['crosscheck_ms']:>10.4f}"
+        f"{row['diff_pct']:>8.2f}{row['pooled_diff_pct']:>8.2f}{row['samples']:>5}"
+        f"{json_ms if json_ms is not None else nan:>10.4f}"
+        f"{sustained if sustained is not None else nan:>10.4f}"
+        f"{ref_ms if ref_ms is not None else nan:>9.4f}"
+        + (
+            f"  profiler {row['profiler_kernel_ms']:.4f} ms ({row['profiler_diff_pct']:+.2f}%)"
+            if row["profiler_kernel_ms"] is not None
+            else ""
+        )
+    )
+
+
+def time_cases(
+    cases: list[tuple[str, str, bool]],
+    bench: dict[Any, Any],
+    timing: str,
+    device: torch.device,
+    turns: int | None,
+) -> list[dict[str, Any]]:
+    """Time every case's fwd and bwd with both timers; print and return the rows."""
     rows = []
     for size, backend, causal in cases:
         label = f"{size} {backend} {'causal' if causal else 'non-causal'}"
@@ -487,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         for index, pass_name in enumerate(("fwd", "bwd")):
             try:
                 result = compare_pass(
-                    size, backend, causal, pass_name, timing, device, opts.turns, bool(ref)
+                    size, backend, causal, pass_name, timing, device, turns, bool(ref)
                 )
             except RuntimeError as exc:  # a backend that refuses this case on this device
                 print(f"{label} {pass_name}: not run ({common.first_line(str(exc), 80)})")
@@ -499,32 +517,23 @@ def main(argv: list[str] | None = None) -> int:
             json_ms = bench.get((size, backend, causal, pass_name), (None,))[0]
             ref_ms = ref[index] if ref else None
             row = make_row((size, backend, causal, pass_name), result, json_ms, ref_ms)
-            bench_ms, own_ms = row["bench_ms"], row["crosscheck_ms"]
-            sustained = row["sustained_ms"]
             rows.append(row)
-            print(
-                f"{label:<28}{pass_name:<5}{bench_ms:>10.4f}{own_ms:>10.4f}"
-                f"{row['diff_pct']:>8.2f}{row['pooled_diff_pct']:>8.2f}{row['samples']:>5}"
-                f"{json_ms if json_ms is not None else nan:>10.4f}"
-                f"{sustained if sustained is not None else nan:>10.4f}"
-                f"{ref_ms if ref_ms is not None else nan:>9.4f}"
-                + (
-                    f"  profiler {row['profiler_kernel_ms']:.4f} ms "
-                    f"({row['profiler_diff_pct']:+.2f}%)"
-                    if row["profiler_kernel_ms"] is not None
-                    else ""
-                )
-            )
-    ok, worst = verdict(rows, opts.tolerance_pct)
+            print_row(label, row)
+    return rows
+
+
+def summaries(rows: list[dict[str, Any]], timing: str, tolerance_pct: float) -> dict[str, Any]:
+    """The verdicts, keyed as in the JSON: bench.py's timer vs this harness, events vs profiler."""
+    ok, worst = verdict(rows, tolerance_pct)
     per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
     summary = (
         f"{timing} timing: {len(rows)} timings, bench.py's timer vs this harness in turns, "
         f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
-        f"{opts.tolerance_pct:g}%): {'AGREE' if ok else 'DISAGREE'}"
+        f"{tolerance_pct:g}%): {'AGREE' if ok else 'DISAGREE'}"
         if rows
         else "nothing was timed"
     )
-    prof_ok, prof_worst = verdict(rows, opts.tolerance_pct, "profiler_diff_pct")
+    prof_ok, prof_worst = verdict(rows, tolerance_pct, "profiler_diff_pct")
     prof_summary = (
         f"event timer vs profiler kernel time (same repeats): largest difference "
         f"{max(prof_worst.values()):.2f}% (per size: "
@@ -533,8 +542,38 @@ def main(argv: list[str] | None = None) -> int:
         if prof_worst
         else "no profiler kernel records (wall timing, or the profiler saw no device activity)"
     )
-    print(summary)
-    print(prof_summary)
+    return {
+        "summary": summary,
+        "agree": ok,
+        "profiler_summary": prof_summary,
+        "profiler_agree": prof_ok if prof_worst else None,
+        "profiler_max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in prof_worst.items()},
+        "max_abs_diff_pct": round(max(worst.values(), default=0.0), 2),
+        "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    prog = "bench_crosscheck.py"
+    bench, bench_mode = bench_lookup(opts.bench_json)
+    timing = opts.timing or bench_mode or "device"
+    device = torch.device(opts.device)
+    problem = usage_problem(opts, bench_mode, timing)
+    try:
+        cases = [] if problem else pick_cases(bench, device, opts.sizes, opts.backends)
+    except common.UsageError as exc:
+        problem = str(exc)
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return 2
+
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    print_header(name, timing)
+    rows = time_cases(cases, bench, timing, device, opts.turns)
+    verdicts = summaries(rows, timing, opts.tolerance_pct)
+    print(verdicts["summary"])
+    print(verdicts["profiler_summary"])
     if opts.json:
         Path(opts.json).write_text(
             json.dumps(
@@ -544,21 +583,13 @@ def main(argv: list[str] | None = None) -> int:
                     "torch": torch.__version__,
                     "timing": timing,
                     "identity": common.identity(device, *common.detect_arch(device)),
-                    "summary": summary,
-                    "agree": ok,
-                    "profiler_summary": prof_summary,
-                    "profiler_agree": prof_ok if prof_worst else None,
-                    "profiler_max_abs_diff_pct_by_size": {
-                        k: round(v, 2) for k, v in prof_worst.items()
-                    },
-                    "max_abs_diff_pct": round(max(worst.values(), default=0.0), 2),
-                    "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
+                    **verdicts,
                     "rows": rows,
                 },
                 indent=1,
             )
         )
-    return 0 if ok else 1
+    return 0 if verdicts["agree"] else 1
 
 
 if __name__ == "__main__":

@@ -552,6 +552,46 @@ def parse_args(argv: list[str] | None) -> Any:
     return opts
 
 
+def pick_devices(devices: str | None, cuda_ok: bool) -> str:
+    """--devices, checked; by default cuda where there is one, else cpu."""
+    devices = devices or ("cuda" if cuda_ok else "cpu")
+    if not set(devices.split(",")) <= {"cpu", "cuda"}:
+        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
+    return devices
+
+
+def run_directory(work: Path, test: Any, quick: bool) -> Path:
+    """Where this test file's runs go: one folder per file version (and quick or full)."""
+    return (
+        work
+        / "upstream-tests"
+        / "runs"
+        / (f"{test.source}-{test.blob_sha1[:12]}" + ("-quick" if quick else ""))
+    )
+
+
+def fresh_log(log: str | None, run_dir: Path) -> Path:
+    """The pytest log (--log, or pytest.log in the run folder), emptied."""
+    log_path = Path(log) if log else run_dir / "pytest.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    return log_path
+
+
+def report_verdict(doc: dict[str, Any], json_path: str | None) -> int:
+    """Set the verdict on the report, write it (--json), print it; the exit status."""
+    ok, line = verdict(doc)
+    doc["passed"] = ok
+    doc["verdict"] = line
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(doc, indent=1) + "\n")
+    print(render(doc))
+    print("")
+    print(line, flush=True)
+    return 0 if ok else 1
+
+
 def _main(argv: list[str] | None) -> int:
     started = time.perf_counter()
     opts = parse_args(argv)
@@ -560,9 +600,7 @@ def _main(argv: list[str] | None) -> int:
     work = Path(opts.workdir).expanduser().resolve() if opts.workdir else default_workdir()
     git_version = str(getattr(torch.version, "git_version", "") or "")
     cuda_ok = torch.cuda.is_available()
-    devices = opts.devices or ("cuda" if cuda_ok else "cpu")
-    if not set(devices.split(",")) <= {"cpu", "cuda"}:
-        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
+    devices = pick_devices(opts.devices, cuda_ok)
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     arch, device_name = common.detect_arch(device)
     tools = require_test_tools()
@@ -577,34 +615,26 @@ def _main(argv: list[str] | None) -> int:
 
     budget_s = 60 * (opts.budget_min or (10 if opts.quick else 60))
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
-    run_dir = (
-        work
-        / "upstream-tests"
-        / "runs"
-        / (f"{test.source}-{test.blob_sha1[:12]}" + ("-quick" if opts.quick else ""))
-    )
-    log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_bytes(b"")
+    run_dir = run_directory(work, test, opts.quick)
+    log_path = fresh_log(opts.log, run_dir)
     quick_max = opts.quick_max if opts.quick else None
     ck = bool(torch.version.hip) and cuda_ok and _ck_available(torch)
     passes_plan = plan_passes(selection, ck and not opts.no_ck)
-    passes = []
-    for name, sel, env in passes_plan:
-        passes.append(
-            run_pass(
-                name=name,
-                test_file=test.path,
-                run_dir=run_dir,
-                selection=sel,
-                devices=devices,
-                therock=skips,
-                budget_s=budget_s,
-                quick_max=quick_max,
-                extra_env=env,
-                log_path=log_path,
-            )
+    passes = [
+        run_pass(
+            name=name,
+            test_file=test.path,
+            run_dir=run_dir,
+            selection=sel,
+            devices=devices,
+            therock=skips,
+            budget_s=budget_s,
+            quick_max=quick_max,
+            extra_env=env,
+            log_path=log_path,
         )
+        for name, sel, env in passes_plan
+    ]
 
     rows = final_results(passes)
     counts, by_source = outcome_counts(rows)
@@ -643,16 +673,7 @@ def _main(argv: list[str] | None) -> int:
         "wall_s": round(time.perf_counter() - started, 1),
         "results": rows,
     }
-    ok, line = verdict(doc)
-    doc["passed"] = ok
-    doc["verdict"] = line
-    if opts.json:
-        Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
-    print(render(doc))
-    print("")
-    print(line, flush=True)
-    return 0 if ok else 1
+    return report_verdict(doc, opts.json)
 
 
 def _stride(doc: dict[str, Any]) -> int:
