@@ -87,5 +87,5 @@ def test_nox_tests_without_the_dev_extras_is_one_line_naming_the_install(tmp_pat
     )  # fmt: skip
     assert result.returncode == 1
     (line,) = [x for x in result.stderr.splitlines() if "aborted" in x]
-    assert "pytest is not installed; run: python3 -m pip install -e '.[dev]'" in line
+    assert "pytest is not installed; run: python3 -m pip install -e '.[dev,cluster]'" in line
     assert "Traceback" not in result.stderr and "uv binary" not in result.stderr
