@@ -149,14 +149,14 @@ def test_session_facts() -> None:
 
 
 def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, monkeypatch):
-    from scripts.env import preamble, session_guard
+    from scripts.env import session_env, session_guard
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
     with session_guard.guarded(options.BY_NAME["build_ck"], opts, say=lambda _: None):
-        handed = preamble.CURRENT.get()
+        handed = session_env.CURRENT.get()
         assert handed is not None and handed.work == tmp_path / "w"
         assert handed.location.prefix == tmp_path / "env"
-        assert preamble.locate(str(tmp_path / "env"), None, None) is handed  # not resolved again
+        assert session_env.locate(str(tmp_path / "env"), None, None) is handed  # not resolved again
         assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
-    assert preamble.CURRENT.get() is None
+    assert session_env.CURRENT.get() is None

@@ -44,7 +44,7 @@ from scripts.builds.aotriton_install import (
     torch_version,
     verify_backup,
 )
-from scripts.env import archs, compat_matrix, condaenv, preamble, rocm_sdk
+from scripts.env import archs, compat_matrix, condaenv, rocm_sdk, session_env
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -156,8 +156,8 @@ def source_build(
 
 
 @dataclass(frozen=True)
-class Context(preamble.OnSession):
-    session: preamble.SessionEnv
+class Context(session_env.OnSession):
+    session: session_env.SessionEnv
     # The env's torch, or None when it has none yet (the main job builds AOTriton first, then
     # torch against it): the build then stays in its install prefix.
     torch: Path | None
@@ -195,11 +195,11 @@ def make_context(
     from_release: bool = False,
     torch_optional: bool = False,
 ) -> Context:
-    """The preamble (arch, work dir, env) plus which AOTriton: its pin, version and pack.
+    """The session env (arch, work dir, env) plus which AOTriton: its pin, version and pack.
     torch_optional: a source build goes on without a torch in the env (torch None); on a dry
     run before setup_env the env has none either (setup_env installs one only with
     --with-torch)."""
-    session = preamble.open_env(where, dry_run=dry_run)
+    session = session_env.open_env(where, dry_run=dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.builds import compile_cache
-from scripts.env import condaenv, preamble
+from scripts.env import condaenv, session_env
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -114,7 +114,7 @@ def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
         shutil.rmtree(build)
 
 
-def announce(session: preamble.SessionEnv, opts: BuildCkOptions) -> None:
+def announce(session: session_env.SessionEnv, opts: BuildCkOptions) -> None:
     """What this CK build is and is not for (said before the pin and the plan)."""
     say, arch = session.runner.say, session.arch
     if not arch.ck_mha:
@@ -135,7 +135,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     from scripts.sources import checkouts, patches, pins
 
     cache_spec = opts.cache
-    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    session = session_env.open_env(opts, dry_run=opts.dry_run)
     arch, work, prefix = session.arch, session.work, session.prefix
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")

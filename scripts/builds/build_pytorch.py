@@ -43,7 +43,7 @@ from packaging.version import InvalidVersion, Version
 
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv, rocm_sdk
-from scripts.env.preamble import OnSession, SessionEnv, open_env
+from scripts.env.session_env import OnSession, SessionEnv, open_env
 from scripts.plumbing import buildjobs, paths, pin_schema, stamps
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BuildPytorchOptions

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from scripts.env import condaenv, preamble
+from scripts.env import condaenv, session_env
 from scripts.env.manager import no_manager_error
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
@@ -25,7 +25,7 @@ def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     --env-name, $ROCMFA_ENV_PREFIX, $ROCMFA_ENV_NAME) and none found, the Python running nox
     runs it when it has torch (a CPU machine without conda)."""
     workdir = getattr(where, "workdir", None)  # bench and backend_check take none
-    location = preamble.locate(where.prefix, where.env_name, workdir).location
+    location = session_env.locate(where.prefix, where.env_name, workdir).location
     prefix = location.prefix
     python = prefix / "bin" / "python" if prefix else None
     env = None
@@ -73,5 +73,5 @@ def validate(opts: ValidateOptions, rest: Sequence[str]) -> int:
 
 
 def validate_upstream(opts: ValidateOptions, rest: Sequence[str]) -> int:
-    work = preamble.locate(opts.prefix, opts.env_name, opts.workdir).work
+    work = session_env.locate(opts.prefix, opts.env_name, opts.workdir).work
     return run_env_script(opts, "upstream_sdpa.py", ["--workdir", str(work), *rest])

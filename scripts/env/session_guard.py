@@ -19,7 +19,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import preamble
+from scripts.env import session_env
 from scripts.plumbing import locks, paths, transaction
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import Session
@@ -53,9 +53,9 @@ def where_of(opts: object) -> Where:
     )
 
 
-def located(where: Where) -> preamble.Located | None:
+def located(where: Where) -> session_env.Located | None:
     try:
-        return preamble.locate(where.prefix, where.env_name, where.workdir)
+        return session_env.locate(where.prefix, where.env_name, where.workdir)
     except UserError:
         return None  # the session itself reports a bad --env-name
 
@@ -105,8 +105,8 @@ def guarded(declared: Session, opts: object, say=print) -> Iterator[None]:
     prefix = found.location.prefix if found else None
     with ExitStack() as stack:
         if found is not None:  # the session sees the same env and work dir
-            token = preamble.CURRENT.set(found)
-            stack.callback(preamble.CURRENT.reset, token)
+            token = session_env.CURRENT.set(found)
+            stack.callback(session_env.CURRENT.reset, token)
         if declared.reports_only or where.dry_run:
             for line in [] if declared.reports_only else report(prefix):
                 say(f"WARNING: {line}")  # doctor shows these in its report

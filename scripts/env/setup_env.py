@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import activation, archs, condaenv, doctor, lockfile, preamble, rocm_sdk
+from scripts.env import activation, archs, condaenv, doctor, lockfile, rocm_sdk, session_env
 from scripts.env.manager import find_manager
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
@@ -192,7 +192,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         return
     check_host()
     # No manager is needed: condaenv places a named env in its own data dir without one.
-    session = preamble.open_env(opts, dry_run=opts.dry_run, makes_env=True)
+    session = session_env.open_env(opts, dry_run=opts.dry_run, makes_env=True)
     runner = session.runner
     request = Request(
         arch=session.arch,

@@ -27,7 +27,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from scripts.builds.build_pytorch import install_argv, manifest_path
-from scripts.env import condaenv, preamble
+from scripts.env import condaenv, session_env
 from scripts.plumbing import paths, stamps, transaction
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
@@ -137,7 +137,7 @@ def load_manifest(work: Path) -> dict[str, Any]:
 
 
 def install_wheels(opts: InstallWheelsOptions) -> None:
-    session = preamble.open_env(opts, dry_run=opts.dry_run)
+    session = session_env.open_env(opts, dry_run=opts.dry_run)
     work, prefix, python = session.work, session.prefix, session.python
     runner = session.runner
     manifest = load_manifest(work) if not opts.index else {}
@@ -228,7 +228,9 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
             )
 
 
-def installed_match(session: preamble.SessionEnv, python: Path, manifest: dict[str, Any]) -> bool:
+def installed_match(
+    session: session_env.SessionEnv, python: Path, manifest: dict[str, Any]
+) -> bool:
     """The env still has exactly these versions installed (someone may have pip-installed
     something else since)."""
     wanted = {r["project"]: r["version"] for r in manifest["wheels"]}

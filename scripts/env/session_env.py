@@ -132,7 +132,7 @@ def open_env(
     makes_env: bool = False,
     placeholder: Path = ENV_PLACEHOLDER,
 ) -> SessionEnv:
-    """The preamble of a build session: a real run needs a set-up env (else the one-line
+    """The start of a build session: a real run needs a set-up env (else the one-line
     "... run: nox -s setup_env"); a dry run goes on with placeholders and says so.
     makes_env (setup_env): the env need not exist; its checks are the session's own."""
     choice = archs.resolve_arch(where.arch)
