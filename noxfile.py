@@ -28,30 +28,24 @@ nox.options.stop_on_first_error = True
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripts.plumbing import options  # noqa: E402
+from scripts.plumbing import option_fields, options  # noqa: E402
 from scripts.plumbing.options import Session  # noqa: E402
 
 
 def _call(session: nox.Session, declared: Session) -> None:
     """Parse this session's options into its typed options object (every value checked before
     any work), then call its function inside the guard (locks, recovery): function(opts), or
-    function(opts, rest) for the probes, whose own options go through to the script."""
+    with the undeclared arguments (_forward)."""
     from scripts.env.session_guard import guarded
     from scripts.plumbing import errors
 
     try:
-        if declared.forward:  # --help: ours, then the script's own (it goes through)
-            helps = [a for a in session.posargs if a in ("-h", "--help")]
-            posargs = [a for a in session.posargs if a not in helps]
-            opts, rest = options.parse_known(declared.name, posargs)
-            if helps:
-                print(options.build_parser(declared.name).format_help())
-                _probe_help(declared, opts, rest)
-                session.skip("help shown")
-            with guarded(declared, opts):
-                code = declared.function()(opts, rest)
+        if declared.forward or declared.probe:
+            code = _forward(session, declared)
         else:
             opts = options.parse(declared.name, session.posargs)
+            if "build" in declared.tags:
+                session.log(f"options: {option_fields.effective(opts)}")
             with guarded(declared, opts):
                 code = declared.function()(opts)
     except errors.UserError as error:
@@ -69,15 +63,27 @@ def _call(session: nox.Session, declared: Session) -> None:
             session.error(f"{declared.name} exited with status {code}")
 
 
-def _probe_help(declared: Session, opts: object, rest: list[str]) -> None:
-    """The probe script's own --help, when a Python with torch can run it; else one note
-    (help never needs an env)."""
-    from scripts.plumbing import errors
+def _forward(session: nox.Session, declared: Session) -> int:
+    """A session whose undeclared arguments go through: to its function, or for a probe to its
+    script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
+    from scripts.env import in_env
+    from scripts.env.session_guard import guarded
 
-    try:
-        declared.function()(opts, [*rest, "--help"])
-    except errors.UserError as error:
-        print(f"(the probe's own options are not listed: {error})")
+    helps = [a for a in session.posargs if a in ("-h", "--help")]
+    posargs = [a for a in session.posargs if a not in helps]
+    passed = in_env.probe_flags(declared) if declared.probe else ()
+    opts, rest = options.parse_known(declared.name, posargs, passed)
+    if helps:
+        print(options.build_parser(declared.name).format_help())
+        if not declared.probe:
+            declared.function()(opts, ["--help"])  # its own part (report: INPUT...)
+        for parser in in_env.probe_parsers(declared) if declared.probe else ():
+            print(parser.format_help())
+        session.skip("help shown")
+    with guarded(declared, opts):
+        if declared.probe:
+            return in_env.run_probe(declared, opts, rest)
+        return declared.function()(opts, rest)
 
 
 def _register(declared: Session) -> None:

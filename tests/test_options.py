@@ -160,3 +160,38 @@ def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, 
         assert session_env.locate(str(tmp_path / "env"), None, None) is handed  # not resolved again
         assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
     assert session_env.CURRENT.get() is None
+
+
+def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None:
+    """bench's --json PATH is the probe's (doctor's --json is a switch): it goes through with its
+    value, while another session's --arch of a chained run is dropped."""
+    from scripts.env import in_env
+
+    bench = options.BY_NAME["bench"]
+    assert bench.probe and bench.run == "scripts.probes.bench:main"
+    assert in_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
+    argv = ["--json", "out.json", "--arch", "gfx1151", "--sizes", "small", "-j", "4"]
+    opts, rest = options.parse_known("bench", argv, in_env.probe_flags(bench))
+    assert rest == ["--json", "out.json", "--sizes", "small"]
+    assert opts == options.BenchOptions()
+
+
+def test_other_sessions_values_are_dropped_with_their_flags() -> None:
+    argv = ["--index", "https://x/", "-j8", "--ccache", "--from=torch", "--no-images"]
+    opts = options.parse("build_aotriton", argv)
+    assert opts.jobs == 8 and opts.no_images and opts.cache is None
+    with pytest.raises(UserError, match="unrecognized arguments: --nobody"):
+        options.parse("build_aotriton", ["--index", "u", "--nobody"])
+
+
+def test_effective_options_name_what_differs_from_the_defaults_and_where(monkeypatch) -> None:
+    from scripts.plumbing.option_fields import effective
+
+    monkeypatch.setenv("ROCMFA_ARCH", "gfx1100")
+    opts = options.parse("build_pytorch", ["--ccache", "-j", "3", "--skip", "audio", "--dry-run"])
+    shown = effective(opts)
+    assert shown.split(", ") == [
+        "--jobs 3", "--cache ccache", "--dry-run", "--arch gfx1100 ($ROCMFA_ARCH)", "--skip audio"
+    ]  # fmt: skip
+    monkeypatch.delenv("ROCMFA_ARCH")
+    assert effective(options.parse("build_ck", [])) == "defaults"

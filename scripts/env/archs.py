@@ -9,6 +9,7 @@ real arch rather than silently trusted.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -167,6 +168,17 @@ def _parse_arch(name: str, raw: Any) -> Arch:
 
 
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
+    """The arch table; read once per process while the file is unchanged (the option check,
+    the session and its plan all ask)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return dict(_load_arches(path, None))  # load_toml's one-line error
+    return dict(_load_arches(path, (stat.st_mtime_ns, stat.st_size)))  # a copy: callers may edit
+
+
+@functools.lru_cache(maxsize=8)
+def _load_arches(path: Path, version: tuple[int, int] | None) -> dict[str, Arch]:
     data = load_toml(path, "arch data")
     table = data.get("arch")
     if not isinstance(table, dict) or not table:

@@ -1,4 +1,5 @@
-"""Run the standalone torch scripts (bench, backend_check, validate) with the env's Python.
+"""Run the probe sessions (bench, backend_check, validate): each is the standalone script its
+declaration names (scripts/probes/<session>.py), run with the env's Python.
 
 The scripts depend on torch and the standard library only; this module just gives them the
 shared env's full activation (our variables included, e.g. the AOTriton experimental flag).
@@ -6,6 +7,8 @@ shared env's full activation (our variables included, e.g. the AOTriton experime
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import importlib.util
 import os
 import subprocess
@@ -17,7 +20,9 @@ from scripts.env import condaenv, session_env
 from scripts.env.manager import no_manager_error
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import BackendCheckOptions, BenchOptions, EnvOptions, ValidateOptions
+from scripts.plumbing.options import EnvOptions, Session
+
+UPSTREAM = "upstream_sdpa"
 
 
 def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
@@ -54,24 +59,36 @@ def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
 
 
-def bench(opts: BenchOptions, rest: Sequence[str]) -> int:
-    return run_env_script(opts, "bench.py", rest)
+def probe_names(declared: Session) -> tuple[str, ...]:
+    """The probe scripts a probe session runs: the module its declaration names
+    (scripts.probes.<name>:main), and for validate upstream_sdpa too (its --upstream)."""
+    own = declared.run.split(":")[0].rsplit(".", 1)[-1]
+    return (own, UPSTREAM) if "upstream" in declared.options.field_names() else (own,)
 
 
-def backend_check(opts: BackendCheckOptions, rest: Sequence[str]) -> int:
-    return run_env_script(opts, "backend_check.py", rest)
+def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
+    """The probes' own parsers, imported here: the probes import torch only when they run, so
+    --help and option routing need no env."""
+    return [
+        importlib.import_module(f"scripts.probes.{name}").build_parser()
+        for name in probe_names(declared)
+    ]
 
 
-def validate(opts: ValidateOptions, rest: Sequence[str]) -> int:
-    if opts.upstream:
-        return validate_upstream(opts, rest)
-    return run_env_script(opts, "validate.py", rest)
+def probe_flags(declared: Session) -> frozenset[str]:
+    return frozenset(
+        flag
+        for parser in probe_parsers(declared)
+        for a in parser._actions
+        for flag in a.option_strings
+    )
 
 
-# `validate -- --upstream`: PyTorch's own SDPA tests (scripts/probes/upstream_sdpa.py) instead
-# of our grid; it finds the test file through the work dir (source checkout, cache).
-
-
-def validate_upstream(opts: ValidateOptions, rest: Sequence[str]) -> int:
-    work = session_env.locate(opts.prefix, opts.env_name, opts.workdir).work
-    return run_env_script(opts, "upstream_sdpa.py", ["--workdir", str(work), *rest])
+def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
+    """A probe session: its script in the env's Python with the arguments it did not declare
+    (validate --upstream: PyTorch's own SDPA tests, scripts/probes/upstream_sdpa.py, which
+    finds the test file through the work dir: source checkout, cache)."""
+    if getattr(opts, "upstream", False):
+        work = session_env.locate(opts.prefix, opts.env_name, getattr(opts, "workdir", None)).work
+        return run_env_script(opts, f"{UPSTREAM}.py", ["--workdir", str(work), *rest])
+    return run_env_script(opts, f"{probe_names(declared)[0]}.py", rest)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.env import activation, archs, condaenv, doctor, lockfile, rocm_sdk, session_env
+from scripts.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
 from scripts.env.manager import find_manager
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
@@ -249,7 +249,9 @@ def setup_env(opts: SetupEnvOptions) -> None:
     result = provision(prefix, request, runner, stamp_inputs=inputs)
     runner.say(activation.show(result))
     if not opts.dry_run:
-        runner.say(f"env {prefix} is ready; next: {doctor.MAIN_JOB[1]}")
+        from scripts.env.doctor import MAIN_JOB  # only here: a no-op rerun need not load doctor
+
+        runner.say(f"env {prefix} is ready; next: {MAIN_JOB[1]}")
 
 
 def show(prefix: Path | None) -> None:

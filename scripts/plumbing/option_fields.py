@@ -74,6 +74,12 @@ def opt(
     return Opt(tuple(flags), help, default, env, choices, type, check, metavar, dict(aliases or {}))
 
 
+def like(declared_in: type[SessionOptions], name: str, **changes: Any) -> Any:
+    """The option `name` as declared in that class, with these changes for one session (an
+    alias it keeps, a check it defers): the option stays declared once."""
+    return replace(declared_in._options[name], **changes)
+
+
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(opt,))
 class SessionOptions:
     """Base of the options classes: frozen, keyword-only, one option per annotated field (its
@@ -140,25 +146,26 @@ class SessionOptions:
         """Checks across fields (options that exclude each other); raise UserError."""
 
 
-def _add(parser: argparse.ArgumentParser, option: Opt, flags: Sequence[str], own: bool) -> None:
-    dest = option.name if own else f"other.{option.name}"
-    shown = option.help if own else argparse.SUPPRESS
+def _add(parser: argparse.ArgumentParser, option: Opt) -> None:
     if option.kind == "switch":
-        parser.add_argument(*flags, dest=dest, action="store_true", help=shown)
+        parser.add_argument(*option.flags, dest=option.name, action="store_true", help=option.help)
     else:
         action = "append" if option.kind == "list" else "store"
-        choices = option.allowed() if own else None
         parser.add_argument(
-            *flags, dest=dest, action=action, choices=choices, metavar=option.metavar, help=shown
+            *option.flags,
+            dest=option.name,
+            action=action,
+            choices=option.allowed(),
+            metavar=option.metavar,
+            help=option.help,
         )
     for alias, value in option.aliases.items():
-        note = f"the same as {option.flags[0]} {value} (kept for old command lines)"
         parser.add_argument(
             alias,
-            dest=f"{dest}.alias",
+            dest=f"{option.name}.alias",
             action="append_const",
             const=value,
-            help=note if own else argparse.SUPPRESS,
+            help=f"the same as {option.flags[0]} {value} (kept for old command lines)",
         )
 
 
@@ -179,25 +186,50 @@ def _raw(option: Opt, parsed: argparse.Namespace) -> Any:
     return option.aliases[given[0]] if given else raw
 
 
-def build_parser(
-    session: str, cls: type[SessionOptions], others: Iterable[type[SessionOptions]] = ()
-) -> argparse.ArgumentParser:
-    """The session's parser: its own options with help; other sessions' options hidden."""
+def build_parser(session: str, cls: type[SessionOptions]) -> argparse.ArgumentParser:
+    """The session's parser and --help: its own options only (other sessions' options are
+    dropped before parsing, without_others)."""
     parser = argparse.ArgumentParser(
         prog=f"nox -s {session} --",
         allow_abbrev=False,
         description=f"Options of the {session} session. {cls.__dict__.get('__doc__') or ''}",
     )
-    taken: set[str] = set()
-    for own, options in [(True, cls.options()), *((False, c.options()) for c in others)]:
-        for option in options:
-            if own or option.name not in cls._options:
-                flags = [f for f in option.flags if f not in taken]
-                aliases = {a: v for a, v in option.aliases.items() if a not in taken}
-                if flags:
-                    _add(parser, replace(option, aliases=aliases), flags, own)
-                    taken.update(flags, aliases)
+    for option in cls.options():
+        _add(parser, option)
     return parser
+
+
+def without_others(
+    cls: type[SessionOptions],
+    posargs: Sequence[str],
+    others: Iterable[type[SessionOptions]],
+    passed: Iterable[str] = (),
+) -> list[str]:
+    """posargs less the options (and their values) that other sessions of a chained run declare
+    and this one does not: nox hands every session the same posargs. Done here rather than as
+    hidden argparse options: a parser of every session's options costs ~8 ms per nox run."""
+    own = {flag for o in cls.options() for flag in (*o.flags, *o.aliases)} | set(passed)
+    foreign: dict[str, bool] = {}  # flag -> takes a value
+    for other in others:
+        for option in other.options():
+            for flag in (*option.flags, *option.aliases):
+                if flag not in own:
+                    foreign[flag] = option.kind != "switch" and flag not in option.aliases
+    kept: list[str] = []
+    args = iter(posargs)
+    for arg in args:
+        if arg == "--":
+            kept += [arg, *args]
+            break
+        flag = arg.split("=", 1)[0]
+        if flag in foreign:
+            if foreign[flag] and "=" not in arg:
+                next(args, None)  # its value
+        elif arg[:2] in foreign and not arg.startswith("--") and foreign[arg[:2]]:
+            pass  # a short flag with its value attached: -j8
+        else:
+            kept.append(arg)
+    return kept
 
 
 def _convert(session: str, option: Opt, text: str, where: str) -> Any:
@@ -213,6 +245,26 @@ def _convert(session: str, option: Opt, text: str, where: str) -> Any:
         raise UserError(f"{session}: {prefix}{error}") from None
     except ValueError as error:
         raise UserError(f"{session}: {where} {text!r}: {error}") from None
+
+
+def effective(opts: SessionOptions) -> str:
+    """The options a session runs with, other than defaults, and where each came from (cibuildwheel
+    prints its effective options at the start): `--arch gfx1151 ($ROCMFA_ARCH), --jobs 4`."""
+    shown = []
+    for option in opts.options():
+        value = getattr(opts, option.name)
+        where = ""
+        if value == option.default and option.env and os.environ.get(option.env):
+            value, where = os.environ[option.env], f" (${option.env})"
+        if value == option.default:
+            continue
+        if option.kind == "switch":
+            shown.append(option.flags[0])
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        text = ",".join(v.describe() if hasattr(v, "describe") else str(v) for v in values)
+        shown.append(f"{option.flags[0]} {text}{where}")
+    return ", ".join(shown) or "defaults"
 
 
 def _typed(session: str, cls: type[SessionOptions], parsed: argparse.Namespace) -> Any:
@@ -241,10 +293,8 @@ def _typed(session: str, cls: type[SessionOptions], parsed: argparse.Namespace) 
     return typed
 
 
-def _parser(
-    session: str, cls: type[SessionOptions], others: Iterable[type[SessionOptions]]
-) -> argparse.ArgumentParser:
-    parser = build_parser(session, cls, others)
+def _parser(session: str, cls: type[SessionOptions]) -> argparse.ArgumentParser:
+    parser = build_parser(session, cls)
 
     def fail(message: str) -> None:
         raise UserError(f"{session}: {message} (see: nox -s {session} -- --help)")
@@ -261,7 +311,8 @@ def parse(
 ) -> Any:
     """The session's options object from posargs; a bad option or value is a one-line
     UserError; --help exits 0."""
-    return _typed(session, cls, _parser(session, cls, others).parse_args(list(posargs)))
+    parsed = _parser(session, cls).parse_args(without_others(cls, posargs, others))
+    return _typed(session, cls, parsed)
 
 
 def parse_known(
@@ -269,7 +320,10 @@ def parse_known(
     cls: type[SessionOptions],
     posargs: Sequence[str],
     others: Iterable[type[SessionOptions]] = (),
+    passed: Iterable[str] = (),
 ) -> tuple[Any, list[str]]:
-    """For the probe sessions: (their options object, the rest for the probe script)."""
-    parsed, rest = _parser(session, cls, others).parse_known_args(list(posargs))
+    """For the sessions that forward: (their options object, the rest for their function;
+    passed: flags of that function's own, never taken for another session's)."""
+    kept = without_others(cls, posargs, others, passed)
+    parsed, rest = _parser(session, cls).parse_known_args(kept)
     return _typed(session, cls, parsed), rest

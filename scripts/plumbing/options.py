@@ -19,7 +19,10 @@ shared by the sessions that read it):
   imported only when that session runs or shows --help), never a copy; env= is the $ROCMFA_*
   variable that is the default (checked at parse time with the same type/check/choices; the
   field stays None so the resolver can say where the value came from); aliases= maps an old
-  flag to a value. Checks across fields go in the class's check(self).
+  flag to a value. Checks across fields go in the class's check(self). A session that needs
+  an option of a shared class with one change (an alias, no check) takes
+  `like(ThatClass, "name", aliases=...)`: still one declaration. A build session prints its
+  effective options (option_fields.effective) before its first line.
   An old-style row `_opt("--x", sessions=(...), action=..., type=T, **kw)` + field `x: X = D`
   becomes `x: X = opt("--x", type=T, **kw)` in the class (drop sessions=, action= and the
   bool/tuple defaults; keep default= for other defaults).
@@ -37,14 +40,14 @@ error. A session's --help lists only its own options and needs no env.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scripts.plumbing import option_fields
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.option_fields import SessionOptions, opt, resolve
+from scripts.plumbing.option_fields import SessionOptions, like, opt, resolve
 from scripts.plumbing.paths import WORKDIR_ENV
 from scripts.plumbing.pin_schema import PROJECTS
 
@@ -98,7 +101,7 @@ class ArchOption(SessionOptions):
 class ReportedArchOption(SessionOptions):
     """doctor and matrix show a bad arch on their screen, then exit non-zero: not checked here."""
 
-    arch: str | None = opt("--arch", env=ARCH_ENV, help=ArchOption._options["arch"].help)
+    arch: str | None = like(ArchOption, "arch", check=None)
 
 
 class EnvOptions(SessionOptions):
@@ -156,6 +159,19 @@ class ChannelOption(SessionOptions):
         help="a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL "
         "when it has several): lock solves against it, setup_env downloads from it; the lock "
         "keeps the channel's own URLs",
+    )
+
+
+class IndexOption(SessionOptions):
+    index: str | None = opt(
+        "--index",
+        check="scripts.plumbing.team_index:parse_index",
+        metavar="URL",
+        help="team wheel index (publish writes this run's wheels and manifest to it, "
+        "install_wheels installs a wheel set from it, report reads its manifests' report "
+        "summaries): DIR, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, "
+        "pypi+http(s)://HOST (upload API: pypiserver, devpi); one index per family: "
+        "URL/v2/<family>/, or {family} in URL; credentials only from the environment",
     )
 
 
@@ -314,12 +330,8 @@ class TuneAotritonOptions(AotritonSourceOptions):
 
 
 class BuildPytorchOptions(CompileOptions):
-    cache: Any = opt(
-        "--cache",
-        type="scripts.builds.compile_cache:parse_cache",
-        metavar="KIND|URL",
-        aliases={"--ccache": "ccache", "--sccache": "sccache"},
-        help=CompileOptions._options["cache"].help,
+    cache: Any = like(
+        CompileFields, "cache", aliases={"--ccache": "ccache", "--sccache": "sccache"}
     )
     clean: bool = opt(
         "--clean",
@@ -356,16 +368,10 @@ class BuildPytorchOptions(CompileOptions):
             raise UserError("--from and --only exclude each other")
 
 
-class InstallWheelsOptions(BuildOptions):
+class InstallWheelsOptions(BuildOptions, IndexOption):
     no_backend_check: bool = opt(
         "--no-backend-check",
         help="install only; do not run scripts/probes/backend_check.py afterwards",
-    )
-    index: str | None = opt(
-        "--index",
-        check="scripts.plumbing.team_index:parse_index",
-        metavar="URL",
-        help="team wheel index to install from (see publish --index)",
     )
     wheel_set: str | None = opt(
         "--wheel-set",
@@ -374,17 +380,9 @@ class InstallWheelsOptions(BuildOptions):
     )
 
 
-class PublishOptions(ArchOption, WorkdirOption, DryRunOption):
+class PublishOptions(ArchOption, WorkdirOption, DryRunOption, IndexOption):
     """publish reads the build's run manifest (work dir), not the env."""
 
-    index: str | None = opt(
-        "--index",
-        check="scripts.plumbing.team_index:parse_index",
-        metavar="URL",
-        help="team wheel index (family index: URL/v2/<family>/, or {family} in URL): DIR, "
-        "http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, pypi+http(s)://HOST "
-        "(upload API: pypiserver, devpi); credentials only from the environment",
-    )
     report: tuple[str, ...] = opt(
         "--report",
         metavar="JSON",
@@ -423,16 +421,10 @@ class ValidateOptions(EnvOptions, WorkdirOption):
     )
 
 
-class ReportOptions(ArchOption):
-    """report's INPUT... (folders or probe JSON files) go through as the rest."""
+class ReportOptions(ArchOption, IndexOption):
+    """report's INPUT... (folders or probe JSON files) go through as the rest; with --index
+    the family comes from the URL, else from --arch."""
 
-    index: str | None = opt(
-        "--index",
-        check="scripts.plumbing.team_index:parse_index",
-        metavar="URL",
-        help="also read the report summaries in this team index's manifests (see publish "
-        "--index; the family from the URL, else from --arch)",
-    )
     baseline: str | None = opt(
         "--baseline",
         metavar="INPUT",
@@ -463,7 +455,10 @@ class Session:
     default: bool = False
     changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
     reports_only: bool = False  # never takes a lock nor recovers (doctor)
-    forward: bool = False  # options it does not declare go through to a probe script
+    forward: bool = False  # the arguments it does not declare go through to its function
+    # run is a probe script's main (scripts/probes/<name>.py, torch + stdlib only): it runs in
+    # the env's Python (scripts/env/in_env.py) with the arguments the session does not declare
+    probe: bool = False
 
     @property
     def changes_workdir(self) -> bool:
@@ -530,15 +525,15 @@ SESSIONS = (
     Session("build_ck", "scripts.builds.build_ck:build_ck", BuildCkOptions, BUILD,
             "Build and install composable_kernel (library only) for this arch into the env.",
             changes=(W, E)),
-    Session("bench", "scripts.env.in_env:bench", BenchOptions, CHECK,
+    Session("bench", "scripts.probes.bench:main", BenchOptions, CHECK,
             "Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare.",
-            forward=True),
-    Session("backend_check", "scripts.env.in_env:backend_check", BackendCheckOptions, CHECK,
+            probe=True),
+    Session("backend_check", "scripts.probes.backend_check:main", BackendCheckOptions, CHECK,
             "Prove flash attention is compiled in, usable, actually used and correct.",
-            forward=True),
-    Session("validate", "scripts.env.in_env:validate", ValidateOptions, CHECK,
+            probe=True),
+    Session("validate", "scripts.probes.validate:main", ValidateOptions, CHECK,
             "Forward/backward correctness vs an fp32/fp64 reference across head dims and "
-            "shapes.", forward=True),
+            "shapes.", probe=True),
     Session("report", "scripts.report.page:report", ReportOptions, CHECK,
             "One self-contained HTML page (and merged JSON) from result sets: INPUT... "
             "--baseline.", reports_only=True, forward=True),
@@ -552,7 +547,7 @@ def _classes() -> tuple[type[SessionOptions], ...]:
 
 
 def build_parser(name: str) -> Any:
-    return option_fields.build_parser(name, BY_NAME[name].options, _classes())
+    return option_fields.build_parser(name, BY_NAME[name].options)
 
 
 def parse(name: str, posargs: Sequence[str]) -> Any:
@@ -561,6 +556,10 @@ def parse(name: str, posargs: Sequence[str]) -> Any:
     return option_fields.parse(name, BY_NAME[name].options, posargs, _classes())
 
 
-def parse_known(name: str, posargs: Sequence[str]) -> tuple[Any, list[str]]:
-    """For the probe sessions: (their options object, the rest for the probe script)."""
-    return option_fields.parse_known(name, BY_NAME[name].options, posargs, _classes())
+def parse_known(
+    name: str, posargs: Sequence[str], passed: Iterable[str] = ()
+) -> tuple[Any, list[str]]:
+    """For the sessions that forward: (their options object, the rest for their function).
+    passed: the flags the function itself takes (a probe's own), kept in the rest even where
+    another session declares the same flag (bench's --json PATH is not doctor's --json)."""
+    return option_fields.parse_known(name, BY_NAME[name].options, posargs, _classes(), passed)

@@ -21,12 +21,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.perf.process_time import Timing, timed_children  # noqa: E402
 from tests.support import aotriton_standins as st  # noqa: E402
 from tests.support import pep503, standin_rocm  # noqa: E402
 from tests.support.aotriton_env import provision_env  # noqa: E402
@@ -49,14 +49,13 @@ def make_shims(directory: Path, log: Path) -> None:
         shim.chmod(0o755)
 
 
-def run_session(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, list[str], str]:
+def run_session(argv: list[str], env: dict[str, str], log: Path) -> tuple[Timing, list[str], str]:
     log.write_text("")
-    start = time.perf_counter()
-    result = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
+    with timed_children() as timing:
+        result = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"build_aotriton failed:\n{result.stdout}\n{result.stderr}")
-    return elapsed, log.read_text().splitlines(), result.stdout + result.stderr
+    return timing, log.read_text().splitlines(), result.stdout + result.stderr
 
 
 def main() -> int:
@@ -89,16 +88,19 @@ def main() -> int:
         }
         argv = [sys.executable, "-m", "nox", "-s", "build_aotriton", "--"]
         argv += ["--arch", "gfx1151", "--prefix", str(prefix), "--workdir", str(root / "work")]
-        first, first_cmds, _ = run_session(argv, env, log)
-        reruns = []
+        first_timing, first_cmds, _ = run_session(argv, env, log)
+        reruns: list[float] = []
+        rerun_cpu: list[float] = []
         rerun_cmds: list[str] = []
         for _ in range(args.reruns):
-            elapsed, cmds, output = run_session(argv, env, log)
-            reruns.append(elapsed)
+            timing, cmds, output = run_session(argv, env, log)
+            reruns.append(timing.wall)
+            rerun_cpu.append(timing.cpu)
             rerun_cmds += cmds
             if "up to date" not in output:
                 raise SystemExit(f"rerun was not a no-op:\n{output}")
     median = statistics.median(reruns)
+    first = first_timing.wall
     numbers = {
         "first_build_s": round(first, 3),
         "first_build_external_commands": len(first_cmds),
@@ -106,6 +108,8 @@ def main() -> int:
         "rerun_s": [round(r, 3) for r in reruns],
         "rerun_median_s": round(median, 3),
         "rerun_min_s": round(min(reruns), 3),
+        "rerun_cpu_median_s": round(statistics.median(rerun_cpu), 3),
+        "rerun_cpu_min_s": round(min(rerun_cpu), 3),
         "rerun_external_commands": len(rerun_cmds),
         "ratio_rerun_to_first": round(median / first, 3),
     }

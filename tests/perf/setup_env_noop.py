@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,28 +17,25 @@ from pathlib import Path
 from scripts.env import archs, rocm_sdk, setup_env
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
+from tests.perf.process_time import Series, Timing, timed_children
 from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
 
-def timed_nox(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
-    """Whole-process wall time and stdout of one `nox ARGS` run; exits on failure."""
-    start = time.perf_counter()
-    result = run_nox(project, *args, env=env)
-    elapsed = time.perf_counter() - start
+def timed_nox(project: Path, env: dict[str, str], *args: str) -> tuple[Timing, str]:
+    """Whole-process wall and CPU time and stdout of one `nox ARGS` run; exits on failure."""
+    with timed_children() as timing:
+        result = run_nox(project, *args, env=env)
     if result.returncode != 0:
         sys.exit(f"{' '.join(args)} failed: {result.stderr.strip().splitlines()[-1]}")
-    return elapsed, result.stdout
+    return timing, result.stdout
 
 
-def noop_line(noop: list[float]) -> str:
-    return (
-        f"no-op rerun, whole `nox -s setup_env` process: median {statistics.median(noop):.3f} s "
-        f"(min {min(noop):.3f}, max {max(noop):.3f}, n={len(noop)}); commands run: 0"
-    )
+def noop_line(noop: Series) -> str:
+    return noop.line("no-op rerun, whole `nox -s setup_env` process") + "; commands run: 0"
 
 
-def timed(project: Path, env: dict[str, str], *args: str) -> tuple[float, str]:
+def timed(project: Path, env: dict[str, str], *args: str) -> tuple[Timing, str]:
     return timed_nox(project, env, "-s", "setup_env", "--", *args)
 
 
@@ -72,14 +68,14 @@ def main() -> int:
             "ROCMFA_ENV_PREFIX": str(prefix),
         }
         timed(project, env, "--arch", "gfx1151")  # warms the cached lock verdict
-        noop = []
+        noop = Series()
         for _ in range(args.repeats):
-            elapsed, out = timed(project, env, "--arch", "gfx1151")
+            timing, out = timed(project, env, "--arch", "gfx1151")
             assert "up to date" in out and "$ " not in out, out
-            noop.append(elapsed)
+            noop.timings.append(timing)
         update, _ = timed(project, env, "--arch", "gfx1151", "--profile", "vllm")
     print(f"ROCm SDK + variables step (pip from loopback index): {first:.2f} s")
-    print(f"update after a profile change (pip + variables):     {update:.2f} s")
+    print(f"update after a profile change (pip + variables):     {update.wall:.2f} s")
     print(noop_line(noop))
     return 0
 

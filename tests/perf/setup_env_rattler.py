@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from scripts.env import rattler_env
+from tests.perf.process_time import Series
 from tests.perf.setup_env_noop import noop_line, timed_nox
 from tests.support import pep503, standin_rocm
 from tests.support.conda_packages import Package, make_channel, python_standin
@@ -65,17 +66,17 @@ def main() -> int:
         setup = ["-s", "setup_env", "--", "--arch", "gfx1151", "--channel", mirror]
         first, out = timed_nox(project, env, *setup)
         assert "installed, 0 removed" in out, out
-        noop = []
+        noop = Series()
         for _ in range(args.repeats):
-            elapsed, out = timed_nox(project, env, *setup)
+            timing, out = timed_nox(project, env, *setup)
             assert "up to date" in out and "$ " not in out, out
-            noop.append(elapsed)
+            noop.timings.append(timing)
     n = args.packages + 1
-    print(f"nox -s lock (solve {n} packages, whole process):        {lock_s:.2f} s")
+    print(f"nox -s lock (solve {n} packages, whole process):        {lock_s.wall:.2f} s")
     print(f"conda step, cold package cache ({n} packages):            {cold:.2f} s")
     print(f"conda step, warm cache, new prefix:                       {warm:.2f} s")
     print(f"conda step, nothing to change (rattler's own diff):        {same:.2f} s")
-    print(f"first nox -s setup_env (conda + pip ROCm + variables):    {first:.2f} s")
+    print(f"first nox -s setup_env (conda + pip ROCm + variables):    {first.wall:.2f} s")
     print(noop_line(noop))
     return 0
 
