@@ -199,6 +199,28 @@ def test_kernel_check_compiles_the_sample_and_a_rerun_comes_from_the_store(
     assert all(Path(job.hsaco).is_file() for job in chosen)
 
 
+def test_the_summary_is_carried_by_the_manifest_and_the_results_page(
+    tree: Tree, tmp_path: Path
+) -> None:
+    from scripts.report import inputs, page
+    from scripts.sharing import wheel_manifest
+
+    work = tmp_path / "work"
+    kc.kernel_check(check(work))
+    written = kc.summary_path(work, "gfx1151")
+    kind, carried = wheel_manifest.summarize_report(written)
+    assert kind == "kernel_check" and "tree" not in carried  # no local path in a manifest
+    assert carried["aotriton_commit"] == tree.commit and carried["families"]
+    docs, rejected = inputs.read_paths([str(written)])
+    assert not rejected and [d.kind for d in docs] == ["kernel_check"]
+    data = page.build(docs, [])
+    assert not data["sets"] and data["kernel_checks"][0]["jobs"] == carried["jobs"]
+    html = page.render(data)
+    assert 'id="kernels"' in html and f"AOTriton {tree.commit[:12]}" in html
+    for family, count in gen.jobs_per_family().items():
+        assert f'<td>{family}</td><td class="n jobs">{count}</td>' in html
+
+
 def test_kernel_that_fails_to_compile_stops_in_one_line(tmp_path: Path, monkeypatch) -> None:
     failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dk_dv")
     made = make_tree(

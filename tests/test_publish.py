@@ -376,6 +376,37 @@ def test_reports_are_summarized_in_the_manifest(builder, env, tmp_path):
         publish(builder, str(tree), "--report", str(tmp_path / "other.json"))
 
 
+def manifest_of(tree: Path) -> dict:
+    wheel = next((tree / "v2" / "gfx1151" / "rocmfa-wheelset").glob("*.whl"))
+    return json.loads(zipfile.ZipFile(wheel).read(wheel_manifest.MANIFEST_MEMBER))
+
+
+def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder, env, tmp_path):
+    """build_aotriton's kernel check of the AOTriton the torch was built with goes into the
+    manifest (without the local tree path); a check of another commit does not."""
+    from scripts.builds import kernel_check
+
+    publish(builder, str(tmp_path / "plain"))
+    commit = manifest_of(tmp_path / "plain")["aotriton"]["commit"]
+    assert commit
+    summary = kernel_check.summary_path(builder.work, "gfx1151")
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    for checked, carried in (("0" * 40, False), (commit, True)):
+        summary.write_text(json.dumps({
+            "schema": kernel_check.SUMMARY_SCHEMA, "aotriton_commit": checked,
+            "tree": "/home/me/work/src/aotriton", "arch": "gfx1151", "triton": "3.5.1",
+            "jobs": 19187, "sampled": 35, "wall_s": 34.0,
+            "families": {"attn_fwd": {"jobs": 900, "sampled": 5, "compiled": 5,
+                                      "from_store": 0, "seconds": 9.1}},
+        }))  # fmt: skip
+        tree = tmp_path / f"idx-{carried}"
+        publish(builder, str(tree))
+        reports = manifest_of(tree)["reports"]
+        assert ("kernel_check" in reports) is carried
+    assert reports["kernel_check"]["families"]["attn_fwd"]["compiled"] == 5
+    assert "tree" not in reports["kernel_check"]
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [

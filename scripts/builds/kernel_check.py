@@ -45,6 +45,7 @@ from scripts.sources.patches import apply_patch_set, patch_set_digest
 PINS_FILE = "kernel_compiler.toml"
 PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 SUMMARY = "summary.json"
+SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
 # One compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU).
 GIB_PER_JOB = 1.0
 
@@ -68,6 +69,11 @@ def kernel_dir(work: Path) -> Path:
     return work / "kernel-check"
 
 
+def summary_path(work: Path, arch: str, name: str = "aotriton") -> Path:
+    """Where the check of work/src/<name> for arch writes its summary (Tree.build)."""
+    return paths.build_dir(work, "kernel-check") / f"{name}-{arch}" / SUMMARY
+
+
 @dataclass(frozen=True)
 class Tree:
     """A checked-out (patched) AOTriton tree and what the check needs to know about it."""
@@ -81,7 +87,7 @@ class Tree:
 
     @property
     def build(self) -> Path:
-        return paths.build_dir(self.src.parents[1], "kernel-check") / f"{self.name}-{self.arch}"
+        return summary_path(self.src.parents[1], self.arch, self.name).parent
 
     def key_context(self) -> kernel_jobs.KeyContext:
         return kernel_jobs.KeyContext(
@@ -270,6 +276,7 @@ def run_check(
     results = compile_sample(chosen, keys, compiler, store, threads)
     families = summarize(all_jobs, chosen, results)
     summary = {
+        "schema": SUMMARY_SCHEMA,
         "aotriton_commit": tree.commit,
         "tree": str(tree.src),
         "arch": tree.arch,

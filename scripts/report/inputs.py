@@ -1,7 +1,8 @@
 """The results page's inputs: probe JSON files (bench, validate, backend_check, validate
---upstream, the crosscheck) from folders or single files, and the report summaries publish put
-in a team index's wheel-set manifests; grouped into result sets (what one machine produced in
-one run), with every input that cannot be shown kept with the reason.
+--upstream, the crosscheck) and kernel checks' summary.json from folders or single files, and
+the report summaries publish put in a team index's wheel-set manifests; grouped into result
+sets (what one machine produced in one run), with every input that cannot be shown kept with
+the reason.
 
 A result set is one bench run with the verdict files of the same machine and software made
 nearest to it (within COMPANION_WINDOW_S); verdict files with no bench run beside them form a
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.builds import kernel_check
 from scripts.env import archs
 from scripts.plumbing import team_index
 from scripts.plumbing.errors import UserError
@@ -29,6 +31,7 @@ KINDS = {
     "sdpa-backend-check/1": "backend_check",
     "sdpa-upstream/1": "upstream",
     "sdpa-crosscheck/1": "crosscheck",
+    kernel_check.SUMMARY_SCHEMA: "kernel_check",  # a CPU compile: no GPU identity, not in a set
 }
 IDENTITY_VERSION = 1  # scripts/probes/sdpa_common.IDENTITY_VERSION
 PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
@@ -152,6 +155,10 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
     if kind is None:
         known = ", ".join(sorted(KINDS))
         return Rejected(source, f"unknown schema {schema!r} (this page reads {known})")
+    if kind == "kernel_check":
+        if not isinstance(data.get("families"), dict) or not data.get("arch"):
+            return Rejected(source, "kernel check summary without 'arch' and 'families'")
+        return Doc(source, kind, {"date": data.get("time")}, data)
     identity = data.get("identity")
     if not isinstance(identity, dict):
         return Rejected(

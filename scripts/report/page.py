@@ -227,6 +227,9 @@ def build(
 ) -> dict[str, Any]:
     """The merged data of the page."""
     baseline_docs = baseline_docs or []
+    checks = [d.data for d in [*baseline_docs, *docs] if d.kind == "kernel_check"]
+    docs = [d for d in docs if d.kind != "kernel_check"]
+    baseline_docs = [d for d in baseline_docs if d.kind != "kernel_check"]
     sets, duplicates = inputs.group([*baseline_docs, *docs])
     base_sources = {d.source for d in baseline_docs}
     not_shown = [{"input": r.source, "why": r.why} for r in [*rejected, *duplicates]]
@@ -251,6 +254,7 @@ def build(
         "sets": models,
         "comparisons": comparisons(base, models, not_shown) if base else [],
         "over_time": over_time(models),
+        "kernel_checks": checks,
         "not_shown": not_shown,
     }
 
@@ -528,6 +532,31 @@ def time_section(data: dict[str, Any]) -> str:
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
 
+def kernel_check_section(checks: list[dict[str, Any]]) -> str:
+    """AOTriton kernel checks (nox -s kernel_check, or build_aotriton's): per family, the
+    generator's jobs and the sample compiled or fetched from the kernel store."""
+    parts = []
+    head = header("family jobs sampled compiled", "from store", "seconds")
+    for check in checks:
+        rows = "".join(
+            f"<tr><td>{html.escape(name)}</td>"
+            + cells(f, "jobs", "sampled", "compiled", "from_store", "seconds", numbers=True)
+            + "</tr>"
+            for name, f in sorted(check["families"].items())
+            if isinstance(f, dict)
+        )
+        parts.append(
+            f"<h3>{html.escape(str(check['arch']))}: AOTriton "
+            f"{html.escape(str(check.get('aotriton_commit', '?'))[:12])}, triton "
+            f"{html.escape(str(check.get('triton', '?')))}</h3>"
+            f"<p>{_num(check.get('sampled'))} of {_num(check.get('jobs'))} jobs in "
+            f"{_num(check.get('wall_s'))} s, {html.escape(str(check.get('time', '')))}; store "
+            f"{html.escape(str(check.get('store', 'none')))}</p>"
+            f'<table class="kernels">{head}{rows}</table>'
+        )
+    return "".join(parts)
+
+
 def render(data: dict[str, Any]) -> str:
     models = data["sets"]
     verdict_rows = "".join(
@@ -557,6 +586,10 @@ def render(data: dict[str, Any]) -> str:
     if data["comparisons"]:
         sections.append(("baseline", "Against the baseline", comparison_section(data)))
     sections.append(("over-time", "One machine over time", time_section(data)))
+    if data.get("kernel_checks"):
+        sections.append(
+            ("kernels", "AOTriton kernel checks", kernel_check_section(data["kernel_checks"]))
+        )
     sections.append(
         (
             "not-shown",

@@ -29,7 +29,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from scripts.builds import aotriton_install, build_pytorch
+from scripts.builds import aotriton_install, build_pytorch, kernel_check
 from scripts.env import archs
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.errors import UserError
@@ -42,6 +42,7 @@ REPORT_KINDS = {
     "sdpa-backend-check/1": "backend_check",
     "sdpa-validate/1": "validate",
     "sdpa-bench/1": "bench",
+    kernel_check.SUMMARY_SCHEMA: "kernel_check",
 }
 
 
@@ -145,7 +146,8 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def summarize_report(path: Path) -> tuple[str, dict[str, Any]]:
-    """(kind, summary) of a backend_check / validate / bench JSON report."""
+    """(kind, summary) of a backend_check / validate / bench JSON report, or of a kernel
+    check's summary.json."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -166,6 +168,8 @@ def summarize_report(path: Path) -> tuple[str, dict[str, Any]]:
             "wall_s": doc.get("wall_s"),
             "ok": rows,
         }
+    if kind == "kernel_check":
+        return kind, {k: v for k, v in doc.items() if k not in ("schema", "tree")}  # no local path
     summary = {k: doc.get(k) for k in ("passed", "summary", "failures", "counts") if k in doc}
     summary["device"] = doc.get("device")
     summary["identity"] = doc.get("identity")
@@ -220,6 +224,11 @@ def build(
     for report in reports:
         kind, summary = summarize_report(Path(report))
         summaries[kind] = summary
+    checked = kernel_check.summary_path(work, arch.name)
+    if "kernel_check" not in summaries and checked.is_file():
+        kind, summary = summarize_report(checked)  # the check build_aotriton ran on this tree
+        if summary.get("aotriton_commit") == pin.get("commit"):
+            summaries[kind] = summary
     stamp_time = time.gmtime(time.time() if published is None else published)
     return {
         "schema": SCHEMA,
