@@ -463,3 +463,37 @@ def test_store_form_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
         assert ro is not None and ro.read_only
         ro.put("ef" * 32, blob)
         assert reader.get("ef" * 32) is None
+
+
+@pytest.mark.slow
+def test_the_check_makes_its_own_venv_with_the_recorded_triton_from_the_index(
+    tree: Tree, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """No $ROCMFA_KERNEL_PYTHON: the check makes work/kernel-check/venv-triton-<v> and pip
+    installs the recorded Triton and the tree's requirements.txt from the index pip is given
+    (here a loopback PEP 503 index of stand-in wheels); a rerun reuses it and runs no pip."""
+    from tests.support import pep503
+    from tests.support.wheels import installed, make_wheel
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "triton", "3.5.1", files={"triton/__init__.py": '__version__ = "3.5.1"\n'})
+    make_wheel(wheels, "triton", "3.4.0", files={"triton/__init__.py": '__version__ = "3.4.0"\n'})
+    for name in ("numpy", "pandas", "pyyaml"):  # the stand-in tree's requirements.txt
+        module = "yaml" if name == "pyyaml" else name
+        make_wheel(wheels, name, "1.0", files={f"{module}/__init__.py": ""})
+    pep503.write_index(wheels, tmp_path / "www")
+    monkeypatch.delenv(kc.PYTHON_ENV)
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this index only: no machine pip config
+    work = tmp_path / "work"
+    with pep503.serve(tmp_path / "www") as base:
+        monkeypatch.setenv("PIP_INDEX_URL", f"{base}/simple/")
+        monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+        kc.kernel_check(check(work))
+        venv = work / "kernel-check" / "venv-triton-3.5.1"
+        assert installed(venv, "triton") == "3.5.1" and installed(venv, "pyyaml") == "1.0"
+        assert "kernel check: gfx1151 OK" in capsys.readouterr().out
+        kc.kernel_check(check(work))
+    again = capsys.readouterr().out
+    assert f"venv {venv} (triton 3.5.1) is ready" in again and "pip install" not in again
