@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scripts.builds import aotriton_release
-from scripts.plumbing import options, pin_schema
+from scripts.plumbing import options, pin_files
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources import pin_set, pins, update_pins
@@ -221,7 +221,7 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
     with st.serve(www) as (base, _log):
         st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
-        assert "public record only" in pin_schema.describe_line(pins_dir)
+        assert "public record only" in pin_files.describe_line(pins_dir)
         update_pins.update_pins(options.parse("update_pins", argv))
     out = capsys.readouterr().out
     torch = pins.load_pin("pytorch", pins_dir)
@@ -237,7 +237,7 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     )  # fmt: skip
     assert f"names AOTriton 0.13b {C_013[:12]}" in out
     assert "pin set: torch" in out and "same line" in out
-    said = pin_schema.describe_line(pins_dir)
+    said = pin_files.describe_line(pins_dir)
     assert said.startswith(f"line release: file://{torch_repo} release/2.13 {torch_commit[:12]}")
     assert f"the torch names 0.13b [PyTorch {torch_commit[:12]} {CMAKE}, form C literal" in said
     assert (
