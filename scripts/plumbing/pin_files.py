@@ -148,6 +148,16 @@ def read_table(
     return path, table_of(path, project)
 
 
+def aotriton_version(directory: Path) -> str | None:
+    """The AOTriton `version` pinned in directory's aotriton.toml; None without the file or the
+    key, one line for a malformed file."""
+    path = directory / "aotriton.toml"
+    if not path.is_file():
+        return None
+    version = table_of(path, "aotriton").get("version")
+    return version if isinstance(version, str) else None
+
+
 def check_file(path: Path, project: str) -> dict[str, Any]:
     """The pin table of project in path, checked; UserError in one line otherwise."""
     table = table_of(path, project)
