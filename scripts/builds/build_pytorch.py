@@ -241,8 +241,8 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
     for key in ("url", "ref", "commit"):
-        if key in table and not isinstance(table[key], str):
-            raise UserError(f"{where}: '{key}' must be a string")
+        if key in table:
+            pin_files.text(table, key, where, empty_ok=True)
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
     if table.get("commit") or ref:  # a commit, else a tag or branch
         return Source(table.get("url"), table.get("commit") or ref, where)

@@ -5,7 +5,11 @@ writer of those files. The builds (scripts.sources.pins) and doctor check a tabl
 
 Reading is tomllib (fast; the no-op sessions read pins on every run). Writing (update_pins, a
 build's first run resolving an unresolved pin) is tomlkit, which keeps every comment, key order
-and untouched line of the file byte for byte; it is imported only when a file is written."""
+and untouched line of the file byte for byte; it is imported only when a file is written.
+
+The rest of the pin family is in scripts/sources (it reads upstream trees): pins (Pin, load_pin,
+AOTriton "from-pytorch"), pin_set (torch x AOTriton agree), pin_submodules (the paths a checkout
+initialises) and update_pins (the session that resolves and records them)."""
 
 from __future__ import annotations
 
@@ -83,7 +87,8 @@ def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = Fal
         raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
     value = table[key]
     if not isinstance(value, str) or (not empty_ok and not value.strip()):
-        raise UserError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
+        kind = "string" if empty_ok else "non-empty string"
+        raise UserError(f"{where}: '{key}' must be a {kind}, got {value!r}")
     return value.strip()
 
 
