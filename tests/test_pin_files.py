@@ -52,7 +52,7 @@ def commit_tables(data: Mapping, prefix: str = "") -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "name", [*(f"{p}.toml" for p in pin_files.PROJECTS), *sorted(pin_files.LINES.values())]
+    "name", sorted({*(f"{p}.toml" for p in pin_files.PROJECTS), *pin_files.LINES.values()})
 )
 def test_writing_every_commit_of_a_real_pin_file_keeps_every_other_byte(
     tmp_path: Path, name: str
