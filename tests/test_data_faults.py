@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripts.env import activation, archs, doctor, session_guard
-from scripts.plumbing import errors, locks, pin_schema, stamps, transaction
+from scripts.plumbing import errors, locks, pin_files, stamps, transaction
 from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels
 from scripts.sources import pins
@@ -45,7 +45,7 @@ def test_toml_data_files_are_one_line(tmp_path: Path, kind: str) -> None:
             archs.get_arch("gfx1151"), rocm_root="/r", aotriton_version=None, vars_file=bad
         ),
         lambda: pins.load_pin("aotriton", tmp_path),
-        lambda: pin_schema.check_file(tmp_path / "aotriton.toml", "aotriton"),
+        lambda: pin_files.check_file(tmp_path / "aotriton.toml", "aotriton"),
     ):
         with pytest.raises(UserError) as error:
             load()

@@ -10,7 +10,7 @@ import pytest
 
 from scripts.builds import build_pytorch
 from scripts.env import rocm_sdk
-from scripts.plumbing import options, pin_schema
+from scripts.plumbing import options, pin_files
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.option_fields import SessionOptions, opt
 
@@ -46,7 +46,7 @@ def test_choices_are_the_domain_constants() -> None:
     assert choices("build_pytorch", "only") == build_pytorch.STAGES
     assert choices("build_pytorch", "skip") == build_pytorch.SKIPPABLE
     assert choices("setup_env", "rocm_index") == rocm_sdk.INDEX_KINDS
-    assert choices("update_pins", "project") == pin_schema.PROJECTS
+    assert choices("update_pins", "project") == pin_files.PROJECTS
     assert "vllm" in (choices("setup_env", "profile") or ())
 
 

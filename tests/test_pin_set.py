@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from scripts.builds import aotriton_release
-from scripts.plumbing import options, pin_schema
+from scripts.plumbing import options, pin_files
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources import pin_set, pins, update_pins
 from tests.support import aotriton_standins as st
+from tests.test_pin_files import with_values
 
 C_013 = "6e00ef3e335b45dfb49065259533b59c68995bfe"
 C_012 = "269036897bcee4292f4e928767df1e3dd0e3c8bd"
@@ -220,8 +221,11 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     torch_repo, torch_commit, www, pins_dir = release_line(tmp_path, monkeypatch, files)
     argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
     with st.serve(www) as (base, _log):
-        st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
-        assert "public record only" in pin_schema.describe_line(pins_dir)
+        path = st.write_default_torch_pin(
+            pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"}
+        )
+        before = path.read_text()
+        assert "public record only" in pin_files.describe_line(pins_dir)
         update_pins.update_pins(options.parse("update_pins", argv))
     out = capsys.readouterr().out
     torch = pins.load_pin("pytorch", pins_dir)
@@ -237,12 +241,20 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     )  # fmt: skip
     assert f"names AOTriton 0.13b {C_013[:12]}" in out
     assert "pin set: torch" in out and "same line" in out
-    said = pin_schema.describe_line(pins_dir)
+    said = pin_files.describe_line(pins_dir)
     assert said.startswith(f"line release: file://{torch_repo} release/2.13 {torch_commit[:12]}")
     assert f"the torch names 0.13b [PyTorch {torch_commit[:12]} {CMAKE}, form C literal" in said
-    assert (
-        "# The companions TheRock's source manifest pins" in (pins_dir / "pytorch.toml").read_text()
-    )
+    # every comment and untouched line byte for byte (tests/test_pin_files.py: the one writer)
+    written = {
+        ("pytorch", "commit"): torch_commit,
+        ("pytorch.aotriton", "pytorch_commit"): torch_commit,
+    }
+    written |= {
+        (f"pytorch.{k}", "commit"): v
+        for k, v in (("triton", triton), ("audio", audio), ("vision", vision))
+    }
+    written[("pytorch.aotriton", "source")] = record["source"]
+    assert path.read_text() == with_values(before, written)
 
 
 def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(

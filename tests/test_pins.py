@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import pin_schema
+from scripts.plumbing import pin_files
 from scripts.plumbing.errors import UserError
 from scripts.sources import pins
 from tests.support import aotriton_standins as st
@@ -62,7 +62,7 @@ ENV_ONLY = """
 
 
 def test_repository_pins_are_valid_full_commits() -> None:
-    for project in pins.PROJECTS:
+    for project in pin_files.PROJECTS:
         if project == "pytorch":
             continue  # the default line's torch commit is resolved by update_pins (below)
         pin = pins.load_pin(project, REPO_ROOT / "pins")
@@ -241,17 +241,17 @@ def test_from_pytorch_prefers_the_local_checkout(tmp_path: Path) -> None:
     assert f"local checkout {work / 'src' / 'pytorch'}" in pin.source
 
 
-def test_rewrite_commit_keeps_comments(tmp_path: Path) -> None:
+def test_writing_a_commit_keeps_comments(tmp_path: Path) -> None:
     path = tmp_path / "therock.toml"
     path.write_text(
         '# header comment\n[therock]\nurl = "u"  # where\nref = "main"\n'
         f'commit = "{"a" * 40}"  # resolved\n\n[other]\ncommit = "keep"\n'
     )
-    assert pins.rewrite_commit(path, "therock", "b" * 40)
+    assert pin_files.set_values(path, "therock", {"commit": "b" * 40})
     text = path.read_text()
     assert f'commit = "{"b" * 40}"  # resolved' in text
     assert "# header comment" in text and 'url = "u"  # where' in text and 'commit = "keep"' in text
-    assert not pins.rewrite_commit(path, "therock", "b" * 40)
+    assert not pin_files.set_values(path, "therock", {"commit": "b" * 40})
 
 
 def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
@@ -276,7 +276,7 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     )
     with pytest.raises(UserError, match="not resolved yet"):
         pins.load_pin_for_plan("pytorch", dry_run=False, environ=env)
-    said = pin_schema.describe_line(REPO_ROOT / "pins", env)
+    said = pin_files.describe_line(REPO_ROOT / "pins", env)
     assert said.startswith("line release: https://github.com/ROCm/pytorch release/2.13 (commit ")
     assert "x AOTriton 0.13b 6e00ef3e335b: agreement known from a public record only" in said
     assert "build_prod_wheels_flash_attention_test.py" in said and "update_pins" in said
@@ -295,6 +295,6 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     aotriton = pins.load_pin("aotriton", environ=nightly)
     assert (aotriton.commit, aotriton.data["version"]) == (C_012, "0.12b")
     assert "cac8bcf1ca69" in aotriton.source
-    assert "agree by construction" in pin_schema.describe_line(REPO_ROOT / "pins", nightly)
+    assert "agree by construction" in pin_files.describe_line(REPO_ROOT / "pins", nightly)
     with pytest.raises(UserError, match=r"ROCMFA_PYTORCH_LINE='beta': known lines"):
         pins.load_pin("pytorch", environ={**env, "ROCMFA_PYTORCH_LINE": "beta"})

@@ -33,7 +33,7 @@ from scripts.builds import tune_aotriton as ta
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import PINS_DIR, load_toml
 from scripts.plumbing.errors import UserError
-from scripts.sources import patches, submodules
+from scripts.sources import patches, pin_submodules
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -123,7 +123,7 @@ def defined(name: str, cmakelists: str) -> bool:
 @needs_aotriton
 def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
     table = upstream_pin()
-    tree = submodules.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
+    tree = pin_submodules.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"]) == ("third_party/triton",)
     assert tree.unmapped == ()
 
@@ -186,7 +186,7 @@ def test_real_aotriton_patch_engine_all_or_nothing(
 @needs_port
 def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, offline) -> None:
     table = PORT
-    tree = submodules.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
+    tree = pin_submodules.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"])
     assert tree.unmapped == ("third_party/aiter",)
     # what `submodules = true` ran: it stops at aiter and initialises nothing

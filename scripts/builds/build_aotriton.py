@@ -49,7 +49,7 @@ from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-from scripts.sources import pin_set, pins, submodules, tuning_db, update_pins
+from scripts.sources import pin_set, pin_submodules, pins, tuning_db, update_pins
 from scripts.sources.checkouts import ensure_checkout
 from scripts.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 from scripts.sources.tuning_db import TuningDb
@@ -438,7 +438,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path) -> Path:
         runner.say(f"--clean: removing the build directory {build}")
         if not runner.dry_run:
             shutil.rmtree(build)
-    pinned = submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
     ensure_checkout(
         ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
     )

@@ -44,7 +44,7 @@ from packaging.version import InvalidVersion, Version
 from scripts.builds import compile_cache
 from scripts.env import archs, compat_matrix, condaenv, rocm_sdk
 from scripts.env.session_env import OnSession, SessionEnv, open_env
-from scripts.plumbing import buildjobs, paths, pin_schema, stamps
+from scripts.plumbing import buildjobs, paths, pin_files, stamps
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import BuildPytorchOptions
 from scripts.sources import pins, update_pins
@@ -241,9 +241,9 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
     for key in ("url", "ref", "commit"):
-        if key in table and not isinstance(table[key], str):
-            raise UserError(f"{where}: '{key}' must be a string")
-    ref = table.get("ref") if table.get("ref") != pins.FROM_PYTORCH else None
+        if key in table:
+            pin_files.text(table, key, where, empty_ok=True)
+    ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
     if table.get("commit") or ref:  # a commit, else a tag or branch
         return Source(table.get("url"), table.get("commit") or ref, where)
     at = f"pytorch {pytorch_pin.commit[:12]}"
@@ -365,7 +365,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
     update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
-    runner.say(pin_schema.describe_line(pins.resolve_pins_dir()))
+    runner.say(pin_files.describe_line(pin_files.pins_dir()))
     pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     if session.ready:

@@ -34,7 +34,7 @@ from typing import Any
 
 from scripts.builds import compile_cache, kernel_jobs, kernel_store
 from scripts.env import archs
-from scripts.plumbing import buildjobs, paths, stamps
+from scripts.plumbing import buildjobs, paths, pin_files, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
@@ -52,7 +52,7 @@ GIB_PER_JOB = 1.0
 
 def recorded_triton(commit: str, pins_dir: str | os.PathLike[str] | None = None) -> str | None:
     """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
-    path = pins.resolve_pins_dir(pins_dir) / PINS_FILE
+    path = pin_files.pins_dir(pins_dir) / PINS_FILE
     if not path.is_file():
         return None
     table = load_toml(path, "kernel compiler pins").get("compiler", {})

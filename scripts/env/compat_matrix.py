@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.env import archs, rocm_sdk
+from scripts.plumbing import pin_files
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
 from scripts.plumbing.errors import UserError
 
@@ -166,8 +167,8 @@ def pinned_build() -> dict[str, Any]:
     names as update_pins recorded it, next to pins/aotriton.toml; no network."""
     directory = rocm_sdk.pins_dir()
     try:
-        torch = load_toml(directory / "pytorch.toml", "pin").get("pytorch") or {}
-        aotriton = load_toml(directory / "aotriton.toml", "pin").get("aotriton") or {}
+        torch = pin_files.table_of(directory / "pytorch.toml", "pytorch")
+        aotriton = pin_files.table_of(directory / "aotriton.toml", "aotriton")
     except UserError as e:
         return {"error": str(e)}
     record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
@@ -275,9 +276,8 @@ def host_line(
 
 
 def pinned_aotriton_version() -> str | None:
-    path = rocm_sdk.pins_dir() / "aotriton.toml"
     try:
-        return (load_toml(path, "pin").get("aotriton") or {}).get("version")
+        return pin_files.aotriton_version(rocm_sdk.pins_dir())
     except UserError:
         return None
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_guard
 from scripts.env.manager import find_manager
-from scripts.plumbing import paths, pin_schema, stamps, transaction
+from scripts.plumbing import paths, pin_files, stamps, transaction
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import DoctorOptions
@@ -128,8 +128,8 @@ def _pins_section() -> list[dict[str, Any]]:
     for path in sorted(rocm_sdk.pins_dir().glob("*.toml")):
         try:
             data = load_toml(path, "pin")
-            if path.stem in pin_schema.PROJECTS:  # what the builds check, checked the same way
-                pin_schema.check_file(path, path.stem)
+            if path.stem in pin_files.PROJECTS:  # what the builds check, checked the same way
+                pin_files.check_file(path, path.stem)
         except UserError as e:
             found.append({"file": path.name, "error": str(e)})
             continue
@@ -144,7 +144,7 @@ def _pins_section() -> list[dict[str, Any]]:
 
 def _line() -> str:
     try:
-        return pin_schema.describe_line(rocm_sdk.pins_dir())
+        return pin_files.describe_line(rocm_sdk.pins_dir())
     except UserError as e:
         return str(e)
 
@@ -268,7 +268,7 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"pin        {pin['error']}")
             continue
         what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
-        if pin_schema.HEX40.fullmatch(what):
+        if pin_files.HEX40.fullmatch(what):
             what = what[:12]  # a commit; versions are shown whole
         lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
     if report.get("line"):

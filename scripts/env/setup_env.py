@@ -20,9 +20,8 @@ from pathlib import Path
 
 from scripts.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
 from scripts.env.manager import find_manager
-from scripts.plumbing import stamps
+from scripts.plumbing import pin_files, stamps
 from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import SetupEnvOptions
 
@@ -38,16 +37,6 @@ def torch_aotriton_version(prefix: Path) -> str | None:
             if match:
                 return match.group(1)
     return None
-
-
-def pinned_aotriton_version() -> str | None:
-    path = rocm_sdk.pins_dir() / "aotriton.toml"
-    if not path.is_file():
-        return None
-    data = load_toml(path, "AOTriton pin")
-    table = data.get("aotriton", data)
-    version = table.get("version") if isinstance(table, dict) else None
-    return version if isinstance(version, str) else None
 
 
 @dataclass(frozen=True)
@@ -136,7 +125,7 @@ def provision(
     rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
     aotriton_version = (
         torch_aotriton_version(prefix) if not runner.dry_run else None
-    ) or pinned_aotriton_version()
+    ) or pin_files.aotriton_version(rocm_sdk.pins_dir())
     result = activation.plan(
         request.arch,
         rocm_root=rocm_paths.root,
@@ -221,7 +210,9 @@ def setup_env(opts: SetupEnvOptions) -> None:
         else (lockfile.require_fresh())
     )
 
-    inputs = request.inputs(lock_sha, torch_aotriton_version(prefix) or pinned_aotriton_version())
+    inputs = request.inputs(
+        lock_sha, torch_aotriton_version(prefix) or pin_files.aotriton_version(rocm_sdk.pins_dir())
+    )
     stamp_file = prefix / condaenv.ENV_STAMP
     if not opts.force and stamps.is_current(stamp_file, inputs):
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")

@@ -49,7 +49,7 @@ from scripts.plumbing import option_fields
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.option_fields import SessionOptions, like, opt, resolve
 from scripts.plumbing.paths import WORKDIR_ENV
-from scripts.plumbing.pin_schema import PROJECTS
+from scripts.plumbing.pin_files import PROJECTS
 
 ARCH_ENV = "ROCMFA_ARCH"
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"

@@ -132,7 +132,7 @@ def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
 
 
 def _submodule_paths(submodules: Sequence[str] | None) -> tuple[str, ...]:
-    """The pinned submodule paths (scripts.sources.submodules); none for a falsy value."""
+    """The pinned submodule paths (scripts.sources.pin_submodules); none for a falsy value."""
     if not submodules:
         return ()
     if isinstance(submodules, str) or submodules is True:

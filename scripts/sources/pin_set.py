@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.env import archs
-from scripts.plumbing import pin_schema
+from scripts.plumbing import pin_files
 from scripts.plumbing.errors import UserError
 from scripts.sources import pins
 
@@ -52,12 +52,9 @@ def recorded(pytorch: pins.Pin) -> TorchAotriton | None:
     where = f"pins/pytorch.toml [{RECORD_TABLE}]"
     if table.get("pytorch_commit") == "":
         return None  # a public record, not read from the file: update_pins reads it
-    values = {}
-    for key in ("pytorch_commit", "commit", "source"):
-        value = table.get(key)
-        if not isinstance(value, str) or not value:
-            raise UserError(f"{where}: '{key}' must be a non-empty string")
-        values[key] = value
+    values = {
+        key: pin_files.text(table, key, where) for key in ("pytorch_commit", "commit", "source")
+    }
     version = table.get("version")
     if version is not None and not isinstance(version, str):
         raise UserError(f"{where}: 'version' must be a string like \"0.13b\"")
@@ -117,7 +114,7 @@ def check(
     force, which makes it a warning. A dry run shows its plan when the torch file cannot be
     read (offline), saying that the real run refuses. The first line names the torch line
     and how its agreement is known."""
-    head = pin_schema.describe_line(pins.resolve_pins_dir(None, environ), environ)
+    head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
     return [head, *_check(aotriton, version, force=force, dry_run=dry_run, workdir=workdir,
                           environ=environ, out=out)]  # fmt: skip
 
@@ -130,7 +127,7 @@ def _check(aotriton: pins.Pin, version: str, *, force: bool, dry_run: bool, work
         pytorch = pins.load_pin("pytorch", workdir=workdir, environ=environ, out=out)
         named = torch_names(pytorch, workdir=workdir, environ=environ, out=out)
     except UserError as e:
-        if dry_run and isinstance(e, pin_schema.Unresolved):  # update_pins.resolve_for_build
+        if dry_run and isinstance(e, pin_files.Unresolved):  # update_pins.resolve_for_build
             return ["[dry-run] pin set: checked once the real run has resolved the torch pin"]
         found = (
             f"cannot tell which AOTriton the torch pin names ({e}); "

@@ -2,8 +2,8 @@
 
 Each pin file holds one table named after the project with `url`, `ref` and the resolved
 40-hex `commit`; other keys (aotriton `version`, composable_kernel `subdir`, ...) travel in
-Pin.data. The pins directory is the `pins_dir` argument, else $ROCMFA_PINS_DIR, else
-<repo>/pins.
+Pin.data. The files are read, checked and written by scripts.plumbing.pin_files (the pins
+directory: the `pins_dir` argument, else $ROCMFA_PINS_DIR, else <repo>/pins).
 
 AOTriton's commit may be declared `commit = "from-pytorch"`: it is then read from PyTorch's
 `cmake/External/aotriton.cmake` at the pinned PyTorch commit (its forms:
@@ -24,19 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import paths, pin_schema
+from scripts.plumbing import paths, pin_files
 from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import REPO_ROOT, load_toml
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
 
-PINS_DIR_ENV = pin_schema.PINS_DIR_ENV
-PROJECTS = pin_schema.PROJECTS
-FROM_PYTORCH = pin_schema.FROM_PYTORCH
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 CK_SOURCE_ENV = "ROCMFA_CK_SOURCE"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
 AOTRITON_VERSION_TXT = ".ci/docker/aotriton_version.txt"
-HEX40 = pin_schema.HEX40
 
 
 @dataclass(frozen=True)
@@ -52,43 +48,6 @@ class Pin:
         return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
 
 
-def resolve_pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
-    return pin_schema.pins_dir(requested, environ)
-
-
-def pin_file(project: str, directory: Path, environ: Mapping[str, str] | None = None) -> Path:
-    if project == "pytorch":  # the torch line (pin_schema.LINES)
-        return directory / pin_schema.LINES[pin_schema.line(environ)]
-    return directory / f"{project}.toml"
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
-
-
-def _string(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
-    if key not in table:
-        raise UserError(f"{where}: missing key '{key}'")
-    value = table[key]
-    if not isinstance(value, str) or (not empty_ok and not value.strip()):
-        raise UserError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def read_pin_table(
-    project: str, directory: Path, environ: Mapping[str, str] | None = None
-) -> tuple[Path, dict[str, Any]]:
-    path = pin_file(project, directory, environ)
-    data = load_toml(path, f"pin file for {project}")
-    table = data.get(project)
-    if not isinstance(table, dict):
-        raise UserError(f"{_display(path)}: missing table [{project}]")
-    return path, table
-
-
 def load_pin(
     project: str,
     pins_dir: str | os.PathLike[str] | None = None,
@@ -101,21 +60,21 @@ def load_pin(
     if project not in PROJECTS:
         raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
     environ = os.environ if environ is None else environ
-    directory = resolve_pins_dir(pins_dir, environ)
-    path, table = read_pin_table(project, directory, environ)
-    where = f"{_display(path)} [{project}]"
-    if project == "aotriton" and pin_schema.line(environ) == "nightly":
+    directory = pin_files.pins_dir(pins_dir, environ)
+    path, table = pin_files.read_table(project, directory, environ)
+    where = f"{pin_files.display(path)} [{project}]"
+    if project == "aotriton" and pin_files.line(environ) == "nightly":
         # the nightly line's AOTriton follows its torch: agreement by construction
         table = {k: v for k, v in table.items() if k != "version"}
         table["commit"] = FROM_PYTORCH
         where = f"{where} (line nightly: follows torch)"
-    pin_schema.check_table(project, table, where)  # the same checks as doctor's
+    pin_files.check_table(project, table, where)  # the same checks as doctor's
     if project == "composable_kernel":
         table, where = _ck_variant(table, where, environ)
-    url = _string(table, "url", where)
-    ref = _string(table, "ref", where)
-    commit = _string(table, "commit", where, empty_ok=True)
-    commit = pin_schema.check_commit(commit, where, allow_from_pytorch=project == "aotriton")
+    url = pin_files.text(table, "url", where)
+    ref = pin_files.text(table, "ref", where)
+    commit = pin_files.text(table, "commit", where, empty_ok=True)
+    commit = pin_files.check_commit(commit, where, allow_from_pytorch=project == "aotriton")
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
     _validate_data(project, data, where)
     if commit == FROM_PYTORCH:
@@ -129,7 +88,7 @@ def load_pin(
             )
         data = {**data, "version": declared or resolved.version, "pytorch_cmake": resolved}
         return Pin(project, url, ref, resolved.commit, resolved.source, data)
-    source = where if data.get("use") == "legacy" else _display(path)
+    source = where if data.get("use") == "legacy" else pin_files.display(path)
     return Pin(project, url, ref, commit, source, data)
 
 
@@ -145,15 +104,14 @@ def load_pin_for_plan(
     resolves, checks and records it first: update_pins.resolve_for_build)."""
     try:
         return load_pin(project, workdir=workdir, environ=environ, out=out)
-    except pin_schema.Unresolved as e:
+    except pin_files.Unresolved as e:
         if not dry_run:
             raise
-        directory = resolve_pins_dir(None, environ)
-        path, table = read_pin_table(project, directory, environ)
+        path, table = pin_files.read_table(project, pin_files.pins_dir(None, environ), environ)
         url, ref = str(table.get("url")), str(table.get("ref"))
         commit = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
         data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-        return Pin(project, url, ref, commit, f"{_display(path)} ({e})", data)
+        return Pin(project, url, ref, commit, f"{pin_files.display(path)} ({e})", data)
 
 
 def _ck_variant(
@@ -449,35 +407,3 @@ def _from_http(template: str, commit: str, out) -> dict[str, str]:
         if text2 is not None:
             files[AOTRITON_VERSION_TXT] = text2
     return files
-
-
-# --- rewriting pin files (update_pins) ----------------------------------------------------
-
-
-def rewrite_commit(path: Path, project: str, new_commit: str, *, table: str | None = None) -> bool:
-    """Replace `commit = "..."` inside [table] (default [project]) keeping every other line and
-    comment. Returns True when the file changed."""
-    from scripts.plumbing import stamps
-
-    header = f"[{table or project}]"
-    lines = Path(path).read_text().splitlines(keepends=True)
-    current = None
-    changed = False
-    pattern = re.compile(r'^(\s*commit\s*=\s*)"([^"]*)"(.*)$', re.DOTALL)
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            current = stripped
-            continue
-        if current == header:
-            match = pattern.match(line)
-            if match:
-                if match.group(2) != new_commit:
-                    lines[i] = f'{match.group(1)}"{new_commit}"{match.group(3)}'
-                    changed = True
-                break
-    else:
-        raise UserError(f"{_display(Path(path))}: no commit line in {header}")
-    if changed:
-        stamps.write_text_atomic(Path(path), "".join(lines))
-    return changed

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import stamps
+from scripts.plumbing import pin_files, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
-from scripts.sources import pins
 
 TUNING_DIR_ENV = "ROCMFA_TUNING_DIR"
 MANIFEST = "manifest.toml"
@@ -42,7 +41,7 @@ def tuning_root(environ: Mapping[str, str] | None = None) -> Path:
     chosen = environ.get(TUNING_DIR_ENV)
     if chosen:
         return Path(chosen).expanduser().resolve()
-    return pins.resolve_pins_dir(None, environ) / "tuning"
+    return pin_files.pins_dir(None, environ) / "tuning"
 
 
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:

@@ -1,10 +1,11 @@
 """`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote`, rewrite only
-the `commit = "..."` line of pins/<project>.toml (comments stay), and report per project whether
+the `commit` value in pins/<project>.toml (scripts.plumbing.pin_files: every comment and other
+line stays byte for byte), and report per project whether
 its patch set still applies at the new commit; `--port-patches` copies a set that applies
 cleanly to patches/<project>/<new commit>/.
 
 Besides the commit it records, read from the new commit itself: the submodule paths to
-initialise (AOTriton, scripts.sources.submodules) and which AOTriton the torch
+initialise (AOTriton, scripts.sources.pin_submodules) and which AOTriton the torch
 pin's own aotriton.cmake names ([pytorch.aotriton], scripts.sources.pin_set). It then refuses an
 inconsistent torch x AOTriton pin set (--force: a warning).
 
@@ -16,19 +17,17 @@ one line and goes on; a failure leaves the pin file as it was.
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-from scripts.plumbing import paths, pin_schema
+from scripts.plumbing import paths, pin_files
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import UpdatePinsOptions
-from scripts.sources import pin_records, pin_set, pins, submodules
+from scripts.sources import pin_set, pin_submodules, pins
 from scripts.sources.checkouts import git, has_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
-HEX40 = re.compile(r"[0-9a-f]{40}")
 # companions whose commit the torch pin names (ref = "from-pytorch"): file, related_commits key
 FROM_TORCH = {
     "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None),
@@ -49,7 +48,7 @@ UNRESOLVED = "0" * 40
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
     """The commit ref names at url (tags peeled); UserError when unreachable or unknown."""
-    if HEX40.fullmatch(ref):
+    if pin_files.HEX40.fullmatch(ref):
         return ref
     result = runner.run(
         ["git", "ls-remote", url, ref],
@@ -88,15 +87,15 @@ def _tables(project: str, table: dict) -> list[tuple[str, dict]]:
 def update_pins(opts: UpdatePinsOptions) -> None:
     runner = Runner(dry_run=opts.dry_run)
     work = paths.workdir(opts.workdir)
-    directory = pins.resolve_pins_dir()
+    directory = pin_files.pins_dir()
     failures: list[str] = []
-    for project in opts.project or pins.PROJECTS:
+    for project in opts.project or pin_files.PROJECTS:
         try:
             _update_project(project, directory, work, runner, port=opts.port_patches)
         except UserError as e:
             failures.append(f"{project}: {e}")
             runner.say(f"{project}: FAILED: {e}")
-    chosen = set(opts.project or pins.PROJECTS)
+    chosen = set(opts.project or pin_files.PROJECTS)
     broken = {f.split(":", 1)[0].split()[0] for f in failures}
     if chosen & {"pytorch", "aotriton"} and not broken & {"pytorch", "aotriton"}:
         if runner.dry_run:
@@ -115,13 +114,13 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
     """Before a build's first command: an unresolved pin of project is resolved, checked and
     recorded as `nox -s update_pins -- --project <project>` does (one line said); nothing when it
     is resolved. A dry run asks nothing and says the real run will."""
-    directory = pins.resolve_pins_dir()
+    directory = pin_files.pins_dir()
     try:
         pins.load_pin(project, directory, workdir=workdir)
         return
-    except pin_schema.Unresolved:
+    except pin_files.Unresolved:
         pass
-    path, table = pins.read_pin_table(project, directory)
+    path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
     if runner.dry_run:
         runner.say(
@@ -140,7 +139,7 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
             host = urlparse(url).hostname or url
             raise UserError(
                 f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
-                f"{host} is reachable, or point ${pins.PINS_DIR_ENV} at resolved pins"
+                f"{host} is reachable, or point ${pin_files.PINS_DIR_ENV} at resolved pins"
             ) from None
         if project in ("pytorch", "aotriton"):
             _check_pin_set(directory, work, quiet, force=force)
@@ -158,20 +157,18 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
-    path, table = pins.read_pin_table(project, directory)
+    path, table = pin_files.read_table(project, directory)
     for name, entry in _tables(project, table):
         where = f"{path.name} [{name}]"
-        url, ref = entry.get("url"), entry.get("ref")
-        if not isinstance(url, str) or not isinstance(ref, str) or not url or not ref:
-            raise UserError(f"{where}: needs string 'url' and 'ref'")
+        url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
         old = entry.get("commit", "")
-        if project == "aotriton" and old == pins.FROM_PYTORCH:
+        if project == "aotriton" and old == pin_files.FROM_PYTORCH:
             pin = pins.load_pin("aotriton", directory, workdir=work)
             runner.say(f"{name}: follows PyTorch -> {pin.commit[:12]} ({pin.source})")
             record_submodules(path, name, url, pin.commit, paths.src_dir(work, "aotriton"), runner)
             _report_patches(project, old_commit=None, new=pin.commit, work=work, runner=runner)
             continue
-        if name in FROM_TORCH and ref == pins.FROM_PYTORCH:
+        if name in FROM_TORCH and ref == pin_files.FROM_PYTORCH:
             new = _companion_from_torch(name, directory, work, runner)
         else:
             new = ls_remote(runner, url, ref)
@@ -181,14 +178,14 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
         else:
-            pins.rewrite_commit(path, project, new, table=name)
+            pin_files.set_values(path, name, {"commit": new})
             shown = old[:12] if isinstance(old, str) and old else "unset"
             runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
         if project == "aotriton" and name == "aotriton":
             record_submodules(path, name, url, new, paths.src_dir(work, "aotriton"), runner)
         if project == "pytorch" and name == "pytorch":
             _record_torch_aotriton(path, directory, work, runner)
-        old_commit = old if isinstance(old, str) and HEX40.fullmatch(old) else None
+        old_commit = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
         _report_patches(
             PATCH_PROJECTS.get(name, project),
             old_commit=old_commit,
@@ -219,9 +216,9 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
             raise UserError(f"{name}: {where} has no {key!r} entry")
         commit = found[1].lower()
         if found[0] and not runner.dry_run:  # TheRock's manifest takes the origin from there too
-            path_file, _ = pins.read_pin_table("pytorch", directory)
-            pin_records.set_values(path_file, name, {"url": found[0]})
-    if not HEX40.fullmatch(commit):
+            path_file, _ = pin_files.read_table("pytorch", directory)
+            pin_files.set_values(path_file, name, {"url": found[0]})
+    if not pin_files.HEX40.fullmatch(commit):
         raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
     runner.say(f"{name}: from {where}")
     return commit
@@ -295,8 +292,8 @@ def record_submodules(
                 f"{table}: cannot fetch {commit[:12]} to read its submodules: "
                 f"{last_line(fetched.stderr)}"
             )
-    tree = submodules.read_tree_submodules(runner, checkout, commit)
-    changed = pin_records.set_values(path, table, {"submodules": list(tree.initialisable)})
+    tree = pin_submodules.read_tree_submodules(runner, checkout, commit)
+    changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
     unmapped = (
         f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(tree.unmapped)}"
         if tree.unmapped
@@ -323,7 +320,7 @@ def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runn
     }
     if not named.version:
         values.pop("version")
-    pin_records.set_values(path, pin_set.RECORD_TABLE, values)
+    pin_files.set_values(path, pin_set.RECORD_TABLE, values)
     runner.say(
         f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
         f"{named.commit[:12]} ({named.source}); recorded in [{pin_set.RECORD_TABLE}]"
