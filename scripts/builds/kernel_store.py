@@ -325,7 +325,7 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _install(out: Path, hsaco: bytes, meta: bytes) -> None:
+def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
     from scripts.plumbing import stamps
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +342,7 @@ def build_kernel(
     out = Path(out or job.hsaco)
     blob = store.get(key) if store is not None else None
     if blob is not None:
-        _install(out, *unpack(blob))
+        install_kernel(out, *unpack(blob))
         if store is not None:
             store.stats["hits"] += 1
         return "hit", time.monotonic() - began
@@ -371,7 +371,7 @@ def build_kernel(
         if store is not None:
             store.put(key, blob)
             store.stats["compiled"] += 1
-        _install(out, hsaco, meta)
+        install_kernel(out, hsaco, meta)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return "compiled", time.monotonic() - began

@@ -1,0 +1,182 @@
+"""build_aotriton's own cmake + `ninja install` through the kernel store: the stand-in AOTriton
+(its CMakeLists.txt turns Bare.compile into one add_custom_command per job, as v3src/
+CMakeLists.txt at 6e00ef3e does) built with the real cmake and ninja, every custom command
+through our launcher (RULE_LAUNCH_CUSTOM); "machines" are separate work dirs; the stand-in
+compile.py logs every run, so the tests count the compiles."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts.builds import build_aotriton as ba
+from scripts.builds import kernel_build, kernel_jobs, kernel_store
+from scripts.plumbing.errors import UserError
+from scripts.sources.patches import patch_set_digest
+from tests.support import aotriton_generator_standin as gen
+from tests.support.aotriton_env import build_opts, provision_env
+from tests.support.shared_cache import REDIS, free_port, redis_server
+from tests.test_kernel_check import Tree, make_tree
+
+JOBS = sum(gen.jobs_per_family().values())
+
+
+@dataclass
+class Bed:
+    tree: Tree
+    prefix: Path
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
+    root = tmp_path_factory.mktemp("kernel-build")
+    prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
+    return Bed(make_tree(root), prefix)
+
+
+@pytest.fixture(autouse=True)
+def _env(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in bed.tree.env().items():
+        monkeypatch.setenv(key, value)
+
+
+def build(bed: Bed, work: Path, capsys, *extra: str) -> str:
+    capsys.readouterr()
+    ba.build_aotriton(build_opts(bed.prefix, work, *extra))
+    return capsys.readouterr().out
+
+
+def compiles(work: Path) -> list[str]:
+    """The stand-in compile.py runs of the build itself (not of its kernel check)."""
+    log = work / "build" / "aotriton" / "triton-cache.default" / "compile.log"
+    return log.read_text().splitlines() if log.is_file() else []
+
+
+def image(work: Path) -> str:
+    """The installed stand-in image: the sha256 of every code object the build packed."""
+    pack = work / "build" / "aotriton" / "install" / "lib" / "aotriton.images" / "amd-gfx115x"
+    return (pack / "kernels.aks2").read_text()
+
+
+def installed_triton(work: Path) -> str:
+    return (work / "build" / "aotriton" / "venv" / "triton-installed.txt").read_text().strip()
+
+
+def build_keys(work: Path, commit: str) -> list[str]:
+    """The keys of the build's jobs, with the fork the build compiled with."""
+    src = work / "src" / "aotriton"
+    jobs = kernel_jobs.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
+    runner = ba.Runner()
+    context = kernel_jobs.KeyContext(
+        kernel_build.fork_identity(src, runner),
+        patch_set_digest("aotriton", commit),
+        kernel_jobs.file_digest(src / "python" / "compile.py"),
+    )
+    sources = kernel_jobs.source_digests(jobs)
+    return [context.key(job, sources) for job in jobs]
+
+
+def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothing(
+    bed: Bed, tmp_path: Path, capsys
+) -> None:
+    if REDIS is None:
+        pytest.skip("redis-server not installed")
+    with redis_server(tmp_path / "redis") as url:
+        first, second, third = tmp_path / "m1", tmp_path / "m2", tmp_path / "m3"
+        out = build(bed, first, capsys, "--cache", url)
+        assert len(compiles(first)) == JOBS, out
+        assert "fork third_party/triton@" in out
+        assert installed_triton(first).endswith("third_party/triton")
+        assert len(image(first).splitlines()) == JOBS
+        assert f"0 kernels from the store, {JOBS} compiled by the build, {JOBS} stored" in out
+        # the second machine: every kernel from the store, not one compile.py run
+        out = build(bed, second, capsys, "--cache", url)
+        assert compiles(second) == [], out
+        assert f"kernel store: {JOBS} of {JOBS} kernel jobs of the build from" in out
+        assert image(second) == image(first)
+        assert not list((second / "build" / "aotriton").rglob("*.rocmfa-staged"))
+        # read_only=1: the one job missing from the store compiles, nothing is written
+        store = kernel_store.open_store(url, tmp_path / "probe", "gfx1151", say=print)
+        assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
+        gone = build_keys(first, bed.tree.commit)[3]
+        store.shared._call("DEL", f"{store.shared.prefix}/{gone}")
+        size = int(store.shared._call("DBSIZE") or 0)
+        out = build(bed, third, capsys, "--cache", url + "?read_only=1")
+        assert len(compiles(third)) == 1 and image(third) == image(first)
+        assert int(store.shared._call("DBSIZE") or 0) == size
+        assert "nothing written to redis" in out
+
+
+def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, capsys) -> None:
+    work = tmp_path / "m1"
+    build(bed, work, capsys)  # the local directory store (no --cache)
+    good = image(work)
+    local = kernel_store.DirBackend(work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151")
+    keys = build_keys(work, bed.tree.commit)
+    flipped, cut = local._path(keys[0]), local._path(keys[5])
+    whole = flipped.read_bytes()
+    flipped.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))
+    cut.write_bytes(cut.read_bytes()[:-9])
+    out = build(bed, work, capsys, "--clean")
+    assert len(compiles(work)) == 2, out
+    assert out.count("kernel store: damaged entry") == 2
+    assert image(work) == good
+    assert local.get(keys[0]) == whole and kernel_store.unpack(local.get(keys[5]) or b"")
+
+
+def test_unreachable_store_is_one_warning_and_a_local_build(
+    bed: Bed, tmp_path: Path, capsys
+) -> None:
+    work = tmp_path / "m1"
+    out = build(bed, work, capsys, "--cache", f"redis://127.0.0.1:{free_port()}")
+    warnings = [line for line in out.splitlines() if line.startswith("WARNING: kernel store")]
+    assert len(warnings) == 1, out
+    assert len(compiles(work)) == JOBS and len(image(work).splitlines()) == JOBS
+
+
+def test_cache_none_builds_without_the_launcher(bed: Bed, tmp_path: Path, capsys) -> None:
+    work = tmp_path / "m1"
+    out = build(bed, work, capsys, "--cache", "none")
+    assert "CMAKE_PROJECT_INCLUDE" not in out and "kernel store" not in out
+    assert len(compiles(work)) == JOBS and len(image(work).splitlines()) == JOBS
+    assert "RULE_LAUNCH_CUSTOM" not in (work / "build" / "aotriton" / "CMakeCache.txt").read_text()
+
+
+def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, capsys) -> None:
+    work = tmp_path / "m1"
+    plan = build(bed, work, capsys, "--dry-run", "--triton", "pypi")
+    assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.PROJECT_INCLUDE}" in plan
+    assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
+    assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
+    assert "[dry-run] then look every job of" in plan and "keys name triton '3.5.1'" in plan
+    assert plan.index("[dry-run] then look every job") < plan.index(" install")
+    plain = build(bed, work, capsys, "--dry-run", "--cache", "none")
+    assert "CMAKE_PROJECT_INCLUDE" not in plain and "look every job" not in plain
+    with pytest.raises(UserError, match="drop --triton fork"):
+        build(bed, work, capsys, "--dry-run", "--triton", "fork", "--workers", "tcp://h:8786")
+
+
+def test_workers_fill_the_store_and_the_build_compiles_nothing(
+    bed: Bed, tmp_path: Path, capsys
+) -> None:
+    """Item 3: --workers (implying --triton pypi) compiles every job on a two-worker Dask
+    cluster into redis; the local AOTriton build then finds every kernel there."""
+    pytest.importorskip("distributed", reason="the optional extra: pip install -e '.[cluster]'")
+    if REDIS is None:
+        pytest.skip("redis-server not installed")
+    from tests.support.dask_cluster import dask_cluster
+
+    work = tmp_path / "m1"
+    python = {"ROCMFA_KERNEL_PYTHON": os.environ["ROCMFA_KERNEL_PYTHON"]}
+    with (
+        redis_server(tmp_path / "redis") as url,
+        dask_cluster(tmp_path / "dask", 2, python) as (scheduler, _),
+    ):
+        out = build(bed, work, capsys, "--cache", url, "--workers", scheduler)
+    assert f"--workers: {JOBS - gen.combos()} compiled" in out, out
+    assert compiles(work) == [], out
+    assert installed_triton(work) == "triton==3.5.1"
+    assert len(image(work).splitlines()) == JOBS
