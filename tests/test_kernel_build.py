@@ -140,7 +140,7 @@ def test_unreachable_store_is_one_warning_and_a_local_build(
 def test_cache_none_builds_without_the_launcher(bed: Bed, tmp_path: Path, capsys) -> None:
     work = tmp_path / "m1"
     out = build(bed, work, capsys, "--cache", "none")
-    assert "CMAKE_PROJECT_INCLUDE" not in out and "kernel store" not in out
+    assert "CMAKE_PROJECT_INCLUDE" not in out and "kernel jobs of the build" not in out
     assert len(compiles(work)) == JOBS and len(image(work).splitlines()) == JOBS
     assert "RULE_LAUNCH_CUSTOM" not in (work / "build" / "aotriton" / "CMakeCache.txt").read_text()
 

@@ -437,9 +437,7 @@ def keep_in_prefix(
     stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
 
 
-def prepare_tree(
-    ctx: Context, build_options: SourceBuild, build: Path, store: Any = None
-) -> Path:
+def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
     """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""

@@ -354,9 +354,7 @@ def before_build(
         )
         return
     tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
-    run_check(
-        tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store
-    )
+    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_cluster.fan_out(tree, build.workers, build.cache, runner)
 

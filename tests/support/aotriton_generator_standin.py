@@ -37,13 +37,16 @@ from pathlib import Path
 
 from tests.support.aotriton_standins import GPU_TARGETS as PACK_TABLE
 
-GPU_TARGETS = """
+GPU_TARGETS = (
+    """
 AOTRITON_SUPPORTED_GPUS = (
     "gfx90a_mod0", "gfx942_mod0", "gfx950_mod0", "gfx1100_mod0", "gfx1101_mod0", "gfx1102_mod0",
     "gfx1103_mod0", "gfx1150_mod0", "gfx1151_mod0", "gfx1152_mod0", "gfx1153_mod0",
     "gfx1201_mod0", "gfx1200_mod0", "gfx1250_mod0",
 )
-""" + PACK_TABLE
+"""
+    + PACK_TABLE
+)
 
 AKS2 = """
 import hashlib
