@@ -7,6 +7,8 @@ compile.py logs every run, so the tests count the compiles."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,3 +182,44 @@ def test_workers_fill_the_store_and_the_build_compiles_nothing(
     assert compiles(work) == [], out
     assert installed_triton(work) == "triton==3.5.1"
     assert len(image(work).splitlines()) == JOBS
+
+
+def _launch(tmp_path: Path, *command: str) -> tuple[int, list[str]]:
+    compile_py, log = (tmp_path / "tree" / "python" / "compile.py").resolve(), tmp_path / "log"
+    argv = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(compile_py), str(log)]
+    done = subprocess.run([*argv, *command], capture_output=True, text=True, check=False)
+    return done.returncode, log.read_text().splitlines() if log.is_file() else []
+
+
+def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
+    tmp_path: Path,
+) -> None:
+    failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")
+    files = {
+        **gen.generator_files(),
+        "modules/flash/kernel/bwd_kernel_dq.py": failing + gen.FAILING_HOOK.format(warps=4),
+    }
+    for name, content in files.items():
+        target = tmp_path / "tree" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert _launch(tmp_path, "sh", "-c", "exit 3") == (3, [])  # not a kernel job: unchanged
+    (tmp_path / "out").mkdir()  # the generator makes the image folders
+
+    def job(kernel: str, source: str, timeout: str) -> list[str]:
+        out = tmp_path / "out" / f"{kernel}-{timeout}.hsaco"
+        src = tmp_path / "tree" / "modules" / "flash" / "kernel" / source
+        one = kernel_jobs.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
+                              "gfx1151", "*fp16:16, i32, 16")  # fmt: skip
+        compile_py = tmp_path / "tree" / "python" / "compile.py"
+        argv = kernel_jobs.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
+        return ["cmake", "-E", "env", f"TRITON_CACHE_DIR={tmp_path}/tc", *argv]
+
+    code, logged = _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0"))
+    assert code == 0 and logged == [str(tmp_path / "out" / "attn_fwd-0.hsaco")]
+    # compile.py --timeout > 0 exits 0 on a failed compile and leaves an empty code object
+    code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0"))
+    assert code == 0 and len(logged) == 1
+    assert (tmp_path / "out" / "bwd_kernel_dq-8.0.hsaco").read_bytes() == b""
+    code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0"))
+    assert code != 0 and len(logged) == 1
