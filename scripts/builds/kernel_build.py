@@ -77,8 +77,8 @@ def pypi_triton(commit: str) -> str:
 
 def fork_identity(src: Path, runner: Runner) -> str:
     """The fork the build pip-installs: the checked-out submodule's commit."""
-    if runner.dry_run and not (src / FORK).exists():
-        return f"fork {FORK}@<submodule commit>"
+    if runner.dry_run:  # nothing runs, git included
+        return f"fork {FORK}@<the checked-out submodule's commit>"
     done = subprocess.run(
         ["git", "-C", str(src / FORK), "rev-parse", "HEAD"],
         capture_output=True,

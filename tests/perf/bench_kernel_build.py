@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import shutil
 import statistics
@@ -37,13 +36,10 @@ sys.path.insert(0, str(REPO_ROOT))
 from scripts.builds import kernel_build, kernel_jobs, kernel_store  # noqa: E402
 from scripts.builds import kernel_check as kc  # noqa: E402
 from scripts.plumbing.commands import Runner  # noqa: E402
+from tests.perf.bench_kernel_store import finish, load  # noqa: E402
 from tests.support import aotriton_generator_standin as gen  # noqa: E402
 
 CMAKE = shutil.which("cmake") or "cmake"
-
-
-def load() -> str:
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def v3src_command(job: kernel_jobs.Job, compile_py: Path, build: Path) -> list[str]:
@@ -228,12 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             out["standin_build"] = standin_builds(root / "standin", args.signatures)
         if args.real_tree and args.python:
             out["real_triton"] = real_jobs(root, args.real_tree, args.python, args.real_jobs)
-    out["end"] = load()
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return 0
+    return finish(out, args.json)
 
 
 if __name__ == "__main__":
