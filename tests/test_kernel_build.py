@@ -223,3 +223,30 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
     assert (tmp_path / "out" / "bwd_kernel_dq-8.0.hsaco").read_bytes() == b""
     code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0"))
     assert code != 0 and len(logged) == 1
+
+
+REAL_TREE = os.environ.get("ROCMFA_REAL_AOTRITON_TREE")
+REAL_PYTHON = os.environ.get("ROCMFA_KERNEL_PYTHON")  # read before the fixtures set a stand-in
+
+
+@pytest.mark.skipif(
+    not REAL_TREE or not REAL_PYTHON,
+    reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "
+    "ROCMFA_KERNEL_PYTHON (a Python with the recorded triton) to run real kernels through the "
+    "launcher",
+)
+def test_real_kernels_through_the_launcher(tmp_path: Path) -> None:
+    """One job of every real kernel family, real Triton: compiled through the launcher on
+    machine 1 and stored; staged on machine 2, where Triton never starts."""
+    from tests.perf.bench_kernel_build import real_jobs
+
+    out = real_jobs(tmp_path, Path(str(REAL_TREE)), str(REAL_PYTHON), 7)
+    first, second = tmp_path / "real" / "machine_1", tmp_path / "real" / "machine_2"
+    assert out["machine_1"]["staged"] == 0 and out["machine_2"]["staged"] == 7  # type: ignore[index]
+    assert (first / "triton-cache.default").is_dir()
+    assert not (second / "triton-cache.default").exists()
+    made = sorted((first / "v3src").glob("*.hsaco"))
+    assert len(made) == 7
+    for hsaco in made:
+        assert hsaco.stat().st_size > 0
+        assert (second / "v3src" / hsaco.name).read_bytes() == hsaco.read_bytes()
