@@ -148,7 +148,9 @@ class KernelBuild:
         if not self.bare.is_file():
             runner.say(f"kernel store: no {self.bare}; AOTriton's kernel jobs run unchanged")
             return
-        jobs = kernel_jobs.read_jobs(self.bare)
+        # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
+        # we never set) would compile with a Triton the key does not name.
+        jobs = [job for job in kernel_jobs.read_jobs(self.bare) if job.venv == "default"]
         context = self.key_context()
         sources = kernel_jobs.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}

@@ -1,7 +1,8 @@
 """Measure AOTriton's own build through the kernel store (scripts/builds/kernel_build.py):
 
 1. the launcher's cost per kernel job (kernel_launcher.py, started by Ninja for every custom
-   command): a staged hit and a pass-through, against a bare `python -I -S -c pass`;
+   command): a staged hit and a pass-through, against a bare `python -I -S -c pass`; and the
+   session's staging of --stage-jobs hits (from the local directory, and from redis);
 2. the stand-in AOTriton (tests/support: real cmake + ninja, one custom command per job of
    Bare.compile, compile.py a stand-in that takes ~50 ms) with --signatures N jobs per kernel
    combination: `build_aotriton --cache redis://...` on machine 1, then on machine 2 (fresh
@@ -95,6 +96,51 @@ def launcher_cost(root: Path, n: int) -> dict[str, object]:
         "runs": n,
         "load": load(),
     }
+
+
+def staging_cost(root: Path, n: int) -> dict[str, object]:
+    """The session's staging of n jobs (keys, one batch lookup, digest checks, files put in
+    place), every one a hit: from the local directory layer, and from redis into an empty one.
+    Code objects of 25 KB, the size of a real one."""
+    from tests.support.shared_cache import redis_server
+
+    tree = root / "tree"
+    for name, text in gen.generator_files().items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    source = str(tree / "modules" / gen.KERNELS[0][0])
+    result: dict[str, object] = {"jobs": n}
+    with redis_server(root / "redis") as url:
+        for name in ("filled_from_redis", "local_directory"):
+            build = root / "build"
+            jobs = [
+                kernel_jobs.Job(i + 1, "default", sys.executable,
+                                str(build / "v3src" / "k" / f"attn_fwd-{i}.hsaco"), source,
+                                "attn_fwd", 4, 1, 2, "gfx1151", f"*fp16:16, i32, {i}")
+                for i in range(n)
+            ]  # fmt: skip
+            (build / "v3src" / "k").mkdir(parents=True, exist_ok=True)
+            (build / kernel_build.BARE).write_text("".join(_line(j) + "\n" for j in jobs))
+            store = kernel_store.open_store(url, root / name, "gfx1151", say=print)
+            assert store is not None
+            kernels = kernel_build.KernelBuild(tree, build, store, "pypi", "3.5.1", None, "0" * 40)
+            if name == "filled_from_redis":  # machine 1 put every entry there
+                context, sources = kernels.key_context(), kernel_jobs.source_digests(jobs)
+                for job in jobs:
+                    blob = kernel_store.pack(os.urandom(25_000), b'{"num_warps": 4}')
+                    store.put(context.key(job, sources), blob)
+                store = kernel_store.open_store(url, root / "empty", "gfx1151", say=print)
+                assert store is not None
+                kernels.store = store
+            began = time.perf_counter()
+            kernels.stage(Runner(out=io.StringIO()))
+            wall = time.perf_counter() - began
+            assert kernels.staged == n, kernels.staged
+            kernels.harvest(Runner(out=io.StringIO()))
+            shutil.rmtree(build)
+            result[name] = {"wall_s": round(wall, 2), "per_job_ms": round(wall / n * 1000, 2)}
+            result[name]["load"] = load()  # type: ignore[index]
+    return result
 
 
 def ninja_job_ms(build: Path) -> dict[str, float]:
@@ -213,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="a Python with the recorded triton (with --real-tree)")
     parser.add_argument("--real-jobs", type=int, default=4)
     parser.add_argument("--skip-standin", action="store_true")
+    parser.add_argument("--stage-jobs", type=int, default=5000, help="jobs staged (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     out: dict[str, object] = {"cpus": os.cpu_count(), "start": load()}
@@ -220,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         out["launcher"] = launcher_cost(root / "launcher", args.hits)
         print("launcher:", out["launcher"], flush=True)
+        if args.stage_jobs:
+            out["staging"] = staging_cost(root / "staging", args.stage_jobs)
+            print("staging:", out["staging"], flush=True)
         if not args.skip_standin:
             out["standin_build"] = standin_builds(root / "standin", args.signatures)
         if args.real_tree and args.python:
