@@ -77,11 +77,14 @@ def main(argv: list[str]) -> int:
         return 0
     code = _run(command)
     if code == 0 and _ready(stem):
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (out + "\n").encode())
-        finally:
-            os.close(fd)
+        try:  # one short line: O_APPEND keeps parallel jobs' lines whole
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (out + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as error:  # the kernel is built; only its trip to the store is lost
+            sys.stderr.write(f"kernel launcher: {log}: {error.strerror}\n")
     return code
 
 
