@@ -100,15 +100,20 @@ def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothin
         assert f"kernel store: {JOBS} of {JOBS} kernel jobs of the build from" in out
         assert image(second) == image(first)
         assert not list((second / "build" / "aotriton").rglob("*.rocmfa-staged"))
-        # read_only=1: the one job missing from the store compiles, nothing is written
+        # one entry damaged in redis, one gone; read_only=1: the damaged one is reported, both
+        # compile, nothing is written (the damaged entry stays as it was)
         store = kernel_store.open_store(url, tmp_path / "probe", "gfx1151", say=print)
         assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
-        gone = build_keys(first, bed.tree.commit)[3]
-        store.shared._call("DEL", f"{store.shared.prefix}/{gone}")
+        keys = build_keys(first, bed.tree.commit)
+        bad = (store.shared.get(keys[2]) or b"")[:-5]
+        store.shared.put(keys[2], bad)
+        store.shared._call("DEL", f"{store.shared.prefix}/{keys[3]}")
         size = int(store.shared._call("DBSIZE") or 0)
         out = build(bed, third, capsys, "--cache", url + "?read_only=1")
-        assert len(compiles(third)) == 1 and image(third) == image(first)
+        assert len(compiles(third)) == 2 and image(third) == image(first), out
+        assert out.count(f"kernel store: damaged entry {keys[2][:16]} in redis") == 1
         assert int(store.shared._call("DBSIZE") or 0) == size
+        assert store.shared.get(keys[2]) == bad
         assert "nothing written to redis" in out
 
 

@@ -12,9 +12,10 @@ How, without patching AOTriton (ROCm/aotriton 6e00ef3e, read for this):
    Ninja runs every custom command through kernel_launcher.py (stdlib only, os + sys).
 2. After configure, before ninja (stage): the keys of every job of Bare.compile
    (kernel_jobs.KeyContext, the same key kernel_check and --workers use), the whole set looked
-   up in one batch (the shared store's entries are copied into the local directory layer,
-   digest-checked; a damaged entry is reported and left to compile), and every hit put at its
-   -o path with a marker; the launcher then exits 0 for those jobs at once.
+   up at once (redis: MGET of 500 keys a round trip; WebDAV/S3: 8 requests in flight; entries
+   copied into the local directory layer, digest-checked; a damaged entry is reported and
+   left to compile), and every hit put at its -o path with a marker; the launcher then exits
+   0 for those jobs at once.
 3. After ninja, also when it failed (harvest): every job the launcher compiled (its log) is
    packed and put into the store (the shared one too, unless read_only=1); markers removed.
 An unreachable store is the one WARNING line of kernel_store.open_store (or of the first
@@ -154,19 +155,21 @@ class KernelBuild:
         context = self.key_context()
         sources = kernel_jobs.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
+        batched = self.store.prefetch(list(dict.fromkeys(self.keys.values())))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            self.staged = sum(pool.map(self._stage_one, jobs))
+            staged = pool.map(lambda job: self._stage_one(job, batched), jobs)
+            self.staged = sum(staged)
         runner.say(
             f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
             f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
             "to compile"
         )
 
-    def _stage_one(self, job: kernel_jobs.Job) -> bool:
+    def _stage_one(self, job: kernel_jobs.Job, batched: bool) -> bool:
         out = Path(job.hsaco)
         marker = out.with_suffix(STAGED)
         marker.unlink(missing_ok=True)
-        blob = self.store.get(self.keys[job.hsaco])
+        blob = self.store.get(self.keys[job.hsaco], local_only=batched)
         if blob is None:
             return False
         hsaco, meta = kernel_store.unpack(blob)
