@@ -134,6 +134,22 @@ def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, c
     assert local.get(keys[0]) == whole and kernel_store.unpack(local.get(keys[5]) or b"")
 
 
+def test_another_triton_in_the_same_build_dir_rebuilds_every_kernel(
+    bed: Bed, tmp_path: Path, capsys
+) -> None:
+    """AOTriton's kernel jobs depend on neither Triton nor their sources: ninja alone would keep
+    the fork's code objects after a switch to --triton pypi. The key manifest drops them."""
+    work = tmp_path / "m1"
+    build(bed, work, capsys)
+    fork = image(work)
+    out = build(bed, work, capsys, "--triton", "pypi")
+    assert installed_triton(work) == "triton==3.5.1"
+    # the kernel check's sample (same Triton, same keys) comes from the store; the rest compile
+    assert len(compiles(work)) == JOBS + JOBS - gen.combos(), out
+    assert f"kernel store: {gen.combos()} of {JOBS} kernel jobs of the build from" in out
+    assert image(work) == fork  # the stand-in's code objects do not depend on Triton
+
+
 def test_unreachable_store_is_one_warning_and_a_local_build(
     bed: Bed, tmp_path: Path, capsys
 ) -> None:

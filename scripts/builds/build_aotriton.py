@@ -544,6 +544,8 @@ def build_from_source(
         stamps.write(configured, {"args": args, "sets": sets})
     if kernels is not None:
         kernels.stage(runner)
+    else:
+        kernel_build.forget(build, runner)
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
     try:
         with compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache:

@@ -16,8 +16,12 @@ How, without patching AOTriton (ROCm/aotriton 6e00ef3e, read for this):
    copied into the local directory layer, digest-checked; a damaged entry is reported and
    left to compile), and every hit put at its -o path with a marker; the launcher then exits
    0 for those jobs at once.
-3. After ninja, also when it failed (harvest): every job the launcher compiled (its log) is
-   packed and put into the store (the shared one too, unless read_only=1); markers removed.
+3. After ninja, also when it failed (harvest): every job the launcher compiled (its log; an
+   interrupted earlier build's log too: ninja will not run those jobs again) is packed and put
+   into the store (the shared one too, unless read_only=1); markers removed.
+AOTriton's kernel jobs depend on neither their sources nor Triton (no DEPENDS on them), so
+ninja alone keeps a code object built for an earlier key; the session records each output's
+key (rocmfa-kernels-keys.json in the build dir) and drops a code object whose key changed.
 An unreachable store is the one WARNING line of kernel_store.open_store (or of the first
 failed request); the jobs then compile locally.
 
@@ -32,6 +36,7 @@ Which Triton the keys name (the key must name the Triton the build really compil
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -42,6 +47,7 @@ from typing import Any
 
 from scripts.builds import kernel_check, kernel_jobs, kernel_store
 from scripts.builds.kernel_launcher import STAGED
+from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources.patches import patch_set_digest
@@ -104,6 +110,7 @@ class KernelBuild:
     commit: str
     keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
     staged: int = 0
+    earlier: list[str] = field(default_factory=list)  # compiled by an interrupted build
 
     @property
     def bare(self) -> Path:
@@ -112,6 +119,11 @@ class KernelBuild:
     @property
     def log(self) -> Path:
         return self.build / "rocmfa-kernels-compiled.log"
+
+    @property
+    def manifest(self) -> Path:
+        """-o path -> the key of what the last session staged or let compile there."""
+        return manifest(self.build)
 
     @property
     def compile_py(self) -> Path:
@@ -145,6 +157,7 @@ class KernelBuild:
                 "a staged job exits at once, any other compiles and is stored after ninja"
             )
             return
+        logged = self._logged()
         self.log.unlink(missing_ok=True)
         if not self.bare.is_file():
             runner.say(f"kernel store: no {self.bare}; AOTriton's kernel jobs run unchanged")
@@ -155,6 +168,15 @@ class KernelBuild:
         context = self.key_context()
         sources = kernel_jobs.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
+        built_for = stamps.read(self.manifest) or {}
+        # AOTriton's kernel jobs depend on neither their sources nor Triton, so ninja keeps a
+        # code object built for another key (another --triton, patch set, compile.py): drop it.
+        for out, key in self.keys.items():
+            if built_for.get(out) != key:
+                Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
+        stamps.write_text_atomic(self.manifest, json.dumps(self.keys))
+        # an interrupted build's compiles of these keys (ninja will not run them again)
+        self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
         batched = self.store.prefetch(list(dict.fromkeys(self.keys.values())))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             staged = pool.map(lambda job: self._stage_one(job, batched), jobs)
@@ -182,10 +204,9 @@ class KernelBuild:
         """After ninja (also a failed one): what the launcher compiled goes into the store."""
         if runner.dry_run or not self.keys:
             return
-        done = self.log.read_text().splitlines() if self.log.is_file() else []
-        compiled = [out for out in dict.fromkeys(done) if out in self.keys]
+        compiled = [out for out in dict.fromkeys(self._logged()) if out in self.keys]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            stored = sum(pool.map(self._store_one, compiled))
+            stored = sum(pool.map(self._store_one, dict.fromkeys(compiled + self.earlier)))
         for out in self.keys:
             Path(out).with_suffix(STAGED).unlink(missing_ok=True)
         shared = self.store.shared
@@ -197,6 +218,9 @@ class KernelBuild:
             f"the build, {stored} stored in {where}"
         )
 
+    def _logged(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.is_file() else []
+
     def _store_one(self, out: str) -> bool:
         hsaco = _read(Path(out).with_suffix(".hsaco"))
         meta = _read(Path(out).with_suffix(".json"))
@@ -204,6 +228,16 @@ class KernelBuild:
             return False
         self.store.put(self.keys[out], kernel_store.pack(hsaco, meta))
         return True
+
+
+def manifest(build: Path) -> Path:
+    return build / "rocmfa-kernels-keys.json"
+
+
+def forget(build: Path, runner: Runner) -> None:
+    """A build without the launcher (--cache none): what it compiles is for no known key."""
+    if not runner.dry_run:
+        manifest(build).unlink(missing_ok=True)
 
 
 def _read(path: Path) -> bytes | None:

@@ -187,8 +187,11 @@ if(NOT AOTRITON_NOIMAGE_MODE AND EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/python/gene
   endif()
   file(WRITE "${VENV_DIR}/triton-source.txt" "${TRITON_FROM}\n")
   set(AOTRITON_TRITON_SO "${VENV_DIR}/triton-installed.txt")
+  # (its command line names what it installs, as the real pip command does: another Triton
+  # reruns it)
   add_custom_command(OUTPUT "${AOTRITON_TRITON_SO}"
-    COMMAND ${CMAKE_COMMAND} -E copy "${VENV_DIR}/triton-source.txt" "${AOTRITON_TRITON_SO}")
+    COMMAND ${CMAKE_COMMAND} -E env "PIP_INSTALLS=${TRITON_FROM}"
+    ${CMAKE_COMMAND} -E copy "${VENV_DIR}/triton-source.txt" "${AOTRITON_TRITON_SO}")
   add_custom_target(aotriton_venv_triton ALL DEPENDS "${AOTRITON_TRITON_SO}")
   set(AOTRITON_V2_BUILD_DIR "${CMAKE_CURRENT_BINARY_DIR}/v3src")
   set(DBXZ_BASE "${CMAKE_CURRENT_SOURCE_DIR}/modules/database")
