@@ -542,19 +542,13 @@ def build_from_source(
             tuning_db.restore_source(tuning, src, runner)
     if not runner.dry_run:
         stamps.write(configured, {"args": args, "sets": sets})
-    if kernels is not None:
-        kernels.stage(runner)
-    else:
-        kernel_build.forget(build, runner)
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
-    try:
-        with compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache:
-            build_sets = {**sets, **cache.build_sets(env)}
-            ninja_install = [ninja, "-C", str(build), f"-j{jobs}", "install"]
-            runner.run(ninja_install, cwd=src, sets=build_sets)
-    finally:
-        if kernels is not None:
-            kernels.harvest(runner)
+    with (
+        kernel_build.through_store(kernels, build, runner),
+        compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache,
+    ):
+        build_sets = {**sets, **cache.build_sets(env)}
+        runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
     if runner.dry_run:
         return None
     return AotritonInstall.read(install / "lib", install / "include")

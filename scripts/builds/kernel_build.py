@@ -36,10 +36,12 @@ Which Triton the keys name (the key must name the Triton the build really compil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,10 +236,21 @@ def manifest(build: Path) -> Path:
     return build / "rocmfa-kernels-keys.json"
 
 
-def forget(build: Path, runner: Runner) -> None:
-    """A build without the launcher (--cache none): what it compiles is for no known key."""
-    if not runner.dry_run:
-        manifest(build).unlink(missing_ok=True)
+@contextlib.contextmanager
+def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
+    """Around `ninja install`: stage before, harvest after (also after a failure). Without
+    the launcher (--cache none) what the build compiles is for no known key: the key
+    manifest goes."""
+    if kernels is None:
+        if not runner.dry_run:
+            manifest(build).unlink(missing_ok=True)
+        yield
+        return
+    kernels.stage(runner)
+    try:
+        yield
+    finally:
+        kernels.harvest(runner)
 
 
 def _read(path: Path) -> bytes | None:
