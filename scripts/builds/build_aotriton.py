@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.builds import compile_cache, kernel_check
+from scripts.builds import compile_cache, kernel_build, kernel_check
 from scripts.builds.aotriton_install import (
     AotritonInstall,
     backup_info,
@@ -131,6 +131,7 @@ class SourceBuild:
     cache: compile_cache.CacheSpec | None = None  # parsed with the options
     jobs: int | None = None
     workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
+    triton: str = "fork"  # the Triton the kernels compile with (kernel_build.choose_triton)
 
     @property
     def timeout(self) -> str:
@@ -141,7 +142,11 @@ class SourceBuild:
 
 
 def source_build(
-    opts: AotritonSourceOptions, *, no_images: bool = False, workers: str | None = None
+    opts: AotritonSourceOptions,
+    *,
+    no_images: bool = False,
+    workers: str | None = None,
+    triton: str = "fork",
 ) -> SourceBuild:
     return SourceBuild(
         clean=opts.clean,
@@ -152,6 +157,7 @@ def source_build(
         cache=opts.cache,
         jobs=opts.jobs,
         workers=workers,
+        triton=triton,
     )
 
 
@@ -268,6 +274,8 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
         inputs["tuning_db"] = tuned.digest() if tuned else None
         inputs["options"] = {"noimage": build.no_images, "timeout_min": build.timeout}
+        if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
+            inputs["options"]["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     else:
         from scripts.builds import aotriton_release  # lazily: only --from-release needs it
 
@@ -329,7 +337,8 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)",
             file=out,
         )
-    build = source_build(opts, no_images=opts.no_images, workers=opts.workers)
+    triton = kernel_build.choose_triton(opts.triton, opts.workers)
+    build = source_build(opts, no_images=opts.no_images, workers=opts.workers, triton=triton)
     inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
     recorded = stamps.read(stamp)
     built_in = install_prefix(ctx)
@@ -428,7 +437,7 @@ def keep_in_prefix(
     stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
 
 
-def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path) -> Path:
+def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
     """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""
@@ -443,7 +452,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path) -> Path:
         ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
     )
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
-    kernel_check.before_build(ctx, src, build_options)
+    kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
 
@@ -461,7 +470,9 @@ def build_from_source(
     session, runner = ctx.session, ctx.session.runner
     build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"
-    src = prepare_tree(ctx, build_options, build)
+    store = kernel_build.open_for_build(ctx, build_options, runner)
+    src = prepare_tree(ctx, build_options, build, store)
+    kernels = kernel_build.plan(ctx, build_options, src, build, store, runner)
     env = runner.base_env
     rocm = session.tool("rocm-sdk")
     root = runner.run(
@@ -519,6 +530,8 @@ def build_from_source(
     if archs.aotriton_version_key(ctx.version) < (0, 11):
         args.remove("-DAOTRITON_USE_TORCH=OFF")  # new in 0.11b (aotriton CMakeLists.txt)
     args += launcher_args(cache, env, asked=build_options.cache is not None)
+    if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
+        args += kernels.cmake_args()
     configured = drop_stale_cmake_cache(build, args, sets, runner)
     if not runner.dry_run and install.exists():
         shutil.rmtree(install)  # ours; `ninja install` repopulates it
@@ -530,7 +543,10 @@ def build_from_source(
     if not runner.dry_run:
         stamps.write(configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
-    with compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache:
+    with (
+        kernel_build.through_store(kernels, build, runner),
+        compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache,
+    ):
         build_sets = {**sets, **cache.build_sets(env)}
         runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
     if runner.dry_run:

@@ -224,8 +224,10 @@ def run_check(
     jobs: int | None = None,
     size: int | None = None,
     say: Callable[[str], None] | None = None,
+    store: kernel_store.KernelStore | None = None,
 ) -> dict[str, Any] | None:
-    """The whole check on a checked-out tree; the summary (None on a dry run)."""
+    """The whole check on a checked-out tree; the summary (None on a dry run). store: one
+    already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
     say = say or runner.say
     began = time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file() and not runner.dry_run:
@@ -236,7 +238,8 @@ def run_check(
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
     threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
-    store = kernel_store.open_store(cache, work, tree.arch, say=say, dry_run=runner.dry_run)
+    if store is None:
+        store = kernel_store.open_store(cache, work, tree.arch, say=say, dry_run=runner.dry_run)
     compile_py = tree.src / "python" / "compile.py"
     if runner.dry_run:
         say(
@@ -331,7 +334,9 @@ def gpus_for(arch: archs.Arch) -> tuple[str, ...]:
     return (f"{arch.name}_mod0",)
 
 
-def before_build(ctx: Any, src: Path, build: Any) -> None:
+def before_build(
+    ctx: Any, src: Path, build: Any, store: kernel_store.KernelStore | None = None
+) -> None:
     """build_aotriton / tune_aotriton (build_aotriton.build_from_source), on the checked-out,
     patched tree before cmake: the check, then with --workers the whole job list on the
     cluster. A pin with no Triton recorded is one line and no check."""
@@ -356,7 +361,7 @@ def before_build(ctx: Any, src: Path, build: Any) -> None:
         )
         return
     tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
-    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs)
+    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_cluster.fan_out(tree, build.workers, build.cache, runner)
 

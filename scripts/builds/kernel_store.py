@@ -145,27 +145,43 @@ class RedisBackend:
             return self._exchange(*args)
 
     def _exchange(self, *args: str | bytes) -> bytes | None:
+        self._send(*args)
+        return self._reply()
+
+    def _send(self, *args: str | bytes) -> None:
         if self.sock is None:
             self._connect()
-        assert self.sock is not None and self.reader is not None
+        assert self.sock is not None
         out = [b"*%d\r\n" % len(args)]
         for arg in args:
             raw = arg if isinstance(arg, bytes) else arg.encode()
             out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
         self.sock.sendall(b"".join(out))
+
+    def _reply(self, array: bool = False) -> bytes | None:
+        """One reply; array: the header of an array reply (its length), its items follow."""
+        assert self.reader is not None
         line = self.reader.readline()
         kind, rest = line[:1], line[1:].rstrip(b"\r\n")
         if kind == b"-":
             raise StoreDown(f"redis: {rest.decode(errors='replace')}")
-        if kind == b"$":
+        if kind == b"$" and not array:
             size = int(rest)
             return None if size < 0 else self.reader.read(size + 2)[:size]
-        if kind in (b"+", b":"):
+        if kind in (b"+", b":") or (kind == b"*" and array):
             return rest
         raise StoreDown("redis: connection closed")
 
     def get(self, key: str) -> bytes | None:
         return self._call("GET", f"{self.prefix}/{key}")
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """One MGET: one round trip for a batch of keys (kernel_build's staging)."""
+        with self.lock:
+            self._send("MGET", *(f"{self.prefix}/{key}" for key in keys))
+            if self._reply(array=True) != str(len(keys)).encode():
+                raise StoreDown("redis: MGET answered another number of values")
+            return [self._reply() for _ in keys]
 
     def put(self, key: str, data: bytes) -> None:
         self._call("SET", f"{self.prefix}/{key}", data)
@@ -196,6 +212,8 @@ class TreeBackend:
         self.store.put_bytes(f"{key}.kernel", data, "application/octet-stream")
 
 
+Backend = DirBackend | RedisBackend | TreeBackend
+
 # --- the store a session uses ----------------------------------------------------------------
 
 
@@ -205,7 +223,7 @@ class KernelStore:
     away: one warning line, then local compiles)."""
 
     local: DirBackend | None
-    shared: DirBackend | RedisBackend | TreeBackend | None = None
+    shared: Backend | None = None
     read_only: bool = False
     say: Callable[[str], None] = print
     stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "compiled": 0})
@@ -220,8 +238,8 @@ class KernelStore:
             self.say(f"WARNING: kernel store {self.shared.describe()}: {error}; compiling locally")
             self.shared = None
 
-    def get(self, key: str) -> bytes | None:
-        for layer in (self.local, self.shared):
+    def get(self, key: str, *, local_only: bool = False) -> bytes | None:
+        for layer in (self.local, None if local_only else self.shared):
             if layer is None:
                 continue
             try:
@@ -229,20 +247,42 @@ class KernelStore:
             except Exception as error:
                 self._lost(_why(error))
                 continue
-            if blob is None:
-                continue
-            try:
-                unpack(blob)
-            except Damaged as error:
-                self.say(
-                    f"kernel store: damaged entry {key[:16]} in {layer.describe()} "
-                    f"({error}); recompiling"
-                )
+            if blob is None or not self._whole(key, blob, layer):
                 continue
             if layer is self.shared and self.local is not None:
                 self.local.put(key, blob)
             return blob
         return None
+
+    def _whole(self, key: str, blob: bytes, layer: Backend) -> bool:
+        try:
+            unpack(blob)
+        except Damaged as error:
+            self.say(
+                f"kernel store: damaged entry {key[:16]} in {layer.describe()} ({error}); "
+                "recompiling"
+            )
+            return False
+        return True
+
+    def prefetch(self, keys: list[str], batch: int = 500) -> bool:
+        """The entries of keys the local layer lacks, copied from the shared store in batches
+        (one round trip each) when it can (redis MGET). False: it cannot; ask get() per key."""
+        shared, local = self.shared, self.local
+        if shared is None or local is None or not isinstance(shared, RedisBackend):
+            return False
+        missing = [key for key in keys if not local._path(key).is_file()]
+        for start in range(0, len(missing), batch):
+            chunk = missing[start : start + batch]
+            try:
+                blobs = shared.get_many(chunk)
+            except Exception as error:
+                self._lost(_why(error))
+                return True
+            for key, blob in zip(chunk, blobs, strict=True):
+                if blob is not None and self._whole(key, blob, shared):
+                    local.put(key, blob)
+        return True
 
     def put(self, key: str, blob: bytes) -> None:
         if self.local is not None:
@@ -325,7 +365,7 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _install(out: Path, hsaco: bytes, meta: bytes) -> None:
+def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
     from scripts.plumbing import stamps
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +382,7 @@ def build_kernel(
     out = Path(out or job.hsaco)
     blob = store.get(key) if store is not None else None
     if blob is not None:
-        _install(out, *unpack(blob))
+        install_kernel(out, *unpack(blob))
         if store is not None:
             store.stats["hits"] += 1
         return "hit", time.monotonic() - began
@@ -371,7 +411,7 @@ def build_kernel(
         if store is not None:
             store.put(key, blob)
             store.stats["compiled"] += 1
-        _install(out, hsaco, meta)
+        install_kernel(out, hsaco, meta)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return "compiled", time.monotonic() - began

@@ -294,6 +294,13 @@ class BuildAotritonOptions(AotritonSourceOptions):
         help="compile AOTriton's kernels on a Dask cluster (tcp://HOST:8786) into the --cache "
         "store first (pip install -e '.[cluster]')",
     )
+    triton: str | None = opt(
+        "--triton",
+        choices=("fork", "pypi"),
+        help="the Triton that compiles the kernels: fork (AOTriton's third_party/triton, the "
+        "default) or pypi (the triton==X of pins/kernel_compiler.toml, as kernel_check and "
+        "--workers, which implies it)",
+    )
 
 
 class KernelCheckOptions(ArchOption, WorkdirOption, DryRunOption, CompileFields):

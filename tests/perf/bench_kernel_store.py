@@ -115,11 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         out["shared_store"] = shared_store(root, tree, args.python, jobs, args.sample)
     if "engine" in parts:
         out.update(engine(root, tree, args.python, jobs, args))
+    return finish(out, args.json)
+
+
+def finish(out: dict[str, object], path: Path | None) -> int:
+    """The end load, then the figures on screen and (path) as JSON."""
     out["end"] = load()
     text = json.dumps(out, indent=2)
     print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    if path:
+        path.write_text(text + "\n")
     return 0
 
 

@@ -18,7 +18,13 @@ Mirrors ROCm/aotriton at 6e00ef3e (0.13b), read with the fetch tool:
   empty .hsaco and {"compile_status": "ExitWithError"} unless --error_when_timeout.
   Here "compiling" calls the source's compile_hook(kernel, warps, stages, waves, target) when it
   has one (a stand-in kernel source raises there to fail like Triton's CompilationError) and
-  writes a code object derived from the source and the job.
+  writes a code object derived from the source and the job; every run appends its -o path to
+  $TRITON_CACHE_DIR/compile.log (not upstream: tests count the compiles).
+- python/aks2.py: -o, --hsaco_manifest (real: a .nsv of the code objects of one kernel; here
+  Bare.targets, one path a line), reads each .hsaco and its .json (load_hsaco); the stand-in
+  image lists the sha256 of every code object and refuses an empty one.
+- python/gpu_targets.py: AOTRITON_SUPPORTED_GPUS, plus the pack table that the stand-in
+  CMakeLists.txt runs (tests/support/aotriton_standins.py GPU_TARGETS).
 - modules/database/<vendor>/<arch>/<family>/<kernel>.sqlite3.tar.xz: tuning database shards.
 """
 
@@ -29,12 +35,42 @@ import sqlite3
 import tarfile
 from pathlib import Path
 
-GPU_TARGETS = """
+from tests.support.aotriton_standins import GPU_TARGETS as PACK_TABLE
+
+GPU_TARGETS = (
+    """
 AOTRITON_SUPPORTED_GPUS = (
     "gfx90a_mod0", "gfx942_mod0", "gfx950_mod0", "gfx1100_mod0", "gfx1101_mod0", "gfx1102_mod0",
     "gfx1103_mod0", "gfx1150_mod0", "gfx1151_mod0", "gfx1152_mod0", "gfx1153_mod0",
     "gfx1201_mod0", "gfx1200_mod0", "gfx1250_mod0",
 )
+"""
+    + PACK_TABLE
+)
+
+AKS2 = """
+import hashlib
+import json
+from argparse import ArgumentParser
+from pathlib import Path
+
+def main():
+    p = ArgumentParser()
+    p.add_argument("-o")
+    p.add_argument("--hsaco_manifest", required=True)
+    args = p.parse_args()
+    rows = []
+    for line in Path(args.hsaco_manifest).read_text().splitlines():
+        hsaco = Path(line)
+        blob = hsaco.read_bytes()
+        assert blob, f"{hsaco}: empty code object"
+        json.loads(hsaco.with_suffix(".json").read_text())
+        rows.append(f"{hashlib.sha256(blob).hexdigest()} {hsaco.name}")
+    Path(args.o).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.o).write_text("\\n".join(rows) + "\\n")
+
+if __name__ == "__main__":
+    main()
 """
 
 DATABASE_COMPOSE = """
@@ -115,6 +151,7 @@ if __name__ == "__main__":
 COMPILE = """
 import hashlib
 import json
+import os
 import sys
 from argparse import ArgumentParser
 from pathlib import Path
@@ -141,6 +178,14 @@ def parse():
     parser.add_argument("--error_when_timeout", action="store_true")
     return parser.parse_args()
 
+def log_compile(args):
+    # not upstream: tests count compile.py runs (in Triton's cache dir, which every job has)
+    cache = os.environ.get("TRITON_CACHE_DIR")
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        with open(os.path.join(cache, "compile.log"), "a") as log:
+            log.write(str(args.out_path) + "\\n")
+
 def do_compile(args):
     arg_path = Path(args.path)
     sys.path.insert(0, str(arg_path.parent))
@@ -163,6 +208,7 @@ def do_compile(args):
 
 def main():
     args = parse()
+    log_compile(args)
     if args.timeout <= 0:
         do_compile(args)
         return
@@ -214,13 +260,16 @@ def _database_shard(family: str) -> bytes:
     return buf.getvalue()
 
 
-def generator_files() -> dict[str, str | bytes]:
-    """The files to add to a stand-in AOTriton repo (text, or bytes for the shards)."""
+def generator_files(signatures: int | None = None) -> dict[str, str | bytes]:
+    """The files to add to a stand-in AOTriton repo (text, or bytes for the shards).
+    signatures: that many jobs per (kernel, warps, stages, waves) instead of KERNELS' own."""
+    kernels = [(a, b, c, signatures or n) for a, b, c, n in KERNELS]
     files: dict[str, str | bytes] = {
         "python/__init__.py": "",
         "python/gpu_targets.py": GPU_TARGETS,
         "python/database_compose.py": DATABASE_COMPOSE,
-        "python/generate.py": GENERATE,
+        "python/generate.py": GENERATE.replace(repr(KERNELS), repr(kernels)),
+        "python/aks2.py": AKS2,
         "python/compile.py": COMPILE,
         "requirements.txt": "numpy\npandas\npyyaml\n",
         "modules/flash/kernel/helpers.py": HELPER,

@@ -168,6 +168,115 @@ if(NOT packs)
   message(FATAL_ERROR "aotriton: no supported target arch in input list")
 endif()
 list(REMOVE_DUPLICATES packs)
+# Kernel images, only in a tree with the generator stand-in (tests/support/
+# aotriton_generator_standin.py): as ROCm/aotriton 6e00ef3e CMakeLists.txt (the Triton install is
+# a custom command: `pip install .` of third_party/triton, or of ${AOTRITON_USE_LOCAL_TRITON_WHEEL})
+# and v3src/CMakeLists.txt (database extract + compose and the generator at configure time into
+# <build>/v3src, then one add_custom_command(OUTPUT ${HSACO}) per line of Bare.compile with the
+# real COMMAND, no VERBATIM, DEPENDS aotriton_venv_triton; Bare.targets; aks2 per pack). Simpler:
+# no build venv (the real one pip-installs requirements.txt and the tree into <build>/venv): the
+# tree's python/ is the package `aotriton` through a symlink on PYTHONPATH, the "Triton install"
+# records what it would install in <build>/venv/triton-installed.txt, and one stand-in aks2
+# image per pack lists the sha256 of every code object.
+if(NOT AOTRITON_NOIMAGE_MODE AND EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/python/generate.py")
+  set(VENV_BIN_PYTHON "${Python3_EXECUTABLE}")
+  if(AOTRITON_USE_LOCAL_TRITON_WHEEL)
+    set(TRITON_FROM "${AOTRITON_USE_LOCAL_TRITON_WHEEL}")
+  else()
+    set(TRITON_FROM "${CMAKE_CURRENT_SOURCE_DIR}/third_party/triton")
+  endif()
+  file(WRITE "${VENV_DIR}/triton-source.txt" "${TRITON_FROM}\n")
+  set(AOTRITON_TRITON_SO "${VENV_DIR}/triton-installed.txt")
+  # (its command line names what it installs, as the real pip command does: another Triton
+  # reruns it)
+  add_custom_command(OUTPUT "${AOTRITON_TRITON_SO}"
+    COMMAND ${CMAKE_COMMAND} -E env "PIP_INSTALLS=${TRITON_FROM}"
+    ${CMAKE_COMMAND} -E copy "${VENV_DIR}/triton-source.txt" "${AOTRITON_TRITON_SO}")
+  add_custom_target(aotriton_venv_triton ALL DEPENDS "${AOTRITON_TRITON_SO}")
+  set(AOTRITON_V2_BUILD_DIR "${CMAKE_CURRENT_BINARY_DIR}/v3src")
+  set(DBXZ_BASE "${CMAKE_CURRENT_SOURCE_DIR}/modules/database")
+  file(GLOB_RECURSE DB_TARS "${DBXZ_BASE}/*.sqlite3.tar.xz")
+  foreach(DBXZ IN LISTS DB_TARS)
+    cmake_path(RELATIVE_PATH DBXZ BASE_DIRECTORY "${DBXZ_BASE}" OUTPUT_VARIABLE REL_DBXZ)
+    cmake_path(REMOVE_FILENAME REL_DBXZ)
+    file(ARCHIVE_EXTRACT INPUT "${DBXZ}"
+         DESTINATION "${AOTRITON_V2_BUILD_DIR}/database/${REL_DBXZ}")
+  endforeach()
+  file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/pkg")
+  file(REMOVE "${CMAKE_CURRENT_BINARY_DIR}/pkg/aotriton")
+  file(CREATE_LINK "${CMAKE_CURRENT_SOURCE_DIR}/python" "${CMAKE_CURRENT_BINARY_DIR}/pkg/aotriton"
+       SYMBOLIC)
+  set(PYPKG "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}/pkg")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${PYPKG}
+    "${VENV_BIN_PYTHON}" -m aotriton.database_compose
+    --database_file "${AOTRITON_V2_BUILD_DIR}/database/tuning_database.sqlite3"
+    --decomposed "${AOTRITON_V2_BUILD_DIR}/database"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}" COMMAND_ERROR_IS_FATAL ANY)
+  set(EFFECTIVE_TARGET_GPUS "")
+  foreach(arch IN LISTS AOTRITON_TARGET_ARCH)
+    list(APPEND EFFECTIVE_TARGET_GPUS "${arch}_mod0")
+  endforeach()
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env ${PYPKG}
+    "${VENV_BIN_PYTHON}" -X utf8 -m aotriton.generate
+    --target_gpus ${EFFECTIVE_TARGET_GPUS}
+    --build_dir "${AOTRITON_V2_BUILD_DIR}"
+    --root_dir "${CMAKE_CURRENT_SOURCE_DIR}"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}" COMMAND_ERROR_IS_FATAL ANY)
+  get_filename_component(AOTRITON_COMPILER "${CMAKE_CURRENT_SOURCE_DIR}/python/compile.py" ABSOLUTE)
+  set(HSACO_COMPILE_OPTION "")
+  if(AOTRITON_TERMINATE_WHEN_GPU_BUILD_TIMEOUT)
+    list(APPEND HSACO_COMPILE_OPTION "--error_when_timeout")
+  endif()
+  set(AOTRITON_HSACO_RECORD "${AOTRITON_V2_BUILD_DIR}/Bare.targets")
+  file(STRINGS "${AOTRITON_V2_BUILD_DIR}/Bare.compile" HSACO_RULES ENCODING UTF-8)
+  file(WRITE "${AOTRITON_HSACO_RECORD}" "")
+  foreach(RULE IN LISTS HSACO_RULES)
+    list(POP_FRONT RULE ALTNAME)
+    list(POP_FRONT RULE COMPILER_PYTHON)
+    list(POP_FRONT RULE HSACO)
+    list(POP_FRONT RULE SRC)
+    list(POP_FRONT RULE KNAME)
+    list(POP_FRONT RULE NWARPS)
+    list(POP_FRONT RULE NSTAGES)
+    list(POP_FRONT RULE WAVESPEREU)
+    list(POP_FRONT RULE TGTGPU)
+    list(POP_FRONT RULE SIG)
+    add_custom_command(OUTPUT "${HSACO}"
+      COMMAND ${CMAKE_COMMAND} -E env
+      TRITON_CACHE_DIR=${CMAKE_BINARY_DIR}/triton-cache.${ALTNAME}
+      TRITON_F32_DEFAULT="ieee"
+      TRITON_STORE_BINARY_ONLY=1
+      "${COMPILER_PYTHON}"
+      "${AOTRITON_COMPILER}"
+      "${SRC}"
+      "--kernel_name" "${KNAME}"
+      "-o" "${HSACO}"
+      "-g" "1,1,1"
+      "--num_warps" "${NWARPS}"
+      "--num_stages" "${NSTAGES}"
+      "--waves_per_eu" "${WAVESPEREU}"
+      "--target" "${TGTGPU}"
+      "--signature" "${SIG}"
+      "--timeout" "${AOTRITON_GPU_BUILD_TIMEOUT}"
+      ${HSACO_COMPILE_OPTION}
+      DEPENDS aotriton_venv_triton
+    )
+    file(APPEND "${AOTRITON_HSACO_RECORD}" "${HSACO}" "\n")
+  endforeach(RULE)
+  file(STRINGS "${AOTRITON_HSACO_RECORD}" ALL_HSACOS ENCODING UTF-8)
+  add_custom_target(aotriton_v2_compile ALL DEPENDS ${ALL_HSACOS})
+  set(ALL_AKS2 "")
+  foreach(pack IN LISTS packs)
+    set(AKS2 "${CMAKE_CURRENT_BINARY_DIR}/images/amd-${pack}/kernels.aks2")
+    add_custom_command(OUTPUT "${AKS2}"
+      COMMAND ${CMAKE_COMMAND} -E env ${PYPKG} "${VENV_BIN_PYTHON}" -m aotriton.aks2
+      -o "${AKS2}" --hsaco_manifest "${AOTRITON_HSACO_RECORD}"
+      DEPENDS aotriton_v2_compile
+      WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}")
+    list(APPEND ALL_AKS2 "${AKS2}")
+  endforeach()
+  add_custom_target(aotriton_v3_aks2 ALL DEPENDS ${ALL_AKS2})
+endif()
 configure_file(config.h.in include/aotriton/config.h)
 add_library(aotriton_v2 SHARED src/aotriton.c)
 target_include_directories(aotriton_v2 PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/include)

@@ -1,0 +1,92 @@
+"""The launcher every custom command of an AOTriton build runs through (RULE_LAUNCH_CUSTOM, set
+by kernel_launcher.cmake, which build_aotriton injects with -DCMAKE_PROJECT_INCLUDE: AOTriton
+itself is not patched). It starts once per kernel job (19,187 for gfx1151 at 0.13b), so it is
+plain Python started with -I -S that imports nothing beyond os and sys; every store lookup,
+digest check and upload happens once, in the session (scripts/builds/kernel_build.py).
+
+    python -I -S kernel_launcher.py COMPILE_PY LOG  COMMAND...
+
+Ninja runs `<launcher> COMMAND` for each COMMAND of a custom command. The kernel jobs are the
+ones of ROCm/aotriton 6e00ef3e v3src/CMakeLists.txt, add_custom_command(OUTPUT ${HSACO}):
+`cmake -E env TRITON_CACHE_DIR=<build>/triton-cache.<alt> TRITON_F32_DEFAULT="ieee"
+TRITON_STORE_BINARY_ONLY=1 <python> <tree>/python/compile.py SRC --kernel_name K -o HSACO -g
+1,1,1 --num_warps W --num_stages S --waves_per_eu E --target ARCH --signature SIG --timeout T
+[--error_when_timeout]` (no VERBATIM). A job is recognised by its compile.py being the tree's
+COMPILE_PY:
+- the session put the job's code object and metadata from the store at -o's path before ninja
+  and left a marker beside it (STAGED): touch both (as a compile writing them now would) and
+  exit 0 - no Python with Triton starts;
+- otherwise run the command; when it exits 0 with a non-empty code object and its .json, append
+  -o's path to LOG, from which the session packs and stores the result after ninja (with
+  --timeout > 0 compile.py exits 0 on a failed compile and leaves an empty .hsaco: not logged);
+- any other command (the Triton install, image packing, ...) is exec'd unchanged.
+"""
+
+import os
+import sys
+
+STAGED = ".rocmfa-staged"  # beside HSACO: <stem>.rocmfa-staged
+
+
+def _output(command: list[str], compile_py: str) -> str | None:
+    """-o's value when command runs compile_py, else None."""
+    for i, arg in enumerate(command):
+        if arg.endswith("compile.py") and os.path.realpath(arg) == compile_py:
+            rest = command[i + 1 :]
+            for j, flag in enumerate(rest[:-1]):
+                if flag in ("-o", "--out_path"):
+                    return rest[j + 1]
+            return None
+    return None
+
+
+def _stem(path: str) -> str:
+    base, dot, _ = path.rpartition(".")
+    return base if dot and "/" not in path[len(base) :] else path
+
+
+def _ready(stem: str) -> bool:
+    try:
+        return os.path.getsize(stem + ".hsaco") > 0 and os.path.isfile(stem + ".json")
+    except OSError:
+        return False
+
+
+def _run(command: list[str]) -> int:
+    pid = os.posix_spawnp(command[0], command, os.environ)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        except KeyboardInterrupt:  # ninja's Ctrl-C reaches the job too; wait for it
+            continue
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4:
+        sys.stderr.write("usage: kernel_launcher.py COMPILE_PY LOG COMMAND...\n")
+        return 2
+    compile_py, log, command = argv[1], argv[2], argv[3:]
+    out = _output(command, compile_py)
+    if out is None:
+        os.execvp(command[0], command)
+    stem = _stem(out)
+    if os.path.exists(stem + STAGED) and _ready(stem):
+        os.utime(stem + ".json")
+        os.utime(stem + ".hsaco")
+        return 0
+    code = _run(command)
+    if code == 0 and _ready(stem):
+        try:  # one short line: O_APPEND keeps parallel jobs' lines whole
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (out + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as error:  # the kernel is built; only its trip to the store is lost
+            sys.stderr.write(f"kernel launcher: {log}: {error.strerror}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
