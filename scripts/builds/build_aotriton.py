@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.builds import compile_cache, kernel_build, kernel_check
+from scripts.builds import compile_cache
 from scripts.builds.aotriton_install import (
     AotritonInstall,
     backup_info,
@@ -131,7 +131,7 @@ class SourceBuild:
     cache: compile_cache.CacheSpec | None = None  # parsed with the options
     jobs: int | None = None
     workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
-    triton: str = "fork"  # the Triton the kernels compile with (kernel_build.choose_triton)
+    triton: str = "fork"  # the Triton the kernels compile with (BuildAotritonOptions.kernel_triton)
 
     @property
     def timeout(self) -> str:
@@ -275,6 +275,8 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         inputs["tuning_db"] = tuned.digest() if tuned else None
         inputs["options"] = {"noimage": build.no_images, "timeout_min": build.timeout}
         if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
+            from scripts.builds import kernel_build  # lazily, as below: a no-op never needs it
+
             inputs["options"]["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     else:
         from scripts.builds import aotriton_release  # lazily: only --from-release needs it
@@ -337,8 +339,9 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)",
             file=out,
         )
-    triton = kernel_build.choose_triton(opts.triton, opts.workers)
-    build = source_build(opts, no_images=opts.no_images, workers=opts.workers, triton=triton)
+    build = source_build(
+        opts, no_images=opts.no_images, workers=opts.workers, triton=opts.kernel_triton
+    )
     inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
     recorded = stamps.read(stamp)
     built_in = install_prefix(ctx)
@@ -452,6 +455,8 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
         ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
     )
     apply_patch_set("aotriton", ctx.pin.commit, src, runner)
+    from scripts.builds import kernel_check  # lazily, as kernel_build: a no-op never needs it
+
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
@@ -467,6 +472,8 @@ def build_from_source(
     """Configure, build and install into <build>/install; tune_aotriton passes its own
     build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database.
     Returns None on a dry run."""
+    from scripts.builds import kernel_build  # the kernel machinery: only a real build loads it
+
     session, runner = ctx.session, ctx.session.runner
     build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"

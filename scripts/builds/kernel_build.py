@@ -63,17 +63,6 @@ TRITONS = ("fork", "pypi")
 THREADS = 8  # store requests in flight while staging / storing
 
 
-def choose_triton(asked: str | None, workers: str | None) -> str:
-    """--triton, else pypi with --workers (the cluster compiles with the PyPI Triton), else
-    AOTriton's own fork."""
-    if asked == "fork" and workers:
-        raise UserError(
-            "--workers compiles with the PyPI Triton of pins/kernel_compiler.toml; a build with "
-            "--triton fork would find none of those kernels: drop --triton fork"
-        )
-    return asked or ("pypi" if workers else "fork")
-
-
 def pypi_triton(commit: str) -> str:
     version = kernel_check.recorded_triton(commit)
     if version is None:

@@ -179,7 +179,6 @@ def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
         show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
-    check_host()
     # No manager is needed: condaenv places a named env in its own data dir without one.
     session = session_env.open_env(opts, dry_run=opts.dry_run, makes_env=True)
     runner = session.runner
@@ -217,6 +216,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     if not opts.force and stamps.is_current(stamp_file, inputs):
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
+    check_host()  # before the first change: only what installs must suit this host
 
     previous = stamps.read(stamp_file) or {}
     needs_conda = opts.force or previous.get("inputs", {}).get("lock_sha256") != lock_sha

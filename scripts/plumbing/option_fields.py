@@ -10,7 +10,7 @@ import importlib
 import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import FrozenInstanceError, dataclass, field, replace
+from dataclasses import FrozenInstanceError
 from typing import Any, ClassVar, dataclass_transform
 
 from scripts.plumbing.errors import UserError
@@ -28,20 +28,42 @@ def resolve(ref: Any) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-@dataclass(frozen=True)
 class Opt:
-    """One option: a field of an options class (opt() makes it; the class names it)."""
+    """One option: a field of an options class (opt() makes it; the class names it). A plain
+    class, not a dataclass: each dataclass costs every nox run ~2 ms to create."""
 
-    flags: tuple[str, ...]
-    help: str
-    default: Any = None
-    env: str | None = None
-    choices: Choices | None = None
-    type: Parser | None = None
-    check: Parser | None = None
-    metavar: str | None = None
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    name: str = ""
+    __slots__ = (
+        "aliases",
+        "check",
+        "choices",
+        "default",
+        "env",
+        "flags",
+        "help",
+        "metavar",
+        "name",
+        "type",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        flags: tuple[str, ...],
+        help: str,
+        default: Any = None,
+        env: str | None = None,
+        choices: Choices | None = None,
+        type: Parser | None = None,
+        check: Parser | None = None,
+        metavar: str | None = None,
+        aliases: Mapping[str, str] | None = None,
+        name: str = "",
+    ) -> None:
+        self.flags, self.help, self.default, self.env = flags, help, default, env
+        self.choices, self.type, self.check, self.metavar = choices, type, check, metavar
+        self.aliases, self.name = dict(aliases or {}), name
+
+    def changed(self, **changes: Any) -> Opt:
+        return Opt(**{**{k: getattr(self, k) for k in self.__slots__}, **changes})
 
     @property
     def kind(self) -> str:
@@ -77,7 +99,7 @@ def opt(
 def like(declared_in: type[SessionOptions], name: str, **changes: Any) -> Any:
     """The option `name` as declared in that class, with these changes for one session (an
     alias it keeps, a check it defers): the option stays declared once."""
-    return replace(declared_in._options[name], **changes)
+    return declared_in._options[name].changed(**changes)
 
 
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(opt,))
@@ -99,11 +121,12 @@ class SessionOptions:
             declared = cls.__dict__.get(name)
             if not isinstance(declared, Opt):
                 raise TypeError(f"{cls.__name__}.{name}: declare the option with opt(...)")
+            # Completed in place: one Opt per field, made for this class by opt() or like().
             if declared.default is None and str(annotation) in ("bool", "<class 'bool'>"):
-                declared = replace(declared, default=False)  # a switch
+                declared.default = False  # a switch
             elif declared.default is None and str(annotation).startswith("tuple["):
-                declared = replace(declared, default=())  # repeatable
-            declared = replace(declared, name=name)
+                declared.default = ()  # repeatable
+            declared.name = name
             merged[name] = declared
             setattr(cls, name, declared.default)
         cls._options = merged
@@ -146,7 +169,7 @@ class SessionOptions:
         """Checks across fields (options that exclude each other); raise UserError."""
 
 
-def _add(parser: argparse.ArgumentParser, option: Opt) -> None:
+def _add(parser: argparse.ArgumentParser, option: Opt, for_help: bool) -> None:
     if option.kind == "switch":
         parser.add_argument(*option.flags, dest=option.name, action="store_true", help=option.help)
     else:
@@ -155,7 +178,9 @@ def _add(parser: argparse.ArgumentParser, option: Opt) -> None:
             *option.flags,
             dest=option.name,
             action=action,
-            choices=option.allowed(),
+            # shown in --help; a parse leaves them to _convert, so a run never imports the
+            # domain module that holds them before it needs it
+            choices=option.allowed() if for_help else None,
             metavar=option.metavar,
             help=option.help,
         )
@@ -186,7 +211,9 @@ def _raw(option: Opt, parsed: argparse.Namespace) -> Any:
     return option.aliases[given[0]] if given else raw
 
 
-def build_parser(session: str, cls: type[SessionOptions]) -> argparse.ArgumentParser:
+def build_parser(
+    session: str, cls: type[SessionOptions], *, for_help: bool = True
+) -> argparse.ArgumentParser:
     """The session's parser and --help: its own options only (other sessions' options are
     dropped before parsing, without_others)."""
     parser = argparse.ArgumentParser(
@@ -195,7 +222,7 @@ def build_parser(session: str, cls: type[SessionOptions]) -> argparse.ArgumentPa
         description=f"Options of the {session} session. {cls.__dict__.get('__doc__') or ''}",
     )
     for option in cls.options():
-        _add(parser, option)
+        _add(parser, option, for_help)
     return parser
 
 
@@ -294,7 +321,7 @@ def _typed(session: str, cls: type[SessionOptions], parsed: argparse.Namespace) 
 
 
 def _parser(session: str, cls: type[SessionOptions]) -> argparse.ArgumentParser:
-    parser = build_parser(session, cls)
+    parser = build_parser(session, cls, for_help=False)
 
     def fail(message: str) -> None:
         raise UserError(f"{session}: {message} (see: nox -s {session} -- --help)")

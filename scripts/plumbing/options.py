@@ -41,7 +41,6 @@ error. A session's --help lists only its own options and needs no env.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -296,11 +295,24 @@ class BuildAotritonOptions(AotritonSourceOptions):
     )
     triton: str | None = opt(
         "--triton",
-        choices=("fork", "pypi"),
+        choices="scripts.builds.kernel_build:TRITONS",
         help="the Triton that compiles the kernels: fork (AOTriton's third_party/triton, the "
         "default) or pypi (the triton==X of pins/kernel_compiler.toml, as kernel_check and "
         "--workers, which implies it)",
     )
+
+    def check(self) -> None:
+        if self.triton == "fork" and self.workers:
+            raise UserError(
+                "--workers compiles with the PyPI Triton of pins/kernel_compiler.toml; a build "
+                "with --triton fork would find none of those kernels: drop --triton fork"
+            )
+
+    @property
+    def kernel_triton(self) -> str:
+        """--triton, else pypi with --workers (the cluster compiles with the PyPI Triton), else
+        AOTriton's own fork."""
+        return self.triton or ("pypi" if self.workers else "fork")
 
 
 class KernelCheckOptions(ArchOption, WorkdirOption, DryRunOption, CompileFields):
@@ -448,24 +460,34 @@ class ReportOptions(ArchOption, IndexOption):
 # --- the sessions ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Session:
     """One nox session. run: "module:function", imported when the session runs (so `nox -l`
     and a no-op rerun stay fast); the function takes the options object (and, with forward,
-    the arguments that go through to the probe script)."""
+    the arguments that go through to the probe script). A plain class (a dataclass costs every
+    nox run ~2 ms to create)."""
 
-    name: str
-    run: str
-    options: type[SessionOptions]
-    tags: tuple[str, ...]
-    doc: str
-    default: bool = False
-    changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
-    reports_only: bool = False  # never takes a lock nor recovers (doctor)
-    forward: bool = False  # the arguments it does not declare go through to its function
-    # run is a probe script's main (scripts/probes/<name>.py, torch + stdlib only): it runs in
-    # the env's Python (scripts/env/in_env.py) with the arguments the session does not declare
-    probe: bool = False
+    def __init__(
+        self,
+        name: str,
+        run: str,
+        options: type[SessionOptions],
+        tags: tuple[str, ...],
+        doc: str,
+        *,
+        default: bool = False,
+        changes: tuple[str, ...] = (),  # "workdir": holds its lock; "env": its lock + recovery
+        reports_only: bool = False,  # never takes a lock nor recovers (doctor)
+        forward: bool = False,  # the arguments it does not declare go through to its function
+        # run is a probe script's main (scripts/probes/<name>.py, torch + stdlib only): it runs
+        # in the env's Python (scripts/env/in_env.py) with the arguments it does not declare
+        probe: bool = False,
+    ) -> None:
+        self.name, self.run, self.options, self.tags, self.doc = name, run, options, tags, doc
+        self.default, self.changes, self.reports_only = default, changes, reports_only
+        self.forward, self.probe = forward, probe
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r}, {self.run!r})"
 
     @property
     def changes_workdir(self) -> bool:

@@ -26,7 +26,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.perf.process_time import Timing, timed_children  # noqa: E402
+from tests.perf.process_time import (  # noqa: E402
+    Timing,
+    add_bytecode_option,
+    bytecode_env,
+    timed_children,
+)
 from tests.support import aotriton_standins as st  # noqa: E402
 from tests.support import pep503, standin_rocm  # noqa: E402
 from tests.support.aotriton_env import provision_env  # noqa: E402
@@ -62,6 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reruns", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    add_bytecode_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-aotriton-") as tmp:
         root = Path(tmp)
@@ -85,6 +91,7 @@ def main() -> int:
             "PATH": f"{root / 'shims'}{os.pathsep}{os.environ.get('PATH', '')}",
             "ROCMFA_PINS_DIR": str(pins),
             "ROCMFA_PATCHES_DIR": str(root / "patches"),
+            **bytecode_env(args.no_bytecode_cache),
         }
         argv = [sys.executable, "-m", "nox", "-s", "build_aotriton", "--"]
         argv += ["--arch", "gfx1151", "--prefix", str(prefix), "--workdir", str(root / "work")]

@@ -1,9 +1,13 @@
 """Wall and CPU time of child processes: CPU time (user + sys of the children, from
 getrusage) moves far less than wall time when the machine is busy, so before/after comparisons
-of a no-op run report both."""
+of a no-op run report both. And the .pyc question: a user's nox run imports our modules from
+their bytecode cache (Python writes __pycache__ by default), while a machine with
+PYTHONDONTWRITEBYTECODE set compiles every imported module from source on every run, which
+makes a no-op's time mostly a measure of how many lines it imports."""
 
 from __future__ import annotations
 
+import argparse
 import resource
 import statistics
 import time
@@ -47,3 +51,18 @@ class Series:
             f"{max(walls):.3f}), CPU median {statistics.median(cpus):.3f} s (min "
             f"{min(cpus):.3f}), n={len(walls)}"
         )
+
+
+def add_bytecode_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE as the environment has it (default: the timed nox "
+        "runs write and use __pycache__, as on a user's machine)",
+    )
+
+
+def bytecode_env(keep_environment: bool) -> dict[str, str]:
+    """Extra environment for the timed runs: an empty PYTHONDONTWRITEBYTECODE lets Python write
+    and read .pyc files (the first, untimed run writes them)."""
+    return {} if keep_environment else {"PYTHONDONTWRITEBYTECODE": ""}

@@ -17,7 +17,13 @@ from pathlib import Path
 from scripts.env import archs, rocm_sdk, setup_env
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
-from tests.perf.process_time import Series, Timing, timed_children
+from tests.perf.process_time import (
+    Series,
+    Timing,
+    add_bytecode_option,
+    bytecode_env,
+    timed_children,
+)
 from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba
 
@@ -42,6 +48,7 @@ def timed(project: Path, env: dict[str, str], *args: str) -> tuple[Timing, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    add_bytecode_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
@@ -66,8 +73,9 @@ def main() -> int:
             "ROCMFA_PINS_DIR": str(pins),
             "ROCMFA_WORKDIR": str(root / "work"),
             "ROCMFA_ENV_PREFIX": str(prefix),
+            **bytecode_env(args.no_bytecode_cache),
         }
-        timed(project, env, "--arch", "gfx1151")  # warms the cached lock verdict
+        timed(project, env, "--arch", "gfx1151")  # warms the lock verdict and the .pyc files
         noop = Series()
         for _ in range(args.repeats):
             timing, out = timed(project, env, "--arch", "gfx1151")
