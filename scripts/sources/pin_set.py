@@ -55,9 +55,7 @@ def recorded(pytorch: pins.Pin) -> TorchAotriton | None:
     values = {
         key: pin_files.text(table, key, where) for key in ("pytorch_commit", "commit", "source")
     }
-    version = table.get("version")
-    if version is not None and not isinstance(version, str):
-        raise UserError(f"{where}: 'version' must be a string like \"0.13b\"")
+    version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else None
     if values["pytorch_commit"] != pytorch.commit:
         return None  # read at an older torch pin: stale
     return TorchAotriton(pytorch.commit, version or None, values["commit"], values["source"])

@@ -135,9 +135,7 @@ def _ck_variant(
 
 def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
     if project == "aotriton":
-        version = data.get("version")
-        if version is not None and (not isinstance(version, str) or not version.strip()):
-            raise UserError(f"{where}: 'version' must be a string like \"0.13b\"")
+        version = pin_files.text(data, "version", where) if "version" in data else None
         if version:
             from scripts.env.archs import aotriton_version_key
 
