@@ -80,20 +80,11 @@ class Opt:
         return tuple(found() if callable(found) else found)
 
 
-def opt(
-    *flags: str,
-    help: str,
-    default: Any = None,
-    env: str | None = None,
-    choices: Choices | None = None,
-    type: Parser | None = None,
-    check: Parser | None = None,
-    metavar: str | None = None,
-    aliases: Mapping[str, str] | None = None,
-) -> Any:
+def opt(*flags: str, help: str, default: Any = None, **more: Any) -> Any:
     """Declare an option as a field of an options class (typed Any, so `x: int | None = opt(..)`
-    type-checks; the class replaces it by its default)."""
-    return Opt(tuple(flags), help, default, env, choices, type, check, metavar, dict(aliases or {}))
+    type-checks; the class replaces it by its default). more: Opt's env, choices, type, check,
+    metavar, aliases."""
+    return Opt(tuple(flags), help, default, **more)
 
 
 def like(declared_in: type[SessionOptions], name: str, **changes: Any) -> Any:
