@@ -30,12 +30,18 @@ HANG_HOOK = """
 
 import os, time
 def compile_hook(kernel, num_warps, num_stages, waves_per_eu, target):
-    marker = os.path.join(os.environ.get("STANDIN_HANG_DIR", ""), "worker.pid")
-    if os.environ.get("STANDIN_HANG_DIR") and not os.path.exists(marker):
-        with open(marker + ".tmp", "w") as f:
-            f.write(str(os.getppid()))
-        os.rename(marker + ".tmp", marker)
-        time.sleep(120)
+    hang_dir = os.environ.get("STANDIN_HANG_DIR")
+    if not hang_dir:
+        return
+    try:  # the first job anywhere claims the hang (two workers run attn_fwd jobs at once)
+        os.close(os.open(os.path.join(hang_dir, "claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return  # another job hangs (or hung: the retry after the kill compiles)
+    tmp = os.path.join(hang_dir, "worker.pid.tmp")
+    with open(tmp, "w") as f:
+        f.write(str(os.getppid()))
+    os.rename(tmp, os.path.join(hang_dir, "worker.pid"))
+    time.sleep(120)
 """
 
 
