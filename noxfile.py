@@ -40,7 +40,7 @@ def _call(session: nox.Session, declared: Session) -> None:
     from scripts.plumbing import errors
 
     try:
-        if declared.forward or declared.probe:
+        if declared.forward:
             code = _forward(session, declared)
         else:
             opts = options.parse(declared.name, session.posargs)
@@ -71,13 +71,13 @@ def _forward(session: nox.Session, declared: Session) -> int:
 
     helps = [a for a in session.posargs if a in ("-h", "--help")]
     posargs = [a for a in session.posargs if a not in helps]
-    passed = in_env.probe_flags(declared) if declared.probe else ()
-    opts, rest = options.parse_known(declared.name, posargs, passed)
+    probe_parsers = in_env.probe_parsers(declared) if declared.probe else []
+    opts, rest = options.parse_known(declared.name, posargs, in_env.flags_of(probe_parsers))
     if helps:
         print(options.build_parser(declared.name).format_help())
         if not declared.probe:
             declared.function()(opts, ["--help"])  # its own part (report: INPUT...)
-        for parser in in_env.probe_parsers(declared) if declared.probe else ():
+        for parser in probe_parsers:
             print(parser.format_help())
         session.skip("help shown")
     with guarded(declared, opts):

@@ -170,8 +170,9 @@ def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None
     bench = options.BY_NAME["bench"]
     assert bench.probe and bench.run == "scripts.probes.bench:main"
     assert in_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
-    argv = ["--json", "out.json", "--arch", "gfx1151", "--sizes", "small", "-j", "4"]
-    opts, rest = options.parse_known("bench", argv, in_env.probe_flags(bench))
+    assert bench.forward  # a probe forwards what it does not declare
+    argv = ["--json", "out.json", "--arch", "gfx1151", "--sizes", "small", "-j", "4", "-j8"]
+    opts, rest = options.parse_known("bench", argv, in_env.flags_of(in_env.probe_parsers(bench)))
     assert rest == ["--json", "out.json", "--sizes", "small"]
     assert opts == options.BenchOptions()
 

@@ -405,6 +405,10 @@ def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder,
         assert ("kernel_check" in reports) is carried
     assert reports["kernel_check"]["families"]["attn_fwd"]["compiled"] == 5
     assert "tree" not in reports["kernel_check"]
+    summary.write_text("{")  # damaged: one line naming the file, no set published
+    with pytest.raises(UserError, match=r"^the kernel check summary .*summary\.json: not a"):
+        publish(builder, str(tmp_path / "damaged"))
+    assert not (tmp_path / "damaged").exists()
 
 
 @pytest.mark.parametrize(

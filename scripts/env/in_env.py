@@ -75,13 +75,10 @@ def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
     ]
 
 
-def probe_flags(declared: Session) -> frozenset[str]:
-    return frozenset(
-        flag
-        for parser in probe_parsers(declared)
-        for a in parser._actions
-        for flag in a.option_strings
-    )
+def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
+    """Every flag the parsers take (the probe's own, which go through to it)."""
+    actions = [action for parser in parsers for action in parser._actions]
+    return frozenset(flag for action in actions for flag in action.option_strings)
 
 
 def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:

@@ -484,7 +484,7 @@ class Session:
     ) -> None:
         self.name, self.run, self.options, self.tags, self.doc = name, run, options, tags, doc
         self.default, self.changes, self.reports_only = default, changes, reports_only
-        self.forward, self.probe = forward, probe
+        self.forward, self.probe = forward or probe, probe  # a probe forwards by definition
 
     def __repr__(self) -> str:
         return f"Session({self.name!r}, {self.run!r})"

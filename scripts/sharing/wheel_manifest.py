@@ -145,17 +145,17 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 # --- reports ----------------------------------------------------------------------------------
 
 
-def summarize_report(path: Path) -> tuple[str, dict[str, Any]]:
+def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
     """(kind, summary) of a backend_check / validate / bench JSON report, or of a kernel
-    check's summary.json."""
+    check's summary.json; given_as names where the path came from in an error."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise UserError(f"--report {path}: not a readable JSON report ({e})") from None
+        raise UserError(f"{given_as} {path}: not a readable JSON report ({e})") from None
     kind = REPORT_KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
     if kind is None:
         known = ", ".join(sorted(REPORT_KINDS))
-        raise UserError(f"--report {path}: unknown report schema (expected one of {known})")
+        raise UserError(f"{given_as} {path}: unknown report schema (expected one of {known})")
     if kind == "bench":
         # Whole rows: the results page (scripts/report) draws and compares them.
         rows = [
@@ -226,7 +226,8 @@ def build(
         summaries[kind] = summary
     checked = kernel_check.summary_path(work, arch.name)
     if "kernel_check" not in summaries and checked.is_file():
-        kind, summary = summarize_report(checked)  # the check build_aotriton ran on this tree
+        # the check build_aotriton ran on this tree
+        kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
         if summary.get("aotriton_commit") == pin.get("commit"):
             summaries[kind] = summary
     stamp_time = time.gmtime(time.time() if published is None else published)
