@@ -29,25 +29,27 @@ nox.options.stop_on_first_error = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scripts.plumbing import option_fields, options  # noqa: E402
-from scripts.plumbing.options import Session  # noqa: E402
 
 
-def _call(session: nox.Session, declared: Session) -> None:
-    """Parse this session's options into its typed options object (every value checked before
-    any work), then call its function inside the guard (locks, recovery): function(opts), or
-    with the undeclared arguments (_forward)."""
+def _run(session: nox.Session, function=None, *, show_options: bool = False) -> None:
+    """Parse this session's options (declared in scripts/plumbing/options.py; every value
+    checked before any work) and call its function inside the guard (locks, recovery):
+    function(opts), or function(opts, rest) for a session whose undeclared arguments go
+    through; a probe (function None) is its script, run in the env's Python. A build session
+    prints its effective options first (show_options), as cibuildwheel does."""
     from scripts.env.session_guard import guarded
     from scripts.plumbing import errors
 
+    declared = options.BY_NAME[session.name]
     try:
         if declared.forward:
-            code = _forward(session, declared)
+            code = _forward(session, declared, function)
         else:
             opts = options.parse(declared.name, session.posargs)
-            if "build" in declared.tags:
+            if show_options:
                 session.log(f"options: {option_fields.effective(opts)}")
             with guarded(declared, opts):
-                code = declared.function()(opts)
+                code = function(opts)
     except errors.UserError as error:
         session.error(str(error))
     except OSError as error:  # on the paths we own: permissions, space, read-only mounts
@@ -63,7 +65,7 @@ def _call(session: nox.Session, declared: Session) -> None:
             session.error(f"{declared.name} exited with status {code}")
 
 
-def _forward(session: nox.Session, declared: Session) -> int:
+def _forward(session: nox.Session, declared: options.Session, function) -> int:
     """A session whose undeclared arguments go through: to its function, or for a probe to its
     script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
     from scripts.env import in_env
@@ -76,30 +78,148 @@ def _forward(session: nox.Session, declared: Session) -> int:
     if helps:
         print(options.build_parser(declared.name).format_help())
         if not declared.probe:
-            declared.function()(opts, ["--help"])  # its own part (report: INPUT...)
+            function(opts, ["--help"])  # its own part (report: INPUT...)
         for parser in probe_parsers:
             print(parser.format_help())
         session.skip("help shown")
     with guarded(declared, opts):
         if declared.probe:
             return in_env.run_probe(declared, opts, rest)
-        return declared.function()(opts, rest)
+        return function(opts, rest)
 
 
-def _register(declared: Session) -> None:
-    def run(session: nox.Session) -> None:
-        _call(session, declared)
-
-    run.__doc__ = declared.doc
-    run.__name__ = declared.name
-    nox.session(name=declared.name, python=False, tags=list(declared.tags),
-                default=declared.default)(run)  # fmt: skip
+# Each session: parse its options, call one domain function (imported when it runs, so `nox -l`
+# and a no-op rerun stay fast). Options and what a session changes: scripts/plumbing/options.py.
 
 
-# The sessions and their options are declared once, in scripts/plumbing/options.py (SESSIONS);
-# each imports its function when it runs, so `nox -l` and a no-op rerun stay fast.
-for _declared in options.SESSIONS:
-    _register(_declared)
+@nox.session(python=False, tags=["env"], default=False)
+def lock(session: nox.Session) -> None:
+    """Re-solve environment.yml into conda-lock.yml with py-rattler (channels or --channel)."""
+    from scripts.env import lockfile
+
+    _run(session, lockfile.lock)
+
+
+@nox.session(python=False, tags=["env"], default=False)
+def setup_env(session: nox.Session) -> None:
+    """Create/update the shared env from the lock, add TheRock's ROCm SDK, write variables."""
+    from scripts.env import setup_env
+
+    _run(session, setup_env.setup_env)
+
+
+@nox.session(python=False, tags=["env"])
+def doctor(session: nox.Session) -> None:
+    """One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next step."""
+    from scripts.env import doctor
+
+    _run(session, doctor.doctor)
+
+
+@nox.session(python=False, tags=["env"], default=False)
+def repair(session: nox.Session) -> None:
+    """Finish or roll back an interrupted install into the env's torch (any session does too)."""
+    from scripts.env import repair
+
+    _run(session, repair.repair)
+
+
+@nox.session(python=False, tags=["env"], default=False)
+def matrix(session: nox.Session) -> None:
+    """Arch x AOTriton release: flash by default / experimental flag / community port / none."""
+    from scripts.env import matrix
+
+    _run(session, matrix.matrix)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def update_pins(session: nox.Session) -> None:
+    """Resolve pinned refs to commits, rewrite pins/, report whether patch sets still apply."""
+    from scripts.sources import update_pins
+
+    _run(session, update_pins.update_pins, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def build_aotriton(session: nox.Session) -> None:
+    """Build (or --from-release fetch) AOTriton at its pin; swap it into the env's torch, if any."""
+    from scripts.builds import build_aotriton
+
+    _run(session, build_aotriton.build_aotriton, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def tune_aotriton(session: nox.Session) -> None:
+    """Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, install."""
+    from scripts.builds import tune_aotriton
+
+    _run(session, tune_aotriton.tune_aotriton, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def kernel_check(session: nox.Session) -> None:
+    """Run AOTriton's generator and compile a sample of its real kernels on CPU (no ROCm)."""
+    from scripts.builds import kernel_check
+
+    _run(session, kernel_check.kernel_check, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def build_pytorch(session: nox.Session) -> None:
+    """Build torch, audio, vision and triton wheels through TheRock, resumable by stage."""
+    from scripts.builds import build_pytorch
+
+    _run(session, build_pytorch.build_pytorch, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def install_wheels(session: nox.Session) -> None:
+    """Install the wheels of the last build_pytorch run into the env, then check the backend."""
+    from scripts.sharing import install_wheels
+
+    _run(session, install_wheels.install_wheels, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def publish(session: nox.Session) -> None:
+    """Publish this run's wheels and their manifest to a team index (one index per family)."""
+    from scripts.sharing import publish
+
+    _run(session, publish.publish, show_options=True)
+
+
+@nox.session(python=False, tags=["build"], default=False)
+def build_ck(session: nox.Session) -> None:
+    """Build and install composable_kernel (library only) for this arch into the env."""
+    from scripts.builds import build_ck
+
+    _run(session, build_ck.build_ck, show_options=True)
+
+
+@nox.session(python=False, tags=["check"], default=False)
+def bench(session: nox.Session) -> None:
+    """Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare."""
+    _run(session)  # scripts/probes/bench.py in the env's Python
+
+
+@nox.session(python=False, tags=["check"], default=False)
+def backend_check(session: nox.Session) -> None:
+    """Prove flash attention is compiled in, usable, actually used and correct."""
+    _run(session)  # scripts/probes/backend_check.py in the env's Python
+
+
+@nox.session(python=False, tags=["check"], default=False)
+def validate(session: nox.Session) -> None:
+    """Forward/backward correctness vs an fp32/fp64 reference across head dims and shapes."""
+    _run(session)  # scripts/probes/validate.py (--upstream: upstream_sdpa.py) in the env
+
+
+@nox.session(python=False, tags=["check"], default=False)
+def report(session: nox.Session) -> None:
+    """One self-contained HTML page (and merged JSON) from result sets: INPUT... --baseline."""
+    from scripts.report import page
+
+    _run(session, page.report)
 
 
 def _dev_tool(session: nox.Session, module: str) -> None:

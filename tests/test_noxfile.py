@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.plumbing import options
 from tests.support.project import REPO_ROOT, run_nox
 
 ALL = {
@@ -19,6 +20,14 @@ def test_list_shows_every_session_with_a_docstring() -> None:
     result = run_nox(REPO_ROOT, "-l", "--json", "-s", *sorted(ALL))
     sessions = {s["name"]: s for s in json.loads(result.stdout)}
     assert set(sessions) == ALL
+    # every nox session but tests/lint has its options declared, and nothing else is declared
+    listed = {
+        s["name"]
+        for s in json.loads(
+            run_nox(REPO_ROOT, "-l", "--json", "-s", *options.BY_NAME, "tests", "lint").stdout
+        )
+    }
+    assert listed == {*options.BY_NAME, "tests", "lint"}
     assert all(s["description"] for s in sessions.values())
     assert "build" in sessions["build_pytorch"]["tags"]
     default = {s["name"] for s in json.loads(run_nox(REPO_ROOT, "-l", "--json").stdout)}

@@ -1,5 +1,5 @@
 """Run the probe sessions (bench, backend_check, validate): each is the standalone script its
-declaration names (scripts/probes/<session>.py), run with the env's Python.
+name names (scripts/probes/<session>.py), run with the env's Python.
 
 The scripts depend on torch and the standard library only; this module just gives them the
 shared env's full activation (our variables included, e.g. the AOTriton experimental flag).
@@ -60,9 +60,9 @@ def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
 
 
 def probe_names(declared: Session) -> tuple[str, ...]:
-    """The probe scripts a probe session runs: the module its declaration names
-    (scripts.probes.<name>:main), and for validate upstream_sdpa too (its --upstream)."""
-    own = declared.run.split(":")[0].rsplit(".", 1)[-1]
+    """The probe scripts a probe session runs: scripts/probes/<session name>.py, and for
+    validate upstream_sdpa too (its --upstream)."""
+    own = declared.name
     return (own, UPSTREAM) if "upstream" in declared.options.field_names() else (own,)
 
 

@@ -1,10 +1,10 @@
-"""Every nox session and its options, declared once.
+"""Every nox session's options, declared once.
 
 A session's options are its class below (one opt() field per option; shared options live in a
-base class the sessions inherit); a session is one Session line in SESSIONS. noxfile.py
-registers the sessions from SESSIONS, scripts/env/session_guard.py reads what each one changes,
-and the argparse parser and --help are generated from the classes (scripts/plumbing/
-option_fields.py). Nothing else lists options or sessions.
+base class the sessions inherit); what a session changes is its Session line in SESSIONS.
+noxfile.py holds each session's @nox.session function (docstring, tags, the domain function it
+calls), scripts/env/session_guard.py reads what each one changes, and the argparse parser and
+--help are generated from the classes (scripts/plumbing/option_fields.py).
 
 Adding an option - one field, in the class of the session that reads it (or a base class
 shared by the sessions that read it):
@@ -27,11 +27,11 @@ shared by the sessions that read it):
   becomes `x: X = opt("--x", type=T, **kw)` in the class (drop sessions=, action= and the
   bool/tuple defaults; keep default= for other defaults).
 
-Adding a session - one Session(...) line in SESSIONS below and its function in a module named
-for it: Session("name", "scripts.layer.name:name", NameOptions, BUILD, "One-line doc.",
-changes=(W, E)) - W/E: it changes the work dir / the env (the guard takes their locks); a
-class with dry_run makes it dry-runnable. The function takes the options object; noxfile.py
-and the guard need no edit; add its row to README's session table.
+Adding a session - its @nox.session function in noxfile.py (`_run(session, module.function)`),
+one Session("name", NameOptions, changes=(W, E)) line in SESSIONS below (W/E: it changes the
+work dir / the env; the guard takes their locks; a class with dry_run makes it dry-runnable),
+its function in a module named for it taking the options object, and its row in README's
+session table.
 
 Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so a
 session accepts and drops options declared by other sessions; options nobody declares are an
@@ -46,7 +46,7 @@ from typing import Any
 
 from scripts.plumbing import option_fields
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.option_fields import SessionOptions, like, opt, resolve
+from scripts.plumbing.option_fields import SessionOptions, like, opt
 from scripts.plumbing.paths import WORKDIR_ENV
 from scripts.plumbing.pin_files import PROJECTS
 
@@ -461,33 +461,26 @@ class ReportOptions(ArchOption, IndexOption):
 
 
 class Session:
-    """One nox session. run: "module:function", imported when the session runs (so `nox -l`
-    and a no-op rerun stay fast); the function takes the options object (and, with forward,
-    the arguments that go through to the probe script). A plain class (a dataclass costs every
-    nox run ~2 ms to create)."""
+    """What the guard and the parser need of one nox session (its nox function, docstring and
+    tags are in noxfile.py). A plain class (a dataclass costs every nox run ~2 ms to create)."""
 
     def __init__(
         self,
         name: str,
-        run: str,
         options: type[SessionOptions],
-        tags: tuple[str, ...],
-        doc: str,
         *,
-        default: bool = False,
         changes: tuple[str, ...] = (),  # "workdir": holds its lock; "env": its lock + recovery
         reports_only: bool = False,  # never takes a lock nor recovers (doctor)
         forward: bool = False,  # the arguments it does not declare go through to its function
-        # run is a probe script's main (scripts/probes/<name>.py, torch + stdlib only): it runs
-        # in the env's Python (scripts/env/in_env.py) with the arguments it does not declare
+        # a probe is its script, scripts/probes/<name>.py (torch + stdlib only), run in the
+        # env's Python (scripts/env/in_env.py) with the arguments it does not declare
         probe: bool = False,
     ) -> None:
-        self.name, self.run, self.options, self.tags, self.doc = name, run, options, tags, doc
-        self.default, self.changes, self.reports_only = default, changes, reports_only
-        self.forward, self.probe = forward or probe, probe  # a probe forwards by definition
+        self.name, self.options, self.changes = name, options, changes
+        self.reports_only, self.forward, self.probe = reports_only, forward or probe, probe
 
     def __repr__(self) -> str:
-        return f"Session({self.name!r}, {self.run!r})"
+        return f"Session({self.name!r})"
 
     @property
     def changes_workdir(self) -> bool:
@@ -501,73 +494,28 @@ class Session:
     def dry_runnable(self) -> bool:
         return "dry_run" in self.options.field_names()
 
-    def function(self) -> Any:
-        return resolve(self.run)
 
-
-ENV, BUILD, CHECK = ("env",), ("build",), ("check",)
 W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
-# fmt: off
+# publish holds the work dir: it reads the run's wheels, a build must not replace them
 SESSIONS = (
-    Session("lock", "scripts.env.lockfile:lock", LockOptions, ENV,
-            "Re-solve environment.yml into conda-lock.yml with py-rattler (channels or "
-            "--channel)."),
-    Session("setup_env", "scripts.env.setup_env:setup_env", SetupEnvOptions, ENV,
-            "Create/update the shared env from the lock, add TheRock's ROCm SDK, write "
-            "variables.", changes=(W, E)),
-    Session("doctor", "scripts.env.doctor:doctor", DoctorOptions, ENV,
-            "One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next "
-            "step.", default=True, reports_only=True),
-    Session("repair", "scripts.env.repair:repair", RepairOptions, ENV,
-            "Finish or roll back an interrupted install into the env's torch (any session "
-            "does too).", changes=(E,)),
-    Session("matrix", "scripts.env.matrix:matrix", MatrixOptions, ENV,
-            "Arch x AOTriton release: flash by default / experimental flag / community port / "
-            "none."),
-    Session("update_pins", "scripts.sources.update_pins:update_pins", UpdatePinsOptions, BUILD,
-            "Resolve pinned refs to commits, rewrite pins/, report whether patch sets still "
-            "apply.", changes=(W,)),
-    Session("build_aotriton", "scripts.builds.build_aotriton:build_aotriton",
-            BuildAotritonOptions, BUILD,
-            "Build (or --from-release fetch) AOTriton at its pin; swap it into the env's torch, "
-            "if any.", changes=(W, E)),
-    Session("tune_aotriton", "scripts.builds.tune_aotriton:tune_aotriton", TuneAotritonOptions,
-            BUILD,
-            "Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, "
-            "install.", changes=(W, E)),
-    Session("kernel_check", "scripts.builds.kernel_check:kernel_check", KernelCheckOptions,
-            BUILD,
-            "Run AOTriton's generator and compile a sample of its real kernels on CPU (no "
-            "ROCm).", changes=(W,)),
-    Session("build_pytorch", "scripts.builds.build_pytorch:build_pytorch", BuildPytorchOptions,
-            BUILD,
-            "Build torch, audio, vision and triton wheels through TheRock, resumable by stage.",
-            changes=(W,)),
-    Session("install_wheels", "scripts.sharing.install_wheels:install_wheels",
-            InstallWheelsOptions, BUILD,
-            "Install the wheels of the last build_pytorch run into the env, then check the "
-            "backend.", changes=(W, E)),
-    # publish holds the work dir: it reads the run's wheels, a build must not replace them
-    Session("publish", "scripts.sharing.publish:publish", PublishOptions, BUILD,
-            "Publish this run's wheels and their manifest to a team index (one index per "
-            "family).", changes=(W,)),
-    Session("build_ck", "scripts.builds.build_ck:build_ck", BuildCkOptions, BUILD,
-            "Build and install composable_kernel (library only) for this arch into the env.",
-            changes=(W, E)),
-    Session("bench", "scripts.probes.bench:main", BenchOptions, CHECK,
-            "Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare.",
-            probe=True),
-    Session("backend_check", "scripts.probes.backend_check:main", BackendCheckOptions, CHECK,
-            "Prove flash attention is compiled in, usable, actually used and correct.",
-            probe=True),
-    Session("validate", "scripts.probes.validate:main", ValidateOptions, CHECK,
-            "Forward/backward correctness vs an fp32/fp64 reference across head dims and "
-            "shapes.", probe=True),
-    Session("report", "scripts.report.page:report", ReportOptions, CHECK,
-            "One self-contained HTML page (and merged JSON) from result sets: INPUT... "
-            "--baseline.", reports_only=True, forward=True),
+    Session("lock", LockOptions),
+    Session("setup_env", SetupEnvOptions, changes=(W, E)),
+    Session("doctor", DoctorOptions, reports_only=True),
+    Session("repair", RepairOptions, changes=(E,)),
+    Session("matrix", MatrixOptions),
+    Session("update_pins", UpdatePinsOptions, changes=(W,)),
+    Session("build_aotriton", BuildAotritonOptions, changes=(W, E)),
+    Session("tune_aotriton", TuneAotritonOptions, changes=(W, E)),
+    Session("kernel_check", KernelCheckOptions, changes=(W,)),
+    Session("build_pytorch", BuildPytorchOptions, changes=(W,)),
+    Session("install_wheels", InstallWheelsOptions, changes=(W, E)),
+    Session("publish", PublishOptions, changes=(W,)),
+    Session("build_ck", BuildCkOptions, changes=(W, E)),
+    Session("bench", BenchOptions, probe=True),
+    Session("backend_check", BackendCheckOptions, probe=True),
+    Session("validate", ValidateOptions, probe=True),
+    Session("report", ReportOptions, reports_only=True, forward=True),
 )
-# fmt: on
 BY_NAME = {s.name: s for s in SESSIONS}
 
 
