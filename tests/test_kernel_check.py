@@ -451,14 +451,14 @@ def test_store_form_s3_round_trip_and_read_only(tmp_path: Path, monkeypatch) -> 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     blob = kernel_store.pack(b"\x7fELF code", b'{"compile_status": "Complete"}')
-    with shared_cache.s3_server("ci") as endpoint:
-        cache = f"s3://ci/team?endpoint={endpoint}"
+    with shared_cache.s3_server("ci-kernels") as endpoint:
+        cache = f"s3://ci-kernels/team?endpoint={endpoint}"
         lines: list[str] = []
         writer = kernel_store.open_store(cache, tmp_path / "a", "gfx1151", say=lines.append)
         assert writer is not None and isinstance(writer.shared, kernel_store.S3Backend), lines
         writer.put("ab" * 32, blob)
         assert writer.shared.store.exists(f"{'ab' * 32}.kernel")
-        assert writer.shared.store.target("x") == "s3://ci/team/rocmfa-kernels/gfx1151/x"
+        assert writer.shared.store.target("x") == "s3://ci-kernels/team/rocmfa-kernels/gfx1151/x"
         reader = kernel_store.open_store(cache, tmp_path / "b", "gfx1151", say=lines.append)
         assert reader is not None and reader.get("ab" * 32) == blob
         assert reader.get("cd" * 32) is None and lines == []
