@@ -22,7 +22,7 @@ nox.options.error_on_external_run = False
 # nox sets the root logger to DEBUG: every library's debug and info records (botocore's: hundreds
 # per s3:// call) would reach the user. Only nox's own and warnings go through.
 for _handler in logging.getLogger().handlers:
-    _handler.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.startswith("nox"))
+    _handler.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.split(".")[0] == "nox")
 # nox looks for uv even with venv backend "none"; sessions here never use it.
 logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 # `nox -s build_aotriton build_pytorch`: a failed session stops the chain (README).

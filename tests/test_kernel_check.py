@@ -376,6 +376,27 @@ def test_shared_store_serves_a_second_machine_and_read_only_writes_nothing(
         assert store.shared.client.dbsize() == stored
 
 
+def test_redis_credentials_come_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    """SCCACHE_REDIS_PASSWORD reaches redis-py (a server with requirepass); without it, one
+    warning line and local compiles."""
+    from tests.support.shared_cache import REDIS, redis_server
+
+    if REDIS is None:
+        pytest.skip("redis-server not installed")
+    blob = kernel_store.pack(b"\x7fELF code", b"{}")
+    with redis_server(tmp_path / "redis", "--requirepass", "s3cr3t") as url:
+        lines: list[str] = []
+        store = kernel_store.open_store(url, tmp_path / "a", "gfx1151", say=lines.append)
+        assert store is not None and store.get("ab" * 32) is None and store.shared is None
+        assert len(lines) == 1 and "compiling locally" in lines[0] and "s3cr3t" not in lines[0]
+        monkeypatch.setenv("SCCACHE_REDIS_PASSWORD", "s3cr3t")
+        store = kernel_store.open_store(url, tmp_path / "b", "gfx1151", say=lines.append)
+        assert store is not None and store.shared is not None
+        store.put("ab" * 32, blob)
+        again = kernel_store.open_store(url + "/0", tmp_path / "c", "gfx1151", say=lines.append)
+        assert again is not None and again.get("ab" * 32) == blob and len(lines) == 1
+
+
 @pytest.mark.skipif(
     not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kc.PYTHON_ENV),
     reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "

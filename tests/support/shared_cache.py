@@ -45,14 +45,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server(tmp: Path) -> Iterator[str]:
-    """redis-server on 127.0.0.1:<free port>, data in tmp, no persistence; yields its URL."""
+def redis_server(tmp: Path, *options: str) -> Iterator[str]:
+    """redis-server on 127.0.0.1:<free port>, data in tmp, no persistence, more options (such
+    as --requirepass PW); yields its URL."""
     if REDIS is None:
         raise RuntimeError("redis-server not installed")
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     argv = [REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp)]
-    argv += ["--save", "", "--appendonly", "no", "--protected-mode", "yes"]
+    argv += ["--save", "", "--appendonly", "no", "--protected-mode", "yes", *options]
     with _serving(argv, port, "redis-server", f"redis://127.0.0.1:{port}") as url:
         yield url
 
