@@ -19,8 +19,10 @@ import nox
 nox.needs_version = ">=2026.8.10"
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
-# nox logs at debug level; our fetches (requests) say what they fetch themselves.
-logging.getLogger("urllib3").setLevel(logging.WARNING)
+# nox sets the root logger to DEBUG: every library's debug and info records (botocore's: hundreds
+# per s3:// call) would reach the user. Only nox's own and warnings go through.
+for _handler in logging.getLogger().handlers:
+    _handler.addFilter(lambda r: r.levelno >= logging.WARNING or r.name.split(".")[0] == "nox")
 # nox looks for uv even with venv backend "none"; sessions here never use it.
 logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 # `nox -s build_aotriton build_pytorch`: a failed session stops the chain (README).

@@ -367,13 +367,34 @@ def test_shared_store_serves_a_second_machine_and_read_only_writes_nothing(
         assert all(f["from_store"] == f["sampled"] for f in got["families"].values())
         store = kernel_store.open_store(url, tmp_path / "m4", "gfx1151", say=print)
         assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
-        stored = int(store.shared._call("DBSIZE") or 0)
+        stored = store.shared.client.dbsize()
         assert stored == gen.combos()
         # read_only=1: a third machine compiles the one job that is not there, writes nothing
         kc.kernel_check(check(third, "--cache", url + "?read_only=1", "--sample", "8"))
         got = json.loads((third / build / kc.SUMMARY).read_text())
         assert sum(f["compiled"] for f in got["families"].values()) == 1
-        assert int(store.shared._call("DBSIZE") or 0) == stored
+        assert store.shared.client.dbsize() == stored
+
+
+def test_redis_credentials_come_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    """SCCACHE_REDIS_PASSWORD reaches redis-py (a server with requirepass); without it, one
+    warning line and local compiles."""
+    from tests.support.shared_cache import REDIS, redis_server
+
+    if REDIS is None:
+        pytest.skip("redis-server not installed")
+    blob = kernel_store.pack(b"\x7fELF code", b"{}")
+    with redis_server(tmp_path / "redis", "--requirepass", "s3cr3t") as url:
+        lines: list[str] = []
+        store = kernel_store.open_store(url, tmp_path / "a", "gfx1151", say=lines.append)
+        assert store is not None and store.get("ab" * 32) is None and store.shared is None
+        assert len(lines) == 1 and "compiling locally" in lines[0] and "s3cr3t" not in lines[0]
+        monkeypatch.setenv("SCCACHE_REDIS_PASSWORD", "s3cr3t")
+        store = kernel_store.open_store(url, tmp_path / "b", "gfx1151", say=lines.append)
+        assert store is not None and store.shared is not None
+        store.put("ab" * 32, blob)
+        again = kernel_store.open_store(url + "/0", tmp_path / "c", "gfx1151", say=lines.append)
+        assert again is not None and again.get("ab" * 32) == blob and len(lines) == 1
 
 
 @pytest.mark.skipif(
@@ -441,28 +462,33 @@ def test_build_aotriton_checks_kernels_before_cmake(
     assert "-G Ninja" not in capsys.readouterr().out
 
 
-def test_store_form_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
-    """WebDAV and S3 go through the team index's stores (scripts.plumbing.team_index; S3 is
-    exercised against moto by tests/test_publish.py); here a real WsgiDAV server."""
+def test_store_form_s3_round_trip_and_read_only(tmp_path: Path, monkeypatch) -> None:
+    """S3 goes through the team index's store (scripts.plumbing.team_index): moto's real S3
+    server. A WebDAV --cache is sccache's alone: the kernels stay in the local directory."""
     from tests.support import shared_cache
 
-    if shared_cache.WSGIDAV is None:
-        pytest.skip("wsgidav not installed")
+    if shared_cache.MOTO is None:
+        pytest.skip("moto_server not installed (pip install 'moto[server]')")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     blob = kernel_store.pack(b"\x7fELF code", b'{"compile_status": "Complete"}')
-    with shared_cache.webdav_server(tmp_path / "dav") as url:
-        cache = url.rstrip("/") + "/team"
+    with shared_cache.s3_server("ci-kernels") as endpoint:
+        cache = f"s3://ci-kernels/team?endpoint={endpoint}"
         lines: list[str] = []
         writer = kernel_store.open_store(cache, tmp_path / "a", "gfx1151", say=lines.append)
-        assert writer is not None and writer.shared is not None, lines
+        assert writer is not None and isinstance(writer.shared, kernel_store.S3Backend), lines
         writer.put("ab" * 32, blob)
-        assert (tmp_path / "dav" / "team" / "rocmfa-kernels" / "gfx1151" / "kernels").is_dir()
+        assert writer.shared.store.exists(f"{'ab' * 32}.kernel")
+        assert writer.shared.store.target("x") == "s3://ci-kernels/team/rocmfa-kernels/gfx1151/x"
         reader = kernel_store.open_store(cache, tmp_path / "b", "gfx1151", say=lines.append)
         assert reader is not None and reader.get("ab" * 32) == blob
         assert reader.get("cd" * 32) is None and lines == []
-        ro = kernel_store.open_store(cache + "?read_only=1", tmp_path / "c", "gfx1151", say=print)
+        ro = kernel_store.open_store(cache + "&read_only=1", tmp_path / "c", "gfx1151", say=print)
         assert ro is not None and ro.read_only
         ro.put("ef" * 32, blob)
         assert reader.get("ef" * 32) is None
+    dav = kernel_store.open_store("http://127.0.0.1:1/dav", tmp_path / "d", "gfx1151", say=print)
+    assert dav is not None and dav.shared is None and dav.local is not None
 
 
 @pytest.mark.slow

@@ -146,6 +146,8 @@ def test_unreachable_scheduler_is_one_line_before_any_work(tmp_path: Path) -> No
 def test_workers_need_a_shared_writable_store() -> None:
     with pytest.raises(UserError, match="needs a shared --cache"):
         kernel_cluster.require("tcp://127.0.0.1:8786", None, dry_run=True)
+    with pytest.raises(UserError, match=r"needs a shared --cache \(redis://, s3://\)"):
+        kernel_cluster.require("tcp://h:1", "https://dav.lab/cache", dry_run=True)  # sccache's
     with pytest.raises(UserError, match="read_only=1"):
         kernel_cluster.require("tcp://h:1", "redis://h:1?read_only=1", dry_run=True)
     with pytest.raises(UserError, match="tcp://HOST:PORT"):

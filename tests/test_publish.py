@@ -1,10 +1,11 @@
 """publish + install_wheels --index: a wheel set built by the stand-in TheRock goes to real
-indexes on loopback (pypiserver via twine, a directory tree, WsgiDAV, moto's S3) and a second
+indexes on loopback (pypiserver via twine, a directory tree, moto's S3) and a second
 machine (its own env prefix and work dir) installs it with real pip and --require-hashes."""
 
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import re
 import shutil
@@ -13,6 +14,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -26,11 +28,13 @@ from tests.support import aotriton_standins as st
 from tests.support import shared_cache
 from tests.support import team_index as servers
 from tests.support import therock_standin as standin
+from tests.support.loopback import serving
 from tests.support.wheels import installed
 
 ROCM = "7.15.0a20260630"
 PYTAG = "cp{}{}".format(*sys.version_info[:2])
 SECRET = "s3cr3t-never-printed"
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -73,8 +77,6 @@ def env(monkeypatch, upstreams, tmp_path):
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
     monkeypatch.setenv("TWINE_USERNAME", "builder")
     monkeypatch.setenv("TWINE_PASSWORD", SECRET)
-    monkeypatch.setenv("ROCMFA_INDEX_USERNAME", "builder")
-    monkeypatch.setenv("ROCMFA_INDEX_PASSWORD", SECRET)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.delenv("ROCMFA_ARCH", raising=False)
@@ -193,19 +195,6 @@ def test_directory_tree_dry_run_publish_and_install(builder, second, env, tmp_pa
     install_and_check(second, str(tree), capfd)
 
 
-def test_webdav_tree(builder, second, env, tmp_path, capfd):
-    if shared_cache.WSGIDAV is None:
-        pytest.skip("wsgidav not installed (pip install wsgidav cheroot)")
-    with shared_cache.webdav_server(tmp_path / "dav") as url:
-        publish(builder, url + "wheels")
-        out = capfd.readouterr().out
-        assert SECRET not in out
-        assert len(list((tmp_path / "dav" / "wheels" / "v2" / "gfx1151").rglob("*.whl"))) == 4
-        publish(builder, url + "wheels")
-        assert "nothing to do" in capfd.readouterr().out
-        install_and_check(second, url + "wheels", capfd)
-
-
 def test_s3_tree(builder, second, env, tmp_path, capfd):
     if shared_cache.MOTO is None:
         pytest.skip("moto_server not installed (pip install 'moto[server]')")
@@ -225,8 +214,61 @@ def test_s3_tree(builder, second, env, tmp_path, capfd):
 def test_unreachable_index_is_one_line(second, env):
     port = shared_cache.free_port()
     with pytest.raises(UserError, match=rf"index 127.0.0.1:{port} unreachable") as e:
-        install(second, f"http://127.0.0.1:{port}/wheels")
+        install(second, f"pypi+http://127.0.0.1:{port}/wheels")
     assert "\n" not in str(e.value)
+
+
+class _NotFoundHandler(http.server.BaseHTTPRequestHandler):
+    """Answers 404 to everything (a wrong endpoint, a proxy without the bucket)."""
+
+    seen: ClassVar[list[str]] = []
+    body = b""
+
+    def _answer(self) -> None:
+        self.seen.append(self.command)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.body
+        self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("body", [b"", b"<html><body>404 Not Found</body></html>"])
+def test_s3_endpoint_answering_404_fails_naming_it(builder, env, capfd, monkeypatch, body):
+    """An S3 store is never a success by a 404: publish stops in one line naming the endpoint,
+    with nothing uploaded and nothing reported as uploaded."""
+    monkeypatch.setattr(_NotFoundHandler, "body", body)
+    monkeypatch.setattr(_NotFoundHandler, "seen", [])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFoundHandler)
+    with serving(server) as endpoint, pytest.raises(UserError) as e:
+        publish(builder, f"s3://team/wheels?endpoint={endpoint}")
+    message = str(e.value)
+    assert "\n" not in message and endpoint in message and "404" in message
+    assert "PUT" not in _NotFoundHandler.seen and _NotFoundHandler.seen
+    assert "published" not in capfd.readouterr().out
+
+
+def test_s3_publish_through_nox_prints_no_library_logging(builder, env, tmp_path):
+    """nox sets the root logger to DEBUG; botocore would log hundreds of lines per call."""
+    if shared_cache.MOTO is None:
+        pytest.skip("moto_server not installed (pip install 'moto[server]')")
+    with shared_cache.s3_server("team") as endpoint:
+        argv = [sys.executable, "-m", "nox", "-s", "publish", "--"]
+        argv += builder.args("--index", f"s3://team/wheels?endpoint={endpoint}")
+        done = subprocess.run(
+            argv, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "published wheel set" in out, out
+    assert "DEBUG" not in out and "botocore" not in out and "urllib3" not in out, out
+    assert len(out.splitlines()) < 40, out
 
 
 def test_tampered_wheel_is_refused_by_pip(builder, second, env, tmp_path, capfd):
@@ -436,7 +478,6 @@ def test_mismatch_names_the_field(field, value, message):
     ("value", "kind", "root"),
     [
         ("/srv/idx", "dir", "/srv/idx/v2/gfx1151"),
-        ("https://dav.lab/wheels/", "webdav", "https://dav.lab/wheels/v2/gfx1151"),
         ("pypi+http://pypi.lab:8080/{family}", "upload", "http://pypi.lab:8080/gfx1151"),
         ("s3://team/wheels?endpoint=http://s3.lab:9000", "s3", "wheels/v2/gfx1151"),
     ],
@@ -444,6 +485,13 @@ def test_mismatch_names_the_field(field, value, message):
 def test_index_url_forms(value, kind, root):
     spec = team_index.parse_index(value)
     assert spec.kind == kind and spec.family_root("gfx1151") == root
+
+
+def test_webdav_index_is_refused_naming_the_supported_forms():
+    with pytest.raises(UserError, match="WebDAV indexes are not supported") as e:
+        team_index.parse_index("https://dav.lab/wheels")
+    assert "s3://BUCKET/PREFIX" in str(e.value) and "pypi+http(s)://" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_credentials_in_index_url_are_refused():

@@ -15,7 +15,6 @@ import platform
 import re
 import shutil
 import tarfile
-import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -141,9 +140,12 @@ def download(
     attempts: int = 5,
     timeout: float = 60.0,
 ) -> Path:
-    """url -> dest, verified. A finished file with the right sum is reused; an interrupted
-    download continues from <dest>.part with a Range request."""
+    """url -> dest, verified. A finished file with the right sum is reused. urllib3's Retry
+    retries a refused connection and 429/5xx answers; a body cut off midway continues from
+    <dest>.part with a Range request."""
     import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util import Retry
 
     if dest.is_file() and stamps.file_sha256(dest) == sha256:
         runner.say(f"cached: {dest}")
@@ -153,43 +155,37 @@ def download(
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    last = ""
-    for attempt in range(attempts):
+    retry = Retry(attempts, backoff_factor=0.2, status_forcelist=(429, 500, 502, 503, 504))
+    session = requests.Session()
+    session.mount(url, HTTPAdapter(max_retries=retry.new(raise_on_status=False)))
+    for _ in range(attempts):
         have = part.stat().st_size if part.exists() else 0
-        headers = {"Range": f"bytes={have}-"} if have else {}
         runner.say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
+        headers = {"Range": f"bytes={have}-"} if have else {}
         try:
-            with requests.get(url, headers=headers, stream=True, timeout=(10, timeout)) as r:
-                if r.status_code == 416 and have:
-                    break  # nothing left to send: the part is complete
-                if r.status_code == 404:
-                    raise UserError(f"{url}: not found (HTTP 404)")
-                if r.status_code not in (200, 206):
-                    last = f"HTTP {r.status_code}"
-                    if r.status_code < 500 and r.status_code != 429:
-                        break
-                    raise requests.ConnectionError(last)
-                mode = "ab" if r.status_code == 206 else "wb"
-                total = _expected_total(r, have)
-                with open(part, mode) as f:
-                    for chunk in r.iter_content(1 << 16):
-                        f.write(chunk)
-            size = part.stat().st_size
-            if total is None or size >= total:
-                break
-            last = f"connection closed at {size} of {total} bytes"
+            response = session.get(url, headers=headers, stream=True, timeout=(10, timeout))
         except requests.RequestException as e:
-            last = f"{type(e).__name__}: interrupted"
-        got = part.stat().st_size if part.exists() else 0
-        runner.say(f"download interrupted ({last}) at {got} bytes; retrying")
-        time.sleep(min(0.2 * 2**attempt, 5.0))
+            why = type(e).__name__
+            raise UserError(f"cannot download {url}: {why}; {_unreachable(url)}") from None
+        with response:
+            if response.status_code == 416 and have:
+                break  # nothing left to send: the part is complete
+            if response.status_code not in (200, 206):
+                raise UserError(
+                    f"cannot download {url}: HTTP {response.status_code} {response.reason}"
+                )
+            try:
+                with open(part, "ab" if response.status_code == 206 else "wb") as f:
+                    for chunk in response.iter_content(1 << 16):
+                        f.write(chunk)
+                break
+            except requests.RequestException as e:
+                got = part.stat().st_size if part.exists() else 0
+                runner.say(f"download interrupted ({type(e).__name__}) at {got} bytes; retrying")
     else:
         raise UserError(
-            f"cannot download {url}: {last} (after {attempts} tries; resumable); "
-            f"{_unreachable(url)}"
+            f"cannot download {url}: interrupted {attempts} times (resumable); {_unreachable(url)}"
         )
-    if not part.exists():
-        raise UserError(f"cannot download {url}: {last or 'no data'}; {_unreachable(url)}")
     actual = stamps.file_sha256(part)
     if actual != sha256:
         part.unlink()  # our own partial download; a retry starts clean
@@ -203,15 +199,6 @@ def download(
 def _unreachable(url: str) -> str:
     host = urllib.parse.urlsplit(url).netloc or url
     return f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
-
-
-def _expected_total(response: Any, have: int) -> int | None:
-    content_range = response.headers.get("Content-Range", "")
-    if response.status_code == 206 and "/" in content_range:
-        tail = content_range.rsplit("/", 1)[1]
-        return int(tail) if tail.isdigit() else None
-    length = response.headers.get("Content-Length")
-    return int(length) if length and length.isdigit() else None
 
 
 def extract(archive: Path, target: Path) -> Path:

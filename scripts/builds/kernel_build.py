@@ -12,7 +12,7 @@ How, without patching AOTriton (ROCm/aotriton 6e00ef3e, read for this):
    Ninja runs every custom command through kernel_launcher.py (stdlib only, os + sys).
 2. After configure, before ninja (stage): the keys of every job of Bare.compile
    (kernel_jobs.KeyContext, the same key kernel_check and --workers use), the whole set looked
-   up at once (redis: MGET of 500 keys a round trip; WebDAV/S3: 8 requests in flight; entries
+   up at once (redis: MGET of 500 keys a round trip; S3: 8 requests in flight; entries
    copied into the local directory layer, digest-checked; a damaged entry is reported and
    left to compile), and every hit put at its -o path with a marker; the launcher then exits
    0 for those jobs at once.

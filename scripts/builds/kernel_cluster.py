@@ -14,8 +14,8 @@ worker (Client.scatter(broadcast=True)); a worker looks the job's key up in the 
 and otherwise compiles with its own Triton (the version recorded in pins/kernel_compiler.toml;
 $ROCMFA_KERNEL_PYTHON on the worker names another interpreter) and writes the entry with one
 PUT/SET of the whole, digest-checked object, so a worker killed mid-job leaves nothing partial:
-the engine retries the task elsewhere. The store must therefore be shared (redis://, WebDAV,
-S3): a local directory would stay on the worker. Workers need this repository importable
+the engine retries the task elsewhere. The store must therefore be shared (redis:// or
+s3://): a local directory would stay on the worker. Workers need this repository importable
 (`pip install -e '.[cluster]'` on each machine, or PYTHONPATH).
 """
 
@@ -47,9 +47,9 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
-    if spec is None or not spec.remote:
+    if spec is None or spec.backend not in ("redis", "s3"):
         raise UserError(
-            "--workers needs a shared --cache (redis://, http(s)://, s3://): the workers "
+            "--workers needs a shared --cache (redis://, s3://): the workers "
             "compile into it and this build reads every kernel from it"
         )
     if spec.read_only:

@@ -11,10 +11,9 @@ Triton's cache is consulted inside compile.py, after Python has started and impo
 Stores, from the --cache value (compile_cache.parse_cache's forms):
   none                   no store
   (not given), ccache,   a directory under the work dir (<work>/.cache/aotriton-kernels)
-  sccache
-  redis://HOST:PORT[/db] Redis (credentials: SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD)
-  http(s)://HOST/PATH    WebDAV (ROCMFA_INDEX_USERNAME/_PASSWORD or ROCMFA_INDEX_TOKEN)
-  s3://BUCKET/PREFIX     S3 (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
+  sccache, http(s)://    (WebDAV is sccache's own backend; the kernels stay in the directory)
+  redis://HOST:PORT[/db] Redis through redis-py (SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD)
+  s3://BUCKET/PREFIX     S3 through boto3 (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
 A shared store is layered over the local directory; ?read_only=1 never writes to it. An entry
 is one object: a header with the sha256 and length of the code object and of its metadata,
 then both; an entry that does not match (damaged, truncated) is recompiled, never installed.
@@ -26,12 +25,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +42,6 @@ LOCAL_DIR = "aotriton-kernels"
 
 class Damaged(ValueError):
     """A store entry whose digests or lengths do not match."""
-
-
-class StoreDown(Exception):
-    """The shared store stopped answering."""
 
 
 def pack(hsaco: bytes, meta: bytes) -> bytes:
@@ -111,95 +103,42 @@ class DirBackend:
 
 
 class RedisBackend:
-    """GET / SET of one key over RESP (Redis's wire protocol), one connection."""
+    """GET / SET / MGET through redis-py (its connection pool serves the compile threads)."""
 
     def __init__(self, endpoint: str, db: str | None, prefix: str) -> None:
-        parts = urllib.parse.urlsplit(endpoint)
-        self.tls = parts.scheme == "rediss"
-        self.address = (parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.db, self.prefix = db, prefix
-        self.sock: socket.socket | None = None
-        self.reader = None
-        self.lock = threading.Lock()  # one connection, several compile threads
+        import redis
+
+        self.prefix = prefix
+        self.client = redis.Redis.from_url(
+            endpoint,
+            db=int(db or 0),
+            username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
+            password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
+            socket_timeout=compile_cache.PROBE_TIMEOUT_S * 10,
+        )
 
     def describe(self) -> str:
-        host, port = self.address
-        return f"redis {host}:{port}"
-
-    def _connect(self) -> None:
-        sock = socket.create_connection(self.address, timeout=compile_cache.PROBE_TIMEOUT_S * 10)
-        if self.tls:
-            import ssl
-
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.address[0])
-        self.sock, self.reader = sock, sock.makefile("rb")
-        user = os.environ.get("SCCACHE_REDIS_USERNAME")
-        password = os.environ.get("SCCACHE_REDIS_PASSWORD")
-        if password:
-            self._exchange(*(["AUTH", user] if user else ["AUTH"]), password)
-        if self.db:
-            self._exchange("SELECT", self.db)
-
-    def _call(self, *args: str | bytes) -> bytes | None:
-        with self.lock:
-            return self._exchange(*args)
-
-    def _exchange(self, *args: str | bytes) -> bytes | None:
-        self._send(*args)
-        return self._reply()
-
-    def _send(self, *args: str | bytes) -> None:
-        if self.sock is None:
-            self._connect()
-        assert self.sock is not None
-        out = [b"*%d\r\n" % len(args)]
-        for arg in args:
-            raw = arg if isinstance(arg, bytes) else arg.encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-        self.sock.sendall(b"".join(out))
-
-    def _reply(self, array: bool = False) -> bytes | None:
-        """One reply; array: the header of an array reply (its length), its items follow."""
-        assert self.reader is not None
-        line = self.reader.readline()
-        kind, rest = line[:1], line[1:].rstrip(b"\r\n")
-        if kind == b"-":
-            raise StoreDown(f"redis: {rest.decode(errors='replace')}")
-        if kind == b"$" and not array:
-            size = int(rest)
-            return None if size < 0 else self.reader.read(size + 2)[:size]
-        if kind in (b"+", b":") or (kind == b"*" and array):
-            return rest
-        raise StoreDown("redis: connection closed")
+        kwargs = self.client.connection_pool.connection_kwargs
+        return f"redis {kwargs.get('host')}:{kwargs.get('port')}"
 
     def get(self, key: str) -> bytes | None:
-        return self._call("GET", f"{self.prefix}/{key}")
+        return self.client.get(f"{self.prefix}/{key}")
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         """One MGET: one round trip for a batch of keys (kernel_build's staging)."""
-        with self.lock:
-            self._send("MGET", *(f"{self.prefix}/{key}" for key in keys))
-            if self._reply(array=True) != str(len(keys)).encode():
-                raise StoreDown("redis: MGET answered another number of values")
-            return [self._reply() for _ in keys]
+        return self.client.mget([f"{self.prefix}/{key}" for key in keys])
 
     def put(self, key: str, data: bytes) -> None:
-        self._call("SET", f"{self.prefix}/{key}", data)
+        self.client.set(f"{self.prefix}/{key}", data)
 
 
-class TreeBackend:
-    """WebDAV and S3 through the team index's stores (scripts.plumbing.team_index)."""
+class S3Backend:
+    """S3 through the team index's store (scripts.plumbing.team_index)."""
 
     def __init__(self, spec: compile_cache.CacheSpec, root: str) -> None:
         from scripts.plumbing import team_index
 
-        if spec.backend == "s3":
-            index = team_index.IndexSpec(
-                "s3", str(spec.bucket), f"{root}/{{family}}", spec.endpoint, spec.region
-            )
-        else:
-            index = team_index.IndexSpec("webdav", f"{spec.endpoint}/{root}/{{family}}")
-        self.store = team_index.tree_store(index, "kernels")
+        self.store = team_index.S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
         self.what = spec.describe().replace("sccache on ", "")
 
     def describe(self) -> str:
@@ -212,7 +151,7 @@ class TreeBackend:
         self.store.put_bytes(f"{key}.kernel", data, "application/octet-stream")
 
 
-Backend = DirBackend | RedisBackend | TreeBackend
+Backend = DirBackend | RedisBackend | S3Backend
 
 # --- the store a session uses ----------------------------------------------------------------
 
@@ -315,6 +254,12 @@ def open_store(
     store = KernelStore(local, say=say)
     if spec is None or not spec.remote:
         return store
+    if spec.backend == "webdav":
+        say(
+            f"kernel store: {local.root} (WebDAV is sccache's alone; redis:// and s3:// also "
+            "share AOTriton's kernels)"
+        )
+        return store
     root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
     if dry_run:
         say(f"[dry-run] kernel store: would use {spec.describe()} under {root}/ over {local.root}")
@@ -326,7 +271,7 @@ def open_store(
     if spec.backend == "redis":
         store.shared = RedisBackend(str(spec.endpoint), spec.redis_db, root)
     else:
-        store.shared = TreeBackend(spec, root)
+        store.shared = S3Backend(spec, root)
     store.read_only = spec.read_only
     return store
 

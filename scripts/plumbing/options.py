@@ -168,7 +168,7 @@ class IndexOption(SessionOptions):
         metavar="URL",
         help="team wheel index (publish writes this run's wheels and manifest to it, "
         "install_wheels installs a wheel set from it, report reads its manifests' report "
-        "summaries): DIR, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL, "
+        "summaries): DIR (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL, "
         "pypi+http(s)://HOST (upload API: pypiserver, devpi); one index per family: "
         "URL/v2/<family>/, or {family} in URL; credentials only from the environment",
     )
@@ -193,7 +193,8 @@ class CompileFields(SessionOptions):
         type="scripts.builds.compile_cache:parse_cache",
         metavar="KIND|URL",
         help="compile cache: none, ccache, sccache (local), or a shared sccache at "
-        "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV), s3://BUCKET/PREFIX?endpoint=URL; "
+        "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV: compiles only; AOTriton's kernels "
+        "stay local), s3://BUCKET/PREFIX?endpoint=URL; "
         "add ?read_only=1 to only read; credentials only from the environment",
     )
     discard_local_edits: bool = opt(

@@ -1,6 +1,6 @@
 """Measure publish and install_wheels --index wall times for the stand-in wheel set (torch,
 triton, torchaudio from the stand-in TheRock) on each index form, on loopback: pypiserver
-(twine upload), a directory tree, WsgiDAV (WebDAV) and moto (S3). A builder env builds the set
+(twine upload), a directory tree and moto (S3). A builder env builds the set
 once; per round and index form: publish to an empty index, publish again (nothing new), install
 on a second env (pip --require-hashes, backend check skipped: it measures torch, not us), and
 install again (stamp current: no pip). Prints each round and the medians.
@@ -27,7 +27,7 @@ from scripts.sharing import install_wheels, publish
 from tests.support import pep503, shared_cache, standin_rocm, therock_standin
 from tests.support import team_index as servers
 
-FORMS = ("pypiserver", "dir", "webdav", "s3")
+FORMS = ("pypiserver", "dir", "s3")
 
 
 @contextlib.contextmanager
@@ -37,9 +37,6 @@ def index_for(form: str, root: Path) -> Iterator[str]:
             yield f"pypi+{base}"
     elif form == "dir":
         yield str(root / "tree")
-    elif form == "webdav":
-        with shared_cache.webdav_server(root / "dav") as url:
-            yield url + "wheels"
     else:
         with shared_cache.s3_server("team") as endpoint:
             yield f"s3://team/wheels?endpoint={endpoint}"

@@ -1,4 +1,5 @@
-"""A real redis-server on loopback and a stand-in C++ CMake project built through --cache.
+"""Real cache servers on loopback (redis-server, WsgiDAV, moto's S3) and a stand-in C++ CMake
+project built through --cache.
 
 Used by tests/test_compile_cache_servers.py and tests/perf/bench_shared_cache.py: two "machines"
 (separate work dirs, so separate source trees, build dirs, SCCACHE_DIR and sccache server
@@ -15,12 +16,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from scripts.builds import compile_cache
 from scripts.plumbing.commands import Runner
@@ -43,14 +45,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server(tmp: Path) -> Iterator[str]:
-    """redis-server on 127.0.0.1:<free port>, data in tmp, no persistence; yields its URL."""
+def redis_server(tmp: Path, *options: str) -> Iterator[str]:
+    """redis-server on 127.0.0.1:<free port>, data in tmp, no persistence, more options (such
+    as --requirepass PW); yields its URL."""
     if REDIS is None:
         raise RuntimeError("redis-server not installed")
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     argv = [REDIS, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp)]
-    argv += ["--save", "", "--appendonly", "no", "--protected-mode", "yes"]
+    argv += ["--save", "", "--appendonly", "no", "--protected-mode", "yes", *options]
     with _serving(argv, port, "redis-server", f"redis://127.0.0.1:{port}") as url:
         yield url
 
@@ -87,7 +90,8 @@ def _serving(argv: list[str], port: int, what: str, url: str) -> Iterator[str]:
 
 @contextmanager
 def webdav_server(root: Path) -> Iterator[str]:
-    """A real WebDAV server (WsgiDAV, PyPI) on 127.0.0.1:<free port>, anonymous, files in root."""
+    """A real WebDAV server (WsgiDAV, PyPI) on 127.0.0.1:<free port>, anonymous, files in root:
+    sccache's WebDAV backend writes to it."""
     if WSGIDAV is None:
         raise RuntimeError("wsgidav not installed")
     root.mkdir(parents=True, exist_ok=True)
@@ -111,9 +115,7 @@ def s3_server(bucket: str) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with _serving([MOTO, "-H", "127.0.0.1", "-p", str(port)], port, "moto_server", url):
-        # CreateBucket is a plain PUT of the bucket path.
-        request = urllib.request.Request(f"{url}/{bucket}", method="PUT")
-        urllib.request.urlopen(request, timeout=10).close()
+        requests.put(f"{url}/{bucket}", timeout=10).raise_for_status()  # CreateBucket
         yield url
 
 
