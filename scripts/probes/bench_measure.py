@@ -37,6 +37,10 @@ PASSES = ("fwd", "bwd", "fwdbwd")
 PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 FLUSH_BYTES = 256 * 2**20
 SLOW_CALL_MS = 50.0
+# The row after calls that slow (the math path at XLarge, the heaviest load of the suite) warms up
+# at least this long: timed at once, XLarge causal flash forward moved 5.6 % between runs on an
+# H200 (1.87-1.97 ms), against 1.4 % when a profiler pass used to sit in between.
+SETTLE_AFTER_SLOW_MS = 50.0
 HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
 # A backward's kernels are launched by the autograd engine's device thread; its wake-up varies
 # (a Medium flash backward read 0.12 ms, or 0.30 ms with a 3.4 ms tail, behind a 0.2 ms spin).
@@ -197,6 +201,7 @@ class Timer:
         self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
         self.launch_ms: list[float] = []  # host time of each timed call (device mode, GPU)
+        self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
 
     def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
         """Spin at least as long as one synchronised call took on the host (an autograd
@@ -420,7 +425,8 @@ def run_pass(
             if first_ms is None:
                 estimate = known_estimate
             else:
-                estimate = timer.warmup(fn, before, first_ms, opts.warmup_ms, opts.warmup)
+                warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
+                estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
             if opts.repeats:
                 repeats = opts.repeats
             else:
@@ -431,6 +437,7 @@ def run_pass(
                     # samples bound the spread and keep the default suite's wall time down.
                     floor = min(floor, opts.slow_min_repeats)
                 repeats = max(floor, min(opts.max_repeats, wanted))
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
             calls = timer.calls_per_sample(estimate)
             timer.set_head_start(estimate, backward=pass_name != "fwd")
             if timer.timing == "wall" and timer.gpu:

@@ -62,7 +62,7 @@ SPECIAL_CASES = (
     ("", 2, 4, 4, 129, 17, 64, (True,), ()),
     ("bottom-right", 2, 4, 4, 17, 129, 64, (True,), (True,)),
     ("bottom-right", 2, 4, 4, 129, 17, 64, (True,), (True,)),
-    ("transposed", 2, 8, 2, 127, 127, 64, (False, True), (False,)),
+    ("transposed", 2, 4, 2, 65, 65, 64, (False, True), (False,)),
     ("masked-rows", 2, 4, 4, 65, 65, 64, (False,), (False,)),
     ("dropout", 2, 4, 4, 128, 64, 64, (False,), (False,)),
 )
