@@ -17,7 +17,8 @@ and power state are recorded before and after the run.
 FLOPs follow the flash-attention convention (say so when quoting the numbers):
 forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
 A rate above the device's peak is flagged ("!>peak", "above_peak": true), never shown as a
-rate.
+rate. Bytes follow measure.BYTE_CONVENTION; a row whose FLOP/byte is under the ridge point (peak
+/ the card's memory roof) is memory-bound and judged in GB/s against that roof.
 
 Run as `python scripts/probes/bench.py [options]` with any Python that has torch (CPU, CUDA or
 ROCm).

@@ -261,9 +261,10 @@ def memory_roof(
     khz, bits = info.get("memory_clock_khz"), info.get("memory_bus_bits")
     if khz and bits and not info.get("integrated"):
         gbps = round(khz * 1e3 * bits * 2 / 8 / 1e9, 1)
+        also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
         return gbps, (
             f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
-            "(torch device properties)"
+            f"(torch device properties){also}"
         )
     why = "integrated GPU" if info.get("integrated") else "no memory clock/bus width"
     if table is None:

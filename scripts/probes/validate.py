@@ -1,15 +1,17 @@
 """Validate SDPA forward and backward of every backend against a high-precision reference.
 
-For each backend available on the device, head_dim 32/64/128/256 (as the arch allows), fp16
-and bf16, causal and not, and odd shapes (sequence lengths 1, 17, 127, 255, 1023; odd batch and
-head counts; grouped-query heads), the backend's output and the gradients of q, k, v are
-compared with a reference computed by the math backend in float64 on CPU or float32 on a GPU.
+For each backend available on the device, head_dim 32 to 256 (72, 80, 96, 112, 160, 192 too;
+as the arch allows), fp16 and bf16, causal and not, and odd shapes (sequence lengths 1, 17, 127,
+255, 1023; odd batch and head counts; grouped-query heads), plus the cases where AOTriton users
+hit bugs (SPECIAL_CASES: head dim 72 at 4096 tokens, causal Sq != Sk in both alignments,
+transposed inputs, rows that keep no key, dropout statistics), the backend's output and the
+gradients of q, k, v are compared with a reference computed by the math backend in float64.
 
 Tolerance (the flash-attention repository's rule of thumb): a backend's max abs error against
 the reference may be at most FACTOR x the error of a naive attention computed in the same low
 precision (matmuls in fp16/bf16, softmax in fp32), plus an absolute floor scaled by the
 reference's magnitude. FACTOR is 2 for the output and 3 for the gradients; floors: fp16 2e-3,
-bf16 1.6e-2 (also written to the JSON). A non-finite result always fails.
+bf16 1.6e-2 (also written to the JSON). A non-finite result always fails, naming the case.
 
 Cases the backend rejects ("No available kernel") are reported as unsupported; cases beyond a
 known arch limit (arches.toml 'limits', e.g. head_dim > 256 on gfx11) are reported as

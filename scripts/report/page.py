@@ -5,11 +5,13 @@ file:// and prints) and the merged data (results.json) from any number of result
 Sections: an identity card per result set; verdicts (backend_check with its reason, validate
 and upstream counts, the crosscheck); bench as grouped bars per pass / dtype / causal with one
 bar per backend per result set (TFLOP/s; median and % of peak in the tables and on hover,
-kernel time in the JSON; noisy rows outlined red, launch-bound rows dashed); with --baseline, a
-speedup table and chart judged by the one change rule (scripts/probes/bench_change.py); result
+kernel time in the JSON; noisy rows outlined red, launch-bound rows dashed), memory-bound rows
+in GB/s against the memory roof; with --baseline, each set against the baseline of its own
+bench configuration, a speedup table and chart judged by the one change rule
+(scripts/probes/bench_change.py); result
 sets of one machine over time as a line per backend; and "not shown, and why" for every input
 that could not be used (also one line each on the terminal). Exit non-zero only when nothing
-was shown.
+was shown or --baseline cannot be used.
 """
 
 from __future__ import annotations
