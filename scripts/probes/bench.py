@@ -163,7 +163,8 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
         dest="kernel_time",
         action="store_false",
         help="skip timing a few repeats again under torch.profiler (kernel time, busy "
-        "fraction, launch-bound label)",
+        "fraction, launch-bound label) for the rows that can be launch-bound (host launch time "
+        "at least a quarter of the event time)",
     )
 
 
