@@ -271,3 +271,21 @@ def test_reason_headings_join_the_warning_that_follows():
         "Flash attention has been runtime disabled.",
     ]
     assert caught.other_text() == "some other output"
+
+
+def test_probes_honour_dry_run_or_refuse_it_in_one_line(tmp_path, capsys):
+    from scripts.probes import upstream_sdpa
+    from tests.support.project import run_nox
+
+    assert backend_check.main(["--dry-run", "--json", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "backend_check.py: dry run on cpu" in out and not (tmp_path / "b.json").exists()
+    assert upstream_sdpa.main(["--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dry-run: PyTorch's own tests have no dry run" in err
+    # Through nox, as the issue found it: the flag reaches the probe, which runs nothing.
+    root = Path(__file__).resolve().parent.parent
+    done = run_nox(root, "-s", "bench", "--", "--dry-run", env={"ROCMFA_WORKDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "bench.py: dry run on cpu" in done.stdout and "120 timings" not in done.stdout
+    assert "90 timings: 5 shapes" in done.stdout  # 5 sizes x 2 causal x 3 backends x 3 passes

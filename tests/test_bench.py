@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.probes import bench, bench_measure, bench_plan, sdpa_common
+from scripts.probes import bench, bench_measure, bench_plan, bench_report, sdpa_common
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--repeats", "2", "--warmup-ms", "0"]
@@ -169,3 +169,69 @@ def test_runs_as_plain_script():
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0
+
+
+def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
+    # decode against 128k keys on an H200 (docs/results): 0.9619 ms for K and V read once.
+    decode = sdpa_common.Shape("decode-128k-d128", 8, 32, 8, 1, 128, 131072)
+    fields = bench_measure.rates(decode, False, "fwd", 0.9619, (1070.5, 4814.3), 2)
+    kv = 2 * 8 * 8 * 131072 * 128 * 2
+    q_o = 2 * 8 * 32 * 1 * 128 * 2
+    assert fields["bytes"] == kv + q_o + 4 * 8 * 32
+    assert fields["bound"] == "memory" and fields["intensity"] < 1070.5e3 / 4814.3
+    assert fields["gbps"] == pytest.approx(4465, rel=1e-3)
+    assert fields["pct_roof"] == pytest.approx(92.75, abs=0.1)
+    assert fields["pct_peak"] < 2  # the compute % that used to be its only figure
+    xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
+    prefill = bench_measure.rates(xlarge, False, "bwd", 10.0, (1070.5, 4814.3), 2)
+    assert prefill["bound"] == "compute" and prefill["pct_roof"] == prefill["pct_peak"]
+    backward = bench_measure.attention_bytes(xlarge, "bwd", 2)
+    elements = 16 * 16 * 4096 * 64
+    assert backward == 8 * elements * 2 + 4 * 16 * 16 * 4096  # q,k,v,o,do in; dq,dk,dv out
+    assert bench_measure.attention_bytes(xlarge, "fwdbwd", 2) == backward + (
+        bench_measure.attention_bytes(xlarge, "fwd", 2)
+    )
+    row = {**decode.as_dict(), "dtype": "bf16", "causal": False, "backend": "flash"}
+    row.update({"pass": "fwd", "status": "ok", "reason": None, "median_ms": 0.9619})
+    row.update(min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6, **fields)
+    prov = {"device_name": "H200", "arch": "sm_90", "torch": "x", "peak_note": "p"}
+    table = bench_report.render_table([bench_plan.complete_row(row)], prov)
+    line = next(x for x in table.splitlines() if x.startswith("decode-128k"))
+    assert "4465" in line and "memory" in line and "92.8" in line
+
+
+def test_memory_roof_from_the_device_else_a_named_table_entry():
+    roofs = sdpa_common.load_memory_roofs()
+    h200 = {"memory_clock_khz": 3201000, "memory_bus_bits": 6016, "integrated": False}
+    roof, source = sdpa_common.memory_roof("sm_90", h200, roofs)
+    assert roof == 4814.3 and "memory_clock_rate 3201000 kHz" in source
+    # An APU's memory is the system's: the table's named LPDDR5X figure, not the properties.
+    apu = {"memory_clock_khz": 1000000, "memory_bus_bits": 64, "integrated": True}
+    roof, source = sdpa_common.memory_roof("gfx1151", apu, roofs)
+    assert roof == 256 and "LPDDR5X-8000" in source and "integrated" in source
+    assert sdpa_common.memory_roof("gfx942", None, roofs)[0] == 5300
+    assert sdpa_common.memory_roof("gfx9999", None, roofs) == (
+        None,
+        "unknown (no memory clock/bus width; gfx9999 not in peak_rates.toml [memory])",
+    )
+    assert all(entry.get("source") and entry.get("gbps") for entry in roofs.values())
+
+
+def test_dry_run_names_the_device_and_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert bench.main(["--dry-run", "--sizes", "Tiny,Small", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "dry run on cpu" in text and "nothing is run" in text
+    assert "Tiny 1,1,128,64" in text and "timings" in text
+    assert not out.exists()
+
+
+def test_compare_with_nothing_in_common_or_a_negative_threshold_is_refused(tmp_path, capsys):
+    run_json(tmp_path, "--backends", "math", name="a.json")
+    run_json(tmp_path, "--backends", "flash", name="b.json")
+    capsys.readouterr()
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert bench.main(["--compare", a, b]) == 2
+    assert bench.main(["--compare", a, a, "--threshold-pct", "-5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "nothing to compare" in err[0] and "negative" in err[1]

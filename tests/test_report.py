@@ -111,9 +111,70 @@ def test_baseline_speedups_use_the_change_rule(tmp_path, capsys):
     assert by_set[ids["aa2.json"]]["counts"]["faster"] == 0
     assert by_set[ids["aa2.json"]]["counts"]["slower"] == 0
     assert by_set[ids["ab1.json"]]["counts"]["slower"] >= 70
-    assert any("bench configuration differs" in n["why"] for n in data["not_shown"])
+    # The llm run is shown in full and said not to be compared (no baseline of its kind).
+    assert not data["not_shown"] and len(data["sets"]) == 4
+    (note,) = data["not_compared"]
+    assert note["input"].endswith("bench_llm.json") and "no baseline of its bench" in note["why"]
+    assert next(s for s in data["sets"] if s["files"]["bench"] == note["input"])["bench"]
     base = next(s for s in data["sets"] if s["baseline"])
     assert base["files"]["bench"] == str(RESULTS / "aa1.json")
+
+
+def test_one_baseline_folder_with_an_llm_and_a_default_run_compares_each_with_its_own(
+    tmp_path, capsys
+):
+    base, runs = tmp_path / "base", tmp_path / "runs"
+    base.mkdir()
+    runs.mkdir()
+    shutil.copy(RESULTS / "aa1.json", base)
+    shutil.copy(RESULTS / "issue38" / "llm.json", base)
+    shutil.copy(RESULTS / "aa2.json", runs)
+    llm = json.loads((RESULTS / "issue38" / "llm.json").read_text())
+    llm["identity"]["date"] = "2026-11-27T00:00:00Z"  # a later run of the same suite
+    (runs / "llm2.json").write_text(json.dumps(llm))
+    rc, data, err = run_report(capsys, str(runs), baseline=str(base), out=str(tmp_path / "o"))
+    assert rc == 0 and not err and not data["not_shown"] and not data["not_compared"]
+    pairs = {
+        (by_id["files"]["bench"].split("/")[-1], c["baseline"])
+        for c in data["comparisons"]
+        for by_id in data["sets"]
+        if by_id["id"] == c["set"]
+    }
+    ids = {s["files"]["bench"].split("/")[-1]: s["id"] for s in data["sets"]}
+    assert pairs == {("aa2.json", ids["aa1.json"]), ("llm2.json", ids["llm.json"])}
+    llm_comp = next(c for c in data["comparisons"] if c["baseline"] == ids["llm.json"])
+    assert llm_comp["counts"]["faster"] == llm_comp["counts"]["slower"] == 0
+    # Memory-bound rows get their own view, in GB/s against the roof.
+    html_text = (tmp_path / "o" / "results.html").read_text()
+    assert 'id="bench-mem-' in html_text and "Memory-bound rows" in html_text
+    decode = next(
+        r
+        for s in data["sets"]
+        for r in s["bench"]
+        if r["size"] == "decode-128k-d128" and r["backend"] == "flash" and r["dtype"] == "bf16"
+    )
+    assert decode["bound"] == "memory" and decode["pct_roof"] >= 85
+    assert f"{decode['gbps']} GB/s, {decode['pct_roof']}% of the memory roof" in html_text
+
+
+@pytest.mark.parametrize("bad", ["truncated", "validate-only", "missing"])
+def test_an_unusable_baseline_is_one_line_and_non_zero(tmp_path, capsys, bad):
+    path = tmp_path / f"{bad}.json"
+    if bad == "truncated":
+        text = (RESULTS / "aa1.json").read_text()
+        path.write_text(text[: len(text) // 3])
+    elif bad == "validate-only":
+        shutil.copy(RESULTS / "validate_i32.json", path)
+    with pytest.raises(UserError) as caught:
+        page.report(ReportOptions(baseline=str(path), out=str(tmp_path / "o")), [str(RESULTS)])
+    message = str(caught.value)
+    assert message.startswith(f"report: --baseline {path}: ") and "\n" not in message
+    assert {
+        "truncated": "malformed or truncated JSON",
+        "validate-only": "holds no bench result",
+        "missing": "no such file or folder",
+    }[bad] in message
+    assert not (tmp_path / "o").exists()
 
 
 def test_nothing_shown_is_one_line_and_non_zero(tmp_path, capsys):

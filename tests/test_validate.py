@@ -1,8 +1,12 @@
-"""validate.py on the CPU: the --quick subset end to end, the reference, and bad input."""
+"""validate.py on the CPU: the --quick subset end to end, the case plan (the shapes AOTriton
+users hit bugs with), the verdicts (NaN/Inf with the shape named, dropout statistics) through
+test-only wrappers around torch's own SDPA, the reference, and bad input."""
 
 from __future__ import annotations
 
+import functools
 import json
+import types
 
 import pytest
 import torch
@@ -12,7 +16,9 @@ from scripts.probes import sdpa_common, validate
 
 def test_quick_subset_passes_on_cpu(tmp_path):
     out = tmp_path / "validate.json"
-    assert validate.main(["--quick", "--json", str(out)]) == 0
+    # head dims 32,64: the quick plan without its 4096-token head dim 72 cases (seconds each on
+    # a CPU; test_nan_at_head_dim_72_and_4096_tokens_fails_naming_the_shape runs one)
+    assert validate.main(["--quick", "--head-dims", "32,64", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["passed"] is True and doc["counts"].get("FAIL", 0) == 0
     ran = [r for r in doc["results"] if r["status"] == "pass"]
@@ -20,12 +26,101 @@ def test_quick_subset_passes_on_cpu(tmp_path):
     assert {r["head_dim"] for r in ran} == {32, 64}
     assert any(r["kv_heads"] != r["q_heads"] for r in ran)  # grouped-query heads covered
     assert {r["seq_q"] for r in ran} >= {1, 17}
+    variants = {(r["variant"], r["backend"]) for r in ran}
+    for variant in ("bottom-right", "transposed", "masked-rows", "dropout"):
+        assert (variant, "math") in variants
+    assert any(r["seq_q"] != r["seq_k"] and not r["variant"] and r["causal"] for r in ran)
+    dropout = next(r for r in ran if r["variant"] == "dropout")
+    assert abs(dropout["dropout"]["keep_rate"] - 0.8) <= validate.DROPOUT_TOL
+    ran = [r for r in ran if r["variant"] != "dropout"]
     # torch has no memory-efficient kernel on CPU: unsupported, not a failure
     assert {r["status"] for r in doc["results"] if r["backend"] == "efficient"} == {"unsupported"}
     for r in ran:
         assert set(r["errors"]) == {"out", "dq", "dk", "dv"}
         assert all(e["err"] <= e["allowed"] for e in r["errors"].values())
     assert "float64" in doc["tolerance"]["reference"]
+
+
+def plan(**given: object) -> list:
+    opts = {"head_dims": None, "quick": False, "dtypes": "fp16,bf16", "causal": "both"}
+    return validate.build_cases(types.SimpleNamespace(**{**opts, "shape": None, **given}))
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_plan_covers_where_aotriton_users_hit_bugs(quick):
+    cases = plan(quick=quick)
+    text = {validate.case_text(c) for c in cases}
+    # ROCm/aotriton#54: NaN at head dim 72 with 4096 tokens (gfx1151), both dtypes
+    assert {"1,2,4096,72 fp16", "1,2,4096,72 bf16"} <= text
+    assert "2,4,17/129,64 fp16 causal" in text  # is_causal with Sq < Sk: top-left
+    assert "2,4,17/129,64 bf16 causal bottom-right" in text  # causal_lower_right
+    assert "2,4,129/17,64 fp16 causal bottom-right" in text  # rows that see no key
+    assert {"masked-rows", "dropout", "transposed"} <= {c.variant for c in cases}
+    assert any(c.shape.gqa for c in cases)  # enable_gqa
+    dims = {c.shape.head_dim for c in cases}
+    assert dims >= ({72, 96} if quick else {72, 80, 96, 112, 160, 192})
+    if not quick:
+        assert "1,2,4096,72 fp16 causal" in text and len(cases) > 2 * len(plan(quick=True))
+
+
+def test_plan_narrows_to_the_given_head_dims_causal_and_shapes():
+    cases = plan(quick=True, head_dims="32,64", causal="no", dtypes="fp16")
+    assert {c.shape.head_dim for c in cases} == {32, 64} and not any(c.causal for c in cases)
+    assert {c.dtype for c in cases} == {"fp16"} and "dropout" in {c.variant for c in cases}
+    only = plan(shape=["1,2,4096,72"], dtypes="bf16", causal="yes")
+    assert [validate.case_text(c) for c in only] == ["1,2,4096,72 bf16 causal"]
+
+
+def nan_at(head_dim: int, seq: int):
+    """torch's SDPA, but NaN in the low-precision output at one head dim and length (what
+    ROCm/aotriton#54 reported on gfx1151): a test-only wrapper around torch's function."""
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    @functools.wraps(real)
+    def sdpa(q, k, v, **kw):
+        out = real(q, k, v, **kw)
+        low = q.dtype in (torch.float16, torch.bfloat16)
+        if low and q.shape[-1] == head_dim and q.shape[-2] == seq:
+            out = out + float("nan")
+        return out
+
+    return sdpa
+
+
+def test_nan_at_head_dim_72_and_4096_tokens_fails_naming_the_shape(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", nan_at(72, 4096))
+    out = tmp_path / "v.json"
+    argv = ["--quick", "--backends", "flash", "--dtypes", "fp16", "--head-dims", "72"]
+    assert validate.main([*argv, "--causal", "no", "--json", str(out)]) == 1
+    doc = json.loads(out.read_text())
+    failed = [r for r in doc["results"] if r["status"] == "FAIL"]
+    assert [r["shape"] for r in failed] == ["1,2,4096,72"]
+    assert failed[0]["reason"] == "NaN/Inf in out at 1,2,4096,72 fp16"
+    assert {r["status"] for r in doc["results"] if r["seq_q"] != 4096} == {"pass"}
+    assert doc["passed"] is False and doc["summary"].startswith("FAIL: 1 FAIL")
+    assert "NaN/Inf in out at 1,2,4096,72 fp16" in capsys.readouterr().out
+
+
+def test_dropout_that_keeps_everything_fails_the_keep_rate(monkeypatch):
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional,
+        "scaled_dot_product_attention",
+        lambda q, k, v, dropout_p=0.0, **kw: real(q, k, v, **kw),  # ignores dropout_p
+    )
+    (case,) = [c for c in plan(quick=True, dtypes="fp16") if c.variant == "dropout"]
+    row = validate.run_case(torch.device("cpu"), "math", case, 0)
+    assert row["status"] == "FAIL" and row["dropout"]["keep_rate"] == 1.0
+    assert row["reason"].startswith("dropout: keep_rate 1.0")
+    monkeypatch.undo()
+    row = validate.run_case(torch.device("cpu"), "math", case, 0)
+    assert row["status"] == "pass" and row["dropout"]["same_seed_same_mask"]
+
+
+def test_dry_run_runs_nothing(capsys):
+    assert validate.main(["--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "dry run on cpu" in text and "1,2,4096,72 fp16" in text
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -35,7 +130,8 @@ def test_naive_attention_equals_sdpa_in_float64(causal):
     k = torch.randn(2, 2, 9, 8, generator=gen, dtype=torch.float64)
     v = torch.randn(2, 2, 9, 8, generator=gen, dtype=torch.float64)
     ref = sdpa_common.sdpa(q, k, v, causal)
-    torch.testing.assert_close(validate.naive_attention(q, k, v, causal), ref)
+    mask = torch.ones(9, 9, dtype=torch.bool).tril() if causal else None
+    torch.testing.assert_close(validate.naive_attention(q, k, v, mask), ref)
 
 
 def test_a_wrong_result_fails_the_tolerance():

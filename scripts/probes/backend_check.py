@@ -478,6 +478,7 @@ def build_parser() -> common.OneLineArgumentParser:
         metavar="PATH",
         help="write the report as JSON to PATH, or to stdout when no PATH is given",
     )
+    common.add_dry_run(p)
     return p
 
 
@@ -497,6 +498,16 @@ def _main(argv: list[str] | None) -> int:
     lib_dir = opts.torch_lib_dir or common.torch_lib_dir()
     if opts.torch_lib_dir is not None and not lib_dir.is_dir():
         raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
+    if opts.dry_run:
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
+                "under the profiler (kernel names), and its error against fp32 math",
+                f"AOTriton files read from {lib_dir}",
+            ],
+        )
 
     arches = common.load_arches()
     arch, device_name = common.detect_arch(device)

@@ -17,7 +17,8 @@ and power state are recorded before and after the run.
 FLOPs follow the flash-attention convention (say so when quoting the numbers):
 forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
 A rate above the device's peak is flagged ("!>peak", "above_peak": true), never shown as a
-rate.
+rate. Bytes follow measure.BYTE_CONVENTION; a row whose FLOP/byte is under the ridge point (peak
+/ the card's memory roof) is memory-bound and judged in GB/s against that roof.
 
 Run as `python scripts/probes/bench.py [options]` with any Python that has torch (CPU, CUDA or
 ROCm).
@@ -162,7 +163,8 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
         dest="kernel_time",
         action="store_false",
         help="skip timing a few repeats again under torch.profiler (kernel time, busy "
-        "fraction, launch-bound label)",
+        "fraction, launch-bound label) for the rows that can be launch-bound (host launch time "
+        "at least a quarter of the event time)",
     )
 
 
@@ -175,6 +177,7 @@ def _add_output_options(p: common.OneLineArgumentParser) -> None:
         type=float,
         help="treat at most this much memory as free (skips cases that need more)",
     )
+    common.add_dry_run(p)
     p.add_argument("--out-dir", help="write bench.json, bench.csv, bench.png here")
     p.add_argument("--json", dest="json_path", help="JSON result path")
     p.add_argument("--csv", dest="csv_path", help="CSV result path")
@@ -243,6 +246,8 @@ def _output_paths(opts: Any) -> dict[str, Path | None]:
 def _compare(opts: Any) -> int:
     """--compare: the change between run files A and B (and --compare-runs pairs)."""
     extra = opts.compare_runs or []
+    if opts.threshold_pct < 0:
+        raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
     if len(extra) % 2:
         raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
     print(
@@ -271,7 +276,8 @@ def _replot(opts: Any) -> int:
 def _add_peaks(
     prov: dict[str, Any], arch: Any, arches: Any, info: Any, peak_tflops: float | None
 ) -> dict[str, tuple[Any, Any]]:
-    """The card's peak per dtype, (TFLOP/s, source); recorded in the provenance too."""
+    """The card's peak per dtype, (TFLOP/s, source), and its memory roof (GB/s, source:
+    provenance memory_roof_*); recorded in the provenance."""
     rates = common.load_peak_rates()
     peaks = {
         d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
@@ -279,9 +285,14 @@ def _add_peaks(
     }
     prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
+    roof, roof_source = common.memory_roof(arch, info, common.load_memory_roofs())
+    prov["memory_roof_gbps"] = roof
+    prov["memory_roof_source"] = roof_source
     prov["peak_note"] = (
         ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
-        + f" ({peaks['fp16'][1]})"
+        + f" ({peaks['fp16'][1]}); memory "
+        + (f"{roof:g} GB/s" if roof else "unknown")
+        + f" ({roof_source})"
     )
     return peaks
 
@@ -344,9 +355,23 @@ def _main(argv: list[str] | None) -> int:
     _check_options(opts)
     # Validate everything cheap before touching the device.
     device = common.resolve_device(opts.device)
-    plan.build_cases(opts)
-    plan.suite_dtypes(opts)
-    common.parse_backends(opts.backends, device)
+    cases = plan.build_cases(opts)
+    dtypes = plan.suite_dtypes(opts)
+    backends = common.parse_backends(opts.backends, device)
+    if opts.dry_run:
+        timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
+        outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
+                f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal}, --timing "
+                f"{opts.timing})",
+                *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
+                "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
+            ],
+        )
     paths = _output_paths(opts)
 
     started = time.perf_counter()
@@ -363,7 +388,9 @@ def _main(argv: list[str] | None) -> int:
             "warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer"
         )
 
-    results = plan.run_suite(opts, device, {d: p for d, (p, _s) in peaks.items()})
+    results = plan.run_suite(
+        opts, device, {d: p for d, (p, _s) in peaks.items()}, prov["memory_roof_gbps"]
+    )
     prov["gpu_state"]["after"] = gpu_state.gpu_state(device)
     wall = time.perf_counter() - started
     print(report.render_table(results, prov, opts.timing))
@@ -371,6 +398,7 @@ def _main(argv: list[str] | None) -> int:
         "schema": SCHEMA,
         "identity": ident,
         "flop_convention": measure.FLOP_CONVENTION,
+        "byte_convention": measure.BYTE_CONVENTION,
         "provenance": prov,
         "settings": _settings(opts, device),
         "wall_s": round(wall, 3),

@@ -27,10 +27,20 @@ FLOP_CONVENTION = (
     "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
     "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
 )
+# Bytes a fused kernel must move at least (element size of q/k/v/o; logsumexp is fp32); the
+# math path moves far more (it materialises the scores), so its GB/s is a floor.
+BYTE_CONVENTION = (
+    "minimum traffic: fwd reads q, k, v and writes o and logsumexp (fp32, B*Hq*Sq); bwd reads "
+    "q, k, v, o, do, logsumexp and writes dq, dk, dv; fwd+bwd = fwd + bwd"
+)
 PASSES = ("fwd", "bwd", "fwdbwd")
 PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 FLUSH_BYTES = 256 * 2**20
 SLOW_CALL_MS = 50.0
+# The row after calls that slow (the math path at XLarge, the heaviest load of the suite) warms up
+# at least this long: timed at once, XLarge causal flash forward moved 5.6 % between runs on an
+# H200 (1.87-1.97 ms), against 1.4 % when a profiler pass used to sit in between.
+SETTLE_AFTER_SLOW_MS = 50.0
 HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
 # A backward's kernels are launched by the autograd engine's device thread; its wake-up varies
 # (a Medium flash backward read 0.12 ms, or 0.30 ms with a 3.4 ms tail, behind a 0.2 ms spin).
@@ -68,12 +78,24 @@ RESULT_FIELDS = (
     "above_peak",
     "measured_tflops_above_peak",
     "peak_tflops",
+    "bytes",
+    "intensity",
+    "mem_roof_gbps",
+    "bound",
+    "gbps",
+    "pct_roof",
+    "launch_ms",
     "kernel_ms",
     "busy",
     "launch_bound",
     "host_s",
 )
-PROFILED_REPEATS = 5  # repeats timed again under torch.profiler for the kernel time
+PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
+# GPU idle inside a timed repeat is at most the host's launch time of the call (once the host has
+# queued the call, the GPU never waits), and gaps between queued kernels are ~1 us against >= 4 us
+# of host launch per kernel; so a row whose launch time is under this fraction of its event time
+# stays busy over half the time: not launch-bound, and it is not profiled.
+PROFILE_LAUNCH_FRACTION = 0.25
 
 
 # --------------------------------------------------------------------------- FLOPs, memory
@@ -104,6 +126,62 @@ def rate_fields(flops: float, median_ms: float, peak: float | None) -> dict[str,
     }
 
 
+def attention_bytes(shape: common.Shape, pass_name: str, element_size: int) -> int:
+    """BYTE_CONVENTION: q/o/do/dq are B*Hq*Sq*D, k/v/dk/dv B*Hkv*Sk*D, logsumexp B*Hq*Sq fp32."""
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
+    lse = 4 * shape.batch * shape.q_heads * shape.seq
+    fwd = (2 * n_q + 2 * n_kv) * element_size + lse  # q, k, v in; o, lse out
+    bwd = (4 * n_q + 4 * n_kv) * element_size + lse  # q, k, v, o, do, lse in; dq, dk, dv out
+    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[pass_name]
+
+
+def roof_fields(
+    flops: float,
+    nbytes: int,
+    median_ms: float,
+    peak_tflops: float | None,
+    roof_gbps: float | None,
+    pct_peak: float | None,
+) -> dict[str, Any]:
+    """Arithmetic intensity, which roof binds (memory when the intensity is under the ridge
+    point peak / roof), achieved GB/s and % of the binding roof (the compute % when
+    compute-bound)."""
+    intensity = flops / nbytes
+    gbps = nbytes / (median_ms * 1e-3) / 1e9
+    bound = None
+    if peak_tflops and roof_gbps:
+        bound = "memory" if intensity < peak_tflops * 1e3 / roof_gbps else "compute"
+    pct = pct_peak if bound == "compute" else None
+    if bound == "memory":
+        pct = round(100.0 * gbps / roof_gbps, 2)
+    return {
+        "bytes": nbytes,
+        "intensity": round(intensity, 2),
+        "mem_roof_gbps": roof_gbps,
+        "bound": bound,
+        "gbps": round(gbps, 2),
+        "pct_roof": pct,
+    }
+
+
+def rates(
+    shape: common.Shape,
+    causal: bool,
+    pass_name: str,
+    median_ms: float,
+    roofs: tuple[float | None, float | None],
+    element_size: int,
+) -> dict[str, Any]:
+    """A timed row's FLOPs, TFLOP/s and % of peak, bytes and roof fields; roofs: (peak
+    TFLOP/s, memory GB/s)."""
+    peak, roof_gbps = roofs
+    flops = attention_flops(shape, causal, pass_name)
+    fields = {"flops": flops, **rate_fields(flops, median_ms, peak)}
+    nbytes = attention_bytes(shape, pass_name, element_size)
+    return fields | roof_fields(flops, nbytes, median_ms, peak, roof_gbps, fields["pct_peak"])
+
+
 # --------------------------------------------------------------------------- timing
 
 
@@ -122,6 +200,8 @@ class Timer:
         )
         self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
+        self.launch_ms: list[float] = []  # host time of each timed call (device mode, GPU)
+        self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
 
     def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
         """Spin at least as long as one synchronised call took on the host (an autograd
@@ -235,7 +315,9 @@ class Timer:
                 self.gpu_sleep(self.head_start_cycles)
             self.flush_buffer.zero_()
             starts[i].record()
+            t0 = time.perf_counter()
             fn()
+            self.launch_ms.append((time.perf_counter() - t0) * 1e3)
             ends[i].record()
         self.sync()
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
@@ -343,7 +425,8 @@ def run_pass(
             if first_ms is None:
                 estimate = known_estimate
             else:
-                estimate = timer.warmup(fn, before, first_ms, opts.warmup_ms, opts.warmup)
+                warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
+                estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
             if opts.repeats:
                 repeats = opts.repeats
             else:
@@ -354,6 +437,7 @@ def run_pass(
                     # samples bound the spread and keep the default suite's wall time down.
                     floor = min(floor, opts.slow_min_repeats)
                 repeats = max(floor, min(opts.max_repeats, wanted))
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
             calls = timer.calls_per_sample(estimate)
             timer.set_head_start(estimate, backward=pass_name != "fwd")
             if timer.timing == "wall" and timer.gpu:
@@ -363,21 +447,30 @@ def run_pass(
             sustained = 0.0
             if opts.sustained and large_case(tensors.q.shape):
                 sustained = timer.run_for(fn, before, opts.sustained)
+            timer.launch_ms = []
             times = timer.measure(fn, before, repeats, calls)
             times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
             summary = summarize(times, _threshold(opts))
+            launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
             kernel = None
-            if timer.gpu and timer.timing == "device" and getattr(opts, "kernel_time", True):
-                n = 2 if estimate >= SLOW_CALL_MS else PROFILED_REPEATS
-                kernel = kernel_time.summary(
-                    kernel_time.profile(lambda: timer.measure(fn, before, n, calls))
-                )
+            busy = kernel_time.busy_fields(None, None)
+            if launch is not None and getattr(opts, "kernel_time", True):
+                if launch >= PROFILE_LAUNCH_FRACTION * summary["median_ms"]:
+                    kernel = kernel_time.summary(
+                        kernel_time.profile(
+                            lambda: timer.measure(fn, before, PROFILED_REPEATS, calls)
+                        )
+                    )
+                    busy = kernel_time.busy_fields(kernel, summary["median_ms"])
+                else:
+                    busy["launch_bound"] = False  # see PROFILE_LAUNCH_FRACTION
         tensors.reset_grads()
         return {
             "status": "ok",
             "reason": None,
             **summary,
-            **kernel_time.busy_fields(kernel, summary["median_ms"]),
+            **busy,
+            "launch_ms": None if launch is None else round(launch, 5),
             "calls_per_sample": calls,
             "sustained_s": sustained or None,
             "host_s": round(time.perf_counter() - started, 3),

@@ -115,8 +115,11 @@ def build_shapes(opts: Any) -> list[common.Shape]:
     return shapes
 
 
-def run_suite(opts: Any, device: Any, peaks: dict[str, float | None]) -> list[dict]:
-    """Time every case; peaks: dtype -> the peak TFLOP/s % of peak is taken against."""
+def run_suite(
+    opts: Any, device: Any, peaks: dict[str, float | None], roof_gbps: float | None = None
+) -> list[dict]:
+    """Time every case; peaks: dtype -> the peak TFLOP/s % of peak is taken against;
+    roof_gbps: the memory roof of memory-bound rows."""
     import torch
 
     cases = build_cases(opts)
@@ -173,10 +176,16 @@ def run_suite(opts: Any, device: Any, peaks: dict[str, float | None]) -> list[di
                             )
                             if row["status"] == "ok":
                                 estimates[pass_name] = row["median_ms"]
-                            if row["status"] == "ok":
-                                flops = measure.attention_flops(shape, causal, pass_name)
-                                row["flops"] = flops
-                                row.update(measure.rate_fields(flops, row["median_ms"], peak))
+                                row.update(
+                                    measure.rates(
+                                        shape,
+                                        causal,
+                                        pass_name,
+                                        row["median_ms"],
+                                        (peak, roof_gbps),
+                                        tensors.q.element_size(),
+                                    )
+                                )
                         results.append(complete_row(row))
                         row_status.append(progress_text(row))
                     progress(f"{label}: " + ", ".join(row_status))
@@ -219,7 +228,10 @@ def complete_row(row: dict[str, Any]) -> dict[str, Any]:
 def progress_text(row: dict[str, Any]) -> str:
     if row["status"] != "ok":
         return f"{row['pass']} {row['status']}"
-    rate = "!>peak" if row["above_peak"] else f"{report.format_rate(row)[0]} TF/s"
+    tflops, gbps, bound, pct = report.format_rate(row)
+    rate = "!>peak" if row["above_peak"] else f"{tflops} TF/s"
+    if bound == "memory":
+        rate = f"{gbps} GB/s ({pct}% of the memory roof)"
     noisy = f" NOISY (spread {100 * row['spread']:.0f}%)" if row.get("noisy") else ""
     return f"{row['pass']} {row['median_ms']:.4g} ms {rate}{noisy}"
 

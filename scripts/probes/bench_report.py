@@ -23,13 +23,20 @@ else:  # run as a plain script: this file's folder is first on sys.path
 # --------------------------------------------------------------------------- output
 
 
-def format_rate(row: dict[str, Any]) -> tuple[str, str]:
+def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    """TFLOP/s, GB/s, the binding roof and % of it (of the compute peak when no memory roof is
+    known) as table text."""
+    gbps = row.get("gbps")
+    bound = {"memory": "memory", "compute": "compute"}.get(row.get("bound") or "", "-")
+    gb_text = (f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}") if gbps is not None else "-"
     if row.get("above_peak"):
-        return "!>peak", "!>peak"
+        return "!>peak", gb_text, bound, "!>peak"
     tflops = row.get("tflops")
-    pct = row.get("pct_peak")
+    pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
     return (
         (f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}") if tflops is not None else "-",
+        gb_text,
+        bound,
         f"{pct:.1f}" if pct is not None else "-",
     )
 
@@ -59,6 +66,8 @@ def status_text(r: dict[str, Any]) -> str:
         return f"{r['status']}: {common.first_line(r['reason'] or '', 90)}"
     if r["above_peak"]:
         return "ABOVE PEAK (timing suspect)"
+    if r.get("bound") == "memory" and (r.get("pct_roof") or 0) > 100:
+        return "ABOVE MEMORY ROOF (timing or roof suspect)"
     if r.get("launch_bound"):
         return f"launch-bound (GPU busy {100 * r['busy']:.0f}% of the time)"
     return "noisy" if r.get("noisy") else "ok"
@@ -78,7 +87,9 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
         "spread %",
         "reps",
         "TFLOP/s",
-        "% peak",
+        "GB/s",
+        "bound",
+        "% roof",
         "status",
     )
     rows = []
@@ -93,7 +104,7 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
             r.get("seq_k"),
         )
         if r["status"] == "ok":
-            tflops, pct = format_rate(r)
+            rate = format_rate(r)
             times = (
                 f"{r['median_ms']:.4f}",
                 f"{r['min_ms']:.4f}",
@@ -102,7 +113,7 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
                 str(r["repeats"]),
             )
         else:
-            tflops = pct = "-"
+            rate = ("-",) * 4
             times = ("-",) * 5
         status = status_text(r)
         rows.append(
@@ -114,8 +125,7 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
                 r["backend"],
                 r["pass"],
                 *times,
-                tflops,
-                pct,
+                *rate,
                 status,
             )
         )
@@ -134,6 +144,9 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
         f"torch {provenance['torch']}",
         f"timing: {timing_note(timing, provenance.get('platform') not in (None, 'cpu'))}",
         f"FLOPs: {measure.FLOP_CONVENTION}",
+        f"bytes: {measure.BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory "
+        "roof; % roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak "
+        "otherwise",
         _state_line(provenance),
         f"peak: {provenance.get('peak_note', '-')}",
         "",
@@ -269,7 +282,10 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         [d["results"] for d in a_docs], [d["results"] for d in b_docs], threshold_pct, floors
     )
     if not rows:
-        return "\n".join([*lines, "no matching successful cases in the two files"])
+        raise common.UsageError(
+            f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
+            + (" (and every --compare-runs file)" if len(paths_a) > 1 else "")
+        )
     header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
     header = (*header, "")
     table = [

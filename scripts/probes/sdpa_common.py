@@ -67,6 +67,23 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
         return 130
 
 
+def add_dry_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would run and on which device; run nothing",
+    )
+
+
+def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:
+    """--dry-run's report: the device and what would run on it; nothing is run."""
+    arch, name = detect_arch(device)
+    print(f"{prog}: dry run on {device} ({name}, {arch or 'cpu'}); nothing is run")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
 # --------------------------------------------------------------------------- arch data
 
 
@@ -227,6 +244,34 @@ def peak_from_device(
     return table, f"table fallback ({missing}): {source}"
 
 
+def load_memory_roofs(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch -> its memory bandwidth in GB/s per torch device, with its source."""
+    return load_table(path, "memory", "memory roofs")
+
+
+def memory_roof(
+    arch: str | None, device_info: dict[str, Any] | None, roofs: dict[str, Any]
+) -> tuple[float | None, str]:
+    """(GB/s, source): the device's own memory clock x bus width x 2 (double data rate) / 8,
+    from torch's device properties; the arch table's named figure when the device does not
+    say, or is an integrated GPU (its memory is the system's, e.g. Strix Halo's LPDDR5X)."""
+    info = device_info or {}
+    entry = roofs.get(arch or "") or {}
+    table = entry.get("gbps") if isinstance(entry.get("gbps"), int | float) else None
+    khz, bits = info.get("memory_clock_khz"), info.get("memory_bus_bits")
+    if khz and bits and not info.get("integrated"):
+        gbps = round(khz * 1e3 * bits * 2 / 8 / 1e9, 1)
+        also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
+        return gbps, (
+            f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
+            f"(torch device properties){also}"
+        )
+    why = "integrated GPU" if info.get("integrated") else "no memory clock/bus width"
+    if table is None:
+        return None, f"unknown ({why}; {arch or 'cpu'} not in peak_rates.toml [memory])"
+    return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
+
+
 def _sysfs_max_sclk(props: Any) -> float | None:
     """ROCm: the highest level of the card's pp_dpm_sclk (amdgpu sysfs), found by PCI address."""
     domain = getattr(props, "pci_domain_id", None)
@@ -257,6 +302,9 @@ def device_info(device: Any) -> dict[str, Any] | None:
         "compute_units": getattr(props, "multi_processor_count", None),
         "max_clock_mhz": None,
         "clock_source": None,
+        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
+        "memory_bus_bits": getattr(props, "memory_bus_width", None),
+        "integrated": bool(getattr(props, "is_integrated", False)),
     }
     if torch.version.hip:
         clock = _sysfs_max_sclk(props)
@@ -428,19 +476,22 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
             torch.backends.cuda.preferred_rocm_fa_library(previous)
 
 
-def sdpa_call(q: Any, k: Any, v: Any, causal: bool) -> Callable[[], Any]:
-    """SDPA bound to its inputs. A timed loop then pays torch's cost only: a Python wrapper
-    around the call costs ~2 us, 5-10 % of a Tiny forward's wall time on an H100."""
+def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
+    """SDPA bound to its inputs (more: attn_mask, dropout_p). A timed loop then pays torch's
+    cost only: a Python wrapper around the call costs ~2 us, 5-10 % of a Tiny forward's wall
+    time on an H100."""
     import functools
 
     import torch.nn.functional as F
 
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-    return functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal, **gqa)
+    return functools.partial(
+        F.scaled_dot_product_attention, q, k, v, is_causal=causal, **gqa, **more
+    )
 
 
-def sdpa(q: Any, k: Any, v: Any, causal: bool) -> Any:
-    return sdpa_call(q, k, v, causal)()
+def sdpa(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Any:
+    return sdpa_call(q, k, v, causal, **more)()
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -464,6 +464,7 @@ def build_parser() -> common.OneLineArgumentParser:
     p.add_argument(
         "--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)"
     )
+    p.add_argument("--dry-run", action="store_true", help="refused: see the error it gives")
     return p
 
 
@@ -545,6 +546,11 @@ def plan_passes(selection: str, ck_pass: bool) -> list[tuple[str, str, dict[str,
 
 def parse_args(argv: list[str] | None) -> Any:
     opts = build_parser().parse_args(argv)
+    if opts.dry_run:
+        raise common.UsageError(
+            "--dry-run: PyTorch's own tests have no dry run (which tests run is known only once "
+            "the test file is found and collected); drop --dry-run, add --quick for a short run"
+        )
     if opts.quick_max <= 0:
         raise common.UsageError("--quick-max must be positive")
     if opts.budget_min is not None and opts.budget_min <= 0:

@@ -5,11 +5,13 @@ file:// and prints) and the merged data (results.json) from any number of result
 Sections: an identity card per result set; verdicts (backend_check with its reason, validate
 and upstream counts, the crosscheck); bench as grouped bars per pass / dtype / causal with one
 bar per backend per result set (TFLOP/s; median and % of peak in the tables and on hover,
-kernel time in the JSON; noisy rows outlined red, launch-bound rows dashed); with --baseline, a
-speedup table and chart judged by the one change rule (scripts/probes/bench_change.py); result
+kernel time in the JSON; noisy rows outlined red, launch-bound rows dashed), memory-bound rows
+in GB/s against the memory roof; with --baseline, each set against the baseline of its own
+bench configuration, a speedup table and chart judged by the one change rule
+(scripts/probes/bench_change.py); result
 sets of one machine over time as a line per backend; and "not shown, and why" for every input
 that could not be used (also one line each on the terminal). Exit non-zero only when nothing
-was shown.
+was shown or --baseline cannot be used.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
         model["config_label"] = inputs.config_label(model["config"])
         model["peak_tflops"] = prov.get("peak_tflops")
         model["peak_source"] = prov.get("peak_source")
+        model["memory_roof_gbps"] = prov.get("memory_roof_gbps")
+        model["memory_roof_source"] = prov.get("memory_roof_source")
         model["timer"] = (bench.data.get("settings") or {}).get("timer")
         model["bench"] = [r for r in bench.data["results"] if isinstance(r, dict)]
     for kind in ("backend_check", "validate", "upstream", "crosscheck"):
@@ -138,31 +142,38 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in model["bench"] if r.get("status") == "ok" and r.get("median_ms")]
 
 
+def config_key(model: dict[str, Any]) -> str:
+    return json.dumps(model["config"], sort_keys=True)
+
+
 def comparisons(
-    base: dict[str, Any], others: list[dict[str, Any]], not_shown: list[dict[str, str]]
+    bases: dict[str, dict[str, Any]],
+    models: list[dict[str, Any]],
+    not_compared: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
+    """Every other bench set against the baseline of its own configuration (bases: config ->
+    the first baseline set of it); a set without one is shown, not compared, and said so."""
     floors = change.load_floors()
-    out = []
-    for model in others:
-        if model is base or not model["bench"]:
+    out: list[dict[str, Any]] = []
+    for model in models if bases else []:
+        if not model["bench"] or any(model is b for b in bases.values()):
             continue
         source = model["files"].get("bench", model["id"])
-        if model["config"] != base["config"]:
-            not_shown.append(
+        base = bases.get(config_key(model))
+        if base is None:
+            known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
+            not_compared.append(
                 {
                     "input": source,
-                    "why": f"not compared with baseline {base['id']}: bench configuration "
-                    f"differs ({model['config_label']} against {base['config_label']})",
+                    "why": f"no baseline of its bench configuration ({model['config_label']}); "
+                    f"baseline {known}",
                 }
             )
             continue
         rows = change.compare_runs([ok_rows(base)], [ok_rows(model)], THRESHOLD_PCT, floors)
         if not rows:
-            not_shown.append(
-                {
-                    "input": source,
-                    "why": f"not compared with baseline {base['id']}: no case ran in both",
-                }
+            not_compared.append(
+                {"input": source, "why": f"no case ran in both it and baseline {base['id']}"}
             )
             continue
         counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
@@ -236,11 +247,11 @@ def build(
     models = [
         set_model(s, baseline=any(d.source in base_sources for d in s.docs.values())) for s in sets
     ]
-    base = next((m for m in models if m["baseline"] and m["bench"]), None)
-    if baseline_docs and base is None:
-        not_shown.append(
-            {"input": "--baseline", "why": "no bench result among the baseline's inputs"}
-        )
+    bases: dict[str, dict[str, Any]] = {}
+    for model in models:
+        if model["baseline"] and model["bench"]:
+            bases.setdefault(config_key(model), model)
+    not_compared: list[dict[str, str]] = []
     return {
         "schema": PAGE_SCHEMA,
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -252,7 +263,8 @@ def build(
             "row's class; launch-bound rows are never a change",
         },
         "sets": models,
-        "comparisons": comparisons(base, models, not_shown) if base else [],
+        "comparisons": comparisons(bases, models, not_compared),
+        "not_compared": not_compared,
         "over_time": over_time(models),
         "kernel_checks": checks,
         "not_shown": not_shown,
@@ -303,6 +315,11 @@ def card(model: dict[str, Any]) -> str:
         kind = "computed" if str(source).startswith("computed") else "table"
         shown = f"{peak} TFLOP/s ({kind}: {source})" if peak else f"unknown ({source})"
         lines.append((f"peak {dtype}", shown))
+    if model.get("memory_roof_gbps") or model.get("memory_roof_source"):
+        roof = model.get("memory_roof_gbps")
+        lines.append(
+            ("memory roof", f"{roof} GB/s ({model.get('memory_roof_source')})" if roof else "-")
+        )
     if model.get("config_label"):
         lines.append(("bench", model["config_label"]))
     body = "".join(f"<br>{html.escape(k)}: {_text(v)}" for k, v in lines)
@@ -337,26 +354,90 @@ def case_cells(row: dict[str, Any]) -> str:
     )
 
 
+def memory_bound(row: dict[str, Any]) -> bool:
+    return row.get("bound") == "memory"
+
+
 def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
     flags = tuple(
         f
         for f, on in (("noisy", row.get("noisy")), ("launch-bound", row.get("launch_bound")))
         if on
     )
+    if memory_bound(row):
+        value = row.get("gbps")
+        rate = f"{row.get('gbps')} GB/s, {row.get('pct_roof')}% of the memory roof"
+    else:
+        value = row.get("tflops")
+        rate = f"{row.get('tflops')} TFLOP/s, {row.get('pct_peak')}% of peak"
     return svg.Bar(
-        row.get("tflops"),
+        value,
         row["backend"],
         shade,
-        f"{model['id']} {row['size']} {row['backend']}: {row['median_ms']} ms, "
-        f"{row.get('tflops')} TFLOP/s, {row.get('pct_peak')}% of peak"
+        f"{model['id']} {row['size']} {row['backend']}: {row['median_ms']} ms, {rate}"
         + "".join(f" [{f}]" for f in flags),
         flags,
     )
 
 
+def bench_charts(
+    members: list[dict[str, Any]],
+    index: list[dict[tuple, dict[str, Any]]],
+    first: dict[tuple, dict[str, Any]],
+    memory: bool,
+    chart_prefix: str,
+) -> list[str]:
+    """A chart per pass / dtype / causal (x: size; a bar per backend per set) of the
+    compute-bound rows in TFLOP/s, or (memory) of the memory-bound rows in GB/s with the
+    first set's memory roof as a dashed line."""
+    cases = [k for k, r in first.items() if memory_bound(r) == memory]
+    backends = list(dict.fromkeys(first[k]["backend"] for k in cases))
+    panels = sorted(
+        {(first[k]["pass"], first[k]["dtype"], bool(first[k]["causal"])) for k in cases},
+        key=lambda p: (list(PASS_NAMES).index(p[0]) if p[0] in PASS_NAMES else 9, p[1], p[2]),
+    )
+    sizes = list(dict.fromkeys(first[k]["size"] for k in cases))
+    roof = next((m.get("memory_roof_gbps") for m in members if m.get("memory_roof_gbps")), None)
+    figs = []
+    for pass_name, dtype, causal in panels:
+        groups = []
+        for size in sizes:
+            key_of = {
+                first[k]["backend"]: k
+                for k in cases
+                if (first[k]["size"], first[k]["pass"], first[k]["dtype"])
+                == (size, pass_name, dtype)
+                and bool(first[k]["causal"]) == causal
+            }
+            bars = [
+                bench_bar(model, rows[key_of[backend]], shade)
+                for backend in backends
+                if backend in key_of
+                for shade, (model, rows) in enumerate(zip(members, index, strict=True))
+                if key_of[backend] in rows
+            ]
+            if bars:
+                groups.append((size, bars))
+        title = (
+            f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · "
+            f"{'causal' if causal else 'non-causal'}"
+            + (f" · memory-bound, roof {roof:g} GB/s" if memory and roof else "")
+        )
+        chart = svg.grouped_bars(
+            groups,
+            "GB/s" if memory else "TFLOP/s",
+            shades=len(members),
+            reference=roof if memory else None,
+            chart_id=f"{chart_prefix}-{pass_name}-{dtype}-{int(causal)}",
+        )
+        figs.append(f"<figure><h4>{html.escape(title)}</h4>{chart}</figure>")
+    return figs
+
+
 def bench_section(models: list[dict[str, Any]]) -> str:
-    """Per bench configuration: a chart per pass / dtype / causal (x: size; one bar per backend
-    per result set) and one table of every case with each set's median, TFLOP/s, % of peak."""
+    """Per bench configuration: charts of the compute-bound rows (TFLOP/s) and, where there are
+    memory-bound rows, of those in GB/s against the memory roof; one table of every case with
+    each set's median, TFLOP/s, GB/s and % of the binding roof."""
     by_config: dict[str, list[dict[str, Any]]] = {}
     for model in models:
         if model["bench"]:
@@ -367,75 +448,46 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         cases = list(dict.fromkeys(k for rows in index for k in rows))
         first = {k: next(rows[k] for rows in index if k in rows) for k in cases}
         backends = list(dict.fromkeys(first[k]["backend"] for k in cases))
-        panels = sorted(
-            {(r["pass"], r["dtype"], bool(r["causal"])) for r in first.values()},
-            key=lambda p: (list(PASS_NAMES).index(p[0]) if p[0] in PASS_NAMES else 9, p[1], p[2]),
-        )
-        sizes = list(dict.fromkeys(r["size"] for r in first.values()))
-        figs = []
-        for pass_name, dtype, causal in panels:
-            groups = []
-            for size in sizes:
-                bars = [
-                    bench_bar(model, rows[key], shade)
-                    for backend in backends
-                    for shade, (model, rows) in enumerate(zip(members, index, strict=True))
-                    for key in [
-                        next(
-                            (
-                                k
-                                for k in cases
-                                if (first[k]["size"], first[k]["backend"], first[k]["pass"])
-                                == (size, backend, pass_name)
-                                and (first[k]["dtype"], bool(first[k]["causal"])) == (dtype, causal)
-                            ),
-                            None,
-                        )
-                    ]
-                    if key in rows
-                ]
-                if bars:
-                    groups.append((size, bars))
-            title = (
-                f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · "
-                f"{'causal' if causal else 'non-causal'}"
-            )
-            chart = svg.grouped_bars(
-                groups,
-                "TFLOP/s",
-                shades=len(members),
-                chart_id=f"bench-{ci}-{pass_name}-{dtype}-{int(causal)}",
-            )
-            figs.append(f"<figure><h4>{html.escape(title)}</h4>{chart}</figure>")
+        figs = bench_charts(members, index, first, False, f"bench-{ci}")
+        memory_figs = bench_charts(members, index, first, True, f"bench-mem-{ci}")
         head = header(
-            CASE_HEADER, *(f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "%"))
+            CASE_HEADER,
+            "bound",
+            *(f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")),
         )
         body = []
         for key in cases:
             values = []
             for rows in index:
                 row = rows.get(key)
-                mark = ""
-                if row is not None:
-                    mark = ("*" if row.get("noisy") else "") + (
-                        "†" if row.get("launch_bound") else ""
-                    )
+                if row is None:
+                    values.append("<td>-</td>" * 4)
+                    continue
+                mark = ("*" if row.get("noisy") else "") + ("†" if row.get("launch_bound") else "")
+                pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
                 values.append(
-                    "<td>-</td><td>-</td><td>-</td>"
-                    if row is None
-                    else f"<td>{_num(row['median_ms'])}{mark}</td><td>{_num(row.get('tflops'))}"
-                    f"</td><td>{_num(row.get('pct_peak'))}</td>"
+                    f"<td>{_num(row['median_ms'])}{mark}</td><td>{_num(row.get('tflops'))}</td>"
+                    f"<td>{_num(row.get('gbps'))}</td><td>{_num(pct)}</td>"
                 )
-            body.append(f"<tr>{case_cells(first[key])}{''.join(values)}</tr>")
+            bound = first[key].get("bound")
+            body.append(
+                f"<tr>{case_cells(first[key])}<td>{_text(bound)}</td>{''.join(values)}</tr>"
+            )
         sets_line = ", ".join(m["id"] for m in members)
+        memory = (
+            f"<h4>Memory-bound rows (FLOP/byte under the ridge point): GB/s against the memory "
+            f'roof (dashed)</h4><div class="figs">{"".join(memory_figs)}</div>'
+            if memory_figs
+            else ""
+        )
         parts.append(
             f"<h3>{html.escape(label)}</h3><p>Result sets {sets_line}: within a backend in this "
             "order, later ones lighter. Red outline (* in the table): noisy row; dashed (†): "
             "launch-bound, the GPU idled most of the timed interval.</p>"
-            f'{svg.legend(backends)}<div class="figs">{"".join(figs)}</div>'
-            f"<details><summary>numbers: median ms, TFLOP/s, % of peak ({len(cases)} cases)"
-            f'</summary><table class="bench-table" data-sets="{sets_line}">{head}</tr>'
-            f"{''.join(body)}</table></details>"
+            f'{svg.legend(backends)}<div class="figs">{"".join(figs)}</div>{memory}'
+            f"<details><summary>numbers: median ms, TFLOP/s, GB/s, % of the binding roof "
+            f'({len(cases)} cases)</summary><table class="bench-table" data-sets="{sets_line}">'
+            f"{head}</tr>{''.join(body)}</table></details>"
         )
     return "".join(parts) or "<p>No bench result.</p>"
 
@@ -573,6 +625,11 @@ def render(data: dict[str, Any]) -> str:
         f'<span class="why">{html.escape(n["why"])}</span></li>'
         for n in data["not_shown"]
     )
+    not_compared = "".join(
+        f"<li><code>{html.escape(n['input'])}</code>: "
+        f'<span class="why">{html.escape(n["why"])}</span></li>'
+        for n in data.get("not_compared", [])
+    )
     sections = [
         ("identity", "Result sets", f'<div class="cards">{"".join(card(m) for m in models)}</div>'),
         (
@@ -583,8 +640,11 @@ def render(data: dict[str, Any]) -> str:
         ),
         ("bench", "Bench", bench_section(models)),
     ]
-    if data["comparisons"]:
-        sections.append(("baseline", "Against the baseline", comparison_section(data)))
+    if data["comparisons"] or not_compared:
+        shown = comparison_section(data) if data["comparisons"] else ""
+        if not_compared:
+            shown += f"<p>Shown above, not compared:</p><ul>{not_compared}</ul>"
+        sections.append(("baseline", "Against the baseline", shown))
     sections.append(("over-time", "One machine over time", time_section(data)))
     if data.get("kernel_checks"):
         sections.append(
@@ -638,12 +698,19 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     baseline_docs: list[inputs.Doc] = []
     if opts.baseline:
         baseline_docs, left = inputs.read_paths([opts.baseline])
+        if (left and not Path(opts.baseline).is_dir()) or not any(
+            d.kind == "bench" for d in baseline_docs
+        ):
+            why = left[0].why if left else "holds no bench result"
+            raise UserError(f"report: --baseline {opts.baseline}: {why}")
         rejected += [inputs.Rejected(r.source, f"(baseline) {r.why}") for r in left]
         known = {d.source for d in baseline_docs}
         docs = [d for d in docs if d.source not in known]
     data = build(docs, rejected, baseline_docs)
     for entry in data["not_shown"]:
         print(f"report: not shown: {entry['input']}: {entry['why']}", file=sys.stderr)
+    for entry in data["not_compared"]:
+        print(f"report: shown, not compared: {entry['input']}: {entry['why']}", file=sys.stderr)
     if not data["sets"]:
         raise UserError(
             f"report: nothing could be shown ({len(data['not_shown'])} input(s) left out, "
