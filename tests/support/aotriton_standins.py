@@ -63,10 +63,16 @@ def commit_files(repo: Path, files: dict[str, str], message: str) -> str:
 
 
 def make_patch_set(
-    root: Path, project: str, base: str, upstream: Path, edits: list[dict[str, str]]
+    root: Path,
+    project: str,
+    base: str,
+    upstream: Path,
+    edits: list[dict[str, str]],
+    arches: list[list[str] | None] | None = None,
 ) -> Path:
     """patches/<project>/<base>/NNNN-*.patch made with `git format-patch` from a clone of
-    upstream with one commit per edit, plus manifest.toml with their sha256s."""
+    upstream with one commit per edit, plus manifest.toml with their sha256s (and, per patch,
+    the `arches` it is for, where arches gives some)."""
     scratch = root / f".scratch-{project}-{base[:8]}"
     subprocess.run(["git", "clone", "-q", str(upstream), str(scratch)], check=True)
     git(scratch, "checkout", "-q", "--detach", base)
@@ -75,18 +81,20 @@ def make_patch_set(
     directory = root / project / base
     directory.mkdir(parents=True, exist_ok=True)
     git(scratch, "format-patch", "-q", "-o", str(directory), f"{base}..HEAD")
-    write_manifest(directory)
+    write_manifest(directory, arches)
     subprocess.run(["rm", "-rf", str(scratch)], check=True)
     return directory
 
 
-def write_manifest(directory: Path) -> None:
+def write_manifest(directory: Path, arches: list[list[str] | None] | None = None) -> None:
     entries = []
-    for patch in sorted(directory.glob("*.patch")):
+    for i, patch in enumerate(sorted(directory.glob("*.patch"))):
         digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+        only = (arches or [])[i] if i < len(arches or []) else None
         entries.append(
             f'[[patch]]\nfile = "{patch.name}"\nsha256 = "{digest}"\n'
             f'reason = "stand-in fix"\nupstream = "https://example.invalid/pr/1"\n'
+            + (f"arches = {json.dumps(only)}\n" if only else "")
         )
     (directory / "manifest.toml").write_text("\n".join(entries))
 
