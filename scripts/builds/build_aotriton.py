@@ -776,8 +776,9 @@ def require_pybind11(ctx: Context) -> None:
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
         raise UserError(
-            "--with-pyaotriton needs pybind11 (AOTriton's configure imports it with the env's "
-            f"python and loads its CMake package), and {where}: add `- pybind11` to "
+            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
+            "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
+            f"CMake package), and {where}: add `- pybind11` to "
             "environment.yml, then run: nox -s lock && nox -s setup_env"
         )
 
