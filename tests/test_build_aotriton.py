@@ -282,7 +282,8 @@ def test_with_pyaotriton_needs_pybind11_in_the_env(bed: Bed, capsys) -> None:
     the env's python cannot import it, nothing run; with pybind11 there (a stand-in laid out
     as its wheel is) the binding is built and installed next to the runtime."""
     own = replace(bed, work=bed.root / "work-pyaotriton")
-    with pytest.raises(UserError, match=r"pyaotriton \(--with-pyaotriton; tune_aotriton's tuner\) needs pybind11") as error:
+    needs = r"pyaotriton \(--with-pyaotriton; tune_aotriton's tuner\) needs pybind11"
+    with pytest.raises(UserError, match=needs) as error:
         run_build(own, capsys, "--with-pyaotriton")
     assert "\n" not in str(error.value) and "nox -s lock && nox -s setup_env" in str(error.value)
     assert not (own.work / "build" / "aotriton").exists()
