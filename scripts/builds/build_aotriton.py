@@ -404,7 +404,8 @@ def _upstream_pin(
         limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
         raise UserError(
             f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
-            + (f": {limit}" if limit else " (needs AOTriton >= " + str(arch.aotriton_since) + ")")
+            + (f": {limit}" if limit else "")
+            + (f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else "")
         )
     pack = arch.aotriton_pack(version)
     if not pack:
