@@ -131,7 +131,7 @@ def test_the_real_configure_passes_with_the_sessions_argv(
     assert "EFFECTIVE_TARGET_GPUS gfx1151_mod0" in text
     assert "Bare.compile 19187 rules read" in text  # docs/kernel-check.md's count
     assert "[rocm-fa-workflow] custom commands run through: " in text  # our launcher include
-    assert "pybind11" not in text.split("Build files have been written")[0].split("VENV_DIR")[0]
+    assert "No module named 'pybind11'" not in text  # NO_PYTHON=ON: no binding requirement
     assert (build / "build.ninja").is_file()
 
 
