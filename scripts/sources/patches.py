@@ -307,7 +307,8 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
 
 
 def _drop_our_patches(project: str, commit: str, checkout: Path, runner: Runner) -> None:
-    """The set was removed: a checkout at our recorded patched state goes back to the pin."""
+    """The set was removed, or has no patch for this build: a checkout at our recorded patched
+    state goes back to the pin."""
     state = checkouts.read_state(checkout)
     if state is None or state.base != commit or state.head == commit:
         return
@@ -317,7 +318,10 @@ def _drop_our_patches(project: str, commit: str, checkout: Path, runner: Runner)
         raise UserError(f"{checkout} has local edits; cannot drop the old patches of {project}")
     _rollback(runner, checkout, commit)
     checkouts.write_state(checkout, State(commit, commit, (), ""))
-    runner.say(f"{project}: patch set gone; checkout back at the pristine pin {commit[:12]}")
+    runner.say(
+        f"{project}: no patch of the set is for this build; checkout back at the pristine "
+        f"pin {commit[:12]}"
+    )
 
 
 def apply_patch_set(
