@@ -3,6 +3,7 @@ server, sha256-verified, cached, resumed after a dropped connection."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,49 @@ def test_unreachable_release_server_is_one_line(
         build(env_prefix, tmp_path / "work", capsys)
     assert "\n" not in str(e.value)
     assert "127.0.0.1:9 unreachable or offline? set $ROCMFA_AOTRITON_BASE_URL" in str(e.value)
+
+
+def test_the_default_path_is_the_pinned_pack_and_lands_in_the_install_prefix(
+    release, env_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """No option: gfx1151 takes the release pack (nothing of ours changes its kernels), said
+    before anything runs; with no torch in the env (the README's main job) the runtime and the
+    pack are unpacked into build_aotriton's install prefix, where build_pytorch finds them as
+    AOTRITON_INSTALLED_PREFIX; no git, cmake or ninja runs."""
+    from scripts.builds import build_pytorch
+
+    www, _ = release()
+    site = st.site_packages(env_prefix)
+    shutil.rmtree(site / "torch")
+    for info in site.glob("torch-*.dist-info"):
+        shutil.rmtree(info)
+    work = tmp_path / "work"
+    with st.serve(www) as (base, log):
+        monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", base + "/")
+        capsys.readouterr()
+        ba.build_aotriton(build_opts(env_prefix, work))
+        out = capsys.readouterr().out
+    path_line = next(line for line in out.splitlines() if line.startswith("path: "))
+    assert path_line.startswith("path: release pack amd-gfx115x: nothing of ours changes gfx1151")
+    assert out.index("cost: 2 downloads") < out.index("downloading ")
+    assert command_lines(out) == [] and len(log.requests) == 2
+    prefix = work / "build" / "aotriton" / "install"
+    assert f"no torch in the env: AOTriton stays in {prefix}" in out
+    assert (prefix / "lib" / "libaotriton_v2.so").resolve().name == "libaotriton_v2.so.0.13.0"
+    assert [p.name for p in (prefix / "lib" / "aotriton.images").iterdir()] == ["amd-gfx115x"]
+    found, how, _digest = build_pytorch.find_aotriton_prefix(None, work)
+    assert (found, how) == (prefix, "build_aotriton")
+    capsys.readouterr()
+    ba.build_aotriton(build_opts(env_prefix, work))
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_from_release_with_a_source_only_option_is_refused(
+    release, env_prefix: Path, tmp_path: Path, capsys
+) -> None:
+    release()
+    with pytest.raises(UserError) as error:
+        build(env_prefix, tmp_path / "work", capsys, "--no-images")
+    assert str(error.value) == (
+        "--from-release installs the prebuilt pack, --no-images needs a source build: drop one"
+    )

@@ -95,19 +95,10 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
         "DB_SHA256",
         "TRITON_VERSION",
     }
-    # pyaotriton is a real extension module next to the runtime
-    py = subprocess.run(
-        [
-            str(bed.prefix / "bin" / "python"),
-            "-c",
-            "import pyaotriton; print(pyaotriton.version())",
-        ],
-        env={**os.environ, "PYTHONPATH": str(lib)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert py.stdout.strip() == "1300"
+    # configured as torch's aotriton.cmake does: no python binding (torch never uses it); the
+    # stand-in pin is no release tag, so the plan says why it builds from source
+    assert "-DAOTRITON_NO_PYTHON=ON" in out and not list(lib.glob("pyaotriton*"))
+    assert "path: source build: the pin " in out and "cost: kernel job count for gfx1151" in out
     # what torch shipped is backed up and both versions are recorded
     marker = json.loads((lib / aotriton_install.MARKER).read_text())
     backup = Path(marker["backup"])
@@ -286,9 +277,42 @@ def test_no_images_keeps_torch_images(bed: Bed, capsys) -> None:
     assert record is not None and record["inputs"]["options"]["noimage"] is True
 
 
+def test_with_pyaotriton_needs_pybind11_in_the_env(bed: Bed, capsys) -> None:
+    """--with-pyaotriton (AOTRITON_NO_PYTHON=OFF): refused in one line naming pybind11 while
+    the env's python cannot import it, nothing run; with pybind11 there (a stand-in laid out
+    as its wheel is) the binding is built and installed next to the runtime."""
+    own = replace(bed, work=bed.root / "work-pyaotriton")
+    needs = r"pyaotriton \(--with-pyaotriton; tune_aotriton's tuner\) needs pybind11"
+    with pytest.raises(UserError, match=needs) as error:
+        run_build(own, capsys, "--with-pyaotriton")
+    assert "\n" not in str(error.value) and "nox -s lock && nox -s setup_env" in str(error.value)
+    assert not (own.work / "build" / "aotriton").exists()
+    package = st.install_pybind11(bed.prefix)
+    try:
+        out = run_build(own, capsys, "--with-pyaotriton")
+    finally:
+        shutil.rmtree(package)
+    assert "path: source build: --with-pyaotriton asks for one" in out
+    assert "-DAOTRITON_NO_PYTHON=OFF" in out
+    py = subprocess.run(
+        [
+            str(bed.prefix / "bin" / "python"),
+            "-c",
+            "import pyaotriton; print(pyaotriton.version())",
+        ],
+        env={**os.environ, "PYTHONPATH": str(bed.torch_lib)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert py.stdout.strip() == "1300"
+    run_build(own, capsys, "--restore")
+
+
 def test_standin_configure_fails_where_the_real_one_does(bed: Bed, tmp_path: Path) -> None:
-    """As ROCm/aotriton@6e00ef3e CMakeLists.txt: TARGET_GPUS is obsolete, find_package(hip)
-    needs `rocm-sdk path --cmake`, and a source without git needs AOTRITON_CI_SUPPLIED_SHA1."""
+    """As ROCm/aotriton@6e00ef3e CMakeLists.txt: the binding needs pybind11, TARGET_GPUS is
+    obsolete, find_package(hip) needs `rocm-sdk path --cmake`, and a source without git needs
+    AOTRITON_CI_SUPPLIED_SHA1."""
     cmake_dir = next(bed.prefix.glob("lib/python3*/site-packages/_rocm_sdk_devel/lib/cmake"))
     cmake = shutil.which("cmake")
     assert cmake
@@ -301,7 +325,10 @@ def test_standin_configure_fails_where_the_real_one_does(bed: Bed, tmp_path: Pat
         return result.stdout + result.stderr
 
     prefix = f"-DCMAKE_PREFIX_PATH={cmake_dir}"
-    assert "OBSOLETE" in configure(bed.repo, prefix, "-DTARGET_GPUS=gfx942")
+    # the binding (AOTRITON_NO_PYTHON defaults OFF) needs pybind11 from the cmake-invoking python
+    assert 'provided by "pybind11"' in configure(bed.repo, prefix)
+    no_python = "-DAOTRITON_NO_PYTHON=ON"
+    assert "OBSOLETE" in configure(bed.repo, prefix, no_python, "-DTARGET_GPUS=gfx942")
     assert "hip" in configure(bed.repo, "-DAOTRITON_NOIMAGE_MODE=ON")
     bare = tmp_path / "bare"
     shutil.copytree(bed.repo, bare, ignore=shutil.ignore_patterns(".git"))

@@ -15,7 +15,9 @@ from tests.support.project import copy_project, run_nox, standin_micromamba
 PLANS = {
     # session + options: a line every full plan of it prints
     ("setup_env", "gfx1151"): "rocm[libraries,devel,device-gfx1151]",
-    ("build_aotriton", "gfx1151"): "-DAOTRITON_TARGET_ARCH=gfx1151",
+    # gfx1151: the pinned 0.13b release pack (nothing of ours changes its kernels); gfx908: a
+    # source build with patches/aotriton/6e00ef3e.../ (tested below)
+    ("build_aotriton", "gfx1151"): "path: release pack amd-gfx115x: nothing of ours changes",
     ("build_aotriton", "gfx908"): "-DAOTRITON_TARGET_ARCH=gfx908",
     ("build_pytorch", "gfx1151"): "--enable-pytorch-flash-attention",
     # gfx908: AOTriton 0.13b + patches/aotriton/6e00ef3e.../, torch built against it with flash
@@ -51,10 +53,32 @@ def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, ar
     if session == "setup_env":
         assert f"env {env_to_be(env)} (default name" in out
         assert "no conda manager; installer py-rattler" in out
-    else:
+    elif "path: release pack" not in out:  # a release plan runs none of the env's tools
         assert f"{env_to_be(env)}/bin/" in out  # the env's tools, where setup_env puts them
         assert "a real run stops here: run: nox -s setup_env" in out
     assert not (project / "work").exists() and not (project / "conda-lock.yml").exists()
+
+
+def test_build_aotriton_plans_the_release_pack_or_the_patched_source_build(fresh) -> None:
+    """gfx1151 (and every arch the 0.13b packs cover): the pinned release pack, why, and its
+    cost before any step, no checkout, patch or kernel compile; gfx908: the source build with
+    the gfx908 set, its measured cost printed before the checkout."""
+    project, env = fresh
+    plans = {
+        arch: run_nox(project, "-s", "build_aotriton", "--", "--dry-run", "--arch", arch, env=env)
+        for arch in ("gfx1151", "gfx908")
+    }
+    assert all(p.returncode == 0 for p in plans.values()), plans
+    release, source = plans["gfx1151"].stdout, plans["gfx908"].stdout
+    assert "aotriton-0.13b-images-amd-gfx115x.tar.gz" in release
+    assert "-rocm7.15-shared.tar.gz" in release and "no kernel compiles" in release
+    for absent in ("gfx908", "git ", "cmake", "ninja", "compile.py", ".patch", "git am"):
+        assert absent not in release, absent
+    assert "path: source build: upstream 0.13b has no gfx908 kernels" in source
+    assert source.index("cost: 17,545 kernel compile jobs x 1.8 s") < source.index("git init")
+    for patch in ("0001-gfx908-arch-tables.patch", "0002-gfx908-reuse-gfx90a-tuning.patch"):
+        assert f"git apply --check {project}/patches/aotriton/" in source and patch in source
+    assert "-DAOTRITON_NO_PYTHON=ON" in source
 
 
 def test_a_real_run_still_stops_with_one_line(fresh, tmp_path: Path) -> None:

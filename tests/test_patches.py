@@ -266,3 +266,56 @@ def test_update_pins_unreachable_upstream(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(UserError, match=r"therock: cannot reach file://") as error:
         update_pins.update_pins(options.parse("update_pins", argv))
     assert "\n" not in str(error.value)
+
+
+def test_patches_for_other_arches_are_left_out(up: Up, tmp_path: Path) -> None:
+    """A patch with `arches` goes only into a build for one of them: the gfx1151 tree gets the
+    general patch alone, gfx908's gets both, and going back drops the gfx908 one; a set whose
+    patches are all for gfx908 leaves a gfx1151 tree at the pristine pin, and says so."""
+    st.make_patch_set(
+        up.root,
+        "proj",
+        up.base,
+        up.repo,
+        [{"a.txt": "one\nTWO\nthree\n"}, {"b.txt": "alpha\nBETA\n"}],
+        arches=[None, ["gfx908"]],
+    )
+    dest = checkout(up, tmp_path / "co")
+    general = patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx1151")
+    assert len(general) == 1 and (dest / "b.txt").read_text() == "alpha\nbeta\n"
+    both = patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx908")
+    assert len(both) == 2 and (dest / "b.txt").read_text() == "alpha\nBETA\n"
+    assert patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx1151") == general
+    assert (dest / "b.txt").read_text() == "alpha\nbeta\n"
+    assert (dest / "a.txt").read_text() == "one\nTWO\nthree\n"
+    digests = {a: patches.patch_set_digest("proj", up.base, arch=a) for a in ("gfx1151", "gfx908")}
+    assert digests["gfx1151"] != digests["gfx908"]
+    assert patches.patch_set_for("proj", up.base).patches[1].arches == ("gfx908",)
+
+
+def test_a_set_only_for_another_arch_leaves_the_pin_as_it_is(up: Up, tmp_path: Path) -> None:
+    st.make_patch_set(
+        up.root, "proj", up.base, up.repo, [{"a.txt": "x\n"}], arches=[["gfx908"]]
+    )  # fmt: skip
+    dest = checkout(up, tmp_path / "co")
+    patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx908")
+    said = quiet()
+    assert patches.apply_patch_set("proj", up.base, dest, said, arch="gfx1151") == []
+    assert "has no patch for gfx1151 (its 1 patch(es) are for gfx908); built as pinned" in (
+        said.out.getvalue()
+    )
+    assert st.git(dest, "rev-parse", "HEAD") == up.base
+    gfx1151 = patches.patch_set_digest("proj", up.base, arch="gfx1151")
+    assert gfx1151 != patches.patch_set_digest("proj", up.base, arch="gfx908")
+    shutil.rmtree(up.root / "proj")  # the gfx1151 tree is the pin's own: same digest as no set
+    assert patches.patch_set_digest("proj", up.base, arch="gfx1151") == gfx1151
+
+
+def test_arches_must_name_gfx_targets(up: Up) -> None:
+    directory = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"a.txt": "x\n"}])
+    manifest = directory / "manifest.toml"
+    for bad in ("arches = []", 'arches = ["mi100"]', 'arches = "gfx908"'):
+        manifest.write_text(manifest.read_text().split("arches")[0].rstrip() + f"\n{bad}\n")
+        with pytest.raises(UserError, match=r"manifest\.toml: patch 1: 'arches'") as error:
+            patches.patch_set_for("proj", up.base)
+        assert "\n" not in str(error.value)

@@ -54,6 +54,7 @@ PLAN = ("--tune-head-dims", "32,64", "--tune-dtypes", "float16")
 def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
     root = tmp_path_factory.mktemp("aotriton-port")
     prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
+    st.install_pybind11(prefix)  # the cpptune tuner imports the tuning build's pyaotriton
     repo, commit = port.make_port(root)
     pins = root / "pins"
     pins.mkdir()

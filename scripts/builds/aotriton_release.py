@@ -1,4 +1,5 @@
-"""`build_aotriton -- --from-release`: AOTriton's prebuilt runtime plus only this arch's image
+"""build_aotriton's release path (the default where nothing of ours changes the arch's kernels;
+`--from-release` asks for it): AOTriton's prebuilt runtime plus only this arch's image
 pack (split since AOTriton 0.11b: pytorch/pytorch#161754, cmake/External/aotriton.cmake),
 sha256-verified, cached in <work>/downloads/aotriton/ and resumed with HTTP Range requests after
 an interruption.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.builds.aotriton_install import AotritonInstall, dist_version
+from scripts.builds.aotriton_install import AotritonInstall
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -121,16 +122,6 @@ def real_sum(sha256: str, what: str, source: str) -> str:
     return sha256
 
 
-def rocm_series(site: Path) -> str:
-    """'7.15' from the env's rocm-<version>.dist-info (TheRock's SDK)."""
-
-    version = dist_version(site, "rocm")
-    if not version:
-        raise UserError(f"no TheRock `rocm` package in {site}; run: nox -s setup_env")
-    parts = version.split(".")
-    return f"{parts[0]}.{parts[1]}" if len(parts) > 1 else parts[0]
-
-
 def download(
     url: str,
     dest: Path,
@@ -174,6 +165,9 @@ def download(
                 raise UserError(
                     f"cannot download {url}: HTTP {response.status_code} {response.reason}"
                 )
+            size = response.headers.get("Content-Length")
+            if size and not have:
+                runner.say(f"  {int(size) / 2**20:.1f} MiB")
             try:
                 with open(part, "ab" if response.status_code == 206 else "wb") as f:
                     for chunk in response.iter_content(1 << 16):
@@ -218,9 +212,10 @@ def extract(archive: Path, target: Path) -> Path:
     return target
 
 
-def fetch_release(ctx, runner: Runner):
-    """Download, verify and unpack the runtime and this arch's pack; return the install
-    (None on a dry run)."""
+def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
+    """Download, verify and unpack the runtime for the ROCm series `rocm` ('7.15') and this
+    arch's pack into the install prefix `into` (ours: build_aotriton's; what was there is
+    replaced); return the install (None on a dry run)."""
 
     info = release_info(ctx.pin, ctx.version)
     pack = ctx.pack.removeprefix("amd-")
@@ -230,30 +225,21 @@ def fetch_release(ctx, runner: Runner):
     cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
     base = f"{info.base_url}{info.version}/"
     runner.say(f"release sums from {info.source}")
-    fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
-    if runner.dry_run and dist_version(ctx.site, "rocm") is None:  # setup_env installs it
-        rocm = "<ROCm series of the env>"
-        runner.say(
-            f"[dry-run] would download from {base} the runtime for the env's ROCm series "
-            f"(this release has {', '.join(sorted(info.runtime)) or 'none'})"
+    manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
+    if not runtime_sha:
+        raise UserError(
+            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
+            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
         )
-    else:
-        rocm = rocm_series(ctx.site)
-        if rocm not in info.runtime:
-            raise UserError(
-                f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
-                f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
-            )
-        manylinux, runtime_sha = info.runtime[rocm]
-        real_sum(runtime_sha, f"the ROCm {rocm} runtime of AOTriton {info.version}", info.source)
-        fields.update(manylinux=manylinux, rocm=rocm)
-        runtime_name = info.runtime_name.format(**fields)
-        runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
-    fields.setdefault("rocm", rocm)
-    fields.setdefault("manylinux", "<manylinux>")
+    real_sum(runtime_sha, f"the ROCm {rocm} runtime of AOTriton {info.version}", info.source)
+    fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
+    fields.update(manylinux=manylinux, rocm=rocm)
+    runtime_name = info.runtime_name.format(**fields)
+    runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
     images_name = info.images_name.format(**fields)
     images_tar = download(base + images_name, cache / images_name, info.images[pack], runner)
     if runner.dry_run:
+        runner.say(f"[dry-run] would unpack the runtime and amd-{pack} into {into}")
         return None
     staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
     root = extract(runtime_tar, staging / "runtime")
@@ -265,5 +251,11 @@ def fetch_release(ctx, runner: Runner):
     if images_target.exists():
         shutil.rmtree(images_target)
     images_target.mkdir(parents=True)
-    shutil.copytree(pack_dir, images_target / f"amd-{pack}", symlinks=True)
-    return AotritonInstall.read(root / "lib", root / "include")
+    os.replace(pack_dir, images_target / f"amd-{pack}")
+    if into.exists():
+        shutil.rmtree(into)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(root, into)  # both under <work>/build
+    shutil.rmtree(staging)
+    runner.say(f"unpacked the {info.version} runtime and amd-{pack} into {into}")
+    return AotritonInstall.read(into / "lib", into / "include")

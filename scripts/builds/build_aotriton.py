@@ -1,8 +1,12 @@
-"""`nox -s build_aotriton`: AOTriton at its pin (with its patch set), built with cmake + ninja
-against the env's ROCm into its install prefix (build_pytorch's AOTRITON_INSTALLED_PREFIX), and
-swapped into the env's torch when there is one - or, with --from-release, the prebuilt runtime
-and this arch's image pack (scripts.builds.aotriton_release), which needs a torch. Without a
-torch (the README's main job: torch is built against this build afterwards) nothing is swapped.
+"""`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
+AOTRITON_INSTALLED_PREFIX), swapped into the env's torch when there is one. Without a torch (the
+README's main job: torch is built against this prefix afterwards) nothing is swapped.
+
+Each arch takes the shortest honest path (choose_path; doctor asks aotriton_path): the pinned
+release's runtime and this arch's image pack (scripts.builds.aotriton_release, sha256-checked)
+where nothing of ours changes the arch's kernels, else a source build with cmake + ninja against
+the env's ROCm with the patches for that arch (a patch set for it, a tuning database for it,
+gfx908, --from-source). The plan says which path, why, and what it costs, before any long step.
 
 What the env's torch shipped is backed up first (work/backups/aotriton/...) and both versions
 are recorded; `--restore` puts the backup back. The install is refused when the runtime and the
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +52,7 @@ from scripts.builds.aotriton_install import (
 from scripts.env import archs, compat_matrix, condaenv, rocm_sdk, session_env
 from scripts.plumbing import buildjobs, paths, stamps
 from scripts.plumbing.commands import Runner
+from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
 from scripts.sources import pin_set, pin_submodules, pins, tuning_db, update_pins
@@ -55,8 +61,8 @@ from scripts.sources.patches import apply_patch_set, patch_set_digest, patch_set
 from scripts.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
-# The last finished source build (installed into torch or not): build_pytorch's
-# AOTRITON_INSTALLED_PREFIX (gfx908's torch is built against the patched build).
+# The last finished build or release unpack in the install prefix (installed into torch or
+# not): build_pytorch's AOTRITON_INSTALLED_PREFIX (gfx908's torch: the patched build).
 BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
 # Peak compiler memory per AOTriton job (HIP host/device C++), for buildjobs.choose_jobs.
@@ -78,6 +84,171 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
         "rocm": rocm,
         "tools": {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")},
     }
+
+
+# --- which path: the pinned release pack or a source build -------------------------------
+
+# Options that only a source build has: given, they ask for one.
+SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
+
+
+@dataclass(frozen=True)
+class AotritonPath:
+    """How AOTriton comes for an arch: the pinned release pack or a source build, why, what
+    it costs, and the patch files a source build applies for the arch."""
+
+    arch: str
+    version: str
+    pack: str  # "amd-gfx115x"
+    source: bool
+    why: str
+    cost: str
+    patches: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "source build" if self.source else f"release pack {self.pack}"
+
+    def lines(self) -> list[str]:
+        return [f"path: {self.kind}: {self.why}", f"cost: {self.cost}"]
+
+
+def flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def asked_path(opts: BuildAotritonOptions) -> str | None:
+    """The option that decides the path, if any: --from-release, or the first source-only
+    option given (--from-release with one of those is refused)."""
+    given = [flag(f) for f in SOURCE_OPTIONS if getattr(opts, f)]
+    if opts.from_release and given:
+        raise UserError(
+            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
+        )
+    return "--from-release" if opts.from_release else (given[0] if given else None)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def source_cost(commit: str, arch: str, jobs: int) -> str:
+    """Measured kernel-job count x seconds a job (scripts/data/aotriton_matrix.toml
+    [build_cost]), or what is measured for another arch of the commit."""
+    from scripts.env.compat_matrix import MATRIX_FILE
+
+    table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
+    rest = "plus AOTriton's Triton fork (its own LLVM download) and the C++ runtime"
+    row = table.get(arch)
+    if row is None:
+        known = "; ".join(
+            f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
+        )
+        return (
+            f"kernel job count for {arch} not measured at {commit[:12]}"
+            + (f" ({known})" if known else "")
+            + f"; {rest}"
+        )
+    cpu = row["jobs"] * row["seconds_per_job"]
+    return (
+        f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
+        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {_hours(cpu / jobs)} on {jobs} "
+        f"build jobs; {rest}"
+    )
+
+
+def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
+    """'' when the pinned release has this pack and a runtime for the ROCm series, built from
+    the pinned commit; else why not, in a few words."""
+    from scripts.builds import aotriton_release
+    from scripts.env.compat_matrix import load_matrix
+
+    tag = next((r.commit for r in load_matrix().releases if r.version == version), None)
+    if tag != pin.commit:
+        return (
+            f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built "
+            f"from ({tag[:12] if tag else 'no such release in scripts/data/aotriton_matrix.toml'})"
+        )
+    try:
+        info = aotriton_release.release_info(pin, version)
+    except UserError as e:
+        return f"no release pack to take ({e})"
+    sums = [("image pack " + pack, info.images.get(pack.removeprefix("amd-")))]
+    sums.append((f"runtime for ROCm {rocm}", (info.runtime.get(rocm) or ("", None))[1]))
+    for what, sha in sums:
+        if not sha:
+            return f"the {version} release has no {what} ({info.source})"
+        if set(sha) == {"0"}:
+            return f"the {version} release lists a placeholder sum for its {what} (unpublished)"
+    return ""
+
+
+def choose_path(
+    arch: archs.Arch,
+    pin: pins.Pin,
+    version: str,
+    pack: str,
+    *,
+    rocm: str,
+    patched_arch: bool = False,
+    asked: str | None = None,
+    jobs: int = 1,
+) -> AotritonPath:
+    """The shortest honest path: the pinned release pack unless something of ours changes
+    this arch's kernels (a patch for it, a tuning database for it, an arch only our patch set
+    adds) or an option asks for a source build; also a source build where the release has
+    nothing to take (another commit, no pack, no runtime for the env's ROCm series)."""
+    found = patch_set_for("aotriton", pin.commit, arch=arch.name)
+    names = tuple(p.name for p in found.patches) if found else ()
+
+    def source(why: str) -> AotritonPath:
+        cost = source_cost(pin.commit, arch.name, jobs)
+        return AotritonPath(arch.name, version, pack, True, why, cost, names)
+
+    release_cost = (
+        f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the {pack} "
+        "image pack (sizes as the server reports them when each starts); no kernel compiles"
+    )
+    if asked == "--from-release":
+        return AotritonPath(arch.name, version, pack, False, "--from-release", release_cost)
+    if asked:
+        return source(f"{asked} asks for one")
+    if patched_arch:
+        return source(
+            f"upstream {version} has no {arch.name} kernels and no release has its images; "
+            f"our patch set adds them ({', '.join(names)})"
+        )
+    if names:
+        return source(f"our patch set changes {arch.name}'s build ({', '.join(names)})")
+    tuned = tuning_db.find(pin.commit, arch.name)
+    if tuned:
+        return source(f"our tuning database changes {arch.name}'s kernels ({tuned.directory})")
+    gap = release_gap(pin, version, pack, rocm)
+    if gap:
+        return source(gap)
+    why = (
+        f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
+        f"and the pinned {version} release ships {pack} built from this commit "
+        "(--from-source builds it anyway)"
+    )
+    return AotritonPath(arch.name, version, pack, False, why, release_cost)
+
+
+def rocm_series(site: Path) -> str:
+    """The env's ROCm series ('7.15'); before setup_env, the one pins/rocm.toml pins."""
+    version = (dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
+    return ".".join(version.split(".")[:2])
+
+
+def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
+    """Which path `nox -s build_aotriton -- --arch <arch>` takes with the pins, patches and
+    tuning databases as they are and no options (for doctor); site: the env's site-packages
+    (its ROCm series), else the pinned one. UserError for an arch the pinned AOTriton cannot
+    serve."""
+    chosen = archs.get_arch(arch)
+    pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
+    rocm = rocm_series(site or Path("/nonexistent"))
+    return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
 
 
 # --- restore -------------------------------------------------------------
@@ -132,6 +303,7 @@ class SourceBuild:
     jobs: int | None = None
     workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
     triton: str = "fork"  # the Triton the kernels compile with (BuildAotritonOptions.kernel_triton)
+    pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF: also the python binding (needs pybind11)
 
     @property
     def timeout(self) -> str:
@@ -147,6 +319,7 @@ def source_build(
     no_images: bool = False,
     workers: str | None = None,
     triton: str = "fork",
+    pyaotriton: bool = False,
 ) -> SourceBuild:
     return SourceBuild(
         clean=opts.clean,
@@ -158,6 +331,7 @@ def source_build(
         jobs=opts.jobs,
         workers=workers,
         triton=triton,
+        pyaotriton=pyaotriton,
     )
 
 
@@ -230,7 +404,8 @@ def _upstream_pin(
         limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
         raise UserError(
             f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
-            + (f": {limit}" if limit else " (needs AOTriton >= " + str(arch.aotriton_since) + ")")
+            + (f": {limit}" if limit else "")
+            + (f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else "")
         )
     pack = arch.aotriton_pack(version)
     if not pack:
@@ -270,10 +445,14 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         "toolchain": toolchain(ctx.prefix, ctx.site),
     }
     if mode == "source":
-        inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit)
+        inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name)
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
         inputs["tuning_db"] = tuned.digest() if tuned else None
-        inputs["options"] = {"noimage": build.no_images, "timeout_min": build.timeout}
+        inputs["options"] = {
+            "noimage": build.no_images,
+            "timeout_min": build.timeout,
+            "pyaotriton": build.pyaotriton,
+        }
         if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
             from scripts.builds import kernel_build  # lazily, as below: a no-op never needs it
 
@@ -297,11 +476,9 @@ def build_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_aotriton(opts: BuildAotritonOptions) -> None:
+    asked = asked_path(opts)
     ctx = make_context(
-        opts,
-        dry_run=opts.dry_run,
-        from_release=opts.from_release,
-        torch_optional=not (opts.restore or opts.from_release),
+        opts, dry_run=opts.dry_run, from_release=opts.from_release, torch_optional=not opts.restore
     )
     out = sys.stdout
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
@@ -339,10 +516,29 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)",
             file=out,
         )
-    build = source_build(
-        opts, no_images=opts.no_images, workers=opts.workers, triton=opts.kernel_triton
+    jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
+    rocm = rocm_series(ctx.site)
+    path = choose_path(
+        ctx.arch,
+        ctx.pin,
+        ctx.version,
+        ctx.pack,
+        rocm=rocm,
+        patched_arch=ctx.patched_arch,
+        asked=asked,
+        jobs=jobs,
     )
-    inputs = stamp_inputs(ctx, from_release=opts.from_release, build=build)
+    for line in path.lines():
+        print(line, file=out)
+    from_release = not path.source
+    build = source_build(
+        opts,
+        no_images=opts.no_images,
+        workers=opts.workers,
+        triton=opts.kernel_triton,
+        pyaotriton=opts.with_pyaotriton,
+    )
+    inputs = stamp_inputs(ctx, from_release=from_release, build=build)
     recorded = stamps.read(stamp)
     built_in = install_prefix(ctx)
     if (
@@ -363,10 +559,10 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     runner = ctx.session.runner
     if not opts.dry_run:
         stamps.remove(stamp)
-    if opts.from_release:
-        from scripts.builds import aotriton_release  # lazily: only --from-release needs it
+    if from_release:
+        from scripts.builds import aotriton_release  # lazily: only the release path needs it
 
-        new = aotriton_release.fetch_release(ctx, runner)
+        new = aotriton_release.fetch_release(ctx, runner, built_in, rocm)
         how = f"prebuilt release {ctx.version}"
     else:
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
@@ -374,11 +570,11 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         if tuned:
             how += f" with the tuning database {tuned.directory.name}"
-        built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
-        if new is not None:
-            stamps.write(built, build_inputs(inputs), install_prefix=str(new.lib.parent))
-        else:  # a dry run: build_pytorch later in this run plans against this prefix
-            stamps.plan(built, install_prefix=str(built_in))
+    built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    if new is not None:
+        stamps.write(built, build_inputs(inputs), install_prefix=str(new.lib.parent))
+    else:  # a dry run: build_pytorch later in this run plans against this prefix
+        stamps.plan(built, install_prefix=str(built_in))
     if ctx.torch is None:
         keep_in_prefix(ctx, new, stamp, inputs, built_in)
         return
@@ -454,7 +650,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     ensure_checkout(
         ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
     )
-    apply_patch_set("aotriton", ctx.pin.commit, src, runner)
+    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name)
     from scripts.builds import kernel_check  # lazily, as kernel_build: a no-op never needs it
 
     kernel_check.before_build(ctx, src, build_options, store=store)
@@ -475,6 +671,8 @@ def build_from_source(
     from scripts.builds import kernel_build  # the kernel machinery: only a real build loads it
 
     session, runner = ctx.session, ctx.session.runner
+    if build_options.pyaotriton:
+        require_pybind11(ctx)
     build = paths.build_dir(ctx.work, build_name or ctx.source_name)
     install = build / "install"
     store = kernel_build.open_for_build(ctx, build_options, runner)
@@ -512,7 +710,8 @@ def build_from_source(
         f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
         f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
         f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
-        "-DAOTRITON_NO_PYTHON=OFF",
+        # as torch's own cmake/External/aotriton.cmake: torch never uses pyaotriton
+        f"-DAOTRITON_NO_PYTHON={'OFF' if build_options.pyaotriton else 'ON'}",
         # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
         "-DAOTRITON_USE_TORCH=OFF",
         "-DHIP_PLATFORM=amd",
@@ -559,6 +758,30 @@ def build_from_source(
     if runner.dry_run:
         return None
     return AotritonInstall.read(install / "lib", install / "include")
+
+
+def require_pybind11(ctx: Context) -> None:
+    """AOTRITON_NO_PYTHON=OFF: AOTriton's CMakeLists.txt (6e00ef3e lines 131-143) runs `import
+    pybind11` with Python3_EXECUTABLE, then find_package(pybind11 CONFIG REQUIRED), before its
+    build venv exists: the env's python must have pybind11. Refused here in one line, not in
+    configure. Before setup_env: the lock it installs must have it."""
+    python = ctx.prefix / "bin" / "python"
+    if ctx.session.ready:
+        probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
+        has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
+    else:
+        from scripts.env import lock_records, lockfile
+
+        records = lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))["records"]
+        has = any(r.get("name") == "pybind11" for r in records.values())
+        where = "conda-lock.yml, which setup_env installs, has no pybind11"
+    if not has:
+        raise UserError(
+            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
+            "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
+            f"CMake package), and {where}: add `- pybind11` to "
+            "environment.yml, then run: nox -s lock && nox -s setup_env"
+        )
 
 
 def install(

@@ -102,6 +102,7 @@ class KernelBuild:
     keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
     staged: int = 0
     earlier: list[str] = field(default_factory=list)  # compiled by an interrupted build
+    arch: str | None = None  # whose patches the tree carries (the patch digest in each key)
 
     @property
     def bare(self) -> Path:
@@ -134,7 +135,7 @@ class KernelBuild:
     def key_context(self) -> kernel_jobs.KeyContext:
         return kernel_jobs.KeyContext(
             triton=self.identity,
-            patches=patch_set_digest("aotriton", self.commit),
+            patches=patch_set_digest("aotriton", self.commit, arch=self.arch),
             compiler=kernel_jobs.file_digest(self.compile_py),
         )
 
@@ -276,4 +277,6 @@ def plan(
         identity, wheel = version, f"triton=={version}"
     else:
         identity, wheel = fork_identity(src, runner), None
-    return KernelBuild(src, build, store, triton, identity, wheel, ctx.pin.commit)
+    return KernelBuild(
+        src, build, store, triton, identity, wheel, ctx.pin.commit, arch=ctx.arch.name
+    )

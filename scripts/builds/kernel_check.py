@@ -92,7 +92,7 @@ class Tree:
     def key_context(self) -> kernel_jobs.KeyContext:
         return kernel_jobs.KeyContext(
             triton=self.triton,
-            patches=patch_set_digest("aotriton", self.commit),
+            patches=patch_set_digest("aotriton", self.commit, arch=self.arch),
             compiler=kernel_jobs.file_digest(self.src / "python" / "compile.py"),
         )
 
@@ -384,5 +384,5 @@ def kernel_check(opts: Any) -> None:
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
     # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
-    apply_patch_set("aotriton", pin.commit, tree.src, runner)
+    apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
     run_check(tree, work=work, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

@@ -211,7 +211,8 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     announce(ctx, tuner, plan)
     if already_tuned(ctx, plan, force=opts.force):
         return
-    run = resume_or_start(ctx, plan, tuner, ba.source_build(opts), force=opts.force)
+    build = ba.source_build(opts, pyaotriton=True)  # cpptune imports the tuning build's binding
+    run = resume_or_start(ctx, plan, tuner, build, force=opts.force)
     build_for_tuning(run)  # [1/6]
     records = tune_each_case(run)  # [2/6]
     candidate = store_candidate(run, records)  # [3/6]
@@ -256,7 +257,8 @@ def resume_or_start(
     commit, arch = ctx.pin.commit, ctx.arch.name
     runner = ctx.session.runner
     state_dir = ctx.work / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
-    key = stamps.digest({"commit": commit, "patches": patch_set_digest("aotriton", commit)})
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    key = stamps.digest({"commit": commit, "patches": patches})
     progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=runner.dry_run)
     if force or progress.stale:
         if force:

@@ -283,7 +283,17 @@ class BuildAotritonOptions(AotritonSourceOptions):
     )
     from_release: bool = opt(
         "--from-release",
-        help="install the prebuilt release runtime + this arch's image pack (minutes, not hours)",
+        help="install the prebuilt release runtime + this arch's image pack (minutes, not hours; "
+        "the default where nothing of ours changes the arch's kernels)",
+    )
+    from_source: bool = opt(
+        "--from-source",
+        help="build from source even where the pinned release pack would do (hours of compiles)",
+    )
+    with_pyaotriton: bool = opt(
+        "--with-pyaotriton",
+        help="also build AOTriton's python binding (AOTRITON_NO_PYTHON=OFF, needs pybind11 in "
+        "the env); torch never uses it",
     )
     restore: bool = opt(
         "--restore", help="put back the AOTriton files torch shipped (from the backup) and stop"
@@ -303,6 +313,8 @@ class BuildAotritonOptions(AotritonSourceOptions):
     )
 
     def check(self) -> None:
+        if self.from_release and self.from_source:
+            raise UserError("--from-release and --from-source exclude each other: drop one")
         if self.triton == "fork" and self.workers:
             raise UserError(
                 "--workers compiles with the PyPI Triton of pins/kernel_compiler.toml; a build "

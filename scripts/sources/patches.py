@@ -7,11 +7,13 @@ manifest.toml lists every patch in order with its sha256, why it exists and an u
     sha256 = "<64 hex>"
     reason = "why the pinned upstream needs it"
     upstream = "https://github.com/<org>/<repo>/pull/<n>"
+    arches = ["gfx908"]                     # optional: only builds for these GPU arches
 
-Every sha256 is verified before anything is applied. Application is all or nothing: each
-patch is classified with two checks read together (`git apply --check` and
-`git apply --reverse --check`: forward ok = apply, reverse ok only = already contained, both
-fail = conflict), applied with `git am` under a fixed committer identity and
+A patch with `arches` (Spack's `patch(..., when=...)`) is applied only to a build for one of
+them; without it, to every build. Every sha256 is verified before anything is applied.
+Application is all or nothing: each patch is classified with two checks read together (`git
+apply --check` and `git apply --reverse --check`: forward ok = apply, reverse ok only = already
+contained, both fail = conflict), applied with `git am` under a fixed committer identity and
 --committer-date-is-author-date (same pin + same patches = same HEAD), and on any failure the
 checkout goes back to the state it was in (the pristine pin, or the patched state of the set
 applied before) before the error names patch, file and commit. Edits made after patching are
@@ -25,7 +27,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scripts.plumbing import stamps
@@ -39,6 +41,7 @@ PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
+GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
 AM_IDENTITY = {
     "GIT_COMMITTER_NAME": "rocmfa patches",
     "GIT_COMMITTER_EMAIL": "patches@rocmfa.invalid",
@@ -79,6 +82,10 @@ class Patch:
     sha256: str
     reason: str
     upstream: str
+    arches: tuple[str, ...] = ()  # () = every arch
+
+    def applies_to(self, arch: str | None) -> bool:
+        return arch is None or not self.arches or arch in self.arches
 
 
 @dataclass(frozen=True)
@@ -89,9 +96,18 @@ class PatchSet:
     patches: tuple[Patch, ...]
     none_needed: str = ""  # manifest.toml `none_needed = "why"`: this commit needs no patches
 
+    # the set's patches that are for other arches than the one asked for (patch_set_for's arch)
+    other_arches: tuple[Patch, ...] = ()
+
     @property
     def shas(self) -> list[str]:
         return [p.sha256 for p in self.patches]
+
+    def for_arch(self, arch: str | None) -> PatchSet:
+        """The patches a build for arch applies (arch None: all of them)."""
+        mine = tuple(p for p in self.patches if p.applies_to(arch))
+        others = tuple(p for p in self.patches if not p.applies_to(arch))
+        return replace(self, patches=mine, other_arches=others)
 
 
 def set_dir(project: str, commit: str, root: Path | None = None) -> Path:
@@ -106,8 +122,11 @@ def available_sets(project: str, root: Path | None = None) -> list[str]:
     return sorted(p.name for p in base.iterdir() if p.is_dir() and HEX40.fullmatch(p.name))
 
 
-def patch_set_for(project: str, commit: str, *, root: Path | None = None) -> PatchSet | None:
-    """The verified patch set for commit, or None when patches/<project>/<commit>/ is absent."""
+def patch_set_for(
+    project: str, commit: str, *, root: Path | None = None, arch: str | None = None
+) -> PatchSet | None:
+    """The verified patch set for commit, or None when patches/<project>/<commit>/ is absent;
+    with arch, only the patches for that arch (the others in other_arches)."""
     directory = set_dir(project, commit, root)
     if not directory.is_dir():
         return None
@@ -152,7 +171,15 @@ def patch_set_for(project: str, commit: str, *, root: Path | None = None) -> Pat
         head = path.read_bytes()[:4096]
         if not (head.startswith(b"From ") or b"\nSubject:" in head or head.startswith(b"Subject:")):
             raise UserError(f"{_display(path)}: not a `git format-patch` file (no mail header)")
-        patches.append(Patch(name, path, values["sha256"], values["reason"], values["upstream"]))
+        arches = entry.get("arches", [])
+        if not isinstance(arches, list) or (not arches and "arches" in entry):
+            raise UserError(f"{here}: 'arches' must be a non-empty list of GPU arches")
+        for name_of_arch in arches:
+            if not isinstance(name_of_arch, str) or not GFX_NAME.fullmatch(name_of_arch):
+                raise UserError(f"{here}: 'arches' entry {name_of_arch!r} is not a gfx arch")
+        patches.append(
+            Patch(name, path, values["sha256"], values["reason"], values["upstream"], tuple(arches))
+        )
     names = [p.name for p in patches]
     if names != sorted(names) or len(set(names)) != len(names):
         raise UserError(f"{where}: patches must be listed once each, in NNNN order")
@@ -160,12 +187,15 @@ def patch_set_for(project: str, commit: str, *, root: Path | None = None) -> Pat
     unlisted = sorted(set(on_disk) - set(names))
     if unlisted:
         raise UserError(f"{where}: {unlisted[0]} is in the directory but not in the manifest")
-    return PatchSet(project, commit, directory, tuple(patches), none_needed.strip())
+    return PatchSet(project, commit, directory, tuple(patches), none_needed.strip()).for_arch(arch)
 
 
-def patch_set_digest(project: str, commit: str, *, root: Path | None = None) -> str:
-    """For stamps: changes whenever any patch of the set (or the set's existence) changes."""
-    found = patch_set_for(project, commit, root=root)
+def patch_set_digest(
+    project: str, commit: str, *, root: Path | None = None, arch: str | None = None
+) -> str:
+    """For stamps: changes whenever any patch of the set (for arch: any patch a build for arch
+    applies), or the set's existence, changes."""
+    found = patch_set_for(project, commit, root=root, arch=arch)
     if found is not None and found.none_needed:
         return stamps.digest({"commit": commit, "none_needed": found.none_needed})
     return stamps.digest({"commit": commit, "patches": found.shas if found else []})
@@ -277,7 +307,8 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
 
 
 def _drop_our_patches(project: str, commit: str, checkout: Path, runner: Runner) -> None:
-    """The set was removed: a checkout at our recorded patched state goes back to the pin."""
+    """The set was removed, or has no patch for this build: a checkout at our recorded patched
+    state goes back to the pin."""
     state = checkouts.read_state(checkout)
     if state is None or state.base != commit or state.head == commit:
         return
@@ -287,19 +318,34 @@ def _drop_our_patches(project: str, commit: str, checkout: Path, runner: Runner)
         raise UserError(f"{checkout} has local edits; cannot drop the old patches of {project}")
     _rollback(runner, checkout, commit)
     checkouts.write_state(checkout, State(commit, commit, (), ""))
-    runner.say(f"{project}: patch set gone; checkout back at the pristine pin {commit[:12]}")
+    runner.say(
+        f"{project}: no patch of the set is for this build; checkout back at the pristine "
+        f"pin {commit[:12]}"
+    )
 
 
 def apply_patch_set(
-    project: str, commit: str, checkout: Path, runner: Runner, *, root: Path | None = None
+    project: str,
+    commit: str,
+    checkout: Path,
+    runner: Runner,
+    *,
+    root: Path | None = None,
+    arch: str | None = None,
 ) -> list[str]:
-    """Apply patches/<project>/<commit>/ to checkout (at commit). Returns the applied patch
-    sha256s; [] when there is no set."""
+    """Apply patches/<project>/<commit>/ to checkout (at commit); with arch, only the patches
+    for that arch. Returns the applied patch sha256s; [] when there is none to apply."""
     checkout = Path(checkout)
-    found = patch_set_for(project, commit, root=root)  # verifies every sha256 first
-    if found is None or found.none_needed:
-        if found is not None:
+    found = patch_set_for(project, commit, root=root, arch=arch)  # verifies every sha256 first
+    if found is None or found.none_needed or not found.patches:
+        if found is not None and found.none_needed:
             runner.say(f"{project}: no patches needed at {commit[:12]}: {found.none_needed}")
+        elif found is not None:
+            others = ", ".join(sorted({a for p in found.other_arches for a in p.arches}))
+            runner.say(
+                f"{project}: {_display(found.directory)} has no patch for {arch} (its "
+                f"{len(found.other_arches)} patch(es) are for {others}); built as pinned"
+            )
         elif problem := missing_set_problem(project, commit, checkout, runner, root=root):
             if not runner.dry_run:
                 raise UserError(problem)

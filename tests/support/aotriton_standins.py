@@ -63,10 +63,16 @@ def commit_files(repo: Path, files: dict[str, str], message: str) -> str:
 
 
 def make_patch_set(
-    root: Path, project: str, base: str, upstream: Path, edits: list[dict[str, str]]
+    root: Path,
+    project: str,
+    base: str,
+    upstream: Path,
+    edits: list[dict[str, str]],
+    arches: list[list[str] | None] | None = None,
 ) -> Path:
     """patches/<project>/<base>/NNNN-*.patch made with `git format-patch` from a clone of
-    upstream with one commit per edit, plus manifest.toml with their sha256s."""
+    upstream with one commit per edit, plus manifest.toml with their sha256s (and, per patch,
+    the `arches` it is for, where arches gives some)."""
     scratch = root / f".scratch-{project}-{base[:8]}"
     subprocess.run(["git", "clone", "-q", str(upstream), str(scratch)], check=True)
     git(scratch, "checkout", "-q", "--detach", base)
@@ -75,18 +81,20 @@ def make_patch_set(
     directory = root / project / base
     directory.mkdir(parents=True, exist_ok=True)
     git(scratch, "format-patch", "-q", "-o", str(directory), f"{base}..HEAD")
-    write_manifest(directory)
+    write_manifest(directory, arches)
     subprocess.run(["rm", "-rf", str(scratch)], check=True)
     return directory
 
 
-def write_manifest(directory: Path) -> None:
+def write_manifest(directory: Path, arches: list[list[str] | None] | None = None) -> None:
     entries = []
-    for patch in sorted(directory.glob("*.patch")):
+    for i, patch in enumerate(sorted(directory.glob("*.patch"))):
         digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+        only = (arches or [])[i] if i < len(arches or []) else None
         entries.append(
             f'[[patch]]\nfile = "{patch.name}"\nsha256 = "{digest}"\n'
             f'reason = "stand-in fix"\nupstream = "https://example.invalid/pr/1"\n'
+            + (f"arches = {json.dumps(only)}\n" if only else "")
         )
     (directory / "manifest.toml").write_text("\n".join(entries))
 
@@ -96,9 +104,11 @@ def write_manifest(directory: Path) -> None:
 # Fidelity (docs/upstream-interfaces.md, ROCm/aotriton@6e00ef3e = 0.13b CMakeLists.txt): the same
 # option names and defaults; configure fails as the real one does without a git checkout (or
 # AOTRITON_CI_SUPPLIED_SHA1 / AOTRITON_GIT_TREESHA1), with TARGET_GPUS set, without
-# find_package(hip) or pkg-config's liblzma; __signature__ is the JSON that 0.13b's
-# write_image_signature writes (no version in it). The version comes from a VERSION file here
-# (real: set() in CMakeLists.txt) so tests can make other versions.
+# find_package(hip) or pkg-config's liblzma, and with AOTRITON_NO_PYTHON=OFF (the default) without
+# pybind11 importable by Python3_EXECUTABLE (and torch unless AOTRITON_USE_TORCH=OFF);
+# __signature__ is the JSON that 0.13b's write_image_signature writes (no version in it). The
+# version comes from a VERSION file here (real: set() in CMakeLists.txt) so tests can make other
+# versions.
 CMAKELISTS = r"""
 cmake_minimum_required(VERSION 3.18 FATAL_ERROR)
 file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/VERSION" AOTRITON_FULL_VERSION LIMIT_COUNT 1)
@@ -149,6 +159,23 @@ set(AOTRITON_TARGET_ARCH "gfx90a;gfx942;gfx950;gfx1100;gfx1101;gfx1102;gfx1103;g
 set(TARGET_GPUS "OBSOLETE" CACHE STRING "OBSOLETE")
 set(AOTRITON_OVERRIDE_TARGET_GPUS "" CACHE STRING "Override AOTRITON_TARGET_ARCH")
 set(AOTRITON_NAME_SUFFIX "" CACHE STRING "suffix")
+# As the real one (lines 131-152): the python binding's requirements, before any build venv.
+if(NOT AOTRITON_NO_PYTHON)
+  cmake_policy(SET CMP0148 NEW)
+  find_package(Python3 ${AOTRITON_MIN_PYTHON} COMPONENTS Development REQUIRED)
+  execute_process(COMMAND "${Python3_EXECUTABLE}" -c
+    "import pybind11, pathlib; print(pathlib.Path(pybind11.__file__).parent/'share/cmake/pybind11')"
+                  OUTPUT_STRIP_TRAILING_WHITESPACE
+                  OUTPUT_VARIABLE pybind11_DIR)
+  find_package(pybind11 CONFIG REQUIRED)
+  if(AOTRITON_USE_TORCH)
+    execute_process(COMMAND "${Python3_EXECUTABLE}" -c
+      "import torch; from pathlib import Path; print(str(Path(torch.__file__).parent))"
+                    OUTPUT_STRIP_TRAILING_WHITESPACE
+                    OUTPUT_VARIABLE TORCH_SITE)
+    find_package(Torch REQUIRED HINTS ${TORCH_SITE})
+  endif()
+endif()
 if(NOT TARGET_GPUS STREQUAL "OBSOLETE")
   message(FATAL_ERROR "TARGET_GPUS is OBSOLETE in Dispatcher V3. "
     "Use AOTRITON_TARGET_ARCH or AOTRITON_OVERRIDE_TARGET_GPUS.")
@@ -366,6 +393,18 @@ GFX908_PACK_EDIT = (
 UPSTREAM_SUBMODULE = "third_party/triton"
 
 
+def install_pybind11(prefix: Path) -> Path:
+    """A stand-in pybind11 in the env, laid out as the pybind11 wheel is: the package, with its
+    CMake package config under pybind11/share/cmake/pybind11 (what AOTriton's configure finds
+    through `import pybind11`)."""
+    package = site_packages(prefix) / "pybind11"
+    config = package / "share" / "cmake" / "pybind11"
+    config.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("# stand-in pybind11\n")
+    (config / "pybind11Config.cmake").write_text("set(pybind11_FOUND TRUE)\n")
+    return package
+
+
 def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, str]:
     """A git repo shaped like AOTriton; returns (repo, HEAD commit). Its one submodule is
     third_party/triton, as at 0.13b (6e00ef3e: the only gitlink, mapped in .gitmodules)."""
@@ -566,13 +605,18 @@ def write_record(site: Path, torch: Path, info: Path, left: set[Path]) -> None:
 # --- release tarballs and a loopback server with Range support ----------------------------
 
 
-def _tar(entries: dict[str, bytes], target: Path) -> str:
+def _tar(entries: dict[str, bytes | str], target: Path) -> str:
+    """A .tar.gz of entries: bytes are files, a str is a symlink to that name."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name, data in entries.items():
             member = tarfile.TarInfo(name)
-            member.size = len(data)
             member.mtime = 0
+            if isinstance(data, str):
+                member.type, member.linkname = tarfile.SYMTYPE, data
+                tar.addfile(member)
+                continue
+            member.size = len(data)
             tar.addfile(member, io.BytesIO(data))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(buffer.getvalue())
@@ -632,6 +676,8 @@ def make_release(
     runtime_sha = _tar(
         {
             f"aotriton/lib/libaotriton_v2.so.{runtime}": b"release runtime\n" + noise,
+            # `ninja install` puts the namelink beside it (torch's aotriton.cmake links it)
+            "aotriton/lib/libaotriton_v2.so": f"libaotriton_v2.so.{runtime}",
             "aotriton/include/aotriton/config.h": b"/* release */\n",
         },
         www / version / runtime_name,
