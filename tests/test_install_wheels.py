@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,8 +33,18 @@ def upstreams(tmp_path_factory) -> standin.Upstreams:
     return standin.make_upstreams(tmp_path_factory.mktemp("iw-up"))
 
 
+def runtime_from(monkeypatch, index_url: str) -> None:
+    """pip finds torch's run-time requirements on the loopback index only (never the network):
+    no pip.conf of this machine (os.devnull: pip loads none), no other PIP_* source."""
+    monkeypatch.setenv("PIP_INDEX_URL", index_url)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
-def session(monkeypatch, env_prefix, upstreams, tmp_path):
+def session(monkeypatch, env_prefix, upstreams, tmp_path, torch_runtime_index):
+    runtime_from(monkeypatch, torch_runtime_index)
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
     work = tmp_path / "work"
@@ -48,7 +60,9 @@ def session(monkeypatch, env_prefix, upstreams, tmp_path):
     return work, build, install
 
 
-def test_installs_exactly_this_runs_wheels_then_checks(session, env_prefix, capfd):
+def test_installs_exactly_this_runs_wheels_then_checks(
+    session, env_prefix, capfd, torch_runtime_index
+):
     work, build, install = session
     build()
     # An older torch wheel lying next to the new one (not this run's) must not be installed.
@@ -65,9 +79,24 @@ def test_installs_exactly_this_runs_wheels_then_checks(session, env_prefix, capf
     assert built["torch"].startswith("2.13.0a0+rocmfa") and built["torch"].endswith(f".rocm{ROCM}")
     assert installed(env_prefix, "torchaudio") == built["torchaudio"]
     assert installed(env_prefix, "triton") is not None
-    pip_line = next(line for line in out.splitlines() if " pip install " in line)
-    assert "--no-deps --force-reinstall" in pip_line and "2.12.0" not in pip_line
+    pip_line = next(line for line in out.splitlines() if " pip install --no-deps" in line)
+    assert "--force-reinstall" in pip_line and "2.12.0" not in pip_line
     assert "backend check skipped" in out
+    # torch's own requirements (its Requires-Dist; triton is one of the wheels) came first, by
+    # pip from the index pip was given, and torch imports
+    needs = next(line for line in out.splitlines() if line.startswith("runtime requirements"))
+    assert "typing-extensions>=4.10.0, rocm[libraries]==" not in needs  # sorted, one each
+    for requirement in ("filelock", "sympy>=1.13.3", f"rocm[libraries]=={ROCM}"):
+        assert requirement in needs
+    assert "triton" not in needs and "optree" not in needs
+    assert f"from index {torch_runtime_index} (pip's configuration: pip config list)" in needs
+    assert installed(env_prefix, "typing_extensions") == "4.15.0"
+    assert installed(env_prefix, "mpmath") == "1.3.0"  # sympy's own requirement
+    imported = subprocess.run(
+        [env_prefix / "bin" / "python", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert imported.returncode == 0 and imported.stdout.strip() == built["torch"], imported.stderr
 
     install("--no-backend-check")
     assert "already installed" in capfd.readouterr().out

@@ -1,12 +1,13 @@
 """The manifest of a published wheel set: what was built, from what, for which machines.
 
-One JSON document per wheel set (schema rocmfa-wheelset/1): every wheel's file name, size and
-sha256; arch, TheRock index family and rocm-bootstrap's packaging chain; Python tag; ROCm SDK
-version; torch, TheRock and AOTriton commits and versions; the patch set digests applied at
-checkout; whether flash attention was built in; the AOTriton runtime and image versions found
-inside the torch wheel (they must agree: a runtime shipped with images of another version
-fails with hipErrorInvalidValue, TheRock#7315 / ROCm/pytorch#3569); and the summaries of the
-backend_check, validate and bench JSON reports given to publish.
+One JSON document per wheel set (schema rocmfa-wheelset/1): every wheel's file name, size,
+sha256 and Requires-Dist lines; arch, TheRock index family and rocm-bootstrap's packaging
+chain; Python tag; ROCm SDK version; torch, TheRock and AOTriton commits and versions; the
+patch set digests applied at checkout; whether flash attention was built in; the AOTriton
+runtime and image versions found inside the torch wheel (they must agree: a runtime shipped
+with images of another version fails with hipErrorInvalidValue, TheRock#7315 /
+ROCm/pytorch#3569); and the summaries of the backend_check, validate and bench JSON reports
+given to publish.
 
 An index that speaks only the upload API (pypiserver) stores package files only, so the
 manifest travels as a tiny wheel of its own, project `rocmfa-wheelset`, version
@@ -33,6 +34,7 @@ from scripts.builds import aotriton_install, build_pytorch, kernel_check
 from scripts.env import archs
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.errors import UserError
+from scripts.sharing import install_wheels
 
 SCHEMA = "rocmfa-wheelset/1"
 MANIFEST_PROJECT = "rocmfa-wheelset"
@@ -192,6 +194,9 @@ def build(
             "version": w["version"],
             "size": w["size"],
             "sha256": w["sha256"],
+            # what pip must add for it to import (typing-extensions, sympy, ...); install_wheels
+            # installs these the ordinary way and the wheels themselves with --no-deps
+            "requires": install_wheels.requires_of(Path(w["file"])),
         }
         for w in run["wheels"]
     ]
