@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from scripts.builds import build_pytorch as bp
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels as iw
+from tests.support import pep503
 from tests.support import therock_standin as standin
 from tests.support.wheels import installed
 
@@ -33,18 +33,9 @@ def upstreams(tmp_path_factory) -> standin.Upstreams:
     return standin.make_upstreams(tmp_path_factory.mktemp("iw-up"))
 
 
-def runtime_from(monkeypatch, index_url: str) -> None:
-    """pip finds torch's run-time requirements on the loopback index only (never the network):
-    no pip.conf of this machine (os.devnull: pip loads none), no other PIP_* source."""
-    monkeypatch.setenv("PIP_INDEX_URL", index_url)
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def session(monkeypatch, env_prefix, upstreams, tmp_path, torch_runtime_index):
-    runtime_from(monkeypatch, torch_runtime_index)
+    pep503.pip_only_from(monkeypatch, torch_runtime_index)
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
     work = tmp_path / "work"
