@@ -26,6 +26,7 @@ from tests.support import aotriton_standins as st
 from tests.support import pep503, shared_cache
 from tests.support import team_index as servers
 from tests.support import therock_standin as standin
+from tests.support.project import copy_project, run_nox
 from tests.support.wheels import installed
 
 ROCM = "7.15.0a20260630"
@@ -283,6 +284,53 @@ def test_a_fresh_machine_gets_a_torch_that_imports(
     assert imported.stdout.strip() == torch["version"]
     assert installed(fresh.prefix, "sympy") == "1.14.0" and installed(fresh.prefix, "mpmath")
     assert installed(fresh.prefix, "setuptools") == "84.2.1"  # torch needs >=77.0.3
+
+
+def test_the_team_lines_dry_run_on_a_bare_machine(builder, env, tmp_path):
+    """README's team install line, `nox -s setup_env install_wheels -- --index DIR`, as a dry
+    run before any setup (no manager, no env, no ROCMFA_* variables), with each documented
+    option of install_wheels: the plan reads the index, plans pip with the set's hashes and
+    torch's requirements, and exits 0; publish's dry runs and refusals are one line each."""
+    tree = tmp_path / "idx"
+    publish(builder, str(tree))
+    set_id = manifest_of(tree)["set_id"]
+    project = copy_project(tmp_path / "project", with_lock=False)
+    (tmp_path / "home").mkdir()
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    line = ("-s", "setup_env", "install_wheels", "--", "--index", str(tree), "--dry-run")
+    for extra in ((), ("--wheel-set", set_id), ("--no-backend-check", "--force"),
+                  ("--env-name", "other", "--workdir", str(tmp_path / "w"))):  # fmt: skip
+        result = run_nox(project, *line, "--arch", "gfx1151", *extra, env=bare)
+        assert result.returncode == 0, (extra, result.stdout[-3000:], result.stderr)
+        assert "Traceback" not in result.stderr
+        out = result.stdout
+        assert f"-m pip install --no-deps --force-reinstall --require-hashes -r {tree}" not in out
+        assert " -m pip install --no-deps --force-reinstall --require-hashes -r " in out
+        assert out.count("--hash=sha256:") == 3
+        assert "runtime requirements of these wheels: filelock, " in out
+        assert not [x for x in out.splitlines() if x.startswith("$ ")], "a command ran"
+    assert not (project / "work").exists() and not (tmp_path / "w").exists()
+    refusals = {
+        ("--wheel-set", "0" * 16): f"no wheel set {'0' * 16} on {tree}/v2/gfx1151/",
+        ("--arch", "gfx1100"): "no wheel set on",
+    }
+    for extra, message in refusals.items():
+        result = run_nox(project, *line, "--arch", "gfx1151", *extra, env=bare)
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    (tmp_path / "other.json").write_text('{"schema": "something-else/1"}')
+    published = ("-s", "publish", "--", "--dry-run", "--workdir", str(builder.work))
+    for extra, code, message in (
+        (("--index", str(tmp_path / "new")), 0, "[dry-run] upload "),
+        (("--index", str(tree)), 0, "already published"),
+        (("--index", str(tree), "--arch", "gfx1100"), 1, "built for gfx1151"),
+        (("--index", str(tree), "--report", str(tmp_path / "other.json")), 1, "unknown report"),
+        (("--index", str(tree), "--report", str(tmp_path / "none.json")), 1, "not a readable"),
+    ):
+        result = run_nox(project, *published, *extra, env=bare)
+        assert result.returncode == code and message in result.stdout + result.stderr, extra
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "new").exists()
 
 
 # --- faults -----------------------------------------------------------------------------------

@@ -55,10 +55,13 @@ def serve(directory: Path) -> Iterator[str]:
         yield url
 
 
+PIP_OTHER_SOURCES = ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")
+
+
 def pip_only_from(monkeypatch, index_url: str) -> None:
     """pip (ours and every subprocess's) finds packages on index_url only, never the network:
     no pip.conf of this machine (os.devnull: pip loads none) and no other PIP_* source."""
     monkeypatch.setenv("PIP_INDEX_URL", index_url)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT"):
+    for name in PIP_OTHER_SOURCES:
         monkeypatch.delenv(name, raising=False)
