@@ -244,10 +244,8 @@ def pip_source(session: session_env.SessionEnv, python: Path) -> str:
             where.append(f"extra index {settings['extra-index-url']}")
     if settings.get("find-links"):
         where.append(f"find-links {settings['find-links']}")
-    known = "" if session.ready else " and the env's pip.conf"
-    return _without_credentials(", ".join(where) or "nowhere (no-index)") + (
-        f" (pip's configuration{known}: pip config list)"
-    )
+    how = "pip config list" if session.ready else "PIP_* variables; pip.conf may add more"
+    return _without_credentials(", ".join(where) or "nowhere (no-index)") + f" ({how})"
 
 
 def requirements_argv(python: Path, work: Path, lines: list[str], runner: Runner) -> list[str]:
