@@ -23,15 +23,13 @@ manifest carries each wheel's Requires-Dist.
 
 from __future__ import annotations
 
-import email.parser
 import json
 import platform
 import re
 import shlex
-import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -52,6 +50,10 @@ from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import InstallWheelsOptions
+from scripts.sharing import wheel_manifest
+
+if TYPE_CHECKING:  # imported when --index is given (it loads the index transports)
+    from scripts.sharing.index_install import Chosen
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
@@ -139,19 +141,6 @@ def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine:
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
         )
     return f"{name} {version}"
-
-
-def requires_of(wheel: Path) -> list[str]:
-    """The Requires-Dist lines of a wheel's METADATA (the core metadata pip resolves)."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            member = next(n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
-            metadata = email.parser.BytesHeaderParser().parsebytes(zf.read(member))
-    except (OSError, zipfile.BadZipFile, StopIteration) as e:
-        raise UserError(
-            f"{wheel.name}: no readable METADATA ({e or 'none in the wheel'})"
-        ) from None
-    return list(metadata.get_all("Requires-Dist") or [])
 
 
 def load_manifest(work: Path) -> dict[str, Any]:
@@ -259,23 +248,57 @@ def requirements_argv(python: Path, work: Path, lines: list[str], runner: Runner
     return [str(python), "-m", "pip", "install", "-r", str(path)]
 
 
+def this_runs_manifest(work: Path, dry_run: bool, runner: Runner) -> dict[str, Any]:
+    """build_pytorch's run manifest; on a dry run before it exists, the wheels it will list."""
+    if not dry_run or manifest_path(work).exists():
+        return load_manifest(work)
+    manifest = planned_manifest(work)
+    projects = ", ".join(r["project"] for r in manifest["wheels"])
+    runner.say(
+        f"[dry-run] no build_pytorch run manifest at {manifest_path(work)} yet: the plan "
+        f"below installs the wheels nox -s build_pytorch writes ({projects} by default; a "
+        "real run needs build_pytorch first, before or earlier in the same chain)"
+    )
+    return manifest
+
+
+def install_requirements(
+    session: session_env.SessionEnv, needs: list[str] | None, chosen: Chosen | None
+) -> None:
+    """Step 1 of an install: the wheels' runtime requirements, by pip the ordinary way, saying
+    from where; UserError (no wheel touched yet) when pip fails."""
+    runner, python, work = session.runner, session.python, session.work
+    source = pip_source(session, python)
+    if needs:
+        runner.say(
+            f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
+            f"the env lacks from {source}, then the wheels themselves with --no-deps"
+        )
+        result = runner.run(requirements_argv(python, work, needs, runner), check=False)
+        if result.returncode != 0:
+            raise UserError(
+                f"pip could not install the wheels' runtime requirements from {source} "
+                f"(exit {result.returncode}); see pip's message above; none of the wheels "
+                "was installed"
+            )
+    elif needs is None and chosen is not None:
+        runner.say(
+            f"note: the manifest of wheel set {chosen.set_id} records no runtime "
+            "requirements (published before they were recorded): only its wheels are "
+            "installed"
+        )
+    elif needs is None:
+        runner.say(
+            "[dry-run] then the runtime requirements the wheels declare (Requires-Dist), "
+            f"from {source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
+        )
+
+
 def install_wheels(opts: InstallWheelsOptions) -> None:
     session = session_env.open_env(opts, dry_run=opts.dry_run)
     work, prefix, python = session.work, session.prefix, session.python
     runner = session.runner
-    manifest: dict[str, Any] = {}
-    if opts.index:
-        pass
-    elif opts.dry_run and not manifest_path(work).exists():
-        manifest = planned_manifest(work)
-        projects = ", ".join(r["project"] for r in manifest["wheels"])
-        runner.say(
-            f"[dry-run] no build_pytorch run manifest at {manifest_path(work)} yet: the plan "
-            f"below installs the wheels nox -s build_pytorch writes ({projects} by default; a "
-            "real run needs build_pytorch first, before or earlier in the same chain)"
-        )
-    else:
-        manifest = load_manifest(work)
+    manifest = {} if opts.index else this_runs_manifest(work, opts.dry_run, runner)
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
@@ -318,7 +341,7 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
             )
             runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
             files.append(str(path))
-            records.append({**record, "requires": requires_of(path)})
+            records.append({**record, "requires": wheel_manifest.requires_of(path)})
         argv = install_argv(python, files)
     needs = runtime_requirements(records)
     stamp = paths.stamp_path(work, "install_wheels")
@@ -334,30 +357,7 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     ):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
     else:
-        source = pip_source(session, python)
-        if needs:
-            runner.say(
-                f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
-                f"the env lacks from {source}, then the wheels themselves with --no-deps"
-            )
-            result = runner.run(requirements_argv(python, work, needs, runner), check=False)
-            if result.returncode != 0:
-                raise UserError(
-                    f"pip could not install the wheels' runtime requirements from {source} "
-                    f"(exit {result.returncode}); see pip's message above; none of the wheels "
-                    "was installed"
-                )
-        elif needs is None and chosen is not None:
-            runner.say(
-                f"note: the manifest of wheel set {chosen.set_id} records no runtime "
-                "requirements (published before they were recorded): only its wheels are "
-                "installed"
-            )
-        elif needs is None:
-            runner.say(
-                "[dry-run] then the runtime requirements the wheels declare (Requires-Dist), "
-                f"from {source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
-            )
+        install_requirements(session, needs, chosen)
         if opts.dry_run:
             runner.run(argv, check=chosen is None)
         else:

@@ -18,9 +18,11 @@ The same file goes to static trees, so every index form is read the same way.
 from __future__ import annotations
 
 import base64
+import email.parser
 import hashlib
 import io
 import json
+import re
 import time
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +36,6 @@ from scripts.builds import aotriton_install, build_pytorch, kernel_check
 from scripts.env import archs
 from scripts.plumbing import paths, stamps
 from scripts.plumbing.errors import UserError
-from scripts.sharing import install_wheels
 
 SCHEMA = "rocmfa-wheelset/1"
 MANIFEST_PROJECT = "rocmfa-wheelset"
@@ -62,6 +63,19 @@ def set_id(wheels: Iterable[Mapping[str, Any]]) -> str:
     """16 hex digits naming a wheel set by its files and their sha256 (same set, same id)."""
     lines = sorted(f"{Path(w['file']).name} {w['sha256']}\n" for w in wheels)
     return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
+def requires_of(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA (the core metadata pip resolves)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            member = next(n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+            metadata = email.parser.BytesHeaderParser().parsebytes(zf.read(member))
+    except (OSError, zipfile.BadZipFile, StopIteration) as e:
+        raise UserError(
+            f"{wheel.name}: no readable METADATA ({e or 'none in the wheel'})"
+        ) from None
+    return list(metadata.get_all("Requires-Dist") or [])
 
 
 # --- AOTriton inside the torch wheel ----------------------------------------------------------
@@ -196,7 +210,7 @@ def build(
             "sha256": w["sha256"],
             # what pip must add for it to import (typing-extensions, sympy, ...); install_wheels
             # installs these the ordinary way and the wheels themselves with --no-deps
-            "requires": install_wheels.requires_of(Path(w["file"])),
+            "requires": requires_of(Path(w["file"])),
         }
         for w in run["wheels"]
     ]
