@@ -295,6 +295,8 @@ def install_requirements(
 
 
 def install_wheels(opts: InstallWheelsOptions) -> None:
+    if opts.wheel_set and not opts.index:
+        raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
     session = session_env.open_env(opts, dry_run=opts.dry_run)
     work, prefix, python = session.work, session.prefix, session.python
     runner = session.runner
