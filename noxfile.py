@@ -224,24 +224,31 @@ def report(session: nox.Session) -> None:
     _run(session, page.report)
 
 
-def _dev_tool(session: nox.Session, module: str) -> None:
+# README "Tests": the line that installs what tests and lint need (torch too: test modules import
+# it); tests/test_report_exits.py keeps the two the same.
+DEV_INSTALL = "python3 -m pip install -e '.[dev,cluster]' torch==2.13.0"
+
+
+def _dev_tools(session: nox.Session, *modules: str) -> None:
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:  # README "Tests" installs the dev extras
-        session.error(f"{module} is not installed; run: python3 -m pip install -e '.[dev,cluster]'")
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        are = "is" if len(missing) == 1 else "are"
+        session.error(f"{' and '.join(missing)} {are} not installed; run: {DEV_INSTALL}")
 
 
 @nox.session(python=False, tags=["dev"])
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest) with this interpreter."""
-    _dev_tool(session, "pytest")
+    _dev_tools(session, "pytest", "torch")
     session.run(sys.executable, "-m", "pytest", *session.posargs)
 
 
 @nox.session(python=False, tags=["dev"])
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
-    _dev_tool(session, "ruff")
+    _dev_tools(session, "ruff")
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
 

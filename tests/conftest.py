@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import pep503, standin_rocm
+from tests.support.wheels import torch_runtime_wheels
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,6 +30,16 @@ def rocm_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RocmIndex]:
         pins = root / "pins"
         standin_rocm.write_rocm_pin(pins, f"{base}/simple/")
         yield RocmIndex(f"{base}/simple/", pins, standin_rocm.VERSION)
+
+
+@pytest.fixture(scope="session")
+def torch_runtime_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A loopback PEP 503 index (its .../simple/ URL) of torch's run-time requirements, standing
+    in for PyPI: install_wheels has pip resolve them (tests/support/wheels.py TORCH_RUNTIME)."""
+    root = tmp_path_factory.mktemp("torch-runtime-index")
+    pep503.write_index(torch_runtime_wheels(root / "wheels"), root / "www")
+    with pep503.serve(root / "www") as base:
+        yield f"{base}/simple/"
 
 
 @pytest.fixture(scope="session")

@@ -164,3 +164,26 @@ def test_the_chained_dry_run_tells_the_real_chains_story(fresh) -> None:
     pins = run_nox(project, "-s", "update_pins", "--", "--dry-run", env=env)
     assert pins.returncode == 0, pins.stderr
     assert "000000000000" not in pins.stdout
+
+
+def test_the_main_job_chained_dry_run_plans_to_the_end(fresh) -> None:
+    """The README's main-job sessions as one chained dry run before setup_env: install_wheels
+    plans the wheels build_pytorch writes (named placeholders), their runtime requirements and
+    the backend check, and the chain exits 0 having run and written nothing."""
+    project, env = fresh
+    work = project / "work"
+    before = sorted(work.rglob("*")) if work.exists() else []
+    chain = ("setup_env", "build_aotriton", "build_pytorch", "install_wheels")
+    result = run_nox(project, "-s", *chain, "--", "--dry-run", "--arch", "gfx1151", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "Traceback" not in result.stderr
+    out = result.stdout
+    assert not [line for line in out.splitlines() if line.startswith("$ ")], "a command ran"
+    wheels = work / "wheels"
+    pip = next(line for line in out.splitlines() if " -m pip install --no-deps" in line)
+    for name in ("triton", "torch", "torchaudio", "torchvision"):
+        assert f"'<{name} wheel: written to {wheels} by nox -s build_pytorch>'" in pip
+    assert "a real run needs build_pytorch first, before or earlier in the same chain" in out
+    assert "then the runtime requirements the wheels declare (Requires-Dist)" in out
+    assert out.rstrip().endswith("scripts/probes/backend_check.py")
+    assert (sorted(work.rglob("*")) if work.exists() else []) == before  # nothing written

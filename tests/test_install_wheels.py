@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from scripts.builds import build_pytorch as bp
 from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels as iw
+from tests.support import pep503
 from tests.support import therock_standin as standin
 from tests.support.wheels import installed
 
@@ -32,7 +34,8 @@ def upstreams(tmp_path_factory) -> standin.Upstreams:
 
 
 @pytest.fixture
-def session(monkeypatch, env_prefix, upstreams, tmp_path):
+def session(monkeypatch, env_prefix, upstreams, tmp_path, torch_runtime_index):
+    pep503.pip_only_from(monkeypatch, torch_runtime_index)
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
     work = tmp_path / "work"
@@ -48,7 +51,9 @@ def session(monkeypatch, env_prefix, upstreams, tmp_path):
     return work, build, install
 
 
-def test_installs_exactly_this_runs_wheels_then_checks(session, env_prefix, capfd):
+def test_installs_exactly_this_runs_wheels_then_checks(
+    session, env_prefix, capfd, torch_runtime_index
+):
     work, build, install = session
     build()
     # An older torch wheel lying next to the new one (not this run's) must not be installed.
@@ -65,9 +70,24 @@ def test_installs_exactly_this_runs_wheels_then_checks(session, env_prefix, capf
     assert built["torch"].startswith("2.13.0a0+rocmfa") and built["torch"].endswith(f".rocm{ROCM}")
     assert installed(env_prefix, "torchaudio") == built["torchaudio"]
     assert installed(env_prefix, "triton") is not None
-    pip_line = next(line for line in out.splitlines() if " pip install " in line)
-    assert "--no-deps --force-reinstall" in pip_line and "2.12.0" not in pip_line
+    pip_line = next(line for line in out.splitlines() if " pip install --no-deps" in line)
+    assert "--force-reinstall" in pip_line and "2.12.0" not in pip_line
     assert "backend check skipped" in out
+    # torch's own requirements (its Requires-Dist; triton is one of the wheels) came first, by
+    # pip from the index pip was given, and torch imports
+    needs = next(line for line in out.splitlines() if line.startswith("runtime requirements"))
+    assert "typing-extensions>=4.10.0, rocm[libraries]==" not in needs  # sorted, one each
+    for requirement in ("filelock", "sympy>=1.13.3", f"rocm[libraries]=={ROCM}"):
+        assert requirement in needs
+    assert "triton" not in needs and "optree" not in needs
+    assert f"from index {torch_runtime_index} (pip config list), then the wheels" in needs
+    assert installed(env_prefix, "typing_extensions") == "4.15.0"
+    assert installed(env_prefix, "mpmath") == "1.3.0"  # sympy's own requirement
+    imported = subprocess.run(
+        [env_prefix / "bin" / "python", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert imported.returncode == 0 and imported.stdout.strip() == built["torch"], imported.stderr
 
     install("--no-backend-check")
     assert "already installed" in capfd.readouterr().out

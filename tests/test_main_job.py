@@ -101,7 +101,9 @@ def _no_manager_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def machine(tmp_path_factory: pytest.TempPathFactory, rocm_index: RocmIndex) -> Machine:
+def machine(
+    tmp_path_factory: pytest.TempPathFactory, rocm_index: RocmIndex, torch_runtime_index: str
+) -> Machine:
     root = tmp_path_factory.mktemp("main-job")
     project = copy_project(root / "project", with_lock=False)
     # The env: python (no site-packages of the test Python: no torch) and pip, from a file://
@@ -143,6 +145,10 @@ def machine(tmp_path_factory: pytest.TempPathFactory, rocm_index: RocmIndex) -> 
         XDG_CACHE_HOME=str(root / "cache"),
         PIP_NO_CACHE_DIR="1",
         PIP_DISABLE_PIP_VERSION_CHECK="1",
+        # torch's own requirements (install_wheels has pip resolve them) from a loopback index
+        # standing in for PyPI; no pip.conf of this machine
+        PIP_INDEX_URL=torch_runtime_index,
+        PIP_CONFIG_FILE=os.devnull,
         ROCMFA_ARCH=ARCH,
         ROCMFA_PINS_DIR=str(pins),
         ROCMFA_PATCHES_DIR=str(root / "patches"),

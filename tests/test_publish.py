@@ -25,10 +25,11 @@ from scripts.sharing import install_wheels as iw
 from scripts.sharing import publish as pub
 from scripts.sharing import wheel_manifest
 from tests.support import aotriton_standins as st
-from tests.support import shared_cache
+from tests.support import pep503, shared_cache
 from tests.support import team_index as servers
 from tests.support import therock_standin as standin
 from tests.support.loopback import serving
+from tests.support.project import copy_project, run_nox
 from tests.support.wheels import installed
 
 ROCM = "7.15.0a20260630"
@@ -72,7 +73,8 @@ def second(tmp_path_factory, rocm_index) -> Machine:
 
 
 @pytest.fixture
-def env(monkeypatch, upstreams, tmp_path):
+def env(monkeypatch, upstreams, tmp_path, torch_runtime_index):
+    pep503.pip_only_from(monkeypatch, torch_runtime_index)  # torch's requirements: loopback
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
     monkeypatch.setenv("TWINE_USERNAME", "builder")
@@ -119,7 +121,15 @@ def install_and_check(second: Machine, index: str, capfd) -> str:
         local = rf"\+rocmfa[0-9a-f]{{8}}\.rocm{re.escape(ROCM)}"  # named for what built it
         assert re.fullmatch(re.escape(base) + local, installed(second.prefix, project))
     assert installed(second.prefix, "triton") is not None
+    assert imports_torch(second.prefix).returncode == 0
     return out
+
+
+def imports_torch(prefix: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [prefix / "bin" / "python", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
 
 
 def test_pypiserver_upload_then_second_machine_installs(
@@ -206,6 +216,112 @@ def test_s3_tree(builder, second, env, tmp_path, capfd):
         publish(builder, index)
         assert "nothing to do" in capfd.readouterr().out
         install_and_check(second, index, capfd)
+
+
+def test_a_fresh_machine_gets_a_torch_that_imports(
+    builder, env, tmp_path, rocm_index, torch_runtime_index, capfd
+):
+    """Published set -> a fresh env (provisioned as setup_env makes it: ROCm SDK, no torch, none
+    of torch's requirements) -> install_wheels --index: `import torch` works, torch's own
+    requirements having come from the index pip was given (a loopback one here). The same
+    hash-pinned wheels through pip --no-deps alone leave a torch that does not import."""
+    tree = tmp_path / "idx"
+    publish(builder, str(tree))
+    manifest = manifest_of(tree)
+    torch = next(w for w in manifest["wheels"] if w["project"] == "torch")
+    triton = next(w for w in manifest["wheels"] if w["project"] == "triton")
+    assert {"typing-extensions>=4.10.0", "sympy>=1.13.3", f"rocm[libraries]=={ROCM}"} <= set(
+        torch["requires"]
+    )
+    assert f"triton=={triton['version']}" in torch["requires"]  # TheRock pins the one it built
+
+    root = tmp_path / "fresh"
+    fresh = Machine(standin.provision_private_env(root, rocm_index.pins_dir), root / "work")
+    # pip finds none of torch's requirements: one line naming where it looked; no wheel installed
+    (tmp_path / "empty" / "simple").mkdir(parents=True)
+    with pep503.serve(tmp_path / "empty") as base, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIP_INDEX_URL", f"{base}/simple/")
+        with pytest.raises(
+            UserError,
+            match=r"could not install the wheels' runtime requirements "
+            rf"from index {base}/simple/ .*none of the wheels was installed",
+        ) as e:
+            install(fresh, str(tree), "--no-backend-check")  # fmt: skip
+    assert "\n" not in str(e.value) and installed(fresh.prefix, "torch") is None
+
+    family = tree / "v2" / "gfx1151"
+    lines = [
+        f"{w['project']} @ {(family / w['project'] / w['file']).as_uri()} "
+        f"--hash=sha256:{w['sha256']}"
+        for w in manifest["wheels"]
+    ]
+    (tmp_path / "set.txt").write_text("\n".join(lines) + "\n")
+    pip = [fresh.prefix / "bin" / "python", "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--no-deps", "--require-hashes", "-r", tmp_path / "set.txt"], check=True)
+    alone = imports_torch(fresh.prefix)
+    assert alone.returncode == 1
+    assert "No module named 'typing_extensions'" in alone.stderr
+
+    capfd.readouterr()
+    install(fresh, str(tree), "--no-backend-check", "--force")
+    out = capfd.readouterr().out
+    needs = next(line for line in out.splitlines() if line.startswith("runtime requirements"))
+    assert f"from index {torch_runtime_index} " in needs and "triton" not in needs
+    assert out.index("runtime requirements") < out.index("--require-hashes -r")
+    imported = imports_torch(fresh.prefix)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == torch["version"]
+    assert installed(fresh.prefix, "sympy") == "1.14.0" and installed(fresh.prefix, "mpmath")
+    assert installed(fresh.prefix, "setuptools") == "84.2.1"  # torch needs >=77.0.3
+
+
+def test_the_team_lines_dry_run_on_a_bare_machine(builder, env, tmp_path):
+    """README's team install line, `nox -s setup_env install_wheels -- --index DIR`, as a dry
+    run before any setup (no manager, no env, no ROCMFA_* variables), with each documented
+    option of install_wheels: the plan reads the index, plans pip with the set's hashes and
+    torch's requirements, and exits 0; publish's dry runs and refusals are one line each."""
+    tree = tmp_path / "idx"
+    publish(builder, str(tree))
+    set_id = manifest_of(tree)["set_id"]
+    project = copy_project(tmp_path / "project", with_lock=False)
+    (tmp_path / "home").mkdir()
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    line = ("-s", "setup_env", "install_wheels", "--", "--index", str(tree), "--dry-run")
+    for extra in ((), ("--wheel-set", set_id), ("--no-backend-check", "--force"),
+                  ("--env-name", "other", "--workdir", str(tmp_path / "w"))):  # fmt: skip
+        result = run_nox(project, *line, "--arch", "gfx1151", *extra, env=bare)
+        assert result.returncode == 0, (extra, result.stdout[-3000:], result.stderr)
+        assert "Traceback" not in result.stderr
+        out = result.stdout
+        assert " -m pip install --no-deps --force-reinstall --require-hashes -r " in out
+        assert out.count("--hash=sha256:") == 3
+        assert "runtime requirements of these wheels: filelock, " in out
+        assert not [x for x in out.splitlines() if x.startswith("$ ")], "a command ran"
+    assert not (project / "work").exists() and not (tmp_path / "w").exists()
+    refusals = {
+        ("--wheel-set", "0" * 16): f"no wheel set {'0' * 16} on {tree}/v2/gfx1151/",
+        ("--arch", "gfx1100"): "no wheel set on",
+    }
+    for extra, message in refusals.items():
+        result = run_nox(project, *line, "--arch", "gfx1151", *extra, env=bare)
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    alone = ("-s", "install_wheels", "--", "--dry-run", "--wheel-set", set_id)
+    result = run_nox(project, *alone, env=bare)
+    assert result.returncode == 1 and "add --index URL" in result.stderr, result.stderr
+    (tmp_path / "other.json").write_text('{"schema": "something-else/1"}')
+    published = ("-s", "publish", "--", "--dry-run", "--workdir", str(builder.work))
+    for extra, code, message in (
+        (("--index", str(tmp_path / "new")), 0, "[dry-run] upload "),
+        (("--index", str(tree)), 0, "already published"),
+        (("--index", str(tree), "--arch", "gfx1100"), 1, "built for gfx1151"),
+        (("--index", str(tree), "--report", str(tmp_path / "other.json")), 1, "unknown report"),
+        (("--index", str(tree), "--report", str(tmp_path / "none.json")), 1, "not a readable"),
+    ):
+        result = run_nox(project, *published, *extra, env=bare)
+        assert result.returncode == code and message in result.stdout + result.stderr, extra
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "new").exists()
 
 
 # --- faults -----------------------------------------------------------------------------------

@@ -6,12 +6,15 @@ manifests (scripts/sharing/wheel_manifest.py) are read newest first. A set for a
 family or arch is refused at once; sets for another Python or ROCm SDK are passed over (a team
 index may hold several), and when none fits, the newest one's mismatch is the error. The wheels
 are installed with `pip install --require-hashes -r <file>`, each line `name @ URL
---hash=sha256:<manifest's>`, so pip refuses any file that differs from what was published.
+--hash=sha256:<manifest's>`, so pip refuses any file that differs from what was published;
+their runtime requirements (the manifest's Requires-Dist lines) go in before them, resolved by
+pip from its own configuration (scripts/sharing/install_wheels.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +81,7 @@ def choose(
     if not names:
         raise UserError(
             f"no wheel set on {where}; publish one from the building machine: "
-            "nox -s publish -- --index URL"
+            f"nox -s publish -- --index {shlex.quote(index)}"
         )
     first_problem = None
     for name in names:

@@ -9,8 +9,16 @@ built against different ROCm versions do not load together (ROCm/vllm#943: "oper
 torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
 Python, and scripts/probes/backend_check.py when it exists.
 
+The wheels go in exactly (`--no-deps`: pip must not swap torch for another build); what they
+declare they need at run time (Requires-Dist: typing-extensions, sympy, filelock, ...; less the
+wheels themselves and optional extras) is installed first by pip the ordinary way, from pip's own
+configured index (PIP_INDEX_URL / PIP_FIND_LINKS / pip.conf, else PyPI), and the run says
+which. Those already in the env are left as they are, so a machine that built the wheels (TheRock
+installed torch's requirements there) downloads nothing.
+
 With --index URL the wheels are a set another machine published (scripts/sharing/publish.py):
-scripts/sharing/index_install.py picks it and pip installs it with --require-hashes.
+scripts/sharing/index_install.py picks it and pip installs it with --require-hashes; the
+manifest carries each wheel's Requires-Dist.
 """
 
 from __future__ import annotations
@@ -19,23 +27,39 @@ import json
 import platform
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from scripts.builds.build_pytorch import install_argv, manifest_path
+from scripts.builds.build_pytorch import (
+    BY_STAGE,
+    enabled_stages,
+    install_argv,
+    manifest_path,
+    output_dir,
+)
 from scripts.env import condaenv, session_env
 from scripts.plumbing import paths, stamps, transaction
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import InstallWheelsOptions
+from scripts.sharing import wheel_manifest
+
+if TYPE_CHECKING:  # imported when --index is given (it loads the index transports)
+    from scripts.sharing.index_install import Chosen
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
+RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
+PIP_SOURCES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
+EXTRA_MARKER = re.compile(r"\bextra\b")
 
 
 def python_fits(tags: frozenset[Tag], python_tag: str, machine: str) -> bool:
@@ -136,15 +160,152 @@ def load_manifest(work: Path) -> dict[str, Any]:
     return manifest
 
 
+def planned_manifest(work: Path) -> dict[str, Any]:
+    """A dry run before build_pytorch has run (alone, or chained after it as the README's main
+    job is): the wheels its default stages write, as named placeholders."""
+    wheels = []
+    for stage in enabled_stages((), with_apex=False):
+        if stage == "checkout":
+            continue
+        project = BY_STAGE[stage].wheels[0]
+        wheels.append({
+            "file": f"<{project} wheel: written to {output_dir(work)} by nox -s build_pytorch>",
+            "project": project,
+            "version": f"<{project} version>",
+            "sha256": f"<sha256 of the {project} wheel>",
+        })  # fmt: skip
+    return {"wheels": wheels, "planned": True}
+
+
+def runtime_requirements(records: Iterable[Mapping[str, Any]]) -> list[str] | None:
+    """What the wheels declare they need at run time (each record's "requires": its
+    Requires-Dist lines), less the wheels themselves and optional extras; None when a record
+    does not say (a manifest published before they were recorded)."""
+    records = list(records)
+    own = {canonicalize_name(r["project"]) for r in records}
+    wanted: dict[str, None] = {}
+    for record in records:
+        if record.get("requires") is None:
+            return None
+        for line in record["requires"]:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement as e:
+                raise UserError(f"{record['file']} declares a malformed requirement: {e}") from None
+            if canonicalize_name(requirement.name) in own:
+                continue
+            if requirement.marker and EXTRA_MARKER.search(str(requirement.marker)):
+                continue  # only with an extra (torch[opt-einsum]) that nobody asked for
+            wanted.setdefault(str(requirement), None)
+    return sorted(wanted, key=str.lower)
+
+
+def _without_credentials(value: str) -> str:
+    items = []
+    for item in value.split():
+        url = urlsplit(item)
+        if url.username or url.password:
+            host = (url.hostname or "") + (f":{url.port}" if url.port else "")
+            item = urlunsplit(url._replace(netloc=host))
+        items.append(item)
+    return " ".join(items)
+
+
+def pip_source(session: session_env.SessionEnv, python: Path) -> str:
+    """Where the env's pip looks for the runtime requirements, in words (credentials left
+    out): its configuration as `pip config list` shows it (files and PIP_* variables), or
+    before setup the PIP_* variables alone."""
+    settings: dict[str, str] = {}
+    if session.ready and python.exists():
+        query = Runner(base_env=session.environ, out=session.out)
+        listed = query.run([python, "-m", "pip", "config", "list"], capture=True, check=False)
+        for line in listed.stdout.splitlines():
+            key, _, value = line.partition("=")
+            settings[key.rsplit(".", 1)[-1]] = value.strip().strip("'\"")  # the last one wins
+    else:
+        for name in PIP_SOURCES:
+            if session.environ.get(name):
+                settings[name[4:].lower().replace("_", "-")] = session.environ[name]
+    where = []
+    if settings.get("no-index", "").lower() not in ("1", "true", "yes", "on"):
+        where.append(f"index {settings.get('index-url', 'https://pypi.org/simple')}")
+        if settings.get("extra-index-url"):
+            where.append(f"extra index {settings['extra-index-url']}")
+    if settings.get("find-links"):
+        where.append(f"find-links {settings['find-links']}")
+    how = "pip config list" if session.ready else "PIP_* variables; pip.conf may add more"
+    return _without_credentials(", ".join(where) or "nowhere (no-index)") + f" ({how})"
+
+
+def requirements_argv(python: Path, work: Path, lines: list[str], runner: Runner) -> list[str]:
+    """pip install -r <file> of the runtime requirements: resolved the ordinary way."""
+    path = work / RUNTIME_REQUIREMENTS_NAME
+    if runner.dry_run:
+        runner.say(f"[dry-run] would write {path}: {' '.join(lines)}")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamps.write_text_atomic(path, "\n".join(lines) + "\n")
+    return [str(python), "-m", "pip", "install", "-r", str(path)]
+
+
+def this_runs_manifest(work: Path, dry_run: bool, runner: Runner) -> dict[str, Any]:
+    """build_pytorch's run manifest; on a dry run before it exists, the wheels it will list."""
+    if not dry_run or manifest_path(work).exists():
+        return load_manifest(work)
+    manifest = planned_manifest(work)
+    projects = ", ".join(r["project"] for r in manifest["wheels"])
+    runner.say(
+        f"[dry-run] no build_pytorch run manifest at {manifest_path(work)} yet: the plan "
+        f"below installs the wheels nox -s build_pytorch writes ({projects} by default; a "
+        "real run needs build_pytorch first, before or earlier in the same chain)"
+    )
+    return manifest
+
+
+def install_requirements(
+    session: session_env.SessionEnv, needs: list[str] | None, chosen: Chosen | None
+) -> None:
+    """Step 1 of an install: the wheels' runtime requirements, by pip the ordinary way, saying
+    from where; UserError (no wheel touched yet) when pip fails."""
+    runner, python, work = session.runner, session.python, session.work
+    source = pip_source(session, python)
+    if needs:
+        runner.say(
+            f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
+            f"the env lacks from {source}, then the wheels themselves with --no-deps"
+        )
+        result = runner.run(requirements_argv(python, work, needs, runner), check=False)
+        if result.returncode != 0:
+            raise UserError(
+                f"pip could not install the wheels' runtime requirements from {source} "
+                f"(exit {result.returncode}); see pip's message above; none of the wheels "
+                "was installed"
+            )
+    elif needs is None and chosen is not None:
+        runner.say(
+            f"note: the manifest of wheel set {chosen.set_id} records no runtime "
+            "requirements (published before they were recorded): only its wheels are "
+            "installed"
+        )
+    elif needs is None:
+        runner.say(
+            "[dry-run] then the runtime requirements the wheels declare (Requires-Dist), "
+            f"from {source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
+        )
+
+
 def install_wheels(opts: InstallWheelsOptions) -> None:
+    if opts.wheel_set and not opts.index:
+        raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
     session = session_env.open_env(opts, dry_run=opts.dry_run)
     work, prefix, python = session.work, session.prefix, session.python
     runner = session.runner
-    manifest = load_manifest(work) if not opts.index else {}
+    manifest = {} if opts.index else this_runs_manifest(work, opts.dry_run, runner)
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
-    python_tag, machine = session.ask([python, "-c", probe], "$(python tag) $(machine)").split()
+    answer = session.ask([python, "-c", probe], "$(python-tag) $(machine)")
+    python_tag, machine = answer.split()  # each placeholder one word, as each answer is
     checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
     chosen = None
     if opts.index:  # a wheel set published on a team index (scripts/sharing/index_install.py)
@@ -162,24 +323,29 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         for record in manifest["wheels"] if checkable else ():
             what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
             runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
+        records = manifest["wheels"]
         argv = index_install.pip_argv(python, chosen, work, runner)
     else:
         if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
             runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
         files: list[str] = []
+        records = []
         for record in manifest["wheels"]:
-            if not checkable:
+            if not checkable or manifest.get("planned"):
                 runner.say(
                     f"[dry-run] would check {record['file']} against the env's Python and ROCm"
                 )
                 files.append(str(record["file"]))
+                records.append(record)  # its requirements are read once it exists
                 continue
             path, what = check_wheel(
                 record, python_tag, rocm_version, machine or platform.machine()
             )
             runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
             files.append(str(path))
+            records.append({**record, "requires": wheel_manifest.requires_of(path)})
         argv = install_argv(python, files)
+    needs = runtime_requirements(records)
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {
         "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
@@ -193,6 +359,7 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     ):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
     else:
+        install_requirements(session, needs, chosen)
         if opts.dry_run:
             runner.run(argv, check=chosen is None)
         else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,7 +151,10 @@ def publish(opts: PublishOptions) -> None:
         upload_tree(runner, store, plan, files, manifest_file)
     if not opts.dry_run:
         say(f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}")
-        say("install it elsewhere with: nox -s install_wheels -- --index URL")
+        say(
+            "install it on another machine of this family with: nox -s setup_env install_wheels "
+            f"-- --index {shlex.quote(opts.index)}"
+        )
 
 
 def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:

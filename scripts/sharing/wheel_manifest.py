@@ -1,12 +1,13 @@
 """The manifest of a published wheel set: what was built, from what, for which machines.
 
-One JSON document per wheel set (schema rocmfa-wheelset/1): every wheel's file name, size and
-sha256; arch, TheRock index family and rocm-bootstrap's packaging chain; Python tag; ROCm SDK
-version; torch, TheRock and AOTriton commits and versions; the patch set digests applied at
-checkout; whether flash attention was built in; the AOTriton runtime and image versions found
-inside the torch wheel (they must agree: a runtime shipped with images of another version
-fails with hipErrorInvalidValue, TheRock#7315 / ROCm/pytorch#3569); and the summaries of the
-backend_check, validate and bench JSON reports given to publish.
+One JSON document per wheel set (schema rocmfa-wheelset/1): every wheel's file name, size,
+sha256 and Requires-Dist lines; arch, TheRock index family and rocm-bootstrap's packaging
+chain; Python tag; ROCm SDK version; torch, TheRock and AOTriton commits and versions; the
+patch set digests applied at checkout; whether flash attention was built in; the AOTriton
+runtime and image versions found inside the torch wheel (they must agree: a runtime shipped
+with images of another version fails with hipErrorInvalidValue, TheRock#7315 /
+ROCm/pytorch#3569); and the summaries of the backend_check, validate and bench JSON reports
+given to publish.
 
 An index that speaks only the upload API (pypiserver) stores package files only, so the
 manifest travels as a tiny wheel of its own, project `rocmfa-wheelset`, version
@@ -17,9 +18,11 @@ The same file goes to static trees, so every index form is read the same way.
 from __future__ import annotations
 
 import base64
+import email.parser
 import hashlib
 import io
 import json
+import re
 import time
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,6 +63,19 @@ def set_id(wheels: Iterable[Mapping[str, Any]]) -> str:
     """16 hex digits naming a wheel set by its files and their sha256 (same set, same id)."""
     lines = sorted(f"{Path(w['file']).name} {w['sha256']}\n" for w in wheels)
     return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
+def requires_of(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA (the core metadata pip resolves)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            member = next(n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+            metadata = email.parser.BytesHeaderParser().parsebytes(zf.read(member))
+    except (OSError, zipfile.BadZipFile, StopIteration) as e:
+        raise UserError(
+            f"{wheel.name}: no readable METADATA ({e or 'none in the wheel'})"
+        ) from None
+    return list(metadata.get_all("Requires-Dist") or [])
 
 
 # --- AOTriton inside the torch wheel ----------------------------------------------------------
@@ -192,6 +208,9 @@ def build(
             "version": w["version"],
             "size": w["size"],
             "sha256": w["sha256"],
+            # what pip must add for it to import (typing-extensions, sympy, ...); install_wheels
+            # installs these the ordinary way and the wheels themselves with --no-deps
+            "requires": requires_of(Path(w["file"])),
         }
         for w in run["wheels"]
     ]

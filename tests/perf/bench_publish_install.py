@@ -2,8 +2,9 @@
 triton, torchaudio from the stand-in TheRock) on each index form, on loopback: pypiserver
 (twine upload), a directory tree and moto (S3). A builder env builds the set
 once; per round and index form: publish to an empty index, publish again (nothing new), install
-on a second env (pip --require-hashes, backend check skipped: it measures torch, not us), and
-install again (stamp current: no pip). Prints each round and the medians.
+on a second env (torch's requirements from a loopback index, present after the first round;
+then pip --require-hashes; backend check skipped: it measures torch, not us), and install again
+(stamp current: no pip). Prints each round and the medians.
 
 Run: python -m tests.perf.bench_publish_install [--repeats N] [--only dir,pypiserver,...]
 """
@@ -26,6 +27,7 @@ from scripts.plumbing import options
 from scripts.sharing import install_wheels, publish
 from tests.support import pep503, shared_cache, standin_rocm, therock_standin
 from tests.support import team_index as servers
+from tests.support.wheels import torch_runtime_wheels
 
 FORMS = ("pypiserver", "dir", "s3")
 
@@ -61,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         wheels = standin_rocm.build_wheels(root / "rocm-wheels")
         pep503.write_index(wheels, root / "rocm-www")
-        with pep503.serve(root / "rocm-www") as base:
+        pep503.write_index(torch_runtime_wheels(root / "runtime-wheels"), root / "runtime-www")
+        with pep503.serve(root / "rocm-www") as base, pep503.serve(root / "runtime-www") as pypi:
+            os.environ.update(PIP_INDEX_URL=f"{pypi}/simple/", PIP_CONFIG_FILE=os.devnull)
+            for name in pep503.PIP_OTHER_SOURCES:
+                os.environ.pop(name, None)
             standin_rocm.write_rocm_pin(root / "rocm-pins", f"{base}/simple/")
             ups = therock_standin.make_upstreams(root / "up")
             os.environ["ROCMFA_PINS_DIR"] = str(ups.pins_dir)

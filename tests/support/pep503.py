@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import html
 import http.server
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from functools import partial
@@ -52,3 +53,15 @@ def serve(directory: Path) -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     with serving(server) as url:
         yield url
+
+
+PIP_OTHER_SOURCES = ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")
+
+
+def pip_only_from(monkeypatch, index_url: str) -> None:
+    """pip (ours and every subprocess's) finds packages on index_url only, never the network:
+    no pip.conf of this machine (os.devnull: pip loads none) and no other PIP_* source."""
+    monkeypatch.setenv("PIP_INDEX_URL", index_url)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in PIP_OTHER_SOURCES:
+        monkeypatch.delenv(name, raising=False)

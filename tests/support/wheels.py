@@ -72,3 +72,30 @@ def installed(prefix: Path, name: str) -> str | None:
         [prefix / "bin" / "python", "-c", program, name], capture_output=True, text=True
     )
     return out.stdout.strip() or None
+
+
+# torch 2.13.0's run-time requirements (its Requires-Dist less the extras) and theirs, each at
+# the version installed here from PyPI, with the Requires-Dist of its own METADATA (extras
+# left out): a loopback index of these stands in for PyPI when install_wheels has pip resolve
+# torch's requirements. (name, version, import name, requires)
+TORCH_RUNTIME = (
+    ("filelock", "3.32.7", "filelock", ()),
+    ("typing_extensions", "4.15.0", "typing_extensions", ()),
+    ("setuptools", "84.2.1", "setuptools", ()),
+    ("sympy", "1.14.0", "sympy", ("mpmath<1.4,>=1.1.0",)),
+    ("mpmath", "1.3.0", "mpmath", ()),
+    ("networkx", "3.6.1", "networkx", ()),
+    ("jinja2", "3.1.6", "jinja2", ("MarkupSafe>=2.0",)),
+    ("MarkupSafe", "3.0.3", "markupsafe", ()),
+    ("fsspec", "2026.9.0", "fsspec", ()),
+)
+
+
+def torch_runtime_wheels(out_dir: Path) -> Path:
+    """Stand-in wheels of TORCH_RUNTIME in out_dir (each importable: a module with __version__)."""
+    for name, version, module, requires in TORCH_RUNTIME:
+        init = f"{module}.py" if module == "typing_extensions" else f"{module}/__init__.py"
+        make_wheel(
+            out_dir, name, version, files={init: f"__version__ = {version!r}\n"}, requires=requires
+        )
+    return out_dir

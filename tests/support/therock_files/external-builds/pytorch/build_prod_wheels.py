@@ -36,6 +36,19 @@ import repo_management
 THIS_DIR = Path(__file__).resolve().parent
 AOTRITON_SUPPORTED_ARCH_PREFIXES = ("gfx90a", "gfx942", "gfx950", "gfx11", "gfx12")
 RELEASE_TYPES = ("ci", "dev", "dev-bkc", "nightly", "nightly-bkc", "prerelease")
+# torch 2.13.0's Requires-Dist, in its order (its METADATA from PyPI's wheel).
+TORCH_REQUIRES = (
+    "filelock",
+    "typing-extensions>=4.10.0",
+    "setuptools>=77.0.3",
+    "sympy>=1.13.3",
+    "networkx>=2.5.1",
+    "jinja2",
+    "fsspec>=0.8.5",
+    'optree>=0.13.0; extra == "optree"',
+    'opt-einsum>=3.3; extra == "opt-einsum"',
+    'pyyaml; extra == "pyyaml"',
+)
 PROJECT_DIRS = {
     "pytorch": "pytorch",
     "pytorch-audio": "pytorch_audio",
@@ -129,13 +142,16 @@ def normalized_local(version):
     return f"{public}+{parts}".lower()
 
 
-def write_wheel(dist_dir, name, version, files):
+def write_wheel(dist_dir, name, version, files, requires=()):
     dist_dir.mkdir(parents=True, exist_ok=True)
     version = normalized_local(version)
     tag = f"{python_tag()}-{python_tag()}-linux_x86_64"
     info = f"{name}-{version}.dist-info"
     contents = dict(files)
-    contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    contents[f"{info}/METADATA"] = "".join(
+        [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+        + [f"Requires-Dist: {r}\n" for r in requires]
+    )
     contents[f"{info}/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: therock-standin\nRoot-Is-Purelib: false\nTag: {tag}\n"
     )
@@ -197,7 +213,7 @@ def maybe_block(project):
         time.sleep(0.05)
 
 
-def build_project(args, project, source_dir, name, version, files):
+def build_project(args, project, source_dir, name, version, files, requires=()):
     source_dir = Path(source_dir)
     if not source_dir.is_dir():
         repo_management.fail(f"{project} dir does not exist: {source_dir}")
@@ -213,7 +229,7 @@ def build_project(args, project, source_dir, name, version, files):
     dist = source_dir / "dist"
     if dist.exists():
         shutil.rmtree(dist)
-    wheel = write_wheel(dist, name, version, files)
+    wheel = write_wheel(dist, name, version, files, requires)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, args.output_dir)
     print(f"++ Copy {wheel} -> {args.output_dir}")
@@ -246,6 +262,7 @@ def do_build(args):
     arch = arch.replace(",", ";")
     built = []
     fa = None
+    triton_requirement = None
     if args.triton_built:
         env = {}
         env_file = args.triton_dir / "build_env.json"
@@ -256,6 +273,7 @@ def do_build(args):
         version = f"{base}+git{head}{env.get('TRITON_WHEEL_VERSION_SUFFIX', '')}{suffix}"
         files = {"triton/__init__.py": f"__version__ = {version!r}\n"}
         built.append(build_project(args, "triton", args.triton_dir, "triton", version, files))
+        triton_requirement = f"triton=={normalized_local(version)}"
     if args.pytorch_dir:
         if args.enable_pytorch_flash_attention is None:
             if not args.triton_built:
@@ -268,8 +286,10 @@ def do_build(args):
         version = compute_build_version(args.pytorch_dir, suffix, args.release_type)
         hip = sdk_version.split("a")[0]
         files = {
-            # as torch's own: torch/version.py (generated at build time), imported by __init__
+            # as torch's own: typing_extensions imported first thing (its only requirement that
+            # `import torch` needs), torch/version.py (generated at build time)
             "torch/__init__.py": (
+                "import typing_extensions  # noqa: F401\n"
                 f"from torch import version as version\n__version__ = {version!r}\n"
             ),
             "torch/version.py": f"__version__ = {version!r}\ncuda = None\nhip = {hip!r}\n",
@@ -282,7 +302,14 @@ def do_build(args):
             files.update(aotriton_files(args.pytorch_dir))
         (args.pytorch_dir / "torch").mkdir(exist_ok=True)
         (args.pytorch_dir / "torch" / "_rocm_init.py").write_text("def initialize(): pass\n")
-        built.append(build_project(args, "pytorch", args.pytorch_dir, "torch", version, files))
+        # torch's own Requires-Dist (its setup.py; torch 2.13.0's METADATA as PyPI ships it),
+        # then PYTORCH_EXTRA_INSTALL_REQUIREMENTS as the real script sets it (rocm[libraries]
+        # of the SDK, and the triton it built in this call)
+        requires = [*TORCH_REQUIRES, f"rocm[libraries]=={sdk_version}"]
+        requires += [triton_requirement] if triton_requirement else []
+        built.append(
+            build_project(args, "pytorch", args.pytorch_dir, "torch", version, files, requires)
+        )
     for project, name, flag in (
         ("pytorch-audio", "torchaudio", args.build_pytorch_audio),
         ("pytorch-vision", "torchvision", args.build_pytorch_vision),
