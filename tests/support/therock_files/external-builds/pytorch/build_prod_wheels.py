@@ -10,7 +10,12 @@ AOTriton-supported prefix. Versions are formed as its compute_build_version() do
 commit> into the local segment); triton's as its setup.py (+git<sha> then the suffixes).
 "Building" writes real wheel files (zip, METADATA/WHEEL/RECORD) named like TheRock's, into
 <project>/dist and then --output-dir, with an incremental <project>/build dir
-that --clean removes.
+that --clean removes. As the real build_triton_linux and do_build_pytorch (~1302-1305), triton
+and torch are pip-uninstalled from the Python running the script before their build and the
+built wheel pip-installed into it afterwards (that Python is the env's); their requirement
+installs (network) and torch's import sanity check are not mirrored. The environment it is
+called with is recorded as far as TheRock leaves it alone on Linux (BUILD_TEST,
+AOTRITON_INSTALLED_PREFIX, MAX_JOBS) or overrides it (CXXFLAGS, USE_FLASH_ATTENTION).
 
 Test hooks (environment): THEROCK_STANDIN_BLOCK=<project> and THEROCK_STANDIN_BLOCK_FILE=<path>
 make the build of that project write <path>.started and wait until <path> exists;
@@ -21,6 +26,7 @@ the installed ROCm version (as if built while the env had another one).
 import argparse
 import base64
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -197,10 +203,25 @@ def maybe_block(project):
         time.sleep(0.05)
 
 
-def build_project(args, project, source_dir, name, version, files):
+def pip(*args):
+    """`python -m pip ARGS` in the Python running this script, as TheRock's run_command."""
+    quiet = ["-q", "--disable-pip-version-check"]
+    subprocess.run([sys.executable, "-m", "pip", *args, *quiet], check=True)
+
+
+def installed(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_project(args, project, source_dir, name, version, files, installs=False):
     source_dir = Path(source_dir)
     if not source_dir.is_dir():
         repo_management.fail(f"{project} dir does not exist: {source_dir}")
+    if installs and installed(name):  # pip's own no-op for an absent one costs seconds
+        pip("uninstall", name, "-y")
     build = source_dir / "build"
     if args.clean and build.exists():
         print(f"++ Removing {build}")
@@ -217,6 +238,8 @@ def build_project(args, project, source_dir, name, version, files):
     args.output_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, args.output_dir)
     print(f"++ Copy {wheel} -> {args.output_dir}")
+    if installs:
+        pip("install", str(wheel))
     return {"project": project, "wheel": wheel.name, "incremental_count": count}
 
 
@@ -255,7 +278,7 @@ def do_build(args):
         base = (args.triton_dir / "python" / "version.txt").read_text().strip()
         version = f"{base}+git{head}{env.get('TRITON_WHEEL_VERSION_SUFFIX', '')}{suffix}"
         files = {"triton/__init__.py": f"__version__ = {version!r}\n"}
-        built.append(build_project(args, "triton", args.triton_dir, "triton", version, files))
+        built.append(build_project(args, "triton", args.triton_dir, "triton", version, files, True))
     if args.pytorch_dir:
         if args.enable_pytorch_flash_attention is None:
             if not args.triton_built:
@@ -282,7 +305,9 @@ def do_build(args):
             files.update(aotriton_files(args.pytorch_dir))
         (args.pytorch_dir / "torch").mkdir(exist_ok=True)
         (args.pytorch_dir / "torch" / "_rocm_init.py").write_text("def initialize(): pass\n")
-        built.append(build_project(args, "pytorch", args.pytorch_dir, "torch", version, files))
+        built.append(
+            build_project(args, "pytorch", args.pytorch_dir, "torch", version, files, True)
+        )
     for project, name, flag in (
         ("pytorch-audio", "torchaudio", args.build_pytorch_audio),
         ("pytorch-vision", "torchvision", args.build_pytorch_vision),
@@ -303,7 +328,13 @@ def main(argv):
     if args.command == "install-rocm":
         repo_management.record("build_prod_wheels.py", argv, event="install-rocm")
         return
-    keep = ("AOTRITON_INSTALLED_PREFIX", "MAX_JOBS", "CXXFLAGS", "USE_FLASH_ATTENTION")
+    keep = (
+        "AOTRITON_INSTALLED_PREFIX",
+        "MAX_JOBS",
+        "BUILD_TEST",
+        "CXXFLAGS",
+        "USE_FLASH_ATTENTION",
+    )
     env = {k: os.environ[k] for k in keep if k in os.environ}
     repo_management.record("build_prod_wheels.py", argv, event="start", env=env)
     result = do_build(args)
