@@ -478,18 +478,20 @@ def make_source_dirs(command: list[str]) -> None:
             Path(value).mkdir(parents=True, exist_ok=True)
 
 
-def real_therock_accepts(command: list[str]) -> None:
+def real_therock_accepts(command: list[str]) -> dict | None:
     """With $ROCMFA_THEROCK_REAL_DIR (an extracted ROCm/TheRock tree at pins/therock.toml's
-    commit, outside the repository), the real script must accept the argv too."""
+    commit, outside the repository), the real script must accept the argv too; its parsed
+    options (after validate_build_args) are returned."""
     real = os.environ.get("ROCMFA_THEROCK_REAL_DIR")
     if not real:
-        return
+        return None
     script = Path(real) / "external-builds" / "pytorch" / Path(command[1]).name
     checker = REPO_ROOT / "tests" / "perf" / "argparse_accepts.py"
     result = subprocess.run(
         [sys.executable, str(checker), str(script), *command[2:]], capture_output=True, text=True
     )
     assert result.returncode == 0, (command, result.stderr[-800:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("arch", ["gfx1151", "gfx1100", "gfx942", "gfx950", "gfx1201"])
@@ -505,6 +507,7 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
     assert not work.exists()  # nothing ran, nothing was written
     commands = dry_run_commands(out)
     seen = set()
+    triton_builds = []  # (ours, the real parser's) build_triton of each build_prod_wheels call
     for command in commands:
         if len(command) < 2 or "external-builds/pytorch/" not in command[1]:
             continue
@@ -516,6 +519,9 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
             make_source_dirs(command)
             args = module.parse(command[2:])
             assert args.pytorch_rocm_arch == arch and args.use_ccache and not args.clean
+            real = real_therock_accepts(command)
+            triton_builds.append((args.build_triton, (real or {}).get("build_triton", False)))
+            continue
         else:
             args = module.build_parser().parse_args(command[2:])
             # apex is not hipified (its script's default, as TheRock's CI checks it out)
@@ -531,6 +537,10 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
     }
     builds = [c for c in commands if c[1].endswith("build_prod_wheels.py")]
     assert len(builds) == 4  # torch (triton with it), audio, vision, apex
+    # Triton is built once per run: in torch's call only, as either parser reads the argv.
+    assert [ours for ours, _real in triton_builds] == [True, False, False, False]
+    if os.environ.get("ROCMFA_THEROCK_REAL_DIR"):
+        assert [real for _ours, real in triton_builds] == [True, False, False, False]
     torch = next(c for c in builds if "--pytorch-dir" in c)
     assert {"--build-triton", "--enable-pytorch-flash-attention"} <= set(torch)
     # Working directory and variables are shown.
