@@ -123,3 +123,20 @@ def test_setup_env_says_the_fast_path_or_the_build_chain(tmp_path: Path) -> None
     mi100 = said("gfx908", False)
     assert "path build: no prebuilt torch has flash attention for gfx908" in mi100
     assert mi100.rstrip().endswith(f"is ready; next: {doctor.MAIN_JOB[1]}")
+
+
+def test_doctor_names_install_wheels_while_the_env_holds_only_therocks_install() -> None:
+    """TheRock's torch call pip-installs the torch it built (README: "When torch enters the
+    env"): doctor still names install_wheels until it installed this run's set."""
+    wheels = [{"file": "/w/torch.whl"}, {"file": "/w/triton.whl"}]
+    report = {
+        "arch": {"arch": "gfx1151"},
+        "env": {"set_up": True, "torch": {"version": "2.13.0a0+rocmfa1.rocm7.15"}},
+        "lock": {"present": True, "fresh": True},
+        "pins": [],
+        "builds": [{"step": "build_pytorch-torch", "facts": {"wheels": wheels}}],
+    }
+    assert doctor._next_step(report) == doctor.MAIN_JOB[2]
+    installed = {"wheels": ["/w/torch.whl", "/w/triton.whl", "/w/torchaudio.whl"]}
+    report["builds"].append({"step": "install_wheels", "facts": installed})
+    assert doctor._next_step(report).startswith(doctor.MAIN_JOB[3])

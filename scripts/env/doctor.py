@@ -210,10 +210,13 @@ def _next_step(report: dict[str, Any]) -> str:
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     torch = env.get("torch") or {}
+    # TheRock's torch call pip-installs the torch it built into the env already; install_wheels
+    # installs the whole set of the run (audio, vision too) and checks the backend.
+    facts = {b["step"]: b["facts"] for b in report["builds"]}
+    built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
+    if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
+        return MAIN_JOB[2]
     if not torch.get("version"):
-        built = any(b["step"] == "build_pytorch-torch" for b in report["builds"])
-        if built:
-            return MAIN_JOB[2]
         unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
         return MAIN_JOB[1] + (" (its first run resolves and records the torch pin's commit)"
                               if unresolved else "")  # fmt: skip
