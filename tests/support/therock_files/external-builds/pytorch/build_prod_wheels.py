@@ -19,7 +19,8 @@ AOTRITON_INSTALLED_PREFIX, MAX_JOBS) or overrides it (CXXFLAGS, USE_FLASH_ATTENT
 
 Test hooks (environment): THEROCK_STANDIN_BLOCK=<project> and THEROCK_STANDIN_BLOCK_FILE=<path>
 make the build of that project write <path>.started and wait until <path> exists;
-THEROCK_STANDIN_PYTAG overrides the Python tag of the wheels and THEROCK_STANDIN_ROCM_VERSION
+THEROCK_STANDIN_PYTAG overrides the Python tag of the wheels (and, as the build stands for one
+by another Python then, skips the pip installs into this one) and THEROCK_STANDIN_ROCM_VERSION
 the installed ROCm version (as if built while the env had another one).
 """
 
@@ -204,7 +205,11 @@ def maybe_block(project):
 
 
 def pip(*args):
-    """`python -m pip ARGS` in the Python running this script, as TheRock's run_command."""
+    """`python -m pip ARGS` in the Python running this script, as TheRock's run_command. Under
+    THEROCK_STANDIN_PYTAG the build stands for one run by another Python, whose installs are
+    not this one's: none is made."""
+    if os.environ.get("THEROCK_STANDIN_PYTAG"):
+        return
     quiet = ["-q", "--disable-pip-version-check"]
     subprocess.run([sys.executable, "-m", "pip", *args, *quiet], check=True)
 
