@@ -750,6 +750,13 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
         clean = True
     argv = build_argv(ctx, stage, clean)
     sets = build_sets(ctx, stage)
+    if stage == "torch":
+        triton = "triton is built in this call too, its only build of the run; "
+        built = "triton and torch" if ctx.build_triton else "torch"
+        ctx.runner.say(
+            f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the {built} it "
+            f"built into {ctx.python} (the env) when done"
+        )
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     if ctx.runner.dry_run:
         with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
