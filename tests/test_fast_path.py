@@ -18,6 +18,7 @@ import pytest
 from scripts.env import archs, doctor, rocm_sdk, setup_env
 from scripts.plumbing import options
 from scripts.plumbing.commands import Runner
+from scripts.plumbing.errors import UserError
 from tests.support import therock_standin
 from tests.support.project import REPO_ROOT, run_nox
 
@@ -140,3 +141,15 @@ def test_doctor_names_install_wheels_while_the_env_holds_only_therocks_install()
     installed = {"wheels": ["/w/torch.whl", "/w/triton.whl", "/w/torchaudio.whl"]}
     report["builds"].append({"step": "install_wheels", "facts": installed})
     assert doctor._next_step(report).startswith(doctor.MAIN_JOB[3])
+
+
+def test_a_bad_flag_in_the_arch_data_is_one_line(tmp_path: Path) -> None:
+    data = (
+        (archs.ARCHES_FILE)
+        .read_text()
+        .replace("therock_torch_flash = true", 'therock_torch_flash = "yes"', 1)
+    )
+    (tmp_path / "arches.toml").write_text(data)
+    with pytest.raises(UserError, match=r"therock_torch_flash must be true or false") as error:
+        archs.load_arches(tmp_path / "arches.toml")
+    assert "\n" not in str(error.value)

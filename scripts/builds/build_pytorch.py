@@ -885,6 +885,12 @@ def check_pin_set(ctx: Context) -> None:
 def build_pytorch(opts: BuildPytorchOptions) -> None:
     ctx = make_context(opts)
     say = ctx.runner.say
+    if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
+        from scripts.env.doctor import torch_path
+
+        path = torch_path(ctx.arch, ctx.session.arch_how, None)
+        say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
+            "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
     if not ctx.flash_attention:
         say(
             f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
