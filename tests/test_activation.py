@@ -101,6 +101,23 @@ def test_plan_sets_only_effective_variables() -> None:
     assert "gfx908" in reasons["VLLM_ROCM_USE_AITER"]
 
 
+def test_device_library_path_is_persisted_where_the_sdk_has_it(tmp_path: Path) -> None:
+    """HIP_DEVICE_LIB_PATH beside ROCM_PATH, as TheRock's build_prod_wheels.py @ 89553ce3 sets it
+    for its builds: only where the SDK has the folder; a dry run's placeholder root shows it."""
+    strix = archs.get_arch("gfx1151")
+    (tmp_path / "lib" / "llvm" / "amdgcn" / "bitcode").mkdir(parents=True)
+    found = activation.plan(strix, rocm_root=str(tmp_path), aotriton_version="0.13b")
+    values = {v.name: v.value for v in found.variables}
+    assert values["ROCM_PATH"] == str(tmp_path)
+    assert values["HIP_DEVICE_LIB_PATH"] == f"{tmp_path}/lib/llvm/amdgcn/bitcode"
+    missing = activation.plan(strix, rocm_root=str(tmp_path / "x"), aotriton_version="0.13b")
+    assert "HIP_DEVICE_LIB_PATH" not in {v.name for v in missing.variables}
+    assert "amdgcn/bitcode" in {s.name: s.why for s in missing.skipped}["HIP_DEVICE_LIB_PATH"]
+    planned = activation.plan(strix, rocm_root="$(rocm-sdk path --root)", aotriton_version=None)
+    assert "HIP_DEVICE_LIB_PATH" in {v.name for v in planned.variables}
+    assert "HIP_CLANG_PATH" in {s.name for s in found.skipped}  # TheRock: Windows only
+
+
 SHELLS = [s for s in ("bash", "dash", "zsh", "ksh", "mksh") if shutil.which(s)]
 
 

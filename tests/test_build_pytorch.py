@@ -40,8 +40,22 @@ def pinned_upstreams(tmp_path_factory: pytest.TempPathFactory) -> standin.Upstre
     return standin.make_upstreams(tmp_path_factory.mktemp("pinned"), companions_in_pins=True)
 
 
+@pytest.fixture(scope="module")
+def building_env(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Path:
+    """An env of these tests' own: TheRock's torch call pip-installs into the Python running
+    it (the stand-in as the real one), so builds must not touch the shared provisioned_env."""
+    return standin.provision_private_env(tmp_path_factory.mktemp("bp-env"), rocm_index.pins_dir)
+
+
+def env_distribution(prefix: Path, name: str) -> str | None:
+    """The version of distribution name installed in the env at prefix, or None."""
+    code = f"from importlib import metadata as m; print(m.version({name!r}))"
+    result = subprocess.run([prefix / "bin" / "python", "-c", code], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 @pytest.fixture
-def build(monkeypatch, provisioned_env, upstreams, tmp_path):
+def build(monkeypatch, building_env, upstreams, tmp_path):
     """Call build_pytorch like nox does; returns (work, run) where run(*args) parses options."""
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(upstreams.pins_dir))
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
@@ -49,7 +63,7 @@ def build(monkeypatch, provisioned_env, upstreams, tmp_path):
     work = tmp_path / "work"
 
     def run(*args: str) -> None:
-        argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *args]
+        argv = ["--prefix", str(building_env), "--workdir", str(work), *args]
         if "--arch" not in args:
             argv += ["--arch", "gfx1151"]
         bp.build_pytorch(options.parse("build_pytorch", argv))
@@ -97,7 +111,7 @@ def make_patch_set(upstreams: standin.Upstreams, patches_root: Path) -> str:
     return sha
 
 
-def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
+def test_full_build_resume_and_exact_wheels(build, building_env, upstreams, capfd, tmp_path):
     work, run = build
     make_patch_set(upstreams, tmp_path / "patches")
     out = work / "wheels"
@@ -154,10 +168,10 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     log = standin.git(torch_src, "log", "--format=%s", "-3")
     assert log.splitlines() == ["DO NOT SUBMIT: HIPIFY", "Patch attention", "upstream"]
 
-    # One build_prod_wheels call per stage, incremental, arch from --arch, FA kept.
+    # One build_prod_wheels call per stage, incremental, arch from --arch, FA kept; triton is
+    # built once, in torch's call (TheRock's flash attention needs it there).
     builds = build_calls(work)
     assert [[b["project"] for b in c["built"]] for c in builds] == [
-        ["triton"],
         ["triton", "pytorch"],
         ["pytorch-audio"],
         ["pytorch-vision"],
@@ -167,10 +181,14 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
         assert "--no-clean" in call["argv"] and "--no-install-rocm" in call["argv"]
         assert value(call["argv"], "--output-dir") == str(out)
         assert "MAX_JOBS" in call["env"] and "USE_FLASH_ATTENTION" not in call["env"]
-    torch_call = builds[1]
+    torch_call = builds[0]
     assert {"--build-triton", "--enable-pytorch-flash-attention"} <= set(torch_call["argv"])
     assert torch_call["flash_attention"] is True
-    assert builds[0]["flash_attention"] is None  # the triton stage builds no torch
+    assert torch_call["env"]["BUILD_TEST"] == "0"  # PyTorch's C++ tests only on request
+    assert all("--build-triton" not in c["argv"] for c in builds[1:])
+    assert "torch: triton is built in this call too, its only build of the run; " in captured
+    # gfx1151 has TheRock's prebuilt flash torch: the long way says so before it starts
+    assert "note: TheRock's torch for the pinned ROCm SDK is built with AOTriton flash" in captured
 
     # Exactly this run's wheels, by parsed name; the stale ones are still there, unlisted.
     manifest = json.loads((work / bp.MANIFEST_NAME).read_text())
@@ -187,6 +205,10 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
         f"torchvision-0.26.0a0+{local}-{PYTAG}-{PYTAG}-linux_x86_64.whl",
     }
     assert all((out / name).exists() for name in stale)
+    # TheRock's torch call pip-installed its triton and torch into the env's Python already.
+    versions = {w["project"]: w["version"] for w in manifest["wheels"]}
+    assert env_distribution(building_env, "torch") == versions["torch"]
+    assert env_distribution(building_env, "triton") == versions["triton"]
     install_line = next(line for line in captured.splitlines() if "--force-reinstall" in line)
     argv = shlex.split(install_line)
     assert argv[1:6] == ["-m", "pip", "install", "--no-deps", "--force-reinstall"]
@@ -227,30 +249,17 @@ def test_full_build_resume_and_exact_wheels(build, upstreams, capfd, tmp_path):
     assert "build settings changed" in capfd.readouterr().out
 
 
-def test_clean_wipes_tritons_build_once_and_says_so(build, capfd):
+def test_clean_builds_triton_once_and_build_tests_on_request(build):
     work, run = build
     run()
-    capfd.readouterr()
-    run("--clean", "--from", "triton")
-    out = capfd.readouterr().out
-    triton_call, torch_call = build_calls(work)[-4:-2]
-    assert "--clean" in triton_call["argv"]
-    assert triton_call["built"][0]["incremental_count"] == 1  # wiped by the triton stage
-    # torch's call rebuilds triton on that clean build instead of wiping it again
-    assert "--no-clean" in torch_call["argv"] and "--build-triton" in torch_call["argv"]
+    run("--clean", "--from", "torch", "--build-tests")
+    torch_call = build_calls(work)[-3]
+    assert "--clean" in torch_call["argv"] and "--build-triton" in torch_call["argv"]
+    # one call, one wipe: triton and torch each built once from a clean build dir
     built = {b["project"]: b["incremental_count"] for b in torch_call["built"]}
-    assert built == {"triton": 2, "pytorch": 1}  # torch's build dir was removed here
-    assert "rebuilt incrementally here, not wiped a second time" in out
-    assert "incrementally (no --clean)" not in out
-    # --only torch --clean: no triton stage in this run, so TheRock's --clean wipes it
-    run("--clean", "--only", "torch")
-    last = build_calls(work)[-1]
-    assert "--clean" in last["argv"]
-    assert {b["project"]: b["incremental_count"] for b in last["built"]} == {
-        "triton": 1,
-        "pytorch": 1,
-    }
-    assert "--clean wipes triton's build dir too" in capfd.readouterr().out
+    assert built == {"triton": 1, "pytorch": 1}
+    assert torch_call["env"]["BUILD_TEST"] == "1"
+    assert sum(b["project"] == "triton" for c in build_calls(work)[-3:] for b in c["built"]) == 1
 
 
 def test_dirty_checkout_is_never_overwritten(build, capfd):
@@ -271,7 +280,7 @@ def test_only_and_from_need_the_stages_before(build):
     with pytest.raises(UserError, match=r"--only torch: stage checkout is not done"):
         run("--only", "torch")
     with pytest.raises(UserError, match="exclude each other"):
-        run("--only", "torch", "--from", "triton")
+        run("--only", "torch", "--from", "audio")
 
 
 def test_skipping_triton_would_lose_flash_attention(build):
@@ -385,11 +394,9 @@ def test_standin_rejects_what_the_pinned_therock_rejects(tmp_path):
     assert apex.parse_args(["hipify", "--torch-dir", "/t"]).torch_dir == Path("/t")
 
 
-def test_kill_in_the_middle_of_a_stage_then_resume(
-    monkeypatch, provisioned_env, upstreams, tmp_path
-):
-    """A real nox process killed while torch builds: checkout and triton stay done, torch is
-    not marked done, and the rerun starts at torch."""
+def test_kill_in_the_middle_of_a_stage_then_resume(monkeypatch, building_env, upstreams, tmp_path):
+    """A real nox process killed while torch builds (after triton, in the same call): checkout
+    stays done, torch is not marked done, and the rerun starts at torch."""
     work = tmp_path / "work"
     marker = tmp_path / "release-torch"
     env = {
@@ -400,7 +407,7 @@ def test_kill_in_the_middle_of_a_stage_then_resume(
         "THEROCK_STANDIN_BLOCK_FILE": str(marker),
     }
     argv = [sys.executable, "-m", "nox", "-f", str(REPO_ROOT / "noxfile.py"), "-s"]
-    argv += ["build_pytorch", "--", "--arch", "gfx1151", "--prefix", str(provisioned_env)]
+    argv += ["build_pytorch", "--", "--arch", "gfx1151", "--prefix", str(building_env)]
     argv += ["--workdir", str(work), "--skip", "vision"]
     proc = subprocess.Popen(
         argv,
@@ -420,9 +427,10 @@ def test_kill_in_the_middle_of_a_stage_then_resume(
     proc.wait()
     stamps_dir = work / "stamps"
     assert sorted(p.name for p in stamps_dir.glob("build_pytorch-*.json")) == [
-        "build_pytorch-checkout.json",
-        "build_pytorch-triton.json",
+        "build_pytorch-checkout.json"
     ]
+    # TheRock uninstalls the env's torch before building it: a killed build leaves none
+    assert env_distribution(building_env, "torch") is None
     assert not (work / bp.MANIFEST_NAME).exists()
     before = len(standin.calls(work))
 
@@ -430,7 +438,7 @@ def test_kill_in_the_middle_of_a_stage_then_resume(
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "no-patches"))
     opts = options.parse(
         "build_pytorch",
-        [*("--arch", "gfx1151", "--prefix", str(provisioned_env)), "--workdir", str(work), *SKIP_V],
+        [*("--arch", "gfx1151", "--prefix", str(building_env)), "--workdir", str(work), *SKIP_V],
     )
     bp.build_pytorch(opts)
     rerun = standin.calls(work)[before:]
@@ -443,8 +451,8 @@ def test_kill_in_the_middle_of_a_stage_then_resume(
         ["triton", "pytorch"],
         ["pytorch-audio"],
     ]
-    # triton's build dir is reused: built in the triton stage, again in the killed torch call
-    assert done[0]["built"][0]["incremental_count"] == 3
+    # triton's build dir is reused: built in the killed torch call, again in this one
+    assert done[0]["built"][0]["incremental_count"] == 2
     assert (stamps_dir / "build_pytorch-torch.json").exists()
 
 
@@ -473,18 +481,20 @@ def make_source_dirs(command: list[str]) -> None:
             Path(value).mkdir(parents=True, exist_ok=True)
 
 
-def real_therock_accepts(command: list[str]) -> None:
+def real_therock_accepts(command: list[str]) -> dict | None:
     """With $ROCMFA_THEROCK_REAL_DIR (an extracted ROCm/TheRock tree at pins/therock.toml's
-    commit, outside the repository), the real script must accept the argv too."""
+    commit, outside the repository), the real script must accept the argv too; its parsed
+    options (after validate_build_args) are returned."""
     real = os.environ.get("ROCMFA_THEROCK_REAL_DIR")
     if not real:
-        return
+        return None
     script = Path(real) / "external-builds" / "pytorch" / Path(command[1]).name
     checker = REPO_ROOT / "tests" / "perf" / "argparse_accepts.py"
     result = subprocess.run(
         [sys.executable, str(checker), str(script), *command[2:]], capture_output=True, text=True
     )
     assert result.returncode == 0, (command, result.stderr[-800:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("arch", ["gfx1151", "gfx1100", "gfx942", "gfx950", "gfx1201"])
@@ -500,6 +510,7 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
     assert not work.exists()  # nothing ran, nothing was written
     commands = dry_run_commands(out)
     seen = set()
+    triton_builds = []  # (ours, the real parser's) build_triton of each build_prod_wheels call
     for command in commands:
         if len(command) < 2 or "external-builds/pytorch/" not in command[1]:
             continue
@@ -511,6 +522,9 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
             make_source_dirs(command)
             args = module.parse(command[2:])
             assert args.pytorch_rocm_arch == arch and args.use_ccache and not args.clean
+            real = real_therock_accepts(command)
+            triton_builds.append((args.build_triton, (real or {}).get("build_triton", False)))
+            continue
         else:
             args = module.build_parser().parse_args(command[2:])
             # apex is not hipified (its script's default, as TheRock's CI checks it out)
@@ -525,7 +539,11 @@ def test_dry_run_argv_is_accepted_by_therock_cli(
         ("build_prod_wheels.py", "build"),
     }
     builds = [c for c in commands if c[1].endswith("build_prod_wheels.py")]
-    assert len(builds) == 5  # triton, torch, audio, vision, apex
+    assert len(builds) == 4  # torch (triton with it), audio, vision, apex
+    # Triton is built once per run: in torch's call only, as either parser reads the argv.
+    assert [ours for ours, _real in triton_builds] == [True, False, False, False]
+    if os.environ.get("ROCMFA_THEROCK_REAL_DIR"):
+        assert [real for _ours, real in triton_builds] == [True, False, False, False]
     torch = next(c for c in builds if "--pytorch-dir" in c)
     assert {"--build-triton", "--enable-pytorch-flash-attention"} <= set(torch)
     # Working directory and variables are shown.
@@ -562,8 +580,9 @@ def test_build_aotriton_install_is_used_for_torch(build, capfd):
     out = capfd.readouterr().out
     torch_line = next(x for x in out.splitlines() if "--pytorch-dir" in x)
     assert f"AOTRITON_INSTALLED_PREFIX={lib.parent}" in torch_line
-    other = [x for x in out.splitlines() if "--triton-dir" in x and "--pytorch-dir" not in x]
-    assert other and "AOTRITON_INSTALLED_PREFIX" not in other[0]
+    other = [x for x in out.splitlines() if "--pytorch-audio-dir" in x]
+    assert other and "AOTRITON_INSTALLED_PREFIX" not in other[0] and "BUILD_TEST" not in other[0]
+    assert " BUILD_TEST=0 " in torch_line  # the dry run shows it (issue 36)
 
 
 def test_cache_url_maps_to_therock_use_sccache_and_is_shown(
@@ -621,7 +640,7 @@ def test_patch_sets_found_whatever_form_the_ref_takes(monkeypatch, provisioned_e
 
 
 def test_first_real_run_resolves_the_default_pin_then_builds(
-    monkeypatch, provisioned_env, upstreams, tmp_path, capfd
+    monkeypatch, building_env, upstreams, tmp_path, capfd
 ):
     """The repository's own pins/pytorch.toml (ROCm/pytorch release/2.13, commit = "") against
     the stand-in ROCm/pytorch: the first real build_pytorch resolves, checks and records it as
@@ -643,7 +662,7 @@ def test_first_real_run_resolves_the_default_pin_then_builds(
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
     monkeypatch.delenv("ROCMFA_ARCH", raising=False)
     work = tmp_path / "work"
-    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), "--arch", "gfx1151"]
+    argv = ["--prefix", str(building_env), "--workdir", str(work), "--arch", "gfx1151"]
     with st.serve(www) as (base, _log):
         st.write_default_torch_pin(
             pins_dir,

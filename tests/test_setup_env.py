@@ -31,6 +31,8 @@ def test_provisioned_env_got_the_device_package_and_variables(provisioned_env: P
     env = condaenv.activated_environ(provisioned_env)
     assert env["ROCM_PATH"] == str(site / "_rocm_sdk_devel")
     assert env["PYTORCH_ROCM_ARCH"] == "gfx1151"
+    # beside ROCM_PATH, as TheRock's own builds set it (build_prod_wheels.py @ 89553ce3)
+    assert env["HIP_DEVICE_LIB_PATH"] == str(site / "_rocm_sdk_devel/lib/llvm/amdgcn/bitcode")
     assert condaenv.which_in_env("rocm-sdk", env) == provisioned_env / "bin" / "rocm-sdk"
 
 

@@ -7,19 +7,27 @@ repo_management.py at TheRock 89553ce3, docs/upstream-interfaces.md: --checkout-
 of 2025 are gone); our patch sets are applied by commit after checkout; then
 `build_prod_wheels.py build` (same commit) builds one stage per call:
 
-    checkout -> triton -> torch -> audio, vision (-> apex with --with-apex)
+    checkout -> torch (triton with it) -> audio, vision (-> apex with --with-apex)
 
 Each stage leaves a stamp in <work>/stamps/build_pytorch-<stage>.json, written last; a rerun
 resumes at the first stage that is not done. `--from STAGE` reruns STAGE and everything after
 it, `--only STAGE` just that one. Builds are incremental (--no-clean) unless --clean.
 
-Flash attention is never lost as a side effect: TheRock turns it off on Linux when triton is
-not built in the same call (and rejects --enable-pytorch-flash-attention without triton), so
-the torch stage always builds triton with it and passes the flag explicitly; options that
-would build torch without flash attention for an arch that has AOTriton stop with the reason.
+Triton is built once, in the torch stage's call: TheRock (build_prod_wheels.py @ 89553ce3,
+validate_build_args and do_build_pytorch) turns flash attention off on Linux when triton is not
+built in the same call, rejects --enable-pytorch-flash-attention without it, and puts the
+triton it built into torch's requirements (PYTORCH_EXTRA_INSTALL_REQUIREMENTS), so a call of
+its own would only build triton a second time. The torch call passes the flash flag
+explicitly; options that would build torch without flash attention for an arch that has
+AOTriton stop with the reason. That call also pip-installs the triton and torch it built into
+the Python running it (do_build_pytorch ~1302-1305), which is the env's: torch is in the env
+from the torch stage on.
+
 TheRock's env dict overrides CXXFLAGS, USE_FLASH_ATTENTION, PYTORCH_ROCM_ARCH, ... so nothing
-here is passed that way; AOTRITON_INSTALLED_PREFIX (not overridden) points at build_aotriton's
-install when there is one.
+here is passed that way; what it leaves alone on Linux passes through: MAX_JOBS, BUILD_TEST=0
+(TheRock sets it on Windows only; PyTorch's tools/build_pytorch_libs.py builds its C++ tests
+unless it is 0; --build-tests for 1)
+and AOTRITON_INSTALLED_PREFIX (build_aotriton's install, when there is one).
 
 The wheels of a stage are exactly the files that appeared or changed in the output dir while
 that stage ran (listing before/after, names parsed with packaging); the run manifest
@@ -32,9 +40,8 @@ import contextlib
 import json
 import re
 import shlex
-import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,8 +57,8 @@ from scripts.plumbing.options import BuildPytorchOptions
 from scripts.sources import pins, update_pins
 from scripts.sources.pins import Pin
 
-STAGES = ("checkout", "triton", "torch", "audio", "vision", "apex")
-SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices
+STAGES = ("checkout", "torch", "audio", "vision", "apex")
+SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices (triton: the torch call's)
 SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
@@ -66,7 +73,7 @@ DEFAULT_TRITON_ORIGIN = "https://github.com/ROCm/triton.git"
 @dataclass(frozen=True)
 class Component:
     key: str  # checkout dir name under <work>/src and patches/<key>/
-    stage: str  # the stage whose build_prod_wheels call builds it
+    stage: str  # the stage whose build_prod_wheels call builds it (triton: torch's)
     script: str  # TheRock checkout script
     pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
     related: str | None  # project name in PyTorch's related_commits
@@ -82,7 +89,7 @@ COMPONENTS = (
         ("torch",),
     ),
     Component(
-        "triton", "triton", "pytorch_triton_repo.py", "triton", None, False, "--triton-dir",
+        "triton", "torch", "pytorch_triton_repo.py", "triton", None, False, "--triton-dir",
         "triton", ("triton", "pytorch-triton-rocm"),
     ),
     Component(
@@ -98,7 +105,7 @@ COMPONENTS = (
         ("apex",),
     ),
 )  # fmt: skip
-BY_STAGE = {c.stage: c for c in COMPONENTS}
+BY_STAGE = {c.stage: c for c in COMPONENTS if c.key != "triton"}
 NO_BUILD_FLAGS = ("pytorch-audio", "pytorch-vision", "apex")
 
 
@@ -118,7 +125,7 @@ def stage_stamp(work: Path, stage: str) -> Path:
 
 
 def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
-    stages = [s for s in STAGES if s not in set(skip)]
+    stages = [s for s in STAGES if s not in set(skip)]  # triton is no stage: the torch call's
     if not with_apex:
         stages.remove("apex")
     return stages
@@ -128,11 +135,7 @@ def dependency(stage: str, enabled: list[str]) -> str | None:
     """The stage whose result this one builds on (the stamp chain)."""
     if stage == "checkout":
         return None
-    if stage == "triton":
-        return "checkout"
-    if stage == "torch":
-        return "triton" if "triton" in enabled else "checkout"
-    return "torch"
+    return "checkout" if stage == "torch" else "torch"
 
 
 def flash_attention_problem(arch: archs.Arch, argv: list[str], flash: bool) -> str | None:
@@ -304,14 +307,14 @@ class Context(OnSession):
     aotriton: Path | None
     aotriton_digest: str
     max_jobs: int
+    build_triton: bool = True  # in the torch call (--skip triton: not at all)
+    build_tests: bool = False  # PyTorch's C++ tests (BUILD_TEST)
     force: bool = False
     discard_local_edits: bool = False
     clean: bool = False
     from_stage: str | None = None
     only: str | None = None
     cache: compile_cache.CachePlan | None = None
-    # stages of this run that passed TheRock --clean (triton's build is wiped once per run)
-    cleaned: set[str] = field(default_factory=set)
     # torch gets flash attention: the arch has AOTriton kernels upstream or from our patch set
     flash_attention: bool = False
 
@@ -424,6 +427,8 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         aotriton=aotriton,
         aotriton_digest=aotriton_digest,
         max_jobs=jobs,
+        build_triton="triton" not in opts.skip,
+        build_tests=opts.build_tests,
         force=opts.force,
         discard_local_edits=opts.discard_local_edits,
         clean=opts.clean,
@@ -460,7 +465,9 @@ def patched_aotriton(
 
 
 def checkout_components(ctx: Context) -> list[Component]:
-    return [c for c in COMPONENTS if c.stage in ctx.enabled]
+    return [
+        c for c in COMPONENTS if c.stage in ctx.enabled and (c.key != "triton" or ctx.build_triton)
+    ]
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
@@ -500,6 +507,8 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     """What the build dir's CMake cache remembers: a change means a clean rebuild."""
     config: dict[str, Any] = {"arch": ctx.arch.name}
     if stage == "torch":
+        config["triton"] = ctx.build_triton
+        config["build_tests"] = ctx.build_tests
         config["flash_attention"] = ctx.flash_attention
         config["aotriton"] = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
     return config
@@ -556,11 +565,9 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     def src(key: str) -> str:
         return str(paths.src_dir(ctx.work, key))
 
-    if stage == "triton":
-        argv += ["--triton-dir", src("triton"), "--build-triton"]
-    elif stage == "torch":
+    if stage == "torch":
         argv += ["--pytorch-dir", src("pytorch")]
-        if "triton" in ctx.enabled:
+        if ctx.build_triton:
             argv += ["--triton-dir", src("triton"), "--build-triton"]
         else:
             argv.append("--no-build-triton")
@@ -580,6 +587,8 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
 
 def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     sets = {"MAX_JOBS": str(ctx.max_jobs)}
+    if stage == "torch":
+        sets["BUILD_TEST"] = "1" if ctx.build_tests else "0"
     if stage == "torch" and ctx.aotriton:
         sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
     if ctx.cache is not None:
@@ -725,29 +734,6 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
     )
 
 
-def torch_stage_clean(ctx: Context, clean: bool) -> bool:
-    """Whether the torch call (which rebuilds triton: TheRock enables flash attention only
-    when triton is built with torch) passes --clean. TheRock's --clean wipes the build dir of
-    every project of the call, triton's too; when this run's triton stage already built triton
-    from a clean dir, torch's own build dir is removed here instead, so triton's is wiped once."""
-    say = ctx.runner.say
-    if not clean:
-        say("torch: triton is rebuilt in the same call, incrementally (no --clean)")
-        return False
-    if "triton" not in ctx.cleaned:
-        say("torch: --clean wipes triton's build dir too; triton is rebuilt from scratch here")
-        return True
-    torch_build = paths.src_dir(ctx.work, "pytorch") / "build"
-    say(
-        f"torch: --clean: removing torch's build dir {torch_build} and passing --no-clean: the "
-        "triton stage of this run already rebuilt triton from a clean dir, so it is rebuilt "
-        "incrementally here, not wiped a second time"
-    )
-    if not ctx.runner.dry_run and torch_build.exists():
-        shutil.rmtree(torch_build)
-    return False
-
-
 def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[str, Any]:
     config_file = paths.build_dir(ctx.work, "build_pytorch") / f"{stage}.config.json"
     clean = ctx.clean
@@ -762,12 +748,15 @@ def run_build_stage(ctx: Context, stage: str, inputs: dict[str, Any]) -> dict[st
             "passing --clean so the CMake cache does not keep the old ones"
         )
         clean = True
-    if stage == "torch" and "triton" in ctx.enabled:
-        clean = torch_stage_clean(ctx, clean)
     argv = build_argv(ctx, stage, clean)
     sets = build_sets(ctx, stage)
-    if clean:
-        ctx.cleaned.add(stage)
+    if stage == "torch":
+        triton = "triton is built in this call too, its only build of the run; "
+        built = "triton and torch" if ctx.build_triton else "torch"
+        ctx.runner.say(
+            f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the {built} it "
+            f"built into {ctx.python} (the env) when done"
+        )
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     if ctx.runner.dry_run:
         with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
@@ -896,6 +885,12 @@ def check_pin_set(ctx: Context) -> None:
 def build_pytorch(opts: BuildPytorchOptions) -> None:
     ctx = make_context(opts)
     say = ctx.runner.say
+    if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
+        from scripts.env.doctor import torch_path
+
+        path = torch_path(ctx.arch, ctx.session.arch_how, None)
+        say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
+            "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
     if not ctx.flash_attention:
         say(
             f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
@@ -908,7 +903,7 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
             ctx.arch, build_argv(ctx, stage, False), ctx.flash_attention
         )
         if problem:
-            cause = " (--skip triton)" if "triton" not in ctx.enabled else ""
+            cause = "" if ctx.build_triton else " (--skip triton)"
             raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
     check_matrix(ctx)
     check_pin_set(ctx)

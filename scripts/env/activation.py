@@ -53,7 +53,9 @@ class Plan:
         }
 
 
-def _conditions(arch: Arch, aotriton_version: str | None) -> dict[str, tuple[bool, str]]:
+def _conditions(
+    arch: Arch, aotriton_version: str | None, rocm_root: str
+) -> dict[str, tuple[bool, str]]:
     if aotriton_version is None:
         experimental = (False, "AOTriton version unknown, so the experimental flag is not set")
     elif arch.aotriton_patched_pack(aotriton_version):
@@ -68,9 +70,16 @@ def _conditions(arch: Arch, aotriton_version: str | None) -> dict[str, tuple[boo
         experimental = (True, "")
     else:
         experimental = (False, f"{arch.name} is not experimental in AOTriton {aotriton_version}")
+    bitcode = Path(rocm_root) / "lib" / "llvm" / "amdgcn" / "bitcode"
+    # a dry run before the SDK is installed names it by a placeholder: show what would be set
+    device_libs = (
+        not Path(rocm_root).is_absolute() or bitcode.is_dir(),
+        f"the SDK has no {bitcode} (TheRock then relies on clang's own lookup, as here)",
+    )
     return {
         "aotriton_experimental": experimental,
         "vllm_aiter": (arch.vllm_aiter, arch.vllm_note),
+        "device_libs": device_libs,
     }
 
 
@@ -117,7 +126,7 @@ def plan(
     data = load_toml(vars_file, "variable data")
     if not data:
         raise UserError(f"variable data {vars_file} is empty; restore it: git checkout {vars_file}")
-    conditions = _conditions(arch, aotriton_version)
+    conditions = _conditions(arch, aotriton_version, rocm_root)
     fields = {"rocm_root": rocm_root, "arch": arch.name}
     variables, skipped = _section(data, "", conditions, fields)
     for profile in profiles:

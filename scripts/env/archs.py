@@ -56,6 +56,7 @@ class Arch:
     # (release, pack): releases this repository's patch set (patches/aotriton/<commit>/) adds
     # the arch to, although upstream has no kernels for it
     aotriton_patched: tuple[tuple[str, str], ...] = ()
+    therock_torch_flash: bool = False  # TheRock's prebuilt torch has flash attention for it
 
     def aotriton_supported(self, version: str | None = None) -> bool:
         if self.aotriton_since is None:
@@ -111,6 +112,13 @@ def packaging_chain(name: str) -> tuple[str, ...]:
         return ()
 
 
+def _flag(raw: dict, key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {key} must be true or false")
+    return value
+
+
 def _parse_arch(name: str, raw: Any) -> Arch:
     where = f"{ARCHES_FILE.name} [arch.{name}]"
     if not isinstance(raw, dict):
@@ -164,6 +172,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         limits=tuple(raw.get("limits", ())),
         therock_family=raw.get("therock_family"),
         aotriton_patched=tuple(patched),
+        therock_torch_flash=_flag(raw, "therock_torch_flash", where),
     )
 
 

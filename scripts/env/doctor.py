@@ -27,6 +27,8 @@ MAIN_JOB = (
     "nox -s install_wheels",
     "nox -s bench",
 )
+# The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
+FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
 TORCH_PROBE = (
     "import json, torch; print(json.dumps({'version': torch.__version__, "
     "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
@@ -36,6 +38,36 @@ SDK_PROBE = (
     "d.version for d in metadata.distributions() if (d.metadata['Name'] or '').lower()"
     ".startswith('rocm')}))"
 )
+
+
+def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict[str, Any]:
+    """Which way this arch gets a flash-attention torch, why, and the commands (each works as
+    written: --arch is repeated where it came from the command line)."""
+    arch_flag = f" --arch {arch.name}" if how == "--arch" else ""
+    given = f" --{arch_flag}" if arch_flag else ""
+    build = MAIN_JOB[1] + given
+    if arch.therock_torch_flash:
+        return {
+            "kind": "prebuilt",
+            "why": f"TheRock's torch for the pinned ROCm SDK is built with AOTriton flash "
+            f"attention for {arch.name}, a flash torch in minutes",
+            "commands": [FAST_PATH[0] + arch_flag, FAST_PATH[1]],
+            "build": f"{build} is for a change of ours (patches, tuning, another AOTriton)",
+        }
+    patched = aotriton_version and arch.aotriton_patched_pack(aotriton_version)
+    if patched:
+        return {
+            "kind": "build",
+            "why": f"no prebuilt torch has flash attention for {arch.name} (TheRock builds it "
+            f"only for gfx90a, gfx942, gfx950, gfx11*, gfx12*); AOTriton {aotriton_version} "
+            f"with our {arch.name} patch set is built from source, then torch against it",
+            "commands": [build, MAIN_JOB[2] + given],
+        }
+    return {
+        "kind": "none",
+        "why": f"AOTriton has no kernels for {arch.name}: torch has no flash attention here",
+        "commands": [],
+    }
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
@@ -71,6 +103,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         peak_tflops=dict(arch.peak_tflops),
         limits=list(arch.limits),
         matrix=compat_matrix.host_line(choice=choice),
+        path=torch_path(arch, choice.how, pinned),
     )
     return section
 
@@ -177,10 +210,13 @@ def _next_step(report: dict[str, Any]) -> str:
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     torch = env.get("torch") or {}
+    # TheRock's torch call pip-installs the torch it built into the env already; install_wheels
+    # installs the whole set of the run (audio, vision too) and checks the backend.
+    facts = {b["step"]: b["facts"] for b in report["builds"]}
+    built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
+    if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
+        return MAIN_JOB[2]
     if not torch.get("version"):
-        built = any(b["step"] == "build_pytorch-torch" for b in report["builds"])
-        if built:
-            return MAIN_JOB[2]
         unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
         return MAIN_JOB[1] + (" (its first run resolves and records the torch pin's commit)"
                               if unresolved else "")  # fmt: skip
@@ -231,6 +267,11 @@ def render(report: dict[str, Any]) -> str:
         )
         lines += [f"           limit: {limit}" for limit in arch["limits"]]
         lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
+        path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
+        run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+        lines.append(f"path       {path['kind']}: {path['why']}{run}")
+        if path.get("build"):
+            lines.append(f"           {path['build']}")
     manager = env.get("manager")
     lines.append(
         f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"

@@ -239,10 +239,24 @@ def setup_env(opts: SetupEnvOptions) -> None:
         runner.base_env = condaenv.activated_environ(prefix)
     result = provision(prefix, request, runner, stamp_inputs=inputs)
     runner.say(activation.show(result))
-    if not opts.dry_run:
-        from scripts.env.doctor import MAIN_JOB  # only here: a no-op rerun need not load doctor
+    say_next(request, session.arch_how, prefix, runner)
 
-        runner.say(f"env {prefix} is ready; next: {MAIN_JOB[1]}")
+
+def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
+    """Which way this arch gets a flash torch (doctor's path line), then the next command."""
+    from scripts.env.doctor import FAST_PATH, MAIN_JOB, torch_path  # a no-op run needs neither
+
+    path = torch_path(request.arch, how, pin_files.aotriton_version(rocm_sdk.pins_dir()))
+    if path["kind"] != "prebuilt":
+        runner.say(f"path {path['kind']}: {path['why']}")
+    elif not request.with_torch:
+        runner.say(
+            f"fast path: {path['why']}; run: {', then '.join(path['commands'])}; {path['build']}"
+        )
+    if not runner.dry_run:
+        runner.say(
+            f"env {prefix} is ready; next: {FAST_PATH[1] if request.with_torch else MAIN_JOB[1]}"
+        )
 
 
 def show(prefix: Path | None) -> None:

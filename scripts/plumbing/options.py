@@ -373,7 +373,8 @@ class BuildPytorchOptions(CompileOptions):
         "--from",
         choices="scripts.builds.build_pytorch:STAGES",
         metavar="STAGE",
-        help="rerun STAGE and every stage after it: checkout, triton, torch, audio, vision, apex",
+        help="rerun STAGE and every stage after it: checkout, torch (triton with it), audio, "
+        "vision, apex",
     )
     only: str | None = opt(
         "--only",
@@ -389,6 +390,9 @@ class BuildPytorchOptions(CompileOptions):
         "where torch would lose flash attention",
     )
     with_apex: bool = opt("--with-apex", help="also check out and build apex")
+    build_tests: bool = opt(
+        "--build-tests", help="also build PyTorch's C++ test binaries (BUILD_TEST=1; default 0)"
+    )
     aotriton_prefix: str | None = opt(
         "--aotriton-prefix",
         metavar="DIR",

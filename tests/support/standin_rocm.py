@@ -99,6 +99,8 @@ def build_wheels(out: Path, version: str = VERSION) -> Path:
         "_rocm_sdk_devel/lib/cmake/README": "x\n",
         # find_package(hip REQUIRED) (AOTriton's CMakeLists) finds it under `rocm-sdk path --cmake`
         "_rocm_sdk_devel/lib/cmake/hip/hip-config.cmake": "set(hip_VERSION 7.15.0)\n",
+        # the device libraries where TheRock's build_prod_wheels.py points HIP_DEVICE_LIB_PATH
+        "_rocm_sdk_devel/lib/llvm/amdgcn/bitcode/ockl.bc": "",
     }
     for tool, body in WRAPPERS.items():
         devel_files[f"_rocm_sdk_devel/bin/{tool}"] = f"#!/bin/sh\n{body}\n"

@@ -10,17 +10,24 @@ AOTriton-supported prefix. Versions are formed as its compute_build_version() do
 commit> into the local segment); triton's as its setup.py (+git<sha> then the suffixes).
 "Building" writes real wheel files (zip, METADATA/WHEEL/RECORD) named like TheRock's, into
 <project>/dist and then --output-dir, with an incremental <project>/build dir
-that --clean removes.
+that --clean removes. As the real build_triton_linux and do_build_pytorch (~1302-1305), triton
+and torch are pip-uninstalled from the Python running the script before their build and the
+built wheel pip-installed into it afterwards (that Python is the env's); their requirement
+installs (network) and torch's import sanity check are not mirrored. The environment it is
+called with is recorded as far as TheRock leaves it alone on Linux (BUILD_TEST,
+AOTRITON_INSTALLED_PREFIX, MAX_JOBS) or overrides it (CXXFLAGS, USE_FLASH_ATTENTION).
 
 Test hooks (environment): THEROCK_STANDIN_BLOCK=<project> and THEROCK_STANDIN_BLOCK_FILE=<path>
 make the build of that project write <path>.started and wait until <path> exists;
-THEROCK_STANDIN_PYTAG overrides the Python tag of the wheels and THEROCK_STANDIN_ROCM_VERSION
+THEROCK_STANDIN_PYTAG overrides the Python tag of the wheels (and, as the build stands for one
+by another Python then, skips the pip installs into this one) and THEROCK_STANDIN_ROCM_VERSION
 the installed ROCm version (as if built while the env had another one).
 """
 
 import argparse
 import base64
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -213,10 +220,29 @@ def maybe_block(project):
         time.sleep(0.05)
 
 
-def build_project(args, project, source_dir, name, version, files, requires=()):
+def pip(*args):
+    """`python -m pip ARGS` in the Python running this script, as TheRock's run_command. Under
+    THEROCK_STANDIN_PYTAG the build stands for one run by another Python, whose installs are
+    not this one's: none is made."""
+    if os.environ.get("THEROCK_STANDIN_PYTAG"):
+        return
+    quiet = ["-q", "--disable-pip-version-check"]
+    subprocess.run([sys.executable, "-m", "pip", *args, *quiet], check=True)
+
+
+def installed(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_project(args, project, source_dir, name, version, files, requires=(), installs=False):
     source_dir = Path(source_dir)
     if not source_dir.is_dir():
         repo_management.fail(f"{project} dir does not exist: {source_dir}")
+    if installs and installed(name):  # pip's own no-op for an absent one costs seconds
+        pip("uninstall", name, "-y")
     build = source_dir / "build"
     if args.clean and build.exists():
         print(f"++ Removing {build}")
@@ -233,6 +259,11 @@ def build_project(args, project, source_dir, name, version, files, requires=()):
     args.output_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, args.output_dir)
     print(f"++ Copy {wheel} -> {args.output_dir}")
+    if installs:
+        # The real script pip-installs the wheel with its requirements; those are already in
+        # the env there (it pip-installs torch's requirements.txt before building), which the
+        # stand-in does not model: --no-deps.
+        pip("install", "--no-deps", str(wheel))
     return {"project": project, "wheel": wheel.name, "incremental_count": count}
 
 
@@ -272,7 +303,9 @@ def do_build(args):
         base = (args.triton_dir / "python" / "version.txt").read_text().strip()
         version = f"{base}+git{head}{env.get('TRITON_WHEEL_VERSION_SUFFIX', '')}{suffix}"
         files = {"triton/__init__.py": f"__version__ = {version!r}\n"}
-        built.append(build_project(args, "triton", args.triton_dir, "triton", version, files))
+        built.append(
+            build_project(args, "triton", args.triton_dir, "triton", version, files, installs=True)
+        )
         triton_requirement = f"triton=={normalized_local(version)}"
     if args.pytorch_dir:
         if args.enable_pytorch_flash_attention is None:
@@ -308,7 +341,9 @@ def do_build(args):
         requires = [*TORCH_REQUIRES, f"rocm[libraries]=={sdk_version}"]
         requires += [triton_requirement] if triton_requirement else []
         built.append(
-            build_project(args, "pytorch", args.pytorch_dir, "torch", version, files, requires)
+            build_project(
+                args, "pytorch", args.pytorch_dir, "torch", version, files, requires, installs=True
+            )
         )
     for project, name, flag in (
         ("pytorch-audio", "torchaudio", args.build_pytorch_audio),
@@ -330,7 +365,13 @@ def main(argv):
     if args.command == "install-rocm":
         repo_management.record("build_prod_wheels.py", argv, event="install-rocm")
         return
-    keep = ("AOTRITON_INSTALLED_PREFIX", "MAX_JOBS", "CXXFLAGS", "USE_FLASH_ATTENTION")
+    keep = (
+        "AOTRITON_INSTALLED_PREFIX",
+        "MAX_JOBS",
+        "BUILD_TEST",
+        "CXXFLAGS",
+        "USE_FLASH_ATTENTION",
+    )
     env = {k: os.environ[k] for k in keep if k in os.environ}
     repo_management.record("build_prod_wheels.py", argv, event="start", env=env)
     result = do_build(args)
