@@ -38,7 +38,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from scripts.builds.build_pytorch import (
-    BY_STAGE,
+    COMPONENTS,
     enabled_stages,
     install_argv,
     manifest_path,
@@ -164,10 +164,9 @@ def planned_manifest(work: Path) -> dict[str, Any]:
     """A dry run before build_pytorch has run (alone, or chained after it as the README's main
     job is): the wheels its default stages write, as named placeholders."""
     wheels = []
-    for stage in enabled_stages((), with_apex=False):
-        if stage == "checkout":
-            continue
-        project = BY_STAGE[stage].wheels[0]
+    stages = enabled_stages((), with_apex=False)
+    for component in (c for c in COMPONENTS if c.stage in stages):  # triton: the torch call's
+        project = component.wheels[0]
         wheels.append({
             "file": f"<{project} wheel: written to {output_dir(work)} by nox -s build_pytorch>",
             "project": project,
