@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import paths
+from scripts.plumbing import downloads, paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 
@@ -222,7 +222,7 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
             requests.head(str(spec.endpoint), timeout=timeout)
     except Exception as error:
         where = spec.endpoint or f"s3://{spec.bucket}"
-        return f"{where} unreachable ({type(error).__name__}: {' '.join(str(error).split())})"
+        return f"{where} unreachable ({downloads.why(error)})"
     return None
 
 

@@ -43,10 +43,10 @@ def session(tries: int = 5):
 
 
 def why(error: BaseException) -> str:
-    """One line for a requests error: its kind and urllib3's innermost reason."""
+    """One line for a library's network error: its kind and, for requests, urllib3's reason."""
     reason = getattr(error.args[0], "reason", None) if error.args else None
-    text = " ".join(str(reason or error).split())
-    return f"{type(error).__name__} ({text.rsplit(': ', 1)[-1]})" if text else type(error).__name__
+    text = " ".join(str(error).split()) if reason is None else str(reason).rsplit(": ", 1)[-1]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def fetch_pinned(
