@@ -18,7 +18,6 @@ from pathlib import Path
 from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 
-RETRY_STATUS = (429, 500, 502, 503, 504)
 # an older version named partials without the pid
 _PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
 # Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
@@ -34,7 +33,7 @@ def session(tries: int = 5):
     from requests.adapters import HTTPAdapter
     from urllib3.util import Retry
 
-    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=RETRY_STATUS)
+    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=(429, 500, 502, 503, 504))
     adapter = HTTPAdapter(max_retries=retry.new(raise_on_status=False))
     http = requests.Session()
     http.mount("http://", adapter)
@@ -56,15 +55,14 @@ def fetch_pinned(
     *,
     fix: str,
     pinned_by: str = "the pin's",
-    say: Callable[[str], None] | None = None,
+    say: Callable[[str], None] = lambda _line: None,
     tries: int = 5,
     timeout: float = 60.0,
 ) -> Path:
     """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
     with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
     if dest.is_file() and stamps.file_sha256(dest) == sha256:
-        if say:
-            say(f"cached: {dest}")
+        say(f"cached: {dest}")
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_partials(dest.parent)
@@ -102,8 +100,7 @@ def _http_get(url, part: Path, *, fix, say, tries: int, timeout: float) -> None:
     http = session(tries)
     for _ in range(tries):
         have = part.stat().st_size
-        if say:
-            say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
+        say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
         headers = {"Range": f"bytes={have}-"} if have else {}
         try:
             response = http.get(url, headers=headers, stream=True, timeout=(10, timeout))
@@ -122,19 +119,8 @@ def _http_get(url, part: Path, *, fix, say, tries: int, timeout: float) -> None:
                         out.write(chunk)
                 return
             except requests.RequestException as e:
-                if say:
-                    say(f"download interrupted ({why(e)}) at {part.stat().st_size} bytes")
+                say(f"download interrupted ({why(e)}) at {part.stat().st_size} bytes")
     raise UserError(f"cannot download {url}: cut off {tries} times; {fix}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_partials(folder: Path, *, ours: bool = False) -> None:
@@ -143,12 +129,9 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
     with _creating:
         if ours:
             _interrupted.set()
-        try:
-            names = [p for p in folder.iterdir() if p.name.startswith(".")]
-        except FileNotFoundError:
-            return
-        for path in names:
+        for path in list(folder.glob(".*")):
             match = _PARTIAL.fullmatch(path.name)
             pid = int(match["pid"]) if match and match["pid"] else None
-            if match and (ours if pid == os.getpid() else not (pid and _alive(pid))):
+            gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
+            if match and (ours if pid == os.getpid() else gone):
                 path.unlink(missing_ok=True)
