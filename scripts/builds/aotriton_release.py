@@ -2,7 +2,7 @@
 `--from-release` asks for it): AOTriton's prebuilt runtime plus only this arch's image
 pack (split since AOTriton 0.11b: pytorch/pytorch#161754, cmake/External/aotriton.cmake),
 sha256-verified, cached in <work>/downloads/aotriton/ and resumed with HTTP Range requests after
-an interruption.
+a dropped connection.
 
 Names and sums come from the [aotriton.release] table of pins/aotriton.toml (the sums PyTorch's
 aotriton.cmake lists), or, for `commit = "from-pytorch"` pins, from that aotriton.cmake itself.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.builds.aotriton_install import AotritonInstall
-from scripts.plumbing import paths, stamps
+from scripts.plumbing import downloads, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sources.pins import Pin
@@ -122,72 +122,12 @@ def real_sum(sha256: str, what: str, source: str) -> str:
     return sha256
 
 
-def download(
-    url: str,
-    dest: Path,
-    sha256: str,
-    runner: Runner,
-    *,
-    attempts: int = 5,
-    timeout: float = 60.0,
-) -> Path:
-    """url -> dest, verified. A finished file with the right sum is reused. urllib3's Retry
-    retries a refused connection and 429/5xx answers; a body cut off midway continues from
-    <dest>.part with a Range request."""
-    import requests
-    from requests.adapters import HTTPAdapter
-    from urllib3.util import Retry
-
-    if dest.is_file() and stamps.file_sha256(dest) == sha256:
-        runner.say(f"cached: {dest}")
-        return dest
-    if runner.dry_run:
+def download(url: str, dest: Path, sha256: str, runner: Runner) -> Path:
+    """url -> dest, verified (plumbing.downloads); a finished file with the right sum is kept."""
+    if runner.dry_run and not (dest.is_file() and stamps.file_sha256(dest) == sha256):
         runner.say(f"[dry-run] would download {url} -> {dest} (sha256 {sha256[:12]}…)")
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    retry = Retry(attempts, backoff_factor=0.2, status_forcelist=(429, 500, 502, 503, 504))
-    session = requests.Session()
-    session.mount(url, HTTPAdapter(max_retries=retry.new(raise_on_status=False)))
-    for _ in range(attempts):
-        have = part.stat().st_size if part.exists() else 0
-        runner.say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        try:
-            response = session.get(url, headers=headers, stream=True, timeout=(10, timeout))
-        except requests.RequestException as e:
-            why = type(e).__name__
-            raise UserError(f"cannot download {url}: {why}; {_unreachable(url)}") from None
-        with response:
-            if response.status_code == 416 and have:
-                break  # nothing left to send: the part is complete
-            if response.status_code not in (200, 206):
-                raise UserError(
-                    f"cannot download {url}: HTTP {response.status_code} {response.reason}"
-                )
-            size = response.headers.get("Content-Length")
-            if size and not have:
-                runner.say(f"  {int(size) / 2**20:.1f} MiB")
-            try:
-                with open(part, "ab" if response.status_code == 206 else "wb") as f:
-                    for chunk in response.iter_content(1 << 16):
-                        f.write(chunk)
-                break
-            except requests.RequestException as e:
-                got = part.stat().st_size if part.exists() else 0
-                runner.say(f"download interrupted ({type(e).__name__}) at {got} bytes; retrying")
-    else:
-        raise UserError(
-            f"cannot download {url}: interrupted {attempts} times (resumable); {_unreachable(url)}"
-        )
-    actual = stamps.file_sha256(part)
-    if actual != sha256:
-        part.unlink()  # our own partial download; a retry starts clean
-        raise UserError(
-            f"{url}: sha256 mismatch (expected {sha256[:12]}…, got {actual[:12]}…); discarded"
-        )
-    os.replace(part, dest)
-    return dest
+    return downloads.fetch_pinned(url, dest, sha256, fix=_unreachable(url), say=runner.say)
 
 
 def _unreachable(url: str) -> str:

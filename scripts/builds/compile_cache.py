@@ -19,12 +19,12 @@ An unreachable server costs one warning line and a build with the local cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import socket
 import sysconfig
 import time
 import urllib.parse
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import paths
+from scripts.plumbing import downloads, paths
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 
@@ -188,20 +188,42 @@ def find_tool(name: str, env: Mapping[str, str]) -> str | None:
     return None
 
 
+def redis_client(spec: CacheSpec, timeout: float):
+    """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
+    import redis
+
+    return redis.Redis.from_url(
+        str(spec.endpoint),
+        db=int(spec.redis_db or 0),
+        username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
+        password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+
+
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the server accepts a TCP connection, else why not (one line)."""
-    if spec.backend == "s3":
-        url = spec.endpoint or f"https://{spec.bucket}.s3.amazonaws.com"
-    else:
-        url = str(spec.endpoint)
-    parts = urllib.parse.urlsplit(url)
-    default = {"redis": 6379, "rediss": 6379, "http": 80, "https": 443}.get(parts.scheme, 443)
-    host, port = parts.hostname or "", parts.port or default
+    """None when the server answers (Redis PING, S3 HEAD of the bucket - any S3 answer -, an
+    HTTP answer from WebDAV), else why not, in one line."""
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as e:
-        return f"{host}:{port} unreachable ({e.strerror or e})"
+        if spec.backend == "redis":
+            redis_client(spec, timeout).ping()
+        elif spec.backend == "s3":
+            from botocore.exceptions import ClientError
+
+            from scripts.plumbing.team_index import S3Store
+
+            store = S3Store(str(spec.bucket), "", spec.endpoint, spec.region, timeout=timeout)
+            with contextlib.suppress(ClientError):  # an answer; sccache judges the bucket
+                store.client.head_bucket(Bucket=spec.bucket)
+        else:
+            import requests
+
+            requests.head(str(spec.endpoint), timeout=timeout)
+    except Exception as error:
+        where = spec.endpoint or f"s3://{spec.bucket}"
+        return f"{where} unreachable ({downloads.why(error)})"
+    return None
 
 
 def _server_port(work: Path, sets: Mapping[str, str]) -> str:

@@ -21,10 +21,11 @@ s3://): a local directory would stay on the worker. Workers need this repository
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib.metadata
 import os
-import socket
+import platform
 import sys
 import tempfile
 import time
@@ -62,11 +63,15 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
         ) from None
     if dry_run:
         return
+    from distributed.comm import connect
+
+    async def reach() -> None:
+        await (await connect(url, timeout=CONNECT_TIMEOUT_S)).close()
+
     try:
-        with socket.create_connection((parts.hostname, parts.port or 8786), CONNECT_TIMEOUT_S):
-            pass
+        asyncio.run(reach())
     except OSError as error:
-        why = error.strerror or type(error).__name__
+        why = " ".join(str(error).split()) or type(error).__name__
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
@@ -121,7 +126,7 @@ def _worker_python(triton: str) -> str:
         have = None
     if have != triton:
         raise RuntimeError(
-            f"worker {socket.gethostname()}: triton {have or 'not installed'}, this tree needs "
+            f"worker {platform.node()}: triton {have or 'not installed'}, this tree needs "
             f"triton=={triton} (or set ROCMFA_KERNEL_PYTHON on the worker)"
         )
     return sys.executable
@@ -149,9 +154,7 @@ def remote_build(
         assert store is not None
         _STORES[(cache, arch)] = store
     if store.shared is None:
-        raise RuntimeError(
-            f"worker {socket.gethostname()}: the kernel store {cache} is unreachable"
-        )
+        raise RuntimeError(f"worker {platform.node()}: the kernel store {cache} is unreachable")
     here = replace(kernel_jobs.Job.from_dict(job), source=str(root / rel_source))
     compiler = kernel_store.Compiler(
         _worker_python(triton), root / "python" / "compile.py", root / "triton-cache"
@@ -163,7 +166,7 @@ def remote_build(
         out.unlink(missing_ok=True)
         out.with_suffix(".json").unlink(missing_ok=True)
     if store.shared is None:
-        raise RuntimeError(f"worker {socket.gethostname()}: lost the kernel store {cache}")
+        raise RuntimeError(f"worker {platform.node()}: lost the kernel store {cache}")
     return result
 
 

@@ -105,17 +105,9 @@ class DirBackend:
 class RedisBackend:
     """GET / SET / MGET through redis-py (its connection pool serves the compile threads)."""
 
-    def __init__(self, endpoint: str, db: str | None, prefix: str) -> None:
-        import redis
-
+    def __init__(self, spec: compile_cache.CacheSpec, prefix: str) -> None:
         self.prefix = prefix
-        self.client = redis.Redis.from_url(
-            endpoint,
-            db=int(db or 0),
-            username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
-            password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
-            socket_timeout=compile_cache.PROBE_TIMEOUT_S * 10,
-        )
+        self.client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
 
     def describe(self) -> str:
         kwargs = self.client.connection_pool.connection_kwargs
@@ -269,7 +261,7 @@ def open_store(
         say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
         return store
     if spec.backend == "redis":
-        store.shared = RedisBackend(str(spec.endpoint), spec.redis_db, root)
+        store.shared = RedisBackend(spec, root)
     else:
         store.shared = S3Backend(spec, root)
     store.read_only = spec.read_only

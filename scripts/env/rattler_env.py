@@ -14,7 +14,6 @@ Every rattler call goes through rattler_runtime.run (exit-time crash, see there)
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import re
@@ -22,14 +21,13 @@ import sys
 import tempfile
 import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scripts.env import rattler_runtime
-from scripts.plumbing import stamps
+from scripts.plumbing import downloads
 from scripts.plumbing.errors import UserError
 
 if TYPE_CHECKING:
@@ -37,7 +35,6 @@ if TYPE_CHECKING:
 
 PLATFORM = "linux-64"
 CACHE_ENV = "ROCMFA_CONDA_CACHE"
-_CHUNK = 1 << 20
 
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -299,43 +296,6 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPac
     return packages
 
 
-_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.bz2))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
-
-
-def _partial_prefix(filename: str) -> str:
-    """Downloads go to .<file>.<our pid>.XXXXXXXX next to their final name."""
-    return f".{filename}.{os.getpid()}."
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_partial_downloads(archives: Path, *, ours: bool = False) -> int:
-    """Remove the partial downloads of runs that are gone (killed ones: a kill leaves them) -
-    or, with ours, of this process (it was interrupted). Returns how many."""
-    removed = 0
-    try:
-        names = [p for p in archives.iterdir() if p.name.startswith(".")]
-    except FileNotFoundError:
-        return 0
-    for path in names:
-        match = _PARTIAL.fullmatch(path.name)
-        if not match:
-            continue
-        pid = int(match["pid"]) if match["pid"] else None  # none: named before pids were
-        if (pid == os.getpid()) if ours else (pid != os.getpid() and not (pid and _alive(pid))):
-            path.unlink(missing_ok=True)
-            removed += 1
-    return removed
-
-
 def network_error_line(url: str, error: BaseException, fix: str) -> str:
     """'cannot reach HOST (URL): CAUSE; FIX' - a network error says where and what to pass."""
     host = urllib.parse.urlsplit(url).netloc or url
@@ -346,44 +306,13 @@ def network_error_line(url: str, error: BaseException, fix: str) -> str:
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
 
 
-def fetch_verified(package: LockedPackage, archives: Path, source_url: str) -> Path:
-    """The package's archive in the cache, its sha256 equal to the lock's (downloaded if
-    absent; a cached file with other bytes is fetched again). Only a whole, verified file
-    ever gets the final name."""
-    target = archives / package.filename
-    if target.is_file() and stamps.file_sha256(target) == package.sha256:
-        return target
-    archives.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=_partial_prefix(package.filename), dir=archives)
-    tmp = Path(tmp_name)
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(source_url, timeout=60) as response:
-                    while chunk := response.read(_CHUNK):
-                        digest.update(chunk)
-                        out.write(chunk)
-            except (OSError, ValueError) as e:
-                raise UserError(network_error_line(source_url, e, MIRROR_FIX)) from None
-        if digest.hexdigest() != package.sha256:
-            raise UserError(
-                f"{package.filename}: sha256 {digest.hexdigest()} does not match the lock's "
-                f"{package.sha256} (from {source_url}); nothing was installed"
-            )
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
-
-
 def fetch_all(
     packages: list[LockedPackage], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
-    """fetch_verified for each package, jobs at a time, in daemon threads: Ctrl-C ends the run
-    at once (a ThreadPoolExecutor would join its workers first, each stuck up to its socket
-    timeout on a silent mirror) and this run's partial files are removed on the way out."""
-    remove_partial_downloads(archives)
+    """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
+    threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
+    each stuck up to its read timeout on a silent mirror) and this run's partial files are
+    removed on the way out."""
     results: list[Path | None] = [None] * len(packages)
     failures: list[BaseException] = []
     todo = iter(enumerate(packages))
@@ -395,9 +324,14 @@ def fetch_all(
                 item = next(todo, None)
             if item is None:
                 return
+            index, package = item
             try:
-                results[item[0]] = fetch_verified(
-                    item[1], archives, _swap_base(item[1].url, mirrors)
+                results[index] = downloads.fetch_pinned(
+                    _swap_base(package.url, mirrors),
+                    archives / package.filename,
+                    package.sha256,
+                    fix=MIRROR_FIX,
+                    pinned_by="the lock's",
                 )
             except BaseException as error:
                 failures.append(error)
@@ -410,7 +344,7 @@ def fetch_all(
             worker.join()  # interruptible: Ctrl-C raises here
     except KeyboardInterrupt:
         failures.append(KeyboardInterrupt())
-        remove_partial_downloads(archives, ours=True)
+        downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
         print(
             f"interrupted while downloading conda packages from {', '.join(hosts)} into "

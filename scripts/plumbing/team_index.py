@@ -267,7 +267,12 @@ class S3Store:
     the endpoint, and a write counts as done only when the store accepted it."""
 
     def __init__(
-        self, bucket: str, root: str, endpoint: str | None = None, region: str | None = None
+        self,
+        bucket: str,
+        root: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        timeout: float = 60.0,
     ) -> None:
         import boto3
         from botocore import UNSIGNED
@@ -275,7 +280,12 @@ class S3Store:
 
         self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
         session = boto3.session.Session()
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2})
+        config = Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 2},
+            connect_timeout=timeout,
+            read_timeout=timeout,
+        )
         if session.get_credentials() is None:  # a public bucket: read without signing
             config = config.merge(Config(signature_version=UNSIGNED))
         self.client = session.client(

@@ -18,13 +18,12 @@ import json
 import os
 import re
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import paths, pin_files
+from scripts.plumbing import downloads, paths, pin_files
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
@@ -324,27 +323,20 @@ def _from_checkout(checkout: Path, commit: str, out) -> dict[str, str] | None:
     return files
 
 
-def http_get(url: str, *, timeout: float = 20.0, retries: int = 3, out=None) -> str | None:
-    """GET url as text with retries; None for 404; UserError when unreachable."""
+def http_get(url: str, *, timeout: float = 20.0, tries: int = 3) -> str | None:
+    """GET url as text (plumbing.downloads' retrying session); None for 404; UserError when
+    unreachable."""
     import requests
 
-    last = ""
-    for attempt in range(retries):
-        try:
-            response = requests.get(url, timeout=(min(timeout, 10.0), timeout))
-        except requests.RequestException as e:
-            last = type(e).__name__
-        else:
-            if response.status_code == 404:
-                return None
-            if response.status_code < 400:
-                return response.text
-            last = f"HTTP {response.status_code}"
-            if response.status_code < 500 and response.status_code != 429:
-                break
-        if attempt + 1 < retries:
-            time.sleep(0.5 * 2**attempt)
-    raise UserError(f"cannot fetch {url}: {last} (after {retries} tries)")
+    try:
+        response = downloads.session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
+    except requests.RequestException as e:
+        raise UserError(f"cannot fetch {url}: {downloads.why(e)} (after {tries} tries)") from None
+    if response.status_code == 404:
+        return None
+    if response.status_code >= 400:
+        raise UserError(f"cannot fetch {url}: HTTP {response.status_code} {response.reason}")
+    return response.text
 
 
 def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
