@@ -82,7 +82,7 @@ def ensure_checkout(
     git(runner, dest, "-c", "advice.detachedHead=false", "checkout", "-q",
         *(["-f"] if force else []), "--detach", pin.commit, capture=False)  # fmt: skip
     _update_submodules(runner, dest, paths, force=force, head=pin.commit)
-    runner.say(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
+    runner.done(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
     return dest
 
 

@@ -277,7 +277,7 @@ def apply_patch_set(
             )
     git(runner, checkout, "update-ref", wanted, "HEAD")
     new_head = _head(runner, checkout)
-    runner.say(
+    runner.done(
         f"{project}: applied {len(found.patches) - skipped} patch(es) from {label}"
         + (f"; HEAD {new_head[:12]}" if new_head else "")
     )
