@@ -54,11 +54,11 @@ def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
     return found.stdout.strip() == "commit"
 
 
-def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str) -> str:
+def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, *args: str) -> str:
     """'' once checkout has commit (fetched from remote when missing), else git's reason."""
     if has_commit(runner, checkout, commit):
         return ""
-    fetched = git(runner, checkout, "fetch", "-q", "--no-tags", remote, commit, check=False)
+    fetched = git(runner, checkout, "fetch", "-q", "--no-tags", *args, remote, commit, check=False)
     return last_line(fetched.stderr) or "fetch failed" if fetched.returncode else ""
 
 
@@ -149,19 +149,15 @@ def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> b
 
 
 def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
-    if has_commit(runner, dest, pin.commit):
-        return
     depth = pin.data.get("depth")
     depth_args = [f"--depth={int(depth)}"] if isinstance(depth, int) and depth > 0 else []
-    first = git(runner, dest, "fetch", "-q", "--no-tags", *depth_args, "origin", pin.commit,
-                check=False)  # fmt: skip
-    if first.returncode == 0:
+    if not (first := fetch_commit(runner, dest, "origin", pin.commit, *depth_args)):
         return
     # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
     second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)
     if second.returncode == 0 and has_commit(runner, dest, pin.commit):
         return
-    detail = last_line(second.stderr) or last_line(first.stderr)
+    detail = last_line(second.stderr) or (first if first != "fetch failed" else "")
     raise UserError(
         f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}"
         + (f": {detail}" if detail else f": commit not found on ref {pin.ref}")

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.plumbing import stamps
@@ -55,9 +55,6 @@ class Patch:
     upstream: str
     arches: tuple[str, ...] = ()  # () = every arch
 
-    def applies_to(self, arch: str | None) -> bool:
-        return arch is None or not self.arches or arch in self.arches
-
 
 @dataclass(frozen=True)
 class PatchSet:
@@ -71,11 +68,6 @@ class PatchSet:
     @property
     def shas(self) -> list[str]:
         return [p.sha256 for p in self.patches]
-
-    def for_arch(self, arch: str | None) -> PatchSet:
-        mine = tuple(p for p in self.patches if p.applies_to(arch))
-        others = tuple(p for p in self.patches if not p.applies_to(arch))
-        return replace(self, patches=mine, other_arches=others)
 
 
 def set_dir(project: str, commit: str, root: Path | None = None) -> Path:
@@ -114,7 +106,10 @@ def patch_set_for(
     unlisted = sorted({p.name for p in directory.glob("*.patch")} - set(names))
     if unlisted:
         raise UserError(f"{where}: {unlisted[0]} is in the directory but not in the manifest")
-    return PatchSet(project, commit, directory, tuple(patches), none_needed.strip()).for_arch(arch)
+    mine = [arch is None or not p.arches or arch in p.arches for p in patches]
+    chosen = tuple(p for p, ok in zip(patches, mine, strict=True) if ok)
+    others = tuple(p for p, ok in zip(patches, mine, strict=True) if not ok)
+    return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
 
 
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
