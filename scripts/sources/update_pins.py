@@ -136,17 +136,19 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         where = f"{path.name} [{name}]"
         url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
-        if project == "aotriton" and old == pin_files.FROM_PYTORCH:
+        follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
+        companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
+        if runner.dry_run:  # nothing asked, nothing written
+            if not (follows or companion):
+                runner.run(["git", "ls-remote", url, ref])
+            what = "the torch pin names" if follows or companion else f"{ref} resolves to"
+            runner.say(f"[dry-run] {name}: would record the commit {what} (and what it says)")
+            continue
+        if follows:
             pin = pins.load_pin("aotriton", directory, workdir=work)
             runner.say(f"{name}: follows PyTorch -> {pin.commit[:12]} ({pin.source})")
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
-            continue
-        companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
-        if runner.dry_run:
-            if not companion:
-                runner.run(["git", "ls-remote", url, ref])
-            runner.say(f"[dry-run] {name}: would set commit to what {ref} resolves to")
             continue
         if companion:
             new = _companion_from_torch(name, directory, work, runner)
@@ -225,9 +227,6 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
     """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
-    if runner.dry_run:
-        runner.say(f"[dry-run] {table}: would record the submodule paths of {commit[:12]}")
-        return
     if not (checkout / ".git").exists():
         runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
