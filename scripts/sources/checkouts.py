@@ -91,7 +91,7 @@ def _refuse_non_checkout(dest: Path, runner: Runner, *, force: bool) -> None:
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         return
     if not force:
-        raise UserError(
+        return runner.refuse(
             f"{dest} exists and is not a git checkout; move it away, or pass "
             "--discard-local-edits to replace it"
         )
