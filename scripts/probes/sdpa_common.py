@@ -67,12 +67,38 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
         return 130
 
 
-def add_dry_run(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print what would run and on which device; run nothing",
+def new_parser(prog: str, doc: str | None, device: str = "auto") -> OneLineArgumentParser:
+    """A probe's parser with the options every probe takes: --device and --dry-run."""
+    p = OneLineArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--device", default=device, help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print what would run and on which device; run nothing"
+    )
+    return p
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="write the results as JSON to PATH, or to stdout when no PATH is given",
+    )
+
+
+def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
+    """The text report (ending with the verdict) on stdout; with --json, the JSON to its path,
+    or to stdout with the verdict line once on stderr."""
+    if json_to == "-":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        print(doc["summary"], file=sys.stderr)
+        return
+    if json_to is not None:
+        Path(json_to).write_text(json.dumps(doc, indent=1) + "\n")
+    print(text)
 
 
 def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:
