@@ -74,7 +74,9 @@ def new_parser(prog: str, doc: str | None, device: str = "auto") -> OneLineArgum
     )
     p.add_argument("--device", default=device, help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument(
-        "--dry-run", action="store_true", help="print what would run and on which device; run nothing"
+        "--dry-run",
+        action="store_true",
+        help="print what would run and on which device; run nothing",
     )
     return p
 

@@ -21,10 +21,8 @@ otherwise, 2 on bad input.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 if __package__:
