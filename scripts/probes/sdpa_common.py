@@ -462,12 +462,23 @@ def default_backends(device: Any) -> list[str]:
     if device.type == "cpu":
         return ["flash", "efficient", "math"]
     if torch.version.hip:
-        names = ["flash", "efficient", "math"]
-        is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
-        if is_ck is not None and is_ck():
-            names.insert(1, "ck")
-        return names
+        return (
+            ["flash", "ck", "efficient", "math"]
+            if ck_available()
+            else ["flash", "efficient", "math"]
+        )
     return ["flash", "efficient", "cudnn", "math"]
+
+
+def ck_available() -> bool:
+    """A ROCm torch with composable_kernel's flash attention compiled in."""
+    import torch
+
+    is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
+    try:
+        return bool(is_ck and is_ck())
+    except Exception:
+        return False
 
 
 def parse_backends(text: str | None, device: Any) -> list[str]:
