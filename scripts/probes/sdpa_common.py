@@ -723,11 +723,11 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
     with contextlib.suppress(OSError):
         text = config_h.read_text(errors="replace")
-        parts = []
-        for field in ("MAJOR", "MINOR", "PATCH"):
-            m = re.search(rf"#define\s+AOTRITON_VERSION_{field}\s+(\d+)", text)
-            if m:
-                parts.append(m.group(1))
+        found = (
+            re.search(rf"#define\s+AOTRITON_VERSION_{f}\s+(\d+)", text)
+            for f in ["MAJOR", "MINOR", "PATCH"]
+        )
+        parts = [m.group(1) for m in found if m]
         if len(parts) >= 2:
             info["runtime_version"] = ".".join(parts)
             info["runtime_source"] = str(config_h)
@@ -737,29 +737,8 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
             if m:
                 info["runtime_version"] = m.group(1)
                 info["runtime_source"] = str(lib)
-    images_dir = lib_dir / "aotriton.images"
-    for sig in sorted(images_dir.glob("*/__signature__")):
-        try:
-            text = sig.read_bytes().decode("latin-1")
-        except OSError as e:
-            info["images"][sig.parent.name] = {"version": None, "error": e.strerror}
-            continue
-        # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
-        # version in it, and TRITON_VERSION must not be taken for one.
-        with contextlib.suppress(ValueError):
-            data = json.loads(text)
-            if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
-                info["images"][sig.parent.name] = {
-                    "version": None,
-                    "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}",
-                }
-                continue
-        m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
-        m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
-        info["images"][sig.parent.name] = {
-            "version": m.group(1) if m else None,
-            "signature": first_line(text, 120),
-        }
+    for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
+        info["images"][sig.parent.name] = image_signature(sig)
     runtime = info["runtime_version"]
     if runtime:
         bad = [
@@ -773,6 +752,23 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
                 + ", ".join(bad)
             )
     return info
+
+
+def image_signature(sig: Path) -> dict[str, Any]:
+    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON) its git commit."""
+    try:
+        text = sig.read_bytes().decode("latin-1")
+    except OSError as e:
+        return {"version": None, "error": e.strerror}
+    # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
+    # version in it, and TRITON_VERSION must not be taken for one.
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
+            return {"version": None, "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}"}
+    m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
+    m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    return {"version": m.group(1) if m else None, "signature": first_line(text, 120)}
 
 
 def provenance(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
