@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
-import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +272,7 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
     lines += common.text_table(header, table)
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
     kernel_rows = [r for r in rows if r["verdict"] != "launch-bound"]
-    geo = math.exp(sum(math.log(r["speedup"]) for r in kernel_rows) / max(1, len(kernel_rows)))
+    geo = statistics.geometric_mean([r["speedup"] for r in kernel_rows] or [1.0])
     lines += [
         "",
         f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
