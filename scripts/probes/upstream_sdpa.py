@@ -30,6 +30,7 @@ with one line on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -79,35 +81,24 @@ def default_workdir() -> Path:
     return Path(os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser().resolve()
 
 
-def pinned_therock_commit() -> str | None:
-    try:
-        import tomllib
-
-        return str(tomllib.loads(PIN_FILE.read_text())["therock"]["commit"])
-    except Exception:  # no tomllib (3.10) or no pin file: the report says "unknown"
-        return None
-
-
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
     """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
     folder), else the pinned commit, named as such."""
-    if not (checkout / ".git").exists():
-        pin = pinned_therock_commit()
-        return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is not None and done.returncode == 0 and done.stdout.strip():
-        return done.stdout.strip(), f"git HEAD of {checkout}"
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        if (checkout / ".git").exists():
+            git = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
+            head = subprocess.run(git, capture_output=True, text=True, timeout=30).stdout.strip()
+            if head:
+                return head, f"git HEAD of {checkout}"
     pin = pinned_therock_commit()
     return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
+
+
+def pinned_therock_commit() -> str | None:
+    try:
+        return str(tomllib.loads(PIN_FILE.read_text())["therock"]["commit"])
+    except (OSError, ValueError, KeyError):  # no pin file: the report says "unknown"
+        return None
 
 
 def require_test_tools() -> dict[str, str]:
