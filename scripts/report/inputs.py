@@ -264,26 +264,24 @@ def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
         if not isinstance(summary, dict):
             continue
         prov = summary.get("provenance") or {}
-        identity = dict(summary.get("identity") or {})
-        identity.setdefault("version", IDENTITY_VERSION)
-        identity.setdefault("date", manifest.get("published"))
-        identity.setdefault("host", f"wheel set {manifest.get('set_id')}")
-        identity.setdefault("gpu", prov.get("device_name") or manifest.get("arch"))
-        identity.setdefault("arch", manifest.get("arch"))
-        identity.setdefault("platform", "rocm")
-        identity.setdefault("device", prov.get("device"))
-        identity.setdefault("rocm", manifest.get("rocm_sdk"))
-        identity.setdefault("cuda", None)
-        identity.setdefault("torch", torch_info.get("version"))
-        identity.setdefault("torch_commit", torch_info.get("commit"))
-        identity.setdefault(
-            "aotriton", {"version": aot.get("version"), "commit": aot.get("commit")}
-        )
-        identity.setdefault("flash_built_in", manifest.get("flash_attention"))
-        identity["wheel_set"] = manifest.get("set_id")
-        identity["rocm_sdk"] = manifest.get("rocm_sdk")
-        identity["patches"] = {
-            k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()
+        identity = {  # the summary's own identity first, the manifest's fields where it has none
+            "version": IDENTITY_VERSION,
+            "date": manifest.get("published"),
+            "host": f"wheel set {manifest.get('set_id')}",
+            "gpu": prov.get("device_name") or manifest.get("arch"),
+            "arch": manifest.get("arch"),
+            "platform": "rocm",
+            "device": prov.get("device"),
+            "rocm": manifest.get("rocm_sdk"),
+            "cuda": None,
+            "torch": torch_info.get("version"),
+            "torch_commit": torch_info.get("commit"),
+            "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
+            "flash_built_in": manifest.get("flash_attention"),
+            **(summary.get("identity") or {}),
+            "wheel_set": manifest.get("set_id"),
+            "rocm_sdk": manifest.get("rocm_sdk"),
+            "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
         }
         if kind == "bench":
             data = {
@@ -294,9 +292,7 @@ def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
                 "results": [dict(r, status="ok") for r in summary.get("ok") or []],
             }
         else:
-            schema = (
-                next(s for s, k in KINDS.items() if k == kind) if kind in KINDS.values() else kind
-            )
+            schema = {k: s for s, k in KINDS.items()}.get(kind, kind)
             data = {**summary, "schema": schema, "identity": identity}
         found = check_doc(f"{source} ({kind})", data)
         if isinstance(found, Doc):
