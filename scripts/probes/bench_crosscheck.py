@@ -514,23 +514,25 @@ def time_cases(
 def summaries(rows: list[dict[str, Any]], timing: str, tolerance_pct: float) -> dict[str, Any]:
     """The verdicts, keyed as in the JSON: bench.py's timer vs this harness, events vs profiler."""
     ok, worst = verdict(rows, tolerance_pct)
-    per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
-    summary = (
-        f"{timing} timing: {len(rows)} timings, bench.py's timer vs this harness in turns, "
-        f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
-        f"{tolerance_pct:g}%): {'AGREE' if ok else 'DISAGREE'}"
-        if rows
-        else "nothing was timed"
-    )
     prof_ok, prof_worst = verdict(rows, tolerance_pct, "profiler_diff_pct")
+
+    def line(what: str, ok: bool, worst: dict[str, float], limit: str = "") -> str:
+        per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
+        return (
+            f"{what} largest difference {max(worst.values()):.2f}% (per size: {per_size}"
+            f"{limit}): {'AGREE' if ok else 'DISAGREE'}"
+        )
+
+    summary = "nothing was timed"
+    if rows:
+        what = f"{timing} timing: {len(rows)} timings, bench.py's timer vs this harness in turns,"
+        summary = line(what, ok, worst, f"; limit {tolerance_pct:g}%")
     prof_summary = (
-        f"event timer vs profiler kernel time (same repeats): largest difference "
-        f"{max(prof_worst.values()):.2f}% (per size: "
-        + ", ".join(f"{s} {w:.2f}%" for s, w in prof_worst.items())
-        + f"): {'AGREE' if prof_ok else 'DISAGREE'}"
-        if prof_worst
-        else "no profiler kernel records (wall timing, or the profiler saw no device activity)"
+        "no profiler kernel records (wall timing, or the profiler saw no device activity)"
     )
+    if prof_worst:
+        what = "event timer vs profiler kernel time (same repeats):"
+        prof_summary = line(what, prof_ok, prof_worst)
     return {
         "summary": summary,
         "agree": ok,
