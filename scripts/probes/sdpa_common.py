@@ -236,16 +236,6 @@ def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
     return load_table(path, "rate", "peak rates")
 
 
-def computed_peak(
-    units: int | None, clock_mhz: float | None, rate: dict[str, Any] | None, dtype_name: str
-) -> float | None:
-    """units x clock x FLOP per unit per clock, in TFLOP/s; None when any part is unknown."""
-    per_clock = (rate or {}).get(dtype_name)
-    if not units or not clock_mhz or not isinstance(per_clock, int | float):
-        return None
-    return round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
-
-
 def peak_from_device(
     arch: str | None,
     dtype_name: str,
@@ -260,8 +250,10 @@ def peak_from_device(
         return override, "--peak-tflops"
     info = device_info or {}
     rate = rates.get(arch or "")
-    peak = computed_peak(info.get("compute_units"), info.get("max_clock_mhz"), rate, dtype_name)
-    if peak is not None:
+    units, clock_mhz = info.get("compute_units"), info.get("max_clock_mhz")
+    per_clock = (rate or {}).get(dtype_name)
+    if units and clock_mhz and isinstance(per_clock, int | float):
+        peak = round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
         return peak, (
             f"computed: {info['compute_units']} CUs x {info['max_clock_mhz']:g} MHz "
             f"({info.get('clock_source')}) x {rate[dtype_name]} FLOP/CU/clock "
@@ -817,13 +809,8 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
     aotriton = None
     if torch.version.hip:
         found = aotriton_versions(torch_lib_dir())
-        commits = sorted(
-            {
-                str(img.get("signature", ""))[4:]
-                for img in found["images"].values()
-                if str(img.get("signature", "")).startswith("git ")
-            }
-        )
+        signatures = (str(img.get("signature", "")) for img in found["images"].values())
+        commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
         aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
     flash = None
     with contextlib.suppress(Exception):
