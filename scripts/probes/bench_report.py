@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -270,15 +269,13 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         for r in rows
     ]
     lines += common.text_table(header, table)
-    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
-    kernel_rows = [r for r in rows if r["verdict"] != "launch-bound"]
-    geo = statistics.geometric_mean([r["speedup"] for r in kernel_rows] or [1.0])
+    counts, geo = change.tally(rows)
     lines += [
         "",
         f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
         f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
         f"timed interval: not a kernel change), {counts['same']} same; "
-        f"geometric-mean speedup {geo:.3f}x",
+        f"geometric-mean speedup {geo or 1.0:.3f}x",
     ]
     return "\n".join(lines)

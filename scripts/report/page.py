@@ -169,9 +169,7 @@ def comparisons(
                 {"input": source, "why": f"no case ran in both it and baseline {base['id']}"}
             )
             continue
-        counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
-        kernel = [r["speedup"] for r in rows if r["verdict"] != "launch-bound"]
-        geo = geometric_mean(kernel) if kernel else None
+        counts, geo = change.tally(rows)
         out.append(
             {
                 "baseline": base["id"],
