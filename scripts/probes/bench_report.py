@@ -80,15 +80,7 @@ TABLE_HEADER = (
 
 
 def table_row(r: dict[str, Any]) -> tuple:
-    dims = common.Shape(
-        r["size"],
-        r["batch"],
-        r["q_heads"],
-        r["kv_heads"],
-        r["seq_q"],
-        r["head_dim"],
-        r.get("seq_k"),
-    ).dims()
+    dims = common.Shape.of_row(r).dims()
     rate: tuple = ("-",) * 4
     times: tuple = ("-",) * 5
     if r["status"] == "ok":

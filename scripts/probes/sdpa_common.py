@@ -396,6 +396,12 @@ class Shape:
         seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else str(self.seq)
         return f"{self.batch},{heads},{seq},{self.head_dim}"
 
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> Shape:
+        """The shape a result row (as_dict's fields) was run with."""
+        fields = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
+        return cls(*(row.get(f) for f in fields))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "size": self.name,

@@ -27,6 +27,7 @@ from typing import Any
 
 from scripts.plumbing.errors import UserError
 from scripts.probes import bench_change as change
+from scripts.probes.sdpa_common import Shape
 from scripts.report import inputs, svg
 
 PAGE_SCHEMA = inputs.PAGE_SCHEMA
@@ -71,19 +72,7 @@ def _num(value: Any) -> str:
 
 
 def dims(row: dict[str, Any]) -> str:
-    if row.get("batch") is None:
-        return "-"
-    heads = (
-        f"{row['q_heads']}/{row['kv_heads']}"
-        if row.get("kv_heads") != row.get("q_heads")
-        else str(row["q_heads"])
-    )
-    seq = (
-        f"{row['seq_q']}/{row['seq_k']}"
-        if row.get("seq_k") not in (None, row.get("seq_q"))
-        else str(row["seq_q"])
-    )
-    return f"{row['batch']},{heads},{seq},{row['head_dim']}"
+    return "-" if row.get("batch") is None else Shape.of_row(row).dims()
 
 
 # --- the model ----------------------------------------------------------------------------------
