@@ -266,35 +266,25 @@ def _add_peaks(
     return peaks
 
 
-_SETTINGS = (
-    "suite",
-    "sizes",
-    "shape",
-    "kv_heads",
-    "dtypes",
-    "backends",
-    "causal",
-    "passes",
-    "repeats",
-    "budget_ms",
-    "min_repeats",
-    "slow_min_repeats",
-    "max_repeats",
-    "warmup",
-    "warmup_ms",
-    "mem_limit_gib",
-    "timing",
-    "sustained",
-    "noise_threshold",
-    "noise_max_repeats",
-    "noise_budget_ms",
-    "kernel_time",
-)
+# Options that say where output goes or what else to do; every other option shaped the run.
+NOT_SETTINGS = {
+    "device",
+    "dry_run",
+    "peak_tflops",
+    "out_dir",
+    "json_path",
+    "csv_path",
+    "plot_path",
+    "replot",
+    "compare",
+    "threshold_pct",
+    "compare_runs",
+}
 
 
 def _settings(opts: Any, device: Any) -> dict[str, Any]:
     """The options that shaped the run, as recorded in the JSON."""
-    settings = {k: vars(opts)[k] for k in _SETTINGS}
+    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
     settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
     return settings
 
