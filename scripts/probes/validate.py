@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__:
     from . import sdpa_common as common
@@ -75,13 +75,11 @@ DROPOUT_P = 0.2
 DROPOUT_TOL = 0.01
 
 
-class Case(tuple):
-    """(shape, dtype name, causal, variant)."""
-
-    shape = property(lambda self: self[0])
-    dtype = property(lambda self: self[1])
-    causal = property(lambda self: self[2])
-    variant = property(lambda self: self[3])
+class Case(NamedTuple):
+    shape: common.Shape
+    dtype: str  # fp16, bf16
+    causal: bool
+    variant: str  # "" (the grid) or a SPECIAL_CASES variant
 
 
 def case_mask(case: Case) -> Any:
@@ -288,7 +286,7 @@ def build_cases(opts: Any) -> list[Case]:
             for d in head_dims
             for (b, hq, hkv, s) in table
         ]
-    cases = [Case((s, dt, c, "")) for s in shapes for dt in dtypes for c in causals]
+    cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
     if opts.shape:
         return cases
     for variant, b, hq, hkv, s_q, s_k, d, full, quick in SPECIAL_CASES:
@@ -296,7 +294,7 @@ def build_cases(opts: Any) -> list[Case]:
             continue
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
         wanted = [c for c in (quick if opts.quick else full) if c in causals]
-        cases += [Case((shape, dt, c, variant)) for dt in dtypes for c in wanted]
+        cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
     return cases
 
 
