@@ -310,9 +310,6 @@ def device_info(device: Any) -> dict[str, Any] | None:
     """Compute units (torch's multi_processor_count) and the peak engine clock in MHz, with
     where the clock came from: amdgpu sysfs (ROCm) or nvidia-smi clocks.max.sm (CUDA), else
     torch's clock_rate property. None on CPU."""
-    import shutil
-    import subprocess
-
     import torch
 
     if device.type != "cuda":
@@ -330,22 +327,13 @@ def device_info(device: Any) -> dict[str, Any] | None:
         clock = _sysfs_max_sclk(props)
         if clock:
             info.update(max_clock_mhz=clock, clock_source="amdgpu sysfs pp_dpm_sclk")
-    elif shutil.which("nvidia-smi"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-            out = subprocess.run(
-                [
-                    "nvidia-smi",
-                    "--query-gpu=clocks.max.sm",
-                    "--format=csv,noheader,nounits",
-                    "-i",
-                    str(device_index(device)),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout
-            clock = float(out.split()[0])
+    else:
+        try:
+            from . import gpu_state
+        except ImportError:  # run as a plain script: this file's folder is on sys.path
+            import gpu_state  # type: ignore[no-redef]
+        with contextlib.suppress(KeyError, ValueError, TypeError):
+            clock = float((gpu_state.nvidia_smi(device_index(device)) or {})["clocks.max.sm"])
             info.update(max_clock_mhz=clock, clock_source="nvidia-smi clocks.max.sm")
     if not info["max_clock_mhz"]:
         khz = getattr(props, "clock_rate", None)
