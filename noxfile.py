@@ -34,7 +34,7 @@ from scripts.plumbing.options import Session  # noqa: E402
 
 def _call(session: nox.Session, declared: Session) -> None:
     """Parse this session's options into its typed options object (every value checked before
-    any work), then call its function inside the guard (locks, recovery): function(opts), or
+    any work), then call its function inside the guard (locks): function(opts), or
     with the undeclared arguments (_forward)."""
     from scripts.env.session_guard import guarded
     from scripts.plumbing import errors

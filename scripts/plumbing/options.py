@@ -238,10 +238,6 @@ class DoctorOptions(ReportedArchOption, EnvChoice, JsonOption):
     pass
 
 
-class RepairOptions(EnvOptions, WorkdirOption):
-    """The env (and work dir) whose interrupted install to finish or roll back."""
-
-
 class MatrixOptions(ReportedArchOption, JsonOption):
     pass
 
@@ -518,9 +514,6 @@ SESSIONS = (
     Session("doctor", "scripts.env.doctor:doctor", DoctorOptions, ENV,
             "One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next "
             "step.", default=True, reports_only=True),
-    Session("repair", "scripts.env.repair:repair", RepairOptions, ENV,
-            "Finish or roll back an interrupted install into the env's torch (any session "
-            "does too).", changes=(E,)),
     Session("matrix", "scripts.env.matrix:matrix", MatrixOptions, ENV,
             "Arch x AOTriton release: flash by default / experimental flag / community port / "
             "none."),
