@@ -388,26 +388,39 @@ def pending_path(work: Path) -> Path:
 
 def pip_install(python: Path, wheel: Path, prefix: Path, work: Path, runner: Runner) -> None:
     """pip replaces the env's torch with wheel. Until pip is done, the work dir names the
-    wheel, so a run killed meanwhile is finished by the next one (finish_interrupted)."""
+    wheel and keeps the dist-info of the torch it replaces, so the next run can finish a run
+    killed meanwhile (finish_interrupted)."""
     if not runner.dry_run:
-        text = json.dumps({"prefix": str(prefix), "wheel": str(wheel)}) + "\n"
-        stamps.write_text_atomic(pending_path(work), text)
+        site, replaced = site_packages(prefix), work / WHEELS / "replaced"
+        record = torch_record(site)
+        if record is not None and incomplete(site) is None:
+            shutil.rmtree(replaced, ignore_errors=True)
+            shutil.copytree(record.parent, replaced / record.parent.name)
+        pending = {"prefix": str(prefix), "wheel": str(wheel), "replaced": str(replaced)}
+        stamps.write_text_atomic(pending_path(work), json.dumps(pending) + "\n")
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
     if not runner.dry_run:
         pending_path(work).unlink()
 
 
+def pending_for(work: Path, prefix: Path) -> dict[str, Any] | None:
+    """What pip_install was installing into the env at prefix, when it did not finish."""
+    try:
+        pending = json.loads(pending_path(work).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ours = isinstance(pending, dict) and pending.get("prefix") == str(prefix)
+    return pending if ours else None
+
+
 def finish_interrupted(python: Path, prefix: Path, work: Path, runner: Runner) -> None:
     """Finish the pip install of a torch wheel that a killed run left undone. A whole torch
     (pip was done, or torch was reinstalled by hand since) is kept as pip installed it."""
-    path = pending_path(work)
-    try:
-        pending = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    path, pending = pending_path(work), pending_for(work, prefix)
+    if pending is None:
         return
-    if not isinstance(pending, dict) or pending.get("prefix") != str(prefix):
-        return
-    why = incomplete(site_packages(prefix))
+    site = site_packages(prefix)
+    why = incomplete(site)
     if why is None:
         if not runner.dry_run:
             path.unlink(missing_ok=True)
@@ -419,6 +432,12 @@ def finish_interrupted(python: Path, prefix: Path, work: Path, runner: Runner) -
             "gone; reinstall torch with pip (nox -s install_wheels)"
         )
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
+    record = torch_record(site)
+    if not runner.dry_run and (record is None or not record.is_file()):
+        # pip was killed after moving the old torch's dist-info away: put it back, so that
+        # pip removes what the old RECORD lists before it installs the wheel again
+        for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
+            shutil.copytree(info, site / info.name, dirs_exist_ok=True)
     pip_install(python, wheel, prefix, work, runner)
 
 
@@ -445,14 +464,11 @@ def install_into_torch(
 
 
 def restore_torch(torch: Path, python: Path, work: Path, runner: Runner) -> None:
-    """Put torch's own AOTriton back: reinstall the wheel torch was repacked from."""
-    marker = read_marker(torch)
-    if marker is None:
-        raise UserError(
-            f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton (the env's torch "
-            "is not a wheel build_aotriton repacked)"
-        )
+    """Put torch's own AOTriton back: reinstall the wheel torch was repacked from (none
+    needed when torch is not our repack: a rerun after a killed restore, or no swap yet)."""
+    if read_marker(torch) is None:
+        runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
+        return
     original = original_wheel(torch, work, runner)
     pip_install(python, original, env_prefix_of(torch), work, runner)
-    shipped = (marker.get("shipped") or {}).get("runtime")
-    runner.say(f"restored torch's AOTriton ({shipped}): reinstalled {original}")
+    runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")

@@ -517,11 +517,15 @@ def install_torch(
         for i in range(image_files):
             files[f"torch/lib/aotriton.images/{pack}/flash/k{i:05d}.aks2"] = b"shipped %d" % i
     out = prefix.parent / "standin-torch-wheels" / hashlib.sha256(repr(files).encode()).hexdigest()
-    wheel = make_wheel(out, "torch", version, files=files)
+    pip_install(prefix, make_wheel(out, "torch", version, files=files))
+    return site_packages(prefix) / "torch"
+
+
+def pip_install(prefix: Path, wheel: Path) -> None:
+    """wheel installed into the env at prefix as a user would replace torch by hand."""
     python = prefix / "bin" / "python"
     pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--no-index"]
     subprocess.run([*pip, str(wheel)], check=True, capture_output=True)
-    return site_packages(prefix) / "torch"
 
 
 def record_lies(prefix: Path) -> list[str]:
