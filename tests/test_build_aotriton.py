@@ -17,6 +17,7 @@ import pytest
 
 from scripts.builds import aotriton_install
 from scripts.builds import build_aotriton as ba
+from scripts.env import condaenv
 from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
@@ -444,10 +445,10 @@ def test_a_session_killed_while_pip_replaces_torch_is_finished_by_the_next(
     inside_pip = next(n for n, c in enumerate(changes, 1) if f"{site / 'torch' / 'lib'}/" in c)
     st.install_torch(bed.prefix)
     status, _ = kill_hook.run(argv, hooks, [site], inside_pip + 1, env)
-    assert status == -9 and aotriton_install.incomplete(site) is not None
+    assert status == -9 and condaenv.torch_incomplete(site) is not None
     out = run_build(bed, capsys)
     assert "the env's torch is incomplete (" in out and "finishing the killed install" in out
-    assert aotriton_install.incomplete(site) is None and st.record_lies(bed.prefix) == []
+    assert condaenv.torch_incomplete(site) is None and st.record_lies(bed.prefix) == []
     assert st.pip_check(bed.prefix).returncode == 0
     assert (bed.torch_lib / aotriton_install.MARKER).is_file()
     assert command_lines(run_build(bed, capsys)) == []  # and the run after it has nothing to do

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripts.builds import aotriton_install
-from scripts.env import activation, archs, doctor
+from scripts.env import activation, archs, condaenv, doctor
 from scripts.plumbing import errors, locks, pin_files, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -121,11 +121,11 @@ def test_run_manifest_is_one_line(tmp_path: Path, kind: str) -> None:
 def test_damaged_pip_install_record_is_not_acted_on(tmp_path: Path, kind: str) -> None:
     """The record naming the torch wheel pip was installing (aotriton_install.pip_install)
     only ever leads to a pip install of that wheel: damaged, it is passed over."""
-    path = aotriton_install.pending_path(tmp_path)
+    path = condaenv.pip_pending_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(GARBAGE[kind])
     runner = Runner()
-    aotriton_install.finish_interrupted(tmp_path / "bin" / "python", tmp_path, tmp_path, runner)
+    aotriton_install.finish_interrupted(tmp_path / "bin" / "python", tmp_path, runner)
     assert runner.executed == [] and path.read_bytes() == GARBAGE[kind]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from scripts.builds import aotriton_install as ai
-from scripts.env import doctor
+from scripts.env import condaenv, doctor
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
@@ -40,7 +40,7 @@ from scripts.plumbing.commands import Runner
 
 prefix, work, new, what = (Path(a) for a in sys.argv[1:5])
 python, runner = prefix / "bin" / "python", Runner()
-ai.finish_interrupted(python, prefix, work, runner)
+ai.finish_interrupted(python, prefix, runner)
 torch = ai.find_torch(prefix)
 if what.name == "restore":
     ai.restore_torch(torch, python, work, runner)
@@ -85,7 +85,7 @@ class Rig:
     def torch_files(self) -> dict[str, bytes]:
         """What pip installed for torch, by its RECORD."""
         (info,) = self.site.glob("torch-*.dist-info")
-        rows = ai.record_rows(info / "RECORD")
+        rows = condaenv.record_rows(info / "RECORD")
         return {rel: (self.site / rel).read_bytes() for rel, digest, _ in rows if digest}
 
 
@@ -104,15 +104,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Rig:
     return Rig(root, prefix, new, kill_hook.hook_dir(root / "hooks"))
 
 
-def assert_whole(rig: Rig, work: Path, swapped: bool, when: str) -> None:
+def assert_whole(rig: Rig, swapped: bool, when: str) -> None:
     lib = rig.site / "torch" / "lib"
-    assert ai.incomplete(rig.site) is None, when
+    assert condaenv.torch_incomplete(rig.site) is None, when
     assert st.record_lies(rig.prefix) == [], when
     check = st.pip_check(rig.prefix)
     assert check.returncode == 0, f"{when}: {check.stdout}{check.stderr}"
     runtime = (lib / "libaotriton_v2.so.0.13.0").read_bytes()
     assert (runtime == NEW_RUNTIME) is swapped and (lib / ai.MARKER).is_file() is swapped, when
-    assert doctor.half_installed(rig.prefix, work) == [], when
+    assert doctor.half_installed(rig.prefix) == [], when
 
 
 def kill_points(rig: Rig, changes: list[str]) -> list[int]:
@@ -145,13 +145,13 @@ def kill_everywhere(rig: Rig, what: str, prepare: Callable[[], Path]) -> None:
         status, seen = rig.run(work, what, kill_at=n)
         when = f"killed at change {n}/{len(changes)} ({seen[-1] if seen else '?'})"
         assert status == -9 and len(seen) == n, when
-        if ai.incomplete(rig.site):
+        if condaenv.torch_incomplete(rig.site):
             half += 1
             # doctor names it, and its hint is the session that finishes it
-            (line,) = doctor.half_installed(rig.prefix, work)
+            (line,) = doctor.half_installed(rig.prefix)
             assert "rerun: nox -s install_wheels, or nox -s build_aotriton" in line, when
         rig.run(work, what)
-        assert_whole(rig, work, swapped=what == "install", when=when)
+        assert_whole(rig, swapped=what == "install", when=when)
     assert half > 0, "no kill fell inside pip's replacement of torch"
 
 
@@ -173,7 +173,7 @@ def kill_inside_pip(rig: Rig, work: Path) -> None:
     lib = f"{rig.site / 'torch' / 'lib'}/"
     inside_pip = next(n for n, line in enumerate(changes, 1) if lib in line)
     status, _ = rig.run(work, "install", kill_at=inside_pip + 1)
-    assert status == -9 and ai.incomplete(rig.site) is not None
+    assert status == -9 and condaenv.torch_incomplete(rig.site) is not None
 
 
 @pytest.mark.slow
@@ -215,18 +215,21 @@ def test_a_hand_reinstall_after_a_killed_swap_is_kept(rig: Rig) -> None:
     hand = st.install_torch(rig.prefix, build="by hand")
     by_hand = rig.torch_files()
     runner = Runner()
-    ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, work, runner)
+    ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, runner)
     assert runner.executed == [] and rig.torch_files() == by_hand
-    assert not ai.pending_path(work).exists() and doctor.half_installed(rig.prefix, work) == []
+    assert (
+        not condaenv.pip_pending_path(rig.prefix).exists()
+        and doctor.half_installed(rig.prefix) == []
+    )
     rig.run(work, "install")  # the next swap repacks the torch pip installed
-    assert_whole(rig, work, swapped=True, when="after the hand reinstall")
+    assert_whole(rig, swapped=True, when="after the hand reinstall")
     original = json.loads((hand / "lib" / ai.MARKER).read_text())["original"]
     with zipfile.ZipFile(original) as whl:
         shipped = whl.read("torch/lib/libaotriton_v2.so.0.13.0")
     assert shipped == by_hand["torch/lib/libaotriton_v2.so.0.13.0"]
     rig.run(work, "restore")
     assert package_files(rig.torch_files()) == package_files(by_hand)
-    assert_whole(rig, work, swapped=False, when="restored")
+    assert_whole(rig, swapped=False, when="restored")
 
 
 def test_a_killed_swap_whose_wheel_is_gone_is_one_line_and_blocks_nothing_else(rig: Rig) -> None:
@@ -235,10 +238,13 @@ def test_a_killed_swap_whose_wheel_is_gone_is_one_line_and_blocks_nothing_else(r
     for folder in (work / ai.WHEELS).glob("aotriton-*"):
         shutil.rmtree(folder)
     with pytest.raises(UserError) as error:
-        ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, work, Runner())
+        ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, Runner())
     message = str(error.value)
     assert "\n" not in message and "is gone; reinstall torch with pip" in message
-    assert len(doctor.half_installed(rig.prefix, work)) == 1  # doctor reports it, and runs
+    assert len(doctor.half_installed(rig.prefix)) == 1  # doctor reports it, and runs
     fresh_torch(rig)  # the hint, followed: torch reinstalled with pip
-    ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, work, Runner())
-    assert doctor.half_installed(rig.prefix, work) == [] and not ai.pending_path(work).exists()
+    ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, Runner())
+    assert (
+        doctor.half_installed(rig.prefix) == []
+        and not condaenv.pip_pending_path(rig.prefix).exists()
+    )

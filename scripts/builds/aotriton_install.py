@@ -6,7 +6,8 @@ the wheel torch was installed from is rebuilt from its installed files and RECOR
 checked against RECORD's sha256), repacked with the new runtime and images (`wheel unpack` /
 `wheel pack`) and installed with `pip install --force-reinstall --no-deps`. Both wheels stay in
 <work>/torch-wheels/, keyed by their inputs; `--restore` reinstalls the original. A run killed
-while pip replaces torch is finished by the next run of the session (finish_interrupted).
+while pip replaces torch is finished by the next run of the session (finish_interrupted), from
+<env>/.rocmfa/pip-install.json (the wheel pip was installing).
 
 Shared by build_aotriton (built from source) and aotriton_release (prebuilt), so neither
 imports the other.
@@ -15,7 +16,6 @@ imports the other.
 from __future__ import annotations
 
 import base64
-import csv
 import glob
 import hashlib
 import json
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.env import archs
+from scripts.env import archs, condaenv
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -194,48 +194,21 @@ def dist_version(site: Path, name: str) -> str | None:
 # --- torch as pip installed it ------------------------------------------------------------
 
 
-def torch_record(site: Path) -> Path | None:
-    """RECORD of the env's torch (pip's list of its files), or None without a torch dist."""
-    infos = sorted(site.glob("torch-*.dist-info"))
-    return infos[-1] / "RECORD" if infos else None
-
-
-def record_rows(record: Path) -> list[list[str]]:
-    """[path relative to site-packages, 'sha256=<urlsafe b64>' or '', size or ''] per line."""
-    with open(record, newline="", encoding="utf-8") as f:
-        return [row for row in csv.reader(f) if len(row) == 3]
-
-
 def installed_fingerprint(lib: Path) -> str | None:
     """Which torch install lib belongs to: the sha256 of its RECORD, which pip rewrites on
     every install (None without one)."""
-    record = torch_record(lib.parent.parent)
+    record = condaenv.torch_record(lib.parent.parent)
     return stamps.file_sha256(record) if record is not None and record.is_file() else None
-
-
-def incomplete(site: Path) -> str | None:
-    """Why the env's torch is not a whole pip install (a pip run killed midway), or None."""
-    record = torch_record(site)
-    if record is None:
-        return "no torch-*.dist-info"
-    if not record.is_file():
-        return f"{record.parent.name} has no RECORD"
-    for rel, _digest, size in record_rows(record):
-        try:
-            found = (site / rel).stat().st_size
-        except OSError:
-            return f"{rel} is missing"
-        if size and found != int(size):
-            return f"{rel} is not the size its RECORD says"
-    return None
 
 
 def read_marker(torch: Path) -> dict[str, Any] | None:
     """Our marker, when the env's torch is a wheel we repacked: its RECORD lists the marker
     (one a killed pip run left behind is not ours to trust)."""
-    record = torch_record(torch.parent)
+    record = condaenv.torch_record(torch.parent)
     rel = f"{torch.name}/lib/{MARKER}"
-    if record is None or not record.is_file() or all(r[0] != rel for r in record_rows(record)):
+    if record is None or not record.is_file():
+        return None
+    if all(row[0] != rel for row in condaenv.record_rows(record)):
         return None
     try:
         data = json.loads((torch / "lib" / MARKER).read_text(encoding="utf-8"))
@@ -296,14 +269,14 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
             )
         return wheel
     site = torch.parent
-    why = incomplete(site)
+    why = condaenv.torch_incomplete(site)
     if why:
         raise UserError(
             f"the env's torch is incomplete ({why}); reinstall it with pip "
             "(nox -s install_wheels), then rerun"
         )
-    record = torch_record(site)
-    assert record is not None  # incomplete() said so
+    record = condaenv.torch_record(site)
+    assert record is not None  # condaenv.torch_incomplete() said so
     out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
     found = wheel_in(out)
     if found is not None:
@@ -313,7 +286,7 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
         return out / "torch.whl"
     tree = out.with_name(out.name + ".tree")
     shutil.rmtree(tree, ignore_errors=True)
-    for rel, digest, _size in record_rows(record):
+    for rel, digest, _size in condaenv.record_rows(record):
         parts = Path(rel).parts
         if ".." in parts or "__pycache__" in parts:
             continue
@@ -382,45 +355,32 @@ def repack(
 # --- pip installs them --------------------------------------------------------------------
 
 
-def pending_path(work: Path) -> Path:
-    return work / WHEELS / "pip-install.json"
-
-
-def pip_install(python: Path, wheel: Path, prefix: Path, work: Path, runner: Runner) -> None:
-    """pip replaces the env's torch with wheel. Until pip is done, the work dir names the
-    wheel and keeps the dist-info of the torch it replaces, so the next run can finish a run
-    killed meanwhile (finish_interrupted)."""
+def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
+    """pip replaces the env's torch with wheel. Until pip is done, the env's state folder
+    names the wheel and keeps the dist-info of the torch it replaces, so the next run can
+    finish a run killed meanwhile (finish_interrupted)."""
     if not runner.dry_run:
-        site, replaced = site_packages(prefix), work / WHEELS / "replaced"
-        record = torch_record(site)
-        if record is not None and incomplete(site) is None:
+        site, pending = site_packages(prefix), condaenv.pip_pending_path(prefix)
+        replaced = pending.with_name("pip-replaced")
+        record = condaenv.torch_record(site)
+        if record is not None and condaenv.torch_incomplete(site) is None:
             shutil.rmtree(replaced, ignore_errors=True)
             shutil.copytree(record.parent, replaced / record.parent.name)
-        pending = {"prefix": str(prefix), "wheel": str(wheel), "replaced": str(replaced)}
-        stamps.write_text_atomic(pending_path(work), json.dumps(pending) + "\n")
+        text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
+        stamps.write_text_atomic(pending, text)
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
     if not runner.dry_run:
-        pending_path(work).unlink()
+        condaenv.pip_pending_path(prefix).unlink()
 
 
-def pending_for(work: Path, prefix: Path) -> dict[str, Any] | None:
-    """What pip_install was installing into the env at prefix, when it did not finish."""
-    try:
-        pending = json.loads(pending_path(work).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    ours = isinstance(pending, dict) and pending.get("prefix") == str(prefix)
-    return pending if ours else None
-
-
-def finish_interrupted(python: Path, prefix: Path, work: Path, runner: Runner) -> None:
+def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     """Finish the pip install of a torch wheel that a killed run left undone. A whole torch
     (pip was done, or torch was reinstalled by hand since) is kept as pip installed it."""
-    path, pending = pending_path(work), pending_for(work, prefix)
+    path, pending = condaenv.pip_pending_path(prefix), condaenv.pip_pending(prefix)
     if pending is None:
         return
     site = site_packages(prefix)
-    why = incomplete(site)
+    why = condaenv.torch_incomplete(site)
     if why is None:
         if not runner.dry_run:
             path.unlink(missing_ok=True)
@@ -432,13 +392,13 @@ def finish_interrupted(python: Path, prefix: Path, work: Path, runner: Runner) -
             "gone; reinstall torch with pip (nox -s install_wheels)"
         )
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
-    record = torch_record(site)
+    record = condaenv.torch_record(site)
     if not runner.dry_run and (record is None or not record.is_file()):
         # pip was killed after moving the old torch's dist-info away: put it back, so that
         # pip removes what the old RECORD lists before it installs the wheel again
         for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
             shutil.copytree(info, site / info.name, dirs_exist_ok=True)
-    pip_install(python, wheel, prefix, work, runner)
+    pip_install(python, wheel, prefix, runner)
 
 
 def install_into_torch(
@@ -459,7 +419,7 @@ def install_into_torch(
     if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
         runner.say(f"the env's torch is already {wheel}")
     else:
-        pip_install(python, wheel, env_prefix_of(torch), work, runner)
+        pip_install(python, wheel, env_prefix_of(torch), runner)
     return original, wheel
 
 
@@ -470,5 +430,5 @@ def restore_torch(torch: Path, python: Path, work: Path, runner: Runner) -> None
         runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
         return
     original = original_wheel(torch, work, runner)
-    pip_install(python, original, env_prefix_of(torch), work, runner)
+    pip_install(python, original, env_prefix_of(torch), runner)
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")

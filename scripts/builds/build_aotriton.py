@@ -178,7 +178,7 @@ def make_context(
     session = session_env.open_env(where, dry_run=dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:  # a torch install killed midway is finished first
-        finish_interrupted(session.python, session.prefix, session.work, session.runner)
+        finish_interrupted(session.python, session.prefix, session.runner)
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
     elif torch_optional:
         torch = None

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scripts.builds.aotriton_install import incomplete, pending_for
 from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
 from scripts.env.manager import find_manager
 from scripts.plumbing import paths, pin_files, stamps
@@ -188,17 +187,17 @@ def _next_step(report: dict[str, Any]) -> str:
     return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 
-def half_installed(prefix: Path | None, work: Path) -> list[str]:
+def half_installed(prefix: Path | None) -> list[str]:
     """One line when the env's torch is half-installed (a pip run killed midway), as torch's
     RECORD - pip's own list of its files - shows, or build_aotriton's unfinished pip run."""
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
     if site is None or not (
         (site / "torch").is_dir()
         or any(site.glob("torch-*.dist-info"))
-        or pending_for(work, site.parents[2])
+        or condaenv.pip_pending(site.parents[2])
     ):
         return []
-    why = incomplete(site)
+    why = condaenv.torch_incomplete(site)
     if why is None:
         return []
     rerun = "nox -s install_wheels, or nox -s build_aotriton if its swap was the one killed"
@@ -208,15 +207,14 @@ def half_installed(prefix: Path | None, work: Path) -> list[str]:
 def gather(opts: DoctorOptions) -> dict[str, Any]:
     env, _ = _env_section(opts.prefix, opts.env_name)
     prefix = Path(env["prefix"]) if env.get("prefix") else None
-    work = paths.workdir(opts.workdir)
     report: dict[str, Any] = {
-        "interrupted": half_installed(prefix, work),
+        "interrupted": half_installed(prefix),
         "arch": _arch_section(opts.arch),
         "env": env,
         "lock": lockfile.describe(),
         "pins": _pins_section(),
         "line": _line(),
-        "builds": _builds_section(work),
+        "builds": _builds_section(paths.workdir(opts.workdir)),
     }
     report["next"] = _next_step(report)
     return report
