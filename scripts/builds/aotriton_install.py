@@ -16,12 +16,15 @@ imports the other.
 from __future__ import annotations
 
 import base64
+import csv
 import glob
 import hashlib
 import json
 import re
 import shutil
 import sys
+import urllib.parse
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,11 +257,42 @@ def copy_checked(src: Path, dst: Path, digest: str) -> bool:
     return digest == f"sha256={b64}"
 
 
+def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
+    """{path: RECORD digest} of what a wheel itself holds: pip makes console scripts, .pyc and
+    its own dist-info files at install time (info: the dist-info folder's name)."""
+    kept = {}
+    for rel, digest, _size in rows:
+        parts = Path(rel).parts
+        pip_made = parts[0] == info and parts[-1] in PIP_WRITES
+        if not (pip_made or ".." in parts or "__pycache__" in parts):
+            kept[rel] = digest
+    return kept
+
+
+def installed_from(record: Path, files: dict[str, str]) -> Path | None:
+    """The wheel file pip installed torch from (its direct_url.json), when it is still there
+    and holds exactly the files RECORD lists; None when torch came from an index."""
+    try:
+        url = json.loads((record.parent / "direct_url.json").read_text(encoding="utf-8"))["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    if not (url.startswith("file:") and wheel.suffix == ".whl" and wheel.is_file()):
+        return None
+    try:
+        with zipfile.ZipFile(wheel) as whl:
+            text = whl.read(f"{record.parent.name}/RECORD").decode("utf-8")
+    except (OSError, KeyError, UnicodeDecodeError, zipfile.BadZipFile):
+        return None
+    rows = [row for row in csv.reader(text.splitlines()) if len(row) == 3]
+    return wheel if wheel_files(record.parent.name, rows) == files else None
+
+
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     """The wheel the env's torch was installed from: the one our marker names when torch is
-    our repack, else rebuilt once per RECORD from torch's installed files, each checked
-    against the sha256 its RECORD lists (pip makes console scripts, .pyc and its own
-    dist-info files at install time, so those are left out)."""
+    our repack; else, kept once per RECORD in the work dir, the wheel file pip installed it
+    from, or (torch came from an index) one rebuilt from torch's installed files, each checked
+    against the sha256 its RECORD lists."""
     marker = read_marker(torch)
     if marker is not None:
         wheel = Path(str(marker.get("original")))
@@ -276,22 +310,27 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
             "(nox -s install_wheels), then rerun"
         )
     record = condaenv.torch_record(site)
-    assert record is not None  # condaenv.torch_incomplete() said so
+    assert record is not None  # torch_incomplete() said so
     out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
     found = wheel_in(out)
     if found is not None:
         return found
+    files = wheel_files(record.parent.name, condaenv.record_rows(record))
+    source = installed_from(record, files)
+    how = f"the wheel pip installed it from, {source}" if source else f"{site} and its RECORD"
     if runner.dry_run:
-        runner.say(f"[dry-run] would rebuild torch's wheel from {site} and its RECORD in {out}")
+        runner.say(f"[dry-run] would keep torch's own wheel (from {how}) in {out}")
         return out / "torch.whl"
+    if source is not None:
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        shutil.copy2(source, partial / source.name)
+        partial.rename(out)
+        return out / source.name
     tree = out.with_name(out.name + ".tree")
     shutil.rmtree(tree, ignore_errors=True)
-    for rel, digest, _size in condaenv.record_rows(record):
-        parts = Path(rel).parts
-        if ".." in parts or "__pycache__" in parts:
-            continue
-        if parts[0] == record.parent.name and parts[-1] in PIP_WRITES:
-            continue
+    for rel, digest in files.items():
         if not copy_checked(site / rel, tree / rel, digest):
             raise UserError(
                 f"{site / rel} is not the file torch's RECORD lists (changed since pip installed "
@@ -299,7 +338,7 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
             )
     wheel = pack(tree, out, runner)
     shutil.rmtree(tree)
-    runner.say(f"torch's own wheel, rebuilt from its RECORD: {wheel}")
+    runner.say(f"torch's own wheel, rebuilt from {how}: {wheel}")
     return wheel
 
 

@@ -495,13 +495,16 @@ def install_torch(
     version: str = "2.13.0+rocm7.15.0",
     *,
     build: str = "",
+    from_file: bool = False,
 ) -> Path:
     """A stand-in torch wheel carrying AOTriton the way TheRock's wheels do (torch/lib/
     libaotriton_v2.so.X.Y.Z, libaotriton_v2.so a copy of it - a wheel holds no links -,
     aotriton.images/<pack>/__signature__, include/aotriton/config.h), installed by the env's
     real pip as a user would: `pip install --force-reinstall --no-deps` removes what the old
     RECORD lists, so what others left in torch/ stays. build: a tag in the shipped runtime's
-    bytes, so another build is another wheel with another RECORD."""
+    bytes, so another build is another wheel with another RECORD. From an index (a
+    --find-links folder: no wheel file is recorded, as with TheRock's index) unless from_file
+    (pip records the file in direct_url.json)."""
     files: dict[str, str | bytes] = {"torch/__init__.py": f"__version__ = '{version}'\n"}
     if runtime:
         shipped = b"torch-shipped runtime\n" + (f"build {build}\n".encode() if build else b"")
@@ -517,15 +520,16 @@ def install_torch(
         for i in range(image_files):
             files[f"torch/lib/aotriton.images/{pack}/flash/k{i:05d}.aks2"] = b"shipped %d" % i
     out = prefix.parent / "standin-torch-wheels" / hashlib.sha256(repr(files).encode()).hexdigest()
-    pip_install(prefix, make_wheel(out, "torch", version, files=files))
+    wheel = make_wheel(out, "torch", version, files=files)
+    pip_install(prefix, str(wheel) if from_file else f"torch=={version}", "--find-links", out)
     return site_packages(prefix) / "torch"
 
 
-def pip_install(prefix: Path, wheel: Path) -> None:
-    """wheel installed into the env at prefix as a user would replace torch by hand."""
+def pip_install(prefix: Path, *args: str | Path) -> None:
+    """pip install args into the env at prefix, as a user replaces torch by hand."""
     python = prefix / "bin" / "python"
     pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--no-index"]
-    subprocess.run([*pip, str(wheel)], check=True, capture_output=True)
+    subprocess.run([*pip, *map(str, args)], check=True, capture_output=True)
 
 
 def record_lies(prefix: Path) -> list[str]:
