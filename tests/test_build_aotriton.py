@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -461,7 +462,8 @@ def test_pip_uninstall_leaves_nothing_of_ours(bed: Bed, capsys) -> None:
     original kept for --restore (nothing rebuilt)."""
     st.install_torch(bed.prefix, from_file=True)
     (info,) = st.site_packages(bed.prefix).glob("torch-*.dist-info")
-    wheel = Path(json.loads((info / "direct_url.json").read_text())["url"].removeprefix("file://"))
+    url = json.loads((info / "direct_url.json").read_text())["url"]
+    wheel = Path(urllib.parse.unquote(url.removeprefix("file://")))
     out = run_build(bed, capsys, "--force")
     original = Path(json.loads((bed.torch_lib / aotriton_install.MARKER).read_text())["original"])
     assert original.read_bytes() == wheel.read_bytes() and "rebuilt from" not in out
