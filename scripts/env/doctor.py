@@ -191,16 +191,15 @@ def half_installed(prefix: Path | None) -> list[str]:
     """One line when the env's torch is half-installed (a pip run killed midway), as torch's
     RECORD - pip's own list of its files - shows, or build_aotriton's unfinished pip run."""
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
-    if site is None or not (
-        (site / "torch").is_dir()
-        or any(site.glob("torch-*.dist-info"))
-        or condaenv.pip_pending(site.parents[2])
-    ):
+    pending = condaenv.pip_pending(site.parents[2]) if site else None
+    torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
+    if site is None or not (torch_there or pending):
         return []
     why = condaenv.torch_incomplete(site)
     if why is None:
         return []
-    rerun = "nox -s install_wheels, or nox -s build_aotriton if its swap was the one killed"
+    # build_aotriton finishes its own swap first thing; a killed install_wheels reinstalls
+    rerun = "nox -s build_aotriton" if pending else "nox -s install_wheels"
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
 
 
