@@ -8,8 +8,9 @@ where nothing of ours changes the arch's kernels, else a source build with cmake
 the env's ROCm with the patches for that arch (a patch set for it, a tuning database for it,
 gfx908, --from-source). The plan says which path, why, and what it costs, before any long step.
 
-What the env's torch shipped is backed up first (work/backups/aotriton/...) and both versions
-are recorded; `--restore` puts the backup back. The install is refused when the runtime and the
+The swap goes through pip: torch's own wheel (rebuilt from its RECORD) is repacked with the new
+AOTriton and pip installs it (scripts/builds/aotriton_install.py); both versions are recorded;
+`--restore` reinstalls torch's own wheel. The install is refused when the runtime and the
 image signatures disagree, or when the AOTriton version is not the one torch was built for,
 unless --force (docs/aotriton.md: that mismatch gives hipErrorInvalidValue and all-zero
 attention output).
@@ -31,23 +32,18 @@ from typing import Any
 from scripts.builds import compile_cache
 from scripts.builds.aotriton_install import (
     AotritonInstall,
-    backup_info,
-    backup_root,
-    backup_shipped,
     check_compatible,
-    current_marker,
-    describe_identity,
     dist_version,
     find_torch,
+    finish_interrupted,
     image_signatures,
     install_into_torch,
     installed_fingerprint,
-    restore_into_torch,
+    read_marker,
+    restore_torch,
     site_packages,
     torch_dir,
-    torch_identity,
     torch_version,
-    verify_backup,
 )
 from scripts.env import archs, compat_matrix, condaenv, rocm_sdk, session_env
 from scripts.plumbing import buildjobs, paths, stamps
@@ -254,37 +250,11 @@ def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = No
 # --- restore -------------------------------------------------------------
 
 
-def restore(torch: Path, work: Path, runner: Runner, *, force: bool = False) -> None:
-    """Put torch's own AOTriton back: the backup is verified against its manifest before
-    torch/lib is touched, then swapped in as one transaction. A marker or a backup made for
-    another torch install (torch was reinstalled since) is refused: the two never mix."""
-    lib = torch / "lib"
-    marker, stale = current_marker(torch)
-    if stale:
-        raise UserError(
-            f"nothing to restore: {stale}, so {lib} holds that torch's own AOTriton; the "
-            f"backups under {backup_root(work)} belong to the old torch"
-        )
-    if marker is None:
-        raise UserError(f"nothing to restore: {lib} has no AOTriton installed by build_aotriton")
-    if not marker.get("backup"):
-        raise UserError(f"no backup recorded for {lib} (expected under {backup_root(work)})")
-    backup = Path(marker["backup"])
-    info = verify_backup(backup, force=force)
-    here = torch_identity(torch)
-    legacy = {"version": info.get("torch_version"), "record_sha256": here["record_sha256"]}
-    if (info.get("torch") or legacy) != here:
-        raise UserError(
-            f"refusing to restore from {backup}: it was made for "
-            f"{describe_identity(info.get('torch'))}, but the env's torch is "
-            f"{describe_identity(here)}; nothing was changed"
-        )
-    if runner.dry_run:
-        runner.say(f"[dry-run] would restore {', '.join(info['files'])} from {backup} to {lib}")
-        return
-    stamps.remove(paths.stamp_path(work, STAMP_NAME))  # first: a stale stamp must not survive
-    restore_into_torch(torch, backup, info, "build_aotriton --restore")
-    runner.say(f"restored torch's AOTriton ({info.get('runtime')}) from {backup} into {lib}")
+def restore(ctx: Context) -> None:
+    """Put torch's own AOTriton back: pip reinstalls the wheel torch was repacked from."""
+    if not ctx.session.runner.dry_run:
+        stamps.remove(paths.stamp_path(ctx.work, STAMP_NAME))  # a stale stamp must not survive
+    restore_torch(ctx.in_torch, ctx.session.python, ctx.work, ctx.session.runner)
 
 
 # --- the session --------------------------------------------------------------------------
@@ -381,7 +351,8 @@ def make_context(
     --with-torch)."""
     session = session_env.open_env(where, dry_run=dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
-    if session.ready:
+    if session.ready:  # a torch install killed midway is finished first
+        finish_interrupted(session.python, session.prefix, session.runner)
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
     elif torch_optional:
         torch = None
@@ -483,7 +454,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     out = sys.stdout
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:
-        restore(ctx.in_torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
+        restore(ctx)
         return
     lib = ctx.torch / "lib" if ctx.torch is not None else None
     if lib is None and opts.no_images and ctx.session.ready:
@@ -794,24 +765,24 @@ def install(
     no_images: bool,
     force: bool,
 ) -> None:
-    """Check versions and images, back up what torch shipped, install new into the env's
-    torch and write the stamp (new is None on a dry run: say what would happen)."""
+    """Check versions and images, then repack torch's own wheel with new and let pip install
+    it (aotriton_install.install_into_torch), and write the stamp (new is None on a dry run:
+    say what would happen)."""
     runner = ctx.session.runner
     torch = ctx.in_torch
     lib = torch / "lib"
-    # What torch shipped: from the backup when torch/lib holds our install, never from one made
-    # for another torch install (a marker pip left behind when it reinstalled torch).
-    marker, _stale = current_marker(torch)
-    if marker is not None and marker.get("backup"):
-        info = backup_info(Path(marker["backup"]))
-        shipped = (
-            AotritonInstall(lib, info.get("runtime"), info.get("images", {}), ()) if info else None
-        )
+    # What torch shipped: the marker says when the env's torch is a wheel we repacked.
+    marker = read_marker(torch)
+    if marker is not None and marker.get("shipped"):
+        was = marker["shipped"]
+        shipped = AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     else:
         shipped = AotritonInstall.read(lib, torch / "include")
     if new is None:  # dry run
-        backup_shipped(torch, ctx.work, runner)
-        runner.say(f"[dry-run] would check versions, then install into {lib} and write {stamp}")
+        runner.say(
+            f"[dry-run] would check versions, repack torch's own wheel with the new AOTriton, "
+            f"pip install it into {ctx.prefix} and write {stamp}"
+        )
         return
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
@@ -823,9 +794,8 @@ def install(
     overridden = check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    backup = backup_shipped(torch, ctx.work, runner)
     expected = None
-    if shipped is not None and shipped.runtime and shipped.runtime != new.runtime:
+    if shipped.runtime and shipped.runtime != new.runtime:
         expected = f"libaotriton_v2.so.{shipped.runtime}"
     record = {
         "installed_by": "nox -s build_aotriton",
@@ -833,25 +803,27 @@ def install(
         "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "arch": ctx.arch.name,
         "torch_version": torch_version(torch),
-        "torch": torch_identity(torch),
-        "shipped": {"runtime": shipped.runtime, "images": shipped.images} if shipped else None,
+        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
         "new": {"runtime": new.runtime, "images": effective.images},
-        "backup": str(backup) if backup else None,
         "forced": overridden,
     }
-    names = install_into_torch(new, torch, record=record, expected_soname=expected, runner=runner)
-    was = shipped.describe() if shipped else "nothing"
-    runner.say(f"installed into {lib}: {', '.join(names)}")
-    runner.say(f"torch shipped: {was}; now: {effective.describe()} ({how})")
-    if backup:
-        runner.say(
-            f"backup of what torch shipped: {backup} (undo: nox -s build_aotriton -- --restore)"
-        )
+    original, wheel = install_into_torch(
+        new,
+        torch,
+        marker=record,
+        expected_soname=expected,
+        python=ctx.session.python,
+        work=ctx.work,
+        runner=runner,
+    )
+    runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
+    runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
+    runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
     stamps.write(
         stamp,
         inputs,
         installed=installed_fingerprint(lib),
         shipped=record["shipped"],
         new=record["new"],
-        backup=record["backup"],
+        wheel=str(wheel),
     )
