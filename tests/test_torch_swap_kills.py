@@ -132,7 +132,13 @@ def kill_points(rig: Rig, changes: list[str]) -> list[int]:
         or (n > committed and not line.startswith("shutil.rmtree"))
     ]
     kept = [n for n in range(1, len(changes) + 1) if n not in skipped]
-    return sorted({*kept, min(skipped, default=1), len(changes)})
+    # A run of changes of one kind in one folder (pip writing torch/lib file after file) is
+    # killed at its first and last change: between them the state differs only in how many.
+    kind = {n: (changes[n - 1].split(" ", 1)[0], Path(changes[n - 1].split(" ", 1)[-1]).parent)
+            for n in kept}  # fmt: skip
+    ends = {n for i, n in enumerate(kept) if i in (0, len(kept) - 1)
+            or kind[n] != kind[kept[i - 1]] or kind[n] != kind[kept[i + 1]]}  # fmt: skip
+    return sorted({*ends, min(skipped, default=1), len(changes)})
 
 
 def kill_everywhere(rig: Rig, what: str, prepare: Callable[[], Path]) -> None:
