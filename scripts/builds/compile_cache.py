@@ -125,17 +125,24 @@ def parse_cache(value: str | None) -> CacheSpec | None:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
         raise UserError(f"--cache {value!r}: bad port") from None
+    return _server_spec(value, parts, backend, prefix, read_only, opt)
+
+
+def _server_spec(
+    value: str,
+    parts: urllib.parse.SplitResult,
+    backend: str,
+    prefix: str,
+    read_only: bool,
+    opt: dict[str, str],
+) -> CacheSpec:
     if backend == "redis":
         db = parts.path.strip("/")
         if db and not db.isdigit():
             raise UserError(f"--cache {value!r}: redis path must be a database number")
+        endpoint = f"{parts.scheme}://{parts.netloc}"
         return CacheSpec(
-            "sccache",
-            backend,
-            endpoint=f"{parts.scheme}://{parts.netloc}",
-            prefix=prefix,
-            redis_db=db or None,
-            read_only=read_only,
+            "sccache", backend, endpoint, prefix=prefix, redis_db=db or None, read_only=read_only
         )
     if backend == "webdav":
         # No trailing slash: sccache joins endpoint + "/" + key ('//' is refused by servers).
@@ -147,13 +154,7 @@ def parse_cache(value: str | None) -> CacheSpec | None:
         raise UserError(f"--cache: s3 endpoint={endpoint!r} must be an http(s):// URL")
     key_prefix = "/".join(p for p in (parts.path.strip("/"), prefix) if p)
     return CacheSpec(
-        "sccache",
-        "s3",
-        endpoint=endpoint,
-        bucket=parts.netloc,
-        prefix=key_prefix,
-        region=opt.get("region"),
-        read_only=read_only,
+        "sccache", "s3", endpoint, parts.netloc, key_prefix, opt.get("region"), None, read_only
     )
 
 

@@ -111,8 +111,8 @@ class Progress:
     over; another plan keeps the tuning build but not the tuner records, whose task ids
     number another set of cases."""
 
-    def __init__(self, path: Path, key: str, plan: dict[str, Any], *, dry_run: bool) -> None:
-        self.path, self.key, self.plan, self.dry_run = path, key, plan, dry_run
+    def __init__(self, path: Path, key: str, plan: dict[str, Any], runner: Runner) -> None:
+        self.path, self.key, self.plan, self.runner = path, key, plan, runner
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -126,17 +126,13 @@ class Progress:
 
     def mark(self, step: str) -> None:
         self.done.append(step)
-        if not self.dry_run:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            record = {"key": self.key, "plan": self.plan, "done": self.done}
-            tmp.write_text(json.dumps(record, indent=1) + "\n")
-            tmp.replace(self.path)
+        record = {"key": self.key, "plan": self.plan, "done": self.done}
+        self.runner.apply(self.path.parent.mkdir, parents=True, exist_ok=True)
+        self.runner.apply(stamps.write_text_atomic, self.path, json.dumps(record, indent=1) + "\n")
 
     def reset(self) -> None:
         self.done = []
-        if not self.dry_run:
-            self.path.unlink(missing_ok=True)
+        self.runner.apply(self.path.unlink, missing_ok=True)
 
 
 def tuner_argv(
@@ -182,10 +178,6 @@ class TuningRun:
     @property
     def runner(self) -> Runner:
         return self.ctx.session.runner
-
-    @property
-    def dry_run(self) -> bool:
-        return self.runner.dry_run
 
     @property
     def python(self) -> str:
@@ -259,16 +251,15 @@ def resume_or_start(
     state_dir = ctx.work / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
     patches = patch_set_digest("aotriton", commit, arch=arch)
     key = stamps.digest({"commit": commit, "patches": patches})
-    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=runner.dry_run)
+    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), runner)
     if force or progress.stale:
         if force:
             runner.say("--force: starting over, tuning build included")
             progress.reset()
         else:
             runner.say("another plan than last time: tuning again (the tuning build is kept)")
-        if not runner.dry_run:
-            for old in state_dir.glob("raw-*.json"):
-                old.unlink()
+        for old in state_dir.glob("raw-*.json"):
+            runner.apply(old.unlink)
     elif progress.done:
         runner.say(f"resuming: done earlier: {', '.join(progress.done)} ({progress.path})")
     return TuningRun(ctx, plan, tuner, build, progress, state_dir)
@@ -311,8 +302,7 @@ def tune_each_case(run: TuningRun) -> list[Path]:
             continue
         again = " (continues its records)" if raw.is_file() else ""
         runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}{again}")
-        if not run.dry_run:
-            run.state_dir.mkdir(parents=True, exist_ok=True)
+        runner.apply(run.state_dir.mkdir, parents=True, exist_ok=True)
         runner.run(
             tuner_argv(run.python, raw, head_dim, dtype, seq),
             cwd=src,
@@ -329,9 +319,17 @@ def store_candidate(run: TuningRun, records: list[Path]) -> tuning_db.TuningDb:
     runner.say("[3/6] store the candidate tuning database (sha256 per file)")
     candidate_dir = run.state_dir / "candidate"
     meta = {**run.plan.as_dict(), "gpus": list(run.gpus)}
-    if run.dry_run:
-        runner.say(f"[dry-run] would write {candidate_dir}/{{manifest.toml,tune_flash.json}}")
-        return tuning_db.TuningDb(candidate_dir, commit, arch, "cpptune-json", run.tuner, {}, meta)
+    placeholder = tuning_db.TuningDb(
+        candidate_dir, commit, arch, "cpptune-json", run.tuner, {}, meta
+    )
+    what = f"write {candidate_dir}/{{manifest.toml,tune_flash.json}}"
+    candidate = runner.apply(write_candidate, run, records, candidate_dir, meta, say=what)
+    return candidate or placeholder
+
+
+def write_candidate(
+    run: TuningRun, records: list[Path], candidate_dir: Path, meta: dict[str, Any]
+) -> tuning_db.TuningDb:
     combined = run.state_dir / "combined.json"
     with open(combined, "w") as out:
         for raw in records:
@@ -340,13 +338,13 @@ def store_candidate(run: TuningRun, records: list[Path]) -> tuning_db.TuningDb:
     candidate = tuning_db.write(
         candidate_dir,
         {tuning_db.CPPTUNE_RECORDS: combined},
-        commit=commit,
-        arch=arch,
+        commit=run.ctx.pin.commit,
+        arch=run.ctx.arch.name,
         kind="cpptune-json",
         tuner=run.tuner,
         meta=meta,
     )
-    runner.say(f"  {candidate.describe()}")
+    run.runner.say(f"  {candidate.describe()}")
     return candidate
 
 
@@ -358,7 +356,7 @@ def install_and_publish(
     commit = ctx.pin.commit
     runner.say("[6/6] install into torch and publish the database")
     published_at = tuning_db.db_dir(commit, ctx.arch.name)
-    if run.dry_run:
+    if new is None:  # a plan
         runner.say(
             f"[dry-run] would install into {ctx.in_torch / 'lib'} and copy to {published_at}"
         )
