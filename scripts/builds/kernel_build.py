@@ -36,7 +36,6 @@ from scripts.builds.kernel_launcher import STAGED
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
-from scripts.sources.patches import patch_set_digest
 
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "kernel_launcher.py"
@@ -117,11 +116,7 @@ class KernelBuild:
         return args
 
     def key_context(self) -> kernel_jobs.KeyContext:
-        return kernel_jobs.KeyContext(
-            triton=self.identity,
-            patches=patch_set_digest("aotriton", self.commit, arch=self.arch),
-            compiler=kernel_jobs.file_digest(self.compile_py),
-        )
+        return kernel_check.key_context(self.identity, self.commit, self.arch, self.src)
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""

@@ -90,11 +90,15 @@ class Tree:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
     def key_context(self) -> kernel_jobs.KeyContext:
-        return kernel_jobs.KeyContext(
-            triton=self.triton,
-            patches=patch_set_digest("aotriton", self.commit, arch=self.arch),
-            compiler=kernel_jobs.file_digest(self.src / "python" / "compile.py"),
-        )
+        return key_context(self.triton, self.commit, self.arch, self.src)
+
+
+def key_context(triton: str, commit: str, arch: str | None, src: Path) -> kernel_jobs.KeyContext:
+    """What every job of a tree shares in its key (the check, the build, --workers)."""
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    return kernel_jobs.KeyContext(
+        triton, patches, kernel_jobs.file_digest(src / "python/compile.py")
+    )
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -115,8 +119,7 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     extra = ["-r", str(requirements)] if requirements.is_file() or runner.dry_run else []
     runner.run([*pip, f"triton=={tree.triton}", *extra])
-    if not runner.dry_run:
-        stamps.write(marker, wanted)
+    runner.apply(stamps.write, marker, wanted)
     return str(python)
 
 
@@ -129,22 +132,9 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     build = tree.build
     database = build / "database"
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
-    runner.say(
-        f"{'[dry-run] ' if runner.dry_run else ''}extract {len(shards)} tuning database shards "
-        f"of {tree.src / 'modules' / 'database'} into {database}"
-    )
     pkg = build / "pkg"
-    if not runner.dry_run:
-        for shard in shards:
-            rel = shard.relative_to(tree.src / "modules" / "database").parent
-            (database / rel).mkdir(parents=True, exist_ok=True)
-            with tarfile.open(shard) as archive:
-                archive.extractall(database / rel, filter="data")
-        pkg.mkdir(parents=True, exist_ok=True)
-        link = pkg / "aotriton"
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(tree.src / "python", target_is_directory=True)
+    what = f"extract {len(shards)} tuning database shards of {tree.src / 'modules' / 'database'}"
+    runner.apply(_unpack_tree, tree, shards, database, pkg, say=f"{what} into {database}")
     sets = {"PYTHONPATH": str(pkg)}
     compose = [python, "-m", "aotriton.database_compose"]
     compose += ["--database_file", str(database / "tuning_database.sqlite3")]
@@ -154,6 +144,20 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     gen += ["--target_gpus", *tree.gpus, "--build_dir", str(build)]
     _step(runner, gen, tree, sets, "generator")
     return build / "Bare.compile"
+
+
+def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> None:
+    """The tuning database shards extracted; the tree's python/ importable as `aotriton`
+    through a symlink, so the checkout stays untouched."""
+    for shard in shards:
+        rel = shard.relative_to(tree.src / "modules" / "database").parent
+        (database / rel).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(shard) as archive:
+            archive.extractall(database / rel, filter="data")
+    pkg.mkdir(parents=True, exist_ok=True)
+    link = pkg / "aotriton"
+    link.unlink(missing_ok=True)
+    link.symlink_to(tree.src / "python", target_is_directory=True)
 
 
 def _step(runner: Runner, argv: list[str], tree: Tree, sets: dict[str, str], what: str) -> None:
