@@ -317,13 +317,13 @@ class Context(session_env.OnSession):
 
 
 def make_context(
-    where: EnvChoice, *, dry_run: bool, from_release: bool = False, torch_optional: bool = False
+    where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
 ) -> Context:
     """The session env plus which AOTriton: its pin, version and pack. torch_optional: a
     source build goes on without a torch in the env (torch None)."""
     from scripts.builds.aotriton_install import find_torch, torch_dir
 
-    session = session_env.open_env(where, dry_run=dry_run)
+    session = session_env.open_env(where, dry_run=where.dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
@@ -478,11 +478,9 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     from scripts.sources import tuning_db
 
     asked = asked_path(opts)
-    ctx = make_context(
-        opts, dry_run=opts.dry_run, from_release=opts.from_release, torch_optional=not opts.restore
-    )
+    ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     if opts.restore:
-        restore(ctx.in_torch, ctx.work, Runner(dry_run=opts.dry_run), force=opts.force)
+        restore(ctx.in_torch, ctx.work, ctx.session.runner, force=opts.force)
         return
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]

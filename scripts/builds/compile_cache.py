@@ -441,23 +441,17 @@ def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
 def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: float) -> None:
     if plan.spec.tool == "ccache":
         text = runner.run([plan.exe, "-s"], sets=plan.sets, capture=True, check=False).stdout
-        record = hit_rate_from_ccache(text or "")
+        record = runner.apply(hit_rate_from_ccache, text or "")
     else:
-        shown = runner.run(
-            [plan.exe, "--show-stats", "--stats-format", "json"],
-            sets=plan.sets,
-            capture=True,
-            check=False,
-        )
+        stats = [plan.exe, "--show-stats", "--stats-format", "json"]
+        shown = runner.run(stats, sets=plan.sets, capture=True, check=False)
         runner.run([plan.exe, "--stop-server"], sets=plan.sets, capture=True, check=False)
-        if runner.dry_run:
-            return
         try:
-            record = hit_rate_from_sccache(shown.stdout)
+            record = runner.apply(hit_rate_from_sccache, shown.stdout)
         except (ValueError, AttributeError):
             runner.say("compile cache: sccache printed no statistics")
             return
-    if runner.dry_run:
+    if record is None:  # a plan
         return
     record.update(
         session=session,

@@ -193,7 +193,7 @@ class TuningRun:
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
-    ctx = ba.make_context(opts, dry_run=opts.dry_run)
+    ctx = ba.make_context(opts)
     tuner = refuse_other_tuners(ctx)
     plan = make_plan(
         head_dims=opts.tune_head_dims,
