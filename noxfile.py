@@ -35,7 +35,7 @@ from scripts.plumbing import option_fields, options  # noqa: E402
 
 def _run(session: nox.Session, function=None, *, show_options: bool = False) -> None:
     """Parse this session's options (declared in scripts/plumbing/options.py; every value
-    checked before any work) and call its function inside the guard (locks, recovery):
+    checked before any work) and call its function inside the guard (locks):
     function(opts), or function(opts, rest) for a session whose undeclared arguments go
     through; a probe (function None) is its script, run in the env's Python. A build session
     prints its effective options first (show_options), as cibuildwheel does."""
@@ -116,14 +116,6 @@ def doctor(session: nox.Session) -> None:
     from scripts.env import doctor
 
     _run(session, doctor.doctor)
-
-
-@nox.session(python=False, tags=["env"], default=False)
-def repair(session: nox.Session) -> None:
-    """Finish or roll back an interrupted install into the env's torch (any session does too)."""
-    from scripts.env import repair
-
-    _run(session, repair.repair)
 
 
 @nox.session(python=False, tags=["env"], default=False)

@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,9 +18,11 @@ import pytest
 
 from scripts.builds import aotriton_install
 from scripts.builds import build_aotriton as ba
+from scripts.env import condaenv
 from scripts.plumbing import stamps
 from scripts.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
+from tests.support import kill_hook
 from tests.support.aotriton_env import build_opts, command_lines, provision_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +89,7 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
     real = lib / "libaotriton_v2.so.0.13.0"
     assert real.is_file() and not real.is_symlink()
     assert real.read_bytes() != shipped  # the build's runtime replaced torch's
-    assert os.readlink(lib / "libaotriton_v2.so") == "libaotriton_v2.so.0.13.0"
+    assert (lib / "libaotriton_v2.so").read_bytes() == real.read_bytes()  # a wheel holds no links
     # AOTriton 0.13b's JSON signature (write_image_signature), naming the commit built
     signature = json.loads((lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text())
     assert signature["AOTRITON_GIT_SHA1"] == st.git(bed.src, "rev-parse", "HEAD")
@@ -99,12 +103,15 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
     # stand-in pin is no release tag, so the plan says why it builds from source
     assert "-DAOTRITON_NO_PYTHON=ON" in out and not list(lib.glob("pyaotriton*"))
     assert "path: source build: the pin " in out and "cost: kernel job count for gfx1151" in out
-    # what torch shipped is backed up and both versions are recorded
+    # pip installed it: torch's RECORD is true, pip check passes; torch's own wheel (rebuilt
+    # from its RECORD) is kept for --restore, and both versions are recorded
+    assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
     marker = json.loads((lib / aotriton_install.MARKER).read_text())
-    backup = Path(marker["backup"])
-    assert (backup / "libaotriton_v2.so.0.13.0").read_bytes() == shipped
+    original = Path(marker["original"])
+    with zipfile.ZipFile(original) as whl:
+        assert whl.read("torch/lib/libaotriton_v2.so.0.13.0") == shipped
     assert marker["shipped"]["runtime"] == "0.13.0" and marker["new"]["runtime"] == "0.13.0"
-    assert f"backup of what torch shipped: {backup}" in out
+    assert f"torch's own wheel: {original}" in out
     # cmake got the arch, timeout, no-image mode, ROCm from rocm-sdk, pkg-config path
     info = bed.work / "build" / "aotriton" / "install" / "share" / "aotriton" / "build-info.txt"
     text = info.read_text()
@@ -250,16 +257,18 @@ def test_version_torch_was_not_built_for_needs_force_then_restore(bed: Bed, caps
     out = run_build(bed, capsys, "--force")
     assert "WARNING (--force)" in out
     lib = bed.torch_lib
-    # torch links the soname it was built with: it now points at the new runtime
-    assert os.readlink(lib / "libaotriton_v2.so.0.12.0") == "libaotriton_v2.so.0.13.0"
+    # torch links the soname it was built with: it is now the new runtime
+    new_runtime = (lib / "libaotriton_v2.so.0.13.0").read_bytes()
+    assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == new_runtime
     restore = run_build(bed, capsys, "--restore")
-    assert "restored torch's AOTriton (0.12.0)" in restore
+    assert "restored torch's own AOTriton (0.12.0)" in restore
     assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == b"torch-shipped runtime\n"
     assert not (lib / "libaotriton_v2.so.0.13.0").exists()
     assert (lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text() == (
         "aotriton0.12\n"
     )
     assert not (lib / aotriton_install.MARKER).exists()
+    assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
     st.install_torch(bed.prefix)
 
 
@@ -411,55 +420,86 @@ def test_torch_pin_naming_another_aotriton_is_refused_before_any_command(bed: Be
 
 
 def test_a_reinstalled_torch_is_never_mixed_with_the_old_one(bed: Bed, capsys) -> None:
-    """pip reinstalling torch leaves our marker behind (it is not in the wheel's RECORD): the
-    next build_aotriton reads what the new torch shipped, not the old torch's backup, and
+    """pip reinstalling torch by hand removes our marker with the rest of our wheel (it is in
+    its RECORD): the next build_aotriton repacks the torch pip installed, not the old one, and
     --restore never puts one torch's AOTriton into another."""
     lib = bed.torch_lib
     st.install_torch(bed.prefix, build="A")
-    run_build(bed, capsys)
+    run_build(bed, capsys, "--force")  # --force: the same stamp inputs as the last test's
     first = json.loads((lib / aotriton_install.MARKER).read_text())
-    assert first["torch"] == aotriton_install.torch_identity(lib.parent)
-    backup_a = Path(first["backup"])
-    assert (backup_a / "libaotriton_v2.so.0.13.0").read_bytes().endswith(b"build A\n")
+    with zipfile.ZipFile(first["original"]) as whl:
+        assert whl.read("torch/lib/libaotriton_v2.so.0.13.0").endswith(b"build A\n")
 
-    # another torch build, for AOTriton 0.12, installed over it by pip: the marker stays
-    st.install_torch(bed.prefix, "0.12.0", {"amd-gfx115x": "0.12"}, as_pip=True, build="B")
-    assert (lib / aotriton_install.MARKER).is_file()
+    # another torch build, for AOTriton 0.12, installed over it by pip
+    st.install_torch(bed.prefix, "0.12.0", {"amd-gfx115x": "0.12"}, build="B")
+    assert not (lib / aotriton_install.MARKER).exists()
+    assert not (lib / "libaotriton_v2.so.0.13.0").exists()  # pip removed all of our wheel
     shipped_b = (lib / "libaotriton_v2.so.0.12.0").read_bytes()
-    backups = sorted(backup_a.parent.iterdir())
-    # what torch B shipped (0.12) is what the install is checked against, not A's 0.13 backup
+    # what torch B shipped (0.12) is what the install is checked against
     with pytest.raises(UserError, match=r"torch was built for AOTriton 0\.12\.0 but this is 0\.13"):
         run_build(bed, capsys)
-    assert sorted(backup_a.parent.iterdir()) == backups  # refused before any backup of B
-    # --restore: the marker is A's, torch/lib holds B's own AOTriton: nothing to restore
-    with pytest.raises(UserError, match=r"nothing to restore: .* \(reinstalled since\)") as error:
-        run_build(bed, capsys, "--restore")
-    assert "\n" not in str(error.value)
+    assert "nothing to restore: " in run_build(bed, capsys, "--restore")
     assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
 
-    out = run_build(bed, capsys, "--force")
-    assert "reinstalled since): backing up this torch's own AOTriton" in out
+    run_build(bed, capsys, "--force")
     second = json.loads((lib / aotriton_install.MARKER).read_text())
-    assert second["torch"] == aotriton_install.torch_identity(lib.parent) != first["torch"]
-    backup_b = Path(second["backup"])
-    assert backup_b != backup_a
-    assert (backup_b / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
-    assert second["shipped"]["runtime"] == "0.12.0"
-    # our pyaotriton, left by pip (not in A's RECORD), is not what torch B shipped
-    assert list(backup_a.glob("pyaotriton*")) == [] == list(backup_b.glob("pyaotriton*"))
-
-    # a marker naming a backup made for another torch: --restore refuses, nothing changes
-    forged = {**second, "backup": str(backup_a)}
-    (lib / aotriton_install.MARKER).write_text(json.dumps(forged))
-    before = aotriton_install.installed_fingerprint(lib)
-    with pytest.raises(UserError, match=r"it was made for torch 2\.13\.0\+rocm7\.15\.0 \(RECORD "):
-        run_build(bed, capsys, "--restore")
-    assert aotriton_install.installed_fingerprint(lib) == before
-    (lib / aotriton_install.MARKER).write_text(json.dumps(second))
+    assert second["original"] != first["original"] and second["shipped"]["runtime"] == "0.12.0"
+    with zipfile.ZipFile(second["original"]) as whl:
+        assert whl.read("torch/lib/libaotriton_v2.so.0.12.0") == shipped_b
     restored = run_build(bed, capsys, "--restore")
-    assert "restored torch's AOTriton (0.12.0)" in restored
+    assert "restored torch's own AOTriton (0.12.0)" in restored
     assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
     assert not (lib / "libaotriton_v2.so.0.13.0").exists()
+    assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
+    st.install_torch(bed.prefix)
+
+
+def test_a_session_killed_while_pip_replaces_torch_is_finished_by_the_next(
+    bed: Bed, capsys, tmp_path: Path
+) -> None:
+    """The real session, SIGKILLed (with its pip) once pip has begun writing the new torch/lib
+    (tests/support/kill_hook.py): the next build_aotriton finishes the install first."""
+    site = st.site_packages(bed.prefix)
+    hooks = kill_hook.hook_dir(tmp_path / "hooks")
+    program = (
+        "import sys\nfrom pathlib import Path\nfrom scripts.builds import build_aotriton as ba\n"
+        "from tests.support.aotriton_env import build_opts\n"
+        "ba.build_aotriton(build_opts(Path(sys.argv[1]), Path(sys.argv[2]), '--force'))\n"
+    )
+    argv = [sys.executable, "-c", program, bed.prefix, bed.work]
+    env = {**os.environ, **bed.env(), "PYTHONPATH": str(REPO_ROOT)}
+    st.install_torch(bed.prefix)
+    _, changes = kill_hook.run(argv, hooks, [site], 0, env)
+    inside_pip = next(n for n, c in enumerate(changes, 1) if f"{site / 'torch' / 'lib'}/" in c)
+    st.install_torch(bed.prefix)
+    status, _ = kill_hook.run(argv, hooks, [site], inside_pip + 1, env)
+    assert status == -9 and condaenv.torch_incomplete(site) is not None
+    out = run_build(bed, capsys)
+    assert "the env's torch is incomplete (" in out and "finishing the killed install" in out
+    assert condaenv.torch_incomplete(site) is None and st.record_lies(bed.prefix) == []
+    assert st.pip_check(bed.prefix).returncode == 0
+    assert (bed.torch_lib / aotriton_install.MARKER).is_file()
+    assert command_lines(run_build(bed, capsys)) == []  # and the run after it has nothing to do
+    st.install_torch(bed.prefix)
+
+
+def test_pip_uninstall_leaves_nothing_of_ours(bed: Bed, capsys) -> None:
+    """Every file the swap put into torch is in torch's RECORD: `pip uninstall torch` after a
+    swap leaves no torch folder behind. This torch came from a wheel file: that file is the
+    original kept for --restore (nothing rebuilt)."""
+    st.install_torch(bed.prefix, from_file=True)
+    (info,) = st.site_packages(bed.prefix).glob("torch-*.dist-info")
+    url = json.loads((info / "direct_url.json").read_text())["url"]
+    wheel = Path(urllib.parse.unquote(url.removeprefix("file://")))
+    out = run_build(bed, capsys, "--force")
+    original = Path(json.loads((bed.torch_lib / aotriton_install.MARKER).read_text())["original"])
+    assert original.read_bytes() == wheel.read_bytes() and "rebuilt from" not in out
+    assert (bed.torch_lib / aotriton_install.MARKER).is_file()
+    assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
+    python = bed.prefix / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", "torch"], check=True)
+    site = st.site_packages(bed.prefix)
+    assert not (site / "torch").exists() and list(site.glob("torch-*")) == []
     st.install_torch(bed.prefix)
 
 

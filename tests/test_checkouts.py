@@ -226,7 +226,7 @@ def test_part_failed_submodule_step_is_resumed_without_force(
         ["git", "submodule", "status", "--", *subs], cwd=dest, capture_output=True, text=True
     ).stdout.splitlines()  # " <commit> <path>": at the commit the tree records
     assert len(status) == len(subs) and all(line.startswith(" ") for line in status)
-    assert not (dest / ".git" / "rocmfa-submodules.json").exists()
+    assert subprocess.run(["git", "config", "rocmfa.submodulestep"], cwd=dest).returncode == 1
     up_to_date = runner()
     ensure_checkout(pin, dest, up_to_date, submodules=subs)
     assert "up to date" in up_to_date.out.getvalue()

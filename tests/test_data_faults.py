@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import activation, archs, doctor, session_guard
-from scripts.plumbing import errors, locks, pin_files, stamps, transaction
+from scripts.builds import aotriton_install
+from scripts.env import activation, archs, condaenv, doctor
+from scripts.plumbing import errors, locks, pin_files, stamps
+from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels
 from scripts.sources import pins
@@ -116,15 +118,15 @@ def test_run_manifest_is_one_line(tmp_path: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", list(GARBAGE))
-def test_damaged_journal_stops_every_session_in_one_line(tmp_path: Path, kind: str) -> None:
-    folder = transaction.journal_dir(tmp_path)
-    folder.mkdir(parents=True)
-    (folder / "aotriton.json").write_bytes(GARBAGE[kind])
-    (line,) = session_guard.report(tmp_path)
-    assert "aotriton.json" in line
-    with pytest.raises(UserError) as error:
-        session_guard.recover(tmp_path, "bench", say=lambda _line: None)
-    one_line(error.value)
+def test_damaged_pip_install_record_is_not_acted_on(tmp_path: Path, kind: str) -> None:
+    """The record naming the torch wheel pip was installing (aotriton_install.pip_install)
+    only ever leads to a pip install of that wheel: damaged, it is passed over."""
+    path = condaenv.pip_pending_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(GARBAGE[kind])
+    runner = Runner()
+    aotriton_install.finish_interrupted(tmp_path / "bin" / "python", tmp_path, runner)
+    assert runner.executed == [] and path.read_bytes() == GARBAGE[kind]
 
 
 def test_os_errors_name_path_cause_and_fix() -> None:

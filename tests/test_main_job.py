@@ -224,9 +224,11 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
     assert machine.doctor_next().startswith(bench)
 
     # The quick loop from here on: the same line now also swaps the build into the env's torch
-    # (marked with that torch's identity), and does not rebuild torch because a torch appeared.
+    # (through pip: the wheel install_wheels put in, repacked), and does not rebuild torch
+    # because a torch appeared.
     swapped = machine.run(build).stdout
     assert f"installed into {torch / 'lib'}" in swapped
     assert "every stage is up to date" in swapped
     marker = json.loads((torch / "lib" / aotriton_install.MARKER).read_text())
-    assert marker["torch"] == aotriton_install.torch_identity(torch)
+    assert aotriton_install.read_marker(torch) == marker  # its RECORD lists our marker
+    assert Path(marker["original"]).is_file()

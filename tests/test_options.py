@@ -109,7 +109,7 @@ def test_help_lists_only_what_a_session_reads() -> None:
     def flags(session: str) -> set[str]:
         return {f for o in options.BY_NAME[session].options.options() for f in o.flags}
 
-    assert "--arch" not in flags("update_pins") | flags("repair") | flags("bench")
+    assert "--arch" not in flags("update_pins") | flags("bench")
     assert "--arch" not in flags("backend_check") | flags("validate")
     assert "--jobs" not in flags("install_wheels")
     assert "--upstream" in options.build_parser("validate").format_help()
@@ -152,7 +152,7 @@ def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, 
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
-    with session_guard.guarded(options.BY_NAME["build_ck"], opts, say=lambda _: None):
+    with session_guard.guarded(options.BY_NAME["build_ck"], opts):
         handed = session_env.CURRENT.get()
         assert handed is not None and handed.work == tmp_path / "w"
         assert handed.location.prefix == tmp_path / "env"

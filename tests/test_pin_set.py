@@ -105,7 +105,9 @@ def test_stale_record_is_ignored_and_the_real_file_is_read(tmp_path: Path) -> No
         assert [path for path, _ in log.requests] == [f"/raw/{torch_commit}/{CMAKE}"]
 
 
-def test_unreadable_torch_file_is_refused_unless_forced(tmp_path: Path) -> None:
+def test_unreadable_torch_file_is_refused_unless_forced_and_noted_by_a_dry_run(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "pytorch.toml").write_text(
         f'[pytorch]\nurl = "https://x.invalid/pytorch"\nref = "nightly"\ncommit = "{"1" * 40}"\n'
     )
@@ -114,6 +116,11 @@ def test_unreadable_torch_file_is_refused_unless_forced(tmp_path: Path) -> None:
         pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
     forced = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
     assert forced[1].startswith("WARNING (--force): cannot tell")
+    # a dry run shows its plan, saying the real run refuses
+    dry = pin_set.check(aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path,
+                        environ=env)  # fmt: skip
+    assert dry[1].startswith("[dry-run] note: cannot tell which AOTriton")
+    assert "the real run refuses this" in dry[1]
 
 
 def test_update_pins_records_what_torch_names_then_refuses_the_set(
@@ -170,18 +177,6 @@ def test_release_lists_read_as_cmake_does_first_entry_and_bz2(tmp_path: Path) ->
     assert name == "aotriton-0.4.2b-manylinux_2_17_x86_64-rocm6.2-shared.tar.bz2"
     with pytest.raises(UserError, match="placeholder"):
         aotriton_release.real_sum("0" * 64, "x", "src")
-
-
-def test_dry_run_shows_the_plan_when_the_torch_file_cannot_be_read(tmp_path: Path) -> None:
-    (tmp_path / "pytorch.toml").write_text(
-        f'[pytorch]\nurl = "https://x.invalid/pytorch"\nref = "nightly"\ncommit = "{"1" * 40}"\n'
-    )
-    env = {"ROCMFA_PINS_DIR": str(tmp_path)}
-    lines = pin_set.check(
-        aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path, environ=env
-    )
-    assert lines[1].startswith("[dry-run] note: cannot tell which AOTriton")
-    assert "the real run refuses this" in lines[1]
 
 
 def release_line(

@@ -241,19 +241,6 @@ def test_from_pytorch_prefers_the_local_checkout(tmp_path: Path) -> None:
     assert f"local checkout {work / 'src' / 'pytorch'}" in pin.source
 
 
-def test_writing_a_commit_keeps_comments(tmp_path: Path) -> None:
-    path = tmp_path / "therock.toml"
-    path.write_text(
-        '# header comment\n[therock]\nurl = "u"  # where\nref = "main"\n'
-        f'commit = "{"a" * 40}"  # resolved\n\n[other]\ncommit = "keep"\n'
-    )
-    assert pin_files.set_values(path, "therock", {"commit": "b" * 40})
-    text = path.read_text()
-    assert f'commit = "{"b" * 40}"  # resolved' in text
-    assert "# header comment" in text and 'url = "u"  # where' in text and 'commit = "keep"' in text
-    assert not pin_files.set_values(path, "therock", {"commit": "b" * 40})
-
-
 def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     tmp_path: Path,
 ) -> None:

@@ -259,3 +259,17 @@ def check_index_data(rc: int, data: dict, baseline: bool = False) -> None:
 def test_index_needs_a_family(tmp_path):
     with pytest.raises(UserError, match="name the family"):
         page.report(ReportOptions(index=str(tmp_path), out=str(tmp_path / "o")), [])
+
+
+def test_the_page_module_loads_few_of_ours_and_reads_kernel_checks_schema():
+    """Only --index needs the team-index modules (imported then); the page's own schema table
+    names kernel_check's summary without importing the builds."""
+    from scripts.builds import kernel_check
+    from scripts.report import inputs
+
+    assert inputs.KINDS[kernel_check.SUMMARY_SCHEMA] == "kernel_check"
+    code = (
+        "import sys, scripts.report.page; print(sum(m.startswith('scripts') for m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(done.stdout) <= 12

@@ -65,13 +65,13 @@ def test_doctor_problems_are_what_is_broken_not_what_is_missing() -> None:
     assert doctor.problems(fine) == []  # no GPU, no manager, no env, no lock yet
     broken = {
         **fine,
-        "interrupted": ["x is half-installed: ...; repair: nox -s repair"],
+        "interrupted": ["the env's torch is incomplete (...); rerun: nox -s install_wheels"],
         "arch": {"error": "unknown", "bad_value": "--arch gfx9999"},
         "lock": {"present": True, "fresh": False},
         "pins": [{"file": "pytorch.toml", "error": "malformed"}],
     }
     assert doctor.problems(broken) == [
-        "half-done change (nox -s repair)",
+        "half-installed torch (see HALF-DONE)",
         "unknown arch (--arch gfx9999)",
         "malformed pin file pytorch.toml",
         "stale conda-lock.yml (nox -s lock)",

@@ -1,5 +1,13 @@
 """AOTriton in the env's torch: read an install layout (runtime version, image signatures),
-refuse versions torch was not built for, back up what torch shipped, and install a new one.
+refuse versions torch was not built for, and install a new one as a wheel.
+
+The new AOTriton goes in through pip, so torch's RECORD stays true and pip is the transaction:
+the wheel torch was installed from is rebuilt from its installed files and RECORD (each file
+checked against RECORD's sha256), repacked with the new runtime and images (`wheel unpack` /
+`wheel pack`) and installed with `pip install --force-reinstall --no-deps`. Both wheels stay in
+<work>/torch-wheels/, keyed by their inputs; `--restore` reinstalls the original. A run killed
+while pip replaces torch is finished by the next run of the session (finish_interrupted), from
+<env>/.rocmfa/pip-install.json (the wheel pip was installing).
 
 Shared by build_aotriton (built from source) and aotriton_release (prebuilt), so neither
 imports the other.
@@ -7,23 +15,29 @@ imports the other.
 
 from __future__ import annotations
 
+import base64
+import csv
 import glob
+import hashlib
 import json
-import os
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+import sys
+import urllib.parse
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.env import archs
-from scripts.plumbing import stamps, transaction
+from scripts.env import archs, condaenv
+from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 
-MARKER = "aotriton.rocmfa.json"  # in torch/lib: what we installed there
+MARKER = "aotriton.rocmfa.json"  # in torch/lib of our repacked wheel: what we installed
+WHEELS = "torch-wheels"  # under the work dir
+# Written by pip at install time, not part of the wheel (PEP 376/610/627).
+PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 LIB_RE = re.compile(r"libaotriton_v2\.so\.(\d+)\.(\d+)\.(\d+)")
 SIG_RE = re.compile(r"aotriton\s*v?(\d+)\.(\d+)")
 
@@ -63,23 +77,6 @@ def torch_version(torch: Path) -> str:
     text = (torch / "version.py").read_text() if (torch / "version.py").is_file() else ""
     match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
     return match.group(1) if match else "unknown"
-
-
-def torch_identity(torch: Path) -> dict[str, str | None]:
-    """Which torch install this is: its version and the sha256 of its dist-info RECORD. pip
-    rewrites RECORD on every install of another wheel, and our swap never touches it, so a
-    reinstalled torch is never taken for the one a marker or a backup was made for."""
-    infos = sorted(torch.parent.glob("torch-*.dist-info"))
-    record = infos[-1] / "RECORD" if infos else None
-    digest = stamps.file_sha256(record) if record is not None and record.is_file() else None
-    return {"version": torch_version(torch), "record_sha256": digest}
-
-
-def describe_identity(identity: Any) -> str:
-    if not isinstance(identity, dict):
-        return "an unrecorded torch"
-    digest = identity.get("record_sha256")
-    return f"torch {identity.get('version')} (RECORD {str(digest)[:12] if digest else 'none'})"
 
 
 def runtime_version_in(lib_dir: Path) -> str | None:
@@ -197,226 +194,30 @@ def dist_version(site: Path, name: str) -> str | None:
     return infos[-1].name[len(name) + 1 : -len(".dist-info")] if infos else None
 
 
-def installed_fingerprint(lib: Path) -> dict[str, Any]:
-    """Cheap identity of what is in torch/lib now (names, sizes, mtimes)."""
-    entries = {}
-    candidates = [*lib.glob("libaotriton_v2.so*"), *lib.glob("pyaotriton*.so"), lib / MARKER]
-    for path in sorted(candidates):
-        try:
-            st = path.lstat()
-        except OSError:
-            continue
-        entries[path.name] = [st.st_size, st.st_mtime_ns]
-    for sig in sorted((lib / "aotriton.images").glob("*/__signature__")):
-        st = sig.stat()
-        entries[f"images/{sig.parent.name}"] = [st.st_size, st.st_mtime_ns]
-    return entries
+# --- torch as pip installed it ------------------------------------------------------------
 
 
-# --- backup and install ------------------------------------------------------------------
+def installed_fingerprint(lib: Path) -> str | None:
+    """Which torch install lib belongs to: the sha256 of its RECORD, which pip rewrites on
+    every install (None without one)."""
+    record = condaenv.torch_record(lib.parent.parent)
+    return stamps.file_sha256(record) if record is not None and record.is_file() else None
 
 
-def backup_root(work: Path) -> Path:
-    return work / "backups" / "aotriton"
-
-
-def aotriton_files(lib: Path) -> list[Path]:
-    files = [*lib.glob("libaotriton_v2.so*"), *lib.glob("pyaotriton*.so")]
-    if (lib / "aotriton.images").exists():
-        files.append(lib / "aotriton.images")
-    return sorted(files)
-
-
-def shipped_files(torch: Path) -> list[Path]:
-    """aotriton_files of torch/lib that torch's own RECORD lists: after pip reinstalled torch
-    over an AOTriton we had swapped in, what pip did not know of (our pyaotriton, say) is still
-    there and is not what this torch shipped. Without a RECORD, every AOTriton entry."""
-    lib = torch / "lib"
-    infos = sorted(torch.parent.glob("torch-*.dist-info"))
-    try:
-        lines = (infos[-1] / "RECORD").read_text(encoding="utf-8").splitlines() if infos else []
-    except OSError:
-        lines = []
-    prefix = f"{torch.name}/lib/"
-    listed = {
-        line.split(",", 1)[0][len(prefix) :].split("/", 1)[0]
-        for line in lines
-        if line.startswith(prefix)
-    }
-    files = aotriton_files(lib)
-    return [f for f in files if f.name in listed] if listed else files
-
-
-def copy_entry(src: Path, dst: Path) -> None:
-    if src.is_symlink():
-        dst.symlink_to(os.readlink(src))
-    elif src.is_dir():
-        shutil.copytree(src, dst, symlinks=True)
-    else:
-        shutil.copy2(src, dst)
-
-
-def _walk(root: Path) -> Iterator[Path]:
-    """root itself when it is a file or link, else every file and link below it."""
-    if root.is_symlink() or not root.is_dir():
-        yield root
-        return
-    for folder, dirs, files in os.walk(root):
-        base = Path(folder)
-        for name in sorted(files):
-            yield base / name
-        for name in sorted(dirs):
-            if (base / name).is_symlink():
-                yield base / name
-
-
-def manifest_of(folder: Path, names: list[str], *, hashes: bool = True) -> dict[str, Any]:
-    """{relative path: [size, sha256]} for files, {relative path: {'link': target}} for links
-    (hashes=False: [size, None], a quick look)."""
-    entries: dict[str, Any] = {}
-    for name in names:
-        for path in _walk(folder / name):
-            rel = path.relative_to(folder).as_posix()
-            if path.is_symlink():
-                entries[rel] = {"link": os.readlink(path)}
-            else:
-                entries[rel] = [path.stat().st_size, stamps.file_sha256(path) if hashes else None]
-    return entries
-
-
-def verify_backup(backup: Path, *, force: bool = False, quick: bool = False) -> dict[str, Any]:
-    """The backup's record, after checking every file against the manifest written with it;
-    anything missing, extra, changed or unreadable is refused in one line. quick: sizes only
-    (reusing a backup at install time; --restore reads every byte)."""
-    record_path = backup / "backup.json"
-    refuse = f"refusing to restore from {backup}; nothing was changed"
-    try:
-        info = json.loads(record_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"no backup record {record_path}: {refuse}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"backup record {record_path} is not UTF-8 (damaged): {refuse}") from None
-    except ValueError as e:
-        raise UserError(f"backup record {record_path} is damaged ({e}): {refuse}") from None
-    files = info.get("files") if isinstance(info, dict) else None
-    if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
-        raise UserError(f"backup record {record_path} lists no files: {refuse}")
-    manifest = info.get("manifest")
-    if not isinstance(manifest, dict) or not manifest:
-        if not force:
-            raise UserError(
-                f"backup record {record_path} has no manifest (an older backup), so it cannot be "
-                f"verified: {refuse} (--force restores it unverified)"
-            )
-        missing = [f for f in files if not os.path.lexists(backup / f)]
-        if missing:
-            raise UserError(f"backup {backup} lacks {missing[0]}: {refuse}")
-        return info
-    try:
-        found = manifest_of(backup, files, hashes=not quick)
-    except OSError as e:
-        why = f"{e.strerror}: {e.filename}"
-        raise UserError(f"backup {backup} is unreadable ({why}): {refuse}") from None
-    for rel, want in sorted(manifest.items()):
-        if rel not in found:
-            raise UserError(f"backup {backup} is incomplete: {rel} is missing: {refuse}")
-        if quick and isinstance(want, list) and isinstance(found[rel], list):
-            want = [want[0], None]
-        if found[rel] != want:
-            raise UserError(f"backup {backup} is damaged: {rel} is not what was saved: {refuse}")
-    extra = sorted(set(found) - set(manifest))
-    if extra:
-        raise UserError(f"backup {backup} holds {extra[0]}, which its manifest lacks: {refuse}")
-    return info
-
-
-def backup_shipped(torch: Path, work: Path, runner: Runner) -> Path | None:
-    """Copy what torch shipped (libaotriton_v2.so*, aotriton.images/, pyaotriton) out of the
-    way once, with a manifest (sizes, sha256) that --restore verifies first. Files we installed
-    earlier (the marker says so) are not backed up again."""
-    lib = torch / "lib"
-    marker, stale = current_marker(torch)
-    if marker is not None:
-        return Path(marker["backup"]) if marker.get("backup") else None
-    if stale:
-        runner.say(f"{stale}: backing up this torch's own AOTriton")
-    shipped = AotritonInstall.read(lib, torch / "include")
-    files = shipped_files(torch)
-    if not files:
+def read_marker(torch: Path) -> dict[str, Any] | None:
+    """Our marker, when the env's torch is a wheel we repacked: its RECORD lists the marker
+    (one a killed pip run left behind is not ours to trust)."""
+    record = condaenv.torch_record(torch.parent)
+    rel = f"{torch.name}/lib/{MARKER}"
+    if record is None or not record.is_file():
         return None
-    identity = torch_identity(torch)
-    record_id = (identity["record_sha256"] or "no-record")[:12]
-    name = f"torch-{identity['version']}-{record_id}-aotriton-{shipped.runtime or 'none'}"
-    target = backup_root(work) / re.sub(r"[^A-Za-z0-9._+-]", "_", name)
-    if (target / "backup.json").is_file():
-        try:
-            info = verify_backup(target, quick=True)
-            if info.get("torch") != identity:
-                made_for = describe_identity(info.get("torch"))
-                raise UserError(f"backup {target} was made for {made_for}")
-        except UserError as unusable:  # it must not stand in for torch's files: make it again
-            runner.say(f"{unusable}; backing up torch's AOTriton again")
-        else:
-            runner.say(f"backup of torch's AOTriton already at {target}")
-            return target
-    if runner.dry_run:
-        runner.say(f"[dry-run] would back up {len(files)} AOTriton file(s) from {lib} to {target}")
-        return target
-    staging = target.with_name(target.name + ".partial")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    names = [f.name for f in files]
-    for item in files:
-        copy_entry(item, staging / item.name)
-    record = {
-        "torch_dir": str(torch),
-        "torch_version": identity["version"],
-        "torch": identity,
-        "runtime": shipped.runtime,
-        "images": shipped.images,
-        "files": names,
-        "manifest": manifest_of(lib, names),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    stamps.write_text_atomic(staging / "backup.json", json.dumps(record, indent=1) + "\n")
-    verify_backup(staging)  # the copy is what the manifest says torch had
-    if target.exists():
-        shutil.rmtree(target)  # ours, and without a record: an unfinished older backup
-    staging.rename(target)
-    runner.say(f"backed up torch's AOTriton ({shipped.describe()}) to {target}")
-    return target
-
-
-def read_marker(lib: Path) -> dict[str, Any] | None:
+    if all(row[0] != rel for row in condaenv.record_rows(record)):
+        return None
     try:
-        data = json.loads((lib / MARKER).read_text())
-        return data if isinstance(data, dict) else None
+        data = json.loads((torch / "lib" / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def current_marker(torch: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(our marker, None) when torch/lib holds an AOTriton we installed into this very torch;
-    (None, why) when the marker was written for another torch install: pip reinstalled torch
-    since (the marker is not in the wheel's RECORD, so pip leaves it behind), and torch/lib
-    holds that torch's own AOTriton again; (None, None) without a marker."""
-    lib = torch / "lib"
-    marker = read_marker(lib)
-    if marker is None:
-        return None, None
-    here = torch_identity(torch)
-    recorded = marker.get("torch")
-    if recorded is None:  # written before markers carried the identity: the version at least
-        recorded = {"version": marker.get("torch_version"), "record_sha256": None}
-        if recorded["version"] == here["version"]:
-            return marker, None
-    elif recorded == here:
-        return marker, None
-    return None, (
-        f"{lib / MARKER} was written for {describe_identity(recorded)}, but the env's torch is "
-        f"{describe_identity(here)} (reinstalled since)"
-    )
+    return data if isinstance(data, dict) else None
 
 
 def env_prefix_of(torch: Path) -> Path:
@@ -424,98 +225,249 @@ def env_prefix_of(torch: Path) -> Path:
     return torch.parents[3]
 
 
-def replace_in_torch(
-    torch: Path, *, what: str, session: str, remove: list[str], stage: Callable[[Path], list[str]]
-) -> list[str]:
-    """Swap AOTriton entries of torch/lib as one transaction (scripts.plumbing.transaction)."""
-    return transaction.replace_entries(
-        env_prefix_of(torch),
-        torch / "lib",
-        label="aotriton",
-        what=what,
-        session=session,
-        remove=remove,
-        stage=stage,
-    )
+# --- the wheels: torch's own, rebuilt from its RECORD, and ours with the new AOTriton --------
+
+
+def wheel_in(folder: Path) -> Path | None:
+    found = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    return found[0] if found else None
+
+
+def pack(tree: Path, out: Path, runner: Runner) -> Path:
+    """`wheel pack` the unpacked wheel at tree into the folder out: a kill leaves only
+    out.partial (redone by the next run), never a half wheel in out."""
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    runner.run([sys.executable, "-m", "wheel", "pack", "--dest-dir", partial, tree])
+    partial.rename(out)
+    return wheel_in(out) or out
+
+
+def copy_checked(src: Path, dst: Path, digest: str) -> bool:
+    """Copy src to dst; True when its sha256 is the RECORD digest ('sha256=<urlsafe b64>')."""
+    sha = hashlib.sha256()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(1 << 20):
+            sha.update(chunk)
+            fout.write(chunk)
+    shutil.copymode(src, dst)
+    b64 = base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
+    return digest == f"sha256={b64}"
+
+
+def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
+    """{path: RECORD digest} of what a wheel itself holds: pip makes console scripts, .pyc and
+    its own dist-info files at install time (info: the dist-info folder's name)."""
+    kept = {}
+    for rel, digest, _size in rows:
+        parts = Path(rel).parts
+        pip_made = parts[0] == info and parts[-1] in PIP_WRITES
+        if not (pip_made or ".." in parts or "__pycache__" in parts):
+            kept[rel] = digest
+    return kept
+
+
+def installed_from(record: Path, files: dict[str, str]) -> Path | None:
+    """The wheel file pip installed torch from (its direct_url.json), when it is still there
+    and holds exactly the files RECORD lists; None when torch came from an index."""
+    try:
+        url = json.loads((record.parent / "direct_url.json").read_text(encoding="utf-8"))["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    if not (url.startswith("file:") and wheel.suffix == ".whl" and wheel.is_file()):
+        return None
+    try:
+        with zipfile.ZipFile(wheel) as whl:
+            text = whl.read(f"{record.parent.name}/RECORD").decode("utf-8")
+    except (OSError, KeyError, UnicodeDecodeError, zipfile.BadZipFile):
+        return None
+    rows = [row for row in csv.reader(text.splitlines()) if len(row) == 3]
+    return wheel if wheel_files(record.parent.name, rows) == files else None
+
+
+def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
+    """The wheel the env's torch was installed from: the one our marker names when torch is
+    our repack; else, kept once per RECORD in the work dir, the wheel file pip installed it
+    from, or (torch came from an index) one rebuilt from torch's installed files, each checked
+    against the sha256 its RECORD lists."""
+    marker = read_marker(torch)
+    if marker is not None:
+        wheel = Path(str(marker.get("original")))
+        if not wheel.is_file():
+            raise UserError(
+                f"{wheel}, torch's own wheel (the env's torch was repacked from it), is gone; "
+                "reinstall torch with pip (nox -s install_wheels), then rerun"
+            )
+        return wheel
+    site = torch.parent
+    why = condaenv.torch_incomplete(site)
+    if why:
+        raise UserError(
+            f"the env's torch is incomplete ({why}); reinstall it with pip "
+            "(nox -s install_wheels), then rerun"
+        )
+    record = condaenv.torch_record(site)
+    assert record is not None  # torch_incomplete() said so
+    out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
+    found = wheel_in(out)
+    if found is not None:
+        return found
+    files = wheel_files(record.parent.name, condaenv.record_rows(record))
+    source = installed_from(record, files)
+    how = f"the wheel pip installed it from, {source}" if source else f"{site} and its RECORD"
+    if runner.dry_run:
+        runner.say(f"[dry-run] would keep torch's own wheel (from {how}) in {out}")
+        return out / "torch.whl"
+    if source is not None:
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        shutil.copy2(source, partial / source.name)
+        partial.rename(out)
+        return out / source.name
+    tree = out.with_name(out.name + ".tree")
+    shutil.rmtree(tree, ignore_errors=True)
+    for rel, digest in files.items():
+        if not copy_checked(site / rel, tree / rel, digest):
+            raise UserError(
+                f"{site / rel} is not the file torch's RECORD lists (changed since pip installed "
+                "it); reinstall torch with pip (nox -s install_wheels), then rerun"
+            )
+    wheel = pack(tree, out, runner)
+    shutil.rmtree(tree)
+    runner.say(f"torch's own wheel, rebuilt from {how}: {wheel}")
+    return wheel
+
+
+def repack(
+    original: Path,
+    new: AotritonInstall,
+    marker: dict[str, Any],
+    expected_soname: str | None,
+    work: Path,
+    runner: Runner,
+) -> Path:
+    """original with new's runtime, images (without any, torch's stay), pyaotriton and our
+    marker in torch/lib; made once per inputs (<work>/torch-wheels/aotriton-<key>/)."""
+    real = f"libaotriton_v2.so.{new.runtime}"
+    # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
+    # links, so each name is a copy
+    aliases = sorted({"libaotriton_v2.so", expected_soname or real} - {real})
+    images = new.lib / "aotriton.images"
+    sources = [new.lib / real, *new.pyaotriton]
+    sources += sorted(p for p in images.rglob("*") if p.is_file()) if images.is_dir() else []
+    key_inputs = {
+        "original": str(original),
+        "files": {str(p.relative_to(new.lib)): stamps.file_sha256(p) for p in sources},
+        "aliases": aliases,
+        "marker": marker,
+    }
+    key = hashlib.sha256(json.dumps(key_inputs, sort_keys=True, default=str).encode())
+    out = work / WHEELS / f"aotriton-{key.hexdigest()[:16]}"
+    found = wheel_in(out)
+    if found is not None:
+        return found
+    tree = out.with_name(out.name + ".tree")
+    shutil.rmtree(tree, ignore_errors=True)
+    runner.run([sys.executable, "-m", "wheel", "unpack", "--dest", tree, original])
+    (root,) = tree.iterdir()
+    lib = root / "torch" / "lib"
+    for old in [*lib.glob("libaotriton_v2.so*"), *lib.glob("pyaotriton*.so"), lib / MARKER]:
+        old.unlink(missing_ok=True)
+    if images.is_dir():
+        shutil.rmtree(lib / "aotriton.images", ignore_errors=True)
+        shutil.copytree(images, lib / "aotriton.images")
+    for name in [real, *aliases]:
+        shutil.copy2(new.lib / real, lib / name)
+    for py in new.pyaotriton:
+        shutil.copy2(py, lib / py.name)
+    text = json.dumps({**marker, "wheel": out.name}, indent=1, default=str) + "\n"
+    (lib / MARKER).write_text(text, encoding="utf-8")
+    wheel = pack(root, out, runner)
+    shutil.rmtree(tree)
+    return wheel
+
+
+# --- pip installs them --------------------------------------------------------------------
+
+
+def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
+    """pip replaces the env's torch with wheel. Until pip is done, the env's state folder
+    names the wheel and keeps the dist-info of the torch it replaces, so the next run can
+    finish a run killed meanwhile (finish_interrupted)."""
+    if not runner.dry_run:
+        site, pending = site_packages(prefix), condaenv.pip_pending_path(prefix)
+        replaced = pending.with_name("pip-replaced")
+        record = condaenv.torch_record(site)
+        if record is not None and condaenv.torch_incomplete(site) is None:
+            shutil.rmtree(replaced, ignore_errors=True)
+            shutil.copytree(record.parent, replaced / record.parent.name)
+        text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
+        stamps.write_text_atomic(pending, text)
+    runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
+    if not runner.dry_run:
+        condaenv.pip_pending_path(prefix).unlink()
+
+
+def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
+    """Finish the pip install of a torch wheel that a killed run left undone. A whole torch
+    (pip was done, or torch was reinstalled by hand since) is kept as pip installed it."""
+    path, pending = condaenv.pip_pending_path(prefix), condaenv.pip_pending(prefix)
+    if pending is None:
+        return
+    site = site_packages(prefix)
+    why = condaenv.torch_incomplete(site)
+    if why is None:
+        if not runner.dry_run:
+            path.unlink(missing_ok=True)
+        return
+    wheel = Path(str(pending.get("wheel")))
+    if not wheel.is_file():
+        raise UserError(
+            f"the env's torch is incomplete ({why}) and {wheel}, whose install was killed, is "
+            "gone; reinstall torch with pip (nox -s install_wheels)"
+        )
+    runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
+    record = condaenv.torch_record(site)
+    if not runner.dry_run and (record is None or not record.is_file()):
+        # pip was killed after moving the old torch's dist-info away: put it back, so that
+        # pip removes what the old RECORD lists before it installs the wheel again
+        for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
+            shutil.copytree(info, site / info.name, dirs_exist_ok=True)
+    pip_install(python, wheel, prefix, runner)
 
 
 def install_into_torch(
     new: AotritonInstall,
     torch: Path,
     *,
-    record: dict[str, Any],
+    marker: dict[str, Any],
     expected_soname: str | None,
+    python: Path,
+    work: Path,
     runner: Runner,
-    session: str = "build_aotriton",
-) -> list[str]:
-    """Replace torch/lib's AOTriton with new (runtime + symlink, aotriton.images/, pyaotriton,
-    our marker) as one transaction. Returns the installed names."""
-    lib = torch / "lib"
-    real = f"libaotriton_v2.so.{new.runtime}"
-    if runner.dry_run:
-        runner.say(
-            f"[dry-run] would install {real}, libaotriton_v2.so, aotriton.images/ into {lib}"
-        )
-        return [real]
-
-    def stage(staging: Path) -> list[str]:
-        shutil.copy2(new.lib / real, staging / real)
-        (staging / "libaotriton_v2.so").symlink_to(real)
-        names = [real, "libaotriton_v2.so"]
-        if expected_soname and expected_soname not in names:
-            # torch's libtorch_hip links the full-version soname it was built with.
-            (staging / expected_soname).symlink_to(real)
-            names.append(expected_soname)
-        transaction.fault_point("staged:runtime")
-        if (new.lib / "aotriton.images").is_dir():
-            shutil.copytree(new.lib / "aotriton.images", staging / "aotriton.images", symlinks=True)
-            names.append("aotriton.images")
-        for py in new.pyaotriton:
-            shutil.copy2(py, staging / py.name)
-            names.append(py.name)
-        text = json.dumps(record, indent=1, default=str) + "\n"
-        (staging / MARKER).write_text(text, encoding="utf-8")
-        return [*names, MARKER]
-
-    old = [
-        item.name
-        for item in aotriton_files(lib)
-        # a runtime-only install keeps the images next to it
-        if item.name != "aotriton.images" or (new.lib / "aotriton.images").is_dir()
-    ]
-    names = replace_in_torch(
-        torch,
-        what=f"install of AOTriton {new.runtime} ({session})",
-        session=session,
-        remove=[*old, MARKER],
-        stage=stage,
-    )
-    return names[:-1]
+) -> tuple[Path, Path]:
+    """Install new into the env's torch as a repacked torch wheel, through pip. Returns
+    (torch's own wheel, the one installed)."""
+    original = original_wheel(torch, work, runner)
+    marker = {**marker, "original": str(original)}
+    wheel = repack(original, new, marker, expected_soname, work, runner)
+    if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
+        runner.say(f"the env's torch is already {wheel}")
+    else:
+        pip_install(python, wheel, env_prefix_of(torch), runner)
+    return original, wheel
 
 
-def restore_into_torch(torch: Path, backup: Path, info: dict[str, Any], session: str) -> None:
-    """Put the verified backup's entries back in torch/lib, dropping ours (and our marker)."""
-    lib = torch / "lib"
-
-    def stage(staging: Path) -> list[str]:
-        for name in info["files"]:
-            copy_entry(backup / name, staging / name)
-            transaction.fault_point(f"staged:{name}")
-        if info.get("manifest") and manifest_of(staging, info["files"]) != info["manifest"]:
-            raise UserError(f"copying {backup} to {staging} gave other files; nothing changed")
-        return list(info["files"])
-
-    replace_in_torch(
-        torch,
-        what=f"restore of AOTriton {info.get('runtime')} from {backup} ({session})",
-        session=session,
-        remove=[*(item.name for item in aotriton_files(lib)), MARKER],
-        stage=stage,
-    )
-
-
-def backup_info(backup: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((backup / "backup.json").read_text())
-    except (OSError, ValueError):
-        return None
+def restore_torch(torch: Path, python: Path, work: Path, runner: Runner) -> None:
+    """Put torch's own AOTriton back: reinstall the wheel torch was repacked from (none
+    needed when torch is not our repack: a rerun after a killed restore, or no swap yet)."""
+    if read_marker(torch) is None:
+        runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
+        return
+    original = original_wheel(torch, work, runner)
+    pip_install(python, original, env_prefix_of(torch), runner)
+    runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")

@@ -4,9 +4,10 @@ AOTRITON_INSTALLED_PREFIX), swapped into the env's torch when there is one.
 Each arch takes the shortest honest path (choose_path; doctor asks aotriton_path): the pinned
 release's runtime and image pack (aotriton_release, sha256-checked) where nothing of ours
 changes the arch's kernels, else a source build (cmake + ninja against the env's ROCm, with the
-arch's patches). What torch shipped is backed up first; `--restore` puts it back. A version or
-image mismatch is refused unless --force (docs/aotriton.md). A content-addressed stamp makes a
-rerun with nothing changed run no command at all.
+arch's patches). The swap goes through pip: torch's own wheel, repacked with the new AOTriton
+(aotriton_install); `--restore` reinstalls torch's own wheel. A version or image mismatch is
+refused unless --force (docs/aotriton.md). A content-addressed stamp makes a rerun with nothing
+changed run no command at all.
 """
 
 from __future__ import annotations
@@ -211,47 +212,13 @@ def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = No
 # --- restore -------------------------------------------------------------
 
 
-def restore(torch: Path, work: Path, runner: Runner, *, force: bool = False) -> None:
-    """Put torch's own AOTriton back: the backup is verified against its manifest before
-    torch/lib is touched, then swapped in as one transaction. A marker or a backup made for
-    another torch install (torch was reinstalled since) is refused: the two never mix."""
-    from scripts.builds.aotriton_install import (
-        backup_root,
-        current_marker,
-        describe_identity,
-        restore_into_torch,
-        torch_identity,
-        verify_backup,
-    )
+def restore(ctx: Context) -> None:
+    """Put torch's own AOTriton back: pip reinstalls the wheel torch was repacked from."""
+    from scripts.builds.aotriton_install import restore_torch
 
-    lib = torch / "lib"
-    marker, stale = current_marker(torch)
-    if stale:
-        raise UserError(
-            f"nothing to restore: {stale}, so {lib} holds that torch's own AOTriton; the "
-            f"backups under {backup_root(work)} belong to the old torch"
-        )
-    if marker is None:
-        raise UserError(f"nothing to restore: {lib} has no AOTriton installed by build_aotriton")
-    if not marker.get("backup"):
-        raise UserError(f"no backup recorded for {lib} (expected under {backup_root(work)})")
-    backup = Path(marker["backup"])
-    info = verify_backup(backup, force=force)
-    here = torch_identity(torch)
-    legacy = {"version": info.get("torch_version"), "record_sha256": here["record_sha256"]}
-    if (info.get("torch") or legacy) != here:
-        raise UserError(
-            f"refusing to restore from {backup}: it was made for "
-            f"{describe_identity(info.get('torch'))}, but the env's torch is "
-            f"{describe_identity(here)}; nothing was changed"
-        )
-
-    if runner.dry_run:
-        runner.say(f"[dry-run] would restore {', '.join(info['files'])} from {backup} to {lib}")
-        return
-    stamps.remove(paths.stamp_path(work, STAMP_NAME))  # first: a stale stamp must not survive
-    restore_into_torch(torch, backup, info, "build_aotriton --restore")
-    runner.say(f"restored torch's AOTriton ({info.get('runtime')}) from {backup} into {lib}")
+    # a stale stamp must not survive
+    ctx.session.runner.apply(stamps.remove, paths.stamp_path(ctx.work, STAMP_NAME))
+    restore_torch(ctx.in_torch, ctx.session.python, ctx.work, ctx.session.runner)
 
 
 # --- the session --------------------------------------------------------------------------
@@ -321,11 +288,12 @@ def make_context(
 ) -> Context:
     """The session env plus which AOTriton: its pin, version and pack. torch_optional: a
     source build goes on without a torch in the env (torch None)."""
-    from scripts.builds.aotriton_install import find_torch, torch_dir
+    from scripts.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
 
     session = session_env.open_env(where, dry_run=where.dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
-    if session.ready:
+    if session.ready:  # a torch install killed midway is finished first
+        finish_interrupted(session.python, session.prefix, session.runner)
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
     elif torch_optional:
         torch = None
@@ -480,7 +448,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     asked = asked_path(opts)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     if opts.restore:
-        restore(ctx.in_torch, ctx.work, ctx.session.runner, force=opts.force)
+        restore(ctx)
         return
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
@@ -726,17 +694,15 @@ def require_pybind11(ctx: Context) -> None:
         )
 
 
-def torch_shipped(torch: Path) -> AotritonInstall | None:
-    """What torch shipped: from the backup when torch/lib holds our install, never from one
-    made for another torch install (a marker pip left behind when it reinstalled torch)."""
-    from scripts.builds.aotriton_install import AotritonInstall, backup_info, current_marker
+def torch_shipped(torch: Path) -> AotritonInstall:
+    """What torch shipped: the marker says when the env's torch is a wheel we repacked."""
+    from scripts.builds.aotriton_install import AotritonInstall, read_marker
 
-    lib = torch / "lib"
-    marker, _stale = current_marker(torch)
-    if marker is None or not marker.get("backup"):
-        return AotritonInstall.read(lib, torch / "include")
-    info = backup_info(Path(marker["backup"]))
-    return AotritonInstall(lib, info.get("runtime"), info.get("images", {}), ()) if info else None
+    lib, marker = torch / "lib", read_marker(torch)
+    if marker is not None and marker.get("shipped"):
+        was = marker["shipped"]
+        return AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
+    return AotritonInstall.read(lib, torch / "include")
 
 
 def install(
@@ -749,53 +715,54 @@ def install(
     no_images: bool,
     force: bool,
 ) -> None:
-    """Check versions and images, back up what torch shipped, install new into the env's
-    torch and write the stamp (new is None in a plan)."""
-    from scripts.builds import aotriton_install as ai
+    """Check versions and images, then repack torch's own wheel with new and let pip install
+    it (aotriton_install.install_into_torch), and write the stamp (new is None in a plan)."""
+    from scripts.builds.aotriton_install import (
+        check_compatible,
+        image_signatures,
+        install_into_torch,
+        installed_fingerprint,
+        torch_version,
+    )
 
-    backup_shipped, installed_fingerprint = ai.backup_shipped, ai.installed_fingerprint
     runner, torch = ctx.session.runner, ctx.in_torch
     lib = torch / "lib"
     shipped = torch_shipped(torch)
     if new is None:  # a plan
-        backup_shipped(torch, ctx.work, runner)
-        runner.say(f"[dry-run] would check versions, then install into {lib} and write {stamp}")
+        runner.say(
+            f"[dry-run] would check versions, repack torch's own wheel with the new AOTriton, "
+            f"pip install it into {ctx.prefix} and write {stamp}"
+        )
         return
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = (
-        new if new.images else replace(new, images=ai.image_signatures(lib / "aotriton.images"))
+        new if new.images else replace(new, images=image_signatures(lib / "aotriton.images"))
     )
-    overridden = ai.check_compatible(effective, shipped, force)
+    overridden = check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    backup = backup_shipped(torch, ctx.work, runner)
     expected = None
-    if shipped is not None and shipped.runtime and shipped.runtime != new.runtime:
+    if shipped.runtime and shipped.runtime != new.runtime:
         expected = f"libaotriton_v2.so.{shipped.runtime}"
     record = {
         "installed_by": "nox -s build_aotriton",
         "how": how,
         "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "arch": ctx.arch.name,
-        "torch_version": ai.torch_version(torch),
-        "torch": ai.torch_identity(torch),
-        "shipped": {"runtime": shipped.runtime, "images": shipped.images} if shipped else None,
+        "torch_version": torch_version(torch),
+        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
         "new": {"runtime": new.runtime, "images": effective.images},
-        "backup": str(backup) if backup else None,
         "forced": overridden,
     }
-    names = ai.install_into_torch(
-        new, torch, record=record, expected_soname=expected, runner=runner
-    )
-    was = shipped.describe() if shipped else "nothing"
-    runner.say(f"installed into {lib}: {', '.join(names)}")
-    runner.say(f"torch shipped: {was}; now: {effective.describe()} ({how})")
-    if backup:
-        runner.say(
-            f"backup of what torch shipped: {backup} (undo: nox -s build_aotriton -- --restore)"
-        )
-    kept = {k: record[k] for k in ("shipped", "new", "backup")}
+    original, wheel = install_into_torch(
+        new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
+        work=ctx.work, runner=runner,
+    )  # fmt: skip
+    runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
+    runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
+    runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
+    kept = {"shipped": record["shipped"], "new": record["new"], "wheel": str(wheel)}
     stamps.write(stamp, inputs, installed=installed_fingerprint(lib), **kept)

@@ -10,6 +10,7 @@ sourced in order - in a bash subprocess, once per prefix per process.
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import os
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scripts.env.manager import Manager, find_manager, no_manager_error
 from scripts.plumbing.errors import UserError
@@ -188,3 +190,50 @@ def env_identity(prefix: Path) -> str:
         return json.loads((prefix / ENV_STAMP).read_text()).get("inputs_digest", "")
     except (OSError, ValueError):
         return ""
+
+
+# --- the env's torch as pip installed it -------------------------------------------------
+
+
+def torch_record(site: Path) -> Path | None:
+    """RECORD of the env's torch (pip's list of its files), or None without a torch dist."""
+    infos = sorted(site.glob("torch-*.dist-info"))
+    return infos[-1] / "RECORD" if infos else None
+
+
+def record_rows(record: Path) -> list[list[str]]:
+    """[path relative to site-packages, 'sha256=<urlsafe b64>' or '', size or ''] per line."""
+    with open(record, newline="", encoding="utf-8") as f:
+        return [row for row in csv.reader(f) if len(row) == 3]
+
+
+def torch_incomplete(site: Path) -> str | None:
+    """Why the env's torch is not a whole pip install (a pip run killed midway), or None."""
+    record = torch_record(site)
+    if record is None:
+        return "no torch-*.dist-info"
+    if not record.is_file():
+        return f"{record.parent.name} has no RECORD"
+    for rel, _digest, size in record_rows(record):
+        try:
+            found = (site / rel).stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if size and found != int(size):
+            return f"{rel} is not the size its RECORD says"
+    return None
+
+
+def pip_pending_path(prefix: Path) -> Path:
+    """Where build_aotriton names the torch wheel pip is installing into the env, until pip is
+    done (scripts/builds/aotriton_install.py)."""
+    return prefix / ".rocmfa" / "pip-install.json"
+
+
+def pip_pending(prefix: Path) -> dict[str, Any] | None:
+    """That record, or None (none, or unreadable: it only ever leads to a pip install)."""
+    try:
+        pending = json.loads(pip_pending_path(prefix).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return pending if isinstance(pending, dict) else None

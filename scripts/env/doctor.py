@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_guard
+from scripts.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
 from scripts.env.manager import find_manager
-from scripts.plumbing import paths, pin_files, stamps, transaction
+from scripts.plumbing import paths, pin_files, stamps
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import DoctorOptions
@@ -195,7 +195,7 @@ def _builds_section(work: Path) -> list[dict[str, Any]]:
 def _next_step(report: dict[str, Any]) -> str:
     env, arch = report["env"], report["arch"]
     for line in report.get("interrupted", []):
-        return line.rsplit("repair: ", 1)[-1] if "repair: " in line else line
+        return line.rsplit("rerun: ", 1)[-1]
     if arch.get("bad_value"):
         return f"fix {arch['bad_value']}: {arch['error']}"
     if "error" in arch:
@@ -223,12 +223,27 @@ def _next_step(report: dict[str, Any]) -> str:
     return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 
+def half_installed(prefix: Path | None) -> list[str]:
+    """One line when the env's torch is half-installed (a pip run killed midway), as torch's
+    RECORD - pip's own list of its files - shows, or build_aotriton's unfinished pip run."""
+    site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
+    pending = condaenv.pip_pending(site.parents[2]) if site else None
+    torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
+    if site is None or not (torch_there or pending):
+        return []
+    why = condaenv.torch_incomplete(site)
+    if why is None:
+        return []
+    # build_aotriton finishes its own swap first thing; a killed install_wheels reinstalls
+    rerun = "nox -s build_aotriton" if pending else "nox -s install_wheels"
+    return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
+
+
 def gather(opts: DoctorOptions) -> dict[str, Any]:
     env, _ = _env_section(opts.prefix, opts.env_name)
     prefix = Path(env["prefix"]) if env.get("prefix") else None
     report: dict[str, Any] = {
-        "interrupted": session_guard.report(prefix),
-        "set_aside": [str(p) for p in transaction.quarantined(prefix)] if prefix else [],
+        "interrupted": half_installed(prefix),
         "arch": _arch_section(opts.arch),
         "env": env,
         "lock": lockfile.describe(),
@@ -244,12 +259,6 @@ def render(report: dict[str, Any]) -> str:
     arch, env, lock = report["arch"], report["env"], report["lock"]
     lines = ["rocm-fa-workflow doctor", ""]
     lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
-    if report.get("set_aside"):
-        folder = Path(report["set_aside"][0]).parent
-        lines.append(
-            f"SET ASIDE  {len(report['set_aside'])} refused journal(s) in {folder} "
-            "(by nox -s repair; nothing acted on them: look, then delete)"
-        )
     gpus = ", ".join(arch["detected"]) or "none"
     lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
     for gpu, chain in arch.get("hierarchy", {}).items():
@@ -326,7 +335,7 @@ def problems(report: dict[str, Any]) -> list[str]:
     """What the report shows broken (doctor then exits non-zero): a bad arch value, a malformed
     pin file, a stale lock, a half-done change. No GPU, no manager, no env yet are not."""
     interrupted = report.get("interrupted", [])
-    found = [f"half-done change ({line.rsplit('repair: ', 1)[-1]})" for line in interrupted]
+    found = ["half-installed torch (see HALF-DONE)" for _line in interrupted]
     if report["arch"].get("bad_value"):
         found.append(f"unknown arch ({report['arch']['bad_value']})")
     for pin in report["pins"]:  # a commit not resolved yet is a step to run, not damage

@@ -67,6 +67,16 @@ class Runner:
             self.say(("[dry-run] " if self.dry_run else "") + say)
         return None if self.dry_run else action(*args, **kw)
 
+    def done(self, message: str) -> None:
+        """A step's result; under dry run, what the commands printed above lead to."""
+        self.say(f"[dry-run] then: {message}" if self.dry_run else message)
+
+    def refuse(self, message: str) -> None:
+        """A real run stops here with message; a dry run notes it and plans on."""
+        if not self.dry_run:
+            raise UserError(message)
+        self.say(f"[dry-run] note: {message}; the real run stops here")
+
     def run(
         self,
         argv: Sequence[str | os.PathLike[str]],

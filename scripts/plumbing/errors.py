@@ -41,7 +41,7 @@ def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
     where = f"{path} " if path is not None else "a data file "
     return (
         f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: re-save it as "
-        "UTF-8, or delete it when it is a record we wrote (stamps, journals, backups)"
+        "UTF-8, or delete it when it is a record we wrote (stamps, run manifests)"
     )
 
 

@@ -239,10 +239,6 @@ class DoctorOptions(ReportedArchOption, EnvChoice, JsonOption):
     pass
 
 
-class RepairOptions(EnvOptions, WorkdirOption):
-    """The env (and work dir) whose interrupted install to finish or roll back."""
-
-
 class MatrixOptions(ReportedArchOption, JsonOption):
     pass
 
@@ -518,7 +514,6 @@ SESSIONS = (
     Session("lock", LockOptions),
     Session("setup_env", SetupEnvOptions, changes=(W, E)),
     Session("doctor", DoctorOptions, reports_only=True),
-    Session("repair", RepairOptions, changes=(E,)),
     Session("matrix", MatrixOptions),
     Session("update_pins", UpdatePinsOptions, changes=(W,)),
     Session("build_aotriton", BuildAotritonOptions, changes=(W, E)),

@@ -1,15 +1,8 @@
-"""pins/<project>.toml, the pin files, in one place: the projects, where the files are, what a
-pin table may hold (known keys only, a typo gets a "did you mean"; `url` and `ref` non-empty
-strings; `commit` a full 40-hex commit, AOTriton's also "from-pytorch"), and the one reader and
-writer of those files. The builds (scripts.sources.pins) and doctor check a table the same way.
-
-Reading is tomllib (fast; the no-op sessions read pins on every run). Writing (update_pins, a
-build's first run resolving an unresolved pin) is tomlkit, which keeps every comment, key order
-and untouched line of the file byte for byte; it is imported only when a file is written.
-
-The rest of the pin family is in scripts/sources (it reads upstream trees): pins (Pin, load_pin,
-AOTriton "from-pytorch"), pin_set (torch x AOTriton agree), pin_submodules (the paths a checkout
-initialises) and update_pins (the session that resolves and records them)."""
+"""pins/<project>.toml, the pin files: the projects, where the files are, what a pin table may
+hold (known keys, with a "did you mean"; `url`, `ref` non-empty; `commit` 40-hex, AOTriton's also
+"from-pytorch"), and their one reader (tomllib) and writer (tomlkit: every comment and untouched
+line stays byte for byte). scripts.sources reads upstream trees for them (pins, pin_set,
+pin_submodules, update_pins)."""
 
 from __future__ import annotations
 
@@ -171,31 +164,22 @@ def check_file(path: Path, project: str) -> dict[str, Any]:
 
 
 def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
-    """Set keys of [table] (a dotted name such as "pytorch.aotriton") in the pin file path; a
-    missing key or table is added. Every other byte of the file (comments, order, formatting of
-    the untouched lines) stays as it was. True when the file changed."""
+    """Set keys of [table] (dotted: "pytorch.aotriton") in the pin file path, adding what is
+    missing; every other byte stays. True when the file changed."""
     import tomlkit
-    from tomlkit.exceptions import TOMLKitError
 
     load_toml(path, "pin file")  # a missing or malformed file: the readers' one line
     before = Path(path).read_text()
-    try:
-        node: Any = tomlkit.parse(before)
-    except TOMLKitError as e:
-        raise UserError(f"malformed pin file {display(path)}: {e}") from None
-    document = node
+    node = document = tomlkit.parse(before)
     for part in table.split("."):
-        if part not in node:
-            node[part] = tomlkit.table()
-        node = node[part]
+        node = node.setdefault(part, tomlkit.table())
         if not isinstance(node, dict):
             raise UserError(f"{display(path)}: [{table}] is not a table")
     for key, value in values.items():
         wanted = value if isinstance(value, str) else list(value)
         if node.get(key) != wanted:
             node[key] = wanted
-    after = document.as_string()
-    if after == before:
+    if (after := document.as_string()) == before:
         return False
     stamps.write_text_atomic(Path(path), after)
     return True

@@ -16,7 +16,7 @@ saying why; 2 on bad input.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -131,6 +131,35 @@ def profile_events(prof: Any) -> list[tuple[str, bool]]:
 # --------------------------------------------------------------------------- reports
 
 
+def can_use(params: Any, fn_name: str, on_cpu: bool) -> dict[str, Any]:
+    """torch's can_use_* verdict with its reasons (debug=True reports through C++ TORCH_WARN,
+    which reaches fd 2, not Python warnings)."""
+    import torch
+
+    fn = getattr(torch.backends.cuda, fn_name, None)
+    if fn is None:
+        return {"can_use": None, "reasons": [f"torch has no torch.backends.cuda.{fn_name}"]}
+    with common.capture_all_warnings() as caught:
+        try:
+            ok, error = bool(fn(params, debug=True)), None
+        except Exception as exc:
+            ok, error = False, exc
+    reasons = caught.reasons()
+    if error is not None:
+        reasons.append(common.first_line(str(error)))
+    if not ok and not reasons:
+        why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)" if on_cpu else ""
+        reasons.append("torch gave no reason" + why)
+    return {"can_use": ok, "reasons": list(dict.fromkeys(reasons))}
+
+
+def _ask(fn: Any) -> bool | None:
+    try:
+        return bool(fn()) if fn is not None else None
+    except Exception:
+        return None
+
+
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
     """compiled in / enabled / can_use_* (with torch's reasons) per backend."""
     import torch
@@ -140,51 +169,18 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
         shape.batch, shape.q_heads, shape.seq, shape.head_dim, dtype=dtype, device=device
     )
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
-
-    def can_use(fn_name: str) -> dict[str, Any]:
-        fn = getattr(cuda, fn_name, None)
-        if fn is None:
-            return {"can_use": None, "reasons": [f"torch has no torch.backends.cuda.{fn_name}"]}
-        # debug=True reports through C++ TORCH_WARN, which reaches fd 2, not Python warnings.
-        with common.capture_all_warnings() as caught:
-            try:
-                ok = bool(fn(params, debug=True))
-                error = None
-            except Exception as exc:
-                ok, error = False, exc
-        reasons = caught.reasons()
-        if error is not None:
-            reasons.append(common.first_line(str(error)))
-        if not ok and not reasons:
-            reasons.append(
-                "torch gave no reason"
-                + (
-                    " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)"
-                    if device.type == "cpu"
-                    else ""
-                )
-            )
-        return {"can_use": ok, "reasons": list(dict.fromkeys(reasons))}
-
-    def safe(fn_name: str, module: Any = cuda) -> bool | None:
-        fn = getattr(module, fn_name, None)
-        try:
-            return bool(fn()) if fn is not None else None
-        except Exception:
-            return None
-
-    on_gpu = device.type == "cuda"
+    on_cpu = device.type == "cpu"
     report = {
         "flash": {
-            "compiled_in": safe("is_flash_attention_available"),
+            "compiled_in": _ask(getattr(cuda, "is_flash_attention_available", None)),
             "enabled": cuda.flash_sdp_enabled(),
-            **can_use("can_use_flash_attention"),
+            **can_use(params, "can_use_flash_attention", on_cpu),
         },
+        # torch has no public "is compiled in" query for the memory-efficient kernel.
         "efficient": {
-            # torch has no public "is compiled in" query for the memory-efficient kernel.
             "compiled_in": None,
             "enabled": cuda.mem_efficient_sdp_enabled(),
-            **can_use("can_use_efficient_attention"),
+            **can_use(params, "can_use_efficient_attention", on_cpu),
         },
         "math": {
             "compiled_in": True,
@@ -195,13 +191,13 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
     }
     if not torch.version.hip:
         report["cudnn"] = {
-            "compiled_in": safe("is_available", torch.backends.cudnn) if on_gpu else False,
+            "compiled_in": False if on_cpu else _ask(torch.backends.cudnn.is_available),
             "enabled": cuda.cudnn_sdp_enabled(),
-            **can_use("can_use_cudnn_attention"),
+            **can_use(params, "can_use_cudnn_attention", on_cpu),
         }
     else:
         report["ck"] = {
-            "compiled_in": safe("is_ck_sdpa_available"),
+            "compiled_in": _ask(getattr(cuda, "is_ck_sdpa_available", None)),
             "enabled": None,
             "can_use": None,
             "reasons": ["selected via preferred_rocm_fa_library"],
@@ -241,60 +237,60 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
     return report
 
 
+def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, dict[str, Any]]:
+    """SDPA forward and backward under the profiler, forced to backend (None: torch's default
+    dispatch): ((out, grads) or None, what ran and torch's reasons)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v, dout = inputs
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    for t in (q, k, v):
+        t.grad = None
+    forced = common.backend_context(backend, device) if backend else contextlib.nullcontext()
+    error = None
+    with common.capture_all_warnings() as caught:
+        try:
+            with profile(activities=activities) as prof:
+                with forced:
+                    out = common.sdpa(q, k, v, True)
+                out.backward(dout)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            # A deferred HIP error (pitfall: it surfaces at the next checked op) lands here.
+            torch.zeros(1, device=device).add_(1).item()
+        except Exception as exc:
+            error = exc
+    reasons = caught.reasons()
+    if error is not None:
+        text = common.first_line(str(error)) or type(error).__name__
+        return None, {"ran": None, "error": text, "reasons": reasons}
+    grads = [t.grad.detach().clone() for t in (q, k, v)]
+    return (out.detach(), grads), {**classify_events(profile_events(prof)), "reasons": reasons}
+
+
 def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, Any]:
     """Force flash, profile it, compare with float32 math; profile the default dispatch too."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     dtype = common.torch_dtype(dtype_name)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def make(heads: int) -> Any:
         t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
-        return t.to(device=device, dtype=dtype).requires_grad_(True)
+        return t.to(device=device, dtype=dtype)
 
-    q, k, v = make(shape.q_heads), make(shape.kv_heads), make(shape.kv_heads)
-    dout = torch.randn(shape.batch, shape.q_heads, shape.seq, shape.head_dim, generator=gen)
-    dout = dout.to(device=device, dtype=dtype)
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-
-    def run_profiled(backend: str | None) -> tuple[Any, dict[str, Any]]:
-        for t in (q, k, v):
-            t.grad = None
-        with common.capture_all_warnings() as caught:
-            try:
-                with profile(activities=activities) as prof:
-                    if backend is None:
-                        out = common.sdpa(q, k, v, True)
-                    else:
-                        with common.backend_context(backend, device):
-                            out = common.sdpa(q, k, v, True)
-                    out.backward(dout)
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                # A deferred HIP error (pitfall: it surfaces at the next checked op) lands here.
-                torch.zeros(1, device=device).add_(1).item()
-            except Exception as exc:
-                error = exc
-            else:
-                error = None
-        reasons = caught.reasons()
-        if error is not None:
-            text = common.first_line(str(error)) or type(error).__name__
-            return None, {"ran": None, "error": text, "reasons": reasons}
-        grads = [t.grad.detach().clone() for t in (q, k, v)]
-        return (out.detach(), grads), {**classify_events(profile_events(prof)), "reasons": reasons}
-
-    flash_result, flash_profile = run_profiled("flash")
-    _default_result, default_profile = run_profiled(None)
-
-    # float32 math reference on the same device
+    q, k, v = (
+        make(h).requires_grad_(True) for h in (shape.q_heads, shape.kv_heads, shape.kv_heads)
+    )
+    inputs = (q, k, v, make(shape.q_heads))
+    flash_result, flash_profile = run_profiled(device, "flash", inputs)
+    _default_result, default_profile = run_profiled(device, None, inputs)
     q32, k32, v32 = (t.detach().float().requires_grad_(True) for t in (q, k, v))
-    with common.backend_context("math", device):
+    with common.backend_context("math", device):  # the float32 reference on the same device
         ref = common.sdpa(q32, k32, v32, True)
-    ref.backward(dout.float())
+    ref.backward(inputs[3].float())
+    tol = TOLERANCE[dtype_name]
     report: dict[str, Any] = {
         "shape": shape.dims(),
         "dtype": dtype_name,
@@ -303,7 +299,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         "default_dispatch": default_profile,
         "tolerance": {
             "rule": "max|x - ref| / max(1, max|ref|), ref = math backend in float32",
-            **TOLERANCE[dtype_name],
+            **tol,
         },
         "errors": None,
         "correct": None,
@@ -312,7 +308,6 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         out, grads = flash_result
         fwd_err = _scaled_error(out, ref.detach())
         bwd_err = max(_scaled_error(g, r.grad) for g, r in zip(grads, (q32, k32, v32), strict=True))
-        tol = TOLERANCE[dtype_name]
         report["errors"] = {"fwd": fwd_err, "bwd": bwd_err}
         report["correct"] = fwd_err <= tol["fwd"] and bwd_err <= tol["bwd"]
     return report
@@ -456,10 +451,7 @@ def _yn(value: Any) -> str:
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.OneLineArgumentParser(
-        prog=PROG, description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
+    p = common.new_parser(PROG, __doc__)
     p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
     p.add_argument(
         "--shape",
@@ -471,27 +463,26 @@ def build_parser() -> common.OneLineArgumentParser:
         type=Path,
         help="torch/lib folder to read AOTriton files from (default: torch's own)",
     )
-    p.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        metavar="PATH",
-        help="write the report as JSON to PATH, or to stdout when no PATH is given",
-    )
-    common.add_dry_run(p)
+    common.add_json(p)
     return p
 
 
-def _main(argv: list[str] | None) -> int:
-    opts = build_parser().parse_args(argv)
+def usable_torch() -> Any:
+    """torch, or one line saying why this install gives no verdict (a broken or partial one)."""
     try:
         import torch
 
         torch.device, torch.version, torch.nn.functional  # noqa: B018 - the API this reads
-    except (ImportError, AttributeError) as e:  # a broken or partial install: no verdict
+        return torch
+    except (ImportError, AttributeError) as e:
         where = getattr(sys.modules.get("torch"), "__file__", None) or "the env's torch"
         version = getattr(sys.modules.get("torch"), "__version__", "?")
         raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
+
+
+def _main(argv: list[str] | None) -> int:
+    opts = build_parser().parse_args(argv)
+    torch = usable_torch()
     dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)
@@ -508,8 +499,6 @@ def _main(argv: list[str] | None) -> int:
                 f"AOTriton files read from {lib_dir}",
             ],
         )
-
-    arches = common.load_arches()
     arch, device_name = common.detect_arch(device)
     report: dict[str, Any] = {
         "schema": SCHEMA,
@@ -529,7 +518,7 @@ def _main(argv: list[str] | None) -> int:
         "rule_kernel_names": {f: list(n) for f, n in KERNEL_RULES},
     }
     if torch.version.hip or opts.torch_lib_dir is not None:
-        report["rocm"] = rocm_report(arch, arches, lib_dir)
+        report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)
     passed, failures = verdict(report)
     report["passed"] = passed
@@ -539,18 +528,7 @@ def _main(argv: list[str] | None) -> int:
         if passed
         else f"FAIL: {failures[0]}"
     )
-    if opts.json is not None:
-        text = json.dumps(report, indent=1) + "\n"
-        if opts.json == "-":
-            sys.stdout.write(text)
-        else:
-            Path(opts.json).write_text(text)
-            print(render(report))
-    else:
-        print(render(report))
-    if opts.json == "-":
-        # stdout is the JSON document; the verdict line goes to stderr, once.
-        print(report["summary"], file=sys.stderr)
+    common.emit(opts.json, report, render(report))
     return 0 if passed else 1
 
 

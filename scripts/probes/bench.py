@@ -53,16 +53,12 @@ SCHEMA = "sdpa-bench/1"
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.OneLineArgumentParser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        epilog=(
-            "Default sizes (B,H,S,D): "
-            + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in plan.SIZES.items())
-            + f". FLOPs: {measure.FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
-            "unavailable or skipped are recorded, not errors), 2 on bad input."
-        ),
-        formatter_class=common.argparse.RawDescriptionHelpFormatter,
+    p = common.new_parser(PROG, __doc__.split("\n\n")[0])
+    p.epilog = (
+        "Default sizes (B,H,S,D): "
+        + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in plan.SIZES.items())
+        + f". FLOPs: {measure.FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
+        "unavailable or skipped are recorded, not errors), 2 on bad input."
     )
     _add_case_options(p)
     _add_timing_options(p)
@@ -103,28 +99,22 @@ def _add_case_options(p: common.OneLineArgumentParser) -> None:
 
 def _add_timing_options(p: common.OneLineArgumentParser) -> None:
     """How each case is timed: repeats, warm-up, timing mode, noise handling."""
-    p.add_argument("--repeats", type=int, help="fixed repeat count (default: adaptive)")
-    p.add_argument(
-        "--budget-ms",
-        type=float,
-        default=6.0,
-        help="adaptive mode: timed milliseconds per measurement (default 6)",
-    )
-    p.add_argument("--min-repeats", type=int, default=5, help="adaptive mode minimum (default 5)")
-    p.add_argument(
-        "--slow-min-repeats",
-        type=int,
-        default=2,
-        help=f"adaptive mode minimum for calls slower than {measure.SLOW_CALL_MS:g} ms (default 2)",
-    )
-    p.add_argument("--max-repeats", type=int, default=50, help="adaptive mode maximum (50)")
-    p.add_argument("--warmup", type=int, default=1, help="minimum warm-up calls (default 1)")
-    p.add_argument(
-        "--warmup-ms",
-        type=float,
-        default=3.0,
-        help="keep warming up until this many ms were spent (default 3)",
-    )
+    for flag, kind, default, text in (
+        ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
+        ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
+        ("--min-repeats", int, 5, "adaptive mode minimum"),
+        ("--slow-min-repeats", int, 2, "adaptive mode minimum for calls slower than "
+         f"{measure.SLOW_CALL_MS:g} ms"),
+        ("--max-repeats", int, 50, "adaptive mode maximum"),
+        ("--warmup", int, 1, "minimum warm-up calls"),
+        ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
+        ("--noise-threshold", float, measure.NOISE_THRESHOLD,
+         "spread (p75-p25)/median above which more repeats are taken"),
+        ("--noise-max-repeats", int, 100, "bound on the repeats of a noisy row"),
+        ("--noise-budget-ms", float, 30.0, "bound on the extra time spent on a noisy row"),
+    ):  # fmt: skip
+        shown = "" if default is None else f" (default {default:g})"
+        p.add_argument(flag, type=kind, default=default, help=text + shown)
     p.add_argument(
         "--timing",
         choices=measure.TIMINGS,
@@ -140,25 +130,6 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
         help="run each large case (Large and up) this long before timing it: steady power state",
     )
     p.add_argument(
-        "--noise-threshold",
-        type=float,
-        default=measure.NOISE_THRESHOLD,
-        help="spread (p75-p25)/median above which more repeats are taken "
-        f"(default {measure.NOISE_THRESHOLD:g})",
-    )
-    p.add_argument(
-        "--noise-max-repeats",
-        type=int,
-        default=100,
-        help="bound on the repeats of a noisy row (default 100)",
-    )
-    p.add_argument(
-        "--noise-budget-ms",
-        type=float,
-        default=30.0,
-        help="bound on the extra time spent on a noisy row (default 30)",
-    )
-    p.add_argument(
         "--no-kernel-time",
         dest="kernel_time",
         action="store_false",
@@ -170,14 +141,12 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
 
 def _add_output_options(p: common.OneLineArgumentParser) -> None:
     """Device, memory, outputs and --compare."""
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
     p.add_argument(
         "--mem-limit-gib",
         type=float,
         help="treat at most this much memory as free (skips cases that need more)",
     )
-    common.add_dry_run(p)
     p.add_argument("--out-dir", help="write bench.json, bench.csv, bench.png here")
     p.add_argument("--json", dest="json_path", help="JSON result path")
     p.add_argument("--csv", dest="csv_path", help="CSV result path")
@@ -297,35 +266,25 @@ def _add_peaks(
     return peaks
 
 
-_SETTINGS = (
-    "suite",
-    "sizes",
-    "shape",
-    "kv_heads",
-    "dtypes",
-    "backends",
-    "causal",
-    "passes",
-    "repeats",
-    "budget_ms",
-    "min_repeats",
-    "slow_min_repeats",
-    "max_repeats",
-    "warmup",
-    "warmup_ms",
-    "mem_limit_gib",
-    "timing",
-    "sustained",
-    "noise_threshold",
-    "noise_max_repeats",
-    "noise_budget_ms",
-    "kernel_time",
-)
+# Options that say where output goes or what else to do; every other option shaped the run.
+NOT_SETTINGS = {
+    "device",
+    "dry_run",
+    "peak_tflops",
+    "out_dir",
+    "json_path",
+    "csv_path",
+    "plot_path",
+    "replot",
+    "compare",
+    "threshold_pct",
+    "compare_runs",
+}
 
 
 def _settings(opts: Any, device: Any) -> dict[str, Any]:
     """The options that shaped the run, as recorded in the JSON."""
-    settings = {k: vars(opts)[k] for k in _SETTINGS}
+    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
     settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
     return settings
 
@@ -346,6 +305,22 @@ def _write_outputs(
         plan.progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
 
 
+def _dry_run(opts: Any, device: Any, cases: list, dtypes: list, backends: list) -> int:
+    timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
+    outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
+    return common.dry_run(
+        PROG,
+        device,
+        [
+            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
+            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal}, --timing "
+            f"{opts.timing})",
+            *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
+            "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
+        ],
+    )
+
+
 def _main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.compare:
@@ -359,19 +334,7 @@ def _main(argv: list[str] | None) -> int:
     dtypes = plan.suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
     if opts.dry_run:
-        timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
-        return common.dry_run(
-            PROG,
-            device,
-            [
-                f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
-                f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal}, --timing "
-                f"{opts.timing})",
-                *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
-                "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
-            ],
-        )
+        return _dry_run(opts, device, cases, dtypes, backends)
     paths = _output_paths(opts)
 
     started = time.perf_counter()

@@ -157,6 +157,13 @@ def compare_runs(
     return out
 
 
+def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
+    """Compared rows per verdict, and the geometric-mean speedup of those not launch-bound."""
+    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICTS}
+    kernel = [r["speedup"] for r in rows if r["verdict"] != "launch-bound"]
+    return counts, statistics.geometric_mean(kernel) if kernel else None
+
+
 def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
     """Per class: FLOOR_MARGIN x the largest |change| between any two runs of one group (one
     A/A session), in whole %; launch-bound rows are left out (they are never judged)."""

@@ -1,36 +1,24 @@
 """Cross-check of bench.py's timing against an independent harness, in the same process.
 
-For every case, bench.py's own timer (bench_measure.Timer, on bench's inputs, with bench's
-warm-up, spin, calls per sample) and a deliberately separate, minimal harness (its own inputs
-and loops, no code shared with bench) take turns on the same GPU, A-B then B-A: few long turns
-in device mode, many short ones in wall mode (--turns), so that both see the same clocks, power
-state and neighbours. The difference of a case ("diff %") is the median, over the pairs of
-neighbouring turns, of bench's turn median / the harness's turn median - 1; the difference of
-the pooled medians is shown too ("pooled"). The largest difference per size is reported and
-the exit status is 1 when any exceeds --tolerance-pct (default 5). Comparing two separate
-processes instead measures mostly the machine: wall timings of small cases differed by up to
-62 % between two runs of one harness a minute apart on an H100 (docs/results/README.md).
+For every case, bench.py's own timer (bench_measure.Timer on bench's inputs) and a separate,
+minimal harness (its own inputs and loops, no code shared with bench) take turns on the same
+GPU, A-B then B-A (few long turns in device mode, many short ones in wall mode: --turns), so
+both see the same clocks, power state and neighbours. A case's "diff %" is the median over
+pairs of neighbouring turns of bench's turn median / the harness's - 1 ("pooled": of the
+pooled medians). Exit 1 when any size's largest difference exceeds --tolerance-pct (default
+5). Two separate processes would measure mostly the machine: wall timings of small cases
+differed by up to 62 % between two runs of one harness a minute apart on an H100.
 
-The independent harness, in bench's two timing modes (--timing; default: the mode of
---bench-json, else device):
+The harness, in bench's timing modes (--timing; default: --bench-json's, else device):
+device: fp16 inputs, two warm-up calls, a 256 MiB L2 flush behind a GPU spin before each
+repeat, one event pair per repeat, median (as triton's do_bench); wall: two warm-up calls and
+25 ms back-to-back, then samples of N back-to-back calls on the host clock (also on a CPU).
+Backward is timed alone (forward once, backward with retain_graph, grads reset per repeat).
 
-- device: fp16 inputs that require grad, two fixed warm-up calls, a 256 MiB L2 flush before
-  every repeat behind a GPU spin (torch.cuda._sleep, so the host's launch latency is not
-  timed), one torch.cuda.Event pair per repeat, one synchronize after all repeats (as triton's
-  do_bench), median.
-- wall: two warm-up calls and 25 ms of back-to-back calls, then samples of N back-to-back
-  calls on the host clock with one synchronize per sample (host launch cost included), median
-  of the per-call times. This mode also runs on a CPU.
-
-Backward is timed alone: forward once, then out.backward(grad, retain_graph=True) with the input
-grads reset before each repeat.
-
-Cases: every fp16 forward/backward case of --bench-json, else all five sizes x flash/efficient/
-cudnn/math x causal and not (narrowed by --sizes/--backends). With --bench-json, that file's
-medians (another process) are shown beside the two in-process figures, for information. In
-device mode it also times the cases of the reference table (REFERENCE below) with 30 repeats
-("sustained"; 10 for XLarge math) and prints them next to the reference H100 figures (measured
-with 100 repeats).
+Cases: every fp16 fwd/bwd case of --bench-json (its medians shown beside, for information),
+else five sizes x flash/efficient/cudnn/math x causal and not (--sizes/--backends). In device
+mode the cases of REFERENCE are also timed with 30 repeats ("sustained") next to the H100
+reference figures.
 """
 
 from __future__ import annotations
@@ -244,12 +232,9 @@ def compare_pass(
     turns: int | None = None,
     sustained: bool = False,
 ) -> dict:
-    """bench's timer and the own harness, taking turns on one pass of one case; then, when
-    `sustained`, the harness alone with SUSTAINED_REPEATS (10 for XLarge math).
-
-    Each side warms up (and in wall mode settles) in its first turn only: after that the other
-    side's turn keeps the GPU as busy as its own loop would. A backward's graph is rebuilt per
-    turn so that two retained graphs never coexist (the math path's at XLarge is ~17 GB)."""
+    """bench's timer and the own harness in turns on one pass of one case (each warms up in its
+    first turn only; a backward's graph is rebuilt per turn: the math path's at XLarge is
+    ~17 GB); with `sustained`, the harness alone with SUSTAINED_REPEATS (10 for XLarge math)."""
     b, h, s, d = SIZES[size]
     timer = bench_timing.Timer(device, timing)
     tensors = bench_timing.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
@@ -281,17 +266,8 @@ def compare_pass(
     bench_turns, own_turns = take_turns(turns, bench_turn, harness_turn)
     profiled = None
     if timing == "device":
-        # A second clock, not another loop: the same repeats timed by their event pairs and by
-        # the profiler's kernel records (scripts/probes/kernel_time.py).
-        events: list[float] = []
-        many = SLOW_PER_TURN if estimate >= bench_timing.SLOW_CALL_MS else PROFILED_REPEATS
-        kernels = kernel_time.profile(
-            lambda: events.extend(harness.time(backend, pass_name, many, 1, warm_up=False))
-        )
-        harness.reset()
-        found = kernel_time.summary(kernels)
-        if found and events:
-            profiled = {"events_ms": statistics.median(events), **found}
+        slow = estimate >= bench_timing.SLOW_CALL_MS
+        profiled = profile_harness(harness, backend, pass_name, slow)
     sustained_ms = None
     if sustained:
         many = 10 if backend == "math" and size == "XLarge" else SUSTAINED_REPEATS
@@ -304,6 +280,19 @@ def compare_pass(
         "sustained_ms": sustained_ms,
         "profiled": profiled,
     }
+
+
+def profile_harness(harness: Harness, backend: str, pass_name: str, slow: bool) -> dict | None:
+    """A second clock, not another loop: the same repeats timed by their event pairs and by
+    the profiler's kernel records (scripts/probes/kernel_time.py)."""
+    events: list[float] = []
+    many = SLOW_PER_TURN if slow else PROFILED_REPEATS
+    kernels = kernel_time.profile(
+        lambda: events.extend(harness.time(backend, pass_name, many, 1, warm_up=False))
+    )
+    harness.reset()
+    found = kernel_time.summary(kernels)
+    return {"events_ms": statistics.median(events), **found} if found and events else None
 
 
 def _r(value: float | None) -> float | None:
@@ -525,23 +514,25 @@ def time_cases(
 def summaries(rows: list[dict[str, Any]], timing: str, tolerance_pct: float) -> dict[str, Any]:
     """The verdicts, keyed as in the JSON: bench.py's timer vs this harness, events vs profiler."""
     ok, worst = verdict(rows, tolerance_pct)
-    per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
-    summary = (
-        f"{timing} timing: {len(rows)} timings, bench.py's timer vs this harness in turns, "
-        f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
-        f"{tolerance_pct:g}%): {'AGREE' if ok else 'DISAGREE'}"
-        if rows
-        else "nothing was timed"
-    )
     prof_ok, prof_worst = verdict(rows, tolerance_pct, "profiler_diff_pct")
+
+    def line(what: str, ok: bool, worst: dict[str, float], limit: str = "") -> str:
+        per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
+        return (
+            f"{what} largest difference {max(worst.values()):.2f}% (per size: {per_size}"
+            f"{limit}): {'AGREE' if ok else 'DISAGREE'}"
+        )
+
+    summary = "nothing was timed"
+    if rows:
+        what = f"{timing} timing: {len(rows)} timings, bench.py's timer vs this harness in turns,"
+        summary = line(what, ok, worst, f"; limit {tolerance_pct:g}%")
     prof_summary = (
-        f"event timer vs profiler kernel time (same repeats): largest difference "
-        f"{max(prof_worst.values()):.2f}% (per size: "
-        + ", ".join(f"{s} {w:.2f}%" for s, w in prof_worst.items())
-        + f"): {'AGREE' if prof_ok else 'DISAGREE'}"
-        if prof_worst
-        else "no profiler kernel records (wall timing, or the profiler saw no device activity)"
+        "no profiler kernel records (wall timing, or the profiler saw no device activity)"
     )
+    if prof_worst:
+        what = "event timer vs profiler kernel time (same repeats):"
+        prof_summary = line(what, prof_ok, prof_worst)
     return {
         "summary": summary,
         "agree": ok,

@@ -362,6 +362,7 @@ class Tensors:
     def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
         import torch
 
+        self.shape = shape
         # Generated on the device: CPU generation of the XLarge inputs alone takes seconds.
         gen = torch.Generator(device=device).manual_seed(0)
 
@@ -427,16 +428,7 @@ def run_pass(
             else:
                 warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
-            if opts.repeats:
-                repeats = opts.repeats
-            else:
-                wanted = int(opts.budget_ms / max(estimate, 1e-6))
-                floor = opts.min_repeats
-                if estimate >= SLOW_CALL_MS:
-                    # Calls this slow (the math path at XLarge) vary by well under 1%; two
-                    # samples bound the spread and keep the default suite's wall time down.
-                    floor = min(floor, opts.slow_min_repeats)
-                repeats = max(floor, min(opts.max_repeats, wanted))
+            repeats = repeat_count(opts, estimate)
             timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
             calls = timer.calls_per_sample(estimate)
             timer.set_head_start(estimate, backward=pass_name != "fwd")
@@ -450,20 +442,9 @@ def run_pass(
             timer.launch_ms = []
             times = timer.measure(fn, before, repeats, calls)
             times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
-            summary = summarize(times, _threshold(opts))
+            summary = summarize(times, opts.noise_threshold)
             launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
-            kernel = None
-            busy = kernel_time.busy_fields(None, None)
-            if launch is not None and getattr(opts, "kernel_time", True):
-                if launch >= PROFILE_LAUNCH_FRACTION * summary["median_ms"]:
-                    kernel = kernel_time.summary(
-                        kernel_time.profile(
-                            lambda: timer.measure(fn, before, PROFILED_REPEATS, calls)
-                        )
-                    )
-                    busy = kernel_time.busy_fields(kernel, summary["median_ms"])
-                else:
-                    busy["launch_bound"] = False  # see PROFILE_LAUNCH_FRACTION
+            busy = kernel_fields(timer, fn, before, calls, summary["median_ms"], launch, opts)
         tensors.reset_grads()
         return {
             "status": "ok",
@@ -479,8 +460,30 @@ def run_pass(
         return _failure(timer, tensors, exc, [])
 
 
-def _threshold(opts: Any) -> float:
-    return opts.noise_threshold
+def repeat_count(opts: Any, estimate: float) -> int:
+    """--repeats, else what fits --budget-ms, within --min-repeats..--max-repeats."""
+    if opts.repeats:
+        return opts.repeats
+    floor = opts.min_repeats
+    if estimate >= SLOW_CALL_MS:
+        # Calls this slow (the math path at XLarge) vary by well under 1%; two samples bound
+        # the spread and keep the default suite's wall time down.
+        floor = min(floor, opts.slow_min_repeats)
+    return max(floor, min(opts.max_repeats, int(opts.budget_ms / max(estimate, 1e-6))))
+
+
+def kernel_fields(
+    timer: Timer, fn: Any, before: Any, calls: int, median: float, launch: Any, opts: Any
+) -> dict[str, Any]:
+    """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
+    (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
+    busy = kernel_time.busy_fields(None, None)
+    if launch is None or not getattr(opts, "kernel_time", True):
+        return busy
+    if launch < PROFILE_LAUNCH_FRACTION * median:
+        return {**busy, "launch_bound": False}
+    profiled = kernel_time.profile(lambda: timer.measure(fn, before, PROFILED_REPEATS, calls))
+    return kernel_time.busy_fields(kernel_time.summary(profiled), median)
 
 
 def large_case(dims: Any) -> bool:
@@ -505,7 +508,7 @@ def more_repeats_while_noisy(
     budget_ms = opts.noise_budget_ms or 0.0
     sample_ms = estimate_ms * calls
     spent = 0.0
-    while spread(times) > _threshold(opts) and len(times) < bound and spent < budget_ms:
+    while spread(times) > opts.noise_threshold and len(times) < bound and spent < budget_ms:
         extra = min(len(times), bound - len(times))
         extra = min(extra, max(1, int((budget_ms - spent) / max(sample_ms, 1e-6))))
         times = times + timer.measure(fn, before, extra, calls)

@@ -125,7 +125,6 @@ def run_suite(
     cases = build_cases(opts)
     dtypes = suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
-
     timer = measure.Timer(device, opts.timing)
     limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
     total_cases = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
@@ -133,68 +132,70 @@ def run_suite(
     results: list[dict] = []
     for shape, causals, passes in cases:
         for dtype_name in dtypes:
-            peak = peaks.get(dtype_name)
             dtype = common.torch_dtype(dtype_name)
             tensors = None
-            for causal in causals:
-                for backend in backends:
-                    done += 1
-                    label = (
-                        f"[{done}/{total_cases}] {shape.name} {dtype_name} "
-                        f"{'causal' if causal else 'non-causal'} {backend}"
-                    )
-                    base = {
-                        **shape.as_dict(),
-                        "dtype": dtype_name,
-                        "causal": causal,
-                        "backend": backend,
-                        "peak_tflops": peak,
-                    }
-                    skip = _memory_skip_reason(shape, backend, dtype, device, timer, limit)
-                    if skip is None and tensors is None:
-                        try:
-                            tensors = measure.Tensors(shape, dtype, device)
-                        except Exception as exc:
-                            if not common.is_oom(exc):
-                                raise
-                            measure.release_cache(device)
-                            skip = f"out of memory allocating inputs: {common.first_line(exc)}"
-                    row_status = []
-                    estimates: dict[str, float] = {}
-                    for pass_name in passes:
-                        row = dict(base, **{"pass": pass_name})
-                        known = None
-                        if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
-                            known = estimates["fwd"] + estimates["bwd"]
-                        if skip is not None:
-                            row.update(status="skipped", reason=skip)
-                        else:
-                            row.update(
-                                measure.run_pass(
-                                    timer, tensors, causal, backend, pass_name, opts, known
-                                )
-                            )
-                            if row["status"] == "ok":
-                                estimates[pass_name] = row["median_ms"]
-                                row.update(
-                                    measure.rates(
-                                        shape,
-                                        causal,
-                                        pass_name,
-                                        row["median_ms"],
-                                        (peak, roof_gbps),
-                                        tensors.q.element_size(),
-                                    )
-                                )
-                        results.append(complete_row(row))
-                        row_status.append(progress_text(row))
-                    progress(f"{label}: " + ", ".join(row_status))
+            for causal, backend in ((c, b) for c in causals for b in backends):
+                done += 1
+                skip = _memory_skip_reason(shape, backend, dtype, device, timer, limit)
+                if skip is None and tensors is None:
+                    tensors, skip = _allocate(shape, dtype, device)
+                base = {
+                    **shape.as_dict(),
+                    "dtype": dtype_name,
+                    "causal": causal,
+                    "backend": backend,
+                    "peak_tflops": peaks.get(dtype_name),
+                }
+                rows = time_case(timer, tensors, base, passes, skip, opts, roof_gbps)
+                results += [complete_row(r) for r in rows]
+                progress(
+                    f"[{done}/{total_cases}] {shape.name} {dtype_name} "
+                    f"{'causal' if causal else 'non-causal'} {backend}: "
+                    + ", ".join(progress_text(r) for r in rows)
+                )
             # Cached blocks are reused by the next shape (free_memory_bytes counts them as free);
             # releasing them would only make the next case pay for cudaMalloc again.
             del tensors
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return results
+
+
+def _allocate(shape: common.Shape, dtype: Any, device: Any) -> tuple[Any, str | None]:
+    try:
+        return measure.Tensors(shape, dtype, device), None
+    except Exception as exc:
+        if not common.is_oom(exc):
+            raise
+        measure.release_cache(device)
+        return None, f"out of memory allocating inputs: {common.first_line(exc)}"
+
+
+def time_case(
+    timer: Any, tensors: Any, base: dict, passes: list[str], skip: str | None, opts: Any, roof: Any
+) -> list[dict]:
+    """One row per pass of one case (shape, dtype, causal, backend), with its rates."""
+    rows = []
+    estimates: dict[str, float] = {}
+    for pass_name in passes:
+        row = dict(base, **{"pass": pass_name})
+        rows.append(row)
+        if skip is not None:
+            row.update(status="skipped", reason=skip)
+            continue
+        known = None
+        if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
+            known = estimates["fwd"] + estimates["bwd"]
+        causal, backend = base["causal"], base["backend"]
+        row.update(measure.run_pass(timer, tensors, causal, backend, pass_name, opts, known))
+        if row["status"] == "ok":
+            estimates[pass_name] = row["median_ms"]
+            bounds = (base["peak_tflops"], roof)
+            size = tensors.q.element_size()
+            row.update(
+                measure.rates(tensors.shape, causal, pass_name, row["median_ms"], bounds, size)
+            )
+    return rows
 
 
 def _memory_skip_reason(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -73,72 +72,42 @@ def status_text(r: dict[str, Any]) -> str:
     return "noisy" if r.get("noisy") else "ok"
 
 
+TABLE_HEADER = (
+    *("size", "B,H,S,D", "dtype", "causal", "backend", "pass"),
+    *("median ms", "min ms", "max ms", "spread %", "reps"),
+    *("TFLOP/s", "GB/s", "bound", "% roof", "status"),
+)
+
+
+def table_row(r: dict[str, Any]) -> tuple:
+    dims = common.Shape.of_row(r).dims()
+    rate: tuple = ("-",) * 4
+    times: tuple = ("-",) * 5
+    if r["status"] == "ok":
+        rate = format_rate(r)
+        ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
+        times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
+    causal = "yes" if r["causal"] else "no"
+    return (
+        r["size"],
+        dims,
+        r["dtype"],
+        causal,
+        r["backend"],
+        r["pass"],
+        *times,
+        *rate,
+        status_text(r),
+    )
+
+
 def render_table(results: list[dict], provenance: dict[str, Any], timing: str = "device") -> str:
-    header = (
-        "size",
-        "B,H,S,D",
-        "dtype",
-        "causal",
-        "backend",
-        "pass",
-        "median ms",
-        "min ms",
-        "max ms",
-        "spread %",
-        "reps",
-        "TFLOP/s",
-        "GB/s",
-        "bound",
-        "% roof",
-        "status",
-    )
-    rows = []
-    for r in results:
-        shape = common.Shape(
-            r["size"],
-            r["batch"],
-            r["q_heads"],
-            r["kv_heads"],
-            r["seq_q"],
-            r["head_dim"],
-            r.get("seq_k"),
-        )
-        if r["status"] == "ok":
-            rate = format_rate(r)
-            times = (
-                f"{r['median_ms']:.4f}",
-                f"{r['min_ms']:.4f}",
-                f"{r['max_ms']:.4f}",
-                f"{100 * r['spread']:.1f}",
-                str(r["repeats"]),
-            )
-        else:
-            rate = ("-",) * 4
-            times = ("-",) * 5
-        status = status_text(r)
-        rows.append(
-            (
-                r["size"],
-                shape.dims(),
-                r["dtype"],
-                "yes" if r["causal"] else "no",
-                r["backend"],
-                r["pass"],
-                *times,
-                *rate,
-                status,
-            )
-        )
     noisy = sum(1 for r in results if r.get("noisy"))
-    footer = (
-        [
-            "",
-            f"{noisy} row(s) noisy: spread (p75-p25)/median stayed above the threshold after "
-            "extra repeats; treat those medians with care",
-        ]
-        if noisy
-        else []
-    )
+    footer = [
+        "",
+        f"{noisy} row(s) noisy: spread (p75-p25)/median stayed above the threshold after "
+        "extra repeats; treat those medians with care",
+    ]
     lines = [
         f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
         f"torch {provenance['torch']}",
@@ -150,8 +119,8 @@ def render_table(results: list[dict], provenance: dict[str, Any], timing: str = 
         _state_line(provenance),
         f"peak: {provenance.get('peak_note', '-')}",
         "",
-        *common.text_table(header, rows),
-        *footer,
+        *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
+        *(footer if noisy else []),
     ]
     return "\n".join(lines)
 
@@ -179,7 +148,6 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     columns = sorted({(r["dtype"], r["causal"]) for r in ok})
     passes = [p for p in measure.PASSES if any(r["pass"] == p for r in ok)]
     sizes = list(dict.fromkeys(r["size"] for r in results))
-    backends = list(dict.fromkeys(r["backend"] for r in ok))
     fig, axes = plt.subplots(
         len(passes),
         len(columns),
@@ -191,36 +159,10 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     for i, pass_name in enumerate(passes):
         for j, (dtype, causal) in enumerate(columns):
             ax = axes[i][j]
-            for backend in backends:
-                points = [
-                    (sizes.index(r["size"]), r["tflops"])
-                    for r in ok
-                    if (r["pass"], r["dtype"], r["causal"], r["backend"])
-                    == (pass_name, dtype, causal, backend)
-                ]
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    ax.plot(xs, ys, marker="o", label=backend)
-                    noisy = [
-                        (sizes.index(r["size"]), r["tflops"])
-                        for r in ok
-                        if r.get("noisy")
-                        and (r["pass"], r["dtype"], r["causal"], r["backend"])
-                        == (pass_name, dtype, causal, backend)
-                    ]
-                    if noisy:
-                        nx, ny = zip(*noisy, strict=True)
-                        ax.scatter(
-                            nx,
-                            ny,
-                            s=90,
-                            marker="o",
-                            facecolors="none",
-                            edgecolors="red",
-                            zorder=3,
-                            label="noisy" if not any_noisy else None,
-                        )
-                        any_noisy = True
+            panel = [
+                r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
+            ]
+            any_noisy = _plot_panel(ax, panel, sizes, any_noisy)
             ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
             ax.set_xticks(range(len(sizes)))
             ax.set_xticklabels(sizes, rotation=30, fontsize=7)
@@ -237,6 +179,21 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def _plot_panel(ax: Any, rows: list[dict], sizes: list[str], any_noisy: bool) -> bool:
+    """One line per backend, noisy rows ringed in red; True once a noisy row was drawn."""
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        mine = [r for r in rows if r["backend"] == backend]
+        xs, ys = zip(*((sizes.index(r["size"]), r["tflops"]) for r in mine), strict=True)
+        ax.plot(xs, ys, marker="o", label=backend)
+        noisy = [(sizes.index(r["size"]), r["tflops"]) for r in mine if r.get("noisy")]
+        if noisy:
+            nx, ny = zip(*noisy, strict=True)
+            label = "noisy" if not any_noisy else None
+            ax.scatter(nx, ny, s=90, facecolors="none", edgecolors="red", zorder=3, label=label)
+            any_noisy = True
+    return any_noisy
 
 
 # --------------------------------------------------------------------------- compare
@@ -304,15 +261,13 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         for r in rows
     ]
     lines += common.text_table(header, table)
-    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
-    kernel_rows = [r for r in rows if r["verdict"] != "launch-bound"]
-    geo = math.exp(sum(math.log(r["speedup"]) for r in kernel_rows) / max(1, len(kernel_rows)))
+    counts, geo = change.tally(rows)
     lines += [
         "",
         f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
         f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
         f"timed interval: not a kernel change), {counts['same']} same; "
-        f"geometric-mean speedup {geo:.3f}x",
+        f"geometric-mean speedup {geo or 1.0:.3f}x",
     ]
     return "\n".join(lines)

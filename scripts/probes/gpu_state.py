@@ -26,7 +26,8 @@ NVIDIA_SMI_FIELDS = (
 )
 
 
-def _run(argv: list[str], timeout: float = 10.0) -> str | None:
+def run_tool(argv: list[str], timeout: float = 10.0) -> str | None:
+    """A driver tool's stdout, or None when it is missing or fails."""
     if shutil.which(argv[0]) is None:
         return None
     try:
@@ -38,37 +39,23 @@ def _run(argv: list[str], timeout: float = 10.0) -> str | None:
 
 def nvidia_smi(index: int) -> dict[str, str] | None:
     """One GPU's nvidia-smi fields; a field the driver does not know is left out."""
-    text = _run(
-        [
-            "nvidia-smi",
-            f"--id={index}",
-            "--query-gpu=" + ",".join(NVIDIA_SMI_FIELDS),
-            "--format=csv,noheader,nounits",
-        ]
-    )
-    if not text or not text.strip():
-        # Older drivers call the last field clocks_throttle_reasons.active.
-        text = _run(
-            [
-                "nvidia-smi",
-                f"--id={index}",
-                "--query-gpu=" + ",".join(NVIDIA_SMI_FIELDS[:-1]),
-                "--format=csv,noheader,nounits",
-            ]
-        )
-    if not text or not text.strip():
-        return None
-    values = [v.strip() for v in text.strip().splitlines()[0].split(",")]
-    return {
-        k: v
-        for k, v in zip(NVIDIA_SMI_FIELDS, values, strict=False)
-        if v and "not supported" not in v.lower() and v != "[N/A]"
-    }
+    # Older drivers call the last field clocks_throttle_reasons.active: asked again without it.
+    for fields in (NVIDIA_SMI_FIELDS, NVIDIA_SMI_FIELDS[:-1]):
+        query = ["nvidia-smi", f"--id={index}", "--query-gpu=" + ",".join(fields)]
+        text = (run_tool([*query, "--format=csv,noheader,nounits"]) or "").strip()
+        if text:
+            values = [v.strip() for v in text.splitlines()[0].split(",")]
+            return {
+                k: v
+                for k, v in zip(fields, values, strict=False)
+                if v and "not supported" not in v.lower() and v != "[N/A]"
+            }
+    return None
 
 
 def amd_smi(index: int) -> Any:
     """amd-smi's clock and power metrics for one GPU (its own JSON), or None."""
-    text = _run(["amd-smi", "metric", "-g", str(index), "--clock", "--power", "--json"])
+    text = run_tool(["amd-smi", "metric", "-g", str(index), "--clock", "--power", "--json"])
     if not text:
         return None
     with contextlib.suppress(ValueError):

@@ -67,12 +67,40 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
         return 130
 
 
-def add_dry_run(p: argparse.ArgumentParser) -> None:
+def new_parser(prog: str, doc: str | None, device: str = "auto") -> OneLineArgumentParser:
+    """A probe's parser with the options every probe takes: --device and --dry-run."""
+    p = OneLineArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", default=device, help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument(
         "--dry-run",
         action="store_true",
         help="print what would run and on which device; run nothing",
     )
+    return p
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="write the results as JSON to PATH, or to stdout when no PATH is given",
+    )
+
+
+def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
+    """The text report (ending with the verdict) on stdout; with --json, the JSON to its path,
+    or to stdout with the verdict line once on stderr."""
+    if json_to == "-":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        print(doc["summary"], file=sys.stderr)
+        return
+    if json_to is not None:
+        Path(json_to).write_text(json.dumps(doc, indent=1) + "\n")
+    print(text)
 
 
 def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:
@@ -208,16 +236,6 @@ def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
     return load_table(path, "rate", "peak rates")
 
 
-def computed_peak(
-    units: int | None, clock_mhz: float | None, rate: dict[str, Any] | None, dtype_name: str
-) -> float | None:
-    """units x clock x FLOP per unit per clock, in TFLOP/s; None when any part is unknown."""
-    per_clock = (rate or {}).get(dtype_name)
-    if not units or not clock_mhz or not isinstance(per_clock, int | float):
-        return None
-    return round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
-
-
 def peak_from_device(
     arch: str | None,
     dtype_name: str,
@@ -232,8 +250,10 @@ def peak_from_device(
         return override, "--peak-tflops"
     info = device_info or {}
     rate = rates.get(arch or "")
-    peak = computed_peak(info.get("compute_units"), info.get("max_clock_mhz"), rate, dtype_name)
-    if peak is not None:
+    units, clock_mhz = info.get("compute_units"), info.get("max_clock_mhz")
+    per_clock = (rate or {}).get(dtype_name)
+    if units and clock_mhz and isinstance(per_clock, int | float):
+        peak = round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
         return peak, (
             f"computed: {info['compute_units']} CUs x {info['max_clock_mhz']:g} MHz "
             f"({info.get('clock_source')}) x {rate[dtype_name]} FLOP/CU/clock "
@@ -290,9 +310,6 @@ def device_info(device: Any) -> dict[str, Any] | None:
     """Compute units (torch's multi_processor_count) and the peak engine clock in MHz, with
     where the clock came from: amdgpu sysfs (ROCm) or nvidia-smi clocks.max.sm (CUDA), else
     torch's clock_rate property. None on CPU."""
-    import shutil
-    import subprocess
-
     import torch
 
     if device.type != "cuda":
@@ -310,22 +327,13 @@ def device_info(device: Any) -> dict[str, Any] | None:
         clock = _sysfs_max_sclk(props)
         if clock:
             info.update(max_clock_mhz=clock, clock_source="amdgpu sysfs pp_dpm_sclk")
-    elif shutil.which("nvidia-smi"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-            out = subprocess.run(
-                [
-                    "nvidia-smi",
-                    "--query-gpu=clocks.max.sm",
-                    "--format=csv,noheader,nounits",
-                    "-i",
-                    str(device_index(device)),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout
-            clock = float(out.split()[0])
+    else:
+        try:
+            from . import gpu_state
+        except ImportError:  # run as a plain script: this file's folder is on sys.path
+            import gpu_state  # type: ignore[no-redef]
+        with contextlib.suppress(KeyError, ValueError, TypeError):
+            clock = float((gpu_state.nvidia_smi(device_index(device)) or {})["clocks.max.sm"])
             info.update(max_clock_mhz=clock, clock_source="nvidia-smi clocks.max.sm")
     if not info["max_clock_mhz"]:
         khz = getattr(props, "clock_rate", None)
@@ -375,6 +383,12 @@ class Shape:
         heads = f"{self.q_heads}/{self.kv_heads}" if self.gqa else str(self.q_heads)
         seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else str(self.seq)
         return f"{self.batch},{heads},{seq},{self.head_dim}"
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> Shape:
+        """The shape a result row (as_dict's fields) was run with."""
+        fields = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
+        return cls(*(row.get(f) for f in fields))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -434,12 +448,23 @@ def default_backends(device: Any) -> list[str]:
     if device.type == "cpu":
         return ["flash", "efficient", "math"]
     if torch.version.hip:
-        names = ["flash", "efficient", "math"]
-        is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
-        if is_ck is not None and is_ck():
-            names.insert(1, "ck")
-        return names
+        return (
+            ["flash", "ck", "efficient", "math"]
+            if ck_available()
+            else ["flash", "efficient", "math"]
+        )
     return ["flash", "efficient", "cudnn", "math"]
+
+
+def ck_available() -> bool:
+    """A ROCm torch with composable_kernel's flash attention compiled in."""
+    import torch
+
+    is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
+    try:
+        return bool(is_ck and is_ck())
+    except Exception:
+        return False
 
 
 def parse_backends(text: str | None, device: Any) -> list[str]:
@@ -684,11 +709,11 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
     with contextlib.suppress(OSError):
         text = config_h.read_text(errors="replace")
-        parts = []
-        for field in ("MAJOR", "MINOR", "PATCH"):
-            m = re.search(rf"#define\s+AOTRITON_VERSION_{field}\s+(\d+)", text)
-            if m:
-                parts.append(m.group(1))
+        found = (
+            re.search(rf"#define\s+AOTRITON_VERSION_{f}\s+(\d+)", text)
+            for f in ["MAJOR", "MINOR", "PATCH"]
+        )
+        parts = [m.group(1) for m in found if m]
         if len(parts) >= 2:
             info["runtime_version"] = ".".join(parts)
             info["runtime_source"] = str(config_h)
@@ -698,29 +723,8 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
             if m:
                 info["runtime_version"] = m.group(1)
                 info["runtime_source"] = str(lib)
-    images_dir = lib_dir / "aotriton.images"
-    for sig in sorted(images_dir.glob("*/__signature__")):
-        try:
-            text = sig.read_bytes().decode("latin-1")
-        except OSError as e:
-            info["images"][sig.parent.name] = {"version": None, "error": e.strerror}
-            continue
-        # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
-        # version in it, and TRITON_VERSION must not be taken for one.
-        with contextlib.suppress(ValueError):
-            data = json.loads(text)
-            if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
-                info["images"][sig.parent.name] = {
-                    "version": None,
-                    "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}",
-                }
-                continue
-        m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
-        m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
-        info["images"][sig.parent.name] = {
-            "version": m.group(1) if m else None,
-            "signature": first_line(text, 120),
-        }
+    for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
+        info["images"][sig.parent.name] = image_signature(sig)
     runtime = info["runtime_version"]
     if runtime:
         bad = [
@@ -734,6 +738,23 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
                 + ", ".join(bad)
             )
     return info
+
+
+def image_signature(sig: Path) -> dict[str, Any]:
+    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON) its git commit."""
+    try:
+        text = sig.read_bytes().decode("latin-1")
+    except OSError as e:
+        return {"version": None, "error": e.strerror}
+    # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
+    # version in it, and TRITON_VERSION must not be taken for one.
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
+            return {"version": None, "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}"}
+    m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
+    m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    return {"version": m.group(1) if m else None, "signature": first_line(text, 120)}
 
 
 def provenance(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
@@ -782,13 +803,8 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
     aotriton = None
     if torch.version.hip:
         found = aotriton_versions(torch_lib_dir())
-        commits = sorted(
-            {
-                str(img.get("signature", ""))[4:]
-                for img in found["images"].values()
-                if str(img.get("signature", "")).startswith("git ")
-            }
-        )
+        signatures = (str(img.get("signature", "")) for img in found["images"].values())
+        commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
         aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
     flash = None
     with contextlib.suppress(Exception):

@@ -30,6 +30,7 @@ with one line on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -37,6 +38,8 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,35 +81,24 @@ def default_workdir() -> Path:
     return Path(os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser().resolve()
 
 
-def pinned_therock_commit() -> str | None:
-    try:
-        import tomllib
-
-        return str(tomllib.loads(PIN_FILE.read_text())["therock"]["commit"])
-    except Exception:  # no tomllib (3.10) or no pin file: the report says "unknown"
-        return None
-
-
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
     """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
     folder), else the pinned commit, named as such."""
-    if not (checkout / ".git").exists():
-        pin = pinned_therock_commit()
-        return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is not None and done.returncode == 0 and done.stdout.strip():
-        return done.stdout.strip(), f"git HEAD of {checkout}"
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        if (checkout / ".git").exists():
+            git = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
+            head = subprocess.run(git, capture_output=True, text=True, timeout=30).stdout.strip()
+            if head:
+                return head, f"git HEAD of {checkout}"
     pin = pinned_therock_commit()
     return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
+
+
+def pinned_therock_commit() -> str | None:
+    try:
+        return str(tomllib.loads(PIN_FILE.read_text())["therock"]["commit"])
+    except (OSError, ValueError, KeyError):  # no pin file: the report says "unknown"
+        return None
 
 
 def require_test_tools() -> dict[str, str]:
@@ -158,20 +150,10 @@ def load_skips(
 # --------------------------------------------------------------------------- running
 
 
-def run_pass(
-    *,
-    name: str,
-    test_file: Path,
-    run_dir: Path,
-    selection: str,
-    devices: str,
-    therock: list[therock_skips.SkipEntry],
-    budget_s: float,
-    quick_max: int | None,
-    extra_env: dict[str, str],
-    log_path: Path,
-) -> dict[str, Any]:
-    """One pytest run of the test file; returns its records and how it ended."""
+def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> dict:
+    """One pytest run of the test file; returns its records and how it ended. run: test_file,
+    run_dir, devices, therock (skip entries), budget_s, quick_max, log_path."""
+    run_dir, budget_s = run["run_dir"], run["budget_s"]
     run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
     ini = run_dir / "pytest.ini"
@@ -181,38 +163,29 @@ def run_pass(
     config = {
         "results_path": str(results),
         "budget_s": budget_s,
-        "quick_max": quick_max,
-        "therock": [e.as_dict() for e in therock],
+        "quick_max": run["quick_max"],
+        "therock": [e.as_dict() for e in run["therock"]],
         "label": f"upstream {name}",
         "progress_every_s": 15,
     }
     config_path = run_dir / f"plugin-{name}.json"
     config_path.write_text(json.dumps(config))
-    env = pytest_env(devices, run_dir)
-    env.update(extra_env)
-    env["ROCMFA_UPSTREAM_PLUGIN_CONFIG"] = str(config_path)
+    python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(python_path),
+        "PYTHONUNBUFFERED": "1",
+        "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"],
+        **extra_env,
+        "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path),
+    }
     local_copy = run_dir / Path(upstream_sources.TEST_PATH).name
-    local_copy.write_bytes(test_file.read_bytes())
-    argv = [*pytest_argv(local_copy, ini, run_dir, selection), "-p", PLUGIN]
+    local_copy.write_bytes(run["test_file"].read_bytes())
+    argv = [sys.executable, "-m", "pytest", str(local_copy), "-c", str(ini), "--rootdir"]
+    argv += [str(run_dir), "-q", "--tb=short", "-k", selection, "-p", PLUGIN]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
     started = time.perf_counter()
-    killed = None
-    with log_path.open("ab") as log:
-        log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
-        log.flush()
-        # pytest's report goes to the log; the plugin's progress lines (its stderr) are passed
-        # on to ours as they come, so a long run is never silent.
-        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.PIPE)
-        relay = threading.Thread(target=_relay, args=(proc.stderr,), daemon=True)
-        relay.start()
-        try:
-            code: int | None = proc.wait(timeout=budget_s + GRACE_S if budget_s else None)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = None
-            killed = f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
-        relay.join(timeout=10)
+    code, killed = run_logged(argv, run_dir, env, run["log_path"], budget_s, name)
     wall = time.perf_counter() - started
     records = read_records(results)
     if killed:
@@ -232,39 +205,32 @@ def run_pass(
     }
 
 
+def run_logged(
+    argv: list[str], run_dir: Path, env: dict, log_path: Path, budget_s: float, name: str
+) -> tuple[int | None, str | None]:
+    """(exit status, why it was killed): pytest's report goes to the log; the plugin's progress
+    lines (its stderr) are passed on to ours as they come, so a long run is never silent."""
+    with log_path.open("ab") as log:
+        log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.PIPE)
+        relay = threading.Thread(target=_relay, args=(proc.stderr,), daemon=True)
+        relay.start()
+        try:
+            return proc.wait(timeout=budget_s + GRACE_S if budget_s else None), None
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None, f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
+        finally:
+            relay.join(timeout=10)
+
+
 def _relay(stream: Any) -> None:
     for raw in iter(stream.readline, b""):
         sys.stderr.write(raw.decode("utf-8", "replace"))
         sys.stderr.flush()
     stream.close()
-
-
-def pytest_env(devices: str, run_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    paths = [str(PROBES_DIR), str(run_dir)]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = devices
-    return env
-
-
-def pytest_argv(test_file: Path, ini: Path, run_dir: Path, selection: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(test_file),
-        "-c",
-        str(ini),
-        "--rootdir",
-        str(run_dir),
-        "-q",
-        "--tb=short",
-        "-k",
-        selection,
-    ]
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -307,21 +273,19 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
     return (parts[-2] if len(parts) >= 3 else "", parts[-1])
 
 
+BACKEND_WORDS = (
+    ("cudnn", ("cudnn",)),
+    ("efficient", ("mem_eff", "efficient")),
+    ("flash", ("flash",)),
+    ("math", ("math",)),
+    ("fused (several)", ("fused",)),
+)
+
+
 def classify(test: str) -> tuple[str, str]:
     """Which backend and direction a test's name says it covers (for the summary only)."""
     name = test.lower()
-    if "cudnn" in name:
-        backend = "cudnn"
-    elif "mem_eff" in name or "efficient" in name:
-        backend = "efficient"
-    elif "flash" in name:
-        backend = "flash"
-    elif "math" in name:
-        backend = "math"
-    elif "fused" in name:
-        backend = "fused (several)"
-    else:
-        backend = "other"
+    backend = next((b for b, words in BACKEND_WORDS if any(w in name for w in words)), "other")
     backward = any(k in name for k in ("grad", "backward", "bwd"))
     return backend, "backward" if backward else "forward"
 
@@ -520,20 +484,6 @@ def pass_problems(
     return problems
 
 
-def outcome_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
-    """(tests per outcome, skipped tests per source of the skip)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    by_source: dict[str, int] = {}
-    for r in rows:
-        if r["outcome"] == "skipped":
-            by_source[r.get("source", "test-file")] = (
-                by_source.get(r.get("source", "test-file"), 0) + 1
-            )
-    return counts, by_source
-
-
 def plan_passes(selection: str, ck_pass: bool) -> list[tuple[str, str, dict[str, str]]]:
     """(name, -k selection, extra variables) per pytest pass: the main one, and a CK pass."""
     passes_plan: list[tuple[str, str, dict[str, str]]] = [("main", selection, {})]
@@ -610,41 +560,25 @@ def _main(argv: list[str] | None) -> int:
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     arch, device_name = common.detect_arch(device)
     tools = require_test_tools()
-
     test = find_test_file(opts, work, git_version, torch.__version__)
     print(f"test file: {test.how}", file=sys.stderr, flush=True)
-
-    therock_dir = (
-        None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock").expanduser()
-    )
+    therock_dir = opts.therock_dir or work / "src" / "therock"
+    therock_dir = None if opts.no_therock else Path(therock_dir).expanduser()
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
-
-    budget_s = 60 * (opts.budget_min or (10 if opts.quick else 60))
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     run_dir = run_directory(work, test, opts.quick)
-    log_path = fresh_log(opts.log, run_dir)
-    quick_max = opts.quick_max if opts.quick else None
-    ck = bool(torch.version.hip) and cuda_ok and _ck_available(torch)
-    passes_plan = plan_passes(selection, ck and not opts.no_ck)
-    passes = [
-        run_pass(
-            name=name,
-            test_file=test.path,
-            run_dir=run_dir,
-            selection=sel,
-            devices=devices,
-            therock=skips,
-            budget_s=budget_s,
-            quick_max=quick_max,
-            extra_env=env,
-            log_path=log_path,
-        )
-        for name, sel, env in passes_plan
-    ]
-
+    run = {
+        "test_file": test.path,
+        "run_dir": run_dir,
+        "devices": devices,
+        "therock": skips,
+        "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
+        "quick_max": opts.quick_max if opts.quick else None,
+        "log_path": fresh_log(opts.log, run_dir),
+    }
+    ck = bool(torch.version.hip) and cuda_ok and common.ck_available() and not opts.no_ck
+    passes = [run_pass(*planned, run) for planned in plan_passes(selection, ck)]
     rows = final_results(passes)
-    counts, by_source = outcome_counts(rows)
-    problems = pass_problems(passes, rows, log_path)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "identity": common.identity(device, arch, device_name),
@@ -662,37 +596,37 @@ def _main(argv: list[str] | None) -> int:
         "selection": {
             "k": selection,
             "devices": devices,
-            "ck_pass": ck and not opts.no_ck,
-            "quick_max": quick_max,
+            "ck_pass": ck,
+            "quick_max": run["quick_max"],
         },
         "quick": bool(opts.quick),
-        "budget_min_per_pass": budget_s / 60,
-        "log": str(log_path),
+        "budget_min_per_pass": run["budget_s"] / 60,
+        "log": str(run["log_path"]),
+        "problems": pass_problems(passes, rows, run["log_path"]),
         "passes": [{k: v for k, v in p.items() if k != "records"} for p in passes],
-        "counts": counts,
-        "skips_by_source": dict(sorted(by_source.items())),
+    }
+    return report_verdict(summarize(doc, rows, skips, started), opts.json)
+
+
+def summarize(doc: dict[str, Any], rows: list[dict], skips: list, started: float) -> dict:
+    """The counts and groupings of the rows, added to the report."""
+    skipped = [r.get("source", "test-file") for r in rows if r["outcome"] == "skipped"]
+    return {
+        **doc,
+        "counts": dict(Counter(r["outcome"] for r in rows)),
+        "skips_by_source": dict(sorted(Counter(skipped).items())),
         "by_class": tally(rows, "class"),
         "by_backend": tally(rows, "backend"),
         "by_direction": tally(rows, "direction"),
         "skips": skip_groups(rows, skips),
-        "problems": problems,
         "wall_s": round(time.perf_counter() - started, 1),
         "results": rows,
     }
-    return report_verdict(doc, opts.json)
 
 
 def _stride(doc: dict[str, Any]) -> int:
     collected = doc["passes"][0].get("collected") or {}
     return int(collected.get("quick_stride") or 1)
-
-
-def _ck_available(torch: Any) -> bool:
-    is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
-    try:
-        return bool(is_ck and is_ck())
-    except Exception:
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:

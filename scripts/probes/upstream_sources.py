@@ -97,15 +97,8 @@ def from_checkout(checkout: Path, commit: str, dest_dir: Path) -> TestFile | Non
             "its id; the checkout's object store is damaged"
         )
     target = _store(dest_dir, data.stdout, {"repo": "checkout", "checkout": str(checkout)}, blob)
-    return TestFile(
-        target,
-        commit,
-        "checkout",
-        blob,
-        "checkout",
-        True,
-        f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} (git blob {blob[:12]})",
-    )
+    how = f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} (git blob {blob[:12]})"
+    return TestFile(target, commit, "checkout", blob, "checkout", True, how)
 
 
 # --------------------------------------------------------------------------- cache
@@ -132,16 +125,11 @@ def from_cache(work: Path, repos: tuple[str, ...], commit: str) -> TestFile | No
                 flush=True,
             )
             continue
-        return TestFile(
-            target,
-            commit,
-            repo,
-            recorded,
-            "cache",
-            True,
+        how = (
             f"{TEST_PATH} at {repo}@{commit[:12]}, cached {meta.get('fetched', '?')} "
-            f"(git blob {recorded[:12]}, checked again now)",
+            f"(git blob {recorded[:12]}, checked again now)"
         )
+        return TestFile(target, commit, repo, recorded, "cache", True, how)
     return None
 
 
@@ -149,27 +137,12 @@ def _store(folder: Path, data: bytes, meta: dict[str, object], blob: str) -> Pat
     """Write the file and its source.json atomically (a half-written entry never counts)."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / Path(TEST_PATH).name
-    for path, content in (
-        (target, data),
-        (
-            folder / "source.json",
-            (
-                json.dumps(
-                    {
-                        **meta,
-                        "path": TEST_PATH,
-                        "blob_sha1": blob,
-                        "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    },
-                    indent=1,
-                )
-                + "\n"
-            ).encode(),
-        ),
-    ):
+    fetched = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record = {**meta, "path": TEST_PATH, "blob_sha1": blob, "fetched": fetched}
+    for path, content in ((target, data), (folder / "source.json", json.dumps(record, indent=1))):
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
         with os.fdopen(fd, "wb") as out:
-            out.write(content)
+            out.write(content if isinstance(content, bytes) else (content + "\n").encode())
         os.replace(tmp, path)
     return target
 
@@ -231,16 +204,11 @@ def fetch(
             )
         meta = {"repo": repo, "commit": commit, "api_url": api_url, "raw_url": raw_url}
         target = _store(cache_dir(work, repo, commit), data, meta, blob)
-        return TestFile(
-            target,
-            commit,
-            repo,
-            blob,
-            "fetch",
-            True,
+        how = (
             f"{TEST_PATH} at {repo}@{commit[:12]}, fetched and verified (git blob "
-            f"{blob[:12]} from the contents API), cached in {target.parent}",
+            f"{blob[:12]} from the contents API), cached in {target.parent}"
         )
+        return TestFile(target, commit, repo, blob, "fetch", True, how)
     raise SourceUnavailable(
         f"no repository has commit {commit[:12]} ({'; '.join(tried)})"
         if tried
@@ -256,16 +224,9 @@ def user_file(path: Path, commit: str) -> TestFile:
     except OSError as exc:
         raise SourceUnavailable(f"--test-file {path}: {exc.strerror or exc}") from None
     blob = git_blob_sha1(data)
-    return TestFile(
-        path.resolve(),
-        commit,
-        "user",
-        blob,
-        "user",
-        False,
-        f"--test-file {path} (git blob {blob[:12]}); NOT checked against torch's commit "
-        f"{commit[:12]}",
-    )
+    how = f"--test-file {path} (git blob {blob[:12]}); NOT checked against torch's commit "
+    how += commit[:12]
+    return TestFile(path.resolve(), commit, "user", blob, "user", False, how)
 
 
 def locate(

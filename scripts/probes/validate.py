@@ -21,11 +21,9 @@ otherwise, 2 on bad input.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__:
     from . import sdpa_common as common
@@ -77,13 +75,11 @@ DROPOUT_P = 0.2
 DROPOUT_TOL = 0.01
 
 
-class Case(tuple):
-    """(shape, dtype name, causal, variant)."""
-
-    shape = property(lambda self: self[0])
-    dtype = property(lambda self: self[1])
-    causal = property(lambda self: self[2])
-    variant = property(lambda self: self[3])
+class Case(NamedTuple):
+    shape: common.Shape
+    dtype: str  # fp16, bf16
+    causal: bool
+    variant: str  # "" (the grid) or a SPECIAL_CASES variant
 
 
 def case_mask(case: Case) -> Any:
@@ -131,9 +127,8 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
     transposed = case.variant == "transposed"
 
     def make(heads: int, seq: int) -> Any:
-        dims = (shape.batch, seq, heads, shape.head_dim) if transposed else None
-        t = torch.randn(*(dims or (shape.batch, heads, seq, shape.head_dim)), generator=gen)
-        return t
+        dims = (seq, heads) if transposed else (heads, seq)
+        return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
 
     base = [
         make(shape.q_heads, shape.seq),
@@ -168,25 +163,30 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
                 return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
 
+    return compare(case, mask, ref, low, got)
+
+
+def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str, Any]:
+    """The verdict on out, dq, dk, dv: each within its budget, and all finite."""
+    import torch
+
     names = ("out", "dq", "dk", "dv")
     note = None
     if case.variant == "bottom-right" and mask is not None and not mask.any(-1).all():
         # Rows that see no key: torch's causal_lower_right warns they "will produce NaNs"
         # (Sq > Sk), so out and dq are compared on the rows that see a key.
-        rows = mask.any(-1).to(device)
+        rows = mask.any(-1).to(got[0].device)
         for t in (ref, low, got):
             t[0], t[1] = t[0][..., rows, :], t[1][..., rows, :]
         note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
     errors: dict[str, Any] = {}
-    passed = True
     for i, name in enumerate(names):
-        factor = FWD_FACTOR if i == 0 else BWD_FACTOR
         scale = max(1.0, ref[i].abs().max().item())
         err = _max_err(got[i], ref[i])
-        budget = factor * _max_err(low[i], ref[i]) + FLOOR[dtype_name] * scale
-        ok = err <= budget
-        passed = passed and ok
-        errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": ok}
+        factor = FWD_FACTOR if i == 0 else BWD_FACTOR
+        budget = factor * _max_err(low[i], ref[i]) + FLOOR[case.dtype] * scale
+        errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
+    passed = all(e["ok"] for e in errors.values())
     bad = [n for n, t in zip(names, got, strict=True) if not torch.isfinite(t).all()]
     reason = f"NaN/Inf in {', '.join(bad)} at {case_text(case)}" if bad else note
     return {"status": "pass" if passed and not bad else "FAIL", "reason": reason, "errors": errors}
@@ -286,7 +286,7 @@ def build_cases(opts: Any) -> list[Case]:
             for d in head_dims
             for (b, hq, hkv, s) in table
         ]
-    cases = [Case((s, dt, c, "")) for s in shapes for dt in dtypes for c in causals]
+    cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
     if opts.shape:
         return cases
     for variant, b, hq, hkv, s_q, s_k, d, full, quick in SPECIAL_CASES:
@@ -294,7 +294,7 @@ def build_cases(opts: Any) -> list[Case]:
             continue
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
         wanted = [c for c in (quick if opts.quick else full) if c in causals]
-        cases += [Case((shape, dt, c, variant)) for dt in dtypes for c in wanted]
+        cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
     return cases
 
 
@@ -354,10 +354,7 @@ def _ratio(e: dict[str, Any]) -> float:
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.OneLineArgumentParser(
-        prog=PROG, description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
+    p = common.new_parser(PROG, __doc__)
     p.add_argument(
         "--backends",
         default="all",
@@ -377,39 +374,12 @@ def build_parser() -> common.OneLineArgumentParser:
         help="small subset (head_dim 32/64, short odd sequences): seconds on a CPU",
     )
     p.add_argument("--seed", type=int, default=0)
-    common.add_dry_run(p)
-    p.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        metavar="PATH",
-        help="write results as JSON to PATH, or to stdout when no PATH is given",
-    )
+    common.add_json(p)
     return p
 
 
-def _main(argv: list[str] | None) -> int:
-    import torch
-
-    opts = build_parser().parse_args(argv)
-    device = common.resolve_device(opts.device)
-    backends = common.parse_backends(opts.backends, device)
-    cases = build_cases(opts)
-    if opts.dry_run:
-        variants = sorted({c.variant or "grid" for c in cases})
-        return common.dry_run(
-            PROG,
-            device,
-            [
-                f"{len(cases)} cases x {','.join(backends)}: {', '.join(variants)}; head dims "
-                + ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases})),
-                *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
-            ],
-        )
-    arches = common.load_arches()
-    arch, device_name = common.detect_arch(device)
-    limit = common.head_dim_limit(arches.get(arch or ""))
-    started = time.perf_counter()
+def run_all(device: Any, backends: list[str], cases: list[Case], seed: int, limit: Any) -> list:
+    """Every case on every backend, with a progress line each on stderr."""
     results = []
     for backend in backends:
         for i, case in enumerate(cases):
@@ -423,9 +393,9 @@ def _main(argv: list[str] | None) -> int:
                 "variant": case.variant or None,
             }
             if limit is not None and shape.head_dim > limit[0] and backend != "math":
-                row.update(status="known-limit", reason=f"{arch}: {limit[1]}")
+                row.update(status="known-limit", reason=f"{limit[2]}: {limit[1]}")
             else:
-                row.update(run_case(device, backend, case, opts.seed + i))
+                row.update(run_case(device, backend, case, seed + i))
             results.append(row)
             print(
                 f"[{backend} {len(results)}/{len(cases) * len(backends)}] {case_text(case)}: "
@@ -433,18 +403,51 @@ def _main(argv: list[str] | None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    return results
+
+
+TOLERANCE_RULE = (
+    f"max|x-ref| <= factor x max|naive_same_precision - ref| + floor x "
+    f"max(1, max|ref|); factor {FWD_FACTOR:g} (out), {BWD_FACTOR:g} (dq, dk, dv); "
+    f"floor fp16 {FLOOR['fp16']:g}, bf16 {FLOOR['bf16']:g}; NaN/Inf anywhere fails; "
+    f"dropout p={DROPOUT_P:g}: keep rate within {DROPOUT_TOL:g} of {1 - DROPOUT_P:g}, "
+    "kept values within 1 %, same seed same mask, new seed new mask"
+)
+
+
+def _main(argv: list[str] | None) -> int:
+    import torch
+
+    opts = build_parser().parse_args(argv)
+    device = common.resolve_device(opts.device)
+    backends = common.parse_backends(opts.backends, device)
+    cases = build_cases(opts)
+    if opts.dry_run:
+        variants = sorted({c.variant or "grid" for c in cases})
+        head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"{len(cases)} cases x {','.join(backends)}: {', '.join(variants)}; head dims "
+                + head_dims,
+                *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
+            ],
+        )
+    arch, device_name = common.detect_arch(device)
+    limit = common.head_dim_limit(common.load_arches().get(arch or ""))
+    started = time.perf_counter()
+    results = run_all(device, backends, cases, opts.seed, limit and (*limit, arch))
     counts: dict[str, int] = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    failed = counts.get("FAIL", 0)
-    passed = failed == 0 and counts.get("pass", 0) > 0
+    passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
     summary = (
         f"{'PASS' if passed else 'FAIL'}: "
         + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         + f" ({len(results)} cases, {time.perf_counter() - started:.1f} s)"
+        + ("" if counts.get("pass", 0) else "; no case ran")
     )
-    if counts.get("pass", 0) == 0:
-        summary += "; no case ran"
     doc = {
         "schema": SCHEMA,
         "identity": common.identity(device, arch, device_name),
@@ -455,13 +458,7 @@ def _main(argv: list[str] | None) -> int:
         "arch_limit": limit[1] if limit else None,
         "tolerance": {
             "reference": f"math backend in float64 on {device.type}",
-            "rule": (
-                f"max|x-ref| <= factor x max|naive_same_precision - ref| + floor x "
-                f"max(1, max|ref|); factor {FWD_FACTOR:g} (out), {BWD_FACTOR:g} (dq, dk, dv); "
-                f"floor fp16 {FLOOR['fp16']:g}, bf16 {FLOOR['bf16']:g}; NaN/Inf anywhere fails; "
-                f"dropout p={DROPOUT_P:g}: keep rate within {DROPOUT_TOL:g} of {1 - DROPOUT_P:g}, "
-                "kept values within 1 %, same seed same mask, new seed new mask"
-            ),
+            "rule": TOLERANCE_RULE,
             "fwd_factor": FWD_FACTOR,
             "bwd_factor": BWD_FACTOR,
             "floor": FLOOR,
@@ -471,16 +468,7 @@ def _main(argv: list[str] | None) -> int:
         "summary": summary,
         "results": results,
     }
-    if opts.json is not None:
-        text = json.dumps(doc, indent=1) + "\n"
-        if opts.json == "-":
-            sys.stdout.write(text)
-            print(summary, file=sys.stderr)  # the verdict once, beside the JSON
-        else:
-            Path(opts.json).write_text(text)
-            print(render(doc))
-    else:
-        print(render(doc))  # it ends with the verdict
+    common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 
 

@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.builds import kernel_check
-from scripts.env import archs
-from scripts.plumbing import team_index
 from scripts.plumbing.errors import UserError
-from scripts.sharing import wheel_manifest
+
+KERNEL_CHECK_SCHEMA = "rocmfa-kernel-check/1"  # scripts/builds/kernel_check.SUMMARY_SCHEMA
 
 KINDS = {
     "sdpa-bench/1": "bench",
@@ -31,7 +29,7 @@ KINDS = {
     "sdpa-backend-check/1": "backend_check",
     "sdpa-upstream/1": "upstream",
     "sdpa-crosscheck/1": "crosscheck",
-    kernel_check.SUMMARY_SCHEMA: "kernel_check",  # a CPU compile: no GPU identity, not in a set
+    KERNEL_CHECK_SCHEMA: "kernel_check",  # a CPU compile: no GPU identity, not in a set
 }
 IDENTITY_VERSION = 1  # scripts/probes/sdpa_common.IDENTITY_VERSION
 PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
@@ -202,9 +200,13 @@ def read_paths(inputs: list[str]) -> tuple[list[Doc], list[Rejected]]:
     return docs, rejected
 
 
-def index_family(index: str, arch: str | None) -> tuple[team_index.IndexSpec, str]:
+def index_family(index: str, arch: str | None) -> tuple[Any, str]:
     """The index and family to read: a URL ending in /v2/<family> names its family; else
     --arch's family (the form publish takes)."""
+    from scripts.env import archs  # only --index reads a team index
+    from scripts.plumbing import team_index
+    from scripts.sharing import wheel_manifest
+
     trimmed = index.rstrip("/")
     head, _, last = trimmed.rpartition("/")
     if head.endswith("/v2") or head == "v2":
@@ -219,6 +221,9 @@ def index_family(index: str, arch: str | None) -> tuple[team_index.IndexSpec, st
 def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]:
     """Every wheel set's report summaries on a team index family, as docs; the manifest's own
     fields (wheel set, ROCm SDK, AOTriton commit, patch digests) fill in the identity."""
+    from scripts.plumbing import team_index
+    from scripts.sharing import wheel_manifest
+
     spec, family = index_family(index, arch)
     where = spec.describe(family)
     store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
@@ -259,26 +264,24 @@ def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
         if not isinstance(summary, dict):
             continue
         prov = summary.get("provenance") or {}
-        identity = dict(summary.get("identity") or {})
-        identity.setdefault("version", IDENTITY_VERSION)
-        identity.setdefault("date", manifest.get("published"))
-        identity.setdefault("host", f"wheel set {manifest.get('set_id')}")
-        identity.setdefault("gpu", prov.get("device_name") or manifest.get("arch"))
-        identity.setdefault("arch", manifest.get("arch"))
-        identity.setdefault("platform", "rocm")
-        identity.setdefault("device", prov.get("device"))
-        identity.setdefault("rocm", manifest.get("rocm_sdk"))
-        identity.setdefault("cuda", None)
-        identity.setdefault("torch", torch_info.get("version"))
-        identity.setdefault("torch_commit", torch_info.get("commit"))
-        identity.setdefault(
-            "aotriton", {"version": aot.get("version"), "commit": aot.get("commit")}
-        )
-        identity.setdefault("flash_built_in", manifest.get("flash_attention"))
-        identity["wheel_set"] = manifest.get("set_id")
-        identity["rocm_sdk"] = manifest.get("rocm_sdk")
-        identity["patches"] = {
-            k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()
+        identity = {  # the summary's own identity first, the manifest's fields where it has none
+            "version": IDENTITY_VERSION,
+            "date": manifest.get("published"),
+            "host": f"wheel set {manifest.get('set_id')}",
+            "gpu": prov.get("device_name") or manifest.get("arch"),
+            "arch": manifest.get("arch"),
+            "platform": "rocm",
+            "device": prov.get("device"),
+            "rocm": manifest.get("rocm_sdk"),
+            "cuda": None,
+            "torch": torch_info.get("version"),
+            "torch_commit": torch_info.get("commit"),
+            "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
+            "flash_built_in": manifest.get("flash_attention"),
+            **(summary.get("identity") or {}),
+            "wheel_set": manifest.get("set_id"),
+            "rocm_sdk": manifest.get("rocm_sdk"),
+            "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
         }
         if kind == "bench":
             data = {
@@ -289,9 +292,7 @@ def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
                 "results": [dict(r, status="ok") for r in summary.get("ok") or []],
             }
         else:
-            schema = (
-                next(s for s, k in KINDS.items() if k == kind) if kind in KINDS.values() else kind
-            )
+            schema = {k: s for s, k in KINDS.items()}.get(kind, kind)
             data = {**summary, "schema": schema, "identity": identity}
         found = check_doc(f"{source} ({kind})", data)
         if isinstance(found, Doc):

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import geometric_mean
 from typing import Any
 
 from scripts.plumbing.errors import UserError
 from scripts.probes import bench_change as change
+from scripts.probes.sdpa_common import Shape
 from scripts.report import inputs, svg
 
 PAGE_SCHEMA = inputs.PAGE_SCHEMA
@@ -70,27 +71,8 @@ def _num(value: Any) -> str:
     )
 
 
-def row_label(row: dict[str, Any]) -> str:
-    return (
-        f"{row.get('size')} {row.get('dtype')} {'causal' if row.get('causal') else 'non-causal'} "
-        f"{row.get('backend')} {row.get('pass')}"
-    )
-
-
 def dims(row: dict[str, Any]) -> str:
-    if row.get("batch") is None:
-        return "-"
-    heads = (
-        f"{row['q_heads']}/{row['kv_heads']}"
-        if row.get("kv_heads") != row.get("q_heads")
-        else str(row["q_heads"])
-    )
-    seq = (
-        f"{row['seq_q']}/{row['seq_k']}"
-        if row.get("seq_k") not in (None, row.get("seq_q"))
-        else str(row["seq_q"])
-    )
-    return f"{row['batch']},{heads},{seq},{row['head_dim']}"
+    return "-" if row.get("batch") is None else Shape.of_row(row).dims()
 
 
 # --- the model ----------------------------------------------------------------------------------
@@ -176,9 +158,7 @@ def comparisons(
                 {"input": source, "why": f"no case ran in both it and baseline {base['id']}"}
             )
             continue
-        counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in change.VERDICTS}
-        kernel = [r["speedup"] for r in rows if r["verdict"] != "launch-bound"]
-        geo = math.exp(sum(math.log(s) for s in kernel) / len(kernel)) if kernel else None
+        counts, geo = change.tally(rows)
         out.append(
             {
                 "baseline": base["id"],
@@ -215,9 +195,7 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
         series = {}
         for backend in backends:
             keys = [k for k in common if k[change.CASE_FIELDS.index("backend")] == backend]
-            series[backend] = [
-                round(math.exp(sum(math.log(r[k]) for k in keys) / len(keys)), 3) for r in rated
-            ]
+            series[backend] = [round(geometric_mean(r[k] for k in keys), 3) for r in rated]
         out.append(
             {
                 "machine": " ".join(str(x) for x in machine if x),
@@ -492,36 +470,25 @@ def bench_section(models: list[dict[str, Any]]) -> str:
     return "".join(parts) or "<p>No bench result.</p>"
 
 
-def comparison_section(data: dict[str, Any]) -> str:
-    """Against the baseline: per result set the counts and geometric-mean speedups (a chart per
-    pass: x backend, one bar per set), and one table of every case's speedup and verdict."""
-    comps = data["comparisons"]
-    summary = "".join(
-        f"<tr><td>{c['set']}</td><td>{c['baseline']}</td>"
-        + "".join(f"<td>{c['counts'].get(v, 0)}</td>" for v in change.VERDICTS)
-        + f"<td>{_num(c['geomean_speedup'])}</td></tr>"
-        for c in comps
-    )
+def speedup_charts(comps: list[dict[str, Any]]) -> list[str]:
+    """A chart per pass: x backend, one bar per result set, the geometric-mean speedup of its
+    rows that are not launch-bound."""
     figs = []
     for pass_name in PASS_NAMES:
+        mine = [[r for r in c["rows"] if r["pass"] == pass_name] for c in comps]
         groups = []
-        backends = list(
-            dict.fromkeys(r["backend"] for c in comps for r in c["rows"] if r["pass"] == pass_name)
-        )
-        for backend in backends:
+        for backend in dict.fromkeys(r["backend"] for rows in mine for r in rows):
             bars = []
-            for shade, comp in enumerate(comps):
+            for shade, (comp, rows) in enumerate(zip(comps, mine, strict=True)):
                 kept = [
                     r["speedup"]
-                    for r in comp["rows"]
-                    if (r["pass"], r["backend"]) == (pass_name, backend)
-                    and r["verdict"] != "launch-bound"
+                    for r in rows
+                    if r["backend"] == backend and r["verdict"] != "launch-bound"
                 ]
                 if kept:
-                    geo = round(math.exp(sum(math.log(x) for x in kept) / len(kept)), 4)
-                    bars.append(
-                        svg.Bar(geo, backend, shade, f"{comp['set']} {backend} {pass_name}: {geo}x")
-                    )
+                    geo = round(geometric_mean(kept), 4)
+                    title = f"{comp['set']} {backend} {pass_name}: {geo}x"
+                    bars.append(svg.Bar(geo, backend, shade, title))
             if bars:
                 groups.append((backend, bars))
         if groups:
@@ -533,6 +500,20 @@ def comparison_section(data: dict[str, Any]) -> str:
                 chart_id=f"speedup-{pass_name}",
             )
             figs.append(f"<figure><h4>{PASS_NAMES[pass_name]}</h4>{chart}</figure>")
+    return figs
+
+
+def comparison_section(data: dict[str, Any]) -> str:
+    """Against the baseline: per result set the counts and geometric-mean speedups (a chart per
+    pass), and one table of every case's speedup and verdict."""
+    comps = data["comparisons"]
+    summary = "".join(
+        f"<tr><td>{c['set']}</td><td>{c['baseline']}</td>"
+        + "".join(f"<td>{c['counts'].get(v, 0)}</td>" for v in change.VERDICTS)
+        + f"<td>{_num(c['geomean_speedup'])}</td></tr>"
+        for c in comps
+    )
+    figs = speedup_charts(comps)
     rows_by_case: dict[tuple, dict[str, dict[str, Any]]] = {}
     first: dict[tuple, dict[str, Any]] = {}
     for comp in comps:
@@ -609,35 +590,31 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def render(data: dict[str, Any]) -> str:
-    models = data["sets"]
-    verdict_rows = "".join(
-        f"<tr><td>{m['id']}</td>"
-        + "".join(
-            verdict_cell(m["verdicts"].get(k))
-            for k in ("backend_check", "validate", "upstream", "crosscheck")
-        )
-        + "</tr>"
+def verdicts_table(models: list[dict[str, Any]]) -> str:
+    kinds = ("backend_check", "validate", "upstream", "crosscheck")
+    rows = "".join(
+        f"<tr><td>{m['id']}</td>{''.join(verdict_cell(m['verdicts'].get(k)) for k in kinds)}</tr>"
         for m in models
     )
-    not_shown = "".join(
-        f"<li><code>{html.escape(n['input'])}</code>: "
-        f'<span class="why">{html.escape(n["why"])}</span></li>'
-        for n in data["not_shown"]
+    return (
+        '<table class="verdicts"><tr><th>set</th><th>backend_check</th><th>validate</th>'
+        f"<th>validate --upstream</th><th>crosscheck</th></tr>{rows}</table>"
     )
-    not_compared = "".join(
-        f"<li><code>{html.escape(n['input'])}</code>: "
-        f'<span class="why">{html.escape(n["why"])}</span></li>'
-        for n in data.get("not_compared", [])
+
+
+def render(data: dict[str, Any]) -> str:
+    models = data["sets"]
+    not_shown, not_compared = (
+        "".join(
+            f"<li><code>{html.escape(n['input'])}</code>: "
+            f'<span class="why">{html.escape(n["why"])}</span></li>'
+            for n in data.get(key, [])
+        )
+        for key in ("not_shown", "not_compared")
     )
     sections = [
         ("identity", "Result sets", f'<div class="cards">{"".join(card(m) for m in models)}</div>'),
-        (
-            "verdicts",
-            "Verdicts",
-            '<table class="verdicts"><tr><th>set</th><th>backend_check</th><th>validate</th>'
-            f"<th>validate --upstream</th><th>crosscheck</th></tr>{verdict_rows}</table>",
-        ),
+        ("verdicts", "Verdicts", verdicts_table(models)),
         ("bench", "Bench", bench_section(models)),
     ]
     if data["comparisons"] or not_compared:

@@ -1,11 +1,7 @@
-"""Inline SVG charts for the results page, written as text: grouped bars and lines.
-
-No plotting library: the page must open from file:// with no network and stay small, and an
-SVG drawn here is a few hundred bytes per bar, prints sharp at any size, and carries each
-value in a <title> (shown on hover, offline) and in data-* attributes (read by the page's
-browser test). matplotlib, which draws bench.png, would embed fonts and paths several times
-larger per chart and give no hover values.
-"""
+"""Inline SVG charts for the results page, written as text: grouped bars and lines. No
+plotting library: the page opens from file:// and stays small, and each value is in a <title>
+(hover, offline) and data-* attributes (read by the browser test); matplotlib's SVG would be
+several times larger and give no hover values."""
 
 from __future__ import annotations
 
@@ -56,6 +52,47 @@ def _attrs(data: dict[str, str]) -> str:
     return "".join(f' data-{k}="{html.escape(str(v))}"' for k, v in data.items())
 
 
+LEFT, TOP, PLOT_H = 46, 8, 150
+
+
+def _frame(width: int, height: int, chart_id: str, top_value: float, y_label: str) -> list[str]:
+    """The svg element, the horizontal grid with its values, and the y axis's label."""
+    out = [
+        f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+    ]
+    for tick in range(5):
+        y = _fmt(TOP + PLOT_H - PLOT_H * tick / 4)
+        out.append(
+            f'<line x1="{LEFT}" x2="{width - 6}" y1="{y}" y2="{y}" stroke="#ddd"/>'
+            f'<text x="{LEFT - 3}" y="{_fmt(float(y) + 3)}" text-anchor="end" {FONT}>'
+            f"{top_value * tick / 4:g}</text>"
+        )
+    out.append(
+        f'<text transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle" '
+        f"{FONT}>{html.escape(y_label)}</text>"
+    )
+    return out
+
+
+def _rect(bar: Bar, x: float, width: float, top_value: float, shades: int) -> str:
+    h = PLOT_H * min(bar.value or 0.0, top_value) / top_value
+    opacity = 1.0 - 0.6 * (bar.shade / max(1, shades - 1)) if shades > 1 else 1.0
+    fade = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""
+    stroke = ""
+    if "noisy" in bar.flags or "slower" in bar.flags:
+        stroke = ' stroke="#d62728" stroke-width="1.5"'
+    elif "launch-bound" in bar.flags:
+        stroke = ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"'
+    elif "faster" in bar.flags:
+        stroke = ' stroke="#2ca02c" stroke-width="1.5"'
+    return (
+        f'<rect x="{_fmt(x)}" y="{_fmt(TOP + PLOT_H - h)}" width="{_fmt(width)}" '
+        f'height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"{fade}{stroke}'
+        f"{_attrs(bar.data)}><title>{html.escape(bar.title)}</title></rect>"
+    )
+
+
 def grouped_bars(
     groups: list[tuple[str, list[Bar]]],
     y_label: str,
@@ -69,119 +106,68 @@ def grouped_bars(
     per_group = max((len(bars) for _g, bars in groups), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12
-    left, top, plot_h = 46, 8, 150
-    width = int(left + group_w * len(groups) + 10)
+    width = int(LEFT + group_w * len(groups) + 10)
     slanted = any(len(label) > max(4, group_w / 6) for label, _b in groups)
-    height = top + plot_h + (90 if slanted else 34)
+    height = TOP + PLOT_H + (90 if slanted else 34)
     values = [b.value for _g, bars in groups for b in bars if b.value is not None]
     top_value = nice_max(max([*values, reference or 0.0], default=1.0))
-    out = [
-        f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-    ]
-    for tick in range(5):
-        value = top_value * tick / 4
-        y = top + plot_h - plot_h * tick / 4
-        out.append(
-            f'<line x1="{left}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}" stroke="#ddd"/>'
-            f'<text x="{left - 3}" y="{_fmt(y + 3)}" text-anchor="end" {FONT}>{value:g}</text>'
-        )
-    out.append(
-        f'<text transform="translate(10,{top + plot_h / 2}) rotate(-90)" text-anchor="middle" '
-        f"{FONT}>{html.escape(y_label)}</text>"
-    )
+    out = _frame(width, height, chart_id, top_value, y_label)
     for gi, (label, bars) in enumerate(groups):
-        x0 = left + gi * group_w + 6
-        for bi, bar in enumerate(bars):
-            x = x0 + bi * bar_w
-            if bar.value is None:
-                continue
-            h = plot_h * min(bar.value, top_value) / top_value
-            y = top + plot_h - h
-            opacity = 1.0 - 0.6 * (bar.shade / max(1, shades - 1)) if shades > 1 else 1.0
-            fade = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""
-            stroke = ""
-            if "noisy" in bar.flags or "slower" in bar.flags:
-                stroke = ' stroke="#d62728" stroke-width="1.5"'
-            elif "launch-bound" in bar.flags:
-                stroke = ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"'
-            elif "faster" in bar.flags:
-                stroke = ' stroke="#2ca02c" stroke-width="1.5"'
-            out.append(
-                f'<rect x="{_fmt(x)}" y="{_fmt(y)}" width="{_fmt(bar_w - 1)}" '
-                f'height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"{fade}{stroke}'
-                f"{_attrs(bar.data)}>"
-                f"<title>{html.escape(bar.title)}</title></rect>"
-            )
+        x0 = LEFT + gi * group_w + 6
+        out += [
+            _rect(bar, x0 + bi * bar_w, bar_w - 1, top_value, shades)
+            for bi, bar in enumerate(bars)
+            if bar.value is not None
+        ]
         x_mid = _fmt(x0 + per_group * bar_w / 2)
-        y_label_at = top + plot_h + 14
+        y_label_at = TOP + PLOT_H + 14
         turn = f' transform="rotate(-35 {x_mid} {y_label_at})"' if slanted else ""
-        anchor = "end" if slanted else "middle"
         out.append(
-            f'<text x="{x_mid}" y="{y_label_at}" text-anchor="{anchor}"{turn} {FONT}>'
-            f"{html.escape(label)}</text>"
+            f'<text x="{x_mid}" y="{y_label_at}" text-anchor="{"end" if slanted else "middle"}"'
+            f"{turn} {FONT}>{html.escape(label)}</text>"
         )
     if reference is not None:
-        y = top + plot_h - plot_h * reference / top_value
+        y = _fmt(TOP + PLOT_H - PLOT_H * reference / top_value)
         out.append(
-            f'<line x1="{left}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}" stroke="#000" '
+            f'<line x1="{LEFT}" x2="{width - 6}" y1="{y}" y2="{y}" stroke="#000" '
             'stroke-dasharray="4,3"/>'
         )
-    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="#666"/>')
-    out.append("</svg>")
-    return "".join(out)
+    out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
+    return "".join([*out, "</svg>"])
 
 
 def line_chart(
     x_labels: list[str], series: dict[str, list[float | None]], y_label: str, chart_id: str = ""
 ) -> str:
     """One line per series over the x labels (result sets in time order)."""
-    left, top, plot_h, step = 46, 8, 150, 90
-    width = int(left + step * max(1, len(x_labels) - 1) + 60)
-    height = top + plot_h + 34
+    step = 90
+    width = int(LEFT + step * max(1, len(x_labels) - 1) + 60)
     values = [v for vs in series.values() for v in vs if v is not None]
     top_value = nice_max(max(values, default=1.0))
-    out = [
-        f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-    ]
-    for tick in range(5):
-        y = top + plot_h - plot_h * tick / 4
-        out.append(
-            f'<line x1="{left}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}" stroke="#ddd"/>'
-            f'<text x="{left - 3}" y="{_fmt(y + 3)}" text-anchor="end" {FONT}>'
-            f"{top_value * tick / 4:g}</text>"
-        )
-    out.append(
-        f'<text transform="translate(10,{top + plot_h / 2}) rotate(-90)" text-anchor="middle" '
-        f"{FONT}>{html.escape(y_label)}</text>"
-    )
+    out = _frame(width, TOP + PLOT_H + 34, chart_id, top_value, y_label)
     for i, label in enumerate(x_labels):
         out.append(
-            f'<text x="{left + 20 + i * step}" y="{top + plot_h + 14}" text-anchor="middle" '
+            f'<text x="{LEFT + 20 + i * step}" y="{TOP + PLOT_H + 14}" text-anchor="middle" '
             f"{FONT}>{html.escape(label)}</text>"
         )
     for index, (name, ys) in enumerate(series.items()):
         points = [
-            (left + 20 + i * step, top + plot_h - plot_h * y / top_value)
+            (LEFT + 20 + i * step, TOP + PLOT_H - PLOT_H * y / top_value, y)
             for i, y in enumerate(ys)
             if y is not None
         ]
         if not points:
             continue
-        path = " ".join(f"{_fmt(x)},{_fmt(y)}" for x, y in points)
-        out.append(
-            f'<polyline fill="none" stroke="{color(name, index)}" stroke-width="2" '
-            f'points="{path}"/>'
-        )
-        for (x, y), value in zip(points, [v for v in ys if v is not None], strict=True):
-            out.append(
-                f'<circle class="point" cx="{_fmt(x)}" cy="{_fmt(y)}" r="3" '
-                f'fill="{color(name, index)}" data-series="{html.escape(name)}" '
-                f'data-value="{value:g}"><title>{html.escape(name)}: {value:g}</title></circle>'
-            )
-    out.append("</svg>")
-    return "".join(out)
+        path = " ".join(f"{_fmt(x)},{_fmt(y)}" for x, y, _v in points)
+        hue = color(name, index)
+        out.append(f'<polyline fill="none" stroke="{hue}" stroke-width="2" points="{path}"/>')
+        out += [
+            f'<circle class="point" cx="{_fmt(x)}" cy="{_fmt(y)}" r="3" fill="{hue}" '
+            f'data-series="{html.escape(name)}" data-value="{value:g}">'
+            f"<title>{html.escape(name)}: {value:g}</title></circle>"
+            for x, y, value in points
+        ]
+    return "".join([*out, "</svg>"])
 
 
 def legend(series: list[str]) -> str:

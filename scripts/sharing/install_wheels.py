@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import platform
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,7 @@ from scripts.builds.build_pytorch import (
     output_dir,
 )
 from scripts.env import condaenv, session_env
-from scripts.plumbing import paths, stamps, transaction
+from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
@@ -362,23 +361,12 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         if opts.dry_run:
             runner.run(argv, check=chosen is None)
         else:
+            # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
+            # a torch that only a rerun finishes (doctor names it from torch's RECORD)
             stamps.remove(stamp)
-            # pip replaces torch file by file: a kill midway leaves a mix that only a rerun
-            # repairs, so the journal names that rerun to every session until it finished.
-            repair = "nox -s install_wheels"
-            if opts.index:
-                repair += f" -- --index {shlex.quote(opts.index)}"
-            with transaction.recorded(
-                prefix,
-                label="wheels",
-                what="pip install of the wheels (install_wheels)",
-                target=prefix,
-                session="install_wheels",
-                repair=repair,
-            ):
-                result = runner.run(argv, check=chosen is None)
-                if result.returncode != 0 and chosen is not None:
-                    raise UserError(chosen.failure(result.returncode))
+            result = runner.run(argv, check=chosen is None)
+            if result.returncode != 0 and chosen is not None:
+                raise UserError(chosen.failure(result.returncode))
             stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
     check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:

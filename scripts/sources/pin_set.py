@@ -1,28 +1,18 @@
 """One consistent pin set: the torch we build (pins/pytorch.toml) and the AOTriton we pin
-(pins/aotriton.toml) must agree.
+(pins/aotriton.toml) must agree: a torch built against another AOTriton release line breaks at
+run time (0.12b changed the varlen LSE shape, 0.13b the .aks2 image packing).
 
-PyTorch names its AOTriton in its own cmake/External/aotriton.cmake; a torch built against
-another AOTriton release line breaks at run time (0.12b changed the varlen LSE shape, 0.13b the
-.aks2 image packing). What the torch pin's file names is recorded in pins/pytorch.toml
-
-    [pytorch.aotriton]          # written by `nox -s update_pins`, never by hand
-    pytorch_commit = "<the torch commit it was read at>"
-    version = "0.13b"
-    commit = "<AOTriton commit>"
-    source = "<file + commit read, and where from>"
-
-A record for another torch commit is stale and ignored. Without a current record the file is
-read the way `commit = "from-pytorch"` reads it (the local PyTorch checkout, the cache, else
-that one file over HTTP). An AOTriton pin of `commit = "from-pytorch"` follows the torch pin
-and agrees by construction. update_pins and the build sessions call check() before their first
-command; --force turns a refusal into a warning.
+update_pins records what the torch pin's own cmake/External/aotriton.cmake names in
+pins/pytorch.toml [pytorch.aotriton] (pytorch_commit, version, commit, source); a record of
+another torch commit is stale and the file is read again as `commit = "from-pytorch"` reads it.
+update_pins and the build sessions call check() before their first command; --force turns a
+refusal into a warning.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.env import archs
@@ -30,60 +20,33 @@ from scripts.plumbing import pin_files
 from scripts.plumbing.errors import UserError
 from scripts.sources import pins
 
-RECORD_KEY = "aotriton"
 RECORD_TABLE = "pytorch.aotriton"
 
 
-@dataclass(frozen=True)
-class TorchAotriton:
-    """The AOTriton a torch tree's own aotriton.cmake names."""
-
-    pytorch_commit: str
-    version: str | None
-    commit: str
-    source: str
-
-
-def recorded(pytorch: pins.Pin) -> TorchAotriton | None:
+def recorded(pytorch: pins.Pin) -> pins.ResolvedAotriton | None:
     """The [pytorch.aotriton] record, when it was read at this torch commit."""
-    table = pytorch.data.get(RECORD_KEY)
-    if not isinstance(table, Mapping):
+    table = pytorch.data.get("aotriton")
+    # pytorch_commit = "": a public record, not read from the file (update_pins reads it)
+    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
         return None
     where = f"pins/pytorch.toml [{RECORD_TABLE}]"
-    if table.get("pytorch_commit") == "":
-        return None  # a public record, not read from the file: update_pins reads it
-    values = {
-        key: pin_files.text(table, key, where) for key in ("pytorch_commit", "commit", "source")
-    }
-    version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else None
-    if values["pytorch_commit"] != pytorch.commit:
-        return None  # read at an older torch pin: stale
-    return TorchAotriton(pytorch.commit, version or None, values["commit"], values["source"])
-
-
-def read_from_torch(
-    pytorch: pins.Pin,
-    *,
-    workdir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-    out=None,
-) -> TorchAotriton:
-    """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
-    environ = {k: v for k, v in (os.environ if environ is None else environ).items()}
-    environ.pop(pins.AOTRITON_COMMIT_ENV, None)  # the file's own pin, not a local override
-    resolved = pins.resolve_aotriton_from_pytorch(
-        pytorch, workdir=workdir, environ=environ, out=out
+    at, commit, source = (
+        pin_files.text(table, k, where) for k in ("pytorch_commit", "commit", "source")
     )
-    return TorchAotriton(pytorch.commit, resolved.version, resolved.commit, resolved.source)
+    version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
+    if at != pytorch.commit:
+        return None  # read at an older torch pin: stale
+    return pins.ResolvedAotriton(commit, version or None, source, None)
 
 
-def torch_names(
-    pytorch: pins.Pin, *, workdir=None, environ: Mapping[str, str] | None = None, out=None
-) -> TorchAotriton:
-    return recorded(pytorch) or read_from_torch(pytorch, workdir=workdir, environ=environ, out=out)
+def read_from_torch(pytorch: pins.Pin, *, workdir=None, environ=None, out=None):
+    """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
+    environ = dict(os.environ if environ is None else environ)
+    environ.pop(pins.AOTRITON_COMMIT_ENV, None)  # the file's own pin, not a local override
+    return pins.resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
 
 
-def problem(aotriton: pins.Pin, version: str, named: TorchAotriton, pytorch: pins.Pin) -> str:
+def problem(aotriton: pins.Pin, version: str, named, pytorch: pins.Pin) -> str:
     """'' when they agree, else one sentence saying how they differ."""
     if named.version and version:
         if archs.aotriton_version_key(named.version)[:2] == archs.aotriton_version_key(version)[:2]:
@@ -99,48 +62,41 @@ def problem(aotriton: pins.Pin, version: str, named: TorchAotriton, pytorch: pin
 
 
 def check(
-    aotriton: pins.Pin,
-    version: str,
-    *,
-    force: bool,
-    dry_run: bool = False,
+    aotriton: pins.Pin, version: str, *, force: bool, dry_run: bool = False,
     workdir: str | os.PathLike[str] | Path | None = None,
-    environ: Mapping[str, str] | None = None,
-    out=None,
-) -> list[str]:
-    """Lines to print; UserError (one line) for an inconsistent or unverifiable set unless
-    force, which makes it a warning. A dry run shows its plan when the torch file cannot be
-    read (offline), saying that the real run refuses. The first line names the torch line
-    and how its agreement is known."""
+    environ: Mapping[str, str] | None = None, out=None,
+) -> list[str]:  # fmt: skip
+    """Lines to print, the first naming the torch line and how its agreement is known;
+    UserError (one line) for an inconsistent or unverifiable set unless force (a warning). A
+    dry run that cannot read the torch file (offline) notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
-    return [head, *_check(aotriton, version, force=force, dry_run=dry_run, workdir=workdir,
-                          environ=environ, out=out)]  # fmt: skip
+    return [head, _verdict(aotriton, version, force, dry_run, workdir, environ, out)]
 
 
-def _check(aotriton: pins.Pin, version: str, *, force: bool, dry_run: bool, workdir, environ,
-           out) -> list[str]:  # fmt: skip
+def _verdict(aotriton: pins.Pin, version: str, force, dry_run, workdir, environ, out) -> str:
     if aotriton.data.get("pytorch_cmake") is not None:
-        return [f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
+        return f"pin set: AOTriton follows the torch pin ({aotriton.source})"
     try:
         pytorch = pins.load_pin("pytorch", workdir=workdir, environ=environ, out=out)
-        named = torch_names(pytorch, workdir=workdir, environ=environ, out=out)
+        named = recorded(pytorch) or read_from_torch(
+            pytorch, workdir=workdir, environ=environ, out=out
+        )
     except UserError as e:
         if dry_run and isinstance(e, pin_files.Unresolved):  # update_pins.resolve_for_build
-            return ["[dry-run] pin set: checked once the real run has resolved the torch pin"]
+            return "[dry-run] pin set: checked once the real run has resolved the torch pin"
         found = (
             f"cannot tell which AOTriton the torch pin names ({e}); "
             "nox -s update_pins records it in pins/pytorch.toml"
         )
         if dry_run and not force:
-            return [f"[dry-run] note: {found}; the real run refuses this (--force to go on)"]
+            return f"[dry-run] note: {found}; the real run refuses this (--force to go on)"
     else:
-        found = problem(aotriton, version, named, pytorch)
-        if not found:
+        if not (found := problem(aotriton, version, named, pytorch)):
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
-            return [
+            return (
                 f"pin set: torch {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
                 f"[{named.source}]; pinned {version} {aotriton.commit[:12]}{same}: same line"
-            ]
+            )
     if not force:
         raise UserError(found + "; --force to go on anyway")
-    return [f"WARNING (--force): {found}"]
+    return f"WARNING (--force): {found}"

@@ -1,17 +1,13 @@
 """Tuning databases kept as data: pins/tuning/aotriton/<commit>/<arch>/ = manifest.toml + files.
 
-A database belongs to one AOTriton commit and one arch. manifest.toml names the tuner that made
-it, what was tuned, and the sha256 of every file; a file that is missing, unlisted or has another
-sha256 is refused, never used. Two kinds:
-
-- "cpptune-json": the raw JSON-lines records of cpptune (test/tune_flash.py --json_file, AOTriton
-  <= 0.10 and the gfx908 port). A build merges them into the source tree's
-  v3python/rules/tuning_database.sqlite3.tar.xz with the commit's own
-  `v2python/table_tool.py --action rawjson -k FLASH` (docs/How To Generate Tuning Database.md).
-- "sharded-sqlite": amd/<arch>/<family>/<kernel>.sqlite3.tar.xz, passed to CMake as
-  AOTRITON_TUNING_DATABASE_ROOT (AOTriton 0.13b+, Tuner v3.5 output).
-
-The root is $ROCMFA_TUNING_DIR, else <pins dir>/tuning.
+A database belongs to one AOTriton commit and one arch; its manifest names the tuner, what was
+tuned and every file's sha256, and a file that is missing, unlisted or changed is refused. Kinds:
+"cpptune-json" (cpptune's JSON-lines records, test/tune_flash.py --json_file: merged into the
+tree's v3python/rules/tuning_database.sqlite3.tar.xz with the commit's own
+`v2python/table_tool.py --action rawjson -k FLASH`, docs/How To Generate Tuning Database.md) and
+"sharded-sqlite" (amd/<arch>/<family>/<kernel>.sqlite3.tar.xz, passed to CMake as
+AOTRITON_TUNING_DATABASE_ROOT: AOTriton 0.13b+, Tuner v3.5). The root is $ROCMFA_TUNING_DIR,
+else <pins dir>/tuning.
 """
 
 from __future__ import annotations
@@ -36,16 +32,11 @@ SOURCE_DB = "v3python/rules/tuning_database.sqlite3.tar.xz"
 TABLE_TOOL = "v2python/table_tool.py"
 
 
-def tuning_root(environ: Mapping[str, str] | None = None) -> Path:
-    environ = os.environ if environ is None else environ
-    chosen = environ.get(TUNING_DIR_ENV)
-    if chosen:
-        return Path(chosen).expanduser().resolve()
-    return pin_files.pins_dir(None, environ) / "tuning"
-
-
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
-    return (root or tuning_root()) / "aotriton" / commit / arch
+    chosen = os.environ.get(TUNING_DIR_ENV)
+    default = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
+    root = root or default
+    return root / "aotriton" / commit / arch
 
 
 @dataclass(frozen=True)
@@ -70,12 +61,10 @@ def load(directory: Path) -> TuningDb:
     """The database in directory, every file checked against its manifest sha256."""
     where = str(directory / MANIFEST)
     data = load_toml(directory / MANIFEST, "tuning database manifest")
-    table = data.get("tuning")
-    entries = data.get("file")
+    table, entries = data.get("tuning"), data.get("file")
     if not isinstance(table, dict) or not isinstance(entries, list) or not entries:
         raise UserError(f"{where}: needs a [tuning] table and at least one [[file]]")
-    kind = table.get("kind")
-    if kind not in KINDS:
+    if (kind := table.get("kind")) not in KINDS:
         raise UserError(f"{where}: 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
     files: dict[str, str] = {}
     for entry in entries:
@@ -84,34 +73,20 @@ def load(directory: Path) -> TuningDb:
             raise UserError(f"{where}: every [[file]] needs 'path' and 'sha256'")
         if name.startswith("/") or ".." in Path(name).parts:
             raise UserError(f"{where}: file path {name!r} must be relative")
-        target = directory / name
-        if not target.is_file():
+        if not (directory / name).is_file():
             raise UserError(f"{where}: {name} is missing; refusing this tuning database")
-        actual = stamps.file_sha256(target)
-        if actual != expected:
+        if (actual := stamps.file_sha256(directory / name)) != expected:
             raise UserError(
                 f"{where}: {name} has sha256 {actual[:16]}..., manifest says {expected[:16]}...; "
                 "refusing this tuning database (re-run nox -s tune_aotriton, or restore the file)"
             )
         files[name] = expected
-    present = {
-        p.relative_to(directory).as_posix()
-        for p in directory.rglob("*")
-        if p.is_file() and p.name != MANIFEST
-    }
-    unlisted = sorted(present - set(files))
-    if unlisted:
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    if unlisted := sorted(present - set(files) - {MANIFEST}):
         raise UserError(f"{where}: files not in the manifest: {', '.join(unlisted)}; refusing")
     meta = {k: v for k, v in table.items() if k not in ("commit", "arch", "kind", "tuner")}
-    return TuningDb(
-        directory,
-        str(table.get("commit", "")),
-        str(table.get("arch", "")),
-        kind,
-        str(table.get("tuner", "")),
-        files,
-        meta,
-    )
+    fields = (str(table.get(k, "")) for k in ("commit", "arch"))
+    return TuningDb(directory, *fields, kind, str(table.get("tuner", "")), files, meta)
 
 
 def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
@@ -128,45 +103,28 @@ def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
     return found
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
-
-
 def write(
-    directory: Path,
-    files: Mapping[str, Path],
-    *,
-    commit: str,
-    arch: str,
-    kind: str,
-    tuner: str,
+    directory: Path, files: Mapping[str, Path], *, commit: str, arch: str, kind: str, tuner: str,
     meta: Mapping[str, Any],
-) -> TuningDb:
-    """Write a database (files copied, sha256 recorded) all at once: a staging directory is
-    renamed into place, so an interrupted write leaves the old one (or none), never half."""
+) -> TuningDb:  # fmt: skip
+    """Write a database (files copied, sha256s recorded) through a staging directory renamed
+    into place: an interrupted write leaves the old one (or none), never half."""
+    import tomlkit
+
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    lines = ["# Written by nox -s tune_aotriton; data, verified by sha256 before any use.", ""]
-    lines.append("[tuning]")
-    header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner, **meta}
-    lines += [f"{key} = {_toml_value(value)}" for key, value in header.items()]
+    listed = []
     for name, source in sorted(files.items()):
-        target = staging / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        lines += ["", "[[file]]", f'path = "{name}"', f'sha256 = "{stamps.file_sha256(target)}"']
-    (staging / MANIFEST).write_text("\n".join(lines) + "\n")
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, staging / name)
+        listed.append({"path": name, "sha256": stamps.file_sha256(staging / name)})
+    header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
+    header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
+    manifest = tomlkit.dumps({"tuning": header, "file": listed})
+    note = "# Written by nox -s tune_aotriton; data, verified by sha256 before any use.\n\n"
+    (staging / MANIFEST).write_text(note + manifest)
+    shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
     return load(directory)
 
@@ -175,15 +133,8 @@ def publish(candidate: TuningDb, root: Path | None = None) -> TuningDb:
     """Copy a verified database to its place under the tuning root (the repository's data)."""
     target = db_dir(candidate.commit, candidate.arch, root)
     files = {name: candidate.directory / name for name in candidate.files}
-    return write(
-        target,
-        files,
-        commit=candidate.commit,
-        arch=candidate.arch,
-        kind=candidate.kind,
-        tuner=candidate.tuner,
-        meta=candidate.meta,
-    )
+    fields = ("commit", "arch", "kind", "tuner", "meta")
+    return write(target, files, **{k: getattr(candidate, k) for k in fields})
 
 
 def build_inputs(
@@ -195,13 +146,11 @@ def build_inputs(
     if db.kind == "sharded-sqlite":
         return [f"-DAOTRITON_TUNING_DATABASE_ROOT={db.directory}"]
     # cpptune-json: merge into the commit's own database, starting from its pristine copy.
-    runner.run(["git", "-C", str(src), "checkout", "--", SOURCE_DB], cwd=src)
-    if not runner.dry_run:
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir(parents=True)
-    sqlite = scratch / "tuning_database.sqlite3"
+    restore_source(db, src, runner)
+    runner.run([cmake, "-E", "rm", "-rf", str(scratch)])
+    runner.run([cmake, "-E", "make_directory", str(scratch)])
     runner.run([cmake, "-E", "tar", "xf", str(src / SOURCE_DB)], cwd=scratch)
-    records = db.directory / CPPTUNE_RECORDS
+    sqlite, records = scratch / "tuning_database.sqlite3", db.directory / CPPTUNE_RECORDS
     merge = [python, TABLE_TOOL, "--action", "rawjson", "-k", "FLASH"]
     runner.run([*merge, "-f", str(sqlite), "-i", str(records)], cwd=src)
     runner.run([cmake, "-E", "tar", "cJf", str(src / SOURCE_DB), sqlite.name], cwd=scratch)
@@ -209,7 +158,7 @@ def build_inputs(
 
 
 def restore_source(db: TuningDb, src: Path, runner: Runner) -> None:
-    """Put the commit's own database back once configure has read the merged one (the
-    port generates its kernel tables at configure time), so the checkout stays pristine."""
+    """Put the commit's own database back once configure has read the merged one (the port
+    generates its kernel tables at configure time), so the checkout stays pristine."""
     if db.kind == "cpptune-json":
         runner.run(["git", "-C", str(src), "checkout", "--", SOURCE_DB], cwd=src)

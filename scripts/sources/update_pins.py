@@ -1,17 +1,13 @@
-"""`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote`, rewrite only
-the `commit` value in pins/<project>.toml (scripts.plumbing.pin_files: every comment and other
-line stays byte for byte), and report per project whether
-its patch set still applies at the new commit; `--port-patches` copies a set that applies
-cleanly to patches/<project>/<new commit>/.
+"""`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote` and rewrite only
+the `commit` value of pins/<project>.toml (scripts.plumbing.pin_files keeps every other byte);
+record what the new commit itself says (AOTriton's submodule paths: scripts.sources.pin_submodules;
+which AOTriton the torch pin's aotriton.cmake names: scripts.sources.pin_set); report whether
+each patch set still applies at the new commit (`--port-patches` copies one that applies); then
+refuse an inconsistent torch x AOTriton pin set (--force: a warning).
 
-Besides the commit it records, read from the new commit itself: the submodule paths to
-initialise (AOTriton, scripts.sources.pin_submodules) and which AOTriton the torch
-pin's own aotriton.cmake names ([pytorch.aotriton], scripts.sources.pin_set). It then refuses an
-inconsistent torch x AOTriton pin set (--force: a warning).
-
-resolve_for_build: a build's first real run that meets an unresolved pin (`commit = ""`, a
-branch no public record names a commit of) does exactly that for the pin's project, says so in
-one line and goes on; a failure leaves the pin file as it was.
+resolve_for_build: a build's first real run that meets an unresolved pin (`commit = ""`) does
+the same for that project, says so in one line and goes on; a failure leaves the pin file as it
+was.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import UpdatePinsOptions
 from scripts.sources import pin_set, pin_submodules, pins
-from scripts.sources.checkouts import git, has_commit, last_line
+from scripts.sources.checkouts import fetch_commit, last_line
 from scripts.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
 # companions whose commit the torch pin names (ref = "from-pytorch"): file, related_commits key
@@ -42,78 +38,53 @@ PATCH_PROJECTS = {
     "pytorch.triton": "triton",
     "pytorch.apex": "apex",
 }
-# What `git ls-remote` answers on a dry run (nothing is asked): never shown as a commit.
-UNRESOLVED = "0" * 40
 
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
     """The commit ref names at url (tags peeled); UserError when unreachable or unknown."""
     if pin_files.HEX40.fullmatch(ref):
         return ref
-    result = runner.run(
-        ["git", "ls-remote", url, ref],
-        capture=True,
-        check=False,
-        dry_run_output=f"{UNRESOLVED}\trefs/heads/{ref}\n",
-    )
+    result = runner.run(["git", "ls-remote", url, ref], capture=True, check=False)
     if result.returncode != 0:
-        detail = last_line(result.stderr) or f"exit {result.returncode}"
-        raise UserError(f"cannot reach {url}: {detail}")
-    refs: dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            refs[parts[1]] = parts[0]
-    for name in (
-        f"refs/tags/{ref}^{{}}",
-        f"refs/tags/{ref}",
-        f"refs/heads/{ref}",
-        ref,
-        f"{ref}^{{}}",
-    ):
+        raise UserError(f"cannot reach {url}: {last_line(result.stderr) or result.returncode}")
+    pairs = (line.split() for line in result.stdout.splitlines())
+    refs = {pair[1]: pair[0] for pair in pairs if len(pair) == 2}
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
         if name in refs:
             return refs[name]
     raise UserError(f"{url} has no ref '{ref}' (branch or tag)")
 
 
-def _tables(project: str, table: dict) -> list[tuple[str, dict]]:
-    found = [(project, table)]
-    for key, value in table.items():
-        if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value):
-            found.append((f"{project}.{key}", value))
-    return found
-
-
 def update_pins(opts: UpdatePinsOptions) -> None:
     runner = Runner(dry_run=opts.dry_run)
-    work = paths.workdir(opts.workdir)
-    directory = pin_files.pins_dir()
-    failures: list[str] = []
-    for project in opts.project or pin_files.PROJECTS:
+    work, directory = paths.workdir(opts.workdir), pin_files.pins_dir()
+    chosen, failures = opts.project or pin_files.PROJECTS, {}
+    for project in chosen:
         try:
             _update_project(project, directory, work, runner, port=opts.port_patches)
         except UserError as e:
-            failures.append(f"{project}: {e}")
+            failures[project] = e
             runner.say(f"{project}: FAILED: {e}")
-    chosen = set(opts.project or pin_files.PROJECTS)
-    broken = {f.split(":", 1)[0].split()[0] for f in failures}
-    if chosen & {"pytorch", "aotriton"} and not broken & {"pytorch", "aotriton"}:
-        if runner.dry_run:
+    if {"pytorch", "aotriton"} & set(chosen) and not {"pytorch", "aotriton"} & set(failures):
+        if opts.dry_run:
             runner.say("[dry-run] would check the torch x AOTriton pin set")
         else:
             try:
                 _check_pin_set(directory, work, runner, force=opts.force)
             except UserError as e:
-                failures.append(f"pin set: {e}")
+                failures["pin set"] = e
                 runner.say(f"pin set: FAILED: {e}")
     if failures:
-        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {failures[0]}")
+        first = next(iter(failures.items()))
+        raise UserError(
+            f"update_pins: {len(failures)} project(s) failed; first: {'{}: {}'.format(*first)}"
+        )
 
 
 def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
     """Before a build's first command: an unresolved pin of project is resolved, checked and
-    recorded as `nox -s update_pins -- --project <project>` does (one line said); nothing when it
-    is resolved. A dry run asks nothing and says the real run will."""
+    recorded as `nox -s update_pins -- --project <project>` does (one line said). A dry run
+    asks nothing and says the real run will."""
     directory = pin_files.pins_dir()
     try:
         pins.load_pin(project, directory, workdir=workdir)
@@ -128,18 +99,16 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
             "and records it there first (as nox -s update_pins does)"
         )
         return
-    work = paths.workdir(workdir)
-    before = path.read_text()
-    said = io.StringIO()
+    work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
         try:
             _update_project(project, directory, work, quiet, port=False)
         except UserError as e:
-            host = urlparse(url).hostname or url
             raise UserError(
                 f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
-                f"{host} is reachable, or point ${pin_files.PINS_DIR_ENV} at resolved pins"
+                f"{urlparse(url).hostname or url} is reachable, or point "
+                f"${pin_files.PINS_DIR_ENV} at resolved pins"
             ) from None
         if project in ("pytorch", "aotriton"):
             _check_pin_set(directory, work, quiet, force=force)
@@ -158,88 +127,77 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
     path, table = pin_files.read_table(project, directory)
-    for name, entry in _tables(project, table):
+    tables = [(project, table)] + [
+        (f"{project}.{key}", value)
+        for key, value in table.items()
+        if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value)
+    ]
+    for name, entry in tables:
         where = f"{path.name} [{name}]"
         url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
-        old = entry.get("commit", "")
-        if project == "aotriton" and old == pin_files.FROM_PYTORCH:
+        old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
+        follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
+        companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
+        if runner.dry_run:  # nothing asked, nothing written
+            if not (follows or companion):
+                runner.run(["git", "ls-remote", url, ref])
+            what = "the torch pin names" if follows or companion else f"{ref} resolves to"
+            runner.say(f"[dry-run] {name}: would record the commit {what} (and what it says)")
+            continue
+        if follows:
             pin = pins.load_pin("aotriton", directory, workdir=work)
             runner.say(f"{name}: follows PyTorch -> {pin.commit[:12]} ({pin.source})")
-            record_submodules(path, name, url, pin.commit, paths.src_dir(work, "aotriton"), runner)
-            _report_patches(project, old_commit=None, new=pin.commit, work=work, runner=runner)
+            record_submodules(path, name, url, pin.commit, aotriton_src, runner)
+            _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        if name in FROM_TORCH and ref == pin_files.FROM_PYTORCH:
+        if companion:
             new = _companion_from_torch(name, directory, work, runner)
         else:
             new = ls_remote(runner, url, ref)
-        if runner.dry_run:
-            runner.say(f"[dry-run] {name}: would set commit to what {ref} resolves to")
-            continue
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
         else:
             pin_files.set_values(path, name, {"commit": new})
             shown = old[:12] if isinstance(old, str) and old else "unset"
             runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
-        if project == "aotriton" and name == "aotriton":
-            record_submodules(path, name, url, new, paths.src_dir(work, "aotriton"), runner)
-        if project == "pytorch" and name == "pytorch":
+        if name == "aotriton":
+            record_submodules(path, name, url, new, aotriton_src, runner)
+        if name == "pytorch":
             _record_torch_aotriton(path, directory, work, runner)
-        old_commit = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
-        _report_patches(
-            PATCH_PROJECTS.get(name, project),
-            old_commit=old_commit,
-            new=new,
-            work=work,
-            runner=runner,
-            port=port,
-        )
+        old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
+        _report_patches(PATCH_PROJECTS.get(name, project), old, new, work, runner, port=port)
 
 
 def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
     """The commit the (just resolved) torch pin names for a companion: related_commits for
     audio/vision/apex, .ci/docker/ci_commit_pins/triton.txt for triton - what TheRock's
     generate_pytorch_source_manifest.py records for a ROCm/pytorch release branch."""
-    if runner.dry_run:
-        return ""
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
     path, key = FROM_TORCH[name]
     text = pins.torch_file(pytorch, path, workdir=work)
     where = f"torch {pytorch.commit[:12]} {path}"
     if text is None:
         raise UserError(f"{name}: {where} does not exist")
-    if key is None:
-        commit = text.strip().lower()
-    else:
-        found = pins.parse_related_commits(text, where).get(key)
-        if found is None:
+    commit = text.strip().lower()
+    if key is not None:
+        if (found := pins.parse_related_commits(text, where).get(key)) is None:
             raise UserError(f"{name}: {where} has no {key!r} entry")
         commit = found[1].lower()
-        if found[0] and not runner.dry_run:  # TheRock's manifest takes the origin from there too
-            path_file, _ = pin_files.read_table("pytorch", directory)
-            pin_files.set_values(path_file, name, {"url": found[0]})
+        if found[0]:  # TheRock's manifest takes the origin from there too
+            torch_file = pin_files.read_table("pytorch", directory)[0]
+            pin_files.set_values(torch_file, name, {"url": found[0]})
     if not pin_files.HEX40.fullmatch(commit):
         raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
     runner.say(f"{name}: from {where}")
     return commit
 
 
-def _report_patches(
-    project: str,
-    *,
-    old_commit: str | None,
-    new: str,
-    work: Path,
-    runner: Runner,
-    port: bool = False,
-) -> None:
-    present = patch_set_for(project, new)
-    if present is not None:
+def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
+    if (present := patch_set_for(project, new)) is not None:
         what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
         runner.say(f"{project}: {what} present for {new[:12]}")
         return
-    sets = available_sets(project)
-    if not sets:
+    if not (sets := available_sets(project)):
         runner.say(f"{project}: no patches")
         return
     runner.say(
@@ -247,80 +205,57 @@ def _report_patches(
         f"{', '.join(c[:12] for c in sets)}: the build refuses it until one is ported "
         f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
     )
-    source = old_commit if old_commit in sets else sets[-1]
-    found = patch_set_for(project, source)
-    checkout = paths.src_dir(work, project)
+    source = old if old in sets else sets[-1]
+    found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         runner.say(
             f"{project}: patch set for {source[:12]} not checked at {new[:12]}: no checkout at "
             f"{checkout} (build once, then rerun update_pins)"
         )
         return
-    if not has_commit(runner, checkout, new):
-        fetched = git(runner, checkout, "fetch", "-q", "--no-tags", "origin", new, check=False)
-        if fetched.returncode != 0:
-            runner.say(f"{project}: cannot fetch {new[:12]}: {last_line(fetched.stderr)}")
-            return
+    if problem := fetch_commit(runner, checkout, "origin", new):
+        runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
+        return
     ok, detail = check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
     if ok and port:
-        target = port_set(found, new)
-        runner.say(f"{project}: ported the set to {target}")
+        runner.say(f"{project}: ported the set to {port_set(found, new)}")
     elif ok:
         runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
 
 
-def record_submodules(
-    path: Path, table: str, url: str, commit: str, checkout: Path, runner: Runner
-) -> None:
+def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
     """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
-    if runner.dry_run:
-        at = "<the commit its ref resolves to>" if commit == UNRESOLVED else commit[:12]
-        runner.say(f"[dry-run] {table}: would record the submodule paths of {at}")
-        return
     if not (checkout / ".git").exists():
         runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
             "(build once, then rerun update_pins); the recorded list is kept"
         )
         return
-    if not has_commit(runner, checkout, commit):
-        fetched = git(runner, checkout, "fetch", "-q", "--no-tags", url, commit, check=False)
-        if fetched.returncode != 0:
-            raise UserError(
-                f"{table}: cannot fetch {commit[:12]} to read its submodules: "
-                f"{last_line(fetched.stderr)}"
-            )
+    if problem := fetch_commit(runner, checkout, url, commit):
+        raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     tree = pin_submodules.read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
-    unmapped = (
-        f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(tree.unmapped)}"
-        if tree.unmapped
-        else ""
-    )
+    unmapped = ", ".join(tree.unmapped)
     runner.say(
         f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
-        f"{unmapped}{' (rewrote ' + path.name + ')' if changed else ''}"
+        + (
+            f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
+            if unmapped
+            else ""
+        )
+        + (f" (rewrote {path.name})" if changed else "")
     )
 
 
 def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
     """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
-    if runner.dry_run:
-        runner.say(f"[dry-run] pytorch: would read {pins.AOTRITON_CMAKE} at the new commit")
-        return
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
     named = pin_set.read_from_torch(pytorch, workdir=work)
-    values = {
-        "pytorch_commit": pytorch.commit,
-        "version": named.version or "",
-        "commit": named.commit,
-        "source": named.source,
-    }
-    if not named.version:
-        values.pop("version")
-    pin_files.set_values(path, pin_set.RECORD_TABLE, values)
+    values = {"pytorch_commit": pytorch.commit, "version": named.version}
+    values |= {"commit": named.commit, "source": named.source}
+    pin_files.set_values(path, pin_set.RECORD_TABLE, {k: v for k, v in values.items() if v})
     runner.say(
         f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
         f"{named.commit[:12]} ({named.source}); recorded in [{pin_set.RECORD_TABLE}]"

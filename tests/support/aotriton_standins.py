@@ -4,8 +4,8 @@ supports Range requests and can drop a connection midway."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import csv
 import hashlib
 import http.server
 import io
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.loopback import serving
+from tests.support.wheels import make_wheel, record_hash
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -532,74 +533,59 @@ def install_torch(
     image_files: int = 0,
     version: str = "2.13.0+rocm7.15.0",
     *,
-    as_pip: bool = False,
     build: str = "",
+    from_file: bool = False,
 ) -> Path:
-    """A stand-in torch package carrying AOTriton the way TheRock's wheels do, with a RECORD
-    as pip writes it (path,sha256=<urlsafe b64>,size; symlinks are files in a wheel, but the
-    stand-in keeps libaotriton_v2.so a link as TheRock's install leaves it). as_pip: replace
-    the installed torch the way `pip install --force-reinstall` does - only the files its
-    RECORD lists are removed first, so what others put in torch/ stays (our marker, say);
-    build: a tag in the shipped runtime's bytes, so another build gets another RECORD."""
-    site = site_packages(prefix)
-    torch = site / "torch"
-    if as_pip:
-        for info in site.glob("torch-*.dist-info"):
-            record = info / "RECORD"
-            listed = record.read_text().splitlines() if record.is_file() else []
-            for line in listed:
-                target = site / line.split(",", 1)[0]
-                if target.is_symlink() or target.is_file():
-                    target.unlink()
-            subprocess.run(["rm", "-rf", str(info)], check=True)
-        for folder in sorted(torch.rglob("*"), reverse=True):  # pip drops emptied folders
-            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
-                folder.rmdir()
-    else:
-        subprocess.run(["rm", "-rf", str(torch)], check=True)
-        for info in site.glob("torch-*.dist-info"):
-            subprocess.run(["rm", "-rf", str(info)], check=True)
-    left = set(torch.rglob("*"))  # what pip did not remove is not this wheel's: not in RECORD
-    (torch / "lib").mkdir(parents=True, exist_ok=True)
-    (torch / "__init__.py").write_text(f"__version__ = '{version}'\n")
-    info = site / f"torch-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Name: torch\nVersion: {version}\n")
+    """A stand-in torch wheel carrying AOTriton the way TheRock's wheels do (torch/lib/
+    libaotriton_v2.so.X.Y.Z, libaotriton_v2.so a copy of it - a wheel holds no links -,
+    aotriton.images/<pack>/__signature__, include/aotriton/config.h), installed by the env's
+    real pip as a user would: `pip install --force-reinstall --no-deps` removes what the old
+    RECORD lists, so what others left in torch/ stays. build: a tag in the shipped runtime's
+    bytes, so another build is another wheel with another RECORD. From an index (a
+    --find-links folder: no wheel file is recorded, as with TheRock's index) unless from_file
+    (pip records the file in direct_url.json)."""
+    files: dict[str, str | bytes] = {"torch/__init__.py": f"__version__ = '{version}'\n"}
     if runtime:
         shipped = b"torch-shipped runtime\n" + (f"build {build}\n".encode() if build else b"")
-        (torch / "lib" / f"libaotriton_v2.so.{runtime}").write_bytes(shipped)
-        (torch / "lib" / "libaotriton_v2.so").symlink_to(f"libaotriton_v2.so.{runtime}")
+        files[f"torch/lib/libaotriton_v2.so.{runtime}"] = shipped
+        files["torch/lib/libaotriton_v2.so"] = shipped
         major, minor, patch = runtime.split(".")
-        include = torch / "include" / "aotriton"
-        include.mkdir(parents=True, exist_ok=True)
-        (include / "config.h").write_text(
+        files["torch/include/aotriton/config.h"] = (
             f"#define AOTRITON_VERSION_MAJOR {major}\n#define AOTRITON_VERSION_MINOR {minor}\n"
             f"#define AOTRITON_VERSION_PATCH {patch}\n"
         )
     for pack, sig in (images or {"amd-gfx115x": "0.13", "amd-gfx110x": "0.13"}).items():
-        (torch / "lib" / "aotriton.images" / pack).mkdir(parents=True, exist_ok=True)
-        (torch / "lib" / "aotriton.images" / pack / "__signature__").write_text(f"aotriton{sig}\n")
-        if image_files:
-            kernels = torch / "lib" / "aotriton.images" / pack / "flash"
-            kernels.mkdir()
-            for i in range(image_files):
-                (kernels / f"k{i:05d}.aks2").write_bytes(b"shipped %d" % i)
-    write_record(site, torch, info, left)
-    return torch
+        files[f"torch/lib/aotriton.images/{pack}/__signature__"] = f"aotriton{sig}\n"
+        for i in range(image_files):
+            files[f"torch/lib/aotriton.images/{pack}/flash/k{i:05d}.aks2"] = b"shipped %d" % i
+    out = prefix.parent / "standin-torch-wheels" / hashlib.sha256(repr(files).encode()).hexdigest()
+    wheel = make_wheel(out, "torch", version, files=files)
+    pip_install(prefix, str(wheel) if from_file else f"torch=={version}", "--find-links", out)
+    return site_packages(prefix) / "torch"
 
 
-def write_record(site: Path, torch: Path, info: Path, left: set[Path]) -> None:
-    """info/RECORD listing the files of torch/ (but those in left) and info/ as pip writes it."""
-    lines = []
-    for path in sorted([*torch.rglob("*"), *info.iterdir()]):
-        if (path.is_dir() and not path.is_symlink()) or path in left:
-            continue
-        rel = path.relative_to(site).as_posix()
-        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        lines.append(f"{rel},sha256={digest},{len(data)}")
-    lines.append(f"{info.relative_to(site).as_posix()}/RECORD,,")
-    (info / "RECORD").write_text("\n".join(lines) + "\n")
+def pip_install(prefix: Path, *args: str | Path) -> None:
+    """pip install args into the env at prefix, as a user replaces torch by hand."""
+    python = prefix / "bin" / "python"
+    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--no-index"]
+    subprocess.run([*pip, *map(str, args)], check=True, capture_output=True)
+
+
+def record_lies(prefix: Path) -> list[str]:
+    """Files of the env's torch that are not what its RECORD (pip's own data) says."""
+    site = site_packages(prefix)
+    (info,) = site.glob("torch-*.dist-info")
+    wrong = []
+    for rel, digest, _size in csv.reader((info / "RECORD").read_text().splitlines()):
+        path = site / rel
+        if digest and not (path.is_file() and record_hash(path.read_bytes()) == digest):
+            wrong.append(rel)
+    return wrong
+
+
+def pip_check(prefix: Path) -> subprocess.CompletedProcess[str]:
+    python = prefix / "bin" / "python"
+    return subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True)
 
 
 # --- release tarballs and a loopback server with Range support ----------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
     digest = hashlib.sha256(data).digest()
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -47,7 +47,7 @@ def make_wheel(
     if console_scripts:
         lines = ["[console_scripts]", *(f"{k} = {v}" for k, v in console_scripts.items())]
         contents[f"{info}/entry_points.txt"] = ("\n".join(lines) + "\n").encode()
-    record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in contents.items()]
+    record = [f"{path},{record_hash(data)},{len(data)}" for path, data in contents.items()]
     record.append(f"{info}/RECORD,,")
     contents[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out_dir.mkdir(parents=True, exist_ok=True)
