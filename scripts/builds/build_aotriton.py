@@ -744,9 +744,8 @@ def install(
     overridden = check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    expected = None
-    if shipped.runtime and shipped.runtime != new.runtime:
-        expected = f"libaotriton_v2.so.{shipped.runtime}"
+    same = not shipped.runtime or shipped.runtime == new.runtime
+    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
     record = {
         "installed_by": "nox -s build_aotriton",
         "how": how,

@@ -345,9 +345,8 @@ def plan_cache(
             "(HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real run"
         )
     if spec.remote:
-        problem = None if runner.dry_run else probe(spec)
-        if runner.dry_run:
-            runner.say(f"[dry-run] would check that the cache server answers: {spec.describe()}")
+        said = f"check that the cache server answers: {spec.describe()}"
+        problem = runner.apply(probe, spec, say=said)
         if problem:
             return _degrade(plan, work, problem, runner)
         # Each machine keeps its own local state (sccache's dir) next to the shared server.

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,8 @@ class TunePlan:
     def chunks(self) -> list[tuple[int, str]]:
         return [(d, t) for d in self.head_dims for t in self.dtypes]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "head_dims": list(self.head_dims),
-            "dtypes": list(self.dtypes),
-            "seqlens": list(self.seqlens),
-        }
+    def as_dict(self) -> dict[str, Any]:  # lists, as read back from progress.json
+        return {k: list(v) for k, v in asdict(self).items()}
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -80,9 +76,7 @@ def make_plan(
     seqlens: str | None = None,
 ) -> TunePlan:
     """The defaults, overridden by --tune-head-dims/-dtypes/-seqlens."""
-    chosen_dims = DEFAULT_HEAD_DIMS
-    if head_dims:
-        chosen_dims = _int_list(head_dims, "--tune-head-dims")
+    chosen_dims = _int_list(head_dims, "--tune-head-dims") if head_dims else DEFAULT_HEAD_DIMS
     chosen_types = DTYPES
     if dtypes:
         chosen_types = tuple(t.strip() for t in dtypes.split(",") if t.strip())
