@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.builds.aotriton_install import AotritonInstall
 from scripts.plumbing import downloads, paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
@@ -138,8 +137,7 @@ def _unreachable(url: str) -> str:
 def extract(archive: Path, target: Path) -> Path:
     """Extract into target (fresh) and return the install root: the single top-level
     directory of the archive when there is one (AOTriton tarballs hold `aotriton/`)."""
-    if target.exists():
-        shutil.rmtree(target)
+    shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     try:
         with tarfile.open(archive) as tar:
@@ -155,7 +153,7 @@ def extract(archive: Path, target: Path) -> Path:
 def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
     """Download, verify and unpack the runtime for the ROCm series `rocm` ('7.15') and this
     arch's pack into the install prefix `into` (ours: build_aotriton's; what was there is
-    replaced); return the install (None on a dry run)."""
+    replaced); return the install (None in a plan)."""
 
     info = release_info(ctx.pin, ctx.version)
     pack = ctx.pack.removeprefix("amd-")
@@ -178,24 +176,26 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
     runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
     images_name = info.images_name.format(**fields)
     images_tar = download(base + images_name, cache / images_name, info.images[pack], runner)
-    if runner.dry_run:
-        runner.say(f"[dry-run] would unpack the runtime and amd-{pack} into {into}")
-        return None
     staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
+    say = f"unpack the {info.version} runtime and amd-{pack} into {into}"
+    return runner.apply(unpack, runtime_tar, images_tar, pack, staging, into, say=say)
+
+
+def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: Path):
+    """The runtime with this arch's images into the install prefix `into` (what was there is
+    replaced), through a staging dir beside it."""
     root = extract(runtime_tar, staging / "runtime")
-    images_root = extract(images_tar, staging / "images")
-    pack_dir = images_root / "lib" / "aotriton.images" / f"amd-{pack}"
+    pack_dir = extract(images_tar, staging / "images") / "lib" / "aotriton.images" / f"amd-{pack}"
     if not (pack_dir / "__signature__").is_file():
         raise UserError(f"{images_tar.name}: no lib/aotriton.images/amd-{pack}/__signature__")
     images_target = root / "lib" / "aotriton.images"
-    if images_target.exists():
-        shutil.rmtree(images_target)
+    shutil.rmtree(images_target, ignore_errors=True)
     images_target.mkdir(parents=True)
     os.replace(pack_dir, images_target / f"amd-{pack}")
-    if into.exists():
-        shutil.rmtree(into)
+    shutil.rmtree(into, ignore_errors=True)
     into.parent.mkdir(parents=True, exist_ok=True)
     os.replace(root, into)  # both under <work>/build
     shutil.rmtree(staging)
-    runner.say(f"unpacked the {info.version} runtime and amd-{pack} into {into}")
+    from scripts.builds.aotriton_install import AotritonInstall
+
     return AotritonInstall.read(into / "lib", into / "include")

@@ -1,22 +1,13 @@
 """`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
-AOTRITON_INSTALLED_PREFIX), swapped into the env's torch when there is one. Without a torch (the
-README's main job: torch is built against this prefix afterwards) nothing is swapped.
+AOTRITON_INSTALLED_PREFIX), swapped into the env's torch when there is one.
 
 Each arch takes the shortest honest path (choose_path; doctor asks aotriton_path): the pinned
-release's runtime and this arch's image pack (scripts.builds.aotriton_release, sha256-checked)
-where nothing of ours changes the arch's kernels, else a source build with cmake + ninja against
-the env's ROCm with the patches for that arch (a patch set for it, a tuning database for it,
-gfx908, --from-source). The plan says which path, why, and what it costs, before any long step.
-
-The swap goes through pip: torch's own wheel (rebuilt from its RECORD) is repacked with the new
-AOTriton and pip installs it (scripts/builds/aotriton_install.py); both versions are recorded;
-`--restore` reinstalls torch's own wheel. The install is refused when the runtime and the
-image signatures disagree, or when the AOTriton version is not the one torch was built for,
-unless --force (docs/aotriton.md: that mismatch gives hipErrorInvalidValue and all-zero
-attention output).
-
-A content-addressed stamp (pin, patch sha256s, options, arch, toolchain, env identity, what is
-installed) makes a rerun with nothing changed run no command at all.
+release's runtime and image pack (aotriton_release, sha256-checked) where nothing of ours
+changes the arch's kernels, else a source build (cmake + ninja against the env's ROCm, with the
+arch's patches). The swap goes through pip: torch's own wheel, repacked with the new AOTriton
+(aotriton_install); `--restore` reinstalls torch's own wheel. A version or image mismatch is
+refused unless --force (docs/aotriton.md). A content-addressed stamp makes a rerun with nothing
+changed run no command at all.
 """
 
 from __future__ import annotations
@@ -24,82 +15,69 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scripts.builds import compile_cache
-from scripts.builds.aotriton_install import (
-    AotritonInstall,
-    check_compatible,
-    dist_version,
-    find_torch,
-    finish_interrupted,
-    image_signatures,
-    install_into_torch,
-    installed_fingerprint,
-    read_marker,
-    restore_torch,
-    site_packages,
-    torch_dir,
-    torch_version,
-)
-from scripts.env import archs, compat_matrix, condaenv, rocm_sdk, session_env
-from scripts.plumbing import buildjobs, paths, stamps
+from scripts.env import archs, session_env
+from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-from scripts.sources import pin_set, pin_submodules, pins, tuning_db, update_pins
-from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
-from scripts.sources.tuning_db import TuningDb
+
+if TYPE_CHECKING:  # the rest is imported where a path needs it (an import loads 17 modules)
+    from scripts.builds.aotriton_install import AotritonInstall
+    from scripts.builds.compile_cache import CachePlan, CacheSpec
+    from scripts.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
+    from scripts.sources import pins
+    from scripts.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
 # The last finished build or release unpack in the install prefix (installed into torch or
 # not): build_pytorch's AOTRITON_INSTALLED_PREFIX (gfx908's torch: the patched build).
 BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
-# Peak compiler memory per AOTriton job (HIP host/device C++), for buildjobs.choose_jobs.
-AOTRITON_GIB_PER_JOB = 2.0
+AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
+# Options that only a source build has: given, they ask for one.
+SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
 
 
-# --- options, inputs, stamp ---------------------------------------------------------------
+def rocm_version(site: Path) -> str:
+    """The env's ROCm; before setup_env (a dry run), the one pins/rocm.toml pins."""
+    from scripts.builds.aotriton_install import dist_version
+    from scripts.env import rocm_sdk
+
+    return (dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
+
+
+def rocm_series(site: Path) -> str:
+    return ".".join(rocm_version(site).split(".")[:2])
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
-    """Toolchain identity without running anything: the env's identity (its lock covers
-    cmake, ninja, compilers), TheRock's rocm version (before setup_env made the env, on a dry
-    run: the version pins/rocm.toml pins, which setup_env installs exactly), and which tools
-    would be used."""
+    """Toolchain identity without running anything: the env (its lock covers cmake, ninja,
+    compilers), the ROCm version and which tools would be used."""
+    from scripts.env import condaenv
+
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
-    rocm = dist_version(site, "rocm") if site.is_dir() else rocm_sdk.load_pin().version
     return {
         "env_identity": condaenv.env_identity(prefix),
-        "rocm": rocm,
+        "rocm": rocm_version(site),
         "tools": {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")},
     }
 
 
 # --- which path: the pinned release pack or a source build -------------------------------
 
-# Options that only a source build has: given, they ask for one.
-SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
-
 
 @dataclass(frozen=True)
 class AotritonPath:
-    """How AOTriton comes for an arch: the pinned release pack or a source build, why, what
-    it costs, and the patch files a source build applies for the arch."""
-
     arch: str
     version: str
     pack: str  # "amd-gfx115x"
     source: bool
     why: str
     cost: str
-    patches: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()  # what a source build applies for the arch
 
     @property
     def kind(self) -> str:
@@ -109,14 +87,10 @@ class AotritonPath:
         return [f"path: {self.kind}: {self.why}", f"cost: {self.cost}"]
 
 
-def flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
 def asked_path(opts: BuildAotritonOptions) -> str | None:
     """The option that decides the path, if any: --from-release, or the first source-only
     option given (--from-release with one of those is refused)."""
-    given = [flag(f) for f in SOURCE_OPTIONS if getattr(opts, f)]
+    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
         raise UserError(
             f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
@@ -124,14 +98,11 @@ def asked_path(opts: BuildAotritonOptions) -> str | None:
     return "--from-release" if opts.from_release else (given[0] if given else None)
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
-
-
 def source_cost(commit: str, arch: str, jobs: int) -> str:
     """Measured kernel-job count x seconds a job (scripts/data/aotriton_matrix.toml
     [build_cost]), or what is measured for another arch of the commit."""
     from scripts.env.compat_matrix import MATRIX_FILE
+    from scripts.plumbing.datafiles import load_toml
 
     table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
     rest = "plus AOTriton's Triton fork (its own LLVM download) and the C++ runtime"
@@ -140,15 +111,14 @@ def source_cost(commit: str, arch: str, jobs: int) -> str:
         known = "; ".join(
             f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
         )
-        return (
-            f"kernel job count for {arch} not measured at {commit[:12]}"
-            + (f" ({known})" if known else "")
-            + f"; {rest}"
-        )
+        known = f" ({known})" if known else ""
+        return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
+    wall = cpu / jobs
+    hours = f"{wall / 3600:.1f} h" if wall >= 5400 else f"{wall / 60:.0f} min"
     return (
         f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
-        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {_hours(cpu / jobs)} on {jobs} "
+        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {hours} on {jobs} "
         f"build jobs; {rest}"
     )
 
@@ -190,38 +160,37 @@ def choose_path(
     asked: str | None = None,
     jobs: int = 1,
 ) -> AotritonPath:
-    """The shortest honest path: the pinned release pack unless something of ours changes
-    this arch's kernels (a patch for it, a tuning database for it, an arch only our patch set
-    adds) or an option asks for a source build; also a source build where the release has
-    nothing to take (another commit, no pack, no runtime for the env's ROCm series)."""
+    """The pinned release pack unless something of ours changes this arch's kernels (a patch,
+    a tuning database, an arch only our patch set adds), an option asks for a source build, or
+    the release has nothing to take (another commit, no pack, no runtime for the ROCm series)."""
+    from scripts.sources import tuning_db
+    from scripts.sources.patches import patch_set_for
+
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
-
-    def source(why: str) -> AotritonPath:
-        cost = source_cost(pin.commit, arch.name, jobs)
-        return AotritonPath(arch.name, version, pack, True, why, cost, names)
-
     release_cost = (
         f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the {pack} "
         "image pack (sizes as the server reports them when each starts); no kernel compiles"
     )
+    tuned = tuning_db.find(pin.commit, arch.name)
     if asked == "--from-release":
         return AotritonPath(arch.name, version, pack, False, "--from-release", release_cost)
     if asked:
-        return source(f"{asked} asks for one")
-    if patched_arch:
-        return source(
+        why = f"{asked} asks for one"
+    elif patched_arch:
+        why = (
             f"upstream {version} has no {arch.name} kernels and no release has its images; "
             f"our patch set adds them ({', '.join(names)})"
         )
-    if names:
-        return source(f"our patch set changes {arch.name}'s build ({', '.join(names)})")
-    tuned = tuning_db.find(pin.commit, arch.name)
-    if tuned:
-        return source(f"our tuning database changes {arch.name}'s kernels ({tuned.directory})")
-    gap = release_gap(pin, version, pack, rocm)
-    if gap:
-        return source(gap)
+    elif names:
+        why = f"our patch set changes {arch.name}'s build ({', '.join(names)})"
+    elif tuned:
+        why = f"our tuning database changes {arch.name}'s kernels ({tuned.directory})"
+    else:
+        why = release_gap(pin, version, pack, rocm)
+    if why:
+        cost = source_cost(pin.commit, arch.name, jobs)
+        return AotritonPath(arch.name, version, pack, True, why, cost, names)
     why = (
         f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
         f"and the pinned {version} release ships {pack} built from this commit "
@@ -230,17 +199,10 @@ def choose_path(
     return AotritonPath(arch.name, version, pack, False, why, release_cost)
 
 
-def rocm_series(site: Path) -> str:
-    """The env's ROCm series ('7.15'); before setup_env, the one pins/rocm.toml pins."""
-    version = (dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
-    return ".".join(version.split(".")[:2])
-
-
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
-    """Which path `nox -s build_aotriton -- --arch <arch>` takes with the pins, patches and
-    tuning databases as they are and no options (for doctor); site: the env's site-packages
-    (its ROCm series), else the pinned one. UserError for an arch the pinned AOTriton cannot
-    serve."""
+    """Which path `nox -s build_aotriton -- --arch <arch>` takes with no options (for doctor);
+    site: the env's site-packages (its ROCm series), else the pinned one. UserError for an
+    arch the pinned AOTriton cannot serve."""
     chosen = archs.get_arch(arch)
     pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
     rocm = rocm_series(site or Path("/nonexistent"))
@@ -252,8 +214,10 @@ def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = No
 
 def restore(ctx: Context) -> None:
     """Put torch's own AOTriton back: pip reinstalls the wheel torch was repacked from."""
-    if not ctx.session.runner.dry_run:
-        stamps.remove(paths.stamp_path(ctx.work, STAMP_NAME))  # a stale stamp must not survive
+    from scripts.builds.aotriton_install import restore_torch
+
+    # a stale stamp must not survive
+    ctx.session.runner.apply(stamps.remove, paths.stamp_path(ctx.work, STAMP_NAME))
     restore_torch(ctx.in_torch, ctx.session.python, ctx.work, ctx.session.runner)
 
 
@@ -269,7 +233,7 @@ class SourceBuild:
     discard_local_edits: bool = False
     no_images: bool = False
     timeout_min: float | None = None
-    cache: compile_cache.CacheSpec | None = None  # parsed with the options
+    cache: CacheSpec | None = None  # parsed with the options
     jobs: int | None = None
     workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
     triton: str = "fork"  # the Triton the kernels compile with (BuildAotritonOptions.kernel_triton)
@@ -278,31 +242,13 @@ class SourceBuild:
     @property
     def timeout(self) -> str:
         """AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)."""
-        if self.timeout_min is None:
-            return "0"
-        return f"{self.timeout_min:g}"
+        return "0" if self.timeout_min is None else f"{self.timeout_min:g}"
 
 
-def source_build(
-    opts: AotritonSourceOptions,
-    *,
-    no_images: bool = False,
-    workers: str | None = None,
-    triton: str = "fork",
-    pyaotriton: bool = False,
-) -> SourceBuild:
-    return SourceBuild(
-        clean=opts.clean,
-        force=opts.force,
-        discard_local_edits=opts.discard_local_edits,
-        no_images=no_images,
-        timeout_min=opts.timeout_min,
-        cache=opts.cache,
-        jobs=opts.jobs,
-        workers=workers,
-        triton=triton,
-        pyaotriton=pyaotriton,
-    )
+def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
+    """The source-build options of opts; build: no_images, workers, triton, pyaotriton."""
+    shared = ("clean", "force", "discard_local_edits", "timeout_min", "cache", "jobs")
+    return SourceBuild(**{k: getattr(opts, k) for k in shared}, **build)
 
 
 @dataclass(frozen=True)
@@ -314,49 +260,44 @@ class Context(session_env.OnSession):
     pin: pins.Pin
     version: str
     pack: str
-    # The arch's kernels come from our patch set, not upstream (gfx908 on 0.13b).
-    patched_arch: bool = False
+    patched_arch: bool = False  # the arch's kernels come from our patch set (gfx908 on 0.13b)
+    source_name = "aotriton"  # work/src/<name> and work/build/<name>
 
     @property
     def site(self) -> Path:
+        from scripts.builds.aotriton_install import site_packages
+
         if self.torch is not None:
             return self.torch.parent
         if self.session.ready:
             return site_packages(self.prefix)
-        return self.prefix / "lib" / "python3.X" / "site-packages"  # a dry run before setup_env
+        return self.prefix / "lib" / "python3.X" / "site-packages"  # a plan before setup_env
 
     @property
     def in_torch(self) -> Path:
         """The env's torch, for what needs one (an install into it, --restore, tuning)."""
+        from scripts.builds.aotriton_install import torch_dir
+
         if self.torch is None:
             return torch_dir(self.prefix, "needed to install into it")
         return self.torch
 
-    @property
-    def source_name(self) -> str:
-        """work/src/<name> and work/build/<name>."""
-        return "aotriton"
-
 
 def make_context(
-    where: EnvChoice,
-    *,
-    dry_run: bool,
-    from_release: bool = False,
-    torch_optional: bool = False,
+    where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
 ) -> Context:
-    """The session env (arch, work dir, env) plus which AOTriton: its pin, version and pack.
-    torch_optional: a source build goes on without a torch in the env (torch None); on a dry
-    run before setup_env the env has none either (setup_env installs one only with
-    --with-torch)."""
-    session = session_env.open_env(where, dry_run=dry_run)
+    """The session env plus which AOTriton: its pin, version and pack. torch_optional: a
+    source build goes on without a torch in the env (torch None)."""
+    from scripts.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
+
+    session = session_env.open_env(where, dry_run=where.dry_run)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:  # a torch install killed midway is finished first
         finish_interrupted(session.python, session.prefix, session.runner)
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
     elif torch_optional:
         torch = None
-    else:  # dry run: where the env's torch will be
+    else:  # a plan before setup_env: where the env's torch will be
         torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
@@ -364,13 +305,16 @@ def make_context(
 def _upstream_pin(
     arch: archs.Arch, work: Path, from_release: bool = False
 ) -> tuple[pins.Pin, str, str, bool]:
+    from scripts.sources import pins
+
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
         raise UserError(f"{pin.source}: AOTriton 'version' is unknown; add version = \"0.13b\"")
     patched = arch.aotriton_patched_pack(version)
     if patched:
-        return pin, version, _patched_arch(arch, pin, version, patched, from_release), True
+        _check_patched_arch(arch, pin, version, from_release)
+        return pin, version, patched, True
     if not arch.aotriton_supported(version):
         limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
         raise UserError(
@@ -384,11 +328,11 @@ def _upstream_pin(
     return pin, version, pack, False
 
 
-def _patched_arch(
-    arch: archs.Arch, pin: pins.Pin, version: str, pack: str, from_release: bool
-) -> str:
+def _check_patched_arch(arch: archs.Arch, pin: pins.Pin, version: str, from_release: bool) -> None:
     """An arch upstream has no kernels for, added by our patch set (arches.toml
     aotriton_patched): only a source build of the pinned commit with that set has them."""
+    from scripts.sources.patches import patch_set_for
+
     if from_release:
         raise UserError(
             f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream has "
@@ -400,38 +344,39 @@ def _patched_arch(
             f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
             "port it with: nox -s update_pins -- --port-patches"
         )
-    return pack
 
 
 def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
     """Everything the install depends on: the stamp that makes a rerun a no-op."""
-    mode = "release" if from_release else "source"
     inputs: dict[str, Any] = {
         "stamp_version": STAMP_VERSION,
-        "mode": mode,
+        "mode": "release" if from_release else "source",
         "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
         "arch": ctx.arch.name,
         "pack": ctx.pack,
         "torch": str(ctx.torch) if ctx.torch is not None else None,
         "toolchain": toolchain(ctx.prefix, ctx.site),
     }
-    if mode == "source":
-        inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name)
-        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-        inputs["tuning_db"] = tuned.digest() if tuned else None
-        inputs["options"] = {
-            "noimage": build.no_images,
-            "timeout_min": build.timeout,
-            "pyaotriton": build.pyaotriton,
-        }
-        if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
-            from scripts.builds import kernel_build  # lazily, as below: a no-op never needs it
-
-            inputs["options"]["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
-    else:
-        from scripts.builds import aotriton_release  # lazily: only --from-release needs it
+    if from_release:
+        from scripts.builds import aotriton_release
 
         inputs["release"] = aotriton_release.release_inputs(ctx.pin, ctx.version)
+        return inputs
+    from scripts.sources import tuning_db
+    from scripts.sources.patches import patch_set_digest
+
+    inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name)
+    tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+    inputs["tuning_db"] = tuned.digest() if tuned else None
+    inputs["options"] = {
+        "noimage": build.no_images,
+        "timeout_min": build.timeout,
+        "pyaotriton": build.pyaotriton,
+    }
+    if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
+        from scripts.builds import kernel_build
+
+        inputs["options"]["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return inputs
 
 
@@ -440,68 +385,79 @@ def install_prefix(ctx: Context) -> Path:
     return paths.build_dir(ctx.work, ctx.source_name) / "install"
 
 
-def build_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The inputs of the build itself, for the aotriton-built stamp: not which torch it is
-    swapped into (a torch appearing later must not make build_pytorch rebuild torch)."""
-    return {k: v for k, v in inputs.items() if k != "torch"}
+def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
+    """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only); the
+    first real run resolves, checks and records an unresolved torch pin as update_pins does."""
+    from scripts.builds.aotriton_install import torch_version
+    from scripts.env import compat_matrix
+    from scripts.sources import pin_set, update_pins
 
-
-def build_aotriton(opts: BuildAotritonOptions) -> None:
-    asked = asked_path(opts)
-    ctx = make_context(
-        opts, dry_run=opts.dry_run, from_release=opts.from_release, torch_optional=not opts.restore
-    )
-    out = sys.stdout
-    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
-    if opts.restore:
-        restore(ctx)
-        return
-    lib = ctx.torch / "lib" if ctx.torch is not None else None
-    if lib is None and opts.no_images and ctx.session.ready:
+    if ctx.torch is None and opts.no_images and ctx.session.ready:
         raise UserError(
             "--no-images builds the runtime only and keeps the images of the env's torch, but "
             "the env has no torch: drop --no-images (build_pytorch needs the images too)"
         )
-    # the torch pin must name this AOTriton (--force: warn only); the first real run resolves,
-    # checks and records an unresolved torch pin as update_pins does
     update_pins.resolve_for_build("pytorch", ctx.session.runner, workdir=ctx.work, force=opts.force)
     compat_matrix.announce(
         pin_set.check(
             ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work
         )
     )
-    # arch x AOTriton x torch against `nox -s matrix`, before any command (--force: warn only)
+    torch = torch_version(ctx.torch) if ctx.torch is not None else None
     compat_matrix.announce(
         compat_matrix.check_combination(
-            ctx.arch,
-            ctx.version,
-            torch_version=torch_version(ctx.torch) if ctx.torch is not None else None,
-            force=opts.force,
+            ctx.arch, ctx.version, torch_version=torch, force=opts.force
         )
     )
-    print(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}", file=out)
-    print(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}", file=out)
+    say = ctx.session.runner.say
+    say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
+    say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     if ctx.patched_arch:
-        print(
+        say(
             f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
-            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)",
-            file=out,
+            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
         )
+
+
+def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
+    """The stamp is current and what it installed is still there (said when so)."""
+    from scripts.builds.aotriton_install import AotritonInstall, installed_fingerprint
+
+    lib = ctx.torch / "lib" if ctx.torch is not None else None
+    recorded = stamps.read(stamp)
+    built_in = install_prefix(ctx)
+    if not (
+        stamps.is_current(stamp, inputs)
+        and recorded is not None
+        and recorded.get("installed") == (installed_fingerprint(lib) if lib else None)
+        and (lib is not None or AotritonInstall.read(built_in / "lib").runtime is not None)
+    ):
+        return False
+    where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
+    ctx.session.runner.say(
+        f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} {where}; "
+        f"stamp {stamp}); nothing run"
+    )
+    return True
+
+
+def build_aotriton(opts: BuildAotritonOptions) -> None:
+    from scripts.plumbing import buildjobs
+    from scripts.sources import tuning_db
+
+    asked = asked_path(opts)
+    ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
+    if opts.restore:
+        restore(ctx)
+        return
+    checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     rocm = rocm_series(ctx.site)
     path = choose_path(
-        ctx.arch,
-        ctx.pin,
-        ctx.version,
-        ctx.pack,
-        rocm=rocm,
-        patched_arch=ctx.patched_arch,
-        asked=asked,
-        jobs=jobs,
-    )
-    for line in path.lines():
-        print(line, file=out)
-    from_release = not path.source
+        ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
+        asked=asked, jobs=jobs,
+    )  # fmt: skip
+    print(*path.lines(), sep="\n")
     build = source_build(
         opts,
         no_images=opts.no_images,
@@ -509,29 +465,15 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         triton=opts.kernel_triton,
         pyaotriton=opts.with_pyaotriton,
     )
-    inputs = stamp_inputs(ctx, from_release=from_release, build=build)
-    recorded = stamps.read(stamp)
-    built_in = install_prefix(ctx)
-    if (
-        not opts.force
-        and not opts.clean
-        and stamps.is_current(stamp, inputs)
-        and recorded is not None
-        and recorded.get("installed") == (installed_fingerprint(lib) if lib else None)
-        and (lib is not None or AotritonInstall.read(built_in / "lib").runtime is not None)
-    ):
-        where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
-        print(
-            f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} {where}; "
-            f"stamp {stamp}); nothing run",
-            file=out,
-        )
+    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
+    if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
     runner = ctx.session.runner
-    if not opts.dry_run:
-        stamps.remove(stamp)
-    if from_release:
-        from scripts.builds import aotriton_release  # lazily: only the release path needs it
+    runner.apply(stamps.remove, stamp)
+    built_in = install_prefix(ctx)
+    if not path.source:
+        from scripts.builds import aotriton_release
 
         new = aotriton_release.fetch_release(ctx, runner, built_in, rocm)
         how = f"prebuilt release {ctx.version}"
@@ -542,9 +484,12 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         if tuned:
             how += f" with the tuning database {tuned.directory.name}"
     built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    # the build's own inputs: not which torch it goes into (a torch appearing later must not
+    # make build_pytorch rebuild torch)
+    own = {k: v for k, v in inputs.items() if k != "torch"}
     if new is not None:
-        stamps.write(built, build_inputs(inputs), install_prefix=str(new.lib.parent))
-    else:  # a dry run: build_pytorch later in this run plans against this prefix
+        stamps.write(built, own, install_prefix=str(new.lib.parent))
+    else:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built, install_prefix=str(built_in))
     if ctx.torch is None:
         keep_in_prefix(ctx, new, stamp, inputs, built_in)
@@ -552,7 +497,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
 
 
-def launcher_args(cache: compile_cache.CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
+def launcher_args(cache: CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
     """AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
     preset that result so --cache really decides (docs/upstream-interfaces.md). Without
     --cache, a ccache on PATH is used, as before."""
@@ -573,22 +518,17 @@ def drop_stale_cmake_cache(
     wanted = stamps.digest({"args": args, "sets": sets})
     previous = stamps.read(configured)
     if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
-        runner.say("configuration changed: removing the stale CMakeCache.txt")
-        if not runner.dry_run:
-            (build / "CMakeCache.txt").unlink()
+        say = "configuration changed: removing the stale CMakeCache.txt"
+        runner.apply((build / "CMakeCache.txt").unlink, say=say)
     return configured
 
 
 def keep_in_prefix(
-    ctx: Context,
-    new: AotritonInstall | None,
-    stamp: Path,
-    inputs: dict[str, Any],
-    built_in: Path,
+    ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any], built_in: Path
 ) -> None:
     """No torch in the env (the main job builds AOTriton first, then torch against it): the
     build stays in its install prefix, which build_pytorch passes as AOTRITON_INSTALLED_PREFIX;
-    nothing is swapped (new is None on a dry run)."""
+    nothing is swapped (new is None in a plan)."""
     runner = ctx.session.runner
     story = (
         f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
@@ -611,21 +551,61 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""
+    from scripts.builds import kernel_check
+    from scripts.sources import pin_submodules
+    from scripts.sources.checkouts import ensure_checkout
+    from scripts.sources.patches import apply_patch_set
+
     runner = ctx.session.runner
     src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
-        runner.say(f"--clean: removing the build directory {build}")
-        if not runner.dry_run:
-            shutil.rmtree(build)
+        runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
     pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
     ensure_checkout(
         ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
     )
     apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name)
-    from scripts.builds import kernel_check  # lazily, as kernel_build: a no-op never needs it
-
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
+
+
+def configure_args(
+    ctx: Context, build_options: SourceBuild, src: Path, build: Path
+) -> tuple[list[str], dict[str, str]]:
+    """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
+    runner, python = ctx.session.runner, ctx.prefix / "bin" / "python"
+    root, cmake_dir = (
+        runner.run(
+            [ctx.session.tool("rocm-sdk"), "path", f"--{q}"],
+            capture=True,
+            dry_run_output=f"$(rocm-sdk path --{q})",
+        ).stdout.strip()
+        for q in ("root", "cmake")
+    )
+    pkgconfig = [ctx.prefix / "lib" / "pkgconfig", ctx.prefix / "share" / "pkgconfig"]
+    if runner.base_env.get("PKG_CONFIG_PATH"):
+        pkgconfig.append(runner.base_env["PKG_CONFIG_PATH"])
+    sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(map(str, pkgconfig))}
+    args = [
+        str(ctx.session.tool("cmake")),
+        *("-G", "Ninja", "-S", str(src), "-B", str(build)),
+        f"-DCMAKE_MAKE_PROGRAM={ctx.session.tool('ninja')}",
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
+        f"-DCMAKE_PREFIX_PATH={cmake_dir}",
+        f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
+        f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
+        f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
+        # as torch's own cmake/External/aotriton.cmake: torch never uses pyaotriton
+        f"-DAOTRITON_NO_PYTHON={'OFF' if build_options.pyaotriton else 'ON'}",
+        "-DHIP_PLATFORM=amd",
+    ]
+    if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
+        # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
+        args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
+    if python.exists():
+        args.append(f"-DPython3_EXECUTABLE={python}")
+    return args, sets
 
 
 def build_from_source(
@@ -636,10 +616,12 @@ def build_from_source(
     build_name: str | None = None,
     extra_cmake: tuple[str, ...] = (),
 ) -> AotritonInstall | None:
-    """Configure, build and install into <build>/install; tune_aotriton passes its own
-    build_name and options (AOTRITON_BUILD_FOR_TUNING, ...) and a candidate database.
-    Returns None on a dry run."""
-    from scripts.builds import kernel_build  # the kernel machinery: only a real build loads it
+    """Configure, build and install into <build>/install (None in a plan); tune_aotriton
+    passes its build_name, options (AOTRITON_BUILD_FOR_TUNING, ...) and candidate database."""
+    from scripts.builds import compile_cache, kernel_build
+    from scripts.builds.aotriton_install import AotritonInstall
+    from scripts.plumbing import buildjobs
+    from scripts.sources import tuning_db
 
     session, runner = ctx.session, ctx.session.runner
     if build_options.pyaotriton:
@@ -650,85 +632,42 @@ def build_from_source(
     src = prepare_tree(ctx, build_options, build, store)
     kernels = kernel_build.plan(ctx, build_options, src, build, store, runner)
     env = runner.base_env
-    rocm = session.tool("rocm-sdk")
-    root = runner.run(
-        [rocm, "path", "--root"], capture=True, dry_run_output="$(rocm-sdk path --root)"
-    )
-    cmake_dir = runner.run(
-        [rocm, "path", "--cmake"], capture=True, dry_run_output="$(rocm-sdk path --cmake)"
-    )
     jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    pkgconfig = [str(ctx.prefix / "lib" / "pkgconfig"), str(ctx.prefix / "share" / "pkgconfig")]
-    if env.get("PKG_CONFIG_PATH"):
-        pkgconfig.append(env["PKG_CONFIG_PATH"])
-    sets = {"ROCM_PATH": root.stdout.strip(), "PKG_CONFIG_PATH": os.pathsep.join(pkgconfig)}
-    cmake = str(session.tool("cmake"))
-    ninja = str(session.tool("ninja"))
-    python = ctx.prefix / "bin" / "python"
-    args = [
-        cmake,
-        "-G",
-        "Ninja",
-        "-S",
-        str(src),
-        "-B",
-        str(build),
-        f"-DCMAKE_MAKE_PROGRAM={ninja}",
-        "-DCMAKE_BUILD_TYPE=Release",
-        f"-DCMAKE_INSTALL_PREFIX={install}",
-        f"-DCMAKE_PREFIX_PATH={cmake_dir.stdout.strip()}",
-        f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
-        f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
-        f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
-        # as torch's own cmake/External/aotriton.cmake: torch never uses pyaotriton
-        f"-DAOTRITON_NO_PYTHON={'OFF' if build_options.pyaotriton else 'ON'}",
-        # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
-        "-DAOTRITON_USE_TORCH=OFF",
-        "-DHIP_PLATFORM=amd",
-    ]
-    if python.exists():
-        args.append(f"-DPython3_EXECUTABLE={python}")
+    args, sets = configure_args(ctx, build_options, src, build)
     cache = compile_cache.plan_cache(
-        build_options.cache,
-        work=ctx.work,
-        arch=ctx.arch.name,
-        toolchain=toolchain(ctx.prefix, ctx.site),
-        env=env,
-        runner=runner,
+        build_options.cache, work=ctx.work, arch=ctx.arch.name,
+        toolchain=toolchain(ctx.prefix, ctx.site), env=env, runner=runner,
         planned=not session.ready,
-    )
+    )  # fmt: skip
     if tuning is not None:
         scratch = build.with_name(build.name + "-tuning-db")
+        python, cmake = str(ctx.prefix / "bin" / "python"), args[0]
         args += tuning_db.build_inputs(
-            tuning, src, scratch, python=str(python), cmake=cmake, runner=runner
+            tuning, src, scratch, python=python, cmake=cmake, runner=runner
         )
     args += extra_cmake
-    if archs.aotriton_version_key(ctx.version) < (0, 11):
-        args.remove("-DAOTRITON_USE_TORCH=OFF")  # new in 0.11b (aotriton CMakeLists.txt)
     args += launcher_args(cache, env, asked=build_options.cache is not None)
     if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
         args += kernels.cmake_args()
     configured = drop_stale_cmake_cache(build, args, sets, runner)
-    if not runner.dry_run and install.exists():
-        shutil.rmtree(install)  # ours; `ninja install` repopulates it
+    if install.exists():
+        runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
     try:
         runner.run(args, cwd=src, sets=sets)
     finally:
         if tuning is not None:  # configure has read the merged database; keep the tree clean
             tuning_db.restore_source(tuning, src, runner)
-    if not runner.dry_run:
-        stamps.write(configured, {"args": args, "sets": sets})
+    runner.apply(stamps.write, configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
+    ninja = str(session.tool("ninja"))
     with (
         kernel_build.through_store(kernels, build, runner),
         compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache,
     ):
         build_sets = {**sets, **cache.build_sets(env)}
         runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
-    if runner.dry_run:
-        return None
-    return AotritonInstall.read(install / "lib", install / "include")
+    return runner.apply(AotritonInstall.read, install / "lib", install / "include")
 
 
 def require_pybind11(ctx: Context) -> None:
@@ -755,6 +694,17 @@ def require_pybind11(ctx: Context) -> None:
         )
 
 
+def torch_shipped(torch: Path) -> AotritonInstall:
+    """What torch shipped: the marker says when the env's torch is a wheel we repacked."""
+    from scripts.builds.aotriton_install import AotritonInstall, read_marker
+
+    lib, marker = torch / "lib", read_marker(torch)
+    if marker is not None and marker.get("shipped"):
+        was = marker["shipped"]
+        return AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
+    return AotritonInstall.read(lib, torch / "include")
+
+
 def install(
     ctx: Context,
     new: AotritonInstall | None,
@@ -766,19 +716,19 @@ def install(
     force: bool,
 ) -> None:
     """Check versions and images, then repack torch's own wheel with new and let pip install
-    it (aotriton_install.install_into_torch), and write the stamp (new is None on a dry run:
-    say what would happen)."""
-    runner = ctx.session.runner
-    torch = ctx.in_torch
+    it (aotriton_install.install_into_torch), and write the stamp (new is None in a plan)."""
+    from scripts.builds.aotriton_install import (
+        check_compatible,
+        image_signatures,
+        install_into_torch,
+        installed_fingerprint,
+        torch_version,
+    )
+
+    runner, torch = ctx.session.runner, ctx.in_torch
     lib = torch / "lib"
-    # What torch shipped: the marker says when the env's torch is a wheel we repacked.
-    marker = read_marker(torch)
-    if marker is not None and marker.get("shipped"):
-        was = marker["shipped"]
-        shipped = AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
-    else:
-        shipped = AotritonInstall.read(lib, torch / "include")
-    if new is None:  # dry run
+    shipped = torch_shipped(torch)
+    if new is None:  # a plan
         runner.say(
             f"[dry-run] would check versions, repack torch's own wheel with the new AOTriton, "
             f"pip install it into {ctx.prefix} and write {stamp}"
@@ -794,9 +744,8 @@ def install(
     overridden = check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    expected = None
-    if shipped.runtime and shipped.runtime != new.runtime:
-        expected = f"libaotriton_v2.so.{shipped.runtime}"
+    same = not shipped.runtime or shipped.runtime == new.runtime
+    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
     record = {
         "installed_by": "nox -s build_aotriton",
         "how": how,
@@ -808,22 +757,11 @@ def install(
         "forced": overridden,
     }
     original, wheel = install_into_torch(
-        new,
-        torch,
-        marker=record,
-        expected_soname=expected,
-        python=ctx.session.python,
-        work=ctx.work,
-        runner=runner,
-    )
+        new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
+        work=ctx.work, runner=runner,
+    )  # fmt: skip
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
-    stamps.write(
-        stamp,
-        inputs,
-        installed=installed_fingerprint(lib),
-        shipped=record["shipped"],
-        new=record["new"],
-        wheel=str(wheel),
-    )
+    kept = {"shipped": record["shipped"], "new": record["new"], "wheel": str(wheel)}
+    stamps.write(stamp, inputs, installed=installed_fingerprint(lib), **kept)

@@ -125,17 +125,24 @@ def parse_cache(value: str | None) -> CacheSpec | None:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
         raise UserError(f"--cache {value!r}: bad port") from None
+    return _server_spec(value, parts, backend, prefix, read_only, opt)
+
+
+def _server_spec(
+    value: str,
+    parts: urllib.parse.SplitResult,
+    backend: str,
+    prefix: str,
+    read_only: bool,
+    opt: dict[str, str],
+) -> CacheSpec:
     if backend == "redis":
         db = parts.path.strip("/")
         if db and not db.isdigit():
             raise UserError(f"--cache {value!r}: redis path must be a database number")
+        endpoint = f"{parts.scheme}://{parts.netloc}"
         return CacheSpec(
-            "sccache",
-            backend,
-            endpoint=f"{parts.scheme}://{parts.netloc}",
-            prefix=prefix,
-            redis_db=db or None,
-            read_only=read_only,
+            "sccache", backend, endpoint, prefix=prefix, redis_db=db or None, read_only=read_only
         )
     if backend == "webdav":
         # No trailing slash: sccache joins endpoint + "/" + key ('//' is refused by servers).
@@ -147,13 +154,7 @@ def parse_cache(value: str | None) -> CacheSpec | None:
         raise UserError(f"--cache: s3 endpoint={endpoint!r} must be an http(s):// URL")
     key_prefix = "/".join(p for p in (parts.path.strip("/"), prefix) if p)
     return CacheSpec(
-        "sccache",
-        "s3",
-        endpoint=endpoint,
-        bucket=parts.netloc,
-        prefix=key_prefix,
-        region=opt.get("region"),
-        read_only=read_only,
+        "sccache", "s3", endpoint, parts.netloc, key_prefix, opt.get("region"), None, read_only
     )
 
 
@@ -344,9 +345,8 @@ def plan_cache(
             "(HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real run"
         )
     if spec.remote:
-        problem = None if runner.dry_run else probe(spec)
-        if runner.dry_run:
-            runner.say(f"[dry-run] would check that the cache server answers: {spec.describe()}")
+        said = f"check that the cache server answers: {spec.describe()}"
+        problem = runner.apply(probe, spec, say=said)
         if problem:
             return _degrade(plan, work, problem, runner)
         # Each machine keeps its own local state (sccache's dir) next to the shared server.
@@ -440,23 +440,17 @@ def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
 def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: float) -> None:
     if plan.spec.tool == "ccache":
         text = runner.run([plan.exe, "-s"], sets=plan.sets, capture=True, check=False).stdout
-        record = hit_rate_from_ccache(text or "")
+        record = runner.apply(hit_rate_from_ccache, text or "")
     else:
-        shown = runner.run(
-            [plan.exe, "--show-stats", "--stats-format", "json"],
-            sets=plan.sets,
-            capture=True,
-            check=False,
-        )
+        stats = [plan.exe, "--show-stats", "--stats-format", "json"]
+        shown = runner.run(stats, sets=plan.sets, capture=True, check=False)
         runner.run([plan.exe, "--stop-server"], sets=plan.sets, capture=True, check=False)
-        if runner.dry_run:
-            return
         try:
-            record = hit_rate_from_sccache(shown.stdout)
+            record = runner.apply(hit_rate_from_sccache, shown.stdout)
         except (ValueError, AttributeError):
             runner.say("compile cache: sccache printed no statistics")
             return
-    if runner.dry_run:
+    if record is None:  # a plan
         return
     record.update(
         session=session,

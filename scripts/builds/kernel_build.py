@@ -1,37 +1,21 @@
-"""AOTriton's own build (cmake + `ninja install`) through the kernel store: every kernel compile
-job of the build is looked up in the store before any Python with Triton starts.
+"""AOTriton's own build (cmake + `ninja install`) through the kernel store, without patching
+AOTriton (ROCm/aotriton 6e00ef3e: v3src/CMakeLists.txt turns every line of the generator's
+<build>/v3src/Bare.compile into one add_custom_command running python/compile.py).
 
-How, without patching AOTriton (ROCm/aotriton 6e00ef3e, read for this):
-- CMakeLists.txt makes the build venv at configure time and installs Triton into it as a custom
-  command (OUTPUT .../triton/_C/libtriton.so): `pip install .` of the third_party/triton
-  submodule (AOTriton's fork, ROCm triton db82b800 at 0.13b), or `pip install
-  ${AOTRITON_USE_LOCAL_TRITON_WHEEL}` when that is set;
-- v3src/CMakeLists.txt runs the generator at configure time (<build>/v3src/Bare.compile) and
-  turns every line into one add_custom_command(OUTPUT ${HSACO}) running python/compile.py.
-1. cmake gets -DCMAKE_PROJECT_INCLUDE=kernel_launcher.cmake, which sets RULE_LAUNCH_CUSTOM:
-   Ninja runs every custom command through kernel_launcher.py (stdlib only, os + sys).
-2. After configure, before ninja (stage): the keys of every job of Bare.compile
-   (kernel_jobs.KeyContext, the same key kernel_check and --workers use), the whole set looked
-   up at once (redis: MGET of 500 keys a round trip; S3: 8 requests in flight; entries
-   copied into the local directory layer, digest-checked; a damaged entry is reported and
-   left to compile), and every hit put at its -o path with a marker; the launcher then exits
-   0 for those jobs at once.
-3. After ninja, also when it failed (harvest): every job the launcher compiled (its log; an
-   interrupted earlier build's log too: ninja will not run those jobs again) is packed and put
-   into the store (the shared one too, unless read_only=1); markers removed.
-AOTriton's kernel jobs depend on neither their sources nor Triton (no DEPENDS on them), so
-ninja alone keeps a code object built for an earlier key; the session records each output's
-key (rocmfa-kernels-keys.json in the build dir) and drops a code object whose key changed.
-An unreachable store is the one WARNING line of kernel_store.open_store (or of the first
-failed request); the jobs then compile locally.
+1. cmake gets -DCMAKE_PROJECT_INCLUDE=kernel_launcher.cmake (RULE_LAUNCH_CUSTOM): ninja runs
+   every custom command through kernel_launcher.py.
+2. stage (after configure, before ninja): every job's key (kernel_jobs.KeyContext, as
+   kernel_check and --workers), looked up at once (redis MGET of 500 a round trip; S3 8 in
+   flight), each hit put at its -o path with a marker: the launcher exits at once for those.
+3. harvest (after ninja, also a failed one): what the launcher compiled (its log, and an
+   interrupted earlier build's) goes into the store; markers removed.
+AOTriton's kernel jobs depend on neither their sources nor Triton, so ninja keeps a code object
+built for an earlier key: each output's key is recorded (rocmfa-kernels-keys.json) and a code
+object whose key changed is dropped.
 
-Which Triton the keys name (the key must name the Triton the build really compiles with):
-- `fork` (AOTriton's default): "fork third_party/triton@<commit of the checked-out
-  submodule>", so fork-built kernels are shared build to build, never mixed with the PyPI
-  Triton's;
-- `pypi`: -DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==<v> (pip installs that requirement into the
-  build venv; v from pins/kernel_compiler.toml): the key names "<v>", as kernel_check and the
-  --workers cluster do, so their kernels are the build's. `--workers` implies it.
+The keys name the Triton the build really compiles with: `fork` (AOTriton's default) "fork
+third_party/triton@<submodule commit>"; `pypi` (-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==<v>,
+v from pins/kernel_compiler.toml; --workers implies it) "<v>", as kernel_check and --workers.
 """
 
 from __future__ import annotations
@@ -52,7 +36,6 @@ from scripts.builds.kernel_launcher import STAGED
 from scripts.plumbing import stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
-from scripts.sources.patches import patch_set_digest
 
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "kernel_launcher.py"
@@ -133,11 +116,7 @@ class KernelBuild:
         return args
 
     def key_context(self) -> kernel_jobs.KeyContext:
-        return kernel_jobs.KeyContext(
-            triton=self.identity,
-            patches=patch_set_digest("aotriton", self.commit, arch=self.arch),
-            compiler=kernel_jobs.file_digest(self.compile_py),
-        )
+        return kernel_check.key_context(self.identity, self.commit, self.arch, self.src)
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
@@ -194,7 +173,7 @@ class KernelBuild:
 
     def harvest(self, runner: Runner) -> None:
         """After ninja (also a failed one): what the launcher compiled goes into the store."""
-        if runner.dry_run or not self.keys:
+        if not self.keys:  # nothing staged (a plan stages nothing)
             return
         compiled = [out for out in dict.fromkeys(self._logged()) if out in self.keys]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
@@ -232,8 +211,7 @@ def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> I
     the launcher (--cache none) what the build compiles is for no known key: the key
     manifest goes."""
     if kernels is None:
-        if not runner.dry_run:
-            manifest(build).unlink(missing_ok=True)
+        runner.apply(manifest(build).unlink, missing_ok=True)
         yield
         return
     kernels.stage(runner)

@@ -90,11 +90,15 @@ class Tree:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
     def key_context(self) -> kernel_jobs.KeyContext:
-        return kernel_jobs.KeyContext(
-            triton=self.triton,
-            patches=patch_set_digest("aotriton", self.commit, arch=self.arch),
-            compiler=kernel_jobs.file_digest(self.src / "python" / "compile.py"),
-        )
+        return key_context(self.triton, self.commit, self.arch, self.src)
+
+
+def key_context(triton: str, commit: str, arch: str | None, src: Path) -> kernel_jobs.KeyContext:
+    """What every job of a tree shares in its key (the check, the build, --workers)."""
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    return kernel_jobs.KeyContext(
+        triton, patches, kernel_jobs.file_digest(src / "python/compile.py")
+    )
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -115,8 +119,7 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     extra = ["-r", str(requirements)] if requirements.is_file() or runner.dry_run else []
     runner.run([*pip, f"triton=={tree.triton}", *extra])
-    if not runner.dry_run:
-        stamps.write(marker, wanted)
+    runner.apply(stamps.write, marker, wanted)
     return str(python)
 
 
@@ -129,22 +132,9 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     build = tree.build
     database = build / "database"
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
-    runner.say(
-        f"{'[dry-run] ' if runner.dry_run else ''}extract {len(shards)} tuning database shards "
-        f"of {tree.src / 'modules' / 'database'} into {database}"
-    )
     pkg = build / "pkg"
-    if not runner.dry_run:
-        for shard in shards:
-            rel = shard.relative_to(tree.src / "modules" / "database").parent
-            (database / rel).mkdir(parents=True, exist_ok=True)
-            with tarfile.open(shard) as archive:
-                archive.extractall(database / rel, filter="data")
-        pkg.mkdir(parents=True, exist_ok=True)
-        link = pkg / "aotriton"
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(tree.src / "python", target_is_directory=True)
+    what = f"extract {len(shards)} tuning database shards of {tree.src / 'modules' / 'database'}"
+    runner.apply(_unpack_tree, tree, shards, database, pkg, say=f"{what} into {database}")
     sets = {"PYTHONPATH": str(pkg)}
     compose = [python, "-m", "aotriton.database_compose"]
     compose += ["--database_file", str(database / "tuning_database.sqlite3")]
@@ -154,6 +144,20 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     gen += ["--target_gpus", *tree.gpus, "--build_dir", str(build)]
     _step(runner, gen, tree, sets, "generator")
     return build / "Bare.compile"
+
+
+def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> None:
+    """The tuning database shards extracted; the tree's python/ importable as `aotriton`
+    through a symlink, so the checkout stays untouched."""
+    for shard in shards:
+        rel = shard.relative_to(tree.src / "modules" / "database").parent
+        (database / rel).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(shard) as archive:
+            archive.extractall(database / rel, filter="data")
+    pkg.mkdir(parents=True, exist_ok=True)
+    link = pkg / "aotriton"
+    link.unlink(missing_ok=True)
+    link.symlink_to(tree.src / "python", target_is_directory=True)
 
 
 def _step(runner: Runner, argv: list[str], tree: Tree, sets: dict[str, str], what: str) -> None:
@@ -215,6 +219,25 @@ def summarize(
     return families
 
 
+def say_plan(
+    tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable
+) -> None:
+    """What a check would compile, with one example command."""
+    compile_py = tree.src / "python" / "compile.py"
+    say(
+        f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x "
+        f"num_warps x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) "
+        f"on {threads} threads, each looked up in the kernel store first, else e.g.:"
+    )
+    example = kernel_jobs.Job(
+        1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
+    )
+    command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
+    sets = kernel_store.Compiler(python, compile_py, tree.build).sets(example)
+    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sorted(sets.items()))} {' '.join(command)}")
+    say(f"[dry-run] summary: {tree.build / SUMMARY}")
+
+
 def run_check(
     tree: Tree,
     *,
@@ -228,38 +251,17 @@ def run_check(
 ) -> dict[str, Any] | None:
     """The whole check on a checked-out tree; the summary (None on a dry run). store: one
     already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
-    say = say or runner.say
-    began = time.monotonic()
+    say, began = say or runner.say, time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file() and not runner.dry_run:
-        raise UserError(
-            f"kernel check: {tree.src} has no python/compile.py (the layout of AOTriton >= "
-            "0.12b that the check drives)"
-        )
+        layout = "the layout of AOTriton >= 0.12b that the check drives"
+        raise UserError(f"kernel check: {tree.src} has no python/compile.py ({layout})")
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
     threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
     if store is None:
         store = kernel_store.open_store(cache, work, tree.arch, say=say, dry_run=runner.dry_run)
-    compile_py = tree.src / "python" / "compile.py"
     if runner.dry_run:
-        say(
-            f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x "
-            f"num_warps x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) "
-            f"on {threads} threads, each looked up in the kernel store first, else e.g.:"
-        )
-        example = kernel_jobs.Job(
-            1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
-        )
-        command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
-        sets = kernel_store.Compiler(python, compile_py, tree.build).sets(example)
-        say(
-            "[dry-run] "
-            + " ".join(f"{k}={v}" for k, v in sorted(sets.items()))
-            + " "
-            + " ".join(command)
-        )
-        say(f"[dry-run] summary: {tree.build / SUMMARY}")
-        return None
+        return say_plan(tree, python, bare, threads, size, say)
     all_jobs = kernel_jobs.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
@@ -267,15 +269,14 @@ def run_check(
         chosen = kernel_jobs.sample(all_jobs, size)
     except ValueError as error:
         raise UserError(str(error)) from None
-    context = tree.key_context()
-    sources = kernel_jobs.source_digests(chosen)
+    context, sources = tree.key_context(), kernel_jobs.source_digests(chosen)
     keys = {job.line: context.key(job, sources) for job in chosen}
     say(
         f"kernel check: {len(all_jobs)} jobs in {len({j.family for j in all_jobs})} kernel "
         f"families; compiling {len(chosen)} ({why}); kernel store: "
         f"{store.describe() if store else 'none'}"
     )
-    compiler = kernel_store.Compiler(python, compile_py, tree.build)
+    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", tree.build)
     results = compile_sample(chosen, keys, compiler, store, threads)
     families = summarize(all_jobs, chosen, results)
     summary = {

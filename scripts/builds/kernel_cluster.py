@@ -1,22 +1,13 @@
 """`build_aotriton -- --workers tcp://HOST:8786`: AOTriton's kernel compile jobs on a Dask cluster.
 
-Why Dask distributed, not Ray: pure Python wheels (pip install -e '.[cluster]' adds dask,
-distributed and their small pure-Python dependencies, no 100 MB native wheel); its scheduler
-reschedules the tasks of a worker that dies (distributed.scheduler.allowed-failures, default
-3) without code of ours; `dask scheduler` / `dask worker tcp://HOST:8786` is the whole setup
-on a lab's machines; and it runs on the Python we already need. Ray would also do (its tasks
-are retried the same way) but brings a large native runtime for a job list that needs nothing
-more than a task queue.
-
-The client (this build) runs AOTriton's generator (kernel_check), then sends every job of
-Bare.compile as one task. The tree's compile.py and the kernel sources travel once to every
-worker (Client.scatter(broadcast=True)); a worker looks the job's key up in the shared store
-and otherwise compiles with its own Triton (the version recorded in pins/kernel_compiler.toml;
-$ROCMFA_KERNEL_PYTHON on the worker names another interpreter) and writes the entry with one
-PUT/SET of the whole, digest-checked object, so a worker killed mid-job leaves nothing partial:
-the engine retries the task elsewhere. The store must therefore be shared (redis:// or
-s3://): a local directory would stay on the worker. Workers need this repository importable
-(`pip install -e '.[cluster]'` on each machine, or PYTHONPATH).
+Dask distributed, not Ray: pure Python wheels (the '.[cluster]' extra), its scheduler retries
+the tasks of a worker that dies (allowed-failures, default 3), and `dask scheduler` / `dask
+worker tcp://HOST:8786` is the whole setup. The client runs AOTriton's generator, then sends
+every job of Bare.compile as one task; compile.py and the kernel sources travel once to every
+worker (scatter, broadcast). A worker takes the job from the shared store (redis:// or s3://)
+or compiles it with its own Triton (pins/kernel_compiler.toml; $ROCMFA_KERNEL_PYTHON names
+another interpreter) and puts the whole, digest-checked entry there in one write, so a killed
+worker leaves nothing partial. Workers need this repository importable.
 """
 
 from __future__ import annotations

@@ -126,28 +126,11 @@ def compile_argv(
 ) -> list[str]:
     """The command v3src/CMakeLists.txt runs for one job (without the cmake -E env prefix)."""
     return [
-        python,
-        str(compile_py),
-        job.source,
-        "--kernel_name",
-        job.kernel,
-        "-o",
-        str(out),
-        "-g",
-        "1,1,1",
-        "--num_warps",
-        str(job.num_warps),
-        "--num_stages",
-        str(job.num_stages),
-        "--waves_per_eu",
-        str(job.waves_per_eu),
-        "--target",
-        job.target,
-        "--signature",
-        job.signature,
-        "--timeout",
-        timeout,
-    ]
+        python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out),
+        "-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages),
+        "--waves_per_eu", str(job.waves_per_eu), "--target", job.target,
+        "--signature", job.signature, "--timeout", timeout,
+    ]  # fmt: skip
 
 
 def file_digest(path: Path) -> str:

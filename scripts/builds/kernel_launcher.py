@@ -1,25 +1,16 @@
 """The launcher every custom command of an AOTriton build runs through (RULE_LAUNCH_CUSTOM, set
-by kernel_launcher.cmake, which build_aotriton injects with -DCMAKE_PROJECT_INCLUDE: AOTriton
-itself is not patched). It starts once per kernel job (19,187 for gfx1151 at 0.13b), so it is
-plain Python started with -I -S that imports nothing beyond os and sys; every store lookup,
-digest check and upload happens once, in the session (scripts/builds/kernel_build.py).
+by kernel_launcher.cmake). It starts once per kernel job (19,187 for gfx1151 at 0.13b), so it is
+plain Python (-I -S, os and sys only); lookups and uploads happen once, in kernel_build.
 
     python -I -S kernel_launcher.py COMPILE_PY LOG  COMMAND...
 
-Ninja runs `<launcher> COMMAND` for each COMMAND of a custom command. The kernel jobs are the
-ones of ROCm/aotriton 6e00ef3e v3src/CMakeLists.txt, add_custom_command(OUTPUT ${HSACO}):
-`cmake -E env TRITON_CACHE_DIR=<build>/triton-cache.<alt> TRITON_F32_DEFAULT="ieee"
-TRITON_STORE_BINARY_ONLY=1 <python> <tree>/python/compile.py SRC --kernel_name K -o HSACO -g
-1,1,1 --num_warps W --num_stages S --waves_per_eu E --target ARCH --signature SIG --timeout T
-[--error_when_timeout]` (no VERBATIM). A job is recognised by its compile.py being the tree's
-COMPILE_PY:
-- the session put the job's code object and metadata from the store at -o's path before ninja
-  and left a marker beside it (STAGED): touch both (as a compile writing them now would) and
-  exit 0 - no Python with Triton starts;
-- otherwise run the command; when it exits 0 with a non-empty code object and its .json, append
-  -o's path to LOG, from which the session packs and stores the result after ninja (with
-  --timeout > 0 compile.py exits 0 on a failed compile and leaves an empty .hsaco: not logged);
-- any other command (the Triton install, image packing, ...) is exec'd unchanged.
+A kernel job (v3src/CMakeLists.txt @ 6e00ef3e: `... <python> <tree>/python/compile.py SRC
+... -o HSACO ...`) is recognised by its compile.py being COMPILE_PY:
+- staged (the session put the code object and metadata at -o's path, with a STAGED marker):
+  touch both and exit 0; no Python with Triton starts;
+- else run it; on exit 0 with a non-empty code object and its .json, append -o's path to LOG
+  (--timeout > 0 makes compile.py exit 0 with an empty .hsaco on failure: not logged).
+Any other command (the Triton install, image packing, ...) is exec'd unchanged.
 """
 
 import os

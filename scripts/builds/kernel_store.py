@@ -1,23 +1,16 @@
 """AOTriton's compiled kernels shared through `--cache`, and the one place a kernel is compiled.
 
-Every kernel compile (kernel_check's sample, a cluster worker's share) goes through
-build_kernel(): it looks the job's key (kernel_jobs.KeyContext: source digest, kernel,
-signature, warps, stages, waves_per_eu, target, Triton version, patch digest, compile.py)
-up in the store BEFORE any Python/Triton process starts, and only on a miss runs AOTriton's
-python/compile.py. Why a wrapper around compile.py and not Triton's cache-manager interface:
-Triton's cache is consulted inside compile.py, after Python has started and imported Triton
-(0.39 s of a 0.98 s job, measured), and its built-in Redis backend fails in 3.5.1.
+build_kernel() looks the job's key (kernel_jobs.KeyContext) up in the store BEFORE any
+Python/Triton process starts and runs AOTriton's python/compile.py only on a miss. Not Triton's
+cache-manager interface: it is consulted inside compile.py after Triton's import (0.39 s of a
+0.98 s job, measured), and its Redis backend fails in 3.5.1.
 
-Stores, from the --cache value (compile_cache.parse_cache's forms):
-  none                   no store
-  (not given), ccache,   a directory under the work dir (<work>/.cache/aotriton-kernels)
-  sccache, http(s)://    (WebDAV is sccache's own backend; the kernels stay in the directory)
-  redis://HOST:PORT[/db] Redis through redis-py (SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD)
-  s3://BUCKET/PREFIX     S3 through boto3 (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)
-A shared store is layered over the local directory; ?read_only=1 never writes to it. An entry
-is one object: a header with the sha256 and length of the code object and of its metadata,
-then both; an entry that does not match (damaged, truncated) is recompiled, never installed.
-An unreachable store costs one warning line; the compile then happens locally.
+Stores from --cache (compile_cache.parse_cache): none: no store; not given, ccache, sccache,
+http(s):// (WebDAV is sccache's alone): <work>/.cache/aotriton-kernels; redis:// through
+redis-py, s3:// through boto3, each over the local directory (?read_only=1 never writes). An
+entry is one object: a header with the sha256 and length of the code object and its metadata,
+then both; one that does not match is recompiled, never installed. An unreachable store costs
+one warning line; the compile then happens locally.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,8 @@ class TunePlan:
     def chunks(self) -> list[tuple[int, str]]:
         return [(d, t) for d in self.head_dims for t in self.dtypes]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "head_dims": list(self.head_dims),
-            "dtypes": list(self.dtypes),
-            "seqlens": list(self.seqlens),
-        }
+    def as_dict(self) -> dict[str, Any]:  # lists, as read back from progress.json
+        return {k: list(v) for k, v in asdict(self).items()}
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -80,9 +76,7 @@ def make_plan(
     seqlens: str | None = None,
 ) -> TunePlan:
     """The defaults, overridden by --tune-head-dims/-dtypes/-seqlens."""
-    chosen_dims = DEFAULT_HEAD_DIMS
-    if head_dims:
-        chosen_dims = _int_list(head_dims, "--tune-head-dims")
+    chosen_dims = _int_list(head_dims, "--tune-head-dims") if head_dims else DEFAULT_HEAD_DIMS
     chosen_types = DTYPES
     if dtypes:
         chosen_types = tuple(t.strip() for t in dtypes.split(",") if t.strip())
@@ -111,8 +105,8 @@ class Progress:
     over; another plan keeps the tuning build but not the tuner records, whose task ids
     number another set of cases."""
 
-    def __init__(self, path: Path, key: str, plan: dict[str, Any], *, dry_run: bool) -> None:
-        self.path, self.key, self.plan, self.dry_run = path, key, plan, dry_run
+    def __init__(self, path: Path, key: str, plan: dict[str, Any], runner: Runner) -> None:
+        self.path, self.key, self.plan, self.runner = path, key, plan, runner
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -126,17 +120,13 @@ class Progress:
 
     def mark(self, step: str) -> None:
         self.done.append(step)
-        if not self.dry_run:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            record = {"key": self.key, "plan": self.plan, "done": self.done}
-            tmp.write_text(json.dumps(record, indent=1) + "\n")
-            tmp.replace(self.path)
+        record = {"key": self.key, "plan": self.plan, "done": self.done}
+        self.runner.apply(self.path.parent.mkdir, parents=True, exist_ok=True)
+        self.runner.apply(stamps.write_text_atomic, self.path, json.dumps(record, indent=1) + "\n")
 
     def reset(self) -> None:
         self.done = []
-        if not self.dry_run:
-            self.path.unlink(missing_ok=True)
+        self.runner.apply(self.path.unlink, missing_ok=True)
 
 
 def tuner_argv(
@@ -184,10 +174,6 @@ class TuningRun:
         return self.ctx.session.runner
 
     @property
-    def dry_run(self) -> bool:
-        return self.runner.dry_run
-
-    @property
     def python(self) -> str:
         return str(self.ctx.session.python)
 
@@ -201,7 +187,7 @@ class TuningRun:
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
-    ctx = ba.make_context(opts, dry_run=opts.dry_run)
+    ctx = ba.make_context(opts)
     tuner = refuse_other_tuners(ctx)
     plan = make_plan(
         head_dims=opts.tune_head_dims,
@@ -259,16 +245,15 @@ def resume_or_start(
     state_dir = ctx.work / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
     patches = patch_set_digest("aotriton", commit, arch=arch)
     key = stamps.digest({"commit": commit, "patches": patches})
-    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), dry_run=runner.dry_run)
+    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), runner)
     if force or progress.stale:
         if force:
             runner.say("--force: starting over, tuning build included")
             progress.reset()
         else:
             runner.say("another plan than last time: tuning again (the tuning build is kept)")
-        if not runner.dry_run:
-            for old in state_dir.glob("raw-*.json"):
-                old.unlink()
+        for old in state_dir.glob("raw-*.json"):
+            runner.apply(old.unlink)
     elif progress.done:
         runner.say(f"resuming: done earlier: {', '.join(progress.done)} ({progress.path})")
     return TuningRun(ctx, plan, tuner, build, progress, state_dir)
@@ -311,8 +296,7 @@ def tune_each_case(run: TuningRun) -> list[Path]:
             continue
         again = " (continues its records)" if raw.is_file() else ""
         runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}{again}")
-        if not run.dry_run:
-            run.state_dir.mkdir(parents=True, exist_ok=True)
+        runner.apply(run.state_dir.mkdir, parents=True, exist_ok=True)
         runner.run(
             tuner_argv(run.python, raw, head_dim, dtype, seq),
             cwd=src,
@@ -329,9 +313,17 @@ def store_candidate(run: TuningRun, records: list[Path]) -> tuning_db.TuningDb:
     runner.say("[3/6] store the candidate tuning database (sha256 per file)")
     candidate_dir = run.state_dir / "candidate"
     meta = {**run.plan.as_dict(), "gpus": list(run.gpus)}
-    if run.dry_run:
-        runner.say(f"[dry-run] would write {candidate_dir}/{{manifest.toml,tune_flash.json}}")
-        return tuning_db.TuningDb(candidate_dir, commit, arch, "cpptune-json", run.tuner, {}, meta)
+    placeholder = tuning_db.TuningDb(
+        candidate_dir, commit, arch, "cpptune-json", run.tuner, {}, meta
+    )
+    what = f"write {candidate_dir}/{{manifest.toml,tune_flash.json}}"
+    candidate = runner.apply(write_candidate, run, records, candidate_dir, meta, say=what)
+    return candidate or placeholder
+
+
+def write_candidate(
+    run: TuningRun, records: list[Path], candidate_dir: Path, meta: dict[str, Any]
+) -> tuning_db.TuningDb:
     combined = run.state_dir / "combined.json"
     with open(combined, "w") as out:
         for raw in records:
@@ -340,13 +332,13 @@ def store_candidate(run: TuningRun, records: list[Path]) -> tuning_db.TuningDb:
     candidate = tuning_db.write(
         candidate_dir,
         {tuning_db.CPPTUNE_RECORDS: combined},
-        commit=commit,
-        arch=arch,
+        commit=run.ctx.pin.commit,
+        arch=run.ctx.arch.name,
         kind="cpptune-json",
         tuner=run.tuner,
         meta=meta,
     )
-    runner.say(f"  {candidate.describe()}")
+    run.runner.say(f"  {candidate.describe()}")
     return candidate
 
 
@@ -358,7 +350,7 @@ def install_and_publish(
     commit = ctx.pin.commit
     runner.say("[6/6] install into torch and publish the database")
     published_at = tuning_db.db_dir(commit, ctx.arch.name)
-    if run.dry_run:
+    if new is None:  # a plan
         runner.say(
             f"[dry-run] would install into {ctx.in_torch / 'lib'} and copy to {published_at}"
         )

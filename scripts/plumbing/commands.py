@@ -10,12 +10,14 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 from scripts.plumbing.errors import UserError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ class Runner:
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
+
+    def apply(self, action: Callable[..., T], *args: Any, say: str = "", **kw: Any) -> T | None:
+        """A change that is no command (files, stamps): said when say is given and made, or
+        under dry-run only said; callers need not know which."""
+        if say:
+            self.say(("[dry-run] " if self.dry_run else "") + say)
+        return None if self.dry_run else action(*args, **kw)
 
     def done(self, message: str) -> None:
         """A step's result; under dry run, what the commands printed above lead to."""
