@@ -30,7 +30,7 @@ nox.options.stop_on_first_error = True
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripts.plumbing import option_fields, options  # noqa: E402
+from scripts.plumbing import options  # noqa: E402
 
 
 def _run(session: nox.Session, function=None, *, show_options: bool = False) -> None:
@@ -49,7 +49,7 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
         else:
             opts = options.parse(declared.name, session.posargs)
             if show_options:
-                session.log(f"options: {option_fields.effective(opts)}")
+                session.log(f"options: {options.effective(opts)}")
             with guarded(declared, opts):
                 code = function(opts)
     except errors.UserError as error:

@@ -21,8 +21,8 @@ import rocm_bootstrap
 from rocm_bootstrap import parse_gfx_target_version
 
 from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
-from scripts.plumbing.errors import UserError, did_you_mean
-from scripts.plumbing.options import ARCH_ENV
+from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import ARCH_ENV, unknown_arch
 
 ARCHES_FILE = DATA_DIR / "arches.toml"
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
@@ -199,9 +199,7 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     arches = load_arches() if arches is None else arches
     key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
     if key not in arches:
-        amd = [a for a in sorted(arches) if arches[a].vendor == "amd"]
-        hint = did_you_mean(key, amd, cutoff=0.85)  # gfx names differ by a digit
-        raise UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(amd)}")
+        raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
     return arches[key]
 
 

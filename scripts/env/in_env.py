@@ -63,7 +63,7 @@ def probe_names(declared: Session) -> tuple[str, ...]:
     """The probe scripts a probe session runs: scripts/probes/<session name>.py, and for
     validate upstream_sdpa too (its --upstream)."""
     own = declared.name
-    return (own, UPSTREAM) if "upstream" in declared.options.field_names() else (own,)
+    return (own, UPSTREAM) if hasattr(declared.options, "upstream") else (own,)
 
 
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:

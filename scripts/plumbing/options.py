@@ -1,36 +1,31 @@
-"""Every nox session's options, declared once.
+"""Every nox session's settings: one frozen dataclass per session, resolved once.
 
-A session's options are its class below (one opt() field per option; shared options live in a
-base class the sessions inherit); what a session changes is its Session line in SESSIONS.
+A session's settings are its class below, one field per option, with the flag, help, $ROCMFA_*
+variable and check next to it (opt() puts them in the field's metadata). An option that several
+sessions read is declared once, as a function returning its field (arch_opt(), prefix_opt(),
+...), and listed in each class that reads it; the compiling sessions share one base, Compile.
+parse() resolves a session's settings: its argv (argparse), then $ROCMFA_* for what the command
+line left unset, then the field's default; every value is checked before the first command.
 noxfile.py holds each session's @nox.session function (docstring, tags, the domain function it
-calls), scripts/env/session_guard.py reads what each one changes, and the argparse parser and
---help are generated from the classes (scripts/plumbing/option_fields.py).
+calls); scripts/env/session_guard.py reads what each one changes (its Session line in SESSIONS).
 
-Adding an option - one field, in the class of the session that reads it (or a base class
-shared by the sessions that read it):
+Adding an option - one field, in the class of the session that reads it (or a function beside
+arch_opt() when several sessions read it):
 
-    class BuildCkOptions(CompileOptions):
-        with_tests: bool = opt("--with-tests", help="also build CK's tests")
+    with_tests: bool = opt("--with-tests", default=False, help="also build CK's tests")
 
-  The field's type says what the flag takes: bool -> a switch (default False); tuple[...] ->
-  repeatable (default ()); anything else -> one value (default None unless default= says).
-  type= turns the text into the typed value (int, a function, or "module:function"); check=
-  only checks it; choices= names the domain constant ("scripts.builds.build_pytorch:STAGES":
-  imported only when that session runs or shows --help), never a copy; env= is the $ROCMFA_*
-  variable that is the default (checked at parse time with the same type/check/choices; the
-  field stays None so the resolver can say where the value came from); aliases= maps an old
-  flag to a value. Checks across fields go in the class's check(self). A session that needs
-  an option of a shared class with one change (an alias, no check) takes
-  `like(ThatClass, "name", aliases=...)`: still one declaration. A build session prints its
-  effective options (option_fields.effective) before its first line.
-  An old-style row `_opt("--x", sessions=(...), action=..., type=T, **kw)` + field `x: X = D`
-  becomes `x: X = opt("--x", type=T, **kw)` in the class (drop sessions=, action= and the
-  bool/tuple defaults; keep default= for other defaults).
+  The default says what the flag takes: False -> a switch; () -> repeatable; anything else ->
+  one value. type= turns the text into the typed value (int, or a function); check= only checks
+  it; choices= is the domain constant, or a function returning it (imported when that session
+  runs or shows --help), never a copy; env= is the $ROCMFA_* variable that stands in for the
+  flag (checked with the same type/check/choices; the field stays None so the session can say
+  where the value came from); aliases= maps an old flag to a value. Checks across fields go in
+  the class's check(self). A build session prints its effective options (effective()) first.
 
 Adding a session - its @nox.session function in noxfile.py (`_run(session, module.function)`),
 one Session("name", NameOptions, changes=(W, E)) line in SESSIONS below (W/E: it changes the
 work dir / the env; the guard takes their locks; a class with dry_run makes it dry-runnable),
-its function in a module named for it taking the options object, and its row in README's
+its function in a module named for it taking the settings object, and its row in README's
 session table.
 
 Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so a
@@ -40,13 +35,17 @@ error. A session's --help lists only its own options and needs no env.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.plumbing import option_fields
-from scripts.plumbing.errors import UserError
-from scripts.plumbing.option_fields import SessionOptions, like, opt
+from scripts.plumbing.cache_spec import parse_cache
+from scripts.plumbing.datafiles import DATA_DIR, load_toml
+from scripts.plumbing.errors import UserError, did_you_mean
 from scripts.plumbing.paths import WORKDIR_ENV
 from scripts.plumbing.pin_files import PROJECTS
 
@@ -54,7 +53,7 @@ ARCH_ENV = "ROCMFA_ARCH"
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"
 NAME_ENV = "ROCMFA_ENV_NAME"
 
-# --- values checked here (the domain's own checks are named as "module:function") -------------
+# --- checks and choices: here, so that parsing imports no domain module ---------------------
 
 
 def folder(text: str) -> str:
@@ -84,35 +83,139 @@ def minutes(text: str) -> float:
     return value
 
 
-# --- option groups several sessions share ------------------------------------------------------
+STAGES = ("checkout", "torch", "audio", "vision", "apex")  # build_pytorch's, in order
+SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices (triton: the torch call's)
+TRITONS = ("fork", "pypi")  # what compiles AOTriton's kernels (kernel_build)
+INDEX_KINDS = ("multi-arch", "legacy")  # TheRock's index kinds (rocm_sdk)
+TUNE_DTYPES = ("float16", "bfloat16")  # tune_aotriton's
 
 
-class ArchOption(SessionOptions):
-    arch: str | None = opt(
+def unknown_arch(name: str, known: Iterable[str]) -> UserError:
+    key = name.strip().split(":")[0]
+    hint = did_you_mean(key, known, cutoff=0.85)  # gfx names differ by a digit
+    return UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(known)}")
+
+
+def known_arch(text: str) -> str:
+    """An arch of scripts/data/arches.toml (read here: scripts/env/archs.py parses it whole)."""
+    table = load_toml(DATA_DIR / "arches.toml", "arch data").get("arch", {})
+    if text.strip().split(":")[0] not in table:
+        raise unknown_arch(
+            text, [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
+        )
+    return text
+
+
+def comma_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError("expected a comma list of integers") from None
+    if not values or any(v <= 0 for v in values):
+        raise ValueError("expected positive integers")
+    return values
+
+
+def tune_dtypes(text: str) -> None:
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    if not chosen or set(chosen) - set(TUNE_DTYPES):
+        raise UserError(f"--tune-dtypes {text!r}: choose from {', '.join(TUNE_DTYPES)}")
+
+
+def index_url(text: str) -> object:
+    from scripts.plumbing.team_index import parse_index  # imported when an --index is given
+
+    return parse_index(text)
+
+
+def profiles() -> tuple[str, ...]:
+    """setup_env --profile's choices: the [profile.NAME] tables of scripts/data/env_vars.toml."""
+    return tuple(load_toml(DATA_DIR / "env_vars.toml", "variable data").get("profile", {}))
+
+
+# --- declaring an option -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option, as the metadata of its field (field name: name, default: default)."""
+
+    flags: tuple[str, ...]
+    help: str
+    default: Any = None
+    env: str | None = None
+    choices: Sequence[str] | Callable[[], Sequence[str]] | None = None
+    type: Callable[[str], Any] | None = None
+    check: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "switch" if self.default is False else "list" if self.default == () else "value"
+
+    def allowed(self) -> tuple[str, ...] | None:
+        if self.choices is None:
+            return None
+        return tuple(self.choices() if callable(self.choices) else self.choices)
+
+    def convert(self, session: str, text: str, where: str) -> Any:
+        """The value of `text` given as `where` (a flag or $VARIABLE); a one-line UserError."""
+        allowed = self.allowed()
+        if allowed is not None and text not in allowed:
+            raise UserError(f"{session}: {where}={text!r}: expected one of {', '.join(allowed)}")
+        try:
+            if self.check is not None:
+                self.check(text)
+            return text if self.type is None else self.type(text)
+        except UserError as error:
+            prefix = f"{where}={text!r}: " if where.startswith("$") else ""
+            raise UserError(f"{session}: {prefix}{error}") from None
+        except ValueError as error:
+            raise UserError(f"{session}: {where} {text!r}: {error}") from None
+
+
+def opt(*flags: str, help: str, default: Any = None, **more: Any) -> Any:
+    """A settings field declaring its option (more: Opt's env, choices, type, check, metavar,
+    aliases); typed Any so `x: int | None = opt(...)` type-checks."""
+    return dataclasses.field(default=default, metadata={"opt": Opt(flags, help, default, **more)})
+
+
+def options_of(cls: type) -> tuple[Opt, ...]:
+    """The class's options in field order, each named for its field."""
+    return tuple(
+        dataclasses.replace(f.metadata["opt"], name=f.name) for f in dataclasses.fields(cls)
+    )
+
+
+settings = dataclass(frozen=True, kw_only=True)  # how every settings class is made
+
+# --- options several sessions read (each declared once, here) ------------------------------
+
+
+def arch_opt(check: Callable[[str], Any] | None = known_arch) -> Any:
+    """check=None: doctor and matrix show a bad arch on their screen, then exit non-zero."""
+    return opt(
         "--arch",
         env=ARCH_ENV,
-        check="scripts.env.archs:get_arch",
+        check=check,
         help=f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection: "
         "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
     )
 
 
-class ReportedArchOption(SessionOptions):
-    """doctor and matrix show a bad arch on their screen, then exit non-zero: not checked here."""
-
-    arch: str | None = like(ArchOption, "arch", check=None)
-
-
-class EnvOptions(SessionOptions):
-    """Which shared env."""
-
-    prefix: str | None = opt(
+def prefix_opt() -> Any:
+    return opt(
         "--prefix",
         env=PREFIX_ENV,
         type=folder,
         help=f"conda env prefix (default: ${PREFIX_ENV}, else the env named by --env-name)",
     )
-    env_name: str | None = opt(
+
+
+def env_name_opt() -> Any:
+    return opt(
         "--env-name",
         env=NAME_ENV,
         type=env_name,
@@ -120,8 +223,8 @@ class EnvOptions(SessionOptions):
     )
 
 
-class WorkdirOption(SessionOptions):
-    workdir: str | None = opt(
+def workdir_opt() -> Any:
+    return opt(
         "--workdir",
         env=WORKDIR_ENV,
         type=folder,
@@ -129,31 +232,31 @@ class WorkdirOption(SessionOptions):
     )
 
 
-class EnvChoice(ArchOption, EnvOptions, WorkdirOption):
-    """Which GPU arch, shared env and work dir: the sessions that set up, build or report."""
-
-
-class DryRunOption(SessionOptions):
-    dry_run: bool = opt(
-        "--dry-run", help="print every command with its working directory and variables; run none"
+def dry_run_opt() -> Any:
+    return opt(
+        "--dry-run",
+        default=False,
+        help="print every command with its working directory and variables; run none",
     )
 
 
-class ForceOption(SessionOptions):
-    force: bool = opt(
+def force_opt() -> Any:
+    return opt(
         "--force",
+        default=False,
         help="redo even when up to date; replace what would otherwise be refused (also a "
         "conflicting arch x AOTriton x torch combination, see nox -s matrix)",
     )
 
 
-class JsonOption(SessionOptions):
-    json: bool = opt("--json", help="machine-readable output")
+def json_opt() -> Any:
+    return opt("--json", default=False, help="machine-readable output")
 
 
-class ChannelOption(SessionOptions):
-    channel: tuple[str, ...] = opt(
+def channel_opt() -> Any:
+    return opt(
         "--channel",
+        default=(),
         metavar="URL",
         help="a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL "
         "when it has several): lock solves against it, setup_env downloads from it; the lock "
@@ -161,10 +264,10 @@ class ChannelOption(SessionOptions):
     )
 
 
-class IndexOption(SessionOptions):
-    index: str | None = opt(
+def index_opt() -> Any:
+    return opt(
         "--index",
-        check="scripts.plumbing.team_index:parse_index",
+        check=index_url,
         metavar="URL",
         help="team wheel index (publish writes this run's wheels and manifest to it, "
         "install_wheels installs a wheel set from it, report reads its manifests' report "
@@ -174,101 +277,40 @@ class IndexOption(SessionOptions):
     )
 
 
-class BuildOptions(EnvChoice, DryRunOption, ForceOption):
-    """What every build session takes."""
-
-
-class CompileFields(SessionOptions):
-    """What a compile takes: jobs, compile cache, checkouts it updates."""
-
-    jobs: int | None = opt(
+def jobs_opt() -> Any:
+    return opt(
         "--jobs",
         "-j",
         type=positive_int,
         metavar="N",
         help="parallel build jobs (default: capped by CPU count and free memory)",
     )
-    cache: Any = opt(
+
+
+def cache_opt(**aliases: str) -> Any:
+    return opt(
         "--cache",
-        type="scripts.builds.compile_cache:parse_cache",
+        type=parse_cache,
         metavar="KIND|URL",
+        aliases=aliases,
         help="compile cache: none, ccache, sccache (local), or a shared sccache at "
         "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV: compiles only; AOTriton's kernels "
         "stay local), s3://BUCKET/PREFIX?endpoint=URL; "
         "add ?read_only=1 to only read; credentials only from the environment",
     )
-    discard_local_edits: bool = opt(
+
+
+def discard_local_edits_opt() -> Any:
+    return opt(
         "--discard-local-edits",
+        default=False,
         help="let a source checkout be reset to its pin although it has local edits or extra "
         "commits (they are lost; without this flag the session stops and names them)",
     )
 
 
-class CompileOptions(BuildOptions, CompileFields):
-    """The build sessions that compile."""
-
-
-# --- each session's options --------------------------------------------------------------------
-
-
-class LockOptions(EnvOptions, DryRunOption, ChannelOption):
-    pass
-
-
-class SetupEnvOptions(EnvChoice, DryRunOption, ForceOption, ChannelOption):
-    show: bool = opt(
-        "--show", help="list the activation variables set in the env and why, then stop"
-    )
-    profile: tuple[str, ...] = opt(
-        "--profile",
-        choices="scripts.env.activation:profiles",
-        help="add a variable profile (vllm: only the vLLM flags effective for this arch)",
-    )
-    with_torch: bool = opt(
-        "--with-torch",
-        help="also install TheRock's prebuilt torch for this arch from the same index",
-    )
-    rocm_index: str | None = opt(
-        "--rocm-index",
-        choices="scripts.env.rocm_sdk:INDEX_KINDS",
-        help="TheRock index kind (default from pins/rocm.toml)",
-    )
-
-
-class DoctorOptions(ReportedArchOption, EnvChoice, JsonOption):
-    pass
-
-
-class RepairOptions(EnvOptions, WorkdirOption):
-    """The env (and work dir) whose interrupted install to finish or roll back."""
-
-
-class MatrixOptions(ReportedArchOption, JsonOption):
-    pass
-
-
-class UpdatePinsOptions(WorkdirOption, DryRunOption):
-    force: bool = opt(
-        "--force", help="an inconsistent torch x AOTriton pin set: warn instead of refusing"
-    )
-    project: tuple[str, ...] = opt(
-        "--project",
-        choices=PROJECTS,
-        help="update only this project's pin (repeatable; default: all)",
-    )
-    port_patches: bool = opt(
-        "--port-patches",
-        help="copy a patch set to the new commit when it still applies cleanly there",
-    )
-
-
-class AotritonSourceOptions(CompileOptions):
-    """How AOTriton is built from source: build_aotriton and tune_aotriton's builds."""
-
-    clean: bool = opt(
-        "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
-    )
-    timeout_min: float | None = opt(
+def timeout_min_opt() -> Any:
+    return opt(
         "--timeout-min",
         type=minutes,
         metavar="MIN",
@@ -276,27 +318,143 @@ class AotritonSourceOptions(CompileOptions):
     )
 
 
-class BuildAotritonOptions(AotritonSourceOptions):
+@settings
+class Compile:
+    """The base of the sessions that compile (build_aotriton, tune_aotriton, build_pytorch,
+    build_ck): which arch, env and work dir, and how to compile."""
+
+    arch: str | None = arch_opt()
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    workdir: str | None = workdir_opt()
+    dry_run: bool = dry_run_opt()
+    force: bool = force_opt()
+    jobs: int | None = jobs_opt()
+    cache: Any = cache_opt()
+    discard_local_edits: bool = discard_local_edits_opt()
+
+
+# --- each session's settings --------------------------------------------------------------
+
+
+@settings
+class LockOptions:
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    dry_run: bool = dry_run_opt()
+    channel: tuple[str, ...] = channel_opt()
+
+
+@settings
+class SetupEnvOptions:
+    arch: str | None = arch_opt()
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    workdir: str | None = workdir_opt()
+    dry_run: bool = dry_run_opt()
+    force: bool = force_opt()
+    channel: tuple[str, ...] = channel_opt()
+    show: bool = opt(
+        "--show",
+        default=False,
+        help="list the activation variables set in the env and why, then stop",
+    )
+    profile: tuple[str, ...] = opt(
+        "--profile",
+        default=(),
+        choices=profiles,
+        help="add a variable profile (vllm: only the vLLM flags effective for this arch)",
+    )
+    with_torch: bool = opt(
+        "--with-torch",
+        default=False,
+        help="also install TheRock's prebuilt torch for this arch from the same index",
+    )
+    rocm_index: str | None = opt(
+        "--rocm-index", choices=INDEX_KINDS, help="TheRock index kind (default from pins/rocm.toml)"
+    )
+
+
+@settings
+class DoctorOptions:
+    arch: str | None = arch_opt(check=None)
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    workdir: str | None = workdir_opt()
+    json: bool = json_opt()
+
+
+@settings
+class RepairOptions:
+    """The env (and work dir) whose interrupted install to finish or roll back."""
+
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    workdir: str | None = workdir_opt()
+
+
+@settings
+class MatrixOptions:
+    arch: str | None = arch_opt(check=None)
+    json: bool = json_opt()
+
+
+@settings
+class UpdatePinsOptions:
+    workdir: str | None = workdir_opt()
+    dry_run: bool = dry_run_opt()
+    force: bool = opt(
+        "--force",
+        default=False,
+        help="an inconsistent torch x AOTriton pin set: warn instead of refusing",
+    )
+    project: tuple[str, ...] = opt(
+        "--project",
+        default=(),
+        choices=PROJECTS,
+        help="update only this project's pin (repeatable; default: all)",
+    )
+    port_patches: bool = opt(
+        "--port-patches",
+        default=False,
+        help="copy a patch set to the new commit when it still applies cleanly there",
+    )
+
+
+@settings
+class BuildAotritonOptions(Compile):
+    clean: bool = opt(
+        "--clean",
+        default=False,
+        help="start the AOTriton build over (empty its build dir); never the sources",
+    )
+    timeout_min: float | None = timeout_min_opt()
     no_images: bool = opt(
         "--no-images",
+        default=False,
         help="AOTRITON_NOIMAGE_MODE=ON: build only the runtime, keep torch's kernel images",
     )
     from_release: bool = opt(
         "--from-release",
+        default=False,
         help="install the prebuilt release runtime + this arch's image pack (minutes, not hours; "
         "the default where nothing of ours changes the arch's kernels)",
     )
     from_source: bool = opt(
         "--from-source",
+        default=False,
         help="build from source even where the pinned release pack would do (hours of compiles)",
     )
     with_pyaotriton: bool = opt(
         "--with-pyaotriton",
+        default=False,
         help="also build AOTriton's python binding (AOTRITON_NO_PYTHON=OFF, needs pybind11 in "
         "the env); torch never uses it",
     )
     restore: bool = opt(
-        "--restore", help="put back the AOTriton files torch shipped (from the backup) and stop"
+        "--restore",
+        default=False,
+        help="put back the AOTriton files torch shipped (from the backup) and stop",
     )
     workers: str | None = opt(
         "--workers",
@@ -306,7 +464,7 @@ class BuildAotritonOptions(AotritonSourceOptions):
     )
     triton: str | None = opt(
         "--triton",
-        choices="scripts.builds.kernel_build:TRITONS",
+        choices=TRITONS,
         help="the Triton that compiles the kernels: fork (AOTriton's third_party/triton, the "
         "default) or pypi (the triton==X of pins/kernel_compiler.toml, as kernel_check and "
         "--workers, which implies it)",
@@ -328,9 +486,16 @@ class BuildAotritonOptions(AotritonSourceOptions):
         return self.triton or ("pypi" if self.workers else "fork")
 
 
-class KernelCheckOptions(ArchOption, WorkdirOption, DryRunOption, CompileFields):
+@settings
+class KernelCheckOptions:
     """kernel_check needs no env: AOTriton's generator and a pip Triton in their own venv."""
 
+    arch: str | None = arch_opt()
+    workdir: str | None = workdir_opt()
+    dry_run: bool = dry_run_opt()
+    jobs: int | None = jobs_opt()
+    cache: Any = cache_opt()
+    discard_local_edits: bool = discard_local_edits_opt()
     sample: int | None = opt(
         "--sample",
         type=positive_int,
@@ -340,58 +505,68 @@ class KernelCheckOptions(ArchOption, WorkdirOption, DryRunOption, CompileFields)
     )
 
 
-class TuneAotritonOptions(AotritonSourceOptions):
+@settings
+class TuneAotritonOptions(Compile):
+    clean: bool = opt(
+        "--clean",
+        default=False,
+        help="start the AOTriton build over (empty its build dir); never the sources",
+    )
+    timeout_min: float | None = timeout_min_opt()
     tune_head_dims: str | None = opt(
         "--tune-head-dims",
-        check="scripts.builds.tune_aotriton:check_head_dims",
+        check=comma_ints,
         metavar="LIST",
         help="head dims to tune, comma list (default 64,128)",
     )
     tune_dtypes: str | None = opt(
         "--tune-dtypes",
-        check="scripts.builds.tune_aotriton:check_dtypes",
+        check=tune_dtypes,
         metavar="LIST",
         help="dtypes to tune: float16,bfloat16 (default both)",
     )
     tune_seqlens: str | None = opt(
         "--tune-seqlens",
-        check="scripts.builds.tune_aotriton:check_seqlens",
+        check=comma_ints,
         metavar="LIST",
         help="sequence lengths to tune (q and k), comma list (default 16..4096, powers of 2)",
     )
 
 
-class BuildPytorchOptions(CompileOptions):
-    cache: Any = like(
-        CompileFields, "cache", aliases={"--ccache": "ccache", "--sccache": "sccache"}
-    )
+@settings
+class BuildPytorchOptions(Compile):
+    cache: Any = cache_opt(**{"--ccache": "ccache", "--sccache": "sccache"})
     clean: bool = opt(
         "--clean",
+        default=False,
         help="start each stage's build over (TheRock --clean: its build dir); never the sources",
     )
     from_stage: str | None = opt(
         "--from",
-        choices="scripts.builds.build_pytorch:STAGES",
+        choices=STAGES,
         metavar="STAGE",
         help="rerun STAGE and every stage after it: checkout, torch (triton with it), audio, "
         "vision, apex",
     )
     only: str | None = opt(
         "--only",
-        choices="scripts.builds.build_pytorch:STAGES",
+        choices=STAGES,
         metavar="STAGE",
         help="run just STAGE (the stages it builds on must be done)",
     )
     skip: tuple[str, ...] = opt(
         "--skip",
-        choices="scripts.builds.build_pytorch:SKIPPABLE",
+        default=(),
+        choices=SKIPPABLE,
         metavar="STAGE",
         help="leave out triton, audio or vision (repeatable); leaving out triton is refused "
         "where torch would lose flash attention",
     )
-    with_apex: bool = opt("--with-apex", help="also check out and build apex")
+    with_apex: bool = opt("--with-apex", default=False, help="also check out and build apex")
     build_tests: bool = opt(
-        "--build-tests", help="also build PyTorch's C++ test binaries (BUILD_TEST=1; default 0)"
+        "--build-tests",
+        default=False,
+        help="also build PyTorch's C++ test binaries (BUILD_TEST=1; default 0)",
     )
     aotriton_prefix: str | None = opt(
         "--aotriton-prefix",
@@ -404,9 +579,18 @@ class BuildPytorchOptions(CompileOptions):
             raise UserError("--from and --only exclude each other")
 
 
-class InstallWheelsOptions(BuildOptions, IndexOption):
+@settings
+class InstallWheelsOptions:
+    arch: str | None = arch_opt()
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    workdir: str | None = workdir_opt()
+    dry_run: bool = dry_run_opt()
+    force: bool = force_opt()
+    index: str | None = index_opt()
     no_backend_check: bool = opt(
         "--no-backend-check",
+        default=False,
         help="install only; do not run scripts/probes/backend_check.py afterwards",
     )
     wheel_set: str | None = opt(
@@ -416,51 +600,80 @@ class InstallWheelsOptions(BuildOptions, IndexOption):
     )
 
 
-class PublishOptions(ArchOption, WorkdirOption, DryRunOption, IndexOption):
+@settings
+class PublishOptions:
     """publish reads the build's run manifest (work dir), not the env."""
 
+    arch: str | None = arch_opt()
+    workdir: str | None = workdir_opt()
+    dry_run: bool = dry_run_opt()
+    index: str | None = index_opt()
     report: tuple[str, ...] = opt(
         "--report",
+        default=(),
         metavar="JSON",
         help="a backend_check / validate / bench JSON report of this build to summarize in the "
         "manifest (repeatable)",
     )
 
 
-class BuildCkOptions(CompileOptions):
+@settings
+class BuildCkOptions(Compile):
     clean: bool = opt(
-        "--clean", help="start the CK build over (empty its build dir); never the sources"
+        "--clean",
+        default=False,
+        help="start the CK build over (empty its build dir); never the sources",
     )
     with_tests: bool = opt(
-        "--with-tests", help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)"
+        "--with-tests",
+        default=False,
+        help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)",
     )
     with_examples: bool = opt(
-        "--with-examples", help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)"
+        "--with-examples",
+        default=False,
+        help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)",
     )
 
 
-class BenchOptions(EnvOptions):
+@settings
+class BenchOptions:
     """bench's own options go through to scripts/probes/bench.py."""
 
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
 
-class BackendCheckOptions(EnvOptions):
+
+@settings
+class BackendCheckOptions:
     """backend_check's own options go through to scripts/probes/backend_check.py."""
 
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
 
-class ValidateOptions(EnvOptions, WorkdirOption):
+
+@settings
+class ValidateOptions:
     """validate's own options go through to scripts/probes/validate.py."""
 
+    prefix: str | None = prefix_opt()
+    env_name: str | None = env_name_opt()
+    workdir: str | None = workdir_opt()
     upstream: bool = opt(
         "--upstream",
+        default=False,
         help="run PyTorch's own SDPA tests (scripts/probes/upstream_sdpa.py, found through the "
         "work dir) instead of our grid",
     )
 
 
-class ReportOptions(ArchOption, IndexOption):
+@settings
+class ReportOptions:
     """report's INPUT... (folders or probe JSON files) go through as the rest; with --index
     the family comes from the URL, else from --arch."""
 
+    arch: str | None = arch_opt()
+    index: str | None = index_opt()
     baseline: str | None = opt(
         "--baseline",
         metavar="INPUT",
@@ -474,30 +687,27 @@ class ReportOptions(ArchOption, IndexOption):
     )
 
 
-# --- the sessions ------------------------------------------------------------------------------
+# Type names the domain modules annotate with: the sessions that read those fields.
+AotritonSourceOptions = BuildAotritonOptions | TuneAotritonOptions
+EnvChoice = SetupEnvOptions | DoctorOptions | Compile | InstallWheelsOptions
+EnvOptions = BenchOptions | BackendCheckOptions | ValidateOptions | RepairOptions | LockOptions
+
+# --- the sessions ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class Session:
     """What the guard and the parser need of one nox session (its nox function, docstring and
-    tags are in noxfile.py). A plain class (a dataclass costs every nox run ~2 ms to create)."""
+    tags are in noxfile.py)."""
 
-    def __init__(
-        self,
-        name: str,
-        options: type[SessionOptions],
-        *,
-        changes: tuple[str, ...] = (),  # "workdir": holds its lock; "env": its lock + recovery
-        reports_only: bool = False,  # never takes a lock nor recovers (doctor)
-        forward: bool = False,  # the arguments it does not declare go through to its function
-        # a probe is its script, scripts/probes/<name>.py (torch + stdlib only), run in the
-        # env's Python (scripts/env/in_env.py) with the arguments it does not declare
-        probe: bool = False,
-    ) -> None:
-        self.name, self.options, self.changes = name, options, changes
-        self.reports_only, self.forward, self.probe = reports_only, forward or probe, probe
-
-    def __repr__(self) -> str:
-        return f"Session({self.name!r})"
+    name: str
+    options: type
+    changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
+    reports_only: bool = False  # never takes a lock nor recovers (doctor)
+    forward: bool = False  # the arguments it does not declare go through to its function
+    # a probe is its script, scripts/probes/<name>.py (torch + stdlib only), run in the env's
+    # Python (scripts/env/in_env.py) with the arguments it does not declare; it forwards too
+    probe: bool = False
 
     @property
     def changes_workdir(self) -> bool:
@@ -509,7 +719,7 @@ class Session:
 
     @property
     def dry_runnable(self) -> bool:
-        return "dry_run" in self.options.field_names()
+        return any(o.name == "dry_run" for o in options_of(self.options))
 
 
 W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
@@ -528,32 +738,142 @@ SESSIONS = (
     Session("install_wheels", InstallWheelsOptions, changes=(W, E)),
     Session("publish", PublishOptions, changes=(W,)),
     Session("build_ck", BuildCkOptions, changes=(W, E)),
-    Session("bench", BenchOptions, probe=True),
-    Session("backend_check", BackendCheckOptions, probe=True),
-    Session("validate", ValidateOptions, probe=True),
+    Session("bench", BenchOptions, forward=True, probe=True),
+    Session("backend_check", BackendCheckOptions, forward=True, probe=True),
+    Session("validate", ValidateOptions, forward=True, probe=True),
     Session("report", ReportOptions, reports_only=True, forward=True),
 )
 BY_NAME = {s.name: s for s in SESSIONS}
 
-
-def _classes() -> tuple[type[SessionOptions], ...]:
-    return tuple(s.options for s in SESSIONS)
+# --- the resolver ----------------------------------------------------------------------------
 
 
-def build_parser(name: str) -> Any:
-    return option_fields.build_parser(name, BY_NAME[name].options)
+def _doc(cls: type) -> str:
+    doc = cls.__doc__ or ""
+    return "" if doc.startswith(cls.__name__ + "(") else doc  # dataclass's made-up __doc__
+
+
+def build_parser(
+    name: str, *, for_help: bool = True, passed: Iterable[str] = ()
+) -> argparse.ArgumentParser:
+    """Session `name`'s parser and --help: its own options. To parse (for_help=False): also
+    every other session's, hidden, taken and dropped (nox hands all sessions of a run the same
+    posargs), a bad argument a one-line UserError, and no choices (checked after parsing, so a
+    run imports a domain's constant only when it needs it). passed: a probe's own flags."""
+    cls = BY_NAME[name].options
+    parser = argparse.ArgumentParser(
+        prog=f"nox -s {name} --",
+        allow_abbrev=False,
+        description=f"Options of the {name} session. {_doc(cls)}",
+    )
+    own = options_of(cls)
+    for o in own:
+        if o.kind == "switch":
+            parser.add_argument(*o.flags, dest=o.name, action="store_true", help=o.help)
+        else:
+            action = "append" if o.kind == "list" else "store"
+            choices = o.allowed() if for_help else None
+            parser.add_argument(
+                *o.flags,
+                dest=o.name,
+                action=action,
+                choices=choices,
+                metavar=o.metavar,
+                help=o.help,
+            )
+        for alias, value in o.aliases.items():
+            help = f"the same as {o.flags[0]} {value} (kept for old command lines)"
+            parser.add_argument(
+                alias, dest=f"{o.name}.alias", action="append_const", const=value, help=help
+            )
+    if for_help:
+        return parser
+    taken = {flag for o in own for flag in (*o.flags, *o.aliases)} | set(passed)
+    for other in SESSIONS:
+        for o in options_of(other.options):
+            flags = [f for f in o.flags if f not in taken]
+            if flags:
+                action = "store_true" if o.kind == "switch" else "store"
+                parser.add_argument(*flags, dest="other", action=action, help=argparse.SUPPRESS)
+            for alias in set(o.aliases) - taken:
+                parser.add_argument(
+                    alias, dest="other", action="store_true", help=argparse.SUPPRESS
+                )
+            taken.update((*o.flags, *o.aliases))
+
+    def fail(message: str) -> None:
+        raise UserError(f"{name}: {message} (see: nox -s {name} -- --help)")
+
+    parser.error = fail  # type: ignore[method-assign]
+    return parser
+
+
+def _given(name: str, option: Opt, parsed: argparse.Namespace) -> Any:
+    """The option's text as given: by its flag, or by one of its aliases (not both)."""
+    raw = getattr(parsed, option.name)
+    aliased = getattr(parsed, option.name + ".alias", None) or ()
+    given = [a for a, v in option.aliases.items() if v in aliased]
+    if len(given) > 1:
+        raise UserError(f"{name}: {' and '.join(given)} exclude each other")
+    if given and raw is not None:
+        flag = option.flags[0]
+        raise UserError(f"{name}: {flag} replaces {'/'.join(option.aliases)}; pass only {flag}")
+    return option.aliases[given[0]] if given else raw
+
+
+def _resolve(name: str, parsed: argparse.Namespace) -> Any:
+    """The settings object: the command line, then $ROCMFA_* (checked; the field stays None so
+    the session can say where its value came from), then the defaults; every value checked."""
+    values: dict[str, Any] = {}
+    for option in options_of(BY_NAME[name].options):
+        raw, flag = _given(name, option, parsed), option.flags[0]
+        if option.kind == "list" and raw:
+            values[option.name] = tuple(option.convert(name, r, flag) for r in raw)
+        elif option.kind == "value" and raw is not None:
+            values[option.name] = option.convert(name, raw, flag)
+        elif raw:
+            values[option.name] = raw
+        elif option.env and os.environ.get(option.env):
+            option.convert(name, os.environ[option.env], f"${option.env}")
+    resolved = BY_NAME[name].options(**values)
+    try:
+        getattr(resolved, "check", lambda: None)()
+    except UserError as error:
+        raise UserError(f"{name}: {error}") from None
+    return resolved
 
 
 def parse(name: str, posargs: Sequence[str]) -> Any:
-    """Session `name`'s options object from posargs (other sessions' options accepted and
-    dropped; a bad option or value: one-line UserError; --help exits 0)."""
-    return option_fields.parse(name, BY_NAME[name].options, posargs, _classes())
+    """Session `name`'s settings from posargs (other sessions' options accepted and dropped; a
+    bad option or value: one-line UserError; --help exits 0)."""
+    return _resolve(name, build_parser(name, for_help=False).parse_args(posargs))
 
 
 def parse_known(
     name: str, posargs: Sequence[str], passed: Iterable[str] = ()
 ) -> tuple[Any, list[str]]:
-    """For the sessions that forward: (their options object, the rest for their function).
-    passed: the flags the function itself takes (a probe's own), kept in the rest even where
-    another session declares the same flag (bench's --json PATH is not doctor's --json)."""
-    return option_fields.parse_known(name, BY_NAME[name].options, posargs, _classes(), passed)
+    """For the sessions that forward: (their settings, the rest for their function). passed:
+    the flags the function itself takes (a probe's own), kept in the rest even where another
+    session declares the same flag (bench's --json PATH is not doctor's --json)."""
+    parser = build_parser(name, for_help=False, passed=passed)
+    parsed, rest = parser.parse_known_args(posargs)
+    return _resolve(name, parsed), rest
+
+
+def effective(opts: Any) -> str:
+    """The settings a session runs with, other than defaults, and where each came from
+    (cibuildwheel prints its effective options first): `--arch gfx1151 ($ROCMFA_ARCH), -j 4`."""
+    shown = []
+    for option in options_of(type(opts)):
+        value, where = getattr(opts, option.name), ""
+        if value == option.default and option.env and os.environ.get(option.env):
+            value, where = os.environ[option.env], f" (${option.env})"
+        if value == option.default:
+            continue
+        if option.kind == "switch":
+            shown.append(option.flags[0])
+            continue
+        values = value if isinstance(value, tuple) else (value,)
+        text = ",".join(v.describe() if hasattr(v, "describe") else str(v) for v in values)
+        shown.append(f"{option.flags[0]} {text}{where}")
+    return ", ".join(shown) or "defaults"
