@@ -5,6 +5,7 @@ parse time with a one-line error, and --help lists only what a session reads."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
@@ -148,7 +149,9 @@ def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, 
         handed = session_env.CURRENT.get()
         assert handed is not None and handed.work == tmp_path / "w"
         assert handed.location.prefix == tmp_path / "env"
-        assert session_env.locate(str(tmp_path / "env"), None, None) is handed  # not resolved again
+        assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
+        again = session_env.locate(opts.prefix, opts.env_name, opts.workdir)
+        assert again is handed  # not resolved again
         assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
     assert session_env.CURRENT.get() is None
 
@@ -185,5 +188,9 @@ def test_effective_options_name_what_differs_from_the_defaults_and_where(monkeyp
     assert shown.split(", ") == [
         "--arch gfx1100 ($ROCMFA_ARCH)", "--dry-run", "--jobs 3", "--cache ccache", "--skip audio"
     ]  # fmt: skip
+    # the settings are the one reader of $ROCMFA_*: the value is in the field, naming its source
+    assert opts.arch == "gfx1100" and options.origin(opts.arch, "--arch") == "$ROCMFA_ARCH"
+    assert pickle.loads(pickle.dumps(opts)) == opts  # Dask workers get settings values too
+    assert options.parse("build_ck", ["--arch", "gfx1151"]).arch == "gfx1151"  # the CLI wins
     monkeypatch.delenv("ROCMFA_ARCH")
     assert effective(options.parse("build_ck", [])) == "defaults"

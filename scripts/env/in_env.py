@@ -35,8 +35,7 @@ def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     python = prefix / "bin" / "python" if prefix else None
     env = None
     if python is None or not python.exists():
-        chosen = where.prefix or where.env_name
-        chosen = chosen or os.environ.get(condaenv.PREFIX_ENV) or os.environ.get(condaenv.NAME_ENV)
+        chosen = where.prefix or where.env_name  # $ROCMFA_ENV_* too: resolved with the settings
         if chosen or importlib.util.find_spec("torch") is None:
             if prefix is None:
                 raise no_manager_error()

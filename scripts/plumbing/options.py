@@ -1,26 +1,23 @@
-"""Every nox session's settings: one frozen dataclass per session, resolved once.
+"""Every nox session's settings: one frozen dataclass per session, resolved once by parse().
 
-A session's settings are its class below, one field per option, with the flag, help, $ROCMFA_*
-variable and check next to it (opt() puts them in the field's metadata). An option that several
-sessions read is declared once, as a function returning its field (arch_opt(), prefix_opt(),
-...), and listed in each class that reads it; the compiling sessions share one base, Compile.
-parse() resolves a session's settings: its argv (argparse), then $ROCMFA_* for what the command
-line left unset, then the field's default; every value is checked before the first command.
-noxfile.py holds each session's @nox.session function (docstring, tags, the domain function it
-calls); scripts/env/session_guard.py reads what each one changes (its Session line in SESSIONS).
+Each field is one option, with its flag, help, $ROCMFA_* variable and check beside it (opt(),
+switch(), many() keep them in the field's metadata). An option several sessions read is declared
+once, as a function returning its field (arch_opt(), prefix_opt(), ...); the compiling sessions
+share one base, Compile. parse() takes the session's argv (argparse), then $ROCMFA_* for what
+the command line left unset, then the defaults, and checks every value before the first command.
 
 Adding an option - one field, in the class of the session that reads it (or a function beside
 arch_opt() when several sessions read it):
 
-    with_tests: bool = opt("--with-tests", default=False, help="also build CK's tests")
+    with_tests: bool = switch("--with-tests", help="also build CK's tests")
 
-  The default says what the flag takes: False -> a switch; () -> repeatable; anything else ->
-  one value. type= turns the text into the typed value (int, or a function); check= only checks
-  it; choices= is the domain constant, or a function returning it (imported when that session
-  runs or shows --help), never a copy; env= is the $ROCMFA_* variable that stands in for the
-  flag (checked with the same type/check/choices; the field stays None so the session can say
-  where the value came from); aliases= maps an old flag to a value. Checks across fields go in
-  the class's check(self). A build session prints its effective options (effective()) first.
+  switch(): a flag (default False); many(): repeatable (default ()); opt(): one value (default
+  None unless default= says). type= turns the text into the typed value; check= only checks it;
+  choices= is a constant (or a function returning one) kept here, where the domain imports it
+  from, so parsing imports no domain module; env= is the $ROCMFA_* variable that stands in for
+  the flag (checked the same way; the field stays None so the session can say where the value
+  came from); aliases= maps an old flag to a value. Checks across fields go in the class's
+  check(self). A build session prints its effective options (effective()) first.
 
 Adding a session - its @nox.session function in noxfile.py (`_run(session, module.function)`),
 one Session("name", NameOptions, changes=(W, E)) line in SESSIONS below (W/E: it changes the
@@ -37,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -52,6 +50,26 @@ from scripts.plumbing.pin_files import PROJECTS
 ARCH_ENV = "ROCMFA_ARCH"
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"
 NAME_ENV = "ROCMFA_ENV_NAME"
+ARCHES_FILE = DATA_DIR / "arches.toml"
+
+
+class FromEnv(str):
+    """A setting taken from its $ROCMFA_* variable: the value, naming the variable, so that the
+    session says where it came from (`arch gfx1100 ($ROCMFA_ARCH)`) without reading it again."""
+
+    def __new__(cls, value: str, variable: str) -> FromEnv:
+        made = super().__new__(cls, value)
+        made.variable = variable
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FromEnv, (str(self), self.variable))
+
+
+def origin(value: object, flag: str) -> str:
+    """Where a setting came from: its $ROCMFA_* variable, else its flag."""
+    return f"${value.variable}" if isinstance(value, FromEnv) else flag
+
 
 # --- checks and choices: here, so that parsing imports no domain module ---------------------
 
@@ -96,9 +114,25 @@ def unknown_arch(name: str, known: Iterable[str]) -> UserError:
     return UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(known)}")
 
 
+def arch_data(path: Path = ARCHES_FILE) -> dict[str, Any]:
+    """The arch data file, read once per process while it is unchanged: the option check here,
+    scripts/env/archs.py (which parses it whole) for the session and its plan."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return load_toml(path, "arch data")  # its one-line error
+    return _arch_data(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _arch_data(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    return load_toml(path, "arch data")
+
+
 def known_arch(text: str) -> str:
-    """An arch of scripts/data/arches.toml (read here: scripts/env/archs.py parses it whole)."""
-    table = load_toml(DATA_DIR / "arches.toml", "arch data").get("arch", {})
+    table = arch_data().get("arch")
+    if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
+        return text  # malformed: scripts/env/archs.py says where, in one line, when it loads
     if text.strip().split(":")[0] not in table:
         raise unknown_arch(
             text, [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
@@ -182,6 +216,16 @@ def opt(*flags: str, help: str, default: Any = None, **more: Any) -> Any:
     return dataclasses.field(default=default, metadata={"opt": Opt(flags, help, default, **more)})
 
 
+def switch(*flags: str, help: str) -> Any:
+    return opt(*flags, help=help, default=False)
+
+
+def many(*flags: str, **more: Any) -> Any:
+    """A repeatable option: a tuple of values."""
+    return opt(*flags, default=(), **more)
+
+
+@functools.cache
 def options_of(cls: type) -> tuple[Opt, ...]:
     """The class's options in field order, each named for its field."""
     return tuple(
@@ -233,30 +277,26 @@ def workdir_opt() -> Any:
 
 
 def dry_run_opt() -> Any:
-    return opt(
-        "--dry-run",
-        default=False,
-        help="print every command with its working directory and variables; run none",
+    return switch(
+        "--dry-run", help="print every command with its working directory and variables; run none"
     )
 
 
 def force_opt() -> Any:
-    return opt(
+    return switch(
         "--force",
-        default=False,
         help="redo even when up to date; replace what would otherwise be refused (also a "
         "conflicting arch x AOTriton x torch combination, see nox -s matrix)",
     )
 
 
 def json_opt() -> Any:
-    return opt("--json", default=False, help="machine-readable output")
+    return switch("--json", help="machine-readable output")
 
 
 def channel_opt() -> Any:
-    return opt(
+    return many(
         "--channel",
-        default=(),
         metavar="URL",
         help="a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL "
         "when it has several): lock solves against it, setup_env downloads from it; the lock "
@@ -301,9 +341,8 @@ def cache_opt(**aliases: str) -> Any:
 
 
 def discard_local_edits_opt() -> Any:
-    return opt(
+    return switch(
         "--discard-local-edits",
-        default=False,
         help="let a source checkout be reset to its pin although it has local edits or extra "
         "commits (they are lost; without this flag the session stops and names them)",
     )
@@ -354,20 +393,16 @@ class SetupEnvOptions:
     dry_run: bool = dry_run_opt()
     force: bool = force_opt()
     channel: tuple[str, ...] = channel_opt()
-    show: bool = opt(
-        "--show",
-        default=False,
-        help="list the activation variables set in the env and why, then stop",
+    show: bool = switch(
+        "--show", help="list the activation variables set in the env and why, then stop"
     )
-    profile: tuple[str, ...] = opt(
+    profile: tuple[str, ...] = many(
         "--profile",
-        default=(),
         choices=profiles,
         help="add a variable profile (vllm: only the vLLM flags effective for this arch)",
     )
-    with_torch: bool = opt(
+    with_torch: bool = switch(
         "--with-torch",
-        default=False,
         help="also install TheRock's prebuilt torch for this arch from the same index",
     )
     rocm_index: str | None = opt(
@@ -403,58 +438,46 @@ class MatrixOptions:
 class UpdatePinsOptions:
     workdir: str | None = workdir_opt()
     dry_run: bool = dry_run_opt()
-    force: bool = opt(
-        "--force",
-        default=False,
-        help="an inconsistent torch x AOTriton pin set: warn instead of refusing",
+    force: bool = switch(
+        "--force", help="an inconsistent torch x AOTriton pin set: warn instead of refusing"
     )
-    project: tuple[str, ...] = opt(
+    project: tuple[str, ...] = many(
         "--project",
-        default=(),
         choices=PROJECTS,
         help="update only this project's pin (repeatable; default: all)",
     )
-    port_patches: bool = opt(
+    port_patches: bool = switch(
         "--port-patches",
-        default=False,
         help="copy a patch set to the new commit when it still applies cleanly there",
     )
 
 
 @settings
 class BuildAotritonOptions(Compile):
-    clean: bool = opt(
-        "--clean",
-        default=False,
-        help="start the AOTriton build over (empty its build dir); never the sources",
+    clean: bool = switch(
+        "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
     )
     timeout_min: float | None = timeout_min_opt()
-    no_images: bool = opt(
+    no_images: bool = switch(
         "--no-images",
-        default=False,
         help="AOTRITON_NOIMAGE_MODE=ON: build only the runtime, keep torch's kernel images",
     )
-    from_release: bool = opt(
+    from_release: bool = switch(
         "--from-release",
-        default=False,
         help="install the prebuilt release runtime + this arch's image pack (minutes, not hours; "
         "the default where nothing of ours changes the arch's kernels)",
     )
-    from_source: bool = opt(
+    from_source: bool = switch(
         "--from-source",
-        default=False,
         help="build from source even where the pinned release pack would do (hours of compiles)",
     )
-    with_pyaotriton: bool = opt(
+    with_pyaotriton: bool = switch(
         "--with-pyaotriton",
-        default=False,
         help="also build AOTriton's python binding (AOTRITON_NO_PYTHON=OFF, needs pybind11 in "
         "the env); torch never uses it",
     )
-    restore: bool = opt(
-        "--restore",
-        default=False,
-        help="put back the AOTriton files torch shipped (from the backup) and stop",
+    restore: bool = switch(
+        "--restore", help="put back the AOTriton files torch shipped (from the backup) and stop"
     )
     workers: str | None = opt(
         "--workers",
@@ -507,10 +530,8 @@ class KernelCheckOptions:
 
 @settings
 class TuneAotritonOptions(Compile):
-    clean: bool = opt(
-        "--clean",
-        default=False,
-        help="start the AOTriton build over (empty its build dir); never the sources",
+    clean: bool = switch(
+        "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
     )
     timeout_min: float | None = timeout_min_opt()
     tune_head_dims: str | None = opt(
@@ -536,9 +557,8 @@ class TuneAotritonOptions(Compile):
 @settings
 class BuildPytorchOptions(Compile):
     cache: Any = cache_opt(**{"--ccache": "ccache", "--sccache": "sccache"})
-    clean: bool = opt(
+    clean: bool = switch(
         "--clean",
-        default=False,
         help="start each stage's build over (TheRock --clean: its build dir); never the sources",
     )
     from_stage: str | None = opt(
@@ -554,19 +574,16 @@ class BuildPytorchOptions(Compile):
         metavar="STAGE",
         help="run just STAGE (the stages it builds on must be done)",
     )
-    skip: tuple[str, ...] = opt(
+    skip: tuple[str, ...] = many(
         "--skip",
-        default=(),
         choices=SKIPPABLE,
         metavar="STAGE",
         help="leave out triton, audio or vision (repeatable); leaving out triton is refused "
         "where torch would lose flash attention",
     )
-    with_apex: bool = opt("--with-apex", default=False, help="also check out and build apex")
-    build_tests: bool = opt(
-        "--build-tests",
-        default=False,
-        help="also build PyTorch's C++ test binaries (BUILD_TEST=1; default 0)",
+    with_apex: bool = switch("--with-apex", help="also check out and build apex")
+    build_tests: bool = switch(
+        "--build-tests", help="also build PyTorch's C++ test binaries (BUILD_TEST=1; default 0)"
     )
     aotriton_prefix: str | None = opt(
         "--aotriton-prefix",
@@ -588,9 +605,8 @@ class InstallWheelsOptions:
     dry_run: bool = dry_run_opt()
     force: bool = force_opt()
     index: str | None = index_opt()
-    no_backend_check: bool = opt(
+    no_backend_check: bool = switch(
         "--no-backend-check",
-        default=False,
         help="install only; do not run scripts/probes/backend_check.py afterwards",
     )
     wheel_set: str | None = opt(
@@ -608,9 +624,8 @@ class PublishOptions:
     workdir: str | None = workdir_opt()
     dry_run: bool = dry_run_opt()
     index: str | None = index_opt()
-    report: tuple[str, ...] = opt(
+    report: tuple[str, ...] = many(
         "--report",
-        default=(),
         metavar="JSON",
         help="a backend_check / validate / bench JSON report of this build to summarize in the "
         "manifest (repeatable)",
@@ -619,37 +634,26 @@ class PublishOptions:
 
 @settings
 class BuildCkOptions(Compile):
-    clean: bool = opt(
-        "--clean",
-        default=False,
-        help="start the CK build over (empty its build dir); never the sources",
+    clean: bool = switch(
+        "--clean", help="start the CK build over (empty its build dir); never the sources"
     )
-    with_tests: bool = opt(
-        "--with-tests",
-        default=False,
-        help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)",
+    with_tests: bool = switch(
+        "--with-tests", help="also build CK's tests (slow: GPU_TARGETS instead of GPU_ARCHS)"
     )
-    with_examples: bool = opt(
-        "--with-examples",
-        default=False,
-        help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)",
+    with_examples: bool = switch(
+        "--with-examples", help="also build CK's examples (slow: GPU_TARGETS instead of GPU_ARCHS)"
     )
 
 
 @settings
-class BenchOptions:
-    """bench's own options go through to scripts/probes/bench.py."""
+class ProbeOptions:
+    """bench's and backend_check's own options go through to their scripts/probes/ script."""
 
     prefix: str | None = prefix_opt()
     env_name: str | None = env_name_opt()
 
 
-@settings
-class BackendCheckOptions:
-    """backend_check's own options go through to scripts/probes/backend_check.py."""
-
-    prefix: str | None = prefix_opt()
-    env_name: str | None = env_name_opt()
+BenchOptions = BackendCheckOptions = ProbeOptions
 
 
 @settings
@@ -659,9 +663,8 @@ class ValidateOptions:
     prefix: str | None = prefix_opt()
     env_name: str | None = env_name_opt()
     workdir: str | None = workdir_opt()
-    upstream: bool = opt(
+    upstream: bool = switch(
         "--upstream",
-        default=False,
         help="run PyTorch's own SDPA tests (scripts/probes/upstream_sdpa.py, found through the "
         "work dir) instead of our grid",
     )
@@ -753,13 +756,23 @@ def _doc(cls: type) -> str:
     return "" if doc.startswith(cls.__name__ + "(") else doc  # dataclass's made-up __doc__
 
 
+@functools.cache
+def _declared() -> dict[str, bool]:
+    """Every session's flags: whether each takes a value (an alias never does)."""
+    found = {}
+    for session in SESSIONS:
+        for o in options_of(session.options):
+            found.update({f: o.kind != "switch" for f in o.flags} | dict.fromkeys(o.aliases, False))
+    return found
+
+
 def build_parser(
-    name: str, *, for_help: bool = True, passed: Iterable[str] = ()
+    name: str, *, for_help: bool = True, posargs: Sequence[str] = (), passed: Iterable[str] = ()
 ) -> argparse.ArgumentParser:
     """Session `name`'s parser and --help: its own options. To parse (for_help=False): also
-    every other session's, hidden, taken and dropped (nox hands all sessions of a run the same
-    posargs), a bad argument a one-line UserError, and no choices (checked after parsing, so a
-    run imports a domain's constant only when it needs it). passed: a probe's own flags."""
+    the other sessions' flags found in posargs, hidden, taken and dropped (nox hands all sessions
+    of a run the same posargs), a bad argument a one-line UserError, and no choices (checked
+    after parsing, as the $ROCMFA_* values are). passed: a probe's own flags."""
     cls = BY_NAME[name].options
     parser = argparse.ArgumentParser(
         prog=f"nox -s {name} --",
@@ -789,17 +802,12 @@ def build_parser(
     if for_help:
         return parser
     taken = {flag for o in own for flag in (*o.flags, *o.aliases)} | set(passed)
-    for other in SESSIONS:
-        for o in options_of(other.options):
-            flags = [f for f in o.flags if f not in taken]
-            if flags:
-                action = "store_true" if o.kind == "switch" else "store"
-                parser.add_argument(*flags, dest="other", action=action, help=argparse.SUPPRESS)
-            for alias in set(o.aliases) - taken:
-                parser.add_argument(
-                    alias, dest="other", action="store_true", help=argparse.SUPPRESS
-                )
-            taken.update((*o.flags, *o.aliases))
+    for flag in {a.split("=", 1)[0] for a in posargs} | {a[:2] for a in posargs}:
+        if flag in _declared() and flag not in taken:  # another session's: taken, dropped
+            takes_value = _declared()[flag]
+            action = "store" if takes_value else "store_true"
+            parser.add_argument(flag, dest="other", action=action, help=argparse.SUPPRESS)
+            taken.add(flag)
 
     def fail(message: str) -> None:
         raise UserError(f"{name}: {message} (see: nox -s {name} -- --help)")
@@ -822,8 +830,8 @@ def _given(name: str, option: Opt, parsed: argparse.Namespace) -> Any:
 
 
 def _resolve(name: str, parsed: argparse.Namespace) -> Any:
-    """The settings object: the command line, then $ROCMFA_* (checked; the field stays None so
-    the session can say where its value came from), then the defaults; every value checked."""
+    """The settings object: the command line, then $ROCMFA_* (a FromEnv value), then the
+    defaults; every value checked."""
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
         raw, flag = _given(name, option, parsed), option.flags[0]
@@ -833,8 +841,9 @@ def _resolve(name: str, parsed: argparse.Namespace) -> Any:
             values[option.name] = option.convert(name, raw, flag)
         elif raw:
             values[option.name] = raw
-        elif option.env and os.environ.get(option.env):
-            option.convert(name, os.environ[option.env], f"${option.env}")
+        elif option.env and os.environ.get(option.env):  # settings: the one reader of $ROCMFA_*
+            text = os.environ[option.env]
+            values[option.name] = FromEnv(option.convert(name, text, f"${option.env}"), option.env)
     resolved = BY_NAME[name].options(**values)
     try:
         getattr(resolved, "check", lambda: None)()
@@ -846,7 +855,8 @@ def _resolve(name: str, parsed: argparse.Namespace) -> Any:
 def parse(name: str, posargs: Sequence[str]) -> Any:
     """Session `name`'s settings from posargs (other sessions' options accepted and dropped; a
     bad option or value: one-line UserError; --help exits 0)."""
-    return _resolve(name, build_parser(name, for_help=False).parse_args(posargs))
+    parser = build_parser(name, for_help=False, posargs=posargs)
+    return _resolve(name, parser.parse_args(posargs))
 
 
 def parse_known(
@@ -855,7 +865,7 @@ def parse_known(
     """For the sessions that forward: (their settings, the rest for their function). passed:
     the flags the function itself takes (a probe's own), kept in the rest even where another
     session declares the same flag (bench's --json PATH is not doctor's --json)."""
-    parser = build_parser(name, for_help=False, passed=passed)
+    parser = build_parser(name, for_help=False, posargs=posargs, passed=passed)
     parsed, rest = parser.parse_known_args(posargs)
     return _resolve(name, parsed), rest
 
@@ -865,9 +875,8 @@ def effective(opts: Any) -> str:
     (cibuildwheel prints its effective options first): `--arch gfx1151 ($ROCMFA_ARCH), -j 4`."""
     shown = []
     for option in options_of(type(opts)):
-        value, where = getattr(opts, option.name), ""
-        if value == option.default and option.env and os.environ.get(option.env):
-            value, where = os.environ[option.env], f" (${option.env})"
+        value = getattr(opts, option.name)
+        where = f" (${value.variable})" if isinstance(value, FromEnv) else ""
         if value == option.default:
             continue
         if option.kind == "switch":

@@ -274,7 +274,7 @@ def _pytorch_files(
 ) -> tuple[dict[str, str], str]:
     """aotriton.cmake (and, for form A, aotriton_version.txt) at the PyTorch pin: from the
     cache, else the local checkout, else HTTP. Cached per PyTorch commit."""
-    work = paths.workdir(workdir, environ)
+    work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     try:
         cached = json.loads(cache.read_text())
@@ -343,7 +343,7 @@ def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None)
     """One file of the torch pin's tree (None when it has no such file): from the local PyTorch
     checkout when it holds the commit, else over raw_url (TheRock's manifest generator reads
     related_commits and ci_commit_pins/triton.txt the same way, one file at a commit)."""
-    checkout = paths.src_dir(paths.workdir(workdir, environ), "pytorch")
+    checkout = paths.src_dir(paths.workdir(workdir), "pytorch")
     if (checkout / ".git").exists():
         result = Runner(out=out or sys.stderr).run(
             ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"],
