@@ -2,12 +2,13 @@
 
 Each field is one option, with its flag, help, $ROCMFA_* variable and check beside it (opt(),
 switch(), many() keep them in the field's metadata). An option several sessions read is declared
-once, as a function returning its field (arch_opt(), prefix_opt(), ...); the compiling sessions
-share one base, Compile. parse() takes the session's argv (argparse), then $ROCMFA_* for what
-the command line left unset, then the defaults, and checks every value before the first command.
+once, as a partial of opt() that makes its field (arch_opt, prefix_opt, ...); the compiling
+sessions share one base, Compile. parse() takes the session's argv (argparse), then $ROCMFA_*
+for what the command line left unset (a FromEnv value, naming its variable), then the defaults,
+and checks every value before the first command. Nothing else reads our $ROCMFA_* variables.
 
-Adding an option - one field, in the class of the session that reads it (or a function beside
-arch_opt() when several sessions read it):
+Adding an option - one field, in the class of the session that reads it (or a partial beside
+arch_opt when several sessions read it):
 
     with_tests: bool = switch("--with-tests", help="also build CK's tests")
 
@@ -15,9 +16,8 @@ arch_opt() when several sessions read it):
   None unless default= says). type= turns the text into the typed value; check= only checks it;
   choices= is a constant (or a function returning one) kept here, where the domain imports it
   from, so parsing imports no domain module; env= is the $ROCMFA_* variable that stands in for
-  the flag (checked the same way; the field stays None so the session can say where the value
-  came from); aliases= maps an old flag to a value. Checks across fields go in the class's
-  check(self). A build session prints its effective options (effective()) first.
+  the flag (checked the same way); aliases= maps an old flag to a value. Checks across fields
+  go in the class's check(self). A build session prints its effective options first.
 
 Adding a session - its @nox.session function in noxfile.py (`_run(session, module.function)`),
 one Session("name", NameOptions, changes=(W, E)) line in SESSIONS below (W/E: it changes the
@@ -38,6 +38,7 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -238,60 +239,48 @@ settings = dataclass(frozen=True, kw_only=True)  # how every settings class is m
 # --- options several sessions read (each declared once, here) ------------------------------
 
 
-def arch_opt(check: Callable[[str], Any] | None = known_arch) -> Any:
-    """check=None: doctor and matrix show a bad arch on their screen, then exit non-zero."""
-    return opt(
-        "--arch",
-        env=ARCH_ENV,
-        check=check,
-        help=f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection: "
-        "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
-    )
-
-
-def prefix_opt() -> Any:
-    return opt(
-        "--prefix",
-        env=PREFIX_ENV,
-        type=folder,
-        help=f"conda env prefix (default: ${PREFIX_ENV}, else the env named by --env-name)",
-    )
-
-
-def env_name_opt() -> Any:
-    return opt(
-        "--env-name",
-        env=NAME_ENV,
-        type=env_name,
-        help=f"conda env name (default: ${NAME_ENV}, else 'therock')",
-    )
-
-
-def workdir_opt() -> Any:
-    return opt(
-        "--workdir",
-        env=WORKDIR_ENV,
-        type=folder,
-        help=f"checkouts, builds, stamps and downloads (default: ${WORKDIR_ENV}, else ./work)",
-    )
-
-
-def dry_run_opt() -> Any:
-    return switch(
-        "--dry-run", help="print every command with its working directory and variables; run none"
-    )
-
-
-def force_opt() -> Any:
-    return switch(
-        "--force",
-        help="redo even when up to date; replace what would otherwise be refused (also a "
-        "conflicting arch x AOTriton x torch combination, see nox -s matrix)",
-    )
-
-
-def json_opt() -> Any:
-    return switch("--json", help="machine-readable output")
+# arch_opt(check=None): doctor and matrix show a bad arch on their screen, then exit non-zero.
+arch_opt = partial(
+    opt,
+    "--arch",
+    env=ARCH_ENV,
+    check=known_arch,
+    help=f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection: "
+    "$ROCM_BOOTSTRAP_FORCE_GFX_ARCH or KFD sysfs)",
+)
+prefix_opt = partial(
+    opt,
+    "--prefix",
+    env=PREFIX_ENV,
+    type=folder,
+    help=f"conda env prefix (default: ${PREFIX_ENV}, else the env named by --env-name)",
+)
+env_name_opt = partial(
+    opt,
+    "--env-name",
+    env=NAME_ENV,
+    type=env_name,
+    help=f"conda env name (default: ${NAME_ENV}, else 'therock')",
+)
+workdir_opt = partial(
+    opt,
+    "--workdir",
+    env=WORKDIR_ENV,
+    type=folder,
+    help=f"checkouts, builds, stamps and downloads (default: ${WORKDIR_ENV}, else ./work)",
+)
+dry_run_opt = partial(
+    switch,
+    "--dry-run",
+    help="print every command with its working directory and variables; run none",
+)
+force_opt = partial(
+    switch,
+    "--force",
+    help="redo even when up to date; replace what would otherwise be refused (also a "
+    "conflicting arch x AOTriton x torch combination, see nox -s matrix)",
+)
+json_opt = partial(switch, "--json", help="machine-readable output")
 
 
 def channel_opt() -> Any:
@@ -304,57 +293,49 @@ def channel_opt() -> Any:
     )
 
 
-def index_opt() -> Any:
-    return opt(
-        "--index",
-        check=index_url,
-        metavar="URL",
-        help="team wheel index (publish writes this run's wheels and manifest to it, "
-        "install_wheels installs a wheel set from it, report reads its manifests' report "
-        "summaries): DIR (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL, "
-        "pypi+http(s)://HOST (upload API: pypiserver, devpi); one index per family: "
-        "URL/v2/<family>/, or {family} in URL; credentials only from the environment",
-    )
-
-
-def jobs_opt() -> Any:
-    return opt(
-        "--jobs",
-        "-j",
-        type=positive_int,
-        metavar="N",
-        help="parallel build jobs (default: capped by CPU count and free memory)",
-    )
-
-
-def cache_opt(**aliases: str) -> Any:
-    return opt(
-        "--cache",
-        type=parse_cache,
-        metavar="KIND|URL",
-        aliases=aliases,
-        help="compile cache: none, ccache, sccache (local), or a shared sccache at "
-        "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV: compiles only; AOTriton's kernels "
-        "stay local), s3://BUCKET/PREFIX?endpoint=URL; "
-        "add ?read_only=1 to only read; credentials only from the environment",
-    )
-
-
-def discard_local_edits_opt() -> Any:
-    return switch(
-        "--discard-local-edits",
-        help="let a source checkout be reset to its pin although it has local edits or extra "
-        "commits (they are lost; without this flag the session stops and names them)",
-    )
-
-
-def timeout_min_opt() -> Any:
-    return opt(
-        "--timeout-min",
-        type=minutes,
-        metavar="MIN",
-        help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
-    )
+index_opt = partial(
+    opt,
+    "--index",
+    check=index_url,
+    metavar="URL",
+    help="team wheel index (publish writes this run's wheels and manifest to it, "
+    "install_wheels installs a wheel set from it, report reads its manifests' report "
+    "summaries): DIR (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL, "
+    "pypi+http(s)://HOST (upload API: pypiserver, devpi); one index per family: "
+    "URL/v2/<family>/, or {family} in URL; credentials only from the environment",
+)
+jobs_opt = partial(
+    opt,
+    "--jobs",
+    "-j",
+    type=positive_int,
+    metavar="N",
+    help="parallel build jobs (default: capped by CPU count and free memory)",
+)
+cache_opt = partial(
+    opt,
+    "--cache",
+    type=parse_cache,
+    metavar="KIND|URL",
+    help="compile cache: none, ccache, sccache (local), or a shared sccache at "
+    "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV: compiles only; AOTriton's kernels "
+    "stay local), s3://BUCKET/PREFIX?endpoint=URL; "
+    "add ?read_only=1 to only read; credentials only from the environment",
+)
+discard_local_edits_opt = partial(
+    switch,
+    "--discard-local-edits",
+    help="let a source checkout be reset to its pin although it has local edits or extra "
+    "commits (they are lost; without this flag the session stops and names them)",
+)
+timeout_min_opt = partial(
+    opt,
+    "--timeout-min",
+    type=minutes,
+    metavar="MIN",
+    help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
+)
+json_opt = partial(switch, "--json", help="machine-readable output")
 
 
 @settings
@@ -556,7 +537,7 @@ class TuneAotritonOptions(Compile):
 
 @settings
 class BuildPytorchOptions(Compile):
-    cache: Any = cache_opt(**{"--ccache": "ccache", "--sccache": "sccache"})
+    cache: Any = cache_opt(aliases={"--ccache": "ccache", "--sccache": "sccache"})
     clean: bool = switch(
         "--clean",
         help="start each stage's build over (TheRock --clean: its build dir); never the sources",
