@@ -234,7 +234,9 @@ def options_of(cls: type) -> tuple[Opt, ...]:
     )
 
 
-settings = dataclass(frozen=True, kw_only=True)  # how every settings class is made
+# how every settings class is made; each has a docstring (its --help description; without one,
+# dataclass would make one up with inspect.signature, a cost every nox run pays)
+settings = dataclass(frozen=True, kw_only=True)
 
 # --- options several sessions read (each declared once, here) ------------------------------
 
@@ -359,6 +361,8 @@ class Compile:
 
 @settings
 class LockOptions:
+    """Solve environment.yml (channels, or a --channel mirror) into conda-lock.yml."""
+
     prefix: str | None = prefix_opt()
     env_name: str | None = env_name_opt()
     dry_run: bool = dry_run_opt()
@@ -367,6 +371,8 @@ class LockOptions:
 
 @settings
 class SetupEnvOptions:
+    """Create or update the shared env from the lock."""
+
     arch: str | None = arch_opt()
     prefix: str | None = prefix_opt()
     env_name: str | None = env_name_opt()
@@ -393,6 +399,8 @@ class SetupEnvOptions:
 
 @settings
 class DoctorOptions:
+    """What the report looks at (a bad --arch is shown on its screen, not refused)."""
+
     arch: str | None = arch_opt(check=None)
     prefix: str | None = prefix_opt()
     env_name: str | None = env_name_opt()
@@ -411,12 +419,16 @@ class RepairOptions:
 
 @settings
 class MatrixOptions:
+    """The arch to show (a bad one is shown on the screen, not refused)."""
+
     arch: str | None = arch_opt(check=None)
     json: bool = json_opt()
 
 
 @settings
 class UpdatePinsOptions:
+    """Which pins to resolve and rewrite."""
+
     workdir: str | None = workdir_opt()
     dry_run: bool = dry_run_opt()
     force: bool = switch(
@@ -435,6 +447,8 @@ class UpdatePinsOptions:
 
 @settings
 class BuildAotritonOptions(Compile):
+    """How AOTriton is had: its release pack, or built from source."""
+
     clean: bool = switch(
         "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
     )
@@ -511,6 +525,8 @@ class KernelCheckOptions:
 
 @settings
 class TuneAotritonOptions(Compile):
+    """What to tune; the build settings are build_aotriton's."""
+
     clean: bool = switch(
         "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
     )
@@ -537,6 +553,8 @@ class TuneAotritonOptions(Compile):
 
 @settings
 class BuildPytorchOptions(Compile):
+    """Which stages of TheRock's PyTorch build run, and how."""
+
     cache: Any = cache_opt(aliases={"--ccache": "ccache", "--sccache": "sccache"})
     clean: bool = switch(
         "--clean",
@@ -579,6 +597,8 @@ class BuildPytorchOptions(Compile):
 
 @settings
 class InstallWheelsOptions:
+    """Which wheels go into the env: the last build's, or a team index's set."""
+
     arch: str | None = arch_opt()
     prefix: str | None = prefix_opt()
     env_name: str | None = env_name_opt()
@@ -615,6 +635,8 @@ class PublishOptions:
 
 @settings
 class BuildCkOptions(Compile):
+    """What of composable_kernel is built."""
+
     clean: bool = switch(
         "--clean", help="start the CK build over (empty its build dir); never the sources"
     )
@@ -732,11 +754,6 @@ BY_NAME = {s.name: s for s in SESSIONS}
 # --- the resolver ----------------------------------------------------------------------------
 
 
-def _doc(cls: type) -> str:
-    doc = cls.__doc__ or ""
-    return "" if doc.startswith(cls.__name__ + "(") else doc  # dataclass's made-up __doc__
-
-
 @functools.cache
 def _declared() -> dict[str, bool]:
     """Every session's flags: whether each takes a value (an alias never does)."""
@@ -758,7 +775,7 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog=f"nox -s {name} --",
         allow_abbrev=False,
-        description=f"Options of the {name} session. {_doc(cls)}",
+        description=f"Options of the {name} session. {cls.__doc__}",
     )
     own = options_of(cls)
     for o in own:
