@@ -30,8 +30,6 @@ nox.options.stop_on_first_error = True
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripts.plumbing import option_fields, options  # noqa: E402
-
 
 def _run(session: nox.Session, function=None, *, show_options: bool = False) -> None:
     """Parse this session's options (declared in scripts/plumbing/options.py; every value
@@ -40,7 +38,7 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
     through; a probe (function None) is its script, run in the env's Python. A build session
     prints its effective options first (show_options), as cibuildwheel does."""
     from scripts.env.session_guard import guarded
-    from scripts.plumbing import errors
+    from scripts.plumbing import errors, options  # here: `nox -l` builds no settings class
 
     declared = options.BY_NAME[session.name]
     try:
@@ -49,7 +47,7 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
         else:
             opts = options.parse(declared.name, session.posargs)
             if show_options:
-                session.log(f"options: {option_fields.effective(opts)}")
+                session.log(f"options: {options.effective(opts)}")
             with guarded(declared, opts):
                 code = function(opts)
     except errors.UserError as error:
@@ -67,11 +65,12 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
             session.error(f"{declared.name} exited with status {code}")
 
 
-def _forward(session: nox.Session, declared: options.Session, function) -> int:
+def _forward(session: nox.Session, declared, function) -> int:
     """A session whose undeclared arguments go through: to its function, or for a probe to its
     script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
     from scripts.env import in_env
     from scripts.env.session_guard import guarded
+    from scripts.plumbing import options
 
     helps = [a for a in session.posargs if a in ("-h", "--help")]
     posargs = [a for a in session.posargs if a not in helps]

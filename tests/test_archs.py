@@ -13,6 +13,7 @@ import pytest
 from rocm_bootstrap import _platform
 
 from scripts.env import archs
+from scripts.plumbing import options
 from scripts.plumbing.errors import UserError
 
 
@@ -85,8 +86,11 @@ def test_rocm_bootstrap_force_variable_and_hierarchy(
     choice = archs.resolve_arch(None, environ={})
     assert choice.arch.name == "gfx1151" and "ROCM_BOOTSTRAP_FORCE_GFX_ARCH" in choice.how
     assert choice.detection.chains["gfx1151"] == ("gfx1151", "gfx115x", "gfx11")
-    # ours wins over rocm-bootstrap's
-    assert archs.resolve_arch(None, environ={"ROCMFA_ARCH": "gfx942"}).arch.name == "gfx942"
+    # ours ($ROCMFA_ARCH, resolved with the settings) wins over rocm-bootstrap's
+    monkeypatch.setenv("ROCMFA_ARCH", "gfx942")
+    choice = archs.resolve_arch(options.parse("build_ck", []).arch, environ={})
+    assert choice.arch.name == "gfx942" and choice.how == "$ROCMFA_ARCH"
+    monkeypatch.delenv("ROCMFA_ARCH")
     monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx9999")
     with pytest.raises(UserError, match=r"^GPU detection failed \(\$ROCM_BOOTSTRAP_FORCE"):
         archs.detect_gpus({})
@@ -111,9 +115,9 @@ def test_device_extras_come_from_rocm_bootstrap() -> None:
 
 def test_arch_override_order(tmp_path: Path) -> None:
     kfd_tree(tmp_path, 110501)
-    env = {"ROCMFA_ARCH": "gfx942"}
-    assert archs.resolve_arch(None, environ=env).arch.name == "gfx942"
-    assert archs.resolve_arch("gfx1100", environ=env).arch.name == "gfx1100"
+    from_env = options.FromEnv("gfx942", "ROCMFA_ARCH")
+    assert archs.resolve_arch(from_env, environ={}).arch.name == "gfx942"
+    assert archs.resolve_arch("gfx1100", environ={}).arch.name == "gfx1100"
     # gcnArchName carries feature suffixes
     assert archs.get_arch("gfx90a:sramecc+:xnack-").name == "gfx90a"
 

@@ -15,7 +15,7 @@ import pytest
 
 from scripts.builds import aotriton_install
 from scripts.env import activation, archs, condaenv, doctor
-from scripts.plumbing import errors, locks, pin_files, stamps
+from scripts.plumbing import errors, locks, options, pin_files, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.errors import UserError
 from scripts.sharing import install_wheels
@@ -94,7 +94,7 @@ def test_doctor_shows_versions_whole() -> None:
 
 def test_doctor_next_step_names_a_bad_arch_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROCMFA_ARCH", "GFX1151")
-    section = doctor._arch_section(None)
+    section = doctor._arch_section(options.parse("doctor", []).arch)
     step = doctor._next_step({"arch": section, "env": {}, "lock": {}})
     assert "$ROCMFA_ARCH=GFX1151" in step and "did you mean 'gfx1151'" in step
     assert "no AMD GPU" not in step

@@ -5,14 +5,15 @@ parse time with a one-line error, and --help lists only what a session reads."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
 from scripts.builds import build_pytorch
 from scripts.env import rocm_sdk
-from scripts.plumbing import option_fields, options, pin_files
+from scripts.plumbing import options, pin_files
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.option_fields import SessionOptions, opt
+from scripts.plumbing.options import opt, options_of, settings
 
 
 def test_parse_gives_a_frozen_typed_object_with_the_fields_defaults() -> None:
@@ -27,37 +28,28 @@ def test_parse_gives_a_frozen_typed_object_with_the_fields_defaults() -> None:
     assert opts.dry_run is False and opts.with_apex is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.jobs = 4  # type: ignore[misc]
-    with pytest.raises(TypeError, match="no option clena"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'clena'"):
         options.BuildCkOptions(clena=True)  # a misspelt field is an error, not a default
-
-
-def test_a_field_without_opt_is_refused_when_the_class_is_made() -> None:
-    with pytest.raises(TypeError, match="declare the option with opt"):
-
-        class Bad(SessionOptions):
-            loose: bool = False
 
 
 def test_choices_are_the_domain_constants() -> None:
     def choices(session: str, name: str) -> tuple[str, ...] | None:
-        return options.BY_NAME[session].options._options[name].allowed()
+        found = {o.name: o for o in options_of(options.BY_NAME[session].options)}
+        return found[name].allowed()
 
     assert choices("build_pytorch", "from_stage") == build_pytorch.STAGES
     assert choices("build_pytorch", "only") == build_pytorch.STAGES
-    assert choices("build_pytorch", "skip") == build_pytorch.SKIPPABLE
+    assert choices("build_pytorch", "skip") == options.SKIPPABLE == ("triton", "audio", "vision")
     assert choices("setup_env", "rocm_index") == rocm_sdk.INDEX_KINDS
     assert choices("update_pins", "project") == pin_files.PROJECTS
     assert "vllm" in (choices("setup_env", "profile") or ())
 
 
-def test_every_named_reference_resolves() -> None:
-    """choices=/type=/check= name objects by "module:name": all exist."""
+def test_every_check_and_choice_is_a_callable_or_a_constant() -> None:
     for declared in options.SESSIONS:
-        for option in declared.options.options():
+        for option in options_of(declared.options):
             option.allowed()
-            for ref in (option.type, option.check):
-                if isinstance(ref, str):
-                    assert callable(option_fields.resolve(ref)), ref
+            assert all(r is None or callable(r) for r in (option.type, option.check)), option
 
 
 def test_other_sessions_options_are_accepted_and_dropped() -> None:
@@ -107,7 +99,7 @@ def test_typed_values_and_the_old_cache_flags() -> None:
 
 def test_help_lists_only_what_a_session_reads() -> None:
     def flags(session: str) -> set[str]:
-        return {f for o in options.BY_NAME[session].options.options() for f in o.flags}
+        return {f for o in options_of(options.BY_NAME[session].options) for f in o.flags}
 
     assert "--arch" not in flags("update_pins") | flags("bench")
     assert "--arch" not in flags("backend_check") | flags("validate")
@@ -122,14 +114,14 @@ def test_one_flag_has_one_kind_across_sessions() -> None:
     """A flag shared by sessions of one run must take the same arguments everywhere."""
     kinds: dict[str, str] = {}
     for declared in options.SESSIONS:
-        for option in declared.options.options():
+        for option in options_of(declared.options):
             for flag in option.flags:
                 assert kinds.setdefault(flag, option.kind) == option.kind, flag
 
 
 def test_env_default_is_named_in_help() -> None:
     for declared in options.SESSIONS:
-        for option in declared.options.options():
+        for option in options_of(declared.options):
             if option.env:
                 assert f"${option.env}" in option.help, option.name
 
@@ -140,9 +132,10 @@ def test_session_facts() -> None:
     assert guard["install_wheels"].changes_env and guard["publish"].changes_workdir
     assert guard["build_pytorch"].dry_runnable and not guard["bench"].dry_runnable
 
-    class Extra(SessionOptions):
-        flag: bool = opt("--flag", help="x")
-        many: tuple[str, ...] = opt("--many", help="y")
+    @settings
+    class Extra:
+        flag: bool = opt("--flag", default=False, help="x")
+        many: tuple[str, ...] = opt("--many", default=(), help="y")
 
     assert Extra().flag is False and Extra().many == ()
 
@@ -156,7 +149,9 @@ def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, 
         handed = session_env.CURRENT.get()
         assert handed is not None and handed.work == tmp_path / "w"
         assert handed.location.prefix == tmp_path / "env"
-        assert session_env.locate(str(tmp_path / "env"), None, None) is handed  # not resolved again
+        assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
+        again = session_env.locate(opts.prefix, opts.env_name, opts.workdir)
+        assert again is handed  # not resolved again
         assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
     assert session_env.CURRENT.get() is None
 
@@ -185,13 +180,17 @@ def test_other_sessions_values_are_dropped_with_their_flags() -> None:
 
 
 def test_effective_options_name_what_differs_from_the_defaults_and_where(monkeypatch) -> None:
-    from scripts.plumbing.option_fields import effective
+    from scripts.plumbing.options import effective
 
     monkeypatch.setenv("ROCMFA_ARCH", "gfx1100")
     opts = options.parse("build_pytorch", ["--ccache", "-j", "3", "--skip", "audio", "--dry-run"])
     shown = effective(opts)
     assert shown.split(", ") == [
-        "--jobs 3", "--cache ccache", "--dry-run", "--arch gfx1100 ($ROCMFA_ARCH)", "--skip audio"
+        "--arch gfx1100 ($ROCMFA_ARCH)", "--dry-run", "--jobs 3", "--cache ccache", "--skip audio"
     ]  # fmt: skip
+    # the settings are the one reader of $ROCMFA_*: the value is in the field, naming its source
+    assert opts.arch == "gfx1100" and options.origin(opts.arch, "--arch") == "$ROCMFA_ARCH"
+    assert pickle.loads(pickle.dumps(opts)) == opts  # Dask workers get settings values too
+    assert options.parse("build_ck", ["--arch", "gfx1151"]).arch == "gfx1151"  # the CLI wins
     monkeypatch.delenv("ROCMFA_ARCH")
     assert effective(options.parse("build_ck", [])) == "defaults"

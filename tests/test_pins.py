@@ -249,7 +249,7 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     named placeholder, and the line says its agreement with AOTriton 0.13b is known from a
     public record only. The nightly line is fully pinned and its
     AOTriton follows that torch."""
-    env = {"ROCMFA_PINS_DIR": str(REPO_ROOT / "pins"), "ROCMFA_WORKDIR": str(tmp_path)}
+    env = {"ROCMFA_PINS_DIR": str(REPO_ROOT / "pins")}  # the work dir: workdir= (the settings')
     with pytest.raises(
         UserError,
         match=r"pins/pytorch.toml \[pytorch\]: 'commit' is not resolved yet .*nox -s update_pins$",
@@ -279,7 +279,7 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     cache.parent.mkdir(parents=True)
     cmake = 'set(__AOTRITON_VER "0.12b")\nset(__AOTRITON_CI_COMMIT "' + C_012 + '")\n'
     cache.write_text(json.dumps({"origin": "test", "files": {pins.AOTRITON_CMAKE: cmake}}))
-    aotriton = pins.load_pin("aotriton", environ=nightly)
+    aotriton = pins.load_pin("aotriton", workdir=tmp_path, environ=nightly)
     assert (aotriton.commit, aotriton.data["version"]) == (C_012, "0.12b")
     assert "cac8bcf1ca69" in aotriton.source
     assert "agree by construction" in pin_files.describe_line(REPO_ROOT / "pins", nightly)

@@ -37,12 +37,10 @@ from scripts.env import archs, compat_matrix, condaenv, rocm_sdk
 from scripts.env.session_env import OnSession, SessionEnv, open_env
 from scripts.plumbing import buildjobs, paths, pin_files, stamps
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import BuildPytorchOptions
+from scripts.plumbing.options import STAGES, BuildPytorchOptions
 from scripts.sources import pins, update_pins
 from scripts.sources.pins import Pin
 
-STAGES = ("checkout", "torch", "audio", "vision", "apex")
-SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices (triton: the torch call's)
 SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"

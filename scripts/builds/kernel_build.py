@@ -42,7 +42,6 @@ LAUNCHER = HERE / "kernel_launcher.py"
 PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
-TRITONS = ("fork", "pypi")
 THREADS = 8  # store requests in flight while staging / storing
 
 

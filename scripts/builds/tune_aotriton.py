@@ -33,6 +33,7 @@ from scripts.plumbing import paths, stamps
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import REPO_ROOT
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import TUNE_DTYPES as DTYPES
 from scripts.plumbing.options import TuneAotritonOptions
 from scripts.sources import tuning_db
 from scripts.sources.patches import patch_set_digest
@@ -40,7 +41,6 @@ from scripts.sources.patches import patch_set_digest
 CPPTUNE = "cpptune"
 TUNE_SCRIPT = "test/tune_flash.py"
 NAME_SUFFIX = "rocmfa"
-DTYPES = ("float16", "bfloat16")
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 DEFAULT_SEQLENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_HEAD_DIMS = (64, 128)
@@ -85,19 +85,6 @@ def make_plan(
             raise UserError(f"--tune-dtypes {dtypes!r}: choose from {', '.join(DTYPES)}")
     chosen_seqlens = _int_list(seqlens, "--tune-seqlens") if seqlens else DEFAULT_SEQLENS
     return TunePlan(tuple(chosen_dims), tuple(chosen_types), tuple(chosen_seqlens))
-
-
-# --tune-head-dims/-dtypes/-seqlens are checked with the options, by the run's own check:
-def check_head_dims(text: str) -> None:
-    make_plan(head_dims=text)
-
-
-def check_dtypes(text: str) -> None:
-    make_plan(dtypes=text)
-
-
-def check_seqlens(text: str) -> None:
-    make_plan(seqlens=text)
 
 
 class Progress:

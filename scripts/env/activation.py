@@ -110,11 +110,6 @@ def _section(table: dict, where: str, conditions, fields) -> tuple[list, list]:
     return chosen, skipped
 
 
-def profiles(vars_file: Path = VARS_FILE) -> tuple[str, ...]:
-    """The variable profiles of the data file ([profile.NAME]): setup_env --profile's choices."""
-    return tuple(load_toml(vars_file, "variable data").get("profile", {}))
-
-
 def plan(
     arch: Arch,
     *,

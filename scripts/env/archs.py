@@ -20,11 +20,10 @@ from typing import Any
 import rocm_bootstrap
 from rocm_bootstrap import parse_gfx_target_version
 
-from scripts.plumbing.datafiles import DATA_DIR, load_toml, require
-from scripts.plumbing.errors import UserError, did_you_mean
-from scripts.plumbing.options import ARCH_ENV
+from scripts.plumbing.datafiles import require
+from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import ARCHES_FILE, arch_data, origin, unknown_arch
 
-ARCHES_FILE = DATA_DIR / "arches.toml"
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
 
@@ -188,7 +187,7 @@ def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
 
 @functools.lru_cache(maxsize=8)
 def _load_arches(path: Path, version: tuple[int, int] | None) -> dict[str, Arch]:
-    data = load_toml(path, "arch data")
+    data = arch_data(path)  # the file as the option check read it
     table = data.get("arch")
     if not isinstance(table, dict) or not table:
         raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
@@ -199,9 +198,7 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     arches = load_arches() if arches is None else arches
     key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
     if key not in arches:
-        amd = [a for a in sorted(arches) if arches[a].vendor == "amd"]
-        hint = did_you_mean(key, amd, cutoff=0.85)  # gfx names differ by a digit
-        raise UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(amd)}")
+        raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
     return arches[key]
 
 
@@ -287,14 +284,13 @@ def resolve_arch(
     arches: Mapping[str, Arch] | None = None,
     detection: Detection | None = None,
 ) -> ArchChoice:
-    """--arch wins, then $ROCMFA_ARCH, then rocm-bootstrap ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD).
-    detection: the GPUs already detected (doctor detects once and hands them down)."""
+    """The session's --arch (or $ROCMFA_ARCH, resolved with the settings), else rocm-bootstrap's
+    detection ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD). detection: the GPUs already detected
+    (doctor detects once and hands them down)."""
     environ = os.environ if environ is None else environ
     detection = detect_gpus(environ) if detection is None else detection
     if requested:
-        return ArchChoice(get_arch(requested, arches), "--arch", detection)
-    if environ.get(ARCH_ENV):
-        return ArchChoice(get_arch(environ[ARCH_ENV], arches), f"${ARCH_ENV}", detection)
+        return ArchChoice(get_arch(requested, arches), origin(requested, "--arch"), detection)
     if not detection.gpus:
         raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
     how = detection.source

@@ -187,11 +187,9 @@ def pinned_build() -> dict[str, Any]:
 def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
     """What the matrix screen shows broken (the session then exits non-zero): a bad arch value
     (not a missing GPU) and pin files that do not parse."""
-    import os
-
     broken = []
     host = str(report.get("host", ""))
-    if (requested or os.environ.get(archs.ARCH_ENV)) and host.startswith("no arch ("):
+    if requested and host.startswith("no arch ("):  # --arch or $ROCMFA_ARCH (the settings')
         broken.append(host.removeprefix("no arch (").removesuffix(")"))
     if "error" in report["pinned_build"]:
         broken.append(report["pinned_build"]["error"])

@@ -24,8 +24,8 @@ from typing import Any
 
 from scripts.env.manager import Manager, find_manager, no_manager_error
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import NAME_ENV, PREFIX_ENV
 from scripts.plumbing.options import env_name as check_env_name
+from scripts.plumbing.options import origin
 
 DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
@@ -68,13 +68,13 @@ def resolve_prefix(
     manager: Manager | None,
     environ: Mapping[str, str] | None = None,
 ) -> EnvLocation:
+    """prefix/env_name: the session's (from --prefix/--env-name or $ROCMFA_*, resolved with
+    its settings). environ: the manager's own variables (its envs directories)."""
     environ = os.environ if environ is None else environ
     if prefix:
-        return EnvLocation(Path(prefix).expanduser().resolve(), "--prefix")
-    if environ.get(PREFIX_ENV):
-        return EnvLocation(Path(environ[PREFIX_ENV]).expanduser().resolve(), f"${PREFIX_ENV}")
-    name = env_name or environ.get(NAME_ENV) or DEFAULT_ENV_NAME
-    how = "--env-name" if env_name else f"${NAME_ENV}" if environ.get(NAME_ENV) else "default name"
+        return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
+    name = env_name or DEFAULT_ENV_NAME
+    how = origin(env_name, "--env-name") if env_name else "default name"
     check_env_name(name)
     for registered in _registered_envs():
         if registered.name == name and (registered / "conda-meta").is_dir():

@@ -7,7 +7,6 @@ conda; after the screen it exits non-zero when what it shows is broken (problems
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from scripts.env.manager import find_manager
 from scripts.plumbing import paths, pin_files, stamps
 from scripts.plumbing.datafiles import load_toml
 from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import DoctorOptions
+from scripts.plumbing.options import DoctorOptions, origin
 
 # The README's main job after `pip install -e .`, in order: doctor's "next" and setup_env's
 # "next:" line name these (tests/test_main_job.py holds README, setup_env and doctor to them).
@@ -85,11 +84,10 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         choice = archs.resolve_arch(requested, detection=detection)
     except UserError as e:
         section["error"] = str(e)
-        if requested or os.environ.get(archs.ARCH_ENV):  # a bad value, not a missing GPU
+        if requested:  # a bad value (--arch or $ROCMFA_ARCH), not a missing GPU
+            given = origin(requested, "--arch")
             section["bad_value"] = (
-                f"--arch {requested}"
-                if requested
-                else f"${archs.ARCH_ENV}={os.environ[archs.ARCH_ENV]}"
+                f"{given} {requested}" if given == "--arch" else f"{given}={requested}"
             )
         return section
     arch = choice.arch

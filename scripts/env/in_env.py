@@ -35,8 +35,7 @@ def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     python = prefix / "bin" / "python" if prefix else None
     env = None
     if python is None or not python.exists():
-        chosen = where.prefix or where.env_name
-        chosen = chosen or os.environ.get(condaenv.PREFIX_ENV) or os.environ.get(condaenv.NAME_ENV)
+        chosen = where.prefix or where.env_name  # $ROCMFA_ENV_* too: resolved with the settings
         if chosen or importlib.util.find_spec("torch") is None:
             if prefix is None:
                 raise no_manager_error()
@@ -63,7 +62,7 @@ def probe_names(declared: Session) -> tuple[str, ...]:
     """The probe scripts a probe session runs: scripts/probes/<session name>.py, and for
     validate upstream_sdpa too (its --upstream)."""
     own = declared.name
-    return (own, UPSTREAM) if "upstream" in declared.options.field_names() else (own,)
+    return (own, UPSTREAM) if hasattr(declared.options, "upstream") else (own,)
 
 
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:

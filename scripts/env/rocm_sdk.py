@@ -10,9 +10,8 @@ from scripts.env.archs import Arch
 from scripts.plumbing.commands import Runner
 from scripts.plumbing.datafiles import load_toml, require
 from scripts.plumbing.errors import UserError
+from scripts.plumbing.options import INDEX_KINDS
 from scripts.plumbing.pin_files import pins_dir
-
-INDEX_KINDS = ("multi-arch", "legacy")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ Default <repo>/work (git-ignored); --workdir or $ROCMFA_WORKDIR moves it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 from scripts.plumbing.datafiles import REPO_ROOT
@@ -14,11 +13,9 @@ from scripts.plumbing.datafiles import REPO_ROOT
 WORKDIR_ENV = "ROCMFA_WORKDIR"
 
 
-def workdir(
-    requested: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
-) -> Path:
-    environ = os.environ if environ is None else environ
-    chosen = requested or environ.get(WORKDIR_ENV) or REPO_ROOT / "work"
+def workdir(requested: str | os.PathLike[str] | None) -> Path:
+    """The session's --workdir (or $ROCMFA_WORKDIR, resolved with its settings), else ./work."""
+    chosen = requested or REPO_ROOT / "work"
     return Path(chosen).expanduser().resolve()
 
 

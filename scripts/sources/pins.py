@@ -224,7 +224,7 @@ def resolve_aotriton_from_pytorch(
 def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str], str]:
     """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, and where from;
     cached per PyTorch commit."""
-    work = paths.workdir(workdir, environ)
+    work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     try:
         cached = json.loads(cache.read_text())
@@ -272,7 +272,7 @@ def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, s
 def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
     """One file of the torch pin's tree, None when it has none (TheRock's manifest generator
     reads related_commits and ci_commit_pins/triton.txt the same way, one file at a commit)."""
-    return _torch_file(pytorch, path, paths.workdir(workdir, environ), out)[0]
+    return _torch_file(pytorch, path, paths.workdir(workdir), out)[0]
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
