@@ -408,8 +408,6 @@ class DoctorOptions:
     json: bool = json_opt()
 
 
-
-
 @settings
 class MatrixOptions:
     """The arch to show (a bad one is shown on the screen, not refused)."""
