@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from scripts.probes import bench, bench_change
+from tests.support.project import results_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results"
+RESULTS = results_dir()
 # The first A/A session (copied fields of four sdpa-bench/1 runs; see its "source").
 FIXTURE = ROOT / "tests" / "data" / "bench_aa_h100_2026-11-24.json"
 

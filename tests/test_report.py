@@ -20,10 +20,11 @@ from scripts.plumbing.errors import UserError
 from scripts.plumbing.options import ReportOptions
 from scripts.report import page
 from scripts.sharing import wheel_manifest
+from tests.support.project import results_dir
 from tests.support.team_index import pypiserver_families
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results"
+RESULTS = results_dir()
 GOOD = (
     "aa1",
     "aa2",

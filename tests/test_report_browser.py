@@ -14,9 +14,10 @@ import pytest
 
 from scripts.plumbing.options import ReportOptions
 from scripts.report import page
+from tests.support.project import results_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results"
+RESULTS = results_dir()
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 FLAGS = (

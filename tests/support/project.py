@@ -3,10 +3,14 @@ writer for the copy's environment.yml, so tests can run real `nox` against it.""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,3 +49,15 @@ def run_nox(project: Path, *args: str, env: dict[str, str] | None = None):
         [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), *args],
         cwd=project, env=full, capture_output=True, text=True, check=False,
     )  # fmt: skip
+
+
+@functools.cache
+def results_dir() -> Path:
+    """docs/results as measured: a copy with raw.tar.xz unpacked beside its README (the raw
+    JSON and logs are kept compressed, docs/results/README.md)."""
+    copy = Path(tempfile.mkdtemp(prefix="rocmfa-results-")) / "results"
+    atexit.register(shutil.rmtree, copy.parent, True)
+    shutil.copytree(REPO_ROOT / "docs" / "results", copy)
+    with tarfile.open(copy / "raw.tar.xz") as archive:
+        archive.extractall(copy, filter="data")
+    return copy
