@@ -101,12 +101,15 @@ def test_nan_at_head_dim_72_and_4096_tokens_fails_naming_the_shape(tmp_path, mon
     assert "NaN/Inf in out at 1,2,4096,72 fp16" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("first_nan_row, status", [(0, "pass"), (112, "FAIL")])
+@pytest.mark.parametrize(
+    "first_nan_row, fill, status",
+    [(0, float("nan"), "pass"), (112, float("nan"), "FAIL"), (112, 1.0, "FAIL")],
+)
 def test_bottom_right_rows_without_a_key_may_be_nan_as_torch_warns(
-    monkeypatch, first_nan_row, status
+    monkeypatch, first_nan_row, fill, status
 ):
     """causal_lower_right with Sq 129 > Sk 17: its first 112 rows see no key and torch warns they
-    produce NaNs; NaN there is no failure, NaN in a row that sees a key is."""
+    produce NaNs; NaN there is no failure, NaN or a wrong value in a row that sees a key is."""
     real = torch.nn.functional.scaled_dot_product_attention
 
     def nan_rows(q, k, v, *args, attn_mask=None, **kw):
@@ -117,15 +120,19 @@ def test_bottom_right_rows_without_a_key_may_be_nan_as_torch_warns(
             return out
         rows = torch.zeros(out.shape[-2], 1, dtype=torch.bool)
         rows[first_nan_row : first_nan_row + 1] = True
-        return out.masked_fill(rows, float("nan"))
+        return out.masked_fill(rows, fill)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", nan_rows)
     (case,) = [c for c in plan(quick=True, dtypes="fp16")
                if c.variant == "bottom-right" and c.shape.seq == 129]  # fmt: skip
     row = validate.run_case(torch.device("cpu"), "math", case, 0)
     assert row["status"] == status, row
+    note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
     if status == "pass":
-        assert row["reason"].startswith("rows without a key not compared")
+        assert row["reason"] == note
+    elif fill == 1.0:
+        assert row["reason"].startswith("out")  # the outputs that failed, then the note
+        assert row["reason"].endswith(f" beyond the allowed error; {note}")
 
 
 def test_dropout_that_keeps_everything_fails_the_keep_rate(monkeypatch):

@@ -188,7 +188,10 @@ def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str,
         errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
     passed = all(e["ok"] for e in errors.values())
     bad = [n for n, t in zip(names, got, strict=True) if not torch.isfinite(t).all()]
-    reason = f"NaN/Inf in {', '.join(bad)} at {case_text(case)}" if bad else note
+    over = [n for n, e in errors.items() if not e["ok"]]
+    reason = f"NaN/Inf in {', '.join(bad)} at {case_text(case)}" if bad else None
+    reason = reason or (f"{', '.join(over)} beyond the allowed error" if over else None)
+    reason = "; ".join(r for r in (reason, note) if r) or None
     return {"status": "pass" if passed and not bad else "FAIL", "reason": reason, "errors": errors}
 
 
