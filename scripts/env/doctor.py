@@ -254,36 +254,48 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
-    arch, env, lock = report["arch"], report["env"], report["lock"]
     lines = ["rocm-fa-workflow doctor", ""]
     lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
+    lines += _render_arch(report["arch"])
+    lines += _render_env(report["env"], report["lock"])
+    lines += _render_pins_and_builds(report)
+    lines += ["", f"next       {report['next']}"]
+    return "\n".join(lines)
+
+
+def _render_arch(arch: dict[str, Any]) -> list[str]:
+    """The GPU, arch, matrix and path lines."""
     gpus = ", ".join(arch["detected"]) or "none"
-    lines.append(f"GPU        detected: {gpus} ({arch['detected_from']})")
+    lines = [f"GPU        detected: {gpus} ({arch['detected_from']})"]
     for gpu, chain in arch.get("hierarchy", {}).items():
         lines.append(f"           {gpu}: target -> sub-family -> family {' -> '.join(chain)}")
     if arch.get("hsa_override"):
         lines.append(f"           {arch['hsa_override']}")
     if "error" in arch:
-        lines.append(f"arch       {arch['error']}")
-    else:
-        peak = arch["peak_tflops"].get("fp16")
-        lines.append(
-            f"arch       {arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
-            f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
-            + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
-        )
-        lines += [f"           limit: {limit}" for limit in arch["limits"]]
-        lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
-        path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
-        run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
-        lines.append(f"path       {path['kind']}: {path['why']}{run}")
-        if path.get("build"):
-            lines.append(f"           {path['build']}")
-    manager = env.get("manager")
+        return [*lines, f"arch       {arch['error']}"]
+    peak = arch["peak_tflops"].get("fp16")
     lines.append(
+        f"arch       {arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
+        f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
+        + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
+    )
+    lines += [f"           limit: {limit}" for limit in arch["limits"]]
+    lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
+    path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
+    run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+    lines.append(f"path       {path['kind']}: {path['why']}{run}")
+    if path.get("build"):
+        lines.append(f"           {path['build']}")
+    return lines
+
+
+def _render_env(env: dict[str, Any], lock: dict[str, Any]) -> list[str]:
+    """The manager, env, lock, ROCm SDK, torch and variable lines."""
+    manager = env.get("manager")
+    lines = [
         f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"
         if manager else "manager    none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
-    )  # fmt: skip
+    ]  # fmt: skip
     state = (
         "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
     )
@@ -309,8 +321,16 @@ def render(report: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"torch      {torch.get('error', 'not installed')}")
-    for var in env.get("variables", []):
-        lines.append(f"variable   {var['name']}={var['value']}  - {var['why']}")
+    lines += [
+        f"variable   {var['name']}={var['value']}  - {var['why']}"
+        for var in env.get("variables", [])
+    ]
+    return lines
+
+
+def _render_pins_and_builds(report: dict[str, Any]) -> list[str]:
+    """The pin, pin line and built lines."""
+    lines = []
     for pin in report["pins"]:
         if "error" in pin:
             lines.append(f"pin        {pin['error']}")
@@ -321,12 +341,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
     if report.get("line"):
         lines.append(f"pin line   {report['line']}")
-    for build in report["builds"]:
-        lines.append(f"built      {build['step']} ({build['stamp']})")
+    lines += [f"built      {build['step']} ({build['stamp']})" for build in report["builds"]]
     if not report["builds"]:
         lines.append("built      nothing yet")
-    lines += ["", f"next       {report['next']}"]
-    return "\n".join(lines)
+    return lines
 
 
 def problems(report: dict[str, Any]) -> list[str]:

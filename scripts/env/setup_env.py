@@ -175,6 +175,44 @@ def check_host() -> str:
     return host_check.require_suited(needs.platforms, needs.glibc, lockfile.LOCK_FILE.name)
 
 
+def say_arch_and_env(session: session_env.SessionEnv) -> None:
+    """The arch and env lines; refuse an arch that is not AMD."""
+    runner = session.runner
+    note = archs.explain_override(session.choice.detection)
+    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    if session.arch.vendor != "amd":
+        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
+    manager = session.manager
+    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
+    runner.say(f"env {session.prefix} ({session.location.how}); {found}; installer py-rattler")
+
+
+def ensure_lock(opts: SetupEnvOptions, runner: Runner) -> str:
+    """The lock's sha256, solving a missing lock first (a dry run only plans that)."""
+    if not lockfile.LOCK_FILE.is_file():
+        runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
+        lockfile.write_lock(runner, list(opts.channel))
+    if opts.dry_run and not lockfile.LOCK_FILE.is_file():
+        return "(solved above)"
+    return lockfile.require_fresh()
+
+
+def update_conda_packages(
+    prefix: Path, stamp_file: Path, lock_sha: str, opts: SetupEnvOptions, runner: Runner
+) -> None:
+    """Install the lock's packages unless the last setup used this lock (or --force)."""
+    previous = stamps.read(stamp_file) or {}
+    needs_conda = opts.force or previous.get("inputs", {}).get("lock_sha256") != lock_sha
+    if needs_conda:
+        check_prefix_usable(prefix, opts.force)
+    else:
+        runner.say("conda packages match the lock; updating ROCm SDK and variables only")
+    if not opts.dry_run:
+        stamps.remove(stamp_file)  # an interrupted install must not look finished
+    if needs_conda:
+        install_conda_packages(prefix, runner, list(opts.channel))
+
+
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
         show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
@@ -190,25 +228,9 @@ def setup_env(opts: SetupEnvOptions) -> None:
         profiles=opts.profile,
     )
 
-    note = archs.explain_override(session.choice.detection)
-    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
-    if session.arch.vendor != "amd":
-        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
-
-    manager = session.manager
+    say_arch_and_env(session)
     prefix = session.prefix
-    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
-    runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
-
-    if not lockfile.LOCK_FILE.is_file():
-        runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
-        lockfile.write_lock(runner, list(opts.channel))
-    lock_sha = (
-        "(solved above)"
-        if opts.dry_run and not lockfile.LOCK_FILE.is_file()
-        else (lockfile.require_fresh())
-    )
-
+    lock_sha = ensure_lock(opts, runner)
     inputs = request.inputs(
         lock_sha, torch_aotriton_version(prefix) or pin_files.aotriton_version(rocm_sdk.pins_dir())
     )
@@ -218,18 +240,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         return
     check_host()  # before the first change: only what installs must suit this host
 
-    previous = stamps.read(stamp_file) or {}
-    needs_conda = opts.force or previous.get("inputs", {}).get("lock_sha256") != lock_sha
-    if needs_conda:
-        check_prefix_usable(prefix, opts.force)
-        if not opts.dry_run:
-            stamps.remove(stamp_file)  # an interrupted install must not look finished
-        install_conda_packages(prefix, runner, list(opts.channel))
-    else:
-        runner.say("conda packages match the lock; updating ROCm SDK and variables only")
-        if not opts.dry_run:
-            stamps.remove(stamp_file)
-
+    update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     if opts.dry_run:
         runner.say(
             f"[dry-run] commands in the env run with CONDA_PREFIX={prefix} "

@@ -85,16 +85,7 @@ def choose(
         )
     first_problem = None
     for name in names:
-        link = links[name]
-        rel = f"{wheel_manifest.MANIFEST_PROJECT}/{name}"
-        data = store.read(rel) if store else team_index.fetch(link.url)
-        if data is None:
-            raise UserError(f"{name} is listed on {where} but cannot be downloaded")
-        if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
-            raise UserError(f"{name} on {where} does not match the sha256 its page lists")
-        manifest = wheel_manifest.read_manifest_wheel(data, name)
-        if not wheel_manifest.is_manifest_of(name, str(manifest["set_id"])):
-            raise UserError(f"{name} on {where} holds the manifest of set {manifest['set_id']}")
+        manifest = read_manifest(name, links[name], store, where)
         problem = wheel_manifest.mismatch(
             manifest,
             family=family,
@@ -113,6 +104,23 @@ def choose(
     raise UserError(
         f"refusing to install from {where}: {first_problem}, and no other wheel set there fits"
     )
+
+
+def read_manifest(
+    name: str, link: team_index.Link, store: team_index.TreeStore | None, where: str
+) -> dict[str, Any]:
+    """The manifest in manifest wheel `name`, downloaded and checked against its page's sha256
+    and its own name."""
+    rel = f"{wheel_manifest.MANIFEST_PROJECT}/{name}"
+    data = store.read(rel) if store else team_index.fetch(link.url)
+    if data is None:
+        raise UserError(f"{name} is listed on {where} but cannot be downloaded")
+    if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
+        raise UserError(f"{name} on {where} does not match the sha256 its page lists")
+    manifest = wheel_manifest.read_manifest_wheel(data, name)
+    if not wheel_manifest.is_manifest_of(name, str(manifest["set_id"])):
+        raise UserError(f"{name} on {where} holds the manifest of set {manifest['set_id']}")
+    return manifest
 
 
 def requirements(chosen: Chosen, downloads: Path, runner: Runner) -> list[str]:

@@ -296,7 +296,7 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     if opts.wheel_set and not opts.index:
         raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
     session = session_env.open_env(opts, dry_run=opts.dry_run)
-    work, prefix, python = session.work, session.prefix, session.python
+    work, python = session.work, session.python
     runner = session.runner
     manifest = {} if opts.index else this_runs_manifest(work, opts.dry_run, runner)
     rocm_sdk = session.tool("rocm-sdk")
@@ -305,46 +305,80 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     answer = session.ask([python, "-c", probe], "$(python-tag) $(machine)")
     python_tag, machine = answer.split()  # each placeholder one word, as each answer is
     checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
+    target = (python_tag, rocm_version, machine)
     chosen = None
     if opts.index:  # a wheel set published on a team index (scripts/sharing/index_install.py)
-        from scripts.sharing import index_install
-
-        chosen = index_install.choose(
-            opts.index,
-            choice=session.choice,
-            wheel_set=opts.wheel_set,
-            python_tag=python_tag if checkable else None,
-            rocm_version=rocm_version if checkable else None,
-            say=runner.say,
-        )
+        chosen, argv = choose_from_index(opts, session, target, checkable)
         manifest = chosen.manifest
-        for record in manifest["wheels"] if checkable else ():
-            what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
-            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
         records = manifest["wheels"]
-        argv = index_install.pip_argv(python, chosen, work, runner)
     else:
-        if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != prefix:
-            runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
-        files: list[str] = []
-        records = []
-        for record in manifest["wheels"]:
-            if not checkable or manifest.get("planned"):
-                runner.say(
-                    f"[dry-run] would check {record['file']} against the env's Python and ROCm"
-                )
-                files.append(str(record["file"]))
-                records.append(record)  # its requirements are read once it exists
-                continue
-            path, what = check_wheel(
-                record, python_tag, rocm_version, machine or platform.machine()
-            )
-            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
-            files.append(str(path))
-            records.append({**record, "requires": wheel_manifest.requires_of(path)})
+        records, files = check_local_wheels(manifest, session, target, checkable)
         argv = install_argv(python, files)
-    needs = runtime_requirements(records)
-    stamp = paths.stamp_path(work, "install_wheels")
+    install_unless_current(opts, session, manifest, argv, runtime_requirements(records), chosen)
+    run_backend_check(opts, runner, python)
+
+
+def choose_from_index(
+    opts: InstallWheelsOptions,
+    session: session_env.SessionEnv,
+    target: tuple[str, str, str],
+    checkable: bool,
+) -> tuple[Chosen, list[str]]:
+    """The index's wheel set for this env (each wheel's name checked) and pip's argv for it."""
+    from scripts.sharing import index_install
+
+    python_tag, rocm_version, machine = target
+    chosen = index_install.choose(
+        opts.index,
+        choice=session.choice,
+        wheel_set=opts.wheel_set,
+        python_tag=python_tag if checkable else None,
+        rocm_version=rocm_version if checkable else None,
+        say=session.runner.say,
+    )
+    for record in chosen.manifest["wheels"] if checkable else ():
+        what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
+        session.runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
+    return chosen, index_install.pip_argv(session.python, chosen, session.work, session.runner)
+
+
+def check_local_wheels(
+    manifest: dict[str, Any],
+    session: session_env.SessionEnv,
+    target: tuple[str, str, str],
+    checkable: bool,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """This run's wheels checked against the env (records with their requirements, files)."""
+    python_tag, rocm_version, machine = target
+    runner = session.runner
+    if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != session.prefix:
+        runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
+    files: list[str] = []
+    records = []
+    for record in manifest["wheels"]:
+        if not checkable or manifest.get("planned"):
+            runner.say(f"[dry-run] would check {record['file']} against the env's Python and ROCm")
+            files.append(str(record["file"]))
+            records.append(record)  # its requirements are read once it exists
+            continue
+        path, what = check_wheel(record, python_tag, rocm_version, machine or platform.machine())
+        runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
+        files.append(str(path))
+        records.append({**record, "requires": wheel_manifest.requires_of(path)})
+    return records, files
+
+
+def install_unless_current(
+    opts: InstallWheelsOptions,
+    session: session_env.SessionEnv,
+    manifest: dict[str, Any],
+    argv: list[str],
+    needs: list[str] | None,
+    chosen: Chosen | None,
+) -> None:
+    """pip install the wheels (and their requirements) unless the stamp says they are in."""
+    runner, python, prefix = session.runner, session.python, session.prefix
+    stamp = paths.stamp_path(session.work, "install_wheels")
     inputs = {
         "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
         "env": condaenv.env_identity(prefix),
@@ -356,18 +390,22 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         and installed_match(session, python, manifest)
     ):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
-    else:
-        install_requirements(session, needs, chosen)
-        if opts.dry_run:
-            runner.run(argv, check=chosen is None)
-        else:
-            # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
-            # a torch that only a rerun finishes (doctor names it from torch's RECORD)
-            stamps.remove(stamp)
-            result = runner.run(argv, check=chosen is None)
-            if result.returncode != 0 and chosen is not None:
-                raise UserError(chosen.failure(result.returncode))
-            stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
+        return
+    install_requirements(session, needs, chosen)
+    if opts.dry_run:
+        runner.run(argv, check=chosen is None)
+        return
+    # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
+    # a torch that only a rerun finishes (doctor names it from torch's RECORD)
+    stamps.remove(stamp)
+    result = runner.run(argv, check=chosen is None)
+    if result.returncode != 0 and chosen is not None:
+        raise UserError(chosen.failure(result.returncode))
+    stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
+
+
+def run_backend_check(opts: InstallWheelsOptions, runner: Runner, python: Path) -> None:
+    """The backend probe after an install, unless skipped or absent from this checkout."""
     check = REPO_ROOT / "scripts" / "probes" / "backend_check.py"
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")

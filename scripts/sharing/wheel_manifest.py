@@ -195,13 +195,9 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
 # --- the manifest -----------------------------------------------------------------------------
 
 
-def build(
-    work: Path, run: Mapping[str, Any], reports: Sequence[Path], *, published: float | None = None
-) -> dict[str, Any]:
-    """The wheel-set manifest of build_pytorch's run manifest `run` (its wheels verified by the
-    caller); UserError when the torch wheel's AOTriton runtime and images disagree."""
-    arch = archs.get_arch(run["arch"])
-    wheels = [
+def wheel_records(run_wheels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The manifest's record of each wheel of the run manifest."""
+    return [
         {
             "file": Path(w["file"]).name,
             "project": w["project"],
@@ -212,26 +208,56 @@ def build(
             # installs these the ordinary way and the wheels themselves with --no-deps
             "requires": requires_of(Path(w["file"])),
         }
-        for w in run["wheels"]
+        for w in run_wheels
     ]
+
+
+def components_and_patches(
+    sources: Mapping[str, Any], heads: Mapping[str, Any], patch_inputs: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each checked-out source's origin, commit and head; the patches applied to each."""
+    components = {}
+    patches = {}
+    for key, source in sorted(sources.items()):
+        commit = source.get("hashtag")
+        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
+        if source.get("patches"):
+            digest = (patch_inputs.get(key) or {}).get(commit)
+            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
+    return components, patches
+
+
+def report_summaries(
+    work: Path, arch_name: str, reports: Sequence[Path], aotriton_commit: str | None
+) -> dict[str, Any]:
+    """The given reports' summaries by kind, plus the kernel check build_aotriton ran on this
+    tree when none was given and it checked this AOTriton commit."""
+    summaries: dict[str, Any] = {}
+    for report in reports:
+        kind, summary = summarize_report(Path(report))
+        summaries[kind] = summary
+    checked = kernel_check.summary_path(work, arch_name)
+    if "kernel_check" not in summaries and checked.is_file():
+        kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
+        if summary.get("aotriton_commit") == aotriton_commit:
+            summaries[kind] = summary
+    return summaries
+
+
+def build(
+    work: Path, run: Mapping[str, Any], reports: Sequence[Path], *, published: float | None = None
+) -> dict[str, Any]:
+    """The wheel-set manifest of build_pytorch's run manifest `run` (its wheels verified by the
+    caller); UserError when the torch wheel's AOTriton runtime and images disagree."""
+    arch = archs.get_arch(run["arch"])
+    wheels = wheel_records(run["wheels"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
     torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
     inputs = checkout.get("inputs") or {}
     sources = checkout.get("sources") or {}
     heads = checkout.get("heads") or {}
     versions = {w["project"]: w["version"] for w in wheels}
-    components = {}
-    patches = {}
-    for key, source in sorted(sources.items()):
-        components[key] = {
-            "origin": source.get("origin"),
-            "commit": source.get("hashtag"),
-            "head": heads.get(key),
-        }
-        if source.get("patches"):
-            commit = source.get("hashtag")
-            digest = ((inputs.get("patches") or {}).get(key) or {}).get(commit)
-            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
+    components, patches = components_and_patches(sources, heads, inputs.get("patches") or {})
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
     found = aotriton_in_wheel(Path(torch_wheel["file"])) if torch_wheel else {}
@@ -239,17 +265,9 @@ def build(
     problem = aotriton_problem(found, pin, flash)
     if problem:
         raise UserError(f"refusing to publish this wheel set: {problem}")
-    summaries: dict[str, Any] = {}
-    for report in reports:
-        kind, summary = summarize_report(Path(report))
-        summaries[kind] = summary
-    checked = kernel_check.summary_path(work, arch.name)
-    if "kernel_check" not in summaries and checked.is_file():
-        # the check build_aotriton ran on this tree
-        kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
-        if summary.get("aotriton_commit") == pin.get("commit"):
-            summaries[kind] = summary
+    summaries = report_summaries(work, arch.name, reports, pin.get("commit"))
     stamp_time = time.gmtime(time.time() if published is None else published)
+    pytorch = inputs.get("pytorch") or [None, None]
     return {
         "schema": SCHEMA,
         "set_id": set_id(run["wheels"]),
@@ -264,8 +282,8 @@ def build(
         "wheels": wheels,
         "torch": {
             "version": versions.get("torch"),
-            "origin": (inputs.get("pytorch") or [None, None])[0],
-            "commit": (inputs.get("pytorch") or [None, None])[1],
+            "origin": pytorch[0],
+            "commit": pytorch[1],
             "head": heads.get("pytorch"),
         },
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
