@@ -28,17 +28,17 @@ logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv bin
 # `nox -s build_aotriton build_pytorch`: a failed session stops the chain (README).
 nox.options.stop_on_first_error = True
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))  # the rocmfa package
 
 
 def _run(session: nox.Session, function=None, *, show_options: bool = False) -> None:
-    """Parse this session's options (declared in scripts/plumbing/options.py; every value
+    """Parse this session's options (declared in scripts/rocmfa/plumbing/options.py; every value
     checked before any work) and call its function inside the guard (locks):
     function(opts), or function(opts, rest) for a session whose undeclared arguments go
     through; a probe (function None) is its script, run in the env's Python. A build session
     prints its effective options first (show_options), as cibuildwheel does."""
-    from scripts.env.session_guard import guarded
-    from scripts.plumbing import errors, options  # here: `nox -l` builds no settings class
+    from rocmfa.env.session_guard import guarded
+    from rocmfa.plumbing import errors, options  # here: `nox -l` builds no settings class
 
     declared = options.BY_NAME[session.name]
     try:
@@ -68,9 +68,9 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
 def _forward(session: nox.Session, declared, function) -> int:
     """A session whose undeclared arguments go through: to its function, or for a probe to its
     script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
-    from scripts.env import in_env
-    from scripts.env.session_guard import guarded
-    from scripts.plumbing import options
+    from rocmfa.env import in_env
+    from rocmfa.env.session_guard import guarded
+    from rocmfa.plumbing import options
 
     helps = [a for a in session.posargs if a in ("-h", "--help")]
     posargs = [a for a in session.posargs if a not in helps]
@@ -90,13 +90,14 @@ def _forward(session: nox.Session, declared, function) -> int:
 
 
 # Each session: parse its options, call one domain function (imported when it runs, so `nox -l`
-# and a no-op rerun stay fast). Options and what a session changes: scripts/plumbing/options.py.
+# and a no-op rerun stay fast). Options and what a session changes:
+# scripts/rocmfa/plumbing/options.py.
 
 
 @nox.session(python=False, tags=["env"], default=False)
 def lock(session: nox.Session) -> None:
     """Re-solve environment.yml into conda-lock.yml with py-rattler (channels or --channel)."""
-    from scripts.env import lockfile
+    from rocmfa.env import lockfile
 
     _run(session, lockfile.lock)
 
@@ -104,7 +105,7 @@ def lock(session: nox.Session) -> None:
 @nox.session(python=False, tags=["env"], default=False)
 def setup_env(session: nox.Session) -> None:
     """Create/update the shared env from the lock, add TheRock's ROCm SDK, write variables."""
-    from scripts.env import setup_env
+    from rocmfa.env import setup_env
 
     _run(session, setup_env.setup_env)
 
@@ -112,7 +113,7 @@ def setup_env(session: nox.Session) -> None:
 @nox.session(python=False, tags=["env"])
 def doctor(session: nox.Session) -> None:
     """One-screen report: arch, manager, env, lock, ROCm, torch, pins, builds, next step."""
-    from scripts.env import doctor
+    from rocmfa.env import doctor
 
     _run(session, doctor.doctor)
 
@@ -120,7 +121,7 @@ def doctor(session: nox.Session) -> None:
 @nox.session(python=False, tags=["env"], default=False)
 def matrix(session: nox.Session) -> None:
     """Arch x AOTriton release: flash by default / experimental flag / community port / none."""
-    from scripts.env import matrix
+    from rocmfa.env import matrix
 
     _run(session, matrix.matrix)
 
@@ -128,7 +129,7 @@ def matrix(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def update_pins(session: nox.Session) -> None:
     """Resolve pinned refs to commits, rewrite pins/, report whether patch sets still apply."""
-    from scripts.sources import update_pins
+    from rocmfa.sources import update_pins
 
     _run(session, update_pins.update_pins, show_options=True)
 
@@ -136,7 +137,7 @@ def update_pins(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def build_aotriton(session: nox.Session) -> None:
     """Build (or --from-release fetch) AOTriton at its pin; swap it into the env's torch, if any."""
-    from scripts.builds import build_aotriton
+    from rocmfa.builds import build_aotriton
 
     _run(session, build_aotriton.build_aotriton, show_options=True)
 
@@ -144,7 +145,7 @@ def build_aotriton(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def tune_aotriton(session: nox.Session) -> None:
     """Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, install."""
-    from scripts.builds import tune_aotriton
+    from rocmfa.builds import tune_aotriton
 
     _run(session, tune_aotriton.tune_aotriton, show_options=True)
 
@@ -152,7 +153,7 @@ def tune_aotriton(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def kernel_check(session: nox.Session) -> None:
     """Run AOTriton's generator and compile a sample of its real kernels on CPU (no ROCm)."""
-    from scripts.builds import kernel_check
+    from rocmfa.builds import kernel_check
 
     _run(session, kernel_check.kernel_check, show_options=True)
 
@@ -160,7 +161,7 @@ def kernel_check(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def build_pytorch(session: nox.Session) -> None:
     """Build torch, audio, vision and triton wheels through TheRock, resumable by stage."""
-    from scripts.builds import build_pytorch
+    from rocmfa.builds import build_pytorch
 
     _run(session, build_pytorch.build_pytorch, show_options=True)
 
@@ -168,7 +169,7 @@ def build_pytorch(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def install_wheels(session: nox.Session) -> None:
     """Install the wheels of the last build_pytorch run into the env, then check the backend."""
-    from scripts.sharing import install_wheels
+    from rocmfa.sharing import install_wheels
 
     _run(session, install_wheels.install_wheels, show_options=True)
 
@@ -176,7 +177,7 @@ def install_wheels(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def publish(session: nox.Session) -> None:
     """Publish this run's wheels and their manifest to a team index (one index per family)."""
-    from scripts.sharing import publish
+    from rocmfa.sharing import publish
 
     _run(session, publish.publish, show_options=True)
 
@@ -184,7 +185,7 @@ def publish(session: nox.Session) -> None:
 @nox.session(python=False, tags=["build"], default=False)
 def build_ck(session: nox.Session) -> None:
     """Build and install composable_kernel (library only) for this arch into the env."""
-    from scripts.builds import build_ck
+    from rocmfa.builds import build_ck
 
     _run(session, build_ck.build_ck, show_options=True)
 
@@ -192,25 +193,25 @@ def build_ck(session: nox.Session) -> None:
 @nox.session(python=False, tags=["check"], default=False)
 def bench(session: nox.Session) -> None:
     """Time SDPA backends forward/backward; TFLOP/s, % of peak, JSON/CSV/PNG, --compare."""
-    _run(session)  # scripts/probes/bench.py in the env's Python
+    _run(session)  # scripts/rocmfa/probes/bench.py in the env's Python
 
 
 @nox.session(python=False, tags=["check"], default=False)
 def backend_check(session: nox.Session) -> None:
     """Prove flash attention is compiled in, usable, actually used and correct."""
-    _run(session)  # scripts/probes/backend_check.py in the env's Python
+    _run(session)  # scripts/rocmfa/probes/backend_check.py in the env's Python
 
 
 @nox.session(python=False, tags=["check"], default=False)
 def validate(session: nox.Session) -> None:
     """Forward/backward correctness vs an fp32/fp64 reference across head dims and shapes."""
-    _run(session)  # scripts/probes/validate.py (--upstream: upstream_sdpa.py) in the env
+    _run(session)  # scripts/rocmfa/probes/validate.py (--upstream: upstream_sdpa.py) in the env
 
 
 @nox.session(python=False, tags=["check"], default=False)
 def report(session: nox.Session) -> None:
     """One self-contained HTML page (and merged JSON) from result sets: INPUT... --baseline."""
-    from scripts.report import page
+    from rocmfa.report import page
 
     _run(session, page.report)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import activation, archs, condaenv
+from rocmfa.env import activation, archs, condaenv
 
 HOSTILE = [
     activation.Variable("ROCM_PATH", "/opt/my rocm/$HOME/`id`/\"q\"/'s'/back\\slash", "x"),

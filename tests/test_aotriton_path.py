@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import build_aotriton as ba
-from scripts.plumbing.datafiles import PINS_DIR, REPO_ROOT
-from scripts.sources import patches
+from rocmfa.builds import build_aotriton as ba
+from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT
+from rocmfa.sources import patches
 from tests.support import aotriton_standins as st
 
 COMMIT = "6e00ef3e335b45dfb49065259533b59c68995bfe"

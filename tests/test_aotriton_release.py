@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import aotriton_install
-from scripts.builds import build_aotriton as ba
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton as ba
+from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import build_opts, command_lines, provision_env
 
@@ -152,7 +152,7 @@ def test_the_default_path_is_the_pinned_pack_and_lands_in_the_install_prefix(
     before anything runs; with no torch in the env (the README's main job) the runtime and the
     pack are unpacked into build_aotriton's install prefix, where build_pytorch finds them as
     AOTRITON_INSTALLED_PREFIX; no git, cmake or ninja runs."""
-    from scripts.builds import build_pytorch
+    from rocmfa.builds import build_pytorch
 
     www, _ = release()
     site = st.site_packages(env_prefix)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from rocm_bootstrap import _platform
 
-from scripts.env import archs
-from scripts.plumbing import options
-from scripts.plumbing.errors import UserError
+from rocmfa.env import archs
+from rocmfa.plumbing import options
+from rocmfa.plumbing.errors import UserError
 
 
 @pytest.fixture(autouse=True)
@@ -185,9 +185,10 @@ def test_malformed_arch_data_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_probes_read_the_same_arch_rules() -> None:
-    """scripts/probes/sdpa_common.py (torch + stdlib, no scripts.env) reads arches.toml itself:
+    """scripts/rocmfa/probes/sdpa_common.py (torch + stdlib, no rocmfa.env) reads arches.toml
+    itself:
     for every arch it gives the same peaks, experimental-flag verdicts and version order."""
-    from scripts.probes import sdpa_common
+    from rocmfa.probes import sdpa_common
 
     assert sdpa_common.ARCHES_FILE.resolve() == archs.ARCHES_FILE.resolve()
     tables = sdpa_common.load_arches()

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from scripts.probes import backend_check, sdpa_common
+from rocmfa.probes import backend_check, sdpa_common
 
 # Kernel names as the profiler reports them (the CUDA ones copied from an H100 run of this tool;
 # the ROCm ones are AOTriton's Triton kernels and Tensile gemms).
@@ -274,7 +274,7 @@ def test_reason_headings_join_the_warning_that_follows():
 
 
 def test_probes_honour_dry_run_or_refuse_it_in_one_line(tmp_path, capsys):
-    from scripts.probes import upstream_sdpa
+    from rocmfa.probes import upstream_sdpa
     from tests.support.project import run_nox
 
     assert backend_check.main(["--dry-run", "--json", str(tmp_path / "b.json")]) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.probes import bench, bench_measure, bench_plan, bench_report, sdpa_common
+from rocmfa.probes import bench, bench_measure, bench_plan, bench_report, sdpa_common
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--repeats", "2", "--warmup-ms", "0"]
@@ -153,16 +153,17 @@ def test_peak_comes_from_arch_data():
 
 
 def test_runs_as_plain_script():
-    """`python scripts/probes/bench.py` must work without the repo on sys.path (the target env)."""
+    """`python scripts/rocmfa/probes/bench.py` must work without the repo on sys.path (the target
+    env)."""
     ok = subprocess.run(
-        [sys.executable, "scripts/probes/bench.py", "--help"],
+        [sys.executable, "scripts/rocmfa/probes/bench.py", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert ok.returncode == 0 and "flash-attention convention" in ok.stdout
     bad = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "probes" / "bench.py"), "--shape", "x"],
+        [sys.executable, str(REPO / "scripts" / "rocmfa" / "probes" / "bench.py"), "--shape", "x"],
         cwd="/",
         capture_output=True,
         text=True,

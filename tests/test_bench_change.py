@@ -1,4 +1,5 @@
-"""The one change rule (scripts/probes/bench_change.py), replayed on real H100 runs: A/A pairs
+"""The one change rule (scripts/rocmfa/probes/bench_change.py), replayed on real H100 runs: A/A
+pairs
 flag nothing, the A/B with a known difference (every forward computed twice) flags the rows
 that changed and none of those that did not; launch-bound rows are never a change."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.probes import bench, bench_change
+from rocmfa.probes import bench, bench_change
 from tests.support.project import results_dir
 
 ROOT = Path(__file__).resolve().parent.parent

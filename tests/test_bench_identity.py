@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from scripts.probes import bench, bench_measure, bench_plan, kernel_time, sdpa_common
+from rocmfa.probes import bench, bench_measure, bench_plan, kernel_time, sdpa_common
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY_KEYS = {"version", "date", "host", "gpu", "arch", "platform", "torch", "torch_commit"}

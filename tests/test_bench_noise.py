@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 
-from scripts.probes import bench, bench_crosscheck, bench_measure, bench_plan, gpu_state
+from rocmfa.probes import bench, bench_crosscheck, bench_measure, bench_plan, gpu_state
 
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--warmup-ms", "0", "--causal", "no"]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import aotriton_install
-from scripts.builds import build_aotriton as ba
-from scripts.env import condaenv
-from scripts.plumbing import stamps
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton as ba
+from rocmfa.env import condaenv
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support import kill_hook
 from tests.support.aotriton_env import build_opts, command_lines, provision_env
@@ -462,7 +462,7 @@ def test_a_session_killed_while_pip_replaces_torch_is_finished_by_the_next(
     site = st.site_packages(bed.prefix)
     hooks = kill_hook.hook_dir(tmp_path / "hooks")
     program = (
-        "import sys\nfrom pathlib import Path\nfrom scripts.builds import build_aotriton as ba\n"
+        "import sys\nfrom pathlib import Path\nfrom rocmfa.builds import build_aotriton as ba\n"
         "from tests.support.aotriton_env import build_opts\n"
         "ba.build_aotriton(build_opts(Path(sys.argv[1]), Path(sys.argv[2]), '--force'))\n"
     )

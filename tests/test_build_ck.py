@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import build_ck as ck
-from scripts.plumbing import buildjobs, options
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import build_ck as ck
+from rocmfa.plumbing import buildjobs, options
+from rocmfa.plumbing.errors import UserError
 from tests.support import ck_standin
 from tests.support import therock_standin as standin
 

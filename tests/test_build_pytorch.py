@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import build_pytorch as bp
-from scripts.plumbing import options
-from scripts.plumbing.errors import UserError
-from scripts.sources import pins
+from rocmfa.builds import build_pytorch as bp
+from rocmfa.plumbing import options
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pins
 from tests.support import aotriton_standins as st
 from tests.support import therock_standin as standin
 

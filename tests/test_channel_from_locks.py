@@ -3,8 +3,8 @@ pixi.lock records are kept whole and win over conda-lock ones; the order of the 
 nothing, and sources that disagree about a file are reported; the named public sources are
 checked by sha256 before they are read.
 
-Opt-in: ROCMFA_CONDA_SOURCES=DIR, the sources of scripts/data/conda_sources.toml fetched into
-DIR (`python -m scripts.env.channel_from_locks CHANNEL --fetched DIR --fetch-commands` prints
+Opt-in: ROCMFA_CONDA_SOURCES=DIR, the sources of scripts/rocmfa/data/conda_sources.toml fetched into
+DIR (`python -m rocmfa.env.channel_from_locks CHANNEL --fetched DIR --fetch-commands` prints
 how), rebuilds the channel in both orders and re-solves the committed lock from it."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import channel_from_locks, lock_records, lockfile, rattler_env
-from scripts.plumbing import stamps
-from scripts.plumbing.errors import UserError
+from rocmfa.env import channel_from_locks, lock_records, lockfile, rattler_env
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import UserError
 from tests.support.conda_packages import Package, make_channel
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
-from scripts.sources import patches, pin_submodules
-from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.pins import Pin
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import patches, pin_submodules
+from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import command_lines

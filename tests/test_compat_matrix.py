@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from scripts.env import archs, compat_matrix
-from scripts.plumbing.errors import UserError
+from rocmfa.env import archs, compat_matrix
+from rocmfa.plumbing.errors import UserError
 
 
 def test_arches_toml_gating_agrees_with_util_cc_lists() -> None:
@@ -53,7 +53,7 @@ def test_table_rows_match_upstream_facts() -> None:
 def test_patched_arches_have_a_patch_set_that_adds_them() -> None:
     """arches.toml aotriton_patched names a release: patches/aotriton/<its commit>/ exists and
     adds the arch to the tables the generator and the runtime read."""
-    from scripts.sources import patches
+    from rocmfa.sources import patches
 
     commits = {r.version: r.commit for r in compat_matrix.load_matrix().releases}
     patched = [(a, r) for a in archs.load_arches().values() for r, _pack in a.aotriton_patched]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import compile_cache as cc
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import compile_cache as cc
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
 
 TOOLCHAIN = {"rocm": "7.13.0a20260901", "env": "abc"}
 

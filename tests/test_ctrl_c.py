@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PARENT = """
 import sys
 from pathlib import Path
-from scripts.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner
 child = "import os, signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
 child += "Path = __import__('pathlib').Path; Path(%r).write_text(str(os.getpid())); time.sleep(120)"
 Runner().run([sys.executable, "-c", child % sys.argv[1]], cwd=Path(sys.argv[2]))

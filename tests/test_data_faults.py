@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import aotriton_install
-from scripts.env import activation, archs, condaenv, doctor
-from scripts.plumbing import errors, locks, options, pin_files, stamps
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
-from scripts.sharing import install_wheels
-from scripts.sources import pins
+from rocmfa.builds import aotriton_install
+from rocmfa.env import activation, archs, condaenv, doctor
+from rocmfa.plumbing import errors, locks, options, pin_files, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sharing import install_wheels
+from rocmfa.sources import pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 COMMIT = "6e00ef3e335b45dfb49065259533b59c68995bfe"
@@ -164,7 +164,7 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from scripts.plumbing import locks\n"
+            "import sys, time; from pathlib import Path; from rocmfa.plumbing import locks\n"
             "with locks.hold(Path(sys.argv[1]), 'workdir', 'build_pytorch'):\n"
             "    print('held', flush=True); time.sleep(60)",
             str(lock),

@@ -1,4 +1,4 @@
-"""scripts.plumbing.downloads against loopback servers: urllib3's Retry rides out a 503, local
+"""rocmfa.plumbing.downloads against loopback servers: urllib3's Retry rides out a 503, local
 paths are read directly, and an interrupted process starts no new partial file (a download
 thread that outlives Ctrl-C). Whole-flow tests: test_rattler_env.py, test_aotriton_release.py."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import downloads
-from scripts.plumbing.errors import UserError
-from scripts.sources import pins
+from rocmfa.plumbing import downloads
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pins
 from tests.support import loopback
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def test_local_paths_are_read_directly_and_a_wrong_sum_leaves_nothing(tmp_path: 
 INTERRUPTED = """
 import sys
 from pathlib import Path
-from scripts.plumbing import downloads
+from rocmfa.plumbing import downloads
 cache = Path(sys.argv[1])
 downloads.remove_partials(cache, ours=True)  # what Ctrl-C does
 try:

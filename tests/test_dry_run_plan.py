@@ -185,5 +185,5 @@ def test_the_main_job_chained_dry_run_plans_to_the_end(fresh) -> None:
         assert f"'<{name} wheel: written to {wheels} by nox -s build_pytorch>'" in pip
     assert "a real run needs build_pytorch first, before or earlier in the same chain" in out
     assert "then the runtime requirements the wheels declare (Requires-Dist)" in out
-    assert out.rstrip().endswith("scripts/probes/backend_check.py")
+    assert out.rstrip().endswith("scripts/rocmfa/probes/backend_check.py")
     assert (sorted(work.rglob("*")) if work.exists() else []) == before  # nothing written

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import archs, doctor, rocm_sdk, setup_env
-from scripts.plumbing import options
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
+from rocmfa.env import archs, doctor, rocm_sdk, setup_env
+from rocmfa.plumbing import options
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
 from tests.support import therock_standin
 from tests.support.project import REPO_ROOT, run_nox
 

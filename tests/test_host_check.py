@@ -1,6 +1,6 @@
 """setup_env refuses, in one line, a host the lock does not suit. The host is faked with the
 variables conda itself reads for it (CONDA_SUBDIR, CONDA_OVERRIDE_GLIBC): they are the test
-seam, documented in scripts/env/host_check.py."""
+seam, documented in scripts/rocmfa/env/host_check.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import host_check, lock_records, lockfile
-from scripts.plumbing.errors import UserError
+from rocmfa.env import host_check, lock_records, lockfile
+from rocmfa.plumbing.errors import UserError
 from tests.support.project import copy_project, run_nox
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from scripts.builds import build_pytorch as bp
-from scripts.plumbing import options
-from scripts.plumbing.errors import UserError
-from scripts.sharing import install_wheels as iw
+from rocmfa.builds import build_pytorch as bp
+from rocmfa.plumbing import options
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sharing import install_wheels as iw
 from tests.support import pep503
 from tests.support import therock_standin as standin
 from tests.support.wheels import installed
@@ -96,7 +96,7 @@ def test_installs_exactly_this_runs_wheels_then_checks(
     with pytest.raises(UserError, match=r"wheels installed, but the backend check failed") as e:
         install()
     assert "\n" not in str(e.value)
-    assert "scripts/probes/backend_check.py" in capfd.readouterr().out
+    assert "scripts/rocmfa/probes/backend_check.py" in capfd.readouterr().out
 
 
 def test_refuses_wheels_for_another_python(session, monkeypatch, env_prefix):

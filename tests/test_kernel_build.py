@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import build_aotriton as ba
-from scripts.builds import kernel_build, kernel_jobs, kernel_store
-from scripts.plumbing.errors import UserError
-from scripts.sources.patches import patch_set_digest
+from rocmfa.builds import build_aotriton as ba
+from rocmfa.builds import kernel_build, kernel_jobs, kernel_store
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.patches import patch_set_digest
 from tests.support import aotriton_generator_standin as gen
 from tests.support.aotriton_env import build_opts, provision_env
 from tests.support.shared_cache import REDIS, free_port, redis_server

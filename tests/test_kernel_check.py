@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import kernel_check as kc
-from scripts.builds import kernel_jobs, kernel_store
-from scripts.env import archs
-from scripts.plumbing import options
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import kernel_check as kc
+from rocmfa.builds import kernel_jobs, kernel_store
+from rocmfa.env import archs
+from rocmfa.plumbing import options
+from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_generator_standin as gen
 from tests.support import aotriton_standins as st
 
@@ -202,8 +202,8 @@ def test_kernel_check_compiles_the_sample_and_a_rerun_comes_from_the_store(
 def test_the_summary_is_carried_by_the_manifest_and_the_results_page(
     tree: Tree, tmp_path: Path
 ) -> None:
-    from scripts.report import inputs, page
-    from scripts.sharing import wheel_manifest
+    from rocmfa.report import inputs, page
+    from rocmfa.sharing import wheel_manifest
 
     work = tmp_path / "work"
     kc.kernel_check(check(work))
@@ -424,7 +424,7 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
 def test_build_aotriton_checks_kernels_before_cmake(
     tmp_path: Path, rocm_index, monkeypatch, capsys
 ) -> None:
-    from scripts.builds import build_aotriton as ba
+    from rocmfa.builds import build_aotriton as ba
     from tests.support.aotriton_env import build_opts, provision_env
 
     made = make_tree(tmp_path)
@@ -463,7 +463,7 @@ def test_build_aotriton_checks_kernels_before_cmake(
 
 
 def test_store_form_s3_round_trip_and_read_only(tmp_path: Path, monkeypatch) -> None:
-    """S3 goes through the team index's store (scripts.plumbing.team_index): moto's real S3
+    """S3 goes through the team index's store (rocmfa.plumbing.team_index): moto's real S3
     server. A WebDAV --cache is sccache's alone: the kernels stay in the local directory."""
     from tests.support import shared_cache
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import kernel_check as kc
-from scripts.builds import kernel_cluster, kernel_jobs, kernel_store
-from scripts.env import archs
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import kernel_check as kc
+from rocmfa.builds import kernel_cluster, kernel_jobs, kernel_store
+from rocmfa.env import archs
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_generator_standin as gen
 from tests.support.shared_cache import REDIS, free_port, redis_server
 from tests.test_kernel_check import check, make_tree
@@ -157,7 +157,7 @@ def test_workers_need_a_shared_writable_store() -> None:
 def test_missing_extra_is_one_line_naming_it() -> None:
     code = (
         "import sys; sys.modules['distributed'] = None\n"
-        "from scripts.builds import kernel_cluster\n"
+        "from rocmfa.builds import kernel_cluster\n"
         "try:\n"
         "    kernel_cluster.require('tcp://127.0.0.1:1', 'redis://127.0.0.1:1', dry_run=True)\n"
         "except Exception as e:\n"

@@ -1,4 +1,5 @@
-"""The layers of scripts/ hold: imports point sharing -> builds -> sources -> env -> plumbing,
+"""The layers of the rocmfa package (scripts/rocmfa/) hold: imports point sharing -> builds ->
+sources -> env -> plumbing,
 nothing imports against that direction, there are no cycles, and the probes import nothing of
 ours but each other (they run in the target env with torch and the standard library only)."""
 
@@ -9,7 +10,8 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = REPO_ROOT / "scripts"
+SRC = REPO_ROOT / "scripts"  # holds the package, rocmfa
+SCRIPTS = SRC / "rocmfa"
 LAYERS = ("plumbing", "env", "sources", "builds", "sharing")  # each may import only those before
 # pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (its plugin
 # upstream_sdpa_plugin.py is loaded into that run).
@@ -17,7 +19,8 @@ PROBE_DEPS = {"torch", "matplotlib", "pytest"}
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    root = SRC if path.is_relative_to(SRC) else REPO_ROOT
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -34,7 +37,7 @@ def imports_of(path: Path) -> set[str]:
                 base = package + (f".{base}" if base else "")
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
-                is_module = (REPO_ROOT / Path(*candidate.split("."))).with_suffix(".py").exists()
+                is_module = (SRC / Path(*candidate.split("."))).with_suffix(".py").exists()
                 found.add(candidate if is_module else base)
     return found
 
@@ -94,7 +97,7 @@ def test_probes_need_only_torch_stdlib_and_each_other() -> None:
     for path in sorted((SCRIPTS / "probes").glob("*.py")):
         for name in imports_of(path):
             top = name.split(".")[0]
-            if name.startswith("scripts.probes") or top in stdlib or top in PROBE_DEPS:
+            if name.startswith("rocmfa.probes") or top in stdlib or top in PROBE_DEPS:
                 continue
             if (SCRIPTS / "probes" / f"{top}.py").exists():  # sibling, run as a plain script
                 continue
@@ -106,10 +109,10 @@ def test_the_checker_reads_every_kind_of_import() -> None:
     """The graph reader finds relative, lazy and from-package imports, or the tests above
     would pass on an empty graph."""
     edges = graph()
-    assert "scripts.builds.aotriton_install" in edges["scripts.builds.build_aotriton"]
-    assert "scripts.env.lockfile" in edges["scripts.env.condaenv"]  # a lazy import
-    assert "scripts.probes.sdpa_common" in edges["scripts.probes.bench"]  # a relative import
-    assert "scripts.plumbing.options" in imports_of(REPO_ROOT / "noxfile.py")
+    assert "rocmfa.builds.aotriton_install" in edges["rocmfa.builds.build_aotriton"]
+    assert "rocmfa.env.lockfile" in edges["rocmfa.env.condaenv"]  # a lazy import
+    assert "rocmfa.probes.sdpa_common" in edges["rocmfa.probes.bench"]  # a relative import
+    assert "rocmfa.plumbing.options" in imports_of(REPO_ROOT / "noxfile.py")
 
 
 def private_uses(path: Path) -> list[str]:
@@ -152,13 +155,13 @@ def test_no_module_uses_another_modules_private_names() -> None:
 def test_the_private_name_checker_finds_both_forms(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "from scripts.builds import build_aotriton as ba\n"
-        "from scripts.plumbing.paths import _hidden\n"
+        "from rocmfa.builds import build_aotriton as ba\n"
+        "from rocmfa.plumbing.paths import _hidden\n"
         "ba._context(None); ba.__name__; ba.make_context\n"
     )
     assert private_uses(sample) == [
-        "sample.py: from scripts.plumbing.paths import _hidden",
-        "sample.py: scripts.builds.build_aotriton._context",
+        "sample.py: from rocmfa.plumbing.paths import _hidden",
+        "sample.py: rocmfa.builds.build_aotriton._context",
     ]
 
 

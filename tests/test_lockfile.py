@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import lock_records, lockfile
-from scripts.plumbing import stamps
-from scripts.plumbing.errors import UserError
+from rocmfa.env import lock_records, lockfile
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import UserError
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "conda-lock"
 needs_fixtures = pytest.mark.skipif(
@@ -123,7 +123,7 @@ def test_committed_lock_is_fresh_and_its_records_are_a_consistent_set() -> None:
 def test_committed_lock_is_what_its_own_records_solve_to(tmp_path: Path) -> None:
     """Closed world: the lock's records alone, as a channel, solve environment.yml back to the
     committed conda-lock.yml and records file, byte for byte."""
-    from scripts.env import rattler_env
+    from rocmfa.env import rattler_env
 
     _, document = committed()
     channel = lock_records.write_channel(document, tmp_path / "closed")
@@ -150,7 +150,7 @@ def with_libgomp_build(document: dict, build: str) -> tuple[dict, str]:
 
 def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None:
     """What the lock held before: libgomp he0feb66_19 beside libgcc he0feb66_18."""
-    from scripts.env import rattler_env
+    from rocmfa.env import rattler_env
 
     locked, document = committed()
     bad, url = with_libgomp_build(document, "he0feb66_19")

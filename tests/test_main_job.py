@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from scripts.builds import aotriton_install
-from scripts.env import doctor, lockfile, rattler_env
+from rocmfa.builds import aotriton_install
+from rocmfa.env import doctor, lockfile, rattler_env
 from tests.conftest import RocmIndex
 from tests.support import aotriton_standins as st
 from tests.support import therock_standin
@@ -215,7 +215,10 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
     # then its backend check ran with the env's Python on that torch and failed in one line:
     # the stand-in torch is a wheel of TheRock's shape without torch's API (on a machine with a
     # GPU and a real torch, this line is the flash-attention verdict)
-    assert f"{machine.prefix}/bin/python {machine.project}/scripts/probes/backend_check.py" in out
+    assert (
+        f"{machine.prefix}/bin/python {machine.project}/scripts/rocmfa/probes/backend_check.py"
+        in out
+    )
     version = metadata.Distribution.at(next(site.glob("torch-*.dist-info"))).version
     assert f"backend_check.py: error: torch {version} ({torch}/__init__.py) is not a usable" in out
     assert "wheels installed, but the backend check failed (exit 2)" in out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scripts.plumbing import options
+from rocmfa.plumbing import options
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOP = ("scripts", "tests", "docs", "pins", "patches", ".github")
@@ -62,11 +62,16 @@ def test_every_named_repository_path_exists() -> None:
 
 
 def test_the_path_reader_finds_paths_and_skips_patterns() -> None:
-    text = "see scripts/env/doctor.py, pins/<project>.toml and patches/{project}/ or tests/x_*.py."
-    text += " TheRock's docs/packaging/x.md; scripts/backend_check.py; scripts/builds/publish.py"
+    text = "see scripts/rocmfa/env/doctor.py, pins/<project>.toml and patches/{project}/ or "
+    text += "tests/x_*.py."
+    text += (
+        " TheRock's docs/packaging/x.md; scripts/backend_check.py; scripts/rocmfa/builds/publish.py"
+    )
     assert named_paths(text) == {
-        "scripts/env/doctor.py",
+        "scripts/rocmfa/env/doctor.py",
         "scripts/backend_check.py",
-        "scripts/builds/publish.py",
+        "scripts/rocmfa/builds/publish.py",
     }
-    assert exists("scripts/sources/pins.load_pin") and not exists("scripts/builds/publish.py")
+    assert exists("scripts/rocmfa/sources/pins.load_pin") and not exists(
+        "scripts/rocmfa/builds/publish.py"
+    )

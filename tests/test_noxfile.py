@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import options
+from rocmfa.plumbing import options
 from tests.support.project import REPO_ROOT, run_nox
 
 ALL = {

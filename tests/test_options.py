@@ -9,11 +9,11 @@ import pickle
 
 import pytest
 
-from scripts.builds import build_pytorch
-from scripts.env import rocm_sdk
-from scripts.plumbing import options, pin_files
-from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import opt, options_of, settings
+from rocmfa.builds import build_pytorch
+from rocmfa.env import rocm_sdk
+from rocmfa.plumbing import options, pin_files
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import opt, options_of, settings
 
 
 def test_parse_gives_a_frozen_typed_object_with_the_fields_defaults() -> None:
@@ -141,7 +141,7 @@ def test_session_facts() -> None:
 
 
 def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, monkeypatch):
-    from scripts.env import session_env, session_guard
+    from rocmfa.env import session_env, session_guard
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
@@ -159,7 +159,7 @@ def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, 
 def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None:
     """bench's --json PATH is the probe's (doctor's --json is a switch): it goes through with its
     value, while another session's --arch of a chained run is dropped."""
-    from scripts.env import in_env
+    from rocmfa.env import in_env
 
     bench = options.BY_NAME["bench"]
     assert bench.probe and in_env.probe_names(bench) == ("bench",)
@@ -180,7 +180,7 @@ def test_other_sessions_values_are_dropped_with_their_flags() -> None:
 
 
 def test_effective_options_name_what_differs_from_the_defaults_and_where(monkeypatch) -> None:
-    from scripts.plumbing.options import effective
+    from rocmfa.plumbing.options import effective
 
     monkeypatch.setenv("ROCMFA_ARCH", "gfx1100")
     opts = options.parse("build_pytorch", ["--ccache", "-j", "3", "--skip", "audio", "--dry-run"])

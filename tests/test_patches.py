@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import options
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
-from scripts.sources import patches, update_pins
-from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.pins import Pin
+from rocmfa.plumbing import options
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import patches, update_pins
+from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.pins import Pin
 from tests.support import aotriton_standins as st
 
 

@@ -1,4 +1,4 @@
-"""pins/*.toml written by the one writer (scripts.plumbing.pin_files.set_values, what update_pins
+"""pins/*.toml written by the one writer (rocmfa.plumbing.pin_files.set_values, what update_pins
 and a build's first run call): the values it sets change, every other byte of the file (comments,
 order, formatting, untouched lines) stays; a malformed pin file is refused in one line."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import options, pin_files
-from scripts.plumbing.errors import UserError
-from scripts.sources import update_pins
+from rocmfa.plumbing import options, pin_files
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import update_pins
 from tests.support import aotriton_standins as st
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""One consistent pin set (scripts.sources.pin_set): the torch pin's own aotriton.cmake against
+"""One consistent pin set (rocmfa.sources.pin_set): the torch pin's own aotriton.cmake against
 pins/aotriton.toml, recorded by update_pins, checked before the first command; and the
 release lists of old aotriton.cmake files read the way CMake reads them."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import aotriton_release
-from scripts.plumbing import options, pin_files
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
-from scripts.sources import pin_set, pins, update_pins
+from rocmfa.builds import aotriton_release
+from rocmfa.plumbing import options, pin_files
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pin_set, pins, update_pins
 from tests.support import aotriton_standins as st
 from tests.test_pin_files import with_values
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import pin_files
-from scripts.plumbing.errors import UserError
-from scripts.sources import pins
+from rocmfa.plumbing import pin_files
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pins
 from tests.support import aotriton_standins as st
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -18,13 +18,13 @@ from typing import ClassVar
 
 import pytest
 
-from scripts.builds import build_pytorch as bp
-from scripts.env import doctor, session_guard
-from scripts.plumbing import options, team_index
-from scripts.plumbing.errors import UserError
-from scripts.sharing import install_wheels as iw
-from scripts.sharing import publish as pub
-from scripts.sharing import wheel_manifest
+from rocmfa.builds import build_pytorch as bp
+from rocmfa.env import doctor, session_guard
+from rocmfa.plumbing import options, team_index
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sharing import install_wheels as iw
+from rocmfa.sharing import publish as pub
+from rocmfa.sharing import wheel_manifest
 from tests.support import aotriton_standins as st
 from tests.support import pep503, shared_cache
 from tests.support import team_index as servers
@@ -115,7 +115,7 @@ def install_and_check(second: Machine, index: str, capfd) -> str:
         install(second, index)
     assert "\n" not in str(e.value)
     out = capfd.readouterr().out
-    assert "--require-hashes -r" in out and "scripts/probes/backend_check.py" in out
+    assert "--require-hashes -r" in out and "scripts/rocmfa/probes/backend_check.py" in out
     requirements = (second.work / "install_wheels-requirements.txt").read_text()
     assert requirements.count("--hash=sha256:") == 3
     for project, base in (("torch", "2.13.0a0"), ("torchaudio", "2.11.0a0")):
@@ -531,7 +531,7 @@ def test_reports_are_summarized_in_the_manifest(builder, env, tmp_path):
     """A real backend_check report (CPU torch here) goes into the manifest as a summary."""
     report = tmp_path / "backend_check.json"
     subprocess.run(
-        [sys.executable, "scripts/probes/backend_check.py", "--device", "cpu", "--json",
+        [sys.executable, "scripts/rocmfa/probes/backend_check.py", "--device", "cpu", "--json",
          str(report)],
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
@@ -557,7 +557,7 @@ def manifest_of(tree: Path) -> dict:
 def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder, env, tmp_path):
     """build_aotriton's kernel check of the AOTriton the torch was built with goes into the
     manifest (without the local tree path); a check of another commit does not."""
-    from scripts.builds import kernel_check
+    from rocmfa.builds import kernel_check
 
     publish(builder, str(tmp_path / "plain"))
     commit = manifest_of(tmp_path / "plain")["aotriton"]["commit"]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import activation, condaenv, lockfile, rattler_env
-from scripts.plumbing import stamps
-from scripts.plumbing.errors import UserError
+from rocmfa.env import activation, condaenv, lockfile, rattler_env
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import UserError
 from tests.conftest import RocmIndex
 from tests.support import loopback
 from tests.support.conda_packages import (
@@ -250,7 +250,7 @@ def test_bytes_that_do_not_match_the_lock_are_refused_and_the_prefix_is_untouche
 KILL_AFTER_LINKS = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from scripts.env import rattler_env
+    from rocmfa.env import rattler_env
 
     class KillMidway:
         linked = 0

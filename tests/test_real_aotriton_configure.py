@@ -38,13 +38,13 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import build_aotriton as ba
-from scripts.plumbing import options
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import PINS_DIR, load_toml
-from scripts.plumbing.errors import UserError
-from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.pins import Pin
+from rocmfa.builds import build_aotriton as ba
+from rocmfa.plumbing import options
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.pins import Pin
 from tests.support import aotriton_standins as st
 from tests.support.real_trees import borrow_snapshot
 

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import PINS_DIR, load_toml
-from scripts.sources import patches
-from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.pins import Pin
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
+from rocmfa.sources import patches
+from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.pins import Pin
 from tests.support.real_trees import borrow_snapshot
 
 AOTRITON_GIT = os.environ.get("ROCMFA_AOTRITON_REAL_GIT")

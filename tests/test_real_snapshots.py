@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import tune_aotriton as ta
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.datafiles import PINS_DIR, load_toml
-from scripts.plumbing.errors import UserError
-from scripts.sources import patches, pin_submodules
-from scripts.sources.checkouts import ensure_checkout
-from scripts.sources.pins import Pin
+from rocmfa.builds import tune_aotriton as ta
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import patches, pin_submodules
+from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
 from tests.support import aotriton_standins as st
 from tests.support.real_trees import borrow_snapshot
@@ -94,7 +94,7 @@ def registered(checkout: Path) -> list[str]:
 
 def options_we_pass() -> set[str]:
     text = "".join(
-        (REPO_ROOT / "scripts" / name).read_text()
+        (REPO_ROOT / "scripts" / "rocmfa" / name).read_text()
         for name in ("builds/build_aotriton.py", "builds/tune_aotriton.py", "sources/tuning_db.py")
     )
     return set(OPTION.findall(text))
@@ -237,7 +237,7 @@ def test_arch_families_agree_with_therock_at_the_pin() -> None:
     docs/packaging/legacy_per_family_releases.md lists at pins/therock.toml's commit, and the
     arch is in that family in cmake/therock_amdgpu_targets.cmake; an arch without one names its
     own cmake family (therock_family)."""
-    from scripts.env import archs
+    from rocmfa.env import archs
 
     commit = load_toml(PINS_DIR / "therock.toml", "pin")["therock"]["commit"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing import team_index
-from scripts.plumbing.errors import UserError
-from scripts.plumbing.options import ReportOptions
-from scripts.report import page
-from scripts.sharing import wheel_manifest
+from rocmfa.plumbing import team_index
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import ReportOptions
+from rocmfa.report import page
+from rocmfa.sharing import wheel_manifest
 from tests.support.project import results_dir
 from tests.support.team_index import pypiserver_families
 
@@ -265,12 +265,10 @@ def test_index_needs_a_family(tmp_path):
 def test_the_page_module_loads_few_of_ours_and_reads_kernel_checks_schema():
     """Only --index needs the team-index modules (imported then); the page's own schema table
     names kernel_check's summary without importing the builds."""
-    from scripts.builds import kernel_check
-    from scripts.report import inputs
+    from rocmfa.builds import kernel_check
+    from rocmfa.report import inputs
 
     assert inputs.KINDS[kernel_check.SUMMARY_SCHEMA] == "kernel_check"
-    code = (
-        "import sys, scripts.report.page; print(sum(m.startswith('scripts') for m in sys.modules))"
-    )
+    code = "import sys, rocmfa.report.page; print(sum(m.startswith('rocmfa') for m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(done.stdout) <= 12

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.plumbing.options import ReportOptions
-from scripts.report import page
+from rocmfa.plumbing.options import ReportOptions
+from rocmfa.report import page
 from tests.support.project import results_dir
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import doctor
-from scripts.plumbing.errors import did_you_mean
+from rocmfa.env import doctor
+from rocmfa.plumbing.errors import did_you_mean
 from tests.support.project import run_nox
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

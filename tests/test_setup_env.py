@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.env import archs, condaenv, rocm_sdk, setup_env
-from scripts.plumbing import stamps
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
+from rocmfa.env import archs, condaenv, rocm_sdk, setup_env
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
 from tests.conftest import RocmIndex
 from tests.support import pep503, standin_rocm
 from tests.support.project import copy_project, run_nox, standin_micromamba

@@ -1,4 +1,5 @@
-"""Kill tests of the AOTriton swap through pip (scripts/builds/aotriton_install.py): the run is
+"""Kill tests of the AOTriton swap through pip (scripts/rocmfa/builds/aotriton_install.py): the run
+is
 SIGKILLed (with the pip it started) at every change it makes to the env's site-packages or its
 work dir, seen through Python's audit events (tests/support/kill_hook.py), and the next run
 must leave a whole torch - RECORD true, `pip check` passing - in the state asked for. No kill
@@ -23,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import aotriton_install as ai
-from scripts.env import condaenv, doctor
-from scripts.plumbing.commands import Runner
-from scripts.plumbing.errors import UserError
+from rocmfa.builds import aotriton_install as ai
+from rocmfa.env import condaenv, doctor
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support import kill_hook
 
@@ -35,8 +36,8 @@ NEW_RUNTIME = b"new runtime\n"
 RUN = """
 import sys
 from pathlib import Path
-from scripts.builds import aotriton_install as ai
-from scripts.plumbing.commands import Runner
+from rocmfa.builds import aotriton_install as ai
+from rocmfa.plumbing.commands import Runner
 
 prefix, work, new, what = (Path(a) for a in sys.argv[1:5])
 python, runner = prefix / "bin" / "python", Runner()

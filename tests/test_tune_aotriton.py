@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from scripts.builds import aotriton_install
-from scripts.builds import build_aotriton as ba
-from scripts.builds import tune_aotriton as ta
-from scripts.plumbing import options
-from scripts.plumbing.errors import UserError
-from scripts.sources import tuning_db
+from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton as ba
+from rocmfa.builds import tune_aotriton as ta
+from rocmfa.plumbing import options
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import tuning_db
 from tests.support import aotriton_port_standin as port
 from tests.support import aotriton_standins as st
 from tests.support.aotriton_env import build_opts, command_lines, provision_env

@@ -1,4 +1,4 @@
-"""validate --upstream (scripts/probes/upstream_sdpa.py): the test file's fetch, cache and
+"""validate --upstream (scripts/rocmfa/probes/upstream_sdpa.py): the test file's fetch, cache and
 verification against loopback stand-ins of GitHub's API and raw hosts, TheRock's skip-list
 format, and real pytest runs of a stand-in test file through the probe's plugin; opt-in, the
 real PyTorch test file and TheRock's real skip files."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from scripts.probes import therock_skips, upstream_sdpa, upstream_sources
+from rocmfa.probes import therock_skips, upstream_sdpa, upstream_sources
 from tests.support import github_standin as gh
 from tests.support import upstream_sdpa_standin as standin
 from tests.support.shared_cache import free_port

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from scripts.probes import sdpa_common, validate
+from rocmfa.probes import sdpa_common, validate
 
 
 def test_quick_subset_passes_on_cpu(tmp_path):

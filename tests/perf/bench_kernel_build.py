@@ -1,4 +1,4 @@
-"""Measure AOTriton's own build through the kernel store (scripts/builds/kernel_build.py):
+"""Measure AOTriton's own build through the kernel store (scripts/rocmfa/builds/kernel_build.py):
 
 1. the launcher's cost per kernel job (kernel_launcher.py, started by Ninja for every custom
    command): a staged hit and a pass-through, against a bare `python -I -S -c pass`; and the
@@ -34,9 +34,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from scripts.builds import kernel_build, kernel_jobs, kernel_store  # noqa: E402
-from scripts.builds import kernel_check as kc  # noqa: E402
-from scripts.plumbing.commands import Runner  # noqa: E402
+from rocmfa.builds import kernel_build, kernel_jobs, kernel_store  # noqa: E402
+from rocmfa.builds import kernel_check as kc  # noqa: E402
+from rocmfa.plumbing.commands import Runner  # noqa: E402
 from tests.perf.bench_kernel_store import finish, load  # noqa: E402
 from tests.support import aotriton_generator_standin as gen  # noqa: E402
 
@@ -156,7 +156,7 @@ def ninja_job_ms(build: Path) -> dict[str, float]:
 
 
 def standin_builds(root: Path, signatures: int) -> dict[str, object]:
-    from scripts.builds import build_aotriton as ba
+    from rocmfa.builds import build_aotriton as ba
     from tests.support import pep503, standin_rocm
     from tests.support.aotriton_env import build_opts, provision_env
     from tests.support.shared_cache import redis_server

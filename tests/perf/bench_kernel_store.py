@@ -26,9 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.builds import kernel_check as kc
-from scripts.builds import kernel_cluster, kernel_jobs, kernel_store
-from scripts.plumbing.commands import Runner
+from rocmfa.builds import kernel_check as kc
+from rocmfa.builds import kernel_cluster, kernel_jobs, kernel_store
+from rocmfa.plumbing.commands import Runner
 from tests.support.shared_cache import redis_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

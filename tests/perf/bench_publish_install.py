@@ -22,9 +22,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from scripts.builds import build_pytorch
-from scripts.plumbing import options
-from scripts.sharing import install_wheels, publish
+from rocmfa.builds import build_pytorch
+from rocmfa.plumbing import options
+from rocmfa.sharing import install_wheels, publish
 from tests.support import pep503, shared_cache, standin_rocm, therock_standin
 from tests.support import team_index as servers
 from tests.support.wheels import torch_runtime_wheels

@@ -1,6 +1,7 @@
 """The default bench suite's whole run against the seed script's, on the same GPU, taking turns:
 seed, bench, seed, bench, ... (each a fresh process: interpreter start, torch import, the run).
-bench writes its JSON and prints its table (`scripts/probes/bench.py --json PATH`, what `nox -s
+bench writes its JSON and prints its table (`scripts/rocmfa/probes/bench.py --json PATH`, what `nox
+-s
 bench -- --json PATH` runs); the seed (lhl/strix-halo-testing torch-therock/05-attention-bench.py,
 not part of this repository: give its path) prints its tables. Prints both walls side by side,
 and the bench JSON files stay for an A/A comparison (`bench.py --compare`).
@@ -58,7 +59,7 @@ def main() -> int:
             if i < opts.runs:
                 seed_walls.append(timed([sys.executable, opts.seed], env)[0])
             if i < opts.bench_runs:
-                bench = [sys.executable, str(ROOT / "scripts/probes/bench.py")]
+                bench = [sys.executable, str(ROOT / "scripts/rocmfa/probes/bench.py")]
                 bench_walls.append(timed([*bench, "--json", str(out / f"aa{i + 1}.json")], env)[0])
     print(f"{'run':<5}{'seed 05-attention-bench.py s':>30}{'bench.py --json s':>20}")
     for i in range(max(len(seed_walls), len(bench_walls))):

@@ -1,9 +1,9 @@
-"""Reproduce py-rattler's exit-time crash and show that scripts.env.rattler_runtime prevents it.
+"""Reproduce py-rattler's exit-time crash and show that rocmfa.env.rattler_runtime prevents it.
 
 Each run is a fresh Python process with a cold package cache that solves one small test-made
 package from a file:// channel, installs it, checks the prefix, and returns from main:
   naive   - `asyncio.run(...)` as rattler's docs show;
-  guarded - the same calls through scripts.env.rattler_runtime.run;
+  guarded - the same calls through rocmfa.env.rattler_runtime.run;
   ours    - what `nox -s lock` and setup_env call: rattler_env.solve_lock + install_lock.
 A run "crashes" when the process dies of a signal (SIGSEGV/SIGABRT) after printing that the
 prefix was complete. The cause is in rattler_runtime's docstring.
@@ -45,7 +45,7 @@ def child(mode: str, root: Path) -> None:
     if mode == "naive":
         asyncio.run(solve_and_install())
     elif mode == "ours":
-        from scripts.env import rattler_env
+        from rocmfa.env import rattler_env
 
         env_file = root / "environment.yml"
         env_file.write_text(f"channels: [{url}]\nplatforms: [linux-64]\ndependencies: [hello]\n")
@@ -53,7 +53,7 @@ def child(mode: str, root: Path) -> None:
         rattler_env.solve_lock(env_file, lock, [], "", say=lambda _: None)
         rattler_env.install_lock(lock, root / "env", cache_dir=root / "cache")
     else:
-        from scripts.env import rattler_runtime
+        from rocmfa.env import rattler_runtime
 
         rattler_runtime.run(solve_and_install)
     print("prefix complete:", (root / "env" / "bin" / "hello").is_file(), flush=True)

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.plumbing.options import ReportOptions
-from scripts.report import page
+from rocmfa.plumbing.options import ReportOptions
+from rocmfa.report import page
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"

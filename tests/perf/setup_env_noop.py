@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.env import archs, rocm_sdk, setup_env
-from scripts.plumbing import stamps
-from scripts.plumbing.commands import Runner
+from rocmfa.env import archs, rocm_sdk, setup_env
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.commands import Runner
 from tests.perf.process_time import (
     Series,
     Timing,

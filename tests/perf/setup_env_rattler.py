@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.env import rattler_env
+from rocmfa.env import rattler_env
 from tests.perf.process_time import Series
 from tests.perf.setup_env_noop import noop_line, timed_nox
 from tests.support import pep503, standin_rocm

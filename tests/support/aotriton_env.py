@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from scripts.plumbing import options
+from rocmfa.plumbing import options
 from tests.support import standin_rocm
 
 

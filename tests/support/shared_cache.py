@@ -24,8 +24,8 @@ from typing import Any
 
 import requests
 
-from scripts.builds import compile_cache
-from scripts.plumbing.commands import Runner
+from rocmfa.builds import compile_cache
+from rocmfa.plumbing.commands import Runner
 
 REDIS = shutil.which("redis-server") or (
     "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None

@@ -148,8 +148,8 @@ def provision_env(
     """A real Python prefix (a venv standing in for the conda env) provisioned by setup_env's
     own post-conda code against the loopback index whose rocm.toml is in pins_dir: stand-in
     ROCm SDK, activation scripts, env stamp (recording lock_sha256 as the lock it came from)."""
-    from scripts.env import archs, rocm_sdk, setup_env
-    from scripts.plumbing.commands import Runner
+    from rocmfa.env import archs, rocm_sdk, setup_env
+    from rocmfa.plumbing.commands import Runner
 
     subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
     pin = rocm_sdk.load_pin(pins_dir / "rocm.toml")

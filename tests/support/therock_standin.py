@@ -54,7 +54,8 @@ def make_repo(path: Path, files: dict[str, str], branch: str = "main") -> str:
     return git(path, "rev-parse", "HEAD")
 
 
-# PyTorch's cmake/External/aotriton.cmake in its literal-commit form (scripts/sources/pins.py),
+# PyTorch's cmake/External/aotriton.cmake in its literal-commit form
+# (scripts/rocmfa/sources/pins.py),
 # pinning AOTriton 0.13b (ROCm/pytorch release/2.13).
 AOTRITON_CMAKE = """\
 if(NOT __AOTRITON_INCLUDED)

@@ -1,2 +1,0 @@
-"""The build sessions: AOTriton (source or release) into the env's torch, TheRock PyTorch wheels
-and their install, composable_kernel. Imports scripts.sources, scripts.env, scripts.plumbing."""

@@ -1,0 +1,201 @@
+"""build_aotriton's release path (the default where nothing of ours changes the arch's kernels;
+`--from-release` asks for it): AOTriton's prebuilt runtime plus only this arch's image
+pack (split since AOTriton 0.11b: pytorch/pytorch#161754, cmake/External/aotriton.cmake),
+sha256-verified, cached in <work>/downloads/aotriton/ and resumed with HTTP Range requests after
+a dropped connection.
+
+Names and sums come from the [aotriton.release] table of pins/aotriton.toml (the sums PyTorch's
+aotriton.cmake lists), or, for `commit = "from-pytorch"` pins, from that aotriton.cmake itself.
+$ROCMFA_AOTRITON_BASE_URL overrides the download location (mirrors, tests).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import tarfile
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing import downloads, paths, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.pins import Pin
+
+BASE_URL_ENV = "ROCMFA_AOTRITON_BASE_URL"
+DEFAULT_BASE_URL = "https://github.com/ROCm/aotriton/releases/download/"
+RUNTIME_NAME = "aotriton-{version}-{manylinux}_{hostarch}-rocm{rocm}-shared.tar.gz"
+IMAGES_NAME = "aotriton-{version}-images-amd-{pack}.tar.gz"
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    base_url: str
+    runtime_name: str
+    images_name: str
+    runtime: Mapping[str, tuple[str, str]]  # "7.15" -> (manylinux, sha256)
+    images: Mapping[str, str]  # "gfx115x" -> sha256
+    source: str
+
+
+def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = None) -> Release:
+    environ = os.environ if environ is None else environ
+    table = pin.data.get("release")
+    where = f"{pin.source} [aotriton.release]"
+    if isinstance(table, dict) and table.get("version", version) == version:
+        runtime: dict[str, tuple[str, str]] = {}
+        for rocm, entry in (table.get("runtime_sha256") or {}).items():
+            if (
+                not isinstance(entry, list)
+                or len(entry) != 2
+                or not all(isinstance(e, str) for e in entry)
+            ):
+                raise UserError(f"{where}: runtime_sha256.{rocm} must be [manylinux, sha256]")
+            runtime[str(rocm)] = (entry[0], entry[1].lower())
+        images = {str(k): str(v).lower() for k, v in (table.get("image_sha256") or {}).items()}
+        base = table.get("base_url", DEFAULT_BASE_URL)
+        names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
+        source = where
+    else:
+        resolved = pin.data.get("pytorch_cmake")
+        cmake = getattr(resolved, "cmake", None)
+        if cmake is None or cmake.version != version:
+            raise UserError(
+                f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
+                "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
+            )
+        lists = cmake.lists
+        rocm_list = lists.get("__AOTRITON_ROCM_LIST", ())
+        sums = lists.get("__AOTRITON_SHA256_LIST", ())
+        manylinux = lists.get("__AOTRITON_MANYLINUX_LIST", ())
+        runtime = {}
+        for r, m, sha in zip(rocm_list, manylinux, sums, strict=False):
+            # CMake's list(FIND) takes the first entry of a ROCm version listed twice
+            runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
+        image_names = lists.get("__AOTRITON_IMAGE_LIST", ()) or lists.get("__AOTRITON_IMAGE", ())
+        image_sums = lists.get("__AOTRITON_IMAGE_SHA256_LIST", ()) or lists.get(
+            "__AOTRITON_IMAGE_SHA256", ()
+        )
+        images = {}
+        for name, sha in zip(image_names, image_sums, strict=False):
+            images.setdefault(name.removeprefix("amd-"), sha.lower())
+        # the archive suffix is the file's __AOTRITON_Z (old files: "bz2")
+        z = (lists.get("__AOTRITON_Z") or ("gz",))[0] or "gz"
+        names = (RUNTIME_NAME, IMAGES_NAME)
+        names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in names)
+        base, source = DEFAULT_BASE_URL, resolved.source
+    base = environ.get(BASE_URL_ENV) or base
+    if not base.endswith("/"):
+        base += "/"
+    return Release(version, base, names[0], names[1], runtime, images, source)
+
+
+def release_inputs(pin: Pin, version: str) -> dict[str, Any]:
+    info = release_info(pin, version)
+    return {
+        "version": info.version,
+        "base_url": info.base_url,
+        "runtime": {k: list(v) for k, v in info.runtime.items()},
+        "images": dict(info.images),
+        "hostarch": platform.machine(),
+    }
+
+
+def real_sum(sha256: str, what: str, source: str) -> str:
+    """A published sha256, or UserError: all zeros is a placeholder (0.14b's aotriton.cmake
+    lists some before the tarballs exist), not a sum anything can be verified against."""
+    if not HEX64.fullmatch(sha256 or ""):
+        raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
+    if set(sha256) == {"0"}:
+        raise UserError(
+            f"{source}: the sha256 of {what} is a placeholder (all zeros), not a real release "
+            "sum; that tarball is not published - build from source instead"
+        )
+    return sha256
+
+
+def download(url: str, dest: Path, sha256: str, runner: Runner) -> Path:
+    """url -> dest, verified (plumbing.downloads); a finished file with the right sum is kept."""
+    if runner.dry_run and not (dest.is_file() and stamps.file_sha256(dest) == sha256):
+        runner.say(f"[dry-run] would download {url} -> {dest} (sha256 {sha256[:12]}…)")
+        return dest
+    return downloads.fetch_pinned(url, dest, sha256, fix=_unreachable(url), say=runner.say)
+
+
+def _unreachable(url: str) -> str:
+    host = urllib.parse.urlsplit(url).netloc or url
+    return f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
+
+
+def extract(archive: Path, target: Path) -> Path:
+    """Extract into target (fresh) and return the install root: the single top-level
+    directory of the archive when there is one (AOTriton tarballs hold `aotriton/`)."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")
+    except (tarfile.TarError, OSError) as e:
+        raise UserError(f"cannot extract {archive}: {e}") from None
+    entries = list(target.iterdir())
+    if len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists():
+        return entries[0]
+    return target
+
+
+def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
+    """Download, verify and unpack the runtime for the ROCm series `rocm` ('7.15') and this
+    arch's pack into the install prefix `into` (ours: build_aotriton's; what was there is
+    replaced); return the install (None in a plan)."""
+
+    info = release_info(ctx.pin, ctx.version)
+    pack = ctx.pack.removeprefix("amd-")
+    if pack not in info.images:
+        raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
+    real_sum(info.images[pack], f"image pack amd-{pack} of AOTriton {info.version}", info.source)
+    cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
+    base = f"{info.base_url}{info.version}/"
+    runner.say(f"release sums from {info.source}")
+    manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
+    if not runtime_sha:
+        raise UserError(
+            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
+            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
+        )
+    real_sum(runtime_sha, f"the ROCm {rocm} runtime of AOTriton {info.version}", info.source)
+    fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
+    fields.update(manylinux=manylinux, rocm=rocm)
+    runtime_name = info.runtime_name.format(**fields)
+    runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
+    images_name = info.images_name.format(**fields)
+    images_tar = download(base + images_name, cache / images_name, info.images[pack], runner)
+    staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
+    say = f"unpack the {info.version} runtime and amd-{pack} into {into}"
+    return runner.apply(unpack, runtime_tar, images_tar, pack, staging, into, say=say)
+
+
+def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: Path):
+    """The runtime with this arch's images into the install prefix `into` (what was there is
+    replaced), through a staging dir beside it."""
+    root = extract(runtime_tar, staging / "runtime")
+    pack_dir = extract(images_tar, staging / "images") / "lib" / "aotriton.images" / f"amd-{pack}"
+    if not (pack_dir / "__signature__").is_file():
+        raise UserError(f"{images_tar.name}: no lib/aotriton.images/amd-{pack}/__signature__")
+    images_target = root / "lib" / "aotriton.images"
+    shutil.rmtree(images_target, ignore_errors=True)
+    images_target.mkdir(parents=True)
+    os.replace(pack_dir, images_target / f"amd-{pack}")
+    shutil.rmtree(into, ignore_errors=True)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(root, into)  # both under <work>/build
+    shutil.rmtree(staging)
+    from rocmfa.builds.aotriton_install import AotritonInstall
+
+    return AotritonInstall.read(into / "lib", into / "include")

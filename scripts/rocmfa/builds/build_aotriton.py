@@ -1,0 +1,768 @@
+"""`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
+AOTRITON_INSTALLED_PREFIX), swapped into the env's torch when there is one.
+
+Each arch takes the shortest honest path (choose_path; doctor asks aotriton_path): the pinned
+release's runtime and image pack (aotriton_release, sha256-checked) where nothing of ours
+changes the arch's kernels, else a source build (cmake + ninja against the env's ROCm, with the
+arch's patches). The swap goes through pip: torch's own wheel, repacked with the new AOTriton
+(aotriton_install); `--restore` reinstalls torch's own wheel. A version or image mismatch is
+refused unless --force (docs/aotriton.md). A content-addressed stamp makes a rerun with nothing
+changed run no command at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmfa.env import archs, session_env
+from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+
+if TYPE_CHECKING:  # the rest is imported where a path needs it (an import loads 17 modules)
+    from rocmfa.builds.aotriton_install import AotritonInstall
+    from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+    from rocmfa.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
+    from rocmfa.sources import pins
+    from rocmfa.sources.tuning_db import TuningDb
+
+STAMP_NAME = "aotriton"
+# The last finished build or release unpack in the install prefix (installed into torch or
+# not): build_pytorch's AOTRITON_INSTALLED_PREFIX (gfx908's torch: the patched build).
+BUILT_STAMP_NAME = "aotriton-built"
+STAMP_VERSION = 1
+AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
+# Options that only a source build has: given, they ask for one.
+SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
+
+
+def rocm_version(site: Path) -> str:
+    """The env's ROCm; before setup_env (a dry run), the one pins/rocm.toml pins."""
+    from rocmfa.builds.aotriton_install import dist_version
+    from rocmfa.env import rocm_sdk
+
+    return (dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
+
+
+def rocm_series(site: Path) -> str:
+    return ".".join(rocm_version(site).split(".")[:2])
+
+
+def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
+    """Toolchain identity without running anything: the env (its lock covers cmake, ninja,
+    compilers), the ROCm version and which tools would be used."""
+    from rocmfa.env import condaenv
+
+    env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
+    return {
+        "env_identity": condaenv.env_identity(prefix),
+        "rocm": rocm_version(site),
+        "tools": {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")},
+    }
+
+
+# --- which path: the pinned release pack or a source build -------------------------------
+
+
+@dataclass(frozen=True)
+class AotritonPath:
+    arch: str
+    version: str
+    pack: str  # "amd-gfx115x"
+    source: bool
+    why: str
+    cost: str
+    patches: tuple[str, ...] = ()  # what a source build applies for the arch
+
+    @property
+    def kind(self) -> str:
+        return "source build" if self.source else f"release pack {self.pack}"
+
+    def lines(self) -> list[str]:
+        return [f"path: {self.kind}: {self.why}", f"cost: {self.cost}"]
+
+
+def asked_path(opts: BuildAotritonOptions) -> str | None:
+    """The option that decides the path, if any: --from-release, or the first source-only
+    option given (--from-release with one of those is refused)."""
+    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
+    if opts.from_release and given:
+        raise UserError(
+            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
+        )
+    return "--from-release" if opts.from_release else (given[0] if given else None)
+
+
+def source_cost(commit: str, arch: str, jobs: int) -> str:
+    """Measured kernel-job count x seconds a job (scripts/rocmfa/data/aotriton_matrix.toml
+    [build_cost]), or what is measured for another arch of the commit."""
+    from rocmfa.env.compat_matrix import MATRIX_FILE
+    from rocmfa.plumbing.datafiles import load_toml
+
+    table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
+    rest = "plus AOTriton's Triton fork (its own LLVM download) and the C++ runtime"
+    row = table.get(arch)
+    if row is None:
+        known = "; ".join(
+            f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
+        )
+        known = f" ({known})" if known else ""
+        return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
+    cpu = row["jobs"] * row["seconds_per_job"]
+    wall = cpu / jobs
+    hours = f"{wall / 3600:.1f} h" if wall >= 5400 else f"{wall / 60:.0f} min"
+    return (
+        f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
+        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {hours} on {jobs} "
+        f"build jobs; {rest}"
+    )
+
+
+def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
+    """'' when the pinned release has this pack and a runtime for the ROCm series, built from
+    the pinned commit; else why not, in a few words."""
+    from rocmfa.builds import aotriton_release
+    from rocmfa.env.compat_matrix import load_matrix
+
+    tag = next((r.commit for r in load_matrix().releases if r.version == version), None)
+    matrix_file = "scripts/rocmfa/data/aotriton_matrix.toml"
+    if tag != pin.commit:
+        return (
+            f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built "
+            f"from ({tag[:12] if tag else 'no such release in ' + matrix_file})"
+        )
+    try:
+        info = aotriton_release.release_info(pin, version)
+    except UserError as e:
+        return f"no release pack to take ({e})"
+    sums = [("image pack " + pack, info.images.get(pack.removeprefix("amd-")))]
+    sums.append((f"runtime for ROCm {rocm}", (info.runtime.get(rocm) or ("", None))[1]))
+    for what, sha in sums:
+        if not sha:
+            return f"the {version} release has no {what} ({info.source})"
+        if set(sha) == {"0"}:
+            return f"the {version} release lists a placeholder sum for its {what} (unpublished)"
+    return ""
+
+
+def choose_path(
+    arch: archs.Arch,
+    pin: pins.Pin,
+    version: str,
+    pack: str,
+    *,
+    rocm: str,
+    patched_arch: bool = False,
+    asked: str | None = None,
+    jobs: int = 1,
+) -> AotritonPath:
+    """The pinned release pack unless something of ours changes this arch's kernels (a patch,
+    a tuning database, an arch only our patch set adds), an option asks for a source build, or
+    the release has nothing to take (another commit, no pack, no runtime for the ROCm series)."""
+    from rocmfa.sources import tuning_db
+    from rocmfa.sources.patches import patch_set_for
+
+    found = patch_set_for("aotriton", pin.commit, arch=arch.name)
+    names = tuple(p.name for p in found.patches) if found else ()
+    release_cost = (
+        f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the {pack} "
+        "image pack (sizes as the server reports them when each starts); no kernel compiles"
+    )
+    tuned = tuning_db.find(pin.commit, arch.name)
+    if asked == "--from-release":
+        return AotritonPath(arch.name, version, pack, False, "--from-release", release_cost)
+    if asked:
+        why = f"{asked} asks for one"
+    elif patched_arch:
+        why = (
+            f"upstream {version} has no {arch.name} kernels and no release has its images; "
+            f"our patch set adds them ({', '.join(names)})"
+        )
+    elif names:
+        why = f"our patch set changes {arch.name}'s build ({', '.join(names)})"
+    elif tuned:
+        why = f"our tuning database changes {arch.name}'s kernels ({tuned.directory})"
+    else:
+        why = release_gap(pin, version, pack, rocm)
+    if why:
+        cost = source_cost(pin.commit, arch.name, jobs)
+        return AotritonPath(arch.name, version, pack, True, why, cost, names)
+    why = (
+        f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
+        f"and the pinned {version} release ships {pack} built from this commit "
+        "(--from-source builds it anyway)"
+    )
+    return AotritonPath(arch.name, version, pack, False, why, release_cost)
+
+
+def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
+    """Which path `nox -s build_aotriton -- --arch <arch>` takes with no options (for doctor);
+    site: the env's site-packages (its ROCm series), else the pinned one. UserError for an
+    arch the pinned AOTriton cannot serve."""
+    chosen = archs.get_arch(arch)
+    pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
+    rocm = rocm_series(site or Path("/nonexistent"))
+    return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
+
+
+# --- restore -------------------------------------------------------------
+
+
+def restore(ctx: Context) -> None:
+    """Put torch's own AOTriton back: pip reinstalls the wheel torch was repacked from."""
+    from rocmfa.builds.aotriton_install import restore_torch
+
+    # a stale stamp must not survive
+    ctx.session.runner.apply(stamps.remove, paths.stamp_path(ctx.work, STAMP_NAME))
+    restore_torch(ctx.in_torch, ctx.session.python, ctx.work, ctx.session.runner)
+
+
+# --- the session --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    """How a source build runs: build_aotriton's options, or tune_aotriton's for its builds."""
+
+    clean: bool = False
+    force: bool = False
+    discard_local_edits: bool = False
+    no_images: bool = False
+    timeout_min: float | None = None
+    cache: CacheSpec | None = None  # parsed with the options
+    jobs: int | None = None
+    workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
+    triton: str = "fork"  # the Triton the kernels compile with (BuildAotritonOptions.kernel_triton)
+    pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF: also the python binding (needs pybind11)
+
+    @property
+    def timeout(self) -> str:
+        """AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)."""
+        return "0" if self.timeout_min is None else f"{self.timeout_min:g}"
+
+
+def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
+    """The source-build options of opts; build: no_images, workers, triton, pyaotriton."""
+    shared = ("clean", "force", "discard_local_edits", "timeout_min", "cache", "jobs")
+    return SourceBuild(**{k: getattr(opts, k) for k in shared}, **build)
+
+
+@dataclass(frozen=True)
+class Context(session_env.OnSession):
+    session: session_env.SessionEnv
+    # The env's torch, or None when it has none yet (the main job builds AOTriton first, then
+    # torch against it): the build then stays in its install prefix.
+    torch: Path | None
+    pin: pins.Pin
+    version: str
+    pack: str
+    patched_arch: bool = False  # the arch's kernels come from our patch set (gfx908 on 0.13b)
+    source_name = "aotriton"  # work/src/<name> and work/build/<name>
+
+    @property
+    def site(self) -> Path:
+        from rocmfa.builds.aotriton_install import site_packages
+
+        if self.torch is not None:
+            return self.torch.parent
+        if self.session.ready:
+            return site_packages(self.prefix)
+        return self.prefix / "lib" / "python3.X" / "site-packages"  # a plan before setup_env
+
+    @property
+    def in_torch(self) -> Path:
+        """The env's torch, for what needs one (an install into it, --restore, tuning)."""
+        from rocmfa.builds.aotriton_install import torch_dir
+
+        if self.torch is None:
+            return torch_dir(self.prefix, "needed to install into it")
+        return self.torch
+
+
+def make_context(
+    where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
+) -> Context:
+    """The session env plus which AOTriton: its pin, version and pack. torch_optional: a
+    source build goes on without a torch in the env (torch None)."""
+    from rocmfa.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
+
+    session = session_env.open_env(where, dry_run=where.dry_run)
+    pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
+    if session.ready:  # a torch install killed midway is finished first
+        finish_interrupted(session.python, session.prefix, session.runner)
+        torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
+    elif torch_optional:
+        torch = None
+    else:  # a plan before setup_env: where the env's torch will be
+        torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
+    return Context(session, torch, pin, version, f"amd-{pack}", patched)
+
+
+def _upstream_pin(
+    arch: archs.Arch, work: Path, from_release: bool = False
+) -> tuple[pins.Pin, str, str, bool]:
+    from rocmfa.sources import pins
+
+    pin = pins.load_pin("aotriton", workdir=work)
+    version = pin.data.get("version")
+    if not version:
+        raise UserError(f"{pin.source}: AOTriton 'version' is unknown; add version = \"0.13b\"")
+    patched = arch.aotriton_patched_pack(version)
+    if patched:
+        _check_patched_arch(arch, pin, version, from_release)
+        return pin, version, patched, True
+    if not arch.aotriton_supported(version):
+        limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
+        raise UserError(
+            f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
+            + (f": {limit}" if limit else "")
+            + (f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else "")
+        )
+    pack = arch.aotriton_pack(version)
+    if not pack:
+        raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
+    return pin, version, pack, False
+
+
+def _check_patched_arch(arch: archs.Arch, pin: pins.Pin, version: str, from_release: bool) -> None:
+    """An arch upstream has no kernels for, added by our patch set (arches.toml
+    aotriton_patched): only a source build of the pinned commit with that set has them."""
+    from rocmfa.sources.patches import patch_set_for
+
+    if from_release:
+        raise UserError(
+            f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream has "
+            "no kernels for it; our patch set adds them); drop --from-release to build from source"
+        )
+    if patch_set_for("aotriton", pin.commit) is None:
+        raise UserError(
+            f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
+            f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
+            "port it with: nox -s update_pins -- --port-patches"
+        )
+
+
+def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
+    """Everything the install depends on: the stamp that makes a rerun a no-op."""
+    inputs: dict[str, Any] = {
+        "stamp_version": STAMP_VERSION,
+        "mode": "release" if from_release else "source",
+        "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
+        "arch": ctx.arch.name,
+        "pack": ctx.pack,
+        "torch": str(ctx.torch) if ctx.torch is not None else None,
+        "toolchain": toolchain(ctx.prefix, ctx.site),
+    }
+    if from_release:
+        from rocmfa.builds import aotriton_release
+
+        inputs["release"] = aotriton_release.release_inputs(ctx.pin, ctx.version)
+        return inputs
+    from rocmfa.sources import tuning_db
+    from rocmfa.sources.patches import patch_set_digest
+
+    inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name)
+    tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+    inputs["tuning_db"] = tuned.digest() if tuned else None
+    inputs["options"] = {
+        "noimage": build.no_images,
+        "timeout_min": build.timeout,
+        "pyaotriton": build.pyaotriton,
+    }
+    if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
+        from rocmfa.builds import kernel_build
+
+        inputs["options"]["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
+    return inputs
+
+
+def install_prefix(ctx: Context) -> Path:
+    """Where a source build installs (build_pytorch's AOTRITON_INSTALLED_PREFIX)."""
+    return paths.build_dir(ctx.work, ctx.source_name) / "install"
+
+
+def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
+    """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only); the
+    first real run resolves, checks and records an unresolved torch pin as update_pins does."""
+    from rocmfa.builds.aotriton_install import torch_version
+    from rocmfa.env import compat_matrix
+    from rocmfa.sources import pin_set, update_pins
+
+    if ctx.torch is None and opts.no_images and ctx.session.ready:
+        raise UserError(
+            "--no-images builds the runtime only and keeps the images of the env's torch, but "
+            "the env has no torch: drop --no-images (build_pytorch needs the images too)"
+        )
+    update_pins.resolve_for_build("pytorch", ctx.session.runner, workdir=ctx.work, force=opts.force)
+    compat_matrix.announce(
+        pin_set.check(
+            ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work
+        )
+    )
+    torch = torch_version(ctx.torch) if ctx.torch is not None else None
+    compat_matrix.announce(
+        compat_matrix.check_combination(
+            ctx.arch, ctx.version, torch_version=torch, force=opts.force
+        )
+    )
+    say = ctx.session.runner.say
+    say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
+    say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
+    if ctx.patched_arch:
+        say(
+            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
+            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
+        )
+
+
+def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
+    """The stamp is current and what it installed is still there (said when so)."""
+    from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
+
+    lib = ctx.torch / "lib" if ctx.torch is not None else None
+    recorded = stamps.read(stamp)
+    built_in = install_prefix(ctx)
+    if not (
+        stamps.is_current(stamp, inputs)
+        and recorded is not None
+        and recorded.get("installed") == (installed_fingerprint(lib) if lib else None)
+        and (lib is not None or AotritonInstall.read(built_in / "lib").runtime is not None)
+    ):
+        return False
+    where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
+    ctx.session.runner.say(
+        f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} {where}; "
+        f"stamp {stamp}); nothing run"
+    )
+    return True
+
+
+def build_aotriton(opts: BuildAotritonOptions) -> None:
+    from rocmfa.plumbing import buildjobs
+    from rocmfa.sources import tuning_db
+
+    asked = asked_path(opts)
+    ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
+    if opts.restore:
+        restore(ctx)
+        return
+    checks_before_commands(ctx, opts)
+    jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
+    rocm = rocm_series(ctx.site)
+    path = choose_path(
+        ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
+        asked=asked, jobs=jobs,
+    )  # fmt: skip
+    print(*path.lines(), sep="\n")
+    build = source_build(
+        opts,
+        no_images=opts.no_images,
+        workers=opts.workers,
+        triton=opts.kernel_triton,
+        pyaotriton=opts.with_pyaotriton,
+    )
+    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
+    if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
+        return
+    runner = ctx.session.runner
+    runner.apply(stamps.remove, stamp)
+    built_in = install_prefix(ctx)
+    if not path.source:
+        from rocmfa.builds import aotriton_release
+
+        new = aotriton_release.fetch_release(ctx, runner, built_in, rocm)
+        how = f"prebuilt release {ctx.version}"
+    else:
+        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+        new = build_from_source(ctx, build, tuning=tuned)
+        how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
+        if tuned:
+            how += f" with the tuning database {tuned.directory.name}"
+    built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    # the build's own inputs: not which torch it goes into (a torch appearing later must not
+    # make build_pytorch rebuild torch)
+    own = {k: v for k, v in inputs.items() if k != "torch"}
+    if new is not None:
+        stamps.write(built, own, install_prefix=str(new.lib.parent))
+    else:  # a plan: build_pytorch later in this run plans against this prefix
+        stamps.plan(built, install_prefix=str(built_in))
+    if ctx.torch is None:
+        keep_in_prefix(ctx, new, stamp, inputs, built_in)
+        return
+    install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
+
+
+def launcher_args(cache: CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
+    """AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
+    preset that result so --cache really decides (docs/upstream-interfaces.md). Without
+    --cache, a ccache on PATH is used, as before."""
+    ccache = shutil.which("ccache", path=env.get("PATH", ""))
+    if cache.active:
+        return [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
+    if ccache and not asked:
+        return [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
+    return ["-DCCACHE_FOUND=OFF"]
+
+
+def drop_stale_cmake_cache(
+    build: Path, args: list[str], sets: dict[str, str], runner: Runner
+) -> Path:
+    """A changed configuration must not meet a stale CMakeCache: its values win over new ones
+    on later runs (pytorch/pytorch#28373). Returns the record of the configuration."""
+    configured = build / ".rocmfa-configure.json"
+    wanted = stamps.digest({"args": args, "sets": sets})
+    previous = stamps.read(configured)
+    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
+        say = "configuration changed: removing the stale CMakeCache.txt"
+        runner.apply((build / "CMakeCache.txt").unlink, say=say)
+    return configured
+
+
+def keep_in_prefix(
+    ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any], built_in: Path
+) -> None:
+    """No torch in the env (the main job builds AOTriton first, then torch against it): the
+    build stays in its install prefix, which build_pytorch passes as AOTRITON_INSTALLED_PREFIX;
+    nothing is swapped (new is None in a plan)."""
+    runner = ctx.session.runner
+    story = (
+        f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
+        "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
+    )
+    if new is None:
+        runner.say(f"[dry-run] {story}; would write {stamp}")
+        return
+    if new.runtime is None:
+        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
+    if ctx.pack not in new.images:
+        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
+    runner.say(f"built: {new.describe()}")
+    runner.say(story)
+    described = {"runtime": new.runtime, "images": new.images}
+    stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
+
+
+def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
+    """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
+    generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
+    kernel, on the cluster, into the kernel store). Returns the source tree."""
+    from rocmfa.builds import kernel_check
+    from rocmfa.sources import pin_submodules
+    from rocmfa.sources.checkouts import ensure_checkout
+    from rocmfa.sources.patches import apply_patch_set
+
+    runner = ctx.session.runner
+    src = paths.src_dir(ctx.work, ctx.source_name)
+    if build_options.clean and build.exists():
+        runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
+    pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    ensure_checkout(
+        ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
+    )
+    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name)
+    kernel_check.before_build(ctx, src, build_options, store=store)
+    return src
+
+
+def configure_args(
+    ctx: Context, build_options: SourceBuild, src: Path, build: Path
+) -> tuple[list[str], dict[str, str]]:
+    """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
+    runner, python = ctx.session.runner, ctx.prefix / "bin" / "python"
+    root, cmake_dir = (
+        runner.run(
+            [ctx.session.tool("rocm-sdk"), "path", f"--{q}"],
+            capture=True,
+            dry_run_output=f"$(rocm-sdk path --{q})",
+        ).stdout.strip()
+        for q in ("root", "cmake")
+    )
+    pkgconfig = [ctx.prefix / "lib" / "pkgconfig", ctx.prefix / "share" / "pkgconfig"]
+    if runner.base_env.get("PKG_CONFIG_PATH"):
+        pkgconfig.append(runner.base_env["PKG_CONFIG_PATH"])
+    sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(map(str, pkgconfig))}
+    args = [
+        str(ctx.session.tool("cmake")),
+        *("-G", "Ninja", "-S", str(src), "-B", str(build)),
+        f"-DCMAKE_MAKE_PROGRAM={ctx.session.tool('ninja')}",
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
+        f"-DCMAKE_PREFIX_PATH={cmake_dir}",
+        f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
+        f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
+        f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
+        # as torch's own cmake/External/aotriton.cmake: torch never uses pyaotriton
+        f"-DAOTRITON_NO_PYTHON={'OFF' if build_options.pyaotriton else 'ON'}",
+        "-DHIP_PLATFORM=amd",
+    ]
+    if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
+        # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
+        args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
+    if python.exists():
+        args.append(f"-DPython3_EXECUTABLE={python}")
+    return args, sets
+
+
+def build_from_source(
+    ctx: Context,
+    build_options: SourceBuild,
+    *,
+    tuning: TuningDb | None = None,
+    build_name: str | None = None,
+    extra_cmake: tuple[str, ...] = (),
+) -> AotritonInstall | None:
+    """Configure, build and install into <build>/install (None in a plan); tune_aotriton
+    passes its build_name, options (AOTRITON_BUILD_FOR_TUNING, ...) and candidate database."""
+    from rocmfa.builds import compile_cache, kernel_build
+    from rocmfa.builds.aotriton_install import AotritonInstall
+    from rocmfa.plumbing import buildjobs
+    from rocmfa.sources import tuning_db
+
+    session, runner = ctx.session, ctx.session.runner
+    if build_options.pyaotriton:
+        require_pybind11(ctx)
+    build = paths.build_dir(ctx.work, build_name or ctx.source_name)
+    install = build / "install"
+    store = kernel_build.open_for_build(ctx, build_options, runner)
+    src = prepare_tree(ctx, build_options, build, store)
+    kernels = kernel_build.plan(ctx, build_options, src, build, store, runner)
+    env = runner.base_env
+    jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
+    runner.say(f"build jobs: {why}")
+    args, sets = configure_args(ctx, build_options, src, build)
+    cache = compile_cache.plan_cache(
+        build_options.cache, work=ctx.work, arch=ctx.arch.name,
+        toolchain=toolchain(ctx.prefix, ctx.site), env=env, runner=runner,
+        planned=not session.ready,
+    )  # fmt: skip
+    if tuning is not None:
+        scratch = build.with_name(build.name + "-tuning-db")
+        python, cmake = str(ctx.prefix / "bin" / "python"), args[0]
+        args += tuning_db.build_inputs(
+            tuning, src, scratch, python=python, cmake=cmake, runner=runner
+        )
+    args += extra_cmake
+    args += launcher_args(cache, env, asked=build_options.cache is not None)
+    if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
+        args += kernels.cmake_args()
+    configured = drop_stale_cmake_cache(build, args, sets, runner)
+    if install.exists():
+        runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
+    try:
+        runner.run(args, cwd=src, sets=sets)
+    finally:
+        if tuning is not None:  # configure has read the merged database; keep the tree clean
+            tuning_db.restore_source(tuning, src, runner)
+    runner.apply(stamps.write, configured, {"args": args, "sets": sets})
+    # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
+    ninja = str(session.tool("ninja"))
+    with (
+        kernel_build.through_store(kernels, build, runner),
+        compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache,
+    ):
+        build_sets = {**sets, **cache.build_sets(env)}
+        runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
+    return runner.apply(AotritonInstall.read, install / "lib", install / "include")
+
+
+def require_pybind11(ctx: Context) -> None:
+    """AOTRITON_NO_PYTHON=OFF: AOTriton's CMakeLists.txt (6e00ef3e lines 131-143) runs `import
+    pybind11` with Python3_EXECUTABLE, then find_package(pybind11 CONFIG REQUIRED), before its
+    build venv exists: the env's python must have pybind11. Refused here in one line, not in
+    configure. Before setup_env: the lock it installs must have it."""
+    python = ctx.prefix / "bin" / "python"
+    if ctx.session.ready:
+        probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
+        has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
+    else:
+        from rocmfa.env import lock_records, lockfile
+
+        records = lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))["records"]
+        has = any(r.get("name") == "pybind11" for r in records.values())
+        where = "conda-lock.yml, which setup_env installs, has no pybind11"
+    if not has:
+        raise UserError(
+            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
+            "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
+            f"CMake package), and {where}: add `- pybind11` to "
+            "environment.yml, then run: nox -s lock && nox -s setup_env"
+        )
+
+
+def torch_shipped(torch: Path) -> AotritonInstall:
+    """What torch shipped: the marker says when the env's torch is a wheel we repacked."""
+    from rocmfa.builds.aotriton_install import AotritonInstall, read_marker
+
+    lib, marker = torch / "lib", read_marker(torch)
+    if marker is not None and marker.get("shipped"):
+        was = marker["shipped"]
+        return AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
+    return AotritonInstall.read(lib, torch / "include")
+
+
+def install(
+    ctx: Context,
+    new: AotritonInstall | None,
+    stamp: Path,
+    inputs: dict[str, Any],
+    how: str,
+    *,
+    no_images: bool,
+    force: bool,
+) -> None:
+    """Check versions and images, then repack torch's own wheel with new and let pip install
+    it (aotriton_install.install_into_torch), and write the stamp (new is None in a plan)."""
+    from rocmfa.builds.aotriton_install import (
+        check_compatible,
+        image_signatures,
+        install_into_torch,
+        installed_fingerprint,
+        torch_version,
+    )
+
+    runner, torch = ctx.session.runner, ctx.in_torch
+    lib = torch / "lib"
+    shipped = torch_shipped(torch)
+    if new is None:  # a plan
+        runner.say(
+            f"[dry-run] would check versions, repack torch's own wheel with the new AOTriton, "
+            f"pip install it into {ctx.prefix} and write {stamp}"
+        )
+        return
+    no_images = inputs["mode"] == "source" and no_images
+    if not no_images and ctx.pack not in new.images:
+        raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
+    # --no-images: the runtime joins the images already in torch/lib; check it against those.
+    effective = (
+        new if new.images else replace(new, images=image_signatures(lib / "aotriton.images"))
+    )
+    overridden = check_compatible(effective, shipped, force)
+    for problem in overridden:
+        runner.say(f"WARNING (--force): {problem}")
+    same = not shipped.runtime or shipped.runtime == new.runtime
+    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
+    record = {
+        "installed_by": "nox -s build_aotriton",
+        "how": how,
+        "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
+        "arch": ctx.arch.name,
+        "torch_version": torch_version(torch),
+        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
+        "new": {"runtime": new.runtime, "images": effective.images},
+        "forced": overridden,
+    }
+    original, wheel = install_into_torch(
+        new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
+        work=ctx.work, runner=runner,
+    )  # fmt: skip
+    runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
+    runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
+    runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
+    kept = {"shipped": record["shipped"], "new": record["new"], "wheel": str(wheel)}
+    stamps.write(stamp, inputs, installed=installed_fingerprint(lib), **kept)

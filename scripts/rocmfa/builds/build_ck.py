@@ -1,0 +1,186 @@
+"""`nox -s build_ck`: composable_kernel for this arch, library only, installed into the env.
+
+CK lives in ROCm/rocm-libraries under projects/composablekernel (the old ROCm/composable_kernel
+repository is deprecated; pins/composable_kernel.toml can still select it). Its CMakeLists.txt
+@ rocm-libraries 05d98566 (docs/upstream-interfaces.md): `GPU_TARGETS=<arch>` also adds tests
+and examples (the 1.5 h build), so the library uses `GPU_ARCHS=<arch>`; `BUILD_DEV` (-Werror
+-Weverything) defaults ON and is turned off; `find_package(ROCM)` needs
+`CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` and the compilers come from that SDK. Installs go
+to the env prefix (never /opt/rocm, never sudo).
+
+PyTorch's CK attention backend is not this CK: PyTorch builds its own bundled CK when
+USE_ROCM_CK_SDPA=1, and CK's fused-MHA instances exist only for gfx90a/gfx94x/gfx95x.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rocmfa.builds import compile_cache
+from rocmfa.env import condaenv, session_env
+from rocmfa.plumbing import buildjobs, paths, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import BuildCkOptions
+
+CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
+STAMP = "build_ck"
+
+
+def compilers(root: Path) -> tuple[Path, Path]:
+    """(C, C++) compiler of the env's ROCm SDK: bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
+    for c, cxx in (
+        (root / "bin" / "amdclang", root / "bin" / "amdclang++"),
+        (root / "lib" / "llvm" / "bin" / "clang", root / "lib" / "llvm" / "bin" / "clang++"),
+    ):
+        if c.is_file() and cxx.is_file():
+            if not (os.access(c, os.X_OK) and os.access(cxx, os.X_OK)):
+                raise UserError(f"{c} / {cxx} are not executable; reinstall rocm[devel]")
+            return c, cxx
+    raise UserError(
+        f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
+        "is rocm[devel] installed? run: nox -s setup_env"
+    )
+
+
+def cmake_args(
+    source: Path, build: Path, prefix: Path, arch: str, cmake_prefix: str, cc: Path, cxx: Path,
+    *, with_tests: bool, with_examples: bool, with_mha: bool = False,
+) -> list[str]:  # fmt: skip
+    on = {True: "ON", False: "OFF"}
+    # tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS)
+    targets = ["-UGPU_ARCHS", f"-DGPU_TARGETS={arch}"]
+    return [
+        *("-G", "Ninja", "-S", str(source), "-B", str(build)),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_INSTALL_PREFIX={prefix}",
+        f"-DCMAKE_PREFIX_PATH={cmake_prefix}",
+        f"-DCMAKE_C_COMPILER={cc}",
+        f"-DCMAKE_CXX_COMPILER={cxx}",
+        f"-DCMAKE_HIP_COMPILER={cxx}",
+        "-DBUILD_DEV=OFF",
+        *(targets if with_tests or with_examples else ["-UGPU_TARGETS", f"-DGPU_ARCHS={arch}"]),
+        f"-DBUILD_TESTING={on[with_tests]}",
+        f"-DBUILD_CK_EXAMPLES={on[with_examples]}",
+        f"-DBUILD_CK_TUTORIALS={on[with_examples]}",
+        # the monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
+        *(["-DBUILD_MHA_LIB=ON"] if with_mha else []),
+    ]
+
+
+def cached_compiler(build: Path) -> str | None:
+    try:
+        lines = (build / "CMakeCache.txt").read_text().splitlines()
+    except OSError:
+        return None
+    found = (line.split("=", 1)[1] for line in lines if line.startswith("CMAKE_CXX_COMPILER:"))
+    return next(found, None)
+
+
+def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
+    """Empty our own build dir (refuses anything outside the work dir)."""
+    if not build.exists():
+        return
+    if work not in build.resolve().parents:
+        raise UserError(f"refusing to remove {build}: not inside the work dir {work}")
+    runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
+
+
+def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
+    """What this CK build is and is not for, and its pin (said before the plan)."""
+    say, arch = session.runner.say, session.arch
+    if not arch.ck_mha:
+        say(
+            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
+            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
+        )
+    say(
+        "note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
+        "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
+        "TORCH_ROCM_FA_PREFER_CK=1"
+    )
+    if opts.with_tests or opts.with_examples:
+        say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
+    if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
+        say(
+            f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
+            "lives in ROCm/rocm-libraries projects/composablekernel"
+        )
+    subdir = pin.data.get("subdir")
+    say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
+
+
+def toolchain(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
+    """(rocm-sdk path --cmake, C compiler, C++ compiler, ROCm version) of the env's SDK."""
+    sdk = session.tool("rocm-sdk")
+    root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
+    cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
+    version = session.ask([sdk, "version"], "$(rocm-sdk version)")
+    if session.dry_run and not root.is_dir():  # no ROCm SDK yet: where rocm[devel] puts them
+        return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
+    return cmake_prefix, *compilers(root), version
+
+
+def build_ck(opts: BuildCkOptions) -> None:
+    from rocmfa.sources import checkouts, patches, pins
+
+    session = session_env.open_env(opts, dry_run=opts.dry_run)
+    arch, work, prefix, runner = session.arch, session.work, session.prefix, session.runner
+    if arch.vendor != "amd":
+        raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
+    runner.say(session.describe())
+    pin = pins.load_pin("composable_kernel", workdir=work)
+    announce(session, opts, pin)
+    cmake_prefix, cc, cxx, rocm_version = toolchain(session)
+    cmake, _ninja = session.tool("cmake"), session.tool("ninja")
+    jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
+    runner.say(f"compile: {why}")
+    checkout = paths.src_dir(work, "composable_kernel")
+    build = paths.build_dir(work, "composable_kernel")
+    source = checkout / str(pin.data.get("subdir") or "")
+    inputs: dict[str, Any] = {
+        "pin": [pin.url, pin.commit, str(pin.data.get("subdir") or "")],
+        "patches": patches.patch_set_digest("composable_kernel", pin.commit),
+        "arch": arch.name,
+        "tests": bool(opts.with_tests),
+        "examples": bool(opts.with_examples),
+        "compilers": [str(cc), str(cxx)],
+        **{"rocm": rocm_version, "prefix": str(prefix), "env": condaenv.env_identity(prefix)},
+    }
+    stamp = paths.stamp_path(work, STAMP)
+    if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
+        runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
+        return
+    checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
+    patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
+    if checkout.exists() and not (source / "CMakeLists.txt").is_file():
+        raise UserError(f"{source} has no CMakeLists.txt (pin subdir {pin.data.get('subdir')!r})")
+    cached = cached_compiler(build)
+    if opts.clean:
+        clear_build_dir(build, work, runner, "--clean")
+    elif cached and cached != str(cxx):
+        clear_build_dir(build, work, runner, f"the compiler changed ({cached} -> {cxx})")
+    runner.apply(stamps.remove, stamp)
+    runner.apply(build.mkdir, parents=True, exist_ok=True)
+    configure = cmake_args(
+        source, build, prefix, arch.name, cmake_prefix, cc, cxx,
+        with_tests=bool(opts.with_tests), with_examples=bool(opts.with_examples),
+        with_mha=arch.ck_mha,
+    )  # fmt: skip
+    toolchain_id = {"rocm": rocm_version, "cxx": str(cxx), "env": inputs["env"]}
+    cache = compile_cache.plan_cache(
+        opts.cache, work=work, arch=arch.name, toolchain=toolchain_id, env=session.environ,
+        runner=runner,
+    )  # fmt: skip
+    with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
+        sets = cache.build_sets(session.environ)
+        runner.run([cmake, *configure, *cache.cmake_args()], cwd=build, sets=sets)
+        runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build, sets=sets)
+    runner.run([cmake, "--install", str(build)], cwd=build)
+    runner.apply(stamps.write, stamp, inputs, install_prefix=str(prefix), build_dir=str(build))
+    runner.say(
+        f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, include/ck)"
+    )

@@ -1,0 +1,831 @@
+"""`nox -s build_pytorch`: torch, triton, audio and vision wheels through TheRock, by stage.
+
+    checkout -> torch (triton with it) -> audio, vision (-> apex with --with-apex)
+
+TheRock (pinned) checks out PyTorch and its companions with its own
+external-builds/pytorch/pytorch_*_repo.py scripts (flags as at TheRock 89553ce3,
+docs/upstream-interfaces.md); our patch sets go on by commit after checkout, before hipify;
+then `build_prod_wheels.py build` builds one stage per call. Each stage's stamp
+(<work>/stamps/build_pytorch-<stage>.json) is written last: a rerun resumes at the first stage
+not done; `--from STAGE` reruns it and what follows, `--only STAGE` just it.
+
+Triton is built once, in the torch call: build_prod_wheels (validate_build_args,
+do_build_pytorch @ 89553ce3) turns flash attention off on Linux when triton is not built in the
+same call and pip-installs the triton and torch it built into the env's Python. TheRock's env
+dict overrides CXXFLAGS, USE_FLASH_ATTENTION, PYTORCH_ROCM_ARCH, ...; what passes through on
+Linux: MAX_JOBS, BUILD_TEST (PyTorch builds its C++ tests unless 0) and
+AOTRITON_INSTALLED_PREFIX. A stage's wheels are the files that appeared or changed in the output
+dir while it ran; <work>/build_pytorch-manifest.json lists them for install_wheels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from rocmfa.builds import compile_cache
+from rocmfa.env import archs, compat_matrix, condaenv, rocm_sdk
+from rocmfa.env.session_env import OnSession, SessionEnv, open_env
+from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
+from rocmfa.sources import pins, update_pins
+from rocmfa.sources.pins import Pin
+
+SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
+BUILD_SCRIPT = "build_prod_wheels.py"
+MANIFEST_NAME = "build_pytorch-manifest.json"
+SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
+STAMP_PREFIX = "build_pytorch-"
+CHECKOUT_DEPTH = "1"
+CHECKOUT_JOBS = "10"
+TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise = CPU count
+DEFAULT_TRITON_ORIGIN = "https://github.com/ROCm/triton.git"
+
+
+@dataclass(frozen=True)
+class Component:
+    key: str  # checkout dir name under <work>/src and patches/<key>/
+    stage: str  # the stage whose build_prod_wheels call builds it (triton: torch's)
+    pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
+    related: str | None  # project name in PyTorch's related_commits
+    hipify: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
+    build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
+    wheels: tuple[str, ...]  # canonical distribution names this stage must produce
+
+    @property
+    def script(self) -> str:  # TheRock's checkout script
+        return f"pytorch_{self.key.removeprefix('pytorch_').replace('pytorch', 'torch')}_repo.py"
+
+    @property
+    def dir_flag(self) -> str:  # build_prod_wheels --*-dir
+        return "--" + self.key.replace("_", "-") + "-dir"
+
+
+COMPONENTS = (
+    Component("pytorch", "torch", "", None, True, None, ("torch",)),
+    Component("triton", "torch", "triton", None, False, "triton",
+              ("triton", "pytorch-triton-rocm")),
+    Component("pytorch_audio", "audio", "audio", "torchaudio", True, "pytorch-audio",
+              ("torchaudio",)),
+    Component("pytorch_vision", "vision", "vision", "torchvision", True, "pytorch-vision",
+              ("torchvision",)),
+    Component("apex", "apex", "apex", "apex", False, "apex", ("apex",)),
+)  # fmt: skip
+BY_STAGE = {c.stage: c for c in COMPONENTS if c.key != "triton"}
+NO_BUILD_FLAGS = ("pytorch-audio", "pytorch-vision", "apex")
+
+
+def manifest_path(work: Path) -> Path:
+    return work / MANIFEST_NAME
+
+
+def source_manifest_path(work: Path) -> Path:
+    return work / SOURCE_MANIFEST_NAME
+
+
+def output_dir(work: Path) -> Path:
+    return work / "wheels"
+
+
+def stage_stamp(work: Path, stage: str) -> Path:
+    return paths.stamp_path(work, STAMP_PREFIX + stage)
+
+
+def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
+    return [s for s in STAGES if s not in skip and (with_apex or s != "apex")]
+
+
+def dependency(stage: str) -> str | None:
+    """The stage whose result this one builds on (the stamp chain)."""
+    return {"checkout": None, "torch": "checkout"}.get(stage, "torch")
+
+
+def install_argv(python: Path, files: list[str]) -> list[str]:
+    return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
+
+
+# --- wheels -------------------------------------------------------------------------------
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    """name -> (size, mtime_ns) of the wheel files in directory."""
+    found = directory.glob("*.whl") if directory.is_dir() else ()
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in found if e.is_file()}
+
+
+def wheel_record(path: Path, stage: str) -> dict[str, Any]:
+    try:
+        name, version, _build, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as e:
+        raise UserError(f"{path}: not a valid wheel file name ({e})") from None
+    return {
+        "project": str(name),
+        "version": str(version),
+        "tags": sorted(str(t) for t in tags),
+        "file": str(path),
+        "sha256": stamps.file_sha256(path),
+        "size": path.stat().st_size,
+        "stage": stage,
+    }
+
+
+def produced_wheels(
+    out: Path, before: Mapping[str, tuple[int, int]], stage: str
+) -> list[dict[str, Any]]:
+    names = sorted(n for n, st in snapshot(out).items() if before.get(n) != st)
+    records = [wheel_record(out / n, stage) for n in names]
+    wanted = set(BY_STAGE[stage].wheels) if stage in BY_STAGE else set()
+    if wanted and not any(r["project"] in wanted for r in records):
+        raise UserError(
+            f"stage {stage} finished but no {'/'.join(sorted(wanted))} wheel appeared in {out}"
+        )
+    return records
+
+
+def stage_wheels_ok(stamp: Mapping[str, Any]) -> bool:
+    """The wheels a stamp recorded are still there, unchanged in size."""
+    try:
+        return all(Path(r["file"]).stat().st_size == r["size"] for r in stamp.get("wheels", []))
+    except OSError:
+        return False
+
+
+# --- sources ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    origin: str | None
+    hashtag: str | None
+    how: str
+
+    @property
+    def commit(self) -> str | None:
+        h = self.hashtag or ""
+        return h if len(h) == 40 and all(c in "0123456789abcdef" for c in h) else None
+
+
+def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
+    """Where a companion comes from: an explicit [pytorch.<x>] pin, else what the pinned
+    PyTorch declares (related_commits / ci_commit_pins/triton.txt), passed explicitly."""
+    if component.key == "pytorch":
+        return Source(pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source)
+    table = pytorch_pin.data.get(component.pin_key)
+    table = table if isinstance(table, dict) else {}
+    where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
+    for key in ("url", "ref", "commit"):
+        if key in table:
+            pin_files.text(table, key, where, empty_ok=True)
+    ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
+    if table.get("commit") or ref:  # a commit, else a tag or branch
+        return Source(table.get("url"), table.get("commit") or ref, where)
+    at = f"pytorch {pytorch_pin.commit[:12]}"
+    if component.key == "triton":
+        origin = table.get("url") or DEFAULT_TRITON_ORIGIN
+        try:
+            commit = (torch_dir / ".ci/docker/ci_commit_pins/triton.txt").read_text().strip()
+        except OSError:
+            return Source(
+                origin, None, f"{at} .ci/docker/ci_commit_pins/triton.txt (after checkout)"
+            )
+        return Source(origin, commit, f"{at} ci_commit_pins/triton.txt")
+    if not (torch_dir / ".git").exists():
+        return Source(table.get("url"), None, f"{at} related_commits (after checkout)")
+    try:  # (origin, commit) for os 'ubuntu', as TheRock reads it
+        text = (torch_dir / "related_commits").read_text()
+        found = pins.parse_related_commits(text, str(torch_dir / "related_commits"))
+    except OSError:
+        found = {}
+    if component.related not in found:
+        return Source(
+            table.get("url"), None, f"TheRock's default ({at} has no related_commits entry)"
+        )
+    origin, commit = found[component.related]
+    return Source(table.get("url") or origin, commit, f"{at} related_commits")
+
+
+def read_head(checkout: Path) -> str | None:
+    """HEAD's commit read from .git without running git (detached or on a branch)."""
+    git_dir = checkout / ".git"
+    try:
+        head = (git_dir / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        if (git_dir / ref).is_file():
+            return (git_dir / ref).read_text().strip()
+        packed = (git_dir / "packed-refs").read_text().splitlines()
+        return next((line.split()[0] for line in packed if line.endswith(" " + ref)), None)
+    except OSError:
+        return None
+
+
+# --- the context --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context(OnSession):
+    session: SessionEnv
+    opts: BuildPytorchOptions
+    therock_pin: Pin
+    pytorch_pin: Pin
+    rocm_version: str
+    python_tag: str
+    env_identity: str
+    aotriton: Path | None
+    aotriton_digest: str
+    max_jobs: int
+    cache: compile_cache.CachePlan | None
+    # torch gets flash attention: the arch has AOTriton kernels upstream or from our patch set
+    flash_attention: bool
+
+    @property
+    def therock_dir(self) -> Path:
+        return paths.src_dir(self.work, "therock")
+
+    @property
+    def scripts_dir(self) -> Path:
+        return self.therock_dir / SCRIPTS_SUBDIR
+
+    @property
+    def out(self) -> Path:
+        return output_dir(self.work)
+
+    @property
+    def enabled(self) -> list[str]:
+        return enabled_stages(self.opts.skip, self.opts.with_apex)
+
+    @property
+    def build_triton(self) -> bool:  # in the torch call (--skip triton: not at all)
+        return "triton" not in self.opts.skip
+
+    def components(self) -> list[Component]:
+        """What the checkout stage checks out."""
+        return [
+            c
+            for c in COMPONENTS
+            if c.stage in self.enabled and (c.key != "triton" or self.build_triton)
+        ]
+
+
+def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX. A plan after
+    build_aotriton's plan in the same nox run takes the prefix that one is about to fill."""
+
+    # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
+    # links $PREFIX/lib/libaotriton_v2.so (the unversioned name) - all three must be there.
+    def has_lib(prefix: Path) -> bool:
+        return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
+
+    if requested:
+        prefix = Path(requested).expanduser().resolve()
+        if not has_lib(prefix):
+            raise UserError(
+                f"--aotriton-prefix {prefix}: PyTorch's aotriton.cmake needs "
+                "lib/libaotriton_v2.so and include/ there"
+            )
+        return prefix, "--aotriton-prefix", str(prefix)
+    # build_aotriton installs into <work>/build/aotriton/install and stamps aotriton-built (the
+    # last source build: gfx908's is the patched one torch needs) and aotriton
+    built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
+    if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
+        return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
+    digest = str((stamps.read(paths.stamp_path(work, "aotriton")) or {}).get("inputs_digest", ""))
+    for name in ("install", "install_dir"):
+        if has_lib(paths.build_dir(work, "aotriton") / name):
+            prefix = paths.build_dir(work, "aotriton") / name
+            return prefix, "build_aotriton", digest or str(prefix)
+    planned = stamps.planned(paths.stamp_path(work, "aotriton-built")) or {}
+    if planned.get("install_prefix"):
+        how = "build_aotriton, which fills it earlier in this run"
+        return Path(planned["install_prefix"]), how, "<digest of build_aotriton's build to come>"
+    return None, "", ""
+
+
+def patched_aotriton(
+    arch: archs.Arch, work: Path, found: Path | None, how: str, *, plan: bool
+) -> Path | None:
+    """For an arch whose AOTriton kernels come from our patch set (gfx908 on 0.13b): the
+    build_aotriton install torch is built against (PyTorch's own aotriton.cmake would fetch
+    release images, which have none for it), or the --aotriton-prefix given; None for any
+    other arch."""
+    if arch.aotriton_supported() or not arch.aotriton_patched:
+        return None
+    version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
+    if not arch.aotriton_patched_pack(version):
+        return None
+    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
+    if found is not None and (how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)):
+        return found
+    if plan:
+        return paths.build_dir(work, "aotriton") / "install"
+    raise UserError(
+        f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
+        f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
+    )
+
+
+def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
+    """(prefix, digest, flash attention) of the AOTriton torch is built against (said)."""
+    arch, say = session.arch, session.runner.say
+    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, session.work)
+    patched = patched_aotriton(arch, session.work, aotriton, how, plan=session.dry_run)
+    if patched is not None:
+        aotriton, how = patched, how or "build_aotriton (after it runs)"
+    if aotriton:
+        say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
+    elif arch.aotriton_supported():
+        say(
+            "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
+            "fetches the AOTriton its cmake/External/aotriton.cmake pins"
+        )
+    return aotriton, digest, arch.aotriton_supported() or patched is not None
+
+
+def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
+    session = open_env(opts, dry_run=opts.dry_run, out=out)
+    arch, work, runner = session.arch, session.work, session.runner
+    if arch.vendor != "amd":
+        raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
+    runner.say(session.describe())
+    therock_pin = pins.load_pin("therock", workdir=work)
+    update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
+    runner.say(pin_files.describe_line(pin_files.pins_dir()))
+    pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
+    runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
+    if session.ready:
+        rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
+    else:  # a plan before setup_env: it installs exactly the pinned version
+        rocm_version = rocm_sdk.load_pin().version
+        runner.say(
+            f"[dry-run] ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
+        )
+    python_tag = runner.run(
+        [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+        capture=True,
+        dry_run_output="$(python tag)",
+    ).stdout.strip()
+    aotriton, aotriton_digest, flash = aotriton_for_torch(session, opts)
+    jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
+    runner.say(f"compile: MAX_JOBS={jobs}: {why}")
+    env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
+    cache = None
+    if opts.cache is not None:
+        toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
+        cache = compile_cache.plan_cache(
+            opts.cache, work=work, arch=arch.name, toolchain=toolchain, env=session.environ,
+            runner=runner, planned=not session.ready,
+        )  # fmt: skip
+    return Context(
+        session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
+        aotriton, aotriton_digest, jobs, cache, flash,
+    )  # fmt: skip
+
+
+# --- inputs and argv ----------------------------------------------------------------------
+
+
+def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
+    from rocmfa.sources import patches
+
+    if stage == "checkout":
+        return {
+            "therock": ctx.therock_pin.commit,
+            "pytorch": [ctx.pytorch_pin.url, ctx.pytorch_pin.commit],
+            "companions": {c.key: ctx.pytorch_pin.data.get(c.pin_key) for c in ctx.components()},
+            "patches": {
+                c.key: {
+                    commit: patches.patch_set_digest(c.key, commit)
+                    for commit in patches.available_sets(c.key)
+                }
+                for c in ctx.components()
+            },
+            "depth": CHECKOUT_DEPTH,
+        }
+    dep = dependency(stage)
+    dep_stamp = stamps.read(stage_stamp(ctx.work, dep)) if dep else None
+    return {
+        "after": (dep, (dep_stamp or {}).get("inputs_digest")),
+        "config": stage_config(ctx, stage),
+        "rocm": ctx.rocm_version,
+        "python": ctx.python_tag,
+        "env": ctx.env_identity,
+        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
+        "version_suffix": version_suffix(ctx),
+    }
+
+
+def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
+    """What the build dir's CMake cache remembers: a change means a clean rebuild."""
+    config: dict[str, Any] = {"arch": ctx.arch.name}
+    if stage == "torch":
+        config["triton"] = ctx.build_triton
+        config["build_tests"] = ctx.opts.build_tests
+        config["flash_attention"] = ctx.flash_attention
+        config["aotriton"] = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
+    return config
+
+
+def version_suffix(ctx: Context) -> str:
+    """build_prod_wheels.py --version-suffix: TheRock's own default (+rocm<SDK>, +devrocm<SDK>
+    for a dev SDK; get_version_suffix_for_installed_rocm_package @ 89553ce3) with this build's
+    identity first, `+rocmfa<identity>.rocm<SDK>`, so two different builds never share a wheel
+    file name and install_wheels still reads the SDK. The identity: 8 hex digits of the
+    checkout (every source's commit, HEAD and patches), the AOTriton torch links, the arch and
+    the SDK; a named placeholder while the checkout is not done (no claim from a guess)."""
+    stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
+    if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
+        identity = "<identity: digest of the checkout's commits and patches, after checkout>"
+    else:
+        sources = {
+            k: [v.get("hashtag"), v.get("patches")]
+            for k, v in sorted((stamp.get("sources") or {}).items())
+        }
+        identity = stamps.digest({
+            "therock": ctx.therock_pin.commit,
+            "heads": stamp.get("heads"),
+            "sources": sources,
+            "aotriton": ctx.aotriton_digest,
+            "arch": ctx.arch.name,
+            "rocm": ctx.rocm_version,
+        })[:8]  # fmt: skip
+    sdk = ctx.rocm_version
+    with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
+        sdk = str(Version(sdk)).replace("+", "-")
+    base = "devrocm" if "dev" in ctx.rocm_version else "rocm"
+    return f"+rocmfa{identity}.{base}{sdk}"
+
+
+def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
+    argv = [
+        str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
+        "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
+        "--version-suffix", version_suffix(ctx), "--clean" if clean else "--no-clean",
+    ]  # fmt: skip
+    if ctx.cache is not None and ctx.cache.active:
+        argv += ctx.cache.therock_flags()
+    if stage == "torch":
+        argv += ["--pytorch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
+        if ctx.build_triton:
+            argv += ["--triton-dir", str(paths.src_dir(ctx.work, "triton")), "--build-triton"]
+        else:
+            argv.append("--no-build-triton")
+        flash = "enable" if ctx.flash_attention else "no-enable"
+        argv.append(f"--{flash}-pytorch-flash-attention")
+    else:
+        component = BY_STAGE[stage]
+        argv += [component.dir_flag, str(paths.src_dir(ctx.work, component.key))]
+        argv += [f"--build-{component.build_flag}", "--no-build-triton"]
+    own = BY_STAGE[stage].build_flag if stage in BY_STAGE else None
+    return argv + [f"--no-build-{flag}" for flag in NO_BUILD_FLAGS if flag != own]
+
+
+def build_sets(ctx: Context, stage: str) -> dict[str, str]:
+    sets = {"MAX_JOBS": str(ctx.max_jobs)}
+    if stage == "torch":
+        sets["BUILD_TEST"] = "1" if ctx.opts.build_tests else "0"
+        if ctx.aotriton:
+            sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
+    if ctx.cache is not None:
+        sets.update(ctx.cache.build_sets(ctx.runner.base_env))
+    return sets
+
+
+def flash_attention_problem(ctx: Context, argv: list[str]) -> str | None:
+    """Why this build_prod_wheels call would build torch without flash attention although the
+    arch has AOTriton kernels, or None."""
+    if "--pytorch-dir" not in argv or not ctx.flash_attention:
+        return None
+    if "--build-triton" not in argv:
+        return (
+            f"this would build torch for {ctx.arch.name} without flash attention: TheRock's "
+            f"{BUILD_SCRIPT} turns flash attention off on Linux when triton is not built in the "
+            "same call (and rejects --enable-pytorch-flash-attention without it)"
+        )
+    if "--enable-pytorch-flash-attention" not in argv:
+        return (
+            f"this would build torch for {ctx.arch.name} without --enable-pytorch-flash-attention"
+        )
+    return None
+
+
+# --- the checkout stage -------------------------------------------------------------------
+
+
+def guard_default_dirs(ctx: Context) -> None:
+    """build_prod_wheels builds any project whose dir exists under --root-checkout-dir (default:
+    its own folder), so a hand-made checkout there would be built in every stage."""
+    for sub in ("pytorch", "pytorch_audio", "pytorch_vision", "triton", "apex"):
+        if (ctx.scripts_dir / sub).exists():
+            raise UserError(
+                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
+                "every stage by default; move it away (our checkouts live in the work dir)"
+            )
+
+
+def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
+    """TheRock's checkout scripts force-checkout: never let them eat the user's work."""
+    if not (dest / ".git").exists():
+        return
+    status = ["git", "status", "--porcelain", "--untracked-files=no"]
+    result = ctx.runner.apply(ctx.runner.run, status, cwd=dest, capture=True)
+    if result is None:  # a plan: TheRock's checkout does not run either
+        return
+    changes = result.stdout.splitlines()
+    head = read_head(dest)
+    problem = None
+    if changes:
+        problem = f"has local edits ('{changes[0].strip()}')"
+    elif recorded and head != recorded:
+        problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
+    if problem and not ctx.opts.discard_local_edits:
+        raise UserError(
+            f"{dest} {problem}; TheRock's checkout would discard it - keep it on a branch "
+            "or stash it, or pass --discard-local-edits"
+        )
+    if problem:
+        ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
+
+
+def checkout_argv(ctx: Context, component: Component, source: Source, hipify_later: bool) -> list:
+    dest = paths.src_dir(ctx.work, component.key)
+    script = str(ctx.scripts_dir / component.script)
+    argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
+    if source.hashtag:
+        argv += ["--repo-hashtag", source.hashtag]
+    if source.origin:
+        argv += ["--gitrepo-origin", source.origin]
+    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
+    if component.key != "pytorch":
+        argv += ["--torch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
+    if component.hipify:
+        argv.append("--no-hipify" if hipify_later else "--hipify")
+    return argv
+
+
+def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
+    """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
+    from rocmfa.sources import patches
+
+    dest = paths.src_dir(ctx.work, component.key)
+    protect_checkout(ctx, dest, recorded)
+    source = resolve_source(component, ctx.pytorch_pin, paths.src_dir(ctx.work, "pytorch"))
+    if source.hashtag is None:  # a plan reads related_commits only after the checkout
+        ctx.runner.apply(
+            ctx.runner.say,
+            f"warning: {component.key} is not pinned ({source.how}); TheRock's checkout script "
+            f"picks its default - pin it in pins/pytorch.toml [pytorch.{component.pin_key}]",
+        )
+    # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
+    # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
+    known = source.commit
+    patch_set = patches.patch_set_for(component.key, known) if known else None
+    hipify_later = bool(patch_set or not known) and component.hipify
+    ctx.runner.say(f"{component.key}: {source.hashtag or 'default'} from {source.how}")
+    ctx.runner.run(checkout_argv(ctx, component, source, hipify_later), cwd=ctx.scripts_dir)
+    commit = known or ctx.runner.apply(read_head, dest)
+    applied: list[str] = []
+    if commit:
+        applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner)
+    else:
+        ctx.runner.say(
+            f"[dry-run] {component.key}: patches/{component.key}/<the commit the checkout "
+            "lands on>/ is applied before hipify (a missing set where others exist is refused)"
+        )
+    if hipify_later:
+        script = str(ctx.scripts_dir / component.script)
+        ctx.runner.run(
+            [str(ctx.python), script, "hipify", "--checkout-dir", str(dest)], cwd=ctx.scripts_dir
+        )
+    return {
+        "origin": source.origin,
+        "hashtag": source.hashtag,
+        "commit": commit,
+        "how": source.how,
+        "patches": applied,
+    }
+
+
+def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
+    from rocmfa.sources import checkouts
+
+    checkouts.ensure_checkout(
+        ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.opts.discard_local_edits
+    )
+    ctx.runner.apply(guard_default_dirs, ctx)
+    recorded = previous.get("heads") or {}
+    sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
+    heads = {c.key: read_head(paths.src_dir(ctx.work, c.key)) or "" for c in ctx.components()}
+    ctx.runner.apply(
+        write_source_manifest,
+        ctx,
+        sources,
+        say=f"the checked-out commits go to {source_manifest_path(ctx.work)} (TheRock's "
+        "source-manifest form: its checkout_from_manifest.py reproduces the tree)",
+    )
+    return {"heads": heads, "sources": sources}
+
+
+def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]) -> None:
+    """The checkout in TheRock's own source-manifest form (schema_version 1: one {repo,
+    commit, branch} entry per project, keys as checkout_from_manifest.py's CHECKOUT_SCRIPTS,
+    plus "therock"; generate_pytorch_source_manifest.py @ 89553ce3). The commit is the
+    upstream one the checkout landed on, before our patches and hipify."""
+    manifest: dict[str, Any] = {"schema_version": 1}
+    for key, source in sources.items():
+        entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
+        hashtag = source.get("hashtag") or ""
+        if key == "pytorch":
+            entry["branch"] = ctx.pytorch_pin.ref
+        elif hashtag and hashtag != entry["commit"]:
+            entry["branch"] = hashtag
+        manifest[key] = entry
+    manifest["therock"] = {
+        "repo": ctx.therock_pin.url,
+        "commit": ctx.therock_pin.commit,
+        "branch": ctx.therock_pin.ref,
+        "version": ctx.rocm_version,
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
+    stamps.write_text_atomic(source_manifest_path(ctx.work), text)
+
+
+# --- the build stages ---------------------------------------------------------------------
+
+
+def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
+    cwd = paths.build_dir(ctx.work, "build_pytorch")
+    config_file = cwd / f"{stage}.config.json"
+    clean = ctx.opts.clean
+    config = stage_config(ctx, stage)
+    try:
+        previous = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        previous = None
+    if previous is not None and previous != config and not clean:
+        ctx.runner.say(
+            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
+            "passing --clean so the CMake cache does not keep the old ones"
+        )
+        clean = True
+    argv = build_argv(ctx, stage, clean)
+    if stage == "torch":
+        triton = "triton is built in this call too, its only build of the run; "
+        built = "triton and torch" if ctx.build_triton else "torch"
+        ctx.runner.say(
+            f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the {built} it "
+            f"built into {ctx.python} (the env) when done"
+        )
+    ctx.runner.apply(cwd.mkdir, parents=True, exist_ok=True)
+    ctx.runner.apply(stamps.write_text_atomic, config_file, json.dumps(config, sort_keys=True))
+    before = snapshot(ctx.out)
+    with compile_cache.compiling(ctx.cache, ctx.runner, ctx.work, f"build_pytorch {stage}"):
+        ctx.runner.run(argv, cwd=cwd, sets=build_sets(ctx, stage))
+    wheels = ctx.runner.apply(produced_wheels, ctx.out, before, stage) or []
+    for record in wheels:
+        ctx.runner.say(f"{stage}: built {Path(record['file']).name}")
+    return {"wheels": wheels, "argv": argv}
+
+
+def done(ctx: Context, stage: str) -> bool:
+    stamp = stamps.read(stage_stamp(ctx.work, stage))
+    if not stamp or stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, stage)):
+        return False
+    if stage != "checkout":
+        return stage_wheels_ok(stamp)
+    heads = stamp.get("heads") or {}
+    return (ctx.therock_dir / ".git").exists() and all(
+        read_head(paths.src_dir(ctx.work, c.key)) == heads.get(c.key) for c in ctx.components()
+    )
+
+
+def plan(ctx: Context) -> list[str]:
+    """Stages to run, in order, after checking --from/--only against the stamps."""
+    order, only, start = ctx.enabled, ctx.opts.only, ctx.opts.only or ctx.opts.from_stage
+    for name, value in (("--from", ctx.opts.from_stage), ("--only", only)):
+        if value and value not in order:
+            raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
+    if start:
+        flag = "--only" if only else "--from"
+        needed, dep = [], dependency(start)
+        while dep:  # the stages it builds on must be done, first first
+            needed.insert(0, dep)
+            dep = dependency(dep)
+        for stage in needed:
+            if not done(ctx, stage):
+                raise UserError(
+                    f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
+                    f"run without {flag} to resume, or {flag} {stage}"
+                )
+        return [start] if only else order[order.index(start) :]
+    if ctx.opts.force:
+        return list(order)
+    todo: list[str] = []
+    for stage in order:
+        if dependency(stage) in todo or not done(ctx, stage):
+            todo.append(stage)
+    return todo
+
+
+def write_manifest(ctx: Context) -> dict[str, Any]:
+    by_project: dict[str, dict[str, Any]] = {}
+    for stage in ctx.enabled[1:]:  # after checkout; later stages win (triton from torch's)
+        for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
+            by_project[record["project"]] = record
+    manifest = {
+        "schema": "build_pytorch-manifest/1",
+        "arch": ctx.arch.name,
+        "rocm_version": ctx.rocm_version,
+        "python_tag": ctx.python_tag,
+        "env_prefix": str(ctx.prefix),
+        "stages": ctx.enabled,
+        "wheels": sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"])),
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    stamps.write_text_atomic(manifest_path(ctx.work), text)
+    return manifest
+
+
+def checks_before_building(ctx: Context) -> None:
+    """Flash attention kept, the torch series of a release/X.Y pin x build_aotriton's
+    AOTriton (rocmfa.sources.pin_set too), before any build (--force: warn only)."""
+    from rocmfa.sources import pin_set
+
+    for stage in ctx.enabled[1:]:
+        problem = flash_attention_problem(ctx, build_argv(ctx, stage, False))
+        if problem:
+            cause = "" if ctx.build_triton else " (--skip triton)"
+            raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
+    match = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
+    stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
+    version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
+    if match and version and ctx.aotriton:
+        lines = compat_matrix.check_combination(
+            ctx.arch, version, torch_version=match[1], force=ctx.opts.force
+        )
+        compat_matrix.announce(lines, ctx.runner.say)
+    built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
+    if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
+        return
+    aotriton = pins.load_pin("aotriton", workdir=ctx.work)
+    pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
+    version = str(pinned or aotriton.data.get("version") or "")
+    lines = pin_set.check(
+        aotriton, version, force=ctx.opts.force, dry_run=ctx.runner.dry_run, workdir=ctx.work
+    )
+    compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
+
+
+def build_pytorch(opts: BuildPytorchOptions) -> None:
+    ctx = make_context(opts)
+    say = ctx.runner.say
+    if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
+        from rocmfa.env.doctor import torch_path
+
+        path = torch_path(ctx.arch, ctx.session.arch_how, None)
+        say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
+            "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
+    if not ctx.flash_attention:
+        say(
+            f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
+            "attention (--no-enable-pytorch-flash-attention)"
+        )
+    checks_before_building(ctx)
+    todo = plan(ctx)
+    skipped = [s for s in ctx.enabled if s not in todo]
+    if skipped:
+        say(f"done already (stamps current): {', '.join(skipped)}")
+    if not todo:
+        say("nothing to build: every stage is up to date (--from STAGE or --force to rebuild)")
+    for stage in todo:
+        say(f"=== stage {stage} ===")
+        stamp, inputs = stage_stamp(ctx.work, stage), stage_inputs(ctx, stage)
+        previous = stamps.read(stamp) or {}
+        ctx.runner.apply(stamps.remove, stamp)  # a stage that does not finish is never "done"
+        facts = run_checkout(ctx, previous) if stage == "checkout" else run_build_stage(ctx, stage)
+        ctx.runner.apply(stamps.write, stamp, inputs, **facts)
+    manifest = ctx.runner.apply(
+        write_manifest,
+        ctx,
+        say=f"the wheels that appeared in {ctx.out} during each stage: listed in "
+        f"{manifest_path(ctx.work)}",
+    )
+    if manifest is None:
+        return
+    say(f"wheels of this build ({manifest_path(ctx.work)}):")
+    for record in manifest["wheels"]:
+        say(f"  {record['project']} {record['version']}: {record['file']}")
+    say("install them into the env with:")
+    say("  nox -s install_wheels")
+    say("or by hand:")
+    say("  " + shlex.join(install_argv(ctx.python, [w["file"] for w in manifest["wheels"]])))

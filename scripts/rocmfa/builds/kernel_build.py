@@ -1,0 +1,259 @@
+"""AOTriton's own build (cmake + `ninja install`) through the kernel store, without patching
+AOTriton (ROCm/aotriton 6e00ef3e: v3src/CMakeLists.txt turns every line of the generator's
+<build>/v3src/Bare.compile into one add_custom_command running python/compile.py).
+
+1. cmake gets -DCMAKE_PROJECT_INCLUDE=kernel_launcher.cmake (RULE_LAUNCH_CUSTOM): ninja runs
+   every custom command through kernel_launcher.py.
+2. stage (after configure, before ninja): every job's key (kernel_jobs.KeyContext, as
+   kernel_check and --workers), looked up at once (redis MGET of 500 a round trip; S3 8 in
+   flight), each hit put at its -o path with a marker: the launcher exits at once for those.
+3. harvest (after ninja, also a failed one): what the launcher compiled (its log, and an
+   interrupted earlier build's) goes into the store; markers removed.
+AOTriton's kernel jobs depend on neither their sources nor Triton, so ninja keeps a code object
+built for an earlier key: each output's key is recorded (rocmfa-kernels-keys.json) and a code
+object whose key changed is dropped.
+
+The keys name the Triton the build really compiles with: `fork` (AOTriton's default) "fork
+third_party/triton@<submodule commit>"; `pypi` (-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==<v>,
+v from pins/kernel_compiler.toml; --workers implies it) "<v>", as kernel_check and --workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmfa.builds import kernel_check, kernel_jobs, kernel_store
+from rocmfa.builds.kernel_launcher import STAGED
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+
+HERE = Path(__file__).resolve().parent
+LAUNCHER = HERE / "kernel_launcher.py"
+PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
+BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
+FORK = "third_party/triton"
+THREADS = 8  # store requests in flight while staging / storing
+
+
+def pypi_triton(commit: str) -> str:
+    version = kernel_check.recorded_triton(commit)
+    if version is None:
+        raise UserError(
+            f"--triton pypi: no Triton recorded for AOTriton {commit[:12]} in "
+            f"pins/{kernel_check.PINS_FILE}"
+        )
+    return version
+
+
+def fork_identity(src: Path, runner: Runner) -> str:
+    """The fork the build pip-installs: the checked-out submodule's commit."""
+    if runner.dry_run:  # nothing runs, git included
+        return f"fork {FORK}@<the checked-out submodule's commit>"
+    done = subprocess.run(
+        ["git", "-C", str(src / FORK), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise UserError(f"{src / FORK}: not a checkout of AOTriton's Triton fork (the submodule)")
+    return f"fork {FORK}@{done.stdout.strip()}"
+
+
+@dataclass
+class KernelBuild:
+    """One AOTriton build's kernel jobs through the store."""
+
+    src: Path
+    build: Path
+    store: kernel_store.KernelStore
+    triton: str  # fork | pypi
+    identity: str  # what the keys say about Triton
+    wheel: str | None  # AOTRITON_USE_LOCAL_TRITON_WHEEL (pypi)
+    commit: str
+    keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
+    staged: int = 0
+    earlier: list[str] = field(default_factory=list)  # compiled by an interrupted build
+    arch: str | None = None  # whose patches the tree carries (the patch digest in each key)
+
+    @property
+    def bare(self) -> Path:
+        return self.build / BARE
+
+    @property
+    def log(self) -> Path:
+        return self.build / "rocmfa-kernels-compiled.log"
+
+    @property
+    def manifest(self) -> Path:
+        """-o path -> the key of what the last session staged or let compile there."""
+        return manifest(self.build)
+
+    @property
+    def compile_py(self) -> Path:
+        return (self.src / "python" / "compile.py").resolve()
+
+    def launcher(self) -> str:
+        argv = [sys.executable, "-I", "-S", str(LAUNCHER), str(self.compile_py), str(self.log)]
+        return shlex.join(argv)
+
+    def cmake_args(self) -> list[str]:
+        args = [f"-DCMAKE_PROJECT_INCLUDE={PROJECT_INCLUDE}"]
+        args.append(f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}")
+        if self.wheel:
+            args.append(f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}")
+        return args
+
+    def key_context(self) -> kernel_jobs.KeyContext:
+        return kernel_check.key_context(self.identity, self.commit, self.arch, self.src)
+
+    def stage(self, runner: Runner) -> None:
+        """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
+        if runner.dry_run:
+            runner.say(
+                f"[dry-run] then look every job of {self.bare} up in the kernel store "
+                f"({self.store.describe()}; keys name triton {self.identity!r}) and put each "
+                f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
+                "a staged job exits at once, any other compiles and is stored after ninja"
+            )
+            return
+        logged = self._logged()
+        self.log.unlink(missing_ok=True)
+        if not self.bare.is_file():
+            runner.say(f"kernel store: no {self.bare}; AOTriton's kernel jobs run unchanged")
+            return
+        # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
+        # we never set) would compile with a Triton the key does not name.
+        jobs = [job for job in kernel_jobs.read_jobs(self.bare) if job.venv == "default"]
+        context = self.key_context()
+        sources = kernel_jobs.source_digests(jobs)
+        self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
+        built_for = stamps.read(self.manifest) or {}
+        # AOTriton's kernel jobs depend on neither their sources nor Triton, so ninja keeps a
+        # code object built for another key (another --triton, patch set, compile.py): drop it.
+        for out, key in self.keys.items():
+            if built_for.get(out) != key:
+                Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
+        stamps.write_text_atomic(self.manifest, json.dumps(self.keys))
+        # an interrupted build's compiles of these keys (ninja will not run them again)
+        self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
+        batched = self.store.prefetch(list(dict.fromkeys(self.keys.values())))
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            staged = pool.map(lambda job: self._stage_one(job, batched), jobs)
+            self.staged = sum(staged)
+        runner.say(
+            f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
+            f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
+            "to compile"
+        )
+
+    def _stage_one(self, job: kernel_jobs.Job, batched: bool) -> bool:
+        out = Path(job.hsaco)
+        marker = out.with_suffix(STAGED)
+        marker.unlink(missing_ok=True)
+        blob = self.store.get(self.keys[job.hsaco], local_only=batched)
+        if blob is None:
+            return False
+        hsaco, meta = kernel_store.unpack(blob)
+        if _read(out.with_suffix(".hsaco")) != hsaco or _read(out.with_suffix(".json")) != meta:
+            kernel_store.install_kernel(out, hsaco, meta)
+        marker.touch()
+        return True
+
+    def harvest(self, runner: Runner) -> None:
+        """After ninja (also a failed one): what the launcher compiled goes into the store."""
+        if not self.keys:  # nothing staged (a plan stages nothing)
+            return
+        compiled = [out for out in dict.fromkeys(self._logged()) if out in self.keys]
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            stored = sum(pool.map(self._store_one, dict.fromkeys(compiled + self.earlier)))
+        for out in self.keys:
+            Path(out).with_suffix(STAGED).unlink(missing_ok=True)
+        shared = self.store.shared
+        where = self.store.describe()
+        if shared is not None and self.store.read_only:
+            where += f"; nothing written to {shared.describe()}"
+        runner.say(
+            f"kernel store: {self.staged} kernels from the store, {len(compiled)} compiled by "
+            f"the build, {stored} stored in {where}"
+        )
+
+    def _logged(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.is_file() else []
+
+    def _store_one(self, out: str) -> bool:
+        hsaco = _read(Path(out).with_suffix(".hsaco"))
+        meta = _read(Path(out).with_suffix(".json"))
+        if not hsaco or meta is None:
+            return False
+        self.store.put(self.keys[out], kernel_store.pack(hsaco, meta))
+        return True
+
+
+def manifest(build: Path) -> Path:
+    return build / "rocmfa-kernels-keys.json"
+
+
+@contextlib.contextmanager
+def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
+    """Around `ninja install`: stage before, harvest after (also after a failure). Without
+    the launcher (--cache none) what the build compiles is for no known key: the key
+    manifest goes."""
+    if kernels is None:
+        runner.apply(manifest(build).unlink, missing_ok=True)
+        yield
+        return
+    kernels.stage(runner)
+    try:
+        yield
+    finally:
+        kernels.harvest(runner)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> kernel_store.KernelStore | None:
+    """The kernel store of this build (None: --cache none, or --no-images compiles no kernel),
+    opened once for the kernel check and the build: an unreachable store is one line."""
+    if build_options.no_images:
+        return None
+    return kernel_store.open_store(
+        build_options.cache, ctx.work, ctx.arch.name, say=runner.say, dry_run=runner.dry_run
+    )
+
+
+def plan(
+    ctx: Any,
+    build_options: Any,
+    src: Path,
+    build: Path,
+    store: kernel_store.KernelStore | None,
+    runner: Runner,
+) -> KernelBuild | None:
+    """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
+    if store is None:
+        return None
+    triton = build_options.triton
+    if triton == "pypi":
+        version = pypi_triton(ctx.pin.commit)
+        identity, wheel = version, f"triton=={version}"
+    else:
+        identity, wheel = fork_identity(src, runner), None
+    return KernelBuild(
+        src, build, store, triton, identity, wheel, ctx.pin.commit, arch=ctx.arch.name
+    )

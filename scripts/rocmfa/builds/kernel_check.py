@@ -1,0 +1,389 @@
+"""`nox -s kernel_check`: AOTriton's own generator on the checked-out (patched) tree, then a
+stratified sample of its real kernel compile jobs with the Triton recorded for that tree
+(pins/kernel_compiler.toml) - within a minute, on any machine (no ROCm SDK, no GPU).
+
+build_aotriton and tune_aotriton run the same check before their long build (one call in
+build_aotriton.build_from_source), so a patch set that breaks the tree, an arch the tree cannot
+generate, or a kernel that does not compile stops them in one line naming the kernel, the job
+and the compiler's message.
+
+Steps (those of ROCm/aotriton 6e00ef3e v3src/CMakeLists.txt, on CPU; docs/kernel-check.md):
+1. a venv under the work dir with `triton==<recorded>` and the tree's requirements.txt
+   ($ROCMFA_KERNEL_PYTHON names an interpreter to use instead: one that has that Triton);
+2. the tree's modules/database/**/*.sqlite3.tar.xz extracted into <build>/database and
+   `python -m aotriton.database_compose`; 3. `python -X utf8 -m aotriton.generate --root_dir TREE
+   --target_gpus <arch>_mod0 --build_dir BUILD` (the package `aotriton` is the tree's python/,
+   made importable by a symlink, so the checkout stays untouched); 4. kernel_jobs.sample() of
+   Bare.compile, each job through kernel_store.build_kernel() (the store of --cache first).
+The summary (per family: jobs, sampled, compiled, from the store, seconds) goes to
+<work>/kernel-check/<tree>-<arch>/summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmfa.builds import compile_cache, kernel_jobs, kernel_store
+from rocmfa.env import archs
+from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import load_toml
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pins
+from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.patches import apply_patch_set, patch_set_digest
+
+PINS_FILE = "kernel_compiler.toml"
+PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
+SUMMARY = "summary.json"
+SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
+# One compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU).
+GIB_PER_JOB = 1.0
+
+
+def recorded_triton(commit: str, pins_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
+    path = pin_files.pins_dir(pins_dir) / PINS_FILE
+    if not path.is_file():
+        return None
+    table = load_toml(path, "kernel compiler pins").get("compiler", {})
+    entry = table.get(commit) if isinstance(table, dict) else None
+    if entry is None:
+        return None
+    version = entry.get("triton") if isinstance(entry, dict) else None
+    if not isinstance(version, str) or not version:
+        raise UserError(f'{path}: [compiler.{commit}] needs triton = "X.Y.Z"')
+    return version
+
+
+def kernel_dir(work: Path) -> Path:
+    return work / "kernel-check"
+
+
+def summary_path(work: Path, arch: str, name: str = "aotriton") -> Path:
+    """Where the check of work/src/<name> for arch writes its summary (Tree.build)."""
+    return paths.build_dir(work, "kernel-check") / f"{name}-{arch}" / SUMMARY
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A checked-out (patched) AOTriton tree and what the check needs to know about it."""
+
+    src: Path
+    name: str  # work/src/<name>
+    commit: str
+    arch: str
+    gpus: tuple[str, ...]
+    triton: str
+
+    @property
+    def build(self) -> Path:
+        return summary_path(self.src.parents[1], self.arch, self.name).parent
+
+    def key_context(self) -> kernel_jobs.KeyContext:
+        return key_context(self.triton, self.commit, self.arch, self.src)
+
+
+def key_context(triton: str, commit: str, arch: str | None, src: Path) -> kernel_jobs.KeyContext:
+    """What every job of a tree shares in its key (the check, the build, --workers)."""
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    return kernel_jobs.KeyContext(
+        triton, patches, kernel_jobs.file_digest(src / "python/compile.py")
+    )
+
+
+def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
+    """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
+    given = os.environ.get(PYTHON_ENV)
+    if given:
+        runner.say(f"kernel check: compiler Python {given} (${PYTHON_ENV})")
+        return given
+    venv = kernel_dir(work) / f"venv-triton-{tree.triton}"
+    python = venv / "bin" / "python"
+    requirements = tree.src / "requirements.txt"
+    wanted = {"triton": tree.triton, "requirements": _digest_or_none(requirements)}
+    marker = venv / "rocmfa-kernel-venv.json"
+    if python.exists() and stamps.is_current(marker, wanted):
+        runner.say(f"kernel check: venv {venv} (triton {tree.triton}) is ready")
+        return str(python)
+    runner.run([sys.executable, "-m", "venv", "--clear", str(venv)])
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    extra = ["-r", str(requirements)] if requirements.is_file() or runner.dry_run else []
+    runner.run([*pip, f"triton=={tree.triton}", *extra])
+    runner.apply(stamps.write, marker, wanted)
+    return str(python)
+
+
+def _digest_or_none(path: Path) -> str | None:
+    return kernel_jobs.file_digest(path) if path.is_file() else None
+
+
+def generate(tree: Tree, python: str, runner: Runner) -> Path:
+    """Bare.compile from AOTriton's own generator for tree.gpus; one line when it fails."""
+    build = tree.build
+    database = build / "database"
+    shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
+    pkg = build / "pkg"
+    what = f"extract {len(shards)} tuning database shards of {tree.src / 'modules' / 'database'}"
+    runner.apply(_unpack_tree, tree, shards, database, pkg, say=f"{what} into {database}")
+    sets = {"PYTHONPATH": str(pkg)}
+    compose = [python, "-m", "aotriton.database_compose"]
+    compose += ["--database_file", str(database / "tuning_database.sqlite3")]
+    compose += ["--decomposed", str(database)]
+    _step(runner, compose, tree, sets, "database_compose")
+    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src)]
+    gen += ["--target_gpus", *tree.gpus, "--build_dir", str(build)]
+    _step(runner, gen, tree, sets, "generator")
+    return build / "Bare.compile"
+
+
+def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> None:
+    """The tuning database shards extracted; the tree's python/ importable as `aotriton`
+    through a symlink, so the checkout stays untouched."""
+    for shard in shards:
+        rel = shard.relative_to(tree.src / "modules" / "database").parent
+        (database / rel).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(shard) as archive:
+            archive.extractall(database / rel, filter="data")
+    pkg.mkdir(parents=True, exist_ok=True)
+    link = pkg / "aotriton"
+    link.unlink(missing_ok=True)
+    link.symlink_to(tree.src / "python", target_is_directory=True)
+
+
+def _step(runner: Runner, argv: list[str], tree: Tree, sets: dict[str, str], what: str) -> None:
+    done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
+    if done.returncode != 0:
+        last = kernel_store.last_line(done.stderr or done.stdout)
+        raise UserError(
+            f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on {tree.src} "
+            f"(exit {done.returncode}): {last}"
+        )
+
+
+def compile_sample(
+    chosen: list[kernel_jobs.Job],
+    keys: dict[int, str],
+    compiler: kernel_store.Compiler,
+    store: kernel_store.KernelStore | None,
+    jobs: int,
+) -> dict[int, tuple[str, float]]:
+    """Compile (or fetch) every chosen job on `jobs` threads; the first failure stops the rest
+    and is raised as one line."""
+    results: dict[int, tuple[str, float]] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            pool.submit(kernel_store.build_kernel, job, keys[job.line], compiler, store): job
+            for job in chosen
+        }
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in pending:
+            future.cancel()
+        for future in done:
+            error = future.exception()
+            if isinstance(error, kernel_store.CompileFailed):
+                raise UserError(f"kernel check: {error}") from None
+            if error is not None:
+                raise error
+            results[futures[future].line] = future.result()
+    return results
+
+
+def summarize(
+    all_jobs: list[kernel_jobs.Job],
+    chosen: list[kernel_jobs.Job],
+    results: dict[int, tuple[str, float]],
+) -> dict[str, dict[str, Any]]:
+    families: dict[str, dict[str, Any]] = {}
+    for job in all_jobs:
+        entry = families.setdefault(
+            job.family, {"jobs": 0, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
+        )
+        entry["jobs"] += 1
+    for job in chosen:
+        entry = families[job.family]
+        entry["sampled"] += 1
+        if job.line in results:
+            how, seconds = results[job.line]
+            entry["compiled" if how == "compiled" else "from_store"] += 1
+            entry["seconds"] = round(entry["seconds"] + seconds, 3)
+    return families
+
+
+def say_plan(
+    tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable
+) -> None:
+    """What a check would compile, with one example command."""
+    compile_py = tree.src / "python" / "compile.py"
+    say(
+        f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x "
+        f"num_warps x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) "
+        f"on {threads} threads, each looked up in the kernel store first, else e.g.:"
+    )
+    example = kernel_jobs.Job(
+        1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
+    )
+    command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
+    sets = kernel_store.Compiler(python, compile_py, tree.build).sets(example)
+    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sorted(sets.items()))} {' '.join(command)}")
+    say(f"[dry-run] summary: {tree.build / SUMMARY}")
+
+
+def run_check(
+    tree: Tree,
+    *,
+    work: Path,
+    runner: Runner,
+    cache: compile_cache.CacheSpec | str | None,
+    jobs: int | None = None,
+    size: int | None = None,
+    say: Callable[[str], None] | None = None,
+    store: kernel_store.KernelStore | None = None,
+) -> dict[str, Any] | None:
+    """The whole check on a checked-out tree; the summary (None on a dry run). store: one
+    already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
+    say, began = say or runner.say, time.monotonic()
+    if not (tree.src / "python" / "compile.py").is_file() and not runner.dry_run:
+        layout = "the layout of AOTriton >= 0.12b that the check drives"
+        raise UserError(f"kernel check: {tree.src} has no python/compile.py ({layout})")
+    python = compiler_python(tree, work, runner)
+    bare = generate(tree, python, runner)
+    threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
+    if store is None:
+        store = kernel_store.open_store(cache, work, tree.arch, say=say, dry_run=runner.dry_run)
+    if runner.dry_run:
+        return say_plan(tree, python, bare, threads, size, say)
+    all_jobs = kernel_jobs.read_jobs(bare)
+    if not all_jobs:
+        raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
+    try:
+        chosen = kernel_jobs.sample(all_jobs, size)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    context, sources = tree.key_context(), kernel_jobs.source_digests(chosen)
+    keys = {job.line: context.key(job, sources) for job in chosen}
+    say(
+        f"kernel check: {len(all_jobs)} jobs in {len({j.family for j in all_jobs})} kernel "
+        f"families; compiling {len(chosen)} ({why}); kernel store: "
+        f"{store.describe() if store else 'none'}"
+    )
+    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", tree.build)
+    results = compile_sample(chosen, keys, compiler, store, threads)
+    families = summarize(all_jobs, chosen, results)
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "aotriton_commit": tree.commit,
+        "tree": str(tree.src),
+        "arch": tree.arch,
+        "target_gpus": list(tree.gpus),
+        "triton": tree.triton,
+        "patches": context.patches,
+        "jobs": len(all_jobs),
+        "sampled": len(chosen),
+        "families": families,
+        "wall_s": round(time.monotonic() - began, 3),
+        "store": store.describe() if store else "none",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    say(format_summary(summary))
+    say(f"kernel check: summary in {tree.build / SUMMARY}")
+    return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    rows = [
+        f"{'family':<32} {'jobs':>6} {'sampled':>7} {'compiled':>8} {'stored':>6} {'seconds':>8}"
+    ]
+    for name, f in sorted(summary["families"].items()):
+        rows.append(
+            f"{name:<32} {f['jobs']:>6} {f['sampled']:>7} {f['compiled']:>8} "
+            f"{f['from_store']:>6} {f['seconds']:>8.1f}"
+        )
+    rows.append(
+        f"kernel check: {summary['arch']} OK - {summary['sampled']} of {summary['jobs']} jobs "
+        f"compiled or fetched in {summary['wall_s']:.1f} s (triton {summary['triton']})"
+    )
+    return "\n".join(rows)
+
+
+# --- which tree: the session alone, and build_aotriton's hook ---------------------------------
+
+
+def tree_for(arch: archs.Arch, work: Path, *, name: str = "aotriton") -> tuple[pins.Pin, Tree]:
+    """The AOTriton pin and the tree the check runs on (our patch set adds an arch such as
+    gfx908 to it: the same tree build_aotriton builds)."""
+    pin = pins.load_pin("aotriton", workdir=work)
+    triton = recorded_triton(pin.commit)
+    tree = Tree(
+        paths.src_dir(work, name), name, pin.commit, arch.name, gpus_for(arch), triton or ""
+    )
+    return pin, tree
+
+
+def gpus_for(arch: archs.Arch) -> tuple[str, ...]:
+    """AOTriton's generator target for the arch (python/gpu_targets.py @ 6e00ef3e: <arch>_mod0)."""
+    return (f"{arch.name}_mod0",)
+
+
+def before_build(
+    ctx: Any, src: Path, build: Any, store: kernel_store.KernelStore | None = None
+) -> None:
+    """build_aotriton / tune_aotriton (build_aotriton.build_from_source), on the checked-out,
+    patched tree before cmake: the check, then with --workers the whole job list on the
+    cluster. A pin with no Triton recorded is one line and no check."""
+    runner = ctx.runner
+    if build.workers:
+        from rocmfa.builds import kernel_cluster  # only --workers needs the optional extra
+
+        kernel_cluster.require(build.workers, build.cache, dry_run=runner.dry_run)
+    if build.no_images:
+        runner.say("kernel check: skipped (--no-images compiles no kernel)")
+        return
+    triton = recorded_triton(ctx.pin.commit)
+    if triton is None:
+        if build.workers:
+            raise UserError(
+                f"--workers: no Triton recorded for AOTriton {ctx.pin.commit[:12]} "
+                f"in pins/{PINS_FILE}"
+            )
+        runner.say(
+            f"kernel check: no Triton recorded for AOTriton {ctx.pin.commit[:12]} in "
+            f"pins/{PINS_FILE}; skipped"
+        )
+        return
+    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
+    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
+    if build.workers:
+        kernel_cluster.fan_out(tree, build.workers, build.cache, runner)
+
+
+def kernel_check(opts: Any) -> None:
+    """The session: check out and patch the tree (as build_aotriton does), then run_check."""
+    choice = archs.resolve_arch(opts.arch)
+    work = paths.workdir(opts.workdir)
+    runner = Runner(dry_run=opts.dry_run)
+    pin, tree = tree_for(choice.arch, work)
+    if not tree.triton:
+        raise UserError(
+            f"kernel check: no Triton recorded for AOTriton {pin.commit} in pins/{PINS_FILE} "
+            '(add [compiler.<commit>] triton = "X.Y.Z")'
+        )
+    runner.say(
+        f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {choice.arch.name} "
+        f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}"
+    )
+    # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
+    # fork, which the build compiles); build_aotriton adds them to the same checkout later.
+    ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
+    apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
+    run_check(tree, work=work, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

@@ -1,0 +1,347 @@
+"""AOTriton's compiled kernels shared through `--cache`, and the one place a kernel is compiled.
+
+build_kernel() looks the job's key (kernel_jobs.KeyContext) up in the store BEFORE any
+Python/Triton process starts and runs AOTriton's python/compile.py only on a miss. Not Triton's
+cache-manager interface: it is consulted inside compile.py after Triton's import (0.39 s of a
+0.98 s job, measured), and its Redis backend fails in 3.5.1.
+
+Stores from --cache (compile_cache.parse_cache): none: no store; not given, ccache, sccache,
+http(s):// (WebDAV is sccache's alone): <work>/.cache/aotriton-kernels; redis:// through
+redis-py, s3:// through boto3, each over the local directory (?read_only=1 never writes). An
+entry is one object: a header with the sha256 and length of the code object and its metadata,
+then both; one that does not match is recompiled, never installed. An unreachable store costs
+one warning line; the compile then happens locally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocmfa.builds import compile_cache
+from rocmfa.builds.kernel_jobs import COMPILE_ENV, Job, compile_argv
+from rocmfa.plumbing import paths
+
+MAGIC = b"ROCMFA-KERNEL/1\n"
+LOCAL_DIR = "aotriton-kernels"
+
+
+class Damaged(ValueError):
+    """A store entry whose digests or lengths do not match."""
+
+
+def pack(hsaco: bytes, meta: bytes) -> bytes:
+    import hashlib
+
+    header = {
+        "hsaco": [len(hsaco), hashlib.sha256(hsaco).hexdigest()],
+        "meta": [len(meta), hashlib.sha256(meta).hexdigest()],
+    }
+    return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + hsaco + meta
+
+
+def unpack(blob: bytes) -> tuple[bytes, bytes]:
+    import hashlib
+
+    if not blob.startswith(MAGIC):
+        raise Damaged("not a kernel entry")
+    head, sep, body = blob[len(MAGIC) :].partition(b"\n")
+    try:
+        header = json.loads(head) if sep else None
+        (hlen, hsum), (mlen, msum) = header["hsaco"], header["meta"]
+    except (ValueError, TypeError, KeyError):
+        raise Damaged("unreadable header") from None
+    if len(body) != hlen + mlen:
+        raise Damaged(f"{len(body)} bytes, expected {hlen + mlen} (truncated?)")
+    hsaco, meta = body[:hlen], body[hlen:]
+    if hashlib.sha256(hsaco).hexdigest() != hsum or hashlib.sha256(meta).hexdigest() != msum:
+        raise Damaged("sha256 mismatch")
+    if not hsaco:
+        raise Damaged("empty code object")
+    return hsaco, meta
+
+
+# --- backends: get(key) -> bytes | None, put(key, bytes) ----------------------------------
+
+
+class DirBackend:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def describe(self) -> str:
+        return f"directory {self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.kernel"
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        from rocmfa.plumbing import stamps
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamps.write_bytes_atomic(path, data)
+
+
+class RedisBackend:
+    """GET / SET / MGET through redis-py (its connection pool serves the compile threads)."""
+
+    def __init__(self, spec: compile_cache.CacheSpec, prefix: str) -> None:
+        self.prefix = prefix
+        self.client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
+
+    def describe(self) -> str:
+        kwargs = self.client.connection_pool.connection_kwargs
+        return f"redis {kwargs.get('host')}:{kwargs.get('port')}"
+
+    def get(self, key: str) -> bytes | None:
+        return self.client.get(f"{self.prefix}/{key}")
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """One MGET: one round trip for a batch of keys (kernel_build's staging)."""
+        return self.client.mget([f"{self.prefix}/{key}" for key in keys])
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client.set(f"{self.prefix}/{key}", data)
+
+
+class S3Backend:
+    """S3 through the team index's store (rocmfa.plumbing.team_index)."""
+
+    def __init__(self, spec: compile_cache.CacheSpec, root: str) -> None:
+        from rocmfa.plumbing import team_index
+
+        self.store = team_index.S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
+        self.what = spec.describe().replace("sccache on ", "")
+
+    def describe(self) -> str:
+        return self.what
+
+    def get(self, key: str) -> bytes | None:
+        return self.store.read(f"{key}.kernel")
+
+    def put(self, key: str, data: bytes) -> None:
+        self.store.put_bytes(f"{key}.kernel", data, "application/octet-stream")
+
+
+Backend = DirBackend | RedisBackend | S3Backend
+
+# --- the store a session uses ----------------------------------------------------------------
+
+
+@dataclass
+class KernelStore:
+    """The local directory, and a shared store over it (None when there is none or it went
+    away: one warning line, then local compiles)."""
+
+    local: DirBackend | None
+    shared: Backend | None = None
+    read_only: bool = False
+    say: Callable[[str], None] = print
+    stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "compiled": 0})
+
+    def describe(self) -> str:
+        layers = [b.describe() for b in (self.shared, self.local) if b is not None]
+        ro = " (read-only)" if self.read_only else ""
+        return (" over ".join(layers) + ro) if layers else "none"
+
+    def _lost(self, error: Exception) -> None:
+        if self.shared is not None:
+            self.say(f"WARNING: kernel store {self.shared.describe()}: {error}; compiling locally")
+            self.shared = None
+
+    def get(self, key: str, *, local_only: bool = False) -> bytes | None:
+        for layer in (self.local, None if local_only else self.shared):
+            if layer is None:
+                continue
+            try:
+                blob = layer.get(key)
+            except Exception as error:
+                self._lost(_why(error))
+                continue
+            if blob is None or not self._whole(key, blob, layer):
+                continue
+            if layer is self.shared and self.local is not None:
+                self.local.put(key, blob)
+            return blob
+        return None
+
+    def _whole(self, key: str, blob: bytes, layer: Backend) -> bool:
+        try:
+            unpack(blob)
+        except Damaged as error:
+            self.say(
+                f"kernel store: damaged entry {key[:16]} in {layer.describe()} ({error}); "
+                "recompiling"
+            )
+            return False
+        return True
+
+    def prefetch(self, keys: list[str], batch: int = 500) -> bool:
+        """The entries of keys the local layer lacks, copied from the shared store in batches
+        (one round trip each) when it can (redis MGET). False: it cannot; ask get() per key."""
+        shared, local = self.shared, self.local
+        if shared is None or local is None or not isinstance(shared, RedisBackend):
+            return False
+        missing = [key for key in keys if not local._path(key).is_file()]
+        for start in range(0, len(missing), batch):
+            chunk = missing[start : start + batch]
+            try:
+                blobs = shared.get_many(chunk)
+            except Exception as error:
+                self._lost(_why(error))
+                return True
+            for key, blob in zip(chunk, blobs, strict=True):
+                if blob is not None and self._whole(key, blob, shared):
+                    local.put(key, blob)
+        return True
+
+    def put(self, key: str, blob: bytes) -> None:
+        if self.local is not None:
+            self.local.put(key, blob)
+        if self.shared is not None and not self.read_only:
+            try:
+                self.shared.put(key, blob)
+            except Exception as error:
+                self._lost(_why(error))
+
+
+def _why(error: Exception) -> Exception:
+    return error if str(error) else Exception(type(error).__name__)
+
+
+def open_store(
+    cache: compile_cache.CacheSpec | str | None,
+    work: Path,
+    arch: str,
+    *,
+    say: Callable[[str], None],
+    dry_run: bool = False,
+) -> KernelStore | None:
+    """The store for --cache (None: --cache none). A shared store that does not answer is one
+    warning line and the local directory alone."""
+    spec = compile_cache.as_spec(cache)
+    if spec is not None and spec.tool == "none":
+        return None
+    local = DirBackend(paths.cache_dir(work) / LOCAL_DIR / arch)
+    store = KernelStore(local, say=say)
+    if spec is None or not spec.remote:
+        return store
+    if spec.backend == "webdav":
+        say(
+            f"kernel store: {local.root} (WebDAV is sccache's alone; redis:// and s3:// also "
+            "share AOTriton's kernels)"
+        )
+        return store
+    root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
+    if dry_run:
+        say(f"[dry-run] kernel store: would use {spec.describe()} under {root}/ over {local.root}")
+        return store
+    problem = compile_cache.probe(spec)
+    if problem:
+        say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
+        return store
+    if spec.backend == "redis":
+        store.shared = RedisBackend(spec, root)
+    else:
+        store.shared = S3Backend(spec, root)
+    store.read_only = spec.read_only
+    return store
+
+
+# --- one job: from the store, else compiled --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """How compile.py runs: the Python with the recorded Triton, the tree's compile.py, and
+    where Triton's own cache goes (TRITON_CACHE_DIR=<dir>/triton-cache.<venv>, as the build)."""
+
+    python: str
+    compile_py: Path
+    triton_cache: Path
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def sets(self, job: Job) -> dict[str, str]:
+        return {
+            "TRITON_CACHE_DIR": str(self.triton_cache / f"triton-cache.{job.venv}"),
+            **COMPILE_ENV,
+        }
+
+
+class CompileFailed(Exception):
+    def __init__(self, job: Job, message: str) -> None:
+        super().__init__(f"{job.describe()}: {message}")
+        self.job, self.message = job, message
+
+    def __reduce__(self):  # travels back from a cluster worker
+        return (CompileFailed, (self.job, self.message))
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
+    from rocmfa.plumbing import stamps
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
+    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
+
+
+def build_kernel(
+    job: Job, key: str, compiler: Compiler, store: KernelStore | None, out: Path | None = None
+) -> tuple[str, float]:
+    """Put job's code object at out (default: its Bare.compile path): ('hit' | 'compiled',
+    seconds). CompileFailed names the kernel, the job and the compiler's last line."""
+    began = time.monotonic()
+    out = Path(out or job.hsaco)
+    blob = store.get(key) if store is not None else None
+    if blob is not None:
+        install_kernel(out, *unpack(blob))
+        if store is not None:
+            store.stats["hits"] += 1
+        return "hit", time.monotonic() - began
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.stem[:40]}.", dir=out.parent))
+    try:
+        target = scratch / out.name
+        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
+        done = subprocess.run(
+            argv,
+            env={**compiler.env, **compiler.sets(job)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise CompileFailed(job, last_line(done.stderr or done.stdout))
+        try:
+            hsaco = target.with_suffix(".hsaco").read_bytes()
+            meta = target.with_suffix(".json").read_bytes()
+        except FileNotFoundError as missing:
+            raise CompileFailed(job, f"compile.py wrote no {Path(missing.filename).name}") from None
+        if not hsaco:
+            raise CompileFailed(job, "empty code object (" + last_line(meta.decode()) + ")")
+        blob = pack(hsaco, meta)
+        if store is not None:
+            store.put(key, blob)
+            store.stats["compiled"] += 1
+        install_kernel(out, hsaco, meta)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return "compiled", time.monotonic() - began

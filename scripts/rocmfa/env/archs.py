@@ -1,0 +1,319 @@
+"""GPU architecture knowledge (data/arches.toml) on top of AMD's rocm-bootstrap.
+
+rocm-bootstrap (PyPI) detects GPUs (KFD sysfs, $ROCM_BOOTSTRAP_FORCE_GFX_ARCH) and knows the
+target -> sub-family -> family hierarchy and device package names; arches.toml keeps only what
+it does not know (AOTriton support per version, image packs, CK MHA, vLLM gate, peaks, limits).
+HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs, so it is reported next to the
+real arch rather than silently trusted.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rocm_bootstrap
+from rocm_bootstrap import parse_gfx_target_version
+
+from rocmfa.plumbing.datafiles import require
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import ARCHES_FILE, arch_data, origin, unknown_arch
+
+BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
+BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
+
+
+def aotriton_version_key(version: str) -> tuple[int, ...]:
+    """'0.11.2b' -> (0, 11, 2); '0.13b' -> (0, 13); '0.13.50tp' -> (0, 13, 50)."""
+    match = re.fullmatch(r"v?(\d+(?:\.\d+)*)[a-z]*", version.strip())
+    if not match:
+        raise UserError(f"not an AOTriton version: {version!r} (expected e.g. 0.12b)")
+    return tuple(int(p) for p in match.group(1).split("."))
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    display_name: str
+    vendor: str
+    device_extra: str | None
+    legacy_family: str | None
+    aotriton_since: str | None
+    aotriton_packs: tuple[tuple[str, str], ...]
+    aotriton_experimental: tuple[tuple[str, str | None], ...]
+    ck_mha: bool
+    vllm_aiter: bool
+    vllm_note: str
+    peak_tflops: Mapping[str, float] = field(default_factory=dict)
+    limits: tuple[str, ...] = ()
+    therock_family: str | None = None  # TheRock's cmake family where no legacy index exists
+    # (release, pack): releases this repository's patch set (patches/aotriton/<commit>/) adds
+    # the arch to, although upstream has no kernels for it
+    aotriton_patched: tuple[tuple[str, str], ...] = ()
+    therock_torch_flash: bool = False  # TheRock's prebuilt torch has flash attention for it
+
+    def aotriton_supported(self, version: str | None = None) -> bool:
+        if self.aotriton_since is None:
+            return False
+        if version is None:
+            return True
+        return aotriton_version_key(version) >= aotriton_version_key(self.aotriton_since)
+
+    def aotriton_pack(self, version: str) -> str | None:
+        """Image pack directory name without 'amd-' for an AOTriton release, or None."""
+        key = aotriton_version_key(version)
+        chosen = None
+        for since, pack in self.aotriton_packs:
+            if key >= aotriton_version_key(since):
+                chosen = pack
+        return chosen if self.aotriton_supported(version) else None
+
+    def aotriton_patched_pack(self, version: str) -> str | None:
+        """The pack our patch set builds for this arch on version's release line, or None
+        (upstream support needs no patch set)."""
+        if self.aotriton_supported(version):
+            return None
+        key = aotriton_version_key(version)[:2]
+        return next(
+            (pack for rel, pack in self.aotriton_patched if aotriton_version_key(rel)[:2] == key),
+            None,
+        )
+
+    def needs_experimental_flag(self, version: str) -> bool:
+        key = aotriton_version_key(version)
+        for since, until in self.aotriton_experimental:
+            if key >= aotriton_version_key(since) and (
+                until is None or key < aotriton_version_key(until)
+            ):
+                return True
+        return False
+
+
+def _device_extra(name: str) -> str | None:
+    """TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming."""
+    try:
+        target_bundle = rocm_bootstrap.packaging_chain(name)[0]
+    except ValueError:
+        return None
+    return rocm_bootstrap.device_dist_name("device", target_bundle)
+
+
+def packaging_chain(name: str) -> tuple[str, ...]:
+    """('gfx1151', 'gfx115x', 'gfx11') from rocm-bootstrap; () for a target it does not know."""
+    try:
+        return tuple(b.key for b in rocm_bootstrap.packaging_chain(name))
+    except ValueError:
+        return ()
+
+
+def _flag(raw: dict, key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {key} must be true or false")
+    return value
+
+
+def _parse_arch(name: str, raw: Any) -> Arch:
+    where = f"{ARCHES_FILE.name} [arch.{name}]"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: must be a table")
+    packs = []
+    for entry in require(raw, "aotriton_packs", list, where):
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: aotriton_packs entries must be tables")
+        packs.append((require(entry, "since", str, where), require(entry, "pack", str, where)))
+    experimental = []
+    for entry in require(raw, "aotriton_experimental", list, where):
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: aotriton_experimental entries must be tables")
+        until = entry.get("until")
+        if until is not None and not isinstance(until, str):
+            raise UserError(f"{where}: 'until' must be str")
+        experimental.append((require(entry, "since", str, where), until))
+    peaks = {}
+    for dtype in ("fp16", "bf16"):
+        value = raw.get(f"peak_tflops_{dtype}")
+        if value is not None:
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise UserError(f"{where}: peak_tflops_{dtype} must be a positive number")
+            peaks[dtype] = float(value)
+    patched = []
+    for entry in raw.get("aotriton_patched", []):
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: aotriton_patched entries must be tables")
+        patched.append((require(entry, "release", str, where), require(entry, "pack", str, where)))
+    since = raw.get("aotriton_since")
+    versions = [since, *(p[0] for p in packs), *(e[0] for e in experimental)]
+    for version in [*versions, *(p[0] for p in patched)]:
+        if version is not None:
+            try:
+                aotriton_version_key(version)
+            except UserError as e:
+                raise UserError(f"{where}: {e}") from None
+    return Arch(
+        name=name,
+        display_name=require(raw, "name", str, where),
+        vendor=raw.get("vendor", "amd"),
+        device_extra=_device_extra(name) if raw.get("vendor", "amd") == "amd" else None,
+        legacy_family=raw.get("legacy_family"),
+        aotriton_since=since,
+        aotriton_packs=tuple(packs),
+        aotriton_experimental=tuple(experimental),
+        ck_mha=require(raw, "ck_mha", bool, where),
+        vllm_aiter=require(raw, "vllm_aiter", bool, where),
+        vllm_note=require(raw, "vllm_note", str, where),
+        peak_tflops=peaks,
+        limits=tuple(raw.get("limits", ())),
+        therock_family=raw.get("therock_family"),
+        aotriton_patched=tuple(patched),
+        therock_torch_flash=_flag(raw, "therock_torch_flash", where),
+    )
+
+
+def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
+    """The arch table; read once per process while the file is unchanged (the option check,
+    the session and its plan all ask)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return dict(_load_arches(path, None))  # load_toml's one-line error
+    return dict(_load_arches(path, (stat.st_mtime_ns, stat.st_size)))  # a copy: callers may edit
+
+
+@functools.lru_cache(maxsize=8)
+def _load_arches(path: Path, version: tuple[int, int] | None) -> dict[str, Arch]:
+    data = arch_data(path)  # the file as the option check read it
+    table = data.get("arch")
+    if not isinstance(table, dict) or not table:
+        raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
+    return {name: _parse_arch(name, raw) for name, raw in table.items()}
+
+
+def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
+    arches = load_arches() if arches is None else arches
+    key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
+    if key not in arches:
+        raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
+    return arches[key]
+
+
+def _target_name(major: int, minor: int, stepping: int) -> str:
+    """Name through rocm-bootstrap's table; LLVM spelling (stepping in hex) when it is unknown."""
+    try:
+        return parse_gfx_target_version(major * 10000 + minor * 100 + stepping).name
+    except ValueError:
+        return f"gfx{major}{minor}{stepping:x}"
+
+
+def parse_hsa_override(value: str) -> str:
+    """HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal) -> 'gfx1100'."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
+    if not match:
+        raise UserError(
+            f"HSA_OVERRIDE_GFX_VERSION={value!r} is invalid (ROCr wants major.minor.stepping, "
+            "decimal, e.g. 11.0.0)"
+        )
+    major, minor, step = (int(g) for g in match.groups())
+    return _target_name(major, minor, step)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What the host has. gpus are in KFD node order (the order HIP_VISIBLE_DEVICES counts)."""
+
+    gpus: tuple[str, ...]
+    source: str
+    hsa_override: str | None = None
+    hsa_override_arch: str | None = None
+    chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> str | None:
+        return self.gpus[0] if self.gpus else None
+
+
+def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
+    """GPUs as rocm-bootstrap sees them (its ROCM_BOOTSTRAP_* variables apply).
+
+    rocm-bootstrap lists KFD nodes in name order ('10' before '2'); HIP counts devices in
+    numeric node order, so the result is re-sorted by node id.
+    """
+    environ = os.environ if environ is None else environ
+    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    override_arch = None
+    if override:
+        try:
+            override_arch = parse_hsa_override(override)
+        except UserError:
+            override_arch = "invalid"
+    forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
+    try:
+        found = sorted(rocm_bootstrap.detect_gpus(), key=lambda gpu: gpu.node_id)
+    except ValueError as e:  # unknown gfx_target_version or forced name
+        where = f"${BOOTSTRAP_FORCE_ENV}" if forced else "KFD sysfs"
+        raise UserError(f"GPU detection failed ({where}): {e}") from None
+    gpus = tuple(gpu.target.name for gpu in found)
+    if os.environ.get(BOOTSTRAP_DISABLE_ENV) == "1":
+        source = f"detection disabled (${BOOTSTRAP_DISABLE_ENV}=1)"
+    elif forced:
+        source = f"${BOOTSTRAP_FORCE_ENV}={forced} (rocm-bootstrap)"
+    elif gpus:
+        source = "KFD sysfs (rocm-bootstrap)"
+    else:
+        source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
+    chains = {name: packaging_chain(name) for name in gpus}
+    return Detection(gpus, source, override, override_arch, chains)
+
+
+@dataclass(frozen=True)
+class ArchChoice:
+    arch: Arch
+    how: str
+    detection: Detection
+
+
+def resolve_arch(
+    requested: str | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    arches: Mapping[str, Arch] | None = None,
+    detection: Detection | None = None,
+) -> ArchChoice:
+    """The session's --arch (or $ROCMFA_ARCH, resolved with the settings), else rocm-bootstrap's
+    detection ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD). detection: the GPUs already detected
+    (doctor detects once and hands them down)."""
+    environ = os.environ if environ is None else environ
+    detection = detect_gpus(environ) if detection is None else detection
+    if requested:
+        return ArchChoice(get_arch(requested, arches), origin(requested, "--arch"), detection)
+    if not detection.gpus:
+        raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
+    how = detection.source
+    if len(set(detection.gpus)) > 1:
+        how += f"; several GPU archs {', '.join(detection.gpus)}, using the first (node order)"
+    return ArchChoice(get_arch(detection.primary, arches), how, detection)
+
+
+def explain_override(detection: Detection) -> str | None:
+    """One sentence about HSA_OVERRIDE_GFX_VERSION, or None when it is not set."""
+    if not detection.hsa_override:
+        return None
+    if detection.hsa_override_arch == "invalid":
+        return (
+            f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} is invalid: ROCr rejects it "
+            "(format major.minor.stepping, decimal)"
+        )
+    real = detection.primary or "unknown"
+    if detection.hsa_override_arch == real:
+        return f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} matches the real arch ({real})"
+    return (
+        f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} makes ROCr report "
+        f"{detection.hsa_override_arch} although the GPU is {real}: kernels built for "
+        f"{detection.hsa_override_arch} run on {real}; builds here target the real arch "
+        "(pass --arch to choose otherwise)"
+    )

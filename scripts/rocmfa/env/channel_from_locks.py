@@ -1,0 +1,315 @@
+"""Assemble a file:// conda channel from the records of existing lock files.
+
+    python -m rocmfa.env.channel_from_locks OUT_DIR SOURCE [SOURCE ...] [--platform linux-64]
+    python -m rocmfa.env.channel_from_locks OUT_DIR --fetched DIR     (the sources named in
+        scripts/rocmfa/data/conda_sources.toml, fetched into DIR; --fetch-commands prints how)
+
+A SOURCE is a pixi.lock or a conda-lock.yml. A pixi.lock keeps each file's repodata record
+whole (`depends` and `constrains` as the channel wrote them, build number); it is read with
+py-rattler's own lock parser. A conda-lock.yml keeps no `constrains` and respells dependencies
+as {name: version}, so its records are used only for files that no pixi.lock holds (the build
+number then comes from the build string's trailing `_N`, conda-forge's convention).
+
+Assembly does not depend on the order of the sources: every source holding a file must give it
+the same record (pixi.lock sources among themselves, conda-lock sources among themselves, and
+the same md5/sha256 across both), or the files they disagree on are reported and nothing is
+written. OUT_DIR/<subdir>/repodata.json gets one entry per file; OUT_DIR/sources.json names
+every source that supplied each file. Archives are not copied: `nox -s lock -- --channel
+file://OUT_DIR` solves against this channel and writes the records' own URLs
+(docs/conda-lock.md). Serves as a mirror's index too: put the archives beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
+from rocmfa.plumbing.errors import UserError
+
+ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
+SOURCES_FILE = REPO_ROOT / "scripts" / "rocmfa" / "data" / "conda_sources.toml"
+# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
+# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
+RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
+                 "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
+                 "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
+PIXI, CONDA_LOCK = "pixi.lock", "conda-lock"
+
+
+def split_filename(name: str, version: str, filename: str) -> str:
+    """The build string of <name>-<version>-<build>.conda|.tar.bz2."""
+    stem = next((filename[: -len(s)] for s in ARCHIVE_SUFFIXES if filename.endswith(s)), None)
+    prefix = f"{name}-{version}-"
+    if stem is None or not stem.startswith(prefix) or len(stem) == len(prefix):
+        raise UserError(f"{filename}: not a {name}-{version}-<build> conda archive name")
+    return stem[len(prefix) :]
+
+
+def build_number(build: str) -> int:
+    tail = build.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def dependency(name: str, spec: str) -> str:
+    """A match spec from a lock's {name: spec} pair. Some writers put the whole spec in the
+    key with '*' as value (`gcc_linux-64 13.3.0 h6f18a23_11: '*'`)."""
+    spec = str(spec).strip()
+    if " " in name.strip():
+        return name.strip() if spec in ("", "*") else f"{name.strip()} {spec}"
+    return f"{name} {spec}".strip()
+
+
+@dataclass(frozen=True)
+class Record:
+    """One file's channel entry as one source gives it."""
+
+    subdir: str
+    filename: str
+    entry: dict[str, Any]
+    kind: str  # PIXI or CONDA_LOCK
+    source: str
+
+
+def conda_lock_record(package: dict[str, Any], source: str) -> Record:
+    """The channel entry of one conda record of a conda-lock.yml (no constrains)."""
+    url = package["url"]
+    subdir, quoted = url.rsplit("/", 2)[-2:]
+    filename = urllib.parse.unquote(quoted)  # epochs: x264-1%21164... is x264-1!164...
+    build = split_filename(package["name"], str(package["version"]), filename)
+    depends = [dependency(n, spec) for n, spec in (package.get("dependencies") or {}).items()]
+    entry: dict[str, Any] = {
+        "name": package["name"],
+        "version": str(package["version"]),
+        "build": build,
+        "build_number": build_number(build),
+        "depends": sorted(depends),
+        "subdir": subdir,
+        "md5": package["hash"]["md5"],
+        "sha256": package["hash"]["sha256"],
+    }
+    if subdir == "noarch":
+        # The lock does not say which kind; python's kind only matters when linking, and
+        # installs read the archive's own index.json.
+        entry["noarch"] = "python" if "python" in (package.get("dependencies") or {}) else "generic"
+    return Record(subdir, filename, entry, CONDA_LOCK, source)
+
+
+def read_conda_lock(data: dict[str, Any], source: str, platform: str) -> list[Record]:
+    records = []
+    for package in data["package"]:
+        if package.get("manager", "conda") != "conda" or package.get("platform") != platform:
+            continue
+        if package.get("hash", {}).get("sha256"):
+            records.append(conda_lock_record(package, source))
+    return records
+
+
+def repodata_entry(record: Any) -> dict[str, Any]:
+    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS, empty ones left out
+    (depends always there)."""
+    data = json.loads(record.to_json())
+    entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
+    entry.setdefault("depends", [])
+    return entry
+
+
+def read_pixi_lock(path: Path, source: str, platform: str) -> list[Record]:
+    """Every conda record of every environment of a pixi.lock for platform (and noarch), whole,
+    through py-rattler's lock parser."""
+    import rattler
+
+    try:
+        lock = rattler.LockFile.from_path(path)
+    except Exception as e:  # rattler's parse errors
+        raise UserError(f"{source}: not a readable pixi.lock ({str(e).splitlines()[0]})") from None
+    records = []
+    for _name, env in lock.environments():
+        for lock_platform in env.platforms():
+            if lock_platform.name != platform:
+                continue
+            for record in env.conda_repodata_records_for_platform(lock_platform) or []:
+                entry = repodata_entry(record)
+                records.append(Record(record.subdir, record.file_name, entry, PIXI, source))
+    return records
+
+
+def read_source(path: Path, platform: str, label: str | None = None) -> list[Record]:
+    """The records of a pixi.lock or a conda-lock.yml (told apart by their keys)."""
+    import yaml
+
+    source = label or str(path)
+    try:
+        text = path.read_text()
+        if re.search(r"^environments:\s*$", text, re.M):  # pixi.lock's top-level key
+            return read_pixi_lock(path, source, platform)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"{source}: not a readable lock file ({e})") from None
+    if isinstance(data, dict) and isinstance(data.get("package"), list):
+        return read_conda_lock(data, source, platform)
+    raise UserError(f"{source}: neither a pixi.lock nor a conda-lock.yml")
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[str, list[str]]]:
+    """One record per (subdir, filename), chosen without regard to order: a pixi.lock's when
+    any holds the file, else a conda-lock's; every source of the chosen kind must agree, and
+    md5/sha256 must agree across kinds. Returns (chosen, sources per filename); raises a
+    UserError naming the files the sources disagree on."""
+    by_file: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        by_file.setdefault((record.subdir, record.filename), []).append(record)
+    chosen: dict[tuple[str, str], Record] = {}
+    supplied: dict[str, list[str]] = {}
+    conflicts: list[str] = []
+    for key, unordered in sorted(by_file.items()):
+        held = sorted(unordered, key=lambda r: r.source)  # messages the same in any order
+        kind = PIXI if any(r.kind == PIXI for r in held) else CONDA_LOCK
+        best = [r for r in held if r.kind == kind]
+        problems = set()
+        for other in held:
+            fields = _differences(best[0].entry, other.entry)
+            if other.kind != kind:
+                fields = [f for f in fields if f in ("md5", "sha256")]
+            if fields:
+                problems.add(f"{', '.join(fields)} ({best[0].source} vs {other.source})")
+        if problems:
+            conflicts.append(f"{key[1]}: {'; '.join(sorted(problems))}")
+            continue
+        chosen[key] = best[0]
+        supplied[key[1]] = sorted({r.source for r in best})
+    if conflicts:
+        shown = " | ".join(conflicts[:3]) + (f" | and {len(conflicts) - 3} more" if
+                                             len(conflicts) > 3 else "")  # fmt: skip
+        raise UserError(f"{len(conflicts)} file(s) have different records in different "
+                        f"sources; drop or fix one of each pair: {shown}")  # fmt: skip
+    return chosen, supplied
+
+
+def write_channel(entries: dict[tuple[str, str], dict[str, Any]], out: Path, platform: str,
+                  supplied: dict[str, list[str]] | None = None) -> dict[str, int]:  # fmt: skip
+    """out/<platform>/repodata.json and out/noarch/repodata.json from {(subdir, filename):
+    entry}; out/sources.json from supplied (filename -> sources) when given."""
+    counts = {}
+    for subdir in (platform, "noarch"):
+        mine = {f: e for (s, f), e in sorted(entries.items()) if s == subdir}
+        repodata = {
+            "info": {"subdir": subdir},
+            "packages": {f: e for f, e in mine.items() if not f.endswith(".conda")},
+            "packages.conda": {f: e for f, e in mine.items() if f.endswith(".conda")},
+            "repodata_version": 1,
+        }
+        (out / subdir).mkdir(parents=True, exist_ok=True)
+        (out / subdir / "repodata.json").write_text(json.dumps(repodata, indent=1) + "\n")
+        counts[subdir] = len(mine)
+    if supplied is not None:
+        (out / "sources.json").write_text(json.dumps(supplied, indent=1, sort_keys=True) + "\n")
+    return counts
+
+
+def assemble(sources: list[Path] | dict[str, Path], out: Path,
+             platform: str = "linux-64") -> dict[str, int]:  # fmt: skip
+    """Write out/<platform>/repodata.json, out/noarch/repodata.json, out/sources.json.
+    sources: paths, or {label: path} (the label names the source in sources.json)."""
+    labelled = sources if isinstance(sources, dict) else {str(p): p for p in sources}
+    records = [r for label, path in labelled.items() for r in read_source(path, platform, label)]
+    chosen, supplied = merge(records)
+    return write_channel({k: r.entry for k, r in chosen.items()}, out, platform, supplied)
+
+
+# --- the named public sources --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str
+    commit: str
+    path: str
+    sha256: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.repo}@{self.commit[:8]}:{self.path}"
+
+    @property
+    def raw_url(self) -> str:
+        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.path}"
+
+    def fetched(self, folder: Path) -> Path:
+        """Where --fetched expects it: FOLDER/<owner>/<repo>/<commit>/<path>."""
+        return folder / self.repo / self.commit / self.path
+
+
+def named_sources(path: Path = SOURCES_FILE) -> list[Source]:
+    data = load_toml(path, "conda lock sources")
+    try:
+        return [Source(s["repo"], s["commit"], s["path"], s["sha256"]) for s in data["source"]]
+    except (KeyError, TypeError) as e:
+        raise UserError(f"{path}: a [[source]] lacks repo, commit, path or sha256: {e}") from None
+
+
+def verified_sources(folder: Path, sources: list[Source]) -> dict[str, Path]:
+    """{label: path} of the fetched sources, each checked against its sha256."""
+    found = {}
+    for source in sources:
+        path = source.fetched(folder)
+        if not path.is_file():
+            raise UserError(f"{path} is missing; fetch it: curl -fsSL --create-dirs -o {path} "
+                            f"{source.raw_url}  (or: --fetch-commands)")  # fmt: skip
+        digest = stamps.file_sha256(path)
+        if digest != source.sha256:
+            raise UserError(f"{path}: sha256 {digest} is not the {source.sha256} that "
+                            f"{SOURCES_FILE.name} names for {source.label}")  # fmt: skip
+        found[source.label] = path
+    return found
+
+
+def fetch_commands(folder: Path, sources: list[Source]) -> list[str]:
+    return [f"curl -fsSL --create-dirs -o {s.fetched(folder)} {s.raw_url}" for s in sources]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("sources", type=Path, nargs="*", help="pixi.lock / conda-lock.yml files")
+    parser.add_argument("--fetched", type=Path, metavar="DIR",
+                        help=f"the sources of {SOURCES_FILE.name}, fetched into DIR")  # fmt: skip
+    parser.add_argument("--fetch-commands", action="store_true",
+                        help="print the commands that fetch them into --fetched DIR")  # fmt: skip
+    parser.add_argument("--platform", default="linux-64")
+    args = parser.parse_args(argv)
+    try:
+        if args.fetch_commands or args.fetched:
+            if args.sources or not args.fetched:
+                raise UserError("--fetched DIR takes the place of SOURCE arguments")
+            if args.fetch_commands:
+                print("\n".join(fetch_commands(args.fetched, named_sources())))
+                return 0
+            sources: list[Path] | dict[str, Path] = verified_sources(args.fetched,
+                                                                     named_sources())  # fmt: skip
+        elif not args.sources:
+            raise UserError("name the lock files to read, or --fetched DIR")
+        else:
+            sources = args.sources
+        counts = assemble(sources, args.out, args.platform)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    summary = ", ".join(f"{n} in {s}" for s, n in counts.items())
+    print(f"{args.out.resolve().as_uri()}: {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

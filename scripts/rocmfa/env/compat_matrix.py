@@ -1,0 +1,331 @@
+"""`nox -s matrix`: arch x AOTriton release -> flash attention by default / only with
+TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / with this repository's patch set / none, with the
+image pack, the AOTriton each torch series expects, retired AOTriton sources and why, and the
+check builds run before their first command.
+
+Data: data/arches.toml (per arch) and data/aotriton_matrix.toml (releases with the util.cc
+experimental lists they were read from, torch -> AOTriton, retired sources), sources beside
+every row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmfa.env import archs, rocm_sdk
+from rocmfa.plumbing import pin_files
+from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
+from rocmfa.plumbing.errors import UserError
+
+MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
+EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+DEFAULT, EXPERIMENTAL, PATCHED, NONE = "default", "experimental", "patched", "none"
+LABELS = {
+    DEFAULT: "flash by default",
+    EXPERIMENTAL: f"needs {EXPERIMENTAL_ENV}",
+    PATCHED: "flash with our patch set (patches/aotriton/, source build only)",
+    NONE: "none",
+}
+SHORT = {DEFAULT: "default", EXPERIMENTAL: "experimental*", PATCHED: "patched"}
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    commit: str
+    experimental: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class MatrixData:
+    releases: tuple[Release, ...]
+    torch: Mapping[str, tuple[str, str]]  # series -> (aotriton version, source)
+    retired: Mapping[str, tuple[str, str, str]]  # name -> (arch, why, source)
+    trees: Mapping[str, str] = field(default_factory=dict)  # series -> source tree
+
+
+def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
+    data = load_toml(path, "AOTriton matrix data")
+    releases = []
+    for version, raw in (data.get("aotriton") or {}).items():
+        where = f"{path.name} [aotriton.{version!r}]"
+        archs.aotriton_version_key(version)
+        releases.append(
+            Release(
+                version,
+                require(raw, "commit", str, where),
+                tuple(require(raw, "experimental", list, where)),
+                require(raw, "source", str, where),
+            )
+        )
+    if not releases:
+        raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
+    releases.sort(key=lambda r: archs.aotriton_version_key(r.version))
+    torch = {
+        series: (
+            require(raw, "aotriton", str, f"{path.name} [torch.{series!r}]"),
+            require(raw, "source", str, f"{path.name} [torch.{series!r}]"),
+        )
+        for series, raw in (data.get("torch") or {}).items()
+    }
+    trees = {series: str(raw.get("tree", "")) for series, raw in (data.get("torch") or {}).items()}
+    retired = {
+        name: tuple(
+            " ".join(require(raw, key, str, f"{path.name} [retired.{name}]").split())
+            for key in ("arch", "why", "source")
+        )
+        for name, raw in (data.get("retired") or {}).items()
+    }
+    return MatrixData(tuple(releases), torch, retired, trees)
+
+
+def state(arch: archs.Arch, version: str) -> str:
+    if arch.aotriton_supported(version):
+        return EXPERIMENTAL if arch.needs_experimental_flag(version) else DEFAULT
+    if arch.aotriton_patched_pack(version):
+        return PATCHED
+    return NONE
+
+
+def pack(arch: archs.Arch, version: str) -> str | None:
+    """The image pack a build of version has for arch: upstream's, or our patch set's."""
+    return arch.aotriton_pack(version) or arch.aotriton_patched_pack(version)
+
+
+def torch_series(version: str | None) -> str | None:
+    """'2.13.0+rocm7.15.0' -> '2.13'; None when unknown."""
+    match = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+def same_release_line(a: str, b: str) -> bool:
+    """0.13b and 0.13.1b share a runtime ABI line (major.minor); 0.12b and 0.13b do not."""
+    return archs.aotriton_version_key(a)[:2] == archs.aotriton_version_key(b)[:2]
+
+
+def table(
+    arches: Mapping[str, archs.Arch] | None = None, data: MatrixData | None = None
+) -> dict[str, Any]:
+    arches = archs.load_arches() if arches is None else arches
+    data = load_matrix() if data is None else data
+    rows = []
+    for arch in arches.values():
+        cells = {}
+        for release in data.releases:
+            cell = {"state": state(arch, release.version)}
+            found = pack(arch, release.version)
+            if found:
+                cell["pack"] = f"amd-{found}"
+            cells[release.version] = cell
+        row: dict[str, Any] = {
+            "arch": arch.name,
+            "name": arch.display_name,
+            "vendor": arch.vendor,
+            "hierarchy": list(archs.packaging_chain(arch.name)),
+            "cells": cells,
+            "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
+        }
+        retired = [
+            {"name": name, "why": why, "source": source}
+            for name, (on, why, source) in data.retired.items()
+            if on == arch.name
+        ]
+        if retired:
+            row["retired"] = retired
+        rows.append(row)
+    return {
+        "releases": [
+            {
+                "version": r.version,
+                "commit": r.commit,
+                "experimental": list(r.experimental),
+                "source": r.source,
+            }
+            for r in data.releases
+        ],
+        "torch": [
+            {
+                "torch": series,
+                "tree": (data.trees or {}).get(series, ""),
+                "aotriton": v,
+                "source": src,
+            }
+            for series, (v, src) in sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
+        ],
+        "pinned_build": pinned_build(),
+        "arches": rows,
+    }
+
+
+def pinned_build() -> dict[str, Any]:
+    """The tree build_pytorch builds (pins/pytorch.toml) and the AOTriton its own aotriton.cmake
+    names as update_pins recorded it, next to pins/aotriton.toml; no network."""
+    directory = rocm_sdk.pins_dir()
+    try:
+        torch = pin_files.table_of(directory / "pytorch.toml", "pytorch")
+        aotriton = pin_files.table_of(directory / "aotriton.toml", "aotriton")
+    except UserError as e:
+        return {"error": str(e)}
+    record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
+    current = bool(record) and record.get("pytorch_commit") == torch.get("commit")
+    names = "not recorded for this commit (nox -s update_pins reads it)"
+    if current:
+        names = f"{record.get('version') or '?'} {str(record.get('commit'))[:12]}"
+        names += f" ({record.get('source')})"
+    return {
+        "torch": f"{torch.get('url')} {torch.get('ref')} {str(torch.get('commit'))[:12]}",
+        "names": names,
+        "pinned_aotriton": f"{aotriton.get('version')} {str(aotriton.get('commit'))[:12]}",
+    }
+
+
+def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
+    """What the matrix screen shows broken (the session then exits non-zero): a bad arch value
+    (not a missing GPU) and pin files that do not parse."""
+    broken = []
+    host = str(report.get("host", ""))
+    if requested and host.startswith("no arch ("):  # --arch or $ROCMFA_ARCH (the settings')
+        broken.append(host.removeprefix("no arch (").removesuffix(")"))
+    if "error" in report["pinned_build"]:
+        broken.append(report["pinned_build"]["error"])
+    return broken
+
+
+def _series_key(series: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in series.split("."))
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    versions = [r["version"] for r in report["releases"]]
+    lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
+    lines.append("| arch | " + " | ".join(versions) + " |")
+    lines.append("|---|" + "---|" * len(versions))
+    for row in report["arches"]:
+        if row["vendor"] != "amd":
+            continue
+        cells = []
+        for version in versions:
+            cell = row["cells"][version]
+            text = SHORT.get(cell["state"], "-")
+            cells.append(text + (f" {cell['pack']}" if "pack" in cell else ""))
+        lines.append(f"| {row['arch']} ({row['name']}) | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
+        " patched: no upstream kernels, built from source with this repository's patch set"
+        " (patches/aotriton/<commit>/); -: none. amd-...: image pack"
+        " (0.10b and older: one tarball with every arch's images).",
+    ]
+    lines += ["", "## AOTriton each torch series expects (the trees TheRock builds wheels from)"]
+    lines += ["", "| torch | tree | AOTriton | source |", "|---|---|---|---|"]
+    lines += [
+        f"| {t['torch']} | {t.get('tree', '')} | {t['aotriton']} | {t['source']} |"
+        for t in report["torch"]
+    ]
+    built = report.get("pinned_build") or {}
+    if built and "error" not in built:
+        lines += [
+            "",
+            "## The pinned source build (build_pytorch)",
+            "",
+            f"- torch: {built['torch']} (pins/pytorch.toml)",
+            f"- its aotriton.cmake names: {built['names']}",
+            f"- pins/aotriton.toml: {built['pinned_aotriton']} (same release line required)",
+        ]
+    lines += ["", "## Sources", ""]
+    lines += [
+        f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
+    ]
+    lines += [
+        f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
+        for row in report["arches"]
+        for r in row.get("retired", ())
+    ]
+    lines.append("- per-arch support and image packs: scripts/rocmfa/data/arches.toml")
+    if report.get("host"):
+        lines += ["", f"This host: {report['host']}"]
+    return "\n".join(lines) + "\n"
+
+
+def host_line(
+    requested: str | None = None,
+    aotriton_version: str | None = None,
+    choice: archs.ArchChoice | None = None,
+) -> str:
+    """One line for doctor/matrix: this host's arch (choice: resolved already) and what the
+    pinned AOTriton gives it."""
+    try:
+        choice = choice or archs.resolve_arch(requested)
+    except UserError as e:
+        return f"no arch ({e})"
+    version = aotriton_version or pinned_aotriton_version()
+    if not version:
+        return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
+    verdict = LABELS[state(choice.arch, version)]
+    found = pack(choice.arch, version)
+    return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}" + (
+        f", image pack amd-{found}" if found else ""
+    )
+
+
+def pinned_aotriton_version() -> str | None:
+    try:
+        return pin_files.aotriton_version(rocm_sdk.pins_dir())
+    except UserError:
+        return None
+
+
+def check_combination(
+    arch: archs.Arch,
+    aotriton_version: str,
+    *,
+    torch_version: str | None = None,
+    force: bool = False,
+) -> list[str]:
+    """Conflicts of arch x AOTriton release x torch; raises UserError (one line) on the first
+    unless force, then returns them as warnings. Notes (experimental, patched) are returned as
+    well."""
+    data = load_matrix()
+    found = state(arch, aotriton_version)
+    problems, notes = [], []
+    if found == NONE:
+        problems.append(
+            f"{arch.name} x AOTriton {aotriton_version}: no AOTriton support for {arch.name} "
+            "(nox -s matrix)"
+        )
+    elif found == PATCHED:
+        notes.append(
+            f"note: {arch.name} x AOTriton {aotriton_version}: no upstream kernels; built with "
+            f"this repository's patch set (patches/aotriton/), image pack "
+            f"amd-{pack(arch, aotriton_version)}"
+        )
+    elif found == EXPERIMENTAL:
+        notes.append(
+            f"note: {arch.name} x AOTriton {aotriton_version}: PyTorch uses flash attention only "
+            f"with {EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)"
+        )
+    series = torch_series(torch_version)
+    # "+git<sha>": a torch built from source (pins/pytorch.toml); rocmfa.sources.pin_set checks
+    # it against its own aotriton.cmake, the matrix rows describe other trees.
+    if "+git" in (torch_version or ""):
+        series = None
+    if series and series in data.torch:
+        expected = data.torch[series][0]
+        if not same_release_line(expected, aotriton_version):
+            problems.append(
+                f"torch {series} x AOTriton {aotriton_version}: torch {series} expects AOTriton "
+                f"{expected} ({data.torch[series][1]})"
+            )
+    if problems and not force:
+        raise UserError(problems[0] + "; --force to go on anyway")
+    return [f"WARNING (--force): {p}" for p in problems] + notes
+
+
+def announce(lines: list[str], say: Any = print) -> None:
+    for line in lines:
+        say(line)

@@ -1,0 +1,370 @@
+"""`nox -s doctor`: one screen about this host and the shared env, and the next command.
+
+Every section reports instead of raising, so doctor exits 0 on a machine with no GPU and no
+conda; after the screen it exits non-zero when what it shows is broken (problems()).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
+from rocmfa.env.manager import find_manager
+from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing.datafiles import load_toml
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import DoctorOptions, origin
+
+# The README's main job after `pip install -e .`, in order: doctor's "next" and setup_env's
+# "next:" line name these (tests/test_main_job.py holds README, setup_env and doctor to them).
+MAIN_JOB = (
+    "nox -s setup_env",
+    "nox -s build_aotriton build_pytorch",
+    "nox -s install_wheels",
+    "nox -s bench",
+)
+# The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
+FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
+TORCH_PROBE = (
+    "import json, torch; print(json.dumps({'version': torch.__version__, "
+    "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
+)
+SDK_PROBE = (
+    "import json; from importlib import metadata; print(json.dumps({d.metadata['Name'].lower(): "
+    "d.version for d in metadata.distributions() if (d.metadata['Name'] or '').lower()"
+    ".startswith('rocm')}))"
+)
+
+
+def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict[str, Any]:
+    """Which way this arch gets a flash-attention torch, why, and the commands (each works as
+    written: --arch is repeated where it came from the command line)."""
+    arch_flag = f" --arch {arch.name}" if how == "--arch" else ""
+    given = f" --{arch_flag}" if arch_flag else ""
+    build = MAIN_JOB[1] + given
+    if arch.therock_torch_flash:
+        return {
+            "kind": "prebuilt",
+            "why": f"TheRock's torch for the pinned ROCm SDK is built with AOTriton flash "
+            f"attention for {arch.name}, a flash torch in minutes",
+            "commands": [FAST_PATH[0] + arch_flag, FAST_PATH[1]],
+            "build": f"{build} is for a change of ours (patches, tuning, another AOTriton)",
+        }
+    patched = aotriton_version and arch.aotriton_patched_pack(aotriton_version)
+    if patched:
+        return {
+            "kind": "build",
+            "why": f"no prebuilt torch has flash attention for {arch.name} (TheRock builds it "
+            f"only for gfx90a, gfx942, gfx950, gfx11*, gfx12*); AOTriton {aotriton_version} "
+            f"with our {arch.name} patch set is built from source, then torch against it",
+            "commands": [build, MAIN_JOB[2] + given],
+        }
+    return {
+        "kind": "none",
+        "why": f"AOTriton has no kernels for {arch.name}: torch has no flash attention here",
+        "commands": [],
+    }
+
+
+def _arch_section(requested: str | None) -> dict[str, Any]:
+    try:
+        detection = archs.detect_gpus()
+    except UserError as e:
+        return {"detected": [], "detected_from": "rocm-bootstrap", "error": str(e)}
+    section: dict[str, Any] = {
+        "detected": list(detection.gpus),
+        "detected_from": detection.source,
+        "hierarchy": {gpu: list(chain) for gpu, chain in detection.chains.items()},
+        "hsa_override": archs.explain_override(detection),
+    }
+    try:
+        choice = archs.resolve_arch(requested, detection=detection)
+    except UserError as e:
+        section["error"] = str(e)
+        if requested:  # a bad value (--arch or $ROCMFA_ARCH), not a missing GPU
+            given = origin(requested, "--arch")
+            section["bad_value"] = (
+                f"{given} {requested}" if given == "--arch" else f"{given}={requested}"
+            )
+        return section
+    arch = choice.arch
+    pinned = compat_matrix.pinned_aotriton_version()  # gfx908: kernels from our patch set
+    section.update(
+        arch=arch.name,
+        how=choice.how,
+        name=arch.display_name,
+        aotriton=bool(arch.aotriton_supported() or (pinned and arch.aotriton_patched_pack(pinned))),
+        ck_mha=arch.ck_mha,
+        peak_tflops=dict(arch.peak_tflops),
+        limits=list(arch.limits),
+        matrix=compat_matrix.host_line(choice=choice),
+        path=torch_path(arch, choice.how, pinned),
+    )
+    return section
+
+
+def _env_section(
+    prefix: str | None, env_name: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    manager = find_manager()
+    section: dict[str, Any] = {"manager": None}
+    if manager:
+        section["manager"] = {
+            "kind": manager.kind,
+            "exe": str(manager.exe),
+            "via": manager.found_via,
+        }
+    try:
+        location = condaenv.resolve_prefix(prefix, env_name, manager)
+    except UserError as e:
+        section["error"] = str(e)
+        return section, None
+    prefix = location.prefix
+    section.update(prefix=str(prefix) if prefix else None, how=location.how)
+    stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
+    section["exists"] = bool(prefix and prefix.exists())
+    section["conda_env"] = bool(prefix and condaenv.is_conda_env(prefix))
+    section["set_up"] = stamp is not None
+    if stamp:
+        section["rocm_sdk"] = stamp.get("rocm", {})
+        section["variables"] = stamp.get("variables", {}).get("set", [])
+    python = prefix / "bin" / "python" if prefix else None
+    if python and python.exists():
+        try:
+            env = condaenv.activated_environ(prefix)
+            probe = subprocess.run(
+                [str(python), "-c", TORCH_PROBE], env=env, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            section["torch"] = (
+                json.loads(probe.stdout) if probe.returncode == 0 else {"error": "not importable"}
+            )
+            dists = subprocess.run(
+                [str(python), "-c", SDK_PROBE], env=env, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            if dists.returncode == 0:
+                section["rocm_dists"] = json.loads(dists.stdout)
+                section["mixed_sdk"] = rocm_sdk.mixed_sdk(section["rocm_dists"])
+        except (UserError, subprocess.TimeoutExpired, ValueError) as e:
+            section["torch"] = {"error": str(e) or type(e).__name__}
+    return section, stamp
+
+
+def _pins_section() -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(rocm_sdk.pins_dir().glob("*.toml")):
+        try:
+            data = load_toml(path, "pin")
+            if path.stem in pin_files.PROJECTS:  # what the builds check, checked the same way
+                pin_files.check_file(path, path.stem)
+        except UserError as e:
+            found.append({"file": path.name, "error": str(e)})
+            continue
+        for table, values in data.items():
+            if isinstance(values, dict):
+                keys = ("url", "ref", "commit", "version", "index")
+                entry = {k: values[k] for k in keys if k in values}
+                if entry:
+                    found.append({"file": path.name, "project": table, **entry})
+    return found
+
+
+def _line() -> str:
+    try:
+        return pin_files.describe_line(rocm_sdk.pins_dir())
+    except UserError as e:
+        return str(e)
+
+
+def _builds_section(work: Path) -> list[dict[str, Any]]:
+    builds = []
+    for path in sorted((work / "stamps").glob("*.json")):
+        record = stamps.read(path) or {}
+        builds.append({"step": path.stem, "stamp": str(path), "facts": {
+            k: v for k, v in record.items() if k not in ("inputs", "inputs_digest")
+        }})  # fmt: skip
+    return builds
+
+
+def _next_step(report: dict[str, Any]) -> str:
+    env, arch = report["env"], report["arch"]
+    for line in report.get("interrupted", []):
+        return line.rsplit("rerun: ", 1)[-1]
+    if arch.get("bad_value"):
+        return f"fix {arch['bad_value']}: {arch['error']}"
+    if "error" in arch:
+        return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
+    # No conda manager is needed: setup_env makes the env with py-rattler (README).
+    if not report["lock"].get("present"):
+        return f"{MAIN_JOB[0]} (it generates conda-lock.yml first)"
+    if not report["lock"].get("fresh"):
+        return "nox -s lock"
+    if not env.get("set_up"):
+        return MAIN_JOB[0]
+    if env.get("mixed_sdk"):
+        return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
+    torch = env.get("torch") or {}
+    # TheRock's torch call pip-installs the torch it built into the env already; install_wheels
+    # installs the whole set of the run (audio, vision too) and checks the backend.
+    facts = {b["step"]: b["facts"] for b in report["builds"]}
+    built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
+    if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
+        return MAIN_JOB[2]
+    if not torch.get("version"):
+        unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
+        return MAIN_JOB[1] + (" (its first run resolves and records the torch pin's commit)"
+                              if unresolved else "")  # fmt: skip
+    return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
+
+
+def half_installed(prefix: Path | None) -> list[str]:
+    """One line when the env's torch is half-installed (a pip run killed midway), as torch's
+    RECORD - pip's own list of its files - shows, or build_aotriton's unfinished pip run."""
+    site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
+    pending = condaenv.pip_pending(site.parents[2]) if site else None
+    torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
+    if site is None or not (torch_there or pending):
+        return []
+    why = condaenv.torch_incomplete(site)
+    if why is None:
+        return []
+    # build_aotriton finishes its own swap first thing; a killed install_wheels reinstalls
+    rerun = "nox -s build_aotriton" if pending else "nox -s install_wheels"
+    return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
+
+
+def gather(opts: DoctorOptions) -> dict[str, Any]:
+    env, _ = _env_section(opts.prefix, opts.env_name)
+    prefix = Path(env["prefix"]) if env.get("prefix") else None
+    report: dict[str, Any] = {
+        "interrupted": half_installed(prefix),
+        "arch": _arch_section(opts.arch),
+        "env": env,
+        "lock": lockfile.describe(),
+        "pins": _pins_section(),
+        "line": _line(),
+        "builds": _builds_section(paths.workdir(opts.workdir)),
+    }
+    report["next"] = _next_step(report)
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = ["rocm-fa-workflow doctor", ""]
+    lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
+    lines += _render_arch(report["arch"])
+    lines += _render_env(report["env"], report["lock"])
+    lines += _render_pins_and_builds(report)
+    lines += ["", f"next       {report['next']}"]
+    return "\n".join(lines)
+
+
+def _render_arch(arch: dict[str, Any]) -> list[str]:
+    """The GPU, arch, matrix and path lines."""
+    gpus = ", ".join(arch["detected"]) or "none"
+    lines = [f"GPU        detected: {gpus} ({arch['detected_from']})"]
+    for gpu, chain in arch.get("hierarchy", {}).items():
+        lines.append(f"           {gpu}: target -> sub-family -> family {' -> '.join(chain)}")
+    if arch.get("hsa_override"):
+        lines.append(f"           {arch['hsa_override']}")
+    if "error" in arch:
+        return [*lines, f"arch       {arch['error']}"]
+    peak = arch["peak_tflops"].get("fp16")
+    lines.append(
+        f"arch       {arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
+        f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
+        + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
+    )
+    lines += [f"           limit: {limit}" for limit in arch["limits"]]
+    lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
+    path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
+    run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+    lines.append(f"path       {path['kind']}: {path['why']}{run}")
+    if path.get("build"):
+        lines.append(f"           {path['build']}")
+    return lines
+
+
+def _render_env(env: dict[str, Any], lock: dict[str, Any]) -> list[str]:
+    """The manager, env, lock, ROCm SDK, torch and variable lines."""
+    manager = env.get("manager")
+    lines = [
+        f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"
+        if manager else "manager    none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
+    ]  # fmt: skip
+    state = (
+        "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
+    )
+    lines.append(
+        f"env        {env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"
+    )
+    if not lock.get("present"):
+        lines.append("lock       conda-lock.yml missing (setup_env generates it)")
+    else:
+        lines.append(
+            f"lock       {'fresh' if lock.get('fresh') else 'STALE'}: {lock.get('reason')}"
+        )
+    rocm = env.get("rocm_sdk")
+    lines.append(
+        f"ROCm SDK   {rocm.get('version')} at {rocm.get('root')}" if rocm else "ROCm SDK   -"
+    )
+    if env.get("mixed_sdk"):
+        lines.append(f"ROCm SDK   {env['mixed_sdk']}")
+    torch = env.get("torch") or {}
+    if torch.get("version"):
+        lines.append(
+            f"torch      {torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
+        )
+    else:
+        lines.append(f"torch      {torch.get('error', 'not installed')}")
+    lines += [
+        f"variable   {var['name']}={var['value']}  - {var['why']}"
+        for var in env.get("variables", [])
+    ]
+    return lines
+
+
+def _render_pins_and_builds(report: dict[str, Any]) -> list[str]:
+    """The pin, pin line and built lines."""
+    lines = []
+    for pin in report["pins"]:
+        if "error" in pin:
+            lines.append(f"pin        {pin['error']}")
+            continue
+        what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
+        if pin_files.HEX40.fullmatch(what):
+            what = what[:12]  # a commit; versions are shown whole
+        lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
+    if report.get("line"):
+        lines.append(f"pin line   {report['line']}")
+    lines += [f"built      {build['step']} ({build['stamp']})" for build in report["builds"]]
+    if not report["builds"]:
+        lines.append("built      nothing yet")
+    return lines
+
+
+def problems(report: dict[str, Any]) -> list[str]:
+    """What the report shows broken (doctor then exits non-zero): a bad arch value, a malformed
+    pin file, a stale lock, a half-done change. No GPU, no manager, no env yet are not."""
+    interrupted = report.get("interrupted", [])
+    found = ["half-installed torch (see HALF-DONE)" for _line in interrupted]
+    if report["arch"].get("bad_value"):
+        found.append(f"unknown arch ({report['arch']['bad_value']})")
+    for pin in report["pins"]:  # a commit not resolved yet is a step to run, not damage
+        if "error" in pin and "run: nox -s update_pins" not in pin["error"]:
+            found.append(f"malformed pin file {pin['file']}")
+    if report["lock"].get("present") and not report["lock"].get("fresh"):
+        found.append("stale conda-lock.yml (nox -s lock)")
+    return found
+
+
+def doctor(opts: DoctorOptions) -> None:
+    report = gather(opts)
+    print(json.dumps(report, indent=2) if opts.json else render(report), flush=True)
+    broken = problems(report)
+    if broken:
+        raise UserError(f"doctor: {'; '.join(broken)} - see the report above")

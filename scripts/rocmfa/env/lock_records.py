@@ -1,0 +1,147 @@
+"""conda-lock.records.json: the whole repodata record of every package of conda-lock.yml.
+
+conda-lock's format keeps name, version, url, md5/sha256 and dependencies as {name: version},
+but no `constrains`, no build strings inside dependency specs and no build number
+(conda_lock.lockfile.v2prelim.models.LockedDependency forbids extra fields). `nox -s lock`
+writes this file beside the lock from the very records the solver returned, with the platform
+and the virtual packages it solved for. It is what makes the lock checkable as a set:
+- problems(): one record per name, every url/md5/sha256 of the lock equal to its record's,
+  every `depends` met by a locked record (or a virtual package), no `constrains` violated;
+- write_channel(): the records as a closed file:// channel, which `nox -s lock` must solve
+  back to exactly the committed lock (tests/test_lockfile.py);
+- host_requirements(): the platform and `__glibc` setup_env checks the host against.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing.errors import UserError
+
+FORMAT = 1
+
+
+def records_path(lock_file: Path) -> Path:
+    """conda-lock.yml -> conda-lock.records.json beside it."""
+    return lock_file.with_suffix(".records.json")
+
+
+def write(records: Iterable[Any], urls: Mapping[str, str], platform: str,
+          virtual: Iterable[Any], content_hash: str, path: Path) -> None:  # fmt: skip
+    """records: rattler RepoDataRecords; urls: file_name -> the url the lock names."""
+    from rocmfa.env.channel_from_locks import repodata_entry
+
+    entries = {urls[record.file_name]: repodata_entry(record) for record in records}
+    document = {
+        "format": FORMAT,
+        "platform": platform,
+        "virtual_packages": sorted(str(v) for v in virtual),
+        "content_hash": content_hash,
+        "records": dict(sorted(entries.items())),
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path.name} is missing; run: nox -s lock") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path.name} is not readable: {e}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise UserError(f"{path.name} is not a records file of format {FORMAT}; run: nox -s lock")
+    return document
+
+
+@dataclass(frozen=True)
+class HostNeeds:
+    platforms: tuple[str, ...]
+    glibc: str | None  # the __glibc version the lock was solved for
+
+
+def host_requirements(path: Path, default_platform: str) -> HostNeeds:
+    """What the lock assumes of the host; only the platform when there is no records file."""
+    if not path.is_file():
+        return HostNeeds((default_platform,), None)
+    document = load(path)
+    glibc = next((v.split("=")[1] for v in document["virtual_packages"]
+                  if v.startswith("__glibc=")), None)  # fmt: skip
+    return HostNeeds((document["platform"],), glibc)
+
+
+def write_channel(document: Mapping[str, Any], out: Path) -> str:
+    """The records as a file:// channel (repodata.json per subdir); returns its URL."""
+    from rocmfa.env.channel_from_locks import write_channel as write
+
+    entries = {tuple(url.rsplit("/", 2)[-2:]): e for url, e in document["records"].items()}
+    write(entries, out, document["platform"])  # type: ignore[arg-type]
+    return out.resolve().as_uri()
+
+
+def _package_record(entry: Mapping[str, Any]) -> Any:
+    import rattler
+
+    return rattler.PackageRecord(
+        name=entry["name"],
+        version=entry["version"],
+        build=rattler.BuildString(entry["build"]),
+        build_number=entry["build_number"],
+        subdir=entry["subdir"],
+        depends=list(entry.get("depends", [])),
+        constrains=list(entry.get("constrains", [])),
+    )
+
+
+def _virtual_record(spec: str, subdir: str) -> Any:
+    import rattler
+
+    name, version, build = [*spec.split("="), "0", "0"][:3]
+    build_string = rattler.BuildString(build or "0")
+    return rattler.PackageRecord(
+        name=name, version=version, build=build_string, build_number=0, subdir=subdir
+    )
+
+
+def problems(locked: Iterable[tuple[str, str, str, str]], document: Mapping[str, Any]) -> list[str]:
+    """What makes the lock not a set a solver could return. locked: (name, url, md5, sha256)
+    per package of the lock. Empty when the lock is consistent with its records."""
+    import rattler
+
+    found: list[str] = []
+    records = document["records"]
+    names: dict[str, str] = {}
+    urls = set()
+    for name, url, md5, sha256 in locked:
+        urls.add(url)
+        if name in names:
+            found.append(f"two records of {name}: {names[name]} and {url}")
+        names[name] = url
+        entry = records.get(url)
+        if entry is None:
+            found.append(f"{url}: no record in the records file")
+        elif (entry["name"], entry.get("md5"), entry.get("sha256")) != (name, md5, sha256):
+            found.append(f"{url}: name/md5/sha256 differ from its record")
+    found += [f"{url}: a record with no package in the lock" for url in sorted(set(records) - urls)]
+    pool = {url: _package_record(e) for url, e in records.items()}
+    virtual = [_virtual_record(v, document["platform"]) for v in document["virtual_packages"]]
+    by_name: dict[str, list[Any]] = {}
+    for record in [*pool.values(), *virtual]:
+        by_name.setdefault(record.name.normalized, []).append(record)
+    for url, record in sorted(pool.items()):
+        filename = url.rsplit("/", 1)[1]
+        for dep in record.depends:
+            spec = rattler.MatchSpec(dep)
+            if not any(spec.matches(r) for r in by_name.get(spec.name.normalized, [])):
+                found.append(f"{filename} depends on {dep}: nothing locked matches")
+        for con in record.constrains:
+            spec = rattler.MatchSpec(con)
+            for other in by_name.get(spec.name.normalized, []):
+                if not spec.matches(other):
+                    have = f"{other.name.normalized} {other.version} {other.build}"
+                    found.append(f"{filename} constrains {con}: the lock has {have}")
+    return found

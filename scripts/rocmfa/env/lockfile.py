@@ -1,0 +1,140 @@
+"""conda-lock.yml: (re)generate it with py-rattler's solver (rocmfa.env.rattler_env), and check
+offline that it still matches environment.yml.
+
+The check is conda-lock's own content-hash code (conda_lock/content_hash.py, conda-lock 4.0.3)
+with the same virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env
+must not be solved against a fake __cuda). Its verdict is cached per (environment.yml,
+conda-lock.yml, conda-lock version) so a no-op setup_env does not pay conda-lock's import and
+parse again.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import REPO_ROOT
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import LockOptions
+
+ENV_FILE = REPO_ROOT / "environment.yml"
+LOCK_FILE = REPO_ROOT / "conda-lock.yml"
+PLATFORM = "linux-64"
+CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+
+
+def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[bool, str]:
+    # Imported here: conda-lock pulls in pydantic and friends; most runs hit the cache.
+    from conda_lock.content_hash import backwards_compatible_content_hashes
+    from conda_lock.lockfile import parse_conda_lock_file
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    try:
+        lock = parse_conda_lock_file(lock_file)
+    except Exception as e:  # conda-lock raises pydantic/yaml errors of many kinds
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{lock_file.name} is not a valid conda-lock file: {first}") from None
+    platforms = list(lock.metadata.platforms)
+    if PLATFORM not in platforms:
+        return False, f"it has no {PLATFORM} platform"
+    with tempfile.TemporaryDirectory() as tmp:
+        # A local, empty PyPI->conda mapping: the default one is downloaded from GitHub.
+        mapping = Path(tmp) / "mapping.json"
+        mapping.write_text("{}")
+        try:
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
+            )
+        except Exception as e:
+            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+        from rocmfa.env.rattler_env import quiet_conda_lock
+
+        with quiet_conda_lock():
+            repodata = default_virtual_package_repodata(cuda)
+        with repodata, quiet_conda_lock():
+            for platform in platforms:
+                expected = lock.metadata.content_hash.get(platform)
+                allowed = backwards_compatible_content_hashes(spec, repodata, platform)
+                if expected not in allowed:
+                    return False, f"its {platform} content hash does not match {env_file.name}"
+    return True, "content hash matches"
+
+
+def check(
+    env_file: Path = ENV_FILE,
+    lock_file: Path = LOCK_FILE,
+    *,
+    cuda: str = CUDA_CHOICE,
+    cache_file: Path | None = None,
+) -> tuple[bool, str]:
+    """(fresh, reason). Raises UserError when the lock is missing or unreadable."""
+    if not lock_file.is_file():
+        raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
+    key = {
+        "env": stamps.file_sha256(env_file),
+        "lock": stamps.file_sha256(lock_file),
+        "conda_lock": metadata.version("conda-lock"),
+        "cuda": cuda,
+    }
+    if cache_file is not None and stamps.is_current(cache_file, key):
+        return True, "content hash matches (cached verdict)"
+    fresh, reason = _content_hash_matches(env_file, lock_file, cuda)
+    if fresh and cache_file is not None:
+        stamps.write(cache_file, key)
+    return fresh, reason
+
+
+VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
+
+
+def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
+    """sha256 of a lock that matches environment.yml, or a one-line error naming `nox -s lock`."""
+    fresh, reason = check(env_file, lock_file, cache_file=VERDICT_CACHE)
+    if not fresh:
+        raise UserError(
+            f"{lock_file.name} is stale ({reason}): environment.yml changed since it was "
+            "locked; run: nox -s lock"
+        )
+    return stamps.file_sha256(lock_file)
+
+
+def lock(opts: LockOptions) -> None:
+    """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml
+    (and conda-lock.records.json, the solved records whole: rocmfa.env.lock_records)."""
+    write_lock(Runner(dry_run=opts.dry_run), list(opts.channel))
+
+
+def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
+               lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
+    """Solve (rattler, against environment.yml's channels or their --channel mirrors), write
+    with conda-lock's models, then verify with conda-lock's own parser and content hash."""
+    from rocmfa.env import rattler_env
+    from rocmfa.env.lock_records import records_path
+
+    records = records_path(lock_file)
+    if runner.dry_run:
+        where = ", ".join(mirrors) or "environment.yml's channels"
+        runner.say(f"[dry-run] would solve {env_file.name} for {PLATFORM} with py-rattler "
+                   f"against {where} and write {lock_file.name} and {records.name}")  # fmt: skip
+        return
+    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE, say=runner.say,
+                                    records_file=records)  # fmt: skip
+    fresh, reason = check(env_file, lock_file)
+    if not fresh:
+        raise UserError(f"the lock written does not verify: {reason}")
+    runner.say(f"{lock_file.name}: {PLATFORM} locked, {len(locked)} packages; {reason}")
+
+
+def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
+    """Facts for doctor, without raising."""
+    if not lock_file.is_file():
+        return {"present": False}
+    try:
+        fresh, reason = check(lock_file=lock_file)
+    except UserError as e:
+        return {"present": True, "fresh": False, "reason": str(e)}
+    return {"present": True, "fresh": fresh, "reason": reason}

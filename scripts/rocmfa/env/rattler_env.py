@@ -1,0 +1,416 @@
+"""py-rattler as the one conda solver and installer; conda-lock.yml stays the lock format.
+
+- solve_lock(): environment.yml (parsed by conda-lock, as its content hash sees it) solved by
+  rattler's resolvo against its channels, or mirrors of them (`--channel URL`, file:// too),
+  written with conda-lock's own models and writer. Locked URLs always name the channel of
+  environment.yml, never the mirror, so the lock is the same wherever it was solved.
+- install_lock(): the lock's linux-64 packages fetched into a package cache and checked
+  against the lock's sha256 *before* anything touches the prefix, then linked by rattler's
+  installer, which installs only the difference to what the prefix already has.
+
+Every rattler call goes through rattler_runtime.run (exit-time crash, see there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+import threading
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmfa.env import rattler_runtime
+from rocmfa.plumbing import downloads
+from rocmfa.plumbing.errors import UserError
+
+if TYPE_CHECKING:
+    import rattler
+
+PLATFORM = "linux-64"
+CACHE_ENV = "ROCMFA_CONDA_CACHE"
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$ROCMFA_CONDA_CACHE, else $XDG_CACHE_HOME/rocm-fa-workflow/conda (~/.cache/...)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(CACHE_ENV):
+        return Path(environ[CACHE_ENV]).expanduser()
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
+
+
+# --- channels and mirrors ---------------------------------------------------------------
+
+
+def channel_base(channel: str) -> str:
+    """conda-forge -> https://conda.anaconda.org/conda-forge/ (URLs kept, with one '/')."""
+    if "://" in channel:
+        return channel.rstrip("/") + "/"
+    return f"https://conda.anaconda.org/{channel.strip('/')}/"
+
+
+def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
+    """`--channel URL` mirrors environment.yml's only channel; `NAME=URL` names the channel.
+    Returns {canonical base: mirror base}."""
+    mirrors: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or "://" in name:
+            if len(channels) != 1:
+                raise UserError(
+                    f"--channel {value}: environment.yml has channels {', '.join(channels)}; "
+                    "say which one it mirrors: --channel NAME=URL"
+                )
+            name, url = channels[0], value
+        if channel_base(name) not in {channel_base(c) for c in channels}:
+            raise UserError(f"--channel {value}: {name} is not a channel of environment.yml")
+        if "://" not in url:
+            url = Path(url).expanduser().resolve().as_uri()
+        mirrors[channel_base(name)] = channel_base(url)
+    return mirrors
+
+
+def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
+    for old, new in mapping.items():
+        if url.startswith(old):
+            return new + url[len(old) :]
+    return url
+
+
+# --- solving into conda-lock.yml ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_conda_lock():
+    """conda-lock logs its virtual-package repo at INFO (on the root logger, which nox shows)."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
+    """The virtual packages conda-lock hashes (its FakeRepoData), for rattler's solver."""
+    import rattler
+
+    return [
+        rattler.GenericVirtualPackage(
+            rattler.PackageName(p.name),
+            rattler.Version(p.version),
+            rattler.BuildString(p.build_string or "0"),  # rattler wants one; conda uses 0
+        )
+        for p, subdirs in vpr.packages_by_subdir.items()
+        if platform in subdirs
+    ]
+
+
+def match_spec(dep: Any) -> str:
+    """A conda-lock VersionedDependency as a conda match spec string."""
+    spec = dep.name
+    if dep.version or dep.build:
+        spec += f" {dep.version or '*'}"
+    if dep.build:
+        spec += f" {dep.build}"
+    return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
+
+
+def solve(
+    specs: list[str],
+    channels: list[str],
+    virtual: list[Any],
+    platform: str = PLATFORM,
+    cache_dir: Path | None = None,
+) -> list[rattler.RepoDataRecord]:
+    """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
+    Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
+    import rattler
+    from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
+
+    cache_dir = cache_dir or default_cache_dir()
+
+    async def go() -> list[rattler.RepoDataRecord]:
+        return await rattler.solve(
+            sources=[rattler.Channel(url) for url in channels],
+            specs=specs,
+            gateway=rattler.Gateway(cache_dir=cache_dir / "repodata"),
+            platforms=[platform, "noarch"],
+            virtual_packages=virtual,
+        )
+
+    try:
+        return rattler_runtime.run(go)
+    except SolverError as error:
+        raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
+    except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
+        text = str(error)
+        url = re.search(r"url \((\S+?)\)", text)
+        cause = [line.strip() for line in text.splitlines() if line.strip()][-1:] or ["?"]
+        where = url[1] if url else ", ".join(channels)
+        raise UserError(
+            network_error_line(where, Exception(cause[0].removeprefix("Caused by: ")), MIRROR_FIX)
+        ) from None
+    except Exception as error:  # anything else from rattler
+        raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    # rattler's solver message: a heading, then a tree of why; keep the conflict lines.
+    text = " ".join(lines[:8])
+    return text if len(text) < 600 else text[:597] + "..."
+
+
+def locked_dependencies(
+    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str], platform: str
+) -> list[Any]:
+    """conda-lock's LockedDependency per record, dependencies as conda-lock writes them."""
+    from conda_lock.interfaces.vendored_conda import MatchSpec
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    locked = []
+    for record in records:
+        by_name: dict[str, list[Any]] = {}
+        for dep in record.depends:
+            spec = MatchSpec(dep)  # type: ignore[arg-type]
+            by_name.setdefault(spec.name, []).append(spec)
+        dependencies = {}
+        for name, specs in by_name.items():
+            merged = specs[0] if len(specs) == 1 else MatchSpec.merge(specs)[0]
+            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
+        if not record.sha256 or not record.md5:
+            raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
+        locked.append(
+            LockedDependency(
+                name=record.name.normalized,
+                version=str(record.version),
+                manager="conda",
+                platform=platform,
+                dependencies=dependencies,
+                url=_swap_base(record.url, canonical),
+                hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+            )
+        )
+    return locked
+
+
+def solve_lock(
+    env_file: Path,
+    lock_file: Path,
+    mirrors: list[str],
+    cuda: str,
+    say=print,
+    cache_dir: Path | None = None,
+    records_file: Path | None = None,
+) -> list[Any]:
+    """Solve env_file for linux-64 and write lock_file with conda-lock's models (and, when
+    records_file is given, the solved records whole: rocmfa.env.lock_records)."""
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.lockfile import apply_categories, write_conda_lock_file
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
+        mapping = Path(tmp) / "mapping.json"  # local and empty: the default one is downloaded
+        mapping.write_text("{}")
+        try:
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=[PLATFORM], mapping_url=str(mapping)
+            )
+        except Exception as e:
+            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+        conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
+        if len(conda_deps) != len(spec.dependencies[PLATFORM]):
+            raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
+        channels = [c.url for c in spec.channels]
+        mirror_of = parse_mirrors(mirrors, channels)
+        sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
+        vpr = default_virtual_package_repodata(cuda)
+        with vpr:
+            specs = [match_spec(d) for d in conda_deps]
+            say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+            virtual = virtual_packages(vpr)
+            records = solve(specs, sources, virtual, cache_dir=cache_dir)
+            hashes = compute_content_hashes(spec, vpr)
+        canonical = {mirror: base for base, mirror in mirror_of.items()}
+        planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
+        apply_categories(
+            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=str(mapping)
+        )
+    meta = LockMeta(
+        content_hash=hashes,
+        channels=list(spec.channels),
+        platforms=[PLATFORM],
+        sources=[os.path.relpath(env_file, lock_file.parent)],
+    )
+    write_conda_lock_file(
+        Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
+    )
+    if records_file is not None:
+        from rocmfa.env import lock_records
+
+        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
+        lock_records.write(records, urls, PLATFORM, virtual, hashes[PLATFORM], records_file)
+    return list(planned.values())
+
+
+# --- installing conda-lock.yml --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    url: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def channel(self) -> str:
+        return self.url.rsplit("/", 2)[0]
+
+
+def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPackage]:
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    lock = parse_conda_lock_file(lock_file)
+    packages = []
+    for p in lock.package:
+        if p.platform != platform:
+            continue
+        if p.manager != "conda":
+            raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
+        if not p.hash.sha256:
+            raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
+        packages.append(LockedPackage(p.name, p.url, p.hash.sha256))
+    return packages
+
+
+def network_error_line(url: str, error: BaseException, fix: str) -> str:
+    """'cannot reach HOST (URL): CAUSE; FIX' - a network error says where and what to pass."""
+    host = urllib.parse.urlsplit(url).netloc or url
+    cause = getattr(error, "reason", None) or error
+    return f"cannot reach {host} ({url}): {cause}; {fix}"
+
+
+MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
+
+
+def fetch_all(
+    packages: list[LockedPackage], archives: Path, mirrors: Mapping[str, str], jobs: int
+) -> list[Path]:
+    """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
+    threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
+    each stuck up to its read timeout on a silent mirror) and this run's partial files are
+    removed on the way out."""
+    results: list[Path | None] = [None] * len(packages)
+    failures: list[BaseException] = []
+    todo = iter(enumerate(packages))
+    taking = threading.Lock()
+
+    def work() -> None:
+        while not failures:
+            with taking:
+                item = next(todo, None)
+            if item is None:
+                return
+            index, package = item
+            try:
+                results[index] = downloads.fetch_pinned(
+                    _swap_base(package.url, mirrors),
+                    archives / package.filename,
+                    package.sha256,
+                    fix=MIRROR_FIX,
+                    pinned_by="the lock's",
+                )
+            except BaseException as error:
+                failures.append(error)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()  # interruptible: Ctrl-C raises here
+    except KeyboardInterrupt:
+        failures.append(KeyboardInterrupt())
+        downloads.remove_partials(archives, ours=True)
+        hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
+        print(
+            f"interrupted while downloading conda packages from {', '.join(hosts)} into "
+            f"{archives}; partial files removed",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    if failures:
+        raise failures[0]
+    return [path for path in results if path is not None]
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    installed: list[str]
+    removed: list[str]
+    unchanged: int
+
+
+def _prefix_packages(prefix: Path) -> set[str]:
+    return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
+
+
+def install_lock(
+    lock_file: Path,
+    prefix: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirrors: Mapping[str, str] | None = None,
+    jobs: int = 8,
+    reporter: Any = None,
+) -> InstallResult:
+    """Make prefix hold exactly the lock's linux-64 packages (a real conda prefix)."""
+    import rattler
+
+    cache_dir = cache_dir or default_cache_dir()
+    packages = locked_packages(lock_file)
+    paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
+
+    async def records() -> list[rattler.RepoDataRecord]:
+        out = []
+        for package, path in zip(packages, paths, strict=True):
+            record = await rattler.RepoDataRecord.from_package_archive(path)
+            # Linked from the verified archive; the origin stays in the channel field.
+            record.url = path.resolve().as_uri()
+            record.channel = package.channel
+            out.append(record)
+        return out
+
+    wanted = rattler_runtime.run(records)
+    before = _prefix_packages(prefix)
+
+    async def link() -> None:
+        await rattler.install(
+            wanted,
+            target_prefix=prefix,
+            cache_dir=cache_dir / "pkgs",
+            show_progress=False,
+            execute_link_scripts=False,
+            reporter=reporter,
+        )
+
+    try:
+        rattler_runtime.run(link)
+    except Exception as error:
+        raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
+    after = _prefix_packages(prefix)
+    return InstallResult(sorted(after - before), sorted(before - after), len(after & before))

@@ -1,0 +1,136 @@
+"""TheRock's ROCm SDK from pip: which index and requirement (pins/rocm.toml), and the
+paths `rocm-sdk path` reports once it is installed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmfa.env.archs import Arch
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import load_toml, require
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import INDEX_KINDS
+from rocmfa.plumbing.pin_files import pins_dir
+
+
+@dataclass(frozen=True)
+class RocmPin:
+    index: str
+    multi_arch_index_url: str
+    legacy_index_url: str
+    version: str
+    extras: tuple[str, ...]
+    pre: bool
+    torch_spec: str
+
+    def kind_for(self, arch: Arch, kind: str | None = None) -> str:
+        """The index kind used for arch: "legacy" only where TheRock has a per-family index
+        for it (arches.toml legacy_family); else the multi-arch index with its device extra."""
+        kind = kind or self.index
+        return "legacy" if kind == "legacy" and arch.legacy_family else "multi-arch"
+
+    def index_note(self, arch: Arch, kind: str | None = None) -> str:
+        """Why the multi-arch index is used although "legacy" was asked for ('' otherwise)."""
+        if (kind or self.index) == "legacy" and self.kind_for(arch, kind) != "legacy":
+            return (
+                f"{arch.name}: TheRock has no legacy per-family index (its "
+                "docs/packaging/legacy_per_family_releases.md lists none); using the multi-arch "
+                f"index with the {arch.device_extra} extra"
+            )
+        return ""
+
+    def index_url(self, arch: Arch, kind: str | None = None) -> str:
+        if self.kind_for(arch, kind) == "multi-arch":
+            return self.multi_arch_index_url
+        return self.legacy_index_url.format(family=arch.legacy_family)
+
+    def requirement(self, arch: Arch, kind: str | None = None) -> str:
+        """rocm[libraries,devel,device-gfxNNNN]==V (the device extra only on multi-arch)."""
+        extras = list(self.extras)
+        if self.kind_for(arch, kind) == "multi-arch":
+            if not arch.device_extra:
+                raise UserError(f"{arch.name} has no TheRock device package")
+            extras.append(arch.device_extra)
+        return f"rocm[{','.join(extras)}]=={self.version}"
+
+    def torch_requirement(self, arch: Arch, kind: str | None = None) -> str:
+        if self.kind_for(arch, kind) == "multi-arch" and arch.device_extra:
+            return f"torch[{arch.device_extra}]{self.torch_spec}"
+        return f"torch{self.torch_spec}"
+
+
+def load_pin(path: Path | None = None) -> RocmPin:
+    path = path or pins_dir() / "rocm.toml"
+    data = load_toml(path, "ROCm pin")
+    where = f"{path.name} [rocm]"
+    rocm = require(data, "rocm", dict, path.name)
+    index = require(rocm, "index", str, where)
+    if index not in INDEX_KINDS:
+        raise UserError(f"{where}: index must be one of {', '.join(INDEX_KINDS)}, got {index!r}")
+    extras = require(rocm, "extras", list, where)
+    if not all(isinstance(e, str) for e in extras):
+        raise UserError(f"{where}: extras must be strings")
+    legacy = require(rocm, "legacy_index_url", str, where)
+    if "{family}" not in legacy:
+        raise UserError(f"{where}: legacy_index_url needs a {{family}} placeholder")
+    torch = data.get("torch", {})
+    return RocmPin(
+        index=index,
+        multi_arch_index_url=require(rocm, "multi_arch_index_url", str, where),
+        legacy_index_url=legacy,
+        version=require(rocm, "version", str, where),
+        extras=tuple(extras),
+        pre=bool(rocm.get("pre", False)),
+        torch_spec=torch.get("spec", "") if isinstance(torch, dict) else "",
+    )
+
+
+def pip_install_argv(python: Path, index_url: str, pre: bool, *requirements: str) -> list[str]:
+    """One pip resolve: with TheRock's torch beside the pinned `rocm[...]==V`, pip must pick a
+    torch whose own `rocm[libraries]==<its SDK>` is V (or fail), so the SDK never moves."""
+    argv = [str(python), "-m", "pip", "install", "--index-url", index_url]
+    if pre:
+        argv.append("--pre")
+    return [*argv, *requirements]
+
+
+# The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
+SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
+
+
+def mixed_sdk(versions: dict[str, str]) -> str:
+    """'' when every installed SDK distribution (rocm, rocm-sdk-*) has one version, else one
+    sentence naming them (a second pip call moved part of the SDK)."""
+    named = {name.lower().replace("_", "-"): v for name, v in versions.items()}
+    found = {
+        name: v
+        for name, v in named.items()
+        if name in SDK_DISTS or name.startswith("rocm-sdk-device-")
+    }
+    if len(set(found.values())) <= 1:
+        return ""
+    listed = ", ".join(f"{name} {version}" for name, version in sorted(found.items()))
+    return f"mixed ROCm SDK: {listed}; rerun: nox -s setup_env -- --force"
+
+
+@dataclass(frozen=True)
+class RocmPaths:
+    root: str
+    bin: str
+    cmake: str
+    version: str
+
+
+def read_paths(runner: Runner, rocm_sdk: Path | str) -> RocmPaths:
+    def ask(*args: str) -> str:
+        placeholder = f"$(rocm-sdk {' '.join(args)})"
+        result = runner.run([rocm_sdk, *args], capture=True, dry_run_output=placeholder)
+        return result.stdout.strip()
+
+    return RocmPaths(
+        root=ask("path", "--root"),
+        bin=ask("path", "--bin"),
+        cmake=ask("path", "--cmake"),
+        version=ask("version"),
+    )

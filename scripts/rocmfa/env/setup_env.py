@@ -1,0 +1,284 @@
+"""`nox -s setup_env`: the shared env from the lock, TheRock's ROCm SDK, activation variables.
+
+Steps, each skipped when its inputs are unchanged (a stamp in conda-meta/, written last):
+  1. conda-lock.yml: solved first when missing; an out-of-date lock is an error.
+  2. py-rattler installs the lock into the prefix: sha256-verified downloads into a package
+     cache, then only the difference to what the prefix holds. No conda manager is needed;
+     one, when present, only decides where named envs live (rocmfa.env.condaenv).
+  3. pip: rocm[libraries,devel,device-<arch>] from TheRock's index (pins/rocm.toml),
+     optionally TheRock's torch; then `rocm-sdk init` and `rocm-sdk path`.
+  4. activate.d/deactivate.d scripts with only the variables that have an effect.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
+from rocmfa.env.manager import find_manager
+from rocmfa.plumbing import pin_files, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import SetupEnvOptions
+
+STAMP_VERSION = 1
+
+
+def torch_aotriton_version(prefix: Path) -> str | None:
+    """The AOTriton runtime the env's torch carries (libaotriton_v2.so.X.Y.Z), if any."""
+    pattern = str(prefix / "lib" / "python3*" / "site-packages" / "torch" / "lib")
+    for lib in sorted(glob.glob(pattern)):
+        for name in sorted(os.listdir(lib)):
+            match = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+\.\d+)", name)
+            if match:
+                return match.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the env should be; its JSON form is the stamp's input digest."""
+
+    arch: archs.Arch
+    rocm: rocm_sdk.RocmPin
+    index_kind: str
+    with_torch: bool
+    profiles: tuple[str, ...]
+
+    def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
+        return {
+            "stamp_version": STAMP_VERSION,
+            "lock_sha256": lock_sha256,
+            "arch": self.arch.name,
+            "rocm_index_url": self.rocm.index_url(self.arch, self.index_kind),
+            "rocm_requirement": self.rocm.requirement(self.arch, self.index_kind),
+            "torch_requirement": (
+                self.rocm.torch_requirement(self.arch, self.index_kind) if self.with_torch else None
+            ),
+            "profiles": sorted(self.profiles),
+            "variables_file": stamps.file_sha256(activation.VARS_FILE),
+            "aotriton_version": aotriton_version,
+        }
+
+
+def check_prefix_usable(prefix: Path, force: bool) -> None:
+    """Refuse to let the installer replace what we did not make, or write where we cannot."""
+    if prefix.exists():
+        if not prefix.is_dir():
+            raise UserError(f"env prefix {prefix} exists and is not a directory")
+        if not condaenv.is_conda_env(prefix):
+            if any(prefix.iterdir()):
+                raise UserError(
+                    f"env prefix {prefix} is a non-empty folder that is not a conda env; "
+                    "choose another --prefix"
+                )
+        elif not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+            raise UserError(
+                f"conda env {prefix} exists but was not created by setup_env; installing the "
+                "lock would replace it; rerun with --force to replace it, or use "
+                "--env-name/--prefix"
+            )
+        if not os.access(prefix, os.W_OK):
+            raise UserError(f"env prefix {prefix} is not writable")
+        return
+    parent = prefix.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"env prefix {prefix} is not writable (no write access to {parent})")
+
+
+def provision(
+    prefix: Path,
+    request: Request,
+    runner: Runner,
+    *,
+    stamp_inputs: dict[str, object],
+) -> activation.Plan:
+    """Steps 3-4 on an existing Python prefix, then the stamp. Works on any prefix with
+    bin/python (tests use a venv standing in for the conda env)."""
+    python = prefix / "bin" / "python"
+    index_url = request.rocm.index_url(request.arch, request.index_kind)
+    note = request.rocm.index_note(request.arch, request.index_kind)
+    if note:
+        runner.say(note)
+    requirements = [request.rocm.requirement(request.arch, request.index_kind)]
+    if request.with_torch:
+        requirements.append(request.rocm.torch_requirement(request.arch, request.index_kind))
+        runner.say(
+            f"torch and the ROCm SDK in one pip resolve: {requirements[0]} holds the SDK at the "
+            "pin, so only a torch built for it can be chosen"
+        )
+    pip = rocm_sdk.pip_install_argv(python, index_url, request.rocm.pre, *requirements)
+    if runner.run(pip, check=not request.with_torch).returncode != 0:
+        raise UserError(
+            f"pip found no {requirements[1]} on {index_url} that works with {requirements[0]} "
+            "(TheRock's torch requires rocm[libraries]==<its own SDK>); pick an SDK version "
+            "that index has a torch for in pins/rocm.toml, or drop --with-torch"
+        )
+    rocm_cli = prefix / "bin" / "rocm-sdk"
+    runner.run([rocm_cli, "init", "--quiet"])
+    rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
+    aotriton_version = (
+        torch_aotriton_version(prefix) if not runner.dry_run else None
+    ) or pin_files.aotriton_version(rocm_sdk.pins_dir())
+    result = activation.plan(
+        request.arch,
+        rocm_root=rocm_paths.root,
+        aotriton_version=aotriton_version,
+        profiles=request.profiles,
+    )
+    activate, deactivate = activation.script_paths(prefix)
+    if runner.dry_run:
+        runner.say(f"[dry-run] would write {activate} and {deactivate}, setting:")
+        for var in result.variables:
+            runner.say(f"[dry-run]   {var.name}={var.value}")
+        return result
+    activation.write_scripts(prefix, result.variables)
+    stamps.write(
+        prefix / condaenv.ENV_STAMP,
+        stamp_inputs,
+        rocm={"version": rocm_paths.version, "root": rocm_paths.root, "cmake": rocm_paths.cmake},
+        variables=result.as_dict(),
+    )
+    return result
+
+
+def install_conda_packages(prefix: Path, runner: Runner, mirrors: list[str]) -> None:
+    """The lock's packages into prefix with py-rattler (only the difference)."""
+    from rocmfa.env import rattler_env
+
+    cache = rattler_env.default_cache_dir()
+    if runner.dry_run:
+        runner.say(f"[dry-run] would install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) "
+                   f"into {prefix} with py-rattler: sha256-verified downloads into {cache}, "
+                   "then only the difference to the prefix")  # fmt: skip
+        return
+    channels = sorted({p.channel for p in rattler_env.locked_packages(lockfile.LOCK_FILE)})
+    mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
+    result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
+                                      mirrors=mapping)  # fmt: skip
+    runner.say(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
+               f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+
+
+def check_host() -> str:
+    """Refuse (one line) a host the lock does not suit: another platform, an older glibc."""
+    from rocmfa.env import host_check, lock_records
+
+    needs = lock_records.host_requirements(lock_records.records_path(lockfile.LOCK_FILE),
+                                           lockfile.PLATFORM)  # fmt: skip
+    return host_check.require_suited(needs.platforms, needs.glibc, lockfile.LOCK_FILE.name)
+
+
+def say_arch_and_env(session: session_env.SessionEnv) -> None:
+    """The arch and env lines; refuse an arch that is not AMD."""
+    runner = session.runner
+    note = archs.explain_override(session.choice.detection)
+    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    if session.arch.vendor != "amd":
+        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
+    manager = session.manager
+    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
+    runner.say(f"env {session.prefix} ({session.location.how}); {found}; installer py-rattler")
+
+
+def ensure_lock(opts: SetupEnvOptions, runner: Runner) -> str:
+    """The lock's sha256, solving a missing lock first (a dry run only plans that)."""
+    if not lockfile.LOCK_FILE.is_file():
+        runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
+        lockfile.write_lock(runner, list(opts.channel))
+    if opts.dry_run and not lockfile.LOCK_FILE.is_file():
+        return "(solved above)"
+    return lockfile.require_fresh()
+
+
+def update_conda_packages(
+    prefix: Path, stamp_file: Path, lock_sha: str, opts: SetupEnvOptions, runner: Runner
+) -> None:
+    """Install the lock's packages unless the last setup used this lock (or --force)."""
+    previous = stamps.read(stamp_file) or {}
+    needs_conda = opts.force or previous.get("inputs", {}).get("lock_sha256") != lock_sha
+    if needs_conda:
+        check_prefix_usable(prefix, opts.force)
+    else:
+        runner.say("conda packages match the lock; updating ROCm SDK and variables only")
+    if not opts.dry_run:
+        stamps.remove(stamp_file)  # an interrupted install must not look finished
+    if needs_conda:
+        install_conda_packages(prefix, runner, list(opts.channel))
+
+
+def setup_env(opts: SetupEnvOptions) -> None:
+    if opts.show:
+        show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
+        return
+    # No manager is needed: condaenv places a named env in its own data dir without one.
+    session = session_env.open_env(opts, dry_run=opts.dry_run, makes_env=True)
+    runner = session.runner
+    request = Request(
+        arch=session.arch,
+        rocm=(rocm := rocm_sdk.load_pin()),
+        index_kind=opts.rocm_index or rocm.index,
+        with_torch=opts.with_torch,
+        profiles=opts.profile,
+    )
+
+    say_arch_and_env(session)
+    prefix = session.prefix
+    lock_sha = ensure_lock(opts, runner)
+    inputs = request.inputs(
+        lock_sha, torch_aotriton_version(prefix) or pin_files.aotriton_version(rocm_sdk.pins_dir())
+    )
+    stamp_file = prefix / condaenv.ENV_STAMP
+    if not opts.force and stamps.is_current(stamp_file, inputs):
+        runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
+        return
+    check_host()  # before the first change: only what installs must suit this host
+
+    update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
+    if opts.dry_run:
+        runner.say(
+            f"[dry-run] commands in the env run with CONDA_PREFIX={prefix} "
+            f"PATH={prefix / 'bin'}:$PATH and the env's activate.d scripts sourced"
+        )
+    else:
+        runner.base_env = condaenv.activated_environ(prefix)
+    result = provision(prefix, request, runner, stamp_inputs=inputs)
+    runner.say(activation.show(result))
+    say_next(request, session.arch_how, prefix, runner)
+
+
+def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
+    """Which way this arch gets a flash torch (doctor's path line), then the next command."""
+    from rocmfa.env.doctor import FAST_PATH, MAIN_JOB, torch_path  # a no-op run needs neither
+
+    path = torch_path(request.arch, how, pin_files.aotriton_version(rocm_sdk.pins_dir()))
+    if path["kind"] != "prebuilt":
+        runner.say(f"path {path['kind']}: {path['why']}")
+    elif not request.with_torch:
+        runner.say(
+            f"fast path: {path['why']}; run: {', then '.join(path['commands'])}; {path['build']}"
+        )
+    if not runner.dry_run:
+        runner.say(
+            f"env {prefix} is ready; next: {FAST_PATH[1] if request.with_torch else MAIN_JOB[1]}"
+        )
+
+
+def show(prefix: Path | None) -> None:
+    stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
+    if not stamp:
+        raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
+    variables = stamp.get("variables", {})
+    print(f"env {prefix}")
+    print("Variables set on activation:")
+    for var in variables.get("set", []):
+        print(f"  {var['name']}={var['value']}  - {var['why']}")
+    print("Not set:")
+    for skipped in variables.get("not_set", []):
+        print(f"  {skipped['name']}  - {skipped['why']}")

@@ -1,0 +1,52 @@
+"""How many parallel compile jobs a build may start: CPU count, capped by available memory.
+
+Large C++/HIP translation units (CK instances, PyTorch's HIP kernels) take several GiB each;
+running one job per core on a machine with little free memory ends in
+`clang: error: unable to execute command: Killed` (ROCm/TheRock#997). --jobs overrides.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def mem_available_gib(meminfo: Path = MEMINFO) -> float | None:
+    """MemAvailable from /proc/meminfo in GiB, or None when it cannot be read."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                fields = line.split()
+                return int(fields[1]) / (1024 * 1024)  # kB -> GiB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def choose_jobs(
+    requested: int | None,
+    per_job_gib: float,
+    *,
+    meminfo: Path = MEMINFO,
+    cpus: int | None = None,
+) -> tuple[int, str]:
+    """(jobs, one-line reason)."""
+    if requested is not None:
+        if requested < 1:
+            from rocmfa.plumbing.errors import UserError
+
+            raise UserError(f"--jobs must be at least 1, got {requested}")
+        return requested, f"{requested} jobs (--jobs)"
+    cpus = cpus or os.cpu_count() or 1
+    available = mem_available_gib(meminfo)
+    if available is None:
+        return cpus, f"{cpus} jobs (one per CPU; MemAvailable unknown; --jobs to override)"
+    by_memory = max(1, int(available // per_job_gib))
+    jobs = max(1, min(cpus, by_memory))
+    why = "memory" if by_memory < cpus else "CPUs"
+    return jobs, (
+        f"{jobs} jobs (limited by {why}: {cpus} CPUs, MemAvailable {available:.1f} GiB at "
+        f"~{per_job_gib:g} GiB per job; --jobs to override)"
+    )

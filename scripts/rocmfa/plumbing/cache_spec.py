@@ -1,0 +1,126 @@
+"""`--cache` values (compile caching, scripts/rocmfa/builds/compile_cache.py): parsed with the
+options,
+before a session's first command, so a bad value is one line naming it."""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+
+from rocmfa.plumbing.errors import UserError
+
+TOOLS = ("none", "ccache", "sccache")
+SCHEMES = {"redis": "redis", "rediss": "redis", "http": "webdav", "https": "webdav", "s3": "s3"}
+QUERY_KEYS = {"prefix", "read_only", "endpoint", "region"}
+CREDENTIAL_VARS = {
+    "redis": "SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD",
+    "webdav": "SCCACHE_WEBDAV_USERNAME/SCCACHE_WEBDAV_PASSWORD or SCCACHE_WEBDAV_TOKEN",
+    "s3": "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+}
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """What --cache asked for. Holds no credentials (URLs with them are refused)."""
+
+    tool: str  # none | ccache | sccache
+    backend: str = "local"  # local | redis | webdav | s3
+    endpoint: str | None = None
+    bucket: str | None = None
+    prefix: str = ""
+    region: str | None = None
+    redis_db: str | None = None
+    read_only: bool = False
+
+    @property
+    def remote(self) -> bool:
+        return self.backend != "local"
+
+    def describe(self) -> str:
+        if not self.remote:
+            return self.tool
+        where = f"s3://{self.bucket}" if self.backend == "s3" else str(self.endpoint)
+        if self.backend == "s3" and self.endpoint:
+            where += f" at {self.endpoint}"
+        return f"sccache on {self.backend} {where}" + (" (read-only)" if self.read_only else "")
+
+
+def _truthy(value: str, what: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise UserError(f"--cache: {what}={value!r} must be 1/0 (true/false)")
+
+
+def as_spec(value: CacheSpec | str | None) -> CacheSpec | None:
+    """A --cache value already parsed with the options, or its text (tests, Dask workers)."""
+    return value if value is None or isinstance(value, CacheSpec) else parse_cache(value)
+
+
+def parse_cache(value: str | None) -> CacheSpec | None:
+    """--cache VALUE -> CacheSpec; None when --cache was not given (each build's old default)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text in TOOLS:
+        return CacheSpec(tool=text)
+    parts = urllib.parse.urlsplit(text)
+    backend = SCHEMES.get(parts.scheme)
+    if backend is None or not parts.netloc:
+        raise UserError(
+            f"--cache {value!r}: expected none, ccache, sccache, redis://HOST:PORT, "
+            "http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX"
+        )
+    if parts.username or parts.password:
+        raise UserError(
+            f"--cache: credentials do not belong in the URL (they would be printed and "
+            f"recorded); set {CREDENTIAL_VARS[backend]} in the environment instead"
+        )
+    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - QUERY_KEYS)
+    if unknown:
+        raise UserError(
+            f"--cache: unknown URL parameter(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(QUERY_KEYS))})"
+        )
+    opt = {k: v[-1] for k, v in query.items()}
+    read_only = _truthy(opt["read_only"], "read_only") if "read_only" in opt else False
+    prefix = opt.get("prefix", "").strip("/")
+    if backend != "s3" and ("endpoint" in opt or "region" in opt):
+        raise UserError("--cache: endpoint= and region= are for s3:// URLs only")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise UserError(f"--cache {value!r}: bad port") from None
+    return _server_spec(value, parts, backend, prefix, read_only, opt)
+
+
+def _server_spec(
+    value: str,
+    parts: urllib.parse.SplitResult,
+    backend: str,
+    prefix: str,
+    read_only: bool,
+    opt: dict[str, str],
+) -> CacheSpec:
+    if backend == "redis":
+        db = parts.path.strip("/")
+        if db and not db.isdigit():
+            raise UserError(f"--cache {value!r}: redis path must be a database number")
+        endpoint = f"{parts.scheme}://{parts.netloc}"
+        return CacheSpec(
+            "sccache", backend, endpoint, prefix=prefix, redis_db=db or None, read_only=read_only
+        )
+    if backend == "webdav":
+        # No trailing slash: sccache joins endpoint + "/" + key ('//' is refused by servers).
+        path = parts.path.rstrip("/")
+        endpoint = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+        return CacheSpec("sccache", backend, endpoint=endpoint, prefix=prefix, read_only=read_only)
+    endpoint = opt.get("endpoint")
+    if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
+        raise UserError(f"--cache: s3 endpoint={endpoint!r} must be an http(s):// URL")
+    key_prefix = "/".join(p for p in (parts.path.strip("/"), prefix) if p)
+    return CacheSpec(
+        "sccache", "s3", endpoint, parts.netloc, key_prefix, opt.get("region"), None, read_only
+    )

@@ -1,0 +1,137 @@
+"""Files pinned by sha256 (conda archives, AOTriton release tarballs): the one module of ours that
+downloads. HTTP goes through requests with urllib3's Retry (refused connections, 429/5xx); a
+body cut off midway continues with a Range request. file:// URLs and plain paths are read
+directly. A download is written to a hidden partial file next to its final name
+(.<name>.<pid>.XXXXXXXX) and renamed only once its sum matches."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import UserError
+
+# an older version named partials without the pid
+_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
+# Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
+# running (a daemon thread, never joined) must not leave a new partial file behind.
+_creating = threading.Lock()
+_interrupted = threading.Event()
+
+
+def session(tries: int = 5):
+    """A requests session that tries each request up to `tries` times (urllib3's Retry, with
+    backoff) on refused connections and 429/5xx; the last answer is returned, not raised."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util import Retry
+
+    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=(429, 500, 502, 503, 504))
+    adapter = HTTPAdapter(max_retries=retry.new(raise_on_status=False))
+    http = requests.Session()
+    http.mount("http://", adapter)
+    http.mount("https://", adapter)
+    return http
+
+
+def why(error: BaseException) -> str:
+    """One line for a library's network error: its kind and, for requests, urllib3's reason."""
+    reason = getattr(error.args[0], "reason", None) if error.args else None
+    text = " ".join(str(error).split()) if reason is None else str(reason).rsplit(": ", 1)[-1]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def fetch_pinned(
+    url: str,
+    dest: Path,
+    sha256: str,
+    *,
+    fix: str,
+    pinned_by: str = "the pin's",
+    say: Callable[[str], None] = lambda _line: None,
+    tries: int = 5,
+    timeout: float = 60.0,
+) -> Path:
+    """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
+    with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
+    if dest.is_file() and stamps.file_sha256(dest) == sha256:
+        say(f"cached: {dest}")
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_partials(dest.parent)
+    with _creating:
+        if _interrupted.is_set():
+            raise KeyboardInterrupt
+        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", dir=dest.parent)
+    os.close(fd)
+    part = Path(name)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in ("", "file"):
+            source = urllib.parse.unquote(parts.path) if parts.scheme else url
+            try:
+                shutil.copyfile(source, part)
+            except OSError as e:
+                raise UserError(f"cannot download {url}: {e.strerror or e}; {fix}") from None
+        else:
+            _http_get(url, part, fix=fix, say=say, tries=tries, timeout=timeout)
+        actual = stamps.file_sha256(part)
+        if actual != sha256:
+            raise UserError(
+                f"{dest.name}: sha256 mismatch: {actual} does not match {pinned_by} {sha256} "
+                f"(from {url}); discarded"
+            )
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+    return dest
+
+
+def _http_get(url, part: Path, *, fix, say, tries: int, timeout: float) -> None:
+    import requests
+
+    http = session(tries)
+    for _ in range(tries):
+        have = part.stat().st_size
+        say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        try:
+            response = http.get(url, headers=headers, stream=True, timeout=(10, timeout))
+        except requests.RequestException as e:
+            raise UserError(f"cannot download {url}: {why(e)}; {fix}") from None
+        with response:
+            if response.status_code == 416 and have:
+                return  # nothing left to send: the part is whole
+            if response.status_code not in (200, 206):
+                raise UserError(
+                    f"cannot download {url}: HTTP {response.status_code} {response.reason}"
+                )
+            try:
+                with open(part, "ab" if response.status_code == 206 else "wb") as out:
+                    for chunk in response.iter_content(1 << 16):
+                        out.write(chunk)
+                return
+            except requests.RequestException as e:
+                say(f"download interrupted ({why(e)}) at {part.stat().st_size} bytes")
+    raise UserError(f"cannot download {url}: cut off {tries} times; {fix}")
+
+
+def remove_partials(folder: Path, *, ours: bool = False) -> None:
+    """Remove the partial downloads in folder of runs that are gone (a kill leaves them) and,
+    with ours, this process's own (it was interrupted)."""
+    with _creating:
+        if ours:
+            _interrupted.set()
+        for path in list(folder.glob(".*")):
+            match = _PARTIAL.fullmatch(path.name)
+            pid = int(match["pid"]) if match and match["pid"] else None
+            gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
+            if match and (ours if pid == os.getpid() else gone):
+                path.unlink(missing_ok=True)

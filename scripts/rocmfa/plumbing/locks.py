@@ -1,0 +1,71 @@
+"""One lock per workdir and per env for the sessions that change them.
+
+An flock on a lock file that holds who took it (pid, session, start time). The kernel drops an
+flock when its process dies, so a lock left by a killed run is simply taken over; the file
+itself stays (unlinking a lock file races with the next taker).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing.errors import UserError
+
+LOCK_NAME = ".rocmfa.lock"
+
+
+def _holder_of(fd: int) -> dict[str, Any]:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def busy_message(what: str, path: Path, holder: dict[str, Any]) -> str:
+    who = f"nox -s {holder.get('session', '?')} (pid {holder.get('pid', '?')}"
+    return (
+        f"{what} is in use by another session: {who}, since {holder.get('since', '?')}; lock "
+        f"{path}); wait for it to finish or stop it, then rerun"
+    )
+
+
+@contextmanager
+def hold(path: Path, what: str, session: str) -> Iterator[None]:
+    """Hold the lock at path for the block, or fail in one line naming the holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(busy_message(what, path, _holder_of(fd))) from None
+        me = {"pid": os.getpid(), "session": session, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def holder(path: Path) -> dict[str, Any] | None:
+    """Who holds the lock at path now, or None when nobody does (or there is no lock file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_of(fd) or {"session": "?"}
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,40 @@
+"""Where things live: the work directory (checkouts, builds, stamps, downloads, wheels).
+
+Default <repo>/work (git-ignored); --workdir or $ROCMFA_WORKDIR moves it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rocmfa.plumbing.datafiles import REPO_ROOT
+
+WORKDIR_ENV = "ROCMFA_WORKDIR"
+
+
+def workdir(requested: str | os.PathLike[str] | None) -> Path:
+    """The session's --workdir (or $ROCMFA_WORKDIR, resolved with its settings), else ./work."""
+    chosen = requested or REPO_ROOT / "work"
+    return Path(chosen).expanduser().resolve()
+
+
+def src_dir(work: Path, project: str) -> Path:
+    return work / "src" / project
+
+
+def build_dir(work: Path, project: str) -> Path:
+    return work / "build" / project
+
+
+def stamp_path(work: Path, name: str) -> Path:
+    """Stamps of finished build steps; doctor lists them as 'what is built'."""
+    return work / "stamps" / f"{name}.json"
+
+
+def downloads_dir(work: Path) -> Path:
+    return work / "downloads"
+
+
+def cache_dir(work: Path) -> Path:
+    return work / ".cache"

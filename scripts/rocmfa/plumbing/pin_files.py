@@ -1,0 +1,221 @@
+"""pins/<project>.toml, the pin files: the projects, where the files are, what a pin table may
+hold (known keys, with a "did you mean"; `url`, `ref` non-empty; `commit` 40-hex, AOTriton's also
+"from-pytorch"), and their one reader (tomllib) and writer (tomlkit: every comment and untouched
+line stays byte for byte). rocmfa.sources reads upstream trees for them (pins, pin_set,
+pin_submodules, update_pins)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
+from rocmfa.plumbing.errors import UserError, did_you_mean
+
+PINS_DIR_ENV = "ROCMFA_PINS_DIR"
+FROM_PYTORCH = "from-pytorch"
+# The torch line: pins/pytorch.toml (ROCm/pytorch release/2.13 x AOTriton 0.13b, the default) or
+# the opt-in upstream nightly, whose AOTriton follows torch (ROCMFA_PYTORCH_LINE=nightly).
+LINE_ENV = "ROCMFA_PYTORCH_LINE"
+LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
+HEX40 = re.compile(r"[0-9a-f]{40}")
+COMMON = frozenset({"url", "ref", "commit", "depth"})
+# The pinned projects (one file each) and the keys each table may hold: the one list of projects.
+KNOWN = {
+    "therock": COMMON,
+    # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
+    "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
+    "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
+    "composable_kernel": COMMON | {"use", "subdir", "legacy"},
+}
+PROJECTS = tuple(KNOWN)
+
+
+class Unresolved(UserError):
+    """A pin whose commit update_pins has not resolved yet (a build's first real run resolves
+    it: rocmfa.sources.update_pins.resolve_for_build; dry runs show a named placeholder)."""
+
+
+def line(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(LINE_ENV) or "release"
+    if chosen not in LINES:
+        raise UserError(f"${LINE_ENV}={chosen!r}: known lines: release (default), nightly")
+    return chosen
+
+
+def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
+    """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
+    environ = os.environ if environ is None else environ
+    chosen = requested or environ.get(PINS_DIR_ENV) or PINS_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+def pin_file(project: str, directory: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The file of project's pin; pytorch's is the torch line's (LINES)."""
+    if project == "pytorch":
+        return directory / LINES[line(environ)]
+    return directory / f"{project}.toml"
+
+
+def display(path: Path) -> str:
+    """path as errors show it: relative to the repository when inside it."""
+    try:
+        return str(Path(path).relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+# --- the one string check -------------------------------------------------------------------
+
+
+def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
+    """table[key] stripped: a string, non-empty unless empty_ok; one line naming where and key
+    otherwise. Every string of a pin table (url, ref, commit, records) is checked by it."""
+    if key not in table:
+        raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
+    value = table[key]
+    if not isinstance(value, str) or (not empty_ok and not value.strip()):
+        kind = "string" if empty_ok else "non-empty string"
+        raise UserError(f"{where}: '{key}' must be a {kind}, got {value!r}")
+    return value.strip()
+
+
+def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{where}: 'commit' must be a string (40-hex commit), got {value!r}")
+    value = value.strip()
+    if allow_from_pytorch and value == FROM_PYTORCH:
+        return value
+    if value.lower() in ("", "unknown", "todo", "none"):
+        raise Unresolved(
+            f"{where}: 'commit' is not resolved yet ({value!r}); the first real build resolves "
+            "it, or run: nox -s update_pins"
+        )
+    if not HEX40.fullmatch(value):
+        extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""
+        raise UserError(
+            f"{where}: 'commit' must be a full 40-hex lowercase commit{extra}, got {value!r}"
+        )
+    return value
+
+
+def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
+    """Refuse unknown keys and a bad url/ref/commit, in one line naming the file and key."""
+    known = KNOWN.get(project, COMMON)
+    for key in sorted(table):
+        if key not in known:
+            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}")
+    if project == "composable_kernel" and isinstance(table.get("legacy"), Mapping):
+        legacy = table["legacy"]
+        for key in sorted(legacy):
+            if key not in COMMON | {"subdir"}:
+                hint = did_you_mean(key, COMMON | {"subdir"})
+                raise UserError(f"{where[:-1]}.legacy]: unknown key '{key}'{hint}")
+        if "commit" in legacy:
+            check_commit(legacy["commit"], f"{where[:-1]}.legacy]")
+    text(table, "url", where)
+    text(table, "ref", where)
+    if "commit" not in table:
+        raise UserError(f"{where}: missing key 'commit'{did_you_mean('commit', table)}")
+    check_commit(table["commit"], where, allow_from_pytorch=project == "aotriton")
+
+
+# --- the one reader and writer ----------------------------------------------------------------
+
+
+def table_of(path: Path, project: str) -> dict[str, Any]:
+    """The [project] table of the pin file path, unchecked; one line when the file is missing,
+    malformed or has no such table."""
+    data = load_toml(path, f"pin file for {project}")
+    table = data.get(project)
+    if not isinstance(table, dict):
+        raise UserError(f"{display(path)}: missing table [{project}]{did_you_mean(project, data)}")
+    return table
+
+
+def read_table(
+    project: str, directory: Path, environ: Mapping[str, str] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """(file, [project] table) of project's pin in directory, unchecked."""
+    path = pin_file(project, directory, environ)
+    return path, table_of(path, project)
+
+
+def aotriton_version(directory: Path) -> str | None:
+    """The AOTriton `version` pinned in directory's aotriton.toml; None without the file or the
+    key, one line for a malformed file."""
+    path = directory / "aotriton.toml"
+    if not path.is_file():
+        return None
+    version = table_of(path, "aotriton").get("version")
+    return version if isinstance(version, str) else None
+
+
+def check_file(path: Path, project: str) -> dict[str, Any]:
+    """The pin table of project in path, checked; UserError in one line otherwise."""
+    table = table_of(path, project)
+    check_table(project, table, f"{display(path)} [{project}]")
+    return table
+
+
+def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
+    """Set keys of [table] (dotted: "pytorch.aotriton") in the pin file path, adding what is
+    missing; every other byte stays. True when the file changed."""
+    import tomlkit
+
+    load_toml(path, "pin file")  # a missing or malformed file: the readers' one line
+    before = Path(path).read_text()
+    node = document = tomlkit.parse(before)
+    for part in table.split("."):
+        node = node.setdefault(part, tomlkit.table())
+        if not isinstance(node, dict):
+            raise UserError(f"{display(path)}: [{table}] is not a table")
+    for key, value in values.items():
+        wanted = value if isinstance(value, str) else list(value)
+        if node.get(key) != wanted:
+            node[key] = wanted
+    if (after := document.as_string()) == before:
+        return False
+    stamps.write_text_atomic(Path(path), after)
+    return True
+
+
+def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:
+    """One line, from the pin files as data (nothing fetched): which torch line is pinned and
+    how its torch x AOTriton agreement is known."""
+    name = line(environ)
+    try:
+        path, torch = read_table("pytorch", pins_dir, environ)
+        aotriton = read_table("aotriton", pins_dir, environ)[1]
+    except UserError as e:
+        return f"line {name}: {e}"
+    commit = str(torch.get("commit") or "")
+    at = commit[:12] if HEX40.fullmatch(commit) else "(commit not resolved yet)"
+    head = f"line {name}: {torch.get('url')} {torch.get('ref')} {at} ({path.name})"
+    if name == "nightly" or aotriton.get("commit") == FROM_PYTORCH:
+        return (
+            f"{head} x AOTriton from-pytorch: agree by construction (AOTriton is read from that "
+            "torch's cmake/External/aotriton.cmake)"
+        )
+    pinned = f"AOTriton {aotriton.get('version')} {str(aotriton.get('commit'))[:12]}"
+    record = torch.get("aotriton") if isinstance(torch.get("aotriton"), Mapping) else {}
+    if record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
+        return (
+            f"{head} x {pinned}: the torch names {record.get('version')} [{record.get('source')}]"
+        )
+    if record and not record.get("pytorch_commit"):
+        return (
+            f"{head} x {pinned}: agreement known from a public record only "
+            f"[{record.get('source')}]; "
+            "the first real build (or nox -s update_pins) resolves the branch, reads the file at "
+            "that commit, records it and checks the pair"
+        )
+    return (
+        f"{head} x {pinned}: not recorded at this torch commit; each build reads its "
+        "cmake/External/aotriton.cmake before the first command (nox -s update_pins records it)"
+    )

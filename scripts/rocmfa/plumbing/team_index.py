@@ -1,0 +1,360 @@
+"""A team wheel index: one PEP 503 index per arch family, laid out as TheRock's (v2/<family>/).
+
+--index takes (publish, install_wheels and report alike):
+  DIR | file:///DIR                a static tree in a directory (a shared disk, an NFS path)
+  s3://BUCKET/PREFIX?endpoint=URL  a static tree in S3 or an S3-compatible store (region=...),
+                                   through boto3
+  pypi+http(s)://HOST/PATH         a server with the upload API (pypiserver, devpi): twine
+                                   uploads to it and it writes the pages itself
+Any other form (WebDAV among them) is refused in one line naming these.
+The family index is <URL>/v2/<family>/, or the URL itself with {family} replaced when it holds
+that placeholder (one pypiserver per family behind a proxy, a devpi index per family).
+
+A static tree holds <family>/<project>/<file> and <family>/<project>/index.html (links with
+#sha256=), <family>/index.html listing projects; a web server that maps a folder to its
+index.html serves <family>/ as a pip --index-url. Files are created, never replaced: a name that
+is already there refuses the upload (a directory: link(2); S3: If-None-Match: *).
+install_wheels reads a directory or an upload-API server with plain GETs (anonymous) and hands
+pip the files' URLs; an S3 index it reads through the S3 API (signed with the environment's
+credentials, unsigned without), downloading the wheels into the work dir first.
+
+Credentials come only from the environment and are never printed or written: S3
+AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (boto3 reads them); the upload API TWINE_USERNAME/
+TWINE_PASSWORD (twine reads them). A URL carrying credentials is refused.
+"""
+
+from __future__ import annotations
+
+import html
+import html.parser
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import UserError
+
+FETCH_TIMEOUT_S = 30.0
+QUERY_KEYS = {"endpoint", "region"}
+FORMS = (
+    "a directory (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL (S3-compatible "
+    "storage) or pypi+http(s)://HOST/PATH (pypiserver, devpi)"
+)
+
+
+class Clash(Exception):
+    """A file of that name is already on the index."""
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """What --index names. Holds no credentials (URLs with them are refused)."""
+
+    kind: str  # dir | s3 | upload
+    location: str  # dir: path; upload: URL; s3: bucket
+    prefix: str = ""  # s3 key prefix
+    endpoint: str | None = None
+    region: str | None = None
+
+    def family_root(self, family: str) -> str:
+        """The family index: a path, an http(s) URL or an S3 key prefix (no trailing '/')."""
+        base = self.prefix if self.kind == "s3" else self.location
+        if "{family}" in base:
+            root = base.replace("{family}", family)
+        else:
+            root = "/".join(p for p in (base.rstrip("/"), "v2", family) if p)
+        return root.rstrip("/")
+
+    def describe(self, family: str) -> str:
+        root = self.family_root(family)
+        if self.kind == "s3":
+            where = f"s3://{self.location}/{root}"
+            return where + (f" at {self.endpoint}" if self.endpoint else "")
+        if self.kind == "upload":
+            return f"{root}/ (upload API)"
+        return f"{root}/"
+
+    def page_url(self, family: str, project: str) -> str:
+        """Where a plain GET finds the project's page."""
+        name = canonicalize_name(project)
+        if self.kind == "upload":
+            return f"{self.family_root(family)}/simple/{name}/"
+        return Path(self.family_root(family), name, "index.html").as_uri()
+
+
+def parse_index(value: str | None) -> IndexSpec:
+    if not value or not value.strip():
+        raise UserError(f"--index URL is required: {FORMS}")
+    text = value.strip()
+    parts = urllib.parse.urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme in ("", "file"):
+        if scheme == "file" and parts.netloc not in ("", "localhost"):
+            raise UserError(f"--index {value!r}: file:// URLs name a local directory")
+        path = urllib.parse.unquote(parts.path) if scheme == "file" else text
+        return IndexSpec("dir", str(Path(path).expanduser().resolve()))
+    if parts.username or parts.password:
+        raise UserError(
+            "--index: credentials do not belong in the URL (they would be printed and recorded); "
+            "set them in the environment (TWINE_USERNAME/TWINE_PASSWORD for pypi+http(s)://, "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for s3://)"
+        )
+    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    if scheme in ("pypi+http", "pypi+https"):
+        if query:
+            raise UserError(f"--index {value!r}: URL parameters are for s3:// URLs only")
+        if not parts.netloc:
+            raise UserError(f"--index {value!r}: no host")
+        path = parts.path.rstrip("/")
+        url = urllib.parse.urlunsplit((scheme.removeprefix("pypi+"), parts.netloc, path, "", ""))
+        return IndexSpec("upload", url)
+    if scheme == "s3":
+        unknown = sorted(set(query) - QUERY_KEYS)
+        if unknown or not parts.netloc:
+            raise UserError(
+                f"--index {value!r}: expected s3://BUCKET/PREFIX?endpoint=URL&region=NAME"
+            )
+        opt = {k: v[-1] for k, v in query.items()}
+        endpoint = opt.get("endpoint")
+        if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
+            raise UserError(f"--index: s3 endpoint={endpoint!r} must be an http(s):// URL")
+        return IndexSpec(
+            "s3", parts.netloc, parts.path.strip("/"), endpoint=endpoint, region=opt.get("region")
+        )
+    webdav = " (WebDAV indexes are not supported)" if scheme in ("http", "https") else ""
+    raise UserError(f"--index {value!r}{webdav}: expected {FORMS}")
+
+
+# --- reading: pages and files over plain GETs -------------------------------------------------
+
+
+def fetch(url: str) -> bytes | None:
+    """The body at url (file:// or http(s)://), None when it is not there; UserError when the
+    index cannot be reached."""
+    import requests
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        try:
+            return Path(urllib.parse.unquote(parts.path)).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    try:
+        response = requests.get(url, timeout=FETCH_TIMEOUT_S)
+    except requests.RequestException as e:
+        raise UserError(f"index {parts.netloc} unreachable: {type(e).__name__}") from None
+    if response.status_code in (403, 404):
+        return None
+    if response.status_code >= 400:
+        raise UserError(f"index: GET {url} failed: HTTP {response.status_code} {response.reason}")
+    return response.content
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+@dataclass(frozen=True)
+class Link:
+    filename: str
+    url: str  # absolute, no fragment
+    sha256: str | None
+
+
+def parse_page(text: str, page_url: str) -> dict[str, Link]:
+    """filename -> Link of a PEP 503 project page."""
+    parser = _Anchors()
+    parser.feed(text)
+    links = {}
+    for href in parser.hrefs:
+        absolute, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
+        name = urllib.parse.unquote(absolute.rstrip("/").rsplit("/", 1)[-1])
+        sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
+        if name:
+            links[name] = Link(name, absolute, sha)
+    return links
+
+
+def read_project(
+    spec: IndexSpec, family: str, project: str, store: TreeStore | None = None
+) -> dict[str, Link]:
+    """filename -> Link of a project on the family index: over a plain GET, or through store
+    (a tree store reads with the environment's credentials)."""
+    if store is None:
+        url = spec.page_url(family, project)
+        body = fetch(url)
+        return parse_page(body.decode(errors="replace"), url) if body is not None else {}
+    name = canonicalize_name(project)
+    body = store.read(f"{name}/index.html")
+    if body is None:
+        return {}
+    links = parse_page(body.decode(errors="replace"), f"http://index.invalid/{name}/")
+    return {n: Link(n, store.url(f"{name}/{n}"), link.sha256) for n, link in links.items()}
+
+
+def project_page(entries: dict[str, str | None]) -> str:
+    """A PEP 503 project page linking files next to it, with their sha256."""
+    anchors = "".join(
+        f'<a href="{html.escape(urllib.parse.quote(name))}'
+        f'{"#sha256=" + sha if sha else ""}">{html.escape(name)}</a>\n'
+        for name, sha in sorted(entries.items())
+    )
+    return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
+
+
+def root_page(projects: set[str]) -> str:
+    anchors = "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(projects))
+    return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
+
+
+# --- writing a static tree --------------------------------------------------------------------
+
+
+class DirStore:
+    """Create-only files and replaceable pages below one folder."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def target(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def url(self, rel: str) -> str:
+        return Path(self.root, rel).as_uri()
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return Path(self.root, rel).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return Path(self.root, rel).exists()
+
+    def put_new(self, rel: str, source: Path) -> None:
+        dest = Path(self.root, rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+        tmp.write_bytes(source.read_bytes())
+        try:
+            os.link(tmp, dest)  # fails when dest exists: never replaces
+        except FileExistsError:
+            raise Clash(rel) from None
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_page(self, rel: str, text: str) -> None:
+        dest = Path(self.root, rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        stamps.write_text_atomic(dest, text)
+
+
+class S3Store:
+    """The same below one key prefix of a bucket, through boto3. Only a missing key reads as
+    absent: any other answer (a 404 that is not S3's NoSuchKey, a refusal) is an error naming
+    the endpoint, and a write counts as done only when the store accepted it."""
+
+    def __init__(
+        self,
+        bucket: str,
+        root: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        import boto3
+        from botocore import UNSIGNED
+        from botocore.config import Config
+
+        self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
+        session = boto3.session.Session()
+        config = Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 2},
+            connect_timeout=timeout,
+            read_timeout=timeout,
+        )
+        if session.get_credentials() is None:  # a public bucket: read without signing
+            config = config.merge(Config(signature_version=UNSIGNED))
+        self.client = session.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            config=config,
+        )
+
+    def _key(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if self.root else rel
+
+    def target(self, rel: str) -> str:
+        return f"s3://{self.bucket}/{self._key(rel)}"
+
+    url = target  # S3 files are read through the store, never by URL
+
+    def _call(self, op: str, rel: str, fn, *, missing: tuple[str, ...] = (), **kwargs: Any):
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        at = f" at {self.endpoint}" if self.endpoint else ""
+        try:
+            return fn(Bucket=self.bucket, Key=self._key(rel), **kwargs)
+        except NoCredentialsError:
+            raise UserError(
+                f"{op} {self.target(rel)}{at} needs AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in "
+                "the environment"
+            ) from None
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            if code in missing:
+                return None
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                raise Clash(rel) from None
+            why = f"{code} {error.get('Message') or ''}".strip()
+            if not code:  # a body that is not S3's XML
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                why = f"HTTP {status}, not an S3 answer (is the endpoint right?)"
+            raise UserError(f"{op} {self.target(rel)}{at} failed: {why}") from None
+        except BotoCoreError as e:
+            raise UserError(f"index {self.endpoint or 's3'} unreachable: {e}") from None
+
+    def read(self, rel: str) -> bytes | None:
+        got = self._call("GET", rel, self.client.get_object, missing=("NoSuchKey",))
+        return None if got is None else got["Body"].read()
+
+    def exists(self, rel: str) -> bool:
+        # HEAD answers carry no body: a missing key is a bare 404
+        got = self._call("HEAD", rel, self.client.head_object, missing=("404", "NotFound"))
+        return got is not None
+
+    def put_new(self, rel: str, source: Path) -> None:
+        with source.open("rb") as data:
+            self._call("PUT", rel, self.client.put_object, Body=data, IfNoneMatch="*")
+
+    def put_bytes(self, rel: str, data: bytes, content_type: str = "") -> None:
+        extra = {"ContentType": content_type} if content_type else {}
+        self._call("PUT", rel, self.client.put_object, Body=data, **extra)
+
+    def put_page(self, rel: str, text: str) -> None:
+        self.put_bytes(rel, text.encode(), "text/html")
+
+
+TreeStore = DirStore | S3Store
+
+
+def tree_store(spec: IndexSpec, family: str) -> TreeStore:
+    root = spec.family_root(family)
+    if spec.kind == "s3":
+        return S3Store(spec.location, root, spec.endpoint, spec.region)
+    return DirStore(root)

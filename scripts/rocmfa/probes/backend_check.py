@@ -1,0 +1,540 @@
+"""Check that SDPA flash attention is usable, actually used, and correct on this device.
+
+Reports, per backend: compiled in, enabled, and torch's can_use_* verdict with the reasons torch
+gives (its debug warnings); on ROCm the preferred flash library, the
+TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL flag and whether this arch needs it for the installed
+AOTriton (arches.toml ranges), and the AOTriton runtime version against the image signatures.
+
+Then the truth: SDPA is run forced to flash (torch.nn.attention.sdpa_kernel) under
+torch.profiler, the output and gradients are compared with the math backend computed in
+float32, and the profiler's op and kernel names show which implementation ran; SDPA with the
+default dispatch is profiled too, so a silent fallback to the math path fails the check.
+
+Exit 0 only when flash attention is usable, used and correct; otherwise exit 1 with one line
+saying why; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__:
+    from . import sdpa_common as common
+else:  # run as `python scripts/rocmfa/probes/backend_check.py`
+    import sdpa_common as common  # type: ignore[no-redef]
+
+PROG = "backend_check.py"
+SCHEMA = "sdpa-backend-check/1"
+
+# Max |error| / max(1, max|reference|) allowed against the float32 math result.
+TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e-2}}
+
+# Kernel-name rules, checked in order on the lower-cased name; the first match wins.
+# Device kernels (what really ran on the GPU) are classified by these substrings:
+KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cudnn", ("cudnn", "fort_native_sdpa", "sdpa_sm")),
+    ("efficient", ("fmha_cutlass", "mem_efficient", "attention_kernel_batched")),
+    ("ck", ("ck_tile", "fmhafwd", "fmhabwd", "fmha_fwd", "fmha_bwd")),
+    # AOTriton's Triton kernels (attn_fwd, bwd_kernel_dk_dv, bwd_kernel_dq, bwd_preprocess),
+    # AITER assembly kernels that AOTriton >= 0.11 dispatches, and CUDA's pytorch_flash kernels.
+    (
+        "flash",
+        (
+            "flash",
+            "attn_fwd",
+            "attn_bwd",
+            "bwd_kernel_dk_dv",
+            "bwd_kernel_dq",
+            "bwd_preprocess",
+            "aiter",
+            "fmha",
+        ),
+    ),
+    # Generic matmul/softmax kernels: what the math path launches (cuBLAS/CUTLASS gemms,
+    # rocBLAS/hipBLASLt Tensile kernels named Cijk_*, softmax).
+    ("math", ("gemm", "xmma", "cijk_", "cutlass", "softmax", "bmm", "matmul")),
+)
+# Operator names (what torch dispatched) map exactly onto backends:
+OP_RULES: tuple[tuple[str, str], ...] = (
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "flash-cpu"),
+    ("aten::_scaled_dot_product_flash_attention", "flash"),
+    ("aten::_flash_attention_forward", "flash"),
+    ("aten::_scaled_dot_product_efficient_attention", "efficient"),
+    ("aten::_efficient_attention_forward", "efficient"),
+    ("aten::_scaled_dot_product_cudnn_attention", "cudnn"),
+    ("aten::_scaled_dot_product_attention_math", "math"),
+)
+FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
+
+
+def classify_kernel(name: str) -> str:
+    lowered = name.lower()
+    for family, needles in KERNEL_RULES:
+        if any(n in lowered for n in needles):
+            return family
+    return "other"
+
+
+def classify_op(name: str) -> str | None:
+    for prefix, family in OP_RULES:
+        if name.startswith(prefix) and (prefix.endswith("_cpu") or not name.endswith("_cpu")):
+            return family
+    return None
+
+
+def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
+    """events: (name, ran on the device). Returns the op families torch dispatched, the device
+    kernel families, the kernel names, and which implementation that adds up to."""
+    ops: list[str] = []
+    kernel_families: dict[str, list[str]] = {}
+    for name, on_device in events:
+        if on_device:
+            family = classify_kernel(name)
+            names = kernel_families.setdefault(family, [])
+            if name not in names:
+                names.append(name)
+        else:
+            family = classify_op(name)
+            if family and family not in ops:
+                ops.append(family)
+    fused_kernels = [f for f in kernel_families if f in FUSED]
+    if kernel_families:
+        # Device kernels are the ground truth on a GPU.
+        if fused_kernels:
+            ran = fused_kernels[0]
+        elif "math" in kernel_families:
+            ran = "math"
+        else:
+            ran = "unknown"
+    else:
+        ran = next((o for o in ops if o in FUSED), ops[0] if ops else "unknown")
+    return {
+        "ops": ops,
+        "kernel_families": sorted(kernel_families),
+        "kernels": {f: names[:6] for f, names in kernel_families.items()},
+        "ran": ran,
+    }
+
+
+def profile_events(prof: Any) -> list[tuple[str, bool]]:
+    out = []
+    for evt in prof.events():
+        device_type = str(getattr(evt, "device_type", "")).split(".")[-1]
+        out.append((evt.name, device_type in ("CUDA", "HIP", "PrivateUse1")))
+    return out
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def can_use(params: Any, fn_name: str, on_cpu: bool) -> dict[str, Any]:
+    """torch's can_use_* verdict with its reasons (debug=True reports through C++ TORCH_WARN,
+    which reaches fd 2, not Python warnings)."""
+    import torch
+
+    fn = getattr(torch.backends.cuda, fn_name, None)
+    if fn is None:
+        return {"can_use": None, "reasons": [f"torch has no torch.backends.cuda.{fn_name}"]}
+    with common.capture_all_warnings() as caught:
+        try:
+            ok, error = bool(fn(params, debug=True)), None
+        except Exception as exc:
+            ok, error = False, exc
+    reasons = caught.reasons()
+    if error is not None:
+        reasons.append(common.first_line(str(error)))
+    if not ok and not reasons:
+        why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)" if on_cpu else ""
+        reasons.append("torch gave no reason" + why)
+    return {"can_use": ok, "reasons": list(dict.fromkeys(reasons))}
+
+
+def _ask(fn: Any) -> bool | None:
+    try:
+        return bool(fn()) if fn is not None else None
+    except Exception:
+        return None
+
+
+def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
+    """compiled in / enabled / can_use_* (with torch's reasons) per backend."""
+    import torch
+
+    cuda = torch.backends.cuda
+    q = torch.zeros(
+        shape.batch, shape.q_heads, shape.seq, shape.head_dim, dtype=dtype, device=device
+    )
+    params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
+    on_cpu = device.type == "cpu"
+    report = {
+        "flash": {
+            "compiled_in": _ask(getattr(cuda, "is_flash_attention_available", None)),
+            "enabled": cuda.flash_sdp_enabled(),
+            **can_use(params, "can_use_flash_attention", on_cpu),
+        },
+        # torch has no public "is compiled in" query for the memory-efficient kernel.
+        "efficient": {
+            "compiled_in": None,
+            "enabled": cuda.mem_efficient_sdp_enabled(),
+            **can_use(params, "can_use_efficient_attention", on_cpu),
+        },
+        "math": {
+            "compiled_in": True,
+            "enabled": cuda.math_sdp_enabled(),
+            "can_use": True,
+            "reasons": [],
+        },
+    }
+    if not torch.version.hip:
+        report["cudnn"] = {
+            "compiled_in": False if on_cpu else _ask(torch.backends.cudnn.is_available),
+            "enabled": cuda.cudnn_sdp_enabled(),
+            **can_use(params, "can_use_cudnn_attention", on_cpu),
+        }
+    else:
+        report["ck"] = {
+            "compiled_in": _ask(getattr(cuda, "is_ck_sdpa_available", None)),
+            "enabled": None,
+            "can_use": None,
+            "reasons": ["selected via preferred_rocm_fa_library"],
+        }
+    return report
+
+
+def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict[str, Any]:
+    """Experimental flag, preferred library and AOTriton versions (meaningful on ROCm; the
+    version files are read from lib_dir on any platform so the logic can be checked)."""
+    import torch
+
+    aot = common.aotriton_versions(lib_dir)
+    flag = os.environ.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")
+    table = arches.get(arch or "")
+    needs = common.needs_experimental_flag(table, aot["runtime_version"])
+    report: dict[str, Any] = {
+        "aotriton": aot,
+        "experimental_flag": flag,
+        "arch_needs_experimental_flag": needs,
+        "arch_in_arch_data": table is not None,
+        "preferred_rocm_fa_library": None,
+    }
+    if torch.version.hip:
+        try:
+            report["preferred_rocm_fa_library"] = str(
+                torch.backends.cuda.preferred_rocm_fa_library()
+            )
+        except Exception as exc:
+            report["preferred_rocm_fa_library"] = f"unreadable: {common.first_line(exc)}"
+    if needs and flag != "1":
+        report["flag_problem"] = (
+            f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with AOTriton "
+            f"{aot['runtime_version']} (it is {'unset' if flag is None else repr(flag)}); "
+            "set it before the first SDPA call"
+        )
+    return report
+
+
+def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, dict[str, Any]]:
+    """SDPA forward and backward under the profiler, forced to backend (None: torch's default
+    dispatch): ((out, grads) or None, what ran and torch's reasons)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v, dout = inputs
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    for t in (q, k, v):
+        t.grad = None
+    forced = common.backend_context(backend, device) if backend else contextlib.nullcontext()
+    error = None
+    with common.capture_all_warnings() as caught:
+        try:
+            with profile(activities=activities) as prof:
+                with forced:
+                    out = common.sdpa(q, k, v, True)
+                out.backward(dout)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            # A deferred HIP error (pitfall: it surfaces at the next checked op) lands here.
+            torch.zeros(1, device=device).add_(1).item()
+        except Exception as exc:
+            error = exc
+    reasons = caught.reasons()
+    if error is not None:
+        text = common.first_line(str(error)) or type(error).__name__
+        return None, {"ran": None, "error": text, "reasons": reasons}
+    grads = [t.grad.detach().clone() for t in (q, k, v)]
+    return (out.detach(), grads), {**classify_events(profile_events(prof)), "reasons": reasons}
+
+
+def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, Any]:
+    """Force flash, profile it, compare with float32 math; profile the default dispatch too."""
+    import torch
+
+    dtype = common.torch_dtype(dtype_name)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def make(heads: int) -> Any:
+        t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
+        return t.to(device=device, dtype=dtype)
+
+    q, k, v = (
+        make(h).requires_grad_(True) for h in (shape.q_heads, shape.kv_heads, shape.kv_heads)
+    )
+    inputs = (q, k, v, make(shape.q_heads))
+    flash_result, flash_profile = run_profiled(device, "flash", inputs)
+    _default_result, default_profile = run_profiled(device, None, inputs)
+    q32, k32, v32 = (t.detach().float().requires_grad_(True) for t in (q, k, v))
+    with common.backend_context("math", device):  # the float32 reference on the same device
+        ref = common.sdpa(q32, k32, v32, True)
+    ref.backward(inputs[3].float())
+    tol = TOLERANCE[dtype_name]
+    report: dict[str, Any] = {
+        "shape": shape.dims(),
+        "dtype": dtype_name,
+        "causal": True,
+        "forced_flash": flash_profile,
+        "default_dispatch": default_profile,
+        "tolerance": {
+            "rule": "max|x - ref| / max(1, max|ref|), ref = math backend in float32",
+            **tol,
+        },
+        "errors": None,
+        "correct": None,
+    }
+    if flash_result is not None:
+        out, grads = flash_result
+        fwd_err = _scaled_error(out, ref.detach())
+        bwd_err = max(_scaled_error(g, r.grad) for g, r in zip(grads, (q32, k32, v32), strict=True))
+        report["errors"] = {"fwd": fwd_err, "bwd": bwd_err}
+        report["correct"] = fwd_err <= tol["fwd"] and bwd_err <= tol["bwd"]
+    return report
+
+
+def _scaled_error(x: Any, ref: Any) -> float:
+    import torch
+
+    x = x.float()
+    if not torch.isfinite(x).all():
+        return float("inf")
+    scale = max(1.0, ref.abs().max().item())
+    return round((x - ref).abs().max().item() / scale, 6)
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
+    """(passed, failures): flash usable, used (forced and by default) and correct."""
+    where = report["device"]["platform"]
+    failures: list[str] = []
+    rocm = report.get("rocm") or {}
+    if rocm.get("aotriton", {}).get("mismatch"):
+        failures.append(rocm["aotriton"]["mismatch"])
+    if rocm.get("flag_problem"):
+        failures.append(rocm["flag_problem"])
+    flash = report["backends"]["flash"]
+    if not flash.get("can_use"):
+        reasons = "; ".join(flash.get("reasons") or []) or "torch gave no reason"
+        failures.append(f"flash attention not usable on {where}: {reasons}")
+    truth = report.get("truth") or {}
+    forced = truth.get("forced_flash") or {}
+    if forced.get("error"):
+        # torch's reasons for refusing flash were already quoted when can_use said no.
+        known = set(flash.get("reasons") or [])
+        extra = [r for r in forced.get("reasons") or [] if r not in known]
+        failures.append(
+            f"SDPA forced to flash failed on {where}: " + "; ".join([*extra, forced["error"]])
+        )
+    elif report["device"]["type"] == "cuda" and forced.get("ran") not in ("flash", "ck"):
+        failures.append(
+            f"SDPA forced to flash ran no flash kernel on {where} "
+            f"(kernels: {forced.get('kernel_families')})"
+        )
+    default = truth.get("default_dispatch") or {}
+    if default.get("ran") == "math" and report["device"]["type"] == "cuda":
+        failures.append(f"default SDPA dispatch silently fell back to the math path on {where}")
+    if truth.get("correct") is False:
+        failures.append(
+            f"flash output differs from float32 math beyond tolerance: {truth['errors']} "
+            f"> {truth['tolerance']}"
+        )
+    return not failures, failures
+
+
+# --------------------------------------------------------------------------- text output
+
+
+def render(report: dict[str, Any]) -> str:
+    d = report["device"]
+    lines = [
+        f"device: {d['name']} ({d['arch'] or 'no GPU arch'}) on {d['platform']}, "
+        f"torch {report['torch']['version']} (cuda {report['torch']['cuda']}, "
+        f"hip {report['torch']['hip']})",
+        "",
+        f"{'backend':<10} {'compiled':<9} {'enabled':<8} {'can_use':<8} reasons",
+    ]
+    for name, b in report["backends"].items():
+        reasons = "; ".join(b.get("reasons") or [])
+        lines.append(
+            f"{name:<10} {_yn(b.get('compiled_in')):<9} {_yn(b.get('enabled')):<8} "
+            f"{_yn(b.get('can_use')):<8} {reasons}"
+        )
+    rocm = report.get("rocm")
+    if rocm:
+        aot = rocm["aotriton"]
+        images = ", ".join(f"{k} {v.get('version')}" for k, v in aot["images"].items()) or "none"
+        lines += [
+            "",
+            f"preferred ROCm FA library: {rocm['preferred_rocm_fa_library']}",
+            f"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL={rocm['experimental_flag']}; arch needs it: "
+            f"{_yn(rocm['arch_needs_experimental_flag'])}",
+            f"AOTriton runtime {aot['runtime_version']} ({aot['runtime_source']}); "
+            f"images: {images}",
+        ]
+        if aot["mismatch"]:
+            lines.append(f"MISMATCH: {aot['mismatch']}")
+    truth = report.get("truth")
+    if truth:
+        lines.append("")
+        for key, label in (("forced_flash", "forced flash"), ("default_dispatch", "default")):
+            p = truth[key]
+            if p.get("error"):
+                lines.append(f"{label}: failed: {p['error']}")
+            else:
+                kernels = "; ".join(
+                    f"{f}: {', '.join(dict.fromkeys(short_kernel_name(x) for x in n[:3]))}"
+                    for f, n in p["kernels"].items()
+                )
+                lines.append(f"{label}: ran {p['ran']} (ops {p['ops']}; kernels {kernels or '-'})")
+            shown = {r for b in report["backends"].values() for r in b.get("reasons") or []}
+            new = [r for r in p.get("reasons") or [] if r not in shown]
+            if new:
+                lines.append(f"  torch said: {'; '.join(new)}")
+        if truth.get("errors"):
+            lines.append(
+                f"vs float32 math: fwd {truth['errors']['fwd']:.2e}, "
+                f"bwd {truth['errors']['bwd']:.2e} "
+                f"(tolerance fwd {truth['tolerance']['fwd']}, bwd {truth['tolerance']['bwd']})"
+            )
+    lines.append("")
+    lines.append(report["summary"])
+    return "\n".join(lines)
+
+
+def short_kernel_name(name: str) -> str:
+    """'void ns::flash_fwd_kernel<Traits<64, 128>>(Params)' -> 'flash_fwd_kernel': template
+    arguments, parameters, return type and namespaces dropped (the JSON keeps the full name)."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch in "<(":
+            # '(anonymous namespace)' is a namespace, not parameters
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    flat = "".join(out).strip()
+    last = flat.split()[-1] if flat.split() else name
+    short = last.split("::")[-1]
+    return short or name
+
+
+def _yn(value: Any) -> str:
+    return {True: "yes", False: "no", None: "?"}.get(value, str(value))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> common.OneLineArgumentParser:
+    p = common.new_parser(PROG, __doc__)
+    p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
+    p.add_argument(
+        "--shape",
+        default="1,4,256,64",
+        help="probe shape B,H,S,D or B,Hq,Hkv,S,D (default 1,4,256,64)",
+    )
+    p.add_argument(
+        "--torch-lib-dir",
+        type=Path,
+        help="torch/lib folder to read AOTriton files from (default: torch's own)",
+    )
+    common.add_json(p)
+    return p
+
+
+def usable_torch() -> Any:
+    """torch, or one line saying why this install gives no verdict (a broken or partial one)."""
+    try:
+        import torch
+
+        torch.device, torch.version, torch.nn.functional  # noqa: B018 - the API this reads
+        return torch
+    except (ImportError, AttributeError) as e:
+        where = getattr(sys.modules.get("torch"), "__file__", None) or "the env's torch"
+        version = getattr(sys.modules.get("torch"), "__version__", "?")
+        raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
+
+
+def _main(argv: list[str] | None) -> int:
+    opts = build_parser().parse_args(argv)
+    torch = usable_torch()
+    dtype_name = common.parse_dtypes(opts.dtype)[0]
+    shape = common.parse_shape(opts.shape)
+    device = common.resolve_device(opts.device)
+    lib_dir = opts.torch_lib_dir or common.torch_lib_dir()
+    if opts.torch_lib_dir is not None and not lib_dir.is_dir():
+        raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
+    if opts.dry_run:
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
+                "under the profiler (kernel names), and its error against fp32 math",
+                f"AOTriton files read from {lib_dir}",
+            ],
+        )
+    arch, device_name = common.detect_arch(device)
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
+        "torch": {
+            "version": torch.__version__,
+            "cuda": torch.version.cuda,
+            "hip": torch.version.hip,
+        },
+        "device": {
+            "type": device.type,
+            "name": device_name,
+            "arch": arch,
+            "platform": common.platform_name(device),
+        },
+        "backends": backend_flags(device, common.torch_dtype(dtype_name), shape),
+        "rule_kernel_names": {f: list(n) for f, n in KERNEL_RULES},
+    }
+    if torch.version.hip or opts.torch_lib_dir is not None:
+        report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
+    report["truth"] = truth_run(device, dtype_name, shape)
+    passed, failures = verdict(report)
+    report["passed"] = passed
+    report["failures"] = failures
+    report["summary"] = (
+        f"PASS: flash attention is usable, used and correct on {device_name} ({arch})"
+        if passed
+        else f"FAIL: {failures[0]}"
+    )
+    common.emit(opts.json, report, render(report))
+    return 0 if passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.run_cli(PROG, lambda: _main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

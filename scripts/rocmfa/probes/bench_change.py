@@ -1,0 +1,216 @@
+"""One rule for "changed", used by `bench --compare` and the results page.
+
+A row is called faster or slower only when the change of its median exceeds both the threshold
+(--threshold-pct, 5 %) and what run-to-run variation allows:
+
+- the floor of its row class (backend / pass / how long the row takes), learned from A/A runs
+  (the same build benched several times back to back) and kept as data in
+  scripts/rocmfa/data/bench_noise.toml: a run's own spread says nothing about how far the next run's
+  median lands (math fwd+bwd at Tiny moved 2.9x between runs whose own spread was 1 %);
+- with several runs per side, also the runs themselves: the two sides' run medians must not
+  overlap, and the change must exceed their combined range.
+
+Rows where the GPU idled through most of the timed interval (kernel time from the profiler far
+below the event time: `launch_bound`, scripts/rocmfa/probes/kernel_time.py) are labelled
+launch-bound
+and never called a kernel speed-up or regression. Otherwise: "same" (within the threshold) or
+"noisy" (beyond the threshold, within run-to-run variation, or a row flagged noisy).
+
+`python scripts/rocmfa/probes/bench_change.py --learn A1.json A2.json ... [--learn B1.json ...] >
+bench_noise.toml` learns the floors from A/A sessions: per class, FLOOR_MARGIN x the largest
+change seen between any two runs of one session (launch-bound rows left out). stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
+# Row classes by how long a row takes: short rows move most between runs.
+BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)
+FLOOR_MARGIN = 2.0
+DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
+CASE_FIELDS = (
+    "size",
+    "batch",
+    "q_heads",
+    "kv_heads",
+    "seq_q",
+    "seq_k",
+    "head_dim",
+    "dtype",
+    "causal",
+    "backend",
+    "pass",
+)
+VERDICTS = ("faster", "slower", "same", "noisy", "launch-bound")
+
+
+def bucket(ms: float) -> str:
+    for edge in BUCKETS_MS:
+        if ms < edge:
+            return f"<{edge:g}ms"
+    return f">={BUCKETS_MS[-1]:g}ms"
+
+
+def row_class(backend: str, pass_name: str, ms: float) -> str:
+    return f"{backend}/{pass_name}/{bucket(ms)}"
+
+
+def case_key(row: dict[str, Any]) -> tuple:
+    return tuple(row.get(k) for k in CASE_FIELDS)
+
+
+def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
+    """{"floor": {class: fraction}, "default": fraction, "source": text}; defaults if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, ValueError):
+        return {"floor": {}, "default": DEFAULT_FLOOR, "source": f"{path} unreadable"}
+    return {
+        "floor": {str(k): float(v) for k, v in (data.get("floor") or {}).items()},
+        "default": float(data.get("default_floor", DEFAULT_FLOOR)),
+        "source": str(data.get("source", path.name)),
+    }
+
+
+def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
+    """The class's floor; a backend the A/A runs did not have takes the largest floor of its
+    pass and bucket; an unseen class, the default."""
+    table = floors["floor"]
+    exact = table.get(row_class(backend, pass_name, ms))
+    if exact is not None:
+        return exact
+    same = [v for k, v in table.items() if k.endswith(f"/{pass_name}/{bucket(ms)}")]
+    return max(same) if same else floors["default"]
+
+
+def judge(
+    a_rows: list[dict[str, Any]],
+    b_rows: list[dict[str, Any]],
+    threshold_pct: float,
+    floors: dict[str, Any],
+) -> dict[str, Any]:
+    """The verdict of one case: A's runs against B's runs (one row per run, status ok)."""
+    a_ms = [r["median_ms"] for r in a_rows]
+    b_ms = [r["median_ms"] for r in b_rows]
+    a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
+    speedup = a_med / b_med
+    change = abs(speedup - 1.0)
+    first = a_rows[0]
+    floor = floor_of(floors, first["backend"], first["pass"], min(a_med, b_med))
+    allowance = max(threshold_pct / 100.0, floor)
+    cls = row_class(first["backend"], first["pass"], min(a_med, b_med))
+    why = f"floor {100 * floor:.1f}% ({cls})"
+    overlap = False
+    if len(a_ms) >= 2 and len(b_ms) >= 2:
+        ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
+        allowance = max(allowance, ranges)
+        overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)
+        why += f"; runs {len(a_ms)}+{len(b_ms)}, ranges {100 * ranges:.1f}%"
+    if any(r.get("launch_bound") for r in (*a_rows, *b_rows)):
+        verdict = "launch-bound"
+    elif change <= threshold_pct / 100.0:
+        verdict = "same"
+    elif overlap or change <= allowance or any(r.get("noisy") for r in (*a_rows, *b_rows)):
+        verdict = "noisy"
+    else:
+        verdict = "faster" if speedup > 1 else "slower"
+    return {
+        "a_ms": round(a_med, 5),
+        "b_ms": round(b_med, 5),
+        "speedup": round(speedup, 4),
+        "allowance_pct": round(100 * allowance, 2),
+        "verdict": verdict,
+        "why": why,
+    }
+
+
+def compare_runs(
+    a_runs: list[list[dict[str, Any]]],
+    b_runs: list[list[dict[str, Any]]],
+    threshold_pct: float,
+    floors: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every case that ran in every run of both sides, in A's order: its key fields and
+    judge()'s verdict."""
+    floors = floors if floors is not None else load_floors()
+
+    def ok_by_key(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+        return {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
+
+    a_maps = [ok_by_key(rows) for rows in a_runs]
+    b_maps = [ok_by_key(rows) for rows in b_runs]
+    out = []
+    for key, row in a_maps[0].items():
+        if not all(key in m for m in (*a_maps, *b_maps)):
+            continue
+        verdict = judge([m[key] for m in a_maps], [m[key] for m in b_maps], threshold_pct, floors)
+        out.append({k: row.get(k) for k in CASE_FIELDS} | verdict)
+    return out
+
+
+def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
+    """Compared rows per verdict, and the geometric-mean speedup of those not launch-bound."""
+    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICTS}
+    kernel = [r["speedup"] for r in rows if r["verdict"] != "launch-bound"]
+    return counts, statistics.geometric_mean(kernel) if kernel else None
+
+
+def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
+    """Per class: FLOOR_MARGIN x the largest |change| between any two runs of one group (one
+    A/A session), in whole %; launch-bound rows are left out (they are never judged)."""
+    seen: dict[str, float] = {}
+    pairs = [pair for runs in groups for pair in itertools.combinations(runs, 2)]
+    for a, b in pairs:
+        for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
+            if row["verdict"] == "launch-bound":
+                continue
+            cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
+            seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
+    return {
+        cls: round(max(0.01, -(-FLOOR_MARGIN * value * 100 // 1) / 100), 2)
+        for cls, value in sorted(seen.items())
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
+    p.add_argument(
+        "--learn",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="JSON",
+        help="bench JSON runs of one build, back to back (one A/A session); repeat per session",
+    )
+    p.add_argument("--source", default="", help="where the runs came from (written as source)")
+    opts = p.parse_args(argv)
+    if any(len(files) < 2 for files in opts.learn):
+        p.error("each --learn needs at least two runs of one build")
+    try:
+        groups = [
+            [json.loads(Path(f).read_text())["results"] for f in files] for files in opts.learn
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        p.error(f"cannot read the runs: {e}")
+    floors = learn_floors(groups)
+    names = "; ".join(", ".join(Path(f).name for f in files) for files in opts.learn)
+    print(f'source = "{opts.source or names}"')
+    print(f"default_floor = {DEFAULT_FLOOR}")
+    print("[floor]")
+    for cls, value in floors.items():
+        print(f'"{cls}" = {value}')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

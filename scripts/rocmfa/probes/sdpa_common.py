@@ -1,0 +1,831 @@
+"""Shared helpers for bench.py, backend_check.py and validate.py.
+
+Runs inside the target env's Python: torch and the standard library only. Imported as
+`rocmfa.probes.sdpa_common` (pytest from the repo root) or as plain `sdpa_common` when a
+script is run as `python scripts/rocmfa/probes/<name>.py` (its folder is then first on sys.path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import sys
+import tomllib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The one arch data file (rocmfa.env.archs reads it too; tests/test_archs.py checks that both
+# readers agree), found from this file so the probe still runs as a plain script.
+ARCHES_FILE = Path(__file__).resolve().parents[1] / "data" / "arches.toml"
+
+# Environment variables that change which SDPA kernel runs or how it is timed.
+DISPATCH_ENV_VARS = (
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+    "TORCH_ROCM_FA_PREFER_CK",
+    "AMD_SERIALIZE_KERNEL",
+    "HIP_LAUNCH_BLOCKING",
+    "CUDA_LAUNCH_BLOCKING",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "AOTRITON_DEBUG_LEVEL",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+)
+
+DTYPE_NAMES = ("fp16", "bf16")
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit status 2."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a single line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def run_cli(prog: str, body: Callable[[], int]) -> int:
+    """Run a script body; UsageError becomes one line on stderr and exit 2."""
+    try:
+        return body()
+    except UsageError as e:
+        sys.stderr.write(f"{prog}: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+
+
+def new_parser(prog: str, doc: str | None, device: str = "auto") -> OneLineArgumentParser:
+    """A probe's parser with the options every probe takes: --device and --dry-run."""
+    p = OneLineArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", default=device, help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would run and on which device; run nothing",
+    )
+    return p
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="write the results as JSON to PATH, or to stdout when no PATH is given",
+    )
+
+
+def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
+    """The text report (ending with the verdict) on stdout; with --json, the JSON to its path,
+    or to stdout with the verdict line once on stderr."""
+    if json_to == "-":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+        print(doc["summary"], file=sys.stderr)
+        return
+    if json_to is not None:
+        Path(json_to).write_text(json.dumps(doc, indent=1) + "\n")
+    print(text)
+
+
+def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:
+    """--dry-run's report: the device and what would run on it; nothing is run."""
+    arch, name = detect_arch(device)
+    print(f"{prog}: dry run on {device} ({name}, {arch or 'cpu'}); nothing is run")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
+# --------------------------------------------------------------------------- arch data
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """'0.11.2b' -> (0, 11, 2); '0.13.50tp' -> (0, 13, 50); '' -> ()."""
+    match = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
+    return tuple(int(p) for p in match.group(1).split(".")) if match else ()
+
+
+def load_table(path: Path, key: str, what: str) -> dict[str, dict[str, Any]]:
+    """The TOML file's [key.*] tables; {} (with a warning) if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return dict(tomllib.load(f).get(key, {}))
+    except (OSError, ValueError) as e:
+        warnings.warn(f"cannot read {what} {path}: {e}", stacklevel=3)
+        return {}
+
+
+def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
+    return load_table(path, "arch", "arch data")
+
+
+def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
+    if not arch_table:
+        return None
+    value = arch_table.get(f"peak_tflops_{dtype_name}")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def needs_experimental_flag(
+    arch_table: dict[str, Any] | None, aotriton_version: str | None
+) -> bool | None:
+    """True/False from the arch's [since, until) ranges; None if either input is unknown."""
+    if not arch_table or not aotriton_version:
+        return None
+    key = version_key(aotriton_version)
+    if not key:
+        return None
+    for rng in arch_table.get("aotriton_experimental", []):
+        since = version_key(str(rng.get("since", "0")))
+        until = rng.get("until")
+        if key >= since and (until is None or key < version_key(str(until))):
+            return True
+    return False
+
+
+def head_dim_limit(arch_table: dict[str, Any] | None) -> tuple[int, str] | None:
+    """(max head_dim, limit text) for limits written as 'head_dim > N ...', else None."""
+    for text in (arch_table or {}).get("limits", []):
+        match = re.search(r"head_dim\s*>\s*(\d+)", text)
+        if match and "backward" not in text:
+            return int(match.group(1)), text
+    return None
+
+
+# --------------------------------------------------------------------------- device / arch
+
+
+def resolve_device(name: str) -> Any:
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise UsageError(f"bad --device {name!r}: {e}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: this torch has no usable CUDA/ROCm device")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: only cpu and cuda (also ROCm) are supported")
+    return device
+
+
+def device_index(device: Any) -> int:
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def platform_name(device: Any) -> str:
+    import torch
+
+    if device.type == "cpu":
+        return "cpu"
+    return "rocm" if torch.version.hip else "cuda"
+
+
+def detect_arch(device: Any) -> tuple[str | None, str]:
+    """(arch, device name). ROCm: gcnArchName without feature flags; CUDA: sm_XY; CPU: None."""
+    import platform
+
+    import torch
+
+    if device.type == "cpu":
+        return None, platform.processor() or platform.machine() or "cpu"
+    props = torch.cuda.get_device_properties(device_index(device))
+    if torch.version.hip:
+        return str(getattr(props, "gcnArchName", "")).split(":")[0] or None, props.name
+    return f"sm_{props.major}{props.minor}", props.name
+
+
+def peak_for(
+    arch: str | None, dtype_name: str, override: float | None, arches: dict[str, Any]
+) -> tuple[float | None, str]:
+    """Peak TFLOP/s and where it came from."""
+    if override is not None:
+        return override, "--peak-tflops"
+    peak = arch_peak_tflops(arches.get(arch or ""), dtype_name)
+    if peak is None:
+        return None, f"unknown for {arch or 'cpu'} (not in arches.toml)"
+    return peak, f"arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
+
+
+PEAK_RATES_FILE = ARCHES_FILE.with_name("peak_rates.toml")
+
+
+def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch -> dense matrix FLOP per compute unit per clock, per dtype, with its source."""
+    return load_table(path, "rate", "peak rates")
+
+
+def peak_from_device(
+    arch: str | None,
+    dtype_name: str,
+    override: float | None,
+    arches: dict[str, Any],
+    device_info: dict[str, Any] | None,
+    rates: dict[str, Any],
+) -> tuple[float | None, str]:
+    """The card's own peak (compute units x peak engine clock x per-unit rate of its arch);
+    the arch table's figure only when the device does not say enough."""
+    if override is not None:
+        return override, "--peak-tflops"
+    info = device_info or {}
+    rate = rates.get(arch or "")
+    units, clock_mhz = info.get("compute_units"), info.get("max_clock_mhz")
+    per_clock = (rate or {}).get(dtype_name)
+    if units and clock_mhz and isinstance(per_clock, int | float):
+        peak = round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
+        return peak, (
+            f"computed: {info['compute_units']} CUs x {info['max_clock_mhz']:g} MHz "
+            f"({info.get('clock_source')}) x {rate[dtype_name]} FLOP/CU/clock "
+            f"(peak_rates.toml [rate.{arch}])"
+        )
+    table, source = peak_for(arch, dtype_name, None, arches)
+    missing = "no per-CU rate" if rate is None else "no engine clock"
+    return table, f"table fallback ({missing}): {source}"
+
+
+def load_memory_roofs(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
+    """Arch -> its memory bandwidth in GB/s per torch device, with its source."""
+    return load_table(path, "memory", "memory roofs")
+
+
+def memory_roof(
+    arch: str | None, device_info: dict[str, Any] | None, roofs: dict[str, Any]
+) -> tuple[float | None, str]:
+    """(GB/s, source): the device's own memory clock x bus width x 2 (double data rate) / 8,
+    from torch's device properties; the arch table's named figure when the device does not
+    say, or is an integrated GPU (its memory is the system's, e.g. Strix Halo's LPDDR5X)."""
+    info = device_info or {}
+    entry = roofs.get(arch or "") or {}
+    table = entry.get("gbps") if isinstance(entry.get("gbps"), int | float) else None
+    khz, bits = info.get("memory_clock_khz"), info.get("memory_bus_bits")
+    if khz and bits and not info.get("integrated"):
+        gbps = round(khz * 1e3 * bits * 2 / 8 / 1e9, 1)
+        also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
+        return gbps, (
+            f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
+            f"(torch device properties){also}"
+        )
+    why = "integrated GPU" if info.get("integrated") else "no memory clock/bus width"
+    if table is None:
+        return None, f"unknown ({why}; {arch or 'cpu'} not in peak_rates.toml [memory])"
+    return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
+
+
+def _sysfs_max_sclk(props: Any) -> float | None:
+    """ROCm: the highest level of the card's pp_dpm_sclk (amdgpu sysfs), found by PCI address."""
+    domain = getattr(props, "pci_domain_id", None)
+    bus = getattr(props, "pci_bus_id", None)
+    dev = getattr(props, "pci_device_id", None)
+    if bus is None or dev is None:
+        return None
+    path = Path(f"/sys/bus/pci/devices/{domain or 0:04x}:{bus:02x}:{dev:02x}.0/pp_dpm_sclk")
+    with contextlib.suppress(OSError, ValueError):
+        levels = re.findall(r"(\d+)\s*Mhz", path.read_text(), re.IGNORECASE)
+        return max(float(x) for x in levels) if levels else None
+    return None
+
+
+def device_info(device: Any) -> dict[str, Any] | None:
+    """Compute units (torch's multi_processor_count) and the peak engine clock in MHz, with
+    where the clock came from: amdgpu sysfs (ROCm) or nvidia-smi clocks.max.sm (CUDA), else
+    torch's clock_rate property. None on CPU."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device_index(device))
+    info: dict[str, Any] = {
+        "compute_units": getattr(props, "multi_processor_count", None),
+        "max_clock_mhz": None,
+        "clock_source": None,
+        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
+        "memory_bus_bits": getattr(props, "memory_bus_width", None),
+        "integrated": bool(getattr(props, "is_integrated", False)),
+    }
+    if torch.version.hip:
+        clock = _sysfs_max_sclk(props)
+        if clock:
+            info.update(max_clock_mhz=clock, clock_source="amdgpu sysfs pp_dpm_sclk")
+    else:
+        try:
+            from . import gpu_state
+        except ImportError:  # run as a plain script: this file's folder is on sys.path
+            import gpu_state  # type: ignore[no-redef]
+        with contextlib.suppress(KeyError, ValueError, TypeError):
+            clock = float((gpu_state.nvidia_smi(device_index(device)) or {})["clocks.max.sm"])
+            info.update(max_clock_mhz=clock, clock_source="nvidia-smi clocks.max.sm")
+    if not info["max_clock_mhz"]:
+        khz = getattr(props, "clock_rate", None)
+        if khz:
+            info.update(max_clock_mhz=khz / 1000.0, clock_source="torch clock_rate property")
+    return info
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
+def parse_dtypes(text: str) -> list[str]:
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+    names = [aliases.get(n, n) for n in names]
+    bad = [n for n in names if n not in DTYPE_NAMES]
+    if bad or not names:
+        raise UsageError(f"unknown dtype {','.join(bad) or text!r} (choose from fp16, bf16)")
+    return list(dict.fromkeys(names))
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    seq: int
+    head_dim: int
+    seq_k: int | None = None  # key/value length when it differs from the query's (decode)
+
+    @property
+    def gqa(self) -> bool:
+        return self.kv_heads != self.q_heads
+
+    @property
+    def kv_seq(self) -> int:
+        return self.seq_k or self.seq
+
+    def dims(self) -> str:
+        heads = f"{self.q_heads}/{self.kv_heads}" if self.gqa else str(self.q_heads)
+        seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else str(self.seq)
+        return f"{self.batch},{heads},{seq},{self.head_dim}"
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> Shape:
+        """The shape a result row (as_dict's fields) was run with."""
+        fields = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
+        return cls(*(row.get(f) for f in fields))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.name,
+            "batch": self.batch,
+            "q_heads": self.q_heads,
+            "kv_heads": self.kv_heads,
+            "seq_q": self.seq,
+            "seq_k": self.kv_seq,
+            "head_dim": self.head_dim,
+        }
+
+
+def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
+    """'B,H,S,D' or 'B,Hq,Hkv,S,D' (grouped-query), optionally prefixed 'name='."""
+    name = None
+    if "=" in text:
+        name, text = (s.strip() for s in text.split("=", 1))
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        nums = []
+    if len(nums) not in (4, 5) or any(n <= 0 for n in nums):
+        raise UsageError(
+            f"malformed shape {text!r}: expected B,H,S,D or B,Hq,Hkv,S,D (positive integers)"
+        )
+    if len(nums) == 4:
+        b, hq, s, d = nums
+        hkv = kv_heads or hq
+    else:
+        b, hq, hkv, s, d = nums
+    if hq % hkv:
+        raise UsageError(f"shape {text!r}: query heads {hq} not a multiple of kv heads {hkv}")
+    if not name:
+        heads = f"{hq}/{hkv}" if hq != hkv else str(hq)
+        name = f"custom({b},{heads},{s},{d})"
+    return Shape(name, b, hq, hkv, s, d)
+
+
+# --------------------------------------------------------------------------- backends
+
+# name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
+BACKENDS = {
+    "flash": ("FLASH_ATTENTION", "aotriton"),
+    "ck": ("FLASH_ATTENTION", "ck"),
+    "efficient": ("EFFICIENT_ATTENTION", None),
+    "cudnn": ("CUDNN_ATTENTION", None),
+    "math": ("MATH", None),
+}
+
+
+def default_backends(device: Any) -> list[str]:
+    """Backends worth trying on this device (those torch lacks are reported as unavailable)."""
+    import torch
+
+    if device.type == "cpu":
+        return ["flash", "efficient", "math"]
+    if torch.version.hip:
+        return (
+            ["flash", "ck", "efficient", "math"]
+            if ck_available()
+            else ["flash", "efficient", "math"]
+        )
+    return ["flash", "efficient", "cudnn", "math"]
+
+
+def ck_available() -> bool:
+    """A ROCm torch with composable_kernel's flash attention compiled in."""
+    import torch
+
+    is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
+    try:
+        return bool(is_ck and is_ck())
+    except Exception:
+        return False
+
+
+def parse_backends(text: str | None, device: Any) -> list[str]:
+    if not text or text == "all":
+        return default_backends(device)
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in BACKENDS]
+    if bad or not names:
+        raise UsageError(
+            f"unknown backend {','.join(bad) or text!r} (choose from {', '.join(BACKENDS)})"
+        )
+    return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def backend_context(name: str, device: Any) -> Iterator[None]:
+    """Force SDPA to one backend (and on ROCm, to one flash library), restoring afterwards."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    member, rocm_library = BACKENDS[name]
+    previous = None
+    use_library = device.type == "cuda" and bool(torch.version.hip) and rocm_library is not None
+    if use_library:
+        previous = torch.backends.cuda.preferred_rocm_fa_library()
+        torch.backends.cuda.preferred_rocm_fa_library(rocm_library)
+    elif name == "ck":
+        raise RuntimeError("No available kernel: the CK flash library exists only on ROCm")
+    try:
+        with sdpa_kernel(getattr(SDPBackend, member)):
+            yield
+    finally:
+        if use_library:
+            torch.backends.cuda.preferred_rocm_fa_library(previous)
+
+
+def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
+    """SDPA bound to its inputs (more: attn_mask, dropout_p). A timed loop then pays torch's
+    cost only: a Python wrapper around the call costs ~2 us, 5-10 % of a Tiny forward's wall
+    time on an H100."""
+    import functools
+
+    import torch.nn.functional as F
+
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    return functools.partial(
+        F.scaled_dot_product_attention, q, k, v, is_causal=causal, **gqa, **more
+    )
+
+
+def sdpa(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Any:
+    return sdpa_call(q, k, v, causal, **more)()
+
+
+def is_oom(exc: BaseException) -> bool:
+    import torch
+
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
+    text = str(exc).lower()
+    return isinstance(exc, oom_type) or "out of memory" in text or "can't allocate" in text
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Header, rule and rows in aligned columns; the last column (free text) is not padded."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    widths[-1] = len(header[-1])
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += [
+        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    return lines
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
+    """One readable reason: torch's own 'not used because' warnings first, then the error."""
+    parts: list[str] = []
+    for w in caught:
+        msg = clean_reason(str(w.message))
+        if msg and not is_chatter(msg) and msg not in parts:
+            parts.append(msg)
+    if exc is not None:
+        parts.append(first_line(str(exc)) or type(exc).__name__)
+    return "; ".join(parts) if parts else "torch gave no reason"
+
+
+@contextlib.contextmanager
+def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+# torch's C++ TORCH_WARN, when no Python handler is installed (can_use_*(debug=True), worker
+# threads), goes through c10 logging to the process's fd 2, e.g.
+# "[W1122 16:42:26.917740431 Resize.cpp:30] Warning: <message> (function _resize_output_check)".
+_NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function .*\))?$")
+# Chatter that is not a reason: the profiler's per-cycle notice (Python) and its kineto log
+# lines on fd 2 ("... ActivityProfilerController.cpp:...] profiler_stop"), which are dropped.
+_CHATTER = ("Profiler clears events",)
+
+
+def clean_reason(text: str) -> str:
+    """One warning message on one line, without torch's 'Triggered internally at' suffix."""
+    msg = " ".join(str(text).split())
+    msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", msg).strip()
+    return re.sub(r"^Warning:\s*", "", msg)
+
+
+def is_chatter(text: str) -> bool:
+    return any(c in text for c in _CHATTER)
+
+
+class CapturedWarnings:
+    """What capture_all_warnings caught: Python warnings and the raw fd-2 text."""
+
+    def __init__(self) -> None:
+        self.python: list[warnings.WarningMessage] = []
+        self.native_text = ""
+
+    def native(self) -> list[str]:
+        """The C++ warnings in the captured fd-2 text, one per c10 log line."""
+        found = []
+        for line in self.native_text.splitlines():
+            match = _NATIVE_WARNING.match(line.strip())
+            if match:
+                found.append(match.group("msg"))
+        return found
+
+    def other_text(self) -> str:
+        """fd-2 text that is not a C++ warning (passed on to the real stderr)."""
+        keep = [
+            line
+            for line in self.native_text.splitlines()
+            if not _NATIVE_WARNING.match(line.strip()) and "profiler" not in line.lower()
+        ]
+        return "\n".join(keep).strip()
+
+    def reasons(self) -> list[str]:
+        """Every reason once, in order: C++ warnings, then Python warnings; no chatter."""
+        out: list[str] = []
+        heading = ""
+        for text in [*self.native(), *(str(w.message) for w in self.python)]:
+            msg = clean_reason(text)
+            if not msg or is_chatter(msg):
+                continue
+            if msg.endswith(":"):  # "Flash attention kernel not used because:" + next warning
+                heading = msg
+                continue
+            msg = f"{heading} {msg}" if heading else msg
+            heading = ""
+            if msg not in out:
+                out.append(msg)
+        return out
+
+
+def _flush_c_stdio() -> None:
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def capture_all_warnings() -> Iterator[CapturedWarnings]:
+    """Capture Python warnings and, at the file-descriptor level, everything written to fd 2
+    (torch's C++ TORCH_WARN). Text on fd 2 that is not a warning goes on to the real stderr."""
+    import tempfile
+
+    captured = CapturedWarnings()
+    sys.stderr.flush()
+    _flush_c_stdio()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 (embedded interpreter): Python warnings only
+        with capture_warnings() as caught:
+            yield captured
+        captured.python = list(caught)
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            with capture_warnings() as caught:
+                yield captured
+        finally:
+            sys.stderr.flush()
+            _flush_c_stdio()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.python = list(caught)
+            sink.seek(0)
+            captured.native_text = sink.read().decode("utf-8", "replace")
+    rest = captured.other_text()
+    if rest:
+        sys.stderr.write(rest + "\n")
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def free_memory_bytes(device: Any) -> int | None:
+    import torch
+
+    if device.type == "cuda":
+        index = device_index(device)
+        free, _total = torch.cuda.mem_get_info(index)
+        # Blocks torch's caching allocator holds but does not use are free for our purposes.
+        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        return int(free + max(0, cached))
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def torch_lib_dir() -> Path:
+    import torch
+
+    return Path(torch.__file__).resolve().parent / "lib"
+
+
+def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
+    """AOTriton runtime version (include/aotriton/config.h next to lib/, else the versioned
+    libaotriton_v2.so.X.Y.Z name) and each image pack's __signature__ version."""
+    info: dict[str, Any] = {
+        "lib_dir": str(lib_dir),
+        "runtime_version": None,
+        "runtime_source": None,
+        "images": {},
+        "mismatch": None,
+    }
+    config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
+    with contextlib.suppress(OSError):
+        text = config_h.read_text(errors="replace")
+        found = (
+            re.search(rf"#define\s+AOTRITON_VERSION_{f}\s+(\d+)", text)
+            for f in ["MAJOR", "MINOR", "PATCH"]
+        )
+        parts = [m.group(1) for m in found if m]
+        if len(parts) >= 2:
+            info["runtime_version"] = ".".join(parts)
+            info["runtime_source"] = str(config_h)
+    if info["runtime_version"] is None:
+        for lib in sorted(lib_dir.glob("libaotriton_v2.so.*")):
+            m = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name)
+            if m:
+                info["runtime_version"] = m.group(1)
+                info["runtime_source"] = str(lib)
+    for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
+        info["images"][sig.parent.name] = image_signature(sig)
+    runtime = info["runtime_version"]
+    if runtime:
+        bad = [
+            f"{pack} images {img['version']}"
+            for pack, img in info["images"].items()
+            if img.get("version") and version_key(img["version"])[:2] != version_key(runtime)[:2]
+        ]
+        if bad:
+            info["mismatch"] = (
+                f"AOTriton runtime {runtime} ({info['runtime_source']}) does not match "
+                + ", ".join(bad)
+            )
+    return info
+
+
+def image_signature(sig: Path) -> dict[str, Any]:
+    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON) its git commit."""
+    try:
+        text = sig.read_bytes().decode("latin-1")
+    except OSError as e:
+        return {"version": None, "error": e.strerror}
+    # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
+    # version in it, and TRITON_VERSION must not be taken for one.
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
+            return {"version": None, "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}"}
+    m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
+    m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    return {"version": m.group(1) if m else None, "signature": first_line(text, 120)}
+
+
+def provenance(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    prov: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "cudnn": None,
+        "python": platform.python_version(),
+        "platform": platform_name(device),
+        "device": str(device),
+        "device_name": device_name,
+        "arch": arch,
+        "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
+        "aotriton": aotriton_versions(torch_lib_dir()) if torch.version.hip else None,
+    }
+    with contextlib.suppress(Exception):
+        prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device_index(device))
+        prov["device_memory_gib"] = round(props.total_memory / 2**30, 1)
+        prov["multiprocessors"] = props.multi_processor_count
+        if torch.version.hip:
+            with contextlib.suppress(Exception):
+                prov["preferred_rocm_fa_library"] = str(
+                    torch.backends.cuda.preferred_rocm_fa_library()
+                )
+    return prov
+
+
+IDENTITY_VERSION = 1
+
+
+def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
+    """Who made a result: machine, GPU, software and when (UTC), written into every probe's JSON
+    so that a result set needs no side file (the results page groups files by it)."""
+    import socket
+    import time
+
+    import torch
+
+    aotriton = None
+    if torch.version.hip:
+        found = aotriton_versions(torch_lib_dir())
+        signatures = (str(img.get("signature", "")) for img in found["images"].values())
+        commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
+        aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
+    flash = None
+    with contextlib.suppress(Exception):
+        flash = bool(torch.backends.cuda.is_flash_attention_available())
+    ident: dict[str, Any] = {
+        "version": IDENTITY_VERSION,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "gpu": device_name,
+        "arch": arch,
+        "platform": platform_name(device),
+        "device": str(device),
+        "rocm": torch.version.hip,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "torch_commit": getattr(torch.version, "git_version", None),
+        "aotriton": aotriton,
+        "flash_built_in": flash,
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device_index(device))
+        ident["compute_units"] = props.multi_processor_count
+        ident["memory_gib"] = round(props.total_memory / 2**30, 1)
+    return ident

@@ -1,0 +1,644 @@
+"""Run PyTorch's own SDPA tests (test/test_transformers.py) against the installed torch.
+
+The test file is the one of the commit torch was built from (torch.version.git_version): from
+our source checkout (build_pytorch's <work>/src/pytorch) when it has that commit, else from the
+cache under <work>/upstream-tests, else fetched once over HTTPS and verified against the git
+blob id GitHub's contents API names for that path at that commit (upstream_sources.py).
+
+It runs with real pytest, in a subprocess, with torch's own test helpers
+(torch.testing._internal, shipped in the wheel; they need `expecttest`):
+
+- selection: -k "TestSDPA or TestAttnBias": the classes TestSDPA (CPU and CUDA), TestSDPACudaOnly
+  (flash, memory-efficient and cuDNN against math, forward and backward), TestSDPACpuOnly (the CPU
+  flash kernel), TestSDPAFailureModes (what each fused kernel must refuse) and TestAttnBias
+  (causal variants); TestTransformers (nn.Transformer modules) is left out. Device: cuda when
+  torch sees a GPU, else cpu (PYTORCH_TESTING_DEVICE_ONLY_FOR).
+- CK: on a ROCm torch with CK compiled in, the tests whose name says flash run again with
+  TORCH_ROCM_FA_PREFER_CK=1 (pass "ck"). CK is a preference: torch may still run AOTriton.
+- skips: TheRock's skip list for this torch version (<therock>/external-builds/pytorch/
+  skip_tests/generic.py + pytorch_X.Y.py, sections "common", the arch's family, "linux"), each
+  skipped test reported with the entry that skipped it; the test file's own skips (platform
+  guards such as PLATFORM_SUPPORTS_FLASH_ATTENTION, skipIfRocm, unittest.skip, slowTest) with
+  torch's reason; ours (time budget).
+- --quick: every Nth selected test so that about --quick-max run (minutes, not an hour).
+
+Output: one verdict line, counts, --json PATH. Exit 0 when every test that ran passed (and at
+least one did); 1 when one failed, the file did not import, or the budget ran out; 2 on bad
+input or when nothing could be run (no test file for this torch, pytest or expecttest missing),
+with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+if __package__:
+    from . import sdpa_common as common
+    from . import therock_skips, upstream_sources
+else:  # run as `python scripts/rocmfa/probes/upstream_sdpa.py`
+    import sdpa_common as common  # type: ignore[no-redef]
+    import therock_skips  # type: ignore[no-redef]
+    import upstream_sources  # type: ignore[no-redef]
+
+PROG = "upstream_sdpa.py"
+SCHEMA = "sdpa-upstream/1"
+PROBES_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PROBES_DIR.parents[2]
+PLUGIN = "upstream_sdpa_plugin"
+SELECTION = "TestSDPA or TestAttnBias"
+FLASH_SELECTION = "flash"
+WORKDIR_ENV = "ROCMFA_WORKDIR"
+PIN_FILE = REPO_ROOT / "pins" / "therock.toml"
+GRACE_S = 120  # after the budget: time for the running test to end before the run is killed
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+THEROCK_PREFIX = "TheRock skip list: "  # the plugin's reason prefix
+SOURCES = {
+    "therock": "TheRock skip list",
+    "test-file": "the test file's own guard or skip",
+    "ours": "ours",
+}
+
+
+class CannotRun(Exception):
+    """Nothing can be run (test file, pytest or expecttest missing): one line, exit 2."""
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def default_workdir() -> Path:
+    return Path(os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser().resolve()
+
+
+def therock_commit(checkout: Path) -> tuple[str | None, str]:
+    """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
+    folder), else the pinned commit, named as such."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        if (checkout / ".git").exists():
+            git = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
+            head = subprocess.run(git, capture_output=True, text=True, timeout=30).stdout.strip()
+            if head:
+                return head, f"git HEAD of {checkout}"
+    pin = pinned_therock_commit()
+    return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
+
+
+def pinned_therock_commit() -> str | None:
+    try:
+        return str(tomllib.loads(PIN_FILE.read_text())["therock"]["commit"])
+    except (OSError, ValueError, KeyError):  # no pin file: the report says "unknown"
+        return None
+
+
+def require_test_tools() -> dict[str, str]:
+    """pytest and torch's test helpers must import; else one line saying what to install."""
+    versions = {}
+    for module, hint in (("pytest", "pytest"), ("expecttest", "expecttest")):
+        try:
+            mod = __import__(module)
+        except ImportError:
+            raise CannotRun(
+                f"{module} is not installed in {sys.executable}; PyTorch's tests need it: "
+                f"python -m pip install {hint}"
+            ) from None
+        versions[module] = str(getattr(mod, "__version__", "?"))
+    return versions
+
+
+def load_skips(
+    therock_dir: Path | None, torch_version: str, arch: str | None
+) -> tuple[list[therock_skips.SkipEntry], dict[str, Any]]:
+    info: dict[str, Any] = {"dir": None, "commit": None, "files": [], "families": []}
+    if therock_dir is None:
+        info["note"] = "--no-therock: TheRock's skip list not applied"
+        return [], info
+    skip_dir = therock_dir / therock_skips.SKIP_DIR
+    info["dir"] = str(skip_dir)
+    if not skip_dir.is_dir():
+        info["note"] = f"{skip_dir} not found (run build_pytorch, or --therock-dir): not applied"
+        return [], info
+    try:
+        entries, notes = therock_skips.read_skip_dir(skip_dir, torch_version)
+    except therock_skips.SkipListError as exc:
+        raise common.UsageError(str(exc)) from None
+    commit, how = therock_commit(therock_dir)
+    families = [arch] if arch and arch.startswith("gfx") else []
+    chosen = therock_skips.select(entries, families, platform.system())
+    info.update(
+        commit=commit,
+        commit_from=how,
+        files=notes,
+        families=families,
+        platform=platform.system().lower(),
+        entries_read=len(entries),
+        entries_applied=len(chosen),
+    )
+    return chosen, info
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> dict:
+    """One pytest run of the test file; returns its records and how it ended. run: test_file,
+    run_dir, devices, therock (skip entries), budget_s, quick_max, log_path."""
+    run_dir, budget_s = run["run_dir"], run["budget_s"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
+    ini = run_dir / "pytest.ini"
+    ini.write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    results = run_dir / f"results-{name}.jsonl"
+    results.unlink(missing_ok=True)
+    config = {
+        "results_path": str(results),
+        "budget_s": budget_s,
+        "quick_max": run["quick_max"],
+        "therock": [e.as_dict() for e in run["therock"]],
+        "label": f"upstream {name}",
+        "progress_every_s": 15,
+    }
+    config_path = run_dir / f"plugin-{name}.json"
+    config_path.write_text(json.dumps(config))
+    python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(python_path),
+        "PYTHONUNBUFFERED": "1",
+        "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"],
+        **extra_env,
+        "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path),
+    }
+    local_copy = run_dir / Path(upstream_sources.TEST_PATH).name
+    local_copy.write_bytes(run["test_file"].read_bytes())
+    argv = [sys.executable, "-m", "pytest", str(local_copy), "-c", str(ini), "--rootdir"]
+    argv += [str(run_dir), "-q", "--tb=short", "-k", selection, "-p", PLUGIN]
+    print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    code, killed = run_logged(argv, run_dir, env, run["log_path"], budget_s, name)
+    wall = time.perf_counter() - started
+    records = read_records(results)
+    if killed:
+        started_ids = [r["nodeid"] for r in records if r.get("event") == "start"]
+        finished = {r["nodeid"] for r in records if r.get("event") == "result"}
+        hung = [n for n in started_ids if n not in finished]
+        killed += f"; still running: {hung[-1]}" if hung else ""
+    return {
+        "name": name,
+        "selection": selection,
+        "env": extra_env,
+        "collected": next((r for r in records if r.get("event") == "collected"), None),
+        "pytest_exit": code,
+        "killed": killed,
+        "wall_s": round(wall, 1),
+        "records": records,
+    }
+
+
+def run_logged(
+    argv: list[str], run_dir: Path, env: dict, log_path: Path, budget_s: float, name: str
+) -> tuple[int | None, str | None]:
+    """(exit status, why it was killed): pytest's report goes to the log; the plugin's progress
+    lines (its stderr) are passed on to ours as they come, so a long run is never silent."""
+    with log_path.open("ab") as log:
+        log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.PIPE)
+        relay = threading.Thread(target=_relay, args=(proc.stderr,), daemon=True)
+        relay.start()
+        try:
+            return proc.wait(timeout=budget_s + GRACE_S if budget_s else None), None
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None, f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
+        finally:
+            relay.join(timeout=10)
+
+
+def _relay(stream: Any) -> None:
+    for raw in iter(stream.readline, b""):
+        sys.stderr.write(raw.decode("utf-8", "replace"))
+        sys.stderr.flush()
+    stream.close()
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    records = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by a kill
+    return records
+
+
+# --------------------------------------------------------------------------- report
+
+
+def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (pass, test): the worst outcome its reports gave."""
+    rank = {
+        o: i for i, o in enumerate(("passed", "xfailed", "skipped", "xpassed", "error", "failed"))
+    }
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in passes:
+        for r in p["records"]:
+            if r.get("event") != "result":
+                continue
+            key = (p["name"], r["nodeid"])
+            row = {k: v for k, v in r.items() if k != "event"}
+            row["pass"] = p["name"]
+            row["class"], row["test"] = split_nodeid(r["nodeid"])
+            row["backend"], row["direction"] = classify(row["test"])
+            old = rows.get(key)
+            if old is None or rank[row["outcome"]] > rank[old["outcome"]]:
+                rows[key] = row
+    return list(rows.values())
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str]:
+    parts = nodeid.split("::")
+    return (parts[-2] if len(parts) >= 3 else "", parts[-1])
+
+
+BACKEND_WORDS = (
+    ("cudnn", ("cudnn",)),
+    ("efficient", ("mem_eff", "efficient")),
+    ("flash", ("flash",)),
+    ("math", ("math",)),
+    ("fused (several)", ("fused",)),
+)
+
+
+def classify(test: str) -> tuple[str, str]:
+    """Which backend and direction a test's name says it covers (for the summary only)."""
+    name = test.lower()
+    backend = next((b for b, words in BACKEND_WORDS if any(w in name for w in words)), "other")
+    backward = any(k in name for k in ("grad", "backward", "bwd"))
+    return backend, "backward" if backward else "forward"
+
+
+def tally(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        group = out.setdefault(str(r[key]), {})
+        group[r["outcome"]] = group.get(r["outcome"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+def skip_groups(
+    rows: list[dict[str, Any]], entries: list[therock_skips.SkipEntry]
+) -> list[dict[str, Any]]:
+    """Skips grouped by (source, reason); a TheRock group carries the entry's own comment."""
+    comments = {e.name: e.comment for e in entries}
+    groups: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if r["outcome"] == "skipped":
+            key = (r.get("source", "test-file"), r.get("reason", ""))
+            groups[key] = groups.get(key, 0) + 1
+    out = []
+    for (source, reason), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])):
+        group = {"source": source, "source_name": SOURCES.get(source, source), "reason": reason}
+        if source == "therock":
+            name = reason.removeprefix(THEROCK_PREFIX).split(" (", 1)[0]
+            group["therock_comment"] = comments.get(name, "")
+        out.append({**group, "count": n})
+    return out
+
+
+def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
+    c = doc["counts"]
+    ran = c.get("passed", 0) + c.get("failed", 0) + c.get("error", 0) + c.get("xpassed", 0)
+    bad = c.get("failed", 0) + c.get("error", 0)
+    skipped = c.get("skipped", 0)
+    by_source = doc["skips_by_source"]
+    skip_text = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in by_source.items())
+    problems = [p for p in doc["problems"]]
+    ok = bad == 0 and c.get("passed", 0) > 0 and not problems
+    word = "PASS" if ok else ("INCOMPLETE" if bad == 0 and problems else "FAIL")
+    tf = doc["test_file"]
+    line = (
+        f"{word}: {c.get('passed', 0)} passed, {bad} failed, {skipped} skipped"
+        + (f" ({skip_text})" if skip_text else "")
+        + (f", {c.get('xfailed', 0)} xfailed" if c.get("xfailed") else "")
+        + f" of {ran + skipped + c.get('xfailed', 0)} SDPA tests"
+        + (
+            f" (test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
+            if tf["verified"]
+            else f" (UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
+        )
+        + f"; torch {doc['torch']['version']}; {doc['wall_s']:.0f} s)"
+    )
+    if problems:
+        line += "; " + "; ".join(problems)
+    elif bad:
+        first = next(r for r in doc["results"] if r["outcome"] in ("failed", "error"))
+        line += f"; first failure: {first['class']}::{first['test']}"
+    return ok, line
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = [
+        f"PyTorch's SDPA tests on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), "
+        f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
+        f"test file: {doc['test_file']['how']}",
+        f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
+        + (f", --quick: 1 in {_stride(doc)} selected tests" if doc["quick"] else ""),
+        "TheRock: "
+        + (
+            f"{doc['therock'].get('entries_applied', 0)} of {doc['therock']['entries_read']} "
+            f"entries apply ({'; '.join(doc['therock']['files'])}; commit "
+            f"{str(doc['therock']['commit'])[:12]} from {doc['therock']['commit_from']})"
+            if doc["therock"].get("files")
+            else doc["therock"].get("note", "not applied")
+        ),
+        "",
+    ]
+    header = ("pass", "wall s", *OUTCOMES)
+    rows = []
+    for p in doc["passes"]:
+        counts = p["counts"]
+        rows.append((p["name"], f"{p['wall_s']:.0f}", *(counts.get(o, 0) for o in OUTCOMES)))
+    lines += common.text_table(header, rows)
+    lines += ["", "by class:"]
+    header = ("class", *OUTCOMES)
+    rows = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
+    lines += common.text_table(header, rows)
+    if doc["skips"]:
+        lines += ["", "skips (count, source: reason):"]
+        for g in doc["skips"]:
+            reason = g["reason"].removeprefix(THEROCK_PREFIX)
+            if g.get("therock_comment"):
+                reason += f" - {g['therock_comment']}"
+            lines.append(f"  {g['count']:5d}  {g['source_name']}: {common.first_line(reason, 160)}")
+    failures = [r for r in doc["results"] if r["outcome"] in ("failed", "error")]
+    if failures:
+        lines += ["", f"failures ({len(failures)}):"]
+        for r in failures[:40]:
+            lines.append(
+                f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
+            )
+        if len(failures) > 40:
+            lines.append(f"  ... {len(failures) - 40} more in the JSON")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> common.OneLineArgumentParser:
+    p = common.OneLineArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="every Nth test, about --quick-max in all")
+    p.add_argument("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
+    p.add_argument(
+        "--budget-min",
+        type=float,
+        metavar="MIN",
+        help="time budget per pass; tests not started by then are skipped (default 10 quick, 60)",
+    )
+    p.add_argument("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
+    p.add_argument("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
+    p.add_argument("--no-ck", action="store_true", help="skip the CK pass on ROCm")
+    p.add_argument("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
+    p.add_argument("--torch-src", help="PyTorch git checkout (default <workdir>/src/pytorch)")
+    p.add_argument("--therock-dir", help="TheRock checkout (default <workdir>/src/therock)")
+    p.add_argument("--no-therock", action="store_true", help="apply no TheRock skip list")
+    p.add_argument(
+        "--test-file",
+        help="run this test_transformers.py instead (reported as unverified: the user's word)",
+    )
+    p.add_argument("--offline", action="store_true", help="never fetch; checkout or cache only")
+    p.add_argument("--api-base", help=f"GitHub API base URL (${upstream_sources.API_BASE_ENV})")
+    p.add_argument("--raw-base", help=f"raw file base URL (${upstream_sources.RAW_BASE_ENV})")
+    p.add_argument("--json", metavar="PATH", help="write the full report as JSON to PATH")
+    p.add_argument(
+        "--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="refused: see the error it gives")
+    return p
+
+
+def find_test_file(opts: Any, work: Path, git_version: str, torch_version: str) -> Any:
+    """PyTorch's test file for this torch: --test-file, else found through the work dir."""
+    try:
+        if opts.test_file:
+            test = upstream_sources.user_file(Path(opts.test_file), git_version)
+        else:
+            checkout = Path(opts.torch_src) if opts.torch_src else work / "src" / "pytorch"
+            test = upstream_sources.locate(
+                commit=git_version,
+                work=work,
+                checkout=checkout,
+                offline=opts.offline,
+                api_base=opts.api_base,
+                raw_base=opts.raw_base,
+            )
+    except upstream_sources.SourceUnavailable as exc:
+        raise CannotRun(
+            f"PyTorch's test file for torch {torch_version} (git {git_version[:12] or '?'}) "
+            f"cannot be had: {exc}"
+        ) from None
+    return test
+
+
+def pass_problems(
+    passes: list[dict[str, Any]], rows: list[dict[str, Any]], log_path: Path
+) -> list[str]:
+    """Each pass's counts (set on it) and what went wrong in it, one line each."""
+    problems = []
+    for p in passes:
+        p["counts"] = {
+            o: sum(1 for r in rows if r["pass"] == p["name"] and r["outcome"] == o)
+            for o in OUTCOMES
+        }
+        errors = [r for r in p["records"] if r.get("event") == "collect-error"]
+        if errors:
+            problems.append(
+                f"pass {p['name']}: the test file did not import: "
+                + common.first_line(errors[0].get("message", ""), 200)
+            )
+        if p["killed"]:
+            problems.append(f"pass {p['name']}: {p['killed']}")
+        budget_skips = sum(1 for r in rows if r["pass"] == p["name"] and r.get("source") == "ours")
+        if budget_skips:
+            problems.append(f"pass {p['name']}: time budget spent, {budget_skips} tests not run")
+        if not any(r.get("event") == "collected" for r in p["records"]) and not errors:
+            problems.append(
+                f"pass {p['name']}: pytest collected nothing "
+                f"(exit {p['pytest_exit']}; see {log_path})"
+            )
+    return problems
+
+
+def plan_passes(selection: str, ck_pass: bool) -> list[tuple[str, str, dict[str, str]]]:
+    """(name, -k selection, extra variables) per pytest pass: the main one, and a CK pass."""
+    passes_plan: list[tuple[str, str, dict[str, str]]] = [("main", selection, {})]
+    if ck_pass:
+        passes_plan.append(
+            ("ck", f"{selection} and {FLASH_SELECTION}", {"TORCH_ROCM_FA_PREFER_CK": "1"})
+        )
+    return passes_plan
+
+
+def parse_args(argv: list[str] | None) -> Any:
+    opts = build_parser().parse_args(argv)
+    if opts.dry_run:
+        raise common.UsageError(
+            "--dry-run: PyTorch's own tests have no dry run (which tests run is known only once "
+            "the test file is found and collected); drop --dry-run, add --quick for a short run"
+        )
+    if opts.quick_max <= 0:
+        raise common.UsageError("--quick-max must be positive")
+    if opts.budget_min is not None and opts.budget_min <= 0:
+        raise common.UsageError("--budget-min must be positive")
+    return opts
+
+
+def pick_devices(devices: str | None, cuda_ok: bool) -> str:
+    """--devices, checked; by default cuda where there is one, else cpu."""
+    devices = devices or ("cuda" if cuda_ok else "cpu")
+    if not set(devices.split(",")) <= {"cpu", "cuda"}:
+        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
+    return devices
+
+
+def run_directory(work: Path, test: Any, quick: bool) -> Path:
+    """Where this test file's runs go: one folder per file version (and quick or full)."""
+    return (
+        work
+        / "upstream-tests"
+        / "runs"
+        / (f"{test.source}-{test.blob_sha1[:12]}" + ("-quick" if quick else ""))
+    )
+
+
+def fresh_log(log: str | None, run_dir: Path) -> Path:
+    """The pytest log (--log, or pytest.log in the run folder), emptied."""
+    log_path = Path(log) if log else run_dir / "pytest.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    return log_path
+
+
+def report_verdict(doc: dict[str, Any], json_path: str | None) -> int:
+    """Set the verdict on the report, write it (--json), print it; the exit status."""
+    ok, line = verdict(doc)
+    doc["passed"] = ok
+    doc["verdict"] = line
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(doc, indent=1) + "\n")
+    print(render(doc))
+    print("")
+    print(line, flush=True)
+    return 0 if ok else 1
+
+
+def _main(argv: list[str] | None) -> int:
+    started = time.perf_counter()
+    opts = parse_args(argv)
+    import torch
+
+    work = Path(opts.workdir).expanduser().resolve() if opts.workdir else default_workdir()
+    git_version = str(getattr(torch.version, "git_version", "") or "")
+    cuda_ok = torch.cuda.is_available()
+    devices = pick_devices(opts.devices, cuda_ok)
+    device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
+    arch, device_name = common.detect_arch(device)
+    tools = require_test_tools()
+    test = find_test_file(opts, work, git_version, torch.__version__)
+    print(f"test file: {test.how}", file=sys.stderr, flush=True)
+    therock_dir = opts.therock_dir or work / "src" / "therock"
+    therock_dir = None if opts.no_therock else Path(therock_dir).expanduser()
+    skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
+    selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
+    run_dir = run_directory(work, test, opts.quick)
+    run = {
+        "test_file": test.path,
+        "run_dir": run_dir,
+        "devices": devices,
+        "therock": skips,
+        "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
+        "quick_max": opts.quick_max if opts.quick else None,
+        "log_path": fresh_log(opts.log, run_dir),
+    }
+    ck = bool(torch.version.hip) and cuda_ok and common.ck_available() and not opts.no_ck
+    passes = [run_pass(*planned, run) for planned in plan_passes(selection, ck)]
+    rows = final_results(passes)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
+        "torch": {
+            "version": torch.__version__,
+            "git_version": git_version,
+            "cuda": torch.version.cuda,
+            "hip": torch.version.hip,
+        },
+        "python": platform.python_version(),
+        "tools": tools,
+        "device": {"type": device.type, "name": device_name, "arch": arch},
+        "test_file": test.as_dict(),
+        "therock": {**therock_info, "entries": [e.as_dict() for e in skips]},
+        "selection": {
+            "k": selection,
+            "devices": devices,
+            "ck_pass": ck,
+            "quick_max": run["quick_max"],
+        },
+        "quick": bool(opts.quick),
+        "budget_min_per_pass": run["budget_s"] / 60,
+        "log": str(run["log_path"]),
+        "problems": pass_problems(passes, rows, run["log_path"]),
+        "passes": [{k: v for k, v in p.items() if k != "records"} for p in passes],
+    }
+    return report_verdict(summarize(doc, rows, skips, started), opts.json)
+
+
+def summarize(doc: dict[str, Any], rows: list[dict], skips: list, started: float) -> dict:
+    """The counts and groupings of the rows, added to the report."""
+    skipped = [r.get("source", "test-file") for r in rows if r["outcome"] == "skipped"]
+    return {
+        **doc,
+        "counts": dict(Counter(r["outcome"] for r in rows)),
+        "skips_by_source": dict(sorted(Counter(skipped).items())),
+        "by_class": tally(rows, "class"),
+        "by_backend": tally(rows, "backend"),
+        "by_direction": tally(rows, "direction"),
+        "skips": skip_groups(rows, skips),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "results": rows,
+    }
+
+
+def _stride(doc: dict[str, Any]) -> int:
+    collected = doc["passes"][0].get("collected") or {}
+    return int(collected.get("quick_stride") or 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        try:
+            return _main(argv)
+        except CannotRun as exc:
+            sys.stderr.write(f"{PROG}: {exc}\n")
+            return 2
+
+    return common.run_cli(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,483 @@
+"""Validate SDPA forward and backward of every backend against a high-precision reference.
+
+For each backend available on the device, head_dim 32 to 256 (72, 80, 96, 112, 160, 192 too;
+as the arch allows), fp16 and bf16, causal and not, and odd shapes (sequence lengths 1, 17, 127,
+255, 1023; odd batch and head counts; grouped-query heads), plus the cases where AOTriton users
+hit bugs (SPECIAL_CASES: head dim 72 at 4096 tokens, causal Sq != Sk in both alignments,
+transposed inputs, rows that keep no key, dropout statistics), the backend's output and the
+gradients of q, k, v are compared with a reference computed by the math backend in float64.
+
+Tolerance (the flash-attention repository's rule of thumb): a backend's max abs error against
+the reference may be at most FACTOR x the error of a naive attention computed in the same low
+precision (matmuls in fp16/bf16, softmax in fp32), plus an absolute floor scaled by the
+reference's magnitude. FACTOR is 2 for the output and 3 for the gradients; floors: fp16 2e-3,
+bf16 1.6e-2 (also written to the JSON). A non-finite result always fails, naming the case.
+
+Cases the backend rejects ("No available kernel") are reported as unsupported; cases beyond a
+known arch limit (arches.toml 'limits', e.g. head_dim > 256 on gfx11) are reported as
+known-limit and not run. Exit 0 iff every case that ran passed (and at least one ran), 1
+otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, NamedTuple
+
+if __package__:
+    from . import sdpa_common as common
+else:  # run as `python scripts/rocmfa/probes/validate.py`
+    import sdpa_common as common  # type: ignore[no-redef]
+
+PROG = "validate.py"
+SCHEMA = "sdpa-validate/1"
+FWD_FACTOR = 2.0
+BWD_FACTOR = 3.0
+# Absolute floor on the allowed error, times max(1, max|reference|).
+FLOOR = {"fp16": 2e-3, "bf16": 1.6e-2}
+
+HEAD_DIMS = (32, 64, 72, 80, 96, 112, 128, 160, 192, 256)
+# (batch, q_heads, kv_heads, seq): odd lengths, odd batch/head counts, grouped-query heads
+# (enable_gqa).
+FULL_SHAPES = (
+    (1, 1, 1, 1),
+    (3, 5, 5, 17),
+    (2, 4, 2, 127),
+    (1, 3, 3, 255),
+    (2, 8, 2, 257),
+    (1, 4, 1, 1023),
+)
+QUICK_SHAPES = ((1, 1, 1, 1), (3, 3, 3, 17), (2, 4, 2, 33))
+QUICK_HEAD_DIMS = (32, 64, 72, 96)
+# Where AOTriton users hit bugs, beyond the grid: (variant, B, Hq, Hkv, Sq, Sk, D, causal
+# settings, in --quick). variant: "" (is_causal: top-left alignment), "bottom-right"
+# (torch.nn.attention.bias.causal_lower_right, what a decoder with a KV cache needs; with
+# Sq > Sk its first Sq - Sk rows see no key), "transposed" (q/k/v made as B,S,H,D and
+# transposed: non-contiguous, as models pass them), "masked-rows" (a boolean mask with rows
+# that keep no key), "dropout" (checked statistically, see DROPOUT_P).
+SPECIAL_CASES = (
+    ("", 1, 2, 2, 4096, 4096, 72, (False, True), (False,)),  # ROCm/aotriton#54: NaN on gfx1151
+    ("", 2, 4, 4, 17, 129, 64, (True,), (True,)),
+    ("", 2, 4, 4, 129, 17, 64, (True,), ()),
+    ("bottom-right", 2, 4, 4, 17, 129, 64, (True,), (True,)),
+    ("bottom-right", 2, 4, 4, 129, 17, 64, (True,), (True,)),
+    ("transposed", 2, 4, 2, 65, 65, 64, (False, True), (False,)),
+    ("masked-rows", 2, 4, 4, 65, 65, 64, (False,), (False,)),
+    ("dropout", 2, 4, 4, 128, 64, 64, (False,), (False,)),
+)
+MASKED_ROWS = (0, 7, 64)  # rows of the masked-rows case that keep no key
+# Dropout: q = 0 makes every probability 1/Sk and v = the identity makes out[..., i, j] the
+# mask itself times 1/(Sk (1 - p)); 65536 draws, keep rate within DROPOUT_TOL of 1 - p (over 6
+# standard deviations), kept values within 1 %, the same mask for the same seed, another for
+# another seed.
+DROPOUT_P = 0.2
+DROPOUT_TOL = 0.01
+
+
+class Case(NamedTuple):
+    shape: common.Shape
+    dtype: str  # fp16, bf16
+    causal: bool
+    variant: str  # "" (the grid) or a SPECIAL_CASES variant
+
+
+def case_mask(case: Case) -> Any:
+    """The boolean keep-mask (Sq x Sk) the case means, or None (no mask, no causal)."""
+    import torch
+
+    s_q, s_k = case.shape.seq, case.shape.kv_seq
+    if case.variant == "masked-rows":
+        mask = torch.rand(s_q, s_k, generator=torch.Generator().manual_seed(7)) < 0.5
+        mask[[r for r in MASKED_ROWS if r < s_q]] = False
+        return mask
+    if not case.causal:
+        return None
+    offset = s_k - s_q if case.variant == "bottom-right" else 0
+    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=offset)
+
+
+def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
+    """Attention in the inputs' precision: matmuls in q.dtype, softmax in float32 (what an
+    unfused low-precision implementation does); a row that keeps no key gives 0 (torch's
+    rule)."""
+    if k.shape[1] != q.shape[1]:
+        repeat = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(repeat, dim=1)
+        v = v.repeat_interleave(repeat, dim=1)
+    scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)
+    if mask is not None:
+        mask = mask.to(q.device)
+        empty = ~mask.any(-1, keepdim=True)
+        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+    probs = scores.float().softmax(dim=-1)
+    if mask is not None:
+        probs = probs.masked_fill(empty, 0.0)
+    return probs.to(q.dtype) @ v
+
+
+def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]:
+    import torch
+
+    if case.variant == "dropout":
+        return run_dropout(device, backend, case, seed)
+    shape, dtype_name = case.shape, case.dtype
+    dtype = common.torch_dtype(dtype_name)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    transposed = case.variant == "transposed"
+
+    def make(heads: int, seq: int) -> Any:
+        dims = (seq, heads) if transposed else (heads, seq)
+        return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
+
+    base = [
+        make(shape.q_heads, shape.seq),
+        make(shape.kv_heads, shape.kv_seq),
+        make(shape.kv_heads, shape.kv_seq),
+    ]
+    dout = make(shape.q_heads, shape.seq)
+    mask = case_mask(case)
+
+    def view(t: Any) -> Any:
+        return t.transpose(1, 2) if transposed else t
+
+    def run(dt: Any, call: Any) -> list[Any]:
+        """out, dq, dk, dv (in B,H,S,D order) of call on leaves of dtype dt."""
+        leaves = [t.to(device=device, dtype=dt).requires_grad_(True) for t in base]
+        out = call(*(view(t) for t in leaves))
+        out.backward(view(dout.to(device=device, dtype=dt)))
+        return [out.detach()] + [view(t.grad) for t in leaves]
+
+    device_mask = None if mask is None else mask.to(device)
+    with common.backend_context("math", device):  # reference: math in float64
+        ref = run(torch.float64, lambda q, k, v: common.sdpa(q, k, v, False, attn_mask=device_mask))
+    low = run(dtype, lambda q, k, v: naive_attention(q, k, v, mask))  # the error budget
+    with common.capture_warnings() as caught:
+        try:
+            with common.backend_context(backend, device):
+                got = run(dtype, lambda q, k, v: tested_call(case, q, k, v, device_mask))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as exc:
+            if common.is_oom(exc):
+                return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
+            return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
+
+    return compare(case, mask, ref, low, got)
+
+
+def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str, Any]:
+    """The verdict on out, dq, dk, dv: each within its budget, and all finite."""
+    import torch
+
+    names = ("out", "dq", "dk", "dv")
+    note = None
+    if case.variant == "bottom-right" and mask is not None and not mask.any(-1).all():
+        # Rows that see no key: torch's causal_lower_right warns they "will produce NaNs"
+        # (Sq > Sk), so out and dq are compared on the rows that see a key.
+        rows = mask.any(-1).to(got[0].device)
+        for t in (ref, low, got):
+            t[0], t[1] = t[0][..., rows, :], t[1][..., rows, :]
+        note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
+    errors: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        scale = max(1.0, ref[i].abs().max().item())
+        err = _max_err(got[i], ref[i])
+        factor = FWD_FACTOR if i == 0 else BWD_FACTOR
+        budget = factor * _max_err(low[i], ref[i]) + FLOOR[case.dtype] * scale
+        errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
+    passed = all(e["ok"] for e in errors.values())
+    bad = [n for n, t in zip(names, got, strict=True) if not torch.isfinite(t).all()]
+    over = [n for n, e in errors.items() if not e["ok"]]
+    reason = f"NaN/Inf in {', '.join(bad)} at {case_text(case)}" if bad else None
+    reason = reason or (f"{', '.join(over)} beyond the allowed error" if over else None)
+    reason = "; ".join(r for r in (reason, note) if r) or None
+    return {"status": "pass" if passed and not bad else "FAIL", "reason": reason, "errors": errors}
+
+
+def tested_call(case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
+    """The call a user makes: is_causal (top-left), causal_lower_right, or a boolean mask."""
+    if case.variant == "bottom-right" and case.causal:
+        from torch.nn.attention.bias import causal_lower_right
+
+        with common.capture_warnings():  # its "NaNs when seq_len_q > seq_len_kv" warning
+            bias = causal_lower_right(case.shape.seq, case.shape.kv_seq)
+        return common.sdpa(q, k, v, False, attn_mask=bias)
+    if case.variant == "masked-rows":
+        return common.sdpa(q, k, v, False, attn_mask=mask)
+    return common.sdpa(q, k, v, case.causal)
+
+
+def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]:
+    """DROPOUT_P through SDPA: keep rate, kept values, same seed same mask, new seed new mask."""
+    import torch
+
+    shape = case.shape
+    dtype = common.torch_dtype(case.dtype)
+    q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim)
+    k = torch.randn(shape.batch, shape.kv_heads, shape.kv_seq, shape.head_dim)
+    v = torch.eye(shape.kv_seq, shape.head_dim).expand_as(k)
+    q, k, v = (t.to(device=device, dtype=dtype) for t in (q, k, v))
+
+    def once(s: int) -> Any:
+        torch.manual_seed(s)
+        out = common.sdpa(q, k, v, False, dropout_p=DROPOUT_P)
+        return out.float().cpu()
+
+    with common.capture_warnings() as caught:
+        try:
+            with common.backend_context(backend, device):
+                first, again, other = once(seed), once(seed), once(seed + 1)
+        except Exception as exc:
+            return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
+    kept = first != 0
+    keep = kept.float().mean().item()
+    value = 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
+    checks = {
+        "keep_rate": round(keep, 5),
+        "keep_rate_expected": 1.0 - DROPOUT_P,
+        "keep_rate_tolerance": DROPOUT_TOL,
+        "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
+        "same_seed_same_mask": torch.equal(first, again),
+        "new_seed_new_mask": not torch.equal(kept, other != 0),
+    }
+    finite = bool(torch.isfinite(first).all())
+    ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
+    ok = ok and all(checks[k] for k in ("kept_values_ok", "same_seed_same_mask"))
+    ok = ok and checks["new_seed_new_mask"]
+    reason = None if finite else f"NaN/Inf in out at {case_text(case)}"
+    if finite and not ok:
+        reason = "dropout: " + ", ".join(f"{k} {v}" for k, v in checks.items())
+    return {"status": "pass" if ok else "FAIL", "reason": reason, "dropout": checks}
+
+
+def case_text(case: Case) -> str:
+    """B,H,S,D dtype causal variant: names a case in a reason."""
+    causal = ("causal " if case.causal else "") + (case.variant or "")
+    return f"{case.shape.dims()} {case.dtype} {causal}".strip()
+
+
+def _max_err(x: Any, ref: Any) -> float:
+    import torch
+
+    diff = (x.to(ref.dtype) - ref).abs()
+    if not torch.isfinite(diff).all():
+        return float("inf")
+    return diff.max().item() if diff.numel() else 0.0
+
+
+def _round(x: float) -> float | str:
+    return "inf" if x == float("inf") else float(f"{x:.3g}")
+
+
+def build_cases(opts: Any) -> list[Case]:
+    """The grid (head dims x shapes x dtypes x causal) and SPECIAL_CASES whose head dim is in
+    the run's head dims (--quick: its subset of each); --shape: those shapes only."""
+    head_dims = (
+        _int_list(opts.head_dims, "--head-dims")
+        if opts.head_dims
+        else (QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS)
+    )
+    dtypes = common.parse_dtypes(opts.dtypes)
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
+    if opts.shape:
+        shapes = [common.parse_shape(s) for s in opts.shape]
+    else:
+        table = QUICK_SHAPES if opts.quick else FULL_SHAPES
+        shapes = [
+            common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
+            for d in head_dims
+            for (b, hq, hkv, s) in table
+        ]
+    cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
+    if opts.shape:
+        return cases
+    for variant, b, hq, hkv, s_q, s_k, d, full, quick in SPECIAL_CASES:
+        if d not in head_dims:
+            continue
+        shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
+        wanted = [c for c in (quick if opts.quick else full) if c in causals]
+        cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
+    return cases
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise common.UsageError(f"{option} {text!r}: expected a comma list of positive integers")
+    return values
+
+
+def render(doc: dict[str, Any]) -> str:
+    header = (
+        "backend",
+        "B,H,S,D",
+        "dtype",
+        "causal",
+        "out err/allowed",
+        "worst grad err/allowed",
+        "status",
+    )
+    rows = []
+    for r in doc["results"]:
+        if r.get("errors"):
+            e = r["errors"]
+            fwd = f"{e['out']['err']}/{e['out']['allowed']}"
+            worst = max(("dq", "dk", "dv"), key=lambda n: _ratio(e[n]))
+            bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
+        else:
+            fwd = bwd = "-"
+        status = r["status"] + (
+            f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
+        )
+        causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
+        if r.get("dropout"):
+            fwd = f"keep {r['dropout']['keep_rate']}/{r['dropout']['keep_rate_expected']:g}"
+        rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
+    lines = [
+        f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
+        f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
+        f"tolerance: {doc['tolerance']['rule']}",
+        "",
+        *common.text_table(header, rows),
+        "",
+        doc["summary"],
+    ]
+    return "\n".join(lines)
+
+
+def _ratio(e: dict[str, Any]) -> float:
+    err, allowed = e["err"], e["allowed"]
+    if err == "inf":
+        return float("inf")
+    return err / allowed if allowed else float("inf")
+
+
+def build_parser() -> common.OneLineArgumentParser:
+    p = common.new_parser(PROG, __doc__)
+    p.add_argument(
+        "--backends",
+        default="all",
+        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)",
+    )
+    p.add_argument("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
+    p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    p.add_argument("--head-dims", help="comma list (default 32,64,128,256; --quick: 32,64)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        help="use this shape B,H,S,D or B,Hq,Hkv,S,D instead of the built-in set",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small subset (head_dim 32/64, short odd sequences): seconds on a CPU",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    common.add_json(p)
+    return p
+
+
+def run_all(device: Any, backends: list[str], cases: list[Case], seed: int, limit: Any) -> list:
+    """Every case on every backend, with a progress line each on stderr."""
+    results = []
+    for backend in backends:
+        for i, case in enumerate(cases):
+            shape = case.shape
+            row: dict[str, Any] = {
+                "backend": backend,
+                "shape": shape.dims(),
+                **shape.as_dict(),
+                "dtype": case.dtype,
+                "causal": case.causal,
+                "variant": case.variant or None,
+            }
+            if limit is not None and shape.head_dim > limit[0] and backend != "math":
+                row.update(status="known-limit", reason=f"{limit[2]}: {limit[1]}")
+            else:
+                row.update(run_case(device, backend, case, seed + i))
+            results.append(row)
+            print(
+                f"[{backend} {len(results)}/{len(cases) * len(backends)}] {case_text(case)}: "
+                f"{row['status']}" + (f" ({row['reason']})" if row["status"] == "FAIL" else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+    return results
+
+
+TOLERANCE_RULE = (
+    f"max|x-ref| <= factor x max|naive_same_precision - ref| + floor x "
+    f"max(1, max|ref|); factor {FWD_FACTOR:g} (out), {BWD_FACTOR:g} (dq, dk, dv); "
+    f"floor fp16 {FLOOR['fp16']:g}, bf16 {FLOOR['bf16']:g}; NaN/Inf anywhere fails; "
+    f"dropout p={DROPOUT_P:g}: keep rate within {DROPOUT_TOL:g} of {1 - DROPOUT_P:g}, "
+    "kept values within 1 %, same seed same mask, new seed new mask"
+)
+
+
+def _main(argv: list[str] | None) -> int:
+    import torch
+
+    opts = build_parser().parse_args(argv)
+    device = common.resolve_device(opts.device)
+    backends = common.parse_backends(opts.backends, device)
+    cases = build_cases(opts)
+    if opts.dry_run:
+        variants = sorted({c.variant or "grid" for c in cases})
+        head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"{len(cases)} cases x {','.join(backends)}: {', '.join(variants)}; head dims "
+                + head_dims,
+                *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
+            ],
+        )
+    arch, device_name = common.detect_arch(device)
+    limit = common.head_dim_limit(common.load_arches().get(arch or ""))
+    started = time.perf_counter()
+    results = run_all(device, backends, cases, opts.seed, limit and (*limit, arch))
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
+    summary = (
+        f"{'PASS' if passed else 'FAIL'}: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        + f" ({len(results)} cases, {time.perf_counter() - started:.1f} s)"
+        + ("" if counts.get("pass", 0) else "; no case ran")
+    )
+    doc = {
+        "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "device": {"type": device.type, "name": device_name, "arch": arch},
+        "arch_limit": limit[1] if limit else None,
+        "tolerance": {
+            "reference": f"math backend in float64 on {device.type}",
+            "rule": TOLERANCE_RULE,
+            "fwd_factor": FWD_FACTOR,
+            "bwd_factor": BWD_FACTOR,
+            "floor": FLOOR,
+        },
+        "counts": counts,
+        "passed": passed,
+        "summary": summary,
+        "results": results,
+    }
+    common.emit(opts.json, doc, render(doc))
+    return 0 if passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.run_cli(PROG, lambda: _main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

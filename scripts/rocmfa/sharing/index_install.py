@@ -1,0 +1,180 @@
+"""`install_wheels --index URL`: choose a published wheel set for this machine and hand pip a
+hash-pinned requirements file for it.
+
+The family index is this machine's (arch from --arch / $ROCMFA_ARCH / rocm-bootstrap); its
+manifests (scripts/rocmfa/sharing/wheel_manifest.py) are read newest first. A set for another arch
+family or arch is refused at once; sets for another Python or ROCm SDK are passed over (a team
+index may hold several), and when none fits, the newest one's mismatch is the error. The wheels
+are installed with `pip install --require-hashes -r <file>`, each line `name @ URL
+--hash=sha256:<manifest's>`, so pip refuses any file that differs from what was published;
+their runtime requirements (the manifest's Requires-Dist lines) go in before them, resolved by
+pip from its own configuration (scripts/rocmfa/sharing/install_wheels.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from rocmfa.env import archs
+from rocmfa.plumbing import paths, stamps, team_index
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.team_index import IndexSpec
+from rocmfa.sharing import wheel_manifest
+
+REQUIREMENTS_NAME = "install_wheels-requirements.txt"
+
+
+@dataclass(frozen=True)
+class Chosen:
+    spec: IndexSpec
+    family: str
+    where: str
+    manifest: dict[str, Any]
+    store: team_index.TreeStore | None  # S3: read through the API, not plain GETs
+
+    @property
+    def set_id(self) -> str:
+        return str(self.manifest["set_id"])
+
+    def failure(self, code: int) -> str:
+        return (
+            f"pip could not install wheel set {self.set_id} from {self.where} (exit {code}); "
+            "see pip's message above (--require-hashes refuses a wheel whose sha256 differs "
+            "from the manifest's)"
+        )
+
+
+def choose(
+    index: str,
+    *,
+    choice: archs.ArchChoice,
+    wheel_set: str | None,
+    python_tag: str | None,
+    rocm_version: str | None,
+    say,
+) -> Chosen:
+    """The wheel set to install. python_tag / rocm_version None (a dry run without the env):
+    those are not compared."""
+    spec = team_index.parse_index(index)
+    arch = choice.arch
+    family = wheel_manifest.family_of(arch)
+    where = spec.describe(family)
+    say(f"team index: {where} (arch {arch.name} from {choice.how}, family {family})")
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
+    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    names = sorted(
+        (n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")),
+        key=wheel_manifest.manifest_sort_key,
+        reverse=True,
+    )
+    if wheel_set:
+        names = [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
+        if not names:
+            raise UserError(f"no wheel set {wheel_set} on {where}")
+    if not names:
+        raise UserError(
+            f"no wheel set on {where}; publish one from the building machine: "
+            f"nox -s publish -- --index {shlex.quote(index)}"
+        )
+    first_problem = None
+    for name in names:
+        manifest = read_manifest(name, links[name], store, where)
+        problem = wheel_manifest.mismatch(
+            manifest,
+            family=family,
+            arch=arch.name,
+            python_tag=python_tag,
+            rocm_version=rocm_version,
+        )
+        if problem is None:
+            return Chosen(spec, family, where, manifest, store)
+        other_machine = manifest["family"] != family or arch.name not in manifest.get(
+            "archs", [manifest["arch"]]
+        )
+        if wheel_set or other_machine:
+            raise UserError(f"refusing to install from {where}: {problem}")
+        first_problem = first_problem or problem
+    raise UserError(
+        f"refusing to install from {where}: {first_problem}, and no other wheel set there fits"
+    )
+
+
+def read_manifest(
+    name: str, link: team_index.Link, store: team_index.TreeStore | None, where: str
+) -> dict[str, Any]:
+    """The manifest in manifest wheel `name`, downloaded and checked against its page's sha256
+    and its own name."""
+    rel = f"{wheel_manifest.MANIFEST_PROJECT}/{name}"
+    data = store.read(rel) if store else team_index.fetch(link.url)
+    if data is None:
+        raise UserError(f"{name} is listed on {where} but cannot be downloaded")
+    if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
+        raise UserError(f"{name} on {where} does not match the sha256 its page lists")
+    manifest = wheel_manifest.read_manifest_wheel(data, name)
+    if not wheel_manifest.is_manifest_of(name, str(manifest["set_id"])):
+        raise UserError(f"{name} on {where} holds the manifest of set {manifest['set_id']}")
+    return manifest
+
+
+def requirements(chosen: Chosen, downloads: Path, runner: Runner) -> list[str]:
+    """`name @ URL --hash=sha256:...` per wheel of the set, URLs from the index's pages (from
+    S3: the wheel downloaded into downloads/ first, through the API)."""
+    pages: dict[str, dict[str, team_index.Link]] = {}
+    lines = []
+    for wheel in chosen.manifest["wheels"]:
+        project = canonicalize_name(wheel["project"])
+        if project not in pages:
+            pages[project] = team_index.read_project(
+                chosen.spec, chosen.family, project, chosen.store
+            )
+        link = pages[project].get(wheel["file"])
+        if link is None:
+            raise UserError(
+                f"{wheel['file']} of wheel set {chosen.set_id} is not on {chosen.where}"
+            )
+        url = link.url
+        if chosen.store is not None:
+            url = download(chosen, f"{project}/{wheel['file']}", downloads, runner)
+        lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
+    return lines
+
+
+def download(chosen: Chosen, rel: str, downloads: Path, runner: Runner) -> str:
+    """rel from the store into downloads/ (kept as fetched: pip checks its hash); file URL."""
+    assert chosen.store is not None
+    target = downloads / rel.rsplit("/", 1)[-1]
+    if runner.dry_run:
+        runner.say(f"[dry-run] would download {chosen.store.target(rel)} -> {target}")
+        return target.as_uri()
+    data = chosen.store.read(rel)
+    if data is None:
+        raise UserError(f"{chosen.store.target(rel)} is listed but cannot be downloaded")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    partial.replace(target)
+    return target.as_uri()
+
+
+def pip_argv(python: Path, chosen: Chosen, work: Path, runner: Runner) -> list[str]:
+    downloads = paths.downloads_dir(work) / "wheelsets" / chosen.set_id
+    lines = requirements(chosen, downloads, runner)
+    path = work / REQUIREMENTS_NAME
+    if runner.dry_run:
+        runner.say(f"[dry-run] would write {path}:")
+        for line in lines:
+            runner.say(f"[dry-run]   {line}")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamps.write_text_atomic(path, "\n".join(lines) + "\n")
+    return [
+        str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall",
+        "--require-hashes", "-r", str(path),
+    ]  # fmt: skip

@@ -1,0 +1,214 @@
+"""`nox -s publish`: put this run's wheels on the team index, with their manifest.
+
+The wheels are exactly the ones install_wheels would install: build_pytorch's run manifest,
+each file checked against the sha256 the build recorded. They go to the family index of the
+arch they were built for (scripts/rocmfa/plumbing/team_index.py: URL forms, layout, credentials),
+followed by the wheel-set manifest (scripts/rocmfa/sharing/wheel_manifest.py) and, on a static tree,
+the pages; the set becomes visible to install_wheels only when its manifest is listed, so an
+interrupted publish leaves no half set behind, and a rerun uploads only what is missing.
+
+A wheel already on the index with the same sha256 is not uploaded again; a different file
+under the same name refuses the whole publish before anything is uploaded (files on an index
+are never replaced). A set already published is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from rocmfa.plumbing import paths, team_index
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import PublishOptions
+from rocmfa.plumbing.team_index import IndexSpec, Link
+from rocmfa.sharing import install_wheels, wheel_manifest
+
+
+@dataclass
+class Plan:
+    """What publish has to do on one family index."""
+
+    upload: list[tuple[str, Path]] = field(default_factory=list)  # (project, file)
+    already: list[str] = field(default_factory=list)
+    clashes: list[str] = field(default_factory=list)
+    pages: dict[str, dict[str, str | None]] = field(default_factory=dict)  # project -> entries
+    set_present: bool = False
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def existing_entries(
+    spec: IndexSpec, family: str, project: str, store: team_index.TreeStore | None
+) -> dict[str, Link]:
+    return team_index.read_project(spec, family, project, store)
+
+
+def plan_publish(
+    spec: IndexSpec,
+    family: str,
+    wheels: list[dict[str, Any]],
+    set_id: str,
+    store: team_index.TreeStore | None,
+) -> Plan:
+    plan = Plan()
+    listed: dict[str, dict[str, Link]] = {}
+    for record in wheels:
+        project = canonicalize_name(record["project"])
+        path = Path(record["file"])
+        if project not in listed:
+            listed[project] = existing_entries(spec, family, project, store)
+            plan.pages[project] = {n: link.sha256 for n, link in listed[project].items()}
+        link = listed[project].get(path.name)
+        there: str | None = None
+        if link is not None:
+            there = link.sha256
+            if there is None:  # a page without hashes: look at the file itself
+                body = (
+                    team_index.fetch(link.url)
+                    if store is None
+                    else store.read(f"{project}/{path.name}")
+                )
+                there = _sha256(body) if body is not None else None
+        elif store is not None and store.exists(f"{project}/{path.name}"):
+            body = store.read(f"{project}/{path.name}")  # left by an interrupted publish
+            there = _sha256(body) if body is not None else None
+        if there is None:
+            plan.upload.append((project, path))
+        elif there == record["sha256"]:
+            plan.already.append(path.name)
+        else:
+            plan.clashes.append(
+                f"{path.name} is already on the index with another sha256 (index "
+                f"{there[:12]}…, this build {record['sha256'][:12]}…)"
+            )
+        plan.pages[project][path.name] = record["sha256"]
+    manifests = existing_entries(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    plan.set_present = any(wheel_manifest.is_manifest_of(n, set_id) for n in manifests)
+    plan.pages[wheel_manifest.MANIFEST_PROJECT] = {n: m.sha256 for n, m in manifests.items()}
+    return plan
+
+
+def publish(opts: PublishOptions) -> None:
+    work = paths.workdir(opts.workdir)
+    spec = team_index.parse_index(opts.index)
+    run = install_wheels.load_manifest(work)
+    if opts.arch and opts.arch != run["arch"]:
+        raise UserError(
+            f"--arch {opts.arch}: this run's wheels were built for {run['arch']} "
+            f"({install_wheels.manifest_path(work)})"
+        )
+    for record in run["wheels"]:  # present, unchanged since the build, the run's Python/ROCm
+        install_wheels.check_wheel(
+            record, run["python_tag"], run["rocm_version"], platform.machine()
+        )
+    manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report])
+    family, set_id = manifest["family"], manifest["set_id"]
+    runner = Runner(dry_run=opts.dry_run)
+    say = runner.say
+    where = spec.describe(family)
+    say(
+        f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
+        f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
+    )
+    aot = manifest["aotriton"]
+    if aot.get("runtime"):
+        images = ", ".join(f"{k}={v}" for k, v in sorted(aot["images"].items()))
+        say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
+    store = None if spec.kind == "upload" else team_index.tree_store(spec, family)
+    plan = plan_publish(spec, family, run["wheels"], set_id, store)
+    if plan.clashes:
+        more = f" (and {len(plan.clashes) - 1} more)" if len(plan.clashes) > 1 else ""
+        raise UserError(
+            f"refusing to publish to {where}: {plan.clashes[0]}{more}; files on an index are "
+            "never replaced - rebuild with another version, or remove it from the index by hand"
+        )
+    for name in plan.already:
+        say(f"already there (same sha256): {name}")
+    if plan.set_present and not plan.upload:
+        say(f"wheel set {set_id} is already published on {where}: nothing to do")
+        return
+    out = work / "publish"
+    manifest_file = out / wheel_manifest.manifest_wheel_name(manifest)
+    if not opts.dry_run:
+        manifest_file = wheel_manifest.write_manifest_wheel(manifest, out)
+    files = [path for _project, path in plan.upload]
+    if not plan.set_present:
+        files.append(manifest_file)
+    if store is None:
+        upload_api(runner, spec, family, files)
+    else:
+        upload_tree(runner, store, plan, files, manifest_file)
+    if not opts.dry_run:
+        say(f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}")
+        say(
+            "install it on another machine of this family with: nox -s setup_env install_wheels "
+            f"-- --index {shlex.quote(opts.index)}"
+        )
+
+
+def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
+    """twine to a server with the upload API; it reads TWINE_USERNAME/TWINE_PASSWORD itself.
+    The manifest wheel is last, so the set is listed only once its wheels are there."""
+    if not runner.dry_run and not os.environ.get("TWINE_USERNAME"):
+        raise UserError(
+            "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
+            "(twine reads them; any values for a server without authentication)"
+        )
+    argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
+    argv += ["--disable-progress-bar", "--repository-url", spec.family_root(family) + "/"]
+    runner.run([*argv, *map(str, files)])
+
+
+def upload_tree(
+    runner: Runner,
+    store: team_index.TreeStore,
+    plan: Plan,
+    files: list[Path],
+    manifest_file: Path,
+) -> None:
+    uploads = [(project, path) for project, path in plan.upload]
+    if manifest_file in files:
+        project = wheel_manifest.MANIFEST_PROJECT
+        uploads.append((project, manifest_file))
+        sha = None if runner.dry_run else _sha256(manifest_file.read_bytes())
+        plan.pages[project][manifest_file.name] = sha
+    for project, path in uploads:
+        rel = f"{project}/{path.name}"
+        if runner.dry_run:
+            runner.say(f"[dry-run] upload {path} -> {store.target(rel)}")
+            continue
+        runner.say(f"upload {path.name} -> {store.target(rel)}")
+        try:
+            store.put_new(rel, path)
+        except team_index.Clash:
+            raise UserError(
+                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
+                "replace it - run publish again"
+            ) from None
+    # Pages last: a wheel's page before the manifest's, the manifest's before the root's.
+    order = sorted(p for p in plan.pages if p != wheel_manifest.MANIFEST_PROJECT)
+    order.append(wheel_manifest.MANIFEST_PROJECT)
+    for project in order:
+        rel = f"{project}/index.html"
+        if runner.dry_run:
+            runner.say(f"[dry-run] write page {store.target(rel)}")
+        else:
+            store.put_page(rel, team_index.project_page(plan.pages[project]))
+    root = store.read("index.html") if not runner.dry_run else None
+    text = root.decode(errors="replace") if root else ""
+    known = set(team_index.parse_page(text, "http://index.invalid/"))
+    if runner.dry_run:
+        runner.say(f"[dry-run] write page {store.target('index.html')}")
+    else:
+        store.put_page("index.html", team_index.root_page(known | set(plan.pages)))

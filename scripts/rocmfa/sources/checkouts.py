@@ -1,0 +1,179 @@
+"""Source checkouts at a pinned commit, without ever losing the user's work.
+
+Every commit we put HEAD on has a ref under refs/rocmfa/ (pin-<commit>; patched/<pin>/<digest>
+from rocmfa.sources.patches), so "extra commits" are those reachable from HEAD that are neither
+upstream nor ours; a checkout with local edits or extra commits is never reset without force.
+Our submodule step records its HEAD in `git config rocmfa.submodulestep` while it runs: a rerun
+at that HEAD whose only changes are the pinned submodule paths resumes it instead of calling
+them local edits. Everything goes through the Runner, so a dry run prints the commands of a
+fresh checkout (its stand-in answers: no HEAD, no commit, no edits) and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.pins import Pin
+
+REF_PREFIX = "refs/rocmfa"
+STEP_KEY = "rocmfa.submodulestep"
+
+
+def git(runner: Runner, repo: Path | None, *args: str, capture: bool = True, **kwargs):
+    return runner.run(["git", *args], cwd=repo, capture=capture, **kwargs)
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def head_commit(runner: Runner, checkout: Path) -> str | None:
+    head = git(runner, checkout, "rev-parse", "--verify", "-q", "HEAD", check=False).stdout
+    return head.strip() or None
+
+
+def patched_refs(runner: Runner, checkout: Path, base: str) -> list[str]:
+    """Our patched-state refs of base that HEAD is at (rocmfa.sources.patches)."""
+    listed = git(runner, checkout, "for-each-ref", "--format=%(refname)", "--points-at", "HEAD",
+                 f"{REF_PREFIX}/patched/{base}/", check=False)  # fmt: skip
+    return listed.stdout.split()
+
+
+def tracked_changes(runner: Runner, checkout: Path) -> list[str]:
+    """`git status --porcelain` lines of tracked files and submodules (untracked files stay)."""
+    result = git(runner, checkout, "status", "--porcelain", "--untracked-files=no")
+    return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
+    found = git(runner, checkout, "cat-file", "-t", f"{commit}^{{commit}}", check=False)
+    return found.stdout.strip() == "commit"
+
+
+def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, *args: str) -> str:
+    """'' once checkout has commit (fetched from remote when missing), else git's reason."""
+    if has_commit(runner, checkout, commit):
+        return ""
+    fetched = git(runner, checkout, "fetch", "-q", "--no-tags", *args, remote, commit, check=False)
+    return last_line(fetched.stderr) or "fetch failed" if fetched.returncode else ""
+
+
+def ensure_checkout(
+    pin: Pin, dest: Path, runner: Runner, *, force: bool = False,
+    submodules: Sequence[str] | None = None,
+) -> Path:  # fmt: skip
+    """Make dest a checkout of pin.url at exactly pin.commit (or at the patched state
+    rocmfa.sources.patches made of it) with exactly the pinned submodule paths initialised."""
+    dest, paths = Path(dest), tuple(submodules or ())
+    if isinstance(submodules, str) or submodules is True:
+        raise TypeError("submodules must be the pinned list of paths")
+    if not (dest / ".git").exists():
+        _refuse_non_checkout(dest, runner, force=force)
+        git(runner, None, "init", "-q", str(dest))
+        git(runner, dest, "remote", "add", "origin", pin.url)
+    elif _reuse_checkout(pin, dest, runner, force=force, paths=paths):
+        return dest
+    _fetch(pin, dest, runner)
+    git(runner, dest, "update-ref", f"{REF_PREFIX}/pin-{pin.commit}", pin.commit)
+    git(runner, dest, "-c", "advice.detachedHead=false", "checkout", "-q",
+        *(["-f"] if force else []), "--detach", pin.commit, capture=False)  # fmt: skip
+    _update_submodules(runner, dest, paths, force=force, head=pin.commit)
+    runner.done(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
+    return dest
+
+
+def _refuse_non_checkout(dest: Path, runner: Runner, *, force: bool) -> None:
+    """An empty folder is used; anything else that is not a git checkout needs force."""
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+        return
+    if not force:
+        return runner.refuse(
+            f"{dest} exists and is not a git checkout; move it away, or pass "
+            "--discard-local-edits to replace it"
+        )
+    runner.say(f"--discard-local-edits: removing {dest} (not a git checkout)")
+    runner.run(["rm", "-rf", str(dest)])
+
+
+def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths) -> bool:
+    """True when dest is (now) at the pin or its patched state with its submodules; False when
+    it must be fetched and moved to the pin (edits and foreign commits need force)."""
+    head = head_commit(runner, dest)
+    ours = head is not None and (head == pin.commit or bool(patched_refs(runner, dest, pin.commit)))
+    changes = tracked_changes(runner, dest) if head else []
+    step = git(runner, dest, "config", "--get", STEP_KEY, check=False).stdout if changes else ""
+    resume = ours and step.strip() == head and all(line[3:].strip() in paths for line in changes)
+    if resume or (ours and not changes):
+        if resume:  # our own submodule step stopped part way at this HEAD: what it left is ours
+            runner.say(f"{pin.project}: resuming the submodule step that stopped part way "
+                       f"({', '.join(paths)})")  # fmt: skip
+        elif _submodules_ready(runner, dest, paths):
+            runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
+            return True
+        # only the submodules are missing: fetched where they are (a reset drops the patches)
+        _update_submodules(runner, dest, paths, force=force or resume, head=head)
+        runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - submodules added")
+        return True
+    if changes:
+        if not force:
+            raise UserError(
+                f"{dest} has local edits ({len(changes)} path(s), e.g. '{changes[0].strip()}'); "
+                "commit or stash them, or pass --discard-local-edits to discard them"
+            )
+        runner.say(f"--discard-local-edits: discarding local edits in {dest}")
+        git(runner, dest, "reset", "-q", "--hard", capture=False)
+    if head and head != pin.commit and not force:
+        extra = git(runner, dest, "rev-list", "--max-count=100", "HEAD", "--not",
+                    f"--glob={REF_PREFIX}", "--remotes").stdout.split()  # fmt: skip
+        if extra:
+            raise UserError(
+                f"{dest} has {len(extra)}{'+' if len(extra) >= 100 else ''} commit(s) that are"
+                f" not upstream or ours (HEAD {head[:12]}); keep them on a branch, or pass "
+                "--discard-local-edits to move HEAD to the pin"
+            )
+    git(runner, dest, "config", "remote.origin.url", pin.url)
+    return False
+
+
+def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> bool:
+    """Every pinned path initialised and at the commit the tree records (' ' status)."""
+    if not paths:
+        return True
+    result = git(runner, checkout, "submodule", "status", "--", *paths, check=False)
+    lines = [line for line in result.stdout.splitlines() if line] if not result.returncode else []
+    return len(lines) == len(paths) and all(line[:1] == " " for line in lines)
+
+
+def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
+    depth = pin.data.get("depth")
+    depth_args = [f"--depth={int(depth)}"] if isinstance(depth, int) and depth > 0 else []
+    if not (first := fetch_commit(runner, dest, "origin", pin.commit, *depth_args)):
+        return
+    # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
+    second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)
+    if second.returncode == 0 and has_commit(runner, dest, pin.commit):
+        return
+    detail = last_line(second.stderr) or (first if first != "fetch failed" else "")
+    raise UserError(
+        f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}"
+        + (f": {detail}" if detail else f": commit not found on ref {pin.ref}")
+    )
+
+
+def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: str) -> None:
+    if not paths:
+        return
+    git(runner, dest, "config", STEP_KEY, head)
+    git(runner, dest, "submodule", "sync", "-q", "--", *paths, capture=False)
+    result = git(runner, dest, "submodule", "update", "-q", "--init",
+                 *(["--force"] if force else []), "--", *paths, check=False)  # fmt: skip
+    if result.returncode != 0:
+        raise UserError(
+            f"submodule update failed in {dest} for {', '.join(paths)}: "
+            f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
+        )
+    git(runner, dest, "config", "--unset", STEP_KEY)

@@ -1,0 +1,341 @@
+"""Patch sets chosen by the pinned commit: patches/<project>/<commit>/NNNN-*.patch + manifest.
+
+manifest.toml lists every patch in order: `[[patch]] file, sha256, reason, upstream` and
+optionally `arches = ["gfx908"]` (applied only to builds for those arches, as Spack's
+`patch(..., when=...)`); a commit that needs none says `none_needed = "why"`. Every sha256 is
+checked before anything is applied. Each patch is classified by `git apply --check` and
+`git apply --reverse --check` (apply / already contained / conflict), applied with `git am`
+under a fixed committer and date (same pin + same patches = same HEAD), and on any failure the
+checkout goes back to the state it was in (the pin, or the previous set's patched state).
+Edits made after patching are never discarded; a re-apply reports them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.pin_files import HEX40
+from rocmfa.plumbing.pin_files import display as _display
+from rocmfa.sources.checkouts import REF_PREFIX, git, last_line
+from rocmfa.sources.checkouts import head_commit as _head
+from rocmfa.sources.checkouts import patched_refs as _ours
+from rocmfa.sources.checkouts import tracked_changes as _changes
+
+PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
+PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
+NAME, EMAIL = "rocmfa patches", "patches@rocmfa.invalid"
+AM_IDENTITY = {"GIT_COMMITTER_NAME": NAME, "GIT_COMMITTER_EMAIL": EMAIL}
+AM = ["-c", f"user.name={NAME}", "-c", f"user.email={EMAIL}",
+      "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "am.threeWay=false",
+      "-c", "am.keepcr=false", "am", "-q", "--no-gpg-sign", "--committer-date-is-author-date",
+      "--whitespace=nowarn"]  # fmt: skip
+
+
+def patches_root() -> Path:
+    return Path(os.environ.get(PATCHES_DIR_ENV) or REPO_ROOT / "patches").expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    path: Path
+    sha256: str
+    reason: str
+    upstream: str
+    arches: tuple[str, ...] = ()  # () = every arch
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    project: str
+    commit: str
+    directory: Path
+    patches: tuple[Patch, ...]
+    none_needed: str = ""  # manifest.toml `none_needed = "why"`
+    other_arches: tuple[Patch, ...] = ()  # the set's patches for arches other than the build's
+
+    @property
+    def shas(self) -> list[str]:
+        return [p.sha256 for p in self.patches]
+
+
+def set_dir(project: str, commit: str, root: Path | None = None) -> Path:
+    return (root or patches_root()) / project / commit
+
+
+def available_sets(project: str, root: Path | None = None) -> list[str]:
+    base = (root or patches_root()) / project
+    found = base.iterdir() if base.is_dir() else []
+    return sorted(p.name for p in found if p.is_dir() and HEX40.fullmatch(p.name))
+
+
+def patch_set_for(
+    project: str, commit: str, *, root: Path | None = None, arch: str | None = None
+) -> PatchSet | None:
+    """The verified set for commit (None without patches/<project>/<commit>/); with arch, only
+    that arch's patches (the others in other_arches)."""
+    directory = set_dir(project, commit, root)
+    if not directory.is_dir():
+        return None
+    where = _display(directory / "manifest.toml")
+    data = load_toml(directory / "manifest.toml", "patch manifest")
+    entries, none_needed = data.get("patch", []), data.get("none_needed", "")
+    if not isinstance(entries, list):
+        raise UserError(f"{where}: 'patch' must be an array of tables ([[patch]])")
+    if not isinstance(none_needed, str) or ("none_needed" in data and not none_needed.strip()):
+        raise UserError(f"{where}: 'none_needed' must say why no patches are needed")
+    if none_needed and entries:
+        raise UserError(f"{where}: says none_needed but lists patches; keep one of them")
+    if not entries and not none_needed:
+        raise UserError(f'{where}: lists no patches; say why none are needed: none_needed = "..."')
+    patches = [_read_entry(e, f"{where}: patch {i}", directory) for i, e in enumerate(entries, 1)]
+    names = [p.name for p in patches]
+    if names != sorted(set(names)):
+        raise UserError(f"{where}: patches must be listed once each, in NNNN order")
+    unlisted = sorted({p.name for p in directory.glob("*.patch")} - set(names))
+    if unlisted:
+        raise UserError(f"{where}: {unlisted[0]} is in the directory but not in the manifest")
+    mine = [arch is None or not p.arches or arch in p.arches for p in patches]
+    chosen = tuple(p for p, ok in zip(patches, mine, strict=True) if ok)
+    others = tuple(p for p, ok in zip(patches, mine, strict=True) if not ok)
+    return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
+
+
+def _read_entry(entry: object, here: str, directory: Path) -> Patch:
+    if not isinstance(entry, dict):
+        raise UserError(f"{here}: must be a table")
+    values = {}
+    for key in ("file", "sha256", "reason", "upstream"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise UserError(f"{here}: missing or empty key '{key}'")
+        values[key] = entry[key].strip()
+    name, sha256, path = values["file"], values["sha256"], directory / values["file"]
+    if not PATCH_NAME.fullmatch(name):
+        raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
+    if not HEX64.fullmatch(sha256):
+        raise UserError(f"{here}: 'sha256' must be 64 lowercase hex digits")
+    if not path.is_file():
+        raise UserError(f"{here}: {_display(path)} does not exist")
+    if (actual := stamps.file_sha256(path)) != sha256:
+        raise UserError(
+            f"{_display(path)}: sha256 mismatch (manifest {sha256[:12]}…, file {actual[:12]}…): "
+            "the patch changed since it was recorded; nothing applied"
+        )
+    head = path.read_bytes()[:4096]
+    if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
+        raise UserError(f"{_display(path)}: not a `git format-patch` file (no mail header)")
+    arches = entry.get("arches", [])
+    if not isinstance(arches, list) or (not arches and "arches" in entry):
+        raise UserError(f"{here}: 'arches' must be a non-empty list of GPU arches")
+    for arch in arches:
+        if not isinstance(arch, str) or not GFX_NAME.fullmatch(arch):
+            raise UserError(f"{here}: 'arches' entry {arch!r} is not a gfx arch")
+    return Patch(name, path, sha256, values["reason"], values["upstream"], tuple(arches))
+
+
+def patch_set_digest(
+    project: str, commit: str, *, root: Path | None = None, arch: str | None = None
+) -> str:
+    """For stamps: changes when any patch a build for arch applies, or the set's existence,
+    changes."""
+    found = patch_set_for(project, commit, root=root, arch=arch)
+    if found is not None and found.none_needed:
+        return stamps.digest({"commit": commit, "none_needed": found.none_needed})
+    return stamps.digest({"commit": commit, "patches": found.shas if found else []})
+
+
+def missing_set_problem(
+    project: str, commit: str, checkout: Path | None, runner: Runner, *, root: Path | None = None
+) -> str:
+    """'' when commit may go unpatched (no sets of project, or every other set's commit is
+    provably not an ancestor), else one sentence: a pin moved past its patch set."""
+    can_ask = checkout is not None and (Path(checkout) / ".git").exists()
+    if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
+        shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
+        can_ask = shallow.stdout.strip() == "false"
+    earlier: dict[str, int | None] = {}  # set commit -> commits between it and commit
+    for candidate in (c for c in available_sets(project, root) if c != commit):
+        ancestor = 2 if not can_ask else git(
+            runner, checkout, "merge-base", "--is-ancestor", candidate, commit, check=False
+        ).returncode  # fmt: skip
+        if ancestor == 1:  # both known, not an ancestor: another line's set
+            continue
+        count = git(runner, checkout, "rev-list", "--count", f"{candidate}..{commit}",
+                    check=False) if ancestor == 0 else None  # fmt: skip
+        earlier[candidate] = int(count.stdout.strip() or 1 << 30) if count else None
+    if not earlier:
+        return ""
+    known = {c: n for c, n in earlier.items() if n is not None}
+    nearest = min(known, key=known.__getitem__) if known else None
+    hint = (
+        f"nearest set for an ancestor: {_display(set_dir(project, nearest, root))} "
+        f"({known[nearest]} commits older)"
+        if nearest
+        else f"sets exist for {', '.join(c[:12] for c in earlier)}"
+    )
+    return (
+        f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it "
+        "(nox -s update_pins -- --port-patches) or write "
+        f'{_display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" - '
+        "refusing to build it unpatched"
+    )
+
+
+def _try(runner: Runner, tree: Path, patch: Path) -> str:
+    """'' when patch went in with git am (or is already contained: 'contained'), else what
+    failed: the conflicting file."""
+    forward = git(runner, tree, "apply", "--check", str(patch), check=False)
+    if forward.returncode != 0:
+        reverse = git(runner, tree, "apply", "--reverse", "--check", str(patch), check=False)
+        return "contained" if reverse.returncode == 0 else _failed_file(forward.stderr)
+    result = git(runner, tree, *AM, str(patch), sets=AM_IDENTITY, check=False)
+    return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
+
+
+def _failed_file(stderr: str) -> str:
+    for pattern in (
+        r"error: patch failed: (.+?):\d+",
+        r"error: (.+?): (?:patch does not apply|does not exist in index|No such file or directory"
+        r"|already exists in (?:index|working directory))",
+    ):
+        if match := re.search(pattern, stderr or ""):
+            return match.group(1)
+    return last_line(stderr) or "unknown file"
+
+
+def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
+    git(runner, checkout, "am", "--abort", check=False)
+    git(runner, checkout, "reset", "-q", "--hard", commit)
+    git(runner, checkout, "-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit)
+
+
+def apply_patch_set(
+    project: str, commit: str, checkout: Path, runner: Runner, *,
+    root: Path | None = None, arch: str | None = None,
+) -> list[str]:  # fmt: skip
+    """Apply patches/<project>/<commit>/ (with arch: that arch's patches) to checkout, which is
+    at commit or its patched state. Returns the applied sha256s; [] when none apply."""
+    checkout = Path(checkout)
+    found = patch_set_for(project, commit, root=root, arch=arch)  # verifies every sha256 first
+    if found is None or not found.patches:
+        _nothing_to_apply(found, project, commit, checkout, runner, root=root, arch=arch)
+        return []
+    label = _display(found.directory)
+    head = _head(runner, checkout) or commit  # none yet: a plan of a fresh checkout
+    ours = _ours(runner, checkout, commit)
+    changes = _changes(runner, checkout)
+    wanted = f"{REF_PREFIX}/patched/{commit}/{stamps.digest(found.shas)[:16]}"
+    if wanted in ours:
+        runner.say(f"{project}: patch set {label} already applied (HEAD {head[:12]})")
+        if changes:  # kept (they are the user's), but the build is not of the patched pin alone
+            runner.say(
+                f"{project}: WARNING: {checkout} has {len(changes)} edit(s) made after the "
+                f"patches were applied (e.g. '{changes[0].strip()}'); kept, and built as they are"
+            )
+        return found.shas
+    if changes:
+        raise UserError(
+            f"{checkout} has local edits ('{changes[0].strip()}'); cannot apply {label} "
+            "(pass --discard-local-edits to discard them)"
+        )
+    restore_to, restored = commit, "the pristine pin"  # where a failure goes back to
+    if head != commit:
+        if not ours:
+            raise UserError(
+                f"{checkout}: HEAD {head[:12]} is neither the pinned commit {commit[:12]} nor "
+                f"its recorded patched state; cannot apply {label}"
+            )
+        # our commits of an older version of the set: the new set starts at the pin
+        restore_to, restored = head, f"its previous patched state {head[:12]}"
+        _rollback(runner, checkout, commit)
+    skipped = 0
+    for patch in found.patches:
+        if (failed := _try(runner, checkout, patch.path)) == "contained":
+            skipped += 1
+            runner.say(f"{project}: {patch.name} is already contained at this commit; skipped")
+        elif failed:
+            _rollback(runner, checkout, restore_to)
+            raise UserError(
+                f"patch {_display(patch.path)} does not apply to {project} {commit[:12]}: "
+                f"{failed} conflicts; checkout back at {restored}"
+            )
+    git(runner, checkout, "update-ref", wanted, "HEAD")
+    new_head = _head(runner, checkout)
+    runner.done(
+        f"{project}: applied {len(found.patches) - skipped} patch(es) from {label}"
+        + (f"; HEAD {new_head[:12]}" if new_head else "")
+    )
+    return found.shas
+
+
+def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root, arch) -> None:
+    """Say why nothing is applied (a pin moved past its set is refused), and take a checkout
+    at our patched state back to the pin."""
+    if found is not None and found.none_needed:
+        runner.say(f"{project}: no patches needed at {commit[:12]}: {found.none_needed}")
+    elif found is not None:
+        others = ", ".join(sorted({a for p in found.other_arches for a in p.arches}))
+        runner.say(
+            f"{project}: {_display(found.directory)} has no patch for {arch} (its "
+            f"{len(found.other_arches)} patch(es) are for {others}); built as pinned"
+        )
+    elif problem := missing_set_problem(project, commit, checkout, runner, root=root):
+        runner.refuse(problem)
+    else:
+        runner.say(f"{project}: no patches for {commit[:12]} (none needed)")
+    if not (checkout / ".git").exists() or not _ours(runner, checkout, commit):
+        return
+    if _head(runner, checkout) == commit:
+        return
+    if _changes(runner, checkout):
+        raise UserError(f"{checkout} has local edits; cannot drop the old patches of {project}")
+    _rollback(runner, checkout, commit)
+    runner.say(
+        f"{project}: no patch of the set is for this build; checkout back at the pristine "
+        f"pin {commit[:12]}"
+    )
+
+
+def check_set_applies(
+    found: PatchSet, new_commit: str, checkout: Path, runner: Runner
+) -> tuple[bool, str]:
+    """(ok, detail): does the set apply at new_commit? Tried in a throwaway worktree."""
+    tmp = Path(tempfile.mkdtemp(prefix="rocmfa-port-"))
+    tree = tmp / "tree"
+    try:
+        added = git(runner, checkout, "worktree", "add", "-q", "--detach", str(tree), new_commit,
+                    check=False)  # fmt: skip
+        if added.returncode != 0:
+            return False, f"cannot check out {new_commit[:12]}: {last_line(added.stderr)}"
+        for patch in found.patches:
+            if (failed := _try(runner, tree, patch.path)) == "contained":
+                return False, f"{patch.name} is already contained upstream (drop it)"
+            if failed:
+                return False, f"{patch.name} conflicts in {failed}"
+        return True, f"all {len(found.patches)} patch(es) apply cleanly"
+    finally:
+        git(runner, checkout, "worktree", "remove", "--force", str(tree), check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+        git(runner, checkout, "worktree", "prune", check=False)
+
+
+def port_set(found: PatchSet, new_commit: str, *, root: Path | None = None) -> Path:
+    """Copy a set that applies cleanly to patches/<project>/<new_commit>/ (never over one)."""
+    target = set_dir(found.project, new_commit, root)
+    if target.exists():
+        raise UserError(f"{_display(target)} already exists; not overwriting it")
+    shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
+    note = f"# Ported by update_pins from {found.commit} (applied cleanly at {new_commit}).\n"
+    (target / "manifest.toml").write_text(note + (found.directory / "manifest.toml").read_text())
+    return target

@@ -1,0 +1,307 @@
+"""Pinned upstream sources: pins/<project>.toml -> Pin(url, ref, commit, source, data).
+
+A pin table holds `url`, `ref` and the resolved 40-hex `commit` (checked by
+rocmfa.plumbing.pin_files); other keys travel in Pin.data. AOTriton's `commit = "from-pytorch"`
+is read from PyTorch's cmake/External/aotriton.cmake at the torch pin (its forms:
+docs/upstream-interfaces.md): from the local PyTorch checkout when it has that commit, else that
+one file over `raw_url`, cached per PyTorch commit in the work directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing import downloads, paths, pin_files, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
+
+AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
+CK_SOURCE_ENV = "ROCMFA_CK_SOURCE"
+AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
+AOTRITON_VERSION_TXT = ".ci/docker/aotriton_version.txt"
+
+
+@dataclass(frozen=True)
+class Pin:
+    project: str
+    url: str
+    ref: str
+    commit: str
+    source: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
+
+
+def load_pin(
+    project: str, pins_dir: str | os.PathLike[str] | None = None, *,
+    workdir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None,
+    out=None,
+) -> Pin:  # fmt: skip
+    """The pin of project, checked; an AOTriton `from-pytorch` pin resolved."""
+    if project not in PROJECTS:
+        raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
+    environ = os.environ if environ is None else environ
+    directory = pin_files.pins_dir(pins_dir, environ)
+    path, table = pin_files.read_table(project, directory, environ)
+    where = f"{pin_files.display(path)} [{project}]"
+    if project == "aotriton" and pin_files.line(environ) == "nightly":
+        # the nightly line's AOTriton follows its torch: agreement by construction
+        table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
+        where = f"{where} (line nightly: follows torch)"
+    pin_files.check_table(project, table, where)  # the same checks as doctor's
+    if project == "composable_kernel":
+        table, where = _ck_variant(table, where, environ)
+    url, ref = pin_files.text(table, "url", where), pin_files.text(table, "ref", where)
+    commit = pin_files.check_commit(
+        pin_files.text(table, "commit", where, empty_ok=True), where,
+        allow_from_pytorch=project == "aotriton",
+    )  # fmt: skip
+    data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+    _validate_data(project, data, where)
+    if commit != FROM_PYTORCH:
+        source = where if data.get("use") == "legacy" else pin_files.display(path)
+        return Pin(project, url, ref, commit, source, data)
+    pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ, out=out)
+    resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
+    declared = data.get("version")
+    if declared and resolved.version and declared != resolved.version:
+        raise UserError(
+            f"{where}: version {declared!r} but PyTorch {pytorch.commit[:12]} pins AOTriton "
+            f"{resolved.version!r}; fix 'version' or the PyTorch pin"
+        )
+    data = {**data, "version": declared or resolved.version, "pytorch_cmake": resolved}
+    return Pin(project, url, ref, resolved.commit, resolved.source, data)
+
+
+def load_pin_for_plan(
+    project: str, *, dry_run: bool, workdir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None, out=None,
+) -> Pin:  # fmt: skip
+    """load_pin; a dry run shows an unresolved commit as a named placeholder (the real run
+    resolves, checks and records it first: update_pins.resolve_for_build)."""
+    try:
+        return load_pin(project, workdir=workdir, environ=environ, out=out)
+    except pin_files.Unresolved as e:
+        if not dry_run:
+            raise
+        path, table = pin_files.read_table(project, pin_files.pins_dir(None, environ), environ)
+        url, ref = str(table.get("url")), str(table.get("ref"))
+        commit = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
+        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+        return Pin(project, url, ref, commit, f"{pin_files.display(path)} ({e})", data)
+
+
+def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[dict, str]:
+    """composable_kernel: the monorepo table, or its [composable_kernel.legacy] sub-table
+    when `use = "legacy"` or $ROCMFA_CK_SOURCE=legacy."""
+    choice = environ.get(CK_SOURCE_ENV) or table.get("use", "monorepo")
+    if choice not in ("monorepo", "legacy"):
+        raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
+    base = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    if choice == "monorepo":
+        return base, where
+    if not isinstance(legacy := table.get("legacy"), dict):
+        raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
+    return {"subdir": "", **base, **legacy, "use": "legacy"}, where.replace("]", ".legacy]")
+
+
+def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
+    if project == "aotriton" and "version" in data and pin_files.text(data, "version", where):
+        from rocmfa.env.archs import aotriton_version_key
+
+        try:
+            aotriton_version_key(data["version"].strip())
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    subdir = data.get("subdir", "")
+    if not isinstance(subdir, str) or subdir.startswith("/") or ".." in Path(subdir).parts:
+        raise UserError(f"{where}: 'subdir' must be a relative path, got {subdir!r}")
+    raw = data.get("raw_url", "{commit}{path}")
+    if not isinstance(raw, str) or "{commit}" not in raw or "{path}" not in raw:
+        raise UserError(f"{where}: 'raw_url' must be a string containing {{commit}} and {{path}}")
+
+
+# --- PyTorch's aotriton.cmake ------------------------------------------------------------
+
+_SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
+_LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
+_GIT_TAG = re.compile(r"GIT_TAG\s+([0-9a-fA-F]{40})\b")
+_ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_COMMIT\s+"\$ENV\{')
+
+
+@dataclass(frozen=True)
+class AotritonCmake:
+    """What PyTorch's aotriton.cmake says. form: A (aotriton_version.txt), B (literal),
+    C (literal wrapped in the $ENV{PYTORCH_AOTRITON_COMMIT} override), "git-tag" (the oldest
+    ExternalProject form) or "none"."""
+
+    form: str
+    literals: tuple[str, ...]
+    env_override: bool
+    version: str | None
+    lists: Mapping[str, tuple[str, ...]]
+
+
+def parse_aotriton_cmake(text: str) -> AotritonCmake:
+    literals = tuple(dict.fromkeys(m.lower() for m in _LITERAL.findall(text)))
+    env_override = bool(_ENV_READ.search(text))
+    lists: dict[str, tuple[str, ...]] = {}
+    uncommented = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    for name, body in _SET_BLOCK.findall(uncommented):
+        lists.setdefault(name, tuple(re.findall(r'"([^"]*)"', body)))  # the first (non-ASAN)
+    version = (lists.get("__AOTRITON_VER") or (None,))[0] or None
+    tags = tuple(dict.fromkeys(m.lower() for m in _GIT_TAG.findall(text)))
+    if literals:
+        form = "C" if env_override else "B"
+    elif "aotriton_version.txt" in text:
+        form = "A"
+    elif tags:
+        form, literals = "git-tag", tags
+    else:
+        form = "none"
+    return AotritonCmake(form, literals, env_override, version, lists)
+
+
+@dataclass(frozen=True)
+class ResolvedAotriton:
+    commit: str
+    version: str | None
+    source: str
+    cmake: AotritonCmake
+
+    def __str__(self) -> str:  # stamps serialise data with default=str
+        return f"{self.commit} {self.version} ({self.source})"
+
+
+def resolve_aotriton_from_pytorch(
+    pytorch: Pin, *, workdir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None, out=None,
+) -> ResolvedAotriton:  # fmt: skip
+    environ = os.environ if environ is None else environ
+    texts, origin = _pytorch_files(pytorch, workdir, environ, out)
+    where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
+    parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
+    version = parsed.version
+    if len(parsed.literals) > 1:
+        raise UserError(
+            f"{where}: several different AOTriton commits "
+            f"({', '.join(c[:12] for c in parsed.literals)}) - the pin is unknown; "
+            "set commit in pins/aotriton.toml explicitly"
+        )
+    if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
+        lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
+        if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
+            raise UserError(f"{where} -> {AOTRITON_VERSION_TXT}: line 4 is not a 40-hex commit")
+        commit, version = lines[3].lower(), lines[0] or None
+        how = f"form A ({AOTRITON_VERSION_TXT} line 4)"
+    elif parsed.literals:
+        commit = parsed.literals[0]
+        how = {"git-tag": "ExternalProject GIT_TAG"}.get(parsed.form, f"form {parsed.form} literal")
+    else:
+        raise UserError(f"{where}: no AOTriton commit found (no 40-hex literal, no version file)")
+    source = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE}, {how}, read from {origin}"
+    if override := environ.get(AOTRITON_COMMIT_ENV):
+        if not parsed.env_override:
+            source += f"; ${AOTRITON_COMMIT_ENV} ignored: this aotriton.cmake does not read it"
+        elif not HEX40.fullmatch(value := override.strip().lower()):
+            raise UserError(f"${AOTRITON_COMMIT_ENV}={override!r} is not a 40-hex commit")
+        else:
+            source = f"${AOTRITON_COMMIT_ENV} (overrides {commit[:12]} from {source})"
+            commit, version = value, None
+    return ResolvedAotriton(commit, version, source, parsed)
+
+
+def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str], str]:
+    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, and where from;
+    cached per PyTorch commit."""
+    work = paths.workdir(workdir)
+    cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
+    try:
+        cached = json.loads(cache.read_text())
+        if AOTRITON_CMAKE in cached["files"]:
+            return cached["files"], f"{cached.get('origin', '?')}, cached"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    text, origin = _torch_file(pytorch, AOTRITON_CMAKE, work, out)
+    if text is None:
+        raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
+    files = {AOTRITON_CMAKE: text}
+    if parse_aotriton_cmake(text).form == "A":
+        version_txt = _torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]
+        files.update({AOTRITON_VERSION_TXT: version_txt} if version_txt is not None else {})
+    if not origin.startswith("local checkout"):  # over raw_url: named by its template
+        origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
+    return files, origin
+
+
+def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, str]:
+    """(text, origin) of one file of the torch pin's tree, None when it has no such file: from
+    the local PyTorch checkout when it holds the commit, else over raw_url. A read-only query:
+    it also runs under --dry-run, because what the pin is decides what the dry run prints."""
+    checkout = paths.src_dir(work, "pytorch")
+    if (checkout / ".git").exists():
+        result = Runner(out=out or sys.stderr).run(
+            ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"], cwd=checkout, capture=True,
+            check=False,
+        )  # fmt: skip
+        if result.returncode == 0:
+            return result.stdout, f"local checkout {checkout}"
+    template = pytorch.data.get("raw_url")
+    if not template:
+        raise UserError(
+            f"pins/pytorch.toml has no raw_url to fetch {path} at {pytorch.commit[:12]} (and "
+            f"the local PyTorch checkout at {checkout} does not hold it)"
+        )
+    url = template.format(commit=pytorch.commit, path=path)
+    print(f"fetching {url}", file=out or sys.stderr, flush=True)
+    return http_get(url), url
+
+
+def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
+    """One file of the torch pin's tree, None when it has none (TheRock's manifest generator
+    reads related_commits and ci_commit_pins/triton.txt the same way, one file at a commit)."""
+    return _torch_file(pytorch, path, paths.workdir(workdir), out)[0]
+
+
+def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
+    """project -> (origin, commit) from ROCm/pytorch's related_commits
+    (os|source|project|branch|commit|origin), as TheRock's generate_pytorch_source_manifest.py
+    reads it at 89553ce3: one commit per project, rows of several OSes must agree."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in (line.strip() for line in text.splitlines()):
+        if not line or line.startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) != 6:
+            raise UserError(f"{where}: malformed line {line!r}")
+        if found.setdefault(fields[2], (fields[5], fields[4])) != (fields[5], fields[4]):
+            raise UserError(f"{where}: conflicting entries for {fields[2]!r}")
+    return found
+
+
+def http_get(url: str, *, timeout: float = 20.0, tries: int = 3) -> str | None:
+    """GET url as text (plumbing.downloads' retrying session); None for 404; UserError when
+    unreachable."""
+    import requests
+
+    try:
+        response = downloads.session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
+    except requests.RequestException as e:
+        raise UserError(f"cannot fetch {url}: {downloads.why(e)} (after {tries} tries)") from None
+    if response.status_code == 404:
+        return None
+    if response.status_code >= 400:
+        raise UserError(f"cannot fetch {url}: HTTP {response.status_code} {response.reason}")
+    return response.text

@@ -1,0 +1,164 @@
+"""Tuning databases kept as data: pins/tuning/aotriton/<commit>/<arch>/ = manifest.toml + files.
+
+A database belongs to one AOTriton commit and one arch; its manifest names the tuner, what was
+tuned and every file's sha256, and a file that is missing, unlisted or changed is refused. Kinds:
+"cpptune-json" (cpptune's JSON-lines records, test/tune_flash.py --json_file: merged into the
+tree's v3python/rules/tuning_database.sqlite3.tar.xz with the commit's own
+`v2python/table_tool.py --action rawjson -k FLASH`, docs/How To Generate Tuning Database.md) and
+"sharded-sqlite" (amd/<arch>/<family>/<kernel>.sqlite3.tar.xz, passed to CMake as
+AOTRITON_TUNING_DATABASE_ROOT: AOTriton 0.13b+, Tuner v3.5). The root is $ROCMFA_TUNING_DIR,
+else <pins dir>/tuning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmfa.plumbing import pin_files, stamps
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import load_toml
+from rocmfa.plumbing.errors import UserError
+
+TUNING_DIR_ENV = "ROCMFA_TUNING_DIR"
+MANIFEST = "manifest.toml"
+KINDS = ("cpptune-json", "sharded-sqlite")
+CPPTUNE_RECORDS = "tune_flash.json"
+SOURCE_DB = "v3python/rules/tuning_database.sqlite3.tar.xz"
+TABLE_TOOL = "v2python/table_tool.py"
+
+
+def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
+    chosen = os.environ.get(TUNING_DIR_ENV)
+    default = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
+    root = root or default
+    return root / "aotriton" / commit / arch
+
+
+@dataclass(frozen=True)
+class TuningDb:
+    directory: Path
+    commit: str
+    arch: str
+    kind: str
+    tuner: str
+    files: Mapping[str, str]  # relative path -> sha256
+    meta: Mapping[str, Any]
+
+    def digest(self) -> str:
+        return stamps.digest({"commit": self.commit, "arch": self.arch, "files": dict(self.files)})
+
+    def describe(self) -> str:
+        tuned = ", ".join(f"{k}={v}" for k, v in self.meta.items() if k in ("head_dims", "dtypes"))
+        return f"tuning database {self.directory} ({self.kind} by {self.tuner}; {tuned})"
+
+
+def load(directory: Path) -> TuningDb:
+    """The database in directory, every file checked against its manifest sha256."""
+    where = str(directory / MANIFEST)
+    data = load_toml(directory / MANIFEST, "tuning database manifest")
+    table, entries = data.get("tuning"), data.get("file")
+    if not isinstance(table, dict) or not isinstance(entries, list) or not entries:
+        raise UserError(f"{where}: needs a [tuning] table and at least one [[file]]")
+    if (kind := table.get("kind")) not in KINDS:
+        raise UserError(f"{where}: 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+    files: dict[str, str] = {}
+    for entry in entries:
+        name, expected = entry.get("path"), entry.get("sha256")
+        if not isinstance(name, str) or not isinstance(expected, str):
+            raise UserError(f"{where}: every [[file]] needs 'path' and 'sha256'")
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise UserError(f"{where}: file path {name!r} must be relative")
+        if not (directory / name).is_file():
+            raise UserError(f"{where}: {name} is missing; refusing this tuning database")
+        if (actual := stamps.file_sha256(directory / name)) != expected:
+            raise UserError(
+                f"{where}: {name} has sha256 {actual[:16]}..., manifest says {expected[:16]}...; "
+                "refusing this tuning database (re-run nox -s tune_aotriton, or restore the file)"
+            )
+        files[name] = expected
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    if unlisted := sorted(present - set(files) - {MANIFEST}):
+        raise UserError(f"{where}: files not in the manifest: {', '.join(unlisted)}; refusing")
+    meta = {k: v for k, v in table.items() if k not in ("commit", "arch", "kind", "tuner")}
+    fields = (str(table.get(k, "")) for k in ("commit", "arch"))
+    return TuningDb(directory, *fields, kind, str(table.get("tuner", "")), files, meta)
+
+
+def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
+    """The stored database for commit + arch, verified, or None when there is none."""
+    directory = db_dir(commit, arch, root)
+    if not (directory / MANIFEST).is_file():
+        return None
+    found = load(directory)
+    if (found.commit, found.arch) != (commit, arch):
+        raise UserError(
+            f"{directory / MANIFEST}: says commit {found.commit[:12]} arch {found.arch}, but it "
+            f"lies under {commit[:12]}/{arch}; refusing"
+        )
+    return found
+
+
+def write(
+    directory: Path, files: Mapping[str, Path], *, commit: str, arch: str, kind: str, tuner: str,
+    meta: Mapping[str, Any],
+) -> TuningDb:  # fmt: skip
+    """Write a database (files copied, sha256s recorded) through a staging directory renamed
+    into place: an interrupted write leaves the old one (or none), never half."""
+    import tomlkit
+
+    staging = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    listed = []
+    for name, source in sorted(files.items()):
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, staging / name)
+        listed.append({"path": name, "sha256": stamps.file_sha256(staging / name)})
+    header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
+    header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
+    manifest = tomlkit.dumps({"tuning": header, "file": listed})
+    note = "# Written by nox -s tune_aotriton; data, verified by sha256 before any use.\n\n"
+    (staging / MANIFEST).write_text(note + manifest)
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+    return load(directory)
+
+
+def publish(candidate: TuningDb, root: Path | None = None) -> TuningDb:
+    """Copy a verified database to its place under the tuning root (the repository's data)."""
+    target = db_dir(candidate.commit, candidate.arch, root)
+    files = {name: candidate.directory / name for name in candidate.files}
+    fields = ("commit", "arch", "kind", "tuner", "meta")
+    return write(target, files, **{k: getattr(candidate, k) for k in fields})
+
+
+def build_inputs(
+    db: TuningDb, src: Path, scratch: Path, *, python: str, cmake: str, runner: Runner
+) -> list[str]:
+    """Make the build in src use db; returns the extra CMake arguments it needs. cpptune-json
+    edits src until restore_source, which the build calls right after configure."""
+    runner.say(f"using {db.describe()}")
+    if db.kind == "sharded-sqlite":
+        return [f"-DAOTRITON_TUNING_DATABASE_ROOT={db.directory}"]
+    # cpptune-json: merge into the commit's own database, starting from its pristine copy.
+    restore_source(db, src, runner)
+    runner.run([cmake, "-E", "rm", "-rf", str(scratch)])
+    runner.run([cmake, "-E", "make_directory", str(scratch)])
+    runner.run([cmake, "-E", "tar", "xf", str(src / SOURCE_DB)], cwd=scratch)
+    sqlite, records = scratch / "tuning_database.sqlite3", db.directory / CPPTUNE_RECORDS
+    merge = [python, TABLE_TOOL, "--action", "rawjson", "-k", "FLASH"]
+    runner.run([*merge, "-f", str(sqlite), "-i", str(records)], cwd=src)
+    runner.run([cmake, "-E", "tar", "cJf", str(src / SOURCE_DB), sqlite.name], cwd=scratch)
+    return []
+
+
+def restore_source(db: TuningDb, src: Path, runner: Runner) -> None:
+    """Put the commit's own database back once configure has read the merged one (the port
+    generates its kernel tables at configure time), so the checkout stays pristine."""
+    if db.kind == "cpptune-json":
+        runner.run(["git", "-C", str(src), "checkout", "--", SOURCE_DB], cwd=src)

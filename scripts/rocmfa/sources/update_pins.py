@@ -1,0 +1,269 @@
+"""`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote` and rewrite only
+the `commit` value of pins/<project>.toml (rocmfa.plumbing.pin_files keeps every other byte);
+record what the new commit itself says (AOTriton's submodule paths: rocmfa.sources.pin_submodules;
+which AOTriton the torch pin's aotriton.cmake names: rocmfa.sources.pin_set); report whether
+each patch set still applies at the new commit (`--port-patches` copies one that applies); then
+refuse an inconsistent torch x AOTriton pin set (--force: a warning).
+
+resolve_for_build: a build's first real run that meets an unresolved pin (`commit = ""`) does
+the same for that project, says so in one line and goes on; a failure leaves the pin file as it
+was.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from urllib.parse import urlparse
+
+from rocmfa.plumbing import paths, pin_files
+from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import UpdatePinsOptions
+from rocmfa.sources import pin_set, pin_submodules, pins
+from rocmfa.sources.checkouts import fetch_commit, last_line
+from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
+
+# companions whose commit the torch pin names (ref = "from-pytorch"): file, related_commits key
+FROM_TORCH = {
+    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None),
+    "pytorch.audio": ("related_commits", "torchaudio"),
+    "pytorch.vision": ("related_commits", "torchvision"),
+    "pytorch.apex": ("related_commits", "apex"),
+}
+# patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
+PATCH_PROJECTS = {
+    "pytorch.audio": "pytorch_audio",
+    "pytorch.vision": "pytorch_vision",
+    "pytorch.triton": "triton",
+    "pytorch.apex": "apex",
+}
+
+
+def ls_remote(runner: Runner, url: str, ref: str) -> str:
+    """The commit ref names at url (tags peeled); UserError when unreachable or unknown."""
+    if pin_files.HEX40.fullmatch(ref):
+        return ref
+    result = runner.run(["git", "ls-remote", url, ref], capture=True, check=False)
+    if result.returncode != 0:
+        raise UserError(f"cannot reach {url}: {last_line(result.stderr) or result.returncode}")
+    pairs = (line.split() for line in result.stdout.splitlines())
+    refs = {pair[1]: pair[0] for pair in pairs if len(pair) == 2}
+    for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+        if name in refs:
+            return refs[name]
+    raise UserError(f"{url} has no ref '{ref}' (branch or tag)")
+
+
+def update_pins(opts: UpdatePinsOptions) -> None:
+    runner = Runner(dry_run=opts.dry_run)
+    work, directory = paths.workdir(opts.workdir), pin_files.pins_dir()
+    chosen, failures = opts.project or pin_files.PROJECTS, {}
+    for project in chosen:
+        try:
+            _update_project(project, directory, work, runner, port=opts.port_patches)
+        except UserError as e:
+            failures[project] = e
+            runner.say(f"{project}: FAILED: {e}")
+    if {"pytorch", "aotriton"} & set(chosen) and not {"pytorch", "aotriton"} & set(failures):
+        if opts.dry_run:
+            runner.say("[dry-run] would check the torch x AOTriton pin set")
+        else:
+            try:
+                _check_pin_set(directory, work, runner, force=opts.force)
+            except UserError as e:
+                failures["pin set"] = e
+                runner.say(f"pin set: FAILED: {e}")
+    if failures:
+        first = next(iter(failures.items()))
+        raise UserError(
+            f"update_pins: {len(failures)} project(s) failed; first: {'{}: {}'.format(*first)}"
+        )
+
+
+def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
+    """Before a build's first command: an unresolved pin of project is resolved, checked and
+    recorded as `nox -s update_pins -- --project <project>` does (one line said). A dry run
+    asks nothing and says the real run will."""
+    directory = pin_files.pins_dir()
+    try:
+        pins.load_pin(project, directory, workdir=workdir)
+        return
+    except pin_files.Unresolved:
+        pass
+    path, table = pin_files.read_table(project, directory)
+    url, ref = str(table.get("url")), str(table.get("ref"))
+    if runner.dry_run:
+        runner.say(
+            f"[dry-run] {project}: {ref} has no commit in {path}: the real run resolves, checks "
+            "and records it there first (as nox -s update_pins does)"
+        )
+        return
+    work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
+    quiet = Runner(out=said)  # update_pins' own lines; the build says one
+    try:
+        try:
+            _update_project(project, directory, work, quiet, port=False)
+        except UserError as e:
+            raise UserError(
+                f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
+                f"{urlparse(url).hostname or url} is reachable, or point "
+                f"${pin_files.PINS_DIR_ENV} at resolved pins"
+            ) from None
+        if project in ("pytorch", "aotriton"):
+            _check_pin_set(directory, work, quiet, force=force)
+    except UserError:
+        path.write_text(before)  # never a recorded pin that was not checked
+        raise
+    commit = pins.load_pin(project, directory, workdir=work).commit
+    runner.say(
+        f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path} "
+        "(as nox -s update_pins does)"
+    )
+    for line in said.getvalue().splitlines():
+        if line.startswith("WARNING"):
+            runner.say(line)
+
+
+def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
+    path, table = pin_files.read_table(project, directory)
+    tables = [(project, table)] + [
+        (f"{project}.{key}", value)
+        for key, value in table.items()
+        if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value)
+    ]
+    for name, entry in tables:
+        where = f"{path.name} [{name}]"
+        url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
+        old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
+        follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
+        companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
+        if runner.dry_run:  # nothing asked, nothing written
+            if not (follows or companion):
+                runner.run(["git", "ls-remote", url, ref])
+            what = "the torch pin names" if follows or companion else f"{ref} resolves to"
+            runner.say(f"[dry-run] {name}: would record the commit {what} (and what it says)")
+            continue
+        if follows:
+            pin = pins.load_pin("aotriton", directory, workdir=work)
+            runner.say(f"{name}: follows PyTorch -> {pin.commit[:12]} ({pin.source})")
+            record_submodules(path, name, url, pin.commit, aotriton_src, runner)
+            _report_patches(project, None, pin.commit, work, runner, port=False)
+            continue
+        if companion:
+            new = _companion_from_torch(name, directory, work, runner)
+        else:
+            new = ls_remote(runner, url, ref)
+        if new == old:
+            runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
+        else:
+            pin_files.set_values(path, name, {"commit": new})
+            shown = old[:12] if isinstance(old, str) and old else "unset"
+            runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
+        if name == "aotriton":
+            record_submodules(path, name, url, new, aotriton_src, runner)
+        if name == "pytorch":
+            _record_torch_aotriton(path, directory, work, runner)
+        old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
+        _report_patches(PATCH_PROJECTS.get(name, project), old, new, work, runner, port=port)
+
+
+def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
+    """The commit the (just resolved) torch pin names for a companion: related_commits for
+    audio/vision/apex, .ci/docker/ci_commit_pins/triton.txt for triton - what TheRock's
+    generate_pytorch_source_manifest.py records for a ROCm/pytorch release branch."""
+    pytorch = pins.load_pin("pytorch", directory, workdir=work)
+    path, key = FROM_TORCH[name]
+    text = pins.torch_file(pytorch, path, workdir=work)
+    where = f"torch {pytorch.commit[:12]} {path}"
+    if text is None:
+        raise UserError(f"{name}: {where} does not exist")
+    commit = text.strip().lower()
+    if key is not None:
+        if (found := pins.parse_related_commits(text, where).get(key)) is None:
+            raise UserError(f"{name}: {where} has no {key!r} entry")
+        commit = found[1].lower()
+        if found[0]:  # TheRock's manifest takes the origin from there too
+            torch_file = pin_files.read_table("pytorch", directory)[0]
+            pin_files.set_values(torch_file, name, {"url": found[0]})
+    if not pin_files.HEX40.fullmatch(commit):
+        raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
+    runner.say(f"{name}: from {where}")
+    return commit
+
+
+def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
+    if (present := patch_set_for(project, new)) is not None:
+        what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
+        runner.say(f"{project}: {what} present for {new[:12]}")
+        return
+    if not (sets := available_sets(project)):
+        runner.say(f"{project}: no patches")
+        return
+    runner.say(
+        f"{project}: no patch set for {new[:12]} while sets exist for "
+        f"{', '.join(c[:12] for c in sets)}: the build refuses it until one is ported "
+        f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
+    )
+    source = old if old in sets else sets[-1]
+    found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
+    if found is None or not (checkout / ".git").exists():
+        runner.say(
+            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: no checkout at "
+            f"{checkout} (build once, then rerun update_pins)"
+        )
+        return
+    if problem := fetch_commit(runner, checkout, "origin", new):
+        runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
+        return
+    ok, detail = check_set_applies(found, new, checkout, runner)
+    verdict = "still applies" if ok else "does NOT apply"
+    runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
+    if ok and port:
+        runner.say(f"{project}: ported the set to {port_set(found, new)}")
+    elif ok:
+        runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
+
+
+def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
+    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
+    if not (checkout / ".git").exists():
+        runner.say(
+            f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
+            "(build once, then rerun update_pins); the recorded list is kept"
+        )
+        return
+    if problem := fetch_commit(runner, checkout, url, commit):
+        raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
+    tree = pin_submodules.read_tree_submodules(runner, checkout, commit)
+    changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
+    unmapped = ", ".join(tree.unmapped)
+    runner.say(
+        f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
+        + (
+            f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
+            if unmapped
+            else ""
+        )
+        + (f" (rewrote {path.name})" if changed else "")
+    )
+
+
+def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
+    """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
+    pytorch = pins.load_pin("pytorch", directory, workdir=work)
+    named = pin_set.read_from_torch(pytorch, workdir=work)
+    values = {"pytorch_commit": pytorch.commit, "version": named.version}
+    values |= {"commit": named.commit, "source": named.source}
+    pin_files.set_values(path, pin_set.RECORD_TABLE, {k: v for k, v in values.items() if v})
+    runner.say(
+        f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
+        f"{named.commit[:12]} ({named.source}); recorded in [{pin_set.RECORD_TABLE}]"
+    )
+
+
+def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) -> None:
+    aotriton = pins.load_pin("aotriton", directory, workdir=work)
+    version = str(aotriton.data.get("version") or "")
+    for line in pin_set.check(aotriton, version, force=force, workdir=work):
+        runner.say(line)

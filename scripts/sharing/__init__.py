@@ -1,2 +1,0 @@
-"""Sharing wheel sets: install_wheels (this run's or a team index's), publish to a team index,
-the index and its manifests. Imports scripts.builds and the layers below."""

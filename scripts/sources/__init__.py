@@ -1,2 +1,0 @@
-"""Upstream sources: pins (url, ref, commit), checkouts at the pinned commit, checksummed patch
-sets chosen by commit, update_pins. Imports scripts.env and scripts.plumbing."""
