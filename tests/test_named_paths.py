@@ -7,6 +7,7 @@ the top is not one of ours."""
 from __future__ import annotations
 
 import re
+import tarfile
 from pathlib import Path
 
 from rocmfa.plumbing import options
@@ -34,10 +35,17 @@ def named_paths(text: str) -> set[str]:
     return found
 
 
+RAW = REPO_ROOT / "docs" / "results" / "raw.tar.xz"  # docs/results' raw JSON and logs
+
+
 def exists(path: str) -> bool:
-    """The path, or the module of a `scripts/x/module.function` reference."""
+    """The path, the module of a `scripts/x/module.function` reference, or a raw result kept in
+    docs/results/raw.tar.xz (its README says so)."""
     module = re.sub(r"\.\w+$", "", path) + ".py"
-    return (REPO_ROOT / path).exists() or (REPO_ROOT / module).exists()
+    if (REPO_ROOT / path).exists() or (REPO_ROOT / module).exists():
+        return True
+    with tarfile.open(RAW) as raw:
+        return path.removeprefix("docs/results/") in raw.getnames()
 
 
 def texts() -> dict[str, str]:
