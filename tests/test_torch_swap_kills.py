@@ -133,12 +133,11 @@ def kill_points(rig: Rig, changes: list[str]) -> list[int]:
         or (n > committed and not line.startswith("shutil.rmtree"))
     ]
     kept = [n for n in range(1, len(changes) + 1) if n not in skipped]
-    # A run of changes of one kind in one folder (pip writing torch/lib file after file) is
-    # killed at its first and last change: between them the state differs only in how many.
-    kind = {n: (changes[n - 1].split(" ", 1)[0], Path(changes[n - 1].split(" ", 1)[-1]).parent)
-            for n in kept}  # fmt: skip
-    ends = {n for i, n in enumerate(kept) if i in (0, len(kept) - 1)
-            or kind[n] != kind[kept[i - 1]] or kind[n] != kind[kept[i + 1]]}  # fmt: skip
+    # A run of changes in one folder (pip writing torch/lib file after file, whatever the call) is
+    # killed at its first change: an audit event comes before its change, so that kill leaves
+    # the run before it whole and this one not begun; inside the run only the count differs.
+    kind = {n: Path(changes[n - 1].split(" ", 1)[-1]).parent for n in kept}
+    ends = {n for i, n in enumerate(kept) if i == 0 or kind[n] != kind[kept[i - 1]]}
     return sorted({*ends, min(skipped, default=1), len(changes)})
 
 
@@ -147,7 +146,9 @@ def kill_everywhere(rig: Rig, what: str, prepare: Callable[[], Path]) -> None:
     finishes it. prepare() sets up the same start each time and returns the run's work dir."""
     _, changes = rig.run(prepare(), what, kill_at=0)  # count only
     half = 0
-    for n in kill_points(rig, changes):
+    points = kill_points(rig, changes)
+    print(f"{what}: {len(points)} kill points of {len(changes)} changes")
+    for n in points:
         work = prepare()
         status, seen = rig.run(work, what, kill_at=n)
         when = f"killed at change {n}/{len(changes)} ({seen[-1] if seen else '?'})"
