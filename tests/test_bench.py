@@ -196,7 +196,7 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     row.update({"pass": "fwd", "status": "ok", "reason": None, "median_ms": 0.9619})
     row.update(min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6, **fields)
     prov = {"device_name": "H200", "arch": "sm_90", "torch": "x", "peak_note": "p"}
-    table = bench_report.render_table([bench_plan.complete_row(row)], prov)
+    table = bench_report.render_table([bench_plan.complete_row(row)], prov, "device: test")
     line = next(x for x in table.splitlines() if x.startswith("decode-128k"))
     assert "4465" in line and "memory" in line and "92.8" in line
 

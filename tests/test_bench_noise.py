@@ -1,18 +1,15 @@
-"""bench.py's spread figure, extra repeats for noisy rows and the `noisy` mark, the wall-clock
-timing mode, --sustained, the GPU-state provenance, and bench_crosscheck's reading of a result
-file: real CPU torch runs and real timers (the noise comes from real sleeps)."""
+"""bench.py's spread figure and `noisy` mark, and bench_crosscheck (bench's timer against an
+independent harness, in turns): real CPU torch runs and real timers."""
 
 from __future__ import annotations
 
 import csv
 import json
 import statistics
-import time
-from types import SimpleNamespace
 
 import torch
 
-from rocmfa.probes import bench, bench_crosscheck, bench_measure, bench_plan, gpu_state
+from rocmfa.probes import bench, bench_crosscheck, bench_measure, bench_plan, bench_report
 
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--warmup-ms", "0", "--causal", "no"]
 
@@ -24,126 +21,20 @@ def test_spread_is_iqr_over_median():
     assert bench_measure.summarize([1.0, 1.01, 1.02, 1.0], 0.1)["noisy"] is False
 
 
-def alternating_sleeps(short_s: float, long_s: float):
-    state = {"n": 0}
-
-    def fn() -> None:
-        state["n"] += 1
-        time.sleep(long_s if state["n"] % 2 else short_s)
-
-    return fn, state
-
-
-def opts(**kw):
-    base = {
-        "repeats": None,
-        "noise_threshold": 0.1,
-        "noise_max_repeats": 16,
-        "noise_budget_ms": 1e4,
-    }
-    return SimpleNamespace(**{**base, **kw})
-
-
-def test_noisy_timings_get_more_repeats_up_to_the_bound():
-    timer = bench_measure.Timer(torch.device("cpu"))
-    fn, _ = alternating_sleeps(0.0005, 0.002)
-    times = timer.measure(fn, lambda: None, 4)
-    more = bench_measure.more_repeats_while_noisy(timer, fn, lambda: None, times, 1.2, 1, opts())
-    assert len(more) == 16 and more[:4] == times
-    assert bench_measure.summarize(more)["noisy"] is True
-    # A fixed --repeats count is kept as asked.
-    fixed = bench_measure.more_repeats_while_noisy(
-        timer, fn, lambda: None, times, 1.2, 1, opts(repeats=4)
-    )
-    assert fixed == times
-
-
-def test_steady_timings_get_no_extra_repeats():
-    timer = bench_measure.Timer(torch.device("cpu"))
-    fn, state = alternating_sleeps(0.01, 0.01)
-    times = timer.measure(fn, lambda: None, 5)
-    # Far above sleep jitter even on a loaded 2-core machine (a 2 ms sleep once read 2x its
-    # median there): the rule under test is "no extra repeats below the threshold".
-    steady = opts(noise_threshold=5.0)
-    more = bench_measure.more_repeats_while_noisy(timer, fn, lambda: None, times, 2.0, 1, steady)
-    assert more == times and state["n"] == 5
-
-
 def test_noisy_rows_marked_on_screen_csv_and_json(tmp_path, capsys):
-    # Threshold 0: any spread at all counts as noise; one repeat more at most.
-    args = [
-        *TINY,
-        "--backends",
-        "math",
-        "--passes",
-        "fwd",
-        "--min-repeats",
-        "6",
-        "--max-repeats",
-        "6",
-    ]
-    args += ["--noise-threshold", "0", "--noise-max-repeats", "7", "--out-dir", str(tmp_path)]
-    assert bench.main(args) == 0
+    args = [*TINY, "--backends", "math", "--passes", "fwd", "--repeats", "8"]
+    assert bench.main([*args, "--json", str(tmp_path / "bench.json")]) == 0
     doc = json.loads((tmp_path / "bench.json").read_text())
     (row,) = doc["results"]
-    assert row["noisy"] is True and row["spread"] > 0 and row["repeats"] == 7
+    assert row["repeats"] == 8 and row["noisy"] is (row["spread"] > 0.1)
+    row |= {"noisy": True, "spread": 0.25}  # as a noisy run writes it
+    bench_report.write_csv(tmp_path / "bench.csv", [row])
     with open(tmp_path / "bench.csv") as f:
         (csv_row,) = list(csv.DictReader(f))
-    assert csv_row["noisy"] == "True" and float(csv_row["spread"]) == row["spread"]
-    out = capsys.readouterr()
-    assert "noisy" in out.out.splitlines()[-3] and "1 row(s) noisy" in out.out
-    assert "NOISY" in out.err  # progress line
-
-
-def test_wall_timing_is_recorded_and_named_in_the_header(tmp_path, capsys):
-    path = tmp_path / "wall.json"
-    args = [*TINY, "--backends", "math", "--timing", "wall", "--repeats", "3", "--json", str(path)]
-    assert bench.main(args) == 0
-    doc = json.loads(path.read_text())
-    assert doc["settings"]["timing"] == "wall" and doc["settings"]["timer"].startswith("wall:")
-    assert all(r["status"] == "ok" and r["calls_per_sample"] >= 1 for r in doc["results"])
-    assert all(r["repeats"] == 3 for r in doc["results"])
-    assert "timing: wall: back-to-back calls" in capsys.readouterr().out
-
-
-def test_wall_samples_average_back_to_back_calls():
-    timer = bench_measure.Timer(torch.device("cpu"), "wall")
-    assert timer.calls_per_sample(0.5) == 4 and timer.calls_per_sample(10.0) == 1
-    fn, state = alternating_sleeps(0.001, 0.003)
-    (per_call,) = timer.measure(fn, lambda: None, 1, calls=4)
-    assert state["n"] == 4 and per_call >= 1.95  # mean of 1, 3, 1, 3 ms (sleeps only overshoot)
-
-
-def test_sustained_runs_large_cases_first():
-    assert bench_measure.large_case(bench_plan.SIZES["Large"])
-    assert bench_measure.large_case(bench_plan.SIZES["XLarge"])
-    assert not bench_measure.large_case(bench_plan.SIZES["Medium"])
-    timer = bench_measure.Timer(torch.device("cpu"))
-    fn, state = alternating_sleeps(0.001, 0.001)
-    started = time.perf_counter()
-    timer.run_for(fn, lambda: None, 0.05)
-    assert time.perf_counter() - started >= 0.05 and state["n"] >= 4
-
-
-def test_gpu_state_is_unknown_on_cpu_and_recorded_before_and_after(tmp_path, capsys):
-    state = gpu_state.gpu_state(torch.device("cpu"))
-    assert state["sm_clock_mhz"] == "unknown" and gpu_state.describe(state) == "unknown"
-    path = tmp_path / "b.json"
-    assert bench.main([*TINY, "--backends", "math", "--repeats", "2", "--json", str(path)]) == 0
-    prov = json.loads(path.read_text())["provenance"]
-    assert set(prov["gpu_state"]) == {"before", "after"}
-    assert "GPU state: before unknown; after unknown" in capsys.readouterr().out
-
-
-def test_crosscheck_reads_every_named_size_and_the_timing_mode(tmp_path):
-    path = tmp_path / "tiny.json"
-    args = ["--sizes", "Tiny", "--dtypes", "fp16", "--backends", "math", "--timing", "wall"]
-    assert bench.main([*args, "--repeats", "2", "--warmup-ms", "0", "--json", str(path)]) == 0
-    table, timing = bench_crosscheck.bench_lookup(str(path))
-    assert timing == "wall"
-    assert set(table) == {("Tiny", "math", c, p) for c in (False, True) for p in ("fwd", "bwd")}
-    assert all(reps == 2 and calls >= 1 for _ms, reps, calls, _noisy in table.values())
-    assert {c[0] for c in bench_crosscheck.default_cases()} == set(bench_plan.SIZES)
+    assert csv_row["noisy"] == "True" and float(csv_row["spread"]) == 0.25
+    table = bench_report.render_table([row], doc["provenance"], "device: test")
+    assert "noisy" in table.splitlines()[-3] and "1 row(s) noisy" in table
+    assert "NOISY" in bench_plan.progress_text(row)
 
 
 def test_crosscheck_takes_turns_a_b_then_b_a():
@@ -177,7 +68,7 @@ def test_crosscheck_difference_pairs_neighbouring_turns():
 
 def test_crosscheck_times_bench_and_its_own_harness_in_one_process(tmp_path, capsys):
     path = tmp_path / "cc.json"
-    args = ["--device", "cpu", "--timing", "wall", "--sizes", "Tiny", "--turns", "3"]
+    args = ["--device", "cpu", "--sizes", "Tiny", "--turns", "3"]
     code = bench_crosscheck.main([*args, "--json", str(path)])
     data = json.loads(path.read_text())
     assert code == (0 if data["agree"] else 1)
@@ -198,20 +89,20 @@ def test_crosscheck_times_bench_and_its_own_harness_in_one_process(tmp_path, cap
     assert "take turns on each case" in out and ("AGREE" in out or "DISAGREE" in out)
 
 
-def test_crosscheck_refuses_what_it_cannot_compare(tmp_path, capsys):
-    bench_json = tmp_path / "wall.json"
-    bench_args = ["--sizes", "Tiny", "--dtypes", "fp16", "--backends", "math", "--timing", "wall"]
-    assert (
-        bench.main([*bench_args, "--repeats", "2", "--warmup-ms", "0", "--json", str(bench_json)])
-        == 0
-    )
+def test_crosscheck_reads_the_cases_of_a_bench_result_and_refuses_bad_input(tmp_path, capsys):
+    bench_json = tmp_path / "b.json"
+    bench_args = ["--sizes", "Tiny,Small", "--backends", "math", "--causal", "no"]
+    bench_args += ["--passes", "fwd", "--repeats", "2", "--warmup-ms", "0"]
+    assert bench.main([*bench_args, "--json", str(bench_json)]) == 0
+    opts = bench_crosscheck.build_parser().parse_args(["--bench-json", str(bench_json)])
+    cases = bench_crosscheck.pick_cases(opts, torch.device("cpu"))
+    assert cases == [("Tiny", "math", False), ("Small", "math", False)]
     capsys.readouterr()
-    cases = [
-        (["--device", "cpu"], "device timing needs a CUDA or ROCm device"),
-        (["--device", "cpu", "--timing", "wall", "--sizes", "Huge"], "unknown size 'Huge'"),
-        (["--device", "cpu", "--bench-json", str(bench_json), "--timing", "device"], "not device"),
-    ]
-    for argv, message in cases:
+    for argv, message in (
+        (["--device", "cpu", "--sizes", "Huge"], "unknown size 'Huge'"),
+        (["--device", "cpu", "--turns", "0"], "at least 1"),
+        (["--bench-json", str(tmp_path / "none.json")], "cannot read"),
+    ):
         assert bench_crosscheck.main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1

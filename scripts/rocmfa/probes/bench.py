@@ -7,12 +7,7 @@ min/max and quartiles are reported. On CPU the host clock (time.perf_counter) is
 there is no flush.
 The number of repeats adapts to a time budget per measurement (--budget-ms, clamped to
 --min-repeats..--max-repeats) unless --repeats fixes it. Each row has a spread figure,
-(p75 - p25) / median; above --noise-threshold more repeats are taken (up to --noise-max-repeats
-and --noise-budget-ms), and a row still above it is marked `noisy`.
---timing wall times back-to-back calls on the host clock instead (host launch cost included,
-what a training loop pays). --sustained SECONDS runs each large case that long before timing it,
-so that it is timed in the GPU's steady power state, not at burst clocks. The GPU's SM clock
-and power state are recorded before and after the run.
+(p75 - p25) / median; above 10 % the row is marked `noisy`.
 
 FLOPs follow the flash-attention convention (say so when quoting the numbers):
 forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
@@ -21,8 +16,7 @@ rate. Bytes follow measure.BYTE_CONVENTION; a row whose FLOP/byte is under the r
 / the card's memory roof) is memory-bound and judged in GB/s against that roof.
 
 Run as `python scripts/rocmfa/probes/bench.py [options]` with any Python that has torch (CPU, CUDA
-or
-ROCm).
+or ROCm).
 """
 
 from __future__ import annotations
@@ -37,13 +31,11 @@ if __package__:
     from . import bench_measure as measure
     from . import bench_plan as plan
     from . import bench_report as report
-    from . import gpu_state
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_measure as measure  # type: ignore[no-redef]
     import bench_plan as plan  # type: ignore[no-redef]
     import bench_report as report  # type: ignore[no-redef]
-    import gpu_state  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 PROG = "bench.py"
@@ -99,7 +91,7 @@ def _add_case_options(p: common.OneLineArgumentParser) -> None:
 
 
 def _add_timing_options(p: common.OneLineArgumentParser) -> None:
-    """How each case is timed: repeats, warm-up, timing mode, noise handling."""
+    """How each case is timed: repeats, warm-up, kernel time."""
     for flag, kind, default, text in (
         ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
         ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
@@ -109,27 +101,9 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
         ("--max-repeats", int, 50, "adaptive mode maximum"),
         ("--warmup", int, 1, "minimum warm-up calls"),
         ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
-        ("--noise-threshold", float, measure.NOISE_THRESHOLD,
-         "spread (p75-p25)/median above which more repeats are taken"),
-        ("--noise-max-repeats", int, 100, "bound on the repeats of a noisy row"),
-        ("--noise-budget-ms", float, 30.0, "bound on the extra time spent on a noisy row"),
     ):  # fmt: skip
         shown = "" if default is None else f" (default {default:g})"
         p.add_argument(flag, type=kind, default=default, help=text + shown)
-    p.add_argument(
-        "--timing",
-        choices=measure.TIMINGS,
-        default="device",
-        help="device: device events, launch cost kept out (default); wall: back-to-back calls "
-        "on the host clock, host cost included",
-    )
-    p.add_argument(
-        "--sustained",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="run each large case (Large and up) this long before timing it: steady power state",
-    )
     p.add_argument(
         "--no-kernel-time",
         dest="kernel_time",
@@ -185,9 +159,6 @@ def _check_options(opts: Any) -> None:
         raise common.UsageError("--min-repeats is larger than --max-repeats")
     if opts.peak_tflops is not None and opts.peak_tflops <= 0:
         raise common.UsageError("--peak-tflops must be positive")
-    for name in ("sustained", "noise_threshold", "noise_budget_ms"):
-        if given[name] < 0:
-            raise common.UsageError(f"--{name.replace('_', '-')} must not be negative")
 
 
 def _output_paths(opts: Any) -> dict[str, Path | None]:
@@ -232,7 +203,7 @@ def _replot(opts: Any) -> int:
     """--replot: draw the plot again from a saved JSON."""
     if not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
-    data = report.load_results(opts.replot)
+    data = common.read_results(opts.replot, "--replot")
     prov = data.get("provenance", {})
     note = report.write_plot(
         Path(opts.plot_path),
@@ -286,8 +257,9 @@ NOT_SETTINGS = {
 def _settings(opts: Any, device: Any) -> dict[str, Any]:
     """The options that shaped the run, as recorded in the JSON."""
     settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
-    settings["timer"] = report.timing_note(opts.timing, device.type == "cuda")
-    return settings
+    # timing/sustained: as earlier runs recorded them, so that the results page still finds
+    # them the same configuration as this one.
+    return {**settings, "timing": "device", "sustained": 0.0, "timer": report.timing_note(device)}
 
 
 def _write_outputs(
@@ -314,8 +286,7 @@ def _dry_run(opts: Any, device: Any, cases: list, dtypes: list, backends: list) 
         device,
         [
             f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
-            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal}, --timing "
-            f"{opts.timing})",
+            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
             *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
             "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
         ],
@@ -330,8 +301,8 @@ def _main(argv: list[str] | None) -> int:
         return _replot(opts)
     _check_options(opts)
     # Validate everything cheap before touching the device.
-    device = common.resolve_device(opts.device)
     cases = plan.build_cases(opts)
+    device = common.resolve_device(opts.device)
     dtypes = plan.suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
     if opts.dry_run:
@@ -343,7 +314,6 @@ def _main(argv: list[str] | None) -> int:
     arch, device_name = common.detect_arch(device)
     prov = common.provenance(device, arch, device_name)
     ident = common.identity(device, arch, device_name)
-    prov["gpu_state"] = {"before": gpu_state.gpu_state(device)}
     info = common.device_info(device)
     prov["device_info"] = info
     peaks = _add_peaks(prov, arch, arches, info, opts.peak_tflops)
@@ -355,9 +325,8 @@ def _main(argv: list[str] | None) -> int:
     results = plan.run_suite(
         opts, device, {d: p for d, (p, _s) in peaks.items()}, prov["memory_roof_gbps"]
     )
-    prov["gpu_state"]["after"] = gpu_state.gpu_state(device)
     wall = time.perf_counter() - started
-    print(report.render_table(results, prov, opts.timing))
+    print(report.render_table(results, prov, report.timing_note(device)))
     document = {
         "schema": SCHEMA,
         "identity": ident,

@@ -1,10 +1,9 @@
 """bench's measuring: the FLOP convention, the result row's fields, and timing one pass of
-one case, with adaptive repeats, median/min/max/quartiles and a spread figure (more repeats
-when it is high; `noisy` when it stays high). torch + stdlib only.
+one case, with adaptive repeats, median/min/max/quartiles and a spread figure (`noisy` when it
+is high), and the kernel time of rows that can be launch-bound. torch + stdlib only.
 
-Timing modes: "device" (device events with an L2 flush and a GPU spin ahead of each repeat, so
-host launch cost stays out; host clock on CPU) and "wall" (back-to-back calls on the host clock,
-synchronised once per sample: what a training loop pays, host cost included)."""
+Device events with an L2 flush and a GPU spin ahead of each repeat, so host launch cost stays
+out; the host clock on CPU."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ from typing import Any
 
 if __package__:
     from . import bench_change as change
-    from . import kernel_time
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_change as change  # type: ignore[no-redef]
-    import kernel_time  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 FLOP_CONVENTION = (
@@ -46,15 +43,8 @@ HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (u
 # (a Medium flash backward read 0.12 ms, or 0.30 ms with a 3.4 ms tail, behind a 0.2 ms spin).
 BACKWARD_HEAD_START_CYCLES = 1_000_000  # ~0.5 ms
 MAX_HEAD_START_CYCLES = 2_000_000  # ~1 ms: longer than any host launch sequence we time
-WALL_SETTLE_MS = 25.0  # wall mode: back-to-back calls before timing, so clocks are up
-TIMINGS = ("device", "wall")
-WALL_SAMPLE_MS = 2.0  # wall mode: back-to-back calls per sample until about this long
-WALL_MAX_CALLS = 200
-# Spread = (p75 - p25) / median. Above NOISE_THRESHOLD more repeats are taken (up to
-# --noise-max-repeats); still above it, the row is marked noisy.
+# Spread = (p75 - p25) / median; above this the row is marked noisy.
 NOISE_THRESHOLD = 0.10
-# --sustained applies to cases at least this big (fwd FLOPs, non-causal): Large and up.
-SUSTAINED_MIN_FLOPS = 4.0 * 8 * 16 * 2048 * 2048 * 64
 
 # What identifies a timed case (bench_change.CASE_FIELDS: --compare matches runs on it), then
 # its results.
@@ -70,8 +60,6 @@ RESULT_FIELDS = (
     "repeats",
     "spread",
     "noisy",
-    "calls_per_sample",
-    "sustained_s",
     "flops",
     "tflops",
     "pct_peak",
@@ -186,21 +174,19 @@ def rates(
 
 
 class Timer:
-    """Times a callable: device events + L2 flush on GPU, perf_counter on CPU ("device"), or
-    back-to-back calls on the host clock ("wall")."""
+    """Times a callable: device events + L2 flush on GPU, perf_counter on CPU."""
 
-    def __init__(self, device: Any, timing: str = "device") -> None:
+    def __init__(self, device: Any) -> None:
         import torch
 
         self.device = device
-        self.timing = timing
         self.gpu = device.type == "cuda"
         self.flush_buffer = (
             torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if self.gpu else None
         )
         self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
-        self.launch_ms: list[float] = []  # host time of each timed call (device mode, GPU)
+        self.launch_ms: list[float] = []  # host time of each timed call (GPU)
         self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
 
     def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
@@ -226,76 +212,31 @@ class Timer:
         return (time.perf_counter() - t0) * 1e3
 
     def warmup(
-        self,
-        fn: Callable[[], Any],
-        before: Callable[[], Any],
-        first_ms: float,
-        warmup_ms: float,
+        self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
         min_calls: int,
-    ) -> float:
+    ) -> float:  # fmt: skip
         """Warm up after a first (probe) call that took first_ms; returns the per-call estimate.
 
         The first call carries one-off costs (module load, cuDNN plan build, allocator growth),
-        so the estimate comes from later calls. Calls slower than SLOW_CALL_MS (the math path
-        at XLarge) are warm after one repeat; more warm-up would only add to the wall time.
+        so the estimate comes from later calls. A call slower than SLOW_CALL_MS gets one more
+        call to tell one-off costs from a slow call; a slow call is warm after it.
         """
         times: list[float] = []
-        spent = first_ms
-        calls = 1
+        spent, calls = first_ms, 1
         if first_ms >= SLOW_CALL_MS:
-            # Slow because of one-off costs (a cuDNN plan build) or slow for real? One more
-            # call tells; only a call that is slow for real ends the warm-up here.
             times.append(self.call_once(fn, before))
-            spent += times[-1]
-            calls += 1
+            spent, calls = spent + times[-1], 2
         slow = bool(times) and times[-1] >= SLOW_CALL_MS
         while calls < min_calls or (
             not slow and (len(times) < 2 or spent < warmup_ms) and calls < 1000
         ):
-            elapsed = self.call_once(fn, before)
-            times.append(elapsed)
-            spent += elapsed
-            calls += 1
+            times.append(self.call_once(fn, before))
+            spent, calls = spent + times[-1], calls + 1
         return statistics.median(times) if times else first_ms
 
-    def calls_per_sample(self, estimate_ms: float) -> int:
-        """wall mode: calls per sample, so that one sample spans about WALL_SAMPLE_MS."""
-        if self.timing != "wall":
-            return 1
-        return max(1, min(WALL_MAX_CALLS, round(WALL_SAMPLE_MS / max(estimate_ms, 1e-3))))
-
-    def measure_wall(
-        self, fn: Callable[[], Any], before: Callable[[], Any], samples: int, calls: int
-    ) -> list[float]:
-        """Per-call ms of `calls` back-to-back calls (setup included), one value per sample."""
-        out = []
-        for _ in range(samples):
-            self.sync()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                before()
-                fn()
-            self.sync()
-            out.append((time.perf_counter() - t0) * 1e3 / calls)
-        return out
-
-    def run_for(self, fn: Callable[[], Any], before: Callable[[], Any], seconds: float) -> float:
-        """Back-to-back calls, untimed, for `seconds` (to reach the sustained power state)."""
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            for _ in range(4):
-                before()
-                fn()
-            self.sync()
-        return seconds
-
-    def measure(
-        self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int, calls: int = 1
-    ) -> list[float]:
+    def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
         import torch
 
-        if self.timing == "wall":
-            return self.measure_wall(fn, before, repeats, calls)
         if not self.gpu:
             out = []
             for _ in range(repeats):
@@ -325,21 +266,16 @@ class Timer:
 
 def spread(times_ms: list[float]) -> float:
     """(p75 - p25) / median: 0.1 means the middle half of the repeats spans 10% of the median."""
-    ordered = sorted(times_ms)
-    if len(ordered) < 2:
+    if len(times_ms) < 2:
         return 0.0
-    q = statistics.quantiles(ordered, n=4, method="inclusive")
-    median = statistics.median(ordered)
+    q = statistics.quantiles(sorted(times_ms), n=4, method="inclusive")
+    median = statistics.median(times_ms)
     return (q[2] - q[0]) / median if median > 0 else 0.0
 
 
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
     ordered = sorted(times_ms)
-    if len(ordered) >= 2:
-        q = statistics.quantiles(ordered, n=4, method="inclusive")
-        p25, p75 = q[0], q[2]
-    else:
-        p25 = p75 = ordered[0]
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
     figure = spread(ordered)
     return {
         "spread": round(figure, 4),
@@ -347,8 +283,8 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
         "median_ms": round(statistics.median(ordered), 5),
         "min_ms": round(ordered[0], 5),
         "max_ms": round(ordered[-1], 5),
-        "p25_ms": round(p25, 5),
-        "p75_ms": round(p75, 5),
+        "p25_ms": round(q[0], 5),
+        "p75_ms": round(q[2], 5),
         "repeats": len(ordered),
     }
 
@@ -391,22 +327,14 @@ def pass_callables(
         return forward, (lambda: None)
     if pass_name == "bwd":
         out = forward()  # forward once; only backward is timed
-        return (
-            lambda: out.backward(dout, retain_graph=True),
-            tensors.reset_grads,
-        )
+        return (lambda: out.backward(dout, retain_graph=True)), tensors.reset_grads
     return (lambda: forward().backward(dout)), tensors.reset_grads
 
 
 def run_pass(
-    timer: Timer,
-    tensors: Tensors,
-    causal: bool,
-    backend: str,
-    pass_name: str,
-    opts: Any,
+    timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
     known_estimate: float | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Time one pass; returns status fields plus timing fields when it ran.
 
     known_estimate: per-call ms when earlier passes of this case already warmed every kernel
@@ -423,28 +351,16 @@ def run_pass(
                     first_ms = None if known_estimate else timer.call_once(fn, before)
                 except Exception as exc:
                     return _failure(timer, tensors, exc, caught)
-            if first_ms is None:
-                estimate = known_estimate
-            else:
+            estimate = known_estimate
+            if first_ms is not None:
                 warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
-            repeats = repeat_count(opts, estimate)
             timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
-            calls = timer.calls_per_sample(estimate)
             timer.set_head_start(estimate, backward=pass_name != "fwd")
-            if timer.timing == "wall" and timer.gpu:
-                # Host-bound small cases leave the GPU idle and its clock drops; start every
-                # case from the same busy state, as a training loop would be.
-                timer.run_for(fn, before, WALL_SETTLE_MS / 1e3)
-            sustained = 0.0
-            if opts.sustained and large_case(tensors.q.shape):
-                sustained = timer.run_for(fn, before, opts.sustained)
             timer.launch_ms = []
-            times = timer.measure(fn, before, repeats, calls)
-            times = more_repeats_while_noisy(timer, fn, before, times, estimate, calls, opts)
-            summary = summarize(times, opts.noise_threshold)
+            summary = summarize(timer.measure(fn, before, repeat_count(opts, estimate)))
             launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
-            busy = kernel_fields(timer, fn, before, calls, summary["median_ms"], launch, opts)
+            busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
         tensors.reset_grads()
         return {
             "status": "ok",
@@ -452,8 +368,6 @@ def run_pass(
             **summary,
             **busy,
             "launch_ms": None if launch is None else round(launch, 5),
-            "calls_per_sample": calls,
-            "sustained_s": sustained or None,
             "host_s": round(time.perf_counter() - started, 3),
         }
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
@@ -472,48 +386,60 @@ def repeat_count(opts: Any, estimate: float) -> int:
     return max(floor, min(opts.max_repeats, int(opts.budget_ms / max(estimate, 1e-6))))
 
 
+# --------------------------------------------------------------------------- kernel time
+# A timed repeat is queued as [GPU spin (torch.cuda._sleep: `spin_kernel`, at::cuda::sleep in
+# aten/src/ATen/cuda/Sleep.cu, on ROCm too), L2 flush (one fill kernel), the call's kernels].
+# The profiler's kernel records, in start order, are cut into repeats at each spin kernel, the
+# flush is dropped, and the rest is summed: what the GPU was busy with during the repeat.
+SPIN_KERNEL = "spin_kernel"
+LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
+
+
+def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
+    """(name, start us, duration us) of the device records while `run` runs, in start order;
+    [] when the profiler records no device activity (CPU, or no CUPTI/roctracer)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    # Device activity only: host records (every aten op) would cost more than the repeats.
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    out = []
+    for e in prof.events() or []:
+        if str(getattr(e, "device_type", "")).split(".")[-1] in ("CUDA", "HIP", "PrivateUse1"):
+            out.append((str(e.name), float(e.time_range.start), float(e.time_range.elapsed_us())))
+    return sorted(out, key=lambda k: k[1])
+
+
+def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | None:
+    """Median busy time (ms) of the repeats: cut at spin kernels, the flush dropped."""
+    repeats: list[list[float]] = []
+    for name, _start, duration in kernels:
+        if SPIN_KERNEL in name:
+            repeats.append([])
+        elif repeats:
+            repeats[-1].append(duration)
+    busy = [sum(r[1:]) for r in repeats if len(r) > 1]
+    return round(statistics.median(busy) / 1e3, 5) if busy else None
+
+
 def kernel_fields(
-    timer: Timer, fn: Any, before: Any, calls: int, median: float, launch: Any, opts: Any
+    timer: Timer, fn: Any, before: Any, median: float, launch: Any, opts: Any
 ) -> dict[str, Any]:
     """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
     (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
-    busy = kernel_time.busy_fields(None, None)
+    none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not getattr(opts, "kernel_time", True):
-        return busy
+        return none
     if launch < PROFILE_LAUNCH_FRACTION * median:
-        return {**busy, "launch_bound": False}
-    profiled = kernel_time.profile(lambda: timer.measure(fn, before, PROFILED_REPEATS, calls))
-    return kernel_time.busy_fields(kernel_time.summary(profiled), median)
-
-
-def large_case(dims: Any) -> bool:
-    """dims: B, H, S, D. Large and XLarge are large; Medium is not."""
-    b, h, s, d = dims
-    return 4.0 * b * h * s * s * d >= SUSTAINED_MIN_FLOPS
-
-
-def more_repeats_while_noisy(
-    timer: Timer,
-    fn: Callable[[], Any],
-    before: Callable[[], Any],
-    times: list[float],
-    estimate_ms: float,
-    calls: int,
-    opts: Any,
-) -> list[float]:
-    """Over the noise threshold: add as many repeats again, until the spread is under it or
-    --noise-max-repeats samples (or --noise-budget-ms more time) were taken."""
-    # A fixed --repeats count is kept as asked; the row is still marked when noisy.
-    bound = 0 if opts.repeats else opts.noise_max_repeats or 0
-    budget_ms = opts.noise_budget_ms or 0.0
-    sample_ms = estimate_ms * calls
-    spent = 0.0
-    while spread(times) > opts.noise_threshold and len(times) < bound and spent < budget_ms:
-        extra = min(len(times), bound - len(times))
-        extra = min(extra, max(1, int((budget_ms - spent) / max(sample_ms, 1e-6))))
-        times = times + timer.measure(fn, before, extra, calls)
-        spent += extra * sample_ms
-    return times
+        return {**none, "launch_bound": False}
+    kernel = kernel_ms_per_repeat(profile(lambda: timer.measure(fn, before, PROFILED_REPEATS)))
+    if not kernel:
+        return none
+    busy = kernel / median
+    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
 
 
 def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:
@@ -523,16 +449,15 @@ def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> di
     if common.is_oom(exc):
         release_cache(timer.device)
         return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
-    status = "unavailable" if _is_unsupported(exc) else "error"
-    return {"status": status, "reason": common.reason_from(exc, caught)}
-
-
-def _is_unsupported(exc: BaseException) -> bool:
     text = str(exc)
-    return isinstance(exc, NotImplementedError) or any(
+    unsupported = isinstance(exc, NotImplementedError) or any(
         s in text
         for s in ("No available kernel", "No viable backend", "not supported", "only on ROCm")
     )
+    return {
+        "status": "unavailable" if unsupported else "error",
+        "reason": common.reason_from(exc, caught),
+    }
 
 
 def release_cache(device: Any) -> None:

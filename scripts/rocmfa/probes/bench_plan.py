@@ -125,7 +125,7 @@ def run_suite(
     cases = build_cases(opts)
     dtypes = suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
-    timer = measure.Timer(device, opts.timing)
+    timer = measure.Timer(device)
     limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
     total_cases = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
     done = 0

@@ -4,19 +4,16 @@ torch + stdlib only (matplotlib when present, for the plot)."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
 if __package__:
     from . import bench_change as change
     from . import bench_measure as measure
-    from . import gpu_state
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_change as change  # type: ignore[no-redef]
     import bench_measure as measure  # type: ignore[no-redef]
-    import gpu_state  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 # --------------------------------------------------------------------------- output
@@ -40,24 +37,13 @@ def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
     )
 
 
-def timing_note(timing: str, gpu: bool) -> str:
-    if timing == "wall":
-        return (
-            "wall: back-to-back calls on the host clock (time.perf_counter), synchronised once "
-            "per sample, after 25 ms of untimed calls; host launch cost included, no cache flush"
-        )
-    if gpu:
+def timing_note(device: Any) -> str:
+    if device.type == "cuda":
         return (
             "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
             "(torch.cuda._sleep) queued before each repeat; host launch cost kept out"
         )
     return "device: time.perf_counter per repeat, no cache flush (CPU)"
-
-
-def _state_line(provenance: dict[str, Any]) -> str:
-    state = provenance.get("gpu_state") or {}
-    parts = [f"{k} {gpu_state.describe(v)}" for k, v in state.items() if isinstance(v, dict)]
-    return "GPU state: " + ("; ".join(parts) or gpu_state.UNKNOWN)
 
 
 def status_text(r: dict[str, Any]) -> str:
@@ -101,22 +87,21 @@ def table_row(r: dict[str, Any]) -> tuple:
     )
 
 
-def render_table(results: list[dict], provenance: dict[str, Any], timing: str = "device") -> str:
+def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
     noisy = sum(1 for r in results if r.get("noisy"))
     footer = [
         "",
-        f"{noisy} row(s) noisy: spread (p75-p25)/median stayed above the threshold after "
-        "extra repeats; treat those medians with care",
+        f"{noisy} row(s) noisy: spread (p75-p25)/median above "
+        f"{measure.NOISE_THRESHOLD:.0%}; treat those medians with care",
     ]
     lines = [
         f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
         f"torch {provenance['torch']}",
-        f"timing: {timing_note(timing, provenance.get('platform') not in (None, 'cpu'))}",
+        f"timing: {timer}",
         f"FLOPs: {measure.FLOP_CONVENTION}",
         f"bytes: {measure.BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory "
         "roof; % roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak "
         "otherwise",
-        _state_line(provenance),
         f"peak: {provenance.get('peak_note', '-')}",
         "",
         *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
@@ -199,26 +184,11 @@ def _plot_panel(ax: Any, rows: list[dict], sizes: list[str], any_noisy: bool) ->
 # --------------------------------------------------------------------------- compare
 
 
-def load_results(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except UnicodeDecodeError:
-        raise common.UsageError(f"{path} is not UTF-8 text (not a bench.py result file)") from None
-    except OSError as e:
-        raise common.UsageError(f"cannot read {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise common.UsageError(f"{path} is not JSON: {e.msg} (line {e.lineno})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise common.UsageError(f"{path} is not a bench.py result file (no 'results' list)")
-    return data
-
-
 def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
     """B's runs against A's runs, every matching case judged by the one change rule
     (bench_change: threshold, run-to-run floor, launch-bound rows never a change)."""
-    a_docs = [load_results(p) for p in paths_a]
-    b_docs = [load_results(p) for p in paths_b]
+    a_docs = [common.read_results(p, "bench result") for p in paths_a]
+    b_docs = [common.read_results(p, "bench result") for p in paths_b]
     floors = change.load_floors()
 
     def who(docs: list[dict[str, Any]], paths: list[str]) -> str:

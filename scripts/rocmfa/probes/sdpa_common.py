@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import subprocess
 import sys
 import tomllib
 import warnings
@@ -110,6 +111,21 @@ def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:
     for line in lines:
         print(f"  {line}")
     return 0
+
+
+def read_results(path: str, what: str) -> dict[str, Any]:
+    """A JSON object from a file the user named; UsageError in one line when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{what} {path} is not JSON: {e.msg} (line {e.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise UsageError(f"{what} {path} is not a bench.py result file (no 'results' list)")
+    return data
 
 
 # --------------------------------------------------------------------------- arch data
@@ -328,12 +344,11 @@ def device_info(device: Any) -> dict[str, Any] | None:
         if clock:
             info.update(max_clock_mhz=clock, clock_source="amdgpu sysfs pp_dpm_sclk")
     else:
-        try:
-            from . import gpu_state
-        except ImportError:  # run as a plain script: this file's folder is on sys.path
-            import gpu_state  # type: ignore[no-redef]
-        with contextlib.suppress(KeyError, ValueError, TypeError):
-            clock = float((gpu_state.nvidia_smi(device_index(device)) or {})["clocks.max.sm"])
+        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+            query = [f"--id={device_index(device)}", "--query-gpu=clocks.max.sm"]
+            argv = ["nvidia-smi", *query, "--format=csv,noheader,nounits"]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            clock = float(done.stdout.split()[0])
             info.update(max_clock_mhz=clock, clock_source="nvidia-smi clocks.max.sm")
     if not info["max_clock_mhz"]:
         khz = getattr(props, "clock_rate", None)
