@@ -1,7 +1,7 @@
-"""validate --upstream (scripts/rocmfa/probes/upstream_sdpa.py): the test file's fetch, cache and
-verification against loopback stand-ins of GitHub's API and raw hosts, TheRock's skip-list
-format, and real pytest runs of a stand-in test file through the probe's plugin; opt-in, the
-real PyTorch test file and TheRock's real skip files."""
+"""validate --upstream (scripts/rocmfa/probes/upstream_sdpa.py): the test file from git's object
+store of a real PyTorch-like checkout, TheRock's skip-list format, and real pytest runs of a
+stand-in test file through the probe's plugin; opt-in, the real PyTorch test file and TheRock's
+real skip files."""
 
 from __future__ import annotations
 
@@ -9,95 +9,27 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from rocmfa.probes import therock_skips, upstream_sdpa, upstream_sources
-from tests.support import github_standin as gh
+from rocmfa.probes import therock_skips, upstream_sdpa
 from tests.support import upstream_sdpa_standin as standin
-from tests.support.shared_cache import free_port
 
-PATH = upstream_sources.TEST_PATH
+PATH = upstream_sdpa.TEST_PATH
 COMMIT = "c0ffee" + "0" * 34
 DATA = standin.TEST_FILE.encode()
-
-
-def served(files: dict[tuple[str, str, str], bytes], **kw: dict) -> gh.GitHubStandin:
-    return gh.GitHubStandin(files=files, **kw)
-
-
-# --------------------------------------------------------------------------- fetch / cache
-
-
-def test_fetch_verifies_the_blob_caches_it_and_reuses_the_cache(tmp_path: Path) -> None:
-    state = served({("pytorch/pytorch", COMMIT, PATH): DATA})
-    with gh.serve(state):
-        got = upstream_sources.locate(
-            commit=COMMIT,
-            work=tmp_path,
-            checkout=None,
-            api_base=state.api_base,
-            raw_base=state.raw_base,
-        )
-    assert got.source == "fetch" and got.verified and got.repo == "pytorch/pytorch"
-    assert got.path.read_bytes() == DATA
-    assert got.blob_sha1 == gh.blob_sha1(DATA) == upstream_sources.git_blob_sha1(DATA)
-    meta = json.loads((got.path.parent / "source.json").read_text())
-    assert meta["blob_sha1"] == got.blob_sha1 and meta["commit"] == COMMIT
-    assert [r.split()[0] for r in state.requests] == ["api", "raw"]
-    # Servers gone: the cache answers, checked again.
-    again = upstream_sources.locate(commit=COMMIT, work=tmp_path, checkout=None, offline=True)
-    assert again.source == "cache" and again.path == got.path
-    # A changed cache entry is not trusted.
-    got.path.write_bytes(DATA + b"# changed\n")
-    assert upstream_sources.from_cache(tmp_path, ("pytorch/pytorch",), COMMIT) is None
 
 
 def test_git_blob_id_is_gits(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(DATA)
     out = subprocess.run(["git", "hash-object", str(tmp_path / "f")], capture_output=True,
                          text=True, check=True)  # fmt: skip
-    assert upstream_sources.git_blob_sha1(DATA) == out.stdout.strip()
+    assert upstream_sdpa.git_blob_sha1(DATA) == out.stdout.strip()
 
 
-def test_a_tampered_download_is_refused_and_nothing_is_cached(tmp_path: Path) -> None:
-    key = ("pytorch/pytorch", COMMIT, PATH)
-    state = served({key: DATA}, raw_override={key: DATA.replace(b"1e-5", b"1e-1")})
-    with gh.serve(state), pytest.raises(upstream_sources.SourceUnavailable) as err:
-        upstream_sources.fetch(
-            tmp_path, ("pytorch/pytorch",), COMMIT, api_base=state.api_base,
-            raw_base=state.raw_base,
-        )  # fmt: skip
-    assert "not the file of that commit; nothing cached" in str(err.value)
-    assert "\n" not in str(err.value)
-    assert not (tmp_path / "upstream-tests").exists()
-
-
-def test_a_commit_only_rocm_pytorch_has_is_fetched_from_there(tmp_path: Path) -> None:
-    state = served({("ROCm/pytorch", COMMIT, PATH): DATA})
-    with gh.serve(state):
-        got = upstream_sources.fetch(
-            tmp_path, upstream_sources.DEFAULT_REPOS, COMMIT, api_base=state.api_base,
-            raw_base=state.raw_base,
-        )  # fmt: skip
-    assert got.repo == "ROCm/pytorch" and "ROCm+pytorch" in str(got.path)
-    with gh.serve(served({})) as empty, pytest.raises(upstream_sources.SourceUnavailable) as err:
-        upstream_sources.fetch(tmp_path / "x", upstream_sources.DEFAULT_REPOS, COMMIT,
-                               api_base=empty.api_base, raw_base=empty.raw_base)  # fmt: skip
-    assert "no repository has commit c0ffee000000" in str(err.value)
-
-
-def test_unreachable_hosts_give_one_line(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(upstream_sources.SourceUnavailable) as err:
-        upstream_sources.fetch(tmp_path, ("pytorch/pytorch",), COMMIT, api_base=dead,
-                               raw_base=dead)  # fmt: skip
-    assert str(err.value).startswith(f"{dead}/repos/pytorch/pytorch/contents/")
-    assert "refused" in str(err.value).lower() and "\n" not in str(err.value)
-
-
-def test_the_source_checkout_is_used_when_it_has_the_commit(tmp_path: Path) -> None:
+def test_the_source_checkout_gives_the_file_of_torchs_commit(tmp_path: Path) -> None:
     repo = tmp_path / "src" / "pytorch"
     (repo / "test").mkdir(parents=True)
     (repo / PATH).write_bytes(DATA)
@@ -108,11 +40,15 @@ def test_the_source_checkout_is_used_when_it_has_the_commit(tmp_path: Path) -> N
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
     (repo / PATH).write_bytes(b"# a local edit after the commit\n")  # the commit's blob counts
-    got = upstream_sources.locate(commit=head, work=tmp_path / "w", checkout=repo, offline=True)
-    assert got.source == "checkout" and got.verified
-    assert got.path.read_bytes() == DATA and got.blob_sha1 == gh.blob_sha1(DATA)
-    with pytest.raises(upstream_sources.SourceUnavailable, match="--offline forbids"):
-        upstream_sources.locate(commit=COMMIT, work=tmp_path / "w", checkout=repo, offline=True)
+    opts = SimpleNamespace(test_file=None, torch_src=None)
+    got = upstream_sdpa.find_test_file(opts, tmp_path, head, "2.13.0")
+    assert got["source"] == "checkout" and got["verified"] and got["commit"] == head
+    assert got["data"] == DATA and got["blob_sha1"] == upstream_sdpa.git_blob_sha1(DATA)
+    with pytest.raises(upstream_sdpa.CannotRun) as err:
+        upstream_sdpa.find_test_file(opts, tmp_path, COMMIT, "2.13.0")
+    message = str(err.value)
+    assert f"{repo} has no commit c0ffee000000" in message and "\n" not in message
+    assert f"git -C {repo} fetch https://github.com/pytorch/pytorch {COMMIT}" in message
 
 
 # --------------------------------------------------------------------------- TheRock
@@ -189,26 +125,24 @@ def test_therock_real_skip_files_opt_in() -> None:
 
 
 def run_probe(tmp_path: Path, *extra: str, fail: bool = False) -> tuple[int, dict]:
-    commit = torch.version.git_version
-    state = served({("pytorch/pytorch", commit, PATH): DATA})
+    test_file = tmp_path / "test_transformers.py"
+    test_file.write_bytes(DATA)
     therock = standin.write_therock(tmp_path / "therock")
     out = tmp_path / "out.json"
     if fail:
         os.environ["STANDIN_SDPA_FAIL"] = "1"
     try:
-        with gh.serve(state):
-            code = upstream_sdpa.main([
-                "--workdir", str(tmp_path / "w"), "--api-base", state.api_base,
-                "--raw-base", state.raw_base, "--therock-dir", str(therock),
-                "--json", str(out), *extra,
-            ])  # fmt: skip
+        code = upstream_sdpa.main([
+            "--workdir", str(tmp_path / "w"), "--test-file", str(test_file),
+            "--therock-dir", str(therock), "--json", str(out), *extra,
+        ])  # fmt: skip
     finally:
         os.environ.pop("STANDIN_SDPA_FAIL", None)
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
 @pytest.mark.slow
-def test_probe_runs_the_fetched_file_with_pytest_and_explains_every_skip(
+def test_probe_runs_the_test_file_with_pytest_and_explains_every_skip(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, doc = run_probe(tmp_path)
@@ -219,7 +153,7 @@ def test_probe_runs_the_fetched_file_with_pytest_and_explains_every_skip(
         "skipped": standin.CPU_SKIPPED_THEROCK + standin.CPU_SKIPPED_TEST_FILE,
     }
     assert doc["skips_by_source"] == {"test-file": 2, "therock": 1}
-    assert doc["test_file"]["source"] == "fetch" and doc["test_file"]["verified"]
+    assert doc["test_file"]["source"] == "user" and not doc["test_file"]["verified"]
     therock = next(g for g in doc["skips"] if g["source"] == "therock")
     assert "test_print (generic.py [common/torch])" in therock["reason"]
     assert therock["therock_comment"].startswith("FLAKY!!")
@@ -235,6 +169,7 @@ def test_probe_runs_the_fetched_file_with_pytest_and_explains_every_skip(
     assert doc["therock"]["commit_from"].startswith("pins/therock.toml")
     last = printed.out.strip().splitlines()[-1]
     assert last == doc["verdict"] and last.startswith("PASS: 7 passed, 0 failed, 3 skipped")
+    assert "UNVERIFIED --test-file" in last
     assert printed.out.count(doc["verdict"]) == 1
     assert "[upstream main " in printed.err  # progress lines
 
@@ -265,7 +200,7 @@ def test_a_spent_budget_skips_the_rest_and_is_incomplete(tmp_path: Path) -> None
 def test_no_test_file_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = upstream_sdpa.main(["--workdir", str(tmp_path), "--offline", "--no-therock"])
+    code = upstream_sdpa.main(["--workdir", str(tmp_path), "--no-therock"])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("upstream_sdpa.py: PyTorch's test file for torch ")

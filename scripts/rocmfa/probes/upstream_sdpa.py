@@ -1,9 +1,9 @@
 """Run PyTorch's own SDPA tests (test/test_transformers.py) against the installed torch.
 
-The test file is the one of the commit torch was built from (torch.version.git_version): from
-our source checkout (build_pytorch's <work>/src/pytorch) when it has that commit, else from the
-cache under <work>/upstream-tests, else fetched once over HTTPS and verified against the git
-blob id GitHub's contents API names for that path at that commit (upstream_sources.py).
+The test file is the one of the commit torch was built from (torch.version.git_version), read
+from git's object store of a PyTorch checkout that has that commit (build_pytorch's
+<work>/src/pytorch, or --torch-src), its git blob id checked; or a file the user names
+(--test-file, reported as unverified).
 
 It runs with real pytest, in a subprocess, with torch's own test helpers
 (torch.testing._internal, shipped in the wheel; they need `expecttest`):
@@ -31,6 +31,7 @@ with one line on stderr.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -45,17 +46,17 @@ from typing import Any
 
 if __package__:
     from . import sdpa_common as common
-    from . import therock_skips, upstream_sources
+    from . import therock_skips
 else:  # run as `python scripts/rocmfa/probes/upstream_sdpa.py`
     import sdpa_common as common  # type: ignore[no-redef]
     import therock_skips  # type: ignore[no-redef]
-    import upstream_sources  # type: ignore[no-redef]
 
 PROG = "upstream_sdpa.py"
 SCHEMA = "sdpa-upstream/1"
 PROBES_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROBES_DIR.parents[2]
 PLUGIN = "upstream_sdpa_plugin"
+TEST_PATH = "test/test_transformers.py"
 SELECTION = "TestSDPA or TestAttnBias"
 FLASH_SELECTION = "flash"
 WORKDIR_ENV = "ROCMFA_WORKDIR"
@@ -179,8 +180,8 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         **extra_env,
         "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path),
     }
-    local_copy = run_dir / Path(upstream_sources.TEST_PATH).name
-    local_copy.write_bytes(run["test_file"].read_bytes())
+    local_copy = run_dir / Path(TEST_PATH).name
+    local_copy.write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", str(local_copy), "-c", str(ini), "--rootdir"]
     argv += [str(run_dir), "-q", "--tb=short", "-k", selection, "-p", PLUGIN]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
@@ -421,9 +422,6 @@ def build_parser() -> common.OneLineArgumentParser:
         "--test-file",
         help="run this test_transformers.py instead (reported as unverified: the user's word)",
     )
-    p.add_argument("--offline", action="store_true", help="never fetch; checkout or cache only")
-    p.add_argument("--api-base", help=f"GitHub API base URL (${upstream_sources.API_BASE_ENV})")
-    p.add_argument("--raw-base", help=f"raw file base URL (${upstream_sources.RAW_BASE_ENV})")
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON to PATH")
     p.add_argument(
         "--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)"
@@ -432,27 +430,52 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def find_test_file(opts: Any, work: Path, git_version: str, torch_version: str) -> Any:
-    """PyTorch's test file for this torch: --test-file, else found through the work dir."""
-    try:
-        if opts.test_file:
-            test = upstream_sources.user_file(Path(opts.test_file), git_version)
-        else:
-            checkout = Path(opts.torch_src) if opts.torch_src else work / "src" / "pytorch"
-            test = upstream_sources.locate(
-                commit=git_version,
-                work=work,
-                checkout=checkout,
-                offline=opts.offline,
-                api_base=opts.api_base,
-                raw_base=opts.raw_base,
-            )
-    except upstream_sources.SourceUnavailable as exc:
+def git_blob_sha1(data: bytes) -> str:
+    """The id git gives a file's content: sha1 over b"blob <len>\\0" + content."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
+    """PyTorch's test file for this torch (its bytes under "data"): --test-file, else TEST_PATH
+    at torch's commit from git's object store of the checkout, its blob id checked."""
+    if opts.test_file:
+        try:
+            data = Path(opts.test_file).read_bytes()
+        except OSError as exc:
+            raise CannotRun(f"--test-file {opts.test_file}: {exc.strerror or exc}") from None
+        blob = git_blob_sha1(data)
+        how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
+        return _test_file(data, commit, "user", blob, how + f"commit {commit[:12]}")
+    checkout = Path(opts.torch_src) if opts.torch_src else work / "src" / "pytorch"
+    cannot = (
+        f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
+    )
+    if not commit or commit == "Unknown":
+        raise CannotRun(f"{cannot}: torch.version.git_version is unknown")
+    git = ["git", "-C", str(checkout)]
+    named = subprocess.run(
+        [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    blob = named.stdout.strip()
+    data = b""
+    if named.returncode == 0 and (checkout / ".git").exists():
+        data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
+    if not data or git_blob_sha1(data) != blob:
+        fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
         raise CannotRun(
-            f"PyTorch's test file for torch {torch_version} (git {git_version[:12] or '?'}) "
-            f"cannot be had: {exc}"
-        ) from None
-    return test
+            f"{cannot}: {checkout} has no commit {commit[:12]} (a git checkout of PyTorch: "
+            f"git clone --filter=blob:none https://github.com/pytorch/pytorch {checkout}; then "
+            f"{fetch} (ROCm/pytorch for TheRock's wheels)), or pass --test-file PATH"
+        )
+    how = f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} (git blob {blob[:12]})"
+    return _test_file(data, commit, "checkout", blob, how)
+
+
+def _test_file(data: bytes, commit: str, source: str, blob: str, how: str) -> dict[str, Any]:
+    verified = source == "checkout"
+    return {"data": data, "commit": commit, "repo": source, "blob_sha1": blob, "source": source,
+            "verified": verified, "how": how}  # fmt: skip
 
 
 def pass_problems(
@@ -516,14 +539,10 @@ def pick_devices(devices: str | None, cuda_ok: bool) -> str:
     return devices
 
 
-def run_directory(work: Path, test: Any, quick: bool) -> Path:
+def run_directory(work: Path, test: dict[str, Any], quick: bool) -> Path:
     """Where this test file's runs go: one folder per file version (and quick or full)."""
-    return (
-        work
-        / "upstream-tests"
-        / "runs"
-        / (f"{test.source}-{test.blob_sha1[:12]}" + ("-quick" if quick else ""))
-    )
+    name = f"{test['source']}-{test['blob_sha1'][:12]}" + ("-quick" if quick else "")
+    return work / "upstream-tests" / "runs" / name
 
 
 def fresh_log(log: str | None, run_dir: Path) -> Path:
@@ -561,14 +580,14 @@ def _main(argv: list[str] | None) -> int:
     arch, device_name = common.detect_arch(device)
     tools = require_test_tools()
     test = find_test_file(opts, work, git_version, torch.__version__)
-    print(f"test file: {test.how}", file=sys.stderr, flush=True)
+    print(f"test file: {test['how']}", file=sys.stderr, flush=True)
     therock_dir = opts.therock_dir or work / "src" / "therock"
     therock_dir = None if opts.no_therock else Path(therock_dir).expanduser()
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     run_dir = run_directory(work, test, opts.quick)
     run = {
-        "test_file": test.path,
+        "test_file": test.pop("data"),
         "run_dir": run_dir,
         "devices": devices,
         "therock": skips,
@@ -591,7 +610,7 @@ def _main(argv: list[str] | None) -> int:
         "python": platform.python_version(),
         "tools": tools,
         "device": {"type": device.type, "name": device_name, "arch": arch},
-        "test_file": test.as_dict(),
+        "test_file": test,
         "therock": {**therock_info, "entries": [e.as_dict() for e in skips]},
         "selection": {
             "k": selection,
