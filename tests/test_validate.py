@@ -16,9 +16,10 @@ from rocmfa.probes import sdpa_common, validate
 
 def test_quick_subset_passes_on_cpu(tmp_path):
     out = tmp_path / "validate.json"
-    # head dims 32,64: the quick plan without its 4096-token head dim 72 cases (seconds each on
-    # a CPU; test_nan_at_head_dim_72_and_4096_tokens_fails_naming_the_shape runs one)
-    assert validate.main(["--quick", "--head-dims", "32,64", "--json", str(out)]) == 0
+    # head dims 32,64: the quick plan without its 4096-token head dim 72 cases (~30 s each on
+    # a CPU); fp16 only (bf16 takes the same paths)
+    argv = ["--quick", "--head-dims", "32,64", "--dtypes", "fp16"]
+    assert validate.main([*argv, "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["passed"] is True and doc["counts"].get("FAIL", 0) == 0
     ran = [r for r in doc["results"] if r["status"] == "pass"]
@@ -87,18 +88,20 @@ def nan_at(head_dim: int, seq: int):
     return sdpa
 
 
-def test_nan_at_head_dim_72_and_4096_tokens_fails_naming_the_shape(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", nan_at(72, 4096))
+def test_nan_in_one_shape_fails_naming_the_shape(tmp_path, monkeypatch, capsys):
+    # As ROCm/aotriton#54 at head dim 72 and 4096 tokens (planned: see above), at 65 tokens here:
+    # the fp64 reference of the 4096-token case alone takes ~30 s on a CPU.
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", nan_at(72, 65))
     out = tmp_path / "v.json"
-    argv = ["--quick", "--backends", "flash", "--dtypes", "fp16", "--head-dims", "72"]
-    assert validate.main([*argv, "--causal", "no", "--json", str(out)]) == 1
+    argv = ["--shape", "1,2,65,72", "--shape", "2,4,2,33,72", "--backends", "flash"]
+    assert validate.main([*argv, "--dtypes", "fp16", "--causal", "no", "--json", str(out)]) == 1
     doc = json.loads(out.read_text())
     failed = [r for r in doc["results"] if r["status"] == "FAIL"]
-    assert [r["shape"] for r in failed] == ["1,2,4096,72"]
-    assert failed[0]["reason"] == "NaN/Inf in out at 1,2,4096,72 fp16"
-    assert {r["status"] for r in doc["results"] if r["seq_q"] != 4096} == {"pass"}
+    assert [r["shape"] for r in failed] == ["1,2,65,72"]
+    assert failed[0]["reason"] == "NaN/Inf in out at 1,2,65,72 fp16"
+    assert {r["status"] for r in doc["results"] if r["seq_q"] != 65} == {"pass"}
     assert doc["passed"] is False and doc["summary"].startswith("FAIL: 1 FAIL")
-    assert "NaN/Inf in out at 1,2,4096,72 fp16" in capsys.readouterr().out
+    assert "NaN/Inf in out at 1,2,65,72 fp16" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
