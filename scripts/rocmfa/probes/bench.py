@@ -312,8 +312,8 @@ def _main(argv: list[str] | None) -> int:
     started = time.perf_counter()
     arches = common.load_arches()
     arch, device_name = common.detect_arch(device)
-    prov = common.provenance(device, arch, device_name)
     ident = common.identity(device, arch, device_name)
+    prov = common.provenance(device, ident)
     info = common.device_info(device)
     prov["device_info"] = info
     peaks = _add_peaks(prov, arch, arches, info, opts.peak_tflops)

@@ -772,35 +772,23 @@ def image_signature(sig: Path) -> dict[str, Any]:
     return {"version": m.group(1) if m else None, "signature": first_line(text, 120)}
 
 
-def provenance(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
+def provenance(device: Any, ident: dict[str, Any]) -> dict[str, Any]:
+    """bench's provenance: the identity's software and device, the dispatch-relevant variables
+    that are set, cuDNN, AOTriton's versions and (ROCm) the preferred flash library."""
     import platform
 
     import torch
 
-    prov: dict[str, Any] = {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
-        "cudnn": None,
-        "python": platform.python_version(),
-        "platform": platform_name(device),
-        "device": str(device),
-        "device_name": device_name,
-        "arch": arch,
-        "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
-        "aotriton": aotriton_versions(torch_lib_dir()) if torch.version.hip else None,
-    }
+    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
+    prov: dict[str, Any] = {k: ident.get(k) for k in keep}
+    prov |= {"hip": ident["rocm"], "device_name": ident["gpu"], "cudnn": None}
+    prov["python"] = platform.python_version()
+    prov["env"] = {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ}
+    prov["aotriton"] = aotriton_versions(torch_lib_dir()) if torch.version.hip else None
     with contextlib.suppress(Exception):
         prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device_index(device))
-        prov["device_memory_gib"] = round(props.total_memory / 2**30, 1)
-        prov["multiprocessors"] = props.multi_processor_count
-        if torch.version.hip:
-            with contextlib.suppress(Exception):
-                prov["preferred_rocm_fa_library"] = str(
-                    torch.backends.cuda.preferred_rocm_fa_library()
-                )
+        if device.type == "cuda" and torch.version.hip:
+            prov["preferred_rocm_fa_library"] = str(torch.backends.cuda.preferred_rocm_fa_library())
     return prov
 
 

@@ -262,7 +262,6 @@ def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row = {k: v for k, v in r.items() if k != "event"}
             row["pass"] = p["name"]
             row["class"], row["test"] = split_nodeid(r["nodeid"])
-            row["backend"], row["direction"] = classify(row["test"])
             old = rows.get(key)
             if old is None or rank[row["outcome"]] > rank[old["outcome"]]:
                 rows[key] = row
@@ -272,23 +271,6 @@ def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def split_nodeid(nodeid: str) -> tuple[str, str]:
     parts = nodeid.split("::")
     return (parts[-2] if len(parts) >= 3 else "", parts[-1])
-
-
-BACKEND_WORDS = (
-    ("cudnn", ("cudnn",)),
-    ("efficient", ("mem_eff", "efficient")),
-    ("flash", ("flash",)),
-    ("math", ("math",)),
-    ("fused (several)", ("fused",)),
-)
-
-
-def classify(test: str) -> tuple[str, str]:
-    """Which backend and direction a test's name says it covers (for the summary only)."""
-    name = test.lower()
-    backend = next((b for b, words in BACKEND_WORDS if any(w in name for w in words)), "other")
-    backward = any(k in name for k in ("grad", "backward", "bwd"))
-    return backend, "backward" if backward else "forward"
 
 
 def tally(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
@@ -635,8 +617,6 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list, started: float
         "counts": dict(Counter(r["outcome"] for r in rows)),
         "skips_by_source": dict(sorted(Counter(skipped).items())),
         "by_class": tally(rows, "class"),
-        "by_backend": tally(rows, "backend"),
-        "by_direction": tally(rows, "direction"),
         "skips": skip_groups(rows, skips),
         "wall_s": round(time.perf_counter() - started, 1),
         "results": rows,
