@@ -162,25 +162,21 @@ def _check_options(opts: Any) -> None:
 
 
 def _output_paths(opts: Any) -> dict[str, Path | None]:
+    """--json/--csv/--plot, else bench.json/.csv/.png in --out-dir, else none; folders made."""
     out_dir = Path(opts.out_dir) if opts.out_dir else None
     paths: dict[str, Path | None] = {}
-    for kind, explicit, default_name in (
+    for kind, explicit, name in (
         ("json", opts.json_path, "bench.json"),
         ("csv", opts.csv_path, "bench.csv"),
         ("plot", opts.plot_path, "bench.png"),
     ):
-        if explicit:
-            paths[kind] = Path(explicit)
-        elif out_dir is not None:
-            paths[kind] = out_dir / default_name
-        else:
-            paths[kind] = None
-    for path in paths.values():
-        if path is not None:
-            try:
+        path = Path(explicit) if explicit else out_dir / name if out_dir else None
+        paths[kind] = path
+        try:
+            if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
+        except OSError as e:
+            raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
     return paths
 
 
@@ -239,19 +235,9 @@ def _add_peaks(
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {
-    "device",
-    "dry_run",
-    "peak_tflops",
-    "out_dir",
-    "json_path",
-    "csv_path",
-    "plot_path",
-    "replot",
-    "compare",
-    "threshold_pct",
-    "compare_runs",
-}
+NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"} | {
+    "plot_path", "replot", "compare", "threshold_pct", "compare_runs"
+}  # fmt: skip
 
 
 def _settings(opts: Any, device: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -406,15 +406,9 @@ class Shape:
         return cls(*(row.get(f) for f in fields))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "size": self.name,
-            "batch": self.batch,
-            "q_heads": self.q_heads,
-            "kv_heads": self.kv_heads,
-            "seq_q": self.seq,
-            "seq_k": self.kv_seq,
-            "head_dim": self.head_dim,
-        }
+        d = self
+        return {"size": d.name, "batch": d.batch, "q_heads": d.q_heads, "kv_heads": d.kv_heads,
+                "seq_q": d.seq, "seq_k": d.kv_seq, "head_dim": d.head_dim}  # fmt: skip
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -562,14 +556,9 @@ def first_line(text: str, limit: int = 300) -> str:
 
 def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
     """One readable reason: torch's own 'not used because' warnings first, then the error."""
-    parts: list[str] = []
-    for w in caught:
-        msg = clean_reason(str(w.message))
-        if msg and not is_chatter(msg) and msg not in parts:
-            parts.append(msg)
-    if exc is not None:
-        parts.append(first_line(str(exc)) or type(exc).__name__)
-    return "; ".join(parts) if parts else "torch gave no reason"
+    parts = CapturedWarnings(python=list(caught)).reasons()
+    parts += [first_line(str(exc)) or type(exc).__name__] if exc is not None else []
+    return "; ".join(parts) or "torch gave no reason"
 
 
 @contextlib.contextmanager
@@ -595,34 +584,23 @@ def clean_reason(text: str) -> str:
     return re.sub(r"^Warning:\s*", "", msg)
 
 
-def is_chatter(text: str) -> bool:
-    return any(c in text for c in _CHATTER)
-
-
+@dataclass
 class CapturedWarnings:
     """What capture_all_warnings caught: Python warnings and the raw fd-2 text."""
 
-    def __init__(self) -> None:
-        self.python: list[warnings.WarningMessage] = []
-        self.native_text = ""
+    python: list[warnings.WarningMessage] = field(default_factory=list)
+    native_text: str = ""
 
     def native(self) -> list[str]:
         """The C++ warnings in the captured fd-2 text, one per c10 log line."""
-        found = []
-        for line in self.native_text.splitlines():
-            match = _NATIVE_WARNING.match(line.strip())
-            if match:
-                found.append(match.group("msg"))
-        return found
+        lines = (_NATIVE_WARNING.match(line.strip()) for line in self.native_text.splitlines())
+        return [m.group("msg") for m in lines if m]
 
     def other_text(self) -> str:
         """fd-2 text that is not a C++ warning (passed on to the real stderr)."""
-        keep = [
-            line
-            for line in self.native_text.splitlines()
-            if not _NATIVE_WARNING.match(line.strip()) and "profiler" not in line.lower()
-        ]
-        return "\n".join(keep).strip()
+        lines = self.native_text.splitlines()
+        keep = (x for x in lines if not _NATIVE_WARNING.match(x.strip()))
+        return "\n".join(x for x in keep if "profiler" not in x.lower()).strip()
 
     def reasons(self) -> list[str]:
         """Every reason once, in order: C++ warnings, then Python warnings; no chatter."""
@@ -630,7 +608,7 @@ class CapturedWarnings:
         heading = ""
         for text in [*self.native(), *(str(w.message) for w in self.python)]:
             msg = clean_reason(text)
-            if not msg or is_chatter(msg):
+            if not msg or any(c in msg for c in _CHATTER):
                 continue
             if msg.endswith(":"):  # "Flash attention kernel not used because:" + next warning
                 heading = msg
