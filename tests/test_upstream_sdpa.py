@@ -143,10 +143,10 @@ def run_probe(tmp_path: Path, *extra: str, fail: bool = False) -> tuple[int, dic
 
 @pytest.mark.slow
 def test_probe_runs_the_test_file_with_pytest_and_explains_every_skip(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     code, doc = run_probe(tmp_path)
-    printed = capsys.readouterr()
+    printed = capfd.readouterr()
     assert code == 0, printed.out + printed.err
     assert doc["counts"] == {
         "passed": standin.CPU_PASSED,

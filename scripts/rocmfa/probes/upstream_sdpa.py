@@ -37,7 +37,6 @@ import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 from collections import Counter
@@ -210,28 +209,18 @@ def run_logged(
     argv: list[str], run_dir: Path, env: dict, log_path: Path, budget_s: float, name: str
 ) -> tuple[int | None, str | None]:
     """(exit status, why it was killed): pytest's report goes to the log; the plugin's progress
-    lines (its stderr) are passed on to ours as they come, so a long run is never silent."""
+    lines (its stderr) reach ours as they come, so a long run is never silent."""
     with log_path.open("ab") as log:
         log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.PIPE)
-        relay = threading.Thread(target=_relay, args=(proc.stderr,), daemon=True)
-        relay.start()
+        sys.stderr.flush()
+        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=log)
         try:
             return proc.wait(timeout=budget_s + GRACE_S if budget_s else None), None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
             return None, f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
-        finally:
-            relay.join(timeout=10)
-
-
-def _relay(stream: Any) -> None:
-    for raw in iter(stream.readline, b""):
-        sys.stderr.write(raw.decode("utf-8", "replace"))
-        sys.stderr.flush()
-    stream.close()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
