@@ -37,19 +37,8 @@ NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
 BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)
 FLOOR_MARGIN = 2.0
 DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
-CASE_FIELDS = (
-    "size",
-    "batch",
-    "q_heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "backend",
-    "pass",
-)
+CASE_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
+CASE_FIELDS += ("causal", "backend", "pass")
 VERDICTS = ("faster", "slower", "same", "noisy", "launch-bound")
 
 
