@@ -84,6 +84,9 @@ def test_crosscheck_times_bench_and_its_own_harness_in_one_process(tmp_path, cap
         assert abs(row["diff_pct"] - 100 * (statistics.median(ratios) - 1)) < 0.05
     worst = max(abs(r["diff_pct"]) for r in data["rows"])
     assert data["max_abs_diff_pct_by_size"] == {"Tiny": round(worst, 2)}
+    # The profiler's clock needs a GPU: on a CPU it is absent, and said to be.
+    assert all(r["profiler_kernel_ms"] is None for r in data["rows"])
+    assert data["profiler_summary"].startswith("no profiler kernel records")
     out = capsys.readouterr().out
     assert all(r["turns"] == 2 == len(r["bench_turns_ms"]) for r in data["rows"])
     assert "take turns on each case" in out and ("AGREE" in out or "DISAGREE" in out)

@@ -10,8 +10,10 @@ two runs of one harness a minute apart on an H100.
 
 The harness on a GPU: two warm-up calls, a 256 MiB L2 flush behind a GPU spin (3x the host time
 of one synchronised call) before each repeat, one event pair per repeat (as triton's do_bench);
-on a CPU, the host clock around each call. Cases: those of --bench-json, else the five sizes x
-flash/efficient/cudnn/math x causal and not (--sizes/--backends).
+on a CPU, the host clock around each call. On a GPU a second clock that shares no method with
+the events: PROFILED_REPEATS of bench's repeats run again under torch.profiler, and their kernel
+time (spin and flush dropped) is set beside the event pairs' time ("profiler_*"). Cases: those
+of --bench-json, else the five sizes x flash/efficient/cudnn/math x causal and not.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ else:  # run as a plain script: this file's folder is first on sys.path
     import sdpa_common as common  # type: ignore[no-redef]
 
 SCHEMA = "sdpa-crosscheck/1"
+PROFILED_REPEATS = 20  # GPU: bench's repeats timed by events and the profiler at once
 TURN_MS = 20.0  # timed milliseconds per side per turn
 SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only spins longer
 # Kept apart from bench_plan.SIZES on purpose: this harness must not inherit a wrong shape.
@@ -157,6 +160,26 @@ def diff_pct(bench_ms: float, own_ms: float) -> float:
     return 100.0 * (bench_ms - own_ms) / own_ms
 
 
+def verdict(rows: list[dict], field: str, tolerance_pct: float) -> tuple[bool, str, dict]:
+    """(every size within tolerance, the verdict text, largest |field| per size)."""
+    worst: dict[str, float] = {}
+    for row in rows:
+        if row.get(field) is not None:
+            worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row[field]))
+    if not worst:
+        return False, "nothing was timed", worst
+    agree = max(worst.values()) <= tolerance_pct
+    per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
+    return (
+        agree,
+        (
+            f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
+            f"{tolerance_pct:g}%): " + ("AGREE" if agree else "DISAGREE")
+        ),
+        worst,
+    )
+
+
 def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: int) -> dict:
     """bench's timer and the harness in turns on one pass of one case; one row of the JSON."""
     size, backend, causal, pass_name = case
@@ -183,6 +206,15 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
         return times
 
     ours, theirs = take_turns(turns, bench_turn, harness_turn)
+    events: list[float] = []
+    kernel_ms = None
+    if device.type == "cuda":  # a second clock: the same repeats' kernel records
+        with common.backend_context(backend, device):
+            fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+            run = lambda: events.extend(timer.measure(fn, before, PROFILED_REPEATS))  # noqa: E731
+            kernel_ms = bench_timing.kernel_ms_per_repeat(bench_timing.profile(run))
+        tensors.reset_grads()
+    event_ms = statistics.median(events) if events else None
     bench_ms = statistics.median(x for t in ours for x in t)
     own_ms = statistics.median(x for t in theirs for x in t)
     return {
@@ -192,6 +224,8 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
         "crosscheck_ms": round(own_ms, 5),
         "diff_pct": round(paired_diff_pct(ours, theirs), 2),
         "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2),
+        "profiler_kernel_ms": kernel_ms,
+        "profiler_diff_pct": round(diff_pct(event_ms, kernel_ms), 2) if kernel_ms else None,
         "bench_turns_ms": [[round(x, 5) for x in t] for t in ours],
         "crosscheck_turns_ms": [[round(x, 5) for x in t] for t in theirs],
     }
@@ -265,26 +299,29 @@ def _main(argv: list[str] | None) -> int:
             print(
                 f"{label:<34}bench {row['bench_ms']:.4f} ms  harness {row['crosscheck_ms']:.4f} "
                 f"ms  diff {row['diff_pct']:+.2f}%  pooled {row['pooled_diff_pct']:+.2f}%"
+                + (
+                    f"  profiler {row['profiler_diff_pct']:+.2f}%"
+                    if row["profiler_kernel_ms"]
+                    else ""
+                )
             )
-    worst: dict[str, float] = {}
-    for row in rows:
-        worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row["diff_pct"]))
-    agree = bool(worst) and max(worst.values()) <= opts.tolerance_pct
-    summary = "nothing was timed"
-    if worst:
-        per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
-        summary = (
-            f"{len(rows)} timings, bench.py's timer vs this harness in turns, largest difference "
-            f"{max(worst.values()):.2f}% (per size: {per_size}; limit {opts.tolerance_pct:g}%): "
-            + ("AGREE" if agree else "DISAGREE")
-        )
+    agree, summary, worst = verdict(rows, "diff_pct", opts.tolerance_pct)
+    _, prof_summary, prof_worst = verdict(rows, "profiler_diff_pct", opts.tolerance_pct)
+    summary = f"{len(rows)} timings, bench.py's timer vs this harness in turns, {summary}"
+    prof_summary = (
+        f"event timer vs profiler kernel time (same repeats): {prof_summary}"
+        if prof_worst
+        else "no profiler kernel records (CPU, or the profiler saw no device activity)"
+    )
     print(summary)
+    print(prof_summary)
     if opts.json:
         doc = {
             "schema": SCHEMA,
             "identity": common.identity(device, *common.detect_arch(device)),
             "summary": summary,
             "agree": agree,
+            "profiler_summary": prof_summary,
             "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
             "rows": rows,
         }
