@@ -206,7 +206,7 @@ def synthetic_shards(tree: Path, out: Path) -> Path:
             conn.execute(f'UPDATE "FLASH${kernel}" SET gpu = ?', ("gfx908_mod0",))
         target = out / "installed/database/amd/gfx908/flash" / shard.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(target, "w:xz") as tar:
+        with tarfile.open(target, "w:xz", preset=0) as tar:
             tar.add(db, arcname=member.name)
     return out
 
