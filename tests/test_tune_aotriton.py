@@ -29,6 +29,8 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import TuneAotritonOptions, parse
 from rocmfa.sources import patches, tuning_db
+from tests.support import aotriton_standins as st
+from tests.support.real_trees import borrow_snapshot
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PIN = "6e00ef3e335b45dfb49065259533b59c68995bfe"
@@ -248,3 +250,31 @@ def test_baked_shards_are_stored_with_sha256_and_read_by_the_rebuild(
     shard.write_bytes(shard.read_bytes() + b"\0")
     with pytest.raises(UserError, match="sha256"):
         tuning_db.find(PIN, "gfx908")
+
+
+@needs_server
+def test_a_real_run_without_a_gpu_stops_at_the_first_gpu_task(
+    reachable: Path, provisioned_env: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The session itself, on the real pinned tree (its submodules left out: offline) in a
+    stand-in env: one line, the server stopped, nothing stored, nothing left running."""
+    if not AOTRITON_GIT:
+        pytest.skip("set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot")
+    pins, work = reachable / "pins", reachable / "work"
+    pins.mkdir()
+    st.write_aotriton_pin(pins, f"file://{AOTRITON_GIT}", PIN, "0.13b", version="0.13b",
+                          tuner="tuner-v3.5")  # fmt: skip
+    borrow_snapshot(AOTRITON_GIT, work / "src" / "aotriton", PIN)  # the commit is present
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
+    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
+    monkeypatch.setenv("ROCM_BOOTSTRAP_DISABLE_DETECTION", "1")
+    wd = work / "tuning" / f"aotriton-{PIN[:12]}-gfx908"
+    dispatch_venv(wd)
+    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *SMALL]
+    with pytest.raises(UserError) as stop:
+        ta.tune_aotriton(tuning_options(*argv))
+    assert "\n" not in str(stop.value) and "needs a gfx908 GPU" in str(stop.value)
+    out = capsys.readouterr().out
+    assert "queue: 6 tasks for gfx908" in out and "pg_ctl -D" in out.splitlines()[-1]
+    assert server_stopped(pg_at(wd)) and not (reachable / "tuning").exists()
+    assert not (work / "build" / "aotriton-tuning").exists()

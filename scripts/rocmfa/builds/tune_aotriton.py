@@ -27,7 +27,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rocmfa.builds import build_aotriton as ba
@@ -203,7 +203,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     if stored is not None and not opts.force:
         runner.say(f"already tuned: {stored.describe()}; nothing run (--force to tune again)")
         return
-    build = ba.source_build(opts, pyaotriton=has_pybind11(ctx), tuning=True)
+    build = ba.source_build(opts, tuning=True)
     src = checkout(ctx, build)
     pg = server(wd, ctx.prefix if ctx.session.ready else None, runner)
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")
@@ -211,6 +211,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
         queue(pg, src, wd, arch, filters(opts))
         if not runner.dry_run:
             need_gpu(arch, wd)
+        build = replace(build, pyaotriton=has_pybind11(ctx))  # the worker imports pyaotriton
         tuned = ba.build_from_source(ctx, build, build_name="aotriton-tuning", extra_cmake=(
             "-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"))  # fmt: skip
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
@@ -229,7 +230,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
 
 
 def has_pybind11(ctx: ba.Context) -> bool:
-    """The worker imports the tuning build's pyaotriton, which needs pybind11 in the env."""
+    """The tuning build's pyaotriton needs pybind11 in the env."""
     try:
         ba.require_pybind11(ctx)
     except UserError as missing:
