@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import os
 import shutil
 import sqlite3
@@ -162,55 +163,85 @@ def server_stopped(pg: ta.Postgres) -> bool:
     return status.returncode == 3 and not (pg.data / "postmaster.pid").exists()
 
 
+# best_tuning_results.impl_desc of attn_fwd as export_best_results reads it (_FWD_COLS at the pin)
+FWD_PSELS = {"PADDED_HEAD": 0, "USE_ALIBI": 0, "INT8": 0, "INT8_KV": 0, "USE_P_SCALE": 0,
+             "PERSISTENT_TYPE": 0, "GRID_CU_MULTIP": 2, "BLOCK_M": 64, "BLOCK_N": 32,
+             "PRE_LOAD_V": 0}  # fmt: skip
+FWD_COPTS = {"waves_per_eu": 2, "num_warps": 4, "num_stages": 1}
+
+
+def synthetic_results(pg: ta.Postgres) -> None:
+    """Every queued task completed with one best attn_fwd configuration (compute_best_results'
+    table), as a worker and bake steps 1-2 would leave them."""
+    desc = json.dumps({"psels": FWD_PSELS, "copts": FWD_COPTS}).replace("'", "''")
+    pg.query(
+        "INSERT INTO best_tuning_results (task_id, arch, task_config, kernel_name, hsaco_index, "
+        f"median_time, impl_desc) SELECT id, arch, task_config, 'attn_fwd', 0, 0.1, '{desc}' "
+        "FROM task_queue; UPDATE task_queue SET status = 'completed'"
+    )
+
+
+def bake(tree: Path, wd: Path) -> Path:
+    """bake_lut's export (step 3) and decompose (step 5) at the pin, run as its scripts do;
+    GNU parallel (which decomposedb requires) stood in for by a loop."""
+    (wd / "pkg").mkdir()
+    (wd / "pkg" / "aotriton").symlink_to(tree / "python")
+    central, script, shards = (wd / "scratch/centraldb.sqlite3", wd / "scratch/decompose.sh",
+                               wd / "installed/database")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{wd / 'pkg'}"}
+    export = ["-m", "v3python.tune.pq.export_best_results", "--workdir", str(wd)]
+    decompose = ["-m", "aotriton.database_decompose", "--database_file", str(central)]
+    for argv in (
+        [*export, "--output", str(central)],
+        [*decompose, "--script_output", str(script), "--decompose_output", str(shards)],
+    ):
+        subprocess.run([sys.executable, *argv], cwd=tree, env=env, check=True)
+    loop = wd / "parallel"
+    loop.write_text('#!/bin/bash\nwhile read -r f; do "$@" "$f"; done\n')
+    loop.chmod(0o755)
+    subprocess.run(["bash", str(script)], env={**env, "GNU_PARALLEL": str(loop)}, check=True)
+    return shards
+
+
 @needs_server
-def test_queue_on_a_real_server_stops_at_the_first_gpu_task_then_resumes(
+def test_real_queue_resumes_and_bakes_synthetic_results_into_shards_the_rebuild_reads(
     tree: Path, reachable: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ROCM_BOOTSTRAP_DISABLE_DETECTION", "1")  # no GPU, whatever this host has
+    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
     wd = reachable / "wd"
     pg = pg_at(wd)
     ta.write_config(wd, pg.port, sys.executable)
     dispatch_venv(wd)
     chosen = ta.filters(tuning_options(*SMALL))
-    with pytest.raises(UserError) as stop, ta.running(pg):
-        counts = ta.queue(pg, tree, wd, "gfx908", chosen)
-        ta.need_gpu("gfx908", wd)
-    assert "\n" not in str(stop.value) and "needs a gfx908 GPU" in str(stop.value)
+    with ta.running(pg):
+        assert ta.queue(pg, tree, wd, "gfx908", chosen)["total"] == 6  # causal x bias x dropout
     assert server_stopped(pg)
-    assert counts["total"] == counts["pending"] == 6  # causal x bias x dropout, as filtered
-    bar = ta.progress_line(counts, "")
-    assert bar == "[" + " " * 30 + "] 0/6 done (0 failed), 0 running; ETA -"
-    assert not tuning_db.db_dir(PIN, "gfx908").exists()  # nothing marked done
-    # resume: the same queue from the work dir; the same filters are not dispatched again
-    pg = pg_at(wd)
+    pg = pg_at(wd)  # resume: the queue in the work dir; the same filters not dispatched again
     ta.write_config(wd, pg.port, sys.executable)
     with ta.running(pg):
         assert ta.queue(pg, tree, wd, "gfx908", chosen)["total"] == 6
-        configs = pg.query("SELECT DISTINCT task_config->'entry'->>'hdim', "
+        entries = pg.query("SELECT DISTINCT task_config->'entry'->>'hdim', "
                            "task_config->'entry'->>'dtype', task_config->'entry'->>'seqlen_q', "
                            "task_config->'entry'->>'seqlen_k' FROM task_queue")  # fmt: skip
         wider = ta.filters(tuning_options(*SMALL[:4], "--tune-seqlens", "128,256"))
-        assert ta.queue(pg, tree, wd, "gfx908", wider)["total"] == 4 * 6  # q x k seqlens
-    assert configs.split() == ["64|float16|128|128"]
+        counts = ta.queue(pg, tree, wd, "gfx908", wider)
+        assert counts["total"] == 4 * 6  # q x k seqlens
+        bar = ta.progress_line(counts, "")
+        assert bar == f"[{' ' * 30}] 0/24 done (0 failed), 0 running; ETA -"
+        synthetic_results(pg)
+        assert ta.progress_line(ta.progress(pg, "gfx908"), "").startswith(f"[{'#' * 30}] 24/24")
+        shards = bake(tree, wd)
+    assert entries.split() == ["64|float16|128|128"]
     assert server_stopped(pg)
-
-
-def synthetic_shards(tree: Path, out: Path) -> Path:
-    """What the bake writes for gfx908 (installed/database/amd/gfx908/flash/*.sqlite3.tar.xz):
-    synthetic results, made from the pin's own gfx90a shards with gpu = gfx908_mod0."""
-    for kernel in ta.KERNELS:
-        shard = tree / f"modules/database/amd/gfx90a/flash/{kernel}.sqlite3.tar.xz"
-        with tarfile.open(shard) as tar:
-            (member,) = tar.getmembers()
-            tar.extract(member, out / "x", filter="data")
-        db = out / "x" / member.name
-        with sqlite3.connect(db) as conn:
-            conn.execute(f'UPDATE "FLASH${kernel}" SET gpu = ?', ("gfx908_mod0",))
-        target = out / "installed/database/amd/gfx908/flash" / shard.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(target, "w:xz", preset=0) as tar:
-            tar.add(db, arcname=member.name)
-    return out
+    stored = ta.store(Runner(out=io.StringIO()), wd, PIN, "gfx908", tuning_options(*SMALL))
+    assert stored.directory == reachable / "tuning/aotriton" / PIN / "gfx908"
+    assert list(stored.files) == ["amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"]
+    assert shards.is_dir() and tuning_db.find(PIN, "gfx908") == stored
+    assert rebuild_reads(tree, stored, reachable) == [(64, 32, 24)]  # ours, over upstream's
+    shard = stored.directory / "amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"
+    shard.write_bytes(shard.read_bytes() + b"\0")
+    with pytest.raises(UserError, match="sha256"):
+        tuning_db.find(PIN, "gfx908")
 
 
 def standin_rebuild(tree: Path, root: Path, build: Path) -> Path:
@@ -229,27 +260,18 @@ def standin_rebuild(tree: Path, root: Path, build: Path) -> Path:
     return central
 
 
-@needs_tree
-def test_baked_shards_are_stored_with_sha256_and_read_by_the_rebuild(
-    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(tmp_path / "tuning"))
-    wd = synthetic_shards(tree, tmp_path / "wd")
-    runner = Runner(out=io.StringIO())
-    stored = ta.store(runner, wd, PIN, "gfx908", tuning_options(*SMALL))
-    assert stored.directory == tmp_path / "tuning/aotriton" / PIN / "gfx908"
-    assert sorted(stored.files) == [f"amd/gfx908/flash/{k}.sqlite3.tar.xz" for k in ta.KERNELS]
-    found = tuning_db.find(PIN, "gfx908")
-    args = tuning_db.build_inputs(found, tree, tmp_path / "root", runner=runner)
-    assert args == [f"-DAOTRITON_TUNING_DATABASE_ROOT={tmp_path / 'root'}"]
-    central = standin_rebuild(tree, tmp_path / "root", tmp_path / "build")
+def rebuild_reads(tree: Path, stored: tuning_db.TuningDb, scratch: Path) -> list[tuple]:
+    """The rebuild's database root (tuning_db.build_inputs) through the stand-in rebuild:
+    gfx908's (BLOCK_M, BLOCK_N, rows) in the central database, gfx90a's still there."""
+    args = tuning_db.build_inputs(stored, tree, scratch / "root", runner=Runner(out=io.StringIO()))
+    assert args == [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch / 'root'}"]
+    central = standin_rebuild(tree, scratch / "root", scratch / "build")
     with sqlite3.connect(central) as conn:
         gpus = {r[0] for r in conn.execute('SELECT DISTINCT gpu FROM "FLASH$attn_fwd"')}
-    assert {"gfx908_mod0", "gfx90a_mod0", "gfx942_mod0"} <= gpus  # ours, over upstream's
-    shard = stored.directory / "amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"
-    shard.write_bytes(shard.read_bytes() + b"\0")
-    with pytest.raises(UserError, match="sha256"):
-        tuning_db.find(PIN, "gfx908")
+        assert {"gfx90a_mod0", "gfx942_mod0"} <= gpus
+        return list(conn.execute(
+            'SELECT "tuned_kernel$BLOCK_M", "tuned_kernel$BLOCK_N", COUNT(*) FROM "FLASH$attn_fwd" '
+            "WHERE gpu = 'gfx908_mod0' GROUP BY 1, 2"))  # fmt: skip
 
 
 @needs_server
