@@ -46,7 +46,6 @@ PG_BIN_DIRS = (
 )
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
 SCHEMA = "v3python/tune/pq/schema.sql"
-KERNELS = ("attn_fwd", "bwd_kernel_dk_dv", "bwd_kernel_dq", "bwd_kernel_fuse")
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
