@@ -144,7 +144,7 @@ def build_aotriton(session: nox.Session) -> None:
 
 @nox.session(python=False, tags=["build"], default=False)
 def tune_aotriton(session: nox.Session) -> None:
-    """Tune AOTriton on this GPU, store the database in pins/tuning, rebuild, validate, install."""
+    """Tune AOTriton with its own Tuner v3.5 (a local PostgreSQL), rebuild with it, install."""
     from rocmfa.builds import tune_aotriton
 
     _run(session, tune_aotriton.tune_aotriton, show_options=True)

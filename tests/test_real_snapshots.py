@@ -1,9 +1,8 @@
 """Opt-in replays against real upstream git snapshots (outside the repository): our patch
-engine, our checkout with the pinned submodule paths, the CMake option names we pass and the
-tuner argv, run on the real trees. Without the variables the tests skip, saying so.
+engine, our checkout with the pinned submodule paths and the CMake option names we pass, run on
+the real trees. Without the variables the tests skip, saying so.
 
     ROCMFA_AOTRITON_REAL_GIT  a git dir of ROCm/aotriton holding pins/aotriton.toml's commit
-                              (and 0.11b, 972223c5, for cpptune's test/tune_flash.py)
     ROCMFA_PORT_REAL_GIT      a git dir of Jack31098/aotriton_gfx908 holding 60639c72 (the
                               retired 0.10b port: its submodule layout, which the resume tests
                               of tests/test_checkouts.py replay)
@@ -20,16 +19,13 @@ code skips its fetch) and leaves the absent paths out (sparse checkout).
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import tune_aotriton as ta
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
@@ -62,8 +58,6 @@ PORT = {
     "commit": "60639c72e9fabf7ab34469e7876eb633623c5f0f",
     "submodules": list(port.PORT_SUBMODULES),
 }
-# Upstream 0.11b: the last line tuned with cpptune (test/tune_flash.py), torch 2.9's AOTriton.
-CPPTUNE_011B = "972223c501ffc22068bb035ac5d64cf54318d895"
 
 
 def real_pin(git_dir: str, table: dict) -> Pin:
@@ -194,36 +188,6 @@ def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, off
     plain = ensure_checkout(real_pin(PORT_GIT, table), tmp_path / "plain", quiet())
     port.assert_recursive_init_stops_at_aiter(plain)
     assert registered(plain) == []
-
-
-@needs_aotriton
-def test_real_tuner_parser_and_ui_entry_accept_our_argv(tmp_path: Path) -> None:
-    script = tmp_path / "tune_flash.py"
-    script.write_text(
-        subprocess.run(
-            ["git", "--git-dir", AOTRITON_GIT, "show", f"{CPPTUNE_011B}:test/tune_flash.py"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    raw = tmp_path / "raw-d32-float16.json"
-    argv = ta.tuner_argv(sys.executable, raw, 32, "float16", ["16", "32", "64"])
-    assert argv[1] == ta.TUNE_SCRIPT
-    probe = REPO_ROOT / "tests" / "support" / "tune_flash_probe.py"
-    result = subprocess.run(
-        [sys.executable, str(probe), str(script), *argv[2:]],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    args = report["args"]
-    assert args["json_file"] == str(raw) and args["d_head"] == [32]
-    assert args["dtype"] == ["float16"] and args["seqlen_q"] == [16, 32, 64]
-    assert args["validate"] is True and args["continue_from_json_file"] is True
-    assert report["app_run"] == [{"mouse": False, "inline": True, "headless": True}]
 
 
 THEROCK_GIT = os.environ.get("ROCMFA_THEROCK_REAL_GIT")

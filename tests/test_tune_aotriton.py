@@ -1,276 +1,302 @@
-"""tune_aotriton against a stand-in AOTriton pinned at a cpptune release (upstream 0.11b's
-layout, torch 2.9's AOTriton: a coherent pin set) built with the real cmake and ninja; and its
-refusal of Tuner v3.5 at 0.13b, gfx908's patch set included."""
+"""tune_aotriton on the pinned AOTriton 0.13b (6e00ef3e): the tuning patch set, the plan, and
+Tuner v3.5's own queue on a real PostgreSQL.
+
+The real-tree tests need ROCMFA_AOTRITON_REAL_GIT (a ROCm/aotriton git snapshot holding the pin,
+tests/support/real_trees.py) and skip without it; the server tests also need PostgreSQL's
+initdb/pg_ctl/psql (Debian's postgresql, installed by .ci/run) and the tuner's own Python
+packages (requirements-tuning.txt at the pin: psycopg, pandas, dacite, ...), and skip, saying
+which, when one is absent.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
+import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import aotriton_install
-from rocmfa.builds import build_aotriton as ba
 from rocmfa.builds import tune_aotriton as ta
-from rocmfa.plumbing import options
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import tuning_db
-from tests.support import aotriton_port_standin as port
+from rocmfa.plumbing.options import TuneAotritonOptions, parse
+from rocmfa.sources import patches, tuning_db
 from tests.support import aotriton_standins as st
-from tests.support.aotriton_env import build_opts, command_lines, provision_env
+from tests.support.real_trees import borrow_snapshot
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PIN = "6e00ef3e335b45dfb49065259533b59c68995bfe"
+AOTRITON_GIT = os.environ.get("ROCMFA_AOTRITON_REAL_GIT")
+needs_tree = pytest.mark.skipif(
+    not AOTRITON_GIT, reason="set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot"
+)
+TUNER_PACKAGES = ("psycopg", "psycopg_pool", "pandas", "dacite", "msgpack", "elftools")
+missing = [m for m in TUNER_PACKAGES if importlib.util.find_spec(m) is None]
+PG_BIN = ta.find_postgres(None)
+needs_server = pytest.mark.skipif(
+    PG_BIN is None or bool(missing),
+    reason="PostgreSQL absent (apt-get install postgresql)" if PG_BIN is None else
+    f"the tuner's Python packages are absent: {', '.join(missing)}",
+)  # fmt: skip
+SMALL = ("--tune-head-dims", "64", "--tune-dtypes", "float16", "--tune-seqlens", "128")
 
 
-@dataclass
-class Bed:
-    prefix: Path
-    repo: Path
-    commit: str
-    pins: Path
-    work: Path
-
-    @property
-    def torch_lib(self) -> Path:
-        return st.site_packages(self.prefix) / "torch" / "lib"
-
-    @property
-    def state(self) -> Path:
-        return self.work / "tuning" / f"aotriton-{self.commit[:12]}-gfx90a"
-
-    @property
-    def published(self) -> Path:
-        return self.pins / "tuning" / "aotriton" / self.commit / "gfx90a"
+def tuning_options(*argv: str) -> TuneAotritonOptions:
+    return parse("tune_aotriton", ["--arch", "gfx908", *argv])
 
 
-PINNED_013B = "6e00ef3e335b45dfb49065259533b59c68995bfe"  # the real pin, with gfx908's patch set
-PLAN = ("--tune-head-dims", "32,64", "--tune-dtypes", "float16")
+@pytest.mark.parametrize(
+    ("arch", "tuning", "expected"),
+    [
+        ("gfx908", False, ["0001", "0002"]),  # what users install: gfx90a's database reused
+        ("gfx908", True, ["0001", "0003", "0004", "0005"]),  # the reuse mapping left out
+        ("gfx90a", False, []),
+        ("gfx90a", True, ["0003", "0004", "0005"]),
+    ],
+)
+def test_tuning_set_only_in_tuning_builds(arch: str, tuning: bool, expected: list[str]) -> None:
+    found = patches.patch_set_for("aotriton", PIN, arch=arch, tuning=tuning)
+    assert [p.name[:4] for p in found.patches] == expected
+    assert all("github.com/ROCm/aotriton/commit/" in p.upstream for p in found.patches[-3:]) or (
+        not tuning
+    )
+    digests = {patches.patch_set_digest("aotriton", PIN, arch=arch, tuning=t) for t in (0, 1)}
+    assert len(digests) == 2  # a tuning build never reuses a plain build's stamp
+
+
+def export_pin(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "--git-dir", AOTRITON_GIT, "archive", PIN], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    return dest
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory, rocm_index) -> Bed:
-    root = tmp_path_factory.mktemp("aotriton-port")
-    prefix = provision_env(root / "env" / "therock", rocm_index.pins_dir)
-    st.install_pybind11(prefix)  # the cpptune tuner imports the tuning build's pyaotriton
-    repo, commit = port.make_port(root)
-    pins = root / "pins"
-    pins.mkdir()
-    st.write_aotriton_pin(
-        pins,
-        f"file://{repo}",
-        commit,
-        "0.11b",
-        version="0.11b",
-        tuner="cpptune",
-        submodules=list(port.PORT_SUBMODULES),
-    )
-    (root / "patches").mkdir()
-    # torch 2.9, built for AOTriton 0.11 (aotriton_matrix.toml [torch."2.9"])
-    st.install_torch(
-        prefix, runtime="0.11.0", images={"amd-gfx90a": "0.11"}, version="2.9.1+rocm7.1.0"
-    )
-    return Bed(prefix, repo, commit, pins, root / "work")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned tree with gfx908's tuning build patches applied (`git apply`, as checked)."""
+    if not AOTRITON_GIT:
+        pytest.skip("set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot")
+    src = export_pin(tmp_path_factory.mktemp("tuner") / "aotriton")
+    for patch in patches.patch_set_for("aotriton", PIN, arch="gfx908", tuning=True).patches:
+        subprocess.run(["git", "apply", "--check", str(patch.path)], cwd=src, check=True)
+        subprocess.run(["git", "apply", str(patch.path)], cwd=src, check=True)
+    return src
+
+
+@needs_tree
+def test_tuning_set_applies_to_the_pin_and_names_real_commits(tree: Path) -> None:
+    for patch in patches.patch_set_for("aotriton", PIN, arch="gfx90a", tuning=True).patches:
+        commit = patch.upstream.rsplit("/", 1)[1]
+        git = ["git", "--git-dir", AOTRITON_GIT, "cat-file", "-e", f"{commit}^{{commit}}"]
+        assert subprocess.run(git).returncode == 0, patch.upstream
+        assert f"Upstream: {patch.upstream}" in patch.path.read_text()
+    # #216: the real search space, not the pin's one placeholder configuration
+    assert "PRE_LOAD_OPTIONS" in (tree / "modules/flash/aot/attn_fwd.py").read_text()
+    assert "aotriton.generate" in (tree / ".tune/bin/sancheck").read_text()
+
+
+def test_nox_dry_run_plans_every_step_for_gfx908(tmp_path: Path) -> None:
+    env = {**os.environ, "ROCMFA_WORKDIR": str(tmp_path / "w")}
+    nox = [sys.executable, "-m", "nox", "-s", "tune_aotriton", "--", "--dry-run", "--arch"]
+    result = subprocess.run([*nox, "gfx908", *SMALL], cwd=REPO_ROOT, env=env, text=True,
+                            capture_output=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    steps = {
+        "server": "pg_ctl -D",
+        "schema": "v3python/tune/pq/schema.sql",
+        "dispatch": ".tune/bin/dispatch flash",
+        "tuning build": "-DAOTRITON_BUILD_FOR_TUNING=ON",
+        "worker": "worker_service.sh start",
+        "bake": ".tune/bin/bake_lut",
+        "rebuild": "-DAOTRITON_TUNING_DATABASE_ROOT=",
+        "validate": "validate.py --backends flash",
+    }
+    at = {step: next(i for i, x in enumerate(lines) if mark in x) for step, mark in steps.items()}
+    assert list(at.values()) == sorted(at.values()), at
+    dispatch = lines[at["dispatch"]]
+    assert "--hdim 64 --dtype float16 --seqlen_q 128 --seqlen_k 128 --skip_completed" in dispatch
+    assert "0002-gfx908-reuse-gfx90a-tuning.patch" not in result.stdout
+    assert "0005-tuning-worker-amdsmi-fixes.patch" in result.stdout
+    assert not (tmp_path / "w").exists()
 
 
 @pytest.fixture
-def v35(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Pins of the real line: 0.13b (Tuner v3.5) with the repository's own patch sets."""
-    pins = bed.pins.parent / "pins-v35"
-    if not pins.exists():
-        pins.mkdir()
-        st.write_aotriton_pin(
-            pins, f"file://{bed.repo}", PINNED_013B, "0.13b", version="0.13b", tuner="tuner-v3.5"
-        )
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
-    monkeypatch.delenv("ROCMFA_PATCHES_DIR")
-    return pins
+def reachable() -> Iterator[Path]:
+    """A temporary dir the server can reach: as root it runs as nobody (postgres refuses root),
+    and pytest's temporary dirs are 0700."""
+    path = Path(tempfile.mkdtemp(prefix="rocmfa-tune-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path)
 
 
-@pytest.fixture(autouse=True)
-def _env(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ROCMFA_PINS_DIR", str(bed.pins))
-    monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(bed.pins.parent / "patches"))
-    monkeypatch.delenv("ROCMFA_TUNING_DIR", raising=False)
-    monkeypatch.delenv("STANDIN_TUNE_STOP_AFTER", raising=False)
-    for key, value in st.FILE_PROTOCOL_ENV.items():  # the port's file:// submodules
-        monkeypatch.setenv(key, value)
+def pg_at(wd: Path) -> ta.Postgres:
+    return ta.Postgres(PG_BIN, wd / "pg" / "data", ta.free_port(), Runner(out=io.StringIO()))
 
 
-def tune(bed: Bed, capsys, *extra: str, arch: str = "gfx90a") -> str:
-    capsys.readouterr()
-    argv = ["--arch", arch, "--prefix", str(bed.prefix), "--workdir", str(bed.work), *extra]
-    try:
-        ta.tune_aotriton(options.parse("tune_aotriton", argv))
-    finally:
-        captured = capsys.readouterr().out
-        print(captured)
-    return captured
+def dispatch_venv(wd: Path) -> None:
+    """.tune/bin/dispatch makes WD/scratch/venv.devnode and pip-installs requirements-tuning.txt
+    unless its marker is newer: here a venv that sees this Python's packages, marked done."""
+    venv = wd / "scratch" / "venv.devnode"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+    )
+    (venv / ".requirements_installed").touch()
 
 
-def test_tune_dry_run_shows_tune_store_rebuild_validate(bed: Bed, capsys) -> None:
-    out = tune(bed, capsys, "--dry-run", *PLAN)
-    assert command_lines(out) == []
-    lines = out.splitlines()
-    tuning_configure = next(line for line in lines if "-DAOTRITON_BUILD_FOR_TUNING=ON" in line)
-    assert "-DAOTRITON_OVERRIDE_TARGET_GPUS=gfx90a_mod0" in tuning_configure
-    assert "-DAOTRITON_NAME_SUFFIX=rocmfa" in tuning_configure
-    tuner = [line for line in lines if "test/tune_flash.py --json_file" in line]
-    assert len(tuner) == 2 and "--d_head 32" in tuner[0] and "--d_head 64" in tuner[1]
-    assert all("--dtype float16 " in line and "PYTHONPATH=" in line for line in tuner)
-    assert all(line.endswith(" --debug_headless") for line in tuner)  # no terminal needed
-    assert any("table_tool.py --action rawjson -k FLASH" in line for line in lines)
-    gate = next(line for line in lines if "validate.py" in line)
-    assert "--head-dims 32,64" in gate and "--dtypes fp16" in gate and "LD_PRELOAD=" in gate
-    order = [next(i for i, x in enumerate(lines) if x.startswith(f"[{n}/6]")) for n in range(1, 7)]
-    assert order == sorted(order)
-    assert not bed.state.exists()
+def server_stopped(pg: ta.Postgres) -> bool:
+    status = subprocess.run(pg.tool("pg_ctl", "-D", str(pg.data), "status"), capture_output=True)
+    return status.returncode == 3 and not (pg.data / "postmaster.pid").exists()
 
 
-@pytest.mark.parametrize("arch", ["gfx1151", "gfx908"])
-def test_tune_at_013b_names_tuner_v35(bed: Bed, v35: Path, capsys, arch: str) -> None:
-    """0.13b tunes with Tuner v3.5; gfx908 (0.13b + our patch set, gfx90a's tuning reused) too:
-    the 0.10b port's cpptune is retired with it."""
-    with pytest.raises(UserError) as error:
-        tune(bed, capsys, "--dry-run", arch=arch)
-    message = str(error.value)
-    assert "\n" not in message and "Tuner v3.5" in message
-    assert "AOTRITON_TUNING_DATABASE_ROOT" in message and f"amd/{arch}/" in message
+# best_tuning_results.impl_desc of attn_fwd as export_best_results reads it (_FWD_COLS at the pin)
+FWD_PSELS = {"PADDED_HEAD": 0, "USE_ALIBI": 0, "INT8": 0, "INT8_KV": 0, "USE_P_SCALE": 0,
+             "PERSISTENT_TYPE": 0, "GRID_CU_MULTIP": 2, "BLOCK_M": 64, "BLOCK_N": 32,
+             "PRE_LOAD_V": 0}  # fmt: skip
+FWD_COPTS = {"waves_per_eu": 2, "num_warps": 4, "num_stages": 1}
 
 
-def test_interrupted_tuning_resumes_and_failed_gate_installs_nothing(
-    bed: Bed, capfd, monkeypatch: pytest.MonkeyPatch
+def synthetic_results(pg: ta.Postgres) -> None:
+    """Every queued task completed with one best attn_fwd configuration (compute_best_results'
+    table), as a worker and bake steps 1-2 would leave them."""
+    desc = json.dumps({"psels": FWD_PSELS, "copts": FWD_COPTS}).replace("'", "''")
+    pg.query(
+        "INSERT INTO best_tuning_results (task_id, arch, task_config, kernel_name, hsaco_index, "
+        f"median_time, impl_desc) SELECT id, arch, task_config, 'attn_fwd', 0, 0.1, '{desc}' "
+        "FROM task_queue; UPDATE task_queue SET status = 'completed'"
+    )
+
+
+def bake(tree: Path, wd: Path) -> Path:
+    """bake_lut's export (step 3) and decompose (step 5) at the pin, run as its scripts do;
+    GNU parallel (which decomposedb requires) stood in for by a loop."""
+    (wd / "pkg").mkdir()
+    (wd / "pkg" / "aotriton").symlink_to(tree / "python")
+    central, script, shards = (wd / "scratch/centraldb.sqlite3", wd / "scratch/decompose.sh",
+                               wd / "installed/database")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{wd / 'pkg'}"}
+    export = ["-m", "v3python.tune.pq.export_best_results", "--workdir", str(wd)]
+    decompose = ["-m", "aotriton.database_decompose", "--database_file", str(central)]
+    for argv in (
+        [*export, "--output", str(central)],
+        [*decompose, "--script_output", str(script), "--decompose_output", str(shards)],
+    ):
+        subprocess.run([sys.executable, *argv], cwd=tree, env=env, check=True)
+    loop = wd / "parallel"
+    loop.write_text('#!/bin/bash\nwhile read -r f; do "$@" "$f"; done\n')
+    loop.chmod(0o755)
+    subprocess.run(["bash", str(script)], env={**env, "GNU_PARALLEL": str(loop)}, check=True)
+    return shards
+
+
+@needs_server
+def test_real_queue_resumes_and_bakes_synthetic_results_into_shards_the_rebuild_reads(
+    tree: Path, reachable: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    capsys = capfd  # the tuner's own output goes to the file descriptors
-    before = aotriton_install.installed_fingerprint(bed.torch_lib)
-    monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "3")
-    with pytest.raises(UserError, match="command failed"):
-        tune(bed, capsys, *PLAN, "--tune-seqlens", "16,32")
-    raw = bed.state / "raw-d32-float16.json"
-    assert len(raw.read_text().splitlines()) == 3
-    assert json.loads((bed.state / "progress.json").read_text())["done"] == ["build"]
+    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
+    wd = reachable / "wd"
+    pg = pg_at(wd)
+    ta.write_config(wd, pg.port, sys.executable)
+    dispatch_venv(wd)
+    chosen = ta.filters(tuning_options(*SMALL))
+    with ta.running(pg):
+        assert ta.queue(pg, tree, wd, "gfx908", chosen)["total"] == 6  # causal x bias x dropout
+    assert server_stopped(pg)
+    pg = pg_at(wd)  # resume: the queue in the work dir; the same filters not dispatched again
+    ta.write_config(wd, pg.port, sys.executable)
+    with ta.running(pg):
+        assert ta.queue(pg, tree, wd, "gfx908", chosen)["total"] == 6
+        entries = pg.query("SELECT DISTINCT task_config->'entry'->>'hdim', "
+                           "task_config->'entry'->>'dtype', task_config->'entry'->>'seqlen_q', "
+                           "task_config->'entry'->>'seqlen_k' FROM task_queue")  # fmt: skip
+        wider = ta.filters(tuning_options(*SMALL[:4], "--tune-seqlens", "128,256"))
+        counts = ta.queue(pg, tree, wd, "gfx908", wider)
+        assert counts["total"] == 4 * 6  # q x k seqlens
+        bar = ta.progress_line(counts, "")
+        assert bar == f"[{' ' * 30}] 0/24 done (0 failed), 0 running; ETA -"
+        synthetic_results(pg)
+        assert ta.progress_line(ta.progress(pg, "gfx908"), "").startswith(f"[{'#' * 30}] 24/24")
+        shards = bake(tree, wd)
+    assert entries.split() == ["64|float16|128|128"]
+    assert server_stopped(pg)
+    stored = ta.store(Runner(out=io.StringIO()), wd, PIN, "gfx908", tuning_options(*SMALL))
+    assert stored.directory == reachable / "tuning/aotriton" / PIN / "gfx908"
+    assert list(stored.files) == ["amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"]
+    assert shards.is_dir() and tuning_db.find(PIN, "gfx908") == stored
+    assert rebuild_reads(tree, stored, reachable) == [(64, 32, 24)]  # ours, over upstream's
+    shard = stored.directory / "amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"
+    shard.write_bytes(shard.read_bytes() + b"\0")
+    with pytest.raises(UserError, match="sha256"):
+        tuning_db.find(PIN, "gfx908")
 
-    monkeypatch.delenv("STANDIN_TUNE_STOP_AFTER")
-    with pytest.raises(UserError) as error:
-        tune(bed, capsys, *PLAN, "--tune-seqlens", "16,32")
+
+def standin_rebuild(tree: Path, root: Path, build: Path) -> Path:
+    """v3src/CMakeLists.txt ~28-48 at the pin: extract every *.sqlite3.tar.xz under the root
+    into <build>/database/<its dir>, then the tree's own `python -m aotriton.database_compose`."""
+    for tar_xz in root.rglob("*.sqlite3.tar.xz"):
+        dest = build / "database" / tar_xz.parent.relative_to(root)
+        with tarfile.open(tar_xz) as tar:
+            tar.extractall(dest, filter="data")
+    (build / "pkg").mkdir()
+    (build / "pkg" / "aotriton").symlink_to(tree / "python")
+    central = build / "database" / "tuning_database.sqlite3"
+    compose = [sys.executable, "-m", "aotriton.database_compose", "--database_file", str(central)]
+    subprocess.run([*compose, "--decomposed", str(build / "database")], cwd=tree, check=True,
+                   env={**os.environ, "PYTHONPATH": str(build / "pkg")})  # fmt: skip
+    return central
+
+
+def rebuild_reads(tree: Path, stored: tuning_db.TuningDb, scratch: Path) -> list[tuple]:
+    """The rebuild's database root (tuning_db.build_inputs) through the stand-in rebuild:
+    gfx908's (BLOCK_M, BLOCK_N, rows) in the central database, gfx90a's still there."""
+    args = tuning_db.build_inputs(stored, tree, scratch / "root", runner=Runner(out=io.StringIO()))
+    assert args == [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch / 'root'}"]
+    central = standin_rebuild(tree, scratch / "root", scratch / "build")
+    with sqlite3.connect(central) as conn:
+        gpus = {r[0] for r in conn.execute('SELECT DISTINCT gpu FROM "FLASH$attn_fwd"')}
+        assert {"gfx90a_mod0", "gfx942_mod0"} <= gpus
+        return list(conn.execute(
+            'SELECT "tuned_kernel$BLOCK_M", "tuned_kernel$BLOCK_N", COUNT(*) FROM "FLASH$attn_fwd" '
+            "WHERE gpu = 'gfx908_mod0' GROUP BY 1, 2"))  # fmt: skip
+
+
+@needs_server
+def test_a_real_run_without_a_gpu_stops_at_the_first_gpu_task(
+    reachable: Path, provisioned_env: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The session itself, on the real pinned tree (its submodules left out: offline) in a
+    stand-in env: one line, the server stopped, nothing stored, nothing left running."""
+    if not AOTRITON_GIT:
+        pytest.skip("set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot")
+    pins, work = reachable / "pins", reachable / "work"
+    pins.mkdir()
+    st.write_aotriton_pin(pins, f"file://{AOTRITON_GIT}", PIN, "0.13b", version="0.13b",
+                          tuner="tuner-v3.5")  # fmt: skip
+    borrow_snapshot(AOTRITON_GIT, work / "src" / "aotriton", PIN)  # the commit is present
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
+    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
+    monkeypatch.setenv("ROCM_BOOTSTRAP_DISABLE_DETECTION", "1")
+    wd = work / "tuning" / f"aotriton-{PIN[:12]}-gfx908"
+    dispatch_venv(wd)
+    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *SMALL]
+    with pytest.raises(UserError) as stop:
+        ta.tune_aotriton(tuning_options(*argv))
+    assert "\n" not in str(stop.value) and "needs a gfx908 GPU" in str(stop.value)
     out = capsys.readouterr().out
-    assert "resuming: done earlier: build" in out and "done earlier; skipped" in out
-    assert "skip_set=3" in out  # the tuner continued its own records
-    ids = [json.loads(x)["task_id"] for x in raw.read_text().splitlines()]
-    assert sorted(ids) == [0, 1, 2, 3]
-    candidate = tuning_db.load(bed.state / "candidate")
-    assert candidate.meta["head_dims"] == [32, 64] and candidate.meta["dtypes"] == ["float16"]
-    rebuilt = bed.work / "build" / "aotriton" / "install"
-    info = (rebuilt / "share" / "aotriton" / "build-info.txt").read_text()
-    assert "TUNED_ROWS=9" in info  # 1 reused gfx90a row + 8 tuned
-    # The gate (validate.py) cannot pass here: nothing installed, nothing published.
-    assert "validate failed" in str(error.value) and "NOT installed" in str(error.value)
-    assert aotriton_install.installed_fingerprint(bed.torch_lib) == before
-    assert not bed.published.exists()
-
-    # Another plan keeps the tuning build, not the old records (their task ids mean other cases).
-    monkeypatch.setenv("STANDIN_TUNE_STOP_AFTER", "1")
-    with pytest.raises(UserError, match="command failed"):
-        tune(bed, capsys, *PLAN, "--tune-seqlens", "16,64")
-    out = capsys.readouterr().out
-    assert "another plan than last time" in out and "done earlier; skipped" in out
-    assert [json.loads(x)["task_id"] for x in raw.read_text().splitlines()] == [0]
-
-
-def test_stored_database_is_used_and_wrong_sha256_refused(bed: Bed, capsys) -> None:
-    records = bed.pins.parent / "records.json"
-    records.write_text(
-        json.dumps(
-            {
-                "arch": "gfx90a_mod0",
-                "task_id": 0,
-                "kernel_name": "attn_fwd",
-                "inputs": {"D_HEAD": 64},
-                "tuned_kernel": {"BLOCK_M": 16},
-                "result": "tuned",
-                "time": [1.0],
-            }
-        )
-        + "\n"
-    )
-    tuning_db.write(
-        bed.published,
-        {tuning_db.CPPTUNE_RECORDS: records},
-        commit=bed.commit,
-        arch="gfx90a",
-        kind="cpptune-json",
-        tuner="cpptune",
-        meta={"head_dims": [64], "dtypes": ["float16"], "seqlens": [16]},
-    )
-    plan = ("--tune-head-dims", "64", "--tune-dtypes", "float16", "--tune-seqlens", "16")
-    out = tune(bed, capsys, *plan)
-    assert "already tuned for this plan" in out and command_lines(out) == []
-    # A patch set for the pinned commit is applied before the database is merged in.
-    patches = bed.pins.parent / "patches"
-    st.make_patch_set(patches, "aotriton", bed.commit, bed.repo, [{"PATCHED": "yes\n"}])
-    capsys.readouterr()
-    try:
-        ba.build_aotriton(build_opts(bed.prefix, bed.work, arch="gfx90a"))
-    finally:
-        shutil.rmtree(patches / "aotriton")
-    out = capsys.readouterr().out
-    assert "with the tuning database gfx90a" in out
-    src = bed.work / "src" / "aotriton"
-    assert (src / "PATCHED").read_text() == "yes\n"
-    assert st.git(src, "status", "--porcelain") == ""  # the merged database was put back
-    installed = bed.work / "build" / "aotriton" / "install"
-    assert "TUNED_ROWS=2" in (installed / "share" / "aotriton" / "build-info.txt").read_text()
-    assert (bed.torch_lib / "libaotriton_v2.so.0.11.0").read_bytes() == (
-        installed / "lib" / "libaotriton_v2.so.0.11.0"
-    ).read_bytes()
-
-    (bed.published / tuning_db.CPPTUNE_RECORDS).write_text("{}\n")
-    with pytest.raises(UserError) as error:
-        ba.build_aotriton(build_opts(bed.prefix, bed.work, "--dry-run", arch="gfx90a"))
-    assert "sha256" in str(error.value) and "refusing" in str(error.value)
-    shutil.rmtree(bed.published)
-
-
-def test_sharded_database_goes_to_tuning_database_root_gfx1151(bed: Bed, v35: Path, capsys) -> None:
-    shard = bed.pins.parent / "attn_fwd.sqlite3.tar.xz"
-    shard.write_bytes(port.tuning_database_tar_xz())
-    where = v35 / "tuning" / "aotriton" / PINNED_013B / "gfx1151"
-    tuning_db.write(
-        where,
-        {"amd/gfx1151/flash/attn_fwd.sqlite3.tar.xz": shard},
-        commit=PINNED_013B,
-        arch="gfx1151",
-        kind="sharded-sqlite",
-        tuner="tuner-v3.5",
-        meta={},
-    )
-    try:
-        capsys.readouterr()
-        # --force: the torch here is 2.9 (0.11b), this dry run is for 0.13b
-        opts = build_opts(bed.prefix, bed.work, "--dry-run", "--force", arch="gfx1151")
-        ba.build_aotriton(opts)
-        out = capsys.readouterr().out
-        configure = next(line for line in out.splitlines() if " -G Ninja " in line)
-        assert f"-DAOTRITON_TUNING_DATABASE_ROOT={where}" in configure
-        assert "-DAOTRITON_TARGET_ARCH=gfx1151" in configure and command_lines(out) == []
-    finally:
-        shutil.rmtree(where)
-
-
-def test_nox_tune_aotriton_dry_run_gfx90a(bed: Bed) -> None:
-    repo_root = Path(__file__).resolve().parent.parent
-    nox = [sys.executable, "-m", "nox", "-s", "tune_aotriton", "--", "--dry-run"]
-    fresh = bed.work.with_name("work-nox")  # no progress from the other tests
-    result = subprocess.run(
-        [*nox, "--arch", "gfx90a", "--prefix", str(bed.prefix), "--workdir", str(fresh)],
-        cwd=repo_root,
-        env={**os.environ, "ROCMFA_PINS_DIR": str(bed.pins), **st.FILE_PROTOCOL_ENV},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    assert "-DAOTRITON_BUILD_FOR_TUNING=ON" in output and "validate.py" in output
+    assert "queue: 6 tasks for gfx908" in out and "pg_ctl -D" in out.splitlines()[-1]
+    assert server_stopped(pg_at(wd)) and not (reachable / "tuning").exists()
+    assert not (work / "build" / "aotriton-tuning").exists()

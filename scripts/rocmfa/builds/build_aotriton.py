@@ -239,6 +239,7 @@ class SourceBuild:
     workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
     triton: str = "fork"  # the Triton the kernels compile with (BuildAotritonOptions.kernel_triton)
     pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF: also the python binding (needs pybind11)
+    tuning: bool = False  # the patch set's tuning builds (tune_aotriton, or a tuned database)
 
     @property
     def timeout(self) -> str:
@@ -366,8 +367,10 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
     from rocmfa.sources import tuning_db
     from rocmfa.sources.patches import patch_set_digest
 
-    inputs["patches"] = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name)
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+    inputs["patches"] = patch_set_digest(
+        "aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=build.tuning or bool(tuned)
+    )
     inputs["tuning_db"] = tuned.digest() if tuned else None
     inputs["options"] = {
         "noimage": build.no_images,
@@ -553,7 +556,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""
     from rocmfa.builds import kernel_check
-    from rocmfa.sources import pin_submodules
+    from rocmfa.sources import pin_submodules, tuning_db
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
 
@@ -565,7 +568,8 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     ensure_checkout(
         ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
     )
-    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name)
+    tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
+    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=tuned)
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
@@ -643,10 +647,7 @@ def build_from_source(
     )  # fmt: skip
     if tuning is not None:
         scratch = build.with_name(build.name + "-tuning-db")
-        python, cmake = str(ctx.prefix / "bin" / "python"), args[0]
-        args += tuning_db.build_inputs(
-            tuning, src, scratch, python=python, cmake=cmake, runner=runner
-        )
+        args += tuning_db.build_inputs(tuning, src, scratch, runner=runner)
     args += extra_cmake
     args += launcher_args(cache, env, asked=build_options.cache is not None)
     if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
@@ -654,11 +655,7 @@ def build_from_source(
     configured = drop_stale_cmake_cache(build, args, sets, runner)
     if install.exists():
         runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
-    try:
-        runner.run(args, cwd=src, sets=sets)
-    finally:
-        if tuning is not None:  # configure has read the merged database; keep the tree clean
-            tuning_db.restore_source(tuning, src, runner)
+    runner.run(args, cwd=src, sets=sets)
     runner.apply(stamps.write, configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
     ninja = str(session.tool("ninja"))

@@ -1,389 +1,333 @@
-"""`nox -s tune_aotriton`: tune AOTriton's flash-attention kernels on this GPU, keep the result
-as data, rebuild with it, and install it only when `validate` passes.
+"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine, its tuned database
+kept as data, a rebuild with it, installed only when `validate` passes.
 
-    1 build for tuning   AOTRITON_BUILD_FOR_TUNING=ON, AOTRITON_NAME_SUFFIX (no clash with torch's
-                         libaotriton), AOTRITON_OVERRIDE_TARGET_GPUS=<arch>_modN; own build dir
-    2 tune               the pinned commit's own tuner, one run per (head_dim, dtype)
-    3 store              a candidate tuning database (rocmfa.sources.tuning_db) with sha256s
-    4 rebuild            the normal build, using the candidate
-    5 validate (gate)    scripts/rocmfa/probes/validate.py with the candidate preloaded
-    6 install + publish  into the env's torch (build_aotriton's version/image guards), and the
-                         database into pins/tuning/aotriton/<commit>/<arch>/ for later builds
+    server        a PostgreSQL this session starts and stops: initdb/pg_ctl (the env's, else the
+                  system's), on 127.0.0.1, its data and socket in the work dir
+    schema        the pinned tree's v3python/tune/pq/schema.sql, then create_arch_partition
+    dispatch      .tune/bin/dispatch flash WD --arch A (with --hdim/--dtype/--seqlen_q/_k from
+                  --tune-head-dims/-dtypes/-seqlens; --skip_completed: a rerun adds nothing done)
+    tuning build  AOTRITON_BUILD_FOR_TUNING=ON, NAME_SUFFIX=123 (.tune/single/build_arch.sh)
+    worker        .tune/remote/worker_service.sh start WD A --multi_gpu 0 --hostname localhost
+    progress      the queue_progress and completion_eta views, until the queue drains
+    bake          .tune/bin/bake_lut WD -> WD/installed/database/amd/A/flash/*.sqlite3.tar.xz,
+                  stored in pins/tuning/aotriton/<commit>/A/ (rocmfa.sources.tuning_db)
+    rebuild       build_aotriton's build with that database; validate gates the install
 
-Only cpptune is driven (test/tune_flash.py of AOTriton <= 0.10: a pin whose `tuner` is
-"cpptune"). Upstream 0.13b tunes with Tuner v3.5 (PostgreSQL + Docker workers over SSH), which
-is refused with a pointer to AOTRITON_TUNING_DATABASE_ROOT; so is gfx908 on 0.13b (our patch
-set reuses gfx90a's database until one is tuned there). The 0.10b community gfx908 port and its
-cpptune are retired (docs/aotriton.md). Progress is kept in work/tuning/<...>/progress.json:
-an interrupted run resumes at the first unfinished step, and a tuner run cut midway continues
-its own --json_file (cpptune skips the entries already recorded there).
+Tuning builds apply the patch set's `tuning = "only"` patches (upstream's post-pin tuner fixes)
+and leave out its `tuning = "never"` one (gfx908's reuse of gfx90a's database). The work dir
+(work/tuning/aotriton-<commit>-<arch>) keeps the queue: a stopped run resumes where it stopped.
+Facts and line numbers: docs/tuning.md.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
-from dataclasses import asdict, dataclass
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from rocmfa.builds import build_aotriton as ba
-from rocmfa.builds.aotriton_install import AotritonInstall
+from rocmfa.env import archs
 from rocmfa.plumbing import paths, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import TUNE_DTYPES as DTYPES
 from rocmfa.plumbing.options import TuneAotritonOptions
 from rocmfa.sources import tuning_db
-from rocmfa.sources.patches import patch_set_digest
 
-CPPTUNE = "cpptune"
-TUNE_SCRIPT = "test/tune_flash.py"
-NAME_SUFFIX = "rocmfa"
-VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
-DEFAULT_SEQLENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-DEFAULT_HEAD_DIMS = (64, 128)
+PG_BIN_DIRS = (
+    "/usr/lib/postgresql/17/bin",
+    "/usr/lib/postgresql/16/bin",
+    "/usr/lib/postgresql/15/bin",
+)
+DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
+SCHEMA = "v3python/tune/pq/schema.sql"
+VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def filters(opts: TuneAotritonOptions) -> list[str]:
+    """dispatch_tasks' filters for the options (its flash module's names); none = every task."""
+    argv: list[str] = []
+    for value, flags in (
+        (opts.tune_head_dims, ("--hdim",)),
+        (opts.tune_dtypes, ("--dtype",)),
+        (opts.tune_seqlens, ("--seqlen_q", "--seqlen_k")),
+    ):
+        if value:
+            for flag in flags:
+                argv += [flag, *(v.strip() for v in value.split(",") if v.strip())]
+    return argv
 
 
 @dataclass(frozen=True)
-class TunePlan:
-    head_dims: tuple[int, ...]
-    dtypes: tuple[str, ...]
-    seqlens: tuple[int, ...]
+class Postgres:
+    """A PostgreSQL cluster in data/, listening on 127.0.0.1:port and a socket in data/.. only.
+    As root (containers) it runs as `nobody`: postgres refuses root."""
 
-    def chunks(self) -> list[tuple[int, str]]:
-        return [(d, t) for d in self.head_dims for t in self.dtypes]
+    bin_dir: Path
+    data: Path
+    port: int
+    runner: Runner
 
-    def as_dict(self) -> dict[str, Any]:  # lists, as read back from progress.json
-        return {k: list(v) for k, v in asdict(self).items()}
+    def tool(self, name: str, *args: str) -> list[str]:
+        argv = [str(self.bin_dir / name), *args]
+        if os.geteuid() == 0 and name in ("initdb", "pg_ctl"):
+            argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
+        return argv
+
+    def start(self) -> None:
+        runner, sock = self.runner, self.data.parent
+        if not (self.data / "PG_VERSION").is_file():
+            runner.apply(sock.mkdir, parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                runner.run(["chown", "nobody:nogroup", str(sock)])
+            init = ("-D", str(self.data), "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
+            runner.run(self.tool("initdb", *init, "--no-instructions"), capture=True)
+        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {sock}"
+        log = str(sock / "server.log")
+        runner.run(self.tool("pg_ctl", "-D", str(self.data), "-l", log, "-w", "-o", opts, "start"))
+
+    def stop(self) -> None:
+        self.runner.run(self.tool("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"))
+
+    def psql(self, *args: str, db: str = DB_USER) -> str:
+        where = ("-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, "-d", db)
+        argv = [str(self.bin_dir / "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", *where]
+        return self.runner.run([*argv, *args], capture=True).stdout
+
+    def query(self, sql: str, db: str = DB_USER) -> str:
+        return self.psql("-c", sql, db=db)
 
 
-def _int_list(text: str, flag: str) -> tuple[int, ...]:
+def find_postgres(prefix: Path | None) -> Path | None:
+    """The directory holding initdb, pg_ctl and psql: the env's, Debian's, then PATH's."""
+    dirs = [prefix / "bin"] if prefix else []
+    dirs += [Path(d) for d in PG_BIN_DIRS]
+    if found := shutil.which("initdb"):
+        dirs.append(Path(found).resolve().parent)
+    for d in dirs:
+        if all((d / t).is_file() for t in ("initdb", "pg_ctl", "psql")):
+            return d
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running(pg: Postgres) -> Iterator[Postgres]:
+    """The server for the session's length: stopped at the end, also on failure."""
+    pg.start()
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UserError(f"{flag} {text!r}: expected a comma list of integers") from None
-    if not values or any(v <= 0 for v in values):
-        raise UserError(f"{flag} {text!r}: expected positive integers")
-    return values
+        if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
+            pg.psql("-c", f"CREATE DATABASE {DB_USER}", db="postgres")
+        yield pg
+    finally:
+        pg.stop()
 
 
-def make_plan(
-    *,
-    head_dims: str | None = None,
-    dtypes: str | None = None,
-    seqlens: str | None = None,
-) -> TunePlan:
-    """The defaults, overridden by --tune-head-dims/-dtypes/-seqlens."""
-    chosen_dims = _int_list(head_dims, "--tune-head-dims") if head_dims else DEFAULT_HEAD_DIMS
-    chosen_types = DTYPES
-    if dtypes:
-        chosen_types = tuple(t.strip() for t in dtypes.split(",") if t.strip())
-        unknown = [t for t in chosen_types if t not in DTYPES]
-        if unknown or not chosen_types:
-            raise UserError(f"--tune-dtypes {dtypes!r}: choose from {', '.join(DTYPES)}")
-    chosen_seqlens = _int_list(seqlens, "--tune-seqlens") if seqlens else DEFAULT_SEQLENS
-    return TunePlan(tuple(chosen_dims), tuple(chosen_types), tuple(chosen_seqlens))
+def write_config(wd: Path, port: int, python: str) -> None:
+    """WD/config.rc as the tuner reads it (KEY=VALUE; .tune/bin/dispatch sources it)."""
+    wd.mkdir(parents=True, exist_ok=True)
+    values = {
+        "POSTGRES_USER": DB_USER,
+        "POSTGRES_PASSWORD": "trust",  # trust on 127.0.0.1; dispatch wants a non-empty one
+        "POSTGRES_PORT": str(port),
+        "CELERY_SERVICE_HOST": "127.0.0.1",
+        "CELERY_WORKER_PYTHON": python,
+    }
+    stamps.write_text_atomic(wd / "config.rc", "".join(f"{k}={v}\n" for k, v in values.items()))
 
 
-class Progress:
-    """Steps done so far for one (commit, patches) build and one plan. Another build starts
-    over; another plan keeps the tuning build but not the tuner records, whose task ids
-    number another set of cases."""
-
-    def __init__(self, path: Path, key: str, plan: dict[str, Any], runner: Runner) -> None:
-        self.path, self.key, self.plan, self.runner = path, key, plan, runner
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
-        done = data.get("done", []) if data.get("key") == key else []
-        self.stale = bool(data) and data.get("plan") != plan
-        self.done: list[str] = [s for s in done if s == "build"] if self.stale else done
-
-    def has(self, step: str) -> bool:
-        return step in self.done
-
-    def mark(self, step: str) -> None:
-        self.done.append(step)
-        record = {"key": self.key, "plan": self.plan, "done": self.done}
-        self.runner.apply(self.path.parent.mkdir, parents=True, exist_ok=True)
-        self.runner.apply(stamps.write_text_atomic, self.path, json.dumps(record, indent=1) + "\n")
-
-    def reset(self) -> None:
-        self.done = []
-        self.runner.apply(self.path.unlink, missing_ok=True)
+def load_schema(pg: Postgres, src: Path, arch: str) -> None:
+    """schema.sql once (its own IF NOT EXISTS makes a rerun harmless), the arch's partition."""
+    if not pg.query("SELECT to_regclass('task_queue')").strip():
+        pg.psql("-f", str(src / SCHEMA))
+    pg.query(f"SELECT create_arch_partition('{arch}')")
 
 
-def tuner_argv(
-    python: str | Path, raw: Path, head_dim: int, dtype: str, seq: list[str]
-) -> list[str]:
-    """One cpptune run. test/tune_flash.py ends in a Textual app, `app.run(mouse=False,
-    inline=True, headless=args.debug_headless)` (port @ 60639c72): --debug_headless lets it run
-    without a terminal (nox, CI, ssh without a tty)."""
-    return [
-        *(python, TUNE_SCRIPT, "--json_file", str(raw), "--d_head", str(head_dim)),
-        *("--dtype", dtype, "--seqlen_q", *seq, "--seqlen_k", *seq, "--validate"),
-        "--debug_headless",
-    ]
+def progress(pg: Postgres, arch: str) -> dict[str, int]:
+    keys = ("pending", "running", "completed", "failed", "total")
+    row = pg.query(f"SELECT {', '.join(keys)} FROM queue_progress WHERE arch = '{arch}'")
+    values = [int(v) for v in row.strip().split("|")] if row.strip() else [0] * 5
+    return dict(zip(keys, values, strict=True))
 
 
-def refuse_other_tuners(ctx: ba.Context) -> str:
-    """The pin's tuner, when it is the one tune_aotriton drives (cpptune); else a one-line
-    error saying how to tune with it and where to store the result."""
-    tuner = str(ctx.pin.data.get("tuner", "unknown"))
-    if tuner != CPPTUNE:
-        where = tuning_db.db_dir(ctx.pin.commit, ctx.arch.name)
+def progress_line(counts: dict[str, int], eta_hours: str) -> str:
+    total, done = counts["total"] or 1, counts["completed"] + counts["failed"]
+    bar = "#" * (30 * done // total)
+    eta = f"ETA {eta_hours} h" if eta_hours.strip() else "ETA -"
+    return (
+        f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), "
+        f"{counts['running']} running; {eta}"
+    )
+
+
+def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dict[str, int]:
+    """Until the queue drains: a progress bar with ETA from the tuner's own views."""
+    while True:
+        counts = progress(pg, arch)
+        eta = pg.query(f"SELECT eta_hours FROM completion_eta WHERE arch = '{arch}'")
+        runner.say(progress_line(counts, eta))
+        if counts["pending"] + counts["running"] == 0:
+            return counts
+        time.sleep(every_s)
+
+
+def need_gpu(arch: str, wd: Path) -> None:
+    """The first GPU task is the worker's preprocess (`import torch` on the GPU,
+    v3python/tune/testrun.py): without a GPU of arch, stop before the tuning build."""
+    found = archs.detect_gpus()
+    if arch not in found.gpus:
         raise UserError(
-            f"AOTriton {ctx.version} ({ctx.pin.commit[:12]}) tunes with {tuner}: Tuner v3.5 needs "
-            "a PostgreSQL queue and Docker GPU workers over SSH (docs/How To Generate Tuning "
-            "Database.md), which tune_aotriton does not drive; tune there, then store its "
-            f"amd/{ctx.arch.name}/... files under {where} (kind sharded-sqlite) and "
-            "build_aotriton passes them as AOTRITON_TUNING_DATABASE_ROOT"
+            f"tune_aotriton: the worker's first task needs a {arch} GPU and this machine has "
+            f"{', '.join(found.gpus) or 'none'} ({found.source}); stopped before the tuning build, "
+            f"the queue kept in {wd} (run the same line on a {arch} machine to go on)"
         )
-    return tuner
-
-
-@dataclass(frozen=True)
-class TuningRun:
-    """One tune_aotriton run: the build context, the plan, and where its progress is kept."""
-
-    ctx: ba.Context
-    plan: TunePlan
-    tuner: str
-    build: ba.SourceBuild
-    progress: Progress
-    state_dir: Path
-
-    @property
-    def runner(self) -> Runner:
-        return self.ctx.session.runner
-
-    @property
-    def python(self) -> str:
-        return str(self.ctx.session.python)
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        return (f"{self.ctx.arch.name}_mod0",)
-
-    @property
-    def tuning_build(self) -> str:
-        return f"{self.ctx.source_name}-tuning"
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
-    ctx = ba.make_context(opts)
-    tuner = refuse_other_tuners(ctx)
-    plan = make_plan(
-        head_dims=opts.tune_head_dims,
-        dtypes=opts.tune_dtypes,
-        seqlens=opts.tune_seqlens,
-    )
-    announce(ctx, tuner, plan)
-    if already_tuned(ctx, plan, force=opts.force):
+    ctx = ba.make_context(opts, torch_optional=True)
+    runner, arch, commit = ctx.session.runner, ctx.arch.name, ctx.pin.commit
+    wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
+    runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
+    stored = tuning_db.find(commit, arch)
+    if stored is not None and not opts.force:
+        runner.say(f"already tuned: {stored.describe()}; nothing run (--force to tune again)")
         return
-    build = ba.source_build(opts, pyaotriton=True)  # cpptune imports the tuning build's binding
-    run = resume_or_start(ctx, plan, tuner, build, force=opts.force)
-    build_for_tuning(run)  # [1/6]
-    records = tune_each_case(run)  # [2/6]
-    candidate = store_candidate(run, records)  # [3/6]
-    run.runner.say("[4/6] rebuild with the candidate database")
-    new = ba.build_from_source(ctx, run.build, tuning=candidate)
-    run.runner.say("[5/6] validate (the gate): the tuned build, forward and backward")
-    gate(ctx, new, plan, run.runner, run.python, candidate.directory)
-    install_and_publish(run, new, candidate)  # [6/6]
+    build = ba.source_build(opts, tuning=True)
+    src = checkout(ctx, build)
+    pg = server(wd, ctx.prefix if ctx.session.ready else None, runner)
+    runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")
+    with running(pg):
+        queue(pg, src, wd, arch, filters(opts))
+        if not runner.dry_run:
+            need_gpu(arch, wd)
+        build = replace(build, pyaotriton=has_pybind11(ctx))  # the worker imports pyaotriton
+        tuned = ba.build_from_source(ctx, build, build_name="aotriton-tuning", extra_cmake=(
+            "-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"))  # fmt: skip
+        tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
+    candidate = store(runner, wd, commit, arch, opts)
+    runner.say("rebuild with the tuned database")
+    new = ba.build_from_source(ctx, ba.source_build(opts, tuning=True), tuning=candidate)
+    stamp = paths.stamp_path(ctx.work, ba.STAMP_NAME)
+    inputs = ba.stamp_inputs(ctx, from_release=False, build=build)
+    if ctx.torch is not None or runner.dry_run:
+        gate(ctx, new, opts, runner)
+    if ctx.torch is None:  # as build_aotriton: torch is built against this prefix, then checked
+        ba.keep_in_prefix(ctx, new, stamp, inputs, ba.install_prefix(ctx))
+        return
+    how = f"built from {ctx.pin.url} at {commit[:12]} with {candidate.directory}"
+    ba.install(ctx, new, stamp, inputs, how, no_images=False, force=opts.force)
 
 
-def announce(ctx: ba.Context, tuner: str, plan: TunePlan) -> None:
-    say = ctx.session.runner.say
-    say(
-        f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {ctx.arch.name}; "
-        f"tuner {tuner} ({TUNE_SCRIPT})"
-    )
-    say(
-        f"plan: head_dim {','.join(map(str, plan.head_dims))}; {','.join(plan.dtypes)}; "
-        f"seqlens {','.join(map(str, plan.seqlens))}"
-    )
-
-
-def already_tuned(ctx: ba.Context, plan: TunePlan, *, force: bool) -> bool:
-    """A stored database for this commit, arch and plan: nothing to do (unless --force)."""
-    stored = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-    if stored is None or force:
+def has_pybind11(ctx: ba.Context) -> bool:
+    """The tuning build's pyaotriton needs pybind11 in the env."""
+    try:
+        ba.require_pybind11(ctx)
+    except UserError as missing:
+        ctx.session.runner.refuse(str(missing))  # a plan notes it and plans on without it
         return False
-    if not all(stored.meta.get(k) == v for k, v in plan.as_dict().items()):
-        return False
-    ctx.session.runner.say(
-        f"tune_aotriton: already tuned for this plan: {stored.describe()}; nothing run "
-        "(--force to tune again)"
-    )
     return True
 
 
-def resume_or_start(
-    ctx: ba.Context, plan: TunePlan, tuner: str, build: ba.SourceBuild, *, force: bool
-) -> TuningRun:
-    """Progress of an earlier run of this build and plan is kept; --force or another plan
-    drops the tuner records (another plan keeps the tuning build)."""
-    commit, arch = ctx.pin.commit, ctx.arch.name
-    runner = ctx.session.runner
-    state_dir = ctx.work / "tuning" / f"{ctx.source_name}-{commit[:12]}-{arch}"
-    patches = patch_set_digest("aotriton", commit, arch=arch)
-    key = stamps.digest({"commit": commit, "patches": patches})
-    progress = Progress(state_dir / "progress.json", key, plan.as_dict(), runner)
-    if force or progress.stale:
-        if force:
-            runner.say("--force: starting over, tuning build included")
-            progress.reset()
-        else:
-            runner.say("another plan than last time: tuning again (the tuning build is kept)")
-        for old in state_dir.glob("raw-*.json"):
-            runner.apply(old.unlink)
-    elif progress.done:
-        runner.say(f"resuming: done earlier: {', '.join(progress.done)} ({progress.path})")
-    return TuningRun(ctx, plan, tuner, build, progress, state_dir)
+def server(wd: Path, prefix: Path | None, runner: Runner) -> Postgres:
+    bin_dir = find_postgres(prefix)
+    if bin_dir is None:
+        runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
+    return Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
 
 
-def build_for_tuning(run: TuningRun) -> None:
-    """[1/6] AOTRITON_BUILD_FOR_TUNING with a name suffix, in its own build dir."""
-    run.runner.say("[1/6] build for tuning")
-    if run.progress.has("build"):
-        run.runner.say("  done earlier; skipped")
-        return
-    ba.build_from_source(
-        run.ctx,
-        run.build,
-        build_name=run.tuning_build,
-        extra_cmake=(
-            "-DAOTRITON_BUILD_FOR_TUNING=ON",
-            f"-DAOTRITON_NAME_SUFFIX={NAME_SUFFIX}",
-            f"-DAOTRITON_OVERRIDE_TARGET_GPUS={';'.join(run.gpus)}",
-        ),
-    )
-    run.progress.mark("build")
+def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> dict[str, int]:
+    """The schema, then dispatch once per filter set: the queue (in wd/pg) is what a rerun
+    resumes. Another filter set replaces the pending tasks (dispatch would queue them twice);
+    `--skip_completed` keeps finished ones from being queued again."""
+    runner = pg.runner
+    load_schema(pg, src, arch)
+    marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
+    if marker.is_file() and marker.read_text() == wanted:
+        runner.say(f"dispatched earlier ({wanted}); the queue resumes")
+    else:
+        pg.query(f"DELETE FROM task_queue WHERE arch = '{arch}' AND status = 'pending'")
+        dispatch = [str(src / ".tune/bin/dispatch"), "flash", str(wd), "--arch", arch]
+        runner.run([*dispatch, *chosen, "--skip_completed", "-y"], cwd=src)
+        runner.apply(stamps.write_text_atomic, marker, wanted)
+    counts = progress(pg, arch) if not runner.dry_run else {"total": 0}
+    runner.say(f"queue: {counts['total']} tasks for {arch}")
+    return counts
 
 
-def tune_each_case(run: TuningRun) -> list[Path]:
-    """[2/6] the pinned tuner once per (head_dim, dtype); returns its record files."""
-    ctx, runner = run.ctx, run.runner
-    src = paths.src_dir(ctx.work, ctx.source_name)
-    bindings = paths.build_dir(ctx.work, run.tuning_build) / "bindings"
-    chunks = run.plan.chunks()
-    records: list[Path] = []
-    runner.say(f"[2/6] tune: {len(chunks)} runs")
-    seq = [str(s) for s in run.plan.seqlens]
-    for i, (head_dim, dtype) in enumerate(chunks, 1):
-        step = f"tune:d{head_dim}:{dtype}"
-        raw = run.state_dir / f"raw-d{head_dim}-{dtype}.json"
-        records.append(raw)
-        if run.progress.has(step):
-            runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}: done earlier ({raw})")
-            continue
-        again = " (continues its records)" if raw.is_file() else ""
-        runner.say(f"  [{i}/{len(chunks)}] head_dim {head_dim} {dtype}{again}")
-        runner.apply(run.state_dir.mkdir, parents=True, exist_ok=True)
-        runner.run(
-            tuner_argv(run.python, raw, head_dim, dtype, seq),
-            cwd=src,
-            sets={"PYTHONPATH": str(bindings)},
-        )
-        run.progress.mark(step)
-    return records
+def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> None:
+    """One worker on this host's GPUs until the queue drains, then the tuner's own bake."""
+    runner = pg.runner
+    service = [str(src / ".tune/remote/worker_service.sh")]
+    runner.run([*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
+               cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})  # fmt: skip
+    try:
+        final = watch(pg, arch, runner) if not runner.dry_run else None
+    finally:
+        runner.run([*service, "stop", str(wd), arch], cwd=src)
+    if final and final["completed"] == 0:
+        raise UserError(f"tune_aotriton: all {final['failed']} tasks failed; see {wd}")
+    runner.run([str(src / ".tune/bin/bake_lut"), str(wd)], cwd=src, sets={"PYTHONPATH": str(src)})
 
 
-def store_candidate(run: TuningRun, records: list[Path]) -> tuning_db.TuningDb:
-    """[3/6] the tuner's records as a candidate database (sha256 per file), not published."""
-    ctx, runner = run.ctx, run.runner
-    commit, arch = ctx.pin.commit, ctx.arch.name
-    runner.say("[3/6] store the candidate tuning database (sha256 per file)")
-    candidate_dir = run.state_dir / "candidate"
-    meta = {**run.plan.as_dict(), "gpus": list(run.gpus)}
-    placeholder = tuning_db.TuningDb(
-        candidate_dir, commit, arch, "cpptune-json", run.tuner, {}, meta
-    )
-    what = f"write {candidate_dir}/{{manifest.toml,tune_flash.json}}"
-    candidate = runner.apply(write_candidate, run, records, candidate_dir, meta, say=what)
-    return candidate or placeholder
+def checkout(ctx: ba.Context, build: ba.SourceBuild) -> Path:
+    """The pinned tree with the tuning patches: the tuner runs from it, the tuning build uses it."""
+    from rocmfa.sources import pin_submodules
+    from rocmfa.sources.checkouts import ensure_checkout
+    from rocmfa.sources.patches import apply_patch_set
+
+    src, runner = paths.src_dir(ctx.work, ctx.source_name), ctx.session.runner
+    pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    ensure_checkout(ctx.pin, src, runner, force=build.discard_local_edits, submodules=pinned)
+    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=True)
+    return src
 
 
-def write_candidate(
-    run: TuningRun, records: list[Path], candidate_dir: Path, meta: dict[str, Any]
+def shard_files(shards: Path, arch: str) -> dict[str, Path]:
+    """The bake's shards for arch, keyed as they lie under a tuning database root."""
+    found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
+    return {p.relative_to(shards).as_posix(): p for p in found}
+
+
+def store(
+    runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
 ) -> tuning_db.TuningDb:
-    combined = run.state_dir / "combined.json"
-    with open(combined, "w") as out:
-        for raw in records:
-            out.write(raw.read_text() if raw.is_file() else "")
-    meta["created"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    candidate = tuning_db.write(
-        candidate_dir,
-        {tuning_db.CPPTUNE_RECORDS: combined},
-        commit=run.ctx.pin.commit,
-        arch=run.ctx.arch.name,
-        kind="cpptune-json",
-        tuner=run.tuner,
-        meta=meta,
+    """The shards into pins/tuning/aotriton/<commit>/<arch>/ (sha256 per file)."""
+    target = tuning_db.db_dir(commit, arch)
+    shards = wd / "installed" / "database"
+    meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
+    kind, tuner = "sharded-sqlite", "tuner-v3.5"
+    stored = runner.apply(
+        lambda: tuning_db.write(target, shard_files(shards, arch), commit=commit, arch=arch,
+                                kind=kind, tuner=tuner, meta=meta),
+        say=f"store {shards}/amd/{arch}/flash/*.sqlite3.tar.xz in {target} (sha256 per file)",
+    )  # fmt: skip
+    return stored or tuning_db.TuningDb(target, commit, arch, kind, tuner, {}, meta)
+
+
+def gate(ctx: ba.Context, new: object, opts: TuneAotritonOptions, runner: Runner) -> None:
+    """validate.py against the rebuilt library (preloaded), before anything is installed."""
+    argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
+    argv += ["--backends", "flash"]
+    if opts.tune_head_dims:
+        argv += ["--head-dims", opts.tune_head_dims]
+    if opts.tune_dtypes:
+        argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
+    lib = getattr(new, "lib", None)
+    preload = (
+        str(lib / f"libaotriton_v2.so.{new.runtime}") if lib else "<rebuild>/lib/libaotriton_v2.so"
     )
-    run.runner.say(f"  {candidate.describe()}")
-    return candidate
-
-
-def install_and_publish(
-    run: TuningRun, new: AotritonInstall | None, candidate: tuning_db.TuningDb
-) -> None:
-    """[6/6] into the env's torch (build_aotriton's guards), the database into pins/tuning."""
-    ctx, runner = run.ctx, run.runner
-    commit = ctx.pin.commit
-    runner.say("[6/6] install into torch and publish the database")
-    published_at = tuning_db.db_dir(commit, ctx.arch.name)
-    if new is None:  # a plan
-        runner.say(
-            f"[dry-run] would install into {ctx.in_torch / 'lib'} and copy to {published_at}"
-        )
-        return
-    published = tuning_db.publish(candidate)
-    stamp = paths.stamp_path(ctx.work, ba.STAMP_NAME)
-    stamps.remove(stamp)
-    how = f"built from {ctx.pin.url} at {commit[:12]} with tuning database {published.directory}"
-    inputs = ba.stamp_inputs(ctx, from_release=False, build=run.build)
-    ba.install(ctx, new, stamp, inputs, how, no_images=False, force=run.build.force)
-    runner.say(f"tuning database stored: {published.directory} (commit it to keep it)")
-    run.progress.reset()
-
-
-def gate(
-    ctx: ba.Context,
-    new: AotritonInstall | None,
-    plan: TunePlan,
-    runner: Runner,
-    python: str,
-    candidate: Path,
-) -> None:
-    """validate.py against the candidate, which is preloaded so torch's DT_NEEDED on
-    libaotriton_v2.so.X.Y.Z resolves to it (its images are found next to it); nothing is
-    installed before this passes."""
-    head_dims = ",".join(map(str, plan.head_dims))
-    dtypes = ",".join(VALIDATE_DTYPES[t] for t in plan.dtypes)
-    argv = [python, str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / "validate.py")]
-    argv += ["--backends", "flash", "--head-dims", head_dims, "--dtypes", dtypes]
-    if new is None:  # dry run
-        lib = "<rebuilt install>/lib/libaotriton_v2.so.X.Y.Z"
-        runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib})
-        return
-    # The preload only tests the candidate when torch asks for this very runtime version.
-    shipped = AotritonInstall.read(ctx.in_torch / "lib", ctx.in_torch / "include")
-    if shipped.runtime != new.runtime:
-        raise UserError(
-            f"{ctx.in_torch / 'lib'} has AOTriton {shipped.runtime}, the tuned build is "
-            f"{new.runtime}: the gate cannot test it, nothing installed (build torch against "
-            "this AOTriton first: nox -s build_pytorch)"
-        )
-    candidate_lib = new.lib / f"libaotriton_v2.so.{new.runtime}"
-    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": str(candidate_lib)}, check=False)
+    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": preload}, check=False)
     if result.returncode != 0:
         raise UserError(
-            f"validate failed (exit {result.returncode}) for the tuned build in {new.lib}: NOT "
-            f"installed, torch keeps what it has; the candidate database stays in {candidate} "
-            "(not published)"
+            f"validate failed (exit {result.returncode}) for the tuned build: NOT installed"
         )

@@ -517,7 +517,7 @@ class KernelCheckOptions:
 
 @settings
 class TuneAotritonOptions(Compile):
-    """What to tune; the build settings are build_aotriton's."""
+    """What Tuner v3.5 tunes (its dispatch filters; none: every task); builds as build_aotriton."""
 
     clean: bool = switch(
         "--clean", help="start the AOTriton build over (empty its build dir); never the sources"
@@ -527,19 +527,19 @@ class TuneAotritonOptions(Compile):
         "--tune-head-dims",
         check=comma_ints,
         metavar="LIST",
-        help="head dims to tune, comma list (default 64,128)",
+        help="head dims to tune, comma list (dispatch --hdim; default all)",
     )
     tune_dtypes: str | None = opt(
         "--tune-dtypes",
         check=tune_dtypes,
         metavar="LIST",
-        help="dtypes to tune: float16,bfloat16 (default both)",
+        help="dtypes to tune: float16,bfloat16 (dispatch --dtype; default all)",
     )
     tune_seqlens: str | None = opt(
         "--tune-seqlens",
         check=comma_ints,
         metavar="LIST",
-        help="sequence lengths to tune (q and k), comma list (default 16..4096, powers of 2)",
+        help="sequence lengths to tune (q and k), comma list (dispatch --seqlen_q/_k; default all)",
     )
 
 

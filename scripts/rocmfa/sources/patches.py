@@ -2,7 +2,9 @@
 
 manifest.toml lists every patch in order: `[[patch]] file, sha256, reason, upstream` and
 optionally `arches = ["gfx908"]` (applied only to builds for those arches, as Spack's
-`patch(..., when=...)`); a commit that needs none says `none_needed = "why"`. Every sha256 is
+`patch(..., when=...)`) and optionally `tuning = "only"` (only builds for or with a tuned database:
+tune_aotriton's) or `tuning = "never"` (left out of those); a commit that needs none says
+`none_needed = "why"`. Every sha256 is
 checked before anything is applied. Each patch is classified by `git apply --check` and
 `git apply --reverse --check` (apply / already contained / conflict), applied with `git am`
 under a fixed committer and date (same pin + same patches = same HEAD), and on any failure the
@@ -54,6 +56,7 @@ class Patch:
     reason: str
     upstream: str
     arches: tuple[str, ...] = ()  # () = every arch
+    tuning: str = ""  # "only": tuning builds only; "never": not in them; "": every build
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,11 @@ def available_sets(project: str, root: Path | None = None) -> list[str]:
 
 
 def patch_set_for(
-    project: str, commit: str, *, root: Path | None = None, arch: str | None = None
-) -> PatchSet | None:
+    project: str, commit: str, *, root: Path | None = None, arch: str | None = None,
+    tuning: bool = False,
+) -> PatchSet | None:  # fmt: skip
     """The verified set for commit (None without patches/<project>/<commit>/); with arch, only
-    that arch's patches (the others in other_arches)."""
+    that arch's patches (the others in other_arches); tuning: a tuning build's patches."""
     directory = set_dir(project, commit, root)
     if not directory.is_dir():
         return None
@@ -106,6 +110,7 @@ def patch_set_for(
     unlisted = sorted({p.name for p in directory.glob("*.patch")} - set(names))
     if unlisted:
         raise UserError(f"{where}: {unlisted[0]} is in the directory but not in the manifest")
+    patches = [p for p in patches if p.tuning != ("never" if tuning else "only")]
     mine = [arch is None or not p.arches or arch in p.arches for p in patches]
     chosen = tuple(p for p, ok in zip(patches, mine, strict=True) if ok)
     others = tuple(p for p, ok in zip(patches, mine, strict=True) if not ok)
@@ -141,15 +146,18 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     for arch in arches:
         if not isinstance(arch, str) or not GFX_NAME.fullmatch(arch):
             raise UserError(f"{here}: 'arches' entry {arch!r} is not a gfx arch")
-    return Patch(name, path, sha256, values["reason"], values["upstream"], tuple(arches))
+    if (tuning := entry.get("tuning", "")) not in ("", "only", "never"):
+        raise UserError(f'{here}: \'tuning\' must be "only" or "never", got {tuning!r}')
+    return Patch(name, path, sha256, values["reason"], values["upstream"], tuple(arches), tuning)
 
 
 def patch_set_digest(
-    project: str, commit: str, *, root: Path | None = None, arch: str | None = None
-) -> str:
+    project: str, commit: str, *, root: Path | None = None, arch: str | None = None,
+    tuning: bool = False,
+) -> str:  # fmt: skip
     """For stamps: changes when any patch a build for arch applies, or the set's existence,
     changes."""
-    found = patch_set_for(project, commit, root=root, arch=arch)
+    found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)
     if found is not None and found.none_needed:
         return stamps.digest({"commit": commit, "none_needed": found.none_needed})
     return stamps.digest({"commit": commit, "patches": found.shas if found else []})
@@ -222,12 +230,13 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
 
 def apply_patch_set(
     project: str, commit: str, checkout: Path, runner: Runner, *,
-    root: Path | None = None, arch: str | None = None,
+    root: Path | None = None, arch: str | None = None, tuning: bool = False,
 ) -> list[str]:  # fmt: skip
-    """Apply patches/<project>/<commit>/ (with arch: that arch's patches) to checkout, which is
-    at commit or its patched state. Returns the applied sha256s; [] when none apply."""
+    """Apply patches/<project>/<commit>/ (with arch: that arch's patches; tuning: a tuning
+    build's) to checkout, which is at commit or its patched state. Returns the applied sha256s;
+    [] when none apply."""
     checkout = Path(checkout)
-    found = patch_set_for(project, commit, root=root, arch=arch)  # verifies every sha256 first
+    found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)  # sha256s first
     if found is None or not found.patches:
         _nothing_to_apply(found, project, commit, checkout, runner, root=root, arch=arch)
         return []

@@ -1,13 +1,10 @@
 """Tuning databases kept as data: pins/tuning/aotriton/<commit>/<arch>/ = manifest.toml + files.
 
 A database belongs to one AOTriton commit and one arch; its manifest names the tuner, what was
-tuned and every file's sha256, and a file that is missing, unlisted or changed is refused. Kinds:
-"cpptune-json" (cpptune's JSON-lines records, test/tune_flash.py --json_file: merged into the
-tree's v3python/rules/tuning_database.sqlite3.tar.xz with the commit's own
-`v2python/table_tool.py --action rawjson -k FLASH`, docs/How To Generate Tuning Database.md) and
-"sharded-sqlite" (amd/<arch>/<family>/<kernel>.sqlite3.tar.xz, passed to CMake as
-AOTRITON_TUNING_DATABASE_ROOT: AOTriton 0.13b+, Tuner v3.5). The root is $ROCMFA_TUNING_DIR,
-else <pins dir>/tuning.
+tuned and every file's sha256, and a file that is missing, unlisted or changed is refused. Kind
+"sharded-sqlite": amd/<arch>/<family>/<kernel>.sqlite3.tar.xz as Tuner v3.5's bake writes them,
+laid over the tree's modules/database/ and passed to CMake as AOTRITON_TUNING_DATABASE_ROOT.
+The root is $ROCMFA_TUNING_DIR, else <pins dir>/tuning.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ from rocmfa.plumbing.errors import UserError
 
 TUNING_DIR_ENV = "ROCMFA_TUNING_DIR"
 MANIFEST = "manifest.toml"
-KINDS = ("cpptune-json", "sharded-sqlite")
-CPPTUNE_RECORDS = "tune_flash.json"
-SOURCE_DB = "v3python/rules/tuning_database.sqlite3.tar.xz"
-TABLE_TOOL = "v2python/table_tool.py"
+KINDS = ("sharded-sqlite",)
+UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 
 
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
@@ -129,36 +124,18 @@ def write(
     return load(directory)
 
 
-def publish(candidate: TuningDb, root: Path | None = None) -> TuningDb:
-    """Copy a verified database to its place under the tuning root (the repository's data)."""
-    target = db_dir(candidate.commit, candidate.arch, root)
-    files = {name: candidate.directory / name for name in candidate.files}
-    fields = ("commit", "arch", "kind", "tuner", "meta")
-    return write(target, files, **{k: getattr(candidate, k) for k in fields})
-
-
-def build_inputs(
-    db: TuningDb, src: Path, scratch: Path, *, python: str, cmake: str, runner: Runner
-) -> list[str]:
-    """Make the build in src use db; returns the extra CMake arguments it needs. cpptune-json
-    edits src until restore_source, which the build calls right after configure."""
+def build_inputs(db: TuningDb, src: Path, scratch: Path, *, runner: Runner) -> list[str]:
+    """The CMake argument that makes the build in src read db: AOTRITON_TUNING_DATABASE_ROOT
+    REPLACES modules/database (v3src/CMakeLists.txt ~28-40 at 6e00ef3e), so the root is the
+    tree's own database with db's shards laid over it in scratch."""
     runner.say(f"using {db.describe()}")
-    if db.kind == "sharded-sqlite":
-        return [f"-DAOTRITON_TUNING_DATABASE_ROOT={db.directory}"]
-    # cpptune-json: merge into the commit's own database, starting from its pristine copy.
-    restore_source(db, src, runner)
-    runner.run([cmake, "-E", "rm", "-rf", str(scratch)])
-    runner.run([cmake, "-E", "make_directory", str(scratch)])
-    runner.run([cmake, "-E", "tar", "xf", str(src / SOURCE_DB)], cwd=scratch)
-    sqlite, records = scratch / "tuning_database.sqlite3", db.directory / CPPTUNE_RECORDS
-    merge = [python, TABLE_TOOL, "--action", "rawjson", "-k", "FLASH"]
-    runner.run([*merge, "-f", str(sqlite), "-i", str(records)], cwd=src)
-    runner.run([cmake, "-E", "tar", "cJf", str(src / SOURCE_DB), sqlite.name], cwd=scratch)
-    return []
+    runner.apply(compose_root, db, src / UPSTREAM_DB, scratch, say=f"compose {scratch}")
+    return [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch}"]
 
 
-def restore_source(db: TuningDb, src: Path, runner: Runner) -> None:
-    """Put the commit's own database back once configure has read the merged one (the port
-    generates its kernel tables at configure time), so the checkout stays pristine."""
-    if db.kind == "cpptune-json":
-        runner.run(["git", "-C", str(src), "checkout", "--", SOURCE_DB], cwd=src)
+def compose_root(db: TuningDb, upstream: Path, scratch: Path) -> None:
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(upstream, scratch)
+    for name in db.files:
+        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(db.directory / name, scratch / name)
