@@ -1,11 +1,13 @@
 """tune_aotriton on the pinned AOTriton 0.13b (6e00ef3e): the tuning patch set, the plan, and
 Tuner v3.5's own queue on a real PostgreSQL.
 
-The real-tree tests need ROCMFA_AOTRITON_REAL_GIT (a ROCm/aotriton git snapshot holding the pin,
-tests/support/real_trees.py) and skip without it; the server tests also need PostgreSQL's
-initdb/pg_ctl/psql (Debian's postgresql, installed by .ci/run) and the tuner's own Python
-packages (requirements-tuning.txt at the pin: psycopg, pandas, dacite, ...), and skip, saying
-which, when one is absent.
+The queue test runs the pin's schema, dispatch and bake steps on a real PostgreSQL
+(initdb/pg_ctl/psql: Debian's postgresql, installed by .ci/run) with psycopg (the dev extra); it
+skips, saying which, when one is absent. It runs on the stand-in tuner tree
+(tests/support/aotriton_tuner/, each file citing its upstream file at the pin) and, with
+ROCMFA_AOTRITON_REAL_GIT (a ROCm/aotriton git snapshot holding the pin,
+tests/support/real_trees.py) and the tuner's own Python packages (requirements-tuning.txt at the
+pin: psycopg, pandas, dacite, ...), on the real pinned tree too.
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ TUNER_PACKAGES = ("psycopg", "psycopg_pool", "pandas", "dacite", "msgpack", "elf
 missing = [m for m in TUNER_PACKAGES if importlib.util.find_spec(m) is None]
 PG_BIN = ta.find_postgres(None)
 needs_server = pytest.mark.skipif(
-    PG_BIN is None or bool(missing),
+    PG_BIN is None or "psycopg" in missing,
     reason="PostgreSQL absent (apt-get install postgresql)" if PG_BIN is None else
-    f"the tuner's Python packages are absent: {', '.join(missing)}",
+    "psycopg is absent (pip install -e '.[dev]')",
 )  # fmt: skip
+STANDIN_TUNER = REPO_ROOT / "tests/support/aotriton_tuner"
 SMALL = ("--tune-head-dims", "64", "--tune-dtypes", "float16", "--tune-seqlens", "128")
 
 
@@ -93,6 +96,52 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         subprocess.run(["git", "apply", "--check", str(patch.path)], cwd=src, check=True)
         subprocess.run(["git", "apply", str(patch.path)], cwd=src, check=True)
     return src
+
+
+@pytest.fixture(params=["standin", "real"])
+def tuner_tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tree whose tuner the queue test runs: the stand-in (tests/support/aotriton_tuner/,
+    with upstream's database written by its own export and decompose), or the real pinned one."""
+    if request.param == "real":
+        if not AOTRITON_GIT or missing:
+            pytest.skip("set ROCMFA_AOTRITON_REAL_GIT and install the tuner's packages "
+                        f"(absent: {', '.join(missing) or 'none'})")  # fmt: skip
+        return request.getfixturevalue("tree")
+    src = tmp_path_factory.mktemp("standin") / "aotriton"
+    shutil.copytree(STANDIN_TUNER, src)
+    src.parent.chmod(0o711)  # the server (nobody, as root) reads the schema from here
+    upstream_database(src, src.parent / "upstream")
+    return src
+
+
+def upstream_database(src: Path, scratch: Path) -> None:
+    """modules/database as the pin ships it, made by the stand-in's own export and decompose:
+    tuning_database.sqlite3.tar.xz (the empty central tables) and one attn_fwd row for each of
+    gfx90a and gfx942 in amd/<arch>/flash/attn_fwd.sqlite3.tar.xz."""
+    spec = importlib.util.spec_from_file_location(
+        "standin_export", src / "v3python/tune/pq/export_best_results.py"
+    )
+    export = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export)
+    scratch.mkdir()
+    central, database = scratch / "central.sqlite3", src / "modules/database"
+    entry = {"dtype": "float16", "hdim": 64, "seqlen_q": 128, "seqlen_k": 128, "causal": False,
+             "dropout_p": 0.0, "bias_type": 0}  # fmt: skip
+    with sqlite3.connect(central) as db:
+        export.ensure_table(db)
+        for arch in ("gfx90a", "gfx942"):
+            export.insert(db, arch, entry, {"psels": {"BLOCK_M": 128, "BLOCK_N": 64}})
+    db.close()
+    script = decompose(src, central, scratch, database)
+    empty = database / "tuning_database.sqlite3"
+    shutil.copyfile(database / "amd/gfx90a/flash/attn_fwd.sqlite3", empty)
+    with sqlite3.connect(empty) as db:
+        db.execute('DELETE FROM "FLASH$attn_fwd"')
+    db.close()
+    with tarfile.open(f"{empty}.tar.xz", "w:xz") as tar:
+        tar.add(empty, arcname=empty.name)
+    empty.unlink()
+    tar_in_loop(script, scratch)
 
 
 @needs_tree
@@ -159,8 +208,17 @@ def dispatch_venv(wd: Path) -> None:
 
 
 def server_stopped(pg: ta.Postgres) -> bool:
+    """pg_ctl says so, and no process names the cluster's data dir (a postgres left behind)."""
     status = subprocess.run(pg.tool("pg_ctl", "-D", str(pg.data), "status"), capture_output=True)
-    return status.returncode == 3 and not (pg.data / "postmaster.pid").exists()
+    left = [p for p in Path("/proc").glob("[0-9]*/cmdline") if str(pg.data).encode() in read(p)]
+    return status.returncode == 3 and not (pg.data / "postmaster.pid").exists() and not left
+
+
+def read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
 
 
 # best_tuning_results.impl_desc of attn_fwd as export_best_results reads it (_FWD_COLS at the pin)
@@ -181,32 +239,51 @@ def synthetic_results(pg: ta.Postgres) -> None:
     )
 
 
-def bake(tree: Path, wd: Path) -> Path:
-    """bake_lut's export (step 3) and decompose (step 5) at the pin, run as its scripts do;
-    GNU parallel (which decomposedb requires) stood in for by a loop."""
-    (wd / "pkg").mkdir()
-    (wd / "pkg" / "aotriton").symlink_to(tree / "python")
-    central, script, shards = (wd / "scratch/centraldb.sqlite3", wd / "scratch/decompose.sh",
-                               wd / "installed/database")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{wd / 'pkg'}"}
-    export = ["-m", "v3python.tune.pq.export_best_results", "--workdir", str(wd)]
-    decompose = ["-m", "aotriton.database_decompose", "--database_file", str(central)]
-    for argv in (
-        [*export, "--output", str(central)],
-        [*decompose, "--script_output", str(script), "--decompose_output", str(shards)],
-    ):
-        subprocess.run([sys.executable, *argv], cwd=tree, env=env, check=True)
-    loop = wd / "parallel"
+def decompose(tree: Path, central: Path, scratch: Path, shards: Path) -> Path:
+    """The tree's `aotriton.database_decompose` (its python/ as the aotriton package): the
+    shards' script, to run with GNU parallel."""
+    script = scratch / "decompose.sh"
+    argv = ["-m", "aotriton.database_decompose", "--database_file", str(central)]
+    argv += ["--script_output", str(script), "--decompose_output", str(shards)]
+    env = {**os.environ, "PYTHONPATH": str(aotriton_package(tree, scratch))}
+    subprocess.run([sys.executable, *argv], cwd=tree, env=env, check=True)
+    return script
+
+
+def aotriton_package(tree: Path, scratch: Path) -> Path:
+    """A directory where the tree's python/ imports as `aotriton`, as the build installs it."""
+    pkg = scratch / "pkg"
+    if not (pkg / "aotriton").exists():
+        pkg.mkdir(exist_ok=True)
+        (pkg / "aotriton").symlink_to(tree / "python")
+    return pkg
+
+
+def tar_in_loop(script: Path, scratch: Path) -> None:
+    """The decompose script, GNU parallel (which decomposedb requires) stood in for by a loop."""
+    loop = scratch / "parallel"
     loop.write_text('#!/bin/bash\nwhile read -r f; do "$@" "$f"; done\n')
     loop.chmod(0o755)
-    subprocess.run(["bash", str(script)], env={**env, "GNU_PARALLEL": str(loop)}, check=True)
+    subprocess.run(["bash", str(script)], env={**os.environ, "GNU_PARALLEL": str(loop)},
+                   check=True)  # fmt: skip
+
+
+def bake(tree: Path, wd: Path) -> Path:
+    """bake_lut's export (step 3) and decompose (step 5) at the pin, run as its scripts do."""
+    central, shards = wd / "scratch/centraldb.sqlite3", wd / "installed/database"
+    export = ["-m", "v3python.tune.pq.export_best_results", "--workdir", str(wd)]
+    path = f"{tree}{os.pathsep}{aotriton_package(tree, wd)}"
+    subprocess.run([sys.executable, *export, "--output", str(central)], cwd=tree, check=True,
+                   env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+    tar_in_loop(decompose(tree, central, wd, shards), wd)
     return shards
 
 
 @needs_server
 def test_real_queue_resumes_and_bakes_synthetic_results_into_shards_the_rebuild_reads(
-    tree: Path, reachable: Path, monkeypatch: pytest.MonkeyPatch
+    tuner_tree: Path, reachable: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    tree = tuner_tree
     monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
     wd = reachable / "wd"
     pg = pg_at(wd)
@@ -251,12 +328,11 @@ def standin_rebuild(tree: Path, root: Path, build: Path) -> Path:
         dest = build / "database" / tar_xz.parent.relative_to(root)
         with tarfile.open(tar_xz) as tar:
             tar.extractall(dest, filter="data")
-    (build / "pkg").mkdir()
-    (build / "pkg" / "aotriton").symlink_to(tree / "python")
+    pkg = aotriton_package(tree, build)
     central = build / "database" / "tuning_database.sqlite3"
     compose = [sys.executable, "-m", "aotriton.database_compose", "--database_file", str(central)]
     subprocess.run([*compose, "--decomposed", str(build / "database")], cwd=tree, check=True,
-                   env={**os.environ, "PYTHONPATH": str(build / "pkg")})  # fmt: skip
+                   env={**os.environ, "PYTHONPATH": str(pkg)})  # fmt: skip
     return central
 
 
@@ -275,13 +351,12 @@ def rebuild_reads(tree: Path, stored: tuning_db.TuningDb, scratch: Path) -> list
 
 
 @needs_server
+@needs_tree  # a marker, not a skip in the body: the env fixture costs ~15 s to set up
 def test_a_real_run_without_a_gpu_stops_at_the_first_gpu_task(
     reachable: Path, provisioned_env: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """The session itself, on the real pinned tree (its submodules left out: offline) in a
     stand-in env: one line, the server stopped, nothing stored, nothing left running."""
-    if not AOTRITON_GIT:
-        pytest.skip("set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot")
     pins, work = reachable / "pins", reachable / "work"
     pins.mkdir()
     st.write_aotriton_pin(pins, f"file://{AOTRITON_GIT}", PIN, "0.13b", version="0.13b",
