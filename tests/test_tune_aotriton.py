@@ -1,9 +1,10 @@
 """tune_aotriton on the pinned AOTriton 0.13b (6e00ef3e): the tuning patch set, the plan, and
 Tuner v3.5's own queue on a real PostgreSQL.
 
-The queue test runs the pin's schema, dispatch and bake steps on a real PostgreSQL
-(initdb/pg_ctl/psql: Debian's postgresql, installed by .ci/run) with psycopg (the dev extra); it
-skips, saying which, when one is absent. It runs on the stand-in tuner tree
+The queue test (the pin's schema, dispatch and bake steps) and the no-GPU run of the session
+need a real PostgreSQL (initdb/pg_ctl/psql: Debian's postgresql, installed by .ci/run) and
+psycopg (the dev extra), and skip, saying which, when one is absent. Both run on the stand-in
+tuner tree
 (tests/support/aotriton_tuner/, each file citing its upstream file at the pin) and, with
 ROCMFA_AOTRITON_REAL_GIT (a ROCm/aotriton git snapshot holding the pin,
 tests/support/real_trees.py) and the tuner's own Python packages (requirements-tuning.txt at the
@@ -98,14 +99,19 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
+def skip_without_real_tuner() -> None:
+    if not AOTRITON_GIT:
+        pytest.skip("set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot")
+    if missing:
+        pytest.skip(f"the real tuner's Python packages are absent: {', '.join(missing)}")
+
+
 @pytest.fixture(params=["standin", "real"])
 def tuner_tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tree whose tuner the queue test runs: the stand-in (tests/support/aotriton_tuner/,
     with upstream's database written by its own export and decompose), or the real pinned one."""
     if request.param == "real":
-        if not AOTRITON_GIT or missing:
-            pytest.skip("set ROCMFA_AOTRITON_REAL_GIT and install the tuner's packages "
-                        f"(absent: {', '.join(missing) or 'none'})")  # fmt: skip
+        skip_without_real_tuner()
         return request.getfixturevalue("tree")
     src = tmp_path_factory.mktemp("standin") / "aotriton"
     shutil.copytree(STANDIN_TUNER, src)
@@ -350,28 +356,51 @@ def rebuild_reads(tree: Path, stored: tuning_db.TuningDb, scratch: Path) -> list
             "WHERE gpu = 'gfx908_mod0' GROUP BY 1, 2"))  # fmt: skip
 
 
-@needs_server
-@needs_tree  # a marker, not a skip in the body: the env fixture costs ~15 s to set up
-def test_a_real_run_without_a_gpu_stops_at_the_first_gpu_task(
-    reachable: Path, provisioned_env: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    """The session itself, on the real pinned tree (its submodules left out: offline) in a
-    stand-in env: one line, the server stopped, nothing stored, nothing left running."""
-    pins, work = reachable / "pins", reachable / "work"
+@pytest.fixture(params=["standin", "real"])
+def pinned_tuner(request: pytest.FixtureRequest, reachable: Path) -> tuple[Path, str, str]:
+    """(pins dir, commit, arch) of the AOTriton the session checks out: the stand-in tuner tree
+    committed to a local repository (no patch set for that commit, so gfx90a: gfx908 needs the
+    pin's port), or the real pin (offline: its submodules left out) with
+    ROCMFA_AOTRITON_REAL_GIT, for gfx908."""
+    pins = reachable / "pins"
     pins.mkdir()
-    st.write_aotriton_pin(pins, f"file://{AOTRITON_GIT}", PIN, "0.13b", version="0.13b",
+    if request.param == "real":
+        skip_without_real_tuner()
+        borrow_snapshot(AOTRITON_GIT, reachable / "work/src/aotriton", PIN)  # the commit is here
+        git_dir, commit, arch = AOTRITON_GIT, PIN, "gfx908"
+    else:
+        repo = reachable / "standin-aotriton"
+        shutil.copytree(STANDIN_TUNER, repo)
+        st.git(repo, "init", "-q")
+        st.git(repo, "add", "-A")
+        st.git(repo, "commit", "-qm", "the stand-in tuner tree")
+        git_dir, commit, arch = str(repo / ".git"), st.git(repo, "rev-parse", "HEAD"), "gfx90a"
+    st.write_aotriton_pin(pins, f"file://{git_dir}", commit, "0.13b", version="0.13b",
                           tuner="tuner-v3.5")  # fmt: skip
-    borrow_snapshot(AOTRITON_GIT, work / "src" / "aotriton", PIN)  # the commit is present
+    return pins, commit, arch
+
+
+@needs_server
+def test_a_real_run_without_a_gpu_stops_at_the_first_gpu_task(
+    pinned_tuner: tuple[Path, str, str], reachable: Path, provisioned_env: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys,
+) -> None:  # fmt: skip
+    """The session itself on the pinned tuner tree, in a stand-in env: one line, the server
+    stopped, nothing stored, nothing left running."""
+    pins, commit, arch = pinned_tuner
+    work = reachable / "work"
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
     monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
     monkeypatch.setenv("ROCM_BOOTSTRAP_DISABLE_DETECTION", "1")
-    wd = work / "tuning" / f"aotriton-{PIN[:12]}-gfx908"
+    if commit != PIN:  # the stand-in's commit has no patch set, and no set is its ancestor
+        monkeypatch.setenv(patches.PATCHES_DIR_ENV, str(reachable / "no-patches"))
+    wd = work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     dispatch_venv(wd)
-    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *SMALL]
+    argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *SMALL, "--arch", arch]
     with pytest.raises(UserError) as stop:
         ta.tune_aotriton(tuning_options(*argv))
-    assert "\n" not in str(stop.value) and "needs a gfx908 GPU" in str(stop.value)
+    assert "\n" not in str(stop.value) and f"needs a {arch} GPU" in str(stop.value)
     out = capsys.readouterr().out
-    assert "queue: 6 tasks for gfx908" in out and "pg_ctl -D" in out.splitlines()[-1]
+    assert f"queue: 6 tasks for {arch}" in out and "pg_ctl -D" in out.splitlines()[-1]
     assert server_stopped(pg_at(wd)) and not (reachable / "tuning").exists()
     assert not (work / "build" / "aotriton-tuning").exists()
