@@ -313,6 +313,9 @@ def test_real_queue_resumes_and_bakes_synthetic_results_into_shards_the_rebuild_
         assert bar == f"[{' ' * 30}] 0/24 done (0 failed), 0 running; ETA -"
         synthetic_results(pg)
         assert ta.progress_line(ta.progress(pg, "gfx908"), "").startswith(f"[{'#' * 30}] 24/24")
+        widest = ta.filters(tuning_options(*SMALL[:4], "--tune-seqlens", "128,256,512"))
+        counts = ta.queue(pg, tree, wd, "gfx908", widest)  # --skip_completed: done ones stay
+        assert (counts["total"], counts["completed"], counts["pending"]) == (9 * 6, 24, 30)
         shards = bake(tree, wd)
     assert entries.split() == ["64|float16|128|128"]
     assert server_stopped(pg)
