@@ -115,7 +115,6 @@ def tuner_tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         return request.getfixturevalue("tree")
     src = tmp_path_factory.mktemp("standin") / "aotriton"
     shutil.copytree(STANDIN_TUNER, src)
-    src.parent.chmod(0o711)  # the server (nobody, as root) reads the schema from here
     upstream_database(src, src.parent / "upstream")
     return src
 
