@@ -1,4 +1,4 @@
-"""`nox -s matrix`: arch x AOTriton release -> flash attention by default / only with
+"""`nox -s matrix` (matrix()): arch x AOTriton release -> flash attention by default / only with
 TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / with this repository's patch set / none, with the
 image pack, the AOTriton each torch series expects, retired AOTriton sources and why, and the
 check builds run before their first command.
@@ -10,6 +10,7 @@ every row.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from rocmfa.env import archs, rocm_sdk
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import MatrixOptions
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
@@ -329,3 +331,12 @@ def check_combination(
 def announce(lines: list[str], say: Any = print) -> None:
     for line in lines:
         say(line)
+
+
+def matrix(opts: MatrixOptions) -> None:
+    """The table as Markdown (or --json) with the line for this host; non-zero when broken."""
+    report = table()
+    report["host"] = host_line(opts.arch)
+    print(json.dumps(report, indent=2) + "\n" if opts.json else render_markdown(report), end="")
+    if broken := problems(report, opts.arch):  # after the screen
+        raise UserError(f"matrix: {'; '.join(broken)}")

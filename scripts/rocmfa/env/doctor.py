@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
-from rocmfa.env.manager import find_manager
+from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rocmfa.env import condaenv, session_env
-from rocmfa.env.manager import no_manager_error
+from rocmfa.env.condaenv import no_manager_error
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import EnvOptions, Session

@@ -9,12 +9,20 @@ and the virtual packages it solved for. It is what makes the lock checkable as a
   every `depends` met by a locked record (or a virtual package), no `constrains` violated;
 - write_channel(): the records as a closed file:// channel, which `nox -s lock` must solve
   back to exactly the committed lock (tests/test_lockfile.py);
-- host_requirements(): the platform and `__glibc` setup_env checks the host against.
+- host_requirements(), require_suited(): the platform and `__glibc` the lock was solved for,
+  and setup_env's check of this host against them, before it installs anything. The host is
+  read as conda reads it: its subdir from the OS and machine (CONDA_SUBDIR overrides it,
+  conda/base/context.py); glibc from os.confstr, else platform.libc_ver()
+  (conda/common/_os/linux.py linux_get_libc_version; CONDA_OVERRIDE_GLIBC overrides it, as it
+  does conda's and rattler's __glibc). The two variables are the test seam.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform as host_platform
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +80,56 @@ def host_requirements(path: Path, default_platform: str) -> HostNeeds:
     glibc = next((v.split("=")[1] for v in document["virtual_packages"]
                   if v.startswith("__glibc=")), None)  # fmt: skip
     return HostNeeds((document["platform"],), glibc)
+
+
+def host_subdir(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    if environ.get("CONDA_SUBDIR"):
+        return environ["CONDA_SUBDIR"]
+    machine = host_platform.machine().lower()
+    os_name = {"linux": "linux", "darwin": "osx", "win32": "win"}.get(sys.platform, sys.platform)
+    if os_name == "osx":
+        return "osx-arm64" if machine == "arm64" else "osx-64"
+    bits = {"x86_64": "64", "amd64": "64", "i686": "32", "i386": "32"}.get(machine, machine)
+    return f"{os_name}-{bits}"
+
+
+def host_glibc(environ: Mapping[str, str] | None = None) -> str | None:
+    """The glibc version, None when the C library is not glibc (or none is found)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CONDA_OVERRIDE_GLIBC"):
+        return environ["CONDA_OVERRIDE_GLIBC"]
+    for name in ("CS_GNU_LIBC_VERSION", "CS_GNU_LIBPTHREAD_VERSION"):
+        try:
+            family, _, version = (os.confstr(name) or "").strip().partition(" ")
+        except (ValueError, OSError, AttributeError):
+            continue
+        if family in ("glibc", "NPTL") and version:
+            return version
+    family, version = host_platform.libc_ver()
+    return version if family == "glibc" and version else None
+
+
+def require_suited(needs: HostNeeds, lock_name: str,
+                   environ: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """A one-line description of the host, or a one-line UserError saying why the lock does not
+    suit it (another platform, an older glibc)."""
+    from packaging.version import Version
+
+    subdir = host_subdir(environ)
+    if subdir not in needs.platforms:
+        raise UserError(f"{lock_name} is locked for {', '.join(needs.platforms)}; this host is "
+                        f"{subdir}: its packages would not run here")  # fmt: skip
+    if needs.glibc is None:
+        return f"host {subdir}"
+    have = host_glibc(environ)
+    if have is None:
+        raise UserError(f"{lock_name} needs glibc >= {needs.glibc}; this host's C library is not "
+                        "glibc (or its version is unknown; CONDA_OVERRIDE_GLIBC sets it)")  # fmt: skip
+    if Version(have) < Version(needs.glibc):
+        raise UserError(f"{lock_name} needs glibc >= {needs.glibc} (its __glibc); this host has "
+                        f"glibc {have}: its programs would not run here")  # fmt: skip
+    return f"host {subdir}, glibc {have}"
 
 
 def write_channel(document: Mapping[str, Any], out: Path) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rocmfa.env import archs, condaenv
-from rocmfa.env.manager import Manager, find_manager
+from rocmfa.env.condaenv import Manager, find_manager
 from rocmfa.plumbing import paths
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.options import EnvChoice

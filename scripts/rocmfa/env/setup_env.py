@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
-from rocmfa.env.manager import find_manager
+from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -168,11 +168,11 @@ def install_conda_packages(prefix: Path, runner: Runner, mirrors: list[str]) -> 
 
 def check_host() -> str:
     """Refuse (one line) a host the lock does not suit: another platform, an older glibc."""
-    from rocmfa.env import host_check, lock_records
+    from rocmfa.env import lock_records
 
-    needs = lock_records.host_requirements(lock_records.records_path(lockfile.LOCK_FILE),
-                                           lockfile.PLATFORM)  # fmt: skip
-    return host_check.require_suited(needs.platforms, needs.glibc, lockfile.LOCK_FILE.name)
+    records = lock_records.records_path(lockfile.LOCK_FILE)
+    needs = lock_records.host_requirements(records, lockfile.PLATFORM)
+    return lock_records.require_suited(needs, lockfile.LOCK_FILE.name)
 
 
 def say_arch_and_env(session: session_env.SessionEnv) -> None:

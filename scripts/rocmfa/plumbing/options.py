@@ -1,33 +1,16 @@
-"""Every nox session's settings: one frozen dataclass per session, resolved once by parse().
+"""Every nox session's settings: one frozen dataclass per session, resolved once by parse():
+the command line, else its $ROCMFA_* variable (a FromEnv value), else the default, every value
+checked before the first command. This module is the one reader of our $ROCMFA_* variables
+(the env-only ones too: Environment below).
 
-Each field is one option, with its flag, help, $ROCMFA_* variable and check beside it (opt(),
-switch(), many() keep them in the field's metadata). An option several sessions read is declared
-once, as a partial of opt() that makes its field (arch_opt, prefix_opt, ...); the compiling
-sessions share one base, Compile. parse() takes the session's argv (argparse), then $ROCMFA_*
-for what the command line left unset (a FromEnv value, naming its variable), then the defaults,
-and checks every value before the first command. Nothing else reads our $ROCMFA_* variables.
-
-Adding an option - one field, in the class of the session that reads it (or a partial beside
-arch_opt when several sessions read it):
-
-    with_tests: bool = switch("--with-tests", help="also build CK's tests")
-
-  switch(): a flag (default False); many(): repeatable (default ()); opt(): one value (default
-  None unless default= says). type= turns the text into the typed value; check= only checks it;
-  choices= is a constant (or a function returning one) kept here, where the domain imports it
-  from, so parsing imports no domain module; env= is the $ROCMFA_* variable that stands in for
-  the flag (checked the same way); aliases= maps an old flag to a value. Checks across fields
-  go in the class's check(self). A build session prints its effective options first.
-
-Adding a session - its @nox.session function in noxfile.py (`_run(session, module.function)`),
-one Session("name", NameOptions, changes=(W, E)) line in SESSIONS below (W/E: it changes the
-work dir / the env; the guard takes their locks; a class with dry_run makes it dry-runnable),
-its function in a module named for it taking the settings object, and its row in README's
-session table.
-
-Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so a
-session accepts and drops options declared by other sessions; options nobody declares are an
-error. A session's --help lists only its own options and needs no env.
+An option is one field, declared with its flag, help, variable and check in the field's metadata:
+`with_tests: bool = switch("--with-tests", help="also build CK's tests")`. switch(): a flag;
+many(): repeatable; opt(): one value (type= converts, check= only checks, choices= a constant or
+a function returning one, env= its $ROCMFA_* variable, aliases= old flags). An option several
+sessions read is a partial of opt() below (arch_opt, ...); checks across fields go in the class's
+check(self). A session is its @nox.session function in noxfile.py and its Session line in
+SESSIONS. Nox hands the same posargs to every session of a run, so a session drops the options
+other sessions declare; options nobody declares are an error.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ import argparse
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -70,6 +53,28 @@ class FromEnv(str):
 def origin(value: object, flag: str) -> str:
     """Where a setting came from: its $ROCMFA_* variable, else its flag."""
     return f"${value.variable}" if isinstance(value, FromEnv) else flag
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What only a $ROCMFA_* variable sets, for every session alike (no flag): each field's
+    variable is ROCMFA_<FIELD>; unset or empty is None."""
+
+    pins_dir: str | None = None  # pins/ elsewhere
+    pytorch_line: str | None = None  # release (default) or nightly (pin_files.LINES)
+    conda_cache: str | None = None  # py-rattler's package cache
+    ck_source: str | None = None  # sources/pins.py
+    patches_dir: str | None = None  # sources/patches.py
+    tuning_dir: str | None = None  # sources/tuning_db.py
+    aotriton_base_url: str | None = None  # builds/aotriton_release.py
+    kernel_python: str | None = None  # builds/kernel_check.py, kernel_cluster.py
+
+
+def environment(environ: Mapping[str, str] | None = None) -> Environment:
+    """The Environment of os.environ (or of environ, where a caller hands one down)."""
+    environ = os.environ if environ is None else environ
+    names = (f.name for f in dataclasses.fields(Environment))
+    return Environment(**{n: environ.get(f"ROCMFA_{n.upper()}") or None for n in names})
 
 
 # --- checks and choices: here, so that parsing imports no domain module ---------------------
@@ -338,7 +343,6 @@ timeout_min_opt = partial(
     metavar="MIN",
     help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
 )
-json_opt = partial(switch, "--json", help="machine-readable output")
 
 
 @settings

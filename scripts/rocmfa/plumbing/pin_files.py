@@ -41,8 +41,9 @@ class Unresolved(UserError):
 
 
 def line(environ: Mapping[str, str] | None = None) -> str:
-    environ = os.environ if environ is None else environ
-    chosen = environ.get(LINE_ENV) or "release"
+    from rocmfa.plumbing.options import environment
+
+    chosen = environment(environ).pytorch_line or "release"
     if chosen not in LINES:
         raise UserError(f"${LINE_ENV}={chosen!r}: known lines: release (default), nightly")
     return chosen
@@ -50,8 +51,9 @@ def line(environ: Mapping[str, str] | None = None) -> str:
 
 def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
     """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
-    environ = os.environ if environ is None else environ
-    chosen = requested or environ.get(PINS_DIR_ENV) or PINS_DIR
+    from rocmfa.plumbing.options import environment
+
+    chosen = requested or environment(environ).pins_dir or PINS_DIR
     return Path(chosen).expanduser().resolve()
 
 
