@@ -1,4 +1,4 @@
-"""Reproduce py-rattler's exit-time crash and show that rocmfa.env.rattler_env.run_rattler prevents it.
+"""Reproduce py-rattler's exit-time crash; show that rattler_env.run_rattler prevents it.
 
 Each run is a fresh Python process with a cold package cache that solves one small test-made
 package from a file:// channel, installs it, checks the prefix, and returns from main:

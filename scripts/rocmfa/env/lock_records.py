@@ -124,8 +124,10 @@ def require_suited(needs: HostNeeds, lock_name: str,
         return f"host {subdir}"
     have = host_glibc(environ)
     if have is None:
-        raise UserError(f"{lock_name} needs glibc >= {needs.glibc}; this host's C library is not "
-                        "glibc (or its version is unknown; CONDA_OVERRIDE_GLIBC sets it)")  # fmt: skip
+        raise UserError(
+            f"{lock_name} needs glibc >= {needs.glibc}; this host's C library is not glibc (or "
+            "its version is unknown; CONDA_OVERRIDE_GLIBC sets it)"
+        )
     if Version(have) < Version(needs.glibc):
         raise UserError(f"{lock_name} needs glibc >= {needs.glibc} (its __glibc); this host has "
                         f"glibc {have}: its programs would not run here")  # fmt: skip
