@@ -140,20 +140,20 @@ def test_session_facts() -> None:
     assert Extra().flag is False and Extra().many == ()
 
 
-def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, monkeypatch):
-    from rocmfa.env import session_env, session_guard
+def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, monkeypatch):
+    from rocmfa.env import session_guard
+    from rocmfa.plumbing import locks
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
+    assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
+    lock = tmp_path / "w" / ".rocmfa.lock"
     with session_guard.guarded(options.BY_NAME["build_ck"], opts):
-        handed = session_env.CURRENT.get()
-        assert handed is not None and handed.work == tmp_path / "w"
-        assert handed.location.prefix == tmp_path / "env"
-        assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
-        again = session_env.locate(opts.prefix, opts.env_name, opts.workdir)
-        assert again is handed  # not resolved again
-        assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
-    assert session_env.CURRENT.get() is None
+        assert locks.holder(lock)["session"] == "build_ck"  # the work dir lock, held
+    assert locks.holder(lock) is None
+    dry = options.parse("build_ck", ["--prefix", str(tmp_path / "env"), "--dry-run"])
+    with session_guard.guarded(options.BY_NAME["build_ck"], dry):
+        assert locks.holder(lock) is None  # a dry run plans only: no lock
 
 
 def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None:

@@ -126,8 +126,8 @@ def test_dry_run_prints_everything_and_runs_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "conda-lock.yml is missing: solving it first" in out
-    assert "[dry-run] would solve environment.yml for linux-64 with py-rattler" in out
-    assert f"would install conda-lock.yml (linux-64) into {prefix} with py-rattler" in out
+    assert "[dry-run] solve environment.yml for linux-64 with py-rattler" in out
+    assert f"[dry-run] install conda-lock.yml (linux-64) into {prefix} with py-rattler" in out
     assert "'rocm[libraries,devel,device-gfx1151]==7.15.0a20260630'" in out
     assert "rocm-sdk path --cmake" in out and "PYTORCH_ROCM_ARCH=gfx1151" in out
     assert f"CONDA_PREFIX={prefix}" in out

@@ -13,7 +13,6 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -30,28 +29,18 @@ ENV_PLACEHOLDER = Path("<env prefix: created by nox -s setup_env>")
 
 @dataclass(frozen=True)
 class Located:
-    """Where a session's options point: the conda manager, the env and the work dir. Resolved
-    once per session (by the guard, scripts/rocmfa/env/session_guard.py) and handed down through
-    CURRENT to open_env and the probe sessions, so both see the same env and work dir."""
+    """Where a session's options point: the conda manager, the env and the work dir."""
 
-    options: tuple[str | None, str | None, str | None]  # --prefix, --env-name, --workdir
     manager: Manager | None
     location: condaenv.EnvLocation
     work: Path
 
 
-CURRENT: ContextVar[Located | None] = ContextVar("located", default=None)
-
-
 def locate(prefix: str | None, env_name: str | None, workdir: str | None) -> Located:
-    """The session's Located: the one the guard resolved for these options, else resolved now
-    (a bad --env-name: the one-line UserError)."""
-    current = CURRENT.get()
-    if current is not None and current.options == (prefix, env_name, workdir):
-        return current
+    """A bad --env-name: the one-line UserError."""
     manager = find_manager()
     location = condaenv.resolve_prefix(prefix, env_name, manager)
-    return Located((prefix, env_name, workdir), manager, location, paths.workdir(workdir))
+    return Located(manager, location, paths.workdir(workdir))
 
 
 @dataclass(frozen=True)
@@ -121,20 +110,22 @@ class SessionEnv:
         if self.ready and Path(argv[0]).exists():
             query = Runner(base_env=self.environ, out=self.out)
             return query.run(argv, capture=True).stdout.strip()
-        return self.runner.run(argv, capture=True, dry_run_output=placeholder).stdout.strip()
+        return self.runner.ask(argv, placeholder)
 
 
 def open_env(
     where: EnvChoice,
     *,
-    dry_run: bool,
+    dry_run: bool | None = None,
     out: TextIO | None = None,
     makes_env: bool = False,
     placeholder: Path = ENV_PLACEHOLDER,
 ) -> SessionEnv:
     """The start of a build session: a real run needs a set-up env (else the one-line
     "... run: nox -s setup_env"); a dry run goes on with placeholders and says so.
-    makes_env (setup_env): the env need not exist; its checks are the session's own."""
+    makes_env (setup_env): the env need not exist; its checks are the session's own. This is the
+    one place that names what setup_env would create, for a dry run."""
+    dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
     choice = archs.resolve_arch(where.arch)
     located = locate(where.prefix, where.env_name, where.workdir)
     work, manager, location = located.work, located.manager, located.location

@@ -38,6 +38,11 @@ class Command:
         return " ".join(parts)
 
 
+def runner_for(opts: object, **kw: Any) -> Runner:
+    """The Runner of a session's settings: it plans (prints, runs nothing) under --dry-run."""
+    return Runner(dry_run=bool(getattr(opts, "dry_run", False)), **kw)
+
+
 class Runner:
     """Executes commands, or only prints them when dry_run is set.
 
@@ -76,6 +81,10 @@ class Runner:
         if not self.dry_run:
             raise UserError(message)
         self.say(f"[dry-run] note: {message}; the real run stops here")
+
+    def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
+        """A question's answer (its stdout, stripped); under dry run the named placeholder."""
+        return self.run(argv, capture=True, dry_run_output=placeholder).stdout.strip()
 
     def run(
         self,

@@ -724,6 +724,11 @@ class Session:
         return any(o.name == "dry_run" for o in options_of(self.options))
 
 
+def takes_locks(declared: Session, opts: object) -> bool:
+    """A session takes its locks unless it only reports (doctor) or only plans (--dry-run)."""
+    return not (declared.reports_only or getattr(opts, "dry_run", False))
+
+
 W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
 # publish holds the work dir: it reads the run's wheels, a build must not replace them
 SESSIONS = (
