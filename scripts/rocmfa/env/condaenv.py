@@ -125,11 +125,6 @@ def resolve_prefix(
     return EnvLocation(None, f"{how} '{name}': no manager to locate its envs directory")
 
 
-def locate(prefix: str | None, env_name: str | None) -> EnvLocation:
-    """The shared env named by a session's --prefix/--env-name options (or their defaults)."""
-    return resolve_prefix(prefix, env_name, find_manager())
-
-
 def is_conda_env(prefix: Path) -> bool:
     return (prefix / "conda-meta").is_dir()
 
