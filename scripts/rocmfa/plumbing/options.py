@@ -29,7 +29,6 @@ from rocmfa.plumbing.cache_spec import parse_cache
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError, did_you_mean
 from rocmfa.plumbing.paths import WORKDIR_ENV
-from rocmfa.plumbing.pin_files import PROJECTS
 
 ARCH_ENV = "ROCMFA_ARCH"
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"
@@ -112,6 +111,7 @@ SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices (triton: the torch
 TRITONS = ("fork", "pypi")  # what compiles AOTriton's kernels (kernel_build)
 INDEX_KINDS = ("multi-arch", "legacy")  # TheRock's index kinds (rocm_sdk)
 TUNE_DTYPES = ("float16", "bfloat16")  # tune_aotriton's
+PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")  # pins/<project>.toml
 
 
 def unknown_arch(name: str, known: Iterable[str]) -> UserError:
