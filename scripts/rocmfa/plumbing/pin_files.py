@@ -15,7 +15,7 @@ from typing import Any
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
 from rocmfa.plumbing.errors import UserError, did_you_mean
-from rocmfa.plumbing.options import environment
+from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECTS: for sources/)
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
