@@ -153,6 +153,6 @@ def test_a_bad_flag_in_the_arch_data_is_one_line(tmp_path: Path) -> None:
         .replace("therock_torch_flash = true", 'therock_torch_flash = "yes"', 1)
     )
     (tmp_path / "arches.toml").write_text(data)
-    with pytest.raises(UserError, match=r"therock_torch_flash must be true or false") as error:
+    with pytest.raises(UserError, match=r"'therock_torch_flash' must be bool") as error:
         archs.load_arches(tmp_path / "arches.toml")
     assert "\n" not in str(error.value)
