@@ -121,17 +121,7 @@ def unknown_arch(name: str, known: Iterable[str]) -> UserError:
 
 
 def arch_data(path: Path = ARCHES_FILE) -> dict[str, Any]:
-    """The arch data file, read once per process while it is unchanged: the option check here,
-    scripts/rocmfa/env/archs.py (which parses it whole) for the session and its plan."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return load_toml(path, "arch data")  # its one-line error
-    return _arch_data(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _arch_data(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    """The arch data file: the option check here, scripts/rocmfa/env/archs.py parses it whole."""
     return load_toml(path, "arch data")
 
 
@@ -704,24 +694,13 @@ class Session:
 
     name: str
     options: type
-    changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
-    reports_only: bool = False  # never takes a lock nor recovers (doctor)
+    changes_workdir: bool = False  # holds the work dir's lock
+    changes_env: bool = False  # holds the env's lock
+    reports_only: bool = False  # never takes a lock (doctor)
     forward: bool = False  # the arguments it does not declare go through to its function
-    # a probe is its script, scripts/rocmfa/probes/<name>.py (torch + stdlib only), run in the env's
-    # Python (scripts/rocmfa/env/in_env.py) with the arguments it does not declare; it forwards too
+    # a probe is its script, scripts/rocmfa/probes/<name>.py (torch + stdlib only), run in the
+    # env's Python (scripts/rocmfa/env/in_env.py) with the arguments it does not declare
     probe: bool = False
-
-    @property
-    def changes_workdir(self) -> bool:
-        return "workdir" in self.changes
-
-    @property
-    def changes_env(self) -> bool:
-        return "env" in self.changes
-
-    @property
-    def dry_runnable(self) -> bool:
-        return any(o.name == "dry_run" for o in options_of(self.options))
 
 
 def takes_locks(declared: Session, opts: object) -> bool:
@@ -729,21 +708,22 @@ def takes_locks(declared: Session, opts: object) -> bool:
     return not (declared.reports_only or getattr(opts, "dry_run", False))
 
 
-W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
-# publish holds the work dir: it reads the run's wheels, a build must not replace them
+# W: changes the work dir, WE: the work dir and the env (they hold those locks). publish holds
+# the work dir: it reads the run's wheels, a build must not replace them.
+W, WE = {"changes_workdir": True}, {"changes_workdir": True, "changes_env": True}
 SESSIONS = (
     Session("lock", LockOptions),
-    Session("setup_env", SetupEnvOptions, changes=(W, E)),
+    Session("setup_env", SetupEnvOptions, **WE),
     Session("doctor", DoctorOptions, reports_only=True),
     Session("matrix", MatrixOptions),
-    Session("update_pins", UpdatePinsOptions, changes=(W,)),
-    Session("build_aotriton", BuildAotritonOptions, changes=(W, E)),
-    Session("tune_aotriton", TuneAotritonOptions, changes=(W, E)),
-    Session("kernel_check", KernelCheckOptions, changes=(W,)),
-    Session("build_pytorch", BuildPytorchOptions, changes=(W,)),
-    Session("install_wheels", InstallWheelsOptions, changes=(W, E)),
-    Session("publish", PublishOptions, changes=(W,)),
-    Session("build_ck", BuildCkOptions, changes=(W, E)),
+    Session("update_pins", UpdatePinsOptions, **W),
+    Session("build_aotriton", BuildAotritonOptions, **WE),
+    Session("tune_aotriton", TuneAotritonOptions, **WE),
+    Session("kernel_check", KernelCheckOptions, **W),
+    Session("build_pytorch", BuildPytorchOptions, **W),
+    Session("install_wheels", InstallWheelsOptions, **WE),
+    Session("publish", PublishOptions, **W),
+    Session("build_ck", BuildCkOptions, **WE),
     Session("bench", BenchOptions, forward=True, probe=True),
     Session("backend_check", BackendCheckOptions, forward=True, probe=True),
     Session("validate", ValidateOptions, forward=True, probe=True),
