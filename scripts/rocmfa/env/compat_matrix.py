@@ -10,6 +10,7 @@ every row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -119,45 +120,28 @@ def table(
     for arch in arches.values():
         cells = {}
         for release in data.releases:
-            cell = {"state": state(arch, release.version)}
             found = pack(arch, release.version)
-            if found:
-                cell["pack"] = f"amd-{found}"
-            cells[release.version] = cell
-        row: dict[str, Any] = {
+            cells[release.version] = {"state": state(arch, release.version)} | (
+                {"pack": f"amd-{found}"} if found else {}
+            )
+        retired = [{"name": name, "why": why, "source": src}
+                   for name, (on, why, src) in data.retired.items() if on == arch.name]  # fmt: skip
+        rows.append({
             "arch": arch.name,
             "name": arch.display_name,
             "vendor": arch.vendor,
             "hierarchy": list(archs.packaging_chain(arch.name)),
             "cells": cells,
             "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
-        }
-        retired = [
-            {"name": name, "why": why, "source": source}
-            for name, (on, why, source) in data.retired.items()
-            if on == arch.name
-        ]
-        if retired:
-            row["retired"] = retired
-        rows.append(row)
+        } | ({"retired": retired} if retired else {}))  # fmt: skip
+    torch = sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
     return {
         "releases": [
-            {
-                "version": r.version,
-                "commit": r.commit,
-                "experimental": list(r.experimental),
-                "source": r.source,
-            }
-            for r in data.releases
+            dataclasses.asdict(r) | {"experimental": list(r.experimental)} for r in data.releases
         ],
         "torch": [
-            {
-                "torch": series,
-                "tree": (data.trees or {}).get(series, ""),
-                "aotriton": v,
-                "source": src,
-            }
-            for series, (v, src) in sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
+            {"torch": series, "tree": data.trees.get(series, ""), "aotriton": v, "source": src}
+            for series, (v, src) in torch
         ],
         "pinned_build": pinned_build(),
         "arches": rows,
