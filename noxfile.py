@@ -68,14 +68,14 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
 def _forward(session: nox.Session, declared, function) -> int:
     """A session whose undeclared arguments go through: to its function, or for a probe to its
     script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
-    from rocmfa.env import in_env
+    from rocmfa.env import session_env
     from rocmfa.env.session_guard import guarded
     from rocmfa.plumbing import options
 
     helps = [a for a in session.posargs if a in ("-h", "--help")]
     posargs = [a for a in session.posargs if a not in helps]
-    probe_parsers = in_env.probe_parsers(declared) if declared.probe else []
-    opts, rest = options.parse_known(declared.name, posargs, in_env.flags_of(probe_parsers))
+    probe_parsers = session_env.probe_parsers(declared) if declared.probe else []
+    opts, rest = options.parse_known(declared.name, posargs, session_env.flags_of(probe_parsers))
     if helps:
         print(options.build_parser(declared.name).format_help())
         if not declared.probe:
@@ -85,7 +85,7 @@ def _forward(session: nox.Session, declared, function) -> int:
         session.skip("help shown")
     with guarded(declared, opts):
         if declared.probe:
-            return in_env.run_probe(declared, opts, rest)
+            return session_env.run_probe(declared, opts, rest)
         return function(opts, rest)
 
 

@@ -158,14 +158,16 @@ def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, mo
 def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None:
     """bench's --json PATH is the probe's (doctor's --json is a switch): it goes through with its
     value, while another session's --arch of a chained run is dropped."""
-    from rocmfa.env import in_env
+    from rocmfa.env import session_env
 
     bench = options.BY_NAME["bench"]
-    assert bench.probe and in_env.probe_names(bench) == ("bench",)
-    assert in_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
+    assert bench.probe and session_env.probe_names(bench) == ("bench",)
+    assert session_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
     assert bench.forward  # a probe forwards what it does not declare
     argv = ["--json", "out.json", "--arch", "gfx1151", "--sizes", "small", "-j", "4", "-j8"]
-    opts, rest = options.parse_known("bench", argv, in_env.flags_of(in_env.probe_parsers(bench)))
+    opts, rest = options.parse_known(
+        "bench", argv, session_env.flags_of(session_env.probe_parsers(bench))
+    )
     assert rest == ["--json", "out.json", "--sizes", "small"]
     assert opts == options.BenchOptions()
 

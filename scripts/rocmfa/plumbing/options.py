@@ -699,7 +699,7 @@ class Session:
     reports_only: bool = False  # never takes a lock (doctor)
     forward: bool = False  # the arguments it does not declare go through to its function
     # a probe is its script, scripts/rocmfa/probes/<name>.py (torch + stdlib only), run in the
-    # env's Python (scripts/rocmfa/env/in_env.py) with the arguments it does not declare
+    # env's Python (scripts/rocmfa/env/session_env.py) with the arguments it does not declare
     probe: bool = False
 
 
