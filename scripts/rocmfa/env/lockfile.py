@@ -10,7 +10,6 @@ parse again.
 
 from __future__ import annotations
 
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -30,8 +29,8 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
     # Imported here: conda-lock pulls in pydantic and friends; most runs hit the cache.
     from conda_lock.content_hash import backwards_compatible_content_hashes
     from conda_lock.lockfile import parse_conda_lock_file
-    from conda_lock.src_parser import make_lock_spec
-    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    from rocmfa.env.rattler_env import lock_spec
 
     try:
         lock = parse_conda_lock_file(lock_file)
@@ -41,26 +40,11 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
     platforms = list(lock.metadata.platforms)
     if PLATFORM not in platforms:
         return False, f"it has no {PLATFORM} platform"
-    with tempfile.TemporaryDirectory() as tmp:
-        # A local, empty PyPI->conda mapping: the default one is downloaded from GitHub.
-        mapping = Path(tmp) / "mapping.json"
-        mapping.write_text("{}")
-        try:
-            spec = make_lock_spec(
-                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
-            )
-        except Exception as e:
-            raise UserError(f"cannot parse {env_file.name}: {e}") from None
-        from rocmfa.env.rattler_env import quiet_conda_lock
-
-        with quiet_conda_lock():
-            repodata = default_virtual_package_repodata(cuda)
-        with repodata, quiet_conda_lock():
-            for platform in platforms:
-                expected = lock.metadata.content_hash.get(platform)
-                allowed = backwards_compatible_content_hashes(spec, repodata, platform)
-                if expected not in allowed:
-                    return False, f"its {platform} content hash does not match {env_file.name}"
+    with lock_spec(env_file, platforms, cuda) as (spec, repodata, _mapping):
+        for platform in platforms:
+            expected = lock.metadata.content_hash.get(platform)
+            if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
+                return False, f"its {platform} content hash does not match {env_file.name}"
     return True, "content hash matches"
 
 

@@ -98,6 +98,27 @@ def quiet_conda_lock():
         logging.disable(logging.NOTSET)
 
 
+@contextlib.contextmanager
+def lock_spec(env_file: Path, platforms: list[str], cuda: str):
+    """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
+    URL): a local, empty mapping, as the default one is downloaded from GitHub."""
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
+        mapping = Path(tmp) / "mapping.json"
+        mapping.write_text("{}")
+        try:
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
+            )
+        except Exception as e:
+            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+        vpr = default_virtual_package_repodata(cuda)
+        with vpr:  # its __enter__ does not return it
+            yield spec, vpr, str(mapping)
+
+
 def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
     """The virtual packages conda-lock hashes (its FakeRepoData), for rattler's solver."""
     import rattler
@@ -216,35 +237,23 @@ def solve_lock(
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
-    from conda_lock.src_parser import make_lock_spec
-    from conda_lock.virtual_package import default_virtual_package_repodata
 
-    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
-        mapping = Path(tmp) / "mapping.json"  # local and empty: the default one is downloaded
-        mapping.write_text("{}")
-        try:
-            spec = make_lock_spec(
-                src_files=[env_file], platform_overrides=[PLATFORM], mapping_url=str(mapping)
-            )
-        except Exception as e:
-            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+    with lock_spec(env_file, [PLATFORM], cuda) as (spec, vpr, mapping):
         conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
         if len(conda_deps) != len(spec.dependencies[PLATFORM]):
             raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
         channels = [c.url for c in spec.channels]
         mirror_of = parse_mirrors(mirrors, channels)
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
-        vpr = default_virtual_package_repodata(cuda)
-        with vpr:
-            specs = [match_spec(d) for d in conda_deps]
-            say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-            virtual = virtual_packages(vpr)
-            records = solve(specs, sources, virtual, cache_dir=cache_dir)
-            hashes = compute_content_hashes(spec, vpr)
+        specs = [match_spec(d) for d in conda_deps]
+        say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+        virtual = virtual_packages(vpr)
+        records = solve(specs, sources, virtual, cache_dir=cache_dir)
+        hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
         apply_categories(
-            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=str(mapping)
+            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=mapping
         )
     meta = LockMeta(
         content_hash=hashes,

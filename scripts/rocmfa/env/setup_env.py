@@ -261,11 +261,9 @@ def show(prefix: Path | None) -> None:
     stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
     if not stamp:
         raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
-    variables = stamp.get("variables", {})
-    print(f"env {prefix}")
-    print("Variables set on activation:")
-    for var in variables.get("set", []):
-        print(f"  {var['name']}={var['value']}  - {var['why']}")
-    print("Not set:")
-    for skipped in variables.get("not_set", []):
-        print(f"  {skipped['name']}  - {skipped['why']}")
+    recorded = stamp.get("variables", {})
+    plan = activation.Plan(
+        tuple(activation.Variable(**v) for v in recorded.get("set", [])),
+        tuple(activation.Skipped(**v) for v in recorded.get("not_set", [])),
+    )
+    print(f"env {prefix}\n{activation.show(plan)}")
