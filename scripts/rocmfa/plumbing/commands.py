@@ -130,3 +130,20 @@ class Runner:
                 f"{shlex.join(command.argv)}{detail}"
             )
         return result
+
+
+# A dry run writes no stamp. What it would write is kept here, by path, for the later sessions
+# of the same nox run, which run in this process: `nox -s build_aotriton build_pytorch --
+# --dry-run` plans build_pytorch against the prefix build_aotriton is about to fill, as the real
+# chain does.
+_PLANNED: dict[str, dict[str, Any]] = {}
+
+
+def plan(path: Path, **facts: Any) -> None:
+    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
+    _PLANNED[str(Path(path))] = facts
+
+
+def planned(path: Path) -> dict[str, Any] | None:
+    """What an earlier dry run of this process would have stamped at path, or None."""
+    return _PLANNED.get(str(Path(path)))
