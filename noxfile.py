@@ -31,12 +31,13 @@ nox.options.stop_on_first_error = True
 sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))  # the rocmfa package
 
 
-def _run(session: nox.Session, function=None, *, show_options: bool = False) -> None:
+def _run(session: nox.Session, function=None) -> None:
     """Parse this session's options (declared in scripts/rocmfa/plumbing/options.py; every value
     checked before any work) and call its function inside the guard (locks):
     function(opts), or function(opts, rest) for a session whose undeclared arguments go
-    through; a probe (function None) is its script, run in the env's Python. A build session
-    prints its effective options first (show_options), as cibuildwheel does."""
+    through; a probe (function None) is its script, run in the env's Python. The settings
+    it runs with are printed first (those not at their default, and where each came from), as
+    cibuildwheel prints its options."""
     from rocmfa.env.session_guard import guarded
     from rocmfa.plumbing import errors, options  # here: `nox -l` builds no settings class
 
@@ -46,8 +47,7 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
             code = _forward(session, declared, function)
         else:
             opts = options.parse(declared.name, session.posargs)
-            if show_options:
-                session.log(f"options: {options.effective(opts)}")
+            session.log(f"options: {options.effective(opts)}")
             with guarded(declared, opts):
                 code = function(opts)
     except errors.UserError as error:
@@ -68,14 +68,14 @@ def _run(session: nox.Session, function=None, *, show_options: bool = False) -> 
 def _forward(session: nox.Session, declared, function) -> int:
     """A session whose undeclared arguments go through: to its function, or for a probe to its
     script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
-    from rocmfa.env import in_env
+    from rocmfa.env import session_env
     from rocmfa.env.session_guard import guarded
     from rocmfa.plumbing import options
 
     helps = [a for a in session.posargs if a in ("-h", "--help")]
     posargs = [a for a in session.posargs if a not in helps]
-    probe_parsers = in_env.probe_parsers(declared) if declared.probe else []
-    opts, rest = options.parse_known(declared.name, posargs, in_env.flags_of(probe_parsers))
+    probe_parsers = session_env.probe_parsers(declared) if declared.probe else []
+    opts, rest = options.parse_known(declared.name, posargs, session_env.flags_of(probe_parsers))
     if helps:
         print(options.build_parser(declared.name).format_help())
         if not declared.probe:
@@ -83,9 +83,10 @@ def _forward(session: nox.Session, declared, function) -> int:
         for parser in probe_parsers:
             print(parser.format_help())
         session.skip("help shown")
+    session.log(f"options: {options.effective(opts)}")
     with guarded(declared, opts):
         if declared.probe:
-            return in_env.run_probe(declared, opts, rest)
+            return session_env.run_probe(declared, opts, rest)
         return function(opts, rest)
 
 
@@ -121,9 +122,9 @@ def doctor(session: nox.Session) -> None:
 @nox.session(python=False, tags=["env"], default=False)
 def matrix(session: nox.Session) -> None:
     """Arch x AOTriton release: flash by default / experimental flag / community port / none."""
-    from rocmfa.env import matrix
+    from rocmfa.env import compat_matrix
 
-    _run(session, matrix.matrix)
+    _run(session, compat_matrix.matrix)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -131,7 +132,7 @@ def update_pins(session: nox.Session) -> None:
     """Resolve pinned refs to commits, rewrite pins/, report whether patch sets still apply."""
     from rocmfa.sources import update_pins
 
-    _run(session, update_pins.update_pins, show_options=True)
+    _run(session, update_pins.update_pins)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -139,7 +140,7 @@ def build_aotriton(session: nox.Session) -> None:
     """Build (or --from-release fetch) AOTriton at its pin; swap it into the env's torch, if any."""
     from rocmfa.builds import build_aotriton
 
-    _run(session, build_aotriton.build_aotriton, show_options=True)
+    _run(session, build_aotriton.build_aotriton)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -147,7 +148,7 @@ def tune_aotriton(session: nox.Session) -> None:
     """Tune AOTriton with its own Tuner v3.5 (a local PostgreSQL), rebuild with it, install."""
     from rocmfa.builds import tune_aotriton
 
-    _run(session, tune_aotriton.tune_aotriton, show_options=True)
+    _run(session, tune_aotriton.tune_aotriton)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -155,7 +156,7 @@ def kernel_check(session: nox.Session) -> None:
     """Run AOTriton's generator and compile a sample of its real kernels on CPU (no ROCm)."""
     from rocmfa.builds import kernel_check
 
-    _run(session, kernel_check.kernel_check, show_options=True)
+    _run(session, kernel_check.kernel_check)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -163,7 +164,7 @@ def build_pytorch(session: nox.Session) -> None:
     """Build torch, audio, vision and triton wheels through TheRock, resumable by stage."""
     from rocmfa.builds import build_pytorch
 
-    _run(session, build_pytorch.build_pytorch, show_options=True)
+    _run(session, build_pytorch.build_pytorch)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -171,7 +172,7 @@ def install_wheels(session: nox.Session) -> None:
     """Install the wheels of the last build_pytorch run into the env, then check the backend."""
     from rocmfa.sharing import install_wheels
 
-    _run(session, install_wheels.install_wheels, show_options=True)
+    _run(session, install_wheels.install_wheels)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -179,7 +180,7 @@ def publish(session: nox.Session) -> None:
     """Publish this run's wheels and their manifest to a team index (one index per family)."""
     from rocmfa.sharing import publish
 
-    _run(session, publish.publish, show_options=True)
+    _run(session, publish.publish)
 
 
 @nox.session(python=False, tags=["build"], default=False)
@@ -187,7 +188,7 @@ def build_ck(session: nox.Session) -> None:
     """Build and install composable_kernel (library only) for this arch into the env."""
     from rocmfa.builds import build_ck
 
-    _run(session, build_ck.build_ck, show_options=True)
+    _run(session, build_ck.build_ck)
 
 
 @nox.session(python=False, tags=["check"], default=False)

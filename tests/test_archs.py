@@ -174,7 +174,7 @@ def test_malformed_arch_data_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="malformed arch data"):
         archs.load_arches(broken)
     broken.write_text('[arch.gfx1151]\nname = "x"\naotriton_packs = []\n')
-    with pytest.raises(UserError, match="missing key 'aotriton_experimental'"):
+    with pytest.raises(UserError, match="missing key 'ck_mha'"):
         archs.load_arches(broken)
     broken.write_text(
         '[arch.gfx1151]\nname = "x"\naotriton_packs = []\naotriton_experimental = []\n'

@@ -1,6 +1,6 @@
 """setup_env refuses, in one line, a host the lock does not suit. The host is faked with the
 variables conda itself reads for it (CONDA_SUBDIR, CONDA_OVERRIDE_GLIBC): they are the test
-seam, documented in scripts/rocmfa/env/host_check.py."""
+seam, documented in scripts/rocmfa/env/lock_records.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import host_check, lock_records, lockfile
+from rocmfa.env import lock_records, lockfile
 from rocmfa.plumbing.errors import UserError
 from tests.support.project import copy_project, run_nox
 
@@ -24,13 +24,13 @@ def test_committed_lock_names_its_platform_and_glibc() -> None:
 
 
 def test_host_read_as_conda_reads_it() -> None:
-    assert host_check.host_subdir({}) == {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(
-        platform.machine(), host_check.host_subdir({})
+    assert lock_records.host_subdir({}) == {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(
+        platform.machine(), lock_records.host_subdir({})
     )
     confstr = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36" on a glibc Linux
-    assert host_check.host_glibc({}) == confstr.split()[1]
-    assert host_check.host_subdir({"CONDA_SUBDIR": "linux-aarch64"}) == "linux-aarch64"
-    assert host_check.host_glibc({"CONDA_OVERRIDE_GLIBC": "2.17"}) == "2.17"
+    assert lock_records.host_glibc({}) == confstr.split()[1]
+    assert lock_records.host_subdir({"CONDA_SUBDIR": "linux-aarch64"}) == "linux-aarch64"
+    assert lock_records.host_glibc({"CONDA_OVERRIDE_GLIBC": "2.17"}) == "2.17"
 
 
 @pytest.mark.parametrize(
@@ -46,16 +46,25 @@ def test_host_read_as_conda_reads_it() -> None:
 )  # fmt: skip
 def test_unsuited_hosts_are_refused(environ: dict[str, str], message: str) -> None:
     with pytest.raises(UserError) as error:
-        host_check.require_suited(("linux-64",), "2.28", "conda-lock.yml", environ)
+        lock_records.require_suited(
+            lock_records.HostNeeds(("linux-64",), "2.28"), "conda-lock.yml", environ
+        )
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_suited_hosts_pass() -> None:
     ok = {"CONDA_SUBDIR": "linux-64", "CONDA_OVERRIDE_GLIBC": "2.28"}
-    assert host_check.require_suited(("linux-64",), "2.28", "l", ok) == "host linux-64, glibc 2.28"
+    assert (
+        lock_records.require_suited(lock_records.HostNeeds(("linux-64",), "2.28"), "l", ok)
+        == "host linux-64, glibc 2.28"
+    )
     newer = {"CONDA_SUBDIR": "linux-64", "CONDA_OVERRIDE_GLIBC": "2.100"}  # not a string compare
-    assert host_check.require_suited(("linux-64",), "2.28", "l", newer).endswith("glibc 2.100")
-    assert host_check.require_suited(("linux-64",), None, "l", {"CONDA_SUBDIR": "linux-64"})
+    assert lock_records.require_suited(
+        lock_records.HostNeeds(("linux-64",), "2.28"), "l", newer
+    ).endswith("glibc 2.100")
+    assert lock_records.require_suited(
+        lock_records.HostNeeds(("linux-64",), None), "l", {"CONDA_SUBDIR": "linux-64"}
+    )
 
 
 def test_setup_env_refuses_before_doing_anything(tmp_path: Path) -> None:

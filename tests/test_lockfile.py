@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +92,84 @@ def test_environment_yml_declares_what_builds_need() -> None:
     assert stamps.file_sha256(lockfile.ENV_FILE)
 
 
+# The lock checked as a set, from its records file (docs/conda-lock.md).
+
+
+def closed_channel(document: Mapping[str, Any], out: Path) -> str:
+    """The records as a file:// channel (repodata.json per subdir); returns its URL."""
+    from rocmfa.env.channel_from_locks import write_channel as write
+
+    entries = {tuple(url.rsplit("/", 2)[-2:]): e for url, e in document["records"].items()}
+    write(entries, out, document["platform"])  # type: ignore[arg-type]
+    return out.resolve().as_uri()
+
+
+def _package_record(entry: Mapping[str, Any]) -> Any:
+    import rattler
+
+    return rattler.PackageRecord(
+        name=entry["name"],
+        version=entry["version"],
+        build=rattler.BuildString(entry["build"]),
+        build_number=entry["build_number"],
+        subdir=entry["subdir"],
+        depends=list(entry.get("depends", [])),
+        constrains=list(entry.get("constrains", [])),
+    )
+
+
+def _virtual_record(spec: str, subdir: str) -> Any:
+    import rattler
+
+    name, version, build = [*spec.split("="), "0", "0"][:3]
+    build_string = rattler.BuildString(build or "0")
+    return rattler.PackageRecord(
+        name=name, version=version, build=build_string, build_number=0, subdir=subdir
+    )
+
+
+def lock_problems(
+    locked: Iterable[tuple[str, str, str, str]], document: Mapping[str, Any]
+) -> list[str]:
+    """What makes the lock not a set a solver could return. locked: (name, url, md5, sha256)
+    per package of the lock. Empty when the lock is consistent with its records."""
+    import rattler
+
+    found: list[str] = []
+    records = document["records"]
+    names: dict[str, str] = {}
+    urls = set()
+    for name, url, md5, sha256 in locked:
+        urls.add(url)
+        if name in names:
+            found.append(f"two records of {name}: {names[name]} and {url}")
+        names[name] = url
+        entry = records.get(url)
+        if entry is None:
+            found.append(f"{url}: no record in the records file")
+        elif (entry["name"], entry.get("md5"), entry.get("sha256")) != (name, md5, sha256):
+            found.append(f"{url}: name/md5/sha256 differ from its record")
+    found += [f"{url}: a record with no package in the lock" for url in sorted(set(records) - urls)]
+    pool = {url: _package_record(e) for url, e in records.items()}
+    virtual = [_virtual_record(v, document["platform"]) for v in document["virtual_packages"]]
+    by_name: dict[str, list[Any]] = {}
+    for record in [*pool.values(), *virtual]:
+        by_name.setdefault(record.name.normalized, []).append(record)
+    for url, record in sorted(pool.items()):
+        filename = url.rsplit("/", 1)[1]
+        for dep in record.depends:
+            spec = rattler.MatchSpec(dep)
+            if not any(spec.matches(r) for r in by_name.get(spec.name.normalized, [])):
+                found.append(f"{filename} depends on {dep}: nothing locked matches")
+        for con in record.constrains:
+            spec = rattler.MatchSpec(con)
+            for other in by_name.get(spec.name.normalized, []):
+                if not spec.matches(other):
+                    have = f"{other.name.normalized} {other.version} {other.build}"
+                    found.append(f"{filename} constrains {con}: the lock has {have}")
+    return found
+
+
 def committed() -> tuple[list[tuple[str, str, str, str]], dict]:
     from conda_lock.lockfile import parse_conda_lock_file
 
@@ -110,7 +190,7 @@ def test_committed_lock_is_fresh_and_its_records_are_a_consistent_set() -> None:
     locked, document = committed()
     assert document["content_hash"] == lock.metadata.content_hash["linux-64"]
     assert document["platform"] == "linux-64" and "__glibc=2.28=0" in document["virtual_packages"]
-    assert lock_records.problems(locked, document) == []
+    assert lock_problems(locked, document) == []
     names = {name for name, *_ in locked}
     assert {"python", "pip", "cmake", "ninja", "git", "pkg-config", "liblzma-devel", "ccache",
             "gcc_linux-64", "gxx_linux-64", "make", "patchelf"} <= names  # fmt: skip
@@ -126,7 +206,7 @@ def test_committed_lock_is_what_its_own_records_solve_to(tmp_path: Path) -> None
     from rocmfa.env import rattler_env
 
     _, document = committed()
-    channel = lock_records.write_channel(document, tmp_path / "closed")
+    channel = closed_channel(document, tmp_path / "closed")
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     lock = tmp_path / "conda-lock.yml"
     rattler_env.solve_lock(tmp_path / "environment.yml", lock, [channel], lockfile.CUDA_CHOICE,
@@ -155,10 +235,10 @@ def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None
     locked, document = committed()
     bad, url = with_libgomp_build(document, "he0feb66_19")
     locked = [(n, url if n == "libgomp" else u, m, s) for n, u, m, s in locked]
-    found = lock_records.problems(locked, bad)
+    found = lock_problems(locked, bad)
     assert found == ["libgcc-15.2.0-he0feb66_18.conda constrains libgomp 15.2.0 he0feb66_18: "
                      "the lock has libgomp 15.2.0 he0feb66_19"]  # fmt: skip
-    channel = lock_records.write_channel(bad, tmp_path / "closed")
+    channel = closed_channel(bad, tmp_path / "closed")
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     with pytest.raises(UserError, match="cannot solve"):
         rattler_env.solve_lock(tmp_path / "environment.yml", tmp_path / "l.yml", [channel], "",
@@ -168,16 +248,14 @@ def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None
 def test_duplicates_hash_mismatches_and_unmet_depends_are_caught() -> None:
     locked, document = committed()
     name, url, md5, sha256 = locked[0]
-    assert lock_records.problems([*locked, (name, url, md5, sha256)], document)[0].startswith(
+    assert lock_problems([*locked, (name, url, md5, sha256)], document)[0].startswith(
         f"two records of {name}: "
     )
     wrong = [(name, url, md5, "0" * 64), *locked[1:]]
-    assert lock_records.problems(wrong, document) == [
-        f"{url}: name/md5/sha256 differ from its record"
-    ]
+    assert lock_problems(wrong, document) == [f"{url}: name/md5/sha256 differ from its record"]
     git = next(u for u, e in document["records"].items() if e["name"] == "git")
     pcre2 = next(u for u, e in document["records"].items() if e["name"] == "pcre2")
     fewer = json.loads(json.dumps(document))
     del fewer["records"][pcre2]
-    found = lock_records.problems([p for p in locked if p[1] != pcre2], fewer)
+    found = lock_problems([p for p in locked if p[1] != pcre2], fewer)
     assert any(f.startswith(git.rsplit("/", 1)[1] + " depends on pcre2 ") for f in found), found

@@ -130,7 +130,6 @@ def test_session_facts() -> None:
     guard = {s.name: s for s in options.SESSIONS}
     assert guard["doctor"].reports_only
     assert guard["install_wheels"].changes_env and guard["publish"].changes_workdir
-    assert guard["build_pytorch"].dry_runnable and not guard["bench"].dry_runnable
 
     @settings
     class Extra:
@@ -140,33 +139,35 @@ def test_session_facts() -> None:
     assert Extra().flag is False and Extra().many == ()
 
 
-def test_the_guard_resolves_env_and_work_dir_once_and_hands_them_down(tmp_path, monkeypatch):
-    from rocmfa.env import session_env, session_guard
+def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, monkeypatch):
+    from rocmfa.env import session_guard
+    from rocmfa.plumbing import locks
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
+    assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
+    lock = tmp_path / "w" / ".rocmfa.lock"
     with session_guard.guarded(options.BY_NAME["build_ck"], opts):
-        handed = session_env.CURRENT.get()
-        assert handed is not None and handed.work == tmp_path / "w"
-        assert handed.location.prefix == tmp_path / "env"
-        assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
-        again = session_env.locate(opts.prefix, opts.env_name, opts.workdir)
-        assert again is handed  # not resolved again
-        assert (tmp_path / "w" / ".rocmfa.lock").exists()  # the work dir lock, held
-    assert session_env.CURRENT.get() is None
+        assert locks.holder(lock)["session"] == "build_ck"  # the work dir lock, held
+    assert locks.holder(lock) is None
+    dry = options.parse("build_ck", ["--prefix", str(tmp_path / "env"), "--dry-run"])
+    with session_guard.guarded(options.BY_NAME["build_ck"], dry):
+        assert locks.holder(lock) is None  # a dry run plans only: no lock
 
 
 def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None:
     """bench's --json PATH is the probe's (doctor's --json is a switch): it goes through with its
     value, while another session's --arch of a chained run is dropped."""
-    from rocmfa.env import in_env
+    from rocmfa.env import session_env
 
     bench = options.BY_NAME["bench"]
-    assert bench.probe and in_env.probe_names(bench) == ("bench",)
-    assert in_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
+    assert bench.probe and session_env.probe_names(bench) == ("bench",)
+    assert session_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
     assert bench.forward  # a probe forwards what it does not declare
     argv = ["--json", "out.json", "--arch", "gfx1151", "--sizes", "small", "-j", "4", "-j8"]
-    opts, rest = options.parse_known("bench", argv, in_env.flags_of(in_env.probe_parsers(bench)))
+    opts, rest = options.parse_known(
+        "bench", argv, session_env.flags_of(session_env.probe_parsers(bench))
+    )
     assert rest == ["--json", "out.json", "--sizes", "small"]
     assert opts == options.BenchOptions()
 

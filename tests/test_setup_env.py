@@ -90,8 +90,10 @@ def test_rerun_is_a_noop_then_a_pin_change_updates_only_rocm(project_env, rocm_i
     assert "VLLM_ROCM_USE_AITER  - vLLM gates AITER" in shown.stdout
 
 
-def test_stale_lock_is_one_line_naming_nox_lock(project_env) -> None:
-    project, _, env = project_env
+def test_stale_lock_is_one_line_naming_nox_lock(tmp_path: Path) -> None:
+    """Checked before anything is installed: no env is needed to see it."""
+    project = copy_project(tmp_path / "project")
+    env = {"ROCMFA_WORKDIR": str(tmp_path / "work"), "ROCMFA_ENV_PREFIX": str(tmp_path / "env")}
     yml = project / "environment.yml"
     yml.write_text(yml.read_text().replace("  - patchelf\n", ""))
     result = run_nox(project, "-s", "setup_env", "--", "--arch", "gfx1151", env=env)
@@ -126,8 +128,8 @@ def test_dry_run_prints_everything_and_runs_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "conda-lock.yml is missing: solving it first" in out
-    assert "[dry-run] would solve environment.yml for linux-64 with py-rattler" in out
-    assert f"would install conda-lock.yml (linux-64) into {prefix} with py-rattler" in out
+    assert "[dry-run] solve environment.yml for linux-64 with py-rattler" in out
+    assert f"[dry-run] install conda-lock.yml (linux-64) into {prefix} with py-rattler" in out
     assert "'rocm[libraries,devel,device-gfx1151]==7.15.0a20260630'" in out
     assert "rocm-sdk path --cmake" in out and "PYTORCH_ROCM_ARCH=gfx1151" in out
     assert f"CONDA_PREFIX={prefix}" in out
@@ -164,8 +166,8 @@ def _dists(prefix: Path) -> dict[str, str]:
 
 def test_with_torch_is_one_resolve_that_keeps_the_sdk_at_the_pin(tmp_path: Path) -> None:
     """A newer torch on the index requires a newer SDK: one resolve picks the torch built for
-    the pinned SDK; two pip calls (what setup_env did before) leave a mixed SDK, which doctor's
-    check names; with no torch for the pin the run refuses in one line."""
+    the pinned SDK (a mixed SDK, as two pip calls would leave, is named by doctor's check); with
+    no torch for the pin the run refuses in one line and installs nothing."""
     pinned, newer = standin_rocm.VERSION, "7.15.0a20260701"
     wheels = tmp_path / "wheels"
     standin_rocm.build_wheels(wheels, pinned)
@@ -176,11 +178,22 @@ def test_with_torch_is_one_resolve_that_keeps_the_sdk_at_the_pin(tmp_path: Path)
     with pep503.serve(tmp_path / "www") as base:
         pin = rocm_sdk.load_pin(standin_rocm.write_rocm_pin(tmp_path / "pins", f"{base}/simple/"))
         arch = archs.get_arch("gfx1151")
-        request = setup_env.Request(arch, pin, "multi-arch", True, ())
         prefix = tmp_path / "env"
         subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
-        out = io.StringIO()
-        runner = Runner(base_env=standin_rocm.venv_environ(prefix), out=out)
+        # only the newer torch fits the spec: refused in one line, nothing installed
+        only_newer = setup_env.Request(
+            arch, dataclasses.replace(pin, torch_spec="==2.13.1+rocm" + newer), "multi-arch",
+            True, (),
+        )  # fmt: skip
+        runner = Runner(base_env=standin_rocm.venv_environ(prefix), out=io.StringIO())
+        with pytest.raises(UserError, match=r"pip found no torch\[device-gfx1151\]==2.13.1") as e:
+            setup_env.provision(prefix, only_newer, runner, stamp_inputs={})
+        assert "\n" not in str(e.value)
+        assert "rocm-sdk-core" not in _dists(prefix)
+
+        # the same env, the pinned spec: one resolve picks the torch built for the pinned SDK
+        request = setup_env.Request(arch, pin, "multi-arch", True, ())
+        runner = Runner(base_env=standin_rocm.venv_environ(prefix), out=io.StringIO())
         setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs("t", None))
         pips = [c.argv for c in runner.executed if c.argv[1:3] == ("-m", "pip")]
         assert len(pips) == 1 and pips[0][-2:] == (
@@ -191,26 +204,11 @@ def test_with_torch_is_one_resolve_that_keeps_the_sdk_at_the_pin(tmp_path: Path)
         assert {dists[d] for d in rocm_sdk.SDK_DISTS} == {pinned}
         assert rocm_sdk.mixed_sdk(dists) == ""
 
-        # the old way: a second pip for torch alone moves core/libraries, not devel
-        subprocess.run(rocm_sdk.pip_install_argv(prefix / "bin" / "python", f"{base}/simple/",
-                       True, "torch[device-gfx1151]>=2.13,<2.14", "--upgrade"), check=True,
-                       env=standin_rocm.venv_environ(prefix), capture_output=True)  # fmt: skip
-        mixed = rocm_sdk.mixed_sdk(_dists(prefix))
+        # a second pip call for torch alone would move core/libraries, not devel: named
+        moved = {**dists, "rocm-sdk-core": newer, "rocm_sdk_libraries": newer}
+        mixed = rocm_sdk.mixed_sdk(moved)
         assert mixed.startswith("mixed ROCm SDK: ") and f"rocm-sdk-devel {pinned}" in mixed
         assert f"rocm-sdk-libraries {newer}" in mixed and "setup_env -- --force" in mixed
-
-        # only the newer torch fits the spec: refused in one line, the SDK is not moved
-        only_newer = setup_env.Request(
-            arch, dataclasses.replace(pin, torch_spec="==2.13.1+rocm" + newer), "multi-arch",
-            True, (),
-        )  # fmt: skip
-        fresh = tmp_path / "env2"
-        subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True)
-        runner = Runner(base_env=standin_rocm.venv_environ(fresh), out=io.StringIO())
-        with pytest.raises(UserError, match=r"pip found no torch\[device-gfx1151\]==2.13.1") as e:
-            setup_env.provision(fresh, only_newer, runner, stamp_inputs={})
-        assert "\n" not in str(e.value)
-        assert "rocm-sdk-core" not in _dists(fresh)
 
 
 def test_dry_run_with_torch_shows_one_resolve(rocm_index: RocmIndex, tmp_path: Path) -> None:

@@ -1,12 +1,12 @@
-"""Reproduce py-rattler's exit-time crash and show that rocmfa.env.rattler_runtime prevents it.
+"""Reproduce py-rattler's exit-time crash; show that rattler_env.run_rattler prevents it.
 
 Each run is a fresh Python process with a cold package cache that solves one small test-made
 package from a file:// channel, installs it, checks the prefix, and returns from main:
   naive   - `asyncio.run(...)` as rattler's docs show;
-  guarded - the same calls through rocmfa.env.rattler_runtime.run;
+  guarded - the same calls through rocmfa.env.rattler_env.run_rattler;
   ours    - what `nox -s lock` and setup_env call: rattler_env.solve_lock + install_lock.
 A run "crashes" when the process dies of a signal (SIGSEGV/SIGABRT) after printing that the
-prefix was complete. The cause is in rattler_runtime's docstring.
+prefix was complete. The cause: docs/conda-lock.md.
 
 Run: python -m tests.perf.rattler_exit_crash [--runs 100] [--mode naive|guarded|both]
 """
@@ -53,9 +53,9 @@ def child(mode: str, root: Path) -> None:
         rattler_env.solve_lock(env_file, lock, [], "", say=lambda _: None)
         rattler_env.install_lock(lock, root / "env", cache_dir=root / "cache")
     else:
-        from rocmfa.env import rattler_runtime
+        from rocmfa.env import rattler_env
 
-        rattler_runtime.run(solve_and_install)
+        rattler_env.run_rattler(solve_and_install)
     print("prefix complete:", (root / "env" / "bin" / "hello").is_file(), flush=True)
 
 

@@ -111,67 +111,57 @@ def packaging_chain(name: str) -> tuple[str, ...]:
         return ()
 
 
-def _flag(raw: dict, key: str, where: str) -> bool:
-    value = raw.get(key, False)
-    if not isinstance(value, bool):
-        raise UserError(f"{where}: {key} must be true or false")
-    return value
+def _get(
+    raw: dict, key: str, kind: type | tuple[type, ...], where: str, default: Any = None
+) -> Any:
+    """raw[key] checked for its type when present (datafiles.require), else default."""
+    return require(raw, key, kind, where) if key in raw else default
 
 
 def _parse_arch(name: str, raw: Any) -> Arch:
     where = f"{ARCHES_FILE.name} [arch.{name}]"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
-    packs = []
-    for entry in require(raw, "aotriton_packs", list, where):
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: aotriton_packs entries must be tables")
-        packs.append((require(entry, "since", str, where), require(entry, "pack", str, where)))
-    experimental = []
-    for entry in require(raw, "aotriton_experimental", list, where):
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: aotriton_experimental entries must be tables")
-        until = entry.get("until")
-        if until is not None and not isinstance(until, str):
-            raise UserError(f"{where}: 'until' must be str")
-        experimental.append((require(entry, "since", str, where), until))
-    peaks = {}
-    for dtype in ("fp16", "bf16"):
-        value = raw.get(f"peak_tflops_{dtype}")
-        if value is not None:
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise UserError(f"{where}: peak_tflops_{dtype} must be a positive number")
-            peaks[dtype] = float(value)
-    patched = []
-    for entry in raw.get("aotriton_patched", []):
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: aotriton_patched entries must be tables")
-        patched.append((require(entry, "release", str, where), require(entry, "pack", str, where)))
-    since = raw.get("aotriton_since")
-    versions = [since, *(p[0] for p in packs), *(e[0] for e in experimental)]
-    for version in [*versions, *(p[0] for p in patched)]:
-        if version is not None:
-            try:
-                aotriton_version_key(version)
-            except UserError as e:
-                raise UserError(f"{where}: {e}") from None
+
+    def tables(key: str, *names: str) -> tuple[tuple[Any, ...], ...]:
+        found = []
+        for entry in _get(raw, key, list, where, []):
+            if not isinstance(entry, dict):
+                raise UserError(f"{where}: {key} entries must be tables")
+            get = [_get if n == "until" else require for n in names]
+            found.append(tuple(g(entry, n, str, where) for g, n in zip(get, names, strict=True)))
+        return tuple(found)
+
+    packs = tables("aotriton_packs", "since", "pack")
+    experimental = tables("aotriton_experimental", "since", "until")
+    patched = tables("aotriton_patched", "release", "pack")
+    peaks = {d: _get(raw, f"peak_tflops_{d}", (int, float), where) for d in ("fp16", "bf16")}
+    if any(v is not None and v <= 0 for v in peaks.values()):
+        raise UserError(f"{where}: peak_tflops_fp16/_bf16 must be positive numbers")
+    since = _get(raw, "aotriton_since", str, where)
+    for version in [since, *(entry[0] for entry in (*packs, *experimental, *patched))]:
+        try:
+            version is None or aotriton_version_key(version)
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    vendor = _get(raw, "vendor", str, where, "amd")
     return Arch(
         name=name,
         display_name=require(raw, "name", str, where),
-        vendor=raw.get("vendor", "amd"),
-        device_extra=_device_extra(name) if raw.get("vendor", "amd") == "amd" else None,
-        legacy_family=raw.get("legacy_family"),
+        vendor=vendor,
+        device_extra=_device_extra(name) if vendor == "amd" else None,
+        legacy_family=_get(raw, "legacy_family", str, where),
         aotriton_since=since,
-        aotriton_packs=tuple(packs),
-        aotriton_experimental=tuple(experimental),
+        aotriton_packs=packs,
+        aotriton_experimental=experimental,
         ck_mha=require(raw, "ck_mha", bool, where),
         vllm_aiter=require(raw, "vllm_aiter", bool, where),
         vllm_note=require(raw, "vllm_note", str, where),
-        peak_tflops=peaks,
-        limits=tuple(raw.get("limits", ())),
-        therock_family=raw.get("therock_family"),
-        aotriton_patched=tuple(patched),
-        therock_torch_flash=_flag(raw, "therock_torch_flash", where),
+        peak_tflops={d: float(v) for d, v in peaks.items() if v is not None},
+        limits=tuple(_get(raw, "limits", list, where, [])),
+        therock_family=_get(raw, "therock_family", str, where),
+        aotriton_patched=patched,
+        therock_torch_flash=_get(raw, "therock_torch_flash", bool, where, False),
     )
 
 

@@ -1,31 +1,24 @@
-"""Assemble a file:// conda channel from the records of existing lock files.
+"""Assemble a file:// conda channel from the records of pixi.lock files.
 
-    python -m rocmfa.env.channel_from_locks OUT_DIR SOURCE [SOURCE ...] [--platform linux-64]
+    python -m rocmfa.env.channel_from_locks OUT_DIR PIXI_LOCK [PIXI_LOCK ...]
     python -m rocmfa.env.channel_from_locks OUT_DIR --fetched DIR     (the sources named in
         scripts/rocmfa/data/conda_sources.toml, fetched into DIR; --fetch-commands prints how)
 
-A SOURCE is a pixi.lock or a conda-lock.yml. A pixi.lock keeps each file's repodata record
-whole (`depends` and `constrains` as the channel wrote them, build number); it is read with
-py-rattler's own lock parser. A conda-lock.yml keeps no `constrains` and respells dependencies
-as {name: version}, so its records are used only for files that no pixi.lock holds (the build
-number then comes from the build string's trailing `_N`, conda-forge's convention).
-
-Assembly does not depend on the order of the sources: every source holding a file must give it
-the same record (pixi.lock sources among themselves, conda-lock sources among themselves, and
-the same md5/sha256 across both), or the files they disagree on are reported and nothing is
-written. OUT_DIR/<subdir>/repodata.json gets one entry per file; OUT_DIR/sources.json names
-every source that supplied each file. Archives are not copied: `nox -s lock -- --channel
-file://OUT_DIR` solves against this channel and writes the records' own URLs
-(docs/conda-lock.md). Serves as a mirror's index too: put the archives beside it.
+A pixi.lock keeps each file's repodata record whole (`depends` and `constrains` as the channel
+wrote them, build number); it is read with py-rattler's own lock parser. (A conda-lock.yml
+keeps no `constrains`: it is no source.) The order of the sources changes nothing: every
+source holding a file must give it the same record, or the files they disagree on are reported
+and nothing is written. OUT_DIR/<subdir>/repodata.json gets one entry per file;
+OUT_DIR/sources.json names every source that supplied each file. Archives are not copied:
+`nox -s lock -- --channel file://OUT_DIR` solves against this channel and writes the records'
+own URLs (docs/conda-lock.md). Serves as a mirror's index too: put the archives beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,37 +27,12 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
 from rocmfa.plumbing.errors import UserError
 
-ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
 SOURCES_FILE = REPO_ROOT / "scripts" / "rocmfa" / "data" / "conda_sources.toml"
 # The repodata fields a channel entry keeps (what a solver and an installer read); a lock
 # writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
 RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
                  "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
                  "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
-PIXI, CONDA_LOCK = "pixi.lock", "conda-lock"
-
-
-def split_filename(name: str, version: str, filename: str) -> str:
-    """The build string of <name>-<version>-<build>.conda|.tar.bz2."""
-    stem = next((filename[: -len(s)] for s in ARCHIVE_SUFFIXES if filename.endswith(s)), None)
-    prefix = f"{name}-{version}-"
-    if stem is None or not stem.startswith(prefix) or len(stem) == len(prefix):
-        raise UserError(f"{filename}: not a {name}-{version}-<build> conda archive name")
-    return stem[len(prefix) :]
-
-
-def build_number(build: str) -> int:
-    tail = build.rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
-
-
-def dependency(name: str, spec: str) -> str:
-    """A match spec from a lock's {name: spec} pair. Some writers put the whole spec in the
-    key with '*' as value (`gcc_linux-64 13.3.0 h6f18a23_11: '*'`)."""
-    spec = str(spec).strip()
-    if " " in name.strip():
-        return name.strip() if spec in ("", "*") else f"{name.strip()} {spec}"
-    return f"{name} {spec}".strip()
 
 
 @dataclass(frozen=True)
@@ -74,42 +42,7 @@ class Record:
     subdir: str
     filename: str
     entry: dict[str, Any]
-    kind: str  # PIXI or CONDA_LOCK
     source: str
-
-
-def conda_lock_record(package: dict[str, Any], source: str) -> Record:
-    """The channel entry of one conda record of a conda-lock.yml (no constrains)."""
-    url = package["url"]
-    subdir, quoted = url.rsplit("/", 2)[-2:]
-    filename = urllib.parse.unquote(quoted)  # epochs: x264-1%21164... is x264-1!164...
-    build = split_filename(package["name"], str(package["version"]), filename)
-    depends = [dependency(n, spec) for n, spec in (package.get("dependencies") or {}).items()]
-    entry: dict[str, Any] = {
-        "name": package["name"],
-        "version": str(package["version"]),
-        "build": build,
-        "build_number": build_number(build),
-        "depends": sorted(depends),
-        "subdir": subdir,
-        "md5": package["hash"]["md5"],
-        "sha256": package["hash"]["sha256"],
-    }
-    if subdir == "noarch":
-        # The lock does not say which kind; python's kind only matters when linking, and
-        # installs read the archive's own index.json.
-        entry["noarch"] = "python" if "python" in (package.get("dependencies") or {}) else "generic"
-    return Record(subdir, filename, entry, CONDA_LOCK, source)
-
-
-def read_conda_lock(data: dict[str, Any], source: str, platform: str) -> list[Record]:
-    records = []
-    for package in data["package"]:
-        if package.get("manager", "conda") != "conda" or package.get("platform") != platform:
-            continue
-        if package.get("hash", {}).get("sha256"):
-            records.append(conda_lock_record(package, source))
-    return records
 
 
 def repodata_entry(record: Any) -> dict[str, Any]:
@@ -137,25 +70,8 @@ def read_pixi_lock(path: Path, source: str, platform: str) -> list[Record]:
                 continue
             for record in env.conda_repodata_records_for_platform(lock_platform) or []:
                 entry = repodata_entry(record)
-                records.append(Record(record.subdir, record.file_name, entry, PIXI, source))
+                records.append(Record(record.subdir, record.file_name, entry, source))
     return records
-
-
-def read_source(path: Path, platform: str, label: str | None = None) -> list[Record]:
-    """The records of a pixi.lock or a conda-lock.yml (told apart by their keys)."""
-    import yaml
-
-    source = label or str(path)
-    try:
-        text = path.read_text()
-        if re.search(r"^environments:\s*$", text, re.M):  # pixi.lock's top-level key
-            return read_pixi_lock(path, source, platform)
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"{source}: not a readable lock file ({e})") from None
-    if isinstance(data, dict) and isinstance(data.get("package"), list):
-        return read_conda_lock(data, source, platform)
-    raise UserError(f"{source}: neither a pixi.lock nor a conda-lock.yml")
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -163,10 +79,9 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[str, list[str]]]:
-    """One record per (subdir, filename), chosen without regard to order: a pixi.lock's when
-    any holds the file, else a conda-lock's; every source of the chosen kind must agree, and
-    md5/sha256 must agree across kinds. Returns (chosen, sources per filename); raises a
-    UserError naming the files the sources disagree on."""
+    """One record per (subdir, filename), whatever the order: every source holding a file must
+    give the same record. Returns (chosen, sources per filename); raises a UserError naming the
+    files the sources disagree on."""
     by_file: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         by_file.setdefault((record.subdir, record.filename), []).append(record)
@@ -175,20 +90,16 @@ def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[st
     conflicts: list[str] = []
     for key, unordered in sorted(by_file.items()):
         held = sorted(unordered, key=lambda r: r.source)  # messages the same in any order
-        kind = PIXI if any(r.kind == PIXI for r in held) else CONDA_LOCK
-        best = [r for r in held if r.kind == kind]
-        problems = set()
-        for other in held:
-            fields = _differences(best[0].entry, other.entry)
-            if other.kind != kind:
-                fields = [f for f in fields if f in ("md5", "sha256")]
-            if fields:
-                problems.add(f"{', '.join(fields)} ({best[0].source} vs {other.source})")
+        problems = {
+            f"{', '.join(fields)} ({held[0].source} vs {other.source})"
+            for other in held
+            if (fields := _differences(held[0].entry, other.entry))
+        }
         if problems:
             conflicts.append(f"{key[1]}: {'; '.join(sorted(problems))}")
             continue
-        chosen[key] = best[0]
-        supplied[key[1]] = sorted({r.source for r in best})
+        chosen[key] = held[0]
+        supplied[key[1]] = sorted({r.source for r in held})
     if conflicts:
         shown = " | ".join(conflicts[:3]) + (f" | and {len(conflicts) - 3} more" if
                                              len(conflicts) > 3 else "")  # fmt: skip
@@ -223,7 +134,7 @@ def assemble(sources: list[Path] | dict[str, Path], out: Path,
     """Write out/<platform>/repodata.json, out/noarch/repodata.json, out/sources.json.
     sources: paths, or {label: path} (the label names the source in sources.json)."""
     labelled = sources if isinstance(sources, dict) else {str(p): p for p in sources}
-    records = [r for label, path in labelled.items() for r in read_source(path, platform, label)]
+    records = [r for label, path in labelled.items() for r in read_pixi_lock(path, label, platform)]
     chosen, supplied = merge(records)
     return write_channel({k: r.entry for k, r in chosen.items()}, out, platform, supplied)
 
@@ -282,7 +193,7 @@ def fetch_commands(folder: Path, sources: list[Source]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("sources", type=Path, nargs="*", help="pixi.lock / conda-lock.yml files")
+    parser.add_argument("sources", type=Path, nargs="*", help="pixi.lock files")
     parser.add_argument("--fetched", type=Path, metavar="DIR",
                         help=f"the sources of {SOURCES_FILE.name}, fetched into DIR")  # fmt: skip
     parser.add_argument("--fetch-commands", action="store_true",

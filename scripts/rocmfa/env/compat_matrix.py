@@ -1,4 +1,4 @@
-"""`nox -s matrix`: arch x AOTriton release -> flash attention by default / only with
+"""`nox -s matrix` (matrix()): arch x AOTriton release -> flash attention by default / only with
 TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / with this repository's patch set / none, with the
 image pack, the AOTriton each torch series expects, retired AOTriton sources and why, and the
 check builds run before their first command.
@@ -10,6 +10,8 @@ every row.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from rocmfa.env import archs, rocm_sdk
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import MatrixOptions
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
@@ -117,45 +120,28 @@ def table(
     for arch in arches.values():
         cells = {}
         for release in data.releases:
-            cell = {"state": state(arch, release.version)}
             found = pack(arch, release.version)
-            if found:
-                cell["pack"] = f"amd-{found}"
-            cells[release.version] = cell
-        row: dict[str, Any] = {
+            cells[release.version] = {"state": state(arch, release.version)} | (
+                {"pack": f"amd-{found}"} if found else {}
+            )
+        retired = [{"name": name, "why": why, "source": src}
+                   for name, (on, why, src) in data.retired.items() if on == arch.name]  # fmt: skip
+        rows.append({
             "arch": arch.name,
             "name": arch.display_name,
             "vendor": arch.vendor,
             "hierarchy": list(archs.packaging_chain(arch.name)),
             "cells": cells,
             "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
-        }
-        retired = [
-            {"name": name, "why": why, "source": source}
-            for name, (on, why, source) in data.retired.items()
-            if on == arch.name
-        ]
-        if retired:
-            row["retired"] = retired
-        rows.append(row)
+        } | ({"retired": retired} if retired else {}))  # fmt: skip
+    torch = sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
     return {
         "releases": [
-            {
-                "version": r.version,
-                "commit": r.commit,
-                "experimental": list(r.experimental),
-                "source": r.source,
-            }
-            for r in data.releases
+            dataclasses.asdict(r) | {"experimental": list(r.experimental)} for r in data.releases
         ],
         "torch": [
-            {
-                "torch": series,
-                "tree": (data.trees or {}).get(series, ""),
-                "aotriton": v,
-                "source": src,
-            }
-            for series, (v, src) in sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
+            {"torch": series, "tree": data.trees.get(series, ""), "aotriton": v, "source": src}
+            for series, (v, src) in torch
         ],
         "pinned_build": pinned_build(),
         "arches": rows,
@@ -329,3 +315,12 @@ def check_combination(
 def announce(lines: list[str], say: Any = print) -> None:
     for line in lines:
         say(line)
+
+
+def matrix(opts: MatrixOptions) -> None:
+    """The table as Markdown (or --json) with the line for this host; non-zero when broken."""
+    report = table()
+    report["host"] = host_line(opts.arch)
+    print(json.dumps(report, indent=2) + "\n" if opts.json else render_markdown(report), end="")
+    if broken := problems(report, opts.arch):  # after the screen
+        raise UserError(f"matrix: {'; '.join(broken)}")

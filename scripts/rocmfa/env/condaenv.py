@@ -1,6 +1,6 @@
 """The one shared conda env: resolve its prefix and build its full activation for commands
-that nox runs. py-rattler installs it; a conda manager (rocmfa.env.manager), when present,
-only decides where named envs live so that `activate NAME` finds it.
+that nox runs. py-rattler installs it; a conda manager (micromamba, mamba or conda: found,
+never downloaded), when present, only decides where named envs live so `activate NAME` finds it.
 
 Nox never activates conda envs (it only prepends PATH), so compiler packages' CC/CXX and our
 persisted variables would be missing. activated_environ() reproduces what `conda activate`
@@ -22,10 +22,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.env.manager import Manager, find_manager, no_manager_error
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import env_name as check_env_name
 from rocmfa.plumbing.options import origin
+
+
+@dataclass(frozen=True)
+class Manager:
+    kind: str  # micromamba | mamba | conda
+    exe: Path
+    found_via: str
+
+
+def _kind_of(exe: Path) -> str:
+    name = exe.name.lower()
+    for kind in ("micromamba", "mamba", "conda"):
+        if name.startswith(kind):
+            return kind
+    return "conda"
+
+
+def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
+    """$MAMBA_EXE, then $CONDA_EXE, then micromamba, mamba, conda on PATH. Never downloads."""
+    environ = os.environ if environ is None else environ
+    for var in ("MAMBA_EXE", "CONDA_EXE"):
+        value = environ.get(var)
+        if value and os.access(value, os.X_OK):
+            exe = Path(value)
+            return Manager(_kind_of(exe), exe, f"${var}")
+    for name in ("micromamba", "mamba", "conda"):
+        found = shutil.which(name, path=environ.get("PATH", ""))
+        if found:
+            return Manager(name, Path(found), "PATH")
+    return None
+
+
+def no_manager_error() -> UserError:
+    return UserError(
+        "no conda manager found (looked at $MAMBA_EXE, $CONDA_EXE, and micromamba, mamba, "
+        "conda on PATH); install micromamba or miniforge, or set MAMBA_EXE"
+    )
+
 
 DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
@@ -86,11 +123,6 @@ def resolve_prefix(
     if dirs:
         return EnvLocation(dirs[0] / name, f"{how} '{name}' (to be created)")
     return EnvLocation(None, f"{how} '{name}': no manager to locate its envs directory")
-
-
-def locate(prefix: str | None, env_name: str | None) -> EnvLocation:
-    """The shared env named by a session's --prefix/--env-name options (or their defaults)."""
-    return resolve_prefix(prefix, env_name, find_manager())
 
 
 def is_conda_env(prefix: Path) -> bool:

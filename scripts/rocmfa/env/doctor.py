@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
-from rocmfa.env.manager import find_manager
+from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
@@ -28,15 +28,19 @@ MAIN_JOB = (
 )
 # The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
 FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
-TORCH_PROBE = (
-    "import json, torch; print(json.dumps({'version': torch.__version__, "
-    "'hip': getattr(torch.version, 'hip', None), 'cuda': torch.version.cuda}))"
-)
-SDK_PROBE = (
-    "import json; from importlib import metadata; print(json.dumps({d.metadata['Name'].lower(): "
-    "d.version for d in metadata.distributions() if (d.metadata['Name'] or '').lower()"
-    ".startswith('rocm')}))"
-)
+# One run of the env's Python: its torch (or why not) and its ROCm SDK distributions.
+ENV_PROBE = """import json
+from importlib import metadata
+names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+try:
+    import torch
+    found = {"version": torch.__version__, "hip": getattr(torch.version, "hip", None),
+             "cuda": torch.version.cuda}
+except Exception:
+    found = {"error": "not importable"}
+rocm = {n: v for n, v in names.items() if n.startswith("rocm")}
+print(json.dumps({"torch": found, "rocm": rocm}))
+"""
 
 
 def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict[str, Any]:
@@ -135,22 +139,13 @@ def _env_section(
     if python and python.exists():
         try:
             env = condaenv.activated_environ(prefix)
-            probe = subprocess.run(
-                [str(python), "-c", TORCH_PROBE], env=env, capture_output=True, text=True,
-                timeout=120, check=False,
-            )  # fmt: skip
-            section["torch"] = (
-                json.loads(probe.stdout) if probe.returncode == 0 else {"error": "not importable"}
-            )
-            dists = subprocess.run(
-                [str(python), "-c", SDK_PROBE], env=env, capture_output=True, text=True,
-                timeout=120, check=False,
-            )  # fmt: skip
-            if dists.returncode == 0:
-                section["rocm_dists"] = json.loads(dists.stdout)
-                section["mixed_sdk"] = rocm_sdk.mixed_sdk(section["rocm_dists"])
-        except (UserError, subprocess.TimeoutExpired, ValueError) as e:
-            section["torch"] = {"error": str(e) or type(e).__name__}
+            probe = subprocess.run([str(python), "-c", ENV_PROBE], capture_output=True, text=True,
+                                   env=env, timeout=120, check=True)  # fmt: skip
+            found = json.loads(probe.stdout)
+            section.update(torch=found["torch"], rocm_dists=found["rocm"])
+            section["mixed_sdk"] = rocm_sdk.mixed_sdk(found["rocm"])
+        except (UserError, subprocess.SubprocessError, ValueError) as e:
+            section["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
     return section, stamp
 
 

@@ -4,17 +4,24 @@ conda-lock's format keeps name, version, url, md5/sha256 and dependencies as {na
 but no `constrains`, no build strings inside dependency specs and no build number
 (conda_lock.lockfile.v2prelim.models.LockedDependency forbids extra fields). `nox -s lock`
 writes this file beside the lock from the very records the solver returned, with the platform
-and the virtual packages it solved for. It is what makes the lock checkable as a set:
-- problems(): one record per name, every url/md5/sha256 of the lock equal to its record's,
-  every `depends` met by a locked record (or a virtual package), no `constrains` violated;
-- write_channel(): the records as a closed file:// channel, which `nox -s lock` must solve
-  back to exactly the committed lock (tests/test_lockfile.py);
-- host_requirements(): the platform and `__glibc` setup_env checks the host against.
+and the virtual packages it solved for. It makes the lock checkable as a set
+(tests/test_lockfile.py: one record per name, every `depends` met, no `constrains` violated;
+the records as a closed channel solve back to exactly the committed lock).
+
+host_requirements(), require_suited(): the platform and `__glibc` the lock was solved for, and
+setup_env's check of this host against them, before it installs anything. The host is
+read as conda reads it: its subdir from the OS and machine (CONDA_SUBDIR overrides it,
+conda/base/context.py); glibc from os.confstr, else platform.libc_ver()
+(conda/common/_os/linux.py linux_get_libc_version; CONDA_OVERRIDE_GLIBC overrides it, as it
+does conda's and rattler's __glibc). The two variables are the test seam.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform as host_platform
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,74 +81,53 @@ def host_requirements(path: Path, default_platform: str) -> HostNeeds:
     return HostNeeds((document["platform"],), glibc)
 
 
-def write_channel(document: Mapping[str, Any], out: Path) -> str:
-    """The records as a file:// channel (repodata.json per subdir); returns its URL."""
-    from rocmfa.env.channel_from_locks import write_channel as write
-
-    entries = {tuple(url.rsplit("/", 2)[-2:]): e for url, e in document["records"].items()}
-    write(entries, out, document["platform"])  # type: ignore[arg-type]
-    return out.resolve().as_uri()
-
-
-def _package_record(entry: Mapping[str, Any]) -> Any:
-    import rattler
-
-    return rattler.PackageRecord(
-        name=entry["name"],
-        version=entry["version"],
-        build=rattler.BuildString(entry["build"]),
-        build_number=entry["build_number"],
-        subdir=entry["subdir"],
-        depends=list(entry.get("depends", [])),
-        constrains=list(entry.get("constrains", [])),
-    )
+def host_subdir(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    if environ.get("CONDA_SUBDIR"):
+        return environ["CONDA_SUBDIR"]
+    machine = host_platform.machine().lower()
+    os_name = {"linux": "linux", "darwin": "osx", "win32": "win"}.get(sys.platform, sys.platform)
+    if os_name == "osx":
+        return "osx-arm64" if machine == "arm64" else "osx-64"
+    bits = {"x86_64": "64", "amd64": "64", "i686": "32", "i386": "32"}.get(machine, machine)
+    return f"{os_name}-{bits}"
 
 
-def _virtual_record(spec: str, subdir: str) -> Any:
-    import rattler
+def host_glibc(environ: Mapping[str, str] | None = None) -> str | None:
+    """The glibc version, None when the C library is not glibc (or none is found)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CONDA_OVERRIDE_GLIBC"):
+        return environ["CONDA_OVERRIDE_GLIBC"]
+    for name in ("CS_GNU_LIBC_VERSION", "CS_GNU_LIBPTHREAD_VERSION"):
+        try:
+            family, _, version = (os.confstr(name) or "").strip().partition(" ")
+        except (ValueError, OSError, AttributeError):
+            continue
+        if family in ("glibc", "NPTL") and version:
+            return version
+    family, version = host_platform.libc_ver()
+    return version if family == "glibc" and version else None
 
-    name, version, build = [*spec.split("="), "0", "0"][:3]
-    build_string = rattler.BuildString(build or "0")
-    return rattler.PackageRecord(
-        name=name, version=version, build=build_string, build_number=0, subdir=subdir
-    )
 
+def require_suited(needs: HostNeeds, lock_name: str,
+                   environ: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """A one-line description of the host, or a one-line UserError saying why the lock does not
+    suit it (another platform, an older glibc)."""
+    from packaging.version import Version
 
-def problems(locked: Iterable[tuple[str, str, str, str]], document: Mapping[str, Any]) -> list[str]:
-    """What makes the lock not a set a solver could return. locked: (name, url, md5, sha256)
-    per package of the lock. Empty when the lock is consistent with its records."""
-    import rattler
-
-    found: list[str] = []
-    records = document["records"]
-    names: dict[str, str] = {}
-    urls = set()
-    for name, url, md5, sha256 in locked:
-        urls.add(url)
-        if name in names:
-            found.append(f"two records of {name}: {names[name]} and {url}")
-        names[name] = url
-        entry = records.get(url)
-        if entry is None:
-            found.append(f"{url}: no record in the records file")
-        elif (entry["name"], entry.get("md5"), entry.get("sha256")) != (name, md5, sha256):
-            found.append(f"{url}: name/md5/sha256 differ from its record")
-    found += [f"{url}: a record with no package in the lock" for url in sorted(set(records) - urls)]
-    pool = {url: _package_record(e) for url, e in records.items()}
-    virtual = [_virtual_record(v, document["platform"]) for v in document["virtual_packages"]]
-    by_name: dict[str, list[Any]] = {}
-    for record in [*pool.values(), *virtual]:
-        by_name.setdefault(record.name.normalized, []).append(record)
-    for url, record in sorted(pool.items()):
-        filename = url.rsplit("/", 1)[1]
-        for dep in record.depends:
-            spec = rattler.MatchSpec(dep)
-            if not any(spec.matches(r) for r in by_name.get(spec.name.normalized, [])):
-                found.append(f"{filename} depends on {dep}: nothing locked matches")
-        for con in record.constrains:
-            spec = rattler.MatchSpec(con)
-            for other in by_name.get(spec.name.normalized, []):
-                if not spec.matches(other):
-                    have = f"{other.name.normalized} {other.version} {other.build}"
-                    found.append(f"{filename} constrains {con}: the lock has {have}")
-    return found
+    subdir = host_subdir(environ)
+    if subdir not in needs.platforms:
+        raise UserError(f"{lock_name} is locked for {', '.join(needs.platforms)}; this host is "
+                        f"{subdir}: its packages would not run here")  # fmt: skip
+    if needs.glibc is None:
+        return f"host {subdir}"
+    have = host_glibc(environ)
+    if have is None:
+        raise UserError(
+            f"{lock_name} needs glibc >= {needs.glibc}; this host's C library is not glibc (or "
+            "its version is unknown; CONDA_OVERRIDE_GLIBC sets it)"
+        )
+    if Version(have) < Version(needs.glibc):
+        raise UserError(f"{lock_name} needs glibc >= {needs.glibc} (its __glibc); this host has "
+                        f"glibc {have}: its programs would not run here")  # fmt: skip
+    return f"host {subdir}, glibc {have}"

@@ -10,12 +10,11 @@ parse again.
 
 from __future__ import annotations
 
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import LockOptions
@@ -30,8 +29,8 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
     # Imported here: conda-lock pulls in pydantic and friends; most runs hit the cache.
     from conda_lock.content_hash import backwards_compatible_content_hashes
     from conda_lock.lockfile import parse_conda_lock_file
-    from conda_lock.src_parser import make_lock_spec
-    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    from rocmfa.env.rattler_env import lock_spec
 
     try:
         lock = parse_conda_lock_file(lock_file)
@@ -41,26 +40,11 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
     platforms = list(lock.metadata.platforms)
     if PLATFORM not in platforms:
         return False, f"it has no {PLATFORM} platform"
-    with tempfile.TemporaryDirectory() as tmp:
-        # A local, empty PyPI->conda mapping: the default one is downloaded from GitHub.
-        mapping = Path(tmp) / "mapping.json"
-        mapping.write_text("{}")
-        try:
-            spec = make_lock_spec(
-                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
-            )
-        except Exception as e:
-            raise UserError(f"cannot parse {env_file.name}: {e}") from None
-        from rocmfa.env.rattler_env import quiet_conda_lock
-
-        with quiet_conda_lock():
-            repodata = default_virtual_package_repodata(cuda)
-        with repodata, quiet_conda_lock():
-            for platform in platforms:
-                expected = lock.metadata.content_hash.get(platform)
-                allowed = backwards_compatible_content_hashes(spec, repodata, platform)
-                if expected not in allowed:
-                    return False, f"its {platform} content hash does not match {env_file.name}"
+    with lock_spec(env_file, platforms, cuda) as (spec, repodata, _mapping):
+        for platform in platforms:
+            expected = lock.metadata.content_hash.get(platform)
+            if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
+                return False, f"its {platform} content hash does not match {env_file.name}"
     return True, "content hash matches"
 
 
@@ -105,28 +89,31 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
 def lock(opts: LockOptions) -> None:
     """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml
     (and conda-lock.records.json, the solved records whole: rocmfa.env.lock_records)."""
-    write_lock(Runner(dry_run=opts.dry_run), list(opts.channel))
+    write_lock(runner_for(opts), list(opts.channel))
 
 
 def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
                lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
     """Solve (rattler, against environment.yml's channels or their --channel mirrors), write
     with conda-lock's models, then verify with conda-lock's own parser and content hash."""
-    from rocmfa.env import rattler_env
     from rocmfa.env.lock_records import records_path
 
     records = records_path(lock_file)
-    if runner.dry_run:
-        where = ", ".join(mirrors) or "environment.yml's channels"
-        runner.say(f"[dry-run] would solve {env_file.name} for {PLATFORM} with py-rattler "
-                   f"against {where} and write {lock_file.name} and {records.name}")  # fmt: skip
-        return
-    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE, say=runner.say,
+    where = ", ".join(mirrors) or "environment.yml's channels"
+    runner.apply(_solve_and_verify, env_file, lock_file, mirrors, records,
+                 say=f"solve {env_file.name} for {PLATFORM} with py-rattler against {where} and "
+                 f"write {lock_file.name} and {records.name}")  # fmt: skip
+
+
+def _solve_and_verify(env_file: Path, lock_file: Path, mirrors: list[str], records: Path) -> None:
+    from rocmfa.env import rattler_env
+
+    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE,
                                     records_file=records)  # fmt: skip
     fresh, reason = check(env_file, lock_file)
     if not fresh:
         raise UserError(f"the lock written does not verify: {reason}")
-    runner.say(f"{lock_file.name}: {PLATFORM} locked, {len(locked)} packages; {reason}")
+    print(f"{lock_file.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
 
 
 def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:

@@ -8,11 +8,12 @@
   against the lock's sha256 *before* anything touches the prefix, then linked by rattler's
   installer, which installs only the difference to what the prefix already has.
 
-Every rattler call goes through rattler_runtime.run (exit-time crash, see there).
+Every rattler call goes through run_rattler (exit-time crash, see there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -20,13 +21,13 @@ import re
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rocmfa.env import rattler_runtime
 from rocmfa.plumbing import downloads
 from rocmfa.plumbing.errors import UserError
 
@@ -34,15 +35,15 @@ if TYPE_CHECKING:
     import rattler
 
 PLATFORM = "linux-64"
-CACHE_ENV = "ROCMFA_CONDA_CACHE"
 
 
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+def default_cache_dir() -> Path:
     """$ROCMFA_CONDA_CACHE, else $XDG_CACHE_HOME/rocm-fa-workflow/conda (~/.cache/...)."""
-    environ = os.environ if environ is None else environ
-    if environ.get(CACHE_ENV):
-        return Path(environ[CACHE_ENV]).expanduser()
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    from rocmfa.plumbing.options import environment
+
+    if chosen := environment().conda_cache:
+        return Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
 
 
@@ -97,6 +98,27 @@ def quiet_conda_lock():
         logging.disable(logging.NOTSET)
 
 
+@contextlib.contextmanager
+def lock_spec(env_file: Path, platforms: list[str], cuda: str):
+    """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
+    URL): a local, empty mapping, as the default one is downloaded from GitHub."""
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
+        mapping = Path(tmp) / "mapping.json"
+        mapping.write_text("{}")
+        try:
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
+            )
+        except Exception as e:
+            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+        vpr = default_virtual_package_repodata(cuda)
+        with vpr:  # its __enter__ does not return it
+            yield spec, vpr, str(mapping)
+
+
 def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
     """The virtual packages conda-lock hashes (its FakeRepoData), for rattler's solver."""
     import rattler
@@ -146,7 +168,7 @@ def solve(
         )
 
     try:
-        return rattler_runtime.run(go)
+        return run_rattler(go)
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
@@ -215,35 +237,23 @@ def solve_lock(
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
-    from conda_lock.src_parser import make_lock_spec
-    from conda_lock.virtual_package import default_virtual_package_repodata
 
-    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
-        mapping = Path(tmp) / "mapping.json"  # local and empty: the default one is downloaded
-        mapping.write_text("{}")
-        try:
-            spec = make_lock_spec(
-                src_files=[env_file], platform_overrides=[PLATFORM], mapping_url=str(mapping)
-            )
-        except Exception as e:
-            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+    with lock_spec(env_file, [PLATFORM], cuda) as (spec, vpr, mapping):
         conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
         if len(conda_deps) != len(spec.dependencies[PLATFORM]):
             raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
         channels = [c.url for c in spec.channels]
         mirror_of = parse_mirrors(mirrors, channels)
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
-        vpr = default_virtual_package_repodata(cuda)
-        with vpr:
-            specs = [match_spec(d) for d in conda_deps]
-            say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-            virtual = virtual_packages(vpr)
-            records = solve(specs, sources, virtual, cache_dir=cache_dir)
-            hashes = compute_content_hashes(spec, vpr)
+        specs = [match_spec(d) for d in conda_deps]
+        say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+        virtual = virtual_packages(vpr)
+        records = solve(specs, sources, virtual, cache_dir=cache_dir)
+        hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
         apply_categories(
-            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=str(mapping)
+            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=mapping
         )
     meta = LockMeta(
         content_hash=hashes,
@@ -395,7 +405,7 @@ def install_lock(
             out.append(record)
         return out
 
-    wanted = rattler_runtime.run(records)
+    wanted = run_rattler(records)
     before = _prefix_packages(prefix)
 
     async def link() -> None:
@@ -409,8 +419,54 @@ def install_lock(
         )
 
     try:
-        rattler_runtime.run(link)
+        run_rattler(link)
     except Exception as error:
         raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
     after = _prefix_packages(prefix)
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
+
+
+# --- running rattler's coroutines ---------------------------------------------------------
+
+T = TypeVar("T")
+RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
+_YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
+
+
+def _apply_pending_decrefs() -> None:
+    """A reference that a rattler thread dropped without the GIL waits in pyo3's pool until
+    the next call into pyo3 applies it; any cheap call into rattler's extension is one."""
+    import rattler
+
+    rattler.Version("0")
+
+
+def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop:
+    else it may take the GIL during interpreter exit and crash it (docs/conda-lock.md, "exit-time
+    crash"; tests/perf/rattler_exit_crash.py). make() builds the coroutine with our loop set."""
+
+    async def settled() -> tuple[bool, Any]:
+        # Catch inside the loop: an exception escaping run_until_complete would carry frames
+        # that reference the loop and keep its count above the baseline.
+        try:
+            return True, await make()
+        except BaseException as error:
+            return False, error
+
+    loop = asyncio.new_event_loop()
+    baseline = sys.getrefcount(loop)
+    try:
+        ok, outcome = loop.run_until_complete(settled())
+    except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
+        loop.close()
+        raise
+    # Measured in this frame, like `baseline`: any excess is rattler's.
+    deadline = time.monotonic() + RELEASE_DEADLINE_S
+    while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
+        _apply_pending_decrefs()
+        time.sleep(_YIELD_S)
+    loop.close()
+    if not ok:
+        raise outcome
+    return outcome

@@ -124,13 +124,7 @@ class RocmPaths:
 
 def read_paths(runner: Runner, rocm_sdk: Path | str) -> RocmPaths:
     def ask(*args: str) -> str:
-        placeholder = f"$(rocm-sdk {' '.join(args)})"
-        result = runner.run([rocm_sdk, *args], capture=True, dry_run_output=placeholder)
-        return result.stdout.strip()
+        return runner.ask([rocm_sdk, *args], f"$(rocm-sdk {' '.join(args)})")
 
-    return RocmPaths(
-        root=ask("path", "--root"),
-        bin=ask("path", "--bin"),
-        cmake=ask("path", "--cmake"),
-        version=ask("version"),
-    )
+    return RocmPaths(ask("path", "--root"), ask("path", "--bin"), ask("path", "--cmake"),
+                     ask("version"))  # fmt: skip

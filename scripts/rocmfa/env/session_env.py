@@ -4,25 +4,34 @@ Runner for the session's commands.
 A real run needs the env that setup_env made and stops with one line naming that session. A dry
 run needs nothing: with no conda manager, no env or no ROCm SDK it prints the whole plan, with
 named placeholders for what setup_env would create, and runs no command (queries included).
+
+The probe sessions (bench, backend_check, validate) are each the standalone script their name
+names (scripts/rocmfa/probes/<session>.py, torch + stdlib only), run with the env's Python and
+its full activation (our variables included, e.g. the AOTriton experimental flag): run_probe.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import importlib
+import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from rocmfa.env import archs, condaenv
-from rocmfa.env.manager import Manager, find_manager
+from rocmfa.env.condaenv import Manager, find_manager, no_manager_error
 from rocmfa.plumbing import paths
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.options import EnvChoice
+from rocmfa.plumbing.datafiles import REPO_ROOT
+from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session
 
 # What a dry run shows where setup_env has not made the env yet.
 ENV_PLACEHOLDER = Path("<env prefix: created by nox -s setup_env>")
@@ -30,28 +39,18 @@ ENV_PLACEHOLDER = Path("<env prefix: created by nox -s setup_env>")
 
 @dataclass(frozen=True)
 class Located:
-    """Where a session's options point: the conda manager, the env and the work dir. Resolved
-    once per session (by the guard, scripts/rocmfa/env/session_guard.py) and handed down through
-    CURRENT to open_env and the probe sessions, so both see the same env and work dir."""
+    """Where a session's options point: the conda manager, the env and the work dir."""
 
-    options: tuple[str | None, str | None, str | None]  # --prefix, --env-name, --workdir
     manager: Manager | None
     location: condaenv.EnvLocation
     work: Path
 
 
-CURRENT: ContextVar[Located | None] = ContextVar("located", default=None)
-
-
 def locate(prefix: str | None, env_name: str | None, workdir: str | None) -> Located:
-    """The session's Located: the one the guard resolved for these options, else resolved now
-    (a bad --env-name: the one-line UserError)."""
-    current = CURRENT.get()
-    if current is not None and current.options == (prefix, env_name, workdir):
-        return current
+    """A bad --env-name: the one-line UserError."""
     manager = find_manager()
     location = condaenv.resolve_prefix(prefix, env_name, manager)
-    return Located((prefix, env_name, workdir), manager, location, paths.workdir(workdir))
+    return Located(manager, location, paths.workdir(workdir))
 
 
 @dataclass(frozen=True)
@@ -121,20 +120,22 @@ class SessionEnv:
         if self.ready and Path(argv[0]).exists():
             query = Runner(base_env=self.environ, out=self.out)
             return query.run(argv, capture=True).stdout.strip()
-        return self.runner.run(argv, capture=True, dry_run_output=placeholder).stdout.strip()
+        return self.runner.ask(argv, placeholder)
 
 
 def open_env(
     where: EnvChoice,
     *,
-    dry_run: bool,
+    dry_run: bool | None = None,
     out: TextIO | None = None,
     makes_env: bool = False,
     placeholder: Path = ENV_PLACEHOLDER,
 ) -> SessionEnv:
     """The start of a build session: a real run needs a set-up env (else the one-line
     "... run: nox -s setup_env"); a dry run goes on with placeholders and says so.
-    makes_env (setup_env): the env need not exist; its checks are the session's own."""
+    makes_env (setup_env): the env need not exist; its checks are the session's own. This is the
+    one place that names what setup_env would create, for a dry run."""
+    dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
     choice = archs.resolve_arch(where.arch)
     located = locate(where.prefix, where.env_name, where.workdir)
     work, manager, location = located.work, located.manager, located.location
@@ -180,3 +181,73 @@ class OnSession:
     @property
     def runner(self) -> Runner:
         return self.session.runner
+
+
+# --- the probe sessions ----------------------------------------------------------------------
+
+UPSTREAM = "upstream_sdpa"
+
+
+def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
+    """The script with the env's Python, fully activated. With no env given (--prefix,
+    --env-name, $ROCMFA_ENV_PREFIX, $ROCMFA_ENV_NAME) and none found, the Python running nox
+    runs it when it has torch (a CPU machine without conda)."""
+    workdir = getattr(where, "workdir", None)  # bench and backend_check take none
+    location = locate(where.prefix, where.env_name, workdir).location
+    prefix = location.prefix
+    python = prefix / "bin" / "python" if prefix else None
+    env = None
+    if python is None or not python.exists():
+        chosen = where.prefix or where.env_name  # $ROCMFA_ENV_* too: resolved with the settings
+        if chosen or importlib.util.find_spec("torch") is None:
+            if prefix is None:
+                raise no_manager_error()
+            raise UserError(
+                f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
+                f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
+            )
+        print(
+            f"note: no env found ({location.how}); running with {sys.executable}", file=sys.stderr
+        )
+        python = Path(sys.executable)
+    else:
+        assert prefix is not None
+        if not (prefix / condaenv.ENV_STAMP).is_file():
+            print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
+        env = condaenv.activated_environ(prefix)
+    # The scripts read the arch from torch itself; --arch only matters to other sessions.
+    argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
+    print("$ " + " ".join(argv), flush=True)
+    return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
+
+
+def probe_names(declared: Session) -> tuple[str, ...]:
+    """The probe scripts a probe session runs: scripts/rocmfa/probes/<session name>.py, and for
+    validate upstream_sdpa too (its --upstream)."""
+    own = declared.name
+    return (own, UPSTREAM) if hasattr(declared.options, "upstream") else (own,)
+
+
+def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
+    """The probes' own parsers, imported here: the probes import torch only when they run, so
+    --help and option routing need no env."""
+    return [
+        importlib.import_module(f"rocmfa.probes.{name}").build_parser()
+        for name in probe_names(declared)
+    ]
+
+
+def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
+    """Every flag the parsers take (the probe's own, which go through to it)."""
+    actions = [action for parser in parsers for action in parser._actions]
+    return frozenset(flag for action in actions for flag in action.option_strings)
+
+
+def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
+    """A probe session: its script in the env's Python with the arguments it did not declare
+    (validate --upstream: PyTorch's own SDPA tests, scripts/rocmfa/probes/upstream_sdpa.py, which
+    finds the test file through the work dir: source checkout, cache)."""
+    if getattr(opts, "upstream", False):
+        work = locate(opts.prefix, opts.env_name, getattr(opts, "workdir", None)).work
+        return run_env_script(opts, f"{UPSTREAM}.py", ["--workdir", str(work), *rest])
+    return run_env_script(opts, f"{probe_names(declared)[0]}.py", rest)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
-from rocmfa.env.manager import find_manager
+from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -123,9 +123,9 @@ def provision(
     rocm_cli = prefix / "bin" / "rocm-sdk"
     runner.run([rocm_cli, "init", "--quiet"])
     rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
-    aotriton_version = (
-        torch_aotriton_version(prefix) if not runner.dry_run else None
-    ) or pin_files.aotriton_version(rocm_sdk.pins_dir())
+    aotriton_version = torch_aotriton_version(prefix) or pin_files.aotriton_version(
+        rocm_sdk.pins_dir()
+    )
     result = activation.plan(
         request.arch,
         rocm_root=rocm_paths.root,
@@ -133,46 +133,34 @@ def provision(
         profiles=request.profiles,
     )
     activate, deactivate = activation.script_paths(prefix)
-    if runner.dry_run:
-        runner.say(f"[dry-run] would write {activate} and {deactivate}, setting:")
-        for var in result.variables:
-            runner.say(f"[dry-run]   {var.name}={var.value}")
-        return result
-    activation.write_scripts(prefix, result.variables)
-    stamps.write(
-        prefix / condaenv.ENV_STAMP,
-        stamp_inputs,
-        rocm={"version": rocm_paths.version, "root": rocm_paths.root, "cmake": rocm_paths.cmake},
-        variables=result.as_dict(),
-    )
+    runner.apply(activation.write_scripts, prefix, result.variables,
+                 say=f"write {activate} and {deactivate} (variables below)")  # fmt: skip
+    rocm = {"version": rocm_paths.version, "root": rocm_paths.root, "cmake": rocm_paths.cmake}
+    runner.apply(stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm,
+                 variables=result.as_dict())  # fmt: skip
     return result
 
 
-def install_conda_packages(prefix: Path, runner: Runner, mirrors: list[str]) -> None:
+def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
     """The lock's packages into prefix with py-rattler (only the difference)."""
     from rocmfa.env import rattler_env
 
     cache = rattler_env.default_cache_dir()
-    if runner.dry_run:
-        runner.say(f"[dry-run] would install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) "
-                   f"into {prefix} with py-rattler: sha256-verified downloads into {cache}, "
-                   "then only the difference to the prefix")  # fmt: skip
-        return
     channels = sorted({p.channel for p in rattler_env.locked_packages(lockfile.LOCK_FILE)})
     mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
     result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
                                       mirrors=mapping)  # fmt: skip
-    runner.say(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
-               f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+    print(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
+          f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
 
 
 def check_host() -> str:
     """Refuse (one line) a host the lock does not suit: another platform, an older glibc."""
-    from rocmfa.env import host_check, lock_records
+    from rocmfa.env import lock_records
 
-    needs = lock_records.host_requirements(lock_records.records_path(lockfile.LOCK_FILE),
-                                           lockfile.PLATFORM)  # fmt: skip
-    return host_check.require_suited(needs.platforms, needs.glibc, lockfile.LOCK_FILE.name)
+    records = lock_records.records_path(lockfile.LOCK_FILE)
+    needs = lock_records.host_requirements(records, lockfile.PLATFORM)
+    return lock_records.require_suited(needs, lockfile.LOCK_FILE.name)
 
 
 def say_arch_and_env(session: session_env.SessionEnv) -> None:
@@ -188,11 +176,11 @@ def say_arch_and_env(session: session_env.SessionEnv) -> None:
 
 
 def ensure_lock(opts: SetupEnvOptions, runner: Runner) -> str:
-    """The lock's sha256, solving a missing lock first (a dry run only plans that)."""
+    """The lock's sha256, solving a missing lock first."""
     if not lockfile.LOCK_FILE.is_file():
         runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
         lockfile.write_lock(runner, list(opts.channel))
-    if opts.dry_run and not lockfile.LOCK_FILE.is_file():
+    if not lockfile.LOCK_FILE.is_file():  # a planned solve
         return "(solved above)"
     return lockfile.require_fresh()
 
@@ -207,10 +195,14 @@ def update_conda_packages(
         check_prefix_usable(prefix, opts.force)
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
-    if not opts.dry_run:
-        stamps.remove(stamp_file)  # an interrupted install must not look finished
+    runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
     if needs_conda:
-        install_conda_packages(prefix, runner, list(opts.channel))
+        from rocmfa.env.rattler_env import default_cache_dir
+
+        runner.apply(install_conda_packages, prefix, list(opts.channel),
+                     say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into {prefix} "
+                     f"with py-rattler: sha256-verified downloads into {default_cache_dir()}, "
+                     "then only the difference to the prefix")  # fmt: skip
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
@@ -218,7 +210,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
     # No manager is needed: condaenv places a named env in its own data dir without one.
-    session = session_env.open_env(opts, dry_run=opts.dry_run, makes_env=True)
+    session = session_env.open_env(opts, makes_env=True)
     runner = session.runner
     request = Request(
         arch=session.arch,
@@ -241,13 +233,9 @@ def setup_env(opts: SetupEnvOptions) -> None:
     check_host()  # before the first change: only what installs must suit this host
 
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
-    if opts.dry_run:
-        runner.say(
-            f"[dry-run] commands in the env run with CONDA_PREFIX={prefix} "
-            f"PATH={prefix / 'bin'}:$PATH and the env's activate.d scripts sourced"
-        )
-    else:
-        runner.base_env = condaenv.activated_environ(prefix)
+    said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
+    in_env = runner.apply(condaenv.activated_environ, prefix, say=said + " + its activate.d")
+    runner.base_env = in_env or runner.base_env
     result = provision(prefix, request, runner, stamp_inputs=inputs)
     runner.say(activation.show(result))
     say_next(request, session.arch_how, prefix, runner)
@@ -264,21 +252,18 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
         runner.say(
             f"fast path: {path['why']}; run: {', then '.join(path['commands'])}; {path['build']}"
         )
-    if not runner.dry_run:
-        runner.say(
-            f"env {prefix} is ready; next: {FAST_PATH[1] if request.with_torch else MAIN_JOB[1]}"
-        )
+    runner.done(
+        f"env {prefix} is ready; next: {FAST_PATH[1] if request.with_torch else MAIN_JOB[1]}"
+    )
 
 
 def show(prefix: Path | None) -> None:
     stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
     if not stamp:
         raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
-    variables = stamp.get("variables", {})
-    print(f"env {prefix}")
-    print("Variables set on activation:")
-    for var in variables.get("set", []):
-        print(f"  {var['name']}={var['value']}  - {var['why']}")
-    print("Not set:")
-    for skipped in variables.get("not_set", []):
-        print(f"  {skipped['name']}  - {skipped['why']}")
+    recorded = stamp.get("variables", {})
+    plan = activation.Plan(
+        tuple(activation.Variable(**v) for v in recorded.get("set", [])),
+        tuple(activation.Skipped(**v) for v in recorded.get("not_set", [])),
+    )
+    print(f"env {prefix}\n{activation.show(plan)}")

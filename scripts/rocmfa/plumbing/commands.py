@@ -38,6 +38,11 @@ class Command:
         return " ".join(parts)
 
 
+def runner_for(opts: object, **kw: Any) -> Runner:
+    """The Runner of a session's settings: it plans (prints, runs nothing) under --dry-run."""
+    return Runner(dry_run=bool(getattr(opts, "dry_run", False)), **kw)
+
+
 class Runner:
     """Executes commands, or only prints them when dry_run is set.
 
@@ -76,6 +81,10 @@ class Runner:
         if not self.dry_run:
             raise UserError(message)
         self.say(f"[dry-run] note: {message}; the real run stops here")
+
+    def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
+        """A question's answer (its stdout, stripped); under dry run the named placeholder."""
+        return self.run(argv, capture=True, dry_run_output=placeholder).stdout.strip()
 
     def run(
         self,
@@ -121,3 +130,20 @@ class Runner:
                 f"{shlex.join(command.argv)}{detail}"
             )
         return result
+
+
+# A dry run writes no stamp. What it would write is kept here, by path, for the later sessions
+# of the same nox run, which run in this process: `nox -s build_aotriton build_pytorch --
+# --dry-run` plans build_pytorch against the prefix build_aotriton is about to fill, as the real
+# chain does.
+_PLANNED: dict[str, dict[str, Any]] = {}
+
+
+def plan(path: Path, **facts: Any) -> None:
+    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
+    _PLANNED[str(Path(path))] = facts
+
+
+def planned(path: Path) -> dict[str, Any] | None:
+    """What an earlier dry run of this process would have stamped at path, or None."""
+    return _PLANNED.get(str(Path(path)))

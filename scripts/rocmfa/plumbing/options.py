@@ -1,33 +1,16 @@
-"""Every nox session's settings: one frozen dataclass per session, resolved once by parse().
+"""Every nox session's settings: one frozen dataclass per session, resolved once by parse():
+the command line, else its $ROCMFA_* variable (a FromEnv value), else the default, every value
+checked before the first command. This module is the one reader of our $ROCMFA_* variables
+(the env-only ones too: Environment below).
 
-Each field is one option, with its flag, help, $ROCMFA_* variable and check beside it (opt(),
-switch(), many() keep them in the field's metadata). An option several sessions read is declared
-once, as a partial of opt() that makes its field (arch_opt, prefix_opt, ...); the compiling
-sessions share one base, Compile. parse() takes the session's argv (argparse), then $ROCMFA_*
-for what the command line left unset (a FromEnv value, naming its variable), then the defaults,
-and checks every value before the first command. Nothing else reads our $ROCMFA_* variables.
-
-Adding an option - one field, in the class of the session that reads it (or a partial beside
-arch_opt when several sessions read it):
-
-    with_tests: bool = switch("--with-tests", help="also build CK's tests")
-
-  switch(): a flag (default False); many(): repeatable (default ()); opt(): one value (default
-  None unless default= says). type= turns the text into the typed value; check= only checks it;
-  choices= is a constant (or a function returning one) kept here, where the domain imports it
-  from, so parsing imports no domain module; env= is the $ROCMFA_* variable that stands in for
-  the flag (checked the same way); aliases= maps an old flag to a value. Checks across fields
-  go in the class's check(self). A build session prints its effective options first.
-
-Adding a session - its @nox.session function in noxfile.py (`_run(session, module.function)`),
-one Session("name", NameOptions, changes=(W, E)) line in SESSIONS below (W/E: it changes the
-work dir / the env; the guard takes their locks; a class with dry_run makes it dry-runnable),
-its function in a module named for it taking the settings object, and its row in README's
-session table.
-
-Nox hands the same posargs to every session of a run (`nox -s a b -- --arch gfx1100`), so a
-session accepts and drops options declared by other sessions; options nobody declares are an
-error. A session's --help lists only its own options and needs no env.
+An option is one field, declared with its flag, help, variable and check in the field's metadata:
+`with_tests: bool = switch("--with-tests", help="also build CK's tests")`. switch(): a flag;
+many(): repeatable; opt(): one value (type= converts, check= only checks, choices= a constant or
+a function returning one, env= its $ROCMFA_* variable, aliases= old flags). An option several
+sessions read is a partial of opt() below (arch_opt, ...); checks across fields go in the class's
+check(self). A session is its @nox.session function in noxfile.py and its Session line in
+SESSIONS. Nox hands the same posargs to every session of a run, so a session drops the options
+other sessions declare; options nobody declares are an error.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ import argparse
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -46,7 +29,6 @@ from rocmfa.plumbing.cache_spec import parse_cache
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError, did_you_mean
 from rocmfa.plumbing.paths import WORKDIR_ENV
-from rocmfa.plumbing.pin_files import PROJECTS
 
 ARCH_ENV = "ROCMFA_ARCH"
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"
@@ -70,6 +52,28 @@ class FromEnv(str):
 def origin(value: object, flag: str) -> str:
     """Where a setting came from: its $ROCMFA_* variable, else its flag."""
     return f"${value.variable}" if isinstance(value, FromEnv) else flag
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What only a $ROCMFA_* variable sets, for every session alike (no flag): each field's
+    variable is ROCMFA_<FIELD>; unset or empty is None."""
+
+    pins_dir: str | None = None  # pins/ elsewhere
+    pytorch_line: str | None = None  # release (default) or nightly (pin_files.LINES)
+    conda_cache: str | None = None  # py-rattler's package cache
+    ck_source: str | None = None  # sources/pins.py
+    patches_dir: str | None = None  # sources/patches.py
+    tuning_dir: str | None = None  # sources/tuning_db.py
+    aotriton_base_url: str | None = None  # builds/aotriton_release.py
+    kernel_python: str | None = None  # builds/kernel_check.py, kernel_cluster.py
+
+
+def environment(environ: Mapping[str, str] | None = None) -> Environment:
+    """The Environment of os.environ (or of environ, where a caller hands one down)."""
+    environ = os.environ if environ is None else environ
+    names = (f.name for f in dataclasses.fields(Environment))
+    return Environment(**{n: environ.get(f"ROCMFA_{n.upper()}") or None for n in names})
 
 
 # --- checks and choices: here, so that parsing imports no domain module ---------------------
@@ -107,6 +111,7 @@ SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices (triton: the torch
 TRITONS = ("fork", "pypi")  # what compiles AOTriton's kernels (kernel_build)
 INDEX_KINDS = ("multi-arch", "legacy")  # TheRock's index kinds (rocm_sdk)
 TUNE_DTYPES = ("float16", "bfloat16")  # tune_aotriton's
+PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")  # pins/<project>.toml
 
 
 def unknown_arch(name: str, known: Iterable[str]) -> UserError:
@@ -116,17 +121,7 @@ def unknown_arch(name: str, known: Iterable[str]) -> UserError:
 
 
 def arch_data(path: Path = ARCHES_FILE) -> dict[str, Any]:
-    """The arch data file, read once per process while it is unchanged: the option check here,
-    scripts/rocmfa/env/archs.py (which parses it whole) for the session and its plan."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return load_toml(path, "arch data")  # its one-line error
-    return _arch_data(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _arch_data(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    """The arch data file: the option check here, scripts/rocmfa/env/archs.py parses it whole."""
     return load_toml(path, "arch data")
 
 
@@ -338,7 +333,6 @@ timeout_min_opt = partial(
     metavar="MIN",
     help="AOTRITON_GPU_BUILD_TIMEOUT per kernel, minutes (default 0 = no limit)",
 )
-json_opt = partial(switch, "--json", help="machine-readable output")
 
 
 @settings
@@ -700,41 +694,36 @@ class Session:
 
     name: str
     options: type
-    changes: tuple[str, ...] = ()  # "workdir": holds its lock; "env": its lock + recovery
-    reports_only: bool = False  # never takes a lock nor recovers (doctor)
+    changes_workdir: bool = False  # holds the work dir's lock
+    changes_env: bool = False  # holds the env's lock
+    reports_only: bool = False  # never takes a lock (doctor)
     forward: bool = False  # the arguments it does not declare go through to its function
-    # a probe is its script, scripts/rocmfa/probes/<name>.py (torch + stdlib only), run in the env's
-    # Python (scripts/rocmfa/env/in_env.py) with the arguments it does not declare; it forwards too
+    # a probe is its script, scripts/rocmfa/probes/<name>.py (torch + stdlib only), run in the
+    # env's Python (scripts/rocmfa/env/session_env.py) with the arguments it does not declare
     probe: bool = False
 
-    @property
-    def changes_workdir(self) -> bool:
-        return "workdir" in self.changes
 
-    @property
-    def changes_env(self) -> bool:
-        return "env" in self.changes
-
-    @property
-    def dry_runnable(self) -> bool:
-        return any(o.name == "dry_run" for o in options_of(self.options))
+def takes_locks(declared: Session, opts: object) -> bool:
+    """A session takes its locks unless it only reports (doctor) or only plans (--dry-run)."""
+    return not (declared.reports_only or getattr(opts, "dry_run", False))
 
 
-W, E = "workdir", "env"  # what a session changes: it holds that lock (see Session)
-# publish holds the work dir: it reads the run's wheels, a build must not replace them
+# W: changes the work dir, WE: the work dir and the env (they hold those locks). publish holds
+# the work dir: it reads the run's wheels, a build must not replace them.
+W, WE = {"changes_workdir": True}, {"changes_workdir": True, "changes_env": True}
 SESSIONS = (
     Session("lock", LockOptions),
-    Session("setup_env", SetupEnvOptions, changes=(W, E)),
+    Session("setup_env", SetupEnvOptions, **WE),
     Session("doctor", DoctorOptions, reports_only=True),
     Session("matrix", MatrixOptions),
-    Session("update_pins", UpdatePinsOptions, changes=(W,)),
-    Session("build_aotriton", BuildAotritonOptions, changes=(W, E)),
-    Session("tune_aotriton", TuneAotritonOptions, changes=(W, E)),
-    Session("kernel_check", KernelCheckOptions, changes=(W,)),
-    Session("build_pytorch", BuildPytorchOptions, changes=(W,)),
-    Session("install_wheels", InstallWheelsOptions, changes=(W, E)),
-    Session("publish", PublishOptions, changes=(W,)),
-    Session("build_ck", BuildCkOptions, changes=(W, E)),
+    Session("update_pins", UpdatePinsOptions, **W),
+    Session("build_aotriton", BuildAotritonOptions, **WE),
+    Session("tune_aotriton", TuneAotritonOptions, **WE),
+    Session("kernel_check", KernelCheckOptions, **W),
+    Session("build_pytorch", BuildPytorchOptions, **W),
+    Session("install_wheels", InstallWheelsOptions, **WE),
+    Session("publish", PublishOptions, **W),
+    Session("build_ck", BuildCkOptions, **WE),
     Session("bench", BenchOptions, forward=True, probe=True),
     Session("backend_check", BackendCheckOptions, forward=True, probe=True),
     Session("validate", ValidateOptions, forward=True, probe=True),

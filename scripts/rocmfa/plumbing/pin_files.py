@@ -15,6 +15,7 @@ from typing import Any
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
 from rocmfa.plumbing.errors import UserError, did_you_mean
+from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECTS: for sources/)
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
@@ -24,7 +25,7 @@ LINE_ENV = "ROCMFA_PYTORCH_LINE"
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
 HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
-# The pinned projects (one file each) and the keys each table may hold: the one list of projects.
+# The keys each pinned project's table may hold (options.PROJECTS: the projects, one file each).
 KNOWN = {
     "therock": COMMON,
     # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
@@ -32,7 +33,6 @@ KNOWN = {
     "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
 }
-PROJECTS = tuple(KNOWN)
 
 
 class Unresolved(UserError):
@@ -41,8 +41,7 @@ class Unresolved(UserError):
 
 
 def line(environ: Mapping[str, str] | None = None) -> str:
-    environ = os.environ if environ is None else environ
-    chosen = environ.get(LINE_ENV) or "release"
+    chosen = environment(environ).pytorch_line or "release"
     if chosen not in LINES:
         raise UserError(f"${LINE_ENV}={chosen!r}: known lines: release (default), nightly")
     return chosen
@@ -50,8 +49,7 @@ def line(environ: Mapping[str, str] | None = None) -> str:
 
 def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
     """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
-    environ = os.environ if environ is None else environ
-    chosen = requested or environ.get(PINS_DIR_ENV) or PINS_DIR
+    chosen = requested or environment(environ).pins_dir or PINS_DIR
     return Path(chosen).expanduser().resolve()
 
 

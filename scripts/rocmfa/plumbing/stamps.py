@@ -14,6 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# what a dry run would stamp lives with the runner; builds/ still call stamps.plan/planned
+from rocmfa.plumbing.commands import plan, planned  # noqa: F401
+
 
 def digest(inputs: Any) -> str:
     """sha256 over a canonical JSON form of inputs (dicts, lists, strings, numbers)."""
@@ -69,19 +72,3 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 
 def remove(path: Path) -> None:
     Path(path).unlink(missing_ok=True)
-
-
-# A dry run writes no stamp. What it would write is kept here for the later sessions of the same
-# nox run, which run in this process: `nox -s build_aotriton build_pytorch -- --dry-run` plans
-# build_pytorch against the prefix build_aotriton is about to fill, as the real chain does.
-_PLANNED: dict[str, dict[str, Any]] = {}
-
-
-def plan(path: Path, **facts: Any) -> None:
-    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
-    _PLANNED[str(Path(path))] = facts
-
-
-def planned(path: Path) -> dict[str, Any] | None:
-    """What an earlier dry run of this process would have stamped at path, or None."""
-    return _PLANNED.get(str(Path(path)))
