@@ -301,7 +301,7 @@ def _one_job(tree: Tree, work: Path):
     build = work / "build" / "kernel-check" / "aotriton-gfx1151"
     job = kernel_jobs.sample(kernel_jobs.read_jobs(build / "Bare.compile"))[0]
     compile_py = work / "src" / "aotriton" / "python" / "compile.py"
-    compiler = kernel_store.Compiler(sys.executable, compile_py, build)
+    compiler = kernel_store.Compiler(sys.executable, compile_py)
     _, standin = kc.tree_for(archs.get_arch("gfx1151"), work)
     ctx = standin.key_context()  # the key the check itself used
     return job, ctx.key(job, kernel_jobs.source_digests([job])), compiler

@@ -42,6 +42,7 @@ LAUNCHER = HERE / "kernel_launcher.py"
 PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
+ENV_FILE = "rocmfa-kernels-env.json"  # beside the log: kernel_launcher.py reads it
 THREADS = 8  # store requests in flight while staging / storing
 
 
@@ -114,15 +115,29 @@ class KernelBuild:
             args.append(f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}")
         return args
 
+    @property
+    def python(self) -> str | None:
+        """pypi: the check's Triton (the same version) names the build and the settings."""
+        work = self.src.parents[1]
+        return kernel_check.known_python(work, self.identity) if self.wheel else None
+
     def key_context(self) -> kernel_jobs.KeyContext:
-        return kernel_check.key_context(self.identity, self.commit, self.arch, self.src)
+        return kernel_check.key_context(
+            self.identity, self.commit, self.arch, self.src, self.python
+        )
+
+    def write_env(self, context: kernel_jobs.KeyContext) -> None:
+        """What the launcher gives each compile: the key's settings, the others dropped."""
+        knobs = kernel_store.triton_info(self.python)["knobs"] if self.python else []
+        env = {**dict(context.env), **kernel_jobs.COMPILE_ENV}
+        stamps.write_text_atomic(self.build / ENV_FILE, json.dumps({"knobs": knobs, "env": env}))
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
         if runner.dry_run:
             runner.say(
                 f"[dry-run] then look every job of {self.bare} up in the kernel store "
-                f"({self.store.describe()}; keys name triton {self.identity!r}) and put each "
+                f"({self.store.describe()}; keys name triton {self.identity}) and put each "
                 f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
                 "a staged job exits at once, any other compiles and is stored after ninja"
             )
@@ -136,6 +151,7 @@ class KernelBuild:
         # we never set) would compile with a Triton the key does not name.
         jobs = [job for job in kernel_jobs.read_jobs(self.bare) if job.venv == "default"]
         context = self.key_context()
+        self.write_env(context)
         sources = kernel_jobs.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
         built_for = stamps.read(self.manifest) or {}

@@ -90,15 +90,30 @@ class Tree:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
     def key_context(self) -> kernel_jobs.KeyContext:
-        return key_context(self.triton, self.commit, self.arch, self.src)
+        python = known_python(self.src.parents[1], self.triton)
+        return key_context(self.triton, self.commit, self.arch, self.src, python)
 
 
-def key_context(triton: str, commit: str, arch: str | None, src: Path) -> kernel_jobs.KeyContext:
-    """What every job of a tree shares in its key (the check, the build, --workers)."""
+def key_context(
+    triton: str, commit: str, arch: str | None, src: Path, python: str | None
+) -> kernel_jobs.KeyContext:
+    """What every job of a tree shares in its key (the check, the build, --workers): with
+    python's Triton, its build and the settings this environment gives it."""
     patches = patch_set_digest("aotriton", commit, arch=arch)
+    info = kernel_store.triton_info(python) if python else {"build": None, "knobs": []}
+    env = kernel_jobs.settings(os.environ, info["knobs"])
     return kernel_jobs.KeyContext(
-        triton, patches, kernel_jobs.file_digest(src / "python/compile.py")
+        f"{triton} ({info['build']})" if info["build"] else triton,
+        patches,
+        kernel_jobs.file_digest(src / "python/compile.py"),
+        tuple(sorted(env.items())),
     )
+
+
+def known_python(work: Path, triton: str) -> str | None:
+    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
+    python = kernel_dir(work) / f"venv-triton-{triton}" / "bin" / "python"
+    return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -108,7 +123,7 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
         runner.say(f"kernel check: compiler Python {given} (${PYTHON_ENV})")
         return given
     venv = kernel_dir(work) / f"venv-triton-{tree.triton}"
-    python = venv / "bin" / "python"
+    python = venv / "bin" / "python"  # known_python() once made
     requirements = tree.src / "requirements.txt"
     wanted = {"triton": tree.triton, "requirements": _digest_or_none(requirements)}
     marker = venv / "rocmfa-kernel-venv.json"
@@ -219,6 +234,18 @@ def summarize(
     return families
 
 
+def settings_line(python: str | None) -> str:
+    """The Triton settings this environment gives every compile (and key), unknown ones named."""
+    knobs = set(kernel_store.triton_info(python)["knobs"]) if python else set()
+    env = kernel_jobs.settings(os.environ, knobs)
+    unknown = [k for k in env if knobs and k not in knobs]
+    return (
+        "Triton settings from the environment, in every key and compile: "
+        + (", ".join(f"{k}={v}" for k, v in env.items()) or "none")
+        + (f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else "")
+    )
+
+
 def say_plan(
     tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable
 ) -> None:
@@ -233,8 +260,14 @@ def say_plan(
         1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
     )
     command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
-    sets = kernel_store.Compiler(python, compile_py, tree.build).sets(example)
-    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sorted(sets.items()))} {' '.join(command)}")
+    known = known_python(tree.src.parents[1], tree.triton)
+    env = kernel_jobs.settings(
+        os.environ, kernel_store.triton_info(known)["knobs"] if known else []
+    )
+    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **env}
+    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in {**sets, **kernel_jobs.COMPILE_ENV}.items())} "
+        f"{' '.join(command)}")  # fmt: skip
+    say(f"[dry-run] {settings_line(known)}")
     say(f"[dry-run] summary: {tree.build / SUMMARY}")
 
 
@@ -276,7 +309,14 @@ def run_check(
         f"families; compiling {len(chosen)} ({why}); kernel store: "
         f"{store.describe() if store else 'none'}"
     )
-    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", tree.build)
+    say(f"kernel check: {settings_line(python)}")
+    left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
+    if left:
+        combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
+        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
+            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
+    env = dict(context.env)
+    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", env)
     results = compile_sample(chosen, keys, compiler, store, threads)
     families = summarize(all_jobs, chosen, results)
     summary = {
