@@ -287,10 +287,12 @@ try:
     d = m.distribution("triton")
     tags = [t[5:].strip() for t in (d.read_text("WHEEL") or "").splitlines() if t[:4] == "Tag:"]
     info["build"] = " ".join([d.version, *sorted(tags)])
+    import inspect, re
     from triton import knobs
     from triton._C.libtriton import get_cache_invalidating_env_vars as invalidating
     groups = [g for g in vars(knobs).values() if isinstance(g, knobs.base_knobs)]
     names = {d.key for g in groups for d in g.knob_descriptors.values()}
+    names |= set(re.findall(r'env_\\w+\\("([A-Z0-9_]+)"', inspect.getsource(knobs)))  # TRITON_DEBUG
     info["knobs"] = sorted(names | set(invalidating()))
 except Exception:  # no Triton, or one before triton.knobs (3.4): TRITON_* alone then
     pass
