@@ -170,11 +170,13 @@ def test_cache_none_builds_without_the_launcher(bed: Bed, tmp_path: Path, capsys
 
 def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, capsys) -> None:
     work = tmp_path / "m1"
-    plan = build(bed, work, capsys, "--dry-run", "--triton", "pypi")
+    redis = ["--cache", "redis://127.0.0.1:1"]  # a plan asks nothing of it
+    plan = build(bed, work, capsys, "--dry-run", "--triton", "pypi", *redis)
     assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.PROJECT_INCLUDE}" in plan
     assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
     assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
-    assert "[dry-run] then look every job of" in plan and "keys name triton '3.5.1'" in plan
+    assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)" in plan
+    assert "kernel store (redis 127.0.0.1:1 over directory " in plan and "CacheSpec(" not in plan
     assert plan.index("[dry-run] then look every job") < plan.index(" install")
     plain = build(bed, work, capsys, "--dry-run", "--cache", "none")
     assert "CMAKE_PROJECT_INCLUDE" not in plain and "look every job" not in plain
