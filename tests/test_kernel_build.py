@@ -248,6 +248,29 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
     assert code != 0 and len(logged) == 1
 
 
+def test_launcher_gives_a_kernel_job_the_keys_triton_settings_only(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Whatever ninja's environment holds, a compile sees the settings its key names."""
+    import json
+
+    compile_py = tmp_path / "tree" / "python" / "compile.py"
+    compile_py.parent.mkdir(parents=True)
+    dump = "json.dump(dict(os.environ), open(out[:-6] + '.json', 'w'))"
+    compile_py.write_text(
+        f"import json, os, sys\nout = sys.argv[-1]\nopen(out, 'w').write('x')\n{dump}\n"
+    )
+    given = {"knobs": ["AMDGCN_USE_BUFFER_OPS"], "env": {"TRITON_DEFAULT_FP_FUSION": "0"}}
+    (tmp_path / kernel_build.ENV_FILE).write_text(json.dumps(given))
+    monkeypatch.setenv("AMDGCN_USE_BUFFER_OPS", "1")
+    monkeypatch.setenv("TRITON_SOMETHING", "1")
+    out = tmp_path / "k.hsaco"
+    assert _launch(tmp_path, sys.executable, str(compile_py), "-o", str(out)) == (0, [str(out)])
+    env = json.loads(out.with_suffix(".json").read_text())
+    assert env["TRITON_DEFAULT_FP_FUSION"] == "0" and "PATH" in env
+    assert "AMDGCN_USE_BUFFER_OPS" not in env and "TRITON_SOMETHING" not in env
+
+
 REAL_TREE = os.environ.get("ROCMFA_REAL_AOTRITON_TREE")
 REAL_PYTHON = os.environ.get("ROCMFA_KERNEL_PYTHON")  # read before the fixtures set a stand-in
 

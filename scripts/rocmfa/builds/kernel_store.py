@@ -116,7 +116,7 @@ class DirBackend:
 
 
 class RedisBackend:
-    """GET / SET / MGET through redis-py (its connection pool serves the compile threads)."""
+    """GET / SET through redis-py (its connection pool serves the compile threads)."""
 
     def __init__(self, spec: compile_cache.CacheSpec, prefix: str) -> None:
         self.prefix = prefix
@@ -128,10 +128,6 @@ class RedisBackend:
 
     def get(self, key: str) -> bytes | None:
         return self.client.get(f"{self.prefix}/{key}")
-
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
-        """One MGET: one round trip for a batch of keys (kernel_build's staging)."""
-        return self.client.mget([f"{self.prefix}/{key}" for key in keys])
 
     def put(self, key: str, data: bytes) -> None:
         self.client.set(f"{self.prefix}/{key}", data)
@@ -183,8 +179,8 @@ class KernelStore:
             self.say(f"WARNING: kernel store {self.shared.describe()}: {error}; compiling locally")
             self.shared = None
 
-    def get(self, key: str, *, local_only: bool = False) -> bytes | None:
-        for layer in (self.local, None if local_only else self.shared):
+    def get(self, key: str) -> bytes | None:
+        for layer in (self.local, self.shared):
             if layer is None:
                 continue
             try:
@@ -208,25 +204,6 @@ class KernelStore:
                 "recompiling"
             )
             return False
-        return True
-
-    def prefetch(self, keys: list[str], batch: int = 500) -> bool:
-        """The entries of keys the local layer lacks, copied from the shared store in batches
-        (one round trip each) when it can (redis MGET). False: it cannot; ask get() per key."""
-        shared, local = self.shared, self.local
-        if shared is None or local is None or not isinstance(shared, RedisBackend):
-            return False
-        missing = [key for key in keys if not local._path(key).is_file()]
-        for start in range(0, len(missing), batch):
-            chunk = missing[start : start + batch]
-            try:
-                blobs = shared.get_many(chunk)
-            except Exception as error:
-                self._lost(_why(error))
-                return True
-            for key, blob in zip(chunk, blobs, strict=True):
-                if blob is not None and self._whole(key, blob, shared):
-                    local.put(key, blob)
         return True
 
     def put(self, key: str, blob: bytes) -> None:
