@@ -27,7 +27,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,25 +192,17 @@ def compile_sample(
     store: kernel_store.KernelStore | None,
     jobs: int,
 ) -> dict[int, tuple[str, float]]:
-    """Compile (or fetch) every chosen job on `jobs` threads; the first failure stops the rest
-    and is raised as one line."""
-    results: dict[int, tuple[str, float]] = {}
+    """Compile (or fetch) every chosen job on `jobs` threads; a failure stops the jobs not
+    started yet and is raised as one line."""
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            pool.submit(kernel_store.build_kernel, job, keys[job.line], compiler, store): job
-            for job in chosen
-        }
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in pending:
-            future.cancel()
-        for future in done:
-            error = future.exception()
-            if isinstance(error, kernel_store.CompileFailed):
-                raise UserError(f"kernel check: {error}") from None
-            if error is not None:
-                raise error
-            results[futures[future].line] = future.result()
-    return results
+        built = pool.map(
+            lambda j: kernel_store.build_kernel(j, keys[j.line], compiler, store), chosen
+        )
+        try:
+            return dict(zip([job.line for job in chosen], built, strict=True))
+        except kernel_store.CompileFailed as error:
+            pool.shutdown(cancel_futures=True)
+            raise UserError(f"kernel check: {error}") from None
 
 
 def summarize(
@@ -244,6 +236,18 @@ def settings_line(python: str | None) -> str:
         + (", ".join(f"{k}={v}" for k, v in env.items()) or "none")
         + (f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else "")
     )
+
+
+def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Callable) -> None:
+    """What the check compiles, and which combinations a smaller --sample leaves out."""
+    families = len({j.family for j in all_jobs})
+    say(f"kernel check: {len(all_jobs)} jobs in {families} kernel families; compiling "
+        f"{len(chosen)} {how}")  # fmt: skip
+    left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
+    if left:
+        combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
+        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
+            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
 
 
 def say_plan(
@@ -304,19 +308,11 @@ def run_check(
         raise UserError(str(error)) from None
     context, sources = tree.key_context(), kernel_jobs.source_digests(chosen)
     keys = {job.line: context.key(job, sources) for job in chosen}
-    say(
-        f"kernel check: {len(all_jobs)} jobs in {len({j.family for j in all_jobs})} kernel "
-        f"families; compiling {len(chosen)} ({why}); kernel store: "
-        f"{store.describe() if store else 'none'}"
-    )
+    where = store.describe() if store else "none"
+    say_sample(all_jobs, chosen, size, f"({why}); kernel store: {where}", say)
     say(f"kernel check: {settings_line(python)}")
-    left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
-    if left:
-        combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
-    env = dict(context.env)
-    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", env)
+    compile_py = tree.src / "python" / "compile.py"
+    compiler = kernel_store.Compiler(python, compile_py, dict(context.env))
     results = compile_sample(chosen, keys, compiler, store, threads)
     families = summarize(all_jobs, chosen, results)
     summary = {

@@ -107,13 +107,14 @@ def _materialize(bundle: dict[str, bytes], digest: str, scratch: Path) -> Path:
     return root
 
 
-def _worker_python(triton: str, build: str | None) -> str:
+def _worker_python(triton: str, identity: str) -> str:
+    """This worker's Python, if its Triton (version and build) is the one the keys name."""
     python = os.environ.get("ROCMFA_KERNEL_PYTHON") or sys.executable
     have = kernel_store.triton_info(python)["build"]
-    if have != build and (build or (have and not have.startswith(f"{triton} "))):
+    if (f"{triton} ({have})" if have else triton) != identity:
         raise RuntimeError(
             f"worker {platform.node()}: triton {have or 'not installed'}, the keys name "
-            f"triton {build or triton} (install it, or set ROCMFA_KERNEL_PYTHON on the worker)"
+            f"triton {identity} (install it, or set ROCMFA_KERNEL_PYTHON on the worker)"
         )
     return python
 
@@ -128,7 +129,7 @@ def remote_build(
     cache: compile_cache.CacheSpec | str,
     arch: str,
     triton: str,
-    build: str | None,
+    identity: str,
     settings: dict[str, str],
 ) -> tuple[str, float]:
     """One task: the job from the shared store, else compiled here and put there."""
@@ -142,7 +143,7 @@ def remote_build(
     if store.shared is None:
         raise RuntimeError(f"worker {platform.node()}: the kernel store {cache} is unreachable")
     here = replace(kernel_jobs.Job.from_dict(job), source=str(root / rel_source))
-    python = _worker_python(triton, build)
+    python = _worker_python(triton, identity)
     compiler = kernel_store.Compiler(python, root / "python" / "compile.py", settings)
     out = root / "out" / f"{key}.hsaco"
     try:
@@ -167,23 +168,19 @@ def fan_out(
 ) -> dict[str, int] | None:
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
-    spec = compile_cache.as_spec(cache)
-    where = spec.place if spec is not None else "no store"
     if runner.dry_run:
+        spec = compile_cache.as_spec(cache)
         runner.say(
             f"[dry-run] --workers {url}: send every job of {bare} to the Dask scheduler as one "
-            f"task each; a worker fetches the job's key from the {where} or runs "
+            f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
             f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
             "worker's task is retried by the scheduler)"
         )
         return None
     from distributed import Client, as_completed
 
-    from rocmfa.builds import kernel_check
-
     jobs = jobs if jobs is not None else kernel_jobs.read_jobs(bare)
     context = tree.key_context()
-    python = kernel_check.known_python(tree.src.parents[1], tree.triton)
     sources = kernel_jobs.source_digests(jobs)
     bundle = bundle_for(tree.src, jobs)
     digest = bundle_digest(bundle)
@@ -203,7 +200,7 @@ def fan_out(
             cache=cache,
             arch=tree.arch,
             triton=tree.triton,
-            build=kernel_store.triton_info(python)["build"] if python else None,
+            identity=context.triton,
             settings=dict(context.env),
             pure=False,
         )
