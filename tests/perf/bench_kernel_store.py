@@ -83,7 +83,8 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(args.tree), str(src)], check=True)
-    env = {**os.environ, kc.PYTHON_ENV: args.python}
+    os.environ[kc.PYTHON_ENV] = args.python  # the keys name its Triton build, as the workers'
+    env = dict(os.environ)
     out: dict[str, object] = {"arch": args.arch, "cpus": os.cpu_count(), "start": load()}
     nox = [sys.executable, "-m", "nox", "-s", "kernel_check", "--", "--arch", args.arch]
     nox += ["--workdir", str(work), "--cache", "none"]
