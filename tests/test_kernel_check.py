@@ -107,25 +107,10 @@ def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
     # v3src/CMakeLists.txt @ 6e00ef3e, add_custom_command(OUTPUT ${HSACO})
     assert argv[:3] == ["py", "/t/python/compile.py", job.source]
     assert argv[3:] == [
-        "--kernel_name",
-        "attn_fwd",
-        "-o",
-        "/o/x.hsaco",
-        "-g",
-        "1,1,1",
-        "--num_warps",
-        "4",
-        "--num_stages",
-        "1",
-        "--waves_per_eu",
-        "2",
-        "--target",
-        "gfx1151",
-        "--signature",
-        job.signature,
-        "--timeout",
-        "0",
-    ]
+        "--kernel_name", "attn_fwd", "-o", "/o/x.hsaco", "-g", "1,1,1", "--num_warps", "4",
+        "--num_stages", "1", "--waves_per_eu", "2", "--target", "gfx1151", "--signature",
+        job.signature, "--timeout", "0",
+    ]  # fmt: skip
     with pytest.raises(kernel_jobs.JobListError, match="line 3"):
         kernel_jobs.parse_line("a;b;c", 3)
 
@@ -446,13 +431,16 @@ REAL_SIGNATURE = (
 
 
 @pytest.mark.skipif(not REAL_PYTHON, reason="set ROCMFA_KERNEL_PYTHON (a Python with Triton)")
-def test_the_settings_list_is_the_installed_tritons() -> None:
+def test_the_settings_list_is_the_installed_tritons(monkeypatch) -> None:
     """Every variable triton/knobs.py names is in the list the keys take theirs from."""
     where = [str(REAL_PYTHON), "-c", "import triton.knobs as k; print(k.__file__)"]
     knobs_py = subprocess.run(where, capture_output=True, text=True, check=True).stdout.strip()
     named = set(re.findall(r'env_\w+\("([A-Z0-9_]+)"', Path(knobs_py).read_text()))
     assert "TRITON_DEFAULT_FP_FUSION" in named and "AMDGCN_USE_BUFFER_OPS" in named
     assert named <= set(kernel_store.triton_info(str(REAL_PYTHON))["knobs"])
+    monkeypatch.setenv("TRITON_NOT_A_SETTING", "1")  # named in the plan, kept in the key
+    line = kc.settings_line(str(REAL_PYTHON))
+    assert line.endswith("TRITON_NOT_A_SETTING: not read by this Triton, kept in the key")
 
 
 @pytest.mark.skipif(
