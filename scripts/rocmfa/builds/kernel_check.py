@@ -264,14 +264,9 @@ def say_plan(
         1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
     )
     command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
-    known = known_python(tree.src.parents[1], tree.triton)
-    env = kernel_jobs.settings(
-        os.environ, kernel_store.triton_info(known)["knobs"] if known else []
-    )
-    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **env}
-    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in {**sets, **kernel_jobs.COMPILE_ENV}.items())} "
-        f"{' '.join(command)}")  # fmt: skip
-    say(f"[dry-run] {settings_line(known)}")
+    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_jobs.COMPILE_ENV}
+    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}")
+    say(f"[dry-run] {settings_line(known_python(tree.src.parents[1], tree.triton))}")
     say(f"[dry-run] summary: {tree.build / SUMMARY}")
 
 

@@ -120,7 +120,7 @@ def _worker_python(triton: str, identity: str) -> str:
 
 
 def remote_build(
-    job: dict[str, Any],
+    job: kernel_jobs.Job,
     key: str,
     rel_source: str,
     *,
@@ -142,7 +142,7 @@ def remote_build(
     store.local = None  # the shared store alone: nothing kept on the worker
     if store.shared is None:
         raise RuntimeError(f"worker {platform.node()}: the kernel store {cache} is unreachable")
-    here = replace(kernel_jobs.Job.from_dict(job), source=str(root / rel_source))
+    here = replace(job, source=str(root / rel_source))
     python = _worker_python(triton, identity)
     compiler = kernel_store.Compiler(python, root / "python" / "compile.py", settings)
     out = root / "out" / f"{key}.hsaco"
@@ -192,7 +192,7 @@ def fan_out(
         [shared] = client.scatter([bundle], broadcast=True)
         futures = client.map(
             remote_build,
-            [job.to_dict() for job in jobs],
+            jobs,
             [context.key(job, sources) for job in jobs],
             [Path(job.source).relative_to(tree.src).as_posix() for job in jobs],
             bundle=shared,

@@ -72,13 +72,6 @@ class Job:
             f"{self.waves_per_eu}, target {self.target})"
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Job:
-        return cls(**data)  # type: ignore[arg-type]
-
 
 def parse_line(text: str, line: int) -> Job:
     fields = text.rstrip("\n").split(";")

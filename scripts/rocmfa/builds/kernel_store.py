@@ -167,7 +167,6 @@ class KernelStore:
     shared: Backend | None = None
     read_only: bool = False
     say: Callable[[str], None] = print
-    stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "compiled": 0})
 
     def describe(self) -> str:
         layers = [b.describe() for b in (self.shared, self.local) if b is not None]
@@ -339,8 +338,6 @@ def build_kernel(
     blob = store.get(key) if store is not None else None
     if blob is not None:
         install_kernel(out, *unpack(blob))
-        if store is not None:
-            store.stats["hits"] += 1
         return "hit", time.monotonic() - began
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.stem[:40]}.", dir=out.parent))
@@ -366,7 +363,6 @@ def build_kernel(
         blob = pack(hsaco, meta)
         if store is not None:
             store.put(key, blob)
-            store.stats["compiled"] += 1
         install_kernel(out, *unpack(blob))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
