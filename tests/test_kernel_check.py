@@ -504,6 +504,7 @@ def test_build_aotriton_checks_kernels_before_cmake(
     assert "-m aotriton.generate --root_dir" in plan
     assert "[dry-run] then compile a stratified sample" in plan
     assert "[dry-run] --workers tcp://127.0.0.1:8786: send every job of" in plan
+    assert "from the redis redis://127.0.0.1:6379 or runs" in plan and "CacheSpec(" not in plan
     assert plan.index("aotriton.generate") < plan.index("-G Ninja")
     # a patch set that makes one kernel fail to compile: stopped before cmake, in one line
     failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")
