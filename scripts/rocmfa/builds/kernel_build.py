@@ -114,13 +114,14 @@ class KernelBuild:
 
     @property
     def python(self) -> str | None:
-        """pypi: the check's Triton (the same version) names the build and the settings."""
-        work = self.src.parents[1]
-        return kernel_check.known_python(work, self.identity) if self.wheel else None
+        """The check's Triton: the variables Triton reads; with pypi (the same version) also
+        the build the keys name."""
+        version = kernel_check.recorded_triton(self.commit)
+        return kernel_check.known_python(self.src.parents[1], version) if version else None
 
     def key_context(self) -> kernel_jobs.KeyContext:
         return kernel_check.key_context(
-            self.identity, self.commit, self.arch, self.src, self.python
+            self.identity, self.commit, self.arch, self.src, self.python, bool(self.wheel)
         )
 
     def write_env(self, context: kernel_jobs.KeyContext) -> None:

@@ -95,15 +95,16 @@ class Tree:
 
 
 def key_context(
-    triton: str, commit: str, arch: str | None, src: Path, python: str | None
+    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
 ) -> kernel_jobs.KeyContext:
     """What every job of a tree shares in its key (the check, the build, --workers): with
-    python's Triton, its build and the settings this environment gives it."""
+    python's Triton, its build (unless the fork compiles) and the settings this environment
+    gives the variables it reads."""
     patches = patch_set_digest("aotriton", commit, arch=arch)
     info = kernel_store.triton_info(python) if python else {"build": None, "knobs": []}
     env = kernel_jobs.settings(os.environ, info["knobs"])
     return kernel_jobs.KeyContext(
-        f"{triton} ({info['build']})" if info["build"] else triton,
+        f"{triton} ({info['build']})" if info["build"] and build else triton,
         patches,
         kernel_jobs.file_digest(src / "python/compile.py"),
         tuple(sorted(env.items())),
