@@ -43,6 +43,17 @@ def test_kinds_and_urls_parse() -> None:
     assert (s3.bucket, s3.prefix, s3.endpoint, s3.region) == (
         "builds", "rocm", "http://minio:9000", "eu-1"
     )  # fmt: skip
+    nfs = cc.parse_cache("/nfs/team/cache")
+    assert (nfs.backend, nfs.endpoint, nfs.describe()) == (
+        "dir", "/nfs/team/cache", "sccache on directory /nfs/team/cache"
+    )  # fmt: skip
+
+
+def test_a_shared_directory_holds_sccaches_disk_cache(tmp_path: Path) -> None:
+    shared = tmp_path / "nfs"
+    sets = plan(str(shared), tmp_path, dry_run=False).sets
+    assert sets["SCCACHE_DIR"].startswith(f"{shared}/rocmfa/gfx1151/rocm-7.13.0a20260901-")
+    assert shared.is_dir()
 
 
 @pytest.mark.parametrize(

@@ -170,11 +170,13 @@ def test_cache_none_builds_without_the_launcher(bed: Bed, tmp_path: Path, capsys
 
 def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, capsys) -> None:
     work = tmp_path / "m1"
-    plan = build(bed, work, capsys, "--dry-run", "--triton", "pypi")
+    redis = ["--cache", "redis://127.0.0.1:1"]  # a plan asks nothing of it
+    plan = build(bed, work, capsys, "--dry-run", "--triton", "pypi", *redis)
     assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.PROJECT_INCLUDE}" in plan
     assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
     assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
-    assert "[dry-run] then look every job of" in plan and "keys name triton '3.5.1'" in plan
+    assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)" in plan
+    assert "kernel store (redis 127.0.0.1:1 over directory " in plan and "CacheSpec(" not in plan
     assert plan.index("[dry-run] then look every job") < plan.index(" install")
     plain = build(bed, work, capsys, "--dry-run", "--cache", "none")
     assert "CMAKE_PROJECT_INCLUDE" not in plain and "look every job" not in plain
@@ -244,6 +246,29 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
     assert (tmp_path / "out" / "bwd_kernel_dq-8.0.hsaco").read_bytes() == b""
     code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0"))
     assert code != 0 and len(logged) == 1
+
+
+def test_launcher_gives_a_kernel_job_the_keys_triton_settings_only(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Whatever ninja's environment holds, a compile sees the settings its key names."""
+    import json
+
+    compile_py = tmp_path / "tree" / "python" / "compile.py"
+    compile_py.parent.mkdir(parents=True)
+    dump = "json.dump(dict(os.environ), open(out[:-6] + '.json', 'w'))"
+    compile_py.write_text(
+        f"import json, os, sys\nout = sys.argv[-1]\nopen(out, 'w').write('x')\n{dump}\n"
+    )
+    given = {"knobs": ["AMDGCN_USE_BUFFER_OPS"], "env": {"TRITON_DEFAULT_FP_FUSION": "0"}}
+    (tmp_path / kernel_build.ENV_FILE).write_text(json.dumps(given))
+    monkeypatch.setenv("AMDGCN_USE_BUFFER_OPS", "1")
+    monkeypatch.setenv("TRITON_SOMETHING", "1")
+    out = tmp_path / "k.hsaco"
+    assert _launch(tmp_path, sys.executable, str(compile_py), "-o", str(out)) == (0, [str(out)])
+    env = json.loads(out.with_suffix(".json").read_text())
+    assert env["TRITON_DEFAULT_FP_FUSION"] == "0" and "PATH" in env
+    assert "AMDGCN_USE_BUFFER_OPS" not in env and "TRITON_SOMETHING" not in env
 
 
 REAL_TREE = os.environ.get("ROCMFA_REAL_AOTRITON_TREE")

@@ -107,25 +107,10 @@ def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
     # v3src/CMakeLists.txt @ 6e00ef3e, add_custom_command(OUTPUT ${HSACO})
     assert argv[:3] == ["py", "/t/python/compile.py", job.source]
     assert argv[3:] == [
-        "--kernel_name",
-        "attn_fwd",
-        "-o",
-        "/o/x.hsaco",
-        "-g",
-        "1,1,1",
-        "--num_warps",
-        "4",
-        "--num_stages",
-        "1",
-        "--waves_per_eu",
-        "2",
-        "--target",
-        "gfx1151",
-        "--signature",
-        job.signature,
-        "--timeout",
-        "0",
-    ]
+        "--kernel_name", "attn_fwd", "-o", "/o/x.hsaco", "-g", "1,1,1", "--num_warps", "4",
+        "--num_stages", "1", "--waves_per_eu", "2", "--target", "gfx1151", "--signature",
+        job.signature, "--timeout", "0",
+    ]  # fmt: skip
     with pytest.raises(kernel_jobs.JobListError, match="line 3"):
         kernel_jobs.parse_line("a;b;c", 3)
 
@@ -301,7 +286,7 @@ def _one_job(tree: Tree, work: Path):
     build = work / "build" / "kernel-check" / "aotriton-gfx1151"
     job = kernel_jobs.sample(kernel_jobs.read_jobs(build / "Bare.compile"))[0]
     compile_py = work / "src" / "aotriton" / "python" / "compile.py"
-    compiler = kernel_store.Compiler(sys.executable, compile_py, build)
+    compiler = kernel_store.Compiler(sys.executable, compile_py)
     _, standin = kc.tree_for(archs.get_arch("gfx1151"), work)
     ctx = standin.key_context()  # the key the check itself used
     return job, ctx.key(job, kernel_jobs.source_digests([job])), compiler
@@ -376,6 +361,22 @@ def test_shared_store_serves_a_second_machine_and_read_only_writes_nothing(
         assert store.shared.client.dbsize() == stored
 
 
+def test_a_shared_directory_serves_a_second_workdir(tree: Tree, tmp_path: Path, capsys) -> None:
+    """--cache /nfs/dir: the store of a team without a server; entries readable by the group;
+    a --sample below the combinations names those it leaves out."""
+    shared = tmp_path / "nfs" / "kernels"
+    kc.kernel_check(check(tmp_path / "m1", "--cache", str(shared), "--sample", "4"))
+    out = capsys.readouterr().out
+    assert f"kernel store: directory {shared}/rocmfa-kernels/gfx1151 over directory" in out
+    assert f"leaves out {gen.combos() - 4} (kernel, num_warps/num_stages/waves_per_eu)" in out
+    assert "attn_fwd w2/s1/e2" in out
+    entries = list(shared.rglob("*.kernel"))
+    assert len(entries) == 4 and all(e.stat().st_mode & 0o044 == 0o044 for e in entries)
+    kc.kernel_check(check(tmp_path / "m2", "--cache", str(shared), "--sample", "4"))
+    got = json.loads((tmp_path / "m2/build/kernel-check/aotriton-gfx1151" / kc.SUMMARY).read_text())
+    assert sum(f["from_store"] for f in got["families"].values()) == 4
+
+
 def test_redis_credentials_come_from_the_environment(tmp_path: Path, monkeypatch) -> None:
     """SCCACHE_REDIS_PASSWORD reaches redis-py (a server with requirepass); without it, one
     warning line and local compiles."""
@@ -418,6 +419,69 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     assert sum(f["compiled"] for f in summary["families"].values()) == 7
 
 
+REAL_PYTHON = os.environ.get(kc.PYTHON_ENV)
+# The signature of the first job of the real gfx1151 Bare.compile (0.13b, 6e00ef3e).
+REAL_SIGNATURE = (
+    "*fp16:16, *fp16:16, *fp16:16, 0, 0, fp32, *fp32:16, *fp16:16, 0, 0, 0, 0, 0, u64:8, u64:8, "
+    "u64:8, 1, u64:8, u64:8, u64:8, 1, u64:8, u64:8, u64:8, 1, u64:8, u64:8, u64:8, 1, 0, 0, 0, "
+    "1, 0, 1, i32, i32, i32, *i32:16, *i32:16, i32, i32, *i32:16, *i32:16, 16, 16, 16, False, "
+    "False, 0, 0, 0, 0, 0, 0, False, 0, 0, 0, 0, 0, False, False, False, False, 0, 0, i32, 2, "
+    "i32, 32, 16, True, 1"
+)
+
+
+@pytest.mark.skipif(not REAL_PYTHON, reason="set ROCMFA_KERNEL_PYTHON (a Python with Triton)")
+def test_the_settings_list_is_the_installed_tritons(monkeypatch) -> None:
+    """Every variable triton/knobs.py names is in the list the keys take theirs from."""
+    where = [str(REAL_PYTHON), "-c", "import triton.knobs as k; print(k.__file__)"]
+    knobs_py = subprocess.run(where, capture_output=True, text=True, check=True).stdout.strip()
+    named = set(re.findall(r'env_\w+\("([A-Z0-9_]+)"', Path(knobs_py).read_text()))
+    assert "TRITON_DEFAULT_FP_FUSION" in named and "AMDGCN_USE_BUFFER_OPS" in named
+    assert named <= set(kernel_store.triton_info(str(REAL_PYTHON))["knobs"])
+    monkeypatch.setenv("TRITON_NOT_A_SETTING", "1")  # named in the plan, kept in the key
+    line = kc.settings_line(str(REAL_PYTHON))
+    assert line.endswith("TRITON_NOT_A_SETTING: not read by this Triton, kept in the key")
+
+
+@pytest.mark.skipif(
+    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not REAL_PYTHON,
+    reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "
+    "ROCMFA_KERNEL_PYTHON (a Python with the recorded triton) to compile a real job",
+)
+def test_real_job_key_holds_the_settings_and_its_bytes_no_path(tmp_path: Path, monkeypatch) -> None:
+    """One real job: two tree paths give the same code object; TRITON_DEFAULT_FP_FUSION=0
+    another key and another code object, never a hit across."""
+    import hashlib
+    import shutil
+
+    real = Path(os.environ["ROCMFA_REAL_AOTRITON_TREE"])
+    commit = st.git(real, "rev-parse", "HEAD")
+    store = kernel_store.open_store(str(tmp_path / "shared"), tmp_path / "w", "gfx1151", say=print)
+
+    def compiled(name: str) -> tuple[str, str, bytes]:
+        src = tmp_path / name
+        for part in ("python", "modules/flash"):
+            shutil.copytree(real / part, src / part, dirs_exist_ok=True)
+        out = tmp_path / f"out-{name}" / "k.hsaco"
+        source = str(src / "modules/flash/kernel/fwd_kernel.py")
+        job = kernel_jobs.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
+                              REAL_SIGNATURE)  # fmt: skip
+        ctx = kc.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
+        key = ctx.key(job, kernel_jobs.source_digests([job]))
+        compiler = kernel_store.Compiler(str(REAL_PYTHON), src / "python/compile.py", dict(ctx.env))
+        how, _ = kernel_store.build_kernel(job, key, compiler, store if name != "b" else None)
+        return key, how, out.read_bytes()
+
+    key_a, how_a, code_a = compiled("a")
+    key_b, how_b, code_b = compiled("b")  # another path, no store: compiled again
+    print("sha256", hashlib.sha256(code_a).hexdigest(), hashlib.sha256(code_b).hexdigest())
+    assert (how_a, how_b) == ("compiled", "compiled") and key_a == key_b and code_a == code_b
+    assert str(tmp_path).encode() not in code_a
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    key_c, how_c, code_c = compiled("c")
+    assert key_c != key_a and how_c == "compiled" and code_c != code_a
+
+
 # --- build_aotriton runs the check before its long build -----------------------------------------
 
 
@@ -440,6 +504,7 @@ def test_build_aotriton_checks_kernels_before_cmake(
     assert "-m aotriton.generate --root_dir" in plan
     assert "[dry-run] then compile a stratified sample" in plan
     assert "[dry-run] --workers tcp://127.0.0.1:8786: send every job of" in plan
+    assert "from the redis redis://127.0.0.1:6379 or runs" in plan and "CacheSpec(" not in plan
     assert plan.index("aotriton.generate") < plan.index("-G Ninja")
     # a patch set that makes one kernel fail to compile: stopped before cmake, in one line
     failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")

@@ -4,14 +4,14 @@
 2. a sample of real jobs (kernel_jobs.sample, default 200) on "machine 1" (own work dir, 2
    threads) into a shared store (a real redis-server on loopback), then the same jobs on
    "machine 2" (another work dir) from that store: the ratio of their wall times;
-3. a (smaller) sample through the Dask engine with one worker process, then two (fresh store
-   each, one thread per worker);
-4. on paper: a whole image set (all jobs of Bare.compile) on M machines of C cores, from the
-   CPU seconds per job measured in 3 (one worker = one core).
-Load (os.getloadavg) is recorded beside every figure: the machine is shared.
+3. a (smaller) sample through the Dask engine, cold: one worker process, then two (a fresh
+   cluster, store and worker folders each, one thread per worker; Triton's cache is per job),
+   and the disk each worker keeps after its run (and after it stops).
+Load (os.getloadavg) is recorded beside every figure: the machine is shared. The temp tree goes
+at the end.
 
 Run: python -m tests.perf.bench_kernel_store --tree AOTRITON_CHECKOUT --python PY_WITH_TRITON
-     [--arch gfx1151] [--sample 200] [--cluster-sample 40] [--json docs/results/kernel_store.json]
+     [--arch gfx1151] [--sample 200] [--cluster-sample 40] [--json PATH]
 """
 
 from __future__ import annotations
@@ -68,20 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="gfx1151")
     parser.add_argument("--sample", type=int, default=200)
     parser.add_argument("--cluster-sample", type=int, default=40)
-    parser.add_argument("--machines", type=int, default=8)
-    parser.add_argument("--cores", type=int, default=16)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--skip-check", action="store_true", help="leave out step 1")
     parser.add_argument(
         "--parts", default="store,engine", help="which of steps 2-4 to run: store,engine"
     )
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="rocmfa-kernel-bench-"))
+    with tempfile.TemporaryDirectory(prefix="rocmfa-kernel-bench-") as tmp:
+        return finish(measure(Path(tmp), args), args.json)
+
+
+def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
     work = root / "work"
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(args.tree), str(src)], check=True)
-    env = {**os.environ, kc.PYTHON_ENV: args.python}
+    os.environ[kc.PYTHON_ENV] = args.python  # the keys name its Triton build, as the workers'
+    env = dict(os.environ)
     out: dict[str, object] = {"arch": args.arch, "cpus": os.cpu_count(), "start": load()}
     nox = [sys.executable, "-m", "nox", "-s", "kernel_check", "--", "--arch", args.arch]
     nox += ["--workdir", str(work), "--cache", "none"]
@@ -114,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if "store" in parts:
         out["shared_store"] = shared_store(root, tree, args.python, jobs, args.sample)
     if "engine" in parts:
-        out.update(engine(root, tree, args.python, jobs, args))
-    return finish(out, args.json)
+        out["engine"] = engine(root, tree, args.python, jobs, args.cluster_sample)
+    return out
 
 
 def finish(out: dict[str, object], path: Path | None) -> int:
@@ -145,46 +148,37 @@ def shared_store(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dic
     }
 
 
-def engine(root: Path, tree: kc.Tree, python: str, jobs, args) -> dict[str, object]:
-    small = kernel_jobs.sample(jobs, args.cluster_sample)
-    result: dict[str, object] = {}
+def disk(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def engine(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str, object]:
+    """The same jobs, cold, on one worker then on two; what each worker keeps afterwards."""
     from tests.support.dask_cluster import dask_cluster
 
+    small = kernel_jobs.sample(jobs, size)
+    result: dict[str, object] = {"jobs": len(small)}
     for workers in (1, 2):
+        where = root / f"dask-{workers}"
         with (
             redis_server(root / f"redis-{workers}") as url,
-            dask_cluster(root / f"dask-{workers}", workers, {kc.PYTHON_ENV: python}) as (
-                scheduler,
-                _,
-            ),
+            dask_cluster(where, workers, {kc.PYTHON_ENV: python}) as (scheduler, _),
         ):
             began = time.monotonic()
             counts = kernel_cluster.fan_out(tree, scheduler, url, Runner(), jobs=small)
-            result[f"{workers}_worker"] = {
-                "wall_s": round(time.monotonic() - began, 2),
-                "jobs": len(small),
-                "counts": counts,
-                "load": load(),
-            }
-            print(f"{workers} worker(s):", result[f"{workers}_worker"], flush=True)
+            wall = round(time.monotonic() - began, 2)
+            kept = [disk(where / f"w{n}") for n in range(workers)]
+        result[f"{workers}_worker"] = {
+            "wall_s": wall,
+            "counts": counts,
+            "bytes_kept_per_worker_after_run": kept,
+            "bytes_kept_per_worker_after_stop": [disk(where / f"w{n}") for n in range(workers)],
+            "load": load(),
+        }
+        print(f"{workers} worker(s):", result[f"{workers}_worker"], flush=True)
     one = result["1_worker"]["wall_s"]  # type: ignore[index]
-    two = result["2_worker"]["wall_s"]  # type: ignore[index]
-    result["speedup"] = round(one / two, 3)
-    per_job = one / len(small)  # one worker process = one core busy
-    cores = args.machines * args.cores
-    projection = {
-        "jobs": len(jobs),
-        "core_seconds_per_job": round(per_job, 3),
-        "machines": args.machines,
-        "cores_each": args.cores,
-        "wall_s_ideal": round(len(jobs) * per_job / cores, 1),
-        "wall_s_at_measured_efficiency": round(
-            len(jobs) * per_job / (cores * min(1.0, result["speedup"] / 2)), 1
-        ),
-        "note": "one-worker seconds per job on this loaded 2-core machine; a dedicated core is "
-        "faster, so this is an upper bound",
-    }
-    return {"engine": result, "projection": projection}
+    result["speedup"] = round(one / result["2_worker"]["wall_s"], 3)  # type: ignore[index]
+    return result
 
 
 if __name__ == "__main__":

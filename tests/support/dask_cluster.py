@@ -33,7 +33,8 @@ def dask_cluster(
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    base = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    path = os.pathsep.join([str(REPO_ROOT / "scripts"), str(REPO_ROOT)])
+    base = {**os.environ, "PYTHONPATH": path, **(env or {})}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": open(tmp / "dask.log", "ab")}  # noqa: SIM115
     procs = [
         subprocess.Popen(

@@ -1,6 +1,7 @@
 """`--cache`: compile caching for build_aotriton, build_pytorch and build_ck.
 
-none | ccache | sccache (a local cache dir under the work dir) | a shared sccache server:
+none | ccache | sccache (a local cache dir under the work dir) | a shared sccache store:
+  /path                            a shared directory (an NFS path)
   redis://host:port[/db]           Redis (rediss:// for TLS)
   http(s)://host/path              WebDAV
   s3://bucket/prefix?endpoint=URL  S3 or an S3-compatible store (region=..., too)
@@ -92,7 +93,11 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None when the server answers (Redis PING, S3 HEAD of the bucket - any S3 answer -, an
     HTTP answer from WebDAV), else why not, in one line."""
     try:
-        if spec.backend == "redis":
+        if spec.backend == "dir":
+            Path(str(spec.endpoint)).mkdir(parents=True, exist_ok=True)
+            if not os.access(str(spec.endpoint), os.W_OK | os.X_OK):
+                raise PermissionError("not writable")
+        elif spec.backend == "redis":
             redis_client(spec, timeout).ping()
         elif spec.backend == "s3":
             from botocore.exceptions import ClientError
@@ -167,6 +172,8 @@ def _local_sets(tool: str, work: Path) -> dict[str, str]:
 
 def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
     mode = "READ_ONLY" if spec.read_only else "READ_WRITE"
+    if spec.backend == "dir":  # sccache's disk cache, on the shared path
+        return {"SCCACHE_DIR": str(Path(str(spec.endpoint)) / key)}
     if spec.backend == "redis":
         sets = {
             "SCCACHE_REDIS_ENDPOINT": str(spec.endpoint),
@@ -235,7 +242,7 @@ def plan_cache(
         if problem:
             return _degrade(plan, work, problem, runner)
         # Each machine keeps its own local state (sccache's dir) next to the shared server.
-        plan.sets = {**_remote_sets(spec, key), **_local_sets("sccache", work)}
+        plan.sets = {**_local_sets("sccache", work), **_remote_sets(spec, key)}
     else:
         plan.sets = _local_sets(spec.tool, work)
     if spec.tool == "sccache":

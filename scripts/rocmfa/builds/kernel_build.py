@@ -4,18 +4,15 @@ AOTriton (ROCm/aotriton 6e00ef3e: v3src/CMakeLists.txt turns every line of the g
 
 1. cmake gets -DCMAKE_PROJECT_INCLUDE=kernel_launcher.cmake (RULE_LAUNCH_CUSTOM): ninja runs
    every custom command through kernel_launcher.py.
-2. stage (after configure, before ninja): every job's key (kernel_jobs.KeyContext, as
-   kernel_check and --workers), looked up at once (redis MGET of 500 a round trip; S3 8 in
-   flight), each hit put at its -o path with a marker: the launcher exits at once for those.
-3. harvest (after ninja, also a failed one): what the launcher compiled (its log, and an
-   interrupted earlier build's) goes into the store; markers removed.
-AOTriton's kernel jobs depend on neither their sources nor Triton, so ninja keeps a code object
-built for an earlier key: each output's key is recorded (rocmfa-kernels-keys.json) and a code
-object whose key changed is dropped.
-
-The keys name the Triton the build really compiles with: `fork` (AOTriton's default) "fork
-third_party/triton@<submodule commit>"; `pypi` (-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==<v>,
-v from pins/kernel_compiler.toml; --workers implies it) "<v>", as kernel_check and --workers.
+2. stage (after configure, before ninja): every job's key (as kernel_check and --workers),
+   looked up 8 at a time, each hit put at its -o path with a marker: the launcher exits at once
+   for those; the key's Triton settings go to the launcher (rocmfa-kernels-env.json).
+3. harvest (after ninja, also a failed one): what the launcher compiled goes into the store.
+Ninja keeps a code object built for an earlier key (the jobs depend on neither their sources
+nor Triton): each output's key is recorded (rocmfa-kernels-keys.json), a changed one dropped.
+The keys name the Triton the build compiles with: `fork` (AOTriton's default) "fork
+third_party/triton@<submodule commit>"; `pypi` (--workers implies it) "<v>" of
+pins/kernel_compiler.toml, as kernel_check and --workers.
 """
 
 from __future__ import annotations
@@ -42,6 +39,7 @@ LAUNCHER = HERE / "kernel_launcher.py"
 PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
+ENV_FILE = "rocmfa-kernels-env.json"  # beside the log: kernel_launcher.py reads it
 THREADS = 8  # store requests in flight while staging / storing
 
 
@@ -114,15 +112,30 @@ class KernelBuild:
             args.append(f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}")
         return args
 
+    @property
+    def python(self) -> str | None:
+        """The check's Triton: the variables Triton reads; with pypi (the same version) also
+        the build the keys name."""
+        version = kernel_check.recorded_triton(self.commit)
+        return kernel_check.known_python(self.src.parents[1], version) if version else None
+
     def key_context(self) -> kernel_jobs.KeyContext:
-        return kernel_check.key_context(self.identity, self.commit, self.arch, self.src)
+        return kernel_check.key_context(
+            self.identity, self.commit, self.arch, self.src, self.python, bool(self.wheel)
+        )
+
+    def write_env(self, context: kernel_jobs.KeyContext) -> None:
+        """What the launcher gives each compile: the key's settings, the others dropped."""
+        knobs = kernel_store.triton_info(self.python)["knobs"] if self.python else []
+        env = {**dict(context.env), **kernel_jobs.COMPILE_ENV}
+        stamps.write_text_atomic(self.build / ENV_FILE, json.dumps({"knobs": knobs, "env": env}))
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
         if runner.dry_run:
             runner.say(
                 f"[dry-run] then look every job of {self.bare} up in the kernel store "
-                f"({self.store.describe()}; keys name triton {self.identity!r}) and put each "
+                f"({self.store.describe()}; keys name triton {self.identity}) and put each "
                 f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
                 "a staged job exits at once, any other compiles and is stored after ninja"
             )
@@ -136,6 +149,7 @@ class KernelBuild:
         # we never set) would compile with a Triton the key does not name.
         jobs = [job for job in kernel_jobs.read_jobs(self.bare) if job.venv == "default"]
         context = self.key_context()
+        self.write_env(context)
         sources = kernel_jobs.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
         built_for = stamps.read(self.manifest) or {}
@@ -147,9 +161,8 @@ class KernelBuild:
         stamps.write_text_atomic(self.manifest, json.dumps(self.keys))
         # an interrupted build's compiles of these keys (ninja will not run them again)
         self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
-        batched = self.store.prefetch(list(dict.fromkeys(self.keys.values())))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            staged = pool.map(lambda job: self._stage_one(job, batched), jobs)
+            staged = pool.map(self._stage_one, jobs)
             self.staged = sum(staged)
         runner.say(
             f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
@@ -157,11 +170,11 @@ class KernelBuild:
             "to compile"
         )
 
-    def _stage_one(self, job: kernel_jobs.Job, batched: bool) -> bool:
+    def _stage_one(self, job: kernel_jobs.Job) -> bool:
         out = Path(job.hsaco)
         marker = out.with_suffix(STAGED)
         marker.unlink(missing_ok=True)
-        blob = self.store.get(self.keys[job.hsaco], local_only=batched)
+        blob = self.store.get(self.keys[job.hsaco])
         if blob is None:
             return False
         hsaco, meta = kernel_store.unpack(blob)

@@ -27,7 +27,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,15 +90,31 @@ class Tree:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
     def key_context(self) -> kernel_jobs.KeyContext:
-        return key_context(self.triton, self.commit, self.arch, self.src)
+        python = known_python(self.src.parents[1], self.triton)
+        return key_context(self.triton, self.commit, self.arch, self.src, python)
 
 
-def key_context(triton: str, commit: str, arch: str | None, src: Path) -> kernel_jobs.KeyContext:
-    """What every job of a tree shares in its key (the check, the build, --workers)."""
+def key_context(
+    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
+) -> kernel_jobs.KeyContext:
+    """What every job of a tree shares in its key (the check, the build, --workers): with
+    python's Triton, its build (unless the fork compiles) and the settings this environment
+    gives the variables it reads."""
     patches = patch_set_digest("aotriton", commit, arch=arch)
+    info = kernel_store.triton_info(python) if python else {"build": None, "knobs": []}
+    env = kernel_jobs.settings(os.environ, info["knobs"])
     return kernel_jobs.KeyContext(
-        triton, patches, kernel_jobs.file_digest(src / "python/compile.py")
+        f"{triton} ({info['build']})" if info["build"] and build else triton,
+        patches,
+        kernel_jobs.file_digest(src / "python/compile.py"),
+        tuple(sorted(env.items())),
     )
+
+
+def known_python(work: Path, triton: str) -> str | None:
+    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
+    python = kernel_dir(work) / f"venv-triton-{triton}" / "bin" / "python"
+    return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -108,7 +124,7 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
         runner.say(f"kernel check: compiler Python {given} (${PYTHON_ENV})")
         return given
     venv = kernel_dir(work) / f"venv-triton-{tree.triton}"
-    python = venv / "bin" / "python"
+    python = venv / "bin" / "python"  # known_python() once made
     requirements = tree.src / "requirements.txt"
     wanted = {"triton": tree.triton, "requirements": _digest_or_none(requirements)}
     marker = venv / "rocmfa-kernel-venv.json"
@@ -177,25 +193,17 @@ def compile_sample(
     store: kernel_store.KernelStore | None,
     jobs: int,
 ) -> dict[int, tuple[str, float]]:
-    """Compile (or fetch) every chosen job on `jobs` threads; the first failure stops the rest
-    and is raised as one line."""
-    results: dict[int, tuple[str, float]] = {}
+    """Compile (or fetch) every chosen job on `jobs` threads; a failure stops the jobs not
+    started yet and is raised as one line."""
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            pool.submit(kernel_store.build_kernel, job, keys[job.line], compiler, store): job
-            for job in chosen
-        }
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in pending:
-            future.cancel()
-        for future in done:
-            error = future.exception()
-            if isinstance(error, kernel_store.CompileFailed):
-                raise UserError(f"kernel check: {error}") from None
-            if error is not None:
-                raise error
-            results[futures[future].line] = future.result()
-    return results
+        built = pool.map(
+            lambda j: kernel_store.build_kernel(j, keys[j.line], compiler, store), chosen
+        )
+        try:
+            return dict(zip([job.line for job in chosen], built, strict=True))
+        except kernel_store.CompileFailed as error:
+            pool.shutdown(cancel_futures=True)
+            raise UserError(f"kernel check: {error}") from None
 
 
 def summarize(
@@ -219,6 +227,30 @@ def summarize(
     return families
 
 
+def settings_line(python: str | None) -> str:
+    """The Triton settings this environment gives every compile (and key), unknown ones named."""
+    knobs = set(kernel_store.triton_info(python)["knobs"]) if python else set()
+    env = kernel_jobs.settings(os.environ, knobs)
+    unknown = [k for k in env if knobs and k not in knobs]
+    return (
+        "Triton settings from the environment, in every key and compile: "
+        + (", ".join(f"{k}={v}" for k, v in env.items()) or "none")
+        + (f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else "")
+    )
+
+
+def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Callable) -> None:
+    """What the check compiles, and which combinations a smaller --sample leaves out."""
+    families = len({j.family for j in all_jobs})
+    say(f"kernel check: {len(all_jobs)} jobs in {families} kernel families; compiling "
+        f"{len(chosen)} {how}")  # fmt: skip
+    left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
+    if left:
+        combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
+        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
+            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
+
+
 def say_plan(
     tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable
 ) -> None:
@@ -233,8 +265,9 @@ def say_plan(
         1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
     )
     command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
-    sets = kernel_store.Compiler(python, compile_py, tree.build).sets(example)
-    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sorted(sets.items()))} {' '.join(command)}")
+    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_jobs.COMPILE_ENV}
+    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}")
+    say(f"[dry-run] {settings_line(known_python(tree.src.parents[1], tree.triton))}")
     say(f"[dry-run] summary: {tree.build / SUMMARY}")
 
 
@@ -271,12 +304,11 @@ def run_check(
         raise UserError(str(error)) from None
     context, sources = tree.key_context(), kernel_jobs.source_digests(chosen)
     keys = {job.line: context.key(job, sources) for job in chosen}
-    say(
-        f"kernel check: {len(all_jobs)} jobs in {len({j.family for j in all_jobs})} kernel "
-        f"families; compiling {len(chosen)} ({why}); kernel store: "
-        f"{store.describe() if store else 'none'}"
-    )
-    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", tree.build)
+    where = store.describe() if store else "none"
+    say_sample(all_jobs, chosen, size, f"({why}); kernel store: {where}", say)
+    say(f"kernel check: {settings_line(python)}")
+    compile_py = tree.src / "python" / "compile.py"
+    compiler = kernel_store.Compiler(python, compile_py, dict(context.env))
     results = compile_sample(chosen, keys, compiler, store, threads)
     families = summarize(all_jobs, chosen, results)
     summary = {

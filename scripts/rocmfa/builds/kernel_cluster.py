@@ -4,19 +4,23 @@ Dask distributed, not Ray: pure Python wheels (the '.[cluster]' extra), its sche
 the tasks of a worker that dies (allowed-failures, default 3), and `dask scheduler` / `dask
 worker tcp://HOST:8786` is the whole setup. The client runs AOTriton's generator, then sends
 every job of Bare.compile as one task; compile.py and the kernel sources travel once to every
-worker (scatter, broadcast). A worker takes the job from the shared store (redis:// or s3://)
-or compiles it with its own Triton (pins/kernel_compiler.toml; $ROCMFA_KERNEL_PYTHON names
-another interpreter) and puts the whole, digest-checked entry there in one write, so a killed
-worker leaves nothing partial. Workers need this repository importable.
+worker (scatter, broadcast). A worker takes the job from the shared store (a directory,
+redis:// or s3://) or compiles it with its own Triton (pins/kernel_compiler.toml, the build the
+keys name; $ROCMFA_KERNEL_PYTHON names another interpreter) and the client's Triton settings,
+and puts the whole, digest-checked entry there in one write, so a killed worker leaves nothing
+partial. Everything a worker writes is under its Dask scratch folder (the tree; a job's files,
+Triton's cache included, removed when it ends): Dask removes a killed worker's folder when the
+next worker starts there, and a clean one's when it stops. Workers need this repository
+importable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.metadata
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -39,10 +43,10 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
-    if spec is None or spec.backend not in ("redis", "s3"):
+    if spec is None or spec.backend not in ("dir", "redis", "s3"):
         raise UserError(
-            "--workers needs a shared --cache (redis://, s3://): the workers "
-            "compile into it and this build reads every kernel from it"
+            "--workers needs a shared --cache (a directory every machine mounts, redis://, "
+            "s3://): the workers compile into it and this build reads every kernel from it"
         )
     if spec.read_only:
         raise UserError("--workers: the --cache store is read_only=1; workers could not write")
@@ -86,14 +90,12 @@ def bundle_digest(bundle: dict[str, bytes]) -> str:
 
 # --- on a worker ------------------------------------------------------------------------------
 
-_STORES: dict[tuple[str, str], kernel_store.KernelStore] = {}
 
-
-def _materialize(bundle: dict[str, bytes], digest: str) -> Path:
-    root = Path(tempfile.gettempdir()) / f"rocmfa-kernel-tree-{digest[:16]}"
+def _materialize(bundle: dict[str, bytes], digest: str, scratch: Path) -> Path:
+    root = scratch / f"kernel-tree-{digest[:16]}"
     if (root / ".complete").exists():
         return root
-    staging = Path(tempfile.mkdtemp(prefix=".rocmfa-kernel-tree-"))
+    staging = Path(tempfile.mkdtemp(prefix=".kernel-tree-", dir=scratch))
     for name, data in bundle.items():
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         (staging / name).write_bytes(data)
@@ -101,30 +103,24 @@ def _materialize(bundle: dict[str, bytes], digest: str) -> Path:
     try:
         staging.rename(root)
     except OSError:  # another task of this worker got there first
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
     return root
 
 
-def _worker_python(triton: str) -> str:
-    given = os.environ.get("ROCMFA_KERNEL_PYTHON")
-    if given:
-        return given
-    try:
-        have = importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
-        have = None
-    if have != triton:
+def _worker_python(triton: str, identity: str) -> str:
+    """This worker's Python, if its Triton (version and build) is the one the keys name."""
+    python = os.environ.get("ROCMFA_KERNEL_PYTHON") or sys.executable
+    have = kernel_store.triton_info(python)["build"]
+    if (f"{triton} ({have})" if have else triton) != identity:
         raise RuntimeError(
-            f"worker {platform.node()}: triton {have or 'not installed'}, this tree needs "
-            f"triton=={triton} (or set ROCMFA_KERNEL_PYTHON on the worker)"
+            f"worker {platform.node()}: triton {have or 'not installed'}, the keys name "
+            f"triton {identity} (install it, or set ROCMFA_KERNEL_PYTHON on the worker)"
         )
-    return sys.executable
+    return python
 
 
 def remote_build(
-    job: dict[str, Any],
+    job: kernel_jobs.Job,
     key: str,
     rel_source: str,
     *,
@@ -133,23 +129,22 @@ def remote_build(
     cache: compile_cache.CacheSpec | str,
     arch: str,
     triton: str,
+    identity: str,
+    settings: dict[str, str],
 ) -> tuple[str, float]:
     """One task: the job from the shared store, else compiled here and put there."""
-    root = _materialize(bundle, digest)
-    store = _STORES.get((cache, arch))
-    if store is None:
-        from distributed import get_worker
+    from distributed import get_worker
 
-        work = Path(get_worker().local_directory)  # the worker's own scratch
-        store = kernel_store.open_store(cache, work, arch, say=print)
-        assert store is not None
-        _STORES[(cache, arch)] = store
+    scratch = Path(get_worker().local_directory)  # Dask's, removed with the worker
+    root = _materialize(bundle, digest, scratch)
+    store = kernel_store.open_store(cache, scratch, arch, say=print)
+    assert store is not None
+    store.local = None  # the shared store alone: nothing kept on the worker
     if store.shared is None:
         raise RuntimeError(f"worker {platform.node()}: the kernel store {cache} is unreachable")
-    here = replace(kernel_jobs.Job.from_dict(job), source=str(root / rel_source))
-    compiler = kernel_store.Compiler(
-        _worker_python(triton), root / "python" / "compile.py", root / "triton-cache"
-    )
+    here = replace(job, source=str(root / rel_source))
+    python = _worker_python(triton, identity)
+    compiler = kernel_store.Compiler(python, root / "python" / "compile.py", settings)
     out = root / "out" / f"{key}.hsaco"
     try:
         result = kernel_store.build_kernel(here, key, compiler, store, out)
@@ -174,9 +169,10 @@ def fan_out(
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
     if runner.dry_run:
+        spec = compile_cache.as_spec(cache)
         runner.say(
             f"[dry-run] --workers {url}: send every job of {bare} to the Dask scheduler as one "
-            f"task each; a worker fetches the job's key from --cache {cache} or runs "
+            f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
             f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
             "worker's task is retried by the scheduler)"
         )
@@ -196,7 +192,7 @@ def fan_out(
         [shared] = client.scatter([bundle], broadcast=True)
         futures = client.map(
             remote_build,
-            [job.to_dict() for job in jobs],
+            jobs,
             [context.key(job, sources) for job in jobs],
             [Path(job.source).relative_to(tree.src).as_posix() for job in jobs],
             bundle=shared,
@@ -204,6 +200,8 @@ def fan_out(
             cache=cache,
             arch=tree.arch,
             triton=tree.triton,
+            identity=context.triton,
+            settings=dict(context.env),
             pure=False,
         )
         for future in as_completed(futures):

@@ -14,19 +14,29 @@ Read at ROCm/aotriton 6e00ef3e (0.13b):
   compile_status "Complete"); with --timeout > 0 a failed compile still exits 0 and leaves an
   empty .hsaco (unless --error_when_timeout), so a check runs with --timeout 0 (a failure is a
   non-zero exit with Triton's error last) and also refuses an empty code object.
+- triton/knobs.py (3.5.1) and libtriton's get_cache_invalidating_env_vars(): the variables
+  Triton reads. Their values (and any TRITON_* set) go into every key and into the compile.
+- Line info embeds the tree's and Triton's paths in the code object (.debug_line, .debug_str):
+  TRITON_DISABLE_LINE_INFO=1 drops those sections only (.text identical, checked), so a kernel
+  is the same bytes whichever directory or machine compiled it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 FIELDS = 10
-COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1"}
-KEY_VERSION = 1
+COMPILE_ENV = {
+    "TRITON_F32_DEFAULT": "ieee",
+    "TRITON_STORE_BINARY_ONLY": "1",
+    "TRITON_DISABLE_LINE_INFO": "1",
+}
+FIXED = {"TRITON_CACHE_DIR", *COMPILE_ENV}  # set for every compile, whatever the environment
+KEY_VERSION = 2
 
 
 class JobListError(ValueError):
@@ -61,13 +71,6 @@ class Job:
             f"num_warps {self.num_warps}, num_stages {self.num_stages}, waves_per_eu "
             f"{self.waves_per_eu}, target {self.target})"
         )
-
-    def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Job:
-        return cls(**data)  # type: ignore[arg-type]
 
 
 def parse_line(text: str, line: int) -> Job:
@@ -150,13 +153,23 @@ def source_digest(source: Path) -> str:
     return h.hexdigest()
 
 
+def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
+    """The Triton settings env gives a compile: every knob Triton reads, and any TRITON_*."""
+    names = set(knobs)
+    return {
+        k: v for k, v in env.items() if (k in names or k.startswith("TRITON_")) and k not in FIXED
+    }
+
+
 @dataclass(frozen=True)
 class KeyContext:
-    """What every job of one tree shares: Triton version, patch set, compile.py."""
+    """What every job of one tree shares: Triton (version and build), patch set, compile.py,
+    the Triton settings from the environment."""
 
     triton: str
     patches: str
     compiler: str  # sha256 of python/compile.py
+    env: tuple[tuple[str, str], ...] = ()  # settings(), sorted
 
     def key(self, job: Job, sources: dict[str, str]) -> str:
         """The store key: everything that decides the code object (sources: source path ->
@@ -174,6 +187,7 @@ class KeyContext:
                 "triton": self.triton,
                 "patches": self.patches,
                 "compiler": self.compiler,
+                "env": {**dict(self.env), **COMPILE_ENV},
             },
             sort_keys=True,
         ).encode()

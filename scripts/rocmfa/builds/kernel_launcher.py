@@ -8,7 +8,9 @@ A kernel job (v3src/CMakeLists.txt @ 6e00ef3e: `... <python> <tree>/python/compi
 ... -o HSACO ...`) is recognised by its compile.py being COMPILE_PY:
 - staged (the session put the code object and metadata at -o's path, with a STAGED marker):
   touch both and exit 0; no Python with Triton starts;
-- else run it; on exit 0 with a non-empty code object and its .json, append -o's path to LOG
+- else run it with the session's Triton settings (rocmfa-kernels-env.json beside LOG, written
+  by kernel_build: the key's, every other Triton variable dropped); on exit 0 with a non-empty
+  code object and its .json, append -o's path to LOG
   (--timeout > 0 makes compile.py exit 0 with an empty .hsaco on failure: not logged).
 Any other command (the Triton install, image packing, ...) is exec'd unchanged.
 """
@@ -43,8 +45,21 @@ def _ready(stem: str) -> bool:
         return False
 
 
-def _run(command: list[str]) -> int:
-    pid = os.posix_spawnp(command[0], command, os.environ)
+def _environ(log: str) -> dict[str, str]:
+    try:
+        with open(os.path.join(os.path.dirname(log), "rocmfa-kernels-env.json")) as f:
+            import json
+
+            given = json.load(f)
+    except FileNotFoundError:
+        return dict(os.environ)
+    drop = set(given["knobs"])
+    env = {k: v for k, v in os.environ.items() if k not in drop and k[:7] != "TRITON_"}
+    return {**env, **given["env"]}
+
+
+def _run(command: list[str], env: dict[str, str]) -> int:
+    pid = os.posix_spawnp(command[0], command, env)
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -66,7 +81,7 @@ def main(argv: list[str]) -> int:
         os.utime(stem + ".json")
         os.utime(stem + ".hsaco")
         return 0
-    code = _run(command)
+    code = _run(command, _environ(log))
     if code == 0 and _ready(stem):
         try:  # one short line: O_APPEND keeps parallel jobs' lines whole
             fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -6,15 +6,16 @@ cache-manager interface: it is consulted inside compile.py after Triton's import
 0.98 s job, measured), and its Redis backend fails in 3.5.1.
 
 Stores from --cache (compile_cache.parse_cache): none: no store; not given, ccache, sccache,
-http(s):// (WebDAV is sccache's alone): <work>/.cache/aotriton-kernels; redis:// through
-redis-py, s3:// through boto3, each over the local directory (?read_only=1 never writes). An
-entry is one object: a header with the sha256 and length of the code object and its metadata,
-then both; one that does not match is recompiled, never installed. An unreachable store costs
-one warning line; the compile then happens locally.
+http(s):// (WebDAV is sccache's alone): <work>/.cache/aotriton-kernels; a directory (an NFS
+path), redis:// (redis-py) or s3:// (boto3), each over the local directory (?read_only=1 never
+writes). An entry is one object: a header with the sha256 and length of the code object and its
+metadata, then both; one that does not match is recompiled, never installed. An unreachable
+store costs one warning line; the compile then happens locally. Entries are group-readable.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rocmfa.builds import compile_cache
 from rocmfa.builds.kernel_jobs import COMPILE_ENV, Job, compile_argv
@@ -40,11 +42,28 @@ class Damaged(ValueError):
 def pack(hsaco: bytes, meta: bytes) -> bytes:
     import hashlib
 
+    meta = canonical_meta(meta)
     header = {
         "hsaco": [len(hsaco), hashlib.sha256(hsaco).hexdigest()],
         "meta": [len(meta), hashlib.sha256(meta).hexdigest()],
     }
     return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + hsaco + meta
+
+
+def canonical_meta(meta: bytes) -> bytes:
+    """compile.py's .json without the compiling venv's paths: extern_libs cut to triton/...,
+    Triton's hash (taken over those paths) dropped. AOTriton reads only 'shared' from it
+    (python/aks2.py @ 6e00ef3e)."""
+    try:
+        data = json.loads(meta)
+    except ValueError:
+        return meta
+    if not isinstance(data, dict) or not ({"hash", "extern_libs"} & data.keys()):
+        return meta
+    data.pop("hash", None)
+    libs = data.get("extern_libs") or []
+    data["extern_libs"] = [[name, path[path.rfind("triton/") :]] for name, path in libs]
+    return json.dumps(data, indent=2).encode()
 
 
 def unpack(blob: bytes) -> tuple[bytes, bytes]:
@@ -93,10 +112,11 @@ class DirBackend:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         stamps.write_bytes_atomic(path, data)
+        path.chmod(0o644)  # a team's shared directory: readable by the others
 
 
 class RedisBackend:
-    """GET / SET / MGET through redis-py (its connection pool serves the compile threads)."""
+    """GET / SET through redis-py (its connection pool serves the compile threads)."""
 
     def __init__(self, spec: compile_cache.CacheSpec, prefix: str) -> None:
         self.prefix = prefix
@@ -109,10 +129,6 @@ class RedisBackend:
     def get(self, key: str) -> bytes | None:
         return self.client.get(f"{self.prefix}/{key}")
 
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
-        """One MGET: one round trip for a batch of keys (kernel_build's staging)."""
-        return self.client.mget([f"{self.prefix}/{key}" for key in keys])
-
     def put(self, key: str, data: bytes) -> None:
         self.client.set(f"{self.prefix}/{key}", data)
 
@@ -124,7 +140,7 @@ class S3Backend:
         from rocmfa.plumbing import team_index
 
         self.store = team_index.S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
-        self.what = spec.describe().replace("sccache on ", "")
+        self.what = spec.place
 
     def describe(self) -> str:
         return self.what
@@ -137,6 +153,7 @@ class S3Backend:
 
 
 Backend = DirBackend | RedisBackend | S3Backend
+BACKENDS = {"dir": DirBackend, "redis": RedisBackend, "s3": S3Backend}
 
 # --- the store a session uses ----------------------------------------------------------------
 
@@ -150,7 +167,6 @@ class KernelStore:
     shared: Backend | None = None
     read_only: bool = False
     say: Callable[[str], None] = print
-    stats: dict[str, int] = field(default_factory=lambda: {"hits": 0, "compiled": 0})
 
     def describe(self) -> str:
         layers = [b.describe() for b in (self.shared, self.local) if b is not None]
@@ -162,8 +178,8 @@ class KernelStore:
             self.say(f"WARNING: kernel store {self.shared.describe()}: {error}; compiling locally")
             self.shared = None
 
-    def get(self, key: str, *, local_only: bool = False) -> bytes | None:
-        for layer in (self.local, None if local_only else self.shared):
+    def get(self, key: str) -> bytes | None:
+        for layer in (self.local, self.shared):
             if layer is None:
                 continue
             try:
@@ -187,25 +203,6 @@ class KernelStore:
                 "recompiling"
             )
             return False
-        return True
-
-    def prefetch(self, keys: list[str], batch: int = 500) -> bool:
-        """The entries of keys the local layer lacks, copied from the shared store in batches
-        (one round trip each) when it can (redis MGET). False: it cannot; ask get() per key."""
-        shared, local = self.shared, self.local
-        if shared is None or local is None or not isinstance(shared, RedisBackend):
-            return False
-        missing = [key for key in keys if not local._path(key).is_file()]
-        for start in range(0, len(missing), batch):
-            chunk = missing[start : start + batch]
-            try:
-                blobs = shared.get_many(chunk)
-            except Exception as error:
-                self._lost(_why(error))
-                return True
-            for key, blob in zip(chunk, blobs, strict=True):
-                if blob is not None and self._whole(key, blob, shared):
-                    local.put(key, blob)
         return True
 
     def put(self, key: str, blob: bytes) -> None:
@@ -240,23 +237,18 @@ def open_store(
     if spec is None or not spec.remote:
         return store
     if spec.backend == "webdav":
-        say(
-            f"kernel store: {local.root} (WebDAV is sccache's alone; redis:// and s3:// also "
-            "share AOTriton's kernels)"
-        )
+        say(f"kernel store: {local.root} (WebDAV is sccache's alone; a directory, redis:// and "
+            "s3:// also share AOTriton's kernels)")  # fmt: skip
         return store
     root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
-    if dry_run:
-        say(f"[dry-run] kernel store: would use {spec.describe()} under {root}/ over {local.root}")
-        return store
-    problem = compile_cache.probe(spec)
+    problem = None if dry_run else compile_cache.probe(spec)
     if problem:
         say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
         return store
-    if spec.backend == "redis":
-        store.shared = RedisBackend(spec, root)
+    if spec.backend == "dir":
+        store.shared = DirBackend(Path(str(spec.endpoint)) / root)
     else:
-        store.shared = S3Backend(spec, root)
+        store.shared = BACKENDS[spec.backend](spec, root)  # no connection before first use
     store.read_only = spec.read_only
     return store
 
@@ -264,21 +256,54 @@ def open_store(
 # --- one job: from the store, else compiled --------------------------------------------------
 
 
+TRITON_INFO = """
+import importlib.metadata as m, json
+info = {"build": None, "knobs": []}
+try:
+    d = m.distribution("triton")
+    tags = [t[5:].strip() for t in (d.read_text("WHEEL") or "").splitlines() if t[:4] == "Tag:"]
+    info["build"] = " ".join([d.version, *sorted(tags)])
+    import inspect, re
+    from triton import knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars as invalidating
+    groups = [g for g in vars(knobs).values() if isinstance(g, knobs.base_knobs)]
+    names = {d.key for g in groups for d in g.knob_descriptors.values()}
+    names |= set(re.findall(r'env_\\w+\\("([A-Z0-9_]+)"', inspect.getsource(knobs)))  # TRITON_DEBUG
+    info["knobs"] = sorted(names | set(invalidating()))
+except Exception:  # no Triton, or one before triton.knobs (3.4): TRITON_* alone then
+    pass
+print(json.dumps(info))
+"""
+
+
+@functools.cache
+def triton_info(python: str) -> dict[str, Any]:
+    """{"build": "<version> <wheel tags>" | None, "knobs": the variables that Triton reads}
+    from python's own Triton (triton/knobs.py, libtriton's cache-invalidating variables)."""
+    done = subprocess.run(
+        [python, "-I", "-c", TRITON_INFO], capture_output=True, text=True, check=False
+    )
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"build": None, "knobs": []}
+
+
 @dataclass(frozen=True)
 class Compiler:
     """How compile.py runs: the Python with the recorded Triton, the tree's compile.py, and
-    where Triton's own cache goes (TRITON_CACHE_DIR=<dir>/triton-cache.<venv>, as the build)."""
+    the Triton settings of the key (settings from the environment here are replaced by them).
+    Triton's cache is per job (in its scratch folder), removed with it."""
 
     python: str
     compile_py: Path
-    triton_cache: Path
+    settings: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
-    def sets(self, job: Job) -> dict[str, str]:
-        return {
-            "TRITON_CACHE_DIR": str(self.triton_cache / f"triton-cache.{job.venv}"),
-            **COMPILE_ENV,
-        }
+    def environ(self, scratch: Path) -> dict[str, str]:
+        knobs = set(triton_info(self.python)["knobs"])
+        base = {k: v for k, v in self.env.items() if k not in knobs and k[:7] != "TRITON_"}
+        return {**base, **self.settings, "TRITON_CACHE_DIR": str(scratch / "triton"), **COMPILE_ENV}
 
 
 class CompileFailed(Exception):
@@ -313,8 +338,6 @@ def build_kernel(
     blob = store.get(key) if store is not None else None
     if blob is not None:
         install_kernel(out, *unpack(blob))
-        if store is not None:
-            store.stats["hits"] += 1
         return "hit", time.monotonic() - began
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.stem[:40]}.", dir=out.parent))
@@ -323,7 +346,7 @@ def build_kernel(
         argv = compile_argv(job, compiler.python, compiler.compile_py, target)
         done = subprocess.run(
             argv,
-            env={**compiler.env, **compiler.sets(job)},
+            env=compiler.environ(scratch),
             capture_output=True,
             text=True,
             check=False,
@@ -340,8 +363,7 @@ def build_kernel(
         blob = pack(hsaco, meta)
         if store is not None:
             store.put(key, blob)
-            store.stats["compiled"] += 1
-        install_kernel(out, hsaco, meta)
+        install_kernel(out, *unpack(blob))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return "compiled", time.monotonic() - began

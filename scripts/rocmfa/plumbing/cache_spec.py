@@ -1,9 +1,9 @@
 """`--cache` values (compile caching, scripts/rocmfa/builds/compile_cache.py): parsed with the
-options,
-before a session's first command, so a bad value is one line naming it."""
+options, before a session's first command, so a bad value is one line naming it."""
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from dataclasses import dataclass
 
@@ -24,7 +24,7 @@ class CacheSpec:
     """What --cache asked for. Holds no credentials (URLs with them are refused)."""
 
     tool: str  # none | ccache | sccache
-    backend: str = "local"  # local | redis | webdav | s3
+    backend: str = "local"  # local | dir | redis | webdav | s3
     endpoint: str | None = None
     bucket: str | None = None
     prefix: str = ""
@@ -36,13 +36,18 @@ class CacheSpec:
     def remote(self) -> bool:
         return self.backend != "local"
 
-    def describe(self) -> str:
-        if not self.remote:
-            return self.tool
+    @property
+    def place(self) -> str:
+        """Where a shared store is, in words: 'directory /nfs/x', 'redis redis://h:1', ..."""
         where = f"s3://{self.bucket}" if self.backend == "s3" else str(self.endpoint)
         if self.backend == "s3" and self.endpoint:
             where += f" at {self.endpoint}"
-        return f"sccache on {self.backend} {where}" + (" (read-only)" if self.read_only else "")
+        return f"{'directory' if self.backend == 'dir' else self.backend} {where}"
+
+    def describe(self) -> str:
+        if not self.remote:
+            return self.tool
+        return f"sccache on {self.place}" + (" (read-only)" if self.read_only else "")
 
 
 def _truthy(value: str, what: str) -> bool:
@@ -65,12 +70,14 @@ def parse_cache(value: str | None) -> CacheSpec | None:
     text = value.strip()
     if text in TOOLS:
         return CacheSpec(tool=text)
+    if text.startswith(("/", "./", "../", "~")):  # a shared directory (an NFS path)
+        return CacheSpec("sccache", "dir", os.path.abspath(os.path.expanduser(text)))
     parts = urllib.parse.urlsplit(text)
     backend = SCHEMES.get(parts.scheme)
     if backend is None or not parts.netloc:
         raise UserError(
-            f"--cache {value!r}: expected none, ccache, sccache, redis://HOST:PORT, "
-            "http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX"
+            f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
+            "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX"
         )
     if parts.username or parts.password:
         raise UserError(
