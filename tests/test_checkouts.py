@@ -111,15 +111,22 @@ def test_non_git_directory_is_not_deleted(upstream, tmp_path: Path) -> None:
     assert (dest / "precious.txt").read_text() == "keep me\n"
 
 
-def test_dry_run_prints_and_creates_nothing(upstream, tmp_path: Path) -> None:
+def test_dry_run_prints_exactly_the_commands_of_the_real_run(upstream, tmp_path: Path) -> None:
+    """One code path: a fresh checkout's dry run prints the commands the real run executes,
+    the pin's `depth` (docs/aotriton.md) in its fetch."""
     repo, commit = upstream
+    pin = Pin("aotriton", f"file://{repo}", "main", commit, "test", {"depth": 1})
     dest = tmp_path / "co"
     dry = runner(dry_run=True)
-    ensure_checkout(pin_for(repo, commit), dest, dry, submodules=SUBS)
-    out = dry.out.getvalue()
-    assert f"[dry-run] (cd {dest}) git fetch -q --no-tags origin {commit}" in out
-    assert "submodule update -q --init -- third_party/triton" in out
+    ensure_checkout(pin, dest, dry, submodules=SUBS)
     assert not dest.exists()
+    lines = dry.out.getvalue().splitlines()
+    printed = [line.removeprefix("[dry-run] ") for line in lines if line.startswith("[dry-run] (")]
+    real = runner()
+    ensure_checkout(pin, dest, real, submodules=SUBS)
+    assert printed == [command.describe() for command in real.executed]
+    assert f"(cd {dest}) git fetch -q --no-tags --depth=1 origin {commit}" in printed
+    assert st.git(dest, "rev-parse", "HEAD") == commit
 
 
 def test_port_layout_initialises_exactly_the_pinned_paths(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ KNOWN = {
     "therock": COMMON,
     # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
     "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
-    "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
+    "aotriton": COMMON | {"version", "submodules", "tuner", "release", "aiter"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
 }
 PROJECTS = tuple(KNOWN)

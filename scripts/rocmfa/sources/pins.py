@@ -41,6 +41,25 @@ class Pin:
     def describe(self) -> str:
         return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
 
+    @property
+    def depth(self) -> int | None:
+        """The pin's `depth`: the pinned commit is fetched with --depth=N (checked on load)."""
+        return self.data.get("depth")
+
+    def part(self, key: str) -> Pin | None:
+        """The source pinned in this pin's [<project>.<key>] table ([aotriton.aiter]), checked;
+        None when there is none."""
+        table = self.data.get(key)
+        if table is None:
+            return None
+        where = f"{self.source} [{self.project}.{key}]"
+        if not isinstance(table, Mapping):
+            raise UserError(f"{where}: must be a table with url, ref and commit")
+        pin_files.check_table(key, table, where)
+        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+        _validate_data(key, data, where)
+        return Pin(key, table["url"].strip(), table["ref"].strip(), table["commit"], where, data)
+
 
 def load_pin(
     project: str, pins_dir: str | os.PathLike[str] | None = None, *,
@@ -123,6 +142,9 @@ def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
             aotriton_version_key(data["version"].strip())
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
+    depth = data.get("depth")
+    if depth is not None and (type(depth) is not int or depth < 1):
+        raise UserError(f"{where}: 'depth' must be a positive integer (git fetch --depth=N)")
     subdir = data.get("subdir", "")
     if not isinstance(subdir, str) or subdir.startswith("/") or ".." in Path(subdir).parts:
         raise UserError(f"{where}: 'subdir' must be a relative path, got {subdir!r}")

@@ -31,6 +31,8 @@ FROM_TORCH = {
     "pytorch.vision": ("related_commits", "torchvision"),
     "pytorch.apex": ("related_commits", "apex"),
 }
+# the aiter AOTriton's configure clones by tag (v3src/CMakeLists.txt, 6e00ef3e)
+AITER_URL = "https://github.com/ROCm/aiter"
 # patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
 PATCH_PROJECTS = {
     "pytorch.audio": "pytorch_audio",
@@ -127,12 +129,15 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
     path, table = pin_files.read_table(project, directory)
-    tables = [(project, table)] + [
-        (f"{project}.{key}", value)
+    names = [project] + [
+        f"{project}.{key}"
         for key, value in table.items()
         if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value)
     ]
-    for name, entry in tables:
+    for name in names:
+        if name == "aotriton.aiter":  # the AOTriton commit's tree names it: record_submodules
+            continue
+        entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
         url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
@@ -226,7 +231,9 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
+    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise, and
+    [table.aiter] with the aiter tag its configure clones (third_party/aiter.txt) and its
+    commit."""
     if not (checkout / ".git").exists():
         runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
@@ -237,6 +244,13 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     tree = pin_submodules.read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
+    tag = runner.run(["git", "show", f"{commit}:third_party/aiter.txt"], cwd=checkout,
+                     capture=True, check=False).stdout.strip()  # fmt: skip
+    if tag:  # what its configure clones by tag: pinned at a commit, as every source
+        aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
+        new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
+        changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
+        runner.say(f"{table}.aiter: configure clones aiter {tag} = {new['commit'][:12]}")
     unmapped = ", ".join(tree.unmapped)
     runner.say(
         f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
