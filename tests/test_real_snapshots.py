@@ -4,6 +4,7 @@ tuner argv, run on the real trees. Without the variables the tests skip, saying 
 
     ROCMFA_AOTRITON_REAL_GIT  a git dir of ROCm/aotriton holding pins/aotriton.toml's commit
                               (and 0.11b, 972223c5, for cpptune's test/tune_flash.py)
+    ROCMFA_AITER_REAL_GIT     a git dir of ROCm/aiter (optional: the pinned aiter tag's commit)
     ROCMFA_PORT_REAL_GIT      a git dir of Jack31098/aotriton_gfx908 holding 60639c72 (the
                               retired 0.10b port: its submodule layout, which the resume tests
                               of tests/test_checkouts.py replay)
@@ -126,6 +127,15 @@ def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
     tree = pin_submodules.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"]) == ("third_party/triton",)
     assert tree.unmapped == ()
+    # the aiter tag its configure clones is the one pinned, and (with a ROCm/aiter snapshot) the
+    # pinned commit is that tag's
+    git = ["git", "--git-dir", AOTRITON_GIT, "show", f"{table['commit']}:third_party/aiter.txt"]
+    tag = subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+    assert tag == table["aiter"]["ref"]
+    if aiter_git := os.environ.get("ROCMFA_AITER_REAL_GIT"):
+        git = ["git", "--git-dir", aiter_git, "rev-parse", f"{tag}^{{commit}}"]
+        peeled = subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+        assert peeled == table["aiter"]["commit"]
 
 
 @needs_aotriton

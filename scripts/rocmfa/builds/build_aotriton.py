@@ -537,9 +537,8 @@ def keep_in_prefix(
         f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
         "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     )
-    if new is None:
-        runner.say(f"[dry-run] {story}; would write {stamp}")
-        return
+    if new is None:  # a plan
+        return runner.done(story)
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     if ctx.pack not in new.images:
@@ -770,11 +769,10 @@ def install(
     lib = torch / "lib"
     shipped = torch_shipped(torch)
     if new is None:  # a plan
-        runner.say(
-            f"[dry-run] would check versions, repack torch's own wheel with the new AOTriton, "
-            f"pip install it into {ctx.prefix} and write {stamp}"
+        return runner.done(
+            f"check versions, repack torch's own wheel with the new AOTriton, pip install it "
+            f"into {ctx.prefix} and write {stamp}"
         )
-        return
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")

@@ -68,14 +68,12 @@ def update_pins(opts: UpdatePinsOptions) -> None:
             failures[project] = e
             runner.say(f"{project}: FAILED: {e}")
     if {"pytorch", "aotriton"} & set(chosen) and not {"pytorch", "aotriton"} & set(failures):
-        if opts.dry_run:
-            runner.say("[dry-run] would check the torch x AOTriton pin set")
-        else:
-            try:
-                _check_pin_set(directory, work, runner, force=opts.force)
-            except UserError as e:
-                failures["pin set"] = e
-                runner.say(f"pin set: FAILED: {e}")
+        try:
+            say = "check the torch x AOTriton pin set"
+            runner.apply(_check_pin_set, directory, work, runner, force=opts.force, say=say)
+        except UserError as e:
+            failures["pin set"] = e
+            runner.say(f"pin set: FAILED: {e}")
     if failures:
         first = next(iter(failures.items()))
         raise UserError(
