@@ -602,10 +602,9 @@ def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, f
 def _link(link: Path, target: Path) -> None:
     """link -> target; whatever is at link (in our build dir: an earlier clone) goes."""
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.is_file():
-        link.unlink()
-    elif link.exists():
+    if link.is_dir() and not link.is_symlink():
         shutil.rmtree(link)
+    link.unlink(missing_ok=True)
     link.symlink_to(target, target_is_directory=True)
 
 
