@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from rocmfa.builds import build_aotriton as ba
 from rocmfa.builds import tune_aotriton as ta
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
@@ -136,6 +137,33 @@ def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
         git = ["git", "--git-dir", aiter_git, "rev-parse", f"{tag}^{{commit}}"]
         peeled = subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
         assert peeled == table["aiter"]["commit"]
+
+
+@needs_aotriton
+@pytest.mark.skipif(not os.environ.get("ROCMFA_AITER_REAL_GIT"), reason="no ROCm/aiter snapshot")
+def test_real_aiter_clone_step_takes_our_pinned_checkout(tmp_path: Path) -> None:
+    """The real clone step (v3src/CMakeLists.txt 89-131 at the pin, run by cmake with git
+    allowed no transport) finds the session's aiter step's checkout and clones nothing."""
+    table, aiter_git = upstream_pin(), os.environ["ROCMFA_AITER_REAL_GIT"]
+    src = tmp_path / "src"
+    for path in ("third_party/aiter.txt", "v3src/CMakeLists.txt"):
+        shown = st.git(tmp_path, "--git-dir", AOTRITON_GIT, "show", f"{table['commit']}:{path}")
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_text(shown + "\n")
+    step = "\n".join((src / "v3src" / "CMakeLists.txt").read_text().splitlines()[88:131])
+    (src / "v3src" / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.20)\nproject(aiter_step NONE)\n"
+        "cmake_path(GET CMAKE_CURRENT_SOURCE_DIR PARENT_PATH CMAKE_CURRENT_SOURCE_PARENT_DIR)\n"
+        f'set(AOTRITON_V2_BUILD_DIR "${{CMAKE_CURRENT_BINARY_DIR}}")\n{step}\n'
+    )
+    pin = Pin("aotriton", "real", "0.13b", table["commit"], "real", dict(table))
+    pin.data["aiter"] = {**table["aiter"], "url": f"file://{aiter_git}"}
+    ba.place_aiter(pin, src, tmp_path / "build", tmp_path / "aiter", quiet(), False)
+    argv = ["cmake", "-S", src / "v3src", "-B", tmp_path / "build" / "v3src"]
+    env = {**os.environ, "GIT_ALLOW_PROTOCOL": "none"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert st.git(tmp_path / "aiter", "rev-parse", "HEAD") == table["aiter"]["commit"]
 
 
 @needs_aotriton
