@@ -537,8 +537,9 @@ def keep_in_prefix(
         f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
         "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     )
-    if new is None:  # a plan
-        return runner.done(story)
+    if new is None:
+        runner.say(f"[dry-run] {story}; would write {stamp}")
+        return
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     if ctx.pack not in new.images:
