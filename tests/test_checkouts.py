@@ -10,7 +10,7 @@ import pytest
 
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, pin_submodules
+from rocmfa.sources import patches, pins, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -131,7 +131,7 @@ def test_dry_run_prints_exactly_the_commands_of_the_real_run(upstream, tmp_path:
 
 def test_port_layout_initialises_exactly_the_pinned_paths(tmp_path: Path) -> None:
     repo, commit = port.make_port(tmp_path)
-    tree = pin_submodules.read_tree_submodules(runner(), repo, commit)
+    tree = update_pins.read_tree_submodules(runner(), repo, commit)
     assert tree.initialisable == port.PORT_SUBMODULES
     assert tree.unmapped == (port.UNMAPPED_GITLINK,)
     # what `submodules = true` used to run: git stops at the unmapped gitlink, as on the real port
@@ -173,12 +173,12 @@ def test_patched_tree_missing_a_submodule_gets_it_and_keeps_the_patches(
 
 def test_submodules_true_is_refused_with_the_fix() -> None:
     with pytest.raises(UserError, match=r"list the paths instead \(nox -s update_pins"):
-        pin_submodules.pinned_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
-    assert pin_submodules.pinned_paths({"submodules": ["third_party/triton"]}, "x") == (
+        pins.submodule_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
+    assert pins.submodule_paths({"submodules": ["third_party/triton"]}, "x") == (
         "third_party/triton",
     )
     with pytest.raises(UserError, match="must be relative"):
-        pin_submodules.pinned_paths({"submodules": ["../escape"]}, "x")
+        pins.submodule_paths({"submodules": ["../escape"]}, "x")
 
 
 RESUME_CASES = [

@@ -35,7 +35,7 @@ from rocmfa.builds import tune_aotriton as ta
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, pin_submodules
+from rocmfa.sources import patches, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -125,7 +125,7 @@ def defined(name: str, cmakelists: str) -> bool:
 @needs_aotriton
 def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
     table = upstream_pin()
-    tree = pin_submodules.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
+    tree = update_pins.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"]) == ("third_party/triton",)
     assert tree.unmapped == ()
     # the aiter tag its configure clones is the one pinned, and (with a ROCm/aiter snapshot) the
@@ -224,7 +224,7 @@ def test_real_aotriton_patch_engine_all_or_nothing(
 @needs_port
 def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, offline) -> None:
     table = PORT
-    tree = pin_submodules.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
+    tree = update_pins.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"])
     assert tree.unmapped == ("third_party/aiter",)
     # what `submodules = true` ran: it stops at aiter and initialises nothing

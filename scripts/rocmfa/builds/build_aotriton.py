@@ -555,7 +555,6 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""
     from rocmfa.builds import kernel_build, kernel_check
-    from rocmfa.sources import pin_submodules
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
 
@@ -563,7 +562,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    pinned = ctx.pin.submodules
     if build_options.triton != "fork":  # the kernels compile with the PyPI Triton: no fork
         pinned = tuple(p for p in pinned if p != kernel_build.FORK)
     force = build_options.discard_local_edits

@@ -1,6 +1,6 @@
 """`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote` and rewrite only
 the `commit` value of pins/<project>.toml (rocmfa.plumbing.pin_files keeps every other byte);
-record what the new commit itself says (AOTriton's submodule paths: rocmfa.sources.pin_submodules;
+record what the new commit itself says (AOTriton's submodule paths, read_tree_submodules;
 which AOTriton the torch pin's aotriton.cmake names: rocmfa.sources.pin_set); report whether
 each patch set still applies at the new commit (`--port-patches` copies one that applies); then
 refuse an inconsistent torch x AOTriton pin set (--force: a warning).
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
-from rocmfa.sources import pin_set, pin_submodules, pins
+from rocmfa.sources import pin_set, pins
 from rocmfa.sources.checkouts import fetch_commit, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
@@ -240,7 +241,7 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         return
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
-    tree = pin_submodules.read_tree_submodules(runner, checkout, commit)
+    tree = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
     tag = runner.run(["git", "show", f"{commit}:third_party/aiter.txt"], cwd=checkout,
                      capture=True, check=False).stdout.strip()  # fmt: skip
@@ -279,3 +280,26 @@ def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) 
     version = str(aotriton.data.get("version") or "")
     for line in pin_set.check(aotriton, version, force=force, workdir=work):
         runner.say(line)
+
+
+class TreeSubmodules(NamedTuple):
+    initialisable: tuple[str, ...]  # gitlinks (mode 160000) that .gitmodules maps to a url
+    unmapped: tuple[str, ...]  # gitlinks without a .gitmodules entry: not initialisable
+
+
+def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
+    """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
+    tree = runner.run(["git", "ls-tree", "-r", "--full-tree", commit], cwd=repo, capture=True,
+                      check=False)  # fmt: skip
+    if tree.returncode != 0:
+        raise UserError(f"{repo}: cannot list the tree of {commit[:12]}")
+    gitlinks = sorted(
+        line.partition("\t")[2] for line in tree.stdout.splitlines() if line.startswith("160000 ")
+    )
+    keys = ["--get-regexp", r"^submodule\..*\.path$"]
+    config = runner.run(["git", "config", "--blob", f"{commit}:.gitmodules", *keys], cwd=repo,
+                        capture=True, check=False)  # fmt: skip
+    mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
+    return TreeSubmodules(
+        tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
+    )
