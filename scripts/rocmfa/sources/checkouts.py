@@ -151,7 +151,7 @@ def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> b
 
 
 def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
-    if not (first := fetch_commit(runner, dest, "origin", pin.commit, pin.depth)):
+    if not (first := fetch_commit(runner, dest, "origin", pin.commit, pin.data.get("depth"))):
         return
     # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
     second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)

@@ -46,11 +46,6 @@ class Pin:
         """Exactly the submodule paths a checkout initialises (checked on load)."""
         return tuple(self.data.get("submodules") or ())
 
-    @property
-    def depth(self) -> int | None:
-        """The pin's `depth`: the pinned commit is fetched with --depth=N (checked on load)."""
-        return self.data.get("depth")
-
     def part(self, key: str) -> Pin | None:
         """The source pinned in this pin's [<project>.<key>] table ([aotriton.aiter]), checked;
         None when there is none."""
