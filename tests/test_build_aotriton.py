@@ -19,7 +19,7 @@ import pytest
 from rocmfa.builds import aotriton_install
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.env import condaenv
-from rocmfa.plumbing import stamps
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
 from tests.support import kill_hook
@@ -384,7 +384,8 @@ def test_cache_choice_beats_aotritons_own_ccache_detection(
     def launcher(*cmake_args: str) -> str:
         build = tmp_path / f"b{len(list(tmp_path.glob('b*')))}"
         argv = [shutil.which("cmake") or "cmake", "-S", str(bed.repo), "-B", str(build)]
-        argv += [f"-DCMAKE_PREFIX_PATH={cmake_dir}", "-DAOTRITON_NO_PYTHON=ON", *cmake_args]
+        argv += [f"-DCMAKE_PREFIX_PATH={cmake_dir}", "-DAOTRITON_NO_PYTHON=ON"]
+        argv += ["-DAOTRITON_NOIMAGE_MODE=ON", *cmake_args]  # no aiter clone: not what is tested
         result = subprocess.run(argv, capture_output=True, text=True, env=env)
         assert result.returncode == 0, result.stderr[-2000:]
         info = (build / "build-info.txt").read_text()
@@ -467,7 +468,8 @@ def test_a_session_killed_while_pip_replaces_torch_is_finished_by_the_next(
         "ba.build_aotriton(build_opts(Path(sys.argv[1]), Path(sys.argv[2]), '--force'))\n"
     )
     argv = [sys.executable, "-c", program, bed.prefix, bed.work]
-    env = {**os.environ, **bed.env(), "PYTHONPATH": str(REPO_ROOT)}
+    python_path = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "scripts")])  # this tree's
+    env = {**os.environ, **bed.env(), "PYTHONPATH": python_path}
     st.install_torch(bed.prefix)
     _, changes = kill_hook.run(argv, hooks, [site], 0, env)
     inside_pip = next(n for n, c in enumerate(changes, 1) if f"{site / 'torch' / 'lib'}/" in c)
@@ -539,3 +541,78 @@ def test_first_real_run_resolves_the_torch_pin_and_refuses_a_disagreeing_pair(
         assert torch_pin.read_text() == before
     finally:
         torch_pin.write_text(kept)
+
+
+def offline_pins(bed: Bed, tmp_path: Path) -> Path:
+    """bed's pins with every upstream URL pointed at an unreachable address."""
+    pins = tmp_path / "offline-pins"
+    shutil.copytree(bed.pins, pins)
+    for name in ("aotriton.toml", "pytorch.toml"):
+        text = (pins / name).read_text()
+        (pins / name).write_text(re.sub(r'"(file|https?)://[^"]*"', '"http://127.0.0.1:9/x"', text))
+    return pins
+
+
+def test_aiter_is_our_pinned_checkout_and_a_build_with_its_sources_needs_no_network(
+    bed: Bed, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """AOTriton's configure clones aiter by tag (v3src/CMakeLists.txt @ 6e00ef3e; the stand-in
+    from an unreachable address): ours, at the pinned commit, is where it looks. With every
+    source present, a forced rebuild with every URL unreachable and git allowed no transport
+    passes; without our checkout the stand-in's configure fails at its clone."""
+    run_build(bed, capsys)
+    aiter, link = bed.work / "src" / "aiter", bed.work / "build" / "aotriton" / "v3src" / "aiter"
+    assert link.is_symlink() and link.resolve() == aiter.resolve()
+    upstream = bed.root / "aiter-upstream"
+    assert st.git(aiter, "rev-parse", "HEAD") == st.git(upstream, "rev-parse", st.AITER_TAG)
+    assert st.git(aiter, "describe", "--tags", "--exact-match", "HEAD") == st.AITER_TAG
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(offline_pins(bed, tmp_path)))
+    monkeypatch.setenv("GIT_ALLOW_PROTOCOL", "none")  # any clone or fetch, file:// too, fails
+    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(proxy, "http://127.0.0.1:9")
+    out = run_build(bed, capsys, "--force")
+    assert "installed into" in out and not [c for c in command_lines(out) if " fetch " in c]
+    recorded = stamps.read(bed.work / "build" / "aotriton" / ".rocmfa-configure.json")
+    link.unlink()
+    configure = subprocess.run(
+        recorded["inputs"]["args"], cwd=bed.src, env={**os.environ, **recorded["inputs"]["sets"]},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert configure.returncode != 0 and "Cloning into 'aiter'" in configure.stderr
+
+
+def test_an_aiter_pin_the_tree_does_not_name_is_refused(
+    bed: Bed, capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pins = tmp_path / "pins"
+    shutil.copytree(bed.pins, pins)
+    text = (pins / "aotriton.toml").read_text()
+    (pins / "aotriton.toml").write_text(text.replace(f'ref = "{st.AITER_TAG}"', 'ref = "v0"'))
+    monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
+    with pytest.raises(UserError, match=r"names aiter v0\.1\.11.*ref v0.*update_pins") as error:
+        run_build(bed, capsys, "--force")
+    assert "\n" not in str(error.value)
+
+
+def test_gfx908_plan_lists_aiter_at_its_pin_and_the_fork_only_when_it_builds(
+    capsys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`nox -s build_aotriton -- --dry-run --arch gfx908` with the repository's pins and
+    patches: aiter fetched at the pinned commit (depth 1) and linked where configure looks;
+    third_party/triton initialised with the fork, not with --triton pypi."""
+    for name in ("ROCMFA_PINS_DIR", "ROCMFA_PATCHES_DIR"):
+        monkeypatch.delenv(name)
+    argv = ["--dry-run", "--arch", "gfx908", "--workdir", str(tmp_path / "w")]
+    argv += ["--prefix", str(tmp_path / "no-env")]
+    plans = {}
+    for triton in ("fork", "pypi"):
+        capsys.readouterr()
+        ba.build_aotriton(options.parse("build_aotriton", [*argv, "--triton", triton]))
+        plans[triton] = capsys.readouterr().out
+    aiter = "c4a3ff2a044ef0f433d235986afd7979b7b7d147"
+    for plan in plans.values():
+        assert f"git fetch -q --no-tags --depth=1 origin {aiter}\n" in plan
+        assert f"git update-ref refs/tags/v0.1.11 {aiter}\n" in plan
+        assert f"[dry-run] aiter: {tmp_path}/w/build/aotriton/v3src/aiter -> " in plan
+    assert "git submodule update -q --init -- third_party/triton" in plans["fork"]
+    assert "third_party/triton" not in plans["pypi"]

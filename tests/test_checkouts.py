@@ -10,7 +10,7 @@ import pytest
 
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, pin_submodules
+from rocmfa.sources import patches, pins, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -111,20 +111,27 @@ def test_non_git_directory_is_not_deleted(upstream, tmp_path: Path) -> None:
     assert (dest / "precious.txt").read_text() == "keep me\n"
 
 
-def test_dry_run_prints_and_creates_nothing(upstream, tmp_path: Path) -> None:
+def test_dry_run_prints_exactly_the_commands_of_the_real_run(upstream, tmp_path: Path) -> None:
+    """One code path: a fresh checkout's dry run prints the commands the real run executes,
+    the pin's `depth` (docs/aotriton.md) in its fetch."""
     repo, commit = upstream
+    pin = Pin("aotriton", f"file://{repo}", "main", commit, "test", {"depth": 1})
     dest = tmp_path / "co"
     dry = runner(dry_run=True)
-    ensure_checkout(pin_for(repo, commit), dest, dry, submodules=SUBS)
-    out = dry.out.getvalue()
-    assert f"[dry-run] (cd {dest}) git fetch -q --no-tags origin {commit}" in out
-    assert "submodule update -q --init -- third_party/triton" in out
+    ensure_checkout(pin, dest, dry, submodules=SUBS)
     assert not dest.exists()
+    lines = dry.out.getvalue().splitlines()
+    printed = [line.removeprefix("[dry-run] ") for line in lines if line.startswith("[dry-run] (")]
+    real = runner()
+    ensure_checkout(pin, dest, real, submodules=SUBS)
+    assert printed == [command.describe() for command in real.executed]
+    assert f"(cd {dest}) git fetch -q --no-tags --depth=1 origin {commit}" in printed
+    assert st.git(dest, "rev-parse", "HEAD") == commit
 
 
 def test_port_layout_initialises_exactly_the_pinned_paths(tmp_path: Path) -> None:
     repo, commit = port.make_port(tmp_path)
-    tree = pin_submodules.read_tree_submodules(runner(), repo, commit)
+    tree = update_pins.read_tree_submodules(runner(), repo, commit)
     assert tree.initialisable == port.PORT_SUBMODULES
     assert tree.unmapped == (port.UNMAPPED_GITLINK,)
     # what `submodules = true` used to run: git stops at the unmapped gitlink, as on the real port
@@ -166,12 +173,12 @@ def test_patched_tree_missing_a_submodule_gets_it_and_keeps_the_patches(
 
 def test_submodules_true_is_refused_with_the_fix() -> None:
     with pytest.raises(UserError, match=r"list the paths instead \(nox -s update_pins"):
-        pin_submodules.pinned_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
-    assert pin_submodules.pinned_paths({"submodules": ["third_party/triton"]}, "x") == (
+        pins.submodule_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
+    assert pins.submodule_paths({"submodules": ["third_party/triton"]}, "x") == (
         "third_party/triton",
     )
     with pytest.raises(UserError, match="must be relative"):
-        pin_submodules.pinned_paths({"submodules": ["../escape"]}, "x")
+        pins.submodule_paths({"submodules": ["../escape"]}, "x")
 
 
 RESUME_CASES = [

@@ -92,15 +92,19 @@ def test_update_pins_records_the_commit_and_submodules_keeping_every_other_byte(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The repository's own pins/aotriton.toml (its ref 0.13b pointed at a stand-in AOTriton
-    with the tag and third_party/triton): update_pins rewrites `commit` and `submodules` only."""
+    with the tag, third_party/triton and third_party/aiter.txt): update_pins rewrites `commit`,
+    `submodules` and the aiter tag the tree names, resolved to its commit, only."""
     repo, commit = st.make_aotriton_upstream(tmp_path)
+    aiter = tmp_path / "aiter-upstream"
     work = tmp_path / "work"
     subprocess.run(["git", "clone", "-q", str(repo), str(work / "src" / "aotriton")], check=True)
     pins_dir = tmp_path / "pins"
     pins_dir.mkdir()
     real = (REPO_ROOT / "pins" / "aotriton.toml").read_text()
     before = real.replace("https://github.com/ROCm/aotriton", f"file://{repo}", 1)
-    before = with_values(before, {("aotriton", "submodules"): ["third_party/old"]})
+    before = before.replace('"https://github.com/ROCm/aiter"', f'"file://{aiter}"')
+    old = {("aotriton", "submodules"): ["third_party/old"], ("aotriton.aiter", "ref"): "v0.0.1"}
+    before = with_values(before, old)
     (pins_dir / "aotriton.toml").write_text(before)
     st.write_pytorch_pin(pins_dir, aotriton_commit=commit, aotriton_version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins_dir))
@@ -108,7 +112,12 @@ def test_update_pins_records_the_commit_and_submodules_keeping_every_other_byte(
     update_pins.update_pins(options.parse("update_pins", argv))
     assert (pins_dir / "aotriton.toml").read_text() == with_values(
         before,
-        {("aotriton", "commit"): commit, ("aotriton", "submodules"): [st.UPSTREAM_SUBMODULE]},
+        {
+            ("aotriton", "commit"): commit,
+            ("aotriton", "submodules"): [st.UPSTREAM_SUBMODULE],
+            ("aotriton.aiter", "ref"): st.AITER_TAG,
+            ("aotriton.aiter", "commit"): st.git(aiter, "rev-parse", st.AITER_TAG),
+        },
     )
 
 

@@ -70,6 +70,10 @@ def test_repository_pins_are_valid_full_commits() -> None:
         assert pin.source == f"pins/{project}.toml"
     aotriton = pins.load_pin("aotriton", REPO_ROOT / "pins")
     assert (aotriton.commit, aotriton.data["version"]) == (C_013, "0.13b")
+    # the aiter 0.13b's configure clones (third_party/aiter.txt = v0.1.11 at 6e00ef3e), pinned
+    aiter = aotriton.part("aiter")
+    assert (aiter.url, aiter.ref) == ("https://github.com/ROCm/aiter", "v0.1.11")
+    assert (aiter.commit, aiter.data["depth"]) == ("c4a3ff2a044ef0f433d235986afd7979b7b7d147", 1)
     ck = pins.load_pin("composable_kernel", REPO_ROOT / "pins")
     assert ck.url.endswith("rocm-libraries") and ck.data["subdir"] == "projects/composablekernel"
     legacy = pins.load_pin(
@@ -89,6 +93,7 @@ def test_repository_pins_are_valid_full_commits() -> None:
         ('url = "x"\nref = "main"\ncommit = "unknown"\n', r"not resolved yet.*update_pins"),
         ('url = "x"\nref = 3\ncommit = "' + "a" * 40 + '"\n', r"'ref' must be a non-empty string"),
         ('url = "x"\nref = "main"\ncommit = "from-pytorch"\n', r"'commit' must be a full 40-hex"),
+        ('url = "x"\nref = "m"\ncommit = "' + "a" * 40 + '"\ndepth = 0\n', r"'depth' must be a"),
     ],
 )
 def test_malformed_pin_is_one_line_naming_file_and_key(tmp_path: Path, body, message) -> None:

@@ -20,8 +20,8 @@ Every network step the configure takes (CMakeLists.txt and v3src/CMakeLists.txt 
    setuptools>=64 - also from the index;
 3. with AOTRITON_NOIMAGE_MODE=OFF (the session's image build), `git clone --depth 1 --branch
    <third_party/aiter.txt> https://github.com/ROCm/aiter.git` into <build>/v3src/aiter, skipped
-   when a checkout there is already at that tag: GitHub is not reachable here, so the test puts
-   a local repository tagged as aiter.txt says there (the only network step that stands in).
+   when a checkout there is already at that tag: the session's own aiter step links its pinned
+   checkout there (here the pin points at a local repository: the only source that stands in).
 The build (not the configure) then pip-installs third_party/triton (AOTriton's Triton fork,
 which downloads its own LLVM) into the venv, and compiles the kernels.
 """
@@ -119,10 +119,15 @@ def test_the_real_configure_passes_with_the_sessions_argv(
     (hip / "lib" / "cmake" / "hip").mkdir(parents=True)
     (hip / "lib" / "cmake" / "hip" / "hip-config.cmake").write_text(HIP_CONFIG)
     build = Path(argv[argv.index("-B") + 1])
-    aiter_tag = (tree / "third_party" / "aiter.txt").read_text().strip()
-    aiter = build / "v3src" / "aiter"
-    st.make_repo(aiter, {"README": "stand-in for github.com/ROCm/aiter\n"})
-    st.git(aiter, "tag", aiter_tag)
+    # the aiter step of the session (its pin pointed at a local stand-in), then the configure
+    tag = (tree / "third_party" / "aiter.txt").read_text().strip()
+    upstream = tmp_path / "aiter-upstream"
+    commit = st.make_repo(upstream, {"README": "stand-in for github.com/ROCm/aiter\n"})
+    aiter = {"url": f"file://{upstream}", "ref": tag, "commit": commit, "depth": 1}
+    pin = Pin(
+        "aotriton", "real", "0.13b", st.git(tree, "rev-parse", "HEAD"), "real", {"aiter": aiter}
+    )
+    ba.place_aiter(pin, tree, build, work / "src" / "aiter", Runner(out=io.StringIO()), False)
     result = configure(fill_placeholders(argv, sets, hip), sets, tree)
     text = result.stdout + result.stderr
     print("\n".join(text.splitlines()[-12:]))  # the closing lines, for the record

@@ -3,6 +3,7 @@ engine, our checkout with the pinned submodule paths and the CMake option names 
 the real trees. Without the variables the tests skip, saying so.
 
     ROCMFA_AOTRITON_REAL_GIT  a git dir of ROCm/aotriton holding pins/aotriton.toml's commit
+    ROCMFA_AITER_REAL_GIT     a git dir of ROCm/aiter (optional: the pinned aiter tag's commit)
     ROCMFA_PORT_REAL_GIT      a git dir of Jack31098/aotriton_gfx908 holding 60639c72 (the
                               retired 0.10b port: its submodule layout, which the resume tests
                               of tests/test_checkouts.py replay)
@@ -26,10 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from rocmfa.builds import build_aotriton as ba
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, pin_submodules
+from rocmfa.sources import patches, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -117,9 +119,45 @@ def defined(name: str, cmakelists: str) -> bool:
 @needs_aotriton
 def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
     table = upstream_pin()
-    tree = pin_submodules.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
+    tree = update_pins.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"]) == ("third_party/triton",)
     assert tree.unmapped == ()
+    # the aiter tag its configure clones is the one pinned, and (with a ROCm/aiter snapshot) the
+    # pinned commit is that tag's
+    git = ["git", "--git-dir", AOTRITON_GIT, "show", f"{table['commit']}:third_party/aiter.txt"]
+    tag = subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+    assert tag == table["aiter"]["ref"]
+    if aiter_git := os.environ.get("ROCMFA_AITER_REAL_GIT"):
+        git = ["git", "--git-dir", aiter_git, "rev-parse", f"{tag}^{{commit}}"]
+        peeled = subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+        assert peeled == table["aiter"]["commit"]
+
+
+@needs_aotriton
+@pytest.mark.skipif(not os.environ.get("ROCMFA_AITER_REAL_GIT"), reason="no ROCm/aiter snapshot")
+def test_real_aiter_clone_step_takes_our_pinned_checkout(tmp_path: Path) -> None:
+    """The real clone step (v3src/CMakeLists.txt 89-131 at the pin, run by cmake with git
+    allowed no transport) finds the session's aiter step's checkout and clones nothing."""
+    table, aiter_git = upstream_pin(), os.environ["ROCMFA_AITER_REAL_GIT"]
+    src = tmp_path / "src"
+    for path in ("third_party/aiter.txt", "v3src/CMakeLists.txt"):
+        shown = st.git(tmp_path, "--git-dir", AOTRITON_GIT, "show", f"{table['commit']}:{path}")
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_text(shown + "\n")
+    step = "\n".join((src / "v3src" / "CMakeLists.txt").read_text().splitlines()[88:131])
+    (src / "v3src" / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.20)\nproject(aiter_step NONE)\n"
+        "cmake_path(GET CMAKE_CURRENT_SOURCE_DIR PARENT_PATH CMAKE_CURRENT_SOURCE_PARENT_DIR)\n"
+        f'set(AOTRITON_V2_BUILD_DIR "${{CMAKE_CURRENT_BINARY_DIR}}")\n{step}\n'
+    )
+    pin = Pin("aotriton", "real", "0.13b", table["commit"], "real", dict(table))
+    pin.data["aiter"] = {**table["aiter"], "url": f"file://{aiter_git}"}
+    ba.place_aiter(pin, src, tmp_path / "build", tmp_path / "aiter", quiet(), False)
+    argv = ["cmake", "-S", src / "v3src", "-B", tmp_path / "build" / "v3src"]
+    env = {**os.environ, "GIT_ALLOW_PROTOCOL": "none"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert st.git(tmp_path / "aiter", "rev-parse", "HEAD") == table["aiter"]["commit"]
 
 
 @needs_aotriton
@@ -180,7 +218,7 @@ def test_real_aotriton_patch_engine_all_or_nothing(
 @needs_port
 def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, offline) -> None:
     table = PORT
-    tree = pin_submodules.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
+    tree = update_pins.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
     assert tree.initialisable == tuple(table["submodules"])
     assert tree.unmapped == ("third_party/aiter",)
     # what `submodules = true` ran: it stops at aiter and initialises nothing

@@ -184,8 +184,35 @@ endif()
 include(FindPkgConfig)
 pkg_search_module(LZMA REQUIRED liblzma)
 # the real one pip-installs third_party/triton for the image build (0.13b: its only submodule)
-if(NOT AOTRITON_NOIMAGE_MODE AND NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/triton/python")
+# unless AOTRITON_USE_LOCAL_TRITON_WHEEL names another Triton
+if(NOT AOTRITON_NOIMAGE_MODE AND NOT AOTRITON_USE_LOCAL_TRITON_WHEEL
+   AND NOT EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/triton/python")
   message(FATAL_ERROR "submodule third_party/triton is missing")
+endif()
+# As v3src/CMakeLists.txt ~89-131 @ 6e00ef3e: with images, aiter is cloned by the tag in
+# third_party/aiter.txt into <build>/v3src/aiter unless a checkout there is at that tag, else
+# fetched and checked out there. The URL stands for https://github.com/ROCm/aiter.git at an
+# unreachable address: a build that leaves the clone to configure fails here.
+if(NOT AOTRITON_NOIMAGE_MODE AND EXISTS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/aiter.txt")
+  find_package(Git REQUIRED)
+  file(STRINGS "${CMAKE_CURRENT_SOURCE_DIR}/third_party/aiter.txt" AITER_GIT_TAG LIMIT_COUNT 1)
+  set(AITER_DIR "${CMAKE_CURRENT_BINARY_DIR}/v3src/aiter")
+  file(MAKE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/v3src")
+  if(NOT EXISTS "${AITER_DIR}/.git")
+    execute_process(COMMAND ${GIT_EXECUTABLE} clone --depth 1 --branch ${AITER_GIT_TAG}
+      http://127.0.0.1:9/ROCm/aiter.git
+      WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/v3src" COMMAND_ERROR_IS_FATAL ANY)
+  else()
+    execute_process(COMMAND ${GIT_EXECUTABLE} describe --tags --exact-match HEAD
+      WORKING_DIRECTORY "${AITER_DIR}" RESULT_VARIABLE AITER_DESCRIBE_RESULT
+      OUTPUT_VARIABLE AITER_CURRENT_TAG OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(NOT AITER_DESCRIBE_RESULT EQUAL 0 OR NOT AITER_CURRENT_TAG STREQUAL "${AITER_GIT_TAG}")
+      execute_process(COMMAND ${GIT_EXECUTABLE} fetch origin --depth 1 "tag" "${AITER_GIT_TAG}"
+        WORKING_DIRECTORY "${AITER_DIR}" COMMAND_ERROR_IS_FATAL ANY)
+      execute_process(COMMAND ${GIT_EXECUTABLE} checkout ${AITER_GIT_TAG}
+        WORKING_DIRECTORY "${AITER_DIR}" COMMAND_ERROR_IS_FATAL ANY)
+    endif()
+  endif()
 endif()
 # the real one asks python/gpu_targets.py (`-m aotriton.gpu_targets --target_arch`): an arch
 # missing from its tables (gfx908 at 0.13b) gives no GPU and no pack
@@ -406,11 +433,18 @@ def install_pybind11(prefix: Path) -> Path:
     return package
 
 
+AITER_TAG = "v0.1.11"  # third_party/aiter.txt at 6e00ef3e
+
+
 def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, str]:
     """A git repo shaped like AOTriton; returns (repo, HEAD commit). Its one submodule is
-    third_party/triton, as at 0.13b (6e00ef3e: the only gitlink, mapped in .gitmodules)."""
+    third_party/triton, as at 0.13b (6e00ef3e: the only gitlink, mapped in .gitmodules), and
+    third_party/aiter.txt names the aiter tag its configure clones: a stand-in aiter upstream
+    with that tag sits beside it (aiter_upstream)."""
     triton = root / "triton-upstream"
     make_repo(triton, {"python/setup.py": "# stand-in triton\n"})
+    make_repo(root / "aiter-upstream", {"hsa/README": "stand-in aiter\n"})
+    git(root / "aiter-upstream", "tag", AITER_TAG)
     repo = root / "aotriton-upstream"
     make_repo(
         repo,
@@ -421,6 +455,7 @@ def make_aotriton_upstream(root: Path, version: str = "0.13.0") -> tuple[Path, s
             "src/aotriton.c": AOTRITON_C,
             "src/pyaotriton.c": PYAOTRITON_C,
             "python/gpu_targets.py": GPU_TARGETS,
+            "third_party/aiter.txt": AITER_TAG + "\n",
         },
     )
     git(repo, "submodule", "add", "-q", f"file://{triton}", UPSTREAM_SUBMODULE)
@@ -446,6 +481,11 @@ def write_aotriton_pin(
             lines.append(f"{key} = [" + ", ".join(f'"{v}"' for v in value) + "]")
         else:
             lines.append(f'{key} = "{value}"')
+    aiter = Path(url.removeprefix("file://")).parent / "aiter-upstream"
+    if url.startswith("file://") and aiter.is_dir():  # as update_pins records it
+        aiter_commit = git(aiter, "rev-parse", AITER_TAG)
+        lines += ["[aotriton.aiter]", f'url = "file://{aiter}"', f'ref = "{AITER_TAG}"']
+        lines += [f'commit = "{aiter_commit}"', "depth = 1"]
     path = pins_dir / "aotriton.toml"
     path.write_text("\n".join(lines) + "\n")
     torch = pins_dir / "pytorch.toml"

@@ -11,6 +11,7 @@ $ROCMFA_AOTRITON_BASE_URL overrides the download location (mirrors, tests).
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -123,10 +124,10 @@ def real_sum(sha256: str, what: str, source: str) -> str:
 
 def download(url: str, dest: Path, sha256: str, runner: Runner) -> Path:
     """url -> dest, verified (plumbing.downloads); a finished file with the right sum is kept."""
-    if runner.dry_run and not (dest.is_file() and stamps.file_sha256(dest) == sha256):
-        runner.say(f"[dry-run] would download {url} -> {dest} (sha256 {sha256[:12]}…)")
-        return dest
-    return downloads.fetch_pinned(url, dest, sha256, fix=_unreachable(url), say=runner.say)
+    if not (dest.is_file() and stamps.file_sha256(dest) == sha256):
+        fetch = functools.partial(downloads.fetch_pinned, fix=_unreachable(url), say=runner.say)
+        runner.apply(fetch, url, dest, sha256, say=f"download {url} (sha256 {sha256[:12]}…)")
+    return dest
 
 
 def _unreachable(url: str) -> str:

@@ -39,6 +39,7 @@ STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
 # Options that only a source build has: given, they ask for one.
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
+AITER_TAG_FILE = "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
 
 
 def rocm_version(site: Path) -> str:
@@ -367,6 +368,7 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
     from rocmfa.sources import tuning_db
     from rocmfa.sources.patches import patch_set_digest
 
+    inputs["aiter"] = ctx.pin.data.get("aiter")
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
     inputs["patches"] = patch_set_digest(
         "aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=build.tuning or bool(tuned)
@@ -555,8 +557,8 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""
-    from rocmfa.builds import kernel_check
-    from rocmfa.sources import pin_submodules, tuning_db
+    from rocmfa.builds import kernel_build, kernel_check
+    from rocmfa.sources import tuning_db
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
 
@@ -564,14 +566,51 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
-    ensure_checkout(
-        ctx.pin, src, runner, force=build_options.discard_local_edits, submodules=pinned
-    )
+    pinned = ctx.pin.submodules
+    if build_options.triton != "fork":  # the kernels compile with the PyPI Triton: no fork
+        pinned = tuple(p for p in pinned if p != kernel_build.FORK)
+    force = build_options.discard_local_edits
+    ensure_checkout(ctx.pin, src, runner, force=force, submodules=pinned)
     tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=tuned)
+    if not build_options.no_images:  # configure clones aiter only for the images
+        place_aiter(ctx.pin, src, build, paths.src_dir(ctx.work, "aiter"), runner, force=force)
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
+
+
+def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, force) -> None:
+    """AOTriton's configure clones aiter by the tag in third_party/aiter.txt into
+    <build>/v3src/aiter unless a checkout there is at that tag (v3src/CMakeLists.txt ~89-131 at
+    6e00ef3e): ours, from [aotriton.aiter], is fetched like every pin, tagged and linked there."""
+    from rocmfa.sources.checkouts import ensure_checkout, git
+
+    tag_file = src / AITER_TAG_FILE
+    wanted = tag_file.read_text().strip() if tag_file.is_file() else None
+    aiter = pin.part("aiter")
+    if (aiter is None and not wanted) or (src.is_dir() and not wanted):
+        return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
+    if aiter is None or (wanted and aiter.ref != wanted):
+        pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
+        return runner.refuse(
+            f"{tag_file} names aiter {wanted}, which AOTriton's configure would clone from "
+            f"GitHub, but there is {pinned}: run nox -s update_pins (it records tag and commit)"
+        )
+    ensure_checkout(aiter, checkout, runner, force=force)
+    git(runner, checkout, "update-ref", f"refs/tags/{aiter.ref}", aiter.commit)
+    link = build / "v3src" / "aiter"
+    if not (link.is_symlink() and link.resolve() == checkout.resolve()):
+        say = f"aiter: {link} -> {checkout} (configure finds {aiter.ref} there, clones nothing)"
+        runner.apply(_link, link, checkout, say=say)
+
+
+def _link(link: Path, target: Path) -> None:
+    """link -> target; whatever is at link (in our build dir: an earlier clone) goes."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    link.unlink(missing_ok=True)
+    link.symlink_to(target, target_is_directory=True)
 
 
 def configure_args(
@@ -727,11 +766,10 @@ def install(
     lib = torch / "lib"
     shipped = torch_shipped(torch)
     if new is None:  # a plan
-        runner.say(
-            f"[dry-run] would check versions, repack torch's own wheel with the new AOTriton, "
-            f"pip install it into {ctx.prefix} and write {stamp}"
+        return runner.done(
+            f"check versions, repack torch's own wheel with the new AOTriton, pip install it "
+            f"into {ctx.prefix} and write {stamp}"
         )
-        return
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")

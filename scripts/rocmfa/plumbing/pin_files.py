@@ -2,7 +2,7 @@
 hold (known keys, with a "did you mean"; `url`, `ref` non-empty; `commit` 40-hex, AOTriton's also
 "from-pytorch"), and their one reader (tomllib) and writer (tomlkit: every comment and untouched
 line stays byte for byte). rocmfa.sources reads upstream trees for them (pins, pin_set,
-pin_submodules, update_pins)."""
+update_pins)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ KNOWN = {
     "therock": COMMON,
     # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
     "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
-    "aotriton": COMMON | {"version", "submodules", "tuner", "release"},
+    "aotriton": COMMON | {"version", "submodules", "tuner", "release", "aiter"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
 }
 

@@ -54,11 +54,13 @@ def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
     return found.stdout.strip() == "commit"
 
 
-def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, *args: str) -> str:
-    """'' once checkout has commit (fetched from remote when missing), else git's reason."""
+def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth=None) -> str:
+    """'' once checkout has commit (fetched from remote when missing), else git's reason. The
+    one fetch of a pinned commit: a dry run prints this same command (a pin's `depth`: N)."""
     if has_commit(runner, checkout, commit):
         return ""
-    fetched = git(runner, checkout, "fetch", "-q", "--no-tags", *args, remote, commit, check=False)
+    args = ["fetch", "-q", "--no-tags", *([f"--depth={depth}"] if depth else []), remote, commit]
+    fetched = git(runner, checkout, *args, check=False)
     return last_line(fetched.stderr) or "fetch failed" if fetched.returncode else ""
 
 
@@ -149,9 +151,7 @@ def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> b
 
 
 def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
-    depth = pin.data.get("depth")
-    depth_args = [f"--depth={int(depth)}"] if isinstance(depth, int) and depth > 0 else []
-    if not (first := fetch_commit(runner, dest, "origin", pin.commit, *depth_args)):
+    if not (first := fetch_commit(runner, dest, "origin", pin.commit, pin.data.get("depth"))):
         return
     # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
     second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)

@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
@@ -40,6 +40,25 @@ class Pin:
 
     def describe(self) -> str:
         return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
+
+    @property
+    def submodules(self) -> tuple[str, ...]:
+        """Exactly the submodule paths a checkout initialises (checked on load)."""
+        return tuple(self.data.get("submodules") or ())
+
+    def part(self, key: str) -> Pin | None:
+        """The source pinned in this pin's [<project>.<key>] table ([aotriton.aiter]), checked;
+        None when there is none."""
+        table = self.data.get(key)
+        if table is None:
+            return None
+        where = f"{self.source} [{self.project}.{key}]"
+        if not isinstance(table, Mapping):
+            raise UserError(f"{where}: must be a table with url, ref and commit")
+        pin_files.check_table(key, table, where)
+        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+        _validate_data(key, data, where)
+        return Pin(key, table["url"].strip(), table["ref"].strip(), table["commit"], where, data)
 
 
 def load_pin(
@@ -123,12 +142,37 @@ def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
             aotriton_version_key(data["version"].strip())
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
+    submodule_paths(data, where)
+    depth = data.get("depth")
+    if depth is not None and (type(depth) is not int or depth < 1):
+        raise UserError(f"{where}: 'depth' must be a positive integer (git fetch --depth=N)")
     subdir = data.get("subdir", "")
     if not isinstance(subdir, str) or subdir.startswith("/") or ".." in Path(subdir).parts:
         raise UserError(f"{where}: 'subdir' must be a relative path, got {subdir!r}")
     raw = data.get("raw_url", "{commit}{path}")
     if not isinstance(raw, str) or "{commit}" not in raw or "{path}" not in raw:
         raise UserError(f"{where}: 'raw_url' must be a string containing {{commit}} and {{path}}")
+
+
+def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """A pin's `submodules`: exactly the paths a checkout initialises (`git submodule update
+    --init -- <paths>`), as update_pins reads them from the commit's tree. `true` is refused:
+    `--init --recursive` stops at a gitlink .gitmodules does not map (the gfx908 port at
+    60639c72: "No url found for submodule path 'third_party/aiter'") before initialising any."""
+    value = data.get("submodules", [])
+    if value is True:
+        raise UserError(
+            f"{where}: 'submodules = true' initialises whatever .gitmodules lists, which fails on "
+            "an unmapped gitlink; list the paths instead (nox -s update_pins records them)"
+        )
+    if value is False:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
+        raise UserError(f"{where}: 'submodules' must be a list of submodule paths")
+    for path in value:
+        if path.startswith(("/", "-")) or ".." in PurePosixPath(path).parts:
+            raise UserError(f"{where}: submodule path {path!r} must be relative, inside the tree")
+    return tuple(value)
 
 
 # --- PyTorch's aotriton.cmake ------------------------------------------------------------

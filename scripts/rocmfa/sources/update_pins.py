@@ -1,6 +1,6 @@
 """`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote` and rewrite only
 the `commit` value of pins/<project>.toml (rocmfa.plumbing.pin_files keeps every other byte);
-record what the new commit itself says (AOTriton's submodule paths: rocmfa.sources.pin_submodules;
+record what the new commit itself says (AOTriton's submodule paths, read_tree_submodules;
 which AOTriton the torch pin's aotriton.cmake names: rocmfa.sources.pin_set); report whether
 each patch set still applies at the new commit (`--port-patches` copies one that applies); then
 refuse an inconsistent torch x AOTriton pin set (--force: a warning).
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
-from rocmfa.sources import pin_set, pin_submodules, pins
+from rocmfa.sources import pin_set, pins
 from rocmfa.sources.checkouts import fetch_commit, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
@@ -31,6 +32,8 @@ FROM_TORCH = {
     "pytorch.vision": ("related_commits", "torchvision"),
     "pytorch.apex": ("related_commits", "apex"),
 }
+# the aiter AOTriton's configure clones by tag (v3src/CMakeLists.txt, 6e00ef3e)
+AITER_URL = "https://github.com/ROCm/aiter"
 # patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
 PATCH_PROJECTS = {
     "pytorch.audio": "pytorch_audio",
@@ -66,14 +69,12 @@ def update_pins(opts: UpdatePinsOptions) -> None:
             failures[project] = e
             runner.say(f"{project}: FAILED: {e}")
     if {"pytorch", "aotriton"} & set(chosen) and not {"pytorch", "aotriton"} & set(failures):
-        if opts.dry_run:
-            runner.say("[dry-run] would check the torch x AOTriton pin set")
-        else:
-            try:
-                _check_pin_set(directory, work, runner, force=opts.force)
-            except UserError as e:
-                failures["pin set"] = e
-                runner.say(f"pin set: FAILED: {e}")
+        try:
+            say = "check the torch x AOTriton pin set"
+            runner.apply(_check_pin_set, directory, work, runner, force=opts.force, say=say)
+        except UserError as e:
+            failures["pin set"] = e
+            runner.say(f"pin set: FAILED: {e}")
     if failures:
         first = next(iter(failures.items()))
         raise UserError(
@@ -127,12 +128,15 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
     path, table = pin_files.read_table(project, directory)
-    tables = [(project, table)] + [
-        (f"{project}.{key}", value)
+    names = [project] + [
+        f"{project}.{key}"
         for key, value in table.items()
         if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value)
     ]
-    for name, entry in tables:
+    for name in names:
+        if name == "aotriton.aiter":  # the AOTriton commit's tree names it: record_submodules
+            continue
+        entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
         url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
@@ -226,7 +230,9 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise."""
+    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise, and
+    [table.aiter] with the aiter tag its configure clones (third_party/aiter.txt) and its
+    commit."""
     if not (checkout / ".git").exists():
         runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
@@ -235,8 +241,15 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         return
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
-    tree = pin_submodules.read_tree_submodules(runner, checkout, commit)
+    tree = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
+    tag = runner.run(["git", "show", f"{commit}:third_party/aiter.txt"], cwd=checkout,
+                     capture=True, check=False).stdout.strip()  # fmt: skip
+    if tag:  # what its configure clones by tag: pinned at a commit, as every source
+        aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
+        new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
+        changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
+        runner.say(f"{table}.aiter: configure clones aiter {tag} = {new['commit'][:12]}")
     unmapped = ", ".join(tree.unmapped)
     runner.say(
         f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
@@ -267,3 +280,26 @@ def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) 
     version = str(aotriton.data.get("version") or "")
     for line in pin_set.check(aotriton, version, force=force, workdir=work):
         runner.say(line)
+
+
+class TreeSubmodules(NamedTuple):
+    initialisable: tuple[str, ...]  # gitlinks (mode 160000) that .gitmodules maps to a url
+    unmapped: tuple[str, ...]  # gitlinks without a .gitmodules entry: not initialisable
+
+
+def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
+    """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
+    tree = runner.run(["git", "ls-tree", "-r", "--full-tree", commit], cwd=repo, capture=True,
+                      check=False)  # fmt: skip
+    if tree.returncode != 0:
+        raise UserError(f"{repo}: cannot list the tree of {commit[:12]}")
+    gitlinks = sorted(
+        line.partition("\t")[2] for line in tree.stdout.splitlines() if line.startswith("160000 ")
+    )
+    keys = ["--get-regexp", r"^submodule\..*\.path$"]
+    config = runner.run(["git", "config", "--blob", f"{commit}:.gitmodules", *keys], cwd=repo,
+                        capture=True, check=False)  # fmt: skip
+    mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
+    return TreeSubmodules(
+        tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
+    )
