@@ -557,7 +557,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
     generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
     kernel, on the cluster, into the kernel store). Returns the source tree."""
-    from rocmfa.builds import kernel_build, kernel_check
+    from rocmfa.builds import kernel_check
     from rocmfa.sources import tuning_db
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
@@ -566,17 +566,25 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    pinned = ctx.pin.submodules
-    if build_options.triton != "fork":  # the kernels compile with the PyPI Triton: no fork
-        pinned = tuple(p for p in pinned if p != kernel_build.FORK)
     force = build_options.discard_local_edits
-    ensure_checkout(ctx.pin, src, runner, force=force, submodules=pinned)
+    ensure_checkout(
+        ctx.pin, src, runner, force=force, submodules=submodules(ctx.pin, build_options)
+    )
     tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=tuned)
     if not build_options.no_images:  # configure clones aiter only for the images
         place_aiter(ctx.pin, src, build, paths.src_dir(ctx.work, "aiter"), runner, force=force)
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
+
+
+def submodules(pin: pins.Pin, build: SourceBuild) -> tuple[str, ...]:
+    """The pin's submodules; the Triton fork only when the kernels compile with it."""
+    from rocmfa.builds import kernel_build
+
+    if build.triton == "fork":
+        return pin.submodules
+    return tuple(p for p in pin.submodules if p != kernel_build.FORK)
 
 
 def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, force) -> None:

@@ -281,12 +281,11 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
 
 def checkout(ctx: ba.Context, build: ba.SourceBuild) -> Path:
     """The pinned tree with the tuning patches: the tuner runs from it, the tuning build uses it."""
-    from rocmfa.sources import pin_submodules
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
 
     src, runner = paths.src_dir(ctx.work, ctx.source_name), ctx.session.runner
-    pinned = pin_submodules.pinned_paths(ctx.pin.data, ctx.pin.source)
+    pinned = ba.submodules(ctx.pin, build)
     ensure_checkout(ctx.pin, src, runner, force=build.discard_local_edits, submodules=pinned)
     apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=True)
     return src
