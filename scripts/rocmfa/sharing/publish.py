@@ -140,8 +140,7 @@ def publish(opts: PublishOptions) -> None:
         return
     out = work / "publish"
     manifest_file = out / wheel_manifest.manifest_wheel_name(manifest)
-    if not opts.dry_run:
-        manifest_file = wheel_manifest.write_manifest_wheel(manifest, out)
+    runner.apply(wheel_manifest.write_manifest_wheel, manifest, out)
     files = [path for _project, path in plan.upload]
     if not plan.set_present:
         files.append(manifest_file)
@@ -149,19 +148,18 @@ def publish(opts: PublishOptions) -> None:
         upload_api(runner, spec, family, files)
     else:
         upload_tree(runner, store, plan, files, manifest_file)
-    if not opts.dry_run:
-        say(f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}")
-        say(
-            "install it on another machine of this family with: nox -s setup_env install_wheels "
-            f"-- --index {shlex.quote(opts.index)}"
-        )
+    runner.done(
+        f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}; install it "
+        "on another machine of this family with: nox -s setup_env install_wheels "
+        f"-- --index {shlex.quote(opts.index)}"
+    )
 
 
 def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
     """twine to a server with the upload API; it reads TWINE_USERNAME/TWINE_PASSWORD itself.
     The manifest wheel is last, so the set is listed only once its wheels are there."""
-    if not runner.dry_run and not os.environ.get("TWINE_USERNAME"):
-        raise UserError(
+    if not os.environ.get("TWINE_USERNAME"):
+        runner.refuse(
             "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
             "(twine reads them; any values for a server without authentication)"
         )
@@ -181,34 +179,27 @@ def upload_tree(
     if manifest_file in files:
         project = wheel_manifest.MANIFEST_PROJECT
         uploads.append((project, manifest_file))
-        sha = None if runner.dry_run else _sha256(manifest_file.read_bytes())
+        sha = runner.apply(lambda: _sha256(manifest_file.read_bytes()))
         plan.pages[project][manifest_file.name] = sha
     for project, path in uploads:
         rel = f"{project}/{path.name}"
-        if runner.dry_run:
-            runner.say(f"[dry-run] upload {path} -> {store.target(rel)}")
-            continue
-        runner.say(f"upload {path.name} -> {store.target(rel)}")
-        try:
-            store.put_new(rel, path)
-        except team_index.Clash:
-            raise UserError(
-                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
-                "replace it - run publish again"
-            ) from None
+        runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
     # Pages last: a wheel's page before the manifest's, the manifest's before the root's.
     order = sorted(p for p in plan.pages if p != wheel_manifest.MANIFEST_PROJECT)
-    order.append(wheel_manifest.MANIFEST_PROJECT)
-    for project in order:
-        rel = f"{project}/index.html"
-        if runner.dry_run:
-            runner.say(f"[dry-run] write page {store.target(rel)}")
-        else:
-            store.put_page(rel, team_index.project_page(plan.pages[project]))
-    root = store.read("index.html") if not runner.dry_run else None
-    text = root.decode(errors="replace") if root else ""
-    known = set(team_index.parse_page(text, "http://index.invalid/"))
-    if runner.dry_run:
-        runner.say(f"[dry-run] write page {store.target('index.html')}")
-    else:
-        store.put_page("index.html", team_index.root_page(known | set(plan.pages)))
+    for project in [*order, wheel_manifest.MANIFEST_PROJECT]:
+        rel, page = f"{project}/index.html", team_index.project_page(plan.pages[project])
+        runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
+    root = runner.apply(store.read, "index.html")
+    known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
+    page = team_index.root_page(known | set(plan.pages))
+    runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
+
+
+def put_new(store: team_index.TreeStore, rel: str, path: Path) -> None:
+    try:
+        store.put_new(rel, path)
+    except team_index.Clash:
+        raise UserError(
+            f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
+            "replace it - run publish again"
+        ) from None

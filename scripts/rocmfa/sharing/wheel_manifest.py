@@ -35,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 from rocmfa.builds import aotriton_install, build_pytorch, kernel_check
 from rocmfa.env import archs
 from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 
 SCHEMA = "rocmfa-wheelset/1"
@@ -76,6 +77,14 @@ def requires_of(wheel: Path) -> list[str]:
             f"{wheel.name}: no readable METADATA ({e or 'none in the wheel'})"
         ) from None
     return list(metadata.get_all("Requires-Dist") or [])
+
+
+def write_lines(path: Path, lines: list[str], runner: Runner) -> Path:
+    """A requirements file for pip (said, not written, in a plan)."""
+    text = "\n".join(lines) + "\n"
+    runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
+    runner.apply(stamps.write_text_atomic, path, text, say=f"write {path}: {' '.join(lines)}")
+    return path
 
 
 # --- AOTriton inside the torch wheel ----------------------------------------------------------
@@ -361,7 +370,7 @@ def read_manifest_wheel(data: bytes, where: str) -> dict[str, Any]:
     return manifest
 
 
-def _same_version(a: str, b: str) -> bool:
+def same_version(a: str, b: str) -> bool:
     try:
         return Version(a) == Version(b)
     except InvalidVersion:
@@ -394,7 +403,7 @@ def mismatch(
         return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
     if python_tag is not None and manifest["python"] != python_tag:
         return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
-    if rocm_version is not None and not _same_version(manifest["rocm_sdk"], rocm_version):
+    if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
         return (
             f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
             f"{rocm_version} (rocm-sdk version)"
