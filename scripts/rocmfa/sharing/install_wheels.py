@@ -91,10 +91,6 @@ def check_wheel(
 ) -> tuple[Path, str]:
     """(path, one-line description) or UserError naming the wheel and the mismatch."""
     path = Path(record["file"])
-    try:
-        parse_wheel_filename(path.name)
-    except InvalidWheelFilename as e:
-        raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
     if stamps.file_sha256(path) != record.get("sha256"):
@@ -107,7 +103,7 @@ def check_wheel(
 
 def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
     """A wheel's tags and ROCm local version against the env: its description or UserError."""
-    path = Path(filename)
+    path = Path(filename)  # a name or a URL's last part
     try:
         name, version, _build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:

@@ -44,14 +44,8 @@ class Plan:
     set_present: bool = False
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def existing_entries(
-    spec: IndexSpec, family: str, project: str, store: team_index.TreeStore | None
-) -> dict[str, Link]:
-    return team_index.read_project(spec, family, project, store)
+def _sha256(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
 def plan_publish(
@@ -67,22 +61,14 @@ def plan_publish(
         project = canonicalize_name(record["project"])
         path = Path(record["file"])
         if project not in listed:
-            listed[project] = existing_entries(spec, family, project, store)
+            listed[project] = team_index.read_project(spec, family, project, store)
             plan.pages[project] = {n: link.sha256 for n, link in listed[project].items()}
-        link = listed[project].get(path.name)
-        there: str | None = None
-        if link is not None:
-            there = link.sha256
-            if there is None:  # a page without hashes: look at the file itself
-                body = (
-                    team_index.fetch(link.url)
-                    if store is None
-                    else store.read(f"{project}/{path.name}")
-                )
-                there = _sha256(body) if body is not None else None
-        elif store is not None and store.exists(f"{project}/{path.name}"):
-            body = store.read(f"{project}/{path.name}")  # left by an interrupted publish
-            there = _sha256(body) if body is not None else None
+        link, rel = listed[project].get(path.name), f"{project}/{path.name}"
+        there = link.sha256 if link is not None else None
+        if link is not None and there is None:  # a page without hashes: look at the file
+            there = _sha256(team_index.fetch(link.url) if store is None else store.read(rel))
+        elif link is None and store is not None and store.exists(rel):
+            there = _sha256(store.read(rel))  # left by an interrupted publish
         if there is None:
             plan.upload.append((project, path))
         elif there == record["sha256"]:
@@ -93,7 +79,7 @@ def plan_publish(
                 f"{there[:12]}…, this build {record['sha256'][:12]}…)"
             )
         plan.pages[project][path.name] = record["sha256"]
-    manifests = existing_entries(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    manifests = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
     plan.set_present = any(wheel_manifest.is_manifest_of(n, set_id) for n in manifests)
     plan.pages[wheel_manifest.MANIFEST_PROJECT] = {n: m.sha256 for n, m in manifests.items()}
     return plan

@@ -205,28 +205,25 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
 
 
 def wheel_records(run_wheels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The manifest's record of each wheel of the run manifest."""
+    """The manifest's record of each wheel of the run manifest, with what pip must add for it
+    to import (Requires-Dist: typing-extensions, sympy, ...; install_wheels installs these the
+    ordinary way and the wheels themselves with --no-deps)."""
+    keys = ("project", "version", "size", "sha256")
     return [
         {
             "file": Path(w["file"]).name,
-            "project": w["project"],
-            "version": w["version"],
-            "size": w["size"],
-            "sha256": w["sha256"],
-            # what pip must add for it to import (typing-extensions, sympy, ...); install_wheels
-            # installs these the ordinary way and the wheels themselves with --no-deps
+            **{k: w[k] for k in keys},
             "requires": requires_of(Path(w["file"])),
         }
         for w in run_wheels
     ]
 
 
-def components_and_patches(
-    sources: Mapping[str, Any], heads: Mapping[str, Any], patch_inputs: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def components_and_patches(checkout: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each checked-out source's origin, commit and head; the patches applied to each."""
-    components = {}
-    patches = {}
+    heads, sources = checkout.get("heads") or {}, checkout.get("sources") or {}
+    patch_inputs = (checkout.get("inputs") or {}).get("patches") or {}
+    components, patches = {}, {}
     for key, source in sorted(sources.items()):
         commit = source.get("hashtag")
         components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
@@ -262,11 +259,9 @@ def build(
     wheels = wheel_records(run["wheels"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
     torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
-    inputs = checkout.get("inputs") or {}
-    sources = checkout.get("sources") or {}
-    heads = checkout.get("heads") or {}
+    inputs, heads = checkout.get("inputs") or {}, checkout.get("heads") or {}
     versions = {w["project"]: w["version"] for w in wheels}
-    components, patches = components_and_patches(sources, heads, inputs.get("patches") or {})
+    components, patches = components_and_patches(checkout)
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
     found = aotriton_in_wheel(Path(torch_wheel["file"])) if torch_wheel else {}
