@@ -145,7 +145,10 @@ def kill_points(rig: Rig, changes: list[str]) -> list[int]:
             parts = Path(path).parts
             where = parts[parts.index(ai.WHEELS) :][:2] if ai.WHEELS in parts else ("work",)
         where = tuple(re.sub(r"[0-9a-f]{16}|\d+|\w{8}\.tmp$|\.tmp$", "#", w) for w in where)
-        kinds.setdefault((phase, verbs.get(event, "write"), where), []).append(n)
+        # before pip only our work dir changes and a kill anywhere in one of its folders leaves
+        # the same; after pip's commit only its stash goes: one kind each
+        verb = verbs.get(event, "write") if phase == 1 else ""
+        kinds.setdefault((phase, verb, where if phase < 2 else ()), []).append(n)
     points = {len(changes), *(ns[0] for ns in kinds.values())}
     # and midway through pip's writing of each folder: a half-written torch/ or dist-info
     points |= {ns[len(ns) // 2] for k, ns in kinds.items() if k[:2] == (1, "write")}
