@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,7 @@ class Rig:
     def run(self, work: Path, what: str, kill_at: int | None = None) -> tuple[int, list[str]]:
         """(exit status, the changes it made) of one run; kill_at: SIGKILL at that change."""
         argv = [sys.executable, "-c", RUN, self.prefix, work, self.new, what]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'scripts'}"}
         return kill_hook.run(argv, self.hooks, [self.site, work], kill_at, env)
 
     def save(self, name: str) -> None:
@@ -117,28 +118,41 @@ def assert_whole(rig: Rig, swapped: bool, when: str) -> None:
 
 
 def kill_points(rig: Rig, changes: list[str]) -> list[int]:
-    """Every change of the run but those inside our scratch folders (the unpacked trees that
-    `wheel pack` reads, which the next run deletes before anything else) and pip's removal of
-    its stash once the new RECORD is in place (torch is whole by then): there, the first of
-    each removal and the last change."""
-    first_env = next(n for n, line in enumerate(changes, 1) if str(rig.site) in line)
+    """The first change of each distinct kind of step, and the last change. A kind is the
+    phase (before pip, pip before its new RECORD is in place, after it), what is done (write,
+    rename, remove) and where (which folder of the work dir or site-packages, numbers and
+    random suffixes aside; pip's temporary files apart). An audit event comes before its
+    change, so a kill at the first change of a kind leaves every step before it whole and this
+    one not begun; later changes of the same kind only differ in count. Our scratch trees (the
+    unpacked wheels that `wheel pack` reads, which the next run deletes first) and the files
+    inside an rmtree are left out but for the first. Where pip writes a folder file after file,
+    a kill midway too."""
     committed = max(
         n for n, line in enumerate(changes, 1) if "os.rename" in line and "/RECORD" in line
     )
-    skipped = [
-        n
-        for n, line in enumerate(changes, 1)
-        if ".tree" in line
-        or (n < first_env and not line.split(" ", 1)[1].startswith("/"))
-        or (n > committed and not line.startswith("shutil.rmtree"))
-    ]
-    kept = [n for n in range(1, len(changes) + 1) if n not in skipped]
-    # A run of changes in one folder (pip writing torch/lib file after file, whatever the call) is
-    # killed at its first change: an audit event comes before its change, so that kill leaves
-    # the run before it whole and this one not begun; inside the run only the count differs.
-    kind = {n: Path(changes[n - 1].split(" ", 1)[-1]).parent for n in kept}
-    ends = {n for i, n in enumerate(kept) if i == 0 or kind[n] != kind[kept[i - 1]]}
-    return sorted({*ends, min(skipped, default=1), len(changes)})
+    first_env = next(n for n, line in enumerate(changes, 1) if str(rig.site) in line)
+    verbs = {"os.rename": "rename", "os.remove": "remove", "os.rmdir": "remove"}
+    verbs["shutil.rmtree"] = "remove"
+    kinds: dict[tuple, list[int]] = {}
+    for n, line in enumerate(changes, 1):
+        event, _, path = line.partition(" ")
+        phase = 0 if n < first_env else 1 if n <= committed else 2
+        if ".tree" in path or not path.startswith("/"):
+            where: tuple[str, ...] = ("scratch",)
+        elif path.startswith(str(rig.site)):  # a folder of it; pip's atomic writes apart
+            where = (Path(path).relative_to(rig.site).parts[0], str(path.endswith(".tmp")))
+        else:  # the work dir: which of its wheel folders
+            parts = Path(path).parts
+            where = parts[parts.index(ai.WHEELS) :][:2] if ai.WHEELS in parts else ("work",)
+        where = tuple(re.sub(r"[0-9a-f]{16}|\d+|\w{8}\.tmp$|\.tmp$", "#", w) for w in where)
+        # before pip only our work dir changes and a kill anywhere in one of its folders leaves
+        # the same; after pip's commit only its stash goes: one kind each
+        verb = verbs.get(event, "write") if phase == 1 else ""
+        kinds.setdefault((phase, verb, where if phase < 2 else ()), []).append(n)
+    points = {len(changes), *(ns[0] for ns in kinds.values())}
+    # and midway through pip's writing of each folder: a half-written torch/ or dist-info
+    points |= {ns[len(ns) // 2] for k, ns in kinds.items() if k[:2] == (1, "write")}
+    return sorted(points)
 
 
 def kill_everywhere(rig: Rig, what: str, prepare: Callable[[], Path]) -> None:

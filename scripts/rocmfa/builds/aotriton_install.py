@@ -2,15 +2,13 @@
 refuse versions torch was not built for, and install a new one as a wheel.
 
 The new AOTriton goes in through pip, so torch's RECORD stays true and pip is the transaction:
-the wheel torch was installed from is rebuilt from its installed files and RECORD (each file
-checked against RECORD's sha256), repacked with the new runtime and images (`wheel unpack` /
-`wheel pack`) and installed with `pip install --force-reinstall --no-deps`. Both wheels stay in
+the wheel torch was installed from (or one rebuilt from its installed files, each checked
+against RECORD's sha256) is repacked with the new runtime and images (`wheel unpack` / `wheel
+pack`) and installed with `pip install --force-reinstall --no-deps`. Both wheels stay in
 <work>/torch-wheels/, keyed by their inputs; `--restore` reinstalls the original. A run killed
-while pip replaces torch is finished by the next run of the session (finish_interrupted), from
-<env>/.rocmfa/pip-install.json (the wheel pip was installing).
-
-Shared by build_aotriton (built from source) and aotriton_release (prebuilt), so neither
-imports the other.
+while pip replaces torch is finished by the next run (finish_interrupted), from
+<env>/.rocmfa/pip-install.json (the wheel pip was installing). Shared by build_aotriton and
+aotriton_release, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -36,13 +34,9 @@ from rocmfa.plumbing.errors import UserError
 
 MARKER = "aotriton.rocmfa.json"  # in torch/lib of our repacked wheel: what we installed
 WHEELS = "torch-wheels"  # under the work dir
-# Written by pip at install time, not part of the wheel (PEP 376/610/627).
-PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # not in the wheel
 LIB_RE = re.compile(r"libaotriton_v2\.so\.(\d+)\.(\d+)\.(\d+)")
-SIG_RE = re.compile(r"aotriton\s*v?(\d+)\.(\d+)")
-
-
-# --- the env's torch ----------------------------------------------------------------------
+REINSTALL = "reinstall torch with pip (nox -s install_wheels), then rerun"
 
 
 def site_packages(prefix: Path) -> Path:
@@ -53,7 +47,6 @@ def site_packages(prefix: Path) -> Path:
 
 
 def find_torch(prefix: Path) -> Path | None:
-    """<site-packages>/torch of the env, or None when no torch is installed there."""
     torch = site_packages(prefix) / "torch"
     return torch if (torch / "__init__.py").is_file() else None
 
@@ -62,72 +55,42 @@ def torch_dir(prefix: Path, why: str = "") -> Path:
     """The env's torch; UserError (one line, saying why it is needed) when there is none."""
     torch = find_torch(prefix)
     if torch is None:
-        need = f" ({why})" if why else ""
         raise UserError(
-            f"no torch in the env ({site_packages(prefix)}){need}; install it first: "
-            "nox -s setup_env -- --with-torch, or nox -s build_pytorch install_wheels"
+            f"no torch in the env ({site_packages(prefix)}){f' ({why})' if why else ''}; install "
+            "it first: nox -s setup_env -- --with-torch, or nox -s build_pytorch install_wheels"
         )
     return torch
 
 
+def dist_version(site: Path, name: str) -> str | None:
+    infos = sorted(site.glob(f"{name}-*.dist-info"))
+    return infos[-1].name[len(name) + 1 : -len(".dist-info")] if infos else None
+
+
 def torch_version(torch: Path) -> str:
-    infos = sorted(torch.parent.glob("torch-*.dist-info"))
-    if infos:
-        return infos[-1].name[len("torch-") : -len(".dist-info")]
     text = (torch / "version.py").read_text() if (torch / "version.py").is_file() else ""
     match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
-    return match.group(1) if match else "unknown"
-
-
-def runtime_version_in(lib_dir: Path) -> str | None:
-    """X.Y.Z of the real libaotriton_v2.so.X.Y.Z file in lib_dir (not a symlink)."""
-    versions = []
-    if lib_dir.is_dir():
-        for item in lib_dir.iterdir():
-            match = LIB_RE.fullmatch(item.name)
-            if match and not item.is_symlink():
-                versions.append(tuple(int(g) for g in match.groups()))
-    if not versions:
-        return None
-    return ".".join(map(str, max(versions)))
-
-
-def config_h_version(include_dir: Path) -> str | None:
-    path = include_dir / "aotriton" / "config.h"
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    parts = []
-    for name in ("MAJOR", "MINOR", "PATCH"):
-        match = re.search(rf"#define\s+AOTRITON_VERSION_{name}\s+(\d+)", text)
-        if not match:
-            return None
-        parts.append(match.group(1))
-    return ".".join(parts)
+    return dist_version(torch.parent, "torch") or (match[1] if match else "unknown")
 
 
 def signature_of(text: str) -> str:
     """What one __signature__ says: 'X.Y' for a versioned text signature, 'git-<sha1[:12]>'
-    for AOTriton's JSON form (0.13b write_image_signature: AOTRITON_GIT_SHA1, ..._TREESHA1,
-    DB_SHA256, TRITON_VERSION; no version in it), else 'unknown'."""
+    for AOTriton's JSON form (0.13b write_image_signature: AOTRITON_GIT_SHA1, ...; no version
+    in it), else 'unknown'."""
     try:
         data = json.loads(text)
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("AOTRITON_GIT_SHA1"), str):
         return "git-" + data["AOTRITON_GIT_SHA1"][:12]
-    match = SIG_RE.search(text)
-    return f"{match.group(1)}.{match.group(2)}" if match else "unknown"
+    match = re.search(r"aotriton\s*v?(\d+)\.(\d+)", text)
+    return f"{match[1]}.{match[2]}" if match else "unknown"
 
 
 def image_signatures(images: Path) -> dict[str, str]:
     """{'amd-gfx115x': '0.13' or 'git-<sha1>', ...} from each pack's __signature__."""
-    found = {}
-    if images.is_dir():
-        for sig in sorted(images.glob("*/__signature__")):
-            found[sig.parent.name] = signature_of(sig.read_text(errors="replace"))
-    return found
+    signatures = sorted(images.glob("*/__signature__")) if images.is_dir() else []
+    return {sig.parent.name: signature_of(sig.read_text(errors="replace")) for sig in signatures}
 
 
 @dataclass(frozen=True)
@@ -141,7 +104,16 @@ class AotritonInstall:
 
     @classmethod
     def read(cls, lib: Path, include: Path | None = None) -> AotritonInstall:
-        runtime = runtime_version_in(lib) or (config_h_version(include) if include else None)
+        found = [p for p in lib.iterdir() if not p.is_symlink()] if lib.is_dir() else []
+        versions = [tuple(map(int, m.groups())) for p in found if (m := LIB_RE.fullmatch(p.name))]
+        runtime = ".".join(map(str, max(versions))) if versions else None
+        try:  # else the version its headers say
+            text = (include / "aotriton" / "config.h").read_text() if include else ""
+        except OSError:
+            text = ""
+        parts = re.findall(r"#define\s+AOTRITON_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)", text)
+        if runtime is None and [p[0] for p in parts] == ["MAJOR", "MINOR", "PATCH"]:
+            runtime = ".".join(p[1] for p in parts)
         py = tuple(sorted(lib.glob("pyaotriton*.so")))
         return cls(lib, runtime, image_signatures(lib / "aotriton.images"), py)
 
@@ -151,10 +123,8 @@ class AotritonInstall:
 
 
 def major_minor(version: str | None) -> tuple[int, ...] | None:
-    if not version:
-        return None
     try:
-        return archs.aotriton_version_key(version)[:2]
+        return archs.aotriton_version_key(version)[:2] if version else None
     except UserError:
         return None
 
@@ -162,22 +132,20 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
 def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
     """Refuse runtime/image disagreement and a version torch was not built for (unless force).
     Returns the warnings that --force overrode."""
-    problems = []
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
-    runtime = major_minor(new.runtime)
-    built_from = {sig for sig in new.images.values() if sig.startswith("git-")}
-    if len(built_from) > 1:
-        commits = ", ".join(sorted(built_from))
-        problems.append(f"the image packs come from different AOTriton commits ({commits})")
-    for pack, sig in new.images.items():
-        if sig.startswith("git-"):
-            continue  # the JSON signature names a commit, not a version
-        if major_minor(sig) != runtime:
-            problems.append(
-                f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime "
-                "and images give hipErrorInvalidValue / all-zero attention)"
-            )
+    runtime, problems = major_minor(new.runtime), []
+    built_from = sorted(sig for sig in new.images.values() if sig.startswith("git-"))
+    if len(set(built_from)) > 1:
+        problems.append(
+            f"the image packs come from different AOTriton commits ({', '.join(built_from)})"
+        )
+    problems += [
+        f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime and "
+        "images give hipErrorInvalidValue / all-zero attention)"
+        for pack, sig in new.images.items()
+        if not sig.startswith("git-") and major_minor(sig) != runtime
+    ]  # a JSON signature names a commit, not a version
     if torch_shipped is None or torch_shipped.runtime is None:
         problems.append("the env's torch ships no AOTriton runtime (built without it?)")
     elif major_minor(torch_shipped.runtime) != runtime:
@@ -187,14 +155,6 @@ def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None
     if problems and not force:
         raise UserError(f"refusing to install AOTriton: {problems[0]} (--force to install anyway)")
     return problems
-
-
-def dist_version(site: Path, name: str) -> str | None:
-    infos = sorted(site.glob(f"{name}-*.dist-info"))
-    return infos[-1].name[len(name) + 1 : -len(".dist-info")] if infos else None
-
-
-# --- torch as pip installed it ------------------------------------------------------------
 
 
 def installed_fingerprint(lib: Path) -> str | None:
@@ -220,53 +180,47 @@ def read_marker(torch: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def env_prefix_of(torch: Path) -> Path:
-    """<prefix> of <prefix>/lib/python3.X/site-packages/torch (site_packages' layout)."""
-    return torch.parents[3]
-
-
 # --- the wheels: torch's own, rebuilt from its RECORD, and ours with the new AOTriton --------
 
 
 def wheel_in(folder: Path) -> Path | None:
-    found = sorted(folder.glob("*.whl")) if folder.is_dir() else []
-    return found[0] if found else None
+    return next(iter(sorted(folder.glob("*.whl"))), None) if folder.is_dir() else None
 
 
-def pack(tree: Path, out: Path, runner: Runner) -> Path:
-    """`wheel pack` the unpacked wheel at tree into the folder out: a kill leaves only
-    out.partial (redone by the next run), never a half wheel in out."""
+def into_folder(out: Path, fill) -> Path:
+    """fill(partial folder) then rename it to out: a kill leaves only out.partial (redone by the
+    next run), never a half wheel in out."""
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    runner.run([sys.executable, "-m", "wheel", "pack", "--dest-dir", partial, tree])
+    fill(partial)
     partial.rename(out)
     return wheel_in(out) or out
 
 
-def copy_checked(src: Path, dst: Path, digest: str) -> bool:
-    """Copy src to dst; True when its sha256 is the RECORD digest ('sha256=<urlsafe b64>')."""
-    sha = hashlib.sha256()
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        while chunk := fin.read(1 << 20):
-            sha.update(chunk)
-            fout.write(chunk)
-    shutil.copymode(src, dst)
-    b64 = base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
-    return digest == f"sha256={b64}"
+def pack(tree: Path, out: Path, runner: Runner) -> Path:
+    argv = [sys.executable, "-m", "wheel", "pack", "--dest-dir"]
+    wheel = into_folder(out, lambda partial: runner.run([*argv, partial, tree]))
+    shutil.rmtree(tree.parent if tree.parent.name.endswith(".tree") else tree)
+    return wheel
+
+
+def record_hash(path: Path) -> str:
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
     """{path: RECORD digest} of what a wheel itself holds: pip makes console scripts, .pyc and
     its own dist-info files at install time (info: the dist-info folder's name)."""
-    kept = {}
-    for rel, digest, _size in rows:
-        parts = Path(rel).parts
-        pip_made = parts[0] == info and parts[-1] in PIP_WRITES
-        if not (pip_made or ".." in parts or "__pycache__" in parts):
-            kept[rel] = digest
-    return kept
+    return {
+        rel: digest
+        for rel, digest, _size in rows
+        if not ((p := Path(rel).parts)[0] == info and p[-1] in PIP_WRITES)
+        and ".." not in p
+        and "__pycache__" not in p
+    }
 
 
 def installed_from(record: Path, files: dict[str, str]) -> Path | None:
@@ -274,18 +228,14 @@ def installed_from(record: Path, files: dict[str, str]) -> Path | None:
     and holds exactly the files RECORD lists; None when torch came from an index."""
     try:
         url = json.loads((record.parent / "direct_url.json").read_text(encoding="utf-8"))["url"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
-    if not (url.startswith("file:") and wheel.suffix == ".whl" and wheel.is_file()):
-        return None
-    try:
+        wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
         with zipfile.ZipFile(wheel) as whl:
             text = whl.read(f"{record.parent.name}/RECORD").decode("utf-8")
-    except (OSError, KeyError, UnicodeDecodeError, zipfile.BadZipFile):
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
         return None
     rows = [row for row in csv.reader(text.splitlines()) if len(row) == 3]
-    return wheel if wheel_files(record.parent.name, rows) == files else None
+    ok = url.startswith("file:") and wheel.suffix == ".whl"
+    return wheel if ok and wheel_files(record.parent.name, rows) == files else None
 
 
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
@@ -299,47 +249,42 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
         if not wheel.is_file():
             raise UserError(
                 f"{wheel}, torch's own wheel (the env's torch was repacked from it), is gone; "
-                "reinstall torch with pip (nox -s install_wheels), then rerun"
+                + REINSTALL
             )
         return wheel
     site = torch.parent
     why = condaenv.torch_incomplete(site)
     if why:
-        raise UserError(
-            f"the env's torch is incomplete ({why}); reinstall it with pip "
-            "(nox -s install_wheels), then rerun"
-        )
+        raise UserError(f"the env's torch is incomplete ({why}); {REINSTALL}")
     record = condaenv.torch_record(site)
     assert record is not None  # torch_incomplete() said so
     out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
-    found = wheel_in(out)
-    if found is not None:
-        return found
     files = wheel_files(record.parent.name, condaenv.record_rows(record))
     source = installed_from(record, files)
     how = f"the wheel pip installed it from, {source}" if source else f"{site} and its RECORD"
-    if runner.dry_run:
-        runner.say(f"[dry-run] would keep torch's own wheel (from {how}) in {out}")
-        return out / "torch.whl"
+    if wheel_in(out) is None:
+        said = f"keep torch's own wheel (from {how}) in {out}"
+        runner.apply(keep_original, site, files, source, out, runner, say=said)
+    return wheel_in(out) or out / "torch.whl"
+
+
+def keep_original(
+    site: Path, files: dict[str, str], source: Path | None, out: Path, runner: Runner
+) -> None:
     if source is not None:
-        partial = out.with_name(out.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        shutil.copy2(source, partial / source.name)
-        partial.rename(out)
-        return out / source.name
+        into_folder(out, lambda partial: shutil.copy2(source, partial / source.name))
+        return
     tree = out.with_name(out.name + ".tree")
     shutil.rmtree(tree, ignore_errors=True)
     for rel, digest in files.items():
-        if not copy_checked(site / rel, tree / rel, digest):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(site / rel, tree / rel)
+        if record_hash(tree / rel) != digest:
             raise UserError(
                 f"{site / rel} is not the file torch's RECORD lists (changed since pip installed "
-                "it); reinstall torch with pip (nox -s install_wheels), then rerun"
+                f"it); {REINSTALL}"
             )
-    wheel = pack(tree, out, runner)
-    shutil.rmtree(tree)
-    runner.say(f"torch's own wheel, rebuilt from {how}: {wheel}")
-    return wheel
+    pack(tree, out, runner)
 
 
 def repack(
@@ -359,17 +304,11 @@ def repack(
     images = new.lib / "aotriton.images"
     sources = [new.lib / real, *new.pyaotriton]
     sources += sorted(p for p in images.rglob("*") if p.is_file()) if images.is_dir() else []
-    key_inputs = {
-        "original": str(original),
-        "files": {str(p.relative_to(new.lib)): stamps.file_sha256(p) for p in sources},
-        "aliases": aliases,
-        "marker": marker,
-    }
-    key = hashlib.sha256(json.dumps(key_inputs, sort_keys=True, default=str).encode())
-    out = work / WHEELS / f"aotriton-{key.hexdigest()[:16]}"
-    found = wheel_in(out)
-    if found is not None:
-        return found
+    files = {str(p.relative_to(new.lib)): stamps.file_sha256(p) for p in sources}
+    key = stamps.digest([str(original), files, aliases, marker])
+    out = work / WHEELS / f"aotriton-{key[:16]}"
+    if wheel_in(out) is not None:
+        return wheel_in(out) or out
     tree = out.with_name(out.name + ".tree")
     shutil.rmtree(tree, ignore_errors=True)
     runner.run([sys.executable, "-m", "wheel", "unpack", "--dest", tree, original])
@@ -386,9 +325,7 @@ def repack(
         shutil.copy2(py, lib / py.name)
     text = json.dumps({**marker, "wheel": out.name}, indent=1, default=str) + "\n"
     (lib / MARKER).write_text(text, encoding="utf-8")
-    wheel = pack(root, out, runner)
-    shutil.rmtree(tree)
-    return wheel
+    return pack(root, out, runner)
 
 
 # --- pip installs them --------------------------------------------------------------------
@@ -398,18 +335,21 @@ def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None
     """pip replaces the env's torch with wheel. Until pip is done, the env's state folder
     names the wheel and keeps the dist-info of the torch it replaces, so the next run can
     finish a run killed meanwhile (finish_interrupted)."""
-    if not runner.dry_run:
-        site, pending = site_packages(prefix), condaenv.pip_pending_path(prefix)
-        replaced = pending.with_name("pip-replaced")
-        record = condaenv.torch_record(site)
-        if record is not None and condaenv.torch_incomplete(site) is None:
-            shutil.rmtree(replaced, ignore_errors=True)
-            shutil.copytree(record.parent, replaced / record.parent.name)
-        text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
-        stamps.write_text_atomic(pending, text)
+    pending = condaenv.pip_pending_path(prefix)
+    runner.apply(write_pending, prefix, wheel)
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
-    if not runner.dry_run:
-        condaenv.pip_pending_path(prefix).unlink()
+    runner.apply(pending.unlink)
+
+
+def write_pending(prefix: Path, wheel: Path) -> None:
+    site, pending = site_packages(prefix), condaenv.pip_pending_path(prefix)
+    replaced = pending.with_name("pip-replaced")
+    record = condaenv.torch_record(site)
+    if record is not None and condaenv.torch_incomplete(site) is None:
+        shutil.rmtree(replaced, ignore_errors=True)
+        shutil.copytree(record.parent, replaced / record.parent.name)
+    text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
+    stamps.write_text_atomic(pending, text)
 
 
 def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
@@ -421,8 +361,7 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     site = site_packages(prefix)
     why = condaenv.torch_incomplete(site)
     if why is None:
-        if not runner.dry_run:
-            path.unlink(missing_ok=True)
+        runner.apply(path.unlink, missing_ok=True)
         return
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
@@ -432,11 +371,11 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
         )
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
     record = condaenv.torch_record(site)
-    if not runner.dry_run and (record is None or not record.is_file()):
+    if record is None or not record.is_file():
         # pip was killed after moving the old torch's dist-info away: put it back, so that
         # pip removes what the old RECORD lists before it installs the wheel again
         for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
-            shutil.copytree(info, site / info.name, dirs_exist_ok=True)
+            runner.apply(shutil.copytree, info, site / info.name, dirs_exist_ok=True)
     pip_install(python, wheel, prefix, runner)
 
 
@@ -458,7 +397,7 @@ def install_into_torch(
     if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
         runner.say(f"the env's torch is already {wheel}")
     else:
-        pip_install(python, wheel, env_prefix_of(torch), runner)
+        pip_install(python, wheel, torch.parents[3], runner)  # <prefix>/lib/python3.X/site-...
     return original, wheel
 
 
@@ -468,6 +407,5 @@ def restore_torch(torch: Path, python: Path, work: Path, runner: Runner) -> None
     if read_marker(torch) is None:
         runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
         return
-    original = original_wheel(torch, work, runner)
-    pip_install(python, original, env_prefix_of(torch), runner)
+    pip_install(python, original_wheel(torch, work, runner), torch.parents[3], runner)
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")

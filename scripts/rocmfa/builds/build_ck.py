@@ -119,7 +119,8 @@ def toolchain(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
     root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
     cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
     version = session.ask([sdk, "version"], "$(rocm-sdk version)")
-    if session.dry_run and not root.is_dir():  # no ROCm SDK yet: where rocm[devel] puts them
+    if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
+        session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
         return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
     return cmake_prefix, *compilers(root), version
 

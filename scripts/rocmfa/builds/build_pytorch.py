@@ -36,6 +36,7 @@ from rocmfa.builds import compile_cache
 from rocmfa.env import archs, compat_matrix, condaenv, rocm_sdk
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import pins, update_pins
@@ -89,10 +90,6 @@ def manifest_path(work: Path) -> Path:
     return work / MANIFEST_NAME
 
 
-def source_manifest_path(work: Path) -> Path:
-    return work / SOURCE_MANIFEST_NAME
-
-
 def output_dir(work: Path) -> Path:
     return work / "wheels"
 
@@ -128,15 +125,10 @@ def wheel_record(path: Path, stage: str) -> dict[str, Any]:
         name, version, _build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
         raise UserError(f"{path}: not a valid wheel file name ({e})") from None
-    return {
-        "project": str(name),
-        "version": str(version),
-        "tags": sorted(str(t) for t in tags),
-        "file": str(path),
-        "sha256": stamps.file_sha256(path),
-        "size": path.stat().st_size,
-        "stage": stage,
-    }
+    tags_ = sorted(str(t) for t in tags)
+    sha, size = stamps.file_sha256(path), path.stat().st_size
+    return {"project": str(name), "version": str(version), "tags": tags_, "file": str(path),
+            "sha256": sha, "size": size, "stage": stage}  # fmt: skip
 
 
 def produced_wheels(
@@ -313,7 +305,7 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
 
 
 def patched_aotriton(
-    arch: archs.Arch, work: Path, found: Path | None, how: str, *, plan: bool
+    arch: archs.Arch, work: Path, found: Path | None, how: str, runner: Runner
 ) -> Path | None:
     """For an arch whose AOTriton kernels come from our patch set (gfx908 on 0.13b): the
     build_aotriton install torch is built against (PyTorch's own aotriton.cmake would fetch
@@ -327,19 +319,18 @@ def patched_aotriton(
     built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
     if found is not None and (how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)):
         return found
-    if plan:
-        return paths.build_dir(work, "aotriton") / "install"
-    raise UserError(
+    runner.refuse(
         f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
         f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
     )
+    return paths.build_dir(work, "aotriton") / "install"
 
 
 def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
     """(prefix, digest, flash attention) of the AOTriton torch is built against (said)."""
     arch, say = session.arch, session.runner.say
     aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, session.work)
-    patched = patched_aotriton(arch, session.work, aotriton, how, plan=session.dry_run)
+    patched = patched_aotriton(arch, session.work, aotriton, how, session.runner)
     if patched is not None:
         aotriton, how = patched, how or "build_aotriton (after it runs)"
     if aotriton:
@@ -367,9 +358,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
     else:  # a plan before setup_env: it installs exactly the pinned version
         rocm_version = rocm_sdk.load_pin().version
-        runner.say(
-            f"[dry-run] ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
-        )
+        runner.done(f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it")
     python_tag = runner.run(
         [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
         capture=True,
@@ -598,9 +587,9 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     if commit:
         applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner)
     else:
-        ctx.runner.say(
-            f"[dry-run] {component.key}: patches/{component.key}/<the commit the checkout "
-            "lands on>/ is applied before hipify (a missing set where others exist is refused)"
+        ctx.runner.done(
+            f"{component.key}: patches/{component.key}/<the commit the checkout lands on>/ is "
+            "applied before hipify (a missing set where others exist is refused)"
         )
     if hipify_later:
         script = str(ctx.scripts_dir / component.script)
@@ -630,7 +619,7 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
         write_source_manifest,
         ctx,
         sources,
-        say=f"the checked-out commits go to {source_manifest_path(ctx.work)} (TheRock's "
+        say=f"the checked-out commits go to {ctx.work / SOURCE_MANIFEST_NAME} (TheRock's "
         "source-manifest form: its checkout_from_manifest.py reproduces the tree)",
     )
     return {"heads": heads, "sources": sources}
@@ -657,7 +646,7 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
         "version": ctx.rocm_version,
     }
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
-    stamps.write_text_atomic(source_manifest_path(ctx.work), text)
+    stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
 
 # --- the build stages ---------------------------------------------------------------------

@@ -46,17 +46,8 @@ SOFTWARE_FIELDS = (
     "wheel_set",
 )
 # What makes two bench runs comparable (the rest of bench's settings are about noise).
-CONFIG_FIELDS = (
-    "suite",
-    "sizes",
-    "shape",
-    "kv_heads",
-    "dtypes",
-    "causal",
-    "passes",
-    "timing",
-    "sustained",
-)
+CONFIG_FIELDS = ("suite", "sizes", "shape", "kv_heads", "dtypes", "causal", "passes", "timing")
+CONFIG_FIELDS += ("sustained",)
 
 
 @dataclass
@@ -221,30 +212,19 @@ def index_family(index: str, arch: str | None) -> tuple[Any, str]:
 def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]:
     """Every wheel set's report summaries on a team index family, as docs; the manifest's own
     fields (wheel set, ROCm SDK, AOTriton commit, patch digests) fill in the identity."""
-    from rocmfa.plumbing import team_index
-    from rocmfa.sharing import wheel_manifest
+    from rocmfa.sharing import index_install
 
     spec, family = index_family(index, arch)
     where = spec.describe(family)
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
-    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    names = sorted(
-        (n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")),
-        key=wheel_manifest.manifest_sort_key,
-    )
+    names, links, store = index_install.listed_manifests(spec, family)
     if not names:
         return [], [Rejected(where, "no wheel-set manifest on this index family")]
     docs: list[Doc] = []
     rejected: list[Rejected] = []
     for name in names:
         source = f"{where}{name}"
-        rel = f"{wheel_manifest.MANIFEST_PROJECT}/{name}"
-        data = store.read(rel) if store else team_index.fetch(links[name].url)
-        if data is None:
-            rejected.append(Rejected(source, "listed but cannot be downloaded"))
-            continue
         try:
-            manifest = wheel_manifest.read_manifest_wheel(data, name)
+            manifest = index_install.read_manifest(name, links[name], store, where)
         except UserError as e:
             rejected.append(Rejected(source, str(e)))
             continue

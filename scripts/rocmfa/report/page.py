@@ -64,11 +64,8 @@ def _text(value: Any) -> str:
 
 def _num(value: Any) -> str:
     """A number as the JSON holds it (the browser test reads these cells back)."""
-    return (
-        "-"
-        if value is None
-        else html.escape(repr(value) if isinstance(value, float) else str(value))
-    )
+    text = repr(value) if isinstance(value, float) else str(value)
+    return "-" if value is None else html.escape(text)
 
 
 def dims(row: dict[str, Any]) -> str:
@@ -80,20 +77,17 @@ def dims(row: dict[str, Any]) -> str:
 
 def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
     ident = result_set.identity
-    model: dict[str, Any] = {
-        "id": result_set.id,
-        "label": f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · "
+    model: dict[str, Any] = dict.fromkeys(("config", "config_label", "peak_tflops", "peak_source"))
+    model.update(
+        id=result_set.id,
+        label=f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · "
         f"{ident.get('date')}",
-        "baseline": baseline,
-        "identity": ident,
-        "files": {kind: doc.source for kind, doc in sorted(result_set.docs.items())},
-        "verdicts": {},
-        "config": None,
-        "config_label": None,
-        "peak_tflops": None,
-        "peak_source": None,
-        "bench": [],
-    }
+        baseline=baseline,
+        identity=ident,
+        files={kind: doc.source for kind, doc in sorted(result_set.docs.items())},
+        verdicts={},
+        bench=[],
+    )
     bench = result_set.docs.get("bench")
     if bench is not None:
         prov = bench.data.get("provenance") or {}
@@ -144,30 +138,19 @@ def comparisons(
         base = bases.get(config_key(model))
         if base is None:
             known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
-            not_compared.append(
-                {
-                    "input": source,
-                    "why": f"no baseline of its bench configuration ({model['config_label']}); "
-                    f"baseline {known}",
-                }
-            )
+            why = f"no baseline of its bench configuration ({model['config_label']}); "
+            why += f"baseline {known}"
+            not_compared.append({"input": source, "why": why})
             continue
         rows = change.compare_runs([ok_rows(base)], [ok_rows(model)], THRESHOLD_PCT, floors)
         if not rows:
-            not_compared.append(
-                {"input": source, "why": f"no case ran in both it and baseline {base['id']}"}
-            )
+            why = f"no case ran in both it and baseline {base['id']}"
+            not_compared.append({"input": source, "why": why})
             continue
         counts, geo = change.tally(rows)
-        out.append(
-            {
-                "baseline": base["id"],
-                "set": model["id"],
-                "counts": counts,
-                "geomean_speedup": None if geo is None else round(geo, 4),
-                "rows": rows,
-            }
-        )
+        speedup = None if geo is None else round(geo, 4)
+        out.append({"baseline": base["id"], "set": model["id"], "counts": counts,
+                    "geomean_speedup": speedup, "rows": rows})  # fmt: skip
     return out
 
 

@@ -60,20 +60,15 @@ def choose(
     rocm_version: str | None,
     say,
 ) -> Chosen:
-    """The wheel set to install. python_tag / rocm_version None (a dry run without the env):
+    """The wheel set to install. python_tag / rocm_version None (a plan without the env):
     those are not compared."""
     spec = team_index.parse_index(index)
     arch = choice.arch
     family = wheel_manifest.family_of(arch)
     where = spec.describe(family)
     say(f"team index: {where} (arch {arch.name} from {choice.how}, family {family})")
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
-    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    names = sorted(
-        (n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")),
-        key=wheel_manifest.manifest_sort_key,
-        reverse=True,
-    )
+    names, links, store = listed_manifests(spec, family)
+    names.reverse()  # newest first
     if wheel_set:
         names = [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
         if not names:
@@ -104,6 +99,16 @@ def choose(
     raise UserError(
         f"refusing to install from {where}: {first_problem}, and no other wheel set there fits"
     )
+
+
+def listed_manifests(
+    spec: IndexSpec, family: str
+) -> tuple[list[str], dict[str, team_index.Link], team_index.TreeStore | None]:
+    """(manifest wheel names, oldest first; their links; the S3 store, read through its API)."""
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
+    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
+    return sorted(names, key=wheel_manifest.manifest_sort_key), links, store
 
 
 def read_manifest(
@@ -150,30 +155,24 @@ def download(chosen: Chosen, rel: str, downloads: Path, runner: Runner) -> str:
     """rel from the store into downloads/ (kept as fetched: pip checks its hash); file URL."""
     assert chosen.store is not None
     target = downloads / rel.rsplit("/", 1)[-1]
-    if runner.dry_run:
-        runner.say(f"[dry-run] would download {chosen.store.target(rel)} -> {target}")
-        return target.as_uri()
-    data = chosen.store.read(rel)
-    if data is None:
-        raise UserError(f"{chosen.store.target(rel)} is listed but cannot be downloaded")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_bytes(data)
-    partial.replace(target)
+    said = f"download {chosen.store.target(rel)} -> {target}"
+    runner.apply(fetch_into, chosen.store, rel, target, say=said)
     return target.as_uri()
+
+
+def fetch_into(store: team_index.TreeStore, rel: str, target: Path) -> None:
+    data = store.read(rel)
+    if data is None:
+        raise UserError(f"{store.target(rel)} is listed but cannot be downloaded")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(target, data)
 
 
 def pip_argv(python: Path, chosen: Chosen, work: Path, runner: Runner) -> list[str]:
     downloads = paths.downloads_dir(work) / "wheelsets" / chosen.set_id
-    lines = requirements(chosen, downloads, runner)
-    path = work / REQUIREMENTS_NAME
-    if runner.dry_run:
-        runner.say(f"[dry-run] would write {path}:")
-        for line in lines:
-            runner.say(f"[dry-run]   {line}")
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stamps.write_text_atomic(path, "\n".join(lines) + "\n")
+    path = wheel_manifest.write_lines(
+        work / REQUIREMENTS_NAME, requirements(chosen, downloads, runner), runner
+    )
     return [
         str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall",
         "--require-hashes", "-r", str(path),

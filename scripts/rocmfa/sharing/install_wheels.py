@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from rocmfa.builds.build_pytorch import (
     COMPONENTS,
@@ -86,22 +86,11 @@ def rocm_of(version: Version) -> tuple[str | None, str]:
     return match.group(3), f"{match.group(1) or ''}rocm{match.group(3)}"
 
 
-def same_rocm(from_wheel: str, env_version: str) -> bool:
-    try:
-        return Version(from_wheel) == Version(env_version)
-    except InvalidVersion:
-        return from_wheel == env_version
-
-
 def check_wheel(
     record: dict[str, Any], python_tag: str, rocm_version: str, machine: str
 ) -> tuple[Path, str]:
     """(path, one-line description) or UserError naming the wheel and the mismatch."""
     path = Path(record["file"])
-    try:
-        parse_wheel_filename(path.name)
-    except InvalidWheelFilename as e:
-        raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
     if stamps.file_sha256(path) != record.get("sha256"):
@@ -114,7 +103,7 @@ def check_wheel(
 
 def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
     """A wheel's tags and ROCm local version against the env: its description or UserError."""
-    path = Path(filename)
+    path = Path(filename)  # a name or a URL's last part
     try:
         name, version, _build, tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as e:
@@ -134,7 +123,7 @@ def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine:
                 "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
             )
         return f"{name} {version}"
-    if not same_rocm(built_for, rocm_version):
+    if not wheel_manifest.same_version(built_for, rocm_version):
         raise UserError(
             f"{path.name} was built against ROCm {built_for}, but the env has ROCm "
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
@@ -160,7 +149,7 @@ def load_manifest(work: Path) -> dict[str, Any]:
 
 
 def planned_manifest(work: Path) -> dict[str, Any]:
-    """A dry run before build_pytorch has run (alone, or chained after it as the README's main
+    """A plan before build_pytorch has run (alone, or chained after it as the README's main
     job is): the wheels its default stages write, as named placeholders."""
     wheels = []
     stages = enabled_stages((), with_apex=False)
@@ -235,28 +224,16 @@ def pip_source(session: session_env.SessionEnv, python: Path) -> str:
     return _without_credentials(", ".join(where) or "nowhere (no-index)") + f" ({how})"
 
 
-def requirements_argv(python: Path, work: Path, lines: list[str], runner: Runner) -> list[str]:
-    """pip install -r <file> of the runtime requirements: resolved the ordinary way."""
-    path = work / RUNTIME_REQUIREMENTS_NAME
-    if runner.dry_run:
-        runner.say(f"[dry-run] would write {path}: {' '.join(lines)}")
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stamps.write_text_atomic(path, "\n".join(lines) + "\n")
-    return [str(python), "-m", "pip", "install", "-r", str(path)]
-
-
-def this_runs_manifest(work: Path, dry_run: bool, runner: Runner) -> dict[str, Any]:
-    """build_pytorch's run manifest; on a dry run before it exists, the wheels it will list."""
-    if not dry_run or manifest_path(work).exists():
+def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
+    """build_pytorch's run manifest; in a plan before it exists, the wheels it will list."""
+    if manifest_path(work).exists():
         return load_manifest(work)
+    runner.refuse(
+        f"no build_pytorch run manifest at {manifest_path(work)}; run: nox -s build_pytorch"
+    )
     manifest = planned_manifest(work)
     projects = ", ".join(r["project"] for r in manifest["wheels"])
-    runner.say(
-        f"[dry-run] no build_pytorch run manifest at {manifest_path(work)} yet: the plan "
-        f"below installs the wheels nox -s build_pytorch writes ({projects} by default; a "
-        "real run needs build_pytorch first, before or earlier in the same chain)"
-    )
+    runner.done(f"the wheels nox -s build_pytorch writes ({projects} by default) are installed")
     return manifest
 
 
@@ -272,7 +249,8 @@ def install_requirements(
             f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
             f"the env lacks from {source}, then the wheels themselves with --no-deps"
         )
-        result = runner.run(requirements_argv(python, work, needs, runner), check=False)
+        path = wheel_manifest.write_lines(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
+        result = runner.run([python, "-m", "pip", "install", "-r", path], check=False)
         if result.returncode != 0:
             raise UserError(
                 f"pip could not install the wheels' runtime requirements from {source} "
@@ -286,8 +264,8 @@ def install_requirements(
             "installed"
         )
     elif needs is None:
-        runner.say(
-            "[dry-run] then the runtime requirements the wheels declare (Requires-Dist), "
+        runner.done(
+            "then the runtime requirements the wheels declare (Requires-Dist), "
             f"from {source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
         )
 
@@ -298,18 +276,16 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     session = session_env.open_env(opts, dry_run=opts.dry_run)
     work, python = session.work, session.python
     runner = session.runner
-    manifest = {} if opts.index else this_runs_manifest(work, opts.dry_run, runner)
+    manifest = {} if opts.index else this_runs_manifest(work, runner)
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
     answer = session.ask([python, "-c", probe], "$(python-tag) $(machine)")
     python_tag, machine = answer.split()  # each placeholder one word, as each answer is
-    checkable = session.ready and rocm_sdk.exists()  # else a dry run without env or ROCm SDK
+    checkable = session.ready and rocm_sdk.exists()  # else a plan without env or ROCm SDK
     target = (python_tag, rocm_version, machine)
     chosen = None
-    if (
-        opts.index
-    ):  # a wheel set published on a team index (scripts/rocmfa/sharing/index_install.py)
+    if opts.index:  # a wheel set published on a team index (index_install.py)
         chosen, argv = choose_from_index(opts, session, target, checkable)
         manifest = chosen.manifest
         records = manifest["wheels"]
@@ -359,7 +335,7 @@ def check_local_wheels(
     records = []
     for record in manifest["wheels"]:
         if not checkable or manifest.get("planned"):
-            runner.say(f"[dry-run] would check {record['file']} against the env's Python and ROCm")
+            runner.done(f"{record['file']} is checked against the env's Python and ROCm")
             files.append(str(record["file"]))
             records.append(record)  # its requirements are read once it exists
             continue
@@ -394,16 +370,13 @@ def install_unless_current(
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
     install_requirements(session, needs, chosen)
-    if opts.dry_run:
-        runner.run(argv, check=chosen is None)
-        return
     # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
     # a torch that only a rerun finishes (doctor names it from torch's RECORD)
-    stamps.remove(stamp)
+    runner.apply(stamps.remove, stamp)
     result = runner.run(argv, check=chosen is None)
     if result.returncode != 0 and chosen is not None:
         raise UserError(chosen.failure(result.returncode))
-    stamps.write(stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
+    runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
 
 
 def run_backend_check(opts: InstallWheelsOptions, runner: Runner, python: Path) -> None:

@@ -44,14 +44,8 @@ class Plan:
     set_present: bool = False
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def existing_entries(
-    spec: IndexSpec, family: str, project: str, store: team_index.TreeStore | None
-) -> dict[str, Link]:
-    return team_index.read_project(spec, family, project, store)
+def _sha256(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
 def plan_publish(
@@ -67,22 +61,14 @@ def plan_publish(
         project = canonicalize_name(record["project"])
         path = Path(record["file"])
         if project not in listed:
-            listed[project] = existing_entries(spec, family, project, store)
+            listed[project] = team_index.read_project(spec, family, project, store)
             plan.pages[project] = {n: link.sha256 for n, link in listed[project].items()}
-        link = listed[project].get(path.name)
-        there: str | None = None
-        if link is not None:
-            there = link.sha256
-            if there is None:  # a page without hashes: look at the file itself
-                body = (
-                    team_index.fetch(link.url)
-                    if store is None
-                    else store.read(f"{project}/{path.name}")
-                )
-                there = _sha256(body) if body is not None else None
-        elif store is not None and store.exists(f"{project}/{path.name}"):
-            body = store.read(f"{project}/{path.name}")  # left by an interrupted publish
-            there = _sha256(body) if body is not None else None
+        link, rel = listed[project].get(path.name), f"{project}/{path.name}"
+        there = link.sha256 if link is not None else None
+        if link is not None and there is None:  # a page without hashes: look at the file
+            there = _sha256(team_index.fetch(link.url) if store is None else store.read(rel))
+        elif link is None and store is not None and store.exists(rel):
+            there = _sha256(store.read(rel))  # left by an interrupted publish
         if there is None:
             plan.upload.append((project, path))
         elif there == record["sha256"]:
@@ -93,7 +79,7 @@ def plan_publish(
                 f"{there[:12]}…, this build {record['sha256'][:12]}…)"
             )
         plan.pages[project][path.name] = record["sha256"]
-    manifests = existing_entries(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    manifests = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
     plan.set_present = any(wheel_manifest.is_manifest_of(n, set_id) for n in manifests)
     plan.pages[wheel_manifest.MANIFEST_PROJECT] = {n: m.sha256 for n, m in manifests.items()}
     return plan
@@ -140,8 +126,7 @@ def publish(opts: PublishOptions) -> None:
         return
     out = work / "publish"
     manifest_file = out / wheel_manifest.manifest_wheel_name(manifest)
-    if not opts.dry_run:
-        manifest_file = wheel_manifest.write_manifest_wheel(manifest, out)
+    runner.apply(wheel_manifest.write_manifest_wheel, manifest, out)
     files = [path for _project, path in plan.upload]
     if not plan.set_present:
         files.append(manifest_file)
@@ -149,19 +134,18 @@ def publish(opts: PublishOptions) -> None:
         upload_api(runner, spec, family, files)
     else:
         upload_tree(runner, store, plan, files, manifest_file)
-    if not opts.dry_run:
-        say(f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}")
-        say(
-            "install it on another machine of this family with: nox -s setup_env install_wheels "
-            f"-- --index {shlex.quote(opts.index)}"
-        )
+    runner.done(
+        f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}; install it "
+        "on another machine of this family with: nox -s setup_env install_wheels "
+        f"-- --index {shlex.quote(opts.index)}"
+    )
 
 
 def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
     """twine to a server with the upload API; it reads TWINE_USERNAME/TWINE_PASSWORD itself.
     The manifest wheel is last, so the set is listed only once its wheels are there."""
-    if not runner.dry_run and not os.environ.get("TWINE_USERNAME"):
-        raise UserError(
+    if not os.environ.get("TWINE_USERNAME"):
+        runner.refuse(
             "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
             "(twine reads them; any values for a server without authentication)"
         )
@@ -181,34 +165,27 @@ def upload_tree(
     if manifest_file in files:
         project = wheel_manifest.MANIFEST_PROJECT
         uploads.append((project, manifest_file))
-        sha = None if runner.dry_run else _sha256(manifest_file.read_bytes())
+        sha = runner.apply(lambda: _sha256(manifest_file.read_bytes()))
         plan.pages[project][manifest_file.name] = sha
     for project, path in uploads:
         rel = f"{project}/{path.name}"
-        if runner.dry_run:
-            runner.say(f"[dry-run] upload {path} -> {store.target(rel)}")
-            continue
-        runner.say(f"upload {path.name} -> {store.target(rel)}")
-        try:
-            store.put_new(rel, path)
-        except team_index.Clash:
-            raise UserError(
-                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
-                "replace it - run publish again"
-            ) from None
+        runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
     # Pages last: a wheel's page before the manifest's, the manifest's before the root's.
     order = sorted(p for p in plan.pages if p != wheel_manifest.MANIFEST_PROJECT)
-    order.append(wheel_manifest.MANIFEST_PROJECT)
-    for project in order:
-        rel = f"{project}/index.html"
-        if runner.dry_run:
-            runner.say(f"[dry-run] write page {store.target(rel)}")
-        else:
-            store.put_page(rel, team_index.project_page(plan.pages[project]))
-    root = store.read("index.html") if not runner.dry_run else None
-    text = root.decode(errors="replace") if root else ""
-    known = set(team_index.parse_page(text, "http://index.invalid/"))
-    if runner.dry_run:
-        runner.say(f"[dry-run] write page {store.target('index.html')}")
-    else:
-        store.put_page("index.html", team_index.root_page(known | set(plan.pages)))
+    for project in [*order, wheel_manifest.MANIFEST_PROJECT]:
+        rel, page = f"{project}/index.html", team_index.project_page(plan.pages[project])
+        runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
+    root = runner.apply(store.read, "index.html")
+    known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
+    page = team_index.root_page(known | set(plan.pages))
+    runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
+
+
+def put_new(store: team_index.TreeStore, rel: str, path: Path) -> None:
+    try:
+        store.put_new(rel, path)
+    except team_index.Clash:
+        raise UserError(
+            f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
+            "replace it - run publish again"
+        ) from None

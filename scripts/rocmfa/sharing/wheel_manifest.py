@@ -35,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 from rocmfa.builds import aotriton_install, build_pytorch, kernel_check
 from rocmfa.env import archs
 from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 
 SCHEMA = "rocmfa-wheelset/1"
@@ -76,6 +77,14 @@ def requires_of(wheel: Path) -> list[str]:
             f"{wheel.name}: no readable METADATA ({e or 'none in the wheel'})"
         ) from None
     return list(metadata.get_all("Requires-Dist") or [])
+
+
+def write_lines(path: Path, lines: list[str], runner: Runner) -> Path:
+    """A requirements file for pip (said, not written, in a plan)."""
+    text = "\n".join(lines) + "\n"
+    runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
+    runner.apply(stamps.write_text_atomic, path, text, say=f"write {path}: {' '.join(lines)}")
+    return path
 
 
 # --- AOTriton inside the torch wheel ----------------------------------------------------------
@@ -196,28 +205,25 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
 
 
 def wheel_records(run_wheels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The manifest's record of each wheel of the run manifest."""
+    """The manifest's record of each wheel of the run manifest, with what pip must add for it
+    to import (Requires-Dist: typing-extensions, sympy, ...; install_wheels installs these the
+    ordinary way and the wheels themselves with --no-deps)."""
+    keys = ("project", "version", "size", "sha256")
     return [
         {
             "file": Path(w["file"]).name,
-            "project": w["project"],
-            "version": w["version"],
-            "size": w["size"],
-            "sha256": w["sha256"],
-            # what pip must add for it to import (typing-extensions, sympy, ...); install_wheels
-            # installs these the ordinary way and the wheels themselves with --no-deps
+            **{k: w[k] for k in keys},
             "requires": requires_of(Path(w["file"])),
         }
         for w in run_wheels
     ]
 
 
-def components_and_patches(
-    sources: Mapping[str, Any], heads: Mapping[str, Any], patch_inputs: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def components_and_patches(checkout: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each checked-out source's origin, commit and head; the patches applied to each."""
-    components = {}
-    patches = {}
+    heads, sources = checkout.get("heads") or {}, checkout.get("sources") or {}
+    patch_inputs = (checkout.get("inputs") or {}).get("patches") or {}
+    components, patches = {}, {}
     for key, source in sorted(sources.items()):
         commit = source.get("hashtag")
         components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
@@ -253,11 +259,9 @@ def build(
     wheels = wheel_records(run["wheels"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
     torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
-    inputs = checkout.get("inputs") or {}
-    sources = checkout.get("sources") or {}
-    heads = checkout.get("heads") or {}
+    inputs, heads = checkout.get("inputs") or {}, checkout.get("heads") or {}
     versions = {w["project"]: w["version"] for w in wheels}
-    components, patches = components_and_patches(sources, heads, inputs.get("patches") or {})
+    components, patches = components_and_patches(checkout)
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
     found = aotriton_in_wheel(Path(torch_wheel["file"])) if torch_wheel else {}
@@ -361,7 +365,7 @@ def read_manifest_wheel(data: bytes, where: str) -> dict[str, Any]:
     return manifest
 
 
-def _same_version(a: str, b: str) -> bool:
+def same_version(a: str, b: str) -> bool:
     try:
         return Version(a) == Version(b)
     except InvalidVersion:
@@ -394,7 +398,7 @@ def mismatch(
         return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
     if python_tag is not None and manifest["python"] != python_tag:
         return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
-    if rocm_version is not None and not _same_version(manifest["rocm_sdk"], rocm_version):
+    if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
         return (
             f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
             f"{rocm_version} (rocm-sdk version)"
