@@ -53,6 +53,8 @@ def test_gfx908_takes_the_source_build_with_its_patch_set_and_measured_cost() ->
     assert path.why.startswith("upstream 0.13b has no gfx908 kernels and no release has its")
     assert path.cost.startswith("17,545 kernel compile jobs x 1.8 s a job (docs/results/")
     assert "CPU-hours" in path.cost and "Triton fork (its own LLVM download)" in path.cost
+    with_pypi = ba.source_cost(COMMIT, "gfx908", 2, fork=False)
+    assert "Triton fork" not in with_pypi and with_pypi.endswith("plus the C++ runtime")
 
 
 def test_the_gfx908_set_is_for_gfx908_only() -> None:

@@ -99,14 +99,18 @@ def asked_path(opts: BuildAotritonOptions) -> str | None:
     return "--from-release" if opts.from_release else (given[0] if given else None)
 
 
-def source_cost(commit: str, arch: str, jobs: int) -> str:
+def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     """Measured kernel-job count x seconds a job (scripts/rocmfa/data/aotriton_matrix.toml
     [build_cost]), or what is measured for another arch of the commit."""
     from rocmfa.env.compat_matrix import MATRIX_FILE
     from rocmfa.plumbing.datafiles import load_toml
 
     table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
-    rest = "plus AOTriton's Triton fork (its own LLVM download) and the C++ runtime"
+    rest = (
+        "plus "
+        + ("AOTriton's Triton fork (its own LLVM download) and " if fork else "")
+        + "the C++ runtime"
+    )
     row = table.get(arch)
     if row is None:
         known = "; ".join(
@@ -161,6 +165,7 @@ def choose_path(
     patched_arch: bool = False,
     asked: str | None = None,
     jobs: int = 1,
+    fork: bool = True,
 ) -> AotritonPath:
     """The pinned release pack unless something of ours changes this arch's kernels (a patch,
     a tuning database, an arch only our patch set adds), an option asks for a source build, or
@@ -191,7 +196,7 @@ def choose_path(
     else:
         why = release_gap(pin, version, pack, rocm)
     if why:
-        cost = source_cost(pin.commit, arch.name, jobs)
+        cost = source_cost(pin.commit, arch.name, jobs, fork)
         return AotritonPath(arch.name, version, pack, True, why, cost, names)
     why = (
         f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
@@ -461,7 +466,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     rocm = rocm_series(ctx.site)
     path = choose_path(
         ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
-        asked=asked, jobs=jobs,
+        asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
     )  # fmt: skip
     print(*path.lines(), sep="\n")
     build = source_build(
