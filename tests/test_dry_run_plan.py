@@ -5,7 +5,10 @@ data dir), runs no command, and exits 0; a real run still stops with one line.""
 
 from __future__ import annotations
 
+import functools
+import subprocess
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,15 +38,30 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     return project, {"PATH": "/usr/bin:/bin", "HOME": str(home)}
 
 
+@pytest.fixture(scope="module")
+def plan(fresh) -> Callable[[str, str], subprocess.CompletedProcess[str]]:
+    """`nox -s SESSION -- --dry-run --arch ARCH` on the fresh copy, run once for the tests that
+    read the same plan (a dry run writes nothing, each test asserts it)."""
+    project, env = fresh
+
+    @functools.cache
+    def run(session: str, arch: str) -> subprocess.CompletedProcess[str]:
+        return run_nox(project, "-s", session, "--", "--dry-run", "--arch", arch, env=env)
+
+    return run
+
+
 def env_to_be(env: dict[str, str]) -> Path:
     """Where setup_env puts the default env when there is no conda manager."""
     return Path(env["HOME"]) / ".local" / "share" / "rocm-fa-workflow" / "envs" / "therock"
 
 
 @pytest.mark.parametrize(("session", "arch"), sorted(PLANS))
-def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, arch: str) -> None:
+def test_dry_run_prints_the_whole_plan_without_any_setup(
+    fresh, plan, session: str, arch: str
+) -> None:
     project, env = fresh
-    result = run_nox(project, "-s", session, "--", "--dry-run", "--arch", arch, env=env)
+    result = plan(session, arch)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert PLANS[session, arch] in out, out
@@ -59,15 +77,12 @@ def test_dry_run_prints_the_whole_plan_without_any_setup(fresh, session: str, ar
     assert not (project / "work").exists() and not (project / "conda-lock.yml").exists()
 
 
-def test_build_aotriton_plans_the_release_pack_or_the_patched_source_build(fresh) -> None:
+def test_build_aotriton_plans_the_release_pack_or_the_patched_source_build(fresh, plan) -> None:
     """gfx1151 (and every arch the 0.13b packs cover): the pinned release pack, why, and its
     cost before any step, no checkout, patch or kernel compile; gfx908: the source build with
     the gfx908 set, its measured cost printed before the checkout."""
-    project, env = fresh
-    plans = {
-        arch: run_nox(project, "-s", "build_aotriton", "--", "--dry-run", "--arch", arch, env=env)
-        for arch in ("gfx1151", "gfx908")
-    }
+    project, _ = fresh
+    plans = {arch: plan("build_aotriton", arch) for arch in ("gfx1151", "gfx908")}
     assert all(p.returncode == 0 for p in plans.values()), plans
     release, source = plans["gfx1151"].stdout, plans["gfx908"].stdout
     assert "aotriton-0.13b-images-amd-gfx115x.tar.gz" in release
@@ -97,14 +112,13 @@ def test_a_real_run_still_stops_with_one_line(fresh, tmp_path: Path) -> None:
     assert dry.returncode == 0 and "is not set up; the plan below" in dry.stdout
 
 
-def test_the_default_line_dry_run_names_the_line_and_every_source(fresh) -> None:
+def test_the_default_line_dry_run_names_the_line_and_every_source(fresh, plan) -> None:
     """build_pytorch --dry-run on the repository's own pins: the line and how its torch x
     AOTriton agreement is known, torch at a named placeholder until the real run resolves it
     (audio/vision/triton read from that commit); the nightly line has every source at a
     commit and AOTriton following torch."""
     project, env = fresh
-    result = run_nox(project, "-s", "build_pytorch", "--", "--dry-run", "--arch", "gfx1151",
-                     env=env)  # fmt: skip
+    result = plan("build_pytorch", "gfx1151")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "line release: https://github.com/ROCm/pytorch release/2.13 (commit not resolved" in out

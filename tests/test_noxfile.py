@@ -81,8 +81,8 @@ def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> 
     prefix = tmp_path / "env"
     # A real Python prefix standing in for the conda env; torch comes from the site-packages of
     # the Python running the tests (a .pth file: --system-site-packages would reach only the
-    # base interpreter's when the tests run in a venv).
-    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+    # base interpreter's when the tests run in a venv); pip comes from there too.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
     inner = sysconfig.get_path("purelib", vars={"base": str(prefix)})
     Path(inner, "outer-site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     out = tmp_path / "results"

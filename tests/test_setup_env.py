@@ -6,7 +6,6 @@ import dataclasses
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -179,7 +178,7 @@ def test_with_torch_is_one_resolve_that_keeps_the_sdk_at_the_pin(tmp_path: Path)
         pin = rocm_sdk.load_pin(standin_rocm.write_rocm_pin(tmp_path / "pins", f"{base}/simple/"))
         arch = archs.get_arch("gfx1151")
         prefix = tmp_path / "env"
-        subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True)
+        standin_rocm.make_venv(prefix)
         # only the newer torch fits the spec: refused in one line, nothing installed
         only_newer = setup_env.Request(
             arch, dataclasses.replace(pin, torch_spec="==2.13.1+rocm" + newer), "multi-arch",

@@ -25,10 +25,20 @@ def copy_project(dest: Path, *, with_lock: bool = True) -> Path:
     shutil.copytree(REPO_ROOT / "pins", dest / "pins")
     shutil.copytree(REPO_ROOT / "patches", dest / "patches")  # gfx908's kernels come from one
     if with_lock:
-        from tests.test_lockfile import write_lock_with_conda_lock
-
-        write_lock_with_conda_lock(dest / "environment.yml", dest / "conda-lock.yml")
+        shutil.copy(repo_lock(), dest / "conda-lock.yml")
     return dest
+
+
+@functools.cache
+def repo_lock() -> Path:
+    """The conda-lock.yml conda-lock's writer makes for this repository's environment.yml,
+    written once a test run (seconds each time) and copied into every project copy."""
+    from tests.test_lockfile import write_lock_with_conda_lock
+
+    lock = Path(tempfile.mkdtemp(prefix="rocmfa-lock-")) / "conda-lock.yml"
+    atexit.register(shutil.rmtree, lock.parent, True)
+    write_lock_with_conda_lock(REPO_ROOT / "environment.yml", lock)
+    return lock
 
 
 def standin_micromamba(bin_dir: Path) -> Path:
