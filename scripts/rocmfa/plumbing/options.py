@@ -314,7 +314,7 @@ OPTIONS = {
     "only": value("--only", "run just STAGE", choices=STAGES, metavar="STAGE"),
     "skip": many(
         "--skip",
-        "leave out triton, audio or vision; triton is refused where torch would lose flash attention",
+        "leave out triton, audio or vision (triton: refused where torch would lose flash)",
         choices=SKIPPABLE,
         metavar="STAGE",
     ),
