@@ -527,20 +527,14 @@ BY_NAME = {s.name: s for s in SESSIONS}
 @functools.cache
 def _declared() -> dict[str, bool]:
     """Every session's flags: whether each takes a value."""
-    return {
-        flag: o.kind != "switch"
-        for session in SESSIONS
-        for o in options_of(session.options)
-        for flag in o.flags
-    }
+    return {f: o.kind != "switch" for s in SESSIONS for o in options_of(s.options) for f in o.flags}
 
 
 def build_parser(
-    name: str, *, for_help: bool = True, posargs: Sequence[str] = (), passed: Iterable[str] = ()
+    name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()
 ) -> argparse.ArgumentParser:
-    """Session `name`'s parser and --help. To parse (for_help=False): the other sessions' flags
-    found in posargs are taken and dropped, a bad argument is a one-line UserError, and choices
-    are checked after parsing (as $ROCMFA_* values are). passed: a probe's own flags."""
+    """Session `name`'s parser (and --help): a bad argument is a one-line UserError; the other
+    sessions' flags found in posargs are taken and dropped; passed: a probe's own flags."""
     parser = argparse.ArgumentParser(
         prog=f"nox -s {name} --",
         allow_abbrev=False,
@@ -548,17 +542,9 @@ def build_parser(
     )
     own = options_of(BY_NAME[name].options)
     for o in own:
-        more = {"metavar": o.metavar, "choices": o.allowed() if for_help else None}
         action = {"switch": "store_true", "list": "append", "value": "store"}[o.kind]
-        parser.add_argument(
-            *o.flags,
-            dest=o.name,
-            action=action,
-            help=o.help,
-            **(more if o.kind != "switch" else {}),
-        )
-    if for_help:
-        return parser
+        more = {} if o.kind == "switch" else {"metavar": o.metavar, "choices": o.allowed()}
+        parser.add_argument(*o.flags, dest=o.name, action=action, help=o.help, **more)
     taken = {flag for o in own for flag in o.flags} | set(passed)
     for flag in {a.split("=", 1)[0] for a in posargs} | {a[:2] for a in posargs}:
         if flag in _declared() and flag not in taken:  # another session's: taken, dropped
@@ -573,9 +559,13 @@ def build_parser(
     return parser
 
 
-def _resolve(name: str, parsed: argparse.Namespace) -> Any:
-    """The settings object: the command line, then $ROCMFA_* (a FromEnv value), then the
-    defaults; every value checked."""
+def parse_known(
+    name: str, posargs: Sequence[str], passed: Iterable[str] = ()
+) -> tuple[Any, list[str]]:
+    """(Session `name`'s settings, the arguments it does not declare): the command line, then
+    $ROCMFA_* (a FromEnv value), then the defaults; every value checked. passed: flags of the
+    function itself (a probe's), kept in the rest even where another session declares them."""
+    parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
         raw, flag = getattr(parsed, option.name), option.flags[0]
@@ -593,28 +583,22 @@ def _resolve(name: str, parsed: argparse.Namespace) -> Any:
         getattr(resolved, "check", lambda: None)()
     except UserError as error:
         raise UserError(f"{name}: {error}") from None
-    return resolved
+    return resolved, rest
 
 
 def parse(name: str, posargs: Sequence[str]) -> Any:
-    """Session `name`'s settings from posargs (other sessions' options dropped)."""
-    return _resolve(name, build_parser(name, for_help=False, posargs=posargs).parse_args(posargs))
-
-
-def parse_known(
-    name: str, posargs: Sequence[str], passed: Iterable[str] = ()
-) -> tuple[Any, list[str]]:
-    """For the sessions that forward: (their settings, the rest for their function). passed:
-    the flags the function itself takes (a probe's own), kept in the rest even where another
-    session declares the same flag (bench's --json PATH is not doctor's --json)."""
-    parser = build_parser(name, for_help=False, posargs=posargs, passed=passed)
-    parsed, rest = parser.parse_known_args(posargs)
-    return _resolve(name, parsed), rest
+    """Session `name`'s settings from posargs; an argument no session declares is an error."""
+    opts, rest = parse_known(name, posargs)
+    if rest:
+        raise UserError(
+            f"{name}: unrecognized arguments: {' '.join(rest)} (see: nox -s {name} -- --help)"
+        )
+    return opts
 
 
 def effective(opts: Any) -> str:
     """The settings other than defaults and where each came from (as cibuildwheel prints its
-    options first): `--arch gfx1151 ($ROCMFA_ARCH), -j 4`."""
+    options first): `--arch gfx1151 ($ROCMFA_ARCH), --jobs 4`."""
     shown = []
     for option, field in zip(options_of(type(opts)), dataclasses.fields(opts), strict=True):
         got = getattr(opts, option.name)
