@@ -296,12 +296,21 @@ OPTIONS = {
         type=positive_int,
         metavar="N",
     ),
+    # tune_aotriton: Tuner v3.5's dispatch filters (default: every task)
     "tune_head_dims": value(
-        "--tune-head-dims", "head dims, comma list (default all)", type=comma_ints
+        "--tune-head-dims",
+        "head dims to tune, e.g. 64,128 (--hdim)",
+        type=comma_ints,
+        metavar="LIST",
     ),
-    "tune_dtypes": value("--tune-dtypes", "float16,bfloat16 (default both)", type=tune_dtypes),
+    "tune_dtypes": value(
+        "--tune-dtypes", "float16,bfloat16 (--dtype)", type=tune_dtypes, metavar="LIST"
+    ),
     "tune_seqlens": value(
-        "--tune-seqlens", "sequence lengths (q and k), comma list (default all)", type=comma_ints
+        "--tune-seqlens",
+        "q and k sequence lengths, e.g. 1024,4096 (--seqlen_q/_k)",
+        type=comma_ints,
+        metavar="LIST",
     ),
     # build_pytorch
     "clean:pytorch": switch("--clean", "start each stage's build over (TheRock --clean)"),
