@@ -205,10 +205,7 @@ OPTIONS = {
         "--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV, type=folder
     ),
     "env_name": value(
-        "--env-name",
-        f"conda env name (default: ${NAME_ENV}, else therock)",
-        env=NAME_ENV,
-        type=env_name,
+        "--env-name", f"conda env name (default: ${NAME_ENV}, therock)", env=NAME_ENV, type=env_name
     ),
     "workdir": value(
         "--workdir",

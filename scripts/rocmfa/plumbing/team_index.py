@@ -59,9 +59,8 @@ class IndexSpec:
     def describe(self, family: str) -> str:
         root = self.family_root(family)
         if self.kind == "s3":
-            return f"s3://{self.location}/{root}" + (
-                f" at {self.endpoint}" if self.endpoint else ""
-            )
+            at = f" at {self.endpoint}" if self.endpoint else ""
+            return f"s3://{self.location}/{root}{at}"
         return f"{root}/ (upload API)" if self.kind == "upload" else f"{root}/"
 
     def page_url(self, family: str, project: str) -> str:
