@@ -351,15 +351,17 @@ DEFAULTS = {"switch": False, "list": (), "value": None}
 
 def settings(*groups: str) -> Callable[[type], type]:
     """A session's settings class: a frozen dataclass with one field per option named in groups
-    (OPTIONS keys, space-separated), in that order. The class docstring is its --help text."""
+    (OPTIONS keys, space-separated), in that order, then any declared in the class body
+    (`name: T = switch(...)`). The class docstring is its --help text."""
 
     def make(cls: type) -> type:
-        names = " ".join(groups).split()
-        cls.__annotations__ = {n.split(":")[0]: "Any" for n in names}
-        for n in names:
-            o = dataclasses.replace(OPTIONS[n], name=n.split(":")[0])
-            default = dataclasses.field(default=DEFAULTS[o.kind], metadata={"opt": o})
-            setattr(cls, o.name, default)
+        opts = [
+            dataclasses.replace(OPTIONS[n], name=n.split(":")[0]) for n in " ".join(groups).split()
+        ]
+        opts += [dataclasses.replace(v, name=k) for k, v in vars(cls).items() if isinstance(v, Opt)]
+        cls.__annotations__ = {o.name: "Any" for o in opts}
+        for o in opts:
+            setattr(cls, o.name, dataclasses.field(default=DEFAULTS[o.kind], metadata={"opt": o}))
         return dataclass(frozen=True, kw_only=True)(cls)
 
     return make
