@@ -2,9 +2,10 @@
 command line, else its $ROCMFA_* variable as a FromEnv value, else the field's default) and
 checked before the first command. This module is the one reader of our $ROCMFA_* variables.
 
-Every option is declared once, in OPTIONS, by its field's name; a session's class names the
-options it reads. Nox hands every session of a run the same posargs: a session drops the flags
-other sessions declare; a flag no session declares is an error.
+Every option is declared once: in OPTIONS by its field's name (a session's class names those it
+reads), or in the class body of the one session that reads it. Nox hands every session of a run
+the same posargs: a session drops the flags other sessions declare; a flag no session declares
+is an error.
 """
 
 from __future__ import annotations
