@@ -32,12 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))  # the rocm
 
 
 def _run(session: nox.Session, function=None) -> None:
-    """Parse this session's options (declared in scripts/rocmfa/plumbing/options.py; every value
-    checked before any work) and call its function inside the guard (locks):
-    function(opts), or function(opts, rest) for a session whose undeclared arguments go
-    through; a probe (function None) is its script, run in the env's Python. The settings
-    it runs with are printed first (those not at their default, and where each came from), as
-    cibuildwheel prints its options."""
+    """Parse the session's settings (scripts/rocmfa/plumbing/options.py: all checked before any
+    work), print those not at their default, and call function(opts) inside the guard (locks);
+    a forwarding session gets function(opts, rest), a probe (no function) runs its script."""
     from rocmfa.env.session_guard import guarded
     from rocmfa.plumbing import errors, options  # here: `nox -l` builds no settings class
 
@@ -66,8 +63,8 @@ def _run(session: nox.Session, function=None) -> None:
 
 
 def _forward(session: nox.Session, declared, function) -> int:
-    """A session whose undeclared arguments go through: to its function, or for a probe to its
-    script in the env's Python. --help shows ours, then the probe's own (no env needed)."""
+    """The undeclared arguments go to the function, or to the probe's script in the env's
+    Python; --help shows ours, then the probe's own (no env needed)."""
     from rocmfa.env import session_env
     from rocmfa.env.session_guard import guarded
     from rocmfa.plumbing import options
@@ -90,9 +87,7 @@ def _forward(session: nox.Session, declared, function) -> int:
         return function(opts, rest)
 
 
-# Each session: parse its options, call one domain function (imported when it runs, so `nox -l`
-# and a no-op rerun stay fast). Options and what a session changes:
-# scripts/rocmfa/plumbing/options.py.
+# Each session calls one domain function, imported when it runs (`nox -l` stays fast).
 
 
 @nox.session(python=False, tags=["env"], default=False)

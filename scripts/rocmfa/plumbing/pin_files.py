@@ -1,8 +1,5 @@
-"""pins/<project>.toml, the pin files: the projects, where the files are, what a pin table may
-hold (known keys, with a "did you mean"; `url`, `ref` non-empty; `commit` 40-hex, AOTriton's also
-"from-pytorch"), and their one reader (tomllib) and writer (tomlkit: every comment and untouched
-line stays byte for byte). rocmfa.sources reads upstream trees for them (pins, pin_set,
-update_pins)."""
+"""pins/<project>.toml: where they are, what a pin table may hold, their one reader (tomllib)
+and writer (tomlkit: every comment and untouched line stays byte for byte)."""
 
 from __future__ import annotations
 
@@ -36,8 +33,7 @@ KNOWN = {
 
 
 class Unresolved(UserError):
-    """A pin whose commit update_pins has not resolved yet (a build's first real run resolves
-    it: rocmfa.sources.update_pins.resolve_for_build; dry runs show a named placeholder)."""
+    """A pin whose commit is not resolved yet (a build's first real run resolves it)."""
 
 
 def line(environ: Mapping[str, str] | None = None) -> str:
@@ -72,8 +68,7 @@ def display(path: Path) -> str:
 
 
 def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
-    """table[key] stripped: a string, non-empty unless empty_ok; one line naming where and key
-    otherwise. Every string of a pin table (url, ref, commit, records) is checked by it."""
+    """table[key] stripped: a string, non-empty unless empty_ok; else one line naming it."""
     if key not in table:
         raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
     value = table[key]
@@ -202,16 +197,13 @@ def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> s
         )
     pinned = f"AOTriton {aotriton.get('version')} {str(aotriton.get('commit'))[:12]}"
     record = torch.get("aotriton") if isinstance(torch.get("aotriton"), Mapping) else {}
+    source = f"[{record.get('source')}]"
     if record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
-        return (
-            f"{head} x {pinned}: the torch names {record.get('version')} [{record.get('source')}]"
-        )
+        return f"{head} x {pinned}: the torch names {record.get('version')} {source}"
     if record and not record.get("pytorch_commit"):
         return (
-            f"{head} x {pinned}: agreement known from a public record only "
-            f"[{record.get('source')}]; "
-            "the first real build (or nox -s update_pins) resolves the branch, reads the file at "
-            "that commit, records it and checks the pair"
+            f"{head} x {pinned}: agreement known from a public record only {source}; the first "
+            "real build (or nox -s update_pins) reads torch's file at its commit and checks it"
         )
     return (
         f"{head} x {pinned}: not recorded at this torch commit; each build reads its "

@@ -1,33 +1,19 @@
-"""A team wheel index: one PEP 503 index per arch family, laid out as TheRock's (v2/<family>/).
+"""A team wheel index: one PEP 503 index per arch family, laid out as TheRock's (v2/<family>/),
+or the --index URL with {family} replaced. --index (publish, install_wheels, report) is a
+directory (a shared disk, NFS), s3://BUCKET/PREFIX?endpoint=URL (boto3), or
+pypi+http(s)://HOST/PATH (an upload API: pypiserver, devpi; twine uploads, it writes the pages).
 
---index takes (publish, install_wheels and report alike):
-  DIR | file:///DIR                a static tree in a directory (a shared disk, an NFS path)
-  s3://BUCKET/PREFIX?endpoint=URL  a static tree in S3 or an S3-compatible store (region=...),
-                                   through boto3
-  pypi+http(s)://HOST/PATH         a server with the upload API (pypiserver, devpi): twine
-                                   uploads to it and it writes the pages itself
-Any other form (WebDAV among them) is refused in one line naming these.
-The family index is <URL>/v2/<family>/, or the URL itself with {family} replaced when it holds
-that placeholder (one pypiserver per family behind a proxy, a devpi index per family).
-
-A static tree holds <family>/<project>/<file> and <family>/<project>/index.html (links with
-#sha256=), <family>/index.html listing projects; a web server that maps a folder to its
-index.html serves <family>/ as a pip --index-url. Files are created, never replaced: a name that
-is already there refuses the upload (a directory: link(2); S3: If-None-Match: *).
-install_wheels reads a directory or an upload-API server with plain GETs (anonymous) and hands
-pip the files' URLs; an S3 index it reads through the S3 API (signed with the environment's
-credentials, unsigned without), downloading the wheels into the work dir first.
-
-Credentials come only from the environment and are never printed or written: S3
-AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (boto3 reads them); the upload API TWINE_USERNAME/
-TWINE_PASSWORD (twine reads them). A URL carrying credentials is refused.
+A static tree (directory, S3) holds <family>/<project>/<file> and its index.html (links with
+#sha256=) and <family>/index.html. Files are created, never replaced (a directory: link(2); S3:
+If-None-Match: *). Credentials come only from the environment (boto3's, twine's); a URL carrying
+them is refused.
 """
 
 from __future__ import annotations
 
 import html
-import html.parser
 import os
+import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +25,7 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
 FETCH_TIMEOUT_S = 30.0
+HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
 QUERY_KEYS = {"endpoint", "region"}
 FORMS = (
     "a directory (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL (S3-compatible "
@@ -47,7 +34,7 @@ FORMS = (
 
 
 class Clash(Exception):
-    """A file of that name is already on the index."""
+    """A file of that name is already on the index (a store never replaces one)."""
 
 
 @dataclass(frozen=True)
@@ -72,11 +59,9 @@ class IndexSpec:
     def describe(self, family: str) -> str:
         root = self.family_root(family)
         if self.kind == "s3":
-            where = f"s3://{self.location}/{root}"
-            return where + (f" at {self.endpoint}" if self.endpoint else "")
-        if self.kind == "upload":
-            return f"{root}/ (upload API)"
-        return f"{root}/"
+            at = f" at {self.endpoint}" if self.endpoint else ""
+            return f"s3://{self.location}/{root}{at}"
+        return f"{root}/ (upload API)" if self.kind == "upload" else f"{root}/"
 
     def page_url(self, family: str, project: str) -> str:
         """Where a plain GET finds the project's page."""
@@ -154,18 +139,6 @@ def fetch(url: str) -> bytes | None:
     return response.content
 
 
-class _Anchors(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
-
-
 @dataclass(frozen=True)
 class Link:
     filename: str
@@ -175,10 +148,8 @@ class Link:
 
 def parse_page(text: str, page_url: str) -> dict[str, Link]:
     """filename -> Link of a PEP 503 project page."""
-    parser = _Anchors()
-    parser.feed(text)
     links = {}
-    for href in parser.hrefs:
+    for href in map(html.unescape, HREF.findall(text)):
         absolute, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
         name = urllib.parse.unquote(absolute.rstrip("/").rsplit("/", 1)[-1])
         sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
@@ -222,11 +193,11 @@ def root_page(projects: set[str]) -> str:
 # --- writing a static tree --------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class DirStore:
     """Create-only files and replaceable pages below one folder."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root
+    root: str
 
     def target(self, rel: str) -> str:
         return f"{self.root}/{rel}"
@@ -266,34 +237,19 @@ class S3Store:
     absent: any other answer (a 404 that is not S3's NoSuchKey, a refusal) is an error naming
     the endpoint, and a write counts as done only when the store accepted it."""
 
-    def __init__(
-        self,
-        bucket: str,
-        root: str,
-        endpoint: str | None = None,
-        region: str | None = None,
-        timeout: float = 60.0,
-    ) -> None:
+    def __init__(self, bucket: str, root: str, endpoint=None, region=None, timeout=60.0) -> None:
         import boto3
         from botocore import UNSIGNED
         from botocore.config import Config
 
         self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
         session = boto3.session.Session()
-        config = Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 2},
-            connect_timeout=timeout,
-            read_timeout=timeout,
-        )
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2})
+        config = config.merge(Config(connect_timeout=timeout, read_timeout=timeout))
         if session.get_credentials() is None:  # a public bucket: read without signing
             config = config.merge(Config(signature_version=UNSIGNED))
-        self.client = session.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-            config=config,
-        )
+        region = region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
     def _key(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
