@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
+from rocmfa.env import activation, archs, condaenv, lock_records, lockfile, rocm_sdk, session_env
 from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
@@ -154,15 +154,6 @@ def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
           f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
 
 
-def check_host() -> str:
-    """Refuse (one line) a host the lock does not suit: another platform, an older glibc."""
-    from rocmfa.env import lock_records
-
-    records = lock_records.records_path(lockfile.LOCK_FILE)
-    needs = lock_records.host_requirements(records, lockfile.PLATFORM)
-    return lock_records.require_suited(needs, lockfile.LOCK_FILE.name)
-
-
 def say_arch_and_env(session: session_env.SessionEnv) -> None:
     """The arch and env lines; refuse an arch that is not AMD."""
     runner = session.runner
@@ -230,7 +221,8 @@ def setup_env(opts: SetupEnvOptions) -> None:
     if not opts.force and stamps.is_current(stamp_file, inputs):
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
-    check_host()  # before the first change: only what installs must suit this host
+    # before the first change: only what installs must suit this host
+    lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
 
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
