@@ -63,7 +63,7 @@ def require_suited(lock_file: Path, platform: str) -> str:
     document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
     needs = next((v.split("=")[1] for v in document["virtual_packages"]
                   if v.startswith("__glibc=")), None)  # fmt: skip
-    subdir = os.environ.get("CONDA_SUBDIR") or str(rattler.Platform.current())
+    subdir = os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())
     if subdir != document["platform"]:
         raise UserError(f"{lock_file.name} is locked for {document['platform']}; this host is "
                         f"{subdir}: its packages would not run here")  # fmt: skip
@@ -73,8 +73,8 @@ def require_suited(lock_file: Path, platform: str) -> str:
     have = next((str(g.version) for g in (v.into_generic() for v in found)
                  if g.name.normalized == "__glibc"), None)  # fmt: skip
     if have is None:
-        raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is not "
-                        "glibc (or its version is unknown; CONDA_OVERRIDE_GLIBC sets it)")  # fmt: skip
+        why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
+        raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):
         raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
                         f"glibc {have}: its programs would not run here")  # fmt: skip

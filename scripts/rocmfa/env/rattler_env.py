@@ -1,14 +1,10 @@
 """py-rattler as the one conda solver and installer; conda-lock.yml stays the lock format.
 
-- solve_lock(): environment.yml (parsed by conda-lock, as its content hash sees it) solved by
-  rattler's resolvo against its channels, or mirrors of them (`--channel URL`, file:// too),
-  written with conda-lock's own models and writer. Locked URLs always name the channel of
-  environment.yml, never the mirror, so the lock is the same wherever it was solved.
-- install_lock(): the lock's linux-64 packages fetched into a package cache and checked
-  against the lock's sha256 *before* anything touches the prefix, then linked by rattler's
-  installer, which installs only the difference to what the prefix already has.
-
-Every rattler call goes through run_rattler (exit-time crash, see there).
+solve_lock(): environment.yml (as conda-lock parses it) solved by rattler against its channels
+or their mirrors (`--channel URL`), written with conda-lock's models; locked URLs always name
+environment.yml's channel. install_lock(): the lock's packages fetched into a package cache and
+checked against the lock's sha256 before rattler's installer links only the difference.
+Every rattler coroutine runs through run_rattler (exit-time crash, see there).
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ PLATFORM = "linux-64"
 
 
 def default_cache_dir() -> Path:
-    """$ROCMFA_CONDA_CACHE, else $XDG_CACHE_HOME/rocm-fa-workflow/conda (~/.cache/...)."""
     from rocmfa.plumbing.options import environment
 
     if chosen := environment().conda_cache:
@@ -47,19 +42,14 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
 
 
-# --- channels and mirrors ---------------------------------------------------------------
-
-
 def channel_base(channel: str) -> str:
-    """conda-forge -> https://conda.anaconda.org/conda-forge/ (URLs kept, with one '/')."""
     if "://" in channel:
         return channel.rstrip("/") + "/"
     return f"https://conda.anaconda.org/{channel.strip('/')}/"
 
 
 def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
-    """`--channel URL` mirrors environment.yml's only channel; `NAME=URL` names the channel.
-    Returns {canonical base: mirror base}."""
+    """`--channel URL` (environment.yml's only channel) or `NAME=URL` -> {base: mirror base}."""
     mirrors: dict[str, str] = {}
     for value in values:
         name, sep, url = value.partition("=")
@@ -85,27 +75,16 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
     return url
 
 
-# --- solving into conda-lock.yml ----------------------------------------------------------
-
-
-@contextlib.contextmanager
-def quiet_conda_lock():
-    """conda-lock logs its virtual-package repo at INFO (on the root logger, which nox shows)."""
-    logging.disable(logging.INFO)
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
-
-
 @contextlib.contextmanager
 def lock_spec(env_file: Path, platforms: list[str], cuda: str):
     """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
-    URL): a local, empty mapping, as the default one is downloaded from GitHub."""
+    URL: local and empty, as the default one is downloaded from GitHub)."""
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
-    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
+    logging.disable(logging.INFO)  # conda-lock logs its virtual packages on the root logger
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(logging.disable, logging.NOTSET)
         mapping = Path(tmp) / "mapping.json"
         mapping.write_text("{}")
         try:
@@ -151,8 +130,7 @@ def solve(
     platform: str = PLATFORM,
     cache_dir: Path | None = None,
 ) -> list[rattler.RepoDataRecord]:
-    """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
-    Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
+    """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
@@ -172,21 +150,19 @@ def solve(
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
-        text = str(error)
-        url = re.search(r"url \((\S+?)\)", text)
-        cause = [line.strip() for line in text.splitlines() if line.strip()][-1:] or ["?"]
+        url = re.search(r"url \((\S+?)\)", str(error))
+        cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:] or ["?"]
         where = url[1] if url else ", ".join(channels)
-        raise UserError(
-            network_error_line(where, Exception(cause[0].removeprefix("Caused by: ")), MIRROR_FIX)
-        ) from None
+        host = urllib.parse.urlsplit(where).netloc or where
+        why = cause[0].removeprefix("Caused by: ")
+        raise UserError(f"cannot reach {host} ({where}): {why}; {MIRROR_FIX}") from None
     except Exception as error:  # anything else from rattler
         raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
 
 
 def _one_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    # rattler's solver message: a heading, then a tree of why; keep the conflict lines.
-    text = " ".join(lines[:8])
+    """rattler's message (a heading, then a tree of why) as one line: the conflict lines."""
+    text = " ".join([line.strip() for line in str(error).splitlines() if line.strip()][:8])
     return text if len(text) < 600 else text[:597] + "..."
 
 
@@ -232,8 +208,7 @@ def solve_lock(
     cache_dir: Path | None = None,
     records_file: Path | None = None,
 ) -> list[Any]:
-    """Solve env_file for linux-64 and write lock_file with conda-lock's models (and, when
-    records_file is given, the solved records whole: rocmfa.env.lock_records)."""
+    """Solve env_file for linux-64 into lock_file (and records_file: rocmfa.env.lock_records)."""
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -272,52 +247,28 @@ def solve_lock(
     return list(planned.values())
 
 
-# --- installing conda-lock.yml --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    url: str
-    sha256: str
-
-    @property
-    def filename(self) -> str:
-        return self.url.rsplit("/", 1)[-1]
-
-    @property
-    def channel(self) -> str:
-        return self.url.rsplit("/", 2)[0]
-
-
-def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPackage]:
+def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
+    """conda-lock's LockedDependency of each of the lock's packages for platform."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    lock = parse_conda_lock_file(lock_file)
-    packages = []
-    for p in lock.package:
-        if p.platform != platform:
-            continue
+    packages = [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
+    for p in packages:
         if p.manager != "conda":
             raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
         if not p.hash.sha256:
             raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
-        packages.append(LockedPackage(p.name, p.url, p.hash.sha256))
     return packages
 
 
-def network_error_line(url: str, error: BaseException, fix: str) -> str:
-    """'cannot reach HOST (URL): CAUSE; FIX' - a network error says where and what to pass."""
-    host = urllib.parse.urlsplit(url).netloc or url
-    cause = getattr(error, "reason", None) or error
-    return f"cannot reach {host} ({url}): {cause}; {fix}"
+def channel_of(url: str) -> str:
+    return url.rsplit("/", 2)[0]
 
 
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
 
 
 def fetch_all(
-    packages: list[LockedPackage], archives: Path, mirrors: Mapping[str, str], jobs: int
+    packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
     """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
     threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
@@ -325,21 +276,16 @@ def fetch_all(
     removed on the way out."""
     results: list[Path | None] = [None] * len(packages)
     failures: list[BaseException] = []
-    todo = iter(enumerate(packages))
-    taking = threading.Lock()
+    todo = iter(enumerate(packages))  # next() on it is atomic under the GIL
 
     def work() -> None:
-        while not failures:
-            with taking:
-                item = next(todo, None)
-            if item is None:
-                return
+        while not failures and (item := next(todo, None)) is not None:
             index, package = item
             try:
                 results[index] = downloads.fetch_pinned(
                     _swap_base(package.url, mirrors),
-                    archives / package.filename,
-                    package.sha256,
+                    archives / package.url.rsplit("/", 1)[-1],
+                    package.hash.sha256,
                     fix=MIRROR_FIX,
                     pinned_by="the lock's",
                 )
@@ -388,7 +334,6 @@ def install_lock(
     jobs: int = 8,
     reporter: Any = None,
 ) -> InstallResult:
-    """Make prefix hold exactly the lock's linux-64 packages (a real conda prefix)."""
     import rattler
 
     cache_dir = cache_dir or default_cache_dir()
@@ -401,7 +346,7 @@ def install_lock(
             record = await rattler.RepoDataRecord.from_package_archive(path)
             # Linked from the verified archive; the origin stays in the channel field.
             record.url = path.resolve().as_uri()
-            record.channel = package.channel
+            record.channel = channel_of(package.url)
             out.append(record)
         return out
 
@@ -426,19 +371,9 @@ def install_lock(
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-# --- running rattler's coroutines ---------------------------------------------------------
-
 T = TypeVar("T")
 RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
 _YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
-
-
-def _apply_pending_decrefs() -> None:
-    """A reference that a rattler thread dropped without the GIL waits in pyo3's pool until
-    the next call into pyo3 applies it; any cheap call into rattler's extension is one."""
-    import rattler
-
-    rattler.Version("0")
 
 
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -461,10 +396,13 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
         loop.close()
         raise
-    # Measured in this frame, like `baseline`: any excess is rattler's.
+    # Measured in this frame, like `baseline`: any excess is rattler's. A reference a rattler
+    # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
+    import rattler
+
     deadline = time.monotonic() + RELEASE_DEADLINE_S
     while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
-        _apply_pending_decrefs()
+        rattler.Version("0")
         time.sleep(_YIELD_S)
     loop.close()
     if not ok:

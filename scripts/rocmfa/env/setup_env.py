@@ -146,7 +146,8 @@ def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
     from rocmfa.env import rattler_env
 
     cache = rattler_env.default_cache_dir()
-    channels = sorted({p.channel for p in rattler_env.locked_packages(lockfile.LOCK_FILE)})
+    locked = rattler_env.locked_packages(lockfile.LOCK_FILE)
+    channels = sorted({rattler_env.channel_of(p.url) for p in locked})
     mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
     result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
                                       mirrors=mapping)  # fmt: skip
