@@ -1,11 +1,6 @@
-"""GPU architecture knowledge (data/arches.toml) on top of AMD's rocm-bootstrap.
-
-rocm-bootstrap (PyPI) detects GPUs (KFD sysfs, $ROCM_BOOTSTRAP_FORCE_GFX_ARCH) and knows the
-target -> sub-family -> family hierarchy and device package names; arches.toml keeps only what
-it does not know (AOTriton support per version, image packs, CK MHA, vLLM gate, peaks, limits).
-HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs, so it is reported next to the
-real arch rather than silently trusted.
-"""
+"""GPU arch knowledge: AMD's rocm-bootstrap detects GPUs (KFD sysfs) and knows the target ->
+sub-family -> family chain and device package names; data/arches.toml holds only the rest.
+HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, not trusted."""
 
 from __future__ import annotations
 
@@ -58,24 +53,18 @@ class Arch:
     therock_torch_flash: bool = False  # TheRock's prebuilt torch has flash attention for it
 
     def aotriton_supported(self, version: str | None = None) -> bool:
-        if self.aotriton_since is None:
-            return False
-        if version is None:
-            return True
+        if self.aotriton_since is None or version is None:
+            return self.aotriton_since is not None
         return aotriton_version_key(version) >= aotriton_version_key(self.aotriton_since)
 
     def aotriton_pack(self, version: str) -> str | None:
         """Image pack directory name without 'amd-' for an AOTriton release, or None."""
         key = aotriton_version_key(version)
-        chosen = None
-        for since, pack in self.aotriton_packs:
-            if key >= aotriton_version_key(since):
-                chosen = pack
-        return chosen if self.aotriton_supported(version) else None
+        packs = [p for since, p in self.aotriton_packs if key >= aotriton_version_key(since)]
+        return packs[-1] if packs and self.aotriton_supported(version) else None
 
     def aotriton_patched_pack(self, version: str) -> str | None:
-        """The pack our patch set builds for this arch on version's release line, or None
-        (upstream support needs no patch set)."""
+        """The pack our patch set builds on version's release line (None if upstream has it)."""
         if self.aotriton_supported(version):
             return None
         key = aotriton_version_key(version)[:2]
@@ -86,12 +75,9 @@ class Arch:
 
     def needs_experimental_flag(self, version: str) -> bool:
         key = aotriton_version_key(version)
-        for since, until in self.aotriton_experimental:
-            if key >= aotriton_version_key(since) and (
-                until is None or key < aotriton_version_key(until)
-            ):
-                return True
-        return False
+        return any(key >= aotriton_version_key(since)
+                   and (until is None or key < aotriton_version_key(until))
+                   for since, until in self.aotriton_experimental)  # fmt: skip
 
 
 def _device_extra(name: str) -> str | None:
@@ -166,8 +152,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
 
 
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
-    """The arch table; read once per process while the file is unchanged (the option check,
-    the session and its plan all ask)."""
+    """The arch table, read once per process while the file is unchanged."""
     try:
         stat = path.stat()
     except OSError:
@@ -214,8 +199,6 @@ def parse_hsa_override(value: str) -> str:
 
 @dataclass(frozen=True)
 class Detection:
-    """What the host has. gpus are in KFD node order (the order HIP_VISIBLE_DEVICES counts)."""
-
     gpus: tuple[str, ...]
     source: str
     hsa_override: str | None = None
@@ -228,11 +211,8 @@ class Detection:
 
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
-    """GPUs as rocm-bootstrap sees them (its ROCM_BOOTSTRAP_* variables apply).
-
-    rocm-bootstrap lists KFD nodes in name order ('10' before '2'); HIP counts devices in
-    numeric node order, so the result is re-sorted by node id.
-    """
+    """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's; rocm-bootstrap lists
+    '10' before '2')."""
     environ = os.environ if environ is None else environ
     override = environ.get("HSA_OVERRIDE_GFX_VERSION")
     override_arch = None
@@ -274,9 +254,7 @@ def resolve_arch(
     arches: Mapping[str, Arch] | None = None,
     detection: Detection | None = None,
 ) -> ArchChoice:
-    """The session's --arch (or $ROCMFA_ARCH, resolved with the settings), else rocm-bootstrap's
-    detection ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD). detection: the GPUs already detected
-    (doctor detects once and hands them down)."""
+    """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
     environ = os.environ if environ is None else environ
     detection = detect_gpus(environ) if detection is None else detection
     if requested:

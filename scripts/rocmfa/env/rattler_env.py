@@ -20,9 +20,8 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from rocmfa.plumbing import downloads
 from rocmfa.plumbing.errors import UserError
@@ -115,21 +114,13 @@ def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.Generic
 
 def match_spec(dep: Any) -> str:
     """A conda-lock VersionedDependency as a conda match spec string."""
-    spec = dep.name
-    if dep.version or dep.build:
-        spec += f" {dep.version or '*'}"
-    if dep.build:
-        spec += f" {dep.build}"
+    parts = [dep.name, *([dep.version or "*", dep.build] if dep.build else [dep.version])]
+    spec = " ".join(p for p in parts if p)
     return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
 
 
-def solve(
-    specs: list[str],
-    channels: list[str],
-    virtual: list[Any],
-    platform: str = PLATFORM,
-    cache_dir: Path | None = None,
-) -> list[rattler.RepoDataRecord]:
+def solve(specs: list[str], channels: list[str], virtual: list[Any], platform: str = PLATFORM,
+          cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
     """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
@@ -176,26 +167,17 @@ def locked_dependencies(
     locked = []
     for record in records:
         by_name: dict[str, list[Any]] = {}
-        for dep in record.depends:
-            spec = MatchSpec(dep)  # type: ignore[arg-type]
-            by_name.setdefault(spec.name, []).append(spec)
-        dependencies = {}
-        for name, specs in by_name.items():
-            merged = specs[0] if len(specs) == 1 else MatchSpec.merge(specs)[0]
-            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
+        for dep in map(MatchSpec, record.depends):
+            by_name.setdefault(dep.name, []).append(dep)
+        merged = {name: MatchSpec.merge(specs)[0].version for name, specs in by_name.items()}
         if not record.sha256 or not record.md5:
             raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
-        locked.append(
-            LockedDependency(
-                name=record.name.normalized,
-                version=str(record.version),
-                manager="conda",
-                platform=platform,
-                dependencies=dependencies,
-                url=_swap_base(record.url, canonical),
-                hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
-            )
-        )
+        locked.append(LockedDependency(
+            name=record.name.normalized, version=str(record.version), manager="conda",
+            platform=platform, url=_swap_base(record.url, canonical),
+            dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
+            hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+        ))  # fmt: skip
     return locked
 
 
@@ -314,8 +296,7 @@ def fetch_all(
     return [path for path in results if path is not None]
 
 
-@dataclass(frozen=True)
-class InstallResult:
+class InstallResult(NamedTuple):
     installed: list[str]
     removed: list[str]
     unchanged: int
