@@ -97,46 +97,40 @@ def packaging_chain(name: str) -> tuple[str, ...]:
         return ()
 
 
-def _get(
-    raw: dict, key: str, kind: type | tuple[type, ...], where: str, default: Any = None
-) -> Any:
-    """raw[key] checked for its type when present (datafiles.require), else default."""
-    return require(raw, key, kind, where) if key in raw else default
-
-
 def _parse_arch(name: str, raw: Any) -> Arch:
     where = f"{ARCHES_FILE.name} [arch.{name}]"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
 
+    def get(key: str, kind: type | tuple[type, ...] = str, default: Any = None) -> Any:
+        return require(raw, key, kind, where) if key in raw else default
+
     def tables(key: str, *names: str) -> tuple[tuple[Any, ...], ...]:
-        found = []
-        for entry in _get(raw, key, list, where, []):
-            if not isinstance(entry, dict):
-                raise UserError(f"{where}: {key} entries must be tables")
-            get = [_get if n == "until" else require for n in names]
-            found.append(tuple(g(entry, n, str, where) for g, n in zip(get, names, strict=True)))
-        return tuple(found)
+        entries = get(key, list, [])
+        if not all(isinstance(entry, dict) for entry in entries):
+            raise UserError(f"{where}: {key} entries must be tables")
+        return tuple(tuple(require(e, n, str, where) if n in e or n != "until" else None
+                           for n in names) for e in entries)  # fmt: skip
 
     packs = tables("aotriton_packs", "since", "pack")
     experimental = tables("aotriton_experimental", "since", "until")
     patched = tables("aotriton_patched", "release", "pack")
-    peaks = {d: _get(raw, f"peak_tflops_{d}", (int, float), where) for d in ("fp16", "bf16")}
+    peaks = {d: get(f"peak_tflops_{d}", (int, float)) for d in ("fp16", "bf16")}
     if any(v is not None and v <= 0 for v in peaks.values()):
         raise UserError(f"{where}: peak_tflops_fp16/_bf16 must be positive numbers")
-    since = _get(raw, "aotriton_since", str, where)
+    since = get("aotriton_since")
     for version in [since, *(entry[0] for entry in (*packs, *experimental, *patched))]:
         try:
             version is None or aotriton_version_key(version)
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-    vendor = _get(raw, "vendor", str, where, "amd")
+    vendor = get("vendor", str, "amd")
     return Arch(
         name=name,
         display_name=require(raw, "name", str, where),
         vendor=vendor,
         device_extra=_device_extra(name) if vendor == "amd" else None,
-        legacy_family=_get(raw, "legacy_family", str, where),
+        legacy_family=get("legacy_family"),
         aotriton_since=since,
         aotriton_packs=packs,
         aotriton_experimental=experimental,
@@ -144,10 +138,10 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         vllm_aiter=require(raw, "vllm_aiter", bool, where),
         vllm_note=require(raw, "vllm_note", str, where),
         peak_tflops={d: float(v) for d, v in peaks.items() if v is not None},
-        limits=tuple(_get(raw, "limits", list, where, [])),
-        therock_family=_get(raw, "therock_family", str, where),
+        limits=tuple(get("limits", list, [])),
+        therock_family=get("therock_family"),
         aotriton_patched=patched,
-        therock_torch_flash=_get(raw, "therock_torch_flash", bool, where, False),
+        therock_torch_flash=get("therock_torch_flash", bool, False),
     )
 
 
@@ -177,14 +171,6 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     return arches[key]
 
 
-def _target_name(major: int, minor: int, stepping: int) -> str:
-    """Name through rocm-bootstrap's table; LLVM spelling (stepping in hex) when it is unknown."""
-    try:
-        return parse_gfx_target_version(major * 10000 + minor * 100 + stepping).name
-    except ValueError:
-        return f"gfx{major}{minor}{stepping:x}"
-
-
 def parse_hsa_override(value: str) -> str:
     """HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal) -> 'gfx1100'."""
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
@@ -194,7 +180,10 @@ def parse_hsa_override(value: str) -> str:
             "decimal, e.g. 11.0.0)"
         )
     major, minor, step = (int(g) for g in match.groups())
-    return _target_name(major, minor, step)
+    try:  # rocm-bootstrap's table; LLVM's spelling (stepping in hex) when it does not know it
+        return parse_gfx_target_version(major * 10000 + minor * 100 + step).name
+    except ValueError:
+        return f"gfx{major}{minor}{step:x}"
 
 
 @dataclass(frozen=True)

@@ -47,24 +47,21 @@ def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict
     if arch.therock_torch_flash:
         return {
             "kind": "prebuilt",
+            "commands": [FAST_PATH[0] + arch_flag, FAST_PATH[1]],
             "why": f"TheRock's torch for the pinned ROCm SDK is built with AOTriton flash "
             f"attention for {arch.name}, a flash torch in minutes",
-            "commands": [FAST_PATH[0] + arch_flag, FAST_PATH[1]],
             "build": f"{build} is for a change of ours (patches, tuning, another AOTriton)",
         }
     if aotriton_version and arch.aotriton_patched_pack(aotriton_version):
         return {
             "kind": "build",
-            "why": f"no prebuilt torch has flash attention for {arch.name} (TheRock builds it "
-            f"only for gfx90a, gfx942, gfx950, gfx11*, gfx12*); AOTriton {aotriton_version} "
-            f"with our {arch.name} patch set is built from source, then torch against it",
             "commands": [build, MAIN_JOB[2] + given],
+            "why": f"no prebuilt torch has flash attention for {arch.name} (TheRock builds "
+            f"it only for gfx90a, gfx942, gfx950, gfx11*, gfx12*); AOTriton {aotriton_version}"
+            f" with our {arch.name} patch set is built from source, then torch against it",
         }
-    return {
-        "kind": "none",
-        "why": f"AOTriton has no kernels for {arch.name}: torch has no flash attention here",
-        "commands": [],
-    }
+    why = f"AOTriton has no kernels for {arch.name}: torch has no flash attention here"
+    return {"kind": "none", "commands": [], "why": why}
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
@@ -170,7 +167,6 @@ def _next_step(report: dict[str, Any]) -> str:
         return f"fix {arch['bad_value']}: {arch['error']}"
     if "error" in arch:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
-    # No conda manager is needed: setup_env makes the env with py-rattler (README).
     if not report["lock"].get("present"):
         return f"{MAIN_JOB[0]} (it generates conda-lock.yml first)"
     if not report["lock"].get("fresh"):
@@ -180,8 +176,7 @@ def _next_step(report: dict[str, Any]) -> str:
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     torch = env.get("torch") or {}
-    # TheRock's torch call pip-installs the torch it built into the env already; install_wheels
-    # installs the whole set of the run (audio, vision too) and checks the backend.
+    # TheRock's call pip-installs its torch; install_wheels the run's whole set, then checks
     facts = {b["step"]: b["facts"] for b in report["builds"]}
     built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):

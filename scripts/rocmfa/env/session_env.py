@@ -72,9 +72,6 @@ class SessionEnv:
     def python(self) -> Path:
         return self.prefix / "bin" / "python"
 
-    def say(self, message: str) -> None:
-        print(message, file=self.out or sys.stdout, flush=True)
-
     def describe(self) -> str:
         return (
             f"arch {self.arch.name} ({self.arch_how}); env {self.prefix} ({self.location.how}); "
@@ -116,12 +113,10 @@ def open_env(
     if ready or not dry_run:
         condaenv.require_env(prefix)
         return SessionEnv(choice, work, location, manager, prefix, True, dry_run, True, out)
-    session = SessionEnv(choice, work, location, manager, prefix, False, True, True, out)
-    session.say(
-        f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env would "
-        "create as placeholders (a real run stops here: run: nox -s setup_env)"
-    )
-    return session
+    print(f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env would "
+          "create as placeholders (a real run stops here: run: nox -s setup_env)",
+          file=out or sys.stdout, flush=True)  # fmt: skip
+    return SessionEnv(choice, work, location, manager, prefix, False, True, True, out)
 
 
 class OnSession:
