@@ -107,14 +107,8 @@ def _section(table: dict, where: str, conditions, fields) -> tuple[list, list]:
     return chosen, skipped
 
 
-def plan(
-    arch: Arch,
-    *,
-    rocm_root: str,
-    aotriton_version: str | None,
-    profiles: Sequence[str] = (),
-    vars_file: Path = VARS_FILE,
-) -> Plan:
+def plan(arch: Arch, *, rocm_root: str, aotriton_version: str | None,
+         profiles: Sequence[str] = (), vars_file: Path = VARS_FILE) -> Plan:  # fmt: skip
     data = load_toml(vars_file, "variable data")
     if not data:
         raise UserError(f"variable data {vars_file} is empty; restore it: git checkout {vars_file}")

@@ -236,13 +236,9 @@ class ArchChoice:
     detection: Detection
 
 
-def resolve_arch(
-    requested: str | None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    arches: Mapping[str, Arch] | None = None,
-    detection: Detection | None = None,
-) -> ArchChoice:
+def resolve_arch(requested: str | None, *, environ: Mapping[str, str] | None = None,
+                 arches: Mapping[str, Arch] | None = None, detection: Detection | None = None
+                 ) -> ArchChoice:  # fmt: skip
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
     environ = os.environ if environ is None else environ
     detection = detect_gpus(environ) if detection is None else detection

@@ -130,11 +130,10 @@ def pinned_build() -> dict[str, Any]:
     except UserError as e:
         return {"error": str(e)}
     record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
-    current = bool(record) and record.get("pytorch_commit") == torch.get("commit")
     names = "not recorded for this commit (nox -s update_pins reads it)"
-    if current:
-        names = f"{record.get('version') or '?'} {str(record.get('commit'))[:12]}"
-        names += f" ({record.get('source')})"
+    if record and record.get("pytorch_commit") == torch.get("commit"):
+        commit = str(record.get("commit"))[:12]
+        names = f"{record.get('version') or '?'} {commit} ({record.get('source')})"
     return {
         "torch": f"{torch.get('url')} {torch.get('ref')} {str(torch.get('commit'))[:12]}",
         "names": names,
@@ -144,13 +143,10 @@ def pinned_build() -> dict[str, Any]:
 
 def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
     """What the screen shows broken: a bad arch value (not a missing GPU), unparsable pins."""
-    broken = []
     host = str(report.get("host", ""))
-    if requested and host.startswith("no arch ("):  # --arch or $ROCMFA_ARCH (the settings')
-        broken.append(host.removeprefix("no arch (").removesuffix(")"))
-    if "error" in report["pinned_build"]:
-        broken.append(report["pinned_build"]["error"])
-    return broken
+    bad_arch = requested and host.startswith("no arch (")  # --arch or $ROCMFA_ARCH
+    broken = [host.removeprefix("no arch (").removesuffix(")")] if bad_arch else []
+    return broken + [e for e in [report["pinned_build"].get("error")] if e]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
@@ -158,14 +154,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
     lines.append("| arch | " + " | ".join(versions) + " |")
     lines.append("|---|" + "---|" * len(versions))
-    for row in report["arches"]:
-        if row["vendor"] != "amd":
-            continue
-        cells = []
-        for version in versions:
-            cell = row["cells"][version]
-            text = SHORT.get(cell["state"], "-")
-            cells.append(text + (f" {cell['pack']}" if "pack" in cell else ""))
+    for row in (row for row in report["arches"] if row["vendor"] == "amd"):
+        cells = [(row["cells"][v], SHORT.get(row["cells"][v]["state"], "-")) for v in versions]
+        cells = [text + (f" {cell['pack']}" if "pack" in cell else "") for cell, text in cells]
         lines.append(f"| {row['arch']} ({row['name']}) | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -180,16 +171,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| {t['torch']} | {t.get('tree', '')} | {t['aotriton']} | {t['source']} |"
         for t in report["torch"]
     ]
-    built = report.get("pinned_build") or {}
-    if built and "error" not in built:
-        lines += [
-            "",
-            "## The pinned source build (build_pytorch)",
-            "",
-            f"- torch: {built['torch']} (pins/pytorch.toml)",
-            f"- its aotriton.cmake names: {built['names']}",
-            f"- pins/aotriton.toml: {built['pinned_aotriton']} (same release line required)",
-        ]
+    if (built := report.get("pinned_build") or {}) and "error" not in built:
+        lines += ["", "## The pinned source build (build_pytorch)", "",
+                  f"- torch: {built['torch']} (pins/pytorch.toml)",
+                  f"- its aotriton.cmake names: {built['names']}",
+                  f"- pins/aotriton.toml: {built['pinned_aotriton']} "
+                  "(same release line required)"]  # fmt: skip
     lines += ["", "## Sources", ""]
     lines += [
         f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
@@ -205,11 +192,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def host_line(
-    requested: str | None = None,
-    aotriton_version: str | None = None,
-    choice: archs.ArchChoice | None = None,
-) -> str:
+def host_line(requested: str | None = None, aotriton_version: str | None = None,
+              choice: archs.ArchChoice | None = None) -> str:  # fmt: skip
     """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
     try:
         choice = choice or archs.resolve_arch(requested)
@@ -230,13 +214,9 @@ def pinned_aotriton_version() -> str | None:
         return None
 
 
-def check_combination(
-    arch: archs.Arch,
-    aotriton_version: str,
-    *,
-    torch_version: str | None = None,
-    force: bool = False,
-) -> list[str]:
+def check_combination(arch: archs.Arch, aotriton_version: str, *,
+                      torch_version: str | None = None, force: bool = False
+                      ) -> list[str]:  # fmt: skip
     """Conflicts of arch x AOTriton release x torch (the first raised unless force, else returned
     as warnings) and notes (experimental, patched)."""
     found, both = state(arch, aotriton_version), f"{arch.name} x AOTriton {aotriton_version}"

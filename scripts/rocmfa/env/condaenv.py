@@ -76,12 +76,8 @@ class EnvLocation:
     how: str
 
 
-def resolve_prefix(
-    prefix: str | None,
-    env_name: str | None,
-    manager: Manager | None,
-    environ: Mapping[str, str] | None = None,
-) -> EnvLocation:
+def resolve_prefix(prefix: str | None, env_name: str | None, manager: Manager | None,
+                   environ: Mapping[str, str] | None = None) -> EnvLocation:  # fmt: skip
     """prefix/env_name: the session's settings; environ: the manager's own variables."""
     environ = os.environ if environ is None else environ
     if prefix:

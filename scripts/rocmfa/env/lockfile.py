@@ -20,13 +20,8 @@ PLATFORM = "linux-64"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 
 
-def check(
-    env_file: Path = ENV_FILE,
-    lock_file: Path = LOCK_FILE,
-    *,
-    cuda: str = CUDA_CHOICE,
-    cache_file: Path | None = None,
-) -> tuple[bool, str]:
+def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE,
+          cache_file: Path | None = None) -> tuple[bool, str]:  # fmt: skip
     if not lock_file.is_file():
         raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
     key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file),

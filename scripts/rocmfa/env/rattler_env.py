@@ -181,15 +181,9 @@ def locked_dependencies(
     return locked
 
 
-def solve_lock(
-    env_file: Path,
-    lock_file: Path,
-    mirrors: list[str],
-    cuda: str,
-    say=print,
-    cache_dir: Path | None = None,
-    records_file: Path | None = None,
-) -> list[Any]:
+def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print,
+               cache_dir: Path | None = None,
+               records_file: Path | None = None) -> list[Any]:  # fmt: skip
     """Solve env_file for linux-64 into lock_file (and records_file: rocmfa.env.lock_records)."""
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
@@ -306,46 +300,30 @@ def _prefix_packages(prefix: Path) -> set[str]:
     return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
 
 
-def install_lock(
-    lock_file: Path,
-    prefix: Path,
-    *,
-    cache_dir: Path | None = None,
-    mirrors: Mapping[str, str] | None = None,
-    jobs: int = 8,
-    reporter: Any = None,
-) -> InstallResult:
+def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None,
+                 mirrors: Mapping[str, str] | None = None, jobs: int = 8, reporter: Any = None
+                 ) -> InstallResult:  # fmt: skip
     import rattler
 
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
 
-    async def records() -> list[rattler.RepoDataRecord]:
-        out = []
+    before = _prefix_packages(prefix)
+
+    async def install() -> None:
+        wanted = []
         for package, path in zip(packages, paths, strict=True):
             record = await rattler.RepoDataRecord.from_package_archive(path)
             # Linked from the verified archive; the origin stays in the channel field.
-            record.url = path.resolve().as_uri()
-            record.channel = channel_of(package.url)
-            out.append(record)
-        return out
-
-    wanted = run_rattler(records)
-    before = _prefix_packages(prefix)
-
-    async def link() -> None:
-        await rattler.install(
-            wanted,
-            target_prefix=prefix,
-            cache_dir=cache_dir / "pkgs",
-            show_progress=False,
-            execute_link_scripts=False,
-            reporter=reporter,
-        )
+            record.url, record.channel = path.resolve().as_uri(), channel_of(package.url)
+            wanted.append(record)
+        await rattler.install(wanted, target_prefix=prefix, cache_dir=cache_dir / "pkgs",
+                              show_progress=False, execute_link_scripts=False,
+                              reporter=reporter)  # fmt: skip
 
     try:
-        run_rattler(link)
+        run_rattler(install)
     except Exception as error:
         raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
     after = _prefix_packages(prefix)

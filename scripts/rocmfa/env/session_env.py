@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rocmfa.env import archs, condaenv
 from rocmfa.env.condaenv import Manager, find_manager
@@ -94,13 +94,8 @@ class SessionEnv:
         return self.runner.ask(argv, placeholder)
 
 
-def open_env(
-    where: EnvChoice,
-    *,
-    dry_run: bool | None = None,
-    out: TextIO | None = None,
-    makes_env: bool = False,
-) -> SessionEnv:
+def open_env(where: EnvChoice, *, dry_run: bool | None = None, out: TextIO | None = None,
+             makes_env: bool = False) -> SessionEnv:  # fmt: skip
     """A real run needs a set-up env (else "... run: nox -s setup_env"); a dry run goes on with
     placeholders and says so. makes_env (setup_env): the env need not exist."""
     dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
@@ -124,28 +119,11 @@ class OnSession:
 
     session: SessionEnv
 
-    @property
-    def arch(self) -> archs.Arch:
-        return self.session.arch
+    def __getattr__(self, name: str) -> Any:
+        if name in ("arch", "work", "prefix", "python", "runner"):
+            return getattr(self.session, name)
+        raise AttributeError(name)
 
-    @property
-    def work(self) -> Path:
-        return self.session.work
-
-    @property
-    def prefix(self) -> Path:
-        return self.session.prefix
-
-    @property
-    def python(self) -> Path:
-        return self.session.python
-
-    @property
-    def runner(self) -> Runner:
-        return self.session.runner
-
-
-# --- the probe sessions ----------------------------------------------------------------------
 
 UPSTREAM = "upstream_sdpa"
 
@@ -163,9 +141,8 @@ def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
                 f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
                 f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
             )
-        print(
-            f"note: no env found ({location.how}); running with {sys.executable}", file=sys.stderr
-        )
+        print(f"note: no env found ({location.how}); running with {sys.executable}",
+              file=sys.stderr)  # fmt: skip
         python = Path(sys.executable)
     else:
         if not (prefix / condaenv.ENV_STAMP).is_file():
@@ -186,8 +163,7 @@ def probe_names(declared: Session) -> tuple[str, ...]:
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
     """The probes' own parsers (they import torch only when they run: --help needs no env)."""
     return [
-        importlib.import_module(f"rocmfa.probes.{name}").build_parser()
-        for name in probe_names(declared)
+        importlib.import_module(f"rocmfa.probes.{n}").build_parser() for n in probe_names(declared)
     ]
 
 

@@ -78,13 +78,8 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
         raise UserError(f"env prefix {prefix} is not writable (no write access to {parent})")
 
 
-def provision(
-    prefix: Path,
-    request: Request,
-    runner: Runner,
-    *,
-    stamp_inputs: dict[str, object],
-) -> activation.Plan:
+def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
+              ) -> activation.Plan:  # fmt: skip
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
     python = prefix / "bin" / "python"
     index_url = request.rocm.index_url(request.arch, request.index_kind)
