@@ -177,18 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--platform", default="linux-64")
     args = parser.parse_args(argv)
     try:
-        if args.fetch_commands or args.fetched:
-            if args.sources or not args.fetched:
-                raise UserError("--fetched DIR takes the place of SOURCE arguments")
-            if args.fetch_commands:
-                print("\n".join(fetch_commands(args.fetched, named_sources())))
-                return 0
-            sources: list[Path] | dict[str, Path] = verified_sources(args.fetched,
-                                                                     named_sources())  # fmt: skip
-        elif not args.sources:
+        if (args.fetch_commands or args.fetched) and (args.sources or not args.fetched):
+            raise UserError("--fetched DIR takes the place of SOURCE arguments")
+        if args.fetch_commands:
+            print("\n".join(fetch_commands(args.fetched, named_sources())))
+            return 0
+        if not (args.sources or args.fetched):
             raise UserError("name the lock files to read, or --fetched DIR")
-        else:
-            sources = args.sources
+        sources = verified_sources(args.fetched, named_sources()) if args.fetched else args.sources
         counts = assemble(sources, args.out, args.platform)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
