@@ -231,27 +231,25 @@ def render(report: dict[str, Any]) -> str:
 
 def _render_arch(arch: dict[str, Any]) -> list[str]:
     gpus = ", ".join(arch["detected"]) or "none"
-    lines = [f"GPU        detected: {gpus} ({arch['detected_from']})"]
-    for gpu, chain in arch.get("hierarchy", {}).items():
-        lines.append(f"           {gpu}: target -> sub-family -> family {' -> '.join(chain)}")
-    if arch.get("hsa_override"):
-        lines.append(f"           {arch['hsa_override']}")
+    rows = [("GPU", f"detected: {gpus} ({arch['detected_from']})")]
+    rows += [("", f"{gpu}: target -> sub-family -> family {' -> '.join(chain)}")
+             for gpu, chain in arch.get("hierarchy", {}).items()]  # fmt: skip
+    rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
     if "error" in arch:
-        return [*lines, f"arch       {arch['error']}"]
+        return [f"{label:<10} {text}" for label, text in [*rows, ("arch", arch["error"])]]
     peak = arch["peak_tflops"].get("fp16")
-    lines.append(
-        f"arch       {arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
-        f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
-        + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
-    )
-    lines += [f"           limit: {limit}" for limit in arch["limits"]]
-    lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
     path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
-    lines.append(f"path       {path['kind']}: {path['why']}{run}")
-    if path.get("build"):
-        lines.append(f"           {path['build']}")
-    return lines
+    rows += [
+        ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
+         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
+         + (f"; peak fp16 {peak} TFLOP/s" if peak else "")),
+        *(("", f"limit: {limit}") for limit in arch["limits"]),
+        ("matrix", f"{arch['matrix']} (nox -s matrix)"),
+        ("path", f"{path['kind']}: {path['why']}{run}"),
+        *([("", path["build"])] if path.get("build") else []),
+    ]  # fmt: skip
+    return [f"{label:<10} {text}" for label, text in rows]
 
 
 def _render_env(env: dict[str, Any], lock: dict[str, Any]) -> list[str]:

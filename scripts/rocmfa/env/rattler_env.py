@@ -257,13 +257,10 @@ def fetch_all(
     def work() -> None:
         while not failures and (item := next(todo, None)) is not None:
             index, package = item
+            url, dest = _swap_base(package.url, mirrors), archives / package.url.rsplit("/", 1)[-1]
             try:
                 results[index] = downloads.fetch_pinned(
-                    _swap_base(package.url, mirrors),
-                    archives / package.url.rsplit("/", 1)[-1],
-                    package.hash.sha256,
-                    fix=MIRROR_FIX,
-                    pinned_by="the lock's",
+                    url, dest, package.hash.sha256, fix=MIRROR_FIX, pinned_by="the lock's"
                 )
             except BaseException as error:
                 failures.append(error)
@@ -278,12 +275,8 @@ def fetch_all(
         failures.append(KeyboardInterrupt())
         downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
-        print(
-            f"interrupted while downloading conda packages from {', '.join(hosts)} into "
-            f"{archives}; partial files removed",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"interrupted while downloading conda packages from {', '.join(hosts)} into "
+              f"{archives}; partial files removed", file=sys.stderr, flush=True)  # fmt: skip
         raise
     if failures:
         raise failures[0]
