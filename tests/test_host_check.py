@@ -1,12 +1,11 @@
 """setup_env refuses, in one line, a host the lock does not suit. The host is faked with the
 variables conda itself reads for it (CONDA_SUBDIR, CONDA_OVERRIDE_GLIBC): they are the test
-seam, documented in scripts/rocmfa/env/lock_records.py."""
+seam, read by py-rattler (scripts/rocmfa/env/lock_records.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 from pathlib import Path
 
@@ -18,19 +17,15 @@ from tests.support.project import copy_project, run_nox
 
 
 def test_committed_lock_names_its_platform_and_glibc() -> None:
-    needs = lock_records.host_requirements(lock_records.records_path(lockfile.LOCK_FILE),
-                                           lockfile.PLATFORM)  # fmt: skip
-    assert needs == lock_records.HostNeeds(("linux-64",), "2.28")
+    document = lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))
+    assert document["platform"] == "linux-64" and "__glibc=2.28=0" in document["virtual_packages"]
 
 
-def test_host_read_as_conda_reads_it() -> None:
-    assert lock_records.host_subdir({}) == {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(
-        platform.machine(), lock_records.host_subdir({})
-    )
+def test_this_host_suits_the_committed_lock() -> None:
     confstr = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36" on a glibc Linux
-    assert lock_records.host_glibc({}) == confstr.split()[1]
-    assert lock_records.host_subdir({"CONDA_SUBDIR": "linux-aarch64"}) == "linux-aarch64"
-    assert lock_records.host_glibc({"CONDA_OVERRIDE_GLIBC": "2.17"}) == "2.17"
+    assert lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM) == (
+        f"host linux-64, glibc {confstr.split()[1]}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,33 +33,23 @@ def test_host_read_as_conda_reads_it() -> None:
     [
         ({"CONDA_SUBDIR": "linux-aarch64"},
          "conda-lock.yml is locked for linux-64; this host is linux-aarch64"),
-        ({"CONDA_SUBDIR": "linux-64", "CONDA_OVERRIDE_GLIBC": "2.17"},
+        ({"CONDA_OVERRIDE_GLIBC": "2.17"},
          "conda-lock.yml needs glibc >= 2.28 (its __glibc); this host has glibc 2.17"),
-        ({"CONDA_SUBDIR": "linux-64", "CONDA_OVERRIDE_GLIBC": "2.9"},
-         "needs glibc >= 2.28 (its __glibc); this host has glibc 2.9"),
+        ({"CONDA_OVERRIDE_GLIBC": "2.9"}, "(its __glibc); this host has glibc 2.9"),
+        ({"CONDA_OVERRIDE_GLIBC": "2.28"}, None),
+        ({"CONDA_OVERRIDE_GLIBC": "2.100"}, None),  # not a string compare
     ],
 )  # fmt: skip
-def test_unsuited_hosts_are_refused(environ: dict[str, str], message: str) -> None:
+def test_hosts_read_as_conda_reads_them(environ, message, monkeypatch) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    if message is None:
+        found = lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+        assert found == f"host linux-64, glibc {environ['CONDA_OVERRIDE_GLIBC']}"
+        return
     with pytest.raises(UserError) as error:
-        lock_records.require_suited(
-            lock_records.HostNeeds(("linux-64",), "2.28"), "conda-lock.yml", environ
-        )
+        lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
     assert message in str(error.value) and "\n" not in str(error.value)
-
-
-def test_suited_hosts_pass() -> None:
-    ok = {"CONDA_SUBDIR": "linux-64", "CONDA_OVERRIDE_GLIBC": "2.28"}
-    assert (
-        lock_records.require_suited(lock_records.HostNeeds(("linux-64",), "2.28"), "l", ok)
-        == "host linux-64, glibc 2.28"
-    )
-    newer = {"CONDA_SUBDIR": "linux-64", "CONDA_OVERRIDE_GLIBC": "2.100"}  # not a string compare
-    assert lock_records.require_suited(
-        lock_records.HostNeeds(("linux-64",), "2.28"), "l", newer
-    ).endswith("glibc 2.100")
-    assert lock_records.require_suited(
-        lock_records.HostNeeds(("linux-64",), None), "l", {"CONDA_SUBDIR": "linux-64"}
-    )
 
 
 def test_setup_env_refuses_before_doing_anything(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def closed_channel(document: Mapping[str, Any], out: Path) -> str:
     from rocmfa.env.channel_from_locks import write_channel as write
 
     entries = {tuple(url.rsplit("/", 2)[-2:]): e for url, e in document["records"].items()}
-    write(entries, out, document["platform"])  # type: ignore[arg-type]
+    write(entries, out, document["platform"], {})  # type: ignore[arg-type]
     return out.resolve().as_uri()
 
 

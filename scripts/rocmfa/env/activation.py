@@ -46,7 +46,7 @@ class Plan:
     variables: tuple[Variable, ...]
     skipped: tuple[Skipped, ...]
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, list]:
         return {
             "set": [vars(v) for v in self.variables],
             "not_set": [vars(s) for s in self.skipped],
@@ -56,20 +56,17 @@ class Plan:
 def _conditions(
     arch: Arch, aotriton_version: str | None, rocm_root: str
 ) -> dict[str, tuple[bool, str]]:
-    if aotriton_version is None:
+    version = aotriton_version
+    if version is None:
         experimental = (False, "AOTriton version unknown, so the experimental flag is not set")
-    elif arch.aotriton_patched_pack(aotriton_version):
-        experimental = (
-            False,
-            f"{arch.name}'s kernels come from our patch set for AOTriton {aotriton_version}, "
-            "which does not list it as experimental",
-        )
-    elif not arch.aotriton_supported(aotriton_version):
-        experimental = (False, f"AOTriton {aotriton_version} has no kernels for {arch.name}")
-    elif arch.needs_experimental_flag(aotriton_version):
-        experimental = (True, "")
+    elif arch.aotriton_patched_pack(version):
+        experimental = (False, f"{arch.name}'s kernels come from our patch set for AOTriton "
+                        f"{version}, which does not list it as experimental")  # fmt: skip
+    elif not arch.aotriton_supported(version):
+        experimental = (False, f"AOTriton {version} has no kernels for {arch.name}")
     else:
-        experimental = (False, f"{arch.name} is not experimental in AOTriton {aotriton_version}")
+        flag = arch.needs_experimental_flag(version)
+        experimental = (flag, f"{arch.name} is not experimental in AOTriton {version}")
     bitcode = Path(rocm_root) / "lib" / "llvm" / "amdgcn" / "bitcode"
     # a dry run before the SDK is installed names it by a placeholder: show what would be set
     device_libs = (
@@ -110,14 +107,8 @@ def _section(table: dict, where: str, conditions, fields) -> tuple[list, list]:
     return chosen, skipped
 
 
-def plan(
-    arch: Arch,
-    *,
-    rocm_root: str,
-    aotriton_version: str | None,
-    profiles: Sequence[str] = (),
-    vars_file: Path = VARS_FILE,
-) -> Plan:
+def plan(arch: Arch, *, rocm_root: str, aotriton_version: str | None,
+         profiles: Sequence[str] = (), vars_file: Path = VARS_FILE) -> Plan:  # fmt: skip
     data = load_toml(vars_file, "variable data")
     if not data:
         raise UserError(f"variable data {vars_file} is empty; restore it: git checkout {vars_file}")
@@ -125,8 +116,7 @@ def plan(
     fields = {"rocm_root": rocm_root, "arch": arch.name}
     variables, skipped = _section(data, "", conditions, fields)
     for profile in profiles:
-        table = data.get("profile", {}).get(profile)
-        if table is None:
+        if (table := data.get("profile", {}).get(profile)) is None:
             raise UserError(f"unknown variable profile {profile!r}")
         more, more_skipped = _section(table, f"[profile.{profile}]", conditions, fields)
         variables += more
@@ -203,21 +193,16 @@ def script_paths(prefix: Path) -> tuple[Path, Path]:
 
 
 def write_scripts(prefix: Path, variables: Sequence[Variable]) -> tuple[Path, Path]:
-    activate, deactivate = script_paths(prefix)
-    for path, text in (
-        (activate, render_activate(variables)),
-        (deactivate, render_deactivate(variables)),
-    ):
+    paths = script_paths(prefix)
+    for path, render in zip(paths, (render_activate, render_deactivate), strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
-        stamps.write_text_atomic(path, text)
-    return activate, deactivate
+        stamps.write_text_atomic(path, render(variables))
+    return paths
 
 
-def show(result: Plan) -> str:
-    out = ["Variables set on activation:"]
-    out += [f"  {v.name}={shlex.quote(v.value)}  - {v.why}" for v in result.variables] or [
-        "  (none)"
-    ]
-    out.append("Not set:")
-    out += [f"  {s.name}  - {s.why}" for s in result.skipped] or ["  (none)"]
-    return "\n".join(out)
+def show(recorded: dict) -> str:
+    """Plan.as_dict() (as the stamp records it) as the lines setup_env --show prints."""
+    chosen = [f"  {v['name']}={shlex.quote(v['value'])}  - {v['why']}" for v in recorded["set"]]
+    skipped = [f"  {s['name']}  - {s['why']}" for s in recorded["not_set"]]
+    return "\n".join(["Variables set on activation:", *(chosen or ["  (none)"]), "Not set:",
+                      *(skipped or ["  (none)"])])  # fmt: skip

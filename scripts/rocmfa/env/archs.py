@@ -1,11 +1,6 @@
-"""GPU architecture knowledge (data/arches.toml) on top of AMD's rocm-bootstrap.
-
-rocm-bootstrap (PyPI) detects GPUs (KFD sysfs, $ROCM_BOOTSTRAP_FORCE_GFX_ARCH) and knows the
-target -> sub-family -> family hierarchy and device package names; arches.toml keeps only what
-it does not know (AOTriton support per version, image packs, CK MHA, vLLM gate, peaks, limits).
-HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs, so it is reported next to the
-real arch rather than silently trusted.
-"""
+"""GPU arch knowledge: AMD's rocm-bootstrap detects GPUs (KFD sysfs) and knows the target ->
+sub-family -> family chain and device package names; data/arches.toml holds only the rest.
+HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, not trusted."""
 
 from __future__ import annotations
 
@@ -58,24 +53,18 @@ class Arch:
     therock_torch_flash: bool = False  # TheRock's prebuilt torch has flash attention for it
 
     def aotriton_supported(self, version: str | None = None) -> bool:
-        if self.aotriton_since is None:
-            return False
-        if version is None:
-            return True
+        if self.aotriton_since is None or version is None:
+            return self.aotriton_since is not None
         return aotriton_version_key(version) >= aotriton_version_key(self.aotriton_since)
 
     def aotriton_pack(self, version: str) -> str | None:
         """Image pack directory name without 'amd-' for an AOTriton release, or None."""
         key = aotriton_version_key(version)
-        chosen = None
-        for since, pack in self.aotriton_packs:
-            if key >= aotriton_version_key(since):
-                chosen = pack
-        return chosen if self.aotriton_supported(version) else None
+        packs = [p for since, p in self.aotriton_packs if key >= aotriton_version_key(since)]
+        return packs[-1] if packs and self.aotriton_supported(version) else None
 
     def aotriton_patched_pack(self, version: str) -> str | None:
-        """The pack our patch set builds for this arch on version's release line, or None
-        (upstream support needs no patch set)."""
+        """The pack our patch set builds on version's release line (None if upstream has it)."""
         if self.aotriton_supported(version):
             return None
         key = aotriton_version_key(version)[:2]
@@ -86,12 +75,9 @@ class Arch:
 
     def needs_experimental_flag(self, version: str) -> bool:
         key = aotriton_version_key(version)
-        for since, until in self.aotriton_experimental:
-            if key >= aotriton_version_key(since) and (
-                until is None or key < aotriton_version_key(until)
-            ):
-                return True
-        return False
+        return any(key >= aotriton_version_key(since)
+                   and (until is None or key < aotriton_version_key(until))
+                   for since, until in self.aotriton_experimental)  # fmt: skip
 
 
 def _device_extra(name: str) -> str | None:
@@ -111,46 +97,40 @@ def packaging_chain(name: str) -> tuple[str, ...]:
         return ()
 
 
-def _get(
-    raw: dict, key: str, kind: type | tuple[type, ...], where: str, default: Any = None
-) -> Any:
-    """raw[key] checked for its type when present (datafiles.require), else default."""
-    return require(raw, key, kind, where) if key in raw else default
-
-
 def _parse_arch(name: str, raw: Any) -> Arch:
     where = f"{ARCHES_FILE.name} [arch.{name}]"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
 
+    def get(key: str, kind: type | tuple[type, ...] = str, default: Any = None) -> Any:
+        return require(raw, key, kind, where) if key in raw else default
+
     def tables(key: str, *names: str) -> tuple[tuple[Any, ...], ...]:
-        found = []
-        for entry in _get(raw, key, list, where, []):
-            if not isinstance(entry, dict):
-                raise UserError(f"{where}: {key} entries must be tables")
-            get = [_get if n == "until" else require for n in names]
-            found.append(tuple(g(entry, n, str, where) for g, n in zip(get, names, strict=True)))
-        return tuple(found)
+        entries = get(key, list, [])
+        if not all(isinstance(entry, dict) for entry in entries):
+            raise UserError(f"{where}: {key} entries must be tables")
+        return tuple(tuple(require(e, n, str, where) if n in e or n != "until" else None
+                           for n in names) for e in entries)  # fmt: skip
 
     packs = tables("aotriton_packs", "since", "pack")
     experimental = tables("aotriton_experimental", "since", "until")
     patched = tables("aotriton_patched", "release", "pack")
-    peaks = {d: _get(raw, f"peak_tflops_{d}", (int, float), where) for d in ("fp16", "bf16")}
+    peaks = {d: get(f"peak_tflops_{d}", (int, float)) for d in ("fp16", "bf16")}
     if any(v is not None and v <= 0 for v in peaks.values()):
         raise UserError(f"{where}: peak_tflops_fp16/_bf16 must be positive numbers")
-    since = _get(raw, "aotriton_since", str, where)
+    since = get("aotriton_since")
     for version in [since, *(entry[0] for entry in (*packs, *experimental, *patched))]:
         try:
             version is None or aotriton_version_key(version)
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-    vendor = _get(raw, "vendor", str, where, "amd")
+    vendor = get("vendor", str, "amd")
     return Arch(
         name=name,
         display_name=require(raw, "name", str, where),
         vendor=vendor,
         device_extra=_device_extra(name) if vendor == "amd" else None,
-        legacy_family=_get(raw, "legacy_family", str, where),
+        legacy_family=get("legacy_family"),
         aotriton_since=since,
         aotriton_packs=packs,
         aotriton_experimental=experimental,
@@ -158,16 +138,15 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         vllm_aiter=require(raw, "vllm_aiter", bool, where),
         vllm_note=require(raw, "vllm_note", str, where),
         peak_tflops={d: float(v) for d, v in peaks.items() if v is not None},
-        limits=tuple(_get(raw, "limits", list, where, [])),
-        therock_family=_get(raw, "therock_family", str, where),
+        limits=tuple(get("limits", list, [])),
+        therock_family=get("therock_family"),
         aotriton_patched=patched,
-        therock_torch_flash=_get(raw, "therock_torch_flash", bool, where, False),
+        therock_torch_flash=get("therock_torch_flash", bool, False),
     )
 
 
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
-    """The arch table; read once per process while the file is unchanged (the option check,
-    the session and its plan all ask)."""
+    """The arch table, read once per process while the file is unchanged."""
     try:
         stat = path.stat()
     except OSError:
@@ -192,14 +171,6 @@ def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
     return arches[key]
 
 
-def _target_name(major: int, minor: int, stepping: int) -> str:
-    """Name through rocm-bootstrap's table; LLVM spelling (stepping in hex) when it is unknown."""
-    try:
-        return parse_gfx_target_version(major * 10000 + minor * 100 + stepping).name
-    except ValueError:
-        return f"gfx{major}{minor}{stepping:x}"
-
-
 def parse_hsa_override(value: str) -> str:
     """HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal) -> 'gfx1100'."""
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
@@ -209,13 +180,14 @@ def parse_hsa_override(value: str) -> str:
             "decimal, e.g. 11.0.0)"
         )
     major, minor, step = (int(g) for g in match.groups())
-    return _target_name(major, minor, step)
+    try:  # rocm-bootstrap's table; LLVM's spelling (stepping in hex) when it does not know it
+        return parse_gfx_target_version(major * 10000 + minor * 100 + step).name
+    except ValueError:
+        return f"gfx{major}{minor}{step:x}"
 
 
 @dataclass(frozen=True)
 class Detection:
-    """What the host has. gpus are in KFD node order (the order HIP_VISIBLE_DEVICES counts)."""
-
     gpus: tuple[str, ...]
     source: str
     hsa_override: str | None = None
@@ -228,11 +200,8 @@ class Detection:
 
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
-    """GPUs as rocm-bootstrap sees them (its ROCM_BOOTSTRAP_* variables apply).
-
-    rocm-bootstrap lists KFD nodes in name order ('10' before '2'); HIP counts devices in
-    numeric node order, so the result is re-sorted by node id.
-    """
+    """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's; rocm-bootstrap lists
+    '10' before '2')."""
     environ = os.environ if environ is None else environ
     override = environ.get("HSA_OVERRIDE_GFX_VERSION")
     override_arch = None
@@ -267,16 +236,10 @@ class ArchChoice:
     detection: Detection
 
 
-def resolve_arch(
-    requested: str | None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    arches: Mapping[str, Arch] | None = None,
-    detection: Detection | None = None,
-) -> ArchChoice:
-    """The session's --arch (or $ROCMFA_ARCH, resolved with the settings), else rocm-bootstrap's
-    detection ($ROCM_BOOTSTRAP_FORCE_GFX_ARCH, KFD). detection: the GPUs already detected
-    (doctor detects once and hands them down)."""
+def resolve_arch(requested: str | None, *, environ: Mapping[str, str] | None = None,
+                 arches: Mapping[str, Arch] | None = None, detection: Detection | None = None
+                 ) -> ArchChoice:  # fmt: skip
+    """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
     environ = os.environ if environ is None else environ
     detection = detect_gpus(environ) if detection is None else detection
     if requested:

@@ -1,17 +1,12 @@
-"""Assemble a file:// conda channel from the records of pixi.lock files.
+"""Assemble a file:// conda channel from the records of pixi.lock files (docs/conda-lock.md).
 
     python -m rocmfa.env.channel_from_locks OUT_DIR PIXI_LOCK [PIXI_LOCK ...]
     python -m rocmfa.env.channel_from_locks OUT_DIR --fetched DIR     (the sources named in
         scripts/rocmfa/data/conda_sources.toml, fetched into DIR; --fetch-commands prints how)
 
-A pixi.lock keeps each file's repodata record whole (`depends` and `constrains` as the channel
-wrote them, build number); it is read with py-rattler's own lock parser. (A conda-lock.yml
-keeps no `constrains`: it is no source.) The order of the sources changes nothing: every
-source holding a file must give it the same record, or the files they disagree on are reported
-and nothing is written. OUT_DIR/<subdir>/repodata.json gets one entry per file;
-OUT_DIR/sources.json names every source that supplied each file. Archives are not copied:
-`nox -s lock -- --channel file://OUT_DIR` solves against this channel and writes the records'
-own URLs (docs/conda-lock.md). Serves as a mirror's index too: put the archives beside it.
+A pixi.lock keeps each file's repodata record whole (read with py-rattler's lock parser). Every
+source holding a file must give it the same record, else nothing is written. OUT_DIR gets
+<subdir>/repodata.json and sources.json (who supplied each file); no archives.
 """
 
 from __future__ import annotations
@@ -37,8 +32,6 @@ RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constra
 
 @dataclass(frozen=True)
 class Record:
-    """One file's channel entry as one source gives it."""
-
     subdir: str
     filename: str
     entry: dict[str, Any]
@@ -46,8 +39,7 @@ class Record:
 
 
 def repodata_entry(record: Any) -> dict[str, Any]:
-    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS, empty ones left out
-    (depends always there)."""
+    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS but empty ones (not depends)."""
     data = json.loads(record.to_json())
     entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
     entry.setdefault("depends", [])
@@ -55,33 +47,21 @@ def repodata_entry(record: Any) -> dict[str, Any]:
 
 
 def read_pixi_lock(path: Path, source: str, platform: str) -> list[Record]:
-    """Every conda record of every environment of a pixi.lock for platform (and noarch), whole,
-    through py-rattler's lock parser."""
+    """Every conda record of every environment of a pixi.lock for platform (and noarch)."""
     import rattler
 
     try:
         lock = rattler.LockFile.from_path(path)
     except Exception as e:  # rattler's parse errors
         raise UserError(f"{source}: not a readable pixi.lock ({str(e).splitlines()[0]})") from None
-    records = []
-    for _name, env in lock.environments():
-        for lock_platform in env.platforms():
-            if lock_platform.name != platform:
-                continue
-            for record in env.conda_repodata_records_for_platform(lock_platform) or []:
-                entry = repodata_entry(record)
-                records.append(Record(record.subdir, record.file_name, entry, source))
-    return records
-
-
-def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return [Record(record.subdir, record.file_name, repodata_entry(record), source)
+            for _name, env in lock.environments() for on in env.platforms() if on.name == platform
+            for record in env.conda_repodata_records_for_platform(on) or []]  # fmt: skip
 
 
 def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[str, list[str]]]:
-    """One record per (subdir, filename), whatever the order: every source holding a file must
-    give the same record. Returns (chosen, sources per filename); raises a UserError naming the
-    files the sources disagree on."""
+    """One record per (subdir, filename), in any order: (chosen, sources per filename), or a
+    UserError naming the files the sources disagree on."""
     by_file: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         by_file.setdefault((record.subdir, record.filename), []).append(record)
@@ -90,10 +70,15 @@ def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[st
     conflicts: list[str] = []
     for key, unordered in sorted(by_file.items()):
         held = sorted(unordered, key=lambda r: r.source)  # messages the same in any order
+        first = held[0].entry
         problems = {
             f"{', '.join(fields)} ({held[0].source} vs {other.source})"
             for other in held
-            if (fields := _differences(held[0].entry, other.entry))
+            if (
+                fields := sorted(
+                    k for k in {*first, *other.entry} if first.get(k) != other.entry.get(k)
+                )
+            )
         }
         if problems:
             conflicts.append(f"{key[1]}: {'; '.join(sorted(problems))}")
@@ -109,9 +94,7 @@ def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[st
 
 
 def write_channel(entries: dict[tuple[str, str], dict[str, Any]], out: Path, platform: str,
-                  supplied: dict[str, list[str]] | None = None) -> dict[str, int]:  # fmt: skip
-    """out/<platform>/repodata.json and out/noarch/repodata.json from {(subdir, filename):
-    entry}; out/sources.json from supplied (filename -> sources) when given."""
+                  supplied: dict[str, list[str]]) -> dict[str, int]:  # fmt: skip
     counts = {}
     for subdir in (platform, "noarch"):
         mine = {f: e for (s, f), e in sorted(entries.items()) if s == subdir}
@@ -124,22 +107,17 @@ def write_channel(entries: dict[tuple[str, str], dict[str, Any]], out: Path, pla
         (out / subdir).mkdir(parents=True, exist_ok=True)
         (out / subdir / "repodata.json").write_text(json.dumps(repodata, indent=1) + "\n")
         counts[subdir] = len(mine)
-    if supplied is not None:
-        (out / "sources.json").write_text(json.dumps(supplied, indent=1, sort_keys=True) + "\n")
+    (out / "sources.json").write_text(json.dumps(supplied, indent=1, sort_keys=True) + "\n")
     return counts
 
 
 def assemble(sources: list[Path] | dict[str, Path], out: Path,
              platform: str = "linux-64") -> dict[str, int]:  # fmt: skip
-    """Write out/<platform>/repodata.json, out/noarch/repodata.json, out/sources.json.
-    sources: paths, or {label: path} (the label names the source in sources.json)."""
+    """sources: paths, or {label: path} (the label names the source in sources.json)."""
     labelled = sources if isinstance(sources, dict) else {str(p): p for p in sources}
     records = [r for label, path in labelled.items() for r in read_pixi_lock(path, label, platform)]
     chosen, supplied = merge(records)
     return write_channel({k: r.entry for k, r in chosen.items()}, out, platform, supplied)
-
-
-# --- the named public sources --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -158,7 +136,6 @@ class Source:
         return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.path}"
 
     def fetched(self, folder: Path) -> Path:
-        """Where --fetched expects it: FOLDER/<owner>/<repo>/<commit>/<path>."""
         return folder / self.repo / self.commit / self.path
 
 
@@ -171,7 +148,6 @@ def named_sources(path: Path = SOURCES_FILE) -> list[Source]:
 
 
 def verified_sources(folder: Path, sources: list[Source]) -> dict[str, Path]:
-    """{label: path} of the fetched sources, each checked against its sha256."""
     found = {}
     for source in sources:
         path = source.fetched(folder)
@@ -201,18 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--platform", default="linux-64")
     args = parser.parse_args(argv)
     try:
-        if args.fetch_commands or args.fetched:
-            if args.sources or not args.fetched:
-                raise UserError("--fetched DIR takes the place of SOURCE arguments")
-            if args.fetch_commands:
-                print("\n".join(fetch_commands(args.fetched, named_sources())))
-                return 0
-            sources: list[Path] | dict[str, Path] = verified_sources(args.fetched,
-                                                                     named_sources())  # fmt: skip
-        elif not args.sources:
+        if (args.fetch_commands or args.fetched) and (args.sources or not args.fetched):
+            raise UserError("--fetched DIR takes the place of SOURCE arguments")
+        if args.fetch_commands:
+            print("\n".join(fetch_commands(args.fetched, named_sources())))
+            return 0
+        if not (args.sources or args.fetched):
             raise UserError("name the lock files to read, or --fetched DIR")
-        else:
-            sources = args.sources
+        sources = verified_sources(args.fetched, named_sources()) if args.fetched else args.sources
         counts = assemble(sources, args.out, args.platform)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,11 +1,6 @@
-"""`nox -s matrix` (matrix()): arch x AOTriton release -> flash attention by default / only with
-TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 / with this repository's patch set / none, with the
-image pack, the AOTriton each torch series expects, retired AOTriton sources and why, and the
-check builds run before their first command.
-
-Data: data/arches.toml (per arch) and data/aotriton_matrix.toml (releases with the util.cc
-experimental lists they were read from, torch -> AOTriton, retired sources), sources beside
-every row.
+"""`nox -s matrix`: arch x AOTriton release -> flash by default / only with the experimental flag
+/ with our patch set / none, image packs, the AOTriton each torch series expects, retired sources,
+and the check builds run before their first command (data/arches.toml, data/aotriton_matrix.toml).
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,44 +42,32 @@ class Release:
 @dataclass(frozen=True)
 class MatrixData:
     releases: tuple[Release, ...]
-    torch: Mapping[str, tuple[str, str]]  # series -> (aotriton version, source)
+    torch: Mapping[str, tuple[str, str, str]]  # series -> (aotriton version, source, tree)
     retired: Mapping[str, tuple[str, str, str]]  # name -> (arch, why, source)
-    trees: Mapping[str, str] = field(default_factory=dict)  # series -> source tree
 
 
 def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
     data = load_toml(path, "AOTriton matrix data")
+
+    def fields(table: str, name: str, *keys: str) -> tuple[str, ...]:
+        raw, where = data[table][name], f"{path.name} [{table}.{name!r}]"
+        return tuple(" ".join(require(raw, key, str, where).split()) for key in keys)
+
     releases = []
     for version, raw in (data.get("aotriton") or {}).items():
-        where = f"{path.name} [aotriton.{version!r}]"
         archs.aotriton_version_key(version)
-        releases.append(
-            Release(
-                version,
-                require(raw, "commit", str, where),
-                tuple(require(raw, "experimental", list, where)),
-                require(raw, "source", str, where),
-            )
-        )
+        experimental = require(raw, "experimental", list, f"{path.name} [aotriton.{version!r}]")
+        commit, source = fields("aotriton", version, "commit", "source")
+        releases.append(Release(version, commit, tuple(experimental), source))
     if not releases:
         raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
     releases.sort(key=lambda r: archs.aotriton_version_key(r.version))
-    torch = {
-        series: (
-            require(raw, "aotriton", str, f"{path.name} [torch.{series!r}]"),
-            require(raw, "source", str, f"{path.name} [torch.{series!r}]"),
-        )
-        for series, raw in (data.get("torch") or {}).items()
-    }
-    trees = {series: str(raw.get("tree", "")) for series, raw in (data.get("torch") or {}).items()}
+    torch = {series: (*fields("torch", series, "aotriton", "source"), str(raw.get("tree", "")))
+             for series, raw in (data.get("torch") or {}).items()}  # fmt: skip
     retired = {
-        name: tuple(
-            " ".join(require(raw, key, str, f"{path.name} [retired.{name}]").split())
-            for key in ("arch", "why", "source")
-        )
-        for name, raw in (data.get("retired") or {}).items()
+        name: fields("retired", name, "arch", "why", "source") for name in data.get("retired") or {}
     }
-    return MatrixData(tuple(releases), torch, retired, trees)
+    return MatrixData(tuple(releases), torch, retired)
 
 
 def state(arch: archs.Arch, version: str) -> str:
@@ -96,19 +79,8 @@ def state(arch: archs.Arch, version: str) -> str:
 
 
 def pack(arch: archs.Arch, version: str) -> str | None:
-    """The image pack a build of version has for arch: upstream's, or our patch set's."""
+    """The image pack a build of version has for arch: upstream's or our patch set's."""
     return arch.aotriton_pack(version) or arch.aotriton_patched_pack(version)
-
-
-def torch_series(version: str | None) -> str | None:
-    """'2.13.0+rocm7.15.0' -> '2.13'; None when unknown."""
-    match = re.match(r"\s*(\d+)\.(\d+)", version or "")
-    return f"{match[1]}.{match[2]}" if match else None
-
-
-def same_release_line(a: str, b: str) -> bool:
-    """0.13b and 0.13.1b share a runtime ABI line (major.minor); 0.12b and 0.13b do not."""
-    return archs.aotriton_version_key(a)[:2] == archs.aotriton_version_key(b)[:2]
 
 
 def table(
@@ -134,14 +106,14 @@ def table(
             "cells": cells,
             "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
         } | ({"retired": retired} if retired else {}))  # fmt: skip
-    torch = sorted(data.torch.items(), key=lambda kv: _series_key(kv[0]))
+    torch = sorted(data.torch.items(), key=lambda kv: tuple(int(p) for p in kv[0].split(".")))
     return {
         "releases": [
             dataclasses.asdict(r) | {"experimental": list(r.experimental)} for r in data.releases
         ],
         "torch": [
-            {"torch": series, "tree": data.trees.get(series, ""), "aotriton": v, "source": src}
-            for series, (v, src) in torch
+            {"torch": series, "tree": tree, "aotriton": v, "source": src}
+            for series, (v, src, tree) in torch
         ],
         "pinned_build": pinned_build(),
         "arches": rows,
@@ -158,11 +130,10 @@ def pinned_build() -> dict[str, Any]:
     except UserError as e:
         return {"error": str(e)}
     record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
-    current = bool(record) and record.get("pytorch_commit") == torch.get("commit")
     names = "not recorded for this commit (nox -s update_pins reads it)"
-    if current:
-        names = f"{record.get('version') or '?'} {str(record.get('commit'))[:12]}"
-        names += f" ({record.get('source')})"
+    if record and record.get("pytorch_commit") == torch.get("commit"):
+        commit = str(record.get("commit"))[:12]
+        names = f"{record.get('version') or '?'} {commit} ({record.get('source')})"
     return {
         "torch": f"{torch.get('url')} {torch.get('ref')} {str(torch.get('commit'))[:12]}",
         "names": names,
@@ -171,19 +142,11 @@ def pinned_build() -> dict[str, Any]:
 
 
 def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
-    """What the matrix screen shows broken (the session then exits non-zero): a bad arch value
-    (not a missing GPU) and pin files that do not parse."""
-    broken = []
+    """What the screen shows broken: a bad arch value (not a missing GPU), unparsable pins."""
     host = str(report.get("host", ""))
-    if requested and host.startswith("no arch ("):  # --arch or $ROCMFA_ARCH (the settings')
-        broken.append(host.removeprefix("no arch (").removesuffix(")"))
-    if "error" in report["pinned_build"]:
-        broken.append(report["pinned_build"]["error"])
-    return broken
-
-
-def _series_key(series: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in series.split("."))
+    bad_arch = requested and host.startswith("no arch (")  # --arch or $ROCMFA_ARCH
+    broken = [host.removeprefix("no arch (").removesuffix(")")] if bad_arch else []
+    return broken + [e for e in [report["pinned_build"].get("error")] if e]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
@@ -191,14 +154,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
     lines.append("| arch | " + " | ".join(versions) + " |")
     lines.append("|---|" + "---|" * len(versions))
-    for row in report["arches"]:
-        if row["vendor"] != "amd":
-            continue
-        cells = []
-        for version in versions:
-            cell = row["cells"][version]
-            text = SHORT.get(cell["state"], "-")
-            cells.append(text + (f" {cell['pack']}" if "pack" in cell else ""))
+    for row in (row for row in report["arches"] if row["vendor"] == "amd"):
+        cells = [(row["cells"][v], SHORT.get(row["cells"][v]["state"], "-")) for v in versions]
+        cells = [text + (f" {cell['pack']}" if "pack" in cell else "") for cell, text in cells]
         lines.append(f"| {row['arch']} ({row['name']}) | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -213,16 +171,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| {t['torch']} | {t.get('tree', '')} | {t['aotriton']} | {t['source']} |"
         for t in report["torch"]
     ]
-    built = report.get("pinned_build") or {}
-    if built and "error" not in built:
-        lines += [
-            "",
-            "## The pinned source build (build_pytorch)",
-            "",
-            f"- torch: {built['torch']} (pins/pytorch.toml)",
-            f"- its aotriton.cmake names: {built['names']}",
-            f"- pins/aotriton.toml: {built['pinned_aotriton']} (same release line required)",
-        ]
+    if (built := report.get("pinned_build") or {}) and "error" not in built:
+        lines += ["", "## The pinned source build (build_pytorch)", "",
+                  f"- torch: {built['torch']} (pins/pytorch.toml)",
+                  f"- its aotriton.cmake names: {built['names']}",
+                  f"- pins/aotriton.toml: {built['pinned_aotriton']} "
+                  "(same release line required)"]  # fmt: skip
     lines += ["", "## Sources", ""]
     lines += [
         f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
@@ -238,13 +192,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def host_line(
-    requested: str | None = None,
-    aotriton_version: str | None = None,
-    choice: archs.ArchChoice | None = None,
-) -> str:
-    """One line for doctor/matrix: this host's arch (choice: resolved already) and what the
-    pinned AOTriton gives it."""
+def host_line(requested: str | None = None, aotriton_version: str | None = None,
+              choice: archs.ArchChoice | None = None) -> str:  # fmt: skip
+    """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
     try:
         choice = choice or archs.resolve_arch(requested)
     except UserError as e:
@@ -252,11 +202,9 @@ def host_line(
     version = aotriton_version or pinned_aotriton_version()
     if not version:
         return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
+    found = f", image pack amd-{pack(choice.arch, version)}" if pack(choice.arch, version) else ""
     verdict = LABELS[state(choice.arch, version)]
-    found = pack(choice.arch, version)
-    return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}" + (
-        f", image pack amd-{found}" if found else ""
-    )
+    return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}{found}"
 
 
 def pinned_aotriton_version() -> str | None:
@@ -266,47 +214,28 @@ def pinned_aotriton_version() -> str | None:
         return None
 
 
-def check_combination(
-    arch: archs.Arch,
-    aotriton_version: str,
-    *,
-    torch_version: str | None = None,
-    force: bool = False,
-) -> list[str]:
-    """Conflicts of arch x AOTriton release x torch; raises UserError (one line) on the first
-    unless force, then returns them as warnings. Notes (experimental, patched) are returned as
-    well."""
-    data = load_matrix()
-    found = state(arch, aotriton_version)
-    problems, notes = [], []
-    if found == NONE:
-        problems.append(
-            f"{arch.name} x AOTriton {aotriton_version}: no AOTriton support for {arch.name} "
-            "(nox -s matrix)"
-        )
-    elif found == PATCHED:
-        notes.append(
-            f"note: {arch.name} x AOTriton {aotriton_version}: no upstream kernels; built with "
-            f"this repository's patch set (patches/aotriton/), image pack "
-            f"amd-{pack(arch, aotriton_version)}"
-        )
-    elif found == EXPERIMENTAL:
-        notes.append(
-            f"note: {arch.name} x AOTriton {aotriton_version}: PyTorch uses flash attention only "
-            f"with {EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)"
-        )
-    series = torch_series(torch_version)
-    # "+git<sha>": a torch built from source (pins/pytorch.toml); rocmfa.sources.pin_set checks
-    # it against its own aotriton.cmake, the matrix rows describe other trees.
-    if "+git" in (torch_version or ""):
-        series = None
-    if series and series in data.torch:
-        expected = data.torch[series][0]
-        if not same_release_line(expected, aotriton_version):
-            problems.append(
-                f"torch {series} x AOTriton {aotriton_version}: torch {series} expects AOTriton "
-                f"{expected} ({data.torch[series][1]})"
-            )
+def check_combination(arch: archs.Arch, aotriton_version: str, *,
+                      torch_version: str | None = None, force: bool = False
+                      ) -> list[str]:  # fmt: skip
+    """Conflicts of arch x AOTriton release x torch (the first raised unless force, else returned
+    as warnings) and notes (experimental, patched)."""
+    found, both = state(arch, aotriton_version), f"{arch.name} x AOTriton {aotriton_version}"
+    problems = [f"{both}: no AOTriton support for {arch.name} (nox -s matrix)"] * (found == NONE)
+    notes = {
+        PATCHED: f"note: {both}: no upstream kernels; built with this repository's patch set "
+        f"(patches/aotriton/), image pack amd-{pack(arch, aotriton_version)}",
+        EXPERIMENTAL: f"note: {both}: PyTorch uses flash attention only with "
+        f"{EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)",
+    }
+    notes = [notes[found]] if found in notes else []
+    # "+git<sha>": a torch built from source, checked against its own aotriton.cmake (pin_set)
+    series = re.match(r"\s*(\d+\.\d+)", torch_version or "")
+    line = archs.aotriton_version_key(aotriton_version)[:2]  # 0.13b and 0.13.1b: one ABI line
+    if series and "+git" not in torch_version and series[1] in (data := load_matrix().torch):
+        expected, source, _ = data[series[1]]
+        if archs.aotriton_version_key(expected)[:2] != line:
+            problems.append(f"torch {series[1]} x AOTriton {aotriton_version}: torch {series[1]} "
+                            f"expects AOTriton {expected} ({source})")  # fmt: skip
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes
@@ -318,7 +247,6 @@ def announce(lines: list[str], say: Any = print) -> None:
 
 
 def matrix(opts: MatrixOptions) -> None:
-    """The table as Markdown (or --json) with the line for this host; non-zero when broken."""
     report = table()
     report["host"] = host_line(opts.arch)
     print(json.dumps(report, indent=2) + "\n" if opts.json else render_markdown(report), end="")

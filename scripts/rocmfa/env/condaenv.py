@@ -1,12 +1,5 @@
-"""The one shared conda env: resolve its prefix and build its full activation for commands
-that nox runs. py-rattler installs it; a conda manager (micromamba, mamba or conda: found,
-never downloaded), when present, only decides where named envs live so `activate NAME` finds it.
-
-Nox never activates conda envs (it only prepends PATH), so compiler packages' CC/CXX and our
-persisted variables would be missing. activated_environ() reproduces what `conda activate`
-does - package env_vars.d, conda-meta/state env_vars, then every etc/conda/activate.d/*.sh
-sourced in order - in a bash subprocess, once per prefix per process.
-"""
+"""The one shared conda env: where it is (a conda manager, when present, only decides where
+named envs live) and its full activation for the commands nox runs (nox only prepends PATH)."""
 
 from __future__ import annotations
 
@@ -14,6 +7,7 @@ import csv
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,11 +29,7 @@ class Manager:
 
 
 def _kind_of(exe: Path) -> str:
-    name = exe.name.lower()
-    for kind in ("micromamba", "mamba", "conda"):
-        if name.startswith(kind):
-            return kind
-    return "conda"
+    return next((k for k in ("micromamba", "mamba") if exe.name.lower().startswith(k)), "conda")
 
 
 def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
@@ -51,17 +41,9 @@ def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
             exe = Path(value)
             return Manager(_kind_of(exe), exe, f"${var}")
     for name in ("micromamba", "mamba", "conda"):
-        found = shutil.which(name, path=environ.get("PATH", ""))
-        if found:
+        if found := shutil.which(name, path=environ.get("PATH", "")):
             return Manager(name, Path(found), "PATH")
     return None
-
-
-def no_manager_error() -> UserError:
-    return UserError(
-        "no conda manager found (looked at $MAMBA_EXE, $CONDA_EXE, and micromamba, mamba, "
-        "conda on PATH); install micromamba or miniforge, or set MAMBA_EXE"
-    )
 
 
 DEFAULT_ENV_NAME = "therock"
@@ -70,18 +52,13 @@ ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
 
 def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path]:
     dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
-    if manager is not None:
-        if manager.kind == "micromamba":
-            root = environ.get("MAMBA_ROOT_PREFIX") or str(Path.home() / "micromamba")
-            dirs.append(Path(root) / "envs")
-        else:
-            # <root>/bin/conda or <root>/condabin/conda
-            dirs.append(manager.exe.resolve().parent.parent / "envs")
-    else:
-        # No manager: py-rattler still installs the env; it lives in our own data dir.
+    if manager is None:  # py-rattler still installs the env: into our own data dir
         data = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        dirs.append(Path(data) / "rocm-fa-workflow" / "envs")
-    return dirs
+        return [*dirs, Path(data) / "rocm-fa-workflow" / "envs"]
+    if manager.kind == "micromamba":
+        root = environ.get("MAMBA_ROOT_PREFIX") or Path.home() / "micromamba"
+        return [*dirs, Path(root) / "envs"]
+    return [*dirs, manager.exe.resolve().parent.parent / "envs"]  # <root>/{bin,condabin}/conda
 
 
 def _registered_envs() -> list[Path]:
@@ -95,18 +72,13 @@ def _registered_envs() -> list[Path]:
 
 @dataclass(frozen=True)
 class EnvLocation:
-    prefix: Path | None
+    prefix: Path
     how: str
 
 
-def resolve_prefix(
-    prefix: str | None,
-    env_name: str | None,
-    manager: Manager | None,
-    environ: Mapping[str, str] | None = None,
-) -> EnvLocation:
-    """prefix/env_name: the session's (from --prefix/--env-name or $ROCMFA_*, resolved with
-    its settings). environ: the manager's own variables (its envs directories)."""
+def resolve_prefix(prefix: str | None, env_name: str | None, manager: Manager | None,
+                   environ: Mapping[str, str] | None = None) -> EnvLocation:  # fmt: skip
+    """prefix/env_name: the session's settings; environ: the manager's own variables."""
     environ = os.environ if environ is None else environ
     if prefix:
         return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
@@ -120,57 +92,26 @@ def resolve_prefix(
     for envs_dir in dirs:
         if (envs_dir / name / "conda-meta").is_dir():
             return EnvLocation(envs_dir / name, f"{how} '{name}'")
-    if dirs:
-        return EnvLocation(dirs[0] / name, f"{how} '{name}' (to be created)")
-    return EnvLocation(None, f"{how} '{name}': no manager to locate its envs directory")
+    return EnvLocation(dirs[0] / name, f"{how} '{name}' (to be created)")
 
 
 def is_conda_env(prefix: Path) -> bool:
     return (prefix / "conda-meta").is_dir()
 
 
-def _base_activation(prefix: Path, outer: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in outer.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
-    env["PATH"] = os.pathsep.join([str(prefix / "bin"), outer.get("PATH", "")]).rstrip(os.pathsep)
-    env["CONDA_PREFIX"] = str(prefix)
-    env["CONDA_DEFAULT_ENV"] = str(prefix)
-    env_vars: dict[str, str] = {}
-    vars_dir = prefix / "etc" / "conda" / "env_vars.d"
-    if vars_dir.is_dir():
-        for item in sorted(vars_dir.iterdir()):
-            try:
-                env_vars.update(json.loads(item.read_text()))
-            except (OSError, ValueError):
-                continue
-    try:
-        state = json.loads((prefix / "conda-meta" / "state").read_text())
-        env_vars.update(state.get("env_vars", {}))
-    except (OSError, ValueError, AttributeError):
-        pass
-    for name, value in env_vars.items():
-        if name.upper() != "PATH" and value != "***unset***":
-            env[name.upper()] = str(value)
-    return env
-
-
 @functools.lru_cache(maxsize=8)
-def _activated(
-    prefix: str, outer_items: tuple[tuple[str, str], ...]
-) -> tuple[tuple[str, str], ...]:
-    base = _base_activation(Path(prefix), dict(outer_items))
-    scripts_dir = Path(prefix) / "etc" / "conda" / "activate.d"
-    scripts = sorted(scripts_dir.glob("*.sh")) if scripts_dir.is_dir() else []
-    if not scripts:
-        return tuple(sorted(base.items()))
-    bash = shutil.which("bash", path=base.get("PATH")) or "/bin/bash"
-    # Compiler activation scripts reference unset variables, so no `set -u` here.
-    program = 'for f in "$@"; do . "$f" || exit 97; done; exec env -0'
-    result = subprocess.run(
-        [bash, "--norc", "--noprofile", "-c", program, "activate", *map(str, scripts)],
-        env=base,
-        capture_output=True,
-        check=False,
-    )
+def _activated(prefix: str, outer_items: tuple[tuple[str, str], ...]) -> tuple:
+    from rattler.shell import ActivationVariables, PathModificationBehavior, Shell, activate
+
+    outer = {k: v for k, v in outer_items if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    path = [p for p in outer.get("PATH", "").split(os.pathsep) if p]
+    variables = ActivationVariables(None, path, PathModificationBehavior.Replace)
+    script = activate(Path(prefix), variables, Shell.bash).script
+    # conda stops at an activate.d script that fails; compiler scripts are not `set -u` safe
+    script = re.sub(r"^(\. .*)$", r"\1 || exit 97", script, flags=re.M) + "\nexec env -0\n"
+    bash = shutil.which("bash", path=outer.get("PATH")) or "/bin/bash"
+    result = subprocess.run([bash, "--norc", "--noprofile", "-c", script], env=outer,
+                            capture_output=True, check=False)  # fmt: skip
     if result.returncode != 0:
         detail = result.stderr.decode(errors="replace").strip().splitlines()
         raise UserError(
@@ -178,12 +119,12 @@ def _activated(
             + (f": {detail[-1]}" if detail else "")
         )
     pairs = (item.split("=", 1) for item in result.stdout.decode().split("\0") if "=" in item)
-    env = {k: v for k, v in pairs if k not in ("_", "SHLVL", "PWD", "OLDPWD")}
-    return tuple(sorted(env.items()))
+    return tuple(sorted((k, v) for k, v in pairs if k not in ("_", "SHLVL", "PWD", "OLDPWD")))
 
 
 def activated_environ(prefix: Path, outer: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment `conda activate PREFIX` would give, computed without a manager."""
+    """The environment `conda activate PREFIX` gives (py-rattler's activation script: PATH,
+    CONDA_PREFIX, conda-meta/state and env_vars.d variables, activate.d/*.sh), run in bash."""
     outer = os.environ if outer is None else outer
     return dict(_activated(str(prefix), tuple(sorted(outer.items()))))
 
@@ -196,10 +137,7 @@ def which_in_env(program: str, env: Mapping[str, str]) -> Path:
     return Path(found)
 
 
-def require_env(prefix: Path | None) -> Path:
-    """The prefix of a set-up env, or a one-line error naming the session that makes it."""
-    if prefix is None:
-        raise no_manager_error()
+def require_env(prefix: Path) -> Path:
     if not (prefix / ENV_STAMP).is_file():
         state = "is not a conda env" if not is_conda_env(prefix) else "was not set up by us"
         if not prefix.exists():
@@ -216,8 +154,7 @@ def require_env(prefix: Path | None) -> Path:
 
 
 def env_identity(prefix: Path) -> str:
-    """Changes whenever setup_env (re)creates or updates the env; build steps that install
-    into the env include it in their stamp so a recreated env gets its installs again."""
+    """Changes whenever setup_env (re)makes the env: in the stamps of steps installing into it."""
     try:
         return json.loads((prefix / ENV_STAMP).read_text()).get("inputs_digest", "")
     except (OSError, ValueError):
@@ -228,7 +165,6 @@ def env_identity(prefix: Path) -> str:
 
 
 def torch_record(site: Path) -> Path | None:
-    """RECORD of the env's torch (pip's list of its files), or None without a torch dist."""
     infos = sorted(site.glob("torch-*.dist-info"))
     return infos[-1] / "RECORD" if infos else None
 
@@ -257,13 +193,11 @@ def torch_incomplete(site: Path) -> str | None:
 
 
 def pip_pending_path(prefix: Path) -> Path:
-    """Where build_aotriton names the torch wheel pip is installing into the env, until pip is
-    done (scripts/rocmfa/builds/aotriton_install.py)."""
+    """The torch wheel build_aotriton has pip installing, until pip is done (aotriton_install)."""
     return prefix / ".rocmfa" / "pip-install.json"
 
 
 def pip_pending(prefix: Path) -> dict[str, Any] | None:
-    """That record, or None (none, or unreadable: it only ever leads to a pip install)."""
     try:
         pending = json.loads(pip_pending_path(prefix).read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -1,8 +1,5 @@
-"""`nox -s doctor`: one screen about this host and the shared env, and the next command.
-
-Every section reports instead of raising, so doctor exits 0 on a machine with no GPU and no
-conda; after the screen it exits non-zero when what it shows is broken (problems()).
-"""
+"""`nox -s doctor`: one screen about this host and the shared env, and the next command. Every
+section reports instead of raising; after the screen, non-zero when it shows damage (problems)."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import DoctorOptions, origin
 
-# The README's main job after `pip install -e .`, in order: doctor's "next" and setup_env's
-# "next:" line name these (tests/test_main_job.py holds README, setup_env and doctor to them).
+# The README's main job after `pip install -e .` (tests/test_main_job.py holds it to them).
 MAIN_JOB = (
     "nox -s setup_env",
     "nox -s build_aotriton build_pytorch",
@@ -44,33 +40,28 @@ print(json.dumps({"torch": found, "rocm": rocm}))
 
 
 def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict[str, Any]:
-    """Which way this arch gets a flash-attention torch, why, and the commands (each works as
-    written: --arch is repeated where it came from the command line)."""
+    """Which way this arch gets a flash-attention torch, why, and the commands as written."""
     arch_flag = f" --arch {arch.name}" if how == "--arch" else ""
     given = f" --{arch_flag}" if arch_flag else ""
     build = MAIN_JOB[1] + given
     if arch.therock_torch_flash:
         return {
             "kind": "prebuilt",
+            "commands": [FAST_PATH[0] + arch_flag, FAST_PATH[1]],
             "why": f"TheRock's torch for the pinned ROCm SDK is built with AOTriton flash "
             f"attention for {arch.name}, a flash torch in minutes",
-            "commands": [FAST_PATH[0] + arch_flag, FAST_PATH[1]],
             "build": f"{build} is for a change of ours (patches, tuning, another AOTriton)",
         }
-    patched = aotriton_version and arch.aotriton_patched_pack(aotriton_version)
-    if patched:
+    if aotriton_version and arch.aotriton_patched_pack(aotriton_version):
         return {
             "kind": "build",
-            "why": f"no prebuilt torch has flash attention for {arch.name} (TheRock builds it "
-            f"only for gfx90a, gfx942, gfx950, gfx11*, gfx12*); AOTriton {aotriton_version} "
-            f"with our {arch.name} patch set is built from source, then torch against it",
             "commands": [build, MAIN_JOB[2] + given],
+            "why": f"no prebuilt torch has flash attention for {arch.name} (TheRock builds "
+            f"it only for gfx90a, gfx942, gfx950, gfx11*, gfx12*); AOTriton {aotriton_version}"
+            f" with our {arch.name} patch set is built from source, then torch against it",
         }
-    return {
-        "kind": "none",
-        "why": f"AOTriton has no kernels for {arch.name}: torch has no flash attention here",
-        "commands": [],
-    }
+    why = f"AOTriton has no kernels for {arch.name}: torch has no flash attention here"
+    return {"kind": "none", "commands": [], "why": why}
 
 
 def _arch_section(requested: str | None) -> dict[str, Any]:
@@ -90,9 +81,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         section["error"] = str(e)
         if requested:  # a bad value (--arch or $ROCMFA_ARCH), not a missing GPU
             given = origin(requested, "--arch")
-            section["bad_value"] = (
-                f"{given} {requested}" if given == "--arch" else f"{given}={requested}"
-            )
+            section["bad_value"] = f"{given}{' ' if given == '--arch' else '='}{requested}"
         return section
     arch = choice.arch
     pinned = compat_matrix.pinned_aotriton_version()  # gfx908: kernels from our patch set
@@ -110,33 +99,23 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
     return section
 
 
-def _env_section(
-    prefix: str | None, env_name: str | None
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _env_section(prefix: str | None, env_name: str | None) -> dict[str, Any]:
     manager = find_manager()
-    section: dict[str, Any] = {"manager": None}
-    if manager:
-        section["manager"] = {
-            "kind": manager.kind,
-            "exe": str(manager.exe),
-            "via": manager.found_via,
-        }
+    found = manager and {"kind": manager.kind, "exe": str(manager.exe), "via": manager.found_via}
+    section: dict[str, Any] = {"manager": found or None}
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
-        section["error"] = str(e)
-        return section, None
+        return section | {"error": str(e)}
     prefix = location.prefix
-    section.update(prefix=str(prefix) if prefix else None, how=location.how)
-    stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
-    section["exists"] = bool(prefix and prefix.exists())
-    section["conda_env"] = bool(prefix and condaenv.is_conda_env(prefix))
-    section["set_up"] = stamp is not None
+    stamp = stamps.read(prefix / condaenv.ENV_STAMP)
+    section.update(prefix=str(prefix), how=location.how, exists=prefix.exists(),
+                   conda_env=condaenv.is_conda_env(prefix), set_up=stamp is not None)  # fmt: skip
     if stamp:
         section["rocm_sdk"] = stamp.get("rocm", {})
-        section["variables"] = stamp.get("variables", {}).get("set", [])
-    python = prefix / "bin" / "python" if prefix else None
-    if python and python.exists():
+        section["variables"] = stamp.get("variables", {}).get("set") or []
+    python = prefix / "bin" / "python"
+    if python.exists():
         try:
             env = condaenv.activated_environ(prefix)
             probe = subprocess.run([str(python), "-c", ENV_PROBE], capture_output=True, text=True,
@@ -146,7 +125,7 @@ def _env_section(
             section["mixed_sdk"] = rocm_sdk.mixed_sdk(found["rocm"])
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             section["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    return section, stamp
+    return section
 
 
 def _pins_section() -> list[dict[str, Any]]:
@@ -159,12 +138,11 @@ def _pins_section() -> list[dict[str, Any]]:
         except UserError as e:
             found.append({"file": path.name, "error": str(e)})
             continue
+        keys = ("url", "ref", "commit", "version", "index")
         for table, values in data.items():
-            if isinstance(values, dict):
-                keys = ("url", "ref", "commit", "version", "index")
-                entry = {k: values[k] for k in keys if k in values}
-                if entry:
-                    found.append({"file": path.name, "project": table, **entry})
+            entry = {k: values[k] for k in keys if k in values} if isinstance(values, dict) else {}
+            if entry:
+                found.append({"file": path.name, "project": table, **entry})
     return found
 
 
@@ -176,13 +154,9 @@ def _line() -> str:
 
 
 def _builds_section(work: Path) -> list[dict[str, Any]]:
-    builds = []
-    for path in sorted((work / "stamps").glob("*.json")):
-        record = stamps.read(path) or {}
-        builds.append({"step": path.stem, "stamp": str(path), "facts": {
-            k: v for k, v in record.items() if k not in ("inputs", "inputs_digest")
-        }})  # fmt: skip
-    return builds
+    return [{"step": path.stem, "stamp": str(path), "facts": {k: v for k, v in (
+        stamps.read(path) or {}).items() if k not in ("inputs", "inputs_digest")}}
+            for path in sorted((work / "stamps").glob("*.json"))]  # fmt: skip
 
 
 def _next_step(report: dict[str, Any]) -> str:
@@ -193,7 +167,6 @@ def _next_step(report: dict[str, Any]) -> str:
         return f"fix {arch['bad_value']}: {arch['error']}"
     if "error" in arch:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
-    # No conda manager is needed: setup_env makes the env with py-rattler (README).
     if not report["lock"].get("present"):
         return f"{MAIN_JOB[0]} (it generates conda-lock.yml first)"
     if not report["lock"].get("fresh"):
@@ -203,8 +176,7 @@ def _next_step(report: dict[str, Any]) -> str:
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     torch = env.get("torch") or {}
-    # TheRock's torch call pip-installs the torch it built into the env already; install_wheels
-    # installs the whole set of the run (audio, vision too) and checks the backend.
+    # TheRock's call pip-installs its torch; install_wheels the run's whole set, then checks
     facts = {b["step"]: b["facts"] for b in report["builds"]}
     built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
@@ -217,8 +189,7 @@ def _next_step(report: dict[str, Any]) -> str:
 
 
 def half_installed(prefix: Path | None) -> list[str]:
-    """One line when the env's torch is half-installed (a pip run killed midway), as torch's
-    RECORD - pip's own list of its files - shows, or build_aotriton's unfinished pip run."""
+    """One line when torch's RECORD (pip's list of its files) shows a pip run killed midway."""
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
     pending = condaenv.pip_pending(site.parents[2]) if site else None
     torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
@@ -233,7 +204,7 @@ def half_installed(prefix: Path | None) -> list[str]:
 
 
 def gather(opts: DoctorOptions) -> dict[str, Any]:
-    env, _ = _env_section(opts.prefix, opts.env_name)
+    env = _env_section(opts.prefix, opts.env_name)
     prefix = Path(env["prefix"]) if env.get("prefix") else None
     report: dict[str, Any] = {
         "interrupted": half_installed(prefix),
@@ -259,72 +230,50 @@ def render(report: dict[str, Any]) -> str:
 
 
 def _render_arch(arch: dict[str, Any]) -> list[str]:
-    """The GPU, arch, matrix and path lines."""
     gpus = ", ".join(arch["detected"]) or "none"
-    lines = [f"GPU        detected: {gpus} ({arch['detected_from']})"]
-    for gpu, chain in arch.get("hierarchy", {}).items():
-        lines.append(f"           {gpu}: target -> sub-family -> family {' -> '.join(chain)}")
-    if arch.get("hsa_override"):
-        lines.append(f"           {arch['hsa_override']}")
+    rows = [("GPU", f"detected: {gpus} ({arch['detected_from']})")]
+    rows += [("", f"{gpu}: target -> sub-family -> family {' -> '.join(chain)}")
+             for gpu, chain in arch.get("hierarchy", {}).items()]  # fmt: skip
+    rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
     if "error" in arch:
-        return [*lines, f"arch       {arch['error']}"]
+        return [f"{label:<10} {text}" for label, text in [*rows, ("arch", arch["error"])]]
     peak = arch["peak_tflops"].get("fp16")
-    lines.append(
-        f"arch       {arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
-        f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
-        + (f"; peak fp16 {peak} TFLOP/s" if peak else "")
-    )
-    lines += [f"           limit: {limit}" for limit in arch["limits"]]
-    lines.append(f"matrix     {arch['matrix']} (nox -s matrix)")
     path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
-    lines.append(f"path       {path['kind']}: {path['why']}{run}")
-    if path.get("build"):
-        lines.append(f"           {path['build']}")
-    return lines
+    rows += [
+        ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
+         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
+         + (f"; peak fp16 {peak} TFLOP/s" if peak else "")),
+        *(("", f"limit: {limit}") for limit in arch["limits"]),
+        ("matrix", f"{arch['matrix']} (nox -s matrix)"),
+        ("path", f"{path['kind']}: {path['why']}{run}"),
+        *([("", path["build"])] if path.get("build") else []),
+    ]  # fmt: skip
+    return [f"{label:<10} {text}" for label, text in rows]
 
 
 def _render_env(env: dict[str, Any], lock: dict[str, Any]) -> list[str]:
-    """The manager, env, lock, ROCm SDK, torch and variable lines."""
-    manager = env.get("manager")
-    lines = [
-        f"manager    {manager['kind']} {manager['exe']} (via {manager['via']})"
-        if manager else "manager    none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
+    manager, rocm, torch = env.get("manager"), env.get("rocm_sdk"), env.get("torch") or {}
+    env_vars = env.get("variables", [])
+    state = "exists, not set up" if env.get("exists") else "absent"
+    state = "set up" if env.get("set_up") else state
+    fresh = "fresh" if lock.get("fresh") else "STALE"
+    rows = [
+        ("manager", f"{manager['kind']} {manager['exe']} (via {manager['via']})" if manager
+         else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"),
+        ("env", f"{env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"),
+        ("lock", f"{fresh}: {lock.get('reason')}" if lock.get("present")
+         else "conda-lock.yml missing (setup_env generates it)"),
+        ("ROCm SDK", f"{rocm.get('version')} at {rocm.get('root')}" if rocm else "-"),
+        *([("ROCm SDK", env["mixed_sdk"])] if env.get("mixed_sdk") else []),
+        ("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
+         if torch.get("version") else torch.get("error", "not installed")),
+        *(("variable", f"{v['name']}={v['value']}  - {v['why']}") for v in env_vars),
     ]  # fmt: skip
-    state = (
-        "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
-    )
-    lines.append(
-        f"env        {env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"
-    )
-    if not lock.get("present"):
-        lines.append("lock       conda-lock.yml missing (setup_env generates it)")
-    else:
-        lines.append(
-            f"lock       {'fresh' if lock.get('fresh') else 'STALE'}: {lock.get('reason')}"
-        )
-    rocm = env.get("rocm_sdk")
-    lines.append(
-        f"ROCm SDK   {rocm.get('version')} at {rocm.get('root')}" if rocm else "ROCm SDK   -"
-    )
-    if env.get("mixed_sdk"):
-        lines.append(f"ROCm SDK   {env['mixed_sdk']}")
-    torch = env.get("torch") or {}
-    if torch.get("version"):
-        lines.append(
-            f"torch      {torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
-        )
-    else:
-        lines.append(f"torch      {torch.get('error', 'not installed')}")
-    lines += [
-        f"variable   {var['name']}={var['value']}  - {var['why']}"
-        for var in env.get("variables", [])
-    ]
-    return lines
+    return [f"{label:<10} {text}" for label, text in rows]
 
 
 def _render_pins_and_builds(report: dict[str, Any]) -> list[str]:
-    """The pin, pin line and built lines."""
     lines = []
     for pin in report["pins"]:
         if "error" in pin:
@@ -336,17 +285,13 @@ def _render_pins_and_builds(report: dict[str, Any]) -> list[str]:
         lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
     if report.get("line"):
         lines.append(f"pin line   {report['line']}")
-    lines += [f"built      {build['step']} ({build['stamp']})" for build in report["builds"]]
-    if not report["builds"]:
-        lines.append("built      nothing yet")
-    return lines
+    builds = [f"{build['step']} ({build['stamp']})" for build in report["builds"]]
+    return lines + [f"built      {build}" for build in builds or ["nothing yet"]]
 
 
 def problems(report: dict[str, Any]) -> list[str]:
-    """What the report shows broken (doctor then exits non-zero): a bad arch value, a malformed
-    pin file, a stale lock, a half-done change. No GPU, no manager, no env yet are not."""
-    interrupted = report.get("interrupted", [])
-    found = ["half-installed torch (see HALF-DONE)" for _line in interrupted]
+    """What the report shows broken (no GPU, no manager, no env yet are not)."""
+    found = ["half-installed torch (see HALF-DONE)" for _line in report.get("interrupted", [])]
     if report["arch"].get("bad_value"):
         found.append(f"unknown arch ({report['arch']['bad_value']})")
     for pin in report["pins"]:  # a commit not resolved yet is a step to run, not damage
@@ -360,6 +305,5 @@ def problems(report: dict[str, Any]) -> list[str]:
 def doctor(opts: DoctorOptions) -> None:
     report = gather(opts)
     print(json.dumps(report, indent=2) if opts.json else render(report), flush=True)
-    broken = problems(report)
-    if broken:
+    if broken := problems(report):
         raise UserError(f"doctor: {'; '.join(broken)} - see the report above")

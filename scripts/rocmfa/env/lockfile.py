@@ -1,11 +1,6 @@
-"""conda-lock.yml: (re)generate it with py-rattler's solver (rocmfa.env.rattler_env), and check
-offline that it still matches environment.yml.
-
-The check is conda-lock's own content-hash code (conda_lock/content_hash.py, conda-lock 4.0.3)
-with the same virtual-package choice as `lock` (conda-lock's defaults without CUDA: a ROCm env
-must not be solved against a fake __cuda). Its verdict is cached per (environment.yml,
-conda-lock.yml, conda-lock version) so a no-op setup_env does not pay conda-lock's import and
-parse again.
+"""conda-lock.yml: (re)generate it (rocmfa.env.rattler_env) and check offline that it matches
+environment.yml with conda-lock's own content hash, without CUDA (a ROCm env must not be solved
+against a fake __cuda). A fresh verdict is cached per (environment.yml, lock, conda-lock version).
 """
 
 from __future__ import annotations
@@ -25,9 +20,15 @@ PLATFORM = "linux-64"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 
 
-def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[bool, str]:
-    # Imported here: conda-lock pulls in pydantic and friends; most runs hit the cache.
-    from conda_lock.content_hash import backwards_compatible_content_hashes
+def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE,
+          cache_file: Path | None = None) -> tuple[bool, str]:  # fmt: skip
+    if not lock_file.is_file():
+        raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
+    key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file),
+           "conda_lock": metadata.version("conda-lock"), "cuda": cuda}  # fmt: skip
+    if cache_file is not None and stamps.is_current(cache_file, key):
+        return True, "content hash matches (cached verdict)"
+    from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
     from conda_lock.lockfile import parse_conda_lock_file
 
     from rocmfa.env.rattler_env import lock_spec
@@ -45,38 +46,15 @@ def _content_hash_matches(env_file: Path, lock_file: Path, cuda: str) -> tuple[b
             expected = lock.metadata.content_hash.get(platform)
             if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
                 return False, f"its {platform} content hash does not match {env_file.name}"
-    return True, "content hash matches"
-
-
-def check(
-    env_file: Path = ENV_FILE,
-    lock_file: Path = LOCK_FILE,
-    *,
-    cuda: str = CUDA_CHOICE,
-    cache_file: Path | None = None,
-) -> tuple[bool, str]:
-    """(fresh, reason). Raises UserError when the lock is missing or unreadable."""
-    if not lock_file.is_file():
-        raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
-    key = {
-        "env": stamps.file_sha256(env_file),
-        "lock": stamps.file_sha256(lock_file),
-        "conda_lock": metadata.version("conda-lock"),
-        "cuda": cuda,
-    }
-    if cache_file is not None and stamps.is_current(cache_file, key):
-        return True, "content hash matches (cached verdict)"
-    fresh, reason = _content_hash_matches(env_file, lock_file, cuda)
-    if fresh and cache_file is not None:
+    if cache_file is not None:
         stamps.write(cache_file, key)
-    return fresh, reason
+    return True, "content hash matches"
 
 
 VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
 
 
 def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
-    """sha256 of a lock that matches environment.yml, or a one-line error naming `nox -s lock`."""
     fresh, reason = check(env_file, lock_file, cache_file=VERDICT_CACHE)
     if not fresh:
         raise UserError(
@@ -87,15 +65,11 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
 
 
 def lock(opts: LockOptions) -> None:
-    """`nox -s lock`: solve environment.yml for linux-64 with py-rattler into conda-lock.yml
-    (and conda-lock.records.json, the solved records whole: rocmfa.env.lock_records)."""
     write_lock(runner_for(opts), list(opts.channel))
 
 
 def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
                lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
-    """Solve (rattler, against environment.yml's channels or their --channel mirrors), write
-    with conda-lock's models, then verify with conda-lock's own parser and content hash."""
     from rocmfa.env.lock_records import records_path
 
     records = records_path(lock_file)
@@ -117,7 +91,6 @@ def _solve_and_verify(env_file: Path, lock_file: Path, mirrors: list[str], recor
 
 
 def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
-    """Facts for doctor, without raising."""
     if not lock_file.is_file():
         return {"present": False}
     try:

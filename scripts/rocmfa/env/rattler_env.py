@@ -1,14 +1,10 @@
 """py-rattler as the one conda solver and installer; conda-lock.yml stays the lock format.
 
-- solve_lock(): environment.yml (parsed by conda-lock, as its content hash sees it) solved by
-  rattler's resolvo against its channels, or mirrors of them (`--channel URL`, file:// too),
-  written with conda-lock's own models and writer. Locked URLs always name the channel of
-  environment.yml, never the mirror, so the lock is the same wherever it was solved.
-- install_lock(): the lock's linux-64 packages fetched into a package cache and checked
-  against the lock's sha256 *before* anything touches the prefix, then linked by rattler's
-  installer, which installs only the difference to what the prefix already has.
-
-Every rattler call goes through run_rattler (exit-time crash, see there).
+solve_lock(): environment.yml (as conda-lock parses it) solved by rattler against its channels
+or their mirrors (`--channel URL`), written with conda-lock's models; locked URLs always name
+environment.yml's channel. install_lock(): the lock's packages fetched into a package cache and
+checked against the lock's sha256 before rattler's installer links only the difference.
+Every rattler coroutine runs through run_rattler (exit-time crash, see there).
 """
 
 from __future__ import annotations
@@ -24,9 +20,8 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from rocmfa.plumbing import downloads
 from rocmfa.plumbing.errors import UserError
@@ -38,7 +33,6 @@ PLATFORM = "linux-64"
 
 
 def default_cache_dir() -> Path:
-    """$ROCMFA_CONDA_CACHE, else $XDG_CACHE_HOME/rocm-fa-workflow/conda (~/.cache/...)."""
     from rocmfa.plumbing.options import environment
 
     if chosen := environment().conda_cache:
@@ -47,19 +41,14 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
 
 
-# --- channels and mirrors ---------------------------------------------------------------
-
-
 def channel_base(channel: str) -> str:
-    """conda-forge -> https://conda.anaconda.org/conda-forge/ (URLs kept, with one '/')."""
     if "://" in channel:
         return channel.rstrip("/") + "/"
     return f"https://conda.anaconda.org/{channel.strip('/')}/"
 
 
 def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
-    """`--channel URL` mirrors environment.yml's only channel; `NAME=URL` names the channel.
-    Returns {canonical base: mirror base}."""
+    """`--channel URL` (environment.yml's only channel) or `NAME=URL` -> {base: mirror base}."""
     mirrors: dict[str, str] = {}
     for value in values:
         name, sep, url = value.partition("=")
@@ -85,27 +74,16 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
     return url
 
 
-# --- solving into conda-lock.yml ----------------------------------------------------------
-
-
-@contextlib.contextmanager
-def quiet_conda_lock():
-    """conda-lock logs its virtual-package repo at INFO (on the root logger, which nox shows)."""
-    logging.disable(logging.INFO)
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
-
-
 @contextlib.contextmanager
 def lock_spec(env_file: Path, platforms: list[str], cuda: str):
     """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
-    URL): a local, empty mapping, as the default one is downloaded from GitHub."""
+    URL: local and empty, as the default one is downloaded from GitHub)."""
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
-    with tempfile.TemporaryDirectory() as tmp, quiet_conda_lock():
+    logging.disable(logging.INFO)  # conda-lock logs its virtual packages on the root logger
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(logging.disable, logging.NOTSET)
         mapping = Path(tmp) / "mapping.json"
         mapping.write_text("{}")
         try:
@@ -136,23 +114,14 @@ def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.Generic
 
 def match_spec(dep: Any) -> str:
     """A conda-lock VersionedDependency as a conda match spec string."""
-    spec = dep.name
-    if dep.version or dep.build:
-        spec += f" {dep.version or '*'}"
-    if dep.build:
-        spec += f" {dep.build}"
+    parts = [dep.name, *([dep.version or "*", dep.build] if dep.build else [dep.version])]
+    spec = " ".join(p for p in parts if p)
     return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
 
 
-def solve(
-    specs: list[str],
-    channels: list[str],
-    virtual: list[Any],
-    platform: str = PLATFORM,
-    cache_dir: Path | None = None,
-) -> list[rattler.RepoDataRecord]:
-    """rattler's solver; an unsolvable spec is a one-line UserError naming the conflict.
-    Repodata is cached in cache_dir/repodata (ours, not rattler's shared default)."""
+def solve(specs: list[str], channels: list[str], virtual: list[Any], platform: str = PLATFORM,
+          cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
+    """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
@@ -172,21 +141,19 @@ def solve(
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
-        text = str(error)
-        url = re.search(r"url \((\S+?)\)", text)
-        cause = [line.strip() for line in text.splitlines() if line.strip()][-1:] or ["?"]
+        url = re.search(r"url \((\S+?)\)", str(error))
+        cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:] or ["?"]
         where = url[1] if url else ", ".join(channels)
-        raise UserError(
-            network_error_line(where, Exception(cause[0].removeprefix("Caused by: ")), MIRROR_FIX)
-        ) from None
+        host = urllib.parse.urlsplit(where).netloc or where
+        why = cause[0].removeprefix("Caused by: ")
+        raise UserError(f"cannot reach {host} ({where}): {why}; {MIRROR_FIX}") from None
     except Exception as error:  # anything else from rattler
         raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
 
 
 def _one_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    # rattler's solver message: a heading, then a tree of why; keep the conflict lines.
-    text = " ".join(lines[:8])
+    """rattler's message (a heading, then a tree of why) as one line: the conflict lines."""
+    text = " ".join([line.strip() for line in str(error).splitlines() if line.strip()][:8])
     return text if len(text) < 600 else text[:597] + "..."
 
 
@@ -200,40 +167,24 @@ def locked_dependencies(
     locked = []
     for record in records:
         by_name: dict[str, list[Any]] = {}
-        for dep in record.depends:
-            spec = MatchSpec(dep)  # type: ignore[arg-type]
-            by_name.setdefault(spec.name, []).append(spec)
-        dependencies = {}
-        for name, specs in by_name.items():
-            merged = specs[0] if len(specs) == 1 else MatchSpec.merge(specs)[0]
-            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
+        for dep in map(MatchSpec, record.depends):
+            by_name.setdefault(dep.name, []).append(dep)
+        merged = {name: MatchSpec.merge(specs)[0].version for name, specs in by_name.items()}
         if not record.sha256 or not record.md5:
             raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
-        locked.append(
-            LockedDependency(
-                name=record.name.normalized,
-                version=str(record.version),
-                manager="conda",
-                platform=platform,
-                dependencies=dependencies,
-                url=_swap_base(record.url, canonical),
-                hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
-            )
-        )
+        locked.append(LockedDependency(
+            name=record.name.normalized, version=str(record.version), manager="conda",
+            platform=platform, url=_swap_base(record.url, canonical),
+            dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
+            hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+        ))  # fmt: skip
     return locked
 
 
-def solve_lock(
-    env_file: Path,
-    lock_file: Path,
-    mirrors: list[str],
-    cuda: str,
-    say=print,
-    cache_dir: Path | None = None,
-    records_file: Path | None = None,
-) -> list[Any]:
-    """Solve env_file for linux-64 and write lock_file with conda-lock's models (and, when
-    records_file is given, the solved records whole: rocmfa.env.lock_records)."""
+def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print,
+               cache_dir: Path | None = None,
+               records_file: Path | None = None) -> list[Any]:  # fmt: skip
+    """Solve env_file for linux-64 into lock_file (and records_file: rocmfa.env.lock_records)."""
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -272,52 +223,28 @@ def solve_lock(
     return list(planned.values())
 
 
-# --- installing conda-lock.yml --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    url: str
-    sha256: str
-
-    @property
-    def filename(self) -> str:
-        return self.url.rsplit("/", 1)[-1]
-
-    @property
-    def channel(self) -> str:
-        return self.url.rsplit("/", 2)[0]
-
-
-def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[LockedPackage]:
+def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
+    """conda-lock's LockedDependency of each of the lock's packages for platform."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    lock = parse_conda_lock_file(lock_file)
-    packages = []
-    for p in lock.package:
-        if p.platform != platform:
-            continue
+    packages = [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
+    for p in packages:
         if p.manager != "conda":
             raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
         if not p.hash.sha256:
             raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
-        packages.append(LockedPackage(p.name, p.url, p.hash.sha256))
     return packages
 
 
-def network_error_line(url: str, error: BaseException, fix: str) -> str:
-    """'cannot reach HOST (URL): CAUSE; FIX' - a network error says where and what to pass."""
-    host = urllib.parse.urlsplit(url).netloc or url
-    cause = getattr(error, "reason", None) or error
-    return f"cannot reach {host} ({url}): {cause}; {fix}"
+def channel_of(url: str) -> str:
+    return url.rsplit("/", 2)[0]
 
 
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
 
 
 def fetch_all(
-    packages: list[LockedPackage], archives: Path, mirrors: Mapping[str, str], jobs: int
+    packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
     """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
     threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
@@ -325,23 +252,15 @@ def fetch_all(
     removed on the way out."""
     results: list[Path | None] = [None] * len(packages)
     failures: list[BaseException] = []
-    todo = iter(enumerate(packages))
-    taking = threading.Lock()
+    todo = iter(enumerate(packages))  # next() on it is atomic under the GIL
 
     def work() -> None:
-        while not failures:
-            with taking:
-                item = next(todo, None)
-            if item is None:
-                return
+        while not failures and (item := next(todo, None)) is not None:
             index, package = item
+            url, dest = _swap_base(package.url, mirrors), archives / package.url.rsplit("/", 1)[-1]
             try:
                 results[index] = downloads.fetch_pinned(
-                    _swap_base(package.url, mirrors),
-                    archives / package.filename,
-                    package.sha256,
-                    fix=MIRROR_FIX,
-                    pinned_by="the lock's",
+                    url, dest, package.hash.sha256, fix=MIRROR_FIX, pinned_by="the lock's"
                 )
             except BaseException as error:
                 failures.append(error)
@@ -356,20 +275,15 @@ def fetch_all(
         failures.append(KeyboardInterrupt())
         downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
-        print(
-            f"interrupted while downloading conda packages from {', '.join(hosts)} into "
-            f"{archives}; partial files removed",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"interrupted while downloading conda packages from {', '.join(hosts)} into "
+              f"{archives}; partial files removed", file=sys.stderr, flush=True)  # fmt: skip
         raise
     if failures:
         raise failures[0]
     return [path for path in results if path is not None]
 
 
-@dataclass(frozen=True)
-class InstallResult:
+class InstallResult(NamedTuple):
     installed: list[str]
     removed: list[str]
     unchanged: int
@@ -379,66 +293,39 @@ def _prefix_packages(prefix: Path) -> set[str]:
     return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
 
 
-def install_lock(
-    lock_file: Path,
-    prefix: Path,
-    *,
-    cache_dir: Path | None = None,
-    mirrors: Mapping[str, str] | None = None,
-    jobs: int = 8,
-    reporter: Any = None,
-) -> InstallResult:
-    """Make prefix hold exactly the lock's linux-64 packages (a real conda prefix)."""
+def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None,
+                 mirrors: Mapping[str, str] | None = None, jobs: int = 8, reporter: Any = None
+                 ) -> InstallResult:  # fmt: skip
     import rattler
 
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
 
-    async def records() -> list[rattler.RepoDataRecord]:
-        out = []
+    before = _prefix_packages(prefix)
+
+    async def install() -> None:
+        wanted = []
         for package, path in zip(packages, paths, strict=True):
             record = await rattler.RepoDataRecord.from_package_archive(path)
             # Linked from the verified archive; the origin stays in the channel field.
-            record.url = path.resolve().as_uri()
-            record.channel = package.channel
-            out.append(record)
-        return out
-
-    wanted = run_rattler(records)
-    before = _prefix_packages(prefix)
-
-    async def link() -> None:
-        await rattler.install(
-            wanted,
-            target_prefix=prefix,
-            cache_dir=cache_dir / "pkgs",
-            show_progress=False,
-            execute_link_scripts=False,
-            reporter=reporter,
-        )
+            record.url, record.channel = path.resolve().as_uri(), channel_of(package.url)
+            wanted.append(record)
+        await rattler.install(wanted, target_prefix=prefix, cache_dir=cache_dir / "pkgs",
+                              show_progress=False, execute_link_scripts=False,
+                              reporter=reporter)  # fmt: skip
 
     try:
-        run_rattler(link)
+        run_rattler(install)
     except Exception as error:
         raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
     after = _prefix_packages(prefix)
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-# --- running rattler's coroutines ---------------------------------------------------------
-
 T = TypeVar("T")
 RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
 _YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
-
-
-def _apply_pending_decrefs() -> None:
-    """A reference that a rattler thread dropped without the GIL waits in pyo3's pool until
-    the next call into pyo3 applies it; any cheap call into rattler's extension is one."""
-    import rattler
-
-    rattler.Version("0")
 
 
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -461,10 +348,13 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
         loop.close()
         raise
-    # Measured in this frame, like `baseline`: any excess is rattler's.
+    # Measured in this frame, like `baseline`: any excess is rattler's. A reference a rattler
+    # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
+    import rattler
+
     deadline = time.monotonic() + RELEASE_DEADLINE_S
     while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
-        _apply_pending_decrefs()
+        rattler.Version("0")
         time.sleep(_YIELD_S)
     loop.close()
     if not ok:

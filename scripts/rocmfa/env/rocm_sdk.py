@@ -1,5 +1,5 @@
-"""TheRock's ROCm SDK from pip: which index and requirement (pins/rocm.toml), and the
-paths `rocm-sdk path` reports once it is installed."""
+"""TheRock's ROCm SDK from pip: which index and requirement (pins/rocm.toml), and the paths
+`rocm-sdk path` reports once it is installed."""
 
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ class RocmPin:
     torch_spec: str
 
     def kind_for(self, arch: Arch, kind: str | None = None) -> str:
-        """The index kind used for arch: "legacy" only where TheRock has a per-family index
-        for it (arches.toml legacy_family); else the multi-arch index with its device extra."""
+        """ "legacy" only where TheRock has a per-family index (arches.toml legacy_family)."""
         kind = kind or self.index
         return "legacy" if kind == "legacy" and arch.legacy_family else "multi-arch"
 
@@ -86,45 +85,21 @@ def load_pin(path: Path | None = None) -> RocmPin:
     )
 
 
-def pip_install_argv(python: Path, index_url: str, pre: bool, *requirements: str) -> list[str]:
-    """One pip resolve: with TheRock's torch beside the pinned `rocm[...]==V`, pip must pick a
-    torch whose own `rocm[libraries]==<its SDK>` is V (or fail), so the SDK never moves."""
-    argv = [str(python), "-m", "pip", "install", "--index-url", index_url]
-    if pre:
-        argv.append("--pre")
-    return [*argv, *requirements]
-
-
 # The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
 SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
 
 
 def mixed_sdk(versions: dict[str, str]) -> str:
-    """'' when every installed SDK distribution (rocm, rocm-sdk-*) has one version, else one
-    sentence naming them (a second pip call moved part of the SDK)."""
+    """'' when every installed SDK distribution has one version, else a sentence naming them."""
     named = {name.lower().replace("_", "-"): v for name, v in versions.items()}
-    found = {
-        name: v
-        for name, v in named.items()
-        if name in SDK_DISTS or name.startswith("rocm-sdk-device-")
-    }
+    found = {n: v for n, v in named.items() if n in SDK_DISTS or n.startswith("rocm-sdk-device-")}
     if len(set(found.values())) <= 1:
         return ""
     listed = ", ".join(f"{name} {version}" for name, version in sorted(found.items()))
     return f"mixed ROCm SDK: {listed}; rerun: nox -s setup_env -- --force"
 
 
-@dataclass(frozen=True)
-class RocmPaths:
-    root: str
-    bin: str
-    cmake: str
-    version: str
-
-
-def read_paths(runner: Runner, rocm_sdk: Path | str) -> RocmPaths:
-    def ask(*args: str) -> str:
-        return runner.ask([rocm_sdk, *args], f"$(rocm-sdk {' '.join(args)})")
-
-    return RocmPaths(ask("path", "--root"), ask("path", "--bin"), ask("path", "--cmake"),
-                     ask("version"))  # fmt: skip
+def read_paths(runner: Runner, rocm_sdk: Path | str) -> dict[str, str]:
+    """{root, cmake, version} as `rocm-sdk path` / `rocm-sdk version` report them."""
+    asks = {"root": ("path", "--root"), "cmake": ("path", "--cmake"), "version": ("version",)}
+    return {k: runner.ask([rocm_sdk, *a], f"$(rocm-sdk {' '.join(a)})") for k, a in asks.items()}

@@ -23,8 +23,8 @@ def guarded(declared: Session, opts: object) -> Iterator[None]:
         return
     prefix, env_name, workdir = (getattr(opts, k, None) for k in ("prefix", "env_name", "workdir"))
     try:
-        found = session_env.locate(prefix, env_name, workdir)
-        env, work = found.location.prefix, found.work
+        _, location, work = session_env.locate(prefix, env_name, workdir)
+        env = location.prefix
     except UserError:  # the session itself reports a bad --env-name
         env, work = None, paths.workdir(workdir)
     with ExitStack() as stack:

@@ -1,24 +1,15 @@
-"""`nox -s setup_env`: the shared env from the lock, TheRock's ROCm SDK, activation variables.
-
-Steps, each skipped when its inputs are unchanged (a stamp in conda-meta/, written last):
-  1. conda-lock.yml: solved first when missing; an out-of-date lock is an error.
-  2. py-rattler installs the lock into the prefix: sha256-verified downloads into a package
-     cache, then only the difference to what the prefix holds. No conda manager is needed;
-     one, when present, only decides where named envs live (rocmfa.env.condaenv).
-  3. pip: rocm[libraries,devel,device-<arch>] from TheRock's index (pins/rocm.toml),
-     optionally TheRock's torch; then `rocm-sdk init` and `rocm-sdk path`.
-  4. activate.d/deactivate.d scripts with only the variables that have an effect.
-"""
+"""`nox -s setup_env`: conda-lock.yml (solved first when missing; stale is an error) installed
+with py-rattler, then TheRock's ROCm SDK (and torch) with pip, then the activation variables;
+each step skipped while its inputs are unchanged (a stamp in conda-meta/, written last)."""
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
+from rocmfa.env import activation, archs, condaenv, lock_records, lockfile, rocm_sdk, session_env
 from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
@@ -28,21 +19,16 @@ from rocmfa.plumbing.options import SetupEnvOptions
 STAMP_VERSION = 1
 
 
-def torch_aotriton_version(prefix: Path) -> str | None:
-    """The AOTriton runtime the env's torch carries (libaotriton_v2.so.X.Y.Z), if any."""
-    pattern = str(prefix / "lib" / "python3*" / "site-packages" / "torch" / "lib")
-    for lib in sorted(glob.glob(pattern)):
-        for name in sorted(os.listdir(lib)):
-            match = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+\.\d+)", name)
-            if match:
-                return match.group(1)
-    return None
+def aotriton_version(prefix: Path) -> str | None:
+    """The AOTriton runtime the env's torch carries (libaotriton_v2.so.X.Y.Z), else the pin's."""
+    for lib in sorted(prefix.glob("lib/python3*/site-packages/torch/lib/libaotriton_v2.so.*")):
+        if match := re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+\.\d+)", lib.name):
+            return match.group(1)
+    return pin_files.aotriton_version(rocm_sdk.pins_dir())
 
 
 @dataclass(frozen=True)
 class Request:
-    """What the env should be; its JSON form is the stamp's input digest."""
-
     arch: archs.Arch
     rocm: rocm_sdk.RocmPin
     index_kind: str
@@ -92,28 +78,22 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
         raise UserError(f"env prefix {prefix} is not writable (no write access to {parent})")
 
 
-def provision(
-    prefix: Path,
-    request: Request,
-    runner: Runner,
-    *,
-    stamp_inputs: dict[str, object],
-) -> activation.Plan:
-    """Steps 3-4 on an existing Python prefix, then the stamp. Works on any prefix with
-    bin/python (tests use a venv standing in for the conda env)."""
+def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
+              ) -> activation.Plan:  # fmt: skip
+    """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
     python = prefix / "bin" / "python"
     index_url = request.rocm.index_url(request.arch, request.index_kind)
-    note = request.rocm.index_note(request.arch, request.index_kind)
-    if note:
+    if note := request.rocm.index_note(request.arch, request.index_kind):
         runner.say(note)
     requirements = [request.rocm.requirement(request.arch, request.index_kind)]
-    if request.with_torch:
+    if request.with_torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
         requirements.append(request.rocm.torch_requirement(request.arch, request.index_kind))
         runner.say(
             f"torch and the ROCm SDK in one pip resolve: {requirements[0]} holds the SDK at the "
             "pin, so only a torch built for it can be chosen"
         )
-    pip = rocm_sdk.pip_install_argv(python, index_url, request.rocm.pre, *requirements)
+    pre = ["--pre"] * request.rocm.pre
+    pip = [python, "-m", "pip", "install", "--index-url", index_url, *pre, *requirements]
     if runner.run(pip, check=not request.with_torch).returncode != 0:
         raise UserError(
             f"pip found no {requirements[1]} on {index_url} that works with {requirements[0]} "
@@ -123,30 +103,23 @@ def provision(
     rocm_cli = prefix / "bin" / "rocm-sdk"
     runner.run([rocm_cli, "init", "--quiet"])
     rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
-    aotriton_version = torch_aotriton_version(prefix) or pin_files.aotriton_version(
-        rocm_sdk.pins_dir()
-    )
-    result = activation.plan(
-        request.arch,
-        rocm_root=rocm_paths.root,
-        aotriton_version=aotriton_version,
-        profiles=request.profiles,
-    )
+    version = aotriton_version(prefix)
+    result = activation.plan(request.arch, rocm_root=rocm_paths["root"],
+                             aotriton_version=version, profiles=request.profiles)  # fmt: skip
     activate, deactivate = activation.script_paths(prefix)
     runner.apply(activation.write_scripts, prefix, result.variables,
                  say=f"write {activate} and {deactivate} (variables below)")  # fmt: skip
-    rocm = {"version": rocm_paths.version, "root": rocm_paths.root, "cmake": rocm_paths.cmake}
-    runner.apply(stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm,
+    runner.apply(stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths,
                  variables=result.as_dict())  # fmt: skip
     return result
 
 
 def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
-    """The lock's packages into prefix with py-rattler (only the difference)."""
     from rocmfa.env import rattler_env
 
     cache = rattler_env.default_cache_dir()
-    channels = sorted({p.channel for p in rattler_env.locked_packages(lockfile.LOCK_FILE)})
+    locked = rattler_env.locked_packages(lockfile.LOCK_FILE)
+    channels = sorted({rattler_env.channel_of(p.url) for p in locked})
     mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
     result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
                                       mirrors=mapping)  # fmt: skip
@@ -154,17 +127,7 @@ def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
           f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
 
 
-def check_host() -> str:
-    """Refuse (one line) a host the lock does not suit: another platform, an older glibc."""
-    from rocmfa.env import lock_records
-
-    records = lock_records.records_path(lockfile.LOCK_FILE)
-    needs = lock_records.host_requirements(records, lockfile.PLATFORM)
-    return lock_records.require_suited(needs, lockfile.LOCK_FILE.name)
-
-
 def say_arch_and_env(session: session_env.SessionEnv) -> None:
-    """The arch and env lines; refuse an arch that is not AMD."""
     runner = session.runner
     note = archs.explain_override(session.choice.detection)
     runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
@@ -209,40 +172,32 @@ def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
         show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
         return
-    # No manager is needed: condaenv places a named env in its own data dir without one.
     session = session_env.open_env(opts, makes_env=True)
-    runner = session.runner
-    request = Request(
-        arch=session.arch,
-        rocm=(rocm := rocm_sdk.load_pin()),
-        index_kind=opts.rocm_index or rocm.index,
-        with_torch=opts.with_torch,
-        profiles=opts.profile,
-    )
-
+    runner, rocm = session.runner, rocm_sdk.load_pin()
+    index_kind = opts.rocm_index or rocm.index
+    request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
     say_arch_and_env(session)
     prefix = session.prefix
     lock_sha = ensure_lock(opts, runner)
-    inputs = request.inputs(
-        lock_sha, torch_aotriton_version(prefix) or pin_files.aotriton_version(rocm_sdk.pins_dir())
-    )
+    inputs = request.inputs(lock_sha, aotriton_version(prefix))
     stamp_file = prefix / condaenv.ENV_STAMP
     if not opts.force and stamps.is_current(stamp_file, inputs):
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
-    check_host()  # before the first change: only what installs must suit this host
+    # before the first change: only what installs must suit this host
+    lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
 
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
     in_env = runner.apply(condaenv.activated_environ, prefix, say=said + " + its activate.d")
     runner.base_env = in_env or runner.base_env
     result = provision(prefix, request, runner, stamp_inputs=inputs)
-    runner.say(activation.show(result))
+    runner.say(activation.show(result.as_dict()))
     say_next(request, session.arch_how, prefix, runner)
 
 
 def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
-    """Which way this arch gets a flash torch (doctor's path line), then the next command."""
+    """Doctor's path line, then the next command."""
     from rocmfa.env.doctor import FAST_PATH, MAIN_JOB, torch_path  # a no-op run needs neither
 
     path = torch_path(request.arch, how, pin_files.aotriton_version(rocm_sdk.pins_dir()))
@@ -252,18 +207,10 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
         runner.say(
             f"fast path: {path['why']}; run: {', then '.join(path['commands'])}; {path['build']}"
         )
-    runner.done(
-        f"env {prefix} is ready; next: {FAST_PATH[1] if request.with_torch else MAIN_JOB[1]}"
-    )
+    runner.done(f"env {prefix} is ready; next: {(MAIN_JOB[1], FAST_PATH[1])[request.with_torch]}")
 
 
-def show(prefix: Path | None) -> None:
-    stamp = stamps.read(prefix / condaenv.ENV_STAMP) if prefix else None
-    if not stamp:
+def show(prefix: Path) -> None:
+    if not (stamp := stamps.read(prefix / condaenv.ENV_STAMP)):
         raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
-    recorded = stamp.get("variables", {})
-    plan = activation.Plan(
-        tuple(activation.Variable(**v) for v in recorded.get("set", [])),
-        tuple(activation.Skipped(**v) for v in recorded.get("not_set", [])),
-    )
-    print(f"env {prefix}\n{activation.show(plan)}")
+    print(f"env {prefix}\n{activation.show(stamp['variables'])}")
