@@ -9,7 +9,7 @@ from __future__ import annotations
 import calendar
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,9 @@ class Rejected:
 
 @dataclass
 class ResultSet:
-    id: str
-    docs: dict[str, Doc] = field(default_factory=dict)
-
-    @property
-    def anchor(self) -> Doc:
-        return self.docs.get("bench") or next(iter(self.docs.values()))
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        return self.anchor.identity
+    anchor: Doc  # the bench run, or the verdict file that opened the set
+    docs: dict[str, Doc]
+    id: str = ""
 
 
 def parse_date(text: Any) -> float:
@@ -199,30 +192,22 @@ def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
     torch_info = manifest.get("torch") or {}
     aot = manifest.get("aotriton") or {}
     schema_of = {k: s for s, k in KINDS.items()}
+    patches = {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()}
     docs = []
     for kind, summary in sorted((manifest.get("reports") or {}).items()):
         if not isinstance(summary, dict):
             continue
         prov = summary.get("provenance") or {}
-        identity = {  # the summary's own identity first, the manifest's fields where it has none
-            "version": IDENTITY_VERSION,
-            "date": manifest.get("published"),
-            "host": f"wheel set {manifest.get('set_id')}",
-            "gpu": prov.get("device_name") or manifest.get("arch"),
-            "arch": manifest.get("arch"),
-            "platform": "rocm",
-            "device": prov.get("device"),
-            "rocm": manifest.get("rocm_sdk"),
-            "cuda": None,
-            "torch": torch_info.get("version"),
-            "torch_commit": torch_info.get("commit"),
-            "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
-            "flash_built_in": manifest.get("flash_attention"),
-            **(summary.get("identity") or {}),
-            "wheel_set": manifest.get("set_id"),
-            "rocm_sdk": manifest.get("rocm_sdk"),
-            "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
-        }
+        # the summary's own identity first, the manifest's fields where it has none
+        identity = {"version": IDENTITY_VERSION, "date": manifest.get("published"),
+                    "host": f"wheel set {manifest.get('set_id')}", "arch": manifest.get("arch"),
+                    "gpu": prov.get("device_name") or manifest.get("arch"), "platform": "rocm",
+                    "device": prov.get("device"), "rocm": manifest.get("rocm_sdk"), "cuda": None,
+                    "torch": torch_info.get("version"), "torch_commit": torch_info.get("commit"),
+                    "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
+                    "flash_built_in": manifest.get("flash_attention"),
+                    **(summary.get("identity") or {}), "wheel_set": manifest.get("set_id"),
+                    "rocm_sdk": manifest.get("rocm_sdk"), "patches": patches}  # fmt: skip
         data = {**summary, "schema": schema_of.get(kind, kind), "identity": identity}
         if kind == "bench":
             data.update(results=[dict(r, status="ok") for r in summary.get("ok") or []])
@@ -248,22 +233,17 @@ def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:
             continue
         seen[key] = doc.source
         if doc.kind == "bench":
-            sets.append(ResultSet("", {"bench": doc}))
+            sets.append(ResultSet(doc, {"bench": doc}))
         else:
             companions.append(doc)
+    same = lambda a, b: machine_key(a) == machine_key(b) and software_key(a) == software_key(b)  # noqa: E731
     for doc in companions:
-        near = [
-            s
-            for s in sets
-            if doc.kind not in s.docs
-            and machine_key(s.identity) == machine_key(doc.identity)
-            and software_key(s.identity) == software_key(doc.identity)
-            and abs(s.anchor.when - doc.when) <= COMPANION_WINDOW_S
-        ]
+        near = [s for s in sets if doc.kind not in s.docs and same(s.anchor.identity, doc.identity)]
+        near = [s for s in near if abs(s.anchor.when - doc.when) <= COMPANION_WINDOW_S]
         if near:
             min(near, key=lambda s: abs(s.anchor.when - doc.when)).docs[doc.kind] = doc
         else:
-            sets.append(ResultSet("", {doc.kind: doc}))
+            sets.append(ResultSet(doc, {doc.kind: doc}))
     sets.sort(key=lambda s: (s.anchor.when, s.anchor.source))
     for number, result_set in enumerate(sets, 1):
         result_set.id = f"S{number}"

@@ -41,20 +41,17 @@ VERDICT_KINDS = ("backend_check", "validate", "upstream", "crosscheck")
 VERDICTS = change.VERDICTS
 CASE_HEAD = ["size", "B,H,S,D", "dtype", "causal", "backend", "pass"]
 STYLE = """
-body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}
-h1{font-size:20px}h2{font-size:16px;border-bottom:1px solid #ccc;margin-top:26px}
-h3{font-size:14px}h4{font-size:12px;margin:6px 0}.cards{display:flex;flex-wrap:wrap;gap:8px}
+body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}h1{font-size:20px}
+h2{font-size:16px;border-bottom:1px solid #ccc;margin-top:26px}h3{font-size:14px}
+h4{font-size:12px;margin:6px 0}.cards{display:flex;flex-wrap:wrap;gap:8px}.why{color:#555}
 .card{border:1px solid #bbb;border-radius:4px;padding:6px 9px;width:300px;font-size:11px}
-.card b{font-size:12px}.card .base{color:#b00}
-table{border-collapse:collapse;font-size:11px;margin:4px 0}
-td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#060;font-weight:bold}.fail{color:#b00;font-weight:bold}
-.faster{color:#060}.slower{color:#b00}.noisy,.launch-bound{color:#a60}
-.figs{display:flex;flex-wrap:wrap;gap:10px}figure{margin:0;break-inside:avoid}
-.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
+.card b{font-size:12px}.card .base{color:#b00}table{border-collapse:collapse;font-size:11px}
+table{margin:4px 0}td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.pass{color:#060;font-weight:bold}
+.fail{color:#b00;font-weight:bold}.faster{color:#060}.slower{color:#b00}.noisy{color:#a60}
+.launch-bound{color:#a60}.figs{display:flex;flex-wrap:wrap;gap:10px}code{font-size:11px}
+figure{margin:0;break-inside:avoid}.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.why{color:#555}code{font-size:11px}
 @media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}
 .card{break-inside:avoid}}
 """
@@ -95,7 +92,7 @@ def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> st
 
 
 def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
-    ident = result_set.identity
+    ident = result_set.anchor.identity
     data = result_set.docs["bench"].data if "bench" in result_set.docs else {}
     prov = data.get("provenance") or {}
     config = inputs.bench_config(data) if data else None
@@ -106,20 +103,13 @@ def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
                           "summary": got("summary") or got("verdict"), "failures": got("failures"),
                           "profiler": got("profiler_summary")}  # fmt: skip
     roofs = ("peak_tflops", "peak_source", "memory_roof_gbps", "memory_roof_source")
-    return {
-        "id": result_set.id,
-        "label": f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · "
-        f"{ident.get('date')}",
-        "baseline": baseline,
-        "identity": ident,
-        "files": {kind: doc.source for kind, doc in sorted(result_set.docs.items())},
-        "config": config,
-        "config_label": config and inputs.config_label(config),
-        **{k: prov.get(k) for k in roofs},
-        "timer": (data.get("settings") or {}).get("timer"),
-        "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
-        "verdicts": verdicts,
-    }
+    label = f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
+    return {"id": result_set.id, "label": label, "baseline": baseline, "identity": ident,
+            "files": {kind: doc.source for kind, doc in sorted(result_set.docs.items())},
+            "config": config, "config_label": config and inputs.config_label(config),
+            **{k: prov.get(k) for k in roofs}, "timer": (data.get("settings") or {}).get("timer"),
+            "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
+            "verdicts": verdicts}  # fmt: skip
 
 
 def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
@@ -292,40 +282,24 @@ def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar
 def bench_figures(members: list, index: list[dict], first: dict, memory: bool, prefix: str) -> str:
     """A chart per pass / dtype / causal (x: size; a bar per backend per set) of the compute-
     bound rows in TFLOP/s, or of the memory-bound ones in GB/s under the memory roof (dashed)."""
-    cases = [k for k, r in first.items() if (r.get("bound") == "memory") == memory]
-    size_at = {s: i for i, s in enumerate(dict.fromkeys(first[k]["size"] for k in cases))}
-    backend_at = {b: i for i, b in enumerate(dict.fromkeys(first[k]["backend"] for k in cases))}
     panels: dict[tuple, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
-    for row, key in sorted(
-        ((first[k], k) for k in cases),
-        key=lambda rk: (size_at[rk[0]["size"]], backend_at[rk[0]["backend"]]),
-    ):
-        panels[row["pass"], row["dtype"], bool(row["causal"])][row["size"]] += [
-            bench_bar(model, rows[key], shade)
-            for shade, (model, rows) in enumerate(zip(members, index, strict=True))
-            if key in rows
-        ]
+    for key, row in first.items():
+        if (row.get("bound") == "memory") == memory:
+            shades = enumerate(zip(members, index, strict=True))
+            bars = [bench_bar(m, rows[key], shade) for shade, (m, rows) in shades if key in rows]
+            panels[row["pass"], row["dtype"], bool(row["causal"])][row["size"]] += bars
     roofs = [m["memory_roof_gbps"] for m in members if m.get("memory_roof_gbps") and memory]
-    roof = roofs[0] if roofs else None
+    roof, unit = (roofs[0] if roofs else None), "GB/s" if memory else "TFLOP/s"
     order = [*PASS_NAMES, *sorted({p[0] for p in panels} - set(PASS_NAMES))]
     figs = []
-    for pass_name, dtype, causal in sorted(panels, key=lambda p: (order.index(p[0]), *p[1:])):
-        title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · "
-        title += ("causal" if causal else "non-causal") + (
-            f" · memory-bound, roof {roof:g} GB/s" if roof else ""
-        )
-        groups = list(panels[pass_name, dtype, causal].items())
-        unit = "GB/s" if memory else "TFLOP/s"
-        figs.append(
-            figure(
-                title,
-                groups,
-                unit,
-                len(members),
-                roof,
-                f"{prefix}-{pass_name}-{dtype}-{int(causal)}",
-            )
-        )
+    for (pass_name, dtype, causal), groups in sorted(
+        panels.items(), key=lambda p: (order.index(p[0][0]), *p[0][1:])
+    ):
+        kind = "causal" if causal else "non-causal"
+        roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
+        title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
+        chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
+        figs.append(figure(title, list(groups.items()), unit, len(members), roof, chart_id))
     return "".join(figs)
 
 
@@ -421,9 +395,8 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
     parts = []
     for check in checks:
         shown = {k: esc(check.get(k)) for k in ("arch", "sampled", "jobs", "wall_s")}
-        shown |= {
-            k: esc(check.get(k, d)) for k, d in (("triton", "?"), ("time", ""), ("store", "none"))
-        }
+        defaults = (("triton", "?"), ("time", ""), ("store", "none"))
+        shown |= {k: esc(check.get(k, d)) for k, d in defaults}
         shown["aotriton_commit"] = esc(str(check.get("aotriton_commit", "?"))[:12])
         families = sorted((n, f) for n, f in check["families"].items() if isinstance(f, dict))
         rows = [
@@ -435,16 +408,11 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
 
 def render(data: dict[str, Any]) -> str:
     models = data["sets"]
-    listed = {
-        key: "".join(
-            f'<li><code>{esc(n["input"])}</code>: <span class="why">{esc(n["why"])}</span></li>'
-            for n in data.get(key, [])
-        )
-        for key in ("not_shown", "not_compared")
-    }
-    verdicts = [
-        [td(m["id"]), *(verdict_cell(m["verdicts"].get(k)) for k in VERDICT_KINDS)] for m in models
-    ]
+    item = '<li><code>{}</code>: <span class="why">{}</span></li>'
+    listed = {k: "".join(item.format(esc(n["input"]), esc(n["why"])) for n in data.get(k, []))
+              for k in ("not_shown", "not_compared")}  # fmt: skip
+    verdicts = [[td(m["id"]), *(verdict_cell(m["verdicts"].get(k)) for k in VERDICT_KINDS)]
+                for m in models]  # fmt: skip
     heads = ["set", "backend_check", "validate", "validate --upstream", "crosscheck"]
     sections = [
         ("identity", "Result sets", f'<div class="cards">{"".join(card(m) for m in models)}</div>'),
@@ -458,29 +426,20 @@ def render(data: dict[str, Any]) -> str:
         sections.append(("baseline", "Against the baseline", shown))
     sections.append(("over-time", "One machine over time", time_section(data["over_time"])))
     if data.get("kernel_checks"):
-        sections.append(
-            ("kernels", "AOTriton kernel checks", kernel_check_section(data["kernel_checks"]))
-        )
-    not_shown = (
-        f"<ul>{listed['not_shown']}</ul>" if listed["not_shown"] else "<p>Every input is shown.</p>"
+        kernels = kernel_check_section(data["kernel_checks"])
+        sections.append(("kernels", "AOTriton kernel checks", kernels))
+    not_shown = listed["not_shown"] and f"<ul>{listed['not_shown']}</ul>"
+    sections.append(
+        ("not-shown", "Not shown, and why", not_shown or "<p>Every input is shown.</p>")
     )
-    sections.append(("not-shown", "Not shown, and why", not_shown))
     rule = data["change_rule"]
     return fill(
-        PAGE,
-        title=f"SDPA results: {len(models)} result sets",
-        style=STYLE,
-        generated=data["generated"],
-        flops=esc(data["flop_convention"]),
-        rule=esc(rule["text"]),
-        threshold=f"{rule['threshold_pct']:g}",
-        floors=esc(rule["floors"]),
+        PAGE, title=f"SDPA results: {len(models)} result sets", style=STYLE,
+        generated=data["generated"], flops=esc(data["flop_convention"]), rule=esc(rule["text"]),
+        threshold=f"{rule['threshold_pct']:g}", floors=esc(rule["floors"]),
         nav=" · ".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _b in sections),
-        body="".join(
-            f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'
-            for sid, title, body in sections
-        ),
-    )
+        body="".join(f'<section id="{i}"><h2>{esc(t)}</h2>{b}</section>' for i, t, b in sections),
+    )  # fmt: skip
 
 
 # --- the session --------------------------------------------------------------------------------
@@ -504,10 +463,9 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     baseline_docs: list[inputs.Doc] = []
     if opts.baseline:
         baseline_docs, left = inputs.read_paths([opts.baseline])
-        if not any(d.kind == "bench" for d in baseline_docs) or (
-            left and not Path(opts.baseline).is_dir()
-        ):
-            why = left[0].why if left else "holds no bench result"
+        unusable = left and not Path(opts.baseline).is_dir()
+        if unusable or not any(d.kind == "bench" for d in baseline_docs):
+            why = left[0].why if unusable else "holds no bench result"
             raise UserError(f"report: --baseline {opts.baseline}: {why}")
         rejected += [inputs.Rejected(r.source, f"(baseline) {r.why}") for r in left]
         docs = [d for d in docs if d.source not in {b.source for b in baseline_docs}]
@@ -516,20 +474,16 @@ def report(opts: Any, rest: Sequence[str]) -> int:
         for entry in data[key]:
             print(f"report: {what}: {entry['input']}: {entry['why']}", file=sys.stderr)
     if not data["sets"]:
-        left_out = len(data["not_shown"])
-        raise UserError(
-            f"report: nothing could be shown ({left_out} input(s) left out, listed above)"
-        )
+        why = f"{len(data['not_shown'])} input(s) left out, listed above"
+        raise UserError(f"report: nothing could be shown ({why})")
     out = Path(opts.out or "results-page")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.html").write_text(render(data), encoding="utf-8")
-    (out / "results.json").write_text(
-        json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8"
-    )
+    (out / "results.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
     size = (out / "results.html").stat().st_size / 1024
     print(
         f"report: wrote {out / 'results.html'} ({size:.0f} KiB) and {out / 'results.json'}: "
-        f"{len(data['sets'])} result set(s), "
-        f"{len(data['not_shown'])} input(s) not shown, {time.perf_counter() - started:.2f} s"
+        f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown, "
+        f"{time.perf_counter() - started:.2f} s"
     )
     return 0
