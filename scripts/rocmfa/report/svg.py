@@ -12,10 +12,10 @@ PALETTE["math"] = "#7f7f7f"
 OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
 FONT = 'font-family="sans-serif" font-size="10"'
 LEFT, TOP, PLOT_H = 46, 8, 150
-_DASHED = 'stroke="#000" stroke-dasharray="4,3"'
-STROKES = {  # outline per flag, first match wins
-    "noisy": ' stroke="#d62728" stroke-width="1.5"',
-    "slower": ' stroke="#d62728" stroke-width="1.5"',
+RED, DASHED = ' stroke="#d62728" stroke-width="1.5"', ' stroke="#000" stroke-dasharray="4,3"'
+STROKES = {  # a bar's outline: the first of its flags found here
+    "noisy": RED,
+    "slower": RED,
     "launch-bound": ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"',
     "faster": ' stroke="#2ca02c" stroke-width="1.5"',
 }
@@ -33,50 +33,36 @@ def color(series: str, index: int = 0) -> str:
     return PALETTE.get(series, OTHER[index % len(OTHER)])
 
 
-def nice_max(value: float) -> float:
-    if value <= 0 or not math.isfinite(value):
-        return 1.0
-    exp = 10 ** math.floor(math.log10(value))
-    return next(s * exp for s in (1, 2, 2.5, 5, 10) if value <= s * exp)
-
-
 def _fmt(x: float) -> str:
     return f"{x:.1f}".rstrip("0").rstrip(".")
 
 
-def _text(x: float | str, y: float | str, label: str, extra: str = "") -> str:
-    anchor = "" if "text-anchor" in extra else ' text-anchor="middle"'
-    return f'<text x="{x}" y="{y}"{anchor}{extra} {FONT}>{html.escape(label)}</text>'
+def _text(x: float | str, y: float | str, label: str, extra: str = ' text-anchor="middle"') -> str:
+    return f'<text x="{x}" y="{y}"{extra} {FONT}>{html.escape(label)}</text>'
 
 
 def _hline(width: int, y: float, style: str) -> str:
-    return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}" {style}/>'
+    return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}"{style}/>'
 
 
-def _frame(width: int, height: int, chart_id: str, top_value: float, y_label: str) -> list[str]:
-    """The svg element, the horizontal grid with its values, and the y axis's label."""
+def _frame(width: int, height: int, chart_id: str, values: list, y_label: str) -> tuple:
+    """The svg element, the grid with its values and the y axis's label; the y axis's top."""
+    top = max(values, default=1.0)
+    if top > 0 and math.isfinite(top):  # the next 1, 2, 2.5, 5 x 10^n
+        exp = 10 ** math.floor(math.log10(top))
+        top = next(s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp)
+    else:
+        top = 1.0
     out = [
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
     ]
     for tick in range(5):
         y = TOP + PLOT_H - PLOT_H * tick / 4
-        out.append(_hline(width, y, 'stroke="#ddd"'))
-        out.append(_text(LEFT - 3, _fmt(y + 3), f"{top_value * tick / 4:g}", ' text-anchor="end"'))
-    turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)"'
-    return [*out, f'<text{turn} text-anchor="middle" {FONT}>{html.escape(y_label)}</text>']
-
-
-def _rect(bar: Bar, x: float, width: float, top_value: float, shades: int) -> str:
-    h = PLOT_H * min(bar.value or 0.0, top_value) / top_value
-    opacity = 1.0 - 0.6 * bar.shade / (shades - 1) if shades > 1 else 1.0
-    fade = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""
-    stroke = next((STROKES[f] for f in STROKES if f in bar.flags), "")
-    return (
-        f'<rect x="{_fmt(x)}" y="{_fmt(TOP + PLOT_H - h)}" width="{_fmt(width)}" '
-        f'height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"{fade}{stroke}>'
-        f"<title>{html.escape(bar.title)}</title></rect>"
-    )
+        out.append(_hline(width, y, ' stroke="#ddd"'))
+        out.append(_text(LEFT - 3, _fmt(y + 3), f"{top * tick / 4:g}", ' text-anchor="end"'))
+    turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle"'
+    return [*out, f"<text{turn} {FONT}>{html.escape(y_label)}</text>"], top
 
 
 def grouped_bars(
@@ -93,21 +79,25 @@ def grouped_bars(
     width = int(LEFT + group_w * len(groups) + 10)
     slanted = any(len(label) > max(4, group_w / 6) for label, _b in groups)
     values = [b.value for _g, bars in groups for b in bars if b.value is not None]
-    top_value = nice_max(max([*values, reference or 0.0], default=1.0))
-    out = _frame(width, TOP + PLOT_H + (90 if slanted else 34), chart_id, top_value, y_label)
-    y_at = TOP + PLOT_H + 14
+    height = TOP + PLOT_H + (90 if slanted else 34)
+    out, top = _frame(width, height, chart_id, [*values, reference or 0.0], y_label)
     for gi, (label, bars) in enumerate(groups):
         x0 = LEFT + gi * group_w + 6
-        out += [
-            _rect(bar, x0 + bi * bar_w, bar_w - 1, top_value, shades)
-            for bi, bar in enumerate(bars)
-            if bar.value is not None
-        ]
-        x_mid = _fmt(x0 + per_group * bar_w / 2)
-        turn = f' text-anchor="end" transform="rotate(-35 {x_mid} {y_at})"' if slanted else ""
-        out.append(_text(x_mid, y_at, label, turn))
+        for bi, bar in enumerate(b for b in bars if b.value is not None):
+            h = PLOT_H * min(bar.value, top) / top
+            fade = 1.0 - 0.6 * bar.shade / (shades - 1) if shades > 1 else 1.0
+            out.append(
+                f'<rect x="{_fmt(x0 + bi * bar_w)}" y="{_fmt(TOP + PLOT_H - h)}" '
+                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"'
+                + (f' fill-opacity="{fade:.2f}"' if fade < 1 else "")
+                + next((STROKES[f] for f in STROKES if f in bar.flags), "")
+                + f"><title>{html.escape(bar.title)}</title></rect>"
+            )
+        x, y = _fmt(x0 + per_group * bar_w / 2), TOP + PLOT_H + 14
+        turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
+        out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if reference is not None:
-        out.append(_hline(width, TOP + PLOT_H * (1 - reference / top_value), _DASHED))
+        out.append(_hline(width, TOP + PLOT_H * (1 - reference / top), DASHED))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg>"])
 
@@ -119,12 +109,11 @@ def line_chart(
     step = 90
     width = int(LEFT + step * max(1, len(x_labels) - 1) + 60)
     values = [v for vs in series.values() for v in vs if v is not None]
-    top_value = nice_max(max(values, default=1.0))
-    out = _frame(width, TOP + PLOT_H + 34, chart_id, top_value, y_label)
+    out, top = _frame(width, TOP + PLOT_H + 34, chart_id, values, y_label)
     out += [_text(LEFT + 20 + i * step, TOP + PLOT_H + 14, x) for i, x in enumerate(x_labels)]
     for index, (name, ys) in enumerate(series.items()):
         points = [
-            (_fmt(LEFT + 20 + i * step), _fmt(TOP + PLOT_H - PLOT_H * y / top_value), y)
+            (_fmt(LEFT + 20 + i * step), _fmt(TOP + PLOT_H - PLOT_H * y / top), y)
             for i, y in enumerate(ys)
             if y is not None
         ]
