@@ -80,15 +80,13 @@ by the change rule above; launch-bound rows are left out of the means.</p>$summa
 <div class="figs">$figs</div><details><summary>every case ($count)</summary>$table</details>"""
 OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
 every run has, per backend.</p>$legend<figure>$chart</figure>"""
+FIGURE = "<figure><h4>{}</h4>{}</figure>"
 KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
 in $wall_s s, $time; store $store</p>$table"""
 
 
 def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> str:
     return string.Template(template).substitute(values or {}, **more)
-
-
-# --- the merged data ----------------------------------------------------------------------------
 
 
 def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
@@ -180,25 +178,14 @@ def build(
     for model in (m for m in models if m["baseline"] and m["bench"]):
         bases.setdefault(config_key(model), model)
     not_compared: list[dict[str, str]] = []
-    return {
-        "schema": inputs.PAGE_SCHEMA,
-        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "flop_convention": FLOP_CONVENTION,
-        "change_rule": {
-            "threshold_pct": THRESHOLD_PCT,
-            "text": CHANGE_RULE,
-            "floors": change.load_floors()["source"],
-        },
-        "sets": models,
-        "comparisons": comparisons(bases, models, not_compared),
-        "not_compared": not_compared,
-        "over_time": over_time(models),
-        "kernel_checks": [d.data for d in every if d.kind == "kernel_check"],
-        "not_shown": [{"input": r.source, "why": r.why} for r in [*rejected, *duplicates]],
-    }
-
-
-# --- the page -----------------------------------------------------------------------------------
+    floors = change.load_floors()["source"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"schema": inputs.PAGE_SCHEMA, "generated": now, "flop_convention": FLOP_CONVENTION,
+            "change_rule": {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors},
+            "sets": models, "comparisons": comparisons(bases, models, not_compared),
+            "not_compared": not_compared, "over_time": over_time(models),
+            "not_shown": [{"input": r.source, "why": r.why} for r in rejected + duplicates],
+            "kernel_checks": [d.data for d in every if d.kind == "kernel_check"]}  # fmt: skip
 
 
 def esc(value: Any) -> str:
@@ -230,22 +217,17 @@ def card(model: dict[str, Any]) -> str:
     values = defaultdict(lambda: "-", {k: v for k, v in known.items() if v not in (None, "")})
     for commit in ("torch_commit", "aot_commit"):
         values[commit] = str(values[commit])[:12]
-    lines = fill(CARD, values).splitlines()
-    if ident.get("wheel_set"):
-        lines.append(f"wheel set: {ident['wheel_set']}")
-    if ident.get("patches"):
-        patches = ", ".join(f"{k} {str(v)[:12]}" for k, v in ident["patches"].items())
-        lines.append(f"patches: {patches}")
+    patches = ", ".join(f"{k} {str(v)[:12]}" for k, v in (ident.get("patches") or {}).items())
+    more = [("wheel set", ident.get("wheel_set")), ("patches", patches)]
     for dtype, peak in (model.get("peak_tflops") or {}).items():
         source = (model.get("peak_source") or {}).get(dtype, "")
         kind = "computed" if str(source).startswith("computed") else "table"
         shown = f"{peak} TFLOP/s ({kind}: {source})" if peak else f"unknown ({source})"
-        lines.append(f"peak {dtype}: {shown}")
+        more.append((f"peak {dtype}", shown))
     roof, roof_source = model.get("memory_roof_gbps"), model.get("memory_roof_source")
-    if roof or roof_source:
-        lines.append(f"memory roof: {roof} GB/s ({roof_source})" if roof else "memory roof: -")
-    if model.get("config_label"):
-        lines.append(f"bench: {model['config_label']}")
+    more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source and "-"))
+    more.append(("bench", model.get("config_label")))
+    lines = [*fill(CARD, values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
     body = "".join(f"<br>{esc(line)}" for line in lines)
     base = ' <span class="base">baseline</span>' if model["baseline"] else ""
     label = f"<b>{esc(model['label'])}</b>{base}"
@@ -262,11 +244,6 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
     if verdict.get("profiler"):
         shown += f"<br>{esc(verdict['profiler'])}"
     return f"<td>{shown}</td>"
-
-
-def figure(title: str, groups: list, unit: str, shades: int, ref: Any, chart_id: str) -> str:
-    chart = svg.grouped_bars(groups, unit, shades, ref, chart_id)
-    return f"<figure><h4>{html.escape(title)}</h4>{chart}</figure>"
 
 
 def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
@@ -299,7 +276,8 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
         title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
-        figs.append(figure(title, list(groups.items()), unit, len(members), roof, chart_id))
+        chart = svg.grouped_bars(list(groups.items()), unit, len(members), roof, chart_id)
+        figs.append(FIGURE.format(esc(title), chart))
     return "".join(figs)
 
 
@@ -360,10 +338,9 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
                 label = f"{comp['set']} {backend} {pass_name}: {geo}x"
                 groups[backend].append(svg.Bar(geo, backend, shade, label))
         if groups:
-            chart_id = f"speedup-{pass_name}"
-            figs.append(
-                figure(title, list(groups.items()), "speedup (x)", len(comps), 1.0, chart_id)
-            )
+            chart_id, shades = f"speedup-{pass_name}", len(comps)
+            chart = svg.grouped_bars(list(groups.items()), "speedup (x)", shades, 1.0, chart_id)
+            figs.append(FIGURE.format(title, chart))
     index = [{change.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731
     first, rows = case_rows(index, lambda r: [td(r["a_ms"])], speedup, 1)
@@ -440,9 +417,6 @@ def render(data: dict[str, Any]) -> str:
         nav=" · ".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _b in sections),
         body="".join(f'<section id="{i}"><h2>{esc(t)}</h2>{b}</section>' for i, t, b in sections),
     )  # fmt: skip
-
-
-# --- the session --------------------------------------------------------------------------------
 
 
 def report(opts: Any, rest: Sequence[str]) -> int:
