@@ -68,12 +68,8 @@ def parse_date(text: Any) -> float:
         return float("nan")
 
 
-def machine_key(identity: dict[str, Any]) -> tuple:
-    return tuple(identity.get(k) for k in MACHINE_FIELDS)
-
-
-def software_key(identity: dict[str, Any]) -> tuple:
-    return tuple(json.dumps(identity.get(k), sort_keys=True) for k in SOFTWARE_FIELDS)
+def machine_key(identity: dict[str, Any], fields: tuple = MACHINE_FIELDS) -> tuple:
+    return tuple(identity.get(k) for k in fields)
 
 
 def bench_config(data: dict[str, Any]) -> dict[str, Any]:
@@ -104,10 +100,8 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
             return Doc(source, kind, {"date": data.get("time")}, data)
         why = "kernel check summary without 'arch' and 'families'"
     elif not isinstance(identity, dict):
-        why = (
-            f"older schema: {schema} without 'identity' (written before the probes recorded the "
-            "machine, software and date); rerun the probe to include it"
-        )
+        why = f"older schema: {schema} without 'identity' (written before the probes recorded "
+        why += "the machine, software and date); rerun the probe to include it"
     elif not isinstance(version, int) or version > IDENTITY_VERSION:
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
     elif missing := [k for k in ("date", "gpu", "torch") if not identity.get(k)]:
@@ -165,9 +159,8 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     elif arch:
         spec, family = team_index.parse_index(index), wheel_manifest.family_of(archs.get_arch(arch))
     else:
-        raise UserError(
-            f"--index {index}: name the family (URL/v2/<family>) or give --arch to find it"
-        )
+        hint = "name the family (URL/v2/<family>) or give --arch to find it"
+        raise UserError(f"--index {index}: {hint}")
     where = spec.describe(family)
     names, links, store = index_install.listed_manifests(spec, family)
     if not names:
@@ -176,15 +169,14 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     rejected: list[Rejected] = []
     for name in names:
         try:
-            found = manifest_docs(
-                where + name, index_install.read_manifest(name, links[name], store, where)
-            )
+            manifest = index_install.read_manifest(name, links[name], store, where)
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
+        found = manifest_docs(where + name, manifest)
+        docs += found
         if not found:
             rejected.append(Rejected(where + name, "manifest holds no report summary"))
-        docs += found
     return docs, rejected
 
 
@@ -236,12 +228,13 @@ def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:
             sets.append(ResultSet(doc, {"bench": doc}))
         else:
             companions.append(doc)
-    same = lambda a, b: machine_key(a) == machine_key(b) and software_key(a) == software_key(b)  # noqa: E731
+    same = MACHINE_FIELDS + SOFTWARE_FIELDS
     for doc in companions:
-        near = [s for s in sets if doc.kind not in s.docs and same(s.anchor.identity, doc.identity)]
-        near = [s for s in near if abs(s.anchor.when - doc.when) <= COMPANION_WINDOW_S]
-        if near:
-            min(near, key=lambda s: abs(s.anchor.when - doc.when)).docs[doc.kind] = doc
+        apart = lambda s: abs(s.anchor.when - doc.when)  # noqa: B023, E731 (used at once)
+        near = [s for s in sets if doc.kind not in s.docs and apart(s) <= COMPANION_WINDOW_S]
+        key = machine_key(doc.identity, same)
+        if near := [s for s in near if machine_key(s.anchor.identity, same) == key]:
+            min(near, key=apart).docs[doc.kind] = doc
         else:
             sets.append(ResultSet(doc, {doc.kind: doc}))
     sets.sort(key=lambda s: (s.anchor.when, s.anchor.source))
