@@ -1,12 +1,8 @@
 """nox -s report -- INPUT... [--baseline INPUT] [--out DIR] [--index URL [--arch ARCH]]
 
-Writes DIR/results.html (one self-contained page: styles and SVG charts inline, no script,
-nothing fetched; opens from file:// and prints) and DIR/results.json (its merged data) from
-probe JSON files or folders and the report summaries on a team index. Sections: result sets'
-identity cards, verdicts, bench charts and tables (memory-bound rows in GB/s against the roof),
-with --baseline each bench configuration against its own baseline by bench --compare's change
-rule, one machine over time, AOTriton kernel checks, and every input not shown with why.
-Exits non-zero only when nothing could be shown or --baseline cannot be used.
+DIR/results.html: one self-contained page (no script, nothing fetched) of the probe JSON in
+the INPUT files and folders and the report summaries on a team index; DIR/results.json: its
+data. Exits non-zero only when nothing could be shown or --baseline cannot be used.
 """
 
 from __future__ import annotations
@@ -203,13 +199,6 @@ def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: s
     return f'<table class="{cls}"{attrs}>' + "".join(f"<tr>{c}</tr>" for c in cells) + "</table>"
 
 
-def case_cells(row: dict[str, Any]) -> list[str]:
-    shape = "-" if row.get("batch") is None else Shape.of_row(row).dims()
-    causal = "yes" if row.get("causal") else "no"
-    return [td(row.get("size")), td(shape), td(row.get("dtype")), td(causal),
-            td(row.get("backend")), td(row.get("pass"))]  # fmt: skip
-
-
 def card(model: dict[str, Any]) -> str:
     ident = model["identity"]
     aot = ident.get("aotriton") or {}
@@ -290,8 +279,12 @@ def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int)
     dash = ["<td>-</td>"] * blank
     cells = []
     for k, row in first.items():
-        per = [c for r in index for c in (per_set(r[k]) if k in r else dash)]
-        cells.append([*case_cells(row), *extra(row), *per])
+        shape = "-" if row.get("batch") is None else Shape.of_row(row).dims()
+        case = [row.get("size"), shape, row.get("dtype"), "yes" if row.get("causal") else "no"]
+        case = [td(v) for v in [*case, row.get("backend"), row.get("pass")]]
+        cells.append(
+            [*case, *extra(row), *(c for r in index for c in (per_set(r[k]) if k in r else dash))]
+        )
     return first, cells
 
 
@@ -371,14 +364,10 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
     head = ["family", "jobs", "sampled", "compiled", "from store", "seconds"]
     parts = []
     for check in checks:
-        shown = {k: esc(check.get(k)) for k in ("arch", "sampled", "jobs", "wall_s")}
-        defaults = (("triton", "?"), ("time", ""), ("store", "none"))
-        shown |= {k: esc(check.get(k, d)) for k, d in defaults}
-        shown["aotriton_commit"] = esc(str(check.get("aotriton_commit", "?"))[:12])
+        shown = defaultdict(lambda: "-", {k: esc(v) for k, v in check.items() if v is not None})
+        shown["aotriton_commit"] = shown["aotriton_commit"][:12]
         families = sorted((n, f) for n, f in check["families"].items() if isinstance(f, dict))
-        rows = [
-            [td(name), *(td(family.get(f), f"n {f}") for f in fields)] for name, family in families
-        ]
+        rows = [[td(n), *(td(family.get(f), f"n {f}") for f in fields)] for n, family in families]
         parts.append(fill(KERNELS, shown, table=table("kernels", head, rows)))
     return "".join(parts)
 
@@ -405,10 +394,10 @@ def render(data: dict[str, Any]) -> str:
     if data.get("kernel_checks"):
         kernels = kernel_check_section(data["kernel_checks"])
         sections.append(("kernels", "AOTriton kernel checks", kernels))
-    not_shown = listed["not_shown"] and f"<ul>{listed['not_shown']}</ul>"
-    sections.append(
-        ("not-shown", "Not shown, and why", not_shown or "<p>Every input is shown.</p>")
+    not_shown = (
+        f"<ul>{listed['not_shown']}</ul>" if listed["not_shown"] else "<p>Every input is shown.</p>"
     )
+    sections.append(("not-shown", "Not shown, and why", not_shown))
     rule = data["change_rule"]
     return fill(
         PAGE, title=f"SDPA results: {len(models)} result sets", style=STYLE,

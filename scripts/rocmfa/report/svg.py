@@ -12,12 +12,10 @@ PALETTE["math"] = "#7f7f7f"
 OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
 FONT = 'font-family="sans-serif" font-size="10"'
 LEFT, TOP, PLOT_H = 46, 8, 150
-RED, DASHED = ' stroke="#d62728" stroke-width="1.5"', ' stroke="#000" stroke-dasharray="4,3"'
+DASHED = ' stroke="#000" stroke-dasharray="4,3"'
 STROKES = {  # a bar's outline: the first of its flags found here
-    "noisy": RED,
-    "slower": RED,
+    "noisy": ' stroke="#d62728" stroke-width="1.5"',
     "launch-bound": ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"',
-    "faster": ' stroke="#2ca02c" stroke-width="1.5"',
 }
 
 
@@ -26,7 +24,7 @@ class Bar(NamedTuple):
     series: str  # colour (the backend)
     shade: int = 0  # which result set: lighter for later sets
     title: str = ""
-    flags: tuple[str, ...] = ()  # noisy, launch-bound, faster, slower
+    flags: tuple[str, ...] = ()  # noisy, launch-bound
 
 
 def color(series: str, index: int = 0) -> str:
@@ -130,8 +128,6 @@ def line_chart(
 
 
 def legend(series: list[str]) -> str:
-    items = "".join(
-        f'<span class="key"><i style="background:{color(s, i)}"></i>{html.escape(s)}</span>'
-        for i, s in enumerate(series)
-    )
+    key = '<span class="key"><i style="background:{}"></i>{}</span>'
+    items = "".join(key.format(color(s, i), html.escape(s)) for i, s in enumerate(series))
     return f'<div class="legend">{items}</div>'
