@@ -117,15 +117,13 @@ def config_key(model: dict[str, Any]) -> str:
 def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
     """Every other bench set against the first baseline set of its own configuration; a set
     without one is shown, not compared, and said so in not_compared."""
-    floors = change.load_floors()
+    rule = (THRESHOLD_PCT, change.load_floors())
     out: list[dict[str, Any]] = []
     for model in models if bases else []:
         if not model["bench"] or any(model is b for b in bases.values()):
             continue
         base = bases.get(config_key(model))
-        rows = base and change.compare_runs(
-            [ok_rows(base)], [ok_rows(model)], THRESHOLD_PCT, floors
-        )
+        rows = base and change.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
         if rows:
             counts, geo = change.tally(rows)
             out.append({"baseline": base["id"], "set": model["id"], "counts": counts,
@@ -443,10 +441,8 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.html").write_text(render(data), encoding="utf-8")
     (out / "results.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    size = (out / "results.html").stat().st_size / 1024
-    print(
-        f"report: wrote {out / 'results.html'} ({size:.0f} KiB) and {out / 'results.json'}: "
-        f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown, "
-        f"{time.perf_counter() - started:.2f} s"
-    )
+    size, took = (out / "results.html").stat().st_size / 1024, time.perf_counter() - started
+    print(f"report: wrote {out / 'results.html'} ({size:.0f} KiB) and {out / 'results.json'}: "
+          f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown, "
+          f"{took:.2f} s")  # fmt: skip
     return 0
