@@ -40,7 +40,7 @@ class Doc:
     data: dict[str, Any]
 
     @property
-    def when(self) -> float:
+    def when(self) -> float:  # NaN when the date is not one
         return parse_date(self.identity.get("date"))
 
 

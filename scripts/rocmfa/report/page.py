@@ -76,7 +76,6 @@ by the change rule above; launch-bound rows are left out of the means.</p>$summa
 <div class="figs">$figs</div><details><summary>every case ($count)</summary>$table</details>"""
 OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
 every run has, per backend.</p>$legend<figure>$chart</figure>"""
-FIGURE = "<figure><h4>{}</h4>{}</figure>"
 KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
 in $wall_s s, $time; store $store</p>$table"""
 
@@ -110,10 +109,6 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in model["bench"] if r.get("status") == "ok" and r.get("median_ms")]
 
 
-def config_key(model: dict[str, Any]) -> str:
-    return json.dumps(model["config"], sort_keys=True)
-
-
 def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
     """Every other bench set against the first baseline set of its own configuration; a set
     without one is shown, not compared, and said so in not_compared."""
@@ -122,7 +117,7 @@ def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[d
     for model in models if bases else []:
         if not model["bench"] or any(model is b for b in bases.values()):
             continue
-        base = bases.get(config_key(model))
+        base = bases.get(model["config_label"])
         rows = base and change.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
         if rows:
             counts, geo = change.tally(rows)
@@ -142,7 +137,7 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     mean TFLOP/s over the cases every one of those runs has."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for model in (m for m in models if m["bench"]):
-        groups[inputs.machine_key(model["identity"]), config_key(model)].append(model)
+        groups[inputs.machine_key(model["identity"]), model["config_label"]].append(model)
     at = change.CASE_FIELDS.index("backend")
     out = []
     for (machine, _config), members in ((k, v) for k, v in groups.items() if len(v) > 1):
@@ -170,7 +165,7 @@ def build(
     models = [set_model(s, any(d.source in base_sources for d in s.docs.values())) for s in sets]
     bases: dict[str, dict[str, Any]] = {}
     for model in (m for m in models if m["baseline"] and m["bench"]):
-        bases.setdefault(config_key(model), model)
+        bases.setdefault(model["config_label"], model)
     not_compared: list[dict[str, str]] = []
     floors = change.load_floors()["source"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -233,6 +228,11 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
     return f"<td>{shown}</td>"
 
 
+def figure(title: str, groups: dict, unit: str, shades: int, ref: Any, chart_id: str) -> str:
+    chart = svg.grouped_bars(groups, unit, shades, ref, chart_id)
+    return f"<figure><h4>{esc(title)}</h4>{chart}</figure>"
+
+
 def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
     flags = tuple(f for f in ("noisy", "launch-bound") if row.get(f.replace("-", "_")))
     if row.get("bound") == "memory":
@@ -263,8 +263,7 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
         title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
-        chart = svg.grouped_bars(list(groups.items()), unit, len(members), roof, chart_id)
-        figs.append(FIGURE.format(esc(title), chart))
+        figs.append(figure(title, groups, unit, len(members), roof, chart_id))
     return "".join(figs)
 
 
@@ -316,22 +315,17 @@ def bench_section(models: list[dict[str, Any]]) -> str:
 def comparison_section(comps: list[dict[str, Any]]) -> str:
     """Per result set the verdict counts and geometric-mean speedup, a chart per pass (x:
     backend, a bar per set, launch-bound rows left out), and every case's speedup."""
-    figs = []
-    for pass_name, title in PASS_NAMES.items():
-        groups: dict[str, list[svg.Bar]] = defaultdict(list)
-        for shade, comp in enumerate(comps):
-            kept = defaultdict(list)
-            for r in comp["rows"]:
-                if r["pass"] == pass_name and r["verdict"] != "launch-bound":
-                    kept[r["backend"]].append(r["speedup"])
-            for backend, speedups in kept.items():
-                geo = round(geometric_mean(speedups), 4)
-                label = f"{comp['set']} {backend} {pass_name}: {geo}x"
-                groups[backend].append(svg.Bar(geo, backend, shade, label))
-        if groups:
-            chart_id, shades = f"speedup-{pass_name}", len(comps)
-            chart = svg.grouped_bars(list(groups.items()), "speedup (x)", shades, 1.0, chart_id)
-            figs.append(FIGURE.format(title, chart))
+    charts: dict[str, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
+    for shade, comp in enumerate(comps):
+        kept = defaultdict(list)
+        for r in (r for r in comp["rows"] if r["verdict"] != "launch-bound"):
+            kept[r["pass"], r["backend"]].append(r["speedup"])
+        for (pass_name, backend), speedups in kept.items():
+            geo = round(geometric_mean(speedups), 4)
+            title = f"{comp['set']} {backend} {pass_name}: {geo}x"
+            charts[pass_name][backend].append(svg.Bar(geo, backend, shade, title))
+    figs = [figure(t, charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}")
+            for p, t in PASS_NAMES.items() if p in charts]  # fmt: skip
     index = [{change.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731
     first, rows = case_rows(index, lambda r: [td(r["a_ms"])], speedup, 1)

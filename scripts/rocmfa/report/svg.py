@@ -64,22 +64,22 @@ def _frame(width: int, height: int, chart_id: str, values: list, y_label: str) -
 
 
 def grouped_bars(
-    groups: list[tuple[str, list[Bar]]],
+    groups: dict[str, list[Bar]],
     y_label: str,
     shades: int = 1,
     reference: float | None = None,
     chart_id: str = "",
 ) -> str:
     """One cluster of bars per group (x); a dashed line at `reference` (1.0 for speedups)."""
-    per_group = max((len(bars) for _g, bars in groups), default=1) or 1
+    per_group = max(map(len, groups.values()), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12
     width = int(LEFT + group_w * len(groups) + 10)
-    slanted = any(len(label) > max(4, group_w / 6) for label, _b in groups)
-    values = [b.value for _g, bars in groups for b in bars if b.value is not None]
+    slanted = any(len(label) > max(4, group_w / 6) for label in groups)
+    values = [b.value for bars in groups.values() for b in bars if b.value is not None]
     height = TOP + PLOT_H + (90 if slanted else 34)
     out, top = _frame(width, height, chart_id, [*values, reference or 0.0], y_label)
-    for gi, (label, bars) in enumerate(groups):
+    for gi, (label, bars) in enumerate(groups.items()):
         x0 = LEFT + gi * group_w + 6
         for bi, bar in enumerate(b for b in bars if b.value is not None):
             h = PLOT_H * min(bar.value, top) / top
