@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 PALETTE = {"flash": "#1f77b4", "ck": "#9467bd", "efficient": "#2ca02c", "cudnn": "#ff7f0e"}
 PALETTE["math"] = "#7f7f7f"
@@ -64,13 +64,9 @@ def _frame(width: int, height: int, chart_id: str, values: list, y_label: str) -
 
 
 def grouped_bars(
-    groups: dict[str, list[Bar]],
-    y_label: str,
-    shades: int = 1,
-    reference: float | None = None,
-    chart_id: str = "",
+    groups: dict[str, list[Bar]], y_label: str, shades: int, ref: Any, chart_id: str
 ) -> str:
-    """One cluster of bars per group (x); a dashed line at `reference` (1.0 for speedups)."""
+    """One cluster of bars per group (x); a dashed line at `ref` (1.0 for speedups)."""
     per_group = max(map(len, groups.values()), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12
@@ -78,7 +74,7 @@ def grouped_bars(
     slanted = any(len(label) > max(4, group_w / 6) for label in groups)
     values = [b.value for bars in groups.values() for b in bars if b.value is not None]
     height = TOP + PLOT_H + (90 if slanted else 34)
-    out, top = _frame(width, height, chart_id, [*values, reference or 0.0], y_label)
+    out, top = _frame(width, height, chart_id, [*values, ref or 0.0], y_label)
     for gi, (label, bars) in enumerate(groups.items()):
         x0 = LEFT + gi * group_w + 6
         for bi, bar in enumerate(b for b in bars if b.value is not None):
@@ -94,15 +90,13 @@ def grouped_bars(
         x, y = _fmt(x0 + per_group * bar_w / 2), TOP + PLOT_H + 14
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
-    if reference is not None:
-        out.append(_hline(width, TOP + PLOT_H * (1 - reference / top), DASHED))
+    if ref is not None:
+        out.append(_hline(width, TOP + PLOT_H * (1 - ref / top), DASHED))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg>"])
 
 
-def line_chart(
-    x_labels: list[str], series: dict[str, list[float | None]], y_label: str, chart_id: str = ""
-) -> str:
+def line_chart(x_labels: list[str], series: dict, y_label: str, chart_id: str) -> str:
     """One line per series over the x labels (result sets in time order)."""
     step = 90
     width = int(LEFT + step * max(1, len(x_labels) - 1) + 60)
