@@ -22,9 +22,10 @@ from pathlib import Path
 
 from rocmfa.plumbing.options import ReportOptions
 from rocmfa.report import page
+from tests.support.project import results_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "docs" / "results"
+RESULTS = results_dir()  # docs/results with its raw JSON unpacked
 SOURCES = [
     *(RESULTS / f"aa{i}.json" for i in range(1, 5)),
     *(RESULTS / "ab-forward-twice" / f"ab{i}.json" for i in (1, 2)),

@@ -1,178 +1,127 @@
-"""Inline SVG charts for the results page, written as text: grouped bars and lines. No
-plotting library: the page opens from file:// and stays small, and each value is in a <title>
-(hover, offline) and data-* attributes (read by the browser test); matplotlib's SVG would be
-several times larger and give no hover values."""
+"""Inline SVG charts for the results page, written as text: grouped bars and lines. No plotting
+library: the page stays small and opens from file://, and every value is in a <title> (hover)."""
 
 from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-PALETTE = {
-    "flash": "#1f77b4",
-    "ck": "#9467bd",
-    "efficient": "#2ca02c",
-    "cudnn": "#ff7f0e",
-    "math": "#7f7f7f",
-}
+PALETTE = {"flash": "#1f77b4", "ck": "#9467bd", "efficient": "#2ca02c", "cudnn": "#ff7f0e"}
+PALETTE["math"] = "#7f7f7f"
 OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
 FONT = 'font-family="sans-serif" font-size="10"'
+LEFT, TOP, PLOT_H = 46, 8, 150
+DASHED = ' stroke="#000" stroke-dasharray="4,3"'
+STROKES = {  # a bar's outline: the first of its flags found here
+    "noisy": ' stroke="#d62728" stroke-width="1.5"',
+    "launch-bound": ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"',
+}
+
+
+class Bar(NamedTuple):
+    value: float | None  # None: nothing to draw
+    series: str  # colour (the backend)
+    shade: int = 0  # which result set: lighter for later sets
+    title: str = ""
+    flags: tuple[str, ...] = ()  # noisy, launch-bound
 
 
 def color(series: str, index: int = 0) -> str:
     return PALETTE.get(series, OTHER[index % len(OTHER)])
 
 
-@dataclass
-class Bar:
-    value: float | None  # None: nothing to draw (not run, above peak)
-    series: str  # colour (the backend)
-    shade: int = 0  # which result set: lighter for later sets
-    title: str = ""
-    flags: tuple[str, ...] = ()  # noisy, launch-bound, faster, slower
-    data: dict[str, str] = field(default_factory=dict)
-
-
-def nice_max(value: float) -> float:
-    if value <= 0 or not math.isfinite(value):
-        return 1.0
-    exp = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if value <= step * exp:
-            return step * exp
-    return 10 * exp
-
-
 def _fmt(x: float) -> str:
     return f"{x:.1f}".rstrip("0").rstrip(".")
 
 
-def _attrs(data: dict[str, str]) -> str:
-    return "".join(f' data-{k}="{html.escape(str(v))}"' for k, v in data.items())
+def _text(x: float | str, y: float | str, label: str, extra: str = ' text-anchor="middle"') -> str:
+    return f'<text x="{x}" y="{y}"{extra} {FONT}>{html.escape(label)}</text>'
 
 
-LEFT, TOP, PLOT_H = 46, 8, 150
+def _hline(width: int, y: float, style: str) -> str:
+    return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}"{style}/>'
 
 
-def _frame(width: int, height: int, chart_id: str, top_value: float, y_label: str) -> list[str]:
-    """The svg element, the horizontal grid with its values, and the y axis's label."""
+def _frame(width: int, height: int, chart_id: str, values: list, y_label: str) -> tuple:
+    """The svg element, the grid with its values and the y axis's label; the y axis's top."""
+    top = max(values, default=1.0)
+    if top > 0 and math.isfinite(top):  # the next 1, 2, 2.5, 5 x 10^n
+        exp = 10 ** math.floor(math.log10(top))
+        top = next(s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp)
+    else:
+        top = 1.0
     out = [
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
     ]
     for tick in range(5):
-        y = _fmt(TOP + PLOT_H - PLOT_H * tick / 4)
-        out.append(
-            f'<line x1="{LEFT}" x2="{width - 6}" y1="{y}" y2="{y}" stroke="#ddd"/>'
-            f'<text x="{LEFT - 3}" y="{_fmt(float(y) + 3)}" text-anchor="end" {FONT}>'
-            f"{top_value * tick / 4:g}</text>"
-        )
-    out.append(
-        f'<text transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle" '
-        f"{FONT}>{html.escape(y_label)}</text>"
-    )
-    return out
-
-
-def _rect(bar: Bar, x: float, width: float, top_value: float, shades: int) -> str:
-    h = PLOT_H * min(bar.value or 0.0, top_value) / top_value
-    opacity = 1.0 - 0.6 * (bar.shade / max(1, shades - 1)) if shades > 1 else 1.0
-    fade = f' fill-opacity="{opacity:.2f}"' if opacity < 1 else ""
-    stroke = ""
-    if "noisy" in bar.flags or "slower" in bar.flags:
-        stroke = ' stroke="#d62728" stroke-width="1.5"'
-    elif "launch-bound" in bar.flags:
-        stroke = ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"'
-    elif "faster" in bar.flags:
-        stroke = ' stroke="#2ca02c" stroke-width="1.5"'
-    return (
-        f'<rect x="{_fmt(x)}" y="{_fmt(TOP + PLOT_H - h)}" width="{_fmt(width)}" '
-        f'height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"{fade}{stroke}'
-        f"{_attrs(bar.data)}><title>{html.escape(bar.title)}</title></rect>"
-    )
+        y = TOP + PLOT_H - PLOT_H * tick / 4
+        out.append(_hline(width, y, ' stroke="#ddd"'))
+        out.append(_text(LEFT - 3, _fmt(y + 3), f"{top * tick / 4:g}", ' text-anchor="end"'))
+    turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle"'
+    return [*out, f"<text{turn} {FONT}>{html.escape(y_label)}</text>"], top
 
 
 def grouped_bars(
-    groups: list[tuple[str, list[Bar]]],
-    y_label: str,
-    *,
-    shades: int = 1,
-    reference: float | None = None,
-    chart_id: str = "",
+    groups: dict[str, list[Bar]], y_label: str, shades: int, ref: Any, chart_id: str
 ) -> str:
-    """One cluster of bars per group (x), bars in the given order; a dashed line at
-    `reference` (1.0 on a speedup chart)."""
-    per_group = max((len(bars) for _g, bars in groups), default=1) or 1
+    """One cluster of bars per group (x); a dashed line at `ref` (1.0 for speedups)."""
+    per_group = max(map(len, groups.values()), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12
     width = int(LEFT + group_w * len(groups) + 10)
-    slanted = any(len(label) > max(4, group_w / 6) for label, _b in groups)
+    slanted = any(len(label) > max(4, group_w / 6) for label in groups)
+    values = [b.value for bars in groups.values() for b in bars if b.value is not None]
     height = TOP + PLOT_H + (90 if slanted else 34)
-    values = [b.value for _g, bars in groups for b in bars if b.value is not None]
-    top_value = nice_max(max([*values, reference or 0.0], default=1.0))
-    out = _frame(width, height, chart_id, top_value, y_label)
-    for gi, (label, bars) in enumerate(groups):
+    out, top = _frame(width, height, chart_id, [*values, ref or 0.0], y_label)
+    for gi, (label, bars) in enumerate(groups.items()):
         x0 = LEFT + gi * group_w + 6
-        out += [
-            _rect(bar, x0 + bi * bar_w, bar_w - 1, top_value, shades)
-            for bi, bar in enumerate(bars)
-            if bar.value is not None
-        ]
-        x_mid = _fmt(x0 + per_group * bar_w / 2)
-        y_label_at = TOP + PLOT_H + 14
-        turn = f' transform="rotate(-35 {x_mid} {y_label_at})"' if slanted else ""
-        out.append(
-            f'<text x="{x_mid}" y="{y_label_at}" text-anchor="{"end" if slanted else "middle"}"'
-            f"{turn} {FONT}>{html.escape(label)}</text>"
-        )
-    if reference is not None:
-        y = _fmt(TOP + PLOT_H - PLOT_H * reference / top_value)
-        out.append(
-            f'<line x1="{LEFT}" x2="{width - 6}" y1="{y}" y2="{y}" stroke="#000" '
-            'stroke-dasharray="4,3"/>'
-        )
+        for bi, bar in enumerate(b for b in bars if b.value is not None):
+            h = PLOT_H * min(bar.value, top) / top
+            fade = 1.0 - 0.6 * bar.shade / (shades - 1) if shades > 1 else 1.0
+            out.append(
+                f'<rect x="{_fmt(x0 + bi * bar_w)}" y="{_fmt(TOP + PLOT_H - h)}" '
+                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"'
+                + (f' fill-opacity="{fade:.2f}"' if fade < 1 else "")
+                + next((STROKES[f] for f in STROKES if f in bar.flags), "")
+                + f"><title>{html.escape(bar.title)}</title></rect>"
+            )
+        x, y = _fmt(x0 + per_group * bar_w / 2), TOP + PLOT_H + 14
+        turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
+        out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
+    if ref is not None:
+        out.append(_hline(width, TOP + PLOT_H * (1 - ref / top), DASHED))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg>"])
 
 
-def line_chart(
-    x_labels: list[str], series: dict[str, list[float | None]], y_label: str, chart_id: str = ""
-) -> str:
+def line_chart(x_labels: list[str], series: dict, y_label: str, chart_id: str) -> str:
     """One line per series over the x labels (result sets in time order)."""
     step = 90
     width = int(LEFT + step * max(1, len(x_labels) - 1) + 60)
     values = [v for vs in series.values() for v in vs if v is not None]
-    top_value = nice_max(max(values, default=1.0))
-    out = _frame(width, TOP + PLOT_H + 34, chart_id, top_value, y_label)
-    for i, label in enumerate(x_labels):
-        out.append(
-            f'<text x="{LEFT + 20 + i * step}" y="{TOP + PLOT_H + 14}" text-anchor="middle" '
-            f"{FONT}>{html.escape(label)}</text>"
-        )
+    out, top = _frame(width, TOP + PLOT_H + 34, chart_id, values, y_label)
+    out += [_text(LEFT + 20 + i * step, TOP + PLOT_H + 14, x) for i, x in enumerate(x_labels)]
     for index, (name, ys) in enumerate(series.items()):
         points = [
-            (LEFT + 20 + i * step, TOP + PLOT_H - PLOT_H * y / top_value, y)
+            (_fmt(LEFT + 20 + i * step), _fmt(TOP + PLOT_H - PLOT_H * y / top), y)
             for i, y in enumerate(ys)
             if y is not None
         ]
-        if not points:
-            continue
-        path = " ".join(f"{_fmt(x)},{_fmt(y)}" for x, y, _v in points)
-        hue = color(name, index)
-        out.append(f'<polyline fill="none" stroke="{hue}" stroke-width="2" points="{path}"/>')
+        hue, label = color(name, index), html.escape(name)
+        if points:
+            path = " ".join(f"{x},{y}" for x, y, _v in points)
+            out.append(f'<polyline fill="none" stroke="{hue}" stroke-width="2" points="{path}"/>')
         out += [
-            f'<circle class="point" cx="{_fmt(x)}" cy="{_fmt(y)}" r="3" fill="{hue}" '
-            f'data-series="{html.escape(name)}" data-value="{value:g}">'
-            f"<title>{html.escape(name)}: {value:g}</title></circle>"
+            f'<circle class="point" cx="{x}" cy="{y}" r="3" fill="{hue}" data-series="{label}" '
+            f'data-value="{value:g}"><title>{label}: {value:g}</title></circle>'
             for x, y, value in points
         ]
     return "".join([*out, "</svg>"])
 
 
 def legend(series: list[str]) -> str:
-    items = "".join(
-        f'<span class="key"><i style="background:{color(s, i)}"></i>{html.escape(s)}</span>'
-        for i, s in enumerate(series)
-    )
+    key = '<span class="key"><i style="background:{}"></i>{}</span>'
+    items = "".join(key.format(color(s, i), html.escape(s)) for i, s in enumerate(series))
     return f'<div class="legend">{items}</div>'
