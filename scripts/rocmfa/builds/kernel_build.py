@@ -1,18 +1,8 @@
-"""AOTriton's own build (cmake + `ninja install`) through the kernel store, without patching
-AOTriton (ROCm/aotriton 6e00ef3e: v3src/CMakeLists.txt turns every line of the generator's
-<build>/v3src/Bare.compile into one add_custom_command running python/compile.py).
-
-1. cmake gets -DCMAKE_PROJECT_INCLUDE=kernel_launcher.cmake (RULE_LAUNCH_CUSTOM): ninja runs
-   every custom command through kernel_launcher.py.
-2. stage (after configure, before ninja): every job's key (as kernel_check and --workers),
-   looked up 8 at a time, each hit put at its -o path with a marker: the launcher exits at once
-   for those; the key's Triton settings go to the launcher (rocmfa-kernels-env.json).
-3. harvest (after ninja, also a failed one): what the launcher compiled goes into the store.
-Ninja keeps a code object built for an earlier key (the jobs depend on neither their sources
-nor Triton): each output's key is recorded (rocmfa-kernels-keys.json), a changed one dropped.
-The keys name the Triton the build compiles with: `fork` (AOTriton's default) "fork
-third_party/triton@<submodule commit>"; `pypi` (--workers implies it) "<v>" of
-pins/kernel_compiler.toml, as kernel_check and --workers.
+"""AOTriton's own build (cmake + `ninja install`, AOTriton unpatched) through the kernel store:
+every custom command runs through kernel_launcher.py; before ninja every job's key is looked up
+and each hit staged at its -o path; after ninja (also a failed one) what the launcher compiled
+goes into the store. The keys name the Triton the build compiles with (`fork`: the submodule's
+commit; `pypi`: pins/kernel_compiler.toml's, as kernel_check and --workers). docs/kernel-check.md.
 """
 
 from __future__ import annotations
@@ -28,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import kernel_check, kernel_jobs, kernel_store
+from rocmfa.builds import kernel_check, kernel_store
 from rocmfa.builds.kernel_launcher import STAGED
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
@@ -57,12 +47,8 @@ def fork_identity(src: Path, runner: Runner) -> str:
     """The fork the build pip-installs: the checked-out submodule's commit."""
     if runner.dry_run:  # nothing runs, git included
         return f"fork {FORK}@<the checked-out submodule's commit>"
-    done = subprocess.run(
-        ["git", "-C", str(src / FORK), "rev-parse", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = ["git", "-C", str(src / FORK), "rev-parse", "HEAD"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise UserError(f"{src / FORK}: not a checkout of AOTriton's Triton fork (the submodule)")
     return f"fork {FORK}@{done.stdout.strip()}"
@@ -93,11 +79,6 @@ class KernelBuild:
         return self.build / "rocmfa-kernels-compiled.log"
 
     @property
-    def manifest(self) -> Path:
-        """-o path -> the key of what the last session staged or let compile there."""
-        return manifest(self.build)
-
-    @property
     def compile_py(self) -> Path:
         return (self.src / "python" / "compile.py").resolve()
 
@@ -107,10 +88,8 @@ class KernelBuild:
 
     def cmake_args(self) -> list[str]:
         args = [f"-DCMAKE_PROJECT_INCLUDE={PROJECT_INCLUDE}"]
-        args.append(f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}")
-        if self.wheel:
-            args.append(f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}")
-        return args
+        args += [f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}"]
+        return args + ([f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}"] if self.wheel else [])
 
     @property
     def python(self) -> str | None:
@@ -119,15 +98,15 @@ class KernelBuild:
         version = kernel_check.recorded_triton(self.commit)
         return kernel_check.known_python(self.src.parents[1], version) if version else None
 
-    def key_context(self) -> kernel_jobs.KeyContext:
+    def key_context(self) -> kernel_store.KeyContext:
         return kernel_check.key_context(
             self.identity, self.commit, self.arch, self.src, self.python, bool(self.wheel)
         )
 
-    def write_env(self, context: kernel_jobs.KeyContext) -> None:
+    def write_env(self, context: kernel_store.KeyContext) -> None:
         """What the launcher gives each compile: the key's settings, the others dropped."""
         knobs = kernel_store.triton_info(self.python)["knobs"] if self.python else []
-        env = {**dict(context.env), **kernel_jobs.COMPILE_ENV}
+        env = {**dict(context.env), **kernel_store.COMPILE_ENV}
         stamps.write_text_atomic(self.build / ENV_FILE, json.dumps({"knobs": knobs, "env": env}))
 
     def stage(self, runner: Runner) -> None:
@@ -147,30 +126,29 @@ class KernelBuild:
             return
         # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
         # we never set) would compile with a Triton the key does not name.
-        jobs = [job for job in kernel_jobs.read_jobs(self.bare) if job.venv == "default"]
+        jobs = [job for job in kernel_store.read_jobs(self.bare) if job.venv == "default"]
         context = self.key_context()
         self.write_env(context)
-        sources = kernel_jobs.source_digests(jobs)
+        sources = kernel_store.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
-        built_for = stamps.read(self.manifest) or {}
-        # AOTriton's kernel jobs depend on neither their sources nor Triton, so ninja keeps a
-        # code object built for another key (another --triton, patch set, compile.py): drop it.
+        built_for = stamps.read(manifest(self.build)) or {}
+        # Ninja keeps a code object built for another key (the jobs depend on neither their
+        # sources nor Triton): drop it.
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
-        stamps.write_text_atomic(self.manifest, json.dumps(self.keys))
+        stamps.write_text_atomic(manifest(self.build), json.dumps(self.keys))
         # an interrupted build's compiles of these keys (ninja will not run them again)
         self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            staged = pool.map(self._stage_one, jobs)
-            self.staged = sum(staged)
+            self.staged = sum(pool.map(self._stage_one, jobs))
         runner.say(
             f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
             f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
             "to compile"
         )
 
-    def _stage_one(self, job: kernel_jobs.Job) -> bool:
+    def _stage_one(self, job: kernel_store.Job) -> bool:
         out = Path(job.hsaco)
         marker = out.with_suffix(STAGED)
         marker.unlink(missing_ok=True)
@@ -192,10 +170,9 @@ class KernelBuild:
             stored = sum(pool.map(self._store_one, dict.fromkeys(compiled + self.earlier)))
         for out in self.keys:
             Path(out).with_suffix(STAGED).unlink(missing_ok=True)
-        shared = self.store.shared
         where = self.store.describe()
-        if shared is not None and self.store.read_only:
-            where += f"; nothing written to {shared.describe()}"
+        if self.store.shared is not None and self.store.read_only:
+            where += f"; nothing written to {self.store.shared.what}"
         runner.say(
             f"kernel store: {self.staged} kernels from the store, {len(compiled)} compiled by "
             f"the build, {stored} stored in {where}"
@@ -214,6 +191,7 @@ class KernelBuild:
 
 
 def manifest(build: Path) -> Path:
+    """-o path -> the key of what the last session staged or let compile there."""
     return build / "rocmfa-kernels-keys.json"
 
 
@@ -234,10 +212,7 @@ def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> I
 
 
 def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+    return path.read_bytes() if path.is_file() else None
 
 
 def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> kernel_store.KernelStore | None:
@@ -263,8 +238,8 @@ def plan(
         return None
     triton = build_options.triton
     if triton == "pypi":
-        version = pypi_triton(ctx.pin.commit)
-        identity, wheel = version, f"triton=={version}"
+        identity = pypi_triton(ctx.pin.commit)
+        wheel: str | None = f"triton=={identity}"
     else:
         identity, wheel = fork_identity(src, runner), None
     return KernelBuild(

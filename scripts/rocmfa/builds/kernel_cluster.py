@@ -1,17 +1,9 @@
-"""`build_aotriton -- --workers tcp://HOST:8786`: AOTriton's kernel compile jobs on a Dask cluster.
-
-Dask distributed, not Ray: pure Python wheels (the '.[cluster]' extra), its scheduler retries
-the tasks of a worker that dies (allowed-failures, default 3), and `dask scheduler` / `dask
-worker tcp://HOST:8786` is the whole setup. The client runs AOTriton's generator, then sends
-every job of Bare.compile as one task; compile.py and the kernel sources travel once to every
-worker (scatter, broadcast). A worker takes the job from the shared store (a directory,
-redis:// or s3://) or compiles it with its own Triton (pins/kernel_compiler.toml, the build the
-keys name; $ROCMFA_KERNEL_PYTHON names another interpreter) and the client's Triton settings,
-and puts the whole, digest-checked entry there in one write, so a killed worker leaves nothing
-partial. Everything a worker writes is under its Dask scratch folder (the tree; a job's files,
-Triton's cache included, removed when it ends): Dask removes a killed worker's folder when the
-next worker starts there, and a clean one's when it stops. Workers need this repository
-importable.
+"""`build_aotriton -- --workers tcp://HOST:8786`: every kernel job of Bare.compile as one task
+on a Dask cluster (pure-Python wheels, the '.[cluster]' extra; the scheduler retries a dead
+worker's tasks). A worker takes the job from the shared store or compiles it with its own
+Triton and the client's Triton settings, puts the whole entry there in one write, and keeps
+nothing: everything is under its Dask scratch folder, a job's files removed when it ends.
+docs/kernel-check.md.
 """
 
 from __future__ import annotations
@@ -29,11 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import compile_cache, kernel_jobs, kernel_store
+from rocmfa.builds import compile_cache, kernel_store
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 
-EXTRA_HINT = "pip install -e '.[cluster]'"
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -44,18 +35,16 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
     if spec is None or spec.backend not in ("dir", "redis", "s3"):
-        raise UserError(
-            "--workers needs a shared --cache (a directory every machine mounts, redis://, "
-            "s3://): the workers compile into it and this build reads every kernel from it"
-        )
+        raise UserError("--workers needs a shared --cache (a directory every machine mounts, "
+            "redis://, s3://): the workers compile into it and this build reads every kernel "
+            "from it")  # fmt: skip
     if spec.read_only:
         raise UserError("--workers: the --cache store is read_only=1; workers could not write")
     try:
         import distributed  # noqa: F401
     except ImportError:
-        raise UserError(
-            f"--workers needs Dask distributed, the optional extra: {EXTRA_HINT}"
-        ) from None
+        hint = "pip install -e '.[cluster]'"
+        raise UserError(f"--workers needs Dask distributed, the optional extra: {hint}") from None
     if dry_run:
         return
     from distributed.comm import connect
@@ -70,22 +59,17 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
-def bundle_for(tree_src: Path, jobs: list[kernel_jobs.Job]) -> dict[str, bytes]:
-    """python/compile.py and every file that decides a kernel (the sources' folders, as
-    kernel_jobs.source_digest reads them), by path relative to the tree."""
-    files = {"python/compile.py": (tree_src / "python" / "compile.py").read_bytes()}
+def bundle_for(tree_src: Path, jobs: list[kernel_store.Job]) -> tuple[dict[str, bytes], str]:
+    """python/compile.py and the sources' folders (what source_digests reads), by path
+    relative to the tree, and their digest."""
+    names = [tree_src / "python" / "compile.py"]
     for folder in {Path(job.source).parent for job in jobs}:
-        for path in folder.rglob("*.py"):
-            if "__pycache__" not in path.parts:
-                files[path.relative_to(tree_src).as_posix()] = path.read_bytes()
-    return files
-
-
-def bundle_digest(bundle: dict[str, bytes]) -> str:
+        names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+    files = {p.relative_to(tree_src).as_posix(): p.read_bytes() for p in names}
     h = hashlib.sha256()
-    for name in sorted(bundle):
-        h.update(name.encode() + b"\0" + hashlib.sha256(bundle[name]).digest())
-    return h.hexdigest()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return files, h.hexdigest()
 
 
 # --- on a worker ------------------------------------------------------------------------------
@@ -112,15 +96,14 @@ def _worker_python(triton: str, identity: str) -> str:
     python = os.environ.get("ROCMFA_KERNEL_PYTHON") or sys.executable
     have = kernel_store.triton_info(python)["build"]
     if (f"{triton} ({have})" if have else triton) != identity:
-        raise RuntimeError(
-            f"worker {platform.node()}: triton {have or 'not installed'}, the keys name "
-            f"triton {identity} (install it, or set ROCMFA_KERNEL_PYTHON on the worker)"
-        )
+        have = f"worker {platform.node()}: triton {have or 'not installed'}"
+        raise RuntimeError(f"{have}, the keys name triton {identity} (install it, or set "
+                           "ROCMFA_KERNEL_PYTHON on the worker)")  # fmt: skip
     return python
 
 
 def remote_build(
-    job: kernel_jobs.Job,
+    job: kernel_store.Job,
     key: str,
     rel_source: str,
     *,
@@ -138,10 +121,9 @@ def remote_build(
     scratch = Path(get_worker().local_directory)  # Dask's, removed with the worker
     root = _materialize(bundle, digest, scratch)
     store = kernel_store.open_store(cache, scratch, arch, say=print)
-    assert store is not None
-    store.local = None  # the shared store alone: nothing kept on the worker
-    if store.shared is None:
+    if store is None or store.shared is None:
         raise RuntimeError(f"worker {platform.node()}: the kernel store {cache} is unreachable")
+    store.local = None  # the shared store alone: nothing kept on the worker
     here = replace(job, source=str(root / rel_source))
     python = _worker_python(triton, identity)
     compiler = kernel_store.Compiler(python, root / "python" / "compile.py", settings)
@@ -164,13 +146,13 @@ def fan_out(
     url: str,
     cache: compile_cache.CacheSpec | str | None,
     runner: Runner,
-    jobs: list[kernel_jobs.Job] | None = None,
+    jobs: list[kernel_store.Job] | None = None,
 ) -> dict[str, int] | None:
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
     if runner.dry_run:
         spec = compile_cache.as_spec(cache)
-        runner.say(
+        runner.say(  # the store in words
             f"[dry-run] --workers {url}: send every job of {bare} to the Dask scheduler as one "
             f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
             f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
@@ -179,11 +161,10 @@ def fan_out(
         return None
     from distributed import Client, as_completed
 
-    jobs = jobs if jobs is not None else kernel_jobs.read_jobs(bare)
+    jobs = jobs if jobs is not None else kernel_store.read_jobs(bare)
     context = tree.key_context()
-    sources = kernel_jobs.source_digests(jobs)
-    bundle = bundle_for(tree.src, jobs)
-    digest = bundle_digest(bundle)
+    sources = kernel_store.source_digests(jobs)
+    bundle, digest = bundle_for(tree.src, jobs)
     began = time.monotonic()
     counts = {"hit": 0, "compiled": 0}
     with Client(url, timeout=f"{CONNECT_TIMEOUT_S:g}s") as client:
