@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_cluster, kernel_store
+from rocmfa.builds import kernel_build, kernel_store
 from rocmfa.plumbing.commands import Runner
 from tests.support.shared_cache import redis_server
 
@@ -165,7 +165,7 @@ def engine(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str,
             dask_cluster(where, workers, {kc.PYTHON_ENV: python}) as (scheduler, _),
         ):
             began = time.monotonic()
-            counts = kernel_cluster.fan_out(tree, scheduler, url, Runner(), jobs=small)
+            counts = kernel_build.fan_out(tree, scheduler, url, Runner(), jobs=small)
             wall = round(time.monotonic() - began, 2)
             kept = [disk(where / f"w{n}") for n in range(workers)]
         result[f"{workers}_worker"] = {

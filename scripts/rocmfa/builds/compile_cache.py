@@ -121,17 +121,13 @@ class CachePlan:
 
     def cmake_args(self) -> list[str]:
         """CMAKE_*_COMPILER_LAUNCHER for host code (AOTriton's and CK's own CMake builds)."""
-        if not self.active:
-            return []
-        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX")]
+        on = self.active
+        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX") if on]
 
     def therock_flags(self) -> list[str]:
         """TheRock build_prod_wheels.py flags for this cache."""
-        if self.spec.tool == "ccache":
-            return ["--use-ccache"]
-        if self.spec.tool == "sccache":
-            return ["--use-sccache", *([] if self.hip_launcher else ["--sccache-no-wrap"])]
-        return []
+        sccache = ["--use-sccache", *([] if self.hip_launcher else ["--sccache-no-wrap"])]
+        return {"ccache": ["--use-ccache"], "sccache": sccache}.get(self.spec.tool, [])
 
     def build_sets(self, base_env: Mapping[str, str]) -> dict[str, str]:
         """Variables for the build commands; TheRock's find_sccache looks on PATH."""
@@ -269,12 +265,11 @@ def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
     if plan.spec.tool == "ccache":
         runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
         return plan
-    started = runner.run([plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False)
+    start = [plan.exe, "--start-server"]
+    started = runner.run(start, sets=plan.sets, capture=True, check=False)
     if started.returncode != 0 and plan.spec.remote:
         plan = _degrade(plan, work, _why_not_started(started.stderr or started.stdout), runner)
-        started = runner.run(
-            [plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False
-        )
+        started = runner.run(start, sets=plan.sets, capture=True, check=False)
     if started.returncode != 0:
         detail = (started.stderr or started.stdout).strip().splitlines() or ["no output"]
         raise UserError(f"sccache --start-server failed: {detail[-1]}")
@@ -297,20 +292,15 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
             return
     if record is None:  # a plan
         return
-    record.update(
-        session=session,
-        cache=plan.spec.describe(),
-        key_prefix=plan.key,
-        wall_s=round(wall_s, 3),
-        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    )
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key,
+                  wall_s=round(wall_s, 3), time=now)  # fmt: skip
     rate = record["hit_rate"]
     pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
     runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
                f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
-    stats_file = paths.cache_dir(work) / STATS_FILE
-    stats_file.parent.mkdir(parents=True, exist_ok=True)
-    with stats_file.open("a") as handle:
+    paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
+    with (paths.cache_dir(work) / STATS_FILE).open("a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
@@ -323,9 +313,8 @@ def compiling(
     if plan is None or not plan.active:
         yield plan
         return
-    runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
-    for note in plan.notes:
-        runner.say(f"compile cache: {note}")
+    for line in (f"{plan.spec.describe()}; key prefix {plan.key}", *plan.notes):
+        runner.say(f"compile cache: {line}")
     plan = _start(plan, runner, work)
     began = time.monotonic()
     try:

@@ -1,24 +1,40 @@
-"""AOTriton's own build (cmake + `ninja install`, AOTriton unpatched) through the kernel store:
-every custom command runs through kernel_launcher.py; before ninja every job's key is looked up
-and each hit staged at its -o path; after ninja (also a failed one) what the launcher compiled
-goes into the store. The keys name the Triton the build compiles with (`fork`: the submodule's
-commit; `pypi`: pins/kernel_compiler.toml's, as kernel_check and --workers). docs/kernel-check.md.
+"""AOTriton's build's kernels through the kernel store (docs/kernel-check.md).
+
+AOTriton's own build (cmake + `ninja install`, unpatched): every custom command runs through
+kernel_launcher.py; before ninja every job's key is looked up and each hit staged at its -o
+path; after ninja (also a failed one) what the launcher compiled goes into the store. The keys
+name the Triton the build compiles with (`fork`: the submodule's commit; `pypi`: the one
+pins/kernel_compiler.toml records, as kernel_check and --workers).
+
+`--workers tcp://HOST:8786`: every job of Bare.compile as one task on a Dask cluster (pure-Python
+wheels, the '.[cluster]' extra; the scheduler retries a dead worker's tasks). A worker takes the
+job from the shared store or compiles it with its own Triton and the client's Triton settings,
+puts the whole entry there in one write, and keeps nothing: everything is under its Dask scratch
+folder, a job's files removed when it ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import json
+import os
+import platform
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import kernel_check, kernel_store
+from rocmfa.builds import compile_cache, kernel_check, kernel_store
 from rocmfa.builds.kernel_launcher import STAGED
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
@@ -245,3 +261,137 @@ def plan(
     return KernelBuild(
         src, build, store, triton, identity, wheel, ctx.pin.commit, arch=ctx.arch.name
     )
+
+
+# --- --workers: the jobs on a Dask cluster ------------------------------------------------
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: bool) -> None:
+    """Everything --workers needs, each missing piece one line, before any work."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname:
+        raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
+    spec = compile_cache.as_spec(cache)
+    if spec is None or spec.backend not in ("dir", "redis", "s3"):
+        raise UserError("--workers needs a shared --cache (a directory every machine mounts, "
+            "redis://, s3://): the workers compile into it and this build reads every kernel "
+            "from it")  # fmt: skip
+    if spec.read_only:
+        raise UserError("--workers: the --cache store is read_only=1; workers could not write")
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        hint = "pip install -e '.[cluster]'"
+        raise UserError(f"--workers needs Dask distributed, the optional extra: {hint}") from None
+    if dry_run:
+        return
+    from distributed.comm import connect
+
+    async def reach() -> None:
+        await (await connect(url, timeout=CONNECT_TIMEOUT_S)).close()
+
+    try:
+        asyncio.run(reach())
+    except OSError as error:
+        why = " ".join(str(error).split()) or type(error).__name__
+        raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
+
+
+def bundle_for(tree_src: Path, jobs: list[kernel_store.Job]) -> tuple[dict[str, bytes], str]:
+    """python/compile.py and the sources' folders (what source_digests reads), by path
+    relative to the tree, and their digest."""
+    names = [tree_src / "python" / "compile.py"]
+    for folder in {Path(job.source).parent for job in jobs}:
+        names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+    files = {p.relative_to(tree_src).as_posix(): p.read_bytes() for p in names}
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return files, h.hexdigest()
+
+
+def _materialize(files: dict[str, bytes], digest: str, scratch: Path) -> Path:
+    root = scratch / f"kernel-tree-{digest[:16]}"
+    if (root / ".complete").exists():
+        return root
+    staging = Path(tempfile.mkdtemp(prefix=".kernel-tree-", dir=scratch))
+    for name, data in files.items():
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        (staging / name).write_bytes(data)
+    (staging / ".complete").write_text(digest)
+    try:
+        staging.rename(root)
+    except OSError:  # another task of this worker got there first
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
+def remote_build(job: kernel_store.Job, key: str, rel_source: str, task: dict[str, Any]):
+    """On a worker: the job from the shared store, else compiled here (with the Triton the keys
+    name) and put there; ('hit' | 'compiled', seconds)."""
+    from distributed import get_worker
+
+    scratch = Path(get_worker().local_directory)  # Dask's, removed with the worker
+    root, worker = _materialize(task["files"], task["digest"], scratch), platform.node()
+    store = kernel_store.open_store(task["cache"], scratch, task["arch"], say=print)
+    if store is None or store.shared is None:
+        raise RuntimeError(f"worker {worker}: the kernel store {task['cache']} is unreachable")
+    store.local = None  # the shared store alone: nothing kept on the worker
+    python = os.environ.get("ROCMFA_KERNEL_PYTHON") or sys.executable
+    have, triton = kernel_store.triton_info(python)["build"], task["triton"]
+    if (f"{triton} ({have})" if have else triton) != task["identity"]:
+        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, the keys name "
+            f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)")  # fmt: skip
+    compiler = kernel_store.Compiler(python, root / "python/compile.py", task["settings"])
+    out = root / "out" / f"{key}.hsaco"
+    try:
+        here = replace(job, source=str(root / rel_source))
+        result = kernel_store.build_kernel(here, key, compiler, store, out)
+    finally:
+        out.unlink(missing_ok=True)
+        out.with_suffix(".json").unlink(missing_ok=True)
+    if store.shared is None:
+        raise RuntimeError(f"worker {worker}: lost the kernel store {task['cache']}")
+    return result
+
+
+def fan_out(
+    tree: Any, url: str, cache: Any, runner: Runner, jobs: list[kernel_store.Job] | None = None
+) -> dict[str, int] | None:
+    """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
+    bare = tree.build / "Bare.compile"
+    if runner.dry_run:
+        spec = compile_cache.as_spec(cache)
+        runner.say(
+            f"[dry-run] --workers {url}: send every job of {bare} to the Dask scheduler as one "
+            f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
+            f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
+            "worker's task is retried by the scheduler)"
+        )
+        return None
+    from distributed import Client, as_completed
+
+    jobs = jobs if jobs is not None else kernel_store.read_jobs(bare)
+    context, sources = tree.key_context(), kernel_store.source_digests(jobs)
+    files, digest = bundle_for(tree.src, jobs)
+    task = {"files": files, "digest": digest, "cache": cache, "arch": tree.arch, "triton":
+            tree.triton, "identity": context.triton, "settings": dict(context.env)}  # fmt: skip
+    began, counts = time.monotonic(), {"hit": 0, "compiled": 0}
+    with Client(url, timeout=f"{CONNECT_TIMEOUT_S:g}s") as client:
+        workers = len(client.scheduler_info().get("workers", {}))
+        runner.say(f"--workers {url}: {len(jobs)} kernel jobs to {workers} worker(s)")
+        [shared] = client.scatter([task], broadcast=True)
+        keys = [context.key(job, sources) for job in jobs]
+        rels = [Path(job.source).relative_to(tree.src).as_posix() for job in jobs]
+        futures = client.map(remote_build, jobs, keys, rels, task=shared, pure=False)
+        for future in as_completed(futures):
+            if future.exception() is not None:
+                client.cancel(futures)
+                error = future.exception()
+                raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0])
+            counts[future.result()[0]] += 1
+    runner.say(f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
+               f"store, {time.monotonic() - began:.1f} s")  # fmt: skip
+    return counts

@@ -323,9 +323,9 @@ def before_build(
     cluster. A pin with no Triton recorded is one line and no check."""
     runner = ctx.runner
     if build.workers:
-        from rocmfa.builds import kernel_cluster  # only --workers needs the optional extra
+        from rocmfa.builds import kernel_build
 
-        kernel_cluster.require(build.workers, build.cache, dry_run=runner.dry_run)
+        kernel_build.require(build.workers, build.cache, dry_run=runner.dry_run)
     if build.no_images:
         runner.say("kernel check: skipped (--no-images compiles no kernel)")
         return
@@ -338,7 +338,7 @@ def before_build(
     tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
     run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
-        kernel_cluster.fan_out(tree, build.workers, build.cache, runner)
+        kernel_build.fan_out(tree, build.workers, build.cache, runner)
 
 
 def kernel_check(opts: Any) -> None:
