@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import kernel_check as kc
 from rocmfa.builds import kernel_build, kernel_store
+from rocmfa.builds import kernel_check as kc
 from rocmfa.env import archs
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError

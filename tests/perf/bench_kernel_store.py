@@ -26,8 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rocmfa.builds import kernel_check as kc
 from rocmfa.builds import kernel_build, kernel_store
+from rocmfa.builds import kernel_check as kc
 from rocmfa.plumbing.commands import Runner
 from tests.support.shared_cache import redis_server
 

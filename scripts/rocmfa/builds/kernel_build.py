@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import compile_cache, kernel_check, kernel_store
+from rocmfa.builds import compile_cache, kernel_store
 from rocmfa.builds.kernel_launcher import STAGED
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
@@ -50,11 +50,11 @@ THREADS = 8  # store requests in flight while staging / storing
 
 
 def pypi_triton(commit: str) -> str:
-    version = kernel_check.recorded_triton(commit)
+    version = kernel_store.recorded_triton(commit)
     if version is None:
         raise UserError(
             f"--triton pypi: no Triton recorded for AOTriton {commit[:12]} in "
-            f"pins/{kernel_check.PINS_FILE}"
+            f"pins/{kernel_store.PINS_FILE}"
         )
     return version
 
@@ -111,11 +111,11 @@ class KernelBuild:
     def python(self) -> str | None:
         """The check's Triton: the variables Triton reads; with pypi (the same version) also
         the build the keys name."""
-        version = kernel_check.recorded_triton(self.commit)
-        return kernel_check.known_python(self.src.parents[1], version) if version else None
+        version = kernel_store.recorded_triton(self.commit)
+        return kernel_store.known_python(self.src.parents[1], version) if version else None
 
     def key_context(self) -> kernel_store.KeyContext:
-        return kernel_check.key_context(
+        return kernel_store.key_context(
             self.identity, self.commit, self.arch, self.src, self.python, bool(self.wheel)
         )
 

@@ -18,36 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache, kernel_store
+from rocmfa.builds.kernel_store import (
+    PINS_FILE,
+    PYTHON_ENV,
+    key_context,
+    known_python,
+    recorded_triton,
+    venv_dir,
+)
 from rocmfa.env import archs
-from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import ensure_checkout
-from rocmfa.sources.patches import apply_patch_set, patch_set_digest
+from rocmfa.sources.patches import apply_patch_set
 
-PINS_FILE = "kernel_compiler.toml"
-PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 SUMMARY = "summary.json"
 SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
 # One compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU).
 GIB_PER_JOB = 1.0
-
-
-def recorded_triton(commit: str, pins_dir: str | os.PathLike[str] | None = None) -> str | None:
-    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
-    path = pin_files.pins_dir(pins_dir) / PINS_FILE
-    table = load_toml(path, "kernel compiler pins").get("compiler", {}) if path.is_file() else {}
-    entry = table.get(commit) if isinstance(table, dict) else None
-    version = entry.get("triton") if isinstance(entry, dict) else entry
-    if entry is not None and (not isinstance(version, str) or not version):
-        raise UserError(f'{path}: [compiler.{commit}] needs triton = "X.Y.Z"')
-    return version
-
-
-def venv_dir(work: Path, triton: str) -> Path:
-    return work / "kernel-check" / f"venv-triton-{triton}"
 
 
 def summary_path(work: Path, arch: str, name: str = "aotriton") -> Path:
@@ -73,29 +63,6 @@ class Tree:
     def key_context(self) -> kernel_store.KeyContext:
         python = known_python(self.src.parents[1], self.triton)
         return key_context(self.triton, self.commit, self.arch, self.src, python)
-
-
-def key_context(
-    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
-) -> kernel_store.KeyContext:
-    """What every job of a tree shares in its key (the check, the build, --workers): with
-    python's Triton, its build (unless the fork compiles) and the settings this environment
-    gives the variables it reads."""
-    patches = patch_set_digest("aotriton", commit, arch=arch)
-    info = kernel_store.triton_info(python) if python else {"build": None, "knobs": []}
-    env = kernel_store.settings(os.environ, info["knobs"])
-    return kernel_store.KeyContext(
-        f"{triton} ({info['build']})" if info["build"] and build else triton,
-        patches,
-        kernel_store.file_digest(src / "python/compile.py"),
-        tuple(sorted(env.items())),
-    )
-
-
-def known_python(work: Path, triton: str) -> str | None:
-    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
-    python = venv_dir(work, triton) / "bin" / "python"
-    return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing.datafiles import load_toml
+from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.patches import patch_set_digest
 
 # Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
 # line info embeds the tree's and Triton's paths (.text is the same without it).
@@ -31,6 +34,8 @@ FIXED = {"TRITON_CACHE_DIR", *COMPILE_ENV}
 KEY_VERSION = 2
 MAGIC = b"ROCMFA-KERNEL/1\n"
 LOCAL_DIR = "aotriton-kernels"
+PINS_FILE = "kernel_compiler.toml"
+PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 
 
 class JobListError(ValueError):
@@ -381,6 +386,47 @@ def triton_info(python: str) -> dict[str, Any]:
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"build": None, "knobs": []}
+
+
+# --- the Triton that compiles: recorded per AOTriton commit, and its settings ---------------
+
+
+def recorded_triton(commit: str, pins_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
+    path = pin_files.pins_dir(pins_dir) / PINS_FILE
+    table = load_toml(path, "kernel compiler pins").get("compiler", {}) if path.is_file() else {}
+    entry = table.get(commit) if isinstance(table, dict) else None
+    version = entry.get("triton") if isinstance(entry, dict) else entry
+    if entry is not None and (not isinstance(version, str) or not version):
+        raise UserError(f'{path}: [compiler.{commit}] needs triton = "X.Y.Z"')
+    return version
+
+
+def venv_dir(work: Path, triton: str) -> Path:
+    return work / "kernel-check" / f"venv-triton-{triton}"
+
+
+def key_context(
+    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
+) -> KeyContext:
+    """What every job of a tree shares in its key (the check, the build, --workers): with
+    python's Triton, its build (unless the fork compiles) and the settings this environment
+    gives the variables it reads."""
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    info = triton_info(python) if python else {"build": None, "knobs": []}
+    env = settings(os.environ, info["knobs"])
+    return KeyContext(
+        f"{triton} ({info['build']})" if info["build"] and build else triton,
+        patches,
+        file_digest(src / "python/compile.py"),
+        tuple(sorted(env.items())),
+    )
+
+
+def known_python(work: Path, triton: str) -> str | None:
+    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
+    python = venv_dir(work, triton) / "bin" / "python"
+    return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
 
 @dataclass(frozen=True)
