@@ -39,7 +39,7 @@ def add_files(repo: Path, files: dict[str, str | bytes], message: str) -> str:
 
 
 def write_compiler_pin(pins: Path, commit: str, triton: str = "3.5.1") -> None:
-    (pins / kc.PINS_FILE).write_text(
+    (pins / kernel_store.PINS_FILE).write_text(
         f'[compiler.{commit}]\naotriton = "0.13b"\ntriton = "{triton}"\n'
     )
 
@@ -56,7 +56,7 @@ class Tree:
         return {
             "ROCMFA_PINS_DIR": str(self.pins),
             "ROCMFA_PATCHES_DIR": str(self.patches),
-            kc.PYTHON_ENV: sys.executable,
+            kernel_store.PYTHON_ENV: sys.executable,
             **st.FILE_PROTOCOL_ENV,
         }
 
@@ -232,7 +232,7 @@ def test_arch_the_tree_cannot_generate_is_one_line(tree: Tree, tmp_path: Path) -
 def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
     tree: Tree, tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    monkeypatch.delenv(kc.PYTHON_ENV)
+    monkeypatch.delenv(kernel_store.PYTHON_ENV)
     work = tmp_path / "work"
     kc.kernel_check(check(work, "--dry-run", "--sample", "5"))
     out = capsys.readouterr().out
@@ -244,7 +244,7 @@ def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
 
 
 def test_pin_without_a_recorded_triton_is_refused(tree: Tree, tmp_path: Path) -> None:
-    (tree.pins / kc.PINS_FILE).write_text("")
+    (tree.pins / kernel_store.PINS_FILE).write_text("")
     with pytest.raises(UserError, match="no Triton recorded for AOTriton"):
         kc.kernel_check(check(tmp_path / "work"))
 
@@ -399,14 +399,14 @@ def test_redis_credentials_come_from_the_environment(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.skipif(
-    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kc.PYTHON_ENV),
+    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kernel_store.PYTHON_ENV),
     reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "
     "ROCMFA_KERNEL_PYTHON (a Python with the recorded triton) to run the real check",
 )
 def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     real = Path(os.environ["ROCMFA_REAL_AOTRITON_TREE"])
     commit = st.git(real, "rev-parse", "HEAD")
-    triton = kc.recorded_triton(commit)
+    triton = kernel_store.recorded_triton(commit)
     assert triton, f"no Triton recorded for {commit}"
     work = tmp_path / "work"
     src = work / "src" / "aotriton"
@@ -419,7 +419,7 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     assert sum(f["compiled"] for f in summary["families"].values()) == 7
 
 
-REAL_PYTHON = os.environ.get(kc.PYTHON_ENV)
+REAL_PYTHON = os.environ.get(kernel_store.PYTHON_ENV)
 # The signature of the first job of the real gfx1151 Bare.compile (0.13b, 6e00ef3e).
 REAL_SIGNATURE = (
     "*fp16:16, *fp16:16, *fp16:16, 0, 0, fp32, *fp32:16, *fp16:16, 0, 0, 0, 0, 0, u64:8, u64:8, "
@@ -466,7 +466,7 @@ def test_real_job_key_holds_the_settings_and_its_bytes_no_path(tmp_path: Path, m
         source = str(src / "modules/flash/kernel/fwd_kernel.py")
         job = kernel_store.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
                               REAL_SIGNATURE)  # fmt: skip
-        ctx = kc.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
+        ctx = kernel_store.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
         key = ctx.key(job, kernel_store.source_digests([job]))
         compiler = kernel_store.Compiler(str(REAL_PYTHON), src / "python/compile.py", dict(ctx.env))
         how, _ = kernel_store.build_kernel(job, key, compiler, store if name != "b" else None)
@@ -573,7 +573,7 @@ def test_the_check_makes_its_own_venv_with_the_recorded_triton_from_the_index(
         module = "yaml" if name == "pyyaml" else name
         make_wheel(wheels, name, "1.0", files={f"{module}/__init__.py": ""})
     pep503.write_index(wheels, tmp_path / "www")
-    monkeypatch.delenv(kc.PYTHON_ENV)
+    monkeypatch.delenv(kernel_store.PYTHON_ENV)
     for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this index only: no machine pip config

@@ -84,7 +84,7 @@ def test_two_workers_compile_every_job_into_the_store(tmp_path: Path, monkeypatc
     from tests.support.dask_cluster import dask_cluster
 
     tree = _generated_tree(tmp_path, monkeypatch)
-    env = {kc.PYTHON_ENV: sys.executable}
+    env = {kernel_store.PYTHON_ENV: sys.executable}
     with (
         redis_server(tmp_path / "redis") as store_url,
         dask_cluster(tmp_path / "dask", 2, env) as (
@@ -111,7 +111,7 @@ def test_killed_worker_job_is_retried_and_leaves_nothing_partial(
     tree = _generated_tree(tmp_path, monkeypatch, {"modules/flash/kernel/fwd_kernel.py": hanging})
     hang = tmp_path / "hang"
     hang.mkdir()
-    env = {kc.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
+    env = {kernel_store.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
     with (
         redis_server(tmp_path / "redis") as store_url,
         dask_cluster(tmp_path / "dask", 2, env) as (

@@ -201,7 +201,7 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
     commit = subprocess.run(
         ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    version = kc.recorded_triton(commit) or ""
+    version = kernel_store.recorded_triton(commit) or ""
     tree = kc.Tree(src, "aotriton", commit, "gfx1151", ("gfx1151_mod0",), version)
     began = time.monotonic()
     kc.generate(tree, python, Runner(out=io.StringIO()))

@@ -83,7 +83,9 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(args.tree), str(src)], check=True)
-    os.environ[kc.PYTHON_ENV] = args.python  # the keys name its Triton build, as the workers'
+    os.environ[kernel_store.PYTHON_ENV] = (
+        args.python
+    )  # the keys name its Triton build, as the workers'
     env = dict(os.environ)
     out: dict[str, object] = {"arch": args.arch, "cpus": os.cpu_count(), "start": load()}
     nox = [sys.executable, "-m", "nox", "-s", "kernel_check", "--", "--arch", args.arch]
@@ -93,7 +95,9 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
             ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
         tree = kc.Tree(src, "aotriton", commit, args.arch, (f"{args.arch}_mod0",), "")
-        tree = kc.Tree(src, "aotriton", commit, args.arch, tree.gpus, kc.recorded_triton(commit))
+        tree = kc.Tree(
+            src, "aotriton", commit, args.arch, tree.gpus, kernel_store.recorded_triton(commit)
+        )
         kc.generate(tree, args.python, Runner())
     else:
         began = time.monotonic()
@@ -162,7 +166,7 @@ def engine(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str,
         where = root / f"dask-{workers}"
         with (
             redis_server(root / f"redis-{workers}") as url,
-            dask_cluster(where, workers, {kc.PYTHON_ENV: python}) as (scheduler, _),
+            dask_cluster(where, workers, {kernel_store.PYTHON_ENV: python}) as (scheduler, _),
         ):
             began = time.monotonic()
             counts = kernel_build.fan_out(tree, scheduler, url, Runner(), jobs=small)

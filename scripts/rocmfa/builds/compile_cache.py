@@ -167,16 +167,8 @@ def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
     return sets
 
 
-def plan_cache(
-    spec: CacheSpec | None,
-    *,
-    work: Path,
-    arch: str,
-    toolchain: Mapping[str, Any],
-    env: Mapping[str, str],
-    runner: Runner,
-    planned: bool = False,
-) -> CachePlan:
+def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
+               env: Mapping[str, str], runner: Runner, planned: bool = False):  # fmt: skip
     """Resolve the tool, the variables and (for a server) whether it answers. planned: a dry
     run before setup_env (toolchain["rocm"] is then the version pins/rocm.toml pins)."""
     spec = spec or CacheSpec("none")

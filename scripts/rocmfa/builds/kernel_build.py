@@ -52,10 +52,7 @@ THREADS = 8  # store requests in flight while staging / storing
 def pypi_triton(commit: str) -> str:
     version = kernel_store.recorded_triton(commit)
     if version is None:
-        raise UserError(
-            f"--triton pypi: no Triton recorded for AOTriton {commit[:12]} in "
-            f"pins/{kernel_store.PINS_FILE}"
-        )
+        raise UserError(f"--triton pypi: {kernel_store.no_triton(commit)}")
     return version
 
 
@@ -158,11 +155,9 @@ class KernelBuild:
         self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             self.staged = sum(pool.map(self._stage_one, jobs))
-        runner.say(
-            f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
-            f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
-            "to compile"
-        )
+        runner.say(f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
+                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
+                   "to compile")  # fmt: skip
 
     def _stage_one(self, job: kernel_store.Job) -> bool:
         out = Path(job.hsaco)
@@ -189,21 +184,17 @@ class KernelBuild:
         where = self.store.describe()
         if self.store.shared is not None and self.store.read_only:
             where += f"; nothing written to {self.store.shared.what}"
-        runner.say(
-            f"kernel store: {self.staged} kernels from the store, {len(compiled)} compiled by "
-            f"the build, {stored} stored in {where}"
-        )
+        runner.say(f"kernel store: {self.staged} kernels from the store, {len(compiled)} "
+                   f"compiled by the build, {stored} stored in {where}")  # fmt: skip
 
     def _logged(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.is_file() else []
 
     def _store_one(self, out: str) -> bool:
-        hsaco = _read(Path(out).with_suffix(".hsaco"))
-        meta = _read(Path(out).with_suffix(".json"))
-        if not hsaco or meta is None:
-            return False
-        self.store.put(self.keys[out], kernel_store.pack(hsaco, meta))
-        return True
+        hsaco, meta = _read(Path(out).with_suffix(".hsaco")), _read(Path(out).with_suffix(".json"))
+        if hsaco and meta is not None:
+            self.store.put(self.keys[out], kernel_store.pack(hsaco, meta))
+        return bool(hsaco and meta is not None)
 
 
 def manifest(build: Path) -> Path:
@@ -236,19 +227,12 @@ def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> kernel_store
     opened once for the kernel check and the build: an unreachable store is one line."""
     if build_options.no_images:
         return None
-    return kernel_store.open_store(
-        build_options.cache, ctx.work, ctx.arch.name, say=runner.say, dry_run=runner.dry_run
-    )
+    return kernel_store.open_store(build_options.cache, ctx.work, ctx.arch.name, say=runner.say,
+                                   dry_run=runner.dry_run)  # fmt: skip
 
 
-def plan(
-    ctx: Any,
-    build_options: Any,
-    src: Path,
-    build: Path,
-    store: kernel_store.KernelStore | None,
-    runner: Runner,
-) -> KernelBuild | None:
+def plan(ctx: Any, build_options: Any, src: Path, build: Path,
+         store: kernel_store.KernelStore | None, runner: Runner) -> KernelBuild | None:  # fmt: skip
     """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
     if store is None:
         return None

@@ -17,15 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import compile_cache, kernel_store
-from rocmfa.builds.kernel_store import (
-    PINS_FILE,
-    PYTHON_ENV,
-    key_context,
-    known_python,
-    recorded_triton,
-    venv_dir,
-)
+from rocmfa.builds import kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
@@ -61,17 +53,17 @@ class Tree:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
     def key_context(self) -> kernel_store.KeyContext:
-        python = known_python(self.src.parents[1], self.triton)
-        return key_context(self.triton, self.commit, self.arch, self.src, python)
+        python = kernel_store.known_python(self.src.parents[1], self.triton)
+        return kernel_store.key_context(self.triton, self.commit, self.arch, self.src, python)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
-    given = os.environ.get(PYTHON_ENV)
+    given = os.environ.get(kernel_store.PYTHON_ENV)
     if given:
-        runner.say(f"kernel check: compiler Python {given} (${PYTHON_ENV})")
+        runner.say(f"kernel check: compiler Python {given} (${kernel_store.PYTHON_ENV})")
         return given
-    venv = venv_dir(work, tree.triton)
+    venv = kernel_store.venv_dir(work, tree.triton)
     python = venv / "bin" / "python"
     requirements = tree.src / "requirements.txt"
     digest = kernel_store.file_digest(requirements) if requirements.is_file() else None
@@ -124,13 +116,8 @@ def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> N
     (pkg / "aotriton").symlink_to(tree.src / "python", target_is_directory=True)
 
 
-def compile_sample(
-    chosen: list[kernel_store.Job],
-    keys: dict[int, str],
-    compiler: kernel_store.Compiler,
-    store: kernel_store.KernelStore | None,
-    jobs: int,
-) -> dict[int, tuple[str, float]]:
+def compile_sample(chosen: list, keys: dict[int, str], compiler: kernel_store.Compiler,
+                   store: kernel_store.KernelStore | None, jobs: int) -> dict:  # fmt: skip
     """Compile (or fetch) every chosen job on `jobs` threads; a failure stops the jobs not
     started yet and is raised as one line."""
     build = kernel_store.build_kernel
@@ -143,11 +130,7 @@ def compile_sample(
             raise UserError(f"kernel check: {error}") from None
 
 
-def summarize(
-    all_jobs: list[kernel_store.Job],
-    chosen: list[kernel_store.Job],
-    results: dict[int, tuple[str, float]],
-) -> dict[str, dict[str, Any]]:
+def summarize(all_jobs: list, chosen: list, results: dict[int, Any]) -> dict[str, dict]:
     zero = {"jobs": 0, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
     families = {job.kernel: dict(zero) for job in all_jobs}
     for job in all_jobs:
@@ -165,11 +148,9 @@ def settings_line(python: str | None) -> str:
     knobs = set(kernel_store.triton_info(python)["knobs"]) if python else set()
     env = kernel_store.settings(os.environ, knobs)
     unknown = [k for k in env if knobs and k not in knobs]
-    return (
-        "Triton settings from the environment, in every key and compile: "
-        + (", ".join(f"{k}={v}" for k, v in env.items()) or "none")
-        + (f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else "")
-    )
+    given = ", ".join(f"{k}={v}" for k, v in env.items()) or "none"
+    also = f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else ""
+    return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
 def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Callable) -> None:
@@ -187,35 +168,24 @@ def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Ca
 def say_plan(tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable):
     """What a check would compile, with one example command."""
     compile_py = tree.src / "python" / "compile.py"
-    say(
-        f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x "
-        f"num_warps x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) "
-        f"on {threads} threads, each looked up in the kernel store first, else e.g.:"
-    )
+    say(f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x num_warps "
+        f"x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
+        "threads, each looked up in the kernel store first, else e.g.:")  # fmt: skip
     example = kernel_store.Job(
-        1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
+        1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
     )
     command = kernel_store.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
     sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_store.COMPILE_ENV}
     say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}")
-    say(f"[dry-run] {settings_line(known_python(tree.src.parents[1], tree.triton))}")
+    say(f"[dry-run] {settings_line(kernel_store.known_python(tree.src.parents[1], tree.triton))}")
     say(f"[dry-run] summary: {tree.build / SUMMARY}")
 
 
-def run_check(
-    tree: Tree,
-    *,
-    work: Path,
-    runner: Runner,
-    cache: compile_cache.CacheSpec | str | None,
-    jobs: int | None = None,
-    size: int | None = None,
-    say: Callable[[str], None] | None = None,
-    store: kernel_store.KernelStore | None = None,
-) -> dict[str, Any] | None:
+def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
+              size: int | None = None, store: kernel_store.KernelStore | None = None):  # fmt: skip
     """The whole check on a checked-out tree; the summary (None on a dry run). store: one
     already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
-    say, began = say or runner.say, time.monotonic()
+    say, began = runner.say, time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file() and not runner.dry_run:
         layout = "the layout of AOTriton >= 0.12b that the check drives"
         raise UserError(f"kernel check: {tree.src} has no python/compile.py ({layout})")
@@ -274,7 +244,7 @@ def tree_for(arch: archs.Arch, work: Path, *, name: str = "aotriton") -> tuple[p
     """The AOTriton pin and the tree the check runs on (our patch set adds an arch such as
     gfx908 to it: the same tree build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
-    triton = recorded_triton(pin.commit) or ""
+    triton = kernel_store.recorded_triton(pin.commit) or ""
     return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus_for(arch), triton)
 
 
@@ -296,9 +266,9 @@ def before_build(
     if build.no_images:
         runner.say("kernel check: skipped (--no-images compiles no kernel)")
         return
-    triton = recorded_triton(ctx.pin.commit)
+    triton = kernel_store.recorded_triton(ctx.pin.commit)
     if triton is None:
-        why = f"no Triton recorded for AOTriton {ctx.pin.commit[:12]} in pins/{PINS_FILE}"
+        why = kernel_store.no_triton(ctx.pin.commit)
         if build.workers:
             raise UserError(f"--workers: {why}")
         return runner.say(f"kernel check: {why}; skipped")
@@ -315,10 +285,8 @@ def kernel_check(opts: Any) -> None:
     runner = Runner(dry_run=opts.dry_run)
     pin, tree = tree_for(choice.arch, work)
     if not tree.triton:
-        raise UserError(
-            f"kernel check: no Triton recorded for AOTriton {pin.commit} in pins/{PINS_FILE} "
-            '(add [compiler.<commit>] triton = "X.Y.Z")'
-        )
+        fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
+        raise UserError(f"kernel check: {kernel_store.no_triton(pin.commit)} ({fix})")
     runner.say(
         f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {choice.arch.name} "
         f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}"

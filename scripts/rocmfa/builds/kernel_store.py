@@ -25,11 +25,8 @@ from rocmfa.sources.patches import patch_set_digest
 
 # Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
 # line info embeds the tree's and Triton's paths (.text is the same without it).
-COMPILE_ENV = {
-    "TRITON_F32_DEFAULT": "ieee",
-    "TRITON_STORE_BINARY_ONLY": "1",
-    "TRITON_DISABLE_LINE_INFO": "1",
-}
+COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1",
+               "TRITON_DISABLE_LINE_INFO": "1"}  # fmt: skip
 FIXED = {"TRITON_CACHE_DIR", *COMPILE_ENV}
 KEY_VERSION = 2
 MAGIC = b"ROCMFA-KERNEL/1\n"
@@ -323,14 +320,8 @@ class KernelStore:
                 self._lost(error)
 
 
-def open_store(
-    cache: compile_cache.CacheSpec | str | None,
-    work: Path,
-    arch: str,
-    *,
-    say: Callable[[str], None],
-    dry_run: bool = False,
-) -> KernelStore | None:
+def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None],
+               dry_run: bool = False) -> KernelStore | None:  # fmt: skip
     """The store for --cache (None: --cache none); a shared one that does not answer is one
     warning line and the local directory alone."""
     spec = compile_cache.as_spec(cache)
@@ -391,15 +382,19 @@ def triton_info(python: str) -> dict[str, Any]:
 # --- the Triton that compiles: recorded per AOTriton commit, and its settings ---------------
 
 
-def recorded_triton(commit: str, pins_dir: str | os.PathLike[str] | None = None) -> str | None:
+def recorded_triton(commit: str) -> str | None:
     """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
-    path = pin_files.pins_dir(pins_dir) / PINS_FILE
+    path = pin_files.pins_dir() / PINS_FILE
     table = load_toml(path, "kernel compiler pins").get("compiler", {}) if path.is_file() else {}
     entry = table.get(commit) if isinstance(table, dict) else None
     version = entry.get("triton") if isinstance(entry, dict) else entry
     if entry is not None and (not isinstance(version, str) or not version):
         raise UserError(f'{path}: [compiler.{commit}] needs triton = "X.Y.Z"')
     return version
+
+
+def no_triton(commit: str) -> str:
+    return f"no Triton recorded for AOTriton {commit[:12]} in pins/{PINS_FILE}"
 
 
 def venv_dir(work: Path, triton: str) -> Path:
