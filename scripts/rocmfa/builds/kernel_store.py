@@ -58,11 +58,9 @@ class Job:
         return (self.kernel, self.num_warps, self.num_stages, self.waves_per_eu)
 
     def describe(self) -> str:
-        return (
-            f"{self.kernel} (Bare.compile line {self.line}: {Path(self.source).name}, "
-            f"num_warps {self.num_warps}, num_stages {self.num_stages}, waves_per_eu "
-            f"{self.waves_per_eu}, target {self.target})"
-        )
+        return (f"{self.kernel} (Bare.compile line {self.line}: {Path(self.source).name}, "
+                f"num_warps {self.num_warps}, num_stages {self.num_stages}, waves_per_eu "
+                f"{self.waves_per_eu}, target {self.target})")  # fmt: skip
 
 
 def parse_line(text: str, line: int) -> Job:
@@ -93,9 +91,8 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(firsts):
         if size < len(kernels):
-            raise ValueError(
-                f"--sample {size} is below the {len(kernels)} kernel families of this target"
-            )
+            raise ValueError(f"--sample {size} is below the {len(kernels)} kernel families "
+                             "of this target")  # fmt: skip
         groups = [[j for j in chosen if j.kernel == k] for k in kernels]
         depth = max(len(g) for g in groups)
         chosen = [g[d] for d in range(depth) for g in groups if d < len(g)][:size]
@@ -106,9 +103,7 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     return sorted(chosen, key=lambda job: job.line)
 
 
-def compile_argv(
-    job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"
-) -> list[str]:
+def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
     """v3src/CMakeLists.txt's command for one job (without cmake -E env). --timeout 0: a failed
     compile exits non-zero (> 0 exits 0 with an empty .hsaco)."""
     return [
@@ -409,13 +404,9 @@ def key_context(
     gives the variables it reads."""
     patches = patch_set_digest("aotriton", commit, arch=arch)
     info = triton_info(python) if python else {"build": None, "knobs": []}
-    env = settings(os.environ, info["knobs"])
-    return KeyContext(
-        f"{triton} ({info['build']})" if info["build"] and build else triton,
-        patches,
-        file_digest(src / "python/compile.py"),
-        tuple(sorted(env.items())),
-    )
+    env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
+    named = f"{triton} ({info['build']})" if info["build"] and build else triton
+    return KeyContext(named, patches, file_digest(src / "python/compile.py"), env)
 
 
 def known_python(work: Path, triton: str) -> str | None:
