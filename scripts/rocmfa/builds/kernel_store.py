@@ -262,16 +262,13 @@ class S3Backend:
         self.store.put_bytes(f"{key}.kernel", data, "application/octet-stream")
 
 
-Backend = DirBackend | RedisBackend | S3Backend
-
-
 @dataclass
 class KernelStore:
     """The local directory, and a shared store over it (None when there is none or it went
     away: one warning line, then local compiles)."""
 
     local: DirBackend | None
-    shared: Backend | None = None
+    shared: DirBackend | RedisBackend | S3Backend | None = None
     read_only: bool = False
     say: Callable[[str], None] = print
 
@@ -289,19 +286,17 @@ class KernelStore:
         for layer in (self.local, self.shared):
             try:
                 blob = layer.get(key) if layer is not None else None
-                if blob is not None:
-                    unpack(blob)
-            except Damaged as error:
-                where = layer.what if layer is not None else ""
-                self.say(f"kernel store: damaged entry {key[:16]} in {where} ({error}); "
+                whole = blob is not None and bool(unpack(blob))
+            except Damaged as error:  # only from an entry, so of a layer
+                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); "
                          "recompiling")  # fmt: skip
-                continue
+                whole = False
             except Exception as error:
                 self._lost(error)
-                continue
-            if blob is not None:
-                if layer is self.shared and self.local is not None:
-                    self.local.put(key, blob)
+                whole = False
+            if whole and layer is self.shared and self.local is not None:
+                self.local.put(key, blob)
+            if whole:
                 return blob
         return None
 
