@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import build_aotriton as ba
-from rocmfa.builds import kernel_build, kernel_jobs, kernel_store
+from rocmfa.builds import kernel_build, kernel_store
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.patches import patch_set_digest
 from tests.support import aotriton_generator_standin as gen
@@ -70,14 +70,14 @@ def installed_triton(work: Path) -> str:
 def build_keys(work: Path, commit: str) -> list[str]:
     """The keys of the build's jobs, with the fork the build compiled with."""
     src = work / "src" / "aotriton"
-    jobs = kernel_jobs.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
+    jobs = kernel_store.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
     runner = ba.Runner()
-    context = kernel_jobs.KeyContext(
+    context = kernel_store.KeyContext(
         kernel_build.fork_identity(src, runner),
         patch_set_digest("aotriton", commit),
-        kernel_jobs.file_digest(src / "python" / "compile.py"),
+        kernel_store.file_digest(src / "python" / "compile.py"),
     )
-    sources = kernel_jobs.source_digests(jobs)
+    sources = kernel_store.source_digests(jobs)
     return [context.key(job, sources) for job in jobs]
 
 
@@ -232,10 +232,10 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
     def job(kernel: str, source: str, timeout: str) -> list[str]:
         out = tmp_path / "out" / f"{kernel}-{timeout}.hsaco"
         src = tmp_path / "tree" / "modules" / "flash" / "kernel" / source
-        one = kernel_jobs.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
+        one = kernel_store.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
                               "gfx1151", "*fp16:16, i32, 16")  # fmt: skip
         compile_py = tmp_path / "tree" / "python" / "compile.py"
-        argv = kernel_jobs.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
+        argv = kernel_store.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
         return ["cmake", "-E", "env", f"TRITON_CACHE_DIR={tmp_path}/tc", *argv]
 
     code, logged = _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0"))

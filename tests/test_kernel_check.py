@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_jobs, kernel_store
+from rocmfa.builds import kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing import options
 from rocmfa.plumbing.errors import UserError
@@ -39,7 +39,7 @@ def add_files(repo: Path, files: dict[str, str | bytes], message: str) -> str:
 
 
 def write_compiler_pin(pins: Path, commit: str, triton: str = "3.5.1") -> None:
-    (pins / kc.PINS_FILE).write_text(
+    (pins / kernel_store.PINS_FILE).write_text(
         f'[compiler.{commit}]\naotriton = "0.13b"\ntriton = "{triton}"\n'
     )
 
@@ -56,7 +56,7 @@ class Tree:
         return {
             "ROCMFA_PINS_DIR": str(self.pins),
             "ROCMFA_PATCHES_DIR": str(self.patches),
-            kc.PYTHON_ENV: sys.executable,
+            kernel_store.PYTHON_ENV: sys.executable,
             **st.FILE_PROTOCOL_ENV,
         }
 
@@ -100,10 +100,10 @@ REAL_LINES = [
 
 
 def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
-    job = kernel_jobs.parse_line(REAL_LINES[0], 1)
+    job = kernel_store.parse_line(REAL_LINES[0], 1)
     assert (job.kernel, job.num_warps, job.num_stages, job.waves_per_eu) == ("attn_fwd", 4, 1, 2)
     assert job.signature.startswith("*fp16:16, *fp16:16, 0, fp32")
-    argv = kernel_jobs.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
+    argv = kernel_store.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
     # v3src/CMakeLists.txt @ 6e00ef3e, add_custom_command(OUTPUT ${HSACO})
     assert argv[:3] == ["py", "/t/python/compile.py", job.source]
     assert argv[3:] == [
@@ -111,17 +111,17 @@ def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
         "--num_stages", "1", "--waves_per_eu", "2", "--target", "gfx1151", "--signature",
         job.signature, "--timeout", "0",
     ]  # fmt: skip
-    with pytest.raises(kernel_jobs.JobListError, match="line 3"):
-        kernel_jobs.parse_line("a;b;c", 3)
+    with pytest.raises(kernel_store.JobListError, match="line 3"):
+        kernel_store.parse_line("a;b;c", 3)
 
 
-def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_jobs.Job]:
+def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_store.Job]:
     jobs, line = [], 0
     for kernel, warps, stages, waves, count in spec:
         for _ in range(count):
             line += 1
             jobs.append(
-                kernel_jobs.Job(
+                kernel_store.Job(
                     line,
                     "default",
                     "p",
@@ -140,15 +140,15 @@ def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_jobs.Job]:
 
 def test_sample_covers_every_family_and_every_distinct_triple() -> None:
     jobs = _jobs([("a", 4, 1, 2, 50), ("a", 4, 1, 1, 10), ("b", 2, 1, 0, 30), ("c", 4, 1, 1, 3)])
-    full = kernel_jobs.sample(jobs)
+    full = kernel_store.sample(jobs)
     assert {j.combo for j in full} == {j.combo for j in jobs} and len(full) == 4
-    small = kernel_jobs.sample(jobs, 3)
-    assert {j.family for j in small} == {"a", "b", "c"}
-    big = kernel_jobs.sample(jobs, 20)
+    small = kernel_store.sample(jobs, 3)
+    assert {j.kernel for j in small} == {"a", "b", "c"}
+    big = kernel_store.sample(jobs, 20)
     assert len(big) == 20 and {j.combo for j in full} <= {j.combo for j in big}
     assert [j.line for j in big] == sorted(j.line for j in big)
     with pytest.raises(ValueError, match="3 kernel families"):
-        kernel_jobs.sample(jobs, 2)
+        kernel_store.sample(jobs, 2)
 
 
 # --- the session against the stand-in tree ------------------------------------------------------
@@ -170,8 +170,8 @@ def test_kernel_check_compiles_the_sample_and_a_rerun_comes_from_the_store(
         assert re.search(rf"^{family}\s+{count}\s", out, re.MULTILINE)
     assert "kernel check: gfx1151 OK" in out
     # every sampled job left its real outputs where Bare.compile says
-    jobs = kernel_jobs.read_jobs(build / "Bare.compile")
-    chosen = kernel_jobs.sample(jobs)
+    jobs = kernel_store.read_jobs(build / "Bare.compile")
+    chosen = kernel_store.sample(jobs)
     for job in chosen:
         assert Path(job.hsaco).read_bytes().startswith(b"\x7fELF-standin-")
         assert json.loads(Path(job.hsaco).with_suffix(".json").read_text())["compile_status"]
@@ -232,7 +232,7 @@ def test_arch_the_tree_cannot_generate_is_one_line(tree: Tree, tmp_path: Path) -
 def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
     tree: Tree, tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    monkeypatch.delenv(kc.PYTHON_ENV)
+    monkeypatch.delenv(kernel_store.PYTHON_ENV)
     work = tmp_path / "work"
     kc.kernel_check(check(work, "--dry-run", "--sample", "5"))
     out = capsys.readouterr().out
@@ -244,7 +244,7 @@ def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
 
 
 def test_pin_without_a_recorded_triton_is_refused(tree: Tree, tmp_path: Path) -> None:
-    (tree.pins / kc.PINS_FILE).write_text("")
+    (tree.pins / kernel_store.PINS_FILE).write_text("")
     with pytest.raises(UserError, match="no Triton recorded for AOTriton"):
         kc.kernel_check(check(tmp_path / "work"))
 
@@ -284,12 +284,12 @@ def test_nox_session_runs_standalone(tree: Tree, tmp_path: Path) -> None:
 def _one_job(tree: Tree, work: Path):
     kc.kernel_check(check(work, "--sample", "4"))
     build = work / "build" / "kernel-check" / "aotriton-gfx1151"
-    job = kernel_jobs.sample(kernel_jobs.read_jobs(build / "Bare.compile"))[0]
+    job = kernel_store.sample(kernel_store.read_jobs(build / "Bare.compile"))[0]
     compile_py = work / "src" / "aotriton" / "python" / "compile.py"
     compiler = kernel_store.Compiler(sys.executable, compile_py)
     _, standin = kc.tree_for(archs.get_arch("gfx1151"), work)
     ctx = standin.key_context()  # the key the check itself used
-    return job, ctx.key(job, kernel_jobs.source_digests([job])), compiler
+    return job, ctx.key(job, kernel_store.source_digests([job])), compiler
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
@@ -399,14 +399,14 @@ def test_redis_credentials_come_from_the_environment(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.skipif(
-    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kc.PYTHON_ENV),
+    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kernel_store.PYTHON_ENV),
     reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "
     "ROCMFA_KERNEL_PYTHON (a Python with the recorded triton) to run the real check",
 )
 def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     real = Path(os.environ["ROCMFA_REAL_AOTRITON_TREE"])
     commit = st.git(real, "rev-parse", "HEAD")
-    triton = kc.recorded_triton(commit)
+    triton = kernel_store.recorded_triton(commit)
     assert triton, f"no Triton recorded for {commit}"
     work = tmp_path / "work"
     src = work / "src" / "aotriton"
@@ -419,7 +419,7 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     assert sum(f["compiled"] for f in summary["families"].values()) == 7
 
 
-REAL_PYTHON = os.environ.get(kc.PYTHON_ENV)
+REAL_PYTHON = os.environ.get(kernel_store.PYTHON_ENV)
 # The signature of the first job of the real gfx1151 Bare.compile (0.13b, 6e00ef3e).
 REAL_SIGNATURE = (
     "*fp16:16, *fp16:16, *fp16:16, 0, 0, fp32, *fp32:16, *fp16:16, 0, 0, 0, 0, 0, u64:8, u64:8, "
@@ -464,10 +464,10 @@ def test_real_job_key_holds_the_settings_and_its_bytes_no_path(tmp_path: Path, m
             shutil.copytree(real / part, src / part, dirs_exist_ok=True)
         out = tmp_path / f"out-{name}" / "k.hsaco"
         source = str(src / "modules/flash/kernel/fwd_kernel.py")
-        job = kernel_jobs.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
+        job = kernel_store.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
                               REAL_SIGNATURE)  # fmt: skip
-        ctx = kc.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
-        key = ctx.key(job, kernel_jobs.source_digests([job]))
+        ctx = kernel_store.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
+        key = ctx.key(job, kernel_store.source_digests([job]))
         compiler = kernel_store.Compiler(str(REAL_PYTHON), src / "python/compile.py", dict(ctx.env))
         how, _ = kernel_store.build_kernel(job, key, compiler, store if name != "b" else None)
         return key, how, out.read_bytes()
@@ -573,7 +573,7 @@ def test_the_check_makes_its_own_venv_with_the_recorded_triton_from_the_index(
         module = "yaml" if name == "pyyaml" else name
         make_wheel(wheels, name, "1.0", files={f"{module}/__init__.py": ""})
     pep503.write_index(wheels, tmp_path / "www")
-    monkeypatch.delenv(kc.PYTHON_ENV)
+    monkeypatch.delenv(kernel_store.PYTHON_ENV)
     for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this index only: no machine pip config

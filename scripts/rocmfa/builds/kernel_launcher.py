@@ -1,18 +1,10 @@
-"""The launcher every custom command of an AOTriton build runs through (RULE_LAUNCH_CUSTOM, set
-by kernel_launcher.cmake). It starts once per kernel job (19,187 for gfx1151 at 0.13b), so it is
-plain Python (-I -S, os and sys only); lookups and uploads happen once, in kernel_build.
-
-    python -I -S kernel_launcher.py COMPILE_PY LOG  COMMAND...
-
-A kernel job (v3src/CMakeLists.txt @ 6e00ef3e: `... <python> <tree>/python/compile.py SRC
-... -o HSACO ...`) is recognised by its compile.py being COMPILE_PY:
-- staged (the session put the code object and metadata at -o's path, with a STAGED marker):
-  touch both and exit 0; no Python with Triton starts;
-- else run it with the session's Triton settings (rocmfa-kernels-env.json beside LOG, written
-  by kernel_build: the key's, every other Triton variable dropped); on exit 0 with a non-empty
-  code object and its .json, append -o's path to LOG
-  (--timeout > 0 makes compile.py exit 0 with an empty .hsaco on failure: not logged).
-Any other command (the Triton install, image packing, ...) is exec'd unchanged.
+"""Every custom command of an AOTriton build runs through this (RULE_LAUNCH_CUSTOM, set by
+kernel_launcher.cmake): `python -I -S kernel_launcher.py COMPILE_PY LOG COMMAND...`. It starts
+once per kernel job, so it is os and sys only. A job of COMPILE_PY that the session staged (code
+object and .json at -o's path, a STAGED marker beside) is touched and skipped; any other runs
+with the key's Triton settings (rocmfa-kernels-env.json beside LOG) and, when it left a
+non-empty code object and its .json, has -o's path appended to LOG. Other commands are exec'd
+unchanged. docs/kernel-check.md has the whole path.
 """
 
 import os
@@ -26,10 +18,8 @@ def _output(command: list[str], compile_py: str) -> str | None:
     for i, arg in enumerate(command):
         if arg.endswith("compile.py") and os.path.realpath(arg) == compile_py:
             rest = command[i + 1 :]
-            for j, flag in enumerate(rest[:-1]):
-                if flag in ("-o", "--out_path"):
-                    return rest[j + 1]
-            return None
+            outs = [rest[j + 1] for j, f in enumerate(rest[:-1]) if f in ("-o", "--out_path")]
+            return outs[0] if outs else None
     return None
 
 

@@ -1,5 +1,6 @@
-"""`--cache` values (compile caching, scripts/rocmfa/builds/compile_cache.py): parsed with the
-options, before a session's first command, so a bad value is one line naming it."""
+"""`--cache` values (builds/compile_cache.py), parsed with the options before a session's first
+command: none | ccache | sccache | /SHARED/DIR | redis(s)://HOST:PORT[/DB] | http(s)://HOST/PATH
+(WebDAV) | s3://BUCKET/PREFIX[?endpoint=URL&region=R]; on any URL prefix=TEXT, read_only=1."""
 
 from __future__ import annotations
 
@@ -39,23 +40,14 @@ class CacheSpec:
     @property
     def place(self) -> str:
         """Where a shared store is, in words: 'directory /nfs/x', 'redis redis://h:1', ..."""
-        where = f"s3://{self.bucket}" if self.backend == "s3" else str(self.endpoint)
-        if self.backend == "s3" and self.endpoint:
-            where += f" at {self.endpoint}"
-        return f"{'directory' if self.backend == 'dir' else self.backend} {where}"
+        if self.backend == "s3":
+            return f"s3 s3://{self.bucket}" + (f" at {self.endpoint}" if self.endpoint else "")
+        return f"{'directory' if self.backend == 'dir' else self.backend} {self.endpoint}"
 
     def describe(self) -> str:
         if not self.remote:
             return self.tool
         return f"sccache on {self.place}" + (" (read-only)" if self.read_only else "")
-
-
-def _truthy(value: str, what: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise UserError(f"--cache: {what}={value!r} must be 1/0 (true/false)")
 
 
 def as_spec(value: CacheSpec | str | None) -> CacheSpec | None:
@@ -65,69 +57,48 @@ def as_spec(value: CacheSpec | str | None) -> CacheSpec | None:
 
 def parse_cache(value: str | None) -> CacheSpec | None:
     """--cache VALUE -> CacheSpec; None when --cache was not given (each build's old default)."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text in TOOLS:
-        return CacheSpec(tool=text)
+    text = (value or "").strip()
+    if value is None or text in TOOLS:
+        return None if value is None else CacheSpec(tool=text)
     if text.startswith(("/", "./", "../", "~")):  # a shared directory (an NFS path)
         return CacheSpec("sccache", "dir", os.path.abspath(os.path.expanduser(text)))
     parts = urllib.parse.urlsplit(text)
     backend = SCHEMES.get(parts.scheme)
     if backend is None or not parts.netloc:
-        raise UserError(
-            f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
-            "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX"
-        )
+        raise UserError(f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
+            "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX")  # fmt: skip
     if parts.username or parts.password:
         raise UserError(
-            f"--cache: credentials do not belong in the URL (they would be printed and "
+            "--cache: credentials do not belong in the URL (they would be printed and "
             f"recorded); set {CREDENTIAL_VARS[backend]} in the environment instead"
         )
     query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    unknown = sorted(set(query) - QUERY_KEYS)
+    opt, unknown = {k: v[-1] for k, v in query.items()}, ", ".join(sorted(set(query) - QUERY_KEYS))
     if unknown:
-        raise UserError(
-            f"--cache: unknown URL parameter(s) {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(QUERY_KEYS))})"
-        )
-    opt = {k: v[-1] for k, v in query.items()}
-    read_only = _truthy(opt["read_only"], "read_only") if "read_only" in opt else False
-    prefix = opt.get("prefix", "").strip("/")
+        known = ", ".join(sorted(QUERY_KEYS))
+        raise UserError(f"--cache: unknown URL parameter(s) {unknown} (known: {known})")
+    flag = opt.get("read_only", "0").lower()
+    if flag not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise UserError(f"--cache: read_only={opt['read_only']!r} must be 1/0 (true/false)")
     if backend != "s3" and ("endpoint" in opt or "region" in opt):
         raise UserError("--cache: endpoint= and region= are for s3:// URLs only")
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
         raise UserError(f"--cache {value!r}: bad port") from None
-    return _server_spec(value, parts, backend, prefix, read_only, opt)
-
-
-def _server_spec(
-    value: str,
-    parts: urllib.parse.SplitResult,
-    backend: str,
-    prefix: str,
-    read_only: bool,
-    opt: dict[str, str],
-) -> CacheSpec:
+    read_only, prefix = flag in ("1", "true", "yes", "on"), opt.get("prefix", "").strip("/")
     if backend == "redis":
         db = parts.path.strip("/")
         if db and not db.isdigit():
             raise UserError(f"--cache {value!r}: redis path must be a database number")
         endpoint = f"{parts.scheme}://{parts.netloc}"
-        return CacheSpec(
-            "sccache", backend, endpoint, prefix=prefix, redis_db=db or None, read_only=read_only
-        )
-    if backend == "webdav":
-        # No trailing slash: sccache joins endpoint + "/" + key ('//' is refused by servers).
-        path = parts.path.rstrip("/")
-        endpoint = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-        return CacheSpec("sccache", backend, endpoint=endpoint, prefix=prefix, read_only=read_only)
+        return CacheSpec("sccache", backend, endpoint, None, prefix, None, db or None, read_only)
+    if backend == "webdav":  # no trailing slash: sccache joins endpoint + "/" + key
+        endpoint = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        return CacheSpec("sccache", backend, endpoint, prefix=prefix, read_only=read_only)
     endpoint = opt.get("endpoint")
     if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
         raise UserError(f"--cache: s3 endpoint={endpoint!r} must be an http(s):// URL")
     key_prefix = "/".join(p for p in (parts.path.strip("/"), prefix) if p)
-    return CacheSpec(
-        "sccache", "s3", endpoint, parts.netloc, key_prefix, opt.get("region"), None, read_only
-    )
+    region = opt.get("region")
+    return CacheSpec("sccache", "s3", endpoint, parts.netloc, key_prefix, region, None, read_only)

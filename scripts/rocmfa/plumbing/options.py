@@ -62,7 +62,7 @@ class Environment:
     patches_dir: str | None = None  # sources/patches.py
     tuning_dir: str | None = None  # sources/tuning_db.py
     aotriton_base_url: str | None = None  # builds/aotriton_release.py
-    kernel_python: str | None = None  # builds/kernel_check.py, kernel_cluster.py
+    kernel_python: str | None = None  # builds/kernel_check.py, kernel_build.py
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
