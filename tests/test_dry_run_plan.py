@@ -166,7 +166,9 @@ def test_the_chained_dry_run_tells_the_real_chains_story(fresh) -> None:
     assert f"AOTRITON_INSTALLED_PREFIX={prefix} " in torch_stage
     assert "no build_aotriton install found" not in out
     rocm = tomllib.loads((project / "pins" / "rocm.toml").read_text())["rocm"]["version"]
-    assert f"[dry-run] ROCm SDK {rocm}: pinned in pins/rocm.toml, setup_env installs it" in out
+    assert (
+        f"[dry-run] then: ROCm SDK {rocm}: pinned in pins/rocm.toml, setup_env installs it" in out
+    )
     keys = [line for line in out.splitlines() if "key prefix" in line]
     assert len(keys) >= 2  # build_aotriton's, then build_pytorch's per stage
     for line in keys:
@@ -197,7 +199,7 @@ def test_the_main_job_chained_dry_run_plans_to_the_end(fresh) -> None:
     pip = next(line for line in out.splitlines() if " -m pip install --no-deps" in line)
     for name in ("triton", "torch", "torchaudio", "torchvision"):
         assert f"'<{name} wheel: written to {wheels} by nox -s build_pytorch>'" in pip
-    assert "a real run needs build_pytorch first, before or earlier in the same chain" in out
+    assert "run nox -s build_pytorch first (or earlier in the same chain)" in out
     assert "then the runtime requirements the wheels declare (Requires-Dist)" in out
     assert out.rstrip().endswith("scripts/rocmfa/probes/backend_check.py")
     assert (sorted(work.rglob("*")) if work.exists() else []) == before  # nothing written

@@ -126,7 +126,7 @@ def test_refuses_wheels_for_another_rocm(session, monkeypatch):
 def test_no_manifest_is_one_clear_line(session):
     _work, _build, install = session
     with pytest.raises(
-        UserError, match=r"no build_pytorch run manifest .*run: nox -s build_pytorch"
+        UserError, match=r"no build_pytorch run manifest .*: run nox -s build_pytorch first"
     ):
         install()
 

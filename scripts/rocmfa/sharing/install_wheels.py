@@ -229,7 +229,8 @@ def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
     if manifest_path(work).exists():
         return load_manifest(work)
     runner.refuse(
-        f"no build_pytorch run manifest at {manifest_path(work)}; run: nox -s build_pytorch"
+        f"no build_pytorch run manifest at {manifest_path(work)}: run nox -s build_pytorch "
+        "first (or earlier in the same chain)"
     )
     manifest = planned_manifest(work)
     projects = ", ".join(r["project"] for r in manifest["wheels"])
