@@ -7,6 +7,7 @@ import csv
 import json
 import statistics
 
+import pytest
 import torch
 
 from rocmfa.probes import bench, bench_crosscheck, bench_measure, bench_plan, bench_report
@@ -81,7 +82,10 @@ def test_crosscheck_times_bench_and_its_own_harness_in_one_process(tmp_path, cap
         assert abs(row["pooled_diff_pct"] - expected) < 0.05
         pairs = zip(row["bench_turns_ms"], row["crosscheck_turns_ms"], strict=True)
         ratios = [statistics.median(a) / statistics.median(b) for a, b in pairs]
-        assert abs(row["diff_pct"] - 100 * (statistics.median(ratios) - 1)) < 0.05
+        # the turns are stored rounded: a loaded machine's wild ratio magnifies that
+        assert row["diff_pct"] == pytest.approx(
+            100 * (statistics.median(ratios) - 1), rel=1e-3, abs=0.05
+        )
     worst = max(abs(r["diff_pct"]) for r in data["rows"])
     assert data["max_abs_diff_pct_by_size"] == {"Tiny": round(worst, 2)}
     # The profiler's clock needs a GPU: on a CPU it is absent, and said to be.
