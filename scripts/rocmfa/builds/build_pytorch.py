@@ -344,7 +344,7 @@ def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[
 
 
 def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
-    session = open_env(opts, dry_run=opts.dry_run, out=out)
+    session = open_env(opts, out=out)
     arch, work, runner = session.arch, session.work, session.runner
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
@@ -352,18 +352,17 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     therock_pin = pins.load_pin("therock", workdir=work)
     update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
     runner.say(pin_files.describe_line(pin_files.pins_dir()))
-    pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
+    pytorch_pin = pins.load_pin_for_plan("pytorch", runner, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     if session.ready:
         rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
     else:  # a plan before setup_env: it installs exactly the pinned version
         rocm_version = rocm_sdk.load_pin().version
         runner.done(f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it")
-    python_tag = runner.run(
+    python_tag = runner.ask(
         [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
-        capture=True,
-        dry_run_output="$(python tag)",
-    ).stdout.strip()
+        "$(python tag)",
+    )
     aotriton, aotriton_digest, flash = aotriton_for_torch(session, opts)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
@@ -770,7 +769,7 @@ def checks_before_building(ctx: Context) -> None:
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
     lines = pin_set.check(
-        aotriton, version, force=ctx.opts.force, dry_run=ctx.runner.dry_run, workdir=ctx.work
+        aotriton, version, force=ctx.opts.force, runner=ctx.runner, workdir=ctx.work
     )
     compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
 

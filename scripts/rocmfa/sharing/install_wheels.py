@@ -273,7 +273,7 @@ def install_requirements(
 def install_wheels(opts: InstallWheelsOptions) -> None:
     if opts.wheel_set and not opts.index:
         raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
-    session = session_env.open_env(opts, dry_run=opts.dry_run)
+    session = session_env.open_env(opts)
     work, python = session.work, session.python
     runner = session.runner
     manifest = {} if opts.index else this_runs_manifest(work, runner)
