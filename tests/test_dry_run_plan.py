@@ -197,7 +197,8 @@ def test_the_main_job_chained_dry_run_plans_to_the_end(fresh) -> None:
     pip = next(line for line in out.splitlines() if " -m pip install --no-deps" in line)
     for name in ("triton", "torch", "torchaudio", "torchvision"):
         assert f"'<{name} wheel: written to {wheels} by nox -s build_pytorch>'" in pip
-    assert "a real run needs build_pytorch first, before or earlier in the same chain" in out
+    manifest = work / "build_pytorch-manifest.json"  # a real run stops: build_pytorch first
+    assert f"note: no build_pytorch run manifest at {manifest}; run: nox -s build_pytorch" in out
     assert "then the runtime requirements the wheels declare (Requires-Dist)" in out
     assert out.rstrip().endswith("scripts/rocmfa/probes/backend_check.py")
     assert (sorted(work.rglob("*")) if work.exists() else []) == before  # nothing written

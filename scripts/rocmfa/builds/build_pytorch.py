@@ -2,20 +2,13 @@
 
     checkout -> torch (triton with it) -> audio, vision (-> apex with --with-apex)
 
-TheRock (pinned) checks out PyTorch and its companions with its own
-external-builds/pytorch/pytorch_*_repo.py scripts (flags as at TheRock 89553ce3,
-docs/upstream-interfaces.md); our patch sets go on by commit after checkout, before hipify;
-then `build_prod_wheels.py build` builds one stage per call. Each stage's stamp
-(<work>/stamps/build_pytorch-<stage>.json) is written last: a rerun resumes at the first stage
-not done; `--from STAGE` reruns it and what follows, `--only STAGE` just it.
-
-Triton is built once, in the torch call: build_prod_wheels (validate_build_args,
-do_build_pytorch @ 89553ce3) turns flash attention off on Linux when triton is not built in the
-same call and pip-installs the triton and torch it built into the env's Python. TheRock's env
-dict overrides CXXFLAGS, USE_FLASH_ATTENTION, PYTORCH_ROCM_ARCH, ...; what passes through on
-Linux: MAX_JOBS, BUILD_TEST (PyTorch builds its C++ tests unless 0) and
-AOTRITON_INSTALLED_PREFIX. A stage's wheels are the files that appeared or changed in the output
-dir while it ran; <work>/build_pytorch-manifest.json lists them for install_wheels.
+TheRock (pinned) checks out PyTorch and its companions with its own pytorch_*_repo.py scripts;
+our patch sets go on by commit before hipify; `build_prod_wheels.py build` builds one stage per
+call (flags as at TheRock 89553ce3: docs/upstream-interfaces.md). A stage's stamp is written
+last, so a rerun resumes at the first stage not done (--from/--only rerun one). Triton is built
+in the torch call: build_prod_wheels turns flash attention off on Linux otherwise. A stage's
+wheels are the files that appeared or changed in the output dir while it ran;
+<work>/build_pytorch-manifest.json lists them for install_wheels.
 """
 
 from __future__ import annotations
@@ -120,22 +113,19 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in found if e.is_file()}
 
 
-def wheel_record(path: Path, stage: str) -> dict[str, Any]:
-    try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
-    except InvalidWheelFilename as e:
-        raise UserError(f"{path}: not a valid wheel file name ({e})") from None
-    tags_ = sorted(str(t) for t in tags)
-    sha, size = stamps.file_sha256(path), path.stat().st_size
-    return {"project": str(name), "version": str(version), "tags": tags_, "file": str(path),
-            "sha256": sha, "size": size, "stage": stage}  # fmt: skip
-
-
 def produced_wheels(
     out: Path, before: Mapping[str, tuple[int, int]], stage: str
 ) -> list[dict[str, Any]]:
-    names = sorted(n for n, st in snapshot(out).items() if before.get(n) != st)
-    records = [wheel_record(out / n, stage) for n in names]
+    records = []
+    for name in sorted(n for n, st in snapshot(out).items() if before.get(n) != st):
+        try:
+            project, version, _build, tags = parse_wheel_filename(name)
+        except InvalidWheelFilename as e:
+            raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
+        path, tags_ = out / name, sorted(str(t) for t in tags)
+        records.append({"project": str(project), "version": str(version), "tags": tags_,
+                        "file": str(path), "sha256": stamps.file_sha256(path),
+                        "size": path.stat().st_size, "stage": stage})  # fmt: skip
     wanted = set(BY_STAGE[stage].wheels) if stage in BY_STAGE else set()
     if wanted and not any(r["project"] in wanted for r in records):
         raise UserError(
@@ -358,7 +348,8 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
     else:  # a plan before setup_env: it installs exactly the pinned version
         rocm_version = rocm_sdk.load_pin().version
-        runner.done(f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it")
+        pinned = f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
+        runner.say(runner.plan_line(pinned) or pinned)
     python_tag = runner.ask(
         [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
         "$(python tag)",
@@ -487,24 +478,6 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     if ctx.cache is not None:
         sets.update(ctx.cache.build_sets(ctx.runner.base_env))
     return sets
-
-
-def flash_attention_problem(ctx: Context, argv: list[str]) -> str | None:
-    """Why this build_prod_wheels call would build torch without flash attention although the
-    arch has AOTriton kernels, or None."""
-    if "--pytorch-dir" not in argv or not ctx.flash_attention:
-        return None
-    if "--build-triton" not in argv:
-        return (
-            f"this would build torch for {ctx.arch.name} without flash attention: TheRock's "
-            f"{BUILD_SCRIPT} turns flash attention off on Linux when triton is not built in the "
-            "same call (and rejects --enable-pytorch-flash-attention without it)"
-        )
-    if "--enable-pytorch-flash-attention" not in argv:
-        return (
-            f"this would build torch for {ctx.arch.name} without --enable-pytorch-flash-attention"
-        )
-    return None
 
 
 # --- the checkout stage -------------------------------------------------------------------
@@ -749,11 +722,13 @@ def checks_before_building(ctx: Context) -> None:
     AOTriton (rocmfa.sources.pin_set too), before any build (--force: warn only)."""
     from rocmfa.sources import pin_set
 
-    for stage in ctx.enabled[1:]:
-        problem = flash_attention_problem(ctx, build_argv(ctx, stage, False))
-        if problem:
-            cause = "" if ctx.build_triton else " (--skip triton)"
-            raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
+    if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
+        raise UserError(
+            f"refusing to build (--skip triton): this would build torch for {ctx.arch.name} "
+            f"without flash attention: TheRock's {BUILD_SCRIPT} turns flash attention off on "
+            "Linux when triton is not built in the same call (and rejects "
+            "--enable-pytorch-flash-attention without it); drop --skip triton"
+        )
     match = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
     stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
     version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
