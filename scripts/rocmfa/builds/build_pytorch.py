@@ -35,15 +35,12 @@ from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import pins, update_pins
 from rocmfa.sources.pins import Pin
 
-SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
 SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
-STAMP_PREFIX = "build_pytorch-"
 CHECKOUT_DEPTH = "1"
 CHECKOUT_JOBS = "10"
 TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise = CPU count
-DEFAULT_TRITON_ORIGIN = "https://github.com/ROCm/triton.git"
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ def output_dir(work: Path) -> Path:
 
 
 def stage_stamp(work: Path, stage: str) -> Path:
-    return paths.stamp_path(work, STAMP_PREFIX + stage)
+    return paths.stamp_path(work, "build_pytorch-" + stage)
 
 
 def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
@@ -134,14 +131,6 @@ def produced_wheels(
     return records
 
 
-def stage_wheels_ok(stamp: Mapping[str, Any]) -> bool:
-    """The wheels a stamp recorded are still there, unchanged in size."""
-    try:
-        return all(Path(r["file"]).stat().st_size == r["size"] for r in stamp.get("wheels", []))
-    except OSError:
-        return False
-
-
 # --- sources ------------------------------------------------------------------------------
 
 
@@ -153,8 +142,7 @@ class Source:
 
     @property
     def commit(self) -> str | None:
-        h = self.hashtag or ""
-        return h if len(h) == 40 and all(c in "0123456789abcdef" for c in h) else None
+        return self.hashtag if pin_files.HEX40.fullmatch(self.hashtag or "") else None
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
@@ -173,7 +161,7 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
         return Source(table.get("url"), table.get("commit") or ref, where)
     at = f"pytorch {pytorch_pin.commit[:12]}"
     if component.key == "triton":
-        origin = table.get("url") or DEFAULT_TRITON_ORIGIN
+        origin = table.get("url") or "https://github.com/ROCm/triton.git"
         try:
             commit = (torch_dir / ".ci/docker/ci_commit_pins/triton.txt").read_text().strip()
         except OSError:
@@ -237,7 +225,7 @@ class Context(OnSession):
 
     @property
     def scripts_dir(self) -> Path:
-        return self.therock_dir / SCRIPTS_SUBDIR
+        return self.therock_dir / "external-builds" / "pytorch"
 
     @property
     def out(self) -> Path:
@@ -662,8 +650,12 @@ def done(ctx: Context, stage: str) -> bool:
     stamp = stamps.read(stage_stamp(ctx.work, stage))
     if not stamp or stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, stage)):
         return False
-    if stage != "checkout":
-        return stage_wheels_ok(stamp)
+    if stage != "checkout":  # the wheels it recorded are still there, unchanged in size
+        try:
+            wheels = stamp.get("wheels", [])
+            return all(Path(r["file"]).stat().st_size == r["size"] for r in wheels)
+        except OSError:
+            return False
     heads = stamp.get("heads") or {}
     return (ctx.therock_dir / ".git").exists() and all(
         read_head(paths.src_dir(ctx.work, c.key)) == heads.get(c.key) for c in ctx.components()
