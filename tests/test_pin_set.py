@@ -117,8 +117,8 @@ def test_unreadable_torch_file_is_refused_unless_forced_and_noted_by_a_dry_run(
     forced = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
     assert forced[1].startswith("WARNING (--force): cannot tell")
     # a dry run shows its plan, saying the real run refuses
-    dry = pin_set.check(aotriton_pin(), "0.13b", force=False, dry_run=True, workdir=tmp_path,
-                        environ=env)  # fmt: skip
+    dry = pin_set.check(aotriton_pin(), "0.13b", force=False, runner=Runner(dry_run=True),
+                        workdir=tmp_path, environ=env)  # fmt: skip
     assert dry[1].startswith("[dry-run] note: cannot tell which AOTriton")
     assert "the real run refuses this" in dry[1]
 

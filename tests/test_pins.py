@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.plumbing import pin_files
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
 from tests.support import aotriton_standins as st
@@ -260,14 +261,14 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
         match=r"pins/pytorch.toml \[pytorch\]: 'commit' is not resolved yet .*nox -s update_pins$",
     ):
         pins.load_pin("pytorch", environ=env)
-    plan = pins.load_pin_for_plan("pytorch", dry_run=True, environ=env)
+    plan = pins.load_pin_for_plan("pytorch", Runner(dry_run=True), environ=env)
     assert (plan.url, plan.ref) == ("https://github.com/ROCm/pytorch", "release/2.13")
     assert plan.commit == (
         "<commit of https://github.com/ROCm/pytorch release/2.13: resolved, checked and recorded "
         "by the real run>"
     )
     with pytest.raises(UserError, match="not resolved yet"):
-        pins.load_pin_for_plan("pytorch", dry_run=False, environ=env)
+        pins.load_pin_for_plan("pytorch", Runner(), environ=env)
     said = pin_files.describe_line(REPO_ROOT / "pins", env)
     assert said.startswith("line release: https://github.com/ROCm/pytorch release/2.13 (commit ")
     assert "x AOTriton 0.13b 6e00ef3e335b: agreement known from a public record only" in said

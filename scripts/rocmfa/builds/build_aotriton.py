@@ -298,7 +298,7 @@ def make_context(
     source build goes on without a torch in the env (torch None)."""
     from rocmfa.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
 
-    session = session_env.open_env(where, dry_run=where.dry_run)
+    session = session_env.open_env(where)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     if session.ready:  # a torch install killed midway is finished first
         finish_interrupted(session.python, session.prefix, session.runner)
@@ -411,7 +411,7 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     update_pins.resolve_for_build("pytorch", ctx.session.runner, workdir=ctx.work, force=opts.force)
     compat_matrix.announce(
         pin_set.check(
-            ctx.pin, ctx.version, force=opts.force, dry_run=opts.dry_run, workdir=ctx.work
+            ctx.pin, ctx.version, force=opts.force, runner=ctx.session.runner, workdir=ctx.work
         )
     )
     torch = torch_version(ctx.torch) if ctx.torch is not None else None
@@ -546,7 +546,7 @@ def keep_in_prefix(
         "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     )
     if new is None:
-        runner.say(f"[dry-run] {story}; would write {stamp}")
+        runner.say(runner.plan_line(f"{story}; would write {stamp}") or story)
         return
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
@@ -632,11 +632,7 @@ def configure_args(
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
     runner, python = ctx.session.runner, ctx.prefix / "bin" / "python"
     root, cmake_dir = (
-        runner.run(
-            [ctx.session.tool("rocm-sdk"), "path", f"--{q}"],
-            capture=True,
-            dry_run_output=f"$(rocm-sdk path --{q})",
-        ).stdout.strip()
+        runner.ask([ctx.session.tool("rocm-sdk"), "path", f"--{q}"], f"$(rocm-sdk path --{q})")
         for q in ("root", "cmake")
     )
     pkgconfig = [ctx.prefix / "lib" / "pkgconfig", ctx.prefix / "share" / "pkgconfig"]

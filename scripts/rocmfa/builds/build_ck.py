@@ -128,7 +128,7 @@ def toolchain(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
 def build_ck(opts: BuildCkOptions) -> None:
     from rocmfa.sources import checkouts, patches, pins
 
-    session = session_env.open_env(opts, dry_run=opts.dry_run)
+    session = session_env.open_env(opts)
     arch, work, prefix, runner = session.arch, session.work, session.prefix, session.runner
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")

@@ -2,20 +2,13 @@
 
     checkout -> torch (triton with it) -> audio, vision (-> apex with --with-apex)
 
-TheRock (pinned) checks out PyTorch and its companions with its own
-external-builds/pytorch/pytorch_*_repo.py scripts (flags as at TheRock 89553ce3,
-docs/upstream-interfaces.md); our patch sets go on by commit after checkout, before hipify;
-then `build_prod_wheels.py build` builds one stage per call. Each stage's stamp
-(<work>/stamps/build_pytorch-<stage>.json) is written last: a rerun resumes at the first stage
-not done; `--from STAGE` reruns it and what follows, `--only STAGE` just it.
-
-Triton is built once, in the torch call: build_prod_wheels (validate_build_args,
-do_build_pytorch @ 89553ce3) turns flash attention off on Linux when triton is not built in the
-same call and pip-installs the triton and torch it built into the env's Python. TheRock's env
-dict overrides CXXFLAGS, USE_FLASH_ATTENTION, PYTORCH_ROCM_ARCH, ...; what passes through on
-Linux: MAX_JOBS, BUILD_TEST (PyTorch builds its C++ tests unless 0) and
-AOTRITON_INSTALLED_PREFIX. A stage's wheels are the files that appeared or changed in the output
-dir while it ran; <work>/build_pytorch-manifest.json lists them for install_wheels.
+TheRock (pinned) checks out PyTorch and its companions with its own pytorch_*_repo.py scripts;
+our patch sets go on by commit before hipify; `build_prod_wheels.py build` builds one stage per
+call (flags as at TheRock 89553ce3: docs/upstream-interfaces.md). A stage's stamp is written
+last, so a rerun resumes at the first stage not done (--from/--only rerun one). Triton is built
+in the torch call: build_prod_wheels turns flash attention off on Linux otherwise. A stage's
+wheels are the files that appeared or changed in the output dir while it ran;
+<work>/build_pytorch-manifest.json lists them for install_wheels.
 """
 
 from __future__ import annotations
@@ -42,15 +35,12 @@ from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import pins, update_pins
 from rocmfa.sources.pins import Pin
 
-SCRIPTS_SUBDIR = Path("external-builds") / "pytorch"
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
 SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
-STAMP_PREFIX = "build_pytorch-"
 CHECKOUT_DEPTH = "1"
 CHECKOUT_JOBS = "10"
 TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise = CPU count
-DEFAULT_TRITON_ORIGIN = "https://github.com/ROCm/triton.git"
 
 
 @dataclass(frozen=True)
@@ -95,7 +85,7 @@ def output_dir(work: Path) -> Path:
 
 
 def stage_stamp(work: Path, stage: str) -> Path:
-    return paths.stamp_path(work, STAMP_PREFIX + stage)
+    return paths.stamp_path(work, "build_pytorch-" + stage)
 
 
 def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
@@ -120,36 +110,25 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in found if e.is_file()}
 
 
-def wheel_record(path: Path, stage: str) -> dict[str, Any]:
-    try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
-    except InvalidWheelFilename as e:
-        raise UserError(f"{path}: not a valid wheel file name ({e})") from None
-    tags_ = sorted(str(t) for t in tags)
-    sha, size = stamps.file_sha256(path), path.stat().st_size
-    return {"project": str(name), "version": str(version), "tags": tags_, "file": str(path),
-            "sha256": sha, "size": size, "stage": stage}  # fmt: skip
-
-
 def produced_wheels(
     out: Path, before: Mapping[str, tuple[int, int]], stage: str
 ) -> list[dict[str, Any]]:
-    names = sorted(n for n, st in snapshot(out).items() if before.get(n) != st)
-    records = [wheel_record(out / n, stage) for n in names]
+    records = []
+    for name in sorted(n for n, st in snapshot(out).items() if before.get(n) != st):
+        try:
+            project, version, _build, tags = parse_wheel_filename(name)
+        except InvalidWheelFilename as e:
+            raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
+        path, tags_ = out / name, sorted(str(t) for t in tags)
+        records.append({"project": str(project), "version": str(version), "tags": tags_,
+                        "file": str(path), "sha256": stamps.file_sha256(path),
+                        "size": path.stat().st_size, "stage": stage})  # fmt: skip
     wanted = set(BY_STAGE[stage].wheels) if stage in BY_STAGE else set()
     if wanted and not any(r["project"] in wanted for r in records):
         raise UserError(
             f"stage {stage} finished but no {'/'.join(sorted(wanted))} wheel appeared in {out}"
         )
     return records
-
-
-def stage_wheels_ok(stamp: Mapping[str, Any]) -> bool:
-    """The wheels a stamp recorded are still there, unchanged in size."""
-    try:
-        return all(Path(r["file"]).stat().st_size == r["size"] for r in stamp.get("wheels", []))
-    except OSError:
-        return False
 
 
 # --- sources ------------------------------------------------------------------------------
@@ -163,8 +142,7 @@ class Source:
 
     @property
     def commit(self) -> str | None:
-        h = self.hashtag or ""
-        return h if len(h) == 40 and all(c in "0123456789abcdef" for c in h) else None
+        return self.hashtag if pin_files.HEX40.fullmatch(self.hashtag or "") else None
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
@@ -183,7 +161,7 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
         return Source(table.get("url"), table.get("commit") or ref, where)
     at = f"pytorch {pytorch_pin.commit[:12]}"
     if component.key == "triton":
-        origin = table.get("url") or DEFAULT_TRITON_ORIGIN
+        origin = table.get("url") or "https://github.com/ROCm/triton.git"
         try:
             commit = (torch_dir / ".ci/docker/ci_commit_pins/triton.txt").read_text().strip()
         except OSError:
@@ -247,7 +225,7 @@ class Context(OnSession):
 
     @property
     def scripts_dir(self) -> Path:
-        return self.therock_dir / SCRIPTS_SUBDIR
+        return self.therock_dir / "external-builds" / "pytorch"
 
     @property
     def out(self) -> Path:
@@ -344,7 +322,7 @@ def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[
 
 
 def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
-    session = open_env(opts, dry_run=opts.dry_run, out=out)
+    session = open_env(opts, out=out)
     arch, work, runner = session.arch, session.work, session.runner
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
@@ -352,18 +330,18 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     therock_pin = pins.load_pin("therock", workdir=work)
     update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
     runner.say(pin_files.describe_line(pin_files.pins_dir()))
-    pytorch_pin = pins.load_pin_for_plan("pytorch", dry_run=opts.dry_run, workdir=work)
+    pytorch_pin = pins.load_pin_for_plan("pytorch", runner, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     if session.ready:
         rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
     else:  # a plan before setup_env: it installs exactly the pinned version
         rocm_version = rocm_sdk.load_pin().version
-        runner.done(f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it")
-    python_tag = runner.run(
+        pinned = f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
+        runner.say(runner.plan_line(pinned) or pinned)
+    python_tag = runner.ask(
         [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
-        capture=True,
-        dry_run_output="$(python tag)",
-    ).stdout.strip()
+        "$(python tag)",
+    )
     aotriton, aotriton_digest, flash = aotriton_for_torch(session, opts)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
@@ -488,24 +466,6 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     if ctx.cache is not None:
         sets.update(ctx.cache.build_sets(ctx.runner.base_env))
     return sets
-
-
-def flash_attention_problem(ctx: Context, argv: list[str]) -> str | None:
-    """Why this build_prod_wheels call would build torch without flash attention although the
-    arch has AOTriton kernels, or None."""
-    if "--pytorch-dir" not in argv or not ctx.flash_attention:
-        return None
-    if "--build-triton" not in argv:
-        return (
-            f"this would build torch for {ctx.arch.name} without flash attention: TheRock's "
-            f"{BUILD_SCRIPT} turns flash attention off on Linux when triton is not built in the "
-            "same call (and rejects --enable-pytorch-flash-attention without it)"
-        )
-    if "--enable-pytorch-flash-attention" not in argv:
-        return (
-            f"this would build torch for {ctx.arch.name} without --enable-pytorch-flash-attention"
-        )
-    return None
 
 
 # --- the checkout stage -------------------------------------------------------------------
@@ -690,8 +650,12 @@ def done(ctx: Context, stage: str) -> bool:
     stamp = stamps.read(stage_stamp(ctx.work, stage))
     if not stamp or stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, stage)):
         return False
-    if stage != "checkout":
-        return stage_wheels_ok(stamp)
+    if stage != "checkout":  # the wheels it recorded are still there, unchanged in size
+        try:
+            wheels = stamp.get("wheels", [])
+            return all(Path(r["file"]).stat().st_size == r["size"] for r in wheels)
+        except OSError:
+            return False
     heads = stamp.get("heads") or {}
     return (ctx.therock_dir / ".git").exists() and all(
         read_head(paths.src_dir(ctx.work, c.key)) == heads.get(c.key) for c in ctx.components()
@@ -750,11 +714,13 @@ def checks_before_building(ctx: Context) -> None:
     AOTriton (rocmfa.sources.pin_set too), before any build (--force: warn only)."""
     from rocmfa.sources import pin_set
 
-    for stage in ctx.enabled[1:]:
-        problem = flash_attention_problem(ctx, build_argv(ctx, stage, False))
-        if problem:
-            cause = "" if ctx.build_triton else " (--skip triton)"
-            raise UserError(f"refusing to build{cause}: {problem}; drop --skip triton")
+    if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
+        raise UserError(
+            f"refusing to build (--skip triton): this would build torch for {ctx.arch.name} "
+            f"without flash attention: TheRock's {BUILD_SCRIPT} turns flash attention off on "
+            "Linux when triton is not built in the same call (and rejects "
+            "--enable-pytorch-flash-attention without it); drop --skip triton"
+        )
     match = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
     stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
     version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
@@ -770,7 +736,7 @@ def checks_before_building(ctx: Context) -> None:
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
     lines = pin_set.check(
-        aotriton, version, force=ctx.opts.force, dry_run=ctx.runner.dry_run, workdir=ctx.work
+        aotriton, version, force=ctx.opts.force, runner=ctx.runner, workdir=ctx.work
     )
     compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
 

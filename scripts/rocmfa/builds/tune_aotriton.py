@@ -208,8 +208,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")
     with running(pg):
         queue(pg, src, wd, arch, filters(opts))
-        if not runner.dry_run:
-            need_gpu(arch, wd)
+        runner.apply(need_gpu, arch, wd)
         build = replace(build, pyaotriton=has_pybind11(ctx))  # the worker imports pyaotriton
         tuned = ba.build_from_source(ctx, build, build_name="aotriton-tuning", extra_cmake=(
             "-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"))  # fmt: skip
@@ -219,7 +218,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     new = ba.build_from_source(ctx, ba.source_build(opts, tuning=True), tuning=candidate)
     stamp = paths.stamp_path(ctx.work, ba.STAMP_NAME)
     inputs = ba.stamp_inputs(ctx, from_release=False, build=build)
-    if ctx.torch is not None or runner.dry_run:
+    if ctx.torch is not None or new is None:  # a plan (no build) shows the gate too
         gate(ctx, new, opts, runner)
     if ctx.torch is None:  # as build_aotriton: torch is built against this prefix, then checked
         ba.keep_in_prefix(ctx, new, stamp, inputs, ba.install_prefix(ctx))
@@ -259,7 +258,7 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
         dispatch = [str(src / ".tune/bin/dispatch"), "flash", str(wd), "--arch", arch]
         runner.run([*dispatch, *chosen, "--skip_completed", "-y"], cwd=src)
         runner.apply(stamps.write_text_atomic, marker, wanted)
-    counts = progress(pg, arch) if not runner.dry_run else {"total": 0}
+    counts = runner.apply(progress, pg, arch) or {"total": 0}
     runner.say(f"queue: {counts['total']} tasks for {arch}")
     return counts
 
@@ -271,7 +270,7 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     runner.run([*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
                cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})  # fmt: skip
     try:
-        final = watch(pg, arch, runner) if not runner.dry_run else None
+        final = runner.apply(watch, pg, arch, runner)
     finally:
         runner.run([*service, "stop", str(wd), arch], cwd=src)
     if final and final["completed"] == 0:

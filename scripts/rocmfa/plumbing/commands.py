@@ -82,6 +82,16 @@ class Runner:
             raise UserError(message)
         self.say(f"[dry-run] note: {message}; the real run stops here")
 
+    def plan_line(self, message: str) -> str | None:
+        """Under dry run, message as a line of the plan ("[dry-run] message") for a step the
+        caller then skips; None in a real run, which takes the step."""
+        return f"[dry-run] {message}" if self.dry_run else None
+
+    def raise_for_real(self, error: Exception) -> None:
+        """A real run raises error; a dry run goes past it (its caller plans with a placeholder)."""
+        if not self.dry_run:
+            raise error
+
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
         """A question's answer (its stdout, stripped); under dry run the named placeholder."""
         return self.run(argv, capture=True, dry_run_output=placeholder).stdout.strip()

@@ -1,14 +1,10 @@
 """`install_wheels --index URL`: choose a published wheel set for this machine and hand pip a
 hash-pinned requirements file for it.
 
-The family index is this machine's (arch from --arch / $ROCMFA_ARCH / rocm-bootstrap); its
-manifests (scripts/rocmfa/sharing/wheel_manifest.py) are read newest first. A set for another arch
-family or arch is refused at once; sets for another Python or ROCm SDK are passed over (a team
-index may hold several), and when none fits, the newest one's mismatch is the error. The wheels
-are installed with `pip install --require-hashes -r <file>`, each line `name @ URL
---hash=sha256:<manifest's>`, so pip refuses any file that differs from what was published;
-their runtime requirements (the manifest's Requires-Dist lines) go in before them, resolved by
-pip from its own configuration (scripts/rocmfa/sharing/install_wheels.py).
+The family index's manifests (wheel_manifest.py) are read newest first: another arch family
+or arch is refused at once, another Python or ROCm SDK passed over (when none fits, the newest
+one's mismatch is the error). pip installs the wheels with --require-hashes (`name @ URL
+--hash=sha256:<manifest's>`) after their runtime requirements (install_wheels.py).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """`nox -s install_wheels`: install the wheels of the last build_pytorch run into the env.
 
-The wheels come from build_pytorch's run manifest (<work>/build_pytorch-manifest.json), never
-from a directory listing, so old wheels next to them in the output dir are never picked up. Each
-is checked before anything is installed: the file is the one the build recorded (sha256), its
-Python tag fits the env's Python, and its ROCm local version (+rocmX.Y... / +devrocm...) is the
-env's `rocm-sdk version` - torch's _rocm_init checks that at import time, and torch/vision/audio
-built against different ROCm versions do not load together (ROCm/vllm#943: "operator
-torchvision::nms does not exist"). Then `pip install --no-deps --force-reinstall` with the env's
-Python, and scripts/rocmfa/probes/backend_check.py when it exists.
-
-The wheels go in exactly (`--no-deps`: pip must not swap torch for another build); what they
-declare they need at run time (Requires-Dist: typing-extensions, sympy, filelock, ...; less the
-wheels themselves and optional extras) is installed first by pip the ordinary way, from pip's own
-configured index (PIP_INDEX_URL / PIP_FIND_LINKS / pip.conf, else PyPI), and the run says
-which. Those already in the env are left as they are, so a machine that built the wheels (TheRock
-installed torch's requirements there) downloads nothing.
-
-With --index URL the wheels are a set another machine published (scripts/rocmfa/sharing/publish.py):
-scripts/rocmfa/sharing/index_install.py picks it and pip installs it with --require-hashes; the
-manifest carries each wheel's Requires-Dist.
+The wheels come from build_pytorch's run manifest (never a directory listing) and are checked
+before anything is installed: sha256 as recorded, Python tag, and ROCm local version against the
+env's `rocm-sdk version` (torch checks it at import; ROCm/vllm#943). Their runtime requirements
+go in first from pip's own configured index (the run says which), then the wheels with
+`pip install --no-deps --force-reinstall`, then probes/backend_check.py. With --index URL the
+wheels are a published set (index_install.py). docs/pytorch-and-ck.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -148,22 +135,6 @@ def load_manifest(work: Path) -> dict[str, Any]:
     return manifest
 
 
-def planned_manifest(work: Path) -> dict[str, Any]:
-    """A plan before build_pytorch has run (alone, or chained after it as the README's main
-    job is): the wheels its default stages write, as named placeholders."""
-    wheels = []
-    stages = enabled_stages((), with_apex=False)
-    for component in (c for c in COMPONENTS if c.stage in stages):  # triton: the torch call's
-        project = component.wheels[0]
-        wheels.append({
-            "file": f"<{project} wheel: written to {output_dir(work)} by nox -s build_pytorch>",
-            "project": project,
-            "version": f"<{project} version>",
-            "sha256": f"<sha256 of the {project} wheel>",
-        })  # fmt: skip
-    return {"wheels": wheels, "planned": True}
-
-
 def runtime_requirements(records: Iterable[Mapping[str, Any]]) -> list[str] | None:
     """What the wheels declare they need at run time (each record's "requires": its
     Requires-Dist lines), less the wheels themselves and optional extras; None when a record
@@ -225,16 +196,23 @@ def pip_source(session: session_env.SessionEnv, python: Path) -> str:
 
 
 def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
-    """build_pytorch's run manifest; in a plan before it exists, the wheels it will list."""
+    """build_pytorch's run manifest; in a plan before it exists (alone, or chained after it as
+    the README's main job is), the wheels it will list, as named placeholders."""
     if manifest_path(work).exists():
         return load_manifest(work)
     runner.refuse(
         f"no build_pytorch run manifest at {manifest_path(work)}: run nox -s build_pytorch "
         "first (or earlier in the same chain)"
     )
-    manifest = planned_manifest(work)
-    projects = ", ".join(r["project"] for r in manifest["wheels"])
-    runner.done(f"the wheels nox -s build_pytorch writes ({projects} by default) are installed")
+    stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
+    projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
+    manifest = {"wheels": [{
+        "file": f"<{p} wheel: written to {output_dir(work)} by nox -s build_pytorch>",
+        "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
+    } for p in projects], "planned": True}  # fmt: skip
+    runner.done(
+        f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default) are installed"
+    )
     return manifest
 
 
@@ -274,7 +252,7 @@ def install_requirements(
 def install_wheels(opts: InstallWheelsOptions) -> None:
     if opts.wheel_set and not opts.index:
         raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
-    session = session_env.open_env(opts, dry_run=opts.dry_run)
+    session = session_env.open_env(opts)
     work, python = session.work, session.python
     runner = session.runner
     manifest = {} if opts.index else this_runs_manifest(work, runner)
@@ -381,12 +359,10 @@ def install_unless_current(
 
 
 def run_backend_check(opts: InstallWheelsOptions, runner: Runner, python: Path) -> None:
-    """The backend probe after an install, unless skipped or absent from this checkout."""
+    """The backend probe after an install, unless skipped."""
     check = REPO_ROOT / "scripts" / "rocmfa" / "probes" / "backend_check.py"
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
-    elif not check.is_file():
-        runner.say(f"no {check.name} in this checkout; skipping the backend check")
     else:
         result = runner.run([python, check], check=False)
         if result.returncode != 0:

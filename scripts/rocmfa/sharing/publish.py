@@ -26,7 +26,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from rocmfa.plumbing import paths, team_index
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
 from rocmfa.plumbing.team_index import IndexSpec, Link
@@ -100,7 +100,7 @@ def publish(opts: PublishOptions) -> None:
         )
     manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
-    runner = Runner(dry_run=opts.dry_run)
+    runner = runner_for(opts)
     say = runner.say
     where = spec.describe(family)
     say(

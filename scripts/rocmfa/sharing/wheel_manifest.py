@@ -1,18 +1,11 @@
 """The manifest of a published wheel set: what was built, from what, for which machines.
 
-One JSON document per wheel set (schema rocmfa-wheelset/1): every wheel's file name, size,
-sha256 and Requires-Dist lines; arch, TheRock index family and rocm-bootstrap's packaging
-chain; Python tag; ROCm SDK version; torch, TheRock and AOTriton commits and versions; the
-patch set digests applied at checkout; whether flash attention was built in; the AOTriton
-runtime and image versions found inside the torch wheel (they must agree: a runtime shipped
-with images of another version fails with hipErrorInvalidValue, TheRock#7315 /
-ROCm/pytorch#3569); and the summaries of the backend_check, validate and bench JSON reports
-given to publish.
-
-An index that speaks only the upload API (pypiserver) stores package files only, so the
-manifest travels as a tiny wheel of its own, project `rocmfa-wheelset`, version
-<YYYYMMDD.HHMMSS>+<python>.<set id> (newest sorts last), holding rocmfa_wheelset/manifest.json.
-The same file goes to static trees, so every index form is read the same way.
+One JSON document per wheel set (schema rocmfa-wheelset/1): the wheels (name, size, sha256,
+Requires-Dist), arch and index family, Python, ROCm SDK, the torch/TheRock/AOTriton pins, patch
+set digests, the AOTriton runtime and images inside the torch wheel (they must agree: docs/
+aotriton.md) and the summaries of the reports given to publish. It travels as a tiny wheel of
+its own, project `rocmfa-wheelset`, version <YYYYMMDD.HHMMSS>+<python>.<set id>, so every index
+form (pypiserver's upload API included) is read the same way.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rocmfa.env import archs
 from rocmfa.plumbing import pin_files
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
 
@@ -62,7 +63,7 @@ def problem(aotriton: pins.Pin, version: str, named, pytorch: pins.Pin) -> str:
 
 
 def check(
-    aotriton: pins.Pin, version: str, *, force: bool, dry_run: bool = False,
+    aotriton: pins.Pin, version: str, *, force: bool, runner: Runner | None = None,
     workdir: str | os.PathLike[str] | Path | None = None,
     environ: Mapping[str, str] | None = None, out=None,
 ) -> list[str]:  # fmt: skip
@@ -70,10 +71,11 @@ def check(
     UserError (one line) for an inconsistent or unverifiable set unless force (a warning). A
     dry run that cannot read the torch file (offline) notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
-    return [head, _verdict(aotriton, version, force, dry_run, workdir, environ, out)]
+    runner = runner or Runner(out=out)
+    return [head, _verdict(aotriton, version, force, runner, workdir, environ, out)]
 
 
-def _verdict(aotriton: pins.Pin, version: str, force, dry_run, workdir, environ, out) -> str:
+def _verdict(aotriton: pins.Pin, version: str, force, runner, workdir, environ, out) -> str:
     if aotriton.data.get("pytorch_cmake") is not None:
         return f"pin set: AOTriton follows the torch pin ({aotriton.source})"
     try:
@@ -82,14 +84,16 @@ def _verdict(aotriton: pins.Pin, version: str, force, dry_run, workdir, environ,
             pytorch, workdir=workdir, environ=environ, out=out
         )
     except UserError as e:
-        if dry_run and isinstance(e, pin_files.Unresolved):  # update_pins.resolve_for_build
-            return "[dry-run] pin set: checked once the real run has resolved the torch pin"
+        later = "pin set: checked once the real run has resolved the torch pin"
+        if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
+            return line  # the real run resolves it first: update_pins.resolve_for_build
         found = (
             f"cannot tell which AOTriton the torch pin names ({e}); "
             "nox -s update_pins records it in pins/pytorch.toml"
         )
-        if dry_run and not force:
-            return f"[dry-run] note: {found}; the real run refuses this (--force to go on)"
+        refused = f"note: {found}; the real run refuses this (--force to go on)"
+        if not force and (line := runner.plan_line(refused)):
+            return line
     else:
         if not (found := problem(aotriton, version, named, pytorch)):
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"

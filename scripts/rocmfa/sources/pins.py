@@ -103,7 +103,7 @@ def load_pin(
 
 
 def load_pin_for_plan(
-    project: str, *, dry_run: bool, workdir: str | os.PathLike[str] | None = None,
+    project: str, runner: Runner, *, workdir: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None, out=None,
 ) -> Pin:  # fmt: skip
     """load_pin; a dry run shows an unresolved commit as a named placeholder (the real run
@@ -111,8 +111,7 @@ def load_pin_for_plan(
     try:
         return load_pin(project, workdir=workdir, environ=environ, out=out)
     except pin_files.Unresolved as e:
-        if not dry_run:
-            raise
+        runner.raise_for_real(e)
         path, table = pin_files.read_table(project, pin_files.pins_dir(None, environ), environ)
         url, ref = str(table.get("url")), str(table.get("ref"))
         commit = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
@@ -293,7 +292,7 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
 def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, str]:
     """(text, origin) of one file of the torch pin's tree, None when it has no such file: from
     the local PyTorch checkout when it holds the commit, else over raw_url. A read-only query:
-    it also runs under --dry-run, because what the pin is decides what the dry run prints."""
+    it also runs in a dry run, because what the pin is decides what the dry run prints."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         result = Runner(out=out or sys.stderr).run(

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pin_set, pins
@@ -59,7 +59,7 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
 
 
 def update_pins(opts: UpdatePinsOptions) -> None:
-    runner = Runner(dry_run=opts.dry_run)
+    runner = runner_for(opts)
     work, directory = paths.workdir(opts.workdir), pin_files.pins_dir()
     chosen, failures = opts.project or pin_files.PROJECTS, {}
     for project in chosen:
@@ -94,11 +94,12 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         pass
     path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
-    if runner.dry_run:
-        runner.say(
-            f"[dry-run] {project}: {ref} has no commit in {path}: the real run resolves, checks "
-            "and records it there first (as nox -s update_pins does)"
-        )
+    later = runner.plan_line(
+        f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records "
+        "it there first (as nox -s update_pins does)"
+    )
+    if later:
+        runner.say(later)
         return
     work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
@@ -142,11 +143,11 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
         follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
         companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
-        if runner.dry_run:  # nothing asked, nothing written
-            if not (follows or companion):
+        what = "the torch pin names" if follows or companion else f"{ref} resolves to"
+        if plan := runner.plan_line(f"{name}: would record the commit {what} (and what it says)"):
+            if not (follows or companion):  # nothing asked, nothing written
                 runner.run(["git", "ls-remote", url, ref])
-            what = "the torch pin names" if follows or companion else f"{ref} resolves to"
-            runner.say(f"[dry-run] {name}: would record the commit {what} (and what it says)")
+            runner.say(plan)
             continue
         if follows:
             pin = pins.load_pin("aotriton", directory, workdir=work)
