@@ -166,9 +166,7 @@ def test_the_chained_dry_run_tells_the_real_chains_story(fresh) -> None:
     assert f"AOTRITON_INSTALLED_PREFIX={prefix} " in torch_stage
     assert "no build_aotriton install found" not in out
     rocm = tomllib.loads((project / "pins" / "rocm.toml").read_text())["rocm"]["version"]
-    assert (
-        f"[dry-run] then: ROCm SDK {rocm}: pinned in pins/rocm.toml, setup_env installs it" in out
-    )
+    assert f"[dry-run] ROCm SDK {rocm}: pinned in pins/rocm.toml, setup_env installs it" in out
     keys = [line for line in out.splitlines() if "key prefix" in line]
     assert len(keys) >= 2  # build_aotriton's, then build_pytorch's per stage
     for line in keys:
