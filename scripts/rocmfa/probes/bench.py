@@ -12,7 +12,7 @@ The number of repeats adapts to a time budget per measurement (--budget-ms, clam
 FLOPs follow the flash-attention convention (say so when quoting the numbers):
 forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
 A rate above the device's peak is flagged ("!>peak", "above_peak": true), never shown as a
-rate. Bytes follow measure.BYTE_CONVENTION; a row whose FLOP/byte is under the ridge point (peak
+rate. Bytes follow BYTE_CONVENTION; a row whose FLOP/byte is under the ridge point (peak
 / the card's memory roof) is memory-bound and judged in GB/s against that roof.
 
 Run as `python scripts/rocmfa/probes/bench.py [options]` with any Python that has torch (CPU, CUDA
@@ -21,22 +21,897 @@ or ROCm).
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 if __package__:
-    from . import bench_measure as measure
-    from . import bench_plan as plan
-    from . import bench_report as report
+    from . import bench_change as change
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
-    import bench_measure as measure  # type: ignore[no-redef]
-    import bench_plan as plan  # type: ignore[no-redef]
-    import bench_report as report  # type: ignore[no-redef]
+    import bench_change as change  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
+
+
+FLOP_CONVENTION = (
+    "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
+    "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
+)
+# Bytes a fused kernel must move at least (element size of q/k/v/o; logsumexp is fp32); the
+# math path moves far more (it materialises the scores), so its GB/s is a floor.
+BYTE_CONVENTION = (
+    "minimum traffic: fwd reads q, k, v and writes o and logsumexp (fp32, B*Hq*Sq); bwd reads "
+    "q, k, v, o, do, logsumexp and writes dq, dk, dv; fwd+bwd = fwd + bwd"
+)
+PASSES = ("fwd", "bwd", "fwdbwd")
+PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
+FLUSH_BYTES = 256 * 2**20
+SLOW_CALL_MS = 50.0
+# The row after calls that slow (the math path at XLarge, the heaviest load of the suite) warms up
+# at least this long: timed at once, XLarge causal flash forward moved 5.6 % between runs on an
+# H200 (1.87-1.97 ms), against 1.4 % when a profiler pass used to sit in between.
+SETTLE_AFTER_SLOW_MS = 50.0
+HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
+# A backward's kernels are launched by the autograd engine's device thread; its wake-up varies
+# (a Medium flash backward read 0.12 ms, or 0.30 ms with a 3.4 ms tail, behind a 0.2 ms spin).
+BACKWARD_HEAD_START_CYCLES = 1_000_000  # ~0.5 ms
+MAX_HEAD_START_CYCLES = 2_000_000  # ~1 ms: longer than any host launch sequence we time
+# Spread = (p75 - p25) / median; above this the row is marked noisy.
+NOISE_THRESHOLD = 0.10
+
+# What identifies a timed case (bench_change.CASE_FIELDS: --compare matches runs on it), then
+# its results.
+RESULT_FIELDS = (
+    *change.CASE_FIELDS, "status", "reason",
+    *("median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms", "repeats", "spread", "noisy"),
+    *("flops", "tflops", "pct_peak", "above_peak", "measured_tflops_above_peak", "peak_tflops"),
+    *("bytes", "intensity", "mem_roof_gbps", "bound", "gbps", "pct_roof"),
+    *("launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
+)  # fmt: skip
+PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
+# GPU idle inside a timed repeat is at most the host's launch time of the call (once the host has
+# queued the call, the GPU never waits), and gaps between queued kernels are ~1 us against >= 4 us
+# of host launch per kernel; so a row whose launch time is under this fraction of its event time
+# stays busy over half the time: not launch-bound, and it is not profiled.
+PROFILE_LAUNCH_FRACTION = 0.25
+
+
+# --------------------------------------------------------------------------- FLOPs, memory
+
+
+def attention_flops(shape: common.Shape, causal: bool, pass_name: str) -> float:
+    forward = 4.0 * shape.batch * shape.q_heads * shape.seq * shape.kv_seq * shape.head_dim
+    if causal:
+        forward *= 0.5
+    return forward * PASS_FLOP_FACTOR[pass_name]
+
+
+def rate_fields(flops: float, median_ms: float, peak: float | None) -> dict[str, Any]:
+    """TFLOP/s and % of peak; a rate above peak is impossible, so it is flagged, not shown."""
+    tflops = flops / (median_ms * 1e-3) / 1e12
+    if peak is not None and tflops > peak:
+        return {
+            "tflops": None,
+            "pct_peak": None,
+            "above_peak": True,
+            "measured_tflops_above_peak": float(f"{tflops:.4g}"),  # tiny rates stay > 0
+        }
+    return {
+        "tflops": round(tflops, 3),
+        "pct_peak": round(100.0 * tflops / peak, 2) if peak else None,
+        "above_peak": False,
+        "measured_tflops_above_peak": None,
+    }
+
+
+def attention_bytes(shape: common.Shape, pass_name: str, element_size: int) -> int:
+    """BYTE_CONVENTION: q/o/do/dq are B*Hq*Sq*D, k/v/dk/dv B*Hkv*Sk*D, logsumexp B*Hq*Sq fp32."""
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
+    lse = 4 * shape.batch * shape.q_heads * shape.seq
+    fwd = (2 * n_q + 2 * n_kv) * element_size + lse  # q, k, v in; o, lse out
+    bwd = (4 * n_q + 4 * n_kv) * element_size + lse  # q, k, v, o, do, lse in; dq, dk, dv out
+    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[pass_name]
+
+
+def roof_fields(
+    flops: float,
+    nbytes: int,
+    median_ms: float,
+    peak_tflops: float | None,
+    roof_gbps: float | None,
+    pct_peak: float | None,
+) -> dict[str, Any]:
+    """Arithmetic intensity, which roof binds (memory when the intensity is under the ridge
+    point peak / roof), achieved GB/s and % of the binding roof (the compute % when
+    compute-bound)."""
+    intensity = flops / nbytes
+    gbps = nbytes / (median_ms * 1e-3) / 1e9
+    bound = None
+    if peak_tflops and roof_gbps:
+        bound = "memory" if intensity < peak_tflops * 1e3 / roof_gbps else "compute"
+    pct = pct_peak if bound == "compute" else None
+    if bound == "memory":
+        pct = round(100.0 * gbps / roof_gbps, 2)
+    return {
+        "bytes": nbytes,
+        "intensity": round(intensity, 2),
+        "mem_roof_gbps": roof_gbps,
+        "bound": bound,
+        "gbps": round(gbps, 2),
+        "pct_roof": pct,
+    }
+
+
+def rates(
+    shape: common.Shape,
+    causal: bool,
+    pass_name: str,
+    median_ms: float,
+    roofs: tuple[float | None, float | None],
+    element_size: int,
+) -> dict[str, Any]:
+    """A timed row's FLOPs, TFLOP/s and % of peak, bytes and roof fields; roofs: (peak
+    TFLOP/s, memory GB/s)."""
+    peak, roof_gbps = roofs
+    flops = attention_flops(shape, causal, pass_name)
+    fields = {"flops": flops, **rate_fields(flops, median_ms, peak)}
+    nbytes = attention_bytes(shape, pass_name, element_size)
+    return fields | roof_fields(flops, nbytes, median_ms, peak, roof_gbps, fields["pct_peak"])
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class Timer:
+    """Times a callable: device events + L2 flush on GPU, perf_counter on CPU."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.device = device
+        self.gpu = device.type == "cuda"
+        self.flush_buffer = (
+            torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if self.gpu else None
+        )
+        self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
+        self.head_start_cycles = HEAD_START_CYCLES
+        self.launch_ms: list[float] = []  # host time of each timed call (GPU)
+        self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
+
+    def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
+        """Spin at least as long as one synchronised call took on the host (an autograd
+        backward at Tiny spends ~0.2 ms launching), at ~2 GHz, 1.5x for margin."""
+        cycles = int(estimate_ms * 1e-3 * 2e9 * 1.5)
+        floor = BACKWARD_HEAD_START_CYCLES if backward else HEAD_START_CYCLES
+        self.head_start_cycles = max(floor, min(MAX_HEAD_START_CYCLES, cycles))
+
+    def sync(self) -> None:
+        import torch
+
+        if self.gpu:
+            torch.cuda.synchronize(self.device)
+
+    def call_once(self, fn: Callable[[], Any], before: Callable[[], Any]) -> float:
+        """One synchronised call; its host-clock time in ms."""
+        before()
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        return (time.perf_counter() - t0) * 1e3
+
+    def warmup(
+        self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
+        min_calls: int,
+    ) -> float:  # fmt: skip
+        """Warm up after a first (probe) call that took first_ms; returns the per-call estimate.
+
+        The first call carries one-off costs (module load, cuDNN plan build, allocator growth),
+        so the estimate comes from later calls. A call slower than SLOW_CALL_MS gets one more
+        call to tell one-off costs from a slow call; a slow call is warm after it.
+        """
+        times: list[float] = []
+        spent, calls = first_ms, 1
+        if first_ms >= SLOW_CALL_MS:
+            times.append(self.call_once(fn, before))
+            spent, calls = spent + times[-1], 2
+        slow = bool(times) and times[-1] >= SLOW_CALL_MS
+        while calls < min_calls or (
+            not slow and (len(times) < 2 or spent < warmup_ms) and calls < 1000
+        ):
+            times.append(self.call_once(fn, before))
+            spent, calls = spent + times[-1], calls + 1
+        return statistics.median(times) if times else first_ms
+
+    def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
+        import torch
+
+        if not self.gpu:
+            out = []
+            for _ in range(repeats):
+                before()
+                t0 = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t0) * 1e3)
+            return out
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        for i in range(repeats):
+            before()
+            if self.gpu_sleep is not None:
+                # Give the host a head start: a backward's kernels take the autograd engine
+                # ~0.1 ms to launch, as long as a Medium backward runs; without queued work
+                # the events would time the host's launch gaps instead of the GPU.
+                self.gpu_sleep(self.head_start_cycles)
+            self.flush_buffer.zero_()
+            starts[i].record()
+            t0 = time.perf_counter()
+            fn()
+            self.launch_ms.append((time.perf_counter() - t0) * 1e3)
+            ends[i].record()
+        self.sync()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+
+def spread(times_ms: list[float]) -> float:
+    """(p75 - p25) / median: 0.1 means the middle half of the repeats spans 10% of the median."""
+    if len(times_ms) < 2:
+        return 0.0
+    q = statistics.quantiles(sorted(times_ms), n=4, method="inclusive")
+    median = statistics.median(times_ms)
+    return (q[2] - q[0]) / median if median > 0 else 0.0
+
+
+def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
+    ordered = sorted(times_ms)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
+    figure = spread(ordered)
+    return {
+        "spread": round(figure, 4),
+        "noisy": figure > noise_threshold,
+        "median_ms": round(statistics.median(ordered), 5),
+        "min_ms": round(ordered[0], 5),
+        "max_ms": round(ordered[-1], 5),
+        "p25_ms": round(q[0], 5),
+        "p75_ms": round(q[2], 5),
+        "repeats": len(ordered),
+    }
+
+
+# --------------------------------------------------------------------------- one case
+
+
+class Tensors:
+    """q, k, v (requiring grad) and the output gradient for one shape and dtype."""
+
+    def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
+        import torch
+
+        self.shape = shape
+        # Generated on the device: CPU generation of the XLarge inputs alone takes seconds.
+        gen = torch.Generator(device=device).manual_seed(0)
+
+        def make(heads: int, seq: int) -> Any:
+            t = torch.randn(shape.batch, heads, seq, shape.head_dim, generator=gen, device=device)
+            return t.to(dtype).requires_grad_(True)
+
+        self.q = make(shape.q_heads, shape.seq)
+        self.k = make(shape.kv_heads, shape.kv_seq)
+        self.v = make(shape.kv_heads, shape.kv_seq)
+        self.dout = make(shape.q_heads, shape.seq).detach()
+
+    def reset_grads(self) -> None:
+        self.q.grad = self.k.grad = self.v.grad = None
+
+
+def pass_callables(
+    tensors: Tensors, causal: bool, pass_name: str
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(timed fn, untimed setup before each call) for one pass."""
+    q, k, v, dout = tensors.q, tensors.k, tensors.v, tensors.dout
+    forward = common.sdpa_call(q, k, v, causal)
+    if pass_name == "fwd":
+        # Training forward (inputs require grad); the timer drops the output at once so that
+        # saved activations don't pile up across repeats.
+        return forward, (lambda: None)
+    if pass_name == "bwd":
+        out = forward()  # forward once; only backward is timed
+        return (lambda: out.backward(dout, retain_graph=True)), tensors.reset_grads
+    return (lambda: forward().backward(dout)), tensors.reset_grads
+
+
+def run_pass(
+    timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
+    known_estimate: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Time one pass; returns status fields plus timing fields when it ran.
+
+    known_estimate: per-call ms when earlier passes of this case already warmed every kernel
+    this pass runs (fwd+bwd after fwd and bwd); the probe call is then skipped.
+    """
+    started = time.perf_counter()
+    try:
+        with common.backend_context(backend, timer.device):
+            # Torch explains a refusal in warnings; they are recorded only around the first call
+            # so that the warning machinery stays out of the timed loop.
+            with common.capture_warnings() as caught:
+                try:
+                    fn, before = pass_callables(tensors, causal, pass_name)
+                    first_ms = None if known_estimate else timer.call_once(fn, before)
+                except Exception as exc:
+                    return _failure(timer, tensors, exc, caught)
+            estimate = known_estimate
+            if first_ms is not None:
+                warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
+                estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
+            timer.set_head_start(estimate, backward=pass_name != "fwd")
+            timer.launch_ms = []
+            summary = summarize(timer.measure(fn, before, repeat_count(opts, estimate)))
+            launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
+            busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
+        tensors.reset_grads()
+        return {
+            "status": "ok",
+            "reason": None,
+            **summary,
+            **busy,
+            "launch_ms": None if launch is None else round(launch, 5),
+            "host_s": round(time.perf_counter() - started, 3),
+        }
+    except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
+        return _failure(timer, tensors, exc, [])
+
+
+def repeat_count(opts: Any, estimate: float) -> int:
+    """--repeats, else what fits --budget-ms, within --min-repeats..--max-repeats."""
+    if opts.repeats:
+        return opts.repeats
+    floor = opts.min_repeats
+    if estimate >= SLOW_CALL_MS:
+        # Calls this slow (the math path at XLarge) vary by well under 1%; two samples bound
+        # the spread and keep the default suite's wall time down.
+        floor = min(floor, opts.slow_min_repeats)
+    return max(floor, min(opts.max_repeats, int(opts.budget_ms / max(estimate, 1e-6))))
+
+
+# --------------------------------------------------------------------------- kernel time
+# A timed repeat is queued as [GPU spin (torch.cuda._sleep: `spin_kernel`, at::cuda::sleep in
+# aten/src/ATen/cuda/Sleep.cu, on ROCm too), L2 flush (one fill kernel), the call's kernels].
+# The profiler's kernel records, in start order, are cut into repeats at each spin kernel, the
+# flush is dropped, and the rest is summed: what the GPU was busy with during the repeat.
+SPIN_KERNEL = "spin_kernel"
+LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
+
+
+def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
+    """(name, start us, duration us) of the device records while `run` runs, in start order;
+    [] when the profiler records no device activity (CPU, or no CUPTI/roctracer)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    # Device activity only: host records (every aten op) would cost more than the repeats.
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    out = []
+    for e in prof.events() or []:
+        if str(getattr(e, "device_type", "")).split(".")[-1] in ("CUDA", "HIP", "PrivateUse1"):
+            out.append((str(e.name), float(e.time_range.start), float(e.time_range.elapsed_us())))
+    return sorted(out, key=lambda k: k[1])
+
+
+def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | None:
+    """Median busy time (ms) of the repeats: cut at spin kernels, the flush dropped."""
+    repeats: list[list[float]] = []
+    for name, _start, duration in kernels:
+        if SPIN_KERNEL in name:
+            repeats.append([])
+        elif repeats:
+            repeats[-1].append(duration)
+    busy = [sum(r[1:]) for r in repeats if len(r) > 1]
+    return round(statistics.median(busy) / 1e3, 5) if busy else None
+
+
+def kernel_fields(
+    timer: Timer, fn: Any, before: Any, median: float, launch: Any, opts: Any
+) -> dict[str, Any]:
+    """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
+    (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
+    none = {"kernel_ms": None, "busy": None, "launch_bound": None}
+    if launch is None or not getattr(opts, "kernel_time", True):
+        return none
+    if launch < PROFILE_LAUNCH_FRACTION * median:
+        return {**none, "launch_bound": False}
+    kernel = kernel_ms_per_repeat(profile(lambda: timer.measure(fn, before, PROFILED_REPEATS)))
+    if not kernel:
+        return none
+    busy = kernel / median
+    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
+
+
+def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:
+    tensors.reset_grads()
+    with contextlib.suppress(Exception):
+        timer.sync()
+    if common.is_oom(exc):
+        release_cache(timer.device)
+        return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
+    text = str(exc)
+    unsupported = isinstance(exc, NotImplementedError) or any(
+        s in text
+        for s in ("No available kernel", "No viable backend", "not supported", "only on ROCm")
+    )
+    return {
+        "status": "unavailable" if unsupported else "error",
+        "reason": common.reason_from(exc, caught),
+    }
+
+
+def release_cache(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# The original 05-attention-bench.py suite (B, H, S, D).
+SIZES = {
+    "Tiny": (1, 1, 128, 64),
+    "Small": (2, 8, 512, 64),
+    "Medium": (4, 8, 1024, 64),
+    "Large": (8, 16, 2048, 64),
+    "XLarge": (16, 16, 4096, 64),
+}
+SUITES = ("default", "llm")
+
+# --suite llm: the shapes models are run with. (name, B, Hq, Hkv, Sq, Sk, D, causal, passes).
+# Prefill is causal with Sq = Sk. Decode (one new token against a cache) and a chunk of queries
+# against a longer cache run non-causal: torch's is_causal aligns the mask top-left when
+# Sq != Sk (the one query would see only the first key), and a decode step needs no mask.
+PREFILL = ("fwd", "bwd", "fwdbwd")
+LLM_SUITE = (
+    *(
+        (f"prefill-{s // 1024}k-d128", 1, 32, 8, s, s, 128, True, PREFILL)
+        for s in (4096, 8192, 16384, 32768)
+    ),
+    *((f"prefill-{s // 1024}k-d64", 1, 32, 8, s, s, 64, True, PREFILL) for s in (4096, 16384)),
+    ("chunk-512x8k-d128", 1, 32, 8, 512, 8192, 128, False, ("fwd", "bwd")),
+    *(
+        (f"decode-{s // 1024}k-d128", 8, 32, 8, 1, s, 128, False, ("fwd",))
+        for s in (4096, 16384, 65536, 131072)
+    ),
+)
+
+
+def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
+    """Peak memory of one case: inputs, output, grads, plus what the backend materialises.
+
+    q/out/dout/dq and k/v/dk/dv, one spare output. The math path upcasts fp16/bf16 to fp32 and
+    materialises B*Hq*Sq*Sk scores: scores and softmax in forward, softmax kept for backward plus
+    two score-sized gradients while it runs (3 fp32 score tensors at peak), and with grouped-query
+    heads expanded fp32 copies of K and V.
+    """
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
+    total = (5 * n_q + 4 * n_kv) * element_size
+    if backend == "math":
+        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
+        expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
+        total += 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
+    else:
+        total += 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
+    return total
+
+
+# --------------------------------------------------------------------------- suite
+
+
+def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
+    """(shape, causal settings, passes) to time: the llm suite's own, else every shape with
+    --causal and --passes."""
+    passes = [p.strip() for p in opts.passes.split(",") if p.strip()]
+    bad = [p for p in passes if p not in PASSES]
+    if bad or not passes:
+        raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
+    if getattr(opts, "suite", "default") == "llm":
+        if opts.sizes or opts.shape or opts.kv_heads:
+            raise common.UsageError("--suite llm has its own shapes: drop --sizes/--shape")
+        return [
+            (
+                common.Shape(name, b, hq, hkv, sq, d, sk),
+                [causal],
+                [p for p in suite_passes if p in passes],
+            )
+            for name, b, hq, hkv, sq, sk, d, causal, suite_passes in LLM_SUITE
+        ]
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
+    return [(shape, causals, passes) for shape in build_shapes(opts)]
+
+
+def suite_dtypes(opts: Any) -> list[str]:
+    """--dtypes, else fp16 (the reference figures' dtype), bf16 and fp16 for --suite llm."""
+    default = "bf16,fp16" if getattr(opts, "suite", "default") == "llm" else "fp16"
+    return common.parse_dtypes(opts.dtypes or default)
+
+
+def build_shapes(opts: Any) -> list[common.Shape]:
+    shapes: list[common.Shape] = []
+    if opts.sizes is not None or not opts.shape:
+        wanted = opts.sizes or ",".join(SIZES)
+        by_lower = {k.lower(): k for k in SIZES}
+        for token in (t.strip() for t in wanted.split(",") if t.strip()):
+            if token.lower() not in by_lower:
+                raise common.UsageError(f"unknown size {token!r} (choose from {', '.join(SIZES)})")
+            name = by_lower[token.lower()]
+            b, h, s, d = SIZES[name]
+            kv = opts.kv_heads or h
+            if h % kv:
+                raise common.UsageError(f"--kv-heads {kv} does not divide {name}'s {h} heads")
+            shapes.append(common.Shape(name, b, h, kv, s, d))
+    for text in opts.shape or []:
+        shapes.append(common.parse_shape(text, opts.kv_heads))
+    return shapes
+
+
+def run_suite(
+    opts: Any, device: Any, peaks: dict[str, float | None], roof_gbps: float | None = None
+) -> list[dict]:
+    """Time every case; peaks: dtype -> the peak TFLOP/s % of peak is taken against;
+    roof_gbps: the memory roof of memory-bound rows."""
+    import torch
+
+    cases = build_cases(opts)
+    dtypes = suite_dtypes(opts)
+    backends = common.parse_backends(opts.backends, device)
+    timer = Timer(device)
+    limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
+    total_cases = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
+    done = 0
+    results: list[dict] = []
+    for shape, causals, passes in cases:
+        for dtype_name in dtypes:
+            dtype = common.torch_dtype(dtype_name)
+            tensors = None
+            for causal, backend in ((c, b) for c in causals for b in backends):
+                done += 1
+                skip = _memory_skip_reason(shape, backend, dtype, device, timer, limit)
+                if skip is None and tensors is None:
+                    tensors, skip = _allocate(shape, dtype, device)
+                base = {
+                    **shape.as_dict(),
+                    "dtype": dtype_name,
+                    "causal": causal,
+                    "backend": backend,
+                    "peak_tflops": peaks.get(dtype_name),
+                }
+                rows = time_case(timer, tensors, base, passes, skip, opts, roof_gbps)
+                results += [complete_row(r) for r in rows]
+                progress(
+                    f"[{done}/{total_cases}] {shape.name} {dtype_name} "
+                    f"{'causal' if causal else 'non-causal'} {backend}: "
+                    + ", ".join(progress_text(r) for r in rows)
+                )
+            # Cached blocks are reused by the next shape (free_memory_bytes counts them as free);
+            # releasing them would only make the next case pay for cudaMalloc again.
+            del tensors
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return results
+
+
+def _allocate(shape: common.Shape, dtype: Any, device: Any) -> tuple[Any, str | None]:
+    try:
+        return Tensors(shape, dtype, device), None
+    except Exception as exc:
+        if not common.is_oom(exc):
+            raise
+        release_cache(device)
+        return None, f"out of memory allocating inputs: {common.first_line(exc)}"
+
+
+def time_case(
+    timer: Any, tensors: Any, base: dict, passes: list[str], skip: str | None, opts: Any, roof: Any
+) -> list[dict]:
+    """One row per pass of one case (shape, dtype, causal, backend), with its rates."""
+    rows = []
+    estimates: dict[str, float] = {}
+    for pass_name in passes:
+        row = dict(base, **{"pass": pass_name})
+        rows.append(row)
+        if skip is not None:
+            row.update(status="skipped", reason=skip)
+            continue
+        known = None
+        if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
+            known = estimates["fwd"] + estimates["bwd"]
+        causal, backend = base["causal"], base["backend"]
+        row.update(run_pass(timer, tensors, causal, backend, pass_name, opts, known))
+        if row["status"] == "ok":
+            estimates[pass_name] = row["median_ms"]
+            bounds = (base["peak_tflops"], roof)
+            size = tensors.q.element_size()
+            row.update(rates(tensors.shape, causal, pass_name, row["median_ms"], bounds, size))
+    return rows
+
+
+def _memory_skip_reason(
+    shape: common.Shape,
+    backend: str,
+    dtype: Any,
+    device: Any,
+    timer: Timer,
+    limit: float | None,
+) -> str | None:
+    import torch
+
+    need = estimate_bytes(shape, backend, torch.empty((), dtype=dtype).element_size())
+    free = common.free_memory_bytes(device)
+    if limit is not None:
+        free = min(free, limit) if free is not None else limit
+    if free is None:
+        return None
+    if need > 0.95 * free:
+        return (
+            f"needs ~{need / 2**30:.2f} GiB ({backend} estimate), "
+            f"{free / 2**30:.2f} GiB free on {device}"
+        )
+    return None
+
+
+def complete_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in RESULT_FIELDS}
+
+
+def progress_text(row: dict[str, Any]) -> str:
+    if row["status"] != "ok":
+        return f"{row['pass']} {row['status']}"
+    tflops, gbps, bound, pct = format_rate(row)
+    rate = "!>peak" if row["above_peak"] else f"{tflops} TF/s"
+    if bound == "memory":
+        rate = f"{gbps} GB/s ({pct}% of the memory roof)"
+    noisy = f" NOISY (spread {100 * row['spread']:.0f}%)" if row.get("noisy") else ""
+    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}{noisy}"
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    """TFLOP/s, GB/s, the binding roof and % of it (of the compute peak when no memory roof is
+    known) as table text."""
+    gbps = row.get("gbps")
+    bound = {"memory": "memory", "compute": "compute"}.get(row.get("bound") or "", "-")
+    gb_text = (f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}") if gbps is not None else "-"
+    if row.get("above_peak"):
+        return "!>peak", gb_text, bound, "!>peak"
+    tflops = row.get("tflops")
+    pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
+    return (
+        (f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}") if tflops is not None else "-",
+        gb_text,
+        bound,
+        f"{pct:.1f}" if pct is not None else "-",
+    )
+
+
+def timing_note(device: Any) -> str:
+    if device.type == "cuda":
+        return (
+            "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
+            "(torch.cuda._sleep) queued before each repeat; host launch cost kept out"
+        )
+    return "device: time.perf_counter per repeat, no cache flush (CPU)"
+
+
+def status_text(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"{r['status']}: {common.first_line(r['reason'] or '', 90)}"
+    if r["above_peak"]:
+        return "ABOVE PEAK (timing suspect)"
+    if r.get("bound") == "memory" and (r.get("pct_roof") or 0) > 100:
+        return "ABOVE MEMORY ROOF (timing or roof suspect)"
+    if r.get("launch_bound"):
+        return f"launch-bound (GPU busy {100 * r['busy']:.0f}% of the time)"
+    return "noisy" if r.get("noisy") else "ok"
+
+
+TABLE_HEADER = (
+    *("size", "B,H,S,D", "dtype", "causal", "backend", "pass"),
+    *("median ms", "min ms", "max ms", "spread %", "reps"),
+    *("TFLOP/s", "GB/s", "bound", "% roof", "status"),
+)
+
+
+def table_row(r: dict[str, Any]) -> tuple:
+    dims = common.Shape.of_row(r).dims()
+    rate: tuple = ("-",) * 4
+    times: tuple = ("-",) * 5
+    if r["status"] == "ok":
+        rate = format_rate(r)
+        ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
+        times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
+    causal = "yes" if r["causal"] else "no"
+    return (
+        r["size"],
+        dims,
+        r["dtype"],
+        causal,
+        r["backend"],
+        r["pass"],
+        *times,
+        *rate,
+        status_text(r),
+    )
+
+
+def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
+    noisy = sum(1 for r in results if r.get("noisy"))
+    footer = [
+        "",
+        f"{noisy} row(s) noisy: spread (p75-p25)/median above "
+        f"{NOISE_THRESHOLD:.0%}; treat those medians with care",
+    ]
+    lines = [
+        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
+        f"torch {provenance['torch']}",
+        f"timing: {timer}",
+        f"FLOPs: {FLOP_CONVENTION}",
+        f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory "
+        "roof; % roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak "
+        "otherwise",
+        f"peak: {provenance.get('peak_note', '-')}",
+        "",
+        *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
+        *(footer if noisy else []),
+    ]
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, results: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RESULT_FIELDS)
+        writer.writeheader()
+        for row in results:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+
+
+def write_plot(path: Path, results: list[dict], title: str) -> str | None:
+    """PNG of TFLOP/s per size: one panel per (dtype, causal) and pass. None or why skipped."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed; plot skipped"
+    ok = [r for r in results if r["status"] == "ok" and r["tflops"] is not None]
+    if not ok:
+        return "no rate to plot"
+    columns = sorted({(r["dtype"], r["causal"]) for r in ok})
+    passes = [p for p in PASSES if any(r["pass"] == p for r in ok)]
+    sizes = list(dict.fromkeys(r["size"] for r in results))
+    fig, axes = plt.subplots(
+        len(passes),
+        len(columns),
+        figsize=(4.2 * len(columns), 3.2 * len(passes)),
+        squeeze=False,
+        sharex=True,
+    )
+    any_noisy = False
+    for i, pass_name in enumerate(passes):
+        for j, (dtype, causal) in enumerate(columns):
+            ax = axes[i][j]
+            panel = [
+                r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
+            ]
+            any_noisy = _plot_panel(ax, panel, sizes, any_noisy)
+            ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
+            ax.set_xticks(range(len(sizes)))
+            ax.set_xticklabels(sizes, rotation=30, fontsize=7)
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("TFLOP/s")
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle(
+        title + "\n" + FLOP_CONVENTION + ("\nred ring: noisy row" if any_noisy else ""),
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _plot_panel(ax: Any, rows: list[dict], sizes: list[str], any_noisy: bool) -> bool:
+    """One line per backend, noisy rows ringed in red; True once a noisy row was drawn."""
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        mine = [r for r in rows if r["backend"] == backend]
+        xs, ys = zip(*((sizes.index(r["size"]), r["tflops"]) for r in mine), strict=True)
+        ax.plot(xs, ys, marker="o", label=backend)
+        noisy = [(sizes.index(r["size"]), r["tflops"]) for r in mine if r.get("noisy")]
+        if noisy:
+            nx, ny = zip(*noisy, strict=True)
+            label = "noisy" if not any_noisy else None
+            ax.scatter(nx, ny, s=90, facecolors="none", edgecolors="red", zorder=3, label=label)
+            any_noisy = True
+    return any_noisy
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
+    """B's runs against A's runs, every matching case judged by the one change rule
+    (bench_change: threshold, run-to-run floor, launch-bound rows never a change)."""
+    a_docs = [common.read_results(p, "bench result") for p in paths_a]
+    b_docs = [common.read_results(p, "bench result") for p in paths_b]
+    floors = change.load_floors()
+
+    def who(docs: list[dict[str, Any]], paths: list[str]) -> str:
+        prov = docs[0].get("provenance", {})
+        return (
+            f"{', '.join(paths)} (torch {prov.get('torch')}, {prov.get('device_name')}"
+            f"{f'; {len(docs)} runs' if len(docs) > 1 else ''})"
+        )
+
+    lines = [
+        f"A: {who(a_docs, paths_a)}",
+        f"B: {who(b_docs, paths_b)}",
+        f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
+        f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
+        "",
+    ]
+    rows = change.compare_runs(
+        [d["results"] for d in a_docs], [d["results"] for d in b_docs], threshold_pct, floors
+    )
+    if not rows:
+        raise common.UsageError(
+            f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
+            + (" (and every --compare-runs file)" if len(paths_a) > 1 else "")
+        )
+    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
+    header = (*header, "")
+    table = [
+        (
+            r.get("size") or "?",
+            r["dtype"],
+            "yes" if r["causal"] else "no",
+            r["backend"],
+            r["pass"],
+            f"{r['a_ms']:.4f}",
+            f"{r['b_ms']:.4f}",
+            f"{r['speedup']:.3f}x",
+            f"{r['allowance_pct']:.0f}%",
+            "" if r["verdict"] == "same" else r["verdict"],
+        )
+        for r in rows
+    ]
+    lines += common.text_table(header, table)
+    counts, geo = change.tally(rows)
+    lines += [
+        "",
+        f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
+        f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
+        f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
+        f"timed interval: not a kernel change), {counts['same']} same; "
+        f"geometric-mean speedup {geo or 1.0:.3f}x",
+    ]
+    return "\n".join(lines)
+
 
 PROG = "bench.py"
 SCHEMA = "sdpa-bench/1"
@@ -49,8 +924,8 @@ def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__.split("\n\n")[0])
     p.epilog = (
         "Default sizes (B,H,S,D): "
-        + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in plan.SIZES.items())
-        + f". FLOPs: {measure.FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
+        + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SIZES.items())
+        + f". FLOPs: {FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
         "unavailable or skipped are recorded, not errors), 2 on bad input."
     )
     _add_case_options(p)
@@ -63,7 +938,7 @@ def _add_case_options(p: common.OneLineArgumentParser) -> None:
     """Which cases: sizes, shapes, dtypes, backends, causal, passes."""
     p.add_argument(
         "--suite",
-        choices=plan.SUITES,
+        choices=SUITES,
         default="default",
         help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run "
         "(head dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode "
@@ -97,7 +972,7 @@ def _add_timing_options(p: common.OneLineArgumentParser) -> None:
         ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
         ("--min-repeats", int, 5, "adaptive mode minimum"),
         ("--slow-min-repeats", int, 2, "adaptive mode minimum for calls slower than "
-         f"{measure.SLOW_CALL_MS:g} ms"),
+         f"{SLOW_CALL_MS:g} ms"),
         ("--max-repeats", int, 50, "adaptive mode maximum"),
         ("--warmup", int, 1, "minimum warm-up calls"),
         ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
@@ -188,7 +1063,7 @@ def _compare(opts: Any) -> int:
     if len(extra) % 2:
         raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
     print(
-        report.compare(
+        compare(
             [opts.compare[0], *extra[0::2]], [opts.compare[1], *extra[1::2]], opts.threshold_pct
         )
     )
@@ -201,7 +1076,7 @@ def _replot(opts: Any) -> int:
         raise common.UsageError("--replot needs --plot PATH")
     data = common.read_results(opts.replot, "--replot")
     prov = data.get("provenance", {})
-    note = report.write_plot(
+    note = write_plot(
         Path(opts.plot_path),
         data["results"],
         f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}",
@@ -245,7 +1120,7 @@ def _settings(opts: Any, device: Any) -> dict[str, Any]:
     settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
     # timing/sustained: as earlier runs recorded them, so that the results page still finds
     # them the same configuration as this one.
-    return {**settings, "timing": "device", "sustained": 0.0, "timer": report.timing_note(device)}
+    return {**settings, "timing": "device", "sustained": 0.0, "timer": timing_note(device)}
 
 
 def _write_outputs(
@@ -255,13 +1130,13 @@ def _write_outputs(
     results = document["results"]
     if paths["json"]:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-        plan.progress(f"wrote {paths['json']}")
+        progress(f"wrote {paths['json']}")
     if paths["csv"]:
-        report.write_csv(paths["csv"], results)
-        plan.progress(f"wrote {paths['csv']}")
+        write_csv(paths["csv"], results)
+        progress(f"wrote {paths['csv']}")
     if paths["plot"]:
-        note = report.write_plot(paths["plot"], results, plot_title)
-        plan.progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
+        note = write_plot(paths["plot"], results, plot_title)
+        progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
 
 
 def _dry_run(opts: Any, device: Any, cases: list, dtypes: list, backends: list) -> int:
@@ -287,9 +1162,9 @@ def _main(argv: list[str] | None) -> int:
         return _replot(opts)
     _check_options(opts)
     # Validate everything cheap before touching the device.
-    cases = plan.build_cases(opts)
+    cases = build_cases(opts)
     device = common.resolve_device(opts.device)
-    dtypes = plan.suite_dtypes(opts)
+    dtypes = suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
     if opts.dry_run:
         return _dry_run(opts, device, cases, dtypes, backends)
@@ -304,20 +1179,18 @@ def _main(argv: list[str] | None) -> int:
     prov["device_info"] = info
     peaks = _add_peaks(prov, arch, arches, info, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
-        plan.progress(
-            "warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer"
-        )
+        progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
 
-    results = plan.run_suite(
+    results = run_suite(
         opts, device, {d: p for d, (p, _s) in peaks.items()}, prov["memory_roof_gbps"]
     )
     wall = time.perf_counter() - started
-    print(report.render_table(results, prov, report.timing_note(device)))
+    print(render_table(results, prov, timing_note(device)))
     document = {
         "schema": SCHEMA,
         "identity": ident,
-        "flop_convention": measure.FLOP_CONVENTION,
-        "byte_convention": measure.BYTE_CONVENTION,
+        "flop_convention": FLOP_CONVENTION,
+        "byte_convention": BYTE_CONVENTION,
         "provenance": prov,
         "settings": _settings(opts, device),
         "wall_s": round(wall, 3),
@@ -326,7 +1199,7 @@ def _main(argv: list[str] | None) -> int:
     _write_outputs(
         paths, document, f"SDPA on {device_name} ({arch or 'cpu'}), torch {prov['torch']}"
     )
-    plan.progress(f"done in {wall:.1f} s")
+    progress(f"done in {wall:.1f} s")
     return 0
 
 

@@ -11,7 +11,7 @@ A row is called faster or slower only when the change of its median exceeds both
   overlap, and the change must exceed their combined range.
 
 Rows where the GPU idled through most of the timed interval (kernel time from the profiler far
-below the event time: `launch_bound`, scripts/rocmfa/probes/bench_measure.py) are labelled
+below the event time: `launch_bound`, scripts/rocmfa/probes/bench.py) are labelled
 launch-bound
 and never called a kernel speed-up or regression. Otherwise: "same" (within the threshold) or
 "noisy" (beyond the threshold, within run-to-run variation, or a row flagged noisy).

@@ -1,6 +1,6 @@
 """Cross-check of bench.py's timer against an independent harness, in the same process.
 
-For every fp16 forward/backward case, bench's own timer (bench_measure.Timer on bench's inputs)
+For every fp16 forward/backward case, bench's own timer (bench.Timer on bench's inputs)
 and a minimal harness (its own inputs and loops, no code shared with bench) take turns, A-B then
 B-A (--turns), so both see the same clocks, power state and neighbours. A case's "diff %" is the
 median over neighbouring turn pairs of bench's turn median / the harness's - 1 ("pooled": of the
@@ -32,17 +32,17 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 if __package__:
-    from . import bench_measure as bench_timing
+    from . import bench
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
-    import bench_measure as bench_timing  # type: ignore[no-redef]
+    import bench  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 SCHEMA = "sdpa-crosscheck/1"
 PROFILED_REPEATS = 20  # GPU: bench's repeats timed by events and the profiler at once
 TURN_MS = 20.0  # timed milliseconds per side per turn
 SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only spins longer
-# Kept apart from bench_plan.SIZES on purpose: this harness must not inherit a wrong shape.
+# Kept apart from bench.SIZES on purpose: this harness must not inherit a wrong shape.
 SIZES = {
     "Tiny": (1, 1, 128, 64),
     "Small": (2, 8, 512, 64),
@@ -184,18 +184,18 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
     """bench's timer and the harness in turns on one pass of one case; one row of the JSON."""
     size, backend, causal, pass_name = case
     b, h, s, d = SIZES[size]
-    timer = bench_timing.Timer(device)
-    tensors = bench_timing.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
+    timer = bench.Timer(device)
+    tensors = bench.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
     harness = Harness(size, causal, device)
     with common.backend_context(backend, device):
-        fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+        fn, before = bench.pass_callables(tensors, causal, pass_name)
         estimate = timer.warmup(fn, before, timer.call_once(fn, before), 10.0, 1)
     timer.set_head_start(estimate, backward=pass_name != "fwd")
     per_turn = max(1, min(40, round(TURN_MS / max(estimate, 1e-6))))
 
     def bench_turn(_index: int) -> list[float]:
         with common.backend_context(backend, device):
-            fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+            fn, before = bench.pass_callables(tensors, causal, pass_name)
             times = timer.measure(fn, before, per_turn)
         tensors.reset_grads()
         return times
@@ -210,9 +210,9 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
     kernel_ms = None
     if device.type == "cuda":  # a second clock: the same repeats' kernel records
         with common.backend_context(backend, device):
-            fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+            fn, before = bench.pass_callables(tensors, causal, pass_name)
             run = lambda: events.extend(timer.measure(fn, before, PROFILED_REPEATS))  # noqa: E731
-            kernel_ms = bench_timing.kernel_ms_per_repeat(bench_timing.profile(run))
+            kernel_ms = bench.kernel_ms_per_repeat(bench.profile(run))
         tensors.reset_grads()
     event_ms = statistics.median(events) if events else None
     bench_ms = statistics.median(x for t in ours for x in t)
