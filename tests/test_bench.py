@@ -70,13 +70,10 @@ def test_rate_above_peak_is_flagged_not_shown(tmp_path, capsys):
 
 
 def test_rate_below_peak_has_percentage():
-    fields = bench.rate_fields(flops=2e12, median_ms=1000.0, peak=4.0)
-    assert fields == {
-        "tflops": 2.0,
-        "pct_peak": 50.0,
-        "above_peak": False,
-        "measured_tflops_above_peak": None,
-    }
+    shape = sdpa_common.Shape("x", 1, 1, 1, 500, 1000)  # 1e9 FLOP forward
+    fields = bench.rates(shape, False, "fwd", 0.5, (4.0, None), 2)
+    assert fields["tflops"] == 2.0 and fields["pct_peak"] == 50.0
+    assert fields["above_peak"] is False and fields["measured_tflops_above_peak"] is None
 
 
 def test_case_that_does_not_fit_in_memory_is_skipped(tmp_path):

@@ -1,22 +1,9 @@
 """Benchmark torch scaled_dot_product_attention per backend: forward, backward, forward+backward.
 
-Timing: device events (torch.cuda.Event; the same API on ROCm) around each repeat, with a 256 MiB
-buffer written before every repeat to flush the L2 and a short GPU spin (torch.cuda._sleep)
-queued ahead of it so that launch latency stays out of the window, after a warm-up; median,
-min/max and quartiles are reported. On CPU the host clock (time.perf_counter) is used and
-there is no flush.
-The number of repeats adapts to a time budget per measurement (--budget-ms, clamped to
---min-repeats..--max-repeats) unless --repeats fixes it. Each row has a spread figure,
-(p75 - p25) / median; above 10 % the row is marked `noisy`.
-
-FLOPs follow the flash-attention convention (say so when quoting the numbers):
-forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
-A rate above the device's peak is flagged ("!>peak", "above_peak": true), never shown as a
-rate. Bytes follow BYTE_CONVENTION; a row whose FLOP/byte is under the ridge point (peak
-/ the card's memory roof) is memory-bound and judged in GB/s against that roof.
-
-Run as `python scripts/rocmfa/probes/bench.py [options]` with any Python that has torch (CPU, CUDA
-or ROCm).
+Device events around each repeat (an L2 flush and a GPU spin queued ahead), the host clock on
+CPU; adaptive repeats; median, min/max, quartiles and a spread figure per row. FLOPs follow the
+flash-attention convention, bytes the minimum traffic; a rate above peak is flagged, never
+shown. Method and fields: docs/attention-tools.md. Runs with any Python that has torch.
 """
 
 from __future__ import annotations
@@ -38,35 +25,22 @@ else:  # run as a plain script: this file's folder is first on sys.path
     import bench_change as change  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
-
 FLOP_CONVENTION = (
     "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
     "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
 )
-# Bytes a fused kernel must move at least (element size of q/k/v/o; logsumexp is fp32); the
-# math path moves far more (it materialises the scores), so its GB/s is a floor.
 BYTE_CONVENTION = (
     "minimum traffic: fwd reads q, k, v and writes o and logsumexp (fp32, B*Hq*Sq); bwd reads "
     "q, k, v, o, do, logsumexp and writes dq, dk, dv; fwd+bwd = fwd + bwd"
 )
 PASSES = ("fwd", "bwd", "fwdbwd")
 PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
-FLUSH_BYTES = 256 * 2**20
 SLOW_CALL_MS = 50.0
-# The row after calls that slow (the math path at XLarge, the heaviest load of the suite) warms up
-# at least this long: timed at once, XLarge causal flash forward moved 5.6 % between runs on an
-# H200 (1.87-1.97 ms), against 1.4 % when a profiler pass used to sit in between.
+# The row after a slow call warms up this long (timed at once, XLarge flash fwd moved 5.6 %).
 SETTLE_AFTER_SLOW_MS = 50.0
-HEAD_START_CYCLES = 300_000  # GPU spin before each repeat, ~0.15 ms at 2 GHz (untimed)
-# A backward's kernels are launched by the autograd engine's device thread; its wake-up varies
-# (a Medium flash backward read 0.12 ms, or 0.30 ms with a 3.4 ms tail, behind a 0.2 ms spin).
-BACKWARD_HEAD_START_CYCLES = 1_000_000  # ~0.5 ms
-MAX_HEAD_START_CYCLES = 2_000_000  # ~1 ms: longer than any host launch sequence we time
-# Spread = (p75 - p25) / median; above this the row is marked noisy.
-NOISE_THRESHOLD = 0.10
-
-# What identifies a timed case (bench_change.CASE_FIELDS: --compare matches runs on it), then
-# its results.
+# GPU spin before each repeat (untimed, ~2 GHz): fwd, bwd (autograd's thread wakes late), max.
+HEAD_START_CYCLES, BACKWARD_HEAD_START_CYCLES, MAX_HEAD_START_CYCLES = 300_000, 1_000_000, 2_000_000
+NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
 RESULT_FIELDS = (
     *change.CASE_FIELDS, "status", "reason",
     *("median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms", "repeats", "spread", "noisy"),
@@ -75,39 +49,15 @@ RESULT_FIELDS = (
     *("launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
 )  # fmt: skip
 PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
-# GPU idle inside a timed repeat is at most the host's launch time of the call (once the host has
-# queued the call, the GPU never waits), and gaps between queued kernels are ~1 us against >= 4 us
-# of host launch per kernel; so a row whose launch time is under this fraction of its event time
-# stays busy over half the time: not launch-bound, and it is not profiled.
+# Rows whose host launch time is under this fraction of the event time cannot be launch-bound.
 PROFILE_LAUNCH_FRACTION = 0.25
-
-
-# --------------------------------------------------------------------------- FLOPs, memory
+SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
+LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 
 
 def attention_flops(shape: common.Shape, causal: bool, pass_name: str) -> float:
     forward = 4.0 * shape.batch * shape.q_heads * shape.seq * shape.kv_seq * shape.head_dim
-    if causal:
-        forward *= 0.5
-    return forward * PASS_FLOP_FACTOR[pass_name]
-
-
-def rate_fields(flops: float, median_ms: float, peak: float | None) -> dict[str, Any]:
-    """TFLOP/s and % of peak; a rate above peak is impossible, so it is flagged, not shown."""
-    tflops = flops / (median_ms * 1e-3) / 1e12
-    if peak is not None and tflops > peak:
-        return {
-            "tflops": None,
-            "pct_peak": None,
-            "above_peak": True,
-            "measured_tflops_above_peak": float(f"{tflops:.4g}"),  # tiny rates stay > 0
-        }
-    return {
-        "tflops": round(tflops, 3),
-        "pct_peak": round(100.0 * tflops / peak, 2) if peak else None,
-        "above_peak": False,
-        "measured_tflops_above_peak": None,
-    }
+    return forward * (0.5 if causal else 1.0) * PASS_FLOP_FACTOR[pass_name]
 
 
 def attention_bytes(shape: common.Shape, pass_name: str, element_size: int) -> int:
@@ -115,82 +65,59 @@ def attention_bytes(shape: common.Shape, pass_name: str, element_size: int) -> i
     n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
     n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     lse = 4 * shape.batch * shape.q_heads * shape.seq
-    fwd = (2 * n_q + 2 * n_kv) * element_size + lse  # q, k, v in; o, lse out
-    bwd = (4 * n_q + 4 * n_kv) * element_size + lse  # q, k, v, o, do, lse in; dq, dk, dv out
+    fwd = (2 * n_q + 2 * n_kv) * element_size + lse
+    bwd = (4 * n_q + 4 * n_kv) * element_size + lse
     return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[pass_name]
 
 
-def roof_fields(
-    flops: float,
-    nbytes: int,
-    median_ms: float,
-    peak_tflops: float | None,
-    roof_gbps: float | None,
-    pct_peak: float | None,
-) -> dict[str, Any]:
-    """Arithmetic intensity, which roof binds (memory when the intensity is under the ridge
-    point peak / roof), achieved GB/s and % of the binding roof (the compute % when
-    compute-bound)."""
-    intensity = flops / nbytes
-    gbps = nbytes / (median_ms * 1e-3) / 1e9
+def rates(
+    shape: common.Shape, causal: bool, pass_name: str, median_ms: float,
+    roofs: tuple[float | None, float | None], element_size: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A timed row's FLOPs, TFLOP/s, % of peak (above peak: flagged, not shown), bytes, and
+    which roof binds (memory when FLOP/byte is under peak / memory roof) with % of it."""
+    peak, roof = roofs
+    flops = attention_flops(shape, causal, pass_name)
+    nbytes = attention_bytes(shape, pass_name, element_size)
+    tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
+    above = peak is not None and tflops > peak
+    pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
     bound = None
-    if peak_tflops and roof_gbps:
-        bound = "memory" if intensity < peak_tflops * 1e3 / roof_gbps else "compute"
-    pct = pct_peak if bound == "compute" else None
-    if bound == "memory":
-        pct = round(100.0 * gbps / roof_gbps, 2)
+    if peak and roof:
+        bound = "memory" if flops / nbytes < peak * 1e3 / roof else "compute"
     return {
+        "flops": flops,
+        "tflops": None if above else round(tflops, 3),
+        "pct_peak": pct_peak,
+        "above_peak": above,
+        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
         "bytes": nbytes,
-        "intensity": round(intensity, 2),
-        "mem_roof_gbps": roof_gbps,
+        "intensity": round(flops / nbytes, 2),
+        "mem_roof_gbps": roof,
         "bound": bound,
         "gbps": round(gbps, 2),
-        "pct_roof": pct,
+        "pct_roof": round(100.0 * gbps / roof, 2) if bound == "memory" else pct_peak,
     }
 
 
-def rates(
-    shape: common.Shape,
-    causal: bool,
-    pass_name: str,
-    median_ms: float,
-    roofs: tuple[float | None, float | None],
-    element_size: int,
-) -> dict[str, Any]:
-    """A timed row's FLOPs, TFLOP/s and % of peak, bytes and roof fields; roofs: (peak
-    TFLOP/s, memory GB/s)."""
-    peak, roof_gbps = roofs
-    flops = attention_flops(shape, causal, pass_name)
-    fields = {"flops": flops, **rate_fields(flops, median_ms, peak)}
-    nbytes = attention_bytes(shape, pass_name, element_size)
-    return fields | roof_fields(flops, nbytes, median_ms, peak, roof_gbps, fields["pct_peak"])
-
-
-# --------------------------------------------------------------------------- timing
-
-
 class Timer:
-    """Times a callable: device events + L2 flush on GPU, perf_counter on CPU."""
+    """Times a callable: device events + L2 flush + GPU spin on GPU, perf_counter on CPU."""
 
     def __init__(self, device: Any) -> None:
         import torch
 
-        self.device = device
-        self.gpu = device.type == "cuda"
+        self.device, self.gpu = device, device.type == "cuda"
         self.flush_buffer = (
-            torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if self.gpu else None
+            torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
         )
-        self.gpu_sleep = getattr(torch.cuda, "_sleep", None) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
         self.launch_ms: list[float] = []  # host time of each timed call (GPU)
         self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
 
     def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
-        """Spin at least as long as one synchronised call took on the host (an autograd
-        backward at Tiny spends ~0.2 ms launching), at ~2 GHz, 1.5x for margin."""
-        cycles = int(estimate_ms * 1e-3 * 2e9 * 1.5)
+        """Spin 1.5x as long as one synchronised call took on the host, at ~2 GHz."""
         floor = BACKWARD_HEAD_START_CYCLES if backward else HEAD_START_CYCLES
-        self.head_start_cycles = max(floor, min(MAX_HEAD_START_CYCLES, cycles))
+        self.head_start_cycles = max(floor, min(MAX_HEAD_START_CYCLES, int(estimate_ms * 3e6)))
 
     def sync(self) -> None:
         import torch
@@ -211,12 +138,8 @@ class Timer:
         self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
         min_calls: int,
     ) -> float:  # fmt: skip
-        """Warm up after a first (probe) call that took first_ms; returns the per-call estimate.
-
-        The first call carries one-off costs (module load, cuDNN plan build, allocator growth),
-        so the estimate comes from later calls. A call slower than SLOW_CALL_MS gets one more
-        call to tell one-off costs from a slow call; a slow call is warm after it.
-        """
+        """Warm up after a first call of first_ms (one-off costs); the per-call estimate. A call
+        slower than SLOW_CALL_MS gets one more call and is then warm."""
         times: list[float] = []
         spent, calls = first_ms, 1
         if first_ms >= SLOW_CALL_MS:
@@ -233,31 +156,34 @@ class Timer:
     def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
         import torch
 
-        if not self.gpu:
-            out = []
-            for _ in range(repeats):
-                before()
-                t0 = time.perf_counter()
-                fn()
-                out.append((time.perf_counter() - t0) * 1e3)
-            return out
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        for i in range(repeats):
+        out, pairs = [], []
+        for _ in range(repeats):
             before()
-            if self.gpu_sleep is not None:
-                # Give the host a head start: a backward's kernels take the autograd engine
-                # ~0.1 ms to launch, as long as a Medium backward runs; without queued work
-                # the events would time the host's launch gaps instead of the GPU.
-                self.gpu_sleep(self.head_start_cycles)
-            self.flush_buffer.zero_()
-            starts[i].record()
+            if self.gpu:
+                # Queued GPU work ahead, so the events time the GPU, not the host's launches.
+                torch.cuda._sleep(self.head_start_cycles)
+                self.flush_buffer.zero_()
+                pairs.append([torch.cuda.Event(enable_timing=True) for _ in "se"])
+                pairs[-1][0].record()
             t0 = time.perf_counter()
             fn()
-            self.launch_ms.append((time.perf_counter() - t0) * 1e3)
-            ends[i].record()
+            (self.launch_ms if self.gpu else out).append((time.perf_counter() - t0) * 1e3)
+            if self.gpu:
+                pairs[-1][1].record()
         self.sync()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        return [s.elapsed_time(e) for s, e in pairs] if self.gpu else out
+
+
+def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
+    ordered = sorted(times_ms)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
+    figure = spread(ordered)
+    return {
+        "spread": round(figure, 4), "noisy": figure > noise_threshold,
+        "median_ms": round(statistics.median(ordered), 5), "min_ms": round(ordered[0], 5),
+        "max_ms": round(ordered[-1], 5), "p25_ms": round(q[0], 5), "p75_ms": round(q[2], 5),
+        "repeats": len(ordered),
+    }  # fmt: skip
 
 
 def spread(times_ms: list[float]) -> float:
@@ -269,41 +195,21 @@ def spread(times_ms: list[float]) -> float:
     return (q[2] - q[0]) / median if median > 0 else 0.0
 
 
-def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
-    ordered = sorted(times_ms)
-    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
-    figure = spread(ordered)
-    return {
-        "spread": round(figure, 4),
-        "noisy": figure > noise_threshold,
-        "median_ms": round(statistics.median(ordered), 5),
-        "min_ms": round(ordered[0], 5),
-        "max_ms": round(ordered[-1], 5),
-        "p25_ms": round(q[0], 5),
-        "p75_ms": round(q[2], 5),
-        "repeats": len(ordered),
-    }
-
-
-# --------------------------------------------------------------------------- one case
-
-
 class Tensors:
-    """q, k, v (requiring grad) and the output gradient for one shape and dtype."""
+    """q, k, v (requiring grad) and the output gradient for one shape and dtype, made on the
+    device (CPU generation of the XLarge inputs alone takes seconds)."""
 
     def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
         import torch
 
         self.shape = shape
-        # Generated on the device: CPU generation of the XLarge inputs alone takes seconds.
         gen = torch.Generator(device=device).manual_seed(0)
 
         def make(heads: int, seq: int) -> Any:
             t = torch.randn(shape.batch, heads, seq, shape.head_dim, generator=gen, device=device)
             return t.to(dtype).requires_grad_(True)
 
-        self.q = make(shape.q_heads, shape.seq)
-        self.k = make(shape.kv_heads, shape.kv_seq)
+        self.q, self.k = make(shape.q_heads, shape.seq), make(shape.kv_heads, shape.kv_seq)
         self.v = make(shape.kv_heads, shape.kv_seq)
         self.dout = make(shape.q_heads, shape.seq).detach()
 
@@ -311,18 +217,15 @@ class Tensors:
         self.q.grad = self.k.grad = self.v.grad = None
 
 
-def pass_callables(
-    tensors: Tensors, causal: bool, pass_name: str
-) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """(timed fn, untimed setup before each call) for one pass."""
+def pass_callables(tensors: Tensors, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
+    """(timed fn, untimed setup before each call) for one pass; bwd: forward once, then only
+    backward is timed."""
     q, k, v, dout = tensors.q, tensors.k, tensors.v, tensors.dout
     forward = common.sdpa_call(q, k, v, causal)
     if pass_name == "fwd":
-        # Training forward (inputs require grad); the timer drops the output at once so that
-        # saved activations don't pile up across repeats.
         return forward, (lambda: None)
     if pass_name == "bwd":
-        out = forward()  # forward once; only backward is timed
+        out = forward()
         return (lambda: out.backward(dout, retain_graph=True)), tensors.reset_grads
     return (lambda: forward().backward(dout)), tensors.reset_grads
 
@@ -331,16 +234,12 @@ def run_pass(
     timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
     known_estimate: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Time one pass; returns status fields plus timing fields when it ran.
-
-    known_estimate: per-call ms when earlier passes of this case already warmed every kernel
-    this pass runs (fwd+bwd after fwd and bwd); the probe call is then skipped.
-    """
+    """Time one pass: status fields, plus timing fields when it ran. known_estimate: per-call ms
+    when earlier passes warmed every kernel of this one (fwd+bwd); no probe call then."""
     started = time.perf_counter()
     try:
         with common.backend_context(backend, timer.device):
-            # Torch explains a refusal in warnings; they are recorded only around the first call
-            # so that the warning machinery stays out of the timed loop.
+            # torch's refusal reasons are warnings: recorded around the first call only.
             with common.capture_warnings() as caught:
                 try:
                     fn, before = pass_callables(tensors, causal, pass_name)
@@ -358,37 +257,31 @@ def run_pass(
             launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
             busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
         tensors.reset_grads()
+        launch = None if launch is None else round(launch, 5)
+        host_s = round(time.perf_counter() - started, 3)
         return {
             "status": "ok",
             "reason": None,
             **summary,
             **busy,
-            "launch_ms": None if launch is None else round(launch, 5),
-            "host_s": round(time.perf_counter() - started, 3),
+            "launch_ms": launch,
+            "host_s": host_s,
         }
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
         return _failure(timer, tensors, exc, [])
 
 
 def repeat_count(opts: Any, estimate: float) -> int:
-    """--repeats, else what fits --budget-ms, within --min-repeats..--max-repeats."""
+    """--repeats, else what fits --budget-ms, within --min-repeats (--slow-min-repeats for slow
+    calls) .. --max-repeats."""
     if opts.repeats:
         return opts.repeats
-    floor = opts.min_repeats
-    if estimate >= SLOW_CALL_MS:
-        # Calls this slow (the math path at XLarge) vary by well under 1%; two samples bound
-        # the spread and keep the default suite's wall time down.
-        floor = min(floor, opts.slow_min_repeats)
+    floor = (
+        min(opts.min_repeats, opts.slow_min_repeats)
+        if estimate >= SLOW_CALL_MS
+        else opts.min_repeats
+    )
     return max(floor, min(opts.max_repeats, int(opts.budget_ms / max(estimate, 1e-6))))
-
-
-# --------------------------------------------------------------------------- kernel time
-# A timed repeat is queued as [GPU spin (torch.cuda._sleep: `spin_kernel`, at::cuda::sleep in
-# aten/src/ATen/cuda/Sleep.cu, on ROCm too), L2 flush (one fill kernel), the call's kernels].
-# The profiler's kernel records, in start order, are cut into repeats at each spin kernel, the
-# flush is dropped, and the rest is summed: what the GPU was busy with during the repeat.
-SPIN_KERNEL = "spin_kernel"
-LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
@@ -464,144 +357,93 @@ def release_cache(device: Any) -> None:
 
 
 # The original 05-attention-bench.py suite (B, H, S, D).
-SIZES = {
-    "Tiny": (1, 1, 128, 64),
-    "Small": (2, 8, 512, 64),
-    "Medium": (4, 8, 1024, 64),
-    "Large": (8, 16, 2048, 64),
-    "XLarge": (16, 16, 4096, 64),
-}
+SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
+         "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
 SUITES = ("default", "llm")
-
-# --suite llm: the shapes models are run with. (name, B, Hq, Hkv, Sq, Sk, D, causal, passes).
-# Prefill is causal with Sq = Sk. Decode (one new token against a cache) and a chunk of queries
-# against a longer cache run non-causal: torch's is_causal aligns the mask top-left when
-# Sq != Sk (the one query would see only the first key), and a decode step needs no mask.
-PREFILL = ("fwd", "bwd", "fwdbwd")
+# --suite llm: (name, B, Hq, Hkv, Sq, Sk, D, causal, passes). Prefill is causal with Sq = Sk;
+# decode and a chunk against a longer cache run non-causal (is_causal aligns top-left).
+K = 1024
 LLM_SUITE = (
-    *(
-        (f"prefill-{s // 1024}k-d128", 1, 32, 8, s, s, 128, True, PREFILL)
-        for s in (4096, 8192, 16384, 32768)
-    ),
-    *((f"prefill-{s // 1024}k-d64", 1, 32, 8, s, s, 64, True, PREFILL) for s in (4096, 16384)),
-    ("chunk-512x8k-d128", 1, 32, 8, 512, 8192, 128, False, ("fwd", "bwd")),
-    *(
-        (f"decode-{s // 1024}k-d128", 8, 32, 8, 1, s, 128, False, ("fwd",))
-        for s in (4096, 16384, 65536, 131072)
-    ),
-)
+    *((f"prefill-{k}k-d128", 1, 32, 8, k * K, k * K, 128, True, PASSES) for k in (4, 8, 16, 32)),
+    *((f"prefill-{k}k-d64", 1, 32, 8, k * K, k * K, 64, True, PASSES) for k in (4, 16)),
+    ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
+    *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
+)  # fmt: skip
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
-    """Peak memory of one case: inputs, output, grads, plus what the backend materialises.
-
-    q/out/dout/dq and k/v/dk/dv, one spare output. The math path upcasts fp16/bf16 to fp32 and
-    materialises B*Hq*Sq*Sk scores: scores and softmax in forward, softmax kept for backward plus
-    two score-sized gradients while it runs (3 fp32 score tensors at peak), and with grouped-query
-    heads expanded fp32 copies of K and V.
-    """
+    """Peak memory of one case: q/out/dout/dq, k/v/dk/dv and a spare output; the math path adds
+    3 fp32 score tensors (B*Hq*Sq*Sk) and fp32 copies of q, k, v, o (k, v expanded for GQA)."""
     n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
     n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     total = (5 * n_q + 4 * n_kv) * element_size
     if backend == "math":
         scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
         expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
-        total += 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
-    else:
-        total += 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
-    return total
-
-
-# --------------------------------------------------------------------------- suite
+        return total + 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
+    return total + 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
     """(shape, causal settings, passes) to time: the llm suite's own, else every shape with
     --causal and --passes."""
-    passes = [p.strip() for p in opts.passes.split(",") if p.strip()]
-    bad = [p for p in passes if p not in PASSES]
-    if bad or not passes:
-        raise common.UsageError(f"unknown pass {','.join(bad)!r} (choose from fwd, bwd, fwdbwd)")
-    if getattr(opts, "suite", "default") == "llm":
+    passes = common.parse_list(opts.passes, PASSES, "pass")
+    if opts.suite == "llm":
         if opts.sizes or opts.shape or opts.kv_heads:
             raise common.UsageError("--suite llm has its own shapes: drop --sizes/--shape")
         return [
-            (
-                common.Shape(name, b, hq, hkv, sq, d, sk),
-                [causal],
-                [p for p in suite_passes if p in passes],
-            )
-            for name, b, hq, hkv, sq, sk, d, causal, suite_passes in LLM_SUITE
+            (common.Shape(name, b, hq, hkv, sq, d, sk), [causal], [p for p in ps if p in passes])
+            for name, b, hq, hkv, sq, sk, d, causal, ps in LLM_SUITE
         ]
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
-    return [(shape, causals, passes) for shape in build_shapes(opts)]
+    named = (opts.sizes or ",".join(SIZES)) if opts.sizes is not None or not opts.shape else ""
+    shapes = []
+    for name in common.parse_list(named, SIZES, "size") if named else []:
+        b, h, s, d = SIZES[name]
+        kv = opts.kv_heads or h
+        if h % kv:
+            raise common.UsageError(f"--kv-heads {kv} does not divide {name}'s {h} heads")
+        shapes.append(common.Shape(name, b, h, kv, s, d))
+    shapes += [common.parse_shape(text, opts.kv_heads) for text in opts.shape or []]
+    return [(shape, causals, passes) for shape in shapes]
 
 
 def suite_dtypes(opts: Any) -> list[str]:
     """--dtypes, else fp16 (the reference figures' dtype), bf16 and fp16 for --suite llm."""
-    default = "bf16,fp16" if getattr(opts, "suite", "default") == "llm" else "fp16"
-    return common.parse_dtypes(opts.dtypes or default)
-
-
-def build_shapes(opts: Any) -> list[common.Shape]:
-    shapes: list[common.Shape] = []
-    if opts.sizes is not None or not opts.shape:
-        wanted = opts.sizes or ",".join(SIZES)
-        by_lower = {k.lower(): k for k in SIZES}
-        for token in (t.strip() for t in wanted.split(",") if t.strip()):
-            if token.lower() not in by_lower:
-                raise common.UsageError(f"unknown size {token!r} (choose from {', '.join(SIZES)})")
-            name = by_lower[token.lower()]
-            b, h, s, d = SIZES[name]
-            kv = opts.kv_heads or h
-            if h % kv:
-                raise common.UsageError(f"--kv-heads {kv} does not divide {name}'s {h} heads")
-            shapes.append(common.Shape(name, b, h, kv, s, d))
-    for text in opts.shape or []:
-        shapes.append(common.parse_shape(text, opts.kv_heads))
-    return shapes
+    return common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
 
 
 def run_suite(
     opts: Any, device: Any, peaks: dict[str, float | None], roof_gbps: float | None = None
 ) -> list[dict]:
-    """Time every case; peaks: dtype -> the peak TFLOP/s % of peak is taken against;
-    roof_gbps: the memory roof of memory-bound rows."""
+    """Time every case; peaks: dtype -> peak TFLOP/s; roof_gbps: the memory roof."""
     import torch
 
-    cases = build_cases(opts)
-    dtypes = suite_dtypes(opts)
+    cases, dtypes = build_cases(opts), suite_dtypes(opts)
     backends = common.parse_backends(opts.backends, device)
     timer = Timer(device)
     limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
-    total_cases = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
-    done = 0
+    total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
     results: list[dict] = []
+    done = 0
     for shape, causals, passes in cases:
         for dtype_name in dtypes:
             dtype = common.torch_dtype(dtype_name)
-            tensors = None
+            tensors = None  # cached blocks stay for the next shape (counted as free)
             for causal, backend in ((c, b) for c in causals for b in backends):
                 done += 1
-                skip = _memory_skip_reason(shape, backend, dtype, device, timer, limit)
+                skip = _memory_skip_reason(shape, backend, dtype, device, limit)
                 if skip is None and tensors is None:
                     tensors, skip = _allocate(shape, dtype, device)
-                base = {
-                    **shape.as_dict(),
-                    "dtype": dtype_name,
-                    "causal": causal,
-                    "backend": backend,
-                    "peak_tflops": peaks.get(dtype_name),
-                }
+                base = {**shape.as_dict(), "dtype": dtype_name, "causal": causal}
+                base |= {"backend": backend, "peak_tflops": peaks.get(dtype_name)}
                 rows = time_case(timer, tensors, base, passes, skip, opts, roof_gbps)
                 results += [complete_row(r) for r in rows]
                 progress(
-                    f"[{done}/{total_cases}] {shape.name} {dtype_name} "
+                    f"[{done}/{total}] {shape.name} {dtype_name} "
                     f"{'causal' if causal else 'non-causal'} {backend}: "
                     + ", ".join(progress_text(r) for r in rows)
                 )
-            # Cached blocks are reused by the next shape (free_memory_bytes counts them as free);
-            # releasing them would only make the next case pay for cudaMalloc again.
             del tensors
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -622,8 +464,7 @@ def time_case(
     timer: Any, tensors: Any, base: dict, passes: list[str], skip: str | None, opts: Any, roof: Any
 ) -> list[dict]:
     """One row per pass of one case (shape, dtype, causal, backend), with its rates."""
-    rows = []
-    estimates: dict[str, float] = {}
+    rows, estimates = [], {}
     for pass_name in passes:
         row = dict(base, **{"pass": pass_name})
         rows.append(row)
@@ -633,23 +474,17 @@ def time_case(
         known = None
         if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
             known = estimates["fwd"] + estimates["bwd"]
-        causal, backend = base["causal"], base["backend"]
-        row.update(run_pass(timer, tensors, causal, backend, pass_name, opts, known))
+        causal = base["causal"]
+        row.update(run_pass(timer, tensors, causal, base["backend"], pass_name, opts, known))
         if row["status"] == "ok":
-            estimates[pass_name] = row["median_ms"]
-            bounds = (base["peak_tflops"], roof)
-            size = tensors.q.element_size()
-            row.update(rates(tensors.shape, causal, pass_name, row["median_ms"], bounds, size))
+            estimates[pass_name] = ms = row["median_ms"]
+            bounds, size = (base["peak_tflops"], roof), tensors.q.element_size()
+            row.update(rates(tensors.shape, causal, pass_name, ms, bounds, size))
     return rows
 
 
 def _memory_skip_reason(
-    shape: common.Shape,
-    backend: str,
-    dtype: Any,
-    device: Any,
-    timer: Timer,
-    limit: float | None,
+    shape: common.Shape, backend: str, dtype: Any, device: Any, limit: float | None
 ) -> str | None:
     import torch
 
@@ -657,14 +492,10 @@ def _memory_skip_reason(
     free = common.free_memory_bytes(device)
     if limit is not None:
         free = min(free, limit) if free is not None else limit
-    if free is None:
+    if free is None or need <= 0.95 * free:
         return None
-    if need > 0.95 * free:
-        return (
-            f"needs ~{need / 2**30:.2f} GiB ({backend} estimate), "
-            f"{free / 2**30:.2f} GiB free on {device}"
-        )
-    return None
+    gib = f"needs ~{need / 2**30:.2f} GiB ({backend} estimate)"
+    return f"{gib}, {free / 2**30:.2f} GiB free on {device}"
 
 
 def complete_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -684,9 +515,6 @@ def progress_text(row: dict[str, Any]) -> str:
 
 def progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------- output
 
 
 def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -851,9 +679,6 @@ def _plot_panel(ax: Any, rows: list[dict], sizes: list[str], any_noisy: bool) ->
     return any_noisy
 
 
-# --------------------------------------------------------------------------- compare
-
-
 def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
     """B's runs against A's runs, every matching case judged by the one change rule
     (bench_change: threshold, run-to-run floor, launch-bound rows never a change)."""
@@ -915,9 +740,6 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
 
 PROG = "bench.py"
 SCHEMA = "sdpa-bench/1"
-
-
-# --------------------------------------------------------------------------- CLI
 
 
 def build_parser() -> common.OneLineArgumentParser:

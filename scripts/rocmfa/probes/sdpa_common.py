@@ -363,14 +363,22 @@ def torch_dtype(name: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
-def parse_dtypes(text: str) -> list[str]:
-    names = [t.strip().lower() for t in text.split(",") if t.strip()]
-    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-    names = [aliases.get(n, n) for n in names]
-    bad = [n for n in names if n not in DTYPE_NAMES]
+def parse_list(
+    text: str, choices: Sequence[str], what: str, aliases: dict[str, str] | None = None
+) -> list[str]:
+    """A comma list of choices (case-insensitive, aliases allowed), each once, in order."""
+    lookup = {c.lower(): c for c in choices} | (aliases or {})
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n.lower() not in lookup]
     if bad or not names:
-        raise UsageError(f"unknown dtype {','.join(bad) or text!r} (choose from fp16, bf16)")
-    return list(dict.fromkeys(names))
+        choose = ", ".join(choices)
+        raise UsageError(f"unknown {what} {','.join(bad) or text!r} (choose from {choose})")
+    return list(dict.fromkeys(lookup[n.lower()] for n in names))
+
+
+def parse_dtypes(text: str) -> list[str]:
+    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+    return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
 # --------------------------------------------------------------------------- shapes
@@ -479,13 +487,7 @@ def ck_available() -> bool:
 def parse_backends(text: str | None, device: Any) -> list[str]:
     if not text or text == "all":
         return default_backends(device)
-    names = [t.strip().lower() for t in text.split(",") if t.strip()]
-    bad = [n for n in names if n not in BACKENDS]
-    if bad or not names:
-        raise UsageError(
-            f"unknown backend {','.join(bad) or text!r} (choose from {', '.join(BACKENDS)})"
-        )
-    return list(dict.fromkeys(names))
+    return parse_list(text, list(BACKENDS), "backend")
 
 
 @contextlib.contextmanager
