@@ -199,7 +199,7 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
 
 
 def test_memory_roof_from_the_device_else_a_named_table_entry():
-    roofs = sdpa_common.load_memory_roofs()
+    roofs = sdpa_common.load_table("peak_rates", "memory")
     h200 = {"memory_clock_khz": 3201000, "memory_bus_bits": 6016, "integrated": False}
     roof, source = sdpa_common.memory_roof("sm_90", h200, roofs)
     assert roof == 4814.3 and "memory_clock_rate 3201000 kHz" in source

@@ -29,7 +29,7 @@ def test_bench_writes_the_identity(tmp_path):
 
 
 def test_peak_is_computed_from_the_card_and_falls_back_to_the_table():
-    rates = sdpa_common.load_peak_rates()
+    rates = sdpa_common.load_table("peak_rates", "rate")
     arches = sdpa_common.load_arches()
     h100 = {"compute_units": 132, "max_clock_mhz": 1980.0, "clock_source": "nvidia-smi"}
     peak, source = sdpa_common.peak_from_device("sm_90", "bf16", None, arches, h100, rates)

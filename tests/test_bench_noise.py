@@ -7,6 +7,7 @@ import csv
 import json
 import statistics
 
+import pytest
 import torch
 
 from rocmfa.probes import bench, bench_crosscheck
@@ -78,10 +79,11 @@ def test_crosscheck_times_bench_and_its_own_harness_in_one_process(tmp_path, cap
     for row in data["rows"]:
         assert row["backend"] == "math" and row["bench_ms"] > 0 and row["crosscheck_ms"] > 0
         expected = 100 * (row["bench_ms"] - row["crosscheck_ms"]) / row["crosscheck_ms"]
-        assert abs(row["pooled_diff_pct"] - expected) < 0.05
+        assert row["pooled_diff_pct"] == pytest.approx(expected, abs=0.05, rel=1e-4)  # ms rounded
         pairs = zip(row["bench_turns_ms"], row["crosscheck_turns_ms"], strict=True)
         ratios = [statistics.median(a) / statistics.median(b) for a, b in pairs]
-        assert abs(row["diff_pct"] - 100 * (statistics.median(ratios) - 1)) < 0.05
+        paired = 100 * (statistics.median(ratios) - 1)
+        assert row["diff_pct"] == pytest.approx(paired, abs=0.05, rel=1e-4)
     worst = max(abs(r["diff_pct"]) for r in data["rows"])
     assert data["max_abs_diff_pct_by_size"] == {"Tiny": round(worst, 2)}
     # The profiler's clock needs a GPU: on a CPU it is absent, and said to be.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import json
 import statistics
 import sys
@@ -24,6 +25,9 @@ if __package__:
 else:  # run as a plain script: this file's folder is first on sys.path
     import bench_change as change  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
+
+PROG = "bench.py"
+SCHEMA = "sdpa-bench/1"
 
 FLOP_CONVENTION = (
     "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
@@ -518,21 +522,15 @@ def progress(text: str) -> None:
 
 
 def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
-    """TFLOP/s, GB/s, the binding roof and % of it (of the compute peak when no memory roof is
-    known) as table text."""
-    gbps = row.get("gbps")
-    bound = {"memory": "memory", "compute": "compute"}.get(row.get("bound") or "", "-")
-    gb_text = (f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}") if gbps is not None else "-"
+    """TFLOP/s, GB/s, the binding roof and % of it (of the peak when no roof binds) as text."""
+    gbps, tflops = row.get("gbps"), row.get("tflops")
+    bound = row.get("bound") or "-"
+    gb_text = "-" if gbps is None else f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
     if row.get("above_peak"):
         return "!>peak", gb_text, bound, "!>peak"
-    tflops = row.get("tflops")
+    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
     pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
-    return (
-        (f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}") if tflops is not None else "-",
-        gb_text,
-        bound,
-        f"{pct:.1f}" if pct is not None else "-",
-    )
+    return tf_text, gb_text, bound, "-" if pct is None else f"{pct:.1f}"
 
 
 def timing_note(device: Any) -> str:
@@ -564,60 +562,41 @@ TABLE_HEADER = (
 
 
 def table_row(r: dict[str, Any]) -> tuple:
-    dims = common.Shape.of_row(r).dims()
-    rate: tuple = ("-",) * 4
-    times: tuple = ("-",) * 5
+    times, rate = ("-",) * 5, ("-",) * 4
     if r["status"] == "ok":
-        rate = format_rate(r)
         ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
-        times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
-    causal = "yes" if r["causal"] else "no"
-    return (
-        r["size"],
-        dims,
-        r["dtype"],
-        causal,
-        r["backend"],
-        r["pass"],
-        *times,
-        *rate,
-        status_text(r),
-    )
+        times, rate = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"])), format_rate(r)
+    head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
+    return (*head, r["backend"], r["pass"], *times, *rate, status_text(r))
 
 
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
     noisy = sum(1 for r in results if r.get("noisy"))
-    footer = [
-        "",
-        f"{noisy} row(s) noisy: spread (p75-p25)/median above "
-        f"{NOISE_THRESHOLD:.0%}; treat those medians with care",
-    ]
-    lines = [
+    return "\n".join([
         f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
         f"torch {provenance['torch']}",
         f"timing: {timer}",
         f"FLOPs: {FLOP_CONVENTION}",
-        f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory "
-        "roof; % roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak "
-        "otherwise",
+        f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; "
+        "% roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
         f"peak: {provenance.get('peak_note', '-')}",
         "",
         *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
-        *(footer if noisy else []),
-    ]
-    return "\n".join(lines)
+        *(["", f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
+           "treat those medians with care"] if noisy else []),
+    ])  # fmt: skip
 
 
 def write_csv(path: Path, results: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=RESULT_FIELDS)
         writer.writeheader()
-        for row in results:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in results)
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
-    """PNG of TFLOP/s per size: one panel per (dtype, causal) and pass. None or why skipped."""
+    """PNG of TFLOP/s per size: one panel per (dtype, causal) and pass, one line per backend,
+    noisy rows ringed in red. None, or why it was skipped."""
     try:
         import matplotlib
 
@@ -632,225 +611,188 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     passes = [p for p in PASSES if any(r["pass"] == p for r in ok)]
     sizes = list(dict.fromkeys(r["size"] for r in results))
     fig, axes = plt.subplots(
-        len(passes),
-        len(columns),
-        figsize=(4.2 * len(columns), 3.2 * len(passes)),
-        squeeze=False,
-        sharex=True,
-    )
-    any_noisy = False
-    for i, pass_name in enumerate(passes):
-        for j, (dtype, causal) in enumerate(columns):
-            ax = axes[i][j]
-            panel = [
-                r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
+        len(passes), len(columns), figsize=(4.2 * len(columns), 3.2 * len(passes)),
+        squeeze=False, sharex=True,
+    )  # fmt: skip
+    noisy_label = "noisy"
+    for (i, pass_name), (j, (dtype, causal)) in itertools.product(
+        enumerate(passes), enumerate(columns)
+    ):
+        ax = axes[i][j]
+        panel = [
+            r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
+        ]
+        for backend in dict.fromkeys(r["backend"] for r in panel):
+            mine = [
+                (sizes.index(r["size"]), r["tflops"], r.get("noisy"))
+                for r in panel
+                if r["backend"] == backend
             ]
-            any_noisy = _plot_panel(ax, panel, sizes, any_noisy)
-            ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
-            ax.set_xticks(range(len(sizes)))
-            ax.set_xticklabels(sizes, rotation=30, fontsize=7)
-            ax.grid(alpha=0.3)
-            if j == 0:
-                ax.set_ylabel("TFLOP/s")
-            if i == 0 and j == 0:
-                ax.legend(fontsize=7)
-    fig.suptitle(
-        title + "\n" + FLOP_CONVENTION + ("\nred ring: noisy row" if any_noisy else ""),
-        fontsize=9,
-    )
+            ax.plot([m[0] for m in mine], [m[1] for m in mine], marker="o", label=backend)
+            noisy = [m for m in mine if m[2]]
+            if noisy:
+                ax.scatter([m[0] for m in noisy], [m[1] for m in noisy], s=90, facecolors="none",
+                           edgecolors="red", zorder=3, label=noisy_label)  # fmt: skip
+                noisy_label = None
+        ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
+        ax.set_xticks(range(len(sizes)))
+        ax.set_xticklabels(sizes, rotation=30, fontsize=7)
+        ax.grid(alpha=0.3)
+        if j == 0:
+            ax.set_ylabel("TFLOP/s")
+    axes[0][0].legend(fontsize=7)
+    ring = "" if noisy_label else "\nred ring: noisy row"
+    fig.suptitle(f"{title}\n{FLOP_CONVENTION}{ring}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
 
 
-def _plot_panel(ax: Any, rows: list[dict], sizes: list[str], any_noisy: bool) -> bool:
-    """One line per backend, noisy rows ringed in red; True once a noisy row was drawn."""
-    for backend in dict.fromkeys(r["backend"] for r in rows):
-        mine = [r for r in rows if r["backend"] == backend]
-        xs, ys = zip(*((sizes.index(r["size"]), r["tflops"]) for r in mine), strict=True)
-        ax.plot(xs, ys, marker="o", label=backend)
-        noisy = [(sizes.index(r["size"]), r["tflops"]) for r in mine if r.get("noisy")]
-        if noisy:
-            nx, ny = zip(*noisy, strict=True)
-            label = "noisy" if not any_noisy else None
-            ax.scatter(nx, ny, s=90, facecolors="none", edgecolors="red", zorder=3, label=label)
-            any_noisy = True
-    return any_noisy
-
-
 def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
-    """B's runs against A's runs, every matching case judged by the one change rule
-    (bench_change: threshold, run-to-run floor, launch-bound rows never a change)."""
-    a_docs = [common.read_results(p, "bench result") for p in paths_a]
-    b_docs = [common.read_results(p, "bench result") for p in paths_b]
+    """B's runs against A's runs, every matching case judged by bench_change's one rule."""
+    docs = [[common.read_results(p, "bench result") for p in paths] for paths in (paths_a, paths_b)]
     floors = change.load_floors()
-
-    def who(docs: list[dict[str, Any]], paths: list[str]) -> str:
-        prov = docs[0].get("provenance", {})
-        return (
-            f"{', '.join(paths)} (torch {prov.get('torch')}, {prov.get('device_name')}"
-            f"{f'; {len(docs)} runs' if len(docs) > 1 else ''})"
-        )
-
-    lines = [
-        f"A: {who(a_docs, paths_a)}",
-        f"B: {who(b_docs, paths_b)}",
-        f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
-        f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
-        "",
-    ]
     rows = change.compare_runs(
-        [d["results"] for d in a_docs], [d["results"] for d in b_docs], threshold_pct, floors
+        *([d["results"] for d in side] for side in docs), threshold_pct, floors
     )
     if not rows:
         raise common.UsageError(
             f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
             + (" (and every --compare-runs file)" if len(paths_a) > 1 else "")
         )
-    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
-    header = (*header, "")
-    table = [
-        (
-            r.get("size") or "?",
-            r["dtype"],
-            "yes" if r["causal"] else "no",
-            r["backend"],
-            r["pass"],
-            f"{r['a_ms']:.4f}",
-            f"{r['b_ms']:.4f}",
-            f"{r['speedup']:.3f}x",
-            f"{r['allowance_pct']:.0f}%",
-            "" if r["verdict"] == "same" else r["verdict"],
+    lines = []
+    for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
+        prov = side[0].get("provenance", {})
+        runs = f"; {len(side)} runs" if len(side) > 1 else ""
+        lines.append(
+            f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
+            f"{prov.get('device_name')}{runs})"
         )
+    header = (
+        "size",
+        "dtype",
+        "causal",
+        "backend",
+        "pass",
+        "A ms",
+        "B ms",
+        "speedup",
+        "allowed",
+        "",
+    )
+    table = [
+        (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"], r["pass"],
+         f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x",
+         f"{r['allowance_pct']:.0f}%", "" if r["verdict"] == "same" else r["verdict"])
         for r in rows
-    ]
-    lines += common.text_table(header, table)
+    ]  # fmt: skip
     counts, geo = change.tally(rows)
-    lines += [
+    return "\n".join([
+        *lines,
+        f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
+        f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
+        "",
+        *common.text_table(header, table),
         "",
         f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
         f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
         f"timed interval: not a kernel change), {counts['same']} same; "
         f"geometric-mean speedup {geo or 1.0:.3f}x",
-    ]
-    return "\n".join(lines)
-
-
-PROG = "bench.py"
-SCHEMA = "sdpa-bench/1"
+    ])  # fmt: skip
 
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__.split("\n\n")[0])
+    sizes = "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SIZES.items())
     p.epilog = (
-        "Default sizes (B,H,S,D): "
-        + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SIZES.items())
-        + f". FLOPs: {FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
-        "unavailable or skipped are recorded, not errors), 2 on bad input."
+        f"Default sizes (B,H,S,D): {sizes}. FLOPs: {FLOP_CONVENTION}. Exit 0 when the run "
+        "completed (unavailable or skipped cases are recorded, not errors), 2 on bad input."
     )
-    _add_case_options(p)
-    _add_timing_options(p)
-    _add_output_options(p)
-    return p
-
-
-def _add_case_options(p: common.OneLineArgumentParser) -> None:
-    """Which cases: sizes, shapes, dtypes, backends, causal, passes."""
-    p.add_argument(
+    add = p.add_argument
+    add(
         "--suite",
         choices=SUITES,
         default="default",
-        help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run "
-        "(head dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode "
-        "against 4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)",
+        help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run (head "
+        "dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode against "
+        "4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)",
     )
-    p.add_argument("--sizes", help="comma list of named sizes (default: all when no --shape)")
-    p.add_argument(
+    add("--sizes", help="comma list of named sizes (default: all when no --shape)")
+    add(
         "--shape",
         action="append",
         help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable",
     )
-    p.add_argument("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
-    p.add_argument(
-        "--dtypes",
-        help="comma list of fp16, bf16 (default fp16, the dtype of the reference figures; "
-        "--suite llm: bf16,fp16)",
-    )
-    p.add_argument(
+    add("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
+    add("--dtypes", help="comma list of fp16, bf16 (default fp16; --suite llm: bf16,fp16)")
+    add(
         "--backends",
         default="all",
         help="comma list of flash, ck, efficient, cudnn, math (default: all on device)",
     )
-    p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
-    p.add_argument("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
-
-
-def _add_timing_options(p: common.OneLineArgumentParser) -> None:
-    """How each case is timed: repeats, warm-up, kernel time."""
+    add("--causal", choices=("yes", "no", "both"), default="both")
+    add("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
     for flag, kind, default, text in (
         ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
         ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
         ("--min-repeats", int, 5, "adaptive mode minimum"),
-        ("--slow-min-repeats", int, 2, "adaptive mode minimum for calls slower than "
-         f"{SLOW_CALL_MS:g} ms"),
+        ("--slow-min-repeats", int, 2, f"adaptive minimum for calls over {SLOW_CALL_MS:g} ms"),
         ("--max-repeats", int, 50, "adaptive mode maximum"),
         ("--warmup", int, 1, "minimum warm-up calls"),
         ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
-    ):  # fmt: skip
-        shown = "" if default is None else f" (default {default:g})"
-        p.add_argument(flag, type=kind, default=default, help=text + shown)
-    p.add_argument(
+    ):
+        add(
+            flag,
+            type=kind,
+            default=default,
+            help=text + ("" if default is None else f" (default {default:g})"),
+        )
+    add(
         "--no-kernel-time",
         dest="kernel_time",
         action="store_false",
-        help="skip timing a few repeats again under torch.profiler (kernel time, busy "
-        "fraction, launch-bound label) for the rows that can be launch-bound (host launch time "
-        "at least a quarter of the event time)",
+        help="skip the profiler's kernel time (busy fraction, launch-bound label) for rows "
+        "whose host launch time is at least a quarter of the event time",
     )
-
-
-def _add_output_options(p: common.OneLineArgumentParser) -> None:
-    """Device, memory, outputs and --compare."""
-    p.add_argument("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
-    p.add_argument(
+    add("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
+    add(
         "--mem-limit-gib",
         type=float,
         help="treat at most this much memory as free (skips cases that need more)",
     )
-    p.add_argument("--out-dir", help="write bench.json, bench.csv, bench.png here")
-    p.add_argument("--json", dest="json_path", help="JSON result path")
-    p.add_argument("--csv", dest="csv_path", help="CSV result path")
-    p.add_argument("--plot", dest="plot_path", help="PNG plot path")
-    p.add_argument("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
-    p.add_argument(
+    add("--out-dir", help="write bench.json, bench.csv, bench.png here")
+    add("--json", dest="json_path", help="JSON result path")
+    add("--csv", dest="csv_path", help="CSV result path")
+    add("--plot", dest="plot_path", help="PNG plot path")
+    add("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
+    add(
         "--compare",
         nargs=2,
         metavar=("A.json", "B.json"),
         help="print speedups/regressions of B against A for matching cases and exit",
     )
-    p.add_argument(
+    add(
         "--threshold-pct",
         type=float,
         default=5.0,
         help="--compare: change that counts as faster/slower (default 5), besides what "
         "run-to-run variation allows (scripts/rocmfa/data/bench_noise.toml)",
     )
-    p.add_argument(
+    add(
         "--compare-runs",
         nargs="+",
         metavar="JSON",
-        help="with --compare: more runs of A and B, as A2.json B2.json ... (several runs per "
-        "side: their spread is the run-to-run variation)",
+        help="with --compare: more runs of A and B, as A2.json B2.json ... (their spread is the "
+        "run-to-run variation)",
     )
+    return p  # fmt: skip
 
 
 def _check_options(opts: Any) -> None:
-    given = vars(opts)
     for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
-        value = given[name]
-        if value is not None and value < 1:
+        if getattr(opts, name) is not None and getattr(opts, name) < 1:
             raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if opts.min_repeats > opts.max_repeats:
         raise common.UsageError("--min-repeats is larger than --max-repeats")
@@ -860,14 +802,10 @@ def _check_options(opts: Any) -> None:
 
 def _output_paths(opts: Any) -> dict[str, Path | None]:
     """--json/--csv/--plot, else bench.json/.csv/.png in --out-dir, else none; folders made."""
-    out_dir = Path(opts.out_dir) if opts.out_dir else None
     paths: dict[str, Path | None] = {}
-    for kind, explicit, name in (
-        ("json", opts.json_path, "bench.json"),
-        ("csv", opts.csv_path, "bench.csv"),
-        ("plot", opts.plot_path, "bench.png"),
-    ):
-        path = Path(explicit) if explicit else out_dir / name if out_dir else None
+    for kind, explicit, ext in (("json", opts.json_path, "json"), ("csv", opts.csv_path, "csv"),
+                                ("plot", opts.plot_path, "png")):  # fmt: skip
+        path = Path(explicit or f"{opts.out_dir}/bench.{ext}") if explicit or opts.out_dir else None
         paths[kind] = path
         try:
             if path is not None:
@@ -877,150 +815,102 @@ def _output_paths(opts: Any) -> dict[str, Path | None]:
     return paths
 
 
-def _compare(opts: Any) -> int:
-    """--compare: the change between run files A and B (and --compare-runs pairs)."""
-    extra = opts.compare_runs or []
-    if opts.threshold_pct < 0:
-        raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
-    if len(extra) % 2:
-        raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
-    print(
-        compare(
-            [opts.compare[0], *extra[0::2]], [opts.compare[1], *extra[1::2]], opts.threshold_pct
-        )
-    )
-    return 0
-
-
-def _replot(opts: Any) -> int:
-    """--replot: draw the plot again from a saved JSON."""
+def _compare_or_replot(opts: Any) -> int:
+    """--compare (A B and --compare-runs pairs), or --replot: draw the plot of a saved JSON."""
+    if opts.compare:
+        extra = opts.compare_runs or []
+        if opts.threshold_pct < 0:
+            raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
+        if len(extra) % 2:
+            raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
+        a, b = opts.compare
+        print(compare([a, *extra[0::2]], [b, *extra[1::2]], opts.threshold_pct))
+        return 0
     if not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
     data = common.read_results(opts.replot, "--replot")
-    prov = data.get("provenance", {})
-    note = write_plot(
-        Path(opts.plot_path),
-        data["results"],
-        f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}",
-    )
-    print(note or f"wrote {opts.plot_path}")
+    print(write_plot(Path(opts.plot_path), data["results"], _title(data.get("provenance", {})))
+          or f"wrote {opts.plot_path}")  # fmt: skip
     return 0
 
 
-def _add_peaks(
-    prov: dict[str, Any], arch: Any, arches: Any, info: Any, peak_tflops: float | None
-) -> dict[str, tuple[Any, Any]]:
-    """The card's peak per dtype, (TFLOP/s, source), and its memory roof (GB/s, source:
-    provenance memory_roof_*); recorded in the provenance."""
-    rates = common.load_peak_rates()
-    peaks = {
-        d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
-        for d in ("fp16", "bf16")
-    }
+def _title(prov: dict[str, Any]) -> str:
+    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
+    return f"SDPA on {where}, torch {prov.get('torch')}"
+
+
+def _add_peaks(prov: dict[str, Any], arch: Any, info: Any, peak_tflops: float | None) -> None:
+    """The card's peak per dtype (TFLOP/s, source) and its memory roof (GB/s, source), into
+    the provenance."""
+    rates = common.load_table("peak_rates", "rate")
+    arches = common.load_arches()
+    peaks = {d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates) for d in DTYPES}
     prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
-    roof, roof_source = common.memory_roof(arch, info, common.load_memory_roofs())
-    prov["memory_roof_gbps"] = roof
-    prov["memory_roof_source"] = roof_source
+    roof, roof_source = common.memory_roof(arch, info, common.load_table("peak_rates", "memory"))
+    prov["memory_roof_gbps"], prov["memory_roof_source"] = roof, roof_source
     prov["peak_note"] = (
         ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
         + f" ({peaks['fp16'][1]}); memory "
         + (f"{roof:g} GB/s" if roof else "unknown")
         + f" ({roof_source})"
     )
-    return peaks
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
 NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"} | {
     "plot_path", "replot", "compare", "threshold_pct", "compare_runs"
 }  # fmt: skip
-
-
-def _settings(opts: Any, device: Any) -> dict[str, Any]:
-    """The options that shaped the run, as recorded in the JSON."""
-    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
-    # timing/sustained: as earlier runs recorded them, so that the results page still finds
-    # them the same configuration as this one.
-    return {**settings, "timing": "device", "sustained": 0.0, "timer": timing_note(device)}
-
-
-def _write_outputs(
-    paths: dict[str, Path | None], document: dict[str, Any], plot_title: str
-) -> None:
-    """Write the JSON, CSV and plot that were asked for."""
-    results = document["results"]
-    if paths["json"]:
-        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-        progress(f"wrote {paths['json']}")
-    if paths["csv"]:
-        write_csv(paths["csv"], results)
-        progress(f"wrote {paths['csv']}")
-    if paths["plot"]:
-        note = write_plot(paths["plot"], results, plot_title)
-        progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
-
-
-def _dry_run(opts: Any, device: Any, cases: list, dtypes: list, backends: list) -> int:
-    timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-    outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
-    return common.dry_run(
-        PROG,
-        device,
-        [
-            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
-            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
-            *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
-            "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
-        ],
-    )
+DTYPES = ("fp16", "bf16")
 
 
 def _main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
-    if opts.compare:
-        return _compare(opts)
-    if opts.replot:
-        return _replot(opts)
+    if opts.compare or opts.replot:
+        return _compare_or_replot(opts)
     _check_options(opts)
-    # Validate everything cheap before touching the device.
-    cases = build_cases(opts)
+    cases = build_cases(opts)  # everything cheap is checked before the device is touched
     device = common.resolve_device(opts.device)
-    dtypes = suite_dtypes(opts)
-    backends = common.parse_backends(opts.backends, device)
+    dtypes, backends = suite_dtypes(opts), common.parse_backends(opts.backends, device)
     if opts.dry_run:
-        return _dry_run(opts, device, cases, dtypes, backends)
+        timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
+        outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
+        return common.dry_run(PROG, device, [
+            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
+            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
+            *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
+            "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
+        ])  # fmt: skip
     paths = _output_paths(opts)
-
     started = time.perf_counter()
-    arches = common.load_arches()
     arch, device_name = common.detect_arch(device)
     ident = common.identity(device, arch, device_name)
     prov = common.provenance(device, ident)
-    info = common.device_info(device)
-    prov["device_info"] = info
-    peaks = _add_peaks(prov, arch, arches, info, opts.peak_tflops)
+    prov["device_info"] = info = common.device_info(device)
+    _add_peaks(prov, arch, info, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
-
-    results = run_suite(
-        opts, device, {d: p for d, (p, _s) in peaks.items()}, prov["memory_roof_gbps"]
-    )
+    results = run_suite(opts, device, prov["peak_tflops"], prov["memory_roof_gbps"])
     wall = time.perf_counter() - started
     print(render_table(results, prov, timing_note(device)))
+    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
+    # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
+    settings |= {"timing": "device", "sustained": 0.0, "timer": timing_note(device)}
     document = {
-        "schema": SCHEMA,
-        "identity": ident,
-        "flop_convention": FLOP_CONVENTION,
-        "byte_convention": BYTE_CONVENTION,
-        "provenance": prov,
-        "settings": _settings(opts, device),
-        "wall_s": round(wall, 3),
-        "results": results,
-    }
-    _write_outputs(
-        paths, document, f"SDPA on {device_name} ({arch or 'cpu'}), torch {prov['torch']}"
-    )
+        "schema": SCHEMA, "identity": ident, "flop_convention": FLOP_CONVENTION,
+        "byte_convention": BYTE_CONVENTION, "provenance": prov, "settings": settings,
+        "wall_s": round(wall, 3), "results": results,
+    }  # fmt: skip
+    if paths["json"]:
+        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+    if paths["csv"]:
+        write_csv(paths["csv"], results)
+    for kind in ("json", "csv"):
+        if paths[kind]:
+            progress(f"wrote {paths[kind]}")
+    if paths["plot"]:
+        note = write_plot(paths["plot"], results, _title(prov))
+        progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
     progress(f"done in {wall:.1f} s")
     return 0
 

@@ -137,19 +137,21 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def load_table(path: Path, key: str, what: str) -> dict[str, dict[str, Any]]:
-    """The TOML file's [key.*] tables; {} (with a warning) if unreadable."""
+def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The [key.*] tables of data/<name>.toml (arches: [arch.*]; peak_rates: [rate.*] FLOP per
+    CU per clock, [memory.*] GB/s); {} (with a warning) if unreadable."""
+    path = path or ARCHES_FILE.with_name(f"{name}.toml")
     try:
         with open(path, "rb") as f:
             return dict(tomllib.load(f).get(key, {}))
     except (OSError, ValueError) as e:
-        warnings.warn(f"cannot read {what} {path}: {e}", stacklevel=3)
+        warnings.warn(f"cannot read {path}: {e}", stacklevel=3)
         return {}
 
 
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
     """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
-    return load_table(path, "arch", "arch data")
+    return load_table("arches", "arch", path)
 
 
 def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
@@ -244,14 +246,6 @@ def peak_for(
     return peak, f"arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
 
 
-PEAK_RATES_FILE = ARCHES_FILE.with_name("peak_rates.toml")
-
-
-def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch -> dense matrix FLOP per compute unit per clock, per dtype, with its source."""
-    return load_table(path, "rate", "peak rates")
-
-
 def peak_from_device(
     arch: str | None,
     dtype_name: str,
@@ -278,11 +272,6 @@ def peak_from_device(
     table, source = peak_for(arch, dtype_name, None, arches)
     missing = "no per-CU rate" if rate is None else "no engine clock"
     return table, f"table fallback ({missing}): {source}"
-
-
-def load_memory_roofs(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch -> its memory bandwidth in GB/s per torch device, with its source."""
-    return load_table(path, "memory", "memory roofs")
 
 
 def memory_roof(
