@@ -734,6 +734,13 @@ def build_parser() -> common.OneLineArgumentParser:
     )
     add("--causal", choices=("yes", "no", "both"), default="both")
     add("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
+    _add_run_options(p)
+    return p
+
+
+def _add_run_options(p: common.OneLineArgumentParser) -> None:
+    """Timing, peak, memory, outputs and --compare."""
+    add = p.add_argument
     for flag, kind, default, text in (
         ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
         ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
@@ -787,7 +794,6 @@ def build_parser() -> common.OneLineArgumentParser:
         help="with --compare: more runs of A and B, as A2.json B2.json ... (their spread is the "
         "run-to-run variation)",
     )
-    return p  # fmt: skip
 
 
 def _check_options(opts: Any) -> None:
