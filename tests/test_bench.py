@@ -143,10 +143,13 @@ def test_compare_rejects_non_result_json(tmp_path, capsys):
 
 def test_peak_comes_from_arch_data():
     arches = sdpa_common.load_arches()
-    assert sdpa_common.peak_for("sm_90", "bf16", None, arches)[0] == 989.0
-    assert sdpa_common.peak_for("gfx908", "bf16", None, arches)[0] == 92.3
-    assert sdpa_common.peak_for(None, "fp16", None, arches)[0] is None
-    assert sdpa_common.peak_for("gfx908", "fp16", 5.0, arches) == (5.0, "--peak-tflops")
+    assert sdpa_common.peak_from_device("sm_90", "bf16", None, arches, None, {})[0] == 989.0
+    assert sdpa_common.peak_from_device("gfx908", "bf16", None, arches, None, {})[0] == 92.3
+    assert sdpa_common.peak_from_device(None, "fp16", None, arches, None, {})[0] is None
+    assert sdpa_common.peak_from_device("gfx908", "fp16", 5.0, arches, None, {}) == (
+        5.0,
+        "--peak-tflops",
+    )
 
 
 def test_runs_as_plain_script():

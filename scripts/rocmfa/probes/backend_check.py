@@ -1,17 +1,10 @@
 """Check that SDPA flash attention is usable, actually used, and correct on this device.
 
-Reports, per backend: compiled in, enabled, and torch's can_use_* verdict with the reasons torch
-gives (its debug warnings); on ROCm the preferred flash library, the
-TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL flag and whether this arch needs it for the installed
-AOTriton (arches.toml ranges), and the AOTriton runtime version against the image signatures.
-
-Then the truth: SDPA is run forced to flash (torch.nn.attention.sdpa_kernel) under
-torch.profiler, the output and gradients are compared with the math backend computed in
-float32, and the profiler's op and kernel names show which implementation ran; SDPA with the
-default dispatch is profiled too, so a silent fallback to the math path fails the check.
-
-Exit 0 only when flash attention is usable, used and correct; otherwise exit 1 with one line
-saying why; 2 on bad input.
+Per backend: compiled in, enabled, and torch's can_use_* verdict with its reasons; on ROCm the
+preferred flash library, the experimental flag this arch needs, and AOTriton's runtime against
+its images. Then SDPA forced to flash and by default under torch.profiler (kernel names say what
+ran) against float32 math. Exit 0 only when flash is usable, used and correct; else 1 with one
+line saying why; 2 on bad input. More: docs/attention-tools.md.
 """
 
 from __future__ import annotations

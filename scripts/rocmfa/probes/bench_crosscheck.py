@@ -1,19 +1,10 @@
 """Cross-check of bench.py's timer against an independent harness, in the same process.
 
-For every fp16 forward/backward case, bench's own timer (bench.Timer on bench's inputs)
-and a minimal harness (its own inputs and loops, no code shared with bench) take turns, A-B then
-B-A (--turns), so both see the same clocks, power state and neighbours. A case's "diff %" is the
-median over neighbouring turn pairs of bench's turn median / the harness's - 1 ("pooled": of the
-pooled medians). Exit 1 when any size's largest difference exceeds --tolerance-pct (5). Two
-separate processes would measure mostly the machine: small cases differed by up to 62 % between
-two runs of one harness a minute apart on an H100.
-
-The harness on a GPU: two warm-up calls, a 256 MiB L2 flush behind a GPU spin (3x the host time
-of one synchronised call) before each repeat, one event pair per repeat (as triton's do_bench);
-on a CPU, the host clock around each call. On a GPU a second clock that shares no method with
-the events: PROFILED_REPEATS of bench's repeats run again under torch.profiler, and their kernel
-time (spin and flush dropped) is set beside the event pairs' time ("profiler_*"). Cases: those
-of --bench-json, else the five sizes x flash/efficient/cudnn/math x causal and not.
+For every fp16 forward/backward case, bench's timer and a minimal harness (own inputs and loops)
+take turns, A-B then B-A; "diff %" is the median over neighbouring turn pairs of bench's turn
+median / the harness's - 1. On a GPU, the profiler's kernel time of the same repeats is set
+beside the events ("profiler_*"). Exit 1 when a size differs by more than --tolerance-pct.
+More: docs/attention-tools.md ("Checking the timer").
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Run PyTorch's own SDPA tests (test/test_transformers.py) against the installed torch.
 
-The test file is the one of the commit torch was built from (torch.version.git_version), read
-from git's object store of a PyTorch checkout that has that commit (build_pytorch's
-<work>/src/pytorch, or --torch-src), its git blob id checked; or a file the user names
-(--test-file, reported as unverified).
-
-It runs with real pytest, in a subprocess, with torch's own test helpers
-(torch.testing._internal, shipped in the wheel; they need `expecttest`):
-
-- selection: -k "TestSDPA or TestAttnBias": the classes TestSDPA (CPU and CUDA), TestSDPACudaOnly
-  (flash, memory-efficient and cuDNN against math, forward and backward), TestSDPACpuOnly (the CPU
-  flash kernel), TestSDPAFailureModes (what each fused kernel must refuse) and TestAttnBias
-  (causal variants); TestTransformers (nn.Transformer modules) is left out. Device: cuda when
-  torch sees a GPU, else cpu (PYTORCH_TESTING_DEVICE_ONLY_FOR).
-- CK: on a ROCm torch with CK compiled in, the tests whose name says flash run again with
-  TORCH_ROCM_FA_PREFER_CK=1 (pass "ck"). CK is a preference: torch may still run AOTriton.
-- skips: TheRock's skip list for this torch version (<therock>/external-builds/pytorch/
-  skip_tests/generic.py + pytorch_X.Y.py, sections "common", the arch's family, "linux"), each
-  skipped test reported with the entry that skipped it; the test file's own skips (platform
-  guards such as PLATFORM_SUPPORTS_FLASH_ATTENTION, skipIfRocm, unittest.skip, slowTest) with
-  torch's reason; ours (time budget).
-- --quick: every Nth selected test so that about --quick-max run (minutes, not an hour).
-
-Output: one verdict line, counts, --json PATH. Exit 0 when every test that ran passed (and at
-least one did); 1 when one failed, the file did not import, or the budget ran out; 2 on bad
-input or when nothing could be run (no test file for this torch, pytest or expecttest missing),
-with one line on stderr.
+The test file of the commit torch was built from, read from a PyTorch checkout's git object
+store (blob id checked; --test-file: unverified), run with real pytest in a subprocess:
+-k "TestSDPA or TestAttnBias", a CK pass on ROCm, TheRock's skip list (therock_skips.py), a time
+budget, --quick. Exit 0 when every test that ran passed (one at least); 1 on a failure, an import
+error or a spent budget; 2 on bad input or when nothing can be run. More:
+docs/attention-tools.md ("validate --upstream").
 """
 
 from __future__ import annotations
