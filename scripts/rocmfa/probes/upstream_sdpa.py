@@ -37,7 +37,6 @@ REPO_ROOT = PROBES_DIR.parents[2]
 PLUGIN = "upstream_sdpa_plugin"
 TEST_PATH = "test/test_transformers.py"
 SELECTION = "TestSDPA or TestAttnBias"
-FLASH_SELECTION = "flash"
 WORKDIR_ENV = "ROCMFA_WORKDIR"
 PIN_FILE = REPO_ROOT / "pins" / "therock.toml"
 GRACE_S = 120  # after the budget: time for the running test to end before the run is killed
@@ -52,9 +51,6 @@ SOURCES = {
 
 class CannotRun(Exception):
     """Nothing can be run (test file, pytest or expecttest missing): one line, exit 2."""
-
-
-# --------------------------------------------------------------------------- setup
 
 
 def default_workdir() -> Path:
@@ -125,9 +121,6 @@ def load_skips(
         entries_applied=len(chosen),
     )
     return chosen, info
-
-
-# --------------------------------------------------------------------------- running
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> dict:
@@ -212,9 +205,6 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             except ValueError:
                 continue  # a line cut by a kill
     return records
-
-
-# --------------------------------------------------------------------------- report
 
 
 def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -347,38 +337,31 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- main
-
-
 def build_parser() -> common.OneLineArgumentParser:
     p = common.OneLineArgumentParser(
         prog=PROG, description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--quick", action="store_true", help="every Nth test, about --quick-max in all")
-    p.add_argument("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
-    p.add_argument(
+    add = p.add_argument
+    add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
+    add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
+    add(
         "--budget-min",
         type=float,
         metavar="MIN",
         help="time budget per pass; tests not started by then are skipped (default 10 quick, 60)",
     )
-    p.add_argument("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
-    p.add_argument("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
-    p.add_argument("--no-ck", action="store_true", help="skip the CK pass on ROCm")
-    p.add_argument("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
-    p.add_argument("--torch-src", help="PyTorch git checkout (default <workdir>/src/pytorch)")
-    p.add_argument("--therock-dir", help="TheRock checkout (default <workdir>/src/therock)")
-    p.add_argument("--no-therock", action="store_true", help="apply no TheRock skip list")
-    p.add_argument(
-        "--test-file",
-        help="run this test_transformers.py instead (reported as unverified: the user's word)",
-    )
-    p.add_argument("--json", metavar="PATH", help="write the full report as JSON to PATH")
-    p.add_argument(
-        "--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)"
-    )
-    p.add_argument("--dry-run", action="store_true", help="refused: see the error it gives")
-    return p
+    add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
+    add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
+    add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
+    add("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
+    add("--torch-src", help="PyTorch git checkout (default <workdir>/src/pytorch)")
+    add("--therock-dir", help="TheRock checkout (default <workdir>/src/therock)")
+    add("--no-therock", action="store_true", help="apply no TheRock skip list")
+    add("--test-file", help="run this test_transformers.py instead (reported as unverified)")
+    add("--json", metavar="PATH", help="write the full report as JSON to PATH")
+    add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
+    add("--dry-run", action="store_true", help="refused: see the error it gives")
+    return p  # fmt: skip
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -458,16 +441,6 @@ def pass_problems(
     return problems
 
 
-def plan_passes(selection: str, ck_pass: bool) -> list[tuple[str, str, dict[str, str]]]:
-    """(name, -k selection, extra variables) per pytest pass: the main one, and a CK pass."""
-    passes_plan: list[tuple[str, str, dict[str, str]]] = [("main", selection, {})]
-    if ck_pass:
-        passes_plan.append(
-            ("ck", f"{selection} and {FLASH_SELECTION}", {"TORCH_ROCM_FA_PREFER_CK": "1"})
-        )
-    return passes_plan
-
-
 def parse_args(argv: list[str] | None) -> Any:
     opts = build_parser().parse_args(argv)
     if opts.dry_run:
@@ -538,43 +511,31 @@ def _main(argv: list[str] | None) -> int:
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     run_dir = run_directory(work, test, opts.quick)
     run = {
-        "test_file": test.pop("data"),
-        "run_dir": run_dir,
-        "devices": devices,
-        "therock": skips,
+        "test_file": test.pop("data"), "run_dir": run_dir, "devices": devices, "therock": skips,
         "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
         "quick_max": opts.quick_max if opts.quick else None,
         "log_path": fresh_log(opts.log, run_dir),
-    }
+    }  # fmt: skip
     ck = bool(torch.version.hip) and cuda_ok and common.ck_available() and not opts.no_ck
-    passes = [run_pass(*planned, run) for planned in plan_passes(selection, ck)]
+    plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
+    plan += [("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})] if ck else []
+    passes = [run_pass(*planned, run) for planned in plan]
     rows = final_results(passes)
     doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "identity": common.identity(device, arch, device_name),
-        "torch": {
-            "version": torch.__version__,
-            "git_version": git_version,
-            "cuda": torch.version.cuda,
-            "hip": torch.version.hip,
-        },
-        "python": platform.python_version(),
-        "tools": tools,
-        "device": {"type": device.type, "name": device_name, "arch": arch},
-        "test_file": test,
+        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
+        "torch": {"version": torch.__version__, "git_version": git_version,
+                  "cuda": torch.version.cuda, "hip": torch.version.hip},
+        "python": platform.python_version(), "tools": tools,
+        "device": {"type": device.type, "name": device_name, "arch": arch}, "test_file": test,
         "therock": {**therock_info, "entries": [e.as_dict() for e in skips]},
-        "selection": {
-            "k": selection,
-            "devices": devices,
-            "ck_pass": ck,
-            "quick_max": run["quick_max"],
-        },
+        "selection": {"k": selection, "devices": devices, "ck_pass": ck,
+                      "quick_max": run["quick_max"]},
         "quick": bool(opts.quick),
         "budget_min_per_pass": run["budget_s"] / 60,
         "log": str(run["log_path"]),
         "problems": pass_problems(passes, rows, run["log_path"]),
         "passes": [{k: v for k, v in p.items() if k != "records"} for p in passes],
-    }
+    }  # fmt: skip
     return report_verdict(summarize(doc, rows, skips, started), opts.json)
 
 

@@ -1,10 +1,7 @@
-"""pytest plugin loaded by upstream_sdpa.py into the pytest run of PyTorch's own test file.
-
-It does what a -k expression cannot report: marks each test that TheRock's skip list names as
-skipped *with that entry as the reason*, keeps every Nth test for --quick, skips what is left
-once the time budget is spent (so every selected test is accounted for), prints a progress line
-at least every few seconds, and writes one JSON line per test outcome to a results file that
-survives a killed run. Configuration: a JSON file named by $ROCMFA_UPSTREAM_PLUGIN_CONFIG.
+"""pytest plugin loaded by upstream_sdpa.py into the run of PyTorch's own test file: marks each
+test TheRock's skip list names as skipped with that entry as the reason, keeps every Nth test for
+--quick, skips what is left once the time budget is spent, prints progress, and writes one JSON
+line per outcome to a results file that survives a kill. Config: $ROCMFA_UPSTREAM_PLUGIN_CONFIG.
 """
 
 from __future__ import annotations
