@@ -711,36 +711,20 @@ def build_parser() -> common.OneLineArgumentParser:
         "completed (unavailable or skipped cases are recorded, not errors), 2 on bad input."
     )
     add = p.add_argument
-    add(
-        "--suite",
-        choices=SUITES,
-        default="default",
+    # fmt: off
+    add("--suite", choices=SUITES, default="default",
         help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run (head "
         "dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode against "
-        "4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)",
-    )
+        "4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)")
     add("--sizes", help="comma list of named sizes (default: all when no --shape)")
-    add(
-        "--shape",
-        action="append",
-        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable",
-    )
+    add("--shape", action="append",
+        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable")
     add("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
     add("--dtypes", help="comma list of fp16, bf16 (default fp16; --suite llm: bf16,fp16)")
-    add(
-        "--backends",
-        default="all",
-        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)",
-    )
+    add("--backends", default="all",
+        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)")
     add("--causal", choices=("yes", "no", "both"), default="both")
     add("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
-    _add_run_options(p)
-    return p
-
-
-def _add_run_options(p: common.OneLineArgumentParser) -> None:
-    """Timing, peak, memory, outputs and --compare."""
-    add = p.add_argument
     for flag, kind, default, text in (
         ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
         ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
@@ -750,50 +734,29 @@ def _add_run_options(p: common.OneLineArgumentParser) -> None:
         ("--warmup", int, 1, "minimum warm-up calls"),
         ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
     ):
-        add(
-            flag,
-            type=kind,
-            default=default,
-            help=text + ("" if default is None else f" (default {default:g})"),
-        )
-    add(
-        "--no-kernel-time",
-        dest="kernel_time",
-        action="store_false",
+        add(flag, type=kind, default=default,
+            help=text + ("" if default is None else f" (default {default:g})"))
+    add("--no-kernel-time", dest="kernel_time", action="store_false",
         help="skip the profiler's kernel time (busy fraction, launch-bound label) for rows "
-        "whose host launch time is at least a quarter of the event time",
-    )
+        "whose host launch time is at least a quarter of the event time")
     add("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
-    add(
-        "--mem-limit-gib",
-        type=float,
-        help="treat at most this much memory as free (skips cases that need more)",
-    )
+    add("--mem-limit-gib", type=float,
+        help="treat at most this much memory as free (skips cases that need more)")
     add("--out-dir", help="write bench.json, bench.csv, bench.png here")
     add("--json", dest="json_path", help="JSON result path")
     add("--csv", dest="csv_path", help="CSV result path")
     add("--plot", dest="plot_path", help="PNG plot path")
     add("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
-    add(
-        "--compare",
-        nargs=2,
-        metavar=("A.json", "B.json"),
-        help="print speedups/regressions of B against A for matching cases and exit",
-    )
-    add(
-        "--threshold-pct",
-        type=float,
-        default=5.0,
+    add("--compare", nargs=2, metavar=("A.json", "B.json"),
+        help="print speedups/regressions of B against A for matching cases and exit")
+    add("--threshold-pct", type=float, default=5.0,
         help="--compare: change that counts as faster/slower (default 5), besides what "
-        "run-to-run variation allows (scripts/rocmfa/data/bench_noise.toml)",
-    )
-    add(
-        "--compare-runs",
-        nargs="+",
-        metavar="JSON",
+        "run-to-run variation allows (scripts/rocmfa/data/bench_noise.toml)")
+    add("--compare-runs", nargs="+", metavar="JSON",
         help="with --compare: more runs of A and B, as A2.json B2.json ... (their spread is the "
-        "run-to-run variation)",
-    )
+        "run-to-run variation)")
+    # fmt: on
+    return p
 
 
 def _check_options(opts: Any) -> None:

@@ -342,6 +342,7 @@ def build_parser() -> common.OneLineArgumentParser:
         prog=PROG, description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter
     )
     add = p.add_argument
+    # fmt: off
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
     add(
@@ -361,7 +362,8 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--json", metavar="PATH", help="write the full report as JSON to PATH")
     add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
     add("--dry-run", action="store_true", help="refused: see the error it gives")
-    return p  # fmt: skip
+    # fmt: on
+    return p
 
 
 def git_blob_sha1(data: bytes) -> str:

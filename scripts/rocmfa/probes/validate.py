@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from typing import Any, NamedTuple
 
 if __package__:
@@ -294,15 +295,8 @@ def _int_list(text: str, option: str) -> tuple[int, ...]:
 
 
 def render(doc: dict[str, Any]) -> str:
-    header = (
-        "backend",
-        "B,H,S,D",
-        "dtype",
-        "causal",
-        "out err/allowed",
-        "worst grad err/allowed",
-        "status",
-    )
+    header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
+    header = (*header, "status")
     rows = []
     for r in doc["results"]:
         if r.get("errors"):
@@ -340,25 +334,20 @@ def _ratio(e: dict[str, Any]) -> float:
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__)
-    p.add_argument(
-        "--backends",
-        default="all",
-        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)",
-    )
-    p.add_argument("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
-    p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
-    p.add_argument("--head-dims", help="comma list (default 32,64,128,256; --quick: 32,64)")
-    p.add_argument(
-        "--shape",
-        action="append",
-        help="use this shape B,H,S,D or B,Hq,Hkv,S,D instead of the built-in set",
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="small subset (head_dim 32/64, short odd sequences): seconds on a CPU",
-    )
-    p.add_argument("--seed", type=int, default=0)
+    add = p.add_argument
+    # fmt: off
+    add("--backends", default="all",
+        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)")
+    add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
+    add("--causal", choices=("yes", "no", "both"), default="both")
+    add("--head-dims", help="comma list (default 32,64,72,80,96,112,128,160,192,256; "
+        "--quick: 32,64,72,96)")
+    add("--shape", action="append",
+        help="use this shape B,H,S,D or B,Hq,Hkv,S,D instead of the built-in set")
+    add("--quick", action="store_true",
+        help="small subset (head_dim 32-96, short odd sequences): seconds on a CPU")
+    # fmt: on
+    add("--seed", type=int, default=0)
     common.add_json(p)
     return p
 
@@ -369,14 +358,8 @@ def run_all(device: Any, backends: list[str], cases: list[Case], seed: int, limi
     for backend in backends:
         for i, case in enumerate(cases):
             shape = case.shape
-            row: dict[str, Any] = {
-                "backend": backend,
-                "shape": shape.dims(),
-                **shape.as_dict(),
-                "dtype": case.dtype,
-                "causal": case.causal,
-                "variant": case.variant or None,
-            }
+            row: dict[str, Any] = {"backend": backend, "shape": shape.dims(), **shape.as_dict()}
+            row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
             if limit is not None and shape.head_dim > limit[0] and backend != "math":
                 row.update(status="known-limit", reason=f"{limit[2]}: {limit[1]}")
             else:
@@ -410,22 +393,16 @@ def _main(argv: list[str] | None) -> int:
     if opts.dry_run:
         variants = sorted({c.variant or "grid" for c in cases})
         head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
-        return common.dry_run(
-            PROG,
-            device,
-            [
-                f"{len(cases)} cases x {','.join(backends)}: {', '.join(variants)}; head dims "
-                + head_dims,
-                *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
-            ],
-        )
+        return common.dry_run(PROG, device, [
+            f"{len(cases)} cases x {','.join(backends)}: {', '.join(variants)}; head dims "
+            + head_dims,
+            *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
+        ])  # fmt: skip
     arch, device_name = common.detect_arch(device)
     limit = common.head_dim_limit(common.load_arches().get(arch or ""))
     started = time.perf_counter()
     results = run_all(device, backends, cases, opts.seed, limit and (*limit, arch))
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    counts = dict(Counter(r["status"] for r in results))
     passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
     summary = (
         f"{'PASS' if passed else 'FAIL'}: "
@@ -434,25 +411,15 @@ def _main(argv: list[str] | None) -> int:
         + ("" if counts.get("pass", 0) else "; no case ran")
     )
     doc = {
-        "schema": SCHEMA,
-        "identity": common.identity(device, arch, device_name),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
+        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip,
         "device": {"type": device.type, "name": device_name, "arch": arch},
         "arch_limit": limit[1] if limit else None,
-        "tolerance": {
-            "reference": f"math backend in float64 on {device.type}",
-            "rule": TOLERANCE_RULE,
-            "fwd_factor": FWD_FACTOR,
-            "bwd_factor": BWD_FACTOR,
-            "floor": FLOOR,
-        },
-        "counts": counts,
-        "passed": passed,
-        "summary": summary,
-        "results": results,
-    }
+        "tolerance": {"reference": f"math backend in float64 on {device.type}",
+                      "rule": TOLERANCE_RULE, "fwd_factor": FWD_FACTOR,
+                      "bwd_factor": BWD_FACTOR, "floor": FLOOR},
+        "counts": counts, "passed": passed, "summary": summary, "results": results,
+    }  # fmt: skip
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 
