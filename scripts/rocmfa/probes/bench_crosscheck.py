@@ -29,24 +29,16 @@ else:  # run as a plain script: this file's folder is first on sys.path
     import bench  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
+PROG = "bench_crosscheck.py"
 SCHEMA = "sdpa-crosscheck/1"
 PROFILED_REPEATS = 20  # GPU: bench's repeats timed by events and the profiler at once
 TURN_MS = 20.0  # timed milliseconds per side per turn
 SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only spins longer
 # Kept apart from bench.SIZES on purpose: this harness must not inherit a wrong shape.
-SIZES = {
-    "Tiny": (1, 1, 128, 64),
-    "Small": (2, 8, 512, 64),
-    "Medium": (4, 8, 1024, 64),
-    "Large": (8, 16, 2048, 64),
-    "XLarge": (16, 16, 4096, 64),
-}
-BACKEND = {
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "math": SDPBackend.MATH,
-}
+SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
+         "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
+BACKEND = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+           "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}  # fmt: skip
 
 
 class Harness:
@@ -95,29 +87,25 @@ class Harness:
                 cycles = (time.perf_counter() - t0) * 3 * SPIN_CYCLES_PER_S
                 self.spin_cycles = int(min(10_000_000, max(1_000_000, cycles)))
             self.sync()
-            timed = self._device if self.gpu else self._host
-            return timed(fn, before, repeats)
+            if not self.gpu:
+                return [self._host(fn, before) for _ in range(repeats)]
+            pairs = [[torch.cuda.Event(enable_timing=True) for _ in "se"] for _ in range(repeats)]
+            for start, end in pairs:
+                before()
+                torch.cuda._sleep(self.spin_cycles)  # queued GPU work: host launch not timed
+                self.flush.zero_()
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) for s, e in pairs]
 
-    def _device(self, fn: Callable, before: Callable, repeats: int) -> list[float]:
-        pairs = [[torch.cuda.Event(enable_timing=True) for _ in "se"] for _ in range(repeats)]
-        for start, end in pairs:
-            before()
-            torch.cuda._sleep(self.spin_cycles)  # queued GPU work: host launch cost not timed
-            self.flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in pairs]
-
-    def _host(self, fn: Callable, before: Callable, repeats: int) -> list[float]:
-        out = []
-        for _ in range(repeats):
-            before()
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
+    @staticmethod
+    def _host(fn: Callable, before: Callable) -> float:
+        before()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
 
 
 def take_turns(
@@ -128,12 +116,8 @@ def take_turns(
     a: list[list[float]] = []
     b: list[list[float]] = []
     for index in range(turns):
-        if index % 2 == 0:
-            a.append(first(index))
-            b.append(second(index))
-        else:
-            b.append(second(index))
-            a.append(first(index))
+        for side, out in [(first, a), (second, b)][:: 1 if index % 2 == 0 else -1]:
+            out.append(side(index))
     return a, b
 
 
@@ -161,14 +145,8 @@ def verdict(rows: list[dict], field: str, tolerance_pct: float) -> tuple[bool, s
         return False, "nothing was timed", worst
     agree = max(worst.values()) <= tolerance_pct
     per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
-    return (
-        agree,
-        (
-            f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
-            f"{tolerance_pct:g}%): " + ("AGREE" if agree else "DISAGREE")
-        ),
-        worst,
-    )
+    text = f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
+    return agree, text + f"{tolerance_pct:g}%): " + ("AGREE" if agree else "DISAGREE"), worst
 
 
 def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: int) -> dict:
@@ -233,27 +211,18 @@ def pick_cases(opts: argparse.Namespace, device: torch.device) -> list[tuple[str
             if r["status"] == "ok" and r["dtype"] == "fp16" and r["size"] in SIZES
         }
     else:
-        backends = (
-            ["math"]
-            if device.type == "cpu"
-            else [b for b in BACKEND if b != "cudnn" or not torch.version.hip]
-        )
+        backends = [b for b in BACKEND if b != "cudnn" or not torch.version.hip]
+        backends = ["math"] if device.type == "cpu" else backends
         cases = {(s, b, c) for s in SIZES for b in backends for c in (False, True)}
     for text, index, known in ((opts.sizes, 0, SIZES), (opts.backends, 1, BACKEND)):
-        wanted = {t.strip() for t in (text or "").split(",") if t.strip()}
-        if wanted - set(known):
-            what = "size" if index == 0 else "backend"
-            raise common.UsageError(
-                f"unknown {what} {','.join(sorted(wanted - set(known)))!r} "
-                f"(choose from {', '.join(known)})"
-            )
-        cases = {c for c in cases if not wanted or c[index] in wanted}
+        wanted = common.parse_list(text, known, ("size", "backend")[index]) if text else known
+        cases = {c for c in cases if c[index] in wanted}
     return sorted(cases, key=lambda c: (list(SIZES).index(c[0]), list(BACKEND).index(c[1]), c[2]))
 
 
 def build_parser() -> common.OneLineArgumentParser:
     doc = __doc__.split("\n\n")[0]
-    p = common.OneLineArgumentParser(prog="bench_crosscheck.py", description=doc)
+    p = common.OneLineArgumentParser(prog=PROG, description=doc)
     p.add_argument("--bench-json", help="bench.py JSON: time its fp16 cases")
     p.add_argument("--sizes", help=f"comma list of {', '.join(SIZES)} (default: all)")
     p.add_argument("--backends", help=f"comma list of {', '.join(BACKEND)} (default: all)")
@@ -287,14 +256,11 @@ def _main(argv: list[str] | None) -> int:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(row)
+            prof = row["profiler_diff_pct"]
             print(
                 f"{label:<34}bench {row['bench_ms']:.4f} ms  harness {row['crosscheck_ms']:.4f} "
                 f"ms  diff {row['diff_pct']:+.2f}%  pooled {row['pooled_diff_pct']:+.2f}%"
-                + (
-                    f"  profiler {row['profiler_diff_pct']:+.2f}%"
-                    if row["profiler_kernel_ms"]
-                    else ""
-                )
+                + (f"  profiler {prof:+.2f}%" if row["profiler_kernel_ms"] else "")
             )
     agree, summary, worst = verdict(rows, "diff_pct", opts.tolerance_pct)
     _, prof_summary, prof_worst = verdict(rows, "profiler_diff_pct", opts.tolerance_pct)
@@ -308,20 +274,16 @@ def _main(argv: list[str] | None) -> int:
     print(prof_summary)
     if opts.json:
         doc = {
-            "schema": SCHEMA,
-            "identity": common.identity(device, *common.detect_arch(device)),
-            "summary": summary,
-            "agree": agree,
-            "profiler_summary": prof_summary,
-            "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
-            "rows": rows,
-        }
+            "schema": SCHEMA, "identity": common.identity(device, *common.detect_arch(device)),
+            "summary": summary, "agree": agree, "profiler_summary": prof_summary,
+            "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()}, "rows": rows,
+        }  # fmt: skip
         Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0 if agree else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli("bench_crosscheck.py", lambda: _main(argv))
+    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":
