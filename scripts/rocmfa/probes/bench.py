@@ -90,18 +90,13 @@ def rates(
     if peak and roof:
         bound = "memory" if flops / nbytes < peak * 1e3 / roof else "compute"
     return {
-        "flops": flops,
-        "tflops": None if above else round(tflops, 3),
-        "pct_peak": pct_peak,
+        "flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak,
         "above_peak": above,
-        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
-        "bytes": nbytes,
-        "intensity": round(flops / nbytes, 2),
-        "mem_roof_gbps": roof,
-        "bound": bound,
-        "gbps": round(gbps, 2),
+        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None, "bytes": nbytes,
+        "intensity": round(flops / nbytes, 2), "mem_roof_gbps": roof,
+        "bound": bound, "gbps": round(gbps, 2),
         "pct_roof": round(100.0 * gbps / roof, 2) if bound == "memory" else pct_peak,
-    }
+    }  # fmt: skip
 
 
 class Timer:
@@ -342,15 +337,10 @@ def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> di
     if common.is_oom(exc):
         release_cache(timer.device)
         return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
-    text = str(exc)
-    unsupported = isinstance(exc, NotImplementedError) or any(
-        s in text
-        for s in ("No available kernel", "No viable backend", "not supported", "only on ROCm")
-    )
-    return {
-        "status": "unavailable" if unsupported else "error",
-        "reason": common.reason_from(exc, caught),
-    }
+    refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
+    unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
+    status = "unavailable" if unsupported else "error"
+    return {"status": status, "reason": common.reason_from(exc, caught)}
 
 
 def release_cache(device: Any) -> None:

@@ -276,12 +276,11 @@ def device_info(device: Any) -> dict[str, Any] | None:
         clock = khz / 1000.0, "torch clock_rate property"
     return {
         "compute_units": getattr(props, "multi_processor_count", None),
-        "max_clock_mhz": clock[0] if clock else None,
-        "clock_source": clock[1] if clock else None,
+        "max_clock_mhz": clock[0] if clock else None, "clock_source": clock[1] if clock else None,
         "memory_clock_khz": getattr(props, "memory_clock_rate", None),
         "memory_bus_bits": getattr(props, "memory_bus_width", None),
         "integrated": bool(getattr(props, "is_integrated", False)),
-    }
+    }  # fmt: skip
 
 
 def torch_dtype(name: str) -> Any:
@@ -362,13 +361,9 @@ def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
 
 
 # name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
-BACKENDS = {
-    "flash": ("FLASH_ATTENTION", "aotriton"),
-    "ck": ("FLASH_ATTENTION", "ck"),
-    "efficient": ("EFFICIENT_ATTENTION", None),
-    "cudnn": ("CUDNN_ATTENTION", None),
-    "math": ("MATH", None),
-}
+BACKENDS = {"flash": ("FLASH_ATTENTION", "aotriton"), "ck": ("FLASH_ATTENTION", "ck"),
+            "efficient": ("EFFICIENT_ATTENTION", None), "cudnn": ("CUDNN_ATTENTION", None),
+            "math": ("MATH", None)}  # fmt: skip
 
 
 def default_backends(device: Any) -> list[str]:
@@ -652,20 +647,13 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
     with contextlib.suppress(Exception):
         flash = bool(torch.backends.cuda.is_flash_attention_available())
     ident: dict[str, Any] = {
-        "version": IDENTITY_VERSION,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": socket.gethostname(),
-        "gpu": device_name,
-        "arch": arch,
-        "platform": platform_name(device),
-        "device": str(device),
-        "rocm": torch.version.hip,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "torch_commit": getattr(torch.version, "git_version", None),
-        "aotriton": aotriton,
+        "version": IDENTITY_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(), "gpu": device_name, "arch": arch,
+        "platform": platform_name(device), "device": str(device), "rocm": torch.version.hip,
+        "cuda": torch.version.cuda, "torch": torch.__version__,
+        "torch_commit": getattr(torch.version, "git_version", None), "aotriton": aotriton,
         "flash_built_in": flash,
-    }
+    }  # fmt: skip
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device_index(device))
         ident["compute_units"] = props.multi_processor_count

@@ -209,21 +209,15 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (pass, test): the worst outcome its reports gave."""
-    rank = {
-        o: i for i, o in enumerate(("passed", "xfailed", "skipped", "xpassed", "error", "failed"))
-    }
+    rank = ("passed", "xfailed", "skipped", "xpassed", "error", "failed").index
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for p in passes:
-        for r in p["records"]:
-            if r.get("event") != "result":
-                continue
-            key = (p["name"], r["nodeid"])
-            row = {k: v for k, v in r.items() if k != "event"}
-            row["pass"] = p["name"]
+        for r in (r for r in p["records"] if r.get("event") == "result"):
+            row = {k: v for k, v in r.items() if k != "event"} | {"pass": p["name"]}
             row["class"], row["test"] = split_nodeid(r["nodeid"])
-            old = rows.get(key)
-            if old is None or rank[row["outcome"]] > rank[old["outcome"]]:
-                rows[key] = row
+            old = rows.get((p["name"], r["nodeid"]))
+            if old is None or rank(row["outcome"]) > rank(old["outcome"]):
+                rows[(p["name"], r["nodeid"])] = row
     return list(rows.values())
 
 
@@ -233,11 +227,10 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
 
 
 def tally(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, Counter] = {}
     for r in rows:
-        group = out.setdefault(str(r[key]), {})
-        group[r["outcome"]] = group.get(r["outcome"], 0) + 1
-    return dict(sorted(out.items()))
+        out.setdefault(str(r[key]), Counter())[r["outcome"]] += 1
+    return {k: dict(v) for k, v in sorted(out.items())}
 
 
 def skip_groups(

@@ -63,12 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _keywords(item: pytest.Item) -> list[str]:
-    names = [item.name]
     cls = getattr(item, "cls", None)
-    if cls is not None:
-        names.append(cls.__name__)
-    names.append(os.path.basename(str(item.fspath)))
-    return names
+    return [item.name, *([cls.__name__] if cls else []), os.path.basename(str(item.fspath))]
 
 
 @pytest.hookimpl(trylast=True)  # after -k has deselected
@@ -151,13 +147,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome = "error"
     if outcome is None:
         return
-    record: dict[str, Any] = {
-        "event": "result",
-        "nodeid": report.nodeid,
-        "outcome": outcome,
-        "when": report.when,
-        "duration": round(report.duration, 4),
-    }
+    duration = round(report.duration, 4)
+    record: dict[str, Any] = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
+                              "when": report.when, "duration": duration}  # fmt: skip
     if outcome == "skipped":
         reason = _message(report)
         record["reason"] = reason
