@@ -48,15 +48,9 @@ def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
         tree = ast.parse(text, file_name)
     except SyntaxError as exc:
         raise SkipListError(f"{file_name}: not Python ({exc.msg}, line {exc.lineno})") from None
-    literal = None
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == "skip_tests"
-        ):
-            literal = node.value
+    assigned = (n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1)
+    named = [n.value for n in assigned if getattr(n.targets[0], "id", None) == "skip_tests"]
+    literal = named[-1] if named else None
     if literal is None:
         raise SkipListError(f"{file_name}: no 'skip_tests = {{...}}' assignment")
     try:
@@ -154,5 +148,4 @@ def select(entries: list[SkipEntry], families: list[str], platform: str) -> list
 
 def matches(entry_name: str, keywords: list[str]) -> bool:
     """pytest -k for one bare name: a case-insensitive substring of any keyword."""
-    needle = entry_name.lower()
-    return any(needle in k.lower() for k in keywords)
+    return any(entry_name.lower() in k.lower() for k in keywords)

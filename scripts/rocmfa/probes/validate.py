@@ -21,24 +21,17 @@ else:  # run as `python scripts/rocmfa/probes/validate.py`
 
 PROG = "validate.py"
 SCHEMA = "sdpa-validate/1"
-FWD_FACTOR = 2.0
-BWD_FACTOR = 3.0
-# Absolute floor on the allowed error, times max(1, max|reference|).
-FLOOR = {"fp16": 2e-3, "bf16": 1.6e-2}
+FWD_FACTOR, BWD_FACTOR = 2.0, 3.0
+FLOOR = {"fp16": 2e-3, "bf16": 1.6e-2}  # absolute, times max(1, max|reference|)
 
 HEAD_DIMS = (32, 64, 72, 80, 96, 112, 128, 160, 192, 256)
-# (batch, q_heads, kv_heads, seq): odd lengths, odd batch/head counts, grouped-query heads
-# (enable_gqa).
+# (batch, q_heads, kv_heads, seq): odd lengths, odd batch/head counts, grouped-query heads.
 FULL_SHAPES = ((1, 1, 1, 1), (3, 5, 5, 17), (2, 4, 2, 127), (1, 3, 3, 255), (2, 8, 2, 257))
 FULL_SHAPES += ((1, 4, 1, 1023),)
 QUICK_SHAPES = ((1, 1, 1, 1), (3, 3, 3, 17), (2, 4, 2, 33))
 QUICK_HEAD_DIMS = (32, 64, 72, 96)
-# Where AOTriton users hit bugs, beyond the grid: (variant, B, Hq, Hkv, Sq, Sk, D, causal
-# settings, in --quick). variant: "" (is_causal: top-left alignment), "bottom-right"
-# (torch.nn.attention.bias.causal_lower_right, what a decoder with a KV cache needs; with
-# Sq > Sk its first Sq - Sk rows see no key), "transposed" (q/k/v made as B,S,H,D and
-# transposed: non-contiguous, as models pass them), "masked-rows" (a boolean mask with rows
-# that keep no key), "dropout" (checked statistically, see DROPOUT_P).
+# Where AOTriton users hit bugs (docs/attention-tools.md): (variant, B, Hq, Hkv, Sq, Sk, D,
+# causal settings, those in --quick); variant "" is is_causal (top-left alignment).
 SPECIAL_CASES = (
     ("", 1, 2, 2, 4096, 4096, 72, (False, True), (False,)),  # ROCm/aotriton#54: NaN on gfx1151
     ("", 2, 4, 4, 17, 129, 64, (True,), (True,)),
@@ -50,12 +43,9 @@ SPECIAL_CASES = (
     ("dropout", 2, 4, 4, 128, 64, 64, (False,), (False,)),
 )
 MASKED_ROWS = (0, 7, 64)  # rows of the masked-rows case that keep no key
-# Dropout: q = 0 makes every probability 1/Sk and v = the identity makes out[..., i, j] the
-# mask itself times 1/(Sk (1 - p)); 65536 draws, keep rate within DROPOUT_TOL of 1 - p (over 6
-# standard deviations), kept values within 1 %, the same mask for the same seed, another for
-# another seed.
-DROPOUT_P = 0.2
-DROPOUT_TOL = 0.01
+# Dropout: q = 0 and v = the identity make out the mask itself times 1/(Sk (1 - p)); 65536
+# draws, so the keep rate is within DROPOUT_TOL of 1 - p (over 6 standard deviations).
+DROPOUT_P, DROPOUT_TOL = 0.2, 0.01
 
 
 class Case(NamedTuple):
@@ -226,8 +216,7 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
     }
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
-    ok = ok and all(checks[k] for k in ("kept_values_ok", "same_seed_same_mask"))
-    ok = ok and checks["new_seed_new_mask"]
+    ok = ok and all(v for k, v in checks.items() if isinstance(v, bool))
     reason = None if finite else f"NaN/Inf in out at {case_text(case)}"
     if finite and not ok:
         reason = "dropout: " + ", ".join(f"{k} {v}" for k, v in checks.items())
