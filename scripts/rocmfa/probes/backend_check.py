@@ -169,19 +169,15 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
     table = arches.get(arch or "")
     needs = common.needs_experimental_flag(table, aot["runtime_version"])
     report: dict[str, Any] = {
-        "aotriton": aot,
-        "experimental_flag": flag,
-        "arch_needs_experimental_flag": needs,
-        "arch_in_arch_data": table is not None,
-        "preferred_rocm_fa_library": None,
-    }
+        "aotriton": aot, "experimental_flag": flag, "arch_needs_experimental_flag": needs,
+        "arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None,
+    }  # fmt: skip
     if torch.version.hip:
         try:
-            report["preferred_rocm_fa_library"] = str(
-                torch.backends.cuda.preferred_rocm_fa_library()
-            )
+            library = str(torch.backends.cuda.preferred_rocm_fa_library())
         except Exception as exc:
-            report["preferred_rocm_fa_library"] = f"unreadable: {common.first_line(exc)}"
+            library = f"unreadable: {common.first_line(exc)}"
+        report["preferred_rocm_fa_library"] = library
     if needs and flag != "1":
         report["flag_problem"] = (
             f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with AOTriton "
@@ -275,10 +271,7 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     where = report["device"]["platform"]
     failures: list[str] = []
     rocm = report.get("rocm") or {}
-    if rocm.get("aotriton", {}).get("mismatch"):
-        failures.append(rocm["aotriton"]["mismatch"])
-    if rocm.get("flag_problem"):
-        failures.append(rocm["flag_problem"])
+    failures += filter(None, [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")])
     flash = report["backends"]["flash"]
     if not flash.get("can_use"):
         reasons = "; ".join(flash.get("reasons") or []) or "torch gave no reason"

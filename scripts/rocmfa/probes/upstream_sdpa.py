@@ -254,21 +254,19 @@ def skip_groups(
 
 
 def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
-    c = doc["counts"]
-    ran = c.get("passed", 0) + c.get("failed", 0) + c.get("error", 0) + c.get("xpassed", 0)
-    bad = c.get("failed", 0) + c.get("error", 0)
-    skipped = c.get("skipped", 0)
-    by_source = doc["skips_by_source"]
-    skip_text = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in by_source.items())
-    problems = [p for p in doc["problems"]]
-    ok = bad == 0 and c.get("passed", 0) > 0 and not problems
+    c = Counter(doc["counts"])
+    bad, skipped = c["failed"] + c["error"], c["skipped"]
+    ran = c["passed"] + bad + c["xpassed"]
+    skip_text = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
+    problems = doc["problems"]
+    ok = bad == 0 and c["passed"] > 0 and not problems
     word = "PASS" if ok else ("INCOMPLETE" if bad == 0 and problems else "FAIL")
     tf = doc["test_file"]
     line = (
-        f"{word}: {c.get('passed', 0)} passed, {bad} failed, {skipped} skipped"
+        f"{word}: {c['passed']} passed, {bad} failed, {skipped} skipped"
         + (f" ({skip_text})" if skip_text else "")
-        + (f", {c.get('xfailed', 0)} xfailed" if c.get("xfailed") else "")
-        + f" of {ran + skipped + c.get('xfailed', 0)} SDPA tests"
+        + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
+        + f" of {ran + skipped + c['xfailed']} SDPA tests"
         + (
             f" (test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
             if tf["verified"]
@@ -403,7 +401,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
 
 def _test_file(data: bytes, commit: str, source: str, blob: str, how: str) -> dict[str, Any]:
     verified = source == "checkout"
-    return {"data": data, "commit": commit, "repo": source, "blob_sha1": blob, "source": source,
+    repo = "pytorch/pytorch" if verified else source
+    return {"data": data, "commit": commit, "repo": repo, "blob_sha1": blob, "source": source,
             "verified": verified, "how": how}  # fmt: skip
 
 
