@@ -310,12 +310,11 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"{'backend':<10} {'compiled':<9} {'enabled':<8} {'can_use':<8} reasons",
     ]
-    for name, b in report["backends"].items():
-        reasons = "; ".join(b.get("reasons") or [])
-        lines.append(
-            f"{name:<10} {_yn(b.get('compiled_in')):<9} {_yn(b.get('enabled')):<8} "
-            f"{_yn(b.get('can_use')):<8} {reasons}"
-        )
+    lines += [
+        f"{name:<10} {_yn(b.get('compiled_in')):<9} {_yn(b.get('enabled')):<8} "
+        f"{_yn(b.get('can_use')):<8} {'; '.join(b.get('reasons') or [])}"
+        for name, b in report["backends"].items()
+    ]
     rocm = report.get("rocm")
     if rocm:
         aot = rocm["aotriton"]
@@ -327,9 +326,8 @@ def render(report: dict[str, Any]) -> str:
             f"{_yn(rocm['arch_needs_experimental_flag'])}",
             f"AOTriton runtime {aot['runtime_version']} ({aot['runtime_source']}); "
             f"images: {images}",
+            *([f"MISMATCH: {aot['mismatch']}"] if aot["mismatch"] else []),
         ]
-        if aot["mismatch"]:
-            lines.append(f"MISMATCH: {aot['mismatch']}")
     truth = report.get("truth")
     if truth:
         lines.append("")

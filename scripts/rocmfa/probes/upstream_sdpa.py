@@ -111,15 +111,9 @@ def load_skips(
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
     chosen = therock_skips.select(entries, families, platform.system())
-    info.update(
-        commit=commit,
-        commit_from=how,
-        files=notes,
-        families=families,
-        platform=platform.system().lower(),
-        entries_read=len(entries),
-        entries_applied=len(chosen),
-    )
+    info.update(commit=commit, commit_from=how, files=notes, families=families,
+                platform=platform.system().lower(), entries_read=len(entries),
+                entries_applied=len(chosen))  # fmt: skip
     return chosen, info
 
 
@@ -133,25 +127,15 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     ini.write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
-    config = {
-        "results_path": str(results),
-        "budget_s": budget_s,
-        "quick_max": run["quick_max"],
-        "therock": [e.as_dict() for e in run["therock"]],
-        "label": f"upstream {name}",
-        "progress_every_s": 15,
-    }
+    config = {"results_path": str(results), "budget_s": budget_s, "quick_max": run["quick_max"],
+              "therock": [e.as_dict() for e in run["therock"]], "label": f"upstream {name}",
+              "progress_every_s": 15}  # fmt: skip
     config_path = run_dir / f"plugin-{name}.json"
     config_path.write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(python_path),
-        "PYTHONUNBUFFERED": "1",
-        "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"],
-        **extra_env,
-        "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path),
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "PYTHONUNBUFFERED": "1",
+           "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"], **extra_env,
+           "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path)}  # fmt: skip
     local_copy = run_dir / Path(TEST_PATH).name
     local_copy.write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", str(local_copy), "-c", str(ini), "--rootdir"]
@@ -166,16 +150,10 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         finished = {r["nodeid"] for r in records if r.get("event") == "result"}
         hung = [n for n in started_ids if n not in finished]
         killed += f"; still running: {hung[-1]}" if hung else ""
-    return {
-        "name": name,
-        "selection": selection,
-        "env": extra_env,
-        "collected": next((r for r in records if r.get("event") == "collected"), None),
-        "pytest_exit": code,
-        "killed": killed,
-        "wall_s": round(wall, 1),
-        "records": records,
-    }
+    collected = next((r for r in records if r.get("event") == "collected"), None)
+    return {"name": name, "selection": selection, "env": extra_env, "collected": collected,
+            "pytest_exit": code, "killed": killed, "wall_s": round(wall, 1),
+            "records": records}  # fmt: skip
 
 
 def run_logged(
@@ -299,16 +277,12 @@ def render(doc: dict[str, Any]) -> str:
         ),
         "",
     ]
-    header = ("pass", "wall s", *OUTCOMES)
-    rows = []
-    for p in doc["passes"]:
-        counts = p["counts"]
-        rows.append((p["name"], f"{p['wall_s']:.0f}", *(counts.get(o, 0) for o in OUTCOMES)))
-    lines += common.text_table(header, rows)
-    lines += ["", "by class:"]
-    header = ("class", *OUTCOMES)
+    rows = [
+        (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in doc["passes"]
+    ]
+    lines += common.text_table(("pass", "wall s", *OUTCOMES), rows)
     rows = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
-    lines += common.text_table(header, rows)
+    lines += ["", "by class:", *common.text_table(("class", *OUTCOMES), rows)]
     if doc["skips"]:
         lines += ["", "skips (count, source: reason):"]
         for g in doc["skips"]:
@@ -319,10 +293,8 @@ def render(doc: dict[str, Any]) -> str:
     failures = [r for r in doc["results"] if r["outcome"] in ("failed", "error")]
     if failures:
         lines += ["", f"failures ({len(failures)}):"]
-        for r in failures[:40]:
-            lines.append(
-                f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
-            )
+        lines += [f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
+                  for r in failures[:40]]  # fmt: skip
         if len(failures) > 40:
             lines.append(f"  ... {len(failures) - 40} more in the JSON")
     return "\n".join(lines)
