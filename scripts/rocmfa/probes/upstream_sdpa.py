@@ -53,10 +53,6 @@ class CannotRun(Exception):
     """Nothing can be run (test file, pytest or expecttest missing): one line, exit 2."""
 
 
-def default_workdir() -> Path:
-    return Path(os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser().resolve()
-
-
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
     """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
     folder), else the pinned commit, named as such."""
@@ -261,12 +257,13 @@ def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
 
 
 def render(doc: dict[str, Any]) -> str:
+    stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
     lines = [
         f"PyTorch's SDPA tests on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), "
         f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
         f"test file: {doc['test_file']['how']}",
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
-        + (f", --quick: 1 in {_stride(doc)} selected tests" if doc["quick"] else ""),
+        + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
         "TheRock: "
         + (
             f"{doc['therock'].get('entries_applied', 0)} of {doc['therock']['entries_read']} "
@@ -418,29 +415,20 @@ def parse_args(argv: list[str] | None) -> Any:
         raise common.UsageError("--quick-max must be positive")
     if opts.budget_min is not None and opts.budget_min <= 0:
         raise common.UsageError("--budget-min must be positive")
+    if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
+        raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     return opts
 
 
-def pick_devices(devices: str | None, cuda_ok: bool) -> str:
-    """--devices, checked; by default cuda where there is one, else cpu."""
-    devices = devices or ("cuda" if cuda_ok else "cpu")
-    if not set(devices.split(",")) <= {"cpu", "cuda"}:
-        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
-    return devices
-
-
-def run_directory(work: Path, test: dict[str, Any], quick: bool) -> Path:
-    """Where this test file's runs go: one folder per file version (and quick or full)."""
-    name = f"{test['source']}-{test['blob_sha1'][:12]}" + ("-quick" if quick else "")
-    return work / "upstream-tests" / "runs" / name
-
-
-def fresh_log(log: str | None, run_dir: Path) -> Path:
-    """The pytest log (--log, or pytest.log in the run folder), emptied."""
-    log_path = Path(log) if log else run_dir / "pytest.log"
+def fresh_log(opts: Any, work: Path, test: dict[str, Any]) -> tuple[Path, Path]:
+    """The run folder (one per file version, quick or full) and the emptied pytest log (--log,
+    or pytest.log in the run folder)."""
+    name = f"{test['source']}-{test['blob_sha1'][:12]}" + ("-quick" if opts.quick else "")
+    run_dir = work / "upstream-tests" / "runs" / name
+    log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    return log_path
+    return run_dir, log_path
 
 
 def report_verdict(doc: dict[str, Any], json_path: str | None) -> int:
@@ -462,10 +450,11 @@ def _main(argv: list[str] | None) -> int:
     opts = parse_args(argv)
     import torch
 
-    work = Path(opts.workdir).expanduser().resolve() if opts.workdir else default_workdir()
+    work = Path(opts.workdir or os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser()
+    work = work.resolve()
     git_version = str(getattr(torch.version, "git_version", "") or "")
     cuda_ok = torch.cuda.is_available()
-    devices = pick_devices(opts.devices, cuda_ok)
+    devices = opts.devices or ("cuda" if cuda_ok else "cpu")
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     arch, device_name = common.detect_arch(device)
     tools = require_test_tools()
@@ -475,12 +464,12 @@ def _main(argv: list[str] | None) -> int:
     therock_dir = None if opts.no_therock else Path(therock_dir).expanduser()
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
-    run_dir = run_directory(work, test, opts.quick)
+    run_dir, log_path = fresh_log(opts, work, test)
     run = {
         "test_file": test.pop("data"), "run_dir": run_dir, "devices": devices, "therock": skips,
         "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
         "quick_max": opts.quick_max if opts.quick else None,
-        "log_path": fresh_log(opts.log, run_dir),
+        "log_path": log_path,
     }  # fmt: skip
     ck = bool(torch.version.hip) and cuda_ok and common.ck_available() and not opts.no_ck
     plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
@@ -517,11 +506,6 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list, started: float
         "wall_s": round(time.perf_counter() - started, 1),
         "results": rows,
     }
-
-
-def _stride(doc: dict[str, Any]) -> int:
-    collected = doc["passes"][0].get("collected") or {}
-    return int(collected.get("quick_stride") or 1)
 
 
 def main(argv: list[str] | None = None) -> int:
