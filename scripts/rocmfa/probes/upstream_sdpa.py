@@ -76,15 +76,12 @@ def pinned_therock_commit() -> str | None:
 def require_test_tools() -> dict[str, str]:
     """pytest and torch's test helpers must import; else one line saying what to install."""
     versions = {}
-    for module, hint in (("pytest", "pytest"), ("expecttest", "expecttest")):
+    for module in ("pytest", "expecttest"):
         try:
-            mod = __import__(module)
+            versions[module] = str(getattr(__import__(module), "__version__", "?"))
         except ImportError:
-            raise CannotRun(
-                f"{module} is not installed in {sys.executable}; PyTorch's tests need it: "
-                f"python -m pip install {hint}"
-            ) from None
-        versions[module] = str(getattr(mod, "__version__", "?"))
+            need = f"PyTorch's tests need it: python -m pip install {module}"
+            raise CannotRun(f"{module} is not installed in {sys.executable}; {need}") from None
     return versions
 
 
@@ -381,26 +378,21 @@ def pass_problems(
     """Each pass's counts (set on it) and what went wrong in it, one line each."""
     problems = []
     for p in passes:
-        p["counts"] = {
-            o: sum(1 for r in rows if r["pass"] == p["name"] and r["outcome"] == o)
-            for o in OUTCOMES
-        }
+        mine = [r for r in rows if r["pass"] == p["name"]]
+        p["counts"] = {o: sum(1 for r in mine if r["outcome"] == o) for o in OUTCOMES}
         errors = [r for r in p["records"] if r.get("event") == "collect-error"]
+        budget_skips = sum(1 for r in mine if r.get("source") == "ours")
+        name = f"pass {p['name']}"
         if errors:
-            problems.append(
-                f"pass {p['name']}: the test file did not import: "
-                + common.first_line(errors[0].get("message", ""), 200)
-            )
+            first = common.first_line(errors[0].get("message", ""), 200)
+            problems.append(f"{name}: the test file did not import: {first}")
         if p["killed"]:
-            problems.append(f"pass {p['name']}: {p['killed']}")
-        budget_skips = sum(1 for r in rows if r["pass"] == p["name"] and r.get("source") == "ours")
+            problems.append(f"{name}: {p['killed']}")
         if budget_skips:
-            problems.append(f"pass {p['name']}: time budget spent, {budget_skips} tests not run")
-        if not any(r.get("event") == "collected" for r in p["records"]) and not errors:
-            problems.append(
-                f"pass {p['name']}: pytest collected nothing "
-                f"(exit {p['pytest_exit']}; see {log_path})"
-            )
+            problems.append(f"{name}: time budget spent, {budget_skips} tests not run")
+        if not errors and not any(r.get("event") == "collected" for r in p["records"]):
+            exit_code = p["pytest_exit"]
+            problems.append(f"{name}: pytest collected nothing (exit {exit_code}; see {log_path})")
     return problems
 
 
