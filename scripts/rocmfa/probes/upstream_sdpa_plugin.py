@@ -22,16 +22,11 @@ BUDGET_PREFIX = "ours: time budget of "
 
 class _State:
     def __init__(self, config: dict[str, Any]) -> None:
-        self.cfg = config
-        self.started = time.monotonic()
-        self.budget_s = float(config.get("budget_s") or 0)
-        self.every_s = float(config.get("progress_every_s") or 15)
-        self.label = str(config.get("label") or "upstream")
+        self.cfg, self.started, self.last_print = config, time.monotonic(), 0.0
+        self.budget_s, self.every_s = float(config["budget_s"]), float(config["progress_every_s"])
         self.out = open(config["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self.total = 0
-        self.done = 0
+        self.total = self.done = 0
         self.counts: dict[str, int] = {}
-        self.last_print = 0.0
 
     def write(self, record: dict[str, Any]) -> None:
         self.out.write(json.dumps(record) + "\n")
@@ -43,11 +38,8 @@ class _State:
         self.last_print = now
         elapsed = int(now - self.started)
         counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items())) or "starting"
-        print(
-            f"[{self.label} {self.done}/{self.total} {elapsed // 60}m{elapsed % 60:02d}s] {counts}",
-            file=sys.stderr,
-            flush=True,
-        )
+        where = f"{self.cfg['label']} {self.done}/{self.total} {elapsed // 60}m{elapsed % 60:02d}s"
+        print(f"[{where}] {counts}", file=sys.stderr, flush=True)
 
 
 _state: _State | None = None
@@ -86,11 +78,10 @@ def pytest_collection_modifyitems(
     for item in items:
         for entry in entries:
             if therock_skips.matches(entry["name"], _keywords(item)):
-                reason = (
-                    f"{THEROCK_PREFIX}{entry['name']} ({entry['file']} "
-                    f"[{entry['section']}/{entry['module']}])"
+                where = f"{entry['file']} [{entry['section']}/{entry['module']}]"
+                item.add_marker(
+                    pytest.mark.skip(reason=f"{THEROCK_PREFIX}{entry['name']} ({where})")
                 )
-                item.add_marker(pytest.mark.skip(reason=reason))
                 break
     _state.total = len(items)
     _state.write(
