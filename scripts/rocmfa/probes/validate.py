@@ -94,8 +94,7 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
 
     if case.variant == "dropout":
         return run_dropout(device, backend, case, seed)
-    shape, dtype_name = case.shape, case.dtype
-    dtype = common.torch_dtype(dtype_name)
+    shape, dtype = case.shape, common.torch_dtype(case.dtype)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     transposed = case.variant == "transposed"
 
@@ -103,12 +102,9 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
         dims = (seq, heads) if transposed else (heads, seq)
         return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
 
-    base = [
-        make(shape.q_heads, shape.seq),
-        make(shape.kv_heads, shape.kv_seq),
-        make(shape.kv_heads, shape.kv_seq),
-    ]
-    dout = make(shape.q_heads, shape.seq)
+    q_dims, kv_dims = (shape.q_heads, shape.seq), (shape.kv_heads, shape.kv_seq)
+    base = [make(*q_dims), make(*kv_dims), make(*kv_dims)]
+    dout = make(*q_dims)
     mask = case_mask(case)
 
     def view(t: Any) -> Any:
