@@ -585,8 +585,8 @@ def write_csv(path: Path, results: list[dict]) -> None:
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
-    """PNG of TFLOP/s per size: one panel per (dtype, causal) and pass, one line per backend,
-    noisy rows ringed in red. None, or why it was skipped."""
+    """PNG of TFLOP/s per size: one panel per pass x (dtype, causal), one line per backend.
+    None, or why it was skipped."""
     try:
         import matplotlib
 
@@ -604,7 +604,6 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
         len(passes), len(columns), figsize=(4.2 * len(columns), 3.2 * len(passes)),
         squeeze=False, sharex=True,
     )  # fmt: skip
-    noisy_label = "noisy"
     for (i, pass_name), (j, (dtype, causal)) in itertools.product(
         enumerate(passes), enumerate(columns)
     ):
@@ -613,26 +612,15 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
             r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
         ]
         for backend in dict.fromkeys(r["backend"] for r in panel):
-            mine = [
-                (sizes.index(r["size"]), r["tflops"], r.get("noisy"))
-                for r in panel
-                if r["backend"] == backend
-            ]
-            ax.plot([m[0] for m in mine], [m[1] for m in mine], marker="o", label=backend)
-            noisy = [m for m in mine if m[2]]
-            if noisy:
-                ax.scatter([m[0] for m in noisy], [m[1] for m in noisy], s=90, facecolors="none",
-                           edgecolors="red", zorder=3, label=noisy_label)  # fmt: skip
-                noisy_label = None
+            mine = [(sizes.index(r["size"]), r["tflops"]) for r in panel if r["backend"] == backend]
+            ax.plot(*zip(*mine, strict=True), marker="o", label=backend)
         ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
-        ax.set_xticks(range(len(sizes)))
-        ax.set_xticklabels(sizes, rotation=30, fontsize=7)
+        ax.set_xticks(range(len(sizes)), sizes, rotation=30, fontsize=7)
         ax.grid(alpha=0.3)
-        if j == 0:
-            ax.set_ylabel("TFLOP/s")
+    for row in axes:
+        row[0].set_ylabel("TFLOP/s")
     axes[0][0].legend(fontsize=7)
-    ring = "" if noisy_label else "\nred ring: noisy row"
-    fig.suptitle(f"{title}\n{FLOP_CONVENTION}{ring}", fontsize=9)
+    fig.suptitle(f"{title}\n{FLOP_CONVENTION}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
