@@ -48,11 +48,9 @@ class Harness:
         b, h, s, d = SIZES[size]
         self.causal, self.gpu = causal, device.type == "cuda"
         torch.manual_seed(0)
-        self.q, self.k, self.v = (
-            torch.randn(b, h, s, d, device=device, dtype=torch.float16, requires_grad=True)
-            for _ in range(3)
-        )
-        self.grad = torch.randn(b, h, s, d, device=device, dtype=torch.float16)
+        make = lambda: torch.randn(b, h, s, d, device=device, dtype=torch.float16)  # noqa: E731
+        self.q, self.k, self.v = (make().requires_grad_(True) for _ in range(3))
+        self.grad = make()
         self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
         self.spin_cycles = 1_000_000
 
@@ -187,17 +185,14 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
     bench_ms = statistics.median(x for t in ours for x in t)
     own_ms = statistics.median(x for t in theirs for x in t)
     return {
-        **dict(zip(("size", "backend", "causal", "pass"), case, strict=True)),
-        "turns": turns,
-        "bench_ms": round(bench_ms, 5),
-        "crosscheck_ms": round(own_ms, 5),
+        **dict(zip(("size", "backend", "causal", "pass"), case, strict=True)), "turns": turns,
+        "bench_ms": round(bench_ms, 5), "crosscheck_ms": round(own_ms, 5),
         "diff_pct": round(paired_diff_pct(ours, theirs), 2),
-        "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2),
-        "profiler_kernel_ms": kernel_ms,
+        "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2), "profiler_kernel_ms": kernel_ms,
         "profiler_diff_pct": round(diff_pct(event_ms, kernel_ms), 2) if kernel_ms else None,
         "bench_turns_ms": [[round(x, 5) for x in t] for t in ours],
         "crosscheck_turns_ms": [[round(x, 5) for x in t] for t in theirs],
-    }
+    }  # fmt: skip
 
 
 def pick_cases(opts: argparse.Namespace, device: torch.device) -> list[tuple[str, str, bool]]:
