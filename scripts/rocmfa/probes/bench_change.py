@@ -100,14 +100,8 @@ def judge(
         verdict = "noisy"
     else:
         verdict = "faster" if speedup > 1 else "slower"
-    return {
-        "a_ms": round(a_med, 5),
-        "b_ms": round(b_med, 5),
-        "speedup": round(speedup, 4),
-        "allowance_pct": round(100 * allowance, 2),
-        "verdict": verdict,
-        "why": why,
-    }
+    return {"a_ms": round(a_med, 5), "b_ms": round(b_med, 5), "speedup": round(speedup, 4),
+            "allowance_pct": round(100 * allowance, 2), "verdict": verdict, "why": why}  # fmt: skip
 
 
 def compare_runs(
@@ -160,14 +154,9 @@ def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
-    p.add_argument(
-        "--learn",
-        nargs="+",
-        action="append",
-        required=True,
-        metavar="JSON",
-        help="bench JSON runs of one build, back to back (one A/A session); repeat per session",
-    )
+    p.add_argument("--learn", nargs="+", action="append", required=True, metavar="JSON",
+                   help="bench JSON runs of one build, back to back (one A/A session); "
+                   "repeat per session")  # fmt: skip
     p.add_argument("--source", default="", help="where the runs came from (written as source)")
     opts = p.parse_args(argv)
     if any(len(files) < 2 for files in opts.learn):
@@ -178,13 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
     except (OSError, ValueError, KeyError, TypeError) as e:
         p.error(f"cannot read the runs: {e}")
-    floors = learn_floors(groups)
     names = "; ".join(", ".join(Path(f).name for f in files) for files in opts.learn)
-    print(f'source = "{opts.source or names}"')
-    print(f"default_floor = {DEFAULT_FLOOR}")
-    print("[floor]")
-    for cls, value in floors.items():
-        print(f'"{cls}" = {value}')
+    print(f'source = "{opts.source or names}"\ndefault_floor = {DEFAULT_FLOOR}\n[floor]')
+    print("\n".join(f'"{cls}" = {value}' for cls, value in learn_floors(groups).items()))
     return 0
 
 
