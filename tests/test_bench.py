@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.probes import bench, bench_measure, bench_plan, bench_report, sdpa_common
+from rocmfa.probes import bench, sdpa_common
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--repeats", "2", "--warmup-ms", "0"]
@@ -36,7 +36,7 @@ def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
     # 1 shape x 1 dtype x 2 causal x 2 backends x 3 passes
     assert len(rows) == 12
     assert {r["status"] for r in rows} == {"ok"}
-    assert all(set(r) == set(bench_measure.RESULT_FIELDS) for r in rows)
+    assert all(set(r) == set(bench.RESULT_FIELDS) for r in rows)
     assert all(r["repeats"] == 2 and r["min_ms"] <= r["median_ms"] <= r["max_ms"] for r in rows)
     fwd = 4 * 1 * 2 * 32 * 32 * 16
     by_key = {(r["backend"], r["causal"], r["pass"]): r for r in rows}
@@ -46,7 +46,7 @@ def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
     assert by_key[("flash", True, "fwdbwd")]["flops"] == 3.5 * fwd / 2
     with open(tmp_path / "bench.csv") as f:
         csv_rows = list(csv.DictReader(f))
-    assert len(csv_rows) == 12 and list(csv_rows[0]) == list(bench_measure.RESULT_FIELDS)
+    assert len(csv_rows) == 12 and list(csv_rows[0]) == list(bench.RESULT_FIELDS)
     out = capsys.readouterr()
     assert "FLOPs: flash-attention convention" in out.out
     assert "[4/4]" in out.err  # progress on stderr
@@ -70,13 +70,10 @@ def test_rate_above_peak_is_flagged_not_shown(tmp_path, capsys):
 
 
 def test_rate_below_peak_has_percentage():
-    fields = bench_measure.rate_fields(flops=2e12, median_ms=1000.0, peak=4.0)
-    assert fields == {
-        "tflops": 2.0,
-        "pct_peak": 50.0,
-        "above_peak": False,
-        "measured_tflops_above_peak": None,
-    }
+    shape = sdpa_common.Shape("x", 1, 1, 1, 500, 1000)  # 1e9 FLOP forward
+    fields = bench.rates(shape, False, "fwd", 0.5, (4.0, None), 2)
+    assert fields["tflops"] == 2.0 and fields["pct_peak"] == 50.0
+    assert fields["above_peak"] is False and fields["measured_tflops_above_peak"] is None
 
 
 def test_case_that_does_not_fit_in_memory_is_skipped(tmp_path):
@@ -88,8 +85,8 @@ def test_case_that_does_not_fit_in_memory_is_skipped(tmp_path):
 
 def test_math_estimate_counts_materialised_scores():
     xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
-    math_bytes = bench_plan.estimate_bytes(xlarge, "math", 2)
-    flash_bytes = bench_plan.estimate_bytes(xlarge, "flash", 2)
+    math_bytes = bench.estimate_bytes(xlarge, "math", 2)
+    flash_bytes = bench.estimate_bytes(xlarge, "flash", 2)
     scores_fp32 = 16 * 16 * 4096 * 4096 * 4
     assert math_bytes > 3 * scores_fp32 > 40 * 2**30
     assert flash_bytes < 2 * 2**30
@@ -146,10 +143,13 @@ def test_compare_rejects_non_result_json(tmp_path, capsys):
 
 def test_peak_comes_from_arch_data():
     arches = sdpa_common.load_arches()
-    assert sdpa_common.peak_for("sm_90", "bf16", None, arches)[0] == 989.0
-    assert sdpa_common.peak_for("gfx908", "bf16", None, arches)[0] == 92.3
-    assert sdpa_common.peak_for(None, "fp16", None, arches)[0] is None
-    assert sdpa_common.peak_for("gfx908", "fp16", 5.0, arches) == (5.0, "--peak-tflops")
+    assert sdpa_common.peak_from_device("sm_90", "bf16", None, arches, None, {})[0] == 989.0
+    assert sdpa_common.peak_from_device("gfx908", "bf16", None, arches, None, {})[0] == 92.3
+    assert sdpa_common.peak_from_device(None, "fp16", None, arches, None, {})[0] is None
+    assert sdpa_common.peak_from_device("gfx908", "fp16", 5.0, arches, None, {}) == (
+        5.0,
+        "--peak-tflops",
+    )
 
 
 def test_runs_as_plain_script():
@@ -175,7 +175,7 @@ def test_runs_as_plain_script():
 def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     # decode against 128k keys on an H200 (docs/results): 0.9619 ms for K and V read once.
     decode = sdpa_common.Shape("decode-128k-d128", 8, 32, 8, 1, 128, 131072)
-    fields = bench_measure.rates(decode, False, "fwd", 0.9619, (1070.5, 4814.3), 2)
+    fields = bench.rates(decode, False, "fwd", 0.9619, (1070.5, 4814.3), 2)
     kv = 2 * 8 * 8 * 131072 * 128 * 2
     q_o = 2 * 8 * 32 * 1 * 128 * 2
     assert fields["bytes"] == kv + q_o + 4 * 8 * 32
@@ -184,25 +184,25 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     assert fields["pct_roof"] == pytest.approx(92.75, abs=0.1)
     assert fields["pct_peak"] < 2  # the compute % that used to be its only figure
     xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
-    prefill = bench_measure.rates(xlarge, False, "bwd", 10.0, (1070.5, 4814.3), 2)
+    prefill = bench.rates(xlarge, False, "bwd", 10.0, (1070.5, 4814.3), 2)
     assert prefill["bound"] == "compute" and prefill["pct_roof"] == prefill["pct_peak"]
-    backward = bench_measure.attention_bytes(xlarge, "bwd", 2)
+    backward = bench.attention_bytes(xlarge, "bwd", 2)
     elements = 16 * 16 * 4096 * 64
     assert backward == 8 * elements * 2 + 4 * 16 * 16 * 4096  # q,k,v,o,do in; dq,dk,dv out
-    assert bench_measure.attention_bytes(xlarge, "fwdbwd", 2) == backward + (
-        bench_measure.attention_bytes(xlarge, "fwd", 2)
+    assert bench.attention_bytes(xlarge, "fwdbwd", 2) == backward + (
+        bench.attention_bytes(xlarge, "fwd", 2)
     )
     row = {**decode.as_dict(), "dtype": "bf16", "causal": False, "backend": "flash"}
     row.update({"pass": "fwd", "status": "ok", "reason": None, "median_ms": 0.9619})
     row.update(min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6, **fields)
     prov = {"device_name": "H200", "arch": "sm_90", "torch": "x", "peak_note": "p"}
-    table = bench_report.render_table([bench_plan.complete_row(row)], prov, "device: test")
+    table = bench.render_table([bench.complete_row(row)], prov, "device: test")
     line = next(x for x in table.splitlines() if x.startswith("decode-128k"))
     assert "4465" in line and "memory" in line and "92.8" in line
 
 
 def test_memory_roof_from_the_device_else_a_named_table_entry():
-    roofs = sdpa_common.load_memory_roofs()
+    roofs = sdpa_common.load_table("peak_rates", "memory")
     h200 = {"memory_clock_khz": 3201000, "memory_bus_bits": 6016, "integrated": False}
     roof, source = sdpa_common.memory_roof("sm_90", h200, roofs)
     assert roof == 4814.3 and "memory_clock_rate 3201000 kHz" in source

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from rocmfa.probes import bench, bench_measure, bench_plan, sdpa_common
+from rocmfa.probes import bench, sdpa_common
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENTITY_KEYS = {"version", "date", "host", "gpu", "arch", "platform", "torch", "torch_commit"}
@@ -29,7 +29,7 @@ def test_bench_writes_the_identity(tmp_path):
 
 
 def test_peak_is_computed_from_the_card_and_falls_back_to_the_table():
-    rates = sdpa_common.load_peak_rates()
+    rates = sdpa_common.load_table("peak_rates", "rate")
     arches = sdpa_common.load_arches()
     h100 = {"compute_units": 132, "max_clock_mhz": 1980.0, "clock_source": "nvidia-smi"}
     peak, source = sdpa_common.peak_from_device("sm_90", "bf16", None, arches, h100, rates)
@@ -64,17 +64,17 @@ def test_llm_suite_shapes_and_memory_skips(tmp_path):
 def test_query_length_other_than_key_length_runs_and_counts_flops():
     shape = sdpa_common.Shape("chunk", 1, 4, 2, 8, 16, 32)
     assert shape.dims() == "1,4/2,8/32,16" and shape.as_dict()["seq_k"] == 32
-    tensors = bench_measure.Tensors(shape, sdpa_common.torch_dtype("bf16"), torch.device("cpu"))
+    tensors = bench.Tensors(shape, sdpa_common.torch_dtype("bf16"), torch.device("cpu"))
     opts = SimpleNamespace(
         warmup_ms=0.0, warmup=1, repeats=2, budget_ms=1.0, min_repeats=1, slow_min_repeats=1,
         max_repeats=2,
     )  # fmt: skip
-    timer = bench_measure.Timer(torch.device("cpu"))
-    row = bench_measure.run_pass(timer, tensors, False, "math", "fwd", opts)
+    timer = bench.Timer(torch.device("cpu"))
+    row = bench.run_pass(timer, tensors, False, "math", "fwd", opts)
     assert row["status"] == "ok" and row["kernel_ms"] is None
-    assert bench_measure.attention_flops(shape, False, "fwd") == 4 * 1 * 4 * 8 * 32 * 16
-    math_bytes = bench_plan.estimate_bytes(shape, "math", 2)
-    assert math_bytes > bench_plan.estimate_bytes(shape, "flash", 2)
+    assert bench.attention_flops(shape, False, "fwd") == 4 * 1 * 4 * 8 * 32 * 16
+    math_bytes = bench.estimate_bytes(shape, "math", 2)
+    assert math_bytes > bench.estimate_bytes(shape, "flash", 2)
 
 
 def test_kernel_records_are_cut_into_repeats():
@@ -83,5 +83,5 @@ def test_kernel_records_are_cut_into_repeats():
         (spin, 0.0, 100.0), (flush, 100.0, 50.0), ("flash_fwd", 160.0, 8.0),
         (spin, 300.0, 100.0), (flush, 400.0, 50.0), ("a", 460.0, 2.0), ("b", 470.0, 3.0),
     ]  # fmt: skip
-    assert bench_measure.kernel_ms_per_repeat(kernels) == 0.0065  # median of 8 and 5 us
-    assert bench_measure.kernel_ms_per_repeat([(spin, 0.0, 1.0), (flush, 1.0, 1.0)]) is None
+    assert bench.kernel_ms_per_repeat(kernels) == 0.0065  # median of 8 and 5 us
+    assert bench.kernel_ms_per_repeat([(spin, 0.0, 1.0), (flush, 1.0, 1.0)]) is None

@@ -57,7 +57,7 @@ def test_plan_covers_where_aotriton_users_hit_bugs(quick):
     assert "2,4,17/129,64 bf16 causal bottom-right" in text  # causal_lower_right
     assert "2,4,129/17,64 fp16 causal bottom-right" in text  # rows that see no key
     assert {"masked-rows", "dropout", "transposed"} <= {c.variant for c in cases}
-    assert any(c.shape.gqa for c in cases)  # enable_gqa
+    assert any(c.shape.kv_heads != c.shape.q_heads for c in cases)  # enable_gqa
     dims = {c.shape.head_dim for c in cases}
     assert dims >= ({72, 96} if quick else {72, 80, 96, 112, 160, 192})
     if not quick:

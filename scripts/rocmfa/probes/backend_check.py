@@ -1,17 +1,10 @@
 """Check that SDPA flash attention is usable, actually used, and correct on this device.
 
-Reports, per backend: compiled in, enabled, and torch's can_use_* verdict with the reasons torch
-gives (its debug warnings); on ROCm the preferred flash library, the
-TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL flag and whether this arch needs it for the installed
-AOTriton (arches.toml ranges), and the AOTriton runtime version against the image signatures.
-
-Then the truth: SDPA is run forced to flash (torch.nn.attention.sdpa_kernel) under
-torch.profiler, the output and gradients are compared with the math backend computed in
-float32, and the profiler's op and kernel names show which implementation ran; SDPA with the
-default dispatch is profiled too, so a silent fallback to the math path fails the check.
-
-Exit 0 only when flash attention is usable, used and correct; otherwise exit 1 with one line
-saying why; 2 on bad input.
+Per backend: compiled in, enabled, and torch's can_use_* verdict with its reasons; on ROCm the
+preferred flash library, the experimental flag this arch needs, and AOTriton's runtime against
+its images. Then SDPA forced to flash and by default under torch.profiler (kernel names say what
+ran) against float32 math. Exit 0 only when flash is usable, used and correct; else 1 with one
+line saying why; 2 on bad input. More: docs/attention-tools.md.
 """
 
 from __future__ import annotations
@@ -33,31 +26,17 @@ SCHEMA = "sdpa-backend-check/1"
 # Max |error| / max(1, max|reference|) allowed against the float32 math result.
 TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e-2}}
 
-# Kernel-name rules, checked in order on the lower-cased name; the first match wins.
-# Device kernels (what really ran on the GPU) are classified by these substrings:
+# Kernel-name rules: the first family whose substring is in the lower-cased device kernel name.
+# flash: AOTriton's Triton kernels, the AITER kernels AOTriton >= 0.11 dispatches, CUDA's
+# pytorch_flash; math: generic gemm/softmax kernels (cuBLAS, CUTLASS, rocBLAS/hipBLASLt Cijk_*).
 KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn", "fort_native_sdpa", "sdpa_sm")),
     ("efficient", ("fmha_cutlass", "mem_efficient", "attention_kernel_batched")),
     ("ck", ("ck_tile", "fmhafwd", "fmhabwd", "fmha_fwd", "fmha_bwd")),
-    # AOTriton's Triton kernels (attn_fwd, bwd_kernel_dk_dv, bwd_kernel_dq, bwd_preprocess),
-    # AITER assembly kernels that AOTriton >= 0.11 dispatches, and CUDA's pytorch_flash kernels.
-    (
-        "flash",
-        (
-            "flash",
-            "attn_fwd",
-            "attn_bwd",
-            "bwd_kernel_dk_dv",
-            "bwd_kernel_dq",
-            "bwd_preprocess",
-            "aiter",
-            "fmha",
-        ),
-    ),
-    # Generic matmul/softmax kernels: what the math path launches (cuBLAS/CUTLASS gemms,
-    # rocBLAS/hipBLASLt Tensile kernels named Cijk_*, softmax).
+    ("flash", ("flash", "attn_fwd", "attn_bwd", "bwd_kernel_dk_dv", "bwd_kernel_dq",
+               "bwd_preprocess", "aiter", "fmha")),
     ("math", ("gemm", "xmma", "cijk_", "cutlass", "softmax", "bmm", "matmul")),
-)
+)  # fmt: skip
 # Operator names (what torch dispatched) map exactly onto backends:
 OP_RULES: tuple[tuple[str, str], ...] = (
     ("aten::_scaled_dot_product_flash_attention_for_cpu", "flash-cpu"),
@@ -101,23 +80,13 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
             family = classify_op(name)
             if family and family not in ops:
                 ops.append(family)
-    fused_kernels = [f for f in kernel_families if f in FUSED]
-    if kernel_families:
-        # Device kernels are the ground truth on a GPU.
-        if fused_kernels:
-            ran = fused_kernels[0]
-        elif "math" in kernel_families:
-            ran = "math"
-        else:
-            ran = "unknown"
-    else:
+    # Device kernels are the ground truth on a GPU; the ops where none were recorded.
+    fused = [f for f in kernel_families if f in FUSED] + ["math"] * ("math" in kernel_families)
+    ran = next(iter(fused), "unknown")
+    if not kernel_families:
         ran = next((o for o in ops if o in FUSED), ops[0] if ops else "unknown")
-    return {
-        "ops": ops,
-        "kernel_families": sorted(kernel_families),
-        "kernels": {f: names[:6] for f, names in kernel_families.items()},
-        "ran": ran,
-    }
+    kernels = {f: names[:6] for f, names in kernel_families.items()}
+    return {"ops": ops, "kernel_families": sorted(kernel_families), "kernels": kernels, "ran": ran}
 
 
 def profile_events(prof: Any) -> list[tuple[str, bool]]:
@@ -126,9 +95,6 @@ def profile_events(prof: Any) -> list[tuple[str, bool]]:
         device_type = str(getattr(evt, "device_type", "")).split(".")[-1]
         out.append((evt.name, device_type in ("CUDA", "HIP", "PrivateUse1")))
     return out
-
-
-# --------------------------------------------------------------------------- reports
 
 
 def can_use(params: Any, fn_name: str, on_cpu: bool) -> dict[str, Any]:
@@ -171,37 +137,25 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
     on_cpu = device.type == "cpu"
     report = {
-        "flash": {
-            "compiled_in": _ask(getattr(cuda, "is_flash_attention_available", None)),
-            "enabled": cuda.flash_sdp_enabled(),
-            **can_use(params, "can_use_flash_attention", on_cpu),
-        },
+        "flash": {"compiled_in": _ask(getattr(cuda, "is_flash_attention_available", None)),
+                  "enabled": cuda.flash_sdp_enabled(),
+                  **can_use(params, "can_use_flash_attention", on_cpu)},
         # torch has no public "is compiled in" query for the memory-efficient kernel.
-        "efficient": {
-            "compiled_in": None,
-            "enabled": cuda.mem_efficient_sdp_enabled(),
-            **can_use(params, "can_use_efficient_attention", on_cpu),
-        },
-        "math": {
-            "compiled_in": True,
-            "enabled": cuda.math_sdp_enabled(),
-            "can_use": True,
-            "reasons": [],
-        },
-    }
+        "efficient": {"compiled_in": None, "enabled": cuda.mem_efficient_sdp_enabled(),
+                      **can_use(params, "can_use_efficient_attention", on_cpu)},
+        "math": {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True,
+                 "reasons": []},
+    }  # fmt: skip
     if not torch.version.hip:
         report["cudnn"] = {
             "compiled_in": False if on_cpu else _ask(torch.backends.cudnn.is_available),
             "enabled": cuda.cudnn_sdp_enabled(),
             **can_use(params, "can_use_cudnn_attention", on_cpu),
-        }
+        }  # fmt: skip
     else:
-        report["ck"] = {
-            "compiled_in": _ask(getattr(cuda, "is_ck_sdpa_available", None)),
-            "enabled": None,
-            "can_use": None,
-            "reasons": ["selected via preferred_rocm_fa_library"],
-        }
+        report["ck"] = {"compiled_in": _ask(getattr(cuda, "is_ck_sdpa_available", None)),
+                        "enabled": None, "can_use": None,
+                        "reasons": ["selected via preferred_rocm_fa_library"]}  # fmt: skip
     return report
 
 
@@ -215,19 +169,15 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
     table = arches.get(arch or "")
     needs = common.needs_experimental_flag(table, aot["runtime_version"])
     report: dict[str, Any] = {
-        "aotriton": aot,
-        "experimental_flag": flag,
-        "arch_needs_experimental_flag": needs,
-        "arch_in_arch_data": table is not None,
-        "preferred_rocm_fa_library": None,
-    }
+        "aotriton": aot, "experimental_flag": flag, "arch_needs_experimental_flag": needs,
+        "arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None,
+    }  # fmt: skip
     if torch.version.hip:
         try:
-            report["preferred_rocm_fa_library"] = str(
-                torch.backends.cuda.preferred_rocm_fa_library()
-            )
+            library = str(torch.backends.cuda.preferred_rocm_fa_library())
         except Exception as exc:
-            report["preferred_rocm_fa_library"] = f"unreadable: {common.first_line(exc)}"
+            library = f"unreadable: {common.first_line(exc)}"
+        report["preferred_rocm_fa_library"] = library
     if needs and flag != "1":
         report["flag_problem"] = (
             f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with AOTriton "
@@ -291,19 +241,12 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         ref = common.sdpa(q32, k32, v32, True)
     ref.backward(inputs[3].float())
     tol = TOLERANCE[dtype_name]
+    rule = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
     report: dict[str, Any] = {
-        "shape": shape.dims(),
-        "dtype": dtype_name,
-        "causal": True,
-        "forced_flash": flash_profile,
-        "default_dispatch": default_profile,
-        "tolerance": {
-            "rule": "max|x - ref| / max(1, max|ref|), ref = math backend in float32",
-            **tol,
-        },
-        "errors": None,
-        "correct": None,
-    }
+        "shape": shape.dims(), "dtype": dtype_name, "causal": True,
+        "forced_flash": flash_profile, "default_dispatch": default_profile,
+        "tolerance": {"rule": rule, **tol}, "errors": None, "correct": None,
+    }  # fmt: skip
     if flash_result is not None:
         out, grads = flash_result
         fwd_err = _scaled_error(out, ref.detach())
@@ -323,18 +266,12 @@ def _scaled_error(x: Any, ref: Any) -> float:
     return round((x - ref).abs().max().item() / scale, 6)
 
 
-# --------------------------------------------------------------------------- verdict
-
-
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     """(passed, failures): flash usable, used (forced and by default) and correct."""
     where = report["device"]["platform"]
     failures: list[str] = []
     rocm = report.get("rocm") or {}
-    if rocm.get("aotriton", {}).get("mismatch"):
-        failures.append(rocm["aotriton"]["mismatch"])
-    if rocm.get("flag_problem"):
-        failures.append(rocm["flag_problem"])
+    failures += filter(None, [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")])
     flash = report["backends"]["flash"]
     if not flash.get("can_use"):
         reasons = "; ".join(flash.get("reasons") or []) or "torch gave no reason"
@@ -364,9 +301,6 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     return not failures, failures
 
 
-# --------------------------------------------------------------------------- text output
-
-
 def render(report: dict[str, Any]) -> str:
     d = report["device"]
     lines = [
@@ -376,12 +310,11 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"{'backend':<10} {'compiled':<9} {'enabled':<8} {'can_use':<8} reasons",
     ]
-    for name, b in report["backends"].items():
-        reasons = "; ".join(b.get("reasons") or [])
-        lines.append(
-            f"{name:<10} {_yn(b.get('compiled_in')):<9} {_yn(b.get('enabled')):<8} "
-            f"{_yn(b.get('can_use')):<8} {reasons}"
-        )
+    lines += [
+        f"{name:<10} {_yn(b.get('compiled_in')):<9} {_yn(b.get('enabled')):<8} "
+        f"{_yn(b.get('can_use')):<8} {'; '.join(b.get('reasons') or [])}"
+        for name, b in report["backends"].items()
+    ]
     rocm = report.get("rocm")
     if rocm:
         aot = rocm["aotriton"]
@@ -393,9 +326,8 @@ def render(report: dict[str, Any]) -> str:
             f"{_yn(rocm['arch_needs_experimental_flag'])}",
             f"AOTriton runtime {aot['runtime_version']} ({aot['runtime_source']}); "
             f"images: {images}",
+            *([f"MISMATCH: {aot['mismatch']}"] if aot["mismatch"] else []),
         ]
-        if aot["mismatch"]:
-            lines.append(f"MISMATCH: {aot['mismatch']}")
     truth = report.get("truth")
     if truth:
         lines.append("")
@@ -419,9 +351,7 @@ def render(report: dict[str, Any]) -> str:
                 f"bwd {truth['errors']['bwd']:.2e} "
                 f"(tolerance fwd {truth['tolerance']['fwd']}, bwd {truth['tolerance']['bwd']})"
             )
-    lines.append("")
-    lines.append(report["summary"])
-    return "\n".join(lines)
+    return "\n".join([*lines, "", report["summary"]])
 
 
 def short_kernel_name(name: str) -> str:
@@ -429,25 +359,17 @@ def short_kernel_name(name: str) -> str:
     arguments, parameters, return type and namespaces dropped (the JSON keeps the full name)."""
     out: list[str] = []
     depth = 0
-    for ch in name:
-        if ch in "<(":
-            # '(anonymous namespace)' is a namespace, not parameters
-            depth += 1
-        elif ch in ">)" and depth:
-            depth -= 1
+    for ch in name:  # '(anonymous namespace)' goes with the parameters
+        if ch in "<(" or (ch in ">)" and depth):
+            depth += 1 if ch in "<(" else -1
         elif depth == 0:
             out.append(ch)
-    flat = "".join(out).strip()
-    last = flat.split()[-1] if flat.split() else name
-    short = last.split("::")[-1]
-    return short or name
+    words = "".join(out).split()
+    return (words[-1] if words else name).split("::")[-1] or name
 
 
 def _yn(value: Any) -> str:
     return {True: "yes", False: "no", None: "?"}.get(value, str(value))
-
-
-# --------------------------------------------------------------------------- CLI
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -501,22 +423,14 @@ def _main(argv: list[str] | None) -> int:
         )
     arch, device_name = common.detect_arch(device)
     report: dict[str, Any] = {
-        "schema": SCHEMA,
-        "identity": common.identity(device, arch, device_name),
-        "torch": {
-            "version": torch.__version__,
-            "cuda": torch.version.cuda,
-            "hip": torch.version.hip,
-        },
-        "device": {
-            "type": device.type,
-            "name": device_name,
-            "arch": arch,
-            "platform": common.platform_name(device),
-        },
+        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
+        "torch": {"version": torch.__version__, "cuda": torch.version.cuda,
+                  "hip": torch.version.hip},
+        "device": {"type": device.type, "name": device_name, "arch": arch,
+                   "platform": common.platform_name(device)},
         "backends": backend_flags(device, common.torch_dtype(dtype_name), shape),
         "rule_kernel_names": {f: list(n) for f, n in KERNEL_RULES},
-    }
+    }  # fmt: skip
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)

@@ -1,159 +1,745 @@
 """Benchmark torch scaled_dot_product_attention per backend: forward, backward, forward+backward.
 
-Timing: device events (torch.cuda.Event; the same API on ROCm) around each repeat, with a 256 MiB
-buffer written before every repeat to flush the L2 and a short GPU spin (torch.cuda._sleep)
-queued ahead of it so that launch latency stays out of the window, after a warm-up; median,
-min/max and quartiles are reported. On CPU the host clock (time.perf_counter) is used and
-there is no flush.
-The number of repeats adapts to a time budget per measurement (--budget-ms, clamped to
---min-repeats..--max-repeats) unless --repeats fixes it. Each row has a spread figure,
-(p75 - p25) / median; above 10 % the row is marked `noisy`.
-
-FLOPs follow the flash-attention convention (say so when quoting the numbers):
-forward 4*B*Hq*Sq*Sk*D, causal half of that, backward 2.5x forward, forward+backward 3.5x.
-A rate above the device's peak is flagged ("!>peak", "above_peak": true), never shown as a
-rate. Bytes follow measure.BYTE_CONVENTION; a row whose FLOP/byte is under the ridge point (peak
-/ the card's memory roof) is memory-bound and judged in GB/s against that roof.
-
-Run as `python scripts/rocmfa/probes/bench.py [options]` with any Python that has torch (CPU, CUDA
-or ROCm).
+Device events around each repeat (an L2 flush and a GPU spin queued ahead), the host clock on
+CPU; adaptive repeats; median, min/max, quartiles and a spread figure per row. FLOPs follow the
+flash-attention convention, bytes the minimum traffic; a rate above peak is flagged, never
+shown. Method and fields: docs/attention-tools.md. Runs with any Python that has torch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import itertools
 import json
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 if __package__:
-    from . import bench_measure as measure
-    from . import bench_plan as plan
-    from . import bench_report as report
+    from . import bench_change as change
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
-    import bench_measure as measure  # type: ignore[no-redef]
-    import bench_plan as plan  # type: ignore[no-redef]
-    import bench_report as report  # type: ignore[no-redef]
+    import bench_change as change  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 PROG = "bench.py"
 SCHEMA = "sdpa-bench/1"
 
+FLOP_CONVENTION = (
+    "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
+    "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
+)
+BYTE_CONVENTION = (
+    "minimum traffic: fwd reads q, k, v and writes o and logsumexp (fp32, B*Hq*Sq); bwd reads "
+    "q, k, v, o, do, logsumexp and writes dq, dk, dv; fwd+bwd = fwd + bwd"
+)
+PASSES = ("fwd", "bwd", "fwdbwd")
+PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
+SLOW_CALL_MS = 50.0
+# The row after a slow call warms up this long (timed at once, XLarge flash fwd moved 5.6 %).
+SETTLE_AFTER_SLOW_MS = 50.0
+# GPU spin before each repeat (untimed, ~2 GHz): fwd, bwd (autograd's thread wakes late), max.
+HEAD_START_CYCLES, BACKWARD_HEAD_START_CYCLES, MAX_HEAD_START_CYCLES = 300_000, 1_000_000, 2_000_000
+NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
+RESULT_FIELDS = (
+    *change.CASE_FIELDS, "status", "reason",
+    *("median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms", "repeats", "spread", "noisy"),
+    *("flops", "tflops", "pct_peak", "above_peak", "measured_tflops_above_peak", "peak_tflops"),
+    *("bytes", "intensity", "mem_roof_gbps", "bound", "gbps", "pct_roof"),
+    *("launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
+)  # fmt: skip
+PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
+# Rows whose host launch time is under this fraction of the event time cannot be launch-bound.
+PROFILE_LAUNCH_FRACTION = 0.25
+SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
+LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 
-# --------------------------------------------------------------------------- CLI
+
+def attention_flops(shape: common.Shape, causal: bool, pass_name: str) -> float:
+    forward = 4.0 * shape.batch * shape.q_heads * shape.seq * shape.kv_seq * shape.head_dim
+    return forward * (0.5 if causal else 1.0) * PASS_FLOP_FACTOR[pass_name]
+
+
+def attention_bytes(shape: common.Shape, pass_name: str, element_size: int) -> int:
+    """BYTE_CONVENTION: q/o/do/dq are B*Hq*Sq*D, k/v/dk/dv B*Hkv*Sk*D, logsumexp B*Hq*Sq fp32."""
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
+    lse = 4 * shape.batch * shape.q_heads * shape.seq
+    fwd = (2 * n_q + 2 * n_kv) * element_size + lse
+    bwd = (4 * n_q + 4 * n_kv) * element_size + lse
+    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[pass_name]
+
+
+def rates(
+    shape: common.Shape, causal: bool, pass_name: str, median_ms: float,
+    roofs: tuple[float | None, float | None], element_size: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A timed row's FLOPs, TFLOP/s, % of peak (above peak: flagged, not shown), bytes, and
+    which roof binds (memory when FLOP/byte is under peak / memory roof) with % of it."""
+    peak, roof = roofs
+    flops = attention_flops(shape, causal, pass_name)
+    nbytes = attention_bytes(shape, pass_name, element_size)
+    tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
+    above = peak is not None and tflops > peak
+    pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
+    bound = None
+    if peak and roof:
+        bound = "memory" if flops / nbytes < peak * 1e3 / roof else "compute"
+    return {
+        "flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak,
+        "above_peak": above,
+        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None, "bytes": nbytes,
+        "intensity": round(flops / nbytes, 2), "mem_roof_gbps": roof,
+        "bound": bound, "gbps": round(gbps, 2),
+        "pct_roof": round(100.0 * gbps / roof, 2) if bound == "memory" else pct_peak,
+    }  # fmt: skip
+
+
+class Timer:
+    """Times a callable: device events + L2 flush + GPU spin on GPU, perf_counter on CPU."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.device, self.gpu = device, device.type == "cuda"
+        self.flush_buffer = (
+            torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
+        )
+        self.head_start_cycles = HEAD_START_CYCLES
+        self.launch_ms: list[float] = []  # host time of each timed call (GPU)
+        self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
+
+    def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
+        """Spin 1.5x as long as one synchronised call took on the host, at ~2 GHz."""
+        floor = BACKWARD_HEAD_START_CYCLES if backward else HEAD_START_CYCLES
+        self.head_start_cycles = max(floor, min(MAX_HEAD_START_CYCLES, int(estimate_ms * 3e6)))
+
+    def sync(self) -> None:
+        import torch
+
+        if self.gpu:
+            torch.cuda.synchronize(self.device)
+
+    def call_once(self, fn: Callable[[], Any], before: Callable[[], Any]) -> float:
+        """One synchronised call; its host-clock time in ms."""
+        before()
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        return (time.perf_counter() - t0) * 1e3
+
+    def warmup(
+        self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
+        min_calls: int,
+    ) -> float:  # fmt: skip
+        """Warm up after a first call of first_ms (one-off costs); the per-call estimate. A call
+        slower than SLOW_CALL_MS gets one more call and is then warm."""
+        times: list[float] = []
+        spent, calls = first_ms, 1
+        if first_ms >= SLOW_CALL_MS:
+            times.append(self.call_once(fn, before))
+            spent, calls = spent + times[-1], 2
+        slow = bool(times) and times[-1] >= SLOW_CALL_MS
+        while calls < min_calls or (
+            not slow and (len(times) < 2 or spent < warmup_ms) and calls < 1000
+        ):
+            times.append(self.call_once(fn, before))
+            spent, calls = spent + times[-1], calls + 1
+        return statistics.median(times) if times else first_ms
+
+    def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
+        import torch
+
+        out, pairs = [], []
+        for _ in range(repeats):
+            before()
+            if self.gpu:
+                # Queued GPU work ahead, so the events time the GPU, not the host's launches.
+                torch.cuda._sleep(self.head_start_cycles)
+                self.flush_buffer.zero_()
+                pairs.append([torch.cuda.Event(enable_timing=True) for _ in "se"])
+                pairs[-1][0].record()
+            t0 = time.perf_counter()
+            fn()
+            (self.launch_ms if self.gpu else out).append((time.perf_counter() - t0) * 1e3)
+            if self.gpu:
+                pairs[-1][1].record()
+        self.sync()
+        return [s.elapsed_time(e) for s, e in pairs] if self.gpu else out
+
+
+def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
+    ordered = sorted(times_ms)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
+    figure = spread(ordered)
+    return {
+        "spread": round(figure, 4), "noisy": figure > noise_threshold,
+        "median_ms": round(statistics.median(ordered), 5), "min_ms": round(ordered[0], 5),
+        "max_ms": round(ordered[-1], 5), "p25_ms": round(q[0], 5), "p75_ms": round(q[2], 5),
+        "repeats": len(ordered),
+    }  # fmt: skip
+
+
+def spread(times_ms: list[float]) -> float:
+    """(p75 - p25) / median: 0.1 means the middle half of the repeats spans 10% of the median."""
+    if len(times_ms) < 2:
+        return 0.0
+    q = statistics.quantiles(sorted(times_ms), n=4, method="inclusive")
+    median = statistics.median(times_ms)
+    return (q[2] - q[0]) / median if median > 0 else 0.0
+
+
+class Tensors:
+    """q, k, v (requiring grad) and the output gradient for one shape and dtype, made on the
+    device (CPU generation of the XLarge inputs alone takes seconds)."""
+
+    def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
+        import torch
+
+        self.shape = shape
+        gen = torch.Generator(device=device).manual_seed(0)
+
+        def make(heads: int, seq: int) -> Any:
+            t = torch.randn(shape.batch, heads, seq, shape.head_dim, generator=gen, device=device)
+            return t.to(dtype).requires_grad_(True)
+
+        self.q, self.k = make(shape.q_heads, shape.seq), make(shape.kv_heads, shape.kv_seq)
+        self.v = make(shape.kv_heads, shape.kv_seq)
+        self.dout = make(shape.q_heads, shape.seq).detach()
+
+    def reset_grads(self) -> None:
+        self.q.grad = self.k.grad = self.v.grad = None
+
+
+def pass_callables(tensors: Tensors, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
+    """(timed fn, untimed setup before each call) for one pass; bwd: forward once, then only
+    backward is timed."""
+    q, k, v, dout = tensors.q, tensors.k, tensors.v, tensors.dout
+    forward = common.sdpa_call(q, k, v, causal)
+    if pass_name == "fwd":
+        return forward, (lambda: None)
+    if pass_name == "bwd":
+        out = forward()
+        return (lambda: out.backward(dout, retain_graph=True)), tensors.reset_grads
+    return (lambda: forward().backward(dout)), tensors.reset_grads
+
+
+def run_pass(
+    timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
+    known_estimate: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Time one pass: status fields, plus timing fields when it ran. known_estimate: per-call ms
+    when earlier passes warmed every kernel of this one (fwd+bwd); no probe call then."""
+    started = time.perf_counter()
+    try:
+        with common.backend_context(backend, timer.device):
+            # torch's refusal reasons are warnings: recorded around the first call only.
+            with common.capture_warnings() as caught:
+                try:
+                    fn, before = pass_callables(tensors, causal, pass_name)
+                    first_ms = None if known_estimate else timer.call_once(fn, before)
+                except Exception as exc:
+                    return _failure(timer, tensors, exc, caught)
+            estimate = known_estimate
+            if first_ms is not None:
+                warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
+                estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
+            timer.set_head_start(estimate, backward=pass_name != "fwd")
+            timer.launch_ms = []
+            summary = summarize(timer.measure(fn, before, repeat_count(opts, estimate)))
+            launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
+            busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
+        tensors.reset_grads()
+        launch = None if launch is None else round(launch, 5)
+        host_s = round(time.perf_counter() - started, 3)
+        return {
+            "status": "ok",
+            "reason": None,
+            **summary,
+            **busy,
+            "launch_ms": launch,
+            "host_s": host_s,
+        }
+    except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
+        return _failure(timer, tensors, exc, [])
+
+
+def repeat_count(opts: Any, estimate: float) -> int:
+    """--repeats, else what fits --budget-ms, within --min-repeats (--slow-min-repeats for slow
+    calls) .. --max-repeats."""
+    if opts.repeats:
+        return opts.repeats
+    floor = (
+        min(opts.min_repeats, opts.slow_min_repeats)
+        if estimate >= SLOW_CALL_MS
+        else opts.min_repeats
+    )
+    return max(floor, min(opts.max_repeats, int(opts.budget_ms / max(estimate, 1e-6))))
+
+
+def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
+    """(name, start us, duration us) of the device records while `run` runs, in start order;
+    [] when the profiler records no device activity (CPU, or no CUPTI/roctracer)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    # Device activity only: host records (every aten op) would cost more than the repeats.
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    out = []
+    for e in prof.events() or []:
+        if str(getattr(e, "device_type", "")).split(".")[-1] in ("CUDA", "HIP", "PrivateUse1"):
+            out.append((str(e.name), float(e.time_range.start), float(e.time_range.elapsed_us())))
+    return sorted(out, key=lambda k: k[1])
+
+
+def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | None:
+    """Median busy time (ms) of the repeats: cut at spin kernels, the flush dropped."""
+    repeats: list[list[float]] = []
+    for name, _start, duration in kernels:
+        if SPIN_KERNEL in name:
+            repeats.append([])
+        elif repeats:
+            repeats[-1].append(duration)
+    busy = [sum(r[1:]) for r in repeats if len(r) > 1]
+    return round(statistics.median(busy) / 1e3, 5) if busy else None
+
+
+def kernel_fields(
+    timer: Timer, fn: Any, before: Any, median: float, launch: Any, opts: Any
+) -> dict[str, Any]:
+    """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
+    (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
+    none = {"kernel_ms": None, "busy": None, "launch_bound": None}
+    if launch is None or not getattr(opts, "kernel_time", True):
+        return none
+    if launch < PROFILE_LAUNCH_FRACTION * median:
+        return {**none, "launch_bound": False}
+    kernel = kernel_ms_per_repeat(profile(lambda: timer.measure(fn, before, PROFILED_REPEATS)))
+    if not kernel:
+        return none
+    busy = kernel / median
+    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
+
+
+def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:
+    tensors.reset_grads()
+    with contextlib.suppress(Exception):
+        timer.sync()
+    if common.is_oom(exc):
+        release_cache(timer.device)
+        return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
+    refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
+    unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
+    status = "unavailable" if unsupported else "error"
+    return {"status": status, "reason": common.reason_from(exc, caught)}
+
+
+def release_cache(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# The original 05-attention-bench.py suite (B, H, S, D).
+SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
+         "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
+SUITES = ("default", "llm")
+# --suite llm: (name, B, Hq, Hkv, Sq, Sk, D, causal, passes). Prefill is causal with Sq = Sk;
+# decode and a chunk against a longer cache run non-causal (is_causal aligns top-left).
+K = 1024
+LLM_SUITE = (
+    *((f"prefill-{k}k-d128", 1, 32, 8, k * K, k * K, 128, True, PASSES) for k in (4, 8, 16, 32)),
+    *((f"prefill-{k}k-d64", 1, 32, 8, k * K, k * K, 64, True, PASSES) for k in (4, 16)),
+    ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
+    *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
+)  # fmt: skip
+
+
+def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
+    """Peak memory of one case: q/out/dout/dq, k/v/dk/dv and a spare output; the math path adds
+    3 fp32 score tensors (B*Hq*Sq*Sk) and fp32 copies of q, k, v, o (k, v expanded for GQA)."""
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
+    total = (5 * n_q + 4 * n_kv) * element_size
+    if backend == "math":
+        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
+        expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
+        return total + 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
+    return total + 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
+
+
+def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
+    """(shape, causal settings, passes) to time: the llm suite's own, else every shape with
+    --causal and --passes."""
+    passes = common.parse_list(opts.passes, PASSES, "pass")
+    if opts.suite == "llm":
+        if opts.sizes or opts.shape or opts.kv_heads:
+            raise common.UsageError("--suite llm has its own shapes: drop --sizes/--shape")
+        return [
+            (common.Shape(name, b, hq, hkv, sq, d, sk), [causal], [p for p in ps if p in passes])
+            for name, b, hq, hkv, sq, sk, d, causal, ps in LLM_SUITE
+        ]
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
+    named = (opts.sizes or ",".join(SIZES)) if opts.sizes is not None or not opts.shape else ""
+    shapes = []
+    for name in common.parse_list(named, SIZES, "size") if named else []:
+        b, h, s, d = SIZES[name]
+        kv = opts.kv_heads or h
+        if h % kv:
+            raise common.UsageError(f"--kv-heads {kv} does not divide {name}'s {h} heads")
+        shapes.append(common.Shape(name, b, h, kv, s, d))
+    shapes += [common.parse_shape(text, opts.kv_heads) for text in opts.shape or []]
+    return [(shape, causals, passes) for shape in shapes]
+
+
+def suite_dtypes(opts: Any) -> list[str]:
+    """--dtypes, else fp16 (the reference figures' dtype), bf16 and fp16 for --suite llm."""
+    return common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
+
+
+def run_suite(
+    opts: Any, device: Any, peaks: dict[str, float | None], roof_gbps: float | None = None
+) -> list[dict]:
+    """Time every case; peaks: dtype -> peak TFLOP/s; roof_gbps: the memory roof."""
+    import torch
+
+    cases, dtypes = build_cases(opts), suite_dtypes(opts)
+    backends = common.parse_backends(opts.backends, device)
+    timer = Timer(device)
+    limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
+    total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
+    results: list[dict] = []
+    done = 0
+    for shape, causals, passes in cases:
+        for dtype_name in dtypes:
+            dtype = common.torch_dtype(dtype_name)
+            tensors = None  # cached blocks stay for the next shape (counted as free)
+            for causal, backend in ((c, b) for c in causals for b in backends):
+                done += 1
+                skip = _memory_skip_reason(shape, backend, dtype, device, limit)
+                if skip is None and tensors is None:
+                    tensors, skip = _allocate(shape, dtype, device)
+                base = {**shape.as_dict(), "dtype": dtype_name, "causal": causal}
+                base |= {"backend": backend, "peak_tflops": peaks.get(dtype_name)}
+                rows = time_case(timer, tensors, base, passes, skip, opts, roof_gbps)
+                results += [complete_row(r) for r in rows]
+                progress(
+                    f"[{done}/{total}] {shape.name} {dtype_name} "
+                    f"{'causal' if causal else 'non-causal'} {backend}: "
+                    + ", ".join(progress_text(r) for r in rows)
+                )
+            del tensors
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return results
+
+
+def _allocate(shape: common.Shape, dtype: Any, device: Any) -> tuple[Any, str | None]:
+    try:
+        return Tensors(shape, dtype, device), None
+    except Exception as exc:
+        if not common.is_oom(exc):
+            raise
+        release_cache(device)
+        return None, f"out of memory allocating inputs: {common.first_line(exc)}"
+
+
+def time_case(
+    timer: Any, tensors: Any, base: dict, passes: list[str], skip: str | None, opts: Any, roof: Any
+) -> list[dict]:
+    """One row per pass of one case (shape, dtype, causal, backend), with its rates."""
+    rows, estimates = [], {}
+    for pass_name in passes:
+        row = dict(base, **{"pass": pass_name})
+        rows.append(row)
+        if skip is not None:
+            row.update(status="skipped", reason=skip)
+            continue
+        known = None
+        if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
+            known = estimates["fwd"] + estimates["bwd"]
+        causal = base["causal"]
+        row.update(run_pass(timer, tensors, causal, base["backend"], pass_name, opts, known))
+        if row["status"] == "ok":
+            estimates[pass_name] = ms = row["median_ms"]
+            bounds, size = (base["peak_tflops"], roof), tensors.q.element_size()
+            row.update(rates(tensors.shape, causal, pass_name, ms, bounds, size))
+    return rows
+
+
+def _memory_skip_reason(
+    shape: common.Shape, backend: str, dtype: Any, device: Any, limit: float | None
+) -> str | None:
+    import torch
+
+    need = estimate_bytes(shape, backend, torch.empty((), dtype=dtype).element_size())
+    free = common.free_memory_bytes(device)
+    if limit is not None:
+        free = min(free, limit) if free is not None else limit
+    if free is None or need <= 0.95 * free:
+        return None
+    gib = f"needs ~{need / 2**30:.2f} GiB ({backend} estimate)"
+    return f"{gib}, {free / 2**30:.2f} GiB free on {device}"
+
+
+def complete_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in RESULT_FIELDS}
+
+
+def progress_text(row: dict[str, Any]) -> str:
+    if row["status"] != "ok":
+        return f"{row['pass']} {row['status']}"
+    tflops, gbps, bound, pct = format_rate(row)
+    rate = "!>peak" if row["above_peak"] else f"{tflops} TF/s"
+    if bound == "memory":
+        rate = f"{gbps} GB/s ({pct}% of the memory roof)"
+    noisy = f" NOISY (spread {100 * row['spread']:.0f}%)" if row.get("noisy") else ""
+    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}{noisy}"
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    """TFLOP/s, GB/s, the binding roof and % of it (of the peak when no roof binds) as text."""
+    gbps, tflops = row.get("gbps"), row.get("tflops")
+    bound = row.get("bound") or "-"
+    gb_text = "-" if gbps is None else f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
+    if row.get("above_peak"):
+        return "!>peak", gb_text, bound, "!>peak"
+    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
+    pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
+    return tf_text, gb_text, bound, "-" if pct is None else f"{pct:.1f}"
+
+
+def timing_note(device: Any) -> str:
+    if device.type == "cuda":
+        return (
+            "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
+            "(torch.cuda._sleep) queued before each repeat; host launch cost kept out"
+        )
+    return "device: time.perf_counter per repeat, no cache flush (CPU)"
+
+
+def status_text(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"{r['status']}: {common.first_line(r['reason'] or '', 90)}"
+    if r["above_peak"]:
+        return "ABOVE PEAK (timing suspect)"
+    if r.get("bound") == "memory" and (r.get("pct_roof") or 0) > 100:
+        return "ABOVE MEMORY ROOF (timing or roof suspect)"
+    if r.get("launch_bound"):
+        return f"launch-bound (GPU busy {100 * r['busy']:.0f}% of the time)"
+    return "noisy" if r.get("noisy") else "ok"
+
+
+TABLE_HEADER = (
+    *("size", "B,H,S,D", "dtype", "causal", "backend", "pass"),
+    *("median ms", "min ms", "max ms", "spread %", "reps"),
+    *("TFLOP/s", "GB/s", "bound", "% roof", "status"),
+)
+
+
+def table_row(r: dict[str, Any]) -> tuple:
+    times, rate = ("-",) * 5, ("-",) * 4
+    if r["status"] == "ok":
+        ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
+        times, rate = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"])), format_rate(r)
+    head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
+    return (*head, r["backend"], r["pass"], *times, *rate, status_text(r))
+
+
+def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
+    noisy = sum(1 for r in results if r.get("noisy"))
+    return "\n".join([
+        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
+        f"torch {provenance['torch']}",
+        f"timing: {timer}",
+        f"FLOPs: {FLOP_CONVENTION}",
+        f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; "
+        "% roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
+        f"peak: {provenance.get('peak_note', '-')}",
+        "",
+        *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
+        *(["", f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
+           "treat those medians with care"] if noisy else []),
+    ])  # fmt: skip
+
+
+def write_csv(path: Path, results: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RESULT_FIELDS)
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in results)
+
+
+def write_plot(path: Path, results: list[dict], title: str) -> str | None:
+    """PNG of TFLOP/s per size: one panel per pass x (dtype, causal), one line per backend.
+    None, or why it was skipped."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed; plot skipped"
+    ok = [r for r in results if r["status"] == "ok" and r["tflops"] is not None]
+    if not ok:
+        return "no rate to plot"
+    columns = sorted({(r["dtype"], r["causal"]) for r in ok})
+    passes = [p for p in PASSES if any(r["pass"] == p for r in ok)]
+    sizes = list(dict.fromkeys(r["size"] for r in results))
+    fig, axes = plt.subplots(
+        len(passes), len(columns), figsize=(4.2 * len(columns), 3.2 * len(passes)),
+        squeeze=False, sharex=True,
+    )  # fmt: skip
+    for (i, pass_name), (j, (dtype, causal)) in itertools.product(
+        enumerate(passes), enumerate(columns)
+    ):
+        ax = axes[i][j]
+        panel = [
+            r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
+        ]
+        for backend in dict.fromkeys(r["backend"] for r in panel):
+            mine = [(sizes.index(r["size"]), r["tflops"]) for r in panel if r["backend"] == backend]
+            ax.plot(*zip(*mine, strict=True), marker="o", label=backend)
+        ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
+        ax.set_xticks(range(len(sizes)), sizes, rotation=30, fontsize=7)
+        ax.grid(alpha=0.3)
+    for row in axes:
+        row[0].set_ylabel("TFLOP/s")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{title}\n{FLOP_CONVENTION}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
+    """B's runs against A's runs, every matching case judged by bench_change's one rule."""
+    docs = [[common.read_results(p, "bench result") for p in paths] for paths in (paths_a, paths_b)]
+    floors = change.load_floors()
+    rows = change.compare_runs(
+        *([d["results"] for d in side] for side in docs), threshold_pct, floors
+    )
+    if not rows:
+        raise common.UsageError(
+            f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
+            + (" (and every --compare-runs file)" if len(paths_a) > 1 else "")
+        )
+    lines = []
+    for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
+        prov = side[0].get("provenance", {})
+        runs = f"; {len(side)} runs" if len(side) > 1 else ""
+        lines.append(
+            f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
+            f"{prov.get('device_name')}{runs})"
+        )
+    header = (
+        "size",
+        "dtype",
+        "causal",
+        "backend",
+        "pass",
+        "A ms",
+        "B ms",
+        "speedup",
+        "allowed",
+        "",
+    )
+    table = [
+        (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"], r["pass"],
+         f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x",
+         f"{r['allowance_pct']:.0f}%", "" if r["verdict"] == "same" else r["verdict"])
+        for r in rows
+    ]  # fmt: skip
+    counts, geo = change.tally(rows)
+    return "\n".join([
+        *lines,
+        f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
+        f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
+        "",
+        *common.text_table(header, table),
+        "",
+        f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
+        f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
+        f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
+        f"timed interval: not a kernel change), {counts['same']} same; "
+        f"geometric-mean speedup {geo or 1.0:.3f}x",
+    ])  # fmt: skip
 
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__.split("\n\n")[0])
+    sizes = "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SIZES.items())
     p.epilog = (
-        "Default sizes (B,H,S,D): "
-        + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in plan.SIZES.items())
-        + f". FLOPs: {measure.FLOP_CONVENTION}. Exit 0 when the run completed (cases that were "
-        "unavailable or skipped are recorded, not errors), 2 on bad input."
+        f"Default sizes (B,H,S,D): {sizes}. FLOPs: {FLOP_CONVENTION}. Exit 0 when the run "
+        "completed (unavailable or skipped cases are recorded, not errors), 2 on bad input."
     )
-    _add_case_options(p)
-    _add_timing_options(p)
-    _add_output_options(p)
-    return p
-
-
-def _add_case_options(p: common.OneLineArgumentParser) -> None:
-    """Which cases: sizes, shapes, dtypes, backends, causal, passes."""
-    p.add_argument(
-        "--suite",
-        choices=plan.SUITES,
-        default="default",
-        help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run "
-        "(head dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode "
-        "against 4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)",
-    )
-    p.add_argument("--sizes", help="comma list of named sizes (default: all when no --shape)")
-    p.add_argument(
-        "--shape",
-        action="append",
-        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable",
-    )
-    p.add_argument("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
-    p.add_argument(
-        "--dtypes",
-        help="comma list of fp16, bf16 (default fp16, the dtype of the reference figures; "
-        "--suite llm: bf16,fp16)",
-    )
-    p.add_argument(
-        "--backends",
-        default="all",
-        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)",
-    )
-    p.add_argument("--causal", choices=("yes", "no", "both"), default="both")
-    p.add_argument("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
-
-
-def _add_timing_options(p: common.OneLineArgumentParser) -> None:
-    """How each case is timed: repeats, warm-up, kernel time."""
+    add = p.add_argument
+    # fmt: off
+    add("--suite", choices=SUITES, default="default",
+        help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run (head "
+        "dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode against "
+        "4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)")
+    add("--sizes", help="comma list of named sizes (default: all when no --shape)")
+    add("--shape", action="append",
+        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable")
+    add("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
+    add("--dtypes", help="comma list of fp16, bf16 (default fp16; --suite llm: bf16,fp16)")
+    add("--backends", default="all",
+        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)")
+    add("--causal", choices=("yes", "no", "both"), default="both")
+    add("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
     for flag, kind, default, text in (
         ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
         ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
         ("--min-repeats", int, 5, "adaptive mode minimum"),
-        ("--slow-min-repeats", int, 2, "adaptive mode minimum for calls slower than "
-         f"{measure.SLOW_CALL_MS:g} ms"),
+        ("--slow-min-repeats", int, 2, f"adaptive minimum for calls over {SLOW_CALL_MS:g} ms"),
         ("--max-repeats", int, 50, "adaptive mode maximum"),
         ("--warmup", int, 1, "minimum warm-up calls"),
         ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
-    ):  # fmt: skip
-        shown = "" if default is None else f" (default {default:g})"
-        p.add_argument(flag, type=kind, default=default, help=text + shown)
-    p.add_argument(
-        "--no-kernel-time",
-        dest="kernel_time",
-        action="store_false",
-        help="skip timing a few repeats again under torch.profiler (kernel time, busy "
-        "fraction, launch-bound label) for the rows that can be launch-bound (host launch time "
-        "at least a quarter of the event time)",
-    )
-
-
-def _add_output_options(p: common.OneLineArgumentParser) -> None:
-    """Device, memory, outputs and --compare."""
-    p.add_argument("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
-    p.add_argument(
-        "--mem-limit-gib",
-        type=float,
-        help="treat at most this much memory as free (skips cases that need more)",
-    )
-    p.add_argument("--out-dir", help="write bench.json, bench.csv, bench.png here")
-    p.add_argument("--json", dest="json_path", help="JSON result path")
-    p.add_argument("--csv", dest="csv_path", help="CSV result path")
-    p.add_argument("--plot", dest="plot_path", help="PNG plot path")
-    p.add_argument("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
-    p.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("A.json", "B.json"),
-        help="print speedups/regressions of B against A for matching cases and exit",
-    )
-    p.add_argument(
-        "--threshold-pct",
-        type=float,
-        default=5.0,
+    ):
+        add(flag, type=kind, default=default,
+            help=text + ("" if default is None else f" (default {default:g})"))
+    add("--no-kernel-time", dest="kernel_time", action="store_false",
+        help="skip the profiler's kernel time (busy fraction, launch-bound label) for rows "
+        "whose host launch time is at least a quarter of the event time")
+    add("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
+    add("--mem-limit-gib", type=float,
+        help="treat at most this much memory as free (skips cases that need more)")
+    add("--out-dir", help="write bench.json, bench.csv, bench.png here")
+    add("--json", dest="json_path", help="JSON result path")
+    add("--csv", dest="csv_path", help="CSV result path")
+    add("--plot", dest="plot_path", help="PNG plot path")
+    add("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
+    add("--compare", nargs=2, metavar=("A.json", "B.json"),
+        help="print speedups/regressions of B against A for matching cases and exit")
+    add("--threshold-pct", type=float, default=5.0,
         help="--compare: change that counts as faster/slower (default 5), besides what "
-        "run-to-run variation allows (scripts/rocmfa/data/bench_noise.toml)",
-    )
-    p.add_argument(
-        "--compare-runs",
-        nargs="+",
-        metavar="JSON",
-        help="with --compare: more runs of A and B, as A2.json B2.json ... (several runs per "
-        "side: their spread is the run-to-run variation)",
-    )
+        "run-to-run variation allows (scripts/rocmfa/data/bench_noise.toml)")
+    add("--compare-runs", nargs="+", metavar="JSON",
+        help="with --compare: more runs of A and B, as A2.json B2.json ... (their spread is the "
+        "run-to-run variation)")
+    # fmt: on
+    return p
 
 
 def _check_options(opts: Any) -> None:
-    given = vars(opts)
     for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
-        value = given[name]
-        if value is not None and value < 1:
+        if getattr(opts, name) is not None and getattr(opts, name) < 1:
             raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if opts.min_repeats > opts.max_repeats:
         raise common.UsageError("--min-repeats is larger than --max-repeats")
@@ -163,14 +749,10 @@ def _check_options(opts: Any) -> None:
 
 def _output_paths(opts: Any) -> dict[str, Path | None]:
     """--json/--csv/--plot, else bench.json/.csv/.png in --out-dir, else none; folders made."""
-    out_dir = Path(opts.out_dir) if opts.out_dir else None
     paths: dict[str, Path | None] = {}
-    for kind, explicit, name in (
-        ("json", opts.json_path, "bench.json"),
-        ("csv", opts.csv_path, "bench.csv"),
-        ("plot", opts.plot_path, "bench.png"),
-    ):
-        path = Path(explicit) if explicit else out_dir / name if out_dir else None
+    for kind, explicit, ext in (("json", opts.json_path, "json"), ("csv", opts.csv_path, "csv"),
+                                ("plot", opts.plot_path, "png")):  # fmt: skip
+        path = Path(explicit or f"{opts.out_dir}/bench.{ext}") if explicit or opts.out_dir else None
         paths[kind] = path
         try:
             if path is not None:
@@ -180,153 +762,103 @@ def _output_paths(opts: Any) -> dict[str, Path | None]:
     return paths
 
 
-def _compare(opts: Any) -> int:
-    """--compare: the change between run files A and B (and --compare-runs pairs)."""
-    extra = opts.compare_runs or []
-    if opts.threshold_pct < 0:
-        raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
-    if len(extra) % 2:
-        raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
-    print(
-        report.compare(
-            [opts.compare[0], *extra[0::2]], [opts.compare[1], *extra[1::2]], opts.threshold_pct
-        )
-    )
-    return 0
-
-
-def _replot(opts: Any) -> int:
-    """--replot: draw the plot again from a saved JSON."""
+def _compare_or_replot(opts: Any) -> int:
+    """--compare (A B and --compare-runs pairs), or --replot: draw the plot of a saved JSON."""
+    if opts.compare:
+        extra = opts.compare_runs or []
+        if opts.threshold_pct < 0:
+            raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
+        if len(extra) % 2:
+            raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
+        a, b = opts.compare
+        print(compare([a, *extra[0::2]], [b, *extra[1::2]], opts.threshold_pct))
+        return 0
     if not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
     data = common.read_results(opts.replot, "--replot")
-    prov = data.get("provenance", {})
-    note = report.write_plot(
-        Path(opts.plot_path),
-        data["results"],
-        f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}",
-    )
-    print(note or f"wrote {opts.plot_path}")
+    print(write_plot(Path(opts.plot_path), data["results"], _title(data.get("provenance", {})))
+          or f"wrote {opts.plot_path}")  # fmt: skip
     return 0
 
 
-def _add_peaks(
-    prov: dict[str, Any], arch: Any, arches: Any, info: Any, peak_tflops: float | None
-) -> dict[str, tuple[Any, Any]]:
-    """The card's peak per dtype, (TFLOP/s, source), and its memory roof (GB/s, source:
-    provenance memory_roof_*); recorded in the provenance."""
-    rates = common.load_peak_rates()
-    peaks = {
-        d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
-        for d in ("fp16", "bf16")
-    }
+def _title(prov: dict[str, Any]) -> str:
+    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
+    return f"SDPA on {where}, torch {prov.get('torch')}"
+
+
+def _add_peaks(prov: dict[str, Any], arch: Any, info: Any, peak_tflops: float | None) -> None:
+    """The card's peak per dtype (TFLOP/s, source) and its memory roof (GB/s, source), into
+    the provenance."""
+    rates = common.load_table("peak_rates", "rate")
+    arches = common.load_arches()
+    peaks = {d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates) for d in DTYPES}
     prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
-    roof, roof_source = common.memory_roof(arch, info, common.load_memory_roofs())
-    prov["memory_roof_gbps"] = roof
-    prov["memory_roof_source"] = roof_source
+    roof, roof_source = common.memory_roof(arch, info, common.load_table("peak_rates", "memory"))
+    prov["memory_roof_gbps"], prov["memory_roof_source"] = roof, roof_source
     prov["peak_note"] = (
         ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
         + f" ({peaks['fp16'][1]}); memory "
         + (f"{roof:g} GB/s" if roof else "unknown")
         + f" ({roof_source})"
     )
-    return peaks
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
 NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"} | {
     "plot_path", "replot", "compare", "threshold_pct", "compare_runs"
 }  # fmt: skip
-
-
-def _settings(opts: Any, device: Any) -> dict[str, Any]:
-    """The options that shaped the run, as recorded in the JSON."""
-    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
-    # timing/sustained: as earlier runs recorded them, so that the results page still finds
-    # them the same configuration as this one.
-    return {**settings, "timing": "device", "sustained": 0.0, "timer": report.timing_note(device)}
-
-
-def _write_outputs(
-    paths: dict[str, Path | None], document: dict[str, Any], plot_title: str
-) -> None:
-    """Write the JSON, CSV and plot that were asked for."""
-    results = document["results"]
-    if paths["json"]:
-        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-        plan.progress(f"wrote {paths['json']}")
-    if paths["csv"]:
-        report.write_csv(paths["csv"], results)
-        plan.progress(f"wrote {paths['csv']}")
-    if paths["plot"]:
-        note = report.write_plot(paths["plot"], results, plot_title)
-        plan.progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
-
-
-def _dry_run(opts: Any, device: Any, cases: list, dtypes: list, backends: list) -> int:
-    timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-    outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
-    return common.dry_run(
-        PROG,
-        device,
-        [
-            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
-            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
-            *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
-            "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
-        ],
-    )
+DTYPES = ("fp16", "bf16")
 
 
 def _main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
-    if opts.compare:
-        return _compare(opts)
-    if opts.replot:
-        return _replot(opts)
+    if opts.compare or opts.replot:
+        return _compare_or_replot(opts)
     _check_options(opts)
-    # Validate everything cheap before touching the device.
-    cases = plan.build_cases(opts)
+    cases = build_cases(opts)  # everything cheap is checked before the device is touched
     device = common.resolve_device(opts.device)
-    dtypes = plan.suite_dtypes(opts)
-    backends = common.parse_backends(opts.backends, device)
+    dtypes, backends = suite_dtypes(opts), common.parse_backends(opts.backends, device)
     if opts.dry_run:
-        return _dry_run(opts, device, cases, dtypes, backends)
+        timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
+        outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
+        return common.dry_run(PROG, device, [
+            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
+            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
+            *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
+            "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
+        ])  # fmt: skip
     paths = _output_paths(opts)
-
     started = time.perf_counter()
-    arches = common.load_arches()
     arch, device_name = common.detect_arch(device)
     ident = common.identity(device, arch, device_name)
     prov = common.provenance(device, ident)
-    info = common.device_info(device)
-    prov["device_info"] = info
-    peaks = _add_peaks(prov, arch, arches, info, opts.peak_tflops)
+    prov["device_info"] = info = common.device_info(device)
+    _add_peaks(prov, arch, info, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
-        plan.progress(
-            "warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer"
-        )
-
-    results = plan.run_suite(
-        opts, device, {d: p for d, (p, _s) in peaks.items()}, prov["memory_roof_gbps"]
-    )
+        progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
+    results = run_suite(opts, device, prov["peak_tflops"], prov["memory_roof_gbps"])
     wall = time.perf_counter() - started
-    print(report.render_table(results, prov, report.timing_note(device)))
+    print(render_table(results, prov, timing_note(device)))
+    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
+    # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
+    settings |= {"timing": "device", "sustained": 0.0, "timer": timing_note(device)}
     document = {
-        "schema": SCHEMA,
-        "identity": ident,
-        "flop_convention": measure.FLOP_CONVENTION,
-        "byte_convention": measure.BYTE_CONVENTION,
-        "provenance": prov,
-        "settings": _settings(opts, device),
-        "wall_s": round(wall, 3),
-        "results": results,
-    }
-    _write_outputs(
-        paths, document, f"SDPA on {device_name} ({arch or 'cpu'}), torch {prov['torch']}"
-    )
-    plan.progress(f"done in {wall:.1f} s")
+        "schema": SCHEMA, "identity": ident, "flop_convention": FLOP_CONVENTION,
+        "byte_convention": BYTE_CONVENTION, "provenance": prov, "settings": settings,
+        "wall_s": round(wall, 3), "results": results,
+    }  # fmt: skip
+    if paths["json"]:
+        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+    if paths["csv"]:
+        write_csv(paths["csv"], results)
+    for kind in ("json", "csv"):
+        if paths[kind]:
+            progress(f"wrote {paths[kind]}")
+    if paths["plot"]:
+        note = write_plot(paths["plot"], results, _title(prov))
+        progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
+    progress(f"done in {wall:.1f} s")
     return 0
 
 

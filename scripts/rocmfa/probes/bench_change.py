@@ -1,24 +1,11 @@
 """One rule for "changed", used by `bench --compare` and the results page.
 
-A row is called faster or slower only when the change of its median exceeds both the threshold
-(--threshold-pct, 5 %) and what run-to-run variation allows:
-
-- the floor of its row class (backend / pass / how long the row takes), learned from A/A runs
-  (the same build benched several times back to back) and kept as data in
-  scripts/rocmfa/data/bench_noise.toml: a run's own spread says nothing about how far the next run's
-  median lands (math fwd+bwd at Tiny moved 2.9x between runs whose own spread was 1 %);
-- with several runs per side, also the runs themselves: the two sides' run medians must not
-  overlap, and the change must exceed their combined range.
-
-Rows where the GPU idled through most of the timed interval (kernel time from the profiler far
-below the event time: `launch_bound`, scripts/rocmfa/probes/bench_measure.py) are labelled
-launch-bound
-and never called a kernel speed-up or regression. Otherwise: "same" (within the threshold) or
-"noisy" (beyond the threshold, within run-to-run variation, or a row flagged noisy).
-
-`python scripts/rocmfa/probes/bench_change.py --learn A1.json A2.json ... [--learn B1.json ...] >
-bench_noise.toml` learns the floors from A/A sessions: per class, FLOOR_MARGIN x the largest
-change seen between any two runs of one session (launch-bound rows left out). stdlib only.
+A row is faster or slower only beyond both --threshold-pct and what run-to-run variation allows:
+the floor of its class (backend / pass / duration bucket) learned from A/A runs
+(scripts/rocmfa/data/bench_noise.toml) and, with several runs per side, the runs' own ranges.
+Launch-bound rows are never a change; otherwise "same" or "noisy".
+`python scripts/rocmfa/probes/bench_change.py --learn A1.json A2.json ... > bench_noise.toml`
+learns the floors (FLOOR_MARGIN x the largest change between runs of one build). stdlib only.
 """
 
 from __future__ import annotations
@@ -113,14 +100,8 @@ def judge(
         verdict = "noisy"
     else:
         verdict = "faster" if speedup > 1 else "slower"
-    return {
-        "a_ms": round(a_med, 5),
-        "b_ms": round(b_med, 5),
-        "speedup": round(speedup, 4),
-        "allowance_pct": round(100 * allowance, 2),
-        "verdict": verdict,
-        "why": why,
-    }
+    return {"a_ms": round(a_med, 5), "b_ms": round(b_med, 5), "speedup": round(speedup, 4),
+            "allowance_pct": round(100 * allowance, 2), "verdict": verdict, "why": why}  # fmt: skip
 
 
 def compare_runs(
@@ -173,14 +154,9 @@ def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
-    p.add_argument(
-        "--learn",
-        nargs="+",
-        action="append",
-        required=True,
-        metavar="JSON",
-        help="bench JSON runs of one build, back to back (one A/A session); repeat per session",
-    )
+    p.add_argument("--learn", nargs="+", action="append", required=True, metavar="JSON",
+                   help="bench JSON runs of one build, back to back (one A/A session); "
+                   "repeat per session")  # fmt: skip
     p.add_argument("--source", default="", help="where the runs came from (written as source)")
     opts = p.parse_args(argv)
     if any(len(files) < 2 for files in opts.learn):
@@ -191,13 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
     except (OSError, ValueError, KeyError, TypeError) as e:
         p.error(f"cannot read the runs: {e}")
-    floors = learn_floors(groups)
     names = "; ".join(", ".join(Path(f).name for f in files) for files in opts.learn)
-    print(f'source = "{opts.source or names}"')
-    print(f"default_floor = {DEFAULT_FLOOR}")
-    print("[floor]")
-    for cls, value in floors.items():
-        print(f'"{cls}" = {value}')
+    print(f'source = "{opts.source or names}"\ndefault_floor = {DEFAULT_FLOOR}\n[floor]')
+    print("\n".join(f'"{cls}" = {value}' for cls, value in learn_floors(groups).items()))
     return 0
 
 

@@ -1,19 +1,10 @@
 """Cross-check of bench.py's timer against an independent harness, in the same process.
 
-For every fp16 forward/backward case, bench's own timer (bench_measure.Timer on bench's inputs)
-and a minimal harness (its own inputs and loops, no code shared with bench) take turns, A-B then
-B-A (--turns), so both see the same clocks, power state and neighbours. A case's "diff %" is the
-median over neighbouring turn pairs of bench's turn median / the harness's - 1 ("pooled": of the
-pooled medians). Exit 1 when any size's largest difference exceeds --tolerance-pct (5). Two
-separate processes would measure mostly the machine: small cases differed by up to 62 % between
-two runs of one harness a minute apart on an H100.
-
-The harness on a GPU: two warm-up calls, a 256 MiB L2 flush behind a GPU spin (3x the host time
-of one synchronised call) before each repeat, one event pair per repeat (as triton's do_bench);
-on a CPU, the host clock around each call. On a GPU a second clock that shares no method with
-the events: PROFILED_REPEATS of bench's repeats run again under torch.profiler, and their kernel
-time (spin and flush dropped) is set beside the event pairs' time ("profiler_*"). Cases: those
-of --bench-json, else the five sizes x flash/efficient/cudnn/math x causal and not.
+For every fp16 forward/backward case, bench's timer and a minimal harness (own inputs and loops)
+take turns, A-B then B-A; "diff %" is the median over neighbouring turn pairs of bench's turn
+median / the harness's - 1. On a GPU, the profiler's kernel time of the same repeats is set
+beside the events ("profiler_*"). Exit 1 when a size differs by more than --tolerance-pct.
+More: docs/attention-tools.md ("Checking the timer").
 """
 
 from __future__ import annotations
@@ -32,30 +23,22 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 if __package__:
-    from . import bench_measure as bench_timing
+    from . import bench
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
-    import bench_measure as bench_timing  # type: ignore[no-redef]
+    import bench  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
+PROG = "bench_crosscheck.py"
 SCHEMA = "sdpa-crosscheck/1"
 PROFILED_REPEATS = 20  # GPU: bench's repeats timed by events and the profiler at once
 TURN_MS = 20.0  # timed milliseconds per side per turn
 SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only spins longer
-# Kept apart from bench_plan.SIZES on purpose: this harness must not inherit a wrong shape.
-SIZES = {
-    "Tiny": (1, 1, 128, 64),
-    "Small": (2, 8, 512, 64),
-    "Medium": (4, 8, 1024, 64),
-    "Large": (8, 16, 2048, 64),
-    "XLarge": (16, 16, 4096, 64),
-}
-BACKEND = {
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "math": SDPBackend.MATH,
-}
+# Kept apart from bench.SIZES on purpose: this harness must not inherit a wrong shape.
+SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
+         "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
+BACKEND = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+           "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}  # fmt: skip
 
 
 class Harness:
@@ -65,11 +48,9 @@ class Harness:
         b, h, s, d = SIZES[size]
         self.causal, self.gpu = causal, device.type == "cuda"
         torch.manual_seed(0)
-        self.q, self.k, self.v = (
-            torch.randn(b, h, s, d, device=device, dtype=torch.float16, requires_grad=True)
-            for _ in range(3)
-        )
-        self.grad = torch.randn(b, h, s, d, device=device, dtype=torch.float16)
+        make = lambda: torch.randn(b, h, s, d, device=device, dtype=torch.float16)  # noqa: E731
+        self.q, self.k, self.v = (make().requires_grad_(True) for _ in range(3))
+        self.grad = make()
         self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
         self.spin_cycles = 1_000_000
 
@@ -104,29 +85,25 @@ class Harness:
                 cycles = (time.perf_counter() - t0) * 3 * SPIN_CYCLES_PER_S
                 self.spin_cycles = int(min(10_000_000, max(1_000_000, cycles)))
             self.sync()
-            timed = self._device if self.gpu else self._host
-            return timed(fn, before, repeats)
+            if not self.gpu:
+                return [self._host(fn, before) for _ in range(repeats)]
+            pairs = [[torch.cuda.Event(enable_timing=True) for _ in "se"] for _ in range(repeats)]
+            for start, end in pairs:
+                before()
+                torch.cuda._sleep(self.spin_cycles)  # queued GPU work: host launch not timed
+                self.flush.zero_()
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) for s, e in pairs]
 
-    def _device(self, fn: Callable, before: Callable, repeats: int) -> list[float]:
-        pairs = [[torch.cuda.Event(enable_timing=True) for _ in "se"] for _ in range(repeats)]
-        for start, end in pairs:
-            before()
-            torch.cuda._sleep(self.spin_cycles)  # queued GPU work: host launch cost not timed
-            self.flush.zero_()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in pairs]
-
-    def _host(self, fn: Callable, before: Callable, repeats: int) -> list[float]:
-        out = []
-        for _ in range(repeats):
-            before()
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
+    @staticmethod
+    def _host(fn: Callable, before: Callable) -> float:
+        before()
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
 
 
 def take_turns(
@@ -137,12 +114,8 @@ def take_turns(
     a: list[list[float]] = []
     b: list[list[float]] = []
     for index in range(turns):
-        if index % 2 == 0:
-            a.append(first(index))
-            b.append(second(index))
-        else:
-            b.append(second(index))
-            a.append(first(index))
+        for side, out in [(first, a), (second, b)][:: 1 if index % 2 == 0 else -1]:
+            out.append(side(index))
     return a, b
 
 
@@ -170,32 +143,26 @@ def verdict(rows: list[dict], field: str, tolerance_pct: float) -> tuple[bool, s
         return False, "nothing was timed", worst
     agree = max(worst.values()) <= tolerance_pct
     per_size = ", ".join(f"{s} {w:.2f}%" for s, w in worst.items())
-    return (
-        agree,
-        (
-            f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
-            f"{tolerance_pct:g}%): " + ("AGREE" if agree else "DISAGREE")
-        ),
-        worst,
-    )
+    text = f"largest difference {max(worst.values()):.2f}% (per size: {per_size}; limit "
+    return agree, text + f"{tolerance_pct:g}%): " + ("AGREE" if agree else "DISAGREE"), worst
 
 
 def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: int) -> dict:
     """bench's timer and the harness in turns on one pass of one case; one row of the JSON."""
     size, backend, causal, pass_name = case
     b, h, s, d = SIZES[size]
-    timer = bench_timing.Timer(device)
-    tensors = bench_timing.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
+    timer = bench.Timer(device)
+    tensors = bench.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
     harness = Harness(size, causal, device)
     with common.backend_context(backend, device):
-        fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+        fn, before = bench.pass_callables(tensors, causal, pass_name)
         estimate = timer.warmup(fn, before, timer.call_once(fn, before), 10.0, 1)
     timer.set_head_start(estimate, backward=pass_name != "fwd")
     per_turn = max(1, min(40, round(TURN_MS / max(estimate, 1e-6))))
 
     def bench_turn(_index: int) -> list[float]:
         with common.backend_context(backend, device):
-            fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+            fn, before = bench.pass_callables(tensors, causal, pass_name)
             times = timer.measure(fn, before, per_turn)
         tensors.reset_grads()
         return times
@@ -210,25 +177,22 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
     kernel_ms = None
     if device.type == "cuda":  # a second clock: the same repeats' kernel records
         with common.backend_context(backend, device):
-            fn, before = bench_timing.pass_callables(tensors, causal, pass_name)
+            fn, before = bench.pass_callables(tensors, causal, pass_name)
             run = lambda: events.extend(timer.measure(fn, before, PROFILED_REPEATS))  # noqa: E731
-            kernel_ms = bench_timing.kernel_ms_per_repeat(bench_timing.profile(run))
+            kernel_ms = bench.kernel_ms_per_repeat(bench.profile(run))
         tensors.reset_grads()
     event_ms = statistics.median(events) if events else None
     bench_ms = statistics.median(x for t in ours for x in t)
     own_ms = statistics.median(x for t in theirs for x in t)
     return {
-        **dict(zip(("size", "backend", "causal", "pass"), case, strict=True)),
-        "turns": turns,
-        "bench_ms": round(bench_ms, 5),
-        "crosscheck_ms": round(own_ms, 5),
+        **dict(zip(("size", "backend", "causal", "pass"), case, strict=True)), "turns": turns,
+        "bench_ms": round(bench_ms, 5), "crosscheck_ms": round(own_ms, 5),
         "diff_pct": round(paired_diff_pct(ours, theirs), 2),
-        "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2),
-        "profiler_kernel_ms": kernel_ms,
+        "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2), "profiler_kernel_ms": kernel_ms,
         "profiler_diff_pct": round(diff_pct(event_ms, kernel_ms), 2) if kernel_ms else None,
         "bench_turns_ms": [[round(x, 5) for x in t] for t in ours],
         "crosscheck_turns_ms": [[round(x, 5) for x in t] for t in theirs],
-    }
+    }  # fmt: skip
 
 
 def pick_cases(opts: argparse.Namespace, device: torch.device) -> list[tuple[str, str, bool]]:
@@ -242,27 +206,18 @@ def pick_cases(opts: argparse.Namespace, device: torch.device) -> list[tuple[str
             if r["status"] == "ok" and r["dtype"] == "fp16" and r["size"] in SIZES
         }
     else:
-        backends = (
-            ["math"]
-            if device.type == "cpu"
-            else [b for b in BACKEND if b != "cudnn" or not torch.version.hip]
-        )
+        backends = [b for b in BACKEND if b != "cudnn" or not torch.version.hip]
+        backends = ["math"] if device.type == "cpu" else backends
         cases = {(s, b, c) for s in SIZES for b in backends for c in (False, True)}
     for text, index, known in ((opts.sizes, 0, SIZES), (opts.backends, 1, BACKEND)):
-        wanted = {t.strip() for t in (text or "").split(",") if t.strip()}
-        if wanted - set(known):
-            what = "size" if index == 0 else "backend"
-            raise common.UsageError(
-                f"unknown {what} {','.join(sorted(wanted - set(known)))!r} "
-                f"(choose from {', '.join(known)})"
-            )
-        cases = {c for c in cases if not wanted or c[index] in wanted}
+        wanted = common.parse_list(text, known, ("size", "backend")[index]) if text else known
+        cases = {c for c in cases if c[index] in wanted}
     return sorted(cases, key=lambda c: (list(SIZES).index(c[0]), list(BACKEND).index(c[1]), c[2]))
 
 
 def build_parser() -> common.OneLineArgumentParser:
     doc = __doc__.split("\n\n")[0]
-    p = common.OneLineArgumentParser(prog="bench_crosscheck.py", description=doc)
+    p = common.OneLineArgumentParser(prog=PROG, description=doc)
     p.add_argument("--bench-json", help="bench.py JSON: time its fp16 cases")
     p.add_argument("--sizes", help=f"comma list of {', '.join(SIZES)} (default: all)")
     p.add_argument("--backends", help=f"comma list of {', '.join(BACKEND)} (default: all)")
@@ -296,14 +251,11 @@ def _main(argv: list[str] | None) -> int:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(row)
+            prof = row["profiler_diff_pct"]
             print(
                 f"{label:<34}bench {row['bench_ms']:.4f} ms  harness {row['crosscheck_ms']:.4f} "
                 f"ms  diff {row['diff_pct']:+.2f}%  pooled {row['pooled_diff_pct']:+.2f}%"
-                + (
-                    f"  profiler {row['profiler_diff_pct']:+.2f}%"
-                    if row["profiler_kernel_ms"]
-                    else ""
-                )
+                + (f"  profiler {prof:+.2f}%" if row["profiler_kernel_ms"] else "")
             )
     agree, summary, worst = verdict(rows, "diff_pct", opts.tolerance_pct)
     _, prof_summary, prof_worst = verdict(rows, "profiler_diff_pct", opts.tolerance_pct)
@@ -317,20 +269,16 @@ def _main(argv: list[str] | None) -> int:
     print(prof_summary)
     if opts.json:
         doc = {
-            "schema": SCHEMA,
-            "identity": common.identity(device, *common.detect_arch(device)),
-            "summary": summary,
-            "agree": agree,
-            "profiler_summary": prof_summary,
-            "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()},
-            "rows": rows,
-        }
+            "schema": SCHEMA, "identity": common.identity(device, *common.detect_arch(device)),
+            "summary": summary, "agree": agree, "profiler_summary": prof_summary,
+            "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()}, "rows": rows,
+        }  # fmt: skip
         Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0 if agree else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.run_cli("bench_crosscheck.py", lambda: _main(argv))
+    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,5 @@
-"""Shared helpers for bench.py, backend_check.py and validate.py.
-
-Runs inside the target env's Python: torch and the standard library only. Imported as
-`rocmfa.probes.sdpa_common` (pytest from the repo root) or as plain `sdpa_common` when a
-script is run as `python scripts/rocmfa/probes/<name>.py` (its folder is then first on sys.path).
-"""
+"""Shared helpers of the probes: torch and the standard library only. Imported as
+`rocmfa.probes.sdpa_common`, or as `sdpa_common` when a probe runs as a plain script."""
 
 from __future__ import annotations
 
@@ -21,26 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The one arch data file (rocmfa.env.archs reads it too; tests/test_archs.py checks that both
-# readers agree), found from this file so the probe still runs as a plain script.
+# The one arch data file (rocmfa.env.archs reads it too; tests/test_archs.py checks both agree).
 ARCHES_FILE = Path(__file__).resolve().parents[1] / "data" / "arches.toml"
-
 # Environment variables that change which SDPA kernel runs or how it is timed.
 DISPATCH_ENV_VARS = (
-    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
-    "TORCH_ROCM_FA_PREFER_CK",
-    "AMD_SERIALIZE_KERNEL",
-    "HIP_LAUNCH_BLOCKING",
-    "CUDA_LAUNCH_BLOCKING",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "HSA_OVERRIDE_GFX_VERSION",
-    "AOTRITON_DEBUG_LEVEL",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_HIP_ALLOC_CONF",
-)
-
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL",
+    "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+)  # fmt: skip
 DTYPE_NAMES = ("fp16", "bf16")
 
 
@@ -68,33 +53,26 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
         return 130
 
 
-def new_parser(prog: str, doc: str | None, device: str = "auto") -> OneLineArgumentParser:
+def new_parser(prog: str, doc: str | None) -> OneLineArgumentParser:
     """A probe's parser with the options every probe takes: --device and --dry-run."""
     p = OneLineArgumentParser(
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--device", default=device, help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print what would run and on which device; run nothing",
+        "--dry-run", action="store_true", help="print what would run and on which device"
     )
     return p
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        metavar="PATH",
-        help="write the results as JSON to PATH, or to stdout when no PATH is given",
-    )
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="write the results as JSON to PATH, or to stdout without PATH")  # fmt: skip
 
 
 def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
-    """The text report (ending with the verdict) on stdout; with --json, the JSON to its path,
-    or to stdout with the verdict line once on stderr."""
+    """The text report on stdout; with --json, the JSON to its path, or to stdout with the
+    verdict line once on stderr."""
     if json_to == "-":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         print(doc["summary"], file=sys.stderr)
@@ -108,13 +86,12 @@ def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:
     """--dry-run's report: the device and what would run on it; nothing is run."""
     arch, name = detect_arch(device)
     print(f"{prog}: dry run on {device} ({name}, {arch or 'cpu'}); nothing is run")
-    for line in lines:
-        print(f"  {line}")
+    print("\n".join(f"  {line}" for line in lines))
     return 0
 
 
 def read_results(path: str, what: str) -> dict[str, Any]:
-    """A JSON object from a file the user named; UsageError in one line when it is not one."""
+    """A bench result file the user named; UsageError in one line when it is not one."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
@@ -128,34 +105,30 @@ def read_results(path: str, what: str) -> dict[str, Any]:
     return data
 
 
-# --------------------------------------------------------------------------- arch data
-
-
 def version_key(version: str) -> tuple[int, ...]:
     """'0.11.2b' -> (0, 11, 2); '0.13.50tp' -> (0, 13, 50); '' -> ()."""
     match = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def load_table(path: Path, key: str, what: str) -> dict[str, dict[str, Any]]:
-    """The TOML file's [key.*] tables; {} (with a warning) if unreadable."""
+def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The [key.*] tables of data/<name>.toml (arches: [arch.*]; peak_rates: [rate.*] FLOP per
+    CU per clock, [memory.*] GB/s); {} (with a warning) if unreadable."""
+    path = path or ARCHES_FILE.with_name(f"{name}.toml")
     try:
         with open(path, "rb") as f:
             return dict(tomllib.load(f).get(key, {}))
     except (OSError, ValueError) as e:
-        warnings.warn(f"cannot read {what} {path}: {e}", stacklevel=3)
+        warnings.warn(f"cannot read {path}: {e}", stacklevel=3)
         return {}
 
 
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch name -> its table from arches.toml; {} (with a warning) if unreadable."""
-    return load_table(path, "arch", "arch data")
+    return load_table("arches", "arch", path)
 
 
 def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
-    if not arch_table:
-        return None
-    value = arch_table.get(f"peak_tflops_{dtype_name}")
+    value = (arch_table or {}).get(f"peak_tflops_{dtype_name}")
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -163,17 +136,14 @@ def needs_experimental_flag(
     arch_table: dict[str, Any] | None, aotriton_version: str | None
 ) -> bool | None:
     """True/False from the arch's [since, until) ranges; None if either input is unknown."""
-    if not arch_table or not aotriton_version:
+    key = version_key(aotriton_version or "")
+    if not arch_table or not key:
         return None
-    key = version_key(aotriton_version)
-    if not key:
-        return None
-    for rng in arch_table.get("aotriton_experimental", []):
-        since = version_key(str(rng.get("since", "0")))
-        until = rng.get("until")
-        if key >= since and (until is None or key < version_key(str(until))):
-            return True
-    return False
+    return any(
+        key >= version_key(str(rng.get("since", "0")))
+        and (rng.get("until") is None or key < version_key(str(rng["until"])))
+        for rng in arch_table.get("aotriton_experimental", [])
+    )
 
 
 def head_dim_limit(arch_table: dict[str, Any] | None) -> tuple[int, str] | None:
@@ -183,9 +153,6 @@ def head_dim_limit(arch_table: dict[str, Any] | None) -> tuple[int, str] | None:
         if match and "backward" not in text:
             return int(match.group(1)), text
     return None
-
-
-# --------------------------------------------------------------------------- device / arch
 
 
 def resolve_device(name: str) -> Any:
@@ -213,9 +180,7 @@ def device_index(device: Any) -> int:
 def platform_name(device: Any) -> str:
     import torch
 
-    if device.type == "cpu":
-        return "cpu"
-    return "rocm" if torch.version.hip else "cuda"
+    return "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda"
 
 
 def detect_arch(device: Any) -> tuple[str | None, str]:
@@ -232,73 +197,42 @@ def detect_arch(device: Any) -> tuple[str | None, str]:
     return f"sm_{props.major}{props.minor}", props.name
 
 
-def peak_for(
-    arch: str | None, dtype_name: str, override: float | None, arches: dict[str, Any]
-) -> tuple[float | None, str]:
-    """Peak TFLOP/s and where it came from."""
-    if override is not None:
-        return override, "--peak-tflops"
-    peak = arch_peak_tflops(arches.get(arch or ""), dtype_name)
-    if peak is None:
-        return None, f"unknown for {arch or 'cpu'} (not in arches.toml)"
-    return peak, f"arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
-
-
-PEAK_RATES_FILE = ARCHES_FILE.with_name("peak_rates.toml")
-
-
-def load_peak_rates(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch -> dense matrix FLOP per compute unit per clock, per dtype, with its source."""
-    return load_table(path, "rate", "peak rates")
-
-
 def peak_from_device(
-    arch: str | None,
-    dtype_name: str,
-    override: float | None,
-    arches: dict[str, Any],
-    device_info: dict[str, Any] | None,
-    rates: dict[str, Any],
-) -> tuple[float | None, str]:
-    """The card's own peak (compute units x peak engine clock x per-unit rate of its arch);
-    the arch table's figure only when the device does not say enough."""
+    arch: str | None, dtype_name: str, override: float | None, arches: dict[str, Any],
+    device_info: dict[str, Any] | None, rates: dict[str, Any],
+) -> tuple[float | None, str]:  # fmt: skip
+    """(peak TFLOP/s, source): --peak-tflops, else the card's own (compute units x peak engine
+    clock x per-unit rate of its arch), else the arch table's figure."""
     if override is not None:
         return override, "--peak-tflops"
-    info = device_info or {}
-    rate = rates.get(arch or "")
+    info, rate = device_info or {}, rates.get(arch or "")
     units, clock_mhz = info.get("compute_units"), info.get("max_clock_mhz")
     per_clock = (rate or {}).get(dtype_name)
     if units and clock_mhz and isinstance(per_clock, int | float):
-        peak = round(units * clock_mhz * 1e6 * per_clock / 1e12, 1)
-        return peak, (
-            f"computed: {info['compute_units']} CUs x {info['max_clock_mhz']:g} MHz "
-            f"({info.get('clock_source')}) x {rate[dtype_name]} FLOP/CU/clock "
-            f"(peak_rates.toml [rate.{arch}])"
+        return round(units * clock_mhz * 1e6 * per_clock / 1e12, 1), (
+            f"computed: {units} CUs x {clock_mhz:g} MHz ({info.get('clock_source')}) x "
+            f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
         )
-    table, source = peak_for(arch, dtype_name, None, arches)
     missing = "no per-CU rate" if rate is None else "no engine clock"
-    return table, f"table fallback ({missing}): {source}"
-
-
-def load_memory_roofs(path: Path = PEAK_RATES_FILE) -> dict[str, dict[str, Any]]:
-    """Arch -> its memory bandwidth in GB/s per torch device, with its source."""
-    return load_table(path, "memory", "memory roofs")
+    peak = arch_peak_tflops(arches.get(arch or ""), dtype_name)
+    if peak is None:
+        return None, f"table fallback ({missing}): unknown for {arch or 'cpu'} (not in arches.toml)"
+    return peak, f"table fallback ({missing}): arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
 
 
 def memory_roof(
     arch: str | None, device_info: dict[str, Any] | None, roofs: dict[str, Any]
 ) -> tuple[float | None, str]:
-    """(GB/s, source): the device's own memory clock x bus width x 2 (double data rate) / 8,
-    from torch's device properties; the arch table's named figure when the device does not
-    say, or is an integrated GPU (its memory is the system's, e.g. Strix Halo's LPDDR5X)."""
+    """(GB/s, source): the device's memory clock x bus width x 2 (double data rate) / 8 from
+    torch's device properties; the arch table's named figure when the device does not say, or
+    is an integrated GPU (its memory is the system's, e.g. Strix Halo's LPDDR5X)."""
     info = device_info or {}
     entry = roofs.get(arch or "") or {}
     table = entry.get("gbps") if isinstance(entry.get("gbps"), int | float) else None
     khz, bits = info.get("memory_clock_khz"), info.get("memory_bus_bits")
     if khz and bits and not info.get("integrated"):
-        gbps = round(khz * 1e3 * bits * 2 / 8 / 1e9, 1)
         also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
-        return gbps, (
+        return round(khz * 1e3 * bits * 2 / 8 / 1e9, 1), (
             f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
             f"(torch device properties){also}"
         )
@@ -308,53 +242,45 @@ def memory_roof(
     return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
 
 
-def _sysfs_max_sclk(props: Any) -> float | None:
-    """ROCm: the highest level of the card's pp_dpm_sclk (amdgpu sysfs), found by PCI address."""
-    domain = getattr(props, "pci_domain_id", None)
-    bus = getattr(props, "pci_bus_id", None)
-    dev = getattr(props, "pci_device_id", None)
-    if bus is None or dev is None:
-        return None
-    path = Path(f"/sys/bus/pci/devices/{domain or 0:04x}:{bus:02x}:{dev:02x}.0/pp_dpm_sclk")
-    with contextlib.suppress(OSError, ValueError):
-        levels = re.findall(r"(\d+)\s*Mhz", path.read_text(), re.IGNORECASE)
-        return max(float(x) for x in levels) if levels else None
+def _max_clock_mhz(props: Any, index: int) -> tuple[float, str] | None:
+    """The peak engine clock: amdgpu sysfs pp_dpm_sclk (ROCm, by PCI address) or nvidia-smi
+    clocks.max.sm (CUDA)."""
+    import torch
+
+    with contextlib.suppress(
+        OSError, ValueError, TypeError, IndexError, subprocess.SubprocessError
+    ):
+        if torch.version.hip:
+            pci = (getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device"))
+            domain, bus, dev = pci
+            path = f"/sys/bus/pci/devices/{domain or 0:04x}:{bus:02x}:{dev:02x}.0/pp_dpm_sclk"
+            levels = re.findall(r"(\d+)\s*Mhz", Path(path).read_text(), re.IGNORECASE)
+            return max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
+        query = [f"--id={index}", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"]
+        done = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10)
+        return float(done.stdout.split()[0]), "nvidia-smi clocks.max.sm"
     return None
 
 
 def device_info(device: Any) -> dict[str, Any] | None:
-    """Compute units (torch's multi_processor_count) and the peak engine clock in MHz, with
-    where the clock came from: amdgpu sysfs (ROCm) or nvidia-smi clocks.max.sm (CUDA), else
-    torch's clock_rate property. None on CPU."""
+    """Compute units, the peak engine clock in MHz with its source (else torch's clock_rate),
+    and the memory clock and bus width. None on CPU."""
     import torch
 
     if device.type != "cuda":
         return None
     props = torch.cuda.get_device_properties(device_index(device))
-    info: dict[str, Any] = {
+    clock = _max_clock_mhz(props, device_index(device))
+    khz = getattr(props, "clock_rate", None)
+    if not clock and khz:
+        clock = khz / 1000.0, "torch clock_rate property"
+    return {
         "compute_units": getattr(props, "multi_processor_count", None),
-        "max_clock_mhz": None,
-        "clock_source": None,
+        "max_clock_mhz": clock[0] if clock else None, "clock_source": clock[1] if clock else None,
         "memory_clock_khz": getattr(props, "memory_clock_rate", None),
         "memory_bus_bits": getattr(props, "memory_bus_width", None),
         "integrated": bool(getattr(props, "is_integrated", False)),
-    }
-    if torch.version.hip:
-        clock = _sysfs_max_sclk(props)
-        if clock:
-            info.update(max_clock_mhz=clock, clock_source="amdgpu sysfs pp_dpm_sclk")
-    else:
-        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-            query = [f"--id={device_index(device)}", "--query-gpu=clocks.max.sm"]
-            argv = ["nvidia-smi", *query, "--format=csv,noheader,nounits"]
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-            clock = float(done.stdout.split()[0])
-            info.update(max_clock_mhz=clock, clock_source="nvidia-smi clocks.max.sm")
-    if not info["max_clock_mhz"]:
-        khz = getattr(props, "clock_rate", None)
-        if khz:
-            info.update(max_clock_mhz=khz / 1000.0, clock_source="torch clock_rate property")
-    return info
+    }  # fmt: skip
 
 
 def torch_dtype(name: str) -> Any:
@@ -363,17 +289,22 @@ def torch_dtype(name: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
-def parse_dtypes(text: str) -> list[str]:
-    names = [t.strip().lower() for t in text.split(",") if t.strip()]
-    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-    names = [aliases.get(n, n) for n in names]
-    bad = [n for n in names if n not in DTYPE_NAMES]
+def parse_list(
+    text: str, choices: Sequence[str], what: str, aliases: dict[str, str] | None = None
+) -> list[str]:
+    """A comma list of choices (case-insensitive, aliases allowed), each once, in order."""
+    lookup = {c.lower(): c for c in choices} | (aliases or {})
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n.lower() not in lookup]
     if bad or not names:
-        raise UsageError(f"unknown dtype {','.join(bad) or text!r} (choose from fp16, bf16)")
-    return list(dict.fromkeys(names))
+        choose = ", ".join(choices)
+        raise UsageError(f"unknown {what} {','.join(bad) or text!r} (choose from {choose})")
+    return list(dict.fromkeys(lookup[n.lower()] for n in names))
 
 
-# --------------------------------------------------------------------------- shapes
+def parse_dtypes(text: str) -> list[str]:
+    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+    return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
 @dataclass(frozen=True)
@@ -387,16 +318,12 @@ class Shape:
     seq_k: int | None = None  # key/value length when it differs from the query's (decode)
 
     @property
-    def gqa(self) -> bool:
-        return self.kv_heads != self.q_heads
-
-    @property
     def kv_seq(self) -> int:
         return self.seq_k or self.seq
 
     def dims(self) -> str:
-        heads = f"{self.q_heads}/{self.kv_heads}" if self.gqa else str(self.q_heads)
-        seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else str(self.seq)
+        heads = f"{self.q_heads}/{self.kv_heads}" if self.kv_heads != self.q_heads else self.q_heads
+        seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else self.seq
         return f"{self.batch},{heads},{seq},{self.head_dim}"
 
     @classmethod
@@ -413,41 +340,30 @@ class Shape:
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
     """'B,H,S,D' or 'B,Hq,Hkv,S,D' (grouped-query), optionally prefixed 'name='."""
-    name = None
-    if "=" in text:
-        name, text = (s.strip() for s in text.split("=", 1))
-    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    name, _, dims = text.rpartition("=")
     try:
-        nums = [int(p) for p in parts]
+        nums = [int(p) for p in dims.replace("x", ",").split(",")]
     except ValueError:
         nums = []
     if len(nums) not in (4, 5) or any(n <= 0 for n in nums):
         raise UsageError(
-            f"malformed shape {text!r}: expected B,H,S,D or B,Hq,Hkv,S,D (positive integers)"
+            f"malformed shape {dims.strip()!r}: expected B,H,S,D or B,Hq,Hkv,S,D "
+            "(positive integers)"
         )
-    if len(nums) == 4:
-        b, hq, s, d = nums
-        hkv = kv_heads or hq
-    else:
-        b, hq, hkv, s, d = nums
+    b, hq, *rest, s, d = nums
+    hkv = rest[0] if rest else kv_heads or hq
     if hq % hkv:
-        raise UsageError(f"shape {text!r}: query heads {hq} not a multiple of kv heads {hkv}")
-    if not name:
-        heads = f"{hq}/{hkv}" if hq != hkv else str(hq)
-        name = f"custom({b},{heads},{s},{d})"
-    return Shape(name, b, hq, hkv, s, d)
+        raise UsageError(
+            f"shape {dims.strip()!r}: query heads {hq} not a multiple of kv heads {hkv}"
+        )
+    heads = f"{hq}/{hkv}" if hq != hkv else str(hq)
+    return Shape(name.strip() or f"custom({b},{heads},{s},{d})", b, hq, hkv, s, d)
 
-
-# --------------------------------------------------------------------------- backends
 
 # name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
-BACKENDS = {
-    "flash": ("FLASH_ATTENTION", "aotriton"),
-    "ck": ("FLASH_ATTENTION", "ck"),
-    "efficient": ("EFFICIENT_ATTENTION", None),
-    "cudnn": ("CUDNN_ATTENTION", None),
-    "math": ("MATH", None),
-}
+BACKENDS = {"flash": ("FLASH_ATTENTION", "aotriton"), "ck": ("FLASH_ATTENTION", "ck"),
+            "efficient": ("EFFICIENT_ATTENTION", None), "cudnn": ("CUDNN_ATTENTION", None),
+            "math": ("MATH", None)}  # fmt: skip
 
 
 def default_backends(device: Any) -> list[str]:
@@ -457,11 +373,7 @@ def default_backends(device: Any) -> list[str]:
     if device.type == "cpu":
         return ["flash", "efficient", "math"]
     if torch.version.hip:
-        return (
-            ["flash", "ck", "efficient", "math"]
-            if ck_available()
-            else ["flash", "efficient", "math"]
-        )
+        return ["flash", *(["ck"] if ck_available() else []), "efficient", "math"]
     return ["flash", "efficient", "cudnn", "math"]
 
 
@@ -479,13 +391,7 @@ def ck_available() -> bool:
 def parse_backends(text: str | None, device: Any) -> list[str]:
     if not text or text == "all":
         return default_backends(device)
-    names = [t.strip().lower() for t in text.split(",") if t.strip()]
-    bad = [n for n in names if n not in BACKENDS]
-    if bad or not names:
-        raise UsageError(
-            f"unknown backend {','.join(bad) or text!r} (choose from {', '.join(BACKENDS)})"
-        )
-    return list(dict.fromkeys(names))
+    return parse_list(text, list(BACKENDS), "backend")
 
 
 @contextlib.contextmanager
@@ -495,13 +401,12 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     member, rocm_library = BACKENDS[name]
-    previous = None
     use_library = device.type == "cuda" and bool(torch.version.hip) and rocm_library is not None
-    if use_library:
-        previous = torch.backends.cuda.preferred_rocm_fa_library()
-        torch.backends.cuda.preferred_rocm_fa_library(rocm_library)
-    elif name == "ck":
+    if not use_library and name == "ck":
         raise RuntimeError("No available kernel: the CK flash library exists only on ROCm")
+    previous = torch.backends.cuda.preferred_rocm_fa_library() if use_library else None
+    if use_library:
+        torch.backends.cuda.preferred_rocm_fa_library(rocm_library)
     try:
         with sdpa_kernel(getattr(SDPBackend, member)):
             yield
@@ -511,9 +416,8 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
 
 
 def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
-    """SDPA bound to its inputs (more: attn_mask, dropout_p). A timed loop then pays torch's
-    cost only: a Python wrapper around the call costs ~2 us, 5-10 % of a Tiny forward's wall
-    time on an H100."""
+    """SDPA bound to its inputs (more: attn_mask, dropout_p): a timed loop pays torch's cost
+    only (a Python wrapper costs ~2 us, 5-10 % of a Tiny forward on an H100)."""
     import functools
 
     import torch.nn.functional as F
@@ -531,25 +435,22 @@ def sdpa(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Any:
 def is_oom(exc: BaseException) -> bool:
     import torch
 
-    oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
     text = str(exc).lower()
-    return isinstance(exc, oom_type) or "out of memory" in text or "can't allocate" in text
+    oom = getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(exc, oom) or "out of memory" in text or "can't allocate" in text
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     """Header, rule and rows in aligned columns; the last column (free text) is not padded."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     widths[-1] = len(header[-1])
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += [
+    return [
         "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
+        for row in [header, ["-" * w for w in widths], *rows]
     ]
-    return lines
 
 
-def first_line(text: str, limit: int = 300) -> str:
+def first_line(text: Any, limit: int = 300) -> str:
     line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -557,7 +458,7 @@ def first_line(text: str, limit: int = 300) -> str:
 def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
     """One readable reason: torch's own 'not used because' warnings first, then the error."""
     parts = CapturedWarnings(python=list(caught)).reasons()
-    parts += [first_line(str(exc)) or type(exc).__name__] if exc is not None else []
+    parts += [first_line(exc) or type(exc).__name__] if exc is not None else []
     return "; ".join(parts) or "torch gave no reason"
 
 
@@ -568,20 +469,9 @@ def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
         yield caught
 
 
-# torch's C++ TORCH_WARN, when no Python handler is installed (can_use_*(debug=True), worker
-# threads), goes through c10 logging to the process's fd 2, e.g.
-# "[W1122 16:42:26.917740431 Resize.cpp:30] Warning: <message> (function _resize_output_check)".
+# torch's C++ TORCH_WARN without a Python handler (can_use_*(debug=True), worker threads) goes
+# to fd 2 through c10 logging: "[W1122 16:42:26.9 Resize.cpp:30] Warning: <msg> (function f)".
 _NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function .*\))?$")
-# Chatter that is not a reason: the profiler's per-cycle notice (Python) and its kineto log
-# lines on fd 2 ("... ActivityProfilerController.cpp:...] profiler_stop"), which are dropped.
-_CHATTER = ("Profiler clears events",)
-
-
-def clean_reason(text: str) -> str:
-    """One warning message on one line, without torch's 'Triggered internally at' suffix."""
-    msg = " ".join(str(text).split())
-    msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", msg).strip()
-    return re.sub(r"^Warning:\s*", "", msg)
 
 
 @dataclass
@@ -591,58 +481,43 @@ class CapturedWarnings:
     python: list[warnings.WarningMessage] = field(default_factory=list)
     native_text: str = ""
 
-    def native(self) -> list[str]:
-        """The C++ warnings in the captured fd-2 text, one per c10 log line."""
-        lines = (_NATIVE_WARNING.match(line.strip()) for line in self.native_text.splitlines())
-        return [m.group("msg") for m in lines if m]
-
     def other_text(self) -> str:
-        """fd-2 text that is not a C++ warning (passed on to the real stderr)."""
-        lines = self.native_text.splitlines()
-        keep = (x for x in lines if not _NATIVE_WARNING.match(x.strip()))
+        """fd-2 text that is neither a C++ warning nor profiler chatter (passed on to stderr)."""
+        keep = (x for x in self.native_text.splitlines() if not _NATIVE_WARNING.match(x.strip()))
         return "\n".join(x for x in keep if "profiler" not in x.lower()).strip()
 
     def reasons(self) -> list[str]:
-        """Every reason once, in order: C++ warnings, then Python warnings; no chatter."""
+        """Every reason once, in order: C++ warnings, then Python warnings; a heading ending in
+        ':' joins the warning after it; the profiler's notices are dropped."""
+        found = (_NATIVE_WARNING.match(x.strip()) for x in self.native_text.splitlines())
         out: list[str] = []
         heading = ""
-        for text in [*self.native(), *(str(w.message) for w in self.python)]:
-            msg = clean_reason(text)
-            if not msg or any(c in msg for c in _CHATTER):
+        for text in [*(m.group("msg") for m in found if m), *(str(w.message) for w in self.python)]:
+            msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(text.split()))
+            msg = re.sub(r"^Warning:\s*", "", msg.strip())
+            if not msg or "Profiler clears events" in msg:
                 continue
-            if msg.endswith(":"):  # "Flash attention kernel not used because:" + next warning
+            if msg.endswith(":"):
                 heading = msg
                 continue
-            msg = f"{heading} {msg}" if heading else msg
-            heading = ""
+            msg, heading = f"{heading} {msg}" if heading else msg, ""
             if msg not in out:
                 out.append(msg)
         return out
 
 
-def _flush_c_stdio() -> None:
-    import ctypes
-
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).fflush(None)
-
-
 @contextlib.contextmanager
 def capture_all_warnings() -> Iterator[CapturedWarnings]:
-    """Capture Python warnings and, at the file-descriptor level, everything written to fd 2
-    (torch's C++ TORCH_WARN). Text on fd 2 that is not a warning goes on to the real stderr."""
+    """Capture Python warnings and everything written to fd 2 (torch's C++ TORCH_WARN); fd-2
+    text that is not a warning goes on to the real stderr."""
+    import ctypes
     import tempfile
 
     captured = CapturedWarnings()
     sys.stderr.flush()
-    _flush_c_stdio()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no fd 2 (embedded interpreter): Python warnings only
-        with capture_warnings() as caught:
-            yield captured
-        captured.python = list(caught)
-        return
+    libc = ctypes.CDLL(None)
+    libc.fflush(None)
+    saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as sink:
         os.dup2(sink.fileno(), 2)
         try:
@@ -650,7 +525,7 @@ def capture_all_warnings() -> Iterator[CapturedWarnings]:
                 yield captured
         finally:
             sys.stderr.flush()
-            _flush_c_stdio()
+            libc.fflush(None)
             os.dup2(saved, 2)
             os.close(saved)
             captured.python = list(caught)
@@ -661,16 +536,14 @@ def capture_all_warnings() -> Iterator[CapturedWarnings]:
         sys.stderr.write(rest + "\n")
 
 
-# --------------------------------------------------------------------------- memory
-
-
 def free_memory_bytes(device: Any) -> int | None:
+    """Free device memory, counting blocks torch's caching allocator holds unused; on CPU,
+    MemAvailable."""
     import torch
 
     if device.type == "cuda":
         index = device_index(device)
         free, _total = torch.cuda.mem_get_info(index)
-        # Blocks torch's caching allocator holds but does not use are free for our purposes.
         cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
         return int(free + max(0, cached))
     with contextlib.suppress(OSError, ValueError):
@@ -678,9 +551,6 @@ def free_memory_bytes(device: Any) -> int | None:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return None
-
-
-# --------------------------------------------------------------------------- provenance
 
 
 def torch_lib_dir() -> Path:
@@ -691,56 +561,42 @@ def torch_lib_dir() -> Path:
 
 def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     """AOTriton runtime version (include/aotriton/config.h next to lib/, else the versioned
-    libaotriton_v2.so.X.Y.Z name) and each image pack's __signature__ version."""
-    info: dict[str, Any] = {
-        "lib_dir": str(lib_dir),
-        "runtime_version": None,
-        "runtime_source": None,
-        "images": {},
-        "mismatch": None,
-    }
+    libaotriton_v2.so.X.Y.Z name), each image pack's __signature__, and a mismatch between them."""
+    info: dict[str, Any] = {"lib_dir": str(lib_dir), "runtime_version": None,
+                            "runtime_source": None, "images": {}, "mismatch": None}  # fmt: skip
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
     with contextlib.suppress(OSError):
         text = config_h.read_text(errors="replace")
-        found = (
-            re.search(rf"#define\s+AOTRITON_VERSION_{f}\s+(\d+)", text)
-            for f in ["MAJOR", "MINOR", "PATCH"]
-        )
-        parts = [m.group(1) for m in found if m]
+        parts = re.findall(r"#define\s+AOTRITON_VERSION_(?:MAJOR|MINOR|PATCH)\s+(\d+)", text)
         if len(parts) >= 2:
-            info["runtime_version"] = ".".join(parts)
-            info["runtime_source"] = str(config_h)
-    if info["runtime_version"] is None:
-        for lib in sorted(lib_dir.glob("libaotriton_v2.so.*")):
-            m = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name)
-            if m:
-                info["runtime_version"] = m.group(1)
-                info["runtime_source"] = str(lib)
+            info.update(runtime_version=".".join(parts), runtime_source=str(config_h))
+    for lib in [] if info["runtime_version"] else sorted(lib_dir.glob("libaotriton_v2.so.*")):
+        m = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name)
+        if m:
+            info.update(runtime_version=m.group(1), runtime_source=str(lib))
     for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
         info["images"][sig.parent.name] = image_signature(sig)
-    runtime = info["runtime_version"]
-    if runtime:
-        bad = [
-            f"{pack} images {img['version']}"
-            for pack, img in info["images"].items()
-            if img.get("version") and version_key(img["version"])[:2] != version_key(runtime)[:2]
-        ]
-        if bad:
-            info["mismatch"] = (
-                f"AOTriton runtime {runtime} ({info['runtime_source']}) does not match "
-                + ", ".join(bad)
-            )
+    runtime = version_key(info["runtime_version"] or "")[:2]
+    bad = [
+        f"{pack} images {img['version']}"
+        for pack, img in info["images"].items()
+        if runtime and img.get("version") and version_key(img["version"])[:2] != runtime
+    ]
+    if bad:
+        info["mismatch"] = (
+            f"AOTriton runtime {info['runtime_version']} ({info['runtime_source']}) does not "
+            "match " + ", ".join(bad)
+        )
     return info
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
-    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON) its git commit."""
+    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON with no AOTriton
+    version, whose TRITON_VERSION must not be taken for one) its git commit."""
     try:
         text = sig.read_bytes().decode("latin-1")
     except OSError as e:
         return {"version": None, "error": e.strerror}
-    # AOTriton >= 0.13b writes JSON (AOTRITON_GIT_SHA1, ..., TRITON_VERSION): no AOTriton
-    # version in it, and TRITON_VERSION must not be taken for one.
     with contextlib.suppress(ValueError):
         data = json.loads(text)
         if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
@@ -774,8 +630,8 @@ IDENTITY_VERSION = 1
 
 
 def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
-    """Who made a result: machine, GPU, software and when (UTC), written into every probe's JSON
-    so that a result set needs no side file (the results page groups files by it)."""
+    """Who made a result: machine, GPU, software and when (UTC), in every probe's JSON (the
+    results page groups files by it)."""
     import socket
     import time
 
@@ -791,20 +647,13 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
     with contextlib.suppress(Exception):
         flash = bool(torch.backends.cuda.is_flash_attention_available())
     ident: dict[str, Any] = {
-        "version": IDENTITY_VERSION,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": socket.gethostname(),
-        "gpu": device_name,
-        "arch": arch,
-        "platform": platform_name(device),
-        "device": str(device),
-        "rocm": torch.version.hip,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "torch_commit": getattr(torch.version, "git_version", None),
-        "aotriton": aotriton,
+        "version": IDENTITY_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(), "gpu": device_name, "arch": arch,
+        "platform": platform_name(device), "device": str(device), "rocm": torch.version.hip,
+        "cuda": torch.version.cuda, "torch": torch.__version__,
+        "torch_commit": getattr(torch.version, "git_version", None), "aotriton": aotriton,
         "flash_built_in": flash,
-    }
+    }  # fmt: skip
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device_index(device))
         ident["compute_units"] = props.multi_processor_count

@@ -1,24 +1,9 @@
-"""Read TheRock's PyTorch test skip lists (standard library only).
-
-Format, as read in ROCm/TheRock@89553ce3 external-builds/pytorch/skip_tests/ (README.md,
-generic.py, pytorch_2.12.py, pytorch_2.13.py, create_skip_tests.py): each file assigns one
-literal dict
-
-    skip_tests = {
-        "common": {"cuda": ["test_a", ...], "nn": [...]},    # every GPU
-        "gfx94":  {"autograd": [...]},                       # a family prefix
-        "windows": {...},                                    # a platform
-    }
-
-whose inner containers are lists or sets of test names, with the reason for a skip in the
-comment lines above the name (or after it on the same line). create_skip_tests.py always loads
-generic.py plus pytorch_<major.minor>.py, takes a section when its key is a substring of one of
-the filters "common", each amdgpu family given, and the platform (lower case), pools the names
-of every module of every taken section, and runs pytest with -k "not a and not b ...": pytest's
--k matches a name as a case-insensitive substring of a test's keywords (function, class,
-module).
-
-The file is parsed, never executed: ast.literal_eval for the names, tokenize for the comments.
+"""Read TheRock's PyTorch test skip lists (standard library only), as
+ROCm/TheRock@89553ce3 external-builds/pytorch/skip_tests/create_skip_tests.py reads them: each
+file assigns one literal dict `skip_tests = {section: {module: [names]}}`, a comment above a name
+is its reason; generic.py plus pytorch_<major.minor>.py are loaded, a section applies when its key
+is a substring of "common", an amdgpu family or the platform, and a name matches like pytest -k.
+The file is parsed, never executed (ast.literal_eval, tokenize for the comments).
 """
 
 from __future__ import annotations
@@ -63,15 +48,9 @@ def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
         tree = ast.parse(text, file_name)
     except SyntaxError as exc:
         raise SkipListError(f"{file_name}: not Python ({exc.msg}, line {exc.lineno})") from None
-    literal = None
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == "skip_tests"
-        ):
-            literal = node.value
+    assigned = (n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1)
+    named = [n.value for n in assigned if getattr(n.targets[0], "id", None) == "skip_tests"]
+    literal = named[-1] if named else None
     if literal is None:
         raise SkipListError(f"{file_name}: no 'skip_tests = {{...}}' assignment")
     try:
@@ -169,5 +148,4 @@ def select(entries: list[SkipEntry], families: list[str], platform: str) -> list
 
 def matches(entry_name: str, keywords: list[str]) -> bool:
     """pytest -k for one bare name: a case-insensitive substring of any keyword."""
-    needle = entry_name.lower()
-    return any(needle in k.lower() for k in keywords)
+    return any(entry_name.lower() in k.lower() for k in keywords)

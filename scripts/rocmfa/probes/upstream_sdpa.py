@@ -1,31 +1,11 @@
 """Run PyTorch's own SDPA tests (test/test_transformers.py) against the installed torch.
 
-The test file is the one of the commit torch was built from (torch.version.git_version), read
-from git's object store of a PyTorch checkout that has that commit (build_pytorch's
-<work>/src/pytorch, or --torch-src), its git blob id checked; or a file the user names
-(--test-file, reported as unverified).
-
-It runs with real pytest, in a subprocess, with torch's own test helpers
-(torch.testing._internal, shipped in the wheel; they need `expecttest`):
-
-- selection: -k "TestSDPA or TestAttnBias": the classes TestSDPA (CPU and CUDA), TestSDPACudaOnly
-  (flash, memory-efficient and cuDNN against math, forward and backward), TestSDPACpuOnly (the CPU
-  flash kernel), TestSDPAFailureModes (what each fused kernel must refuse) and TestAttnBias
-  (causal variants); TestTransformers (nn.Transformer modules) is left out. Device: cuda when
-  torch sees a GPU, else cpu (PYTORCH_TESTING_DEVICE_ONLY_FOR).
-- CK: on a ROCm torch with CK compiled in, the tests whose name says flash run again with
-  TORCH_ROCM_FA_PREFER_CK=1 (pass "ck"). CK is a preference: torch may still run AOTriton.
-- skips: TheRock's skip list for this torch version (<therock>/external-builds/pytorch/
-  skip_tests/generic.py + pytorch_X.Y.py, sections "common", the arch's family, "linux"), each
-  skipped test reported with the entry that skipped it; the test file's own skips (platform
-  guards such as PLATFORM_SUPPORTS_FLASH_ATTENTION, skipIfRocm, unittest.skip, slowTest) with
-  torch's reason; ours (time budget).
-- --quick: every Nth selected test so that about --quick-max run (minutes, not an hour).
-
-Output: one verdict line, counts, --json PATH. Exit 0 when every test that ran passed (and at
-least one did); 1 when one failed, the file did not import, or the budget ran out; 2 on bad
-input or when nothing could be run (no test file for this torch, pytest or expecttest missing),
-with one line on stderr.
+The test file of the commit torch was built from, read from a PyTorch checkout's git object
+store (blob id checked; --test-file: unverified), run with real pytest in a subprocess:
+-k "TestSDPA or TestAttnBias", a CK pass on ROCm, TheRock's skip list (therock_skips.py), a time
+budget, --quick. Exit 0 when every test that ran passed (one at least); 1 on a failure, an import
+error or a spent budget; 2 on bad input or when nothing can be run. More:
+docs/attention-tools.md ("validate --upstream").
 """
 
 from __future__ import annotations
@@ -57,7 +37,6 @@ REPO_ROOT = PROBES_DIR.parents[2]
 PLUGIN = "upstream_sdpa_plugin"
 TEST_PATH = "test/test_transformers.py"
 SELECTION = "TestSDPA or TestAttnBias"
-FLASH_SELECTION = "flash"
 WORKDIR_ENV = "ROCMFA_WORKDIR"
 PIN_FILE = REPO_ROOT / "pins" / "therock.toml"
 GRACE_S = 120  # after the budget: time for the running test to end before the run is killed
@@ -72,13 +51,6 @@ SOURCES = {
 
 class CannotRun(Exception):
     """Nothing can be run (test file, pytest or expecttest missing): one line, exit 2."""
-
-
-# --------------------------------------------------------------------------- setup
-
-
-def default_workdir() -> Path:
-    return Path(os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser().resolve()
 
 
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
@@ -104,15 +76,12 @@ def pinned_therock_commit() -> str | None:
 def require_test_tools() -> dict[str, str]:
     """pytest and torch's test helpers must import; else one line saying what to install."""
     versions = {}
-    for module, hint in (("pytest", "pytest"), ("expecttest", "expecttest")):
+    for module in ("pytest", "expecttest"):
         try:
-            mod = __import__(module)
+            versions[module] = str(getattr(__import__(module), "__version__", "?"))
         except ImportError:
-            raise CannotRun(
-                f"{module} is not installed in {sys.executable}; PyTorch's tests need it: "
-                f"python -m pip install {hint}"
-            ) from None
-        versions[module] = str(getattr(mod, "__version__", "?"))
+            need = f"PyTorch's tests need it: python -m pip install {module}"
+            raise CannotRun(f"{module} is not installed in {sys.executable}; {need}") from None
     return versions
 
 
@@ -135,19 +104,10 @@ def load_skips(
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
     chosen = therock_skips.select(entries, families, platform.system())
-    info.update(
-        commit=commit,
-        commit_from=how,
-        files=notes,
-        families=families,
-        platform=platform.system().lower(),
-        entries_read=len(entries),
-        entries_applied=len(chosen),
-    )
+    info.update(commit=commit, commit_from=how, files=notes, families=families,
+                platform=platform.system().lower(), entries_read=len(entries),
+                entries_applied=len(chosen))  # fmt: skip
     return chosen, info
-
-
-# --------------------------------------------------------------------------- running
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> dict:
@@ -160,25 +120,15 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     ini.write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
-    config = {
-        "results_path": str(results),
-        "budget_s": budget_s,
-        "quick_max": run["quick_max"],
-        "therock": [e.as_dict() for e in run["therock"]],
-        "label": f"upstream {name}",
-        "progress_every_s": 15,
-    }
+    config = {"results_path": str(results), "budget_s": budget_s, "quick_max": run["quick_max"],
+              "therock": [e.as_dict() for e in run["therock"]], "label": f"upstream {name}",
+              "progress_every_s": 15}  # fmt: skip
     config_path = run_dir / f"plugin-{name}.json"
     config_path.write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(python_path),
-        "PYTHONUNBUFFERED": "1",
-        "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"],
-        **extra_env,
-        "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path),
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "PYTHONUNBUFFERED": "1",
+           "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"], **extra_env,
+           "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(config_path)}  # fmt: skip
     local_copy = run_dir / Path(TEST_PATH).name
     local_copy.write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", str(local_copy), "-c", str(ini), "--rootdir"]
@@ -193,16 +143,10 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         finished = {r["nodeid"] for r in records if r.get("event") == "result"}
         hung = [n for n in started_ids if n not in finished]
         killed += f"; still running: {hung[-1]}" if hung else ""
-    return {
-        "name": name,
-        "selection": selection,
-        "env": extra_env,
-        "collected": next((r for r in records if r.get("event") == "collected"), None),
-        "pytest_exit": code,
-        "killed": killed,
-        "wall_s": round(wall, 1),
-        "records": records,
-    }
+    collected = next((r for r in records if r.get("event") == "collected"), None)
+    return {"name": name, "selection": selection, "env": extra_env, "collected": collected,
+            "pytest_exit": code, "killed": killed, "wall_s": round(wall, 1),
+            "records": records}  # fmt: skip
 
 
 def run_logged(
@@ -234,26 +178,17 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-# --------------------------------------------------------------------------- report
-
-
 def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (pass, test): the worst outcome its reports gave."""
-    rank = {
-        o: i for i, o in enumerate(("passed", "xfailed", "skipped", "xpassed", "error", "failed"))
-    }
+    rank = ("passed", "xfailed", "skipped", "xpassed", "error", "failed").index
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for p in passes:
-        for r in p["records"]:
-            if r.get("event") != "result":
-                continue
-            key = (p["name"], r["nodeid"])
-            row = {k: v for k, v in r.items() if k != "event"}
-            row["pass"] = p["name"]
+        for r in (r for r in p["records"] if r.get("event") == "result"):
+            row = {k: v for k, v in r.items() if k != "event"} | {"pass": p["name"]}
             row["class"], row["test"] = split_nodeid(r["nodeid"])
-            old = rows.get(key)
-            if old is None or rank[row["outcome"]] > rank[old["outcome"]]:
-                rows[key] = row
+            old = rows.get((p["name"], r["nodeid"]))
+            if old is None or rank(row["outcome"]) > rank(old["outcome"]):
+                rows[(p["name"], r["nodeid"])] = row
     return list(rows.values())
 
 
@@ -263,11 +198,10 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
 
 
 def tally(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, Counter] = {}
     for r in rows:
-        group = out.setdefault(str(r[key]), {})
-        group[r["outcome"]] = group.get(r["outcome"], 0) + 1
-    return dict(sorted(out.items()))
+        out.setdefault(str(r[key]), Counter())[r["outcome"]] += 1
+    return {k: dict(v) for k, v in sorted(out.items())}
 
 
 def skip_groups(
@@ -291,21 +225,19 @@ def skip_groups(
 
 
 def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
-    c = doc["counts"]
-    ran = c.get("passed", 0) + c.get("failed", 0) + c.get("error", 0) + c.get("xpassed", 0)
-    bad = c.get("failed", 0) + c.get("error", 0)
-    skipped = c.get("skipped", 0)
-    by_source = doc["skips_by_source"]
-    skip_text = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in by_source.items())
-    problems = [p for p in doc["problems"]]
-    ok = bad == 0 and c.get("passed", 0) > 0 and not problems
+    c = Counter(doc["counts"])
+    bad, skipped = c["failed"] + c["error"], c["skipped"]
+    ran = c["passed"] + bad + c["xpassed"]
+    skip_text = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
+    problems = doc["problems"]
+    ok = bad == 0 and c["passed"] > 0 and not problems
     word = "PASS" if ok else ("INCOMPLETE" if bad == 0 and problems else "FAIL")
     tf = doc["test_file"]
     line = (
-        f"{word}: {c.get('passed', 0)} passed, {bad} failed, {skipped} skipped"
+        f"{word}: {c['passed']} passed, {bad} failed, {skipped} skipped"
         + (f" ({skip_text})" if skip_text else "")
-        + (f", {c.get('xfailed', 0)} xfailed" if c.get("xfailed") else "")
-        + f" of {ran + skipped + c.get('xfailed', 0)} SDPA tests"
+        + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
+        + f" of {ran + skipped + c['xfailed']} SDPA tests"
         + (
             f" (test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
             if tf["verified"]
@@ -322,12 +254,13 @@ def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
 
 
 def render(doc: dict[str, Any]) -> str:
+    stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
     lines = [
         f"PyTorch's SDPA tests on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), "
         f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
         f"test file: {doc['test_file']['how']}",
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
-        + (f", --quick: 1 in {_stride(doc)} selected tests" if doc["quick"] else ""),
+        + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
         "TheRock: "
         + (
             f"{doc['therock'].get('entries_applied', 0)} of {doc['therock']['entries_read']} "
@@ -338,16 +271,12 @@ def render(doc: dict[str, Any]) -> str:
         ),
         "",
     ]
-    header = ("pass", "wall s", *OUTCOMES)
-    rows = []
-    for p in doc["passes"]:
-        counts = p["counts"]
-        rows.append((p["name"], f"{p['wall_s']:.0f}", *(counts.get(o, 0) for o in OUTCOMES)))
-    lines += common.text_table(header, rows)
-    lines += ["", "by class:"]
-    header = ("class", *OUTCOMES)
+    rows = [
+        (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in doc["passes"]
+    ]
+    lines += common.text_table(("pass", "wall s", *OUTCOMES), rows)
     rows = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
-    lines += common.text_table(header, rows)
+    lines += ["", "by class:", *common.text_table(("class", *OUTCOMES), rows)]
     if doc["skips"]:
         lines += ["", "skips (count, source: reason):"]
         for g in doc["skips"]:
@@ -358,46 +287,39 @@ def render(doc: dict[str, Any]) -> str:
     failures = [r for r in doc["results"] if r["outcome"] in ("failed", "error")]
     if failures:
         lines += ["", f"failures ({len(failures)}):"]
-        for r in failures[:40]:
-            lines.append(
-                f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
-            )
+        lines += [f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
+                  for r in failures[:40]]  # fmt: skip
         if len(failures) > 40:
             lines.append(f"  ... {len(failures) - 40} more in the JSON")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- main
 
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.OneLineArgumentParser(
         prog=PROG, description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--quick", action="store_true", help="every Nth test, about --quick-max in all")
-    p.add_argument("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
-    p.add_argument(
+    add = p.add_argument
+    # fmt: off
+    add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
+    add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
+    add(
         "--budget-min",
         type=float,
         metavar="MIN",
         help="time budget per pass; tests not started by then are skipped (default 10 quick, 60)",
     )
-    p.add_argument("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
-    p.add_argument("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
-    p.add_argument("--no-ck", action="store_true", help="skip the CK pass on ROCm")
-    p.add_argument("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
-    p.add_argument("--torch-src", help="PyTorch git checkout (default <workdir>/src/pytorch)")
-    p.add_argument("--therock-dir", help="TheRock checkout (default <workdir>/src/therock)")
-    p.add_argument("--no-therock", action="store_true", help="apply no TheRock skip list")
-    p.add_argument(
-        "--test-file",
-        help="run this test_transformers.py instead (reported as unverified: the user's word)",
-    )
-    p.add_argument("--json", metavar="PATH", help="write the full report as JSON to PATH")
-    p.add_argument(
-        "--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)"
-    )
-    p.add_argument("--dry-run", action="store_true", help="refused: see the error it gives")
+    add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
+    add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
+    add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
+    add("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
+    add("--torch-src", help="PyTorch git checkout (default <workdir>/src/pytorch)")
+    add("--therock-dir", help="TheRock checkout (default <workdir>/src/therock)")
+    add("--no-therock", action="store_true", help="apply no TheRock skip list")
+    add("--test-file", help="run this test_transformers.py instead (reported as unverified)")
+    add("--json", metavar="PATH", help="write the full report as JSON to PATH")
+    add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
+    add("--dry-run", action="store_true", help="refused: see the error it gives")
+    # fmt: on
     return p
 
 
@@ -445,7 +367,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
 
 def _test_file(data: bytes, commit: str, source: str, blob: str, how: str) -> dict[str, Any]:
     verified = source == "checkout"
-    return {"data": data, "commit": commit, "repo": source, "blob_sha1": blob, "source": source,
+    repo = "pytorch/pytorch" if verified else source
+    return {"data": data, "commit": commit, "repo": repo, "blob_sha1": blob, "source": source,
             "verified": verified, "how": how}  # fmt: skip
 
 
@@ -455,37 +378,22 @@ def pass_problems(
     """Each pass's counts (set on it) and what went wrong in it, one line each."""
     problems = []
     for p in passes:
-        p["counts"] = {
-            o: sum(1 for r in rows if r["pass"] == p["name"] and r["outcome"] == o)
-            for o in OUTCOMES
-        }
+        mine = [r for r in rows if r["pass"] == p["name"]]
+        p["counts"] = {o: sum(1 for r in mine if r["outcome"] == o) for o in OUTCOMES}
         errors = [r for r in p["records"] if r.get("event") == "collect-error"]
+        budget_skips = sum(1 for r in mine if r.get("source") == "ours")
+        name = f"pass {p['name']}"
         if errors:
-            problems.append(
-                f"pass {p['name']}: the test file did not import: "
-                + common.first_line(errors[0].get("message", ""), 200)
-            )
+            first = common.first_line(errors[0].get("message", ""), 200)
+            problems.append(f"{name}: the test file did not import: {first}")
         if p["killed"]:
-            problems.append(f"pass {p['name']}: {p['killed']}")
-        budget_skips = sum(1 for r in rows if r["pass"] == p["name"] and r.get("source") == "ours")
+            problems.append(f"{name}: {p['killed']}")
         if budget_skips:
-            problems.append(f"pass {p['name']}: time budget spent, {budget_skips} tests not run")
-        if not any(r.get("event") == "collected" for r in p["records"]) and not errors:
-            problems.append(
-                f"pass {p['name']}: pytest collected nothing "
-                f"(exit {p['pytest_exit']}; see {log_path})"
-            )
+            problems.append(f"{name}: time budget spent, {budget_skips} tests not run")
+        if not errors and not any(r.get("event") == "collected" for r in p["records"]):
+            exit_code = p["pytest_exit"]
+            problems.append(f"{name}: pytest collected nothing (exit {exit_code}; see {log_path})")
     return problems
-
-
-def plan_passes(selection: str, ck_pass: bool) -> list[tuple[str, str, dict[str, str]]]:
-    """(name, -k selection, extra variables) per pytest pass: the main one, and a CK pass."""
-    passes_plan: list[tuple[str, str, dict[str, str]]] = [("main", selection, {})]
-    if ck_pass:
-        passes_plan.append(
-            ("ck", f"{selection} and {FLASH_SELECTION}", {"TORCH_ROCM_FA_PREFER_CK": "1"})
-        )
-    return passes_plan
 
 
 def parse_args(argv: list[str] | None) -> Any:
@@ -499,29 +407,20 @@ def parse_args(argv: list[str] | None) -> Any:
         raise common.UsageError("--quick-max must be positive")
     if opts.budget_min is not None and opts.budget_min <= 0:
         raise common.UsageError("--budget-min must be positive")
+    if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
+        raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     return opts
 
 
-def pick_devices(devices: str | None, cuda_ok: bool) -> str:
-    """--devices, checked; by default cuda where there is one, else cpu."""
-    devices = devices or ("cuda" if cuda_ok else "cpu")
-    if not set(devices.split(",")) <= {"cpu", "cuda"}:
-        raise common.UsageError(f"--devices {devices!r}: expected cpu, cuda or cpu,cuda")
-    return devices
-
-
-def run_directory(work: Path, test: dict[str, Any], quick: bool) -> Path:
-    """Where this test file's runs go: one folder per file version (and quick or full)."""
-    name = f"{test['source']}-{test['blob_sha1'][:12]}" + ("-quick" if quick else "")
-    return work / "upstream-tests" / "runs" / name
-
-
-def fresh_log(log: str | None, run_dir: Path) -> Path:
-    """The pytest log (--log, or pytest.log in the run folder), emptied."""
-    log_path = Path(log) if log else run_dir / "pytest.log"
+def fresh_log(opts: Any, work: Path, test: dict[str, Any]) -> tuple[Path, Path]:
+    """The run folder (one per file version, quick or full) and the emptied pytest log (--log,
+    or pytest.log in the run folder)."""
+    name = f"{test['source']}-{test['blob_sha1'][:12]}" + ("-quick" if opts.quick else "")
+    run_dir = work / "upstream-tests" / "runs" / name
+    log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    return log_path
+    return run_dir, log_path
 
 
 def report_verdict(doc: dict[str, Any], json_path: str | None) -> int:
@@ -543,10 +442,11 @@ def _main(argv: list[str] | None) -> int:
     opts = parse_args(argv)
     import torch
 
-    work = Path(opts.workdir).expanduser().resolve() if opts.workdir else default_workdir()
+    work = Path(opts.workdir or os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work").expanduser()
+    work = work.resolve()
     git_version = str(getattr(torch.version, "git_version", "") or "")
     cuda_ok = torch.cuda.is_available()
-    devices = pick_devices(opts.devices, cuda_ok)
+    devices = opts.devices or ("cuda" if cuda_ok else "cpu")
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     arch, device_name = common.detect_arch(device)
     tools = require_test_tools()
@@ -556,45 +456,33 @@ def _main(argv: list[str] | None) -> int:
     therock_dir = None if opts.no_therock else Path(therock_dir).expanduser()
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
-    run_dir = run_directory(work, test, opts.quick)
+    run_dir, log_path = fresh_log(opts, work, test)
     run = {
-        "test_file": test.pop("data"),
-        "run_dir": run_dir,
-        "devices": devices,
-        "therock": skips,
+        "test_file": test.pop("data"), "run_dir": run_dir, "devices": devices, "therock": skips,
         "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
         "quick_max": opts.quick_max if opts.quick else None,
-        "log_path": fresh_log(opts.log, run_dir),
-    }
+        "log_path": log_path,
+    }  # fmt: skip
     ck = bool(torch.version.hip) and cuda_ok and common.ck_available() and not opts.no_ck
-    passes = [run_pass(*planned, run) for planned in plan_passes(selection, ck)]
+    plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
+    plan += [("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})] if ck else []
+    passes = [run_pass(*planned, run) for planned in plan]
     rows = final_results(passes)
     doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "identity": common.identity(device, arch, device_name),
-        "torch": {
-            "version": torch.__version__,
-            "git_version": git_version,
-            "cuda": torch.version.cuda,
-            "hip": torch.version.hip,
-        },
-        "python": platform.python_version(),
-        "tools": tools,
-        "device": {"type": device.type, "name": device_name, "arch": arch},
-        "test_file": test,
+        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
+        "torch": {"version": torch.__version__, "git_version": git_version,
+                  "cuda": torch.version.cuda, "hip": torch.version.hip},
+        "python": platform.python_version(), "tools": tools,
+        "device": {"type": device.type, "name": device_name, "arch": arch}, "test_file": test,
         "therock": {**therock_info, "entries": [e.as_dict() for e in skips]},
-        "selection": {
-            "k": selection,
-            "devices": devices,
-            "ck_pass": ck,
-            "quick_max": run["quick_max"],
-        },
+        "selection": {"k": selection, "devices": devices, "ck_pass": ck,
+                      "quick_max": run["quick_max"]},
         "quick": bool(opts.quick),
         "budget_min_per_pass": run["budget_s"] / 60,
         "log": str(run["log_path"]),
         "problems": pass_problems(passes, rows, run["log_path"]),
         "passes": [{k: v for k, v in p.items() if k != "records"} for p in passes],
-    }
+    }  # fmt: skip
     return report_verdict(summarize(doc, rows, skips, started), opts.json)
 
 
@@ -610,11 +498,6 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list, started: float
         "wall_s": round(time.perf_counter() - started, 1),
         "results": rows,
     }
-
-
-def _stride(doc: dict[str, Any]) -> int:
-    collected = doc["passes"][0].get("collected") or {}
-    return int(collected.get("quick_stride") or 1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,7 @@
-"""pytest plugin loaded by upstream_sdpa.py into the pytest run of PyTorch's own test file.
-
-It does what a -k expression cannot report: marks each test that TheRock's skip list names as
-skipped *with that entry as the reason*, keeps every Nth test for --quick, skips what is left
-once the time budget is spent (so every selected test is accounted for), prints a progress line
-at least every few seconds, and writes one JSON line per test outcome to a results file that
-survives a killed run. Configuration: a JSON file named by $ROCMFA_UPSTREAM_PLUGIN_CONFIG.
+"""pytest plugin loaded by upstream_sdpa.py into the run of PyTorch's own test file: marks each
+test TheRock's skip list names as skipped with that entry as the reason, keeps every Nth test for
+--quick, skips what is left once the time budget is spent, prints progress, and writes one JSON
+line per outcome to a results file that survives a kill. Config: $ROCMFA_UPSTREAM_PLUGIN_CONFIG.
 """
 
 from __future__ import annotations
@@ -25,16 +22,11 @@ BUDGET_PREFIX = "ours: time budget of "
 
 class _State:
     def __init__(self, config: dict[str, Any]) -> None:
-        self.cfg = config
-        self.started = time.monotonic()
-        self.budget_s = float(config.get("budget_s") or 0)
-        self.every_s = float(config.get("progress_every_s") or 15)
-        self.label = str(config.get("label") or "upstream")
+        self.cfg, self.started, self.last_print = config, time.monotonic(), 0.0
+        self.budget_s, self.every_s = float(config["budget_s"]), float(config["progress_every_s"])
         self.out = open(config["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self.total = 0
-        self.done = 0
+        self.total = self.done = 0
         self.counts: dict[str, int] = {}
-        self.last_print = 0.0
 
     def write(self, record: dict[str, Any]) -> None:
         self.out.write(json.dumps(record) + "\n")
@@ -46,11 +38,8 @@ class _State:
         self.last_print = now
         elapsed = int(now - self.started)
         counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items())) or "starting"
-        print(
-            f"[{self.label} {self.done}/{self.total} {elapsed // 60}m{elapsed % 60:02d}s] {counts}",
-            file=sys.stderr,
-            flush=True,
-        )
+        where = f"{self.cfg['label']} {self.done}/{self.total} {elapsed // 60}m{elapsed % 60:02d}s"
+        print(f"[{where}] {counts}", file=sys.stderr, flush=True)
 
 
 _state: _State | None = None
@@ -66,12 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _keywords(item: pytest.Item) -> list[str]:
-    names = [item.name]
     cls = getattr(item, "cls", None)
-    if cls is not None:
-        names.append(cls.__name__)
-    names.append(os.path.basename(str(item.fspath)))
-    return names
+    return [item.name, *([cls.__name__] if cls else []), os.path.basename(str(item.fspath))]
 
 
 @pytest.hookimpl(trylast=True)  # after -k has deselected
@@ -93,11 +78,10 @@ def pytest_collection_modifyitems(
     for item in items:
         for entry in entries:
             if therock_skips.matches(entry["name"], _keywords(item)):
-                reason = (
-                    f"{THEROCK_PREFIX}{entry['name']} ({entry['file']} "
-                    f"[{entry['section']}/{entry['module']}])"
+                where = f"{entry['file']} [{entry['section']}/{entry['module']}]"
+                item.add_marker(
+                    pytest.mark.skip(reason=f"{THEROCK_PREFIX}{entry['name']} ({where})")
                 )
-                item.add_marker(pytest.mark.skip(reason=reason))
                 break
     _state.total = len(items)
     _state.write(
@@ -154,13 +138,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         outcome = "error"
     if outcome is None:
         return
-    record: dict[str, Any] = {
-        "event": "result",
-        "nodeid": report.nodeid,
-        "outcome": outcome,
-        "when": report.when,
-        "duration": round(report.duration, 4),
-    }
+    duration = round(report.duration, 4)
+    record: dict[str, Any] = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
+                              "when": report.when, "duration": duration}  # fmt: skip
     if outcome == "skipped":
         reason = _message(report)
         record["reason"] = reason
