@@ -32,12 +32,8 @@ def choose_jobs(
     meminfo: Path = MEMINFO,
     cpus: int | None = None,
 ) -> tuple[int, str]:
-    """(jobs, one-line reason)."""
+    """(jobs, one-line reason); requested is --jobs, checked >= 1 by its option."""
     if requested is not None:
-        if requested < 1:
-            from rocmfa.plumbing.errors import UserError
-
-            raise UserError(f"--jobs must be at least 1, got {requested}")
         return requested, f"{requested} jobs (--jobs)"
     cpus = cpus or os.cpu_count() or 1
     available = mem_available_gib(meminfo)
