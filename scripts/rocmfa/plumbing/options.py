@@ -197,156 +197,89 @@ def value(flags: str, help: str, **more: Any) -> Opt:
 
 
 ARCH_HELP = f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection)"
-CLEAN = "start the {} over (empty its build dir); never the sources"
 URLS = "s3://BUCKET/PREFIX?endpoint=URL"
+STAGE = {"choices": STAGES, "metavar": "STAGE"}
 OPTIONS = {
     "arch": value("--arch", ARCH_HELP, env=ARCH_ENV, type=known_arch),
     "arch:shown": value("--arch", ARCH_HELP, env=ARCH_ENV),  # doctor, matrix: shown, not refused
-    "prefix": value(
-        "--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV, type=folder
-    ),
-    "env_name": value(
-        "--env-name", f"conda env name (default: ${NAME_ENV}, therock)", env=NAME_ENV, type=env_name
-    ),
-    "workdir": value(
-        "--workdir",
-        f"checkouts, builds, stamps and downloads (default: ${WORKDIR_ENV}, else ./work)",
-        env=WORKDIR_ENV,
-        type=folder,
-    ),
+    "prefix": value("--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV,
+                    type=folder),
+    "env_name": value("--env-name", f"conda env name (default: ${NAME_ENV}, therock)",
+                      env=NAME_ENV, type=env_name),
+    "workdir": value("--workdir", f"checkouts, builds, stamps, downloads (default: "
+                     f"${WORKDIR_ENV}, else ./work)", env=WORKDIR_ENV, type=folder),
     "dry_run": switch("--dry-run", "print each command, its directory and variables; run none"),
-    "force": switch(
-        "--force", "redo what is up to date; replace what would be refused (see nox -s matrix)"
-    ),
+    "force": switch("--force", "redo what is up to date; replace what would be refused"),
     "force:pins": switch("--force", "an inconsistent torch x AOTriton pin set: warn, not refuse"),
     "json": switch("--json", "machine-readable output"),
-    "jobs": value(
-        "--jobs -j", "parallel jobs (default: by CPUs and memory)", type=positive_int, metavar="N"
-    ),
-    "cache": value(
-        "--cache",
-        f"compile cache: none, ccache, sccache, redis://HOST:PORT, http(s)://HOST/PATH "
-        f"(WebDAV: AOTriton's kernels stay local), {URLS}; ?read_only=1: only read; "
-        "credentials only from the environment",
-        type=parse_cache,
-        metavar="KIND|URL",
-    ),
-    "discard_local_edits": switch(
-        "--discard-local-edits", "reset a checkout with local edits or commits to its pin (lost)"
-    ),
-    "channel": many(
-        "--channel",
-        "a mirror of environment.yml's channel (https://, file:// or a folder; NAME=URL when it "
-        "has several); the lock keeps the channel's own URLs",
-        metavar="URL",
-    ),
-    "index": value(
-        "--index",
-        f"team wheel index: DIR (a shared disk or NFS path), {URLS}, pypi+http(s)://HOST "
-        "(upload API: pypiserver, devpi); one per family: URL/v2/<family>/ or {family} in URL; "
-        "credentials only from the environment",
-        type=index_url,
-        metavar="URL",
-    ),
+    "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", type=positive_int,
+                  metavar="N"),
+    "cache": value("--cache", f"compile cache: none, ccache, sccache, redis://HOST:PORT, "
+                   f"http(s)://HOST/PATH (WebDAV), {URLS}; ?read_only=1: only read",
+                   type=parse_cache, metavar="KIND|URL"),
+    "discard_local_edits": switch("--discard-local-edits",
+                                  "reset a checkout with local edits or commits to its pin"),
+    "channel": many("--channel", "a mirror of environment.yml's channel (URL, file:// or a "
+                    "folder; NAME=URL when several); the lock keeps the channel's URLs",
+                    metavar="URL"),
+    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST (upload "
+                   "API); per family: URL/v2/<family>/ or {family} in URL",
+                   type=index_url, metavar="URL"),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
-    "profile": many(
-        "--profile", "add a variable profile (vllm: its flags for this arch)", choices=profiles
-    ),
+    "profile": many("--profile", "add a variable profile (vllm: its flags for this arch)",
+                    choices=profiles),
     "with_torch": switch("--with-torch", "also install TheRock's prebuilt torch for this arch"),
     "rocm_index": value("--rocm-index", "TheRock index kind (default: pins)", choices=INDEX_KINDS),
     # update_pins
     "project": many("--project", "update only this project's pin", choices=PROJECTS),
     "port_patches": switch("--port-patches", "copy a patch set that still applies to the new pin"),
     # build_aotriton, tune_aotriton, kernel_check
-    "clean": switch("--clean", CLEAN.format("AOTriton build")),
-    "timeout_min": value(
-        "--timeout-min", "AOTRITON_GPU_BUILD_TIMEOUT (0: none)", type=minutes, metavar="MIN"
-    ),
-    "no_images": switch(
-        "--no-images", "AOTRITON_NOIMAGE_MODE=ON: only the runtime, keep torch's kernel images"
-    ),
-    "from_release": switch(
-        "--from-release", "install the release runtime and this arch's image pack (minutes)"
-    ),
-    "from_source": switch(
-        "--from-source", "build from source even where the release pack would do (hours)"
-    ),
-    "with_pyaotriton": switch(
-        "--with-pyaotriton", "also build AOTriton's python binding (needs pybind11)"
-    ),
+    "clean": switch("--clean", "empty the AOTriton build dir first (never the sources)"),
+    "timeout_min": value("--timeout-min", "AOTRITON_GPU_BUILD_TIMEOUT (0: none)", type=minutes,
+                         metavar="MIN"),
+    "no_images": switch("--no-images", "AOTRITON_NOIMAGE_MODE=ON: keep torch's kernel images"),
+    "from_release": switch("--from-release", "install the release runtime and image pack"),
+    "from_source": switch("--from-source", "build from source even where a release pack would do"),
+    "with_pyaotriton": switch("--with-pyaotriton", "also build AOTriton's python binding"),
     "restore": switch("--restore", "put back the AOTriton files torch shipped, then stop"),
-    "workers": value(
-        "--workers",
-        "compile the kernels on a Dask cluster (tcp://HOST:8786) into the --cache store first "
-        "(implies --triton pypi)",
-        metavar="URL",
-    ),
-    "triton": value(
-        "--triton",
-        "what compiles the kernels: fork (AOTriton's third_party/triton, default) or pypi "
-        "(pins/kernel_compiler.toml)",
-        choices=TRITONS,
-    ),
-    "sample": value(
-        "--sample",
-        "compile N of the generator's jobs (default: one per kernel x warps x stages x waves)",
-        type=positive_int,
-        metavar="N",
-    ),
+    "workers": value("--workers", "compile the kernels on a Dask cluster (tcp://HOST:8786) into "
+                     "the --cache store first (implies --triton pypi)", metavar="URL"),
+    "triton": value("--triton", "what compiles the kernels: fork (AOTriton's, default) or pypi "
+                    "(pins/kernel_compiler.toml)", choices=TRITONS),
+    "sample": value("--sample", "compile N of the generator's jobs (default: all)",
+                    type=positive_int, metavar="N"),
     # tune_aotriton: Tuner v3.5's dispatch filters (default: every task)
-    "tune_head_dims": value(
-        "--tune-head-dims",
-        "head dims to tune, e.g. 64,128 (--hdim)",
-        type=comma_ints,
-        metavar="LIST",
-    ),
-    "tune_dtypes": value(
-        "--tune-dtypes", "float16,bfloat16 (--dtype)", type=tune_dtypes, metavar="LIST"
-    ),
-    "tune_seqlens": value(
-        "--tune-seqlens",
-        "q and k sequence lengths, e.g. 1024,4096 (--seqlen_q/_k)",
-        type=comma_ints,
-        metavar="LIST",
-    ),
+    "tune_head_dims": value("--tune-head-dims", "head dims, e.g. 64,128 (--hdim)",
+                            type=comma_ints, metavar="LIST"),
+    "tune_dtypes": value("--tune-dtypes", "float16,bfloat16 (--dtype)", type=tune_dtypes,
+                         metavar="LIST"),
+    "tune_seqlens": value("--tune-seqlens", "sequence lengths, e.g. 1024,4096 (--seqlen_q/_k)",
+                          type=comma_ints, metavar="LIST"),
     # build_pytorch
     "clean:pytorch": switch("--clean", "start each stage's build over (TheRock --clean)"),
-    "from_stage": value(
-        "--from",
-        f"rerun STAGE ({', '.join(STAGES)}) and the stages after it",
-        choices=STAGES,
-        metavar="STAGE",
-    ),
-    "only": value("--only", "run just STAGE", choices=STAGES, metavar="STAGE"),
-    "skip": many(
-        "--skip",
-        "leave out triton, audio or vision (triton: refused where torch would lose flash)",
-        choices=SKIPPABLE,
-        metavar="STAGE",
-    ),
+    "from_stage": value("--from", f"rerun STAGE ({', '.join(STAGES)}) and those after", **STAGE),
+    "only": value("--only", "run just STAGE", **STAGE),
+    "skip": many("--skip", "leave out triton, audio or vision (triton: refused where torch "
+                 "would lose flash)", choices=SKIPPABLE, metavar="STAGE"),
     "with_apex": switch("--with-apex", "also check out and build apex"),
     "build_tests": switch("--build-tests", "also build PyTorch's C++ tests (BUILD_TEST=1)"),
-    "aotriton_prefix": value(
-        "--aotriton-prefix", "AOTriton for torch (default: build_aotriton's)", metavar="DIR"
-    ),
+    "aotriton_prefix": value("--aotriton-prefix", "AOTriton for torch (default: build_aotriton's)",
+                             metavar="DIR"),
     # install_wheels, publish, report
     "no_backend_check": switch("--no-backend-check", "install only; no backend_check"),
     "wheel_set": value("--wheel-set", "with --index: this set, not the newest", metavar="ID"),
-    "report": many(
-        "--report", "a backend_check, validate or bench JSON to put in the manifest", metavar="JSON"
-    ),
+    "report": many("--report", "a backend_check, validate or bench JSON for the manifest",
+                   metavar="JSON"),
     "baseline": value("--baseline", "a result set to compare the others with", metavar="INPUT"),
     "out": value("--out", "where the page goes (default: ./results-page)", metavar="DIR"),
     # build_ck
-    "clean:ck": switch("--clean", CLEAN.format("CK build")),
+    "clean:ck": switch("--clean", "empty the CK build dir first (never the sources)"),
     "with_tests": switch("--with-tests", "also build CK's tests (slow: GPU_TARGETS)"),
     "with_examples": switch("--with-examples", "also build CK's examples (slow: GPU_TARGETS)"),
     # validate
-    "upstream": switch(
-        "--upstream", "run PyTorch's own SDPA tests (scripts/rocmfa/probes/upstream_sdpa.py)"
-    ),
-}
+    "upstream": switch("--upstream", "run PyTorch's own SDPA tests (probes/upstream_sdpa.py)"),
+}  # fmt: skip
 DEFAULTS = {"switch": False, "list": (), "value": None}
 
 
