@@ -1,12 +1,8 @@
 """Every nox session's settings: a frozen dataclass per session, resolved once by parse() (the
-command line, else its $ROCMFA_* variable as a FromEnv value, else the field's default) and
-checked before the first command. This module is the one reader of our $ROCMFA_* variables.
-
-Every option is declared once: in OPTIONS by its field's name (a session's class names those it
-reads), or in the class body of the one session that reads it. Nox hands every session of a run
-the same posargs: a session drops the flags other sessions declare; a flag no session declares
-is an error.
-"""
+command line, else its $ROCMFA_* variable as a FromEnv value, else the default), checked before
+the first command; the one reader of our $ROCMFA_* variables. Each option is declared once (in
+OPTIONS, or in the class body of the one session that reads it). Nox hands every session the same
+posargs: a session drops the flags other sessions declare; a flag none declares is an error."""
 
 from __future__ import annotations
 
@@ -88,15 +84,15 @@ def env_name(text: str) -> str:
 
 
 def positive_int(text: str) -> int:
-    if (value := int(text)) < 1:
+    if (number := int(text)) < 1:
         raise ValueError("expected a number of at least 1")
-    return value
+    return number
 
 
 def minutes(text: str) -> float:
-    if (value := float(text)) < 0:
+    if (number := float(text)) < 0:
         raise ValueError("expected minutes >= 0 (0 = no limit)")
-    return value
+    return number
 
 
 def unknown_arch(name: str, known: Iterable[str]) -> UserError:
@@ -122,19 +118,17 @@ def known_arch(text: str) -> str:
 
 def comma_ints(text: str) -> str:
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        if min(int(v) for v in text.split(",") if v.strip()) > 0:
+            return text
     except ValueError:
-        raise ValueError("expected a comma list of integers") from None
-    if not values or min(values) <= 0:
-        raise ValueError("expected positive integers")
-    return text
+        raise ValueError("expected a comma list of integers, each at least 1") from None
+    raise ValueError("expected a comma list of integers, each at least 1")
 
 
 def tune_dtypes(text: str) -> str:
-    chosen = {t.strip() for t in text.split(",") if t.strip()}
-    if not chosen or chosen - set(TUNE_DTYPES):
-        raise UserError(f"--tune-dtypes {text!r}: choose from {', '.join(TUNE_DTYPES)}")
-    return text
+    if {t.strip() for t in text.split(",")} - {""} <= set(TUNE_DTYPES) and text.strip(", "):
+        return text
+    raise ValueError(f"choose from {', '.join(TUNE_DTYPES)}")
 
 
 def index_url(text: str) -> str:
