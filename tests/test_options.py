@@ -131,12 +131,10 @@ def test_session_facts() -> None:
 
     @options.settings("dry_run skip clean:ck")
     class Extra:
-        """A session's settings: the options it names, then its own, each with its default."""
+        """A session's settings: the options it names, each with its default."""
 
-        own: tuple[str, ...] = options.many("--own", "one only this class reads")
-
-    assert Extra() == Extra(dry_run=False, skip=(), clean=False, own=())
-    assert [o.flags[0] for o in options_of(Extra)] == ["--dry-run", "--skip", "--clean", "--own"]
+    assert Extra() == Extra(dry_run=False, skip=(), clean=False)
+    assert [o.flags[0] for o in options_of(Extra)] == ["--dry-run", "--skip", "--clean"]
 
 
 def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, monkeypatch):

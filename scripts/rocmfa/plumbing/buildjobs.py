@@ -13,34 +13,20 @@ from pathlib import Path
 MEMINFO = Path("/proc/meminfo")
 
 
-def mem_available_gib(meminfo: Path = MEMINFO) -> float | None:
-    """MemAvailable from /proc/meminfo in GiB, or None when it cannot be read."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                fields = line.split()
-                return int(fields[1]) / (1024 * 1024)  # kB -> GiB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def choose_jobs(
-    requested: int | None,
-    per_job_gib: float,
-    *,
-    meminfo: Path = MEMINFO,
-    cpus: int | None = None,
+    requested: int | None, per_job_gib: float, *, meminfo: Path = MEMINFO, cpus: int | None = None
 ) -> tuple[int, str]:
     """(jobs, one-line reason); requested is --jobs, checked >= 1 by its option."""
     if requested is not None:
         return requested, f"{requested} jobs (--jobs)"
     cpus = cpus or os.cpu_count() or 1
-    available = mem_available_gib(meminfo)
-    if available is None:
+    try:
+        line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:"))
+        available = int(line.split()[1]) / (1024 * 1024)  # kB -> GiB
+    except (OSError, ValueError, IndexError, StopIteration):
         return cpus, f"{cpus} jobs (one per CPU; MemAvailable unknown; --jobs to override)"
     by_memory = max(1, int(available // per_job_gib))
-    jobs = max(1, min(cpus, by_memory))
+    jobs = min(cpus, by_memory)
     why = "memory" if by_memory < cpus else "CPUs"
     return jobs, (
         f"{jobs} jobs (limited by {why}: {cpus} CPUs, MemAvailable {available:.1f} GiB at "

@@ -1,8 +1,7 @@
-"""Files pinned by sha256 (conda archives, AOTriton release tarballs): the one module of ours that
-downloads. HTTP goes through requests with urllib3's Retry (refused connections, 429/5xx); a
-body cut off midway continues with a Range request. file:// URLs and plain paths are read
-directly. A download is written to a hidden partial file next to its final name
-(.<name>.<pid>.XXXXXXXX) and renamed only once its sum matches."""
+"""Files pinned by sha256 (conda archives, AOTriton release tarballs) over requests with urllib3's
+Retry (refused connections, 429/5xx); a body cut off midway continues with a Range request;
+file:// URLs and paths are copied. A download goes to a hidden partial file next to its final
+name (.<name>.<pid>.XXXXXXXX), renamed only once its sum matches."""
 
 from __future__ import annotations
 

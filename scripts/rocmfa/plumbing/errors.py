@@ -11,13 +11,12 @@ class UserError(Exception):
     """A problem the user can fix; reported as one line and a non-zero exit, no traceback."""
 
 
+ELSEWHERE = "or choose another location (--workdir, --prefix)"
+ACCESS = f"give this user write access (chown/chmod) {ELSEWHERE}"
 FIXES = {
-    errno.EROFS: "the file system is mounted read-only; remount it read-write or choose "
-    "another location (--workdir, --prefix)",
-    errno.EACCES: "give this user write access (chown/chmod) or choose another location "
-    "(--workdir, --prefix)",
-    errno.EPERM: "give this user write access (chown/chmod) or choose another location "
-    "(--workdir, --prefix)",
+    errno.EROFS: f"the file system is mounted read-only; remount it read-write {ELSEWHERE}",
+    errno.EACCES: ACCESS,
+    errno.EPERM: ACCESS,
     errno.ENOSPC: "free space on that file system (df -h) or choose another location",
     errno.EDQUOT: "the disk quota is used up; free space or choose another location",
     errno.ENOENT: "it does not exist; check the path (or rerun the step that makes it)",

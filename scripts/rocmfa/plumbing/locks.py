@@ -29,14 +29,6 @@ def _holder_of(fd: int) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def busy_message(what: str, path: Path, holder: dict[str, Any]) -> str:
-    who = f"nox -s {holder.get('session', '?')} (pid {holder.get('pid', '?')}"
-    return (
-        f"{what} is in use by another session: {who}, since {holder.get('since', '?')}; lock "
-        f"{path}); wait for it to finish or stop it, then rerun"
-    )
-
-
 @contextmanager
 def hold(path: Path, what: str, session: str) -> Iterator[None]:
     """Hold the lock at path for the block, or fail in one line naming the holder."""
@@ -46,7 +38,12 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(busy_message(what, path, _holder_of(fd))) from None
+            by = _holder_of(fd)
+            raise UserError(
+                f"{what} is in use by another session: nox -s {by.get('session', '?')} (pid "
+                f"{by.get('pid', '?')}, since {by.get('since', '?')}; lock {path}); wait for it "
+                "to finish or stop it, then rerun"
+            ) from None
         me = {"pid": os.getpid(), "session": session, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)

@@ -1,8 +1,8 @@
 """Every nox session's settings: a frozen dataclass per session, resolved once by parse() (the
 command line, else its $ROCMFA_* variable as a FromEnv value, else the default), checked before
-the first command; the one reader of our $ROCMFA_* variables. Each option is declared once (in
-OPTIONS, or in the class body of the one session that reads it). Nox hands every session the same
-posargs: a session drops the flags other sessions declare; a flag none declares is an error."""
+the first command; the one reader of our $ROCMFA_* variables. Each option is declared once, in
+OPTIONS. Nox hands every session the same posargs: a session drops the flags other sessions
+declare; a flag none declares is an error."""
 
 from __future__ import annotations
 
@@ -279,14 +279,11 @@ DEFAULTS = {"switch": False, "list": (), "value": None}
 
 def settings(*groups: str) -> Callable[[type], type]:
     """A session's settings class: a frozen dataclass with one field per option named in groups
-    (OPTIONS keys, space-separated), in that order, then any declared in the class body
-    (`name: T = switch(...)`). The class docstring is its --help text."""
+    (OPTIONS keys, space-separated), in that order. The class docstring is its --help text."""
 
     def make(cls: type) -> type:
-        opts = [
-            dataclasses.replace(OPTIONS[n], name=n.split(":")[0]) for n in " ".join(groups).split()
-        ]
-        opts += [dataclasses.replace(v, name=k) for k, v in vars(cls).items() if isinstance(v, Opt)]
+        names = " ".join(groups).split()
+        opts = [dataclasses.replace(OPTIONS[n], name=n.split(":")[0]) for n in names]
         cls.__annotations__ = {o.name: "Any" for o in opts}
         for o in opts:
             setattr(cls, o.name, dataclasses.field(default=DEFAULTS[o.kind], metadata={"opt": o}))

@@ -24,9 +24,7 @@ from packaging.utils import canonicalize_name
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
-FETCH_TIMEOUT_S = 30.0
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
-QUERY_KEYS = {"endpoint", "region"}
 FORMS = (
     "a directory (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL (S3-compatible "
     "storage) or pypi+http(s)://HOST/PATH (pypiserver, devpi)"
@@ -72,15 +70,13 @@ class IndexSpec:
 
 
 def parse_index(value: str | None) -> IndexSpec:
-    if not value or not value.strip():
-        raise UserError(f"--index URL is required: {FORMS}")
-    text = value.strip()
+    text = (value or "").strip()
     parts = urllib.parse.urlsplit(text)
-    scheme = parts.scheme.lower()
-    if scheme in ("", "file"):
-        if scheme == "file" and parts.netloc not in ("", "localhost"):
-            raise UserError(f"--index {value!r}: file:// URLs name a local directory")
-        path = urllib.parse.unquote(parts.path) if scheme == "file" else text
+    scheme, query = parts.scheme.lower(), urllib.parse.parse_qs(parts.query, True)
+    if not text:
+        raise UserError(f"--index URL is required: {FORMS}")
+    if scheme in ("", "file") and parts.netloc in ("", "localhost"):
+        path = urllib.parse.unquote(parts.path) if scheme else text
         return IndexSpec("dir", str(Path(path).expanduser().resolve()))
     if parts.username or parts.password:
         raise UserError(
@@ -88,28 +84,15 @@ def parse_index(value: str | None) -> IndexSpec:
             "set them in the environment (TWINE_USERNAME/TWINE_PASSWORD for pypi+http(s)://, "
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for s3://)"
         )
-    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    if scheme in ("pypi+http", "pypi+https"):
-        if query:
-            raise UserError(f"--index {value!r}: URL parameters are for s3:// URLs only")
-        if not parts.netloc:
-            raise UserError(f"--index {value!r}: no host")
-        path = parts.path.rstrip("/")
-        url = urllib.parse.urlunsplit((scheme.removeprefix("pypi+"), parts.netloc, path, "", ""))
+    if scheme in ("pypi+http", "pypi+https") and parts.netloc and not query:
+        url = f"{scheme.removeprefix('pypi+')}://{parts.netloc}{parts.path.rstrip('/')}"
         return IndexSpec("upload", url)
-    if scheme == "s3":
-        unknown = sorted(set(query) - QUERY_KEYS)
-        if unknown or not parts.netloc:
-            raise UserError(
-                f"--index {value!r}: expected s3://BUCKET/PREFIX?endpoint=URL&region=NAME"
-            )
-        opt = {k: v[-1] for k, v in query.items()}
-        endpoint = opt.get("endpoint")
+    opt = {k: v[-1] for k, v in query.items()}
+    endpoint = opt.get("endpoint")
+    if scheme == "s3" and parts.netloc and set(opt) <= {"endpoint", "region"}:
         if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
             raise UserError(f"--index: s3 endpoint={endpoint!r} must be an http(s):// URL")
-        return IndexSpec(
-            "s3", parts.netloc, parts.path.strip("/"), endpoint=endpoint, region=opt.get("region")
-        )
+        return IndexSpec("s3", parts.netloc, parts.path.strip("/"), endpoint, opt.get("region"))
     webdav = " (WebDAV indexes are not supported)" if scheme in ("http", "https") else ""
     raise UserError(f"--index {value!r}{webdav}: expected {FORMS}")
 
@@ -129,7 +112,7 @@ def fetch(url: str) -> bytes | None:
         except (FileNotFoundError, NotADirectoryError):
             return None
     try:
-        response = requests.get(url, timeout=FETCH_TIMEOUT_S)
+        response = requests.get(url, timeout=30)
     except requests.RequestException as e:
         raise UserError(f"index {parts.netloc} unreachable: {type(e).__name__}") from None
     if response.status_code in (403, 404):
@@ -175,10 +158,11 @@ def read_project(
     return {n: Link(n, store.url(f"{name}/{n}"), link.sha256) for n, link in links.items()}
 
 
-def project_page(entries: dict[str, str | None]) -> str:
-    """A PEP 503 project page linking files next to it, with their sha256."""
+def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
+    """A PEP 503 page linking the files (or, with suffix "/", the projects) next to it, each
+    with its sha256 where given."""
     anchors = "".join(
-        f'<a href="{html.escape(urllib.parse.quote(name))}'
+        f'<a href="{html.escape(urllib.parse.quote(name))}{suffix}'
         f'{"#sha256=" + sha if sha else ""}">{html.escape(name)}</a>\n'
         for name, sha in sorted(entries.items())
     )
@@ -186,8 +170,7 @@ def project_page(entries: dict[str, str | None]) -> str:
 
 
 def root_page(projects: set[str]) -> str:
-    anchors = "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(projects))
-    return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
+    return project_page(dict.fromkeys(projects), "/")
 
 
 # --- writing a static tree --------------------------------------------------------------------
@@ -244,10 +227,10 @@ class S3Store:
 
         self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
         session = boto3.session.Session()
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2})
-        config = config.merge(Config(connect_timeout=timeout, read_timeout=timeout))
-        if session.get_credentials() is None:  # a public bucket: read without signing
-            config = config.merge(Config(signature_version=UNSIGNED))
+        anonymous = session.get_credentials() is None  # a public bucket: read unsigned
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
+                        connect_timeout=timeout, read_timeout=timeout,
+                        signature_version=UNSIGNED if anonymous else None)  # fmt: skip
         region = region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
@@ -298,9 +281,8 @@ class S3Store:
         with source.open("rb") as data:
             self._call("PUT", rel, self.client.put_object, Body=data, IfNoneMatch="*")
 
-    def put_bytes(self, rel: str, data: bytes, content_type: str = "") -> None:
-        extra = {"ContentType": content_type} if content_type else {}
-        self._call("PUT", rel, self.client.put_object, Body=data, **extra)
+    def put_bytes(self, rel: str, data: bytes, content_type: str = "binary/octet-stream") -> None:
+        self._call("PUT", rel, self.client.put_object, Body=data, ContentType=content_type)
 
     def put_page(self, rel: str, text: str) -> None:
         self.put_bytes(rel, text.encode(), "text/html")
