@@ -227,11 +227,11 @@ class S3Store:
 
         self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
         session = boto3.session.Session()
-        anonymous = session.get_credentials() is None  # a public bucket: read unsigned
+        self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
         config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
                         connect_timeout=timeout, read_timeout=timeout,
-                        signature_version=UNSIGNED if anonymous else None)  # fmt: skip
-        region = region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+                        signature_version=UNSIGNED if self.anonymous else None)  # fmt: skip
+        region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
     def _key(self, rel: str) -> str:
@@ -243,16 +243,11 @@ class S3Store:
     url = target  # S3 files are read through the store, never by URL
 
     def _call(self, op: str, rel: str, fn, *, missing: tuple[str, ...] = (), **kwargs: Any):
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         at = f" at {self.endpoint}" if self.endpoint else ""
         try:
             return fn(Bucket=self.bucket, Key=self._key(rel), **kwargs)
-        except NoCredentialsError:
-            raise UserError(
-                f"{op} {self.target(rel)}{at} needs AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in "
-                "the environment"
-            ) from None
         except ClientError as e:
             error = e.response.get("Error", {})
             code = str(error.get("Code", ""))
@@ -264,7 +259,8 @@ class S3Store:
             if not code:  # a body that is not S3's XML
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
                 why = f"HTTP {status}, not an S3 answer (is the endpoint right?)"
-            raise UserError(f"{op} {self.target(rel)}{at} failed: {why}") from None
+            unsigned = " (unsigned: no AWS credentials in the environment)" * self.anonymous
+            raise UserError(f"{op} {self.target(rel)}{at} failed: {why}{unsigned}") from None
         except BotoCoreError as e:
             raise UserError(f"index {self.endpoint or 's3'} unreachable: {e}") from None
 
