@@ -55,8 +55,6 @@ def fetch_pinned(
     fix: str,
     pinned_by: str = "the pin's",
     say: Callable[[str], None] = lambda _line: None,
-    tries: int = 5,
-    timeout: float = 60.0,
 ) -> Path:
     """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
     with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
@@ -80,7 +78,7 @@ def fetch_pinned(
             except OSError as e:
                 raise UserError(f"cannot download {url}: {e.strerror or e}; {fix}") from None
         else:
-            _http_get(url, part, fix=fix, say=say, tries=tries, timeout=timeout)
+            _http_get(url, part, fix=fix, say=say)
         actual = stamps.file_sha256(part)
         if actual != sha256:
             raise UserError(
@@ -93,7 +91,7 @@ def fetch_pinned(
     return dest
 
 
-def _http_get(url, part: Path, *, fix, say, tries: int, timeout: float) -> None:
+def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.0) -> None:
     import requests
 
     http = session(tries)

@@ -33,13 +33,10 @@ PROJECTS = ("therock", "pytorch", "aotriton", "composable_kernel")  # pins/<proj
 class FromEnv(str):
     """A value taken from its $ROCMFA_* variable, naming it (`arch gfx1100 ($ROCMFA_ARCH)`)."""
 
-    def __new__(cls, value: str, variable: str) -> FromEnv:
+    def __new__(cls, value: str, variable: str = "") -> FromEnv:  # "": unpickling sets it
         made = super().__new__(cls, value)
         made.variable = variable
         return made
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FromEnv, (str(self), self.variable))
 
 
 def origin(value: object, flag: str) -> str:
