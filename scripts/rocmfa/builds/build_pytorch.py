@@ -1,15 +1,5 @@
-"""`nox -s build_pytorch`: torch, triton, audio and vision wheels through TheRock, by stage.
-
-    checkout -> torch (triton with it) -> audio, vision (-> apex with --with-apex)
-
-TheRock (pinned) checks out PyTorch and its companions with its own pytorch_*_repo.py scripts;
-our patch sets go on by commit before hipify; `build_prod_wheels.py build` builds one stage per
-call (flags as at TheRock 89553ce3: docs/upstream-interfaces.md). A stage's stamp is written
-last, so a rerun resumes at the first stage not done (--from/--only rerun one). Triton is built
-in the torch call: build_prod_wheels turns flash attention off on Linux otherwise. A stage's
-wheels are the files that appeared or changed in the output dir while it ran;
-<work>/build_pytorch-manifest.json lists them for install_wheels.
-"""
+"""`nox -s build_pytorch`: torch (triton in its call), audio, vision (apex) wheels through
+TheRock's scripts, one stamped stage per call; docs/pytorch-and-ck.md tells the whole story."""
 
 from __future__ import annotations
 
@@ -73,7 +63,6 @@ COMPONENTS = (
     Component("apex", "apex", "apex", "apex", False, "apex", ("apex",)),
 )  # fmt: skip
 BY_STAGE = {c.stage: c for c in COMPONENTS if c.key != "triton"}
-NO_BUILD_FLAGS = ("pytorch-audio", "pytorch-vision", "apex")
 
 
 def manifest_path(work: Path) -> Path:
@@ -93,7 +82,6 @@ def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
 
 
 def dependency(stage: str) -> str | None:
-    """The stage whose result this one builds on (the stamp chain)."""
     return {"checkout": None, "torch": "checkout"}.get(stage, "torch")
 
 
@@ -146,8 +134,7 @@ class Source:
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
-    """Where a companion comes from: an explicit [pytorch.<x>] pin, else what the pinned
-    PyTorch declares (related_commits / ci_commit_pins/triton.txt), passed explicitly."""
+    """An explicit [pytorch.<x>] pin, else what the pinned PyTorch declares."""
     if component.key == "pytorch":
         return Source(pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source)
     table = pytorch_pin.data.get(component.pin_key)
@@ -185,7 +172,7 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
 
 
 def read_head(checkout: Path) -> str | None:
-    """HEAD's commit read from .git without running git (detached or on a branch)."""
+    """HEAD's commit, read from .git (no git run)."""
     git_dir = checkout / ".git"
     try:
         head = (git_dir / "HEAD").read_text().strip()
@@ -249,11 +236,9 @@ class Context(OnSession):
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX. A plan after
-    build_aotriton's plan in the same nox run takes the prefix that one is about to fill."""
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX (a plan: the one
+    build_aotriton's plan is about to fill). PyTorch's aotriton.cmake needs lib/ and include/."""
 
-    # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
-    # links $PREFIX/lib/libaotriton_v2.so (the unversioned name) - all three must be there.
     def has_lib(prefix: Path) -> bool:
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
@@ -265,8 +250,6 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
                 "lib/libaotriton_v2.so and include/ there"
             )
         return prefix, "--aotriton-prefix", str(prefix)
-    # build_aotriton installs into <work>/build/aotriton/install and stamps aotriton-built (the
-    # last source build: gfx908's is the patched one torch needs) and aotriton
     built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
     if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
@@ -285,10 +268,8 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
 def patched_aotriton(
     arch: archs.Arch, work: Path, found: Path | None, how: str, runner: Runner
 ) -> Path | None:
-    """For an arch whose AOTriton kernels come from our patch set (gfx908 on 0.13b): the
-    build_aotriton install torch is built against (PyTorch's own aotriton.cmake would fetch
-    release images, which have none for it), or the --aotriton-prefix given; None for any
-    other arch."""
+    """The build_aotriton install (or --aotriton-prefix) for an arch whose AOTriton kernels come
+    only from our patch set (gfx908 on 0.13b); None for any other arch."""
     if arch.aotriton_supported() or not arch.aotriton_patched:
         return None
     version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
@@ -305,7 +286,6 @@ def patched_aotriton(
 
 
 def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    """(prefix, digest, flash attention) of the AOTriton torch is built against (said)."""
     arch, say = session.arch, session.runner.say
     aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, session.work)
     patched = patched_aotriton(arch, session.work, aotriton, how, session.runner)
@@ -393,7 +373,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
-    """What the build dir's CMake cache remembers: a change means a clean rebuild."""
+    """What the CMake cache remembers: a change means a clean rebuild."""
     config: dict[str, Any] = {"arch": ctx.arch.name}
     if stage == "torch":
         config["triton"] = ctx.build_triton
@@ -404,12 +384,8 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def version_suffix(ctx: Context) -> str:
-    """build_prod_wheels.py --version-suffix: TheRock's own default (+rocm<SDK>, +devrocm<SDK>
-    for a dev SDK; get_version_suffix_for_installed_rocm_package @ 89553ce3) with this build's
-    identity first, `+rocmfa<identity>.rocm<SDK>`, so two different builds never share a wheel
-    file name and install_wheels still reads the SDK. The identity: 8 hex digits of the
-    checkout (every source's commit, HEAD and patches), the AOTriton torch links, the arch and
-    the SDK; a named placeholder while the checkout is not done (no claim from a guess)."""
+    """`+rocmfa<identity>.rocm<SDK>` (TheRock's +rocm<SDK>/+devrocm<SDK> default @ 89553ce3
+    with this build's identity first; docs/pytorch-and-ck.md)."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
     if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
@@ -441,20 +417,13 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     ]  # fmt: skip
     if ctx.cache is not None and ctx.cache.active:
         argv += ctx.cache.therock_flags()
+    for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
+        built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
+        argv += [c.dir_flag, str(paths.src_dir(ctx.work, c.key))] if built else []
+        argv += [f"--{'' if built else 'no-'}build-{c.build_flag}"] if c.build_flag else []
     if stage == "torch":
-        argv += ["--pytorch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
-        if ctx.build_triton:
-            argv += ["--triton-dir", str(paths.src_dir(ctx.work, "triton")), "--build-triton"]
-        else:
-            argv.append("--no-build-triton")
-        flash = "enable" if ctx.flash_attention else "no-enable"
-        argv.append(f"--{flash}-pytorch-flash-attention")
-    else:
-        component = BY_STAGE[stage]
-        argv += [component.dir_flag, str(paths.src_dir(ctx.work, component.key))]
-        argv += [f"--build-{component.build_flag}", "--no-build-triton"]
-    own = BY_STAGE[stage].build_flag if stage in BY_STAGE else None
-    return argv + [f"--no-build-{flag}" for flag in NO_BUILD_FLAGS if flag != own]
+        argv.append(f"--{'' if ctx.flash_attention else 'no-'}enable-pytorch-flash-attention")
+    return argv
 
 
 def build_sets(ctx: Context, stage: str) -> dict[str, str]:
@@ -472,8 +441,7 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
 
 
 def guard_default_dirs(ctx: Context) -> None:
-    """build_prod_wheels builds any project whose dir exists under --root-checkout-dir (default:
-    its own folder), so a hand-made checkout there would be built in every stage."""
+    """build_prod_wheels builds any project whose dir is in its own folder: refuse one."""
     for sub in ("pytorch", "pytorch_audio", "pytorch_vision", "triton", "apex"):
         if (ctx.scripts_dir / sub).exists():
             raise UserError(
@@ -586,10 +554,8 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]) -> None:
-    """The checkout in TheRock's own source-manifest form (schema_version 1: one {repo,
-    commit, branch} entry per project, keys as checkout_from_manifest.py's CHECKOUT_SCRIPTS,
-    plus "therock"; generate_pytorch_source_manifest.py @ 89553ce3). The commit is the
-    upstream one the checkout landed on, before our patches and hipify."""
+    """The checkout in TheRock's source-manifest form (schema_version 1;
+    generate_pytorch_source_manifest.py @ 89553ce3): upstream commits, before our patches."""
     manifest: dict[str, Any] = {"schema_version": 1}
     for key, source in sources.items():
         entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
@@ -663,7 +629,6 @@ def done(ctx: Context, stage: str) -> bool:
 
 
 def plan(ctx: Context) -> list[str]:
-    """Stages to run, in order, after checking --from/--only against the stamps."""
     order, only, start = ctx.enabled, ctx.opts.only, ctx.opts.only or ctx.opts.from_stage
     for name, value in (("--from", ctx.opts.from_stage), ("--only", only)):
         if value and value not in order:
@@ -710,8 +675,7 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 
 
 def checks_before_building(ctx: Context) -> None:
-    """Flash attention kept, the torch series of a release/X.Y pin x build_aotriton's
-    AOTriton (rocmfa.sources.pin_set too), before any build (--force: warn only)."""
+    """Flash attention kept; torch release/X.Y x AOTriton (and pin_set); --force: warn only."""
     from rocmfa.sources import pin_set
 
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:

@@ -1,11 +1,5 @@
-"""`install_wheels --index URL`: choose a published wheel set for this machine and hand pip a
-hash-pinned requirements file for it.
-
-The family index's manifests (wheel_manifest.py) are read newest first: another arch family
-or arch is refused at once, another Python or ROCm SDK passed over (when none fits, the newest
-one's mismatch is the error). pip installs the wheels with --require-hashes (`name @ URL
---hash=sha256:<manifest's>`) after their runtime requirements (install_wheels.py).
-"""
+"""`install_wheels --index URL`: the newest published wheel set that fits this machine, as a
+`name @ URL --hash=sha256:...` file for pip --require-hashes (docs/pytorch-and-ck.md)."""
 
 from __future__ import annotations
 
@@ -48,16 +42,10 @@ class Chosen:
 
 
 def choose(
-    index: str,
-    *,
-    choice: archs.ArchChoice,
-    wheel_set: str | None,
-    python_tag: str | None,
-    rocm_version: str | None,
-    say,
-) -> Chosen:
-    """The wheel set to install. python_tag / rocm_version None (a plan without the env):
-    those are not compared."""
+    index: str, *, choice: archs.ArchChoice, wheel_set: str | None, python_tag: str | None,
+    rocm_version: str | None, say,
+) -> Chosen:  # fmt: skip
+    """The wheel set to install (python_tag/rocm_version None: not compared)."""
     spec = team_index.parse_index(index)
     arch = choice.arch
     family = wheel_manifest.family_of(arch)
@@ -110,8 +98,7 @@ def listed_manifests(
 def read_manifest(
     name: str, link: team_index.Link, store: team_index.TreeStore | None, where: str
 ) -> dict[str, Any]:
-    """The manifest in manifest wheel `name`, downloaded and checked against its page's sha256
-    and its own name."""
+    """The manifest in wheel `name`, checked against its page's sha256 and its name."""
     rel = f"{wheel_manifest.MANIFEST_PROJECT}/{name}"
     data = store.read(rel) if store else team_index.fetch(link.url)
     if data is None:
@@ -140,20 +127,13 @@ def requirements(chosen: Chosen, downloads: Path, runner: Runner) -> list[str]:
             raise UserError(
                 f"{wheel['file']} of wheel set {chosen.set_id} is not on {chosen.where}"
             )
-        url = link.url
-        if chosen.store is not None:
-            url = download(chosen, f"{project}/{wheel['file']}", downloads, runner)
+        url, rel, target = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
+        if chosen.store is not None:  # kept as fetched: pip checks its hash
+            said = f"download {chosen.store.target(rel)} -> {target}"
+            runner.apply(fetch_into, chosen.store, rel, target, say=said)
+            url = target.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
     return lines
-
-
-def download(chosen: Chosen, rel: str, downloads: Path, runner: Runner) -> str:
-    """rel from the store into downloads/ (kept as fetched: pip checks its hash); file URL."""
-    assert chosen.store is not None
-    target = downloads / rel.rsplit("/", 1)[-1]
-    said = f"download {chosen.store.target(rel)} -> {target}"
-    runner.apply(fetch_into, chosen.store, rel, target, say=said)
-    return target.as_uri()
 
 
 def fetch_into(store: team_index.TreeStore, rel: str, target: Path) -> None:
