@@ -16,10 +16,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import archs, compat_matrix, condaenv, rocm_sdk
+from rocmfa.env import compat_matrix, condaenv, rocm_sdk
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
-from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import pins, update_pins
@@ -265,40 +264,32 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
     return None, "", ""
 
 
-def patched_aotriton(
-    arch: archs.Arch, work: Path, found: Path | None, how: str, runner: Runner
-) -> Path | None:
-    """The build_aotriton install (or --aotriton-prefix) for an arch whose AOTriton kernels come
-    only from our patch set (gfx908 on 0.13b); None for any other arch."""
-    if arch.aotriton_supported() or not arch.aotriton_patched:
-        return None
-    version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
-    if not arch.aotriton_patched_pack(version):
-        return None
-    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
-    if found is not None and (how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)):
-        return found
-    runner.refuse(
-        f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
-        f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
-    )
-    return paths.build_dir(work, "aotriton") / "install"
-
-
 def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    arch, say = session.arch, session.runner.say
-    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, session.work)
-    patched = patched_aotriton(arch, session.work, aotriton, how, session.runner)
-    if patched is not None:
-        aotriton, how = patched, how or "build_aotriton (after it runs)"
+    """(prefix, digest, flash attention); an arch whose kernels come only from our patch set
+    (gfx908 on 0.13b) needs build_aotriton's install (or --aotriton-prefix)."""
+    arch, work, runner = session.arch, session.work, session.runner
+    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, work)
+    patched, version = False, ""
+    if not arch.aotriton_supported() and arch.aotriton_patched:
+        version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
+        patched = bool(arch.aotriton_patched_pack(version))
+    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
+    ours = how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)
+    if patched and (aotriton is None or not ours):
+        runner.refuse(
+            f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
+            f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
+        )
+        aotriton = paths.build_dir(work, "aotriton") / "install"
+    how = how or ("build_aotriton (after it runs)" if patched else "")
     if aotriton:
-        say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
+        runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        say(
+        runner.say(
             "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
             "fetches the AOTriton its cmake/External/aotriton.cmake pins"
         )
-    return aotriton, digest, arch.aotriton_supported() or patched is not None
+    return aotriton, digest, arch.aotriton_supported() or patched
 
 
 def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
@@ -345,18 +336,15 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     from rocmfa.sources import patches
 
+    def digests(key: str) -> dict[str, str]:
+        return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
+
     if stage == "checkout":
         return {
             "therock": ctx.therock_pin.commit,
             "pytorch": [ctx.pytorch_pin.url, ctx.pytorch_pin.commit],
             "companions": {c.key: ctx.pytorch_pin.data.get(c.pin_key) for c in ctx.components()},
-            "patches": {
-                c.key: {
-                    commit: patches.patch_set_digest(c.key, commit)
-                    for commit in patches.available_sets(c.key)
-                }
-                for c in ctx.components()
-            },
+            "patches": {c.key: digests(c.key) for c in ctx.components()},
             "depth": CHECKOUT_DEPTH,
         }
     dep = dependency(stage)
@@ -458,12 +446,9 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     result = ctx.runner.apply(ctx.runner.run, status, cwd=dest, capture=True)
     if result is None:  # a plan: TheRock's checkout does not run either
         return
-    changes = result.stdout.splitlines()
-    head = read_head(dest)
-    problem = None
-    if changes:
-        problem = f"has local edits ('{changes[0].strip()}')"
-    elif recorded and head != recorded:
+    changes, head = result.stdout.splitlines(), read_head(dest)
+    problem = f"has local edits ('{changes[0].strip()}')" if changes else None
+    if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
         raise UserError(
@@ -478,16 +463,12 @@ def checkout_argv(ctx: Context, component: Component, source: Source, hipify_lat
     dest = paths.src_dir(ctx.work, component.key)
     script = str(ctx.scripts_dir / component.script)
     argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
-    if source.hashtag:
-        argv += ["--repo-hashtag", source.hashtag]
-    if source.origin:
-        argv += ["--gitrepo-origin", source.origin]
+    argv += ["--repo-hashtag", source.hashtag] if source.hashtag else []
+    argv += ["--gitrepo-origin", source.origin] if source.origin else []
     argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
-    if component.key != "pytorch":
-        argv += ["--torch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
-    if component.hipify:
-        argv.append("--no-hipify" if hipify_later else "--hipify")
-    return argv
+    torch = ["--torch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
+    argv += torch if component.key != "pytorch" else []
+    return argv + ([f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else [])
 
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
@@ -565,12 +546,9 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
         elif hashtag and hashtag != entry["commit"]:
             entry["branch"] = hashtag
         manifest[key] = entry
-    manifest["therock"] = {
-        "repo": ctx.therock_pin.url,
-        "commit": ctx.therock_pin.commit,
-        "branch": ctx.therock_pin.ref,
-        "version": ctx.rocm_version,
-    }
+    pin = ctx.therock_pin
+    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
+    manifest["therock"] = {**therock, "version": ctx.rocm_version}
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -583,10 +561,9 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean = ctx.opts.clean
     config = stage_config(ctx, stage)
-    try:
+    previous = None
+    with contextlib.suppress(OSError, ValueError):
         previous = json.loads(config_file.read_text())
-    except (OSError, ValueError):
-        previous = None
     if previous is not None and previous != config and not clean:
         ctx.runner.say(
             f"{stage}: build settings changed since the last build ({previous} -> {config}); "
@@ -597,10 +574,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "torch":
         triton = "triton is built in this call too, its only build of the run; "
         built = "triton and torch" if ctx.build_triton else "torch"
-        ctx.runner.say(
-            f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the {built} it "
-            f"built into {ctx.python} (the env) when done"
-        )
+        ctx.runner.say(f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the "
+                       f"{built} it built into {ctx.python} (the env) when done")  # fmt: skip
     ctx.runner.apply(cwd.mkdir, parents=True, exist_ok=True)
     ctx.runner.apply(stamps.write_text_atomic, config_file, json.dumps(config, sort_keys=True))
     before = snapshot(ctx.out)
@@ -744,7 +719,5 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     say(f"wheels of this build ({manifest_path(ctx.work)}):")
     for record in manifest["wheels"]:
         say(f"  {record['project']} {record['version']}: {record['file']}")
-    say("install them into the env with:")
-    say("  nox -s install_wheels")
-    say("or by hand:")
-    say("  " + shlex.join(install_argv(ctx.python, [w["file"] for w in manifest["wheels"]])))
+    argv = shlex.join(install_argv(ctx.python, [w["file"] for w in manifest["wheels"]]))
+    say(f"install them into the env with:\n  nox -s install_wheels\nor by hand:\n  {argv}")

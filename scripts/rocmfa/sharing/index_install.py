@@ -51,8 +51,10 @@ def choose(
     family = wheel_manifest.family_of(arch)
     where = spec.describe(family)
     say(f"team index: {where} (arch {arch.name} from {choice.how}, family {family})")
-    names, links, store = listed_manifests(spec, family)
-    names.reverse()  # newest first
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None  # via its API
+    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
+    names = sorted(names, key=wheel_manifest.manifest_sort_key)[::-1]  # newest first
     if wheel_set:
         names = [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
         if not names:
@@ -63,36 +65,19 @@ def choose(
             f"nox -s publish -- --index {shlex.quote(index)}"
         )
     first_problem = None
+    target = {"family": family, "arch": arch.name, "python_tag": python_tag}
     for name in names:
         manifest = read_manifest(name, links[name], store, where)
-        problem = wheel_manifest.mismatch(
-            manifest,
-            family=family,
-            arch=arch.name,
-            python_tag=python_tag,
-            rocm_version=rocm_version,
-        )
+        problem = wheel_manifest.mismatch(manifest, **target, rocm_version=rocm_version)
         if problem is None:
             return Chosen(spec, family, where, manifest, store)
-        other_machine = manifest["family"] != family or arch.name not in manifest.get(
-            "archs", [manifest["arch"]]
-        )
-        if wheel_set or other_machine:
+        archs_ = manifest.get("archs", [manifest["arch"]])
+        if wheel_set or manifest["family"] != family or arch.name not in archs_:
             raise UserError(f"refusing to install from {where}: {problem}")
         first_problem = first_problem or problem
     raise UserError(
         f"refusing to install from {where}: {first_problem}, and no other wheel set there fits"
     )
-
-
-def listed_manifests(
-    spec: IndexSpec, family: str
-) -> tuple[list[str], dict[str, team_index.Link], team_index.TreeStore | None]:
-    """(manifest wheel names, oldest first; their links; the S3 store, read through its API)."""
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
-    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
-    return sorted(names, key=wheel_manifest.manifest_sort_key), links, store
 
 
 def read_manifest(

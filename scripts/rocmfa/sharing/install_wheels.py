@@ -10,7 +10,6 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
@@ -152,21 +151,8 @@ def runtime_requirements(records: Iterable[Mapping[str, Any]]) -> list[str] | No
     return sorted(wanted, key=str.lower)
 
 
-def _without_credentials(value: str) -> str:
-    items = []
-    for item in value.split():
-        url = urlsplit(item)
-        if url.username or url.password:
-            host = (url.hostname or "") + (f":{url.port}" if url.port else "")
-            item = urlunsplit(url._replace(netloc=host))
-        items.append(item)
-    return " ".join(items)
-
-
 def pip_source(session: session_env.SessionEnv, python: Path) -> str:
-    """Where the env's pip looks for the runtime requirements, in words (credentials left
-    out): its configuration as `pip config list` shows it (files and PIP_* variables), or
-    before setup the PIP_* variables alone."""
+    """Where the env's pip looks (`pip config list`, before setup PIP_*), credentials left out."""
     settings: dict[str, str] = {}
     if session.ready and python.exists():
         query = Runner(base_env=session.environ, out=session.out)
@@ -186,12 +172,12 @@ def pip_source(session: session_env.SessionEnv, python: Path) -> str:
     if settings.get("find-links"):
         where.append(f"find-links {settings['find-links']}")
     how = "pip config list" if session.ready else "PIP_* variables; pip.conf may add more"
-    return _without_credentials(", ".join(where) or "nowhere (no-index)") + f" ({how})"
+    where_ = re.sub(r"://[^/@\s]+@", "://", ", ".join(where) or "nowhere (no-index)")
+    return f"{where_} ({how})"
 
 
 def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
-    """build_pytorch's run manifest; in a plan before it exists (alone, or chained after it as
-    the README's main job is), the wheels it will list, as named placeholders."""
+    """build_pytorch's run manifest; in a plan before it exists, named placeholders."""
     if manifest_path(work).exists():
         return load_manifest(work)
     runner.refuse(
@@ -265,7 +251,15 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         records, files = check_local_wheels(manifest, session, target, checkable)
         argv = install_argv(python, files)
     install_unless_current(opts, session, manifest, argv, runtime_requirements(records), chosen)
-    run_backend_check(opts, runner, python)
+    if opts.no_backend_check:
+        runner.say("backend check skipped (--no-backend-check)")
+        return
+    check = runner.run([python, REPO_ROOT / "scripts/rocmfa/probes/backend_check.py"], check=False)
+    if check.returncode != 0:
+        raise UserError(
+            f"wheels installed, but the backend check failed (exit {check.returncode}): "
+            "see its report above"
+        )
 
 
 def choose_from_index(
@@ -329,19 +323,6 @@ def install_unless_current(
     if result.returncode != 0 and chosen is not None:
         raise UserError(chosen.failure(result.returncode))
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
-
-
-def run_backend_check(opts: InstallWheelsOptions, runner: Runner, python: Path) -> None:
-    check = REPO_ROOT / "scripts" / "rocmfa" / "probes" / "backend_check.py"
-    if opts.no_backend_check:
-        runner.say("backend check skipped (--no-backend-check)")
-    else:
-        result = runner.run([python, check], check=False)
-        if result.returncode != 0:
-            raise UserError(
-                f"wheels installed, but the backend check failed (exit {result.returncode}): "
-                "see its report above"
-            )
 
 
 def installed_match(session: session_env.SessionEnv, manifest: dict[str, Any]) -> bool:

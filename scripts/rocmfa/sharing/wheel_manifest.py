@@ -238,7 +238,8 @@ def build(
         raise UserError(f"refusing to publish this wheel set: {problem}")
     summaries = report_summaries(work, arch.name, reports, pin.get("commit"))
     stamp_time = time.gmtime(time.time() if published is None else published)
-    pytorch = inputs.get("pytorch") or [None, None]
+    origin, commit = inputs.get("pytorch") or [None, None]
+    torch = {"version": versions.get("torch"), "origin": origin, "commit": commit}
     return {
         "schema": SCHEMA,
         "set_id": set_id(run["wheels"]),
@@ -251,12 +252,7 @@ def build(
         "rocm_sdk": run["rocm_version"],
         "flash_attention": flash,
         "wheels": wheels,
-        "torch": {
-            "version": versions.get("torch"),
-            "origin": pytorch[0],
-            "commit": pytorch[1],
-            "head": heads.get("pytorch"),
-        },
+        "torch": {**torch, "head": heads.get("pytorch")},
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": {
             **{k: pin.get(k) for k in ("commit", "version", "source")},
