@@ -68,10 +68,6 @@ def manifest_path(work: Path) -> Path:
     return work / MANIFEST_NAME
 
 
-def output_dir(work: Path) -> Path:
-    return work / "wheels"
-
-
 def stage_stamp(work: Path, stage: str) -> Path:
     return paths.stamp_path(work, "build_pytorch-" + stage)
 
@@ -215,7 +211,7 @@ class Context(OnSession):
 
     @property
     def out(self) -> Path:
-        return output_dir(self.work)
+        return self.work / "wheels"
 
     @property
     def enabled(self) -> list[str]:
@@ -227,11 +223,8 @@ class Context(OnSession):
 
     def components(self) -> list[Component]:
         """What the checkout stage checks out."""
-        return [
-            c
-            for c in COMPONENTS
-            if c.stage in self.enabled and (c.key != "triton" or self.build_triton)
-        ]
+        t = self.build_triton
+        return [c for c in COMPONENTS if c.stage in self.enabled and (c.key != "triton" or t)]
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:

@@ -21,7 +21,6 @@ from rocmfa.builds.build_pytorch import (
     enabled_stages,
     install_argv,
     manifest_path,
-    output_dir,
 )
 from rocmfa.env import condaenv, session_env
 from rocmfa.plumbing import paths, stamps
@@ -187,7 +186,7 @@ def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
     stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
     projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
     manifest = {"wheels": [{
-        "file": f"<{p} wheel: written to {output_dir(work)} by nox -s build_pytorch>",
+        "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
         "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
     } for p in projects], "planned": True}  # fmt: skip
     runner.done(
