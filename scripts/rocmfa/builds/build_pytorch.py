@@ -1,15 +1,5 @@
-"""`nox -s build_pytorch`: torch, triton, audio and vision wheels through TheRock, by stage.
-
-    checkout -> torch (triton with it) -> audio, vision (-> apex with --with-apex)
-
-TheRock (pinned) checks out PyTorch and its companions with its own pytorch_*_repo.py scripts;
-our patch sets go on by commit before hipify; `build_prod_wheels.py build` builds one stage per
-call (flags as at TheRock 89553ce3: docs/upstream-interfaces.md). A stage's stamp is written
-last, so a rerun resumes at the first stage not done (--from/--only rerun one). Triton is built
-in the torch call: build_prod_wheels turns flash attention off on Linux otherwise. A stage's
-wheels are the files that appeared or changed in the output dir while it ran;
-<work>/build_pytorch-manifest.json lists them for install_wheels.
-"""
+"""`nox -s build_pytorch`: torch (triton in its call), audio, vision (apex) wheels through
+TheRock's scripts, one stamped stage per call; docs/pytorch-and-ck.md tells the whole story."""
 
 from __future__ import annotations
 
@@ -26,10 +16,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import archs, compat_matrix, condaenv, rocm_sdk
+from rocmfa.env import compat_matrix, condaenv, rocm_sdk
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
-from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import pins, update_pins
@@ -73,15 +62,10 @@ COMPONENTS = (
     Component("apex", "apex", "apex", "apex", False, "apex", ("apex",)),
 )  # fmt: skip
 BY_STAGE = {c.stage: c for c in COMPONENTS if c.key != "triton"}
-NO_BUILD_FLAGS = ("pytorch-audio", "pytorch-vision", "apex")
 
 
 def manifest_path(work: Path) -> Path:
     return work / MANIFEST_NAME
-
-
-def output_dir(work: Path) -> Path:
-    return work / "wheels"
 
 
 def stage_stamp(work: Path, stage: str) -> Path:
@@ -93,7 +77,6 @@ def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
 
 
 def dependency(stage: str) -> str | None:
-    """The stage whose result this one builds on (the stamp chain)."""
     return {"checkout": None, "torch": "checkout"}.get(stage, "torch")
 
 
@@ -146,8 +129,7 @@ class Source:
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
-    """Where a companion comes from: an explicit [pytorch.<x>] pin, else what the pinned
-    PyTorch declares (related_commits / ci_commit_pins/triton.txt), passed explicitly."""
+    """An explicit [pytorch.<x>] pin, else what the pinned PyTorch declares."""
     if component.key == "pytorch":
         return Source(pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source)
     table = pytorch_pin.data.get(component.pin_key)
@@ -185,7 +167,7 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
 
 
 def read_head(checkout: Path) -> str | None:
-    """HEAD's commit read from .git without running git (detached or on a branch)."""
+    """HEAD's commit, read from .git (no git run)."""
     git_dir = checkout / ".git"
     try:
         head = (git_dir / "HEAD").read_text().strip()
@@ -229,7 +211,7 @@ class Context(OnSession):
 
     @property
     def out(self) -> Path:
-        return output_dir(self.work)
+        return self.work / "wheels"
 
     @property
     def enabled(self) -> list[str]:
@@ -241,19 +223,14 @@ class Context(OnSession):
 
     def components(self) -> list[Component]:
         """What the checkout stage checks out."""
-        return [
-            c
-            for c in COMPONENTS
-            if c.stage in self.enabled and (c.key != "triton" or self.build_triton)
-        ]
+        t = self.build_triton
+        return [c for c in COMPONENTS if c.stage in self.enabled and (c.key != "triton" or t)]
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX. A plan after
-    build_aotriton's plan in the same nox run takes the prefix that one is about to fill."""
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX (a plan: the one
+    build_aotriton's plan is about to fill). PyTorch's aotriton.cmake needs lib/ and include/."""
 
-    # PyTorch's cmake/External/aotriton.cmake installs $PREFIX/lib and $PREFIX/include and
-    # links $PREFIX/lib/libaotriton_v2.so (the unversioned name) - all three must be there.
     def has_lib(prefix: Path) -> bool:
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
@@ -265,8 +242,6 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
                 "lib/libaotriton_v2.so and include/ there"
             )
         return prefix, "--aotriton-prefix", str(prefix)
-    # build_aotriton installs into <work>/build/aotriton/install and stamps aotriton-built (the
-    # last source build: gfx908's is the patched one torch needs) and aotriton
     built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
     if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
@@ -282,43 +257,32 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
     return None, "", ""
 
 
-def patched_aotriton(
-    arch: archs.Arch, work: Path, found: Path | None, how: str, runner: Runner
-) -> Path | None:
-    """For an arch whose AOTriton kernels come from our patch set (gfx908 on 0.13b): the
-    build_aotriton install torch is built against (PyTorch's own aotriton.cmake would fetch
-    release images, which have none for it), or the --aotriton-prefix given; None for any
-    other arch."""
-    if arch.aotriton_supported() or not arch.aotriton_patched:
-        return None
-    version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
-    if not arch.aotriton_patched_pack(version):
-        return None
-    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
-    if found is not None and (how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)):
-        return found
-    runner.refuse(
-        f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
-        f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
-    )
-    return paths.build_dir(work, "aotriton") / "install"
-
-
 def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    """(prefix, digest, flash attention) of the AOTriton torch is built against (said)."""
-    arch, say = session.arch, session.runner.say
-    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, session.work)
-    patched = patched_aotriton(arch, session.work, aotriton, how, session.runner)
-    if patched is not None:
-        aotriton, how = patched, how or "build_aotriton (after it runs)"
+    """(prefix, digest, flash attention); an arch whose kernels come only from our patch set
+    (gfx908 on 0.13b) needs build_aotriton's install (or --aotriton-prefix)."""
+    arch, work, runner = session.arch, session.work, session.runner
+    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, work)
+    patched, version = False, ""
+    if not arch.aotriton_supported() and arch.aotriton_patched:
+        version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
+        patched = bool(arch.aotriton_patched_pack(version))
+    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
+    ours = how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)
+    if patched and (aotriton is None or not ours):
+        runner.refuse(
+            f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
+            f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
+        )
+        aotriton = paths.build_dir(work, "aotriton") / "install"
+    how = how or ("build_aotriton (after it runs)" if patched else "")
     if aotriton:
-        say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
+        runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        say(
+        runner.say(
             "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
             "fetches the AOTriton its cmake/External/aotriton.cmake pins"
         )
-    return aotriton, digest, arch.aotriton_supported() or patched is not None
+    return aotriton, digest, arch.aotriton_supported() or patched
 
 
 def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
@@ -365,18 +329,15 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     from rocmfa.sources import patches
 
+    def digests(key: str) -> dict[str, str]:
+        return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
+
     if stage == "checkout":
         return {
             "therock": ctx.therock_pin.commit,
             "pytorch": [ctx.pytorch_pin.url, ctx.pytorch_pin.commit],
             "companions": {c.key: ctx.pytorch_pin.data.get(c.pin_key) for c in ctx.components()},
-            "patches": {
-                c.key: {
-                    commit: patches.patch_set_digest(c.key, commit)
-                    for commit in patches.available_sets(c.key)
-                }
-                for c in ctx.components()
-            },
+            "patches": {c.key: digests(c.key) for c in ctx.components()},
             "depth": CHECKOUT_DEPTH,
         }
     dep = dependency(stage)
@@ -393,7 +354,7 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
-    """What the build dir's CMake cache remembers: a change means a clean rebuild."""
+    """What the CMake cache remembers: a change means a clean rebuild."""
     config: dict[str, Any] = {"arch": ctx.arch.name}
     if stage == "torch":
         config["triton"] = ctx.build_triton
@@ -404,12 +365,8 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def version_suffix(ctx: Context) -> str:
-    """build_prod_wheels.py --version-suffix: TheRock's own default (+rocm<SDK>, +devrocm<SDK>
-    for a dev SDK; get_version_suffix_for_installed_rocm_package @ 89553ce3) with this build's
-    identity first, `+rocmfa<identity>.rocm<SDK>`, so two different builds never share a wheel
-    file name and install_wheels still reads the SDK. The identity: 8 hex digits of the
-    checkout (every source's commit, HEAD and patches), the AOTriton torch links, the arch and
-    the SDK; a named placeholder while the checkout is not done (no claim from a guess)."""
+    """`+rocmfa<identity>.rocm<SDK>` (TheRock's +rocm<SDK>/+devrocm<SDK> default @ 89553ce3
+    with this build's identity first; docs/pytorch-and-ck.md)."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
     if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
@@ -441,20 +398,13 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
     ]  # fmt: skip
     if ctx.cache is not None and ctx.cache.active:
         argv += ctx.cache.therock_flags()
+    for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
+        built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
+        argv += [c.dir_flag, str(paths.src_dir(ctx.work, c.key))] if built else []
+        argv += [f"--{'' if built else 'no-'}build-{c.build_flag}"] if c.build_flag else []
     if stage == "torch":
-        argv += ["--pytorch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
-        if ctx.build_triton:
-            argv += ["--triton-dir", str(paths.src_dir(ctx.work, "triton")), "--build-triton"]
-        else:
-            argv.append("--no-build-triton")
-        flash = "enable" if ctx.flash_attention else "no-enable"
-        argv.append(f"--{flash}-pytorch-flash-attention")
-    else:
-        component = BY_STAGE[stage]
-        argv += [component.dir_flag, str(paths.src_dir(ctx.work, component.key))]
-        argv += [f"--build-{component.build_flag}", "--no-build-triton"]
-    own = BY_STAGE[stage].build_flag if stage in BY_STAGE else None
-    return argv + [f"--no-build-{flag}" for flag in NO_BUILD_FLAGS if flag != own]
+        argv.append(f"--{'' if ctx.flash_attention else 'no-'}enable-pytorch-flash-attention")
+    return argv
 
 
 def build_sets(ctx: Context, stage: str) -> dict[str, str]:
@@ -472,8 +422,7 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
 
 
 def guard_default_dirs(ctx: Context) -> None:
-    """build_prod_wheels builds any project whose dir exists under --root-checkout-dir (default:
-    its own folder), so a hand-made checkout there would be built in every stage."""
+    """build_prod_wheels builds any project whose dir is in its own folder: refuse one."""
     for sub in ("pytorch", "pytorch_audio", "pytorch_vision", "triton", "apex"):
         if (ctx.scripts_dir / sub).exists():
             raise UserError(
@@ -490,12 +439,9 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     result = ctx.runner.apply(ctx.runner.run, status, cwd=dest, capture=True)
     if result is None:  # a plan: TheRock's checkout does not run either
         return
-    changes = result.stdout.splitlines()
-    head = read_head(dest)
-    problem = None
-    if changes:
-        problem = f"has local edits ('{changes[0].strip()}')"
-    elif recorded and head != recorded:
+    changes, head = result.stdout.splitlines(), read_head(dest)
+    problem = f"has local edits ('{changes[0].strip()}')" if changes else None
+    if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
         raise UserError(
@@ -510,16 +456,12 @@ def checkout_argv(ctx: Context, component: Component, source: Source, hipify_lat
     dest = paths.src_dir(ctx.work, component.key)
     script = str(ctx.scripts_dir / component.script)
     argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
-    if source.hashtag:
-        argv += ["--repo-hashtag", source.hashtag]
-    if source.origin:
-        argv += ["--gitrepo-origin", source.origin]
+    argv += ["--repo-hashtag", source.hashtag] if source.hashtag else []
+    argv += ["--gitrepo-origin", source.origin] if source.origin else []
     argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
-    if component.key != "pytorch":
-        argv += ["--torch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
-    if component.hipify:
-        argv.append("--no-hipify" if hipify_later else "--hipify")
-    return argv
+    torch = ["--torch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
+    argv += torch if component.key != "pytorch" else []
+    return argv + ([f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else [])
 
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
@@ -586,10 +528,8 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]) -> None:
-    """The checkout in TheRock's own source-manifest form (schema_version 1: one {repo,
-    commit, branch} entry per project, keys as checkout_from_manifest.py's CHECKOUT_SCRIPTS,
-    plus "therock"; generate_pytorch_source_manifest.py @ 89553ce3). The commit is the
-    upstream one the checkout landed on, before our patches and hipify."""
+    """The checkout in TheRock's source-manifest form (schema_version 1;
+    generate_pytorch_source_manifest.py @ 89553ce3): upstream commits, before our patches."""
     manifest: dict[str, Any] = {"schema_version": 1}
     for key, source in sources.items():
         entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
@@ -599,12 +539,9 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
         elif hashtag and hashtag != entry["commit"]:
             entry["branch"] = hashtag
         manifest[key] = entry
-    manifest["therock"] = {
-        "repo": ctx.therock_pin.url,
-        "commit": ctx.therock_pin.commit,
-        "branch": ctx.therock_pin.ref,
-        "version": ctx.rocm_version,
-    }
+    pin = ctx.therock_pin
+    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
+    manifest["therock"] = {**therock, "version": ctx.rocm_version}
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -617,10 +554,9 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean = ctx.opts.clean
     config = stage_config(ctx, stage)
-    try:
+    previous = None
+    with contextlib.suppress(OSError, ValueError):
         previous = json.loads(config_file.read_text())
-    except (OSError, ValueError):
-        previous = None
     if previous is not None and previous != config and not clean:
         ctx.runner.say(
             f"{stage}: build settings changed since the last build ({previous} -> {config}); "
@@ -631,10 +567,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "torch":
         triton = "triton is built in this call too, its only build of the run; "
         built = "triton and torch" if ctx.build_triton else "torch"
-        ctx.runner.say(
-            f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the {built} it "
-            f"built into {ctx.python} (the env) when done"
-        )
+        ctx.runner.say(f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the "
+                       f"{built} it built into {ctx.python} (the env) when done")  # fmt: skip
     ctx.runner.apply(cwd.mkdir, parents=True, exist_ok=True)
     ctx.runner.apply(stamps.write_text_atomic, config_file, json.dumps(config, sort_keys=True))
     before = snapshot(ctx.out)
@@ -663,7 +597,6 @@ def done(ctx: Context, stage: str) -> bool:
 
 
 def plan(ctx: Context) -> list[str]:
-    """Stages to run, in order, after checking --from/--only against the stamps."""
     order, only, start = ctx.enabled, ctx.opts.only, ctx.opts.only or ctx.opts.from_stage
     for name, value in (("--from", ctx.opts.from_stage), ("--only", only)):
         if value and value not in order:
@@ -710,8 +643,7 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 
 
 def checks_before_building(ctx: Context) -> None:
-    """Flash attention kept, the torch series of a release/X.Y pin x build_aotriton's
-    AOTriton (rocmfa.sources.pin_set too), before any build (--force: warn only)."""
+    """Flash attention kept; torch release/X.Y x AOTriton (and pin_set); --force: warn only."""
     from rocmfa.sources import pin_set
 
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
@@ -780,7 +712,5 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     say(f"wheels of this build ({manifest_path(ctx.work)}):")
     for record in manifest["wheels"]:
         say(f"  {record['project']} {record['version']}: {record['file']}")
-    say("install them into the env with:")
-    say("  nox -s install_wheels")
-    say("or by hand:")
-    say("  " + shlex.join(install_argv(ctx.python, [w["file"] for w in manifest["wheels"]])))
+    argv = shlex.join(install_argv(ctx.python, [w["file"] for w in manifest["wheels"]]))
+    say(f"install them into the env with:\n  nox -s install_wheels\nor by hand:\n  {argv}")

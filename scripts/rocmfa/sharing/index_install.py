@@ -1,11 +1,5 @@
-"""`install_wheels --index URL`: choose a published wheel set for this machine and hand pip a
-hash-pinned requirements file for it.
-
-The family index's manifests (wheel_manifest.py) are read newest first: another arch family
-or arch is refused at once, another Python or ROCm SDK passed over (when none fits, the newest
-one's mismatch is the error). pip installs the wheels with --require-hashes (`name @ URL
---hash=sha256:<manifest's>`) after their runtime requirements (install_wheels.py).
-"""
+"""`install_wheels --index URL`: the newest published wheel set that fits this machine, as a
+`name @ URL --hash=sha256:...` file for pip --require-hashes (docs/pytorch-and-ck.md)."""
 
 from __future__ import annotations
 
@@ -48,23 +42,19 @@ class Chosen:
 
 
 def choose(
-    index: str,
-    *,
-    choice: archs.ArchChoice,
-    wheel_set: str | None,
-    python_tag: str | None,
-    rocm_version: str | None,
-    say,
-) -> Chosen:
-    """The wheel set to install. python_tag / rocm_version None (a plan without the env):
-    those are not compared."""
+    index: str, *, choice: archs.ArchChoice, wheel_set: str | None, python_tag: str | None,
+    rocm_version: str | None, say,
+) -> Chosen:  # fmt: skip
+    """The wheel set to install (python_tag/rocm_version None: not compared)."""
     spec = team_index.parse_index(index)
     arch = choice.arch
     family = wheel_manifest.family_of(arch)
     where = spec.describe(family)
     say(f"team index: {where} (arch {arch.name} from {choice.how}, family {family})")
-    names, links, store = listed_manifests(spec, family)
-    names.reverse()  # newest first
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None  # via its API
+    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
+    names = sorted(names, key=wheel_manifest.manifest_sort_key)[::-1]  # newest first
     if wheel_set:
         names = [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
         if not names:
@@ -75,21 +65,14 @@ def choose(
             f"nox -s publish -- --index {shlex.quote(index)}"
         )
     first_problem = None
+    target = {"family": family, "arch": arch.name, "python_tag": python_tag}
     for name in names:
         manifest = read_manifest(name, links[name], store, where)
-        problem = wheel_manifest.mismatch(
-            manifest,
-            family=family,
-            arch=arch.name,
-            python_tag=python_tag,
-            rocm_version=rocm_version,
-        )
+        problem = wheel_manifest.mismatch(manifest, **target, rocm_version=rocm_version)
         if problem is None:
             return Chosen(spec, family, where, manifest, store)
-        other_machine = manifest["family"] != family or arch.name not in manifest.get(
-            "archs", [manifest["arch"]]
-        )
-        if wheel_set or other_machine:
+        archs_ = manifest.get("archs", [manifest["arch"]])
+        if wheel_set or manifest["family"] != family or arch.name not in archs_:
             raise UserError(f"refusing to install from {where}: {problem}")
         first_problem = first_problem or problem
     raise UserError(
@@ -97,21 +80,10 @@ def choose(
     )
 
 
-def listed_manifests(
-    spec: IndexSpec, family: str
-) -> tuple[list[str], dict[str, team_index.Link], team_index.TreeStore | None]:
-    """(manifest wheel names, oldest first; their links; the S3 store, read through its API)."""
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
-    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
-    return sorted(names, key=wheel_manifest.manifest_sort_key), links, store
-
-
 def read_manifest(
     name: str, link: team_index.Link, store: team_index.TreeStore | None, where: str
 ) -> dict[str, Any]:
-    """The manifest in manifest wheel `name`, downloaded and checked against its page's sha256
-    and its own name."""
+    """The manifest in wheel `name`, checked against its page's sha256 and its name."""
     rel = f"{wheel_manifest.MANIFEST_PROJECT}/{name}"
     data = store.read(rel) if store else team_index.fetch(link.url)
     if data is None:
@@ -140,20 +112,13 @@ def requirements(chosen: Chosen, downloads: Path, runner: Runner) -> list[str]:
             raise UserError(
                 f"{wheel['file']} of wheel set {chosen.set_id} is not on {chosen.where}"
             )
-        url = link.url
-        if chosen.store is not None:
-            url = download(chosen, f"{project}/{wheel['file']}", downloads, runner)
+        url, rel, target = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
+        if chosen.store is not None:  # kept as fetched: pip checks its hash
+            said = f"download {chosen.store.target(rel)} -> {target}"
+            runner.apply(fetch_into, chosen.store, rel, target, say=said)
+            url = target.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
     return lines
-
-
-def download(chosen: Chosen, rel: str, downloads: Path, runner: Runner) -> str:
-    """rel from the store into downloads/ (kept as fetched: pip checks its hash); file URL."""
-    assert chosen.store is not None
-    target = downloads / rel.rsplit("/", 1)[-1]
-    said = f"download {chosen.store.target(rel)} -> {target}"
-    runner.apply(fetch_into, chosen.store, rel, target, say=said)
-    return target.as_uri()
 
 
 def fetch_into(store: team_index.TreeStore, rel: str, target: Path) -> None:

@@ -1,12 +1,6 @@
-"""`nox -s install_wheels`: install the wheels of the last build_pytorch run into the env.
-
-The wheels come from build_pytorch's run manifest (never a directory listing) and are checked
-before anything is installed: sha256 as recorded, Python tag, and ROCm local version against the
-env's `rocm-sdk version` (torch checks it at import; ROCm/vllm#943). Their runtime requirements
-go in first from pip's own configured index (the run says which), then the wheels with
-`pip install --no-deps --force-reinstall`, then probes/backend_check.py. With --index URL the
-wheels are a published set (index_install.py). docs/pytorch-and-ck.md tells the whole story.
-"""
+"""`nox -s install_wheels`: build_pytorch's run manifest's wheels (or with --index a published
+set) checked (sha256, Python tag, ROCm local version: ROCm/vllm#943), their runtime requirements
+from pip's index, the wheels with --no-deps, then backend_check. docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
@@ -16,7 +10,6 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
@@ -28,7 +21,6 @@ from rocmfa.builds.build_pytorch import (
     enabled_stages,
     install_argv,
     manifest_path,
-    output_dir,
 )
 from rocmfa.env import condaenv, session_env
 from rocmfa.plumbing import paths, stamps
@@ -158,21 +150,8 @@ def runtime_requirements(records: Iterable[Mapping[str, Any]]) -> list[str] | No
     return sorted(wanted, key=str.lower)
 
 
-def _without_credentials(value: str) -> str:
-    items = []
-    for item in value.split():
-        url = urlsplit(item)
-        if url.username or url.password:
-            host = (url.hostname or "") + (f":{url.port}" if url.port else "")
-            item = urlunsplit(url._replace(netloc=host))
-        items.append(item)
-    return " ".join(items)
-
-
 def pip_source(session: session_env.SessionEnv, python: Path) -> str:
-    """Where the env's pip looks for the runtime requirements, in words (credentials left
-    out): its configuration as `pip config list` shows it (files and PIP_* variables), or
-    before setup the PIP_* variables alone."""
+    """Where the env's pip looks (`pip config list`, before setup PIP_*), credentials left out."""
     settings: dict[str, str] = {}
     if session.ready and python.exists():
         query = Runner(base_env=session.environ, out=session.out)
@@ -192,12 +171,12 @@ def pip_source(session: session_env.SessionEnv, python: Path) -> str:
     if settings.get("find-links"):
         where.append(f"find-links {settings['find-links']}")
     how = "pip config list" if session.ready else "PIP_* variables; pip.conf may add more"
-    return _without_credentials(", ".join(where) or "nowhere (no-index)") + f" ({how})"
+    where_ = re.sub(r"://[^/@\s]+@", "://", ", ".join(where) or "nowhere (no-index)")
+    return f"{where_} ({how})"
 
 
 def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
-    """build_pytorch's run manifest; in a plan before it exists (alone, or chained after it as
-    the README's main job is), the wheels it will list, as named placeholders."""
+    """build_pytorch's run manifest; in a plan before it exists, named placeholders."""
     if manifest_path(work).exists():
         return load_manifest(work)
     runner.refuse(
@@ -207,7 +186,7 @@ def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
     stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
     projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
     manifest = {"wheels": [{
-        "file": f"<{p} wheel: written to {output_dir(work)} by nox -s build_pytorch>",
+        "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
         "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
     } for p in projects], "planned": True}  # fmt: skip
     runner.done(
@@ -219,8 +198,7 @@ def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
 def install_requirements(
     session: session_env.SessionEnv, needs: list[str] | None, chosen: Chosen | None
 ) -> None:
-    """Step 1 of an install: the wheels' runtime requirements, by pip the ordinary way, saying
-    from where; UserError (no wheel touched yet) when pip fails."""
+    """Step 1: the wheels' runtime requirements, by pip the ordinary way (no wheel touched yet)."""
     runner, python, work = session.runner, session.python, session.work
     source = pip_source(session, python)
     if needs:
@@ -272,27 +250,28 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         records, files = check_local_wheels(manifest, session, target, checkable)
         argv = install_argv(python, files)
     install_unless_current(opts, session, manifest, argv, runtime_requirements(records), chosen)
-    run_backend_check(opts, runner, python)
+    if opts.no_backend_check:
+        runner.say("backend check skipped (--no-backend-check)")
+        return
+    check = runner.run([python, REPO_ROOT / "scripts/rocmfa/probes/backend_check.py"], check=False)
+    if check.returncode != 0:
+        raise UserError(
+            f"wheels installed, but the backend check failed (exit {check.returncode}): "
+            "see its report above"
+        )
 
 
 def choose_from_index(
-    opts: InstallWheelsOptions,
-    session: session_env.SessionEnv,
-    target: tuple[str, str, str],
-    checkable: bool,
+    opts: InstallWheelsOptions, session: session_env.SessionEnv, target: tuple, checkable: bool
 ) -> tuple[Chosen, list[str]]:
-    """The index's wheel set for this env (each wheel's name checked) and pip's argv for it."""
     from rocmfa.sharing import index_install
 
     python_tag, rocm_version, machine = target
     chosen = index_install.choose(
-        opts.index,
-        choice=session.choice,
-        wheel_set=opts.wheel_set,
+        opts.index, choice=session.choice, wheel_set=opts.wheel_set, say=session.runner.say,
         python_tag=python_tag if checkable else None,
         rocm_version=rocm_version if checkable else None,
-        say=session.runner.say,
-    )
+    )  # fmt: skip
     for record in chosen.manifest["wheels"] if checkable else ():
         what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
         session.runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
@@ -300,12 +279,8 @@ def choose_from_index(
 
 
 def check_local_wheels(
-    manifest: dict[str, Any],
-    session: session_env.SessionEnv,
-    target: tuple[str, str, str],
-    checkable: bool,
+    manifest: dict[str, Any], session: session_env.SessionEnv, target: tuple, checkable: bool
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """This run's wheels checked against the env (records with their requirements, files)."""
     python_tag, rocm_version, machine = target
     runner = session.runner
     if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != session.prefix:
@@ -326,26 +301,17 @@ def check_local_wheels(
 
 
 def install_unless_current(
-    opts: InstallWheelsOptions,
-    session: session_env.SessionEnv,
-    manifest: dict[str, Any],
-    argv: list[str],
-    needs: list[str] | None,
-    chosen: Chosen | None,
-) -> None:
-    """pip install the wheels (and their requirements) unless the stamp says they are in."""
-    runner, python, prefix = session.runner, session.python, session.prefix
+    opts: InstallWheelsOptions, session: session_env.SessionEnv, manifest: dict[str, Any],
+    argv: list[str], needs: list[str] | None, chosen: Chosen | None,
+) -> None:  # fmt: skip
+    runner, prefix = session.runner, session.prefix
     stamp = paths.stamp_path(session.work, "install_wheels")
     inputs = {
         "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
         "env": condaenv.env_identity(prefix),
         "prefix": str(prefix),
     }
-    if (
-        stamps.is_current(stamp, inputs)
-        and not opts.force
-        and installed_match(session, python, manifest)
-    ):
+    if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, manifest):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
     install_requirements(session, needs, chosen)
@@ -358,37 +324,18 @@ def install_unless_current(
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
 
 
-def run_backend_check(opts: InstallWheelsOptions, runner: Runner, python: Path) -> None:
-    """The backend probe after an install, unless skipped."""
-    check = REPO_ROOT / "scripts" / "rocmfa" / "probes" / "backend_check.py"
-    if opts.no_backend_check:
-        runner.say("backend check skipped (--no-backend-check)")
-    else:
-        result = runner.run([python, check], check=False)
-        if result.returncode != 0:
-            raise UserError(
-                f"wheels installed, but the backend check failed (exit {result.returncode}): "
-                "see its report above"
-            )
-
-
-def installed_match(
-    session: session_env.SessionEnv, python: Path, manifest: dict[str, Any]
-) -> bool:
-    """The env still has exactly these versions installed (someone may have pip-installed
-    something else since)."""
+def installed_match(session: session_env.SessionEnv, manifest: dict[str, Any]) -> bool:
+    """The env still has exactly these versions (nobody pip-installed something else since)."""
     wanted = {r["project"]: r["version"] for r in manifest["wheels"]}
     program = (
-        "import json, sys\nfrom importlib import metadata\nout = {}\n"
-        "for name in sys.argv[1:]:\n"
-        "    try: out[name] = metadata.version(name)\n"
-        "    except metadata.PackageNotFoundError: out[name] = None\n"
-        "print(json.dumps(out))\n"
+        "import json, sys\nfrom importlib import metadata as m\nout = {}\n"
+        "for n in sys.argv[1:]:\n    try: out[n] = m.version(n)\n"
+        "    except m.PackageNotFoundError: out[n] = None\nprint(json.dumps(out))\n"
     )
     if not session.ready:
         return False
     query = Runner(base_env=session.environ, out=session.out)
-    result = query.run([python, "-c", program, *wanted], capture=True, check=False)
+    result = query.run([session.python, "-c", program, *wanted], capture=True, check=False)
     try:
         have = json.loads(result.stdout)
     except ValueError:

@@ -1,16 +1,6 @@
-"""`nox -s publish`: put this run's wheels on the team index, with their manifest.
-
-The wheels are exactly the ones install_wheels would install: build_pytorch's run manifest,
-each file checked against the sha256 the build recorded. They go to the family index of the
-arch they were built for (scripts/rocmfa/plumbing/team_index.py: URL forms, layout, credentials),
-followed by the wheel-set manifest (scripts/rocmfa/sharing/wheel_manifest.py) and, on a static tree,
-the pages; the set becomes visible to install_wheels only when its manifest is listed, so an
-interrupted publish leaves no half set behind, and a rerun uploads only what is missing.
-
-A wheel already on the index with the same sha256 is not uploaded again; a different file
-under the same name refuses the whole publish before anything is uploaded (files on an index
-are never replaced). A set already published is a no-op.
-"""
+"""`nox -s publish`: this run's checked wheels, then their manifest wheel, then the pages, onto
+the family index (team_index.py); same sha256: skipped, another: refused before any upload.
+docs/pytorch-and-ck.md tells the whole story."""
 
 from __future__ import annotations
 
@@ -34,9 +24,7 @@ from rocmfa.sharing import install_wheels, wheel_manifest
 
 
 @dataclass
-class Plan:
-    """What publish has to do on one family index."""
-
+class Plan:  # what publish has to do on one family index
     upload: list[tuple[str, Path]] = field(default_factory=list)  # (project, file)
     already: list[str] = field(default_factory=list)
     clashes: list[str] = field(default_factory=list)
@@ -101,8 +89,7 @@ def publish(opts: PublishOptions) -> None:
     manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner = runner_for(opts)
-    say = runner.say
-    where = spec.describe(family)
+    say, where = runner.say, spec.describe(family)
     say(
         f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
         f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
@@ -142,8 +129,7 @@ def publish(opts: PublishOptions) -> None:
 
 
 def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
-    """twine to a server with the upload API; it reads TWINE_USERNAME/TWINE_PASSWORD itself.
-    The manifest wheel is last, so the set is listed only once its wheels are there."""
+    """twine (it reads TWINE_USERNAME/TWINE_PASSWORD); the manifest wheel last."""
     if not os.environ.get("TWINE_USERNAME"):
         runner.refuse(
             "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
@@ -154,14 +140,8 @@ def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) 
     runner.run([*argv, *map(str, files)])
 
 
-def upload_tree(
-    runner: Runner,
-    store: team_index.TreeStore,
-    plan: Plan,
-    files: list[Path],
-    manifest_file: Path,
-) -> None:
-    uploads = [(project, path) for project, path in plan.upload]
+def upload_tree(runner: Runner, store: team_index.TreeStore, plan: Plan, files, manifest_file):
+    uploads = list(plan.upload)
     if manifest_file in files:
         project = wheel_manifest.MANIFEST_PROJECT
         uploads.append((project, manifest_file))

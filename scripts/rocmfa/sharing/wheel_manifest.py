@@ -1,12 +1,6 @@
-"""The manifest of a published wheel set: what was built, from what, for which machines.
-
-One JSON document per wheel set (schema rocmfa-wheelset/1): the wheels (name, size, sha256,
-Requires-Dist), arch and index family, Python, ROCm SDK, the torch/TheRock/AOTriton pins, patch
-set digests, the AOTriton runtime and images inside the torch wheel (they must agree: docs/
-aotriton.md) and the summaries of the reports given to publish. It travels as a tiny wheel of
-its own, project `rocmfa-wheelset`, version <YYYYMMDD.HHMMSS>+<python>.<set id>, so every index
-form (pypiserver's upload API included) is read the same way.
-"""
+"""The wheel-set manifest (rocmfa-wheelset/1): wheels with Requires-Dist, arch and family, pins,
+the torch wheel's AOTriton, report summaries; travels as a tiny wheel `rocmfa-wheelset`
+<YYYYMMDD.HHMMSS>+<python>.<set id> so every index form reads it. docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
@@ -44,9 +38,7 @@ REPORT_KINDS = {
 
 
 def family_of(arch: archs.Arch) -> str:
-    """TheRock's per-family index folder (v2/<family>/) for arch (arches.toml legacy_family),
-    else TheRock's cmake family of the target (therock_family), else rocm-bootstrap's
-    sub-family of the target."""
+    """TheRock's index folder v2/<family>/: legacy_family, therock_family, or the sub-family."""
     if arch.legacy_family or arch.therock_family:
         return arch.legacy_family or arch.therock_family
     chain = archs.packaging_chain(arch.name)
@@ -60,7 +52,7 @@ def set_id(wheels: Iterable[Mapping[str, Any]]) -> str:
 
 
 def requires_of(wheel: Path) -> list[str]:
-    """The Requires-Dist lines of a wheel's METADATA (the core metadata pip resolves)."""
+    """The Requires-Dist lines of a wheel's METADATA."""
     try:
         with zipfile.ZipFile(wheel) as zf:
             member = next(n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
@@ -73,7 +65,6 @@ def requires_of(wheel: Path) -> list[str]:
 
 
 def write_lines(path: Path, lines: list[str], runner: Runner) -> Path:
-    """A requirements file for pip (said, not written, in a plan)."""
     text = "\n".join(lines) + "\n"
     runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
     runner.apply(stamps.write_text_atomic, path, text, say=f"write {path}: {' '.join(lines)}")
@@ -84,8 +75,7 @@ def write_lines(path: Path, lines: list[str], runner: Runner) -> Path:
 
 
 def aotriton_in_wheel(wheel: Path) -> dict[str, Any]:
-    """{'runtime': 'X.Y.Z' | None, 'images': {'amd-gfx115x': '0.13' | 'git-<sha12>'}} read from
-    torch/lib/ in the wheel (where PyTorch's aotriton.cmake installs them)."""
+    """{'runtime': 'X.Y.Z' | None, 'images': {pack: '0.13' | 'git-<sha12>'}} from torch/lib/."""
     runtime: tuple[int, ...] | None = None
     images: dict[str, str] = {}
     try:
@@ -139,8 +129,7 @@ def aotriton_problem(found: Mapping[str, Any], pin: Mapping[str, Any], flash: bo
 
 
 def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
-    """Which AOTriton torch was built with: build_aotriton's install (its stamp), an explicit
-    --aotriton-prefix, or the release torch's own cmake/External/aotriton.cmake pins."""
+    """The AOTriton torch was built with: build_aotriton's, --aotriton-prefix, aotriton.cmake's."""
     config = (torch_stamp.get("inputs") or {}).get("config") or {}
     prefix = (config.get("aotriton") or [None])[0]
     if prefix:
@@ -164,8 +153,7 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
-    """(kind, summary) of a backend_check / validate / bench JSON report, or of a kernel
-    check's summary.json; given_as names where the path came from in an error."""
+    """(kind, summary) of a backend_check/validate/bench report or a kernel check summary.json."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -180,35 +168,25 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
             r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"
         ]
         return kind, {
-            "identity": doc.get("identity"),
-            "provenance": doc.get("provenance"),
-            "settings": doc.get("settings"),
-            "wall_s": doc.get("wall_s"),
+            **{k: doc.get(k) for k in ("identity", "provenance", "settings", "wall_s")},
             "ok": rows,
         }
     if kind == "kernel_check":
         return kind, {k: v for k, v in doc.items() if k not in ("schema", "tree")}  # no local path
     summary = {k: doc.get(k) for k in ("passed", "summary", "failures", "counts") if k in doc}
-    summary["device"] = doc.get("device")
-    summary["identity"] = doc.get("identity")
-    return kind, summary
+    return kind, {**summary, "device": doc.get("device"), "identity": doc.get("identity")}
 
 
 # --- the manifest -----------------------------------------------------------------------------
 
 
 def wheel_records(run_wheels: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The manifest's record of each wheel of the run manifest, with what pip must add for it
-    to import (Requires-Dist: typing-extensions, sympy, ...; install_wheels installs these the
-    ordinary way and the wheels themselves with --no-deps)."""
+    """Each wheel's record with its Requires-Dist (what install_wheels installs first)."""
     keys = ("project", "version", "size", "sha256")
+    files = [Path(w["file"]) for w in run_wheels]
     return [
-        {
-            "file": Path(w["file"]).name,
-            **{k: w[k] for k in keys},
-            "requires": requires_of(Path(w["file"])),
-        }
-        for w in run_wheels
+        {"file": f.name, **{k: w[k] for k in keys}, "requires": requires_of(f)}
+        for f, w in zip(files, run_wheels, strict=True)
     ]
 
 
@@ -229,12 +207,8 @@ def components_and_patches(checkout: Mapping[str, Any]) -> tuple[dict[str, Any],
 def report_summaries(
     work: Path, arch_name: str, reports: Sequence[Path], aotriton_commit: str | None
 ) -> dict[str, Any]:
-    """The given reports' summaries by kind, plus the kernel check build_aotriton ran on this
-    tree when none was given and it checked this AOTriton commit."""
-    summaries: dict[str, Any] = {}
-    for report in reports:
-        kind, summary = summarize_report(Path(report))
-        summaries[kind] = summary
+    """The reports' summaries by kind (+ build_aotriton's kernel check of this AOTriton)."""
+    summaries: dict[str, Any] = dict(summarize_report(Path(report)) for report in reports)
     checked = kernel_check.summary_path(work, arch_name)
     if "kernel_check" not in summaries and checked.is_file():
         kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
@@ -246,8 +220,8 @@ def report_summaries(
 def build(
     work: Path, run: Mapping[str, Any], reports: Sequence[Path], *, published: float | None = None
 ) -> dict[str, Any]:
-    """The wheel-set manifest of build_pytorch's run manifest `run` (its wheels verified by the
-    caller); UserError when the torch wheel's AOTriton runtime and images disagree."""
+    """The wheel-set manifest of run (wheels verified by the caller); UserError when the torch
+    wheel's AOTriton runtime and images disagree."""
     arch = archs.get_arch(run["arch"])
     wheels = wheel_records(run["wheels"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
@@ -264,7 +238,8 @@ def build(
         raise UserError(f"refusing to publish this wheel set: {problem}")
     summaries = report_summaries(work, arch.name, reports, pin.get("commit"))
     stamp_time = time.gmtime(time.time() if published is None else published)
-    pytorch = inputs.get("pytorch") or [None, None]
+    origin, commit = inputs.get("pytorch") or [None, None]
+    torch = {"version": versions.get("torch"), "origin": origin, "commit": commit}
     return {
         "schema": SCHEMA,
         "set_id": set_id(run["wheels"]),
@@ -277,17 +252,10 @@ def build(
         "rocm_sdk": run["rocm_version"],
         "flash_attention": flash,
         "wheels": wheels,
-        "torch": {
-            "version": versions.get("torch"),
-            "origin": pytorch[0],
-            "commit": pytorch[1],
-            "head": heads.get("pytorch"),
-        },
+        "torch": {**torch, "head": heads.get("pytorch")},
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": {
-            "commit": pin.get("commit"),
-            "version": pin.get("version"),
-            "source": pin.get("source"),
+            **{k: pin.get(k) for k in ("commit", "version", "source")},
             "runtime": found.get("runtime"),
             "images": found.get("images") or {},
             "runtime_matches_images": problem is None,
@@ -315,8 +283,7 @@ def is_manifest_of(filename: str, set_id_: str) -> bool:
 
 
 def write_manifest_wheel(manifest: Mapping[str, Any], out_dir: Path) -> Path:
-    """A valid wheel (METADATA, WHEEL, RECORD) holding the manifest; bytes depend only on the
-    manifest, so a rerun makes the same file."""
+    """A valid wheel holding the manifest; same manifest, same bytes."""
     version = manifest_version(manifest)
     info = f"{MANIFEST_DIST}-{version}.dist-info"
     body = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
@@ -373,13 +340,9 @@ def manifest_sort_key(filename: str) -> Version:
 
 
 def mismatch(
-    manifest: Mapping[str, Any],
-    *,
-    family: str,
-    arch: str,
-    python_tag: str | None,
+    manifest: Mapping[str, Any], *, family: str, arch: str, python_tag: str | None,
     rocm_version: str | None,
-) -> str | None:
+) -> str | None:  # fmt: skip
     """One line naming how this wheel set does not fit this machine, or None."""
     who = f"wheel set {manifest['set_id']}"
     if manifest["family"] != family:
