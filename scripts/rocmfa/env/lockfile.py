@@ -1,13 +1,25 @@
 """conda-lock.yml: (re)generate it (rocmfa.env.rattler_env) and check offline that it matches
 environment.yml with conda-lock's own content hash, without CUDA (a ROCm env must not be solved
 against a fake __cuda). A fresh verdict is cached per (environment.yml, lock, conda-lock version).
+
+conda-lock.records.json beside it keeps the whole repodata record of every package: conda-lock's
+format keeps no `constrains`, no build strings inside dependency specs and no build number, which
+the closed-world check of the lock needs (tests/test_lockfile.py). `nox -s lock` writes it from
+the records the solver returned, with the platform and virtual packages it solved for; setup_env
+checks this host against them (require_suited) before it installs anything. The host is read by
+py-rattler as conda reads it: CONDA_SUBDIR and CONDA_OVERRIDE_GLIBC override it (the test seam).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+from rocmfa.env import rattler_env
+from rocmfa.env.rattler_env import PLATFORM, RECORDS_FORMAT
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.datafiles import REPO_ROOT
@@ -16,8 +28,53 @@ from rocmfa.plumbing.options import LockOptions
 
 ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
-PLATFORM = "linux-64"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+
+
+def records_path(lock_file: Path) -> Path:
+    return lock_file.with_suffix(".records.json")
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path.name} is missing; run: nox -s lock") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path.name} is not readable: {e}") from None
+    if not isinstance(document, dict) or document.get("format") != RECORDS_FORMAT:
+        raise UserError(
+            f"{path.name} is not a records file of format {RECORDS_FORMAT}; run: nox -s lock"
+        )
+    return document
+
+
+def require_suited(lock_file: Path, platform: str) -> str:
+    """'host SUBDIR, glibc V', or a one-line UserError saying why the lock (solved for the
+    records file's platform and __glibc; platform alone without one) does not suit this host."""
+    import rattler
+    from packaging.version import Version
+
+    path = records_path(lock_file)
+    document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
+    needs = next((v.split("=")[1] for v in document["virtual_packages"]
+                  if v.startswith("__glibc=")), None)  # fmt: skip
+    subdir = os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())
+    if subdir != document["platform"]:
+        raise UserError(f"{lock_file.name} is locked for {document['platform']}; this host is "
+                        f"{subdir}: its packages would not run here")  # fmt: skip
+    if needs is None:
+        return f"host {subdir}"
+    found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
+    have = next((str(g.version) for g in (v.into_generic() for v in found)
+                 if g.name.normalized == "__glibc"), None)  # fmt: skip
+    if have is None:
+        why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
+        raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
+    if Version(have) < Version(needs):
+        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
+                        f"glibc {have}: its programs would not run here")  # fmt: skip
+    return f"host {subdir}, glibc {have}"
 
 
 def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE,
@@ -31,8 +88,6 @@ def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str =
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
     from conda_lock.lockfile import parse_conda_lock_file
 
-    from rocmfa.env.rattler_env import lock_spec
-
     try:
         lock = parse_conda_lock_file(lock_file)
     except Exception as e:  # conda-lock raises pydantic/yaml errors of many kinds
@@ -41,7 +96,7 @@ def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str =
     platforms = list(lock.metadata.platforms)
     if PLATFORM not in platforms:
         return False, f"it has no {PLATFORM} platform"
-    with lock_spec(env_file, platforms, cuda) as (spec, repodata, _mapping):
+    with rattler_env.lock_spec(env_file, platforms, cuda) as (spec, repodata, _mapping):
         for platform in platforms:
             expected = lock.metadata.content_hash.get(platform)
             if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
@@ -70,8 +125,6 @@ def lock(opts: LockOptions) -> None:
 
 def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
                lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
-    from rocmfa.env.lock_records import records_path
-
     records = records_path(lock_file)
     where = ", ".join(mirrors) or "environment.yml's channels"
     runner.apply(_solve_and_verify, env_file, lock_file, mirrors, records,
@@ -80,8 +133,6 @@ def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
 
 
 def _solve_and_verify(env_file: Path, lock_file: Path, mirrors: list[str], records: Path) -> None:
-    from rocmfa.env import rattler_env
-
     locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE,
                                     records_file=records)  # fmt: skip
     fresh, reason = check(env_file, lock_file)

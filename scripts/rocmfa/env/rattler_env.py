@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     import rattler
 
 PLATFORM = "linux-64"
+RECORDS_FORMAT = 1  # conda-lock.records.json
 
 
 def default_cache_dir() -> Path:
@@ -184,7 +186,7 @@ def locked_dependencies(
 def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print,
                cache_dir: Path | None = None,
                records_file: Path | None = None) -> list[Any]:  # fmt: skip
-    """Solve env_file for linux-64 into lock_file (and records_file: rocmfa.env.lock_records)."""
+    """Solve env_file for linux-64 into lock_file (and records_file: rocmfa.env.lockfile)."""
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -215,11 +217,16 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
     write_conda_lock_file(
         Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
     )
-    if records_file is not None:
-        from rocmfa.env import lock_records
+    if records_file is not None:  # read by rocmfa.env.lockfile.load
+        from rocmfa.env.channel_from_locks import repodata_entry
 
         urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
-        lock_records.write(records, urls, PLATFORM, virtual, hashes[PLATFORM], records_file)
+        entries = {urls[r.file_name]: repodata_entry(r) for r in records}
+        virtual_names = sorted(str(v) for v in virtual)
+        document = {"format": RECORDS_FORMAT, "platform": PLATFORM, "virtual_packages":
+                    virtual_names, "content_hash": hashes[PLATFORM],
+                    "records": dict(sorted(entries.items()))}  # fmt: skip
+        records_file.write_text(json.dumps(document, indent=1) + "\n")
     return list(planned.values())
 
 

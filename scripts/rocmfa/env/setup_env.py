@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.env import activation, archs, condaenv, lock_records, lockfile, rocm_sdk, session_env
+from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
 from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
@@ -185,7 +185,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
     # before the first change: only what installs must suit this host
-    lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+    lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
 
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
