@@ -129,14 +129,6 @@ def activated_environ(prefix: Path, outer: Mapping[str, str] | None = None) -> d
     return dict(_activated(str(prefix), tuple(sorted(outer.items()))))
 
 
-def which_in_env(program: str, env: Mapping[str, str]) -> Path:
-    """Resolve a program on the activated PATH (nox would look at its own PATH instead)."""
-    found = shutil.which(program, path=env.get("PATH", ""))
-    if not found:
-        raise UserError(f"{program} not found in the env (PATH={env.get('PATH', '')})")
-    return Path(found)
-
-
 def require_env(prefix: Path) -> Path:
     if not (prefix / ENV_STAMP).is_file():
         state = "is not a conda env" if not is_conda_env(prefix) else "was not set up by us"

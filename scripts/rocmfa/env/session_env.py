@@ -84,10 +84,11 @@ class SessionEnv:
 
     def tool(self, program: str) -> Path:
         """A program of the env; on a dry run without it, where setup_env puts it."""
-        if self.ready and (found := shutil.which(program, path=self.environ.get("PATH", ""))):
+        path = self.environ.get("PATH", "")
+        if self.ready and (found := shutil.which(program, path=path)):
             return Path(found)
         if not self.dry_run:
-            return condaenv.which_in_env(program, self.environ)  # the one-line error
+            raise UserError(f"{program} not found in the env (PATH={path})")
         return self.prefix / "bin" / program
 
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
