@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import channel_from_locks, lockfile, rattler_env
+from rocmfa.env import channel_from_locks, lockfile
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
@@ -145,7 +145,7 @@ def test_real_sources_rebuild_the_channel_the_committed_lock_solves_from(tmp_pat
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     lock = tmp_path / "conda-lock.yml"
-    rattler_env.solve_lock(tmp_path / "environment.yml", lock, [(tmp_path / "a").as_uri()],
+    lockfile.solve_lock(tmp_path / "environment.yml", lock, [(tmp_path / "a").as_uri()],
                            lockfile.CUDA_CHOICE, say=lambda _: None,
                            records_file=lockfile.records_path(lock))  # fmt: skip
     assert lock.read_text() == lockfile.LOCK_FILE.read_text()

@@ -115,13 +115,11 @@ def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: d
 
 
 def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
-    from rocmfa.env import rattler_env
-
-    cache = rattler_env.default_cache_dir()
-    locked = rattler_env.locked_packages(lockfile.LOCK_FILE)
-    channels = sorted({rattler_env.channel_of(p.url) for p in locked})
-    mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
-    result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
+    cache = lockfile.default_cache_dir()
+    locked = lockfile.locked_packages(lockfile.LOCK_FILE)
+    channels = sorted({lockfile.channel_of(p.url) for p in locked})
+    mapping = lockfile.parse_mirrors(mirrors, channels) if mirrors else {}
+    result = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
                                       mirrors=mapping)  # fmt: skip
     print(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
           f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
@@ -160,11 +158,10 @@ def update_conda_packages(
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
     if needs_conda:
-        from rocmfa.env.rattler_env import default_cache_dir
-
+        cache = lockfile.default_cache_dir()
         runner.apply(install_conda_packages, prefix, list(opts.channel),
                      say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into {prefix} "
-                     f"with py-rattler: sha256-verified downloads into {default_cache_dir()}, "
+                     f"with py-rattler: sha256-verified downloads into {cache}, "
                      "then only the difference to the prefix")  # fmt: skip
 
 
