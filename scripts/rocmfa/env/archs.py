@@ -192,7 +192,6 @@ class Detection:
     source: str
     hsa_override: str | None = None
     hsa_override_arch: str | None = None
-    chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def primary(self) -> str | None:
@@ -225,8 +224,7 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    chains = {name: packaging_chain(name) for name in gpus}
-    return Detection(gpus, source, override, override_arch, chains)
+    return Detection(gpus, source, override, override_arch)
 
 
 @dataclass(frozen=True)
