@@ -125,27 +125,6 @@ def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
           f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
 
 
-def say_arch_and_env(session: session_env.SessionEnv) -> None:
-    runner = session.runner
-    note = archs.explain_override(session.choice.detection)
-    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
-    if session.arch.vendor != "amd":
-        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
-    manager = session.manager
-    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
-    runner.say(f"env {session.prefix} ({session.location.how}); {found}; installer py-rattler")
-
-
-def ensure_lock(opts: SetupEnvOptions, runner: Runner) -> str:
-    """The lock's sha256, solving a missing lock first."""
-    if not lockfile.LOCK_FILE.is_file():
-        runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
-        lockfile.write_lock(runner, list(opts.channel))
-    if not lockfile.LOCK_FILE.is_file():  # a planned solve
-        return "(solved above)"
-    return lockfile.require_fresh()
-
-
 def update_conda_packages(
     prefix: Path, stamp_file: Path, lock_sha: str, opts: SetupEnvOptions, runner: Runner
 ) -> None:
@@ -173,9 +152,17 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner, rocm = session.runner, rocm_sdk.load_pin()
     index_kind = opts.rocm_index or rocm.index
     request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
-    say_arch_and_env(session)
-    prefix = session.prefix
-    lock_sha = ensure_lock(opts, runner)
+    note = archs.explain_override(session.choice.detection)
+    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    if session.arch.vendor != "amd":
+        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
+    prefix, manager, lock = session.prefix, session.manager, lockfile.LOCK_FILE
+    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
+    runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
+    if not lock.is_file():
+        runner.say(f"{lock.name} is missing: solving it first (as nox -s lock)")
+        lockfile.write_lock(runner, list(opts.channel))
+    lock_sha = lockfile.require_fresh() if lock.is_file() else "(solved above)"  # a planned solve
     inputs = request.inputs(lock_sha, aotriton_version(prefix))
     stamp_file = prefix / condaenv.ENV_STAMP
     if not opts.force and stamps.is_current(stamp_file, inputs):
