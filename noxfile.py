@@ -35,7 +35,7 @@ def _run(session: nox.Session, function=None) -> None:
     """Parse the session's settings (scripts/rocmfa/plumbing/options.py: all checked before any
     work), print those not at their default, and call function(opts) inside the guard (locks);
     a forwarding session gets function(opts, rest), a probe (no function) runs its script."""
-    from rocmfa.env.session_guard import guarded
+    from rocmfa.env.session_env import guarded
     from rocmfa.plumbing import errors, options  # here: `nox -l` builds no settings class
 
     declared = options.BY_NAME[session.name]
@@ -66,7 +66,7 @@ def _forward(session: nox.Session, declared, function) -> int:
     """The undeclared arguments go to the function, or to the probe's script in the env's
     Python; --help shows ours, then the probe's own (no env needed)."""
     from rocmfa.env import session_env
-    from rocmfa.env.session_guard import guarded
+    from rocmfa.env.session_env import guarded
     from rocmfa.plumbing import options
 
     helps = [a for a in session.posargs if a in ("-h", "--help")]

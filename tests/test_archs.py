@@ -85,7 +85,7 @@ def test_rocm_bootstrap_force_variable_and_hierarchy(
     monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx1151")
     choice = archs.resolve_arch(None, environ={})
     assert choice.arch.name == "gfx1151" and "ROCM_BOOTSTRAP_FORCE_GFX_ARCH" in choice.how
-    assert choice.detection.chains["gfx1151"] == ("gfx1151", "gfx115x", "gfx11")
+    assert archs.packaging_chain(choice.arch.name) == ("gfx1151", "gfx115x", "gfx11")
     # ours ($ROCMFA_ARCH, resolved with the settings) wins over rocm-bootstrap's
     monkeypatch.setenv("ROCMFA_ARCH", "gfx942")
     choice = archs.resolve_arch(options.parse("build_ck", []).arch, environ={})

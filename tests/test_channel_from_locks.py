@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import channel_from_locks, lock_records, lockfile, rattler_env
+from rocmfa.env import channel_from_locks, lockfile
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
@@ -145,12 +145,12 @@ def test_real_sources_rebuild_the_channel_the_committed_lock_solves_from(tmp_pat
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     lock = tmp_path / "conda-lock.yml"
-    rattler_env.solve_lock(tmp_path / "environment.yml", lock, [(tmp_path / "a").as_uri()],
+    lockfile.solve_lock(tmp_path / "environment.yml", lock, [(tmp_path / "a").as_uri()],
                            lockfile.CUDA_CHOICE, say=lambda _: None,
-                           records_file=lock_records.records_path(lock))  # fmt: skip
+                           records_file=lockfile.records_path(lock))  # fmt: skip
     assert lock.read_text() == lockfile.LOCK_FILE.read_text()
-    committed = lock_records.records_path(lockfile.LOCK_FILE).read_text()
-    assert lock_records.records_path(lock).read_text() == committed
+    committed = lockfile.records_path(lockfile.LOCK_FILE).read_text()
+    assert lockfile.records_path(lock).read_text() == committed
     # Every url/hash pair of the lock is the rebuilt channel's record of that file.
     repodata = {}
     for subdir in ("linux-64", "noarch"):

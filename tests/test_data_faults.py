@@ -190,7 +190,7 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
 def test_doctor_names_a_mixed_sdk_the_line_and_the_unresolved_pin() -> None:
     report = {
         "arch": {"detected": [], "detected_from": "x", "arch": "gfx1151", "name": "n", "how": "h",
-                 "aotriton": True, "ck_mha": False, "peak_tflops": {}, "limits": [], "matrix": "m"},
+                 "aotriton": True, "ck_mha": False, "matrix": "m"},
         "env": {"manager": {"kind": "k", "exe": "e", "via": "v"}, "set_up": True,
                 "torch": {"version": "2.13.0"},
                 "mixed_sdk": "mixed ROCm SDK: rocm-sdk-core 2, rocm-sdk-devel 1; rerun: x"},

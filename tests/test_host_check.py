@@ -1,6 +1,6 @@
 """setup_env refuses, in one line, a host the lock does not suit. The host is faked with the
 variables conda itself reads for it (CONDA_SUBDIR, CONDA_OVERRIDE_GLIBC): they are the test
-seam, read by py-rattler (scripts/rocmfa/env/lock_records.py)."""
+seam, read by py-rattler (scripts/rocmfa/env/lockfile.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import lock_records, lockfile
+from rocmfa.env import lockfile
 from rocmfa.plumbing.errors import UserError
 from tests.support.project import copy_project, run_nox
 
 
 def test_committed_lock_names_its_platform_and_glibc() -> None:
-    document = lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))
+    document = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))
     assert document["platform"] == "linux-64" and "__glibc=2.28=0" in document["virtual_packages"]
 
 
 def test_this_host_suits_the_committed_lock() -> None:
     confstr = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36" on a glibc Linux
-    assert lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM) == (
+    assert lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM) == (
         f"host linux-64, glibc {confstr.split()[1]}"
     )
 
@@ -44,17 +44,17 @@ def test_hosts_read_as_conda_reads_them(environ, message, monkeypatch) -> None:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     if message is None:
-        found = lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+        found = lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
         assert found == f"host linux-64, glibc {environ['CONDA_OVERRIDE_GLIBC']}"
         return
     with pytest.raises(UserError) as error:
-        lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+        lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_setup_env_refuses_before_doing_anything(tmp_path: Path) -> None:
     project = copy_project(tmp_path / "p")
-    shutil.copy(lock_records.records_path(lockfile.LOCK_FILE), project)
+    shutil.copy(lockfile.records_path(lockfile.LOCK_FILE), project)
     prefix = tmp_path / "envs" / "therock"
     args = ["-s", "setup_env", "--", "--arch", "gfx1151", "--prefix", str(prefix)]
     base = {"ROCMFA_WORKDIR": str(tmp_path / "w")}

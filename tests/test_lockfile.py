@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rocmfa.env import lock_records, lockfile
+from rocmfa.env import lockfile
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
@@ -175,7 +175,7 @@ def committed() -> tuple[list[tuple[str, str, str, str]], dict]:
 
     lock = parse_conda_lock_file(lockfile.LOCK_FILE)
     locked = [(p.name, p.url, p.hash.md5, p.hash.sha256) for p in lock.package]
-    return locked, lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))
+    return locked, lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))
 
 
 def test_committed_lock_is_fresh_and_its_records_are_a_consistent_set() -> None:
@@ -203,18 +203,18 @@ def test_committed_lock_is_fresh_and_its_records_are_a_consistent_set() -> None:
 def test_committed_lock_is_what_its_own_records_solve_to(tmp_path: Path) -> None:
     """Closed world: the lock's records alone, as a channel, solve environment.yml back to the
     committed conda-lock.yml and records file, byte for byte."""
-    from rocmfa.env import rattler_env
+    from rocmfa.env import lockfile
 
     _, document = committed()
     channel = closed_channel(document, tmp_path / "closed")
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     lock = tmp_path / "conda-lock.yml"
-    rattler_env.solve_lock(tmp_path / "environment.yml", lock, [channel], lockfile.CUDA_CHOICE,
+    lockfile.solve_lock(tmp_path / "environment.yml", lock, [channel], lockfile.CUDA_CHOICE,
                            say=lambda _: None, cache_dir=tmp_path / "cache",
-                           records_file=lock_records.records_path(lock))  # fmt: skip
+                           records_file=lockfile.records_path(lock))  # fmt: skip
     assert lock.read_text() == lockfile.LOCK_FILE.read_text()
-    records = lock_records.records_path(lockfile.LOCK_FILE)
-    assert lock_records.records_path(lock).read_text() == records.read_text()
+    records = lockfile.records_path(lockfile.LOCK_FILE)
+    assert lockfile.records_path(lock).read_text() == records.read_text()
 
 
 def with_libgomp_build(document: dict, build: str) -> tuple[dict, str]:
@@ -230,7 +230,7 @@ def with_libgomp_build(document: dict, build: str) -> tuple[dict, str]:
 
 def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None:
     """What the lock held before: libgomp he0feb66_19 beside libgcc he0feb66_18."""
-    from rocmfa.env import rattler_env
+    from rocmfa.env import lockfile
 
     locked, document = committed()
     bad, url = with_libgomp_build(document, "he0feb66_19")
@@ -241,7 +241,7 @@ def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None
     channel = closed_channel(bad, tmp_path / "closed")
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     with pytest.raises(UserError, match="cannot solve"):
-        rattler_env.solve_lock(tmp_path / "environment.yml", tmp_path / "l.yml", [channel], "",
+        lockfile.solve_lock(tmp_path / "environment.yml", tmp_path / "l.yml", [channel], "",
                                say=lambda _: None, cache_dir=tmp_path / "cache")  # fmt: skip
 
 

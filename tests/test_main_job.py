@@ -37,7 +37,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from rocmfa.builds import aotriton_install
-from rocmfa.env import doctor, lockfile, rattler_env
+from rocmfa.env import doctor, lockfile
 from tests.conftest import RocmIndex
 from tests.support import aotriton_standins as st
 from tests.support import therock_standin
@@ -115,7 +115,7 @@ def machine(
         f"name: therock\nchannels:\n  - {channel}\nplatforms:\n  - linux-64\n"
         "dependencies:\n  - python\n  - pip\n"
     )
-    rattler_env.solve_lock(
+    lockfile.solve_lock(
         project / "environment.yml",
         project / "conda-lock.yml",
         [],

@@ -138,18 +138,18 @@ def test_session_facts() -> None:
 
 
 def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, monkeypatch):
-    from rocmfa.env import session_guard
+    from rocmfa.env import session_env
     from rocmfa.plumbing import locks
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
     assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
     lock = tmp_path / "w" / ".rocmfa.lock"
-    with session_guard.guarded(options.BY_NAME["build_ck"], opts):
+    with session_env.guarded(options.BY_NAME["build_ck"], opts):
         assert locks.holder(lock)["session"] == "build_ck"  # the work dir lock, held
     assert locks.holder(lock) is None
     dry = options.parse("build_ck", ["--prefix", str(tmp_path / "env"), "--dry-run"])
-    with session_guard.guarded(options.BY_NAME["build_ck"], dry):
+    with session_env.guarded(options.BY_NAME["build_ck"], dry):
         assert locks.holder(lock) is None  # a dry run plans only: no lock
 
 

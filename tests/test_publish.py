@@ -19,7 +19,7 @@ from typing import ClassVar
 import pytest
 
 from rocmfa.builds import build_pytorch as bp
-from rocmfa.env import doctor, session_guard
+from rocmfa.env import doctor, session_env
 from rocmfa.plumbing import options, team_index
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sharing import install_wheels as iw
@@ -409,7 +409,7 @@ def test_tampered_wheel_is_refused_by_pip(builder, second, env, tmp_path, capfd)
     assert report["interrupted"] == [] and "HALF-DONE" not in doctor.render(report)
     assert not [p for p in doctor.problems(report) if "conda-lock" not in p]
     for name, argv in (("bench", ["--prefix", str(second.prefix)]), ("build_ck", second.args())):
-        with session_guard.guarded(options.BY_NAME[name], options.parse(name, argv)):
+        with session_env.guarded(options.BY_NAME[name], options.parse(name, argv)):
             pass
     # and the env takes the set once the index holds the published bytes again
     publish(builder, str(tmp_path / "good"))

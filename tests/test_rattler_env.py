@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import activation, condaenv, lockfile, rattler_env
+from rocmfa.env import activation, condaenv, lockfile
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 from tests.conftest import RocmIndex
@@ -78,7 +78,7 @@ def locked(tmp_path: Path):
     url = make_channel(tmp_path / "channel", packages())
     env_file = write_env(tmp_path / "environment.yml", url, SPECS)
     lock = tmp_path / "conda-lock.yml"
-    rattler_env.solve_lock(env_file, lock, [], lockfile.CUDA_CHOICE, say=lambda _: None)
+    lockfile.solve_lock(env_file, lock, [], lockfile.CUDA_CHOICE, say=lambda _: None)
     return tmp_path, env_file, lock
 
 
@@ -108,7 +108,7 @@ def test_an_unreachable_channel_is_a_network_error_naming_the_host_and_channel(
 ) -> None:
     env_file = write_env(tmp_path / "environment.yml", "http://127.0.0.1:9/c", ["tool"])
     with pytest.raises(UserError) as error:
-        rattler_env.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
+        lockfile.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
     message = str(error.value)
     assert "\n" not in message and message.startswith("cannot reach 127.0.0.1:9 (http://")
     assert "--channel URL" in message and "solve" not in message
@@ -118,7 +118,7 @@ def test_unsolvable_spec_is_one_line_naming_the_conflict(tmp_path: Path) -> None
     url = make_channel(tmp_path / "channel", packages())
     env_file = write_env(tmp_path / "environment.yml", url, ["tool>=2", "libfoo<1"])
     with pytest.raises(UserError) as error:
-        rattler_env.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
+        lockfile.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
     message = str(error.value)
     assert "\n" not in message and message.startswith("cannot solve tool >=2, libfoo <1:")
     assert "libfoo" in message.split(":", 1)[1]
@@ -129,22 +129,22 @@ def test_mirror_solves_there_but_locks_the_channels_own_urls(tmp_path: Path) -> 
     mirror = make_channel(tmp_path / "mirror", packages())
     env_file = write_env(tmp_path / "environment.yml", "conda-forge", ["tool"])
     lock = tmp_path / "conda-lock.yml"
-    rattler_env.solve_lock(env_file, lock, [mirror], "", say=lambda _: None)
+    lockfile.solve_lock(env_file, lock, [mirror], "", say=lambda _: None)
     assert lockfile.check(env_file, lock)[0]
-    urls = sorted(p.url for p in rattler_env.locked_packages(lock))
+    urls = sorted(p.url for p in lockfile.locked_packages(lock))
     assert urls == [
         "https://conda.anaconda.org/conda-forge/linux-64/libfoo-1.2-0.tar.bz2",
         "https://conda.anaconda.org/conda-forge/linux-64/tool-2.0-0.tar.bz2",
     ]
     # Installing through the same mirror (an air-gapped site): no conda-forge access needed.
-    mapping = rattler_env.parse_mirrors([str(tmp_path / "mirror")], ["conda-forge"])
-    result = rattler_env.install_lock(lock, tmp_path / "env", cache_dir=tmp_path / "cache",
+    mapping = lockfile.parse_mirrors([str(tmp_path / "mirror")], ["conda-forge"])
+    result = lockfile.install_lock(lock, tmp_path / "env", cache_dir=tmp_path / "cache",
                                       mirrors=mapping)  # fmt: skip
     assert result.installed == ["libfoo-1.2-0", "tool-2.0-0"]
     with pytest.raises(UserError, match="say which one it mirrors"):
-        rattler_env.parse_mirrors(["file:///m"], ["conda-forge", "bioconda"])
+        lockfile.parse_mirrors(["file:///m"], ["conda-forge", "bioconda"])
     with pytest.raises(UserError, match=r"pytorch is not a channel of environment\.yml"):
-        rattler_env.parse_mirrors(["pytorch=file:///m"], ["conda-forge"])
+        lockfile.parse_mirrors(["pytorch=file:///m"], ["conda-forge"])
 
 
 def shell_env(shell: str, script: str, env: dict[str, str]) -> dict[str, str]:
@@ -160,7 +160,7 @@ SHELLS = [s for s in ("bash", "dash", "zsh") if shutil.which(s)]
 def test_installed_env_is_a_real_prefix_whose_scripts_activate_in_real_shells(locked) -> None:
     root, _, lock = locked
     prefix = root / "env"
-    result = rattler_env.install_lock(lock, prefix, cache_dir=root / "cache")
+    result = lockfile.install_lock(lock, prefix, cache_dir=root / "cache")
     assert len(result.installed) == 14 and result.removed == [] and result.unchanged == 0
     record = json.loads((prefix / "conda-meta" / "tool-2.0-0.json").read_text())
     assert record["sha256"] == stamps.file_sha256(root / "channel/linux-64/tool-2.0-0.tar.bz2")
@@ -199,19 +199,19 @@ def test_installed_env_is_a_real_prefix_whose_scripts_activate_in_real_shells(lo
 def test_a_changed_lock_installs_only_the_difference(locked) -> None:
     root, env_file, lock = locked
     prefix = root / "env"
-    rattler_env.install_lock(lock, prefix, cache_dir=root / "cache")
+    lockfile.install_lock(lock, prefix, cache_dir=root / "cache")
     tool_file = prefix / "bin" / "tool"
     inode = tool_file.stat().st_ino
     build(Package("libfoo", "2.0", files={"lib/libfoo.txt": "libfoo 2.0\n"}), root / "channel")
     write_repodata(root / "channel")
     env_file.write_text(env_file.read_text().replace("tool>=2", "tool>=2\n  - libfoo>=2"))
-    rattler_env.solve_lock(env_file, lock, [], "", say=lambda _: None)
-    result = rattler_env.install_lock(lock, prefix, cache_dir=root / "cache")
+    lockfile.solve_lock(env_file, lock, [], "", say=lambda _: None)
+    result = lockfile.install_lock(lock, prefix, cache_dir=root / "cache")
     assert (result.installed, result.removed) == (["libfoo-2.0-0"], ["libfoo-1.2-0"])
     assert result.unchanged == 13
     assert (prefix / "lib" / "libfoo.txt").read_text() == "libfoo 2.0\n"
     assert tool_file.stat().st_ino == inode  # tool was not relinked
-    again = rattler_env.install_lock(lock, prefix, cache_dir=root / "cache")
+    again = lockfile.install_lock(lock, prefix, cache_dir=root / "cache")
     assert (again.installed, again.removed, again.unchanged) == ([], [], 14)
 
 
@@ -228,7 +228,7 @@ def test_bytes_that_do_not_match_the_lock_are_refused_and_the_prefix_is_untouche
     build(packages(tool_note=" (tampered)")[1], root / "channel")
     fresh = root / "fresh-env"
     with pytest.raises(UserError) as error:
-        rattler_env.install_lock(lock, fresh, cache_dir=root / "cache")
+        lockfile.install_lock(lock, fresh, cache_dir=root / "cache")
     message = str(error.value)
     assert "\n" not in message
     assert message.startswith("tool-2.0-0.tar.bz2: sha256 ") and "does not match the lock's" in (
@@ -243,14 +243,14 @@ def test_bytes_that_do_not_match_the_lock_are_refused_and_the_prefix_is_untouche
     (existing / "keep.txt").write_text("mine")
     before = snapshot(existing)
     with pytest.raises(UserError, match="does not match the lock's"):
-        rattler_env.install_lock(lock, existing, cache_dir=root / "cache")
+        lockfile.install_lock(lock, existing, cache_dir=root / "cache")
     assert snapshot(existing) == before
 
 
 KILL_AFTER_LINKS = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from rocmfa.env import rattler_env
+    from rocmfa.env import lockfile
 
     class KillMidway:
         linked = 0
@@ -262,7 +262,7 @@ KILL_AFTER_LINKS = textwrap.dedent("""
             return lambda *args: 0
 
     lock, prefix, cache = map(Path, sys.argv[1:4])
-    rattler_env.install_lock(lock, prefix, cache_dir=cache, reporter=KillMidway())
+    lockfile.install_lock(lock, prefix, cache_dir=cache, reporter=KillMidway())
 """)
 
 
@@ -276,7 +276,7 @@ def test_a_killed_install_is_completed_by_the_rerun(locked) -> None:
     assert child.returncode == -signal.SIGKILL, child.stderr
     linked_before = len(list((prefix / "conda-meta").glob("*.json")))
     assert 0 < linked_before < 14  # killed in the middle
-    result = rattler_env.install_lock(lock, prefix, cache_dir=root / "cache")
+    result = lockfile.install_lock(lock, prefix, cache_dir=root / "cache")
     assert len(result.installed) == 14 - linked_before
     assert len(list((prefix / "conda-meta").glob("*.json"))) == 14
     assert (prefix / "bin" / "tool").is_file()

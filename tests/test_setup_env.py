@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def test_provisioned_env_got_the_device_package_and_variables(provisioned_env: P
     assert env["PYTORCH_ROCM_ARCH"] == "gfx1151"
     # beside ROCM_PATH, as TheRock's own builds set it (build_prod_wheels.py @ 89553ce3)
     assert env["HIP_DEVICE_LIB_PATH"] == str(site / "_rocm_sdk_devel/lib/llvm/amdgcn/bitcode")
-    assert condaenv.which_in_env("rocm-sdk", env) == provisioned_env / "bin" / "rocm-sdk"
+    assert shutil.which("rocm-sdk", path=env["PATH"]) == str(provisioned_env / "bin" / "rocm-sdk")
 
 
 def test_requirement_and_index_per_kind(rocm_index: RocmIndex) -> None:

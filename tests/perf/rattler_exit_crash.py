@@ -1,10 +1,10 @@
-"""Reproduce py-rattler's exit-time crash; show that rattler_env.run_rattler prevents it.
+"""Reproduce py-rattler's exit-time crash; show that lockfile.run_rattler prevents it.
 
 Each run is a fresh Python process with a cold package cache that solves one small test-made
 package from a file:// channel, installs it, checks the prefix, and returns from main:
   naive   - `asyncio.run(...)` as rattler's docs show;
-  guarded - the same calls through rocmfa.env.rattler_env.run_rattler;
-  ours    - what `nox -s lock` and setup_env call: rattler_env.solve_lock + install_lock.
+  guarded - the same calls through rocmfa.env.lockfile.run_rattler;
+  ours    - what `nox -s lock` and setup_env call: lockfile.solve_lock + install_lock.
 A run "crashes" when the process dies of a signal (SIGSEGV/SIGABRT) after printing that the
 prefix was complete. The cause: docs/conda-lock.md.
 
@@ -45,17 +45,17 @@ def child(mode: str, root: Path) -> None:
     if mode == "naive":
         asyncio.run(solve_and_install())
     elif mode == "ours":
-        from rocmfa.env import rattler_env
+        from rocmfa.env import lockfile
 
         env_file = root / "environment.yml"
         env_file.write_text(f"channels: [{url}]\nplatforms: [linux-64]\ndependencies: [hello]\n")
         lock = root / "conda-lock.yml"
-        rattler_env.solve_lock(env_file, lock, [], "", say=lambda _: None)
-        rattler_env.install_lock(lock, root / "env", cache_dir=root / "cache")
+        lockfile.solve_lock(env_file, lock, [], "", say=lambda _: None)
+        lockfile.install_lock(lock, root / "env", cache_dir=root / "cache")
     else:
-        from rocmfa.env import rattler_env
+        from rocmfa.env import lockfile
 
-        rattler_env.run_rattler(solve_and_install)
+        lockfile.run_rattler(solve_and_install)
     print("prefix complete:", (root / "env" / "bin" / "hello").is_file(), flush=True)
 
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rocmfa.env import rattler_env
+from rocmfa.env import lockfile
 from tests.perf.process_time import Series
 from tests.perf.setup_env_noop import noop_line, timed_nox
 from tests.support import pep503, standin_rocm
@@ -53,15 +53,15 @@ def main() -> int:
         }
         lock_s, _ = timed_nox(project, env, "-s", "lock", "--", "--channel", mirror)
         lock = project / "conda-lock.yml"
-        mirrors = rattler_env.parse_mirrors([mirror], ["conda-forge"])
+        mirrors = lockfile.parse_mirrors([mirror], ["conda-forge"])
         start = time.perf_counter()
-        rattler_env.install_lock(lock, root / "cold", cache_dir=root / "c1", mirrors=mirrors)
+        lockfile.install_lock(lock, root / "cold", cache_dir=root / "c1", mirrors=mirrors)
         cold = time.perf_counter() - start
         start = time.perf_counter()
-        rattler_env.install_lock(lock, root / "warm", cache_dir=root / "c1", mirrors=mirrors)
+        lockfile.install_lock(lock, root / "warm", cache_dir=root / "c1", mirrors=mirrors)
         warm = time.perf_counter() - start
         start = time.perf_counter()
-        rattler_env.install_lock(lock, root / "warm", cache_dir=root / "c1", mirrors=mirrors)
+        lockfile.install_lock(lock, root / "warm", cache_dir=root / "c1", mirrors=mirrors)
         same = time.perf_counter() - start
         setup = ["-s", "setup_env", "--", "--arch", "gfx1151", "--channel", mirror]
         first, out = timed_nox(project, env, *setup)

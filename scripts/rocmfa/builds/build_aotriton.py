@@ -726,9 +726,9 @@ def require_pybind11(ctx: Context) -> None:
         probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
         has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
     else:
-        from rocmfa.env import lock_records, lockfile
+        from rocmfa.env import lockfile
 
-        records = lock_records.load(lock_records.records_path(lockfile.LOCK_FILE))["records"]
+        records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:

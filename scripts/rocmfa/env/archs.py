@@ -4,7 +4,6 @@ HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, n
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Mapping
@@ -146,18 +145,8 @@ def _parse_arch(name: str, raw: Any) -> Arch:
 
 
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
-    """The arch table, read once per process while the file is unchanged."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return dict(_load_arches(path, None))  # load_toml's one-line error
-    return dict(_load_arches(path, (stat.st_mtime_ns, stat.st_size)))  # a copy: callers may edit
-
-
-@functools.lru_cache(maxsize=8)
-def _load_arches(path: Path, version: tuple[int, int] | None) -> dict[str, Arch]:
-    data = arch_data(path)  # the file as the option check read it
-    table = data.get("arch")
+    """The arch table (about 4 ms to read and check)."""
+    table = arch_data(path).get("arch")  # the file as the option check read it
     if not isinstance(table, dict) or not table:
         raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
     return {name: _parse_arch(name, raw) for name, raw in table.items()}
@@ -192,7 +181,6 @@ class Detection:
     source: str
     hsa_override: str | None = None
     hsa_override_arch: str | None = None
-    chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def primary(self) -> str | None:
@@ -225,8 +213,7 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    chains = {name: packaging_chain(name) for name in gpus}
-    return Detection(gpus, source, override, override_arch, chains)
+    return Detection(gpus, source, override, override_arch)
 
 
 @dataclass(frozen=True)

@@ -63,34 +63,27 @@ def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[st
     """One record per (subdir, filename), in any order: (chosen, sources per filename), or a
     UserError naming the files the sources disagree on."""
     by_file: dict[tuple[str, str], list[Record]] = {}
-    for record in records:
+    for record in sorted(records, key=lambda r: r.source):  # messages the same in any order
         by_file.setdefault((record.subdir, record.filename), []).append(record)
-    chosen: dict[tuple[str, str], Record] = {}
-    supplied: dict[str, list[str]] = {}
-    conflicts: list[str] = []
-    for key, unordered in sorted(by_file.items()):
-        held = sorted(unordered, key=lambda r: r.source)  # messages the same in any order
-        first = held[0].entry
-        problems = {
-            f"{', '.join(fields)} ({held[0].source} vs {other.source})"
-            for other in held
-            if (
-                fields := sorted(
-                    k for k in {*first, *other.entry} if first.get(k) != other.entry.get(k)
-                )
+    conflicts = []
+    for (_, filename), (first, *others) in sorted(by_file.items()):
+        differ = [
+            (
+                sorted(k for k in {*first.entry, *r.entry} if first.entry.get(k) != r.entry.get(k)),
+                r.source,
             )
-        }
-        if problems:
-            conflicts.append(f"{key[1]}: {'; '.join(sorted(problems))}")
-            continue
-        chosen[key] = held[0]
-        supplied[key[1]] = sorted({r.source for r in held})
+            for r in others
+        ]
+        problems = sorted({f"{', '.join(keys)} ({first.source} vs {source})"
+                           for keys, source in differ if keys})  # fmt: skip
+        conflicts += [f"{filename}: {'; '.join(problems)}"] if problems else []
     if conflicts:
         shown = " | ".join(conflicts[:3]) + (f" | and {len(conflicts) - 3} more" if
                                              len(conflicts) > 3 else "")  # fmt: skip
         raise UserError(f"{len(conflicts)} file(s) have different records in different "
                         f"sources; drop or fix one of each pair: {shown}")  # fmt: skip
-    return chosen, supplied
+    supplied = {key[1]: sorted({r.source for r in held}) for key, held in by_file.items()}
+    return {key: held[0] for key, held in by_file.items()}, supplied
 
 
 def write_channel(entries: dict[tuple[str, str], dict[str, Any]], out: Path, platform: str,

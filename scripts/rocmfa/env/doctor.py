@@ -72,7 +72,6 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
     section: dict[str, Any] = {
         "detected": list(detection.gpus),
         "detected_from": detection.source,
-        "hierarchy": {gpu: list(chain) for gpu, chain in detection.chains.items()},
         "hsa_override": archs.explain_override(detection),
     }
     try:
@@ -91,8 +90,6 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
         name=arch.display_name,
         aotriton=bool(arch.aotriton_supported() or (pinned and arch.aotriton_patched_pack(pinned))),
         ck_mha=arch.ck_mha,
-        peak_tflops=dict(arch.peak_tflops),
-        limits=list(arch.limits),
         matrix=compat_matrix.host_line(choice=choice),
         path=torch_path(arch, choice.how, pinned),
     )
@@ -220,45 +217,38 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = ["rocm-fa-workflow doctor", ""]
-    lines += [f"HALF-DONE  {line}" for line in report.get("interrupted", [])]
-    lines += _render_arch(report["arch"])
-    lines += _render_env(report["env"], report["lock"])
-    lines += _render_pins_and_builds(report)
-    lines += ["", f"next       {report['next']}"]
-    return "\n".join(lines)
+    """One row per fact, `label  text`; HALF-DONE first, the next step last."""
+    rows = [("HALF-DONE", line) for line in report.get("interrupted", [])]
+    rows += _arch_rows(report["arch"]) + _env_rows(report["env"], report["lock"])
+    rows += [*_pin_and_build_rows(report), ("", ""), ("next", report["next"])]
+    return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
 
 
-def _render_arch(arch: dict[str, Any]) -> list[str]:
+def _arch_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
     gpus = ", ".join(arch["detected"]) or "none"
     rows = [("GPU", f"detected: {gpus} ({arch['detected_from']})")]
-    rows += [("", f"{gpu}: target -> sub-family -> family {' -> '.join(chain)}")
-             for gpu, chain in arch.get("hierarchy", {}).items()]  # fmt: skip
     rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
     if "error" in arch:
-        return [f"{label:<10} {text}" for label, text in [*rows, ("arch", arch["error"])]]
-    peak = arch["peak_tflops"].get("fp16")
+        return [*rows, ("arch", arch["error"])]
     path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
     rows += [
         ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
-         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"
-         + (f"; peak fp16 {peak} TFLOP/s" if peak else "")),
-        *(("", f"limit: {limit}") for limit in arch["limits"]),
+         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"),
         ("matrix", f"{arch['matrix']} (nox -s matrix)"),
         ("path", f"{path['kind']}: {path['why']}{run}"),
         *([("", path["build"])] if path.get("build") else []),
     ]  # fmt: skip
-    return [f"{label:<10} {text}" for label, text in rows]
+    return rows
 
 
-def _render_env(env: dict[str, Any], lock: dict[str, Any]) -> list[str]:
+def _env_rows(env: dict[str, Any], lock: dict[str, Any]) -> list[tuple[str, str]]:
     manager, rocm, torch = env.get("manager"), env.get("rocm_sdk"), env.get("torch") or {}
     env_vars = env.get("variables", [])
     state = "exists, not set up" if env.get("exists") else "absent"
     state = "set up" if env.get("set_up") else state
     fresh = "fresh" if lock.get("fresh") else "STALE"
-    rows = [
+    return [
         ("manager", f"{manager['kind']} {manager['exe']} (via {manager['via']})" if manager
          else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"),
         ("env", f"{env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"),
@@ -270,23 +260,18 @@ def _render_env(env: dict[str, Any], lock: dict[str, Any]) -> list[str]:
          if torch.get("version") else torch.get("error", "not installed")),
         *(("variable", f"{v['name']}={v['value']}  - {v['why']}") for v in env_vars),
     ]  # fmt: skip
-    return [f"{label:<10} {text}" for label, text in rows]
 
 
-def _render_pins_and_builds(report: dict[str, Any]) -> list[str]:
-    lines = []
+def _pin_and_build_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
     for pin in report["pins"]:
-        if "error" in pin:
-            lines.append(f"pin        {pin['error']}")
-            continue
         what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
-        if pin_files.HEX40.fullmatch(what):
-            what = what[:12]  # a commit; versions are shown whole
-        lines.append(f"pin        {pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})")
-    if report.get("line"):
-        lines.append(f"pin line   {report['line']}")
-    builds = [f"{build['step']} ({build['stamp']})" for build in report["builds"]]
-    return lines + [f"built      {build}" for build in builds or ["nothing yet"]]
+        what = what[:12] if pin_files.HEX40.fullmatch(what) else what  # versions shown whole
+        rows.append(("pin", pin.get("error") or
+                     f"{pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})"))  # fmt: skip
+    rows += [("pin line", report["line"])] if report.get("line") else []
+    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
+    return rows + [("built", build) for build in builds]
 
 
 def problems(report: dict[str, Any]) -> list[str]:

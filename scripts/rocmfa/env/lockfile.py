@@ -1,23 +1,436 @@
-"""conda-lock.yml: (re)generate it (rocmfa.env.rattler_env) and check offline that it matches
-environment.yml with conda-lock's own content hash, without CUDA (a ROCm env must not be solved
-against a fake __cuda). A fresh verdict is cached per (environment.yml, lock, conda-lock version).
+"""conda-lock.yml, made and installed with py-rattler (the one conda solver and installer).
+
+solve_lock() (`nox -s lock`): environment.yml (as conda-lock parses it) solved by rattler against
+its channels or their mirrors (`--channel URL`), written with conda-lock's models; locked URLs
+always name environment.yml's channel. check(): the lock matches environment.yml by conda-lock's
+own content hash, offline and without CUDA (a ROCm env must not be solved against a fake
+__cuda); a fresh verdict is cached per (environment.yml, lock, conda-lock version).
+install_lock() (setup_env): the lock's packages fetched into a package cache and checked against
+the lock's sha256 before rattler's installer links only the difference. Every rattler coroutine
+runs through run_rattler (exit-time crash, see there).
+
+conda-lock.records.json beside the lock keeps the whole repodata record of every package:
+conda-lock's format keeps no `constrains`, no build strings inside dependency specs and no build
+number, which the closed-world check of the lock needs (tests/test_lockfile.py). setup_env checks
+this host against its platform and virtual packages (require_suited) before it installs
+anything; the host is read by py-rattler as conda reads it (CONDA_SUBDIR, CONDA_OVERRIDE_GLIBC).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from rocmfa.plumbing import stamps
+from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import LockOptions
 
+if TYPE_CHECKING:
+    import rattler
+
+PLATFORM = "linux-64"
+RECORDS_FORMAT = 1  # conda-lock.records.json
+
+
+def default_cache_dir() -> Path:
+    from rocmfa.plumbing.options import environment
+
+    if chosen := environment().conda_cache:
+        return Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
+
+
+def channel_base(channel: str) -> str:
+    if "://" in channel:
+        return channel.rstrip("/") + "/"
+    return f"https://conda.anaconda.org/{channel.strip('/')}/"
+
+
+def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
+    """`--channel URL` (environment.yml's only channel) or `NAME=URL` -> {base: mirror base}."""
+    mirrors: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or "://" in name:
+            if len(channels) != 1:
+                raise UserError(
+                    f"--channel {value}: environment.yml has channels {', '.join(channels)}; "
+                    "say which one it mirrors: --channel NAME=URL"
+                )
+            name, url = channels[0], value
+        if channel_base(name) not in {channel_base(c) for c in channels}:
+            raise UserError(f"--channel {value}: {name} is not a channel of environment.yml")
+        if "://" not in url:
+            url = Path(url).expanduser().resolve().as_uri()
+        mirrors[channel_base(name)] = channel_base(url)
+    return mirrors
+
+
+def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
+    for old, new in mapping.items():
+        if url.startswith(old):
+            return new + url[len(old) :]
+    return url
+
+
+@contextlib.contextmanager
+def lock_spec(env_file: Path, platforms: list[str], cuda: str):
+    """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
+    URL: local and empty, as the default one is downloaded from GitHub)."""
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    logging.disable(logging.INFO)  # conda-lock logs its virtual packages on the root logger
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(logging.disable, logging.NOTSET)
+        mapping = Path(tmp) / "mapping.json"
+        mapping.write_text("{}")
+        try:
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
+            )
+        except Exception as e:
+            raise UserError(f"cannot parse {env_file.name}: {e}") from None
+        vpr = default_virtual_package_repodata(cuda)
+        with vpr:  # its __enter__ does not return it
+            yield spec, vpr, str(mapping)
+
+
+def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
+    """The virtual packages conda-lock hashes (its FakeRepoData), for rattler's solver."""
+    import rattler
+
+    return [
+        rattler.GenericVirtualPackage(
+            rattler.PackageName(p.name),
+            rattler.Version(p.version),
+            rattler.BuildString(p.build_string or "0"),  # rattler wants one; conda uses 0
+        )
+        for p, subdirs in vpr.packages_by_subdir.items()
+        if platform in subdirs
+    ]
+
+
+def match_spec(dep: Any) -> str:
+    """A conda-lock VersionedDependency as a conda match spec string."""
+    parts = [dep.name, *([dep.version or "*", dep.build] if dep.build else [dep.version])]
+    spec = " ".join(p for p in parts if p)
+    return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
+
+
+def solve(specs: list[str], channels: list[str], virtual: list[Any], platform: str = PLATFORM,
+          cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
+    """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
+    import rattler
+    from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
+
+    cache_dir = cache_dir or default_cache_dir()
+
+    async def go() -> list[rattler.RepoDataRecord]:
+        return await rattler.solve(
+            sources=[rattler.Channel(url) for url in channels],
+            specs=specs,
+            gateway=rattler.Gateway(cache_dir=cache_dir / "repodata"),
+            platforms=[platform, "noarch"],
+            virtual_packages=virtual,
+        )
+
+    try:
+        return run_rattler(go)
+    except SolverError as error:
+        raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
+    except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
+        url = re.search(r"url \((\S+?)\)", str(error))
+        cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:] or ["?"]
+        where = url[1] if url else ", ".join(channels)
+        host = urllib.parse.urlsplit(where).netloc or where
+        why = cause[0].removeprefix("Caused by: ")
+        raise UserError(f"cannot reach {host} ({where}): {why}; {MIRROR_FIX}") from None
+    except Exception as error:  # anything else from rattler
+        raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    """rattler's message (a heading, then a tree of why) as one line: the conflict lines."""
+    text = " ".join([line.strip() for line in str(error).splitlines() if line.strip()][:8])
+    return text if len(text) < 600 else text[:597] + "..."
+
+
+def locked_dependencies(
+    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str], platform: str
+) -> list[Any]:
+    """conda-lock's LockedDependency per record, dependencies as conda-lock writes them."""
+    from conda_lock.interfaces.vendored_conda import MatchSpec
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    locked = []
+    for record in records:
+        by_name: dict[str, list[Any]] = {}
+        for dep in map(MatchSpec, record.depends):
+            by_name.setdefault(dep.name, []).append(dep)
+        merged = {name: MatchSpec.merge(specs)[0].version for name, specs in by_name.items()}
+        if not record.sha256 or not record.md5:
+            raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
+        locked.append(LockedDependency(
+            name=record.name.normalized, version=str(record.version), manager="conda",
+            platform=platform, url=_swap_base(record.url, canonical),
+            dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
+            hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+        ))  # fmt: skip
+    return locked
+
+
+def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print,
+               cache_dir: Path | None = None,
+               records_file: Path | None = None) -> list[Any]:  # fmt: skip
+    """Solve env_file for linux-64 into lock_file (and records_file: load())."""
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.lockfile import apply_categories, write_conda_lock_file
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
+
+    with lock_spec(env_file, [PLATFORM], cuda) as (spec, vpr, mapping):
+        conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
+        if len(conda_deps) != len(spec.dependencies[PLATFORM]):
+            raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
+        channels = [c.url for c in spec.channels]
+        mirror_of = parse_mirrors(mirrors, channels)
+        sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
+        specs = [match_spec(d) for d in conda_deps]
+        say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+        virtual = virtual_packages(vpr)
+        records = solve(specs, sources, virtual, cache_dir=cache_dir)
+        hashes = compute_content_hashes(spec, vpr)
+        canonical = {mirror: base for base, mirror in mirror_of.items()}
+        planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
+        apply_categories(
+            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=mapping
+        )
+    meta = LockMeta(
+        content_hash=hashes,
+        channels=list(spec.channels),
+        platforms=[PLATFORM],
+        sources=[os.path.relpath(env_file, lock_file.parent)],
+    )
+    write_conda_lock_file(
+        Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
+    )
+    if records_file is not None:  # read by load()
+        from rocmfa.env.channel_from_locks import repodata_entry
+
+        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
+        entries = {urls[r.file_name]: repodata_entry(r) for r in records}
+        virtual_names = sorted(str(v) for v in virtual)
+        document = {"format": RECORDS_FORMAT, "platform": PLATFORM, "virtual_packages":
+                    virtual_names, "content_hash": hashes[PLATFORM],
+                    "records": dict(sorted(entries.items()))}  # fmt: skip
+        records_file.write_text(json.dumps(document, indent=1) + "\n")
+    return list(planned.values())
+
+
+def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
+    """conda-lock's LockedDependency of each of the lock's packages for platform."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    packages = [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
+    for p in packages:
+        if p.manager != "conda":
+            raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
+        if not p.hash.sha256:
+            raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
+    return packages
+
+
+def channel_of(url: str) -> str:
+    return url.rsplit("/", 2)[0]
+
+
+MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
+
+
+def fetch_all(
+    packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
+) -> list[Path]:
+    """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
+    threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
+    each stuck up to its read timeout on a silent mirror) and this run's partial files are
+    removed on the way out."""
+    results: list[Path | None] = [None] * len(packages)
+    failures: list[BaseException] = []
+    todo = iter(enumerate(packages))  # next() on it is atomic under the GIL
+
+    def work() -> None:
+        while not failures and (item := next(todo, None)) is not None:
+            index, package = item
+            url, dest = _swap_base(package.url, mirrors), archives / package.url.rsplit("/", 1)[-1]
+            try:
+                results[index] = downloads.fetch_pinned(
+                    url, dest, package.hash.sha256, fix=MIRROR_FIX, pinned_by="the lock's"
+                )
+            except BaseException as error:
+                failures.append(error)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()  # interruptible: Ctrl-C raises here
+    except KeyboardInterrupt:
+        failures.append(KeyboardInterrupt())
+        downloads.remove_partials(archives, ours=True)
+        hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
+        print(f"interrupted while downloading conda packages from {', '.join(hosts)} into "
+              f"{archives}; partial files removed", file=sys.stderr, flush=True)  # fmt: skip
+        raise
+    if failures:
+        raise failures[0]
+    return [path for path in results if path is not None]
+
+
+class InstallResult(NamedTuple):
+    installed: list[str]
+    removed: list[str]
+    unchanged: int
+
+
+def _prefix_packages(prefix: Path) -> set[str]:
+    return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
+
+
+def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None,
+                 mirrors: Mapping[str, str] | None = None, jobs: int = 8, reporter: Any = None
+                 ) -> InstallResult:  # fmt: skip
+    import rattler
+
+    cache_dir = cache_dir or default_cache_dir()
+    packages = locked_packages(lock_file)
+    paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
+
+    before = _prefix_packages(prefix)
+
+    async def install() -> None:
+        wanted = []
+        for package, path in zip(packages, paths, strict=True):
+            record = await rattler.RepoDataRecord.from_package_archive(path)
+            # Linked from the verified archive; the origin stays in the channel field.
+            record.url, record.channel = path.resolve().as_uri(), channel_of(package.url)
+            wanted.append(record)
+        await rattler.install(wanted, target_prefix=prefix, cache_dir=cache_dir / "pkgs",
+                              show_progress=False, execute_link_scripts=False,
+                              reporter=reporter)  # fmt: skip
+
+    try:
+        run_rattler(install)
+    except Exception as error:
+        raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
+    after = _prefix_packages(prefix)
+    return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
+
+
+T = TypeVar("T")
+RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
+_YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
+
+
+def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop:
+    else it may take the GIL during interpreter exit and crash it (docs/conda-lock.md, "exit-time
+    crash"; tests/perf/rattler_exit_crash.py). make() builds the coroutine with our loop set."""
+
+    async def settled() -> tuple[bool, Any]:
+        # Catch inside the loop: an exception escaping run_until_complete would carry frames
+        # that reference the loop and keep its count above the baseline.
+        try:
+            return True, await make()
+        except BaseException as error:
+            return False, error
+
+    loop = asyncio.new_event_loop()
+    baseline = sys.getrefcount(loop)
+    try:
+        ok, outcome = loop.run_until_complete(settled())
+    except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
+        loop.close()
+        raise
+    # Measured in this frame, like `baseline`: any excess is rattler's. A reference a rattler
+    # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
+    import rattler
+
+    deadline = time.monotonic() + RELEASE_DEADLINE_S
+    while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
+        rattler.Version("0")
+        time.sleep(_YIELD_S)
+    loop.close()
+    if not ok:
+        raise outcome
+    return outcome
+
+
 ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
-PLATFORM = "linux-64"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+
+
+def records_path(lock_file: Path) -> Path:
+    return lock_file.with_suffix(".records.json")
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path.name} is missing; run: nox -s lock") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path.name} is not readable: {e}") from None
+    if not isinstance(document, dict) or document.get("format") != RECORDS_FORMAT:
+        raise UserError(
+            f"{path.name} is not a records file of format {RECORDS_FORMAT}; run: nox -s lock"
+        )
+    return document
+
+
+def require_suited(lock_file: Path, platform: str) -> str:
+    """'host SUBDIR, glibc V', or a one-line UserError saying why the lock (solved for the
+    records file's platform and __glibc; platform alone without one) does not suit this host."""
+    import rattler
+    from packaging.version import Version
+
+    path = records_path(lock_file)
+    document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
+    needs = next((v.split("=")[1] for v in document["virtual_packages"]
+                  if v.startswith("__glibc=")), None)  # fmt: skip
+    subdir = os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())
+    if subdir != document["platform"]:
+        raise UserError(f"{lock_file.name} is locked for {document['platform']}; this host is "
+                        f"{subdir}: its packages would not run here")  # fmt: skip
+    if needs is None:
+        return f"host {subdir}"
+    found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
+    have = next((str(g.version) for g in (v.into_generic() for v in found)
+                 if g.name.normalized == "__glibc"), None)  # fmt: skip
+    if have is None:
+        why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
+        raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
+    if Version(have) < Version(needs):
+        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
+                        f"glibc {have}: its programs would not run here")  # fmt: skip
+    return f"host {subdir}, glibc {have}"
 
 
 def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE,
@@ -30,8 +443,6 @@ def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str =
         return True, "content hash matches (cached verdict)"
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
     from conda_lock.lockfile import parse_conda_lock_file
-
-    from rocmfa.env.rattler_env import lock_spec
 
     try:
         lock = parse_conda_lock_file(lock_file)
@@ -70,8 +481,6 @@ def lock(opts: LockOptions) -> None:
 
 def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
                lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
-    from rocmfa.env.lock_records import records_path
-
     records = records_path(lock_file)
     where = ", ".join(mirrors) or "environment.yml's channels"
     runner.apply(_solve_and_verify, env_file, lock_file, mirrors, records,
@@ -80,9 +489,7 @@ def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
 
 
 def _solve_and_verify(env_file: Path, lock_file: Path, mirrors: list[str], records: Path) -> None:
-    from rocmfa.env import rattler_env
-
-    locked = rattler_env.solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE,
+    locked = solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE,
                                     records_file=records)  # fmt: skip
     fresh, reason = check(env_file, lock_file)
     if not fresh:

@@ -1,6 +1,9 @@
 """The start every setup/build session shares (the arch, the work dir, the shared env, one Runner;
 a dry run goes on without the env, with named placeholders), and the probe sessions: each the
-standalone script scripts/rocmfa/probes/<session>.py run in the env's Python and activation."""
+standalone script scripts/rocmfa/probes/<session>.py run in the env's Python and activation;
+`guarded`, around every session (noxfile `_run`): a session that changes the work dir or the env
+holds its lock (scripts/rocmfa/plumbing/locks.py); a second one says which session holds it and
+exits non-zero. Changes to the env's torch go through pip: nothing here has a journal to recover."""
 
 from __future__ import annotations
 
@@ -12,18 +15,19 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from rocmfa.env import archs, condaenv
 from rocmfa.env.condaenv import Manager, find_manager
-from rocmfa.plumbing import paths
+from rocmfa.plumbing import locks, paths
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session
+from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
 
 
 def locate(
@@ -80,10 +84,11 @@ class SessionEnv:
 
     def tool(self, program: str) -> Path:
         """A program of the env; on a dry run without it, where setup_env puts it."""
-        if self.ready and (found := shutil.which(program, path=self.environ.get("PATH", ""))):
+        path = self.environ.get("PATH", "")
+        if self.ready and (found := shutil.which(program, path=path)):
             return Path(found)
         if not self.dry_run:
-            return condaenv.which_in_env(program, self.environ)  # the one-line error
+            raise UserError(f"{program} not found in the env (PATH={path})")
         return self.prefix / "bin" / program
 
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
@@ -180,3 +185,27 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
         work = paths.workdir(getattr(opts, "workdir", None))
         return run_env_script(opts, f"{UPSTREAM}.py", ["--workdir", str(work), *rest])
     return run_env_script(opts, f"{probe_names(declared)[0]}.py", rest)
+
+
+@contextmanager
+def guarded(declared: Session, opts: object) -> Iterator[None]:
+    """Around one session: its locks (declared.changes_workdir / changes_env), where it takes
+    any (options.takes_locks)."""
+    if not takes_locks(declared, opts):
+        yield
+        return
+    prefix, env_name, workdir = (getattr(opts, k, None) for k in ("prefix", "env_name", "workdir"))
+    try:
+        _, location, work = locate(prefix, env_name, workdir)
+        env = location.prefix
+    except UserError:  # the session itself reports a bad --env-name
+        env, work = None, paths.workdir(workdir)
+    with ExitStack() as stack:
+        env_there = env is not None and env.is_dir()
+        if declared.changes_workdir or (declared.changes_env and not env_there):
+            lock = work / locks.LOCK_NAME
+            stack.enter_context(locks.hold(lock, f"workdir {work}", declared.name))
+        if declared.changes_env and env_there:
+            lock = env / ".rocmfa" / "lock"
+            stack.enter_context(locks.hold(lock, f"env {env}", declared.name))
+        yield

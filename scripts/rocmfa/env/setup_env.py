@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.env import activation, archs, condaenv, lock_records, lockfile, rocm_sdk, session_env
+from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
 from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
@@ -115,37 +115,14 @@ def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: d
 
 
 def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
-    from rocmfa.env import rattler_env
-
-    cache = rattler_env.default_cache_dir()
-    locked = rattler_env.locked_packages(lockfile.LOCK_FILE)
-    channels = sorted({rattler_env.channel_of(p.url) for p in locked})
-    mapping = rattler_env.parse_mirrors(mirrors, channels) if mirrors else {}
-    result = rattler_env.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
+    cache = lockfile.default_cache_dir()
+    locked = lockfile.locked_packages(lockfile.LOCK_FILE)
+    channels = sorted({lockfile.channel_of(p.url) for p in locked})
+    mapping = lockfile.parse_mirrors(mirrors, channels) if mirrors else {}
+    result = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
                                       mirrors=mapping)  # fmt: skip
     print(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
           f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
-
-
-def say_arch_and_env(session: session_env.SessionEnv) -> None:
-    runner = session.runner
-    note = archs.explain_override(session.choice.detection)
-    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
-    if session.arch.vendor != "amd":
-        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
-    manager = session.manager
-    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
-    runner.say(f"env {session.prefix} ({session.location.how}); {found}; installer py-rattler")
-
-
-def ensure_lock(opts: SetupEnvOptions, runner: Runner) -> str:
-    """The lock's sha256, solving a missing lock first."""
-    if not lockfile.LOCK_FILE.is_file():
-        runner.say(f"{lockfile.LOCK_FILE.name} is missing: solving it first (as nox -s lock)")
-        lockfile.write_lock(runner, list(opts.channel))
-    if not lockfile.LOCK_FILE.is_file():  # a planned solve
-        return "(solved above)"
-    return lockfile.require_fresh()
 
 
 def update_conda_packages(
@@ -160,11 +137,10 @@ def update_conda_packages(
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
     if needs_conda:
-        from rocmfa.env.rattler_env import default_cache_dir
-
+        cache = lockfile.default_cache_dir()
         runner.apply(install_conda_packages, prefix, list(opts.channel),
                      say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into {prefix} "
-                     f"with py-rattler: sha256-verified downloads into {default_cache_dir()}, "
+                     f"with py-rattler: sha256-verified downloads into {cache}, "
                      "then only the difference to the prefix")  # fmt: skip
 
 
@@ -176,16 +152,24 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner, rocm = session.runner, rocm_sdk.load_pin()
     index_kind = opts.rocm_index or rocm.index
     request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
-    say_arch_and_env(session)
-    prefix = session.prefix
-    lock_sha = ensure_lock(opts, runner)
+    note = archs.explain_override(session.choice.detection)
+    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    if session.arch.vendor != "amd":
+        raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
+    prefix, manager, lock = session.prefix, session.manager, lockfile.LOCK_FILE
+    found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
+    runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
+    if not lock.is_file():
+        runner.say(f"{lock.name} is missing: solving it first (as nox -s lock)")
+        lockfile.write_lock(runner, list(opts.channel))
+    lock_sha = lockfile.require_fresh() if lock.is_file() else "(solved above)"  # a planned solve
     inputs = request.inputs(lock_sha, aotriton_version(prefix))
     stamp_file = prefix / condaenv.ENV_STAMP
     if not opts.force and stamps.is_current(stamp_file, inputs):
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
     # before the first change: only what installs must suit this host
-    lock_records.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+    lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
 
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
