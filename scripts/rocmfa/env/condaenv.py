@@ -61,6 +61,15 @@ def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path
     return [*dirs, manager.exe.resolve().parent.parent / "envs"]  # <root>/{bin,condabin}/conda
 
 
+def _registered_envs() -> list[Path]:
+    """Prefixes conda and mamba record in ~/.conda/environments.txt."""
+    try:
+        lines = (Path.home() / ".conda" / "environments.txt").read_text().splitlines()
+    except OSError:
+        return []
+    return [Path(line.strip()) for line in lines if line.strip()]
+
+
 @dataclass(frozen=True)
 class EnvLocation:
     prefix: Path
@@ -76,6 +85,9 @@ def resolve_prefix(prefix: str | None, env_name: str | None, manager: Manager | 
     name = env_name or DEFAULT_ENV_NAME
     how = origin(env_name, "--env-name") if env_name else "default name"
     check_env_name(name)
+    for registered in _registered_envs():
+        if registered.name == name and (registered / "conda-meta").is_dir():
+            return EnvLocation(registered, f"{how} '{name}' (registered env)")
     dirs = _envs_dirs(manager, environ)
     for envs_dir in dirs:
         if (envs_dir / name / "conda-meta").is_dir():
