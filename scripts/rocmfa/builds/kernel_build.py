@@ -57,14 +57,17 @@ def pypi_triton(commit: str) -> str:
 
 
 def fork_identity(src: Path, runner: Runner) -> str:
-    """The fork the build pip-installs: the checked-out submodule's commit."""
-    if runner.dry_run:  # nothing runs, git included
-        return f"fork {FORK}@<the checked-out submodule's commit>"
+    """The fork the build pip-installs: the checked-out submodule's commit (a plan runs no git)."""
+    head = runner.apply(_submodule_head, src) or "<the checked-out submodule's commit>"
+    return f"fork {FORK}@{head}"
+
+
+def _submodule_head(src: Path) -> str:
     argv = ["git", "-C", str(src / FORK), "rev-parse", "HEAD"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise UserError(f"{src / FORK}: not a checkout of AOTriton's Triton fork (the submodule)")
-    return f"fork {FORK}@{done.stdout.strip()}"
+    return done.stdout.strip()
 
 
 @dataclass
@@ -124,13 +127,14 @@ class KernelBuild:
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
-        if runner.dry_run:
-            return runner.say(
-                f"[dry-run] then look every job of {self.bare} up in the kernel store "
-                f"({self.store.describe()}; keys name triton {self.identity}) and put each "
-                f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
-                "a staged job exits at once, any other compiles and is stored after ninja"
-            )
+        line = runner.plan_line(
+            f"then look every job of {self.bare} up in the kernel store "
+            f"({self.store.describe()}; keys name triton {self.identity}) and put each "
+            f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
+            "a staged job exits at once, any other compiles and is stored after ninja"
+        )
+        if line:
+            return runner.say(line)
         logged = self._logged()
         self.log.unlink(missing_ok=True)
         if not self.bare.is_file():
@@ -225,8 +229,7 @@ def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> kernel_store
     opened once for the kernel check and the build: an unreachable store is one line."""
     if build_options.no_images:
         return None
-    return kernel_store.open_store(build_options.cache, ctx.work, ctx.arch.name, say=runner.say,
-                                   dry_run=runner.dry_run)  # fmt: skip
+    return kernel_store.open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
 def plan(ctx: Any, build_options: Any, src: Path, build: Path,
@@ -250,8 +253,9 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path,
 CONNECT_TIMEOUT_S = 5.0
 
 
-def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: bool) -> None:
-    """Everything --workers needs, each missing piece one line, before any work."""
+def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runner) -> None:
+    """Everything --workers needs, each missing piece one line, before any work (a plan does
+    not reach for the scheduler)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
@@ -267,8 +271,10 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
     except ImportError:
         hint = "pip install -e '.[cluster]'"
         raise UserError(f"--workers needs Dask distributed, the optional extra: {hint}") from None
-    if dry_run:
-        return
+    runner.apply(_reach, url)
+
+
+def _reach(url: str) -> None:
     from distributed.comm import connect
 
     async def reach() -> None:
@@ -344,15 +350,15 @@ def fan_out(
 ) -> dict[str, int] | None:
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
-    if runner.dry_run:
-        spec = compile_cache.as_spec(cache)
-        runner.say(
-            f"[dry-run] --workers {url}: send every job of {bare} to the Dask scheduler as one "
-            f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
-            f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
-            "worker's task is retried by the scheduler)"
-        )
-        return None
+    spec = compile_cache.as_spec(cache)
+    line = runner.plan_line(
+        f"--workers {url}: send every job of {bare} to the Dask scheduler as one "
+        f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
+        f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
+        "worker's task is retried by the scheduler)"
+    )
+    if line:
+        return runner.say(line)
     from distributed import Client, as_completed
 
     jobs = jobs if jobs is not None else kernel_store.read_jobs(bare)

@@ -19,6 +19,7 @@ from typing import Any
 
 from rocmfa.builds import compile_cache
 from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.patches import patch_set_digest
@@ -310,10 +311,12 @@ class KernelStore:
                 self._lost(error)
 
 
-def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None],
-               dry_run: bool = False) -> KernelStore | None:  # fmt: skip
+def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
+               runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
     """The store for --cache (None: --cache none); a shared one that does not answer is one
-    warning line and the local directory alone."""
+    warning line and the local directory alone. With a runner: its lines, and a plan probes
+    nothing."""
+    say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
@@ -325,7 +328,7 @@ def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None],
             "redis:// and s3:// also share AOTriton's kernels)")  # fmt: skip
         return store
     root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
-    problem = None if dry_run else compile_cache.probe(spec)
+    problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:
         say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
     elif spec.backend == "dir":
