@@ -1,17 +1,6 @@
-"""AOTriton's build's kernels through the kernel store (docs/kernel-check.md).
-
-AOTriton's own build (cmake + `ninja install`, unpatched): every custom command runs through
-kernel_launcher.py; before ninja every job's key is looked up and each hit staged at its -o
-path; after ninja (also a failed one) what the launcher compiled goes into the store. The keys
-name the Triton the build compiles with (`fork`: the submodule's commit; `pypi`: the one
-pins/kernel_compiler.toml records, as kernel_check and --workers).
-
-`--workers tcp://HOST:8786`: every job of Bare.compile as one task on a Dask cluster (pure-Python
-wheels, the '.[cluster]' extra; the scheduler retries a dead worker's tasks). A worker takes the
-job from the shared store or compiles it with its own Triton and the client's Triton settings,
-puts the whole entry there in one write, and keeps nothing: everything is under its Dask scratch
-folder, a job's files removed when it ends.
-"""
+"""AOTriton's own (unpatched) build's kernels through the kernel store: staged before ninja,
+harvested after it through kernel_launcher.py; `--workers`: every job on a Dask cluster. The
+whole path and its guarantees: docs/kernel-check.md."""
 
 from __future__ import annotations
 
@@ -46,6 +35,7 @@ PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
 ENV_FILE = "rocmfa-kernels-env.json"  # beside the log: kernel_launcher.py reads it
+MANIFEST = "rocmfa-kernels-keys.json"  # -o path -> the key last staged or let compile there
 THREADS = 8  # store requests in flight while staging / storing
 
 
@@ -146,13 +136,13 @@ class KernelBuild:
         self.write_env(context)
         sources = kernel_store.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
-        built_for = stamps.read(manifest(self.build)) or {}
+        built_for = stamps.read(self.build / MANIFEST) or {}
         # Ninja keeps a code object built for another key (the jobs depend on neither their
         # sources nor Triton): drop it.
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
-        stamps.write_text_atomic(manifest(self.build), json.dumps(self.keys))
+        stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
         # an interrupted build's compiles of these keys (ninja will not run them again)
         self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
@@ -199,18 +189,13 @@ class KernelBuild:
         return bool(hsaco and meta is not None)
 
 
-def manifest(build: Path) -> Path:
-    """-o path -> the key of what the last session staged or let compile there."""
-    return build / "rocmfa-kernels-keys.json"
-
-
 @contextlib.contextmanager
 def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
     """Around `ninja install`: stage before, harvest after (also after a failure). Without
     the launcher (--cache none) what the build compiles is for no known key: the key
     manifest goes."""
     if kernels is None:
-        runner.apply(manifest(build).unlink, missing_ok=True)
+        runner.apply((build / MANIFEST).unlink, missing_ok=True)
         yield
         return
     kernels.stage(runner)

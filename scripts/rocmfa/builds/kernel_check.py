@@ -243,23 +243,18 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def tree_for(arch: archs.Arch, work: Path, *, name: str = "aotriton") -> tuple[pins.Pin, Tree]:
-    """The AOTriton pin and the tree the check runs on (our patch set adds an arch such as
-    gfx908 to it: the same tree build_aotriton builds)."""
+    """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
     triton = kernel_store.recorded_triton(pin.commit) or ""
-    return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus_for(arch), triton)
-
-
-def gpus_for(arch: archs.Arch) -> tuple[str, ...]:
-    return (f"{arch.name}_mod0",)  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
+    gpus = (f"{arch.name}_mod0",)  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
+    return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus, triton)
 
 
 def before_build(
     ctx: Any, src: Path, build: Any, store: kernel_store.KernelStore | None = None
 ) -> None:
-    """build_aotriton / tune_aotriton (build_aotriton.build_from_source), on the checked-out,
-    patched tree before cmake: the check, then with --workers the whole job list on the
-    cluster. A pin with no Triton recorded is one line and no check."""
+    """build_aotriton / tune_aotriton before cmake, on the patched tree: the check, then with
+    --workers every job on the cluster. A pin with no Triton recorded: one line, no check."""
     runner = ctx.runner
     if build.workers:
         from rocmfa.builds import kernel_build
@@ -274,7 +269,8 @@ def before_build(
         if build.workers:
             raise UserError(f"--workers: {why}")
         return runner.say(f"kernel check: {why}; skipped")
-    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
+    gpus = (f"{ctx.arch.name}_mod0",)
+    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus, triton)
     run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_build.fan_out(tree, build.workers, build.cache, runner)

@@ -169,25 +169,20 @@ def _sums(*parts: bytes) -> list[list[Any]]:
 
 
 def pack(hsaco: bytes, meta: bytes) -> bytes:
-    meta = canonical_meta(meta)
-    (h, m) = _sums(hsaco, meta)
-    header = json.dumps({"hsaco": h, "meta": m}, sort_keys=True)
-    return MAGIC + header.encode() + b"\n" + hsaco + meta
-
-
-def canonical_meta(meta: bytes) -> bytes:
-    """compile.py's .json without the compiling venv's paths (extern_libs cut to triton/...,
-    Triton's hash over them dropped); AOTriton reads only 'shared' (python/aks2.py)."""
+    """The entry; compile.py's .json without the compiling venv's paths (extern_libs cut to
+    triton/..., Triton's hash over them dropped): AOTriton reads only 'shared' (python/aks2.py)."""
     try:
         data = json.loads(meta)
     except ValueError:
-        return meta
-    if not isinstance(data, dict) or not ({"hash", "extern_libs"} & data.keys()):
-        return meta
-    data.pop("hash", None)
-    libs = data.get("extern_libs") or []
-    data["extern_libs"] = [[name, path[path.rfind("triton/") :]] for name, path in libs]
-    return json.dumps(data, indent=2).encode()
+        data = None
+    if isinstance(data, dict) and {"hash", "extern_libs"} & data.keys():
+        data.pop("hash", None)
+        libs = data.get("extern_libs") or []
+        data["extern_libs"] = [[name, path[path.rfind("triton/") :]] for name, path in libs]
+        meta = json.dumps(data, indent=2).encode()
+    (h, m) = _sums(hsaco, meta)
+    header = json.dumps({"hsaco": h, "meta": m}, sort_keys=True)
+    return MAGIC + header.encode() + b"\n" + hsaco + meta
 
 
 def unpack(blob: bytes) -> tuple[bytes, bytes]:
