@@ -129,10 +129,9 @@ def compile_sample(chosen: list, keys: dict[int, str], compiler: kernel_store.Co
 
 
 def summarize(all_jobs: list, chosen: list, results: dict[int, Any]) -> dict[str, dict]:
-    zero = {"jobs": 0, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
-    families = {job.kernel: dict(zero) for job in all_jobs}
-    for job in all_jobs:
-        families[job.kernel]["jobs"] += 1
+    kernels = [job.kernel for job in all_jobs]
+    families = {k: {"jobs": kernels.count(k), "sampled": 0, "compiled": 0, "from_store": 0,
+                    "seconds": 0.0} for k in dict.fromkeys(kernels)}  # fmt: skip
     for job in chosen:
         entry, (how, seconds) = families[job.kernel], results[job.line]
         entry["sampled"] += 1
