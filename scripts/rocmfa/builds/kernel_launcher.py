@@ -1,11 +1,7 @@
-"""Every custom command of an AOTriton build runs through this (RULE_LAUNCH_CUSTOM, set by
-kernel_launcher.cmake): `python -I -S kernel_launcher.py COMPILE_PY LOG COMMAND...`. It starts
-once per kernel job, so it is os and sys only. A job of COMPILE_PY that the session staged (code
-object and .json at -o's path, a STAGED marker beside) is touched and skipped; any other runs
-with the key's Triton settings (rocmfa-kernels-env.json beside LOG) and, when it left a
-non-empty code object and its .json, has -o's path appended to LOG. Other commands are exec'd
-unchanged. docs/kernel-check.md has the whole path.
-"""
+"""`python -I -S kernel_launcher.py COMPILE_PY LOG COMMAND...`: every custom command of an
+AOTriton build (RULE_LAUNCH_CUSTOM, kernel_launcher.cmake), once per job, so os and sys only.
+A staged job is touched and skipped; another compile runs with the key's Triton settings and
+logs its -o path; other commands are exec'd unchanged (docs/kernel-check.md)."""
 
 import os
 import sys

@@ -19,6 +19,7 @@ from typing import Any
 
 from rocmfa.builds import compile_cache
 from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.patches import patch_set_digest
@@ -168,25 +169,20 @@ def _sums(*parts: bytes) -> list[list[Any]]:
 
 
 def pack(hsaco: bytes, meta: bytes) -> bytes:
-    meta = canonical_meta(meta)
-    (h, m) = _sums(hsaco, meta)
-    header = json.dumps({"hsaco": h, "meta": m}, sort_keys=True)
-    return MAGIC + header.encode() + b"\n" + hsaco + meta
-
-
-def canonical_meta(meta: bytes) -> bytes:
-    """compile.py's .json without the compiling venv's paths (extern_libs cut to triton/...,
-    Triton's hash over them dropped); AOTriton reads only 'shared' (python/aks2.py)."""
+    """The entry; compile.py's .json without the compiling venv's paths (extern_libs cut to
+    triton/..., Triton's hash over them dropped): AOTriton reads only 'shared' (python/aks2.py)."""
     try:
         data = json.loads(meta)
     except ValueError:
-        return meta
-    if not isinstance(data, dict) or not ({"hash", "extern_libs"} & data.keys()):
-        return meta
-    data.pop("hash", None)
-    libs = data.get("extern_libs") or []
-    data["extern_libs"] = [[name, path[path.rfind("triton/") :]] for name, path in libs]
-    return json.dumps(data, indent=2).encode()
+        data = None
+    if isinstance(data, dict) and {"hash", "extern_libs"} & data.keys():
+        data.pop("hash", None)
+        libs = data.get("extern_libs") or []
+        data["extern_libs"] = [[name, path[path.rfind("triton/") :]] for name, path in libs]
+        meta = json.dumps(data, indent=2).encode()
+    (h, m) = _sums(hsaco, meta)
+    header = json.dumps({"hsaco": h, "meta": m}, sort_keys=True)
+    return MAGIC + header.encode() + b"\n" + hsaco + meta
 
 
 def unpack(blob: bytes) -> tuple[bytes, bytes]:
@@ -310,10 +306,12 @@ class KernelStore:
                 self._lost(error)
 
 
-def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None],
-               dry_run: bool = False) -> KernelStore | None:  # fmt: skip
+def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
+               runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
     """The store for --cache (None: --cache none); a shared one that does not answer is one
-    warning line and the local directory alone."""
+    warning line and the local directory alone. With a runner: its lines, and a plan probes
+    nothing."""
+    say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
@@ -325,7 +323,7 @@ def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None],
             "redis:// and s3:// also share AOTriton's kernels)")  # fmt: skip
         return store
     root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
-    problem = None if dry_run else compile_cache.probe(spec)
+    problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:
         say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
     elif spec.backend == "dir":
