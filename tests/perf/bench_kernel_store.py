@@ -45,7 +45,7 @@ def machine(
     here = root / name
     store = kernel_store.open_store(url, here, tree.arch, say=print)
     assert store is not None and store.shared is not None
-    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py", here / "triton")
+    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py")  # cache per job
     began = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
