@@ -1,5 +1,5 @@
-"""pins/<project>.toml: where they are, what a pin table may hold, their one reader (tomllib)
-and writer (tomlkit: every comment and untouched line stays byte for byte)."""
+"""pins/<project>.toml: where, what a table may hold, the one reader (tomllib) and writer
+(tomlkit: every other byte stays)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,14 @@ from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECT
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
-# The torch line: pins/pytorch.toml (ROCm/pytorch release/2.13 x AOTriton 0.13b, the default) or
-# the opt-in upstream nightly, whose AOTriton follows torch (ROCMFA_PYTORCH_LINE=nightly).
+# The torch line: release (ROCm/pytorch release/2.13 x AOTriton 0.13b) or nightly (AOTriton
+# follows torch)
 LINE_ENV = "ROCMFA_PYTORCH_LINE"
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
 HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
-# The keys each pinned project's table may hold (options.PROJECTS: the projects, one file each).
-KNOWN = {
+KNOWN = {  # the keys each project's table may hold; pytorch's companion tables: build_pytorch
     "therock": COMMON,
-    # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
     "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
     "aotriton": COMMON | {"version", "submodules", "tuner", "release", "aiter"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
@@ -33,7 +31,7 @@ KNOWN = {
 
 
 class Unresolved(UserError):
-    """A pin whose commit is not resolved yet (a build's first real run resolves it)."""
+    """A pin whose commit is not resolved yet."""
 
 
 def line(environ: Mapping[str, str] | None = None) -> str:
@@ -49,22 +47,11 @@ def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> P
     return Path(chosen).expanduser().resolve()
 
 
-def pin_file(project: str, directory: Path, environ: Mapping[str, str] | None = None) -> Path:
-    """The file of project's pin; pytorch's is the torch line's (LINES)."""
-    if project == "pytorch":
-        return directory / LINES[line(environ)]
-    return directory / f"{project}.toml"
-
-
 def display(path: Path) -> str:
-    """path as errors show it: relative to the repository when inside it."""
     try:
         return str(Path(path).relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
-
-
-# --- the one string check -------------------------------------------------------------------
 
 
 def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
@@ -99,18 +86,14 @@ def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False)
 
 def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
     """Refuse unknown keys and a bad url/ref/commit, in one line naming the file and key."""
-    known = KNOWN.get(project, COMMON)
-    for key in sorted(table):
-        if key not in known:
-            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}")
-    if project == "composable_kernel" and isinstance(table.get("legacy"), Mapping):
-        legacy = table["legacy"]
-        for key in sorted(legacy):
-            if key not in COMMON | {"subdir"}:
-                hint = did_you_mean(key, COMMON | {"subdir"})
-                raise UserError(f"{where[:-1]}.legacy]: unknown key '{key}'{hint}")
-        if "commit" in legacy:
-            check_commit(legacy["commit"], f"{where[:-1]}.legacy]")
+    checks, legacy = [(table, KNOWN.get(project, COMMON), where)], table.get("legacy")
+    if project == "composable_kernel" and isinstance(legacy, Mapping):
+        checks.append((legacy, COMMON | {"subdir"}, f"{where[:-1]}.legacy]"))
+    for part, keys, at in checks:
+        if unknown := sorted(set(part) - keys):
+            raise UserError(f"{at}: unknown key '{unknown[0]}'{did_you_mean(unknown[0], keys)}")
+    if len(checks) > 1 and "commit" in legacy:
+        check_commit(legacy["commit"], checks[1][2])
     text(table, "url", where)
     text(table, "ref", where)
     if "commit" not in table:
@@ -118,12 +101,8 @@ def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
     check_commit(table["commit"], where, allow_from_pytorch=project == "aotriton")
 
 
-# --- the one reader and writer ----------------------------------------------------------------
-
-
 def table_of(path: Path, project: str) -> dict[str, Any]:
-    """The [project] table of the pin file path, unchecked; one line when the file is missing,
-    malformed or has no such table."""
+    """The [project] table of path, unchecked; one line for a missing file or table."""
     data = load_toml(path, f"pin file for {project}")
     table = data.get(project)
     if not isinstance(table, dict):
@@ -134,14 +113,13 @@ def table_of(path: Path, project: str) -> dict[str, Any]:
 def read_table(
     project: str, directory: Path, environ: Mapping[str, str] | None = None
 ) -> tuple[Path, dict[str, Any]]:
-    """(file, [project] table) of project's pin in directory, unchecked."""
-    path = pin_file(project, directory, environ)
-    return path, table_of(path, project)
+    """(file, [project] table) of project's pin in directory (pytorch: the line's), unchecked."""
+    name = LINES[line(environ)] if project == "pytorch" else f"{project}.toml"
+    return directory / name, table_of(directory / name, project)
 
 
 def aotriton_version(directory: Path) -> str | None:
-    """The AOTriton `version` pinned in directory's aotriton.toml; None without the file or the
-    key, one line for a malformed file."""
+    """The AOTriton `version` in directory's aotriton.toml, or None."""
     path = directory / "aotriton.toml"
     if not path.is_file():
         return None
@@ -150,15 +128,13 @@ def aotriton_version(directory: Path) -> str | None:
 
 
 def check_file(path: Path, project: str) -> dict[str, Any]:
-    """The pin table of project in path, checked; UserError in one line otherwise."""
-    table = table_of(path, project)
-    check_table(project, table, f"{display(path)} [{project}]")
+    check_table(project, table := table_of(path, project), f"{display(path)} [{project}]")
     return table
 
 
 def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
-    """Set keys of [table] (dotted: "pytorch.aotriton") in the pin file path, adding what is
-    missing; every other byte stays. True when the file changed."""
+    """Set keys of [table] (dotted: "pytorch.aotriton") in path, every other byte kept; True
+    when the file changed."""
     import tomlkit
 
     load_toml(path, "pin file")  # a missing or malformed file: the readers' one line
@@ -179,8 +155,8 @@ def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]
 
 
 def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:
-    """One line, from the pin files as data (nothing fetched): which torch line is pinned and
-    how its torch x AOTriton agreement is known."""
+    """One line from the pin files (nothing fetched): the torch line and how its agreement with
+    the AOTriton pin is known."""
     name = line(environ)
     try:
         path, torch = read_table("pytorch", pins_dir, environ)

@@ -1,11 +1,6 @@
-"""Pinned upstream sources: pins/<project>.toml -> Pin(url, ref, commit, source, data).
-
-A pin table holds `url`, `ref` and the resolved 40-hex `commit` (checked by
-rocmfa.plumbing.pin_files); other keys travel in Pin.data. AOTriton's `commit = "from-pytorch"`
-is read from PyTorch's cmake/External/aotriton.cmake at the torch pin (its forms:
-docs/upstream-interfaces.md): from the local PyTorch checkout when it has that commit, else that
-one file over `raw_url`, cached per PyTorch commit in the work directory.
-"""
+"""pins/<project>.toml -> Pin (tables read and checked by rocmfa.plumbing.pin_files). AOTriton's
+`commit = "from-pytorch"` is read from the torch pin's cmake/External/aotriton.cmake (forms:
+docs/upstream-interfaces.md), from the local checkout or over `raw_url`, cached per commit."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -43,22 +38,24 @@ class Pin:
 
     @property
     def submodules(self) -> tuple[str, ...]:
-        """Exactly the submodule paths a checkout initialises (checked on load)."""
         return tuple(self.data.get("submodules") or ())
 
     def part(self, key: str) -> Pin | None:
-        """The source pinned in this pin's [<project>.<key>] table ([aotriton.aiter]), checked;
-        None when there is none."""
+        """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]), checked; or None."""
         table = self.data.get(key)
-        if table is None:
-            return None
         where = f"{self.source} [{self.project}.{key}]"
-        if not isinstance(table, Mapping):
+        if table is not None and not isinstance(table, Mapping):
             raise UserError(f"{where}: must be a table with url, ref and commit")
-        pin_files.check_table(key, table, where)
-        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-        _validate_data(key, data, where)
-        return Pin(key, table["url"].strip(), table["ref"].strip(), table["commit"], where, data)
+        return None if table is None else _pin(key, table, where, where)
+
+
+def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin:
+    """table (checked by pin_files.check_table) as a Pin; its other keys checked too."""
+    pin_files.check_table(project, table, where)
+    data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+    _validate_data(project, data, where)
+    url, ref, commit = (table[k].strip() for k in ("url", "ref", "commit"))
+    return Pin(project, url, ref, commit, source, data)
 
 
 def load_pin(
@@ -77,37 +74,30 @@ def load_pin(
         # the nightly line's AOTriton follows its torch: agreement by construction
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
         where = f"{where} (line nightly: follows torch)"
-    pin_files.check_table(project, table, where)  # the same checks as doctor's
     if project == "composable_kernel":
+        pin_files.check_table(project, table, where)  # [composable_kernel.legacy] too
         table, where = _ck_variant(table, where, environ)
-    url, ref = pin_files.text(table, "url", where), pin_files.text(table, "ref", where)
-    commit = pin_files.check_commit(
-        pin_files.text(table, "commit", where, empty_ok=True), where,
-        allow_from_pytorch=project == "aotriton",
-    )  # fmt: skip
-    data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-    _validate_data(project, data, where)
-    if commit != FROM_PYTORCH:
-        source = where if data.get("use") == "legacy" else pin_files.display(path)
-        return Pin(project, url, ref, commit, source, data)
+    source = where if table.get("use") == "legacy" else pin_files.display(path)
+    pin = _pin(project, table, where, source)
+    if pin.commit != FROM_PYTORCH:
+        return pin
     pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ, out=out)
     resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
-    declared = data.get("version")
+    declared = pin.data.get("version")
     if declared and resolved.version and declared != resolved.version:
         raise UserError(
             f"{where}: version {declared!r} but PyTorch {pytorch.commit[:12]} pins AOTriton "
             f"{resolved.version!r}; fix 'version' or the PyTorch pin"
         )
-    data = {**data, "version": declared or resolved.version, "pytorch_cmake": resolved}
-    return Pin(project, url, ref, resolved.commit, resolved.source, data)
+    data = {**pin.data, "version": declared or resolved.version, "pytorch_cmake": resolved}
+    return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
 
 
 def load_pin_for_plan(
     project: str, runner: Runner, *, workdir: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None, out=None,
 ) -> Pin:  # fmt: skip
-    """load_pin; a dry run shows an unresolved commit as a named placeholder (the real run
-    resolves, checks and records it first: update_pins.resolve_for_build)."""
+    """load_pin; a dry run names an unresolved commit (update_pins.resolve_for_build)."""
     try:
         return load_pin(project, workdir=workdir, environ=environ, out=out)
     except pin_files.Unresolved as e:
@@ -120,8 +110,7 @@ def load_pin_for_plan(
 
 
 def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[dict, str]:
-    """composable_kernel: the monorepo table, or its [composable_kernel.legacy] sub-table
-    when `use = "legacy"` or $ROCMFA_CK_SOURCE=legacy."""
+    """The monorepo table, or [composable_kernel.legacy] (use = "legacy", $ROCMFA_CK_SOURCE)."""
     choice = environ.get(CK_SOURCE_ENV) or table.get("use", "monorepo")
     if choice not in ("monorepo", "legacy"):
         raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
@@ -154,18 +143,13 @@ def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
 
 
 def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """A pin's `submodules`: exactly the paths a checkout initialises (`git submodule update
-    --init -- <paths>`), as update_pins reads them from the commit's tree. `true` is refused:
-    `--init --recursive` stops at a gitlink .gitmodules does not map (the gfx908 port at
-    60639c72: "No url found for submodule path 'third_party/aiter'") before initialising any."""
-    value = data.get("submodules", [])
-    if value is True:
+    """A pin's `submodules`: the paths a checkout initialises. `true` is refused: `--recursive`
+    stops at an unmapped gitlink (60639c72: "No url found for submodule path ...")."""
+    if (value := data.get("submodules") or []) is True:
         raise UserError(
             f"{where}: 'submodules = true' initialises whatever .gitmodules lists, which fails on "
             "an unmapped gitlink; list the paths instead (nox -s update_pins records them)"
         )
-    if value is False:
-        return ()
     if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
         raise UserError(f"{where}: 'submodules' must be a list of submodule paths")
     for path in value:
@@ -184,9 +168,7 @@ _ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_
 
 @dataclass(frozen=True)
 class AotritonCmake:
-    """What PyTorch's aotriton.cmake says. form: A (aotriton_version.txt), B (literal),
-    C (literal wrapped in the $ENV{PYTORCH_AOTRITON_COMMIT} override), "git-tag" (the oldest
-    ExternalProject form) or "none"."""
+    """What aotriton.cmake says; form: A, B, C, "git-tag" or "none" (upstream-interfaces.md)."""
 
     form: str
     literals: tuple[str, ...]
@@ -265,8 +247,7 @@ def resolve_aotriton_from_pytorch(
 
 
 def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str], str]:
-    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, and where from;
-    cached per PyTorch commit."""
+    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
     work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     try:
@@ -290,9 +271,8 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
 
 
 def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, str]:
-    """(text, origin) of one file of the torch pin's tree, None when it has no such file: from
-    the local PyTorch checkout when it holds the commit, else over raw_url. A read-only query:
-    it also runs in a dry run, because what the pin is decides what the dry run prints."""
+    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url. Read
+    only, so a dry run runs it too (the pin decides what it prints)."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         result = Runner(out=out or sys.stderr).run(
@@ -313,15 +293,12 @@ def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, s
 
 
 def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
-    """One file of the torch pin's tree, None when it has none (TheRock's manifest generator
-    reads related_commits and ci_commit_pins/triton.txt the same way, one file at a commit)."""
     return _torch_file(pytorch, path, paths.workdir(workdir), out)[0]
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
-    """project -> (origin, commit) from ROCm/pytorch's related_commits
-    (os|source|project|branch|commit|origin), as TheRock's generate_pytorch_source_manifest.py
-    reads it at 89553ce3: one commit per project, rows of several OSes must agree."""
+    """project -> (origin, commit) from related_commits (os|source|project|branch|commit|origin),
+    as TheRock's generate_pytorch_source_manifest.py (89553ce3): rows must agree."""
     found: dict[str, tuple[str, str]] = {}
     for line in (line.strip() for line in text.splitlines()):
         if not line or line.startswith("#"):
@@ -335,8 +312,7 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
 
 
 def http_get(url: str, *, timeout: float = 20.0, tries: int = 3) -> str | None:
-    """GET url as text (plumbing.downloads' retrying session); None for 404; UserError when
-    unreachable."""
+    """GET url as text (downloads' retrying session); None for 404; UserError if unreachable."""
     import requests
 
     try:
