@@ -16,9 +16,7 @@ from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECT
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
-# The torch line: release (ROCm/pytorch release/2.13 x AOTriton 0.13b) or nightly (AOTriton
-# follows torch)
-LINE_ENV = "ROCMFA_PYTORCH_LINE"
+LINE_ENV = "ROCMFA_PYTORCH_LINE"  # release (2.13 x AOTriton 0.13b) or nightly (AOTriton follows)
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
 HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
@@ -42,16 +40,13 @@ def line(environ: Mapping[str, str] | None = None) -> str:
 
 
 def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
-    """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
     chosen = requested or environment(environ).pins_dir or PINS_DIR
     return Path(chosen).expanduser().resolve()
 
 
 def display(path: Path) -> str:
-    try:
-        return str(Path(path).relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
+    inside = Path(path).is_relative_to(REPO_ROOT)
+    return str(Path(path).relative_to(REPO_ROOT) if inside else path)
 
 
 def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
@@ -66,20 +61,18 @@ def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = Fal
 
 
 def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False) -> str:
-    if not isinstance(value, str):
-        raise UserError(f"{where}: 'commit' must be a string (40-hex commit), got {value!r}")
-    value = value.strip()
+    value = value.strip() if isinstance(value, str) else value
     if allow_from_pytorch and value == FROM_PYTORCH:
         return value
-    if value.lower() in ("", "unknown", "todo", "none"):
+    if isinstance(value, str) and value.lower() in ("", "unknown", "todo", "none"):
         raise Unresolved(
             f"{where}: 'commit' is not resolved yet ({value!r}); the first real build resolves "
             "it, or run: nox -s update_pins"
         )
-    if not HEX40.fullmatch(value):
+    if not isinstance(value, str) or not HEX40.fullmatch(value):
         extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""
         raise UserError(
-            f"{where}: 'commit' must be a full 40-hex lowercase commit{extra}, got {value!r}"
+            f"{where}: 'commit' must be a string: full 40-hex lowercase{extra}, got {value!r}"
         )
     return value
 
@@ -110,9 +103,7 @@ def table_of(path: Path, project: str) -> dict[str, Any]:
     return table
 
 
-def read_table(
-    project: str, directory: Path, environ: Mapping[str, str] | None = None
-) -> tuple[Path, dict[str, Any]]:
+def read_table(project: str, directory: Path, environ=None) -> tuple[Path, dict[str, Any]]:
     """(file, [project] table) of project's pin in directory (pytorch: the line's), unchecked."""
     name = LINES[line(environ)] if project == "pytorch" else f"{project}.toml"
     return directory / name, table_of(directory / name, project)
@@ -121,9 +112,7 @@ def read_table(
 def aotriton_version(directory: Path) -> str | None:
     """The AOTriton `version` in directory's aotriton.toml, or None."""
     path = directory / "aotriton.toml"
-    if not path.is_file():
-        return None
-    version = table_of(path, "aotriton").get("version")
+    version = table_of(path, "aotriton").get("version") if path.is_file() else None
     return version if isinstance(version, str) else None
 
 
@@ -133,8 +122,7 @@ def check_file(path: Path, project: str) -> dict[str, Any]:
 
 
 def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
-    """Set keys of [table] (dotted: "pytorch.aotriton") in path, every other byte kept; True
-    when the file changed."""
+    """Set keys of [table] ("pytorch.aotriton") in path, every other byte kept; True if changed."""
     import tomlkit
 
     load_toml(path, "pin file")  # a missing or malformed file: the readers' one line
@@ -155,33 +143,28 @@ def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]
 
 
 def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:
-    """One line from the pin files (nothing fetched): the torch line and how its agreement with
-    the AOTriton pin is known."""
+    """One line from the pin files (nothing fetched): the torch line, how AOTriton agrees."""
     name = line(environ)
     try:
         path, torch = read_table("pytorch", pins_dir, environ)
         aotriton = read_table("aotriton", pins_dir, environ)[1]
     except UserError as e:
         return f"line {name}: {e}"
-    commit = str(torch.get("commit") or "")
+    commit, cmake = str(torch.get("commit") or ""), "cmake/External/aotriton.cmake"
     at = commit[:12] if HEX40.fullmatch(commit) else "(commit not resolved yet)"
     head = f"line {name}: {torch.get('url')} {torch.get('ref')} {at} ({path.name})"
-    if name == "nightly" or aotriton.get("commit") == FROM_PYTORCH:
-        return (
-            f"{head} x AOTriton from-pytorch: agree by construction (AOTriton is read from that "
-            "torch's cmake/External/aotriton.cmake)"
-        )
     pinned = f"AOTriton {aotriton.get('version')} {str(aotriton.get('commit'))[:12]}"
     record = torch.get("aotriton") if isinstance(torch.get("aotriton"), Mapping) else {}
     source = f"[{record.get('source')}]"
-    if record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
-        return f"{head} x {pinned}: the torch names {record.get('version')} {source}"
-    if record and not record.get("pytorch_commit"):
-        return (
-            f"{head} x {pinned}: agreement known from a public record only {source}; the first "
-            "real build (or nox -s update_pins) reads torch's file at its commit and checks it"
-        )
-    return (
-        f"{head} x {pinned}: not recorded at this torch commit; each build reads its "
-        "cmake/External/aotriton.cmake before the first command (nox -s update_pins records it)"
-    )
+    if name == "nightly" or aotriton.get("commit") == FROM_PYTORCH:
+        pinned = "AOTriton from-pytorch"
+        how = f"agree by construction (AOTriton is read from that torch's {cmake})"
+    elif record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
+        how = f"the torch names {record.get('version')} {source}"
+    elif record and not record.get("pytorch_commit"):
+        how = f"agreement known from a public record only {source}; the first real build (or "
+        how += "nox -s update_pins) reads torch's file at its commit and checks it"
+    else:
+        how = f"not recorded at this torch commit; each build reads its {cmake} before the first "
+        how += "command (nox -s update_pins records it)"
+    return f"{head} x {pinned}: {how}"
