@@ -1,13 +1,5 @@
-"""Source checkouts at a pinned commit, without ever losing the user's work.
-
-Every commit we put HEAD on has a ref under refs/rocmfa/ (pin-<commit>; patched/<pin>/<digest>
-from rocmfa.sources.patches), so "extra commits" are those reachable from HEAD that are neither
-upstream nor ours; a checkout with local edits or extra commits is never reset without force.
-Our submodule step records its HEAD in `git config rocmfa.submodulestep` while it runs: a rerun
-at that HEAD whose only changes are the pinned submodule paths resumes it instead of calling
-them local edits. Everything goes through the Runner, so a dry run prints the commands of a
-fresh checkout (its stand-in answers: no HEAD, no commit, no edits) and changes nothing.
-"""
+"""Checkouts at a pinned commit that never lose the user's work (refs/rocmfa/, local edits,
+the resumable submodule step: docs/aotriton.md)."""
 
 from __future__ import annotations
 

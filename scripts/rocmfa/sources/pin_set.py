@@ -1,12 +1,5 @@
-"""One consistent pin set: the torch we build (pins/pytorch.toml) and the AOTriton we pin
-(pins/aotriton.toml) must agree: a torch built against another AOTriton release line breaks at
-run time (0.12b changed the varlen LSE shape, 0.13b the .aks2 image packing).
-
-update_pins records what the torch pin's own cmake/External/aotriton.cmake names in
-pins/pytorch.toml [pytorch.aotriton] (pytorch_commit, version, commit, source); a record of
-another torch commit is stale and the file is read again as `commit = "from-pytorch"` reads it.
-update_pins and the build sessions call check() before their first command; --force turns a
-refusal into a warning.
+"""The torch x AOTriton pin set must agree (0.12b changed the varlen LSE shape, 0.13b the .aks2
+packing): [pytorch.aotriton] records what the torch pin's aotriton.cmake names (update_pins).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Tuning databases kept as data: pins/tuning/aotriton/<commit>/<arch>/ = manifest.toml + files.
-
-A database belongs to one AOTriton commit and one arch; its manifest names the tuner, what was
-tuned and every file's sha256, and a file that is missing, unlisted or changed is refused. Kind
-"sharded-sqlite": amd/<arch>/<family>/<kernel>.sqlite3.tar.xz as Tuner v3.5's bake writes them,
-laid over the tree's modules/database/ and passed to CMake as AOTRITON_TUNING_DATABASE_ROOT.
-The root is $ROCMFA_TUNING_DIR, else <pins dir>/tuning.
-"""
+"""Tuning databases as data: <pins>/tuning/aotriton/<commit>/<arch>/ (or $ROCMFA_TUNING_DIR),
+a manifest of sha256-checked files laid over modules/database (docs/tuning.md)."""
 
 from __future__ import annotations
 

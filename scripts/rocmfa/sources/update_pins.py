@@ -1,14 +1,6 @@
-"""`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote` and rewrite only
-the `commit` value of pins/<project>.toml (rocmfa.plumbing.pin_files keeps every other byte);
-record what the new commit itself says (AOTriton's submodule paths, read_tree_submodules;
-which AOTriton the torch pin's aotriton.cmake names: rocmfa.sources.pin_set); report whether
-each patch set still applies at the new commit (`--port-patches` copies one that applies); then
-refuse an inconsistent torch x AOTriton pin set (--force: a warning).
-
-resolve_for_build: a build's first real run that meets an unresolved pin (`commit = ""`) does
-the same for that project, says so in one line and goes on; a failure leaves the pin file as it
-was.
-"""
+"""`nox -s update_pins`: resolve each ref (git ls-remote), rewrite only `commit` (and what the
+commit says: submodules, aiter, the torch's AOTriton), report patch sets, check the pin set.
+resolve_for_build: the same for one unresolved pin before a build's first real command."""
 
 from __future__ import annotations
 
