@@ -18,9 +18,8 @@ RECORD_TABLE = "pytorch.aotriton"
 
 
 def recorded(pytorch: pins.Pin) -> pins.ResolvedAotriton | None:
-    """The [pytorch.aotriton] record, when it was read at this torch commit."""
+    """The [pytorch.aotriton] record, when read at this torch commit (not a public record)."""
     table = pytorch.data.get("aotriton")
-    # pytorch_commit = "": a public record, not read from the file (update_pins reads it)
     if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
         return None
     where = f"pins/pytorch.toml [{RECORD_TABLE}]"
@@ -28,9 +27,11 @@ def recorded(pytorch: pins.Pin) -> pins.ResolvedAotriton | None:
         pin_files.text(table, k, where) for k in ("pytorch_commit", "commit", "source")
     )
     version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
-    if at != pytorch.commit:
-        return None  # read at an older torch pin: stale
-    return pins.ResolvedAotriton(commit, version or None, source, None)
+    return (
+        pins.ResolvedAotriton(commit, version or None, source, None)
+        if at == pytorch.commit
+        else None
+    )
 
 
 def read_from_torch(pytorch: pins.Pin, *, workdir=None, environ=None, out=None):
@@ -60,17 +61,12 @@ def check(
     workdir: str | os.PathLike[str] | Path | None = None,
     environ: Mapping[str, str] | None = None, out=None,
 ) -> list[str]:  # fmt: skip
-    """Lines to print, the first naming the torch line and how its agreement is known;
-    UserError (one line) for an inconsistent or unverifiable set unless force (a warning). A
-    dry run that cannot read the torch file (offline) notes that the real run refuses."""
+    """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
+    unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
-    runner = runner or Runner(out=out)
-    return [head, _verdict(aotriton, version, force, runner, workdir, environ, out)]
-
-
-def _verdict(aotriton: pins.Pin, version: str, force, runner, workdir, environ, out) -> str:
     if aotriton.data.get("pytorch_cmake") is not None:
-        return f"pin set: AOTriton follows the torch pin ({aotriton.source})"
+        return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
+    runner = runner or Runner(out=out)
     try:
         pytorch = pins.load_pin("pytorch", workdir=workdir, environ=environ, out=out)
         named = recorded(pytorch) or read_from_torch(
@@ -79,21 +75,22 @@ def _verdict(aotriton: pins.Pin, version: str, force, runner, workdir, environ, 
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
-            return line  # the real run resolves it first: update_pins.resolve_for_build
+            return [head, line]  # the real run resolves it first: update_pins.resolve_for_build
         found = (
             f"cannot tell which AOTriton the torch pin names ({e}); "
             "nox -s update_pins records it in pins/pytorch.toml"
         )
         refused = f"note: {found}; the real run refuses this (--force to go on)"
         if not force and (line := runner.plan_line(refused)):
-            return line
+            return [head, line]
     else:
         if not (found := problem(aotriton, version, named, pytorch)):
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
-            return (
+            return [
+                head,
                 f"pin set: torch {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-                f"[{named.source}]; pinned {version} {aotriton.commit[:12]}{same}: same line"
-            )
+                f"[{named.source}]; pinned {version} {aotriton.commit[:12]}{same}: same line",
+            ]
     if not force:
         raise UserError(found + "; --force to go on anyway")
-    return f"WARNING (--force): {found}"
+    return [head, f"WARNING (--force): {found}"]
