@@ -17,22 +17,14 @@ from rocmfa.sources import pin_set, pins
 from rocmfa.sources.checkouts import fetch_commit, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
-# companions whose commit the torch pin names (ref = "from-pytorch"): file, related_commits key
+# torch companions: the file naming their commit (ref = "from-pytorch"), its key, patches/<dir>
 FROM_TORCH = {
-    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None),
-    "pytorch.audio": ("related_commits", "torchaudio"),
-    "pytorch.vision": ("related_commits", "torchvision"),
-    "pytorch.apex": ("related_commits", "apex"),
+    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None, "triton"),
+    "pytorch.audio": ("related_commits", "torchaudio", "pytorch_audio"),
+    "pytorch.vision": ("related_commits", "torchvision", "pytorch_vision"),
+    "pytorch.apex": ("related_commits", "apex", "apex"),
 }
-# the aiter AOTriton's configure clones by tag (v3src/CMakeLists.txt, 6e00ef3e)
-AITER_URL = "https://github.com/ROCm/aiter"
-# patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
-PATCH_PROJECTS = {
-    "pytorch.audio": "pytorch_audio",
-    "pytorch.vision": "pytorch_vision",
-    "pytorch.triton": "triton",
-    "pytorch.apex": "apex",
-}
+AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
 
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
@@ -68,16 +60,12 @@ def update_pins(opts: UpdatePinsOptions) -> None:
             failures["pin set"] = e
             runner.say(f"pin set: FAILED: {e}")
     if failures:
-        first = next(iter(failures.items()))
-        raise UserError(
-            f"update_pins: {len(failures)} project(s) failed; first: {'{}: {}'.format(*first)}"
-        )
+        first = "{}: {}".format(*next(iter(failures.items())))
+        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {first}")
 
 
 def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
-    """Before a build's first command: an unresolved pin of project is resolved, checked and
-    recorded as `nox -s update_pins -- --project <project>` does (one line said). A dry run
-    asks nothing and says the real run will."""
+    """An unresolved pin of project resolved, checked and recorded as update_pins does."""
     directory = pin_files.pins_dir()
     try:
         pins.load_pin(project, directory, workdir=workdir)
@@ -162,15 +150,14 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         if name == "pytorch":
             _record_torch_aotriton(path, directory, work, runner)
         old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
-        _report_patches(PATCH_PROJECTS.get(name, project), old, new, work, runner, port=port)
+        patches = FROM_TORCH.get(name, (None, None, project))[2]
+        _report_patches(patches, old, new, work, runner, port=port)
 
 
 def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
-    """The commit the (just resolved) torch pin names for a companion: related_commits for
-    audio/vision/apex, .ci/docker/ci_commit_pins/triton.txt for triton - what TheRock's
-    generate_pytorch_source_manifest.py records for a ROCm/pytorch release branch."""
+    """The commit the torch pin names for a companion (as TheRock's source manifest)."""
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
-    path, key = FROM_TORCH[name]
+    path, key, _ = FROM_TORCH[name]
     text = pins.torch_file(pytorch, path, workdir=work)
     where = f"torch {pytorch.commit[:12]} {path}"
     if text is None:
@@ -223,9 +210,8 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise, and
-    [table.aiter] with the aiter tag its configure clones (third_party/aiter.txt) and its
-    commit."""
+    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag in
+    third_party/aiter.txt that its configure clones, at its commit)."""
     if not (checkout / ".git").exists():
         runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
@@ -243,16 +229,12 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
         changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
         runner.say(f"{table}.aiter: configure clones aiter {tag} = {new['commit'][:12]}")
-    unmapped = ", ".join(tree.unmapped)
-    runner.say(
-        f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
-        + (
-            f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
-            if unmapped
-            else ""
+    said = f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
+    if tree.unmapped:
+        said += (
+            f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(tree.unmapped)}"
         )
-        + (f" (rewrote {path.name})" if changed else "")
-    )
+    runner.say(said + (f" (rewrote {path.name})" if changed else ""))
 
 
 def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
