@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -124,10 +125,8 @@ def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[di
 
 def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
     if project == "aotriton" and "version" in data and pin_files.text(data, "version", where):
-        from rocmfa.env.archs import aotriton_version_key
-
         try:
-            aotriton_version_key(data["version"].strip())
+            archs.aotriton_version_key(data["version"].strip())
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
     submodule_paths(data, where)
@@ -158,8 +157,6 @@ def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-# --- PyTorch's aotriton.cmake ------------------------------------------------------------
-
 _SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
 _LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
 _GIT_TAG = re.compile(r"GIT_TAG\s+([0-9a-fA-F]{40})\b")
@@ -186,14 +183,9 @@ def parse_aotriton_cmake(text: str) -> AotritonCmake:
         lists.setdefault(name, tuple(re.findall(r'"([^"]*)"', body)))  # the first (non-ASAN)
     version = (lists.get("__AOTRITON_VER") or (None,))[0] or None
     tags = tuple(dict.fromkeys(m.lower() for m in _GIT_TAG.findall(text)))
-    if literals:
-        form = "C" if env_override else "B"
-    elif "aotriton_version.txt" in text:
-        form = "A"
-    elif tags:
-        form, literals = "git-tag", tags
-    else:
-        form = "none"
+    found = {"C": literals and env_override, "B": literals, "A": "aotriton_version.txt" in text}
+    form = next((f for f, yes in {**found, "git-tag": tags}.items() if yes), "none")
+    literals = tags if form == "git-tag" else literals
     return AotritonCmake(form, literals, env_override, version, lists)
 
 
@@ -256,12 +248,12 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
             return cached["files"], f"{cached.get('origin', '?')}, cached"
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    text, origin = _torch_file(pytorch, AOTRITON_CMAKE, work, out)
+    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work, out)
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     files = {AOTRITON_CMAKE: text}
     if parse_aotriton_cmake(text).form == "A":
-        version_txt = _torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]
+        version_txt = torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]
         files.update({AOTRITON_VERSION_TXT: version_txt} if version_txt is not None else {})
     if not origin.startswith("local checkout"):  # over raw_url: named by its template
         origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
@@ -270,15 +262,13 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
     return files, origin
 
 
-def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, str]:
+def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | None, str]:
     """(text or None, origin) of one file at the torch pin: local checkout, else raw_url. Read
     only, so a dry run runs it too (the pin decides what it prints)."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
-        result = Runner(out=out or sys.stderr).run(
-            ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"], cwd=checkout, capture=True,
-            check=False,
-        )  # fmt: skip
+        blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
+        result = Runner(out=out or sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
     template = pytorch.data.get("raw_url")
@@ -290,10 +280,6 @@ def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, s
     url = template.format(commit=pytorch.commit, path=path)
     print(f"fetching {url}", file=out or sys.stderr, flush=True)
     return http_get(url), url
-
-
-def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
-    return _torch_file(pytorch, path, paths.workdir(workdir), out)[0]
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:

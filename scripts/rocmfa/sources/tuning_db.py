@@ -24,8 +24,7 @@ UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
     chosen = os.environ.get(TUNING_DIR_ENV)
     default = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
-    root = root or default
-    return root / "aotriton" / commit / arch
+    return (root or default) / "aotriton" / commit / arch
 
 
 @dataclass(frozen=True)
@@ -96,18 +95,16 @@ def write(
     directory: Path, files: Mapping[str, Path], *, commit: str, arch: str, kind: str, tuner: str,
     meta: Mapping[str, Any],
 ) -> TuningDb:  # fmt: skip
-    """Write a database (files copied, sha256s recorded) through a staging directory renamed
-    into place: an interrupted write leaves the old one (or none), never half."""
+    """Write a database through a staging directory renamed into place (never half of one)."""
     import tomlkit
 
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    listed = []
-    for name, source in sorted(files.items()):
+    for name, source in files.items():
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, staging / name)
-        listed.append({"path": name, "sha256": stamps.file_sha256(staging / name)})
+    listed = [{"path": n, "sha256": stamps.file_sha256(staging / n)} for n in sorted(files)]
     header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
     header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
     manifest = tomlkit.dumps({"tuning": header, "file": listed})
@@ -119,9 +116,8 @@ def write(
 
 
 def build_inputs(db: TuningDb, src: Path, scratch: Path, *, runner: Runner) -> list[str]:
-    """The CMake argument that makes the build in src read db: AOTRITON_TUNING_DATABASE_ROOT
-    REPLACES modules/database (v3src/CMakeLists.txt ~28-40 at 6e00ef3e), so the root is the
-    tree's own database with db's shards laid over it in scratch."""
+    """-DAOTRITON_TUNING_DATABASE_ROOT: it REPLACES modules/database (v3src/CMakeLists.txt at
+    6e00ef3e), so the root is the tree's database with db's shards laid over it in scratch."""
     runner.say(f"using {db.describe()}")
     runner.apply(compose_root, db, src / UPSTREAM_DB, scratch, say=f"compose {scratch}")
     return [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch}"]

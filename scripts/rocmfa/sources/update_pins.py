@@ -158,7 +158,7 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
     """The commit the torch pin names for a companion (as TheRock's source manifest)."""
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
     path, key, _ = FROM_TORCH[name]
-    text = pins.torch_file(pytorch, path, workdir=work)
+    text = pins.torch_file(pytorch, path, work)[0]
     where = f"torch {pytorch.commit[:12]} {path}"
     if text is None:
         raise UserError(f"{name}: {where} does not exist")
