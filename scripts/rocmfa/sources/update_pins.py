@@ -102,21 +102,15 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path} "
         "(as nox -s update_pins does)"
     )
-    for line in said.getvalue().splitlines():
-        if line.startswith("WARNING"):
-            runner.say(line)
+    for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
+        runner.say(line)
 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
     path, table = pin_files.read_table(project, directory)
-    names = [project] + [
-        f"{project}.{key}"
-        for key, value in table.items()
-        if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value)
-    ]
-    for name in names:
-        if name == "aotriton.aiter":  # the AOTriton commit's tree names it: record_submodules
-            continue
+    keys = [k for k, v in table.items() if isinstance(v, dict) and {"url", "ref", "commit"} <= {*v}]
+    names = [project, *(f"{project}.{k}" for k in keys)]
+    for name in (n for n in names if n != "aotriton.aiter"):  # aiter: record_submodules
         entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
         url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
@@ -135,10 +129,8 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        if companion:
-            new = _companion_from_torch(name, directory, work, runner)
-        else:
-            new = ls_remote(runner, url, ref)
+        new = _companion_from_torch(name, directory, work, runner) if companion else None
+        new = new or ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
         else:
