@@ -56,12 +56,8 @@ def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth
     return last_line(fetched.stderr) or "fetch failed" if fetched.returncode else ""
 
 
-def ensure_checkout(
-    pin: Pin, dest: Path, runner: Runner, *, force: bool = False,
-    submodules: Sequence[str] | None = None,
-) -> Path:  # fmt: skip
-    """Make dest a checkout of pin.url at exactly pin.commit (or at the patched state
-    rocmfa.sources.patches made of it) with exactly the pinned submodule paths initialised."""
+def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submodules=None) -> Path:
+    """dest: pin.url at pin.commit (or its patched state), the pinned submodule paths in."""
     dest, paths = Path(dest), tuple(submodules or ())
     if isinstance(submodules, str) or submodules is True:
         raise TypeError("submodules must be the pinned list of paths")

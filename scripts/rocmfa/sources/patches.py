@@ -69,10 +69,7 @@ def available_sets(project: str, root: Path | None = None) -> list[str]:
     return sorted(p.name for p in found if p.is_dir() and HEX40.fullmatch(p.name))
 
 
-def patch_set_for(
-    project: str, commit: str, *, root: Path | None = None, arch: str | None = None,
-    tuning: bool = False,
-) -> PatchSet | None:  # fmt: skip
+def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=False):
     """The verified set for commit, or None; with arch, that arch's patches (others in
     other_arches); tuning: a tuning build's."""
     directory = set_dir(project, commit, root)
@@ -134,10 +131,7 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     return Patch(name, path, sha256, values["reason"], values["upstream"], tuple(arches), tuning)
 
 
-def patch_set_digest(
-    project: str, commit: str, *, root: Path | None = None, arch: str | None = None,
-    tuning: bool = False,
-) -> str:  # fmt: skip
+def patch_set_digest(project: str, commit: str, *, root=None, arch=None, tuning=False) -> str:
     """For stamps: changes with any patch a build for arch applies, or the set's existence."""
     found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)
     if found is not None and found.none_needed:
@@ -145,9 +139,7 @@ def patch_set_digest(
     return stamps.digest({"commit": commit, "patches": found.shas if found else []})
 
 
-def missing_set_problem(
-    project: str, commit: str, checkout: Path | None, runner: Runner, *, root: Path | None = None
-) -> str:
+def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, root=None) -> str:
     """'' when commit may go unpatched (no set's commit may be an ancestor), else one sentence."""
     can_ask = checkout is not None and (Path(checkout) / ".git").exists()
     if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
@@ -208,9 +200,8 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
 
 
 def apply_patch_set(
-    project: str, commit: str, checkout: Path, runner: Runner, *,
-    root: Path | None = None, arch: str | None = None, tuning: bool = False,
-) -> list[str]:  # fmt: skip
+    project: str, commit: str, checkout: Path, runner: Runner, *, root=None, arch=None, tuning=False
+) -> list[str]:
     """Apply the set of commit (arch, tuning: as patch_set_for) to checkout, at commit or its
     patched state; the applied sha256s."""
     checkout = Path(checkout)
@@ -293,9 +284,7 @@ def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root,
     )
 
 
-def check_set_applies(
-    found: PatchSet, new_commit: str, checkout: Path, runner: Runner
-) -> tuple[bool, str]:
+def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: Runner):
     """(ok, detail): does the set apply at new_commit? Tried in a throwaway worktree."""
     tmp = Path(tempfile.mkdtemp(prefix="rocmfa-port-"))
     tree = tmp / "tree"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from rocmfa.env import archs
 from rocmfa.plumbing import pin_files
@@ -56,11 +55,7 @@ def problem(aotriton: pins.Pin, version: str, named, pytorch: pins.Pin) -> str:
     )
 
 
-def check(
-    aotriton: pins.Pin, version: str, *, force: bool, runner: Runner | None = None,
-    workdir: str | os.PathLike[str] | Path | None = None,
-    environ: Mapping[str, str] | None = None, out=None,
-) -> list[str]:  # fmt: skip
+def check(aotriton, version: str, *, force, runner=None, workdir=None, environ=None, out=None):
     """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
     unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)

@@ -59,11 +59,7 @@ def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin
     return Pin(project, url, ref, commit, source, data)
 
 
-def load_pin(
-    project: str, pins_dir: str | os.PathLike[str] | None = None, *,
-    workdir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None,
-    out=None,
-) -> Pin:  # fmt: skip
+def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None, out=None) -> Pin:
     """The pin of project, checked; an AOTriton `from-pytorch` pin resolved."""
     if project not in PROJECTS:
         raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
@@ -94,10 +90,7 @@ def load_pin(
     return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
 
 
-def load_pin_for_plan(
-    project: str, runner: Runner, *, workdir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None, out=None,
-) -> Pin:  # fmt: skip
+def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None, out=None) -> Pin:
     """load_pin; a dry run names an unresolved commit (update_pins.resolve_for_build)."""
     try:
         return load_pin(project, workdir=workdir, environ=environ, out=out)
@@ -200,10 +193,7 @@ class ResolvedAotriton:
         return f"{self.commit} {self.version} ({self.source})"
 
 
-def resolve_aotriton_from_pytorch(
-    pytorch: Pin, *, workdir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None, out=None,
-) -> ResolvedAotriton:  # fmt: skip
+def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     environ = os.environ if environ is None else environ
     texts, origin = _pytorch_files(pytorch, workdir, environ, out)
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"

@@ -92,9 +92,8 @@ def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
 
 
 def write(
-    directory: Path, files: Mapping[str, Path], *, commit: str, arch: str, kind: str, tuner: str,
-    meta: Mapping[str, Any],
-) -> TuningDb:  # fmt: skip
+    directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tuner, meta
+) -> TuningDb:
     """Write a database through a staging directory renamed into place (never half of one)."""
     import tomlkit
 
