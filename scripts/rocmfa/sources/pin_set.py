@@ -22,15 +22,11 @@ def recorded(pytorch: pins.Pin) -> pins.ResolvedAotriton | None:
     if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
         return None
     where = f"pins/pytorch.toml [{RECORD_TABLE}]"
-    at, commit, source = (
-        pin_files.text(table, k, where) for k in ("pytorch_commit", "commit", "source")
-    )
+    keys = ("pytorch_commit", "commit", "source")
+    at, commit, source = (pin_files.text(table, k, where) for k in keys)
     version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
-    return (
-        pins.ResolvedAotriton(commit, version or None, source, None)
-        if at == pytorch.commit
-        else None
-    )
+    fresh = at == pytorch.commit  # else read at an older torch pin: stale
+    return pins.ResolvedAotriton(commit, version or None, source, None) if fresh else None
 
 
 def read_from_torch(pytorch: pins.Pin, *, workdir=None, environ=None, out=None):
@@ -42,10 +38,8 @@ def read_from_torch(pytorch: pins.Pin, *, workdir=None, environ=None, out=None):
 
 def problem(aotriton: pins.Pin, version: str, named, pytorch: pins.Pin) -> str:
     """'' when they agree, else one sentence saying how they differ."""
-    if named.version and version:
-        if archs.aotriton_version_key(named.version)[:2] == archs.aotriton_version_key(version)[:2]:
-            return ""
-    elif named.commit == aotriton.commit:
+    key, both = archs.aotriton_version_key, named.version and version
+    if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
         return ""
     return (
         f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
@@ -64,17 +58,14 @@ def check(aotriton, version: str, *, force, runner=None, workdir=None, environ=N
     runner = runner or Runner(out=out)
     try:
         pytorch = pins.load_pin("pytorch", workdir=workdir, environ=environ, out=out)
-        named = recorded(pytorch) or read_from_torch(
-            pytorch, workdir=workdir, environ=environ, out=out
-        )
+        where = {"workdir": workdir, "environ": environ, "out": out}
+        named = recorded(pytorch) or read_from_torch(pytorch, **where)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
             return [head, line]  # the real run resolves it first: update_pins.resolve_for_build
-        found = (
-            f"cannot tell which AOTriton the torch pin names ({e}); "
-            "nox -s update_pins records it in pins/pytorch.toml"
-        )
+        found = f"cannot tell which AOTriton the torch pin names ({e}); "
+        found += "nox -s update_pins records it in pins/pytorch.toml"
         refused = f"note: {found}; the real run refuses this (--force to go on)"
         if not force and (line := runner.plan_line(refused)):
             return [head, line]
