@@ -19,8 +19,7 @@ def git(runner: Runner, repo: Path | None, *args: str, capture: bool = True, **k
 
 
 def last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    return next((x.strip() for x in reversed((text or "").splitlines()) if x.strip()), "")
 
 
 def head_commit(runner: Runner, checkout: Path) -> str | None:
@@ -29,14 +28,12 @@ def head_commit(runner: Runner, checkout: Path) -> str | None:
 
 
 def patched_refs(runner: Runner, checkout: Path, base: str) -> list[str]:
-    """Our patched-state refs of base that HEAD is at (rocmfa.sources.patches)."""
     listed = git(runner, checkout, "for-each-ref", "--format=%(refname)", "--points-at", "HEAD",
                  f"{REF_PREFIX}/patched/{base}/", check=False)  # fmt: skip
     return listed.stdout.split()
 
 
 def tracked_changes(runner: Runner, checkout: Path) -> list[str]:
-    """`git status --porcelain` lines of tracked files and submodules (untracked files stay)."""
     result = git(runner, checkout, "status", "--porcelain", "--untracked-files=no")
     return [line for line in result.stdout.splitlines() if line.strip()]
 
@@ -47,8 +44,7 @@ def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
 
 
 def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth=None) -> str:
-    """'' once checkout has commit (fetched from remote when missing), else git's reason. The
-    one fetch of a pinned commit: a dry run prints this same command (a pin's `depth`: N)."""
+    """'' once checkout has commit (the one fetch, a dry run prints it too), else git's reason."""
     if has_commit(runner, checkout, commit):
         return ""
     args = ["fetch", "-q", "--no-tags", *([f"--depth={depth}"] if depth else []), remote, commit]
@@ -134,8 +130,8 @@ def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> b
     if not paths:
         return True
     result = git(runner, checkout, "submodule", "status", "--", *paths, check=False)
-    lines = [line for line in result.stdout.splitlines() if line] if not result.returncode else []
-    return len(lines) == len(paths) and all(line[:1] == " " for line in lines)
+    lines = [x for x in result.stdout.splitlines() if x] if not result.returncode else []
+    return len(lines) == len(paths) and all(x[:1] == " " for x in lines)
 
 
 def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
@@ -146,10 +142,8 @@ def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
     if second.returncode == 0 and has_commit(runner, dest, pin.commit):
         return
     detail = last_line(second.stderr) or (first if first != "fetch failed" else "")
-    raise UserError(
-        f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}"
-        + (f": {detail}" if detail else f": commit not found on ref {pin.ref}")
-    )
+    detail = detail or f"commit not found on ref {pin.ref}"
+    raise UserError(f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}: {detail}")
 
 
 def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: str) -> None:
@@ -160,8 +154,6 @@ def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: 
     result = git(runner, dest, "submodule", "update", "-q", "--init",
                  *(["--force"] if force else []), "--", *paths, check=False)  # fmt: skip
     if result.returncode != 0:
-        raise UserError(
-            f"submodule update failed in {dest} for {', '.join(paths)}: "
-            f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
-        )
+        why = f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
+        raise UserError(f"submodule update failed in {dest} for {', '.join(paths)}: {why}")
     git(runner, dest, "config", "--unset", STEP_KEY)
