@@ -14,7 +14,7 @@ from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pin_set, pins
-from rocmfa.sources.checkouts import fetch_commit, last_line
+from rocmfa.sources.checkouts import fetch_commit, git, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
 # torch companions: the file naming their commit (ref = "from-pytorch"), its key, patches/<dir>
@@ -174,8 +174,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
         runner.say(f"{project}: {what} present for {new[:12]}")
         return
     if not (sets := available_sets(project)):
-        runner.say(f"{project}: no patches")
-        return
+        return runner.say(f"{project}: no patches")
     runner.say(
         f"{project}: no patch set for {new[:12]} while sets exist for "
         f"{', '.join(c[:12] for c in sets)}: the build refuses it until one is ported "
@@ -184,14 +183,12 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     source = old if old in sets else sets[-1]
     found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
-        runner.say(
-            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: no checkout at "
-            f"{checkout} (build once, then rerun update_pins)"
+        why = f"no checkout at {checkout} (build once, then rerun update_pins)"
+        return runner.say(
+            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: {why}"
         )
-        return
     if problem := fetch_commit(runner, checkout, "origin", new):
-        runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
-        return
+        return runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
     ok, detail = check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
@@ -214,18 +211,17 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     tree = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
-    tag = runner.run(["git", "show", f"{commit}:third_party/aiter.txt"], cwd=checkout,
-                     capture=True, check=False).stdout.strip()  # fmt: skip
-    if tag:  # what its configure clones by tag: pinned at a commit, as every source
+    show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
+    if (
+        tag := show.stdout.strip()
+    ):  # what its configure clones by tag: pinned at a commit, as every source
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
         changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
         runner.say(f"{table}.aiter: configure clones aiter {tag} = {new['commit'][:12]}")
     said = f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
-    if tree.unmapped:
-        said += (
-            f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(tree.unmapped)}"
-        )
+    if unmapped := ", ".join(tree.unmapped):
+        said += f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
     runner.say(said + (f" (rewrote {path.name})" if changed else ""))
 
 
@@ -256,16 +252,14 @@ class TreeSubmodules(NamedTuple):
 
 def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
     """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
-    tree = runner.run(["git", "ls-tree", "-r", "--full-tree", commit], cwd=repo, capture=True,
-                      check=False)  # fmt: skip
+    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit, check=False)
     if tree.returncode != 0:
         raise UserError(f"{repo}: cannot list the tree of {commit[:12]}")
     gitlinks = sorted(
         line.partition("\t")[2] for line in tree.stdout.splitlines() if line.startswith("160000 ")
     )
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
-    config = runner.run(["git", "config", "--blob", f"{commit}:.gitmodules", *keys], cwd=repo,
-                        capture=True, check=False)  # fmt: skip
+    config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
     return TreeSubmodules(
         tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
