@@ -249,11 +249,9 @@ def apply_patch_set(
                 f"{failed} conflicts; checkout back at {restored}"
             )
     git(runner, checkout, "update-ref", wanted, "HEAD")
-    new_head = checkouts.head_commit(runner, checkout)
-    runner.done(
-        f"{project}: applied {len(found.patches) - skipped} patch(es) from {label}"
-        + (f"; HEAD {new_head[:12]}" if new_head else "")
-    )
+    new_head = (checkouts.head_commit(runner, checkout) or "")[:12]
+    applied = f"{project}: applied {len(found.patches) - skipped} patch(es) from {label}"
+    runner.done(applied + (f"; HEAD {new_head}" if new_head else ""))
     return found.shas
 
 
@@ -271,17 +269,13 @@ def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root,
         runner.refuse(problem)
     else:
         runner.say(f"{project}: no patches for {commit[:12]} (none needed)")
-    if not (checkout / ".git").exists() or not checkouts.patched_refs(runner, checkout, commit):
-        return
-    if checkouts.head_commit(runner, checkout) == commit:
+    ours = (checkout / ".git").exists() and checkouts.patched_refs(runner, checkout, commit)
+    if not ours or checkouts.head_commit(runner, checkout) == commit:
         return
     if checkouts.tracked_changes(runner, checkout):
         raise UserError(f"{checkout} has local edits; cannot drop the old patches of {project}")
     _rollback(runner, checkout, commit)
-    runner.say(
-        f"{project}: no patch of the set is for this build; checkout back at the pristine "
-        f"pin {commit[:12]}"
-    )
+    runner.say(f"{project}: no patch of the set is for this build; checkout back at {commit[:12]}")
 
 
 def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: Runner):

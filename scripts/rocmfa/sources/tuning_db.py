@@ -78,22 +78,18 @@ def load(directory: Path) -> TuningDb:
 
 
 def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
-    """The stored database for commit + arch, verified, or None when there is none."""
+    """The stored database for commit + arch, verified, or None."""
     directory = db_dir(commit, arch, root)
     if not (directory / MANIFEST).is_file():
         return None
     found = load(directory)
     if (found.commit, found.arch) != (commit, arch):
-        raise UserError(
-            f"{directory / MANIFEST}: says commit {found.commit[:12]} arch {found.arch}, but it "
-            f"lies under {commit[:12]}/{arch}; refusing"
-        )
+        says = f"{directory / MANIFEST}: says commit {found.commit[:12]} arch {found.arch}"
+        raise UserError(f"{says}, but it lies under {commit[:12]}/{arch}; refusing")
     return found
 
 
-def write(
-    directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tuner, meta
-) -> TuningDb:
+def write(directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tuner, meta):
     """Write a database through a staging directory renamed into place (never half of one)."""
     import tomlkit
 
