@@ -74,13 +74,11 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         pass
     path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
-    later = runner.plan_line(
+    if later := runner.plan_line(
         f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records "
         "it there first (as nox -s update_pins does)"
-    )
-    if later:
-        runner.say(later)
-        return
+    ):
+        return runner.say(later)
     work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
