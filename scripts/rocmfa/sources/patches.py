@@ -100,12 +100,11 @@ def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=Fal
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     if not isinstance(entry, dict):
         raise UserError(f"{here}: must be a table")
-    values = {}
-    for key in ("file", "sha256", "reason", "upstream"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            raise UserError(f"{here}: missing or empty key '{key}'")
-        values[key] = entry[key].strip()
-    name, sha256, path = values["file"], values["sha256"], directory / values["file"]
+    keys = ("file", "sha256", "reason", "upstream")
+    if missing := [k for k in keys if not isinstance(entry.get(k), str) or not entry[k].strip()]:
+        raise UserError(f"{here}: missing or empty key '{missing[0]}'")
+    name, sha256, reason, upstream = (entry[k].strip() for k in keys)
+    path = directory / name
     if not PATCH_NAME.fullmatch(name):
         raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
     if not HEX64.fullmatch(sha256):
@@ -123,12 +122,11 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     arches = entry.get("arches", [])
     if not isinstance(arches, list) or (not arches and "arches" in entry):
         raise UserError(f"{here}: 'arches' must be a non-empty list of GPU arches")
-    for arch in arches:
-        if not isinstance(arch, str) or not GFX_NAME.fullmatch(arch):
-            raise UserError(f"{here}: 'arches' entry {arch!r} is not a gfx arch")
+    if bad := [a for a in arches if not isinstance(a, str) or not GFX_NAME.fullmatch(a)]:
+        raise UserError(f"{here}: 'arches' entry {bad[0]!r} is not a gfx arch")
     if (tuning := entry.get("tuning", "")) not in ("", "only", "never"):
         raise UserError(f'{here}: \'tuning\' must be "only" or "never", got {tuning!r}')
-    return Patch(name, path, sha256, values["reason"], values["upstream"], tuple(arches), tuning)
+    return Patch(name, path, sha256, reason, upstream, tuple(arches), tuning)
 
 
 def patch_set_digest(project: str, commit: str, *, root=None, arch=None, tuning=False) -> str:
