@@ -4,6 +4,7 @@ docs/upstream-interfaces.md), from the local checkout or over `raw_url`, cached 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -230,19 +231,16 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
     """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
     work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
-    try:
-        cached = json.loads(cache.read_text())
-        if AOTRITON_CMAKE in cached["files"]:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
             return cached["files"], f"{cached.get('origin', '?')}, cached"
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     text, origin = torch_file(pytorch, AOTRITON_CMAKE, work, out)
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     files = {AOTRITON_CMAKE: text}
-    if parse_aotriton_cmake(text).form == "A":
-        version_txt = torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]
-        files.update({AOTRITON_VERSION_TXT: version_txt} if version_txt is not None else {})
+    form_a = parse_aotriton_cmake(text).form == "A"
+    if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]) is not None:
+        files[AOTRITON_VERSION_TXT] = txt
     if not origin.startswith("local checkout"):  # over raw_url: named by its template
         origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
     cache.parent.mkdir(parents=True, exist_ok=True)
