@@ -90,10 +90,13 @@ def test_repository_pins_are_valid_full_commits() -> None:
             'ref = "main"\ncommit = "' + "a" * 40 + '"\n',
             r"therock\.toml \[therock\]: missing key 'url'",
         ),
-        ('url = "x"\nref = "main"\ncommit = "abc"\n', r"'commit' must be a full 40-hex"),
+        ('url = "x"\nref = "main"\ncommit = "abc"\n', r"'commit' must be a string: full 40-hex"),
         ('url = "x"\nref = "main"\ncommit = "unknown"\n', r"not resolved yet.*update_pins"),
         ('url = "x"\nref = 3\ncommit = "' + "a" * 40 + '"\n', r"'ref' must be a non-empty string"),
-        ('url = "x"\nref = "main"\ncommit = "from-pytorch"\n', r"'commit' must be a full 40-hex"),
+        (
+            'url = "x"\nref = "main"\ncommit = "from-pytorch"\n',
+            r"'commit' must be a string: full 40-hex",
+        ),
         ('url = "x"\nref = "m"\ncommit = "' + "a" * 40 + '"\ndepth = 0\n', r"'depth' must be a"),
     ],
 )

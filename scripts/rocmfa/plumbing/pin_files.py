@@ -1,5 +1,5 @@
-"""pins/<project>.toml: where they are, what a pin table may hold, their one reader (tomllib)
-and writer (tomlkit: every comment and untouched line stays byte for byte)."""
+"""pins/<project>.toml: where, what a table may hold, the one reader (tomllib) and writer
+(tomlkit: every other byte stays)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,12 @@ from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECT
 
 PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
-# The torch line: pins/pytorch.toml (ROCm/pytorch release/2.13 x AOTriton 0.13b, the default) or
-# the opt-in upstream nightly, whose AOTriton follows torch (ROCMFA_PYTORCH_LINE=nightly).
-LINE_ENV = "ROCMFA_PYTORCH_LINE"
+LINE_ENV = "ROCMFA_PYTORCH_LINE"  # release (2.13 x AOTriton 0.13b) or nightly (AOTriton follows)
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
 HEX40 = re.compile(r"[0-9a-f]{40}")
 COMMON = frozenset({"url", "ref", "commit", "depth"})
-# The keys each pinned project's table may hold (options.PROJECTS: the projects, one file each).
-KNOWN = {
+KNOWN = {  # the keys each project's table may hold; pytorch's companion tables: build_pytorch
     "therock": COMMON,
-    # [pytorch.<companion>] tables (build_pytorch checks them), [pytorch.aotriton] (pin_set)
     "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
     "aotriton": COMMON | {"version", "submodules", "tuner", "release", "aiter"},
     "composable_kernel": COMMON | {"use", "subdir", "legacy"},
@@ -33,7 +29,7 @@ KNOWN = {
 
 
 class Unresolved(UserError):
-    """A pin whose commit is not resolved yet (a build's first real run resolves it)."""
+    """A pin whose commit is not resolved yet."""
 
 
 def line(environ: Mapping[str, str] | None = None) -> str:
@@ -44,27 +40,13 @@ def line(environ: Mapping[str, str] | None = None) -> str:
 
 
 def pins_dir(requested: str | os.PathLike[str] | None = None, environ=None) -> Path:
-    """The pins folder: requested, else $ROCMFA_PINS_DIR, else the repository's pins/."""
     chosen = requested or environment(environ).pins_dir or PINS_DIR
     return Path(chosen).expanduser().resolve()
 
 
-def pin_file(project: str, directory: Path, environ: Mapping[str, str] | None = None) -> Path:
-    """The file of project's pin; pytorch's is the torch line's (LINES)."""
-    if project == "pytorch":
-        return directory / LINES[line(environ)]
-    return directory / f"{project}.toml"
-
-
 def display(path: Path) -> str:
-    """path as errors show it: relative to the repository when inside it."""
-    try:
-        return str(Path(path).relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
-
-
-# --- the one string check -------------------------------------------------------------------
+    inside = Path(path).is_relative_to(REPO_ROOT)
+    return str(Path(path).relative_to(REPO_ROOT) if inside else path)
 
 
 def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
@@ -79,38 +61,32 @@ def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = Fal
 
 
 def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False) -> str:
-    if not isinstance(value, str):
-        raise UserError(f"{where}: 'commit' must be a string (40-hex commit), got {value!r}")
-    value = value.strip()
+    value = value.strip() if isinstance(value, str) else value
     if allow_from_pytorch and value == FROM_PYTORCH:
         return value
-    if value.lower() in ("", "unknown", "todo", "none"):
+    if isinstance(value, str) and value.lower() in ("", "unknown", "todo", "none"):
         raise Unresolved(
             f"{where}: 'commit' is not resolved yet ({value!r}); the first real build resolves "
             "it, or run: nox -s update_pins"
         )
-    if not HEX40.fullmatch(value):
+    if not isinstance(value, str) or not HEX40.fullmatch(value):
         extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""
         raise UserError(
-            f"{where}: 'commit' must be a full 40-hex lowercase commit{extra}, got {value!r}"
+            f"{where}: 'commit' must be a string: full 40-hex lowercase{extra}, got {value!r}"
         )
     return value
 
 
 def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
     """Refuse unknown keys and a bad url/ref/commit, in one line naming the file and key."""
-    known = KNOWN.get(project, COMMON)
-    for key in sorted(table):
-        if key not in known:
-            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, known)}")
-    if project == "composable_kernel" and isinstance(table.get("legacy"), Mapping):
-        legacy = table["legacy"]
-        for key in sorted(legacy):
-            if key not in COMMON | {"subdir"}:
-                hint = did_you_mean(key, COMMON | {"subdir"})
-                raise UserError(f"{where[:-1]}.legacy]: unknown key '{key}'{hint}")
-        if "commit" in legacy:
-            check_commit(legacy["commit"], f"{where[:-1]}.legacy]")
+    checks, legacy = [(table, KNOWN.get(project, COMMON), where)], table.get("legacy")
+    if project == "composable_kernel" and isinstance(legacy, Mapping):
+        checks.append((legacy, COMMON | {"subdir"}, f"{where[:-1]}.legacy]"))
+    for part, keys, at in checks:
+        if unknown := sorted(set(part) - keys):
+            raise UserError(f"{at}: unknown key '{unknown[0]}'{did_you_mean(unknown[0], keys)}")
+    if len(checks) > 1 and "commit" in legacy:
+        check_commit(legacy["commit"], checks[1][2])
     text(table, "url", where)
     text(table, "ref", where)
     if "commit" not in table:
@@ -118,12 +94,8 @@ def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
     check_commit(table["commit"], where, allow_from_pytorch=project == "aotriton")
 
 
-# --- the one reader and writer ----------------------------------------------------------------
-
-
 def table_of(path: Path, project: str) -> dict[str, Any]:
-    """The [project] table of the pin file path, unchecked; one line when the file is missing,
-    malformed or has no such table."""
+    """The [project] table of path, unchecked; one line for a missing file or table."""
     data = load_toml(path, f"pin file for {project}")
     table = data.get(project)
     if not isinstance(table, dict):
@@ -131,34 +103,26 @@ def table_of(path: Path, project: str) -> dict[str, Any]:
     return table
 
 
-def read_table(
-    project: str, directory: Path, environ: Mapping[str, str] | None = None
-) -> tuple[Path, dict[str, Any]]:
-    """(file, [project] table) of project's pin in directory, unchecked."""
-    path = pin_file(project, directory, environ)
-    return path, table_of(path, project)
+def read_table(project: str, directory: Path, environ=None) -> tuple[Path, dict[str, Any]]:
+    """(file, [project] table) of project's pin in directory (pytorch: the line's), unchecked."""
+    name = LINES[line(environ)] if project == "pytorch" else f"{project}.toml"
+    return directory / name, table_of(directory / name, project)
 
 
 def aotriton_version(directory: Path) -> str | None:
-    """The AOTriton `version` pinned in directory's aotriton.toml; None without the file or the
-    key, one line for a malformed file."""
+    """The AOTriton `version` in directory's aotriton.toml, or None."""
     path = directory / "aotriton.toml"
-    if not path.is_file():
-        return None
-    version = table_of(path, "aotriton").get("version")
+    version = table_of(path, "aotriton").get("version") if path.is_file() else None
     return version if isinstance(version, str) else None
 
 
 def check_file(path: Path, project: str) -> dict[str, Any]:
-    """The pin table of project in path, checked; UserError in one line otherwise."""
-    table = table_of(path, project)
-    check_table(project, table, f"{display(path)} [{project}]")
+    check_table(project, table := table_of(path, project), f"{display(path)} [{project}]")
     return table
 
 
 def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
-    """Set keys of [table] (dotted: "pytorch.aotriton") in the pin file path, adding what is
-    missing; every other byte stays. True when the file changed."""
+    """Set keys of [table] ("pytorch.aotriton") in path, every other byte kept; True if changed."""
     import tomlkit
 
     load_toml(path, "pin file")  # a missing or malformed file: the readers' one line
@@ -179,33 +143,28 @@ def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]
 
 
 def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:
-    """One line, from the pin files as data (nothing fetched): which torch line is pinned and
-    how its torch x AOTriton agreement is known."""
+    """One line from the pin files (nothing fetched): the torch line, how AOTriton agrees."""
     name = line(environ)
     try:
         path, torch = read_table("pytorch", pins_dir, environ)
         aotriton = read_table("aotriton", pins_dir, environ)[1]
     except UserError as e:
         return f"line {name}: {e}"
-    commit = str(torch.get("commit") or "")
+    commit, cmake = str(torch.get("commit") or ""), "cmake/External/aotriton.cmake"
     at = commit[:12] if HEX40.fullmatch(commit) else "(commit not resolved yet)"
     head = f"line {name}: {torch.get('url')} {torch.get('ref')} {at} ({path.name})"
-    if name == "nightly" or aotriton.get("commit") == FROM_PYTORCH:
-        return (
-            f"{head} x AOTriton from-pytorch: agree by construction (AOTriton is read from that "
-            "torch's cmake/External/aotriton.cmake)"
-        )
     pinned = f"AOTriton {aotriton.get('version')} {str(aotriton.get('commit'))[:12]}"
     record = torch.get("aotriton") if isinstance(torch.get("aotriton"), Mapping) else {}
     source = f"[{record.get('source')}]"
-    if record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
-        return f"{head} x {pinned}: the torch names {record.get('version')} {source}"
-    if record and not record.get("pytorch_commit"):
-        return (
-            f"{head} x {pinned}: agreement known from a public record only {source}; the first "
-            "real build (or nox -s update_pins) reads torch's file at its commit and checks it"
-        )
-    return (
-        f"{head} x {pinned}: not recorded at this torch commit; each build reads its "
-        "cmake/External/aotriton.cmake before the first command (nox -s update_pins records it)"
-    )
+    if name == "nightly" or aotriton.get("commit") == FROM_PYTORCH:
+        pinned = "AOTriton from-pytorch"
+        how = f"agree by construction (AOTriton is read from that torch's {cmake})"
+    elif record and record.get("pytorch_commit") == commit and HEX40.fullmatch(commit):
+        how = f"the torch names {record.get('version')} {source}"
+    elif record and not record.get("pytorch_commit"):
+        how = f"agreement known from a public record only {source}; the first real build (or "
+        how += "nox -s update_pins) reads torch's file at its commit and checks it"
+    else:
+        how = f"not recorded at this torch commit; each build reads its {cmake} before the first "
+        how += "command (nox -s update_pins records it)"
+    return f"{head} x {pinned}: {how}"

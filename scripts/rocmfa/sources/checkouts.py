@@ -1,13 +1,5 @@
-"""Source checkouts at a pinned commit, without ever losing the user's work.
-
-Every commit we put HEAD on has a ref under refs/rocmfa/ (pin-<commit>; patched/<pin>/<digest>
-from rocmfa.sources.patches), so "extra commits" are those reachable from HEAD that are neither
-upstream nor ours; a checkout with local edits or extra commits is never reset without force.
-Our submodule step records its HEAD in `git config rocmfa.submodulestep` while it runs: a rerun
-at that HEAD whose only changes are the pinned submodule paths resumes it instead of calling
-them local edits. Everything goes through the Runner, so a dry run prints the commands of a
-fresh checkout (its stand-in answers: no HEAD, no commit, no edits) and changes nothing.
-"""
+"""Checkouts at a pinned commit that never lose the user's work (refs/rocmfa/, local edits,
+the resumable submodule step: docs/aotriton.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +19,7 @@ def git(runner: Runner, repo: Path | None, *args: str, capture: bool = True, **k
 
 
 def last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    return next((x.strip() for x in reversed((text or "").splitlines()) if x.strip()), "")
 
 
 def head_commit(runner: Runner, checkout: Path) -> str | None:
@@ -37,14 +28,12 @@ def head_commit(runner: Runner, checkout: Path) -> str | None:
 
 
 def patched_refs(runner: Runner, checkout: Path, base: str) -> list[str]:
-    """Our patched-state refs of base that HEAD is at (rocmfa.sources.patches)."""
     listed = git(runner, checkout, "for-each-ref", "--format=%(refname)", "--points-at", "HEAD",
                  f"{REF_PREFIX}/patched/{base}/", check=False)  # fmt: skip
     return listed.stdout.split()
 
 
 def tracked_changes(runner: Runner, checkout: Path) -> list[str]:
-    """`git status --porcelain` lines of tracked files and submodules (untracked files stay)."""
     result = git(runner, checkout, "status", "--porcelain", "--untracked-files=no")
     return [line for line in result.stdout.splitlines() if line.strip()]
 
@@ -55,8 +44,7 @@ def has_commit(runner: Runner, checkout: Path, commit: str) -> bool:
 
 
 def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth=None) -> str:
-    """'' once checkout has commit (fetched from remote when missing), else git's reason. The
-    one fetch of a pinned commit: a dry run prints this same command (a pin's `depth`: N)."""
+    """'' once checkout has commit (the one fetch, a dry run prints it too), else git's reason."""
     if has_commit(runner, checkout, commit):
         return ""
     args = ["fetch", "-q", "--no-tags", *([f"--depth={depth}"] if depth else []), remote, commit]
@@ -64,12 +52,8 @@ def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth
     return last_line(fetched.stderr) or "fetch failed" if fetched.returncode else ""
 
 
-def ensure_checkout(
-    pin: Pin, dest: Path, runner: Runner, *, force: bool = False,
-    submodules: Sequence[str] | None = None,
-) -> Path:  # fmt: skip
-    """Make dest a checkout of pin.url at exactly pin.commit (or at the patched state
-    rocmfa.sources.patches made of it) with exactly the pinned submodule paths initialised."""
+def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submodules=None) -> Path:
+    """dest: pin.url at pin.commit (or its patched state), the pinned submodule paths in."""
     dest, paths = Path(dest), tuple(submodules or ())
     if isinstance(submodules, str) or submodules is True:
         raise TypeError("submodules must be the pinned list of paths")
@@ -146,8 +130,8 @@ def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> b
     if not paths:
         return True
     result = git(runner, checkout, "submodule", "status", "--", *paths, check=False)
-    lines = [line for line in result.stdout.splitlines() if line] if not result.returncode else []
-    return len(lines) == len(paths) and all(line[:1] == " " for line in lines)
+    lines = [x for x in result.stdout.splitlines() if x] if not result.returncode else []
+    return len(lines) == len(paths) and all(x[:1] == " " for x in lines)
 
 
 def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
@@ -158,10 +142,8 @@ def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
     if second.returncode == 0 and has_commit(runner, dest, pin.commit):
         return
     detail = last_line(second.stderr) or (first if first != "fetch failed" else "")
-    raise UserError(
-        f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}"
-        + (f": {detail}" if detail else f": commit not found on ref {pin.ref}")
-    )
+    detail = detail or f"commit not found on ref {pin.ref}"
+    raise UserError(f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}: {detail}")
 
 
 def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: str) -> None:
@@ -172,8 +154,6 @@ def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: 
     result = git(runner, dest, "submodule", "update", "-q", "--init",
                  *(["--force"] if force else []), "--", *paths, check=False)  # fmt: skip
     if result.returncode != 0:
-        raise UserError(
-            f"submodule update failed in {dest} for {', '.join(paths)}: "
-            f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
-        )
+        why = f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
+        raise UserError(f"submodule update failed in {dest} for {', '.join(paths)}: {why}")
     git(runner, dest, "config", "--unset", STEP_KEY)

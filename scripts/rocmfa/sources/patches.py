@@ -1,16 +1,5 @@
-"""Patch sets chosen by the pinned commit: patches/<project>/<commit>/NNNN-*.patch + manifest.
-
-manifest.toml lists every patch in order: `[[patch]] file, sha256, reason, upstream` and
-optionally `arches = ["gfx908"]` (applied only to builds for those arches, as Spack's
-`patch(..., when=...)`) and optionally `tuning = "only"` (only builds for or with a tuned database:
-tune_aotriton's) or `tuning = "never"` (left out of those); a commit that needs none says
-`none_needed = "why"`. Every sha256 is
-checked before anything is applied. Each patch is classified by `git apply --check` and
-`git apply --reverse --check` (apply / already contained / conflict), applied with `git am`
-under a fixed committer and date (same pin + same patches = same HEAD), and on any failure the
-checkout goes back to the state it was in (the pin, or the previous set's patched state).
-Edits made after patching are never discarded; a re-apply reports them.
-"""
+"""Checksummed patch sets chosen by the pinned commit: patches/<project>/<commit>/ (manifest,
+`arches`, `tuning`, none_needed, apply and roll back: docs/aotriton.md "Patches")."""
 
 from __future__ import annotations
 
@@ -25,12 +14,9 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.pin_files import HEX40
-from rocmfa.plumbing.pin_files import display as _display
-from rocmfa.sources.checkouts import REF_PREFIX, git, last_line
-from rocmfa.sources.checkouts import head_commit as _head
-from rocmfa.sources.checkouts import patched_refs as _ours
-from rocmfa.sources.checkouts import tracked_changes as _changes
+from rocmfa.plumbing.pin_files import HEX40, display
+from rocmfa.sources import checkouts
+from rocmfa.sources.checkouts import git, last_line
 
 PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
@@ -83,16 +69,13 @@ def available_sets(project: str, root: Path | None = None) -> list[str]:
     return sorted(p.name for p in found if p.is_dir() and HEX40.fullmatch(p.name))
 
 
-def patch_set_for(
-    project: str, commit: str, *, root: Path | None = None, arch: str | None = None,
-    tuning: bool = False,
-) -> PatchSet | None:  # fmt: skip
-    """The verified set for commit (None without patches/<project>/<commit>/); with arch, only
-    that arch's patches (the others in other_arches); tuning: a tuning build's patches."""
+def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=False):
+    """The verified set for commit, or None; with arch, that arch's patches (others in
+    other_arches); tuning: a tuning build's."""
     directory = set_dir(project, commit, root)
     if not directory.is_dir():
         return None
-    where = _display(directory / "manifest.toml")
+    where = display(directory / "manifest.toml")
     data = load_toml(directory / "manifest.toml", "patch manifest")
     entries, none_needed = data.get("patch", []), data.get("none_needed", "")
     if not isinstance(entries, list):
@@ -104,70 +87,58 @@ def patch_set_for(
     if not entries and not none_needed:
         raise UserError(f'{where}: lists no patches; say why none are needed: none_needed = "..."')
     patches = [_read_entry(e, f"{where}: patch {i}", directory) for i, e in enumerate(entries, 1)]
-    names = [p.name for p in patches]
-    if names != sorted(set(names)):
+    if (names := [p.name for p in patches]) != sorted(set(names)):
         raise UserError(f"{where}: patches must be listed once each, in NNNN order")
-    unlisted = sorted({p.name for p in directory.glob("*.patch")} - set(names))
-    if unlisted:
+    if unlisted := sorted({p.name for p in directory.glob("*.patch")} - set(names)):
         raise UserError(f"{where}: {unlisted[0]} is in the directory but not in the manifest")
     patches = [p for p in patches if p.tuning != ("never" if tuning else "only")]
-    mine = [arch is None or not p.arches or arch in p.arches for p in patches]
-    chosen = tuple(p for p, ok in zip(patches, mine, strict=True) if ok)
-    others = tuple(p for p, ok in zip(patches, mine, strict=True) if not ok)
+    others = tuple(p for p in patches if arch and p.arches and arch not in p.arches)
+    chosen = tuple(p for p in patches if p not in others)
     return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
 
 
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     if not isinstance(entry, dict):
         raise UserError(f"{here}: must be a table")
-    values = {}
-    for key in ("file", "sha256", "reason", "upstream"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            raise UserError(f"{here}: missing or empty key '{key}'")
-        values[key] = entry[key].strip()
-    name, sha256, path = values["file"], values["sha256"], directory / values["file"]
+    keys = ("file", "sha256", "reason", "upstream")
+    if missing := [k for k in keys if not isinstance(entry.get(k), str) or not entry[k].strip()]:
+        raise UserError(f"{here}: missing or empty key '{missing[0]}'")
+    name, sha256, reason, upstream = (entry[k].strip() for k in keys)
+    path = directory / name
     if not PATCH_NAME.fullmatch(name):
         raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
     if not HEX64.fullmatch(sha256):
         raise UserError(f"{here}: 'sha256' must be 64 lowercase hex digits")
     if not path.is_file():
-        raise UserError(f"{here}: {_display(path)} does not exist")
+        raise UserError(f"{here}: {display(path)} does not exist")
     if (actual := stamps.file_sha256(path)) != sha256:
         raise UserError(
-            f"{_display(path)}: sha256 mismatch (manifest {sha256[:12]}…, file {actual[:12]}…): "
+            f"{display(path)}: sha256 mismatch (manifest {sha256[:12]}…, file {actual[:12]}…): "
             "the patch changed since it was recorded; nothing applied"
         )
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
-        raise UserError(f"{_display(path)}: not a `git format-patch` file (no mail header)")
+        raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
     arches = entry.get("arches", [])
     if not isinstance(arches, list) or (not arches and "arches" in entry):
         raise UserError(f"{here}: 'arches' must be a non-empty list of GPU arches")
-    for arch in arches:
-        if not isinstance(arch, str) or not GFX_NAME.fullmatch(arch):
-            raise UserError(f"{here}: 'arches' entry {arch!r} is not a gfx arch")
+    if bad := [a for a in arches if not isinstance(a, str) or not GFX_NAME.fullmatch(a)]:
+        raise UserError(f"{here}: 'arches' entry {bad[0]!r} is not a gfx arch")
     if (tuning := entry.get("tuning", "")) not in ("", "only", "never"):
         raise UserError(f'{here}: \'tuning\' must be "only" or "never", got {tuning!r}')
-    return Patch(name, path, sha256, values["reason"], values["upstream"], tuple(arches), tuning)
+    return Patch(name, path, sha256, reason, upstream, tuple(arches), tuning)
 
 
-def patch_set_digest(
-    project: str, commit: str, *, root: Path | None = None, arch: str | None = None,
-    tuning: bool = False,
-) -> str:  # fmt: skip
-    """For stamps: changes when any patch a build for arch applies, or the set's existence,
-    changes."""
+def patch_set_digest(project: str, commit: str, *, root=None, arch=None, tuning=False) -> str:
+    """For stamps: changes with any patch a build for arch applies, or the set's existence."""
     found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)
     if found is not None and found.none_needed:
         return stamps.digest({"commit": commit, "none_needed": found.none_needed})
     return stamps.digest({"commit": commit, "patches": found.shas if found else []})
 
 
-def missing_set_problem(
-    project: str, commit: str, checkout: Path | None, runner: Runner, *, root: Path | None = None
-) -> str:
-    """'' when commit may go unpatched (no sets of project, or every other set's commit is
-    provably not an ancestor), else one sentence: a pin moved past its patch set."""
+def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, root=None) -> str:
+    """'' when commit may go unpatched (no set's commit may be an ancestor), else one sentence."""
     can_ask = checkout is not None and (Path(checkout) / ".git").exists()
     if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
         shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
@@ -182,27 +153,25 @@ def missing_set_problem(
         count = git(runner, checkout, "rev-list", "--count", f"{candidate}..{commit}",
                     check=False) if ancestor == 0 else None  # fmt: skip
         earlier[candidate] = int(count.stdout.strip() or 1 << 30) if count else None
-    if not earlier:
-        return ""
     known = {c: n for c, n in earlier.items() if n is not None}
-    nearest = min(known, key=known.__getitem__) if known else None
-    hint = (
-        f"nearest set for an ancestor: {_display(set_dir(project, nearest, root))} "
-        f"({known[nearest]} commits older)"
-        if nearest
-        else f"sets exist for {', '.join(c[:12] for c in earlier)}"
-    )
+    hint = f"sets exist for {', '.join(c[:12] for c in earlier)}"
+    if nearest := min(known, key=known.__getitem__) if known else None:
+        hint = f"nearest set for an ancestor: {display(set_dir(project, nearest, root))} "
+        hint += f"({known[nearest]} commits older)"
     return (
-        f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it "
-        "(nox -s update_pins -- --port-patches) or write "
-        f'{_display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" - '
-        "refusing to build it unpatched"
+        ""
+        if not earlier
+        else (
+            f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it "
+            "(nox -s update_pins -- --port-patches) or write "
+            f'{display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" - '
+            "refusing to build it unpatched"
+        )
     )
 
 
 def _try(runner: Runner, tree: Path, patch: Path) -> str:
-    """'' when patch went in with git am (or is already contained: 'contained'), else what
-    failed: the conflicting file."""
+    """'' when patch went in with git am, 'contained' when already in, else the failed file."""
     forward = git(runner, tree, "apply", "--check", str(patch), check=False)
     if forward.returncode != 0:
         reverse = git(runner, tree, "apply", "--reverse", "--check", str(patch), check=False)
@@ -229,22 +198,20 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
 
 
 def apply_patch_set(
-    project: str, commit: str, checkout: Path, runner: Runner, *,
-    root: Path | None = None, arch: str | None = None, tuning: bool = False,
-) -> list[str]:  # fmt: skip
-    """Apply patches/<project>/<commit>/ (with arch: that arch's patches; tuning: a tuning
-    build's) to checkout, which is at commit or its patched state. Returns the applied sha256s;
-    [] when none apply."""
+    project: str, commit: str, checkout: Path, runner: Runner, *, root=None, arch=None, tuning=False
+) -> list[str]:
+    """Apply the set of commit (arch, tuning: as patch_set_for) to checkout, at commit or its
+    patched state; the applied sha256s."""
     checkout = Path(checkout)
     found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)  # sha256s first
     if found is None or not found.patches:
         _nothing_to_apply(found, project, commit, checkout, runner, root=root, arch=arch)
         return []
-    label = _display(found.directory)
-    head = _head(runner, checkout) or commit  # none yet: a plan of a fresh checkout
-    ours = _ours(runner, checkout, commit)
-    changes = _changes(runner, checkout)
-    wanted = f"{REF_PREFIX}/patched/{commit}/{stamps.digest(found.shas)[:16]}"
+    label = display(found.directory)
+    head = checkouts.head_commit(runner, checkout) or commit  # none yet: a plan of a fresh checkout
+    ours = checkouts.patched_refs(runner, checkout, commit)
+    changes = checkouts.tracked_changes(runner, checkout)
+    wanted = f"{checkouts.REF_PREFIX}/patched/{commit}/{stamps.digest(found.shas)[:16]}"
     if wanted in ours:
         runner.say(f"{project}: patch set {label} already applied (HEAD {head[:12]})")
         if changes:  # kept (they are the user's), but the build is not of the patched pin alone
@@ -276,49 +243,40 @@ def apply_patch_set(
         elif failed:
             _rollback(runner, checkout, restore_to)
             raise UserError(
-                f"patch {_display(patch.path)} does not apply to {project} {commit[:12]}: "
+                f"patch {display(patch.path)} does not apply to {project} {commit[:12]}: "
                 f"{failed} conflicts; checkout back at {restored}"
             )
     git(runner, checkout, "update-ref", wanted, "HEAD")
-    new_head = _head(runner, checkout)
-    runner.done(
-        f"{project}: applied {len(found.patches) - skipped} patch(es) from {label}"
-        + (f"; HEAD {new_head[:12]}" if new_head else "")
-    )
+    new_head = (checkouts.head_commit(runner, checkout) or "")[:12]
+    applied = f"{project}: applied {len(found.patches) - skipped} patch(es) from {label}"
+    runner.done(applied + (f"; HEAD {new_head}" if new_head else ""))
     return found.shas
 
 
 def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root, arch) -> None:
-    """Say why nothing is applied (a pin moved past its set is refused), and take a checkout
-    at our patched state back to the pin."""
+    """Say why nothing applies (refuse a pin past its set); a patched checkout goes to the pin."""
     if found is not None and found.none_needed:
         runner.say(f"{project}: no patches needed at {commit[:12]}: {found.none_needed}")
     elif found is not None:
         others = ", ".join(sorted({a for p in found.other_arches for a in p.arches}))
         runner.say(
-            f"{project}: {_display(found.directory)} has no patch for {arch} (its "
+            f"{project}: {display(found.directory)} has no patch for {arch} (its "
             f"{len(found.other_arches)} patch(es) are for {others}); built as pinned"
         )
     elif problem := missing_set_problem(project, commit, checkout, runner, root=root):
         runner.refuse(problem)
     else:
         runner.say(f"{project}: no patches for {commit[:12]} (none needed)")
-    if not (checkout / ".git").exists() or not _ours(runner, checkout, commit):
+    ours = (checkout / ".git").exists() and checkouts.patched_refs(runner, checkout, commit)
+    if not ours or checkouts.head_commit(runner, checkout) == commit:
         return
-    if _head(runner, checkout) == commit:
-        return
-    if _changes(runner, checkout):
+    if checkouts.tracked_changes(runner, checkout):
         raise UserError(f"{checkout} has local edits; cannot drop the old patches of {project}")
     _rollback(runner, checkout, commit)
-    runner.say(
-        f"{project}: no patch of the set is for this build; checkout back at the pristine "
-        f"pin {commit[:12]}"
-    )
+    runner.say(f"{project}: no patch of the set is for this build; checkout back at {commit[:12]}")
 
 
-def check_set_applies(
-    found: PatchSet, new_commit: str, checkout: Path, runner: Runner
-) -> tuple[bool, str]:
+def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: Runner):
     """(ok, detail): does the set apply at new_commit? Tried in a throwaway worktree."""
     tmp = Path(tempfile.mkdtemp(prefix="rocmfa-port-"))
     tree = tmp / "tree"
@@ -343,7 +301,7 @@ def port_set(found: PatchSet, new_commit: str, *, root: Path | None = None) -> P
     """Copy a set that applies cleanly to patches/<project>/<new_commit>/ (never over one)."""
     target = set_dir(found.project, new_commit, root)
     if target.exists():
-        raise UserError(f"{_display(target)} already exists; not overwriting it")
+        raise UserError(f"{display(target)} already exists; not overwriting it")
     shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
     note = f"# Ported by update_pins from {found.commit} (applied cleanly at {new_commit}).\n"
     (target / "manifest.toml").write_text(note + (found.directory / "manifest.toml").read_text())

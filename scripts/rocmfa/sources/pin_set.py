@@ -1,19 +1,11 @@
-"""One consistent pin set: the torch we build (pins/pytorch.toml) and the AOTriton we pin
-(pins/aotriton.toml) must agree: a torch built against another AOTriton release line breaks at
-run time (0.12b changed the varlen LSE shape, 0.13b the .aks2 image packing).
-
-update_pins records what the torch pin's own cmake/External/aotriton.cmake names in
-pins/pytorch.toml [pytorch.aotriton] (pytorch_commit, version, commit, source); a record of
-another torch commit is stale and the file is read again as `commit = "from-pytorch"` reads it.
-update_pins and the build sessions call check() before their first command; --force turns a
-refusal into a warning.
+"""The torch x AOTriton pin set must agree (0.12b changed the varlen LSE shape, 0.13b the .aks2
+packing): [pytorch.aotriton] records what the torch pin's aotriton.cmake names (update_pins).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from rocmfa.env import archs
 from rocmfa.plumbing import pin_files
@@ -25,19 +17,16 @@ RECORD_TABLE = "pytorch.aotriton"
 
 
 def recorded(pytorch: pins.Pin) -> pins.ResolvedAotriton | None:
-    """The [pytorch.aotriton] record, when it was read at this torch commit."""
+    """The [pytorch.aotriton] record, when read at this torch commit (not a public record)."""
     table = pytorch.data.get("aotriton")
-    # pytorch_commit = "": a public record, not read from the file (update_pins reads it)
     if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
         return None
     where = f"pins/pytorch.toml [{RECORD_TABLE}]"
-    at, commit, source = (
-        pin_files.text(table, k, where) for k in ("pytorch_commit", "commit", "source")
-    )
+    keys = ("pytorch_commit", "commit", "source")
+    at, commit, source = (pin_files.text(table, k, where) for k in keys)
     version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
-    if at != pytorch.commit:
-        return None  # read at an older torch pin: stale
-    return pins.ResolvedAotriton(commit, version or None, source, None)
+    fresh = at == pytorch.commit  # else read at an older torch pin: stale
+    return pins.ResolvedAotriton(commit, version or None, source, None) if fresh else None
 
 
 def read_from_torch(pytorch: pins.Pin, *, workdir=None, environ=None, out=None):
@@ -49,10 +38,8 @@ def read_from_torch(pytorch: pins.Pin, *, workdir=None, environ=None, out=None):
 
 def problem(aotriton: pins.Pin, version: str, named, pytorch: pins.Pin) -> str:
     """'' when they agree, else one sentence saying how they differ."""
-    if named.version and version:
-        if archs.aotriton_version_key(named.version)[:2] == archs.aotriton_version_key(version)[:2]:
-            return ""
-    elif named.commit == aotriton.commit:
+    key, both = archs.aotriton_version_key, named.version and version
+    if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
         return ""
     return (
         f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
@@ -62,45 +49,34 @@ def problem(aotriton: pins.Pin, version: str, named, pytorch: pins.Pin) -> str:
     )
 
 
-def check(
-    aotriton: pins.Pin, version: str, *, force: bool, runner: Runner | None = None,
-    workdir: str | os.PathLike[str] | Path | None = None,
-    environ: Mapping[str, str] | None = None, out=None,
-) -> list[str]:  # fmt: skip
-    """Lines to print, the first naming the torch line and how its agreement is known;
-    UserError (one line) for an inconsistent or unverifiable set unless force (a warning). A
-    dry run that cannot read the torch file (offline) notes that the real run refuses."""
+def check(aotriton, version: str, *, force, runner=None, workdir=None, environ=None, out=None):
+    """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
+    unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
-    runner = runner or Runner(out=out)
-    return [head, _verdict(aotriton, version, force, runner, workdir, environ, out)]
-
-
-def _verdict(aotriton: pins.Pin, version: str, force, runner, workdir, environ, out) -> str:
     if aotriton.data.get("pytorch_cmake") is not None:
-        return f"pin set: AOTriton follows the torch pin ({aotriton.source})"
+        return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
+    runner = runner or Runner(out=out)
     try:
         pytorch = pins.load_pin("pytorch", workdir=workdir, environ=environ, out=out)
-        named = recorded(pytorch) or read_from_torch(
-            pytorch, workdir=workdir, environ=environ, out=out
-        )
+        where = {"workdir": workdir, "environ": environ, "out": out}
+        named = recorded(pytorch) or read_from_torch(pytorch, **where)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
-            return line  # the real run resolves it first: update_pins.resolve_for_build
-        found = (
-            f"cannot tell which AOTriton the torch pin names ({e}); "
-            "nox -s update_pins records it in pins/pytorch.toml"
-        )
+            return [head, line]  # the real run resolves it first: update_pins.resolve_for_build
+        found = f"cannot tell which AOTriton the torch pin names ({e}); "
+        found += "nox -s update_pins records it in pins/pytorch.toml"
         refused = f"note: {found}; the real run refuses this (--force to go on)"
         if not force and (line := runner.plan_line(refused)):
-            return line
+            return [head, line]
     else:
         if not (found := problem(aotriton, version, named, pytorch)):
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
-            return (
+            return [
+                head,
                 f"pin set: torch {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-                f"[{named.source}]; pinned {version} {aotriton.commit[:12]}{same}: same line"
-            )
+                f"[{named.source}]; pinned {version} {aotriton.commit[:12]}{same}: same line",
+            ]
     if not force:
         raise UserError(found + "; --force to go on anyway")
-    return f"WARNING (--force): {found}"
+    return [head, f"WARNING (--force): {found}"]

@@ -1,23 +1,20 @@
-"""Pinned upstream sources: pins/<project>.toml -> Pin(url, ref, commit, source, data).
-
-A pin table holds `url`, `ref` and the resolved 40-hex `commit` (checked by
-rocmfa.plumbing.pin_files); other keys travel in Pin.data. AOTriton's `commit = "from-pytorch"`
-is read from PyTorch's cmake/External/aotriton.cmake at the torch pin (its forms:
-docs/upstream-interfaces.md): from the local PyTorch checkout when it has that commit, else that
-one file over `raw_url`, cached per PyTorch commit in the work directory.
-"""
+"""pins/<project>.toml -> Pin (tables read and checked by rocmfa.plumbing.pin_files). AOTriton's
+`commit = "from-pytorch"` is read from the torch pin's cmake/External/aotriton.cmake (forms:
+docs/upstream-interfaces.md), from the local checkout or over `raw_url`, cached per commit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -43,29 +40,27 @@ class Pin:
 
     @property
     def submodules(self) -> tuple[str, ...]:
-        """Exactly the submodule paths a checkout initialises (checked on load)."""
         return tuple(self.data.get("submodules") or ())
 
     def part(self, key: str) -> Pin | None:
-        """The source pinned in this pin's [<project>.<key>] table ([aotriton.aiter]), checked;
-        None when there is none."""
+        """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]), checked; or None."""
         table = self.data.get(key)
-        if table is None:
-            return None
         where = f"{self.source} [{self.project}.{key}]"
-        if not isinstance(table, Mapping):
+        if table is not None and not isinstance(table, Mapping):
             raise UserError(f"{where}: must be a table with url, ref and commit")
-        pin_files.check_table(key, table, where)
-        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-        _validate_data(key, data, where)
-        return Pin(key, table["url"].strip(), table["ref"].strip(), table["commit"], where, data)
+        return None if table is None else _pin(key, table, where, where)
 
 
-def load_pin(
-    project: str, pins_dir: str | os.PathLike[str] | None = None, *,
-    workdir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None,
-    out=None,
-) -> Pin:  # fmt: skip
+def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin:
+    """table (checked by pin_files.check_table) as a Pin; its other keys checked too."""
+    pin_files.check_table(project, table, where)
+    data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
+    _validate_data(project, data, where)
+    url, ref, commit = (table[k].strip() for k in ("url", "ref", "commit"))
+    return Pin(project, url, ref, commit, source, data)
+
+
+def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None, out=None) -> Pin:
     """The pin of project, checked; an AOTriton `from-pytorch` pin resolved."""
     if project not in PROJECTS:
         raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
@@ -77,37 +72,27 @@ def load_pin(
         # the nightly line's AOTriton follows its torch: agreement by construction
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
         where = f"{where} (line nightly: follows torch)"
-    pin_files.check_table(project, table, where)  # the same checks as doctor's
     if project == "composable_kernel":
+        pin_files.check_table(project, table, where)  # [composable_kernel.legacy] too
         table, where = _ck_variant(table, where, environ)
-    url, ref = pin_files.text(table, "url", where), pin_files.text(table, "ref", where)
-    commit = pin_files.check_commit(
-        pin_files.text(table, "commit", where, empty_ok=True), where,
-        allow_from_pytorch=project == "aotriton",
-    )  # fmt: skip
-    data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-    _validate_data(project, data, where)
-    if commit != FROM_PYTORCH:
-        source = where if data.get("use") == "legacy" else pin_files.display(path)
-        return Pin(project, url, ref, commit, source, data)
+    source = where if table.get("use") == "legacy" else pin_files.display(path)
+    pin = _pin(project, table, where, source)
+    if pin.commit != FROM_PYTORCH:
+        return pin
     pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ, out=out)
     resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
-    declared = data.get("version")
+    declared = pin.data.get("version")
     if declared and resolved.version and declared != resolved.version:
         raise UserError(
             f"{where}: version {declared!r} but PyTorch {pytorch.commit[:12]} pins AOTriton "
             f"{resolved.version!r}; fix 'version' or the PyTorch pin"
         )
-    data = {**data, "version": declared or resolved.version, "pytorch_cmake": resolved}
-    return Pin(project, url, ref, resolved.commit, resolved.source, data)
+    data = {**pin.data, "version": declared or resolved.version, "pytorch_cmake": resolved}
+    return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
 
 
-def load_pin_for_plan(
-    project: str, runner: Runner, *, workdir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None, out=None,
-) -> Pin:  # fmt: skip
-    """load_pin; a dry run shows an unresolved commit as a named placeholder (the real run
-    resolves, checks and records it first: update_pins.resolve_for_build)."""
+def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None, out=None) -> Pin:
+    """load_pin; a dry run names an unresolved commit (update_pins.resolve_for_build)."""
     try:
         return load_pin(project, workdir=workdir, environ=environ, out=out)
     except pin_files.Unresolved as e:
@@ -120,8 +105,7 @@ def load_pin_for_plan(
 
 
 def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[dict, str]:
-    """composable_kernel: the monorepo table, or its [composable_kernel.legacy] sub-table
-    when `use = "legacy"` or $ROCMFA_CK_SOURCE=legacy."""
+    """The monorepo table, or [composable_kernel.legacy] (use = "legacy", $ROCMFA_CK_SOURCE)."""
     choice = environ.get(CK_SOURCE_ENV) or table.get("use", "monorepo")
     if choice not in ("monorepo", "legacy"):
         raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
@@ -135,10 +119,8 @@ def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[di
 
 def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
     if project == "aotriton" and "version" in data and pin_files.text(data, "version", where):
-        from rocmfa.env.archs import aotriton_version_key
-
         try:
-            aotriton_version_key(data["version"].strip())
+            archs.aotriton_version_key(data["version"].strip())
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
     submodule_paths(data, where)
@@ -154,18 +136,13 @@ def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
 
 
 def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """A pin's `submodules`: exactly the paths a checkout initialises (`git submodule update
-    --init -- <paths>`), as update_pins reads them from the commit's tree. `true` is refused:
-    `--init --recursive` stops at a gitlink .gitmodules does not map (the gfx908 port at
-    60639c72: "No url found for submodule path 'third_party/aiter'") before initialising any."""
-    value = data.get("submodules", [])
-    if value is True:
+    """A pin's `submodules`: the paths a checkout initialises. `true` is refused: `--recursive`
+    stops at an unmapped gitlink (60639c72: "No url found for submodule path ...")."""
+    if (value := data.get("submodules") or []) is True:
         raise UserError(
             f"{where}: 'submodules = true' initialises whatever .gitmodules lists, which fails on "
             "an unmapped gitlink; list the paths instead (nox -s update_pins records them)"
         )
-    if value is False:
-        return ()
     if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
         raise UserError(f"{where}: 'submodules' must be a list of submodule paths")
     for path in value:
@@ -173,8 +150,6 @@ def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
             raise UserError(f"{where}: submodule path {path!r} must be relative, inside the tree")
     return tuple(value)
 
-
-# --- PyTorch's aotriton.cmake ------------------------------------------------------------
 
 _SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
 _LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
@@ -184,9 +159,7 @@ _ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_
 
 @dataclass(frozen=True)
 class AotritonCmake:
-    """What PyTorch's aotriton.cmake says. form: A (aotriton_version.txt), B (literal),
-    C (literal wrapped in the $ENV{PYTORCH_AOTRITON_COMMIT} override), "git-tag" (the oldest
-    ExternalProject form) or "none"."""
+    """What aotriton.cmake says; form: A, B, C, "git-tag" or "none" (upstream-interfaces.md)."""
 
     form: str
     literals: tuple[str, ...]
@@ -204,14 +177,9 @@ def parse_aotriton_cmake(text: str) -> AotritonCmake:
         lists.setdefault(name, tuple(re.findall(r'"([^"]*)"', body)))  # the first (non-ASAN)
     version = (lists.get("__AOTRITON_VER") or (None,))[0] or None
     tags = tuple(dict.fromkeys(m.lower() for m in _GIT_TAG.findall(text)))
-    if literals:
-        form = "C" if env_override else "B"
-    elif "aotriton_version.txt" in text:
-        form = "A"
-    elif tags:
-        form, literals = "git-tag", tags
-    else:
-        form = "none"
+    found = {"C": literals and env_override, "B": literals, "A": "aotriton_version.txt" in text}
+    form = next((f for f, yes in {**found, "git-tag": tags}.items() if yes), "none")
+    literals = tags if form == "git-tag" else literals
     return AotritonCmake(form, literals, env_override, version, lists)
 
 
@@ -226,21 +194,16 @@ class ResolvedAotriton:
         return f"{self.commit} {self.version} ({self.source})"
 
 
-def resolve_aotriton_from_pytorch(
-    pytorch: Pin, *, workdir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None, out=None,
-) -> ResolvedAotriton:  # fmt: skip
+def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     environ = os.environ if environ is None else environ
     texts, origin = _pytorch_files(pytorch, workdir, environ, out)
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
     parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
     version = parsed.version
     if len(parsed.literals) > 1:
-        raise UserError(
-            f"{where}: several different AOTriton commits "
-            f"({', '.join(c[:12] for c in parsed.literals)}) - the pin is unknown; "
-            "set commit in pins/aotriton.toml explicitly"
-        )
+        several = ", ".join(c[:12] for c in parsed.literals)
+        raise UserError(f"{where}: several different AOTriton commits ({several}) - the pin is "
+                        "unknown; set commit in pins/aotriton.toml explicitly")  # fmt: skip
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
         lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
         if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
@@ -265,23 +228,19 @@ def resolve_aotriton_from_pytorch(
 
 
 def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str], str]:
-    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, and where from;
-    cached per PyTorch commit."""
+    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
     work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
-    try:
-        cached = json.loads(cache.read_text())
-        if AOTRITON_CMAKE in cached["files"]:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
             return cached["files"], f"{cached.get('origin', '?')}, cached"
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    text, origin = _torch_file(pytorch, AOTRITON_CMAKE, work, out)
+    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work, out)
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     files = {AOTRITON_CMAKE: text}
-    if parse_aotriton_cmake(text).form == "A":
-        version_txt = _torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]
-        files.update({AOTRITON_VERSION_TXT: version_txt} if version_txt is not None else {})
+    form_a = parse_aotriton_cmake(text).form == "A"
+    if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]) is not None:
+        files[AOTRITON_VERSION_TXT] = txt
     if not origin.startswith("local checkout"):  # over raw_url: named by its template
         origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -289,16 +248,13 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
     return files, origin
 
 
-def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, str]:
-    """(text, origin) of one file of the torch pin's tree, None when it has no such file: from
-    the local PyTorch checkout when it holds the commit, else over raw_url. A read-only query:
-    it also runs in a dry run, because what the pin is decides what the dry run prints."""
+def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | None, str]:
+    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url. Read
+    only, so a dry run runs it too (the pin decides what it prints)."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
-        result = Runner(out=out or sys.stderr).run(
-            ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"], cwd=checkout, capture=True,
-            check=False,
-        )  # fmt: skip
+        blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
+        result = Runner(out=out or sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
     template = pytorch.data.get("raw_url")
@@ -312,16 +268,9 @@ def _torch_file(pytorch: Pin, path: str, work: Path, out) -> tuple[str | None, s
     return http_get(url), url
 
 
-def torch_file(pytorch: Pin, path: str, *, workdir=None, environ=None, out=None) -> str | None:
-    """One file of the torch pin's tree, None when it has none (TheRock's manifest generator
-    reads related_commits and ci_commit_pins/triton.txt the same way, one file at a commit)."""
-    return _torch_file(pytorch, path, paths.workdir(workdir), out)[0]
-
-
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
-    """project -> (origin, commit) from ROCm/pytorch's related_commits
-    (os|source|project|branch|commit|origin), as TheRock's generate_pytorch_source_manifest.py
-    reads it at 89553ce3: one commit per project, rows of several OSes must agree."""
+    """project -> (origin, commit) from related_commits (os|source|project|branch|commit|origin),
+    as TheRock's generate_pytorch_source_manifest.py (89553ce3): rows must agree."""
     found: dict[str, tuple[str, str]] = {}
     for line in (line.strip() for line in text.splitlines()):
         if not line or line.startswith("#"):
@@ -335,8 +284,7 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
 
 
 def http_get(url: str, *, timeout: float = 20.0, tries: int = 3) -> str | None:
-    """GET url as text (plumbing.downloads' retrying session); None for 404; UserError when
-    unreachable."""
+    """GET url as text (downloads' retrying session); None for 404; UserError if unreachable."""
     import requests
 
     try:

@@ -1,11 +1,5 @@
-"""Tuning databases kept as data: pins/tuning/aotriton/<commit>/<arch>/ = manifest.toml + files.
-
-A database belongs to one AOTriton commit and one arch; its manifest names the tuner, what was
-tuned and every file's sha256, and a file that is missing, unlisted or changed is refused. Kind
-"sharded-sqlite": amd/<arch>/<family>/<kernel>.sqlite3.tar.xz as Tuner v3.5's bake writes them,
-laid over the tree's modules/database/ and passed to CMake as AOTRITON_TUNING_DATABASE_ROOT.
-The root is $ROCMFA_TUNING_DIR, else <pins dir>/tuning.
-"""
+"""Tuning databases as data: <pins>/tuning/aotriton/<commit>/<arch>/ (or $ROCMFA_TUNING_DIR),
+a manifest of sha256-checked files laid over modules/database (docs/tuning.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +24,7 @@ UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
     chosen = os.environ.get(TUNING_DIR_ENV)
     default = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
-    root = root or default
-    return root / "aotriton" / commit / arch
+    return (root or default) / "aotriton" / commit / arch
 
 
 @dataclass(frozen=True)
@@ -85,35 +78,28 @@ def load(directory: Path) -> TuningDb:
 
 
 def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
-    """The stored database for commit + arch, verified, or None when there is none."""
+    """The stored database for commit + arch, verified, or None."""
     directory = db_dir(commit, arch, root)
     if not (directory / MANIFEST).is_file():
         return None
     found = load(directory)
     if (found.commit, found.arch) != (commit, arch):
-        raise UserError(
-            f"{directory / MANIFEST}: says commit {found.commit[:12]} arch {found.arch}, but it "
-            f"lies under {commit[:12]}/{arch}; refusing"
-        )
+        says = f"{directory / MANIFEST}: says commit {found.commit[:12]} arch {found.arch}"
+        raise UserError(f"{says}, but it lies under {commit[:12]}/{arch}; refusing")
     return found
 
 
-def write(
-    directory: Path, files: Mapping[str, Path], *, commit: str, arch: str, kind: str, tuner: str,
-    meta: Mapping[str, Any],
-) -> TuningDb:  # fmt: skip
-    """Write a database (files copied, sha256s recorded) through a staging directory renamed
-    into place: an interrupted write leaves the old one (or none), never half."""
+def write(directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tuner, meta):
+    """Write a database through a staging directory renamed into place (never half of one)."""
     import tomlkit
 
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    listed = []
-    for name, source in sorted(files.items()):
+    for name, source in files.items():
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, staging / name)
-        listed.append({"path": name, "sha256": stamps.file_sha256(staging / name)})
+    listed = [{"path": n, "sha256": stamps.file_sha256(staging / n)} for n in sorted(files)]
     header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
     header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
     manifest = tomlkit.dumps({"tuning": header, "file": listed})
@@ -125,9 +111,8 @@ def write(
 
 
 def build_inputs(db: TuningDb, src: Path, scratch: Path, *, runner: Runner) -> list[str]:
-    """The CMake argument that makes the build in src read db: AOTRITON_TUNING_DATABASE_ROOT
-    REPLACES modules/database (v3src/CMakeLists.txt ~28-40 at 6e00ef3e), so the root is the
-    tree's own database with db's shards laid over it in scratch."""
+    """-DAOTRITON_TUNING_DATABASE_ROOT: it REPLACES modules/database (v3src/CMakeLists.txt at
+    6e00ef3e), so the root is the tree's database with db's shards laid over it in scratch."""
     runner.say(f"using {db.describe()}")
     runner.apply(compose_root, db, src / UPSTREAM_DB, scratch, say=f"compose {scratch}")
     return [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch}"]

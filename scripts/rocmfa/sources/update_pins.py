@@ -1,14 +1,6 @@
-"""`nox -s update_pins`: resolve each pin's ref to a commit with `git ls-remote` and rewrite only
-the `commit` value of pins/<project>.toml (rocmfa.plumbing.pin_files keeps every other byte);
-record what the new commit itself says (AOTriton's submodule paths, read_tree_submodules;
-which AOTriton the torch pin's aotriton.cmake names: rocmfa.sources.pin_set); report whether
-each patch set still applies at the new commit (`--port-patches` copies one that applies); then
-refuse an inconsistent torch x AOTriton pin set (--force: a warning).
-
-resolve_for_build: a build's first real run that meets an unresolved pin (`commit = ""`) does
-the same for that project, says so in one line and goes on; a failure leaves the pin file as it
-was.
-"""
+"""`nox -s update_pins`: resolve each ref (git ls-remote), rewrite only `commit` (and what the
+commit says: submodules, aiter, the torch's AOTriton), report patch sets, check the pin set.
+resolve_for_build: the same for one unresolved pin before a build's first real command."""
 
 from __future__ import annotations
 
@@ -22,25 +14,17 @@ from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pin_set, pins
-from rocmfa.sources.checkouts import fetch_commit, last_line
+from rocmfa.sources.checkouts import fetch_commit, git, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
-# companions whose commit the torch pin names (ref = "from-pytorch"): file, related_commits key
+# torch companions: the file naming their commit (ref = "from-pytorch"), its key, patches/<dir>
 FROM_TORCH = {
-    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None),
-    "pytorch.audio": ("related_commits", "torchaudio"),
-    "pytorch.vision": ("related_commits", "torchvision"),
-    "pytorch.apex": ("related_commits", "apex"),
+    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None, "triton"),
+    "pytorch.audio": ("related_commits", "torchaudio", "pytorch_audio"),
+    "pytorch.vision": ("related_commits", "torchvision", "pytorch_vision"),
+    "pytorch.apex": ("related_commits", "apex", "apex"),
 }
-# the aiter AOTriton's configure clones by tag (v3src/CMakeLists.txt, 6e00ef3e)
-AITER_URL = "https://github.com/ROCm/aiter"
-# patches/<project>/ of a pin table that is not its file's own project (build_pytorch's keys)
-PATCH_PROJECTS = {
-    "pytorch.audio": "pytorch_audio",
-    "pytorch.vision": "pytorch_vision",
-    "pytorch.triton": "triton",
-    "pytorch.apex": "apex",
-}
+AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
 
 
 def ls_remote(runner: Runner, url: str, ref: str) -> str:
@@ -76,16 +60,12 @@ def update_pins(opts: UpdatePinsOptions) -> None:
             failures["pin set"] = e
             runner.say(f"pin set: FAILED: {e}")
     if failures:
-        first = next(iter(failures.items()))
-        raise UserError(
-            f"update_pins: {len(failures)} project(s) failed; first: {'{}: {}'.format(*first)}"
-        )
+        first = "{}: {}".format(*next(iter(failures.items())))
+        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {first}")
 
 
 def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
-    """Before a build's first command: an unresolved pin of project is resolved, checked and
-    recorded as `nox -s update_pins -- --project <project>` does (one line said). A dry run
-    asks nothing and says the real run will."""
+    """An unresolved pin of project resolved, checked and recorded as update_pins does."""
     directory = pin_files.pins_dir()
     try:
         pins.load_pin(project, directory, workdir=workdir)
@@ -94,13 +74,11 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         pass
     path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
-    later = runner.plan_line(
+    if later := runner.plan_line(
         f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records "
         "it there first (as nox -s update_pins does)"
-    )
-    if later:
-        runner.say(later)
-        return
+    ):
+        return runner.say(later)
     work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
@@ -122,21 +100,15 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path} "
         "(as nox -s update_pins does)"
     )
-    for line in said.getvalue().splitlines():
-        if line.startswith("WARNING"):
-            runner.say(line)
+    for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
+        runner.say(line)
 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
     path, table = pin_files.read_table(project, directory)
-    names = [project] + [
-        f"{project}.{key}"
-        for key, value in table.items()
-        if isinstance(value, dict) and {"url", "ref", "commit"} <= set(value)
-    ]
-    for name in names:
-        if name == "aotriton.aiter":  # the AOTriton commit's tree names it: record_submodules
-            continue
+    keys = [k for k, v in table.items() if isinstance(v, dict) and {"url", "ref", "commit"} <= {*v}]
+    names = [project, *(f"{project}.{k}" for k in keys)]
+    for name in (n for n in names if n != "aotriton.aiter"):  # aiter: record_submodules
         entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
         url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
@@ -155,10 +127,8 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        if companion:
-            new = _companion_from_torch(name, directory, work, runner)
-        else:
-            new = ls_remote(runner, url, ref)
+        new = _companion_from_torch(name, directory, work, runner) if companion else None
+        new = new or ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
         else:
@@ -170,16 +140,15 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         if name == "pytorch":
             _record_torch_aotriton(path, directory, work, runner)
         old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
-        _report_patches(PATCH_PROJECTS.get(name, project), old, new, work, runner, port=port)
+        patches = FROM_TORCH.get(name, (None, None, project))[2]
+        _report_patches(patches, old, new, work, runner, port=port)
 
 
 def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
-    """The commit the (just resolved) torch pin names for a companion: related_commits for
-    audio/vision/apex, .ci/docker/ci_commit_pins/triton.txt for triton - what TheRock's
-    generate_pytorch_source_manifest.py records for a ROCm/pytorch release branch."""
+    """The commit the torch pin names for a companion (as TheRock's source manifest)."""
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
-    path, key = FROM_TORCH[name]
-    text = pins.torch_file(pytorch, path, workdir=work)
+    path, key, _ = FROM_TORCH[name]
+    text = pins.torch_file(pytorch, path, work)[0]
     where = f"torch {pytorch.commit[:12]} {path}"
     if text is None:
         raise UserError(f"{name}: {where} does not exist")
@@ -203,8 +172,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
         runner.say(f"{project}: {what} present for {new[:12]}")
         return
     if not (sets := available_sets(project)):
-        runner.say(f"{project}: no patches")
-        return
+        return runner.say(f"{project}: no patches")
     runner.say(
         f"{project}: no patch set for {new[:12]} while sets exist for "
         f"{', '.join(c[:12] for c in sets)}: the build refuses it until one is ported "
@@ -213,14 +181,12 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     source = old if old in sets else sets[-1]
     found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
-        runner.say(
-            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: no checkout at "
-            f"{checkout} (build once, then rerun update_pins)"
+        why = f"no checkout at {checkout} (build once, then rerun update_pins)"
+        return runner.say(
+            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: {why}"
         )
-        return
     if problem := fetch_commit(runner, checkout, "origin", new):
-        runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
-        return
+        return runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
     ok, detail = check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
@@ -231,9 +197,8 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Rewrite `submodules = [...]` of [table] with the paths commit's tree can initialise, and
-    [table.aiter] with the aiter tag its configure clones (third_party/aiter.txt) and its
-    commit."""
+    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag in
+    third_party/aiter.txt that its configure clones, at its commit)."""
     if not (checkout / ".git").exists():
         runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
@@ -244,23 +209,18 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     tree = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
-    tag = runner.run(["git", "show", f"{commit}:third_party/aiter.txt"], cwd=checkout,
-                     capture=True, check=False).stdout.strip()  # fmt: skip
-    if tag:  # what its configure clones by tag: pinned at a commit, as every source
+    show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
+    if (
+        tag := show.stdout.strip()
+    ):  # what its configure clones by tag: pinned at a commit, as every source
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
         changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
         runner.say(f"{table}.aiter: configure clones aiter {tag} = {new['commit'][:12]}")
-    unmapped = ", ".join(tree.unmapped)
-    runner.say(
-        f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
-        + (
-            f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
-            if unmapped
-            else ""
-        )
-        + (f" (rewrote {path.name})" if changed else "")
-    )
+    said = f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
+    if unmapped := ", ".join(tree.unmapped):
+        said += f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
+    runner.say(said + (f" (rewrote {path.name})" if changed else ""))
 
 
 def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
@@ -290,16 +250,14 @@ class TreeSubmodules(NamedTuple):
 
 def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
     """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
-    tree = runner.run(["git", "ls-tree", "-r", "--full-tree", commit], cwd=repo, capture=True,
-                      check=False)  # fmt: skip
+    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit, check=False)
     if tree.returncode != 0:
         raise UserError(f"{repo}: cannot list the tree of {commit[:12]}")
     gitlinks = sorted(
         line.partition("\t")[2] for line in tree.stdout.splitlines() if line.startswith("160000 ")
     )
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
-    config = runner.run(["git", "config", "--blob", f"{commit}:.gitmodules", *keys], cwd=repo,
-                        capture=True, check=False)  # fmt: skip
+    config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
     return TreeSubmodules(
         tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
