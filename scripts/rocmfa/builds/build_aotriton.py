@@ -60,9 +60,6 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     }
 
 
-# --- which path: the pinned release pack or a source build -------------------------------
-
-
 @dataclass(frozen=True)
 class AotritonPath:
     arch: str
@@ -73,12 +70,9 @@ class AotritonPath:
     cost: str
     patches: tuple[str, ...] = ()  # what a source build applies for the arch
 
-    @property
-    def kind(self) -> str:
-        return "source build" if self.source else f"release pack {self.pack}"
-
     def lines(self) -> list[str]:
-        return [f"path: {self.kind}: {self.why}", f"cost: {self.cost}"]
+        kind = "source build" if self.source else f"release pack {self.pack}"
+        return [f"path: {kind}: {self.why}", f"cost: {self.cost}"]
 
 
 def asked_path(opts: BuildAotritonOptions) -> str | None:
@@ -203,9 +197,6 @@ def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = No
     return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
 
 
-# --- the session --------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class SourceBuild:
     """How a source build runs: build_aotriton's options, or tune_aotriton's for its builds."""
@@ -245,19 +236,15 @@ class Context(session_env.OnSession):
     def site(self) -> Path:
         from rocmfa.builds.aotriton_install import site_packages
 
-        if self.torch is not None:
-            return self.torch.parent
-        if self.session.ready:
-            return site_packages(self.prefix)
-        return self.prefix / "lib" / "python3.X" / "site-packages"  # a plan before setup_env
+        if self.torch is not None or not self.session.ready:  # a plan before setup_env: python3.X
+            return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
+        return site_packages(self.prefix)
 
     @property
     def in_torch(self) -> Path:
         from rocmfa.builds.aotriton_install import torch_dir
 
-        if self.torch is None:
-            return torch_dir(self.prefix, "needed to install into it")
-        return self.torch
+        return self.torch or torch_dir(self.prefix, "needed to install into it")
 
 
 def make_context(
@@ -268,13 +255,10 @@ def make_context(
 
     session = session_env.open_env(where)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
+    torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
     if session.ready:  # a torch install killed midway is finished first
         finish_interrupted(session.python, session.prefix, session.runner)
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
-    elif torch_optional:
-        torch = None
-    else:  # a plan before setup_env: where the env's torch will be
-        torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
