@@ -15,6 +15,7 @@ from typing import Any
 from rocmfa.builds import compile_cache
 from rocmfa.env import condaenv, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
+from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
 
@@ -61,11 +62,18 @@ def cmake_args(
     ]
 
 
-def cached_compiler(build: Path) -> str | None:
+def clear_stale(build: Path, work: Path, cxx: Path, clean: bool, runner: Runner) -> None:
+    """--clean or another compiler than the build dir's: empty it (only ours, in work)."""
     cache = build / "CMakeCache.txt"
     lines = cache.read_text().splitlines() if cache.is_file() else []
     found = (line.split("=", 1)[1] for line in lines if line.startswith("CMAKE_CXX_COMPILER:"))
-    return next(found, None)
+    cached = next(found, None)
+    if not build.exists() or not (clean or (cached and cached != str(cxx))):
+        return
+    if work not in build.resolve().parents:
+        raise UserError(f"refusing to remove {build}: not inside the work dir {work}")
+    why = "--clean" if clean else f"the compiler changed ({cached} -> {cxx})"
+    runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
@@ -138,12 +146,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
     if checkout.exists() and not (source / "CMakeLists.txt").is_file():
         raise UserError(f"{source} has no CMakeLists.txt (pin subdir {pin.data.get('subdir')!r})")
-    cached = cached_compiler(build)
-    why = "--clean" if opts.clean else f"the compiler changed ({cached} -> {cxx})"
-    if build.exists() and (opts.clean or (cached and cached != str(cxx))):
-        if work not in build.resolve().parents:
-            raise UserError(f"refusing to remove {build}: not inside the work dir {work}")
-        runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
+    clear_stale(build, work, cxx, bool(opts.clean), runner)
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
     configure = cmake_args(
