@@ -156,11 +156,9 @@ def installed_fingerprint(lib: Path) -> str | None:
 
 def read_marker(torch: Path) -> dict[str, Any] | None:
     """Our marker, when torch's RECORD lists it (one a killed pip run left is not trusted)."""
-    record = condaenv.torch_record(torch.parent)
-    rel = f"{torch.name}/lib/{MARKER}"
-    if record is None or not record.is_file():
-        return None
-    if all(row[0] != rel for row in condaenv.record_rows(record)):
+    record, rel = condaenv.torch_record(torch.parent), f"{torch.name}/lib/{MARKER}"
+    rows = condaenv.record_rows(record) if record is not None and record.is_file() else []
+    if all(row[0] != rel for row in rows):
         return None
     try:
         data = json.loads((torch / "lib" / MARKER).read_text(encoding="utf-8"))
@@ -223,14 +221,11 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     if marker is not None:
         wheel = Path(str(marker.get("original")))
         if not wheel.is_file():
-            raise UserError(
-                f"{wheel}, torch's own wheel (the env's torch was repacked from it), is gone; "
-                + REINSTALL
-            )
+            gone = f"{wheel}, torch's own wheel (the env's torch was repacked from it), is gone; "
+            raise UserError(gone + REINSTALL)
         return wheel
     site = torch.parent
-    why = condaenv.torch_incomplete(site)
-    if why:
+    if why := condaenv.torch_incomplete(site):
         raise UserError(f"the env's torch is incomplete ({why}); {REINSTALL}")
     record = condaenv.torch_record(site)
     assert record is not None  # torch_incomplete() said so

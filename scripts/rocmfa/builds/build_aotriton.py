@@ -91,17 +91,13 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     from rocmfa.plumbing.datafiles import load_toml
 
     table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
-    rest = (
-        "plus "
-        + ("AOTriton's Triton fork (its own LLVM download) and " if fork else "")
-        + "the C++ runtime"
-    )
-    row = table.get(arch)
+    fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
+    rest, row = f"plus {fork_part}the C++ runtime", table.get(arch)
     if row is None:
-        known = "; ".join(
+        each = (
             f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
         )
-        known = f" ({known})" if known else ""
+        known = f" ({'; '.join(each)})" if table else ""
         return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
     wall = cpu / jobs
@@ -119,12 +115,10 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     from rocmfa.env.compat_matrix import load_matrix
 
     tag = next((r.commit for r in load_matrix().releases if r.version == version), None)
-    matrix_file = "scripts/rocmfa/data/aotriton_matrix.toml"
     if tag != pin.commit:
-        return (
-            f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built "
-            f"from ({tag[:12] if tag else 'no such release in ' + matrix_file})"
-        )
+        known = tag[:12] if tag else "no such release in scripts/rocmfa/data/aotriton_matrix.toml"
+        why = f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built"
+        return f"{why} from ({known})"
     try:
         info = aotriton_release.release_info(pin, version)
     except UserError as e:
@@ -361,23 +355,22 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     torch = torch_version(ctx.torch) if ctx.torch is not None else None
     combination = compat_matrix.check_combination
     compat_matrix.announce(combination(ctx.arch, ctx.version, torch_version=torch, force=force))
-    say = runner.say
-    say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
-    say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
+    runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
+    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     if ctx.patched_arch:
-        say(
-            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
-            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
-        )
+        runner.say(f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
+                   f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)")  # fmt: skip
 
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
     from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
 
-    lib = ctx.torch / "lib" if ctx.torch is not None else None
-    recorded = stamps.read(stamp)
-    built_in = install_prefix(ctx)
+    lib, recorded, built_in = (
+        ctx.torch and ctx.torch / "lib",
+        stamps.read(stamp),
+        install_prefix(ctx),
+    )
     if not (
         stamps.is_current(stamp, inputs)
         and recorded is not None
@@ -386,9 +379,9 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     ):
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
+    runtime = recorded.get("new", {}).get("runtime")
     ctx.session.runner.say(
-        f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} {where}; "
-        f"stamp {stamp}); nothing run"
+        f"build_aotriton: up to date ({runtime} {where}; stamp {stamp}); nothing run"
     )
     return True
 
@@ -504,10 +497,8 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    force = build_options.discard_local_edits
-    ensure_checkout(
-        ctx.pin, src, runner, force=force, submodules=submodules(ctx.pin, build_options)
-    )
+    force, pinned = build_options.discard_local_edits, submodules(ctx.pin, build_options)
+    ensure_checkout(ctx.pin, src, runner, force=force, submodules=pinned)
     tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=tuned)
     if not build_options.no_images:  # configure clones aiter only for the images

@@ -263,18 +263,15 @@ def store(
     target = tuning_db.db_dir(commit, arch)
     shards = wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
-    kind, tuner = "sharded-sqlite", "tuner-v3.5"
     found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
     files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
-    stored = runner.apply(
-        lambda: tuning_db.write(target, files, commit=commit, arch=arch,
-                                kind=kind, tuner=tuner, meta=meta),
-        say=f"store {shards}/amd/{arch}/flash/*.sqlite3.tar.xz in {target} (sha256 per file)",
-    )  # fmt: skip
-    return stored or tuning_db.TuningDb(target, commit, arch, kind, tuner, {}, meta)
+    how = dict(commit=commit, arch=arch, kind="sharded-sqlite", tuner="tuner-v3.5", meta=meta)
+    say = f"store {shards}/amd/{arch}/flash/*.sqlite3.tar.xz in {target} (sha256 per file)"
+    stored = runner.apply(tuning_db.write, target, files, **how, say=say)
+    return stored or tuning_db.TuningDb(target, commit, arch, how["kind"], how["tuner"], {}, meta)
 
 
-def gate(ctx: ba.Context, new: object, opts: TuneAotritonOptions, runner: Runner) -> None:
+def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> None:
     """validate.py against the rebuilt library (preloaded) before anything is installed."""
     argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
     argv += ["--backends", "flash"]
@@ -282,11 +279,8 @@ def gate(ctx: ba.Context, new: object, opts: TuneAotritonOptions, runner: Runner
         argv += ["--head-dims", opts.tune_head_dims]
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
-    lib = getattr(new, "lib", None)
-    preload = (
-        str(lib / f"libaotriton_v2.so.{new.runtime}") if lib else "<rebuild>/lib/libaotriton_v2.so"
-    )
-    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": preload}, check=False)
+    lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
+    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
     if result.returncode != 0:
         raise UserError(
             f"validate failed (exit {result.returncode}) for the tuned build: NOT installed"
