@@ -98,10 +98,8 @@ class AotritonInstall:
         found = [p for p in lib.iterdir() if not p.is_symlink()] if lib.is_dir() else []
         versions = [tuple(map(int, m.groups())) for p in found if (m := LIB_RE.fullmatch(p.name))]
         runtime = ".".join(map(str, max(versions))) if versions else None
-        try:  # else the version its headers say
-            text = (include / "aotriton" / "config.h").read_text() if include else ""
-        except OSError:
-            text = ""
+        config = include / "aotriton" / "config.h" if include else None  # else its headers say
+        text = config.read_text() if config and config.is_file() else ""
         parts = re.findall(r"#define\s+AOTRITON_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)", text)
         if runtime is None and [p[0] for p in parts] == ["MAJOR", "MINOR", "PATCH"]:
             runtime = ".".join(p[1] for p in parts)
@@ -128,21 +126,19 @@ def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None
     runtime, problems = major_minor(new.runtime), []
     built_from = sorted(sig for sig in new.images.values() if sig.startswith("git-"))
     if len(set(built_from)) > 1:
-        problems.append(
-            f"the image packs come from different AOTriton commits ({', '.join(built_from)})"
-        )
+        commits = ", ".join(built_from)
+        problems.append(f"the image packs come from different AOTriton commits ({commits})")
     problems += [
         f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime and "
         "images give hipErrorInvalidValue / all-zero attention)"
         for pack, sig in new.images.items()
         if not sig.startswith("git-") and major_minor(sig) != runtime
     ]  # a JSON signature names a commit, not a version
-    if torch_shipped is None or torch_shipped.runtime is None:
+    shipped = torch_shipped.runtime if torch_shipped else None
+    if shipped is None:
         problems.append("the env's torch ships no AOTriton runtime (built without it?)")
-    elif major_minor(torch_shipped.runtime) != runtime:
-        problems.append(
-            f"torch was built for AOTriton {torch_shipped.runtime} but this is {new.runtime}"
-        )
+    elif major_minor(shipped) != runtime:
+        problems.append(f"torch was built for AOTriton {shipped} but this is {new.runtime}")
     if problems and not force:
         raise UserError(f"refusing to install AOTriton: {problems[0]} (--force to install anyway)")
     return problems
@@ -260,14 +256,8 @@ def keep_original(
     pack(tree, out, runner)
 
 
-def repack(
-    original: Path,
-    new: AotritonInstall,
-    marker: dict[str, Any],
-    expected_soname: str | None,
-    work: Path,
-    runner: Runner,
-) -> Path:
+def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
+           expected_soname: str | None, work: Path, runner: Runner) -> Path:  # fmt: skip
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker in
     torch/lib; made once per inputs."""
     real = f"libaotriton_v2.so.{new.runtime}"
@@ -347,16 +337,9 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     pip_install(python, wheel, prefix, runner)
 
 
-def install_into_torch(
-    new: AotritonInstall,
-    torch: Path,
-    *,
-    marker: dict[str, Any],
-    expected_soname: str | None,
-    python: Path,
-    work: Path,
-    runner: Runner,
-) -> tuple[Path, Path]:
+def install_into_torch(new: AotritonInstall, torch: Path, *, marker: dict[str, Any],
+                       expected_soname: str | None, python: Path, work: Path, runner: Runner
+                       ) -> tuple[Path, Path]:  # fmt: skip
     """new into the env's torch through pip; (torch's own wheel, the one installed)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}

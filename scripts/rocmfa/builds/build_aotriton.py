@@ -133,18 +133,9 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     return ""
 
 
-def choose_path(
-    arch: archs.Arch,
-    pin: pins.Pin,
-    version: str,
-    pack: str,
-    *,
-    rocm: str,
-    patched_arch: bool = False,
-    asked: str | None = None,
-    jobs: int = 1,
-    fork: bool = True,
-) -> AotritonPath:
+def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, rocm: str,
+                patched_arch: bool = False, asked: str | None = None, jobs: int = 1,
+                fork: bool = True) -> AotritonPath:  # fmt: skip
     """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
     patched arch), an option asks for a source build, or the release has nothing to take."""
     from rocmfa.sources import tuning_db
@@ -583,14 +574,9 @@ def configure_args(
     return args, sets
 
 
-def build_from_source(
-    ctx: Context,
-    build_options: SourceBuild,
-    *,
-    tuning: TuningDb | None = None,
-    build_name: str | None = None,
-    extra_cmake: tuple[str, ...] = (),
-) -> AotritonInstall | None:
+def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: TuningDb | None = None,
+                      build_name: str | None = None, extra_cmake: tuple[str, ...] = ()
+                      ) -> AotritonInstall | None:  # fmt: skip
     """Configure, build and install into <build>/install (None in a plan)."""
     from rocmfa.builds import compile_cache, kernel_build
     from rocmfa.builds.aotriton_install import AotritonInstall
@@ -659,16 +645,8 @@ def require_pybind11(ctx: Context) -> None:
         )
 
 
-def install(
-    ctx: Context,
-    new: AotritonInstall | None,
-    stamp: Path,
-    inputs: dict[str, Any],
-    how: str,
-    *,
-    no_images: bool,
-    force: bool,
-) -> None:
+def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
+            how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
     """Check versions and images, pip-install torch's own wheel repacked with new, write the
     stamp (new is None in a plan)."""
     from rocmfa.builds import aotriton_install as ai
