@@ -424,8 +424,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     else:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built, install_prefix=str(built_in))
     if ctx.torch is None:
-        keep_in_prefix(ctx, new, stamp, inputs, built_in)
-        return
+        return keep_in_prefix(ctx, new, stamp, inputs, built_in)
     install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
 
 
@@ -464,8 +463,7 @@ def keep_in_prefix(
         "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     )
     if new is None:
-        runner.say(runner.plan_line(f"{story}; would write {stamp}") or story)
-        return
+        return runner.say(runner.plan_line(f"{story}; would write {stamp}") or story)
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     if ctx.pack not in new.images:
