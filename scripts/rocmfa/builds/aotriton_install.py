@@ -1,14 +1,8 @@
-"""AOTriton in the env's torch: read an install layout (runtime version, image signatures),
-refuse versions torch was not built for, and install a new one as a wheel.
-
-The new AOTriton goes in through pip, so torch's RECORD stays true and pip is the transaction:
-the wheel torch was installed from (or one rebuilt from its installed files, each checked
-against RECORD's sha256) is repacked with the new runtime and images (`wheel unpack` / `wheel
-pack`) and installed with `pip install --force-reinstall --no-deps`. Both wheels stay in
-<work>/torch-wheels/, keyed by their inputs; `--restore` reinstalls the original. A run killed
-while pip replaces torch is finished by the next run (finish_interrupted), from
-<env>/.rocmfa/pip-install.json (the wheel pip was installing). Shared by build_aotriton and
-aotriton_release, so neither imports the other.
+"""AOTriton in the env's torch: read an install layout, refuse versions torch was not built
+for, and install a new one through pip (RECORD stays true): torch's own wheel (or one rebuilt
+from its RECORD-checked files) repacked with the new runtime and images, both kept in
+<work>/torch-wheels/; `--restore` reinstalls the original; a run killed while pip replaces torch
+is finished by the next (finish_interrupted). docs/aotriton.md.
 """
 
 from __future__ import annotations
@@ -52,7 +46,6 @@ def find_torch(prefix: Path) -> Path | None:
 
 
 def torch_dir(prefix: Path, why: str = "") -> Path:
-    """The env's torch; UserError (one line, saying why it is needed) when there is none."""
     torch = find_torch(prefix)
     if torch is None:
         raise UserError(
@@ -74,9 +67,8 @@ def torch_version(torch: Path) -> str:
 
 
 def signature_of(text: str) -> str:
-    """What one __signature__ says: 'X.Y' for a versioned text signature, 'git-<sha1[:12]>'
-    for AOTriton's JSON form (0.13b write_image_signature: AOTRITON_GIT_SHA1, ...; no version
-    in it), else 'unknown'."""
+    """'X.Y' for a versioned text signature, 'git-<sha1[:12]>' for 0.13b's JSON one, or
+    'unknown'."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -87,8 +79,7 @@ def signature_of(text: str) -> str:
     return f"{match[1]}.{match[2]}" if match else "unknown"
 
 
-def image_signatures(images: Path) -> dict[str, str]:
-    """{'amd-gfx115x': '0.13' or 'git-<sha1>', ...} from each pack's __signature__."""
+def image_signatures(images: Path) -> dict[str, str]:  # {'amd-gfx115x': '0.13', ...}
     signatures = sorted(images.glob("*/__signature__")) if images.is_dir() else []
     return {sig.parent.name: signature_of(sig.read_text(errors="replace")) for sig in signatures}
 
@@ -107,10 +98,8 @@ class AotritonInstall:
         found = [p for p in lib.iterdir() if not p.is_symlink()] if lib.is_dir() else []
         versions = [tuple(map(int, m.groups())) for p in found if (m := LIB_RE.fullmatch(p.name))]
         runtime = ".".join(map(str, max(versions))) if versions else None
-        try:  # else the version its headers say
-            text = (include / "aotriton" / "config.h").read_text() if include else ""
-        except OSError:
-            text = ""
+        config = include / "aotriton" / "config.h" if include else None  # else its headers say
+        text = config.read_text() if config and config.is_file() else ""
         parts = re.findall(r"#define\s+AOTRITON_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)", text)
         if runtime is None and [p[0] for p in parts] == ["MAJOR", "MINOR", "PATCH"]:
             runtime = ".".join(p[1] for p in parts)
@@ -130,48 +119,42 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
 
 
 def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
-    """Refuse runtime/image disagreement and a version torch was not built for (unless force).
-    Returns the warnings that --force overrode."""
+    """Refuse runtime/image disagreement and a version torch was not built for (unless force);
+    returns what --force overrode."""
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     runtime, problems = major_minor(new.runtime), []
     built_from = sorted(sig for sig in new.images.values() if sig.startswith("git-"))
     if len(set(built_from)) > 1:
-        problems.append(
-            f"the image packs come from different AOTriton commits ({', '.join(built_from)})"
-        )
+        commits = ", ".join(built_from)
+        problems.append(f"the image packs come from different AOTriton commits ({commits})")
     problems += [
         f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime and "
         "images give hipErrorInvalidValue / all-zero attention)"
         for pack, sig in new.images.items()
         if not sig.startswith("git-") and major_minor(sig) != runtime
     ]  # a JSON signature names a commit, not a version
-    if torch_shipped is None or torch_shipped.runtime is None:
+    shipped = torch_shipped.runtime if torch_shipped else None
+    if shipped is None:
         problems.append("the env's torch ships no AOTriton runtime (built without it?)")
-    elif major_minor(torch_shipped.runtime) != runtime:
-        problems.append(
-            f"torch was built for AOTriton {torch_shipped.runtime} but this is {new.runtime}"
-        )
+    elif major_minor(shipped) != runtime:
+        problems.append(f"torch was built for AOTriton {shipped} but this is {new.runtime}")
     if problems and not force:
         raise UserError(f"refusing to install AOTriton: {problems[0]} (--force to install anyway)")
     return problems
 
 
 def installed_fingerprint(lib: Path) -> str | None:
-    """Which torch install lib belongs to: the sha256 of its RECORD, which pip rewrites on
-    every install (None without one)."""
+    """The sha256 of the RECORD of lib's torch (pip rewrites it on every install)."""
     record = condaenv.torch_record(lib.parent.parent)
     return stamps.file_sha256(record) if record is not None and record.is_file() else None
 
 
 def read_marker(torch: Path) -> dict[str, Any] | None:
-    """Our marker, when the env's torch is a wheel we repacked: its RECORD lists the marker
-    (one a killed pip run left behind is not ours to trust)."""
-    record = condaenv.torch_record(torch.parent)
-    rel = f"{torch.name}/lib/{MARKER}"
-    if record is None or not record.is_file():
-        return None
-    if all(row[0] != rel for row in condaenv.record_rows(record)):
+    """Our marker, when torch's RECORD lists it (one a killed pip run left is not trusted)."""
+    record, rel = condaenv.torch_record(torch.parent), f"{torch.name}/lib/{MARKER}"
+    rows = condaenv.record_rows(record) if record is not None and record.is_file() else []
+    if all(row[0] != rel for row in rows):
         return None
     try:
         data = json.loads((torch / "lib" / MARKER).read_text(encoding="utf-8"))
@@ -180,16 +163,12 @@ def read_marker(torch: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-# --- the wheels: torch's own, rebuilt from its RECORD, and ours with the new AOTriton --------
-
-
 def wheel_in(folder: Path) -> Path | None:
     return next(iter(sorted(folder.glob("*.whl"))), None) if folder.is_dir() else None
 
 
 def into_folder(out: Path, fill) -> Path:
-    """fill(partial folder) then rename it to out: a kill leaves only out.partial (redone by the
-    next run), never a half wheel in out."""
+    """fill(out.partial) then rename it: a kill never leaves a half wheel in out."""
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -205,15 +184,8 @@ def pack(tree: Path, out: Path, runner: Runner) -> Path:
     return wheel
 
 
-def record_hash(path: Path) -> str:
-    with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
 def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
-    """{path: RECORD digest} of what a wheel itself holds: pip makes console scripts, .pyc and
-    its own dist-info files at install time (info: the dist-info folder's name)."""
+    """{path: RECORD digest} of what the wheel itself holds (not what pip makes at install)."""
     return {
         rel: digest
         for rel, digest, _size in rows
@@ -224,8 +196,8 @@ def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
 
 
 def installed_from(record: Path, files: dict[str, str]) -> Path | None:
-    """The wheel file pip installed torch from (its direct_url.json), when it is still there
-    and holds exactly the files RECORD lists; None when torch came from an index."""
+    """The wheel file pip installed torch from (direct_url.json), if there and holding exactly
+    the files RECORD lists."""
     try:
         url = json.loads((record.parent / "direct_url.json").read_text(encoding="utf-8"))["url"]
         wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
@@ -239,22 +211,17 @@ def installed_from(record: Path, files: dict[str, str]) -> Path | None:
 
 
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
-    """The wheel the env's torch was installed from: the one our marker names when torch is
-    our repack; else, kept once per RECORD in the work dir, the wheel file pip installed it
-    from, or (torch came from an index) one rebuilt from torch's installed files, each checked
-    against the sha256 its RECORD lists."""
+    """The wheel the env's torch came from: the one our marker names, else (kept once per
+    RECORD) the file pip installed it from, or one rebuilt from its RECORD-checked files."""
     marker = read_marker(torch)
     if marker is not None:
         wheel = Path(str(marker.get("original")))
         if not wheel.is_file():
-            raise UserError(
-                f"{wheel}, torch's own wheel (the env's torch was repacked from it), is gone; "
-                + REINSTALL
-            )
+            gone = f"{wheel}, torch's own wheel (the env's torch was repacked from it), is gone; "
+            raise UserError(gone + REINSTALL)
         return wheel
     site = torch.parent
-    why = condaenv.torch_incomplete(site)
-    if why:
+    if why := condaenv.torch_incomplete(site):
         raise UserError(f"the env's torch is incomplete ({why}); {REINSTALL}")
     record = condaenv.torch_record(site)
     assert record is not None  # torch_incomplete() said so
@@ -279,7 +246,9 @@ def keep_original(
     for rel, digest in files.items():
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(site / rel, tree / rel)
-        if record_hash(tree / rel) != digest:
+        with open(tree / rel, "rb") as f:
+            sha = base64.urlsafe_b64encode(hashlib.file_digest(f, "sha256").digest())
+        if "sha256=" + sha.rstrip(b"=").decode() != digest:
             raise UserError(
                 f"{site / rel} is not the file torch's RECORD lists (changed since pip installed "
                 f"it); {REINSTALL}"
@@ -287,16 +256,10 @@ def keep_original(
     pack(tree, out, runner)
 
 
-def repack(
-    original: Path,
-    new: AotritonInstall,
-    marker: dict[str, Any],
-    expected_soname: str | None,
-    work: Path,
-    runner: Runner,
-) -> Path:
-    """original with new's runtime, images (without any, torch's stay), pyaotriton and our
-    marker in torch/lib; made once per inputs (<work>/torch-wheels/aotriton-<key>/)."""
+def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
+           expected_soname: str | None, work: Path, runner: Runner) -> Path:  # fmt: skip
+    """original with new's runtime, images (none: torch's stay), pyaotriton and our marker in
+    torch/lib; made once per inputs."""
     real = f"libaotriton_v2.so.{new.runtime}"
     # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
     # links, so each name is a copy
@@ -328,13 +291,9 @@ def repack(
     return pack(root, out, runner)
 
 
-# --- pip installs them --------------------------------------------------------------------
-
-
 def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
-    """pip replaces the env's torch with wheel. Until pip is done, the env's state folder
-    names the wheel and keeps the dist-info of the torch it replaces, so the next run can
-    finish a run killed meanwhile (finish_interrupted)."""
+    """pip replaces the env's torch with wheel; until done, the state folder names the wheel
+    and keeps the replaced dist-info (finish_interrupted)."""
     pending = condaenv.pip_pending_path(prefix)
     runner.apply(write_pending, prefix, wheel)
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
@@ -353,8 +312,7 @@ def write_pending(prefix: Path, wheel: Path) -> None:
 
 
 def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
-    """Finish the pip install of a torch wheel that a killed run left undone. A whole torch
-    (pip was done, or torch was reinstalled by hand since) is kept as pip installed it."""
+    """Finish a killed pip install of a torch wheel; a whole torch is kept as it is."""
     path, pending = condaenv.pip_pending_path(prefix), condaenv.pip_pending(prefix)
     if pending is None:
         return
@@ -379,18 +337,10 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     pip_install(python, wheel, prefix, runner)
 
 
-def install_into_torch(
-    new: AotritonInstall,
-    torch: Path,
-    *,
-    marker: dict[str, Any],
-    expected_soname: str | None,
-    python: Path,
-    work: Path,
-    runner: Runner,
-) -> tuple[Path, Path]:
-    """Install new into the env's torch as a repacked torch wheel, through pip. Returns
-    (torch's own wheel, the one installed)."""
+def install_into_torch(new: AotritonInstall, torch: Path, *, marker: dict[str, Any],
+                       expected_soname: str | None, python: Path, work: Path, runner: Runner
+                       ) -> tuple[Path, Path]:  # fmt: skip
+    """new into the env's torch through pip; (torch's own wheel, the one installed)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}
     wheel = repack(original, new, marker, expected_soname, work, runner)
@@ -402,8 +352,7 @@ def install_into_torch(
 
 
 def restore_torch(torch: Path, python: Path, work: Path, runner: Runner) -> None:
-    """Put torch's own AOTriton back: reinstall the wheel torch was repacked from (none
-    needed when torch is not our repack: a rerun after a killed restore, or no swap yet)."""
+    """Reinstall the wheel torch was repacked from (nothing when torch is not our repack)."""
     if read_marker(torch) is None:
         runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
         return

@@ -1,12 +1,7 @@
-"""build_aotriton's release path (the default where nothing of ours changes the arch's kernels;
-`--from-release` asks for it): AOTriton's prebuilt runtime plus only this arch's image
-pack (split since AOTriton 0.11b: pytorch/pytorch#161754, cmake/External/aotriton.cmake),
-sha256-verified, cached in <work>/downloads/aotriton/ and resumed with HTTP Range requests after
-a dropped connection.
-
-Names and sums come from the [aotriton.release] table of pins/aotriton.toml (the sums PyTorch's
-aotriton.cmake lists), or, for `commit = "from-pytorch"` pins, from that aotriton.cmake itself.
-$ROCMFA_AOTRITON_BASE_URL overrides the download location (mirrors, tests).
+"""build_aotriton's release path: AOTriton's prebuilt runtime plus only this arch's image pack
+(split since 0.11b: pytorch/pytorch#161754), sha256-verified, cached in
+<work>/downloads/aotriton/. Names and sums: pins/aotriton.toml [aotriton.release], or PyTorch's
+aotriton.cmake for `commit = "from-pytorch"` pins; $ROCMFA_AOTRITON_BASE_URL: a mirror.
 """
 
 from __future__ import annotations
@@ -53,11 +48,8 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
     if isinstance(table, dict) and table.get("version", version) == version:
         runtime: dict[str, tuple[str, str]] = {}
         for rocm, entry in (table.get("runtime_sha256") or {}).items():
-            if (
-                not isinstance(entry, list)
-                or len(entry) != 2
-                or not all(isinstance(e, str) for e in entry)
-            ):
+            pair = isinstance(entry, list) and len(entry) == 2
+            if not (pair and all(isinstance(e, str) for e in entry)):
                 raise UserError(f"{where}: runtime_sha256.{rocm} must be [manylinux, sha256]")
             runtime[str(rocm)] = (entry[0], entry[1].lower())
         images = {str(k): str(v).lower() for k, v in (table.get("image_sha256") or {}).items()}
@@ -72,25 +64,18 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
                 f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
                 "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
             )
-        lists = cmake.lists
-        rocm_list = lists.get("__AOTRITON_ROCM_LIST", ())
-        sums = lists.get("__AOTRITON_SHA256_LIST", ())
-        manylinux = lists.get("__AOTRITON_MANYLINUX_LIST", ())
-        runtime = {}
-        for r, m, sha in zip(rocm_list, manylinux, sums, strict=False):
-            # CMake's list(FIND) takes the first entry of a ROCm version listed twice
+        got = cmake.lists.get
+        runtime, images = {}, {}
+        rows = zip(got("__AOTRITON_ROCM_LIST", ()), got("__AOTRITON_MANYLINUX_LIST", ()),
+                   got("__AOTRITON_SHA256_LIST", ()), strict=False)  # fmt: skip
+        for r, m, sha in rows:  # CMake's list(FIND) takes the first of a ROCm listed twice
             runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
-        image_names = lists.get("__AOTRITON_IMAGE_LIST", ()) or lists.get("__AOTRITON_IMAGE", ())
-        image_sums = lists.get("__AOTRITON_IMAGE_SHA256_LIST", ()) or lists.get(
-            "__AOTRITON_IMAGE_SHA256", ()
-        )
-        images = {}
+        image_names = got("__AOTRITON_IMAGE_LIST", ()) or got("__AOTRITON_IMAGE", ())
+        image_sums = got("__AOTRITON_IMAGE_SHA256_LIST", ()) or got("__AOTRITON_IMAGE_SHA256", ())
         for name, sha in zip(image_names, image_sums, strict=False):
             images.setdefault(name.removeprefix("amd-"), sha.lower())
-        # the archive suffix is the file's __AOTRITON_Z (old files: "bz2")
-        z = (lists.get("__AOTRITON_Z") or ("gz",))[0] or "gz"
-        names = (RUNTIME_NAME, IMAGES_NAME)
-        names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in names)
+        z = (got("__AOTRITON_Z") or ("gz",))[0] or "gz"  # the archive suffix (old files: bz2)
+        names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in (RUNTIME_NAME, IMAGES_NAME))
         base, source = DEFAULT_BASE_URL, resolved.source
     base = environ.get(BASE_URL_ENV) or base
     if not base.endswith("/"):
@@ -110,8 +95,7 @@ def release_inputs(pin: Pin, version: str) -> dict[str, Any]:
 
 
 def real_sum(sha256: str, what: str, source: str) -> str:
-    """A published sha256, or UserError: all zeros is a placeholder (0.14b's aotriton.cmake
-    lists some before the tarballs exist), not a sum anything can be verified against."""
+    """A published sha256, or UserError (all zeros: 0.14b's placeholder for an unpublished one)."""
     if not HEX64.fullmatch(sha256 or ""):
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
@@ -125,19 +109,15 @@ def real_sum(sha256: str, what: str, source: str) -> str:
 def download(url: str, dest: Path, sha256: str, runner: Runner) -> Path:
     """url -> dest, verified (plumbing.downloads); a finished file with the right sum is kept."""
     if not (dest.is_file() and stamps.file_sha256(dest) == sha256):
-        fetch = functools.partial(downloads.fetch_pinned, fix=_unreachable(url), say=runner.say)
+        host = urllib.parse.urlsplit(url).netloc or url
+        fix = f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
+        fetch = functools.partial(downloads.fetch_pinned, fix=fix, say=runner.say)
         runner.apply(fetch, url, dest, sha256, say=f"download {url} (sha256 {sha256[:12]}…)")
     return dest
 
 
-def _unreachable(url: str) -> str:
-    host = urllib.parse.urlsplit(url).netloc or url
-    return f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
-
-
 def extract(archive: Path, target: Path) -> Path:
-    """Extract into target (fresh) and return the install root: the single top-level
-    directory of the archive when there is one (AOTriton tarballs hold `aotriton/`)."""
+    """Extract into target (fresh); the install root: the archive's single top directory if any."""
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     try:
@@ -152,10 +132,8 @@ def extract(archive: Path, target: Path) -> Path:
 
 
 def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
-    """Download, verify and unpack the runtime for the ROCm series `rocm` ('7.15') and this
-    arch's pack into the install prefix `into` (ours: build_aotriton's; what was there is
-    replaced); return the install (None in a plan)."""
-
+    """Download, verify and unpack the runtime for ROCm `rocm` ('7.15') and this arch's pack
+    into the install prefix `into`; the install (None in a plan)."""
     info = release_info(ctx.pin, ctx.version)
     pack = ctx.pack.removeprefix("amd-")
     if pack not in info.images:
@@ -183,8 +161,7 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
 
 
 def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: Path):
-    """The runtime with this arch's images into the install prefix `into` (what was there is
-    replaced), through a staging dir beside it."""
+    """The runtime with this arch's images into `into` (replaced), through a staging dir."""
     root = extract(runtime_tar, staging / "runtime")
     pack_dir = extract(images_tar, staging / "images") / "lib" / "aotriton.images" / f"amd-{pack}"
     if not (pack_dir / "__signature__").is_file():

@@ -1,13 +1,6 @@
 """`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
-AOTRITON_INSTALLED_PREFIX), swapped into the env's torch when there is one.
-
-Each arch takes the shortest honest path (choose_path; doctor asks aotriton_path): the pinned
-release's runtime and image pack (aotriton_release, sha256-checked) where nothing of ours
-changes the arch's kernels, else a source build (cmake + ninja against the env's ROCm, with the
-arch's patches). The swap goes through pip: torch's own wheel, repacked with the new AOTriton
-(aotriton_install); `--restore` reinstalls torch's own wheel. A version or image mismatch is
-refused unless --force (docs/aotriton.md). A content-addressed stamp makes a rerun with nothing
-changed run no command at all.
+AOTRITON_INSTALLED_PREFIX), swapped into the env's torch through pip when there is one: the
+release pack or a source build per arch (choose_path), docs/aotriton.md.
 """
 
 from __future__ import annotations
@@ -55,19 +48,16 @@ def rocm_series(site: Path) -> str:
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
-    """Toolchain identity without running anything: the env (its lock covers cmake, ninja,
-    compilers), the ROCm version and which tools would be used."""
+    """The env (its lock covers cmake, ninja, compilers), its ROCm and the tools it would use."""
     from rocmfa.env import condaenv
 
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
+    tools = {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")}
     return {
         "env_identity": condaenv.env_identity(prefix),
         "rocm": rocm_version(site),
-        "tools": {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")},
+        "tools": tools,
     }
-
-
-# --- which path: the pinned release pack or a source build -------------------------------
 
 
 @dataclass(frozen=True)
@@ -80,17 +70,13 @@ class AotritonPath:
     cost: str
     patches: tuple[str, ...] = ()  # what a source build applies for the arch
 
-    @property
-    def kind(self) -> str:
-        return "source build" if self.source else f"release pack {self.pack}"
-
     def lines(self) -> list[str]:
-        return [f"path: {self.kind}: {self.why}", f"cost: {self.cost}"]
+        kind = "source build" if self.source else f"release pack {self.pack}"
+        return [f"path: {kind}: {self.why}", f"cost: {self.cost}"]
 
 
 def asked_path(opts: BuildAotritonOptions) -> str | None:
-    """The option that decides the path, if any: --from-release, or the first source-only
-    option given (--from-release with one of those is refused)."""
+    """--from-release, the first source-only option given, or None."""
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
         raise UserError(
@@ -100,23 +86,18 @@ def asked_path(opts: BuildAotritonOptions) -> str | None:
 
 
 def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
-    """Measured kernel-job count x seconds a job (scripts/rocmfa/data/aotriton_matrix.toml
-    [build_cost]), or what is measured for another arch of the commit."""
+    """Measured jobs x seconds a job (data/aotriton_matrix.toml [build_cost])."""
     from rocmfa.env.compat_matrix import MATRIX_FILE
     from rocmfa.plumbing.datafiles import load_toml
 
     table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
-    rest = (
-        "plus "
-        + ("AOTriton's Triton fork (its own LLVM download) and " if fork else "")
-        + "the C++ runtime"
-    )
-    row = table.get(arch)
+    fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
+    rest, row = f"plus {fork_part}the C++ runtime", table.get(arch)
     if row is None:
-        known = "; ".join(
+        each = (
             f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
         )
-        known = f" ({known})" if known else ""
+        known = f" ({'; '.join(each)})" if table else ""
         return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
     wall = cpu / jobs
@@ -129,18 +110,15 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
 
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
-    """'' when the pinned release has this pack and a runtime for the ROCm series, built from
-    the pinned commit; else why not, in a few words."""
+    """'' when the pinned release has this pack and runtime from the pinned commit; else why."""
     from rocmfa.builds import aotriton_release
     from rocmfa.env.compat_matrix import load_matrix
 
     tag = next((r.commit for r in load_matrix().releases if r.version == version), None)
-    matrix_file = "scripts/rocmfa/data/aotriton_matrix.toml"
     if tag != pin.commit:
-        return (
-            f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built "
-            f"from ({tag[:12] if tag else 'no such release in ' + matrix_file})"
-        )
+        known = tag[:12] if tag else "no such release in scripts/rocmfa/data/aotriton_matrix.toml"
+        why = f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built"
+        return f"{why} from ({known})"
     try:
         info = aotriton_release.release_info(pin, version)
     except UserError as e:
@@ -155,21 +133,11 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     return ""
 
 
-def choose_path(
-    arch: archs.Arch,
-    pin: pins.Pin,
-    version: str,
-    pack: str,
-    *,
-    rocm: str,
-    patched_arch: bool = False,
-    asked: str | None = None,
-    jobs: int = 1,
-    fork: bool = True,
-) -> AotritonPath:
-    """The pinned release pack unless something of ours changes this arch's kernels (a patch,
-    a tuning database, an arch only our patch set adds), an option asks for a source build, or
-    the release has nothing to take (another commit, no pack, no runtime for the ROCm series)."""
+def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, rocm: str,
+                patched_arch: bool = False, asked: str | None = None, jobs: int = 1,
+                fork: bool = True) -> AotritonPath:  # fmt: skip
+    """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
+    patched arch), an option asks for a source build, or the release has nothing to take."""
     from rocmfa.sources import tuning_db
     from rocmfa.sources.patches import patch_set_for
 
@@ -207,28 +175,11 @@ def choose_path(
 
 
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
-    """Which path `nox -s build_aotriton -- --arch <arch>` takes with no options (for doctor);
-    site: the env's site-packages (its ROCm series), else the pinned one. UserError for an
-    arch the pinned AOTriton cannot serve."""
+    """The path `nox -s build_aotriton -- --arch <arch>` takes with no options (doctor)."""
     chosen = archs.get_arch(arch)
     pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
     rocm = rocm_series(site or Path("/nonexistent"))
     return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
-
-
-# --- restore -------------------------------------------------------------
-
-
-def restore(ctx: Context) -> None:
-    """Put torch's own AOTriton back: pip reinstalls the wheel torch was repacked from."""
-    from rocmfa.builds.aotriton_install import restore_torch
-
-    # a stale stamp must not survive
-    ctx.session.runner.apply(stamps.remove, paths.stamp_path(ctx.work, STAMP_NAME))
-    restore_torch(ctx.in_torch, ctx.session.python, ctx.work, ctx.session.runner)
-
-
-# --- the session --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -236,35 +187,30 @@ class SourceBuild:
     """How a source build runs: build_aotriton's options, or tune_aotriton's for its builds."""
 
     clean: bool = False
-    force: bool = False
     discard_local_edits: bool = False
     no_images: bool = False
     timeout_min: float | None = None
-    cache: CacheSpec | None = None  # parsed with the options
+    cache: CacheSpec | None = None
     jobs: int | None = None
-    workers: str | None = None  # --workers: a Dask cluster compiles the kernels first
-    triton: str = "fork"  # the Triton the kernels compile with (BuildAotritonOptions.kernel_triton)
-    pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF: also the python binding (needs pybind11)
-    tuning: bool = False  # the patch set's tuning builds (tune_aotriton, or a tuned database)
+    workers: str | None = None  # a Dask cluster compiles the kernels first
+    triton: str = "fork"  # the Triton the kernels compile with
+    pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF (needs pybind11)
+    tuning: bool = False  # the patch set's tuning builds
 
     @property
-    def timeout(self) -> str:
-        """AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)."""
+    def timeout(self) -> str:  # AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)
         return "0" if self.timeout_min is None else f"{self.timeout_min:g}"
 
 
 def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
-    """The source-build options of opts; build: no_images, workers, triton, pyaotriton."""
-    shared = ("clean", "force", "discard_local_edits", "timeout_min", "cache", "jobs")
+    shared = ("clean", "discard_local_edits", "timeout_min", "cache", "jobs")
     return SourceBuild(**{k: getattr(opts, k) for k in shared}, **build)
 
 
 @dataclass(frozen=True)
 class Context(session_env.OnSession):
     session: session_env.SessionEnv
-    # The env's torch, or None when it has none yet (the main job builds AOTriton first, then
-    # torch against it): the build then stays in its install prefix.
-    torch: Path | None
+    torch: Path | None  # None: no torch yet, the build stays in its install prefix
     pin: pins.Pin
     version: str
     pack: str
@@ -275,38 +221,29 @@ class Context(session_env.OnSession):
     def site(self) -> Path:
         from rocmfa.builds.aotriton_install import site_packages
 
-        if self.torch is not None:
-            return self.torch.parent
-        if self.session.ready:
-            return site_packages(self.prefix)
-        return self.prefix / "lib" / "python3.X" / "site-packages"  # a plan before setup_env
+        if self.torch is not None or not self.session.ready:  # a plan before setup_env: python3.X
+            return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
+        return site_packages(self.prefix)
 
     @property
     def in_torch(self) -> Path:
-        """The env's torch, for what needs one (an install into it, --restore, tuning)."""
         from rocmfa.builds.aotriton_install import torch_dir
 
-        if self.torch is None:
-            return torch_dir(self.prefix, "needed to install into it")
-        return self.torch
+        return self.torch or torch_dir(self.prefix, "needed to install into it")
 
 
 def make_context(
     where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
 ) -> Context:
-    """The session env plus which AOTriton: its pin, version and pack. torch_optional: a
-    source build goes on without a torch in the env (torch None)."""
+    """The session env plus which AOTriton: its pin, version and pack."""
     from rocmfa.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
 
     session = session_env.open_env(where)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
+    torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
     if session.ready:  # a torch install killed midway is finished first
         finish_interrupted(session.python, session.prefix, session.runner)
         torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
-    elif torch_optional:
-        torch = None
-    else:  # a plan before setup_env: where the env's torch will be
-        torch = session.prefix / "lib" / "python3.X" / "site-packages" / "torch"
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
@@ -320,8 +257,21 @@ def _upstream_pin(
     if not version:
         raise UserError(f"{pin.source}: AOTriton 'version' is unknown; add version = \"0.13b\"")
     patched = arch.aotriton_patched_pack(version)
-    if patched:
-        _check_patched_arch(arch, pin, version, from_release)
+    if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
+        from rocmfa.sources.patches import patch_set_for
+
+        if from_release:
+            raise UserError(
+                f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream "
+                "has no kernels for it; our patch set adds them); drop --from-release to build "
+                "from source"
+            )
+        if patch_set_for("aotriton", pin.commit) is None:
+            raise UserError(
+                f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
+                f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
+                "port it with: nox -s update_pins -- --port-patches"
+            )
         return pin, version, patched, True
     if not arch.aotriton_supported(version):
         limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
@@ -336,26 +286,8 @@ def _upstream_pin(
     return pin, version, pack, False
 
 
-def _check_patched_arch(arch: archs.Arch, pin: pins.Pin, version: str, from_release: bool) -> None:
-    """An arch upstream has no kernels for, added by our patch set (arches.toml
-    aotriton_patched): only a source build of the pinned commit with that set has them."""
-    from rocmfa.sources.patches import patch_set_for
-
-    if from_release:
-        raise UserError(
-            f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream has "
-            "no kernels for it; our patch set adds them); drop --from-release to build from source"
-        )
-    if patch_set_for("aotriton", pin.commit) is None:
-        raise UserError(
-            f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
-            f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
-            "port it with: nox -s update_pins -- --port-patches"
-        )
-
-
 def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
-    """Everything the install depends on: the stamp that makes a rerun a no-op."""
+    """Everything the install depends on (a rerun with the same is a no-op)."""
     inputs: dict[str, Any] = {
         "stamp_version": STAMP_VERSION,
         "mode": "release" if from_release else "source",
@@ -370,35 +302,33 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
 
         inputs["release"] = aotriton_release.release_inputs(ctx.pin, ctx.version)
         return inputs
+    from rocmfa.builds import kernel_build
     from rocmfa.sources import tuning_db
     from rocmfa.sources.patches import patch_set_digest
 
-    inputs["aiter"] = ctx.pin.data.get("aiter")
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+    tuning = build.tuning or bool(tuned)
+    inputs["aiter"] = ctx.pin.data.get("aiter")
     inputs["patches"] = patch_set_digest(
-        "aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=build.tuning or bool(tuned)
+        "aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning
     )
     inputs["tuning_db"] = tuned.digest() if tuned else None
-    inputs["options"] = {
+    options = {
         "noimage": build.no_images,
         "timeout_min": build.timeout,
         "pyaotriton": build.pyaotriton,
     }
     if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
-        from rocmfa.builds import kernel_build
-
-        inputs["options"]["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
-    return inputs
+        options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
+    return {**inputs, "options": options}
 
 
-def install_prefix(ctx: Context) -> Path:
-    """Where a source build installs (build_pytorch's AOTRITON_INSTALLED_PREFIX)."""
+def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_PREFIX
     return paths.build_dir(ctx.work, ctx.source_name) / "install"
 
 
 def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
-    """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only); the
-    first real run resolves, checks and records an unresolved torch pin as update_pins does."""
+    """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
     from rocmfa.builds.aotriton_install import torch_version
     from rocmfa.env import compat_matrix
     from rocmfa.sources import pin_set, update_pins
@@ -408,35 +338,30 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
             "--no-images builds the runtime only and keeps the images of the env's torch, but "
             "the env has no torch: drop --no-images (build_pytorch needs the images too)"
         )
-    update_pins.resolve_for_build("pytorch", ctx.session.runner, workdir=ctx.work, force=opts.force)
+    runner, force = ctx.session.runner, opts.force
+    update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
     compat_matrix.announce(
-        pin_set.check(
-            ctx.pin, ctx.version, force=opts.force, runner=ctx.session.runner, workdir=ctx.work
-        )
+        pin_set.check(ctx.pin, ctx.version, force=force, runner=runner, workdir=ctx.work)
     )
     torch = torch_version(ctx.torch) if ctx.torch is not None else None
-    compat_matrix.announce(
-        compat_matrix.check_combination(
-            ctx.arch, ctx.version, torch_version=torch, force=opts.force
-        )
-    )
-    say = ctx.session.runner.say
-    say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
-    say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
+    combination = compat_matrix.check_combination
+    compat_matrix.announce(combination(ctx.arch, ctx.version, torch_version=torch, force=force))
+    runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
+    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     if ctx.patched_arch:
-        say(
-            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
-            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
-        )
+        runner.say(f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
+                   f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)")  # fmt: skip
 
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
-    """The stamp is current and what it installed is still there (said when so)."""
+    """The stamp is current and what it installed is still there."""
     from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
 
-    lib = ctx.torch / "lib" if ctx.torch is not None else None
-    recorded = stamps.read(stamp)
-    built_in = install_prefix(ctx)
+    lib, recorded, built_in = (
+        ctx.torch and ctx.torch / "lib",
+        stamps.read(stamp),
+        install_prefix(ctx),
+    )
     if not (
         stamps.is_current(stamp, inputs)
         and recorded is not None
@@ -445,9 +370,9 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     ):
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
+    runtime = recorded.get("new", {}).get("runtime")
     ctx.session.runner.say(
-        f"build_aotriton: up to date ({recorded.get('new', {}).get('runtime')} {where}; "
-        f"stamp {stamp}); nothing run"
+        f"build_aotriton: up to date ({runtime} {where}; stamp {stamp}); nothing run"
     )
     return True
 
@@ -458,9 +383,13 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
     asked = asked_path(opts)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
-    if opts.restore:
-        restore(ctx)
-        return
+    runner = ctx.session.runner
+    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
+        from rocmfa.builds.aotriton_install import restore_torch
+
+        runner.apply(stamps.remove, stamp)
+        return restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     rocm = rocm_series(ctx.site)
@@ -469,18 +398,11 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
     )  # fmt: skip
     print(*path.lines(), sep="\n")
-    build = source_build(
-        opts,
-        no_images=opts.no_images,
-        workers=opts.workers,
-        triton=opts.kernel_triton,
-        pyaotriton=opts.with_pyaotriton,
-    )
-    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
+                         triton=opts.kernel_triton, pyaotriton=opts.with_pyaotriton)  # fmt: skip
     inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
     if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
-    runner = ctx.session.runner
     runner.apply(stamps.remove, stamp)
     built_in = install_prefix(ctx)
     if not path.source:
@@ -495,23 +417,20 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         if tuned:
             how += f" with the tuning database {tuned.directory.name}"
     built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
-    # the build's own inputs: not which torch it goes into (a torch appearing later must not
-    # make build_pytorch rebuild torch)
+    # not which torch it goes into: a torch appearing later must not rebuild torch
     own = {k: v for k, v in inputs.items() if k != "torch"}
     if new is not None:
         stamps.write(built, own, install_prefix=str(new.lib.parent))
     else:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built, install_prefix=str(built_in))
     if ctx.torch is None:
-        keep_in_prefix(ctx, new, stamp, inputs, built_in)
-        return
+        return keep_in_prefix(ctx, new, stamp, inputs, built_in)
     install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
 
 
 def launcher_args(cache: CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
-    """AOTriton's CMakeLists makes any ccache it finds (CCACHE_FOUND) the launcher, over ours:
-    preset that result so --cache really decides (docs/upstream-interfaces.md). Without
-    --cache, a ccache on PATH is used, as before."""
+    """AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
+    decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used."""
     ccache = shutil.which("ccache", path=env.get("PATH", ""))
     if cache.active:
         return [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
@@ -523,8 +442,8 @@ def launcher_args(cache: CachePlan, env: dict[str, str], *, asked: bool) -> list
 def drop_stale_cmake_cache(
     build: Path, args: list[str], sets: dict[str, str], runner: Runner
 ) -> Path:
-    """A changed configuration must not meet a stale CMakeCache: its values win over new ones
-    on later runs (pytorch/pytorch#28373). Returns the record of the configuration."""
+    """A changed configuration drops a stale CMakeCache (its values win: pytorch/pytorch#28373);
+    returns the record of the configuration."""
     configured = build / ".rocmfa-configure.json"
     wanted = stamps.digest({"args": args, "sets": sets})
     previous = stamps.read(configured)
@@ -537,17 +456,14 @@ def drop_stale_cmake_cache(
 def keep_in_prefix(
     ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any], built_in: Path
 ) -> None:
-    """No torch in the env (the main job builds AOTriton first, then torch against it): the
-    build stays in its install prefix, which build_pytorch passes as AOTRITON_INSTALLED_PREFIX;
-    nothing is swapped (new is None in a plan)."""
+    """No torch in the env: the build stays in its install prefix (new is None in a plan)."""
     runner = ctx.session.runner
     story = (
         f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
         "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     )
     if new is None:
-        runner.say(runner.plan_line(f"{story}; would write {stamp}") or story)
-        return
+        return runner.say(runner.plan_line(f"{story}; would write {stamp}") or story)
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     if ctx.pack not in new.images:
@@ -559,9 +475,8 @@ def keep_in_prefix(
 
 
 def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
-    """--clean, the checkout at the pin with its submodules, the patch set, then AOTriton's
-    generator and a sample of its real kernels (docs/kernel-check.md; with --workers every
-    kernel, on the cluster, into the kernel store). Returns the source tree."""
+    """--clean, the checkout with its submodules, the patch set, aiter, then the kernel check
+    (docs/kernel-check.md). Returns the source tree."""
     from rocmfa.builds import kernel_check
     from rocmfa.sources import tuning_db
     from rocmfa.sources.checkouts import ensure_checkout
@@ -571,10 +486,8 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    force = build_options.discard_local_edits
-    ensure_checkout(
-        ctx.pin, src, runner, force=force, submodules=submodules(ctx.pin, build_options)
-    )
+    force, pinned = build_options.discard_local_edits, submodules(ctx.pin, build_options)
+    ensure_checkout(ctx.pin, src, runner, force=force, submodules=pinned)
     tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=tuned)
     if not build_options.no_images:  # configure clones aiter only for the images
@@ -584,7 +497,7 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
 
 
 def submodules(pin: pins.Pin, build: SourceBuild) -> tuple[str, ...]:
-    """The pin's submodules; the Triton fork only when the kernels compile with it."""
+    """The pin's submodules, the Triton fork only when the kernels compile with it."""
     from rocmfa.builds import kernel_build
 
     if build.triton == "fork":
@@ -593,9 +506,8 @@ def submodules(pin: pins.Pin, build: SourceBuild) -> tuple[str, ...]:
 
 
 def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, force) -> None:
-    """AOTriton's configure clones aiter by the tag in third_party/aiter.txt into
-    <build>/v3src/aiter unless a checkout there is at that tag (v3src/CMakeLists.txt ~89-131 at
-    6e00ef3e): ours, from [aotriton.aiter], is fetched like every pin, tagged and linked there."""
+    """Configure clones aiter by third_party/aiter.txt's tag into <build>/v3src/aiter unless a
+    checkout there has it (v3src/CMakeLists.txt ~89-131 at 6e00ef3e): ours is linked there."""
     from rocmfa.sources.checkouts import ensure_checkout, git
 
     tag_file = src / AITER_TAG_FILE
@@ -617,8 +529,7 @@ def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, f
         runner.apply(_link, link, checkout, say=say)
 
 
-def _link(link: Path, target: Path) -> None:
-    """link -> target; whatever is at link (in our build dir: an earlier clone) goes."""
+def _link(link: Path, target: Path) -> None:  # an earlier clone at link goes
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_dir() and not link.is_symlink():
         shutil.rmtree(link)
@@ -661,16 +572,10 @@ def configure_args(
     return args, sets
 
 
-def build_from_source(
-    ctx: Context,
-    build_options: SourceBuild,
-    *,
-    tuning: TuningDb | None = None,
-    build_name: str | None = None,
-    extra_cmake: tuple[str, ...] = (),
-) -> AotritonInstall | None:
-    """Configure, build and install into <build>/install (None in a plan); tune_aotriton
-    passes its build_name, options (AOTRITON_BUILD_FOR_TUNING, ...) and candidate database."""
+def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: TuningDb | None = None,
+                      build_name: str | None = None, extra_cmake: tuple[str, ...] = ()
+                      ) -> AotritonInstall | None:  # fmt: skip
+    """Configure, build and install into <build>/install (None in a plan)."""
     from rocmfa.builds import compile_cache, kernel_build
     from rocmfa.builds.aotriton_install import AotritonInstall
     from rocmfa.plumbing import buildjobs
@@ -717,10 +622,8 @@ def build_from_source(
 
 
 def require_pybind11(ctx: Context) -> None:
-    """AOTRITON_NO_PYTHON=OFF: AOTriton's CMakeLists.txt (6e00ef3e lines 131-143) runs `import
-    pybind11` with Python3_EXECUTABLE, then find_package(pybind11 CONFIG REQUIRED), before its
-    build venv exists: the env's python must have pybind11. Refused here in one line, not in
-    configure. Before setup_env: the lock it installs must have it."""
+    """AOTRITON_NO_PYTHON=OFF: configure imports pybind11 with the env's python (CMakeLists.txt
+    131-143 at 6e00ef3e); before setup_env, the lock must have it."""
     python = ctx.prefix / "bin" / "python"
     if ctx.session.ready:
         probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
@@ -740,40 +643,20 @@ def require_pybind11(ctx: Context) -> None:
         )
 
 
-def torch_shipped(torch: Path) -> AotritonInstall:
-    """What torch shipped: the marker says when the env's torch is a wheel we repacked."""
-    from rocmfa.builds.aotriton_install import AotritonInstall, read_marker
-
-    lib, marker = torch / "lib", read_marker(torch)
-    if marker is not None and marker.get("shipped"):
-        was = marker["shipped"]
-        return AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
-    return AotritonInstall.read(lib, torch / "include")
-
-
-def install(
-    ctx: Context,
-    new: AotritonInstall | None,
-    stamp: Path,
-    inputs: dict[str, Any],
-    how: str,
-    *,
-    no_images: bool,
-    force: bool,
-) -> None:
-    """Check versions and images, then repack torch's own wheel with new and let pip install
-    it (aotriton_install.install_into_torch), and write the stamp (new is None in a plan)."""
-    from rocmfa.builds.aotriton_install import (
-        check_compatible,
-        image_signatures,
-        install_into_torch,
-        installed_fingerprint,
-        torch_version,
-    )
+def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
+            how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
+    """Check versions and images, pip-install torch's own wheel repacked with new, write the
+    stamp (new is None in a plan)."""
+    from rocmfa.builds import aotriton_install as ai
 
     runner, torch = ctx.session.runner, ctx.in_torch
-    lib = torch / "lib"
-    shipped = torch_shipped(torch)
+    lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
+    # what torch shipped: our marker says when the env's torch is a wheel we repacked
+    shipped = (
+        ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
+        if was
+        else ai.AotritonInstall.read(lib, torch / "include")
+    )
     if new is None:  # a plan
         return runner.done(
             f"check versions, repack torch's own wheel with the new AOTriton, pip install it "
@@ -784,9 +667,9 @@ def install(
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = (
-        new if new.images else replace(new, images=image_signatures(lib / "aotriton.images"))
+        new if new.images else replace(new, images=ai.image_signatures(lib / "aotriton.images"))
     )
-    overridden = check_compatible(effective, shipped, force)
+    overridden = ai.check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
     same = not shipped.runtime or shipped.runtime == new.runtime
@@ -796,12 +679,12 @@ def install(
         "how": how,
         "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "arch": ctx.arch.name,
-        "torch_version": torch_version(torch),
+        "torch_version": ai.torch_version(torch),
         "shipped": {"runtime": shipped.runtime, "images": shipped.images},
         "new": {"runtime": new.runtime, "images": effective.images},
         "forced": overridden,
     }
-    original, wheel = install_into_torch(
+    original, wheel = ai.install_into_torch(
         new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
         work=ctx.work, runner=runner,
     )  # fmt: skip
@@ -809,4 +692,4 @@ def install(
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
     kept = {"shipped": record["shipped"], "new": record["new"], "wheel": str(wheel)}
-    stamps.write(stamp, inputs, installed=installed_fingerprint(lib), **kept)
+    stamps.write(stamp, inputs, installed=ai.installed_fingerprint(lib), **kept)

@@ -1,15 +1,8 @@
-"""`nox -s build_ck`: composable_kernel for this arch, library only, installed into the env.
-
-CK lives in ROCm/rocm-libraries under projects/composablekernel (the old ROCm/composable_kernel
-repository is deprecated; pins/composable_kernel.toml can still select it). Its CMakeLists.txt
-@ rocm-libraries 05d98566 (docs/upstream-interfaces.md): `GPU_TARGETS=<arch>` also adds tests
-and examples (the 1.5 h build), so the library uses `GPU_ARCHS=<arch>`; `BUILD_DEV` (-Werror
--Weverything) defaults ON and is turned off; `find_package(ROCM)` needs
-`CMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)` and the compilers come from that SDK. Installs go
-to the env prefix (never /opt/rocm, never sudo).
-
-PyTorch's CK attention backend is not this CK: PyTorch builds its own bundled CK when
-USE_ROCM_CK_SDPA=1, and CK's fused-MHA instances exist only for gfx90a/gfx94x/gfx95x.
+"""`nox -s build_ck`: composable_kernel (ROCm/rocm-libraries projects/composablekernel) for
+this arch, library only (GPU_ARCHS, BUILD_DEV=OFF; GPU_TARGETS adds the 1.5 h tests and
+examples), with the env's ROCm SDK compilers, installed into the env prefix. Interfaces at
+rocm-libraries 05d98566: docs/upstream-interfaces.md. PyTorch's CK attention backend is its own
+bundled CK (USE_ROCM_CK_SDPA=1), not this one.
 """
 
 from __future__ import annotations
@@ -32,10 +25,8 @@ STAMP = "build_ck"
 
 def compilers(root: Path) -> tuple[Path, Path]:
     """(C, C++) compiler of the env's ROCm SDK: bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
-    for c, cxx in (
-        (root / "bin" / "amdclang", root / "bin" / "amdclang++"),
-        (root / "lib" / "llvm" / "bin" / "clang", root / "lib" / "llvm" / "bin" / "clang++"),
-    ):
+    for d, name in ((root / "bin", "amdclang"), (root / "lib" / "llvm" / "bin", "clang")):
+        c, cxx = d / name, d / f"{name}++"
         if c.is_file() and cxx.is_file():
             if not (os.access(c, os.X_OK) and os.access(cxx, os.X_OK)):
                 raise UserError(f"{c} / {cxx} are not executable; reinstall rocm[devel]")
@@ -71,26 +62,22 @@ def cmake_args(
     ]
 
 
-def cached_compiler(build: Path) -> str | None:
-    try:
-        lines = (build / "CMakeCache.txt").read_text().splitlines()
-    except OSError:
-        return None
+def clear_stale(build: Path, work: Path, cxx: Path, clean: bool, runner: Runner) -> None:
+    """--clean or another compiler than the build dir's: empty it (only ours, in work)."""
+    cache = build / "CMakeCache.txt"
+    lines = cache.read_text().splitlines() if cache.is_file() else []
     found = (line.split("=", 1)[1] for line in lines if line.startswith("CMAKE_CXX_COMPILER:"))
-    return next(found, None)
-
-
-def clear_build_dir(build: Path, work: Path, runner: Runner, why: str) -> None:
-    """Empty our own build dir (refuses anything outside the work dir)."""
-    if not build.exists():
+    cached = next(found, None)
+    if not build.exists() or not (clean or (cached and cached != str(cxx))):
         return
     if work not in build.resolve().parents:
         raise UserError(f"refusing to remove {build}: not inside the work dir {work}")
+    why = "--clean" if clean else f"the compiler changed ({cached} -> {cxx})"
     runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
-    """What this CK build is and is not for, and its pin (said before the plan)."""
+    """What this CK build is and is not for, and its pin."""
     say, arch = session.runner.say, session.arch
     if not arch.ck_mha:
         say(
@@ -159,11 +146,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
     if checkout.exists() and not (source / "CMakeLists.txt").is_file():
         raise UserError(f"{source} has no CMakeLists.txt (pin subdir {pin.data.get('subdir')!r})")
-    cached = cached_compiler(build)
-    if opts.clean:
-        clear_build_dir(build, work, runner, "--clean")
-    elif cached and cached != str(cxx):
-        clear_build_dir(build, work, runner, f"the compiler changed ({cached} -> {cxx})")
+    clear_stale(build, work, cxx, bool(opts.clean), runner)
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
     configure = cmake_args(

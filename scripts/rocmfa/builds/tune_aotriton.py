@@ -1,22 +1,8 @@
-"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine, its tuned database
-kept as data, a rebuild with it, installed only when `validate` passes.
-
-    server        a PostgreSQL this session starts and stops: initdb/pg_ctl (the env's, else the
-                  system's), on 127.0.0.1, its data and socket in the work dir
-    schema        the pinned tree's v3python/tune/pq/schema.sql, then create_arch_partition
-    dispatch      .tune/bin/dispatch flash WD --arch A (with --hdim/--dtype/--seqlen_q/_k from
-                  --tune-head-dims/-dtypes/-seqlens; --skip_completed: a rerun adds nothing done)
-    tuning build  AOTRITON_BUILD_FOR_TUNING=ON, NAME_SUFFIX=123 (.tune/single/build_arch.sh)
-    worker        .tune/remote/worker_service.sh start WD A --multi_gpu 0 --hostname localhost
-    progress      the queue_progress and completion_eta views, until the queue drains
-    bake          .tune/bin/bake_lut WD -> WD/installed/database/amd/A/flash/*.sqlite3.tar.xz,
-                  stored in pins/tuning/aotriton/<commit>/A/ (rocmfa.sources.tuning_db)
-    rebuild       build_aotriton's build with that database; validate gates the install
-
-Tuning builds apply the patch set's `tuning = "only"` patches (upstream's post-pin tuner fixes)
-and leave out its `tuning = "never"` one (gfx908's reuse of gfx90a's database). The work dir
-(work/tuning/aotriton-<commit>-<arch>) keeps the queue: a stopped run resumes where it stopped.
-Facts and line numbers: docs/tuning.md.
+"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine (a PostgreSQL of
+ours, dispatch, a tuning build, one worker, bake_lut), its database stored in
+pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate` passes.
+The work dir keeps the queue: a stopped run resumes. Steps, facts and line numbers:
+docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -39,11 +25,7 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import TuneAotritonOptions
 from rocmfa.sources import tuning_db
 
-PG_BIN_DIRS = (
-    "/usr/lib/postgresql/17/bin",
-    "/usr/lib/postgresql/16/bin",
-    "/usr/lib/postgresql/15/bin",
-)
+PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
 SCHEMA = "v3python/tune/pq/schema.sql"
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
@@ -52,21 +34,17 @@ VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 def filters(opts: TuneAotritonOptions) -> list[str]:
     """dispatch_tasks' filters for the options (its flash module's names); none = every task."""
     argv: list[str] = []
-    for value, flags in (
-        (opts.tune_head_dims, ("--hdim",)),
-        (opts.tune_dtypes, ("--dtype",)),
-        (opts.tune_seqlens, ("--seqlen_q", "--seqlen_k")),
-    ):
-        if value:
-            for flag in flags:
-                argv += [flag, *(v.strip() for v in value.split(",") if v.strip())]
+    given = (opts.tune_head_dims, ["--hdim"]), (opts.tune_dtypes, ["--dtype"])
+    for value, flags in (*given, (opts.tune_seqlens, ["--seqlen_q", "--seqlen_k"])):
+        for flag in flags if value else []:
+            argv += [flag, *(v.strip() for v in value.split(",") if v.strip())]
     return argv
 
 
 @dataclass(frozen=True)
 class Postgres:
-    """A PostgreSQL cluster in data/, listening on 127.0.0.1:port and a socket in data/.. only.
-    As root (containers) it runs as `nobody`: postgres refuses root."""
+    """A PostgreSQL cluster in data/ on 127.0.0.1:port and a socket in data/..; as root it runs
+    as `nobody` (postgres refuses root)."""
 
     bin_dir: Path
     data: Path
@@ -102,6 +80,13 @@ class Postgres:
     def query(self, sql: str, db: str = DB_USER) -> str:
         return self.psql("-c", sql, db=db)
 
+    @staticmethod
+    def server_for(wd: Path, prefix: Path | None, runner: Runner) -> Postgres:
+        bin_dir = find_postgres(prefix)
+        if bin_dir is None:
+            runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
+        return Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
+
 
 def find_postgres(prefix: Path | None) -> Path | None:
     """The directory holding initdb, pg_ctl and psql: the env's, Debian's, then PATH's."""
@@ -123,7 +108,7 @@ def free_port() -> int:
 
 @contextmanager
 def running(pg: Postgres) -> Iterator[Postgres]:
-    """The server for the session's length: stopped at the end, also on failure."""
+    """The server for the session's length, stopped also on failure."""
     pg.start()
     try:
         if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
@@ -134,7 +119,7 @@ def running(pg: Postgres) -> Iterator[Postgres]:
 
 
 def write_config(wd: Path, port: int, python: str) -> None:
-    """WD/config.rc as the tuner reads it (KEY=VALUE; .tune/bin/dispatch sources it)."""
+    """WD/config.rc, KEY=VALUE, as .tune/bin/dispatch sources it."""
     wd.mkdir(parents=True, exist_ok=True)
     values = {
         "POSTGRES_USER": DB_USER,
@@ -146,13 +131,6 @@ def write_config(wd: Path, port: int, python: str) -> None:
     stamps.write_text_atomic(wd / "config.rc", "".join(f"{k}={v}\n" for k, v in values.items()))
 
 
-def load_schema(pg: Postgres, src: Path, arch: str) -> None:
-    """schema.sql once (its own IF NOT EXISTS makes a rerun harmless), the arch's partition."""
-    if not pg.query("SELECT to_regclass('task_queue')").strip():
-        pg.psql("-f", str(src / SCHEMA))
-    pg.query(f"SELECT create_arch_partition('{arch}')")
-
-
 def progress(pg: Postgres, arch: str) -> dict[str, int]:
     keys = ("pending", "running", "completed", "failed", "total")
     row = pg.query(f"SELECT {', '.join(keys)} FROM queue_progress WHERE arch = '{arch}'")
@@ -161,17 +139,16 @@ def progress(pg: Postgres, arch: str) -> dict[str, int]:
 
 
 def progress_line(counts: dict[str, int], eta_hours: str) -> str:
-    total, done = counts["total"] or 1, counts["completed"] + counts["failed"]
-    bar = "#" * (30 * done // total)
-    eta = f"ETA {eta_hours} h" if eta_hours.strip() else "ETA -"
+    done = counts["completed"] + counts["failed"]
+    bar, eta = "#" * (30 * done // (counts["total"] or 1)), eta_hours.strip() and f"{eta_hours} h"
     return (
         f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), "
-        f"{counts['running']} running; {eta}"
+        f"{counts['running']} running; ETA {eta or '-'}"
     )
 
 
 def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dict[str, int]:
-    """Until the queue drains: a progress bar with ETA from the tuner's own views."""
+    """A progress bar with ETA from the tuner's own views until the queue drains."""
     while True:
         counts = progress(pg, arch)
         eta = pg.query(f"SELECT eta_hours FROM completion_eta WHERE arch = '{arch}'")
@@ -182,8 +159,8 @@ def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dic
 
 
 def need_gpu(arch: str, wd: Path) -> None:
-    """The first GPU task is the worker's preprocess (`import torch` on the GPU,
-    v3python/tune/testrun.py): without a GPU of arch, stop before the tuning build."""
+    """The worker's first task imports torch on the GPU (v3python/tune/testrun.py): without a
+    GPU of arch, stop before the tuning build."""
     found = archs.detect_gpus()
     if arch not in found.gpus:
         raise UserError(
@@ -204,12 +181,16 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
         return
     build = ba.source_build(opts, tuning=True)
     src = checkout(ctx, build)
-    pg = server(wd, ctx.prefix if ctx.session.ready else None, runner)
+    pg = Postgres.server_for(wd, ctx.prefix if ctx.session.ready else None, runner)
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")
     with running(pg):
         queue(pg, src, wd, arch, filters(opts))
         runner.apply(need_gpu, arch, wd)
-        build = replace(build, pyaotriton=has_pybind11(ctx))  # the worker imports pyaotriton
+        try:  # the worker imports pyaotriton, which needs pybind11
+            ba.require_pybind11(ctx)
+            build = replace(build, pyaotriton=True)
+        except UserError as missing:
+            runner.refuse(str(missing))  # a plan notes it and plans on without it
         tuned = ba.build_from_source(ctx, build, build_name="aotriton-tuning", extra_cmake=(
             "-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"))  # fmt: skip
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
@@ -227,29 +208,14 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     ba.install(ctx, new, stamp, inputs, how, no_images=False, force=opts.force)
 
 
-def has_pybind11(ctx: ba.Context) -> bool:
-    """The tuning build's pyaotriton needs pybind11 in the env."""
-    try:
-        ba.require_pybind11(ctx)
-    except UserError as missing:
-        ctx.session.runner.refuse(str(missing))  # a plan notes it and plans on without it
-        return False
-    return True
-
-
-def server(wd: Path, prefix: Path | None, runner: Runner) -> Postgres:
-    bin_dir = find_postgres(prefix)
-    if bin_dir is None:
-        runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
-    return Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
-
-
 def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> dict[str, int]:
-    """The schema, then dispatch once per filter set: the queue (in wd/pg) is what a rerun
-    resumes. Another filter set replaces the pending tasks (dispatch would queue them twice);
-    `--skip_completed` keeps finished ones from being queued again."""
+    """schema.sql (once), the arch's partition, then dispatch once per filter set: another set
+    replaces the pending tasks (dispatch would queue them twice); `--skip_completed` keeps
+    finished ones from being queued again."""
     runner = pg.runner
-    load_schema(pg, src, arch)
+    if not pg.query("SELECT to_regclass('task_queue')").strip():
+        pg.psql("-f", str(src / SCHEMA))
+    pg.query(f"SELECT create_arch_partition('{arch}')")
     marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
         runner.say(f"dispatched earlier ({wanted}); the queue resumes")
@@ -264,7 +230,7 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
 
 
 def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> None:
-    """One worker on this host's GPUs until the queue drains, then the tuner's own bake."""
+    """One worker on this host's GPUs until the queue drains, then bake_lut."""
     runner = pg.runner
     service = [str(src / ".tune/remote/worker_service.sh")]
     runner.run([*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
@@ -279,7 +245,7 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
 
 
 def checkout(ctx: ba.Context, build: ba.SourceBuild) -> Path:
-    """The pinned tree with the tuning patches: the tuner runs from it, the tuning build uses it."""
+    """The pinned tree with the tuning patches, for the tuner and the tuning build."""
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
 
@@ -290,12 +256,6 @@ def checkout(ctx: ba.Context, build: ba.SourceBuild) -> Path:
     return src
 
 
-def shard_files(shards: Path, arch: str) -> dict[str, Path]:
-    """The bake's shards for arch, keyed as they lie under a tuning database root."""
-    found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
-    return {p.relative_to(shards).as_posix(): p for p in found}
-
-
 def store(
     runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
 ) -> tuning_db.TuningDb:
@@ -303,28 +263,24 @@ def store(
     target = tuning_db.db_dir(commit, arch)
     shards = wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
-    kind, tuner = "sharded-sqlite", "tuner-v3.5"
-    stored = runner.apply(
-        lambda: tuning_db.write(target, shard_files(shards, arch), commit=commit, arch=arch,
-                                kind=kind, tuner=tuner, meta=meta),
-        say=f"store {shards}/amd/{arch}/flash/*.sqlite3.tar.xz in {target} (sha256 per file)",
-    )  # fmt: skip
-    return stored or tuning_db.TuningDb(target, commit, arch, kind, tuner, {}, meta)
+    found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
+    files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
+    how = dict(commit=commit, arch=arch, kind="sharded-sqlite", tuner="tuner-v3.5", meta=meta)
+    say = f"store {shards}/amd/{arch}/flash/*.sqlite3.tar.xz in {target} (sha256 per file)"
+    stored = runner.apply(tuning_db.write, target, files, **how, say=say)
+    return stored or tuning_db.TuningDb(target, commit, arch, how["kind"], how["tuner"], {}, meta)
 
 
-def gate(ctx: ba.Context, new: object, opts: TuneAotritonOptions, runner: Runner) -> None:
-    """validate.py against the rebuilt library (preloaded), before anything is installed."""
+def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> None:
+    """validate.py against the rebuilt library (preloaded) before anything is installed."""
     argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
     argv += ["--backends", "flash"]
     if opts.tune_head_dims:
         argv += ["--head-dims", opts.tune_head_dims]
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
-    lib = getattr(new, "lib", None)
-    preload = (
-        str(lib / f"libaotriton_v2.so.{new.runtime}") if lib else "<rebuild>/lib/libaotriton_v2.so"
-    )
-    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": preload}, check=False)
+    lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
+    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
     if result.returncode != 0:
         raise UserError(
             f"validate failed (exit {result.returncode}) for the tuned build: NOT installed"
