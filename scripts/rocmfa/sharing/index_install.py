@@ -41,6 +41,14 @@ class Chosen:
         )
 
 
+def listed_manifests(spec: team_index.IndexSpec, family: str):
+    """The family's wheel-set manifests, newest first; their links; the S3 store if any."""
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None  # via its API
+    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
+    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
+    return sorted(names, key=wheel_manifest.manifest_sort_key)[::-1], links, store
+
+
 def choose(
     index: str, *, choice: archs.ArchChoice, wheel_set: str | None, python_tag: str | None,
     rocm_version: str | None, say,
@@ -51,10 +59,7 @@ def choose(
     family = wheel_manifest.family_of(arch)
     where = spec.describe(family)
     say(f"team index: {where} (arch {arch.name} from {choice.how}, family {family})")
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None  # via its API
-    links = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    names = [n for n in links if n.startswith(wheel_manifest.MANIFEST_DIST + "-")]
-    names = sorted(names, key=wheel_manifest.manifest_sort_key)[::-1]  # newest first
+    names, links, store = listed_manifests(spec, family)
     if wheel_set:
         names = [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
         if not names:
