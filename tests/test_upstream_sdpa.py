@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rocmfa.probes import therock_skips, upstream_sdpa
+from rocmfa.probes import sdpa_common, upstream_sdpa
 from tests.support import upstream_sdpa_standin as standin
 
 PATH = upstream_sdpa.TEST_PATH
@@ -55,8 +55,8 @@ def test_the_source_checkout_gives_the_file_of_torchs_commit(tmp_path: Path) -> 
 
 
 def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
-    skip_dir = standin.write_therock(tmp_path) / therock_skips.SKIP_DIR
-    entries, notes = therock_skips.read_skip_dir(skip_dir, "2.13.0+rocm7.1")
+    skip_dir = standin.write_therock(tmp_path) / upstream_sdpa.SKIP_DIR
+    entries, notes = upstream_sdpa.read_skip_dir(skip_dir, "2.13.0+rocm7.1")
     assert notes == ["generic.py: read", "pytorch_2.13.py: read"]
     by_name = {e.name: e for e in entries}
     assert by_name["test_memory_plots"].comment.startswith("TestCudaAllocator - FileNotFound")
@@ -71,15 +71,14 @@ def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
     assert by_name["test_ctc_loss_cudnn_tensor_cuda_cuda"].file == "pytorch_2.13.py"
 
     def chosen(families: list[str], system: str) -> set[str]:
-        return {e.name for e in therock_skips.select(entries, families, system)}
+        return {e.name for e in upstream_sdpa.select(entries, families, system)}
 
     assert "test_terminate_handler_on_crash" in chosen(["gfx942"], "Linux")  # "gfx94" in gfx942
     assert "test_terminate_handler_on_crash" not in chosen(["gfx1151"], "Linux")
     assert "test_backend_vs_math_ref_grads" not in chosen(["gfx942"], "Linux")
     assert "test_backend_vs_math_ref_grads" in chosen([], "Windows")
-    assert therock_skips.matches("test_print", ["test_PRINT_sdpa_params_cpu"])
     # A torch with no version file: generic.py only, and the report says so.
-    only, notes = therock_skips.read_skip_dir(skip_dir, "2.11.0+cu130")
+    only, notes = upstream_sdpa.read_skip_dir(skip_dir, "2.11.0+cu130")
     assert notes[1].startswith("pytorch_2.11.py: not in this TheRock")
     assert {e.file for e in only} == {"generic.py"}
 
@@ -106,8 +105,8 @@ def test_therock_commit_is_the_checkouts_own_never_an_enclosing_repos(tmp_path: 
     ["skip_tests = [1]", "x = {}", "skip_tests = {'common': {'nn': 'test_a'}}", "skip_tests = {"],
 )
 def test_a_malformed_skip_file_is_one_error(text: str) -> None:
-    with pytest.raises(therock_skips.SkipListError) as err:
-        therock_skips.parse_skip_file(text, "pytorch_2.13.py")
+    with pytest.raises(sdpa_common.UsageError) as err:
+        upstream_sdpa.parse_skip_file(text, "pytorch_2.13.py")
     assert str(err.value).startswith("pytorch_2.13.py: ")
 
 
@@ -116,7 +115,7 @@ def test_therock_real_skip_files_opt_in() -> None:
     skip_dir = os.environ.get("ROCMFA_THEROCK_SKIP_DIR")
     if not skip_dir:
         pytest.skip("set ROCMFA_THEROCK_SKIP_DIR to a real TheRock skip_tests folder")
-    entries, notes = therock_skips.read_skip_dir(Path(skip_dir), "2.13.0")
+    entries, notes = upstream_sdpa.read_skip_dir(Path(skip_dir), "2.13.0")
     assert notes == ["generic.py: read", "pytorch_2.13.py: read"]
     assert len(entries) > 20 and sum(1 for e in entries if e.comment) > len(entries) // 2
 
