@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,16 +38,16 @@ KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                "bwd_preprocess", "aiter", "fmha")),
     ("math", ("gemm", "xmma", "cijk_", "cutlass", "softmax", "bmm", "matmul")),
 )  # fmt: skip
-# Operator names (what torch dispatched) map exactly onto backends:
-OP_RULES: tuple[tuple[str, str], ...] = (
-    ("aten::_scaled_dot_product_flash_attention_for_cpu", "flash-cpu"),
-    ("aten::_scaled_dot_product_flash_attention", "flash"),
-    ("aten::_flash_attention_forward", "flash"),
-    ("aten::_scaled_dot_product_efficient_attention", "efficient"),
-    ("aten::_efficient_attention_forward", "efficient"),
-    ("aten::_scaled_dot_product_cudnn_attention", "cudnn"),
-    ("aten::_scaled_dot_product_attention_math", "math"),
-)
+# Operator names (what torch dispatched; their _backward too) map exactly onto backends:
+OP_RULES = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash-cpu",
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_flash_attention_forward": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_efficient_attention_forward": "efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_attention_math": "math",
+}
 FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 
@@ -56,13 +57,6 @@ def classify_kernel(name: str) -> str:
         if any(n in lowered for n in needles):
             return family
     return "other"
-
-
-def classify_op(name: str) -> str | None:
-    for prefix, family in OP_RULES:
-        if name.startswith(prefix) and (prefix.endswith("_cpu") or not name.endswith("_cpu")):
-            return family
-    return None
 
 
 def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
@@ -76,10 +70,8 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
             names = kernel_families.setdefault(family, [])
             if name not in names:
                 names.append(name)
-        else:
-            family = classify_op(name)
-            if family and family not in ops:
-                ops.append(family)
+        elif (family := OP_RULES.get(name.removesuffix("_backward"))) and family not in ops:
+            ops.append(family)
     # Device kernels are the ground truth on a GPU; the ops where none were recorded.
     fused = [f for f in kernel_families if f in FUSED] + ["math"] * ("math" in kernel_families)
     ran = next(iter(fused), "unknown")
@@ -97,65 +89,49 @@ def profile_events(prof: Any) -> list[tuple[str, bool]]:
     return out
 
 
-def can_use(params: Any, fn_name: str, on_cpu: bool) -> dict[str, Any]:
-    """torch's can_use_* verdict with its reasons (debug=True reports through C++ TORCH_WARN,
-    which reaches fd 2, not Python warnings)."""
-    import torch
-
-    fn = getattr(torch.backends.cuda, fn_name, None)
-    if fn is None:
-        return {"can_use": None, "reasons": [f"torch has no torch.backends.cuda.{fn_name}"]}
-    with common.capture_all_warnings() as caught:
-        try:
-            ok, error = bool(fn(params, debug=True)), None
-        except Exception as exc:
-            ok, error = False, exc
-    reasons = caught.reasons()
-    if error is not None:
-        reasons.append(common.first_line(str(error)))
-    if not ok and not reasons:
-        why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)" if on_cpu else ""
-        reasons.append("torch gave no reason" + why)
-    return {"can_use": ok, "reasons": list(dict.fromkeys(reasons))}
-
-
-def _ask(fn: Any) -> bool | None:
-    try:
-        return bool(fn()) if fn is not None else None
-    except Exception:
-        return None
-
-
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
-    """compiled in / enabled / can_use_* (with torch's reasons) per backend."""
+    """compiled in / enabled / can_use_* with torch's reasons (debug=True reports through C++
+    TORCH_WARN, which reaches fd 2, not Python warnings) per backend."""
     import torch
 
     cuda = torch.backends.cuda
-    q = torch.zeros(
-        shape.batch, shape.q_heads, shape.seq, shape.head_dim, dtype=dtype, device=device
-    )
+    q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim).to(device, dtype)
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
-    on_cpu = device.type == "cpu"
+
+    def ask(query: Any) -> bool | None:  # None: this torch cannot say
+        with contextlib.suppress(Exception):
+            return bool(query())
+        return None
+
+    def verdict_of(name: str, compiled_in: bool | None, enabled: bool) -> dict[str, Any]:
+        error = None
+        with common.capture_all_warnings() as reasons:
+            try:
+                ok = bool(getattr(cuda, f"can_use_{name}_attention")(params, debug=True))
+            except Exception as exc:
+                ok, error = False, exc
+        reasons += [common.first_line(str(error))] if error is not None else []
+        if not ok and not reasons:
+            why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)"
+            reasons.append("torch gave no reason" + why * (device.type == "cpu"))
+        return {"compiled_in": compiled_in, "enabled": enabled, "can_use": ok,
+                "reasons": list(dict.fromkeys(reasons))}  # fmt: skip
+
     report = {
-        "flash": {"compiled_in": _ask(getattr(cuda, "is_flash_attention_available", None)),
-                  "enabled": cuda.flash_sdp_enabled(),
-                  **can_use(params, "can_use_flash_attention", on_cpu)},
+        "flash": verdict_of("flash", ask(lambda: cuda.is_flash_attention_available()),
+                            cuda.flash_sdp_enabled()),
         # torch has no public "is compiled in" query for the memory-efficient kernel.
-        "efficient": {"compiled_in": None, "enabled": cuda.mem_efficient_sdp_enabled(),
-                      **can_use(params, "can_use_efficient_attention", on_cpu)},
+        "efficient": verdict_of("efficient", None, cuda.mem_efficient_sdp_enabled()),
         "math": {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True,
                  "reasons": []},
     }  # fmt: skip
-    if not torch.version.hip:
-        report["cudnn"] = {
-            "compiled_in": False if on_cpu else _ask(torch.backends.cudnn.is_available),
-            "enabled": cuda.cudnn_sdp_enabled(),
-            **can_use(params, "can_use_cudnn_attention", on_cpu),
-        }  # fmt: skip
-    else:
-        report["ck"] = {"compiled_in": _ask(getattr(cuda, "is_ck_sdpa_available", None)),
+    if torch.version.hip:
+        report["ck"] = {"compiled_in": ask(lambda: cuda.is_ck_sdpa_available()),
                         "enabled": None, "can_use": None,
                         "reasons": ["selected via preferred_rocm_fa_library"]}  # fmt: skip
+    else:
+        compiled = False if device.type == "cpu" else ask(torch.backends.cudnn.is_available)
+        report["cudnn"] = verdict_of("cudnn", compiled, cuda.cudnn_sdp_enabled())
     return report
 
 
@@ -199,7 +175,7 @@ def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, 
         t.grad = None
     forced = common.backend_context(backend, device) if backend else contextlib.nullcontext()
     error = None
-    with common.capture_all_warnings() as caught:
+    with common.capture_all_warnings() as reasons:
         try:
             with profile(activities=activities) as prof:
                 with forced:
@@ -211,7 +187,6 @@ def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, 
             torch.zeros(1, device=device).add_(1).item()
         except Exception as exc:
             error = exc
-    reasons = caught.reasons()
     if error is not None:
         text = common.first_line(str(error)) or type(error).__name__
         return None, {"ran": None, "error": text, "reasons": reasons}
@@ -302,20 +277,18 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
 
 
 def render(report: dict[str, Any]) -> str:
-    d = report["device"]
+    d, t, rocm, truth = report["device"], report["torch"], report.get("rocm"), report["truth"]
+    yn = {True: "yes", False: "no", None: "?"}.get
     lines = [
         f"device: {d['name']} ({d['arch'] or 'no GPU arch'}) on {d['platform']}, "
-        f"torch {report['torch']['version']} (cuda {report['torch']['cuda']}, "
-        f"hip {report['torch']['hip']})",
+        f"torch {t['version']} (cuda {t['cuda']}, hip {t['hip']})",
         "",
-        f"{'backend':<10} {'compiled':<9} {'enabled':<8} {'can_use':<8} reasons",
-    ]
-    lines += [
-        f"{name:<10} {_yn(b.get('compiled_in')):<9} {_yn(b.get('enabled')):<8} "
-        f"{_yn(b.get('can_use')):<8} {'; '.join(b.get('reasons') or [])}"
-        for name, b in report["backends"].items()
-    ]
-    rocm = report.get("rocm")
+        *common.text_table(
+            ("backend", "compiled", "enabled", "can_use", "reasons"),
+            [(name, yn(b["compiled_in"]), yn(b["enabled"]), yn(b["can_use"]),
+              "; ".join(b["reasons"])) for name, b in report["backends"].items()],
+        ),
+    ]  # fmt: skip
     if rocm:
         aot = rocm["aotriton"]
         images = ", ".join(f"{k} {v.get('version')}" for k, v in aot["images"].items()) or "none"
@@ -323,69 +296,46 @@ def render(report: dict[str, Any]) -> str:
             "",
             f"preferred ROCm FA library: {rocm['preferred_rocm_fa_library']}",
             f"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL={rocm['experimental_flag']}; arch needs it: "
-            f"{_yn(rocm['arch_needs_experimental_flag'])}",
+            f"{yn(rocm['arch_needs_experimental_flag'])}",
             f"AOTriton runtime {aot['runtime_version']} ({aot['runtime_source']}); "
             f"images: {images}",
             *([f"MISMATCH: {aot['mismatch']}"] if aot["mismatch"] else []),
         ]
-    truth = report.get("truth")
-    if truth:
-        lines.append("")
-        for key, label in (("forced_flash", "forced flash"), ("default_dispatch", "default")):
-            p = truth[key]
-            if p.get("error"):
-                lines.append(f"{label}: failed: {p['error']}")
-            else:
-                kernels = "; ".join(
-                    f"{f}: {', '.join(dict.fromkeys(short_kernel_name(x) for x in n[:3]))}"
-                    for f, n in p["kernels"].items()
-                )
-                lines.append(f"{label}: ran {p['ran']} (ops {p['ops']}; kernels {kernels or '-'})")
-            shown = {r for b in report["backends"].values() for r in b.get("reasons") or []}
-            new = [r for r in p.get("reasons") or [] if r not in shown]
-            if new:
-                lines.append(f"  torch said: {'; '.join(new)}")
-        if truth.get("errors"):
-            lines.append(
-                f"vs float32 math: fwd {truth['errors']['fwd']:.2e}, "
-                f"bwd {truth['errors']['bwd']:.2e} "
-                f"(tolerance fwd {truth['tolerance']['fwd']}, bwd {truth['tolerance']['bwd']})"
-            )
+    lines.append("")
+    shown = {r for b in report["backends"].values() for r in b["reasons"]}
+    for key, label in (("forced_flash", "forced flash"), ("default_dispatch", "default")):
+        p = truth[key]
+        kernels = "; ".join(
+            f"{f}: {', '.join(dict.fromkeys(short_kernel_name(x) for x in n[:3]))}"
+            for f, n in p.get("kernels", {}).items()
+        )
+        ran = f"ran {p['ran']} (ops {p.get('ops')}; kernels {kernels or '-'})"
+        lines.append(f"{label}: " + (f"failed: {p['error']}" if p.get("error") else ran))
+        if new := [r for r in p["reasons"] if r not in shown]:
+            lines.append(f"  torch said: {'; '.join(new)}")
+    if err := truth["errors"]:
+        tol = truth["tolerance"]
+        lines.append(
+            f"vs float32 math: fwd {err['fwd']:.2e}, bwd {err['bwd']:.2e} "
+            f"(tolerance fwd {tol['fwd']}, bwd {tol['bwd']})"
+        )
     return "\n".join([*lines, "", report["summary"]])
 
 
 def short_kernel_name(name: str) -> str:
     """'void ns::flash_fwd_kernel<Traits<64, 128>>(Params)' -> 'flash_fwd_kernel': template
     arguments, parameters, return type and namespaces dropped (the JSON keeps the full name)."""
-    out: list[str] = []
-    depth = 0
-    for ch in name:  # '(anonymous namespace)' goes with the parameters
-        if ch in "<(" or (ch in ">)" and depth):
-            depth += 1 if ch in "<(" else -1
-        elif depth == 0:
-            out.append(ch)
-    words = "".join(out).split()
-    return (words[-1] if words else name).split("::")[-1] or name
-
-
-def _yn(value: Any) -> str:
-    return {True: "yes", False: "no", None: "?"}.get(value, str(value))
+    short = name
+    while (shorter := re.sub(r"<[^<>]*>|\([^()]*\)", "", short)) != short:
+        short = shorter
+    return (short.split() or [name])[-1].split("::")[-1] or name
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.new_parser(PROG, __doc__)
+    p = common.new_parser(PROG, __doc__, json_option=True)
     p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
-    p.add_argument(
-        "--shape",
-        default="1,4,256,64",
-        help="probe shape B,H,S,D or B,Hq,Hkv,S,D (default 1,4,256,64)",
-    )
-    p.add_argument(
-        "--torch-lib-dir",
-        type=Path,
-        help="torch/lib folder to read AOTriton files from (default: torch's own)",
-    )
-    common.add_json(p)
+    p.add_argument("--shape", default="1,4,256,64", help="B,H,S,D or B,Hq,Hkv,S,D (1,4,256,64)")
+    p.add_argument("--torch-lib-dir", type=Path, help="torch/lib to read AOTriton files from")
     return p
 
 
@@ -412,22 +362,17 @@ def _main(argv: list[str] | None) -> int:
     if opts.torch_lib_dir is not None and not lib_dir.is_dir():
         raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
     if opts.dry_run:
-        return common.dry_run(
-            PROG,
-            device,
-            [
-                f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
-                "under the profiler (kernel names), and its error against fp32 math",
-                f"AOTriton files read from {lib_dir}",
-            ],
-        )
+        what = f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
+        what += "under the profiler (kernel names), and its error against fp32 math"
+        return common.dry_run(PROG, device, [what, f"AOTriton files read from {lib_dir}"])
     arch, device_name = common.detect_arch(device)
+    ident = common.identity(device, arch, device_name)
     report: dict[str, Any] = {
-        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
+        "schema": SCHEMA, "identity": ident,
         "torch": {"version": torch.__version__, "cuda": torch.version.cuda,
                   "hip": torch.version.hip},
         "device": {"type": device.type, "name": device_name, "arch": arch,
-                   "platform": common.platform_name(device)},
+                   "platform": ident["platform"]},
         "backends": backend_flags(device, common.torch_dtype(dtype_name), shape),
         "rule_kernel_names": {f: list(n) for f, n in KERNEL_RULES},
     }  # fmt: skip
@@ -435,13 +380,9 @@ def _main(argv: list[str] | None) -> int:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)
     passed, failures = verdict(report)
-    report["passed"] = passed
-    report["failures"] = failures
-    report["summary"] = (
-        f"PASS: flash attention is usable, used and correct on {device_name} ({arch})"
-        if passed
-        else f"FAIL: {failures[0]}"
-    )
+    report |= {"passed": passed, "failures": failures}
+    ok = f"PASS: flash attention is usable, used and correct on {device_name} ({arch})"
+    report["summary"] = ok if passed else f"FAIL: {failures[0]}"
     common.emit(opts.json, report, render(report))
     return 0 if passed else 1
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
 import tomllib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ DISPATCH_ENV_VARS = (
     "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL",
     "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
 )  # fmt: skip
-DTYPE_NAMES = ("fp16", "bf16")
+IDENTITY_VERSION = 1
 
 
 class UsageError(Exception):
@@ -53,21 +55,17 @@ def run_cli(prog: str, body: Callable[[], int]) -> int:
         return 130
 
 
-def new_parser(prog: str, doc: str | None) -> OneLineArgumentParser:
-    """A probe's parser with the options every probe takes: --device and --dry-run."""
+def new_parser(prog: str, doc: str | None, json_option: bool = False) -> OneLineArgumentParser:
+    """A probe's parser with --device and --dry-run (and --json [PATH])."""
     p = OneLineArgumentParser(
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
-    p.add_argument(
-        "--dry-run", action="store_true", help="print what would run and on which device"
-    )
+    p.add_argument("--dry-run", action="store_true", help="print what would run and where")
+    if json_option:
+        json_help = "write the results as JSON to PATH, or to stdout without PATH"
+        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help=json_help)
     return p
-
-
-def add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
-                   help="write the results as JSON to PATH, or to stdout without PATH")  # fmt: skip
 
 
 def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
@@ -116,8 +114,7 @@ def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[
     CU per clock, [memory.*] GB/s); {} (with a warning) if unreadable."""
     path = path or ARCHES_FILE.with_name(f"{name}.toml")
     try:
-        with open(path, "rb") as f:
-            return dict(tomllib.load(f).get(key, {}))
+        return dict(tomllib.loads(path.read_text()).get(key, {}))
     except (OSError, ValueError) as e:
         warnings.warn(f"cannot read {path}: {e}", stacklevel=3)
         return {}
@@ -127,20 +124,13 @@ def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
     return load_table("arches", "arch", path)
 
 
-def arch_peak_tflops(arch_table: dict[str, Any] | None, dtype_name: str) -> float | None:
-    value = (arch_table or {}).get(f"peak_tflops_{dtype_name}")
-    return float(value) if isinstance(value, int | float) else None
-
-
-def needs_experimental_flag(
-    arch_table: dict[str, Any] | None, aotriton_version: str | None
-) -> bool | None:
+def needs_experimental_flag(arch_table: dict[str, Any] | None, aotriton: str | None) -> bool | None:
     """True/False from the arch's [since, until) ranges; None if either input is unknown."""
-    key = version_key(aotriton_version or "")
+    key = version_key(aotriton or "")
     if not arch_table or not key:
         return None
     return any(
-        key >= version_key(str(rng.get("since", "0")))
+        version_key(str(rng.get("since", "0"))) <= key
         and (rng.get("until") is None or key < version_key(str(rng["until"])))
         for rng in arch_table.get("aotriton_experimental", [])
     )
@@ -164,34 +154,20 @@ def resolve_device(name: str) -> Any:
         device = torch.device(name)
     except RuntimeError as e:
         raise UsageError(f"bad --device {name!r}: {e}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: this torch has no usable CUDA/ROCm device")
     if device.type not in ("cpu", "cuda"):
         raise UsageError(f"--device {name}: only cpu and cuda (also ROCm) are supported")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: this torch has no usable CUDA/ROCm device")
     return device
-
-
-def device_index(device: Any) -> int:
-    import torch
-
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
-def platform_name(device: Any) -> str:
-    import torch
-
-    return "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda"
 
 
 def detect_arch(device: Any) -> tuple[str | None, str]:
     """(arch, device name). ROCm: gcnArchName without feature flags; CUDA: sm_XY; CPU: None."""
-    import platform
-
     import torch
 
     if device.type == "cpu":
         return None, platform.processor() or platform.machine() or "cpu"
-    props = torch.cuda.get_device_properties(device_index(device))
+    props = torch.cuda.get_device_properties(device)
     if torch.version.hip:
         return str(getattr(props, "gcnArchName", "")).split(":")[0] or None, props.name
     return f"sm_{props.major}{props.minor}", props.name
@@ -214,10 +190,12 @@ def peak_from_device(
             f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
         )
     missing = "no per-CU rate" if rate is None else "no engine clock"
-    peak = arch_peak_tflops(arches.get(arch or ""), dtype_name)
-    if peak is None:
+    peak = (arches.get(arch or "") or {}).get(f"peak_tflops_{dtype_name}")
+    if not isinstance(peak, int | float):
         return None, f"table fallback ({missing}): unknown for {arch or 'cpu'} (not in arches.toml)"
-    return peak, f"table fallback ({missing}): arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
+    return float(
+        peak
+    ), f"table fallback ({missing}): arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
 
 
 def memory_roof(
@@ -242,41 +220,42 @@ def memory_roof(
     return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
 
 
-def _max_clock_mhz(props: Any, index: int) -> tuple[float, str] | None:
-    """The peak engine clock: amdgpu sysfs pp_dpm_sclk (ROCm, by PCI address) or nvidia-smi
-    clocks.max.sm (CUDA)."""
-    import torch
-
-    with contextlib.suppress(
-        OSError, ValueError, TypeError, IndexError, subprocess.SubprocessError
-    ):
-        if torch.version.hip:
-            pci = (getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device"))
-            domain, bus, dev = pci
-            path = f"/sys/bus/pci/devices/{domain or 0:04x}:{bus:02x}:{dev:02x}.0/pp_dpm_sclk"
-            levels = re.findall(r"(\d+)\s*Mhz", Path(path).read_text(), re.IGNORECASE)
-            return max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
-        query = [f"--id={index}", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"]
-        done = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10)
-        return float(done.stdout.split()[0]), "nvidia-smi clocks.max.sm"
-    return None
-
-
 def device_info(device: Any) -> dict[str, Any] | None:
-    """Compute units, the peak engine clock in MHz with its source (else torch's clock_rate),
-    and the memory clock and bus width. None on CPU."""
+    """Compute units, the peak engine clock in MHz with its source (amdgpu sysfs pp_dpm_sclk
+    by PCI address, nvidia-smi clocks.max.sm, else torch's clock_rate), and the memory clock
+    and bus width. None on CPU."""
     import torch
 
     if device.type != "cuda":
         return None
-    props = torch.cuda.get_device_properties(device_index(device))
-    clock = _max_clock_mhz(props, device_index(device))
+    props = torch.cuda.get_device_properties(device)
+    clock = None
+    errors = (
+        OSError,
+        ValueError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        subprocess.SubprocessError,
+    )
+    with contextlib.suppress(*errors):
+        if torch.version.hip:
+            ids = (props.pci_domain_id or 0, props.pci_bus_id, props.pci_device_id)
+            pci = "{:04x}:{:02x}:{:02x}.0".format(*ids)
+            text = Path(f"/sys/bus/pci/devices/{pci}/pp_dpm_sclk").read_text()
+            levels = re.findall(r"(\d+)\s*Mhz", text, re.IGNORECASE)
+            clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
+        else:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            query = [f"--id={index}", "--query-gpu=clocks.max.sm",
+                     "--format=csv,noheader,nounits"]  # fmt: skip
+            out = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10)
+            clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
     khz = getattr(props, "clock_rate", None)
-    if not clock and khz:
-        clock = khz / 1000.0, "torch clock_rate property"
+    clock = clock or ((khz / 1000.0, "torch clock_rate property") if khz else (None, None))
     return {
         "compute_units": getattr(props, "multi_processor_count", None),
-        "max_clock_mhz": clock[0] if clock else None, "clock_source": clock[1] if clock else None,
+        "max_clock_mhz": clock[0], "clock_source": clock[1],
         "memory_clock_khz": getattr(props, "memory_clock_rate", None),
         "memory_bus_bits": getattr(props, "memory_bus_width", None),
         "integrated": bool(getattr(props, "is_integrated", False)),
@@ -304,7 +283,7 @@ def parse_list(
 
 def parse_dtypes(text: str) -> list[str]:
     aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-    return parse_list(text, DTYPE_NAMES, "dtype", aliases)
+    return parse_list(text, ("fp16", "bf16"), "dtype", aliases)
 
 
 @dataclass(frozen=True)
@@ -366,32 +345,27 @@ BACKENDS = {"flash": ("FLASH_ATTENTION", "aotriton"), "ck": ("FLASH_ATTENTION", 
             "math": ("MATH", None)}  # fmt: skip
 
 
-def default_backends(device: Any) -> list[str]:
-    """Backends worth trying on this device (those torch lacks are reported as unavailable)."""
+def ck_available() -> bool:
+    """A ROCm torch with composable_kernel's flash attention compiled in."""
     import torch
 
+    with contextlib.suppress(Exception):
+        return bool(torch.backends.cuda.is_ck_sdpa_available())
+    return False
+
+
+def parse_backends(text: str | None, device: Any) -> list[str]:
+    """A comma list of BACKENDS; "all" (or none): those worth trying on this device (those
+    torch lacks are reported as unavailable)."""
+    import torch
+
+    if text and text != "all":
+        return parse_list(text, list(BACKENDS), "backend")
     if device.type == "cpu":
         return ["flash", "efficient", "math"]
     if torch.version.hip:
         return ["flash", *(["ck"] if ck_available() else []), "efficient", "math"]
     return ["flash", "efficient", "cudnn", "math"]
-
-
-def ck_available() -> bool:
-    """A ROCm torch with composable_kernel's flash attention compiled in."""
-    import torch
-
-    is_ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
-    try:
-        return bool(is_ck and is_ck())
-    except Exception:
-        return False
-
-
-def parse_backends(text: str | None, device: Any) -> list[str]:
-    if not text or text == "all":
-        return default_backends(device)
-    return parse_list(text, list(BACKENDS), "backend")
 
 
 @contextlib.contextmanager
@@ -418,8 +392,6 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
 def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
     """SDPA bound to its inputs (more: attn_mask, dropout_p): a timed loop pays torch's cost
     only (a Python wrapper costs ~2 us, 5-10 % of a Tiny forward on an H100)."""
-    import functools
-
     import torch.nn.functional as F
 
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
@@ -455,9 +427,33 @@ def first_line(text: Any, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+# torch's C++ TORCH_WARN without a Python handler (can_use_*(debug=True), worker threads) goes
+# to fd 2 through c10 logging: "[W1122 16:42:26.9 Resize.cpp:30] Warning: <msg> (function f)".
+_NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function .*\))?$")
+
+
+def tidy_reasons(messages: Iterable[str]) -> list[str]:
+    """Each warning once, in order, without torch's "Triggered internally" note; a heading
+    ending in ':' joins the warning after it; the profiler's notices are dropped."""
+    out: list[str] = []
+    heading = ""
+    for text in messages:
+        msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(text.split()))
+        msg = re.sub(r"^Warning:\s*", "", msg.strip())
+        if not msg or "Profiler clears events" in msg:
+            continue
+        if msg.endswith(":"):
+            heading = msg
+            continue
+        msg, heading = f"{heading} {msg}" if heading else msg, ""
+        if msg not in out:
+            out.append(msg)
+    return out
+
+
 def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
     """One readable reason: torch's own 'not used because' warnings first, then the error."""
-    parts = CapturedWarnings(python=list(caught)).reasons()
+    parts = tidy_reasons(str(w.message) for w in caught)
     parts += [first_line(exc) or type(exc).__name__] if exc is not None else []
     return "; ".join(parts) or "torch gave no reason"
 
@@ -469,71 +465,34 @@ def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
         yield caught
 
 
-# torch's C++ TORCH_WARN without a Python handler (can_use_*(debug=True), worker threads) goes
-# to fd 2 through c10 logging: "[W1122 16:42:26.9 Resize.cpp:30] Warning: <msg> (function f)".
-_NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:\(function .*\))?$")
-
-
-@dataclass
-class CapturedWarnings:
-    """What capture_all_warnings caught: Python warnings and the raw fd-2 text."""
-
-    python: list[warnings.WarningMessage] = field(default_factory=list)
-    native_text: str = ""
-
-    def other_text(self) -> str:
-        """fd-2 text that is neither a C++ warning nor profiler chatter (passed on to stderr)."""
-        keep = (x for x in self.native_text.splitlines() if not _NATIVE_WARNING.match(x.strip()))
-        return "\n".join(x for x in keep if "profiler" not in x.lower()).strip()
-
-    def reasons(self) -> list[str]:
-        """Every reason once, in order: C++ warnings, then Python warnings; a heading ending in
-        ':' joins the warning after it; the profiler's notices are dropped."""
-        found = (_NATIVE_WARNING.match(x.strip()) for x in self.native_text.splitlines())
-        out: list[str] = []
-        heading = ""
-        for text in [*(m.group("msg") for m in found if m), *(str(w.message) for w in self.python)]:
-            msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(text.split()))
-            msg = re.sub(r"^Warning:\s*", "", msg.strip())
-            if not msg or "Profiler clears events" in msg:
-                continue
-            if msg.endswith(":"):
-                heading = msg
-                continue
-            msg, heading = f"{heading} {msg}" if heading else msg, ""
-            if msg not in out:
-                out.append(msg)
-        return out
-
-
 @contextlib.contextmanager
-def capture_all_warnings() -> Iterator[CapturedWarnings]:
-    """Capture Python warnings and everything written to fd 2 (torch's C++ TORCH_WARN); fd-2
-    text that is not a warning goes on to the real stderr."""
+def capture_all_warnings() -> Iterator[list[str]]:
+    """Python warnings and everything written to fd 2 (torch's C++ TORCH_WARN): yields a list
+    that holds their tidy_reasons on exit; fd-2 text that is not a warning goes on to stderr."""
     import ctypes
     import tempfile
 
-    captured = CapturedWarnings()
-    sys.stderr.flush()
+    reasons: list[str] = []
     libc = ctypes.CDLL(None)
+    sys.stderr.flush()
     libc.fflush(None)
     saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
+    with tempfile.TemporaryFile() as sink, capture_warnings() as caught:
         os.dup2(sink.fileno(), 2)
         try:
-            with capture_warnings() as caught:
-                yield captured
+            yield reasons
         finally:
             sys.stderr.flush()
             libc.fflush(None)
             os.dup2(saved, 2)
             os.close(saved)
-            captured.python = list(caught)
             sink.seek(0)
-            captured.native_text = sink.read().decode("utf-8", "replace")
-    rest = captured.other_text()
-    if rest:
-        sys.stderr.write(rest + "\n")
+            lines = [x.strip() for x in sink.read().decode("utf-8", "replace").splitlines()]
+            native = [m["msg"] for m in map(_NATIVE_WARNING.match, lines) if m]
+            reasons += tidy_reasons([*native, *(str(w.message) for w in caught)])
+            rest = [x for x in lines if x and not _NATIVE_WARNING.match(x)]
+            if rest := [x for x in rest if "profiler" not in x.lower()]:  # less its chatter
+                sys.stderr.write("\n".join(rest) + "\n")
 
 
 def free_memory_bytes(device: Any) -> int | None:
@@ -542,14 +501,12 @@ def free_memory_bytes(device: Any) -> int | None:
     import torch
 
     if device.type == "cuda":
-        index = device_index(device)
-        free, _total = torch.cuda.mem_get_info(index)
-        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        free, _total = torch.cuda.mem_get_info(device)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return int(free + max(0, cached))
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        meminfo = Path("/proc/meminfo").read_text()
+        return int(re.search(r"^MemAvailable:\s*(\d+)", meminfo, re.M)[1]) * 1024  # type: ignore
     return None
 
 
@@ -571,8 +528,7 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
         if len(parts) >= 2:
             info.update(runtime_version=".".join(parts), runtime_source=str(config_h))
     for lib in [] if info["runtime_version"] else sorted(lib_dir.glob("libaotriton_v2.so.*")):
-        m = re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name)
-        if m:
+        if m := re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name):
             info.update(runtime_version=m.group(1), runtime_source=str(lib))
     for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
         info["images"][sig.parent.name] = image_signature(sig)
@@ -609,8 +565,6 @@ def image_signature(sig: Path) -> dict[str, Any]:
 def provenance(device: Any, ident: dict[str, Any]) -> dict[str, Any]:
     """bench's provenance: the identity's software and device, the dispatch-relevant variables
     that are set, cuDNN, AOTriton's versions and (ROCm) the preferred flash library."""
-    import platform
-
     import torch
 
     keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
@@ -624,9 +578,6 @@ def provenance(device: Any, ident: dict[str, Any]) -> dict[str, Any]:
         if device.type == "cuda" and torch.version.hip:
             prov["preferred_rocm_fa_library"] = str(torch.backends.cuda.preferred_rocm_fa_library())
     return prov
-
-
-IDENTITY_VERSION = 1
 
 
 def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
@@ -649,13 +600,14 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
     ident: dict[str, Any] = {
         "version": IDENTITY_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": socket.gethostname(), "gpu": device_name, "arch": arch,
-        "platform": platform_name(device), "device": str(device), "rocm": torch.version.hip,
+        "platform": "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda",
+        "device": str(device), "rocm": torch.version.hip,
         "cuda": torch.version.cuda, "torch": torch.__version__,
         "torch_commit": getattr(torch.version, "git_version", None), "aotriton": aotriton,
         "flash_built_in": flash,
     }  # fmt: skip
     if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device_index(device))
+        props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count
         ident["memory_gib"] = round(props.total_memory / 2**30, 1)
     return ident

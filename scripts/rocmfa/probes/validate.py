@@ -318,7 +318,7 @@ def _ratio(e: dict[str, Any]) -> float:
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.new_parser(PROG, __doc__)
+    p = common.new_parser(PROG, __doc__, json_option=True)
     add = p.add_argument
     # fmt: off
     add("--backends", default="all",
@@ -333,7 +333,6 @@ def build_parser() -> common.OneLineArgumentParser:
         help="small subset (head_dim 32-96, short odd sequences): seconds on a CPU")
     # fmt: on
     add("--seed", type=int, default=0)
-    common.add_json(p)
     return p
 
 
