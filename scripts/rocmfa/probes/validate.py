@@ -64,29 +64,22 @@ def case_mask(case: Case) -> Any:
         mask = torch.rand(s_q, s_k, generator=torch.Generator().manual_seed(7)) < 0.5
         mask[[r for r in MASKED_ROWS if r < s_q]] = False
         return mask
-    if not case.causal:
-        return None
     offset = s_k - s_q if case.variant == "bottom-right" else 0
-    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=offset)
+    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=offset) if case.causal else None
 
 
 def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
     """Attention in the inputs' precision: matmuls in q.dtype, softmax in float32 (what an
     unfused low-precision implementation does); a row that keeps no key gives 0 (torch's
     rule)."""
-    if k.shape[1] != q.shape[1]:
-        repeat = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(repeat, dim=1)
-        v = v.repeat_interleave(repeat, dim=1)
+    k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)
-    if mask is not None:
-        mask = mask.to(q.device)
-        empty = ~mask.any(-1, keepdim=True)
-        scores = scores.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
-    probs = scores.float().softmax(dim=-1)
-    if mask is not None:
-        probs = probs.masked_fill(empty, 0.0)
-    return probs.to(q.dtype) @ v
+    if mask is None:
+        return scores.float().softmax(dim=-1).to(q.dtype) @ v
+    mask = mask.to(q.device)
+    empty = ~mask.any(-1, keepdim=True)
+    scores = scores.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+    return scores.float().softmax(dim=-1).masked_fill(empty, 0.0).to(q.dtype) @ v
 
 
 def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]:
@@ -94,32 +87,30 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
 
     if case.variant == "dropout":
         return run_dropout(device, backend, case, seed)
-    shape, dtype = case.shape, common.torch_dtype(case.dtype)
+    shape, mask = case.shape, case_mask(case)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    transposed = case.variant == "transposed"
+    transposed = case.variant == "transposed"  # made as B,S,H,D: non-contiguous as B,H,S,D
 
     def make(heads: int, seq: int) -> Any:
         dims = (seq, heads) if transposed else (heads, seq)
         return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
 
     q_dims, kv_dims = (shape.q_heads, shape.seq), (shape.kv_heads, shape.kv_seq)
-    base = [make(*q_dims), make(*kv_dims), make(*kv_dims)]
-    dout = make(*q_dims)
-    mask = case_mask(case)
-
-    def view(t: Any) -> Any:
-        return t.transpose(1, 2) if transposed else t
+    base = [make(*q_dims), make(*kv_dims), make(*kv_dims), make(*q_dims)]  # q, k, v, dout
 
     def run(dt: Any, call: Any) -> list[Any]:
         """out, dq, dk, dv (in B,H,S,D order) of call on leaves of dtype dt."""
-        leaves = [t.to(device=device, dtype=dt).requires_grad_(True) for t in base]
+        view = (lambda t: t.transpose(1, 2)) if transposed else (lambda t: t)
+        *leaves, dout = [t.to(device=device, dtype=dt) for t in base]
+        leaves = [t.requires_grad_(True) for t in leaves]
         out = call(*(view(t) for t in leaves))
-        out.backward(view(dout.to(device=device, dtype=dt)))
+        out.backward(view(dout))
         return [out.detach()] + [view(t.grad) for t in leaves]
 
     device_mask = None if mask is None else mask.to(device)
     with common.backend_context("math", device):  # reference: math in float64
         ref = run(torch.float64, lambda q, k, v: common.sdpa(q, k, v, False, attn_mask=device_mask))
+    dtype = common.torch_dtype(case.dtype)
     low = run(dtype, lambda q, k, v: naive_attention(q, k, v, mask))  # the error budget
     with common.capture_warnings() as caught:
         try:
@@ -131,7 +122,6 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
             if common.is_oom(exc):
                 return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
-
     return compare(case, mask, ref, low, got)
 
 
@@ -139,7 +129,6 @@ def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str,
     """The verdict on out, dq, dk, dv: each within its budget, and all finite."""
     import torch
 
-    names = ("out", "dq", "dk", "dv")
     note = None
     if case.variant == "bottom-right" and mask is not None and not mask.any(-1).all():
         # Rows that see no key: torch's causal_lower_right warns they "will produce NaNs"
@@ -149,19 +138,18 @@ def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str,
             t[0], t[1] = t[0][..., rows, :], t[1][..., rows, :]
         note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
     errors: dict[str, Any] = {}
-    for i, name in enumerate(names):
-        scale = max(1.0, ref[i].abs().max().item())
-        err = _max_err(got[i], ref[i])
-        factor = FWD_FACTOR if i == 0 else BWD_FACTOR
-        budget = factor * _max_err(low[i], ref[i]) + FLOOR[case.dtype] * scale
+    for i, name in enumerate(("out", "dq", "dk", "dv")):
+        err, factor = _max_err(got[i], ref[i]), FWD_FACTOR if i == 0 else BWD_FACTOR
+        budget = factor * _max_err(low[i], ref[i]) + FLOOR[case.dtype] * max(
+            1.0, ref[i].abs().max().item()
+        )
         errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
-    passed = all(e["ok"] for e in errors.values())
-    bad = [n for n, t in zip(names, got, strict=True) if not torch.isfinite(t).all()]
+    bad = [n for n, t in zip(errors, got, strict=True) if not torch.isfinite(t).all()]
     over = [n for n, e in errors.items() if not e["ok"]]
     reason = f"NaN/Inf in {', '.join(bad)} at {case_text(case)}" if bad else None
     reason = reason or (f"{', '.join(over)} beyond the allowed error" if over else None)
     reason = "; ".join(r for r in (reason, note) if r) or None
-    return {"status": "pass" if passed and not bad else "FAIL", "reason": reason, "errors": errors}
+    return {"status": "FAIL" if bad or over else "pass", "reason": reason, "errors": errors}
 
 
 def tested_call(case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
@@ -182,16 +170,14 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
     import torch
 
     shape = case.shape
-    dtype = common.torch_dtype(case.dtype)
     q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim)
     k = torch.randn(shape.batch, shape.kv_heads, shape.kv_seq, shape.head_dim)
     v = torch.eye(shape.kv_seq, shape.head_dim).expand_as(k)
-    q, k, v = (t.to(device=device, dtype=dtype) for t in (q, k, v))
+    q, k, v = (t.to(device, common.torch_dtype(case.dtype)) for t in (q, k, v))
 
     def once(s: int) -> Any:
         torch.manual_seed(s)
-        out = common.sdpa(q, k, v, False, dropout_p=DROPOUT_P)
-        return out.float().cpu()
+        return common.sdpa(q, k, v, False, dropout_p=DROPOUT_P).float().cpu()
 
     with common.capture_warnings() as caught:
         try:
@@ -200,19 +186,17 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
         except Exception as exc:
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
     kept = first != 0
-    keep = kept.float().mean().item()
-    value = 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
+    keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
     checks = {
-        "keep_rate": round(keep, 5),
-        "keep_rate_expected": 1.0 - DROPOUT_P,
+        "keep_rate": round(keep, 5), "keep_rate_expected": 1.0 - DROPOUT_P,
         "keep_rate_tolerance": DROPOUT_TOL,
         "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
         "same_seed_same_mask": torch.equal(first, again),
         "new_seed_new_mask": not torch.equal(kept, other != 0),
-    }
+    }  # fmt: skip
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
-    ok = ok and all(v for k, v in checks.items() if isinstance(v, bool))
+    ok = ok and all(v for v in checks.values() if isinstance(v, bool))
     reason = None if finite else f"NaN/Inf in out at {case_text(case)}"
     if finite and not ok:
         reason = "dropout: " + ", ".join(f"{k} {v}" for k, v in checks.items())
@@ -241,80 +225,59 @@ def _round(x: float) -> float | str:
 def build_cases(opts: Any) -> list[Case]:
     """The grid (head dims x shapes x dtypes x causal) and SPECIAL_CASES whose head dim is in
     the run's head dims (--quick: its subset of each); --shape: those shapes only."""
-    head_dims = (
-        _int_list(opts.head_dims, "--head-dims")
-        if opts.head_dims
-        else (QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS)
-    )
+    head_dims = QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS
+    if opts.head_dims:
+        try:
+            head_dims = tuple(int(t) for t in opts.head_dims.split(",") if t.strip())
+        except ValueError:
+            head_dims = ()
+        if not head_dims or min(head_dims) <= 0:
+            raise common.UsageError(
+                f"--head-dims {opts.head_dims!r}: expected a comma list of positive integers"
+            )
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
-    if opts.shape:
-        shapes = [common.parse_shape(s) for s in opts.shape]
-    else:
-        table = QUICK_SHAPES if opts.quick else FULL_SHAPES
-        shapes = [
-            common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
-            for d in head_dims
-            for (b, hq, hkv, s) in table
-        ]
+    table = QUICK_SHAPES if opts.quick else FULL_SHAPES
+    shapes = [common.parse_shape(s) for s in opts.shape or []] or [
+        common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
+        for d in head_dims
+        for (b, hq, hkv, s) in table
+    ]
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
-    if opts.shape:
-        return cases
-    for variant, b, hq, hkv, s_q, s_k, d, full, quick in SPECIAL_CASES:
-        if d not in head_dims:
-            continue
+    for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
-        wanted = [c for c in (quick if opts.quick else full) if c in causals]
+        wanted = [c for c in (quick if opts.quick else full) if c in causals and d in head_dims]
         cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
     return cases
 
 
-def _int_list(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        values = ()
-    if not values or any(v <= 0 for v in values):
-        raise common.UsageError(f"{option} {text!r}: expected a comma list of positive integers")
-    return values
-
-
 def render(doc: dict[str, Any]) -> str:
-    header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
-    header = (*header, "status")
     rows = []
     for r in doc["results"]:
-        if r.get("errors"):
-            e = r["errors"]
+        fwd = bwd = "-"
+        if e := r.get("errors"):
+            worst = max(
+                ("dq", "dk", "dv"), key=lambda n: float(e[n]["err"]) / float(e[n]["allowed"])
+            )
             fwd = f"{e['out']['err']}/{e['out']['allowed']}"
-            worst = max(("dq", "dk", "dv"), key=lambda n: _ratio(e[n]))
             bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
-        else:
-            fwd = bwd = "-"
+        if drop := r.get("dropout"):
+            fwd = f"keep {drop['keep_rate']}/{drop['keep_rate_expected']:g}"
         status = r["status"] + (
             f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
         )
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
-        if r.get("dropout"):
-            fwd = f"keep {r['dropout']['keep_rate']}/{r['dropout']['keep_rate_expected']:g}"
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
-    lines = [
+    header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
+    return "\n".join([
         f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
         f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
         f"tolerance: {doc['tolerance']['rule']}",
         "",
-        *common.text_table(header, rows),
+        *common.text_table((*header, "status"), rows),
         "",
         doc["summary"],
-    ]
-    return "\n".join(lines)
-
-
-def _ratio(e: dict[str, Any]) -> float:
-    err, allowed = e["err"], e["allowed"]
-    if err == "inf":
-        return float("inf")
-    return err / allowed if allowed else float("inf")
+    ])  # fmt: skip
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -336,28 +299,6 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def run_all(device: Any, backends: list[str], cases: list[Case], seed: int, limit: Any) -> list:
-    """Every case on every backend, with a progress line each on stderr."""
-    results = []
-    for backend in backends:
-        for i, case in enumerate(cases):
-            shape = case.shape
-            row: dict[str, Any] = {"backend": backend, "shape": shape.dims(), **shape.as_dict()}
-            row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
-            if limit is not None and shape.head_dim > limit[0] and backend != "math":
-                row.update(status="known-limit", reason=f"{limit[2]}: {limit[1]}")
-            else:
-                row.update(run_case(device, backend, case, seed + i))
-            results.append(row)
-            print(
-                f"[{backend} {len(results)}/{len(cases) * len(backends)}] {case_text(case)}: "
-                f"{row['status']}" + (f" ({row['reason']})" if row["status"] == "FAIL" else ""),
-                file=sys.stderr,
-                flush=True,
-            )
-    return results
-
-
 TOLERANCE_RULE = (
     f"max|x-ref| <= factor x max|naive_same_precision - ref| + floor x "
     f"max(1, max|ref|); factor {FWD_FACTOR:g} (out), {BWD_FACTOR:g} (dq, dk, dv); "
@@ -375,17 +316,31 @@ def _main(argv: list[str] | None) -> int:
     backends = common.parse_backends(opts.backends, device)
     cases = build_cases(opts)
     if opts.dry_run:
-        variants = sorted({c.variant or "grid" for c in cases})
+        variants = ", ".join(sorted({c.variant or "grid" for c in cases}))
         head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
         return common.dry_run(PROG, device, [
-            f"{len(cases)} cases x {','.join(backends)}: {', '.join(variants)}; head dims "
-            + head_dims,
+            f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}",
             *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
         ])  # fmt: skip
     arch, device_name = common.detect_arch(device)
     limit = common.head_dim_limit(common.load_arches().get(arch or ""))
     started = time.perf_counter()
-    results = run_all(device, backends, cases, opts.seed, limit and (*limit, arch))
+    results = []
+    for backend in backends:
+        for i, case in enumerate(cases):
+            shape = case.shape
+            row: dict[str, Any] = {"backend": backend, "shape": shape.dims(), **shape.as_dict()}
+            row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
+            if limit and shape.head_dim > limit[0] and backend != "math":
+                row.update(status="known-limit", reason=f"{arch}: {limit[1]}")
+            else:
+                row.update(run_case(device, backend, case, opts.seed + i))
+            results.append(row)
+            failed = f" ({row['reason']})" if row["status"] == "FAIL" else ""
+            where = f"{backend} {len(results)}/{len(cases) * len(backends)}"
+            print(
+                f"[{where}] {case_text(case)}: {row['status']}{failed}", file=sys.stderr, flush=True
+            )
     counts = dict(Counter(r["status"] for r in results))
     passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
     summary = (
