@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +21,9 @@ from tests.support import upstream_sdpa_standin as standin
 PATH = upstream_sdpa.TEST_PATH
 COMMIT = "c0ffee" + "0" * 34
 DATA = standin.TEST_FILE.encode()
+PINNED_THEROCK = tomllib.loads((upstream_sdpa.REPO_ROOT / "pins/therock.toml").read_text())[
+    "therock"
+]["commit"]
 
 
 def test_git_blob_id_is_gits(tmp_path: Path) -> None:
@@ -44,7 +48,7 @@ def test_the_source_checkout_gives_the_file_of_torchs_commit(tmp_path: Path) -> 
     got = upstream_sdpa.find_test_file(opts, tmp_path, head, "2.13.0")
     assert got["source"] == "checkout" and got["verified"] and got["commit"] == head
     assert got["data"] == DATA and got["blob_sha1"] == upstream_sdpa.git_blob_sha1(DATA)
-    with pytest.raises(upstream_sdpa.CannotRun) as err:
+    with pytest.raises(sdpa_common.UsageError) as err:
         upstream_sdpa.find_test_file(opts, tmp_path, COMMIT, "2.13.0")
     message = str(err.value)
     assert f"{repo} has no commit c0ffee000000" in message and "\n" not in message
@@ -91,7 +95,7 @@ def test_therock_commit_is_the_checkouts_own_never_an_enclosing_repos(tmp_path: 
     subprocess.run([*git, "-C", str(outer), "commit", "-q", "--allow-empty", "-m", "o"],
                    check=True)  # fmt: skip
     commit, how = upstream_sdpa.therock_commit(therock)
-    assert commit == upstream_sdpa.pinned_therock_commit() and how.startswith("pins/")
+    assert commit == PINNED_THEROCK and how.startswith("pins/")
     subprocess.run([*git, "init", "-q", str(therock)], check=True)
     subprocess.run([*git, "-C", str(therock), "commit", "-q", "--allow-empty", "-m", "t"],
                    check=True)  # fmt: skip
@@ -164,7 +168,7 @@ def test_probe_runs_the_test_file_with_pytest_and_explains_every_skip(
     assert doc["therock"]["entries_applied"] == 4
     # The stand-in folder is not a git checkout (though inside one: the tmp dir may be): the
     # commit is the pin's, and said to be.
-    assert doc["therock"]["commit"] == upstream_sdpa.pinned_therock_commit()
+    assert doc["therock"]["commit"] == PINNED_THEROCK
     assert doc["therock"]["commit_from"].startswith("pins/therock.toml")
     last = printed.out.strip().splitlines()[-1]
     assert last == doc["verdict"] and last.startswith("PASS: 7 passed, 0 failed, 3 skipped")
@@ -199,7 +203,7 @@ def test_no_test_file_is_one_line_and_exit_2(
     code = upstream_sdpa.main(["--workdir", str(tmp_path), "--no-therock"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("upstream_sdpa.py: PyTorch's test file for torch ")
+    assert err.startswith("upstream_sdpa.py: error: PyTorch's test file for torch ")
     assert "cannot be had" in err and err.count("\n") == 1
 
 

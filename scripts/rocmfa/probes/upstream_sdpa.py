@@ -48,10 +48,6 @@ SOURCES = {"therock": "TheRock skip list", "test-file": "the test file's own gua
 SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
 
 
-class CannotRun(Exception):
-    """Nothing can be run (test file, pytest or expecttest missing): one line, exit 2."""
-
-
 # --- TheRock's skip lists, read as ROCm/TheRock@89553ce3 external-builds/pytorch/skip_tests/
 # create_skip_tests.py reads them: each file assigns one literal `skip_tests = {section: {module:
 # [names]}}` (parsed, never executed), a comment above a name is its reason; generic.py plus
@@ -147,16 +143,12 @@ def therock_commit(checkout: Path) -> tuple[str | None, str]:
             head = subprocess.run(git, capture_output=True, text=True, timeout=30).stdout.strip()
             if head:
                 return head, f"git HEAD of {checkout}"
-    pin = pinned_therock_commit()
-    return pin, "pins/therock.toml (the folder is not a git checkout)" if pin else "unknown"
-
-
-def pinned_therock_commit() -> str | None:
     with contextlib.suppress(OSError, ValueError, KeyError):  # no pin: the report says "unknown"
+        pins = tomllib.loads((REPO_ROOT / "pins" / "therock.toml").read_text())
         return str(
-            tomllib.loads((REPO_ROOT / "pins" / "therock.toml").read_text())["therock"]["commit"]
-        )
-    return None
+            pins["therock"]["commit"]
+        ), "pins/therock.toml (the folder is not a git checkout)"
+    return None, "unknown"
 
 
 def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -> tuple[list, dict]:
@@ -195,7 +187,9 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         try:
             data = Path(opts.test_file).read_bytes()
         except OSError as exc:
-            raise CannotRun(f"--test-file {opts.test_file}: {exc.strerror or exc}") from None
+            raise common.UsageError(
+                f"--test-file {opts.test_file}: {exc.strerror or exc}"
+            ) from None
         blob = git_blob_sha1(data)
         how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
         how += f"commit {commit[:12]}"
@@ -206,7 +200,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
     )
     if not commit or commit == "Unknown":
-        raise CannotRun(f"{cannot}: torch.version.git_version is unknown")
+        raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
     named = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"],
                            capture_output=True, text=True, check=False)  # fmt: skip
@@ -216,7 +210,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
     if not data or git_blob_sha1(data) != blob:
         fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
-        raise CannotRun(
+        raise common.UsageError(
             f"{cannot}: {checkout} has no commit {commit[:12]} (a git checkout of PyTorch: "
             f"git clone --filter=blob:none https://github.com/pytorch/pytorch {checkout}; then "
             f"{fetch} (ROCm/pytorch for TheRock's wheels)), or pass --test-file PATH"
@@ -271,49 +265,36 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     if killed and hung:
         killed += f"; still running: {hung[-1]}"
     collected = next((r for r in records if r.get("event") == "collected"), None)
-    return {"name": name, "selection": selection, "env": extra_env, "collected": collected,
-            "pytest_exit": code, "killed": killed,
-            "wall_s": round(time.perf_counter() - started, 1), "records": records}  # fmt: skip
+    wall_s = round(time.perf_counter() - started, 1)
+    done = {"name": name, "selection": selection, "env": extra_env, "collected": collected,
+            "pytest_exit": code, "killed": killed, "wall_s": wall_s}  # fmt: skip
+    return done, pass_rows(done, records, run["log_path"])
 
 
-# --- the report
-
-
-def final_results(passes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (pass, test): the worst outcome its reports gave."""
+def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> list[dict[str, Any]]:
+    """One row per test of a pass (the worst outcome its reports gave); the pass's counts and
+    what went wrong in it (one line each) set on it."""
     rank = ("passed", "xfailed", "skipped", "xpassed", "error", "failed").index
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for p in passes:
-        for r in (r for r in p["records"] if r.get("event") == "result"):
-            parts = r["nodeid"].split("::")
-            row = {k: v for k, v in r.items() if k != "event"} | {"pass": p["name"]}
-            row |= {"class": parts[-2] if len(parts) >= 3 else "", "test": parts[-1]}
-            old = rows.get((p["name"], r["nodeid"]))
-            if old is None or rank(row["outcome"]) > rank(old["outcome"]):
-                rows[(p["name"], r["nodeid"])] = row
+    rows: dict[str, dict[str, Any]] = {}
+    for r in (r for r in records if r.get("event") == "result"):
+        parts = r["nodeid"].split("::")
+        row = {k: v for k, v in r.items() if k != "event"} | {"pass": p["name"]}
+        row |= {"class": parts[-2] if len(parts) >= 3 else "", "test": parts[-1]}
+        if r["nodeid"] not in rows or rank(row["outcome"]) > rank(rows[r["nodeid"]]["outcome"]):
+            rows[r["nodeid"]] = row
+    p["counts"] = {o: sum(1 for r in rows.values() if r["outcome"] == o) for o in OUTCOMES}
+    errors = [common.first_line(r.get("message", ""), 200) for r in records
+              if r.get("event") == "collect-error"]  # fmt: skip
+    budget_skips = sum(1 for r in rows.values() if r.get("source") == "ours")
+    collected_nothing = f"pytest collected nothing (exit {p['pytest_exit']}; see {log})"
+    problems = [
+        errors and f"the test file did not import: {errors[0]}",
+        p["killed"],
+        budget_skips and f"time budget spent, {budget_skips} tests not run",
+        not (errors or p["collected"]) and collected_nothing,
+    ]
+    p["problems"] = [f"pass {p['name']}: {text}" for text in problems if text]
     return list(rows.values())
-
-
-def pass_problems(passes: list[dict[str, Any]], rows: list[dict[str, Any]], log: Path) -> list[str]:
-    """Each pass's counts (set on it) and what went wrong in it, one line each."""
-    problems = []
-    for p in passes:
-        mine = [r for r in rows if r["pass"] == p["name"]]
-        p["counts"] = {o: sum(1 for r in mine if r["outcome"] == o) for o in OUTCOMES}
-        errors = [r for r in p["records"] if r.get("event") == "collect-error"]
-        budget_skips = sum(1 for r in mine if r.get("source") == "ours")
-        if errors:
-            first = common.first_line(errors[0].get("message", ""), 200)
-            problems.append(f"pass {p['name']}: the test file did not import: {first}")
-        if p["killed"]:
-            problems.append(f"pass {p['name']}: {p['killed']}")
-        if budget_skips:
-            problems.append(f"pass {p['name']}: time budget spent, {budget_skips} tests not run")
-        if not errors and not p["collected"]:
-            problems.append(
-                f"pass {p['name']}: pytest collected nothing (exit {p['pytest_exit']}; see {log})"
-            )
-    return problems
 
 
 def summarize(doc: dict[str, Any], rows: list[dict], skips: list[SkipEntry]) -> dict[str, Any]:
@@ -453,7 +434,9 @@ def parse_args(argv: list[str] | None) -> Any:
             __import__(module)
         except ImportError:
             need = f"PyTorch's tests need it: python -m pip install {module}"
-            raise CannotRun(f"{module} is not installed in {sys.executable}; {need}") from None
+            raise common.UsageError(
+                f"{module} is not installed in {sys.executable}; {need}"
+            ) from None
     return opts
 
 
@@ -462,21 +445,17 @@ def _main(argv: list[str] | None) -> int:
     opts = parse_args(argv)
     import torch
 
-    work = (
-        Path(opts.workdir or os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work")
-        .expanduser()
-        .resolve()
-    )
+    workdir = opts.workdir or os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work"
+    work = Path(workdir).expanduser().resolve()
     git_version = str(getattr(torch.version, "git_version", "") or "")
     devices = opts.devices or ("cuda" if torch.cuda.is_available() else "cpu")
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     arch, device_name = common.detect_arch(device)
     test = find_test_file(opts, work, git_version, torch.__version__)
     print(f"test file: {test['how']}", file=sys.stderr, flush=True)
-    therock_dir = None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock")
-    skips, therock_info = load_skips(
-        therock_dir and therock_dir.expanduser(), torch.__version__, arch
-    )
+    therock_dir = None if opts.no_therock else opts.therock_dir or work / "src" / "therock"
+    skips, therock_info = load_skips(therock_dir and Path(therock_dir).expanduser(),
+                                     torch.__version__, arch)  # fmt: skip
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     # One run folder per file version, quick or full; the log emptied.
     run_dir = work / "upstream-tests" / "runs" / f"{test['source']}-{test['blob_sha1'][:12]}"
@@ -487,15 +466,11 @@ def _main(argv: list[str] | None) -> int:
     run = {"test_file": test.pop("data"), "run_dir": run_dir, "devices": devices, "therock": skips,
            "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
            "quick_max": opts.quick_max if opts.quick else None, "log_path": log_path}  # fmt: skip
-    ck = device.type == "cuda" and bool(torch.version.hip) and common.ck_available()
     plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
-    plan += (
-        [("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})]
-        if ck and not opts.no_ck
-        else []
-    )
-    passes = [run_pass(*planned, run) for planned in plan]
-    rows = final_results(passes)
+    if device.type == "cuda" and torch.version.hip and common.ck_available() and not opts.no_ck:
+        plan.append(("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"}))
+    passes, rows = zip(*(run_pass(*planned, run) for planned in plan), strict=True)
+    rows = [row for pass_rows in rows for row in pass_rows]
     doc = summarize({
         "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
         "torch": {"version": torch.__version__, "git_version": git_version,
@@ -506,8 +481,8 @@ def _main(argv: list[str] | None) -> int:
         "selection": {"k": selection, "devices": devices, "ck_pass": bool(plan[1:]),
                       "quick_max": run["quick_max"]},
         "quick": opts.quick, "budget_min_per_pass": run["budget_s"] / 60, "log": str(log_path),
-        "problems": pass_problems(passes, rows, log_path),
-        "passes": [{k: v for k, v in p.items() if k != "records"} for p in passes],
+        "problems": [text for p in passes for text in p["problems"]],
+        "passes": list(passes),
         "wall_s": round(time.perf_counter() - started, 1),
     }, rows, skips)  # fmt: skip
     if opts.json:
@@ -518,11 +493,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return common.run_cli(PROG, lambda: _main(argv))
-    except CannotRun as exc:
-        sys.stderr.write(f"{PROG}: {exc}\n")
-        return 2
+    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

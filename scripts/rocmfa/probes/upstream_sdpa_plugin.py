@@ -17,42 +17,35 @@ import pytest
 from upstream_sdpa import THEROCK_PREFIX  # beside this file, on the run's PYTHONPATH
 
 BUDGET_PREFIX = "ours: time budget of "
+cfg: dict[str, Any] = {}  # the run's config, and its state: results file, counts, times
+counts: Counter[str] = Counter()
 
 
-class _State:
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.cfg, self.started, self.printed = config, time.monotonic(), 0.0
-        self.out = open(config["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self.total = self.done = 0
-        self.counts: Counter[str] = Counter()
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.out.write(json.dumps(record) + "\n")
-
-    def progress(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.printed >= self.cfg["progress_every_s"]:
-            self.printed, elapsed = now, int(now - self.started)
-            counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items())) or "starting"
-            where = f"{self.done}/{self.total} {elapsed // 60}m{elapsed % 60:02d}s"
-            print(f"[{self.cfg['label']} {where}] {counts}", file=sys.stderr, flush=True)
+def write(record: dict[str, Any]) -> None:
+    cfg["out"].write(json.dumps(record) + "\n")
 
 
-_state: _State | None = None
+def progress(force: bool = False) -> None:
+    now = time.monotonic()
+    if force or now - cfg["printed"] >= cfg["progress_every_s"]:
+        cfg["printed"], elapsed = now, int(now - cfg["started"])
+        where = f"{cfg['label']} {cfg['done']}/{cfg['total']} {elapsed // 60}m{elapsed % 60:02d}s"
+        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "starting"
+        print(f"[{where}] {text}", file=sys.stderr, flush=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _state
     if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
         with open(path, encoding="utf-8") as f:
-            _state = _State(json.load(f))
+            cfg.update(json.load(f), started=time.monotonic(), printed=0.0, total=0, done=0)
+        cfg["out"] = open(cfg["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
 @pytest.hookimpl(trylast=True)  # after -k has deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _state is None:
+    if not cfg:
         return
-    selected, quick_max = len(items), _state.cfg["quick_max"]
+    selected, quick_max = len(items), cfg["quick_max"]
     stride = max(1, -(-len(items) // quick_max)) if quick_max else 1
     if stride > 1:
         config.hook.pytest_deselected(items=[it for i, it in enumerate(items) if i % stride])
@@ -60,31 +53,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         cls = getattr(item, "cls", None)
         keywords = [item.name, cls.__name__ if cls else "", os.path.basename(str(item.fspath))]
-        for e in _state.cfg["therock"]:  # pytest -k for one bare name: a substring, any case
+        for e in cfg["therock"]:  # pytest -k for one bare name: a substring, any case
             if any(e["name"].lower() in k.lower() for k in keywords):
                 where = f"{e['file']} [{e['section']}/{e['module']}]"
                 item.add_marker(pytest.mark.skip(reason=f"{THEROCK_PREFIX}{e['name']} ({where})"))
                 break
-    _state.total = len(items)
-    _state.write({"event": "collected", "selected": selected, "kept": len(items),
-                  "quick_stride": stride})  # fmt: skip
-    _state.progress(force=True)
+    cfg["total"] = len(items)
+    write({"event": "collected", "selected": selected, "kept": len(items), "quick_stride": stride})
+    progress(force=True)
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if _state is not None and report.failed:
-        _state.write(
-            {"event": "collect-error", "nodeid": report.nodeid, "message": _message(report)}
-        )
+    if cfg and report.failed:
+        write({"event": "collect-error", "nodeid": report.nodeid, "message": _message(report)})
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if _state is None:
+    if not cfg:
         return
-    _state.write({"event": "start", "nodeid": item.nodeid})
-    if _state.cfg["budget_s"] and time.monotonic() - _state.started > _state.cfg["budget_s"]:
-        pytest.skip(f"{BUDGET_PREFIX}{_state.cfg['budget_s'] / 60:g} min spent before this test")
+    write({"event": "start", "nodeid": item.nodeid})
+    if cfg["budget_s"] and time.monotonic() - cfg["started"] > cfg["budget_s"]:
+        pytest.skip(f"{BUDGET_PREFIX}{cfg['budget_s'] / 60:g} min spent before this test")
 
 
 def _message(report: Any) -> str:
@@ -96,7 +86,7 @@ def _message(report: Any) -> str:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if _state is None:
+    if not cfg:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = report.outcome
@@ -111,20 +101,22 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if outcome == "skipped":
         reason = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
-        source = "ours" if reason.startswith(BUDGET_PREFIX) else source
-        record |= {"reason": reason, "source": source}
+        record |= {
+            "reason": reason,
+            "source": "ours" if reason.startswith(BUDGET_PREFIX) else source,
+        }
     elif outcome in ("failed", "error"):
         record["message"] = (_message(report).strip().splitlines() or [""])[0][:500]
     elif outcome in ("xfailed", "xpassed"):
         record["reason"] = str(report.wasxfail)
-    _state.write(record)
-    _state.done += report.when != "teardown"
-    _state.counts[outcome] += 1
-    _state.progress()
+    write(record)
+    cfg["done"] += report.when != "teardown"
+    counts[outcome] += 1
+    progress()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _state is not None:
-        _state.progress(force=True)
-        _state.write({"event": "finished", "exitstatus": int(exitstatus)})
-        _state.out.close()
+    if cfg:
+        progress(force=True)
+        write({"event": "finished", "exitstatus": int(exitstatus)})
+        cfg["out"].close()
