@@ -13,8 +13,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SRC = REPO_ROOT / "scripts"  # holds the package, rocmfa
 SCRIPTS = SRC / "rocmfa"
 LAYERS = ("plumbing", "env", "sources", "builds", "sharing")  # each may import only those before
-# pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (its plugin
-# upstream_sdpa_plugin.py is loaded into that run).
+# pytest: upstream_sdpa runs PyTorch's own tests with it, as PyTorch's CI does (and is loaded
+# into that run as its plugin).
 PROBE_DEPS = {"torch", "matplotlib", "pytest"}
 
 

@@ -29,6 +29,7 @@ DISPATCH_ENV_VARS = (
     "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
 )  # fmt: skip
 IDENTITY_VERSION = 1
+DTYPE_NAMES = ("fp16", "bf16")
 
 
 class UsageError(Exception):
@@ -283,7 +284,7 @@ def parse_list(
 
 def parse_dtypes(text: str) -> list[str]:
     aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-    return parse_list(text, ("fp16", "bf16"), "dtype", aliases)
+    return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
 @dataclass(frozen=True)

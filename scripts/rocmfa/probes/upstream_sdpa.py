@@ -239,7 +239,7 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
            "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(run_dir / f"plugin-{name}.json")}  # fmt: skip
     (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, "-c", "pytest.ini", "--rootdir",
-            ".", "-q", "--tb=short", "-k", selection, "-p", "upstream_sdpa_plugin"]  # fmt: skip
+            ".", "-q", "--tb=short", "-k", selection, "-p", "upstream_sdpa"]  # fmt: skip
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
     started, code, killed = time.perf_counter(), None, None
     # pytest's report goes to the log; the plugin's progress lines (stderr) reach ours.
@@ -494,6 +494,117 @@ def _main(argv: list[str] | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     return common.run_cli(PROG, lambda: _main(argv))
+
+
+# --- the pytest plugin: `pytest -p upstream_sdpa` in the run of the test file, configured by
+# $ROCMFA_UPSTREAM_PLUGIN_CONFIG: TheRock's entries as skip marks, every Nth test for --quick, a
+# skip once the time budget is spent, progress lines, and one JSON line per outcome to a results
+# file that survives a kill. It imports pytest only in that run.
+
+BUDGET_PREFIX = "ours: time budget of "
+_run: dict[str, Any] = {}  # that run's config and state
+_counts: Counter[str] = Counter()
+
+
+def _write(record: dict[str, Any]) -> None:
+    _run["out"].write(json.dumps(record) + "\n")
+
+
+def _progress(force: bool = False) -> None:
+    now = time.monotonic()
+    if force or now - _run["printed"] >= _run["progress_every_s"]:
+        _run["printed"], elapsed = now, int(now - _run["started"])
+        where = f"{_run['done']}/{_run['total']} {elapsed // 60}m{elapsed % 60:02d}s"
+        text = ", ".join(f"{n} {k}" for k, n in sorted(_counts.items())) or "starting"
+        print(f"[{_run['label']} {where}] {text}", file=sys.stderr, flush=True)
+
+
+def pytest_configure(config: Any) -> None:
+    if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
+        _run.update(json.loads(Path(path).read_text()), started=time.monotonic(), printed=0.0)
+        _run.update(total=0, done=0, out=open(_run["results_path"], "a", buffering=1))  # noqa: SIM115
+
+
+def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
+    import pytest
+
+    if not _run:
+        return
+    items, quick_max = session.items, _run["quick_max"]
+    selected, stride = len(items), max(1, -(-len(items) // quick_max)) if quick_max else 1
+    if stride > 1:
+        session.config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % stride])
+        items[:] = items[::stride]
+    for item in items:
+        cls = getattr(item, "cls", None)
+        keywords = [item.name, cls.__name__ if cls else "", os.path.basename(str(item.fspath))]
+        for e in _run["therock"]:  # pytest -k for one bare name: a substring, any case
+            if any(e["name"].lower() in k.lower() for k in keywords):
+                where = f"{e['file']} [{e['section']}/{e['module']}]"
+                item.add_marker(pytest.mark.skip(reason=f"{THEROCK_PREFIX}{e['name']} ({where})"))
+                break
+    _run["total"] = len(items)
+    _write({"event": "collected", "selected": selected, "kept": len(items), "quick_stride": stride})
+    _progress(force=True)
+
+
+def pytest_collectreport(report: Any) -> None:
+    if _run and report.failed:
+        _write({"event": "collect-error", "nodeid": report.nodeid, "message": _message(report)})
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    import pytest
+
+    if _run:
+        _write({"event": "start", "nodeid": item.nodeid})
+        if _run["budget_s"] and time.monotonic() - _run["started"] > _run["budget_s"]:
+            pytest.skip(f"{BUDGET_PREFIX}{_run['budget_s'] / 60:g} min spent before this test")
+
+
+def _message(report: Any) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(longrepr, "reprcrash", None)
+    return str(crash.message) if crash is not None else str(longrepr or "")
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if not _run:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+    elif report.when == "teardown" and report.failed:
+        outcome = "error"
+    else:
+        return
+    record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
+              "when": report.when, "duration": round(report.duration, 4)}  # fmt: skip
+    if outcome == "skipped":
+        reason = _message(report)
+        source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
+        record |= {
+            "reason": reason,
+            "source": "ours" if reason.startswith(BUDGET_PREFIX) else source,
+        }
+    elif outcome in ("failed", "error"):
+        record["message"] = (_message(report).strip().splitlines() or [""])[0][:500]
+    elif outcome in ("xfailed", "xpassed"):
+        record["reason"] = str(report.wasxfail)
+    _write(record)
+    _run["done"] += report.when != "teardown"
+    _counts[outcome] += 1
+    _progress()
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    if _run:
+        _progress(force=True)
+        _write({"event": "finished", "exitstatus": int(exitstatus)})
+        _run["out"].close()
 
 
 if __name__ == "__main__":
