@@ -74,11 +74,12 @@ def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
     verdict line once on stderr."""
     if json_to == "-":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-        print(doc["summary"], file=sys.stderr)
+        print(doc.get("summary") or doc.get("verdict"), file=sys.stderr)
         return
     if json_to is not None:
+        Path(json_to).parent.mkdir(parents=True, exist_ok=True)
         Path(json_to).write_text(json.dumps(doc, indent=1) + "\n")
-    print(text)
+    print(text, flush=True)
 
 
 def dry_run(prog: str, device: Any, lines: Sequence[str]) -> int:

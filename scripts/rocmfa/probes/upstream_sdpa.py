@@ -485,10 +485,7 @@ def _main(argv: list[str] | None) -> int:
         "passes": list(passes),
         "wall_s": round(time.perf_counter() - started, 1),
     }, rows, skips)  # fmt: skip
-    if opts.json:
-        Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
-    print(render(doc) + "\n\n" + doc["verdict"], flush=True)
+    common.emit(opts.json, doc, render(doc) + "\n\n" + doc["verdict"])
     return 0 if doc["passed"] else 1
 
 
