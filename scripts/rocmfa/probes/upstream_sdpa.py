@@ -220,9 +220,9 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             "source": "checkout", "verified": True, "how": how}  # fmt: skip
 
 
-def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> dict:
-    """One pytest run of the test file, with the plugin: its records and how it ended. run:
-    test_file, run_dir, devices, therock (skip entries), budget_s, quick_max, log_path."""
+def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
+    """One pytest run of the test file with this module as its plugin: how it ended, its rows.
+    run: test_file, run_dir, devices, therock (skip entries), budget_s, quick_max, log_path."""
     run_dir, budget_s = run["run_dir"], run["budget_s"]
     run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
@@ -246,12 +246,11 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     with run["log_path"].open("ab") as log:
         log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdout=log)
         try:
-            code = proc.wait(timeout=budget_s + GRACE_S if budget_s else None)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            code = subprocess.run(
+                argv, cwd=run_dir, env=env, stdout=log, timeout=budget_s + GRACE_S
+            ).returncode
+        except subprocess.TimeoutExpired:  # the run is killed
             killed = f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
     records = []
     with contextlib.suppress(OSError):
