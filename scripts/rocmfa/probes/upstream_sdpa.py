@@ -518,7 +518,8 @@ def _progress(force: bool = False) -> None:
 def pytest_configure(config: Any) -> None:
     if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
         _run.update(json.loads(Path(path).read_text()), started=time.monotonic(), printed=0.0)
-        _run.update(total=0, done=0, out=open(_run["results_path"], "a", buffering=1))  # noqa: SIM115
+        _run.update(total=0, done=0)
+        _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
 def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
