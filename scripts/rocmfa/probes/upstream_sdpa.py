@@ -320,24 +320,20 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[SkipEntry]) -> 
 
 
 def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
-    c = Counter(doc["counts"])
-    bad, skipped, problems = c["failed"] + c["error"], c["skipped"], doc["problems"]
-    ran = c["passed"] + bad + c["xpassed"]
-    skip_text = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
+    c, problems, tf = Counter(doc["counts"]), doc["problems"], doc["test_file"]
+    bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
-    tf = doc["test_file"]
+    skips = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
+    source = f"test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
+    if not tf["verified"]:
+        source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
     line = (
         f"{'PASS' if ok else ('INCOMPLETE' if bad == 0 and problems else 'FAIL')}: "
-        f"{c['passed']} passed, {bad} failed, {skipped} skipped"
-        + (f" ({skip_text})" if skip_text else "")
+        f"{c['passed']} passed, {bad} failed, {c['skipped']} skipped"
+        + (f" ({skips})" if skips else "")
         + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
-        + f" of {ran + skipped + c['xfailed']} SDPA tests"
-        + (
-            f" (test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
-            if tf["verified"]
-            else f" (UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
-        )
-        + f"; torch {doc['torch']['version']}; {doc['wall_s']:.0f} s)"
+        + f" of {c.total()} SDPA tests ({source}; torch {doc['torch']['version']}; "
+        f"{doc['wall_s']:.0f} s)"
     )
     if problems:
         line += "; " + "; ".join(problems)
