@@ -420,24 +420,8 @@ def progress(text: str) -> None:
 
 
 def progress_text(row: dict[str, Any]) -> str:
-    if row["status"] != "ok":
-        return f"{row['pass']} {row['status']}"
-    tflops, gbps, bound, pct = format_rate(row)
-    rate = f"{gbps} GB/s ({pct}% of the memory roof)" if bound == "memory" else f"{tflops} TF/s"
-    flag = status_text(row)
-    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}" + ("" if flag == "ok" else f" {flag}")
-
-
-def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
-    """TFLOP/s, GB/s, the binding roof and % of it (of the peak when no roof binds) as text."""
-    gbps, tflops = row.get("gbps"), row.get("tflops")
-    bound = row.get("bound") or "-"
-    gb_text = "-" if gbps is None else f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-    if row.get("above_peak"):
-        return "!>peak", gb_text, bound, "!>peak"
-    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
-    pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
-    return tf_text, gb_text, bound, "-" if pct is None else f"{pct:.1f}"
+    median = f"{row['median_ms']:.4g} ms " if row["status"] == "ok" else ""
+    return f"{row['pass']} {median}{status_text(row).split(':')[0]}"
 
 
 def status_text(r: dict[str, Any]) -> str:
@@ -460,12 +444,20 @@ TABLE_HEADER = (
 
 
 def table_row(r: dict[str, Any]) -> tuple:
-    times, rate = ("-",) * 5, ("-",) * 4
-    if r["status"] == "ok":
-        ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
-        times, rate = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"])), format_rate(r)
+    """The row's cells under TABLE_HEADER: TFLOP/s and % of the binding roof (of the peak when no
+    roof binds) as "!>peak" above the peak."""
     head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
-    return (*head, r["backend"], r["pass"], *times, *rate, status_text(r))
+    head += (r["backend"], r["pass"])
+    if r["status"] != "ok":
+        return (*head, *("-",) * 9, status_text(r))
+    ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
+    tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"] if r["bound"] else r["pct_peak"]
+    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
+    pct_text = "-" if pct is None else f"{pct:.1f}"
+    rate = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
+    gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
+    times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
+    return (*head, *times, rate[0], gb_text, r["bound"] or "-", rate[1], status_text(r))
 
 
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
@@ -486,7 +478,8 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
 
 
 def _title(prov: dict[str, Any]) -> str:
-    return f"SDPA on {prov.get('device_name')} ({prov.get('arch')}), torch {prov.get('torch')}"
+    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
+    return f"SDPA on {where}, torch {prov.get('torch')}"
 
 
 def write_csv(path: Path, results: list[dict]) -> None:
