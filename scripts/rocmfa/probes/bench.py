@@ -215,18 +215,15 @@ class Tensors:
     def reset_grads(self) -> None:
         self.q.grad = self.k.grad = self.v.grad = None
 
-
-def pass_callables(tensors: Tensors, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
-    """(timed fn, untimed setup before each call) for one pass; bwd: forward once, then only
-    backward is timed."""
-    q, k, v, dout = tensors.q, tensors.k, tensors.v, tensors.dout
-    forward = common.sdpa_call(q, k, v, causal)
-    if pass_name == "fwd":
-        return forward, (lambda: None)
-    if pass_name == "bwd":
-        out = forward()
-        return (lambda: out.backward(dout, retain_graph=True)), tensors.reset_grads
-    return (lambda: forward().backward(dout)), tensors.reset_grads
+    def callables(self, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
+        """(timed fn, untimed setup before each call); bwd: one forward, then backward alone."""
+        forward, dout = common.sdpa_call(self.q, self.k, self.v, causal), self.dout
+        if pass_name == "fwd":
+            return forward, (lambda: None)
+        if pass_name == "bwd":
+            out = forward()
+            return (lambda: out.backward(dout, retain_graph=True)), self.reset_grads
+        return (lambda: forward().backward(dout)), self.reset_grads
 
 
 def run_pass(
@@ -241,7 +238,7 @@ def run_pass(
             # torch's refusal reasons are warnings: recorded around the first call only.
             with common.capture_warnings() as caught:
                 try:
-                    fn, before = pass_callables(tensors, causal, pass_name)
+                    fn, before = tensors.callables(causal, pass_name)
                     first_ms = None if known_estimate else timer.call_once(fn, before)
                 except Exception as exc:
                     return _failure(timer, tensors, exc, caught)
@@ -444,17 +441,17 @@ TABLE_HEADER = (
 
 
 def table_row(r: dict[str, Any]) -> tuple:
-    """The row's cells under TABLE_HEADER: TFLOP/s and % of the binding roof (of the peak when no
-    roof binds) as "!>peak" above the peak."""
+    """The row's cells under TABLE_HEADER; TFLOP/s and % roof above the peak read "!>peak"."""
     head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
     head += (r["backend"], r["pass"])
     if r["status"] != "ok":
         return (*head, *("-",) * 9, status_text(r))
     ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
-    tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"] if r["bound"] else r["pct_peak"]
+    tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
     tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
-    pct_text = "-" if pct is None else f"{pct:.1f}"
-    rate = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
+    rate = (
+        ("!>peak", "!>peak") if r["above_peak"] else (tf_text, "-" if pct is None else f"{pct:.1f}")
+    )
     gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
     times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
     return (*head, *times, rate[0], gb_text, r["bound"] or "-", rate[1], status_text(r))

@@ -151,7 +151,7 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
 
     def bench_run(repeats: int) -> list[float]:
         with common.backend_context(backend, device):
-            fn, before = bench.pass_callables(tensors, causal, pass_name)
+            fn, before = tensors.callables(causal, pass_name)
             if not repeats:  # warm up: the per-call estimate
                 return [timer.warmup(fn, before, timer.call_once(fn, before), 10.0, 1)]
             times = timer.measure(fn, before, repeats)
