@@ -10,7 +10,8 @@ import statistics
 import pytest
 import torch
 
-from rocmfa.probes import bench, bench_crosscheck
+from rocmfa.probes import bench
+from tests.perf import bench_crosscheck
 
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--warmup-ms", "0", "--causal", "no"]
 

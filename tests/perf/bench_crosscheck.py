@@ -4,7 +4,10 @@ For every fp16 forward/backward case, bench's timer and a minimal harness (own i
 take turns, A-B then B-A; "diff %" is the median over neighbouring turn pairs of bench's turn
 median / the harness's - 1. On a GPU, the profiler's kernel time of the same repeats is set
 beside the events ("profiler_*"). Exit 1 when a size differs by more than --tolerance-pct.
-More: docs/attention-tools.md ("Checking the timer").
+More: docs/attention-tools.md ("Checking the timer"). A measurement of bench, so it lives with
+the timings: python -m tests.perf.bench_crosscheck [options], from the repository root, in any
+Python that has torch (the probes are imported as the plain scripts they are when this project
+is not installed there).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-if __package__:
-    from . import bench
-    from . import sdpa_common as common
-else:  # run as a plain script: this file's folder is first on sys.path
+try:
+    from rocmfa.probes import bench
+    from rocmfa.probes import sdpa_common as common
+except ImportError:  # the target env: the probes folder, as bench.py runs there
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "rocmfa" / "probes"))
     import bench  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
