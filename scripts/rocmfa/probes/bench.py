@@ -117,9 +117,7 @@ class Timer:
         import torch
 
         self.device, self.gpu = device, device.type == "cuda"
-        self.flush_buffer = (
-            torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
-        )
+        self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
         self.launch_ms: list[float] = []  # host time of each timed call (GPU)
         self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
@@ -167,7 +165,7 @@ class Timer:
             if self.gpu:
                 # Queued GPU work ahead, so the events time the GPU, not the host's launches.
                 torch.cuda._sleep(self.head_start_cycles)
-                self.flush_buffer.zero_()
+                self.flush.zero_()
                 pairs.append([torch.cuda.Event(enable_timing=True) for _ in "se"])
                 pairs[-1][0].record()
             t0 = time.perf_counter()
@@ -543,18 +541,7 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         runs = f"; {len(side)} runs" if len(side) > 1 else ""
         lines.append(f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
                      f"{prov.get('device_name')}{runs})")  # fmt: skip
-    header = (
-        "size",
-        "dtype",
-        "causal",
-        "backend",
-        "pass",
-        "A ms",
-        "B ms",
-        "speedup",
-        "allowed",
-        "",
-    )
+    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
     table = [
         (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"], r["pass"],
          f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x",
@@ -567,7 +554,7 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
         f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
         "",
-        *common.text_table(header, table),
+        *common.text_table((*header, ""), table),
         "",
         f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
@@ -665,12 +652,9 @@ def _add_peaks(prov: dict[str, Any], arch: Any, info: Any, peak_tflops: float | 
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
     roof, roof_source = common.memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     prov["memory_roof_gbps"], prov["memory_roof_source"] = roof, roof_source
-    prov["peak_note"] = (
-        ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
-        + f" ({peaks['fp16'][1]}); memory "
-        + (f"{roof:g} GB/s" if roof else "unknown")
-        + f" ({roof_source})"
-    )
+    rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
+    memory = f"{roof:g} GB/s" if roof else "unknown"
+    prov["peak_note"] = f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})"
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
