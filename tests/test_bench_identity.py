@@ -40,6 +40,10 @@ def test_peak_is_computed_from_the_card_and_falls_back_to_the_table():
     no_clock = dict(h100, max_clock_mhz=None)
     peak, source = sdpa_common.peak_from_device("sm_90", "fp16", None, arches, no_clock, rates)
     assert peak == 989.0 and source.startswith("table fallback (no engine clock)")
+    assert sdpa_common.peak_from_device("gfx908", "bf16", None, arches, None, rates)[0] == 92.3
+    assert sdpa_common.peak_from_device(None, "fp16", None, arches, None, rates)[0] is None
+    override = sdpa_common.peak_from_device("gfx908", "fp16", 5.0, arches, None, rates)
+    assert override == (5.0, "--peak-tflops")
     # Each rate reproduces the spec sheet it names (units x clock x rate).
     assert all(rate["source"] for rate in rates.values())
 
