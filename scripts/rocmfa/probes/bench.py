@@ -381,7 +381,7 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
             progress(
                 f"[{done}/{total}] {shape.name} {dtype} "
                 f"{'causal' if causal else 'non-causal'} {backend}: "
-                + ", ".join(progress_text(r) for r in results[-len(rows) :])
+                + ", ".join(progress_text(r) for r in rows)
             )
     timer.sync()
     return results
