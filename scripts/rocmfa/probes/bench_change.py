@@ -62,7 +62,7 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     """The verdict of one case: A's runs against B's runs (one row per run, status ok)."""
     a_ms, b_ms = [r["median_ms"] for r in a_rows], [r["median_ms"] for r in b_rows]
     a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
-    speedup, (backend, pass_name) = a_med / b_med, (a_rows[0]["backend"], a_rows[0]["pass"])
+    speedup, backend, pass_name = a_med / b_med, a_rows[0]["backend"], a_rows[0]["pass"]
     floor = floor_of(floors, backend, pass_name, min(a_med, b_med))
     allowance = max(threshold_pct / 100.0, floor)
     why = f"floor {100 * floor:.1f}% ({row_class(backend, pass_name, min(a_med, b_med))})"
