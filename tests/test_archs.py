@@ -134,14 +134,10 @@ def test_hsa_override_is_detected_and_explained(tmp_path: Path) -> None:
     kfd_tree(tmp_path, 110501)
     detection = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
     assert detection.gpus == ("gfx1151",)  # sysfs still shows the real arch
-    assert detection.hsa_override_arch == "gfx1100"
-    text = archs.explain_override(detection)
-    assert "report gfx1100 although the GPU is gfx1151" in text
-    bad = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5"})
-    assert "invalid" in archs.explain_override(bad)
-    same = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5.1"})
-    assert "matches" in archs.explain_override(same)
-    assert archs.explain_override(archs.detect_gpus({})) is None
+    assert "report gfx1100 although the GPU is gfx1151" in detection.override
+    assert "invalid" in archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5"}).override
+    assert "matches" in archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}).override
+    assert archs.detect_gpus({}).override is None
 
 
 def test_capabilities_match_upstream_facts() -> None:

@@ -4,6 +4,7 @@ HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, n
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -118,11 +119,11 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     if any(v is not None and v <= 0 for v in peaks.values()):
         raise UserError(f"{where}: peak_tflops_fp16/_bf16 must be positive numbers")
     since = get("aotriton_since")
-    for version in [since, *(entry[0] for entry in (*packs, *experimental, *patched))]:
-        try:
-            version is None or aotriton_version_key(version)
-        except UserError as e:
-            raise UserError(f"{where}: {e}") from None
+    try:
+        for entry in (*packs, *experimental, *patched, (since or "0",)):
+            aotriton_version_key(entry[0])
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
     vendor = get("vendor", str, "amd")
     return Arch(
         name=name,
@@ -144,60 +145,57 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     )
 
 
+@functools.cache
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
-    """The arch table (about 4 ms to read and check)."""
-    table = arch_data(path).get("arch")  # the file as the option check read it
+    """The arch table, read and checked once per file."""
+    table = arch_data(path).get("arch")
     if not isinstance(table, dict) or not table:
         raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
     return {name: _parse_arch(name, raw) for name, raw in table.items()}
 
 
-def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
-    arches = load_arches() if arches is None else arches
+def get_arch(name: str) -> Arch:
+    arches = load_arches()
     key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
     if key not in arches:
         raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
     return arches[key]
 
 
-def parse_hsa_override(value: str) -> str:
-    """HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal) -> 'gfx1100'."""
-    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
-    if not match:
-        raise UserError(
-            f"HSA_OVERRIDE_GFX_VERSION={value!r} is invalid (ROCr wants major.minor.stepping, "
-            "decimal, e.g. 11.0.0)"
+def explain_override(value: str | None, real: str) -> str | None:
+    """One sentence about HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal), or None when unset."""
+    if not value:
+        return None
+    if not (match := re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())):
+        return (
+            f"HSA_OVERRIDE_GFX_VERSION={value} is invalid: ROCr rejects it "
+            "(format major.minor.stepping, decimal)"
         )
     major, minor, step = (int(g) for g in match.groups())
     try:  # rocm-bootstrap's table; LLVM's spelling (stepping in hex) when it does not know it
-        return parse_gfx_target_version(major * 10000 + minor * 100 + step).name
+        reported = parse_gfx_target_version(major * 10000 + minor * 100 + step).name
     except ValueError:
-        return f"gfx{major}{minor}{step:x}"
+        reported = f"gfx{major}{minor}{step:x}"
+    if reported == real:
+        return f"HSA_OVERRIDE_GFX_VERSION={value} matches the real arch ({real})"
+    return (
+        f"HSA_OVERRIDE_GFX_VERSION={value} makes ROCr report {reported} although the GPU is "
+        f"{real}: kernels built for {reported} run on {real}; builds here target the real arch "
+        "(pass --arch to choose otherwise)"
+    )
 
 
 @dataclass(frozen=True)
 class Detection:
     gpus: tuple[str, ...]
     source: str
-    hsa_override: str | None = None
-    hsa_override_arch: str | None = None
-
-    @property
-    def primary(self) -> str | None:
-        return self.gpus[0] if self.gpus else None
+    override: str | None = None  # explain_override's sentence
 
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
     """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's; rocm-bootstrap lists
     '10' before '2')."""
     environ = os.environ if environ is None else environ
-    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
-    override_arch = None
-    if override:
-        try:
-            override_arch = parse_hsa_override(override)
-        except UserError:
-            override_arch = "invalid"
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:
         found = sorted(rocm_bootstrap.detect_gpus(), key=lambda gpu: gpu.node_id)
@@ -213,7 +211,8 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    return Detection(gpus, source, override, override_arch)
+    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    return Detection(gpus, source, explain_override(override, (*gpus, "unknown")[0]))
 
 
 @dataclass(frozen=True)
@@ -224,36 +223,14 @@ class ArchChoice:
 
 
 def resolve_arch(requested: str | None, *, environ: Mapping[str, str] | None = None,
-                 arches: Mapping[str, Arch] | None = None, detection: Detection | None = None
-                 ) -> ArchChoice:  # fmt: skip
+                 detection: Detection | None = None) -> ArchChoice:  # fmt: skip
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
-    environ = os.environ if environ is None else environ
     detection = detect_gpus(environ) if detection is None else detection
     if requested:
-        return ArchChoice(get_arch(requested, arches), origin(requested, "--arch"), detection)
+        return ArchChoice(get_arch(requested), origin(requested, "--arch"), detection)
     if not detection.gpus:
         raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
     how = detection.source
     if len(set(detection.gpus)) > 1:
         how += f"; several GPU archs {', '.join(detection.gpus)}, using the first (node order)"
-    return ArchChoice(get_arch(detection.primary, arches), how, detection)
-
-
-def explain_override(detection: Detection) -> str | None:
-    """One sentence about HSA_OVERRIDE_GFX_VERSION, or None when it is not set."""
-    if not detection.hsa_override:
-        return None
-    if detection.hsa_override_arch == "invalid":
-        return (
-            f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} is invalid: ROCr rejects it "
-            "(format major.minor.stepping, decimal)"
-        )
-    real = detection.primary or "unknown"
-    if detection.hsa_override_arch == real:
-        return f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} matches the real arch ({real})"
-    return (
-        f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} makes ROCr report "
-        f"{detection.hsa_override_arch} although the GPU is {real}: kernels built for "
-        f"{detection.hsa_override_arch} run on {real}; builds here target the real arch "
-        "(pass --arch to choose otherwise)"
-    )
+    return ArchChoice(get_arch(detection.gpus[0]), how, detection)

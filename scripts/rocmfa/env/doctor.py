@@ -72,7 +72,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
     section: dict[str, Any] = {
         "detected": list(detection.gpus),
         "detected_from": detection.source,
-        "hsa_override": archs.explain_override(detection),
+        "hsa_override": detection.override,
     }
     try:
         choice = archs.resolve_arch(requested, detection=detection)

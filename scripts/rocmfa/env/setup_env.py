@@ -152,7 +152,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner, rocm = session.runner, rocm_sdk.load_pin()
     index_kind = opts.rocm_index or rocm.index
     request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
-    note = archs.explain_override(session.choice.detection)
+    note = session.choice.detection.override
     runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
     if session.arch.vendor != "amd":
         raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
