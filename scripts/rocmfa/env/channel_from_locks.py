@@ -33,9 +33,8 @@ RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constra
 def repodata_entry(record: Any) -> dict[str, Any]:
     """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS but empty ones (not depends)."""
     data = json.loads(record.to_json())
-    return {"depends": []} | {
-        k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")
-    }
+    entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
+    return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
 def read_pixi_lock(path: Path, platform: str) -> dict[tuple[str, str], dict[str, Any]]:
