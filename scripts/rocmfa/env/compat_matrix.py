@@ -83,41 +83,31 @@ def pack(arch: archs.Arch, version: str) -> str | None:
     return arch.aotriton_pack(version) or arch.aotriton_patched_pack(version)
 
 
-def table(
-    arches: Mapping[str, archs.Arch] | None = None, data: MatrixData | None = None
-) -> dict[str, Any]:
-    arches = archs.load_arches() if arches is None else arches
-    data = load_matrix() if data is None else data
+def table() -> dict[str, Any]:
+    data = load_matrix()
     rows = []
-    for arch in arches.values():
-        cells = {}
-        for release in data.releases:
-            found = pack(arch, release.version)
-            cells[release.version] = {"state": state(arch, release.version)} | (
-                {"pack": f"amd-{found}"} if found else {}
-            )
+    for arch in archs.load_arches().values():
+        cells = {
+            r.version: {"state": state(arch, r.version)}
+            | ({"pack": f"amd-{found}"} if (found := pack(arch, r.version)) else {})
+            for r in data.releases
+        }
         retired = [{"name": name, "why": why, "source": src}
                    for name, (on, why, src) in data.retired.items() if on == arch.name]  # fmt: skip
         rows.append({
-            "arch": arch.name,
-            "name": arch.display_name,
-            "vendor": arch.vendor,
-            "hierarchy": list(archs.packaging_chain(arch.name)),
-            "cells": cells,
+            "arch": arch.name, "name": arch.display_name, "vendor": arch.vendor,
+            "hierarchy": list(archs.packaging_chain(arch.name)), "cells": cells,
             "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
         } | ({"retired": retired} if retired else {}))  # fmt: skip
-    torch = sorted(data.torch.items(), key=lambda kv: tuple(int(p) for p in kv[0].split(".")))
+    torch = sorted(data.torch.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
     return {
-        "releases": [
-            dataclasses.asdict(r) | {"experimental": list(r.experimental)} for r in data.releases
-        ],
-        "torch": [
-            {"torch": series, "tree": tree, "aotriton": v, "source": src}
-            for series, (v, src, tree) in torch
-        ],
+        "releases": [dataclasses.asdict(r) | {"experimental": list(r.experimental)}
+                     for r in data.releases],
+        "torch": [{"torch": series, "tree": tree, "aotriton": v, "source": src}
+                  for series, (v, src, tree) in torch],
         "pinned_build": pinned_build(),
         "arches": rows,
-    }
+    }  # fmt: skip
 
 
 def pinned_build() -> dict[str, Any]:
@@ -149,46 +139,46 @@ def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
     return broken + [e for e in [report["pinned_build"].get("error")] if e]
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [f"| {' | '.join(cells)} |" for cells in [header, ["---"] * len(header), *rows]]
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
-    lines.append("| arch | " + " | ".join(versions) + " |")
-    lines.append("|---|" + "---|" * len(versions))
-    for row in (row for row in report["arches"] if row["vendor"] == "amd"):
-        cells = [(row["cells"][v], SHORT.get(row["cells"][v]["state"], "-")) for v in versions]
-        cells = [text + (f" {cell['pack']}" if "pack" in cell else "") for cell, text in cells]
-        lines.append(f"| {row['arch']} ({row['name']}) | " + " | ".join(cells) + " |")
+    rows = [row for row in report["arches"] if row["vendor"] == "amd"]
+    cells = [[f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
+              for c in map(row["cells"].get, versions)] for row in rows]  # fmt: skip
+    lines += markdown_table(
+        ["arch", *versions],
+        [[f"{r['arch']} ({r['name']})", *c] for r, c in zip(rows, cells, strict=True)],
+    )
     lines += [
         "",
         f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
         " patched: no upstream kernels, built from source with this repository's patch set"
         " (patches/aotriton/<commit>/); -: none. amd-...: image pack"
         " (0.10b and older: one tarball with every arch's images).",
+        "",
+        "## AOTriton each torch series expects (the trees TheRock builds wheels from)",
+        "",
     ]
-    lines += ["", "## AOTriton each torch series expects (the trees TheRock builds wheels from)"]
-    lines += ["", "| torch | tree | AOTriton | source |", "|---|---|---|---|"]
-    lines += [
-        f"| {t['torch']} | {t.get('tree', '')} | {t['aotriton']} | {t['source']} |"
-        for t in report["torch"]
-    ]
-    if (built := report.get("pinned_build") or {}) and "error" not in built:
+    lines += markdown_table(["torch", "tree", "AOTriton", "source"],
+                            [[t["torch"], t["tree"], t["aotriton"], t["source"]]
+                             for t in report["torch"]])  # fmt: skip
+    if "error" not in (built := report["pinned_build"]):
         lines += ["", "## The pinned source build (build_pytorch)", "",
                   f"- torch: {built['torch']} (pins/pytorch.toml)",
                   f"- its aotriton.cmake names: {built['names']}",
                   f"- pins/aotriton.toml: {built['pinned_aotriton']} "
                   "(same release line required)"]  # fmt: skip
     lines += ["", "## Sources", ""]
-    lines += [
-        f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
-    ]
-    lines += [
-        f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
-        for row in report["arches"]
-        for r in row.get("retired", ())
-    ]
+    lines += [f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}"
+              for r in report["releases"]]  # fmt: skip
+    lines += [f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
+              for row in report["arches"] for r in row.get("retired", ())]  # fmt: skip
     lines.append("- per-arch support and image packs: scripts/rocmfa/data/arches.toml")
-    if report.get("host"):
-        lines += ["", f"This host: {report['host']}"]
+    lines += ["", f"This host: {report['host']}"] if report.get("host") else []
     return "\n".join(lines) + "\n"
 
 

@@ -30,8 +30,7 @@ from importlib import metadata
 names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
 try:
     import torch
-    found = {"version": torch.__version__, "hip": getattr(torch.version, "hip", None),
-             "cuda": torch.version.cuda}
+    found = {"version": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda}
 except Exception:
     found = {"error": "not importable"}
 rocm = {n: v for n, v in names.items() if n.startswith("rocm")}
@@ -127,7 +126,7 @@ def _env_section(prefix: str | None, env_name: str | None) -> dict[str, Any]:
 
 def _pins_section() -> list[dict[str, Any]]:
     found = []
-    for path in sorted(rocm_sdk.pins_dir().glob("*.toml")):
+    for path in sorted(pin_files.pins_dir().glob("*.toml")):
         try:
             data = load_toml(path, "pin")
             if path.stem in pin_files.PROJECTS:  # what the builds check, checked the same way
@@ -141,13 +140,6 @@ def _pins_section() -> list[dict[str, Any]]:
             if entry:
                 found.append({"file": path.name, "project": table, **entry})
     return found
-
-
-def _line() -> str:
-    try:
-        return pin_files.describe_line(rocm_sdk.pins_dir())
-    except UserError as e:
-        return str(e)
 
 
 def _builds_section(work: Path) -> list[dict[str, Any]]:
@@ -200,6 +192,13 @@ def half_installed(prefix: Path | None) -> list[str]:
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
 
 
+def _pin_line() -> str:
+    try:
+        return pin_files.describe_line(pin_files.pins_dir())
+    except UserError as e:
+        return str(e)
+
+
 def gather(opts: DoctorOptions) -> dict[str, Any]:
     env = _env_section(opts.prefix, opts.env_name)
     prefix = Path(env["prefix"]) if env.get("prefix") else None
@@ -209,7 +208,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         "env": env,
         "lock": lockfile.describe(),
         "pins": _pins_section(),
-        "line": _line(),
+        "line": _pin_line(),
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
     report["next"] = _next_step(report)
@@ -267,8 +266,8 @@ def _pin_and_build_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     for pin in report["pins"]:
         what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
         what = what[:12] if pin_files.HEX40.fullmatch(what) else what  # versions shown whole
-        rows.append(("pin", pin.get("error") or
-                     f"{pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})"))  # fmt: skip
+        ref = f"{pin['ref']} " if pin.get("ref") else ""
+        rows.append(("pin", pin.get("error") or f"{pin['project']}: {ref}{what} ({pin['file']})"))
     rows += [("pin line", report["line"])] if report.get("line") else []
     builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
     return rows + [("built", build) for build in builds]

@@ -114,17 +114,6 @@ def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: d
     return result
 
 
-def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
-    cache = lockfile.default_cache_dir()
-    locked = lockfile.locked_packages(lockfile.LOCK_FILE)
-    channels = sorted({lockfile.channel_of(p.url) for p in locked})
-    mapping = lockfile.parse_mirrors(mirrors, channels) if mirrors else {}
-    result = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
-                                      mirrors=mapping)  # fmt: skip
-    print(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
-          f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
-
-
 def update_conda_packages(
     prefix: Path, stamp_file: Path, lock_sha: str, opts: SetupEnvOptions, runner: Runner
 ) -> None:
@@ -136,12 +125,20 @@ def update_conda_packages(
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
+    cache = lockfile.default_cache_dir()
+
+    def install() -> None:
+        locked = lockfile.locked_packages(lockfile.LOCK_FILE)
+        channels = sorted({lockfile.channel_of(p.url) for p in locked})
+        mirrors = lockfile.parse_mirrors(opts.channel, channels) if opts.channel else {}
+        done = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache, mirrors=mirrors)
+        print(f"conda packages: {len(done.installed)} installed, {len(done.removed)} "
+              f"removed, {done.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+
     if needs_conda:
-        cache = lockfile.default_cache_dir()
-        runner.apply(install_conda_packages, prefix, list(opts.channel),
-                     say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into {prefix} "
-                     f"with py-rattler: sha256-verified downloads into {cache}, "
-                     "then only the difference to the prefix")  # fmt: skip
+        runner.apply(install, say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into "
+                     f"{prefix} with py-rattler: sha256-verified downloads into {cache}, then "
+                     "only the difference to the prefix")  # fmt: skip
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
