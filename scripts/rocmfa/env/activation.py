@@ -70,28 +70,22 @@ def _conditions(
 
 def _section(table: dict, where: str, conditions, fields) -> tuple[list, list]:
     chosen, skipped = [], []
-    for name, spec in table.get("set", {}).items():
-        if not NAME_RE.fullmatch(name) or not isinstance(spec, dict):
-            raise UserError(f"{VARS_FILE.name} {where}: bad variable entry {name!r}")
-        why = require(spec, "why", str, f"{VARS_FILE.name} {where}.{name}")
-        when = spec.get("when")
-        if when is not None:
-            if when not in conditions:
-                raise UserError(f"{VARS_FILE.name} {where}.{name}: unknown condition {when!r}")
-            ok, reason = conditions[when]
+    for kind in ("set", "refuse"):
+        for name, spec in table.get(kind, {}).items():
+            at = f"{VARS_FILE.name} {where}[{kind}.{name}]"
+            if not NAME_RE.fullmatch(name) or not isinstance(spec, dict):
+                raise UserError(f"{at}: not a variable name with a table")
+            why = require(spec, "why", str, at)
+            if (when := spec.get("when")) is not None and when not in conditions:
+                raise UserError(f"{at}: unknown condition {when!r}")
+            ok, reason = conditions[when] if when else (kind == "set", why)  # refuse: never set
             if not ok:
                 skipped.append(Skipped(name, reason))
                 continue
-        template = require(spec, "value", str, f"{VARS_FILE.name} {where}.{name}")
-        try:
-            value = template.format(**fields)
-        except (KeyError, IndexError):
-            raise UserError(f"{VARS_FILE.name} {where}.{name}: unknown placeholder") from None
-        chosen.append(Variable(name, value, why))
-    for name, spec in table.get("refuse", {}).items():
-        if not isinstance(spec, dict):
-            raise UserError(f"{VARS_FILE.name} {where}: bad refuse entry {name!r}")
-        skipped.append(Skipped(name, require(spec, "why", str, f"{VARS_FILE.name} {name}")))
+            try:
+                chosen.append(Variable(name, require(spec, "value", str, at).format(**fields), why))
+            except (KeyError, IndexError):
+                raise UserError(f"{at}: unknown placeholder") from None
     return chosen, skipped
 
 

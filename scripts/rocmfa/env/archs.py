@@ -8,7 +8,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ class Arch:
     ck_mha: bool
     vllm_aiter: bool
     vllm_note: str
-    peak_tflops: Mapping[str, float] = field(default_factory=dict)
     limits: tuple[str, ...] = ()
     therock_family: str | None = None  # TheRock's cmake family where no legacy index exists
     # (release, pack): releases this repository's patch set (patches/aotriton/<commit>/) adds
@@ -115,9 +114,6 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     packs = tables("aotriton_packs", "since", "pack")
     experimental = tables("aotriton_experimental", "since", "until")
     patched = tables("aotriton_patched", "release", "pack")
-    peaks = {d: get(f"peak_tflops_{d}", (int, float)) for d in ("fp16", "bf16")}
-    if any(v is not None and v <= 0 for v in peaks.values()):
-        raise UserError(f"{where}: peak_tflops_fp16/_bf16 must be positive numbers")
     since = get("aotriton_since")
     try:
         for entry in (*packs, *experimental, *patched, (since or "0",)):
@@ -137,7 +133,6 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         ck_mha=require(raw, "ck_mha", bool, where),
         vllm_aiter=require(raw, "vllm_aiter", bool, where),
         vllm_note=require(raw, "vllm_note", str, where),
-        peak_tflops={d: float(v) for d, v in peaks.items() if v is not None},
         limits=tuple(get("limits", list, [])),
         therock_family=get("therock_family"),
         aotriton_patched=patched,

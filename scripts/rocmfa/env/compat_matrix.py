@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.env import archs, rocm_sdk
+from rocmfa.env import archs
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
 from rocmfa.plumbing.errors import UserError
@@ -113,7 +113,7 @@ def table() -> dict[str, Any]:
 def pinned_build() -> dict[str, Any]:
     """The tree build_pytorch builds (pins/pytorch.toml) and the AOTriton its own aotriton.cmake
     names as update_pins recorded it, next to pins/aotriton.toml; no network."""
-    directory = rocm_sdk.pins_dir()
+    directory = pin_files.pins_dir()
     try:
         torch = pin_files.table_of(directory / "pytorch.toml", "pytorch")
         aotriton = pin_files.table_of(directory / "aotriton.toml", "aotriton")
@@ -129,14 +129,6 @@ def pinned_build() -> dict[str, Any]:
         "names": names,
         "pinned_aotriton": f"{aotriton.get('version')} {str(aotriton.get('commit'))[:12]}",
     }
-
-
-def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
-    """What the screen shows broken: a bad arch value (not a missing GPU), unparsable pins."""
-    host = str(report.get("host", ""))
-    bad_arch = requested and host.startswith("no arch (")  # --arch or $ROCMFA_ARCH
-    broken = [host.removeprefix("no arch (").removesuffix(")")] if bad_arch else []
-    return broken + [e for e in [report["pinned_build"].get("error")] if e]
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -182,15 +174,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def host_line(requested: str | None = None, aotriton_version: str | None = None,
-              choice: archs.ArchChoice | None = None) -> str:  # fmt: skip
+def host_line(requested: str | None = None, choice: archs.ArchChoice | None = None) -> str:
     """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
     try:
         choice = choice or archs.resolve_arch(requested)
     except UserError as e:
         return f"no arch ({e})"
-    version = aotriton_version or pinned_aotriton_version()
-    if not version:
+    if not (version := pinned_aotriton_version()):
         return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
     found = f", image pack amd-{pack(choice.arch, version)}" if pack(choice.arch, version) else ""
     verdict = LABELS[state(choice.arch, version)]
@@ -199,7 +189,7 @@ def host_line(requested: str | None = None, aotriton_version: str | None = None,
 
 def pinned_aotriton_version() -> str | None:
     try:
-        return pin_files.aotriton_version(rocm_sdk.pins_dir())
+        return pin_files.aotriton_version(pin_files.pins_dir())
     except UserError:
         return None
 
@@ -237,8 +227,11 @@ def announce(lines: list[str], say: Any = print) -> None:
 
 
 def matrix(opts: MatrixOptions) -> None:
-    report = table()
-    report["host"] = host_line(opts.arch)
+    report = table() | {"host": host_line(opts.arch)}
     print(json.dumps(report, indent=2) + "\n" if opts.json else render_markdown(report), end="")
-    if broken := problems(report, opts.arch):  # after the screen
+    # after the screen, what it shows broken: a bad arch value (not a missing GPU), a bad pin
+    broken = [e for e in [report["pinned_build"].get("error")] if e]
+    if opts.arch and report["host"].startswith("no arch ("):  # --arch or $ROCMFA_ARCH
+        broken.insert(0, report["host"].removeprefix("no arch (").removesuffix(")"))
+    if broken:
         raise UserError(f"matrix: {'; '.join(broken)}")

@@ -28,14 +28,6 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
 
 
-def locate(
-    prefix: str | None, env_name: str | None, workdir: str | None
-) -> tuple[Manager | None, condaenv.EnvLocation, Path]:
-    """The conda manager, the env and the work dir the options name (bad --env-name: UserError)."""
-    manager = find_manager()
-    return manager, condaenv.resolve_prefix(prefix, env_name, manager), paths.workdir(workdir)
-
-
 @dataclass(frozen=True)
 class SessionEnv:
     """`ready`: setup_env has made the env at prefix; `in_env`: commands run in its activation
@@ -103,7 +95,8 @@ def open_env(where: EnvChoice, *, dry_run: bool | None = None, out: TextIO | Non
     placeholders and says so. makes_env (setup_env): the env need not exist."""
     dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
     choice = archs.resolve_arch(where.arch)
-    manager, location, work = locate(where.prefix, where.env_name, where.workdir)
+    manager, work = find_manager(), paths.workdir(where.workdir)
+    location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
     prefix = location.prefix
     ready = (prefix / condaenv.ENV_STAMP).is_file()
     if makes_env:
@@ -134,7 +127,7 @@ UPSTREAM = "upstream_sdpa"
 def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     """The script with the env's Python, fully activated; with no env given or found, the Python
     running nox when it has torch (a CPU machine without conda)."""
-    _, location, _ = locate(where.prefix, where.env_name, getattr(where, "workdir", None))
+    location = condaenv.resolve_prefix(where.prefix, where.env_name, find_manager())
     prefix = location.prefix
     python = prefix / "bin" / "python"
     env = None

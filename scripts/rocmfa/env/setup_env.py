@@ -24,7 +24,7 @@ def aotriton_version(prefix: Path) -> str | None:
     for lib in sorted(prefix.glob("lib/python3*/site-packages/torch/lib/libaotriton_v2.so.*")):
         if match := re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+\.\d+)", lib.name):
             return match.group(1)
-    return pin_files.aotriton_version(rocm_sdk.pins_dir())
+    return pin_files.aotriton_version(pin_files.pins_dir())
 
 
 @dataclass(frozen=True)
@@ -53,29 +53,20 @@ class Request:
 
 def check_prefix_usable(prefix: Path, force: bool) -> None:
     """Refuse to let the installer replace what we did not make, or write where we cannot."""
-    if prefix.exists():
-        if not prefix.is_dir():
-            raise UserError(f"env prefix {prefix} exists and is not a directory")
-        if not condaenv.is_conda_env(prefix):
-            if any(prefix.iterdir()):
-                raise UserError(
-                    f"env prefix {prefix} is a non-empty folder that is not a conda env; "
-                    "choose another --prefix"
-                )
-        elif not (prefix / condaenv.ENV_STAMP).is_file() and not force:
-            raise UserError(
-                f"conda env {prefix} exists but was not created by setup_env; installing the "
-                "lock would replace it; rerun with --force to replace it, or use "
-                "--env-name/--prefix"
-            )
-        if not os.access(prefix, os.W_OK):
-            raise UserError(f"env prefix {prefix} is not writable")
-        return
-    parent = prefix.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"env prefix {prefix} is not writable (no write access to {parent})")
+    if prefix.exists() and not prefix.is_dir():
+        raise UserError(f"env prefix {prefix} exists and is not a directory")
+    if prefix.is_dir() and not condaenv.is_conda_env(prefix) and any(prefix.iterdir()):
+        raise UserError(f"env prefix {prefix} is a non-empty folder that is not a conda env; "
+                        "choose another --prefix")  # fmt: skip
+    if condaenv.is_conda_env(prefix) and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+        raise UserError(
+            f"conda env {prefix} exists but was not created by setup_env; installing the "
+            "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
+        )
+    there = next(p for p in (prefix, *prefix.parents) if p.exists())
+    if not os.access(there, os.W_OK):
+        where = f" (no write access to {there})" if there != prefix else ""
+        raise UserError(f"env prefix {prefix} is not writable{where}")
 
 
 def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
@@ -181,7 +172,7 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
     """Doctor's path line, then the next command."""
     from rocmfa.env.doctor import FAST_PATH, MAIN_JOB, torch_path  # a no-op run needs neither
 
-    path = torch_path(request.arch, how, pin_files.aotriton_version(rocm_sdk.pins_dir()))
+    path = torch_path(request.arch, how, pin_files.aotriton_version(pin_files.pins_dir()))
     if path["kind"] != "prebuilt":
         runner.say(f"path {path['kind']}: {path['why']}")
     elif not request.with_torch:
