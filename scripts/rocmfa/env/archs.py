@@ -44,12 +44,10 @@ class Arch:
     ck_mha: bool
     vllm_aiter: bool
     vllm_note: str
-    limits: tuple[str, ...] = ()
-    therock_family: str | None = None  # TheRock's cmake family where no legacy index exists
-    # (release, pack): releases this repository's patch set (patches/aotriton/<commit>/) adds
-    # the arch to, although upstream has no kernels for it
-    aotriton_patched: tuple[tuple[str, str], ...] = ()
-    therock_torch_flash: bool = False  # TheRock's prebuilt torch has flash attention for it
+    limits: tuple[str, ...]
+    therock_family: str | None  # TheRock's cmake family where no legacy index exists
+    aotriton_patched: tuple[tuple[str, str], ...]  # (release, pack) our patch set adds it to
+    therock_torch_flash: bool  # TheRock's prebuilt torch has flash attention for it
 
     def aotriton_supported(self, version: str | None = None) -> bool:
         if self.aotriton_since is None or version is None:
@@ -79,21 +77,17 @@ class Arch:
                    for since, until in self.aotriton_experimental)  # fmt: skip
 
 
-def _device_extra(name: str) -> str | None:
-    """TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming."""
+def _bundles(name: str) -> list[Any]:
+    """rocm-bootstrap's target -> sub-family -> family bundles; [] for a target it does not know."""
     try:
-        target_bundle = rocm_bootstrap.packaging_chain(name)[0]
+        return list(rocm_bootstrap.packaging_chain(name))
     except ValueError:
-        return None
-    return rocm_bootstrap.device_dist_name("device", target_bundle)
+        return []
 
 
 def packaging_chain(name: str) -> tuple[str, ...]:
-    """('gfx1151', 'gfx115x', 'gfx11') from rocm-bootstrap; () for a target it does not know."""
-    try:
-        return tuple(b.key for b in rocm_bootstrap.packaging_chain(name))
-    except ValueError:
-        return ()
+    """('gfx1151', 'gfx115x', 'gfx11')."""
+    return tuple(b.key for b in _bundles(name))
 
 
 def _parse_arch(name: str, raw: Any) -> Arch:
@@ -120,12 +114,14 @@ def _parse_arch(name: str, raw: Any) -> Arch:
             aotriton_version_key(entry[0])
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
-    vendor = get("vendor", str, "amd")
+    vendor, bundles = get("vendor", str, "amd"), _bundles(name)
+    # TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming
+    extra = rocm_bootstrap.device_dist_name("device", bundles[0]) if bundles else None
     return Arch(
         name=name,
         display_name=require(raw, "name", str, where),
         vendor=vendor,
-        device_extra=_device_extra(name) if vendor == "amd" else None,
+        device_extra=extra if vendor == "amd" else None,
         legacy_family=get("legacy_family"),
         aotriton_since=since,
         aotriton_packs=packs,

@@ -330,8 +330,6 @@ def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None
 
 
 T = TypeVar("T")
-RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
-_YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
 
 
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -358,10 +356,10 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
     import rattler
 
-    deadline = time.monotonic() + RELEASE_DEADLINE_S
+    deadline = time.monotonic() + 10  # rattler lets go within microseconds: a bound on a surprise
     while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
         rattler.Version("0")
-        time.sleep(_YIELD_S)
+        time.sleep(0.0002)  # releases the GIL so rattler's thread can finish with it
     loop.close()
     if not ok:
         raise outcome
@@ -401,9 +399,8 @@ def require_suited(lock_file: Path, platform: str) -> str:
     document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
     needs = next((v.split("=")[1] for v in document["virtual_packages"]
                   if v.startswith("__glibc=")), None)  # fmt: skip
-    subdir = os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())
-    if subdir != document["platform"]:
-        raise UserError(f"{lock_file.name} is locked for {document['platform']}; this host is "
+    if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
+        raise UserError(f"{lock_file.name} is locked for {platform}; this host is "
                         f"{subdir}: its packages would not run here")  # fmt: skip
     if needs is None:
         return f"host {subdir}"
@@ -465,22 +462,19 @@ def lock(opts: LockOptions) -> None:
     write_lock(runner_for(opts), list(opts.channel))
 
 
-def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
-               lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
-    records = records_path(lock_file)
+def write_lock(runner: Runner, mirrors: list[str]) -> None:
+    records = records_path(LOCK_FILE)
+
+    def solve_and_verify() -> None:
+        locked = solve_lock(ENV_FILE, LOCK_FILE, mirrors, CUDA_CHOICE, records_file=records)
+        fresh, reason = check(ENV_FILE, LOCK_FILE)
+        if not fresh:
+            raise UserError(f"the lock written does not verify: {reason}")
+        print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
+
     where = ", ".join(mirrors) or "environment.yml's channels"
-    runner.apply(_solve_and_verify, env_file, lock_file, mirrors, records,
-                 say=f"solve {env_file.name} for {PLATFORM} with py-rattler against {where} and "
-                 f"write {lock_file.name} and {records.name}")  # fmt: skip
-
-
-def _solve_and_verify(env_file: Path, lock_file: Path, mirrors: list[str], records: Path) -> None:
-    locked = solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE,
-                                    records_file=records)  # fmt: skip
-    fresh, reason = check(env_file, lock_file)
-    if not fresh:
-        raise UserError(f"the lock written does not verify: {reason}")
-    print(f"{lock_file.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
+    runner.apply(solve_and_verify, say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
+                 f"against {where} and write {LOCK_FILE.name} and {records.name}")  # fmt: skip
 
 
 def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
@@ -489,5 +483,5 @@ def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
     try:
         fresh, reason = check(lock_file=lock_file)
     except UserError as e:
-        return {"present": True, "fresh": False, "reason": str(e)}
+        fresh, reason = False, str(e)
     return {"present": True, "fresh": fresh, "reason": reason}
