@@ -219,50 +219,6 @@ def render(report: dict[str, Any]) -> str:
     """One row per fact, `label  text`; HALF-DONE first, the next step last."""
     rows = [("HALF-DONE", line) for line in report.get("interrupted", [])]
     rows += _arch_rows(report["arch"]) + _env_rows(report["env"], report["lock"])
-    rows += [*_pin_and_build_rows(report), ("", ""), ("next", report["next"])]
-    return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
-
-
-def _arch_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
-    gpus = ", ".join(arch["detected"]) or "none"
-    rows = [("GPU", f"detected: {gpus} ({arch['detected_from']})")]
-    rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
-    if "error" in arch:
-        return [*rows, ("arch", arch["error"])]
-    path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
-    run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
-    rows += [
-        ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
-         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"),
-        ("matrix", f"{arch['matrix']} (nox -s matrix)"),
-        ("path", f"{path['kind']}: {path['why']}{run}"),
-        *([("", path["build"])] if path.get("build") else []),
-    ]  # fmt: skip
-    return rows
-
-
-def _env_rows(env: dict[str, Any], lock: dict[str, Any]) -> list[tuple[str, str]]:
-    manager, rocm, torch = env.get("manager"), env.get("rocm_sdk"), env.get("torch") or {}
-    env_vars = env.get("variables", [])
-    state = "exists, not set up" if env.get("exists") else "absent"
-    state = "set up" if env.get("set_up") else state
-    fresh = "fresh" if lock.get("fresh") else "STALE"
-    return [
-        ("manager", f"{manager['kind']} {manager['exe']} (via {manager['via']})" if manager
-         else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"),
-        ("env", f"{env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"),
-        ("lock", f"{fresh}: {lock.get('reason')}" if lock.get("present")
-         else "conda-lock.yml missing (setup_env generates it)"),
-        ("ROCm SDK", f"{rocm.get('version')} at {rocm.get('root')}" if rocm else "-"),
-        *([("ROCm SDK", env["mixed_sdk"])] if env.get("mixed_sdk") else []),
-        ("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
-         if torch.get("version") else torch.get("error", "not installed")),
-        *(("variable", f"{v['name']}={v['value']}  - {v['why']}") for v in env_vars),
-    ]  # fmt: skip
-
-
-def _pin_and_build_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = []
     for pin in report["pins"]:
         what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
         what = what[:12] if pin_files.HEX40.fullmatch(what) else what  # versions shown whole
@@ -270,7 +226,45 @@ def _pin_and_build_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("pin", pin.get("error") or f"{pin['project']}: {ref}{what} ({pin['file']})"))
     rows += [("pin line", report["line"])] if report.get("line") else []
     builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
-    return rows + [("built", build) for build in builds]
+    rows += [*(("built", build) for build in builds), ("", ""), ("next", report["next"])]
+    return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
+
+
+def _arch_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [("GPU", f"detected: {', '.join(arch['detected']) or 'none'} ({arch['detected_from']})")]
+    rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
+    if "error" in arch:
+        return [*rows, ("arch", arch["error"])]
+    path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
+    run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+    return [
+        *rows,
+        ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
+         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"),
+        ("matrix", f"{arch['matrix']} (nox -s matrix)"),
+        ("path", f"{path['kind']}: {path['why']}{run}"),
+        *([("", path["build"])] if path.get("build") else []),
+    ]  # fmt: skip
+
+
+def _env_rows(env: dict[str, Any], lock: dict[str, Any]) -> list[tuple[str, str]]:
+    manager, rocm, torch = env.get("manager"), env.get("rocm_sdk"), env.get("torch") or {}
+    state = (
+        "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
+    )
+    return [
+        ("manager", f"{manager['kind']} {manager['exe']} (via {manager['via']})" if manager
+         else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"),
+        ("env", f"{env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"),
+        ("lock", f"{'fresh' if lock.get('fresh') else 'STALE'}: {lock.get('reason')}"
+         if lock.get("present") else "conda-lock.yml missing (setup_env generates it)"),
+        ("ROCm SDK", f"{rocm.get('version')} at {rocm.get('root')}" if rocm else "-"),
+        *([("ROCm SDK", env["mixed_sdk"])] if env.get("mixed_sdk") else []),
+        ("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
+         if torch.get("version") else torch.get("error", "not installed")),
+        *(("variable", f"{v['name']}={v['value']}  - {v['why']}")
+          for v in env.get("variables", [])),
+    ]  # fmt: skip
 
 
 def problems(report: dict[str, Any]) -> list[str]:
