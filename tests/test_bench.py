@@ -69,9 +69,14 @@ def test_rate_above_peak_is_flagged_not_shown(tmp_path, capsys):
     assert "!>peak" in table and "ABOVE PEAK" in table
 
 
+def timed_row(shape, pass_name: str, median_ms: float, peak: float, causal: bool = False) -> dict:
+    row = {**shape.as_dict(), "dtype": "fp16", "causal": causal, "pass": pass_name}
+    return row | {"median_ms": median_ms, "peak_tflops": peak}
+
+
 def test_rate_below_peak_has_percentage():
     shape = sdpa_common.Shape("x", 1, 1, 1, 500, 1000)  # 1e9 FLOP forward
-    fields = bench.rates(shape, False, "fwd", 0.5, (4.0, None), 2)
+    fields = bench.rates(timed_row(shape, "fwd", 0.5, 4.0), None)
     assert fields["tflops"] == 2.0 and fields["pct_peak"] == 50.0
     assert fields["above_peak"] is False and fields["measured_tflops_above_peak"] is None
 
@@ -98,17 +103,6 @@ def test_backend_torch_rejects_is_recorded_as_unavailable(tmp_path):
     rows = doc["results"]
     assert {r["status"] for r in rows} == {"unavailable"}
     assert all(r["reason"] for r in rows)
-
-
-def test_compare_reports_matching_cases(tmp_path, capsys):
-    a = run_json(tmp_path, "--backends", "math", name="a.json")
-    b = run_json(tmp_path, "--backends", "math,flash", name="b.json")
-    assert a and b
-    capsys.readouterr()
-    rc = bench.main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
-    out = capsys.readouterr().out
-    assert rc == 0
-    assert "6 matching cases" in out and "speedup" in out
 
 
 @pytest.mark.parametrize(
@@ -141,17 +135,6 @@ def test_compare_rejects_non_result_json(tmp_path, capsys):
     assert len(err) == 2 and "not JSON" in err[0] and "no 'results' list" in err[1]
 
 
-def test_peak_comes_from_arch_data():
-    arches = sdpa_common.load_arches()
-    assert sdpa_common.peak_from_device("sm_90", "bf16", None, arches, None, {})[0] == 989.0
-    assert sdpa_common.peak_from_device("gfx908", "bf16", None, arches, None, {})[0] == 92.3
-    assert sdpa_common.peak_from_device(None, "fp16", None, arches, None, {})[0] is None
-    assert sdpa_common.peak_from_device("gfx908", "fp16", 5.0, arches, None, {}) == (
-        5.0,
-        "--peak-tflops",
-    )
-
-
 def test_runs_as_plain_script():
     """`python scripts/rocmfa/probes/bench.py` must work without the repo on sys.path (the target
     env)."""
@@ -175,7 +158,8 @@ def test_runs_as_plain_script():
 def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     # decode against 128k keys on an H200 (docs/results): 0.9619 ms for K and V read once.
     decode = sdpa_common.Shape("decode-128k-d128", 8, 32, 8, 1, 128, 131072)
-    fields = bench.rates(decode, False, "fwd", 0.9619, (1070.5, 4814.3), 2)
+    row = {**timed_row(decode, "fwd", 0.9619, 1070.5), "backend": "flash", "dtype": "bf16"}
+    fields = bench.rates(row, 4814.3)
     kv = 2 * 8 * 8 * 131072 * 128 * 2
     q_o = 2 * 8 * 32 * 1 * 128 * 2
     assert fields["bytes"] == kv + q_o + 4 * 8 * 32
@@ -184,19 +168,15 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     assert fields["pct_roof"] == pytest.approx(92.75, abs=0.1)
     assert fields["pct_peak"] < 2  # the compute % that used to be its only figure
     xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
-    prefill = bench.rates(xlarge, False, "bwd", 10.0, (1070.5, 4814.3), 2)
-    assert prefill["bound"] == "compute" and prefill["pct_roof"] == prefill["pct_peak"]
-    backward = bench.attention_bytes(xlarge, "bwd", 2)
-    elements = 16 * 16 * 4096 * 64
-    assert backward == 8 * elements * 2 + 4 * 16 * 16 * 4096  # q,k,v,o,do in; dq,dk,dv out
-    assert bench.attention_bytes(xlarge, "fwdbwd", 2) == backward + (
-        bench.attention_bytes(xlarge, "fwd", 2)
-    )
-    row = {**decode.as_dict(), "dtype": "bf16", "causal": False, "backend": "flash"}
-    row.update({"pass": "fwd", "status": "ok", "reason": None, "median_ms": 0.9619})
-    row.update(min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6, **fields)
+    prefill = {p: bench.rates(timed_row(xlarge, p, 10.0, 1070.5), 4814.3) for p in bench.PASSES}
+    assert prefill["bwd"]["bound"] == "compute"
+    assert prefill["bwd"]["pct_roof"] == prefill["bwd"]["pct_peak"]
+    elements = 16 * 16 * 4096 * 64  # q,k,v,o,do in; dq,dk,dv out
+    assert prefill["bwd"]["bytes"] == 8 * elements * 2 + 4 * 16 * 16 * 4096
+    assert prefill["fwdbwd"]["bytes"] == prefill["bwd"]["bytes"] + prefill["fwd"]["bytes"]
+    row.update(status="ok", reason=None, min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6)
     prov = {"device_name": "H200", "arch": "sm_90", "torch": "x", "peak_note": "p"}
-    table = bench.render_table([bench.complete_row(row)], prov, "device: test")
+    table = bench.render_table([row | fields], prov, "device: test")
     line = next(x for x in table.splitlines() if x.startswith("decode-128k"))
     assert "4465" in line and "memory" in line and "92.8" in line
 
@@ -227,12 +207,17 @@ def test_dry_run_names_the_device_and_runs_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_compare_with_nothing_in_common_or_a_negative_threshold_is_refused(tmp_path, capsys):
-    run_json(tmp_path, "--backends", "math", name="a.json")
-    run_json(tmp_path, "--backends", "flash", name="b.json")
+def test_compare_matches_cases_and_refuses_nothing_in_common_or_a_negative_threshold(
+    tmp_path, capsys
+):
+    a, b, c = (str(tmp_path / f"{name}.json") for name in "abc")
+    for path, backends in ((a, "math"), (b, "math,flash"), (c, "flash")):
+        run_json(tmp_path, "--backends", backends, name=Path(path).name)
     capsys.readouterr()
-    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
-    assert bench.main(["--compare", a, b]) == 2
+    assert bench.main(["--compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "6 matching cases" in out and "speedup" in out
+    assert bench.main(["--compare", a, c]) == 2
     assert bench.main(["--compare", a, a, "--threshold-pct", "-5"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "nothing to compare" in err[0] and "negative" in err[1]

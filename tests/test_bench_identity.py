@@ -40,6 +40,10 @@ def test_peak_is_computed_from_the_card_and_falls_back_to_the_table():
     no_clock = dict(h100, max_clock_mhz=None)
     peak, source = sdpa_common.peak_from_device("sm_90", "fp16", None, arches, no_clock, rates)
     assert peak == 989.0 and source.startswith("table fallback (no engine clock)")
+    assert sdpa_common.peak_from_device("gfx908", "bf16", None, arches, None, rates)[0] == 92.3
+    assert sdpa_common.peak_from_device(None, "fp16", None, arches, None, rates)[0] is None
+    override = sdpa_common.peak_from_device("gfx908", "fp16", 5.0, arches, None, rates)
+    assert override == (5.0, "--peak-tflops")
     # Each rate reproduces the spec sheet it names (units x clock x rate).
     assert all(rate["source"] for rate in rates.values())
 
@@ -72,7 +76,8 @@ def test_query_length_other_than_key_length_runs_and_counts_flops():
     timer = bench.Timer(torch.device("cpu"))
     row = bench.run_pass(timer, tensors, False, "math", "fwd", opts)
     assert row["status"] == "ok" and row["kernel_ms"] is None
-    assert bench.attention_flops(shape, False, "fwd") == 4 * 1 * 4 * 8 * 32 * 16
+    timed = {**shape.as_dict(), "dtype": "bf16", "causal": False, "pass": "fwd", "median_ms": 1.0}
+    assert bench.rates(timed | {"peak_tflops": None}, None)["flops"] == 4 * 1 * 4 * 8 * 32 * 16
     math_bytes = bench.estimate_bytes(shape, "math", 2)
     assert math_bytes > bench.estimate_bytes(shape, "flash", 2)
 

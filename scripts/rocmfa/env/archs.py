@@ -4,10 +4,11 @@ HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, n
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,10 @@ class Arch:
     ck_mha: bool
     vllm_aiter: bool
     vllm_note: str
-    peak_tflops: Mapping[str, float] = field(default_factory=dict)
-    limits: tuple[str, ...] = ()
-    therock_family: str | None = None  # TheRock's cmake family where no legacy index exists
-    # (release, pack): releases this repository's patch set (patches/aotriton/<commit>/) adds
-    # the arch to, although upstream has no kernels for it
-    aotriton_patched: tuple[tuple[str, str], ...] = ()
-    therock_torch_flash: bool = False  # TheRock's prebuilt torch has flash attention for it
+    limits: tuple[str, ...]
+    therock_family: str | None  # TheRock's cmake family where no legacy index exists
+    aotriton_patched: tuple[tuple[str, str], ...]  # (release, pack) our patch set adds it to
+    therock_torch_flash: bool  # TheRock's prebuilt torch has flash attention for it
 
     def aotriton_supported(self, version: str | None = None) -> bool:
         if self.aotriton_since is None or version is None:
@@ -79,21 +77,17 @@ class Arch:
                    for since, until in self.aotriton_experimental)  # fmt: skip
 
 
-def _device_extra(name: str) -> str | None:
-    """TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming."""
+def _bundles(name: str) -> list[Any]:
+    """rocm-bootstrap's target -> sub-family -> family bundles; [] for a target it does not know."""
     try:
-        target_bundle = rocm_bootstrap.packaging_chain(name)[0]
+        return list(rocm_bootstrap.packaging_chain(name))
     except ValueError:
-        return None
-    return rocm_bootstrap.device_dist_name("device", target_bundle)
+        return []
 
 
 def packaging_chain(name: str) -> tuple[str, ...]:
-    """('gfx1151', 'gfx115x', 'gfx11') from rocm-bootstrap; () for a target it does not know."""
-    try:
-        return tuple(b.key for b in rocm_bootstrap.packaging_chain(name))
-    except ValueError:
-        return ()
+    """('gfx1151', 'gfx115x', 'gfx11')."""
+    return tuple(b.key for b in _bundles(name))
 
 
 def _parse_arch(name: str, raw: Any) -> Arch:
@@ -114,21 +108,20 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     packs = tables("aotriton_packs", "since", "pack")
     experimental = tables("aotriton_experimental", "since", "until")
     patched = tables("aotriton_patched", "release", "pack")
-    peaks = {d: get(f"peak_tflops_{d}", (int, float)) for d in ("fp16", "bf16")}
-    if any(v is not None and v <= 0 for v in peaks.values()):
-        raise UserError(f"{where}: peak_tflops_fp16/_bf16 must be positive numbers")
     since = get("aotriton_since")
-    for version in [since, *(entry[0] for entry in (*packs, *experimental, *patched))]:
-        try:
-            version is None or aotriton_version_key(version)
-        except UserError as e:
-            raise UserError(f"{where}: {e}") from None
-    vendor = get("vendor", str, "amd")
+    try:
+        for entry in (*packs, *experimental, *patched, (since or "0",)):
+            aotriton_version_key(entry[0])
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    vendor, bundles = get("vendor", str, "amd"), _bundles(name)
+    # TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming
+    extra = rocm_bootstrap.device_dist_name("device", bundles[0]) if bundles else None
     return Arch(
         name=name,
         display_name=require(raw, "name", str, where),
         vendor=vendor,
-        device_extra=_device_extra(name) if vendor == "amd" else None,
+        device_extra=extra if vendor == "amd" else None,
         legacy_family=get("legacy_family"),
         aotriton_since=since,
         aotriton_packs=packs,
@@ -136,7 +129,6 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         ck_mha=require(raw, "ck_mha", bool, where),
         vllm_aiter=require(raw, "vllm_aiter", bool, where),
         vllm_note=require(raw, "vllm_note", str, where),
-        peak_tflops={d: float(v) for d, v in peaks.items() if v is not None},
         limits=tuple(get("limits", list, [])),
         therock_family=get("therock_family"),
         aotriton_patched=patched,
@@ -144,60 +136,57 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     )
 
 
+@functools.cache
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
-    """The arch table (about 4 ms to read and check)."""
-    table = arch_data(path).get("arch")  # the file as the option check read it
+    """The arch table, read and checked once per file."""
+    table = arch_data(path).get("arch")
     if not isinstance(table, dict) or not table:
         raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
     return {name: _parse_arch(name, raw) for name, raw in table.items()}
 
 
-def get_arch(name: str, arches: Mapping[str, Arch] | None = None) -> Arch:
-    arches = load_arches() if arches is None else arches
+def get_arch(name: str) -> Arch:
+    arches = load_arches()
     key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
     if key not in arches:
         raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
     return arches[key]
 
 
-def parse_hsa_override(value: str) -> str:
-    """HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal) -> 'gfx1100'."""
-    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())
-    if not match:
-        raise UserError(
-            f"HSA_OVERRIDE_GFX_VERSION={value!r} is invalid (ROCr wants major.minor.stepping, "
-            "decimal, e.g. 11.0.0)"
+def explain_override(value: str | None, real: str) -> str | None:
+    """One sentence about HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal), or None when unset."""
+    if not value:
+        return None
+    if not (match := re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())):
+        return (
+            f"HSA_OVERRIDE_GFX_VERSION={value} is invalid: ROCr rejects it "
+            "(format major.minor.stepping, decimal)"
         )
     major, minor, step = (int(g) for g in match.groups())
     try:  # rocm-bootstrap's table; LLVM's spelling (stepping in hex) when it does not know it
-        return parse_gfx_target_version(major * 10000 + minor * 100 + step).name
+        reported = parse_gfx_target_version(major * 10000 + minor * 100 + step).name
     except ValueError:
-        return f"gfx{major}{minor}{step:x}"
+        reported = f"gfx{major}{minor}{step:x}"
+    if reported == real:
+        return f"HSA_OVERRIDE_GFX_VERSION={value} matches the real arch ({real})"
+    return (
+        f"HSA_OVERRIDE_GFX_VERSION={value} makes ROCr report {reported} although the GPU is "
+        f"{real}: kernels built for {reported} run on {real}; builds here target the real arch "
+        "(pass --arch to choose otherwise)"
+    )
 
 
 @dataclass(frozen=True)
 class Detection:
     gpus: tuple[str, ...]
     source: str
-    hsa_override: str | None = None
-    hsa_override_arch: str | None = None
-
-    @property
-    def primary(self) -> str | None:
-        return self.gpus[0] if self.gpus else None
+    override: str | None = None  # explain_override's sentence
 
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
     """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's; rocm-bootstrap lists
     '10' before '2')."""
     environ = os.environ if environ is None else environ
-    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
-    override_arch = None
-    if override:
-        try:
-            override_arch = parse_hsa_override(override)
-        except UserError:
-            override_arch = "invalid"
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:
         found = sorted(rocm_bootstrap.detect_gpus(), key=lambda gpu: gpu.node_id)
@@ -213,7 +202,8 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    return Detection(gpus, source, override, override_arch)
+    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    return Detection(gpus, source, explain_override(override, (*gpus, "unknown")[0]))
 
 
 @dataclass(frozen=True)
@@ -224,36 +214,14 @@ class ArchChoice:
 
 
 def resolve_arch(requested: str | None, *, environ: Mapping[str, str] | None = None,
-                 arches: Mapping[str, Arch] | None = None, detection: Detection | None = None
-                 ) -> ArchChoice:  # fmt: skip
+                 detection: Detection | None = None) -> ArchChoice:  # fmt: skip
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
-    environ = os.environ if environ is None else environ
     detection = detect_gpus(environ) if detection is None else detection
     if requested:
-        return ArchChoice(get_arch(requested, arches), origin(requested, "--arch"), detection)
+        return ArchChoice(get_arch(requested), origin(requested, "--arch"), detection)
     if not detection.gpus:
         raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
     how = detection.source
     if len(set(detection.gpus)) > 1:
         how += f"; several GPU archs {', '.join(detection.gpus)}, using the first (node order)"
-    return ArchChoice(get_arch(detection.primary, arches), how, detection)
-
-
-def explain_override(detection: Detection) -> str | None:
-    """One sentence about HSA_OVERRIDE_GFX_VERSION, or None when it is not set."""
-    if not detection.hsa_override:
-        return None
-    if detection.hsa_override_arch == "invalid":
-        return (
-            f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} is invalid: ROCr rejects it "
-            "(format major.minor.stepping, decimal)"
-        )
-    real = detection.primary or "unknown"
-    if detection.hsa_override_arch == real:
-        return f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} matches the real arch ({real})"
-    return (
-        f"HSA_OVERRIDE_GFX_VERSION={detection.hsa_override} makes ROCr report "
-        f"{detection.hsa_override_arch} although the GPU is {real}: kernels built for "
-        f"{detection.hsa_override_arch} run on {real}; builds here target the real arch "
-        "(pass --arch to choose otherwise)"
-    )
+    return ArchChoice(get_arch(detection.gpus[0]), how, detection)

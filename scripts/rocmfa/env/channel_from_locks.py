@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
+from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
 
-SOURCES_FILE = REPO_ROOT / "scripts" / "rocmfa" / "data" / "conda_sources.toml"
+SOURCES_FILE = DATA_DIR / "conda_sources.toml"
 # The repodata fields a channel entry keeps (what a solver and an installer read); a lock
 # writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
 RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
@@ -30,60 +30,50 @@ RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constra
                  "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Record:
-    subdir: str
-    filename: str
-    entry: dict[str, Any]
-    source: str
-
-
 def repodata_entry(record: Any) -> dict[str, Any]:
     """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS but empty ones (not depends)."""
     data = json.loads(record.to_json())
     entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
-    entry.setdefault("depends", [])
-    return entry
+    return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
-def read_pixi_lock(path: Path, source: str, platform: str) -> list[Record]:
-    """Every conda record of every environment of a pixi.lock for platform (and noarch)."""
+def read_pixi_lock(path: Path, platform: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """{(subdir, filename): entry} of every environment of a pixi.lock for platform (+ noarch)."""
     import rattler
 
     try:
         lock = rattler.LockFile.from_path(path)
     except Exception as e:  # rattler's parse errors
-        raise UserError(f"{source}: not a readable pixi.lock ({str(e).splitlines()[0]})") from None
-    return [Record(record.subdir, record.file_name, repodata_entry(record), source)
+        raise UserError(f"{path}: not a readable pixi.lock ({str(e).splitlines()[0]})") from None
+    return {(record.subdir, record.file_name): repodata_entry(record)
             for _name, env in lock.environments() for on in env.platforms() if on.name == platform
-            for record in env.conda_repodata_records_for_platform(on) or []]  # fmt: skip
+            for record in env.conda_repodata_records_for_platform(on) or []}  # fmt: skip
 
 
-def merge(records: list[Record]) -> tuple[dict[tuple[str, str], Record], dict[str, list[str]]]:
-    """One record per (subdir, filename), in any order: (chosen, sources per filename), or a
-    UserError naming the files the sources disagree on."""
-    by_file: dict[tuple[str, str], list[Record]] = {}
-    for record in sorted(records, key=lambda r: r.source):  # messages the same in any order
-        by_file.setdefault((record.subdir, record.filename), []).append(record)
+def assemble(sources: list[Path] | dict[str, Path], out: Path,
+             platform: str = "linux-64") -> dict[str, int]:  # fmt: skip
+    """sources: paths, or {label: path} (the label names the source in sources.json). In any
+    order, one record per file, or a UserError naming the files the sources disagree on."""
+    labelled = sources if isinstance(sources, dict) else {str(p): p for p in sources}
+    held: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # file -> {source: entry}
+    for label in sorted(labelled):  # messages the same in any order
+        for key, entry in read_pixi_lock(labelled[label], platform).items():
+            held.setdefault(key, {})[label] = entry
     conflicts = []
-    for (_, filename), (first, *others) in sorted(by_file.items()):
-        differ = [
-            (
-                sorted(k for k in {*first.entry, *r.entry} if first.entry.get(k) != r.entry.get(k)),
-                r.source,
-            )
-            for r in others
-        ]
-        problems = sorted({f"{', '.join(keys)} ({first.source} vs {source})"
-                           for keys, source in differ if keys})  # fmt: skip
+    for (_, filename), by_source in sorted(held.items()):
+        (first, mine), *others = by_source.items()
+        problems = sorted({f"{', '.join(keys)} ({first} vs {label})" for label, entry in others
+                           if (keys := sorted(k for k in {*mine, *entry}
+                                              if mine.get(k) != entry.get(k)))})  # fmt: skip
         conflicts += [f"{filename}: {'; '.join(problems)}"] if problems else []
     if conflicts:
-        shown = " | ".join(conflicts[:3]) + (f" | and {len(conflicts) - 3} more" if
-                                             len(conflicts) > 3 else "")  # fmt: skip
+        more = f" | and {len(conflicts) - 3} more" if len(conflicts) > 3 else ""
         raise UserError(f"{len(conflicts)} file(s) have different records in different "
-                        f"sources; drop or fix one of each pair: {shown}")  # fmt: skip
-    supplied = {key[1]: sorted({r.source for r in held}) for key, held in by_file.items()}
-    return {key: held[0] for key, held in by_file.items()}, supplied
+                        f"sources; drop or fix one of each pair: "
+                        f"{' | '.join(conflicts[:3])}{more}")  # fmt: skip
+    chosen = {key: next(iter(by_source.values())) for key, by_source in held.items()}
+    supplied = {filename: sorted(by_source) for (_, filename), by_source in held.items()}
+    return write_channel(chosen, out, platform, supplied)
 
 
 def write_channel(entries: dict[tuple[str, str], dict[str, Any]], out: Path, platform: str,
@@ -102,15 +92,6 @@ def write_channel(entries: dict[tuple[str, str], dict[str, Any]], out: Path, pla
         counts[subdir] = len(mine)
     (out / "sources.json").write_text(json.dumps(supplied, indent=1, sort_keys=True) + "\n")
     return counts
-
-
-def assemble(sources: list[Path] | dict[str, Path], out: Path,
-             platform: str = "linux-64") -> dict[str, int]:  # fmt: skip
-    """sources: paths, or {label: path} (the label names the source in sources.json)."""
-    labelled = sources if isinstance(sources, dict) else {str(p): p for p in sources}
-    records = [r for label, path in labelled.items() for r in read_pixi_lock(path, label, platform)]
-    chosen, supplied = merge(records)
-    return write_channel({k: r.entry for k, r in chosen.items()}, out, platform, supplied)
 
 
 @dataclass(frozen=True)
@@ -140,23 +121,19 @@ def named_sources(path: Path = SOURCES_FILE) -> list[Source]:
         raise UserError(f"{path}: a [[source]] lacks repo, commit, path or sha256: {e}") from None
 
 
-def verified_sources(folder: Path, sources: list[Source]) -> dict[str, Path]:
-    found = {}
-    for source in sources:
-        path = source.fetched(folder)
-        if not path.is_file():
-            raise UserError(f"{path} is missing; fetch it: curl -fsSL --create-dirs -o {path} "
-                            f"{source.raw_url}  (or: --fetch-commands)")  # fmt: skip
-        digest = stamps.file_sha256(path)
-        if digest != source.sha256:
-            raise UserError(f"{path}: sha256 {digest} is not the {source.sha256} that "
-                            f"{SOURCES_FILE.name} names for {source.label}")  # fmt: skip
-        found[source.label] = path
-    return found
-
-
 def fetch_commands(folder: Path, sources: list[Source]) -> list[str]:
     return [f"curl -fsSL --create-dirs -o {s.fetched(folder)} {s.raw_url}" for s in sources]
+
+
+def verified_sources(folder: Path, sources: list[Source]) -> dict[str, Path]:
+    for source, fetch in zip(sources, fetch_commands(folder, sources), strict=True):
+        path = source.fetched(folder)
+        if not path.is_file():
+            raise UserError(f"{path} is missing; fetch it: {fetch}  (or: --fetch-commands)")
+        if (digest := stamps.file_sha256(path)) != source.sha256:
+            raise UserError(f"{path}: sha256 {digest} is not the {source.sha256} that "
+                            f"{SOURCES_FILE.name} names for {source.label}")  # fmt: skip
+    return {source.label: source.fetched(folder) for source in sources}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    summary = ", ".join(f"{n} in {s}" for s, n in counts.items())
-    print(f"{args.out.resolve().as_uri()}: {summary}")
+    print(f"{args.out.resolve().as_uri()}: {', '.join(f'{n} in {s}' for s, n in counts.items())}")
     return 0
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.env import archs, rocm_sdk
+from rocmfa.env import archs
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
 from rocmfa.plumbing.errors import UserError
@@ -83,47 +83,37 @@ def pack(arch: archs.Arch, version: str) -> str | None:
     return arch.aotriton_pack(version) or arch.aotriton_patched_pack(version)
 
 
-def table(
-    arches: Mapping[str, archs.Arch] | None = None, data: MatrixData | None = None
-) -> dict[str, Any]:
-    arches = archs.load_arches() if arches is None else arches
-    data = load_matrix() if data is None else data
+def table() -> dict[str, Any]:
+    data = load_matrix()
     rows = []
-    for arch in arches.values():
-        cells = {}
-        for release in data.releases:
-            found = pack(arch, release.version)
-            cells[release.version] = {"state": state(arch, release.version)} | (
-                {"pack": f"amd-{found}"} if found else {}
-            )
+    for arch in archs.load_arches().values():
+        cells = {
+            r.version: {"state": state(arch, r.version)}
+            | ({"pack": f"amd-{found}"} if (found := pack(arch, r.version)) else {})
+            for r in data.releases
+        }
         retired = [{"name": name, "why": why, "source": src}
                    for name, (on, why, src) in data.retired.items() if on == arch.name]  # fmt: skip
         rows.append({
-            "arch": arch.name,
-            "name": arch.display_name,
-            "vendor": arch.vendor,
-            "hierarchy": list(archs.packaging_chain(arch.name)),
-            "cells": cells,
+            "arch": arch.name, "name": arch.display_name, "vendor": arch.vendor,
+            "hierarchy": list(archs.packaging_chain(arch.name)), "cells": cells,
             "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
         } | ({"retired": retired} if retired else {}))  # fmt: skip
-    torch = sorted(data.torch.items(), key=lambda kv: tuple(int(p) for p in kv[0].split(".")))
+    torch = sorted(data.torch.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
     return {
-        "releases": [
-            dataclasses.asdict(r) | {"experimental": list(r.experimental)} for r in data.releases
-        ],
-        "torch": [
-            {"torch": series, "tree": tree, "aotriton": v, "source": src}
-            for series, (v, src, tree) in torch
-        ],
+        "releases": [dataclasses.asdict(r) | {"experimental": list(r.experimental)}
+                     for r in data.releases],
+        "torch": [{"torch": series, "tree": tree, "aotriton": v, "source": src}
+                  for series, (v, src, tree) in torch],
         "pinned_build": pinned_build(),
         "arches": rows,
-    }
+    }  # fmt: skip
 
 
 def pinned_build() -> dict[str, Any]:
     """The tree build_pytorch builds (pins/pytorch.toml) and the AOTriton its own aotriton.cmake
     names as update_pins recorded it, next to pins/aotriton.toml; no network."""
-    directory = rocm_sdk.pins_dir()
+    directory = pin_files.pins_dir()
     try:
         torch = pin_files.table_of(directory / "pytorch.toml", "pytorch")
         aotriton = pin_files.table_of(directory / "aotriton.toml", "aotriton")
@@ -141,66 +131,56 @@ def pinned_build() -> dict[str, Any]:
     }
 
 
-def problems(report: Mapping[str, Any], requested: str | None) -> list[str]:
-    """What the screen shows broken: a bad arch value (not a missing GPU), unparsable pins."""
-    host = str(report.get("host", ""))
-    bad_arch = requested and host.startswith("no arch (")  # --arch or $ROCMFA_ARCH
-    broken = [host.removeprefix("no arch (").removesuffix(")")] if bad_arch else []
-    return broken + [e for e in [report["pinned_build"].get("error")] if e]
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [f"| {' | '.join(cells)} |" for cells in [header, ["---"] * len(header), *rows]]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
-    lines.append("| arch | " + " | ".join(versions) + " |")
-    lines.append("|---|" + "---|" * len(versions))
-    for row in (row for row in report["arches"] if row["vendor"] == "amd"):
-        cells = [(row["cells"][v], SHORT.get(row["cells"][v]["state"], "-")) for v in versions]
-        cells = [text + (f" {cell['pack']}" if "pack" in cell else "") for cell, text in cells]
-        lines.append(f"| {row['arch']} ({row['name']}) | " + " | ".join(cells) + " |")
+    rows = [row for row in report["arches"] if row["vendor"] == "amd"]
+    cells = [[f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
+              for c in map(row["cells"].get, versions)] for row in rows]  # fmt: skip
+    lines += markdown_table(
+        ["arch", *versions],
+        [[f"{r['arch']} ({r['name']})", *c] for r, c in zip(rows, cells, strict=True)],
+    )
     lines += [
         "",
         f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
         " patched: no upstream kernels, built from source with this repository's patch set"
         " (patches/aotriton/<commit>/); -: none. amd-...: image pack"
         " (0.10b and older: one tarball with every arch's images).",
+        "",
+        "## AOTriton each torch series expects (the trees TheRock builds wheels from)",
+        "",
     ]
-    lines += ["", "## AOTriton each torch series expects (the trees TheRock builds wheels from)"]
-    lines += ["", "| torch | tree | AOTriton | source |", "|---|---|---|---|"]
-    lines += [
-        f"| {t['torch']} | {t.get('tree', '')} | {t['aotriton']} | {t['source']} |"
-        for t in report["torch"]
-    ]
-    if (built := report.get("pinned_build") or {}) and "error" not in built:
+    lines += markdown_table(["torch", "tree", "AOTriton", "source"],
+                            [[t["torch"], t["tree"], t["aotriton"], t["source"]]
+                             for t in report["torch"]])  # fmt: skip
+    if "error" not in (built := report["pinned_build"]):
         lines += ["", "## The pinned source build (build_pytorch)", "",
                   f"- torch: {built['torch']} (pins/pytorch.toml)",
                   f"- its aotriton.cmake names: {built['names']}",
                   f"- pins/aotriton.toml: {built['pinned_aotriton']} "
                   "(same release line required)"]  # fmt: skip
     lines += ["", "## Sources", ""]
-    lines += [
-        f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
-    ]
-    lines += [
-        f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
-        for row in report["arches"]
-        for r in row.get("retired", ())
-    ]
+    lines += [f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}"
+              for r in report["releases"]]  # fmt: skip
+    lines += [f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
+              for row in report["arches"] for r in row.get("retired", ())]  # fmt: skip
     lines.append("- per-arch support and image packs: scripts/rocmfa/data/arches.toml")
-    if report.get("host"):
-        lines += ["", f"This host: {report['host']}"]
+    lines += ["", f"This host: {report['host']}"] if report.get("host") else []
     return "\n".join(lines) + "\n"
 
 
-def host_line(requested: str | None = None, aotriton_version: str | None = None,
-              choice: archs.ArchChoice | None = None) -> str:  # fmt: skip
+def host_line(requested: str | None = None, choice: archs.ArchChoice | None = None) -> str:
     """One line for doctor/matrix: this host's arch and what the pinned AOTriton gives it."""
     try:
         choice = choice or archs.resolve_arch(requested)
     except UserError as e:
         return f"no arch ({e})"
-    version = aotriton_version or pinned_aotriton_version()
-    if not version:
+    if not (version := pinned_aotriton_version()):
         return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
     found = f", image pack amd-{pack(choice.arch, version)}" if pack(choice.arch, version) else ""
     verdict = LABELS[state(choice.arch, version)]
@@ -209,7 +189,7 @@ def host_line(requested: str | None = None, aotriton_version: str | None = None,
 
 def pinned_aotriton_version() -> str | None:
     try:
-        return pin_files.aotriton_version(rocm_sdk.pins_dir())
+        return pin_files.aotriton_version(pin_files.pins_dir())
     except UserError:
         return None
 
@@ -247,8 +227,11 @@ def announce(lines: list[str], say: Any = print) -> None:
 
 
 def matrix(opts: MatrixOptions) -> None:
-    report = table()
-    report["host"] = host_line(opts.arch)
+    report = table() | {"host": host_line(opts.arch)}
     print(json.dumps(report, indent=2) + "\n" if opts.json else render_markdown(report), end="")
-    if broken := problems(report, opts.arch):  # after the screen
+    # after the screen, what it shows broken: a bad arch value (not a missing GPU), a bad pin
+    broken = [e for e in [report["pinned_build"].get("error")] if e]
+    if opts.arch and report["host"].startswith("no arch ("):  # --arch or $ROCMFA_ARCH
+        broken.insert(0, report["host"].removeprefix("no arch (").removesuffix(")"))
+    if broken:
         raise UserError(f"matrix: {'; '.join(broken)}")

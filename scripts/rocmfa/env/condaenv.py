@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import os
 import re
 import shutil
@@ -13,9 +12,11 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import env_name as check_env_name
 from rocmfa.plumbing.options import origin
@@ -28,18 +29,15 @@ class Manager:
     found_via: str
 
 
-def _kind_of(exe: Path) -> str:
-    return next((k for k in ("micromamba", "mamba") if exe.name.lower().startswith(k)), "conda")
-
-
 def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
     """$MAMBA_EXE, then $CONDA_EXE, then micromamba, mamba, conda on PATH. Never downloads."""
     environ = os.environ if environ is None else environ
     for var in ("MAMBA_EXE", "CONDA_EXE"):
         value = environ.get(var)
         if value and os.access(value, os.X_OK):
-            exe = Path(value)
-            return Manager(_kind_of(exe), exe, f"${var}")
+            name = Path(value).name.lower()
+            kind = next((k for k in ("micromamba", "mamba") if name.startswith(k)), "conda")
+            return Manager(kind, Path(value), f"${var}")
     for name in ("micromamba", "mamba", "conda"):
         if found := shutil.which(name, path=environ.get("PATH", "")):
             return Manager(name, Path(found), "PATH")
@@ -61,15 +59,6 @@ def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path
     return [*dirs, manager.exe.resolve().parent.parent / "envs"]  # <root>/{bin,condabin}/conda
 
 
-def _registered_envs() -> list[Path]:
-    """Prefixes conda and mamba record in ~/.conda/environments.txt."""
-    try:
-        lines = (Path.home() / ".conda" / "environments.txt").read_text().splitlines()
-    except OSError:
-        return []
-    return [Path(line.strip()) for line in lines if line.strip()]
-
-
 @dataclass(frozen=True)
 class EnvLocation:
     prefix: Path
@@ -85,9 +74,6 @@ def resolve_prefix(prefix: str | None, env_name: str | None, manager: Manager | 
     name = env_name or DEFAULT_ENV_NAME
     how = origin(env_name, "--env-name") if env_name else "default name"
     check_env_name(name)
-    for registered in _registered_envs():
-        if registered.name == name and (registered / "conda-meta").is_dir():
-            return EnvLocation(registered, f"{how} '{name}' (registered env)")
     dirs = _envs_dirs(manager, environ)
     for envs_dir in dirs:
         if (envs_dir / name / "conda-meta").is_dir():
@@ -147,10 +133,7 @@ def require_env(prefix: Path) -> Path:
 
 def env_identity(prefix: Path) -> str:
     """Changes whenever setup_env (re)makes the env: in the stamps of steps installing into it."""
-    try:
-        return json.loads((prefix / ENV_STAMP).read_text()).get("inputs_digest", "")
-    except (OSError, ValueError):
-        return ""
+    return (stamps.read(prefix / ENV_STAMP) or {}).get("inputs_digest", "")
 
 
 # --- the env's torch as pip installed it -------------------------------------------------
@@ -169,18 +152,16 @@ def record_rows(record: Path) -> list[list[str]]:
 
 def torch_incomplete(site: Path) -> str | None:
     """Why the env's torch is not a whole pip install (a pip run killed midway), or None."""
-    record = torch_record(site)
-    if record is None:
+    if (record := torch_record(site)) is None:
         return "no torch-*.dist-info"
-    if not record.is_file():
+    if (files := metadata.Distribution.at(record.parent).files) is None:
         return f"{record.parent.name} has no RECORD"
-    for rel, _digest, size in record_rows(record):
+    for file in files:
         try:
-            found = (site / rel).stat().st_size
+            if file.size and file.locate().stat().st_size != file.size:
+                return f"{file} is not the size its RECORD says"
         except OSError:
-            return f"{rel} is missing"
-        if size and found != int(size):
-            return f"{rel} is not the size its RECORD says"
+            return f"{file} is missing"
     return None
 
 
@@ -190,8 +171,4 @@ def pip_pending_path(prefix: Path) -> Path:
 
 
 def pip_pending(prefix: Path) -> dict[str, Any] | None:
-    try:
-        pending = json.loads(pip_pending_path(prefix).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return pending if isinstance(pending, dict) else None
+    return stamps.read(pip_pending_path(prefix))

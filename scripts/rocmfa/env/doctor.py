@@ -30,8 +30,7 @@ from importlib import metadata
 names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
 try:
     import torch
-    found = {"version": torch.__version__, "hip": getattr(torch.version, "hip", None),
-             "cuda": torch.version.cuda}
+    found = {"version": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda}
 except Exception:
     found = {"error": "not importable"}
 rocm = {n: v for n, v in names.items() if n.startswith("rocm")}
@@ -72,7 +71,7 @@ def _arch_section(requested: str | None) -> dict[str, Any]:
     section: dict[str, Any] = {
         "detected": list(detection.gpus),
         "detected_from": detection.source,
-        "hsa_override": archs.explain_override(detection),
+        "hsa_override": detection.override,
     }
     try:
         choice = archs.resolve_arch(requested, detection=detection)
@@ -127,7 +126,7 @@ def _env_section(prefix: str | None, env_name: str | None) -> dict[str, Any]:
 
 def _pins_section() -> list[dict[str, Any]]:
     found = []
-    for path in sorted(rocm_sdk.pins_dir().glob("*.toml")):
+    for path in sorted(pin_files.pins_dir().glob("*.toml")):
         try:
             data = load_toml(path, "pin")
             if path.stem in pin_files.PROJECTS:  # what the builds check, checked the same way
@@ -141,13 +140,6 @@ def _pins_section() -> list[dict[str, Any]]:
             if entry:
                 found.append({"file": path.name, "project": table, **entry})
     return found
-
-
-def _line() -> str:
-    try:
-        return pin_files.describe_line(rocm_sdk.pins_dir())
-    except UserError as e:
-        return str(e)
 
 
 def _builds_section(work: Path) -> list[dict[str, Any]]:
@@ -200,6 +192,13 @@ def half_installed(prefix: Path | None) -> list[str]:
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
 
 
+def _pin_line() -> str:
+    try:
+        return pin_files.describe_line(pin_files.pins_dir())
+    except UserError as e:
+        return str(e)
+
+
 def gather(opts: DoctorOptions) -> dict[str, Any]:
     env = _env_section(opts.prefix, opts.env_name)
     prefix = Path(env["prefix"]) if env.get("prefix") else None
@@ -209,7 +208,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         "env": env,
         "lock": lockfile.describe(),
         "pins": _pins_section(),
-        "line": _line(),
+        "line": _pin_line(),
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
     report["next"] = _next_step(report)
@@ -220,58 +219,52 @@ def render(report: dict[str, Any]) -> str:
     """One row per fact, `label  text`; HALF-DONE first, the next step last."""
     rows = [("HALF-DONE", line) for line in report.get("interrupted", [])]
     rows += _arch_rows(report["arch"]) + _env_rows(report["env"], report["lock"])
-    rows += [*_pin_and_build_rows(report), ("", ""), ("next", report["next"])]
+    for pin in report["pins"]:
+        what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
+        what = what[:12] if pin_files.HEX40.fullmatch(what) else what  # versions shown whole
+        ref = f"{pin['ref']} " if pin.get("ref") else ""
+        rows.append(("pin", pin.get("error") or f"{pin['project']}: {ref}{what} ({pin['file']})"))
+    rows += [("pin line", report["line"])] if report.get("line") else []
+    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
+    rows += [*(("built", build) for build in builds), ("", ""), ("next", report["next"])]
     return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
 
 
 def _arch_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
-    gpus = ", ".join(arch["detected"]) or "none"
-    rows = [("GPU", f"detected: {gpus} ({arch['detected_from']})")]
+    rows = [("GPU", f"detected: {', '.join(arch['detected']) or 'none'} ({arch['detected_from']})")]
     rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
     if "error" in arch:
         return [*rows, ("arch", arch["error"])]
     path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
-    rows += [
+    return [
+        *rows,
         ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
          f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"),
         ("matrix", f"{arch['matrix']} (nox -s matrix)"),
         ("path", f"{path['kind']}: {path['why']}{run}"),
         *([("", path["build"])] if path.get("build") else []),
     ]  # fmt: skip
-    return rows
 
 
 def _env_rows(env: dict[str, Any], lock: dict[str, Any]) -> list[tuple[str, str]]:
     manager, rocm, torch = env.get("manager"), env.get("rocm_sdk"), env.get("torch") or {}
-    env_vars = env.get("variables", [])
-    state = "exists, not set up" if env.get("exists") else "absent"
-    state = "set up" if env.get("set_up") else state
-    fresh = "fresh" if lock.get("fresh") else "STALE"
+    state = (
+        "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
+    )
     return [
         ("manager", f"{manager['kind']} {manager['exe']} (via {manager['via']})" if manager
          else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"),
         ("env", f"{env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"),
-        ("lock", f"{fresh}: {lock.get('reason')}" if lock.get("present")
-         else "conda-lock.yml missing (setup_env generates it)"),
+        ("lock", f"{'fresh' if lock.get('fresh') else 'STALE'}: {lock.get('reason')}"
+         if lock.get("present") else "conda-lock.yml missing (setup_env generates it)"),
         ("ROCm SDK", f"{rocm.get('version')} at {rocm.get('root')}" if rocm else "-"),
         *([("ROCm SDK", env["mixed_sdk"])] if env.get("mixed_sdk") else []),
         ("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
          if torch.get("version") else torch.get("error", "not installed")),
-        *(("variable", f"{v['name']}={v['value']}  - {v['why']}") for v in env_vars),
+        *(("variable", f"{v['name']}={v['value']}  - {v['why']}")
+          for v in env.get("variables", [])),
     ]  # fmt: skip
-
-
-def _pin_and_build_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = []
-    for pin in report["pins"]:
-        what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
-        what = what[:12] if pin_files.HEX40.fullmatch(what) else what  # versions shown whole
-        rows.append(("pin", pin.get("error") or
-                     f"{pin['project']}: {pin.get('ref', '')} {what} ({pin['file']})"))  # fmt: skip
-    rows += [("pin line", report["line"])] if report.get("line") else []
-    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
-    return rows + [("built", build) for build in builds]
 
 
 def problems(report: dict[str, Any]) -> list[str]:

@@ -1,19 +1,11 @@
-"""conda-lock.yml, made and installed with py-rattler (the one conda solver and installer).
+"""conda-lock.yml, solved and installed with py-rattler, written and checked by conda-lock.
 
-solve_lock() (`nox -s lock`): environment.yml (as conda-lock parses it) solved by rattler against
-its channels or their mirrors (`--channel URL`), written with conda-lock's models; locked URLs
-always name environment.yml's channel. check(): the lock matches environment.yml by conda-lock's
-own content hash, offline and without CUDA (a ROCm env must not be solved against a fake
-__cuda); a fresh verdict is cached per (environment.yml, lock, conda-lock version).
-install_lock() (setup_env): the lock's packages fetched into a package cache and checked against
-the lock's sha256 before rattler's installer links only the difference. Every rattler coroutine
-runs through run_rattler (exit-time crash, see there).
-
-conda-lock.records.json beside the lock keeps the whole repodata record of every package:
-conda-lock's format keeps no `constrains`, no build strings inside dependency specs and no build
-number, which the closed-world check of the lock needs (tests/test_lockfile.py). setup_env checks
-this host against its platform and virtual packages (require_suited) before it installs
-anything; the host is read by py-rattler as conda reads it (CONDA_SUBDIR, CONDA_OVERRIDE_GLIBC).
+solve_lock() (`nox -s lock`) solves environment.yml against its channels or their mirrors
+(`--channel URL`; locked URLs name environment.yml's channel); check() compares conda-lock's own
+content hash, offline and without CUDA; install_lock() (setup_env) links the lock's packages,
+sha256-checked in a package cache, into a prefix. conda-lock.records.json keeps each package's
+whole repodata record (conda-lock's format drops constrains and build numbers, which the
+closed-world check of the lock needs; docs/conda-lock.md).
 """
 
 from __future__ import annotations
@@ -112,21 +104,6 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             yield spec, vpr, str(mapping)
 
 
-def virtual_packages(vpr: Any, platform: str = PLATFORM) -> list[rattler.GenericVirtualPackage]:
-    """The virtual packages conda-lock hashes (its FakeRepoData), for rattler's solver."""
-    import rattler
-
-    return [
-        rattler.GenericVirtualPackage(
-            rattler.PackageName(p.name),
-            rattler.Version(p.version),
-            rattler.BuildString(p.build_string or "0"),  # rattler wants one; conda uses 0
-        )
-        for p, subdirs in vpr.packages_by_subdir.items()
-        if platform in subdirs
-    ]
-
-
 def match_spec(dep: Any) -> str:
     """A conda-lock VersionedDependency as a conda match spec string."""
     parts = [dep.name, *([dep.version or "*", dep.build] if dep.build else [dep.version])]
@@ -134,20 +111,18 @@ def match_spec(dep: Any) -> str:
     return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
 
 
-def solve(specs: list[str], channels: list[str], virtual: list[Any], platform: str = PLATFORM,
+def solve(specs: list[str], channels: list[str], virtual: list[Any],
           cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
     """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
-    cache_dir = cache_dir or default_cache_dir()
-
     async def go() -> list[rattler.RepoDataRecord]:
         return await rattler.solve(
             sources=[rattler.Channel(url) for url in channels],
             specs=specs,
-            gateway=rattler.Gateway(cache_dir=cache_dir / "repodata"),
-            platforms=[platform, "noarch"],
+            gateway=rattler.Gateway(cache_dir=(cache_dir or default_cache_dir()) / "repodata"),
+            platforms=[PLATFORM, "noarch"],
             virtual_packages=virtual,
         )
 
@@ -200,6 +175,7 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
                cache_dir: Path | None = None,
                records_file: Path | None = None) -> list[Any]:  # fmt: skip
     """Solve env_file for linux-64 into lock_file (and records_file: load())."""
+    import rattler
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -213,7 +189,17 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
         specs = [match_spec(d) for d in conda_deps]
         say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-        virtual = virtual_packages(vpr)
+        # conda-lock's virtual packages (its FakeRepoData, the ones it hashes); rattler wants
+        # a build string where conda uses 0
+        virtual = [
+            rattler.GenericVirtualPackage(
+                rattler.PackageName(p.name),
+                rattler.Version(p.version),
+                rattler.BuildString(p.build_string or "0"),
+            )
+            for p, subdirs in vpr.packages_by_subdir.items()
+            if PLATFORM in subdirs
+        ]
         records = solve(specs, sources, virtual, cache_dir=cache_dir)
         hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
@@ -344,8 +330,6 @@ def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None
 
 
 T = TypeVar("T")
-RELEASE_DEADLINE_S = 10.0  # rattler lets go within microseconds; this only bounds a surprise
-_YIELD_S = 0.0002  # releases the GIL so rattler's thread can finish with it
 
 
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -372,10 +356,10 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
     import rattler
 
-    deadline = time.monotonic() + RELEASE_DEADLINE_S
+    deadline = time.monotonic() + 10  # rattler lets go within microseconds: a bound on a surprise
     while sys.getrefcount(loop) > baseline and time.monotonic() < deadline:
         rattler.Version("0")
-        time.sleep(_YIELD_S)
+        time.sleep(0.0002)  # releases the GIL so rattler's thread can finish with it
     loop.close()
     if not ok:
         raise outcome
@@ -415,9 +399,8 @@ def require_suited(lock_file: Path, platform: str) -> str:
     document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
     needs = next((v.split("=")[1] for v in document["virtual_packages"]
                   if v.startswith("__glibc=")), None)  # fmt: skip
-    subdir = os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())
-    if subdir != document["platform"]:
-        raise UserError(f"{lock_file.name} is locked for {document['platform']}; this host is "
+    if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
+        raise UserError(f"{lock_file.name} is locked for {platform}; this host is "
                         f"{subdir}: its packages would not run here")  # fmt: skip
     if needs is None:
         return f"host {subdir}"
@@ -479,22 +462,19 @@ def lock(opts: LockOptions) -> None:
     write_lock(runner_for(opts), list(opts.channel))
 
 
-def write_lock(runner: Runner, mirrors: list[str], env_file: Path = ENV_FILE,
-               lock_file: Path = LOCK_FILE) -> None:  # fmt: skip
-    records = records_path(lock_file)
+def write_lock(runner: Runner, mirrors: list[str]) -> None:
+    records = records_path(LOCK_FILE)
+
+    def solve_and_verify() -> None:
+        locked = solve_lock(ENV_FILE, LOCK_FILE, mirrors, CUDA_CHOICE, records_file=records)
+        fresh, reason = check(ENV_FILE, LOCK_FILE)
+        if not fresh:
+            raise UserError(f"the lock written does not verify: {reason}")
+        print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
+
     where = ", ".join(mirrors) or "environment.yml's channels"
-    runner.apply(_solve_and_verify, env_file, lock_file, mirrors, records,
-                 say=f"solve {env_file.name} for {PLATFORM} with py-rattler against {where} and "
-                 f"write {lock_file.name} and {records.name}")  # fmt: skip
-
-
-def _solve_and_verify(env_file: Path, lock_file: Path, mirrors: list[str], records: Path) -> None:
-    locked = solve_lock(env_file, lock_file, mirrors, CUDA_CHOICE,
-                                    records_file=records)  # fmt: skip
-    fresh, reason = check(env_file, lock_file)
-    if not fresh:
-        raise UserError(f"the lock written does not verify: {reason}")
-    print(f"{lock_file.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
+    runner.apply(solve_and_verify, say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
+                 f"against {where} and write {LOCK_FILE.name} and {records.name}")  # fmt: skip
 
 
 def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
@@ -503,5 +483,5 @@ def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
     try:
         fresh, reason = check(lock_file=lock_file)
     except UserError as e:
-        return {"present": True, "fresh": False, "reason": str(e)}
+        fresh, reason = False, str(e)
     return {"present": True, "fresh": fresh, "reason": reason}

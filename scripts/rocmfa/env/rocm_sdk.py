@@ -26,18 +26,17 @@ class RocmPin:
 
     def kind_for(self, arch: Arch, kind: str | None = None) -> str:
         """ "legacy" only where TheRock has a per-family index (arches.toml legacy_family)."""
-        kind = kind or self.index
-        return "legacy" if kind == "legacy" and arch.legacy_family else "multi-arch"
+        return "legacy" if (kind or self.index) == "legacy" and arch.legacy_family else "multi-arch"
 
     def index_note(self, arch: Arch, kind: str | None = None) -> str:
         """Why the multi-arch index is used although "legacy" was asked for ('' otherwise)."""
-        if (kind or self.index) == "legacy" and self.kind_for(arch, kind) != "legacy":
-            return (
-                f"{arch.name}: TheRock has no legacy per-family index (its "
-                "docs/packaging/legacy_per_family_releases.md lists none); using the multi-arch "
-                f"index with the {arch.device_extra} extra"
-            )
-        return ""
+        if (kind or self.index) != "legacy" or arch.legacy_family:
+            return ""
+        return (
+            f"{arch.name}: TheRock has no legacy per-family index (its "
+            "docs/packaging/legacy_per_family_releases.md lists none); using the multi-arch "
+            f"index with the {arch.device_extra} extra"
+        )
 
     def index_url(self, arch: Arch, kind: str | None = None) -> str:
         if self.kind_for(arch, kind) == "multi-arch":
@@ -46,12 +45,10 @@ class RocmPin:
 
     def requirement(self, arch: Arch, kind: str | None = None) -> str:
         """rocm[libraries,devel,device-gfxNNNN]==V (the device extra only on multi-arch)."""
-        extras = list(self.extras)
-        if self.kind_for(arch, kind) == "multi-arch":
-            if not arch.device_extra:
-                raise UserError(f"{arch.name} has no TheRock device package")
-            extras.append(arch.device_extra)
-        return f"rocm[{','.join(extras)}]=={self.version}"
+        device = [arch.device_extra] if self.kind_for(arch, kind) == "multi-arch" else []
+        if device == [None]:
+            raise UserError(f"{arch.name} has no TheRock device package")
+        return f"rocm[{','.join([*self.extras, *device])}]=={self.version}"
 
     def torch_requirement(self, arch: Arch, kind: str | None = None) -> str:
         if self.kind_for(arch, kind) == "multi-arch" and arch.device_extra:
@@ -64,25 +61,18 @@ def load_pin(path: Path | None = None) -> RocmPin:
     data = load_toml(path, "ROCm pin")
     where = f"{path.name} [rocm]"
     rocm = require(data, "rocm", dict, path.name)
-    index = require(rocm, "index", str, where)
-    if index not in INDEX_KINDS:
+    if (index := require(rocm, "index", str, where)) not in INDEX_KINDS:
         raise UserError(f"{where}: index must be one of {', '.join(INDEX_KINDS)}, got {index!r}")
+    keys = ("index", "multi_arch_index_url", "legacy_index_url", "version")
+    text = {k: require(rocm, k, str, where) for k in keys}
     extras = require(rocm, "extras", list, where)
     if not all(isinstance(e, str) for e in extras):
         raise UserError(f"{where}: extras must be strings")
-    legacy = require(rocm, "legacy_index_url", str, where)
-    if "{family}" not in legacy:
+    if "{family}" not in text["legacy_index_url"]:
         raise UserError(f"{where}: legacy_index_url needs a {{family}} placeholder")
     torch = data.get("torch", {})
-    return RocmPin(
-        index=index,
-        multi_arch_index_url=require(rocm, "multi_arch_index_url", str, where),
-        legacy_index_url=legacy,
-        version=require(rocm, "version", str, where),
-        extras=tuple(extras),
-        pre=bool(rocm.get("pre", False)),
-        torch_spec=torch.get("spec", "") if isinstance(torch, dict) else "",
-    )
+    spec = torch.get("spec", "") if isinstance(torch, dict) else ""
+    return RocmPin(**text, extras=tuple(extras), pre=bool(rocm.get("pre", False)), torch_spec=spec)
 
 
 # The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).

@@ -1,9 +1,7 @@
-"""The start every setup/build session shares (the arch, the work dir, the shared env, one Runner;
-a dry run goes on without the env, with named placeholders), and the probe sessions: each the
-standalone script scripts/rocmfa/probes/<session>.py run in the env's Python and activation;
-`guarded`, around every session (noxfile `_run`): a session that changes the work dir or the env
-holds its lock (scripts/rocmfa/plumbing/locks.py); a second one says which session holds it and
-exits non-zero. Changes to the env's torch go through pip: nothing here has a journal to recover."""
+"""The start every setup/build session shares (arch, work dir, env, one Runner; a dry run goes on
+without the env, with named placeholders), the probe sessions (scripts/rocmfa/probes/<session>.py
+in the env's Python and activation), and `guarded`: the work dir's or env's lock around a session
+that changes it (plumbing/locks.py)."""
 
 from __future__ import annotations
 
@@ -28,14 +26,6 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
-
-
-def locate(
-    prefix: str | None, env_name: str | None, workdir: str | None
-) -> tuple[Manager | None, condaenv.EnvLocation, Path]:
-    """The conda manager, the env and the work dir the options name (bad --env-name: UserError)."""
-    manager = find_manager()
-    return manager, condaenv.resolve_prefix(prefix, env_name, manager), paths.workdir(workdir)
 
 
 @dataclass(frozen=True)
@@ -105,7 +95,8 @@ def open_env(where: EnvChoice, *, dry_run: bool | None = None, out: TextIO | Non
     placeholders and says so. makes_env (setup_env): the env need not exist."""
     dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
     choice = archs.resolve_arch(where.arch)
-    manager, location, work = locate(where.prefix, where.env_name, where.workdir)
+    manager, work = find_manager(), paths.workdir(where.workdir)
+    location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
     prefix = location.prefix
     ready = (prefix / condaenv.ENV_STAMP).is_file()
     if makes_env:
@@ -136,7 +127,7 @@ UPSTREAM = "upstream_sdpa"
 def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
     """The script with the env's Python, fully activated; with no env given or found, the Python
     running nox when it has torch (a CPU machine without conda)."""
-    _, location, _ = locate(where.prefix, where.env_name, getattr(where, "workdir", None))
+    location = condaenv.resolve_prefix(where.prefix, where.env_name, find_manager())
     prefix = location.prefix
     python = prefix / "bin" / "python"
     env = None
@@ -174,8 +165,7 @@ def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
 
 def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
     """Every flag the parsers take (the probe's own, which go through to it)."""
-    actions = [action for parser in parsers for action in parser._actions]
-    return frozenset(flag for action in actions for flag in action.option_strings)
+    return frozenset(f for parser in parsers for a in parser._actions for f in a.option_strings)
 
 
 def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
@@ -195,17 +185,17 @@ def guarded(declared: Session, opts: object) -> Iterator[None]:
         yield
         return
     prefix, env_name, workdir = (getattr(opts, k, None) for k in ("prefix", "env_name", "workdir"))
+    work = paths.workdir(workdir)
     try:
-        _, location, work = locate(prefix, env_name, workdir)
-        env = location.prefix
+        env = condaenv.resolve_prefix(prefix, env_name, find_manager()).prefix
     except UserError:  # the session itself reports a bad --env-name
-        env, work = None, paths.workdir(workdir)
+        env = None
+    env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
-        env_there = env is not None and env.is_dir()
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            lock = work / locks.LOCK_NAME
-            stack.enter_context(locks.hold(lock, f"workdir {work}", declared.name))
+            stack.enter_context(
+                locks.hold(work / locks.LOCK_NAME, f"workdir {work}", declared.name)
+            )
         if declared.changes_env and env_there:
-            lock = env / ".rocmfa" / "lock"
-            stack.enter_context(locks.hold(lock, f"env {env}", declared.name))
+            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
         yield

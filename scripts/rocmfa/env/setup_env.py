@@ -24,7 +24,7 @@ def aotriton_version(prefix: Path) -> str | None:
     for lib in sorted(prefix.glob("lib/python3*/site-packages/torch/lib/libaotriton_v2.so.*")):
         if match := re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+\.\d+)", lib.name):
             return match.group(1)
-    return pin_files.aotriton_version(rocm_sdk.pins_dir())
+    return pin_files.aotriton_version(pin_files.pins_dir())
 
 
 @dataclass(frozen=True)
@@ -53,29 +53,20 @@ class Request:
 
 def check_prefix_usable(prefix: Path, force: bool) -> None:
     """Refuse to let the installer replace what we did not make, or write where we cannot."""
-    if prefix.exists():
-        if not prefix.is_dir():
-            raise UserError(f"env prefix {prefix} exists and is not a directory")
-        if not condaenv.is_conda_env(prefix):
-            if any(prefix.iterdir()):
-                raise UserError(
-                    f"env prefix {prefix} is a non-empty folder that is not a conda env; "
-                    "choose another --prefix"
-                )
-        elif not (prefix / condaenv.ENV_STAMP).is_file() and not force:
-            raise UserError(
-                f"conda env {prefix} exists but was not created by setup_env; installing the "
-                "lock would replace it; rerun with --force to replace it, or use "
-                "--env-name/--prefix"
-            )
-        if not os.access(prefix, os.W_OK):
-            raise UserError(f"env prefix {prefix} is not writable")
-        return
-    parent = prefix.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"env prefix {prefix} is not writable (no write access to {parent})")
+    if prefix.exists() and not prefix.is_dir():
+        raise UserError(f"env prefix {prefix} exists and is not a directory")
+    if prefix.is_dir() and not condaenv.is_conda_env(prefix) and any(prefix.iterdir()):
+        raise UserError(f"env prefix {prefix} is a non-empty folder that is not a conda env; "
+                        "choose another --prefix")  # fmt: skip
+    if condaenv.is_conda_env(prefix) and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+        raise UserError(
+            f"conda env {prefix} exists but was not created by setup_env; installing the "
+            "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
+        )
+    there = next(p for p in (prefix, *prefix.parents) if p.exists())
+    if not os.access(there, os.W_OK):
+        where = f" (no write access to {there})" if there != prefix else ""
+        raise UserError(f"env prefix {prefix} is not writable{where}")
 
 
 def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
@@ -114,17 +105,6 @@ def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: d
     return result
 
 
-def install_conda_packages(prefix: Path, mirrors: list[str]) -> None:
-    cache = lockfile.default_cache_dir()
-    locked = lockfile.locked_packages(lockfile.LOCK_FILE)
-    channels = sorted({lockfile.channel_of(p.url) for p in locked})
-    mapping = lockfile.parse_mirrors(mirrors, channels) if mirrors else {}
-    result = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache,
-                                      mirrors=mapping)  # fmt: skip
-    print(f"conda packages: {len(result.installed)} installed, {len(result.removed)} "
-          f"removed, {result.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
-
-
 def update_conda_packages(
     prefix: Path, stamp_file: Path, lock_sha: str, opts: SetupEnvOptions, runner: Runner
 ) -> None:
@@ -136,12 +116,20 @@ def update_conda_packages(
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
+    cache = lockfile.default_cache_dir()
+
+    def install() -> None:
+        locked = lockfile.locked_packages(lockfile.LOCK_FILE)
+        channels = sorted({lockfile.channel_of(p.url) for p in locked})
+        mirrors = lockfile.parse_mirrors(opts.channel, channels) if opts.channel else {}
+        done = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache, mirrors=mirrors)
+        print(f"conda packages: {len(done.installed)} installed, {len(done.removed)} "
+              f"removed, {done.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+
     if needs_conda:
-        cache = lockfile.default_cache_dir()
-        runner.apply(install_conda_packages, prefix, list(opts.channel),
-                     say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into {prefix} "
-                     f"with py-rattler: sha256-verified downloads into {cache}, "
-                     "then only the difference to the prefix")  # fmt: skip
+        runner.apply(install, say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into "
+                     f"{prefix} with py-rattler: sha256-verified downloads into {cache}, then "
+                     "only the difference to the prefix")  # fmt: skip
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
@@ -152,7 +140,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner, rocm = session.runner, rocm_sdk.load_pin()
     index_kind = opts.rocm_index or rocm.index
     request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
-    note = archs.explain_override(session.choice.detection)
+    note = session.choice.detection.override
     runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
     if session.arch.vendor != "amd":
         raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
@@ -184,7 +172,7 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
     """Doctor's path line, then the next command."""
     from rocmfa.env.doctor import FAST_PATH, MAIN_JOB, torch_path  # a no-op run needs neither
 
-    path = torch_path(request.arch, how, pin_files.aotriton_version(rocm_sdk.pins_dir()))
+    path = torch_path(request.arch, how, pin_files.aotriton_version(pin_files.pins_dir()))
     if path["kind"] != "prebuilt":
         runner.say(f"path {path['kind']}: {path['why']}")
     elif not request.with_torch:

@@ -1,10 +1,6 @@
 """Benchmark torch scaled_dot_product_attention per backend: forward, backward, forward+backward.
 
-Device events around each repeat (an L2 flush and a GPU spin queued ahead), the host clock on
-CPU; adaptive repeats; median, min/max, quartiles and a spread figure per row. FLOPs follow the
-flash-attention convention, bytes the minimum traffic; a rate above peak is flagged, never
-shown. Method and fields: docs/attention-tools.md. Runs with any Python that has torch.
-"""
+Method and fields: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -26,9 +22,7 @@ else:  # run as a plain script: this file's folder is first on sys.path
     import bench_change as change  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
-PROG = "bench.py"
-SCHEMA = "sdpa-bench/1"
-
+PROG, SCHEMA = "bench.py", "sdpa-bench/1"
 FLOP_CONVENTION = (
     "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
     "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
@@ -38,13 +32,17 @@ BYTE_CONVENTION = (
     "q, k, v, o, do, logsumexp and writes dq, dk, dv; fwd+bwd = fwd + bwd"
 )
 PASSES = ("fwd", "bwd", "fwdbwd")
-PASS_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
 SLOW_CALL_MS = 50.0
 # The row after a slow call warms up this long (timed at once, XLarge flash fwd moved 5.6 %).
 SETTLE_AFTER_SLOW_MS = 50.0
 # GPU spin before each repeat (untimed, ~2 GHz): fwd, bwd (autograd's thread wakes late), max.
 HEAD_START_CYCLES, BACKWARD_HEAD_START_CYCLES, MAX_HEAD_START_CYCLES = 300_000, 1_000_000, 2_000_000
 NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
+PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
+# Rows whose host launch time is under this fraction of the event time cannot be launch-bound.
+PROFILE_LAUNCH_FRACTION = 0.25
+SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
+LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 RESULT_FIELDS = (
     *change.CASE_FIELDS, "status", "reason",
     *("median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms", "repeats", "spread", "noisy"),
@@ -52,37 +50,37 @@ RESULT_FIELDS = (
     *("bytes", "intensity", "mem_roof_gbps", "bound", "gbps", "pct_roof"),
     *("launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
 )  # fmt: skip
-PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
-# Rows whose host launch time is under this fraction of the event time cannot be launch-bound.
-PROFILE_LAUNCH_FRACTION = 0.25
-SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
-LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
+TIMERS = {
+    "cuda": "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
+    "(torch.cuda._sleep) queued before each repeat; host launch cost kept out",
+    "cpu": "device: time.perf_counter per repeat, no cache flush (CPU)",
+}
+# The original 05-attention-bench.py suite (B, H, S, D).
+SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
+         "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
+# --suite llm: (name, B, Hq, Hkv, Sq, Sk, D, causal, passes). Prefill is causal with Sq = Sk;
+# decode and a chunk against a longer cache run non-causal (is_causal aligns top-left).
+K = 1024
+LLM_SUITE = (
+    *((f"prefill-{k}k-d128", 1, 32, 8, k * K, k * K, 128, True, PASSES) for k in (4, 8, 16, 32)),
+    *((f"prefill-{k}k-d64", 1, 32, 8, k * K, k * K, 64, True, PASSES) for k in (4, 16)),
+    ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
+    *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
+)  # fmt: skip
 
 
-def attention_flops(shape: common.Shape, causal: bool, pass_name: str) -> float:
-    forward = 4.0 * shape.batch * shape.q_heads * shape.seq * shape.kv_seq * shape.head_dim
-    return forward * (0.5 if causal else 1.0) * PASS_FLOP_FACTOR[pass_name]
-
-
-def attention_bytes(shape: common.Shape, pass_name: str, element_size: int) -> int:
-    """BYTE_CONVENTION: q/o/do/dq are B*Hq*Sq*D, k/v/dk/dv B*Hkv*Sk*D, logsumexp B*Hq*Sq fp32."""
-    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
-    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
-    lse = 4 * shape.batch * shape.q_heads * shape.seq
-    fwd = (2 * n_q + 2 * n_kv) * element_size + lse
-    bwd = (4 * n_q + 4 * n_kv) * element_size + lse
-    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[pass_name]
-
-
-def rates(
-    shape: common.Shape, causal: bool, pass_name: str, median_ms: float,
-    roofs: tuple[float | None, float | None], element_size: int,
-) -> dict[str, Any]:  # fmt: skip
-    """A timed row's FLOPs, TFLOP/s, % of peak (above peak: flagged, not shown), bytes, and
-    which roof binds (memory when FLOP/byte is under peak / memory roof) with % of it."""
-    peak, roof = roofs
-    flops = attention_flops(shape, causal, pass_name)
-    nbytes = attention_bytes(shape, pass_name, element_size)
+def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
+    """A timed row's FLOPs (FLOP_CONVENTION), bytes (BYTE_CONVENTION), TFLOP/s, % of its peak,
+    GB/s, and the binding roof (memory when FLOP/byte is under peak / memory roof) with % of it."""
+    s, peak, median_ms = common.Shape.of_row(row), row["peak_tflops"], row["median_ms"]
+    element_size = common.torch_dtype(row["dtype"]).itemsize
+    work = s.batch * s.q_heads * s.seq * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
+    flops = 4.0 * work * {"fwd": 1, "bwd": 2.5, "fwdbwd": 3.5}[row["pass"]]
+    n_q = s.batch * s.q_heads * s.seq * s.head_dim
+    n_kv = s.batch * s.kv_heads * s.kv_seq * s.head_dim
+    lse = 4 * s.batch * s.q_heads * s.seq  # fp32 logsumexp
+    fwd, bwd = (2 * n_q + 2 * n_kv) * element_size + lse, (4 * n_q + 4 * n_kv) * element_size + lse
+    nbytes = {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[row["pass"]]
     tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
     above = peak is not None and tflops > peak
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
@@ -99,6 +97,19 @@ def rates(
     }  # fmt: skip
 
 
+def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
+    """Peak memory of one case: q/out/dout/dq, k/v/dk/dv and a spare output; the math path adds
+    3 fp32 score tensors (B*Hq*Sq*Sk) and fp32 copies of q, k, v, o (k, v expanded for GQA)."""
+    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
+    total = (5 * n_q + 4 * n_kv) * element_size
+    if backend == "math":
+        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
+        expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
+        return total + 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
+    return total + 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
+
+
 class Timer:
     """Times a callable: device events + L2 flush + GPU spin on GPU, perf_counter on CPU."""
 
@@ -106,23 +117,16 @@ class Timer:
         import torch
 
         self.device, self.gpu = device, device.type == "cuda"
-        self.flush_buffer = (
-            torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
-        )
+        self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
         self.launch_ms: list[float] = []  # host time of each timed call (GPU)
         self.settle_ms = 0.0  # the next warm-up's minimum (SETTLE_AFTER_SLOW_MS)
+        self.sync = (lambda: torch.cuda.synchronize(device)) if self.gpu else (lambda: None)
 
     def set_head_start(self, estimate_ms: float, backward: bool = False) -> None:
         """Spin 1.5x as long as one synchronised call took on the host, at ~2 GHz."""
         floor = BACKWARD_HEAD_START_CYCLES if backward else HEAD_START_CYCLES
         self.head_start_cycles = max(floor, min(MAX_HEAD_START_CYCLES, int(estimate_ms * 3e6)))
-
-    def sync(self) -> None:
-        import torch
-
-        if self.gpu:
-            torch.cuda.synchronize(self.device)
 
     def call_once(self, fn: Callable[[], Any], before: Callable[[], Any]) -> float:
         """One synchronised call; its host-clock time in ms."""
@@ -161,7 +165,7 @@ class Timer:
             if self.gpu:
                 # Queued GPU work ahead, so the events time the GPU, not the host's launches.
                 torch.cuda._sleep(self.head_start_cycles)
-                self.flush_buffer.zero_()
+                self.flush.zero_()
                 pairs.append([torch.cuda.Event(enable_timing=True) for _ in "se"])
                 pairs[-1][0].record()
             t0 = time.perf_counter()
@@ -174,24 +178,18 @@ class Timer:
 
 
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
+    """Median, min, max, quartiles, count, and the spread (p75 - p25) / median: 0.1 means the
+    middle half of the repeats spans 10 % of the median; above noise_threshold, noisy."""
     ordered = sorted(times_ms)
     q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
-    figure = spread(ordered)
+    median = statistics.median(ordered)
+    spread = (q[2] - q[0]) / median if median > 0 else 0.0
     return {
-        "spread": round(figure, 4), "noisy": figure > noise_threshold,
-        "median_ms": round(statistics.median(ordered), 5), "min_ms": round(ordered[0], 5),
+        "spread": round(spread, 4), "noisy": spread > noise_threshold,
+        "median_ms": round(median, 5), "min_ms": round(ordered[0], 5),
         "max_ms": round(ordered[-1], 5), "p25_ms": round(q[0], 5), "p75_ms": round(q[2], 5),
         "repeats": len(ordered),
     }  # fmt: skip
-
-
-def spread(times_ms: list[float]) -> float:
-    """(p75 - p25) / median: 0.1 means the middle half of the repeats spans 10% of the median."""
-    if len(times_ms) < 2:
-        return 0.0
-    q = statistics.quantiles(sorted(times_ms), n=4, method="inclusive")
-    median = statistics.median(times_ms)
-    return (q[2] - q[0]) / median if median > 0 else 0.0
 
 
 class Tensors:
@@ -215,18 +213,15 @@ class Tensors:
     def reset_grads(self) -> None:
         self.q.grad = self.k.grad = self.v.grad = None
 
-
-def pass_callables(tensors: Tensors, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
-    """(timed fn, untimed setup before each call) for one pass; bwd: forward once, then only
-    backward is timed."""
-    q, k, v, dout = tensors.q, tensors.k, tensors.v, tensors.dout
-    forward = common.sdpa_call(q, k, v, causal)
-    if pass_name == "fwd":
-        return forward, (lambda: None)
-    if pass_name == "bwd":
-        out = forward()
-        return (lambda: out.backward(dout, retain_graph=True)), tensors.reset_grads
-    return (lambda: forward().backward(dout)), tensors.reset_grads
+    def callables(self, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
+        """(timed fn, untimed setup before each call); bwd: one forward, then backward alone."""
+        forward, dout = common.sdpa_call(self.q, self.k, self.v, causal), self.dout
+        if pass_name == "fwd":
+            return forward, (lambda: None)
+        if pass_name == "bwd":
+            out = forward()
+            return (lambda: out.backward(dout, retain_graph=True)), self.reset_grads
+        return (lambda: forward().backward(dout)), self.reset_grads
 
 
 def run_pass(
@@ -241,7 +236,7 @@ def run_pass(
             # torch's refusal reasons are warnings: recorded around the first call only.
             with common.capture_warnings() as caught:
                 try:
-                    fn, before = pass_callables(tensors, causal, pass_name)
+                    fn, before = tensors.callables(causal, pass_name)
                     first_ms = None if known_estimate else timer.call_once(fn, before)
                 except Exception as exc:
                     return _failure(timer, tensors, exc, caught)
@@ -251,36 +246,22 @@ def run_pass(
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
             timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
             timer.set_head_start(estimate, backward=pass_name != "fwd")
+            # --repeats, else what fits --budget-ms within the bounds (slow calls: their own floor)
+            floor = min(opts.min_repeats, opts.slow_min_repeats)
+            floor = floor if estimate >= SLOW_CALL_MS else opts.min_repeats
+            fits = int(opts.budget_ms / max(estimate, 1e-6))
             timer.launch_ms = []
-            summary = summarize(timer.measure(fn, before, repeat_count(opts, estimate)))
+            repeats = opts.repeats or max(floor, min(opts.max_repeats, fits))
+            summary = summarize(timer.measure(fn, before, repeats))
             launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
             busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
         tensors.reset_grads()
         launch = None if launch is None else round(launch, 5)
         host_s = round(time.perf_counter() - started, 3)
-        return {
-            "status": "ok",
-            "reason": None,
-            **summary,
-            **busy,
-            "launch_ms": launch,
-            "host_s": host_s,
-        }
+        return {"status": "ok", "reason": None, **summary, **busy, "launch_ms": launch,
+                "host_s": host_s}  # fmt: skip
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
         return _failure(timer, tensors, exc, [])
-
-
-def repeat_count(opts: Any, estimate: float) -> int:
-    """--repeats, else what fits --budget-ms, within --min-repeats (--slow-min-repeats for slow
-    calls) .. --max-repeats."""
-    if opts.repeats:
-        return opts.repeats
-    floor = (
-        min(opts.min_repeats, opts.slow_min_repeats)
-        if estimate >= SLOW_CALL_MS
-        else opts.min_repeats
-    )
-    return max(floor, min(opts.max_repeats, int(opts.budget_ms / max(estimate, 1e-6))))
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
@@ -319,7 +300,7 @@ def kernel_fields(
     """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
     (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
-    if launch is None or not getattr(opts, "kernel_time", True):
+    if launch is None or not opts.kernel_time:
         return none
     if launch < PROFILE_LAUNCH_FRACTION * median:
         return {**none, "launch_bound": False}
@@ -331,51 +312,18 @@ def kernel_fields(
 
 
 def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:
+    import torch
+
     tensors.reset_grads()
     with contextlib.suppress(Exception):
         timer.sync()
     if common.is_oom(exc):
-        release_cache(timer.device)
+        torch.cuda.empty_cache()  # a no-op without CUDA
         return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
     refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
     unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
     status = "unavailable" if unsupported else "error"
     return {"status": status, "reason": common.reason_from(exc, caught)}
-
-
-def release_cache(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-# The original 05-attention-bench.py suite (B, H, S, D).
-SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
-         "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
-SUITES = ("default", "llm")
-# --suite llm: (name, B, Hq, Hkv, Sq, Sk, D, causal, passes). Prefill is causal with Sq = Sk;
-# decode and a chunk against a longer cache run non-causal (is_causal aligns top-left).
-K = 1024
-LLM_SUITE = (
-    *((f"prefill-{k}k-d128", 1, 32, 8, k * K, k * K, 128, True, PASSES) for k in (4, 8, 16, 32)),
-    *((f"prefill-{k}k-d64", 1, 32, 8, k * K, k * K, 64, True, PASSES) for k in (4, 16)),
-    ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
-    *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
-)  # fmt: skip
-
-
-def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
-    """Peak memory of one case: q/out/dout/dq, k/v/dk/dv and a spare output; the math path adds
-    3 fp32 score tensors (B*Hq*Sq*Sk) and fp32 copies of q, k, v, o (k, v expanded for GQA)."""
-    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
-    n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
-    total = (5 * n_q + 4 * n_kv) * element_size
-    if backend == "math":
-        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
-        expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
-        return total + 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
-    return total + 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
@@ -402,134 +350,73 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
     return [(shape, causals, passes) for shape in shapes]
 
 
-def suite_dtypes(opts: Any) -> list[str]:
-    """--dtypes, else fp16 (the reference figures' dtype), bf16 and fp16 for --suite llm."""
-    return common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
-
-
-def run_suite(
-    opts: Any, device: Any, peaks: dict[str, float | None], roof_gbps: float | None = None
-) -> list[dict]:
-    """Time every case; peaks: dtype -> peak TFLOP/s; roof_gbps: the memory roof."""
-    import torch
-
-    cases, dtypes = build_cases(opts), suite_dtypes(opts)
-    backends = common.parse_backends(opts.backends, device)
+def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | None) -> list[dict]:
+    """Time every case of plan (cases, dtypes, backends), one row per pass; peaks: dtype -> peak
+    TFLOP/s; roof: the memory roof in GB/s."""
+    cases, dtypes, backends = plan
     timer = Timer(device)
-    limit = opts.mem_limit_gib * 2**30 if opts.mem_limit_gib is not None else None
     total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
     results: list[dict] = []
     done = 0
-    for shape, causals, passes in cases:
-        for dtype_name in dtypes:
-            dtype = common.torch_dtype(dtype_name)
-            tensors = None  # cached blocks stay for the next shape (counted as free)
-            for causal, backend in ((c, b) for c in causals for b in backends):
-                done += 1
-                skip = _memory_skip_reason(shape, backend, dtype, device, limit)
-                if skip is None and tensors is None:
-                    tensors, skip = _allocate(shape, dtype, device)
-                base = {**shape.as_dict(), "dtype": dtype_name, "causal": causal}
-                base |= {"backend": backend, "peak_tflops": peaks.get(dtype_name)}
-                rows = time_case(timer, tensors, base, passes, skip, opts, roof_gbps)
-                results += [complete_row(r) for r in rows]
-                progress(
-                    f"[{done}/{total}] {shape.name} {dtype_name} "
-                    f"{'causal' if causal else 'non-causal'} {backend}: "
-                    + ", ".join(progress_text(r) for r in rows)
-                )
-            del tensors
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    for (shape, causals, passes), dtype in itertools.product(cases, dtypes):
+        tensors = None  # made at the first case that fits; cached blocks count as free
+        for causal, backend in itertools.product(causals, backends):
+            done += 1
+            tensors, skip = _fit(shape, backend, dtype, device, opts.mem_limit_gib, tensors)
+            base = {**shape.as_dict(), "dtype": dtype, "causal": causal, "backend": backend}
+            base |= {"peak_tflops": peaks.get(dtype)}
+            rows, estimates = [dict(base, **{"pass": p}) for p in passes], {}
+            for row in rows:
+                if skip is not None:
+                    row.update(status="skipped", reason=skip)
+                    continue
+                # fwd+bwd after fwd and bwd: every kernel is warm, their sum is its estimate
+                warm = row["pass"] == "fwdbwd" and len(estimates) == 2
+                known = sum(estimates.values()) if warm else None
+                row.update(run_pass(timer, tensors, causal, backend, row["pass"], opts, known))
+                if row["status"] == "ok":
+                    estimates[row["pass"]] = row["median_ms"]
+                    row.update(rates(row, roof))
+            results += [{k: row.get(k) for k in RESULT_FIELDS} for row in rows]
+            progress(
+                f"[{done}/{total}] {shape.name} {dtype} "
+                f"{'causal' if causal else 'non-causal'} {backend}: "
+                + ", ".join(progress_text(r) for r in rows)
+            )
+    timer.sync()
     return results
 
 
-def _allocate(shape: common.Shape, dtype: Any, device: Any) -> tuple[Any, str | None]:
+def _fit(
+    shape: common.Shape, backend: str, dtype: str, device: Any, limit_gib: Any, tensors: Any
+) -> tuple[Any, str | None]:
+    """(tensors, None), made once per shape and dtype; (tensors, why) when the case would not fit
+    (the estimate against free memory, capped by --mem-limit-gib) or its inputs ran out of it."""
+    import torch
+
+    need = estimate_bytes(shape, backend, 2)  # fp16 and bf16 alike
+    free = common.free_memory_bytes(device)
+    if limit_gib is not None:
+        free = limit_gib * 2**30 if free is None else min(free, limit_gib * 2**30)
+    if free is not None and need > 0.95 * free:
+        gib = f"needs ~{need / 2**30:.2f} GiB ({backend} estimate), {free / 2**30:.2f} GiB free"
+        return tensors, gib
     try:
-        return Tensors(shape, dtype, device), None
+        return tensors or Tensors(shape, common.torch_dtype(dtype), device), None
     except Exception as exc:
         if not common.is_oom(exc):
             raise
-        release_cache(device)
+        torch.cuda.empty_cache()  # a no-op without CUDA
         return None, f"out of memory allocating inputs: {common.first_line(exc)}"
-
-
-def time_case(
-    timer: Any, tensors: Any, base: dict, passes: list[str], skip: str | None, opts: Any, roof: Any
-) -> list[dict]:
-    """One row per pass of one case (shape, dtype, causal, backend), with its rates."""
-    rows, estimates = [], {}
-    for pass_name in passes:
-        row = dict(base, **{"pass": pass_name})
-        rows.append(row)
-        if skip is not None:
-            row.update(status="skipped", reason=skip)
-            continue
-        known = None
-        if pass_name == "fwdbwd" and {"fwd", "bwd"} <= estimates.keys():
-            known = estimates["fwd"] + estimates["bwd"]
-        causal = base["causal"]
-        row.update(run_pass(timer, tensors, causal, base["backend"], pass_name, opts, known))
-        if row["status"] == "ok":
-            estimates[pass_name] = ms = row["median_ms"]
-            bounds, size = (base["peak_tflops"], roof), tensors.q.element_size()
-            row.update(rates(tensors.shape, causal, pass_name, ms, bounds, size))
-    return rows
-
-
-def _memory_skip_reason(
-    shape: common.Shape, backend: str, dtype: Any, device: Any, limit: float | None
-) -> str | None:
-    import torch
-
-    need = estimate_bytes(shape, backend, torch.empty((), dtype=dtype).element_size())
-    free = common.free_memory_bytes(device)
-    if limit is not None:
-        free = min(free, limit) if free is not None else limit
-    if free is None or need <= 0.95 * free:
-        return None
-    gib = f"needs ~{need / 2**30:.2f} GiB ({backend} estimate)"
-    return f"{gib}, {free / 2**30:.2f} GiB free on {device}"
-
-
-def complete_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row.get(k) for k in RESULT_FIELDS}
-
-
-def progress_text(row: dict[str, Any]) -> str:
-    if row["status"] != "ok":
-        return f"{row['pass']} {row['status']}"
-    tflops, gbps, bound, pct = format_rate(row)
-    rate = "!>peak" if row["above_peak"] else f"{tflops} TF/s"
-    if bound == "memory":
-        rate = f"{gbps} GB/s ({pct}% of the memory roof)"
-    noisy = f" NOISY (spread {100 * row['spread']:.0f}%)" if row.get("noisy") else ""
-    return f"{row['pass']} {row['median_ms']:.4g} ms {rate}{noisy}"
 
 
 def progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def format_rate(row: dict[str, Any]) -> tuple[str, str, str, str]:
-    """TFLOP/s, GB/s, the binding roof and % of it (of the peak when no roof binds) as text."""
-    gbps, tflops = row.get("gbps"), row.get("tflops")
-    bound = row.get("bound") or "-"
-    gb_text = "-" if gbps is None else f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-    if row.get("above_peak"):
-        return "!>peak", gb_text, bound, "!>peak"
-    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
-    pct = row.get("pct_roof") if row.get("bound") else row.get("pct_peak")
-    return tf_text, gb_text, bound, "-" if pct is None else f"{pct:.1f}"
-
-
-def timing_note(device: Any) -> str:
-    if device.type == "cuda":
-        return (
-            "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
-            "(torch.cuda._sleep) queued before each repeat; host launch cost kept out"
-        )
-    return "device: time.perf_counter per repeat, no cache flush (CPU)"
+def progress_text(row: dict[str, Any]) -> str:
+    median = f"{row['median_ms']:.4g} ms " if row["status"] == "ok" else ""
+    return f"{row['pass']} {median}{status_text(row).split(':')[0]}"
 
 
 def status_text(r: dict[str, Any]) -> str:
@@ -552,12 +439,20 @@ TABLE_HEADER = (
 
 
 def table_row(r: dict[str, Any]) -> tuple:
-    times, rate = ("-",) * 5, ("-",) * 4
-    if r["status"] == "ok":
-        ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
-        times, rate = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"])), format_rate(r)
+    """The row's cells under TABLE_HEADER; TFLOP/s and % roof above the peak read "!>peak"."""
     head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
-    return (*head, r["backend"], r["pass"], *times, *rate, status_text(r))
+    head += (r["backend"], r["pass"])
+    if r["status"] != "ok":
+        return (*head, *("-",) * 9, status_text(r))
+    ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
+    tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
+    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
+    rate = (
+        ("!>peak", "!>peak") if r["above_peak"] else (tf_text, "-" if pct is None else f"{pct:.1f}")
+    )
+    gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
+    times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
+    return (*head, *times, rate[0], gb_text, r["bound"] or "-", rate[1], status_text(r))
 
 
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
@@ -575,6 +470,11 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         *(["", f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
            "treat those medians with care"] if noisy else []),
     ])  # fmt: skip
+
+
+def _title(prov: dict[str, Any]) -> str:
+    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
+    return f"SDPA on {where}, torch {prov.get('torch')}"
 
 
 def write_csv(path: Path, results: list[dict]) -> None:
@@ -604,21 +504,17 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
         len(passes), len(columns), figsize=(4.2 * len(columns), 3.2 * len(passes)),
         squeeze=False, sharex=True,
     )  # fmt: skip
-    for (i, pass_name), (j, (dtype, causal)) in itertools.product(
-        enumerate(passes), enumerate(columns)
-    ):
+    for (i, pass_name), (j, column) in itertools.product(enumerate(passes), enumerate(columns)):
         ax = axes[i][j]
-        panel = [
-            r for r in ok if (r["pass"], r["dtype"], r["causal"]) == (pass_name, dtype, causal)
-        ]
+        panel = [r for r in ok if (r["pass"], (r["dtype"], r["causal"])) == (pass_name, column)]
         for backend in dict.fromkeys(r["backend"] for r in panel):
             mine = [(sizes.index(r["size"]), r["tflops"]) for r in panel if r["backend"] == backend]
             ax.plot(*zip(*mine, strict=True), marker="o", label=backend)
-        ax.set_title(f"{pass_name} {dtype} {'causal' if causal else 'non-causal'}", fontsize=9)
+        causal = "causal" if column[1] else "non-causal"
+        ax.set_title(f"{pass_name} {column[0]} {causal}", fontsize=9)
         ax.set_xticks(range(len(sizes)), sizes, rotation=30, fontsize=7)
         ax.grid(alpha=0.3)
-    for row in axes:
-        row[0].set_ylabel("TFLOP/s")
+        ax.set_ylabel("TFLOP/s" if j == 0 else "")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{title}\n{FLOP_CONVENTION}", fontsize=9)
     fig.tight_layout()
@@ -643,22 +539,9 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
         prov = side[0].get("provenance", {})
         runs = f"; {len(side)} runs" if len(side) > 1 else ""
-        lines.append(
-            f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
-            f"{prov.get('device_name')}{runs})"
-        )
-    header = (
-        "size",
-        "dtype",
-        "causal",
-        "backend",
-        "pass",
-        "A ms",
-        "B ms",
-        "speedup",
-        "allowed",
-        "",
-    )
+        lines.append(f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
+                     f"{prov.get('device_name')}{runs})")  # fmt: skip
+    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
     table = [
         (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"], r["pass"],
          f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x",
@@ -671,7 +554,7 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
         f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
         "",
-        *common.text_table(header, table),
+        *common.text_table((*header, ""), table),
         "",
         f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
         f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
@@ -690,36 +573,28 @@ def build_parser() -> common.OneLineArgumentParser:
     )
     add = p.add_argument
     # fmt: off
-    add("--suite", choices=SUITES, default="default",
-        help="default: the named sizes (head dim 64, Sq = Sk); llm: the shapes models run (head "
-        "dim 128 and 64, grouped-query heads, 4k-32k causal prefill, one-token decode against "
-        "4k-128k keys, a 512-query chunk against 8k keys; bf16 and fp16)")
+    add("--suite", choices=("default", "llm"), default="default",
+        help="default: the named sizes; llm: the shapes models run (grouped-query heads, head dim "
+        "128 and 64, 4k-32k causal prefill, decode against 4k-128k keys, a 512x8k chunk)")
     add("--sizes", help="comma list of named sizes (default: all when no --shape)")
     add("--shape", action="append",
         help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable")
     add("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
     add("--dtypes", help="comma list of fp16, bf16 (default fp16; --suite llm: bf16,fp16)")
-    add("--backends", default="all",
-        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)")
+    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
     add("--causal", choices=("yes", "no", "both"), default="both")
     add("--passes", default="fwd,bwd,fwdbwd", help="comma list of fwd, bwd, fwdbwd")
-    for flag, kind, default, text in (
-        ("--repeats", int, None, "fixed repeat count (default: adaptive)"),
-        ("--budget-ms", float, 6.0, "adaptive mode: timed milliseconds per measurement"),
-        ("--min-repeats", int, 5, "adaptive mode minimum"),
-        ("--slow-min-repeats", int, 2, f"adaptive minimum for calls over {SLOW_CALL_MS:g} ms"),
-        ("--max-repeats", int, 50, "adaptive mode maximum"),
-        ("--warmup", int, 1, "minimum warm-up calls"),
-        ("--warmup-ms", float, 3.0, "keep warming up until this many ms were spent"),
-    ):
-        add(flag, type=kind, default=default,
-            help=text + ("" if default is None else f" (default {default:g})"))
+    add("--repeats", type=int, help="fixed repeat count (default: adaptive)")
+    add("--budget-ms", type=float, default=6.0, help="adaptive: timed ms per measurement (6)")
+    add("--min-repeats", type=int, default=5, help="adaptive minimum (5)")
+    add("--slow-min-repeats", type=int, default=2, help="minimum for calls over 50 ms (2)")
+    add("--max-repeats", type=int, default=50, help="adaptive maximum (50)")
+    add("--warmup", type=int, default=1, help="minimum warm-up calls (1)")
+    add("--warmup-ms", type=float, default=3.0, help="keep warming up this many ms (3)")
     add("--no-kernel-time", dest="kernel_time", action="store_false",
-        help="skip the profiler's kernel time (busy fraction, launch-bound label) for rows "
-        "whose host launch time is at least a quarter of the event time")
-    add("--peak-tflops", type=float, help="override the arch's peak TFLOP/s")
-    add("--mem-limit-gib", type=float,
-        help="treat at most this much memory as free (skips cases that need more)")
+        help="skip the profiled repeats of rows that can be launch-bound")
+    add("--peak-tflops", type=float, help="override the card's peak TFLOP/s")
+    add("--mem-limit-gib", type=float, help="treat at most this much memory as free")
     add("--out-dir", help="write bench.json, bench.csv, bench.png here")
     add("--json", dest="json_path", help="JSON result path")
     add("--csv", dest="csv_path", help="CSV result path")
@@ -728,11 +603,10 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--compare", nargs=2, metavar=("A.json", "B.json"),
         help="print speedups/regressions of B against A for matching cases and exit")
     add("--threshold-pct", type=float, default=5.0,
-        help="--compare: change that counts as faster/slower (default 5), besides what "
-        "run-to-run variation allows (scripts/rocmfa/data/bench_noise.toml)")
+        help="--compare: change that counts as faster/slower (5), besides what run-to-run "
+        "variation allows (scripts/rocmfa/data/bench_noise.toml)")
     add("--compare-runs", nargs="+", metavar="JSON",
-        help="with --compare: more runs of A and B, as A2.json B2.json ... (their spread is the "
-        "run-to-run variation)")
+        help="with --compare: more runs of A and B, as A2.json B2.json ...")
     # fmt: on
     return p
 
@@ -745,21 +619,6 @@ def _check_options(opts: Any) -> None:
         raise common.UsageError("--min-repeats is larger than --max-repeats")
     if opts.peak_tflops is not None and opts.peak_tflops <= 0:
         raise common.UsageError("--peak-tflops must be positive")
-
-
-def _output_paths(opts: Any) -> dict[str, Path | None]:
-    """--json/--csv/--plot, else bench.json/.csv/.png in --out-dir, else none; folders made."""
-    paths: dict[str, Path | None] = {}
-    for kind, explicit, ext in (("json", opts.json_path, "json"), ("csv", opts.csv_path, "csv"),
-                                ("plot", opts.plot_path, "png")):  # fmt: skip
-        path = Path(explicit or f"{opts.out_dir}/bench.{ext}") if explicit or opts.out_dir else None
-        paths[kind] = path
-        try:
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
-    return paths
 
 
 def _compare_or_replot(opts: Any) -> int:
@@ -776,39 +635,32 @@ def _compare_or_replot(opts: Any) -> int:
     if not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
     data = common.read_results(opts.replot, "--replot")
-    print(write_plot(Path(opts.plot_path), data["results"], _title(data.get("provenance", {})))
-          or f"wrote {opts.plot_path}")  # fmt: skip
+    title = _title(data.get("provenance", {}))
+    print(write_plot(Path(opts.plot_path), data["results"], title) or f"wrote {opts.plot_path}")
     return 0
-
-
-def _title(prov: dict[str, Any]) -> str:
-    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
-    return f"SDPA on {where}, torch {prov.get('torch')}"
 
 
 def _add_peaks(prov: dict[str, Any], arch: Any, info: Any, peak_tflops: float | None) -> None:
     """The card's peak per dtype (TFLOP/s, source) and its memory roof (GB/s, source), into
     the provenance."""
-    rates = common.load_table("peak_rates", "rate")
-    arches = common.load_arches()
-    peaks = {d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates) for d in DTYPES}
+    rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
+    peaks = {
+        d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
+        for d in common.DTYPE_NAMES
+    }
     prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
     prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
     roof, roof_source = common.memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     prov["memory_roof_gbps"], prov["memory_roof_source"] = roof, roof_source
-    prov["peak_note"] = (
-        ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _s) in peaks.items())
-        + f" ({peaks['fp16'][1]}); memory "
-        + (f"{roof:g} GB/s" if roof else "unknown")
-        + f" ({roof_source})"
-    )
+    rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
+    memory = f"{roof:g} GB/s" if roof else "unknown"
+    prov["peak_note"] = f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})"
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
 NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"} | {
     "plot_path", "replot", "compare", "threshold_pct", "compare_runs"
 }  # fmt: skip
-DTYPES = ("fp16", "bf16")
 
 
 def _main(argv: list[str] | None) -> int:
@@ -817,18 +669,26 @@ def _main(argv: list[str] | None) -> int:
         return _compare_or_replot(opts)
     _check_options(opts)
     cases = build_cases(opts)  # everything cheap is checked before the device is touched
+    dtypes = common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
     device = common.resolve_device(opts.device)
-    dtypes, backends = suite_dtypes(opts), common.parse_backends(opts.backends, device)
+    backends = common.parse_backends(opts.backends, device)
+    outputs = {"json": opts.json_path, "csv": opts.csv_path, "png": opts.plot_path}
+    if opts.out_dir:
+        outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        outputs = [opts.out_dir, opts.json_path, opts.csv_path, opts.plot_path]
         return common.dry_run(PROG, device, [
             f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
             f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
             *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
-            "outputs: " + (", ".join(o for o in outputs if o) or "the table only"),
+            "outputs: " + (", ".join(o for o in outputs.values() if o) or "the table only"),
         ])  # fmt: skip
-    paths = _output_paths(opts)
+    paths = {k: Path(v) for k, v in outputs.items() if v}
+    for path in paths.values():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
     started = time.perf_counter()
     arch, device_name = common.detect_arch(device)
     ident = common.identity(device, arch, device_name)
@@ -837,27 +697,25 @@ def _main(argv: list[str] | None) -> int:
     _add_peaks(prov, arch, info, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
-    results = run_suite(opts, device, prov["peak_tflops"], prov["memory_roof_gbps"])
+    plan = (cases, dtypes, backends)
+    results = run_suite(opts, device, plan, prov["peak_tflops"], prov["memory_roof_gbps"])
     wall = time.perf_counter() - started
-    print(render_table(results, prov, timing_note(device)))
+    print(render_table(results, prov, TIMERS[device.type]))
     settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
     # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
-    settings |= {"timing": "device", "sustained": 0.0, "timer": timing_note(device)}
+    settings |= {"timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
     document = {
         "schema": SCHEMA, "identity": ident, "flop_convention": FLOP_CONVENTION,
         "byte_convention": BYTE_CONVENTION, "provenance": prov, "settings": settings,
         "wall_s": round(wall, 3), "results": results,
     }  # fmt: skip
-    if paths["json"]:
+    if "json" in paths:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-    if paths["csv"]:
+    if "csv" in paths:
         write_csv(paths["csv"], results)
-    for kind in ("json", "csv"):
-        if paths[kind]:
-            progress(f"wrote {paths[kind]}")
-    if paths["plot"]:
-        note = write_plot(paths["plot"], results, _title(prov))
-        progress(f"plot: {note}" if note else f"wrote {paths['plot']}")
+    skipped = write_plot(paths["png"], results, _title(prov)) if "png" in paths else None
+    for kind, path in paths.items():
+        progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
     progress(f"done in {wall:.1f} s")
     return 0
 

@@ -1,11 +1,9 @@
-"""One rule for "changed", used by `bench --compare` and the results page.
+"""One rule for "changed", used by `bench --compare` and the results page (stdlib only).
 
 A row is faster or slower only beyond both --threshold-pct and what run-to-run variation allows:
 the floor of its class (backend / pass / duration bucket) learned from A/A runs
-(scripts/rocmfa/data/bench_noise.toml) and, with several runs per side, the runs' own ranges.
-Launch-bound rows are never a change; otherwise "same" or "noisy".
-`python scripts/rocmfa/probes/bench_change.py --learn A1.json A2.json ... > bench_noise.toml`
-learns the floors (FLOOR_MARGIN x the largest change between runs of one build). stdlib only.
+(scripts/rocmfa/data/bench_noise.toml: `bench_change.py --learn A1.json A2.json ...` writes it)
+and, with several runs per side, the runs' own ranges. Launch-bound rows are never a change.
 """
 
 from __future__ import annotations
@@ -20,24 +18,17 @@ from pathlib import Path
 from typing import Any
 
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
-# Row classes by how long a row takes: short rows move most between runs.
-BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)
-FLOOR_MARGIN = 2.0
+BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)  # row classes by duration: short rows move most
+FLOOR_MARGIN = 2.0  # a learned floor is this times the largest A/A change
 DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
 CASE_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
 CASE_FIELDS += ("causal", "backend", "pass")
 VERDICTS = ("faster", "slower", "same", "noisy", "launch-bound")
 
 
-def bucket(ms: float) -> str:
-    for edge in BUCKETS_MS:
-        if ms < edge:
-            return f"<{edge:g}ms"
-    return f">={BUCKETS_MS[-1]:g}ms"
-
-
 def row_class(backend: str, pass_name: str, ms: float) -> str:
-    return f"{backend}/{pass_name}/{bucket(ms)}"
+    bucket = next((f"<{edge:g}ms" for edge in BUCKETS_MS if ms < edge), f">={BUCKETS_MS[-1]:g}ms")
+    return f"{backend}/{pass_name}/{bucket}"
 
 
 def case_key(row: dict[str, Any]) -> tuple:
@@ -47,8 +38,7 @@ def case_key(row: dict[str, Any]) -> tuple:
 def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
     """{"floor": {class: fraction}, "default": fraction, "source": text}; defaults if unreadable."""
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = tomllib.loads(path.read_text())
     except (OSError, ValueError):
         return {"floor": {}, "default": DEFAULT_FLOOR, "source": f"{path} unreadable"}
     return {
@@ -61,31 +51,21 @@ def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
     """The class's floor; a backend the A/A runs did not have takes the largest floor of its
     pass and bucket; an unseen class, the default."""
-    table = floors["floor"]
-    exact = table.get(row_class(backend, pass_name, ms))
-    if exact is not None:
-        return exact
-    same = [v for k, v in table.items() if k.endswith(f"/{pass_name}/{bucket(ms)}")]
+    cls = row_class(backend, pass_name, ms)
+    if cls in floors["floor"]:
+        return floors["floor"][cls]
+    same = [v for k, v in floors["floor"].items() if k.endswith(cls[len(backend) :])]
     return max(same) if same else floors["default"]
 
 
-def judge(
-    a_rows: list[dict[str, Any]],
-    b_rows: list[dict[str, Any]],
-    threshold_pct: float,
-    floors: dict[str, Any],
-) -> dict[str, Any]:
+def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: dict) -> dict:
     """The verdict of one case: A's runs against B's runs (one row per run, status ok)."""
-    a_ms = [r["median_ms"] for r in a_rows]
-    b_ms = [r["median_ms"] for r in b_rows]
+    a_ms, b_ms = [r["median_ms"] for r in a_rows], [r["median_ms"] for r in b_rows]
     a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
-    speedup = a_med / b_med
-    change = abs(speedup - 1.0)
-    first = a_rows[0]
-    floor = floor_of(floors, first["backend"], first["pass"], min(a_med, b_med))
+    speedup, backend, pass_name = a_med / b_med, a_rows[0]["backend"], a_rows[0]["pass"]
+    floor = floor_of(floors, backend, pass_name, min(a_med, b_med))
     allowance = max(threshold_pct / 100.0, floor)
-    cls = row_class(first["backend"], first["pass"], min(a_med, b_med))
-    why = f"floor {100 * floor:.1f}% ({cls})"
+    why = f"floor {100 * floor:.1f}% ({row_class(backend, pass_name, min(a_med, b_med))})"
     overlap = False
     if len(a_ms) >= 2 and len(b_ms) >= 2:
         ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
@@ -94,9 +74,9 @@ def judge(
         why += f"; runs {len(a_ms)}+{len(b_ms)}, ranges {100 * ranges:.1f}%"
     if any(r.get("launch_bound") for r in (*a_rows, *b_rows)):
         verdict = "launch-bound"
-    elif change <= threshold_pct / 100.0:
+    elif abs(speedup - 1.0) <= threshold_pct / 100.0:
         verdict = "same"
-    elif overlap or change <= allowance or any(r.get("noisy") for r in (*a_rows, *b_rows)):
+    elif overlap or abs(speedup - 1.0) <= allowance or any(r.get("noisy") for r in a_rows + b_rows):
         verdict = "noisy"
     else:
         verdict = "faster" if speedup > 1 else "slower"
@@ -105,26 +85,21 @@ def judge(
 
 
 def compare_runs(
-    a_runs: list[list[dict[str, Any]]],
-    b_runs: list[list[dict[str, Any]]],
-    threshold_pct: float,
-    floors: dict[str, Any] | None = None,
+    a_runs: list[list[dict]], b_runs: list[list[dict]], threshold_pct: float, floors: Any = None
 ) -> list[dict[str, Any]]:
     """Every case that ran in every run of both sides, in A's order: its key fields and
     judge()'s verdict."""
     floors = floors if floors is not None else load_floors()
-
-    def ok_by_key(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-        return {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
-
-    a_maps = [ok_by_key(rows) for rows in a_runs]
-    b_maps = [ok_by_key(rows) for rows in b_runs]
+    maps = [
+        {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
+        for rows in (*a_runs, *b_runs)
+    ]
     out = []
-    for key, row in a_maps[0].items():
-        if not all(key in m for m in (*a_maps, *b_maps)):
-            continue
-        verdict = judge([m[key] for m in a_maps], [m[key] for m in b_maps], threshold_pct, floors)
-        out.append({k: row.get(k) for k in CASE_FIELDS} | verdict)
+    for key, row in maps[0].items():
+        if all(key in m for m in maps):
+            runs = [m[key] for m in maps]
+            verdict = judge(runs[: len(a_runs)], runs[len(a_runs) :], threshold_pct, floors)
+            out.append({k: row.get(k) for k in CASE_FIELDS} | verdict)
     return out
 
 
@@ -137,15 +112,13 @@ def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
 
 def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
     """Per class: FLOOR_MARGIN x the largest |change| between any two runs of one group (one
-    A/A session), in whole %; launch-bound rows are left out (they are never judged)."""
+    A/A session), rounded up to whole %; launch-bound rows are left out (never judged)."""
     seen: dict[str, float] = {}
-    pairs = [pair for runs in groups for pair in itertools.combinations(runs, 2)]
-    for a, b in pairs:
+    for a, b in (pair for runs in groups for pair in itertools.combinations(runs, 2)):
         for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
-            if row["verdict"] == "launch-bound":
-                continue
-            cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
-            seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
+            if row["verdict"] != "launch-bound":
+                cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
+                seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
     return {
         cls: round(max(0.01, -(-FLOOR_MARGIN * value * 100 // 1) / 100), 2)
         for cls, value in sorted(seen.items())
@@ -162,9 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(files) < 2 for files in opts.learn):
         p.error("each --learn needs at least two runs of one build")
     try:
-        groups = [
-            [json.loads(Path(f).read_text())["results"] for f in files] for files in opts.learn
-        ]
+        groups = [[json.loads(Path(f).read_text())["results"] for f in fs] for fs in opts.learn]
     except (OSError, ValueError, KeyError, TypeError) as e:
         p.error(f"cannot read the runs: {e}")
     names = "; ".join(", ".join(Path(f).name for f in files) for files in opts.learn)

@@ -4,12 +4,14 @@ For every fp16 forward/backward case, bench's timer and a minimal harness (own i
 take turns, A-B then B-A; "diff %" is the median over neighbouring turn pairs of bench's turn
 median / the harness's - 1. On a GPU, the profiler's kernel time of the same repeats is set
 beside the events ("profiler_*"). Exit 1 when a size differs by more than --tolerance-pct.
-More: docs/attention-tools.md ("Checking the timer").
+More: docs/attention-tools.md ("Checking the timer"). A measurement of bench, so it lives with
+the timings: python -m tests.perf.bench_crosscheck [options], from the repository root, in any
+Python that has torch (the probes are imported as the plain scripts they are when this project
+is not installed there).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -22,15 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-if __package__:
-    from . import bench
-    from . import sdpa_common as common
-else:  # run as a plain script: this file's folder is first on sys.path
+try:
+    from rocmfa.probes import bench
+    from rocmfa.probes import sdpa_common as common
+except ImportError:  # the target env: the probes folder, as bench.py runs there
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "rocmfa" / "probes"))
     import bench  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
-PROG = "bench_crosscheck.py"
-SCHEMA = "sdpa-crosscheck/1"
+PROG, SCHEMA = "bench_crosscheck.py", "sdpa-crosscheck/1"
 PROFILED_REPEATS = 20  # GPU: bench's repeats timed by events and the profiler at once
 TURN_MS = 20.0  # timed milliseconds per side per turn
 SPIN_CYCLES_PER_S = 2e9  # about an H100's or MI300's clock; a slower clock only spins longer
@@ -42,17 +44,18 @@ BACKEND = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIEN
 
 
 class Harness:
-    """The independent timer: own inputs, own loops."""
+    """The independent timer: own inputs, own loops, own GPU spin (3x one call's host time)."""
 
     def __init__(self, size: str, causal: bool, device: torch.device) -> None:
         b, h, s, d = SIZES[size]
-        self.causal, self.gpu = causal, device.type == "cuda"
+        self.causal, self.gpu, self.spin_cycles = causal, device.type == "cuda", 1_000_000
         torch.manual_seed(0)
-        make = lambda: torch.randn(b, h, s, d, device=device, dtype=torch.float16)  # noqa: E731
-        self.q, self.k, self.v = (make().requires_grad_(True) for _ in range(3))
-        self.grad = make()
+        self.q, self.k, self.v, self.grad = (
+            torch.randn(b, h, s, d, device=device, dtype=torch.float16) for _ in range(4)
+        )
+        for t in (self.q, self.k, self.v):
+            t.requires_grad_(True)
         self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
-        self.spin_cycles = 1_000_000
 
     def sync(self) -> None:
         if self.gpu:
@@ -65,10 +68,8 @@ class Harness:
         q, k, v, causal = self.q, self.k, self.v, self.causal
         with sdpa_kernel(BACKEND[backend]):
             if pass_name == "fwd":
-                fn, before = (
-                    (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)),
-                    (lambda: None),
-                )
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                before = lambda: None  # noqa: E731
             else:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 fn, before = (lambda: out.backward(self.grad, retain_graph=True)), self.reset
@@ -85,8 +86,14 @@ class Harness:
                 cycles = (time.perf_counter() - t0) * 3 * SPIN_CYCLES_PER_S
                 self.spin_cycles = int(min(10_000_000, max(1_000_000, cycles)))
             self.sync()
+            times = []
             if not self.gpu:
-                return [self._host(fn, before) for _ in range(repeats)]
+                for _ in range(repeats):
+                    before()
+                    t0 = time.perf_counter()
+                    fn()
+                    times.append((time.perf_counter() - t0) * 1e3)
+                return times
             pairs = [[torch.cuda.Event(enable_timing=True) for _ in "se"] for _ in range(repeats)]
             for start, end in pairs:
                 before()
@@ -97,13 +104,6 @@ class Harness:
                 end.record()
             torch.cuda.synchronize()
             return [s.elapsed_time(e) for s, e in pairs]
-
-    @staticmethod
-    def _host(fn: Callable, before: Callable) -> float:
-        before()
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
 
 
 def take_turns(
@@ -123,9 +123,8 @@ def paired_diff_pct(a_turns: list[list[float]], b_turns: list[list[float]]) -> f
     """How much slower A times than B, from neighbouring turns: the median over turns of
     median(A's turn) / median(B's turn), in %. The machine's slow drift (clocks, power, a
     neighbour) hits both turns of a pair alike and cancels."""
-    ratios = [
-        statistics.median(a) / statistics.median(b) for a, b in zip(a_turns, b_turns, strict=True)
-    ]
+    pairs = zip(a_turns, b_turns, strict=True)
+    ratios = [statistics.median(a) / statistics.median(b) for a, b in pairs]
     return 100.0 * (statistics.median(ratios) - 1.0)
 
 
@@ -136,9 +135,8 @@ def diff_pct(bench_ms: float, own_ms: float) -> float:
 def verdict(rows: list[dict], field: str, tolerance_pct: float) -> tuple[bool, str, dict]:
     """(every size within tolerance, the verdict text, largest |field| per size)."""
     worst: dict[str, float] = {}
-    for row in rows:
-        if row.get(field) is not None:
-            worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row[field]))
+    for row in (r for r in rows if r.get(field) is not None):
+        worst[row["size"]] = max(worst.get(row["size"], 0.0), abs(row[field]))
     if not worst:
         return False, "nothing was timed", worst
     agree = max(worst.values()) <= tolerance_pct
@@ -154,34 +152,32 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
     timer = bench.Timer(device)
     tensors = bench.Tensors(common.Shape(size, b, h, h, s, d), torch.float16, device)
     harness = Harness(size, causal, device)
-    with common.backend_context(backend, device):
-        fn, before = bench.pass_callables(tensors, causal, pass_name)
-        estimate = timer.warmup(fn, before, timer.call_once(fn, before), 10.0, 1)
-    timer.set_head_start(estimate, backward=pass_name != "fwd")
-    per_turn = max(1, min(40, round(TURN_MS / max(estimate, 1e-6))))
 
-    def bench_turn(_index: int) -> list[float]:
+    def bench_run(repeats: int) -> list[float]:
         with common.backend_context(backend, device):
-            fn, before = bench.pass_callables(tensors, causal, pass_name)
-            times = timer.measure(fn, before, per_turn)
+            fn, before = tensors.callables(causal, pass_name)
+            if not repeats:  # warm up: the per-call estimate
+                return [timer.warmup(fn, before, timer.call_once(fn, before), 10.0, 1)]
+            times = timer.measure(fn, before, repeats)
         tensors.reset_grads()
         return times
+
+    (estimate,) = bench_run(0)
+    timer.set_head_start(estimate, backward=pass_name != "fwd")
+    per_turn = max(1, min(40, round(TURN_MS / max(estimate, 1e-6))))
 
     def harness_turn(index: int) -> list[float]:
         times = harness.time(backend, pass_name, per_turn, warm_up=index == 0)
         harness.reset()
         return times
 
-    ours, theirs = take_turns(turns, bench_turn, harness_turn)
+    ours, theirs = take_turns(turns, lambda _index: bench_run(per_turn), harness_turn)
     events: list[float] = []
     kernel_ms = None
     if device.type == "cuda":  # a second clock: the same repeats' kernel records
-        with common.backend_context(backend, device):
-            fn, before = bench.pass_callables(tensors, causal, pass_name)
-            run = lambda: events.extend(timer.measure(fn, before, PROFILED_REPEATS))  # noqa: E731
-            kernel_ms = bench.kernel_ms_per_repeat(bench.profile(run))
-        tensors.reset_grads()
-    event_ms = statistics.median(events) if events else None
+        kernel_ms = bench.kernel_ms_per_repeat(
+            bench.profile(lambda: events.extend(bench_run(PROFILED_REPEATS)))
+        )
     bench_ms = statistics.median(x for t in ours for x in t)
     own_ms = statistics.median(x for t in theirs for x in t)
     return {
@@ -189,13 +185,14 @@ def compare_pass(case: tuple[str, str, bool, str], device: torch.device, turns: 
         "bench_ms": round(bench_ms, 5), "crosscheck_ms": round(own_ms, 5),
         "diff_pct": round(paired_diff_pct(ours, theirs), 2),
         "pooled_diff_pct": round(diff_pct(bench_ms, own_ms), 2), "profiler_kernel_ms": kernel_ms,
-        "profiler_diff_pct": round(diff_pct(event_ms, kernel_ms), 2) if kernel_ms else None,
+        "profiler_diff_pct":
+            round(diff_pct(statistics.median(events), kernel_ms), 2) if kernel_ms else None,
         "bench_turns_ms": [[round(x, 5) for x in t] for t in ours],
         "crosscheck_turns_ms": [[round(x, 5) for x in t] for t in theirs],
     }  # fmt: skip
 
 
-def pick_cases(opts: argparse.Namespace, device: torch.device) -> list[tuple[str, str, bool]]:
+def pick_cases(opts: Any, device: torch.device) -> list[tuple[str, str, bool]]:
     """The fp16 cases of --bench-json, else every size x backend x causal (CPU: math only; ROCm:
     no cuDNN), narrowed by --sizes and --backends."""
     if opts.bench_json:
@@ -216,8 +213,7 @@ def pick_cases(opts: argparse.Namespace, device: torch.device) -> list[tuple[str
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    doc = __doc__.split("\n\n")[0]
-    p = common.OneLineArgumentParser(prog=PROG, description=doc)
+    p = common.OneLineArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--bench-json", help="bench.py JSON: time its fp16 cases")
     p.add_argument("--sizes", help=f"comma list of {', '.join(SIZES)} (default: all)")
     p.add_argument("--backends", help=f"comma list of {', '.join(BACKEND)} (default: all)")
@@ -234,29 +230,27 @@ def _main(argv: list[str] | None) -> int:
         raise common.UsageError(f"--turns {opts.turns}: at least 1")
     device = common.resolve_device(opts.device)
     cases = pick_cases(opts, device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    arch, name = common.detect_arch(device)
     clock = "device events" if device.type == "cuda" else "host clock"
     print(f"device: {name}, torch {torch.__version__}, fp16, {clock}")
     print("bench.py's timer and this harness take turns on each case")
     rows: list[dict[str, Any]] = []
-    for size, backend, causal in cases:
-        for pass_name in ("fwd", "bwd"):
-            label = f"{size} {backend} {'causal' if causal else 'non-causal'} {pass_name}"
-            try:
-                row = compare_pass((size, backend, causal, pass_name), device, opts.turns)
-            except RuntimeError as exc:  # a backend that refuses this case on this device
-                print(f"{label}: not run ({common.first_line(str(exc), 80)})")
-                continue
-            finally:
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            rows.append(row)
-            prof = row["profiler_diff_pct"]
-            print(
-                f"{label:<34}bench {row['bench_ms']:.4f} ms  harness {row['crosscheck_ms']:.4f} "
-                f"ms  diff {row['diff_pct']:+.2f}%  pooled {row['pooled_diff_pct']:+.2f}%"
-                + (f"  profiler {prof:+.2f}%" if row["profiler_kernel_ms"] else "")
-            )
+    for (size, backend, causal), pass_name in ((c, p) for c in cases for p in ("fwd", "bwd")):
+        label = f"{size} {backend} {'causal' if causal else 'non-causal'} {pass_name}"
+        try:
+            row = compare_pass((size, backend, causal, pass_name), device, opts.turns)
+        except RuntimeError as exc:  # a backend that refuses this case on this device
+            print(f"{label}: not run ({common.first_line(str(exc), 80)})")
+            continue
+        finally:
+            torch.cuda.empty_cache()  # a no-op without CUDA
+        rows.append(row)
+        prof = row["profiler_diff_pct"]
+        print(
+            f"{label:<34}bench {row['bench_ms']:.4f} ms  harness {row['crosscheck_ms']:.4f} "
+            f"ms  diff {row['diff_pct']:+.2f}%  pooled {row['pooled_diff_pct']:+.2f}%"
+            + (f"  profiler {prof:+.2f}%" if prof is not None else "")
+        )
     agree, summary, worst = verdict(rows, "diff_pct", opts.tolerance_pct)
     _, prof_summary, prof_worst = verdict(rows, "profiler_diff_pct", opts.tolerance_pct)
     summary = f"{len(rows)} timings, bench.py's timer vs this harness in turns, {summary}"
@@ -265,12 +259,11 @@ def _main(argv: list[str] | None) -> int:
         if prof_worst
         else "no profiler kernel records (CPU, or the profiler saw no device activity)"
     )
-    print(summary)
-    print(prof_summary)
+    print(f"{summary}\n{prof_summary}")
     if opts.json:
         doc = {
-            "schema": SCHEMA, "identity": common.identity(device, *common.detect_arch(device)),
-            "summary": summary, "agree": agree, "profiler_summary": prof_summary,
+            "schema": SCHEMA, "identity": common.identity(device, arch, name), "summary": summary,
+            "agree": agree, "profiler_summary": prof_summary,
             "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()}, "rows": rows,
         }  # fmt: skip
         Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
