@@ -147,7 +147,7 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     --arch's family); the manifest's own fields fill in what a summary's identity lacks."""
     from rocmfa.env import archs  # only --index reads a team index
     from rocmfa.plumbing import team_index
-    from rocmfa.sharing import index_install, wheel_manifest
+    from rocmfa.sharing import wheel_manifest
 
     head, _, family = index.rstrip("/").rpartition("/")
     if head.endswith("/v2") or head == "v2":
@@ -158,52 +158,43 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
         hint = "name the family (URL/v2/<family>) or give --arch to find it"
         raise UserError(f"--index {index}: {hint}")
     where = spec.describe(family)
-    names, links, store = index_install.listed_manifests(spec, family)
-    if not names:
-        return [], [Rejected(where, "no wheel-set manifest on this index family")]
+    names, links, store = wheel_manifest.listed_manifests(spec, family)
     docs: list[Doc] = []
-    rejected: list[Rejected] = []
+    rejected = [] if names else [Rejected(where, "no wheel-set manifest on this index family")]
     for name in names:
         try:
-            manifest = index_install.read_manifest(name, links[name], store, where)
+            manifest = wheel_manifest.read_manifest(name, links[name], store, where)
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
-        found = manifest_docs(where + name, manifest)
-        docs += found
+        reports = sorted((manifest.get("reports") or {}).items())
+        found = [
+            check_doc(
+                f"{where}{name} ({kind})", {**summary, "identity": identity_of(manifest, summary)}
+            )
+            for kind, summary in reports
+        ]
+        docs += [d for d in found if isinstance(d, Doc)]
         if not found:
             rejected.append(Rejected(where + name, "manifest holds no report summary"))
     return docs, rejected
 
 
-def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
-    torch_info = manifest.get("torch") or {}
-    aot = manifest.get("aotriton") or {}
-    schema_of = {k: s for s, k in KINDS.items()}
-    patches = {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()}
-    docs = []
-    for kind, summary in sorted((manifest.get("reports") or {}).items()):
-        if not isinstance(summary, dict):
-            continue
-        prov = summary.get("provenance") or {}
-        # the summary's own identity first, the manifest's fields where it has none
-        identity = {"version": IDENTITY_VERSION, "date": manifest.get("published"),
-                    "host": f"wheel set {manifest.get('set_id')}", "arch": manifest.get("arch"),
-                    "gpu": prov.get("device_name") or manifest.get("arch"), "platform": "rocm",
-                    "device": prov.get("device"), "rocm": manifest.get("rocm_sdk"), "cuda": None,
-                    "torch": torch_info.get("version"), "torch_commit": torch_info.get("commit"),
-                    "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
-                    "flash_built_in": manifest.get("flash_attention"),
-                    **(summary.get("identity") or {}), "wheel_set": manifest.get("set_id"),
-                    "rocm_sdk": manifest.get("rocm_sdk"), "patches": patches}  # fmt: skip
-        data = {**summary, "schema": schema_of.get(kind, kind), "identity": identity}
-        if kind == "bench":
-            data.update(results=[dict(r, status="ok") for r in summary.get("ok") or []])
-            data.update(provenance=prov, settings=summary.get("settings") or {})
-        found = check_doc(f"{source} ({kind})", data)
-        if isinstance(found, Doc):
-            docs.append(found)
-    return docs
+def identity_of(manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's own identity first, the manifest's fields where it has none."""
+    torch, aot = manifest.get("torch") or {}, manifest.get("aotriton") or {}
+    prov = summary.get("provenance") or {}
+    return {
+        "version": IDENTITY_VERSION, "date": manifest["published"], "platform": "rocm",
+        "host": f"wheel set {manifest['set_id']}", "arch": manifest["arch"],
+        "gpu": prov.get("device_name") or manifest["arch"], "device": prov.get("device"),
+        "rocm": manifest["rocm_sdk"], "cuda": None, "torch": torch.get("version"),
+        "torch_commit": torch.get("commit"), "flash_built_in": manifest.get("flash_attention"),
+        "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
+        **(summary.get("identity") or {}), "wheel_set": manifest["set_id"],
+        "rocm_sdk": manifest["rocm_sdk"],
+        "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
+    }  # fmt: skip
 
 
 def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench_change as change
+from rocmfa.probes.bench_change import VERDICTS
 from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs, svg
 
@@ -34,23 +35,18 @@ CHANGE_RULE = (
 )
 PASS_NAMES = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
 VERDICT_KINDS = ("backend_check", "validate", "upstream", "crosscheck")
-VERDICTS = change.VERDICTS
 CASE_HEAD = ["size", "B,H,S,D", "dtype", "causal", "backend", "pass"]
-STYLE = """
-body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}h1{font-size:20px}
+STYLE = """body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}h1{font-size:20px}
 h2{font-size:16px;border-bottom:1px solid #ccc;margin-top:26px}h3{font-size:14px}
-h4{font-size:12px;margin:6px 0}.cards{display:flex;flex-wrap:wrap;gap:8px}.why{color:#555}
-.card{border:1px solid #bbb;border-radius:4px;padding:6px 9px;width:300px;font-size:11px}
-.card b{font-size:12px}.card .base{color:#b00}table{border-collapse:collapse;font-size:11px}
-table{margin:4px 0}td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}.pass{color:#060;font-weight:bold}
-.fail{color:#b00;font-weight:bold}.faster{color:#060}.slower{color:#b00}.noisy{color:#a60}
-.launch-bound{color:#a60}.figs{display:flex;flex-wrap:wrap;gap:10px}code{font-size:11px}
+h4{font-size:12px;margin:6px 0}.cards,.figs{display:flex;flex-wrap:wrap;gap:8px}.why{color:#555}
+.card{border:1px solid #bbb;border-radius:4px;padding:6px 9px;width:300px;break-inside:avoid}
+.card,code{font-size:11px}.card b{font-size:12px}.base,.fail,.slower{color:#b00}.pass{color:#060}
+table{border-collapse:collapse;font-size:11px;margin:4px 0}.pass,.fail{font-weight:bold}
+td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}.faster{color:#060}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.noisy,.launch-bound{color:#a60}
 figure{margin:0;break-inside:avoid}.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-@media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}
-.card{break-inside:avoid}}
-"""
+@media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}}"""
 # The page's parts: string.Template over values already escaped.
 PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">\
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>$title</title>\
@@ -58,13 +54,9 @@ PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">\
 <code>nox -s report</code>. FLOPs: $flops. Change rule: $rule (threshold $threshold%; floors: \
 $floors).</p><nav>$nav</nav>$body</body></html>
 """
-CARD = """GPU: $gpu ($arch), $compute_units CUs
-platform: $platform ROCm $rocm / CUDA $cuda
-torch: $torch @ $torch_commit
-AOTriton: $aot_version @ $aot_commit
-flash built in: $flash_built_in
-host: $host
-date: $date"""
+CARD = "GPU: $gpu ($arch), $compute_units CUs\nplatform: $platform ROCm $rocm / CUDA $cuda\n"
+CARD += "torch: $torch @ $torch_commit\nAOTriton: $aot_version @ $aot_commit\n"
+CARD += "flash built in: $flash_built_in\nhost: $host\ndate: $date"
 BENCH = """<h3>$label</h3><p>Result sets $sets: within a backend in this order, later ones \
 lighter. Red outline (* in the table): noisy row; dashed (†): launch-bound, the GPU idled most \
 of the timed interval.</p>$legend<div class="figs">$figs</div>$memory<details><summary>numbers: \

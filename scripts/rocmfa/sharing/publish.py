@@ -9,68 +9,58 @@ import os
 import platform
 import shlex
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from rocmfa.plumbing import paths, team_index
+from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
-from rocmfa.plumbing.team_index import IndexSpec, Link
 from rocmfa.sharing import install_wheels, wheel_manifest
 
-
-@dataclass
-class Plan:  # what publish has to do on one family index
-    upload: list[tuple[str, Path]] = field(default_factory=list)  # (project, file)
-    already: list[str] = field(default_factory=list)
-    clashes: list[str] = field(default_factory=list)
-    pages: dict[str, dict[str, str | None]] = field(default_factory=dict)  # project -> entries
-    set_present: bool = False
+MANIFESTS = wheel_manifest.MANIFEST_PROJECT
 
 
-def _sha256(data: bytes | None) -> str | None:
+def sha256_of(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
-def plan_publish(
-    spec: IndexSpec,
-    family: str,
-    wheels: list[dict[str, Any]],
-    set_id: str,
-    store: team_index.TreeStore | None,
-) -> Plan:
-    plan = Plan()
-    listed: dict[str, dict[str, Link]] = {}
+def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
+    """(the wheels not on the index yet as (project, file), each project's page entries after
+    the upload); UserError naming a file there with another sha256, before any upload."""
+    uploads, links, clashes = [], {}, []
     for record in wheels:
-        project = canonicalize_name(record["project"])
-        path = Path(record["file"])
-        if project not in listed:
-            listed[project] = team_index.read_project(spec, family, project, store)
-            plan.pages[project] = {n: link.sha256 for n, link in listed[project].items()}
-        link, rel = listed[project].get(path.name), f"{project}/{path.name}"
-        there = link.sha256 if link is not None else None
-        if link is not None and there is None:  # a page without hashes: look at the file
-            there = _sha256(team_index.fetch(link.url) if store is None else store.read(rel))
-        elif link is None and store is not None and store.exists(rel):
-            there = _sha256(store.read(rel))  # left by an interrupted publish
-        if there is None:
-            plan.upload.append((project, path))
-        elif there == record["sha256"]:
-            plan.already.append(path.name)
+        project, path = canonicalize_name(record["project"]), Path(record["file"])
+        if project not in links:
+            links[project] = team_index.read_project(spec, family, project, store)
+        rel, link = f"{project}/{path.name}", links[project].get(path.name)
+        if store is not None and (link is None or link.sha256 is None):  # an upload cut short?
+            there = sha256_of(store.read(rel))
+        elif link is not None:  # a page without hashes: the file's
+            there = link.sha256 or sha256_of(team_index.fetch(link.url))
         else:
-            plan.clashes.append(
+            there = None
+        if there is None:
+            uploads.append((project, path))
+        elif there == record["sha256"]:
+            say(f"already there (same sha256): {path.name}")
+        else:
+            clashes.append(
                 f"{path.name} is already on the index with another sha256 (index "
                 f"{there[:12]}…, this build {record['sha256'][:12]}…)"
             )
-        plan.pages[project][path.name] = record["sha256"]
-    manifests = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    plan.set_present = any(wheel_manifest.is_manifest_of(n, set_id) for n in manifests)
-    plan.pages[wheel_manifest.MANIFEST_PROJECT] = {n: m.sha256 for n, m in manifests.items()}
-    return plan
+    if clashes:
+        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+        raise UserError(
+            f"refusing to publish to {spec.describe(family)}: {clashes[0]}{more}; files on an "
+            "index are never replaced - rebuild with another version, or remove it from the "
+            "index by hand"
+        )
+    pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
+    for record in wheels:
+        pages[canonicalize_name(record["project"])][Path(record["file"]).name] = record["sha256"]
+    return uploads, pages
 
 
 def publish(opts: PublishOptions) -> None:
@@ -89,46 +79,38 @@ def publish(opts: PublishOptions) -> None:
     manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner = runner_for(opts)
-    say, where = runner.say, spec.describe(family)
-    say(
+    where = spec.describe(family)
+    runner.say(
         f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
         f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
     )
-    aot = manifest["aotriton"]
-    if aot.get("runtime"):
+    if (aot := manifest["aotriton"]).get("runtime"):
         images = ", ".join(f"{k}={v}" for k, v in sorted(aot["images"].items()))
-        say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
+        runner.say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
     store = None if spec.kind == "upload" else team_index.tree_store(spec, family)
-    plan = plan_publish(spec, family, run["wheels"], set_id, store)
-    if plan.clashes:
-        more = f" (and {len(plan.clashes) - 1} more)" if len(plan.clashes) > 1 else ""
-        raise UserError(
-            f"refusing to publish to {where}: {plan.clashes[0]}{more}; files on an index are "
-            "never replaced - rebuild with another version, or remove it from the index by hand"
-        )
-    for name in plan.already:
-        say(f"already there (same sha256): {name}")
-    if plan.set_present and not plan.upload:
-        say(f"wheel set {set_id} is already published on {where}: nothing to do")
+    uploads, pages = plan_uploads(spec, family, run["wheels"], store, runner.say)
+    listed = team_index.read_project(spec, family, MANIFESTS, store)
+    pages[MANIFESTS] = {n: link.sha256 for n, link in listed.items()}
+    set_present = any(wheel_manifest.is_manifest_of(n, set_id) for n in listed)
+    if set_present and not uploads:
+        runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
-    out = work / "publish"
-    manifest_file = out / wheel_manifest.manifest_wheel_name(manifest)
-    runner.apply(wheel_manifest.write_manifest_wheel, manifest, out)
-    files = [path for _project, path in plan.upload]
-    if not plan.set_present:
-        files.append(manifest_file)
+    runner.apply(wheel_manifest.write_manifest_wheel, manifest, work / "publish")
+    manifest_file = work / "publish" / wheel_manifest.manifest_wheel_name(manifest)
+    if not set_present:  # the manifest last: a set is listed once all its wheels are there
+        uploads.append((MANIFESTS, manifest_file))
     if store is None:
-        upload_api(runner, spec, family, files)
+        upload_api(runner, spec.family_root(family), [path for _project, path in uploads])
     else:
-        upload_tree(runner, store, plan, files, manifest_file)
+        upload_tree(runner, store, uploads, pages)
     runner.done(
-        f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}; install it "
+        f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}; install it "
         "on another machine of this family with: nox -s setup_env install_wheels "
         f"-- --index {shlex.quote(opts.index)}"
     )
 
 
-def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
+def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
     """twine (it reads TWINE_USERNAME/TWINE_PASSWORD); the manifest wheel last."""
     if not os.environ.get("TWINE_USERNAME"):
         runner.refuse(
@@ -136,32 +118,27 @@ def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) 
             "(twine reads them; any values for a server without authentication)"
         )
     argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
-    argv += ["--disable-progress-bar", "--repository-url", spec.family_root(family) + "/"]
-    runner.run([*argv, *map(str, files)])
+    runner.run([*argv, "--disable-progress-bar", "--repository-url", url + "/", *map(str, files)])
 
 
-def upload_tree(runner: Runner, store: team_index.TreeStore, plan: Plan, files, manifest_file):
-    uploads = list(plan.upload)
-    if manifest_file in files:
-        project = wheel_manifest.MANIFEST_PROJECT
-        uploads.append((project, manifest_file))
-        sha = runner.apply(lambda: _sha256(manifest_file.read_bytes()))
-        plan.pages[project][manifest_file.name] = sha
+def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: dict) -> None:
+    """Each new file, created, never replaced; then the pages: the wheels' before the
+    manifests', the manifests' before the root's."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
         runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
-    # Pages last: a wheel's page before the manifest's, the manifest's before the root's.
-    order = sorted(p for p in plan.pages if p != wheel_manifest.MANIFEST_PROJECT)
-    for project in [*order, wheel_manifest.MANIFEST_PROJECT]:
-        rel, page = f"{project}/index.html", team_index.project_page(plan.pages[project])
+        if project == MANIFESTS:
+            pages[project][path.name] = runner.apply(stamps.file_sha256, path)
+    for project in [*sorted(p for p in pages if p != MANIFESTS), MANIFESTS]:
+        rel, page = f"{project}/index.html", team_index.project_page(pages[project])
         runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
-    root = runner.apply(store.read, "index.html")
-    known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
-    page = team_index.root_page(known | set(plan.pages))
+    root = runner.apply(store.read, "index.html") or b""
+    known = set(team_index.parse_page(root.decode(errors="replace"), "http://x.invalid/"))
+    page = team_index.root_page(known | set(pages))
     runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
 
 
-def put_new(store: team_index.TreeStore, rel: str, path: Path) -> None:
+def put_new(store, rel: str, path: Path) -> None:
     try:
         store.put_new(rel, path)
     except team_index.Clash:
