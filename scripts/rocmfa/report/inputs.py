@@ -1,8 +1,6 @@
-"""The results page's inputs: probe JSON (files or folders) and the report summaries in a team
-index's wheel-set manifests, as Docs grouped into result sets (one bench run and the verdict
-files of the same machine and software nearest to it), every unusable input kept with why.
-A file names its machine and software in the probes' `identity` block
-(scripts/rocmfa/probes/sdpa_common.identity)."""
+"""The results page's inputs: probe JSON (files, folders) and a team index's manifests' report
+summaries, grouped into result sets (a bench run and the nearest verdict files of the same machine
+and software: the probes' `identity`), every unusable input kept with why."""
 
 from __future__ import annotations
 
@@ -48,13 +46,6 @@ class Doc:
 class Rejected:
     source: str
     why: str
-
-
-@dataclass
-class ResultSet:
-    anchor: Doc  # the bench run, or the verdict file that opened the set
-    docs: dict[str, Doc]
-    id: str = ""
 
 
 def parse_date(text: Any) -> float:
@@ -197,12 +188,13 @@ def identity_of(manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     }  # fmt: skip
 
 
-def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:
-    """Result sets (S1.. oldest first), and the duplicates left out (the same kind of file from
-    the same machine at the same time)."""
+def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
+    """Result sets, oldest first: kind -> Doc, the first the bench run or the verdict file that
+    opened the set; and the duplicates left out (the same kind of file from the same machine at
+    the same time)."""
     rejected: list[Rejected] = []
     seen: dict[tuple, str] = {}
-    sets: list[ResultSet] = []
+    sets: list[dict[str, Doc]] = []
     companions: list[Doc] = []
     for doc in sorted(docs, key=lambda d: (d.when, d.source)):
         key = (doc.kind, machine_key(doc.identity), doc.identity.get("date"))
@@ -212,19 +204,16 @@ def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:
             continue
         seen[key] = doc.source
         if doc.kind == "bench":
-            sets.append(ResultSet(doc, {"bench": doc}))
+            sets.append({"bench": doc})
         else:
             companions.append(doc)
-    same = MACHINE_FIELDS + SOFTWARE_FIELDS
+    same, first = MACHINE_FIELDS + SOFTWARE_FIELDS, lambda s: next(iter(s.values()))
     for doc in companions:
-        apart = lambda s: abs(s.anchor.when - doc.when)  # noqa: B023, E731 (used at once)
-        near = [s for s in sets if doc.kind not in s.docs and apart(s) <= COMPANION_WINDOW_S]
+        apart = lambda s: abs(first(s).when - doc.when)  # noqa: B023, E731 (used at once)
         key = machine_key(doc.identity, same)
-        if near := [s for s in near if machine_key(s.anchor.identity, same) == key]:
-            min(near, key=apart).docs[doc.kind] = doc
+        near = [s for s in sets if doc.kind not in s and apart(s) <= COMPANION_WINDOW_S]
+        if near := [s for s in near if machine_key(first(s).identity, same) == key]:
+            min(near, key=apart)[doc.kind] = doc
         else:
-            sets.append(ResultSet(doc, {doc.kind: doc}))
-    sets.sort(key=lambda s: (s.anchor.when, s.anchor.source))
-    for number, result_set in enumerate(sets, 1):
-        result_set.id = f"S{number}"
-    return sets, rejected
+            sets.append({doc.kind: doc})
+    return sorted(sets, key=lambda s: (first(s).when, first(s).source)), rejected

@@ -67,7 +67,8 @@ SPEEDUP = """<p>Speedup = baseline median / median (&gt;1: faster than the basel
 by the change rule above; launch-bound rows are left out of the means.</p>$summary$legend\
 <div class="figs">$figs</div><details><summary>every case ($count)</summary>$table</details>"""
 OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
-every run has, per backend.</p>$legend<figure>$chart</figure>"""
+every run has, per backend: a bar per run in time order ($runs), later ones lighter.</p>$legend\
+<figure>$chart</figure>"""
 KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
 in $wall_s s, $time; store $store</p>$table"""
 
@@ -76,21 +77,21 @@ def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> st
     return string.Template(template).substitute(values or {}, **more)
 
 
-def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
-    ident = result_set.anchor.identity
-    data = result_set.docs["bench"].data if "bench" in result_set.docs else {}
+def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[str, Any]:
+    ident = next(iter(docs.values())).identity
+    data = docs["bench"].data if "bench" in docs else {}
     prov = data.get("provenance") or {}
     config = inputs.bench_config(data) if data else None
     verdicts = {}
-    for kind in (k for k in VERDICT_KINDS if k in result_set.docs):
-        got = result_set.docs[kind].data.get
+    for kind in (k for k in VERDICT_KINDS if k in docs):
+        got = docs[kind].data.get
         verdicts[kind] = {"passed": got("passed", got("agree")), "counts": got("counts"),
                           "summary": got("summary") or got("verdict"), "failures": got("failures"),
                           "profiler": got("profiler_summary")}  # fmt: skip
     roofs = ("peak_tflops", "peak_source", "memory_roof_gbps", "memory_roof_source")
-    label = f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
-    return {"id": result_set.id, "label": label, "baseline": baseline, "identity": ident,
-            "files": {kind: doc.source for kind, doc in sorted(result_set.docs.items())},
+    label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
+    return {"id": set_id, "label": label, "baseline": baseline, "identity": ident,
+            "files": {kind: doc.source for kind, doc in sorted(docs.items())},
             "config": config, "config_label": config and inputs.config_label(config),
             **{k: prov.get(k) for k in roofs}, "timer": (data.get("settings") or {}).get("timer"),
             "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
@@ -154,7 +155,10 @@ def build(
     every = [*baseline_docs, *docs]
     base_sources = {d.source for d in baseline_docs}
     sets, duplicates = inputs.group([d for d in every if d.kind != "kernel_check"])
-    models = [set_model(s, any(d.source in base_sources for d in s.docs.values())) for s in sets]
+    models = [
+        set_model(f"S{n}", s, any(d.source in base_sources for d in s.values()))
+        for n, s in enumerate(sets, 1)
+    ]
     bases: dict[str, dict[str, Any]] = {}
     for model in (m for m in models if m["baseline"] and m["bench"]):
         bases.setdefault(model["config_label"], model)
@@ -334,10 +338,15 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
 def time_section(groups: list[dict[str, Any]]) -> str:
     parts = []
     for ti, group in enumerate(groups):
-        labels = [f"{s} {str(d)[5:16]}" for s, d in zip(group["sets"], group["dates"], strict=True)]
-        chart = svg.line_chart(labels, group["series"], "TFLOP/s (geo. mean)", f"time-{ti}")
+        runs = [f"{s} {str(d)[5:16]}" for s, d in zip(group["sets"], group["dates"], strict=True)]
+        bars = {
+            b: [svg.Bar(v, b, i, f"{runs[i]} {b}: {v} TFLOP/s") for i, v in enumerate(values)]
+            for b, values in group["series"].items()
+        }
+        chart = svg.grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
         shown = {k: esc(group[k] or "") for k in ("machine", "config_label", "cases")}
-        parts.append(fill(OVER_TIME, shown, legend=svg.legend(list(group["series"])), chart=chart))
+        legend = svg.legend(list(group["series"]))
+        parts.append(fill(OVER_TIME, shown, runs=esc(", ".join(runs)), legend=legend, chart=chart))
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
 

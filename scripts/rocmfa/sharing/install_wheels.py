@@ -41,7 +41,8 @@ def rocm_of(version: Version) -> tuple[str | None, str]:
 
 
 def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, machine: str) -> str:
-    """The recorded wheel unchanged and fit for the env: its description, or UserError."""
+    """The recorded wheel unchanged, its tags and ROCm local version fit for the env: its
+    description, or UserError."""
     path = Path(record["file"])
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
@@ -50,21 +51,16 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, mach
             f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
             "to install it; rerun: nox -s build_pytorch"
         )
-    return check_wheel_name(path.name, python_tag, rocm_version, machine)
-
-
-def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
-    """A wheel's tags and ROCm local version against the env: its description or UserError."""
+    filename = path.name  # build_pytorch's name: TheRock's, with its local version
     try:
         name, version, _build, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as e:
         raise UserError(f"{filename}: not a valid wheel file name ({e})") from None
     interpreters = {python_tag, f"py{python_tag[2]}", f"py{python_tag[2:]}"}
-    if not any(
-        t.interpreter in interpreters and t.abi in (python_tag, "none", "abi3")
-        and (t.platform == "any" or t.platform.endswith(machine))
-        for t in tags
-    ):  # fmt: skip
+    runs = [
+        t for t in tags if t.interpreter in interpreters and t.abi in (python_tag, "none", "abi3")
+    ]
+    if not any(t.platform == "any" or t.platform.endswith(machine) for t in runs):
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
             f"{filename} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
@@ -123,33 +119,24 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
 
 
 def pip_source(session: session_env.SessionEnv) -> str:
-    """Where the env's pip looks (`pip config list`, PIP_* included), credentials left out."""
+    """Where the env's pip looks (`pip config list`: PIP_* and pip.conf), credentials left out."""
     if not (session.ready and session.python.exists()):
         return "pip's configured index (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf; else PyPI)"
     query = Runner(base_env=session.environ, out=session.out)
     listed = query.run([session.python, "-m", "pip", "config", "list"], capture=True, check=False)
-    settings = {}  # the last one wins
-    for key, _, value in (line.partition("=") for line in listed.stdout.splitlines()):
-        settings[key.rsplit(".", 1)[-1]] = value.strip().strip("'\"")
-    where = []
-    if settings.get("no-index", "").lower() not in ("1", "true", "yes", "on"):
-        where.append(f"index {settings.get('index-url', 'https://pypi.org/simple')}")
-        if settings.get("extra-index-url"):
-            where.append(f"extra index {settings['extra-index-url']}")
-    if settings.get("find-links"):
-        where.append(f"find-links {settings['find-links']}")
+    found = dict(re.findall(r"\.([\w-]+)=['\"]?([^'\"\n]*)", listed.stdout))  # the last one wins
+    no_index = found.get("no-index", "").lower() in ("1", "true", "yes", "on")
+    where = [] if no_index else [f"index {found.get('index-url', 'https://pypi.org/simple')}"]
+    extra = {k: v for k, v in found.items() if k in ("extra-index-url", "find-links")}
+    where += [f"{k.replace('-url', '').replace('-', ' ')} {v}" for k, v in extra.items()]
     where_ = re.sub(r"://[^/@\s]+@", "://", ", ".join(where) or "nowhere (no-index)")
     return f"{where_} (pip config list)"
 
 
 def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
     runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
-    runner.apply(
-        stamps.write_text_atomic,
-        path,
-        "\n".join(lines) + "\n",
-        say=f"write {path}: {' '.join(lines)}",
-    )
+    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"
+    runner.apply(path.write_text, text, say=said)
     return path
 
 
@@ -183,48 +170,46 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
     return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
 
 
-def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, target, checkable):
-    """(manifest, pip argv) of the newest wheel set on this machine's family index that fits
-    (its wheels as `name @ URL --hash=sha256:...` lines for pip --require-hashes)."""
-    python_tag, rocm_version, machine = target
-    spec, arch, runner = team_index.parse_index(opts.index), session.choice.arch, session.runner
+def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
+    """(manifest, family, where, store) of the newest wheel set on this machine's family index
+    that fits (fits' python_tag/rocm_version None: not compared)."""
+    spec, arch = team_index.parse_index(index), session.choice.arch
     family = wheel_manifest.family_of(arch)
     where = spec.describe(family)
-    runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
+    session.runner.say(
+        f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})"
+    )
     names, links, store = wheel_manifest.listed_manifests(spec, family)
-    if opts.wheel_set and not (
-        names := [n for n in names if wheel_manifest.is_manifest_of(n, opts.wheel_set)]
+    if wheel_set and not (
+        names := [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
     ):
-        raise UserError(f"no wheel set {opts.wheel_set} on {where}")
+        raise UserError(f"no wheel set {wheel_set} on {where}")
     if not names:
         raise UserError(
             f"no wheel set on {where}; publish one from the building machine: "
-            f"nox -s publish -- --index {shlex.quote(opts.index)}"
+            f"nox -s publish -- --index {shlex.quote(index)}"
         )
-    fits = {"family": family, "arch": arch.name, "python_tag": python_tag if checkable else None,
-            "rocm_version": rocm_version if checkable else None}  # fmt: skip
     problems = []
     for name in names:
         manifest = wheel_manifest.read_manifest(name, links[name], store, where)
-        if (problem := wheel_manifest.mismatch(manifest, **fits)) is None:
-            break
-        if (
-            opts.wheel_set
-            or manifest["family"] != family
-            or arch.name not in manifest.get("archs", [manifest["arch"]])
-        ):
+        if (problem := wheel_manifest.mismatch(manifest, family, arch.name, **fits)) is None:
+            return manifest, spec, family, where, store
+        if wheel_set or wheel_manifest.mismatch(manifest, family, arch.name):  # another arch
             raise UserError(f"refusing to install from {where}: {problem}")
         problems.append(problem)
-    else:
-        raise UserError(
-            f"refusing to install from {where}: {problems[0]}, and no other wheel set there fits"
-        )
+    raise UserError(
+        f"refusing to install from {where}: {problems[0]}, and no other wheel set there fits"
+    )
+
+
+def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
+    """(manifest, pip argv, what) of the chosen set: its wheels as `name @ URL
+    --hash=sha256:...` lines for pip --require-hashes (publish checked each against the set's
+    Python and ROCm SDK)."""
+    manifest, spec, family, where, store = choose_set(opts.index, opts.wheel_set, session, fits)
     set_id, lines, pages = manifest["set_id"], [], {}
     downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
-        if checkable:
-            what = check_wheel_name(wheel["file"], python_tag, rocm_version, machine)
-            runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {set_id}")
         project = canonicalize_name(wheel["project"])
         if project not in pages:
             pages[project] = team_index.read_project(spec, family, project, store)
@@ -232,12 +217,11 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, targ
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
-            runner.apply(
-                fetch_into, store, rel, local, say=f"download {store.target(rel)} -> {local}"
-            )
+            said = f"download {store.target(rel)} -> {local}"
+            session.runner.apply(fetch_into, store, rel, local, say=said)
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
-    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
+    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, session.runner)
     pip = [session.python, "-m", "pip", "install", "--no-deps", "--force-reinstall"]
     argv = [*map(str, pip), "--require-hashes", "-r", str(path)]
     return manifest, argv, f"wheel set {set_id} from {where}"
@@ -262,7 +246,8 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     checkable = session.ready and rocm_sdk.exists()  # else a plan without env or ROCm SDK
     target = (python_tag, rocm_version, machine)
     if opts.index:
-        manifest, argv, where = from_index(opts, session, target, checkable)
+        fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
+        manifest, argv, where = from_index(opts, session, fits)
     else:
         manifest, argv, where = *this_runs_wheels(session, target, checkable), None
     install_unless_current(opts, session, manifest, argv, where)

@@ -271,9 +271,8 @@ def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[s
 
 
 def mismatch(
-    manifest: Mapping[str, Any], *, family: str, arch: str, python_tag: str | None,
-    rocm_version: str | None,
-) -> str | None:  # fmt: skip
+    manifest: Mapping[str, Any], family: str, arch: str, python_tag=None, rocm_version=None
+) -> str | None:
     """One line naming how this wheel set does not fit this machine, or None."""
     who = f"wheel set {manifest['set_id']}"
     if manifest["family"] != family:
