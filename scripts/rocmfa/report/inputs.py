@@ -138,23 +138,23 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     --arch's family); the manifest's own fields fill in what a summary's identity lacks."""
     from rocmfa.env import archs  # only --index reads a team index
     from rocmfa.plumbing import team_index
-    from rocmfa.sharing import wheel_manifest
+    from rocmfa.sharing import install_wheels as sets
 
     head, _, family = index.rstrip("/").rpartition("/")
     if head.endswith("/v2") or head == "v2":
         spec = team_index.parse_index(head.removesuffix("/v2") or ".")
     elif arch:
-        spec, family = team_index.parse_index(index), wheel_manifest.family_of(archs.get_arch(arch))
+        spec, family = team_index.parse_index(index), sets.family_of(archs.get_arch(arch))
     else:
         hint = "name the family (URL/v2/<family>) or give --arch to find it"
         raise UserError(f"--index {index}: {hint}")
     where = spec.describe(family)
-    names, links, store = wheel_manifest.listed_manifests(spec, family)
+    names, links, store = sets.listed_manifests(spec, family)
     docs: list[Doc] = []
     rejected = [] if names else [Rejected(where, "no wheel-set manifest on this index family")]
     for name in names:
         try:
-            manifest = wheel_manifest.read_manifest(name, links[name], store, where)
+            manifest = sets.read_manifest(name, links[name], store, where)
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
@@ -166,6 +166,7 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
             for kind, summary in reports
         ]
         docs += [d for d in found if isinstance(d, Doc)]
+        rejected += [r for r in found if isinstance(r, Rejected)]
         if not found:
             rejected.append(Rejected(where + name, "manifest holds no report summary"))
     return docs, rejected

@@ -1,33 +1,43 @@
 """`nox -s install_wheels`: build_pytorch's run manifest's wheels, or with --index the newest set
-published for this machine, checked (sha256, Python tag, ROCm local version: ROCm/vllm#943);
-their runtime requirements by pip from its own index, the wheels with --no-deps, then
-backend_check. docs/pytorch-and-ck.md."""
+published for this machine (its manifest, rocmfa-wheelset/1, travels as a tiny wheel that
+publish writes), checked (sha256, Python tag, ROCm local version: ROCm/vllm#943); their runtime
+requirements by pip from its own index, the wheels with --no-deps, then backend_check.
+docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
+import email.parser
+import hashlib
+import io
 import json
 import re
 import shlex
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
+from wheel.wheelfile import WheelFile
 
 from rocmfa.builds.build_pytorch import COMPONENTS, enabled_stages, install_argv, manifest_path
-from rocmfa.env import condaenv, session_env
+from rocmfa.env import archs, condaenv, session_env
 from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import InstallWheelsOptions
-from rocmfa.sharing import wheel_manifest
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
+SCHEMA = "rocmfa-wheelset/1"
+MANIFEST_PROJECT = "rocmfa-wheelset"
+MANIFEST_DIST = "rocmfa_wheelset"
+MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
 def rocm_of(version: Version) -> tuple[str | None, str]:
@@ -73,7 +83,7 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, mach
             f"{filename} names no ROCm version ({what}); the env has ROCm {rocm_version} "
             "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
         )
-    if built_for is not None and not wheel_manifest.same_version(built_for, rocm_version):
+    if built_for is not None and not same_version(built_for, rocm_version):
         raise UserError(
             f"{filename} was built against ROCm {built_for}, but the env has ROCm "
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
@@ -158,31 +168,104 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
         } for p in projects]  # fmt: skip
         return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
     manifest = load_manifest(work)
-    if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != session.prefix:
-        runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
     for record in manifest["wheels"]:
         if checkable:
             what = check_wheel(record, *target)
             runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
-            record["requires"] = wheel_manifest.requires_of(Path(record["file"]))
+            record["requires"] = requires_of(Path(record["file"]))
         else:
             runner.done(f"{record['file']} is checked against the env's Python and ROCm")
     return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
+
+
+def family_of(arch: archs.Arch) -> str:
+    """TheRock's index folder v2/<family>/: legacy_family, therock_family, or the sub-family."""
+    if arch.legacy_family or arch.therock_family:
+        return arch.legacy_family or arch.therock_family
+    chain = archs.packaging_chain(arch.name)
+    return chain[1] if len(chain) > 1 else arch.name
+
+
+def same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def requires_of(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA."""
+    try:
+        with WheelFile(wheel) as wf:
+            metadata = wf.read(f"{wf.dist_info_path}/METADATA")
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:  # WheelError: ValueError
+        raise UserError(f"{wheel.name}: no readable METADATA ({e})") from None
+    return email.parser.BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []
+
+
+def is_manifest_of(filename: str, set_id: str) -> bool:
+    return filename.startswith(MANIFEST_DIST + "-") and f".{set_id}-py3-" in filename
+
+
+def listed_manifests(spec: team_index.IndexSpec, family: str):
+    """The family's wheel-set manifests, newest first (the name starts with the date); their
+    links; the S3 store they are read through, if any."""
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
+    links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
+    names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
+    return names, links, store
+
+
+def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[str, Any]:
+    """The manifest in wheel `name`, checked against its page's sha256."""
+    data = store.read(f"{MANIFEST_PROJECT}/{name}") if store else team_index.fetch(link.url)
+    if data is None:
+        raise UserError(f"{name} is listed on {where} but cannot be downloaded")
+    if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
+        raise UserError(f"{name} on {where} does not match the sha256 its page lists")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            manifest = json.loads(zf.read(MANIFEST_MEMBER))
+    except (zipfile.BadZipFile, KeyError, ValueError) as e:
+        raise UserError(f"{name}: not a wheel-set manifest ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise UserError(f"{name}: manifest schema is not {SCHEMA}")
+    return manifest  # as publish wrote it
+
+
+def mismatch(
+    manifest: Mapping[str, Any], family: str, arch: str, python_tag=None, rocm_version=None
+) -> str | None:
+    """One line naming how this wheel set does not fit this machine, or None."""
+    who = f"wheel set {manifest['set_id']}"
+    if manifest["family"] != family:
+        return (
+            f"{who} was built for arch family {manifest['family']} ({manifest['arch']}); this "
+            f"machine is {arch} (family {family})"
+        )
+    if arch != manifest["arch"]:  # a set is built for one arch of its family
+        return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
+    if python_tag is not None and manifest["python"] != python_tag:
+        return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
+    if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
+        return (
+            f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
+            f"{rocm_version} (rocm-sdk version)"
+        )
+    return None
 
 
 def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
     """(manifest, family, where, store) of the newest wheel set on this machine's family index
     that fits (fits' python_tag/rocm_version None: not compared)."""
     spec, arch = team_index.parse_index(index), session.choice.arch
-    family = wheel_manifest.family_of(arch)
+    family = family_of(arch)
     where = spec.describe(family)
     session.runner.say(
         f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})"
     )
-    names, links, store = wheel_manifest.listed_manifests(spec, family)
-    if wheel_set and not (
-        names := [n for n in names if wheel_manifest.is_manifest_of(n, wheel_set)]
-    ):
+    names, links, store = listed_manifests(spec, family)
+    if wheel_set and not (names := [n for n in names if is_manifest_of(n, wheel_set)]):
         raise UserError(f"no wheel set {wheel_set} on {where}")
     if not names:
         raise UserError(
@@ -191,10 +274,10 @@ def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
         )
     problems = []
     for name in names:
-        manifest = wheel_manifest.read_manifest(name, links[name], store, where)
-        if (problem := wheel_manifest.mismatch(manifest, family, arch.name, **fits)) is None:
+        manifest = read_manifest(name, links[name], store, where)
+        if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
             return manifest, spec, family, where, store
-        if wheel_set or wheel_manifest.mismatch(manifest, family, arch.name):  # another arch
+        if wheel_set or mismatch(manifest, family, arch.name):  # another arch
             raise UserError(f"refusing to install from {where}: {problem}")
         problems.append(problem)
     raise UserError(
