@@ -68,7 +68,7 @@ by the change rule above; launch-bound rows are left out of the means.</p>$summa
 <div class="figs">$figs</div><details><summary>every case ($count)</summary>$table</details>"""
 OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
 every run has, per backend: a bar per run in time order ($runs), later ones lighter.</p>$legend\
-<figure>$chart</figure>"""
+$chart"""
 KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
 in $wall_s s, $time; store $store</p>$table"""
 
@@ -224,11 +224,6 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
     return f"<td>{shown}</td>"
 
 
-def figure(title: str, groups: dict, unit: str, shades: int, ref: Any, chart_id: str) -> str:
-    chart = svg.grouped_bars(groups, unit, shades, ref, chart_id)
-    return f"<figure><h4>{esc(title)}</h4>{chart}</figure>"
-
-
 def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
     flags = tuple(f for f in ("noisy", "launch-bound") if row.get(f.replace("-", "_")))
     if row.get("bound") == "memory":
@@ -259,7 +254,7 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
         title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
-        figs.append(figure(title, groups, unit, len(members), roof, chart_id))
+        figs.append(svg.grouped_bars(groups, unit, len(members), roof, chart_id, title))
     return "".join(figs)
 
 
@@ -320,7 +315,7 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
             geo = round(geometric_mean(speedups), 4)
             title = f"{comp['set']} {backend} {pass_name}: {geo}x"
             charts[pass_name][backend].append(svg.Bar(geo, backend, shade, title))
-    figs = [figure(t, charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}")
+    figs = [svg.grouped_bars(charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}", t)
             for p, t in PASS_NAMES.items() if p in charts]  # fmt: skip
     index = [{change.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731

@@ -42,11 +42,9 @@ def _hline(width: int, y: float, style: str) -> str:
     return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}"{style}/>'
 
 
-def grouped_bars(
-    groups: dict[str, list[Bar]], y_label: str, shades: int, ref: float | None, chart_id: str
-) -> str:
-    """One cluster of bars per group (x), the grid, the y axis's label; a dashed line at `ref`
-    (1.0 for speedups, the memory roof)."""
+def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, title="") -> str:
+    """A <figure> (titled) of one cluster of bars per group (x), the grid, the y axis's label;
+    a dashed line at `ref` (1.0 for speedups, the memory roof)."""
     per_group = max(map(len, groups.values()), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12
@@ -60,8 +58,9 @@ def grouped_bars(
     else:
         top = 1.0
     out = [
+        f"<figure><h4>{html.escape(title)}</h4>" if title else "<figure>",
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
     ]
     for tick in range(5):
         y = TOP + PLOT_H - PLOT_H * tick / 4
@@ -89,7 +88,7 @@ def grouped_bars(
             _hline(width, TOP + PLOT_H * (1 - ref / top), ' stroke="#000" stroke-dasharray="4,3"')
         )
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
-    return "".join([*out, "</svg>"])
+    return "".join([*out, "</svg></figure>"])
 
 
 def legend(series: list[str]) -> str:

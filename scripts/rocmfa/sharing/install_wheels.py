@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelFile
 
 from rocmfa.builds.build_pytorch import COMPONENTS, enabled_stages, install_argv, manifest_path
-from rocmfa.env import archs, condaenv, session_env
+from rocmfa.env import archs, session_env
 from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
@@ -350,11 +350,7 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
     ordinary way (no wheel touched yet), then the wheels (where: the set's, from an index)."""
     runner, work, wheels = session.runner, session.work, manifest["wheels"]
     stamp = paths.stamp_path(work, "install_wheels")
-    inputs = {
-        "wheels": sorted(r["sha256"] for r in wheels),
-        "env": condaenv.env_identity(session.prefix),
-        "prefix": str(session.prefix),
-    }
+    inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
     if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
