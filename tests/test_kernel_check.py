@@ -188,12 +188,12 @@ def test_the_summary_is_carried_by_the_manifest_and_the_results_page(
     tree: Tree, tmp_path: Path
 ) -> None:
     from rocmfa.report import inputs, page
-    from rocmfa.sharing import wheel_manifest
+    from rocmfa.sharing import publish
 
     work = tmp_path / "work"
     kc.kernel_check(check(work))
     written = kc.summary_path(work, "gfx1151")
-    kind, carried = wheel_manifest.summarize_report(written)
+    kind, carried = publish.summarize_report(written)
     assert kind == "kernel_check" and "tree" not in carried  # no local path in a manifest
     assert carried["aotriton_commit"] == tree.commit and carried["families"]
     docs, rejected = inputs.read_paths([str(written)])

@@ -24,7 +24,6 @@ from rocmfa.plumbing import options, team_index
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sharing import install_wheels as iw
 from rocmfa.sharing import publish as pub
-from rocmfa.sharing import wheel_manifest
 from tests.support import aotriton_standins as st
 from tests.support import pep503, shared_cache
 from tests.support import team_index as servers
@@ -180,9 +179,7 @@ def test_directory_tree_dry_run_publish_and_install(builder, second, env, tmp_pa
     listed = set(team_index.parse_page((family / "index.html").read_text(), "http://x/"))
     assert listed == {"torch", "triton", "torchaudio", "rocmfa-wheelset"}
     manifest = json.loads(
-        zipfile.ZipFile(next((family / "rocmfa-wheelset").glob("*.whl"))).read(
-            wheel_manifest.MANIFEST_MEMBER
-        )
+        zipfile.ZipFile(next((family / "rocmfa-wheelset").glob("*.whl"))).read(iw.MANIFEST_MEMBER)
     )
     assert manifest["family"] == "gfx1151" and manifest["python"] == PYTAG
     assert manifest["rocm_sdk"] == ROCM and manifest["flash_attention"] is True
@@ -540,7 +537,7 @@ def test_reports_are_summarized_in_the_manifest(builder, env, tmp_path):
     tree = tmp_path / "idx"
     publish(builder, str(tree), "--report", str(report))
     wheel = next((tree / "v2" / "gfx1151" / "rocmfa-wheelset").glob("*.whl"))
-    manifest = json.loads(zipfile.ZipFile(wheel).read(wheel_manifest.MANIFEST_MEMBER))
+    manifest = json.loads(zipfile.ZipFile(wheel).read(iw.MANIFEST_MEMBER))
     summary = manifest["reports"]["backend_check"]
     assert summary["passed"] is json.loads(report.read_text())["passed"]
     assert summary["summary"] and summary["device"]["type"] == "cpu"
@@ -551,7 +548,7 @@ def test_reports_are_summarized_in_the_manifest(builder, env, tmp_path):
 
 def manifest_of(tree: Path) -> dict:
     wheel = next((tree / "v2" / "gfx1151" / "rocmfa-wheelset").glob("*.whl"))
-    return json.loads(zipfile.ZipFile(wheel).read(wheel_manifest.MANIFEST_MEMBER))
+    return json.loads(zipfile.ZipFile(wheel).read(iw.MANIFEST_MEMBER))
 
 
 def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder, env, tmp_path):
@@ -590,17 +587,17 @@ def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder,
         ("python", "cp399", r"built for Python cp399; the env has " + PYTAG),
         ("rocm_sdk", "7.14.0", r"built against ROCm SDK 7\.14\.0; the env has " + ROCM),
         ("family", "gfx120X-all", r"built for arch family gfx120X-all"),
-        ("archs", ["gfx1150"], r"built for gfx1151 only; this machine is gfx1151"),
+        ("arch", "gfx1150", r"built for gfx1150 only; this machine is gfx1151"),
     ],
 )
 def test_mismatch_names_the_field(field, value, message):
     manifest = {
-        "set_id": "abc", "arch": "gfx1151", "archs": ["gfx1151"], "family": "gfx1151",
+        "set_id": "abc", "arch": "gfx1151", "family": "gfx1151",
         "python": PYTAG, "rocm_sdk": ROCM, "wheels": [],
     }  # fmt: skip
     fits = dict(family="gfx1151", arch="gfx1151", python_tag=PYTAG, rocm_version=ROCM)
-    assert wheel_manifest.mismatch(manifest, **fits) is None
-    problem = wheel_manifest.mismatch({**manifest, field: value}, **fits)
+    assert iw.mismatch(manifest, **fits) is None
+    problem = iw.mismatch({**manifest, field: value}, **fits)
     assert problem is not None and "\n" not in problem
     assert __import__("re").search(message, problem)
 

@@ -19,7 +19,7 @@ from rocmfa.plumbing import team_index
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import ReportOptions
 from rocmfa.report import page
-from rocmfa.sharing import wheel_manifest
+from rocmfa.sharing import install_wheels, publish
 from tests.support.project import results_dir
 from tests.support.team_index import pypiserver_families
 
@@ -199,17 +199,17 @@ def test_nothing_shown_is_one_line_and_non_zero(tmp_path, capsys):
 def publish_manifest(family_dir: Path, published: str, *reports: str) -> str:
     """What publish puts on a team index: the manifest wheel (its report summaries made by
     publish's own summarize_report) and the project page listing it."""
-    summaries = dict(wheel_manifest.summarize_report(RESULTS / f"{r}.json") for r in reports)
+    summaries = dict(publish.summarize_report(RESULTS / f"{r}.json") for r in reports)
     manifest = {
-        "schema": wheel_manifest.SCHEMA, "set_id": published.replace(":", "")[-16:].rjust(16, "0"),
-        "published": published, "arch": "gfx1151", "archs": ["gfx1151"], "family": "gfx1151",
+        "schema": install_wheels.SCHEMA, "set_id": published.replace(":", "")[-16:].rjust(16, "0"),
+        "published": published, "arch": "gfx1151", "family": "gfx1151",
         "python": "cp312", "rocm_sdk": "7.12.0", "flash_attention": True, "wheels": [],
         "torch": {"version": "2.11.0", "commit": "70d99e998b49"},
         "aotriton": {"version": "0.11.2b", "commit": "abc123"},
         "patches": {"aotriton": {"digest": "d1g35t"}}, "reports": summaries,
     }  # fmt: skip
-    project = family_dir / wheel_manifest.MANIFEST_PROJECT
-    wheel = wheel_manifest.write_manifest_wheel(manifest, project)
+    project = family_dir / install_wheels.MANIFEST_PROJECT
+    wheel = publish.write_manifest_wheel(manifest, project)
     return wheel.name
 
 
@@ -227,14 +227,14 @@ def test_index_reads_the_summaries_publish_put_in_manifests(tmp_path, capsys, fo
     publish_manifest(family, "2026-11-24T22:39:14Z", "aa1", "backend_check_i32")
     publish_manifest(family, "2026-11-24T22:40:27Z", "aa4")
     if form == "directory":
-        write_page(family / wheel_manifest.MANIFEST_PROJECT)
+        write_page(family / install_wheels.MANIFEST_PROJECT)
         urls = [(str(family), None), (str(tmp_path / "idx"), "gfx1151")]
         for index, arch in urls:
             rc, data, _ = run_report(capsys, index=index, arch=arch, out=str(tmp_path / "o"))
             check_index_data(rc, data)
         return
     # pypiserver serves the files in its folder itself (as after a twine upload).
-    for wheel in family.joinpath(wheel_manifest.MANIFEST_PROJECT).glob("*.whl"):
+    for wheel in family.joinpath(install_wheels.MANIFEST_PROJECT).glob("*.whl"):
         wheel.rename(family / wheel.name)
     with pypiserver_families(tmp_path / "pypi") as url:
         rc, data, _ = run_report(

@@ -1,8 +1,6 @@
-"""The results page's inputs: probe JSON (files or folders) and the report summaries in a team
-index's wheel-set manifests, as Docs grouped into result sets (one bench run and the verdict
-files of the same machine and software nearest to it), every unusable input kept with why.
-A file names its machine and software in the probes' `identity` block
-(scripts/rocmfa/probes/sdpa_common.identity)."""
+"""The results page's inputs: probe JSON (files, folders) and a team index's manifests' report
+summaries, grouped into result sets (a bench run and the nearest verdict files of the same machine
+and software: the probes' `identity`), every unusable input kept with why."""
 
 from __future__ import annotations
 
@@ -48,13 +46,6 @@ class Doc:
 class Rejected:
     source: str
     why: str
-
-
-@dataclass
-class ResultSet:
-    anchor: Doc  # the bench run, or the verdict file that opened the set
-    docs: dict[str, Doc]
-    id: str = ""
 
 
 def parse_date(text: Any) -> float:
@@ -147,71 +138,64 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     --arch's family); the manifest's own fields fill in what a summary's identity lacks."""
     from rocmfa.env import archs  # only --index reads a team index
     from rocmfa.plumbing import team_index
-    from rocmfa.sharing import index_install, wheel_manifest
+    from rocmfa.sharing import install_wheels as sets
 
     head, _, family = index.rstrip("/").rpartition("/")
     if head.endswith("/v2") or head == "v2":
         spec = team_index.parse_index(head.removesuffix("/v2") or ".")
     elif arch:
-        spec, family = team_index.parse_index(index), wheel_manifest.family_of(archs.get_arch(arch))
+        spec, family = team_index.parse_index(index), sets.family_of(archs.get_arch(arch))
     else:
         hint = "name the family (URL/v2/<family>) or give --arch to find it"
         raise UserError(f"--index {index}: {hint}")
     where = spec.describe(family)
-    names, links, store = index_install.listed_manifests(spec, family)
-    if not names:
-        return [], [Rejected(where, "no wheel-set manifest on this index family")]
+    names, links, store = sets.listed_manifests(spec, family)
     docs: list[Doc] = []
-    rejected: list[Rejected] = []
+    rejected = [] if names else [Rejected(where, "no wheel-set manifest on this index family")]
     for name in names:
         try:
-            manifest = index_install.read_manifest(name, links[name], store, where)
+            manifest = sets.read_manifest(name, links[name], store, where)
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
-        found = manifest_docs(where + name, manifest)
-        docs += found
+        reports = sorted((manifest.get("reports") or {}).items())
+        found = [
+            check_doc(
+                f"{where}{name} ({kind})", {**summary, "identity": identity_of(manifest, summary)}
+            )
+            for kind, summary in reports
+        ]
+        docs += [d for d in found if isinstance(d, Doc)]
+        rejected += [r for r in found if isinstance(r, Rejected)]
         if not found:
             rejected.append(Rejected(where + name, "manifest holds no report summary"))
     return docs, rejected
 
 
-def manifest_docs(source: str, manifest: dict[str, Any]) -> list[Doc]:
-    torch_info = manifest.get("torch") or {}
-    aot = manifest.get("aotriton") or {}
-    schema_of = {k: s for s, k in KINDS.items()}
-    patches = {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()}
-    docs = []
-    for kind, summary in sorted((manifest.get("reports") or {}).items()):
-        if not isinstance(summary, dict):
-            continue
-        prov = summary.get("provenance") or {}
-        # the summary's own identity first, the manifest's fields where it has none
-        identity = {"version": IDENTITY_VERSION, "date": manifest.get("published"),
-                    "host": f"wheel set {manifest.get('set_id')}", "arch": manifest.get("arch"),
-                    "gpu": prov.get("device_name") or manifest.get("arch"), "platform": "rocm",
-                    "device": prov.get("device"), "rocm": manifest.get("rocm_sdk"), "cuda": None,
-                    "torch": torch_info.get("version"), "torch_commit": torch_info.get("commit"),
-                    "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
-                    "flash_built_in": manifest.get("flash_attention"),
-                    **(summary.get("identity") or {}), "wheel_set": manifest.get("set_id"),
-                    "rocm_sdk": manifest.get("rocm_sdk"), "patches": patches}  # fmt: skip
-        data = {**summary, "schema": schema_of.get(kind, kind), "identity": identity}
-        if kind == "bench":
-            data.update(results=[dict(r, status="ok") for r in summary.get("ok") or []])
-            data.update(provenance=prov, settings=summary.get("settings") or {})
-        found = check_doc(f"{source} ({kind})", data)
-        if isinstance(found, Doc):
-            docs.append(found)
-    return docs
+def identity_of(manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's own identity first, the manifest's fields where it has none."""
+    torch, aot = manifest.get("torch") or {}, manifest.get("aotriton") or {}
+    prov = summary.get("provenance") or {}
+    return {
+        "version": IDENTITY_VERSION, "date": manifest["published"], "platform": "rocm",
+        "host": f"wheel set {manifest['set_id']}", "arch": manifest["arch"],
+        "gpu": prov.get("device_name") or manifest["arch"], "device": prov.get("device"),
+        "rocm": manifest["rocm_sdk"], "cuda": None, "torch": torch.get("version"),
+        "torch_commit": torch.get("commit"), "flash_built_in": manifest.get("flash_attention"),
+        "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
+        **(summary.get("identity") or {}), "wheel_set": manifest["set_id"],
+        "rocm_sdk": manifest["rocm_sdk"],
+        "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
+    }  # fmt: skip
 
 
-def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:
-    """Result sets (S1.. oldest first), and the duplicates left out (the same kind of file from
-    the same machine at the same time)."""
+def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
+    """Result sets, oldest first: kind -> Doc, the first the bench run or the verdict file that
+    opened the set; and the duplicates left out (the same kind of file from the same machine at
+    the same time)."""
     rejected: list[Rejected] = []
     seen: dict[tuple, str] = {}
-    sets: list[ResultSet] = []
+    sets: list[dict[str, Doc]] = []
     companions: list[Doc] = []
     for doc in sorted(docs, key=lambda d: (d.when, d.source)):
         key = (doc.kind, machine_key(doc.identity), doc.identity.get("date"))
@@ -221,19 +205,16 @@ def group(docs: list[Doc]) -> tuple[list[ResultSet], list[Rejected]]:
             continue
         seen[key] = doc.source
         if doc.kind == "bench":
-            sets.append(ResultSet(doc, {"bench": doc}))
+            sets.append({"bench": doc})
         else:
             companions.append(doc)
-    same = MACHINE_FIELDS + SOFTWARE_FIELDS
+    same, first = MACHINE_FIELDS + SOFTWARE_FIELDS, lambda s: next(iter(s.values()))
     for doc in companions:
-        apart = lambda s: abs(s.anchor.when - doc.when)  # noqa: B023, E731 (used at once)
-        near = [s for s in sets if doc.kind not in s.docs and apart(s) <= COMPANION_WINDOW_S]
+        apart = lambda s: abs(first(s).when - doc.when)  # noqa: B023, E731 (used at once)
         key = machine_key(doc.identity, same)
-        if near := [s for s in near if machine_key(s.anchor.identity, same) == key]:
-            min(near, key=apart).docs[doc.kind] = doc
+        near = [s for s in sets if doc.kind not in s and apart(s) <= COMPANION_WINDOW_S]
+        if near := [s for s in near if machine_key(first(s).identity, same) == key]:
+            min(near, key=apart)[doc.kind] = doc
         else:
-            sets.append(ResultSet(doc, {doc.kind: doc}))
-    sets.sort(key=lambda s: (s.anchor.when, s.anchor.source))
-    for number, result_set in enumerate(sets, 1):
-        result_set.id = f"S{number}"
-    return sets, rejected
+            sets.append({doc.kind: doc})
+    return sorted(sets, key=lambda s: (first(s).when, first(s).source)), rejected

@@ -20,6 +20,7 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench_change as change
+from rocmfa.probes.bench_change import VERDICTS
 from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs, svg
 
@@ -34,23 +35,18 @@ CHANGE_RULE = (
 )
 PASS_NAMES = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
 VERDICT_KINDS = ("backend_check", "validate", "upstream", "crosscheck")
-VERDICTS = change.VERDICTS
 CASE_HEAD = ["size", "B,H,S,D", "dtype", "causal", "backend", "pass"]
-STYLE = """
-body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}h1{font-size:20px}
+STYLE = """body{font:13px/1.4 sans-serif;margin:18px;color:#222;max-width:1400px}h1{font-size:20px}
 h2{font-size:16px;border-bottom:1px solid #ccc;margin-top:26px}h3{font-size:14px}
-h4{font-size:12px;margin:6px 0}.cards{display:flex;flex-wrap:wrap;gap:8px}.why{color:#555}
-.card{border:1px solid #bbb;border-radius:4px;padding:6px 9px;width:300px;font-size:11px}
-.card b{font-size:12px}.card .base{color:#b00}table{border-collapse:collapse;font-size:11px}
-table{margin:4px 0}td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}.pass{color:#060;font-weight:bold}
-.fail{color:#b00;font-weight:bold}.faster{color:#060}.slower{color:#b00}.noisy{color:#a60}
-.launch-bound{color:#a60}.figs{display:flex;flex-wrap:wrap;gap:10px}code{font-size:11px}
+h4{font-size:12px;margin:6px 0}.cards,.figs{display:flex;flex-wrap:wrap;gap:8px}.why{color:#555}
+.card{border:1px solid #bbb;border-radius:4px;padding:6px 9px;width:300px;break-inside:avoid}
+.card,code{font-size:11px}.card b{font-size:12px}.base,.fail,.slower{color:#b00}.pass{color:#060}
+table{border-collapse:collapse;font-size:11px;margin:4px 0}.pass,.fail{font-weight:bold}
+td,th{border:1px solid #ddd;padding:2px 5px;text-align:left;vertical-align:top}.faster{color:#060}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.noisy,.launch-bound{color:#a60}
 figure{margin:0;break-inside:avoid}.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-@media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}
-.card{break-inside:avoid}}
-"""
+@media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}}"""
 # The page's parts: string.Template over values already escaped.
 PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">\
 <meta name="viewport" content="width=device-width,initial-scale=1"><title>$title</title>\
@@ -58,13 +54,9 @@ PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">\
 <code>nox -s report</code>. FLOPs: $flops. Change rule: $rule (threshold $threshold%; floors: \
 $floors).</p><nav>$nav</nav>$body</body></html>
 """
-CARD = """GPU: $gpu ($arch), $compute_units CUs
-platform: $platform ROCm $rocm / CUDA $cuda
-torch: $torch @ $torch_commit
-AOTriton: $aot_version @ $aot_commit
-flash built in: $flash_built_in
-host: $host
-date: $date"""
+CARD = "GPU: $gpu ($arch), $compute_units CUs\nplatform: $platform ROCm $rocm / CUDA $cuda\n"
+CARD += "torch: $torch @ $torch_commit\nAOTriton: $aot_version @ $aot_commit\n"
+CARD += "flash built in: $flash_built_in\nhost: $host\ndate: $date"
 BENCH = """<h3>$label</h3><p>Result sets $sets: within a backend in this order, later ones \
 lighter. Red outline (* in the table): noisy row; dashed (†): launch-bound, the GPU idled most \
 of the timed interval.</p>$legend<div class="figs">$figs</div>$memory<details><summary>numbers: \
@@ -75,7 +67,8 @@ SPEEDUP = """<p>Speedup = baseline median / median (&gt;1: faster than the basel
 by the change rule above; launch-bound rows are left out of the means.</p>$summary$legend\
 <div class="figs">$figs</div><details><summary>every case ($count)</summary>$table</details>"""
 OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
-every run has, per backend.</p>$legend<figure>$chart</figure>"""
+every run has, per backend: a bar per run in time order ($runs), later ones lighter.</p>$legend\
+$chart"""
 KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
 in $wall_s s, $time; store $store</p>$table"""
 
@@ -84,21 +77,21 @@ def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> st
     return string.Template(template).substitute(values or {}, **more)
 
 
-def set_model(result_set: inputs.ResultSet, baseline: bool) -> dict[str, Any]:
-    ident = result_set.anchor.identity
-    data = result_set.docs["bench"].data if "bench" in result_set.docs else {}
+def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[str, Any]:
+    ident = next(iter(docs.values())).identity
+    data = docs["bench"].data if "bench" in docs else {}
     prov = data.get("provenance") or {}
     config = inputs.bench_config(data) if data else None
     verdicts = {}
-    for kind in (k for k in VERDICT_KINDS if k in result_set.docs):
-        got = result_set.docs[kind].data.get
+    for kind in (k for k in VERDICT_KINDS if k in docs):
+        got = docs[kind].data.get
         verdicts[kind] = {"passed": got("passed", got("agree")), "counts": got("counts"),
                           "summary": got("summary") or got("verdict"), "failures": got("failures"),
                           "profiler": got("profiler_summary")}  # fmt: skip
     roofs = ("peak_tflops", "peak_source", "memory_roof_gbps", "memory_roof_source")
-    label = f"{result_set.id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
-    return {"id": result_set.id, "label": label, "baseline": baseline, "identity": ident,
-            "files": {kind: doc.source for kind, doc in sorted(result_set.docs.items())},
+    label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
+    return {"id": set_id, "label": label, "baseline": baseline, "identity": ident,
+            "files": {kind: doc.source for kind, doc in sorted(docs.items())},
             "config": config, "config_label": config and inputs.config_label(config),
             **{k: prov.get(k) for k in roofs}, "timer": (data.get("settings") or {}).get("timer"),
             "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
@@ -162,7 +155,10 @@ def build(
     every = [*baseline_docs, *docs]
     base_sources = {d.source for d in baseline_docs}
     sets, duplicates = inputs.group([d for d in every if d.kind != "kernel_check"])
-    models = [set_model(s, any(d.source in base_sources for d in s.docs.values())) for s in sets]
+    models = [
+        set_model(f"S{n}", s, any(d.source in base_sources for d in s.values()))
+        for n, s in enumerate(sets, 1)
+    ]
     bases: dict[str, dict[str, Any]] = {}
     for model in (m for m in models if m["baseline"] and m["bench"]):
         bases.setdefault(model["config_label"], model)
@@ -228,11 +224,6 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
     return f"<td>{shown}</td>"
 
 
-def figure(title: str, groups: dict, unit: str, shades: int, ref: Any, chart_id: str) -> str:
-    chart = svg.grouped_bars(groups, unit, shades, ref, chart_id)
-    return f"<figure><h4>{esc(title)}</h4>{chart}</figure>"
-
-
 def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
     flags = tuple(f for f in ("noisy", "launch-bound") if row.get(f.replace("-", "_")))
     if row.get("bound") == "memory":
@@ -263,7 +254,7 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
         title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
-        figs.append(figure(title, groups, unit, len(members), roof, chart_id))
+        figs.append(svg.grouped_bars(groups, unit, len(members), roof, chart_id, title))
     return "".join(figs)
 
 
@@ -324,7 +315,7 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
             geo = round(geometric_mean(speedups), 4)
             title = f"{comp['set']} {backend} {pass_name}: {geo}x"
             charts[pass_name][backend].append(svg.Bar(geo, backend, shade, title))
-    figs = [figure(t, charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}")
+    figs = [svg.grouped_bars(charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}", t)
             for p, t in PASS_NAMES.items() if p in charts]  # fmt: skip
     index = [{change.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731
@@ -342,10 +333,15 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
 def time_section(groups: list[dict[str, Any]]) -> str:
     parts = []
     for ti, group in enumerate(groups):
-        labels = [f"{s} {str(d)[5:16]}" for s, d in zip(group["sets"], group["dates"], strict=True)]
-        chart = svg.line_chart(labels, group["series"], "TFLOP/s (geo. mean)", f"time-{ti}")
+        runs = [f"{s} {str(d)[5:16]}" for s, d in zip(group["sets"], group["dates"], strict=True)]
+        bars = {
+            b: [svg.Bar(v, b, i, f"{runs[i]} {b}: {v} TFLOP/s") for i, v in enumerate(values)]
+            for b, values in group["series"].items()
+        }
+        chart = svg.grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
         shown = {k: esc(group[k] or "") for k in ("machine", "config_label", "cases")}
-        parts.append(fill(OVER_TIME, shown, legend=svg.legend(list(group["series"])), chart=chart))
+        legend = svg.legend(list(group["series"]))
+        parts.append(fill(OVER_TIME, shown, runs=esc(", ".join(runs)), legend=legend, chart=chart))
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
 
@@ -435,8 +431,7 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.html").write_text(render(data), encoding="utf-8")
     (out / "results.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    size, took = (out / "results.html").stat().st_size / 1024, time.perf_counter() - started
-    print(f"report: wrote {out / 'results.html'} ({size:.0f} KiB) and {out / 'results.json'}: "
-          f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown, "
-          f"{took:.2f} s")  # fmt: skip
+    took, sets, left = time.perf_counter() - started, len(data["sets"]), len(data["not_shown"])
+    print(f"report: wrote {out}/results.html and results.json: {sets} result set(s), {left} "
+          f"input(s) not shown, {took:.2f} s")  # fmt: skip
     return 0

@@ -1,18 +1,17 @@
-"""Inline SVG charts for the results page, written as text: grouped bars and lines. No plotting
-library: the page stays small and opens from file://, and every value is in a <title> (hover)."""
+"""Inline SVG bar charts for the results page, written as text (no plotting library:
+docs/attention-tools.md says why); every value is in a <title>, shown on hover."""
 
 from __future__ import annotations
 
 import html
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 PALETTE = {"flash": "#1f77b4", "ck": "#9467bd", "efficient": "#2ca02c", "cudnn": "#ff7f0e"}
 PALETTE["math"] = "#7f7f7f"
 OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
 FONT = 'font-family="sans-serif" font-size="10"'
 LEFT, TOP, PLOT_H = 46, 8, 150
-DASHED = ' stroke="#000" stroke-dasharray="4,3"'
 STROKES = {  # a bar's outline: the first of its flags found here
     "noisy": ' stroke="#d62728" stroke-width="1.5"',
     "launch-bound": ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"',
@@ -43,38 +42,32 @@ def _hline(width: int, y: float, style: str) -> str:
     return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}"{style}/>'
 
 
-def _frame(width: int, height: int, chart_id: str, values: list, y_label: str) -> tuple:
-    """The svg element, the grid with its values and the y axis's label; the y axis's top."""
-    top = max(values, default=1.0)
+def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, title="") -> str:
+    """A <figure> (titled) of one cluster of bars per group (x), the grid, the y axis's label;
+    a dashed line at `ref` (1.0 for speedups, the memory roof)."""
+    per_group = max(map(len, groups.values()), default=1) or 1
+    bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
+    group_w = per_group * bar_w + 12
+    width = int(LEFT + group_w * len(groups) + 10)
+    slanted = any(len(label) > max(4, group_w / 6) for label in groups)
+    height = TOP + PLOT_H + (90 if slanted else 34)
+    top = max([b.value for bars in groups.values() for b in bars if b.value] + [ref or 0.0])
     if top > 0 and math.isfinite(top):  # the next 1, 2, 2.5, 5 x 10^n
         exp = 10 ** math.floor(math.log10(top))
         top = next(s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp)
     else:
         top = 1.0
     out = [
+        f"<figure><h4>{html.escape(title)}</h4>" if title else "<figure>",
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
     ]
     for tick in range(5):
         y = TOP + PLOT_H - PLOT_H * tick / 4
         out.append(_hline(width, y, ' stroke="#ddd"'))
         out.append(_text(LEFT - 3, _fmt(y + 3), f"{top * tick / 4:g}", ' text-anchor="end"'))
     turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle"'
-    return [*out, f"<text{turn} {FONT}>{html.escape(y_label)}</text>"], top
-
-
-def grouped_bars(
-    groups: dict[str, list[Bar]], y_label: str, shades: int, ref: Any, chart_id: str
-) -> str:
-    """One cluster of bars per group (x); a dashed line at `ref` (1.0 for speedups)."""
-    per_group = max(map(len, groups.values()), default=1) or 1
-    bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
-    group_w = per_group * bar_w + 12
-    width = int(LEFT + group_w * len(groups) + 10)
-    slanted = any(len(label) > max(4, group_w / 6) for label in groups)
-    values = [b.value for bars in groups.values() for b in bars if b.value is not None]
-    height = TOP + PLOT_H + (90 if slanted else 34)
-    out, top = _frame(width, height, chart_id, [*values, ref or 0.0], y_label)
+    out.append(f"<text{turn} {FONT}>{html.escape(y_label)}</text>")
     for gi, (label, bars) in enumerate(groups.items()):
         x0 = LEFT + gi * group_w + 6
         for bi, bar in enumerate(b for b in bars if b.value is not None):
@@ -91,34 +84,11 @@ def grouped_bars(
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if ref is not None:
-        out.append(_hline(width, TOP + PLOT_H * (1 - ref / top), DASHED))
+        out.append(
+            _hline(width, TOP + PLOT_H * (1 - ref / top), ' stroke="#000" stroke-dasharray="4,3"')
+        )
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
-    return "".join([*out, "</svg>"])
-
-
-def line_chart(x_labels: list[str], series: dict, y_label: str, chart_id: str) -> str:
-    """One line per series over the x labels (result sets in time order)."""
-    step = 90
-    width = int(LEFT + step * max(1, len(x_labels) - 1) + 60)
-    values = [v for vs in series.values() for v in vs if v is not None]
-    out, top = _frame(width, TOP + PLOT_H + 34, chart_id, values, y_label)
-    out += [_text(LEFT + 20 + i * step, TOP + PLOT_H + 14, x) for i, x in enumerate(x_labels)]
-    for index, (name, ys) in enumerate(series.items()):
-        points = [
-            (_fmt(LEFT + 20 + i * step), _fmt(TOP + PLOT_H - PLOT_H * y / top), y)
-            for i, y in enumerate(ys)
-            if y is not None
-        ]
-        hue, label = color(name, index), html.escape(name)
-        if points:
-            path = " ".join(f"{x},{y}" for x, y, _v in points)
-            out.append(f'<polyline fill="none" stroke="{hue}" stroke-width="2" points="{path}"/>')
-        out += [
-            f'<circle class="point" cx="{x}" cy="{y}" r="3" fill="{hue}" data-series="{label}" '
-            f'data-value="{value:g}"><title>{label}: {value:g}</title></circle>'
-            for x, y, value in points
-        ]
-    return "".join([*out, "</svg>"])
+    return "".join([*out, "</svg></figure>"])
 
 
 def legend(series: list[str]) -> str:

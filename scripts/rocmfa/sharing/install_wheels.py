@@ -1,74 +1,58 @@
-"""`nox -s install_wheels`: build_pytorch's run manifest's wheels (or with --index a published
-set) checked (sha256, Python tag, ROCm local version: ROCm/vllm#943), their runtime requirements
-from pip's index, the wheels with --no-deps, then backend_check. docs/pytorch-and-ck.md."""
+"""`nox -s install_wheels`: build_pytorch's run manifest's wheels, or with --index the newest set
+published for this machine (its manifest, rocmfa-wheelset/1, travels as a tiny wheel that
+publish writes), checked (sha256, Python tag, ROCm local version: ROCm/vllm#943); their runtime
+requirements by pip from its own index, the wheels with --no-deps, then backend_check.
+docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
+import email.parser
+import hashlib
+import io
 import json
-import platform
 import re
-from collections.abc import Iterable, Mapping
+import shlex
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
+from wheel.wheelfile import WheelFile
 
-from rocmfa.builds.build_pytorch import (
-    COMPONENTS,
-    enabled_stages,
-    install_argv,
-    manifest_path,
-)
-from rocmfa.env import condaenv, session_env
-from rocmfa.plumbing import paths, stamps
+from rocmfa.builds.build_pytorch import COMPONENTS, enabled_stages, install_argv, manifest_path
+from rocmfa.env import archs, session_env
+from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import InstallWheelsOptions
-from rocmfa.sharing import wheel_manifest
-
-if TYPE_CHECKING:  # imported when --index is given (it loads the index transports)
-    from rocmfa.sharing.index_install import Chosen
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
-PIP_SOURCES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX")
-EXTRA_MARKER = re.compile(r"\bextra\b")
-
-
-def python_fits(tags: frozenset[Tag], python_tag: str, machine: str) -> bool:
-    """python_tag like 'cp312'. True when one of the wheel's tags can run on it."""
-    major = python_tag[2:3]
-    interpreters = {python_tag, f"py{major}", f"py{python_tag[2:]}"}
-    for tag in tags:
-        if tag.interpreter not in interpreters:
-            continue
-        if tag.abi not in (python_tag, "none", "abi3"):
-            continue
-        if tag.platform == "any" or tag.platform.endswith(machine):
-            return True
-    return False
+REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
+SCHEMA = "rocmfa-wheelset/1"
+MANIFEST_PROJECT = "rocmfa-wheelset"
+MANIFEST_DIST = "rocmfa_wheelset"
+MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
 def rocm_of(version: Version) -> tuple[str | None, str]:
     """(ROCm version the wheel was built against, how it is written), from the local part."""
     local = version.local or ""
-    match = ROCM_IN_LOCAL.search(local)
-    if not match:
+    if not (match := ROCM_IN_LOCAL.search(local)):
         return None, local
     if match.group(2):  # +rocmsdk<date>: the 2025 suffix, a build date, not a ROCm version
         return None, f"rocmsdk{match.group(3)}"
     return match.group(3), f"{match.group(1) or ''}rocm{match.group(3)}"
 
 
-def check_wheel(
-    record: dict[str, Any], python_tag: str, rocm_version: str, machine: str
-) -> tuple[Path, str]:
-    """(path, one-line description) or UserError naming the wheel and the mismatch."""
+def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, machine: str) -> str:
+    """The recorded wheel unchanged, its tags and ROCm local version fit for the env: its
+    description, or UserError."""
     path = Path(record["file"])
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
@@ -77,34 +61,31 @@ def check_wheel(
             f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
             "to install it; rerun: nox -s build_pytorch"
         )
-    return path, check_wheel_name(path.name, python_tag, rocm_version, machine)
-
-
-def check_wheel_name(filename: str, python_tag: str, rocm_version: str, machine: str) -> str:
-    """A wheel's tags and ROCm local version against the env: its description or UserError."""
-    path = Path(filename)  # a name or a URL's last part
+    filename = path.name  # build_pytorch's name: TheRock's, with its local version
     try:
-        name, version, _build, tags = parse_wheel_filename(path.name)
+        name, version, _build, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as e:
-        raise UserError(f"{path.name}: not a valid wheel file name ({e})") from None
-    if not python_fits(tags, python_tag, machine):
+        raise UserError(f"{filename}: not a valid wheel file name ({e})") from None
+    interpreters = {python_tag, f"py{python_tag[2]}", f"py{python_tag[2:]}"}
+    runs = [
+        t for t in tags if t.interpreter in interpreters and t.abi in (python_tag, "none", "abi3")
+    ]
+    if not any(t.platform == "any" or t.platform.endswith(machine) for t in runs):
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
-            f"{path.name} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
+            f"{filename} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
             "with this env (nox -s build_pytorch -- --force)"
         )
     built_for, written = rocm_of(version)
-    if built_for is None:
-        if str(name) in NEEDS_ROCM:
-            what = f"'+{written}'" if written else "no local version"
-            raise UserError(
-                f"{path.name} names no ROCm version ({what}); the env has ROCm {rocm_version} "
-                "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
-            )
-        return f"{name} {version}"
-    if not wheel_manifest.same_version(built_for, rocm_version):
+    if built_for is None and str(name) in NEEDS_ROCM:
+        what = f"'+{written}'" if written else "no local version"
         raise UserError(
-            f"{path.name} was built against ROCm {built_for}, but the env has ROCm "
+            f"{filename} names no ROCm version ({what}); the env has ROCm {rocm_version} "
+            "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
+        )
+    if built_for is not None and not same_version(built_for, rocm_version):
+        raise UserError(
+            f"{filename} was built against ROCm {built_for}, but the env has ROCm "
             f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
         )
     return f"{name} {version}"
@@ -127,13 +108,11 @@ def load_manifest(work: Path) -> dict[str, Any]:
     return manifest
 
 
-def runtime_requirements(records: Iterable[Mapping[str, Any]]) -> list[str] | None:
-    """What the wheels declare they need at run time (each record's "requires": its
-    Requires-Dist lines), less the wheels themselves and optional extras; None when a record
-    does not say (a manifest published before they were recorded)."""
-    records = list(records)
+def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
+    """What the wheels declare they need at run time (their Requires-Dist), less the wheels
+    themselves and optional extras; None when a record does not say (an older manifest)."""
     own = {canonicalize_name(r["project"]) for r in records}
-    wanted: dict[str, None] = {}
+    wanted: set[str] = set()
     for record in records:
         if record.get("requires") is None:
             return None
@@ -142,114 +121,219 @@ def runtime_requirements(records: Iterable[Mapping[str, Any]]) -> list[str] | No
                 requirement = Requirement(line)
             except InvalidRequirement as e:
                 raise UserError(f"{record['file']} declares a malformed requirement: {e}") from None
-            if canonicalize_name(requirement.name) in own:
-                continue
-            if requirement.marker and EXTRA_MARKER.search(str(requirement.marker)):
-                continue  # only with an extra (torch[opt-einsum]) that nobody asked for
-            wanted.setdefault(str(requirement), None)
+            if canonicalize_name(requirement.name) not in own and not (
+                requirement.marker and re.search(r"\bextra\b", str(requirement.marker))
+            ):  # an extra (torch[opt-einsum]) nobody asked for
+                wanted.add(str(requirement))
     return sorted(wanted, key=str.lower)
 
 
-def pip_source(session: session_env.SessionEnv, python: Path) -> str:
-    """Where the env's pip looks (`pip config list`, before setup PIP_*), credentials left out."""
-    settings: dict[str, str] = {}
-    if session.ready and python.exists():
-        query = Runner(base_env=session.environ, out=session.out)
-        listed = query.run([python, "-m", "pip", "config", "list"], capture=True, check=False)
-        for line in listed.stdout.splitlines():
-            key, _, value = line.partition("=")
-            settings[key.rsplit(".", 1)[-1]] = value.strip().strip("'\"")  # the last one wins
-    else:
-        for name in PIP_SOURCES:
-            if session.environ.get(name):
-                settings[name[4:].lower().replace("_", "-")] = session.environ[name]
-    where = []
-    if settings.get("no-index", "").lower() not in ("1", "true", "yes", "on"):
-        where.append(f"index {settings.get('index-url', 'https://pypi.org/simple')}")
-        if settings.get("extra-index-url"):
-            where.append(f"extra index {settings['extra-index-url']}")
-    if settings.get("find-links"):
-        where.append(f"find-links {settings['find-links']}")
-    how = "pip config list" if session.ready else "PIP_* variables; pip.conf may add more"
+def pip_source(session: session_env.SessionEnv) -> str:
+    """Where the env's pip looks (`pip config list`: PIP_* and pip.conf), credentials left out."""
+    if not (session.ready and session.python.exists()):
+        return "pip's configured index (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf; else PyPI)"
+    query = Runner(base_env=session.environ, out=session.out)
+    listed = query.run([session.python, "-m", "pip", "config", "list"], capture=True, check=False)
+    found = dict(re.findall(r"\.([\w-]+)=['\"]?([^'\"\n]*)", listed.stdout))  # the last one wins
+    no_index = found.get("no-index", "").lower() in ("1", "true", "yes", "on")
+    where = [] if no_index else [f"index {found.get('index-url', 'https://pypi.org/simple')}"]
+    extra = {k: v for k, v in found.items() if k in ("extra-index-url", "find-links")}
+    where += [f"{k.replace('-url', '').replace('-', ' ')} {v}" for k, v in extra.items()]
     where_ = re.sub(r"://[^/@\s]+@", "://", ", ".join(where) or "nowhere (no-index)")
-    return f"{where_} ({how})"
+    return f"{where_} (pip config list)"
 
 
-def this_runs_manifest(work: Path, runner: Runner) -> dict[str, Any]:
-    """build_pytorch's run manifest; in a plan before it exists, named placeholders."""
-    if manifest_path(work).exists():
-        return load_manifest(work)
-    runner.refuse(
-        f"no build_pytorch run manifest at {manifest_path(work)}: run nox -s build_pytorch "
-        "first (or earlier in the same chain)"
+def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
+    runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
+    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"
+    runner.apply(path.write_text, text, say=said)
+    return path
+
+
+def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: bool) -> tuple:
+    """(manifest with each wheel's Requires-Dist, pip argv): build_pytorch's run manifest's
+    wheels, checked; in a plan before it exists, named placeholders."""
+    work, runner = session.work, session.runner
+    if not manifest_path(work).exists():
+        runner.refuse(
+            f"no build_pytorch run manifest at {manifest_path(work)}: run nox -s build_pytorch "
+            "first (or earlier in the same chain)"
+        )
+        stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
+        projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
+        runner.done(f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default)")
+        wheels = [{
+            "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
+            "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
+        } for p in projects]  # fmt: skip
+        return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
+    manifest = load_manifest(work)
+    for record in manifest["wheels"]:
+        if checkable:
+            what = check_wheel(record, *target)
+            runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
+            record["requires"] = requires_of(Path(record["file"]))
+        else:
+            runner.done(f"{record['file']} is checked against the env's Python and ROCm")
+    return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
+
+
+def family_of(arch: archs.Arch) -> str:
+    """TheRock's index folder v2/<family>/: legacy_family, therock_family, or the sub-family."""
+    if arch.legacy_family or arch.therock_family:
+        return arch.legacy_family or arch.therock_family
+    chain = archs.packaging_chain(arch.name)
+    return chain[1] if len(chain) > 1 else arch.name
+
+
+def same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def requires_of(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA."""
+    try:
+        with WheelFile(wheel) as wf:
+            metadata = wf.read(f"{wf.dist_info_path}/METADATA")
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:  # WheelError: ValueError
+        raise UserError(f"{wheel.name}: no readable METADATA ({e})") from None
+    return email.parser.BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []
+
+
+def is_manifest_of(filename: str, set_id: str) -> bool:
+    return filename.startswith(MANIFEST_DIST + "-") and f".{set_id}-py3-" in filename
+
+
+def listed_manifests(spec: team_index.IndexSpec, family: str):
+    """The family's wheel-set manifests, newest first (the name starts with the date); their
+    links; the S3 store they are read through, if any."""
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
+    links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
+    names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
+    return names, links, store
+
+
+def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[str, Any]:
+    """The manifest in wheel `name`, checked against its page's sha256."""
+    data = store.read(f"{MANIFEST_PROJECT}/{name}") if store else team_index.fetch(link.url)
+    if data is None:
+        raise UserError(f"{name} is listed on {where} but cannot be downloaded")
+    if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
+        raise UserError(f"{name} on {where} does not match the sha256 its page lists")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            manifest = json.loads(zf.read(MANIFEST_MEMBER))
+    except (zipfile.BadZipFile, KeyError, ValueError) as e:
+        raise UserError(f"{name}: not a wheel-set manifest ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise UserError(f"{name}: manifest schema is not {SCHEMA}")
+    return manifest  # as publish wrote it
+
+
+def mismatch(
+    manifest: Mapping[str, Any], family: str, arch: str, python_tag=None, rocm_version=None
+) -> str | None:
+    """One line naming how this wheel set does not fit this machine, or None."""
+    who = f"wheel set {manifest['set_id']}"
+    if manifest["family"] != family:
+        return (
+            f"{who} was built for arch family {manifest['family']} ({manifest['arch']}); this "
+            f"machine is {arch} (family {family})"
+        )
+    if arch != manifest["arch"]:  # a set is built for one arch of its family
+        return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
+    if python_tag is not None and manifest["python"] != python_tag:
+        return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
+    if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
+        return (
+            f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
+            f"{rocm_version} (rocm-sdk version)"
+        )
+    return None
+
+
+def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
+    """(manifest, family, where, store) of the newest wheel set on this machine's family index
+    that fits (fits' python_tag/rocm_version None: not compared)."""
+    spec, arch = team_index.parse_index(index), session.choice.arch
+    family = family_of(arch)
+    where = spec.describe(family)
+    session.runner.say(
+        f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})"
     )
-    stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
-    projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
-    manifest = {"wheels": [{
-        "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
-        "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
-    } for p in projects], "planned": True}  # fmt: skip
-    runner.done(
-        f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default) are installed"
+    names, links, store = listed_manifests(spec, family)
+    if wheel_set and not (names := [n for n in names if is_manifest_of(n, wheel_set)]):
+        raise UserError(f"no wheel set {wheel_set} on {where}")
+    if not names:
+        raise UserError(
+            f"no wheel set on {where}; publish one from the building machine: "
+            f"nox -s publish -- --index {shlex.quote(index)}"
+        )
+    problems = []
+    for name in names:
+        manifest = read_manifest(name, links[name], store, where)
+        if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
+            return manifest, spec, family, where, store
+        if wheel_set or mismatch(manifest, family, arch.name):  # another arch
+            raise UserError(f"refusing to install from {where}: {problem}")
+        problems.append(problem)
+    raise UserError(
+        f"refusing to install from {where}: {problems[0]}, and no other wheel set there fits"
     )
-    return manifest
 
 
-def install_requirements(
-    session: session_env.SessionEnv, needs: list[str] | None, chosen: Chosen | None
-) -> None:
-    """Step 1: the wheels' runtime requirements, by pip the ordinary way (no wheel touched yet)."""
-    runner, python, work = session.runner, session.python, session.work
-    source = pip_source(session, python)
-    if needs:
-        runner.say(
-            f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
-            f"the env lacks from {source}, then the wheels themselves with --no-deps"
-        )
-        path = wheel_manifest.write_lines(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
-        result = runner.run([python, "-m", "pip", "install", "-r", path], check=False)
-        if result.returncode != 0:
-            raise UserError(
-                f"pip could not install the wheels' runtime requirements from {source} "
-                f"(exit {result.returncode}); see pip's message above; none of the wheels "
-                "was installed"
-            )
-    elif needs is None and chosen is not None:
-        runner.say(
-            f"note: the manifest of wheel set {chosen.set_id} records no runtime "
-            "requirements (published before they were recorded): only its wheels are "
-            "installed"
-        )
-    elif needs is None:
-        runner.done(
-            "then the runtime requirements the wheels declare (Requires-Dist), "
-            f"from {source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
-        )
+def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
+    """(manifest, pip argv, what) of the chosen set: its wheels as `name @ URL
+    --hash=sha256:...` lines for pip --require-hashes (publish checked each against the set's
+    Python and ROCm SDK)."""
+    manifest, spec, family, where, store = choose_set(opts.index, opts.wheel_set, session, fits)
+    set_id, lines, pages = manifest["set_id"], [], {}
+    downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
+    for wheel in manifest["wheels"]:
+        project = canonicalize_name(wheel["project"])
+        if project not in pages:
+            pages[project] = team_index.read_project(spec, family, project, store)
+        if (link := pages[project].get(wheel["file"])) is None:
+            raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
+        url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
+        if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
+            said = f"download {store.target(rel)} -> {local}"
+            session.runner.apply(fetch_into, store, rel, local, say=said)
+            url = local.as_uri()
+        lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
+    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, session.runner)
+    pip = [session.python, "-m", "pip", "install", "--no-deps", "--force-reinstall"]
+    argv = [*map(str, pip), "--require-hashes", "-r", str(path)]
+    return manifest, argv, f"wheel set {set_id} from {where}"
+
+
+def fetch_into(store: team_index.TreeStore, rel: str, target: Path) -> None:
+    if (data := store.read(rel)) is None:
+        raise UserError(f"{store.target(rel)} is listed but cannot be downloaded")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(target, data)
 
 
 def install_wheels(opts: InstallWheelsOptions) -> None:
     if opts.wheel_set and not opts.index:
         raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
     session = session_env.open_env(opts)
-    work, python = session.work, session.python
-    runner = session.runner
-    manifest = {} if opts.index else this_runs_manifest(work, runner)
+    python, runner = session.python, session.runner
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
-    answer = session.ask([python, "-c", probe], "$(python-tag) $(machine)")
-    python_tag, machine = answer.split()  # each placeholder one word, as each answer is
+    python_tag, machine = session.ask([python, "-c", probe], "$(python-tag) $(machine)").split()
     checkable = session.ready and rocm_sdk.exists()  # else a plan without env or ROCm SDK
     target = (python_tag, rocm_version, machine)
-    chosen = None
-    if opts.index:  # a wheel set published on a team index (index_install.py)
-        chosen, argv = choose_from_index(opts, session, target, checkable)
-        manifest = chosen.manifest
-        records = manifest["wheels"]
+    if opts.index:
+        fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
+        manifest, argv, where = from_index(opts, session, fits)
     else:
-        records, files = check_local_wheels(manifest, session, target, checkable)
-        argv = install_argv(python, files)
-    install_unless_current(opts, session, manifest, argv, runtime_requirements(records), chosen)
+        manifest, argv, where = *this_runs_wheels(session, target, checkable), None
+    install_unless_current(opts, session, manifest, argv, where)
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
         return
@@ -261,86 +345,65 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         )
 
 
-def choose_from_index(
-    opts: InstallWheelsOptions, session: session_env.SessionEnv, target: tuple, checkable: bool
-) -> tuple[Chosen, list[str]]:
-    from rocmfa.sharing import index_install
-
-    python_tag, rocm_version, machine = target
-    chosen = index_install.choose(
-        opts.index, choice=session.choice, wheel_set=opts.wheel_set, say=session.runner.say,
-        python_tag=python_tag if checkable else None,
-        rocm_version=rocm_version if checkable else None,
-    )  # fmt: skip
-    for record in chosen.manifest["wheels"] if checkable else ():
-        what = check_wheel_name(record["file"], python_tag, rocm_version, machine)
-        session.runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version}), set {chosen.set_id}")
-    return chosen, index_install.pip_argv(session.python, chosen, session.work, session.runner)
-
-
-def check_local_wheels(
-    manifest: dict[str, Any], session: session_env.SessionEnv, target: tuple, checkable: bool
-) -> tuple[list[dict[str, Any]], list[str]]:
-    python_tag, rocm_version, machine = target
-    runner = session.runner
-    if manifest.get("env_prefix") and Path(manifest["env_prefix"]) != session.prefix:
-        runner.say(f"note: these wheels were built with env {manifest['env_prefix']}")
-    files: list[str] = []
-    records = []
-    for record in manifest["wheels"]:
-        if not checkable or manifest.get("planned"):
-            runner.done(f"{record['file']} is checked against the env's Python and ROCm")
-            files.append(str(record["file"]))
-            records.append(record)  # its requirements are read once it exists
-            continue
-        path, what = check_wheel(record, python_tag, rocm_version, machine or platform.machine())
-        runner.say(f"ok: {what} ({python_tag}, ROCm {rocm_version})")
-        files.append(str(path))
-        records.append({**record, "requires": wheel_manifest.requires_of(path)})
-    return records, files
-
-
-def install_unless_current(
-    opts: InstallWheelsOptions, session: session_env.SessionEnv, manifest: dict[str, Any],
-    argv: list[str], needs: list[str] | None, chosen: Chosen | None,
-) -> None:  # fmt: skip
-    runner, prefix = session.runner, session.prefix
-    stamp = paths.stamp_path(session.work, "install_wheels")
-    inputs = {
-        "wheels": sorted(r["sha256"] for r in manifest["wheels"]),
-        "env": condaenv.env_identity(prefix),
-        "prefix": str(prefix),
-    }
-    if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, manifest):
+def install_unless_current(opts, session, manifest: dict, argv: list, where: str | None) -> None:
+    """Unless exactly these wheels are in the env: their runtime requirements by pip the
+    ordinary way (no wheel touched yet), then the wheels (where: the set's, from an index)."""
+    runner, work, wheels = session.runner, session.work, manifest["wheels"]
+    stamp = paths.stamp_path(work, "install_wheels")
+    inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
+    if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
-    install_requirements(session, needs, chosen)
+    source, needs = pip_source(session), runtime_requirements(wheels)
+    if needs:
+        runner.say(
+            f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
+            f"the env lacks from {source}, then the wheels themselves with --no-deps"
+        )
+        path = write_requirements(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
+        result = runner.run([session.python, "-m", "pip", "install", "-r", path], check=False)
+        if result.returncode != 0:
+            raise UserError(
+                f"pip could not install the wheels' runtime requirements from {source} "
+                f"(exit {result.returncode}); see pip's message above; none of the wheels "
+                "was installed"
+            )
+    elif needs is None and where:
+        runner.say(
+            f"note: the manifest of {where} records no runtime requirements (published "
+            "before they were recorded): only its wheels are installed"
+        )
+    elif needs is None:
+        runner.done(
+            "then the runtime requirements the wheels declare (Requires-Dist), from "
+            f"{source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
+        )
     # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
     # a torch that only a rerun finishes (doctor names it from torch's RECORD)
     runner.apply(stamps.remove, stamp)
-    result = runner.run(argv, check=chosen is None)
-    if result.returncode != 0 and chosen is not None:
-        raise UserError(chosen.failure(result.returncode))
-    runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in manifest["wheels"]])
+    result = runner.run(argv, check=where is None)
+    if result.returncode != 0:
+        raise UserError(
+            f"pip could not install {where} (exit {result.returncode}); see pip's "
+            "message above (--require-hashes refuses a wheel whose sha256 differs from the "
+            "manifest's)"
+        )
+    runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
 
 
-def installed_match(session: session_env.SessionEnv, manifest: dict[str, Any]) -> bool:
+def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
     """The env still has exactly these versions (nobody pip-installed something else since)."""
-    wanted = {r["project"]: r["version"] for r in manifest["wheels"]}
-    program = (
-        "import json, sys\nfrom importlib import metadata as m\nout = {}\n"
-        "for n in sys.argv[1:]:\n    try: out[n] = m.version(n)\n"
-        "    except m.PackageNotFoundError: out[n] = None\nprint(json.dumps(out))\n"
-    )
     if not session.ready:
         return False
     query = Runner(base_env=session.environ, out=session.out)
-    result = query.run([session.python, "-c", program, *wanted], capture=True, check=False)
+    listed = query.run(
+        [session.python, "-m", "pip", "list", "--format", "json"], capture=True, check=False
+    )
     try:
-        have = json.loads(result.stdout)
-    except ValueError:
+        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+    except (ValueError, TypeError, KeyError):
         return False
     return all(
-        have.get(name) is not None and Version(have[name]) == Version(version)
-        for name, version in wanted.items()
+        Version(have.get(canonicalize_name(r["project"]), "0")) == Version(r["version"])
+        for r in wheels
     )

@@ -1,76 +1,248 @@
-"""`nox -s publish`: this run's checked wheels, then their manifest wheel, then the pages, onto
-the family index (team_index.py); same sha256: skipped, another: refused before any upload.
+"""`nox -s publish`: this run's checked wheels, then their manifest (wheels with Requires-Dist,
+arch and family, pins, the torch wheel's AOTriton, report summaries) as a tiny wheel
+`rocmfa-wheelset` <YYYYMMDD.HHMMSS>+<python>.<set id>, then the pages, onto the family index
+(team_index.py); same sha256: skipped, another: refused before any upload.
 docs/pytorch-and-ck.md tells the whole story."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shlex
 import sys
-from dataclasses import dataclass, field
+import time
+import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
+from wheel.wheelfile import WheelFile
 
-from rocmfa.plumbing import paths, team_index
+from rocmfa.builds import aotriton_install, build_pytorch, kernel_check
+from rocmfa.env import archs
+from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
-from rocmfa.plumbing.team_index import IndexSpec, Link
-from rocmfa.sharing import install_wheels, wheel_manifest
+from rocmfa.sharing import install_wheels
+from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
+
+REPORT_KINDS = {
+    "sdpa-backend-check/1": "backend_check",
+    "sdpa-validate/1": "validate",
+    "sdpa-bench/1": "bench",
+    kernel_check.SUMMARY_SCHEMA: "kernel_check",
+}
+# What a summary keeps of a probe's report (the results page reads it back as that report).
+SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
+SUMMARY_KEYS += ("provenance", "settings", "wall_s")
 
 
-@dataclass
-class Plan:  # what publish has to do on one family index
-    upload: list[tuple[str, Path]] = field(default_factory=list)  # (project, file)
-    already: list[str] = field(default_factory=list)
-    clashes: list[str] = field(default_factory=list)
-    pages: dict[str, dict[str, str | None]] = field(default_factory=dict)  # project -> entries
-    set_present: bool = False
+def aotriton_in_wheel(wheel: Path) -> dict[str, Any]:
+    """{'runtime': 'X.Y.Z' | None, 'images': {pack: '0.13' | 'git-<sha12>'}} from torch/lib/."""
+    runtimes, images = [], {}
+    with zipfile.ZipFile(wheel) as zf:  # a wheel the build recorded (its sha256 checked)
+        for name in (n for n in zf.namelist() if n.startswith("torch/lib/")):
+            base = name.rsplit("/", 1)[-1]
+            if match := aotriton_install.LIB_RE.fullmatch(base):
+                runtimes.append(tuple(int(g) for g in match.groups()))
+            elif name.startswith("torch/lib/aotriton.images/") and base == "__signature__":
+                text = zf.read(name).decode(errors="replace")
+                images[name.split("/")[3]] = aotriton_install.signature_of(text)
+    runtime = ".".join(map(str, max(runtimes))) if runtimes else None
+    return {"runtime": runtime, "images": images}
 
 
-def _sha256(data: bytes | None) -> str | None:
+def aotriton_problem(found: Mapping[str, Any], pin: Mapping[str, Any]) -> str | None:
+    """Why the runtime and images in a flash-attention torch wheel do not belong together."""
+    runtime, images = found["runtime"], found["images"]
+    if runtime is None:
+        return "torch was built with flash attention but its wheel carries no libaotriton_v2.so"
+    if not images:
+        return f"the torch wheel has AOTriton runtime {runtime} but no aotriton.images/"
+    mm, commit = aotriton_install.major_minor(runtime), str(pin.get("commit") or "")
+    for pack, sig in sorted(images.items()):
+        if sig.startswith("git-") and not commit.startswith(sig[4:]) and commit:
+            return f"image pack {pack} comes from AOTriton {sig}, the runtime from {commit[:12]}"
+        if not sig.startswith("git-") and aotriton_install.major_minor(sig) != mm:
+            return f"AOTriton runtime {runtime} but image pack {pack} is version {sig}"
+    if len(commits := sorted({s for s in images.values() if s.startswith("git-")})) > 1:
+        return f"the image packs come from different AOTriton commits ({', '.join(commits)})"
+    version = pin.get("version")
+    if version and aotriton_install.major_minor(version) != mm:
+        return f"torch pins AOTriton {version} but its wheel carries runtime {runtime}"
+    return None
+
+
+def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
+    """The AOTriton torch was built with: build_aotriton's, --aotriton-prefix, aotriton.cmake's."""
+    config = (torch_stamp.get("inputs") or {}).get("config") or {}
+    if prefix := (config.get("aotriton") or [None])[0]:
+        built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
+        pin = (built.get("inputs") or {}).get("pin") or {}
+        if built.get("install_prefix") == prefix and pin:
+            return {"source": "build_aotriton", "prefix": prefix, **pin}
+        return {"source": "--aotriton-prefix", "prefix": prefix}
+    from rocmfa.sources import pins
+
+    cmake = paths.src_dir(work, "pytorch") / "cmake" / "External" / "aotriton.cmake"
+    try:
+        parsed = pins.parse_aotriton_cmake(cmake.read_text())
+    except OSError:
+        return {"source": "unknown (no cmake/External/aotriton.cmake in the torch checkout)"}
+    commit = parsed.literals[0] if len(parsed.literals) == 1 else None
+    return {"source": "pytorch aotriton.cmake", "commit": commit, "version": parsed.version}
+
+
+def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
+    """(kind, summary) of a backend_check/validate/bench report or a kernel check summary.json:
+    the report less its bulk (a bench's rows that ran stay: the results page draws them)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{given_as} {path}: not a readable JSON report ({e})") from None
+    kind = REPORT_KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
+    if kind is None:
+        known = ", ".join(sorted(REPORT_KINDS))
+        raise UserError(f"{given_as} {path}: unknown report schema (expected one of {known})")
+    if kind == "kernel_check":
+        return kind, {k: v for k, v in doc.items() if k != "tree"}  # no local path
+    summary = {k: doc[k] for k in SUMMARY_KEYS if k in doc}
+    if kind == "bench":
+        summary["results"] = [
+            r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"
+        ]
+    return kind, summary
+
+
+def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) -> dict[str, Any]:
+    """The wheel-set manifest of run (wheels verified by the caller); UserError when the torch
+    wheel's AOTriton runtime and images disagree."""
+    arch = archs.get_arch(run["arch"])
+    checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
+    torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
+    inputs, heads = checkout.get("inputs") or {}, checkout.get("heads") or {}
+    flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
+    torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
+    found = aotriton_in_wheel(Path(torch_wheel["file"])) if torch_wheel else {}
+    pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
+    if flash and (problem := aotriton_problem(found, pin)):
+        raise UserError(f"refusing to publish this wheel set: {problem}")
+    summaries = dict(summarize_report(Path(report)) for report in reports)
+    checked = kernel_check.summary_path(work, arch.name)  # build_aotriton's, of this AOTriton
+    if "kernel_check" not in summaries and checked.is_file():
+        kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
+        if summary.get("aotriton_commit") == pin.get("commit"):
+            summaries[kind] = summary
+    wheels = [
+        {"file": Path(w["file"]).name, **{k: w[k] for k in ("project", "version", "size")},
+         "sha256": w["sha256"], "requires": install_wheels.requires_of(Path(w["file"]))}
+        for w in run["wheels"]
+    ]  # fmt: skip
+    lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
+    origin, commit = inputs.get("pytorch") or [None, None]
+    torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
+    return {
+        "schema": install_wheels.SCHEMA,
+        "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
+        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "arch": arch.name,
+        "family": install_wheels.family_of(arch),
+        "python": run["python_tag"],
+        "rocm_sdk": run["rocm_version"],
+        "flash_attention": flash,
+        "wheels": wheels,
+        "torch": {**torch, "head": heads.get("pytorch")},
+        "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
+        "aotriton": {
+            **{k: pin.get(k) for k in ("commit", "version", "source")},
+            "runtime": found.get("runtime"),
+            "images": found.get("images") or {},
+            "runtime_matches_images": True,
+        },
+        **components_and_patches(checkout),
+        "reports": summaries,
+    }
+
+
+def components_and_patches(checkout: Mapping[str, Any]) -> dict[str, Any]:
+    """Each checked-out source's origin, commit and head; the patches applied to each."""
+    heads, patch_inputs = checkout.get("heads") or {}, (checkout.get("inputs") or {}).get("patches")
+    components, patches = {}, {}
+    for key, source in sorted((checkout.get("sources") or {}).items()):
+        commit = source.get("hashtag")
+        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
+        if source.get("patches"):
+            digest = ((patch_inputs or {}).get(key) or {}).get(commit)
+            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
+    return {"components": components, "patches": patches}
+
+
+def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
+    when = time.strftime(
+        "%Y%m%d.%H%M%S", time.strptime(manifest["published"], "%Y-%m-%dT%H:%M:%SZ")
+    )
+    return f"{MANIFEST_DIST}-{when}+{manifest['python']}.{manifest['set_id']}-py3-none-any.whl"
+
+
+def write_manifest_wheel(manifest: Mapping[str, Any], out_dir: Path) -> Path:
+    """A valid wheel holding the manifest (its RECORD written by the `wheel` library)."""
+    target = out_dir / manifest_wheel_name(manifest)
+    version = target.name.split("-")[1]
+    info = f"{MANIFEST_DIST}-{version}.dist-info"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with WheelFile(target, "w") as wf:
+        wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        wf.writestr(f"{info}/METADATA", (
+            f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
+            f"Summary: manifest of wheel set {manifest['set_id']} ({manifest['arch']}, "
+            f"{manifest['python']}, ROCm {manifest['rocm_sdk']})\n"
+        ))  # fmt: skip
+        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: rocmfa-publish\n"
+                    "Root-Is-Purelib: true\nTag: py3-none-any\n")  # fmt: skip
+    return target
+
+
+def sha256_of(data: bytes | None) -> str | None:
     return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
-def plan_publish(
-    spec: IndexSpec,
-    family: str,
-    wheels: list[dict[str, Any]],
-    set_id: str,
-    store: team_index.TreeStore | None,
-) -> Plan:
-    plan = Plan()
-    listed: dict[str, dict[str, Link]] = {}
+def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
+    """(the wheels not on the index yet as (project, file), each project's page entries after
+    the upload); UserError naming a file there with another sha256, before any upload."""
+    uploads, links, clashes = [], {}, []
     for record in wheels:
-        project = canonicalize_name(record["project"])
-        path = Path(record["file"])
-        if project not in listed:
-            listed[project] = team_index.read_project(spec, family, project, store)
-            plan.pages[project] = {n: link.sha256 for n, link in listed[project].items()}
-        link, rel = listed[project].get(path.name), f"{project}/{path.name}"
-        there = link.sha256 if link is not None else None
-        if link is not None and there is None:  # a page without hashes: look at the file
-            there = _sha256(team_index.fetch(link.url) if store is None else store.read(rel))
-        elif link is None and store is not None and store.exists(rel):
-            there = _sha256(store.read(rel))  # left by an interrupted publish
+        project, path = canonicalize_name(record["project"]), Path(record["file"])
+        if project not in links:
+            links[project] = team_index.read_project(spec, family, project, store)
+        rel, link = f"{project}/{path.name}", links[project].get(path.name)
+        if store is not None and not (link and link.sha256):  # an upload cut short? no hash?
+            there = sha256_of(store.read(rel))
+        else:  # a page without hashes: the file's
+            there = link and (link.sha256 or sha256_of(team_index.fetch(link.url)))
         if there is None:
-            plan.upload.append((project, path))
+            uploads.append((project, path))
         elif there == record["sha256"]:
-            plan.already.append(path.name)
+            say(f"already there (same sha256): {path.name}")
         else:
-            plan.clashes.append(
+            clashes.append(
                 f"{path.name} is already on the index with another sha256 (index "
                 f"{there[:12]}…, this build {record['sha256'][:12]}…)"
             )
-        plan.pages[project][path.name] = record["sha256"]
-    manifests = team_index.read_project(spec, family, wheel_manifest.MANIFEST_PROJECT, store)
-    plan.set_present = any(wheel_manifest.is_manifest_of(n, set_id) for n in manifests)
-    plan.pages[wheel_manifest.MANIFEST_PROJECT] = {n: m.sha256 for n, m in manifests.items()}
-    return plan
+    if clashes:
+        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+        raise UserError(
+            f"refusing to publish to {spec.describe(family)}: {clashes[0]}{more}; files on an "
+            "index are never replaced - rebuild with another version, or remove it from the "
+            "index by hand"
+        )
+    pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
+    for record in wheels:
+        pages[canonicalize_name(record["project"])][Path(record["file"]).name] = record["sha256"]
+    return uploads, pages
 
 
 def publish(opts: PublishOptions) -> None:
@@ -86,49 +258,41 @@ def publish(opts: PublishOptions) -> None:
         install_wheels.check_wheel(
             record, run["python_tag"], run["rocm_version"], platform.machine()
         )
-    manifest = wheel_manifest.build(work, run, [Path(p) for p in opts.report])
+    manifest = build_manifest(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner = runner_for(opts)
-    say, where = runner.say, spec.describe(family)
-    say(
+    where = spec.describe(family)
+    runner.say(
         f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
         f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
     )
-    aot = manifest["aotriton"]
-    if aot.get("runtime"):
+    if (aot := manifest["aotriton"]).get("runtime"):
         images = ", ".join(f"{k}={v}" for k, v in sorted(aot["images"].items()))
-        say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
+        runner.say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
     store = None if spec.kind == "upload" else team_index.tree_store(spec, family)
-    plan = plan_publish(spec, family, run["wheels"], set_id, store)
-    if plan.clashes:
-        more = f" (and {len(plan.clashes) - 1} more)" if len(plan.clashes) > 1 else ""
-        raise UserError(
-            f"refusing to publish to {where}: {plan.clashes[0]}{more}; files on an index are "
-            "never replaced - rebuild with another version, or remove it from the index by hand"
-        )
-    for name in plan.already:
-        say(f"already there (same sha256): {name}")
-    if plan.set_present and not plan.upload:
-        say(f"wheel set {set_id} is already published on {where}: nothing to do")
+    uploads, pages = plan_uploads(spec, family, run["wheels"], store, runner.say)
+    listed = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
+    pages[MANIFEST_PROJECT] = {n: link.sha256 for n, link in listed.items()}
+    set_present = any(install_wheels.is_manifest_of(n, set_id) for n in listed)
+    if set_present and not uploads:
+        runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
-    out = work / "publish"
-    manifest_file = out / wheel_manifest.manifest_wheel_name(manifest)
-    runner.apply(wheel_manifest.write_manifest_wheel, manifest, out)
-    files = [path for _project, path in plan.upload]
-    if not plan.set_present:
-        files.append(manifest_file)
+    runner.apply(write_manifest_wheel, manifest, work / "publish")
+    manifest_file = work / "publish" / manifest_wheel_name(manifest)
+    if not set_present:  # the manifest last: a set is listed once all its wheels are there
+        uploads.append((MANIFEST_PROJECT, manifest_file))
     if store is None:
-        upload_api(runner, spec, family, files)
+        upload_api(runner, spec.family_root(family), [path for _project, path in uploads])
     else:
-        upload_tree(runner, store, plan, files, manifest_file)
+        upload_tree(runner, store, uploads, pages)
     runner.done(
-        f"published wheel set {set_id} ({len(files)} file(s) uploaded) to {where}; install it "
+        f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}; install it "
         "on another machine of this family with: nox -s setup_env install_wheels "
         f"-- --index {shlex.quote(opts.index)}"
     )
 
 
-def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) -> None:
+def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
     """twine (it reads TWINE_USERNAME/TWINE_PASSWORD); the manifest wheel last."""
     if not os.environ.get("TWINE_USERNAME"):
         runner.refuse(
@@ -136,32 +300,27 @@ def upload_api(runner: Runner, spec: IndexSpec, family: str, files: list[Path]) 
             "(twine reads them; any values for a server without authentication)"
         )
     argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
-    argv += ["--disable-progress-bar", "--repository-url", spec.family_root(family) + "/"]
-    runner.run([*argv, *map(str, files)])
+    runner.run([*argv, "--disable-progress-bar", "--repository-url", url + "/", *map(str, files)])
 
 
-def upload_tree(runner: Runner, store: team_index.TreeStore, plan: Plan, files, manifest_file):
-    uploads = list(plan.upload)
-    if manifest_file in files:
-        project = wheel_manifest.MANIFEST_PROJECT
-        uploads.append((project, manifest_file))
-        sha = runner.apply(lambda: _sha256(manifest_file.read_bytes()))
-        plan.pages[project][manifest_file.name] = sha
+def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: dict) -> None:
+    """Each new file, created, never replaced; then the pages: the wheels' before the
+    manifests', the manifests' before the root's."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
         runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
-    # Pages last: a wheel's page before the manifest's, the manifest's before the root's.
-    order = sorted(p for p in plan.pages if p != wheel_manifest.MANIFEST_PROJECT)
-    for project in [*order, wheel_manifest.MANIFEST_PROJECT]:
-        rel, page = f"{project}/index.html", team_index.project_page(plan.pages[project])
+        if project == MANIFEST_PROJECT:
+            pages[project][path.name] = runner.apply(stamps.file_sha256, path)
+    for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
+        rel, page = f"{project}/index.html", team_index.project_page(pages[project])
         runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
-    root = runner.apply(store.read, "index.html")
-    known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
-    page = team_index.root_page(known | set(plan.pages))
+    root = runner.apply(store.read, "index.html") or b""
+    known = set(team_index.parse_page(root.decode(errors="replace"), "http://x.invalid/"))
+    page = team_index.root_page(known | set(pages))
     runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
 
 
-def put_new(store: team_index.TreeStore, rel: str, path: Path) -> None:
+def put_new(store, rel: str, path: Path) -> None:
     try:
         store.put_new(rel, path)
     except team_index.Clash:
