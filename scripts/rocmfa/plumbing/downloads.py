@@ -11,14 +11,12 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
-# an older version named partials without the pid
-_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
+_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?P<pid>\d+)\.[a-z0-9_]{8}")
 # Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
 # running (a daemon thread, never joined) must not leave a new partial file behind.
 _creating = threading.Lock()
@@ -47,17 +45,10 @@ def why(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def fetch_pinned(
-    url: str,
-    dest: Path,
-    sha256: str,
-    *,
-    fix: str,
-    pinned_by: str = "the pin's",
-    say: Callable[[str], None] = lambda _line: None,
-) -> Path:
+def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the pin's", say=None):
     """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
     with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
+    say = say or (lambda _line: None)
     if dest.is_file() and stamps.file_sha256(dest) == sha256:
         say(f"cached: {dest}")
         return dest
@@ -127,8 +118,8 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
         if ours:
             _interrupted.set()
         for path in list(folder.glob(".*")):
-            match = _PARTIAL.fullmatch(path.name)
-            pid = int(match["pid"]) if match and match["pid"] else None
-            gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
-            if match and (ours if pid == os.getpid() else gone):
-                path.unlink(missing_ok=True)
+            if match := _PARTIAL.fullmatch(path.name):
+                pid = int(match["pid"])
+                gone = not Path(f"/proc/{pid}").exists()  # Linux, as ROCm
+                if ours if pid == os.getpid() else gone:
+                    path.unlink(missing_ok=True)

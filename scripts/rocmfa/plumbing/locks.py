@@ -1,9 +1,5 @@
-"""One lock per workdir and per env for the sessions that change them.
-
-An flock on a lock file that holds who took it (pid, session, start time). The kernel drops an
-flock when its process dies, so a lock left by a killed run is simply taken over; the file
-itself stays (unlinking a lock file races with the next taker).
-"""
+"""One lock per workdir and per env: an flock (the kernel drops it when its process dies) on a
+file naming the holder's pid, session and start; the file stays (unlinking races the next taker)."""
 
 from __future__ import annotations
 

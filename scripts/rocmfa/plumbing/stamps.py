@@ -1,9 +1,5 @@
-"""Content-addressed stamps: a JSON record of the inputs of a finished step.
-
-A step is up to date when its stamp exists and its recorded inputs digest equals the digest
-of the current inputs. Stamps are written last and atomically, so an interrupted step never
-looks done.
-"""
+"""Stamps: a finished step's inputs as JSON, written last and atomically; a step is up to date
+when its stamp's digest equals its current inputs' digest."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def plan_publish(
         there = link.sha256 if link is not None else None
         if link is not None and there is None:  # a page without hashes: look at the file
             there = _sha256(team_index.fetch(link.url) if store is None else store.read(rel))
-        elif link is None and store is not None and store.exists(rel):
+        elif link is None and store is not None:
             there = _sha256(store.read(rel))  # left by an interrupted publish
         if there is None:
             plan.upload.append((project, path))
