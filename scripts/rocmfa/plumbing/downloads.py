@@ -45,6 +45,24 @@ def why(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
+    """The body at url (retried as session() does); None for a `missing` status, else UserError."""
+    import requests
+
+    try:
+        response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
+    except requests.RequestException as e:
+        host = urllib.parse.urlsplit(url).netloc
+        raise UserError(
+            f"cannot fetch {url}: {host} unreachable: {why(e)} (after {tries} tries)"
+        ) from None
+    if response.status_code in missing:
+        return None
+    if response.status_code >= 400:
+        raise UserError(f"cannot fetch {url}: HTTP {response.status_code} {response.reason}")
+    return response.content
+
+
 def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the pin's", say=None):
     """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
     with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""

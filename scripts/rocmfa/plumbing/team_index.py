@@ -14,7 +14,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from rocmfa.plumbing import stamps
+from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.errors import UserError
 
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
@@ -94,25 +94,14 @@ def parse_index(value: str | None) -> IndexSpec:
 
 
 def fetch(url: str) -> bytes | None:
-    """The body at url (file:// or http(s)://), None when it is not there; UserError when the
-    index cannot be reached."""
-    import requests
-
+    """The body at url (file:// or http(s)://), None when it is not there."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "file":
-        try:
-            return Path(urllib.parse.unquote(parts.path)).read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+    if parts.scheme != "file":
+        return downloads.get(url, missing=(403, 404))
     try:
-        response = requests.get(url, timeout=30)
-    except requests.RequestException as e:
-        raise UserError(f"index {parts.netloc} unreachable: {type(e).__name__}") from None
-    if response.status_code in (403, 404):
+        return Path(urllib.parse.unquote(parts.path)).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if response.status_code >= 400:
-        raise UserError(f"index: GET {url} failed: HTTP {response.status_code} {response.reason}")
-    return response.content
 
 
 @dataclass(frozen=True)

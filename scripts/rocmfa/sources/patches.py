@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -14,6 +13,7 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import HEX40, display
 from rocmfa.sources import checkouts
 from rocmfa.sources.checkouts import git, last_line
@@ -31,7 +31,7 @@ AM = ["-c", f"user.name={NAME}", "-c", f"user.email={EMAIL}",
 
 
 def patches_root() -> Path:
-    return Path(os.environ.get(PATCHES_DIR_ENV) or REPO_ROOT / "patches").expanduser().resolve()
+    return Path(environment().patches_dir or REPO_ROOT / "patches").expanduser().resolve()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from rocmfa.plumbing import paths, pin_files
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
-from rocmfa.sources import pin_set, pins
+from rocmfa.sources import pins
 from rocmfa.sources.checkouts import fetch_commit, git, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
@@ -226,20 +226,20 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
 def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
     """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
-    named = pin_set.read_from_torch(pytorch, workdir=work)
+    named = pins.read_from_torch(pytorch, workdir=work)
     values = {"pytorch_commit": pytorch.commit, "version": named.version}
     values |= {"commit": named.commit, "source": named.source}
-    pin_files.set_values(path, pin_set.RECORD_TABLE, {k: v for k, v in values.items() if v})
+    pin_files.set_values(path, pins.RECORD_TABLE, {k: v for k, v in values.items() if v})
     runner.say(
         f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-        f"{named.commit[:12]} ({named.source}); recorded in [{pin_set.RECORD_TABLE}]"
+        f"{named.commit[:12]} ({named.source}); recorded in [{pins.RECORD_TABLE}]"
     )
 
 
 def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) -> None:
     aotriton = pins.load_pin("aotriton", directory, workdir=work)
     version = str(aotriton.data.get("version") or "")
-    for line in pin_set.check(aotriton, version, force=force, workdir=work):
+    for line in pins.check_pin_set(aotriton, version, force=force, workdir=work):
         runner.say(line)
 
 
