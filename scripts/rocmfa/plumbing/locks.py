@@ -47,18 +47,3 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
     finally:
         os.close(fd)  # releases the flock
 
-
-def holder(path: Path) -> dict[str, Any] | None:
-    """Who holds the lock at path now, or None when nobody does (or there is no lock file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _holder_of(fd) or {"session": "?"}
-        return None
-    finally:
-        os.close(fd)
