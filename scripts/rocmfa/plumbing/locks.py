@@ -46,4 +46,3 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the flock
-
