@@ -29,6 +29,7 @@ class Runner:
         self.dry_run = dry_run
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.out: TextIO = out or sys.stdout
+        self.executed: list[tuple[str, ...]] = []  # the argv of each command run
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
@@ -81,6 +82,7 @@ class Runner:
         if self.dry_run:
             return subprocess.CompletedProcess(argv, 0, dry_run_output, "")
         pipe = subprocess.PIPE if capture else None
+        self.executed.append(argv)
         try:
             result = subprocess.run(
                 argv, cwd=cwd, env={**self.base_env, **sets}, text=True, stdout=pipe, stderr=pipe

@@ -205,14 +205,12 @@ OPTIONS = {
     "cache": value("--cache", f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
                    f"http(s)://HOST/PATH, {URLS}", type=parse_cache, metavar="KIND|URL"),
     "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
-    "channel": many("--channel", "a mirror of environment.yml's channel (NAME=URL when several)",
-                    metavar="URL"),
+    "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
     "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST",
                    type=index_url, metavar="URL"),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
-    "profile": many("--profile", "add a variable profile (vllm: its flags for this arch)",
-                    choices=profiles),
+    "profile": many("--profile", "add a variable profile (vllm: its flags)", choices=profiles),
     "with_torch": switch("--with-torch", "also install TheRock's prebuilt torch for this arch"),
     "rocm_index": value("--rocm-index", "TheRock index kind (default: pins)", choices=INDEX_KINDS),
     # update_pins
@@ -220,8 +218,7 @@ OPTIONS = {
     "port_patches": switch("--port-patches", "copy a patch set that still applies to the new pin"),
     # build_aotriton, tune_aotriton, kernel_check
     "clean": switch("--clean", "empty the AOTriton build dir first (never the sources)"),
-    "timeout_min": value("--timeout-min", "AOTRITON_GPU_BUILD_TIMEOUT (0: none)", type=minutes,
-                         metavar="MIN"),
+    "timeout_min": value("--timeout-min", "GPU build timeout", type=minutes, metavar="MIN"),
     "no_images": switch("--no-images", "AOTRITON_NOIMAGE_MODE=ON: keep torch's kernel images"),
     "from_release": switch("--from-release", "install the release runtime and image pack"),
     "from_source": switch("--from-source", "build from source even where a release pack would do"),
@@ -232,19 +229,16 @@ OPTIONS = {
     "sample": value("--sample", "compile N of the generator's jobs (default: all)", **N),
     # tune_aotriton: Tuner v3.5's dispatch filters (default: every task)
     "tune_head_dims": value("--tune-head-dims", "head dims, e.g. 64,128 (--hdim)", **LIST),
-    "tune_dtypes": value("--tune-dtypes", "float16,bfloat16 (--dtype)", type=tune_dtypes,
-                         metavar="LIST"),
+    "tune_dtypes": value("--tune-dtypes", "float16,bfloat16", type=tune_dtypes, metavar="LIST"),
     "tune_seqlens": value("--tune-seqlens", "sequence lengths, e.g. 1024,4096", **LIST),
     # build_pytorch
     "clean:pytorch": switch("--clean", "start each stage's build over (TheRock --clean)"),
     "from_stage": value("--from", f"rerun STAGE ({', '.join(STAGES)}) and those after", **STAGE),
     "only": value("--only", "run just STAGE", **STAGE),
-    "skip": many("--skip", "leave out triton, audio or vision", choices=SKIPPABLE,
-                 metavar="STAGE"),
+    "skip": many("--skip", "leave out triton, audio or vision", choices=SKIPPABLE, metavar="STAGE"),
     "with_apex": switch("--with-apex", "also check out and build apex"),
     "build_tests": switch("--build-tests", "also build PyTorch's C++ tests (BUILD_TEST=1)"),
-    "aotriton_prefix": value("--aotriton-prefix", "AOTriton for torch (default: build_aotriton's)",
-                             metavar="DIR"),
+    "aotriton_prefix": value("--aotriton-prefix", "AOTriton for torch", metavar="DIR"),
     # install_wheels, publish, report
     "no_backend_check": switch("--no-backend-check", "install only; no backend_check"),
     "wheel_set": value("--wheel-set", "with --index: this set, not the newest", metavar="ID"),
