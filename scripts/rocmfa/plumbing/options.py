@@ -206,8 +206,8 @@ OPTIONS = {
                    f"http(s)://HOST/PATH, {URLS}", type=parse_cache, metavar="KIND|URL"),
     "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
     "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
-    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST",
-                   type=index_url, metavar="URL"),
+    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
+                   "(its v2/<family>/, or {family} in the URL)", type=index_url, metavar="URL"),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
     "profile": many("--profile", "add a variable profile (vllm: its flags)", choices=profiles),

@@ -55,8 +55,6 @@ def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth
 def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submodules=None) -> Path:
     """dest: pin.url at pin.commit (or its patched state), the pinned submodule paths in."""
     dest, paths = Path(dest), tuple(submodules or ())
-    if isinstance(submodules, str) or submodules is True:
-        raise TypeError("submodules must be the pinned list of paths")
     if not (dest / ".git").exists():
         _refuse_non_checkout(dest, runner, force=force)
         git(runner, None, "init", "-q", str(dest))

@@ -259,10 +259,8 @@ def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | Non
             return result.stdout, f"local checkout {checkout}"
     template = pytorch.data.get("raw_url")
     if not template:
-        raise UserError(
-            f"pins/pytorch.toml has no raw_url to fetch {path} at {pytorch.commit[:12]} (and "
-            f"the local PyTorch checkout at {checkout} does not hold it)"
-        )
+        why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
+        raise UserError(f"pins/pytorch.toml {why}")
     url = template.format(commit=pytorch.commit, path=path)
     print(f"fetching {url}", file=out or sys.stderr, flush=True)
     body = downloads.get(url)
@@ -348,11 +346,9 @@ def check_pin_set(
     else:
         if not (found := pin_set_problem(aotriton, version, named, pytorch)):
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
-            return [
-                head,
-                f"pin set: torch {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-                f"[{named.source}]; pinned {version} {aotriton.commit[:12]}{same}: same line",
-            ]
+            names = f"torch {pytorch.commit[:12]} names AOTriton {named.version or '?'}"
+            pinned = f"pinned {version} {aotriton.commit[:12]}{same}"
+            return [head, f"pin set: {names} [{named.source}]; {pinned}: same line"]
     if not force:
         raise UserError(found + "; --force to go on anyway")
     return [head, f"WARNING (--force): {found}"]

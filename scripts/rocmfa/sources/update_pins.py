@@ -182,9 +182,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins)"
-        return runner.say(
-            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: {why}"
-        )
+        return runner.say(f"{project}: patch set {source[:12]} not checked at {new[:12]}: {why}")
     if problem := fetch_commit(runner, checkout, "origin", new):
         return runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
     ok, detail = check_set_applies(found, new, checkout, runner)
@@ -210,9 +208,7 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     tree = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
     show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
-    if (
-        tag := show.stdout.strip()
-    ):  # what its configure clones by tag: pinned at a commit, as every source
+    if tag := show.stdout.strip():  # its configure clones aiter by tag: pinned at a commit here
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
         changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
