@@ -16,7 +16,8 @@ from pathlib import Path
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
-_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?P<pid>\d+)\.[a-z0-9_]{8}")
+# an older version named partials without the pid
+_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
 # Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
 # running (a daemon thread, never joined) must not leave a new partial file behind.
 _creating = threading.Lock()
@@ -137,7 +138,7 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
             _interrupted.set()
         for path in list(folder.glob(".*")):
             if match := _PARTIAL.fullmatch(path.name):
-                pid = int(match["pid"])
-                gone = not Path(f"/proc/{pid}").exists()  # Linux, as ROCm
+                pid = int(match["pid"] or 0)
+                gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
                 if ours if pid == os.getpid() else gone:
                     path.unlink(missing_ok=True)

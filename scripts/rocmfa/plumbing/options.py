@@ -142,8 +142,7 @@ def profiles() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Opt:
-    """One option: flags, help, its $ROCMFA_* variable, choices (or a function giving them),
-    type (converts and checks the text); kind: switch (False), list (()) or value (None)."""
+    """One option; kind: switch (default False), list (()) or value (None); type: the check."""
 
     flags: tuple[str, ...]
     help: str
@@ -256,8 +255,7 @@ DEFAULTS = {"switch": False, "list": (), "value": None}
 
 
 def settings(*groups: str) -> Callable[[type], type]:
-    """A session's settings class: a frozen dataclass with one field per option named in groups
-    (OPTIONS keys, space-separated), in that order. The class docstring is its --help text."""
+    """A frozen dataclass, one field per OPTIONS key named in groups; its docstring: --help."""
 
     def make(cls: type) -> type:
         names = " ".join(groups).split()
@@ -324,8 +322,7 @@ class BuildAotritonOptions:
 
     @property
     def kernel_triton(self) -> str:
-        """--triton, else pypi with --workers (the cluster compiles with the PyPI Triton), else
-        AOTriton's own fork."""
+        """--triton, else pypi with --workers (the cluster's Triton), else AOTriton's fork."""
         return self.triton or ("pypi" if self.workers else "fork")
 
 
@@ -473,9 +470,8 @@ def build_parser(
 def parse_known(
     name: str, posargs: Sequence[str], passed: Iterable[str] = ()
 ) -> tuple[Any, list[str]]:
-    """(Session `name`'s settings, the arguments it does not declare): the command line, then
-    $ROCMFA_* (a FromEnv value), then the defaults; every value checked. passed: flags of the
-    function itself (a probe's), kept in the rest even where another session declares them."""
+    """(settings, undeclared arguments): flag, else $ROCMFA_* (a FromEnv), else default, each
+    checked; passed: a probe's own flags, kept in the rest even where a session declares them."""
     parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
@@ -501,15 +497,12 @@ def parse(name: str, posargs: Sequence[str]) -> Any:
     """Session `name`'s settings from posargs; an argument no session declares is an error."""
     opts, rest = parse_known(name, posargs)
     if rest:
-        raise UserError(
-            f"{name}: unrecognized arguments: {' '.join(rest)} (see: nox -s {name} -- --help)"
-        )
+        build_parser(name).error(f"unrecognized arguments: {' '.join(rest)}")
     return opts
 
 
 def effective(opts: Any) -> str:
-    """The settings other than defaults and where each came from (as cibuildwheel prints its
-    options first): `--arch gfx1151 ($ROCMFA_ARCH), --jobs 4`."""
+    """The settings not at their default, and from where: `--arch gfx1151 ($ROCMFA_ARCH), -j 4`."""
     shown = []
     for option, field in zip(options_of(type(opts)), dataclasses.fields(opts), strict=True):
         got = getattr(opts, option.name)

@@ -21,11 +21,8 @@ def digest(inputs: Any) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read(path: Path) -> dict[str, Any] | None:
