@@ -150,10 +150,6 @@ def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
     return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
 
 
-def root_page(projects: set[str]) -> str:
-    return project_page(dict.fromkeys(projects), "/")
-
-
 # --- writing a static tree --------------------------------------------------------------------
 
 

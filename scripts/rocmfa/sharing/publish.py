@@ -157,7 +157,7 @@ def upload_tree(runner: Runner, store: team_index.TreeStore, plan: Plan, files, 
         runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
     root = runner.apply(store.read, "index.html")
     known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
-    page = team_index.root_page(known | set(plan.pages))
+    page = team_index.project_page(dict.fromkeys(known | set(plan.pages)), "/")
     runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
 
 
