@@ -198,11 +198,10 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag in
     third_party/aiter.txt that its configure clones, at its commit)."""
     if not (checkout / ".git").exists():
-        runner.say(
+        return runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
             "(build once, then rerun update_pins); the recorded list is kept"
         )
-        return
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     tree = read_tree_submodules(runner, checkout, commit)
@@ -246,12 +245,8 @@ class TreeSubmodules(NamedTuple):
 
 def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
     """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
-    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit, check=False)
-    if tree.returncode != 0:
-        raise UserError(f"{repo}: cannot list the tree of {commit[:12]}")
-    gitlinks = sorted(
-        line.partition("\t")[2] for line in tree.stdout.splitlines() if line.startswith("160000 ")
-    )
+    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
+    gitlinks = sorted(line.partition("\t")[2] for line in tree if line.startswith("160000 "))
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
     config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
