@@ -178,13 +178,11 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
         with pytest.raises(UserError) as error, locks.hold(lock, "workdir X", "build_ck"):
             pass
         assert f"pid {holder.pid}" in one_line(error.value) and "build_pytorch" in str(error.value)
-        assert locks.holder(lock)["pid"] == holder.pid
     finally:
         holder.kill()
         holder.wait()
     with locks.hold(lock, "workdir X", "build_ck"):  # the dead run's lock is taken over
         assert json.loads(lock.read_text())["session"] == "build_ck"
-    assert locks.holder(lock) is None
 
 
 def test_doctor_names_a_mixed_sdk_the_line_and_the_unresolved_pin() -> None:

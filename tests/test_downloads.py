@@ -14,7 +14,6 @@ import pytest
 
 from rocmfa.plumbing import downloads
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import pins
 from tests.support import loopback
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +48,7 @@ def test_a_503_is_retried_by_urllib3_for_pins_and_pinned_files(
     body = b"set(__AOTRITON_VERSION 0.13b)\n"
     server = flaky_server(2, body)
     with loopback.serving(server) as base:
-        assert pins.http_get(f"{base}/a.cmake") == body.decode()
+        assert downloads.get(f"{base}/a.cmake") == body
         assert len(server.seen) == 3
         del server.seen[:]
         dest = tmp_path / "x.tar.gz"
@@ -60,7 +59,7 @@ def test_a_503_is_retried_by_urllib3_for_pins_and_pinned_files(
         loopback.serving(flaky_server(9, b"")) as base,
         pytest.raises(UserError, match=r"cannot fetch .*: HTTP 503 ") as error,
     ):
-        pins.http_get(f"{base}/a.cmake")
+        downloads.get(f"{base}/a.cmake")
     assert "\n" not in str(error.value)
 
 

@@ -145,12 +145,12 @@ def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, mo
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
     assert opts.workdir == str(tmp_path / "w")  # $ROCMFA_WORKDIR, resolved with the settings
     lock = tmp_path / "w" / ".rocmfa.lock"
-    with session_env.guarded(options.BY_NAME["build_ck"], opts):
-        assert locks.holder(lock)["session"] == "build_ck"  # the work dir lock, held
-    assert locks.holder(lock) is None
+    busy = pytest.raises(UserError, match="in use by another session: nox -s build_ck")
+    with session_env.guarded(options.BY_NAME["build_ck"], opts), busy:  # the work dir lock
+        locks.hold(lock, "work dir", "tune_aotriton").__enter__()
     dry = options.parse("build_ck", ["--prefix", str(tmp_path / "env"), "--dry-run"])
-    with session_env.guarded(options.BY_NAME["build_ck"], dry):
-        assert locks.holder(lock) is None  # a dry run plans only: no lock
+    with session_env.guarded(options.BY_NAME["build_ck"], dry), locks.hold(lock, "w", "x"):
+        pass  # a dry run plans only: no lock, and the real run's was given back
 
 
 def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None:

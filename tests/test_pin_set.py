@@ -1,4 +1,4 @@
-"""One consistent pin set (rocmfa.sources.pin_set): the torch pin's own aotriton.cmake against
+"""One consistent pin set (rocmfa.sources.pins): the torch pin's own aotriton.cmake against
 pins/aotriton.toml, recorded by update_pins, checked before the first command; and the
 release lists of old aotriton.cmake files read the way CMake reads them."""
 
@@ -12,7 +12,7 @@ from rocmfa.builds import aotriton_release
 from rocmfa.plumbing import options, pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import pin_set, pins, update_pins
+from rocmfa.sources import pins, update_pins
 from tests.support import aotriton_standins as st
 from tests.test_pin_files import with_values
 
@@ -60,18 +60,18 @@ def test_recorded_same_line_agrees_other_line_refused_force_warns(tmp_path: Path
     st.write_pytorch_pin(tmp_path, aotriton_commit=C_012, aotriton_version="0.12b")
     env = {"ROCMFA_PINS_DIR": str(tmp_path)}
     with pytest.raises(UserError) as error:
-        pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
+        pins.check_pin_set(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
     message = str(error.value)
     assert "\n" not in message
     assert (
         "pins disagree: torch bbbbbbbbbbbb (nightly) names AOTriton 0.12b (269036897bce)" in message
     )
     assert "pins/aotriton.toml pins 0.13b (6e00ef3e335b)" in message and "--force" in message
-    warned = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
+    warned = pins.check_pin_set(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
     assert warned[0].startswith("line release: ") and warned[1].startswith(
         "WARNING (--force): pins disagree"
     )
-    fine = pin_set.check(
+    fine = pins.check_pin_set(
         aotriton_pin(C_0121, "0.12.1b"), "0.12.1b", force=False, workdir=tmp_path, environ=env
     )
     assert "same line" in fine[1] and "(torch names 269036897bce)" in fine[1]
@@ -101,7 +101,7 @@ def test_stale_record_is_ignored_and_the_real_file_is_read(tmp_path: Path) -> No
                          "\n\n[pytorch.aotriton]")
         )  # fmt: skip
         with pytest.raises(UserError, match=r"names AOTriton 0\.12b \(269036897bce\)"):
-            pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
+            pins.check_pin_set(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
         assert [path for path, _ in log.requests] == [f"/raw/{torch_commit}/{CMAKE}"]
 
 
@@ -113,11 +113,11 @@ def test_unreadable_torch_file_is_refused_unless_forced_and_noted_by_a_dry_run(
     )
     env = {"ROCMFA_PINS_DIR": str(tmp_path)}
     with pytest.raises(UserError, match=r"cannot tell which AOTriton the torch pin names .*"):
-        pin_set.check(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
-    forced = pin_set.check(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
+        pins.check_pin_set(aotriton_pin(), "0.13b", force=False, workdir=tmp_path, environ=env)
+    forced = pins.check_pin_set(aotriton_pin(), "0.13b", force=True, workdir=tmp_path, environ=env)
     assert forced[1].startswith("WARNING (--force): cannot tell")
     # a dry run shows its plan, saying the real run refuses
-    dry = pin_set.check(aotriton_pin(), "0.13b", force=False, runner=Runner(dry_run=True),
+    dry = pins.check_pin_set(aotriton_pin(), "0.13b", force=False, runner=Runner(dry_run=True),
                         workdir=tmp_path, environ=env)  # fmt: skip
     assert dry[1].startswith("[dry-run] note: cannot tell which AOTriton")
     assert "the real run refuses this" in dry[1]

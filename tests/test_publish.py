@@ -327,7 +327,7 @@ def test_the_team_lines_dry_run_on_a_bare_machine(builder, env, tmp_path):
 
 def test_unreachable_index_is_one_line(second, env):
     port = shared_cache.free_port()
-    with pytest.raises(UserError, match=rf"index 127.0.0.1:{port} unreachable") as e:
+    with pytest.raises(UserError, match=rf"127.0.0.1:{port} unreachable") as e:
         install(second, f"pypi+http://127.0.0.1:{port}/wheels")
     assert "\n" not in str(e.value)
 

@@ -195,7 +195,7 @@ def test_with_torch_is_one_resolve_that_keeps_the_sdk_at_the_pin(tmp_path: Path)
         request = setup_env.Request(arch, pin, "multi-arch", True, ())
         runner = Runner(base_env=standin_rocm.venv_environ(prefix), out=io.StringIO())
         setup_env.provision(prefix, request, runner, stamp_inputs=request.inputs("t", None))
-        pips = [c.argv for c in runner.executed if c.argv[1:3] == ("-m", "pip")]
+        pips = [argv for argv in runner.executed if argv[1:3] == ("-m", "pip")]
         assert len(pips) == 1 and pips[0][-2:] == (
             f"rocm[libraries,devel,device-gfx1151]=={pinned}", "torch[device-gfx1151]>=2.13,<2.14"
         )  # fmt: skip

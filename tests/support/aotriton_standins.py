@@ -472,7 +472,7 @@ def write_aotriton_pin(
 ) -> Path:
     """pins/aotriton.toml as a user's: url, ref, commit, then `fields` (version, tuner, ...).
     Unless pins_dir has one, also a pins/pytorch.toml whose recorded aotriton.cmake names this
-    AOTriton (rocmfa.sources.pin_set), so the pin set is consistent."""
+    AOTriton (rocmfa.sources.pins), so the pin set is consistent."""
     lines = ["[aotriton]", f'url = "{url}"', f'ref = "{ref}"', f'commit = "{commit}"']
     for key, value in fields.items():
         if isinstance(value, bool):

@@ -331,7 +331,7 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
     from rocmfa.builds.aotriton_install import torch_version
     from rocmfa.env import compat_matrix
-    from rocmfa.sources import pin_set, update_pins
+    from rocmfa.sources import pins, update_pins
 
     if ctx.torch is None and opts.no_images and ctx.session.ready:
         raise UserError(
@@ -341,7 +341,7 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
     compat_matrix.announce(
-        pin_set.check(ctx.pin, ctx.version, force=force, runner=runner, workdir=ctx.work)
+        pins.check_pin_set(ctx.pin, ctx.version, force=force, runner=runner, workdir=ctx.work)
     )
     torch = torch_version(ctx.torch) if ctx.torch is not None else None
     combination = compat_matrix.check_combination

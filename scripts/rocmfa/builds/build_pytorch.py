@@ -643,9 +643,7 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 
 
 def checks_before_building(ctx: Context) -> None:
-    """Flash attention kept; torch release/X.Y x AOTriton (and pin_set); --force: warn only."""
-    from rocmfa.sources import pin_set
-
+    """Flash attention kept; torch release/X.Y x AOTriton (and the pin set); --force: warn only."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
         raise UserError(
             f"refusing to build (--skip triton): this would build torch for {ctx.arch.name} "
@@ -667,7 +665,7 @@ def checks_before_building(ctx: Context) -> None:
     aotriton = pins.load_pin("aotriton", workdir=ctx.work)
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
-    lines = pin_set.check(
+    lines = pins.check_pin_set(
         aotriton, version, force=ctx.opts.force, runner=ctx.runner, workdir=ctx.work
     )
     compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already

@@ -208,7 +208,7 @@ def check_combination(arch: archs.Arch, aotriton_version: str, *,
         f"{EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)",
     }
     notes = [notes[found]] if found in notes else []
-    # "+git<sha>": a torch built from source, checked against its own aotriton.cmake (pin_set)
+    # "+git<sha>": a torch built from source, checked against its own aotriton.cmake (pins.py)
     series = re.match(r"\s*(\d+\.\d+)", torch_version or "")
     line = archs.aotriton_version_key(aotriton_version)[:2]  # 0.13b and 0.13.1b: one ABI line
     if series and "+git" not in torch_version and series[1] in (data := load_matrix().torch):

@@ -1,3 +1,1 @@
-"""Plumbing every session uses: one-line errors, the command runner (it plans instead of
-running on a dry run), stamps, the shared option table, data files and work-dir paths, job
-limits. Imports nothing else of ours."""
+"""Plumbing every session uses: errors, the command runner, stamps, options, data files, paths."""

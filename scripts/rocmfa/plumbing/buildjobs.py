@@ -1,9 +1,5 @@
-"""How many parallel compile jobs a build may start: CPU count, capped by available memory.
-
-Large C++/HIP translation units (CK instances, PyTorch's HIP kernels) take several GiB each;
-running one job per core on a machine with little free memory ends in
-`clang: error: unable to execute command: Killed` (ROCm/TheRock#997). --jobs overrides.
-"""
+"""Parallel compile jobs: CPUs, capped by MemAvailable (a HIP translation unit takes GiBs; one
+job per core on little memory ends in `clang: error: ... Killed`, ROCm/TheRock#997)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from rocmfa.plumbing.errors import UserError
 TOOLS = ("none", "ccache", "sccache")
 SCHEMES = {"redis": "redis", "rediss": "redis", "http": "webdav", "https": "webdav", "s3": "s3"}
 QUERY_KEYS = {"prefix", "read_only", "endpoint", "region"}
+FLAGS = {"1": True, "true": True, "0": False, "false": False}  # read_only=
 CREDENTIAL_VARS = {
     "redis": "SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD",
     "webdav": "SCCACHE_WEBDAV_USERNAME/SCCACHE_WEBDAV_PASSWORD or SCCACHE_WEBDAV_TOKEN",
@@ -63,8 +64,7 @@ def parse_cache(value: str | None) -> CacheSpec | None:
     if text.startswith(("/", "./", "../", "~")):  # a shared directory (an NFS path)
         return CacheSpec("sccache", "dir", os.path.abspath(os.path.expanduser(text)))
     parts = urllib.parse.urlsplit(text)
-    backend = SCHEMES.get(parts.scheme)
-    if backend is None or not parts.netloc:
+    if (backend := SCHEMES.get(parts.scheme)) is None or not parts.netloc:
         raise UserError(f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
             "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX")  # fmt: skip
     if parts.username or parts.password:
@@ -72,29 +72,25 @@ def parse_cache(value: str | None) -> CacheSpec | None:
             "--cache: credentials do not belong in the URL (they would be printed and "
             f"recorded); set {CREDENTIAL_VARS[backend]} in the environment instead"
         )
-    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    opt, unknown = {k: v[-1] for k, v in query.items()}, ", ".join(sorted(set(query) - QUERY_KEYS))
-    if unknown:
+    opt = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    if unknown := ", ".join(sorted(set(opt) - QUERY_KEYS)):
         known = ", ".join(sorted(QUERY_KEYS))
         raise UserError(f"--cache: unknown URL parameter(s) {unknown} (known: {known})")
-    flag = opt.get("read_only", "0").lower()
-    if flag not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+    if (read_only := FLAGS.get(opt.get("read_only", "0").lower())) is None:
         raise UserError(f"--cache: read_only={opt['read_only']!r} must be 1/0 (true/false)")
-    if backend != "s3" and ("endpoint" in opt or "region" in opt):
+    if backend != "s3" and {"endpoint", "region"} & set(opt):
         raise UserError("--cache: endpoint= and region= are for s3:// URLs only")
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
         raise UserError(f"--cache {value!r}: bad port") from None
-    read_only, prefix = flag in ("1", "true", "yes", "on"), opt.get("prefix", "").strip("/")
+    prefix, base = opt.get("prefix", "").strip("/"), f"{parts.scheme}://{parts.netloc}"
     if backend == "redis":
-        db = parts.path.strip("/")
-        if db and not db.isdigit():
+        if (db := parts.path.strip("/")) and not db.isdigit():
             raise UserError(f"--cache {value!r}: redis path must be a database number")
-        endpoint = f"{parts.scheme}://{parts.netloc}"
-        return CacheSpec("sccache", backend, endpoint, None, prefix, None, db or None, read_only)
+        return CacheSpec("sccache", backend, base, None, prefix, None, db or None, read_only)
     if backend == "webdav":  # no trailing slash: sccache joins endpoint + "/" + key
-        endpoint = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        endpoint = base + parts.path.rstrip("/")
         return CacheSpec("sccache", backend, endpoint, prefix=prefix, read_only=read_only)
     endpoint = opt.get("endpoint")
     if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):

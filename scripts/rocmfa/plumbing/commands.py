@@ -1,8 +1,5 @@
-"""Run external commands, or under --dry-run print them (argv, working directory, variables).
-
-Every build/setup session sends its external commands through one Runner, so --dry-run
-shows exactly what a real run would execute and nothing else decides what runs.
-"""
+"""Run external commands (no shell), or under --dry-run print each (argv, directory, variables)
+and run none: every session's commands go through one Runner, so a plan shows what would run."""
 
 from __future__ import annotations
 
@@ -11,7 +8,6 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -20,54 +16,27 @@ from rocmfa.plumbing.errors import UserError
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Command:
-    """One external command: argv, where it runs, and the variables it sets on top of env."""
-
-    argv: tuple[str, ...]
-    cwd: Path | None = None
-    sets: Mapping[str, str] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        """A shell-quoted one-liner: `(cd DIR) VAR=value ... argv`."""
-        parts = []
-        if self.cwd is not None:
-            parts.append(f"(cd {shlex.quote(str(self.cwd))})")
-        parts.extend(f"{k}={shlex.quote(v)}" for k, v in sorted(self.sets.items()))
-        parts.append(shlex.join(self.argv))
-        return " ".join(parts)
-
-
 def runner_for(opts: object, **kw: Any) -> Runner:
     """The Runner of a session's settings: it plans (prints, runs nothing) under --dry-run."""
     return Runner(dry_run=bool(getattr(opts, "dry_run", False)), **kw)
 
 
 class Runner:
-    """Executes commands, or only prints them when dry_run is set.
+    """Runs commands in base_env (default: ours; "in the env": the activated one) with a
+    command's own variables on top, or under dry_run only prints them."""
 
-    base_env is the complete environment commands get (for commands "in the env": the
-    activated environment from rocmfa.env.condaenv); Command.sets is layered on top.
-    """
-
-    def __init__(
-        self,
-        *,
-        dry_run: bool = False,
-        base_env: Mapping[str, str] | None = None,
-        out: TextIO | None = None,
-    ) -> None:
+    def __init__(self, *, dry_run=False, base_env: Mapping[str, str] | None = None, out=None):
         self.dry_run = dry_run
         self.base_env = dict(os.environ if base_env is None else base_env)
-        self.out = out or sys.stdout
-        self.executed: list[Command] = []
+        self.out: TextIO = out or sys.stdout
+        self.executed: list[tuple[str, ...]] = []  # the argv of each command run
 
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
     def apply(self, action: Callable[..., T], *args: Any, say: str = "", **kw: Any) -> T | None:
-        """A change that is no command (files, stamps): said when say is given and made, or
-        under dry-run only said; callers need not know which."""
+        """A change that is no command (files, stamps): said (when say is given) and made; a
+        dry run only says it."""
         if say:
             self.say(("[dry-run] " if self.dry_run else "") + say)
         return None if self.dry_run else action(*args, **kw)
@@ -83,8 +52,7 @@ class Runner:
         self.say(f"[dry-run] note: {message}; the real run stops here")
 
     def plan_line(self, message: str) -> str | None:
-        """Under dry run, message as a line of the plan ("[dry-run] message") for a step the
-        caller then skips; None in a real run, which takes the step."""
+        """ "[dry-run] message" for a step a dry run skips; None in a real run (it takes it)."""
         return f"[dry-run] {message}" if self.dry_run else None
 
     def raise_for_real(self, error: Exception) -> None:
@@ -106,39 +74,27 @@ class Runner:
         check: bool = True,
         dry_run_output: str = "",
     ) -> subprocess.CompletedProcess[str]:
-        """Run argv (no shell). Returns the completed process; under dry-run a stand-in
-        whose stdout is dry_run_output, so callers can keep going with a placeholder."""
-        command = Command(tuple(str(a) for a in argv), Path(cwd or Path.cwd()), dict(sets or {}))
-        prefix = "[dry-run] " if self.dry_run else "$ "
-        self.say(prefix + command.describe())
+        """The completed process; under dry run a stand-in whose stdout is dry_run_output."""
+        argv, cwd, sets = tuple(str(a) for a in argv), Path(cwd or Path.cwd()), dict(sets or {})
+        variables = [f"{k}={shlex.quote(v)}" for k, v in sorted(sets.items())]
+        line = " ".join([f"(cd {shlex.quote(str(cwd))})", *variables, shlex.join(argv)])
+        self.say(("[dry-run] " if self.dry_run else "$ ") + line)
         if self.dry_run:
-            return subprocess.CompletedProcess(command.argv, 0, dry_run_output, "")
-        env = {**self.base_env, **command.sets}
-        self.executed.append(command)
+            return subprocess.CompletedProcess(argv, 0, dry_run_output, "")
+        pipe = subprocess.PIPE if capture else None
+        self.executed.append(argv)
         try:
             result = subprocess.run(
-                command.argv,
-                cwd=command.cwd,
-                env=env,
-                text=True,
-                stdout=subprocess.PIPE if capture else None,
-                stderr=subprocess.PIPE if capture else None,
-                check=False,
+                argv, cwd=cwd, env={**self.base_env, **sets}, text=True, stdout=pipe, stderr=pipe
             )
         except FileNotFoundError:
-            raise UserError(f"{command.argv[0]}: command not found") from None
+            raise UserError(f"{argv[0]}: command not found") from None
         except KeyboardInterrupt:  # subprocess.run has stopped the child (SIGKILL after 0.25 s)
-            print(f"interrupted: {command.describe()}", file=sys.stderr, flush=True)
+            print(f"interrupted: {line}", file=sys.stderr, flush=True)
             raise
         if check and result.returncode != 0:
-            detail = ""
-            if capture and result.stderr.strip():
-                detail = ": " + result.stderr.strip().splitlines()[-1]
-            where = f" in {command.cwd}" if command.cwd else ""
-            raise UserError(
-                f"command failed (exit {result.returncode}){where}: "
-                f"{shlex.join(command.argv)}{detail}"
-            )
+            why = f"command failed (exit {result.returncode}) in {cwd}: {shlex.join(argv)}"
+            raise UserError(": ".join([why, *(result.stderr or "").strip().splitlines()[-1:]]))
         return result
 
 

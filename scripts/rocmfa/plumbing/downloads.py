@@ -11,7 +11,6 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
 from rocmfa.plumbing import stamps
@@ -47,17 +46,28 @@ def why(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def fetch_pinned(
-    url: str,
-    dest: Path,
-    sha256: str,
-    *,
-    fix: str,
-    pinned_by: str = "the pin's",
-    say: Callable[[str], None] = lambda _line: None,
-) -> Path:
+def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
+    """The body at url (retried as session() does); None for a `missing` status, else UserError."""
+    import requests
+
+    try:
+        response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
+    except requests.RequestException as e:
+        host = urllib.parse.urlsplit(url).netloc
+        raise UserError(
+            f"cannot fetch {url}: {host} unreachable: {why(e)} (after {tries} tries)"
+        ) from None
+    if response.status_code in missing:
+        return None
+    if response.status_code >= 400:
+        raise UserError(f"cannot fetch {url}: HTTP {response.status_code} {response.reason}")
+    return response.content
+
+
+def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the pin's", say=None):
     """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
     with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
+    say = say or (lambda _line: None)
     if dest.is_file() and stamps.file_sha256(dest) == sha256:
         say(f"cached: {dest}")
         return dest
@@ -127,8 +137,8 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
         if ours:
             _interrupted.set()
         for path in list(folder.glob(".*")):
-            match = _PARTIAL.fullmatch(path.name)
-            pid = int(match["pid"]) if match and match["pid"] else None
-            gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
-            if match and (ours if pid == os.getpid() else gone):
-                path.unlink(missing_ok=True)
+            if match := _PARTIAL.fullmatch(path.name):
+                pid = int(match["pid"] or 0)
+                gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
+                if ours if pid == os.getpid() else gone:
+                    path.unlink(missing_ok=True)

@@ -1,9 +1,5 @@
-"""One lock per workdir and per env for the sessions that change them.
-
-An flock on a lock file that holds who took it (pid, session, start time). The kernel drops an
-flock when its process dies, so a lock left by a killed run is simply taken over; the file
-itself stays (unlinking a lock file races with the next taker).
-"""
+"""One lock per workdir and per env: an flock (the kernel drops it when its process dies) on a
+file naming the holder's pid, session and start; the file stays (unlinking races the next taker)."""
 
 from __future__ import annotations
 
@@ -50,19 +46,3 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the flock
-
-
-def holder(path: Path) -> dict[str, Any] | None:
-    """Who holds the lock at path now, or None when nobody does (or there is no lock file)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _holder_of(fd) or {"session": "?"}
-        return None
-    finally:
-        os.close(fd)

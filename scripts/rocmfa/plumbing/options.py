@@ -1,8 +1,7 @@
-"""Every nox session's settings: a frozen dataclass per session, resolved once by parse() (the
-command line, else its $ROCMFA_* variable as a FromEnv value, else the default), checked before
-the first command; the one reader of our $ROCMFA_* variables. Each option is declared once, in
-OPTIONS. Nox hands every session the same posargs: a session drops the flags other sessions
-declare; a flag none declares is an error."""
+"""Every session's settings: a frozen dataclass resolved once by parse() (flag, else $ROCMFA_*,
+else default), checked before the first command; the one reader of $ROCMFA_*. To add an option:
+an OPTIONS entry named in its session's @settings; a session: its class, a SESSIONS row and a
+@nox.session function in noxfile.py."""
 
 from __future__ import annotations
 
@@ -114,11 +113,9 @@ def known_arch(text: str) -> str:
 
 
 def comma_ints(text: str) -> str:
-    try:
-        if min(int(v) for v in text.split(",") if v.strip()) > 0:
-            return text
-    except ValueError:
-        raise ValueError("expected a comma list of integers, each at least 1") from None
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if values and all(v.isdigit() and int(v) > 0 for v in values):
+        return text
     raise ValueError("expected a comma list of integers, each at least 1")
 
 
@@ -145,8 +142,7 @@ def profiles() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Opt:
-    """One option: flags, help, its $ROCMFA_* variable, choices (or a function giving them),
-    type (converts and checks the text); kind: switch (False), list (()) or value (None)."""
+    """One option; kind: switch (default False), list (()) or value (None); type: the check."""
 
     flags: tuple[str, ...]
     help: str
@@ -189,7 +185,8 @@ def value(flags: str, help: str, **more: Any) -> Opt:
 
 ARCH_HELP = f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection)"
 URLS = "s3://BUCKET/PREFIX?endpoint=URL"
-STAGE = {"choices": STAGES, "metavar": "STAGE"}
+STAGE, N = {"choices": STAGES, "metavar": "STAGE"}, {"type": positive_int, "metavar": "N"}
+LIST = {"type": comma_ints, "metavar": "LIST"}
 OPTIONS = {
     "arch": value("--arch", ARCH_HELP, env=ARCH_ENV, type=known_arch),
     "arch:shown": value("--arch", ARCH_HELP, env=ARCH_ENV),  # doctor, matrix: shown, not refused
@@ -197,29 +194,22 @@ OPTIONS = {
                     type=folder),
     "env_name": value("--env-name", f"conda env name (default: ${NAME_ENV}, therock)",
                       env=NAME_ENV, type=env_name),
-    "workdir": value("--workdir", f"checkouts, builds, stamps, downloads (default: "
-                     f"${WORKDIR_ENV}, else ./work)", env=WORKDIR_ENV, type=folder),
+    "workdir": value("--workdir", f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
+                     env=WORKDIR_ENV, type=folder),
     "dry_run": switch("--dry-run", "print each command, its directory and variables; run none"),
     "force": switch("--force", "redo what is up to date; replace what would be refused"),
     "force:pins": switch("--force", "an inconsistent torch x AOTriton pin set: warn, not refuse"),
     "json": switch("--json", "machine-readable output"),
-    "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", type=positive_int,
-                  metavar="N"),
-    "cache": value("--cache", f"compile cache: none, ccache, sccache, redis://HOST:PORT, "
-                   f"http(s)://HOST/PATH (WebDAV), {URLS}; ?read_only=1: only read",
-                   type=parse_cache, metavar="KIND|URL"),
-    "discard_local_edits": switch("--discard-local-edits",
-                                  "reset a checkout with local edits or commits to its pin"),
-    "channel": many("--channel", "a mirror of environment.yml's channel (URL, file:// or a "
-                    "folder; NAME=URL when several); the lock keeps the channel's URLs",
-                    metavar="URL"),
-    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST (upload "
-                   "API); per family: URL/v2/<family>/ or {family} in URL",
-                   type=index_url, metavar="URL"),
+    "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", **N),
+    "cache": value("--cache", f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
+                   f"http(s)://HOST/PATH, {URLS}", type=parse_cache, metavar="KIND|URL"),
+    "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
+    "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
+    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
+                   "(its v2/<family>/, or {family} in the URL)", type=index_url, metavar="URL"),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
-    "profile": many("--profile", "add a variable profile (vllm: its flags for this arch)",
-                    choices=profiles),
+    "profile": many("--profile", "add a variable profile (vllm: its flags)", choices=profiles),
     "with_torch": switch("--with-torch", "also install TheRock's prebuilt torch for this arch"),
     "rocm_index": value("--rocm-index", "TheRock index kind (default: pins)", choices=INDEX_KINDS),
     # update_pins
@@ -227,41 +217,31 @@ OPTIONS = {
     "port_patches": switch("--port-patches", "copy a patch set that still applies to the new pin"),
     # build_aotriton, tune_aotriton, kernel_check
     "clean": switch("--clean", "empty the AOTriton build dir first (never the sources)"),
-    "timeout_min": value("--timeout-min", "AOTRITON_GPU_BUILD_TIMEOUT (0: none)", type=minutes,
-                         metavar="MIN"),
+    "timeout_min": value("--timeout-min", "GPU build timeout", type=minutes, metavar="MIN"),
     "no_images": switch("--no-images", "AOTRITON_NOIMAGE_MODE=ON: keep torch's kernel images"),
     "from_release": switch("--from-release", "install the release runtime and image pack"),
     "from_source": switch("--from-source", "build from source even where a release pack would do"),
     "with_pyaotriton": switch("--with-pyaotriton", "also build AOTriton's python binding"),
     "restore": switch("--restore", "put back the AOTriton files torch shipped, then stop"),
-    "workers": value("--workers", "compile the kernels on a Dask cluster (tcp://HOST:8786) into "
-                     "the --cache store first (implies --triton pypi)", metavar="URL"),
-    "triton": value("--triton", "what compiles the kernels: fork (AOTriton's, default) or pypi "
-                    "(pins/kernel_compiler.toml)", choices=TRITONS),
-    "sample": value("--sample", "compile N of the generator's jobs (default: all)",
-                    type=positive_int, metavar="N"),
+    "workers": value("--workers", "compile on a Dask cluster (tcp://HOST:8786)", metavar="URL"),
+    "triton": value("--triton", "what compiles the kernels (default: fork)", choices=TRITONS),
+    "sample": value("--sample", "compile N of the generator's jobs (default: all)", **N),
     # tune_aotriton: Tuner v3.5's dispatch filters (default: every task)
-    "tune_head_dims": value("--tune-head-dims", "head dims, e.g. 64,128 (--hdim)",
-                            type=comma_ints, metavar="LIST"),
-    "tune_dtypes": value("--tune-dtypes", "float16,bfloat16 (--dtype)", type=tune_dtypes,
-                         metavar="LIST"),
-    "tune_seqlens": value("--tune-seqlens", "sequence lengths, e.g. 1024,4096 (--seqlen_q/_k)",
-                          type=comma_ints, metavar="LIST"),
+    "tune_head_dims": value("--tune-head-dims", "head dims, e.g. 64,128 (--hdim)", **LIST),
+    "tune_dtypes": value("--tune-dtypes", "float16,bfloat16", type=tune_dtypes, metavar="LIST"),
+    "tune_seqlens": value("--tune-seqlens", "sequence lengths, e.g. 1024,4096", **LIST),
     # build_pytorch
     "clean:pytorch": switch("--clean", "start each stage's build over (TheRock --clean)"),
     "from_stage": value("--from", f"rerun STAGE ({', '.join(STAGES)}) and those after", **STAGE),
     "only": value("--only", "run just STAGE", **STAGE),
-    "skip": many("--skip", "leave out triton, audio or vision (triton: refused where torch "
-                 "would lose flash)", choices=SKIPPABLE, metavar="STAGE"),
+    "skip": many("--skip", "leave out triton, audio or vision", choices=SKIPPABLE, metavar="STAGE"),
     "with_apex": switch("--with-apex", "also check out and build apex"),
     "build_tests": switch("--build-tests", "also build PyTorch's C++ tests (BUILD_TEST=1)"),
-    "aotriton_prefix": value("--aotriton-prefix", "AOTriton for torch (default: build_aotriton's)",
-                             metavar="DIR"),
+    "aotriton_prefix": value("--aotriton-prefix", "AOTriton for torch", metavar="DIR"),
     # install_wheels, publish, report
     "no_backend_check": switch("--no-backend-check", "install only; no backend_check"),
     "wheel_set": value("--wheel-set", "with --index: this set, not the newest", metavar="ID"),
-    "report": many("--report", "a backend_check, validate or bench JSON for the manifest",
-                   metavar="JSON"),
+    "report": many("--report", "a probe's JSON for the manifest", metavar="JSON"),
     "baseline": value("--baseline", "a result set to compare the others with", metavar="INPUT"),
     "out": value("--out", "where the page goes (default: ./results-page)", metavar="DIR"),
     # build_ck
@@ -275,8 +255,7 @@ DEFAULTS = {"switch": False, "list": (), "value": None}
 
 
 def settings(*groups: str) -> Callable[[type], type]:
-    """A session's settings class: a frozen dataclass with one field per option named in groups
-    (OPTIONS keys, space-separated), in that order. The class docstring is its --help text."""
+    """A frozen dataclass, one field per OPTIONS key named in groups; its docstring: --help."""
 
     def make(cls: type) -> type:
         names = " ".join(groups).split()
@@ -343,8 +322,7 @@ class BuildAotritonOptions:
 
     @property
     def kernel_triton(self) -> str:
-        """--triton, else pypi with --workers (the cluster compiles with the PyPI Triton), else
-        AOTriton's own fork."""
+        """--triton, else pypi with --workers (the cluster's Triton), else AOTriton's fork."""
         return self.triton or ("pypi" if self.workers else "fork")
 
 
@@ -492,9 +470,8 @@ def build_parser(
 def parse_known(
     name: str, posargs: Sequence[str], passed: Iterable[str] = ()
 ) -> tuple[Any, list[str]]:
-    """(Session `name`'s settings, the arguments it does not declare): the command line, then
-    $ROCMFA_* (a FromEnv value), then the defaults; every value checked. passed: flags of the
-    function itself (a probe's), kept in the rest even where another session declares them."""
+    """(settings, undeclared arguments): flag, else $ROCMFA_* (a FromEnv), else default, each
+    checked; passed: a probe's own flags, kept in the rest even where a session declares them."""
     parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
@@ -520,15 +497,12 @@ def parse(name: str, posargs: Sequence[str]) -> Any:
     """Session `name`'s settings from posargs; an argument no session declares is an error."""
     opts, rest = parse_known(name, posargs)
     if rest:
-        raise UserError(
-            f"{name}: unrecognized arguments: {' '.join(rest)} (see: nox -s {name} -- --help)"
-        )
+        build_parser(name).error(f"unrecognized arguments: {' '.join(rest)}")
     return opts
 
 
 def effective(opts: Any) -> str:
-    """The settings other than defaults and where each came from (as cibuildwheel prints its
-    options first): `--arch gfx1151 ($ROCMFA_ARCH), --jobs 4`."""
+    """The settings not at their default, and from where: `--arch gfx1151 ($ROCMFA_ARCH), -j 4`."""
     shown = []
     for option, field in zip(options_of(type(opts)), dataclasses.fields(opts), strict=True):
         got = getattr(opts, option.name)

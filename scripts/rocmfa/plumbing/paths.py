@@ -1,7 +1,5 @@
-"""Where things live: the work directory (checkouts, builds, stamps, downloads, wheels).
-
-Default <repo>/work (git-ignored); --workdir or $ROCMFA_WORKDIR moves it.
-"""
+"""The work directory (checkouts, builds, stamps, downloads): --workdir or $ROCMFA_WORKDIR,
+else <repo>/work (git-ignored)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Content-addressed stamps: a JSON record of the inputs of a finished step.
-
-A step is up to date when its stamp exists and its recorded inputs digest equals the digest
-of the current inputs. Stamps are written last and atomically, so an interrupted step never
-looks done.
-"""
+"""Stamps: a finished step's inputs as JSON, written last and atomically; a step is up to date
+when its stamp's digest equals its current inputs' digest."""
 
 from __future__ import annotations
 
@@ -25,11 +21,8 @@ def digest(inputs: Any) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read(path: Path) -> dict[str, Any] | None:

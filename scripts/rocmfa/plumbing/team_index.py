@@ -1,13 +1,6 @@
-"""A team wheel index: one PEP 503 index per arch family, laid out as TheRock's (v2/<family>/),
-or the --index URL with {family} replaced. --index (publish, install_wheels, report) is a
-directory (a shared disk, NFS), s3://BUCKET/PREFIX?endpoint=URL (boto3), or
-pypi+http(s)://HOST/PATH (an upload API: pypiserver, devpi; twine uploads, it writes the pages).
-
-A static tree (directory, S3) holds <family>/<project>/<file> and its index.html (links with
-#sha256=) and <family>/index.html. Files are created, never replaced (a directory: link(2); S3:
-If-None-Match: *). Credentials come only from the environment (boto3's, twine's); a URL carrying
-them is refused.
-"""
+"""A team wheel index: a PEP 503 index per arch family (v2/<family>/, or {family} in the URL) in
+a directory (NFS), S3 (boto3) or a pypi+http(s):// upload API (twine). Static trees never replace
+a file (link(2); S3 If-None-Match); credentials come from the environment only."""
 
 from __future__ import annotations
 
@@ -21,7 +14,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from rocmfa.plumbing import stamps
+from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.errors import UserError
 
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
@@ -101,25 +94,14 @@ def parse_index(value: str | None) -> IndexSpec:
 
 
 def fetch(url: str) -> bytes | None:
-    """The body at url (file:// or http(s)://), None when it is not there; UserError when the
-    index cannot be reached."""
-    import requests
-
+    """The body at url (file:// or http(s)://), None when it is not there."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "file":
-        try:
-            return Path(urllib.parse.unquote(parts.path)).read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+    if parts.scheme != "file":
+        return downloads.get(url, missing=(403, 404))
     try:
-        response = requests.get(url, timeout=30)
-    except requests.RequestException as e:
-        raise UserError(f"index {parts.netloc} unreachable: {type(e).__name__}") from None
-    if response.status_code in (403, 404):
+        return Path(urllib.parse.unquote(parts.path)).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if response.status_code >= 400:
-        raise UserError(f"index: GET {url} failed: HTTP {response.status_code} {response.reason}")
-    return response.content
 
 
 @dataclass(frozen=True)
@@ -144,8 +126,7 @@ def parse_page(text: str, page_url: str) -> dict[str, Link]:
 def read_project(
     spec: IndexSpec, family: str, project: str, store: TreeStore | None = None
 ) -> dict[str, Link]:
-    """filename -> Link of a project on the family index: over a plain GET, or through store
-    (a tree store reads with the environment's credentials)."""
+    """filename -> Link of a project on the family index: a plain GET, or through store."""
     if store is None:
         url = spec.page_url(family, project)
         body = fetch(url)
@@ -155,7 +136,7 @@ def read_project(
     if body is None:
         return {}
     links = parse_page(body.decode(errors="replace"), f"http://index.invalid/{name}/")
-    return {n: Link(n, store.url(f"{name}/{n}"), link.sha256) for n, link in links.items()}
+    return {n: Link(n, store.target(f"{name}/{n}"), link.sha256) for n, link in links.items()}
 
 
 def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
@@ -167,10 +148,6 @@ def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
         for name, sha in sorted(entries.items())
     )
     return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
-
-
-def root_page(projects: set[str]) -> str:
-    return project_page(dict.fromkeys(projects), "/")
 
 
 # --- writing a static tree --------------------------------------------------------------------
@@ -185,17 +162,11 @@ class DirStore:
     def target(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 
-    def url(self, rel: str) -> str:
-        return Path(self.root, rel).as_uri()
-
     def read(self, rel: str) -> bytes | None:
         try:
             return Path(self.root, rel).read_bytes()
         except FileNotFoundError:
             return None
-
-    def exists(self, rel: str) -> bool:
-        return Path(self.root, rel).exists()
 
     def put_new(self, rel: str, source: Path) -> None:
         dest = Path(self.root, rel)
@@ -216,9 +187,8 @@ class DirStore:
 
 
 class S3Store:
-    """The same below one key prefix of a bucket, through boto3. Only a missing key reads as
-    absent: any other answer (a 404 that is not S3's NoSuchKey, a refusal) is an error naming
-    the endpoint, and a write counts as done only when the store accepted it."""
+    """The same below a key prefix, through boto3; only NoSuchKey reads as absent (any other
+    answer is an error naming the endpoint)."""
 
     def __init__(self, bucket: str, root: str, endpoint=None, region=None, timeout=60.0) -> None:
         import boto3
@@ -239,8 +209,6 @@ class S3Store:
 
     def target(self, rel: str) -> str:
         return f"s3://{self.bucket}/{self._key(rel)}"
-
-    url = target  # S3 files are read through the store, never by URL
 
     def _call(self, op: str, rel: str, fn, *, missing: tuple[str, ...] = (), **kwargs: Any):
         from botocore.exceptions import BotoCoreError, ClientError
@@ -267,11 +235,6 @@ class S3Store:
     def read(self, rel: str) -> bytes | None:
         got = self._call("GET", rel, self.client.get_object, missing=("NoSuchKey",))
         return None if got is None else got["Body"].read()
-
-    def exists(self, rel: str) -> bool:
-        # HEAD answers carry no body: a missing key is a bare 404
-        got = self._call("HEAD", rel, self.client.head_object, missing=("404", "NotFound"))
-        return got is not None
 
     def put_new(self, rel: str, source: Path) -> None:
         with source.open("rb") as data:

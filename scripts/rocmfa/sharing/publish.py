@@ -314,9 +314,9 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
         rel, page = f"{project}/index.html", team_index.project_page(pages[project])
         runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
-    root = runner.apply(store.read, "index.html") or b""
-    known = set(team_index.parse_page(root.decode(errors="replace"), "http://x.invalid/"))
-    page = team_index.root_page(known | set(pages))
+    root = runner.apply(store.read, "index.html")
+    known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
+    page = team_index.project_page(dict.fromkeys(known | set(pages)), "/")
     runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
 
 

@@ -55,10 +55,14 @@ def fetch_commit(runner: Runner, checkout: Path, remote: str, commit: str, depth
 def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submodules=None) -> Path:
     """dest: pin.url at pin.commit (or its patched state), the pinned submodule paths in."""
     dest, paths = Path(dest), tuple(submodules or ())
-    if isinstance(submodules, str) or submodules is True:
-        raise TypeError("submodules must be the pinned list of paths")
     if not (dest / ".git").exists():
-        _refuse_non_checkout(dest, runner, force=force)
+        if dest.exists() and not (dest.is_dir() and not any(dest.iterdir())):  # not empty
+            if not force:
+                why = "move it away, or pass --discard-local-edits to replace it"
+                runner.refuse(f"{dest} exists and is not a git checkout; {why}")
+            else:
+                runner.say(f"--discard-local-edits: removing {dest} (not a git checkout)")
+                runner.run(["rm", "-rf", str(dest)])
         git(runner, None, "init", "-q", str(dest))
         git(runner, dest, "remote", "add", "origin", pin.url)
     elif _reuse_checkout(pin, dest, runner, force=force, paths=paths):
@@ -70,19 +74,6 @@ def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submod
     _update_submodules(runner, dest, paths, force=force, head=pin.commit)
     runner.done(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
     return dest
-
-
-def _refuse_non_checkout(dest: Path, runner: Runner, *, force: bool) -> None:
-    """An empty folder is used; anything else that is not a git checkout needs force."""
-    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
-        return
-    if not force:
-        return runner.refuse(
-            f"{dest} exists and is not a git checkout; move it away, or pass "
-            "--discard-local-edits to replace it"
-        )
-    runner.say(f"--discard-local-edits: removing {dest} (not a git checkout)")
-    runner.run(["rm", "-rf", str(dest)])
 
 
 def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths) -> bool:

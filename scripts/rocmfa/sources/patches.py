@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -14,13 +13,13 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import HEX40, display
 from rocmfa.sources import checkouts
 from rocmfa.sources.checkouts import git, last_line
 
 PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
-HEX64 = re.compile(r"[0-9a-f]{64}")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
 NAME, EMAIL = "rocmfa patches", "patches@rocmfa.invalid"
 AM_IDENTITY = {"GIT_COMMITTER_NAME": NAME, "GIT_COMMITTER_EMAIL": EMAIL}
@@ -31,7 +30,7 @@ AM = ["-c", f"user.name={NAME}", "-c", f"user.email={EMAIL}",
 
 
 def patches_root() -> Path:
-    return Path(os.environ.get(PATCHES_DIR_ENV) or REPO_ROOT / "patches").expanduser().resolve()
+    return Path(environment().patches_dir or REPO_ROOT / "patches").expanduser().resolve()
 
 
 @dataclass(frozen=True)
@@ -70,8 +69,7 @@ def available_sets(project: str, root: Path | None = None) -> list[str]:
 
 
 def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=False):
-    """The verified set for commit, or None; with arch, that arch's patches (others in
-    other_arches); tuning: a tuning build's."""
+    """The verified set for commit, or None; arch: its patches (others: other_arches)."""
     directory = set_dir(project, commit, root)
     if not directory.is_dir():
         return None
@@ -107,8 +105,6 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     path = directory / name
     if not PATCH_NAME.fullmatch(name):
         raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
-    if not HEX64.fullmatch(sha256):
-        raise UserError(f"{here}: 'sha256' must be 64 lowercase hex digits")
     if not path.is_file():
         raise UserError(f"{here}: {display(path)} does not exist")
     if (actual := stamps.file_sha256(path)) != sha256:
@@ -153,20 +149,17 @@ def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, 
         count = git(runner, checkout, "rev-list", "--count", f"{candidate}..{commit}",
                     check=False) if ancestor == 0 else None  # fmt: skip
         earlier[candidate] = int(count.stdout.strip() or 1 << 30) if count else None
+    if not earlier:
+        return ""
     known = {c: n for c, n in earlier.items() if n is not None}
     hint = f"sets exist for {', '.join(c[:12] for c in earlier)}"
     if nearest := min(known, key=known.__getitem__) if known else None:
         hint = f"nearest set for an ancestor: {display(set_dir(project, nearest, root))} "
         hint += f"({known[nearest]} commits older)"
     return (
-        ""
-        if not earlier
-        else (
-            f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it "
-            "(nox -s update_pins -- --port-patches) or write "
-            f'{display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" - '
-            "refusing to build it unpatched"
-        )
+        f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it (nox -s "
+        f"update_pins -- --port-patches) or write {display(set_dir(project, commit, root))}/"
+        'manifest.toml with none_needed = "why" - refusing to build it unpatched'
     )
 
 

@@ -18,10 +18,10 @@ from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
 
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
-CK_SOURCE_ENV = "ROCMFA_CK_SOURCE"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
 AOTRITON_VERSION_TXT = ".ci/docker/aotriton_version.txt"
 
@@ -106,7 +106,7 @@ def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=Non
 
 def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[dict, str]:
     """The monorepo table, or [composable_kernel.legacy] (use = "legacy", $ROCMFA_CK_SOURCE)."""
-    choice = environ.get(CK_SOURCE_ENV) or table.get("use", "monorepo")
+    choice = environment(environ).ck_source or table.get("use", "monorepo")
     if choice not in ("monorepo", "legacy"):
         raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
     base = {k: v for k, v in table.items() if not isinstance(v, dict)}
@@ -259,13 +259,12 @@ def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | Non
             return result.stdout, f"local checkout {checkout}"
     template = pytorch.data.get("raw_url")
     if not template:
-        raise UserError(
-            f"pins/pytorch.toml has no raw_url to fetch {path} at {pytorch.commit[:12]} (and "
-            f"the local PyTorch checkout at {checkout} does not hold it)"
-        )
+        why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
+        raise UserError(f"pins/pytorch.toml {why}")
     url = template.format(commit=pytorch.commit, path=path)
     print(f"fetching {url}", file=out or sys.stderr, flush=True)
-    return http_get(url), url
+    body = downloads.get(url)
+    return (None if body is None else body.decode(errors="replace")), url
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
@@ -283,16 +282,73 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def http_get(url: str, *, timeout: float = 20.0, tries: int = 3) -> str | None:
-    """GET url as text (downloads' retrying session); None for 404; UserError if unreachable."""
-    import requests
+# --- the torch x AOTriton pin set must agree (0.12b changed the varlen LSE shape, 0.13b the .aks2
+# packing): [pytorch.aotriton] records what the torch pin's aotriton.cmake names (update_pins)
 
-    try:
-        response = downloads.session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
-    except requests.RequestException as e:
-        raise UserError(f"cannot fetch {url}: {downloads.why(e)} (after {tries} tries)") from None
-    if response.status_code == 404:
+RECORD_TABLE = "pytorch.aotriton"
+
+
+def recorded_aotriton(pytorch: Pin) -> ResolvedAotriton | None:
+    """The [pytorch.aotriton] record, when read at this torch commit (not a public record)."""
+    table = pytorch.data.get("aotriton")
+    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
         return None
-    if response.status_code >= 400:
-        raise UserError(f"cannot fetch {url}: HTTP {response.status_code} {response.reason}")
-    return response.text
+    where = f"pins/pytorch.toml [{RECORD_TABLE}]"
+    keys = ("pytorch_commit", "commit", "source")
+    at, commit, source = (pin_files.text(table, k, where) for k in keys)
+    version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
+    fresh = at == pytorch.commit  # else read at an older torch pin: stale
+    return ResolvedAotriton(commit, version or None, source, None) if fresh else None
+
+
+def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
+    """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
+    environ = dict(os.environ if environ is None else environ)
+    environ.pop(AOTRITON_COMMIT_ENV, None)  # the file's own pin, not a local override
+    return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
+
+
+def pin_set_problem(aotriton: Pin, version: str, named, pytorch: Pin) -> str:
+    """'' when they agree, else one sentence saying how they differ."""
+    key, both = archs.aotriton_version_key, named.version and version
+    if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
+        return ""
+    return (
+        f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
+        f"{named.version or '?'} ({named.commit[:12]}) in its {AOTRITON_CMAKE} "
+        f"[{named.source}], but pins/aotriton.toml pins {version} ({aotriton.commit[:12]}); "
+        'pin that AOTriton (or commit = "from-pytorch") or another torch'
+    )
+
+
+def check_pin_set(
+    aotriton, version: str, *, force, runner=None, workdir=None, environ=None, out=None
+):
+    """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
+    unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
+    head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
+    if aotriton.data.get("pytorch_cmake") is not None:
+        return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
+    runner = runner or Runner(out=out)
+    try:
+        pytorch = load_pin("pytorch", workdir=workdir, environ=environ, out=out)
+        where = {"workdir": workdir, "environ": environ, "out": out}
+        named = recorded_aotriton(pytorch) or read_from_torch(pytorch, **where)
+    except UserError as e:
+        later = "pin set: checked once the real run has resolved the torch pin"
+        if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
+            return [head, line]  # the real run resolves it first: update_pins.resolve_for_build
+        found = f"cannot tell which AOTriton the torch pin names ({e}); "
+        found += "nox -s update_pins records it in pins/pytorch.toml"
+        refused = f"note: {found}; the real run refuses this (--force to go on)"
+        if not force and (line := runner.plan_line(refused)):
+            return [head, line]
+    else:
+        if not (found := pin_set_problem(aotriton, version, named, pytorch)):
+            same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
+            names = f"torch {pytorch.commit[:12]} names AOTriton {named.version or '?'}"
+            pinned = f"pinned {version} {aotriton.commit[:12]}{same}"
+            return [head, f"pin set: {names} [{named.source}]; {pinned}: same line"]
+    if not force:
+        raise UserError(found + "; --force to go on anyway")
+    return [head, f"WARNING (--force): {found}"]

@@ -3,7 +3,6 @@ a manifest of sha256-checked files laid over modules/database (docs/tuning.md)."
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import environment
 
 TUNING_DIR_ENV = "ROCMFA_TUNING_DIR"
 MANIFEST = "manifest.toml"
@@ -22,7 +22,7 @@ UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 
 
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
-    chosen = os.environ.get(TUNING_DIR_ENV)
+    chosen = environment().tuning_dir
     default = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
     return (root or default) / "aotriton" / commit / arch
 

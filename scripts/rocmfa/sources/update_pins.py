@@ -13,7 +13,7 @@ from rocmfa.plumbing import paths, pin_files
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
-from rocmfa.sources import pin_set, pins
+from rocmfa.sources import pins
 from rocmfa.sources.checkouts import fetch_commit, git, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
 
@@ -182,9 +182,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins)"
-        return runner.say(
-            f"{project}: patch set for {source[:12]} not checked at {new[:12]}: {why}"
-        )
+        return runner.say(f"{project}: patch set {source[:12]} not checked at {new[:12]}: {why}")
     if problem := fetch_commit(runner, checkout, "origin", new):
         return runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
     ok, detail = check_set_applies(found, new, checkout, runner)
@@ -200,19 +198,16 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag in
     third_party/aiter.txt that its configure clones, at its commit)."""
     if not (checkout / ".git").exists():
-        runner.say(
+        return runner.say(
             f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
             "(build once, then rerun update_pins); the recorded list is kept"
         )
-        return
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     tree = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
     show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
-    if (
-        tag := show.stdout.strip()
-    ):  # what its configure clones by tag: pinned at a commit, as every source
+    if tag := show.stdout.strip():  # its configure clones aiter by tag: pinned at a commit here
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
         changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
@@ -226,20 +221,20 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
 def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
     """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
     pytorch = pins.load_pin("pytorch", directory, workdir=work)
-    named = pin_set.read_from_torch(pytorch, workdir=work)
+    named = pins.read_from_torch(pytorch, workdir=work)
     values = {"pytorch_commit": pytorch.commit, "version": named.version}
     values |= {"commit": named.commit, "source": named.source}
-    pin_files.set_values(path, pin_set.RECORD_TABLE, {k: v for k, v in values.items() if v})
+    pin_files.set_values(path, pins.RECORD_TABLE, {k: v for k, v in values.items() if v})
     runner.say(
         f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-        f"{named.commit[:12]} ({named.source}); recorded in [{pin_set.RECORD_TABLE}]"
+        f"{named.commit[:12]} ({named.source}); recorded in [{pins.RECORD_TABLE}]"
     )
 
 
 def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) -> None:
     aotriton = pins.load_pin("aotriton", directory, workdir=work)
     version = str(aotriton.data.get("version") or "")
-    for line in pin_set.check(aotriton, version, force=force, workdir=work):
+    for line in pins.check_pin_set(aotriton, version, force=force, workdir=work):
         runner.say(line)
 
 
@@ -250,12 +245,8 @@ class TreeSubmodules(NamedTuple):
 
 def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
     """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
-    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit, check=False)
-    if tree.returncode != 0:
-        raise UserError(f"{repo}: cannot list the tree of {commit[:12]}")
-    gitlinks = sorted(
-        line.partition("\t")[2] for line in tree.stdout.splitlines() if line.startswith("160000 ")
-    )
+    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
+    gitlinks = sorted(line.partition("\t")[2] for line in tree if line.startswith("160000 "))
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
     config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
