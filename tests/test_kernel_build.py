@@ -84,6 +84,8 @@ def build_keys(work: Path, commit: str) -> list[str]:
 def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothing(
     bed: Bed, tmp_path: Path, capsys
 ) -> None:
+    import redis
+
     if REDIS is None:
         pytest.skip("redis-server not installed")
     with redis_server(tmp_path / "redis") as url:
@@ -99,31 +101,33 @@ def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothin
         assert compiles(second) == [], out
         assert f"kernel store: {JOBS} of {JOBS} kernel jobs of the build from" in out
         assert image(second) == image(first)
-        assert not list((second / "build" / "aotriton").rglob("*.rocmfa-staged"))
         # one entry damaged in redis, one gone; read_only=1: the damaged one is reported, both
         # compile, nothing is written (the damaged entry stays as it was)
-        store = kernel_store.open_store(url, tmp_path / "probe", "gfx1151", say=print)
-        assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
+        client, prefix = redis.Redis.from_url(url), "rocmfa-kernels/gfx1151"
         keys = build_keys(first, bed.tree.commit)
-        bad = (store.shared.get(keys[2]) or b"")[:-5]
-        store.shared.put(keys[2], bad)
-        store.shared.client.delete(f"{store.shared.prefix}/{keys[3]}")
-        size = store.shared.client.dbsize()
+        bad = (client.get(f"{prefix}/{keys[2]}") or b"")[:-5]
+        client.set(f"{prefix}/{keys[2]}", bad)
+        client.delete(f"{prefix}/{keys[3]}")
+        size = client.dbsize()
         out = build(bed, third, capsys, "--cache", url + "?read_only=1")
         assert len(compiles(third)) == 2 and image(third) == image(first), out
         assert out.count(f"kernel store: damaged entry {keys[2][:16]} in redis") == 1
-        assert store.shared.client.dbsize() == size
-        assert store.shared.get(keys[2]) == bad
+        assert client.dbsize() == size
+        assert client.get(f"{prefix}/{keys[2]}") == bad
         assert "nothing written to redis" in out
+
+
+def local_path(work: Path, key: str) -> Path:
+    return work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151" / key[:2] / f"{key}.kernel"
 
 
 def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, capsys) -> None:
     work = tmp_path / "m1"
     build(bed, work, capsys)  # the local directory store (no --cache)
     good = image(work)
-    local = kernel_store.DirBackend(work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151")
+    local = kernel_store.directory(work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151")
     keys = build_keys(work, bed.tree.commit)
-    flipped, cut = local._path(keys[0]), local._path(keys[5])
+    flipped, cut = (local_path(work, keys[i]) for i in (0, 5))
     whole = flipped.read_bytes()
     flipped.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))
     cut.write_bytes(cut.read_bytes()[:-9])
@@ -176,7 +180,8 @@ def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, ca
     assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
     assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
     assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)" in plan
-    assert "kernel store (redis 127.0.0.1:1 over directory " in plan and "CacheSpec(" not in plan
+    assert "kernel store (redis redis://127.0.0.1:1 over directory " in plan
+    assert "CacheSpec(" not in plan
     assert plan.index("[dry-run] then look every job") < plan.index(" install")
     plain = build(bed, work, capsys, "--dry-run", "--cache", "none")
     assert "CMAKE_PROJECT_INCLUDE" not in plain and "look every job" not in plain

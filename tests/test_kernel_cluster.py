@@ -66,7 +66,7 @@ def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
     whole = 0
     for job in jobs:
         blob = store.shared.get(ctx.key(job, sources))
-        assert blob is not None, job.describe()
+        assert blob is not None, job.line
         kernel_store.unpack(blob)  # raises on a partial entry
         whole += 1
     return whole

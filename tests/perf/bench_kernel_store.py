@@ -94,10 +94,8 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
         commit = subprocess.run(
             ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
-        tree = kc.Tree(src, "aotriton", commit, args.arch, (f"{args.arch}_mod0",), "")
-        tree = kc.Tree(
-            src, "aotriton", commit, args.arch, tree.gpus, kernel_store.recorded_triton(commit)
-        )
+        triton = kernel_store.recorded_triton(commit) or ""
+        tree = kc.Tree(src, "aotriton", commit, args.arch, triton)
         kc.generate(tree, args.python, Runner())
     else:
         began = time.monotonic()
@@ -114,8 +112,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
         }
         print("kernel_check:", out["kernel_check"], flush=True)
         commit = summary["aotriton_commit"]
-        tree = kc.Tree(src, "aotriton", commit, args.arch, tuple(summary["target_gpus"]),
-                       summary["triton"])  # fmt: skip
+        tree = kc.Tree(src, "aotriton", commit, args.arch, summary["triton"])
     jobs = kernel_store.read_jobs(tree.build / "Bare.compile")
     parts = args.parts.split(",")
     if "store" in parts:

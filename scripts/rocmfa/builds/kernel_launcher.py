@@ -1,12 +1,20 @@
 """`python -I -S kernel_launcher.py COMPILE_PY LOG COMMAND...`: every custom command of an
 AOTriton build (RULE_LAUNCH_CUSTOM, kernel_launcher.cmake), once per job, so os and sys only.
-A staged job is touched and skipped; another compile runs with the key's Triton settings and
-logs its -o path; other commands are exec'd unchanged (docs/kernel-check.md)."""
+A kernel job whose code object is there (staged or valid for its key: kernel_build.py drops
+any other) is touched and skipped; another compiles with the key's Triton settings and logs
+its -o path; other commands are exec'd unchanged (docs/kernel-check.md)."""
 
 import os
 import sys
 
-STAGED = ".rocmfa-staged"  # beside HSACO: <stem>.rocmfa-staged
+ENV_FILE = "rocmfa-kernels-env.json"  # beside LOG: the key's Triton settings (kernel_build.py)
+
+
+def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
+    """This environment without its Triton settings (the knobs Triton reads, any TRITON_*),
+    then settings: a compile sees exactly what its key names."""
+    kept = {k: v for k, v in os.environ.items() if k not in knobs and k[:7] != "TRITON_"}
+    return {**kept, **settings}
 
 
 def _output(command: list[str], compile_py: str) -> str | None:
@@ -19,11 +27,6 @@ def _output(command: list[str], compile_py: str) -> str | None:
     return None
 
 
-def _stem(path: str) -> str:
-    base, dot, _ = path.rpartition(".")
-    return base if dot and "/" not in path[len(base) :] else path
-
-
 def _ready(stem: str) -> bool:
     try:
         return os.path.getsize(stem + ".hsaco") > 0 and os.path.isfile(stem + ".json")
@@ -33,23 +36,20 @@ def _ready(stem: str) -> bool:
 
 def _environ(log: str) -> dict[str, str]:
     try:
-        with open(os.path.join(os.path.dirname(log), "rocmfa-kernels-env.json")) as f:
+        with open(os.path.join(os.path.dirname(log), ENV_FILE)) as f:
             import json
 
             given = json.load(f)
     except FileNotFoundError:
         return dict(os.environ)
-    drop = set(given["knobs"])
-    env = {k: v for k, v in os.environ.items() if k not in drop and k[:7] != "TRITON_"}
-    return {**env, **given["env"]}
+    return job_environ(set(given["knobs"]), given["env"])
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:
     pid = os.posix_spawnp(command[0], command, env)
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
-            return os.waitstatus_to_exitcode(status)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         except KeyboardInterrupt:  # ninja's Ctrl-C reaches the job too; wait for it
             continue
 
@@ -62,19 +62,16 @@ def main(argv: list[str]) -> int:
     out = _output(command, compile_py)
     if out is None:
         os.execvp(command[0], command)
-    stem = _stem(out)
-    if os.path.exists(stem + STAGED) and _ready(stem):
+    stem = os.path.splitext(out)[0]
+    if _ready(stem):
         os.utime(stem + ".json")
         os.utime(stem + ".hsaco")
         return 0
     code = _run(command, _environ(log))
     if code == 0 and _ready(stem):
-        try:  # one short line: O_APPEND keeps parallel jobs' lines whole
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (out + "\n").encode())
-            finally:
-                os.close(fd)
+        try:  # one short line in append mode: parallel jobs' lines stay whole
+            with open(log, "a") as f:
+                f.write(out + "\n")
         except OSError as error:  # the kernel is built; only its trip to the store is lost
             sys.stderr.write(f"kernel launcher: {log}: {error.strerror}\n")
     return code

@@ -8,7 +8,6 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -18,26 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
+from rocmfa.builds.kernel_launcher import job_environ
 from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.checkouts import last_line
 from rocmfa.sources.patches import patch_set_digest
 
 # Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
 # line info embeds the tree's and Triton's paths (.text is the same without it).
 COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1",
                "TRITON_DISABLE_LINE_INFO": "1"}  # fmt: skip
-FIXED = {"TRITON_CACHE_DIR", *COMPILE_ENV}
-KEY_VERSION = 2
-MAGIC = b"ROCMFA-KERNEL/1\n"
+KEY_VERSION = 3
+MAGIC = b"ROCMFA-KERNEL/2\n"
 LOCAL_DIR = "aotriton-kernels"
 PINS_FILE = "kernel_compiler.toml"
+NO_TRITON = "no Triton recorded for AOTriton {:.12} in pins/" + PINS_FILE
 PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
-
-
-class JobListError(ValueError):
-    """Bare.compile is not what the generator writes."""
 
 
 @dataclass(frozen=True)
@@ -58,22 +55,14 @@ class Job:
     def combo(self) -> tuple[str, int, int, int]:
         return (self.kernel, self.num_warps, self.num_stages, self.waves_per_eu)
 
-    def describe(self) -> str:
-        return (f"{self.kernel} (Bare.compile line {self.line}: {Path(self.source).name}, "
-                f"num_warps {self.num_warps}, num_stages {self.num_stages}, waves_per_eu "
-                f"{self.waves_per_eu}, target {self.target})")  # fmt: skip
-
 
 def parse_line(text: str, line: int) -> Job:
-    fields = text.rstrip("\n").split(";")  # the signature holds ', ' but no ';'
-    if len(fields) != 10:
-        raise JobListError(f"Bare.compile line {line}: {len(fields)} fields, expected 10")
-    venv, python, hsaco, source, kernel, warps, stages, waves, target, signature = fields
-    try:
+    try:  # the signature holds ', ' but no ';'
+        venv, python, hsaco, source, kernel, warps, stages, waves, target, sig = text.split(";")
         numbers = int(warps), int(stages), int(waves)
     except ValueError:
-        raise JobListError(f"Bare.compile line {line}: warps/stages/waves: not numbers") from None
-    return Job(line, venv, python, hsaco, source, kernel, *numbers, target, signature)
+        raise UserError(f"Bare.compile line {line}: not the generator's 10 fields") from None
+    return Job(line, venv, python, hsaco, source, kernel, *numbers, target, sig)
 
 
 def read_jobs(path: Path) -> list[Job]:
@@ -90,14 +79,14 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
         firsts.setdefault(job.combo, job)
     chosen = list(firsts.values())
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
-    if size is not None and size < len(firsts):
-        if size < len(kernels):
-            raise ValueError(f"--sample {size} is below the {len(kernels)} kernel families "
-                             "of this target")  # fmt: skip
+    if size is not None and size < len(kernels):
+        raise UserError(f"--sample {size} is below the {len(kernels)} kernel families of this "
+                        "target")  # fmt: skip
+    if size is not None and size < len(chosen):
         groups = [[j for j in chosen if j.kernel == k] for k in kernels]
         depth = max(len(g) for g in groups)
         chosen = [g[d] for d in range(depth) for g in groups if d < len(g)][:size]
-    elif size is not None and size > len(firsts):
+    elif size is not None and size > len(chosen):
         rest = [job for job in jobs if job not in firsts.values()]
         extra = min(size - len(chosen), len(rest))
         chosen += [rest[int(i * len(rest) / extra)] for i in range(extra)]
@@ -119,6 +108,10 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def read_or_none(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
 def source_digests(jobs: Iterable[Job]) -> dict[str, str]:
     """Per source: its folder's .py files (a kernel imports its siblings), by relative path."""
     digests = {}
@@ -133,8 +126,8 @@ def source_digests(jobs: Iterable[Job]) -> dict[str, str]:
 
 def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
     """The Triton settings env gives a compile: every knob Triton reads, and any TRITON_*."""
-    names = set(knobs)
-    return {k: v for k, v in env.items() if (k in names or k[:7] == "TRITON_") and k not in FIXED}
+    names, fixed = set(knobs), {"TRITON_CACHE_DIR", *COMPILE_ENV}
+    return {k: v for k, v in env.items() if (k in names or k[:7] == "TRITON_") and k not in fixed}
 
 
 @dataclass(frozen=True)
@@ -157,105 +150,61 @@ class KeyContext:
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
-# --- entries: a header with length and sha256 of both parts, then the code object and .json --
+def key_context(
+    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
+) -> KeyContext:
+    """For the check, the build and --workers: with python's Triton, its build (unless the fork
+    compiles) and the settings this environment gives the variables it reads."""
+    info = triton_info(python) if python else {"build": None, "knobs": []}
+    env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
+    named = f"{triton} ({info['build']})" if info["build"] and build else triton
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    return KeyContext(named, patches, file_digest(src / "python/compile.py"), env)
+
+
+# --- an entry: MAGIC, "<sha256 of the rest> <code object length>\n", code object, .json -------
 
 
 class Damaged(ValueError):
-    """A store entry whose digests or lengths do not match."""
-
-
-def _sums(*parts: bytes) -> list[list[Any]]:
-    return [[len(p), hashlib.sha256(p).hexdigest()] for p in parts]
+    """A store entry whose digest or layout does not match."""
 
 
 def pack(hsaco: bytes, meta: bytes) -> bytes:
-    """The entry; compile.py's .json without the compiling venv's paths (extern_libs cut to
-    triton/..., Triton's hash over them dropped): AOTriton reads only 'shared' (python/aks2.py)."""
-    try:
-        data = json.loads(meta)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and {"hash", "extern_libs"} & data.keys():
-        data.pop("hash", None)
-        libs = data.get("extern_libs") or []
-        data["extern_libs"] = [[name, path[path.rfind("triton/") :]] for name, path in libs]
-        meta = json.dumps(data, indent=2).encode()
-    (h, m) = _sums(hsaco, meta)
-    header = json.dumps({"hsaco": h, "meta": m}, sort_keys=True)
-    return MAGIC + header.encode() + b"\n" + hsaco + meta
+    head = f"{hashlib.sha256(hsaco + meta).hexdigest()} {len(hsaco)}\n"
+    return MAGIC + head.encode() + hsaco + meta
 
 
 def unpack(blob: bytes) -> tuple[bytes, bytes]:
-    if not blob.startswith(MAGIC):
+    head, _, body = blob.removeprefix(MAGIC).partition(b"\n")
+    digest, _, size = head.decode("latin-1").partition(" ")
+    if not blob.startswith(MAGIC) or not size.isdigit():
         raise Damaged("not a kernel entry")
-    head, sep, body = blob[len(MAGIC) :].partition(b"\n")
-    try:
-        header = json.loads(head) if sep else None
-        wanted = [header["hsaco"], header["meta"]]
-        (hlen, _), (mlen, _) = wanted
-    except (ValueError, TypeError, KeyError):
-        raise Damaged("unreadable header") from None
-    if len(body) != hlen + mlen:
-        raise Damaged(f"{len(body)} bytes, expected {hlen + mlen} (truncated?)")
-    hsaco, meta = body[:hlen], body[hlen:]
-    if _sums(hsaco, meta) != wanted:
-        raise Damaged("sha256 mismatch")
-    if not hsaco:
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise Damaged(f"sha256 mismatch over {len(body)} bytes (truncated?)")
+    if not int(size):
         raise Damaged("empty code object")
-    return hsaco, meta
+    return body[: int(size)], body[int(size) :]
 
 
-# --- transports: get(key) -> bytes | None, put(key, bytes), .what in words ---------------------
+@dataclass
+class Layer:
+    """Where entries are kept: get(key) -> entry | None, put(key, entry); what, in words."""
+
+    what: str
+    get: Callable[[str], bytes | None]
+    put: Callable[[str, bytes], Any]
 
 
-class DirBackend:
-    def __init__(self, root: Path) -> None:
-        self.root, self.what = root, f"directory {root}"
+def directory(root: Path) -> Layer:
+    """Entries as files, written whole (temp file + rename), readable by a team's group."""
 
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.kernel"
-
-    def get(self, key: str) -> bytes | None:
-        path = self._path(key)
-        return path.read_bytes() if path.is_file() else None
-
-    def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+    def put(key: str, data: bytes) -> None:
+        path = root / key[:2] / f"{key}.kernel"
         path.parent.mkdir(parents=True, exist_ok=True)
         stamps.write_bytes_atomic(path, data)
-        path.chmod(0o644)  # a team's shared directory: readable by the others
+        path.chmod(0o644)
 
-
-class RedisBackend:
-    """redis-py (its connection pool serves the compile threads)."""
-
-    def __init__(self, spec: compile_cache.CacheSpec, prefix: str) -> None:
-        self.prefix = prefix
-        self.client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
-        kwargs = self.client.connection_pool.connection_kwargs
-        self.what = f"redis {kwargs.get('host')}:{kwargs.get('port')}"
-
-    def get(self, key: str) -> bytes | None:
-        return self.client.get(f"{self.prefix}/{key}")
-
-    def put(self, key: str, data: bytes) -> None:
-        self.client.set(f"{self.prefix}/{key}", data)
-
-
-class S3Backend:
-    """boto3, through the team index's S3 store (a 404 that is not NoSuchKey is an error)."""
-
-    def __init__(self, spec: compile_cache.CacheSpec, root: str) -> None:
-        from rocmfa.plumbing import team_index
-
-        self.store = team_index.S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
-        self.what = spec.place
-
-    def get(self, key: str) -> bytes | None:
-        return self.store.read(f"{key}.kernel")
-
-    def put(self, key: str, data: bytes) -> None:
-        self.store.put_bytes(f"{key}.kernel", data, "application/octet-stream")
+    return Layer(f"directory {root}", lambda k: read_or_none(root / k[:2] / f"{k}.kernel"), put)
 
 
 @dataclass
@@ -263,14 +212,14 @@ class KernelStore:
     """The local directory, and a shared store over it (None when there is none or it went
     away: one warning line, then local compiles)."""
 
-    local: DirBackend | None
-    shared: DirBackend | RedisBackend | S3Backend | None = None
+    local: Layer | None
+    shared: Layer | None = None
     read_only: bool = False
     say: Callable[[str], None] = print
 
     def describe(self) -> str:
-        layers = [b.what for b in (self.shared, self.local) if b is not None]
-        return " over ".join(layers) + (" (read-only)" if self.read_only else "") or "none"
+        layers = " over ".join(b.what for b in (self.shared, self.local) if b is not None)
+        return (layers or "none") + (" (read-only)" if self.read_only else "")
 
     def _lost(self, error: Exception) -> None:
         if self.shared is not None:
@@ -279,17 +228,17 @@ class KernelStore:
             self.shared = None
 
     def get(self, key: str) -> bytes | None:
-        for layer in (self.local, self.shared):
+        for layer in [x for x in (self.local, self.shared) if x is not None]:
             try:
-                blob = layer.get(key) if layer is not None else None
+                blob = layer.get(key)
                 whole = blob is not None and bool(unpack(blob))
             except Damaged as error:  # only from an entry, so of a layer
                 self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); "
                          "recompiling")  # fmt: skip
-                whole = False
+                continue
             except Exception as error:
                 self._lost(error)
-                whole = False
+                continue
             if whole and layer is self.shared and self.local is not None:
                 self.local.put(key, blob)
             if whole:
@@ -308,48 +257,54 @@ class KernelStore:
 
 def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
                runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
-    """The store for --cache (None: --cache none); a shared one that does not answer is one
-    warning line and the local directory alone. With a runner: its lines, and a plan probes
-    nothing."""
+    """The store for --cache (None: --cache none): the local directory, under a shared one
+    (keys below <prefix>/rocmfa-kernels/<arch>) unless that does not answer (one warning
+    line). With a runner: its lines, and a plan probes nothing."""
     say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
-    store = KernelStore(DirBackend(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
+    store = KernelStore(directory(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
     if spec is None or not spec.remote:
         return store
     if spec.backend == "webdav":
         say(f"kernel store: {store.describe()} (WebDAV is sccache's alone; a directory, "
             "redis:// and s3:// also share AOTriton's kernels)")  # fmt: skip
         return store
-    root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
     problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:
         say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
-    elif spec.backend == "dir":
-        store.shared = DirBackend(Path(str(spec.endpoint)) / root)
-    else:  # no connection before first use
-        store.shared = (RedisBackend if spec.backend == "redis" else S3Backend)(spec, root)
-    store.read_only = spec.read_only and store.shared is not None
+        return store
+    root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
+    if spec.backend == "dir":
+        store.shared = directory(Path(str(spec.endpoint)) / root)
+    elif spec.backend == "redis":  # redis-py's connection pool serves the compile threads
+        client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
+        store.shared = Layer(spec.place, lambda k: client.get(f"{root}/{k}"),
+                             lambda k, v: client.set(f"{root}/{k}", v))  # fmt: skip
+    else:  # boto3 through the team index's store: a 404 that is not NoSuchKey is an error
+        from rocmfa.plumbing.team_index import S3Store
+
+        s3 = S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
+        store.shared = Layer(spec.place, lambda k: s3.read(f"{k}.kernel"),
+                             lambda k, v: s3.put_bytes(f"{k}.kernel", v))  # fmt: skip
+    store.read_only = spec.read_only
     return store
 
 
-# --- one job: from the store, else compiled ----------------------------------------------------
+# --- the Triton that compiles: recorded per AOTriton commit, its build and settings ----------
 
 TRITON_INFO = """
-import importlib.metadata as m, json
+import importlib.metadata as m, inspect, json, re
 info = {"build": None, "knobs": []}
 try:
     d = m.distribution("triton")
     tags = [t[5:].strip() for t in (d.read_text("WHEEL") or "").splitlines() if t[:4] == "Tag:"]
     info["build"] = " ".join([d.version, *sorted(tags)])
-    import inspect, re
     from triton import knobs
     from triton._C.libtriton import get_cache_invalidating_env_vars as invalidating
-    groups = [g for g in vars(knobs).values() if isinstance(g, knobs.base_knobs)]
-    names = {d.key for g in groups for d in g.knob_descriptors.values()}
-    names |= set(re.findall(r'env_\\w+\\("([A-Z0-9_]+)"', inspect.getsource(knobs)))  # TRITON_DEBUG
-    info["knobs"] = sorted(names | set(invalidating()))
+    names = re.findall(r'env_\\w+\\("([A-Z0-9_]+)"', inspect.getsource(knobs))
+    info["knobs"] = sorted({*names, *invalidating()})
 except Exception:  # no Triton, or one before triton.knobs (3.4): TRITON_* alone then
     pass
 print(json.dumps(info))
@@ -367,9 +322,6 @@ def triton_info(python: str) -> dict[str, Any]:
         return {"build": None, "knobs": []}
 
 
-# --- the Triton that compiles: recorded per AOTriton commit, and its settings ---------------
-
-
 def recorded_triton(commit: str) -> str | None:
     """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
     path = pin_files.pins_dir() / PINS_FILE
@@ -381,31 +333,17 @@ def recorded_triton(commit: str) -> str | None:
     return version
 
 
-def no_triton(commit: str) -> str:
-    return f"no Triton recorded for AOTriton {commit[:12]} in pins/{PINS_FILE}"
-
-
 def venv_dir(work: Path, triton: str) -> Path:
     return work / "kernel-check" / f"venv-triton-{triton}"
-
-
-def key_context(
-    triton: str, commit: str, arch: str | None, src: Path, python: str | None, build: bool = True
-) -> KeyContext:
-    """What every job of a tree shares in its key (the check, the build, --workers): with
-    python's Triton, its build (unless the fork compiles) and the settings this environment
-    gives the variables it reads."""
-    patches = patch_set_digest("aotriton", commit, arch=arch)
-    info = triton_info(python) if python else {"build": None, "knobs": []}
-    env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
-    named = f"{triton} ({info['build']})" if info["build"] and build else triton
-    return KeyContext(named, patches, file_digest(src / "python/compile.py"), env)
 
 
 def known_python(work: Path, triton: str) -> str | None:
     """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
     python = venv_dir(work, triton) / "bin" / "python"
     return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
+
+
+# --- one job: from the store, else compiled ----------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -416,26 +354,10 @@ class Compiler:
     python: str
     compile_py: Path
     settings: Mapping[str, str] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-
-    def environ(self, scratch: Path) -> dict[str, str]:
-        knobs = set(triton_info(self.python)["knobs"])
-        base = {k: v for k, v in self.env.items() if k not in knobs and k[:7] != "TRITON_"}
-        return {**base, **self.settings, "TRITON_CACHE_DIR": str(scratch / "triton"), **COMPILE_ENV}
 
 
 class CompileFailed(Exception):
-    def __init__(self, job: Job, message: str) -> None:
-        super().__init__(f"{job.describe()}: {message}")
-        self.job, self.message = job, message
-
-    def __reduce__(self):  # travels back from a cluster worker
-        return (CompileFailed, (self.job, self.message))
-
-
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"
+    """A job that did not compile: the kernel, the job and the compiler's last line."""
 
 
 def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
@@ -447,18 +369,14 @@ def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
 def build_kernel(
     job: Job, key: str, compiler: Compiler, store: KernelStore | None, out: Path | None = None
 ) -> tuple[str, float]:
-    """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s).
-    CompileFailed names the kernel, the job and the compiler's last line."""
-    began, out, how = time.monotonic(), Path(out or job.hsaco), "hit"
+    """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
+    began, out = time.monotonic(), Path(out or job.hsaco)
     blob = store.get(key) if store is not None else None
+    how = "compiled" if blob is None else "hit"
     if blob is None:
-        how = "compiled"
         out.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{out.stem[:40]}.", dir=out.parent))
-        try:
-            blob = _compile(job, compiler, scratch, scratch / out.name)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as tmp:
+            blob = _compile(job, compiler, Path(tmp), Path(tmp) / out.name)
         if store is not None:
             store.put(key, blob)
     install_kernel(out, *unpack(blob))
@@ -466,15 +384,17 @@ def build_kernel(
 
 
 def _compile(job: Job, compiler: Compiler, scratch: Path, target: Path) -> bytes:
+    given = {**compiler.settings, "TRITON_CACHE_DIR": str(scratch / "triton"), **COMPILE_ENV}
+    env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
     argv = compile_argv(job, compiler.python, compiler.compile_py, target)
-    done = subprocess.run(argv, env=compiler.environ(scratch), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise CompileFailed(job, last_line(done.stderr or done.stdout))
-    try:
-        hsaco = target.with_suffix(".hsaco").read_bytes()
-        meta = target.with_suffix(".json").read_bytes()
-    except FileNotFoundError as missing:
-        raise CompileFailed(job, f"compile.py wrote no {Path(missing.filename).name}") from None
-    if not hsaco:
-        raise CompileFailed(job, "empty code object (" + last_line(meta.decode()) + ")")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    hsaco = read_or_none(target.with_suffix(".hsaco"))
+    meta = read_or_none(target.with_suffix(".json"))
+    why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
+    if why is None and (not hsaco or meta is None):
+        why = "compile.py left " + ("an empty code object" if hsaco == b"" else "no output file")
+    if why is not None:
+        raise CompileFailed(f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
+            f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
+            f"{job.waves_per_eu}, target {job.target}): {why}")  # fmt: skip
     return pack(hsaco, meta)
