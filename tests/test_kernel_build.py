@@ -95,7 +95,7 @@ def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothin
         assert "fork third_party/triton@" in out
         assert installed_triton(first).endswith("third_party/triton")
         assert len(image(first).splitlines()) == JOBS
-        assert f"0 kernels from the store, {JOBS} compiled by the build, {JOBS} stored" in out
+        assert f"0 kernels from the store, {JOBS} compiled by the build, stored in" in out
         # the second machine: every kernel from the store, not one compile.py run
         out = build(bed, second, capsys, "--cache", url)
         assert compiles(second) == [], out
@@ -212,14 +212,14 @@ def test_workers_fill_the_store_and_the_build_compiles_nothing(
     assert len(image(work).splitlines()) == JOBS
 
 
-def _launch(tmp_path: Path, *command: str) -> tuple[int, list[str]]:
-    compile_py, log = (tmp_path / "tree" / "python" / "compile.py").resolve(), tmp_path / "log"
-    argv = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(compile_py), str(log)]
-    done = subprocess.run([*argv, *command], capture_output=True, text=True, check=False)
-    return done.returncode, log.read_text().splitlines() if log.is_file() else []
+def _launch(tmp_path: Path, *command: str) -> int:
+    compile_py = (tmp_path / "tree" / "python" / "compile.py").resolve()
+    argv = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(compile_py)]
+    argv.append(str(tmp_path / kernel_build.ENV_FILE))
+    return subprocess.run([*argv, *command], capture_output=True, check=False).returncode
 
 
-def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
+def test_launcher_skips_a_job_whose_code_object_is_there_and_passes_others_through(
     tmp_path: Path,
 ) -> None:
     failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")
@@ -231,7 +231,7 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
         target = tmp_path / "tree" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content if isinstance(content, bytes) else content.encode())
-    assert _launch(tmp_path, "sh", "-c", "exit 3") == (3, [])  # not a kernel job: unchanged
+    assert _launch(tmp_path, "sh", "-c", "exit 3") == 3  # not a kernel job: unchanged
     (tmp_path / "out").mkdir()  # the generator makes the image folders
 
     def job(kernel: str, source: str, timeout: str) -> list[str]:
@@ -243,14 +243,20 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
         argv = kernel_store.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
         return ["cmake", "-E", "env", f"TRITON_CACHE_DIR={tmp_path}/tc", *argv]
 
-    code, logged = _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0"))
-    assert code == 0 and logged == [str(tmp_path / "out" / "attn_fwd-0.hsaco")]
-    # compile.py --timeout > 0 exits 0 on a failed compile and leaves an empty code object
-    code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0"))
-    assert code == 0 and len(logged) == 1
+    def runs() -> int:  # the stand-in compile.py logs each run
+        log = tmp_path / "tc" / "compile.log"
+        return len(log.read_text().splitlines()) if log.is_file() else 0
+
+    assert _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0")) == 0 and runs() == 1
+    assert (tmp_path / "out" / "attn_fwd-0.hsaco").stat().st_size > 0
+    assert _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0")) == 0 and runs() == 1
+    # compile.py --timeout > 0 exits 0 on a failed compile and leaves an empty code object,
+    # which is no reason to skip the job
+    assert _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0")) == 0
     assert (tmp_path / "out" / "bwd_kernel_dq-8.0.hsaco").read_bytes() == b""
-    code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0"))
-    assert code != 0 and len(logged) == 1
+    assert _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0")) == 0
+    assert runs() == 3
+    assert _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0")) != 0
 
 
 def test_launcher_gives_a_kernel_job_the_keys_triton_settings_only(
@@ -270,7 +276,7 @@ def test_launcher_gives_a_kernel_job_the_keys_triton_settings_only(
     monkeypatch.setenv("AMDGCN_USE_BUFFER_OPS", "1")
     monkeypatch.setenv("TRITON_SOMETHING", "1")
     out = tmp_path / "k.hsaco"
-    assert _launch(tmp_path, sys.executable, str(compile_py), "-o", str(out)) == (0, [str(out)])
+    assert _launch(tmp_path, sys.executable, str(compile_py), "-o", str(out)) == 0
     env = json.loads(out.with_suffix(".json").read_text())
     assert env["TRITON_DEFAULT_FP_FUSION"] == "0" and "PATH" in env
     assert "AMDGCN_USE_BUFFER_OPS" not in env and "TRITON_SOMETHING" not in env

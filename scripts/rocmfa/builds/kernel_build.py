@@ -64,17 +64,12 @@ class KernelBuild:
     commit: str
     arch: str | None = None  # whose patches the tree carries (the patch digest in each key)
     keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
-    staged: int = 0
-
-    @property
-    def log(self) -> Path:  # what the launcher compiled (also in an interrupted build)
-        return self.build / "rocmfa-kernels-compiled.log"
+    hits: set[str] = field(default_factory=set)  # -o paths staged from the store
 
     def launcher(self) -> str:
         compile_py = (self.src / "python" / "compile.py").resolve()
-        return shlex.join(
-            [sys.executable, "-I", "-S", str(LAUNCHER), str(compile_py), str(self.log)]
-        )
+        argv = [sys.executable, "-I", "-S", LAUNCHER, compile_py, self.build / ENV_FILE]
+        return shlex.join(map(str, argv))
 
     def cmake_args(self) -> list[str]:
         args = [f"-DCMAKE_PROJECT_INCLUDE={PROJECT_INCLUDE}"]
@@ -122,37 +117,29 @@ class KernelBuild:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
         stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            self.staged = sum(pool.map(self._stage_one, jobs))
-        runner.say(f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
-                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
-                   "to compile")  # fmt: skip
+            self.hits = set(pool.map(self._stage_one, jobs)) - {None}
+        hits = len(self.hits)
+        runner.say(f"kernel store: {hits} of {len(jobs)} kernel jobs of the build from "
+                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - hits} to "
+                   "compile")  # fmt: skip
 
-    def _stage_one(self, job: kernel_store.Job) -> bool:
+    def _stage_one(self, job: kernel_store.Job) -> str | None:
         out, blob = Path(job.hsaco), self.store.get(self.keys[job.hsaco])
         if blob is not None:
-            hsaco, meta = kernel_store.unpack(blob)
-            on_disk = (
-                read_or_none(out.with_suffix(".hsaco")),
-                read_or_none(out.with_suffix(".json")),
-            )
-            if on_disk != (hsaco, meta):
-                kernel_store.install_kernel(out, hsaco, meta)
-        return blob is not None
+            kernel_store.install_kernel(out, *kernel_store.unpack(blob))
+        return None if blob is None else job.hsaco
 
     def harvest(self, runner: Runner) -> None:
-        """After ninja (also a failed one): what the launcher compiled goes into the store."""
+        """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
-        logged = self.log.read_text().splitlines() if self.log.is_file() else []
-        compiled = [out for out in dict.fromkeys(logged) if out in self.keys]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            stored = sum(pool.map(self._store_one, compiled))
-        self.log.unlink(missing_ok=True)
+            stored = sum(pool.map(self._store_one, [o for o in self.keys if o not in self.hits]))
         where = self.store.describe()
         if self.store.shared is not None and self.store.read_only:
             where += f"; nothing written to {self.store.shared.what}"
-        runner.say(f"kernel store: {self.staged} kernels from the store, {len(compiled)} "
-                   f"compiled by the build, {stored} stored in {where}")  # fmt: skip
+        runner.say(f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
+                   f"the build, stored in {where}")  # fmt: skip
 
     def _store_one(self, out: str) -> bool:
         hsaco = read_or_none(Path(out).with_suffix(".hsaco"))
