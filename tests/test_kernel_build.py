@@ -6,6 +6,7 @@ compile.py logs every run, so the tests count the compiles."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import build_aotriton as ba
-from rocmfa.builds import kernel_build, kernel_store
+from rocmfa.builds import kernel_build
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.patches import patch_set_digest
 from tests.support import aotriton_generator_standin as gen
@@ -70,14 +71,14 @@ def installed_triton(work: Path) -> str:
 def build_keys(work: Path, commit: str) -> list[str]:
     """The keys of the build's jobs, with the fork the build compiled with."""
     src = work / "src" / "aotriton"
-    jobs = kernel_store.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
+    jobs = kernel_build.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
     runner = ba.Runner()
-    context = kernel_store.KeyContext(
+    context = kernel_build.KeyContext(
         kernel_build.fork_identity(src, runner),
         patch_set_digest("aotriton", commit),
-        kernel_store.file_digest(src / "python" / "compile.py"),
+        hashlib.sha256((src / "python" / "compile.py").read_bytes()).hexdigest(),
     )
-    sources = kernel_store.source_digests(jobs)
+    sources = kernel_build.source_digests(jobs)
     return [context.key(job, sources) for job in jobs]
 
 
@@ -114,18 +115,17 @@ def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothin
         assert out.count(f"kernel store: damaged entry {keys[2][:16]} in redis") == 1
         assert client.dbsize() == size
         assert client.get(f"{prefix}/{keys[2]}") == bad
-        assert "nothing written to redis" in out
 
 
 def local_path(work: Path, key: str) -> Path:
-    return work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151" / key[:2] / f"{key}.kernel"
+    return work / ".cache" / kernel_build.LOCAL_DIR / "gfx1151" / key[:2] / f"{key}.kernel"
 
 
 def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, capsys) -> None:
     work = tmp_path / "m1"
     build(bed, work, capsys)  # the local directory store (no --cache)
     good = image(work)
-    local = kernel_store.directory(work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151")
+    local = kernel_build.directory(work / ".cache" / kernel_build.LOCAL_DIR / "gfx1151")
     keys = build_keys(work, bed.tree.commit)
     flipped, cut = (local_path(work, keys[i]) for i in (0, 5))
     whole = flipped.read_bytes()
@@ -135,7 +135,7 @@ def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, c
     assert len(compiles(work)) == 2, out
     assert out.count("kernel store: damaged entry") == 2
     assert image(work) == good
-    assert local.get(keys[0]) == whole and kernel_store.unpack(local.get(keys[5]) or b"")
+    assert local.get(keys[0]) == whole and kernel_build.unpack(local.get(keys[5]) or b"")
 
 
 def test_another_triton_in_the_same_build_dir_rebuilds_every_kernel(
@@ -237,10 +237,10 @@ def test_launcher_skips_a_job_whose_code_object_is_there_and_passes_others_throu
     def job(kernel: str, source: str, timeout: str) -> list[str]:
         out = tmp_path / "out" / f"{kernel}-{timeout}.hsaco"
         src = tmp_path / "tree" / "modules" / "flash" / "kernel" / source
-        one = kernel_store.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
+        one = kernel_build.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
                               "gfx1151", "*fp16:16, i32, 16")  # fmt: skip
         compile_py = tmp_path / "tree" / "python" / "compile.py"
-        argv = kernel_store.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
+        argv = kernel_build.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
         return ["cmake", "-E", "env", f"TRITON_CACHE_DIR={tmp_path}/tc", *argv]
 
     def runs() -> int:  # the stand-in compile.py logs each run

@@ -4,8 +4,6 @@ Credentials come only from the environment sccache reads. Device code is cached 
 HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
 server is one warning line and a build with the local cache."""
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import json
@@ -23,6 +21,7 @@ from rocmfa.plumbing import downloads, paths
 from rocmfa.plumbing.cache_spec import CacheSpec, as_spec, parse_cache  # noqa: F401 (their home before)
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.checkouts import last_line
 
 HIP_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
 PROBE_TIMEOUT_S = 3.0
@@ -52,8 +51,8 @@ def redis_client(spec: CacheSpec, timeout: float):
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the server answers (Redis PING, S3 HEAD of the bucket - any S3 answer -, an
-    HTTP answer from WebDAV), else why not, in one line."""
+    """None when the store answers (a writable directory, Redis PING, any HTTP answer from S3 or
+    WebDAV: sccache judges the bucket or path when it starts), else why not, in one line."""
     try:
         if spec.backend == "dir":
             Path(str(spec.endpoint)).mkdir(parents=True, exist_ok=True)
@@ -61,18 +60,10 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
                 raise PermissionError("not writable")
         elif spec.backend == "redis":
             redis_client(spec, timeout).ping()
-        elif spec.backend == "s3":
-            from botocore.exceptions import ClientError
-
-            from rocmfa.plumbing.team_index import S3Store
-
-            store = S3Store(str(spec.bucket), "", spec.endpoint, spec.region, timeout=timeout)
-            with contextlib.suppress(ClientError):  # an answer; sccache judges the bucket
-                store.client.head_bucket(Bucket=spec.bucket)
         else:
             import requests
 
-            requests.head(str(spec.endpoint), timeout=timeout)
+            requests.head(spec.endpoint or "https://s3.amazonaws.com", timeout=timeout)
     except Exception as error:
         where = spec.endpoint or f"s3://{spec.bucket}"
         return f"{where} unreachable ({downloads.why(error)})"
@@ -139,10 +130,8 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
             sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
     sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
     blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
-    return {
-        **sets,
-        "SCCACHE_SERVER_PORT": str(20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000),
-    }
+    port = 20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000
+    return {**sets, "SCCACHE_SERVER_PORT": str(port)}
 
 
 def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
@@ -167,15 +156,15 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     key = key_prefix(spec, arch, toolchain, planned=planned)
     plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
     if spec.tool == "sccache" and not hip:
-        plan.notes.append(f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is "
-            "not cached, host code is" if known else "ROCm SDK version not known yet: whether HIP "
-            "device code is cached (HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real "
-            "run")  # fmt: skip
+        why = (
+            f"ROCm {rocm} predates" if known else "the ROCm SDK version (not known yet) may predate"
+        )
+        plan.notes.append(f"{why} HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached")
     said = f"check that the cache server answers: {spec.describe()}"
     problem = runner.apply(probe, spec, say=said) if spec.remote else None
-    return (
-        _degrade(plan, work, problem, runner) if problem else replace(plan, sets=_sets(plan, work))
-    )
+    if problem:
+        return _degrade(plan, work, problem, runner)
+    return replace(plan, sets=_sets(plan, work))
 
 
 def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
@@ -186,22 +175,14 @@ def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan
     return replace(plan, sets=_sets(plan, work))
 
 
-# --- running: server start, stats ------------------------------------------------------------
-
-
 def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
     data = json.loads(stats_json)
     stats = data.get("stats", data)
-    hits, misses, errors = (
-        sum((stats.get(f"cache_{name}") or {}).get("counts", {}).values())
-        for name in ("hits", "misses", "errors")
-    )
-    return {
-        "tool": "sccache", "hits": hits, "misses": misses, "errors": errors,
-        "compile_requests": stats.get("compile_requests", 0),
-        "location": data.get("cache_location"),
-        "hit_rate": hits / (hits + misses) if hits + misses else None,
-    }  # fmt: skip
+    hits, misses = (sum(stats.get(name, {}).get("counts", {}).values())
+                    for name in ("cache_hits", "cache_misses"))  # fmt: skip
+    rate = hits / (hits + misses) if hits + misses else None
+    return {"tool": "sccache", "hits": hits, "misses": misses, "hit_rate": rate,
+            "location": data.get("cache_location")}  # fmt: skip
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
@@ -212,21 +193,16 @@ def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
 
 
-def _why(done: Any) -> str:
-    """sccache's 'error:' line, else its last line."""
-    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
-    return ([ln for ln in lines if "error" in ln.lower()] or lines[-1:] or ["no output"])[0][:200]
-
-
 def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
     if plan.spec.tool == "sccache":
         start = [plan.exe, "--start-server"]
         started = runner.run(start, sets=plan.sets, capture=True, check=False)
         if started.returncode != 0 and plan.spec.remote:
-            plan = _degrade(plan, work, _why(started), runner)
+            plan = _degrade(plan, work, last_line(started.stderr or started.stdout), runner)
             started = runner.run(start, sets=plan.sets, capture=True, check=False)
         if started.returncode != 0:
-            raise UserError(f"sccache --start-server failed: {_why(started)}")
+            why = last_line(started.stderr or started.stdout) or "no output"
+            raise UserError(f"sccache --start-server failed: {why}")
     runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
     return plan
 

@@ -3,8 +3,6 @@ stratified sample of its real compile jobs with the Triton pins/kernel_compiler.
 on any machine (no ROCm, no GPU); build_aotriton and tune_aotriton run it before their long
 build (before_build). Steps, files read and the summary: docs/kernel-check.md."""
 
-from __future__ import annotations
-
 import json
 import os
 import shlex
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import kernel_store
+from rocmfa.builds import kernel_build
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
@@ -54,22 +52,21 @@ class Tree:
     def build(self) -> Path:
         return summary_path(self.src.parents[1], self.arch, self.name).parent
 
-    def key_context(self) -> kernel_store.KeyContext:
-        python = kernel_store.known_python(self.src.parents[1], self.triton)
-        return kernel_store.key_context(self.triton, self.commit, self.arch, self.src, python)
+    def key_context(self) -> kernel_build.KeyContext:
+        return kernel_build.key_context(self.triton, self.commit, self.arch, self.src)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
-    given = os.environ.get(kernel_store.PYTHON_ENV)
+    given = os.environ.get(kernel_build.PYTHON_ENV)
     if given:
-        runner.say(f"kernel check: compiler Python {given} (${kernel_store.PYTHON_ENV})")
+        runner.say(f"kernel check: compiler Python {given} (${kernel_build.PYTHON_ENV})")
         return given
-    venv = kernel_store.venv_dir(work, tree.triton)
+    venv = kernel_build.venv_dir(work, tree.triton)
     python, marker = venv / "bin" / "python", venv / "rocmfa-kernel-venv.json"
     requirements = tree.src / "requirements.txt"  # every AOTriton with python/compile.py has it
-    digest = kernel_store.file_digest(requirements) if requirements.is_file() else None
-    wanted = {"triton": tree.triton, "requirements": digest}
+    text = requirements.read_text() if requirements.is_file() else None  # a plan's tree
+    wanted = {"triton": tree.triton, "requirements": text}
     if python.exists() and stamps.is_current(marker, wanted):
         runner.say(f"kernel check: venv {venv} (triton {tree.triton}) is ready")
         return str(python)
@@ -115,8 +112,8 @@ def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> N
 
 def settings_line(python: str | None) -> str:
     """The Triton settings this environment gives every compile (and key), unknown ones named."""
-    knobs = set(kernel_store.triton_info(python)["knobs"]) if python else set()
-    env = kernel_store.settings(os.environ, knobs)
+    knobs = set(kernel_build.triton_info(python)["knobs"]) if python else set()
+    env = kernel_build.settings(os.environ, knobs)
     unknown = [k for k in env if knobs and k not in knobs]
     given = ", ".join(f"{k}={v}" for k, v in env.items()) or "none"
     also = f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else ""
@@ -125,25 +122,25 @@ def settings_line(python: str | None) -> str:
 
 def plan_lines(tree: Tree, python: str) -> str:
     """A plan's example compile command, the settings and the summary's path."""
-    job = kernel_store.Job(1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE")
-    argv = kernel_store.compile_argv(job, python, tree.src / "python/compile.py", Path("OUT.hsaco"))
-    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_store.COMPILE_ENV}
-    settings = settings_line(kernel_store.known_python(tree.src.parents[1], tree.triton))
+    job = kernel_build.Job(1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE")
+    argv = kernel_build.compile_argv(job, python, tree.src / "python/compile.py", Path("OUT.hsaco"))
+    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_build.COMPILE_ENV}
+    settings = settings_line(kernel_build.known_python(tree.src.parents[1], tree.triton))
     example = " ".join([*(f"{k}={v}" for k, v in sets.items()), shlex.join(argv)])
     return f"\n  {example}\n  {settings}\n  summary: {tree.build / SUMMARY}"
 
 
-def compile_sample(tree: Tree, python: str, context: kernel_store.KeyContext, all_jobs: list,
-                   chosen: list, store: kernel_store.KernelStore | None, threads: int):  # fmt: skip
+def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, all_jobs: list,
+                   chosen: list, store: kernel_build.KernelStore | None, threads: int):  # fmt: skip
     """Every chosen job from the store or compiled, on threads (a failure stops the jobs not
     started yet and is one line); the counts per kernel family."""
-    compiler = kernel_store.Compiler(python, tree.src / "python/compile.py", dict(context.env))
-    sources, build = kernel_store.source_digests(chosen), kernel_store.build_kernel
+    compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
+    sources, build = kernel_build.source_digests(chosen), kernel_build.build_kernel
     with ThreadPoolExecutor(max_workers=threads) as pool:
         built = pool.map(lambda job: build(job, context.key(job, sources), compiler, store), chosen)
         try:
             results = list(built)
-        except kernel_store.CompileFailed as error:
+        except kernel_build.CompileFailed as error:
             pool.shutdown(cancel_futures=True)
             raise UserError(f"kernel check: {error}") from None
     families = {k: {"jobs": n, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
@@ -157,7 +154,7 @@ def compile_sample(tree: Tree, python: str, context: kernel_store.KeyContext, al
 
 
 def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
-              size: int | None = None, store: kernel_store.KernelStore | None = None):  # fmt: skip
+              size: int | None = None, store: kernel_build.KernelStore | None = None):  # fmt: skip
     """The whole check on a checked-out tree; the summary (None on a dry run). store: one
     already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
     say, began = runner.say, time.monotonic()
@@ -168,7 +165,7 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
     threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
-    store = store or kernel_store.open_store(cache, work, tree.arch, runner=runner)
+    store = store or kernel_build.open_store(cache, work, tree.arch, runner=runner)
     line = runner.plan_line(
         f"then compile a stratified sample of {bare} (one job per kernel x num_warps x "
         f"num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
@@ -176,10 +173,10 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
     )
     if line:
         return say(line + plan_lines(tree, python))
-    all_jobs = kernel_store.read_jobs(bare)
+    all_jobs = kernel_build.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
-    chosen = kernel_store.sample(all_jobs, size)
+    chosen = kernel_build.sample(all_jobs, size)
     where = store.describe() if store else "none"
     say(f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
         f"families; compiling {len(chosen)} ({why}); kernel store: {where}")  # fmt: skip
@@ -219,25 +216,23 @@ def format_summary(summary: dict[str, Any]) -> str:
 def tree_for(arch: archs.Arch, work: Path) -> tuple[pins.Pin, Tree]:
     """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
-    triton = kernel_store.recorded_triton(pin.commit) or ""
+    triton = kernel_build.recorded_triton(pin.commit) or ""
     return pin, Tree(paths.src_dir(work, "aotriton"), "aotriton", pin.commit, arch.name, triton)
 
 
 def before_build(
-    ctx: Any, src: Path, build: Any, store: kernel_store.KernelStore | None = None
+    ctx: Any, src: Path, build: Any, store: kernel_build.KernelStore | None = None
 ) -> None:
     """build_aotriton / tune_aotriton before cmake, on the patched tree: the check, then with
     --workers every job on the cluster. A pin with no Triton recorded: one line, no check."""
     runner = ctx.runner
     if build.workers:
-        from rocmfa.builds import kernel_build
-
         kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
         return runner.say("kernel check: skipped (--no-images compiles no kernel)")
-    triton = kernel_store.recorded_triton(ctx.pin.commit)
+    triton = kernel_build.recorded_triton(ctx.pin.commit)
     if triton is None:
-        why = kernel_store.NO_TRITON.format(ctx.pin.commit)
+        why = kernel_build.NO_TRITON.format(ctx.pin.commit)
         if build.workers:
             raise UserError(f"--workers: {why}")
         return runner.say(f"kernel check: {why}; skipped")
@@ -255,7 +250,7 @@ def kernel_check(opts: Any) -> None:
     pin, tree = tree_for(choice.arch, work)
     if not tree.triton:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
-        raise UserError(f"kernel check: {kernel_store.NO_TRITON.format(pin.commit)} ({fix})")
+        raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
     runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch "
                f"{choice.arch.name} ({choice.how}); target {' '.join(tree.gpus)}; triton "
                f"{tree.triton}")  # fmt: skip
