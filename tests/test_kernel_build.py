@@ -72,9 +72,10 @@ def build_keys(work: Path, commit: str) -> list[str]:
     """The keys of the build's jobs, with the fork the build compiled with."""
     src = work / "src" / "aotriton"
     jobs = kernel_build.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
-    runner = ba.Runner()
+    head = subprocess.run(["git", "-C", src / "third_party/triton", "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     context = kernel_build.KeyContext(
-        kernel_build.fork_identity(src, runner),
+        f"fork third_party/triton@{head}",
         patch_set_digest("aotriton", commit),
         hashlib.sha256((src / "python" / "compile.py").read_bytes()).hexdigest(),
     )
@@ -179,7 +180,7 @@ def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, ca
     assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.PROJECT_INCLUDE}" in plan
     assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
     assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
-    assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)" in plan
+    assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)," in plan
     assert "kernel store (redis redis://127.0.0.1:1 over directory " in plan
     assert "CacheSpec(" not in plan
     assert plan.index("[dry-run] then look every job") < plan.index(" install")

@@ -99,8 +99,10 @@ REAL_LINES = [
 ]
 
 
-def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
-    job = kernel_build.parse_line(REAL_LINES[0], 1)
+def test_real_bare_compile_lines_parse_and_give_the_real_argv(tmp_path: Path) -> None:
+    bare = tmp_path / "Bare.compile"
+    bare.write_text("".join(line + "\n" for line in REAL_LINES))
+    job = kernel_build.read_jobs(bare)[0]
     assert (job.kernel, job.num_warps, job.num_stages, job.waves_per_eu) == ("attn_fwd", 4, 1, 2)
     assert job.signature.startswith("*fp16:16, *fp16:16, 0, fp32")
     argv = kernel_build.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
@@ -111,8 +113,9 @@ def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
         "--num_stages", "1", "--waves_per_eu", "2", "--target", "gfx1151", "--signature",
         job.signature, "--timeout", "0",
     ]  # fmt: skip
+    bare.write_text(REAL_LINES[0] + "\n\na;b;c\n")  # a blank line is no job
     with pytest.raises(UserError, match="line 3"):
-        kernel_build.parse_line("a;b;c", 3)
+        kernel_build.read_jobs(bare)
 
 
 def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_build.Job]:
@@ -141,11 +144,12 @@ def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_build.Job]:
 def test_sample_covers_every_family_and_every_distinct_triple() -> None:
     jobs = _jobs([("a", 4, 1, 2, 50), ("a", 4, 1, 1, 10), ("b", 2, 1, 0, 30), ("c", 4, 1, 1, 3)])
     full = kernel_build.sample(jobs)
-    assert {j.combo for j in full} == {j.combo for j in jobs} and len(full) == 4
+    combos = {kernel_build.combo(j) for j in jobs}
+    assert set(map(kernel_build.combo, full)) == combos and len(full) == 4
     small = kernel_build.sample(jobs, 3)
     assert {j.kernel for j in small} == {"a", "b", "c"}
     big = kernel_build.sample(jobs, 20)
-    assert len(big) == 20 and {j.combo for j in full} <= {j.combo for j in big}
+    assert len(big) == 20 and combos <= set(map(kernel_build.combo, big))
     assert [j.line for j in big] == sorted(j.line for j in big)
     with pytest.raises(UserError, match="3 kernel families"):
         kernel_build.sample(jobs, 2)
@@ -238,7 +242,7 @@ def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
     out = capsys.readouterr().out
     assert "-m venv --clear" in out and "triton==3.5.1" in out
     assert "-m aotriton.generate --root_dir" in out and "--target_gpus gfx1151_mod0" in out
-    assert "python/compile.py SRC.py --kernel_name KERNEL -o OUT.hsaco -g 1,1,1" in out
+    assert "python/compile.py SRC.py --kernel_name KERNEL -o OUT -g 1,1,1" in out
     assert "5 jobs" in out
     assert not work.exists()
 
@@ -413,7 +417,7 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(real), str(src)], check=True)
-    tree = kc.Tree(src, "aotriton", commit, "gfx1151", triton)
+    tree = kc.Tree(src, commit, "gfx1151", triton)
     runner = kc.Runner()
     summary = kc.run_check(tree, work=work, runner=runner, cache=None, jobs=2, size=7)
     assert summary is not None and summary["sampled"] == 7 and summary["jobs"] > 10000

@@ -156,7 +156,7 @@ def test_workers_need_a_shared_writable_store() -> None:
     plan = Runner(dry_run=True)  # the checks before any work, no scheduler reached
     with pytest.raises(UserError, match="needs a shared --cache"):
         kernel_build.require("tcp://127.0.0.1:8786", None, plan)
-    with pytest.raises(UserError, match=r"needs a shared --cache \(a directory"):
+    with pytest.raises(UserError, match=r"needs a shared --cache, not read_only=1 \(a directory"):
         kernel_build.require("tcp://h:1", "https://dav.lab/cache", plan)  # sccache's
     with pytest.raises(UserError, match="read_only=1"):
         kernel_build.require("tcp://h:1", "redis://h:1?read_only=1", plan)

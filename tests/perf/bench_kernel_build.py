@@ -125,7 +125,8 @@ def staging_cost(root: Path, n: int) -> dict[str, object]:
             assert store is not None
             kernels = kernel_build.KernelBuild(tree, build, store, "3.5.1", None, "0" * 40)
             if name == "filled_from_redis":  # machine 1 put every entry there
-                context, sources = kernels.key_context(), kernel_build.source_digests(jobs)
+                context = kernel_build.key_context("3.5.1", "0" * 40, None, tree, build=False)
+                sources = kernel_build.source_digests(jobs)
                 for job in jobs:
                     blob = kernel_build.pack(os.urandom(25_000), b'{"num_warps": 4}')
                     store.put(context.key(job, sources), blob)
@@ -202,7 +203,7 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
         ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     version = kernel_build.recorded_triton(commit) or ""
-    tree = kc.Tree(src, "aotriton", commit, "gfx1151", version)
+    tree = kc.Tree(src, commit, "gfx1151", version)
     began = time.monotonic()
     kc.generate(tree, python, Runner(out=io.StringIO()))
     generator_s = time.monotonic() - began

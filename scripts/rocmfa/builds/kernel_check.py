@@ -29,17 +29,16 @@ SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results p
 GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU)
 
 
-def summary_path(work: Path, arch: str, name: str = "aotriton") -> Path:
-    """Where the check of work/src/<name> for arch writes its summary (Tree.build)."""
-    return paths.build_dir(work, "kernel-check") / f"{name}-{arch}" / SUMMARY
+def summary_path(work: Path, arch: str) -> Path:
+    """Where the check of work/src/aotriton for arch writes its summary (Tree.build)."""
+    return paths.build_dir(work, "kernel-check") / f"aotriton-{arch}" / SUMMARY
 
 
 @dataclass(frozen=True)
 class Tree:
     """A checked-out (patched) AOTriton tree and what the check needs to know about it."""
 
-    src: Path
-    name: str  # work/src/<name>
+    src: Path  # work/src/aotriton
     commit: str
     arch: str
     triton: str
@@ -50,7 +49,7 @@ class Tree:
 
     @property
     def build(self) -> Path:
-        return summary_path(self.src.parents[1], self.arch, self.name).parent
+        return summary_path(self.src.parents[1], self.arch).parent
 
     def key_context(self) -> kernel_build.KeyContext:
         return kernel_build.key_context(self.triton, self.commit, self.arch, self.src)
@@ -62,7 +61,7 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     if given:
         runner.say(f"kernel check: compiler Python {given} (${kernel_build.PYTHON_ENV})")
         return given
-    venv = kernel_build.venv_dir(work, tree.triton)
+    venv = work / kernel_build.VENV.format(tree.triton)
     python, marker = venv / "bin" / "python", venv / "rocmfa-kernel-venv.json"
     requirements = tree.src / "requirements.txt"  # every AOTriton with python/compile.py has it
     text = requirements.read_text() if requirements.is_file() else None  # a plan's tree
@@ -81,8 +80,8 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     """Bare.compile from AOTriton's own generator for tree.gpus; one line when it fails."""
     database, pkg = tree.build / "database", tree.build / "pkg"
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
-    what = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
-    runner.apply(_unpack_tree, tree, shards, database, pkg, say=what)
+    say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
+    runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
     compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database),
                "--database_file", str(database / "tuning_database.sqlite3")]  # fmt: skip
     gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src),
@@ -98,8 +97,7 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
 
 
 def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> None:
-    """The shards extracted; the tree's python/ importable as `aotriton` through a symlink (the
-    checkout stays untouched)."""
+    """The shards extracted; python/ importable as `aotriton` through a symlink (tree untouched)."""
     for shard in shards:
         rel = shard.relative_to(tree.src / "modules" / "database").parent
         (database / rel).mkdir(parents=True, exist_ok=True)
@@ -120,20 +118,9 @@ def settings_line(python: str | None) -> str:
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def plan_lines(tree: Tree, python: str) -> str:
-    """A plan's example compile command, the settings and the summary's path."""
-    job = kernel_build.Job(1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE")
-    argv = kernel_build.compile_argv(job, python, tree.src / "python/compile.py", Path("OUT.hsaco"))
-    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_build.COMPILE_ENV}
-    settings = settings_line(kernel_build.known_python(tree.src.parents[1], tree.triton))
-    example = " ".join([*(f"{k}={v}" for k, v in sets.items()), shlex.join(argv)])
-    return f"\n  {example}\n  {settings}\n  summary: {tree.build / SUMMARY}"
-
-
 def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, all_jobs: list,
                    chosen: list, store: kernel_build.KernelStore | None, threads: int):  # fmt: skip
-    """Every chosen job from the store or compiled, on threads (a failure stops the jobs not
-    started yet and is one line); the counts per kernel family."""
+    """Each chosen job from the store or compiled (one line on a failure); counts per family."""
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     sources, build = kernel_build.source_digests(chosen), kernel_build.build_kernel
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -155,13 +142,11 @@ def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, al
 
 def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
               size: int | None = None, store: kernel_build.KernelStore | None = None):  # fmt: skip
-    """The whole check on a checked-out tree; the summary (None on a dry run). store: one
-    already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
+    """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
     say, began = runner.say, time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
-        layout = "the layout of AOTriton >= 0.12b that the check drives"
-        runner.raise_for_real(UserError(f"kernel check: {tree.src} has no python/compile.py "
-                                        f"({layout})"))  # fmt: skip
+        why = f"{tree.src} has no python/compile.py (the layout of AOTriton >= 0.12b)"
+        runner.raise_for_real(UserError(f"kernel check: {why}"))
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
     threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
@@ -171,8 +156,13 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
         f"num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
         "threads, each looked up in the kernel store first, else e.g.:"
     )
-    if line:
-        return say(line + plan_lines(tree, python))
+    if line:  # with an example compile command, the settings and the summary's path
+        job = kernel_build.Job(1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIG")
+        argv = kernel_build.compile_argv(job, python, tree.src / "python/compile.py", Path("OUT"))
+        sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_build.COMPILE_ENV}
+        example = " ".join([*(f"{k}={v}" for k, v in sets.items()), shlex.join(argv)])
+        settings = settings_line(kernel_build.known_python(work, tree.triton))
+        return say(f"{line}\n  {example}\n  {settings}\n  summary: {tree.build / SUMMARY}")
     all_jobs = kernel_build.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
@@ -180,7 +170,7 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
     where = store.describe() if store else "none"
     say(f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
         f"families; compiling {len(chosen)} ({why}); kernel store: {where}")  # fmt: skip
-    left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
+    left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
         say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
@@ -196,35 +186,29 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
     stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
-    say(format_summary(summary))
-    say(f"kernel check: summary in {tree.build / SUMMARY}")
-    return summary
-
-
-def format_summary(summary: dict[str, Any]) -> str:
     row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
-    rows = [row("family", "jobs", "sampled", "compiled", "stored", "seconds")]
+    say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
     for name, f in sorted(summary["families"].items()):
         counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
-        rows.append(row(name, *counts, f"{f['seconds']:.1f}"))
-    ok = f"{summary['sampled']} of {summary['jobs']} jobs compiled or fetched"
-    rows.append(f"kernel check: {summary['arch']} OK - {ok} in {summary['wall_s']:.1f} s (triton "
-                f"{summary['triton']})")  # fmt: skip
-    return "\n".join(rows)
+        say(row(name, *counts, f"{f['seconds']:.1f}"))
+    say(
+        f"kernel check: {tree.arch} OK - {len(chosen)} of {len(all_jobs)} jobs compiled or fetched "
+        f"in {summary['wall_s']:.1f} s (triton {tree.triton}); summary: {tree.build / SUMMARY}"
+    )
+    return summary
 
 
 def tree_for(arch: archs.Arch, work: Path) -> tuple[pins.Pin, Tree]:
     """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
     triton = kernel_build.recorded_triton(pin.commit) or ""
-    return pin, Tree(paths.src_dir(work, "aotriton"), "aotriton", pin.commit, arch.name, triton)
+    return pin, Tree(paths.src_dir(work, "aotriton"), pin.commit, arch.name, triton)
 
 
 def before_build(
     ctx: Any, src: Path, build: Any, store: kernel_build.KernelStore | None = None
 ) -> None:
-    """build_aotriton / tune_aotriton before cmake, on the patched tree: the check, then with
-    --workers every job on the cluster. A pin with no Triton recorded: one line, no check."""
+    """build_aotriton / tune_aotriton before cmake: the check, then --workers' cluster."""
     runner = ctx.runner
     if build.workers:
         kernel_build.require(build.workers, build.cache, runner)
@@ -236,7 +220,7 @@ def before_build(
         if build.workers:
             raise UserError(f"--workers: {why}")
         return runner.say(f"kernel check: {why}; skipped")
-    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, triton)
+    tree = Tree(src, ctx.pin.commit, ctx.arch.name, triton)
     run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_build.fan_out(tree, build.workers, build.cache, runner)
@@ -251,9 +235,8 @@ def kernel_check(opts: Any) -> None:
     if not tree.triton:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
-    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch "
-               f"{choice.arch.name} ({choice.how}); target {' '.join(tree.gpus)}; triton "
-               f"{tree.triton}")  # fmt: skip
+    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
+               f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}")  # fmt: skip
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
     # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())

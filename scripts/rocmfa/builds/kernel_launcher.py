@@ -11,15 +11,12 @@ ENV_FILE = "rocmfa-kernels-env.json"  # in the build dir: the knobs to drop, the
 
 
 def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
-    """This environment without its Triton settings (the knobs Triton reads, any TRITON_*),
-    then settings: a compile sees exactly what its key names."""
+    """This environment without Triton's settings (knobs, any TRITON_*), then the key's."""
     kept = {k: v for k, v in os.environ.items() if k not in knobs and k[:7] != "TRITON_"}
     return {**kept, **settings}
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 4:
-        sys.exit("usage: kernel_launcher.py COMPILE_PY ENV_FILE COMMAND...")
     compile_py, env_file, command = argv[1], argv[2], argv[3:]
     kernel = any(a.endswith("compile.py") and os.path.realpath(a) == compile_py for a in command)
     if not kernel or "-o" not in command[:-1]:
