@@ -6,6 +6,7 @@ compile.py logs every run, so the tests count the compiles."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import build_aotriton as ba
-from rocmfa.builds import kernel_build, kernel_store
+from rocmfa.builds import kernel_build
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.patches import patch_set_digest
 from tests.support import aotriton_generator_standin as gen
@@ -70,20 +71,23 @@ def installed_triton(work: Path) -> str:
 def build_keys(work: Path, commit: str) -> list[str]:
     """The keys of the build's jobs, with the fork the build compiled with."""
     src = work / "src" / "aotriton"
-    jobs = kernel_store.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
-    runner = ba.Runner()
-    context = kernel_store.KeyContext(
-        kernel_build.fork_identity(src, runner),
+    jobs = kernel_build.read_jobs(work / "build" / "aotriton" / kernel_build.BARE)
+    head = subprocess.run(["git", "-C", src / "third_party/triton", "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    context = kernel_build.KeyContext(
+        f"fork third_party/triton@{head}",
         patch_set_digest("aotriton", commit),
-        kernel_store.file_digest(src / "python" / "compile.py"),
+        hashlib.sha256((src / "python" / "compile.py").read_bytes()).hexdigest(),
     )
-    sources = kernel_store.source_digests(jobs)
+    sources = kernel_build.source_digests(jobs)
     return [context.key(job, sources) for job in jobs]
 
 
 def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothing(
     bed: Bed, tmp_path: Path, capsys
 ) -> None:
+    import redis
+
     if REDIS is None:
         pytest.skip("redis-server not installed")
     with redis_server(tmp_path / "redis") as url:
@@ -93,37 +97,38 @@ def test_second_machine_gets_every_kernel_from_the_store_read_only_writes_nothin
         assert "fork third_party/triton@" in out
         assert installed_triton(first).endswith("third_party/triton")
         assert len(image(first).splitlines()) == JOBS
-        assert f"0 kernels from the store, {JOBS} compiled by the build, {JOBS} stored" in out
+        assert f"0 kernels from the store, {JOBS} compiled by the build, stored in" in out
         # the second machine: every kernel from the store, not one compile.py run
         out = build(bed, second, capsys, "--cache", url)
         assert compiles(second) == [], out
         assert f"kernel store: {JOBS} of {JOBS} kernel jobs of the build from" in out
         assert image(second) == image(first)
-        assert not list((second / "build" / "aotriton").rglob("*.rocmfa-staged"))
         # one entry damaged in redis, one gone; read_only=1: the damaged one is reported, both
         # compile, nothing is written (the damaged entry stays as it was)
-        store = kernel_store.open_store(url, tmp_path / "probe", "gfx1151", say=print)
-        assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
+        client, prefix = redis.Redis.from_url(url), "rocmfa-kernels/gfx1151"
         keys = build_keys(first, bed.tree.commit)
-        bad = (store.shared.get(keys[2]) or b"")[:-5]
-        store.shared.put(keys[2], bad)
-        store.shared.client.delete(f"{store.shared.prefix}/{keys[3]}")
-        size = store.shared.client.dbsize()
+        bad = (client.get(f"{prefix}/{keys[2]}") or b"")[:-5]
+        client.set(f"{prefix}/{keys[2]}", bad)
+        client.delete(f"{prefix}/{keys[3]}")
+        size = client.dbsize()
         out = build(bed, third, capsys, "--cache", url + "?read_only=1")
         assert len(compiles(third)) == 2 and image(third) == image(first), out
         assert out.count(f"kernel store: damaged entry {keys[2][:16]} in redis") == 1
-        assert store.shared.client.dbsize() == size
-        assert store.shared.get(keys[2]) == bad
-        assert "nothing written to redis" in out
+        assert client.dbsize() == size
+        assert client.get(f"{prefix}/{keys[2]}") == bad
+
+
+def local_path(work: Path, key: str) -> Path:
+    return work / ".cache" / kernel_build.LOCAL_DIR / "gfx1151" / key[:2] / f"{key}.kernel"
 
 
 def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, capsys) -> None:
     work = tmp_path / "m1"
     build(bed, work, capsys)  # the local directory store (no --cache)
     good = image(work)
-    local = kernel_store.DirBackend(work / ".cache" / kernel_store.LOCAL_DIR / "gfx1151")
+    local = kernel_build.directory(work / ".cache" / kernel_build.LOCAL_DIR / "gfx1151")
     keys = build_keys(work, bed.tree.commit)
-    flipped, cut = local._path(keys[0]), local._path(keys[5])
+    flipped, cut = (local_path(work, keys[i]) for i in (0, 5))
     whole = flipped.read_bytes()
     flipped.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))
     cut.write_bytes(cut.read_bytes()[:-9])
@@ -131,7 +136,7 @@ def test_damaged_entry_is_recompiled_never_installed(bed: Bed, tmp_path: Path, c
     assert len(compiles(work)) == 2, out
     assert out.count("kernel store: damaged entry") == 2
     assert image(work) == good
-    assert local.get(keys[0]) == whole and kernel_store.unpack(local.get(keys[5]) or b"")
+    assert local.get(keys[0]) == whole and kernel_build.unpack(local.get(keys[5]) or b"")
 
 
 def test_another_triton_in_the_same_build_dir_rebuilds_every_kernel(
@@ -175,8 +180,9 @@ def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, ca
     assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.PROJECT_INCLUDE}" in plan
     assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
     assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
-    assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)" in plan
-    assert "kernel store (redis 127.0.0.1:1 over directory " in plan and "CacheSpec(" not in plan
+    assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)," in plan
+    assert "kernel store (redis redis://127.0.0.1:1 over directory " in plan
+    assert "CacheSpec(" not in plan
     assert plan.index("[dry-run] then look every job") < plan.index(" install")
     plain = build(bed, work, capsys, "--dry-run", "--cache", "none")
     assert "CMAKE_PROJECT_INCLUDE" not in plain and "look every job" not in plain
@@ -207,14 +213,14 @@ def test_workers_fill_the_store_and_the_build_compiles_nothing(
     assert len(image(work).splitlines()) == JOBS
 
 
-def _launch(tmp_path: Path, *command: str) -> tuple[int, list[str]]:
-    compile_py, log = (tmp_path / "tree" / "python" / "compile.py").resolve(), tmp_path / "log"
-    argv = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(compile_py), str(log)]
-    done = subprocess.run([*argv, *command], capture_output=True, text=True, check=False)
-    return done.returncode, log.read_text().splitlines() if log.is_file() else []
+def _launch(tmp_path: Path, *command: str) -> int:
+    compile_py = (tmp_path / "tree" / "python" / "compile.py").resolve()
+    argv = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(compile_py)]
+    argv.append(str(tmp_path / kernel_build.ENV_FILE))
+    return subprocess.run([*argv, *command], capture_output=True, check=False).returncode
 
 
-def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
+def test_launcher_skips_a_job_whose_code_object_is_there_and_passes_others_through(
     tmp_path: Path,
 ) -> None:
     failing = gen.KERNEL_SOURCE.format(helper="helpers", kernel="bwd_kernel_dq")
@@ -226,26 +232,32 @@ def test_launcher_logs_only_a_whole_result_and_passes_everything_else_through(
         target = tmp_path / "tree" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content if isinstance(content, bytes) else content.encode())
-    assert _launch(tmp_path, "sh", "-c", "exit 3") == (3, [])  # not a kernel job: unchanged
+    assert _launch(tmp_path, "sh", "-c", "exit 3") == 3  # not a kernel job: unchanged
     (tmp_path / "out").mkdir()  # the generator makes the image folders
 
     def job(kernel: str, source: str, timeout: str) -> list[str]:
         out = tmp_path / "out" / f"{kernel}-{timeout}.hsaco"
         src = tmp_path / "tree" / "modules" / "flash" / "kernel" / source
-        one = kernel_store.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
+        one = kernel_build.Job(1, "default", sys.executable, str(out), str(src), kernel, 4, 1, 1,
                               "gfx1151", "*fp16:16, i32, 16")  # fmt: skip
         compile_py = tmp_path / "tree" / "python" / "compile.py"
-        argv = kernel_store.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
+        argv = kernel_build.compile_argv(one, sys.executable, compile_py, out, timeout=timeout)
         return ["cmake", "-E", "env", f"TRITON_CACHE_DIR={tmp_path}/tc", *argv]
 
-    code, logged = _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0"))
-    assert code == 0 and logged == [str(tmp_path / "out" / "attn_fwd-0.hsaco")]
-    # compile.py --timeout > 0 exits 0 on a failed compile and leaves an empty code object
-    code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0"))
-    assert code == 0 and len(logged) == 1
+    def runs() -> int:  # the stand-in compile.py logs each run
+        log = tmp_path / "tc" / "compile.log"
+        return len(log.read_text().splitlines()) if log.is_file() else 0
+
+    assert _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0")) == 0 and runs() == 1
+    assert (tmp_path / "out" / "attn_fwd-0.hsaco").stat().st_size > 0
+    assert _launch(tmp_path, *job("attn_fwd", "fwd_kernel.py", "0")) == 0 and runs() == 1
+    # compile.py --timeout > 0 exits 0 on a failed compile and leaves an empty code object,
+    # which is no reason to skip the job
+    assert _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0")) == 0
     assert (tmp_path / "out" / "bwd_kernel_dq-8.0.hsaco").read_bytes() == b""
-    code, logged = _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0"))
-    assert code != 0 and len(logged) == 1
+    assert _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "8.0")) == 0
+    assert runs() == 3
+    assert _launch(tmp_path, *job("bwd_kernel_dq", "bwd_kernel_dq.py", "0")) != 0
 
 
 def test_launcher_gives_a_kernel_job_the_keys_triton_settings_only(
@@ -265,7 +277,7 @@ def test_launcher_gives_a_kernel_job_the_keys_triton_settings_only(
     monkeypatch.setenv("AMDGCN_USE_BUFFER_OPS", "1")
     monkeypatch.setenv("TRITON_SOMETHING", "1")
     out = tmp_path / "k.hsaco"
-    assert _launch(tmp_path, sys.executable, str(compile_py), "-o", str(out)) == (0, [str(out)])
+    assert _launch(tmp_path, sys.executable, str(compile_py), "-o", str(out)) == 0
     env = json.loads(out.with_suffix(".json").read_text())
     assert env["TRITON_DEFAULT_FP_FUSION"] == "0" and "PATH" in env
     assert "AMDGCN_USE_BUFFER_OPS" not in env and "TRITON_SOMETHING" not in env

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rocmfa.builds import kernel_build
 from rocmfa.builds import kernel_check as kc
-from rocmfa.builds import kernel_store
 from rocmfa.env import archs
 from rocmfa.plumbing import options
 from rocmfa.plumbing.errors import UserError
@@ -39,7 +39,7 @@ def add_files(repo: Path, files: dict[str, str | bytes], message: str) -> str:
 
 
 def write_compiler_pin(pins: Path, commit: str, triton: str = "3.5.1") -> None:
-    (pins / kernel_store.PINS_FILE).write_text(
+    (pins / kernel_build.PINS_FILE).write_text(
         f'[compiler.{commit}]\naotriton = "0.13b"\ntriton = "{triton}"\n'
     )
 
@@ -56,7 +56,7 @@ class Tree:
         return {
             "ROCMFA_PINS_DIR": str(self.pins),
             "ROCMFA_PATCHES_DIR": str(self.patches),
-            kernel_store.PYTHON_ENV: sys.executable,
+            kernel_build.PYTHON_ENV: sys.executable,
             **st.FILE_PROTOCOL_ENV,
         }
 
@@ -99,11 +99,13 @@ REAL_LINES = [
 ]
 
 
-def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
-    job = kernel_store.parse_line(REAL_LINES[0], 1)
+def test_real_bare_compile_lines_parse_and_give_the_real_argv(tmp_path: Path) -> None:
+    bare = tmp_path / "Bare.compile"
+    bare.write_text("".join(line + "\n" for line in REAL_LINES))
+    job = kernel_build.read_jobs(bare)[0]
     assert (job.kernel, job.num_warps, job.num_stages, job.waves_per_eu) == ("attn_fwd", 4, 1, 2)
     assert job.signature.startswith("*fp16:16, *fp16:16, 0, fp32")
-    argv = kernel_store.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
+    argv = kernel_build.compile_argv(job, "py", Path("/t/python/compile.py"), Path("/o/x.hsaco"))
     # v3src/CMakeLists.txt @ 6e00ef3e, add_custom_command(OUTPUT ${HSACO})
     assert argv[:3] == ["py", "/t/python/compile.py", job.source]
     assert argv[3:] == [
@@ -111,17 +113,18 @@ def test_real_bare_compile_lines_parse_and_give_the_real_argv() -> None:
         "--num_stages", "1", "--waves_per_eu", "2", "--target", "gfx1151", "--signature",
         job.signature, "--timeout", "0",
     ]  # fmt: skip
-    with pytest.raises(kernel_store.JobListError, match="line 3"):
-        kernel_store.parse_line("a;b;c", 3)
+    bare.write_text(REAL_LINES[0] + "\n\na;b;c\n")  # a blank line is no job
+    with pytest.raises(UserError, match="line 3"):
+        kernel_build.read_jobs(bare)
 
 
-def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_store.Job]:
+def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_build.Job]:
     jobs, line = [], 0
     for kernel, warps, stages, waves, count in spec:
         for _ in range(count):
             line += 1
             jobs.append(
-                kernel_store.Job(
+                kernel_build.Job(
                     line,
                     "default",
                     "p",
@@ -140,15 +143,16 @@ def _jobs(spec: list[tuple[str, int, int, int, int]]) -> list[kernel_store.Job]:
 
 def test_sample_covers_every_family_and_every_distinct_triple() -> None:
     jobs = _jobs([("a", 4, 1, 2, 50), ("a", 4, 1, 1, 10), ("b", 2, 1, 0, 30), ("c", 4, 1, 1, 3)])
-    full = kernel_store.sample(jobs)
-    assert {j.combo for j in full} == {j.combo for j in jobs} and len(full) == 4
-    small = kernel_store.sample(jobs, 3)
+    full = kernel_build.sample(jobs)
+    combos = {kernel_build.combo(j) for j in jobs}
+    assert set(map(kernel_build.combo, full)) == combos and len(full) == 4
+    small = kernel_build.sample(jobs, 3)
     assert {j.kernel for j in small} == {"a", "b", "c"}
-    big = kernel_store.sample(jobs, 20)
-    assert len(big) == 20 and {j.combo for j in full} <= {j.combo for j in big}
+    big = kernel_build.sample(jobs, 20)
+    assert len(big) == 20 and combos <= set(map(kernel_build.combo, big))
     assert [j.line for j in big] == sorted(j.line for j in big)
-    with pytest.raises(ValueError, match="3 kernel families"):
-        kernel_store.sample(jobs, 2)
+    with pytest.raises(UserError, match="3 kernel families"):
+        kernel_build.sample(jobs, 2)
 
 
 # --- the session against the stand-in tree ------------------------------------------------------
@@ -170,8 +174,8 @@ def test_kernel_check_compiles_the_sample_and_a_rerun_comes_from_the_store(
         assert re.search(rf"^{family}\s+{count}\s", out, re.MULTILINE)
     assert "kernel check: gfx1151 OK" in out
     # every sampled job left its real outputs where Bare.compile says
-    jobs = kernel_store.read_jobs(build / "Bare.compile")
-    chosen = kernel_store.sample(jobs)
+    jobs = kernel_build.read_jobs(build / "Bare.compile")
+    chosen = kernel_build.sample(jobs)
     for job in chosen:
         assert Path(job.hsaco).read_bytes().startswith(b"\x7fELF-standin-")
         assert json.loads(Path(job.hsaco).with_suffix(".json").read_text())["compile_status"]
@@ -232,19 +236,19 @@ def test_arch_the_tree_cannot_generate_is_one_line(tree: Tree, tmp_path: Path) -
 def test_dry_run_lists_venv_generator_and_compile_runs_nothing(
     tree: Tree, tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    monkeypatch.delenv(kernel_store.PYTHON_ENV)
+    monkeypatch.delenv(kernel_build.PYTHON_ENV)
     work = tmp_path / "work"
     kc.kernel_check(check(work, "--dry-run", "--sample", "5"))
     out = capsys.readouterr().out
     assert "-m venv --clear" in out and "triton==3.5.1" in out
     assert "-m aotriton.generate --root_dir" in out and "--target_gpus gfx1151_mod0" in out
-    assert "python/compile.py SRC.py --kernel_name KERNEL -o OUT.hsaco -g 1,1,1" in out
+    assert "python/compile.py SRC.py --kernel_name KERNEL -o OUT -g 1,1,1" in out
     assert "5 jobs" in out
     assert not work.exists()
 
 
 def test_pin_without_a_recorded_triton_is_refused(tree: Tree, tmp_path: Path) -> None:
-    (tree.pins / kernel_store.PINS_FILE).write_text("")
+    (tree.pins / kernel_build.PINS_FILE).write_text("")
     with pytest.raises(UserError, match="no Triton recorded for AOTriton"):
         kc.kernel_check(check(tmp_path / "work"))
 
@@ -284,12 +288,12 @@ def test_nox_session_runs_standalone(tree: Tree, tmp_path: Path) -> None:
 def _one_job(tree: Tree, work: Path):
     kc.kernel_check(check(work, "--sample", "4"))
     build = work / "build" / "kernel-check" / "aotriton-gfx1151"
-    job = kernel_store.sample(kernel_store.read_jobs(build / "Bare.compile"))[0]
+    job = kernel_build.sample(kernel_build.read_jobs(build / "Bare.compile"))[0]
     compile_py = work / "src" / "aotriton" / "python" / "compile.py"
-    compiler = kernel_store.Compiler(sys.executable, compile_py)
+    compiler = kernel_build.Compiler(sys.executable, compile_py)
     _, standin = kc.tree_for(archs.get_arch("gfx1151"), work)
     ctx = standin.key_context()  # the key the check itself used
-    return job, ctx.key(job, kernel_store.source_digests([job])), compiler
+    return job, ctx.key(job, kernel_build.source_digests([job])), compiler
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
@@ -299,18 +303,18 @@ def test_damaged_entry_is_recompiled_never_installed(
     work = tmp_path / "work"
     job, key, compiler = _one_job(tree, work)
     lines: list[str] = []
-    store = kernel_store.open_store(None, work, "gfx1151", say=lines.append)
+    store = kernel_build.open_store(None, work, "gfx1151", say=lines.append)
     assert store is not None and store.local is not None
-    entry = store.local._path(key)
+    entry = work / ".cache" / kernel_build.LOCAL_DIR / "gfx1151" / key[:2] / f"{key}.kernel"
     good = entry.read_bytes()
     bad = good[:-7] if damage == "truncated" else good[:-1] + bytes([good[-1] ^ 1])
     entry.write_bytes(bad)
     out = tmp_path / "out" / "k.hsaco"
-    how, _ = kernel_store.build_kernel(job, key, compiler, store, out)
+    how, _ = kernel_build.build_kernel(job, key, compiler, store, out)
     assert how == "compiled"
     assert any(f"damaged entry {key[:16]}" in line for line in lines)
     assert entry.read_bytes() == good  # replaced by the fresh compile
-    assert kernel_store.unpack(good)[0] == out.read_bytes()
+    assert kernel_build.unpack(good)[0] == out.read_bytes()
 
 
 def test_unreachable_store_is_one_warning_and_a_local_compile(tree: Tree, tmp_path: Path) -> None:
@@ -318,9 +322,9 @@ def test_unreachable_store_is_one_warning_and_a_local_compile(tree: Tree, tmp_pa
     job, key, compiler = _one_job(tree, work)
     lines: list[str] = []
     dead = f"redis://127.0.0.1:{_closed_port()}"
-    store = kernel_store.open_store(dead, tmp_path / "other", "gfx1151", say=lines.append)
+    store = kernel_build.open_store(dead, tmp_path / "other", "gfx1151", say=lines.append)
     assert store is not None and store.shared is None
-    how, _ = kernel_store.build_kernel(job, key, compiler, store, tmp_path / "o" / "k.hsaco")
+    how, _ = kernel_build.build_kernel(job, key, compiler, store, tmp_path / "o" / "k.hsaco")
     assert how == "compiled"
     warnings = [line for line in lines if line.startswith("WARNING")]
     assert (
@@ -339,6 +343,8 @@ def _closed_port() -> int:
 def test_shared_store_serves_a_second_machine_and_read_only_writes_nothing(
     tree: Tree, tmp_path: Path
 ) -> None:
+    import redis
+
     from tests.support.shared_cache import REDIS, redis_server
 
     if REDIS is None:
@@ -350,15 +356,14 @@ def test_shared_store_serves_a_second_machine_and_read_only_writes_nothing(
         build = "build/kernel-check/aotriton-gfx1151"
         got = json.loads((second / build / kc.SUMMARY).read_text())
         assert all(f["from_store"] == f["sampled"] for f in got["families"].values())
-        store = kernel_store.open_store(url, tmp_path / "m4", "gfx1151", say=print)
-        assert store is not None and isinstance(store.shared, kernel_store.RedisBackend)
-        stored = store.shared.client.dbsize()
+        client = redis.Redis.from_url(url)
+        stored = client.dbsize()
         assert stored == gen.combos()
         # read_only=1: a third machine compiles the one job that is not there, writes nothing
         kc.kernel_check(check(third, "--cache", url + "?read_only=1", "--sample", "8"))
         got = json.loads((third / build / kc.SUMMARY).read_text())
         assert sum(f["compiled"] for f in got["families"].values()) == 1
-        assert store.shared.client.dbsize() == stored
+        assert client.dbsize() == stored
 
 
 def test_a_shared_directory_serves_a_second_workdir(tree: Tree, tmp_path: Path, capsys) -> None:
@@ -384,42 +389,42 @@ def test_redis_credentials_come_from_the_environment(tmp_path: Path, monkeypatch
 
     if REDIS is None:
         pytest.skip("redis-server not installed")
-    blob = kernel_store.pack(b"\x7fELF code", b"{}")
+    blob = kernel_build.pack(b"\x7fELF code", b"{}")
     with redis_server(tmp_path / "redis", "--requirepass", "s3cr3t") as url:
         lines: list[str] = []
-        store = kernel_store.open_store(url, tmp_path / "a", "gfx1151", say=lines.append)
+        store = kernel_build.open_store(url, tmp_path / "a", "gfx1151", say=lines.append)
         assert store is not None and store.get("ab" * 32) is None and store.shared is None
         assert len(lines) == 1 and "compiling locally" in lines[0] and "s3cr3t" not in lines[0]
         monkeypatch.setenv("SCCACHE_REDIS_PASSWORD", "s3cr3t")
-        store = kernel_store.open_store(url, tmp_path / "b", "gfx1151", say=lines.append)
+        store = kernel_build.open_store(url, tmp_path / "b", "gfx1151", say=lines.append)
         assert store is not None and store.shared is not None
         store.put("ab" * 32, blob)
-        again = kernel_store.open_store(url + "/0", tmp_path / "c", "gfx1151", say=lines.append)
+        again = kernel_build.open_store(url + "/0", tmp_path / "c", "gfx1151", say=lines.append)
         assert again is not None and again.get("ab" * 32) == blob and len(lines) == 1
 
 
 @pytest.mark.skipif(
-    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kernel_store.PYTHON_ENV),
+    not os.environ.get("ROCMFA_REAL_AOTRITON_TREE") or not os.environ.get(kernel_build.PYTHON_ENV),
     reason="set ROCMFA_REAL_AOTRITON_TREE (a checkout of ROCm/aotriton at the pinned commit) and "
     "ROCMFA_KERNEL_PYTHON (a Python with the recorded triton) to run the real check",
 )
 def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     real = Path(os.environ["ROCMFA_REAL_AOTRITON_TREE"])
     commit = st.git(real, "rev-parse", "HEAD")
-    triton = kernel_store.recorded_triton(commit)
+    triton = kernel_build.recorded_triton(commit)
     assert triton, f"no Triton recorded for {commit}"
     work = tmp_path / "work"
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(real), str(src)], check=True)
-    tree = kc.Tree(src, "aotriton", commit, "gfx1151", ("gfx1151_mod0",), triton)
+    tree = kc.Tree(src, commit, "gfx1151", triton)
     runner = kc.Runner()
     summary = kc.run_check(tree, work=work, runner=runner, cache=None, jobs=2, size=7)
     assert summary is not None and summary["sampled"] == 7 and summary["jobs"] > 10000
     assert sum(f["compiled"] for f in summary["families"].values()) == 7
 
 
-REAL_PYTHON = os.environ.get(kernel_store.PYTHON_ENV)
+REAL_PYTHON = os.environ.get(kernel_build.PYTHON_ENV)
 # The signature of the first job of the real gfx1151 Bare.compile (0.13b, 6e00ef3e).
 REAL_SIGNATURE = (
     "*fp16:16, *fp16:16, *fp16:16, 0, 0, fp32, *fp32:16, *fp16:16, 0, 0, 0, 0, 0, u64:8, u64:8, "
@@ -437,7 +442,7 @@ def test_the_settings_list_is_the_installed_tritons(monkeypatch) -> None:
     knobs_py = subprocess.run(where, capture_output=True, text=True, check=True).stdout.strip()
     named = set(re.findall(r'env_\w+\("([A-Z0-9_]+)"', Path(knobs_py).read_text()))
     assert "TRITON_DEFAULT_FP_FUSION" in named and "AMDGCN_USE_BUFFER_OPS" in named
-    assert named <= set(kernel_store.triton_info(str(REAL_PYTHON))["knobs"])
+    assert named <= set(kernel_build.triton_info(str(REAL_PYTHON))["knobs"])
     monkeypatch.setenv("TRITON_NOT_A_SETTING", "1")  # named in the plan, kept in the key
     line = kc.settings_line(str(REAL_PYTHON))
     assert line.endswith("TRITON_NOT_A_SETTING: not read by this Triton, kept in the key")
@@ -456,7 +461,7 @@ def test_real_job_key_holds_the_settings_and_its_bytes_no_path(tmp_path: Path, m
 
     real = Path(os.environ["ROCMFA_REAL_AOTRITON_TREE"])
     commit = st.git(real, "rev-parse", "HEAD")
-    store = kernel_store.open_store(str(tmp_path / "shared"), tmp_path / "w", "gfx1151", say=print)
+    store = kernel_build.open_store(str(tmp_path / "shared"), tmp_path / "w", "gfx1151", say=print)
 
     def compiled(name: str) -> tuple[str, str, bytes]:
         src = tmp_path / name
@@ -464,12 +469,12 @@ def test_real_job_key_holds_the_settings_and_its_bytes_no_path(tmp_path: Path, m
             shutil.copytree(real / part, src / part, dirs_exist_ok=True)
         out = tmp_path / f"out-{name}" / "k.hsaco"
         source = str(src / "modules/flash/kernel/fwd_kernel.py")
-        job = kernel_store.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
+        job = kernel_build.Job(1, "default", "", str(out), source, "attn_fwd", 4, 1, 2, "gfx1151",
                               REAL_SIGNATURE)  # fmt: skip
-        ctx = kernel_store.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
-        key = ctx.key(job, kernel_store.source_digests([job]))
-        compiler = kernel_store.Compiler(str(REAL_PYTHON), src / "python/compile.py", dict(ctx.env))
-        how, _ = kernel_store.build_kernel(job, key, compiler, store if name != "b" else None)
+        ctx = kernel_build.key_context("3.5.1", commit, "gfx1151", src, REAL_PYTHON)
+        key = ctx.key(job, kernel_build.source_digests([job]))
+        compiler = kernel_build.Compiler(str(REAL_PYTHON), src / "python/compile.py", dict(ctx.env))
+        how, _ = kernel_build.build_kernel(job, key, compiler, store if name != "b" else None)
         return key, how, out.read_bytes()
 
     key_a, how_a, code_a = compiled("a")
@@ -530,29 +535,30 @@ def test_build_aotriton_checks_kernels_before_cmake(
 def test_store_form_s3_round_trip_and_read_only(tmp_path: Path, monkeypatch) -> None:
     """S3 goes through the team index's store (rocmfa.plumbing.team_index): moto's real S3
     server. A WebDAV --cache is sccache's alone: the kernels stay in the local directory."""
+    from rocmfa.plumbing.team_index import S3Store
     from tests.support import shared_cache
 
     if shared_cache.MOTO is None:
         pytest.skip("moto_server not installed (pip install 'moto[server]')")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    blob = kernel_store.pack(b"\x7fELF code", b'{"compile_status": "Complete"}')
+    blob = kernel_build.pack(b"\x7fELF code", b'{"compile_status": "Complete"}')
     with shared_cache.s3_server("ci-kernels") as endpoint:
         cache = f"s3://ci-kernels/team?endpoint={endpoint}"
         lines: list[str] = []
-        writer = kernel_store.open_store(cache, tmp_path / "a", "gfx1151", say=lines.append)
-        assert writer is not None and isinstance(writer.shared, kernel_store.S3Backend), lines
+        writer = kernel_build.open_store(cache, tmp_path / "a", "gfx1151", say=lines.append)
+        assert writer is not None and writer.shared is not None, lines
         writer.put("ab" * 32, blob)
-        assert writer.shared.store.read(f"{'ab' * 32}.kernel") is not None
-        assert writer.shared.store.target("x") == "s3://ci-kernels/team/rocmfa-kernels/gfx1151/x"
-        reader = kernel_store.open_store(cache, tmp_path / "b", "gfx1151", say=lines.append)
+        s3 = S3Store("ci-kernels", "team/rocmfa-kernels/gfx1151", endpoint)
+        assert s3.read(f"{'ab' * 32}.kernel") == blob
+        reader = kernel_build.open_store(cache, tmp_path / "b", "gfx1151", say=lines.append)
         assert reader is not None and reader.get("ab" * 32) == blob
         assert reader.get("cd" * 32) is None and lines == []
-        ro = kernel_store.open_store(cache + "&read_only=1", tmp_path / "c", "gfx1151", say=print)
+        ro = kernel_build.open_store(cache + "&read_only=1", tmp_path / "c", "gfx1151", say=print)
         assert ro is not None and ro.read_only
         ro.put("ef" * 32, blob)
         assert reader.get("ef" * 32) is None
-    dav = kernel_store.open_store("http://127.0.0.1:1/dav", tmp_path / "d", "gfx1151", say=print)
+    dav = kernel_build.open_store("http://127.0.0.1:1/dav", tmp_path / "d", "gfx1151", say=print)
     assert dav is not None and dav.shared is None and dav.local is not None
 
 
@@ -573,7 +579,7 @@ def test_the_check_makes_its_own_venv_with_the_recorded_triton_from_the_index(
         module = "yaml" if name == "pyyaml" else name
         make_wheel(wheels, name, "1.0", files={f"{module}/__init__.py": ""})
     pep503.write_index(wheels, tmp_path / "www")
-    monkeypatch.delenv(kernel_store.PYTHON_ENV)
+    monkeypatch.delenv(kernel_build.PYTHON_ENV)
     for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this index only: no machine pip config

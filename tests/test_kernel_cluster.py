@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import kernel_build, kernel_store
+from rocmfa.builds import kernel_build
 from rocmfa.builds import kernel_check as kc
 from rocmfa.env import archs
 from rocmfa.plumbing.commands import Runner
@@ -59,15 +59,15 @@ def _generated_tree(tmp_path: Path, monkeypatch, extra=None) -> kc.Tree:
 
 
 def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
-    store = kernel_store.open_store(url, tmp, "gfx1151", say=print)
+    store = kernel_build.open_store(url, tmp, "gfx1151", say=print)
     assert store is not None and store.shared is not None
-    jobs = kernel_store.read_jobs(tree.build / "Bare.compile")
-    ctx, sources = tree.key_context(), kernel_store.source_digests(jobs)
+    jobs = kernel_build.read_jobs(tree.build / "Bare.compile")
+    ctx, sources = tree.key_context(), kernel_build.source_digests(jobs)
     whole = 0
     for job in jobs:
         blob = store.shared.get(ctx.key(job, sources))
-        assert blob is not None, job.describe()
-        kernel_store.unpack(blob)  # raises on a partial entry
+        assert blob is not None, job.line
+        kernel_build.unpack(blob)  # raises on a partial entry
         whole += 1
     return whole
 
@@ -84,7 +84,7 @@ def test_two_workers_compile_every_job_into_the_store(tmp_path: Path, monkeypatc
     from tests.support.dask_cluster import dask_cluster
 
     tree = _generated_tree(tmp_path, monkeypatch)
-    env = {kernel_store.PYTHON_ENV: sys.executable}
+    env = {kernel_build.PYTHON_ENV: sys.executable}
     with (
         redis_server(tmp_path / "redis") as store_url,
         dask_cluster(tmp_path / "dask", 2, env) as (
@@ -111,7 +111,7 @@ def test_killed_worker_job_is_retried_and_leaves_nothing_partial(
     tree = _generated_tree(tmp_path, monkeypatch, {"modules/flash/kernel/fwd_kernel.py": hanging})
     hang = tmp_path / "hang"
     hang.mkdir()
-    env = {kernel_store.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
+    env = {kernel_build.PYTHON_ENV: sys.executable, "STANDIN_HANG_DIR": str(hang)}
     with (
         redis_server(tmp_path / "redis") as store_url,
         dask_cluster(tmp_path / "dask", 2, env) as (
@@ -156,7 +156,7 @@ def test_workers_need_a_shared_writable_store() -> None:
     plan = Runner(dry_run=True)  # the checks before any work, no scheduler reached
     with pytest.raises(UserError, match="needs a shared --cache"):
         kernel_build.require("tcp://127.0.0.1:8786", None, plan)
-    with pytest.raises(UserError, match=r"needs a shared --cache \(a directory"):
+    with pytest.raises(UserError, match=r"needs a shared --cache, not read_only=1 \(a directory"):
         kernel_build.require("tcp://h:1", "https://dav.lab/cache", plan)  # sccache's
     with pytest.raises(UserError, match="read_only=1"):
         kernel_build.require("tcp://h:1", "redis://h:1?read_only=1", plan)

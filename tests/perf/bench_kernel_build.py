@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import io
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -34,7 +35,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from rocmfa.builds import kernel_build, kernel_store  # noqa: E402
+from rocmfa.builds import kernel_build  # noqa: E402
 from rocmfa.builds import kernel_check as kc  # noqa: E402
 from rocmfa.plumbing.commands import Runner  # noqa: E402
 from tests.perf.bench_kernel_store import finish, load  # noqa: E402
@@ -43,17 +44,16 @@ from tests.support import aotriton_generator_standin as gen  # noqa: E402
 CMAKE = shutil.which("cmake") or "cmake"
 
 
-def v3src_command(job: kernel_store.Job, compile_py: Path, build: Path) -> list[str]:
+def v3src_command(job: kernel_build.Job, compile_py: Path, build: Path) -> list[str]:
     """The COMMAND of v3src/CMakeLists.txt @ 6e00ef3e for one job (after the shell)."""
     env = [f"TRITON_CACHE_DIR={build}/triton-cache.{job.venv}", "TRITON_F32_DEFAULT=ieee"]
     env.append("TRITON_STORE_BINARY_ONLY=1")
-    argv = kernel_store.compile_argv(job, job.python, compile_py, Path(job.hsaco))
+    argv = kernel_build.compile_argv(job, job.python, compile_py, Path(job.hsaco))
     return [CMAKE, "-E", "env", *env, *argv]
 
 
 def launch(kernels: kernel_build.KernelBuild, command: list[str]) -> float:
-    argv = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER)]
-    argv += [str(kernels.compile_py), str(kernels.log), *command]
+    argv = [*shlex.split(kernels.launcher()), *command]  # as Ninja starts it
     began = time.perf_counter()
     subprocess.run(argv, check=True)
     return time.perf_counter() - began
@@ -76,17 +76,17 @@ def launcher_cost(root: Path, n: int) -> dict[str, object]:
         (tree / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     source = tree / "modules" / gen.KERNELS[0][0]
     out = root / "build" / "k.hsaco"
-    job = kernel_store.Job(1, "default", sys.executable, str(out), str(source), "attn_fwd", 4, 1,
+    job = kernel_build.Job(1, "default", sys.executable, str(out), str(source), "attn_fwd", 4, 1,
                           2, "gfx1151", "*fp16:16, fp32, i32, 16, False")  # fmt: skip
     kernels = kernel_build.KernelBuild(
-        tree, root / "build", kernel_store.KernelStore(None), "fork", "bench", None, "0" * 40
+        tree, root / "build", kernel_build.KernelStore(None), "bench", None, "0" * 40
     )
     command = v3src_command(job, tree / "python" / "compile.py", root / "build")
     out.parent.mkdir(parents=True)
     compile_ms = mean_ms(command, max(5, n // 10))  # the stand-in compile itself, a miss
-    out.with_suffix(kernel_build.STAGED).touch()
-    launcher = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(kernels.compile_py)]
-    launcher.append(str(kernels.log))
+    compile_py = (tree / "python" / "compile.py").resolve()  # its run above left k.hsaco: a hit
+    launcher = [sys.executable, "-I", "-S", str(kernel_build.LAUNCHER), str(compile_py)]
+    launcher.append(str(kernels.build / kernel_build.ENV_FILE))
     return {
         "python_I_S_pass_ms": mean_ms([sys.executable, "-I", "-S", "-c", "pass"], n),
         "launcher_staged_hit_ms": mean_ms([*launcher, *command], n),
@@ -114,28 +114,29 @@ def staging_cost(root: Path, n: int) -> dict[str, object]:
         for name in ("filled_from_redis", "local_directory"):
             build = root / "build"
             jobs = [
-                kernel_store.Job(i + 1, "default", sys.executable,
+                kernel_build.Job(i + 1, "default", sys.executable,
                                 str(build / "v3src" / "k" / f"attn_fwd-{i}.hsaco"), source,
                                 "attn_fwd", 4, 1, 2, "gfx1151", f"*fp16:16, i32, {i}")
                 for i in range(n)
             ]  # fmt: skip
             (build / "v3src" / "k").mkdir(parents=True, exist_ok=True)
             (build / kernel_build.BARE).write_text("".join(_line(j) + "\n" for j in jobs))
-            store = kernel_store.open_store(url, root / name, "gfx1151", say=print)
+            store = kernel_build.open_store(url, root / name, "gfx1151", say=print)
             assert store is not None
-            kernels = kernel_build.KernelBuild(tree, build, store, "pypi", "3.5.1", None, "0" * 40)
+            kernels = kernel_build.KernelBuild(tree, build, store, "3.5.1", None, "0" * 40)
             if name == "filled_from_redis":  # machine 1 put every entry there
-                context, sources = kernels.key_context(), kernel_store.source_digests(jobs)
+                context = kernel_build.key_context("3.5.1", "0" * 40, None, tree, build=False)
+                sources = kernel_build.source_digests(jobs)
                 for job in jobs:
-                    blob = kernel_store.pack(os.urandom(25_000), b'{"num_warps": 4}')
+                    blob = kernel_build.pack(os.urandom(25_000), b'{"num_warps": 4}')
                     store.put(context.key(job, sources), blob)
-                store = kernel_store.open_store(url, root / "empty", "gfx1151", say=print)
+                store = kernel_build.open_store(url, root / "empty", "gfx1151", say=print)
                 assert store is not None
                 kernels.store = store
             began = time.perf_counter()
             kernels.stage(Runner(out=io.StringIO()))
             wall = time.perf_counter() - began
-            assert kernels.staged == n, kernels.staged
+            assert len(kernels.hits) == n, len(kernels.hits)
             kernels.harvest(Runner(out=io.StringIO()))
             shutil.rmtree(build)
             result[name] = {"wall_s": round(wall, 2), "per_job_ms": round(wall / n * 1000, 2)}
@@ -201,18 +202,18 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
     commit = subprocess.run(
         ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    version = kernel_store.recorded_triton(commit) or ""
-    tree = kc.Tree(src, "aotriton", commit, "gfx1151", ("gfx1151_mod0",), version)
+    version = kernel_build.recorded_triton(commit) or ""
+    tree = kc.Tree(src, commit, "gfx1151", version)
     began = time.monotonic()
     kc.generate(tree, python, Runner(out=io.StringIO()))
     generator_s = time.monotonic() - began
-    chosen = kernel_store.sample(kernel_store.read_jobs(tree.build / "Bare.compile"), n)
+    chosen = kernel_build.sample(kernel_build.read_jobs(tree.build / "Bare.compile"), n)
     out: dict[str, object] = {"generator_s": round(generator_s, 1), "jobs": len(chosen)}
     store_dir = root / "real" / "store"
     for name in ("machine_1", "machine_2"):
         build = root / "real" / name
         jobs = [
-            kernel_store.Job(j.line, j.venv, python, str(build / "v3src" / f"{j.line}.hsaco"),
+            kernel_build.Job(j.line, j.venv, python, str(build / "v3src" / f"{j.line}.hsaco"),
                             j.source, j.kernel, j.num_warps, j.num_stages, j.waves_per_eu,
                             j.target, j.signature)
             for j in chosen
@@ -220,8 +221,8 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
         bare = build / kernel_build.BARE
         bare.parent.mkdir(parents=True)
         bare.write_text("".join(_line(j) + "\n" for j in jobs))
-        store = kernel_store.KernelStore(kernel_store.DirBackend(store_dir))
-        kernels = kernel_build.KernelBuild(src, build, store, "pypi", version, None, commit)
+        store = kernel_build.KernelStore(kernel_build.directory(store_dir))
+        kernels = kernel_build.KernelBuild(src, build, store, version, None, commit)
         runner = Runner(out=io.StringIO())
         began = time.perf_counter()
         kernels.stage(runner)
@@ -232,7 +233,7 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
         kernels.harvest(runner)
         harvest = time.perf_counter() - began
         out[name] = {
-            "staged": kernels.staged,
+            "staged": len(kernels.hits),
             "stage_s": round(staging, 3),
             "per_job_s": [round(t, 3) for t in times],
             "harvest_s": round(harvest, 3),
@@ -245,7 +246,7 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
     return out
 
 
-def _line(job: kernel_store.Job) -> str:
+def _line(job: kernel_build.Job) -> str:
     fields = [job.venv, job.python, job.hsaco, job.source, job.kernel, job.num_warps,
               job.num_stages, job.waves_per_eu, job.target, job.signature]  # fmt: skip
     return ";".join(str(f) for f in fields)

@@ -1,7 +1,7 @@
 """Measure AOTriton's real kernel compiles on this CPU-only machine (docs/kernel-check.md):
 
 1. `nox -s kernel_check -- --arch gfx1151 --cache none` end to end (generator + sample);
-2. a sample of real jobs (kernel_store.sample, default 200) on "machine 1" (own work dir, 2
+2. a sample of real jobs (kernel_build.sample, default 200) on "machine 1" (own work dir, 2
    threads) into a shared store (a real redis-server on loopback), then the same jobs on
    "machine 2" (another work dir) from that store: the ratio of their wall times;
 3. a (smaller) sample through the Dask engine, cold: one worker process, then two (a fresh
@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rocmfa.builds import kernel_build, kernel_store
+from rocmfa.builds import kernel_build
 from rocmfa.builds import kernel_check as kc
 from rocmfa.plumbing.commands import Runner
 from tests.support.shared_cache import redis_server
@@ -43,14 +43,14 @@ def machine(
 ) -> dict[str, object]:
     """All jobs on one 'machine': its own dirs and Triton cache, the shared store at url."""
     here = root / name
-    store = kernel_store.open_store(url, here, tree.arch, say=print)
+    store = kernel_build.open_store(url, here, tree.arch, say=print)
     assert store is not None and store.shared is not None
-    compiler = kernel_store.Compiler(python, tree.src / "python" / "compile.py")  # cache per job
+    compiler = kernel_build.Compiler(python, tree.src / "python" / "compile.py")  # cache per job
     began = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
             pool.map(
-                lambda job: kernel_store.build_kernel(
+                lambda job: kernel_build.build_kernel(
                     job, keys[job.line], compiler, store, here / "out" / f"{job.line}.hsaco"
                 ),
                 jobs,
@@ -83,7 +83,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
     src = work / "src" / "aotriton"
     src.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(args.tree), str(src)], check=True)
-    os.environ[kernel_store.PYTHON_ENV] = (
+    os.environ[kernel_build.PYTHON_ENV] = (
         args.python
     )  # the keys name its Triton build, as the workers'
     env = dict(os.environ)
@@ -94,10 +94,8 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
         commit = subprocess.run(
             ["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
-        tree = kc.Tree(src, "aotriton", commit, args.arch, (f"{args.arch}_mod0",), "")
-        tree = kc.Tree(
-            src, "aotriton", commit, args.arch, tree.gpus, kernel_store.recorded_triton(commit)
-        )
+        triton = kernel_build.recorded_triton(commit) or ""
+        tree = kc.Tree(src, commit, args.arch, triton)
         kc.generate(tree, args.python, Runner())
     else:
         began = time.monotonic()
@@ -114,9 +112,8 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, object]:
         }
         print("kernel_check:", out["kernel_check"], flush=True)
         commit = summary["aotriton_commit"]
-        tree = kc.Tree(src, "aotriton", commit, args.arch, tuple(summary["target_gpus"]),
-                       summary["triton"])  # fmt: skip
-    jobs = kernel_store.read_jobs(tree.build / "Bare.compile")
+        tree = kc.Tree(src, commit, args.arch, summary["triton"])
+    jobs = kernel_build.read_jobs(tree.build / "Bare.compile")
     parts = args.parts.split(",")
     if "store" in parts:
         out["shared_store"] = shared_store(root, tree, args.python, jobs, args.sample)
@@ -136,9 +133,9 @@ def finish(out: dict[str, object], path: Path | None) -> int:
 
 
 def shared_store(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str, object]:
-    chosen = kernel_store.sample(jobs, size)
+    chosen = kernel_build.sample(jobs, size)
     context = tree.key_context()
-    sources = kernel_store.source_digests(chosen)
+    sources = kernel_build.source_digests(chosen)
     keys = {job.line: context.key(job, sources) for job in chosen}
     with redis_server(root / "redis") as url:
         first = machine("machine-1", root, tree, python, chosen, keys, url)
@@ -160,13 +157,13 @@ def engine(root: Path, tree: kc.Tree, python: str, jobs, size: int) -> dict[str,
     """The same jobs, cold, on one worker then on two; what each worker keeps afterwards."""
     from tests.support.dask_cluster import dask_cluster
 
-    small = kernel_store.sample(jobs, size)
+    small = kernel_build.sample(jobs, size)
     result: dict[str, object] = {"jobs": len(small)}
     for workers in (1, 2):
         where = root / f"dask-{workers}"
         with (
             redis_server(root / f"redis-{workers}") as url,
-            dask_cluster(where, workers, {kernel_store.PYTHON_ENV: python}) as (scheduler, _),
+            dask_cluster(where, workers, {kernel_build.PYTHON_ENV: python}) as (scheduler, _),
         ):
             began = time.monotonic()
             counts = kernel_build.fan_out(tree, scheduler, url, Runner(), jobs=small)

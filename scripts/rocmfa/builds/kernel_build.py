@@ -1,63 +1,362 @@
-"""AOTriton's own (unpatched) build's kernels through the kernel store: staged before ninja,
-harvested after it through kernel_launcher.py; `--workers`: every job on a Dask cluster. The
-whole path and its guarantees: docs/kernel-check.md."""
+"""AOTriton's kernels (ROCm/aotriton 6e00ef3e: python/codegen/root.py write_hsaco writes
+Bare.compile, one compile job a line): the key that decides each code object, the store behind
+--cache, the one place a kernel is compiled, AOTriton's own build's jobs staged from the store
+before ninja (kernel_launcher.py skips them) and stored after it, and `--workers`: every job on
+a Dask cluster. What each part guarantees, and why: docs/kernel-check.md."""
 
-from __future__ import annotations
-
-import asyncio
 import contextlib
+import functools
 import hashlib
 import json
+import operator
 import os
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import compile_cache, kernel_store
-from rocmfa.builds.kernel_launcher import STAGED
-from rocmfa.plumbing import stamps
+from rocmfa.builds import compile_cache
+from rocmfa.builds.kernel_launcher import ENV_FILE, job_environ
+from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.sources.checkouts import last_line
+from rocmfa.sources.patches import patch_set_digest
 
-HERE = Path(__file__).resolve().parent
-LAUNCHER = HERE / "kernel_launcher.py"
-PROJECT_INCLUDE = HERE / "kernel_launcher.cmake"
+# Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
+# line info embeds the tree's and Triton's paths (.text is the same without it).
+COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1",
+               "TRITON_DISABLE_LINE_INFO": "1"}  # fmt: skip
+KEY_VERSION = 3
+MAGIC = b"ROCMFA-KERNEL/2\n"
+LOCAL_DIR = "aotriton-kernels"
+PINS_FILE = "kernel_compiler.toml"
+NO_TRITON = "no Triton recorded for AOTriton {:.12} in pins/" + PINS_FILE
+PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
+VENV = "kernel-check/venv-triton-{}"  # the check's own, under the work dir
+LAUNCHER = Path(__file__).resolve().with_name("kernel_launcher.py")
+PROJECT_INCLUDE = LAUNCHER.with_suffix(".cmake")
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
-ENV_FILE = "rocmfa-kernels-env.json"  # beside the log: kernel_launcher.py reads it
 MANIFEST = "rocmfa-kernels-keys.json"  # -o path -> the key last staged or let compile there
 THREADS = 8  # store requests in flight while staging / storing
+CONNECT_TIMEOUT = "5s"
 
 
-def pypi_triton(commit: str) -> str:
-    version = kernel_store.recorded_triton(commit)
-    if version is None:
-        raise UserError(f"--triton pypi: {kernel_store.no_triton(commit)}")
+# One line of Bare.compile (line: its number, from 1), and the combination the sample covers.
+Job = namedtuple("Job", "line venv python hsaco source kernel num_warps num_stages waves_per_eu "
+                 "target signature")  # fmt: skip
+combo = operator.attrgetter("kernel", "num_warps", "num_stages", "waves_per_eu")
+
+
+def read_jobs(path: Path) -> list[Job]:
+    jobs = []
+    for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        fields = text.split(";")  # the signature holds ', ' but no ';'
+        try:
+            jobs += [Job(line, *fields[:5], *map(int, fields[5:8]), *fields[8:])] if text else []
+        except (ValueError, TypeError):  # not 10 fields, or warps/stages/waves not numbers
+            raise UserError(f"Bare.compile line {line}: not the generator's 10 fields") from None
+    return jobs
+
+
+def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
+    """The first job of every combo; fewer: round-robin over the kernels; more: evenly spaced."""
+    firsts: dict[tuple[str, int, int, int], Job] = {}
+    for job in jobs:
+        firsts.setdefault(combo(job), job)
+    chosen = list(firsts.values())
+    kernels = list(dict.fromkeys(job.kernel for job in jobs))
+    if size is not None and size < len(kernels):
+        raise UserError(f"--sample {size} is below the {len(kernels)} kernel families of this "
+                        "target")  # fmt: skip
+    if size is not None and size < len(chosen):
+        groups = [[j for j in chosen if j.kernel == k] for k in kernels]
+        depth = max(len(g) for g in groups)
+        chosen = [g[d] for d in range(depth) for g in groups if d < len(g)][:size]
+    elif size is not None and size > len(chosen):
+        rest = [job for job in jobs if job not in firsts.values()]
+        extra = min(size - len(chosen), len(rest))
+        chosen += [rest[int(i * len(rest) / extra)] for i in range(extra)]
+    return sorted(chosen, key=lambda job: job.line)
+
+
+def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
+    """v3src/CMakeLists.txt's command (without cmake -E env); --timeout 0: a failure exits 1."""
+    return [
+        python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out),
+        "-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages),
+        "--waves_per_eu", str(job.waves_per_eu), "--target", job.target,
+        "--signature", job.signature, "--timeout", timeout,
+    ]  # fmt: skip
+
+
+def read_or_none(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def source_digests(jobs: Iterable[Job]) -> dict[str, str]:
+    """Per source: its folder's .py files (a kernel imports its siblings), by relative path."""
+    digests = {}
+    for source in {job.source for job in jobs}:
+        h, root = hashlib.sha256(), Path(source).parent
+        for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        digests[source] = h.hexdigest()
+    return digests
+
+
+def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
+    """The Triton settings env gives a compile: every knob Triton reads, and any TRITON_*."""
+    names, fixed = set(knobs), {"TRITON_CACHE_DIR", *COMPILE_ENV}
+    return {k: v for k, v in env.items() if (k in names or k[:7] == "TRITON_") and k not in fixed}
+
+
+@dataclass(frozen=True)
+class KeyContext:
+    """What every job of one tree shares in its key."""
+
+    triton: str  # version and wheel build (or the fork's commit)
+    patches: str
+    compiler: str  # sha256 of python/compile.py
+    env: tuple[tuple[str, str], ...] = ()  # settings(), sorted
+    knobs: tuple[str, ...] = ()  # what the Triton reads (dropped from a compile's environment)
+
+    def key(self, job: Job, sources: dict[str, str]) -> str:
+        env = sorted({**dict(self.env), **COMPILE_ENV}.items())  # job[5:]: kernel ... signature
+        fields = [KEY_VERSION, sources[job.source], job[5:], self.triton, self.patches, env]
+        return hashlib.sha256(json.dumps([*fields, self.compiler]).encode()).hexdigest()
+
+
+def key_context(triton: str, commit: str, arch: str | None, src: Path, python: str | None = None,
+                build: bool = True) -> KeyContext:  # fmt: skip
+    """The shared key part: python's Triton (default: the check's), its build, its settings."""
+    python = python or known_python(src.parents[1], recorded_triton(commit) or "")
+    info = triton_info(python) if python else {"build": None, "knobs": []}
+    env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
+    named = f"{triton} ({info['build']})" if info["build"] and build else triton
+    patches = patch_set_digest("aotriton", commit, arch=arch)
+    compiler = hashlib.sha256((src / "python/compile.py").read_bytes()).hexdigest()
+    return KeyContext(named, patches, compiler, env, tuple(info["knobs"]))
+
+
+class Damaged(ValueError):
+    """An entry (MAGIC, '<sha256 of the rest> <code object length>', code, .json) that is not."""
+
+
+def pack(hsaco: bytes, meta: bytes) -> bytes:
+    head = f"{hashlib.sha256(hsaco + meta).hexdigest()} {len(hsaco)}\n"
+    return MAGIC + head.encode() + hsaco + meta
+
+
+def unpack(blob: bytes) -> tuple[bytes, bytes]:
+    head, _, body = blob.removeprefix(MAGIC).partition(b"\n")
+    digest, _, size = head.decode("latin-1").partition(" ")
+    if not blob.startswith(MAGIC) or not size.isdigit():
+        raise Damaged("not a kernel entry")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise Damaged(f"sha256 mismatch over {len(body)} bytes (truncated?)")
+    return body[: int(size)], body[int(size) :]
+
+
+# Where entries are kept: what (in words), get(key) -> entry | None, put(key, entry).
+Layer = namedtuple("Layer", "what get put")
+
+
+def directory(root: Path) -> Layer:
+    """Entries as files, written whole (temp file + rename), readable by a team's group."""
+
+    def put(key: str, data: bytes) -> None:
+        path = root / key[:2] / f"{key}.kernel"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamps.write_bytes_atomic(path, data)
+        path.chmod(0o644)
+
+    return Layer(f"directory {root}", lambda k: read_or_none(root / k[:2] / f"{k}.kernel"), put)
+
+
+@dataclass
+class KernelStore:
+    """The local directory and a shared store over it (None: none, or gone: one warning line)."""
+
+    local: Layer | None
+    shared: Layer | None = None
+    read_only: bool = False
+    say: Callable[[str], None] = print
+
+    def describe(self) -> str:
+        layers = " over ".join(b.what for b in (self.shared, self.local) if b is not None)
+        return (layers or "none") + (" (read-only)" if self.read_only else "")
+
+    def _lost(self, error: Exception) -> None:
+        if self.shared is not None:
+            why = str(error) or type(error).__name__
+            self.say(f"WARNING: kernel store {self.shared.what}: {why}; compiling locally")
+            self.shared = None
+
+    def get(self, key: str) -> bytes | None:
+        for layer in [x for x in (self.local, self.shared) if x is not None]:
+            try:
+                blob = layer.get(key)
+                whole = blob is not None and bool(unpack(blob))
+            except Damaged as error:  # only from an entry, so of a layer
+                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); "
+                         "recompiling")  # fmt: skip
+                continue
+            except Exception as error:
+                self._lost(error)
+                continue
+            if whole and layer is self.shared and self.local is not None:
+                self.local.put(key, blob)
+            if whole:
+                return blob
+        return None
+
+    def put(self, key: str, blob: bytes) -> None:
+        if self.local is not None:
+            self.local.put(key, blob)
+        if self.shared is not None and not self.read_only:
+            try:
+                self.shared.put(key, blob)
+            except Exception as error:
+                self._lost(error)
+
+
+def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
+               runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
+    """--cache's store (None: none): the local directory under a shared one that answers."""
+    say = say or (runner.say if runner else print)
+    spec = compile_cache.as_spec(cache)
+    if spec is not None and spec.tool == "none":
+        return None
+    store = KernelStore(directory(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
+    if spec is not None and spec.backend == "webdav":
+        say(f"note: {spec.describe()} serves sccache only; AOTriton's kernels stay local")
+    if spec is None or spec.backend in ("local", "webdav"):
+        return store
+    problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
+    if problem:
+        say(f"WARNING: kernel store {spec.describe()}: {problem}; compiling locally")
+        return store
+    root = "/".join(p for p in (spec.prefix, "rocmfa-kernels", arch) if p)
+    if spec.backend == "dir":
+        store.shared = directory(Path(str(spec.endpoint)) / root)
+    elif spec.backend == "redis":  # redis-py's connection pool serves the compile threads
+        client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
+        store.shared = Layer(spec.place, lambda k: client.get(f"{root}/{k}"),
+                             lambda k, v: client.set(f"{root}/{k}", v))  # fmt: skip
+    else:  # boto3 through the team index's store: a 404 that is not NoSuchKey is an error
+        from rocmfa.plumbing.team_index import S3Store
+
+        s3 = S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
+        store.shared = Layer(spec.place, lambda k: s3.read(f"{k}.kernel"),
+                             lambda k, v: s3.put_bytes(f"{k}.kernel", v))  # fmt: skip
+    store.read_only = spec.read_only
+    return store
+
+
+TRITON_INFO = """
+import importlib.metadata as m, inspect, json, re
+info = {"build": None, "knobs": []}
+try:
+    d = m.distribution("triton")
+    tags = [t[5:].strip() for t in (d.read_text("WHEEL") or "").splitlines() if t[:4] == "Tag:"]
+    info["build"] = " ".join([d.version, *sorted(tags)])
+    from triton import knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars as invalidating
+    names = re.findall(r'env_\\w+\\("([A-Z0-9_]+)"', inspect.getsource(knobs))
+    info["knobs"] = sorted({*names, *invalidating()})
+except Exception:  # no Triton, or one before triton.knobs (3.4): TRITON_* alone then
+    pass
+print(json.dumps(info))
+"""
+
+
+@functools.cache
+def triton_info(python: str) -> dict[str, Any]:
+    """{"build": "<version> <wheel tags>" | None, "knobs": the variables python's Triton reads}."""
+    done = subprocess.run([python, "-I", "-c", TRITON_INFO], capture_output=True, text=True)
+    return json.loads((done.stdout.splitlines() or ['{"build": null, "knobs": []}'])[-1])
+
+
+def recorded_triton(commit: str) -> str | None:
+    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
+    path = pin_files.pins_dir() / PINS_FILE
+    table = load_toml(path, "kernel compiler pins").get("compiler", {}) if path.is_file() else {}
+    entry = table.get(commit) if isinstance(table, dict) else None
+    version = entry.get("triton") if isinstance(entry, dict) else entry
+    if entry is not None and (not isinstance(version, str) or not version):
+        raise UserError(f'{path}: [compiler.{commit}] needs triton = "X.Y.Z"')
     return version
 
 
-def fork_identity(src: Path, runner: Runner) -> str:
-    """The fork the build pip-installs: the checked-out submodule's commit (a plan runs no git)."""
-    head = runner.apply(_submodule_head, src) or "<the checked-out submodule's commit>"
-    return f"fork {FORK}@{head}"
+def known_python(work: Path, triton: str) -> str | None:
+    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
+    python = work / VENV.format(triton) / "bin" / "python"
+    return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
 
-def _submodule_head(src: Path) -> str:
-    argv = ["git", "-C", str(src / FORK), "rev-parse", "HEAD"]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise UserError(f"{src / FORK}: not a checkout of AOTriton's Triton fork (the submodule)")
-    return done.stdout.strip()
+# compile.py run by python with the key's Triton settings (the environment's own dropped).
+Compiler = namedtuple("Compiler", "python compile_py settings", defaults=[{}])
+
+
+class CompileFailed(Exception):
+    """A job that did not compile: the kernel, the job and the compiler's last line."""
+
+
+def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
+    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
+
+
+def build_kernel(
+    job: Job, key: str, compiler: Compiler, store: KernelStore | None, out: Path | None = None
+) -> tuple[str, float]:
+    """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
+    began, out = time.monotonic(), Path(out or job.hsaco)
+    blob = store.get(key) if store is not None else None
+    if blob is not None:
+        install_kernel(out, *unpack(blob))
+        return "hit", time.monotonic() - began
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
+        given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
+        env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
+        target = Path(scratch) / out.name
+        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        hsaco = read_or_none(target.with_suffix(".hsaco"))
+        meta = read_or_none(target.with_suffix(".json"))
+    why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
+    if why is None and (not hsaco or meta is None):
+        why = "compile.py left " + ("an empty code object" if hsaco == b"" else "no output file")
+    if why is not None:
+        raise CompileFailed(f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
+            f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
+            f"{job.waves_per_eu}, target {job.target}): {why}")  # fmt: skip
+    if store is not None:
+        store.put(key, pack(hsaco, meta))
+    install_kernel(out, hsaco, meta)
+    return "compiled", time.monotonic() - began
+
+
+def pypi_triton(commit: str) -> str:
+    version = recorded_triton(commit)
+    if version is None:
+        raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
+    return version
 
 
 @dataclass
@@ -66,135 +365,85 @@ class KernelBuild:
 
     src: Path
     build: Path
-    store: kernel_store.KernelStore
-    triton: str  # fork | pypi
+    store: KernelStore
     identity: str  # what the keys say about Triton
     wheel: str | None  # AOTRITON_USE_LOCAL_TRITON_WHEEL (pypi)
     commit: str
-    keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
-    staged: int = 0
-    earlier: list[str] = field(default_factory=list)  # compiled by an interrupted build
     arch: str | None = None  # whose patches the tree carries (the patch digest in each key)
-
-    @property
-    def bare(self) -> Path:
-        return self.build / BARE
-
-    @property
-    def log(self) -> Path:
-        return self.build / "rocmfa-kernels-compiled.log"
-
-    @property
-    def compile_py(self) -> Path:
-        return (self.src / "python" / "compile.py").resolve()
+    keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
+    hits: set[str] = field(default_factory=set)  # -o paths staged from the store
 
     def launcher(self) -> str:
-        argv = [sys.executable, "-I", "-S", str(LAUNCHER), str(self.compile_py), str(self.log)]
-        return shlex.join(argv)
+        compile_py = (self.src / "python" / "compile.py").resolve()
+        argv = [sys.executable, "-I", "-S", LAUNCHER, compile_py, self.build / ENV_FILE]
+        return shlex.join(map(str, argv))
 
     def cmake_args(self) -> list[str]:
         args = [f"-DCMAKE_PROJECT_INCLUDE={PROJECT_INCLUDE}"]
         args += [f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}"]
         return args + ([f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}"] if self.wheel else [])
 
-    @property
-    def python(self) -> str | None:
-        """The check's Triton: the variables Triton reads; with pypi (the same version) also
-        the build the keys name."""
-        version = kernel_store.recorded_triton(self.commit)
-        return kernel_store.known_python(self.src.parents[1], version) if version else None
-
-    def key_context(self) -> kernel_store.KeyContext:
-        named_build = bool(self.wheel)  # the fork's keys name its commit, not a wheel build
-        return kernel_store.key_context(self.identity, self.commit, self.arch, self.src,
-                                        self.python, named_build)  # fmt: skip
-
-    def write_env(self, context: kernel_store.KeyContext) -> None:
-        """What the launcher gives each compile: the key's settings, the others dropped."""
-        knobs = kernel_store.triton_info(self.python)["knobs"] if self.python else []
-        env = {**dict(context.env), **kernel_store.COMPILE_ENV}
-        stamps.write_text_atomic(self.build / ENV_FILE, json.dumps({"knobs": knobs, "env": env}))
-
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
+        bare = self.build / BARE
         line = runner.plan_line(
-            f"then look every job of {self.bare} up in the kernel store "
-            f"({self.store.describe()}; keys name triton {self.identity}) and put each "
-            f"hit at its -o path; ninja's custom commands run through {self.launcher()}: "
-            "a staged job exits at once, any other compiles and is stored after ninja"
+            f"then look every job of {bare} up in the kernel store ({self.store.describe()}; keys "
+            f"name triton {self.identity}), each hit at its -o path; ninja runs every custom "
+            f"command through {self.launcher()}; what compiles is stored after ninja"
         )
-        if line:
-            return runner.say(line)
-        logged = self._logged()
-        self.log.unlink(missing_ok=True)
-        if not self.bare.is_file():
-            return runner.say(f"kernel store: no {self.bare}; AOTriton's kernel jobs run unchanged")
+        if line or not bare.is_file():
+            return runner.say(line or f"kernel store: no {bare}; AOTriton's kernel jobs run as is")
         # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
         # we never set) would compile with a Triton the key does not name.
-        jobs = [job for job in kernel_store.read_jobs(self.bare) if job.venv == "default"]
-        context = self.key_context()
-        self.write_env(context)
-        sources = kernel_store.source_digests(jobs)
+        jobs = [job for job in read_jobs(bare) if job.venv == "default"]
+        wheel = bool(self.wheel)  # the fork's keys name no wheel build
+        context = key_context(self.identity, self.commit, self.arch, self.src, build=wheel)
+        given = {"knobs": context.knobs, "env": {**dict(context.env), **COMPILE_ENV}}
+        stamps.write_text_atomic(self.build / ENV_FILE, json.dumps(given))
+        sources = source_digests(jobs)
         self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
-        built_for = stamps.read(self.build / MANIFEST) or {}
         # Ninja keeps a code object built for another key (the jobs depend on neither their
-        # sources nor Triton): drop it.
+        # sources nor Triton), and the launcher skips any job whose code object is there:
+        # drop those.
+        built_for = stamps.read(self.build / MANIFEST) or {}
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
         stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
-        # an interrupted build's compiles of these keys (ninja will not run them again)
-        self.earlier = [out for out in logged if built_for.get(out) == self.keys.get(out)]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            self.staged = sum(pool.map(self._stage_one, jobs))
-        runner.say(f"kernel store: {self.staged} of {len(jobs)} kernel jobs of the build from "
-                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - self.staged} "
-                   "to compile")  # fmt: skip
+            self.hits = set(pool.map(self._stage_one, jobs)) - {None}
+        hits = len(self.hits)
+        runner.say(f"kernel store: {hits} of {len(jobs)} kernel jobs of the build from "
+                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - hits} to "
+                   "compile")  # fmt: skip
 
-    def _stage_one(self, job: kernel_store.Job) -> bool:
-        out = Path(job.hsaco)
-        marker = out.with_suffix(STAGED)
-        marker.unlink(missing_ok=True)
+    def _stage_one(self, job: Job) -> str | None:
         blob = self.store.get(self.keys[job.hsaco])
-        if blob is None:
-            return False
-        hsaco, meta = kernel_store.unpack(blob)
-        if _read(out.with_suffix(".hsaco")) != hsaco or _read(out.with_suffix(".json")) != meta:
-            kernel_store.install_kernel(out, hsaco, meta)
-        marker.touch()
-        return True
+        if blob is not None:
+            install_kernel(Path(job.hsaco), *unpack(blob))
+        return None if blob is None else job.hsaco
 
     def harvest(self, runner: Runner) -> None:
-        """After ninja (also a failed one): what the launcher compiled goes into the store."""
+        """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
-        compiled = [out for out in dict.fromkeys(self._logged()) if out in self.keys]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            stored = sum(pool.map(self._store_one, dict.fromkeys(compiled + self.earlier)))
-        for out in self.keys:
-            Path(out).with_suffix(STAGED).unlink(missing_ok=True)
-        where = self.store.describe()
-        if self.store.shared is not None and self.store.read_only:
-            where += f"; nothing written to {self.store.shared.what}"
-        runner.say(f"kernel store: {self.staged} kernels from the store, {len(compiled)} "
-                   f"compiled by the build, {stored} stored in {where}")  # fmt: skip
-
-    def _logged(self) -> list[str]:
-        return self.log.read_text().splitlines() if self.log.is_file() else []
+            stored = sum(pool.map(self._store_one, [o for o in self.keys if o not in self.hits]))
+        runner.say(f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
+                   f"the build, stored in {self.store.describe()}")  # fmt: skip
 
     def _store_one(self, out: str) -> bool:
-        hsaco, meta = _read(Path(out).with_suffix(".hsaco")), _read(Path(out).with_suffix(".json"))
+        hsaco = read_or_none(Path(out).with_suffix(".hsaco"))
+        meta = read_or_none(Path(out).with_suffix(".json"))
         if hsaco and meta is not None:
-            self.store.put(self.keys[out], kernel_store.pack(hsaco, meta))
+            self.store.put(self.keys[out], pack(hsaco, meta))
         return bool(hsaco and meta is not None)
 
 
 @contextlib.contextmanager
 def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
-    """Around `ninja install`: stage before, harvest after (also after a failure). Without
-    the launcher (--cache none) what the build compiles is for no known key: the key
-    manifest goes."""
-    if kernels is None:
+    """Around `ninja install`: stage before, harvest after (also after a failure)."""
+    if kernels is None:  # what the build compiles is for no known key
         runner.apply((build / MANIFEST).unlink, missing_ok=True)
         yield
         return
@@ -205,166 +454,111 @@ def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> I
         kernels.harvest(runner)
 
 
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
-
-
-def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> kernel_store.KernelStore | None:
-    """The kernel store of this build (None: --cache none, or --no-images compiles no kernel),
-    opened once for the kernel check and the build: an unreachable store is one line."""
+def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> KernelStore | None:
+    """The build's store, for its kernel check too (None: --cache none, or --no-images)."""
     if build_options.no_images:
         return None
-    return kernel_store.open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
+    return open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
 def plan(ctx: Any, build_options: Any, src: Path, build: Path,
-         store: kernel_store.KernelStore | None, runner: Runner) -> KernelBuild | None:  # fmt: skip
+         store: KernelStore | None, runner: Runner) -> KernelBuild | None:  # fmt: skip
     """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
     if store is None:
         return None
-    triton = build_options.triton
-    if triton == "pypi":
-        identity = pypi_triton(ctx.pin.commit)
-        wheel: str | None = f"triton=={identity}"
-    else:
-        identity, wheel = fork_identity(src, runner), None
-    return KernelBuild(
-        src, build, store, triton, identity, wheel, ctx.pin.commit, arch=ctx.arch.name
-    )
+    if build_options.triton == "pypi":
+        version = pypi_triton(ctx.pin.commit)
+        identity, wheel = version, f"triton=={version}"
+    else:  # the fork the build pip-installs: the checked-out submodule's commit
+        head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
+        identity, wheel = f"fork {FORK}@{head}", None
+    return KernelBuild(src, build, store, identity, wheel, ctx.pin.commit, ctx.arch.name)
 
 
 # --- --workers: the jobs on a Dask cluster ------------------------------------------------
 
-CONNECT_TIMEOUT_S = 5.0
-
 
 def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runner) -> None:
-    """Everything --workers needs, each missing piece one line, before any work (a plan does
-    not reach for the scheduler)."""
+    """Everything --workers needs, each missing one a line, before any work (a plan: no reach)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
-    if spec is None or spec.backend not in ("dir", "redis", "s3"):
-        raise UserError("--workers needs a shared --cache (a directory every machine mounts, "
-            "redis://, s3://): the workers compile into it and this build reads every kernel "
-            "from it")  # fmt: skip
-    if spec.read_only:
-        raise UserError("--workers: the --cache store is read_only=1; workers could not write")
+    if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
+        raise UserError("--workers needs a shared --cache, not read_only=1 (a directory every "
+            "machine mounts, redis://, s3://): the workers compile into it and this build reads "
+            "every kernel from it")  # fmt: skip
     try:
-        import distributed  # noqa: F401
+        from distributed import Client
     except ImportError:
         hint = "pip install -e '.[cluster]'"
         raise UserError(f"--workers needs Dask distributed, the optional extra: {hint}") from None
-    runner.apply(_reach, url)
-
-
-def _reach(url: str) -> None:
-    from distributed.comm import connect
-
-    async def reach() -> None:
-        await (await connect(url, timeout=CONNECT_TIMEOUT_S)).close()
-
     try:
-        asyncio.run(reach())
+        runner.apply(lambda: Client(url, timeout=CONNECT_TIMEOUT).close())
     except OSError as error:
         why = " ".join(str(error).split()) or type(error).__name__
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
-def bundle_for(tree_src: Path, jobs: list[kernel_store.Job]) -> tuple[dict[str, bytes], str]:
-    """python/compile.py and the sources' folders (what source_digests reads), by path
-    relative to the tree, and their digest."""
-    names = [tree_src / "python" / "compile.py"]
-    for folder in {Path(job.source).parent for job in jobs}:
-        names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
-    files = {p.relative_to(tree_src).as_posix(): p.read_bytes() for p in names}
-    h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    return files, h.hexdigest()
-
-
-def _materialize(files: dict[str, bytes], digest: str, scratch: Path) -> Path:
-    root = scratch / f"kernel-tree-{digest[:16]}"
-    if (root / ".complete").exists():
-        return root
-    staging = Path(tempfile.mkdtemp(prefix=".kernel-tree-", dir=scratch))
-    for name, data in files.items():
-        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-        (staging / name).write_bytes(data)
-    (staging / ".complete").write_text(digest)
-    try:
-        staging.rename(root)
-    except OSError:  # another task of this worker got there first
-        shutil.rmtree(staging, ignore_errors=True)
-    return root
-
-
-def remote_build(job: kernel_store.Job, key: str, rel_source: str, task: dict[str, Any]):
-    """On a worker: the job from the shared store, else compiled here (with the Triton the keys
-    name) and put there; ('hit' | 'compiled', seconds)."""
+def remote_build(job: Job, key: str, task: dict[str, Any]) -> tuple[str, float]:
+    """On a worker: the job from the shared store, else compiled here and put there."""
     from distributed import get_worker
 
-    scratch = Path(get_worker().local_directory)  # Dask's, removed with the worker
-    root, worker = _materialize(task["files"], task["digest"], scratch), platform.node()
-    store = kernel_store.open_store(task["cache"], scratch, task["arch"], say=print)
+    worker, scratch = platform.node(), Path(get_worker().local_directory)  # removed with it
+    store = open_store(task["cache"], scratch, task["arch"], say=print)
     if store is None or store.shared is None:
         raise RuntimeError(f"worker {worker}: the kernel store {task['cache']} is unreachable")
     store.local = None  # the shared store alone: nothing kept on the worker
-    python = os.environ.get("ROCMFA_KERNEL_PYTHON") or sys.executable
-    have, triton = kernel_store.triton_info(python)["build"], task["triton"]
+    python = os.environ.get(PYTHON_ENV) or sys.executable
+    have, triton = triton_info(python)["build"], task["triton"]
     if (f"{triton} ({have})" if have else triton) != task["identity"]:
         raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, the keys name "
             f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)")  # fmt: skip
-    compiler = kernel_store.Compiler(python, root / "python/compile.py", task["settings"])
-    out = root / "out" / f"{key}.hsaco"
-    try:
-        here = replace(job, source=str(root / rel_source))
-        result = kernel_store.build_kernel(here, key, compiler, store, out)
-    finally:
-        out.unlink(missing_ok=True)
-        out.with_suffix(".json").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
+        for name, data in task["files"].items():
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_bytes(data)
+        compiler = Compiler(python, Path(tmp) / "python/compile.py", task["settings"])
+        here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(task["src"])))
+        result = build_kernel(here, key, compiler, store, Path(tmp) / "k.hsaco")
     if store.shared is None:
         raise RuntimeError(f"worker {worker}: lost the kernel store {task['cache']}")
     return result
 
 
 def fan_out(
-    tree: Any, url: str, cache: Any, runner: Runner, jobs: list[kernel_store.Job] | None = None
+    tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None
 ) -> dict[str, int] | None:
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
     spec = compile_cache.as_spec(cache)
     line = runner.plan_line(
-        f"--workers {url}: send every job of {bare} to the Dask scheduler as one "
-        f"task each; a worker fetches the job's key from the {spec and spec.place} or runs "
-        f"python/compile.py with triton {tree.triton} and puts the entry there (a killed "
-        "worker's task is retried by the scheduler)"
+        f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
+        f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
     )
     if line:
         return runner.say(line)
-    from distributed import Client, as_completed
+    from distributed import Client
 
-    jobs = jobs if jobs is not None else kernel_store.read_jobs(bare)
-    context, sources = tree.key_context(), kernel_store.source_digests(jobs)
-    files, digest = bundle_for(tree.src, jobs)
-    task = {"files": files, "digest": digest, "cache": cache, "arch": tree.arch, "triton":
-            tree.triton, "identity": context.triton, "settings": dict(context.env)}  # fmt: skip
-    began, counts = time.monotonic(), {"hit": 0, "compiled": 0}
-    with Client(url, timeout=f"{CONNECT_TIMEOUT_S:g}s") as client:
-        workers = len(client.scheduler_info().get("workers", {}))
-        runner.say(f"--workers {url}: {len(jobs)} kernel jobs to {workers} worker(s)")
+    jobs = jobs if jobs is not None else read_jobs(bare)
+    context, sources = tree.key_context(), source_digests(jobs)
+    # python/compile.py and the sources' folders (what source_digests reads), sent once
+    names = [tree.src / "python" / "compile.py"]
+    for folder in {Path(job.source).parent for job in jobs}:
+        names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+    files = {p.relative_to(tree.src).as_posix(): p.read_bytes() for p in names}
+    task = {"files": files, "src": str(tree.src), "cache": cache,
+            "arch": tree.arch, "triton": tree.triton, "identity": context.triton,
+            "settings": dict(context.env)}  # fmt: skip
+    began = time.monotonic()
+    with Client(url, timeout=CONNECT_TIMEOUT) as client:
         [shared] = client.scatter([task], broadcast=True)
         keys = [context.key(job, sources) for job in jobs]
-        rels = [Path(job.source).relative_to(tree.src).as_posix() for job in jobs]
-        futures = client.map(remote_build, jobs, keys, rels, task=shared, pure=False)
-        for future in as_completed(futures):
-            if future.exception() is not None:
-                client.cancel(futures)
-                error = future.exception()
-                raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0])
-            counts[future.result()[0]] += 1
+        try:  # the first failure; closing the client cancels the rest
+            results = client.gather(client.map(remote_build, jobs, keys, task=shared, pure=False))
+        except Exception as error:
+            raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0]) from None
+    counts = {how: [result[0] for result in results].count(how) for how in ("hit", "compiled")}
     runner.say(f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
                f"store, {time.monotonic() - began:.1f} s")  # fmt: skip
     return counts

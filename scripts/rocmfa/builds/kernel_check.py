@@ -1,80 +1,76 @@
 """`nox -s kernel_check`: AOTriton's own generator on the checked-out, patched tree, then a
 stratified sample of its real compile jobs with the Triton pins/kernel_compiler.toml records,
-on any machine (no ROCm, no GPU). build_aotriton and tune_aotriton run it before their long
-build (before_build). Steps, files read and the summary: docs/kernel-check.md.
-"""
-
-from __future__ import annotations
+on any machine (no ROCm, no GPU); build_aotriton and tune_aotriton run it before their long
+build (before_build). Steps, files read and the summary: docs/kernel-check.md."""
 
 import json
 import os
+import shlex
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.builds import kernel_store
+from rocmfa.builds import kernel_build
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
-from rocmfa.sources.checkouts import ensure_checkout
+from rocmfa.sources.checkouts import ensure_checkout, last_line
 from rocmfa.sources.patches import apply_patch_set
 
 SUMMARY = "summary.json"
 SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
-# One compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU).
-GIB_PER_JOB = 1.0
+GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU)
 
 
-def summary_path(work: Path, arch: str, name: str = "aotriton") -> Path:
-    """Where the check of work/src/<name> for arch writes its summary (Tree.build)."""
-    return paths.build_dir(work, "kernel-check") / f"{name}-{arch}" / SUMMARY
+def summary_path(work: Path, arch: str) -> Path:
+    """Where the check of work/src/aotriton for arch writes its summary (Tree.build)."""
+    return paths.build_dir(work, "kernel-check") / f"aotriton-{arch}" / SUMMARY
 
 
 @dataclass(frozen=True)
 class Tree:
     """A checked-out (patched) AOTriton tree and what the check needs to know about it."""
 
-    src: Path
-    name: str  # work/src/<name>
+    src: Path  # work/src/aotriton
     commit: str
     arch: str
-    gpus: tuple[str, ...]
     triton: str
 
     @property
-    def build(self) -> Path:
-        return summary_path(self.src.parents[1], self.arch, self.name).parent
+    def gpus(self) -> tuple[str, ...]:  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
+        return (f"{self.arch}_mod0",)
 
-    def key_context(self) -> kernel_store.KeyContext:
-        python = kernel_store.known_python(self.src.parents[1], self.triton)
-        return kernel_store.key_context(self.triton, self.commit, self.arch, self.src, python)
+    @property
+    def build(self) -> Path:
+        return summary_path(self.src.parents[1], self.arch).parent
+
+    def key_context(self) -> kernel_build.KeyContext:
+        return kernel_build.key_context(self.triton, self.commit, self.arch, self.src)
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
-    given = os.environ.get(kernel_store.PYTHON_ENV)
+    given = os.environ.get(kernel_build.PYTHON_ENV)
     if given:
-        runner.say(f"kernel check: compiler Python {given} (${kernel_store.PYTHON_ENV})")
+        runner.say(f"kernel check: compiler Python {given} (${kernel_build.PYTHON_ENV})")
         return given
-    venv = kernel_store.venv_dir(work, tree.triton)
-    python = venv / "bin" / "python"
-    requirements = tree.src / "requirements.txt"
-    digest = kernel_store.file_digest(requirements) if requirements.is_file() else None
-    wanted = {"triton": tree.triton, "requirements": digest}
-    marker = venv / "rocmfa-kernel-venv.json"
+    venv = work / kernel_build.VENV.format(tree.triton)
+    python, marker = venv / "bin" / "python", venv / "rocmfa-kernel-venv.json"
+    requirements = tree.src / "requirements.txt"  # every AOTriton with python/compile.py has it
+    text = requirements.read_text() if requirements.is_file() else None  # a plan's tree
+    wanted = {"triton": tree.triton, "requirements": text}
     if python.exists() and stamps.is_current(marker, wanted):
         runner.say(f"kernel check: venv {venv} (triton {tree.triton}) is ready")
         return str(python)
     runner.run([sys.executable, "-m", "venv", "--clear", str(venv)])
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # every AOTriton with python/compile.py has requirements.txt (0.13.50tp and later)
     runner.run([*pip, f"triton=={tree.triton}", "-r", str(requirements)])
     runner.apply(stamps.write, marker, wanted)
     return str(python)
@@ -83,27 +79,25 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
 def generate(tree: Tree, python: str, runner: Runner) -> Path:
     """Bare.compile from AOTriton's own generator for tree.gpus; one line when it fails."""
     database, pkg = tree.build / "database", tree.build / "pkg"
-    shelf = tree.src / "modules" / "database"
-    shards = sorted(shelf.rglob("*.sqlite3.tar.xz"))
-    what = f"extract {len(shards)} tuning database shards of {shelf} into {database}"
-    runner.apply(_unpack_tree, tree, shards, database, pkg, say=what)
+    shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
+    say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
+    runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
     compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database),
                "--database_file", str(database / "tuning_database.sqlite3")]  # fmt: skip
     gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src),
            "--target_gpus", *tree.gpus, "--build_dir", str(tree.build)]  # fmt: skip
-    sets = {"PYTHONPATH": str(pkg)}
     for argv, what in ((compose, "database_compose"), (gen, "generator")):
+        sets = {"PYTHONPATH": str(pkg)}
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
         if done.returncode != 0:
-            last = kernel_store.last_line(done.stderr or done.stdout)
+            last = last_line(done.stderr or done.stdout)
             raise UserError(f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
                             f"{tree.src} (exit {done.returncode}): {last}")  # fmt: skip
     return tree.build / "Bare.compile"
 
 
 def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> None:
-    """The shards extracted; the tree's python/ importable as `aotriton` through a symlink (the
-    checkout stays untouched)."""
+    """The shards extracted; python/ importable as `aotriton` through a symlink (tree untouched)."""
     for shard in shards:
         rel = shard.relative_to(tree.src / "modules" / "database").parent
         (database / rel).mkdir(parents=True, exist_ok=True)
@@ -114,162 +108,119 @@ def _unpack_tree(tree: Tree, shards: list[Path], database: Path, pkg: Path) -> N
     (pkg / "aotriton").symlink_to(tree.src / "python", target_is_directory=True)
 
 
-def compile_sample(chosen: list, keys: dict[int, str], compiler: kernel_store.Compiler,
-                   store: kernel_store.KernelStore | None, jobs: int) -> dict:  # fmt: skip
-    """Compile (or fetch) every chosen job on `jobs` threads; a failure stops the jobs not
-    started yet and is raised as one line."""
-    build = kernel_store.build_kernel
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        built = pool.map(lambda job: build(job, keys[job.line], compiler, store), chosen)
-        try:
-            return dict(zip([job.line for job in chosen], built, strict=True))
-        except kernel_store.CompileFailed as error:
-            pool.shutdown(cancel_futures=True)
-            raise UserError(f"kernel check: {error}") from None
-
-
-def summarize(all_jobs: list, chosen: list, results: dict[int, Any]) -> dict[str, dict]:
-    kernels = [job.kernel for job in all_jobs]
-    families = {k: {"jobs": kernels.count(k), "sampled": 0, "compiled": 0, "from_store": 0,
-                    "seconds": 0.0} for k in dict.fromkeys(kernels)}  # fmt: skip
-    for job in chosen:
-        entry, (how, seconds) = families[job.kernel], results[job.line]
-        entry["sampled"] += 1
-        entry["compiled" if how == "compiled" else "from_store"] += 1
-        entry["seconds"] = round(entry["seconds"] + seconds, 3)
-    return families
-
-
 def settings_line(python: str | None) -> str:
     """The Triton settings this environment gives every compile (and key), unknown ones named."""
-    knobs = set(kernel_store.triton_info(python)["knobs"]) if python else set()
-    env = kernel_store.settings(os.environ, knobs)
+    knobs = set(kernel_build.triton_info(python)["knobs"]) if python else set()
+    env = kernel_build.settings(os.environ, knobs)
     unknown = [k for k in env if knobs and k not in knobs]
     given = ", ".join(f"{k}={v}" for k, v in env.items()) or "none"
     also = f"; {', '.join(unknown)}: not read by this Triton, kept in the key" if unknown else ""
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def say_sample(all_jobs: list, chosen: list, size: int | None, how: str, say: Callable) -> None:
-    """What the check compiles, and which combinations a smaller --sample leaves out."""
-    families = len({j.kernel for j in all_jobs})
-    say(f"kernel check: {len(all_jobs)} jobs in {families} kernel families; compiling "
-        f"{len(chosen)} {how}")  # fmt: skip
-    left = sorted({j.combo for j in all_jobs} - {j.combo for j in chosen})
-    if left:
-        combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
-
-
-def say_plan(tree: Tree, python: str, runner: Runner) -> None:
-    """The rest of a plan: one example compile command, the settings, the summary."""
-    compile_py = tree.src / "python" / "compile.py"
-    example = kernel_store.Job(
-        1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIGNATURE"
-    )
-    command = kernel_store.compile_argv(example, python, compile_py, Path("OUT.hsaco"))
-    sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_store.COMPILE_ENV}
-    python = kernel_store.known_python(tree.src.parents[1], tree.triton)
-    for line in (f"{' '.join(f'{k}={v}' for k, v in sets.items())} {' '.join(command)}",
-                 settings_line(python), f"summary: {tree.build / SUMMARY}"):  # fmt: skip
-        runner.say(str(runner.plan_line(line)))
+def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, all_jobs: list,
+                   chosen: list, store: kernel_build.KernelStore | None, threads: int):  # fmt: skip
+    """Each chosen job from the store or compiled (one line on a failure); counts per family."""
+    compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
+    sources, build = kernel_build.source_digests(chosen), kernel_build.build_kernel
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        built = pool.map(lambda job: build(job, context.key(job, sources), compiler, store), chosen)
+        try:
+            results = list(built)
+        except kernel_build.CompileFailed as error:
+            pool.shutdown(cancel_futures=True)
+            raise UserError(f"kernel check: {error}") from None
+    families = {k: {"jobs": n, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
+                for k, n in Counter(job.kernel for job in all_jobs).items()}  # fmt: skip
+    for job, (how, seconds) in zip(chosen, results, strict=True):
+        entry = families[job.kernel]
+        entry["sampled"] += 1
+        entry["compiled" if how == "compiled" else "from_store"] += 1
+        entry["seconds"] = round(entry["seconds"] + seconds, 3)
+    return families
 
 
 def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
-              size: int | None = None, store: kernel_store.KernelStore | None = None):  # fmt: skip
-    """The whole check on a checked-out tree; the summary (None on a dry run). store: one
-    already opened (build_aotriton's, so an unreachable one is one line), else from cache."""
+              size: int | None = None, store: kernel_build.KernelStore | None = None):  # fmt: skip
+    """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
     say, began = runner.say, time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
-        layout = "the layout of AOTriton >= 0.12b that the check drives"
-        runner.raise_for_real(UserError(f"kernel check: {tree.src} has no python/compile.py "
-                                        f"({layout})"))  # fmt: skip
+        why = f"{tree.src} has no python/compile.py (the layout of AOTriton >= 0.12b)"
+        runner.raise_for_real(UserError(f"kernel check: {why}"))
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
     threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
-    if store is None:
-        store = kernel_store.open_store(cache, work, tree.arch, runner=runner)
+    store = store or kernel_build.open_store(cache, work, tree.arch, runner=runner)
     line = runner.plan_line(
         f"then compile a stratified sample of {bare} (one job per kernel x num_warps x "
         f"num_stages x waves_per_eu{'' if size is None else f', {size} jobs'}) on {threads} "
         "threads, each looked up in the kernel store first, else e.g.:"
     )
-    if line:
-        runner.say(line)
-        return say_plan(tree, python, runner)
-    all_jobs = kernel_store.read_jobs(bare)
+    if line:  # with an example compile command, the settings and the summary's path
+        job = kernel_build.Job(1, "", python, "", "SRC.py", "KERNEL", 4, 1, 2, tree.arch, "SIG")
+        argv = kernel_build.compile_argv(job, python, tree.src / "python/compile.py", Path("OUT"))
+        sets = {"TRITON_CACHE_DIR": "<job scratch>/triton", **kernel_build.COMPILE_ENV}
+        example = " ".join([*(f"{k}={v}" for k, v in sets.items()), shlex.join(argv)])
+        settings = settings_line(kernel_build.known_python(work, tree.triton))
+        return say(f"{line}\n  {example}\n  {settings}\n  summary: {tree.build / SUMMARY}")
+    all_jobs = kernel_build.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
-    try:
-        chosen = kernel_store.sample(all_jobs, size)
-    except ValueError as error:
-        raise UserError(str(error)) from None
-    context, sources = tree.key_context(), kernel_store.source_digests(chosen)
-    keys = {job.line: context.key(job, sources) for job in chosen}
+    chosen = kernel_build.sample(all_jobs, size)
     where = store.describe() if store else "none"
-    say_sample(all_jobs, chosen, size, f"({why}); kernel store: {where}", say)
+    say(f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
+        f"families; compiling {len(chosen)} ({why}); kernel store: {where}")  # fmt: skip
+    left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
+    if left:
+        combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
+        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
+            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
     say(f"kernel check: {settings_line(python)}")
-    compiler = kernel_store.Compiler(python, tree.src / "python/compile.py", dict(context.env))
-    results = compile_sample(chosen, keys, compiler, store, threads)
+    context = tree.key_context()
     summary = {
         "schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src),
         "arch": tree.arch, "target_gpus": list(tree.gpus), "triton": tree.triton,
         "patches": context.patches, "jobs": len(all_jobs), "sampled": len(chosen),
-        "families": summarize(all_jobs, chosen, results),
+        "families": compile_sample(tree, python, context, all_jobs, chosen, store, threads),
         "wall_s": round(time.monotonic() - began, 3), "store": where,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
     stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
-    say(format_summary(summary))
-    say(f"kernel check: summary in {tree.build / SUMMARY}")
+    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
+    say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
+    for name, f in sorted(summary["families"].items()):
+        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
+        say(row(name, *counts, f"{f['seconds']:.1f}"))
+    say(
+        f"kernel check: {tree.arch} OK - {len(chosen)} of {len(all_jobs)} jobs compiled or fetched "
+        f"in {summary['wall_s']:.1f} s (triton {tree.triton}); summary: {tree.build / SUMMARY}"
+    )
     return summary
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
-    rows = [row("family", "jobs", "sampled", "compiled", "stored", "seconds")]
-    for name, f in sorted(summary["families"].items()):
-        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
-        rows.append(row(name, *counts, f"{f['seconds']:.1f}"))
-    ok = f"{summary['sampled']} of {summary['jobs']} jobs compiled or fetched"
-    rows.append(f"kernel check: {summary['arch']} OK - {ok} in {summary['wall_s']:.1f} s (triton "
-                f"{summary['triton']})")  # fmt: skip
-    return "\n".join(rows)
-
-
-# --- which tree: the session alone, and build_aotriton's hook ---------------------------------
-
-
-def tree_for(arch: archs.Arch, work: Path, *, name: str = "aotriton") -> tuple[pins.Pin, Tree]:
+def tree_for(arch: archs.Arch, work: Path) -> tuple[pins.Pin, Tree]:
     """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
     pin = pins.load_pin("aotriton", workdir=work)
-    triton = kernel_store.recorded_triton(pin.commit) or ""
-    gpus = (f"{arch.name}_mod0",)  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
-    return pin, Tree(paths.src_dir(work, name), name, pin.commit, arch.name, gpus, triton)
+    triton = kernel_build.recorded_triton(pin.commit) or ""
+    return pin, Tree(paths.src_dir(work, "aotriton"), pin.commit, arch.name, triton)
 
 
 def before_build(
-    ctx: Any, src: Path, build: Any, store: kernel_store.KernelStore | None = None
+    ctx: Any, src: Path, build: Any, store: kernel_build.KernelStore | None = None
 ) -> None:
-    """build_aotriton / tune_aotriton before cmake, on the patched tree: the check, then with
-    --workers every job on the cluster. A pin with no Triton recorded: one line, no check."""
+    """build_aotriton / tune_aotriton before cmake: the check, then --workers' cluster."""
     runner = ctx.runner
     if build.workers:
-        from rocmfa.builds import kernel_build
-
         kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
-        runner.say("kernel check: skipped (--no-images compiles no kernel)")
-        return
-    triton = kernel_store.recorded_triton(ctx.pin.commit)
+        return runner.say("kernel check: skipped (--no-images compiles no kernel)")
+    triton = kernel_build.recorded_triton(ctx.pin.commit)
     if triton is None:
-        why = kernel_store.no_triton(ctx.pin.commit)
+        why = kernel_build.NO_TRITON.format(ctx.pin.commit)
         if build.workers:
             raise UserError(f"--workers: {why}")
         return runner.say(f"kernel check: {why}; skipped")
-    gpus = (f"{ctx.arch.name}_mod0",)
-    tree = Tree(src, ctx.source_name, ctx.pin.commit, ctx.arch.name, gpus, triton)
+    tree = Tree(src, ctx.pin.commit, ctx.arch.name, triton)
     run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_build.fan_out(tree, build.workers, build.cache, runner)
@@ -283,10 +234,9 @@ def kernel_check(opts: Any) -> None:
     pin, tree = tree_for(choice.arch, work)
     if not tree.triton:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
-        raise UserError(f"kernel check: {kernel_store.no_triton(pin.commit)} ({fix})")
-    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch "
-               f"{choice.arch.name} ({choice.how}); target {' '.join(tree.gpus)}; triton "
-               f"{tree.triton}")  # fmt: skip
+        raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
+    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
+               f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}")  # fmt: skip
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
     # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())

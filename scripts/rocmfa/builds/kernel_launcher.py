@@ -1,84 +1,41 @@
-"""`python -I -S kernel_launcher.py COMPILE_PY LOG COMMAND...`: every custom command of an
-AOTriton build (RULE_LAUNCH_CUSTOM, kernel_launcher.cmake), once per job, so os and sys only.
-A staged job is touched and skipped; another compile runs with the key's Triton settings and
-logs its -o path; other commands are exec'd unchanged (docs/kernel-check.md)."""
+"""`python -I -S kernel_launcher.py COMPILE_PY ENV_FILE COMMAND...`: every custom command of an
+AOTriton build (RULE_LAUNCH_CUSTOM, kernel_launcher.cmake), once per job, so os and sys only. A
+kernel job whose code object is there (staged from the store, or compiled for its key:
+kernel_build.py drops any other) is touched and skipped; another runs with exactly the key's
+Triton settings (ENV_FILE); other commands run unchanged (docs/kernel-check.md)."""
 
 import os
 import sys
 
-STAGED = ".rocmfa-staged"  # beside HSACO: <stem>.rocmfa-staged
+ENV_FILE = "rocmfa-kernels-env.json"  # in the build dir: the knobs to drop, the key's settings
 
 
-def _output(command: list[str], compile_py: str) -> str | None:
-    """-o's value when command runs compile_py, else None."""
-    for i, arg in enumerate(command):
-        if arg.endswith("compile.py") and os.path.realpath(arg) == compile_py:
-            rest = command[i + 1 :]
-            outs = [rest[j + 1] for j, f in enumerate(rest[:-1]) if f in ("-o", "--out_path")]
-            return outs[0] if outs else None
-    return None
+def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
+    """This environment without Triton's settings (knobs, any TRITON_*), then the key's."""
+    kept = {k: v for k, v in os.environ.items() if k not in knobs and k[:7] != "TRITON_"}
+    return {**kept, **settings}
 
 
-def _stem(path: str) -> str:
-    base, dot, _ = path.rpartition(".")
-    return base if dot and "/" not in path[len(base) :] else path
-
-
-def _ready(stem: str) -> bool:
+def main(argv: list[str]) -> None:
+    compile_py, env_file, command = argv[1], argv[2], argv[3:]
+    kernel = any(a.endswith("compile.py") and os.path.realpath(a) == compile_py for a in command)
+    if not kernel or "-o" not in command[:-1]:
+        os.execvp(command[0], command)
+    stem = os.path.splitext(command[command.index("-o") + 1])[0]
+    ready = os.path.isfile(stem + ".json") and os.path.isfile(stem + ".hsaco")
+    if ready and os.path.getsize(stem + ".hsaco") > 0:  # --timeout > 0 may leave an empty one
+        os.utime(stem + ".json")
+        os.utime(stem + ".hsaco")
+        sys.exit(0)
     try:
-        return os.path.getsize(stem + ".hsaco") > 0 and os.path.isfile(stem + ".json")
-    except OSError:
-        return False
-
-
-def _environ(log: str) -> dict[str, str]:
-    try:
-        with open(os.path.join(os.path.dirname(log), "rocmfa-kernels-env.json")) as f:
+        with open(env_file) as f:
             import json
 
             given = json.load(f)
-    except FileNotFoundError:
-        return dict(os.environ)
-    drop = set(given["knobs"])
-    env = {k: v for k, v in os.environ.items() if k not in drop and k[:7] != "TRITON_"}
-    return {**env, **given["env"]}
-
-
-def _run(command: list[str], env: dict[str, str]) -> int:
-    pid = os.posix_spawnp(command[0], command, env)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            return os.waitstatus_to_exitcode(status)
-        except KeyboardInterrupt:  # ninja's Ctrl-C reaches the job too; wait for it
-            continue
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) < 4:
-        sys.stderr.write("usage: kernel_launcher.py COMPILE_PY LOG COMMAND...\n")
-        return 2
-    compile_py, log, command = argv[1], argv[2], argv[3:]
-    out = _output(command, compile_py)
-    if out is None:
+    except FileNotFoundError:  # ninja run by hand: the environment as it is
         os.execvp(command[0], command)
-    stem = _stem(out)
-    if os.path.exists(stem + STAGED) and _ready(stem):
-        os.utime(stem + ".json")
-        os.utime(stem + ".hsaco")
-        return 0
-    code = _run(command, _environ(log))
-    if code == 0 and _ready(stem):
-        try:  # one short line: O_APPEND keeps parallel jobs' lines whole
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (out + "\n").encode())
-            finally:
-                os.close(fd)
-        except OSError as error:  # the kernel is built; only its trip to the store is lost
-            sys.stderr.write(f"kernel launcher: {log}: {error.strerror}\n")
-    return code
+    os.execvpe(command[0], command, job_environ(set(given["knobs"]), given["env"]))
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(sys.argv)
