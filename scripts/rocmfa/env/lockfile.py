@@ -217,8 +217,6 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
     )
     if records_file is not None:  # read by load()
-        from rocmfa.env.channel_from_locks import repodata_entry
-
         urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
         entries = {urls[r.file_name]: repodata_entry(r) for r in records}
         virtual_names = sorted(str(v) for v in virtual)
@@ -227,6 +225,20 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
                     "records": dict(sorted(entries.items()))}  # fmt: skip
         records_file.write_text(json.dumps(document, indent=1) + "\n")
     return list(planned.values())
+
+
+# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
+# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
+RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
+                 "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
+                 "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
+
+
+def repodata_entry(record: Any) -> dict[str, Any]:
+    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS but empty ones (not depends)."""
+    data = json.loads(record.to_json())
+    entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
+    return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
 def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
