@@ -26,7 +26,7 @@ def test_arches_toml_gating_agrees_with_util_cc_lists() -> None:
 def test_table_rows_match_upstream_facts() -> None:
     report = compat_matrix.table()
     rows = {row["arch"]: row["cells"] for row in report["arches"]}
-    assert set(rows) == set(archs.load_arches())  # every arch in arches.toml
+    assert set(rows) == {a for a, x in archs.load_arches().items() if x.vendor == "amd"}
     state = {a: {v: c["state"] for v, c in cells.items()} for a, cells in rows.items()}
     assert state["gfx1151"]["0.11.2b"] == "experimental" and state["gfx1151"]["0.12b"] == "default"
     assert state["gfx1100"]["0.11b"] == "experimental" and state["gfx1100"]["0.11.1b"] == "default"

@@ -86,7 +86,7 @@ def pack(arch: archs.Arch, version: str) -> str | None:
 def table() -> dict[str, Any]:
     data = load_matrix()
     rows = []
-    for arch in archs.load_arches().values():
+    for arch in (a for a in archs.load_arches().values() if a.vendor == "amd"):
         cells = {
             r.version: {"state": state(arch, r.version)}
             | ({"pack": f"amd-{found}"} if (found := pack(arch, r.version)) else {})
@@ -94,11 +94,8 @@ def table() -> dict[str, Any]:
         }
         retired = [{"name": name, "why": why, "source": src}
                    for name, (on, why, src) in data.retired.items() if on == arch.name]  # fmt: skip
-        rows.append({
-            "arch": arch.name, "name": arch.display_name, "vendor": arch.vendor,
-            "hierarchy": list(archs.packaging_chain(arch.name)), "cells": cells,
-            "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
-        } | ({"retired": retired} if retired else {}))  # fmt: skip
+        rows.append({"arch": arch.name, "name": arch.display_name, "cells": cells}
+                    | ({"retired": retired} if retired else {}))  # fmt: skip
     torch = sorted(data.torch.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
     return {
         "releases": [dataclasses.asdict(r) | {"experimental": list(r.experimental)}
@@ -110,25 +107,14 @@ def table() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def pinned_build() -> dict[str, Any]:
-    """The tree build_pytorch builds (pins/pytorch.toml) and the AOTriton its own aotriton.cmake
-    names as update_pins recorded it, next to pins/aotriton.toml; no network."""
-    directory = pin_files.pins_dir()
+def pinned_build() -> dict[str, str]:
+    """The torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)."""
     try:
-        torch = pin_files.table_of(directory / "pytorch.toml", "pytorch")
-        aotriton = pin_files.table_of(directory / "aotriton.toml", "aotriton")
+        for project in ("pytorch", "aotriton"):
+            pin_files.read_table(project, pin_files.pins_dir())
     except UserError as e:
         return {"error": str(e)}
-    record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
-    names = "not recorded for this commit (nox -s update_pins reads it)"
-    if record and record.get("pytorch_commit") == torch.get("commit"):
-        commit = str(record.get("commit"))[:12]
-        names = f"{record.get('version') or '?'} {commit} ({record.get('source')})"
-    return {
-        "torch": f"{torch.get('url')} {torch.get('ref')} {str(torch.get('commit'))[:12]}",
-        "names": names,
-        "pinned_aotriton": f"{aotriton.get('version')} {str(aotriton.get('commit'))[:12]}",
-    }
+    return {"line": pin_files.describe_line(pin_files.pins_dir())}
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -138,7 +124,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 def render_markdown(report: Mapping[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
-    rows = [row for row in report["arches"] if row["vendor"] == "amd"]
+    rows = report["arches"]
     cells = [[f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
               for c in map(row["cells"].get, versions)] for row in rows]  # fmt: skip
     lines += markdown_table(
@@ -159,11 +145,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                             [[t["torch"], t["tree"], t["aotriton"], t["source"]]
                              for t in report["torch"]])  # fmt: skip
     if "error" not in (built := report["pinned_build"]):
-        lines += ["", "## The pinned source build (build_pytorch)", "",
-                  f"- torch: {built['torch']} (pins/pytorch.toml)",
-                  f"- its aotriton.cmake names: {built['names']}",
-                  f"- pins/aotriton.toml: {built['pinned_aotriton']} "
-                  "(same release line required)"]  # fmt: skip
+        lines += ["", "## The pinned source build (build_pytorch)", "", built["line"]]
     lines += ["", "## Sources", ""]
     lines += [f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}"
               for r in report["releases"]]  # fmt: skip

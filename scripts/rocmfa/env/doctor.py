@@ -199,6 +199,13 @@ def _pin_line() -> str:
         return str(e)
 
 
+def _lock_section() -> dict[str, Any]:
+    try:
+        return dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
+    except UserError as e:  # missing (not present) or not a conda-lock file (stale)
+        return {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
+
+
 def gather(opts: DoctorOptions) -> dict[str, Any]:
     env = _env_section(opts.prefix, opts.env_name)
     prefix = Path(env["prefix"]) if env.get("prefix") else None
@@ -206,7 +213,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         "interrupted": half_installed(prefix),
         "arch": _arch_section(opts.arch),
         "env": env,
-        "lock": lockfile.describe(),
+        "lock": _lock_section(),
         "pins": _pins_section(),
         "line": _pin_line(),
         "builds": _builds_section(paths.workdir(opts.workdir)),

@@ -487,13 +487,3 @@ def write_lock(runner: Runner, mirrors: list[str]) -> None:
     where = ", ".join(mirrors) or "environment.yml's channels"
     runner.apply(solve_and_verify, say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
                  f"against {where} and write {LOCK_FILE.name} and {records.name}")  # fmt: skip
-
-
-def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
-    if not lock_file.is_file():
-        return {"present": False}
-    try:
-        fresh, reason = check(lock_file=lock_file)
-    except UserError as e:
-        fresh, reason = False, str(e)
-    return {"present": True, "fresh": fresh, "reason": reason}
