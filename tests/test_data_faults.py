@@ -76,22 +76,6 @@ def test_bad_pins_are_refused_the_same_by_builds_and_doctor(
     assert expect in shown["error"]
 
 
-def test_doctor_shows_versions_whole() -> None:
-    report = {
-        "arch": {"detected": [], "detected_from": "x", "error": "e"},
-        "env": {},
-        "lock": {"present": True, "fresh": True, "reason": "ok"},
-        "pins": [
-            {"file": "rocm.toml", "project": "rocm", "version": "7.15.0a20260630"},
-            {"file": "therock.toml", "project": "therock", "ref": "main", "commit": COMMIT},
-        ],
-        "builds": [],
-        "next": "n",
-    }
-    text = doctor.render(report)
-    assert "7.15.0a20260630" in text and f"{COMMIT[:12]} " in text and COMMIT not in text
-
-
 def test_doctor_next_step_names_a_bad_arch_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROCMFA_ARCH", "GFX1151")
     section = doctor._arch_section(options.parse("doctor", []).arch)
