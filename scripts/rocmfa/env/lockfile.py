@@ -104,13 +104,6 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             yield spec, vpr, str(mapping)
 
 
-def match_spec(dep: Any) -> str:
-    """A conda-lock VersionedDependency as a conda match spec string."""
-    parts = [dep.name, *([dep.version or "*", dep.build] if dep.build else [dep.version])]
-    spec = " ".join(p for p in parts if p)
-    return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
-
-
 def solve(specs: list[str], channels: list[str], virtual: list[Any],
           cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
     """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
@@ -176,6 +169,7 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
                records_file: Path | None = None) -> list[Any]:  # fmt: skip
     """Solve env_file for linux-64 into lock_file (and records_file: load())."""
     import rattler
+    from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -187,7 +181,7 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         channels = [c.url for c in spec.channels]
         mirror_of = parse_mirrors(mirrors, channels)
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
-        specs = [match_spec(d) for d in conda_deps]
+        specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
         say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
         # conda-lock's virtual packages (its FakeRepoData, the ones it hashes); rattler wants
         # a build string where conda uses 0
