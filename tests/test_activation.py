@@ -12,9 +12,9 @@ import pytest
 from rocmfa.env import activation, archs, condaenv
 
 HOSTILE = [
-    activation.Variable("ROCM_PATH", "/opt/my rocm/$HOME/`id`/\"q\"/'s'/back\\slash", "x"),
-    activation.Variable("PYTORCH_ROCM_ARCH", "gfx1151", "x"),
-    activation.Variable("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "1", "x"),
+    {"name": "ROCM_PATH", "value": "/opt/my rocm/$HOME/`id`/\"q\"/'s'/back\\slash", "why": "x"},
+    {"name": "PYTORCH_ROCM_ARCH", "value": "gfx1151", "why": "x"},
+    {"name": "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "value": "1", "why": "x"},
 ]
 DUMP = 'python3 -c "import json,os; print(json.dumps(dict(os.environ)))"'
 
@@ -37,7 +37,7 @@ def test_activate_then_deactivate_restores_exactly(tmp_path: Path, nounset: str)
     during = run_bash(f'{nounset} . "{activate}"; {DUMP}', outer)
     after = run_bash(f'{nounset} . "{activate}"; . "{deactivate}"; {DUMP}', outer)
     for var in HOSTILE:
-        assert during[var.name] == var.value
+        assert during[var["name"]] == var["value"]
     assert after == before
     assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in after
     assert after["PYTORCH_ROCM_ARCH"] == ""
@@ -64,16 +64,16 @@ def test_activated_environ_sources_activate_d_like_conda(tmp_path: Path) -> None
     assert env["PATH"].split(":")[0] == str(tmp_path / "bin")
     assert env["CC"] == f"{tmp_path}/bin/gcc"
     assert env["FROM_STATE"] == "1"
-    assert env["ROCM_PATH"] == HOSTILE[0].value
+    assert env["ROCM_PATH"] == HOSTILE[0]["value"]
     assert "VIRTUAL_ENV" not in env
 
 
 def test_plan_sets_only_effective_variables() -> None:
     strix = archs.get_arch("gfx1151")
     old = activation.plan(strix, rocm_root="/r", aotriton_version="0.11.2b", profiles=["vllm"])
-    names = {v.name for v in old.variables}
+    names = {v["name"] for v in old["set"]}
     assert names == {"ROCM_PATH", "PYTORCH_ROCM_ARCH", "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"}
-    refused = {s.name: s.why for s in old.skipped}
+    refused = {s["name"]: s["why"] for s in old["not_set"]}
     never_set = (
         "TORCH_ROCM_AOTRITON_PREFER_DEFAULT",
         "HIP_ARCH",
@@ -85,18 +85,18 @@ def test_plan_sets_only_effective_variables() -> None:
     for never in never_set:
         assert refused.get(never)
     new = activation.plan(strix, rocm_root="/r", aotriton_version="0.12b")
-    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in {v.name for v in new.variables}
+    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in {v["name"] for v in new["set"]}
     mi300 = activation.plan(archs.get_arch("gfx942"), rocm_root="/r", aotriton_version="0.13b",
                             profiles=["vllm"])  # fmt: skip
-    assert "VLLM_ROCM_USE_AITER" in {v.name for v in mi300.variables}
+    assert "VLLM_ROCM_USE_AITER" in {v["name"] for v in mi300["set"]}
     mi100 = activation.plan(archs.get_arch("gfx908"), rocm_root="/r", aotriton_version="0.13b",
                             profiles=["vllm"])  # fmt: skip
-    reasons = {s.name: s.why for s in mi100.skipped}
+    reasons = {s["name"]: s["why"] for s in mi100["not_set"]}
     assert "come from our patch set" in reasons["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
     old = activation.plan(archs.get_arch("gfx908"), rocm_root="/r", aotriton_version="0.12b")
     assert (
         "no kernels for gfx908"
-        in {s.name: s.why for s in old.skipped}["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
+        in {s["name"]: s["why"] for s in old["not_set"]}["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"]
     )
     assert "gfx908" in reasons["VLLM_ROCM_USE_AITER"]
 
@@ -107,15 +107,17 @@ def test_device_library_path_is_persisted_where_the_sdk_has_it(tmp_path: Path) -
     strix = archs.get_arch("gfx1151")
     (tmp_path / "lib" / "llvm" / "amdgcn" / "bitcode").mkdir(parents=True)
     found = activation.plan(strix, rocm_root=str(tmp_path), aotriton_version="0.13b")
-    values = {v.name: v.value for v in found.variables}
+    values = {v["name"]: v["value"] for v in found["set"]}
     assert values["ROCM_PATH"] == str(tmp_path)
     assert values["HIP_DEVICE_LIB_PATH"] == f"{tmp_path}/lib/llvm/amdgcn/bitcode"
     missing = activation.plan(strix, rocm_root=str(tmp_path / "x"), aotriton_version="0.13b")
-    assert "HIP_DEVICE_LIB_PATH" not in {v.name for v in missing.variables}
-    assert "amdgcn/bitcode" in {s.name: s.why for s in missing.skipped}["HIP_DEVICE_LIB_PATH"]
+    assert "HIP_DEVICE_LIB_PATH" not in {v["name"] for v in missing["set"]}
+    assert (
+        "amdgcn/bitcode" in {s["name"]: s["why"] for s in missing["not_set"]}["HIP_DEVICE_LIB_PATH"]
+    )
     planned = activation.plan(strix, rocm_root="$(rocm-sdk path --root)", aotriton_version=None)
-    assert "HIP_DEVICE_LIB_PATH" in {v.name for v in planned.variables}
-    assert "HIP_CLANG_PATH" in {s.name for s in found.skipped}  # TheRock: Windows only
+    assert "HIP_DEVICE_LIB_PATH" in {v["name"] for v in planned["set"]}
+    assert "HIP_CLANG_PATH" in {s["name"] for s in found["not_set"]}  # TheRock: Windows only
 
 
 SHELLS = [s for s in ("bash", "dash", "zsh", "ksh", "mksh") if shutil.which(s)]
@@ -138,9 +140,11 @@ def test_stacked_envs_inner_deactivate_restores_the_outer_values(
     tmp_path: Path, shell: str
 ) -> None:
     outer_env, inner_env = tmp_path / "outer", tmp_path / "inner"
-    outer_a, outer_d = activation.write_scripts(outer_env, [activation.Variable("V", "outer", "x")])
+    outer_a, outer_d = activation.write_scripts(
+        outer_env, [{"name": "V", "value": "outer", "why": "x"}]
+    )
     inner_a, inner_d = activation.write_scripts(
-        inner_env, [activation.Variable("V", "in ner", "x")]
+        inner_env, [{"name": "V", "value": "in ner", "why": "x"}]
     )
     script = (
         f'set -u; export V=orig; CONDA_PREFIX="{outer_env}"; . "{outer_a}"; '

@@ -4,7 +4,7 @@ checked by sha256 before they are read. (A lock's records served as a closed cha
 to the same lock: tests/test_lockfile.py.)
 
 Opt-in: ROCMFA_CONDA_SOURCES=DIR, the sources of scripts/rocmfa/data/conda_sources.toml fetched into
-DIR (`python -m rocmfa.env.channel_from_locks CHANNEL --fetched DIR --fetch-commands` prints
+DIR (`python -m tests.support.channel_from_locks CHANNEL --fetched DIR --fetch-commands` prints
 how), rebuilds the channel in both orders and re-solves the committed lock from it."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import channel_from_locks, lockfile
+from rocmfa.env import lockfile
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
+from tests.support import channel_from_locks
 
 
 @pytest.fixture(autouse=True)

@@ -13,20 +13,18 @@ from rocmfa.plumbing.errors import UserError
 def test_arches_toml_gating_agrees_with_util_cc_lists() -> None:
     """arches.toml's experimental ranges must say what AOTriton's util.cc says at each tag."""
     data = compat_matrix.load_matrix()
-    for release in data.releases:
+    for release in data["releases"]:
         for arch in archs.load_arches().values():
-            if arch.aotriton_supported(release.version):
-                listed = arch.name in release.experimental
-                assert arch.needs_experimental_flag(release.version) == listed, (
-                    arch.name,
-                    release.version,
-                )
+            version = release["version"]
+            if arch.aotriton_supported(version):
+                listed = arch.name in release["experimental"]
+                assert arch.needs_experimental_flag(version) == listed, (arch.name, version)
 
 
 def test_table_rows_match_upstream_facts() -> None:
     report = compat_matrix.table()
     rows = {row["arch"]: row["cells"] for row in report["arches"]}
-    assert set(rows) == set(archs.load_arches())  # every arch in arches.toml
+    assert set(rows) == {a for a, x in archs.load_arches().items() if x.vendor == "amd"}
     state = {a: {v: c["state"] for v, c in cells.items()} for a, cells in rows.items()}
     assert state["gfx1151"]["0.11.2b"] == "experimental" and state["gfx1151"]["0.12b"] == "default"
     assert state["gfx1100"]["0.11b"] == "experimental" and state["gfx1100"]["0.11.1b"] == "default"
@@ -55,7 +53,7 @@ def test_patched_arches_have_a_patch_set_that_adds_them() -> None:
     adds the arch to the tables the generator and the runtime read."""
     from rocmfa.sources import patches
 
-    commits = {r.version: r.commit for r in compat_matrix.load_matrix().releases}
+    commits = {r["version"]: r["commit"] for r in compat_matrix.load_matrix()["releases"]}
     patched = [(a, r) for a in archs.load_arches().values() for r, _pack in a.aotriton_patched]
     assert ("gfx908", "0.13b") in [(a.name, r) for a, r in patched]
     for arch, release in patched:

@@ -97,7 +97,7 @@ def test_environment_yml_declares_what_builds_need() -> None:
 
 def closed_channel(document: Mapping[str, Any], out: Path) -> str:
     """The records as a file:// channel (repodata.json per subdir); returns its URL."""
-    from rocmfa.env.channel_from_locks import write_channel as write
+    from tests.support.channel_from_locks import write_channel as write
 
     entries = {tuple(url.rsplit("/", 2)[-2:]): e for url, e in document["records"].items()}
     write(entries, out, document["platform"], {})  # type: ignore[arg-type]

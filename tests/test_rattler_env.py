@@ -170,8 +170,8 @@ def test_installed_env_is_a_real_prefix_whose_scripts_activate_in_real_shells(lo
         "tool\n"
     )
     # Our own persisted variables go beside the package's (zz- sorts after tool.sh).
-    ours = [activation.Variable("PYTORCH_ROCM_ARCH", "gfx1151", "x"),
-            activation.Variable("ROCM_PATH", "/opt/rocm dir/$HOME", "x")]  # fmt: skip
+    ours = [{"name": "PYTORCH_ROCM_ARCH", "value": "gfx1151", "why": "x"},
+            {"name": "ROCM_PATH", "value": "/opt/rocm dir/$HOME", "why": "x"}]  # fmt: skip
     activation.write_scripts(prefix, ours)
     activate_d, deactivate_d = prefix / "etc/conda/activate.d", prefix / "etc/conda/deactivate.d"
     outer = {"PATH": "/usr/bin:/bin", "CONDA_PREFIX": str(prefix), "CC": "gcc"}

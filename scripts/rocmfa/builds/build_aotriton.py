@@ -114,7 +114,7 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     from rocmfa.builds import aotriton_release
     from rocmfa.env.compat_matrix import load_matrix
 
-    tag = next((r.commit for r in load_matrix().releases if r.version == version), None)
+    tag = next((r["commit"] for r in load_matrix()["releases"] if r["version"] == version), None)
     if tag != pin.commit:
         known = tag[:12] if tag else "no such release in scripts/rocmfa/data/aotriton_matrix.toml"
         why = f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built"

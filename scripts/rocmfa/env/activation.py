@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfa.env.archs import Arch
@@ -19,26 +18,8 @@ SCRIPT_NAME = "zz-rocmfa.sh"  # sorts after compiler activation scripts
 NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
-@dataclass(frozen=True)
-class Variable:
-    name: str
-    value: str
-    why: str
-
-
-@dataclass(frozen=True)
-class Skipped:
-    name: str
-    why: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    variables: tuple[Variable, ...]
-    skipped: tuple[Skipped, ...]
-
-    def as_dict(self) -> dict[str, list]:
-        return {"set": list(map(vars, self.variables)), "not_set": list(map(vars, self.skipped))}
+Variable = dict[str, str]  # {"name", "value", "why"}; skipped ones: {"name", "why"}
+Plan = dict[str, list[Variable]]  # {"set": [...], "not_set": [...]}, as the stamp records it
 
 
 def _conditions(
@@ -68,8 +49,7 @@ def _conditions(
     }
 
 
-def _section(table: dict, where: str, conditions, fields) -> tuple[list, list]:
-    chosen, skipped = [], []
+def _section(table: dict, where: str, conditions, fields, found: Plan) -> None:
     for kind in ("set", "refuse"):
         for name, spec in table.get(kind, {}).items():
             at = f"{VARS_FILE.name} {where}[{kind}.{name}]"
@@ -80,13 +60,13 @@ def _section(table: dict, where: str, conditions, fields) -> tuple[list, list]:
                 raise UserError(f"{at}: unknown condition {when!r}")
             ok, reason = conditions[when] if when else (kind == "set", why)  # refuse: never set
             if not ok:
-                skipped.append(Skipped(name, reason))
+                found["not_set"].append({"name": name, "why": reason})
                 continue
             try:
-                chosen.append(Variable(name, require(spec, "value", str, at).format(**fields), why))
+                value = require(spec, "value", str, at).format(**fields)
             except (KeyError, IndexError):
                 raise UserError(f"{at}: unknown placeholder") from None
-    return chosen, skipped
+            found["set"].append({"name": name, "value": value, "why": why})
 
 
 def plan(arch: Arch, *, rocm_root: str, aotriton_version: str | None,
@@ -96,14 +76,13 @@ def plan(arch: Arch, *, rocm_root: str, aotriton_version: str | None,
         raise UserError(f"variable data {vars_file} is empty; restore it: git checkout {vars_file}")
     conditions = _conditions(arch, aotriton_version, rocm_root)
     fields = {"rocm_root": rocm_root, "arch": arch.name}
-    variables, skipped = _section(data, "", conditions, fields)
+    found: Plan = {"set": [], "not_set": []}
+    _section(data, "", conditions, fields, found)
     for profile in profiles:
         if (table := data.get("profile", {}).get(profile)) is None:
             raise UserError(f"unknown variable profile {profile!r}")
-        more, more_skipped = _section(table, f"[profile.{profile}]", conditions, fields)
-        variables += more
-        skipped += more_skipped
-    return Plan(tuple(variables), tuple(skipped))
+        _section(table, f"[profile.{profile}]", conditions, fields, found)
+    return found
 
 
 # POSIX sh, sourced by conda, mamba and micromamba, also under `set -u`. Each activation of
@@ -158,8 +137,8 @@ def script_paths(prefix: Path) -> tuple[Path, Path]:
 
 
 def write_scripts(prefix: Path, variables: Sequence[Variable]) -> tuple[Path, Path]:
-    names = " ".join(v.name for v in variables)
-    exports = [f"export {v.name}={shlex.quote(v.value)}  # {v.why}" for v in variables]
+    names = " ".join(v["name"] for v in variables)
+    exports = [f"export {v['name']}={shlex.quote(v['value'])}  # {v['why']}" for v in variables]
     texts = (ACTIVATE.replace("@NAMES@", names) + "\n".join(exports) + "\n",
              DEACTIVATE.replace("@NAMES@", names))  # fmt: skip
     for path, text in zip(script_paths(prefix), texts, strict=True):
@@ -168,8 +147,8 @@ def write_scripts(prefix: Path, variables: Sequence[Variable]) -> tuple[Path, Pa
     return script_paths(prefix)
 
 
-def show(recorded: dict) -> str:
-    """Plan.as_dict() (as the stamp records it) as the lines setup_env --show prints."""
+def show(recorded: Plan) -> str:
+    """A plan (as the stamp records it) as the lines setup_env --show prints."""
     chosen = [f"  {v['name']}={shlex.quote(v['value'])}  - {v['why']}" for v in recorded["set"]]
     skipped = [f"  {s['name']}  - {s['why']}" for s in recorded["not_set"]]
     return "\n".join(["Variables set on activation:", *(chosen or ["  (none)"]), "Not set:",

@@ -5,11 +5,8 @@ and the check builds run before their first command (data/arches.toml, data/aotr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,43 +28,29 @@ LABELS = {
 SHORT = {DEFAULT: "default", EXPERIMENTAL: "experimental*", PATCHED: "patched"}
 
 
-@dataclass(frozen=True)
-class Release:
-    version: str
-    commit: str
-    experimental: tuple[str, ...]
-    source: str
-
-
-@dataclass(frozen=True)
-class MatrixData:
-    releases: tuple[Release, ...]
-    torch: Mapping[str, tuple[str, str, str]]  # series -> (aotriton version, source, tree)
-    retired: Mapping[str, tuple[str, str, str]]  # name -> (arch, why, source)
-
-
-def load_matrix(path: Path = MATRIX_FILE) -> MatrixData:
+def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
+    """The matrix data checked, as `--json` shows it: releases and torch series oldest first."""
     data = load_toml(path, "AOTriton matrix data")
 
-    def fields(table: str, name: str, *keys: str) -> tuple[str, ...]:
-        raw, where = data[table][name], f"{path.name} [{table}.{name!r}]"
-        return tuple(" ".join(require(raw, key, str, where).split()) for key in keys)
+    def rows(table: str, key: str, *keys: str) -> list[dict[str, Any]]:
+        found = []
+        for name, raw in (data.get(table) or {}).items():
+            where = f"{path.name} [{table}.{name!r}]"
+            found.append(
+                {key: name} | {k: " ".join(require(raw, k, str, where).split()) for k in keys}
+            )
+            if table == "aotriton":  # the archs its util.cc gates as experimental
+                found[-1]["experimental"] = require(raw, "experimental", list, where)
+        return found
 
-    releases = []
-    for version, raw in (data.get("aotriton") or {}).items():
-        archs.aotriton_version_key(version)
-        experimental = require(raw, "experimental", list, f"{path.name} [aotriton.{version!r}]")
-        commit, source = fields("aotriton", version, "commit", "source")
-        releases.append(Release(version, commit, tuple(experimental), source))
+    releases = sorted(rows("aotriton", "version", "commit", "source"),
+                      key=lambda r: archs.aotriton_version_key(r["version"]))  # fmt: skip
     if not releases:
         raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
-    releases.sort(key=lambda r: archs.aotriton_version_key(r.version))
-    torch = {series: (*fields("torch", series, "aotriton", "source"), str(raw.get("tree", "")))
-             for series, raw in (data.get("torch") or {}).items()}  # fmt: skip
-    retired = {
-        name: fields("retired", name, "arch", "why", "source") for name in data.get("retired") or {}
-    }
-    return MatrixData(tuple(releases), torch, retired)
+    torch = sorted(rows("torch", "torch", "tree", "aotriton", "source"),
+                   key=lambda r: tuple(map(int, r["torch"].split("."))))  # fmt: skip
+    return {"releases": releases, "torch": torch,
+            "retired": rows("retired", "name", "arch", "why", "source")}  # fmt: skip
 
 
 def state(arch: archs.Arch, version: str) -> str:
@@ -86,59 +69,36 @@ def pack(arch: archs.Arch, version: str) -> str | None:
 def table() -> dict[str, Any]:
     data = load_matrix()
     rows = []
-    for arch in archs.load_arches().values():
+    for arch in (a for a in archs.load_arches().values() if a.vendor == "amd"):
         cells = {
-            r.version: {"state": state(arch, r.version)}
-            | ({"pack": f"amd-{found}"} if (found := pack(arch, r.version)) else {})
-            for r in data.releases
+            r["version"]: {"state": state(arch, r["version"])}
+            | ({"pack": f"amd-{found}"} if (found := pack(arch, r["version"])) else {})
+            for r in data["releases"]
         }
-        retired = [{"name": name, "why": why, "source": src}
-                   for name, (on, why, src) in data.retired.items() if on == arch.name]  # fmt: skip
-        rows.append({
-            "arch": arch.name, "name": arch.display_name, "vendor": arch.vendor,
-            "hierarchy": list(archs.packaging_chain(arch.name)), "cells": cells,
-            "source": f"arches.toml [arch.{arch.name}]; experimental lists: {MATRIX_FILE.name}",
-        } | ({"retired": retired} if retired else {}))  # fmt: skip
-    torch = sorted(data.torch.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
-    return {
-        "releases": [dataclasses.asdict(r) | {"experimental": list(r.experimental)}
-                     for r in data.releases],
-        "torch": [{"torch": series, "tree": tree, "aotriton": v, "source": src}
-                  for series, (v, src, tree) in torch],
-        "pinned_build": pinned_build(),
-        "arches": rows,
-    }  # fmt: skip
+        retired = [r for r in data["retired"] if r["arch"] == arch.name]
+        rows.append({"arch": arch.name, "name": arch.display_name, "cells": cells}
+                    | ({"retired": retired} if retired else {}))  # fmt: skip
+    return {**data, "pinned_build": pinned_build(), "arches": rows}
 
 
-def pinned_build() -> dict[str, Any]:
-    """The tree build_pytorch builds (pins/pytorch.toml) and the AOTriton its own aotriton.cmake
-    names as update_pins recorded it, next to pins/aotriton.toml; no network."""
-    directory = pin_files.pins_dir()
+def pinned_build() -> dict[str, str]:
+    """The torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)."""
     try:
-        torch = pin_files.table_of(directory / "pytorch.toml", "pytorch")
-        aotriton = pin_files.table_of(directory / "aotriton.toml", "aotriton")
+        for project in ("pytorch", "aotriton"):
+            pin_files.read_table(project, pin_files.pins_dir())
     except UserError as e:
         return {"error": str(e)}
-    record = torch.get("aotriton") if isinstance(torch.get("aotriton"), dict) else {}
-    names = "not recorded for this commit (nox -s update_pins reads it)"
-    if record and record.get("pytorch_commit") == torch.get("commit"):
-        commit = str(record.get("commit"))[:12]
-        names = f"{record.get('version') or '?'} {commit} ({record.get('source')})"
-    return {
-        "torch": f"{torch.get('url')} {torch.get('ref')} {str(torch.get('commit'))[:12]}",
-        "names": names,
-        "pinned_aotriton": f"{aotriton.get('version')} {str(aotriton.get('commit'))[:12]}",
-    }
+    return {"line": pin_files.describe_line(pin_files.pins_dir())}
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [f"| {' | '.join(cells)} |" for cells in [header, ["---"] * len(header), *rows]]
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
+def render_markdown(report: dict[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
-    rows = [row for row in report["arches"] if row["vendor"] == "amd"]
+    rows = report["arches"]
     cells = [[f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
               for c in map(row["cells"].get, versions)] for row in rows]  # fmt: skip
     lines += markdown_table(
@@ -155,15 +115,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "## AOTriton each torch series expects (the trees TheRock builds wheels from)",
         "",
     ]
-    lines += markdown_table(["torch", "tree", "AOTriton", "source"],
-                            [[t["torch"], t["tree"], t["aotriton"], t["source"]]
-                             for t in report["torch"]])  # fmt: skip
+    torch = [[t["torch"], t["tree"], t["aotriton"], t["source"]] for t in report["torch"]]
+    lines += markdown_table(["torch", "tree", "AOTriton", "source"], torch)
     if "error" not in (built := report["pinned_build"]):
-        lines += ["", "## The pinned source build (build_pytorch)", "",
-                  f"- torch: {built['torch']} (pins/pytorch.toml)",
-                  f"- its aotriton.cmake names: {built['names']}",
-                  f"- pins/aotriton.toml: {built['pinned_aotriton']} "
-                  "(same release line required)"]  # fmt: skip
+        lines += ["", "## The pinned source build (build_pytorch)", "", built["line"]]
     lines += ["", "## Sources", ""]
     lines += [f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}"
               for r in report["releases"]]  # fmt: skip
@@ -211,8 +166,9 @@ def check_combination(arch: archs.Arch, aotriton_version: str, *,
     # "+git<sha>": a torch built from source, checked against its own aotriton.cmake (pins.py)
     series = re.match(r"\s*(\d+\.\d+)", torch_version or "")
     line = archs.aotriton_version_key(aotriton_version)[:2]  # 0.13b and 0.13.1b: one ABI line
-    if series and "+git" not in torch_version and series[1] in (data := load_matrix().torch):
-        expected, source, _ = data[series[1]]
+    known = {t["torch"]: t for t in load_matrix()["torch"]}
+    if series and "+git" not in torch_version and series[1] in known:
+        expected, source = known[series[1]]["aotriton"], known[series[1]]["source"]
         if archs.aotriton_version_key(expected)[:2] != line:
             problems.append(f"torch {series[1]} x AOTriton {aotriton_version}: torch {series[1]} "
                             f"expects AOTriton {expected} ({source})")  # fmt: skip

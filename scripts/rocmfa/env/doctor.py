@@ -63,82 +63,87 @@ def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict
     return {"kind": "none", "commands": [], "why": why}
 
 
-def _arch_section(requested: str | None) -> dict[str, Any]:
+Rows = list[tuple[str, str]]
+
+
+def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
+    """The GPU and arch rows; the facts the next step reads (error, bad_value; the arch's path)."""
     try:
         detection = archs.detect_gpus()
     except UserError as e:
-        return {"detected": [], "detected_from": "rocm-bootstrap", "error": str(e)}
-    section: dict[str, Any] = {
-        "detected": list(detection.gpus),
-        "detected_from": detection.source,
-        "hsa_override": detection.override,
-    }
+        rows += [("GPU", "detected: none (rocm-bootstrap)"), ("arch", str(e))]
+        return {"error": str(e)}
+    rows.append(("GPU", f"detected: {', '.join(detection.gpus) or 'none'} ({detection.source})"))
+    rows += [("", detection.override)] if detection.override else []
     try:
         choice = archs.resolve_arch(requested, detection=detection)
     except UserError as e:
-        section["error"] = str(e)
-        if requested:  # a bad value (--arch or $ROCMFA_ARCH), not a missing GPU
-            given = origin(requested, "--arch")
-            section["bad_value"] = f"{given}{' ' if given == '--arch' else '='}{requested}"
-        return section
-    arch = choice.arch
-    pinned = compat_matrix.pinned_aotriton_version()  # gfx908: kernels from our patch set
-    section.update(
-        arch=arch.name,
-        how=choice.how,
-        name=arch.display_name,
-        aotriton=bool(arch.aotriton_supported() or (pinned and arch.aotriton_patched_pack(pinned))),
-        ck_mha=arch.ck_mha,
-        matrix=compat_matrix.host_line(choice=choice),
-        path=torch_path(arch, choice.how, pinned),
-    )
-    return section
+        rows.append(("arch", str(e)))
+        if not requested:  # no GPU found; a bad value (--arch or $ROCMFA_ARCH) is broken
+            return {"error": str(e)}
+        given = origin(requested, "--arch")
+        sep = " " if given == "--arch" else "="
+        return {"error": str(e), "bad_value": f"{given}{sep}{requested}"}
+    arch, pinned = choice.arch, compat_matrix.pinned_aotriton_version()
+    # gfx908: no upstream kernels, ours from the patch set
+    aotriton = arch.aotriton_supported() or bool(pinned and arch.aotriton_patched_pack(pinned))
+    path = torch_path(arch, choice.how, pinned)
+    run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+    rows += [
+        ("arch", f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
+         f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}"),
+        ("matrix", f"{compat_matrix.host_line(choice=choice)} (nox -s matrix)"),
+        ("path", f"{path['kind']}: {path['why']}{run}"),
+        *([("", path["build"])] if path.get("build") else []),
+    ]  # fmt: skip
+    return {"arch": arch.name, "path": path}
 
 
-def _env_section(prefix: str | None, env_name: str | None) -> dict[str, Any]:
+def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
+    """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
     manager = find_manager()
-    found = manager and {"kind": manager.kind, "exe": str(manager.exe), "via": manager.found_via}
-    section: dict[str, Any] = {"manager": found or None}
+    rows.append(("manager", f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager
+                 else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))  # fmt: skip
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
-        return section | {"error": str(e)}
-    prefix = location.prefix
-    stamp = stamps.read(prefix / condaenv.ENV_STAMP)
-    section.update(prefix=str(prefix), how=location.how, exists=prefix.exists(),
-                   conda_env=condaenv.is_conda_env(prefix), set_up=stamp is not None)  # fmt: skip
-    if stamp:
-        section["rocm_sdk"] = stamp.get("rocm", {})
-        section["variables"] = stamp.get("variables", {}).get("set") or []
-    python = prefix / "bin" / "python"
-    if python.exists():
+        rows.append(("env", str(e)))
+        return {}
+    env = location.prefix
+    stamp = stamps.read(env / condaenv.ENV_STAMP) or {}
+    state = "set up" if stamp else "exists, not set up" if env.exists() else "absent"
+    rocm = stamp.get("rocm")
+    rows.append(("env", f"{env} ({location.how}): {state}"))
+    rows.append(("ROCm SDK", f"{rocm.get('version')} at {rocm.get('root')}" if rocm else "-"))
+    facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
+    if (python := env / "bin" / "python").exists():
         try:
-            env = condaenv.activated_environ(prefix)
             probe = subprocess.run([str(python), "-c", ENV_PROBE], capture_output=True, text=True,
-                                   env=env, timeout=120, check=True)  # fmt: skip
+                                   env=condaenv.activated_environ(env), timeout=120,
+                                   check=True)  # fmt: skip
             found = json.loads(probe.stdout)
-            section.update(torch=found["torch"], rocm_dists=found["rocm"])
-            section["mixed_sdk"] = rocm_sdk.mixed_sdk(found["rocm"])
+            facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
-            section["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    return section
+            facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+    torch = facts["torch"]
+    rows += [("ROCm SDK", facts["mixed_sdk"])] if facts.get("mixed_sdk") else []
+    rows.append(("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
+                 if torch.get("version") else torch.get("error", "not installed")))  # fmt: skip
+    rows += [("variable", f"{v['name']}={v['value']}  - {v['why']}")
+             for v in stamp.get("variables", {}).get("set") or []]  # fmt: skip
+    return facts
 
 
 def _pins_section() -> list[dict[str, Any]]:
+    """Pin files that do not read or check as the builds check them (the pin line: the rest)."""
     found = []
     for path in sorted(pin_files.pins_dir().glob("*.toml")):
         try:
-            data = load_toml(path, "pin")
-            if path.stem in pin_files.PROJECTS:  # what the builds check, checked the same way
+            load_toml(path, "pin")
+            if path.stem in pin_files.PROJECTS:
                 pin_files.check_file(path, path.stem)
         except UserError as e:
             found.append({"file": path.name, "error": str(e)})
-            continue
-        keys = ("url", "ref", "commit", "version", "index")
-        for table, values in data.items():
-            entry = {k: values[k] for k in keys if k in values} if isinstance(values, dict) else {}
-            if entry:
-                found.append({"file": path.name, "project": table, **entry})
     return found
 
 
@@ -199,72 +204,42 @@ def _pin_line() -> str:
         return str(e)
 
 
+def _lock_section() -> dict[str, Any]:
+    try:
+        return dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
+    except UserError as e:  # missing (not present) or not a conda-lock file (stale)
+        return {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
+
+
 def gather(opts: DoctorOptions) -> dict[str, Any]:
-    env = _env_section(opts.prefix, opts.env_name)
-    prefix = Path(env["prefix"]) if env.get("prefix") else None
+    """The screen's rows (`--json` prints them too), the facts the next step reads, and next."""
+    arch_rows: Rows = []
+    env_rows: Rows = []
+    env = _env_section(opts.prefix, opts.env_name, env_rows)
     report: dict[str, Any] = {
-        "interrupted": half_installed(prefix),
-        "arch": _arch_section(opts.arch),
+        "interrupted": half_installed(Path(env["prefix"]) if env.get("prefix") else None),
+        "arch": _arch_section(opts.arch, arch_rows),
         "env": env,
-        "lock": lockfile.describe(),
+        "lock": (lock := _lock_section()),
         "pins": _pins_section(),
-        "line": _pin_line(),
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
+    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
+    report["rows"] = [
+        *(("HALF-DONE", line) for line in report["interrupted"]), *arch_rows, *env_rows,
+        ("lock", f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
+         if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
+        *(("pin", pin["error"]) for pin in report["pins"]), ("pin line", _pin_line()),
+        *(("built", build) for build in builds),
+    ]  # fmt: skip
     report["next"] = _next_step(report)
     return report
 
 
 def render(report: dict[str, Any]) -> str:
     """One row per fact, `label  text`; HALF-DONE first, the next step last."""
-    rows = [("HALF-DONE", line) for line in report.get("interrupted", [])]
-    rows += _arch_rows(report["arch"]) + _env_rows(report["env"], report["lock"])
-    for pin in report["pins"]:
-        what = str(pin.get("commit") or pin.get("version") or pin.get("index"))
-        what = what[:12] if pin_files.HEX40.fullmatch(what) else what  # versions shown whole
-        ref = f"{pin['ref']} " if pin.get("ref") else ""
-        rows.append(("pin", pin.get("error") or f"{pin['project']}: {ref}{what} ({pin['file']})"))
-    rows += [("pin line", report["line"])] if report.get("line") else []
-    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
-    rows += [*(("built", build) for build in builds), ("", ""), ("next", report["next"])]
+    rows = [*report["rows"], ("", ""), ("next", report["next"])]
     return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
-
-
-def _arch_rows(arch: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [("GPU", f"detected: {', '.join(arch['detected']) or 'none'} ({arch['detected_from']})")]
-    rows += [("", arch["hsa_override"])] if arch.get("hsa_override") else []
-    if "error" in arch:
-        return [*rows, ("arch", arch["error"])]
-    path = arch.get("path") or {"kind": "?", "why": "not reported", "commands": []}
-    run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
-    return [
-        *rows,
-        ("arch", f"{arch['arch']} = {arch['name']} ({arch['how']}); AOTriton "
-         f"{'yes' if arch['aotriton'] else 'NO'}; CK MHA {'yes' if arch['ck_mha'] else 'no'}"),
-        ("matrix", f"{arch['matrix']} (nox -s matrix)"),
-        ("path", f"{path['kind']}: {path['why']}{run}"),
-        *([("", path["build"])] if path.get("build") else []),
-    ]  # fmt: skip
-
-
-def _env_rows(env: dict[str, Any], lock: dict[str, Any]) -> list[tuple[str, str]]:
-    manager, rocm, torch = env.get("manager"), env.get("rocm_sdk"), env.get("torch") or {}
-    state = (
-        "set up" if env.get("set_up") else "exists, not set up" if env.get("exists") else "absent"
-    )
-    return [
-        ("manager", f"{manager['kind']} {manager['exe']} (via {manager['via']})" if manager
-         else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"),
-        ("env", f"{env.get('prefix') or '?'} ({env.get('how', env.get('error'))}): {state}"),
-        ("lock", f"{'fresh' if lock.get('fresh') else 'STALE'}: {lock.get('reason')}"
-         if lock.get("present") else "conda-lock.yml missing (setup_env generates it)"),
-        ("ROCm SDK", f"{rocm.get('version')} at {rocm.get('root')}" if rocm else "-"),
-        *([("ROCm SDK", env["mixed_sdk"])] if env.get("mixed_sdk") else []),
-        ("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
-         if torch.get("version") else torch.get("error", "not installed")),
-        *(("variable", f"{v['name']}={v['value']}  - {v['why']}")
-          for v in env.get("variables", [])),
-    ]  # fmt: skip
 
 
 def problems(report: dict[str, Any]) -> list[str]:

@@ -104,13 +104,6 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             yield spec, vpr, str(mapping)
 
 
-def match_spec(dep: Any) -> str:
-    """A conda-lock VersionedDependency as a conda match spec string."""
-    parts = [dep.name, *([dep.version or "*", dep.build] if dep.build else [dep.version])]
-    spec = " ".join(p for p in parts if p)
-    return f"{dep.conda_channel}::{spec}" if dep.conda_channel else spec
-
-
 def solve(specs: list[str], channels: list[str], virtual: list[Any],
           cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
     """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
@@ -176,6 +169,7 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
                records_file: Path | None = None) -> list[Any]:  # fmt: skip
     """Solve env_file for linux-64 into lock_file (and records_file: load())."""
     import rattler
+    from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -187,7 +181,7 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         channels = [c.url for c in spec.channels]
         mirror_of = parse_mirrors(mirrors, channels)
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
-        specs = [match_spec(d) for d in conda_deps]
+        specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
         say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
         # conda-lock's virtual packages (its FakeRepoData, the ones it hashes); rattler wants
         # a build string where conda uses 0
@@ -217,8 +211,6 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
     )
     if records_file is not None:  # read by load()
-        from rocmfa.env.channel_from_locks import repodata_entry
-
         urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
         entries = {urls[r.file_name]: repodata_entry(r) for r in records}
         virtual_names = sorted(str(v) for v in virtual)
@@ -227,6 +219,20 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
                     "records": dict(sorted(entries.items()))}  # fmt: skip
         records_file.write_text(json.dumps(document, indent=1) + "\n")
     return list(planned.values())
+
+
+# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
+# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
+RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
+                 "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
+                 "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
+
+
+def repodata_entry(record: Any) -> dict[str, Any]:
+    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS but empty ones (not depends)."""
+    data = json.loads(record.to_json())
+    entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
+    return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
 def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
@@ -475,13 +481,3 @@ def write_lock(runner: Runner, mirrors: list[str]) -> None:
     where = ", ".join(mirrors) or "environment.yml's channels"
     runner.apply(solve_and_verify, say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
                  f"against {where} and write {LOCK_FILE.name} and {records.name}")  # fmt: skip
-
-
-def describe(lock_file: Path = LOCK_FILE) -> dict[str, object]:
-    if not lock_file.is_file():
-        return {"present": False}
-    try:
-        fresh, reason = check(lock_file=lock_file)
-    except UserError as e:
-        fresh, reason = False, str(e)
-    return {"present": True, "fresh": fresh, "reason": reason}

@@ -124,32 +124,6 @@ class OnSession:
 UPSTREAM = "upstream_sdpa"
 
 
-def run_env_script(where: EnvOptions, script: str, args: Sequence[str]) -> int:
-    """The script with the env's Python, fully activated; with no env given or found, the Python
-    running nox when it has torch (a CPU machine without conda)."""
-    location = condaenv.resolve_prefix(where.prefix, where.env_name, find_manager())
-    prefix = location.prefix
-    python = prefix / "bin" / "python"
-    env = None
-    if not python.exists():
-        if where.prefix or where.env_name or importlib.util.find_spec("torch") is None:
-            raise UserError(
-                f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
-                f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
-            )
-        print(f"note: no env found ({location.how}); running with {sys.executable}",
-              file=sys.stderr)  # fmt: skip
-        python = Path(sys.executable)
-    else:
-        if not (prefix / condaenv.ENV_STAMP).is_file():
-            print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
-        env = condaenv.activated_environ(prefix)
-    # The scripts read the arch from torch itself; --arch only matters to other sessions.
-    argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
-    print("$ " + " ".join(argv), flush=True)
-    return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
-
-
 def probe_names(declared: Session) -> tuple[str, ...]:
     """scripts/rocmfa/probes/<session>.py, and upstream_sdpa for validate (its --upstream)."""
     own = declared.name
@@ -169,12 +143,33 @@ def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
 
 
 def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
-    """A probe session: its script with the arguments it did not declare (validate --upstream:
-    PyTorch's own SDPA tests, found through the work dir)."""
+    """A probe session: its script, with the arguments it did not declare, in the env's Python
+    and activation; with no env given or found, the Python running nox when it has torch (a CPU
+    machine without conda). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
+    script, args = f"{probe_names(declared)[0]}.py", list(rest)
     if getattr(opts, "upstream", False):
         work = paths.workdir(getattr(opts, "workdir", None))
-        return run_env_script(opts, f"{UPSTREAM}.py", ["--workdir", str(work), *rest])
-    return run_env_script(opts, f"{probe_names(declared)[0]}.py", rest)
+        script, args = f"{UPSTREAM}.py", ["--workdir", str(work), *rest]
+    location = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager())
+    prefix, env = location.prefix, None
+    python = prefix / "bin" / "python"
+    if not python.exists():
+        if opts.prefix or opts.env_name or importlib.util.find_spec("torch") is None:
+            raise UserError(
+                f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
+                f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
+            )
+        print(f"note: no env found ({location.how}); running with {sys.executable}",
+              file=sys.stderr)  # fmt: skip
+        python = Path(sys.executable)
+    else:
+        if not (prefix / condaenv.ENV_STAMP).is_file():
+            print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
+        env = condaenv.activated_environ(prefix)
+    # The scripts read the arch from torch itself; --arch only matters to other sessions.
+    argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
+    print("$ " + " ".join(argv), flush=True)
+    return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
 
 
 @contextmanager

@@ -98,10 +98,10 @@ def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: d
     result = activation.plan(request.arch, rocm_root=rocm_paths["root"],
                              aotriton_version=version, profiles=request.profiles)  # fmt: skip
     activate, deactivate = activation.script_paths(prefix)
-    runner.apply(activation.write_scripts, prefix, result.variables,
+    runner.apply(activation.write_scripts, prefix, result["set"],
                  say=f"write {activate} and {deactivate} (variables below)")  # fmt: skip
     runner.apply(stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths,
-                 variables=result.as_dict())  # fmt: skip
+                 variables=result)  # fmt: skip
     return result
 
 
@@ -164,7 +164,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     in_env = runner.apply(condaenv.activated_environ, prefix, say=said + " + its activate.d")
     runner.base_env = in_env or runner.base_env
     result = provision(prefix, request, runner, stamp_inputs=inputs)
-    runner.say(activation.show(result.as_dict()))
+    runner.say(activation.show(result))
     say_next(request, session.arch_how, prefix, runner)
 
 

@@ -1,7 +1,8 @@
-"""Assemble a file:// conda channel from the records of pixi.lock files (docs/conda-lock.md).
+"""A maintainer's tool, not a session: assemble the file:// conda channel conda-lock.yml was
+solved against from the records of pixi.lock files (docs/conda-lock.md).
 
-    python -m rocmfa.env.channel_from_locks OUT_DIR PIXI_LOCK [PIXI_LOCK ...]
-    python -m rocmfa.env.channel_from_locks OUT_DIR --fetched DIR     (the sources named in
+    python -m tests.support.channel_from_locks OUT_DIR PIXI_LOCK [PIXI_LOCK ...]
+    python -m tests.support.channel_from_locks OUT_DIR --fetched DIR     (the sources named in
         scripts/rocmfa/data/conda_sources.toml, fetched into DIR; --fetch-commands prints how)
 
 A pixi.lock keeps each file's repodata record whole (read with py-rattler's lock parser). Every
@@ -18,23 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmfa.env.lockfile import repodata_entry
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
 
 SOURCES_FILE = DATA_DIR / "conda_sources.toml"
-# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
-# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
-RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
-                 "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
-                 "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
-
-
-def repodata_entry(record: Any) -> dict[str, Any]:
-    """A rattler RepoDataRecord as a channel entry: RECORD_FIELDS but empty ones (not depends)."""
-    data = json.loads(record.to_json())
-    entry = {k: data[k] for k in RECORD_FIELDS if data.get(k) not in (None, [], "")}
-    return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
 def read_pixi_lock(path: Path, platform: str) -> dict[tuple[str, str], dict[str, Any]]:
