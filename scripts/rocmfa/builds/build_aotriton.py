@@ -70,10 +70,6 @@ class AotritonPath:
     cost: str
     patches: tuple[str, ...] = ()  # what a source build applies for the arch
 
-    def lines(self) -> list[str]:
-        kind = "source build" if self.source else f"release pack {self.pack}"
-        return [f"path: {kind}: {self.why}", f"cost: {self.cost}"]
-
 
 def asked_path(opts: BuildAotritonOptions) -> str | None:
     """--from-release, the first source-only option given, or None."""
@@ -357,23 +353,18 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
     from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
 
-    lib, recorded, built_in = (
-        ctx.torch and ctx.torch / "lib",
-        stamps.read(stamp),
-        install_prefix(ctx),
-    )
-    if not (
-        stamps.is_current(stamp, inputs)
-        and recorded is not None
-        and recorded.get("installed") == (installed_fingerprint(lib) if lib else None)
-        and (lib is not None or AotritonInstall.read(built_in / "lib").runtime is not None)
+    lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
+    installed = installed_fingerprint(lib) if lib else None
+    if (
+        not stamps.is_current(stamp, inputs)
+        or (stamps.read(stamp) or {}).get("installed") != installed
     ):
         return False
+    if lib is None and AotritonInstall.read(built_in / "lib").runtime is None:
+        return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
-    runtime = recorded.get("new", {}).get("runtime")
-    ctx.session.runner.say(
-        f"build_aotriton: up to date ({runtime} {where}; stamp {stamp}); nothing run"
-    )
+    runtime = (stamps.read(stamp) or {}).get("new", {}).get("runtime")
+    ctx.runner.say(f"build_aotriton: up to date ({runtime} {where}; stamp {stamp}); nothing run")
     return True
 
 
@@ -397,7 +388,8 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
         asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
     )  # fmt: skip
-    print(*path.lines(), sep="\n")
+    kind = "source build" if path.source else f"release pack {path.pack}"
+    print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
                          triton=opts.kernel_triton, pyaotriton=opts.with_pyaotriton)  # fmt: skip
     inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
@@ -623,23 +615,15 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
 
 def require_pybind11(ctx: Context) -> None:
     """AOTRITON_NO_PYTHON=OFF: configure imports pybind11 with the env's python (CMakeLists.txt
-    131-143 at 6e00ef3e); before setup_env, the lock must have it."""
+    131-143 at 6e00ef3e); a plan before setup_env does not check."""
     python = ctx.prefix / "bin" / "python"
-    if ctx.session.ready:
-        probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
-        has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
-    else:
-        from rocmfa.env import lockfile
-
-        records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
-        has = any(r.get("name") == "pybind11" for r in records.values())
-        where = "conda-lock.yml, which setup_env installs, has no pybind11"
-    if not has:
+    probe = [str(python), "-c", "import pybind11"]
+    if ctx.session.ready and subprocess.run(probe, capture_output=True).returncode != 0:
         raise UserError(
             "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
             "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
-            f"CMake package), and {where}: add `- pybind11` to "
-            "environment.yml, then run: nox -s lock && nox -s setup_env"
+            f"CMake package), and the env's python ({python}) cannot import it: add `- pybind11` "
+            "to environment.yml, then run: nox -s lock && nox -s setup_env"
         )
 
 

@@ -86,9 +86,6 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
     return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
 
 
-# --- wheels -------------------------------------------------------------------------------
-
-
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     """name -> (size, mtime_ns) of the wheel files in directory."""
     found = directory.glob("*.whl") if directory.is_dir() else ()
@@ -114,9 +111,6 @@ def produced_wheels(
             f"stage {stage} finished but no {'/'.join(sorted(wanted))} wheel appeared in {out}"
         )
     return records
-
-
-# --- sources ------------------------------------------------------------------------------
 
 
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
@@ -164,9 +158,6 @@ def read_head(checkout: Path) -> str | None:
         return next((line.split()[0] for line in packed if line.endswith(" " + ref)), None)
     except OSError:
         return None
-
-
-# --- the context --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -303,9 +294,6 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
     )  # fmt: skip
 
 
-# --- inputs and argv ----------------------------------------------------------------------
-
-
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     from rocmfa.sources import patches
 
@@ -396,9 +384,6 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     if ctx.cache is not None:
         sets.update(ctx.cache.build_sets(ctx.runner.base_env))
     return sets
-
-
-# --- the checkout stage -------------------------------------------------------------------
 
 
 def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
@@ -506,9 +491,6 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
 
-# --- the build stages ---------------------------------------------------------------------
-
-
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     config_file = cwd / f"{stage}.config.json"
@@ -563,11 +545,7 @@ def plan(ctx: Context) -> list[str]:
             raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
     if start:
         flag = "--only" if only else "--from"
-        needed, dep = [], dependency(start)
-        while dep:  # the stages it builds on must be done, first first
-            needed.insert(0, dep)
-            dep = dependency(dep)
-        for stage in needed:
+        for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
                 raise UserError(
                     f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
