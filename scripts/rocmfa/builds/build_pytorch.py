@@ -201,8 +201,7 @@ class Context(OnSession):
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX (a plan: the one
-    build_aotriton's plan is about to fill). PyTorch's aotriton.cmake needs lib/ and include/."""
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX, or a plan's."""
 
     def has_lib(prefix: Path) -> bool:
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
@@ -229,8 +228,7 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
 
 
 def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    """(prefix, digest, flash attention); an arch whose kernels come only from our patch set
-    (gfx908 on 0.13b) needs build_aotriton's install (or --aotriton-prefix)."""
+    """(prefix, digest, flash attention); gfx908 on 0.13b needs our patched AOTriton."""
     arch, work, runner = session.arch, session.work, session.runner
     aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, work)
     patched, version = False, ""
@@ -494,11 +492,7 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     config_file = cwd / f"{stage}.config.json"
-    clean = ctx.opts.clean
-    config = stage_config(ctx, stage)
-    previous = None
-    with contextlib.suppress(OSError, ValueError):
-        previous = json.loads(config_file.read_text())
+    clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
         ctx.runner.say(
             f"{stage}: build settings changed since the last build ({previous} -> {config}); "
@@ -507,10 +501,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
-        triton = "triton is built in this call too, its only build of the run; "
-        built = "triton and torch" if ctx.build_triton else "torch"
-        ctx.runner.say(f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the "
-                       f"{built} it built into {ctx.python} (the env) when done")  # fmt: skip
+        built = "triton (its only build of the run) and torch" if ctx.build_triton else "torch"
+        ctx.runner.say(f"torch: TheRock builds {built} and pip-installs them into {ctx.python}")
     ctx.runner.apply(cwd.mkdir, parents=True, exist_ok=True)
     ctx.runner.apply(stamps.write_text_atomic, config_file, json.dumps(config, sort_keys=True))
     before = snapshot(ctx.out)
