@@ -33,7 +33,6 @@ STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
 # Options that only a source build has: given, they ask for one.
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
-AITER_TAG_FILE = "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
 
 
 def rocm_version(site: Path) -> str:
@@ -63,23 +62,11 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AotritonPath:
-    arch: str
-    version: str
     pack: str  # "amd-gfx115x"
     source: bool
     why: str
     cost: str
     patches: tuple[str, ...] = ()  # what a source build applies for the arch
-
-
-def asked_path(opts: BuildAotritonOptions) -> str | None:
-    """--from-release, the first source-only option given, or None."""
-    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
-    if opts.from_release and given:
-        raise UserError(
-            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
-        )
-    return "--from-release" if opts.from_release else (given[0] if given else None)
 
 
 def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
@@ -146,7 +133,7 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     )
     tuned = tuning_db.find(pin.commit, arch.name)
     if asked == "--from-release":
-        return AotritonPath(arch.name, version, pack, False, "--from-release", release_cost)
+        return AotritonPath(pack, False, "--from-release", release_cost)
     if asked:
         why = f"{asked} asks for one"
     elif patched_arch:
@@ -162,13 +149,13 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
         why = release_gap(pin, version, pack, rocm)
     if why:
         cost = source_cost(pin.commit, arch.name, jobs, fork)
-        return AotritonPath(arch.name, version, pack, True, why, cost, names)
+        return AotritonPath(pack, True, why, cost, names)
     why = (
         f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
         f"and the pinned {version} release ships {pack} built from this commit "
         "(--from-source builds it anyway)"
     )
-    return AotritonPath(arch.name, version, pack, False, why, release_cost)
+    return AotritonPath(pack, False, why, release_cost)
 
 
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
@@ -383,7 +370,12 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     from rocmfa.plumbing import buildjobs
     from rocmfa.sources import tuning_db
 
-    asked = asked_path(opts)
+    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
+    if opts.from_release and given:
+        raise UserError(
+            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
+        )
+    asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     runner = ctx.session.runner
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
@@ -420,19 +412,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     finish(ctx, new, inputs, how, no_images=build.no_images, force=opts.force)
 
 
-def drop_stale_cmake_cache(
-    build: Path, args: list[str], sets: dict[str, str], runner: Runner
-) -> Path:
-    """A changed configuration drops a stale CMakeCache (its values win: pytorch/pytorch#28373)."""
-    configured = build / ".rocmfa-configure.json"
-    wanted = stamps.digest({"args": args, "sets": sets})
-    previous = stamps.read(configured)
-    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
-        say = "configuration changed: removing the stale CMakeCache.txt"
-        runner.apply((build / "CMakeCache.txt").unlink, say=say)
-    return configured
-
-
 def check_out(ctx: Context, build_options: SourceBuild) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
     from rocmfa.builds import kernel_build
@@ -464,12 +443,14 @@ def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: A
     return src
 
 
-def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, force) -> None:
+def place_aiter(
+    pin: pins.Pin, src: Path, build: Path, checkout: Path, runner: Runner, force: bool
+) -> None:
     """Configure clones aiter by third_party/aiter.txt's tag into <build>/v3src/aiter unless a
     checkout there has it (v3src/CMakeLists.txt ~89-131 at 6e00ef3e): ours is linked there."""
     from rocmfa.sources.checkouts import ensure_checkout, git
 
-    tag_file = src / AITER_TAG_FILE
+    tag_file = src / "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
     wanted = tag_file.read_text().strip() if tag_file.is_file() else None
     aiter = pin.part("aiter")
     if (aiter is None and not wanted) or (src.is_dir() and not wanted):
@@ -571,7 +552,12 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
     args += extra_cmake
     if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
         args += kernels.cmake_args()
-    configured = drop_stale_cmake_cache(build, args, sets, runner)
+    configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
+    previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
+    changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
+    if previous and changed and cmake_cache.exists():
+        say = "configuration changed: removing the stale CMakeCache.txt"
+        runner.apply(cmake_cache.unlink, say=say)
     if install.exists():
         runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
     runner.run(args, cwd=src, sets=sets)

@@ -80,13 +80,6 @@ class Postgres:
     def query(self, sql: str, db: str = DB_USER) -> str:
         return self.psql("-c", sql, db=db)
 
-    @staticmethod
-    def server_for(wd: Path, prefix: Path | None, runner: Runner) -> Postgres:
-        bin_dir = find_postgres(prefix)
-        if bin_dir is None:
-            runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
-        return Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
-
 
 def find_postgres(prefix: Path | None) -> Path | None:
     """The directory holding initdb, pg_ctl and psql: the env's, Debian's, then PATH's."""
@@ -180,7 +173,10 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
         return
     build = ba.source_build(opts, tuning=True)
     src = ba.check_out(ctx, build)
-    pg = Postgres.server_for(wd, ctx.prefix if ctx.session.ready else None, runner)
+    bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
+    if bin_dir is None:
+        runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
+    pg = Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")
     with running(pg):
         queue(pg, src, wd, arch, filters(opts))
