@@ -575,15 +575,23 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
 
 def require_pybind11(ctx: Context) -> None:
     """AOTRITON_NO_PYTHON=OFF: configure imports pybind11 with the env's python (CMakeLists.txt
-    131-143 at 6e00ef3e); a plan before setup_env does not check."""
+    131-143 at 6e00ef3e); before setup_env, the lock must have it."""
     python = ctx.prefix / "bin" / "python"
-    probe = [str(python), "-c", "import pybind11"]
-    if ctx.session.ready and subprocess.run(probe, capture_output=True).returncode != 0:
+    if ctx.session.ready:
+        probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
+        has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
+    else:
+        from rocmfa.env import lockfile
+
+        records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
+        has = any(r.get("name") == "pybind11" for r in records.values())
+        where = "conda-lock.yml, which setup_env installs, has no pybind11"
+    if not has:
         raise UserError(
             "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
             "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
-            f"CMake package), and the env's python ({python}) cannot import it: add `- pybind11` "
-            "to environment.yml, then run: nox -s lock && nox -s setup_env"
+            f"CMake package), and {where}: add `- pybind11` to environment.yml, then run: "
+            "nox -s lock && nox -s setup_env"
         )
 
 
