@@ -53,11 +53,8 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
 
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
     tools = {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")}
-    return {
-        "env_identity": condaenv.env_identity(prefix),
-        "rocm": rocm_version(site),
-        "tools": tools,
-    }
+    identity = condaenv.env_identity(prefix)
+    return {"env_identity": identity, "rocm": rocm_version(site), "tools": tools}
 
 
 @dataclass(frozen=True)
@@ -285,14 +282,9 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         from rocmfa.builds import aotriton_release
 
         info = aotriton_release.release_info(ctx.pin, ctx.version)
-        runtime, host = {k: list(v) for k, v in info.runtime.items()}, platform.machine()
-        inputs["release"] = {
-            "version": info.version,
-            "base_url": info.base_url,
-            "runtime": runtime,
-            "images": dict(info.images),
-            "hostarch": host,
-        }
+        runtime = {k: list(v) for k, v in info.runtime.items()}
+        release = {"version": info.version, "base_url": info.base_url, "runtime": runtime}
+        inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
         return inputs
     from rocmfa.builds import kernel_build
     from rocmfa.sources import tuning_db
