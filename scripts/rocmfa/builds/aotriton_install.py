@@ -61,14 +61,11 @@ def dist_version(site: Path, name: str) -> str | None:
 
 
 def torch_version(torch: Path) -> str:
-    text = (torch / "version.py").read_text() if (torch / "version.py").is_file() else ""
-    match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
-    return dist_version(torch.parent, "torch") or (match[1] if match else "unknown")
+    return dist_version(torch.parent, "torch") or "unknown"
 
 
 def signature_of(text: str) -> str:
-    """'X.Y' for a versioned text signature, 'git-<sha1[:12]>' for 0.13b's JSON one, or
-    'unknown'."""
+    """'X.Y' for a text signature, 'git-<sha1[:12]>' for 0.13b's JSON one, or 'unknown'."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -119,8 +116,7 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
 
 
 def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
-    """Refuse runtime/image disagreement and a version torch was not built for (unless force);
-    returns what --force overrode."""
+    """Refuse runtime/image disagreement or a version torch was not built for; force: say them."""
     if new.runtime is None:
         raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     runtime, problems = major_minor(new.runtime), []
@@ -164,24 +160,23 @@ def read_marker(torch: Path) -> dict[str, Any] | None:
 
 
 def wheel_in(folder: Path) -> Path | None:
-    return next(iter(sorted(folder.glob("*.whl"))), None) if folder.is_dir() else None
+    return min(folder.glob("*.whl"), default=None) if folder.is_dir() else None
 
 
-def into_folder(out: Path, fill) -> Path:
+def into_folder(out: Path, fill) -> None:
     """fill(out.partial) then rename it: a kill never leaves a half wheel in out."""
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     fill(partial)
     partial.rename(out)
-    return wheel_in(out) or out
 
 
 def pack(tree: Path, out: Path, runner: Runner) -> Path:
     argv = [sys.executable, "-m", "wheel", "pack", "--dest-dir"]
-    wheel = into_folder(out, lambda partial: runner.run([*argv, partial, tree]))
+    into_folder(out, lambda partial: runner.run([*argv, partial, tree]))
     shutil.rmtree(tree.parent if tree.parent.name.endswith(".tree") else tree)
-    return wheel
+    return wheel_in(out) or out
 
 
 def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
@@ -196,8 +191,7 @@ def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
 
 
 def installed_from(record: Path, files: dict[str, str]) -> Path | None:
-    """The wheel file pip installed torch from (direct_url.json), if there and holding exactly
-    the files RECORD lists."""
+    """The wheel pip installed torch from (direct_url.json), if it holds what RECORD lists."""
     try:
         url = json.loads((record.parent / "direct_url.json").read_text(encoding="utf-8"))["url"]
         wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
@@ -258,8 +252,7 @@ def keep_original(
 
 def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
            expected_soname: str | None, work: Path, runner: Runner) -> Path:  # fmt: skip
-    """original with new's runtime, images (none: torch's stay), pyaotriton and our marker in
-    torch/lib; made once per inputs."""
+    """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
     # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
     # links, so each name is a copy
@@ -270,8 +263,8 @@ def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
     files = {str(p.relative_to(new.lib)): stamps.file_sha256(p) for p in sources}
     key = stamps.digest([str(original), files, aliases, marker])
     out = work / WHEELS / f"aotriton-{key[:16]}"
-    if wheel_in(out) is not None:
-        return wheel_in(out) or out
+    if (done := wheel_in(out)) is not None:
+        return done
     tree = out.with_name(out.name + ".tree")
     shutil.rmtree(tree, ignore_errors=True)
     runner.run([sys.executable, "-m", "wheel", "unpack", "--dest", tree, original])
@@ -292,8 +285,7 @@ def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
 
 
 def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
-    """pip replaces the env's torch with wheel; until done, the state folder names the wheel
-    and keeps the replaced dist-info (finish_interrupted)."""
+    """pip replaces torch with wheel; until done, a record names it (finish_interrupted)."""
     pending = condaenv.pip_pending_path(prefix)
     runner.apply(write_pending, prefix, wheel)
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])

@@ -16,7 +16,6 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rocmfa.plumbing import downloads, paths, stamps
 from rocmfa.plumbing.commands import Runner
@@ -83,17 +82,6 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
     return Release(version, base, names[0], names[1], runtime, images, source)
 
 
-def release_inputs(pin: Pin, version: str) -> dict[str, Any]:
-    info = release_info(pin, version)
-    return {
-        "version": info.version,
-        "base_url": info.base_url,
-        "runtime": {k: list(v) for k, v in info.runtime.items()},
-        "images": dict(info.images),
-        "hostarch": platform.machine(),
-    }
-
-
 def real_sum(sha256: str, what: str, source: str) -> str:
     """A published sha256, or UserError (all zeros: 0.14b's placeholder for an unpublished one)."""
     if not HEX64.fullmatch(sha256 or ""):
@@ -104,16 +92,6 @@ def real_sum(sha256: str, what: str, source: str) -> str:
             "sum; that tarball is not published - build from source instead"
         )
     return sha256
-
-
-def download(url: str, dest: Path, sha256: str, runner: Runner) -> Path:
-    """url -> dest, verified (plumbing.downloads); a finished file with the right sum is kept."""
-    if not (dest.is_file() and stamps.file_sha256(dest) == sha256):
-        host = urllib.parse.urlsplit(url).netloc or url
-        fix = f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
-        fetch = functools.partial(downloads.fetch_pinned, fix=fix, say=runner.say)
-        runner.apply(fetch, url, dest, sha256, say=f"download {url} (sha256 {sha256[:12]}…)")
-    return dest
 
 
 def extract(archive: Path, target: Path) -> Path:
@@ -132,32 +110,37 @@ def extract(archive: Path, target: Path) -> Path:
 
 
 def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
-    """Download, verify and unpack the runtime for ROCm `rocm` ('7.15') and this arch's pack
-    into the install prefix `into`; the install (None in a plan)."""
+    """The runtime for ROCm `rocm` ('7.15') and this arch's pack, sha256-checked, into `into`."""
     info = release_info(ctx.pin, ctx.version)
     pack = ctx.pack.removeprefix("amd-")
     if pack not in info.images:
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
-    real_sum(info.images[pack], f"image pack amd-{pack} of AOTriton {info.version}", info.source)
-    cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
-    base = f"{info.base_url}{info.version}/"
-    runner.say(f"release sums from {info.source}")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
         raise UserError(
             f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
             f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
         )
-    real_sum(runtime_sha, f"the ROCm {rocm} runtime of AOTriton {info.version}", info.source)
+    runner.say(f"release sums from {info.source}")
     fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
     fields.update(manylinux=manylinux, rocm=rocm)
-    runtime_name = info.runtime_name.format(**fields)
-    runtime_tar = download(base + runtime_name, cache / runtime_name, runtime_sha, runner)
-    images_name = info.images_name.format(**fields)
-    images_tar = download(base + images_name, cache / images_name, info.images[pack], runner)
+    wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
+              (info.images_name, info.images[pack], f"image pack amd-{pack}")]  # fmt: skip
+    for _name, sha, what in wanted:
+        real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
+    cache, tars = paths.downloads_dir(ctx.work) / "aotriton" / info.version, []
+    for name, sha, _what in wanted:
+        dest = cache / name.format(**fields)
+        url = f"{info.base_url}{info.version}/{dest.name}"
+        if not (dest.is_file() and stamps.file_sha256(dest) == sha):
+            host = urllib.parse.urlsplit(url).netloc or url
+            fix = f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
+            fetch = functools.partial(downloads.fetch_pinned, fix=fix, say=runner.say)
+            runner.apply(fetch, url, dest, sha, say=f"download {url} (sha256 {sha[:12]}…)")
+        tars.append(dest)
     staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
     say = f"unpack the {info.version} runtime and amd-{pack} into {into}"
-    return runner.apply(unpack, runtime_tar, images_tar, pack, staging, into, say=say)
+    return runner.apply(unpack, *tars, pack, staging, into, say=say)
 
 
 def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: Path):

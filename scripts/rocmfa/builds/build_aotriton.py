@@ -6,6 +6,7 @@ release pack or a source build per arch (choose_path), docs/aotriton.md.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
@@ -32,7 +33,6 @@ STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
 # Options that only a source build has: given, they ask for one.
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
-AITER_TAG_FILE = "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
 
 
 def rocm_version(site: Path) -> str:
@@ -53,36 +53,17 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
 
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
     tools = {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")}
-    return {
-        "env_identity": condaenv.env_identity(prefix),
-        "rocm": rocm_version(site),
-        "tools": tools,
-    }
+    identity = condaenv.env_identity(prefix)
+    return {"env_identity": identity, "rocm": rocm_version(site), "tools": tools}
 
 
 @dataclass(frozen=True)
 class AotritonPath:
-    arch: str
-    version: str
     pack: str  # "amd-gfx115x"
     source: bool
     why: str
     cost: str
     patches: tuple[str, ...] = ()  # what a source build applies for the arch
-
-    def lines(self) -> list[str]:
-        kind = "source build" if self.source else f"release pack {self.pack}"
-        return [f"path: {kind}: {self.why}", f"cost: {self.cost}"]
-
-
-def asked_path(opts: BuildAotritonOptions) -> str | None:
-    """--from-release, the first source-only option given, or None."""
-    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
-    if opts.from_release and given:
-        raise UserError(
-            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
-        )
-    return "--from-release" if opts.from_release else (given[0] if given else None)
 
 
 def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
@@ -149,7 +130,7 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     )
     tuned = tuning_db.find(pin.commit, arch.name)
     if asked == "--from-release":
-        return AotritonPath(arch.name, version, pack, False, "--from-release", release_cost)
+        return AotritonPath(pack, False, "--from-release", release_cost)
     if asked:
         why = f"{asked} asks for one"
     elif patched_arch:
@@ -165,13 +146,13 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
         why = release_gap(pin, version, pack, rocm)
     if why:
         cost = source_cost(pin.commit, arch.name, jobs, fork)
-        return AotritonPath(arch.name, version, pack, True, why, cost, names)
+        return AotritonPath(pack, True, why, cost, names)
     why = (
         f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
         f"and the pinned {version} release ships {pack} built from this commit "
         "(--from-source builds it anyway)"
     )
-    return AotritonPath(arch.name, version, pack, False, why, release_cost)
+    return AotritonPath(pack, False, why, release_cost)
 
 
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
@@ -300,7 +281,10 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
     if from_release:
         from rocmfa.builds import aotriton_release
 
-        inputs["release"] = aotriton_release.release_inputs(ctx.pin, ctx.version)
+        info = aotriton_release.release_info(ctx.pin, ctx.version)
+        runtime = {k: list(v) for k, v in info.runtime.items()}
+        release = {"version": info.version, "base_url": info.base_url, "runtime": runtime}
+        inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
         return inputs
     from rocmfa.builds import kernel_build
     from rocmfa.sources import tuning_db
@@ -357,23 +341,20 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
     from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
 
-    lib, recorded, built_in = (
+    lib, built_in, recorded = (
         ctx.torch and ctx.torch / "lib",
-        stamps.read(stamp),
         install_prefix(ctx),
+        stamps.read(stamp),
     )
-    if not (
-        stamps.is_current(stamp, inputs)
-        and recorded is not None
-        and recorded.get("installed") == (installed_fingerprint(lib) if lib else None)
-        and (lib is not None or AotritonInstall.read(built_in / "lib").runtime is not None)
-    ):
+    if not (recorded and recorded.get("inputs_digest") == stamps.digest(inputs)):
+        return False
+    if recorded.get("installed") != (lib and installed_fingerprint(lib)):
+        return False
+    if lib is None and AotritonInstall.read(built_in / "lib").runtime is None:
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
-    ctx.session.runner.say(
-        f"build_aotriton: up to date ({runtime} {where}; stamp {stamp}); nothing run"
-    )
+    ctx.runner.say(f"build_aotriton: up to date ({runtime} {where}; stamp {stamp}); nothing run")
     return True
 
 
@@ -381,7 +362,12 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     from rocmfa.plumbing import buildjobs
     from rocmfa.sources import tuning_db
 
-    asked = asked_path(opts)
+    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
+    if opts.from_release and given:
+        raise UserError(
+            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
+        )
+    asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     runner = ctx.session.runner
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
@@ -397,120 +383,66 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
         asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
     )  # fmt: skip
-    print(*path.lines(), sep="\n")
+    kind = "source build" if path.source else f"release pack {path.pack}"
+    print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
                          triton=opts.kernel_triton, pyaotriton=opts.with_pyaotriton)  # fmt: skip
     inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
     if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
     runner.apply(stamps.remove, stamp)
-    built_in = install_prefix(ctx)
     if not path.source:
         from rocmfa.builds import aotriton_release
 
-        new = aotriton_release.fetch_release(ctx, runner, built_in, rocm)
+        new = aotriton_release.fetch_release(ctx, runner, install_prefix(ctx), rocm)
         how = f"prebuilt release {ctx.version}"
     else:
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
         new = build_from_source(ctx, build, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
-        if tuned:
-            how += f" with the tuning database {tuned.directory.name}"
-    built = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
-    # not which torch it goes into: a torch appearing later must not rebuild torch
-    own = {k: v for k, v in inputs.items() if k != "torch"}
-    if new is not None:
-        stamps.write(built, own, install_prefix=str(new.lib.parent))
-    else:  # a plan: build_pytorch later in this run plans against this prefix
-        stamps.plan(built, install_prefix=str(built_in))
-    if ctx.torch is None:
-        return keep_in_prefix(ctx, new, stamp, inputs, built_in)
-    install(ctx, new, stamp, inputs, how, no_images=build.no_images, force=opts.force)
+        how += f" with the tuning database {tuned.directory.name}" if tuned else ""
+    finish(ctx, new, inputs, how, no_images=build.no_images, force=opts.force)
 
 
-def launcher_args(cache: CachePlan, env: dict[str, str], *, asked: bool) -> list[str]:
-    """AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
-    decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used."""
-    ccache = shutil.which("ccache", path=env.get("PATH", ""))
-    if cache.active:
-        return [*cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"]
-    if ccache and not asked:
-        return [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
-    return ["-DCCACHE_FOUND=OFF"]
-
-
-def drop_stale_cmake_cache(
-    build: Path, args: list[str], sets: dict[str, str], runner: Runner
-) -> Path:
-    """A changed configuration drops a stale CMakeCache (its values win: pytorch/pytorch#28373);
-    returns the record of the configuration."""
-    configured = build / ".rocmfa-configure.json"
-    wanted = stamps.digest({"args": args, "sets": sets})
-    previous = stamps.read(configured)
-    if previous and previous.get("inputs_digest") != wanted and (build / "CMakeCache.txt").exists():
-        say = "configuration changed: removing the stale CMakeCache.txt"
-        runner.apply((build / "CMakeCache.txt").unlink, say=say)
-    return configured
-
-
-def keep_in_prefix(
-    ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any], built_in: Path
-) -> None:
-    """No torch in the env: the build stays in its install prefix (new is None in a plan)."""
-    runner = ctx.session.runner
-    story = (
-        f"no torch in the env: AOTriton stays in {built_in}; nox -s build_pytorch builds torch "
-        "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
-    )
-    if new is None:
-        return runner.say(runner.plan_line(f"{story}; would write {stamp}") or story)
-    if new.runtime is None:
-        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
-    if ctx.pack not in new.images:
-        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
-    runner.say(f"built: {new.describe()}")
-    runner.say(story)
-    described = {"runtime": new.runtime, "images": new.images}
-    stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
-
-
-def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
-    """--clean, the checkout with its submodules, the patch set, aiter, then the kernel check
-    (docs/kernel-check.md). Returns the source tree."""
-    from rocmfa.builds import kernel_check
+def check_out(ctx: Context, build_options: SourceBuild) -> Path:
+    """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
+    from rocmfa.builds import kernel_build
     from rocmfa.sources import tuning_db
     from rocmfa.sources.checkouts import ensure_checkout
     from rocmfa.sources.patches import apply_patch_set
 
+    src, fork = paths.src_dir(ctx.work, ctx.source_name), build_options.triton == "fork"
+    pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
+    force = build_options.discard_local_edits
+    ensure_checkout(ctx.pin, src, ctx.runner, force=force, submodules=pinned)
+    tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
+    apply_patch_set("aotriton", ctx.pin.commit, src, ctx.runner, arch=ctx.arch.name, tuning=tuned)
+    return src
+
+
+def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
+    """--clean, the checkout, aiter, then the kernel check (docs/kernel-check.md)."""
+    from rocmfa.builds import kernel_check
+
     runner = ctx.session.runner
-    src = paths.src_dir(ctx.work, ctx.source_name)
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    force, pinned = build_options.discard_local_edits, submodules(ctx.pin, build_options)
-    ensure_checkout(ctx.pin, src, runner, force=force, submodules=pinned)
-    tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
-    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=tuned)
+    src = check_out(ctx, build_options)
     if not build_options.no_images:  # configure clones aiter only for the images
-        place_aiter(ctx.pin, src, build, paths.src_dir(ctx.work, "aiter"), runner, force=force)
+        aiter = paths.src_dir(ctx.work, "aiter")
+        place_aiter(ctx.pin, src, build, aiter, runner, force=build_options.discard_local_edits)
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
 
-def submodules(pin: pins.Pin, build: SourceBuild) -> tuple[str, ...]:
-    """The pin's submodules, the Triton fork only when the kernels compile with it."""
-    from rocmfa.builds import kernel_build
-
-    if build.triton == "fork":
-        return pin.submodules
-    return tuple(p for p in pin.submodules if p != kernel_build.FORK)
-
-
-def place_aiter(pin: pins.Pin, src: Path, build: Path, checkout: Path, runner, force) -> None:
+def place_aiter(
+    pin: pins.Pin, src: Path, build: Path, checkout: Path, runner: Runner, force: bool
+) -> None:
     """Configure clones aiter by third_party/aiter.txt's tag into <build>/v3src/aiter unless a
     checkout there has it (v3src/CMakeLists.txt ~89-131 at 6e00ef3e): ours is linked there."""
     from rocmfa.sources.checkouts import ensure_checkout, git
 
-    tag_file = src / AITER_TAG_FILE
+    tag_file = src / "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
     wanted = tag_file.read_text().strip() if tag_file.is_file() else None
     aiter = pin.part("aiter")
     if (aiter is None and not wanted) or (src.is_dir() and not wanted):
@@ -538,7 +470,7 @@ def _link(link: Path, target: Path) -> None:  # an earlier clone at link goes
 
 
 def configure_args(
-    ctx: Context, build_options: SourceBuild, src: Path, build: Path
+    ctx: Context, build_options: SourceBuild, src: Path, build: Path, cache: CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
     runner, python = ctx.session.runner, ctx.prefix / "bin" / "python"
@@ -569,7 +501,15 @@ def configure_args(
         args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
     if python.exists():
         args.append(f"-DPython3_EXECUTABLE={python}")
-    return args, sets
+    # AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
+    # decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used.
+    ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
+    if cache.active:
+        return [*args, *cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"], sets
+    if ccache and build_options.cache is None:
+        launchers = (f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX"))
+        return [*args, *launchers], sets
+    return [*args, "-DCCACHE_FOUND=OFF"], sets
 
 
 def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: TuningDb | None = None,
@@ -592,20 +532,24 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
     env = runner.base_env
     jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    args, sets = configure_args(ctx, build_options, src, build)
     cache = compile_cache.plan_cache(
         build_options.cache, work=ctx.work, arch=ctx.arch.name,
         toolchain=toolchain(ctx.prefix, ctx.site), env=env, runner=runner,
         planned=not session.ready,
     )  # fmt: skip
+    args, sets = configure_args(ctx, build_options, src, build, cache)
     if tuning is not None:
         scratch = build.with_name(build.name + "-tuning-db")
         args += tuning_db.build_inputs(tuning, src, scratch, runner=runner)
     args += extra_cmake
-    args += launcher_args(cache, env, asked=build_options.cache is not None)
     if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
         args += kernels.cmake_args()
-    configured = drop_stale_cmake_cache(build, args, sets, runner)
+    configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
+    previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
+    changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
+    if previous and changed and cmake_cache.exists():
+        say = "configuration changed: removing the stale CMakeCache.txt"
+        runner.apply(cmake_cache.unlink, say=say)
     if install.exists():
         runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
     runner.run(args, cwd=src, sets=sets)
@@ -638,15 +582,41 @@ def require_pybind11(ctx: Context) -> None:
         raise UserError(
             "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
             "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
-            f"CMake package), and {where}: add `- pybind11` to "
-            "environment.yml, then run: nox -s lock && nox -s setup_env"
+            f"CMake package), and {where}: add `- pybind11` to environment.yml, then run: "
+            "nox -s lock && nox -s setup_env"
         )
+
+
+def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], how: str, *,
+           no_images: bool = False, force: bool = False) -> None:  # fmt: skip
+    """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
+    stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
+    # not which torch it goes into: a torch appearing later must not rebuild torch
+    own = {k: v for k, v in inputs.items() if k != "torch"}
+    if new is not None:
+        stamps.write(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), own, install_prefix=str(built))
+    else:  # a plan: build_pytorch later in this run plans against this prefix
+        stamps.plan(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), install_prefix=str(built))
+    if ctx.torch is not None:
+        return install(ctx, new, stamp, inputs, how, no_images=no_images, force=force)
+    story = (
+        f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
+        "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
+    )
+    if new is None:
+        return ctx.runner.say(ctx.runner.plan_line(f"{story}; would write {stamp}") or story)
+    if new.runtime is None:
+        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
+    if ctx.pack not in new.images:
+        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
+    ctx.runner.say(f"built: {new.describe()}\n{story}")
+    described = {"runtime": new.runtime, "images": new.images}
+    stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
 
 
 def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
             how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
-    """Check versions and images, pip-install torch's own wheel repacked with new, write the
-    stamp (new is None in a plan)."""
+    """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
     from rocmfa.builds import aotriton_install as ai
 
     runner, torch = ctx.session.runner, ctx.in_torch

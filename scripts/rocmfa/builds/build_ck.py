@@ -15,35 +15,59 @@ from typing import Any
 from rocmfa.builds import compile_cache
 from rocmfa.env import condaenv, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
-from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
 
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
-STAMP = "build_ck"
 
 
-def compilers(root: Path) -> tuple[Path, Path]:
-    """(C, C++) compiler of the env's ROCm SDK: bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
+def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
+    """(rocm-sdk path --cmake, C and C++ compiler, ROCm version) of the env's SDK:
+    bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
+    sdk = session.tool("rocm-sdk")
+    root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
+    cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
+    version = session.ask([sdk, "version"], "$(rocm-sdk version)")
+    if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
+        session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
+        return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
     for d, name in ((root / "bin", "amdclang"), (root / "lib" / "llvm" / "bin", "clang")):
         c, cxx = d / name, d / f"{name}++"
         if c.is_file() and cxx.is_file():
             if not (os.access(c, os.X_OK) and os.access(cxx, os.X_OK)):
                 raise UserError(f"{c} / {cxx} are not executable; reinstall rocm[devel]")
-            return c, cxx
+            return cmake_prefix, c, cxx, version
     raise UserError(
         f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
         "is rocm[devel] installed? run: nox -s setup_env"
     )
 
 
-def cmake_args(
-    source: Path, build: Path, prefix: Path, arch: str, cmake_prefix: str, cc: Path, cxx: Path,
-    *, with_tests: bool, with_examples: bool, with_mha: bool = False,
-) -> list[str]:  # fmt: skip
+def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
+    """What this CK build is and is not for, and its pin."""
+    say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
+    if not arch.ck_mha:
+        say(
+            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
+            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
+        )
+    say("note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
+        "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
+        "TORCH_ROCM_FA_PREFER_CK=1")  # fmt: skip
+    if opts.with_tests or opts.with_examples:
+        say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
+    if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
+        say(f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
+            "lives in ROCm/rocm-libraries projects/composablekernel")  # fmt: skip
+    say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
+
+
+def cmake_args(arch: Any, source: Path, build: Path, prefix: Path, cmake_prefix: str, cc: Path,
+               cxx: Path, opts: BuildCkOptions) -> list[str]:  # fmt: skip
     on = {True: "ON", False: "OFF"}
     # tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS)
-    targets = ["-UGPU_ARCHS", f"-DGPU_TARGETS={arch}"]
+    extra = bool(opts.with_tests or opts.with_examples)
+    targets = ["-UGPU_ARCHS", "-DGPU_TARGETS="] if extra else ["-UGPU_TARGETS", "-DGPU_ARCHS="]
     return [
         *("-G", "Ninja", "-S", str(source), "-B", str(build)),
         "-DCMAKE_BUILD_TYPE=Release",
@@ -53,63 +77,14 @@ def cmake_args(
         f"-DCMAKE_CXX_COMPILER={cxx}",
         f"-DCMAKE_HIP_COMPILER={cxx}",
         "-DBUILD_DEV=OFF",
-        *(targets if with_tests or with_examples else ["-UGPU_TARGETS", f"-DGPU_ARCHS={arch}"]),
-        f"-DBUILD_TESTING={on[with_tests]}",
-        f"-DBUILD_CK_EXAMPLES={on[with_examples]}",
-        f"-DBUILD_CK_TUTORIALS={on[with_examples]}",
+        targets[0],
+        targets[1] + arch.name,
+        f"-DBUILD_TESTING={on[bool(opts.with_tests)]}",
+        f"-DBUILD_CK_EXAMPLES={on[bool(opts.with_examples)]}",
+        f"-DBUILD_CK_TUTORIALS={on[bool(opts.with_examples)]}",
         # the monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
-        *(["-DBUILD_MHA_LIB=ON"] if with_mha else []),
+        *(["-DBUILD_MHA_LIB=ON"] if arch.ck_mha else []),
     ]
-
-
-def clear_stale(build: Path, work: Path, cxx: Path, clean: bool, runner: Runner) -> None:
-    """--clean or another compiler than the build dir's: empty it (only ours, in work)."""
-    cache = build / "CMakeCache.txt"
-    lines = cache.read_text().splitlines() if cache.is_file() else []
-    found = (line.split("=", 1)[1] for line in lines if line.startswith("CMAKE_CXX_COMPILER:"))
-    cached = next(found, None)
-    if not build.exists() or not (clean or (cached and cached != str(cxx))):
-        return
-    if work not in build.resolve().parents:
-        raise UserError(f"refusing to remove {build}: not inside the work dir {work}")
-    why = "--clean" if clean else f"the compiler changed ({cached} -> {cxx})"
-    runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
-
-
-def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
-    """What this CK build is and is not for, and its pin."""
-    say, arch = session.runner.say, session.arch
-    if not arch.ck_mha:
-        say(
-            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
-            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
-        )
-    say(
-        "note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
-        "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
-        "TORCH_ROCM_FA_PREFER_CK=1"
-    )
-    if opts.with_tests or opts.with_examples:
-        say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
-    if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
-        say(
-            f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
-            "lives in ROCm/rocm-libraries projects/composablekernel"
-        )
-    subdir = pin.data.get("subdir")
-    say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
-
-
-def toolchain(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
-    """(rocm-sdk path --cmake, C compiler, C++ compiler, ROCm version) of the env's SDK."""
-    sdk = session.tool("rocm-sdk")
-    root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
-    cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
-    version = session.ask([sdk, "version"], "$(rocm-sdk version)")
-    if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
-        session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
-        return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
-    return cmake_prefix, *compilers(root), version
 
 
 def build_ck(opts: BuildCkOptions) -> None:
@@ -122,42 +97,39 @@ def build_ck(opts: BuildCkOptions) -> None:
     runner.say(session.describe())
     pin = pins.load_pin("composable_kernel", workdir=work)
     announce(session, opts, pin)
-    cmake_prefix, cc, cxx, rocm_version = toolchain(session)
+    cmake_prefix, cc, cxx, rocm_version = compilers(session)
     cmake, _ninja = session.tool("cmake"), session.tool("ninja")
     jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
     checkout = paths.src_dir(work, "composable_kernel")
     build = paths.build_dir(work, "composable_kernel")
-    source = checkout / str(pin.data.get("subdir") or "")
-    inputs: dict[str, Any] = {
-        "pin": [pin.url, pin.commit, str(pin.data.get("subdir") or "")],
-        "patches": patches.patch_set_digest("composable_kernel", pin.commit),
-        "arch": arch.name,
-        "tests": bool(opts.with_tests),
-        "examples": bool(opts.with_examples),
-        "compilers": [str(cc), str(cxx)],
-        **{"rocm": rocm_version, "prefix": str(prefix), "env": condaenv.env_identity(prefix)},
-    }
-    stamp = paths.stamp_path(work, STAMP)
+    subdir = str(pin.data.get("subdir") or "")
+    env = condaenv.env_identity(prefix)
+    inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name,
+              "patches": patches.patch_set_digest("composable_kernel", pin.commit),
+              "tests": bool(opts.with_tests), "examples": bool(opts.with_examples),
+              "compilers": [str(cc), str(cxx)],
+              "rocm": rocm_version, "prefix": str(prefix), "env": env}  # fmt: skip
+    stamp = paths.stamp_path(work, "build_ck")
     if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return
     checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
     patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
-    if checkout.exists() and not (source / "CMakeLists.txt").is_file():
-        raise UserError(f"{source} has no CMakeLists.txt (pin subdir {pin.data.get('subdir')!r})")
-    clear_stale(build, work, cxx, bool(opts.clean), runner)
+    if checkout.exists() and not (checkout / subdir / "CMakeLists.txt").is_file():
+        raise UserError(f"{checkout / subdir} has no CMakeLists.txt (pin subdir {subdir!r})")
+    cache_file = build / "CMakeCache.txt"  # --clean or another compiler: start over
+    lines = cache_file.read_text().splitlines() if cache_file.is_file() else []
+    cached = next((x.split("=", 1)[1] for x in lines if x.startswith("CMAKE_CXX_COMPILER:")), None)
+    if build.exists() and (opts.clean or (cached and cached != str(cxx))):
+        why = "--clean" if opts.clean else f"the compiler changed ({cached} -> {cxx})"
+        runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
-    configure = cmake_args(
-        source, build, prefix, arch.name, cmake_prefix, cc, cxx,
-        with_tests=bool(opts.with_tests), with_examples=bool(opts.with_examples),
-        with_mha=arch.ck_mha,
-    )  # fmt: skip
-    toolchain_id = {"rocm": rocm_version, "cxx": str(cxx), "env": inputs["env"]}
+    configure = cmake_args(arch, checkout / subdir, build, prefix, cmake_prefix, cc, cxx, opts)
     cache = compile_cache.plan_cache(
-        opts.cache, work=work, arch=arch.name, toolchain=toolchain_id, env=session.environ,
-        runner=runner,
+        opts.cache, work=work, arch=arch.name, env=session.environ, runner=runner,
+        toolchain={"rocm": rocm_version, "cxx": str(cxx), "env": env},
     )  # fmt: skip
     with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
         sets = cache.build_sets(session.environ)

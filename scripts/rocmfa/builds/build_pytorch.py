@@ -24,6 +24,8 @@ from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import pins, update_pins
 from rocmfa.sources.pins import Pin
 
+Source = tuple[str | None, str | None, str]  # origin, hashtag (commit, tag or branch), how
+
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
 SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
@@ -84,9 +86,6 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
     return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
 
 
-# --- wheels -------------------------------------------------------------------------------
-
-
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     """name -> (size, mtime_ns) of the wheel files in directory."""
     found = directory.glob("*.whl") if directory.is_dir() else ()
@@ -114,24 +113,10 @@ def produced_wheels(
     return records
 
 
-# --- sources ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Source:
-    origin: str | None
-    hashtag: str | None
-    how: str
-
-    @property
-    def commit(self) -> str | None:
-        return self.hashtag if pin_files.HEX40.fullmatch(self.hashtag or "") else None
-
-
 def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
-    """An explicit [pytorch.<x>] pin, else what the pinned PyTorch declares."""
+    """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
     if component.key == "pytorch":
-        return Source(pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source)
+        return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
     table = pytorch_pin.data.get(component.pin_key)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
@@ -139,31 +124,24 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
         if key in table:
             pin_files.text(table, key, where, empty_ok=True)
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
+    url, at = table.get("url"), f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch
-        return Source(table.get("url"), table.get("commit") or ref, where)
-    at = f"pytorch {pytorch_pin.commit[:12]}"
+        return url, table.get("commit") or ref, where
     if component.key == "triton":
-        origin = table.get("url") or "https://github.com/ROCm/triton.git"
-        try:
-            commit = (torch_dir / ".ci/docker/ci_commit_pins/triton.txt").read_text().strip()
-        except OSError:
-            return Source(
-                origin, None, f"{at} .ci/docker/ci_commit_pins/triton.txt (after checkout)"
-            )
-        return Source(origin, commit, f"{at} ci_commit_pins/triton.txt")
+        pinned = torch_dir / ".ci/docker/ci_commit_pins/triton.txt"
+        commit = pinned.read_text().strip() if pinned.is_file() else None
+        how = f"{at} .ci/docker/ci_commit_pins/triton.txt" + ("" if commit else " (after checkout)")
+        return url or "https://github.com/ROCm/triton.git", commit, how
     if not (torch_dir / ".git").exists():
-        return Source(table.get("url"), None, f"{at} related_commits (after checkout)")
-    try:  # (origin, commit) for os 'ubuntu', as TheRock reads it
-        text = (torch_dir / "related_commits").read_text()
-        found = pins.parse_related_commits(text, str(torch_dir / "related_commits"))
-    except OSError:
-        found = {}
+        return url, None, f"{at} related_commits (after checkout)"
+    related = torch_dir / "related_commits"  # (origin, commit) for os 'ubuntu', as TheRock reads
+    found = (
+        pins.parse_related_commits(related.read_text(), str(related)) if related.is_file() else {}
+    )
     if component.related not in found:
-        return Source(
-            table.get("url"), None, f"TheRock's default ({at} has no related_commits entry)"
-        )
+        return url, None, f"TheRock's default ({at} has no related_commits entry)"
     origin, commit = found[component.related]
-    return Source(table.get("url") or origin, commit, f"{at} related_commits")
+    return url or origin, commit, f"{at} related_commits"
 
 
 def read_head(checkout: Path) -> str | None:
@@ -182,9 +160,6 @@ def read_head(checkout: Path) -> str | None:
         return None
 
 
-# --- the context --------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Context(OnSession):
     session: SessionEnv
@@ -201,13 +176,12 @@ class Context(OnSession):
     # torch gets flash attention: the arch has AOTriton kernels upstream or from our patch set
     flash_attention: bool
 
-    @property
-    def therock_dir(self) -> Path:
-        return paths.src_dir(self.work, "therock")
+    def src(self, key: str) -> Path:  # <work>/src/<key>
+        return paths.src_dir(self.work, key)
 
     @property
     def scripts_dir(self) -> Path:
-        return self.therock_dir / "external-builds" / "pytorch"
+        return self.src("therock") / "external-builds" / "pytorch"
 
     @property
     def out(self) -> Path:
@@ -221,19 +195,20 @@ class Context(OnSession):
     def build_triton(self) -> bool:  # in the torch call (--skip triton: not at all)
         return "triton" not in self.opts.skip
 
-    def components(self) -> list[Component]:
-        """What the checkout stage checks out."""
+    def components(self) -> list[Component]:  # what the checkout stage checks out
         t = self.build_triton
         return [c for c in COMPONENTS if c.stage in self.enabled and (c.key != "triton" or t)]
 
 
 def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX (a plan: the one
-    build_aotriton's plan is about to fill). PyTorch's aotriton.cmake needs lib/ and include/."""
+    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX, or a plan's."""
 
     def has_lib(prefix: Path) -> bool:
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
+    built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
+    planned = stamps.planned(paths.stamp_path(work, "aotriton-built")) or {}
+    default = paths.build_dir(work, "aotriton") / "install"
     if requested:
         prefix = Path(requested).expanduser().resolve()
         if not has_lib(prefix):
@@ -242,15 +217,10 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
                 "lib/libaotriton_v2.so and include/ there"
             )
         return prefix, "--aotriton-prefix", str(prefix)
-    built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
     if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
-    digest = str((stamps.read(paths.stamp_path(work, "aotriton")) or {}).get("inputs_digest", ""))
-    for name in ("install", "install_dir"):
-        if has_lib(paths.build_dir(work, "aotriton") / name):
-            prefix = paths.build_dir(work, "aotriton") / name
-            return prefix, "build_aotriton", digest or str(prefix)
-    planned = stamps.planned(paths.stamp_path(work, "aotriton-built")) or {}
+    if has_lib(default):
+        return default, "build_aotriton", str(default)
     if planned.get("install_prefix"):
         how = "build_aotriton, which fills it earlier in this run"
         return Path(planned["install_prefix"]), how, "<digest of build_aotriton's build to come>"
@@ -258,8 +228,7 @@ def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None
 
 
 def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    """(prefix, digest, flash attention); an arch whose kernels come only from our patch set
-    (gfx908 on 0.13b) needs build_aotriton's install (or --aotriton-prefix)."""
+    """(prefix, digest, flash attention); gfx908 on 0.13b needs our patched AOTriton."""
     arch, work, runner = session.arch, session.work, session.runner
     aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, work)
     patched, version = False, ""
@@ -321,9 +290,6 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
         aotriton, aotriton_digest, jobs, cache, flash,
     )  # fmt: skip
-
-
-# --- inputs and argv ----------------------------------------------------------------------
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
@@ -400,7 +366,7 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         argv += ctx.cache.therock_flags()
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
-        argv += [c.dir_flag, str(paths.src_dir(ctx.work, c.key))] if built else []
+        argv += [c.dir_flag, str(ctx.src(c.key))] if built else []
         argv += [f"--{'' if built else 'no-'}build-{c.build_flag}"] if c.build_flag else []
     if stage == "torch":
         argv.append(f"--{'' if ctx.flash_attention else 'no-'}enable-pytorch-flash-attention")
@@ -416,19 +382,6 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     if ctx.cache is not None:
         sets.update(ctx.cache.build_sets(ctx.runner.base_env))
     return sets
-
-
-# --- the checkout stage -------------------------------------------------------------------
-
-
-def guard_default_dirs(ctx: Context) -> None:
-    """build_prod_wheels builds any project whose dir is in its own folder: refuse one."""
-    for sub in ("pytorch", "pytorch_audio", "pytorch_vision", "triton", "apex"):
-        if (ctx.scripts_dir / sub).exists():
-            raise UserError(
-                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
-                "every stage by default; move it away (our checkouts live in the work dir)"
-            )
 
 
 def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
@@ -452,38 +405,32 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
         ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
 
 
-def checkout_argv(ctx: Context, component: Component, source: Source, hipify_later: bool) -> list:
-    dest = paths.src_dir(ctx.work, component.key)
-    script = str(ctx.scripts_dir / component.script)
-    argv = [str(ctx.python), script, "checkout", "--checkout-dir", str(dest)]
-    argv += ["--repo-hashtag", source.hashtag] if source.hashtag else []
-    argv += ["--gitrepo-origin", source.origin] if source.origin else []
-    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
-    torch = ["--torch-dir", str(paths.src_dir(ctx.work, "pytorch"))]
-    argv += torch if component.key != "pytorch" else []
-    return argv + ([f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else [])
-
-
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
     from rocmfa.sources import patches
 
-    dest = paths.src_dir(ctx.work, component.key)
+    dest, script = ctx.src(component.key), ctx.scripts_dir / component.script
     protect_checkout(ctx, dest, recorded)
-    source = resolve_source(component, ctx.pytorch_pin, paths.src_dir(ctx.work, "pytorch"))
-    if source.hashtag is None:  # a plan reads related_commits only after the checkout
+    origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
+    if hashtag is None:  # a plan reads related_commits only after the checkout
         ctx.runner.apply(
             ctx.runner.say,
-            f"warning: {component.key} is not pinned ({source.how}); TheRock's checkout script "
+            f"warning: {component.key} is not pinned ({how}); TheRock's checkout script "
             f"picks its default - pin it in pins/pytorch.toml [pytorch.{component.pin_key}]",
         )
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
-    known = source.commit
+    known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
     patch_set = patches.patch_set_for(component.key, known) if known else None
     hipify_later = bool(patch_set or not known) and component.hipify
-    ctx.runner.say(f"{component.key}: {source.hashtag or 'default'} from {source.how}")
-    ctx.runner.run(checkout_argv(ctx, component, source, hipify_later), cwd=ctx.scripts_dir)
+    ctx.runner.say(f"{component.key}: {hashtag or 'default'} from {how}")
+    argv = [ctx.python, script, "checkout", "--checkout-dir", dest]
+    argv += ["--repo-hashtag", hashtag] if hashtag else []
+    argv += ["--gitrepo-origin", origin] if origin else []
+    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
+    argv += ["--torch-dir", ctx.src("pytorch")] if component.key != "pytorch" else []
+    argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
+    ctx.runner.run(argv, cwd=ctx.scripts_dir)
     commit = known or ctx.runner.apply(read_head, dest)
     applied: list[str] = []
     if commit:
@@ -494,29 +441,25 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
             "applied before hipify (a missing set where others exist is refused)"
         )
     if hipify_later:
-        script = str(ctx.scripts_dir / component.script)
-        ctx.runner.run(
-            [str(ctx.python), script, "hipify", "--checkout-dir", str(dest)], cwd=ctx.scripts_dir
-        )
-    return {
-        "origin": source.origin,
-        "hashtag": source.hashtag,
-        "commit": commit,
-        "how": source.how,
-        "patches": applied,
-    }
+        ctx.runner.run([ctx.python, script, "hipify", "--checkout-dir", dest], cwd=ctx.scripts_dir)
+    return {"origin": origin, "hashtag": hashtag, "commit": commit, "how": how, "patches": applied}
 
 
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     from rocmfa.sources import checkouts
 
     checkouts.ensure_checkout(
-        ctx.therock_pin, ctx.therock_dir, ctx.runner, force=ctx.opts.discard_local_edits
+        ctx.therock_pin, ctx.src("therock"), ctx.runner, force=ctx.opts.discard_local_edits
     )
-    ctx.runner.apply(guard_default_dirs, ctx)
+    for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
+        if ctx.runner.apply((ctx.scripts_dir / sub).exists):
+            raise UserError(
+                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
+                "every stage by default; move it away (our checkouts live in the work dir)"
+            )
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
-    heads = {c.key: read_head(paths.src_dir(ctx.work, c.key)) or "" for c in ctx.components()}
+    heads = {c.key: read_head(ctx.src(c.key)) or "" for c in ctx.components()}
     ctx.runner.apply(
         write_source_manifest,
         ctx,
@@ -546,17 +489,10 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
 
-# --- the build stages ---------------------------------------------------------------------
-
-
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     config_file = cwd / f"{stage}.config.json"
-    clean = ctx.opts.clean
-    config = stage_config(ctx, stage)
-    previous = None
-    with contextlib.suppress(OSError, ValueError):
-        previous = json.loads(config_file.read_text())
+    clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
         ctx.runner.say(
             f"{stage}: build settings changed since the last build ({previous} -> {config}); "
@@ -565,10 +501,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
-        triton = "triton is built in this call too, its only build of the run; "
-        built = "triton and torch" if ctx.build_triton else "torch"
-        ctx.runner.say(f"torch: {triton if ctx.build_triton else ''}TheRock pip-installs the "
-                       f"{built} it built into {ctx.python} (the env) when done")  # fmt: skip
+        built = "triton (its only build of the run) and torch" if ctx.build_triton else "torch"
+        ctx.runner.say(f"torch: TheRock builds {built} and pip-installs them into {ctx.python}")
     ctx.runner.apply(cwd.mkdir, parents=True, exist_ok=True)
     ctx.runner.apply(stamps.write_text_atomic, config_file, json.dumps(config, sort_keys=True))
     before = snapshot(ctx.out)
@@ -591,8 +525,8 @@ def done(ctx: Context, stage: str) -> bool:
         except OSError:
             return False
     heads = stamp.get("heads") or {}
-    return (ctx.therock_dir / ".git").exists() and all(
-        read_head(paths.src_dir(ctx.work, c.key)) == heads.get(c.key) for c in ctx.components()
+    return (ctx.src("therock") / ".git").exists() and all(
+        read_head(ctx.src(c.key)) == heads.get(c.key) for c in ctx.components()
     )
 
 
@@ -603,11 +537,7 @@ def plan(ctx: Context) -> list[str]:
             raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
     if start:
         flag = "--only" if only else "--from"
-        needed, dep = [], dependency(start)
-        while dep:  # the stages it builds on must be done, first first
-            needed.insert(0, dep)
-            dep = dependency(dep)
-        for stage in needed:
+        for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
                 raise UserError(
                     f"{flag} {start}: stage {stage} is not done (or its inputs changed); "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.env import archs
-from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
@@ -79,13 +79,6 @@ class Postgres:
 
     def query(self, sql: str, db: str = DB_USER) -> str:
         return self.psql("-c", sql, db=db)
-
-    @staticmethod
-    def server_for(wd: Path, prefix: Path | None, runner: Runner) -> Postgres:
-        bin_dir = find_postgres(prefix)
-        if bin_dir is None:
-            runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
-        return Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
 
 
 def find_postgres(prefix: Path | None) -> Path | None:
@@ -159,8 +152,7 @@ def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dic
 
 
 def need_gpu(arch: str, wd: Path) -> None:
-    """The worker's first task imports torch on the GPU (v3python/tune/testrun.py): without a
-    GPU of arch, stop before the tuning build."""
+    """The worker's first task imports torch on the GPU (v3python/tune/testrun.py)."""
     found = archs.detect_gpus()
     if arch not in found.gpus:
         raise UserError(
@@ -180,8 +172,11 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
         runner.say(f"already tuned: {stored.describe()}; nothing run (--force to tune again)")
         return
     build = ba.source_build(opts, tuning=True)
-    src = checkout(ctx, build)
-    pg = Postgres.server_for(wd, ctx.prefix if ctx.session.ready else None, runner)
+    src = ba.check_out(ctx, build)
+    bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
+    if bin_dir is None:
+        runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
+    pg = Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")
     with running(pg):
         queue(pg, src, wd, arch, filters(opts))
@@ -196,16 +191,13 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
     candidate = store(runner, wd, commit, arch, opts)
     runner.say("rebuild with the tuned database")
-    new = ba.build_from_source(ctx, ba.source_build(opts, tuning=True), tuning=candidate)
-    stamp = paths.stamp_path(ctx.work, ba.STAMP_NAME)
-    inputs = ba.stamp_inputs(ctx, from_release=False, build=build)
+    rebuild = ba.source_build(opts, tuning=True)
+    new = ba.build_from_source(ctx, rebuild, tuning=candidate)
+    inputs = ba.stamp_inputs(ctx, from_release=False, build=rebuild)
     if ctx.torch is not None or new is None:  # a plan (no build) shows the gate too
         gate(ctx, new, opts, runner)
-    if ctx.torch is None:  # as build_aotriton: torch is built against this prefix, then checked
-        ba.keep_in_prefix(ctx, new, stamp, inputs, ba.install_prefix(ctx))
-        return
     how = f"built from {ctx.pin.url} at {commit[:12]} with {candidate.directory}"
-    ba.install(ctx, new, stamp, inputs, how, no_images=False, force=opts.force)
+    ba.finish(ctx, new, inputs, how, force=opts.force)  # no torch: torch is built against it
 
 
 def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> dict[str, int]:
@@ -242,18 +234,6 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     if final and final["completed"] == 0:
         raise UserError(f"tune_aotriton: all {final['failed']} tasks failed; see {wd}")
     runner.run([str(src / ".tune/bin/bake_lut"), str(wd)], cwd=src, sets={"PYTHONPATH": str(src)})
-
-
-def checkout(ctx: ba.Context, build: ba.SourceBuild) -> Path:
-    """The pinned tree with the tuning patches, for the tuner and the tuning build."""
-    from rocmfa.sources.checkouts import ensure_checkout
-    from rocmfa.sources.patches import apply_patch_set
-
-    src, runner = paths.src_dir(ctx.work, ctx.source_name), ctx.session.runner
-    pinned = ba.submodules(ctx.pin, build)
-    ensure_checkout(ctx.pin, src, runner, force=build.discard_local_edits, submodules=pinned)
-    apply_patch_set("aotriton", ctx.pin.commit, src, runner, arch=ctx.arch.name, tuning=True)
-    return src
 
 
 def store(
