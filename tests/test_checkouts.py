@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, pins, update_pins
+from rocmfa.sources import patches, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -173,13 +174,15 @@ def test_patched_tree_missing_a_submodule_gets_it_and_keeps_the_patches(
 
 
 def test_submodules_true_is_refused_with_the_fix() -> None:
+    def check(value: object) -> None:
+        table = {"url": "u", "ref": "r", "commit": "a" * 40, "submodules": value}
+        pin_files.check_table("aotriton", table, "pins/aotriton.toml [aotriton]")
+
     with pytest.raises(UserError, match=r"list the paths instead \(nox -s update_pins"):
-        pins.submodule_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
-    assert pins.submodule_paths({"submodules": ["third_party/triton"]}, "x") == (
-        "third_party/triton",
-    )
-    with pytest.raises(UserError, match="must be relative"):
-        pins.submodule_paths({"submodules": ["../escape"]}, "x")
+        check(True)
+    check(["third_party/triton"])
+    with pytest.raises(UserError, match="'submodules' must be a list of paths inside the tree"):
+        check(["../escape"])
 
 
 RESUME_CASES = [

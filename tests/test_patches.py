@@ -195,7 +195,7 @@ def test_a_set_of_another_line_does_not_block(up: Up, tmp_path: Path) -> None:
     [
         (lambda d: (d / "manifest.toml").write_text(
             (d / "manifest.toml").read_text().replace('reason = "stand-in fix"\n', "")
-        ), r"manifest\.toml: patch 1: missing or empty key 'reason'"),
+        ), r"manifest\.toml: patch 1: missing key 'reason'"),
         (lambda d: (d / "0009-stray.patch").write_text("From x\n"),
          r"0009-stray\.patch is in the directory but not in the manifest"),
     ],

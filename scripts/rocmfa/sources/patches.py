@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
+from rocmfa.plumbing.datafiles import REPO_ROOT, TEXT, checked, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import HEX40, display
@@ -95,13 +95,16 @@ def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=Fal
     return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
 
 
+ENTRY = dict.fromkeys(("file", "sha256", "reason", "upstream"), TEXT) | {
+    "arches": (lambda v: isinstance(v, list) and v and all(GFX_NAME.fullmatch(str(a)) for a in v),
+               "a non-empty list of gfx arches", False),
+    "tuning": (lambda v: v in ("", "only", "never"), '"only" or "never"', False),
+}  # fmt: skip
+
+
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
-    if not isinstance(entry, dict):
-        raise UserError(f"{here}: must be a table")
-    keys = ("file", "sha256", "reason", "upstream")
-    if missing := [k for k in keys if not isinstance(entry.get(k), str) or not entry[k].strip()]:
-        raise UserError(f"{here}: missing or empty key '{missing[0]}'")
-    name, sha256, reason, upstream = (entry[k].strip() for k in keys)
+    checked(entry, here, ENTRY)
+    name, sha256, reason, upstream = (entry[k].strip() for k in list(ENTRY)[:4])
     path = directory / name
     if not PATCH_NAME.fullmatch(name):
         raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
@@ -115,14 +118,8 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
-    arches = entry.get("arches", [])
-    if not isinstance(arches, list) or (not arches and "arches" in entry):
-        raise UserError(f"{here}: 'arches' must be a non-empty list of GPU arches")
-    if bad := [a for a in arches if not isinstance(a, str) or not GFX_NAME.fullmatch(a)]:
-        raise UserError(f"{here}: 'arches' entry {bad[0]!r} is not a gfx arch")
-    if (tuning := entry.get("tuning", "")) not in ("", "only", "never"):
-        raise UserError(f'{here}: \'tuning\' must be "only" or "never", got {tuning!r}')
-    return Patch(name, path, sha256, reason, upstream, tuple(arches), tuning)
+    arches, tuning = tuple(entry.get("arches", ())), entry.get("tuning", "")
+    return Patch(name, path, sha256, reason, upstream, arches, tuning)
 
 
 def patch_set_digest(project: str, commit: str, *, root=None, arch=None, tuning=False) -> str:

@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs
@@ -52,10 +52,14 @@ class Pin:
 
 
 def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin:
-    """table (checked by pin_files.check_table) as a Pin; its other keys checked too."""
+    """table, checked by pin_files.check_table (and an AOTriton version's form), as a Pin."""
     pin_files.check_table(project, table, where)
+    if project == "aotriton" and "version" in table:
+        try:
+            archs.aotriton_version_key(table["version"].strip())
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-    _validate_data(project, data, where)
     url, ref, commit = (table[k].strip() for k in ("url", "ref", "commit"))
     return Pin(project, url, ref, commit, source, data)
 
@@ -115,40 +119,6 @@ def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[di
     if not isinstance(legacy := table.get("legacy"), dict):
         raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
     return {"subdir": "", **base, **legacy, "use": "legacy"}, where.replace("]", ".legacy]")
-
-
-def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
-    if project == "aotriton" and "version" in data and pin_files.text(data, "version", where):
-        try:
-            archs.aotriton_version_key(data["version"].strip())
-        except UserError as e:
-            raise UserError(f"{where}: {e}") from None
-    submodule_paths(data, where)
-    depth = data.get("depth")
-    if depth is not None and (type(depth) is not int or depth < 1):
-        raise UserError(f"{where}: 'depth' must be a positive integer (git fetch --depth=N)")
-    subdir = data.get("subdir", "")
-    if not isinstance(subdir, str) or subdir.startswith("/") or ".." in Path(subdir).parts:
-        raise UserError(f"{where}: 'subdir' must be a relative path, got {subdir!r}")
-    raw = data.get("raw_url", "{commit}{path}")
-    if not isinstance(raw, str) or "{commit}" not in raw or "{path}" not in raw:
-        raise UserError(f"{where}: 'raw_url' must be a string containing {{commit}} and {{path}}")
-
-
-def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """A pin's `submodules`: the paths a checkout initialises. `true` is refused: `--recursive`
-    stops at an unmapped gitlink (60639c72: "No url found for submodule path ...")."""
-    if (value := data.get("submodules") or []) is True:
-        raise UserError(
-            f"{where}: 'submodules = true' initialises whatever .gitmodules lists, which fails on "
-            "an unmapped gitlink; list the paths instead (nox -s update_pins records them)"
-        )
-    if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
-        raise UserError(f"{where}: 'submodules' must be a list of submodule paths")
-    for path in value:
-        if path.startswith(("/", "-")) or ".." in PurePosixPath(path).parts:
-            raise UserError(f"{where}: submodule path {path!r} must be relative, inside the tree")
-    return tuple(value)
 
 
 _SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
