@@ -136,27 +136,20 @@ def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, 
     if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
         shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
         can_ask = shallow.stdout.strip() == "false"
-    earlier: dict[str, int | None] = {}  # set commit -> commits between it and commit
-    for candidate in (c for c in available_sets(project, root) if c != commit):
-        ancestor = 2 if not can_ask else git(
-            runner, checkout, "merge-base", "--is-ancestor", candidate, commit, check=False
-        ).returncode  # fmt: skip
-        if ancestor == 1:  # both known, not an ancestor: another line's set
-            continue
-        count = git(runner, checkout, "rev-list", "--count", f"{candidate}..{commit}",
-                    check=False) if ancestor == 0 else None  # fmt: skip
-        earlier[candidate] = int(count.stdout.strip() or 1 << 30) if count else None
-    if not earlier:
-        return ""
-    known = {c: n for c, n in earlier.items() if n is not None}
-    hint = f"sets exist for {', '.join(c[:12] for c in earlier)}"
-    if nearest := min(known, key=known.__getitem__) if known else None:
-        hint = f"nearest set for an ancestor: {display(set_dir(project, nearest, root))} "
-        hint += f"({known[nearest]} commits older)"
+    earlier = [  # git proves the others are not ancestors: another line's sets
+        display(set_dir(project, c, root)) for c in available_sets(project, root) if c != commit
+        and not (can_ask and git(runner, checkout, "merge-base", "--is-ancestor", c, commit,
+                                 check=False).returncode == 1)
+    ]  # fmt: skip
     return (
-        f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it (nox -s "
-        f"update_pins -- --port-patches) or write {display(set_dir(project, commit, root))}/"
-        'manifest.toml with none_needed = "why" - refusing to build it unpatched'
+        ""
+        if not earlier
+        else (
+            f"{project}: no patch set for the pinned commit {commit[:12]} (sets for earlier commits: "
+            f"{', '.join(earlier)}); port one (nox -s update_pins -- --port-patches) or write "
+            f'{display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" - '
+            "refusing to build it unpatched"
+        )
     )
 
 
