@@ -141,15 +141,13 @@ def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, 
         and not (can_ask and git(runner, checkout, "merge-base", "--is-ancestor", c, commit,
                                  check=False).returncode == 1)
     ]  # fmt: skip
+    if not earlier:
+        return ""
     return (
-        ""
-        if not earlier
-        else (
-            f"{project}: no patch set for the pinned commit {commit[:12]} (sets for earlier commits: "
-            f"{', '.join(earlier)}); port one (nox -s update_pins -- --port-patches) or write "
-            f'{display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" - '
-            "refusing to build it unpatched"
-        )
+        f"{project}: no patch set for the pinned commit {commit[:12]} (sets for earlier "
+        f"commits: {', '.join(earlier)}); port one (nox -s update_pins -- --port-patches) or "
+        f'write {display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" '
+        "- refusing to build it unpatched"
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import TEXT, checked
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
@@ -258,19 +259,6 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
 RECORD_TABLE = "pytorch.aotriton"
 
 
-def recorded_aotriton(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record, when read at this torch commit (not a public record)."""
-    table = pytorch.data.get("aotriton")
-    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
-        return None
-    where = f"pins/pytorch.toml [{RECORD_TABLE}]"
-    keys = ("pytorch_commit", "commit", "source")
-    at, commit, source = (pin_files.text(table, k, where) for k in keys)
-    version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
-    fresh = at == pytorch.commit  # else read at an older torch pin: stale
-    return ResolvedAotriton(commit, version or None, source, None) if fresh else None
-
-
 def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
     environ = dict(os.environ if environ is None else environ)
@@ -278,17 +266,21 @@ def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
 
 
-def pin_set_problem(aotriton: Pin, version: str, named, pytorch: Pin) -> str:
-    """'' when they agree, else one sentence saying how they differ."""
-    key, both = archs.aotriton_version_key, named.version and version
-    if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
-        return ""
-    return (
-        f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
-        f"{named.version or '?'} ({named.commit[:12]}) in its {AOTRITON_CMAKE} "
-        f"[{named.source}], but pins/aotriton.toml pins {version} ({aotriton.commit[:12]}); "
-        'pin that AOTriton (or commit = "from-pytorch") or another torch'
-    )
+def is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
+    """The [pytorch.aotriton] record when read at this torch commit (not a public record)."""
+    table = pytorch.data.get("aotriton")
+    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
+        return None
+    where, keys = f"pins/pytorch.toml [{RECORD_TABLE}]", ("pytorch_commit", "commit", "source")
+    checked(table, where, dict.fromkeys(keys, TEXT) | {"version": (is_str, "a string", False)})
+    if table["pytorch_commit"].strip() != pytorch.commit:  # read at an older torch pin: stale
+        return None
+    version = table.get("version", "").strip() or None
+    return ResolvedAotriton(table["commit"].strip(), version, table["source"].strip(), None)
 
 
 def check_pin_set(
@@ -303,7 +295,7 @@ def check_pin_set(
     try:
         pytorch = load_pin("pytorch", workdir=workdir, environ=environ, out=out)
         where = {"workdir": workdir, "environ": environ, "out": out}
-        named = recorded_aotriton(pytorch) or read_from_torch(pytorch, **where)
+        named = _recorded(pytorch) or read_from_torch(pytorch, **where)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
@@ -314,11 +306,18 @@ def check_pin_set(
         if not force and (line := runner.plan_line(refused)):
             return [head, line]
     else:
-        if not (found := pin_set_problem(aotriton, version, named, pytorch)):
+        key, both = archs.aotriton_version_key, named.version and version
+        if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
             names = f"torch {pytorch.commit[:12]} names AOTriton {named.version or '?'}"
             pinned = f"pinned {version} {aotriton.commit[:12]}{same}"
             return [head, f"pin set: {names} [{named.source}]; {pinned}: same line"]
+        found = (
+            f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
+            f"{named.version or '?'} ({named.commit[:12]}) in its {AOTRITON_CMAKE} "
+            f"[{named.source}], but pins/aotriton.toml pins {version} ({aotriton.commit[:12]}); "
+            'pin that AOTriton (or commit = "from-pytorch") or another torch'
+        )
     if not force:
         raise UserError(found + "; --force to go on anyway")
     return [head, f"WARNING (--force): {found}"]
