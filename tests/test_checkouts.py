@@ -133,16 +133,16 @@ def test_dry_run_prints_exactly_the_commands_of_the_real_run(upstream, tmp_path:
 
 def test_port_layout_initialises_exactly_the_pinned_paths(tmp_path: Path) -> None:
     repo, commit = port.make_port(tmp_path)
-    tree = update_pins.read_tree_submodules(runner(), repo, commit)
-    assert tree.initialisable == port.PORT_SUBMODULES
-    assert tree.unmapped == (port.UNMAPPED_GITLINK,)
+    mapped, unmapped = update_pins.read_tree_submodules(runner(), repo, commit)
+    assert mapped == port.PORT_SUBMODULES
+    assert unmapped == (port.UNMAPPED_GITLINK,)
     # what `submodules = true` used to run: git stops at the unmapped gitlink, as on the real port
     plain = tmp_path / "plain"
     st.git(tmp_path, "clone", "-q", str(repo), str(plain))
     port.assert_recursive_init_stops_at_aiter(plain)
     dest = tmp_path / "co"
     pin = Pin("aotriton", f"file://{repo}", "main", commit, "test", {})
-    ensure_checkout(pin, dest, runner(), submodules=list(tree.initialisable))
+    ensure_checkout(pin, dest, runner(), submodules=list(mapped))
     for path in port.PORT_SUBMODULES:
         assert any((dest / path).iterdir()), path
     assert not any((dest / port.UNMAPPED_GITLINK).iterdir())
