@@ -45,9 +45,13 @@ def why(error: BaseException) -> str:
 
 
 def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
-    """The body at url (retried as session() does); None for a `missing` status, else UserError."""
+    """The body at url (file://, or http(s):// retried as session() does); None when it is not
+    there (a `missing` status), else UserError."""
     import requests
 
+    if (parts := urllib.parse.urlsplit(url)).scheme == "file":
+        path = Path(urllib.parse.unquote(parts.path))
+        return path.read_bytes() if path.is_file() else None
     try:
         response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
     except requests.RequestException as e:

@@ -93,17 +93,6 @@ def parse_index(value: str | None) -> IndexSpec:
 # --- reading: pages and files over plain GETs -------------------------------------------------
 
 
-def fetch(url: str) -> bytes | None:
-    """The body at url (file:// or http(s)://), None when it is not there."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "file":
-        return downloads.get(url, missing=(403, 404))
-    try:
-        return Path(urllib.parse.unquote(parts.path)).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 @dataclass(frozen=True)
 class Link:
     filename: str
@@ -129,7 +118,7 @@ def read_project(
     """filename -> Link of a project on the family index: a plain GET, or through store."""
     if store is None:
         url = spec.page_url(family, project)
-        body = fetch(url)
+        body = downloads.get(url, missing=(403, 404))
         return parse_page(body.decode(errors="replace"), url) if body is not None else {}
     name = canonicalize_name(project)
     body = store.read(f"{name}/index.html")
