@@ -14,10 +14,8 @@ from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, TEXT, checked, filled
 from rocmfa.plumbing.errors import UserError, did_you_mean
 from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECTS: for sources/)
 
-PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
-LINE_ENV = "ROCMFA_PYTORCH_LINE"  # release (2.13 x AOTriton 0.13b) or nightly (AOTriton follows)
-LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
+LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}  # nightly: AOTriton follows
 HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
@@ -28,7 +26,7 @@ class Unresolved(UserError):
 def line(environ: Mapping[str, str] | None = None) -> str:
     chosen = environment(environ).pytorch_line or "release"
     if chosen not in LINES:
-        raise UserError(f"${LINE_ENV}={chosen!r}: known lines: release (default), nightly")
+        raise UserError(f"$ROCMFA_PYTORCH_LINE={chosen!r}: known lines: release (default), nightly")
     return chosen
 
 

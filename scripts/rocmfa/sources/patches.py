@@ -18,7 +18,6 @@ from rocmfa.plumbing.pin_files import HEX40, display
 from rocmfa.sources import checkouts
 from rocmfa.sources.checkouts import git, last_line
 
-PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
 NAME, EMAIL = "rocmfa patches", "patches@rocmfa.invalid"

@@ -15,9 +15,7 @@ from rocmfa.plumbing.datafiles import TEXT, checked, filled, inside, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 
-TUNING_DIR_ENV = "ROCMFA_TUNING_DIR"
 MANIFEST = "manifest.toml"
-KINDS = ("sharded-sqlite",)
 UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 FILE = {"path": (lambda v: filled(v) and inside(v), "a relative path", True), "sha256": TEXT}
 
@@ -53,8 +51,8 @@ def load(directory: Path) -> TuningDb:
     table, entries = data.get("tuning"), data.get("file")
     if not isinstance(table, dict) or not isinstance(entries, list) or not entries:
         raise UserError(f"{where}: needs a [tuning] table and at least one [[file]]")
-    if (kind := table.get("kind")) not in KINDS:
-        raise UserError(f"{where}: 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+    if (kind := table.get("kind")) != "sharded-sqlite":
+        raise UserError(f"{where}: 'kind' must be sharded-sqlite, got {kind!r}")
     files: dict[str, str] = {}
     for i, entry in enumerate(entries, 1):
         checked(entry, f"{where}: file {i}", FILE)

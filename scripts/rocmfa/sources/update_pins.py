@@ -87,7 +87,7 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
             raise UserError(
                 f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
                 f"{urlparse(url).hostname or url} is reachable, or point "
-                f"${pin_files.PINS_DIR_ENV} at resolved pins"
+                "$ROCMFA_PINS_DIR at resolved pins"
             ) from None
         if project in ("pytorch", "aotriton"):
             _check_pin_set(directory, work, quiet, force=force)
