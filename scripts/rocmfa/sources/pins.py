@@ -47,8 +47,6 @@ class Pin:
         """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]), checked; or None."""
         table = self.data.get(key)
         where = f"{self.source} [{self.project}.{key}]"
-        if table is not None and not isinstance(table, Mapping):
-            raise UserError(f"{where}: must be a table with url, ref and commit")
         return None if table is None else _pin(key, table, where, where)
 
 
