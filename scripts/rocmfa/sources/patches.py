@@ -160,15 +160,13 @@ def _try(runner: Runner, tree: Path, patch: Path) -> str:
     return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
 
 
+FAILED = re.compile(r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
+                    r"exist in index|No such file or directory|already exists in))")  # fmt: skip
+
+
 def _failed_file(stderr: str) -> str:
-    for pattern in (
-        r"error: patch failed: (.+?):\d+",
-        r"error: (.+?): (?:patch does not apply|does not exist in index|No such file or directory"
-        r"|already exists in (?:index|working directory))",
-    ):
-        if match := re.search(pattern, stderr or ""):
-            return match.group(1)
-    return last_line(stderr) or "unknown file"
+    found = FAILED.search(stderr or "")
+    return (found[1] or found[2]) if found else last_line(stderr) or "unknown file"
 
 
 def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
