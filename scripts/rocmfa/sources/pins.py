@@ -264,21 +264,18 @@ def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
 
 
-def is_str(value: object) -> bool:
-    return isinstance(value, str)
-
-
 def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
     """The [pytorch.aotriton] record when read at this torch commit (not a public record)."""
     table = pytorch.data.get("aotriton")
     if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
         return None
     where, keys = f"pins/pytorch.toml [{RECORD_TABLE}]", ("pytorch_commit", "commit", "source")
-    checked(table, where, dict.fromkeys(keys, TEXT) | {"version": (is_str, "a string", False)})
+    version = (lambda v: isinstance(v, str), "a string", False)
+    checked(table, where, dict.fromkeys(keys, TEXT) | {"version": version})
     if table["pytorch_commit"].strip() != pytorch.commit:  # read at an older torch pin: stale
         return None
-    version = table.get("version", "").strip() or None
-    return ResolvedAotriton(table["commit"].strip(), version, table["source"].strip(), None)
+    named = table.get("version", "").strip() or None
+    return ResolvedAotriton(table["commit"].strip(), named, table["source"].strip(), None)
 
 
 def check_pin_set(
