@@ -168,8 +168,7 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
 def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
     if (present := patch_set_for(project, new)) is not None:
         what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
-        runner.say(f"{project}: {what} present for {new[:12]}")
-        return
+        return runner.say(f"{project}: {what} present for {new[:12]}")
     if not (sets := available_sets(project)):
         return runner.say(f"{project}: no patches")
     runner.say(
