@@ -66,7 +66,7 @@ def test_release_installs_only_this_arch_pack_and_rerun_is_a_noop(
         assert len(log.requests) == 2  # nothing downloaded again
 
 
-def test_interrupted_download_resumes_with_range(
+def test_interrupted_download_starts_over(
     release, env_prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     www, files = release()
@@ -76,9 +76,8 @@ def test_interrupted_download_resumes_with_range(
         log.drop_after[path] = 100_000
         out = build(env_prefix, tmp_path / "work", capsys)
         ranges = [rng for p, rng in log.requests if p == path]
-        assert ranges[0] == "" and ranges[1].startswith("bytes=") and ranges[1] != "bytes=0-"
-        assert int(ranges[1][6:-1]) > 0
-        assert "resuming at" in out
+        assert ranges == ["", ""]  # the second try fetches the whole file again
+        assert "download interrupted" in out and "starting over" in out
     lib = st.site_packages(env_prefix) / "torch" / "lib"
     assert (lib / "libaotriton_v2.so.0.13.0").read_bytes().startswith(b"release runtime")
 

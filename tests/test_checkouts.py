@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, pins, update_pins
+from rocmfa.sources import patches, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -132,16 +133,16 @@ def test_dry_run_prints_exactly_the_commands_of_the_real_run(upstream, tmp_path:
 
 def test_port_layout_initialises_exactly_the_pinned_paths(tmp_path: Path) -> None:
     repo, commit = port.make_port(tmp_path)
-    tree = update_pins.read_tree_submodules(runner(), repo, commit)
-    assert tree.initialisable == port.PORT_SUBMODULES
-    assert tree.unmapped == (port.UNMAPPED_GITLINK,)
+    mapped, unmapped = update_pins.read_tree_submodules(runner(), repo, commit)
+    assert mapped == port.PORT_SUBMODULES
+    assert unmapped == (port.UNMAPPED_GITLINK,)
     # what `submodules = true` used to run: git stops at the unmapped gitlink, as on the real port
     plain = tmp_path / "plain"
     st.git(tmp_path, "clone", "-q", str(repo), str(plain))
     port.assert_recursive_init_stops_at_aiter(plain)
     dest = tmp_path / "co"
     pin = Pin("aotriton", f"file://{repo}", "main", commit, "test", {})
-    ensure_checkout(pin, dest, runner(), submodules=list(tree.initialisable))
+    ensure_checkout(pin, dest, runner(), submodules=list(mapped))
     for path in port.PORT_SUBMODULES:
         assert any((dest / path).iterdir()), path
     assert not any((dest / port.UNMAPPED_GITLINK).iterdir())
@@ -173,13 +174,15 @@ def test_patched_tree_missing_a_submodule_gets_it_and_keeps_the_patches(
 
 
 def test_submodules_true_is_refused_with_the_fix() -> None:
+    def check(value: object) -> None:
+        table = {"url": "u", "ref": "r", "commit": "a" * 40, "submodules": value}
+        pin_files.check_table("aotriton", table, "pins/aotriton.toml [aotriton]")
+
     with pytest.raises(UserError, match=r"list the paths instead \(nox -s update_pins"):
-        pins.submodule_paths({"submodules": True}, "pins/aotriton.toml [aotriton]")
-    assert pins.submodule_paths({"submodules": ["third_party/triton"]}, "x") == (
-        "third_party/triton",
-    )
-    with pytest.raises(UserError, match="must be relative"):
-        pins.submodule_paths({"submodules": ["../escape"]}, "x")
+        check(True)
+    check(["third_party/triton"])
+    with pytest.raises(UserError, match="'submodules' must be a list of paths inside the tree"):
+        check(["../escape"])
 
 
 RESUME_CASES = [

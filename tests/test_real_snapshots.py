@@ -119,9 +119,11 @@ def defined(name: str, cmakelists: str) -> bool:
 @needs_aotriton
 def test_real_aotriton_submodules_are_the_pinned_paths() -> None:
     table = upstream_pin()
-    tree = update_pins.read_tree_submodules(quiet(), Path(AOTRITON_GIT), table["commit"])
-    assert tree.initialisable == tuple(table["submodules"]) == ("third_party/triton",)
-    assert tree.unmapped == ()
+    mapped, unmapped = update_pins.read_tree_submodules(
+        quiet(), Path(AOTRITON_GIT), table["commit"]
+    )
+    assert mapped == tuple(table["submodules"]) == ("third_party/triton",)
+    assert unmapped == ()
     # the aiter tag its configure clones is the one pinned, and (with a ROCm/aiter snapshot) the
     # pinned commit is that tag's
     git = ["git", "--git-dir", AOTRITON_GIT, "show", f"{table['commit']}:third_party/aiter.txt"]
@@ -218,9 +220,9 @@ def test_real_aotriton_patch_engine_all_or_nothing(
 @needs_port
 def test_real_port_submodules_and_the_unmapped_aiter_gitlink(tmp_path: Path, offline) -> None:
     table = PORT
-    tree = update_pins.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
-    assert tree.initialisable == tuple(table["submodules"])
-    assert tree.unmapped == ("third_party/aiter",)
+    mapped, unmapped = update_pins.read_tree_submodules(quiet(), Path(PORT_GIT), table["commit"])
+    assert mapped == tuple(table["submodules"])
+    assert unmapped == ("third_party/aiter",)
     # what `submodules = true` ran: it stops at aiter and initialises nothing
     assert borrow_snapshot(PORT_GIT, tmp_path / "plain", table["commit"]) == ["gfx908_4_0.11.json"]
     plain = ensure_checkout(real_pin(PORT_GIT, table), tmp_path / "plain", quiet())

@@ -289,7 +289,7 @@ def test_real_queue_resumes_and_bakes_synthetic_results_into_shards_the_rebuild_
     tuner_tree: Path, reachable: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tree = tuner_tree
-    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
+    monkeypatch.setenv("ROCMFA_TUNING_DIR", str(reachable / "tuning"))
     wd = reachable / "wd"
     pg = pg_at(wd)
     ta.write_config(wd, pg.port, sys.executable)
@@ -392,10 +392,10 @@ def test_a_real_run_without_a_gpu_stops_at_the_first_gpu_task(
     pins, commit, arch = pinned_tuner
     work = reachable / "work"
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
-    monkeypatch.setenv(tuning_db.TUNING_DIR_ENV, str(reachable / "tuning"))
+    monkeypatch.setenv("ROCMFA_TUNING_DIR", str(reachable / "tuning"))
     monkeypatch.setenv("ROCM_BOOTSTRAP_DISABLE_DETECTION", "1")
     if commit != PIN:  # the stand-in's commit has no patch set, and no set is its ancestor
-        monkeypatch.setenv(patches.PATCHES_DIR_ENV, str(reachable / "no-patches"))
+        monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(reachable / "no-patches"))
     wd = work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     dispatch_venv(wd)
     argv = ["--prefix", str(provisioned_env), "--workdir", str(work), *SMALL, "--arch", arch]

@@ -1,12 +1,13 @@
-"""Load the project's TOML data files with one-line errors instead of tracebacks."""
+"""Load the project's TOML data files and check their tables, with one-line errors."""
 
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from rocmfa.plumbing.errors import UserError, decode_error_line, os_error_line
+from rocmfa.plumbing.errors import UserError, decode_error_line, did_you_mean, os_error_line
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DATA_DIR = REPO_ROOT / "scripts" / "rocmfa" / "data"
@@ -36,3 +37,36 @@ def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], wher
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise UserError(f"{where}: '{key}' must be {names}, got {value!r}")
     return value
+
+
+Rule = tuple[Callable[[Any], Any], str, bool]  # ok(value), what a good value is, required
+
+
+def checked(table: object, where: str, rules: Mapping[str, Rule]) -> None:
+    """Check table's keys by rules, unknown keys refused; one line naming where and the key. An
+    ok(value) may raise a UserError kind with its own reason (a placeholder commit: Unresolved)."""
+    if not isinstance(table, Mapping):
+        raise UserError(f"{where}: must be a table")
+    if unknown := sorted(set(table) - set(rules)):
+        raise UserError(f"{where}: unknown key '{unknown[0]}'{did_you_mean(unknown[0], rules)}")
+    for key, (ok, good, required) in rules.items():
+        if key not in table and required:
+            raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
+        try:
+            if key in table and not ok(table[key]):
+                raise UserError(f"must be {good}, got {table[key]!r}")
+        except UserError as e:
+            raise type(e)(f"{where}: '{key}' {e}") from None
+
+
+def filled(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def inside(path: object) -> bool:
+    """A relative path that stays inside its tree."""
+    parts = PurePosixPath(path).parts if isinstance(path, str) else ("..",)
+    return not str(path).startswith(("/", "-")) and ".." not in parts
+
+
+TEXT: Rule = (filled, "a non-empty string", True)

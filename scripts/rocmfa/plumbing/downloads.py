@@ -1,7 +1,6 @@
-"""Files pinned by sha256 (conda archives, AOTriton release tarballs) over requests with urllib3's
-Retry (refused connections, 429/5xx); a body cut off midway continues with a Range request;
-file:// URLs and paths are copied. A download goes to a hidden partial file next to its final
-name (.<name>.<pid>.XXXXXXXX), renamed only once its sum matches."""
+"""Files pinned by sha256 over requests with urllib3's Retry (refused connections, 429/5xx; a
+body cut off midway starts over); file:// URLs and paths are copied. A download goes to a hidden
+partial file next to its final name (.<name>.<pid>.XXXXXXXX), renamed once its sum matches."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from pathlib import Path
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
-# an older version named partials without the pid
-_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}")
+_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?P<pid>\d+)\.[a-z0-9_]{8}")
 # Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
 # running (a daemon thread, never joined) must not leave a new partial file behind.
 _creating = threading.Lock()
@@ -47,9 +45,13 @@ def why(error: BaseException) -> str:
 
 
 def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
-    """The body at url (retried as session() does); None for a `missing` status, else UserError."""
+    """The body at url (file://, or http(s):// retried as session() does); None when it is not
+    there (a `missing` status), else UserError."""
     import requests
 
+    if (parts := urllib.parse.urlsplit(url)).scheme == "file":
+        path = Path(urllib.parse.unquote(parts.path))
+        return path.read_bytes() if path.is_file() else None
     try:
         response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
     except requests.RequestException as e:
@@ -106,27 +108,22 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
 
     http = session(tries)
     for _ in range(tries):
-        have = part.stat().st_size
-        say(f"downloading {url}" + (f" (resuming at {have} bytes)" if have else ""))
-        headers = {"Range": f"bytes={have}-"} if have else {}
+        say(f"downloading {url}")
         try:
-            response = http.get(url, headers=headers, stream=True, timeout=(10, timeout))
+            response = http.get(url, stream=True, timeout=(10, timeout))
         except requests.RequestException as e:
             raise UserError(f"cannot download {url}: {why(e)}; {fix}") from None
-        with response:
-            if response.status_code == 416 and have:
-                return  # nothing left to send: the part is whole
-            if response.status_code not in (200, 206):
+        with response, open(part, "wb") as out:
+            if response.status_code != 200:
                 raise UserError(
                     f"cannot download {url}: HTTP {response.status_code} {response.reason}"
                 )
             try:
-                with open(part, "ab" if response.status_code == 206 else "wb") as out:
-                    for chunk in response.iter_content(1 << 16):
-                        out.write(chunk)
+                for chunk in response.iter_content(1 << 16):
+                    out.write(chunk)
                 return
             except requests.RequestException as e:
-                say(f"download interrupted ({why(e)}) at {part.stat().st_size} bytes")
+                say(f"download interrupted ({why(e)}); starting over")
     raise UserError(f"cannot download {url}: cut off {tries} times; {fix}")
 
 
@@ -138,7 +135,7 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
             _interrupted.set()
         for path in list(folder.glob(".*")):
             if match := _PARTIAL.fullmatch(path.name):
-                pid = int(match["pid"] or 0)
-                gone = not (pid and Path(f"/proc/{pid}").exists())  # Linux, as ROCm
+                pid = int(match["pid"])
+                gone = not Path(f"/proc/{pid}").exists()  # Linux, as ROCm
                 if ours if pid == os.getpid() else gone:
                     path.unlink(missing_ok=True)

@@ -3,6 +3,7 @@ file naming the holder's pid, session and start; the file stays (unlinking races
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -17,14 +18,6 @@ from rocmfa.plumbing.errors import UserError
 LOCK_NAME = ".rocmfa.lock"
 
 
-def _holder_of(fd: int) -> dict[str, Any]:
-    try:
-        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 @contextmanager
 def hold(path: Path, what: str, session: str) -> Iterator[None]:
     """Hold the lock at path for the block, or fail in one line naming the holder."""
@@ -34,7 +27,10 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            by = _holder_of(fd)
+            by: Any = {}  # the holder's record, as it wrote it below
+            with contextlib.suppress(OSError, ValueError):
+                by = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+            by = by if isinstance(by, dict) else {}
             raise UserError(
                 f"{what} is in use by another session: nox -s {by.get('session', '?')} (pid "
                 f"{by.get('pid', '?')}, since {by.get('since', '?')}; lock {path}); wait for it "

@@ -10,22 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, load_toml
+from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, TEXT, checked, filled, inside, load_toml
 from rocmfa.plumbing.errors import UserError, did_you_mean
 from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECTS: for sources/)
 
-PINS_DIR_ENV = "ROCMFA_PINS_DIR"
 FROM_PYTORCH = "from-pytorch"
-LINE_ENV = "ROCMFA_PYTORCH_LINE"  # release (2.13 x AOTriton 0.13b) or nightly (AOTriton follows)
-LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}
+LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}  # nightly: AOTriton follows
 HEX40 = re.compile(r"[0-9a-f]{40}")
-COMMON = frozenset({"url", "ref", "commit", "depth"})
-KNOWN = {  # the keys each project's table may hold; pytorch's companion tables: build_pytorch
-    "therock": COMMON,
-    "pytorch": COMMON | {"raw_url", "triton", "audio", "vision", "apex", "aotriton"},
-    "aotriton": COMMON | {"version", "submodules", "tuner", "release", "aiter"},
-    "composable_kernel": COMMON | {"use", "subdir", "legacy"},
-}
 
 
 class Unresolved(UserError):
@@ -35,7 +26,7 @@ class Unresolved(UserError):
 def line(environ: Mapping[str, str] | None = None) -> str:
     chosen = environment(environ).pytorch_line or "release"
     if chosen not in LINES:
-        raise UserError(f"${LINE_ENV}={chosen!r}: known lines: release (default), nightly")
+        raise UserError(f"$ROCMFA_PYTORCH_LINE={chosen!r}: known lines: release (default), nightly")
     return chosen
 
 
@@ -51,47 +42,58 @@ def display(path: Path) -> str:
 
 def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
     """table[key] stripped: a string, non-empty unless empty_ok; else one line naming it."""
+    if empty_ok and isinstance(table.get(key), str):
+        return table[key].strip()
     if key not in table:
         raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
-    value = table[key]
-    if not isinstance(value, str) or (not empty_ok and not value.strip()):
-        kind = "string" if empty_ok else "non-empty string"
-        raise UserError(f"{where}: '{key}' must be a {kind}, got {value!r}")
+    if not filled(value := table[key]):
+        raise UserError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
     return value.strip()
 
 
-def check_commit(value: object, where: str, *, allow_from_pytorch: bool = False) -> str:
-    value = value.strip() if isinstance(value, str) else value
-    if allow_from_pytorch and value == FROM_PYTORCH:
-        return value
-    if isinstance(value, str) and value.lower() in ("", "unknown", "todo", "none"):
+def resolved(value: object) -> bool:
+    """A full 40-hex commit; Unresolved for a placeholder."""
+    if isinstance(value, str) and value.strip().lower() in ("", "unknown", "todo", "none"):
         raise Unresolved(
-            f"{where}: 'commit' is not resolved yet ({value!r}); the first real build resolves "
-            "it, or run: nox -s update_pins"
+            f"is not resolved yet ({value.strip()!r}); the first real build resolves it, or run: "
+            "nox -s update_pins"
         )
-    if not isinstance(value, str) or not HEX40.fullmatch(value):
-        extra = f' or "{FROM_PYTORCH}"' if allow_from_pytorch else ""
-        raise UserError(
-            f"{where}: 'commit' must be a string: full 40-hex lowercase{extra}, got {value!r}"
-        )
-    return value
+    return isinstance(value, str) and bool(HEX40.fullmatch(value.strip()))
+
+
+HEX = "a string: full 40-hex lowercase"
+ANY = (lambda _: True, "", False)
+COMMON = {"url": TEXT, "ref": TEXT, "commit": (resolved, HEX, True), "depth": (
+    lambda v: type(v) is int and v > 0, "a positive integer (git fetch --depth=N)", False
+)}  # fmt: skip
+RULES = {  # what each project's table may hold
+    "therock": COMMON,
+    "pytorch": COMMON | dict.fromkeys(("triton", "audio", "vision", "apex", "aotriton"), ANY) | {
+        "raw_url": (lambda v: isinstance(v, str) and "{commit}" in v and "{path}" in v,
+                    "a string containing {commit} and {path}", False),
+    },
+    "aotriton": COMMON | dict.fromkeys(("tuner", "release", "aiter"), ANY) | {
+        "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"',
+                   True),
+        "version": (filled, "a non-empty string", False),
+        # `true` would init what .gitmodules lists: --recursive stops at an unmapped gitlink
+        "submodules": (lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
+                       "a list of paths inside the tree (not true: it fails on an unmapped "
+                       "gitlink; list the paths instead (nox -s update_pins records them))",
+                       False),
+    },
+    "composable_kernel": COMMON | {
+        "use": ANY, "legacy": ANY, "subdir": (inside, "a relative path", False)
+    },
+}  # fmt: skip
+LEGACY = {k: (ok, good, False) for k, (ok, good, _) in RULES["composable_kernel"].items()}
 
 
 def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
-    """Refuse unknown keys and a bad url/ref/commit, in one line naming the file and key."""
-    checks, legacy = [(table, KNOWN.get(project, COMMON), where)], table.get("legacy")
-    if project == "composable_kernel" and isinstance(legacy, Mapping):
-        checks.append((legacy, COMMON | {"subdir"}, f"{where[:-1]}.legacy]"))
-    for part, keys, at in checks:
-        if unknown := sorted(set(part) - keys):
-            raise UserError(f"{at}: unknown key '{unknown[0]}'{did_you_mean(unknown[0], keys)}")
-    if len(checks) > 1 and "commit" in legacy:
-        check_commit(legacy["commit"], checks[1][2])
-    text(table, "url", where)
-    text(table, "ref", where)
-    if "commit" not in table:
-        raise UserError(f"{where}: missing key 'commit'{did_you_mean('commit', table)}")
-    check_commit(table["commit"], where, allow_from_pytorch=project == "aotriton")
+    """Refuse an unknown or bad key, in one line naming the file and key."""
+    if project == "composable_kernel" and isinstance(legacy := table.get("legacy"), Mapping):
+        checked(legacy, f"{where[:-1]}.legacy]", {k: LEGACY[k] for k in (*COMMON, "subdir")})
+    checked(table, where, RULES.get(project, COMMON))
 
 
 def table_of(path: Path, project: str) -> dict[str, Any]:

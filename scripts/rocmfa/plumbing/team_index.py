@@ -54,13 +54,6 @@ class IndexSpec:
             return f"s3://{self.location}/{root}{at}"
         return f"{root}/ (upload API)" if self.kind == "upload" else f"{root}/"
 
-    def page_url(self, family: str, project: str) -> str:
-        """Where a plain GET finds the project's page."""
-        name = canonicalize_name(project)
-        if self.kind == "upload":
-            return f"{self.family_root(family)}/simple/{name}/"
-        return Path(self.family_root(family), name, "index.html").as_uri()
-
 
 def parse_index(value: str | None) -> IndexSpec:
     text = (value or "").strip()
@@ -93,17 +86,6 @@ def parse_index(value: str | None) -> IndexSpec:
 # --- reading: pages and files over plain GETs -------------------------------------------------
 
 
-def fetch(url: str) -> bytes | None:
-    """The body at url (file:// or http(s)://), None when it is not there."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "file":
-        return downloads.get(url, missing=(403, 404))
-    try:
-        return Path(urllib.parse.unquote(parts.path)).read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 @dataclass(frozen=True)
 class Link:
     filename: str
@@ -127,11 +109,12 @@ def read_project(
     spec: IndexSpec, family: str, project: str, store: TreeStore | None = None
 ) -> dict[str, Link]:
     """filename -> Link of a project on the family index: a plain GET, or through store."""
-    if store is None:
-        url = spec.page_url(family, project)
-        body = fetch(url)
+    name, root = canonicalize_name(project), spec.family_root(family)
+    if store is None:  # a plain GET: an upload API serves its pages under simple/
+        upload = spec.kind == "upload"
+        url = f"{root}/simple/{name}/" if upload else Path(root, name, "index.html").as_uri()
+        body = downloads.get(url, missing=(403, 404))
         return parse_page(body.decode(errors="replace"), url) if body is not None else {}
-    name = canonicalize_name(project)
     body = store.read(f"{name}/index.html")
     if body is None:
         return {}

@@ -24,7 +24,7 @@ from wheel.wheelfile import WheelFile
 
 from rocmfa.builds.build_pytorch import COMPONENTS, enabled_stages, install_argv, manifest_path
 from rocmfa.env import archs, session_env
-from rocmfa.plumbing import paths, stamps, team_index
+from rocmfa.plumbing import downloads, paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
@@ -218,7 +218,11 @@ def listed_manifests(spec: team_index.IndexSpec, family: str):
 
 def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[str, Any]:
     """The manifest in wheel `name`, checked against its page's sha256."""
-    data = store.read(f"{MANIFEST_PROJECT}/{name}") if store else team_index.fetch(link.url)
+    data = (
+        store.read(f"{MANIFEST_PROJECT}/{name}")
+        if store
+        else downloads.get(link.url, missing=(403, 404))
+    )
     if data is None:
         raise UserError(f"{name} is listed on {where} but cannot be downloaded")
     if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:

@@ -23,7 +23,7 @@ from wheel.wheelfile import WheelFile
 
 from rocmfa.builds import aotriton_install, build_pytorch, kernel_check
 from rocmfa.env import archs
-from rocmfa.plumbing import paths, stamps, team_index
+from rocmfa.plumbing import downloads, paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
@@ -222,7 +222,7 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
         if store is not None and not (link and link.sha256):  # an upload cut short? no hash?
             there = sha256_of(store.read(rel))
         else:  # a page without hashes: the file's
-            there = link and (link.sha256 or sha256_of(team_index.fetch(link.url)))
+            there = link and (link.sha256 or sha256_of(downloads.get(link.url, missing=(403, 404))))
         if there is None:
             uploads.append((project, path))
         elif there == record["sha256"]:

@@ -11,14 +11,13 @@ from pathlib import Path
 
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import REPO_ROOT, load_toml
+from rocmfa.plumbing.datafiles import REPO_ROOT, TEXT, checked, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import HEX40, display
 from rocmfa.sources import checkouts
 from rocmfa.sources.checkouts import git, last_line
 
-PATCHES_DIR_ENV = "ROCMFA_PATCHES_DIR"
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
 NAME, EMAIL = "rocmfa patches", "patches@rocmfa.invalid"
@@ -95,13 +94,16 @@ def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=Fal
     return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
 
 
+ENTRY = dict.fromkeys(("file", "sha256", "reason", "upstream"), TEXT) | {
+    "arches": (lambda v: isinstance(v, list) and v and all(GFX_NAME.fullmatch(str(a)) for a in v),
+               "a non-empty list of gfx arches", False),
+    "tuning": (lambda v: v in ("", "only", "never"), '"only" or "never"', False),
+}  # fmt: skip
+
+
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
-    if not isinstance(entry, dict):
-        raise UserError(f"{here}: must be a table")
-    keys = ("file", "sha256", "reason", "upstream")
-    if missing := [k for k in keys if not isinstance(entry.get(k), str) or not entry[k].strip()]:
-        raise UserError(f"{here}: missing or empty key '{missing[0]}'")
-    name, sha256, reason, upstream = (entry[k].strip() for k in keys)
+    checked(entry, here, ENTRY)
+    name, sha256, reason, upstream = (entry[k].strip() for k in list(ENTRY)[:4])
     path = directory / name
     if not PATCH_NAME.fullmatch(name):
         raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
@@ -115,14 +117,8 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
-    arches = entry.get("arches", [])
-    if not isinstance(arches, list) or (not arches and "arches" in entry):
-        raise UserError(f"{here}: 'arches' must be a non-empty list of GPU arches")
-    if bad := [a for a in arches if not isinstance(a, str) or not GFX_NAME.fullmatch(a)]:
-        raise UserError(f"{here}: 'arches' entry {bad[0]!r} is not a gfx arch")
-    if (tuning := entry.get("tuning", "")) not in ("", "only", "never"):
-        raise UserError(f'{here}: \'tuning\' must be "only" or "never", got {tuning!r}')
-    return Patch(name, path, sha256, reason, upstream, tuple(arches), tuning)
+    arches, tuning = tuple(entry.get("arches", ())), entry.get("tuning", "")
+    return Patch(name, path, sha256, reason, upstream, arches, tuning)
 
 
 def patch_set_digest(project: str, commit: str, *, root=None, arch=None, tuning=False) -> str:
@@ -139,27 +135,18 @@ def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, 
     if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
         shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
         can_ask = shallow.stdout.strip() == "false"
-    earlier: dict[str, int | None] = {}  # set commit -> commits between it and commit
-    for candidate in (c for c in available_sets(project, root) if c != commit):
-        ancestor = 2 if not can_ask else git(
-            runner, checkout, "merge-base", "--is-ancestor", candidate, commit, check=False
-        ).returncode  # fmt: skip
-        if ancestor == 1:  # both known, not an ancestor: another line's set
-            continue
-        count = git(runner, checkout, "rev-list", "--count", f"{candidate}..{commit}",
-                    check=False) if ancestor == 0 else None  # fmt: skip
-        earlier[candidate] = int(count.stdout.strip() or 1 << 30) if count else None
+    earlier = [  # git proves the others are not ancestors: another line's sets
+        display(set_dir(project, c, root)) for c in available_sets(project, root) if c != commit
+        and not (can_ask and git(runner, checkout, "merge-base", "--is-ancestor", c, commit,
+                                 check=False).returncode == 1)
+    ]  # fmt: skip
     if not earlier:
         return ""
-    known = {c: n for c, n in earlier.items() if n is not None}
-    hint = f"sets exist for {', '.join(c[:12] for c in earlier)}"
-    if nearest := min(known, key=known.__getitem__) if known else None:
-        hint = f"nearest set for an ancestor: {display(set_dir(project, nearest, root))} "
-        hint += f"({known[nearest]} commits older)"
     return (
-        f"{project}: no patch set for the pinned commit {commit[:12]} ({hint}); port it (nox -s "
-        f"update_pins -- --port-patches) or write {display(set_dir(project, commit, root))}/"
-        'manifest.toml with none_needed = "why" - refusing to build it unpatched'
+        f"{project}: no patch set for the pinned commit {commit[:12]} (sets for earlier "
+        f"commits: {', '.join(earlier)}); port one (nox -s update_pins -- --port-patches) or "
+        f'write {display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" '
+        "- refusing to build it unpatched"
     )
 
 
@@ -173,15 +160,13 @@ def _try(runner: Runner, tree: Path, patch: Path) -> str:
     return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
 
 
+FAILED = re.compile(r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
+                    r"exist in index|No such file or directory|already exists in))")  # fmt: skip
+
+
 def _failed_file(stderr: str) -> str:
-    for pattern in (
-        r"error: patch failed: (.+?):\d+",
-        r"error: (.+?): (?:patch does not apply|does not exist in index|No such file or directory"
-        r"|already exists in (?:index|working directory))",
-    ):
-        if match := re.search(pattern, stderr or ""):
-            return match.group(1)
-    return last_line(stderr) or "unknown file"
+    found = FAILED.search(stderr or "")
+    return (found[1] or found[2]) if found else last_line(stderr) or "unknown file"
 
 
 def _rollback(runner: Runner, checkout: Path, commit: str) -> None:

@@ -11,12 +11,13 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import TEXT, checked
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
@@ -46,16 +47,18 @@ class Pin:
         """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]), checked; or None."""
         table = self.data.get(key)
         where = f"{self.source} [{self.project}.{key}]"
-        if table is not None and not isinstance(table, Mapping):
-            raise UserError(f"{where}: must be a table with url, ref and commit")
         return None if table is None else _pin(key, table, where, where)
 
 
 def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin:
-    """table (checked by pin_files.check_table) as a Pin; its other keys checked too."""
+    """table, checked by pin_files.check_table (and an AOTriton version's form), as a Pin."""
     pin_files.check_table(project, table, where)
+    if project == "aotriton" and "version" in table:
+        try:
+            archs.aotriton_version_key(table["version"].strip())
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-    _validate_data(project, data, where)
     url, ref, commit = (table[k].strip() for k in ("url", "ref", "commit"))
     return Pin(project, url, ref, commit, source, data)
 
@@ -115,40 +118,6 @@ def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[di
     if not isinstance(legacy := table.get("legacy"), dict):
         raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
     return {"subdir": "", **base, **legacy, "use": "legacy"}, where.replace("]", ".legacy]")
-
-
-def _validate_data(project: str, data: Mapping[str, Any], where: str) -> None:
-    if project == "aotriton" and "version" in data and pin_files.text(data, "version", where):
-        try:
-            archs.aotriton_version_key(data["version"].strip())
-        except UserError as e:
-            raise UserError(f"{where}: {e}") from None
-    submodule_paths(data, where)
-    depth = data.get("depth")
-    if depth is not None and (type(depth) is not int or depth < 1):
-        raise UserError(f"{where}: 'depth' must be a positive integer (git fetch --depth=N)")
-    subdir = data.get("subdir", "")
-    if not isinstance(subdir, str) or subdir.startswith("/") or ".." in Path(subdir).parts:
-        raise UserError(f"{where}: 'subdir' must be a relative path, got {subdir!r}")
-    raw = data.get("raw_url", "{commit}{path}")
-    if not isinstance(raw, str) or "{commit}" not in raw or "{path}" not in raw:
-        raise UserError(f"{where}: 'raw_url' must be a string containing {{commit}} and {{path}}")
-
-
-def submodule_paths(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """A pin's `submodules`: the paths a checkout initialises. `true` is refused: `--recursive`
-    stops at an unmapped gitlink (60639c72: "No url found for submodule path ...")."""
-    if (value := data.get("submodules") or []) is True:
-        raise UserError(
-            f"{where}: 'submodules = true' initialises whatever .gitmodules lists, which fails on "
-            "an unmapped gitlink; list the paths instead (nox -s update_pins records them)"
-        )
-    if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
-        raise UserError(f"{where}: 'submodules' must be a list of submodule paths")
-    for path in value:
-        if path.startswith(("/", "-")) or ".." in PurePosixPath(path).parts:
-            raise UserError(f"{where}: submodule path {path!r} must be relative, inside the tree")
-    return tuple(value)
 
 
 _SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
@@ -288,19 +257,6 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
 RECORD_TABLE = "pytorch.aotriton"
 
 
-def recorded_aotriton(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record, when read at this torch commit (not a public record)."""
-    table = pytorch.data.get("aotriton")
-    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
-        return None
-    where = f"pins/pytorch.toml [{RECORD_TABLE}]"
-    keys = ("pytorch_commit", "commit", "source")
-    at, commit, source = (pin_files.text(table, k, where) for k in keys)
-    version = pin_files.text(table, "version", where, empty_ok=True) if "version" in table else ""
-    fresh = at == pytorch.commit  # else read at an older torch pin: stale
-    return ResolvedAotriton(commit, version or None, source, None) if fresh else None
-
-
 def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
     environ = dict(os.environ if environ is None else environ)
@@ -308,17 +264,18 @@ def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
     return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
 
 
-def pin_set_problem(aotriton: Pin, version: str, named, pytorch: Pin) -> str:
-    """'' when they agree, else one sentence saying how they differ."""
-    key, both = archs.aotriton_version_key, named.version and version
-    if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
-        return ""
-    return (
-        f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
-        f"{named.version or '?'} ({named.commit[:12]}) in its {AOTRITON_CMAKE} "
-        f"[{named.source}], but pins/aotriton.toml pins {version} ({aotriton.commit[:12]}); "
-        'pin that AOTriton (or commit = "from-pytorch") or another torch'
-    )
+def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
+    """The [pytorch.aotriton] record when read at this torch commit (not a public record)."""
+    table = pytorch.data.get("aotriton")
+    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
+        return None
+    where, keys = f"pins/pytorch.toml [{RECORD_TABLE}]", ("pytorch_commit", "commit", "source")
+    version = (lambda v: isinstance(v, str), "a string", False)
+    checked(table, where, dict.fromkeys(keys, TEXT) | {"version": version})
+    if table["pytorch_commit"].strip() != pytorch.commit:  # read at an older torch pin: stale
+        return None
+    named = table.get("version", "").strip() or None
+    return ResolvedAotriton(table["commit"].strip(), named, table["source"].strip(), None)
 
 
 def check_pin_set(
@@ -333,7 +290,7 @@ def check_pin_set(
     try:
         pytorch = load_pin("pytorch", workdir=workdir, environ=environ, out=out)
         where = {"workdir": workdir, "environ": environ, "out": out}
-        named = recorded_aotriton(pytorch) or read_from_torch(pytorch, **where)
+        named = _recorded(pytorch) or read_from_torch(pytorch, **where)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
@@ -344,11 +301,18 @@ def check_pin_set(
         if not force and (line := runner.plan_line(refused)):
             return [head, line]
     else:
-        if not (found := pin_set_problem(aotriton, version, named, pytorch)):
+        key, both = archs.aotriton_version_key, named.version and version
+        if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
             names = f"torch {pytorch.commit[:12]} names AOTriton {named.version or '?'}"
             pinned = f"pinned {version} {aotriton.commit[:12]}{same}"
             return [head, f"pin set: {names} [{named.source}]; {pinned}: same line"]
+        found = (
+            f"pins disagree: torch {pytorch.commit[:12]} ({pytorch.ref}) names AOTriton "
+            f"{named.version or '?'} ({named.commit[:12]}) in its {AOTRITON_CMAKE} "
+            f"[{named.source}], but pins/aotriton.toml pins {version} ({aotriton.commit[:12]}); "
+            'pin that AOTriton (or commit = "from-pytorch") or another torch'
+        )
     if not force:
         raise UserError(found + "; --force to go on anyway")
     return [head, f"WARNING (--force): {found}"]

@@ -11,14 +11,13 @@ from typing import Any
 
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import load_toml
+from rocmfa.plumbing.datafiles import TEXT, checked, filled, inside, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 
-TUNING_DIR_ENV = "ROCMFA_TUNING_DIR"
 MANIFEST = "manifest.toml"
-KINDS = ("sharded-sqlite",)
 UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
+FILE = {"path": (lambda v: filled(v) and inside(v), "a relative path", True), "sha256": TEXT}
 
 
 def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
@@ -52,15 +51,12 @@ def load(directory: Path) -> TuningDb:
     table, entries = data.get("tuning"), data.get("file")
     if not isinstance(table, dict) or not isinstance(entries, list) or not entries:
         raise UserError(f"{where}: needs a [tuning] table and at least one [[file]]")
-    if (kind := table.get("kind")) not in KINDS:
-        raise UserError(f"{where}: 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+    if (kind := table.get("kind")) != "sharded-sqlite":
+        raise UserError(f"{where}: 'kind' must be sharded-sqlite, got {kind!r}")
     files: dict[str, str] = {}
-    for entry in entries:
-        name, expected = entry.get("path"), entry.get("sha256")
-        if not isinstance(name, str) or not isinstance(expected, str):
-            raise UserError(f"{where}: every [[file]] needs 'path' and 'sha256'")
-        if name.startswith("/") or ".." in Path(name).parts:
-            raise UserError(f"{where}: file path {name!r} must be relative")
+    for i, entry in enumerate(entries, 1):
+        checked(entry, f"{where}: file {i}", FILE)
+        name, expected = entry["path"], entry["sha256"]
         if not (directory / name).is_file():
             raise UserError(f"{where}: {name} is missing; refusing this tuning database")
         if (actual := stamps.file_sha256(directory / name)) != expected:

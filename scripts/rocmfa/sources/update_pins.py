@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import NamedTuple
 from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
@@ -88,7 +87,7 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
             raise UserError(
                 f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
                 f"{urlparse(url).hostname or url} is reachable, or point "
-                f"${pin_files.PINS_DIR_ENV} at resolved pins"
+                "$ROCMFA_PINS_DIR at resolved pins"
             ) from None
         if project in ("pytorch", "aotriton"):
             _check_pin_set(directory, work, quiet, force=force)
@@ -169,8 +168,7 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
 def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
     if (present := patch_set_for(project, new)) is not None:
         what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
-        runner.say(f"{project}: {what} present for {new[:12]}")
-        return
+        return runner.say(f"{project}: {what} present for {new[:12]}")
     if not (sets := available_sets(project)):
         return runner.say(f"{project}: no patches")
     runner.say(
@@ -204,17 +202,17 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
         )
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
-    tree = read_tree_submodules(runner, checkout, commit)
-    changed = pin_files.set_values(path, table, {"submodules": list(tree.initialisable)})
+    paths, unmapped = read_tree_submodules(runner, checkout, commit)
+    changed = pin_files.set_values(path, table, {"submodules": list(paths)})
     show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
     if tag := show.stdout.strip():  # its configure clones aiter by tag: pinned at a commit here
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
         changed = pin_files.set_values(path, f"{table}.aiter", new) or changed
         runner.say(f"{table}.aiter: configure clones aiter {tag} = {new['commit'][:12]}")
-    said = f"{table}: submodules at {commit[:12]}: {', '.join(tree.initialisable) or 'none'}"
-    if unmapped := ", ".join(tree.unmapped):
-        said += f"; gitlinks without a .gitmodules entry, not initialised: {unmapped}"
+    said = f"{table}: submodules at {commit[:12]}: {', '.join(paths) or 'none'}"
+    if unmapped:
+        said += f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(unmapped)}"
     runner.say(said + (f" (rewrote {path.name})" if changed else ""))
 
 
@@ -238,18 +236,11 @@ def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) 
         runner.say(line)
 
 
-class TreeSubmodules(NamedTuple):
-    initialisable: tuple[str, ...]  # gitlinks (mode 160000) that .gitmodules maps to a url
-    unmapped: tuple[str, ...]  # gitlinks without a .gitmodules entry: not initialisable
-
-
-def read_tree_submodules(runner: Runner, repo: Path, commit: str) -> TreeSubmodules:
-    """Gitlinks at commit in repo, split by whether .gitmodules maps them (read-only)."""
+def read_tree_submodules(runner: Runner, repo: Path, commit: str):
+    """(gitlinks at commit that .gitmodules maps: initialisable, those it does not) (read-only)."""
     tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
     gitlinks = sorted(line.partition("\t")[2] for line in tree if line.startswith("160000 "))
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
     config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
-    return TreeSubmodules(
-        tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
-    )
+    return tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
