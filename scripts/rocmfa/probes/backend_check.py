@@ -352,7 +352,8 @@ def usable_torch() -> Any:
         raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     torch = usable_torch()
     dtype_name = common.parse_dtypes(opts.dtype)[0]
@@ -385,10 +386,6 @@ def _main(argv: list[str] | None) -> int:
     report["summary"] = ok if passed else f"FAIL: {failures[0]}"
     common.emit(opts.json, report, render(report))
     return 0 if passed else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,14 @@ import contextlib
 import csv
 import itertools
 import json
+import os
+import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -234,7 +239,7 @@ def run_pass(
     try:
         with common.backend_context(backend, timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
-            with common.capture_warnings() as caught:
+            with warnings.catch_warnings(record=True, action="always") as caught:
                 try:
                     fn, before = tensors.callables(causal, pass_name)
                     first_ms = None if known_estimate else timer.call_once(fn, before)
@@ -395,7 +400,7 @@ def _fit(
     import torch
 
     need = estimate_bytes(shape, backend, 2)  # fp16 and bf16 alike
-    free = common.free_memory_bytes(device)
+    free = free_memory_bytes(device)
     if limit_gib is not None:
         free = limit_gib * 2**30 if free is None else min(free, limit_gib * 2**30)
     if free is not None and need > 0.95 * free:
@@ -408,6 +413,19 @@ def _fit(
             raise
         torch.cuda.empty_cache()  # a no-op without CUDA
         return None, f"out of memory allocating inputs: {common.first_line(exc)}"
+
+
+def free_memory_bytes(device: Any) -> int | None:
+    """Free device memory plus the blocks torch's allocator caches unused; on CPU, MemAvailable."""
+    import torch
+
+    if device.type == "cuda":
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + max(0, cached)
+    with contextlib.suppress(OSError, TypeError):
+        meminfo = Path("/proc/meminfo").read_text()
+        return int(re.search(r"^MemAvailable:\s*(\d+)", meminfo, re.M)[1]) * 1024  # type: ignore
+    return None
 
 
 def progress(text: str) -> None:
@@ -640,21 +658,118 @@ def _compare_or_replot(opts: Any) -> int:
     return 0
 
 
-def _add_peaks(prov: dict[str, Any], arch: Any, info: Any, peak_tflops: float | None) -> None:
-    """The card's peak per dtype (TFLOP/s, source) and its memory roof (GB/s, source), into
-    the provenance."""
+# Environment variables that change which SDPA kernel runs or how it is timed.
+DISPATCH_ENV_VARS = (
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL",
+    "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+)  # fmt: skip
+
+
+def peak_from_device(
+    arch: Any, dtype: str, override: Any, arches: dict, info: Any, rates: dict
+) -> tuple[float | None, str]:
+    """(peak TFLOP/s, source): --peak-tflops, else CUs x peak engine clock x the arch's per-CU
+    rate, else the arch table's figure."""
+    if override is not None:
+        return override, "--peak-tflops"
+    info, rate = info or {}, rates.get(arch or "")
+    units, mhz, per_clock = (
+        info.get("compute_units"),
+        info.get("max_clock_mhz"),
+        (rate or {}).get(dtype),
+    )
+    if units and mhz and isinstance(per_clock, int | float):
+        return round(units * mhz * 1e6 * per_clock / 1e12, 1), (
+            f"computed: {units} CUs x {mhz:g} MHz ({info.get('clock_source')}) x "
+            f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
+        )
+    why = f"table fallback ({'no per-CU rate' if rate is None else 'no engine clock'})"
+    peak = (arches.get(arch or "") or {}).get(f"peak_tflops_{dtype}")
+    if not isinstance(peak, int | float):
+        return None, f"{why}: unknown for {arch or 'cpu'} (not in arches.toml)"
+    return float(peak), f"{why}: arches.toml [arch.{arch}] peak_tflops_{dtype}"
+
+
+def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
+    """(GB/s, source): memory clock x bus width x 2 / 8 from torch's device properties, else
+    (an integrated GPU, or one that does not say) the arch's named figure in peak_rates.toml."""
+    info, entry = info or {}, roofs.get(arch or "") or {}
+    table, khz, bits = entry.get("gbps"), info.get("memory_clock_khz"), info.get("memory_bus_bits")
+    if khz and bits and not info.get("integrated"):
+        also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
+        return round(khz * 1e3 * bits * 2 / 8 / 1e9, 1), (
+            f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
+            f"(torch device properties){also}"
+        )
+    why = "integrated GPU" if info.get("integrated") else "no memory clock/bus width"
+    if table is None:
+        return None, f"unknown ({why}; {arch or 'cpu'} not in peak_rates.toml [memory])"
+    return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
+
+
+def device_info(device: Any) -> dict[str, Any] | None:
+    """Compute units, peak engine clock (amdgpu sysfs pp_dpm_sclk by PCI address, nvidia-smi
+    clocks.max.sm, else torch's clock_rate), memory clock and bus width; None on CPU."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    khz = getattr(props, "clock_rate", None)
+    clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
+    with contextlib.suppress(Exception):  # no sysfs file or nvidia-smi: torch's figure
+        if torch.version.hip:
+            ids = (props.pci_domain_id or 0, props.pci_bus_id, props.pci_device_id)
+            sclk = Path("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.0/pp_dpm_sclk".format(*ids))
+            levels = re.findall(r"(\d+)\s*Mhz", sclk.read_text(), re.IGNORECASE)
+            clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
+        else:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            query = ["nvidia-smi", f"--id={index}", "--query-gpu=clocks.max.sm",
+                     "--format=csv,noheader,nounits"]  # fmt: skip
+            out = subprocess.run(query, capture_output=True, text=True, timeout=10)
+            clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
+    return {
+        "compute_units": getattr(props, "multi_processor_count", None),
+        "max_clock_mhz": clock[0], "clock_source": clock[1],
+        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
+        "memory_bus_bits": getattr(props, "memory_bus_width", None),
+        "integrated": bool(getattr(props, "is_integrated", False)),
+    }  # fmt: skip
+
+
+def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
+    """The identity's software and device, the dispatch variables set, cuDNN, AOTriton, (ROCm)
+    the preferred flash library, and the card's peaks and memory roof with their sources."""
+    import torch
+
+    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
+    prov: dict[str, Any] = {k: ident.get(k) for k in keep} | {"cudnn": None}
+    prov |= {"hip": ident["rocm"], "device_name": ident["gpu"], "python": platform.python_version()}
+    prov["env"] = {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ}
+    prov["aotriton"] = (
+        common.aotriton_versions(common.torch_lib_dir()) if torch.version.hip else None
+    )
+    with contextlib.suppress(Exception):
+        prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
+        if device.type == "cuda" and torch.version.hip:
+            prov["preferred_rocm_fa_library"] = str(torch.backends.cuda.preferred_rocm_fa_library())
+    arch, info = ident["arch"], device_info(device)
+    prov["device_info"] = info
     rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
-    peaks = {
-        d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
-        for d in common.DTYPE_NAMES
-    }
-    prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
-    prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
-    roof, roof_source = common.memory_roof(arch, info, common.load_table("peak_rates", "memory"))
-    prov["memory_roof_gbps"], prov["memory_roof_source"] = roof, roof_source
+    peaks = {d: peak_from_device(arch, d, peak_tflops, arches, info, rates)
+             for d in common.DTYPE_NAMES}  # fmt: skip
+    roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
-    prov["peak_note"] = f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})"
+    return prov | {
+        "peak_tflops": {d: p for d, (p, _) in peaks.items()},
+        "peak_source": {d: src for d, (_, src) in peaks.items()},
+        "memory_roof_gbps": roof, "memory_roof_source": roof_source,
+        "peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})",
+    }  # fmt: skip
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
@@ -663,7 +778,8 @@ NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv
 }  # fmt: skip
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.compare or opts.replot:
         return _compare_or_replot(opts)
@@ -692,9 +808,7 @@ def _main(argv: list[str] | None) -> int:
     started = time.perf_counter()
     arch, device_name = common.detect_arch(device)
     ident = common.identity(device, arch, device_name)
-    prov = common.provenance(device, ident)
-    prov["device_info"] = info = common.device_info(device)
-    _add_peaks(prov, arch, info, opts.peak_tflops)
+    prov = provenance(device, ident, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
     plan = (cases, dtypes, backends)
@@ -718,10 +832,6 @@ def _main(argv: list[str] | None) -> int:
         progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
     progress(f"done in {wall:.1f} s")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -435,7 +435,8 @@ def parse_args(argv: list[str] | None) -> Any:
     return opts
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     started = time.perf_counter()
     opts = parse_args(argv)
     import torch
@@ -482,10 +483,6 @@ def _main(argv: list[str] | None) -> int:
     }, rows, skips)  # fmt: skip
     common.emit(opts.json, doc, render(doc) + "\n\n" + doc["verdict"])
     return 0 if doc["passed"] else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 # --- the pytest plugin: `pytest -p upstream_sdpa` in the run of the test file, configured by

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -112,7 +113,7 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
         ref = run(torch.float64, lambda q, k, v: common.sdpa(q, k, v, False, attn_mask=device_mask))
     dtype = common.torch_dtype(case.dtype)
     low = run(dtype, lambda q, k, v: naive_attention(q, k, v, mask))  # the error budget
-    with common.capture_warnings() as caught:
+    with warnings.catch_warnings(record=True, action="always") as caught:
         try:
             with common.backend_context(backend, device):
                 got = run(dtype, lambda q, k, v: tested_call(case, q, k, v, device_mask))
@@ -157,7 +158,9 @@ def tested_call(case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
     if case.variant == "bottom-right" and case.causal:
         from torch.nn.attention.bias import causal_lower_right
 
-        with common.capture_warnings():  # its "NaNs when seq_len_q > seq_len_kv" warning
+        with warnings.catch_warnings(
+            record=True, action="always"
+        ):  # its "NaNs when seq_len_q > seq_len_kv" warning
             bias = causal_lower_right(case.shape.seq, case.shape.kv_seq)
         return common.sdpa(q, k, v, False, attn_mask=bias)
     if case.variant == "masked-rows":
@@ -179,7 +182,7 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
         torch.manual_seed(s)
         return common.sdpa(q, k, v, False, dropout_p=DROPOUT_P).float().cpu()
 
-    with common.capture_warnings() as caught:
+    with warnings.catch_warnings(record=True, action="always") as caught:
         try:
             with common.backend_context(backend, device):
                 first, again, other = once(seed), once(seed), once(seed + 1)
@@ -308,7 +311,8 @@ TOLERANCE_RULE = (
 )
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     import torch
 
     opts = build_parser().parse_args(argv)
@@ -361,10 +365,6 @@ def _main(argv: list[str] | None) -> int:
     }  # fmt: skip
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":
