@@ -60,8 +60,7 @@ def classify_kernel(name: str) -> str:
 
 
 def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
-    """events: (name, ran on the device). Returns the op families torch dispatched, the device
-    kernel families, the kernel names, and which implementation that adds up to."""
+    """events: (name, ran on the device) -> ops, kernel families and names, what ran."""
     ops: list[str] = []
     kernel_families: dict[str, list[str]] = {}
     for name, on_device in events:
@@ -90,8 +89,7 @@ def profile_events(prof: Any) -> list[tuple[str, bool]]:
 
 
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
-    """compiled in / enabled / can_use_* with torch's reasons (debug=True reports through C++
-    TORCH_WARN, which reaches fd 2, not Python warnings) per backend."""
+    """Per backend: compiled in, enabled, can_use_* with torch's reasons (C++ warnings too)."""
     import torch
 
     cuda = torch.backends.cuda
@@ -136,8 +134,7 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
 
 
 def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict[str, Any]:
-    """Experimental flag, preferred library and AOTriton versions (meaningful on ROCm; the
-    version files are read from lib_dir on any platform so the logic can be checked)."""
+    """Experimental flag, preferred flash library, AOTriton versions (read on any platform)."""
     import torch
 
     aot = common.aotriton_versions(lib_dir)
@@ -164,8 +161,7 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
 
 
 def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, dict[str, Any]]:
-    """SDPA forward and backward under the profiler, forced to backend (None: torch's default
-    dispatch): ((out, grads) or None, what ran and torch's reasons)."""
+    """SDPA fwd+bwd under the profiler, forced to backend (None: default dispatch)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -323,8 +319,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def short_kernel_name(name: str) -> str:
-    """'void ns::flash_fwd_kernel<Traits<64, 128>>(Params)' -> 'flash_fwd_kernel': template
-    arguments, parameters, return type and namespaces dropped (the JSON keeps the full name)."""
+    """'void ns::f<T<64>>(P)' -> 'f': templates, parameters, namespaces dropped."""
     short = name
     while (shorter := re.sub(r"<[^<>]*>|\([^()]*\)", "", short)) != short:
         short = shorter

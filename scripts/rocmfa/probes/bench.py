@@ -75,8 +75,7 @@ LLM_SUITE = (
 
 
 def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
-    """A timed row's FLOPs (FLOP_CONVENTION), bytes (BYTE_CONVENTION), TFLOP/s, % of its peak,
-    GB/s, and the binding roof (memory when FLOP/byte is under peak / memory roof) with % of it."""
+    """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s, peak, median_ms = common.Shape.of_row(row), row["peak_tflops"], row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
@@ -103,8 +102,7 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
-    """Peak memory of one case: q/out/dout/dq, k/v/dk/dv and a spare output; the math path adds
-    3 fp32 score tensors (B*Hq*Sq*Sk) and fp32 copies of q, k, v, o (k, v expanded for GQA)."""
+    """Peak memory of one case; the math path adds fp32 scores and fp32 input copies."""
     n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
     n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     total = (5 * n_q + 4 * n_kv) * element_size
@@ -146,8 +144,7 @@ class Timer:
         self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
         min_calls: int,
     ) -> float:  # fmt: skip
-        """Warm up after a first call of first_ms (one-off costs); the per-call estimate. A call
-        slower than SLOW_CALL_MS gets one more call and is then warm."""
+        """Warm up after a first call of first_ms; the per-call estimate."""
         times: list[float] = []
         spent, calls = first_ms, 1
         if first_ms >= SLOW_CALL_MS:
@@ -183,8 +180,7 @@ class Timer:
 
 
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
-    """Median, min, max, quartiles, count, and the spread (p75 - p25) / median: 0.1 means the
-    middle half of the repeats spans 10 % of the median; above noise_threshold, noisy."""
+    """Median, min, max, quartiles, count and spread (p75 - p25) / median (noisy above)."""
     ordered = sorted(times_ms)
     q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
     median = statistics.median(ordered)
@@ -198,8 +194,7 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
 
 
 class Tensors:
-    """q, k, v (requiring grad) and the output gradient for one shape and dtype, made on the
-    device (CPU generation of the XLarge inputs alone takes seconds)."""
+    """q, k, v (requiring grad) and the output gradient, made on the device."""
 
     def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
         import torch
@@ -233,8 +228,7 @@ def run_pass(
     timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
     known_estimate: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Time one pass: status fields, plus timing fields when it ran. known_estimate: per-call ms
-    when earlier passes warmed every kernel of this one (fwd+bwd); no probe call then."""
+    """Time one pass; known_estimate: per-call ms when earlier passes warmed it (no probe)."""
     started = time.perf_counter()
     try:
         with common.backend_context(backend, timer.device):
@@ -270,8 +264,7 @@ def run_pass(
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
-    """(name, start us, duration us) of the device records while `run` runs, in start order;
-    [] when the profiler records no device activity (CPU, or no CUPTI/roctracer)."""
+    """(name, start us, duration us) of the device records while `run` runs, in order."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -302,8 +295,7 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
 def kernel_fields(
     timer: Timer, fn: Any, before: Any, median: float, launch: Any, opts: Any
 ) -> dict[str, Any]:
-    """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
-    (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
+    """Kernel time, busy fraction and launch-bound label of a row that can be one."""
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not opts.kernel_time:
         return none
@@ -332,8 +324,7 @@ def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> di
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
-    """(shape, causal settings, passes) to time: the llm suite's own, else every shape with
-    --causal and --passes."""
+    """(shape, causal settings, passes): the llm suite's own, else shapes x --causal."""
     passes = common.parse_list(opts.passes, PASSES, "pass")
     if opts.suite == "llm":
         if opts.sizes or opts.shape or opts.kv_heads:
@@ -356,8 +347,7 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
 
 
 def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | None) -> list[dict]:
-    """Time every case of plan (cases, dtypes, backends), one row per pass; peaks: dtype -> peak
-    TFLOP/s; roof: the memory roof in GB/s."""
+    """Time every case of plan (cases, dtypes, backends), one row per pass."""
     cases, dtypes, backends = plan
     timer = Timer(device)
     total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
@@ -395,12 +385,16 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
 def _fit(
     shape: common.Shape, backend: str, dtype: str, device: Any, limit_gib: Any, tensors: Any
 ) -> tuple[Any, str | None]:
-    """(tensors, None), made once per shape and dtype; (tensors, why) when the case would not fit
-    (the estimate against free memory, capped by --mem-limit-gib) or its inputs ran out of it."""
+    """(tensors, None), made once per shape and dtype; (tensors, why) when it would not fit."""
     import torch
 
-    need = estimate_bytes(shape, backend, 2)  # fp16 and bf16 alike
-    free = free_memory_bytes(device)
+    need, free = estimate_bytes(shape, backend, 2), None  # fp16 and bf16 alike
+    if device.type == "cuda":  # free, and blocks torch's allocator caches unused
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        free = torch.cuda.mem_get_info(device)[0] + max(0, cached)
+    with contextlib.suppress(OSError, TypeError):  # CPU: MemAvailable
+        meminfo = Path("/proc/meminfo").read_text() if free is None else ""
+        free = int(re.search(r"^MemAvailable:\s*(\d+)", meminfo, re.M)[1]) * 1024  # type: ignore
     if limit_gib is not None:
         free = limit_gib * 2**30 if free is None else min(free, limit_gib * 2**30)
     if free is not None and need > 0.95 * free:
@@ -413,19 +407,6 @@ def _fit(
             raise
         torch.cuda.empty_cache()  # a no-op without CUDA
         return None, f"out of memory allocating inputs: {common.first_line(exc)}"
-
-
-def free_memory_bytes(device: Any) -> int | None:
-    """Free device memory plus the blocks torch's allocator caches unused; on CPU, MemAvailable."""
-    import torch
-
-    if device.type == "cuda":
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return torch.cuda.mem_get_info(device)[0] + max(0, cached)
-    with contextlib.suppress(OSError, TypeError):
-        meminfo = Path("/proc/meminfo").read_text()
-        return int(re.search(r"^MemAvailable:\s*(\d+)", meminfo, re.M)[1]) * 1024  # type: ignore
-    return None
 
 
 def progress(text: str) -> None:
@@ -456,35 +437,33 @@ TABLE_HEADER = (
 )
 
 
-def table_row(r: dict[str, Any]) -> tuple:
-    """The row's cells under TABLE_HEADER; TFLOP/s and % roof above the peak read "!>peak"."""
-    head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
-    head += (r["backend"], r["pass"])
-    if r["status"] != "ok":
-        return (*head, *("-",) * 9, status_text(r))
-    ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
-    tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
-    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
-    rate = (
-        ("!>peak", "!>peak") if r["above_peak"] else (tf_text, "-" if pct is None else f"{pct:.1f}")
-    )
-    gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-    times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
-    return (*head, *times, rate[0], gb_text, r["bound"] or "-", rate[1], status_text(r))
-
-
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
+    """The table under the conventions; TFLOP/s and % roof above the peak read "!>peak"."""
+    rows = []
+    for r in results:
+        causal, dims = "yes" if r["causal"] else "no", common.Shape.of_row(r).dims()
+        head = (r["size"], dims, r["dtype"], causal, r["backend"], r["pass"])
+        if r["status"] != "ok":
+            rows.append((*head, *("-",) * 9, status_text(r)))
+            continue
+        tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
+        tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
+        pct_text = "-" if pct is None else f"{pct:.1f}"
+        tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
+        ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
+        gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
+        rows.append((*head, *ms, f"{100 * r['spread']:.1f}", str(r["repeats"]), tf_text, gb_text,
+                     r["bound"] or "-", pct_text, status_text(r)))  # fmt: skip
     noisy = sum(1 for r in results if r.get("noisy"))
     return "\n".join([
-        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
-        f"torch {provenance['torch']}",
+        f"SDPA benchmark on {_title(provenance).removeprefix('SDPA on ')}",
         f"timing: {timer}",
         f"FLOPs: {FLOP_CONVENTION}",
         f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; "
         "% roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
         f"peak: {provenance.get('peak_note', '-')}",
         "",
-        *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
+        *common.text_table(TABLE_HEADER, rows),
         *(["", f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
            "treat those medians with care"] if noisy else []),
     ])  # fmt: skip
@@ -503,8 +482,7 @@ def write_csv(path: Path, results: list[dict]) -> None:
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
-    """PNG of TFLOP/s per size: one panel per pass x (dtype, causal), one line per backend.
-    None, or why it was skipped."""
+    """PNG of TFLOP/s per size, a panel per pass x (dtype, causal); None or why not."""
     try:
         import matplotlib
 
@@ -670,8 +648,7 @@ DISPATCH_ENV_VARS = (
 def peak_from_device(
     arch: Any, dtype: str, override: Any, arches: dict, info: Any, rates: dict
 ) -> tuple[float | None, str]:
-    """(peak TFLOP/s, source): --peak-tflops, else CUs x peak engine clock x the arch's per-CU
-    rate, else the arch table's figure."""
+    """(peak TFLOP/s, source): --peak-tflops, else CUs x clock x rate, else table."""
     if override is not None:
         return override, "--peak-tflops"
     info, rate = info or {}, rates.get(arch or "")
@@ -693,8 +670,7 @@ def peak_from_device(
 
 
 def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
-    """(GB/s, source): memory clock x bus width x 2 / 8 from torch's device properties, else
-    (an integrated GPU, or one that does not say) the arch's named figure in peak_rates.toml."""
+    """(GB/s, source): the device's memory clock x bus width, else the arch table's."""
     info, entry = info or {}, roofs.get(arch or "") or {}
     table, khz, bits = entry.get("gbps"), info.get("memory_clock_khz"), info.get("memory_bus_bits")
     if khz and bits and not info.get("integrated"):
@@ -710,8 +686,7 @@ def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
 
 
 def device_info(device: Any) -> dict[str, Any] | None:
-    """Compute units, peak engine clock (amdgpu sysfs pp_dpm_sclk by PCI address, nvidia-smi
-    clocks.max.sm, else torch's clock_rate), memory clock and bus width; None on CPU."""
+    """CUs, peak engine clock with its source, memory clock and bus width; None on CPU."""
     import torch
 
     if device.type != "cuda":
@@ -741,8 +716,7 @@ def device_info(device: Any) -> dict[str, Any] | None:
 
 
 def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
-    """The identity's software and device, the dispatch variables set, cuDNN, AOTriton, (ROCm)
-    the preferred flash library, and the card's peaks and memory roof with their sources."""
+    """The identity's software and device, dispatch variables, peaks and memory roof."""
     import torch
 
     keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")

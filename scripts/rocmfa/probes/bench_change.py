@@ -49,8 +49,7 @@ def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
-    """The class's floor; a backend the A/A runs did not have takes the largest floor of its
-    pass and bucket; an unseen class, the default."""
+    """The class's floor, else the largest of its pass and bucket, else the default."""
     cls = row_class(backend, pass_name, ms)
     if cls in floors["floor"]:
         return floors["floor"][cls]
@@ -87,8 +86,7 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
 def compare_runs(
     a_runs: list[list[dict]], b_runs: list[list[dict]], threshold_pct: float, floors: Any = None
 ) -> list[dict[str, Any]]:
-    """Every case that ran in every run of both sides, in A's order: its key fields and
-    judge()'s verdict."""
+    """Every case that ran in every run of both sides: its key fields and verdict."""
     floors = floors if floors is not None else load_floors()
     maps = [
         {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
@@ -111,8 +109,7 @@ def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
 
 
 def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
-    """Per class: FLOOR_MARGIN x the largest |change| between any two runs of one group (one
-    A/A session), rounded up to whole %; launch-bound rows are left out (never judged)."""
+    """Per class: FLOOR_MARGIN x the largest A/A change, rounded up to whole %."""
     seen: dict[str, float] = {}
     for a, b in (pair for runs in groups for pair in itertools.combinations(runs, 2)):
         for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):

@@ -68,8 +68,7 @@ def new_parser(prog: str, doc: str | None, json_option: bool = False) -> OneLine
 
 
 def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
-    """The text report on stdout; with --json, the JSON to its path, or to stdout with the
-    verdict line once on stderr."""
+    """The text on stdout; with --json, the JSON to PATH (or stdout, verdict on stderr)."""
     if json_to == "-":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         print(doc.get("summary") or doc.get("verdict"), file=sys.stderr)
@@ -106,8 +105,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The [key.*] tables of data/<name>.toml (arches: [arch.*]; peak_rates: [rate.*] FLOP per
-    CU per clock, [memory.*] GB/s); {} (with a warning) if unreadable."""
+    """The [key.*] tables of data/<name>.toml; {} (with a warning) if unreadable."""
     path = path or ARCHES_FILE.with_name(f"{name}.toml")
     try:
         return dict(tomllib.loads(path.read_text()).get(key, {}))
@@ -262,8 +260,7 @@ def ck_available() -> bool:
 
 
 def parse_backends(text: str | None, device: Any) -> list[str]:
-    """A comma list of BACKENDS; "all" (or none): those worth trying on this device (those
-    torch lacks are reported as unavailable)."""
+    """A comma list of BACKENDS; "all" (or none): those worth trying here."""
     import torch
 
     if text and text != "all":
@@ -297,8 +294,7 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
 
 
 def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
-    """SDPA bound to its inputs (more: attn_mask, dropout_p): a timed loop pays torch's cost
-    only (a Python wrapper costs ~2 us, 5-10 % of a Tiny forward on an H100)."""
+    """SDPA bound to its inputs: a timed loop pays no Python wrapper (~2 us a call)."""
     import torch.nn.functional as F
 
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
@@ -340,8 +336,7 @@ _NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:
 
 
 def tidy_reasons(messages: Iterable[str]) -> list[str]:
-    """Each warning once, in order, without torch's "Triggered internally" note; a heading
-    ending in ':' joins the warning after it; the profiler's notices are dropped."""
+    """Each warning once, in order, torch's notes and the profiler's notices dropped."""
     out: list[str] = []
     heading = ""
     for text in messages:
@@ -367,8 +362,7 @@ def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]
 
 @contextlib.contextmanager
 def capture_all_warnings() -> Iterator[list[str]]:
-    """Python warnings and everything written to fd 2 (torch's C++ TORCH_WARN): yields a list
-    that holds their tidy_reasons on exit; fd-2 text that is not a warning goes on to stderr."""
+    """Python warnings and fd 2's C++ warnings, as tidy reasons on exit."""
     import ctypes
     import tempfile
 
@@ -405,8 +399,7 @@ def torch_lib_dir() -> Path:
 
 
 def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
-    """AOTriton runtime version (include/aotriton/config.h next to lib/, else the versioned
-    libaotriton_v2.so.X.Y.Z name), each image pack's __signature__, and a mismatch between them."""
+    """AOTriton runtime version, each image pack's signature, and a mismatch."""
     info: dict[str, Any] = {"lib_dir": str(lib_dir), "runtime_version": None,
                             "runtime_source": None, "images": {}, "mismatch": None}  # fmt: skip
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
@@ -435,8 +428,7 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
-    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON with no AOTriton
-    version, whose TRITON_VERSION must not be taken for one) its git commit."""
+    """An image pack's __signature__: its AOTriton version, or (>= 0.13b) its commit."""
     try:
         text = sig.read_bytes().decode("latin-1")
     except OSError as e:
@@ -451,8 +443,7 @@ def image_signature(sig: Path) -> dict[str, Any]:
 
 
 def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
-    """Who made a result: machine, GPU, software and when (UTC), in every probe's JSON (the
-    results page groups files by it)."""
+    """Who made a result: machine, GPU, software and when (UTC)."""
     import socket
     import time
 

@@ -1,12 +1,5 @@
-"""Run PyTorch's own SDPA tests (test/test_transformers.py) against the installed torch.
-
-The test file of the commit torch was built from, read from a PyTorch checkout's git object
-store (blob id checked; --test-file: unverified), run with real pytest in a subprocess:
--k "TestSDPA or TestAttnBias", a CK pass on ROCm, TheRock's skip list, a time budget, --quick.
-Exit 0 when every test that ran passed (one at least); 1 on a failure, an import error or a
-spent budget; 2 on bad input or when nothing can be run. More: docs/attention-tools.md
-("validate --upstream").
-"""
+"""Run PyTorch's own SDPA tests (test/test_transformers.py of torch's commit, with real pytest)
+against the installed torch, TheRock's skip list applied. More: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -49,64 +42,41 @@ SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
 
 
 # --- TheRock's skip lists, read as ROCm/TheRock@89553ce3 external-builds/pytorch/skip_tests/
-# create_skip_tests.py reads them: each file assigns one literal `skip_tests = {section: {module:
-# [names]}}` (parsed, never executed), a comment above a name is its reason; generic.py plus
-# pytorch_<major.minor>.py; a section applies when its key is a substring of "common", an amdgpu
-# family or the platform; a name matches like pytest -k.
+# create_skip_tests.py reads them (docs/attention-tools.md, "Skips").
 
 
 @dataclasses.dataclass(frozen=True)
 class SkipEntry:
     name: str  # a test name (pytest -k substring)
-    file: str  # generic.py / pytorch_2.13.py
     section: str  # "common", "gfx94", "windows", ...
     module: str  # PyTorch test module TheRock files it under ("nn", "cuda", ...)
+    file: str  # generic.py / pytorch_2.13.py
     comment: str  # the reason TheRock wrote above the name (shared by a run of names), or ""
 
 
 def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
-    """Every (section, module, name) of a skip file, each with its comment."""
-
-    def bad(why: str) -> common.UsageError:
-        return common.UsageError(f"{file_name}: {why}")
-
-    try:
-        tree = ast.parse(text, file_name)
-    except SyntaxError as exc:
-        raise bad(f"not Python ({exc.msg}, line {exc.lineno})") from None
-    assigned = [n.value for n in tree.body if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]]  # fmt: skip
-    if not assigned:
-        raise bad("no 'skip_tests = {...}' assignment")
-    try:
-        ast.literal_eval(assigned[-1])
-    except ValueError:
-        raise bad("skip_tests is not a literal") from None
-    if not isinstance(assigned[-1], ast.Dict):
-        raise bad("skip_tests is not a dict")
+    """Every (section, module, name) of a literal skip_tests dict, with its comment."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
-    comments = {
-        t.start[0]: t.string.lstrip("#").strip() for t in tokens if t.type == tokenize.COMMENT
-    }
-    entries = []
-    for section_key, modules in zip(assigned[-1].keys, assigned[-1].values, strict=True):
-        section = str(ast.literal_eval(section_key))  # type: ignore[arg-type]
-        if not isinstance(modules, ast.Dict):
-            raise bad(f"section {section!r} is not a dict of modules")
-        for module_key, names in zip(modules.keys, modules.values, strict=True):
-            module = str(ast.literal_eval(module_key))  # type: ignore[arg-type]
-            if not isinstance(names, ast.List | ast.Set | ast.Tuple):
-                raise bad(f"{section}/{module} is not a list of names")
-            # A comment block above names is theirs until the next block; one after a name on
-            # its line is added to it.
-            start, block = names.lineno, ""
-            for name in names.elts:
-                above = (comments.get(n, "") for n in range(start, name.lineno))
-                block = " ".join(c for c in above if c.strip("-= ")) or block
-                comment = f"{block} {comments.get(name.end_lineno or 0, '')}".strip()
-                value = str(ast.literal_eval(name))
-                entries.append(SkipEntry(value, file_name, section, module, comment))
-                start = name.lineno + 1  # comments inside a name that spans lines count
+    try:
+        node = [n.value for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)
+                and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]][-1]  # fmt: skip
+        ast.literal_eval(node)
+        comments = {t.start[0]: t.string.lstrip("#").strip()
+                    for t in tokens if t.type == tokenize.COMMENT}  # fmt: skip
+        entries = []
+        for section, modules in zip(node.keys, node.values, strict=True):
+            for module, names in zip(modules.keys, modules.values, strict=True):
+                start, block = names.lineno, ""  # a block is its names' until the next one
+                for name in names.elts:
+                    above = (comments.get(n, "") for n in range(start, name.lineno))
+                    block = " ".join(c for c in above if c.strip("-= ")) or block
+                    comment = f"{block} {comments.get(name.end_lineno or 0, '')}".strip()
+                    keys = (ast.literal_eval(x) for x in (name, section, module))  # type: ignore
+                    entries.append(SkipEntry(*map(str, keys), comment=comment, file=file_name))
+                    start = name.lineno + 1  # comments inside a name that spans lines count
+    except (SyntaxError, ValueError, IndexError, AttributeError) as exc:
+        what = "not a literal skip_tests = {section: {module: [names]}}"
+        raise common.UsageError(f"{file_name}: {what} ({type(exc).__name__}: {exc})") from None
     return entries
 
 
@@ -135,8 +105,7 @@ def select(entries: list[SkipEntry], families: list[str], system: str) -> list[S
 
 
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
-    """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
-    folder), else the pinned commit, named as such."""
+    """HEAD of the TheRock checkout itself, else the pinned commit, named as such."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         if (checkout / ".git").exists():
             git = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
@@ -181,8 +150,7 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
-    """PyTorch's test file for this torch (its bytes under "data"): --test-file, else TEST_PATH
-    at torch's commit from git's object store of the checkout, its blob id checked."""
+    """The test file for this torch: --test-file, else torch's commit from git."""
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
@@ -221,8 +189,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
-    """One pytest run of the test file with this module as its plugin: how it ended, its rows.
-    run: test_file, run_dir, devices, therock (skip entries), budget_s, quick_max, log_path."""
+    """One pytest run of the test file with this module as its plugin."""
     run_dir, budget_s = run["run_dir"], run["budget_s"]
     run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
@@ -271,8 +238,7 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
 
 
 def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> list[dict[str, Any]]:
-    """One row per test of a pass (the worst outcome its reports gave); the pass's counts and
-    what went wrong in it (one line each) set on it."""
+    """One row per test of a pass (its worst outcome); counts and problems set on p."""
     rank = ("passed", "xfailed", "skipped", "xpassed", "error", "failed").index
     rows: dict[str, dict[str, Any]] = {}
     for r in (r for r in records if r.get("event") == "result"):

@@ -70,9 +70,7 @@ def case_mask(case: Case) -> Any:
 
 
 def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
-    """Attention in the inputs' precision: matmuls in q.dtype, softmax in float32 (what an
-    unfused low-precision implementation does); a row that keeps no key gives 0 (torch's
-    rule)."""
+    """Attention in q's precision (softmax in fp32); a row with no key gives 0."""
     k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)
     if mask is None:
@@ -226,8 +224,7 @@ def _round(x: float) -> float | str:
 
 
 def build_cases(opts: Any) -> list[Case]:
-    """The grid (head dims x shapes x dtypes x causal) and SPECIAL_CASES whose head dim is in
-    the run's head dims (--quick: its subset of each); --shape: those shapes only."""
+    """The grid and the SPECIAL_CASES within its head dims; --shape: those only."""
     head_dims = QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS
     if opts.head_dims:
         try:
