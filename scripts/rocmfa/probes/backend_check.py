@@ -1,10 +1,6 @@
 """Check that SDPA flash attention is usable, actually used, and correct on this device.
 
-Per backend: compiled in, enabled, and torch's can_use_* verdict with its reasons; on ROCm the
-preferred flash library, the experimental flag this arch needs, and AOTriton's runtime against
-its images. Then SDPA forced to flash and by default under torch.profiler (kernel names say what
-ran) against float32 math. Exit 0 only when flash is usable, used and correct; else 1 with one
-line saying why; 2 on bad input. More: docs/attention-tools.md.
+Exit 0 only then, else 1 with one line saying why; 2 on bad input. More: docs/attention-tools.md.
 """
 
 from __future__ import annotations

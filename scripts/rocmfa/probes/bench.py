@@ -561,20 +561,12 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.new_parser(PROG, __doc__.split("\n\n")[0])
-    sizes = "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SIZES.items())
-    p.epilog = (
-        f"Default sizes (B,H,S,D): {sizes}. FLOPs: {FLOP_CONVENTION}. Exit 0 when the run "
-        "completed (unavailable or skipped cases are recorded, not errors), 2 on bad input."
-    )
+    p = common.new_parser(PROG, f"{__doc__.splitlines()[0]} FLOPs: {FLOP_CONVENTION}.")
     add = p.add_argument
     # fmt: off
-    add("--suite", choices=("default", "llm"), default="default",
-        help="default: the named sizes; llm: the shapes models run (grouped-query heads, head dim "
-        "128 and 64, 4k-32k causal prefill, decode against 4k-128k keys, a 512x8k chunk)")
+    add("--suite", choices=("default", "llm"), default="default", help="llm: the shapes models run")
     add("--sizes", help="comma list of named sizes (default: all when no --shape)")
-    add("--shape", action="append",
-        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable")
+    add("--shape", action="append", help="extra shape [NAME=]B,H,S,D or B,Hq,Hkv,S,D; repeatable")
     add("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
     add("--dtypes", help="comma list of fp16, bf16 (default fp16; --suite llm: bf16,fp16)")
     add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
@@ -587,8 +579,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--max-repeats", type=int, default=50, help="adaptive maximum (50)")
     add("--warmup", type=int, default=1, help="minimum warm-up calls (1)")
     add("--warmup-ms", type=float, default=3.0, help="keep warming up this many ms (3)")
-    add("--no-kernel-time", dest="kernel_time", action="store_false",
-        help="skip the profiled repeats of rows that can be launch-bound")
+    add("--no-kernel-time", dest="kernel_time", action="store_false", help="no profiled repeats")
     add("--peak-tflops", type=float, help="override the card's peak TFLOP/s")
     add("--mem-limit-gib", type=float, help="treat at most this much memory as free")
     add("--out-dir", help="write bench.json, bench.csv, bench.png here")
@@ -596,13 +587,9 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--csv", dest="csv_path", help="CSV result path")
     add("--plot", dest="plot_path", help="PNG plot path")
     add("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
-    add("--compare", nargs=2, metavar=("A.json", "B.json"),
-        help="print speedups/regressions of B against A for matching cases and exit")
-    add("--threshold-pct", type=float, default=5.0,
-        help="--compare: change that counts as faster/slower (5), besides what run-to-run "
-        "variation allows (scripts/rocmfa/data/bench_noise.toml)")
-    add("--compare-runs", nargs="+", metavar="JSON",
-        help="with --compare: more runs of A and B, as A2.json B2.json ...")
+    add("--compare", nargs=2, metavar=("A.json", "B.json"), help="B's speedups over A, then exit")
+    add("--threshold-pct", type=float, default=5.0, help="--compare: least change that counts (5)")
+    add("--compare-runs", nargs="+", metavar="JSON", help="more runs of A and B: A2 B2 ...")
     # fmt: on
     return p
 

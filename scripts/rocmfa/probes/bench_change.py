@@ -1,9 +1,7 @@
 """One rule for "changed", used by `bench --compare` and the results page (stdlib only).
 
-A row is faster or slower only beyond both --threshold-pct and what run-to-run variation allows:
-the floor of its class (backend / pass / duration bucket) learned from A/A runs
-(scripts/rocmfa/data/bench_noise.toml: `bench_change.py --learn A1.json A2.json ...` writes it)
-and, with several runs per side, the runs' own ranges. Launch-bound rows are never a change.
+Faster or slower only beyond --threshold-pct and the run-to-run floors of bench_noise.toml
+(`bench_change.py --learn A1.json A2.json ...` writes them); launch-bound rows never change.
 """
 
 from __future__ import annotations

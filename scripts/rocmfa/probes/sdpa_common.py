@@ -399,32 +399,22 @@ def torch_lib_dir() -> Path:
 
 
 def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
-    """AOTriton runtime version, each image pack's signature, and a mismatch."""
-    info: dict[str, Any] = {"lib_dir": str(lib_dir), "runtime_version": None,
-                            "runtime_source": None, "images": {}, "mismatch": None}  # fmt: skip
+    """AOTriton runtime version, each image pack's signature, and a mismatch between them."""
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
-    with contextlib.suppress(OSError):
-        text = config_h.read_text(errors="replace")
-        parts = re.findall(r"#define\s+AOTRITON_VERSION_(?:MAJOR|MINOR|PATCH)\s+(\d+)", text)
-        if len(parts) >= 2:
-            info.update(runtime_version=".".join(parts), runtime_source=str(config_h))
-    for lib in [] if info["runtime_version"] else sorted(lib_dir.glob("libaotriton_v2.so.*")):
+    text = config_h.read_text(errors="replace") if config_h.is_file() else ""
+    parts = re.findall(r"#define\s+AOTRITON_VERSION_(?:MAJOR|MINOR|PATCH)\s+(\d+)", text)
+    runtime, source = (".".join(parts), str(config_h)) if len(parts) >= 2 else (None, None)
+    for lib in [] if runtime else sorted(lib_dir.glob("libaotriton_v2.so.*")):
         if m := re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name):
-            info.update(runtime_version=m.group(1), runtime_source=str(lib))
-    for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
-        info["images"][sig.parent.name] = image_signature(sig)
-    runtime = version_key(info["runtime_version"] or "")[:2]
-    bad = [
-        f"{pack} images {img['version']}"
-        for pack, img in info["images"].items()
-        if runtime and img.get("version") and version_key(img["version"])[:2] != runtime
-    ]
-    if bad:
-        info["mismatch"] = (
-            f"AOTriton runtime {info['runtime_version']} ({info['runtime_source']}) does not "
-            "match " + ", ".join(bad)
-        )
-    return info
+            runtime, source = m.group(1), str(lib)
+    signatures = sorted((lib_dir / "aotriton.images").glob("*/__signature__"))
+    images = {sig.parent.name: image_signature(sig) for sig in signatures}
+    key = version_key(runtime or "")[:2]
+    bad = [f"{pack} images {img['version']}" for pack, img in images.items()
+           if key and img.get("version") and version_key(img["version"])[:2] != key]  # fmt: skip
+    mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
+    return {"lib_dir": str(lib_dir), "runtime_version": runtime, "runtime_source": source,
+            "images": images, "mismatch": mismatch if bad else None}  # fmt: skip
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
@@ -437,9 +427,9 @@ def image_signature(sig: Path) -> dict[str, Any]:
         data = json.loads(text)
         if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
             return {"version": None, "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}"}
-    m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
-    m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
-    return {"version": m.group(1) if m else None, "signature": first_line(text, 120)}
+    number = r"(\d+\.\d+(?:\.\d+)?)"
+    m = re.search(r"aotriton[^0-9]{0,3}" + number, text, re.IGNORECASE) or re.search(number, text)
+    return {"version": m and m.group(1), "signature": first_line(text, 120)}
 
 
 def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:

@@ -1,8 +1,5 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
 
-Head dims 32-256, fp16 and bf16, causal and not, odd shapes, and the cases where AOTriton users
-hit bugs; a backend's error may be at most 2x (out) / 3x (grads) that of a naive attention in the
-same precision plus a floor. Cases beyond an arch limit (arches.toml) are known-limit, not run.
 Exit 0 iff every case that ran passed (one at least), 1 otherwise, 2 on bad input. Grid,
 tolerance and statuses: docs/attention-tools.md.
 """
