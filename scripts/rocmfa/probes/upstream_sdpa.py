@@ -7,6 +7,7 @@ import ast
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -155,9 +156,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         try:
             data = Path(opts.test_file).read_bytes()
         except OSError as exc:
-            raise common.UsageError(
-                f"--test-file {opts.test_file}: {exc.strerror or exc}"
-            ) from None
+            raise common.UsageError(f"--test-file {opts.test_file}: {exc.strerror}") from None
         blob = git_blob_sha1(data)
         how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
         how += f"commit {commit[:12]}"
@@ -281,11 +280,6 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[SkipEntry]) -> 
             "skips_by_source": dict(sorted(Counter(s for s, _ in skipped).items())),
             "by_class": {k: dict(v) for k, v in sorted(by_class.items())},
             "results": rows}  # fmt: skip
-    doc["passed"], doc["verdict"] = verdict(doc)
-    return doc
-
-
-def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
     c, problems, tf = Counter(doc["counts"]), doc["problems"], doc["test_file"]
     bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
@@ -306,12 +300,14 @@ def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
     elif bad:
         first = next(r for r in doc["results"] if r["outcome"] in ("failed", "error"))
         line += f"; first failure: {first['class']}::{first['test']}"
-    return ok, line
+    return doc | {"passed": ok, "verdict": line}
 
 
 def render(doc: dict[str, Any]) -> str:
     stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
     therock = doc["therock"]
+    applied = f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
+    applied += f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
     lines = [
         f"PyTorch's SDPA tests on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), "
         f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
@@ -319,13 +315,7 @@ def render(doc: dict[str, Any]) -> str:
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
         + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
         "TheRock: "
-        + (
-            f"{therock['entries_applied']} of {therock['entries_read']} entries apply "
-            f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
-            f"{therock['commit_from']})"
-            if therock["files"]
-            else therock["note"]
-        ),
+        + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
         "",
         *common.text_table(
             ("pass", "wall s", *OUTCOMES),
@@ -379,11 +369,8 @@ def build_parser() -> common.OneLineArgumentParser:
 
 def parse_args(argv: list[str] | None) -> Any:
     opts = build_parser().parse_args(argv)
-    if opts.dry_run:
-        raise common.UsageError(
-            "--dry-run: PyTorch's own tests have no dry run (which tests run is known only once "
-            "the test file is found and collected); drop --dry-run, add --quick for a short run"
-        )
+    if opts.dry_run:  # which tests run is known only once the file is found and collected
+        raise common.UsageError("--dry-run: PyTorch's own tests have no dry run; try --quick")
     if opts.quick_max <= 0:
         raise common.UsageError("--quick-max must be positive")
     if opts.budget_min is not None and opts.budget_min <= 0:
@@ -391,13 +378,9 @@ def parse_args(argv: list[str] | None) -> Any:
     if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
         raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     for module in ("pytest", "expecttest"):  # PyTorch's test helpers import both
-        try:
-            __import__(module)
-        except ImportError:
+        if importlib.util.find_spec(module) is None:
             need = f"PyTorch's tests need it: python -m pip install {module}"
-            raise common.UsageError(
-                f"{module} is not installed in {sys.executable}; {need}"
-            ) from None
+            raise common.UsageError(f"{module} is not installed in {sys.executable}; {need}")
     return opts
 
 
