@@ -235,37 +235,27 @@ def _scaled_error(x: Any, ref: Any) -> float:
 
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     """(passed, failures): flash usable, used (forced and by default) and correct."""
-    where = report["device"]["platform"]
-    failures: list[str] = []
-    rocm = report.get("rocm") or {}
-    failures += filter(None, [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")])
-    flash = report["backends"]["flash"]
+    where, gpu = report["device"]["platform"], report["device"]["type"] == "cuda"
+    rocm, flash, truth = report.get("rocm") or {}, report["backends"]["flash"], report["truth"]
+    forced, default = truth.get("forced_flash") or {}, truth.get("default_dispatch") or {}
+    failures = [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")]
     if not flash.get("can_use"):
         reasons = "; ".join(flash.get("reasons") or []) or "torch gave no reason"
         failures.append(f"flash attention not usable on {where}: {reasons}")
-    truth = report.get("truth") or {}
-    forced = truth.get("forced_flash") or {}
-    if forced.get("error"):
-        # torch's reasons for refusing flash were already quoted when can_use said no.
-        known = set(flash.get("reasons") or [])
-        extra = [r for r in forced.get("reasons") or [] if r not in known]
+    if forced.get("error"):  # torch's reasons for refusing flash are quoted above already
+        extra = [r for r in forced.get("reasons") or [] if r not in (flash.get("reasons") or [])]
         failures.append(
-            f"SDPA forced to flash failed on {where}: " + "; ".join([*extra, forced["error"]])
+            f"SDPA forced to flash failed on {where}: {'; '.join([*extra, forced['error']])}"
         )
-    elif report["device"]["type"] == "cuda" and forced.get("ran") not in ("flash", "ck"):
-        failures.append(
-            f"SDPA forced to flash ran no flash kernel on {where} "
-            f"(kernels: {forced.get('kernel_families')})"
-        )
-    default = truth.get("default_dispatch") or {}
-    if default.get("ran") == "math" and report["device"]["type"] == "cuda":
+    elif gpu and forced.get("ran") not in ("flash", "ck"):
+        kernels = forced.get("kernel_families")
+        failures.append(f"SDPA forced to flash ran no flash kernel on {where} (kernels: {kernels})")
+    if gpu and default.get("ran") == "math":
         failures.append(f"default SDPA dispatch silently fell back to the math path on {where}")
     if truth.get("correct") is False:
-        failures.append(
-            f"flash output differs from float32 math beyond tolerance: {truth['errors']} "
-            f"> {truth['tolerance']}"
-        )
-    return not failures, failures
+        failures.append(f"flash output differs from float32 math beyond tolerance: "
+                        f"{truth['errors']} > {truth['tolerance']}")  # fmt: skip
+    return not any(failures), [f for f in failures if f]
 
 
 def render(report: dict[str, Any]) -> str:
@@ -289,8 +279,7 @@ def render(report: dict[str, Any]) -> str:
             f"preferred ROCm FA library: {rocm['preferred_rocm_fa_library']}",
             f"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL={rocm['experimental_flag']}; arch needs it: "
             f"{yn(rocm['arch_needs_experimental_flag'])}",
-            f"AOTriton runtime {aot['runtime_version']} ({aot['runtime_source']}); "
-            f"images: {images}",
+            f"AOTriton {aot['runtime_version']} ({aot['runtime_source']}); images: {images}",
             *([f"MISMATCH: {aot['mismatch']}"] if aot["mismatch"] else []),
         ]
     lines.append("")
@@ -306,11 +295,8 @@ def render(report: dict[str, Any]) -> str:
         if new := [r for r in p["reasons"] if r not in shown]:
             lines.append(f"  torch said: {'; '.join(new)}")
     if err := truth["errors"]:
-        tol = truth["tolerance"]
-        lines.append(
-            f"vs float32 math: fwd {err['fwd']:.2e}, bwd {err['bwd']:.2e} "
-            f"(tolerance fwd {tol['fwd']}, bwd {tol['bwd']})"
-        )
+        tol = f"(tolerance fwd {truth['tolerance']['fwd']}, bwd {truth['tolerance']['bwd']})"
+        lines.append(f"vs float32 math: fwd {err['fwd']:.2e}, bwd {err['bwd']:.2e} {tol}")
     return "\n".join([*lines, "", report["summary"]])
 
 
