@@ -373,11 +373,8 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
                     estimates[row["pass"]] = row["median_ms"]
                     row.update(rates(row, roof))
             results += [{k: row.get(k) for k in RESULT_FIELDS} for row in rows]
-            progress(
-                f"[{done}/{total}] {shape.name} {dtype} "
-                f"{'causal' if causal else 'non-causal'} {backend}: "
-                + ", ".join(progress_text(r) for r in rows)
-            )
+            where = f"[{done}/{total}] {shape.name} {dtype} {'causal' if causal else 'non-causal'}"
+            progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
     timer.sync()
     return results
 

@@ -230,16 +230,11 @@ def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
     except ValueError:
         nums = []
     if len(nums) not in (4, 5) or any(n <= 0 for n in nums):
-        raise UsageError(
-            f"malformed shape {dims.strip()!r}: expected B,H,S,D or B,Hq,Hkv,S,D "
-            "(positive integers)"
-        )
+        raise UsageError(f"malformed shape {dims.strip()!r}: expected B,H,S,D or B,Hq,Hkv,S,D > 0")
     b, hq, *rest, s, d = nums
     hkv = rest[0] if rest else kv_heads or hq
     if hq % hkv:
-        raise UsageError(
-            f"shape {dims.strip()!r}: query heads {hq} not a multiple of kv heads {hkv}"
-        )
+        raise UsageError(f"shape {dims.strip()!r}: {hq} query heads, not a multiple of {hkv}")
     heads = f"{hq}/{hkv}" if hq != hkv else str(hq)
     return Shape(name.strip() or f"custom({b},{heads},{s},{d})", b, hq, hkv, s, d)
 

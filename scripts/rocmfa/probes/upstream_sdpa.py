@@ -317,20 +317,14 @@ def render(doc: dict[str, Any]) -> str:
         "TheRock: "
         + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
         "",
-        *common.text_table(
-            ("pass", "wall s", *OUTCOMES),
-            [
-                (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
-                for p in doc["passes"]
-            ],
-        ),
+        *common.text_table(("pass", "wall s", *OUTCOMES), [
+            (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
+            for p in doc["passes"]]),
         "",
         "by class:",
-        *common.text_table(
-            ("class", *OUTCOMES),
-            [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()],
-        ),
-    ]
+        *common.text_table(("class", *OUTCOMES), [
+            (k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]),
+    ]  # fmt: skip
     lines += ["", "skips (count, source: reason):"] if doc["skips"] else []
     for g in doc["skips"]:
         reason = g["reason"].removeprefix(THEROCK_PREFIX)
@@ -441,7 +435,6 @@ def main(argv: list[str] | None) -> int:
 
 BUDGET_PREFIX = "ours: time budget of "
 _run: dict[str, Any] = {}  # that run's config and state
-_counts: Counter[str] = Counter()
 
 
 def _write(record: dict[str, Any]) -> None:
@@ -453,14 +446,14 @@ def _progress(force: bool = False) -> None:
     if force or now - _run["printed"] >= _run["progress_every_s"]:
         _run["printed"], elapsed = now, int(now - _run["started"])
         where = f"{_run['done']}/{_run['total']} {elapsed // 60}m{elapsed % 60:02d}s"
-        text = ", ".join(f"{n} {k}" for k, n in sorted(_counts.items())) or "starting"
+        text = ", ".join(f"{n} {k}" for k, n in sorted(_run["counts"].items())) or "starting"
         print(f"[{_run['label']} {where}] {text}", file=sys.stderr, flush=True)
 
 
 def pytest_configure(config: Any) -> None:
     if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
         _run.update(json.loads(Path(path).read_text()), started=time.monotonic(), printed=0.0)
-        _run.update(total=0, done=0)
+        _run.update(total=0, done=0, counts=Counter())
         _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
@@ -523,19 +516,16 @@ def pytest_runtest_logreport(report: Any) -> None:
     record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
               "when": report.when, "duration": round(report.duration, 4)}  # fmt: skip
     if outcome == "skipped":
-        reason = _message(report)
+        reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
-        record |= {
-            "reason": reason,
-            "source": "ours" if reason.startswith(BUDGET_PREFIX) else source,
-        }
+        record["source"] = "ours" if reason.startswith(BUDGET_PREFIX) else source
     elif outcome in ("failed", "error"):
         record["message"] = (_message(report).strip().splitlines() or [""])[0][:500]
     elif outcome in ("xfailed", "xpassed"):
         record["reason"] = str(report.wasxfail)
     _write(record)
     _run["done"] += report.when != "teardown"
-    _counts[outcome] += 1
+    _run["counts"][outcome] += 1
     _progress()
 
 
