@@ -49,10 +49,7 @@ FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 def classify_kernel(name: str) -> str:
     lowered = name.lower()
-    for family, needles in KERNEL_RULES:
-        if any(n in lowered for n in needles):
-            return family
-    return "other"
+    return next((f for f, needles in KERNEL_RULES if any(n in lowered for n in needles)), "other")
 
 
 def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
@@ -77,11 +74,10 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
 
 
 def profile_events(prof: Any) -> list[tuple[str, bool]]:
-    out = []
-    for evt in prof.events():
-        device_type = str(getattr(evt, "device_type", "")).split(".")[-1]
-        out.append((evt.name, device_type in ("CUDA", "HIP", "PrivateUse1")))
-    return out
+    gpu = ("CUDA", "HIP", "PrivateUse1")
+    return [
+        (e.name, str(getattr(e, "device_type", "")).split(".")[-1] in gpu) for e in prof.events()
+    ]
 
 
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
@@ -141,18 +137,13 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
         "aotriton": aot, "experimental_flag": flag, "arch_needs_experimental_flag": needs,
         "arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None,
     }  # fmt: skip
-    if torch.version.hip:
-        try:
-            library = str(torch.backends.cuda.preferred_rocm_fa_library())
-        except Exception as exc:
-            library = f"unreadable: {common.first_line(exc)}"
-        report["preferred_rocm_fa_library"] = library
+    with contextlib.suppress(Exception):  # None where torch cannot say
+        library = torch.version.hip and torch.backends.cuda.preferred_rocm_fa_library()
+        report["preferred_rocm_fa_library"] = library and str(library)
     if needs and flag != "1":
-        report["flag_problem"] = (
-            f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with AOTriton "
-            f"{aot['runtime_version']} (it is {'unset' if flag is None else repr(flag)}); "
-            "set it before the first SDPA call"
-        )
+        now = f"it is {'unset' if flag is None else repr(flag)}; set it before the first SDPA call"
+        report["flag_problem"] = f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with "
+        report["flag_problem"] += f"AOTriton {aot['runtime_version']} ({now})"
     return report
 
 
@@ -178,10 +169,9 @@ def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, 
             # A deferred HIP error (pitfall: it surfaces at the next checked op) lands here.
             torch.zeros(1, device=device).add_(1).item()
         except Exception as exc:
-            error = exc
+            error = common.first_line(str(exc)) or type(exc).__name__
     if error is not None:
-        text = common.first_line(str(error)) or type(error).__name__
-        return None, {"ran": None, "error": text, "reasons": reasons}
+        return None, {"ran": None, "error": error, "reasons": reasons}
     grads = [t.grad.detach().clone() for t in (q, k, v)]
     return (out.detach(), grads), {**classify_events(profile_events(prof)), "reasons": reasons}
 
@@ -197,9 +187,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
         return t.to(device=device, dtype=dtype)
 
-    q, k, v = (
-        make(h).requires_grad_(True) for h in (shape.q_heads, shape.kv_heads, shape.kv_heads)
-    )
+    q, k, v = (make(h).requires_grad_(True) for h in (shape.q_heads, *[shape.kv_heads] * 2))
     inputs = (q, k, v, make(shape.q_heads))
     flash_result, flash_profile = run_profiled(device, "flash", inputs)
     _default_result, default_profile = run_profiled(device, None, inputs)
