@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -46,17 +45,9 @@ SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
 # create_skip_tests.py reads them (docs/attention-tools.md, "Skips").
 
 
-@dataclasses.dataclass(frozen=True)
-class SkipEntry:
-    name: str  # a test name (pytest -k substring)
-    section: str  # "common", "gfx94", "windows", ...
-    module: str  # PyTorch test module TheRock files it under ("nn", "cuda", ...)
-    file: str  # generic.py / pytorch_2.13.py
-    comment: str  # the reason TheRock wrote above the name (shared by a run of names), or ""
-
-
-def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
-    """Every (section, module, name) of a literal skip_tests dict, with its comment."""
+def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
+    """Every name of a literal skip_tests dict: {name, section, module, file, comment (TheRock's
+    reason, above it)}."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     try:
         node = [n.value for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)
@@ -72,8 +63,9 @@ def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
                     above = (comments.get(n, "") for n in range(start, name.lineno))
                     block = " ".join(c for c in above if c.strip("-= ")) or block
                     comment = f"{block} {comments.get(name.end_lineno or 0, '')}".strip()
-                    keys = (ast.literal_eval(x) for x in (name, section, module))  # type: ignore
-                    entries.append(SkipEntry(*map(str, keys), comment=comment, file=file_name))
+                    keys = [str(ast.literal_eval(x)) for x in (name, section, module)]  # type: ignore
+                    entries.append(dict(zip(("name", "section", "module"), keys, strict=True)))
+                    entries[-1] |= {"file": file_name, "comment": comment}
                     start = name.lineno + 1  # comments inside a name that spans lines count
     except (SyntaxError, ValueError, IndexError, AttributeError) as exc:
         what = "not a literal skip_tests = {section: {module: [names]}}"
@@ -81,14 +73,14 @@ def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
     return entries
 
 
-def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[SkipEntry], list[str]]:
+def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[dict], list[str]]:
     """generic.py plus this torch's version file, and a note per file (read, or not there)."""
     if not (skip_dir / "generic.py").is_file():
         raise common.UsageError(f"{skip_dir}: no generic.py (not TheRock's skip_tests folder)")
     version = re.match(r"(\d+)\.(\d+)", torch_version)
     if not version:
         raise common.UsageError(f"cannot read major.minor from torch version {torch_version!r}")
-    entries: list[SkipEntry] = []
+    entries: list[dict] = []
     notes = []
     for name in ("generic.py", f"pytorch_{version[1]}.{version[2]}.py"):
         if not (skip_dir / name).is_file():
@@ -99,10 +91,10 @@ def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[SkipEntry], 
     return entries, notes
 
 
-def select(entries: list[SkipEntry], families: list[str], system: str) -> list[SkipEntry]:
+def select(entries: list[dict], families: list[str], system: str) -> list[dict]:
     """The entries create_skip_tests.py would pool: section key a substring of a filter."""
     filters = ["common", *families, system.lower()]
-    return [e for e in entries if any(e.section in f for f in filters)]
+    return [e for e in entries if any(e["section"] in f for f in filters)]
 
 
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
@@ -196,7 +188,7 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
     config = {"results_path": str(results), "budget_s": budget_s, "quick_max": run["quick_max"],
-              "therock": [dataclasses.asdict(e) for e in run["therock"]],
+              "therock": run["therock"],
               "label": f"upstream {name}", "progress_every_s": 15}  # fmt: skip
     (run_dir / f"plugin-{name}.json").write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -261,14 +253,14 @@ def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> li
     return list(rows.values())
 
 
-def summarize(doc: dict[str, Any], rows: list[dict], skips: list[SkipEntry]) -> dict[str, Any]:
+def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[str, Any]:
     """The counts and groupings of the rows, and the verdict line, added to the report."""
     by_class: dict[str, Counter] = {}
     for r in rows:
         by_class.setdefault(r["class"], Counter())[r["outcome"]] += 1
     skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in rows
                if r["outcome"] == "skipped"]  # fmt: skip
-    comments = {e.name: e.comment for e in skips}
+    comments = {e["name"]: e["comment"] for e in skips}
     doc["skips"] = []
     for (source, reason), n in sorted(Counter(skipped).items(), key=lambda kv: (-kv[1], kv[0])):
         group = {"source": source, "source_name": SOURCES.get(source, source), "reason": reason}
@@ -416,7 +408,7 @@ def main(argv: list[str] | None) -> int:
                   "cuda": torch.version.cuda, "hip": torch.version.hip},
         "python": platform.python_version(),
         "device": {"type": device.type, "name": device_name, "arch": arch}, "test_file": test,
-        "therock": {**therock_info, "entries": [dataclasses.asdict(e) for e in skips]},
+        "therock": {**therock_info, "entries": skips},
         "selection": {"k": selection, "devices": devices, "ck_pass": bool(plan[1:]),
                       "quick_max": run["quick_max"]},
         "quick": opts.quick, "budget_min_per_pass": run["budget_s"] / 60, "log": str(log_path),
