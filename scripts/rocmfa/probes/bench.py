@@ -325,6 +325,13 @@ def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> di
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
     """(shape, causal settings, passes): the llm suite's own, else shapes x --causal."""
+    for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
+        if getattr(opts, name) is not None and getattr(opts, name) < 1:
+            raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if opts.min_repeats > opts.max_repeats:
+        raise common.UsageError("--min-repeats is larger than --max-repeats")
+    if opts.peak_tflops is not None and opts.peak_tflops <= 0:
+        raise common.UsageError("--peak-tflops must be positive")
     passes = common.parse_list(opts.passes, PASSES, "pass")
     if opts.suite == "llm":
         if opts.sizes or opts.shape or opts.kv_heads:
@@ -516,13 +523,17 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     return None
 
 
-def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
-    """B's runs against A's runs, every matching case judged by bench_change's one rule."""
+def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
+    """B's runs against A's (pair A B, more A2 B2 ...), judged by bench_change's one rule."""
+    if threshold_pct < 0:
+        raise common.UsageError(f"--threshold-pct {threshold_pct:g} must not be negative")
+    if len(more) % 2:
+        raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
+    paths_a, paths_b = [pair[0], *more[0::2]], [pair[1], *more[1::2]]
     docs = [[common.read_results(p, "bench result") for p in paths] for paths in (paths_a, paths_b)]
     floors = change.load_floors()
-    rows = change.compare_runs(
-        *([d["results"] for d in side] for side in docs), threshold_pct, floors
-    )
+    runs = ([d["results"] for d in side] for side in docs)
+    rows = change.compare_runs(*runs, threshold_pct, floors)
     if not rows:
         raise common.UsageError(
             f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
@@ -591,26 +602,10 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def _check_options(opts: Any) -> None:
-    for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
-        if getattr(opts, name) is not None and getattr(opts, name) < 1:
-            raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if opts.min_repeats > opts.max_repeats:
-        raise common.UsageError("--min-repeats is larger than --max-repeats")
-    if opts.peak_tflops is not None and opts.peak_tflops <= 0:
-        raise common.UsageError("--peak-tflops must be positive")
-
-
 def _compare_or_replot(opts: Any) -> int:
     """--compare (A B and --compare-runs pairs), or --replot: draw the plot of a saved JSON."""
     if opts.compare:
-        extra = opts.compare_runs or []
-        if opts.threshold_pct < 0:
-            raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
-        if len(extra) % 2:
-            raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
-        a, b = opts.compare
-        print(compare([a, *extra[0::2]], [b, *extra[1::2]], opts.threshold_pct))
+        print(compare(opts.compare, opts.compare_runs or [], opts.threshold_pct))
         return 0
     if not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
@@ -741,7 +736,6 @@ def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.compare or opts.replot:
         return _compare_or_replot(opts)
-    _check_options(opts)
     cases = build_cases(opts)  # everything cheap is checked before the device is touched
     dtypes = common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
     device = common.resolve_device(opts.device)

@@ -226,17 +226,13 @@ def build_cases(opts: Any) -> list[Case]:
         except ValueError:
             head_dims = ()
         if not head_dims or min(head_dims) <= 0:
-            raise common.UsageError(
-                f"--head-dims {opts.head_dims!r}: expected a comma list of positive integers"
-            )
+            raise common.UsageError(f"--head-dims {opts.head_dims!r}: expected positive integers")
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     table = QUICK_SHAPES if opts.quick else FULL_SHAPES
-    shapes = [common.parse_shape(s) for s in opts.shape or []] or [
-        common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
-        for d in head_dims
-        for (b, hq, hkv, s) in table
-    ]
+    grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
+            for d in head_dims for (b, hq, hkv, s) in table]  # fmt: skip
+    shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
     for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
@@ -250,16 +246,13 @@ def render(doc: dict[str, Any]) -> str:
     for r in doc["results"]:
         fwd = bwd = "-"
         if e := r.get("errors"):
-            worst = max(
-                ("dq", "dk", "dv"), key=lambda n: float(e[n]["err"]) / float(e[n]["allowed"])
-            )
+            worst = max(("dq", "dk", "dv"), key=lambda n: float(e[n]["err"]) / e[n]["allowed"])
             fwd = f"{e['out']['err']}/{e['out']['allowed']}"
             bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
         if drop := r.get("dropout"):
             fwd = f"keep {drop['keep_rate']}/{drop['keep_rate_expected']:g}"
-        status = r["status"] + (
-            f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
-        )
+        why = f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
+        status = r["status"] + why
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
@@ -278,18 +271,14 @@ def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__, json_option=True)
     add = p.add_argument
     # fmt: off
-    add("--backends", default="all",
-        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)")
+    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
     add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
     add("--causal", choices=("yes", "no", "both"), default="both")
-    add("--head-dims", help="comma list (default 32,64,72,80,96,112,128,160,192,256; "
-        "--quick: 32,64,72,96)")
-    add("--shape", action="append",
-        help="use this shape B,H,S,D or B,Hq,Hkv,S,D instead of the built-in set")
-    add("--quick", action="store_true",
-        help="small subset (head_dim 32-96, short odd sequences): seconds on a CPU")
-    # fmt: on
+    add("--head-dims", help=f"comma list (default {','.join(map(str, HEAD_DIMS))})")
+    add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
+    add("--quick", action="store_true", help="a small subset: seconds on a CPU")
     add("--seed", type=int, default=0)
+    # fmt: on
     return p
 
 
