@@ -93,35 +93,33 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
             return bool(query())
         return None
 
-    def verdict_of(name: str, compiled_in: bool | None, enabled: bool) -> dict[str, Any]:
+    def flags(name: str, compiled_in: bool | None, enabled: bool) -> dict[str, Any]:
         error = None
         with common.capture_all_warnings() as reasons:
             try:
                 ok = bool(getattr(cuda, f"can_use_{name}_attention")(params, debug=True))
             except Exception as exc:
-                ok, error = False, exc
-        reasons += [common.first_line(str(error))] if error is not None else []
+                ok, error = False, common.first_line(str(exc))
+        reasons += [error] if error is not None else []
         if not ok and not reasons:
             why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)"
             reasons.append("torch gave no reason" + why * (device.type == "cpu"))
         return {"compiled_in": compiled_in, "enabled": enabled, "can_use": ok,
                 "reasons": list(dict.fromkeys(reasons))}  # fmt: skip
 
+    math = {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True}
     report = {
-        "flash": verdict_of("flash", ask(lambda: cuda.is_flash_attention_available()),
-                            cuda.flash_sdp_enabled()),
+        "flash": flags("flash", ask(cuda.is_flash_attention_available), cuda.flash_sdp_enabled()),
         # torch has no public "is compiled in" query for the memory-efficient kernel.
-        "efficient": verdict_of("efficient", None, cuda.mem_efficient_sdp_enabled()),
-        "math": {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True,
-                 "reasons": []},
-    }  # fmt: skip
+        "efficient": flags("efficient", None, cuda.mem_efficient_sdp_enabled()),
+        "math": math | {"reasons": []},
+    }
     if torch.version.hip:
-        report["ck"] = {"compiled_in": ask(lambda: cuda.is_ck_sdpa_available()),
-                        "enabled": None, "can_use": None,
-                        "reasons": ["selected via preferred_rocm_fa_library"]}  # fmt: skip
+        ck = {"compiled_in": ask(cuda.is_ck_sdpa_available), "enabled": None, "can_use": None}
+        report["ck"] = ck | {"reasons": ["selected via preferred_rocm_fa_library"]}
     else:
         compiled = False if device.type == "cpu" else ask(torch.backends.cudnn.is_available)
-        report["cudnn"] = verdict_of("cudnn", compiled, cuda.cudnn_sdp_enabled())
+        report["cudnn"] = flags("cudnn", compiled, cuda.cudnn_sdp_enabled())
     return report
 
 

@@ -384,13 +384,12 @@ def main(argv: list[str] | None) -> int:
     arch, device_name = common.detect_arch(device)
     test = find_test_file(opts, work, git_version, torch.__version__)
     print(f"test file: {test['how']}", file=sys.stderr, flush=True)
-    therock_dir = None if opts.no_therock else opts.therock_dir or work / "src" / "therock"
-    skips, therock_info = load_skips(therock_dir and Path(therock_dir).expanduser(),
-                                     torch.__version__, arch)  # fmt: skip
+    therock_dir = None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock")
+    skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     # One run folder per file version, quick or full; the log emptied.
-    run_dir = work / "upstream-tests" / "runs" / f"{test['source']}-{test['blob_sha1'][:12]}"
-    run_dir = run_dir.with_name(run_dir.name + "-quick") if opts.quick else run_dir
+    name = f"{test['source']}-{test['blob_sha1'][:12]}" + "-quick" * opts.quick
+    run_dir = work / "upstream-tests" / "runs" / name
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
