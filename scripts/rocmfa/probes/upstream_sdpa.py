@@ -205,9 +205,8 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
         log.flush()
         try:
-            code = subprocess.run(
-                argv, cwd=run_dir, env=env, stdout=log, timeout=budget_s + GRACE_S
-            ).returncode
+            limit = budget_s + GRACE_S
+            code = subprocess.run(argv, cwd=run_dir, env=env, stdout=log, timeout=limit).returncode
         except subprocess.TimeoutExpired:  # the run is killed
             killed = f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
     records = []
@@ -215,10 +214,8 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
             with contextlib.suppress(ValueError):  # a line cut by a kill
                 records.append(json.loads(line))
-    finished = {r["nodeid"] for r in records if r.get("event") == "result"}
-    hung = [
-        r["nodeid"] for r in records if r.get("event") == "start" and r["nodeid"] not in finished
-    ]
+    ended = {r["nodeid"] for r in records if r.get("event") == "result"}
+    hung = [r["nodeid"] for r in records if r.get("event") == "start" and r["nodeid"] not in ended]
     if killed and hung:
         killed += f"; still running: {hung[-1]}"
     collected = next((r for r in records if r.get("event") == "collected"), None)
