@@ -145,17 +145,12 @@ class Timer:
         min_calls: int,
     ) -> float:  # fmt: skip
         """Warm up after a first call of first_ms; the per-call estimate."""
-        times: list[float] = []
-        spent, calls = first_ms, 1
-        if first_ms >= SLOW_CALL_MS:
-            times.append(self.call_once(fn, before))
-            spent, calls = spent + times[-1], 2
-        slow = bool(times) and times[-1] >= SLOW_CALL_MS
-        while calls < min_calls or (
-            not slow and (len(times) < 2 or spent < warmup_ms) and calls < 1000
+        times = [self.call_once(fn, before)] if first_ms >= SLOW_CALL_MS else []
+        slow = bool(times) and times[-1] >= SLOW_CALL_MS  # then warm after that second call
+        while len(times) + 1 < min_calls or (
+            not slow and (len(times) < 2 or first_ms + sum(times) < warmup_ms) and len(times) < 999
         ):
             times.append(self.call_once(fn, before))
-            spent, calls = spent + times[-1], calls + 1
         return statistics.median(times) if times else first_ms
 
     def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
@@ -560,11 +555,10 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         "",
         *common.text_table((*header, ""), table),
         "",
-        f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
-        f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
-        f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
-        f"timed interval: not a kernel change), {counts['same']} same; "
-        f"geometric-mean speedup {geo or 1.0:.3f}x",
+        f"{len(rows)} matching cases: "
+        + ", ".join(f"{counts[v]} {v}" for v in change.VERDICTS)
+        + f"; geometric-mean speedup {geo or 1.0:.3f}x (noisy: within run-to-run variation, "
+        "rerun with more runs; launch-bound: GPU idle most of the interval, not a kernel change)",
     ])  # fmt: skip
 
 
