@@ -483,10 +483,7 @@ def write_csv(path: Path, results: list[dict]) -> None:
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     """PNG of TFLOP/s per size, a panel per pass x (dtype, causal); None or why not."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
     except ImportError:
         return "matplotlib is not installed; plot skipped"
     ok = [r for r in results if r["status"] == "ok" and r["tflops"] is not None]
@@ -495,10 +492,8 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     columns = sorted({(r["dtype"], r["causal"]) for r in ok})
     passes = [p for p in PASSES if any(r["pass"] == p for r in ok)]
     sizes = list(dict.fromkeys(r["size"] for r in results))
-    fig, axes = plt.subplots(
-        len(passes), len(columns), figsize=(4.2 * len(columns), 3.2 * len(passes)),
-        squeeze=False, sharex=True,
-    )  # fmt: skip
+    fig = Figure(figsize=(4.2 * len(columns), 3.2 * len(passes)))
+    axes = fig.subplots(len(passes), len(columns), squeeze=False, sharex=True)
     for (i, pass_name), (j, column) in itertools.product(enumerate(passes), enumerate(columns)):
         ax = axes[i][j]
         panel = [r for r in ok if (r["pass"], (r["dtype"], r["causal"])) == (pass_name, column)]
@@ -514,7 +509,6 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     fig.suptitle(f"{title}\n{FLOP_CONVENTION}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return None
 
 
