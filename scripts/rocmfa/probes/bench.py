@@ -88,16 +88,14 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
     above = peak is not None and tflops > peak
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
-    bound = None
-    if peak and roof:
-        bound = "memory" if flops / nbytes < peak * 1e3 / roof else "compute"
+    memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
+    bound = None if not (peak and roof) else "memory" if memory_bound else "compute"
     return {
         "flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak,
-        "above_peak": above,
-        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None, "bytes": nbytes,
-        "intensity": round(flops / nbytes, 2), "mem_roof_gbps": roof,
-        "bound": bound, "gbps": round(gbps, 2),
-        "pct_roof": round(100.0 * gbps / roof, 2) if bound == "memory" else pct_peak,
+        "above_peak": above, "bytes": nbytes, "intensity": round(flops / nbytes, 2),
+        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
+        "mem_roof_gbps": roof, "bound": bound, "gbps": round(gbps, 2),
+        "pct_roof": round(100.0 * gbps / roof, 2) if memory_bound else pct_peak,
     }  # fmt: skip
 
 
