@@ -210,13 +210,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
 
 
 def _scaled_error(x: Any, ref: Any) -> float:
-    import torch
-
-    x = x.float()
-    if not torch.isfinite(x).all():
-        return float("inf")
-    scale = max(1.0, ref.abs().max().item())
-    return round((x - ref).abs().max().item() / scale, 6)
+    return round(common.max_error(x.float(), ref) / max(1.0, ref.abs().max().item()), 6)
 
 
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:

@@ -310,6 +310,16 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, oom) or "out of memory" in text or "can't allocate" in text
 
 
+def max_error(x: Any, ref: Any) -> float:
+    """max |x - ref| in ref's dtype; inf when anything is not finite."""
+    import torch
+
+    diff = (x.to(ref.dtype) - ref).abs()
+    if not torch.isfinite(diff).all():
+        return float("inf")
+    return diff.max().item() if diff.numel() else 0.0
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     """Header, rule and rows in aligned columns; the last column (free text) is not padded."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]

@@ -135,9 +135,9 @@ def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str,
         note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
     errors: dict[str, Any] = {}
     for i, name in enumerate(("out", "dq", "dk", "dv")):
-        err, factor = _max_err(got[i], ref[i]), FWD_FACTOR if i == 0 else BWD_FACTOR
+        err, factor = common.max_error(got[i], ref[i]), FWD_FACTOR if i == 0 else BWD_FACTOR
         scale = max(1.0, ref[i].abs().max().item())
-        budget = factor * _max_err(low[i], ref[i]) + FLOOR[case.dtype] * scale
+        budget = factor * common.max_error(low[i], ref[i]) + FLOOR[case.dtype] * scale
         errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
     bad = [n for n, t in zip(errors, got, strict=True) if not torch.isfinite(t).all()]
     over = [n for n, e in errors.items() if not e["ok"]]
@@ -202,15 +202,6 @@ def case_text(case: Case) -> str:
     """B,H,S,D dtype causal variant: names a case in a reason."""
     causal = ("causal " if case.causal else "") + (case.variant or "")
     return f"{case.shape.dims()} {case.dtype} {causal}".strip()
-
-
-def _max_err(x: Any, ref: Any) -> float:
-    import torch
-
-    diff = (x.to(ref.dtype) - ref).abs()
-    if not torch.isfinite(diff).all():
-        return float("inf")
-    return diff.max().item() if diff.numel() else 0.0
 
 
 def _round(x: float) -> float | str:
