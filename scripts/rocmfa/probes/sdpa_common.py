@@ -56,14 +56,11 @@ def cli(prog: str) -> Callable[[Callable[[Any], int]], Callable[..., int]]:
 
 def new_parser(prog: str, doc: str | None, json_option: bool = False) -> OneLineArgumentParser:
     """A probe's parser with --device and --dry-run (and --json [PATH])."""
-    p = OneLineArgumentParser(
-        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = OneLineArgumentParser(prog=prog, description=doc)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument("--dry-run", action="store_true", help="print what would run and where")
     if json_option:
-        json_help = "write the results as JSON to PATH, or to stdout without PATH"
-        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help=json_help)
+        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write JSON to PATH (no PATH: stdout)")
     return p
 
 
