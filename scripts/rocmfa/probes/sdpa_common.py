@@ -60,7 +60,7 @@ def new_parser(prog: str, doc: str | None, json_option: bool = False) -> OneLine
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument("--dry-run", action="store_true", help="print what would run and where")
     if json_option:
-        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="JSON to PATH or stdout")
+        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="to PATH, or stdout")
     return p
 
 
