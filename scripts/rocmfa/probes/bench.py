@@ -192,7 +192,6 @@ class Tensors:
     def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
         import torch
 
-        self.shape = shape
         gen = torch.Generator(device=device).manual_seed(0)
 
         def make(heads: int, seq: int) -> Any:
@@ -712,9 +711,8 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"} | {
-    "plot_path", "replot", "compare", "threshold_pct", "compare_runs"
-}  # fmt: skip
+NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path",
+                "plot_path", "replot", "compare", "threshold_pct", "compare_runs"}  # fmt: skip
 
 
 @common.cli(PROG)

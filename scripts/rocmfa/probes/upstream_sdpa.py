@@ -106,10 +106,8 @@ def therock_commit(checkout: Path) -> tuple[str | None, str]:
             if head:
                 return head, f"git HEAD of {checkout}"
     with contextlib.suppress(OSError, ValueError, KeyError):  # no pin: the report says "unknown"
-        pins = tomllib.loads((REPO_ROOT / "pins" / "therock.toml").read_text())
-        return str(
-            pins["therock"]["commit"]
-        ), "pins/therock.toml (the folder is not a git checkout)"
+        pin = tomllib.loads((REPO_ROOT / "pins" / "therock.toml").read_text())["therock"]["commit"]
+        return str(pin), "pins/therock.toml (the folder is not a git checkout)"
     return None, "unknown"
 
 
@@ -118,11 +116,8 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
     info: dict[str, Any] = {"dir": None, "commit": None, "files": [], "families": []}
     skip_dir = therock_dir / SKIP_DIR if therock_dir else None
     if skip_dir is None or not skip_dir.is_dir():
-        info["note"] = (
-            f"{skip_dir} not found (run build_pytorch, or --therock-dir): not applied"
-            if skip_dir
-            else "--no-therock: TheRock's skip list not applied"
-        )
+        missing = f"{skip_dir} not found (run build_pytorch, or --therock-dir)"
+        info["note"] = f"{missing if skip_dir else '--no-therock'}: TheRock's skip list not applied"
         return [], info
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
