@@ -339,20 +339,16 @@ _NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:
 
 def tidy_reasons(messages: Iterable[str]) -> list[str]:
     """Each warning once, in order, torch's notes and the profiler's notices dropped."""
-    out: list[str] = []
-    heading = ""
+    out, heading = [], ""
     for text in messages:
         msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(text.split()))
         msg = re.sub(r"^Warning:\s*", "", msg.strip())
-        if not msg or "Profiler clears events" in msg:
-            continue
-        if msg.endswith(":"):
+        if msg.endswith(":"):  # a heading joins the warning after it
             heading = msg
-            continue
-        msg, heading = f"{heading} {msg}" if heading else msg, ""
-        if msg not in out:
-            out.append(msg)
-    return out
+        elif msg and "Profiler clears events" not in msg:
+            out.append(f"{heading} {msg}".strip())
+            heading = ""
+    return list(dict.fromkeys(out))
 
 
 def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
