@@ -235,12 +235,9 @@ def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> li
               if r.get("event") == "collect-error"]  # fmt: skip
     budget_skips = sum(1 for r in rows.values() if r.get("source") == "ours")
     collected_nothing = f"pytest collected nothing (exit {p['pytest_exit']}; see {log})"
-    problems = [
-        errors and f"the test file did not import: {errors[0]}",
-        p["killed"],
-        budget_skips and f"time budget spent, {budget_skips} tests not run",
-        not (errors or p["collected"]) and collected_nothing,
-    ]
+    problems = [errors and f"the test file did not import: {errors[0]}", p["killed"],
+                budget_skips and f"time budget spent, {budget_skips} tests not run",
+                not (errors or p["collected"]) and collected_nothing]  # fmt: skip
     p["problems"] = [f"pass {p['name']}: {text}" for text in problems if text]
     return list(rows.values())
 

@@ -53,19 +53,6 @@ class Case(NamedTuple):
     variant: str  # "" (the grid) or a SPECIAL_CASES variant
 
 
-def case_mask(case: Case) -> Any:
-    """The boolean keep-mask (Sq x Sk) the case means, or None (no mask, no causal)."""
-    import torch
-
-    s_q, s_k = case.shape.seq, case.shape.kv_seq
-    if case.variant == "masked-rows":
-        mask = torch.rand(s_q, s_k, generator=torch.Generator().manual_seed(7)) < 0.5
-        mask[[r for r in MASKED_ROWS if r < s_q]] = False
-        return mask
-    offset = s_k - s_q if case.variant == "bottom-right" else 0
-    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=offset) if case.causal else None
-
-
 def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
     """Attention in q's precision (softmax in fp32); a row with no key gives 0."""
     k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
@@ -83,7 +70,13 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
 
     if case.variant == "dropout":
         return run_dropout(device, backend, case, seed)
-    shape, mask = case.shape, case_mask(case)
+    shape, mask = case.shape, None  # the boolean keep-mask (Sq x Sk) the case means
+    if case.variant == "masked-rows":
+        mask = torch.rand(shape.seq, shape.kv_seq, generator=torch.Generator().manual_seed(7)) < 0.5
+        mask[[r for r in MASKED_ROWS if r < shape.seq]] = False
+    elif case.causal:
+        offset = shape.kv_seq - shape.seq if case.variant == "bottom-right" else 0
+        mask = torch.ones(shape.seq, shape.kv_seq, dtype=torch.bool).tril(diagonal=offset)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     transposed = case.variant == "transposed"  # made as B,S,H,D: non-contiguous as B,H,S,D
 
