@@ -230,7 +230,8 @@ def render(doc: dict[str, Any]) -> str:
     for r in doc["results"]:
         fwd = bwd = "-"
         if e := r.get("errors"):
-            worst = max(("dq", "dk", "dv"), key=lambda n: float(e[n]["err"]) / e[n]["allowed"])
+            ratio = {n: float(e[n]["err"]) / float(e[n]["allowed"]) for n in ("dq", "dk", "dv")}
+            worst = max(ratio, key=ratio.__getitem__)
             fwd = f"{e['out']['err']}/{e['out']['allowed']}"
             bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
         if drop := r.get("dropout"):
