@@ -452,7 +452,8 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
                      r["bound"] or "-", pct_text, status_text(r)))  # fmt: skip
     noisy = sum(1 for r in results if r.get("noisy"))
     return "\n".join([
-        f"SDPA benchmark on {_title(provenance).removeprefix('SDPA on ')}",
+        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
+        f"torch {provenance['torch']}",
         f"timing: {timer}",
         f"FLOPs: {FLOP_CONVENTION}",
         f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; "
