@@ -123,8 +123,7 @@ def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
     p.add_argument("--learn", nargs="+", action="append", required=True, metavar="JSON",
-                   help="bench JSON runs of one build, back to back (one A/A session); "
-                   "repeat per session")  # fmt: skip
+                   help="one A/A session: bench runs of one build; repeatable")  # fmt: skip
     p.add_argument("--source", default="", help="where the runs came from (written as source)")
     opts = p.parse_args(argv)
     if any(len(files) < 2 for files in opts.learn):
