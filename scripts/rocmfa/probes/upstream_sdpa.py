@@ -149,10 +149,9 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         how += f"commit {commit[:12]}"
         return {"data": data, "commit": commit, "repo": "user", "blob_sha1": blob,
                 "source": "user", "verified": False, "how": how}  # fmt: skip
-    checkout = Path(opts.torch_src) if opts.torch_src else work / "src" / "pytorch"
-    cannot = (
-        f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
-    )
+    checkout = Path(opts.torch_src or work / "src" / "pytorch")
+    cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
+    cannot += " cannot be had"
     if not commit or commit == "Unknown":
         raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
