@@ -296,23 +296,17 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def usable_torch() -> Any:
-    """torch, or one line saying why this install gives no verdict (a broken or partial one)."""
-    try:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
+    opts = build_parser().parse_args(argv)
+    try:  # a broken or partial torch install gives no verdict: one line saying why
         import torch
 
         torch.device, torch.version, torch.nn.functional  # noqa: B018 - the API this reads
-        return torch
     except (ImportError, AttributeError) as e:
         where = getattr(sys.modules.get("torch"), "__file__", None) or "the env's torch"
         version = getattr(sys.modules.get("torch"), "__version__", "?")
         raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
-
-
-@common.cli(PROG)
-def main(argv: list[str] | None) -> int:
-    opts = build_parser().parse_args(argv)
-    torch = usable_torch()
     dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)
