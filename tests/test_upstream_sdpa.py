@@ -62,20 +62,20 @@ def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
     skip_dir = standin.write_therock(tmp_path) / upstream_sdpa.SKIP_DIR
     entries, notes = upstream_sdpa.read_skip_dir(skip_dir, "2.13.0+rocm7.1")
     assert notes == ["generic.py: read", "pytorch_2.13.py: read"]
-    by_name = {e.name: e for e in entries}
-    assert by_name["test_memory_plots"].comment.startswith("TestCudaAllocator - FileNotFound")
-    assert by_name["test_memory_snapshot"].comment == by_name["test_memory_plots"].comment
-    assert by_name["test_terminate_handler_on_crash"].comment == "hangs forever"
-    assert by_name["test_print"].comment.startswith("FLAKY!!")
+    by_name = {e["name"]: e for e in entries}
+    assert by_name["test_memory_plots"]["comment"].startswith("TestCudaAllocator - FileNotFound")
+    assert by_name["test_memory_snapshot"]["comment"] == by_name["test_memory_plots"]["comment"]
+    assert by_name["test_terminate_handler_on_crash"]["comment"] == "hangs forever"
+    assert by_name["test_print"]["comment"].startswith("FLAKY!!")
     assert "test_hip_device_count" not in by_name  # commented out
-    assert {by_name["test_autocast_torch_bf16"].section, by_name["test_print"].section} == {
+    assert {by_name["test_autocast_torch_bf16"]["section"], by_name["test_print"]["section"]} == {
         "gfx950",
         "common",
     }
-    assert by_name["test_ctc_loss_cudnn_tensor_cuda_cuda"].file == "pytorch_2.13.py"
+    assert by_name["test_ctc_loss_cudnn_tensor_cuda_cuda"]["file"] == "pytorch_2.13.py"
 
     def chosen(families: list[str], system: str) -> set[str]:
-        return {e.name for e in upstream_sdpa.select(entries, families, system)}
+        return {e["name"] for e in upstream_sdpa.select(entries, families, system)}
 
     assert "test_terminate_handler_on_crash" in chosen(["gfx942"], "Linux")  # "gfx94" in gfx942
     assert "test_terminate_handler_on_crash" not in chosen(["gfx1151"], "Linux")
@@ -84,7 +84,7 @@ def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
     # A torch with no version file: generic.py only, and the report says so.
     only, notes = upstream_sdpa.read_skip_dir(skip_dir, "2.11.0+cu130")
     assert notes[1].startswith("pytorch_2.11.py: not in this TheRock")
-    assert {e.file for e in only} == {"generic.py"}
+    assert {e["file"] for e in only} == {"generic.py"}
 
 
 def test_therock_commit_is_the_checkouts_own_never_an_enclosing_repos(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_therock_real_skip_files_opt_in() -> None:
         pytest.skip("set ROCMFA_THEROCK_SKIP_DIR to a real TheRock skip_tests folder")
     entries, notes = upstream_sdpa.read_skip_dir(Path(skip_dir), "2.13.0")
     assert notes == ["generic.py: read", "pytorch_2.13.py: read"]
-    assert len(entries) > 20 and sum(1 for e in entries if e.comment) > len(entries) // 2
+    assert len(entries) > 20 and sum(1 for e in entries if e["comment"]) > len(entries) // 2
 
 
 # --------------------------------------------------------------------------- the whole probe

@@ -174,10 +174,10 @@ def test_naive_attention_equals_sdpa_in_float64(causal):
 def test_a_wrong_result_fails_the_tolerance():
     # The tolerance must catch what the AOTriton runtime/image mismatch produced: all zeros.
     ref = torch.randn(1, 2, 17, 32, dtype=torch.float64)
-    naive_err = validate._max_err(ref.half(), ref)
+    naive_err = sdpa_common.max_error(ref.half(), ref)
     allowed = validate.FWD_FACTOR * naive_err + validate.FLOOR["fp16"] * ref.abs().max().item()
-    assert validate._max_err(torch.zeros_like(ref).half(), ref) > allowed
-    assert validate._max_err(torch.full_like(ref, float("nan")), ref) == float("inf")
+    assert sdpa_common.max_error(torch.zeros_like(ref).half(), ref) > allowed
+    assert sdpa_common.max_error(torch.full_like(ref, float("nan")), ref) == float("inf")
 
 
 def test_arch_head_dim_limit_is_read_from_arch_data():

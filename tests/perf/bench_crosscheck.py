@@ -224,7 +224,8 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.turns < 1:
         raise common.UsageError(f"--turns {opts.turns}: at least 1")
@@ -268,10 +269,6 @@ def _main(argv: list[str] | None) -> int:
         }  # fmt: skip
         Path(opts.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0 if agree else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

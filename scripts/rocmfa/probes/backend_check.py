@@ -1,10 +1,6 @@
 """Check that SDPA flash attention is usable, actually used, and correct on this device.
 
-Per backend: compiled in, enabled, and torch's can_use_* verdict with its reasons; on ROCm the
-preferred flash library, the experimental flag this arch needs, and AOTriton's runtime against
-its images. Then SDPA forced to flash and by default under torch.profiler (kernel names say what
-ran) against float32 math. Exit 0 only when flash is usable, used and correct; else 1 with one
-line saying why; 2 on bad input. More: docs/attention-tools.md.
+Exit 0 only then, else 1 with one line saying why; 2 on bad input. More: docs/attention-tools.md.
 """
 
 from __future__ import annotations
@@ -53,15 +49,11 @@ FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 def classify_kernel(name: str) -> str:
     lowered = name.lower()
-    for family, needles in KERNEL_RULES:
-        if any(n in lowered for n in needles):
-            return family
-    return "other"
+    return next((f for f, needles in KERNEL_RULES if any(n in lowered for n in needles)), "other")
 
 
 def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
-    """events: (name, ran on the device). Returns the op families torch dispatched, the device
-    kernel families, the kernel names, and which implementation that adds up to."""
+    """events: (name, ran on the device) -> ops, kernel families and names, what ran."""
     ops: list[str] = []
     kernel_families: dict[str, list[str]] = {}
     for name, on_device in events:
@@ -82,16 +74,14 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
 
 
 def profile_events(prof: Any) -> list[tuple[str, bool]]:
-    out = []
-    for evt in prof.events():
-        device_type = str(getattr(evt, "device_type", "")).split(".")[-1]
-        out.append((evt.name, device_type in ("CUDA", "HIP", "PrivateUse1")))
-    return out
+    gpu = ("CUDA", "HIP", "PrivateUse1")
+    return [
+        (e.name, str(getattr(e, "device_type", "")).split(".")[-1] in gpu) for e in prof.events()
+    ]
 
 
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
-    """compiled in / enabled / can_use_* with torch's reasons (debug=True reports through C++
-    TORCH_WARN, which reaches fd 2, not Python warnings) per backend."""
+    """Per backend: compiled in, enabled, can_use_* with torch's reasons (C++ warnings too)."""
     import torch
 
     cuda = torch.backends.cuda
@@ -103,41 +93,38 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
             return bool(query())
         return None
 
-    def verdict_of(name: str, compiled_in: bool | None, enabled: bool) -> dict[str, Any]:
+    def flags(name: str, compiled_in: bool | None, enabled: bool) -> dict[str, Any]:
         error = None
         with common.capture_all_warnings() as reasons:
             try:
                 ok = bool(getattr(cuda, f"can_use_{name}_attention")(params, debug=True))
             except Exception as exc:
-                ok, error = False, exc
-        reasons += [common.first_line(str(error))] if error is not None else []
+                ok, error = False, common.first_line(str(exc))
+        reasons += [error] if error is not None else []
         if not ok and not reasons:
             why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)"
             reasons.append("torch gave no reason" + why * (device.type == "cpu"))
         return {"compiled_in": compiled_in, "enabled": enabled, "can_use": ok,
                 "reasons": list(dict.fromkeys(reasons))}  # fmt: skip
 
+    math = {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True}
     report = {
-        "flash": verdict_of("flash", ask(lambda: cuda.is_flash_attention_available()),
-                            cuda.flash_sdp_enabled()),
+        "flash": flags("flash", ask(cuda.is_flash_attention_available), cuda.flash_sdp_enabled()),
         # torch has no public "is compiled in" query for the memory-efficient kernel.
-        "efficient": verdict_of("efficient", None, cuda.mem_efficient_sdp_enabled()),
-        "math": {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True,
-                 "reasons": []},
-    }  # fmt: skip
+        "efficient": flags("efficient", None, cuda.mem_efficient_sdp_enabled()),
+        "math": math | {"reasons": []},
+    }
     if torch.version.hip:
-        report["ck"] = {"compiled_in": ask(lambda: cuda.is_ck_sdpa_available()),
-                        "enabled": None, "can_use": None,
-                        "reasons": ["selected via preferred_rocm_fa_library"]}  # fmt: skip
+        ck = {"compiled_in": ask(cuda.is_ck_sdpa_available), "enabled": None, "can_use": None}
+        report["ck"] = ck | {"reasons": ["selected via preferred_rocm_fa_library"]}
     else:
         compiled = False if device.type == "cpu" else ask(torch.backends.cudnn.is_available)
-        report["cudnn"] = verdict_of("cudnn", compiled, cuda.cudnn_sdp_enabled())
+        report["cudnn"] = flags("cudnn", compiled, cuda.cudnn_sdp_enabled())
     return report
 
 
 def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict[str, Any]:
-    """Experimental flag, preferred library and AOTriton versions (meaningful on ROCm; the
-    version files are read from lib_dir on any platform so the logic can be checked)."""
+    """Experimental flag, preferred flash library, AOTriton versions (read on any platform)."""
     import torch
 
     aot = common.aotriton_versions(lib_dir)
@@ -148,24 +135,18 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
         "aotriton": aot, "experimental_flag": flag, "arch_needs_experimental_flag": needs,
         "arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None,
     }  # fmt: skip
-    if torch.version.hip:
-        try:
-            library = str(torch.backends.cuda.preferred_rocm_fa_library())
-        except Exception as exc:
-            library = f"unreadable: {common.first_line(exc)}"
-        report["preferred_rocm_fa_library"] = library
+    with contextlib.suppress(Exception):  # None where torch cannot say
+        library = torch.version.hip and torch.backends.cuda.preferred_rocm_fa_library()
+        report["preferred_rocm_fa_library"] = library and str(library)
     if needs and flag != "1":
-        report["flag_problem"] = (
-            f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with AOTriton "
-            f"{aot['runtime_version']} (it is {'unset' if flag is None else repr(flag)}); "
-            "set it before the first SDPA call"
-        )
+        now = f"it is {'unset' if flag is None else repr(flag)}; set it before the first SDPA call"
+        report["flag_problem"] = f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with "
+        report["flag_problem"] += f"AOTriton {aot['runtime_version']} ({now})"
     return report
 
 
 def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, dict[str, Any]]:
-    """SDPA forward and backward under the profiler, forced to backend (None: torch's default
-    dispatch): ((out, grads) or None, what ran and torch's reasons)."""
+    """SDPA fwd+bwd under the profiler, forced to backend (None: default dispatch)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -186,10 +167,9 @@ def run_profiled(device: Any, backend: str | None, inputs: tuple) -> tuple[Any, 
             # A deferred HIP error (pitfall: it surfaces at the next checked op) lands here.
             torch.zeros(1, device=device).add_(1).item()
         except Exception as exc:
-            error = exc
+            error = common.first_line(str(exc)) or type(exc).__name__
     if error is not None:
-        text = common.first_line(str(error)) or type(error).__name__
-        return None, {"ran": None, "error": text, "reasons": reasons}
+        return None, {"ran": None, "error": error, "reasons": reasons}
     grads = [t.grad.detach().clone() for t in (q, k, v)]
     return (out.detach(), grads), {**classify_events(profile_events(prof)), "reasons": reasons}
 
@@ -205,9 +185,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
         return t.to(device=device, dtype=dtype)
 
-    q, k, v = (
-        make(h).requires_grad_(True) for h in (shape.q_heads, shape.kv_heads, shape.kv_heads)
-    )
+    q, k, v = (make(h).requires_grad_(True) for h in (shape.q_heads, *[shape.kv_heads] * 2))
     inputs = (q, k, v, make(shape.q_heads))
     flash_result, flash_profile = run_profiled(device, "flash", inputs)
     _default_result, default_profile = run_profiled(device, None, inputs)
@@ -232,48 +210,32 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
 
 
 def _scaled_error(x: Any, ref: Any) -> float:
-    import torch
-
-    x = x.float()
-    if not torch.isfinite(x).all():
-        return float("inf")
-    scale = max(1.0, ref.abs().max().item())
-    return round((x - ref).abs().max().item() / scale, 6)
+    return round(common.max_error(x.float(), ref) / max(1.0, ref.abs().max().item()), 6)
 
 
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     """(passed, failures): flash usable, used (forced and by default) and correct."""
-    where = report["device"]["platform"]
-    failures: list[str] = []
-    rocm = report.get("rocm") or {}
-    failures += filter(None, [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")])
-    flash = report["backends"]["flash"]
+    where, gpu = report["device"]["platform"], report["device"]["type"] == "cuda"
+    rocm, flash, truth = report.get("rocm") or {}, report["backends"]["flash"], report["truth"]
+    forced, default = truth.get("forced_flash") or {}, truth.get("default_dispatch") or {}
+    failures = [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")]
     if not flash.get("can_use"):
         reasons = "; ".join(flash.get("reasons") or []) or "torch gave no reason"
         failures.append(f"flash attention not usable on {where}: {reasons}")
-    truth = report.get("truth") or {}
-    forced = truth.get("forced_flash") or {}
-    if forced.get("error"):
-        # torch's reasons for refusing flash were already quoted when can_use said no.
-        known = set(flash.get("reasons") or [])
-        extra = [r for r in forced.get("reasons") or [] if r not in known]
+    if forced.get("error"):  # torch's reasons for refusing flash are quoted above already
+        extra = [r for r in forced.get("reasons") or [] if r not in (flash.get("reasons") or [])]
         failures.append(
-            f"SDPA forced to flash failed on {where}: " + "; ".join([*extra, forced["error"]])
+            f"SDPA forced to flash failed on {where}: {'; '.join([*extra, forced['error']])}"
         )
-    elif report["device"]["type"] == "cuda" and forced.get("ran") not in ("flash", "ck"):
-        failures.append(
-            f"SDPA forced to flash ran no flash kernel on {where} "
-            f"(kernels: {forced.get('kernel_families')})"
-        )
-    default = truth.get("default_dispatch") or {}
-    if default.get("ran") == "math" and report["device"]["type"] == "cuda":
+    elif gpu and forced.get("ran") not in ("flash", "ck"):
+        kernels = forced.get("kernel_families")
+        failures.append(f"SDPA forced to flash ran no flash kernel on {where} (kernels: {kernels})")
+    if gpu and default.get("ran") == "math":
         failures.append(f"default SDPA dispatch silently fell back to the math path on {where}")
     if truth.get("correct") is False:
-        failures.append(
-            f"flash output differs from float32 math beyond tolerance: {truth['errors']} "
-            f"> {truth['tolerance']}"
-        )
-    return not failures, failures
+        failures.append(f"flash output differs from float32 math beyond tolerance: "
+                        f"{truth['errors']} > {truth['tolerance']}")  # fmt: skip
+    return not any(failures), [f for f in failures if f]
 
 
 def render(report: dict[str, Any]) -> str:
@@ -297,8 +259,7 @@ def render(report: dict[str, Any]) -> str:
             f"preferred ROCm FA library: {rocm['preferred_rocm_fa_library']}",
             f"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL={rocm['experimental_flag']}; arch needs it: "
             f"{yn(rocm['arch_needs_experimental_flag'])}",
-            f"AOTriton runtime {aot['runtime_version']} ({aot['runtime_source']}); "
-            f"images: {images}",
+            f"AOTriton {aot['runtime_version']} ({aot['runtime_source']}); images: {images}",
             *([f"MISMATCH: {aot['mismatch']}"] if aot["mismatch"] else []),
         ]
     lines.append("")
@@ -314,17 +275,13 @@ def render(report: dict[str, Any]) -> str:
         if new := [r for r in p["reasons"] if r not in shown]:
             lines.append(f"  torch said: {'; '.join(new)}")
     if err := truth["errors"]:
-        tol = truth["tolerance"]
-        lines.append(
-            f"vs float32 math: fwd {err['fwd']:.2e}, bwd {err['bwd']:.2e} "
-            f"(tolerance fwd {tol['fwd']}, bwd {tol['bwd']})"
-        )
+        tol = f"(tolerance fwd {truth['tolerance']['fwd']}, bwd {truth['tolerance']['bwd']})"
+        lines.append(f"vs float32 math: fwd {err['fwd']:.2e}, bwd {err['bwd']:.2e} {tol}")
     return "\n".join([*lines, "", report["summary"]])
 
 
 def short_kernel_name(name: str) -> str:
-    """'void ns::flash_fwd_kernel<Traits<64, 128>>(Params)' -> 'flash_fwd_kernel': template
-    arguments, parameters, return type and namespaces dropped (the JSON keeps the full name)."""
+    """'void ns::f<T<64>>(P)' -> 'f': templates, parameters, namespaces dropped."""
     short = name
     while (shorter := re.sub(r"<[^<>]*>|\([^()]*\)", "", short)) != short:
         short = shorter
@@ -339,22 +296,17 @@ def build_parser() -> common.OneLineArgumentParser:
     return p
 
 
-def usable_torch() -> Any:
-    """torch, or one line saying why this install gives no verdict (a broken or partial one)."""
-    try:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
+    opts = build_parser().parse_args(argv)
+    try:  # a broken or partial torch install gives no verdict: one line saying why
         import torch
 
         torch.device, torch.version, torch.nn.functional  # noqa: B018 - the API this reads
-        return torch
     except (ImportError, AttributeError) as e:
         where = getattr(sys.modules.get("torch"), "__file__", None) or "the env's torch"
         version = getattr(sys.modules.get("torch"), "__version__", "?")
         raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
-
-
-def _main(argv: list[str] | None) -> int:
-    opts = build_parser().parse_args(argv)
-    torch = usable_torch()
     dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)
@@ -385,10 +337,6 @@ def _main(argv: list[str] | None) -> int:
     report["summary"] = ok if passed else f"FAIL: {failures[0]}"
     common.emit(opts.json, report, render(report))
     return 0 if passed else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

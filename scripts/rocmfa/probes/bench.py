@@ -8,9 +8,14 @@ import contextlib
 import csv
 import itertools
 import json
+import os
+import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,8 +75,7 @@ LLM_SUITE = (
 
 
 def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
-    """A timed row's FLOPs (FLOP_CONVENTION), bytes (BYTE_CONVENTION), TFLOP/s, % of its peak,
-    GB/s, and the binding roof (memory when FLOP/byte is under peak / memory roof) with % of it."""
+    """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s, peak, median_ms = common.Shape.of_row(row), row["peak_tflops"], row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
@@ -84,22 +88,19 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
     above = peak is not None and tflops > peak
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
-    bound = None
-    if peak and roof:
-        bound = "memory" if flops / nbytes < peak * 1e3 / roof else "compute"
+    memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
+    bound = None if not (peak and roof) else "memory" if memory_bound else "compute"
     return {
         "flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak,
-        "above_peak": above,
-        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None, "bytes": nbytes,
-        "intensity": round(flops / nbytes, 2), "mem_roof_gbps": roof,
-        "bound": bound, "gbps": round(gbps, 2),
-        "pct_roof": round(100.0 * gbps / roof, 2) if bound == "memory" else pct_peak,
+        "above_peak": above, "bytes": nbytes, "intensity": round(flops / nbytes, 2),
+        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
+        "mem_roof_gbps": roof, "bound": bound, "gbps": round(gbps, 2),
+        "pct_roof": round(100.0 * gbps / roof, 2) if memory_bound else pct_peak,
     }  # fmt: skip
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
-    """Peak memory of one case: q/out/dout/dq, k/v/dk/dv and a spare output; the math path adds
-    3 fp32 score tensors (B*Hq*Sq*Sk) and fp32 copies of q, k, v, o (k, v expanded for GQA)."""
+    """Peak memory of one case; the math path adds fp32 scores and fp32 input copies."""
     n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
     n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     total = (5 * n_q + 4 * n_kv) * element_size
@@ -141,19 +142,13 @@ class Timer:
         self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
         min_calls: int,
     ) -> float:  # fmt: skip
-        """Warm up after a first call of first_ms (one-off costs); the per-call estimate. A call
-        slower than SLOW_CALL_MS gets one more call and is then warm."""
-        times: list[float] = []
-        spent, calls = first_ms, 1
-        if first_ms >= SLOW_CALL_MS:
-            times.append(self.call_once(fn, before))
-            spent, calls = spent + times[-1], 2
-        slow = bool(times) and times[-1] >= SLOW_CALL_MS
-        while calls < min_calls or (
-            not slow and (len(times) < 2 or spent < warmup_ms) and calls < 1000
+        """Warm up after a first call of first_ms; the per-call estimate."""
+        times = [self.call_once(fn, before)] if first_ms >= SLOW_CALL_MS else []
+        slow = bool(times) and times[-1] >= SLOW_CALL_MS  # then warm after that second call
+        while len(times) + 1 < min_calls or (
+            not slow and (len(times) < 2 or first_ms + sum(times) < warmup_ms) and len(times) < 999
         ):
             times.append(self.call_once(fn, before))
-            spent, calls = spent + times[-1], calls + 1
         return statistics.median(times) if times else first_ms
 
     def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
@@ -178,8 +173,7 @@ class Timer:
 
 
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
-    """Median, min, max, quartiles, count, and the spread (p75 - p25) / median: 0.1 means the
-    middle half of the repeats spans 10 % of the median; above noise_threshold, noisy."""
+    """Median, min, max, quartiles, count and spread (p75 - p25) / median (noisy above)."""
     ordered = sorted(times_ms)
     q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
     median = statistics.median(ordered)
@@ -193,13 +187,11 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
 
 
 class Tensors:
-    """q, k, v (requiring grad) and the output gradient for one shape and dtype, made on the
-    device (CPU generation of the XLarge inputs alone takes seconds)."""
+    """q, k, v (requiring grad) and the output gradient, made on the device."""
 
     def __init__(self, shape: common.Shape, dtype: Any, device: Any) -> None:
         import torch
 
-        self.shape = shape
         gen = torch.Generator(device=device).manual_seed(0)
 
         def make(heads: int, seq: int) -> Any:
@@ -228,13 +220,12 @@ def run_pass(
     timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
     known_estimate: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Time one pass: status fields, plus timing fields when it ran. known_estimate: per-call ms
-    when earlier passes warmed every kernel of this one (fwd+bwd); no probe call then."""
+    """Time one pass; known_estimate: per-call ms when earlier passes warmed it (no probe)."""
     started = time.perf_counter()
     try:
         with common.backend_context(backend, timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
-            with common.capture_warnings() as caught:
+            with warnings.catch_warnings(record=True, action="always") as caught:
                 try:
                     fn, before = tensors.callables(causal, pass_name)
                     first_ms = None if known_estimate else timer.call_once(fn, before)
@@ -265,8 +256,7 @@ def run_pass(
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
-    """(name, start us, duration us) of the device records while `run` runs, in start order;
-    [] when the profiler records no device activity (CPU, or no CUPTI/roctracer)."""
+    """(name, start us, duration us) of the device records while `run` runs, in order."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -297,8 +287,7 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
 def kernel_fields(
     timer: Timer, fn: Any, before: Any, median: float, launch: Any, opts: Any
 ) -> dict[str, Any]:
-    """Kernel time, busy fraction and launch-bound label of a row that can be launch-bound
-    (see PROFILE_LAUNCH_FRACTION), from PROFILED_REPEATS repeats under torch.profiler."""
+    """Kernel time, busy fraction and launch-bound label of a row that can be one."""
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not opts.kernel_time:
         return none
@@ -327,8 +316,14 @@ def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> di
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
-    """(shape, causal settings, passes) to time: the llm suite's own, else every shape with
-    --causal and --passes."""
+    """(shape, causal settings, passes): the llm suite's own, else shapes x --causal."""
+    for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
+        if getattr(opts, name) is not None and getattr(opts, name) < 1:
+            raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if opts.min_repeats > opts.max_repeats:
+        raise common.UsageError("--min-repeats is larger than --max-repeats")
+    if opts.peak_tflops is not None and opts.peak_tflops <= 0:
+        raise common.UsageError("--peak-tflops must be positive")
     passes = common.parse_list(opts.passes, PASSES, "pass")
     if opts.suite == "llm":
         if opts.sizes or opts.shape or opts.kv_heads:
@@ -351,8 +346,7 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
 
 
 def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | None) -> list[dict]:
-    """Time every case of plan (cases, dtypes, backends), one row per pass; peaks: dtype -> peak
-    TFLOP/s; roof: the memory roof in GB/s."""
+    """Time every case of plan (cases, dtypes, backends), one row per pass."""
     cases, dtypes, backends = plan
     timer = Timer(device)
     total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
@@ -378,11 +372,8 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
                     estimates[row["pass"]] = row["median_ms"]
                     row.update(rates(row, roof))
             results += [{k: row.get(k) for k in RESULT_FIELDS} for row in rows]
-            progress(
-                f"[{done}/{total}] {shape.name} {dtype} "
-                f"{'causal' if causal else 'non-causal'} {backend}: "
-                + ", ".join(progress_text(r) for r in rows)
-            )
+            where = f"[{done}/{total}] {shape.name} {dtype} {'causal' if causal else 'non-causal'}"
+            progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
     timer.sync()
     return results
 
@@ -390,12 +381,16 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
 def _fit(
     shape: common.Shape, backend: str, dtype: str, device: Any, limit_gib: Any, tensors: Any
 ) -> tuple[Any, str | None]:
-    """(tensors, None), made once per shape and dtype; (tensors, why) when the case would not fit
-    (the estimate against free memory, capped by --mem-limit-gib) or its inputs ran out of it."""
+    """(tensors, None), made once per shape and dtype; (tensors, why) when it would not fit."""
     import torch
 
-    need = estimate_bytes(shape, backend, 2)  # fp16 and bf16 alike
-    free = common.free_memory_bytes(device)
+    need, free = estimate_bytes(shape, backend, 2), None  # fp16 and bf16 alike
+    if device.type == "cuda":  # free, and blocks torch's allocator caches unused
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        free = torch.cuda.mem_get_info(device)[0] + max(0, cached)
+    with contextlib.suppress(OSError, TypeError):  # CPU: MemAvailable
+        meminfo = Path("/proc/meminfo").read_text() if free is None else ""
+        free = int(re.search(r"^MemAvailable:\s*(\d+)", meminfo, re.M)[1]) * 1024  # type: ignore
     if limit_gib is not None:
         free = limit_gib * 2**30 if free is None else min(free, limit_gib * 2**30)
     if free is not None and need > 0.95 * free:
@@ -438,24 +433,23 @@ TABLE_HEADER = (
 )
 
 
-def table_row(r: dict[str, Any]) -> tuple:
-    """The row's cells under TABLE_HEADER; TFLOP/s and % roof above the peak read "!>peak"."""
-    head = (r["size"], common.Shape.of_row(r).dims(), r["dtype"], "yes" if r["causal"] else "no")
-    head += (r["backend"], r["pass"])
-    if r["status"] != "ok":
-        return (*head, *("-",) * 9, status_text(r))
-    ms = (f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms"))
-    tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
-    tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
-    rate = (
-        ("!>peak", "!>peak") if r["above_peak"] else (tf_text, "-" if pct is None else f"{pct:.1f}")
-    )
-    gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-    times = (*ms, f"{100 * r['spread']:.1f}", str(r["repeats"]))
-    return (*head, *times, rate[0], gb_text, r["bound"] or "-", rate[1], status_text(r))
-
-
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
+    """The table under the conventions; TFLOP/s and % roof above the peak read "!>peak"."""
+    rows = []
+    for r in results:
+        causal, dims = "yes" if r["causal"] else "no", common.Shape.of_row(r).dims()
+        head = (r["size"], dims, r["dtype"], causal, r["backend"], r["pass"])
+        if r["status"] != "ok":
+            rows.append((*head, *("-",) * 9, status_text(r)))
+            continue
+        tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
+        tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
+        pct_text = "-" if pct is None else f"{pct:.1f}"
+        tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
+        ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
+        gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
+        rows.append((*head, *ms, f"{100 * r['spread']:.1f}", str(r["repeats"]), tf_text, gb_text,
+                     r["bound"] or "-", pct_text, status_text(r)))  # fmt: skip
     noisy = sum(1 for r in results if r.get("noisy"))
     return "\n".join([
         f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
@@ -466,7 +460,7 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         "% roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
         f"peak: {provenance.get('peak_note', '-')}",
         "",
-        *common.text_table(TABLE_HEADER, [table_row(r) for r in results]),
+        *common.text_table(TABLE_HEADER, rows),
         *(["", f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
            "treat those medians with care"] if noisy else []),
     ])  # fmt: skip
@@ -485,13 +479,9 @@ def write_csv(path: Path, results: list[dict]) -> None:
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
-    """PNG of TFLOP/s per size: one panel per pass x (dtype, causal), one line per backend.
-    None, or why it was skipped."""
+    """PNG of TFLOP/s per size, a panel per pass x (dtype, causal); None or why not."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing to close
     except ImportError:
         return "matplotlib is not installed; plot skipped"
     ok = [r for r in results if r["status"] == "ok" and r["tflops"] is not None]
@@ -500,10 +490,8 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     columns = sorted({(r["dtype"], r["causal"]) for r in ok})
     passes = [p for p in PASSES if any(r["pass"] == p for r in ok)]
     sizes = list(dict.fromkeys(r["size"] for r in results))
-    fig, axes = plt.subplots(
-        len(passes), len(columns), figsize=(4.2 * len(columns), 3.2 * len(passes)),
-        squeeze=False, sharex=True,
-    )  # fmt: skip
+    fig = Figure(figsize=(4.2 * len(columns), 3.2 * len(passes)))
+    axes = fig.subplots(len(passes), len(columns), squeeze=False, sharex=True)
     for (i, pass_name), (j, column) in itertools.product(enumerate(passes), enumerate(columns)):
         ax = axes[i][j]
         panel = [r for r in ok if (r["pass"], (r["dtype"], r["causal"])) == (pass_name, column)]
@@ -519,17 +507,20 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
     fig.suptitle(f"{title}\n{FLOP_CONVENTION}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return None
 
 
-def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str:
-    """B's runs against A's runs, every matching case judged by bench_change's one rule."""
+def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
+    """B's runs against A's (pair A B, more A2 B2 ...), judged by bench_change's one rule."""
+    if threshold_pct < 0:
+        raise common.UsageError(f"--threshold-pct {threshold_pct:g} must not be negative")
+    if len(more) % 2:
+        raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
+    paths_a, paths_b = [pair[0], *more[0::2]], [pair[1], *more[1::2]]
     docs = [[common.read_results(p, "bench result") for p in paths] for paths in (paths_a, paths_b)]
     floors = change.load_floors()
-    rows = change.compare_runs(
-        *([d["results"] for d in side] for side in docs), threshold_pct, floors
-    )
+    runs = ([d["results"] for d in side] for side in docs)
+    rows = change.compare_runs(*runs, threshold_pct, floors)
     if not rows:
         raise common.UsageError(
             f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
@@ -556,29 +547,20 @@ def compare(paths_a: list[str], paths_b: list[str], threshold_pct: float) -> str
         "",
         *common.text_table((*header, ""), table),
         "",
-        f"{len(rows)} matching cases: {counts['faster']} faster, {counts['slower']} slower, "
-        f"{counts['noisy']} noisy (beyond {threshold_pct:g}% but within run-to-run variation: "
-        f"rerun with more runs), {counts['launch-bound']} launch-bound (GPU idle most of the "
-        f"timed interval: not a kernel change), {counts['same']} same; "
-        f"geometric-mean speedup {geo or 1.0:.3f}x",
+        f"{len(rows)} matching cases: "
+        + ", ".join(f"{counts[v]} {v}" for v in change.VERDICTS)
+        + f"; geometric-mean speedup {geo or 1.0:.3f}x (noisy: within run-to-run variation, "
+        "rerun with more runs; launch-bound: GPU idle most of the interval, not a kernel change)",
     ])  # fmt: skip
 
 
 def build_parser() -> common.OneLineArgumentParser:
-    p = common.new_parser(PROG, __doc__.split("\n\n")[0])
-    sizes = "; ".join(f"{k} {','.join(map(str, v))}" for k, v in SIZES.items())
-    p.epilog = (
-        f"Default sizes (B,H,S,D): {sizes}. FLOPs: {FLOP_CONVENTION}. Exit 0 when the run "
-        "completed (unavailable or skipped cases are recorded, not errors), 2 on bad input."
-    )
+    p = common.new_parser(PROG, f"{__doc__.splitlines()[0]} FLOPs: {FLOP_CONVENTION}.")
     add = p.add_argument
     # fmt: off
-    add("--suite", choices=("default", "llm"), default="default",
-        help="default: the named sizes; llm: the shapes models run (grouped-query heads, head dim "
-        "128 and 64, 4k-32k causal prefill, decode against 4k-128k keys, a 512x8k chunk)")
+    add("--suite", choices=("default", "llm"), default="default", help="llm: the shapes models run")
     add("--sizes", help="comma list of named sizes (default: all when no --shape)")
-    add("--shape", action="append",
-        help="extra shape B,H,S,D or grouped-query B,Hq,Hkv,S,D, optionally NAME=...; repeatable")
+    add("--shape", action="append", help="extra shape [NAME=]B,H,S,D or B,Hq,Hkv,S,D; repeatable")
     add("--kv-heads", type=int, help="KV heads for named sizes / 4-number shapes (GQA)")
     add("--dtypes", help="comma list of fp16, bf16 (default fp16; --suite llm: bf16,fp16)")
     add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
@@ -591,8 +573,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--max-repeats", type=int, default=50, help="adaptive maximum (50)")
     add("--warmup", type=int, default=1, help="minimum warm-up calls (1)")
     add("--warmup-ms", type=float, default=3.0, help="keep warming up this many ms (3)")
-    add("--no-kernel-time", dest="kernel_time", action="store_false",
-        help="skip the profiled repeats of rows that can be launch-bound")
+    add("--no-kernel-time", dest="kernel_time", action="store_false", help="no profiled repeats")
     add("--peak-tflops", type=float, help="override the card's peak TFLOP/s")
     add("--mem-limit-gib", type=float, help="treat at most this much memory as free")
     add("--out-dir", help="write bench.json, bench.csv, bench.png here")
@@ -600,37 +581,17 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--csv", dest="csv_path", help="CSV result path")
     add("--plot", dest="plot_path", help="PNG plot path")
     add("--replot", metavar="JSON", help="only draw --plot from an existing JSON")
-    add("--compare", nargs=2, metavar=("A.json", "B.json"),
-        help="print speedups/regressions of B against A for matching cases and exit")
-    add("--threshold-pct", type=float, default=5.0,
-        help="--compare: change that counts as faster/slower (5), besides what run-to-run "
-        "variation allows (scripts/rocmfa/data/bench_noise.toml)")
-    add("--compare-runs", nargs="+", metavar="JSON",
-        help="with --compare: more runs of A and B, as A2.json B2.json ...")
+    add("--compare", nargs=2, metavar=("A.json", "B.json"), help="B's speedups over A, then exit")
+    add("--threshold-pct", type=float, default=5.0, help="--compare: least change that counts (5)")
+    add("--compare-runs", nargs="+", metavar="JSON", help="more runs of A and B: A2 B2 ...")
     # fmt: on
     return p
-
-
-def _check_options(opts: Any) -> None:
-    for name in ("repeats", "min_repeats", "slow_min_repeats", "max_repeats", "kv_heads"):
-        if getattr(opts, name) is not None and getattr(opts, name) < 1:
-            raise common.UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if opts.min_repeats > opts.max_repeats:
-        raise common.UsageError("--min-repeats is larger than --max-repeats")
-    if opts.peak_tflops is not None and opts.peak_tflops <= 0:
-        raise common.UsageError("--peak-tflops must be positive")
 
 
 def _compare_or_replot(opts: Any) -> int:
     """--compare (A B and --compare-runs pairs), or --replot: draw the plot of a saved JSON."""
     if opts.compare:
-        extra = opts.compare_runs or []
-        if opts.threshold_pct < 0:
-            raise common.UsageError(f"--threshold-pct {opts.threshold_pct:g} must not be negative")
-        if len(extra) % 2:
-            raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
-        a, b = opts.compare
-        print(compare([a, *extra[0::2]], [b, *extra[1::2]], opts.threshold_pct))
+        print(compare(opts.compare, opts.compare_runs or [], opts.threshold_pct))
         return 0
     if not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
@@ -640,34 +601,126 @@ def _compare_or_replot(opts: Any) -> int:
     return 0
 
 
-def _add_peaks(prov: dict[str, Any], arch: Any, info: Any, peak_tflops: float | None) -> None:
-    """The card's peak per dtype (TFLOP/s, source) and its memory roof (GB/s, source), into
-    the provenance."""
+# Environment variables that change which SDPA kernel runs or how it is timed.
+DISPATCH_ENV_VARS = (
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL",
+    "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+)  # fmt: skip
+
+
+def peak_from_device(
+    arch: Any, dtype: str, override: Any, arches: dict, info: Any, rates: dict
+) -> tuple[float | None, str]:
+    """(peak TFLOP/s, source): --peak-tflops, else CUs x clock x rate, else table."""
+    if override is not None:
+        return override, "--peak-tflops"
+    info, rate = info or {}, rates.get(arch or "")
+    units, mhz, per_clock = (
+        info.get("compute_units"),
+        info.get("max_clock_mhz"),
+        (rate or {}).get(dtype),
+    )
+    if units and mhz and isinstance(per_clock, int | float):
+        return round(units * mhz * 1e6 * per_clock / 1e12, 1), (
+            f"computed: {units} CUs x {mhz:g} MHz ({info.get('clock_source')}) x "
+            f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
+        )
+    why = f"table fallback ({'no per-CU rate' if rate is None else 'no engine clock'})"
+    peak = (arches.get(arch or "") or {}).get(f"peak_tflops_{dtype}")
+    if not isinstance(peak, int | float):
+        return None, f"{why}: unknown for {arch or 'cpu'} (not in arches.toml)"
+    return float(peak), f"{why}: arches.toml [arch.{arch}] peak_tflops_{dtype}"
+
+
+def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
+    """(GB/s, source): the device's memory clock x bus width, else the arch table's."""
+    info, entry = info or {}, roofs.get(arch or "") or {}
+    table, khz, bits = entry.get("gbps"), info.get("memory_clock_khz"), info.get("memory_bus_bits")
+    if khz and bits and not info.get("integrated"):
+        also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
+        return round(khz * 1e3 * bits * 2 / 8 / 1e9, 1), (
+            f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
+            f"(torch device properties){also}"
+        )
+    why = "integrated GPU" if info.get("integrated") else "no memory clock/bus width"
+    if table is None:
+        return None, f"unknown ({why}; {arch or 'cpu'} not in peak_rates.toml [memory])"
+    return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
+
+
+def device_info(device: Any) -> dict[str, Any] | None:
+    """CUs, peak engine clock with its source, memory clock and bus width; None on CPU."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    khz = getattr(props, "clock_rate", None)
+    clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
+    with contextlib.suppress(Exception):  # no sysfs file or nvidia-smi: torch's figure
+        if torch.version.hip:
+            ids = (props.pci_domain_id or 0, props.pci_bus_id, props.pci_device_id)
+            sclk = Path("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.0/pp_dpm_sclk".format(*ids))
+            levels = re.findall(r"(\d+)\s*Mhz", sclk.read_text(), re.IGNORECASE)
+            clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
+        else:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            query = ["nvidia-smi", f"--id={index}", "--query-gpu=clocks.max.sm",
+                     "--format=csv,noheader,nounits"]  # fmt: skip
+            out = subprocess.run(query, capture_output=True, text=True, timeout=10)
+            clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
+    return {
+        "compute_units": getattr(props, "multi_processor_count", None),
+        "max_clock_mhz": clock[0], "clock_source": clock[1],
+        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
+        "memory_bus_bits": getattr(props, "memory_bus_width", None),
+        "integrated": bool(getattr(props, "is_integrated", False)),
+    }  # fmt: skip
+
+
+def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
+    """The identity's software and device, dispatch variables, peaks and memory roof."""
+    import torch
+
+    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
+    prov: dict[str, Any] = {k: ident.get(k) for k in keep} | {"cudnn": None}
+    prov |= {"hip": ident["rocm"], "device_name": ident["gpu"], "python": platform.python_version()}
+    prov["env"] = {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ}
+    prov["aotriton"] = (
+        common.aotriton_versions(common.torch_lib_dir()) if torch.version.hip else None
+    )
+    with contextlib.suppress(Exception):
+        prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
+        if device.type == "cuda" and torch.version.hip:
+            prov["preferred_rocm_fa_library"] = str(torch.backends.cuda.preferred_rocm_fa_library())
+    arch, info = ident["arch"], device_info(device)
+    prov["device_info"] = info
     rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
-    peaks = {
-        d: common.peak_from_device(arch, d, peak_tflops, arches, info, rates)
-        for d in common.DTYPE_NAMES
-    }
-    prov["peak_tflops"] = {d: p for d, (p, _src) in peaks.items()}
-    prov["peak_source"] = {d: src for d, (_p, src) in peaks.items()}
-    roof, roof_source = common.memory_roof(arch, info, common.load_table("peak_rates", "memory"))
-    prov["memory_roof_gbps"], prov["memory_roof_source"] = roof, roof_source
+    peaks = {d: peak_from_device(arch, d, peak_tflops, arches, info, rates)
+             for d in common.DTYPE_NAMES}  # fmt: skip
+    roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
-    prov["peak_note"] = f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})"
+    return prov | {
+        "peak_tflops": {d: p for d, (p, _) in peaks.items()},
+        "peak_source": {d: src for d, (_, src) in peaks.items()},
+        "memory_roof_gbps": roof, "memory_roof_source": roof_source,
+        "peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})",
+    }  # fmt: skip
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"} | {
-    "plot_path", "replot", "compare", "threshold_pct", "compare_runs"
-}  # fmt: skip
+NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path",
+                "plot_path", "replot", "compare", "threshold_pct", "compare_runs"}  # fmt: skip
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.compare or opts.replot:
         return _compare_or_replot(opts)
-    _check_options(opts)
     cases = build_cases(opts)  # everything cheap is checked before the device is touched
     dtypes = common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
     device = common.resolve_device(opts.device)
@@ -692,9 +745,7 @@ def _main(argv: list[str] | None) -> int:
     started = time.perf_counter()
     arch, device_name = common.detect_arch(device)
     ident = common.identity(device, arch, device_name)
-    prov = common.provenance(device, ident)
-    prov["device_info"] = info = common.device_info(device)
-    _add_peaks(prov, arch, info, opts.peak_tflops)
+    prov = provenance(device, ident, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
     plan = (cases, dtypes, backends)
@@ -718,10 +769,6 @@ def _main(argv: list[str] | None) -> int:
         progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
     progress(f"done in {wall:.1f} s")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":

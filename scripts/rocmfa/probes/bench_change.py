@@ -1,9 +1,7 @@
 """One rule for "changed", used by `bench --compare` and the results page (stdlib only).
 
-A row is faster or slower only beyond both --threshold-pct and what run-to-run variation allows:
-the floor of its class (backend / pass / duration bucket) learned from A/A runs
-(scripts/rocmfa/data/bench_noise.toml: `bench_change.py --learn A1.json A2.json ...` writes it)
-and, with several runs per side, the runs' own ranges. Launch-bound rows are never a change.
+Faster or slower only beyond --threshold-pct and the run-to-run floors of bench_noise.toml
+(`bench_change.py --learn A1.json A2.json ...` writes them); launch-bound rows never change.
 """
 
 from __future__ import annotations
@@ -49,8 +47,7 @@ def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
-    """The class's floor; a backend the A/A runs did not have takes the largest floor of its
-    pass and bucket; an unseen class, the default."""
+    """The class's floor, else the largest of its pass and bucket, else the default."""
     cls = row_class(backend, pass_name, ms)
     if cls in floors["floor"]:
         return floors["floor"][cls]
@@ -87,8 +84,7 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
 def compare_runs(
     a_runs: list[list[dict]], b_runs: list[list[dict]], threshold_pct: float, floors: Any = None
 ) -> list[dict[str, Any]]:
-    """Every case that ran in every run of both sides, in A's order: its key fields and
-    judge()'s verdict."""
+    """Every case that ran in every run of both sides: its key fields and verdict."""
     floors = floors if floors is not None else load_floors()
     maps = [
         {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
@@ -111,8 +107,7 @@ def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
 
 
 def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
-    """Per class: FLOOR_MARGIN x the largest |change| between any two runs of one group (one
-    A/A session), rounded up to whole %; launch-bound rows are left out (never judged)."""
+    """Per class: FLOOR_MARGIN x the largest A/A change, rounded up to whole %."""
     seen: dict[str, float] = {}
     for a, b in (pair for runs in groups for pair in itertools.combinations(runs, 2)):
         for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
@@ -128,8 +123,7 @@ def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
     p.add_argument("--learn", nargs="+", action="append", required=True, metavar="JSON",
-                   help="bench JSON runs of one build, back to back (one A/A session); "
-                   "repeat per session")  # fmt: skip
+                   help="one A/A session: bench runs of one build; repeatable")  # fmt: skip
     p.add_argument("--source", default="", help="where the runs came from (written as source)")
     opts = p.parse_args(argv)
     if any(len(files) < 2 for files in opts.learn):

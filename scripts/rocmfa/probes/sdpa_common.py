@@ -1,5 +1,4 @@
-"""Shared helpers of the probes: torch and the standard library only. Imported as
-`rocmfa.probes.sdpa_common`, or as `sdpa_common` when a probe runs as a plain script."""
+"""The probes' shared helpers (torch and stdlib only; `sdpa_common` when run as a script)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
 import tomllib
 import warnings
@@ -21,13 +19,6 @@ from typing import Any
 
 # The one arch data file (rocmfa.env.archs reads it too; tests/test_archs.py checks both agree).
 ARCHES_FILE = Path(__file__).resolve().parents[1] / "data" / "arches.toml"
-# Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = (
-    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL",
-    "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
-)  # fmt: skip
 IDENTITY_VERSION = 1
 DTYPE_NAMES = ("fp16", "bf16")
 
@@ -44,34 +35,37 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def run_cli(prog: str, body: Callable[[], int]) -> int:
-    """Run a script body; UsageError becomes one line on stderr and exit 2."""
-    try:
-        return body()
-    except UsageError as e:
-        sys.stderr.write(f"{prog}: error: {e}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
-        return 130
+def cli(prog: str) -> Callable[[Callable[[Any], int]], Callable[..., int]]:
+    """A probe's main(argv=None): UsageError becomes one line on stderr and exit 2."""
+
+    def wrap(body: Callable[[Any], int]) -> Callable[..., int]:
+        def main(argv: list[str] | None = None) -> int:
+            try:
+                return body(argv)
+            except UsageError as e:
+                sys.stderr.write(f"{prog}: error: {e}\n")
+                return 2
+            except KeyboardInterrupt:
+                sys.stderr.write(f"{prog}: interrupted\n")
+                return 130
+
+        return main
+
+    return wrap
 
 
 def new_parser(prog: str, doc: str | None, json_option: bool = False) -> OneLineArgumentParser:
     """A probe's parser with --device and --dry-run (and --json [PATH])."""
-    p = OneLineArgumentParser(
-        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = OneLineArgumentParser(prog=prog, description=doc)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (ROCm: cuda too)")
     p.add_argument("--dry-run", action="store_true", help="print what would run and where")
     if json_option:
-        json_help = "write the results as JSON to PATH, or to stdout without PATH"
-        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help=json_help)
+        p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="to PATH, or stdout")
     return p
 
 
 def emit(json_to: str | None, doc: dict[str, Any], text: str) -> None:
-    """The text report on stdout; with --json, the JSON to its path, or to stdout with the
-    verdict line once on stderr."""
+    """The text on stdout; with --json, the JSON to PATH (or stdout, verdict on stderr)."""
     if json_to == "-":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         print(doc.get("summary") or doc.get("verdict"), file=sys.stderr)
@@ -94,12 +88,8 @@ def read_results(path: str, what: str) -> dict[str, Any]:
     """A bench result file the user named; UsageError in one line when it is not one."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UsageError(f"cannot read {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{what} {path} is not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{what} {path} is not JSON: {e.msg} (line {e.lineno})") from None
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        raise UsageError(f"cannot read {what} {path}: {getattr(e, 'strerror', 0) or e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         raise UsageError(f"{what} {path} is not a bench.py result file (no 'results' list)")
     return data
@@ -112,8 +102,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The [key.*] tables of data/<name>.toml (arches: [arch.*]; peak_rates: [rate.*] FLOP per
-    CU per clock, [memory.*] GB/s); {} (with a warning) if unreadable."""
+    """The [key.*] tables of data/<name>.toml; {} (with a warning) if unreadable."""
     path = path or ARCHES_FILE.with_name(f"{name}.toml")
     try:
         return dict(tomllib.loads(path.read_text()).get(key, {}))
@@ -173,95 +162,6 @@ def detect_arch(device: Any) -> tuple[str | None, str]:
     if torch.version.hip:
         return str(getattr(props, "gcnArchName", "")).split(":")[0] or None, props.name
     return f"sm_{props.major}{props.minor}", props.name
-
-
-def peak_from_device(
-    arch: str | None, dtype_name: str, override: float | None, arches: dict[str, Any],
-    device_info: dict[str, Any] | None, rates: dict[str, Any],
-) -> tuple[float | None, str]:  # fmt: skip
-    """(peak TFLOP/s, source): --peak-tflops, else the card's own (compute units x peak engine
-    clock x per-unit rate of its arch), else the arch table's figure."""
-    if override is not None:
-        return override, "--peak-tflops"
-    info, rate = device_info or {}, rates.get(arch or "")
-    units, clock_mhz = info.get("compute_units"), info.get("max_clock_mhz")
-    per_clock = (rate or {}).get(dtype_name)
-    if units and clock_mhz and isinstance(per_clock, int | float):
-        return round(units * clock_mhz * 1e6 * per_clock / 1e12, 1), (
-            f"computed: {units} CUs x {clock_mhz:g} MHz ({info.get('clock_source')}) x "
-            f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
-        )
-    missing = "no per-CU rate" if rate is None else "no engine clock"
-    peak = (arches.get(arch or "") or {}).get(f"peak_tflops_{dtype_name}")
-    if not isinstance(peak, int | float):
-        return None, f"table fallback ({missing}): unknown for {arch or 'cpu'} (not in arches.toml)"
-    return float(
-        peak
-    ), f"table fallback ({missing}): arches.toml [arch.{arch}] peak_tflops_{dtype_name}"
-
-
-def memory_roof(
-    arch: str | None, device_info: dict[str, Any] | None, roofs: dict[str, Any]
-) -> tuple[float | None, str]:
-    """(GB/s, source): the device's memory clock x bus width x 2 (double data rate) / 8 from
-    torch's device properties; the arch table's named figure when the device does not say, or
-    is an integrated GPU (its memory is the system's, e.g. Strix Halo's LPDDR5X)."""
-    info = device_info or {}
-    entry = roofs.get(arch or "") or {}
-    table = entry.get("gbps") if isinstance(entry.get("gbps"), int | float) else None
-    khz, bits = info.get("memory_clock_khz"), info.get("memory_bus_bits")
-    if khz and bits and not info.get("integrated"):
-        also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
-        return round(khz * 1e3 * bits * 2 / 8 / 1e9, 1), (
-            f"computed: memory_clock_rate {khz} kHz x memory_bus_width {bits} bits x 2 / 8 "
-            f"(torch device properties){also}"
-        )
-    why = "integrated GPU" if info.get("integrated") else "no memory clock/bus width"
-    if table is None:
-        return None, f"unknown ({why}; {arch or 'cpu'} not in peak_rates.toml [memory])"
-    return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
-
-
-def device_info(device: Any) -> dict[str, Any] | None:
-    """Compute units, the peak engine clock in MHz with its source (amdgpu sysfs pp_dpm_sclk
-    by PCI address, nvidia-smi clocks.max.sm, else torch's clock_rate), and the memory clock
-    and bus width. None on CPU."""
-    import torch
-
-    if device.type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(device)
-    clock = None
-    errors = (
-        OSError,
-        ValueError,
-        TypeError,
-        IndexError,
-        AttributeError,
-        subprocess.SubprocessError,
-    )
-    with contextlib.suppress(*errors):
-        if torch.version.hip:
-            ids = (props.pci_domain_id or 0, props.pci_bus_id, props.pci_device_id)
-            pci = "{:04x}:{:02x}:{:02x}.0".format(*ids)
-            text = Path(f"/sys/bus/pci/devices/{pci}/pp_dpm_sclk").read_text()
-            levels = re.findall(r"(\d+)\s*Mhz", text, re.IGNORECASE)
-            clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
-        else:
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            query = [f"--id={index}", "--query-gpu=clocks.max.sm",
-                     "--format=csv,noheader,nounits"]  # fmt: skip
-            out = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10)
-            clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
-    khz = getattr(props, "clock_rate", None)
-    clock = clock or ((khz / 1000.0, "torch clock_rate property") if khz else (None, None))
-    return {
-        "compute_units": getattr(props, "multi_processor_count", None),
-        "max_clock_mhz": clock[0], "clock_source": clock[1],
-        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
-        "memory_bus_bits": getattr(props, "memory_bus_width", None),
-        "integrated": bool(getattr(props, "is_integrated", False)),
-    }  # fmt: skip
 
 
 def torch_dtype(name: str) -> Any:
@@ -327,16 +227,11 @@ def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
     except ValueError:
         nums = []
     if len(nums) not in (4, 5) or any(n <= 0 for n in nums):
-        raise UsageError(
-            f"malformed shape {dims.strip()!r}: expected B,H,S,D or B,Hq,Hkv,S,D "
-            "(positive integers)"
-        )
+        raise UsageError(f"malformed shape {dims.strip()!r}: expected B,H,S,D or B,Hq,Hkv,S,D > 0")
     b, hq, *rest, s, d = nums
     hkv = rest[0] if rest else kv_heads or hq
     if hq % hkv:
-        raise UsageError(
-            f"shape {dims.strip()!r}: query heads {hq} not a multiple of kv heads {hkv}"
-        )
+        raise UsageError(f"shape {dims.strip()!r}: {hq} query heads, not a multiple of {hkv}")
     heads = f"{hq}/{hkv}" if hq != hkv else str(hq)
     return Shape(name.strip() or f"custom({b},{heads},{s},{d})", b, hq, hkv, s, d)
 
@@ -357,8 +252,7 @@ def ck_available() -> bool:
 
 
 def parse_backends(text: str | None, device: Any) -> list[str]:
-    """A comma list of BACKENDS; "all" (or none): those worth trying on this device (those
-    torch lacks are reported as unavailable)."""
+    """A comma list of BACKENDS; "all" (or none): those worth trying here."""
     import torch
 
     if text and text != "all":
@@ -392,8 +286,7 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
 
 
 def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
-    """SDPA bound to its inputs (more: attn_mask, dropout_p): a timed loop pays torch's cost
-    only (a Python wrapper costs ~2 us, 5-10 % of a Tiny forward on an H100)."""
+    """SDPA bound to its inputs: a timed loop pays no Python wrapper (~2 us a call)."""
     import torch.nn.functional as F
 
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
@@ -412,6 +305,16 @@ def is_oom(exc: BaseException) -> bool:
     text = str(exc).lower()
     oom = getattr(torch.cuda, "OutOfMemoryError", ())
     return isinstance(exc, oom) or "out of memory" in text or "can't allocate" in text
+
+
+def max_error(x: Any, ref: Any) -> float:
+    """max |x - ref| in ref's dtype; inf when anything is not finite."""
+    import torch
+
+    diff = (x.to(ref.dtype) - ref).abs()
+    if not torch.isfinite(diff).all():
+        return float("inf")
+    return diff.max().item() if diff.numel() else 0.0
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -435,22 +338,17 @@ _NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:
 
 
 def tidy_reasons(messages: Iterable[str]) -> list[str]:
-    """Each warning once, in order, without torch's "Triggered internally" note; a heading
-    ending in ':' joins the warning after it; the profiler's notices are dropped."""
-    out: list[str] = []
-    heading = ""
+    """Each warning once, in order, torch's notes and the profiler's notices dropped."""
+    out, heading = [], ""
     for text in messages:
         msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(text.split()))
         msg = re.sub(r"^Warning:\s*", "", msg.strip())
-        if not msg or "Profiler clears events" in msg:
-            continue
-        if msg.endswith(":"):
+        if msg.endswith(":"):  # a heading joins the warning after it
             heading = msg
-            continue
-        msg, heading = f"{heading} {msg}" if heading else msg, ""
-        if msg not in out:
-            out.append(msg)
-    return out
+        elif msg and "Profiler clears events" not in msg:
+            out.append(f"{heading} {msg}".strip())
+            heading = ""
+    return list(dict.fromkeys(out))
 
 
 def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]) -> str:
@@ -461,16 +359,8 @@ def reason_from(exc: BaseException | None, caught: list[warnings.WarningMessage]
 
 
 @contextlib.contextmanager
-def capture_warnings() -> Iterator[list[warnings.WarningMessage]]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
-
-
-@contextlib.contextmanager
 def capture_all_warnings() -> Iterator[list[str]]:
-    """Python warnings and everything written to fd 2 (torch's C++ TORCH_WARN): yields a list
-    that holds their tidy_reasons on exit; fd-2 text that is not a warning goes on to stderr."""
+    """Python warnings and fd 2's C++ warnings, as tidy reasons on exit."""
     import ctypes
     import tempfile
 
@@ -479,7 +369,10 @@ def capture_all_warnings() -> Iterator[list[str]]:
     sys.stderr.flush()
     libc.fflush(None)
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink, capture_warnings() as caught:
+    with (
+        tempfile.TemporaryFile() as sink,
+        warnings.catch_warnings(record=True, action="always") as caught,
+    ):
         os.dup2(sink.fileno(), 2)
         try:
             yield reasons
@@ -497,21 +390,6 @@ def capture_all_warnings() -> Iterator[list[str]]:
                 sys.stderr.write("\n".join(rest) + "\n")
 
 
-def free_memory_bytes(device: Any) -> int | None:
-    """Free device memory, counting blocks torch's caching allocator holds unused; on CPU,
-    MemAvailable."""
-    import torch
-
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return int(free + max(0, cached))
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        meminfo = Path("/proc/meminfo").read_text()
-        return int(re.search(r"^MemAvailable:\s*(\d+)", meminfo, re.M)[1]) * 1024  # type: ignore
-    return None
-
-
 def torch_lib_dir() -> Path:
     import torch
 
@@ -519,38 +397,26 @@ def torch_lib_dir() -> Path:
 
 
 def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
-    """AOTriton runtime version (include/aotriton/config.h next to lib/, else the versioned
-    libaotriton_v2.so.X.Y.Z name), each image pack's __signature__, and a mismatch between them."""
-    info: dict[str, Any] = {"lib_dir": str(lib_dir), "runtime_version": None,
-                            "runtime_source": None, "images": {}, "mismatch": None}  # fmt: skip
+    """AOTriton runtime version, each image pack's signature, and a mismatch between them."""
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
-    with contextlib.suppress(OSError):
-        text = config_h.read_text(errors="replace")
-        parts = re.findall(r"#define\s+AOTRITON_VERSION_(?:MAJOR|MINOR|PATCH)\s+(\d+)", text)
-        if len(parts) >= 2:
-            info.update(runtime_version=".".join(parts), runtime_source=str(config_h))
-    for lib in [] if info["runtime_version"] else sorted(lib_dir.glob("libaotriton_v2.so.*")):
+    text = config_h.read_text(errors="replace") if config_h.is_file() else ""
+    parts = re.findall(r"#define\s+AOTRITON_VERSION_(?:MAJOR|MINOR|PATCH)\s+(\d+)", text)
+    runtime, source = (".".join(parts), str(config_h)) if len(parts) >= 2 else (None, None)
+    for lib in [] if runtime else sorted(lib_dir.glob("libaotriton_v2.so.*")):
         if m := re.fullmatch(r"libaotriton_v2\.so\.(\d+\.\d+(?:\.\d+)?)", lib.name):
-            info.update(runtime_version=m.group(1), runtime_source=str(lib))
-    for sig in sorted((lib_dir / "aotriton.images").glob("*/__signature__")):
-        info["images"][sig.parent.name] = image_signature(sig)
-    runtime = version_key(info["runtime_version"] or "")[:2]
-    bad = [
-        f"{pack} images {img['version']}"
-        for pack, img in info["images"].items()
-        if runtime and img.get("version") and version_key(img["version"])[:2] != runtime
-    ]
-    if bad:
-        info["mismatch"] = (
-            f"AOTriton runtime {info['runtime_version']} ({info['runtime_source']}) does not "
-            "match " + ", ".join(bad)
-        )
-    return info
+            runtime, source = m.group(1), str(lib)
+    signatures = sorted((lib_dir / "aotriton.images").glob("*/__signature__"))
+    images = {sig.parent.name: image_signature(sig) for sig in signatures}
+    key = version_key(runtime or "")[:2]
+    bad = [f"{pack} images {img['version']}" for pack, img in images.items()
+           if key and img.get("version") and version_key(img["version"])[:2] != key]  # fmt: skip
+    mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
+    return {"lib_dir": str(lib_dir), "runtime_version": runtime, "runtime_source": source,
+            "images": images, "mismatch": mismatch if bad else None}  # fmt: skip
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
-    """An image pack's __signature__: its AOTriton version, or (>= 0.13b, JSON with no AOTriton
-    version, whose TRITON_VERSION must not be taken for one) its git commit."""
+    """An image pack's __signature__: its AOTriton version, or (>= 0.13b) its commit."""
     try:
         text = sig.read_bytes().decode("latin-1")
     except OSError as e:
@@ -559,32 +425,13 @@ def image_signature(sig: Path) -> dict[str, Any]:
         data = json.loads(text)
         if isinstance(data, dict) and "AOTRITON_GIT_SHA1" in data:
             return {"version": None, "signature": f"git {str(data['AOTRITON_GIT_SHA1'])[:12]}"}
-    m = re.search(r"aotriton[^0-9]{0,3}(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
-    m = m or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
-    return {"version": m.group(1) if m else None, "signature": first_line(text, 120)}
-
-
-def provenance(device: Any, ident: dict[str, Any]) -> dict[str, Any]:
-    """bench's provenance: the identity's software and device, the dispatch-relevant variables
-    that are set, cuDNN, AOTriton's versions and (ROCm) the preferred flash library."""
-    import torch
-
-    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
-    prov: dict[str, Any] = {k: ident.get(k) for k in keep}
-    prov |= {"hip": ident["rocm"], "device_name": ident["gpu"], "cudnn": None}
-    prov["python"] = platform.python_version()
-    prov["env"] = {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ}
-    prov["aotriton"] = aotriton_versions(torch_lib_dir()) if torch.version.hip else None
-    with contextlib.suppress(Exception):
-        prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
-        if device.type == "cuda" and torch.version.hip:
-            prov["preferred_rocm_fa_library"] = str(torch.backends.cuda.preferred_rocm_fa_library())
-    return prov
+    number = r"(\d+\.\d+(?:\.\d+)?)"
+    m = re.search(r"aotriton[^0-9]{0,3}" + number, text, re.IGNORECASE) or re.search(number, text)
+    return {"version": m and m.group(1), "signature": first_line(text, 120)}
 
 
 def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
-    """Who made a result: machine, GPU, software and when (UTC), in every probe's JSON (the
-    results page groups files by it)."""
+    """Who made a result: machine, GPU, software and when (UTC)."""
     import socket
     import time
 

@@ -1,19 +1,12 @@
-"""Run PyTorch's own SDPA tests (test/test_transformers.py) against the installed torch.
-
-The test file of the commit torch was built from, read from a PyTorch checkout's git object
-store (blob id checked; --test-file: unverified), run with real pytest in a subprocess:
--k "TestSDPA or TestAttnBias", a CK pass on ROCm, TheRock's skip list, a time budget, --quick.
-Exit 0 when every test that ran passed (one at least); 1 on a failure, an import error or a
-spent budget; 2 on bad input or when nothing can be run. More: docs/attention-tools.md
-("validate --upstream").
-"""
+"""Run PyTorch's own SDPA tests (test/test_transformers.py of torch's commit, with real pytest)
+against the installed torch, TheRock's skip list applied. More: docs/attention-tools.md."""
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import dataclasses
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -49,75 +42,45 @@ SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
 
 
 # --- TheRock's skip lists, read as ROCm/TheRock@89553ce3 external-builds/pytorch/skip_tests/
-# create_skip_tests.py reads them: each file assigns one literal `skip_tests = {section: {module:
-# [names]}}` (parsed, never executed), a comment above a name is its reason; generic.py plus
-# pytorch_<major.minor>.py; a section applies when its key is a substring of "common", an amdgpu
-# family or the platform; a name matches like pytest -k.
+# create_skip_tests.py reads them (docs/attention-tools.md, "Skips").
 
 
-@dataclasses.dataclass(frozen=True)
-class SkipEntry:
-    name: str  # a test name (pytest -k substring)
-    file: str  # generic.py / pytorch_2.13.py
-    section: str  # "common", "gfx94", "windows", ...
-    module: str  # PyTorch test module TheRock files it under ("nn", "cuda", ...)
-    comment: str  # the reason TheRock wrote above the name (shared by a run of names), or ""
-
-
-def parse_skip_file(text: str, file_name: str) -> list[SkipEntry]:
-    """Every (section, module, name) of a skip file, each with its comment."""
-
-    def bad(why: str) -> common.UsageError:
-        return common.UsageError(f"{file_name}: {why}")
-
-    try:
-        tree = ast.parse(text, file_name)
-    except SyntaxError as exc:
-        raise bad(f"not Python ({exc.msg}, line {exc.lineno})") from None
-    assigned = [n.value for n in tree.body if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]]  # fmt: skip
-    if not assigned:
-        raise bad("no 'skip_tests = {...}' assignment")
-    try:
-        ast.literal_eval(assigned[-1])
-    except ValueError:
-        raise bad("skip_tests is not a literal") from None
-    if not isinstance(assigned[-1], ast.Dict):
-        raise bad("skip_tests is not a dict")
+def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
+    """Every name of a literal skip_tests dict: {name, section, module, file, comment (TheRock's
+    reason, above it)}."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
-    comments = {
-        t.start[0]: t.string.lstrip("#").strip() for t in tokens if t.type == tokenize.COMMENT
-    }
-    entries = []
-    for section_key, modules in zip(assigned[-1].keys, assigned[-1].values, strict=True):
-        section = str(ast.literal_eval(section_key))  # type: ignore[arg-type]
-        if not isinstance(modules, ast.Dict):
-            raise bad(f"section {section!r} is not a dict of modules")
-        for module_key, names in zip(modules.keys, modules.values, strict=True):
-            module = str(ast.literal_eval(module_key))  # type: ignore[arg-type]
-            if not isinstance(names, ast.List | ast.Set | ast.Tuple):
-                raise bad(f"{section}/{module} is not a list of names")
-            # A comment block above names is theirs until the next block; one after a name on
-            # its line is added to it.
-            start, block = names.lineno, ""
-            for name in names.elts:
-                above = (comments.get(n, "") for n in range(start, name.lineno))
-                block = " ".join(c for c in above if c.strip("-= ")) or block
-                comment = f"{block} {comments.get(name.end_lineno or 0, '')}".strip()
-                value = str(ast.literal_eval(name))
-                entries.append(SkipEntry(value, file_name, section, module, comment))
-                start = name.lineno + 1  # comments inside a name that spans lines count
+    try:
+        node = [n.value for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)
+                and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]][-1]  # fmt: skip
+        ast.literal_eval(node)
+        comments = {t.start[0]: t.string.lstrip("#").strip()
+                    for t in tokens if t.type == tokenize.COMMENT}  # fmt: skip
+        entries = []
+        for section, modules in zip(node.keys, node.values, strict=True):
+            for module, names in zip(modules.keys, modules.values, strict=True):
+                start, block = names.lineno, ""  # a block is its names' until the next one
+                for name in names.elts:
+                    above = (comments.get(n, "") for n in range(start, name.lineno))
+                    block = " ".join(c for c in above if c.strip("-= ")) or block
+                    comment = f"{block} {comments.get(name.end_lineno or 0, '')}".strip()
+                    keys = [str(ast.literal_eval(x)) for x in (name, section, module)]  # type: ignore
+                    entries.append(dict(zip(("name", "section", "module"), keys, strict=True)))
+                    entries[-1] |= {"file": file_name, "comment": comment}
+                    start = name.lineno + 1  # comments inside a name that spans lines count
+    except (SyntaxError, ValueError, IndexError, AttributeError) as exc:
+        what = "not a literal skip_tests = {section: {module: [names]}}"
+        raise common.UsageError(f"{file_name}: {what} ({type(exc).__name__}: {exc})") from None
     return entries
 
 
-def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[SkipEntry], list[str]]:
+def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[dict], list[str]]:
     """generic.py plus this torch's version file, and a note per file (read, or not there)."""
     if not (skip_dir / "generic.py").is_file():
         raise common.UsageError(f"{skip_dir}: no generic.py (not TheRock's skip_tests folder)")
     version = re.match(r"(\d+)\.(\d+)", torch_version)
     if not version:
         raise common.UsageError(f"cannot read major.minor from torch version {torch_version!r}")
-    entries: list[SkipEntry] = []
+    entries: list[dict] = []
     notes = []
     for name in ("generic.py", f"pytorch_{version[1]}.{version[2]}.py"):
         if not (skip_dir / name).is_file():
@@ -128,15 +91,14 @@ def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[SkipEntry], 
     return entries, notes
 
 
-def select(entries: list[SkipEntry], families: list[str], system: str) -> list[SkipEntry]:
+def select(entries: list[dict], families: list[str], system: str) -> list[dict]:
     """The entries create_skip_tests.py would pool: section key a substring of a filter."""
     filters = ["common", *families, system.lower()]
-    return [e for e in entries if any(e.section in f for f in filters)]
+    return [e for e in entries if any(e["section"] in f for f in filters)]
 
 
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
-    """HEAD of the TheRock checkout itself (never of a repository that merely encloses the
-    folder), else the pinned commit, named as such."""
+    """HEAD of the TheRock checkout itself, else the pinned commit, named as such."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         if (checkout / ".git").exists():
             git = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
@@ -144,10 +106,8 @@ def therock_commit(checkout: Path) -> tuple[str | None, str]:
             if head:
                 return head, f"git HEAD of {checkout}"
     with contextlib.suppress(OSError, ValueError, KeyError):  # no pin: the report says "unknown"
-        pins = tomllib.loads((REPO_ROOT / "pins" / "therock.toml").read_text())
-        return str(
-            pins["therock"]["commit"]
-        ), "pins/therock.toml (the folder is not a git checkout)"
+        pin = tomllib.loads((REPO_ROOT / "pins" / "therock.toml").read_text())["therock"]["commit"]
+        return str(pin), "pins/therock.toml (the folder is not a git checkout)"
     return None, "unknown"
 
 
@@ -156,11 +116,8 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
     info: dict[str, Any] = {"dir": None, "commit": None, "files": [], "families": []}
     skip_dir = therock_dir / SKIP_DIR if therock_dir else None
     if skip_dir is None or not skip_dir.is_dir():
-        info["note"] = (
-            f"{skip_dir} not found (run build_pytorch, or --therock-dir): not applied"
-            if skip_dir
-            else "--no-therock: TheRock's skip list not applied"
-        )
+        missing = f"{skip_dir} not found (run build_pytorch, or --therock-dir)"
+        info["note"] = f"{missing if skip_dir else '--no-therock'}: TheRock's skip list not applied"
         return [], info
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
@@ -181,24 +138,20 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
-    """PyTorch's test file for this torch (its bytes under "data"): --test-file, else TEST_PATH
-    at torch's commit from git's object store of the checkout, its blob id checked."""
+    """The test file for this torch: --test-file, else torch's commit from git."""
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
         except OSError as exc:
-            raise common.UsageError(
-                f"--test-file {opts.test_file}: {exc.strerror or exc}"
-            ) from None
+            raise common.UsageError(f"--test-file {opts.test_file}: {exc.strerror}") from None
         blob = git_blob_sha1(data)
         how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
         how += f"commit {commit[:12]}"
         return {"data": data, "commit": commit, "repo": "user", "blob_sha1": blob,
                 "source": "user", "verified": False, "how": how}  # fmt: skip
-    checkout = Path(opts.torch_src) if opts.torch_src else work / "src" / "pytorch"
-    cannot = (
-        f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
-    )
+    checkout = Path(opts.torch_src or work / "src" / "pytorch")
+    cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
+    cannot += " cannot be had"
     if not commit or commit == "Unknown":
         raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
@@ -221,8 +174,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
-    """One pytest run of the test file with this module as its plugin: how it ended, its rows.
-    run: test_file, run_dir, devices, therock (skip entries), budget_s, quick_max, log_path."""
+    """One pytest run of the test file with this module as its plugin."""
     run_dir, budget_s = run["run_dir"], run["budget_s"]
     run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
@@ -230,7 +182,7 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
     config = {"results_path": str(results), "budget_s": budget_s, "quick_max": run["quick_max"],
-              "therock": [dataclasses.asdict(e) for e in run["therock"]],
+              "therock": run["therock"],
               "label": f"upstream {name}", "progress_every_s": 15}  # fmt: skip
     (run_dir / f"plugin-{name}.json").write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -247,9 +199,8 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
         log.flush()
         try:
-            code = subprocess.run(
-                argv, cwd=run_dir, env=env, stdout=log, timeout=budget_s + GRACE_S
-            ).returncode
+            limit = budget_s + GRACE_S
+            code = subprocess.run(argv, cwd=run_dir, env=env, stdout=log, timeout=limit).returncode
         except subprocess.TimeoutExpired:  # the run is killed
             killed = f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
     records = []
@@ -257,10 +208,8 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
             with contextlib.suppress(ValueError):  # a line cut by a kill
                 records.append(json.loads(line))
-    finished = {r["nodeid"] for r in records if r.get("event") == "result"}
-    hung = [
-        r["nodeid"] for r in records if r.get("event") == "start" and r["nodeid"] not in finished
-    ]
+    ended = {r["nodeid"] for r in records if r.get("event") == "result"}
+    hung = [r["nodeid"] for r in records if r.get("event") == "start" and r["nodeid"] not in ended]
     if killed and hung:
         killed += f"; still running: {hung[-1]}"
     collected = next((r for r in records if r.get("event") == "collected"), None)
@@ -271,8 +220,7 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
 
 
 def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> list[dict[str, Any]]:
-    """One row per test of a pass (the worst outcome its reports gave); the pass's counts and
-    what went wrong in it (one line each) set on it."""
+    """One row per test of a pass (its worst outcome); counts and problems set on p."""
     rank = ("passed", "xfailed", "skipped", "xpassed", "error", "failed").index
     rows: dict[str, dict[str, Any]] = {}
     for r in (r for r in records if r.get("event") == "result"):
@@ -286,24 +234,21 @@ def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> li
               if r.get("event") == "collect-error"]  # fmt: skip
     budget_skips = sum(1 for r in rows.values() if r.get("source") == "ours")
     collected_nothing = f"pytest collected nothing (exit {p['pytest_exit']}; see {log})"
-    problems = [
-        errors and f"the test file did not import: {errors[0]}",
-        p["killed"],
-        budget_skips and f"time budget spent, {budget_skips} tests not run",
-        not (errors or p["collected"]) and collected_nothing,
-    ]
+    problems = [errors and f"the test file did not import: {errors[0]}", p["killed"],
+                budget_skips and f"time budget spent, {budget_skips} tests not run",
+                not (errors or p["collected"]) and collected_nothing]  # fmt: skip
     p["problems"] = [f"pass {p['name']}: {text}" for text in problems if text]
     return list(rows.values())
 
 
-def summarize(doc: dict[str, Any], rows: list[dict], skips: list[SkipEntry]) -> dict[str, Any]:
+def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[str, Any]:
     """The counts and groupings of the rows, and the verdict line, added to the report."""
     by_class: dict[str, Counter] = {}
     for r in rows:
         by_class.setdefault(r["class"], Counter())[r["outcome"]] += 1
     skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in rows
                if r["outcome"] == "skipped"]  # fmt: skip
-    comments = {e.name: e.comment for e in skips}
+    comments = {e["name"]: e["comment"] for e in skips}
     doc["skips"] = []
     for (source, reason), n in sorted(Counter(skipped).items(), key=lambda kv: (-kv[1], kv[0])):
         group = {"source": source, "source_name": SOURCES.get(source, source), "reason": reason}
@@ -315,11 +260,6 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[SkipEntry]) -> 
             "skips_by_source": dict(sorted(Counter(s for s, _ in skipped).items())),
             "by_class": {k: dict(v) for k, v in sorted(by_class.items())},
             "results": rows}  # fmt: skip
-    doc["passed"], doc["verdict"] = verdict(doc)
-    return doc
-
-
-def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
     c, problems, tf = Counter(doc["counts"]), doc["problems"], doc["test_file"]
     bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
@@ -340,12 +280,14 @@ def verdict(doc: dict[str, Any]) -> tuple[bool, str]:
     elif bad:
         first = next(r for r in doc["results"] if r["outcome"] in ("failed", "error"))
         line += f"; first failure: {first['class']}::{first['test']}"
-    return ok, line
+    return doc | {"passed": ok, "verdict": line}
 
 
 def render(doc: dict[str, Any]) -> str:
     stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
     therock = doc["therock"]
+    applied = f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
+    applied += f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
     lines = [
         f"PyTorch's SDPA tests on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), "
         f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
@@ -353,28 +295,16 @@ def render(doc: dict[str, Any]) -> str:
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
         + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
         "TheRock: "
-        + (
-            f"{therock['entries_applied']} of {therock['entries_read']} entries apply "
-            f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
-            f"{therock['commit_from']})"
-            if therock["files"]
-            else therock["note"]
-        ),
+        + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
         "",
-        *common.text_table(
-            ("pass", "wall s", *OUTCOMES),
-            [
-                (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
-                for p in doc["passes"]
-            ],
-        ),
+        *common.text_table(("pass", "wall s", *OUTCOMES), [
+            (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
+            for p in doc["passes"]]),
         "",
         "by class:",
-        *common.text_table(
-            ("class", *OUTCOMES),
-            [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()],
-        ),
-    ]
+        *common.text_table(("class", *OUTCOMES), [
+            (k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]),
+    ]  # fmt: skip
     lines += ["", "skips (count, source: reason):"] if doc["skips"] else []
     for g in doc["skips"]:
         reason = g["reason"].removeprefix(THEROCK_PREFIX)
@@ -413,11 +343,8 @@ def build_parser() -> common.OneLineArgumentParser:
 
 def parse_args(argv: list[str] | None) -> Any:
     opts = build_parser().parse_args(argv)
-    if opts.dry_run:
-        raise common.UsageError(
-            "--dry-run: PyTorch's own tests have no dry run (which tests run is known only once "
-            "the test file is found and collected); drop --dry-run, add --quick for a short run"
-        )
+    if opts.dry_run:  # which tests run is known only once the file is found and collected
+        raise common.UsageError("--dry-run: PyTorch's own tests have no dry run; try --quick")
     if opts.quick_max <= 0:
         raise common.UsageError("--quick-max must be positive")
     if opts.budget_min is not None and opts.budget_min <= 0:
@@ -425,17 +352,14 @@ def parse_args(argv: list[str] | None) -> Any:
     if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
         raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     for module in ("pytest", "expecttest"):  # PyTorch's test helpers import both
-        try:
-            __import__(module)
-        except ImportError:
+        if importlib.util.find_spec(module) is None:
             need = f"PyTorch's tests need it: python -m pip install {module}"
-            raise common.UsageError(
-                f"{module} is not installed in {sys.executable}; {need}"
-            ) from None
+            raise common.UsageError(f"{module} is not installed in {sys.executable}; {need}")
     return opts
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     started = time.perf_counter()
     opts = parse_args(argv)
     import torch
@@ -448,13 +372,12 @@ def _main(argv: list[str] | None) -> int:
     arch, device_name = common.detect_arch(device)
     test = find_test_file(opts, work, git_version, torch.__version__)
     print(f"test file: {test['how']}", file=sys.stderr, flush=True)
-    therock_dir = None if opts.no_therock else opts.therock_dir or work / "src" / "therock"
-    skips, therock_info = load_skips(therock_dir and Path(therock_dir).expanduser(),
-                                     torch.__version__, arch)  # fmt: skip
+    therock_dir = None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock")
+    skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     # One run folder per file version, quick or full; the log emptied.
-    run_dir = work / "upstream-tests" / "runs" / f"{test['source']}-{test['blob_sha1'][:12]}"
-    run_dir = run_dir.with_name(run_dir.name + "-quick") if opts.quick else run_dir
+    name = f"{test['source']}-{test['blob_sha1'][:12]}" + "-quick" * opts.quick
+    run_dir = work / "upstream-tests" / "runs" / name
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
@@ -472,7 +395,7 @@ def _main(argv: list[str] | None) -> int:
                   "cuda": torch.version.cuda, "hip": torch.version.hip},
         "python": platform.python_version(),
         "device": {"type": device.type, "name": device_name, "arch": arch}, "test_file": test,
-        "therock": {**therock_info, "entries": [dataclasses.asdict(e) for e in skips]},
+        "therock": {**therock_info, "entries": skips},
         "selection": {"k": selection, "devices": devices, "ck_pass": bool(plan[1:]),
                       "quick_max": run["quick_max"]},
         "quick": opts.quick, "budget_min_per_pass": run["budget_s"] / 60, "log": str(log_path),
@@ -484,10 +407,6 @@ def _main(argv: list[str] | None) -> int:
     return 0 if doc["passed"] else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
-
-
 # --- the pytest plugin: `pytest -p upstream_sdpa` in the run of the test file, configured by
 # $ROCMFA_UPSTREAM_PLUGIN_CONFIG: TheRock's entries as skip marks, every Nth test for --quick, a
 # skip once the time budget is spent, progress lines, and one JSON line per outcome to a results
@@ -495,7 +414,6 @@ def main(argv: list[str] | None = None) -> int:
 
 BUDGET_PREFIX = "ours: time budget of "
 _run: dict[str, Any] = {}  # that run's config and state
-_counts: Counter[str] = Counter()
 
 
 def _write(record: dict[str, Any]) -> None:
@@ -507,14 +425,14 @@ def _progress(force: bool = False) -> None:
     if force or now - _run["printed"] >= _run["progress_every_s"]:
         _run["printed"], elapsed = now, int(now - _run["started"])
         where = f"{_run['done']}/{_run['total']} {elapsed // 60}m{elapsed % 60:02d}s"
-        text = ", ".join(f"{n} {k}" for k, n in sorted(_counts.items())) or "starting"
+        text = ", ".join(f"{n} {k}" for k, n in sorted(_run["counts"].items())) or "starting"
         print(f"[{_run['label']} {where}] {text}", file=sys.stderr, flush=True)
 
 
 def pytest_configure(config: Any) -> None:
     if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
         _run.update(json.loads(Path(path).read_text()), started=time.monotonic(), printed=0.0)
-        _run.update(total=0, done=0)
+        _run.update(total=0, done=0, counts=Counter())
         _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
@@ -577,19 +495,16 @@ def pytest_runtest_logreport(report: Any) -> None:
     record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
               "when": report.when, "duration": round(report.duration, 4)}  # fmt: skip
     if outcome == "skipped":
-        reason = _message(report)
+        reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
-        record |= {
-            "reason": reason,
-            "source": "ours" if reason.startswith(BUDGET_PREFIX) else source,
-        }
+        record["source"] = "ours" if reason.startswith(BUDGET_PREFIX) else source
     elif outcome in ("failed", "error"):
         record["message"] = (_message(report).strip().splitlines() or [""])[0][:500]
     elif outcome in ("xfailed", "xpassed"):
         record["reason"] = str(report.wasxfail)
     _write(record)
     _run["done"] += report.when != "teardown"
-    _counts[outcome] += 1
+    _run["counts"][outcome] += 1
     _progress()
 
 

@@ -1,8 +1,5 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
 
-Head dims 32-256, fp16 and bf16, causal and not, odd shapes, and the cases where AOTriton users
-hit bugs; a backend's error may be at most 2x (out) / 3x (grads) that of a naive attention in the
-same precision plus a floor. Cases beyond an arch limit (arches.toml) are known-limit, not run.
 Exit 0 iff every case that ran passed (one at least), 1 otherwise, 2 on bad input. Grid,
 tolerance and statuses: docs/attention-tools.md.
 """
@@ -11,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -55,23 +53,8 @@ class Case(NamedTuple):
     variant: str  # "" (the grid) or a SPECIAL_CASES variant
 
 
-def case_mask(case: Case) -> Any:
-    """The boolean keep-mask (Sq x Sk) the case means, or None (no mask, no causal)."""
-    import torch
-
-    s_q, s_k = case.shape.seq, case.shape.kv_seq
-    if case.variant == "masked-rows":
-        mask = torch.rand(s_q, s_k, generator=torch.Generator().manual_seed(7)) < 0.5
-        mask[[r for r in MASKED_ROWS if r < s_q]] = False
-        return mask
-    offset = s_k - s_q if case.variant == "bottom-right" else 0
-    return torch.ones(s_q, s_k, dtype=torch.bool).tril(diagonal=offset) if case.causal else None
-
-
 def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
-    """Attention in the inputs' precision: matmuls in q.dtype, softmax in float32 (what an
-    unfused low-precision implementation does); a row that keeps no key gives 0 (torch's
-    rule)."""
+    """Attention in q's precision (softmax in fp32); a row with no key gives 0."""
     k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     scores = (q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)
     if mask is None:
@@ -87,7 +70,13 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
 
     if case.variant == "dropout":
         return run_dropout(device, backend, case, seed)
-    shape, mask = case.shape, case_mask(case)
+    shape, mask = case.shape, None  # the boolean keep-mask (Sq x Sk) the case means
+    if case.variant == "masked-rows":
+        mask = torch.rand(shape.seq, shape.kv_seq, generator=torch.Generator().manual_seed(7)) < 0.5
+        mask[[r for r in MASKED_ROWS if r < shape.seq]] = False
+    elif case.causal:
+        offset = shape.kv_seq - shape.seq if case.variant == "bottom-right" else 0
+        mask = torch.ones(shape.seq, shape.kv_seq, dtype=torch.bool).tril(diagonal=offset)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     transposed = case.variant == "transposed"  # made as B,S,H,D: non-contiguous as B,H,S,D
 
@@ -112,7 +101,7 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
         ref = run(torch.float64, lambda q, k, v: common.sdpa(q, k, v, False, attn_mask=device_mask))
     dtype = common.torch_dtype(case.dtype)
     low = run(dtype, lambda q, k, v: naive_attention(q, k, v, mask))  # the error budget
-    with common.capture_warnings() as caught:
+    with warnings.catch_warnings(record=True, action="always") as caught:
         try:
             with common.backend_context(backend, device):
                 got = run(dtype, lambda q, k, v: tested_call(case, q, k, v, device_mask))
@@ -139,10 +128,9 @@ def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str,
         note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
     errors: dict[str, Any] = {}
     for i, name in enumerate(("out", "dq", "dk", "dv")):
-        err, factor = _max_err(got[i], ref[i]), FWD_FACTOR if i == 0 else BWD_FACTOR
-        budget = factor * _max_err(low[i], ref[i]) + FLOOR[case.dtype] * max(
-            1.0, ref[i].abs().max().item()
-        )
+        err, factor = common.max_error(got[i], ref[i]), FWD_FACTOR if i == 0 else BWD_FACTOR
+        scale = max(1.0, ref[i].abs().max().item())
+        budget = factor * common.max_error(low[i], ref[i]) + FLOOR[case.dtype] * scale
         errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
     bad = [n for n, t in zip(errors, got, strict=True) if not torch.isfinite(t).all()]
     over = [n for n, e in errors.items() if not e["ok"]]
@@ -157,7 +145,7 @@ def tested_call(case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
     if case.variant == "bottom-right" and case.causal:
         from torch.nn.attention.bias import causal_lower_right
 
-        with common.capture_warnings():  # its "NaNs when seq_len_q > seq_len_kv" warning
+        with warnings.catch_warnings(action="ignore"):  # "NaNs when seq_len_q > seq_len_kv"
             bias = causal_lower_right(case.shape.seq, case.shape.kv_seq)
         return common.sdpa(q, k, v, False, attn_mask=bias)
     if case.variant == "masked-rows":
@@ -179,7 +167,7 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
         torch.manual_seed(s)
         return common.sdpa(q, k, v, False, dropout_p=DROPOUT_P).float().cpu()
 
-    with common.capture_warnings() as caught:
+    with warnings.catch_warnings(record=True, action="always") as caught:
         try:
             with common.backend_context(backend, device):
                 first, again, other = once(seed), once(seed), once(seed + 1)
@@ -209,22 +197,12 @@ def case_text(case: Case) -> str:
     return f"{case.shape.dims()} {case.dtype} {causal}".strip()
 
 
-def _max_err(x: Any, ref: Any) -> float:
-    import torch
-
-    diff = (x.to(ref.dtype) - ref).abs()
-    if not torch.isfinite(diff).all():
-        return float("inf")
-    return diff.max().item() if diff.numel() else 0.0
-
-
 def _round(x: float) -> float | str:
     return "inf" if x == float("inf") else float(f"{x:.3g}")
 
 
 def build_cases(opts: Any) -> list[Case]:
-    """The grid (head dims x shapes x dtypes x causal) and SPECIAL_CASES whose head dim is in
-    the run's head dims (--quick: its subset of each); --shape: those shapes only."""
+    """The grid and the SPECIAL_CASES within its head dims; --shape: those only."""
     head_dims = QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS
     if opts.head_dims:
         try:
@@ -232,17 +210,13 @@ def build_cases(opts: Any) -> list[Case]:
         except ValueError:
             head_dims = ()
         if not head_dims or min(head_dims) <= 0:
-            raise common.UsageError(
-                f"--head-dims {opts.head_dims!r}: expected a comma list of positive integers"
-            )
+            raise common.UsageError(f"--head-dims {opts.head_dims!r}: expected positive integers")
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     table = QUICK_SHAPES if opts.quick else FULL_SHAPES
-    shapes = [common.parse_shape(s) for s in opts.shape or []] or [
-        common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
-        for d in head_dims
-        for (b, hq, hkv, s) in table
-    ]
+    grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
+            for d in head_dims for (b, hq, hkv, s) in table]  # fmt: skip
+    shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
     for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
@@ -256,16 +230,14 @@ def render(doc: dict[str, Any]) -> str:
     for r in doc["results"]:
         fwd = bwd = "-"
         if e := r.get("errors"):
-            worst = max(
-                ("dq", "dk", "dv"), key=lambda n: float(e[n]["err"]) / float(e[n]["allowed"])
-            )
+            ratio = {n: float(e[n]["err"]) / float(e[n]["allowed"]) for n in ("dq", "dk", "dv")}
+            worst = max(ratio, key=ratio.__getitem__)
             fwd = f"{e['out']['err']}/{e['out']['allowed']}"
             bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
         if drop := r.get("dropout"):
             fwd = f"keep {drop['keep_rate']}/{drop['keep_rate_expected']:g}"
-        status = r["status"] + (
-            f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
-        )
+        why = f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
+        status = r["status"] + why
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
@@ -284,18 +256,14 @@ def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__, json_option=True)
     add = p.add_argument
     # fmt: off
-    add("--backends", default="all",
-        help="comma list of flash, ck, efficient, cudnn, math (default: all on device)")
+    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
     add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
     add("--causal", choices=("yes", "no", "both"), default="both")
-    add("--head-dims", help="comma list (default 32,64,72,80,96,112,128,160,192,256; "
-        "--quick: 32,64,72,96)")
-    add("--shape", action="append",
-        help="use this shape B,H,S,D or B,Hq,Hkv,S,D instead of the built-in set")
-    add("--quick", action="store_true",
-        help="small subset (head_dim 32-96, short odd sequences): seconds on a CPU")
-    # fmt: on
+    add("--head-dims", help=f"comma list (default {','.join(map(str, HEAD_DIMS))})")
+    add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
+    add("--quick", action="store_true", help="a small subset: seconds on a CPU")
     add("--seed", type=int, default=0)
+    # fmt: on
     return p
 
 
@@ -308,7 +276,8 @@ TOLERANCE_RULE = (
 )
 
 
-def _main(argv: list[str] | None) -> int:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     import torch
 
     opts = build_parser().parse_args(argv)
@@ -336,19 +305,15 @@ def _main(argv: list[str] | None) -> int:
             else:
                 row.update(run_case(device, backend, case, opts.seed + i))
             results.append(row)
-            failed = f" ({row['reason']})" if row["status"] == "FAIL" else ""
+            status = row["status"] + (f" ({row['reason']})" if row["status"] == "FAIL" else "")
             where = f"{backend} {len(results)}/{len(cases) * len(backends)}"
-            print(
-                f"[{where}] {case_text(case)}: {row['status']}{failed}", file=sys.stderr, flush=True
-            )
+            print(f"[{where}] {case_text(case)}: {status}", file=sys.stderr, flush=True)
     counts = dict(Counter(r["status"] for r in results))
     passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
-    summary = (
-        f"{'PASS' if passed else 'FAIL'}: "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        + f" ({len(results)} cases, {time.perf_counter() - started:.1f} s)"
-        + ("" if counts.get("pass", 0) else "; no case ran")
-    )
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    summary = f"{'PASS' if passed else 'FAIL'}: {summary} ({len(results)} cases, "
+    none_ran = "" if counts.get("pass") else "; no case ran"
+    summary += f"{time.perf_counter() - started:.1f} s){none_ran}"
     doc = {
         "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
         "torch": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip,
@@ -361,10 +326,6 @@ def _main(argv: list[str] | None) -> int:
     }  # fmt: skip
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return common.run_cli(PROG, lambda: _main(argv))
 
 
 if __name__ == "__main__":
