@@ -518,7 +518,7 @@ def test_runtime_and_images_of_other_versions_are_not_published(builder, env, tm
     argv = other.args("--arch", "gfx1151", "--skip", "vision", "--skip", "audio")
     bp.build_pytorch(options.parse("build_pytorch", [*argv, "--aotriton-prefix", str(prefix)]))
     with pytest.raises(
-        UserError, match=r"AOTriton runtime 0\.13\.0 but image pack amd-gfx115x is version 0\.12"
+        UserError, match=r"runtime 0\.13\.0 but amd-gfx115x/__signature__ says 0\.12"
     ):
         publish(other, str(tmp_path / "idx"))
     assert not (tmp_path / "idx").exists()

@@ -1,8 +1,5 @@
-"""`nox -s install_wheels`: build_pytorch's run manifest's wheels, or with --index the newest set
-published for this machine (its manifest, rocmfa-wheelset/1, travels as a tiny wheel that
-publish writes), checked (sha256, Python tag, ROCm local version: ROCm/vllm#943); their runtime
-requirements by pip from its own index, the wheels with --no-deps, then backend_check.
-docs/pytorch-and-ck.md."""
+"""`nox -s install_wheels`: this run's wheels, or with --index the newest fitting published set,
+checked (sha256, Python tag, ROCm local version: ROCm/vllm#943). docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
@@ -51,8 +48,7 @@ def rocm_of(version: Version) -> tuple[str | None, str]:
 
 
 def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, machine: str) -> str:
-    """The recorded wheel unchanged, its tags and ROCm local version fit for the env: its
-    description, or UserError."""
+    """'name version' of the recorded wheel, unchanged and fit for the env's Python and ROCm."""
     path = Path(record["file"])
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
@@ -109,8 +105,7 @@ def load_manifest(work: Path) -> dict[str, Any]:
 
 
 def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
-    """What the wheels declare they need at run time (their Requires-Dist), less the wheels
-    themselves and optional extras; None when a record does not say (an older manifest)."""
+    """The wheels' Requires-Dist less the wheels and extras; None in a plan (not read yet)."""
     own = {canonicalize_name(r["project"]) for r in records}
     wanted: set[str] = set()
     for record in records:
@@ -151,8 +146,7 @@ def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
 
 
 def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: bool) -> tuple:
-    """(manifest with each wheel's Requires-Dist, pip argv): build_pytorch's run manifest's
-    wheels, checked; in a plan before it exists, named placeholders."""
+    """(run manifest with each wheel's Requires-Dist, pip argv); in a plan, placeholders."""
     work, runner = session.work, session.runner
     if not manifest_path(work).exists():
         runner.refuse(
@@ -194,7 +188,6 @@ def same_version(a: str, b: str) -> bool:
 
 
 def requires_of(wheel: Path) -> list[str]:
-    """The Requires-Dist lines of a wheel's METADATA."""
     try:
         with WheelFile(wheel) as wf:
             metadata = wf.read(f"{wf.dist_info_path}/METADATA")
@@ -208,8 +201,7 @@ def is_manifest_of(filename: str, set_id: str) -> bool:
 
 
 def listed_manifests(spec: team_index.IndexSpec, family: str):
-    """The family's wheel-set manifests, newest first (the name starts with the date); their
-    links; the S3 store they are read through, if any."""
+    """(the family's manifest wheels newest first, their links, the S3 store if any)."""
     store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
     links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
     names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
@@ -256,8 +248,8 @@ def mismatch(
 
 
 def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
-    """(manifest, family, where, store) of the newest wheel set on this machine's family index
-    that fits (fits' python_tag/rocm_version None: not compared)."""
+    """The newest wheel set on this machine's family index that fits (fits: python_tag,
+    rocm_version; left out: not compared), with where it was read."""
     spec, arch = team_index.parse_index(index), session.choice.arch
     family = family_of(arch)
     where = spec.describe(family)
@@ -286,9 +278,7 @@ def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
 
 
 def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
-    """(manifest, pip argv, what) of the chosen set: its wheels as `name @ URL
-    --hash=sha256:...` lines for pip --require-hashes (publish checked each against the set's
-    Python and ROCm SDK)."""
+    """(manifest, pip argv, what): the set's wheels as `name @ URL --hash=sha256:...` lines."""
     manifest, spec, family, where, store = choose_set(opts.index, opts.wheel_set, session, fits)
     set_id, lines, pages = manifest["set_id"], [], {}
     downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
@@ -346,8 +336,7 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
 
 
 def install_unless_current(opts, session, manifest: dict, argv: list, where: str | None) -> None:
-    """Unless exactly these wheels are in the env: their runtime requirements by pip the
-    ordinary way (no wheel touched yet), then the wheels (where: the set's, from an index)."""
+    """Unless these wheels are in the env: their runtime requirements, then the wheels."""
     runner, work, wheels = session.runner, session.work, manifest["wheels"]
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
@@ -368,11 +357,6 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
                 f"(exit {result.returncode}); see pip's message above; none of the wheels "
                 "was installed"
             )
-    elif needs is None and where:
-        runner.say(
-            f"note: the manifest of {where} records no runtime requirements (published "
-            "before they were recorded): only its wheels are installed"
-        )
     elif needs is None:
         runner.done(
             "then the runtime requirements the wheels declare (Requires-Dist), from "
@@ -392,7 +376,6 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
 
 
 def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
-    """The env still has exactly these versions (nobody pip-installed something else since)."""
     if not session.ready:
         return False
     query = Runner(base_env=session.environ, out=session.out)

@@ -1,8 +1,5 @@
-"""`nox -s publish`: this run's checked wheels, then their manifest (wheels with Requires-Dist,
-arch and family, pins, the torch wheel's AOTriton, report summaries) as a tiny wheel
-`rocmfa-wheelset` <YYYYMMDD.HHMMSS>+<python>.<set id>, then the pages, onto the family index
-(team_index.py); same sha256: skipped, another: refused before any upload.
-docs/pytorch-and-ck.md tells the whole story."""
+"""`nox -s publish`: this run's checked wheels, then their manifest as a tiny wheel
+`rocmfa-wheelset`, onto the family index (team_index.py). docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
@@ -12,9 +9,11 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,40 +40,26 @@ SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures",
 SUMMARY_KEYS += ("provenance", "settings", "wall_s")
 
 
-def aotriton_in_wheel(wheel: Path) -> dict[str, Any]:
-    """{'runtime': 'X.Y.Z' | None, 'images': {pack: '0.13' | 'git-<sha12>'}} from torch/lib/."""
-    runtimes, images = [], {}
+def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
+    """The AOTriton runtime and image packs in a torch wheel's torch/lib/, read as installed."""
     with zipfile.ZipFile(wheel) as zf:  # a wheel the build recorded (its sha256 checked)
-        for name in (n for n in zf.namelist() if n.startswith("torch/lib/")):
-            base = name.rsplit("/", 1)[-1]
-            if match := aotriton_install.LIB_RE.fullmatch(base):
-                runtimes.append(tuple(int(g) for g in match.groups()))
-            elif name.startswith("torch/lib/aotriton.images/") and base == "__signature__":
-                text = zf.read(name).decode(errors="replace")
-                images[name.split("/")[3]] = aotriton_install.signature_of(text)
-    runtime = ".".join(map(str, max(runtimes))) if runtimes else None
-    return {"runtime": runtime, "images": images}
+        names = [n for n in zf.namelist() if n.startswith("torch/lib/")]
+        base = lambda n: n.rsplit("/", 1)[-1]  # noqa: E731
+        zf.extractall(into, [n for n in names if aotriton_install.LIB_RE.fullmatch(base(n))])
+        zf.extractall(into, [n for n in names if base(n) == "__signature__"])
+    return aotriton_install.AotritonInstall.read(into / "torch" / "lib")
 
 
-def aotriton_problem(found: Mapping[str, Any], pin: Mapping[str, Any]) -> str | None:
+def aotriton_problem(found: aotriton_install.AotritonInstall, pin: Mapping[str, Any]):
     """Why the runtime and images in a flash-attention torch wheel do not belong together."""
-    runtime, images = found["runtime"], found["images"]
-    if runtime is None:
-        return "torch was built with flash attention but its wheel carries no libaotriton_v2.so"
-    if not images:
-        return f"the torch wheel has AOTriton runtime {runtime} but no aotriton.images/"
-    mm, commit = aotriton_install.major_minor(runtime), str(pin.get("commit") or "")
-    for pack, sig in sorted(images.items()):
-        if sig.startswith("git-") and not commit.startswith(sig[4:]) and commit:
+    if found.runtime is None or not found.images:
+        return f"torch was built with flash attention but its wheel has {found.describe()}"
+    commit = str(pin.get("commit") or "")
+    for pack, sig in sorted(found.images.items()):
+        if sig.startswith("git-") and commit and not commit.startswith(sig[4:]):
             return f"image pack {pack} comes from AOTriton {sig}, the runtime from {commit[:12]}"
-        if not sig.startswith("git-") and aotriton_install.major_minor(sig) != mm:
-            return f"AOTriton runtime {runtime} but image pack {pack} is version {sig}"
-    if len(commits := sorted({s for s in images.values() if s.startswith("git-")})) > 1:
-        return f"the image packs come from different AOTriton commits ({', '.join(commits)})"
-    version = pin.get("version")
-    if version and aotriton_install.major_minor(version) != mm:
-        return f"torch pins AOTriton {version} but its wheel carries runtime {runtime}"
-    return None
+    pinned = replace(found, runtime=pin["version"]) if pin.get("version") else found
+    return next(iter(aotriton_install.check_compatible(found, pinned, force=True)), None)
 
 
 def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,8 +83,7 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
-    """(kind, summary) of a backend_check/validate/bench report or a kernel check summary.json:
-    the report less its bulk (a bench's rows that ran stay: the results page draws them)."""
+    """(kind, summary): a probe's report less its bulk (a bench's rows that ran stay)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -119,16 +103,16 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
 
 
 def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) -> dict[str, Any]:
-    """The wheel-set manifest of run (wheels verified by the caller); UserError when the torch
-    wheel's AOTriton runtime and images disagree."""
+    """The wheel-set manifest of run (wheels verified by the caller)."""
     arch = archs.get_arch(run["arch"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
     torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
     inputs, heads = checkout.get("inputs") or {}, checkout.get("heads") or {}
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
-    found = aotriton_in_wheel(Path(torch_wheel["file"])) if torch_wheel else {}
     pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        found = torch_wheel and aotriton_in_wheel(Path(torch_wheel["file"]), Path(tmp))
     if flash and (problem := aotriton_problem(found, pin)):
         raise UserError(f"refusing to publish this wheel set: {problem}")
     summaries = dict(summarize_report(Path(report)) for report in reports)
@@ -159,8 +143,8 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": {
             **{k: pin.get(k) for k in ("commit", "version", "source")},
-            "runtime": found.get("runtime"),
-            "images": found.get("images") or {},
+            "runtime": found and found.runtime,
+            "images": found.images if found else {},
             "runtime_matches_images": True,
         },
         **components_and_patches(checkout),
@@ -189,7 +173,6 @@ def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
 
 
 def write_manifest_wheel(manifest: Mapping[str, Any], out_dir: Path) -> Path:
-    """A valid wheel holding the manifest (its RECORD written by the `wheel` library)."""
     target = out_dir / manifest_wheel_name(manifest)
     version = target.name.split("-")[1]
     info = f"{MANIFEST_DIST}-{version}.dist-info"
@@ -211,8 +194,8 @@ def sha256_of(data: bytes | None) -> str | None:
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
-    """(the wheels not on the index yet as (project, file), each project's page entries after
-    the upload); UserError naming a file there with another sha256, before any upload."""
+    """(the wheels not on the index yet, each project's page after the upload); UserError
+    before any upload when a file there has another sha256."""
     uploads, links, clashes = [], {}, []
     for record in wheels:
         project, path = canonicalize_name(record["project"]), Path(record["file"])
@@ -304,8 +287,7 @@ def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
 
 
 def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: dict) -> None:
-    """Each new file, created, never replaced; then the pages: the wheels' before the
-    manifests', the manifests' before the root's."""
+    """Each new file, never replaced; then the pages, the wheels' first and the root's last."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
         runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
