@@ -134,8 +134,8 @@ def read_paths(paths: list[str]) -> tuple[list[Doc], list[Rejected]]:
 
 
 def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]:
-    """Every wheel set's report summaries on a team index family (URL/v2/<family>, else
-    --arch's family); the manifest's own fields fill in what a summary's identity lacks."""
+    """The report summaries of every wheel set on a team index family (URL/v2/<family>, or
+    --arch's)."""
     from rocmfa.env import archs  # only --index reads a team index
     from rocmfa.plumbing import team_index
     from rocmfa.sharing import install_wheels as sets

@@ -103,8 +103,7 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
-    """Every other bench set against the first baseline set of its own configuration; a set
-    without one is shown, not compared, and said so in not_compared."""
+    """Each bench set against the first baseline set of its configuration, else in not_compared."""
     rule = (THRESHOLD_PCT, change.load_floors())
     out: list[dict[str, Any]] = []
     for model in models if bases else []:
@@ -126,8 +125,7 @@ def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[d
 
 
 def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per machine and bench configuration with two or more runs: per backend, the geometric
-    mean TFLOP/s over the cases every one of those runs has."""
+    """Per machine and bench configuration run twice or more: geo. mean TFLOP/s per backend."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for model in (m for m in models if m["bench"]):
         groups[inputs.machine_key(model["identity"]), model["config_label"]].append(model)
@@ -235,8 +233,7 @@ def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar
 
 
 def bench_figures(members: list, index: list[dict], first: dict, memory: bool, prefix: str) -> str:
-    """A chart per pass / dtype / causal (x: size; a bar per backend per set) of the compute-
-    bound rows in TFLOP/s, or of the memory-bound ones in GB/s under the memory roof (dashed)."""
+    """A chart per pass/dtype/causal of the compute-bound (TFLOP/s) or memory-bound rows (GB/s)."""
     panels: dict[tuple, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
     for key, row in first.items():
         if (row.get("bound") == "memory") == memory:
@@ -259,8 +256,7 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
 
 
 def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int) -> tuple:
-    """Every case of the sets in `index` (case key -> row, per set) once, in order: its first
-    row, and its table row (the case, `extra`, then per set `per_set` or `blank` dashes)."""
+    """Each case of `index` once: its first row; its cells (case, `extra`, `per_set` per set)."""
     first: dict[tuple, dict[str, Any]] = {}
     for rows in index:
         first.update({k: r for k, r in rows.items() if k not in first})
@@ -304,8 +300,7 @@ def bench_section(models: list[dict[str, Any]]) -> str:
 
 
 def comparison_section(comps: list[dict[str, Any]]) -> str:
-    """Per result set the verdict counts and geometric-mean speedup, a chart per pass (x:
-    backend, a bar per set, launch-bound rows left out), and every case's speedup."""
+    """Verdict counts and geo. mean speedups per set, a chart per pass, every case's speedup."""
     charts: dict[str, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
     for shade, comp in enumerate(comps):
         kept = defaultdict(list)
@@ -346,8 +341,7 @@ def time_section(groups: list[dict[str, Any]]) -> str:
 
 
 def kernel_check_section(checks: list[dict[str, Any]]) -> str:
-    """nox -s kernel_check (or build_aotriton's): per family, the generator's jobs and the
-    sample compiled or fetched from the kernel store."""
+    """Per kernel check (nox -s kernel_check), each family's jobs, sample and kernel-store hits."""
     fields = ("jobs", "sampled", "compiled", "from_store", "seconds")
     head = ["family", "jobs", "sampled", "compiled", "from store", "seconds"]
     parts = []
@@ -397,8 +391,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def report(opts: Any, rest: Sequence[str]) -> int:
-    """nox -s report: read the inputs, write results.html and results.json, say what was left
-    out (stderr). UserError when nothing could be shown or --baseline is unusable."""
+    """Write results.html and results.json; say on stderr what was left out and why."""
     started = time.perf_counter()
     if "--help" in rest or "-h" in rest:  # after the options' own help (noxfile._call)
         print(__doc__)

@@ -43,8 +43,7 @@ def _hline(width: int, y: float, style: str) -> str:
 
 
 def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, title="") -> str:
-    """A <figure> (titled) of one cluster of bars per group (x), the grid, the y axis's label;
-    a dashed line at `ref` (1.0 for speedups, the memory roof)."""
+    """A <figure>: a cluster of bars per group (x), a dashed line at `ref` (1.0, a roof)."""
     per_group = max(map(len, groups.values()), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12

@@ -97,9 +97,8 @@ def load_manifest(work: Path) -> dict[str, Any]:
         ) from None
     except (OSError, ValueError) as e:
         raise UserError(f"unreadable run manifest {path}: {e}") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("wheels"), list):
-        raise UserError(f"malformed run manifest {path}: no 'wheels' list")
-    if not manifest["wheels"]:
+    wheels = manifest.get("wheels") if isinstance(manifest, dict) else None
+    if not wheels or not isinstance(wheels, list):
         raise UserError(f"run manifest {path} lists no wheels; run: nox -s build_pytorch")
     return manifest
 
@@ -121,21 +120,6 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
             ):  # an extra (torch[opt-einsum]) nobody asked for
                 wanted.add(str(requirement))
     return sorted(wanted, key=str.lower)
-
-
-def pip_source(session: session_env.SessionEnv) -> str:
-    """Where the env's pip looks (`pip config list`: PIP_* and pip.conf), credentials left out."""
-    if not (session.ready and session.python.exists()):
-        return "pip's configured index (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf; else PyPI)"
-    query = Runner(base_env=session.environ, out=session.out)
-    listed = query.run([session.python, "-m", "pip", "config", "list"], capture=True, check=False)
-    found = dict(re.findall(r"\.([\w-]+)=['\"]?([^'\"\n]*)", listed.stdout))  # the last one wins
-    no_index = found.get("no-index", "").lower() in ("1", "true", "yes", "on")
-    where = [] if no_index else [f"index {found.get('index-url', 'https://pypi.org/simple')}"]
-    extra = {k: v for k, v in found.items() if k in ("extra-index-url", "find-links")}
-    where += [f"{k.replace('-url', '').replace('-', ' ')} {v}" for k, v in extra.items()]
-    where_ = re.sub(r"://[^/@\s]+@", "://", ", ".join(where) or "nowhere (no-index)")
-    return f"{where_} (pip config list)"
 
 
 def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
@@ -248,8 +232,7 @@ def mismatch(
 
 
 def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
-    """The newest wheel set on this machine's family index that fits (fits: python_tag,
-    rocm_version; left out: not compared), with where it was read."""
+    """The newest wheel set on this machine's family index that fits (fits' keys compared)."""
     spec, arch = team_index.parse_index(index), session.choice.arch
     family = family_of(arch)
     where = spec.describe(family)
@@ -343,24 +326,22 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
     if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
-    source, needs = pip_source(session), runtime_requirements(wheels)
-    if needs:
+    if needs := runtime_requirements(wheels):
         runner.say(
             f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
-            f"the env lacks from {source}, then the wheels themselves with --no-deps"
+            "the env lacks from its configured index, then the wheels themselves with --no-deps"
         )
         path = write_requirements(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
         result = runner.run([session.python, "-m", "pip", "install", "-r", path], check=False)
         if result.returncode != 0:
             raise UserError(
-                f"pip could not install the wheels' runtime requirements from {source} "
-                f"(exit {result.returncode}); see pip's message above; none of the wheels "
-                "was installed"
+                f"pip could not install the wheels' runtime requirements (exit "
+                f"{result.returncode}); see pip's message above; none of the wheels was installed"
             )
     elif needs is None:
         runner.done(
-            "then the runtime requirements the wheels declare (Requires-Dist), from "
-            f"{source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
+            "then the runtime requirements the wheels declare (Requires-Dist), from pip's "
+            f"configured index: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
         )
     # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
     # a torch that only a rerun finishes (doctor names it from torch's RECORD)

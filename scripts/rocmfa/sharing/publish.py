@@ -26,18 +26,13 @@ from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
+from rocmfa.report import inputs
 from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 
-REPORT_KINDS = {
-    "sdpa-backend-check/1": "backend_check",
-    "sdpa-validate/1": "validate",
-    "sdpa-bench/1": "bench",
-    kernel_check.SUMMARY_SCHEMA: "kernel_check",
-}
 # What a summary keeps of a probe's report (the results page reads it back as that report).
 SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
-SUMMARY_KEYS += ("provenance", "settings", "wall_s")
+SUMMARY_KEYS += ("provenance", "settings", "wall_s", "agree", "verdict", "profiler_summary")
 
 
 def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
@@ -88,9 +83,9 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{given_as} {path}: not a readable JSON report ({e})") from None
-    kind = REPORT_KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
+    kind = inputs.KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
     if kind is None:
-        known = ", ".join(sorted(REPORT_KINDS))
+        known = ", ".join(sorted(inputs.KINDS))
         raise UserError(f"{given_as} {path}: unknown report schema (expected one of {known})")
     if kind == "kernel_check":
         return kind, {k: v for k, v in doc.items() if k != "tree"}  # no local path
@@ -194,8 +189,7 @@ def sha256_of(data: bytes | None) -> str | None:
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
-    """(the wheels not on the index yet, each project's page after the upload); UserError
-    before any upload when a file there has another sha256."""
+    """(the wheels not on the index yet, each project's page after); refuses a sha256 clash."""
     uploads, links, clashes = [], {}, []
     for record in wheels:
         project, path = canonicalize_name(record["project"]), Path(record["file"])
