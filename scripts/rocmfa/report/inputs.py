@@ -134,8 +134,8 @@ def read_paths(paths: list[str]) -> tuple[list[Doc], list[Rejected]]:
 
 
 def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]:
-    """The report summaries of every wheel set on a team index family (URL/v2/<family>, or
-    --arch's)."""
+    """Every wheel set's report summaries on a team index family (URL/v2/<family>, or --arch's),
+    their identity with the manifest's wheel set, ROCm SDK, AOTriton and patch digests."""
     from rocmfa.env import archs  # only --index reads a team index
     from rocmfa.plumbing import team_index
     from rocmfa.sharing import install_wheels as sets
@@ -158,35 +158,20 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
-        reports = sorted((manifest.get("reports") or {}).items())
-        found = [
-            check_doc(
-                f"{where}{name} ({kind})", {**summary, "identity": identity_of(manifest, summary)}
-            )
-            for kind, summary in reports
-        ]
+        aot, patches = manifest.get("aotriton") or {}, manifest.get("patches") or {}
+        added = {"wheel_set": manifest["set_id"], "rocm_sdk": manifest["rocm_sdk"],
+                 "patches": {k: v.get("digest") for k, v in patches.items()}}  # fmt: skip
+        found = []
+        for kind, summary in sorted((manifest.get("reports") or {}).items()):
+            if isinstance(ident := summary.get("identity"), dict):  # the probe's, then these
+                aotriton = {k: aot.get(k) for k in ("version", "commit")}
+                ident = {"aotriton": aotriton, **ident, **added}
+            found.append(check_doc(f"{where}{name} ({kind})", {**summary, "identity": ident}))
         docs += [d for d in found if isinstance(d, Doc)]
         rejected += [r for r in found if isinstance(r, Rejected)]
         if not found:
             rejected.append(Rejected(where + name, "manifest holds no report summary"))
     return docs, rejected
-
-
-def identity_of(manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary's own identity first, the manifest's fields where it has none."""
-    torch, aot = manifest.get("torch") or {}, manifest.get("aotriton") or {}
-    prov = summary.get("provenance") or {}
-    return {
-        "version": IDENTITY_VERSION, "date": manifest["published"], "platform": "rocm",
-        "host": f"wheel set {manifest['set_id']}", "arch": manifest["arch"],
-        "gpu": prov.get("device_name") or manifest["arch"], "device": prov.get("device"),
-        "rocm": manifest["rocm_sdk"], "cuda": None, "torch": torch.get("version"),
-        "torch_commit": torch.get("commit"), "flash_built_in": manifest.get("flash_attention"),
-        "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
-        **(summary.get("identity") or {}), "wheel_set": manifest["set_id"],
-        "rocm_sdk": manifest["rocm_sdk"],
-        "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
-    }  # fmt: skip
 
 
 def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:

@@ -1,9 +1,7 @@
 """nox -s report -- INPUT... [--baseline INPUT] [--out DIR] [--index URL [--arch ARCH]]
 
-DIR/results.html: one self-contained page (no script, nothing fetched) of the probe JSON in
-the INPUT files and folders and the report summaries on a team index; DIR/results.json: its
-data. Exits non-zero only when nothing could be shown or --baseline cannot be used.
-"""
+DIR/results.html (self-contained) and its data DIR/results.json, from probe JSON files and
+folders and a team index's report summaries. docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -362,24 +360,20 @@ def render(data: dict[str, Any]) -> str:
     verdicts = [[td(m["id"]), *(verdict_cell(m["verdicts"].get(k)) for k in VERDICT_KINDS)]
                 for m in models]  # fmt: skip
     heads = ["set", "backend_check", "validate", "validate --upstream", "crosscheck"]
-    sections = [
+    baseline = comparison_section(data["comparisons"]) if data["comparisons"] else ""
+    if listed["not_compared"]:
+        baseline += f"<p>Shown above, not compared:</p><ul>{listed['not_compared']}</ul>"
+    not_shown = listed["not_shown"] and f"<ul>{listed['not_shown']}</ul>"
+    sections = [  # (id, title, body); those without a body left out
         ("identity", "Result sets", f'<div class="cards">{"".join(card(m) for m in models)}</div>'),
         ("verdicts", "Verdicts", table("verdicts", heads, verdicts)),
         ("bench", "Bench", bench_section(models)),
+        ("baseline", "Against the baseline", baseline),
+        ("over-time", "One machine over time", time_section(data["over_time"])),
+        ("kernels", "AOTriton kernel checks", kernel_check_section(data["kernel_checks"])),
+        ("not-shown", "Not shown, and why", not_shown or "<p>Every input is shown.</p>"),
     ]
-    if data["comparisons"] or listed["not_compared"]:
-        shown = comparison_section(data["comparisons"]) if data["comparisons"] else ""
-        if listed["not_compared"]:
-            shown += f"<p>Shown above, not compared:</p><ul>{listed['not_compared']}</ul>"
-        sections.append(("baseline", "Against the baseline", shown))
-    sections.append(("over-time", "One machine over time", time_section(data["over_time"])))
-    if data.get("kernel_checks"):
-        kernels = kernel_check_section(data["kernel_checks"])
-        sections.append(("kernels", "AOTriton kernel checks", kernels))
-    not_shown = (
-        f"<ul>{listed['not_shown']}</ul>" if listed["not_shown"] else "<p>Every input is shown.</p>"
-    )
-    sections.append(("not-shown", "Not shown, and why", not_shown))
+    sections = [s for s in sections if s[2]]
     rule = data["change_rule"]
     return fill(
         PAGE, title=f"SDPA results: {len(models)} result sets", style=STYLE,
