@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,16 +60,13 @@ def machine_key(identity: dict[str, Any], fields: tuple = MACHINE_FIELDS) -> tup
     return tuple(identity.get(k) for k in fields)
 
 
-def bench_config(data: dict[str, Any]) -> dict[str, Any]:
+def bench_config(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A bench run's configuration (CONFIG_FIELDS) and its label."""
     config = {k: (data.get("settings") or {}).get(k) for k in CONFIG_FIELDS}
     config["suite"] = config["suite"] or "default"
     if not config["dtypes"]:
         config["dtypes"] = "bf16,fp16" if config["suite"] == "llm" else "fp16"
-    return config
-
-
-def config_label(config: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
+    return config, ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
 
 
 def check_doc(source: str, data: Any) -> Doc | Rejected:
@@ -93,7 +91,7 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
     elif missing := [k for k in ("date", "gpu", "torch") if not identity.get(k)]:
         why = f"identity without a valid {', '.join(missing)}"
-    elif parse_date(identity["date"]) != parse_date(identity["date"]):  # NaN
+    elif math.isnan(parse_date(identity["date"])):
         why = "identity without a valid date"
     elif kind == "bench" and not isinstance(data.get("results"), list):
         why = "bench JSON without a 'results' list"

@@ -79,7 +79,7 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     ident = next(iter(docs.values())).identity
     data = docs["bench"].data if "bench" in docs else {}
     prov = data.get("provenance") or {}
-    config = inputs.bench_config(data) if data else None
+    config, config_label = inputs.bench_config(data) if data else (None, None)
     verdicts = {}
     for kind in (k for k in VERDICT_KINDS if k in docs):
         got = docs[kind].data.get
@@ -90,7 +90,7 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
     return {"id": set_id, "label": label, "baseline": baseline, "identity": ident,
             "files": {kind: doc.source for kind, doc in sorted(docs.items())},
-            "config": config, "config_label": config and inputs.config_label(config),
+            "config": config, "config_label": config_label,
             **{k: prov.get(k) for k in roofs}, "timer": (data.get("settings") or {}).get("timer"),
             "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
             "verdicts": verdicts}  # fmt: skip

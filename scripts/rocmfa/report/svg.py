@@ -38,10 +38,6 @@ def _text(x: float | str, y: float | str, label: str, extra: str = ' text-anchor
     return f'<text x="{x}" y="{y}"{extra} {FONT}>{html.escape(label)}</text>'
 
 
-def _hline(width: int, y: float, style: str) -> str:
-    return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}"{style}/>'
-
-
 def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, title="") -> str:
     """A <figure>: a cluster of bars per group (x), a dashed line at `ref` (1.0, a roof)."""
     per_group = max(map(len, groups.values()), default=1) or 1
@@ -61,9 +57,10 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
     ]
+    hline = f'<line x1="{LEFT}" x2="{width - 6}" y1="{{0}}" y2="{{0}}"{{1}}/>'.format  # (y, style)
     for tick in range(5):
         y = TOP + PLOT_H - PLOT_H * tick / 4
-        out.append(_hline(width, y, ' stroke="#ddd"'))
+        out.append(hline(_fmt(y), ' stroke="#ddd"'))
         out.append(_text(LEFT - 3, _fmt(y + 3), f"{top * tick / 4:g}", ' text-anchor="end"'))
     turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle"'
     out.append(f"<text{turn} {FONT}>{html.escape(y_label)}</text>")
@@ -83,9 +80,8 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if ref is not None:
-        out.append(
-            _hline(width, TOP + PLOT_H * (1 - ref / top), ' stroke="#000" stroke-dasharray="4,3"')
-        )
+        dashed, y = ' stroke="#000" stroke-dasharray="4,3"', _fmt(TOP + PLOT_H * (1 - ref / top))
+        out.append(hline(y, dashed))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg></figure>"])
 

@@ -231,38 +231,30 @@ def mismatch(
     return None
 
 
-def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
-    """The newest wheel set on this machine's family index that fits (fits' keys compared)."""
-    spec, arch = team_index.parse_index(index), session.choice.arch
+def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
+    """(manifest, pip argv, what) of the newest wheel set on this machine's family index that
+    fits (fits' keys compared): its wheels as `name @ URL --hash=sha256:...` lines."""
+    spec, arch, runner = team_index.parse_index(opts.index), session.choice.arch, session.runner
     family = family_of(arch)
     where = spec.describe(family)
-    session.runner.say(
-        f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})"
-    )
+    runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
     names, links, store = listed_manifests(spec, family)
-    if wheel_set and not (names := [n for n in names if is_manifest_of(n, wheel_set)]):
-        raise UserError(f"no wheel set {wheel_set} on {where}")
+    if opts.wheel_set and not (names := [n for n in names if is_manifest_of(n, opts.wheel_set)]):
+        raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
         raise UserError(
             f"no wheel set on {where}; publish one from the building machine: "
-            f"nox -s publish -- --index {shlex.quote(index)}"
+            f"nox -s publish -- --index {shlex.quote(opts.index)}"
         )
     problems = []
-    for name in names:
-        manifest = read_manifest(name, links[name], store, where)
+    for manifest in (read_manifest(name, links[name], store, where) for name in names):
         if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
-            return manifest, spec, family, where, store
-        if wheel_set or mismatch(manifest, family, arch.name):  # another arch
+            break
+        if opts.wheel_set or mismatch(manifest, family, arch.name):  # another arch
             raise UserError(f"refusing to install from {where}: {problem}")
         problems.append(problem)
-    raise UserError(
-        f"refusing to install from {where}: {problems[0]}, and no other wheel set there fits"
-    )
-
-
-def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
-    """(manifest, pip argv, what): the set's wheels as `name @ URL --hash=sha256:...` lines."""
-    manifest, spec, family, where, store = choose_set(opts.index, opts.wheel_set, session, fits)
+    else:
+        raise UserError(f"refusing to install from {where}: {problems[0]}, and no other fits")
     set_id, lines, pages = manifest["set_id"], [], {}
     downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
@@ -273,13 +265,13 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
-            said = f"download {store.target(rel)} -> {local}"
-            session.runner.apply(fetch_into, store, rel, local, say=said)
+            runner.apply(
+                fetch_into, store, rel, local, say=f"download {store.target(rel)} -> {local}"
+            )
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
-    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, session.runner)
-    pip = [session.python, "-m", "pip", "install", "--no-deps", "--force-reinstall"]
-    argv = [*map(str, pip), "--require-hashes", "-r", str(path)]
+    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
+    argv = install_argv(session.python, ["--require-hashes", "-r", str(path)])
     return manifest, argv, f"wheel set {set_id} from {where}"
 
 
