@@ -47,11 +47,8 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
     slanted = any(len(label) > max(4, group_w / 6) for label in groups)
     height = TOP + PLOT_H + (90 if slanted else 34)
     top = max([b.value for bars in groups.values() for b in bars if b.value] + [ref or 0.0])
-    if top > 0 and math.isfinite(top):  # the next 1, 2, 2.5, 5 x 10^n
-        exp = 10 ** math.floor(math.log10(top))
-        top = next(s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp)
-    else:
-        top = 1.0
+    exp = 10 ** math.floor(math.log10(top)) if 0 < top < math.inf else 1.0
+    top = next((s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp), 1.0)  # 1-2-2.5-5 x 10^n
     out = [
         f"<figure><h4>{html.escape(title)}</h4>" if title else "<figure>",
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '

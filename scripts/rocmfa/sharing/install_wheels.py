@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import packaging.tags
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -47,7 +48,7 @@ def rocm_of(version: Version) -> tuple[str | None, str]:
     return match.group(3), f"{match.group(1) or ''}rocm{match.group(3)}"
 
 
-def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, machine: str) -> str:
+def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> str:
     """'name version' of the recorded wheel, unchanged and fit for the env's Python and ROCm."""
     path = Path(record["file"])
     if not path.is_file():
@@ -62,11 +63,8 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, mach
         name, version, _build, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as e:
         raise UserError(f"{filename}: not a valid wheel file name ({e})") from None
-    interpreters = {python_tag, f"py{python_tag[2]}", f"py{python_tag[2:]}"}
-    runs = [
-        t for t in tags if t.interpreter in interpreters and t.abi in (python_tag, "none", "abi3")
-    ]
-    if not any(t.platform == "any" or t.platform.endswith(machine) for t in runs):
+    python = (int(python_tag[2]), int(python_tag[3:]))  # the env's, on this machine's platforms
+    if not tags & {*packaging.tags.cpython_tags(python), *packaging.tags.compatible_tags(python)}:
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
             f"{filename} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
@@ -289,10 +287,10 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     python, runner = session.python, session.runner
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
-    probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
-    python_tag, machine = session.ask([python, "-c", probe], "$(python-tag) $(machine)").split()
+    probe = "import sys; print('cp%d%d' % sys.version_info[:2])"
+    python_tag = session.ask([python, "-c", probe], "$(python-tag)")
     checkable = session.ready and rocm_sdk.exists()  # else a plan without env or ROCm SDK
-    target = (python_tag, rocm_version, machine)
+    target = (python_tag, rocm_version)
     if opts.index:
         fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
         manifest, argv, where = from_index(opts, session, fits)

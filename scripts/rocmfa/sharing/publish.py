@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -232,9 +231,7 @@ def publish(opts: PublishOptions) -> None:
             f"({install_wheels.manifest_path(work)})"
         )
     for record in run["wheels"]:  # present, unchanged since the build, the run's Python/ROCm
-        install_wheels.check_wheel(
-            record, run["python_tag"], run["rocm_version"], platform.machine()
-        )
+        install_wheels.check_wheel(record, run["python_tag"], run["rocm_version"])
     manifest = build_manifest(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner = runner_for(opts)
