@@ -235,16 +235,17 @@ def test_a_fresh_machine_gets_a_torch_that_imports(
 
     root = tmp_path / "fresh"
     fresh = Machine(standin.provision_private_env(root, rocm_index.pins_dir), root / "work")
-    # pip finds none of torch's requirements: one line naming where it looked; no wheel installed
+    # pip finds none of torch's requirements: pip names where it looked, then one line; no wheel
     (tmp_path / "empty" / "simple").mkdir(parents=True)
+    capfd.readouterr()
     with pep503.serve(tmp_path / "empty") as base, pytest.MonkeyPatch.context() as mp:
         mp.setenv("PIP_INDEX_URL", f"{base}/simple/")
         with pytest.raises(
             UserError,
-            match=r"could not install the wheels' runtime requirements "
-            rf"from index {base}/simple/ .*none of the wheels was installed",
+            match=r"could not install the wheels' runtime requirements .*none of the wheels was",
         ) as e:
             install(fresh, str(tree), "--no-backend-check")  # fmt: skip
+    assert f"Looking in indexes: {base}/simple/" in "".join(capfd.readouterr())
     assert "\n" not in str(e.value) and installed(fresh.prefix, "torch") is None
 
     family = tree / "v2" / "gfx1151"
@@ -264,7 +265,7 @@ def test_a_fresh_machine_gets_a_torch_that_imports(
     install(fresh, str(tree), "--no-backend-check", "--force")
     out = capfd.readouterr().out
     needs = next(line for line in out.splitlines() if line.startswith("runtime requirements"))
-    assert f"from index {torch_runtime_index} " in needs and "triton" not in needs
+    assert f"Looking in indexes: {torch_runtime_index}" in out and "triton" not in needs
     assert out.index("runtime requirements") < out.index("--require-hashes -r")
     imported = imports_torch(fresh.prefix)
     assert imported.returncode == 0, imported.stderr

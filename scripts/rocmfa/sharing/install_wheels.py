@@ -144,13 +144,10 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
         } for p in projects]  # fmt: skip
         return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
     manifest = load_manifest(work)
-    for record in manifest["wheels"]:
-        if checkable:
-            what = check_wheel(record, *target)
-            runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
-            record["requires"] = requires_of(Path(record["file"]))
-        else:
-            runner.done(f"{record['file']} is checked against the env's Python and ROCm")
+    for record in manifest["wheels"] if checkable else []:  # a plan without the env: not checked
+        what = check_wheel(record, *target)
+        runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
+        record["requires"] = requires_of(Path(record["file"]))
     return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
 
 
@@ -176,10 +173,6 @@ def requires_of(wheel: Path) -> list[str]:
     except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:  # WheelError: ValueError
         raise UserError(f"{wheel.name}: no readable METADATA ({e})") from None
     return email.parser.BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []
-
-
-def is_manifest_of(filename: str, set_id: str) -> bool:
-    return filename.startswith(MANIFEST_DIST + "-") and f".{set_id}-py3-" in filename
 
 
 def listed_manifests(spec: team_index.IndexSpec, family: str):
@@ -237,7 +230,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     where = spec.describe(family)
     runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
     names, links, store = listed_manifests(spec, family)
-    if opts.wheel_set and not (names := [n for n in names if is_manifest_of(n, opts.wheel_set)]):
+    if opts.wheel_set and not (names := [n for n in names if f".{opts.wheel_set}-py3-" in n]):
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
         raise UserError(

@@ -25,13 +25,18 @@ from rocmfa.plumbing import paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
-from rocmfa.report import inputs
 from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 
+REPORT_KINDS = {
+    "sdpa-backend-check/1": "backend_check",
+    "sdpa-validate/1": "validate",
+    "sdpa-bench/1": "bench",
+    kernel_check.SUMMARY_SCHEMA: "kernel_check",
+}
 # What a summary keeps of a probe's report (the results page reads it back as that report).
 SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
-SUMMARY_KEYS += ("provenance", "settings", "wall_s", "agree", "verdict", "profiler_summary")
+SUMMARY_KEYS += ("provenance", "settings", "wall_s")
 
 
 def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
@@ -82,9 +87,9 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{given_as} {path}: not a readable JSON report ({e})") from None
-    kind = inputs.KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
+    kind = REPORT_KINDS.get(doc.get("schema")) if isinstance(doc, dict) else None
     if kind is None:
-        known = ", ".join(sorted(inputs.KINDS))
+        known = ", ".join(sorted(REPORT_KINDS))
         raise UserError(f"{given_as} {path}: unknown report schema (expected one of {known})")
     if kind == "kernel_check":
         return kind, {k: v for k, v in doc.items() if k != "tree"}  # no local path
@@ -247,7 +252,7 @@ def publish(opts: PublishOptions) -> None:
     uploads, pages = plan_uploads(spec, family, run["wheels"], store, runner.say)
     listed = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
     pages[MANIFEST_PROJECT] = {n: link.sha256 for n, link in listed.items()}
-    set_present = any(install_wheels.is_manifest_of(n, set_id) for n in listed)
+    set_present = any(f".{set_id}-py3-" in n for n in listed)  # <date>+<python>.<set id>
     if set_present and not uploads:
         runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
@@ -281,7 +286,13 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     """Each new file, never replaced; then the pages, the wheels' first and the root's last."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
-        runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
+        try:
+            runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
+        except team_index.Clash:
+            raise UserError(
+                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
+                "replace it - run publish again"
+            ) from None
         if project == MANIFEST_PROJECT:
             pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
@@ -291,13 +302,3 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
     page = team_index.project_page(dict.fromkeys(known | set(pages)), "/")
     runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
-
-
-def put_new(store, rel: str, path: Path) -> None:
-    try:
-        store.put_new(rel, path)
-    except team_index.Clash:
-        raise UserError(
-            f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
-            "replace it - run publish again"
-        ) from None
