@@ -85,8 +85,9 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
             return Doc(source, kind, {"date": data.get("time")}, data)
         why = "kernel check summary without 'arch' and 'families'"
     elif not isinstance(identity, dict):
-        why = f"older schema: {schema} without 'identity' (written before the probes recorded "
-        why += "the machine, software and date); rerun the probe to include it"
+        why = (
+            f"older schema: {schema} without 'identity' (machine, software, date); rerun the probe"
+        )
     elif not isinstance(version, int) or version > IDENTITY_VERSION:
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
     elif missing := [k for k in ("date", "gpu", "torch") if not identity.get(k)]:
@@ -113,8 +114,7 @@ def load_file(path: Path) -> Doc | Rejected:
 
 def read_paths(paths: list[str]) -> tuple[list[Doc], list[Rejected]]:
     """Every file named and every *.json directly in a folder named."""
-    docs: list[Doc] = []
-    rejected: list[Rejected] = []
+    docs, rejected = [], []
     for text in paths:
         path = Path(text)
         files = sorted(p for p in path.glob("*.json") if p.is_file()) if path.is_dir() else [path]
@@ -173,26 +173,20 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
 
 
 def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
-    """Result sets, oldest first: kind -> Doc, the first the bench run or the verdict file that
-    opened the set; and the duplicates left out (the same kind of file from the same machine at
-    the same time)."""
-    rejected: list[Rejected] = []
-    seen: dict[tuple, str] = {}
-    sets: list[dict[str, Doc]] = []
-    companions: list[Doc] = []
+    """Result sets, oldest first (kind -> Doc, the opening one first: a bench run or a verdict
+    file), and the duplicates (same kind, machine and time) left out."""
+    unique, rejected, seen = [], [], {}
     for doc in sorted(docs, key=lambda d: (d.when, d.source)):
         key = (doc.kind, machine_key(doc.identity), doc.identity.get("date"))
         if key in seen:
             why = f"same machine and time as {seen[key]} (a duplicate {doc.kind})"
             rejected.append(Rejected(doc.source, why))
-            continue
-        seen[key] = doc.source
-        if doc.kind == "bench":
-            sets.append({"bench": doc})
         else:
-            companions.append(doc)
+            seen[key] = doc.source
+            unique.append(doc)
+    sets = [{"bench": d} for d in unique if d.kind == "bench"]
     same, first = MACHINE_FIELDS + SOFTWARE_FIELDS, lambda s: next(iter(s.values()))
-    for doc in companions:
+    for doc in (d for d in unique if d.kind != "bench"):
         apart = lambda s: abs(first(s).when - doc.when)  # noqa: B023, E731 (used at once)
         key = machine_key(doc.identity, same)
         near = [s for s in sets if doc.kind not in s and apart(s) <= COMPANION_WINDOW_S]
