@@ -423,7 +423,7 @@ def test_manifest_for_another_family_is_refused(builder, second, env, tmp_path):
     argv = second.args("--index", str(tree), "--arch", "gfx1100", "--no-backend-check")
     with pytest.raises(
         UserError,
-        match=r"was built for arch family gfx1151 \(gfx1151\); this machine is gfx1100 "
+        match=r"was built for gfx1151 \(family gfx1151\) only; this machine is gfx1100 "
         r"\(family gfx110X-all\)",
     ) as e:
         iw.install_wheels(options.parse("install_wheels", argv))
@@ -587,8 +587,8 @@ def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder,
     [
         ("python", "cp399", r"built for Python cp399; the env has " + PYTAG),
         ("rocm_sdk", "7.14.0", r"built against ROCm SDK 7\.14\.0; the env has " + ROCM),
-        ("family", "gfx120X-all", r"built for arch family gfx120X-all"),
-        ("arch", "gfx1150", r"built for gfx1150 only; this machine is gfx1151"),
+        ("family", "gfx120X-all", r"built for gfx1151 \(family gfx120X-all\)"),
+        ("arch", "gfx1150", r"built for gfx1150 \(family gfx1151\) only; this machine is gfx1151"),
     ],
 )
 def test_mismatch_names_the_field(field, value, message):

@@ -8,6 +8,7 @@ import calendar
 import json
 import math
 import time
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ from typing import Any
 from rocmfa.plumbing.errors import UserError
 
 KERNEL_CHECK_SCHEMA = "rocmfa-kernel-check/1"  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
-# kernel_check: a CPU compile's summary, no GPU identity, in no result set
 KINDS = {"sdpa-bench/1": "bench", "sdpa-validate/1": "validate", "sdpa-upstream/1": "upstream",
          "sdpa-backend-check/1": "backend_check", "sdpa-crosscheck/1": "crosscheck",
          KERNEL_CHECK_SCHEMA: "kernel_check"}  # fmt: skip
@@ -43,10 +43,7 @@ class Doc:
         return parse_date(self.identity.get("date"))
 
 
-@dataclass
-class Rejected:
-    source: str
-    why: str
+Rejected = namedtuple("Rejected", "source why")  # an input not shown, and why
 
 
 def parse_date(text: Any) -> float:

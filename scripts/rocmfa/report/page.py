@@ -18,19 +18,13 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench_change as change
+from rocmfa.probes.bench import FLOP_CONVENTION
 from rocmfa.probes.bench_change import VERDICTS
 from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs, svg
 
 THRESHOLD_PCT = 5.0
-FLOP_CONVENTION = (
-    "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
-    "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
-)
-CHANGE_RULE = (
-    "faster/slower only beyond the threshold and the run-to-run floor of the row's class; "
-    "launch-bound rows are never a change"
-)
+CHANGE_RULE = "faster/slower past the threshold and the row class's noise floor; never launch-bound"
 PASS_NAMES = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
 VERDICT_KINDS = ("backend_check", "validate", "upstream", "crosscheck")
 CASE_HEAD = ["size", "B,H,S,D", "dtype", "causal", "backend", "pass"]
@@ -90,8 +84,7 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
     return {"id": set_id, "label": label, "baseline": baseline, "identity": ident,
             "files": {kind: doc.source for kind, doc in sorted(docs.items())},
-            "config": config, "config_label": config_label,
-            **{k: prov.get(k) for k in roofs}, "timer": (data.get("settings") or {}).get("timer"),
+            "config": config, "config_label": config_label, **{k: prov.get(k) for k in roofs},
             "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
             "verdicts": verdicts}  # fmt: skip
 

@@ -205,13 +205,11 @@ def mismatch(
 ) -> str | None:
     """One line naming how this wheel set does not fit this machine, or None."""
     who = f"wheel set {manifest['set_id']}"
-    if manifest["family"] != family:
+    if (manifest["arch"], manifest["family"]) != (arch, family):  # one arch of its family
         return (
-            f"{who} was built for arch family {manifest['family']} ({manifest['arch']}); this "
+            f"{who} was built for {manifest['arch']} (family {manifest['family']}) only; this "
             f"machine is {arch} (family {family})"
         )
-    if arch != manifest["arch"]:  # a set is built for one arch of its family
-        return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
     if python_tag is not None and manifest["python"] != python_tag:
         return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
     if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
@@ -283,12 +281,14 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     probe = "import sys; print('cp%d%d' % sys.version_info[:2])"
     python_tag = session.ask([python, "-c", probe], "$(python-tag)")
     checkable = session.ready and rocm_sdk.exists()  # else a plan without env or ROCm SDK
-    target = (python_tag, rocm_version)
     if opts.index:
         fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
         manifest, argv, where = from_index(opts, session, fits)
     else:
-        manifest, argv, where = *this_runs_wheels(session, target, checkable), None
+        manifest, argv, where = (
+            *this_runs_wheels(session, (python_tag, rocm_version), checkable),
+            None,
+        )
     install_unless_current(opts, session, manifest, argv, where)
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
@@ -326,8 +326,7 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
             "then the runtime requirements the wheels declare (Requires-Dist), from pip's "
             f"configured index: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
         )
-    # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
-    # a torch that only a rerun finishes (doctor names it from torch's RECORD)
+    # first: a kill mid-install leaves a torch only a rerun finishes (doctor reads its RECORD)
     runner.apply(stamps.remove, stamp)
     result = runner.run(argv, check=where is None)
     if result.returncode != 0:

@@ -125,6 +125,13 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
          "sha256": w["sha256"], "requires": install_wheels.requires_of(Path(w["file"]))}
         for w in run["wheels"]
     ]  # fmt: skip
+    components, patches = {}, {}  # each checked-out source; the patches applied to each
+    for key, source in sorted((checkout.get("sources") or {}).items()):
+        commit = source.get("hashtag")
+        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
+        if source.get("patches"):
+            digest = ((inputs.get("patches") or {}).get(key) or {}).get(commit)
+            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
     origin, commit = inputs.get("pytorch") or [None, None]
     torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
@@ -146,22 +153,10 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
             "images": found.images if found else {},
             "runtime_matches_images": True,
         },
-        **components_and_patches(checkout),
+        "components": components,
+        "patches": patches,
         "reports": summaries,
     }
-
-
-def components_and_patches(checkout: Mapping[str, Any]) -> dict[str, Any]:
-    """Each checked-out source's origin, commit and head; the patches applied to each."""
-    heads, patch_inputs = checkout.get("heads") or {}, (checkout.get("inputs") or {}).get("patches")
-    components, patches = {}, {}
-    for key, source in sorted((checkout.get("sources") or {}).items()):
-        commit = source.get("hashtag")
-        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
-        if source.get("patches"):
-            digest = ((patch_inputs or {}).get(key) or {}).get(commit)
-            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
-    return {"components": components, "patches": patches}
 
 
 def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
@@ -194,7 +189,7 @@ def sha256_of(data: bytes | None) -> str | None:
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
     """(the wheels not on the index yet, each project's page after); refuses a sha256 clash."""
-    uploads, links, clashes = [], {}, []
+    uploads, links = [], {}
     for record in wheels:
         project, path = canonicalize_name(record["project"]), Path(record["file"])
         if project not in links:
@@ -208,18 +203,13 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
             uploads.append((project, path))
         elif there == record["sha256"]:
             say(f"already there (same sha256): {path.name}")
-        else:
-            clashes.append(
-                f"{path.name} is already on the index with another sha256 (index "
-                f"{there[:12]}…, this build {record['sha256'][:12]}…)"
+        else:  # before any upload
+            raise UserError(
+                f"refusing to publish to {spec.describe(family)}: {path.name} is already on the "
+                f"index with another sha256 (index {there[:12]}…, this build "
+                f"{record['sha256'][:12]}…); files on an index are never replaced - rebuild "
+                "with another version, or remove it from the index by hand"
             )
-    if clashes:
-        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
-        raise UserError(
-            f"refusing to publish to {spec.describe(family)}: {clashes[0]}{more}; files on an "
-            "index are never replaced - rebuild with another version, or remove it from the "
-            "index by hand"
-        )
     pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
     for record in wheels:
         pages[canonicalize_name(record["project"])][Path(record["file"]).name] = record["sha256"]
@@ -239,8 +229,7 @@ def publish(opts: PublishOptions) -> None:
         install_wheels.check_wheel(record, run["python_tag"], run["rocm_version"])
     manifest = build_manifest(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
-    runner = runner_for(opts)
-    where = spec.describe(family)
+    runner, where = runner_for(opts), spec.describe(family)
     runner.say(
         f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
         f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
