@@ -1,6 +1,5 @@
-"""The results page's inputs: probe JSON (files, folders) and a team index's manifests' report
-summaries, grouped into result sets (a bench run and the nearest verdict files of the same machine
-and software: the probes' `identity`), every unusable input kept with why."""
+"""The results page's inputs (probe JSON, a team index's report summaries) grouped into result
+sets by the probes' `identity`; every unusable input kept with why."""
 
 from __future__ import annotations
 
@@ -37,10 +36,7 @@ class Doc:
     kind: str
     identity: dict[str, Any]
     data: dict[str, Any]
-
-    @property
-    def when(self) -> float:  # NaN when the date is not one
-        return parse_date(self.identity.get("date"))
+    when: float  # seconds since the epoch of the identity's date
 
 
 Rejected = namedtuple("Rejected", "source why")  # an input not shown, and why
@@ -79,22 +75,20 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
         why = f"unknown schema {schema!r} (this page reads {', '.join(sorted(KINDS))})"
     elif kind == "kernel_check":
         if isinstance(data.get("families"), dict) and data.get("arch"):
-            return Doc(source, kind, {"date": data.get("time")}, data)
+            return Doc(source, kind, {"date": data.get("time")}, data, math.nan)  # in no set
         why = "kernel check summary without 'arch' and 'families'"
     elif not isinstance(identity, dict):
-        why = (
-            f"older schema: {schema} without 'identity' (machine, software, date); rerun the probe"
-        )
+        why = f"older schema: {schema} without 'identity'; rerun the probe to record it"
     elif not isinstance(version, int) or version > IDENTITY_VERSION:
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
     elif missing := [k for k in ("date", "gpu", "torch") if not identity.get(k)]:
         why = f"identity without a valid {', '.join(missing)}"
-    elif math.isnan(parse_date(identity["date"])):
+    elif math.isnan(when := parse_date(identity["date"])):
         why = "identity without a valid date"
     elif kind == "bench" and not isinstance(data.get("results"), list):
         why = "bench JSON without a 'results' list"
     else:
-        return Doc(source, kind, identity, data)
+        return Doc(source, kind, identity, data, when)
     return Rejected(source, why)
 
 

@@ -178,8 +178,7 @@ def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: s
 
 
 def card(model: dict[str, Any]) -> str:
-    ident = model["identity"]
-    aot = ident.get("aotriton") or {}
+    ident, aot = model["identity"], model["identity"].get("aotriton") or {}
     known = {**ident, "aot_version": aot.get("version"), "aot_commit": aot.get("commit")}
     values = defaultdict(lambda: "-", {k: v for k, v in known.items() if v not in (None, "")})
     for commit in ("torch_commit", "aot_commit"):
@@ -334,7 +333,7 @@ def time_section(groups: list[dict[str, Any]]) -> str:
 def kernel_check_section(checks: list[dict[str, Any]]) -> str:
     """Per kernel check (nox -s kernel_check), each family's jobs, sample and kernel-store hits."""
     fields = ("jobs", "sampled", "compiled", "from_store", "seconds")
-    head = ["family", "jobs", "sampled", "compiled", "from store", "seconds"]
+    head = ["family", *(f.replace("_", " ") for f in fields)]
     parts = []
     for check in checks:
         shown = defaultdict(lambda: "-", {k: esc(v) for k, v in check.items() if v is not None})
@@ -391,9 +390,8 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     if opts.index:
         found, left = inputs.read_index(opts.index, opts.arch)
         docs, rejected = docs + found, rejected + left
-    baseline_docs: list[inputs.Doc] = []
+    baseline_docs, left = inputs.read_paths([opts.baseline]) if opts.baseline else ([], [])
     if opts.baseline:
-        baseline_docs, left = inputs.read_paths([opts.baseline])
         unusable = left and not Path(opts.baseline).is_dir()
         if unusable or not any(d.kind == "bench" for d in baseline_docs):
             why = left[0].why if unusable else "holds no bench result"

@@ -4,6 +4,7 @@ checked (sha256, Python tag, ROCm local version: ROCm/vllm#943). docs/pytorch-an
 from __future__ import annotations
 
 import email.parser
+import functools
 import hashlib
 import io
 import json
@@ -244,13 +245,12 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
         problems.append(problem)
     else:
         raise UserError(f"refusing to install from {where}: {problems[0]}, and no other fits")
-    set_id, lines, pages = manifest["set_id"], [], {}
+    set_id, lines = manifest["set_id"], []
+    page_of = functools.cache(lambda project: team_index.read_project(spec, family, project, store))
     downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
         project = canonicalize_name(wheel["project"])
-        if project not in pages:
-            pages[project] = team_index.read_project(spec, family, project, store)
-        if (link := pages[project].get(wheel["file"])) is None:
+        if (link := page_of(project).get(wheel["file"])) is None:
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
@@ -331,9 +331,8 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
     result = runner.run(argv, check=where is None)
     if result.returncode != 0:
         raise UserError(
-            f"pip could not install {where} (exit {result.returncode}); see pip's "
-            "message above (--require-hashes refuses a wheel whose sha256 differs from the "
-            "manifest's)"
+            f"pip could not install {where} (exit {result.returncode}); see pip's message above "
+            "(it refuses a wheel whose sha256 differs from the manifest's)"
         )
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
 

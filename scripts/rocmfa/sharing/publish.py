@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
 from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
+from rocmfa.sources import pins
 
 REPORT_KINDS = {
     "sdpa-backend-check/1": "backend_check",
@@ -42,10 +44,8 @@ SUMMARY_KEYS += ("provenance", "settings", "wall_s")
 def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
     """The AOTriton runtime and image packs in a torch wheel's torch/lib/, read as installed."""
     with zipfile.ZipFile(wheel) as zf:  # a wheel the build recorded (its sha256 checked)
-        names = [n for n in zf.namelist() if n.startswith("torch/lib/")]
-        base = lambda n: n.rsplit("/", 1)[-1]  # noqa: E731
-        zf.extractall(into, [n for n in names if aotriton_install.LIB_RE.fullmatch(base(n))])
-        zf.extractall(into, [n for n in names if base(n) == "__signature__"])
+        wanted = re.compile(rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)")
+        zf.extractall(into, [n for n in zf.namelist() if wanted.fullmatch(n)])
     return aotriton_install.AotritonInstall.read(into / "torch" / "lib")
 
 
@@ -70,8 +70,6 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
         if built.get("install_prefix") == prefix and pin:
             return {"source": "build_aotriton", "prefix": prefix, **pin}
         return {"source": "--aotriton-prefix", "prefix": prefix}
-    from rocmfa.sources import pins
-
     cmake = paths.src_dir(work, "pytorch") / "cmake" / "External" / "aotriton.cmake"
     try:
         parsed = pins.parse_aotriton_cmake(cmake.read_text())
@@ -160,17 +158,14 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
 
 
 def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
-    when = time.strftime(
-        "%Y%m%d.%H%M%S", time.strptime(manifest["published"], "%Y-%m-%dT%H:%M:%SZ")
-    )
+    when = re.sub(r"[-:Z]", "", manifest["published"]).replace("T", ".")  # YYYYMMDD.HHMMSS
     return f"{MANIFEST_DIST}-{when}+{manifest['python']}.{manifest['set_id']}-py3-none-any.whl"
 
 
-def write_manifest_wheel(manifest: Mapping[str, Any], out_dir: Path) -> Path:
-    target = out_dir / manifest_wheel_name(manifest)
+def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
     version = target.name.split("-")[1]
     info = f"{MANIFEST_DIST}-{version}.dist-info"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     with WheelFile(target, "w") as wf:
         wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         wf.writestr(f"{info}/METADATA", (
@@ -245,8 +240,8 @@ def publish(opts: PublishOptions) -> None:
     if set_present and not uploads:
         runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
-    runner.apply(write_manifest_wheel, manifest, work / "publish")
     manifest_file = work / "publish" / manifest_wheel_name(manifest)
+    runner.apply(write_manifest_wheel, manifest, manifest_file)
     if not set_present:  # the manifest last: a set is listed once all its wheels are there
         uploads.append((MANIFEST_PROJECT, manifest_file))
     if store is None:
