@@ -172,7 +172,6 @@ def td(value: Any, cls: str = "", mark: str = "") -> str:
 
 
 def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: str = "") -> str:
-    """The one table renderer: a header row and rows of ready cells."""
     cells = ["".join(f"<th>{esc(h)}</th>" for h in head), *("".join(r) for r in rows)]
     return f'<table class="{cls}"{attrs}>' + "".join(f"<tr>{c}</tr>" for c in cells) + "</table>"
 

@@ -114,9 +114,8 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
                 requirement = Requirement(line)
             except InvalidRequirement as e:
                 raise UserError(f"{record['file']} declares a malformed requirement: {e}") from None
-            if canonicalize_name(requirement.name) not in own and not (
-                requirement.marker and re.search(r"\bextra\b", str(requirement.marker))
-            ):  # an extra (torch[opt-einsum]) nobody asked for
+            extra = requirement.marker and re.search(r"\bextra\b", str(requirement.marker))
+            if canonicalize_name(requirement.name) not in own and not extra:  # unasked extras
                 wanted.add(str(requirement))
     return sorted(wanted, key=str.lower)
 
@@ -338,14 +337,9 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
 
 
 def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
-    if not session.ready:
-        return False
-    query = Runner(base_env=session.environ, out=session.out)
-    listed = query.run(
-        [session.python, "-m", "pip", "list", "--format", "json"], capture=True, check=False
-    )
+    listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
     try:
-        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed)}
     except (ValueError, TypeError, KeyError):
         return False
     return all(
