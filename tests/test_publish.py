@@ -235,16 +235,17 @@ def test_a_fresh_machine_gets_a_torch_that_imports(
 
     root = tmp_path / "fresh"
     fresh = Machine(standin.provision_private_env(root, rocm_index.pins_dir), root / "work")
-    # pip finds none of torch's requirements: one line naming where it looked; no wheel installed
+    # pip finds none of torch's requirements: pip names where it looked, then one line; no wheel
     (tmp_path / "empty" / "simple").mkdir(parents=True)
+    capfd.readouterr()
     with pep503.serve(tmp_path / "empty") as base, pytest.MonkeyPatch.context() as mp:
         mp.setenv("PIP_INDEX_URL", f"{base}/simple/")
         with pytest.raises(
             UserError,
-            match=r"could not install the wheels' runtime requirements "
-            rf"from index {base}/simple/ .*none of the wheels was installed",
+            match=r"could not install the wheels' runtime requirements .*none of the wheels was",
         ) as e:
             install(fresh, str(tree), "--no-backend-check")  # fmt: skip
+    assert f"Looking in indexes: {base}/simple/" in "".join(capfd.readouterr())
     assert "\n" not in str(e.value) and installed(fresh.prefix, "torch") is None
 
     family = tree / "v2" / "gfx1151"
@@ -264,7 +265,7 @@ def test_a_fresh_machine_gets_a_torch_that_imports(
     install(fresh, str(tree), "--no-backend-check", "--force")
     out = capfd.readouterr().out
     needs = next(line for line in out.splitlines() if line.startswith("runtime requirements"))
-    assert f"from index {torch_runtime_index} " in needs and "triton" not in needs
+    assert f"Looking in indexes: {torch_runtime_index}" in out and "triton" not in needs
     assert out.index("runtime requirements") < out.index("--require-hashes -r")
     imported = imports_torch(fresh.prefix)
     assert imported.returncode == 0, imported.stderr
@@ -422,7 +423,7 @@ def test_manifest_for_another_family_is_refused(builder, second, env, tmp_path):
     argv = second.args("--index", str(tree), "--arch", "gfx1100", "--no-backend-check")
     with pytest.raises(
         UserError,
-        match=r"was built for arch family gfx1151 \(gfx1151\); this machine is gfx1100 "
+        match=r"was built for gfx1151 \(family gfx1151\) only; this machine is gfx1100 "
         r"\(family gfx110X-all\)",
     ) as e:
         iw.install_wheels(options.parse("install_wheels", argv))
@@ -518,7 +519,7 @@ def test_runtime_and_images_of_other_versions_are_not_published(builder, env, tm
     argv = other.args("--arch", "gfx1151", "--skip", "vision", "--skip", "audio")
     bp.build_pytorch(options.parse("build_pytorch", [*argv, "--aotriton-prefix", str(prefix)]))
     with pytest.raises(
-        UserError, match=r"AOTriton runtime 0\.13\.0 but image pack amd-gfx115x is version 0\.12"
+        UserError, match=r"runtime 0\.13\.0 but amd-gfx115x/__signature__ says 0\.12"
     ):
         publish(other, str(tmp_path / "idx"))
     assert not (tmp_path / "idx").exists()
@@ -586,8 +587,8 @@ def test_the_kernel_check_of_the_pinned_tree_is_carried_by_the_manifest(builder,
     [
         ("python", "cp399", r"built for Python cp399; the env has " + PYTAG),
         ("rocm_sdk", "7.14.0", r"built against ROCm SDK 7\.14\.0; the env has " + ROCM),
-        ("family", "gfx120X-all", r"built for arch family gfx120X-all"),
-        ("arch", "gfx1150", r"built for gfx1150 only; this machine is gfx1151"),
+        ("family", "gfx120X-all", r"built for gfx1151 \(family gfx120X-all\)"),
+        ("arch", "gfx1150", r"built for gfx1150 \(family gfx1151\) only; this machine is gfx1151"),
     ],
 )
 def test_mismatch_names_the_field(field, value, message):

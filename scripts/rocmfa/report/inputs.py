@@ -1,12 +1,13 @@
-"""The results page's inputs: probe JSON (files, folders) and a team index's manifests' report
-summaries, grouped into result sets (a bench run and the nearest verdict files of the same machine
-and software: the probes' `identity`), every unusable input kept with why."""
+"""The results page's inputs (probe JSON, a team index's report summaries) grouped into result
+sets by the probes' `identity`; every unusable input kept with why."""
 
 from __future__ import annotations
 
 import calendar
 import json
+import math
 import time
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,6 @@ from typing import Any
 from rocmfa.plumbing.errors import UserError
 
 KERNEL_CHECK_SCHEMA = "rocmfa-kernel-check/1"  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
-# kernel_check: a CPU compile's summary, no GPU identity, in no result set
 KINDS = {"sdpa-bench/1": "bench", "sdpa-validate/1": "validate", "sdpa-upstream/1": "upstream",
          "sdpa-backend-check/1": "backend_check", "sdpa-crosscheck/1": "crosscheck",
          KERNEL_CHECK_SCHEMA: "kernel_check"}  # fmt: skip
@@ -36,16 +36,10 @@ class Doc:
     kind: str
     identity: dict[str, Any]
     data: dict[str, Any]
-
-    @property
-    def when(self) -> float:  # NaN when the date is not one
-        return parse_date(self.identity.get("date"))
+    when: float  # seconds since the epoch of the identity's date
 
 
-@dataclass
-class Rejected:
-    source: str
-    why: str
+Rejected = namedtuple("Rejected", "source why")  # an input not shown, and why
 
 
 def parse_date(text: Any) -> float:
@@ -59,16 +53,13 @@ def machine_key(identity: dict[str, Any], fields: tuple = MACHINE_FIELDS) -> tup
     return tuple(identity.get(k) for k in fields)
 
 
-def bench_config(data: dict[str, Any]) -> dict[str, Any]:
+def bench_config(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A bench run's configuration (CONFIG_FIELDS) and its label."""
     config = {k: (data.get("settings") or {}).get(k) for k in CONFIG_FIELDS}
     config["suite"] = config["suite"] or "default"
     if not config["dtypes"]:
         config["dtypes"] = "bf16,fp16" if config["suite"] == "llm" else "fp16"
-    return config
-
-
-def config_label(config: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
+    return config, ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
 
 
 def check_doc(source: str, data: Any) -> Doc | Rejected:
@@ -84,21 +75,20 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
         why = f"unknown schema {schema!r} (this page reads {', '.join(sorted(KINDS))})"
     elif kind == "kernel_check":
         if isinstance(data.get("families"), dict) and data.get("arch"):
-            return Doc(source, kind, {"date": data.get("time")}, data)
+            return Doc(source, kind, {"date": data.get("time")}, data, math.nan)  # in no set
         why = "kernel check summary without 'arch' and 'families'"
     elif not isinstance(identity, dict):
-        why = f"older schema: {schema} without 'identity' (written before the probes recorded "
-        why += "the machine, software and date); rerun the probe to include it"
+        why = f"older schema: {schema} without 'identity'; rerun the probe to record it"
     elif not isinstance(version, int) or version > IDENTITY_VERSION:
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
     elif missing := [k for k in ("date", "gpu", "torch") if not identity.get(k)]:
         why = f"identity without a valid {', '.join(missing)}"
-    elif parse_date(identity["date"]) != parse_date(identity["date"]):  # NaN
+    elif math.isnan(when := parse_date(identity["date"])):
         why = "identity without a valid date"
     elif kind == "bench" and not isinstance(data.get("results"), list):
         why = "bench JSON without a 'results' list"
     else:
-        return Doc(source, kind, identity, data)
+        return Doc(source, kind, identity, data, when)
     return Rejected(source, why)
 
 
@@ -115,8 +105,7 @@ def load_file(path: Path) -> Doc | Rejected:
 
 def read_paths(paths: list[str]) -> tuple[list[Doc], list[Rejected]]:
     """Every file named and every *.json directly in a folder named."""
-    docs: list[Doc] = []
-    rejected: list[Rejected] = []
+    docs, rejected = [], []
     for text in paths:
         path = Path(text)
         files = sorted(p for p in path.glob("*.json") if p.is_file()) if path.is_dir() else [path]
@@ -134,8 +123,8 @@ def read_paths(paths: list[str]) -> tuple[list[Doc], list[Rejected]]:
 
 
 def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]:
-    """Every wheel set's report summaries on a team index family (URL/v2/<family>, else
-    --arch's family); the manifest's own fields fill in what a summary's identity lacks."""
+    """Every wheel set's report summaries on a team index family (URL/v2/<family>, or --arch's),
+    their identity with the manifest's wheel set, ROCm SDK, AOTriton and patch digests."""
     from rocmfa.env import archs  # only --index reads a team index
     from rocmfa.plumbing import team_index
     from rocmfa.sharing import install_wheels as sets
@@ -158,13 +147,15 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
-        reports = sorted((manifest.get("reports") or {}).items())
-        found = [
-            check_doc(
-                f"{where}{name} ({kind})", {**summary, "identity": identity_of(manifest, summary)}
-            )
-            for kind, summary in reports
-        ]
+        aot, patches = manifest.get("aotriton") or {}, manifest.get("patches") or {}
+        added = {"wheel_set": manifest["set_id"], "rocm_sdk": manifest["rocm_sdk"],
+                 "patches": {k: v.get("digest") for k, v in patches.items()}}  # fmt: skip
+        found = []
+        for kind, summary in sorted((manifest.get("reports") or {}).items()):
+            if isinstance(ident := summary.get("identity"), dict):  # the probe's, then these
+                aotriton = {k: aot.get(k) for k in ("version", "commit")}
+                ident = {"aotriton": aotriton, **ident, **added}
+            found.append(check_doc(f"{where}{name} ({kind})", {**summary, "identity": ident}))
         docs += [d for d in found if isinstance(d, Doc)]
         rejected += [r for r in found if isinstance(r, Rejected)]
         if not found:
@@ -172,44 +163,21 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     return docs, rejected
 
 
-def identity_of(manifest: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary's own identity first, the manifest's fields where it has none."""
-    torch, aot = manifest.get("torch") or {}, manifest.get("aotriton") or {}
-    prov = summary.get("provenance") or {}
-    return {
-        "version": IDENTITY_VERSION, "date": manifest["published"], "platform": "rocm",
-        "host": f"wheel set {manifest['set_id']}", "arch": manifest["arch"],
-        "gpu": prov.get("device_name") or manifest["arch"], "device": prov.get("device"),
-        "rocm": manifest["rocm_sdk"], "cuda": None, "torch": torch.get("version"),
-        "torch_commit": torch.get("commit"), "flash_built_in": manifest.get("flash_attention"),
-        "aotriton": {"version": aot.get("version"), "commit": aot.get("commit")},
-        **(summary.get("identity") or {}), "wheel_set": manifest["set_id"],
-        "rocm_sdk": manifest["rocm_sdk"],
-        "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
-    }  # fmt: skip
-
-
 def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
-    """Result sets, oldest first: kind -> Doc, the first the bench run or the verdict file that
-    opened the set; and the duplicates left out (the same kind of file from the same machine at
-    the same time)."""
-    rejected: list[Rejected] = []
-    seen: dict[tuple, str] = {}
-    sets: list[dict[str, Doc]] = []
-    companions: list[Doc] = []
+    """Result sets, oldest first (kind -> Doc, the opening one first: a bench run or a verdict
+    file), and the duplicates (same kind, machine and time) left out."""
+    unique, rejected, seen = [], [], {}
     for doc in sorted(docs, key=lambda d: (d.when, d.source)):
         key = (doc.kind, machine_key(doc.identity), doc.identity.get("date"))
         if key in seen:
             why = f"same machine and time as {seen[key]} (a duplicate {doc.kind})"
             rejected.append(Rejected(doc.source, why))
-            continue
-        seen[key] = doc.source
-        if doc.kind == "bench":
-            sets.append({"bench": doc})
         else:
-            companions.append(doc)
+            seen[key] = doc.source
+            unique.append(doc)
+    sets = [{"bench": d} for d in unique if d.kind == "bench"]
     same, first = MACHINE_FIELDS + SOFTWARE_FIELDS, lambda s: next(iter(s.values()))
-    for doc in companions:
+    for doc in (d for d in unique if d.kind != "bench"):
         apart = lambda s: abs(first(s).when - doc.when)  # noqa: B023, E731 (used at once)
         key = machine_key(doc.identity, same)
         near = [s for s in sets if doc.kind not in s and apart(s) <= COMPANION_WINDOW_S]

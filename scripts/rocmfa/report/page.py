@@ -1,9 +1,7 @@
 """nox -s report -- INPUT... [--baseline INPUT] [--out DIR] [--index URL [--arch ARCH]]
 
-DIR/results.html: one self-contained page (no script, nothing fetched) of the probe JSON in
-the INPUT files and folders and the report summaries on a team index; DIR/results.json: its
-data. Exits non-zero only when nothing could be shown or --baseline cannot be used.
-"""
+DIR/results.html (self-contained) and its data DIR/results.json, from probe JSON files and
+folders and a team index's report summaries. docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -20,19 +18,13 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench_change as change
+from rocmfa.probes.bench import FLOP_CONVENTION
 from rocmfa.probes.bench_change import VERDICTS
 from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs, svg
 
 THRESHOLD_PCT = 5.0
-FLOP_CONVENTION = (
-    "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
-    "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
-)
-CHANGE_RULE = (
-    "faster/slower only beyond the threshold and the run-to-run floor of the row's class; "
-    "launch-bound rows are never a change"
-)
+CHANGE_RULE = "faster/slower past the threshold and the row class's noise floor; never launch-bound"
 PASS_NAMES = {"fwd": "forward", "bwd": "backward", "fwdbwd": "forward+backward"}
 VERDICT_KINDS = ("backend_check", "validate", "upstream", "crosscheck")
 CASE_HEAD = ["size", "B,H,S,D", "dtype", "causal", "backend", "pass"]
@@ -81,7 +73,7 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     ident = next(iter(docs.values())).identity
     data = docs["bench"].data if "bench" in docs else {}
     prov = data.get("provenance") or {}
-    config = inputs.bench_config(data) if data else None
+    config, config_label = inputs.bench_config(data) if data else (None, None)
     verdicts = {}
     for kind in (k for k in VERDICT_KINDS if k in docs):
         got = docs[kind].data.get
@@ -92,8 +84,7 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
     return {"id": set_id, "label": label, "baseline": baseline, "identity": ident,
             "files": {kind: doc.source for kind, doc in sorted(docs.items())},
-            "config": config, "config_label": config and inputs.config_label(config),
-            **{k: prov.get(k) for k in roofs}, "timer": (data.get("settings") or {}).get("timer"),
+            "config": config, "config_label": config_label, **{k: prov.get(k) for k in roofs},
             "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
             "verdicts": verdicts}  # fmt: skip
 
@@ -103,8 +94,7 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
-    """Every other bench set against the first baseline set of its own configuration; a set
-    without one is shown, not compared, and said so in not_compared."""
+    """Each bench set against the first baseline set of its configuration, else in not_compared."""
     rule = (THRESHOLD_PCT, change.load_floors())
     out: list[dict[str, Any]] = []
     for model in models if bases else []:
@@ -126,8 +116,7 @@ def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[d
 
 
 def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per machine and bench configuration with two or more runs: per backend, the geometric
-    mean TFLOP/s over the cases every one of those runs has."""
+    """Per machine and bench configuration run twice or more: geo. mean TFLOP/s per backend."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for model in (m for m in models if m["bench"]):
         groups[inputs.machine_key(model["identity"]), model["config_label"]].append(model)
@@ -183,14 +172,12 @@ def td(value: Any, cls: str = "", mark: str = "") -> str:
 
 
 def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: str = "") -> str:
-    """The one table renderer: a header row and rows of ready cells."""
     cells = ["".join(f"<th>{esc(h)}</th>" for h in head), *("".join(r) for r in rows)]
     return f'<table class="{cls}"{attrs}>' + "".join(f"<tr>{c}</tr>" for c in cells) + "</table>"
 
 
 def card(model: dict[str, Any]) -> str:
-    ident = model["identity"]
-    aot = ident.get("aotriton") or {}
+    ident, aot = model["identity"], model["identity"].get("aotriton") or {}
     known = {**ident, "aot_version": aot.get("version"), "aot_commit": aot.get("commit")}
     values = defaultdict(lambda: "-", {k: v for k, v in known.items() if v not in (None, "")})
     for commit in ("torch_commit", "aot_commit"):
@@ -235,8 +222,7 @@ def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar
 
 
 def bench_figures(members: list, index: list[dict], first: dict, memory: bool, prefix: str) -> str:
-    """A chart per pass / dtype / causal (x: size; a bar per backend per set) of the compute-
-    bound rows in TFLOP/s, or of the memory-bound ones in GB/s under the memory roof (dashed)."""
+    """A chart per pass/dtype/causal of the compute-bound (TFLOP/s) or memory-bound rows (GB/s)."""
     panels: dict[tuple, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
     for key, row in first.items():
         if (row.get("bound") == "memory") == memory:
@@ -259,8 +245,7 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
 
 
 def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int) -> tuple:
-    """Every case of the sets in `index` (case key -> row, per set) once, in order: its first
-    row, and its table row (the case, `extra`, then per set `per_set` or `blank` dashes)."""
+    """Each case of `index` once: its first row; its cells (case, `extra`, `per_set` per set)."""
     first: dict[tuple, dict[str, Any]] = {}
     for rows in index:
         first.update({k: r for k, r in rows.items() if k not in first})
@@ -304,8 +289,7 @@ def bench_section(models: list[dict[str, Any]]) -> str:
 
 
 def comparison_section(comps: list[dict[str, Any]]) -> str:
-    """Per result set the verdict counts and geometric-mean speedup, a chart per pass (x:
-    backend, a bar per set, launch-bound rows left out), and every case's speedup."""
+    """Verdict counts and geo. mean speedups per set, a chart per pass, every case's speedup."""
     charts: dict[str, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
     for shade, comp in enumerate(comps):
         kept = defaultdict(list)
@@ -346,10 +330,9 @@ def time_section(groups: list[dict[str, Any]]) -> str:
 
 
 def kernel_check_section(checks: list[dict[str, Any]]) -> str:
-    """nox -s kernel_check (or build_aotriton's): per family, the generator's jobs and the
-    sample compiled or fetched from the kernel store."""
+    """Per kernel check (nox -s kernel_check), each family's jobs, sample and kernel-store hits."""
     fields = ("jobs", "sampled", "compiled", "from_store", "seconds")
-    head = ["family", "jobs", "sampled", "compiled", "from store", "seconds"]
+    head = ["family", *(f.replace("_", " ") for f in fields)]
     parts = []
     for check in checks:
         shown = defaultdict(lambda: "-", {k: esc(v) for k, v in check.items() if v is not None})
@@ -368,24 +351,20 @@ def render(data: dict[str, Any]) -> str:
     verdicts = [[td(m["id"]), *(verdict_cell(m["verdicts"].get(k)) for k in VERDICT_KINDS)]
                 for m in models]  # fmt: skip
     heads = ["set", "backend_check", "validate", "validate --upstream", "crosscheck"]
-    sections = [
+    baseline = comparison_section(data["comparisons"]) if data["comparisons"] else ""
+    if listed["not_compared"]:
+        baseline += f"<p>Shown above, not compared:</p><ul>{listed['not_compared']}</ul>"
+    not_shown = listed["not_shown"] and f"<ul>{listed['not_shown']}</ul>"
+    sections = [  # (id, title, body); those without a body left out
         ("identity", "Result sets", f'<div class="cards">{"".join(card(m) for m in models)}</div>'),
         ("verdicts", "Verdicts", table("verdicts", heads, verdicts)),
         ("bench", "Bench", bench_section(models)),
+        ("baseline", "Against the baseline", baseline),
+        ("over-time", "One machine over time", time_section(data["over_time"])),
+        ("kernels", "AOTriton kernel checks", kernel_check_section(data["kernel_checks"])),
+        ("not-shown", "Not shown, and why", not_shown or "<p>Every input is shown.</p>"),
     ]
-    if data["comparisons"] or listed["not_compared"]:
-        shown = comparison_section(data["comparisons"]) if data["comparisons"] else ""
-        if listed["not_compared"]:
-            shown += f"<p>Shown above, not compared:</p><ul>{listed['not_compared']}</ul>"
-        sections.append(("baseline", "Against the baseline", shown))
-    sections.append(("over-time", "One machine over time", time_section(data["over_time"])))
-    if data.get("kernel_checks"):
-        kernels = kernel_check_section(data["kernel_checks"])
-        sections.append(("kernels", "AOTriton kernel checks", kernels))
-    not_shown = (
-        f"<ul>{listed['not_shown']}</ul>" if listed["not_shown"] else "<p>Every input is shown.</p>"
-    )
-    sections.append(("not-shown", "Not shown, and why", not_shown))
+    sections = [s for s in sections if s[2]]
     rule = data["change_rule"]
     return fill(
         PAGE, title=f"SDPA results: {len(models)} result sets", style=STYLE,
@@ -397,8 +376,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def report(opts: Any, rest: Sequence[str]) -> int:
-    """nox -s report: read the inputs, write results.html and results.json, say what was left
-    out (stderr). UserError when nothing could be shown or --baseline is unusable."""
+    """Write results.html and results.json; say on stderr what was left out and why."""
     started = time.perf_counter()
     if "--help" in rest or "-h" in rest:  # after the options' own help (noxfile._call)
         print(__doc__)
@@ -411,9 +389,8 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     if opts.index:
         found, left = inputs.read_index(opts.index, opts.arch)
         docs, rejected = docs + found, rejected + left
-    baseline_docs: list[inputs.Doc] = []
+    baseline_docs, left = inputs.read_paths([opts.baseline]) if opts.baseline else ([], [])
     if opts.baseline:
-        baseline_docs, left = inputs.read_paths([opts.baseline])
         unusable = left and not Path(opts.baseline).is_dir()
         if unusable or not any(d.kind == "bench" for d in baseline_docs):
             why = left[0].why if unusable else "holds no bench result"

@@ -38,13 +38,8 @@ def _text(x: float | str, y: float | str, label: str, extra: str = ' text-anchor
     return f'<text x="{x}" y="{y}"{extra} {FONT}>{html.escape(label)}</text>'
 
 
-def _hline(width: int, y: float, style: str) -> str:
-    return f'<line x1="{LEFT}" x2="{width - 6}" y1="{_fmt(y)}" y2="{_fmt(y)}"{style}/>'
-
-
 def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, title="") -> str:
-    """A <figure> (titled) of one cluster of bars per group (x), the grid, the y axis's label;
-    a dashed line at `ref` (1.0 for speedups, the memory roof)."""
+    """A <figure>: a cluster of bars per group (x), a dashed line at `ref` (1.0, a roof)."""
     per_group = max(map(len, groups.values()), default=1) or 1
     bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
     group_w = per_group * bar_w + 12
@@ -52,19 +47,17 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
     slanted = any(len(label) > max(4, group_w / 6) for label in groups)
     height = TOP + PLOT_H + (90 if slanted else 34)
     top = max([b.value for bars in groups.values() for b in bars if b.value] + [ref or 0.0])
-    if top > 0 and math.isfinite(top):  # the next 1, 2, 2.5, 5 x 10^n
-        exp = 10 ** math.floor(math.log10(top))
-        top = next(s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp)
-    else:
-        top = 1.0
+    exp = 10 ** math.floor(math.log10(top)) if 0 < top < math.inf else 1.0
+    top = next((s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp), 1.0)  # 1-2-2.5-5 x 10^n
     out = [
         f"<figure><h4>{html.escape(title)}</h4>" if title else "<figure>",
         f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
     ]
+    hline = f'<line x1="{LEFT}" x2="{width - 6}" y1="{{0}}" y2="{{0}}"{{1}}/>'.format  # (y, style)
     for tick in range(5):
         y = TOP + PLOT_H - PLOT_H * tick / 4
-        out.append(_hline(width, y, ' stroke="#ddd"'))
+        out.append(hline(_fmt(y), ' stroke="#ddd"'))
         out.append(_text(LEFT - 3, _fmt(y + 3), f"{top * tick / 4:g}", ' text-anchor="end"'))
     turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle"'
     out.append(f"<text{turn} {FONT}>{html.escape(y_label)}</text>")
@@ -84,9 +77,8 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if ref is not None:
-        out.append(
-            _hline(width, TOP + PLOT_H * (1 - ref / top), ' stroke="#000" stroke-dasharray="4,3"')
-        )
+        dashed, y = ' stroke="#000" stroke-dasharray="4,3"', _fmt(TOP + PLOT_H * (1 - ref / top))
+        out.append(hline(y, dashed))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg></figure>"])
 

@@ -1,12 +1,10 @@
-"""`nox -s install_wheels`: build_pytorch's run manifest's wheels, or with --index the newest set
-published for this machine (its manifest, rocmfa-wheelset/1, travels as a tiny wheel that
-publish writes), checked (sha256, Python tag, ROCm local version: ROCm/vllm#943); their runtime
-requirements by pip from its own index, the wheels with --no-deps, then backend_check.
-docs/pytorch-and-ck.md."""
+"""`nox -s install_wheels`: this run's wheels, or with --index the newest fitting published set,
+checked (sha256, Python tag, ROCm local version: ROCm/vllm#943). docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
 import email.parser
+import functools
 import hashlib
 import io
 import json
@@ -17,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import packaging.tags
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -50,9 +49,8 @@ def rocm_of(version: Version) -> tuple[str | None, str]:
     return match.group(3), f"{match.group(1) or ''}rocm{match.group(3)}"
 
 
-def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, machine: str) -> str:
-    """The recorded wheel unchanged, its tags and ROCm local version fit for the env: its
-    description, or UserError."""
+def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> str:
+    """'name version' of the recorded wheel, unchanged and fit for the env's Python and ROCm."""
     path = Path(record["file"])
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
@@ -66,11 +64,8 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str, mach
         name, version, _build, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as e:
         raise UserError(f"{filename}: not a valid wheel file name ({e})") from None
-    interpreters = {python_tag, f"py{python_tag[2]}", f"py{python_tag[2:]}"}
-    runs = [
-        t for t in tags if t.interpreter in interpreters and t.abi in (python_tag, "none", "abi3")
-    ]
-    if not any(t.platform == "any" or t.platform.endswith(machine) for t in runs):
+    python = (int(python_tag[2]), int(python_tag[3:]))  # the env's, on this machine's platforms
+    if not tags & {*packaging.tags.cpython_tags(python), *packaging.tags.compatible_tags(python)}:
         wheel_tags = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
             f"{filename} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
@@ -101,16 +96,14 @@ def load_manifest(work: Path) -> dict[str, Any]:
         ) from None
     except (OSError, ValueError) as e:
         raise UserError(f"unreadable run manifest {path}: {e}") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("wheels"), list):
-        raise UserError(f"malformed run manifest {path}: no 'wheels' list")
-    if not manifest["wheels"]:
+    wheels = manifest.get("wheels") if isinstance(manifest, dict) else None
+    if not wheels or not isinstance(wheels, list):
         raise UserError(f"run manifest {path} lists no wheels; run: nox -s build_pytorch")
     return manifest
 
 
 def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
-    """What the wheels declare they need at run time (their Requires-Dist), less the wheels
-    themselves and optional extras; None when a record does not say (an older manifest)."""
+    """The wheels' Requires-Dist less the wheels and extras; None in a plan (not read yet)."""
     own = {canonicalize_name(r["project"]) for r in records}
     wanted: set[str] = set()
     for record in records:
@@ -121,26 +114,10 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
                 requirement = Requirement(line)
             except InvalidRequirement as e:
                 raise UserError(f"{record['file']} declares a malformed requirement: {e}") from None
-            if canonicalize_name(requirement.name) not in own and not (
-                requirement.marker and re.search(r"\bextra\b", str(requirement.marker))
-            ):  # an extra (torch[opt-einsum]) nobody asked for
+            extra = requirement.marker and re.search(r"\bextra\b", str(requirement.marker))
+            if canonicalize_name(requirement.name) not in own and not extra:  # unasked extras
                 wanted.add(str(requirement))
     return sorted(wanted, key=str.lower)
-
-
-def pip_source(session: session_env.SessionEnv) -> str:
-    """Where the env's pip looks (`pip config list`: PIP_* and pip.conf), credentials left out."""
-    if not (session.ready and session.python.exists()):
-        return "pip's configured index (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf; else PyPI)"
-    query = Runner(base_env=session.environ, out=session.out)
-    listed = query.run([session.python, "-m", "pip", "config", "list"], capture=True, check=False)
-    found = dict(re.findall(r"\.([\w-]+)=['\"]?([^'\"\n]*)", listed.stdout))  # the last one wins
-    no_index = found.get("no-index", "").lower() in ("1", "true", "yes", "on")
-    where = [] if no_index else [f"index {found.get('index-url', 'https://pypi.org/simple')}"]
-    extra = {k: v for k, v in found.items() if k in ("extra-index-url", "find-links")}
-    where += [f"{k.replace('-url', '').replace('-', ' ')} {v}" for k, v in extra.items()]
-    where_ = re.sub(r"://[^/@\s]+@", "://", ", ".join(where) or "nowhere (no-index)")
-    return f"{where_} (pip config list)"
 
 
 def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
@@ -151,8 +128,7 @@ def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
 
 
 def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: bool) -> tuple:
-    """(manifest with each wheel's Requires-Dist, pip argv): build_pytorch's run manifest's
-    wheels, checked; in a plan before it exists, named placeholders."""
+    """(run manifest with each wheel's Requires-Dist, pip argv); in a plan, placeholders."""
     work, runner = session.work, session.runner
     if not manifest_path(work).exists():
         runner.refuse(
@@ -168,13 +144,10 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
         } for p in projects]  # fmt: skip
         return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
     manifest = load_manifest(work)
-    for record in manifest["wheels"]:
-        if checkable:
-            what = check_wheel(record, *target)
-            runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
-            record["requires"] = requires_of(Path(record["file"]))
-        else:
-            runner.done(f"{record['file']} is checked against the env's Python and ROCm")
+    for record in manifest["wheels"] if checkable else []:  # a plan without the env: not checked
+        what = check_wheel(record, *target)
+        runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
+        record["requires"] = requires_of(Path(record["file"]))
     return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
 
 
@@ -194,7 +167,6 @@ def same_version(a: str, b: str) -> bool:
 
 
 def requires_of(wheel: Path) -> list[str]:
-    """The Requires-Dist lines of a wheel's METADATA."""
     try:
         with WheelFile(wheel) as wf:
             metadata = wf.read(f"{wf.dist_info_path}/METADATA")
@@ -203,13 +175,8 @@ def requires_of(wheel: Path) -> list[str]:
     return email.parser.BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []
 
 
-def is_manifest_of(filename: str, set_id: str) -> bool:
-    return filename.startswith(MANIFEST_DIST + "-") and f".{set_id}-py3-" in filename
-
-
 def listed_manifests(spec: team_index.IndexSpec, family: str):
-    """The family's wheel-set manifests, newest first (the name starts with the date); their
-    links; the S3 store they are read through, if any."""
+    """(the family's manifest wheels newest first, their links, the S3 store if any)."""
     store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
     links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
     names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
@@ -242,13 +209,11 @@ def mismatch(
 ) -> str | None:
     """One line naming how this wheel set does not fit this machine, or None."""
     who = f"wheel set {manifest['set_id']}"
-    if manifest["family"] != family:
+    if (manifest["arch"], manifest["family"]) != (arch, family):  # one arch of its family
         return (
-            f"{who} was built for arch family {manifest['family']} ({manifest['arch']}); this "
+            f"{who} was built for {manifest['arch']} (family {manifest['family']}) only; this "
             f"machine is {arch} (family {family})"
         )
-    if arch != manifest["arch"]:  # a set is built for one arch of its family
-        return f"{who} was built for {manifest['arch']} only; this machine is {arch}"
     if python_tag is not None and manifest["python"] != python_tag:
         return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
     if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
@@ -259,58 +224,46 @@ def mismatch(
     return None
 
 
-def choose_set(index: str, wheel_set: str | None, session, fits: dict) -> tuple:
-    """(manifest, family, where, store) of the newest wheel set on this machine's family index
-    that fits (fits' python_tag/rocm_version None: not compared)."""
-    spec, arch = team_index.parse_index(index), session.choice.arch
+def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
+    """(manifest, pip argv, what) of the newest wheel set on this machine's family index that
+    fits (fits' keys compared): its wheels as `name @ URL --hash=sha256:...` lines."""
+    spec, arch, runner = team_index.parse_index(opts.index), session.choice.arch, session.runner
     family = family_of(arch)
     where = spec.describe(family)
-    session.runner.say(
-        f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})"
-    )
+    runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
     names, links, store = listed_manifests(spec, family)
-    if wheel_set and not (names := [n for n in names if is_manifest_of(n, wheel_set)]):
-        raise UserError(f"no wheel set {wheel_set} on {where}")
+    if opts.wheel_set and not (names := [n for n in names if f".{opts.wheel_set}-py3-" in n]):
+        raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
         raise UserError(
             f"no wheel set on {where}; publish one from the building machine: "
-            f"nox -s publish -- --index {shlex.quote(index)}"
+            f"nox -s publish -- --index {shlex.quote(opts.index)}"
         )
     problems = []
-    for name in names:
-        manifest = read_manifest(name, links[name], store, where)
+    for manifest in (read_manifest(name, links[name], store, where) for name in names):
         if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
-            return manifest, spec, family, where, store
-        if wheel_set or mismatch(manifest, family, arch.name):  # another arch
+            break
+        if opts.wheel_set or mismatch(manifest, family, arch.name):  # another arch
             raise UserError(f"refusing to install from {where}: {problem}")
         problems.append(problem)
-    raise UserError(
-        f"refusing to install from {where}: {problems[0]}, and no other wheel set there fits"
-    )
-
-
-def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
-    """(manifest, pip argv, what) of the chosen set: its wheels as `name @ URL
-    --hash=sha256:...` lines for pip --require-hashes (publish checked each against the set's
-    Python and ROCm SDK)."""
-    manifest, spec, family, where, store = choose_set(opts.index, opts.wheel_set, session, fits)
-    set_id, lines, pages = manifest["set_id"], [], {}
+    else:
+        raise UserError(f"refusing to install from {where}: {problems[0]}, and no other fits")
+    set_id, lines = manifest["set_id"], []
+    page_of = functools.cache(lambda project: team_index.read_project(spec, family, project, store))
     downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
         project = canonicalize_name(wheel["project"])
-        if project not in pages:
-            pages[project] = team_index.read_project(spec, family, project, store)
-        if (link := pages[project].get(wheel["file"])) is None:
+        if (link := page_of(project).get(wheel["file"])) is None:
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
-            said = f"download {store.target(rel)} -> {local}"
-            session.runner.apply(fetch_into, store, rel, local, say=said)
+            runner.apply(
+                fetch_into, store, rel, local, say=f"download {store.target(rel)} -> {local}"
+            )
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
-    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, session.runner)
-    pip = [session.python, "-m", "pip", "install", "--no-deps", "--force-reinstall"]
-    argv = [*map(str, pip), "--require-hashes", "-r", str(path)]
+    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
+    argv = install_argv(session.python, ["--require-hashes", "-r", str(path)])
     return manifest, argv, f"wheel set {set_id} from {where}"
 
 
@@ -328,15 +281,17 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     python, runner = session.python, session.runner
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
-    probe = "import platform, sys; print('cp%d%d' % sys.version_info[:2], platform.machine())"
-    python_tag, machine = session.ask([python, "-c", probe], "$(python-tag) $(machine)").split()
+    probe = "import sys; print('cp%d%d' % sys.version_info[:2])"
+    python_tag = session.ask([python, "-c", probe], "$(python-tag)")
     checkable = session.ready and rocm_sdk.exists()  # else a plan without env or ROCm SDK
-    target = (python_tag, rocm_version, machine)
     if opts.index:
         fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
         manifest, argv, where = from_index(opts, session, fits)
     else:
-        manifest, argv, where = *this_runs_wheels(session, target, checkable), None
+        manifest, argv, where = (
+            *this_runs_wheels(session, (python_tag, rocm_version), checkable),
+            None,
+        )
     install_unless_current(opts, session, manifest, argv, where)
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
@@ -350,61 +305,45 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
 
 
 def install_unless_current(opts, session, manifest: dict, argv: list, where: str | None) -> None:
-    """Unless exactly these wheels are in the env: their runtime requirements by pip the
-    ordinary way (no wheel touched yet), then the wheels (where: the set's, from an index)."""
+    """Unless these wheels are in the env: their runtime requirements, then the wheels."""
     runner, work, wheels = session.runner, session.work, manifest["wheels"]
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
     if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
-    source, needs = pip_source(session), runtime_requirements(wheels)
-    if needs:
+    if needs := runtime_requirements(wheels):
         runner.say(
             f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
-            f"the env lacks from {source}, then the wheels themselves with --no-deps"
+            "the env lacks from its configured index, then the wheels themselves with --no-deps"
         )
         path = write_requirements(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
         result = runner.run([session.python, "-m", "pip", "install", "-r", path], check=False)
         if result.returncode != 0:
             raise UserError(
-                f"pip could not install the wheels' runtime requirements from {source} "
-                f"(exit {result.returncode}); see pip's message above; none of the wheels "
-                "was installed"
+                f"pip could not install the wheels' runtime requirements (exit "
+                f"{result.returncode}); see pip's message above; none of the wheels was installed"
             )
-    elif needs is None and where:
-        runner.say(
-            f"note: the manifest of {where} records no runtime requirements (published "
-            "before they were recorded): only its wheels are installed"
-        )
     elif needs is None:
         runner.done(
-            "then the runtime requirements the wheels declare (Requires-Dist), from "
-            f"{source}: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
+            "then the runtime requirements the wheels declare (Requires-Dist), from pip's "
+            f"configured index: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
         )
-    # first: pip refuses a bad wheel before changing anything, but a kill midway leaves
-    # a torch that only a rerun finishes (doctor names it from torch's RECORD)
+    # first: a kill mid-install leaves a torch only a rerun finishes (doctor reads its RECORD)
     runner.apply(stamps.remove, stamp)
     result = runner.run(argv, check=where is None)
     if result.returncode != 0:
         raise UserError(
-            f"pip could not install {where} (exit {result.returncode}); see pip's "
-            "message above (--require-hashes refuses a wheel whose sha256 differs from the "
-            "manifest's)"
+            f"pip could not install {where} (exit {result.returncode}); see pip's message above "
+            "(it refuses a wheel whose sha256 differs from the manifest's)"
         )
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
 
 
 def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
-    """The env still has exactly these versions (nobody pip-installed something else since)."""
-    if not session.ready:
-        return False
-    query = Runner(base_env=session.environ, out=session.out)
-    listed = query.run(
-        [session.python, "-m", "pip", "list", "--format", "json"], capture=True, check=False
-    )
+    listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
     try:
-        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed)}
     except (ValueError, TypeError, KeyError):
         return False
     return all(

@@ -1,20 +1,19 @@
-"""`nox -s publish`: this run's checked wheels, then their manifest (wheels with Requires-Dist,
-arch and family, pins, the torch wheel's AOTriton, report summaries) as a tiny wheel
-`rocmfa-wheelset` <YYYYMMDD.HHMMSS>+<python>.<set id>, then the pages, onto the family index
-(team_index.py); same sha256: skipped, another: refused before any upload.
-docs/pytorch-and-ck.md tells the whole story."""
+"""`nox -s publish`: this run's checked wheels, then their manifest as a tiny wheel
+`rocmfa-wheelset`, onto the family index (team_index.py). docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import platform
+import re
 import shlex
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
 from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
+from rocmfa.sources import pins
 
 REPORT_KINDS = {
     "sdpa-backend-check/1": "backend_check",
@@ -41,40 +41,24 @@ SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures",
 SUMMARY_KEYS += ("provenance", "settings", "wall_s")
 
 
-def aotriton_in_wheel(wheel: Path) -> dict[str, Any]:
-    """{'runtime': 'X.Y.Z' | None, 'images': {pack: '0.13' | 'git-<sha12>'}} from torch/lib/."""
-    runtimes, images = [], {}
+def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
+    """The AOTriton runtime and image packs in a torch wheel's torch/lib/, read as installed."""
     with zipfile.ZipFile(wheel) as zf:  # a wheel the build recorded (its sha256 checked)
-        for name in (n for n in zf.namelist() if n.startswith("torch/lib/")):
-            base = name.rsplit("/", 1)[-1]
-            if match := aotriton_install.LIB_RE.fullmatch(base):
-                runtimes.append(tuple(int(g) for g in match.groups()))
-            elif name.startswith("torch/lib/aotriton.images/") and base == "__signature__":
-                text = zf.read(name).decode(errors="replace")
-                images[name.split("/")[3]] = aotriton_install.signature_of(text)
-    runtime = ".".join(map(str, max(runtimes))) if runtimes else None
-    return {"runtime": runtime, "images": images}
+        wanted = re.compile(rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)")
+        zf.extractall(into, [n for n in zf.namelist() if wanted.fullmatch(n)])
+    return aotriton_install.AotritonInstall.read(into / "torch" / "lib")
 
 
-def aotriton_problem(found: Mapping[str, Any], pin: Mapping[str, Any]) -> str | None:
+def aotriton_problem(found: aotriton_install.AotritonInstall, pin: Mapping[str, Any]):
     """Why the runtime and images in a flash-attention torch wheel do not belong together."""
-    runtime, images = found["runtime"], found["images"]
-    if runtime is None:
-        return "torch was built with flash attention but its wheel carries no libaotriton_v2.so"
-    if not images:
-        return f"the torch wheel has AOTriton runtime {runtime} but no aotriton.images/"
-    mm, commit = aotriton_install.major_minor(runtime), str(pin.get("commit") or "")
-    for pack, sig in sorted(images.items()):
-        if sig.startswith("git-") and not commit.startswith(sig[4:]) and commit:
+    if found.runtime is None or not found.images:
+        return f"torch was built with flash attention but its wheel has {found.describe()}"
+    commit = str(pin.get("commit") or "")
+    for pack, sig in sorted(found.images.items()):
+        if sig.startswith("git-") and commit and not commit.startswith(sig[4:]):
             return f"image pack {pack} comes from AOTriton {sig}, the runtime from {commit[:12]}"
-        if not sig.startswith("git-") and aotriton_install.major_minor(sig) != mm:
-            return f"AOTriton runtime {runtime} but image pack {pack} is version {sig}"
-    if len(commits := sorted({s for s in images.values() if s.startswith("git-")})) > 1:
-        return f"the image packs come from different AOTriton commits ({', '.join(commits)})"
-    version = pin.get("version")
-    if version and aotriton_install.major_minor(version) != mm:
-        return f"torch pins AOTriton {version} but its wheel carries runtime {runtime}"
-    return None
+    pinned = replace(found, runtime=pin["version"]) if pin.get("version") else found
+    return next(iter(aotriton_install.check_compatible(found, pinned, force=True)), None)
 
 
 def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,8 +70,6 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
         if built.get("install_prefix") == prefix and pin:
             return {"source": "build_aotriton", "prefix": prefix, **pin}
         return {"source": "--aotriton-prefix", "prefix": prefix}
-    from rocmfa.sources import pins
-
     cmake = paths.src_dir(work, "pytorch") / "cmake" / "External" / "aotriton.cmake"
     try:
         parsed = pins.parse_aotriton_cmake(cmake.read_text())
@@ -98,8 +80,7 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
-    """(kind, summary) of a backend_check/validate/bench report or a kernel check summary.json:
-    the report less its bulk (a bench's rows that ran stay: the results page draws them)."""
+    """(kind, summary): a probe's report less its bulk (a bench's rows that ran stay)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -119,16 +100,16 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
 
 
 def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) -> dict[str, Any]:
-    """The wheel-set manifest of run (wheels verified by the caller); UserError when the torch
-    wheel's AOTriton runtime and images disagree."""
+    """The wheel-set manifest of run (wheels verified by the caller)."""
     arch = archs.get_arch(run["arch"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
     torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
     inputs, heads = checkout.get("inputs") or {}, checkout.get("heads") or {}
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
-    found = aotriton_in_wheel(Path(torch_wheel["file"])) if torch_wheel else {}
     pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        found = torch_wheel and aotriton_in_wheel(Path(torch_wheel["file"]), Path(tmp))
     if flash and (problem := aotriton_problem(found, pin)):
         raise UserError(f"refusing to publish this wheel set: {problem}")
     summaries = dict(summarize_report(Path(report)) for report in reports)
@@ -142,6 +123,13 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
          "sha256": w["sha256"], "requires": install_wheels.requires_of(Path(w["file"]))}
         for w in run["wheels"]
     ]  # fmt: skip
+    components, patches = {}, {}  # each checked-out source; the patches applied to each
+    for key, source in sorted((checkout.get("sources") or {}).items()):
+        commit = source.get("hashtag")
+        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
+        if source.get("patches"):
+            digest = ((inputs.get("patches") or {}).get(key) or {}).get(commit)
+            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
     origin, commit = inputs.get("pytorch") or [None, None]
     torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
@@ -159,41 +147,25 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": {
             **{k: pin.get(k) for k in ("commit", "version", "source")},
-            "runtime": found.get("runtime"),
-            "images": found.get("images") or {},
+            "runtime": found and found.runtime,
+            "images": found.images if found else {},
             "runtime_matches_images": True,
         },
-        **components_and_patches(checkout),
+        "components": components,
+        "patches": patches,
         "reports": summaries,
     }
 
 
-def components_and_patches(checkout: Mapping[str, Any]) -> dict[str, Any]:
-    """Each checked-out source's origin, commit and head; the patches applied to each."""
-    heads, patch_inputs = checkout.get("heads") or {}, (checkout.get("inputs") or {}).get("patches")
-    components, patches = {}, {}
-    for key, source in sorted((checkout.get("sources") or {}).items()):
-        commit = source.get("hashtag")
-        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
-        if source.get("patches"):
-            digest = ((patch_inputs or {}).get(key) or {}).get(commit)
-            patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
-    return {"components": components, "patches": patches}
-
-
 def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
-    when = time.strftime(
-        "%Y%m%d.%H%M%S", time.strptime(manifest["published"], "%Y-%m-%dT%H:%M:%SZ")
-    )
+    when = re.sub(r"[-:Z]", "", manifest["published"]).replace("T", ".")  # YYYYMMDD.HHMMSS
     return f"{MANIFEST_DIST}-{when}+{manifest['python']}.{manifest['set_id']}-py3-none-any.whl"
 
 
-def write_manifest_wheel(manifest: Mapping[str, Any], out_dir: Path) -> Path:
-    """A valid wheel holding the manifest (its RECORD written by the `wheel` library)."""
-    target = out_dir / manifest_wheel_name(manifest)
+def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
     version = target.name.split("-")[1]
     info = f"{MANIFEST_DIST}-{version}.dist-info"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     with WheelFile(target, "w") as wf:
         wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         wf.writestr(f"{info}/METADATA", (
@@ -211,9 +183,8 @@ def sha256_of(data: bytes | None) -> str | None:
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
-    """(the wheels not on the index yet as (project, file), each project's page entries after
-    the upload); UserError naming a file there with another sha256, before any upload."""
-    uploads, links, clashes = [], {}, []
+    """(the wheels not on the index yet, each project's page after); refuses a sha256 clash."""
+    uploads, links = [], {}
     for record in wheels:
         project, path = canonicalize_name(record["project"]), Path(record["file"])
         if project not in links:
@@ -227,18 +198,13 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
             uploads.append((project, path))
         elif there == record["sha256"]:
             say(f"already there (same sha256): {path.name}")
-        else:
-            clashes.append(
-                f"{path.name} is already on the index with another sha256 (index "
-                f"{there[:12]}…, this build {record['sha256'][:12]}…)"
+        else:  # before any upload
+            raise UserError(
+                f"refusing to publish to {spec.describe(family)}: {path.name} is already on the "
+                f"index with another sha256 (index {there[:12]}…, this build "
+                f"{record['sha256'][:12]}…); files on an index are never replaced - rebuild "
+                "with another version, or remove it from the index by hand"
             )
-    if clashes:
-        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
-        raise UserError(
-            f"refusing to publish to {spec.describe(family)}: {clashes[0]}{more}; files on an "
-            "index are never replaced - rebuild with another version, or remove it from the "
-            "index by hand"
-        )
     pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
     for record in wheels:
         pages[canonicalize_name(record["project"])][Path(record["file"]).name] = record["sha256"]
@@ -255,13 +221,10 @@ def publish(opts: PublishOptions) -> None:
             f"({install_wheels.manifest_path(work)})"
         )
     for record in run["wheels"]:  # present, unchanged since the build, the run's Python/ROCm
-        install_wheels.check_wheel(
-            record, run["python_tag"], run["rocm_version"], platform.machine()
-        )
+        install_wheels.check_wheel(record, run["python_tag"], run["rocm_version"])
     manifest = build_manifest(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
-    runner = runner_for(opts)
-    where = spec.describe(family)
+    runner, where = runner_for(opts), spec.describe(family)
     runner.say(
         f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
         f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
@@ -273,12 +236,12 @@ def publish(opts: PublishOptions) -> None:
     uploads, pages = plan_uploads(spec, family, run["wheels"], store, runner.say)
     listed = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
     pages[MANIFEST_PROJECT] = {n: link.sha256 for n, link in listed.items()}
-    set_present = any(install_wheels.is_manifest_of(n, set_id) for n in listed)
+    set_present = any(f".{set_id}-py3-" in n for n in listed)  # <date>+<python>.<set id>
     if set_present and not uploads:
         runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
-    runner.apply(write_manifest_wheel, manifest, work / "publish")
     manifest_file = work / "publish" / manifest_wheel_name(manifest)
+    runner.apply(write_manifest_wheel, manifest, manifest_file)
     if not set_present:  # the manifest last: a set is listed once all its wheels are there
         uploads.append((MANIFEST_PROJECT, manifest_file))
     if store is None:
@@ -304,11 +267,16 @@ def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
 
 
 def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: dict) -> None:
-    """Each new file, created, never replaced; then the pages: the wheels' before the
-    manifests', the manifests' before the root's."""
+    """Each new file, never replaced; then the pages, the wheels' first and the root's last."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
-        runner.apply(put_new, store, rel, path, say=f"upload {path} -> {store.target(rel)}")
+        try:
+            runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
+        except team_index.Clash:
+            raise UserError(
+                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
+                "replace it - run publish again"
+            ) from None
         if project == MANIFEST_PROJECT:
             pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
@@ -318,13 +286,3 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
     page = team_index.project_page(dict.fromkeys(known | set(pages)), "/")
     runner.apply(store.put_page, "index.html", page, say=f"write page {store.target('index.html')}")
-
-
-def put_new(store, rel: str, path: Path) -> None:
-    try:
-        store.put_new(rel, path)
-    except team_index.Clash:
-        raise UserError(
-            f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
-            "replace it - run publish again"
-        ) from None
