@@ -314,8 +314,7 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
 def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
     from rocmfa.builds.aotriton_install import torch_version
-    from rocmfa.env import compat_matrix
-    from rocmfa.sources import pins, update_pins
+    from rocmfa.sources import update_pins
 
     if ctx.torch is None and opts.no_images and ctx.session.ready:
         raise UserError(
@@ -324,17 +323,24 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
         )
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
-    compat_matrix.announce(
-        pins.check_pin_set(ctx.pin, ctx.version, force=force, runner=runner, workdir=ctx.work)
-    )
     torch = torch_version(ctx.torch) if ctx.torch is not None else None
-    combination = compat_matrix.check_combination
-    compat_matrix.announce(combination(ctx.arch, ctx.version, torch_version=torch, force=force))
+    for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, force):
+        runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     if ctx.patched_arch:
         runner.say(f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
                    f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)")  # fmt: skip
+
+
+def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch: str | None,
+                  runner: Runner, work: Path, force: bool) -> list[str]:  # fmt: skip
+    """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
+    from rocmfa.env import compat_matrix
+    from rocmfa.sources import pins
+
+    lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
+    return lines + compat_matrix.check_combination(arch, version, torch_version=torch, force=force)
 
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:

@@ -16,7 +16,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import compat_matrix, condaenv, rocm_sdk
+from rocmfa.env import condaenv, rocm_sdk
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
 from rocmfa.plumbing.errors import UserError
@@ -200,50 +200,47 @@ class Context(OnSession):
         return [c for c in COMPONENTS if c.stage in self.enabled and (c.key != "triton" or t)]
 
 
-def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX, or a plan's."""
+def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None) -> tuple:
+    """(AOTRITON_INSTALLED_PREFIX, digest of what built it, flash attention): --aotriton-prefix,
+    build_aotriton's install (or a plan's), else none; gfx908 on 0.13b needs our patched one."""
 
-    def has_lib(prefix: Path) -> bool:
+    def has_lib(prefix: Path) -> bool:  # what PyTorch's aotriton.cmake needs
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
-    built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
-    planned = stamps.planned(paths.stamp_path(work, "aotriton-built")) or {}
-    default = paths.build_dir(work, "aotriton") / "install"
+    stamp = paths.stamp_path(work, "aotriton-built")
+    built, planned = stamps.read(stamp) or {}, stamps.planned(stamp) or {}
+    default, aotriton = paths.build_dir(work, "aotriton") / "install", None
+    how, digest = "build_aotriton", str(built.get("inputs_digest"))
     if requested:
-        prefix = Path(requested).expanduser().resolve()
-        if not has_lib(prefix):
+        aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
+        if not has_lib(aotriton):
             raise UserError(
-                f"--aotriton-prefix {prefix}: PyTorch's aotriton.cmake needs "
+                f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
                 "lib/libaotriton_v2.so and include/ there"
             )
-        return prefix, "--aotriton-prefix", str(prefix)
-    if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
-        return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
-    if has_lib(default):
-        return default, "build_aotriton", str(default)
-    if planned.get("install_prefix"):
+        digest = str(aotriton)
+    elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
+        aotriton = Path(built["install_prefix"])
+    elif has_lib(default):
+        aotriton, digest = default, str(default)
+    elif planned.get("install_prefix"):
+        aotriton = Path(planned["install_prefix"])
         how = "build_aotriton, which fills it earlier in this run"
-        return Path(planned["install_prefix"]), how, "<digest of build_aotriton's build to come>"
-    return None, "", ""
-
-
-def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    """(prefix, digest, flash attention); gfx908 on 0.13b needs our patched AOTriton."""
-    arch, work, runner = session.arch, session.work, session.runner
-    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, work)
+        digest = "<digest of build_aotriton's build to come>"
     patched, version = False, ""
     if not arch.aotriton_supported() and arch.aotriton_patched:
         version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
         patched = bool(arch.aotriton_patched_pack(version))
-    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
-    ours = how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)
+    ours = how == "--aotriton-prefix" or (built.get("inputs") or {}).get("arch") in (
+        arch.name,
+        None,
+    )
     if patched and (aotriton is None or not ours):
         runner.refuse(
             f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
             f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
         )
-        aotriton = paths.build_dir(work, "aotriton") / "install"
-    how = how or ("build_aotriton (after it runs)" if patched else "")
+        aotriton, how = default, "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
@@ -251,7 +248,7 @@ def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[
             "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
             "fetches the AOTriton its cmake/External/aotriton.cmake pins"
         )
-    return aotriton, digest, arch.aotriton_supported() or patched
+    return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
 def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
@@ -275,7 +272,7 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
         "$(python tag)",
     )
-    aotriton, aotriton_digest, flash = aotriton_for_torch(session, opts)
+    aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
@@ -573,7 +570,7 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 
 
 def checks_before_building(ctx: Context) -> None:
-    """Flash attention kept; torch release/X.Y x AOTriton (and the pin set); --force: warn only."""
+    """Flash attention kept; the pin set and torch release/X.Y x our AOTriton (--force: warn)."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
         raise UserError(
             f"refusing to build (--skip triton): this would build torch for {ctx.arch.name} "
@@ -581,24 +578,18 @@ def checks_before_building(ctx: Context) -> None:
             "Linux when triton is not built in the same call (and rejects "
             "--enable-pytorch-flash-attention without it); drop --skip triton"
         )
-    match = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
-    stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
-    version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
-    if match and version and ctx.aotriton:
-        lines = compat_matrix.check_combination(
-            ctx.arch, version, torch_version=match[1], force=ctx.opts.force
-        )
-        compat_matrix.announce(lines, ctx.runner.say)
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
+    from rocmfa.builds.build_aotriton import check_pairing
+
     aotriton = pins.load_pin("aotriton", workdir=ctx.work)
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
-    lines = pins.check_pin_set(
-        aotriton, version, force=ctx.opts.force, runner=ctx.runner, workdir=ctx.work
-    )
-    compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
+    torch = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
+    args = (ctx.arch, aotriton, version, torch and torch[1], ctx.runner, ctx.work, ctx.opts.force)
+    for line in check_pairing(*args)[1:]:  # its first line was said already
+        ctx.runner.say(line)
 
 
 def build_pytorch(opts: BuildPytorchOptions) -> None:
