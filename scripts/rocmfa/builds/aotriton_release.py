@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmfa.builds.aotriton_install import AotritonInstall
 from rocmfa.plumbing import downloads, paths, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -157,6 +158,4 @@ def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: 
     into.parent.mkdir(parents=True, exist_ok=True)
     os.replace(root, into)  # both under <work>/build
     shutil.rmtree(staging)
-    from rocmfa.builds.aotriton_install import AotritonInstall
-
     return AotritonInstall.read(into / "lib", into / "include")

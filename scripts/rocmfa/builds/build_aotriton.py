@@ -13,17 +13,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmfa.env import archs, session_env
-from rocmfa.plumbing import paths, stamps
+from rocmfa.builds import aotriton_install as ai
+from rocmfa.builds import aotriton_release, compile_cache, kernel_build, kernel_check
+from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_env
+from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pins, tuning_db, update_pins
+from rocmfa.sources.checkouts import ensure_checkout, git
+from rocmfa.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 
-if TYPE_CHECKING:  # the rest is imported where a path needs it (an import loads 17 modules)
-    from rocmfa.builds.aotriton_install import AotritonInstall
-    from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+if TYPE_CHECKING:
     from rocmfa.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-    from rocmfa.sources import pins
-    from rocmfa.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
 # The last finished build or release unpack in the install prefix (installed into torch or
@@ -37,10 +40,7 @@ SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotri
 
 def rocm_version(site: Path) -> str:
     """The env's ROCm; before setup_env (a dry run), the one pins/rocm.toml pins."""
-    from rocmfa.builds.aotriton_install import dist_version
-    from rocmfa.env import rocm_sdk
-
-    return (dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
+    return (ai.dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
 
 
 def rocm_series(site: Path) -> str:
@@ -49,8 +49,6 @@ def rocm_series(site: Path) -> str:
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     """The env (its lock covers cmake, ninja, compilers), its ROCm and the tools it would use."""
-    from rocmfa.env import condaenv
-
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
     tools = {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")}
     identity = condaenv.env_identity(prefix)
@@ -68,10 +66,8 @@ class AotritonPath:
 
 def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     """Measured jobs x seconds a job (data/aotriton_matrix.toml [build_cost])."""
-    from rocmfa.env.compat_matrix import MATRIX_FILE
-    from rocmfa.plumbing.datafiles import load_toml
-
-    table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
+    table = load_toml(compat_matrix.MATRIX_FILE, "AOTriton matrix data").get("build_cost", {})
+    table = table.get(commit, {})
     fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
     rest, row = f"plus {fork_part}the C++ runtime", table.get(arch)
     if row is None:
@@ -92,10 +88,8 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     """'' when the pinned release has this pack and runtime from the pinned commit; else why."""
-    from rocmfa.builds import aotriton_release
-    from rocmfa.env.compat_matrix import load_matrix
-
-    tag = next((r["commit"] for r in load_matrix()["releases"] if r["version"] == version), None)
+    releases = compat_matrix.load_matrix()["releases"]
+    tag = next((r["commit"] for r in releases if r["version"] == version), None)
     if tag != pin.commit:
         known = tag[:12] if tag else "no such release in scripts/rocmfa/data/aotriton_matrix.toml"
         why = f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built"
@@ -119,9 +113,6 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
                 fork: bool = True) -> AotritonPath:  # fmt: skip
     """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
     patched arch), an option asks for a source build, or the release has nothing to take."""
-    from rocmfa.sources import tuning_db
-    from rocmfa.sources.patches import patch_set_for
-
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
     release_cost = (
@@ -200,47 +191,37 @@ class Context(session_env.OnSession):
 
     @property
     def site(self) -> Path:
-        from rocmfa.builds.aotriton_install import site_packages
-
         if self.torch is not None or not self.session.ready:  # a plan before setup_env: python3.X
             return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
-        return site_packages(self.prefix)
+        return ai.site_packages(self.prefix)
 
     @property
     def in_torch(self) -> Path:
-        from rocmfa.builds.aotriton_install import torch_dir
-
-        return self.torch or torch_dir(self.prefix, "needed to install into it")
+        return self.torch or ai.torch_dir(self.prefix, "needed to install into it")
 
 
 def make_context(
     where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
 ) -> Context:
     """The session env plus which AOTriton: its pin, version and pack."""
-    from rocmfa.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
-
     session = session_env.open_env(where)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
     if session.ready:  # a torch install killed midway is finished first
-        finish_interrupted(session.python, session.prefix, session.runner)
-        torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
+        ai.finish_interrupted(session.python, session.prefix, session.runner)
+        torch = ai.find_torch(session.prefix) if torch_optional else ai.torch_dir(session.prefix)
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
 def _upstream_pin(
     arch: archs.Arch, work: Path, from_release: bool = False
 ) -> tuple[pins.Pin, str, str, bool]:
-    from rocmfa.sources import pins
-
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
         raise UserError(f"{pin.source}: AOTriton 'version' is unknown; add version = \"0.13b\"")
     patched = arch.aotriton_patched_pack(version)
     if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
-        from rocmfa.sources.patches import patch_set_for
-
         if from_release:
             raise UserError(
                 f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream "
@@ -279,17 +260,11 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         "toolchain": toolchain(ctx.prefix, ctx.site),
     }
     if from_release:
-        from rocmfa.builds import aotriton_release
-
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
         release = {"version": info.version, "base_url": info.base_url, "runtime": runtime}
         inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
         return inputs
-    from rocmfa.builds import kernel_build
-    from rocmfa.sources import tuning_db
-    from rocmfa.sources.patches import patch_set_digest
-
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
     tuning = build.tuning or bool(tuned)
     inputs["aiter"] = ctx.pin.data.get("aiter")
@@ -313,9 +288,6 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
 
 def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
-    from rocmfa.builds.aotriton_install import torch_version
-    from rocmfa.sources import update_pins
-
     if ctx.torch is None and opts.no_images and ctx.session.ready:
         raise UserError(
             "--no-images builds the runtime only and keeps the images of the env's torch, but "
@@ -323,7 +295,7 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
         )
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
-    torch = torch_version(ctx.torch) if ctx.torch is not None else None
+    torch = ai.torch_version(ctx.torch) if ctx.torch is not None else None
     for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, force):
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
@@ -336,17 +308,12 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
 def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch: str | None,
                   runner: Runner, work: Path, force: bool) -> list[str]:  # fmt: skip
     """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
-    from rocmfa.env import compat_matrix
-    from rocmfa.sources import pins
-
     lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
     return lines + compat_matrix.check_combination(arch, version, torch_version=torch, force=force)
 
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
-    from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
-
     lib, built_in, recorded = (
         ctx.torch and ctx.torch / "lib",
         install_prefix(ctx),
@@ -354,9 +321,9 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     )
     if not (recorded and recorded.get("inputs_digest") == stamps.digest(inputs)):
         return False
-    if recorded.get("installed") != (lib and installed_fingerprint(lib)):
+    if recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
         return False
-    if lib is None and AotritonInstall.read(built_in / "lib").runtime is None:
+    if lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None:
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
@@ -365,9 +332,6 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 
 
 def build_aotriton(opts: BuildAotritonOptions) -> None:
-    from rocmfa.plumbing import buildjobs
-    from rocmfa.sources import tuning_db
-
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
         raise UserError(
@@ -378,10 +342,8 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     runner = ctx.session.runner
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
-        from rocmfa.builds.aotriton_install import restore_torch
-
         runner.apply(stamps.remove, stamp)
-        return restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
+        return ai.restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     rocm = rocm_series(ctx.site)
@@ -398,8 +360,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         return
     runner.apply(stamps.remove, stamp)
     if not path.source:
-        from rocmfa.builds import aotriton_release
-
         new = aotriton_release.fetch_release(ctx, runner, install_prefix(ctx), rocm)
         how = f"prebuilt release {ctx.version}"
     else:
@@ -412,11 +372,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
 def check_out(ctx: Context, build_options: SourceBuild) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    from rocmfa.builds import kernel_build
-    from rocmfa.sources import tuning_db
-    from rocmfa.sources.checkouts import ensure_checkout
-    from rocmfa.sources.patches import apply_patch_set
-
     src, fork = paths.src_dir(ctx.work, ctx.source_name), build_options.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
     force = build_options.discard_local_edits
@@ -428,8 +383,6 @@ def check_out(ctx: Context, build_options: SourceBuild) -> Path:
 
 def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
     """--clean, the checkout, aiter, then the kernel check (docs/kernel-check.md)."""
-    from rocmfa.builds import kernel_check
-
     runner = ctx.session.runner
     if build_options.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
@@ -446,8 +399,6 @@ def place_aiter(
 ) -> None:
     """Configure clones aiter by third_party/aiter.txt's tag into <build>/v3src/aiter unless a
     checkout there has it (v3src/CMakeLists.txt ~89-131 at 6e00ef3e): ours is linked there."""
-    from rocmfa.sources.checkouts import ensure_checkout, git
-
     tag_file = src / "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
     wanted = tag_file.read_text().strip() if tag_file.is_file() else None
     aiter = pin.part("aiter")
@@ -518,15 +469,11 @@ def configure_args(
     return [*args, "-DCCACHE_FOUND=OFF"], sets
 
 
-def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: TuningDb | None = None,
+def build_from_source(ctx: Context, build_options: SourceBuild, *,
+                      tuning: tuning_db.TuningDb | None = None,
                       build_name: str | None = None, extra_cmake: tuple[str, ...] = ()
-                      ) -> AotritonInstall | None:  # fmt: skip
+                      ) -> ai.AotritonInstall | None:  # fmt: skip
     """Configure, build and install into <build>/install (None in a plan)."""
-    from rocmfa.builds import compile_cache, kernel_build
-    from rocmfa.builds.aotriton_install import AotritonInstall
-    from rocmfa.plumbing import buildjobs
-    from rocmfa.sources import tuning_db
-
     session, runner = ctx.session, ctx.session.runner
     if build_options.pyaotriton:
         require_pybind11(ctx)
@@ -568,7 +515,7 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
     ):
         build_sets = {**sets, **cache.build_sets(env)}
         runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
-    return runner.apply(AotritonInstall.read, install / "lib", install / "include")
+    return runner.apply(ai.AotritonInstall.read, install / "lib", install / "include")
 
 
 def require_pybind11(ctx: Context) -> None:
@@ -579,8 +526,6 @@ def require_pybind11(ctx: Context) -> None:
         probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
         has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
     else:
-        from rocmfa.env import lockfile
-
         records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
@@ -593,7 +538,7 @@ def require_pybind11(ctx: Context) -> None:
         )
 
 
-def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], how: str, *,
+def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str, *,
            no_images: bool = False, force: bool = False) -> None:  # fmt: skip
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
@@ -620,11 +565,9 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
     stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
 
 
-def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
+def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
             how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
     """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
-    from rocmfa.builds import aotriton_install as ai
-
     runner, torch = ctx.session.runner, ctx.in_torch
     lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
     # what torch shipped: our marker says when the env's torch is a wheel we repacked
@@ -655,7 +598,7 @@ def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict
         "how": how,
         "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "arch": ctx.arch.name,
-        "torch_version": ai.torch_version(torch),
+        "ai.torch_version": ai.torch_version(torch),
         "shipped": {"runtime": shipped.runtime, "images": shipped.images},
         "new": {"runtime": new.runtime, "images": effective.images},
         "forced": overridden,

@@ -17,6 +17,7 @@ from rocmfa.env import condaenv, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
+from rocmfa.sources import checkouts, patches, pins
 
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
 
@@ -88,8 +89,6 @@ def cmake_args(arch: Any, source: Path, build: Path, prefix: Path, cmake_prefix:
 
 
 def build_ck(opts: BuildCkOptions) -> None:
-    from rocmfa.sources import checkouts, patches, pins
-
     session = session_env.open_env(opts)
     arch, work, prefix, runner = session.arch, session.work, session.prefix, session.runner
     if arch.vendor != "amd":

@@ -16,12 +16,14 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from rocmfa.builds import compile_cache
+from rocmfa.builds.build_aotriton import check_pairing
 from rocmfa.env import condaenv, rocm_sdk
+from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
-from rocmfa.sources import pins, update_pins
+from rocmfa.sources import checkouts, patches, pins, update_pins
 from rocmfa.sources.pins import Pin
 
 Source = tuple[str | None, str | None, str]  # origin, hashtag (commit, tag or branch), how
@@ -290,8 +292,6 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
-    from rocmfa.sources import patches
-
     def digests(key: str) -> dict[str, str]:
         return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
 
@@ -404,8 +404,6 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
-    from rocmfa.sources import patches
-
     dest, script = ctx.src(component.key), ctx.scripts_dir / component.script
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
@@ -443,8 +441,6 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
 
 
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
-    from rocmfa.sources import checkouts
-
     checkouts.ensure_checkout(
         ctx.therock_pin, ctx.src("therock"), ctx.runner, force=ctx.opts.discard_local_edits
     )
@@ -581,8 +577,6 @@ def checks_before_building(ctx: Context) -> None:
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
-    from rocmfa.builds.build_aotriton import check_pairing
-
     aotriton = pins.load_pin("aotriton", workdir=ctx.work)
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
@@ -596,8 +590,6 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     ctx = make_context(opts)
     say = ctx.runner.say
     if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
-        from rocmfa.env.doctor import torch_path
-
         path = torch_path(ctx.arch, ctx.session.arch_how, None)
         say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
             "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
