@@ -43,10 +43,6 @@ def rocm_version(site: Path) -> str:
     return (ai.dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
 
 
-def rocm_series(site: Path) -> str:
-    return ".".join(rocm_version(site).split(".")[:2])
-
-
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     """The env (its lock covers cmake, ninja, compilers), its ROCm and the tools it would use."""
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
@@ -150,7 +146,7 @@ def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = No
     """The path `nox -s build_aotriton -- --arch <arch>` takes with no options (doctor)."""
     chosen = archs.get_arch(arch)
     pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
-    rocm = rocm_series(site or Path("/nonexistent"))
+    rocm = ".".join(rocm_version(site or Path("/nonexistent")).split(".")[:2])
     return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
 
 
@@ -268,15 +264,10 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
     tuning = build.tuning or bool(tuned)
     inputs["aiter"] = ctx.pin.data.get("aiter")
-    inputs["patches"] = patch_set_digest(
-        "aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning
-    )
-    inputs["tuning_db"] = tuned.digest() if tuned else None
-    options = {
-        "noimage": build.no_images,
-        "timeout_min": build.timeout,
-        "pyaotriton": build.pyaotriton,
-    }
+    digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
+    inputs |= {"patches": digest, "tuning_db": tuned.digest() if tuned else None}
+    options = {"noimage": build.no_images, "timeout_min": build.timeout}
+    options["pyaotriton"] = build.pyaotriton
     if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
         options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return {**inputs, "options": options}
@@ -314,16 +305,13 @@ def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch: str | No
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
-    lib, built_in, recorded = (
-        ctx.torch and ctx.torch / "lib",
-        install_prefix(ctx),
-        stamps.read(stamp),
-    )
-    if not (recorded and recorded.get("inputs_digest") == stamps.digest(inputs)):
+    lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
+    recorded = stamps.read(stamp)
+    if not recorded or recorded.get("inputs_digest") != stamps.digest(inputs):
         return False
-    if recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
-        return False
-    if lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None:
+    if recorded.get("installed") != (lib and ai.installed_fingerprint(lib)) or (
+        lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None
+    ):
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
@@ -346,7 +334,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         return ai.restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    rocm = rocm_series(ctx.site)
+    rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
     path = choose_path(
         ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
         asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
@@ -435,10 +423,9 @@ def configure_args(
         runner.ask([ctx.session.tool("rocm-sdk"), "path", f"--{q}"], f"$(rocm-sdk path --{q})")
         for q in ("root", "cmake")
     )
-    pkgconfig = [ctx.prefix / "lib" / "pkgconfig", ctx.prefix / "share" / "pkgconfig"]
-    if runner.base_env.get("PKG_CONFIG_PATH"):
-        pkgconfig.append(runner.base_env["PKG_CONFIG_PATH"])
-    sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(map(str, pkgconfig))}
+    pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
+    pkgconfig.append(runner.base_env.get("PKG_CONFIG_PATH"))
+    sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
     args = [
         str(ctx.session.tool("cmake")),
         *("-G", "Ninja", "-S", str(src), "-B", str(build)),
@@ -570,12 +557,9 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
     """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
     runner, torch = ctx.session.runner, ctx.in_torch
     lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
-    # what torch shipped: our marker says when the env's torch is a wheel we repacked
-    shipped = (
-        ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
-        if was
-        else ai.AotritonInstall.read(lib, torch / "include")
-    )
+    shipped = ai.AotritonInstall.read(lib, torch / "include")
+    if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
+        shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
         return runner.done(
             f"check versions, repack torch's own wheel with the new AOTriton, pip install it "
@@ -585,9 +569,7 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
-    effective = (
-        new if new.images else replace(new, images=ai.image_signatures(lib / "aotriton.images"))
-    )
+    effective = replace(new, images=new.images or ai.image_signatures(lib / "aotriton.images"))
     overridden = ai.check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
@@ -598,7 +580,7 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
         "how": how,
         "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "arch": ctx.arch.name,
-        "ai.torch_version": ai.torch_version(torch),
+        "torch_version": ai.torch_version(torch),
         "shipped": {"runtime": shipped.runtime, "images": shipped.images},
         "new": {"runtime": new.runtime, "images": effective.images},
         "forced": overridden,

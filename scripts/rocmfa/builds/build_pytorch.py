@@ -7,6 +7,7 @@ import contextlib
 import json
 import re
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,11 +108,9 @@ def produced_wheels(
         records.append({"project": str(project), "version": str(version), "tags": tags_,
                         "file": str(path), "sha256": stamps.file_sha256(path),
                         "size": path.stat().st_size, "stage": stage})  # fmt: skip
-    wanted = set(BY_STAGE[stage].wheels) if stage in BY_STAGE else set()
-    if wanted and not any(r["project"] in wanted for r in records):
-        raise UserError(
-            f"stage {stage} finished but no {'/'.join(sorted(wanted))} wheel appeared in {out}"
-        )
+    wanted = BY_STAGE[stage].wheels
+    if not any(r["project"] in wanted for r in records):
+        raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
     return records
 
 
@@ -137,9 +136,8 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     if not (torch_dir / ".git").exists():
         return url, None, f"{at} related_commits (after checkout)"
     related = torch_dir / "related_commits"  # (origin, commit) for os 'ubuntu', as TheRock reads
-    found = (
-        pins.parse_related_commits(related.read_text(), str(related)) if related.is_file() else {}
-    )
+    text = related.read_text() if related.is_file() else ""
+    found = pins.parse_related_commits(text, str(related)) if text else {}
     if component.related not in found:
         return url, None, f"TheRock's default ({at} has no related_commits entry)"
     origin, commit = found[component.related]
@@ -147,19 +145,11 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
 
 
 def read_head(checkout: Path) -> str | None:
-    """HEAD's commit, read from .git (no git run)."""
-    git_dir = checkout / ".git"
-    try:
-        head = (git_dir / "HEAD").read_text().strip()
-        if not head.startswith("ref: "):
-            return head
-        ref = head[5:]
-        if (git_dir / ref).is_file():
-            return (git_dir / ref).read_text().strip()
-        packed = (git_dir / "packed-refs").read_text().splitlines()
-        return next((line.split()[0] for line in packed if line.endswith(" " + ref)), None)
-    except OSError:
+    """HEAD's commit of the checkout (None: none there)."""
+    if not (checkout / ".git").exists():  # not the HEAD of a repository around it
         return None
+    argv = ["git", "-C", str(checkout), "rev-parse", "--verify", "-q", "HEAD"]
+    return subprocess.run(argv, capture_output=True, text=True).stdout.strip() or None
 
 
 @dataclass(frozen=True)
@@ -233,10 +223,8 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if not arch.aotriton_supported() and arch.aotriton_patched:
         version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
         patched = bool(arch.aotriton_patched_pack(version))
-    ours = how == "--aotriton-prefix" or (built.get("inputs") or {}).get("arch") in (
-        arch.name,
-        None,
-    )
+    built_for = (built.get("inputs") or {}).get("arch")
+    ours = how == "--aotriton-prefix" or built_for in (arch.name, None)
     if patched and (aotriton is None or not ours):
         runner.refuse(
             f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
@@ -270,10 +258,8 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         rocm_version = rocm_sdk.load_pin().version
         pinned = f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
         runner.say(runner.plan_line(pinned) or pinned)
-    python_tag = runner.ask(
-        [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
-        "$(python tag)",
-    )
+    tag = "import sys; print('cp%d%d' % sys.version_info[:2])"
+    python_tag = runner.ask([session.python, "-c", tag], "$(python tag)")
     aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
@@ -318,20 +304,18 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     """What the CMake cache remembers: a change means a clean rebuild."""
-    config: dict[str, Any] = {"arch": ctx.arch.name}
-    if stage == "torch":
-        config["triton"] = ctx.build_triton
-        config["build_tests"] = ctx.opts.build_tests
-        config["flash_attention"] = ctx.flash_attention
-        config["aotriton"] = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
-    return config
+    if stage != "torch":
+        return {"arch": ctx.arch.name}
+    aotriton = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
+    return {"arch": ctx.arch.name, "triton": ctx.build_triton, "build_tests": ctx.opts.build_tests,
+            "flash_attention": ctx.flash_attention, "aotriton": aotriton}  # fmt: skip
 
 
 def version_suffix(ctx: Context) -> str:
     """`+rocmfa<identity>.rocm<SDK>` (TheRock's +rocm<SDK>/+devrocm<SDK> default @ 89553ce3
     with this build's identity first; docs/pytorch-and-ck.md)."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
-    if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
+    if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
     else:
         sources = {
@@ -374,11 +358,8 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     sets = {"MAX_JOBS": str(ctx.max_jobs)}
     if stage == "torch":
         sets["BUILD_TEST"] = "1" if ctx.opts.build_tests else "0"
-        if ctx.aotriton:
-            sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
-    if ctx.cache is not None:
-        sets.update(ctx.cache.build_sets(ctx.runner.base_env))
-    return sets
+        sets |= {"AOTRITON_INSTALLED_PREFIX": str(ctx.aotriton)} if ctx.aotriton else {}
+    return sets | (ctx.cache.build_sets(ctx.runner.base_env) if ctx.cache is not None else {})
 
 
 def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
@@ -408,11 +389,9 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
-        ctx.runner.apply(
-            ctx.runner.say,
-            f"warning: {component.key} is not pinned ({how}); TheRock's checkout script "
-            f"picks its default - pin it in pins/pytorch.toml [pytorch.{component.pin_key}]",
-        )
+        ctx.runner.apply(ctx.runner.say, f"warning: {component.key} is not pinned ({how}); "
+                         "TheRock's checkout script picks its default - pin it in "
+                         f"pins/pytorch.toml [pytorch.{component.pin_key}]")  # fmt: skip
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
     known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
@@ -427,10 +406,8 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
     ctx.runner.run(argv, cwd=ctx.scripts_dir)
     commit = known or ctx.runner.apply(read_head, dest)
-    applied: list[str] = []
-    if commit:
-        applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner)
-    else:
+    applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner) if commit else []
+    if not commit:
         ctx.runner.done(
             f"{component.key}: patches/{component.key}/<the commit the checkout lands on>/ is "
             "applied before hipify (a missing set where others exist is refused)"
@@ -441,9 +418,8 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
 
 
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
-    checkouts.ensure_checkout(
-        ctx.therock_pin, ctx.src("therock"), ctx.runner, force=ctx.opts.discard_local_edits
-    )
+    force = ctx.opts.discard_local_edits
+    checkouts.ensure_checkout(ctx.therock_pin, ctx.src("therock"), ctx.runner, force=force)
     for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
         if ctx.runner.apply((ctx.scripts_dir / sub).exists):
             raise UserError(
@@ -453,13 +429,9 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
     heads = {c.key: read_head(ctx.src(c.key)) or "" for c in ctx.components()}
-    ctx.runner.apply(
-        write_source_manifest,
-        ctx,
-        sources,
-        say=f"the checked-out commits go to {ctx.work / SOURCE_MANIFEST_NAME} (TheRock's "
-        "source-manifest form: its checkout_from_manifest.py reproduces the tree)",
-    )
+    said = f"the checked-out commits go to {ctx.work / SOURCE_MANIFEST_NAME} (TheRock's "
+    said += "source-manifest form: its checkout_from_manifest.py reproduces the tree)"
+    ctx.runner.apply(write_source_manifest, ctx, sources, say=said)
     return {"heads": heads, "sources": sources}
 
 
@@ -469,15 +441,13 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
     manifest: dict[str, Any] = {"schema_version": 1}
     for key, source in sources.items():
         entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
-        hashtag = source.get("hashtag") or ""
-        if key == "pytorch":
-            entry["branch"] = ctx.pytorch_pin.ref
-        elif hashtag and hashtag != entry["commit"]:
+        hashtag = ctx.pytorch_pin.ref if key == "pytorch" else source.get("hashtag")
+        if hashtag and hashtag != entry["commit"]:
             entry["branch"] = hashtag
         manifest[key] = entry
     pin = ctx.therock_pin
-    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
-    manifest["therock"] = {**therock, "version": ctx.rocm_version}
+    manifest["therock"] = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref,
+                           "version": ctx.rocm_version}  # fmt: skip
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -488,10 +458,10 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
         ctx.runner.say(
-            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
-            "passing --clean so the CMake cache does not keep the old ones"
+            f"{stage}: build settings changed since the last build ({previous} -> "
+            f"{config}); passing --clean so the CMake cache does not keep the old ones"
         )
-        clean = True
+        clean = True  # fmt: skip
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
         built = "triton (its only build of the run) and torch" if ctx.build_triton else "torch"
@@ -508,8 +478,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def done(ctx: Context, stage: str) -> bool:
-    stamp = stamps.read(stage_stamp(ctx.work, stage))
-    if not stamp or stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, stage)):
+    stamp = stamps.read(stage_stamp(ctx.work, stage)) or {}
+    if not stamps.is_current(stage_stamp(ctx.work, stage), stage_inputs(ctx, stage)):
         return False
     if stage != "checkout":  # the wheels it recorded are still there, unchanged in size
         try:
@@ -594,10 +564,8 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
         say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
             "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
     if not ctx.flash_attention:
-        say(
-            f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
-            "attention (--no-enable-pytorch-flash-attention)"
-        )
+        say(f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
+            "attention (--no-enable-pytorch-flash-attention)")  # fmt: skip
     checks_before_building(ctx)
     todo = plan(ctx)
     skipped = [s for s in ctx.enabled if s not in todo]
@@ -612,12 +580,8 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
         ctx.runner.apply(stamps.remove, stamp)  # a stage that does not finish is never "done"
         facts = run_checkout(ctx, previous) if stage == "checkout" else run_build_stage(ctx, stage)
         ctx.runner.apply(stamps.write, stamp, inputs, **facts)
-    manifest = ctx.runner.apply(
-        write_manifest,
-        ctx,
-        say=f"the wheels that appeared in {ctx.out} during each stage: listed in "
-        f"{manifest_path(ctx.work)}",
-    )
+    listed = f"{ctx.out} during each stage: listed in {manifest_path(ctx.work)}"
+    manifest = ctx.runner.apply(write_manifest, ctx, say=f"the wheels that appeared in {listed}")
     if manifest is None:
         return
     say(f"wheels of this build ({manifest_path(ctx.work)}):")
