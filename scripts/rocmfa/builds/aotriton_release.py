@@ -77,9 +77,7 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         z = (got("__AOTRITON_Z") or ("gz",))[0] or "gz"  # the archive suffix (old files: bz2)
         names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in (RUNTIME_NAME, IMAGES_NAME))
         base, source = DEFAULT_BASE_URL, resolved.source
-    base = environ.get(BASE_URL_ENV) or base
-    if not base.endswith("/"):
-        base += "/"
+    base = (environ.get(BASE_URL_ENV) or base).rstrip("/") + "/"
     return Release(version, base, names[0], names[1], runtime, images, source)
 
 
@@ -123,8 +121,8 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
             f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
         )
     runner.say(f"release sums from {info.source}")
-    fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
-    fields.update(manylinux=manylinux, rocm=rocm)
+    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm,
+                  manylinux=manylinux)  # fmt: skip
     wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
               (info.images_name, info.images[pack], f"image pack amd-{pack}")]  # fmt: skip
     for _name, sha, what in wanted:
@@ -151,7 +149,7 @@ def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: 
     if not (pack_dir / "__signature__").is_file():
         raise UserError(f"{images_tar.name}: no lib/aotriton.images/amd-{pack}/__signature__")
     images_target = root / "lib" / "aotriton.images"
-    shutil.rmtree(images_target, ignore_errors=True)
+    shutil.rmtree(images_target, ignore_errors=True)  # the runtime's own, if any
     images_target.mkdir(parents=True)
     os.replace(pack_dir, images_target / f"amd-{pack}")
     shutil.rmtree(into, ignore_errors=True)

@@ -66,20 +66,15 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     table = table.get(commit, {})
     fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
     rest, row = f"plus {fork_part}the C++ runtime", table.get(arch)
+    each = [f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()]
     if row is None:
-        each = (
-            f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
-        )
         known = f" ({'; '.join(each)})" if table else ""
         return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
-    wall = cpu / jobs
-    hours = f"{wall / 3600:.1f} h" if wall >= 5400 else f"{wall / 60:.0f} min"
-    return (
-        f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
-        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {hours} on {jobs} "
-        f"build jobs; {rest}"
-    )
+    wall = f"{cpu / jobs / 3600:.1f} h" if cpu / jobs >= 5400 else f"{cpu / jobs / 60:.0f} min"
+    return (f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
+            f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {wall} on {jobs} build jobs; "
+            f"{rest}")  # fmt: skip
 
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
@@ -121,10 +116,8 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     if asked:
         why = f"{asked} asks for one"
     elif patched_arch:
-        why = (
-            f"upstream {version} has no {arch.name} kernels and no release has its images; "
-            f"our patch set adds them ({', '.join(names)})"
-        )
+        why = f"upstream {version} has no {arch.name} kernels and no release has its images; "
+        why += f"our patch set adds them ({', '.join(names)})"
     elif names:
         why = f"our patch set changes {arch.name}'s build ({', '.join(names)})"
     elif tuned:
@@ -132,14 +125,10 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     else:
         why = release_gap(pin, version, pack, rocm)
     if why:
-        cost = source_cost(pin.commit, arch.name, jobs, fork)
-        return AotritonPath(pack, True, why, cost, names)
-    why = (
-        f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
-        f"and the pinned {version} release ships {pack} built from this commit "
-        "(--from-source builds it anyway)"
-    )
-    return AotritonPath(pack, False, why, release_cost)
+        return AotritonPath(pack, True, why, source_cost(pin.commit, arch.name, jobs, fork), names)
+    why = f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
+    why += f"and the pinned {version} release ships {pack} built from this commit "
+    return AotritonPath(pack, False, why + "(--from-source builds it anyway)", release_cost)
 
 
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
@@ -196,9 +185,7 @@ class Context(session_env.OnSession):
         return self.torch or ai.torch_dir(self.prefix, "needed to install into it")
 
 
-def make_context(
-    where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
-) -> Context:
+def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) -> Context:
     """The session env plus which AOTriton: its pin, version and pack."""
     session = session_env.open_env(where)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
@@ -210,7 +197,7 @@ def make_context(
 
 
 def _upstream_pin(
-    arch: archs.Arch, work: Path, from_release: bool = False
+    arch: archs.Arch, work: Path, from_release=False
 ) -> tuple[pins.Pin, str, str, bool]:
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
@@ -232,12 +219,10 @@ def _upstream_pin(
             )
         return pin, version, patched, True
     if not arch.aotriton_supported(version):
-        limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
-        raise UserError(
-            f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
-            + (f": {limit}" if limit else "")
-            + (f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else "")
-        )
+        limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
+        since = f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else ""
+        no = f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
+        raise UserError(no + limit + since)
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")

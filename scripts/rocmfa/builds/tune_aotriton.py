@@ -87,10 +87,8 @@ def find_postgres(prefix: Path | None) -> Path | None:
     dirs += [Path(d) for d in PG_BIN_DIRS]
     if found := shutil.which("initdb"):
         dirs.append(Path(found).resolve().parent)
-    for d in dirs:
-        if all((d / t).is_file() for t in ("initdb", "pg_ctl", "psql")):
-            return d
-    return None
+    tools = ("initdb", "pg_ctl", "psql")
+    return next((d for d in dirs if all((d / t).is_file() for t in tools)), None)
 
 
 def free_port() -> int:
@@ -114,14 +112,10 @@ def running(pg: Postgres) -> Iterator[Postgres]:
 def write_config(wd: Path, port: int, python: str) -> None:
     """WD/config.rc, KEY=VALUE, as .tune/bin/dispatch sources it."""
     wd.mkdir(parents=True, exist_ok=True)
-    values = {
-        "POSTGRES_USER": DB_USER,
-        "POSTGRES_PASSWORD": "trust",  # trust on 127.0.0.1; dispatch wants a non-empty one
-        "POSTGRES_PORT": str(port),
-        "CELERY_SERVICE_HOST": "127.0.0.1",
-        "CELERY_WORKER_PYTHON": python,
-    }
-    stamps.write_text_atomic(wd / "config.rc", "".join(f"{k}={v}\n" for k, v in values.items()))
+    # trust on 127.0.0.1; dispatch wants a non-empty password
+    text = f"POSTGRES_USER={DB_USER}\nPOSTGRES_PASSWORD=trust\nPOSTGRES_PORT={port}\n"
+    text += f"CELERY_SERVICE_HOST=127.0.0.1\nCELERY_WORKER_PYTHON={python}\n"
+    stamps.write_text_atomic(wd / "config.rc", text)
 
 
 def progress(pg: Postgres, arch: str) -> dict[str, int]:
@@ -262,6 +256,4 @@ def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> Non
     lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
     result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
     if result.returncode != 0:
-        raise UserError(
-            f"validate failed (exit {result.returncode}) for the tuned build: NOT installed"
-        )
+        raise UserError(f"validate failed (exit {result.returncode}): tuned build NOT installed")
