@@ -43,19 +43,15 @@ def site_packages(prefix: Path) -> Path:
     return Path(found[-1])
 
 
-def find_torch(prefix: Path) -> Path | None:
+def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
+    """The env's torch; None, or when needed (why) a UserError, if there is none."""
     torch = site_packages(prefix) / "torch"
-    return torch if (torch / "__init__.py").is_file() else None
-
-
-def torch_dir(prefix: Path, why: str = "") -> Path:
-    torch = find_torch(prefix)
-    if torch is None:
-        raise UserError(
-            f"no torch in the env ({site_packages(prefix)}){f' ({why})' if why else ''}; install "
-            "it first: nox -s setup_env -- --with-torch, or nox -s build_pytorch install_wheels"
-        )
-    return torch
+    if (torch / "__init__.py").is_file() or needed is None:
+        return torch if (torch / "__init__.py").is_file() else None
+    raise UserError(
+        f"no torch in the env ({torch.parent}){needed}; install it first: nox -s setup_env -- "
+        "--with-torch, or nox -s build_pytorch install_wheels"
+    )
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -63,18 +59,10 @@ def dist_version(site: Path, name: str) -> str | None:
     return infos[-1].name[len(name) + 1 : -len(".dist-info")] if infos else None
 
 
-def torch_version(torch: Path) -> str:
-    return dist_version(torch.parent, "torch") or "unknown"
-
-
 def signature_of(text: str) -> str:
     """'X.Y' for a text signature, 'git-<sha1[:12]>' for 0.13b's JSON one, or 'unknown'."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("AOTRITON_GIT_SHA1"), str):
-        return "git-" + data["AOTRITON_GIT_SHA1"][:12]
+    if sha := re.search(r'"AOTRITON_GIT_SHA1"\s*:\s*"(\w+)"', text):
+        return "git-" + sha[1][:12]
     match = re.search(r"aotriton\s*v?(\d+)\.(\d+)", text)
     return f"{match[1]}.{match[2]}" if match else "unknown"
 

@@ -182,7 +182,7 @@ class Context(session_env.OnSession):
 
     @property
     def in_torch(self) -> Path:
-        return self.torch or ai.torch_dir(self.prefix, "needed to install into it")
+        return self.torch or ai.find_torch(self.prefix, " (needed to install into it)")
 
 
 def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) -> Context:
@@ -192,7 +192,7 @@ def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) 
     torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
     if session.ready:  # a torch install killed midway is finished first
         ai.finish_interrupted(session.python, session.prefix, session.runner)
-        torch = ai.find_torch(session.prefix) if torch_optional else ai.torch_dir(session.prefix)
+        torch = ai.find_torch(session.prefix, None if torch_optional else "")
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
@@ -231,15 +231,11 @@ def _upstream_pin(
 
 def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
-    inputs: dict[str, Any] = {
-        "stamp_version": STAMP_VERSION,
-        "mode": "release" if from_release else "source",
-        "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
-        "arch": ctx.arch.name,
-        "pack": ctx.pack,
-        "torch": str(ctx.torch) if ctx.torch is not None else None,
-        "toolchain": toolchain(ctx.prefix, ctx.site),
-    }
+    pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
+    inputs = {"stamp_version": STAMP_VERSION, "mode": "release" if from_release else "source",
+              "pin": pin, "arch": ctx.arch.name, "pack": ctx.pack,
+              "torch": str(ctx.torch) if ctx.torch is not None else None,
+              "toolchain": toolchain(ctx.prefix, ctx.site)}  # fmt: skip
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
@@ -271,7 +267,7 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
         )
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
-    torch = ai.torch_version(ctx.torch) if ctx.torch is not None else None
+    torch = ai.dist_version(ctx.torch.parent, "torch") if ctx.torch is not None else None
     for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, force):
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
@@ -403,11 +399,10 @@ def configure_args(
     ctx: Context, build_options: SourceBuild, src: Path, build: Path, cache: CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
-    runner, python = ctx.session.runner, ctx.prefix / "bin" / "python"
-    root, cmake_dir = (
-        runner.ask([ctx.session.tool("rocm-sdk"), "path", f"--{q}"], f"$(rocm-sdk path --{q})")
-        for q in ("root", "cmake")
-    )
+    runner, python = ctx.session.runner, ctx.prefix / "bin/python"
+    sdk = ctx.session.tool("rocm-sdk")
+    root, cmake_dir = (runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})")
+                       for q in ("root", "cmake"))  # fmt: skip
     pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
     pkgconfig.append(runner.base_env.get("PKG_CONFIG_PATH"))
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
@@ -464,17 +459,15 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *,
     )  # fmt: skip
     args, sets = configure_args(ctx, build_options, src, build, cache)
     if tuning is not None:
-        scratch = build.with_name(build.name + "-tuning-db")
-        args += tuning_db.build_inputs(tuning, src, scratch, runner=runner)
-    args += extra_cmake
-    if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
-        args += kernels.cmake_args()
+        args += tuning_db.build_inputs(tuning, src, build.with_name(build.name + "-tuning-db"),
+                                       runner=runner)  # fmt: skip
+    # every kernel job through the store (docs/kernel-check.md)
+    args += [*extra_cmake, *(kernels.cmake_args() if kernels is not None else ())]
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
     previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
     changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
     if previous and changed and cmake_cache.exists():
-        say = "configuration changed: removing the stale CMakeCache.txt"
-        runner.apply(cmake_cache.unlink, say=say)
+        runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
     if install.exists():
         runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
     runner.run(args, cwd=src, sets=sets)
@@ -560,16 +553,12 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
         runner.say(f"WARNING (--force): {problem}")
     same = not shipped.runtime or shipped.runtime == new.runtime
     expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
-    record = {
-        "installed_by": "nox -s build_aotriton",
-        "how": how,
-        "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
-        "arch": ctx.arch.name,
-        "torch_version": ai.torch_version(torch),
-        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
-        "new": {"runtime": new.runtime, "images": effective.images},
-        "forced": overridden,
-    }
+    pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
+    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin,
+              "arch": ctx.arch.name, "torch_version": ai.dist_version(torch.parent, "torch"),
+              "shipped": {"runtime": shipped.runtime, "images": shipped.images},
+              "new": {"runtime": new.runtime, "images": effective.images},
+              "forced": overridden}  # fmt: skip
     original, wheel = ai.install_into_torch(
         new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
         work=ctx.work, runner=runner,

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -27,13 +27,10 @@ from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import checkouts, patches, pins, update_pins
 from rocmfa.sources.pins import Pin
 
-Source = tuple[str | None, str | None, str]  # origin, hashtag (commit, tag or branch), how
-
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
 SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
 CHECKOUT_DEPTH = "1"
-CHECKOUT_JOBS = "10"
 TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise = CPU count
 
 
@@ -46,14 +43,6 @@ class Component:
     hipify: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
     build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
     wheels: tuple[str, ...]  # canonical distribution names this stage must produce
-
-    @property
-    def script(self) -> str:  # TheRock's checkout script
-        return f"pytorch_{self.key.removeprefix('pytorch_').replace('pytorch', 'torch')}_repo.py"
-
-    @property
-    def dir_flag(self) -> str:  # build_prod_wheels --*-dir
-        return "--" + self.key.replace("_", "-") + "-dir"
 
 
 COMPONENTS = (
@@ -114,8 +103,9 @@ def produced_wheels(
     return records
 
 
-def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
-    """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
+def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> tuple:
+    """(origin, hashtag: commit, tag or branch, how): an explicit [pytorch.<x>] pin, else what
+    the pinned PyTorch says."""
     if component.key == "pytorch":
         return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
     table = pytorch_pin.data.get(component.pin_key)
@@ -241,8 +231,8 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
-def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
-    session = open_env(opts, out=out)
+def make_context(opts: BuildPytorchOptions) -> Context:
+    session = open_env(opts)
     arch, work, runner = session.arch, session.work, session.runner
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
@@ -347,7 +337,7 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         argv += ctx.cache.therock_flags()
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
-        argv += [c.dir_flag, str(ctx.src(c.key))] if built else []
+        argv += [f"--{c.key.replace('_', '-')}-dir", str(ctx.src(c.key))] if built else []
         argv += [f"--{'' if built else 'no-'}build-{c.build_flag}"] if c.build_flag else []
     if stage == "torch":
         argv.append(f"--{'' if ctx.flash_attention else 'no-'}enable-pytorch-flash-attention")
@@ -385,7 +375,8 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
-    dest, script = ctx.src(component.key), ctx.scripts_dir / component.script
+    name = component.key.removeprefix("pytorch_").replace("pytorch", "torch")
+    dest, script = ctx.src(component.key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
@@ -401,7 +392,7 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     argv = [ctx.python, script, "checkout", "--checkout-dir", dest]
     argv += ["--repo-hashtag", hashtag] if hashtag else []
     argv += ["--gitrepo-origin", origin] if origin else []
-    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
+    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", "10"]
     argv += ["--torch-dir", ctx.src("pytorch")] if component.key != "pytorch" else []
     argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
     ctx.runner.run(argv, cwd=ctx.scripts_dir)
@@ -521,15 +512,10 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
     for stage in ctx.enabled[1:]:  # after checkout; later stages win (triton from torch's)
         for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
             by_project[record["project"]] = record
-    manifest = {
-        "schema": "build_pytorch-manifest/1",
-        "arch": ctx.arch.name,
-        "rocm_version": ctx.rocm_version,
-        "python_tag": ctx.python_tag,
-        "env_prefix": str(ctx.prefix),
-        "stages": ctx.enabled,
-        "wheels": sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"])),
-    }
+    wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
+    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name,
+                "rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag,
+                "env_prefix": str(ctx.prefix), "stages": ctx.enabled, "wheels": wheels}  # fmt: skip
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     stamps.write_text_atomic(manifest_path(ctx.work), text)
     return manifest
