@@ -36,20 +36,17 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
         c, cxx = d / name, d / f"{name}++"
         if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
             return cmake_prefix, c, cxx, version
-    raise UserError(
-        f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
-        "is rocm[devel] installed? run: nox -s setup_env"
-    )
+    raise UserError(f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
+                    "is rocm[devel] installed? run: nox -s setup_env")  # fmt: skip
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(
-            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
-            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
-        )
+        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
+            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the "
+            "library")  # fmt: skip
     say("note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
         "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
         "TORCH_ROCM_FA_PREFER_CK=1")  # fmt: skip

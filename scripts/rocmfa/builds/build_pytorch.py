@@ -554,8 +554,7 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
             "attention (--no-enable-pytorch-flash-attention)")  # fmt: skip
     checks_before_building(ctx)
     todo = plan(ctx)
-    skipped = [s for s in ctx.enabled if s not in todo]
-    if skipped:
+    if skipped := [s for s in ctx.enabled if s not in todo]:
         say(f"done already (stamps current): {', '.join(skipped)}")
     if not todo:
         say("nothing to build: every stage is up to date (--from STAGE or --force to rebuild)")

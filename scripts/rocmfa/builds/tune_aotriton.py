@@ -149,11 +149,10 @@ def need_gpu(arch: str, wd: Path) -> None:
     """The worker's first task imports torch on the GPU (v3python/tune/testrun.py)."""
     found = archs.detect_gpus()
     if arch not in found.gpus:
-        raise UserError(
-            f"tune_aotriton: the worker's first task needs a {arch} GPU and this machine has "
-            f"{', '.join(found.gpus) or 'none'} ({found.source}); stopped before the tuning build, "
-            f"the queue kept in {wd} (run the same line on a {arch} machine to go on)"
-        )
+        raise UserError(f"tune_aotriton: the worker's first task needs a {arch} GPU and this "
+                        f"machine has {', '.join(found.gpus) or 'none'} ({found.source}); stopped "
+                        f"before the tuning build, the queue kept in {wd} (run the same line on "
+                        f"a {arch} machine to go on)")  # fmt: skip
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
