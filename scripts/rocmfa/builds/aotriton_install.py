@@ -1,8 +1,6 @@
 """AOTriton in the env's torch: read an install layout, refuse versions torch was not built
-for, and install a new one through pip (RECORD stays true): torch's own wheel (or one rebuilt
-from its RECORD-checked files) repacked with the new runtime and images, both kept in
-<work>/torch-wheels/; `--restore` reinstalls the original; a run killed while pip replaces torch
-is finished by the next (finish_interrupted). docs/aotriton.md.
+for, and install a new one through pip as torch's own wheel repacked (RECORD stays true); a run
+killed while pip replaces torch is finished by the next (finish_interrupted). docs/aotriton.md.
 """
 
 from __future__ import annotations
@@ -223,7 +221,7 @@ def keep_original(site: Path, files: dict[str, str], source: Path | None, out: P
     tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
     name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
     with into_folder(out, name) as dest, WheelFile(dest, "w") as whl:  # it writes the RECORD
-        for rel, digest in files.items():
+        for rel, digest in sorted(files.items(), key=lambda f: ".dist-info/" in f[0]):
             data = (site / rel).read_bytes()
             sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             if "sha256=" + sha != digest:
@@ -259,14 +257,15 @@ def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
         WheelFile(original) as old,  # its reads are checked against its RECORD
         WheelFile(dest, "w") as whl,
     ):
-        for info in old.infolist():
+        for rel, path in adds.items():
+            whl.write(path, rel)
+        whl.writestr(f"torch/lib/{MARKER}", text)
+        meta = old.dist_info_path + "/"  # last in the wheel, as pip writes it last
+        for info in sorted(old.infolist(), key=lambda i: i.filename.startswith(meta)):
             if info.filename != old.record_path and not info.filename.startswith(gone):
                 kept = zipfile.ZipInfo(info.filename, info.date_time)
                 kept.external_attr = info.external_attr
                 whl.writestr(kept, old.read(info), zipfile.ZIP_DEFLATED)
-        for rel, path in adds.items():
-            whl.write(path, rel)
-        whl.writestr(f"torch/lib/{MARKER}", text)
     return out / original.name
 
 

@@ -1,8 +1,6 @@
-"""build_aotriton's release path: AOTriton's prebuilt runtime plus only this arch's image pack
-(split since 0.11b: pytorch/pytorch#161754), sha256-verified, cached in
-<work>/downloads/aotriton/. Names and sums: pins/aotriton.toml [aotriton.release], or PyTorch's
-aotriton.cmake for `commit = "from-pytorch"` pins; $ROCMFA_AOTRITON_BASE_URL: a mirror.
-"""
+"""build_aotriton's release path: AOTriton's prebuilt runtime plus this arch's image pack,
+sha256-verified, cached in <work>/downloads/aotriton/; sums from pins/aotriton.toml or PyTorch's
+aotriton.cmake; $ROCMFA_AOTRITON_BASE_URL: a mirror."""
 
 from __future__ import annotations
 

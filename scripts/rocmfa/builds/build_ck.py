@@ -1,9 +1,6 @@
-"""`nox -s build_ck`: composable_kernel (ROCm/rocm-libraries projects/composablekernel) for
-this arch, library only (GPU_ARCHS, BUILD_DEV=OFF; GPU_TARGETS adds the 1.5 h tests and
-examples), with the env's ROCm SDK compilers, installed into the env prefix. Interfaces at
-rocm-libraries 05d98566: docs/upstream-interfaces.md. PyTorch's CK attention backend is its own
-bundled CK (USE_ROCM_CK_SDPA=1), not this one.
-"""
+"""`nox -s build_ck`: composable_kernel (rocm-libraries projects/composablekernel) for this
+arch with the env's ROCm SDK compilers, library only unless tests/examples are asked for, into
+the env prefix. docs/pytorch-and-ck.md; interfaces at 05d98566: docs/upstream-interfaces.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine (a PostgreSQL of
-ours, dispatch, a tuning build, one worker, bake_lut), its database stored in
-pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate` passes.
-The work dir keeps the queue: a stopped run resumes. Steps, facts and line numbers:
-docs/tuning.md.
-"""
+"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine, its database stored
+in pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate`
+passes; a stopped run resumes from the work dir's queue. docs/tuning.md."""
 
 from __future__ import annotations
 
