@@ -423,8 +423,7 @@ def configure_args(
     if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
         # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
         args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
-    if python.exists():
-        args.append(f"-DPython3_EXECUTABLE={python}")
+    args += [f"-DPython3_EXECUTABLE={python}"] if python.exists() else []
     # AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
     # decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used.
     ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
@@ -495,12 +494,10 @@ def require_pybind11(ctx: Context) -> None:
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
-        raise UserError(
-            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
-            "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
-            f"CMake package), and {where}: add `- pybind11` to environment.yml, then run: "
-            "nox -s lock && nox -s setup_env"
-        )
+        raise UserError("AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's "
+                        "tuner) needs pybind11 (AOTriton's configure imports it with the env's "
+                        f"python and loads its CMake package), and {where}: add `- pybind11` to "
+                        "environment.yml, then run: nox -s lock && nox -s setup_env")  # fmt: skip
 
 
 def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str, *,
@@ -526,8 +523,8 @@ def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any],
     if ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
     ctx.runner.say(f"built: {new.describe()}\n{story}")
-    described = {"runtime": new.runtime, "images": new.images}
-    stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
+    new_is = {"runtime": new.runtime, "images": new.images}
+    stamps.write(stamp, inputs, installed=None, shipped=None, new=new_is, backup=None)
 
 
 def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: dict[str, Any],

@@ -333,8 +333,7 @@ def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
         "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
         "--version-suffix", version_suffix(ctx), "--clean" if clean else "--no-clean",
     ]  # fmt: skip
-    if ctx.cache is not None and ctx.cache.active:
-        argv += ctx.cache.therock_flags()
+    argv += ctx.cache.therock_flags() if ctx.cache is not None and ctx.cache.active else []
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
         argv += [f"--{c.key.replace('_', '-')}-dir", str(ctx.src(c.key))] if built else []

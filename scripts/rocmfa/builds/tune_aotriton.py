@@ -245,8 +245,7 @@ def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> Non
     """validate.py against the rebuilt library (preloaded) before anything is installed."""
     argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
     argv += ["--backends", "flash"]
-    if opts.tune_head_dims:
-        argv += ["--head-dims", opts.tune_head_dims]
+    argv += ["--head-dims", opts.tune_head_dims] if opts.tune_head_dims else []
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
     lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
