@@ -225,10 +225,8 @@ def keep_original(site: Path, files: dict[str, str], source: Path | None, out: P
             data = (site / rel).read_bytes()
             sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             if "sha256=" + sha != digest:
-                raise UserError(
-                    f"{site / rel} is not the file torch's RECORD lists (changed since pip "
-                    f"installed it); {REINSTALL}"
-                )
+                raise UserError(f"{site / rel} is not the file torch's RECORD lists (changed since "
+                                f"pip installed it); {REINSTALL}")  # fmt: skip
             whl.writestr(zipfile.ZipInfo.from_file(site / rel, rel), data, zipfile.ZIP_DEFLATED)
 
 

@@ -58,10 +58,9 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         resolved = pin.data.get("pytorch_cmake")
         cmake = getattr(resolved, "cmake", None)
         if cmake is None or cmake.version != version:
-            raise UserError(
-                f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
-                "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
-            )
+            raise UserError(f"no release sums for AOTriton {version}: add an [aotriton.release] "
+                            "table with version, runtime_sha256 and image_sha256 to "
+                            "pins/aotriton.toml")  # fmt: skip
         got = cmake.lists.get
         runtime, images = {}, {}
         rows = zip(got("__AOTRITON_ROCM_LIST", ()), got("__AOTRITON_MANYLINUX_LIST", ()),

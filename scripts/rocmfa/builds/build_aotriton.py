@@ -206,17 +206,14 @@ def _upstream_pin(
     patched = arch.aotriton_patched_pack(version)
     if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
         if from_release:
-            raise UserError(
-                f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream "
-                "has no kernels for it; our patch set adds them); drop --from-release to build "
-                "from source"
-            )
+            raise UserError(f"{arch.name}: AOTriton {version} releases have no {arch.name} images "
+                            "(upstream has no kernels for it; our patch set adds them); drop "
+                            "--from-release to build from source")  # fmt: skip
         if patch_set_for("aotriton", pin.commit) is None:
-            raise UserError(
-                f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
-                f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
-                "port it with: nox -s update_pins -- --port-patches"
-            )
+            raise UserError(f"{arch.name}: no AOTriton kernels upstream and no patch set for the "
+                            f"pinned commit {pin.commit[:12]} (patches/aotriton/<commit>/ adds "
+                            f"{arch.name} to {version}); port it with: nox -s update_pins -- "
+                            "--port-patches")  # fmt: skip
         return pin, version, patched, True
     if not arch.aotriton_supported(version):
         limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
@@ -261,10 +258,9 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
 def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
     if ctx.torch is None and opts.no_images and ctx.session.ready:
-        raise UserError(
-            "--no-images builds the runtime only and keeps the images of the env's torch, but "
-            "the env has no torch: drop --no-images (build_pytorch needs the images too)"
-        )
+        raise UserError("--no-images builds the runtime only and keeps the images of the env's "
+                        "torch, but the env has no torch: drop --no-images (build_pytorch needs "
+                        "the images too)")  # fmt: skip
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
     torch = ai.dist_version(ctx.torch.parent, "torch") if ctx.torch is not None else None
@@ -303,9 +299,8 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 def build_aotriton(opts: BuildAotritonOptions) -> None:
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
-        raise UserError(
-            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
-        )
+        raise UserError(f"--from-release installs the prebuilt pack, {given[0]} needs a source "
+                        "build: drop one")  # fmt: skip
     asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     runner = ctx.session.runner
@@ -375,10 +370,9 @@ def place_aiter(
         return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
-        return runner.refuse(
-            f"{tag_file} names aiter {wanted}, which AOTriton's configure would clone from "
-            f"GitHub, but there is {pinned}: run nox -s update_pins (it records tag and commit)"
-        )
+        return runner.refuse(f"{tag_file} names aiter {wanted}, which AOTriton's configure would "
+                             f"clone from GitHub, but there is {pinned}: run nox -s update_pins "
+                             "(it records tag and commit)")  # fmt: skip
     ensure_checkout(aiter, checkout, runner, force=force)
     git(runner, checkout, "update-ref", f"refs/tags/{aiter.ref}", aiter.commit)
     link = build / "v3src" / "aiter"
@@ -536,10 +530,8 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
     if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
         shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
-        return runner.done(
-            f"check versions, repack torch's own wheel with the new AOTriton, pip install it "
-            f"into {ctx.prefix} and write {stamp}"
-        )
+        return runner.done("check versions, repack torch's own wheel with the new AOTriton, pip "
+                           f"install it into {ctx.prefix} and write {stamp}")  # fmt: skip
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")

@@ -130,6 +130,5 @@ def build_ck(opts: BuildCkOptions) -> None:
         runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build, sets=sets)
     runner.run([cmake, "--install", str(build)], cwd=build)
     runner.apply(stamps.write, stamp, inputs, install_prefix=str(prefix), build_dir=str(build))
-    runner.say(
-        f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, include/ck)"
-    )
+    runner.say(f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, "
+               "include/ck)")  # fmt: skip

@@ -196,10 +196,8 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if requested:
         aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
         if not has_lib(aotriton):
-            raise UserError(
-                f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
-                "lib/libaotriton_v2.so and include/ there"
-            )
+            raise UserError(f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
+                            "lib/libaotriton_v2.so and include/ there")  # fmt: skip
         digest = str(aotriton)
     elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         aotriton = Path(built["install_prefix"])
@@ -216,18 +214,15 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     built_for = (built.get("inputs") or {}).get("arch")
     ours = how == "--aotriton-prefix" or built_for in (arch.name, None)
     if patched and (aotriton is None or not ours):
-        runner.refuse(
-            f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
-            f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
-        )
+        runner.refuse(f"{arch.name}: torch gets flash attention only from AOTriton {version} built "
+                      f"with our patch set for {arch.name}; run nox -s build_aotriton -- --arch "
+                      f"{arch.name} first")  # fmt: skip
         aotriton, how = default, "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say(
-            "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
-            "fetches the AOTriton its cmake/External/aotriton.cmake pins"
-        )
+        runner.say("AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's "
+                   "build fetches the AOTriton its cmake/External/aotriton.cmake pins")  # fmt: skip
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
@@ -364,10 +359,8 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
-        raise UserError(
-            f"{dest} {problem}; TheRock's checkout would discard it - keep it on a branch "
-            "or stash it, or pass --discard-local-edits"
-        )
+        raise UserError(f"{dest} {problem}; TheRock's checkout would discard it - keep it on a "
+                        "branch or stash it, or pass --discard-local-edits")  # fmt: skip
     if problem:
         ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
 
@@ -398,10 +391,9 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     commit = known or ctx.runner.apply(read_head, dest)
     applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner) if commit else []
     if not commit:
-        ctx.runner.done(
-            f"{component.key}: patches/{component.key}/<the commit the checkout lands on>/ is "
-            "applied before hipify (a missing set where others exist is refused)"
-        )
+        ctx.runner.done(f"{component.key}: patches/{component.key}/<the commit the checkout lands "
+                        "on>/ is applied before hipify (a missing set where others exist is "
+                        "refused)")  # fmt: skip
     if hipify_later:
         ctx.runner.run([ctx.python, script, "hipify", "--checkout-dir", dest], cwd=ctx.scripts_dir)
     return {"origin": origin, "hashtag": hashtag, "commit": commit, "how": how, "patches": applied}
@@ -412,10 +404,9 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     checkouts.ensure_checkout(ctx.therock_pin, ctx.src("therock"), ctx.runner, force=force)
     for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
         if ctx.runner.apply((ctx.scripts_dir / sub).exists):
-            raise UserError(
-                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
-                "every stage by default; move it away (our checkouts live in the work dir)"
-            )
+            raise UserError(f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build "
+                            "it in every stage by default; move it away (our checkouts live in "
+                            "the work dir)")  # fmt: skip
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
     heads = {c.key: read_head(ctx.src(c.key)) or "" for c in ctx.components()}
@@ -523,12 +514,11 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 def checks_before_building(ctx: Context) -> None:
     """Flash attention kept; the pin set and torch release/X.Y x our AOTriton (--force: warn)."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
-        raise UserError(
-            f"refusing to build (--skip triton): this would build torch for {ctx.arch.name} "
-            f"without flash attention: TheRock's {BUILD_SCRIPT} turns flash attention off on "
-            "Linux when triton is not built in the same call (and rejects "
-            "--enable-pytorch-flash-attention without it); drop --skip triton"
-        )
+        raise UserError("refusing to build (--skip triton): this would build torch for "
+                        f"{ctx.arch.name} without flash attention: TheRock's {BUILD_SCRIPT} turns "
+                        "flash attention off on Linux when triton is not built in the same call "
+                        "(and rejects --enable-pytorch-flash-attention without it); drop --skip "
+                        "triton")  # fmt: skip
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
