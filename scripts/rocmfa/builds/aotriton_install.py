@@ -46,10 +46,9 @@ def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
     torch = site_packages(prefix) / "torch"
     if (torch / "__init__.py").is_file() or needed is None:
         return torch if (torch / "__init__.py").is_file() else None
-    raise UserError(
-        f"no torch in the env ({torch.parent}){needed}; install it first: nox -s setup_env -- "
-        "--with-torch, or nox -s build_pytorch install_wheels"
-    )
+    raise UserError(f"no torch in the env ({torch.parent}){needed}; install it "
+                    "first: nox -s setup_env -- --with-torch, or nox -s "
+                    "build_pytorch install_wheels")  # fmt: skip
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -269,10 +268,9 @@ def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
 
 def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
     """pip replaces torch with wheel; until done, a record names it (finish_interrupted)."""
-    pending = condaenv.pip_pending_path(prefix)
     runner.apply(write_pending, prefix, wheel)
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
-    runner.apply(pending.unlink)
+    runner.apply(condaenv.pip_pending_path(prefix).unlink)
 
 
 def write_pending(prefix: Path, wheel: Path) -> None:
@@ -292,16 +290,14 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     if pending is None:
         return
     site = site_packages(prefix)
-    why = condaenv.torch_incomplete(site)
-    if why is None:
+    if (why := condaenv.torch_incomplete(site)) is None:
         runner.apply(path.unlink, missing_ok=True)
         return
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
-        raise UserError(
-            f"the env's torch is incomplete ({why}) and {wheel}, whose install was killed, is "
-            "gone; reinstall torch with pip (nox -s install_wheels)"
-        )
+        raise UserError(f"the env's torch is incomplete ({why}) and {wheel}, whose "
+                        "install was killed, is gone; reinstall torch with pip (nox "
+                        "-s install_wheels)")  # fmt: skip
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
     record = condaenv.torch_record(site)
     if record is None or not record.is_file():

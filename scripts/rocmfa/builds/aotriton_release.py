@@ -83,10 +83,9 @@ def real_sum(sha256: str, what: str, source: str) -> str:
     if not HEX64.fullmatch(sha256 or ""):
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
-        raise UserError(
-            f"{source}: the sha256 of {what} is a placeholder (all zeros), not a real release "
-            "sum; that tarball is not published - build from source instead"
-        )
+        raise UserError(f"{source}: the sha256 of {what} is a placeholder (all "
+                        "zeros), not a real release sum; that tarball is not "
+                        "published - build from source instead")  # fmt: skip
     return sha256
 
 
@@ -100,9 +99,8 @@ def extract(archive: Path, target: Path) -> Path:
     except (tarfile.TarError, OSError) as e:
         raise UserError(f"cannot extract {archive}: {e}") from None
     entries = list(target.iterdir())
-    if len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists():
-        return entries[0]
-    return target
+    one_top = len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists()
+    return entries[0] if one_top else target
 
 
 def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
@@ -113,10 +111,9 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
-        raise UserError(
-            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
-            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
-        )
+        raise UserError(f"AOTriton {info.version} has no prebuilt runtime for ROCm "
+                        f"{rocm} (has {', '.join(sorted(info.runtime)) or 'none'}); "
+                        "build from source instead")  # fmt: skip
     runner.say(f"release sums from {info.source}")
     fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm,
                   manylinux=manylinux)  # fmt: skip

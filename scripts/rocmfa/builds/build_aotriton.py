@@ -29,8 +29,7 @@ if TYPE_CHECKING:
     from rocmfa.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
 
 STAMP_NAME = "aotriton"
-# The last finished build or release unpack in the install prefix (installed into torch or
-# not): build_pytorch's AOTRITON_INSTALLED_PREFIX (gfx908's torch: the patched build).
+# the last build or release unpack in the install prefix: build_pytorch's AOTRITON_INSTALLED_PREFIX
 BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
@@ -106,10 +105,9 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     patched arch), an option asks for a source build, or the release has nothing to take."""
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
-    release_cost = (
-        f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the {pack} "
-        "image pack (sizes as the server reports them when each starts); no kernel compiles"
-    )
+    release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
+    release_cost += f"{pack} image pack (sizes as the server reports them when each starts); "
+    release_cost += "no kernel compiles"
     tuned = tuning_db.find(pin.commit, arch.name)
     if asked == "--from-release":
         return AotritonPath(pack, False, "--from-release", release_cost)
@@ -146,7 +144,7 @@ class SourceBuild:
     clean: bool = False
     discard_local_edits: bool = False
     no_images: bool = False
-    timeout_min: float | None = None
+    timeout: str = "0"  # AOTRITON_GPU_BUILD_TIMEOUT in minutes ("0" = no limit)
     cache: CacheSpec | None = None
     jobs: int | None = None
     workers: str | None = None  # a Dask cluster compiles the kernels first
@@ -154,14 +152,11 @@ class SourceBuild:
     pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF (needs pybind11)
     tuning: bool = False  # the patch set's tuning builds
 
-    @property
-    def timeout(self) -> str:  # AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)
-        return "0" if self.timeout_min is None else f"{self.timeout_min:g}"
-
 
 def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
-    shared = ("clean", "discard_local_edits", "timeout_min", "cache", "jobs")
-    return SourceBuild(**{k: getattr(opts, k) for k in shared}, **build)
+    shared = {k: getattr(opts, k) for k in ("clean", "discard_local_edits", "cache", "jobs")}
+    timeout = "0" if opts.timeout_min is None else f"{opts.timeout_min:g}"
+    return SourceBuild(**shared, timeout=timeout, **build)
 
 
 @dataclass(frozen=True)
@@ -196,9 +191,8 @@ def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) 
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
-def _upstream_pin(
-    arch: archs.Arch, work: Path, from_release=False
-) -> tuple[pins.Pin, str, str, bool]:
+def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
+    """(pin, version, pack, patched arch) for build_aotriton: the ones refused say why."""
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
@@ -284,11 +278,10 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
     lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
     recorded = stamps.read(stamp)
-    if not recorded or recorded.get("inputs_digest") != stamps.digest(inputs):
+    stale = not recorded or recorded.get("inputs_digest") != stamps.digest(inputs)
+    if stale or recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
         return False
-    if recorded.get("installed") != (lib and ai.installed_fingerprint(lib)) or (
-        lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None
-    ):
+    if lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None:
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
@@ -311,10 +304,9 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
-    path = choose_path(
-        ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
-        asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
-    )  # fmt: skip
+    path = choose_path(ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, asked=asked,
+                       patched_arch=ctx.patched_arch, jobs=jobs,
+                       fork=opts.kernel_triton == "fork")  # fmt: skip
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
@@ -347,13 +339,11 @@ def check_out(ctx: Context, build_options: SourceBuild) -> Path:
 
 def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
     """--clean, the checkout, aiter, then the kernel check (docs/kernel-check.md)."""
-    runner = ctx.session.runner
     if build_options.clean and build.exists():
-        runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    src = check_out(ctx, build_options)
+        ctx.runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
+    src, aiter = check_out(ctx, build_options), paths.src_dir(ctx.work, "aiter")
     if not build_options.no_images:  # configure clones aiter only for the images
-        aiter = paths.src_dir(ctx.work, "aiter")
-        place_aiter(ctx.pin, src, build, aiter, runner, force=build_options.discard_local_edits)
+        place_aiter(ctx.pin, src, build, aiter, ctx.runner, build_options.discard_local_edits)
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
@@ -445,11 +435,9 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *,
     env = runner.base_env
     jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    cache = compile_cache.plan_cache(
-        build_options.cache, work=ctx.work, arch=ctx.arch.name,
-        toolchain=toolchain(ctx.prefix, ctx.site), env=env, runner=runner,
-        planned=not session.ready,
-    )  # fmt: skip
+    cache = compile_cache.plan_cache(build_options.cache, work=ctx.work, arch=ctx.arch.name,
+                                     toolchain=toolchain(ctx.prefix, ctx.site), env=env,
+                                     runner=runner, planned=not session.ready)  # fmt: skip
     args, sets = configure_args(ctx, build_options, src, build, cache)
     if tuning is not None:
         args += tuning_db.build_inputs(tuning, src, build.with_name(build.name + "-tuning-db"),
@@ -506,10 +494,8 @@ def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any],
         stamps.plan(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), install_prefix=str(built))
     if ctx.torch is not None:
         return install(ctx, new, stamp, inputs, how, no_images=no_images, force=force)
-    story = (
-        f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
-        "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
-    )
+    story = f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
+    story += "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     if new is None:
         return ctx.runner.say(ctx.runner.plan_line(f"{story}; would write {stamp}") or story)
     if new.runtime is None:
@@ -548,10 +534,9 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
               "shipped": {"runtime": shipped.runtime, "images": shipped.images},
               "new": {"runtime": new.runtime, "images": effective.images},
               "forced": overridden}  # fmt: skip
-    original, wheel = ai.install_into_torch(
-        new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
-        work=ctx.work, runner=runner,
-    )  # fmt: skip
+    original, wheel = ai.install_into_torch(new, torch, marker=record, expected_soname=expected,
+                                            python=ctx.session.python, work=ctx.work,
+                                            runner=runner)  # fmt: skip
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")

@@ -92,10 +92,8 @@ def build_ck(opts: BuildCkOptions) -> None:
     cmake, _ninja = session.tool("cmake"), session.tool("ninja")
     jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
-    checkout, build = (
-        paths.src_dir(work, "composable_kernel"),
-        paths.build_dir(work, "composable_kernel"),
-    )
+    checkout = paths.src_dir(work, "composable_kernel")
+    build = paths.build_dir(work, "composable_kernel")
     subdir = str(pin.data.get("subdir") or "")
     env = condaenv.env_identity(prefix)
     inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name,
@@ -120,10 +118,9 @@ def build_ck(opts: BuildCkOptions) -> None:
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
     configure = cmake_args(arch, checkout / subdir, build, prefix, cmake_prefix, cc, cxx, opts)
-    cache = compile_cache.plan_cache(
-        opts.cache, work=work, arch=arch.name, env=session.environ, runner=runner,
-        toolchain={"rocm": rocm_version, "cxx": str(cxx), "env": env},
-    )  # fmt: skip
+    toolchain = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
+    cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
+                                     runner=runner, toolchain=toolchain)  # fmt: skip
     with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
         sets = cache.build_sets(session.environ)
         runner.run([cmake, *configure, *cache.cmake_args()], cwd=build, sets=sets)

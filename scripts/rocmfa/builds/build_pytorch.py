@@ -155,8 +155,7 @@ class Context(OnSession):
     aotriton_digest: str
     max_jobs: int
     cache: compile_cache.CachePlan | None
-    # torch gets flash attention: the arch has AOTriton kernels upstream or from our patch set
-    flash_attention: bool
+    flash_attention: bool  # the arch has AOTriton kernels, upstream or from our patch set
 
     def src(self, key: str) -> Path:  # <work>/src/<key>
         return paths.src_dir(self.work, key)
@@ -252,14 +251,11 @@ def make_context(opts: BuildPytorchOptions) -> Context:
     cache = None
     if opts.cache is not None:
         toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
-        cache = compile_cache.plan_cache(
-            opts.cache, work=work, arch=arch.name, toolchain=toolchain, env=session.environ,
-            runner=runner, planned=not session.ready,
-        )  # fmt: skip
-    return Context(
-        session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
-        aotriton, aotriton_digest, jobs, cache, flash,
-    )  # fmt: skip
+        cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
+                                         toolchain=toolchain, runner=runner,
+                                         planned=not session.ready)  # fmt: skip
+    return Context(session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
+                   aotriton, aotriton_digest, jobs, cache, flash)  # fmt: skip
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
@@ -267,24 +263,17 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
 
     if stage == "checkout":
-        return {
-            "therock": ctx.therock_pin.commit,
-            "pytorch": [ctx.pytorch_pin.url, ctx.pytorch_pin.commit],
-            "companions": {c.key: ctx.pytorch_pin.data.get(c.pin_key) for c in ctx.components()},
-            "patches": {c.key: digests(c.key) for c in ctx.components()},
-            "depth": CHECKOUT_DEPTH,
-        }
+        pin, components = ctx.pytorch_pin, ctx.components()
+        return {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit],
+                "companions": {c.key: pin.data.get(c.pin_key) for c in components},
+                "patches": {c.key: digests(c.key) for c in components},
+                "depth": CHECKOUT_DEPTH}  # fmt: skip
     dep = dependency(stage)
-    dep_stamp = stamps.read(stage_stamp(ctx.work, dep)) if dep else None
-    return {
-        "after": (dep, (dep_stamp or {}).get("inputs_digest")),
-        "config": stage_config(ctx, stage),
-        "rocm": ctx.rocm_version,
-        "python": ctx.python_tag,
-        "env": ctx.env_identity,
-        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
-        "version_suffix": version_suffix(ctx),
-    }
+    after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
+    return {"after": after, "config": stage_config(ctx, stage), "rocm": ctx.rocm_version,
+            "python": ctx.python_tag, "env": ctx.env_identity,
+            "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
+            "version_suffix": version_suffix(ctx)}  # fmt: skip
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
@@ -303,18 +292,11 @@ def version_suffix(ctx: Context) -> str:
     if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
     else:
-        sources = {
-            k: [v.get("hashtag"), v.get("patches")]
-            for k, v in sorted((stamp.get("sources") or {}).items())
-        }
-        identity = stamps.digest({
-            "therock": ctx.therock_pin.commit,
-            "heads": stamp.get("heads"),
-            "sources": sources,
-            "aotriton": ctx.aotriton_digest,
-            "arch": ctx.arch.name,
-            "rocm": ctx.rocm_version,
-        })[:8]  # fmt: skip
+        found = sorted((stamp.get("sources") or {}).items())
+        sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
+        identity = stamps.digest({"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"),
+                                  "sources": sources, "aotriton": ctx.aotriton_digest,
+                                  "arch": ctx.arch.name, "rocm": ctx.rocm_version})[:8]  # fmt: skip
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
@@ -323,11 +305,10 @@ def version_suffix(ctx: Context) -> str:
 
 
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
-    argv = [
-        str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
-        "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
-        "--version-suffix", version_suffix(ctx), "--clean" if clean else "--no-clean",
-    ]  # fmt: skip
+    argv = [str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
+            "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
+            "--version-suffix", version_suffix(ctx),
+            "--clean" if clean else "--no-clean"]  # fmt: skip
     argv += ctx.cache.therock_flags() if ctx.cache is not None and ctx.cache.active else []
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
@@ -438,11 +419,10 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
-        ctx.runner.say(
-            f"{stage}: build settings changed since the last build ({previous} -> "
-            f"{config}); passing --clean so the CMake cache does not keep the old ones"
-        )
-        clean = True  # fmt: skip
+        ctx.runner.say(f"{stage}: build settings changed since the last build ({previous} -> "
+                       f"{config}); passing --clean so the CMake cache does not keep the old "
+                       "ones")  # fmt: skip
+        clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
         built = "triton (its only build of the run) and torch" if ctx.build_triton else "torch"
@@ -463,11 +443,8 @@ def done(ctx: Context, stage: str) -> bool:
     if not stamps.is_current(stage_stamp(ctx.work, stage), stage_inputs(ctx, stage)):
         return False
     if stage != "checkout":  # the wheels it recorded are still there, unchanged in size
-        try:
-            wheels = stamp.get("wheels", [])
-            return all(Path(r["file"]).stat().st_size == r["size"] for r in wheels)
-        except OSError:
-            return False
+        sizes = [(Path(r["file"]), r["size"]) for r in stamp.get("wheels", [])]
+        return all(path.is_file() and path.stat().st_size == size for path, size in sizes)
     heads = stamp.get("heads") or {}
     return (ctx.src("therock") / ".git").exists() and all(
         read_head(ctx.src(c.key)) == heads.get(c.key) for c in ctx.components()
@@ -483,10 +460,9 @@ def plan(ctx: Context) -> list[str]:
         flag = "--only" if only else "--from"
         for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
-                raise UserError(
-                    f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
-                    f"run without {flag} to resume, or {flag} {stage}"
-                )
+                raise UserError(f"{flag} {start}: stage {stage} is not done (or its "
+                                f"inputs changed); run without {flag} to resume, or "
+                                f"{flag} {stage}")  # fmt: skip
         return [start] if only else order[order.index(start) :]
     if ctx.opts.force:
         return list(order)

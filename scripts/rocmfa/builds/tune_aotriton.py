@@ -24,7 +24,6 @@ from rocmfa.sources import tuning_db
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
-SCHEMA = "v3python/tune/pq/schema.sql"
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -125,10 +124,8 @@ def progress(pg: Postgres, arch: str) -> dict[str, int]:
 def progress_line(counts: dict[str, int], eta_hours: str) -> str:
     done = counts["completed"] + counts["failed"]
     bar, eta = "#" * (30 * done // (counts["total"] or 1)), eta_hours.strip() and f"{eta_hours} h"
-    return (
-        f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), "
-        f"{counts['running']} running; ETA {eta or '-'}"
-    )
+    running = f"{counts['running']} running; ETA {eta or '-'}"
+    return f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), {running}"
 
 
 def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dict[str, int]:
@@ -196,7 +193,7 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
     finished ones from being queued again."""
     runner = pg.runner
     if not pg.query("SELECT to_regclass('task_queue')").strip():
-        pg.psql("-f", str(src / SCHEMA))
+        pg.psql("-f", str(src / "v3python/tune/pq/schema.sql"))
     pg.query(f"SELECT create_arch_partition('{arch}')")
     marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
@@ -230,8 +227,7 @@ def store(
     runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
 ) -> tuning_db.TuningDb:
     """The shards into pins/tuning/aotriton/<commit>/<arch>/ (sha256 per file)."""
-    target = tuning_db.db_dir(commit, arch)
-    shards = wd / "installed" / "database"
+    target, shards = tuning_db.db_dir(commit, arch), wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
     found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
     files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
