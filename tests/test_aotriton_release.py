@@ -152,6 +152,8 @@ def test_the_default_path_is_the_pinned_pack_and_lands_in_the_install_prefix(
     pack are unpacked into build_aotriton's install prefix, where build_pytorch finds them as
     AOTRITON_INSTALLED_PREFIX; no git, cmake or ninja runs."""
     from rocmfa.builds import build_pytorch
+    from rocmfa.env import archs
+    from rocmfa.plumbing.commands import Runner
 
     www, _ = release()
     site = st.site_packages(env_prefix)
@@ -172,9 +174,11 @@ def test_the_default_path_is_the_pinned_pack_and_lands_in_the_install_prefix(
     assert f"no torch in the env: AOTriton stays in {prefix}" in out
     assert (prefix / "lib" / "libaotriton_v2.so").resolve().name == "libaotriton_v2.so.0.13.0"
     assert [p.name for p in (prefix / "lib" / "aotriton.images").iterdir()] == ["amd-gfx115x"]
-    found, how, _digest = build_pytorch.find_aotriton_prefix(None, work)
-    assert (found, how) == (prefix, "build_aotriton")
     capsys.readouterr()
+    arch = archs.get_arch("gfx1151")
+    found, _digest, flash = build_pytorch.aotriton_for_torch(arch, work, Runner(), None)
+    assert (found, flash) == (prefix, True)
+    assert f"AOTriton: {prefix} from build_aotriton ->" in capsys.readouterr().out
     ba.build_aotriton(build_opts(env_prefix, work))
     assert "up to date" in capsys.readouterr().out
 

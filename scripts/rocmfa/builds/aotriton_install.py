@@ -1,25 +1,26 @@
 """AOTriton in the env's torch: read an install layout, refuse versions torch was not built
-for, and install a new one through pip (RECORD stays true): torch's own wheel (or one rebuilt
-from its RECORD-checked files) repacked with the new runtime and images, both kept in
-<work>/torch-wheels/; `--restore` reinstalls the original; a run killed while pip replaces torch
-is finished by the next (finish_interrupted). docs/aotriton.md.
+for, and install a new one through pip as torch's own wheel repacked (RECORD stays true); a run
+killed while pip replaces torch is finished by the next (finish_interrupted). docs/aotriton.md.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import glob
 import hashlib
 import json
 import re
 import shutil
-import sys
 import urllib.parse
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from wheel.wheelfile import WheelFile
 
 from rocmfa.env import archs, condaenv
 from rocmfa.plumbing import stamps
@@ -40,19 +41,14 @@ def site_packages(prefix: Path) -> Path:
     return Path(found[-1])
 
 
-def find_torch(prefix: Path) -> Path | None:
+def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
+    """The env's torch; None, or when needed (why) a UserError, if there is none."""
     torch = site_packages(prefix) / "torch"
-    return torch if (torch / "__init__.py").is_file() else None
-
-
-def torch_dir(prefix: Path, why: str = "") -> Path:
-    torch = find_torch(prefix)
-    if torch is None:
-        raise UserError(
-            f"no torch in the env ({site_packages(prefix)}){f' ({why})' if why else ''}; install "
-            "it first: nox -s setup_env -- --with-torch, or nox -s build_pytorch install_wheels"
-        )
-    return torch
+    if (torch / "__init__.py").is_file() or needed is None:
+        return torch if (torch / "__init__.py").is_file() else None
+    raise UserError(f"no torch in the env ({torch.parent}){needed}; install it "
+                    "first: nox -s setup_env -- --with-torch, or nox -s "
+                    "build_pytorch install_wheels")  # fmt: skip
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -60,18 +56,10 @@ def dist_version(site: Path, name: str) -> str | None:
     return infos[-1].name[len(name) + 1 : -len(".dist-info")] if infos else None
 
 
-def torch_version(torch: Path) -> str:
-    return dist_version(torch.parent, "torch") or "unknown"
-
-
 def signature_of(text: str) -> str:
     """'X.Y' for a text signature, 'git-<sha1[:12]>' for 0.13b's JSON one, or 'unknown'."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("AOTRITON_GIT_SHA1"), str):
-        return "git-" + data["AOTRITON_GIT_SHA1"][:12]
+    if sha := re.search(r'"AOTRITON_GIT_SHA1"\s*:\s*"(\w+)"', text):
+        return "git-" + sha[1][:12]
     match = re.search(r"aotriton\s*v?(\d+)\.(\d+)", text)
     return f"{match[1]}.{match[2]}" if match else "unknown"
 
@@ -163,20 +151,14 @@ def wheel_in(folder: Path) -> Path | None:
     return min(folder.glob("*.whl"), default=None) if folder.is_dir() else None
 
 
-def into_folder(out: Path, fill) -> None:
-    """fill(out.partial) then rename it: a kill never leaves a half wheel in out."""
+@contextlib.contextmanager
+def into_folder(out: Path, name: str) -> Iterator[Path]:
+    """<out>.partial/name, renamed to out once written: a kill never leaves a half wheel in out."""
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    fill(partial)
+    yield partial / name
     partial.rename(out)
-
-
-def pack(tree: Path, out: Path, runner: Runner) -> Path:
-    argv = [sys.executable, "-m", "wheel", "pack", "--dest-dir"]
-    into_folder(out, lambda partial: runner.run([*argv, partial, tree]))
-    shutil.rmtree(tree.parent if tree.parent.name.endswith(".tree") else tree)
-    return wheel_in(out) or out
 
 
 def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
@@ -225,33 +207,30 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     how = f"the wheel pip installed it from, {source}" if source else f"{site} and its RECORD"
     if wheel_in(out) is None:
         said = f"keep torch's own wheel (from {how}) in {out}"
-        runner.apply(keep_original, site, files, source, out, runner, say=said)
+        runner.apply(keep_original, site, files, source, out, say=said)
     return wheel_in(out) or out / "torch.whl"
 
 
-def keep_original(
-    site: Path, files: dict[str, str], source: Path | None, out: Path, runner: Runner
-) -> None:
+def keep_original(site: Path, files: dict[str, str], source: Path | None, out: Path) -> None:
     if source is not None:
-        into_folder(out, lambda partial: shutil.copy2(source, partial / source.name))
+        with into_folder(out, source.name) as dest:
+            shutil.copy2(source, dest)
         return
-    tree = out.with_name(out.name + ".tree")
-    shutil.rmtree(tree, ignore_errors=True)
-    for rel, digest in files.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(site / rel, tree / rel)
-        with open(tree / rel, "rb") as f:
-            sha = base64.urlsafe_b64encode(hashlib.file_digest(f, "sha256").digest())
-        if "sha256=" + sha.rstrip(b"=").decode() != digest:
-            raise UserError(
-                f"{site / rel} is not the file torch's RECORD lists (changed since pip installed "
-                f"it); {REINSTALL}"
-            )
-    pack(tree, out, runner)
+    info = site / next(Path(rel).parts[0] for rel in files if rel.endswith(".dist-info/WHEEL"))
+    tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
+    name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
+    with into_folder(out, name) as dest, WheelFile(dest, "w") as whl:  # it writes the RECORD
+        for rel, digest in sorted(files.items(), key=lambda f: ".dist-info/" in f[0]):
+            data = (site / rel).read_bytes()
+            sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            if "sha256=" + sha != digest:
+                raise UserError(f"{site / rel} is not the file torch's RECORD lists (changed since "
+                                f"pip installed it); {REINSTALL}")  # fmt: skip
+            whl.writestr(zipfile.ZipInfo.from_file(site / rel, rel), data, zipfile.ZIP_DEFLATED)
 
 
 def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
-           expected_soname: str | None, work: Path, runner: Runner) -> Path:  # fmt: skip
+           expected_soname: str | None, work: Path) -> Path:  # fmt: skip
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
     # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
@@ -265,31 +244,33 @@ def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
     out = work / WHEELS / f"aotriton-{key[:16]}"
     if (done := wheel_in(out)) is not None:
         return done
-    tree = out.with_name(out.name + ".tree")
-    shutil.rmtree(tree, ignore_errors=True)
-    runner.run([sys.executable, "-m", "wheel", "unpack", "--dest", tree, original])
-    (root,) = tree.iterdir()
-    lib = root / "torch" / "lib"
-    for old in [*lib.glob("libaotriton_v2.so*"), *lib.glob("pyaotriton*.so"), lib / MARKER]:
-        old.unlink(missing_ok=True)
-    if images.is_dir():
-        shutil.rmtree(lib / "aotriton.images", ignore_errors=True)
-        shutil.copytree(images, lib / "aotriton.images")
-    for name in [real, *aliases]:
-        shutil.copy2(new.lib / real, lib / name)
-    for py in new.pyaotriton:
-        shutil.copy2(py, lib / py.name)
+    adds = {f"torch/lib/{name}": new.lib / real for name in aliases}
+    adds |= {f"torch/lib/{rel}": new.lib / rel for rel in files}
+    gone = ("torch/lib/libaotriton_v2.so", "torch/lib/pyaotriton", f"torch/lib/{MARKER}")
+    gone += ("torch/lib/aotriton.images/",) if images.is_dir() else ()
     text = json.dumps({**marker, "wheel": out.name}, indent=1, default=str) + "\n"
-    (lib / MARKER).write_text(text, encoding="utf-8")
-    return pack(root, out, runner)
+    with (
+        into_folder(out, original.name) as dest,
+        WheelFile(original) as old,  # its reads are checked against its RECORD
+        WheelFile(dest, "w") as whl,
+    ):
+        for rel, path in adds.items():
+            whl.write(path, rel)
+        whl.writestr(f"torch/lib/{MARKER}", text)
+        meta = old.dist_info_path + "/"  # last in the wheel, as pip writes it last
+        for info in sorted(old.infolist(), key=lambda i: i.filename.startswith(meta)):
+            if info.filename != old.record_path and not info.filename.startswith(gone):
+                kept = zipfile.ZipInfo(info.filename, info.date_time)
+                kept.external_attr = info.external_attr
+                whl.writestr(kept, old.read(info), zipfile.ZIP_DEFLATED)
+    return out / original.name
 
 
 def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
     """pip replaces torch with wheel; until done, a record names it (finish_interrupted)."""
-    pending = condaenv.pip_pending_path(prefix)
     runner.apply(write_pending, prefix, wheel)
     runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
-    runner.apply(pending.unlink)
+    runner.apply(condaenv.pip_pending_path(prefix).unlink)
 
 
 def write_pending(prefix: Path, wheel: Path) -> None:
@@ -309,16 +290,14 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     if pending is None:
         return
     site = site_packages(prefix)
-    why = condaenv.torch_incomplete(site)
-    if why is None:
+    if (why := condaenv.torch_incomplete(site)) is None:
         runner.apply(path.unlink, missing_ok=True)
         return
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
-        raise UserError(
-            f"the env's torch is incomplete ({why}) and {wheel}, whose install was killed, is "
-            "gone; reinstall torch with pip (nox -s install_wheels)"
-        )
+        raise UserError(f"the env's torch is incomplete ({why}) and {wheel}, whose "
+                        "install was killed, is gone; reinstall torch with pip (nox "
+                        "-s install_wheels)")  # fmt: skip
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
     record = condaenv.torch_record(site)
     if record is None or not record.is_file():
@@ -335,7 +314,7 @@ def install_into_torch(new: AotritonInstall, torch: Path, *, marker: dict[str, A
     """new into the env's torch through pip; (torch's own wheel, the one installed)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}
-    wheel = repack(original, new, marker, expected_soname, work, runner)
+    wheel = repack(original, new, marker, expected_soname, work)
     if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
         runner.say(f"the env's torch is already {wheel}")
     else:

@@ -1,8 +1,6 @@
-"""build_aotriton's release path: AOTriton's prebuilt runtime plus only this arch's image pack
-(split since 0.11b: pytorch/pytorch#161754), sha256-verified, cached in
-<work>/downloads/aotriton/. Names and sums: pins/aotriton.toml [aotriton.release], or PyTorch's
-aotriton.cmake for `commit = "from-pytorch"` pins; $ROCMFA_AOTRITON_BASE_URL: a mirror.
-"""
+"""build_aotriton's release path: AOTriton's prebuilt runtime plus this arch's image pack,
+sha256-verified, cached in <work>/downloads/aotriton/; sums from pins/aotriton.toml or PyTorch's
+aotriton.cmake; $ROCMFA_AOTRITON_BASE_URL: a mirror."""
 
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmfa.builds.aotriton_install import AotritonInstall
 from rocmfa.plumbing import downloads, paths, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -59,10 +58,9 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         resolved = pin.data.get("pytorch_cmake")
         cmake = getattr(resolved, "cmake", None)
         if cmake is None or cmake.version != version:
-            raise UserError(
-                f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
-                "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
-            )
+            raise UserError(f"no release sums for AOTriton {version}: add an [aotriton.release] "
+                            "table with version, runtime_sha256 and image_sha256 to "
+                            "pins/aotriton.toml")  # fmt: skip
         got = cmake.lists.get
         runtime, images = {}, {}
         rows = zip(got("__AOTRITON_ROCM_LIST", ()), got("__AOTRITON_MANYLINUX_LIST", ()),
@@ -76,9 +74,7 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         z = (got("__AOTRITON_Z") or ("gz",))[0] or "gz"  # the archive suffix (old files: bz2)
         names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in (RUNTIME_NAME, IMAGES_NAME))
         base, source = DEFAULT_BASE_URL, resolved.source
-    base = environ.get(BASE_URL_ENV) or base
-    if not base.endswith("/"):
-        base += "/"
+    base = (environ.get(BASE_URL_ENV) or base).rstrip("/") + "/"
     return Release(version, base, names[0], names[1], runtime, images, source)
 
 
@@ -87,10 +83,9 @@ def real_sum(sha256: str, what: str, source: str) -> str:
     if not HEX64.fullmatch(sha256 or ""):
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
-        raise UserError(
-            f"{source}: the sha256 of {what} is a placeholder (all zeros), not a real release "
-            "sum; that tarball is not published - build from source instead"
-        )
+        raise UserError(f"{source}: the sha256 of {what} is a placeholder (all "
+                        "zeros), not a real release sum; that tarball is not "
+                        "published - build from source instead")  # fmt: skip
     return sha256
 
 
@@ -104,9 +99,8 @@ def extract(archive: Path, target: Path) -> Path:
     except (tarfile.TarError, OSError) as e:
         raise UserError(f"cannot extract {archive}: {e}") from None
     entries = list(target.iterdir())
-    if len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists():
-        return entries[0]
-    return target
+    one_top = len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists()
+    return entries[0] if one_top else target
 
 
 def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
@@ -117,13 +111,12 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
-        raise UserError(
-            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
-            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
-        )
+        raise UserError(f"AOTriton {info.version} has no prebuilt runtime for ROCm "
+                        f"{rocm} (has {', '.join(sorted(info.runtime)) or 'none'}); "
+                        "build from source instead")  # fmt: skip
     runner.say(f"release sums from {info.source}")
-    fields = {"version": info.version, "hostarch": platform.machine(), "pack": pack}
-    fields.update(manylinux=manylinux, rocm=rocm)
+    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm,
+                  manylinux=manylinux)  # fmt: skip
     wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
               (info.images_name, info.images[pack], f"image pack amd-{pack}")]  # fmt: skip
     for _name, sha, what in wanted:
@@ -150,13 +143,11 @@ def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: 
     if not (pack_dir / "__signature__").is_file():
         raise UserError(f"{images_tar.name}: no lib/aotriton.images/amd-{pack}/__signature__")
     images_target = root / "lib" / "aotriton.images"
-    shutil.rmtree(images_target, ignore_errors=True)
+    shutil.rmtree(images_target, ignore_errors=True)  # the runtime's own, if any
     images_target.mkdir(parents=True)
     os.replace(pack_dir, images_target / f"amd-{pack}")
     shutil.rmtree(into, ignore_errors=True)
     into.parent.mkdir(parents=True, exist_ok=True)
     os.replace(root, into)  # both under <work>/build
     shutil.rmtree(staging)
-    from rocmfa.builds.aotriton_install import AotritonInstall
-
     return AotritonInstall.read(into / "lib", into / "include")

@@ -13,21 +13,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmfa.env import archs, session_env
-from rocmfa.plumbing import paths, stamps
+from rocmfa.builds import aotriton_install as ai
+from rocmfa.builds import aotriton_release, compile_cache, kernel_build, kernel_check
+from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_env
+from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.sources import pins, tuning_db, update_pins
+from rocmfa.sources.checkouts import ensure_checkout, git
+from rocmfa.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 
-if TYPE_CHECKING:  # the rest is imported where a path needs it (an import loads 17 modules)
-    from rocmfa.builds.aotriton_install import AotritonInstall
-    from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+if TYPE_CHECKING:
     from rocmfa.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
-    from rocmfa.sources import pins
-    from rocmfa.sources.tuning_db import TuningDb
 
 STAMP_NAME = "aotriton"
-# The last finished build or release unpack in the install prefix (installed into torch or
-# not): build_pytorch's AOTRITON_INSTALLED_PREFIX (gfx908's torch: the patched build).
+# the last build or release unpack in the install prefix: build_pytorch's AOTRITON_INSTALLED_PREFIX
 BUILT_STAMP_NAME = "aotriton-built"
 STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
@@ -37,20 +39,11 @@ SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotri
 
 def rocm_version(site: Path) -> str:
     """The env's ROCm; before setup_env (a dry run), the one pins/rocm.toml pins."""
-    from rocmfa.builds.aotriton_install import dist_version
-    from rocmfa.env import rocm_sdk
-
-    return (dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
-
-
-def rocm_series(site: Path) -> str:
-    return ".".join(rocm_version(site).split(".")[:2])
+    return (ai.dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     """The env (its lock covers cmake, ninja, compilers), its ROCm and the tools it would use."""
-    from rocmfa.env import condaenv
-
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
     tools = {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")}
     identity = condaenv.env_identity(prefix)
@@ -68,34 +61,25 @@ class AotritonPath:
 
 def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     """Measured jobs x seconds a job (data/aotriton_matrix.toml [build_cost])."""
-    from rocmfa.env.compat_matrix import MATRIX_FILE
-    from rocmfa.plumbing.datafiles import load_toml
-
-    table = load_toml(MATRIX_FILE, "AOTriton matrix data").get("build_cost", {}).get(commit, {})
+    table = load_toml(compat_matrix.MATRIX_FILE, "AOTriton matrix data").get("build_cost", {})
+    table = table.get(commit, {})
     fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
     rest, row = f"plus {fork_part}the C++ runtime", table.get(arch)
+    each = [f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()]
     if row is None:
-        each = (
-            f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()
-        )
         known = f" ({'; '.join(each)})" if table else ""
         return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
-    wall = cpu / jobs
-    hours = f"{wall / 3600:.1f} h" if wall >= 5400 else f"{wall / 60:.0f} min"
-    return (
-        f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
-        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {hours} on {jobs} "
-        f"build jobs; {rest}"
-    )
+    wall = f"{cpu / jobs / 3600:.1f} h" if cpu / jobs >= 5400 else f"{cpu / jobs / 60:.0f} min"
+    return (f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
+            f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {wall} on {jobs} build jobs; "
+            f"{rest}")  # fmt: skip
 
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     """'' when the pinned release has this pack and runtime from the pinned commit; else why."""
-    from rocmfa.builds import aotriton_release
-    from rocmfa.env.compat_matrix import load_matrix
-
-    tag = next((r["commit"] for r in load_matrix()["releases"] if r["version"] == version), None)
+    releases = compat_matrix.load_matrix()["releases"]
+    tag = next((r["commit"] for r in releases if r["version"] == version), None)
     if tag != pin.commit:
         known = tag[:12] if tag else "no such release in scripts/rocmfa/data/aotriton_matrix.toml"
         why = f"the pin {pin.commit[:12]} is not the commit the {version} release packs were built"
@@ -119,25 +103,19 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
                 fork: bool = True) -> AotritonPath:  # fmt: skip
     """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
     patched arch), an option asks for a source build, or the release has nothing to take."""
-    from rocmfa.sources import tuning_db
-    from rocmfa.sources.patches import patch_set_for
-
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
-    release_cost = (
-        f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the {pack} "
-        "image pack (sizes as the server reports them when each starts); no kernel compiles"
-    )
+    release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
+    release_cost += f"{pack} image pack (sizes as the server reports them when each starts); "
+    release_cost += "no kernel compiles"
     tuned = tuning_db.find(pin.commit, arch.name)
     if asked == "--from-release":
         return AotritonPath(pack, False, "--from-release", release_cost)
     if asked:
         why = f"{asked} asks for one"
     elif patched_arch:
-        why = (
-            f"upstream {version} has no {arch.name} kernels and no release has its images; "
-            f"our patch set adds them ({', '.join(names)})"
-        )
+        why = f"upstream {version} has no {arch.name} kernels and no release has its images; "
+        why += f"our patch set adds them ({', '.join(names)})"
     elif names:
         why = f"our patch set changes {arch.name}'s build ({', '.join(names)})"
     elif tuned:
@@ -145,21 +123,17 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     else:
         why = release_gap(pin, version, pack, rocm)
     if why:
-        cost = source_cost(pin.commit, arch.name, jobs, fork)
-        return AotritonPath(pack, True, why, cost, names)
-    why = (
-        f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
-        f"and the pinned {version} release ships {pack} built from this commit "
-        "(--from-source builds it anyway)"
-    )
-    return AotritonPath(pack, False, why, release_cost)
+        return AotritonPath(pack, True, why, source_cost(pin.commit, arch.name, jobs, fork), names)
+    why = f"nothing of ours changes {arch.name}'s kernels (no patch for it, no tuning database), "
+    why += f"and the pinned {version} release ships {pack} built from this commit "
+    return AotritonPath(pack, False, why + "(--from-source builds it anyway)", release_cost)
 
 
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
     """The path `nox -s build_aotriton -- --arch <arch>` takes with no options (doctor)."""
     chosen = archs.get_arch(arch)
     pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
-    rocm = rocm_series(site or Path("/nonexistent"))
+    rocm = ".".join(rocm_version(site or Path("/nonexistent")).split(".")[:2])
     return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
 
 
@@ -170,7 +144,7 @@ class SourceBuild:
     clean: bool = False
     discard_local_edits: bool = False
     no_images: bool = False
-    timeout_min: float | None = None
+    timeout: str = "0"  # AOTRITON_GPU_BUILD_TIMEOUT in minutes ("0" = no limit)
     cache: CacheSpec | None = None
     jobs: int | None = None
     workers: str | None = None  # a Dask cluster compiles the kernels first
@@ -178,14 +152,11 @@ class SourceBuild:
     pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF (needs pybind11)
     tuning: bool = False  # the patch set's tuning builds
 
-    @property
-    def timeout(self) -> str:  # AOTRITON_GPU_BUILD_TIMEOUT ("0" = no limit)
-        return "0" if self.timeout_min is None else f"{self.timeout_min:g}"
-
 
 def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
-    shared = ("clean", "discard_local_edits", "timeout_min", "cache", "jobs")
-    return SourceBuild(**{k: getattr(opts, k) for k in shared}, **build)
+    shared = {k: getattr(opts, k) for k in ("clean", "discard_local_edits", "cache", "jobs")}
+    timeout = "0" if opts.timeout_min is None else f"{opts.timeout_min:g}"
+    return SourceBuild(**shared, timeout=timeout, **build)
 
 
 @dataclass(frozen=True)
@@ -200,67 +171,49 @@ class Context(session_env.OnSession):
 
     @property
     def site(self) -> Path:
-        from rocmfa.builds.aotriton_install import site_packages
-
         if self.torch is not None or not self.session.ready:  # a plan before setup_env: python3.X
             return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
-        return site_packages(self.prefix)
+        return ai.site_packages(self.prefix)
 
     @property
     def in_torch(self) -> Path:
-        from rocmfa.builds.aotriton_install import torch_dir
-
-        return self.torch or torch_dir(self.prefix, "needed to install into it")
+        return self.torch or ai.find_torch(self.prefix, " (needed to install into it)")
 
 
-def make_context(
-    where: EnvChoice, *, from_release: bool = False, torch_optional: bool = False
-) -> Context:
+def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) -> Context:
     """The session env plus which AOTriton: its pin, version and pack."""
-    from rocmfa.builds.aotriton_install import find_torch, finish_interrupted, torch_dir
-
     session = session_env.open_env(where)
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
     torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
     if session.ready:  # a torch install killed midway is finished first
-        finish_interrupted(session.python, session.prefix, session.runner)
-        torch = find_torch(session.prefix) if torch_optional else torch_dir(session.prefix)
+        ai.finish_interrupted(session.python, session.prefix, session.runner)
+        torch = ai.find_torch(session.prefix, None if torch_optional else "")
     return Context(session, torch, pin, version, f"amd-{pack}", patched)
 
 
-def _upstream_pin(
-    arch: archs.Arch, work: Path, from_release: bool = False
-) -> tuple[pins.Pin, str, str, bool]:
-    from rocmfa.sources import pins
-
+def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
+    """(pin, version, pack, patched arch) for build_aotriton: the ones refused say why."""
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
         raise UserError(f"{pin.source}: AOTriton 'version' is unknown; add version = \"0.13b\"")
     patched = arch.aotriton_patched_pack(version)
     if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
-        from rocmfa.sources.patches import patch_set_for
-
         if from_release:
-            raise UserError(
-                f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream "
-                "has no kernels for it; our patch set adds them); drop --from-release to build "
-                "from source"
-            )
+            raise UserError(f"{arch.name}: AOTriton {version} releases have no {arch.name} images "
+                            "(upstream has no kernels for it; our patch set adds them); drop "
+                            "--from-release to build from source")  # fmt: skip
         if patch_set_for("aotriton", pin.commit) is None:
-            raise UserError(
-                f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
-                f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
-                "port it with: nox -s update_pins -- --port-patches"
-            )
+            raise UserError(f"{arch.name}: no AOTriton kernels upstream and no patch set for the "
+                            f"pinned commit {pin.commit[:12]} (patches/aotriton/<commit>/ adds "
+                            f"{arch.name} to {version}); port it with: nox -s update_pins -- "
+                            "--port-patches")  # fmt: skip
         return pin, version, patched, True
     if not arch.aotriton_supported(version):
-        limit = next((lim for lim in arch.limits if "AOTriton" in lim), "")
-        raise UserError(
-            f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
-            + (f": {limit}" if limit else "")
-            + (f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else "")
-        )
+        limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
+        since = f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else ""
+        no = f"{arch.name} ({arch.display_name}) has no AOTriton support in {version}"
+        raise UserError(no + limit + since)
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
@@ -269,39 +222,24 @@ def _upstream_pin(
 
 def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
-    inputs: dict[str, Any] = {
-        "stamp_version": STAMP_VERSION,
-        "mode": "release" if from_release else "source",
-        "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
-        "arch": ctx.arch.name,
-        "pack": ctx.pack,
-        "torch": str(ctx.torch) if ctx.torch is not None else None,
-        "toolchain": toolchain(ctx.prefix, ctx.site),
-    }
+    pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
+    inputs = {"stamp_version": STAMP_VERSION, "mode": "release" if from_release else "source",
+              "pin": pin, "arch": ctx.arch.name, "pack": ctx.pack,
+              "torch": str(ctx.torch) if ctx.torch is not None else None,
+              "toolchain": toolchain(ctx.prefix, ctx.site)}  # fmt: skip
     if from_release:
-        from rocmfa.builds import aotriton_release
-
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
         release = {"version": info.version, "base_url": info.base_url, "runtime": runtime}
         inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
         return inputs
-    from rocmfa.builds import kernel_build
-    from rocmfa.sources import tuning_db
-    from rocmfa.sources.patches import patch_set_digest
-
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
     tuning = build.tuning or bool(tuned)
     inputs["aiter"] = ctx.pin.data.get("aiter")
-    inputs["patches"] = patch_set_digest(
-        "aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning
-    )
-    inputs["tuning_db"] = tuned.digest() if tuned else None
-    options = {
-        "noimage": build.no_images,
-        "timeout_min": build.timeout,
-        "pyaotriton": build.pyaotriton,
-    }
+    digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
+    inputs |= {"patches": digest, "tuning_db": tuned.digest() if tuned else None}
+    options = {"noimage": build.no_images, "timeout_min": build.timeout}
+    options["pyaotriton"] = build.pyaotriton
     if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
         options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return {**inputs, "options": options}
@@ -313,23 +251,15 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
 
 def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
-    from rocmfa.builds.aotriton_install import torch_version
-    from rocmfa.env import compat_matrix
-    from rocmfa.sources import pins, update_pins
-
     if ctx.torch is None and opts.no_images and ctx.session.ready:
-        raise UserError(
-            "--no-images builds the runtime only and keeps the images of the env's torch, but "
-            "the env has no torch: drop --no-images (build_pytorch needs the images too)"
-        )
+        raise UserError("--no-images builds the runtime only and keeps the images of the env's "
+                        "torch, but the env has no torch: drop --no-images (build_pytorch needs "
+                        "the images too)")  # fmt: skip
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
-    compat_matrix.announce(
-        pins.check_pin_set(ctx.pin, ctx.version, force=force, runner=runner, workdir=ctx.work)
-    )
-    torch = torch_version(ctx.torch) if ctx.torch is not None else None
-    combination = compat_matrix.check_combination
-    compat_matrix.announce(combination(ctx.arch, ctx.version, torch_version=torch, force=force))
+    torch = ai.dist_version(ctx.torch.parent, "torch") if ctx.torch is not None else None
+    for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, force):
+        runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     if ctx.patched_arch:
@@ -337,20 +267,21 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
                    f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)")  # fmt: skip
 
 
+def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch: str | None,
+                  runner: Runner, work: Path, force: bool) -> list[str]:  # fmt: skip
+    """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
+    lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
+    return lines + compat_matrix.check_combination(arch, version, torch_version=torch, force=force)
+
+
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
-    from rocmfa.builds.aotriton_install import AotritonInstall, installed_fingerprint
-
-    lib, built_in, recorded = (
-        ctx.torch and ctx.torch / "lib",
-        install_prefix(ctx),
-        stamps.read(stamp),
-    )
-    if not (recorded and recorded.get("inputs_digest") == stamps.digest(inputs)):
+    lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
+    recorded = stamps.read(stamp)
+    stale = not recorded or recorded.get("inputs_digest") != stamps.digest(inputs)
+    if stale or recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
         return False
-    if recorded.get("installed") != (lib and installed_fingerprint(lib)):
-        return False
-    if lib is None and AotritonInstall.read(built_in / "lib").runtime is None:
+    if lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None:
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
@@ -359,30 +290,23 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 
 
 def build_aotriton(opts: BuildAotritonOptions) -> None:
-    from rocmfa.plumbing import buildjobs
-    from rocmfa.sources import tuning_db
-
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
-        raise UserError(
-            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
-        )
+        raise UserError(f"--from-release installs the prebuilt pack, {given[0]} needs a source "
+                        "build: drop one")  # fmt: skip
     asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     runner = ctx.session.runner
     stamp = paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
-        from rocmfa.builds.aotriton_install import restore_torch
-
         runner.apply(stamps.remove, stamp)
-        return restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
+        return ai.restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    rocm = rocm_series(ctx.site)
-    path = choose_path(
-        ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, patched_arch=ctx.patched_arch,
-        asked=asked, jobs=jobs, fork=opts.kernel_triton == "fork",
-    )  # fmt: skip
+    rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
+    path = choose_path(ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, asked=asked,
+                       patched_arch=ctx.patched_arch, jobs=jobs,
+                       fork=opts.kernel_triton == "fork")  # fmt: skip
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
@@ -392,8 +316,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         return
     runner.apply(stamps.remove, stamp)
     if not path.source:
-        from rocmfa.builds import aotriton_release
-
         new = aotriton_release.fetch_release(ctx, runner, install_prefix(ctx), rocm)
         how = f"prebuilt release {ctx.version}"
     else:
@@ -406,11 +328,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
 def check_out(ctx: Context, build_options: SourceBuild) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    from rocmfa.builds import kernel_build
-    from rocmfa.sources import tuning_db
-    from rocmfa.sources.checkouts import ensure_checkout
-    from rocmfa.sources.patches import apply_patch_set
-
     src, fork = paths.src_dir(ctx.work, ctx.source_name), build_options.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
     force = build_options.discard_local_edits
@@ -422,15 +339,11 @@ def check_out(ctx: Context, build_options: SourceBuild) -> Path:
 
 def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
     """--clean, the checkout, aiter, then the kernel check (docs/kernel-check.md)."""
-    from rocmfa.builds import kernel_check
-
-    runner = ctx.session.runner
     if build_options.clean and build.exists():
-        runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    src = check_out(ctx, build_options)
+        ctx.runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
+    src, aiter = check_out(ctx, build_options), paths.src_dir(ctx.work, "aiter")
     if not build_options.no_images:  # configure clones aiter only for the images
-        aiter = paths.src_dir(ctx.work, "aiter")
-        place_aiter(ctx.pin, src, build, aiter, runner, force=build_options.discard_local_edits)
+        place_aiter(ctx.pin, src, build, aiter, ctx.runner, build_options.discard_local_edits)
     kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
@@ -440,8 +353,6 @@ def place_aiter(
 ) -> None:
     """Configure clones aiter by third_party/aiter.txt's tag into <build>/v3src/aiter unless a
     checkout there has it (v3src/CMakeLists.txt ~89-131 at 6e00ef3e): ours is linked there."""
-    from rocmfa.sources.checkouts import ensure_checkout, git
-
     tag_file = src / "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
     wanted = tag_file.read_text().strip() if tag_file.is_file() else None
     aiter = pin.part("aiter")
@@ -449,10 +360,9 @@ def place_aiter(
         return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
-        return runner.refuse(
-            f"{tag_file} names aiter {wanted}, which AOTriton's configure would clone from "
-            f"GitHub, but there is {pinned}: run nox -s update_pins (it records tag and commit)"
-        )
+        return runner.refuse(f"{tag_file} names aiter {wanted}, which AOTriton's configure would "
+                             f"clone from GitHub, but there is {pinned}: run nox -s update_pins "
+                             "(it records tag and commit)")  # fmt: skip
     ensure_checkout(aiter, checkout, runner, force=force)
     git(runner, checkout, "update-ref", f"refs/tags/{aiter.ref}", aiter.commit)
     link = build / "v3src" / "aiter"
@@ -473,15 +383,13 @@ def configure_args(
     ctx: Context, build_options: SourceBuild, src: Path, build: Path, cache: CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
-    runner, python = ctx.session.runner, ctx.prefix / "bin" / "python"
-    root, cmake_dir = (
-        runner.ask([ctx.session.tool("rocm-sdk"), "path", f"--{q}"], f"$(rocm-sdk path --{q})")
-        for q in ("root", "cmake")
-    )
-    pkgconfig = [ctx.prefix / "lib" / "pkgconfig", ctx.prefix / "share" / "pkgconfig"]
-    if runner.base_env.get("PKG_CONFIG_PATH"):
-        pkgconfig.append(runner.base_env["PKG_CONFIG_PATH"])
-    sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(map(str, pkgconfig))}
+    runner, python = ctx.session.runner, ctx.prefix / "bin/python"
+    sdk = ctx.session.tool("rocm-sdk")
+    root, cmake_dir = (runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})")
+                       for q in ("root", "cmake"))  # fmt: skip
+    pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
+    pkgconfig.append(runner.base_env.get("PKG_CONFIG_PATH"))
+    sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
     args = [
         str(ctx.session.tool("cmake")),
         *("-G", "Ninja", "-S", str(src), "-B", str(build)),
@@ -499,8 +407,7 @@ def configure_args(
     if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
         # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
         args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
-    if python.exists():
-        args.append(f"-DPython3_EXECUTABLE={python}")
+    args += [f"-DPython3_EXECUTABLE={python}"] if python.exists() else []
     # AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
     # decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used.
     ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
@@ -512,15 +419,11 @@ def configure_args(
     return [*args, "-DCCACHE_FOUND=OFF"], sets
 
 
-def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: TuningDb | None = None,
+def build_from_source(ctx: Context, build_options: SourceBuild, *,
+                      tuning: tuning_db.TuningDb | None = None,
                       build_name: str | None = None, extra_cmake: tuple[str, ...] = ()
-                      ) -> AotritonInstall | None:  # fmt: skip
+                      ) -> ai.AotritonInstall | None:  # fmt: skip
     """Configure, build and install into <build>/install (None in a plan)."""
-    from rocmfa.builds import compile_cache, kernel_build
-    from rocmfa.builds.aotriton_install import AotritonInstall
-    from rocmfa.plumbing import buildjobs
-    from rocmfa.sources import tuning_db
-
     session, runner = ctx.session, ctx.session.runner
     if build_options.pyaotriton:
         require_pybind11(ctx)
@@ -532,24 +435,20 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
     env = runner.base_env
     jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    cache = compile_cache.plan_cache(
-        build_options.cache, work=ctx.work, arch=ctx.arch.name,
-        toolchain=toolchain(ctx.prefix, ctx.site), env=env, runner=runner,
-        planned=not session.ready,
-    )  # fmt: skip
+    cache = compile_cache.plan_cache(build_options.cache, work=ctx.work, arch=ctx.arch.name,
+                                     toolchain=toolchain(ctx.prefix, ctx.site), env=env,
+                                     runner=runner, planned=not session.ready)  # fmt: skip
     args, sets = configure_args(ctx, build_options, src, build, cache)
     if tuning is not None:
-        scratch = build.with_name(build.name + "-tuning-db")
-        args += tuning_db.build_inputs(tuning, src, scratch, runner=runner)
-    args += extra_cmake
-    if kernels is not None:  # every kernel job through the store (docs/kernel-check.md)
-        args += kernels.cmake_args()
+        args += tuning_db.build_inputs(tuning, src, build.with_name(build.name + "-tuning-db"),
+                                       runner=runner)  # fmt: skip
+    # every kernel job through the store (docs/kernel-check.md)
+    args += [*extra_cmake, *(kernels.cmake_args() if kernels is not None else ())]
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
     previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
     changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
     if previous and changed and cmake_cache.exists():
-        say = "configuration changed: removing the stale CMakeCache.txt"
-        runner.apply(cmake_cache.unlink, say=say)
+        runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
     if install.exists():
         runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
     runner.run(args, cwd=src, sets=sets)
@@ -562,7 +461,7 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *, tuning: Tunin
     ):
         build_sets = {**sets, **cache.build_sets(env)}
         runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
-    return runner.apply(AotritonInstall.read, install / "lib", install / "include")
+    return runner.apply(ai.AotritonInstall.read, install / "lib", install / "include")
 
 
 def require_pybind11(ctx: Context) -> None:
@@ -573,21 +472,17 @@ def require_pybind11(ctx: Context) -> None:
         probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
         has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
     else:
-        from rocmfa.env import lockfile
-
         records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
-        raise UserError(
-            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) "
-            "needs pybind11 (AOTriton's configure imports it with the env's python and loads its "
-            f"CMake package), and {where}: add `- pybind11` to environment.yml, then run: "
-            "nox -s lock && nox -s setup_env"
-        )
+        raise UserError("AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's "
+                        "tuner) needs pybind11 (AOTriton's configure imports it with the env's "
+                        f"python and loads its CMake package), and {where}: add `- pybind11` to "
+                        "environment.yml, then run: nox -s lock && nox -s setup_env")  # fmt: skip
 
 
-def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], how: str, *,
+def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str, *,
            no_images: bool = False, force: bool = False) -> None:  # fmt: skip
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
@@ -599,10 +494,8 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
         stamps.plan(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), install_prefix=str(built))
     if ctx.torch is not None:
         return install(ctx, new, stamp, inputs, how, no_images=no_images, force=force)
-    story = (
-        f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
-        "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
-    )
+    story = f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
+    story += "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     if new is None:
         return ctx.runner.say(ctx.runner.plan_line(f"{story}; would write {stamp}") or story)
     if new.runtime is None:
@@ -610,54 +503,40 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
     if ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
     ctx.runner.say(f"built: {new.describe()}\n{story}")
-    described = {"runtime": new.runtime, "images": new.images}
-    stamps.write(stamp, inputs, installed=None, shipped=None, new=described, backup=None)
+    new_is = {"runtime": new.runtime, "images": new.images}
+    stamps.write(stamp, inputs, installed=None, shipped=None, new=new_is, backup=None)
 
 
-def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
+def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
             how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
     """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
-    from rocmfa.builds import aotriton_install as ai
-
     runner, torch = ctx.session.runner, ctx.in_torch
     lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
-    # what torch shipped: our marker says when the env's torch is a wheel we repacked
-    shipped = (
-        ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
-        if was
-        else ai.AotritonInstall.read(lib, torch / "include")
-    )
+    shipped = ai.AotritonInstall.read(lib, torch / "include")
+    if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
+        shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
-        return runner.done(
-            f"check versions, repack torch's own wheel with the new AOTriton, pip install it "
-            f"into {ctx.prefix} and write {stamp}"
-        )
+        return runner.done("check versions, repack torch's own wheel with the new AOTriton, pip "
+                           f"install it into {ctx.prefix} and write {stamp}")  # fmt: skip
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
-    effective = (
-        new if new.images else replace(new, images=ai.image_signatures(lib / "aotriton.images"))
-    )
+    effective = replace(new, images=new.images or ai.image_signatures(lib / "aotriton.images"))
     overridden = ai.check_compatible(effective, shipped, force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
     same = not shipped.runtime or shipped.runtime == new.runtime
     expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
-    record = {
-        "installed_by": "nox -s build_aotriton",
-        "how": how,
-        "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
-        "arch": ctx.arch.name,
-        "torch_version": ai.torch_version(torch),
-        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
-        "new": {"runtime": new.runtime, "images": effective.images},
-        "forced": overridden,
-    }
-    original, wheel = ai.install_into_torch(
-        new, torch, marker=record, expected_soname=expected, python=ctx.session.python,
-        work=ctx.work, runner=runner,
-    )  # fmt: skip
+    pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
+    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin,
+              "arch": ctx.arch.name, "torch_version": ai.dist_version(torch.parent, "torch"),
+              "shipped": {"runtime": shipped.runtime, "images": shipped.images},
+              "new": {"runtime": new.runtime, "images": effective.images},
+              "forced": overridden}  # fmt: skip
+    original, wheel = ai.install_into_torch(new, torch, marker=record, expected_soname=expected,
+                                            python=ctx.session.python, work=ctx.work,
+                                            runner=runner)  # fmt: skip
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")

@@ -1,9 +1,6 @@
-"""`nox -s build_ck`: composable_kernel (ROCm/rocm-libraries projects/composablekernel) for
-this arch, library only (GPU_ARCHS, BUILD_DEV=OFF; GPU_TARGETS adds the 1.5 h tests and
-examples), with the env's ROCm SDK compilers, installed into the env prefix. Interfaces at
-rocm-libraries 05d98566: docs/upstream-interfaces.md. PyTorch's CK attention backend is its own
-bundled CK (USE_ROCM_CK_SDPA=1), not this one.
-"""
+"""`nox -s build_ck`: composable_kernel (rocm-libraries projects/composablekernel) for this
+arch with the env's ROCm SDK compilers, library only unless tests/examples are asked for, into
+the env prefix. docs/pytorch-and-ck.md; interfaces at 05d98566: docs/upstream-interfaces.md."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ from rocmfa.env import condaenv, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
+from rocmfa.sources import checkouts, patches, pins
 
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
 
@@ -33,24 +31,19 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
         return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
     for d, name in ((root / "bin", "amdclang"), (root / "lib" / "llvm" / "bin", "clang")):
         c, cxx = d / name, d / f"{name}++"
-        if c.is_file() and cxx.is_file():
-            if not (os.access(c, os.X_OK) and os.access(cxx, os.X_OK)):
-                raise UserError(f"{c} / {cxx} are not executable; reinstall rocm[devel]")
+        if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
             return cmake_prefix, c, cxx, version
-    raise UserError(
-        f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
-        "is rocm[devel] installed? run: nox -s setup_env"
-    )
+    raise UserError(f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
+                    "is rocm[devel] installed? run: nox -s setup_env")  # fmt: skip
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(
-            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
-            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
-        )
+        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
+            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the "
+            "library")  # fmt: skip
     say("note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
         "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
         "TORCH_ROCM_FA_PREFER_CK=1")  # fmt: skip
@@ -66,7 +59,7 @@ def cmake_args(arch: Any, source: Path, build: Path, prefix: Path, cmake_prefix:
                cxx: Path, opts: BuildCkOptions) -> list[str]:  # fmt: skip
     on = {True: "ON", False: "OFF"}
     # tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS)
-    extra = bool(opts.with_tests or opts.with_examples)
+    extra = opts.with_tests or opts.with_examples
     targets = ["-UGPU_ARCHS", "-DGPU_TARGETS="] if extra else ["-UGPU_TARGETS", "-DGPU_ARCHS="]
     return [
         *("-G", "Ninja", "-S", str(source), "-B", str(build)),
@@ -88,8 +81,6 @@ def cmake_args(arch: Any, source: Path, build: Path, prefix: Path, cmake_prefix:
 
 
 def build_ck(opts: BuildCkOptions) -> None:
-    from rocmfa.sources import checkouts, patches, pins
-
     session = session_env.open_env(opts)
     arch, work, prefix, runner = session.arch, session.work, session.prefix, session.runner
     if arch.vendor != "amd":
@@ -127,16 +118,14 @@ def build_ck(opts: BuildCkOptions) -> None:
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
     configure = cmake_args(arch, checkout / subdir, build, prefix, cmake_prefix, cc, cxx, opts)
-    cache = compile_cache.plan_cache(
-        opts.cache, work=work, arch=arch.name, env=session.environ, runner=runner,
-        toolchain={"rocm": rocm_version, "cxx": str(cxx), "env": env},
-    )  # fmt: skip
+    toolchain = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
+    cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
+                                     runner=runner, toolchain=toolchain)  # fmt: skip
     with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
         sets = cache.build_sets(session.environ)
         runner.run([cmake, *configure, *cache.cmake_args()], cwd=build, sets=sets)
         runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build, sets=sets)
     runner.run([cmake, "--install", str(build)], cwd=build)
     runner.apply(stamps.write, stamp, inputs, install_prefix=str(prefix), build_dir=str(build))
-    runner.say(
-        f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, include/ck)"
-    )
+    runner.say(f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, "
+               "include/ck)")  # fmt: skip

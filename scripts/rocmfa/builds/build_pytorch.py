@@ -7,30 +7,30 @@ import contextlib
 import json
 import re
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import compat_matrix, condaenv, rocm_sdk
+from rocmfa.builds.build_aotriton import check_pairing
+from rocmfa.env import condaenv, rocm_sdk
+from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
-from rocmfa.sources import pins, update_pins
+from rocmfa.sources import checkouts, patches, pins, update_pins
 from rocmfa.sources.pins import Pin
-
-Source = tuple[str | None, str | None, str]  # origin, hashtag (commit, tag or branch), how
 
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
 SOURCE_MANIFEST_NAME = "build_pytorch-sources.json"
 CHECKOUT_DEPTH = "1"
-CHECKOUT_JOBS = "10"
 TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise = CPU count
 
 
@@ -43,14 +43,6 @@ class Component:
     hipify: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
     build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
     wheels: tuple[str, ...]  # canonical distribution names this stage must produce
-
-    @property
-    def script(self) -> str:  # TheRock's checkout script
-        return f"pytorch_{self.key.removeprefix('pytorch_').replace('pytorch', 'torch')}_repo.py"
-
-    @property
-    def dir_flag(self) -> str:  # build_prod_wheels --*-dir
-        return "--" + self.key.replace("_", "-") + "-dir"
 
 
 COMPONENTS = (
@@ -105,16 +97,15 @@ def produced_wheels(
         records.append({"project": str(project), "version": str(version), "tags": tags_,
                         "file": str(path), "sha256": stamps.file_sha256(path),
                         "size": path.stat().st_size, "stage": stage})  # fmt: skip
-    wanted = set(BY_STAGE[stage].wheels) if stage in BY_STAGE else set()
-    if wanted and not any(r["project"] in wanted for r in records):
-        raise UserError(
-            f"stage {stage} finished but no {'/'.join(sorted(wanted))} wheel appeared in {out}"
-        )
+    wanted = BY_STAGE[stage].wheels
+    if not any(r["project"] in wanted for r in records):
+        raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
     return records
 
 
-def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> Source:
-    """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
+def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> tuple:
+    """(origin, hashtag: commit, tag or branch, how): an explicit [pytorch.<x>] pin, else what
+    the pinned PyTorch says."""
     if component.key == "pytorch":
         return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
     table = pytorch_pin.data.get(component.pin_key)
@@ -135,9 +126,8 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
     if not (torch_dir / ".git").exists():
         return url, None, f"{at} related_commits (after checkout)"
     related = torch_dir / "related_commits"  # (origin, commit) for os 'ubuntu', as TheRock reads
-    found = (
-        pins.parse_related_commits(related.read_text(), str(related)) if related.is_file() else {}
-    )
+    text = related.read_text() if related.is_file() else ""
+    found = pins.parse_related_commits(text, str(related)) if text else {}
     if component.related not in found:
         return url, None, f"TheRock's default ({at} has no related_commits entry)"
     origin, commit = found[component.related]
@@ -145,19 +135,11 @@ def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> S
 
 
 def read_head(checkout: Path) -> str | None:
-    """HEAD's commit, read from .git (no git run)."""
-    git_dir = checkout / ".git"
-    try:
-        head = (git_dir / "HEAD").read_text().strip()
-        if not head.startswith("ref: "):
-            return head
-        ref = head[5:]
-        if (git_dir / ref).is_file():
-            return (git_dir / ref).read_text().strip()
-        packed = (git_dir / "packed-refs").read_text().splitlines()
-        return next((line.split()[0] for line in packed if line.endswith(" " + ref)), None)
-    except OSError:
+    """HEAD's commit of the checkout (None: none there)."""
+    if not (checkout / ".git").exists():  # not the HEAD of a repository around it
         return None
+    argv = ["git", "-C", str(checkout), "rev-parse", "--verify", "-q", "HEAD"]
+    return subprocess.run(argv, capture_output=True, text=True).stdout.strip() or None
 
 
 @dataclass(frozen=True)
@@ -173,8 +155,7 @@ class Context(OnSession):
     aotriton_digest: str
     max_jobs: int
     cache: compile_cache.CachePlan | None
-    # torch gets flash attention: the arch has AOTriton kernels upstream or from our patch set
-    flash_attention: bool
+    flash_attention: bool  # the arch has AOTriton kernels, upstream or from our patch set
 
     def src(self, key: str) -> Path:  # <work>/src/<key>
         return paths.src_dir(self.work, key)
@@ -200,62 +181,52 @@ class Context(OnSession):
         return [c for c in COMPONENTS if c.stage in self.enabled and (c.key != "triton" or t)]
 
 
-def find_aotriton_prefix(requested: str | None, work: Path) -> tuple[Path | None, str, str]:
-    """(prefix, how, digest of what built it) for AOTRITON_INSTALLED_PREFIX, or a plan's."""
+def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None) -> tuple:
+    """(AOTRITON_INSTALLED_PREFIX, digest of what built it, flash attention): --aotriton-prefix,
+    build_aotriton's install (or a plan's), else none; gfx908 on 0.13b needs our patched one."""
 
-    def has_lib(prefix: Path) -> bool:
+    def has_lib(prefix: Path) -> bool:  # what PyTorch's aotriton.cmake needs
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
-    built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
-    planned = stamps.planned(paths.stamp_path(work, "aotriton-built")) or {}
-    default = paths.build_dir(work, "aotriton") / "install"
+    stamp = paths.stamp_path(work, "aotriton-built")
+    built, planned = stamps.read(stamp) or {}, stamps.planned(stamp) or {}
+    default, aotriton = paths.build_dir(work, "aotriton") / "install", None
+    how, digest = "build_aotriton", str(built.get("inputs_digest"))
     if requested:
-        prefix = Path(requested).expanduser().resolve()
-        if not has_lib(prefix):
-            raise UserError(
-                f"--aotriton-prefix {prefix}: PyTorch's aotriton.cmake needs "
-                "lib/libaotriton_v2.so and include/ there"
-            )
-        return prefix, "--aotriton-prefix", str(prefix)
-    if built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
-        return Path(built["install_prefix"]), "build_aotriton", str(built.get("inputs_digest"))
-    if has_lib(default):
-        return default, "build_aotriton", str(default)
-    if planned.get("install_prefix"):
+        aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
+        if not has_lib(aotriton):
+            raise UserError(f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
+                            "lib/libaotriton_v2.so and include/ there")  # fmt: skip
+        digest = str(aotriton)
+    elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
+        aotriton = Path(built["install_prefix"])
+    elif has_lib(default):
+        aotriton, digest = default, str(default)
+    elif planned.get("install_prefix"):
+        aotriton = Path(planned["install_prefix"])
         how = "build_aotriton, which fills it earlier in this run"
-        return Path(planned["install_prefix"]), how, "<digest of build_aotriton's build to come>"
-    return None, "", ""
-
-
-def aotriton_for_torch(session: SessionEnv, opts: BuildPytorchOptions) -> tuple[Any, ...]:
-    """(prefix, digest, flash attention); gfx908 on 0.13b needs our patched AOTriton."""
-    arch, work, runner = session.arch, session.work, session.runner
-    aotriton, how, digest = find_aotriton_prefix(opts.aotriton_prefix, work)
+        digest = "<digest of build_aotriton's build to come>"
     patched, version = False, ""
     if not arch.aotriton_supported() and arch.aotriton_patched:
         version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
         patched = bool(arch.aotriton_patched_pack(version))
-    built = (stamps.read(paths.stamp_path(work, "aotriton-built")) or {}).get("inputs") or {}
-    ours = how == "--aotriton-prefix" or built.get("arch") in (arch.name, None)
+    built_for = (built.get("inputs") or {}).get("arch")
+    ours = how == "--aotriton-prefix" or built_for in (arch.name, None)
     if patched and (aotriton is None or not ours):
-        runner.refuse(
-            f"{arch.name}: torch gets flash attention only from AOTriton {version} built with our "
-            f"patch set for {arch.name}; run nox -s build_aotriton -- --arch {arch.name} first"
-        )
-        aotriton = paths.build_dir(work, "aotriton") / "install"
-    how = how or ("build_aotriton (after it runs)" if patched else "")
+        runner.refuse(f"{arch.name}: torch gets flash attention only from AOTriton {version} built "
+                      f"with our patch set for {arch.name}; run nox -s build_aotriton -- --arch "
+                      f"{arch.name} first")  # fmt: skip
+        aotriton, how = default, "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say(
-            "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's build "
-            "fetches the AOTriton its cmake/External/aotriton.cmake pins"
-        )
-    return aotriton, digest, arch.aotriton_supported() or patched
+        runner.say("AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's "
+                   "build fetches the AOTriton its cmake/External/aotriton.cmake pins")  # fmt: skip
+    return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
-def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Context:
-    session = open_env(opts, out=out)
+def make_context(opts: BuildPytorchOptions) -> Context:
+    session = open_env(opts)
     arch, work, runner = session.arch, session.work, session.runner
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
@@ -271,84 +242,61 @@ def make_context(opts: BuildPytorchOptions, out: TextIO | None = None) -> Contex
         rocm_version = rocm_sdk.load_pin().version
         pinned = f"ROCm SDK {rocm_version}: pinned in pins/rocm.toml, setup_env installs it"
         runner.say(runner.plan_line(pinned) or pinned)
-    python_tag = runner.ask(
-        [session.python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
-        "$(python tag)",
-    )
-    aotriton, aotriton_digest, flash = aotriton_for_torch(session, opts)
+    tag = "import sys; print('cp%d%d' % sys.version_info[:2])"
+    python_tag = runner.ask([session.python, "-c", tag], "$(python tag)")
+    aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
     cache = None
     if opts.cache is not None:
         toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
-        cache = compile_cache.plan_cache(
-            opts.cache, work=work, arch=arch.name, toolchain=toolchain, env=session.environ,
-            runner=runner, planned=not session.ready,
-        )  # fmt: skip
-    return Context(
-        session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
-        aotriton, aotriton_digest, jobs, cache, flash,
-    )  # fmt: skip
+        cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
+                                         toolchain=toolchain, runner=runner,
+                                         planned=not session.ready)  # fmt: skip
+    return Context(session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
+                   aotriton, aotriton_digest, jobs, cache, flash)  # fmt: skip
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
-    from rocmfa.sources import patches
-
     def digests(key: str) -> dict[str, str]:
         return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
 
     if stage == "checkout":
-        return {
-            "therock": ctx.therock_pin.commit,
-            "pytorch": [ctx.pytorch_pin.url, ctx.pytorch_pin.commit],
-            "companions": {c.key: ctx.pytorch_pin.data.get(c.pin_key) for c in ctx.components()},
-            "patches": {c.key: digests(c.key) for c in ctx.components()},
-            "depth": CHECKOUT_DEPTH,
-        }
+        pin, components = ctx.pytorch_pin, ctx.components()
+        return {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit],
+                "companions": {c.key: pin.data.get(c.pin_key) for c in components},
+                "patches": {c.key: digests(c.key) for c in components},
+                "depth": CHECKOUT_DEPTH}  # fmt: skip
     dep = dependency(stage)
-    dep_stamp = stamps.read(stage_stamp(ctx.work, dep)) if dep else None
-    return {
-        "after": (dep, (dep_stamp or {}).get("inputs_digest")),
-        "config": stage_config(ctx, stage),
-        "rocm": ctx.rocm_version,
-        "python": ctx.python_tag,
-        "env": ctx.env_identity,
-        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
-        "version_suffix": version_suffix(ctx),
-    }
+    after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
+    return {"after": after, "config": stage_config(ctx, stage), "rocm": ctx.rocm_version,
+            "python": ctx.python_tag, "env": ctx.env_identity,
+            "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
+            "version_suffix": version_suffix(ctx)}  # fmt: skip
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     """What the CMake cache remembers: a change means a clean rebuild."""
-    config: dict[str, Any] = {"arch": ctx.arch.name}
-    if stage == "torch":
-        config["triton"] = ctx.build_triton
-        config["build_tests"] = ctx.opts.build_tests
-        config["flash_attention"] = ctx.flash_attention
-        config["aotriton"] = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
-    return config
+    if stage != "torch":
+        return {"arch": ctx.arch.name}
+    aotriton = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
+    return {"arch": ctx.arch.name, "triton": ctx.build_triton, "build_tests": ctx.opts.build_tests,
+            "flash_attention": ctx.flash_attention, "aotriton": aotriton}  # fmt: skip
 
 
 def version_suffix(ctx: Context) -> str:
     """`+rocmfa<identity>.rocm<SDK>` (TheRock's +rocm<SDK>/+devrocm<SDK> default @ 89553ce3
     with this build's identity first; docs/pytorch-and-ck.md)."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
-    if stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, "checkout")):
+    if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
     else:
-        sources = {
-            k: [v.get("hashtag"), v.get("patches")]
-            for k, v in sorted((stamp.get("sources") or {}).items())
-        }
-        identity = stamps.digest({
-            "therock": ctx.therock_pin.commit,
-            "heads": stamp.get("heads"),
-            "sources": sources,
-            "aotriton": ctx.aotriton_digest,
-            "arch": ctx.arch.name,
-            "rocm": ctx.rocm_version,
-        })[:8]  # fmt: skip
+        found = sorted((stamp.get("sources") or {}).items())
+        sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
+        identity = stamps.digest({"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"),
+                                  "sources": sources, "aotriton": ctx.aotriton_digest,
+                                  "arch": ctx.arch.name, "rocm": ctx.rocm_version})[:8]  # fmt: skip
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
@@ -357,16 +305,14 @@ def version_suffix(ctx: Context) -> str:
 
 
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
-    argv = [
-        str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
-        "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
-        "--version-suffix", version_suffix(ctx), "--clean" if clean else "--no-clean",
-    ]  # fmt: skip
-    if ctx.cache is not None and ctx.cache.active:
-        argv += ctx.cache.therock_flags()
+    argv = [str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
+            "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
+            "--version-suffix", version_suffix(ctx),
+            "--clean" if clean else "--no-clean"]  # fmt: skip
+    argv += ctx.cache.therock_flags() if ctx.cache is not None and ctx.cache.active else []
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
-        argv += [c.dir_flag, str(ctx.src(c.key))] if built else []
+        argv += [f"--{c.key.replace('_', '-')}-dir", str(ctx.src(c.key))] if built else []
         argv += [f"--{'' if built else 'no-'}build-{c.build_flag}"] if c.build_flag else []
     if stage == "torch":
         argv.append(f"--{'' if ctx.flash_attention else 'no-'}enable-pytorch-flash-attention")
@@ -377,11 +323,8 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     sets = {"MAX_JOBS": str(ctx.max_jobs)}
     if stage == "torch":
         sets["BUILD_TEST"] = "1" if ctx.opts.build_tests else "0"
-        if ctx.aotriton:
-            sets["AOTRITON_INSTALLED_PREFIX"] = str(ctx.aotriton)
-    if ctx.cache is not None:
-        sets.update(ctx.cache.build_sets(ctx.runner.base_env))
-    return sets
+        sets |= {"AOTRITON_INSTALLED_PREFIX": str(ctx.aotriton)} if ctx.aotriton else {}
+    return sets | (ctx.cache.build_sets(ctx.runner.base_env) if ctx.cache is not None else {})
 
 
 def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
@@ -397,27 +340,22 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
-        raise UserError(
-            f"{dest} {problem}; TheRock's checkout would discard it - keep it on a branch "
-            "or stash it, or pass --discard-local-edits"
-        )
+        raise UserError(f"{dest} {problem}; TheRock's checkout would discard it - keep it on a "
+                        "branch or stash it, or pass --discard-local-edits")  # fmt: skip
     if problem:
         ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
 
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
-    from rocmfa.sources import patches
-
-    dest, script = ctx.src(component.key), ctx.scripts_dir / component.script
+    name = component.key.removeprefix("pytorch_").replace("pytorch", "torch")
+    dest, script = ctx.src(component.key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
-        ctx.runner.apply(
-            ctx.runner.say,
-            f"warning: {component.key} is not pinned ({how}); TheRock's checkout script "
-            f"picks its default - pin it in pins/pytorch.toml [pytorch.{component.pin_key}]",
-        )
+        ctx.runner.apply(ctx.runner.say, f"warning: {component.key} is not pinned ({how}); "
+                         "TheRock's checkout script picks its default - pin it in "
+                         f"pins/pytorch.toml [pytorch.{component.pin_key}]")  # fmt: skip
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
     known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
@@ -427,46 +365,35 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     argv = [ctx.python, script, "checkout", "--checkout-dir", dest]
     argv += ["--repo-hashtag", hashtag] if hashtag else []
     argv += ["--gitrepo-origin", origin] if origin else []
-    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", CHECKOUT_JOBS]
+    argv += ["--depth", CHECKOUT_DEPTH, "--jobs", "10"]
     argv += ["--torch-dir", ctx.src("pytorch")] if component.key != "pytorch" else []
     argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
     ctx.runner.run(argv, cwd=ctx.scripts_dir)
     commit = known or ctx.runner.apply(read_head, dest)
-    applied: list[str] = []
-    if commit:
-        applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner)
-    else:
-        ctx.runner.done(
-            f"{component.key}: patches/{component.key}/<the commit the checkout lands on>/ is "
-            "applied before hipify (a missing set where others exist is refused)"
-        )
+    applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner) if commit else []
+    if not commit:
+        ctx.runner.done(f"{component.key}: patches/{component.key}/<the commit the checkout lands "
+                        "on>/ is applied before hipify (a missing set where others exist is "
+                        "refused)")  # fmt: skip
     if hipify_later:
         ctx.runner.run([ctx.python, script, "hipify", "--checkout-dir", dest], cwd=ctx.scripts_dir)
     return {"origin": origin, "hashtag": hashtag, "commit": commit, "how": how, "patches": applied}
 
 
 def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
-    from rocmfa.sources import checkouts
-
-    checkouts.ensure_checkout(
-        ctx.therock_pin, ctx.src("therock"), ctx.runner, force=ctx.opts.discard_local_edits
-    )
+    force = ctx.opts.discard_local_edits
+    checkouts.ensure_checkout(ctx.therock_pin, ctx.src("therock"), ctx.runner, force=force)
     for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
         if ctx.runner.apply((ctx.scripts_dir / sub).exists):
-            raise UserError(
-                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
-                "every stage by default; move it away (our checkouts live in the work dir)"
-            )
+            raise UserError(f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build "
+                            "it in every stage by default; move it away (our checkouts live in "
+                            "the work dir)")  # fmt: skip
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
     heads = {c.key: read_head(ctx.src(c.key)) or "" for c in ctx.components()}
-    ctx.runner.apply(
-        write_source_manifest,
-        ctx,
-        sources,
-        say=f"the checked-out commits go to {ctx.work / SOURCE_MANIFEST_NAME} (TheRock's "
-        "source-manifest form: its checkout_from_manifest.py reproduces the tree)",
-    )
+    said = f"the checked-out commits go to {ctx.work / SOURCE_MANIFEST_NAME} (TheRock's "
+    said += "source-manifest form: its checkout_from_manifest.py reproduces the tree)"
+    ctx.runner.apply(write_source_manifest, ctx, sources, say=said)
     return {"heads": heads, "sources": sources}
 
 
@@ -476,15 +403,13 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
     manifest: dict[str, Any] = {"schema_version": 1}
     for key, source in sources.items():
         entry = {"repo": source.get("origin") or "", "commit": source.get("commit") or ""}
-        hashtag = source.get("hashtag") or ""
-        if key == "pytorch":
-            entry["branch"] = ctx.pytorch_pin.ref
-        elif hashtag and hashtag != entry["commit"]:
+        hashtag = ctx.pytorch_pin.ref if key == "pytorch" else source.get("hashtag")
+        if hashtag and hashtag != entry["commit"]:
             entry["branch"] = hashtag
         manifest[key] = entry
     pin = ctx.therock_pin
-    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
-    manifest["therock"] = {**therock, "version": ctx.rocm_version}
+    manifest["therock"] = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref,
+                           "version": ctx.rocm_version}  # fmt: skip
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -494,10 +419,9 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
-        ctx.runner.say(
-            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
-            "passing --clean so the CMake cache does not keep the old ones"
-        )
+        ctx.runner.say(f"{stage}: build settings changed since the last build ({previous} -> "
+                       f"{config}); passing --clean so the CMake cache does not keep the old "
+                       "ones")  # fmt: skip
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
@@ -515,15 +439,12 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def done(ctx: Context, stage: str) -> bool:
-    stamp = stamps.read(stage_stamp(ctx.work, stage))
-    if not stamp or stamp.get("inputs_digest") != stamps.digest(stage_inputs(ctx, stage)):
+    stamp = stamps.read(stage_stamp(ctx.work, stage)) or {}
+    if not stamps.is_current(stage_stamp(ctx.work, stage), stage_inputs(ctx, stage)):
         return False
     if stage != "checkout":  # the wheels it recorded are still there, unchanged in size
-        try:
-            wheels = stamp.get("wheels", [])
-            return all(Path(r["file"]).stat().st_size == r["size"] for r in wheels)
-        except OSError:
-            return False
+        sizes = [(Path(r["file"]), r["size"]) for r in stamp.get("wheels", [])]
+        return all(path.is_file() and path.stat().st_size == size for path, size in sizes)
     heads = stamp.get("heads") or {}
     return (ctx.src("therock") / ".git").exists() and all(
         read_head(ctx.src(c.key)) == heads.get(c.key) for c in ctx.components()
@@ -539,10 +460,9 @@ def plan(ctx: Context) -> list[str]:
         flag = "--only" if only else "--from"
         for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
-                raise UserError(
-                    f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
-                    f"run without {flag} to resume, or {flag} {stage}"
-                )
+                raise UserError(f"{flag} {start}: stage {stage} is not done (or its "
+                                f"inputs changed); run without {flag} to resume, or "
+                                f"{flag} {stage}")  # fmt: skip
         return [start] if only else order[order.index(start) :]
     if ctx.opts.force:
         return list(order)
@@ -558,67 +478,48 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
     for stage in ctx.enabled[1:]:  # after checkout; later stages win (triton from torch's)
         for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
             by_project[record["project"]] = record
-    manifest = {
-        "schema": "build_pytorch-manifest/1",
-        "arch": ctx.arch.name,
-        "rocm_version": ctx.rocm_version,
-        "python_tag": ctx.python_tag,
-        "env_prefix": str(ctx.prefix),
-        "stages": ctx.enabled,
-        "wheels": sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"])),
-    }
+    wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
+    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name,
+                "rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag,
+                "env_prefix": str(ctx.prefix), "stages": ctx.enabled, "wheels": wheels}  # fmt: skip
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     stamps.write_text_atomic(manifest_path(ctx.work), text)
     return manifest
 
 
 def checks_before_building(ctx: Context) -> None:
-    """Flash attention kept; torch release/X.Y x AOTriton (and the pin set); --force: warn only."""
+    """Flash attention kept; the pin set and torch release/X.Y x our AOTriton (--force: warn)."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
-        raise UserError(
-            f"refusing to build (--skip triton): this would build torch for {ctx.arch.name} "
-            f"without flash attention: TheRock's {BUILD_SCRIPT} turns flash attention off on "
-            "Linux when triton is not built in the same call (and rejects "
-            "--enable-pytorch-flash-attention without it); drop --skip triton"
-        )
-    match = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
-    stamp = stamps.read(paths.stamp_path(ctx.work, "aotriton")) or {}
-    version = (stamp.get("inputs") or {}).get("pin", {}).get("version")
-    if match and version and ctx.aotriton:
-        lines = compat_matrix.check_combination(
-            ctx.arch, version, torch_version=match[1], force=ctx.opts.force
-        )
-        compat_matrix.announce(lines, ctx.runner.say)
+        raise UserError("refusing to build (--skip triton): this would build torch for "
+                        f"{ctx.arch.name} without flash attention: TheRock's {BUILD_SCRIPT} turns "
+                        "flash attention off on Linux when triton is not built in the same call "
+                        "(and rejects --enable-pytorch-flash-attention without it); drop --skip "
+                        "triton")  # fmt: skip
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
     aotriton = pins.load_pin("aotriton", workdir=ctx.work)
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
-    lines = pins.check_pin_set(
-        aotriton, version, force=ctx.opts.force, runner=ctx.runner, workdir=ctx.work
-    )
-    compat_matrix.announce(lines[1:], ctx.runner.say)  # the line itself was said already
+    torch = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
+    args = (ctx.arch, aotriton, version, torch and torch[1], ctx.runner, ctx.work, ctx.opts.force)
+    for line in check_pairing(*args)[1:]:  # its first line was said already
+        ctx.runner.say(line)
 
 
 def build_pytorch(opts: BuildPytorchOptions) -> None:
     ctx = make_context(opts)
     say = ctx.runner.say
     if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
-        from rocmfa.env.doctor import torch_path
-
         path = torch_path(ctx.arch, ctx.session.arch_how, None)
         say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
             "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
     if not ctx.flash_attention:
-        say(
-            f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
-            "attention (--no-enable-pytorch-flash-attention)"
-        )
+        say(f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
+            "attention (--no-enable-pytorch-flash-attention)")  # fmt: skip
     checks_before_building(ctx)
     todo = plan(ctx)
-    skipped = [s for s in ctx.enabled if s not in todo]
-    if skipped:
+    if skipped := [s for s in ctx.enabled if s not in todo]:
         say(f"done already (stamps current): {', '.join(skipped)}")
     if not todo:
         say("nothing to build: every stage is up to date (--from STAGE or --force to rebuild)")
@@ -629,12 +530,8 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
         ctx.runner.apply(stamps.remove, stamp)  # a stage that does not finish is never "done"
         facts = run_checkout(ctx, previous) if stage == "checkout" else run_build_stage(ctx, stage)
         ctx.runner.apply(stamps.write, stamp, inputs, **facts)
-    manifest = ctx.runner.apply(
-        write_manifest,
-        ctx,
-        say=f"the wheels that appeared in {ctx.out} during each stage: listed in "
-        f"{manifest_path(ctx.work)}",
-    )
+    listed = f"{ctx.out} during each stage: listed in {manifest_path(ctx.work)}"
+    manifest = ctx.runner.apply(write_manifest, ctx, say=f"the wheels that appeared in {listed}")
     if manifest is None:
         return
     say(f"wheels of this build ({manifest_path(ctx.work)}):")

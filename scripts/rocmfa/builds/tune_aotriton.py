@@ -1,9 +1,6 @@
-"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine (a PostgreSQL of
-ours, dispatch, a tuning build, one worker, bake_lut), its database stored in
-pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate` passes.
-The work dir keeps the queue: a stopped run resumes. Steps, facts and line numbers:
-docs/tuning.md.
-"""
+"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine, its database stored
+in pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate`
+passes; a stopped run resumes from the work dir's queue. docs/tuning.md."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ from rocmfa.sources import tuning_db
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
-SCHEMA = "v3python/tune/pq/schema.sql"
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -87,10 +83,8 @@ def find_postgres(prefix: Path | None) -> Path | None:
     dirs += [Path(d) for d in PG_BIN_DIRS]
     if found := shutil.which("initdb"):
         dirs.append(Path(found).resolve().parent)
-    for d in dirs:
-        if all((d / t).is_file() for t in ("initdb", "pg_ctl", "psql")):
-            return d
-    return None
+    tools = ("initdb", "pg_ctl", "psql")
+    return next((d for d in dirs if all((d / t).is_file() for t in tools)), None)
 
 
 def free_port() -> int:
@@ -114,14 +108,10 @@ def running(pg: Postgres) -> Iterator[Postgres]:
 def write_config(wd: Path, port: int, python: str) -> None:
     """WD/config.rc, KEY=VALUE, as .tune/bin/dispatch sources it."""
     wd.mkdir(parents=True, exist_ok=True)
-    values = {
-        "POSTGRES_USER": DB_USER,
-        "POSTGRES_PASSWORD": "trust",  # trust on 127.0.0.1; dispatch wants a non-empty one
-        "POSTGRES_PORT": str(port),
-        "CELERY_SERVICE_HOST": "127.0.0.1",
-        "CELERY_WORKER_PYTHON": python,
-    }
-    stamps.write_text_atomic(wd / "config.rc", "".join(f"{k}={v}\n" for k, v in values.items()))
+    # trust on 127.0.0.1; dispatch wants a non-empty password
+    text = f"POSTGRES_USER={DB_USER}\nPOSTGRES_PASSWORD=trust\nPOSTGRES_PORT={port}\n"
+    text += f"CELERY_SERVICE_HOST=127.0.0.1\nCELERY_WORKER_PYTHON={python}\n"
+    stamps.write_text_atomic(wd / "config.rc", text)
 
 
 def progress(pg: Postgres, arch: str) -> dict[str, int]:
@@ -134,10 +124,8 @@ def progress(pg: Postgres, arch: str) -> dict[str, int]:
 def progress_line(counts: dict[str, int], eta_hours: str) -> str:
     done = counts["completed"] + counts["failed"]
     bar, eta = "#" * (30 * done // (counts["total"] or 1)), eta_hours.strip() and f"{eta_hours} h"
-    return (
-        f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), "
-        f"{counts['running']} running; ETA {eta or '-'}"
-    )
+    running = f"{counts['running']} running; ETA {eta or '-'}"
+    return f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), {running}"
 
 
 def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dict[str, int]:
@@ -155,11 +143,10 @@ def need_gpu(arch: str, wd: Path) -> None:
     """The worker's first task imports torch on the GPU (v3python/tune/testrun.py)."""
     found = archs.detect_gpus()
     if arch not in found.gpus:
-        raise UserError(
-            f"tune_aotriton: the worker's first task needs a {arch} GPU and this machine has "
-            f"{', '.join(found.gpus) or 'none'} ({found.source}); stopped before the tuning build, "
-            f"the queue kept in {wd} (run the same line on a {arch} machine to go on)"
-        )
+        raise UserError(f"tune_aotriton: the worker's first task needs a {arch} GPU and this "
+                        f"machine has {', '.join(found.gpus) or 'none'} ({found.source}); stopped "
+                        f"before the tuning build, the queue kept in {wd} (run the same line on "
+                        f"a {arch} machine to go on)")  # fmt: skip
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
@@ -206,7 +193,7 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
     finished ones from being queued again."""
     runner = pg.runner
     if not pg.query("SELECT to_regclass('task_queue')").strip():
-        pg.psql("-f", str(src / SCHEMA))
+        pg.psql("-f", str(src / "v3python/tune/pq/schema.sql"))
     pg.query(f"SELECT create_arch_partition('{arch}')")
     marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
@@ -240,8 +227,7 @@ def store(
     runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
 ) -> tuning_db.TuningDb:
     """The shards into pins/tuning/aotriton/<commit>/<arch>/ (sha256 per file)."""
-    target = tuning_db.db_dir(commit, arch)
-    shards = wd / "installed" / "database"
+    target, shards = tuning_db.db_dir(commit, arch), wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
     found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
     files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
@@ -255,13 +241,10 @@ def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> Non
     """validate.py against the rebuilt library (preloaded) before anything is installed."""
     argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
     argv += ["--backends", "flash"]
-    if opts.tune_head_dims:
-        argv += ["--head-dims", opts.tune_head_dims]
+    argv += ["--head-dims", opts.tune_head_dims] if opts.tune_head_dims else []
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
     lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
     result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
     if result.returncode != 0:
-        raise UserError(
-            f"validate failed (exit {result.returncode}) for the tuned build: NOT installed"
-        )
+        raise UserError(f"validate failed (exit {result.returncode}): tuned build NOT installed")
