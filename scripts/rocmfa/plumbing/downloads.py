@@ -15,7 +15,8 @@ from pathlib import Path
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 
-_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))\.(?P<pid>\d+)\.[a-z0-9_]{8}")
+# An older version named them without the pid: those count as a gone run's.
+_PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))(?:\.(?P<pid>\d+))?\.[a-z0-9_]{8}")
 # Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
 # running (a daemon thread, never joined) must not leave a new partial file behind.
 _creating = threading.Lock()
@@ -135,7 +136,7 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
             _interrupted.set()
         for path in list(folder.glob(".*")):
             if match := _PARTIAL.fullmatch(path.name):
-                pid = int(match["pid"])
+                pid = int(match["pid"] or 0)  # no pid: an older version's, gone
                 gone = not Path(f"/proc/{pid}").exists()  # Linux, as ROCm
                 if ours if pid == os.getpid() else gone:
                     path.unlink(missing_ok=True)
