@@ -49,12 +49,14 @@ PROFILE_LAUNCH_FRACTION = 0.25
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 RESULT_FIELDS = (
-    *change.CASE_FIELDS, "status", "reason",
+    *change.CASE_FIELDS,
+    "status",
+    "reason",
     *("median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms", "repeats", "spread", "noisy"),
     *("flops", "tflops", "pct_peak", "above_peak", "measured_tflops_above_peak", "peak_tflops"),
     *("bytes", "intensity", "mem_roof_gbps", "bound", "gbps", "pct_roof"),
     *("launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
-)  # fmt: skip
+)
 TIMERS = {
     "cuda": "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
     "(torch.cuda._sleep) queued before each repeat; host launch cost kept out",
@@ -91,12 +93,18 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
     bound = None if not (peak and roof) else "memory" if memory_bound else "compute"
     return {
-        "flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak,
-        "above_peak": above, "bytes": nbytes, "intensity": round(flops / nbytes, 2),
+        "flops": flops,
+        "tflops": None if above else round(tflops, 3),
+        "pct_peak": pct_peak,
+        "above_peak": above,
+        "bytes": nbytes,
+        "intensity": round(flops / nbytes, 2),
         "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
-        "mem_roof_gbps": roof, "bound": bound, "gbps": round(gbps, 2),
+        "mem_roof_gbps": roof,
+        "bound": bound,
+        "gbps": round(gbps, 2),
         "pct_roof": round(100.0 * gbps / roof, 2) if memory_bound else pct_peak,
-    }  # fmt: skip
+    }
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
@@ -139,9 +147,13 @@ class Timer:
         return (time.perf_counter() - t0) * 1e3
 
     def warmup(
-        self, fn: Callable[[], Any], before: Callable[[], Any], first_ms: float, warmup_ms: float,
+        self,
+        fn: Callable[[], Any],
+        before: Callable[[], Any],
+        first_ms: float,
+        warmup_ms: float,
         min_calls: int,
-    ) -> float:  # fmt: skip
+    ) -> float:
         """Warm up after a first call of first_ms; the per-call estimate."""
         times = [self.call_once(fn, before)] if first_ms >= SLOW_CALL_MS else []
         slow = bool(times) and times[-1] >= SLOW_CALL_MS  # then warm after that second call
@@ -179,11 +191,15 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
     median = statistics.median(ordered)
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
     return {
-        "spread": round(spread, 4), "noisy": spread > noise_threshold,
-        "median_ms": round(median, 5), "min_ms": round(ordered[0], 5),
-        "max_ms": round(ordered[-1], 5), "p25_ms": round(q[0], 5), "p75_ms": round(q[2], 5),
+        "spread": round(spread, 4),
+        "noisy": spread > noise_threshold,
+        "median_ms": round(median, 5),
+        "min_ms": round(ordered[0], 5),
+        "max_ms": round(ordered[-1], 5),
+        "p25_ms": round(q[0], 5),
+        "p75_ms": round(q[2], 5),
         "repeats": len(ordered),
-    }  # fmt: skip
+    }
 
 
 class Tensors:
@@ -217,9 +233,14 @@ class Tensors:
 
 
 def run_pass(
-    timer: Timer, tensors: Tensors, causal: bool, backend: str, pass_name: str, opts: Any,
+    timer: Timer,
+    tensors: Tensors,
+    causal: bool,
+    backend: str,
+    pass_name: str,
+    opts: Any,
     known_estimate: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Time one pass; known_estimate: per-call ms when earlier passes warmed it (no probe)."""
     started = time.perf_counter()
     try:
@@ -249,8 +270,14 @@ def run_pass(
         tensors.reset_grads()
         launch = None if launch is None else round(launch, 5)
         host_s = round(time.perf_counter() - started, 3)
-        return {"status": "ok", "reason": None, **summary, **busy, "launch_ms": launch,
-                "host_s": host_s}  # fmt: skip
+        return {
+            "status": "ok",
+            "reason": None,
+            **summary,
+            **busy,
+            "launch_ms": launch,
+            "host_s": host_s,
+        }
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
         return _failure(timer, tensors, exc, [])
 
@@ -448,22 +475,43 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
         ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
         gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-        rows.append((*head, *ms, f"{100 * r['spread']:.1f}", str(r["repeats"]), tf_text, gb_text,
-                     r["bound"] or "-", pct_text, status_text(r)))  # fmt: skip
+        rows.append(
+            (
+                *head,
+                *ms,
+                f"{100 * r['spread']:.1f}",
+                str(r["repeats"]),
+                tf_text,
+                gb_text,
+                r["bound"] or "-",
+                pct_text,
+                status_text(r),
+            )
+        )
     noisy = sum(1 for r in results if r.get("noisy"))
-    return "\n".join([
-        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
-        f"torch {provenance['torch']}",
-        f"timing: {timer}",
-        f"FLOPs: {FLOP_CONVENTION}",
-        f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; "
-        "% roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
-        f"peak: {provenance.get('peak_note', '-')}",
-        "",
-        *common.text_table(TABLE_HEADER, rows),
-        *(["", f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
-           "treat those medians with care"] if noisy else []),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
+            f"torch {provenance['torch']}",
+            f"timing: {timer}",
+            f"FLOPs: {FLOP_CONVENTION}",
+            f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory "
+            "roof; % roof: of the memory roof (GB/s) for memory-bound rows, "
+            "of the compute peak otherwise",
+            f"peak: {provenance.get('peak_note', '-')}",
+            "",
+            *common.text_table(TABLE_HEADER, rows),
+            *(
+                [
+                    "",
+                    f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
+                    "treat those medians with care",
+                ]
+                if noisy
+                else []
+            ),
+        ]
+    )
 
 
 def _title(prov: dict[str, Any]) -> str:
@@ -530,28 +578,42 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
         prov = side[0].get("provenance", {})
         runs = f"; {len(side)} runs" if len(side) > 1 else ""
-        lines.append(f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
-                     f"{prov.get('device_name')}{runs})")  # fmt: skip
+        lines.append(
+            f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
+            f"{prov.get('device_name')}{runs})"
+        )
     header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
     table = [
-        (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"], r["pass"],
-         f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x",
-         f"{r['allowance_pct']:.0f}%", "" if r["verdict"] == "same" else r["verdict"])
+        (
+            r.get("size") or "?",
+            r["dtype"],
+            "yes" if r["causal"] else "no",
+            r["backend"],
+            r["pass"],
+            f"{r['a_ms']:.4f}",
+            f"{r['b_ms']:.4f}",
+            f"{r['speedup']:.3f}x",
+            f"{r['allowance_pct']:.0f}%",
+            "" if r["verdict"] == "same" else r["verdict"],
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
     counts, geo = change.tally(rows)
-    return "\n".join([
-        *lines,
-        f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
-        f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
-        "",
-        *common.text_table((*header, ""), table),
-        "",
-        f"{len(rows)} matching cases: "
-        + ", ".join(f"{counts[v]} {v}" for v in change.VERDICTS)
-        + f"; geometric-mean speedup {geo or 1.0:.3f}x (noisy: within run-to-run variation, "
-        "rerun with more runs; launch-bound: GPU idle most of the interval, not a kernel change)",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            *lines,
+            f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
+            f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
+            "",
+            *common.text_table((*header, ""), table),
+            "",
+            f"{len(rows)} matching cases: "
+            + ", ".join(f"{counts[v]} {v}" for v in change.VERDICTS)
+            + f"; geometric-mean speedup {geo or 1.0:.3f}x (noisy: within run-to-run "
+            "variation, rerun with more runs; launch-bound: GPU idle most of the interval, "
+            "not a kernel change)",
+        ]
+    )
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -603,11 +665,19 @@ def _compare_or_replot(opts: Any) -> int:
 
 # Environment variables that change which SDPA kernel runs or how it is timed.
 DISPATCH_ENV_VARS = (
-    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL",
-    "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
-)  # fmt: skip
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+    "TORCH_ROCM_FA_PREFER_CK",
+    "AMD_SERIALIZE_KERNEL",
+    "HIP_LAUNCH_BLOCKING",
+    "CUDA_LAUNCH_BLOCKING",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "AOTRITON_DEBUG_LEVEL",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+)
 
 
 def peak_from_device(
@@ -667,17 +737,22 @@ def device_info(device: Any) -> dict[str, Any] | None:
             clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
         else:
             index = device.index if device.index is not None else torch.cuda.current_device()
-            query = ["nvidia-smi", f"--id={index}", "--query-gpu=clocks.max.sm",
-                     "--format=csv,noheader,nounits"]  # fmt: skip
+            query = [
+                "nvidia-smi",
+                f"--id={index}",
+                "--query-gpu=clocks.max.sm",
+                "--format=csv,noheader,nounits",
+            ]
             out = subprocess.run(query, capture_output=True, text=True, timeout=10)
             clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
     return {
         "compute_units": getattr(props, "multi_processor_count", None),
-        "max_clock_mhz": clock[0], "clock_source": clock[1],
+        "max_clock_mhz": clock[0],
+        "clock_source": clock[1],
         "memory_clock_khz": getattr(props, "memory_clock_rate", None),
         "memory_bus_bits": getattr(props, "memory_bus_width", None),
         "integrated": bool(getattr(props, "is_integrated", False)),
-    }  # fmt: skip
+    }
 
 
 def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
@@ -698,22 +773,35 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
     arch, info = ident["arch"], device_info(device)
     prov["device_info"] = info
     rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
-    peaks = {d: peak_from_device(arch, d, peak_tflops, arches, info, rates)
-             for d in common.DTYPE_NAMES}  # fmt: skip
+    peaks = {
+        d: peak_from_device(arch, d, peak_tflops, arches, info, rates) for d in common.DTYPE_NAMES
+    }
     roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
     return prov | {
         "peak_tflops": {d: p for d, (p, _) in peaks.items()},
         "peak_source": {d: src for d, (_, src) in peaks.items()},
-        "memory_roof_gbps": roof, "memory_roof_source": roof_source,
+        "memory_roof_gbps": roof,
+        "memory_roof_source": roof_source,
         "peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})",
-    }  # fmt: skip
+    }
 
 
 # Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path",
-                "plot_path", "replot", "compare", "threshold_pct", "compare_runs"}  # fmt: skip
+NOT_SETTINGS = {
+    "device",
+    "dry_run",
+    "peak_tflops",
+    "out_dir",
+    "json_path",
+    "csv_path",
+    "plot_path",
+    "replot",
+    "compare",
+    "threshold_pct",
+    "compare_runs",
+}
 
 
 @common.cli(PROG)
@@ -730,12 +818,16 @@ def main(argv: list[str] | None) -> int:
         outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        return common.dry_run(PROG, device, [
-            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
-            f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
-            *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
-            "outputs: " + (", ".join(o for o in outputs.values() if o) or "the table only"),
-        ])  # fmt: skip
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
+                f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
+                *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
+                "outputs: " + (", ".join(o for o in outputs.values() if o) or "the table only"),
+            ],
+        )
     paths = {k: Path(v) for k, v in outputs.items() if v}
     for path in paths.values():
         try:
@@ -756,10 +848,15 @@ def main(argv: list[str] | None) -> int:
     # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
     settings |= {"timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
     document = {
-        "schema": SCHEMA, "identity": ident, "flop_convention": FLOP_CONVENTION,
-        "byte_convention": BYTE_CONVENTION, "provenance": prov, "settings": settings,
-        "wall_s": round(wall, 3), "results": results,
-    }  # fmt: skip
+        "schema": SCHEMA,
+        "identity": ident,
+        "flop_convention": FLOP_CONVENTION,
+        "byte_convention": BYTE_CONVENTION,
+        "provenance": prov,
+        "settings": settings,
+        "wall_s": round(wall, 3),
+        "results": results,
+    }
     if "json" in paths:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
     if "csv" in paths:

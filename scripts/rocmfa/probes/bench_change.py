@@ -77,8 +77,14 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
         verdict = "noisy"
     else:
         verdict = "faster" if speedup > 1 else "slower"
-    return {"a_ms": round(a_med, 5), "b_ms": round(b_med, 5), "speedup": round(speedup, 4),
-            "allowance_pct": round(100 * allowance, 2), "verdict": verdict, "why": why}  # fmt: skip
+    return {
+        "a_ms": round(a_med, 5),
+        "b_ms": round(b_med, 5),
+        "speedup": round(speedup, 4),
+        "allowance_pct": round(100 * allowance, 2),
+        "verdict": verdict,
+        "why": why,
+    }
 
 
 def compare_runs(
@@ -122,8 +128,14 @@ def learn_floors(groups: list[list[list[dict[str, Any]]]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="learn the change rule's floors from A/A runs")
-    p.add_argument("--learn", nargs="+", action="append", required=True, metavar="JSON",
-                   help="one A/A session: bench runs of one build; repeatable")  # fmt: skip
+    p.add_argument(
+        "--learn",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="JSON",
+        help="one A/A session: bench runs of one build; repeatable",
+    )
     p.add_argument("--source", default="", help="where the runs came from (written as source)")
     opts = p.parse_args(argv)
     if any(len(files) < 2 for files in opts.learn):

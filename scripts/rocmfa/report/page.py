@@ -77,16 +77,27 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     verdicts = {}
     for kind in (k for k in VERDICT_KINDS if k in docs):
         got = docs[kind].data.get
-        verdicts[kind] = {"passed": got("passed", got("agree")), "counts": got("counts"),
-                          "summary": got("summary") or got("verdict"), "failures": got("failures"),
-                          "profiler": got("profiler_summary")}  # fmt: skip
+        verdicts[kind] = {
+            "passed": got("passed", got("agree")),
+            "counts": got("counts"),
+            "summary": got("summary") or got("verdict"),
+            "failures": got("failures"),
+            "profiler": got("profiler_summary"),
+        }
     roofs = ("peak_tflops", "peak_source", "memory_roof_gbps", "memory_roof_source")
     label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
-    return {"id": set_id, "label": label, "baseline": baseline, "identity": ident,
-            "files": {kind: doc.source for kind, doc in sorted(docs.items())},
-            "config": config, "config_label": config_label, **{k: prov.get(k) for k in roofs},
-            "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
-            "verdicts": verdicts}  # fmt: skip
+    return {
+        "id": set_id,
+        "label": label,
+        "baseline": baseline,
+        "identity": ident,
+        "files": {kind: doc.source for kind, doc in sorted(docs.items())},
+        "config": config,
+        "config_label": config_label,
+        **{k: prov.get(k) for k in roofs},
+        "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
+        "verdicts": verdicts,
+    }
 
 
 def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
@@ -104,8 +115,15 @@ def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[d
         rows = base and change.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
         if rows:
             counts, geo = change.tally(rows)
-            out.append({"baseline": base["id"], "set": model["id"], "counts": counts,
-                        "geomean_speedup": geo and round(geo, 4), "rows": rows})  # fmt: skip
+            out.append(
+                {
+                    "baseline": base["id"],
+                    "set": model["id"],
+                    "counts": counts,
+                    "geomean_speedup": geo and round(geo, 4),
+                    "rows": rows,
+                }
+            )
             continue
         known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
         why = f"no baseline of its bench configuration ({model['config_label']}); baseline {known}"
@@ -123,17 +141,25 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     at = change.CASE_FIELDS.index("backend")
     out = []
     for (machine, _config), members in ((k, v) for k, v in groups.items() if len(v) > 1):
-        rated = [{change.case_key(r): r["tflops"] for r in ok_rows(m) if r.get("tflops")}
-                 for m in members]  # fmt: skip
+        rated = [
+            {change.case_key(r): r["tflops"] for r in ok_rows(m) if r.get("tflops")}
+            for m in members
+        ]
         common = set.intersection(*(set(r) for r in rated))
         series = {
             b: [round(geometric_mean(r[k] for k in common if k[at] == b), 3) for r in rated]
             for b in sorted({k[at] for k in common})
         }
-        out.append({"machine": " ".join(str(x) for x in machine if x),
-                    "config_label": members[0]["config_label"], "sets": [m["id"] for m in members],
-                    "dates": [m["identity"].get("date") for m in members], "cases": len(common),
-                    "series": series})  # fmt: skip
+        out.append(
+            {
+                "machine": " ".join(str(x) for x in machine if x),
+                "config_label": members[0]["config_label"],
+                "sets": [m["id"] for m in members],
+                "dates": [m["identity"].get("date") for m in members],
+                "cases": len(common),
+                "series": series,
+            }
+        )
     return out
 
 
@@ -154,12 +180,18 @@ def build(
     not_compared: list[dict[str, str]] = []
     floors = change.load_floors()["source"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"schema": inputs.PAGE_SCHEMA, "generated": now, "flop_convention": FLOP_CONVENTION,
-            "change_rule": {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors},
-            "sets": models, "comparisons": comparisons(bases, models, not_compared),
-            "not_compared": not_compared, "over_time": over_time(models),
-            "not_shown": [{"input": r.source, "why": r.why} for r in rejected + duplicates],
-            "kernel_checks": [d.data for d in every if d.kind == "kernel_check"]}  # fmt: skip
+    return {
+        "schema": inputs.PAGE_SCHEMA,
+        "generated": now,
+        "flop_convention": FLOP_CONVENTION,
+        "change_rule": {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors},
+        "sets": models,
+        "comparisons": comparisons(bases, models, not_compared),
+        "not_compared": not_compared,
+        "over_time": over_time(models),
+        "not_shown": [{"input": r.source, "why": r.why} for r in rejected + duplicates],
+        "kernel_checks": [d.data for d in every if d.kind == "kernel_check"],
+    }
 
 
 def esc(value: Any) -> str:
@@ -278,13 +310,20 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         sets = ", ".join(m["id"] for m in members)
         heads = [f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")]
         memory = bench_figures(members, index, first, True, f"bench-mem-{ci}")
-        parts.append(fill(
-            BENCH, label=esc(label), sets=sets, count=len(first),
-            legend=svg.legend(list(dict.fromkeys(r["backend"] for r in first.values()))),
-            figs=bench_figures(members, index, first, False, f"bench-{ci}"),
-            memory=memory and fill(MEMORY, figs=memory),
-            table=table("bench-table", [*CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"'),
-        ))  # fmt: skip
+        parts.append(
+            fill(
+                BENCH,
+                label=esc(label),
+                sets=sets,
+                count=len(first),
+                legend=svg.legend(list(dict.fromkeys(r["backend"] for r in first.values()))),
+                figs=bench_figures(members, index, first, False, f"bench-{ci}"),
+                memory=memory and fill(MEMORY, figs=memory),
+                table=table(
+                    "bench-table", [*CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"'
+                ),
+            )
+        )
     return "".join(parts) or "<p>No bench result.</p>"
 
 
@@ -299,19 +338,31 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
             geo = round(geometric_mean(speedups), 4)
             title = f"{comp['set']} {backend} {pass_name}: {geo}x"
             charts[pass_name][backend].append(svg.Bar(geo, backend, shade, title))
-    figs = [svg.grouped_bars(charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}", t)
-            for p, t in PASS_NAMES.items() if p in charts]  # fmt: skip
+    figs = [
+        svg.grouped_bars(charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}", t)
+        for p, t in PASS_NAMES.items()
+        if p in charts
+    ]
     index = [{change.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731
     first, rows = case_rows(index, lambda r: [td(r["a_ms"])], speedup, 1)
-    summary = [[td(c["set"]), td(c["baseline"]), *(td(c["counts"].get(v, 0)) for v in VERDICTS),
-                td(c["geomean_speedup"])] for c in comps]  # fmt: skip
+    summary = [
+        [
+            td(c["set"]),
+            td(c["baseline"]),
+            *(td(c["counts"].get(v, 0)) for v in VERDICTS),
+            td(c["geomean_speedup"]),
+        ]
+        for c in comps
+    ]
     return fill(
-        SPEEDUP, count=len(first), figs="".join(figs),
+        SPEEDUP,
+        count=len(first),
+        figs="".join(figs),
         summary=table("comparisons", ["set", "baseline", *VERDICTS, "geo. mean speedup"], summary),
         legend=svg.legend(list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"]))),
         table=table("speedup-table", [*CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows),
-    )  # fmt: skip
+    )
 
 
 def time_section(groups: list[dict[str, Any]]) -> str:
@@ -346,10 +397,13 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
 def render(data: dict[str, Any]) -> str:
     models = data["sets"]
     item = '<li><code>{}</code>: <span class="why">{}</span></li>'
-    listed = {k: "".join(item.format(esc(n["input"]), esc(n["why"])) for n in data.get(k, []))
-              for k in ("not_shown", "not_compared")}  # fmt: skip
-    verdicts = [[td(m["id"]), *(verdict_cell(m["verdicts"].get(k)) for k in VERDICT_KINDS)]
-                for m in models]  # fmt: skip
+    listed = {
+        k: "".join(item.format(esc(n["input"]), esc(n["why"])) for n in data.get(k, []))
+        for k in ("not_shown", "not_compared")
+    }
+    verdicts = [
+        [td(m["id"]), *(verdict_cell(m["verdicts"].get(k)) for k in VERDICT_KINDS)] for m in models
+    ]
     heads = ["set", "backend_check", "validate", "validate --upstream", "crosscheck"]
     baseline = comparison_section(data["comparisons"]) if data["comparisons"] else ""
     if listed["not_compared"]:
@@ -367,12 +421,17 @@ def render(data: dict[str, Any]) -> str:
     sections = [s for s in sections if s[2]]
     rule = data["change_rule"]
     return fill(
-        PAGE, title=f"SDPA results: {len(models)} result sets", style=STYLE,
-        generated=data["generated"], flops=esc(data["flop_convention"]), rule=esc(rule["text"]),
-        threshold=f"{rule['threshold_pct']:g}", floors=esc(rule["floors"]),
+        PAGE,
+        title=f"SDPA results: {len(models)} result sets",
+        style=STYLE,
+        generated=data["generated"],
+        flops=esc(data["flop_convention"]),
+        rule=esc(rule["text"]),
+        threshold=f"{rule['threshold_pct']:g}",
+        floors=esc(rule["floors"]),
         nav=" · ".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _b in sections),
         body="".join(f'<section id="{i}"><h2>{esc(t)}</h2>{b}</section>' for i, t, b in sections),
-    )  # fmt: skip
+    )
 
 
 def report(opts: Any, rest: Sequence[str]) -> int:
@@ -409,6 +468,8 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     (out / "results.html").write_text(render(data), encoding="utf-8")
     (out / "results.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
     took, sets, left = time.perf_counter() - started, len(data["sets"]), len(data["not_shown"])
-    print(f"report: wrote {out}/results.html and results.json: {sets} result set(s), {left} "
-          f"input(s) not shown, {took:.2f} s")  # fmt: skip
+    print(
+        f"report: wrote {out}/results.html and results.json: {sets} result set(s), {left} "
+        f"input(s) not shown, {took:.2f} s"
+    )
     return 0
