@@ -116,6 +116,8 @@ def test_backend_torch_rejects_is_recorded_as_unavailable(tmp_path):
         ["--passes", "sideways"],
         ["--repeats", "0"],
         ["--compare", "/nonexistent/a.json", "/nonexistent/b.json"],
+        ["--learn", "/nonexistent/a.json"],  # one run is no A/A pair
+        ["--learn", "/nonexistent/a.json", "/nonexistent/b.json"],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, capsys):

@@ -45,7 +45,7 @@ def test_compare_calls_a_noisy_row_noisy_not_a_regression(tmp_path: Path, capsys
     capsys.readouterr()
     assert bench.main(["--compare", str(a), str(b)]) == 0
     table = capsys.readouterr().out.splitlines()
-    # The change rule (scripts/rocmfa/probes/bench_change.py) calls a regression "slower".
+    # The change rule (scripts/rocmfa/probes/bench.py) calls a regression "slower".
     marks = [line.split()[-1] for line in table if line.endswith(("noisy", "slower"))]
     assert sorted(marks) == ["noisy", "slower"]
     assert "1 slower" in table[-1] and "1 noisy" in table[-1]

@@ -1,6 +1,7 @@
 """Benchmark torch scaled_dot_product_attention per backend: forward, backward, forward+backward.
 
-Method and fields: docs/attention-tools.md."""
+Also the one change rule (`--compare`; the results page uses it too) and `--learn`, which prints
+its run-to-run floors (data/bench_noise.toml) from A/A runs. Method: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import csv
 import itertools
 import json
+import math
 import os
 import platform
 import re
@@ -15,16 +17,15 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 if __package__:
-    from . import bench_change as change
     from . import sdpa_common as common
 else:  # run as a plain script: this file's folder is first on sys.path
-    import bench_change as change  # type: ignore[no-redef]
     import sdpa_common as common  # type: ignore[no-redef]
 
 PROG, SCHEMA = "bench.py", "sdpa-bench/1"
@@ -48,14 +49,13 @@ PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel 
 PROFILE_LAUNCH_FRACTION = 0.25
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
+CASE_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
+CASE_FIELDS += ("causal", "backend", "pass")
 RESULT_FIELDS = (
-    *change.CASE_FIELDS,
-    "status",
-    "reason",
-    *("median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms", "repeats", "spread", "noisy"),
-    *("flops", "tflops", "pct_peak", "above_peak", "measured_tflops_above_peak", "peak_tflops"),
-    *("bytes", "intensity", "mem_roof_gbps", "bound", "gbps", "pct_roof"),
-    *("launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
+    *(*CASE_FIELDS, "status", "reason", "median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms"),
+    *("repeats", "spread", "noisy", "flops", "tflops", "pct_peak", "above_peak", "peak_tflops"),
+    *("measured_tflops_above_peak", "bytes", "intensity", "mem_roof_gbps", "bound", "gbps"),
+    *("pct_roof", "launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
 )
 TIMERS = {
     "cuda": "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
@@ -74,6 +74,127 @@ LLM_SUITE = (
     ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
     *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
 )  # fmt: skip
+# Environment variables that change which SDPA kernel runs or how it is timed.
+DISPATCH_ENV_VARS = (
+    *("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL"),
+    *("HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+    *("CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL"),
+    *("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"),
+)
+# Options that say where output goes or what else to do; every other option shaped the run.
+NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"}
+NOT_SETTINGS |= {"plot_path", "replot", "compare", "threshold_pct", "compare_runs", "learn"}
+NOT_SETTINGS |= {"source"}
+
+# The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
+# row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
+NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
+BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)  # row classes by duration: short rows move most
+FLOOR_MARGIN = 2.0  # a learned floor is this times the largest A/A change
+DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
+VERDICTS = ("faster", "slower", "same", "noisy", "launch-bound")
+
+
+def row_class(backend: str, pass_name: str, ms: float) -> str:
+    bucket = next((f"<{edge:g}ms" for edge in BUCKETS_MS if ms < edge), f">={BUCKETS_MS[-1]:g}ms")
+    return f"{backend}/{pass_name}/{bucket}"
+
+
+def case_key(row: dict[str, Any]) -> tuple:
+    return tuple(row.get(k) for k in CASE_FIELDS)
+
+
+def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
+    """{"floor": {class: fraction}, "default": fraction, "source": text}; defaults if unreadable."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"floor": {}, "default": DEFAULT_FLOOR, "source": f"{path} unreadable"}
+    return {
+        "floor": {str(k): float(v) for k, v in (data.get("floor") or {}).items()},
+        "default": float(data.get("default_floor", DEFAULT_FLOOR)),
+        "source": str(data.get("source", path.name)),
+    }
+
+
+def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
+    """The class's floor, else the largest of its pass and bucket, else the default."""
+    cls = row_class(backend, pass_name, ms)
+    if cls in floors["floor"]:
+        return floors["floor"][cls]
+    same = [v for k, v in floors["floor"].items() if k.endswith(cls[len(backend) :])]
+    return max(same) if same else floors["default"]
+
+
+def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: dict) -> dict:
+    """The verdict of one case: A's runs against B's runs (one row per run, status ok)."""
+    a_ms, b_ms = [r["median_ms"] for r in a_rows], [r["median_ms"] for r in b_rows]
+    a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
+    speedup, backend, pass_name = a_med / b_med, a_rows[0]["backend"], a_rows[0]["pass"]
+    floor = floor_of(floors, backend, pass_name, min(a_med, b_med))
+    allowance = max(threshold_pct / 100.0, floor)
+    why = f"floor {100 * floor:.1f}% ({row_class(backend, pass_name, min(a_med, b_med))})"
+    overlap = False
+    if len(a_ms) >= 2 and len(b_ms) >= 2:
+        ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
+        allowance = max(allowance, ranges)
+        overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)
+        why += f"; runs {len(a_ms)}+{len(b_ms)}, ranges {100 * ranges:.1f}%"
+    if any(r.get("launch_bound") for r in (*a_rows, *b_rows)):
+        verdict = "launch-bound"
+    elif abs(speedup - 1.0) <= threshold_pct / 100.0:
+        verdict = "same"
+    elif overlap or abs(speedup - 1.0) <= allowance or any(r.get("noisy") for r in a_rows + b_rows):
+        verdict = "noisy"
+    else:
+        verdict = "faster" if speedup > 1 else "slower"
+    shown = {"a_ms": round(a_med, 5), "b_ms": round(b_med, 5), "speedup": round(speedup, 4)}
+    return shown | {"allowance_pct": round(100 * allowance, 2), "verdict": verdict, "why": why}
+
+
+def compare_runs(
+    a_runs: list[list[dict]], b_runs: list[list[dict]], threshold_pct: float, floors: Any = None
+) -> list[dict[str, Any]]:
+    """Every case that ran in every run of both sides: its key fields and verdict."""
+    floors = floors if floors is not None else load_floors()
+    maps = [
+        {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
+        for rows in (*a_runs, *b_runs)
+    ]
+    out = []
+    for key, row in maps[0].items():
+        if all(key in m for m in maps):
+            runs = [m[key] for m in maps]
+            verdict = judge(runs[: len(a_runs)], runs[len(a_runs) :], threshold_pct, floors)
+            out.append({k: row.get(k) for k in CASE_FIELDS} | verdict)
+    return out
+
+
+def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
+    """Compared rows per verdict, and the geometric-mean speedup of those not launch-bound."""
+    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in VERDICTS}
+    kernel = [r["speedup"] for r in rows if r["verdict"] != "launch-bound"]
+    return counts, statistics.geometric_mean(kernel) if kernel else None
+
+
+def learned_floors(sessions: list[list[str]], source: str) -> str:
+    """bench_noise.toml's text: per class, FLOOR_MARGIN x the largest change of an A/A pair."""
+    if any(len(files) < 2 for files in sessions):
+        raise common.UsageError("each --learn needs at least two runs of one build")
+    seen: dict[str, float] = {}
+    for files in sessions:
+        runs = [common.read_results(f, "--learn run")["results"] for f in files]
+        for a, b in itertools.combinations(runs, 2):
+            for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
+                if row["verdict"] != "launch-bound":
+                    cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
+                    seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
+    floors = {
+        c: max(0.01, math.ceil(FLOOR_MARGIN * v * 100) / 100) for c, v in sorted(seen.items())
+    }
+    names = "; ".join(", ".join(Path(f).name for f in files) for files in sessions)
+    lines = [f'source = "{source or names}"', f"default_floor = {DEFAULT_FLOOR}", "[floor]"]
+    return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in floors.items())])
 
 
 def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
@@ -147,12 +268,7 @@ class Timer:
         return (time.perf_counter() - t0) * 1e3
 
     def warmup(
-        self,
-        fn: Callable[[], Any],
-        before: Callable[[], Any],
-        first_ms: float,
-        warmup_ms: float,
-        min_calls: int,
+        self, fn: Callable, before: Callable, first_ms: float, warmup_ms: float, min_calls: int
     ) -> float:
         """Warm up after a first call of first_ms; the per-call estimate."""
         times = [self.call_once(fn, before)] if first_ms >= SLOW_CALL_MS else []
@@ -190,16 +306,14 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
     q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
     median = statistics.median(ordered)
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
-    return {
+    ms = {"median_ms": median, "min_ms": ordered[0], "max_ms": ordered[-1], "p25_ms": q[0]}
+    ms |= {"p75_ms": q[2]}
+    fields = {
+        "repeats": len(ordered),
         "spread": round(spread, 4),
         "noisy": spread > noise_threshold,
-        "median_ms": round(median, 5),
-        "min_ms": round(ordered[0], 5),
-        "max_ms": round(ordered[-1], 5),
-        "p25_ms": round(q[0], 5),
-        "p75_ms": round(q[2], 5),
-        "repeats": len(ordered),
     }
+    return {k: round(v, 5) for k, v in ms.items()} | fields
 
 
 class Tensors:
@@ -270,14 +384,7 @@ def run_pass(
         tensors.reset_grads()
         launch = None if launch is None else round(launch, 5)
         host_s = round(time.perf_counter() - started, 3)
-        return {
-            "status": "ok",
-            "reason": None,
-            **summary,
-            **busy,
-            "launch_ms": launch,
-            "host_s": host_s,
-        }
+        return dict(status="ok", reason=None, **summary, **busy, launch_ms=launch, host_s=host_s)
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
         return _failure(timer, tensors, exc, [])
 
@@ -474,44 +581,24 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         pct_text = "-" if pct is None else f"{pct:.1f}"
         tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
         ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
+        ms += [f"{100 * r['spread']:.1f}", str(r["repeats"]), tf_text]
         gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-        rows.append(
-            (
-                *head,
-                *ms,
-                f"{100 * r['spread']:.1f}",
-                str(r["repeats"]),
-                tf_text,
-                gb_text,
-                r["bound"] or "-",
-                pct_text,
-                status_text(r),
-            )
-        )
-    noisy = sum(1 for r in results if r.get("noisy"))
-    return "\n".join(
-        [
-            f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
-            f"torch {provenance['torch']}",
-            f"timing: {timer}",
-            f"FLOPs: {FLOP_CONVENTION}",
-            f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory "
-            "roof; % roof: of the memory roof (GB/s) for memory-bound rows, "
-            "of the compute peak otherwise",
-            f"peak: {provenance.get('peak_note', '-')}",
-            "",
-            *common.text_table(TABLE_HEADER, rows),
-            *(
-                [
-                    "",
-                    f"{noisy} row(s) noisy: spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}; "
-                    "treat those medians with care",
-                ]
-                if noisy
-                else []
-            ),
-        ]
-    )
+        rows.append((*head, *ms, gb_text, r["bound"] or "-", pct_text, status_text(r)))
+    lines = [
+        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
+        f"torch {provenance['torch']}",
+        f"timing: {timer}",
+        f"FLOPs: {FLOP_CONVENTION}",
+        f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; % "
+        "roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
+        f"peak: {provenance.get('peak_note', '-')}",
+        "",
+        *common.text_table(TABLE_HEADER, rows),
+    ]
+    if noisy := sum(1 for r in results if r.get("noisy")):
+        why = f"spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}"
+        lines += ["", f"{noisy} row(s) noisy: {why}; treat those medians with care"]
+    return "\n".join(lines)
 
 
 def _title(prov: dict[str, Any]) -> str:
@@ -559,16 +646,15 @@ def write_plot(path: Path, results: list[dict], title: str) -> str | None:
 
 
 def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
-    """B's runs against A's (pair A B, more A2 B2 ...), judged by bench_change's one rule."""
+    """B's runs against A's (pair A B, more A2 B2 ...), judged by the change rule."""
     if threshold_pct < 0:
         raise common.UsageError(f"--threshold-pct {threshold_pct:g} must not be negative")
     if len(more) % 2:
         raise common.UsageError("--compare-runs takes pairs: A2.json B2.json ...")
     paths_a, paths_b = [pair[0], *more[0::2]], [pair[1], *more[1::2]]
     docs = [[common.read_results(p, "bench result") for p in paths] for paths in (paths_a, paths_b)]
-    floors = change.load_floors()
-    runs = ([d["results"] for d in side] for side in docs)
-    rows = change.compare_runs(*runs, threshold_pct, floors)
+    floors = load_floors()
+    rows = compare_runs(*([d["results"] for d in side] for side in docs), threshold_pct, floors)
     if not rows:
         raise common.UsageError(
             f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
@@ -576,42 +662,40 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         )
     lines = []
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
-        prov = side[0].get("provenance", {})
-        runs = f"; {len(side)} runs" if len(side) > 1 else ""
-        lines.append(
-            f"{label}: {', '.join(paths)} (torch {prov.get('torch')}, "
-            f"{prov.get('device_name')}{runs})"
-        )
-    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
-    table = [
-        (
-            r.get("size") or "?",
-            r["dtype"],
-            "yes" if r["causal"] else "no",
-            r["backend"],
-            r["pass"],
-            f"{r['a_ms']:.4f}",
-            f"{r['b_ms']:.4f}",
-            f"{r['speedup']:.3f}x",
-            f"{r['allowance_pct']:.0f}%",
-            "" if r["verdict"] == "same" else r["verdict"],
-        )
-        for r in rows
-    ]
-    counts, geo = change.tally(rows)
+        prov, runs = side[0].get("provenance", {}), f"; {len(side)} runs" * (len(side) > 1)
+        where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
+        lines.append(f"{label}: {', '.join(paths)} ({where})")
+    header = (
+        "size",
+        "dtype",
+        "causal",
+        "backend",
+        "pass",
+        "A ms",
+        "B ms",
+        "speedup",
+        "allowed",
+        "",
+    )
+    table = []
+    for r in rows:
+        case = (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"])
+        ms = (r["pass"], f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x")
+        verdict = "" if r["verdict"] == "same" else r["verdict"]
+        table.append((*case, *ms, f"{r['allowance_pct']:.0f}%", verdict))
+    counts, geo = tally(rows)
+    tallied = ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
     return "\n".join(
         [
             *lines,
             f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
             f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
             "",
-            *common.text_table((*header, ""), table),
+            *common.text_table(header, table),
             "",
-            f"{len(rows)} matching cases: "
-            + ", ".join(f"{counts[v]} {v}" for v in change.VERDICTS)
-            + f"; geometric-mean speedup {geo or 1.0:.3f}x (noisy: within run-to-run "
-            "variation, rerun with more runs; launch-bound: GPU idle most of the interval, "
-            "not a kernel change)",
+            f"{len(rows)} matching cases: {tallied}; geometric-mean speedup {geo or 1.0:.3f}x "
+            "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
+            "most of the interval, not a kernel change)",
         ]
     )
 
@@ -619,7 +703,6 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, f"{__doc__.splitlines()[0]} FLOPs: {FLOP_CONVENTION}.")
     add = p.add_argument
-    # fmt: off
     add("--suite", choices=("default", "llm"), default="default", help="llm: the shapes models run")
     add("--sizes", help="comma list of named sizes (default: all when no --shape)")
     add("--shape", action="append", help="extra shape [NAME=]B,H,S,D or B,Hq,Hkv,S,D; repeatable")
@@ -646,38 +729,24 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--compare", nargs=2, metavar=("A.json", "B.json"), help="B's speedups over A, then exit")
     add("--threshold-pct", type=float, default=5.0, help="--compare: least change that counts (5)")
     add("--compare-runs", nargs="+", metavar="JSON", help="more runs of A and B: A2 B2 ...")
-    # fmt: on
+    add("--learn", nargs="+", action="append", metavar="JSON", help="print floors from A/A runs")
+    add("--source", default="", help="--learn: where the runs came from (written as source)")
     return p
 
 
-def _compare_or_replot(opts: Any) -> int:
-    """--compare (A B and --compare-runs pairs), or --replot: draw the plot of a saved JSON."""
+def compare_learn_or_replot(opts: Any) -> int:
+    """--compare (A B and --compare-runs pairs), --learn, or --replot: a saved JSON's plot."""
     if opts.compare:
         print(compare(opts.compare, opts.compare_runs or [], opts.threshold_pct))
-        return 0
-    if not opts.plot_path:
+    elif opts.learn:
+        print(learned_floors(opts.learn, opts.source))
+    elif not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
-    data = common.read_results(opts.replot, "--replot")
-    title = _title(data.get("provenance", {}))
-    print(write_plot(Path(opts.plot_path), data["results"], title) or f"wrote {opts.plot_path}")
+    else:
+        data = common.read_results(opts.replot, "--replot")
+        title = _title(data.get("provenance", {}))
+        print(write_plot(Path(opts.plot_path), data["results"], title) or f"wrote {opts.plot_path}")
     return 0
-
-
-# Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = (
-    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
-    "TORCH_ROCM_FA_PREFER_CK",
-    "AMD_SERIALIZE_KERNEL",
-    "HIP_LAUNCH_BLOCKING",
-    "CUDA_LAUNCH_BLOCKING",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "HSA_OVERRIDE_GFX_VERSION",
-    "AOTRITON_DEBUG_LEVEL",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_HIP_ALLOC_CONF",
-)
 
 
 def peak_from_device(
@@ -687,11 +756,8 @@ def peak_from_device(
     if override is not None:
         return override, "--peak-tflops"
     info, rate = info or {}, rates.get(arch or "")
-    units, mhz, per_clock = (
-        info.get("compute_units"),
-        info.get("max_clock_mhz"),
-        (rate or {}).get(dtype),
-    )
+    units, mhz, per_clock = info.get("compute_units"), info.get("max_clock_mhz"), None
+    per_clock = (rate or {}).get(dtype)
     if units and mhz and isinstance(per_clock, int | float):
         return round(units * mhz * 1e6 * per_clock / 1e12, 1), (
             f"computed: {units} CUs x {mhz:g} MHz ({info.get('clock_source')}) x "
@@ -737,13 +803,10 @@ def device_info(device: Any) -> dict[str, Any] | None:
             clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
         else:
             index = device.index if device.index is not None else torch.cuda.current_device()
-            query = [
-                "nvidia-smi",
-                f"--id={index}",
-                "--query-gpu=clocks.max.sm",
-                "--format=csv,noheader,nounits",
-            ]
-            out = subprocess.run(query, capture_output=True, text=True, timeout=10)
+            query = (
+                f"nvidia-smi --id={index} --query-gpu=clocks.max.sm --format=csv,noheader,nounits"
+            )
+            out = subprocess.run(query.split(), capture_output=True, text=True, timeout=10)
             clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
     return {
         "compute_units": getattr(props, "multi_processor_count", None),
@@ -763,9 +826,7 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
     prov: dict[str, Any] = {k: ident.get(k) for k in keep} | {"cudnn": None}
     prov |= {"hip": ident["rocm"], "device_name": ident["gpu"], "python": platform.python_version()}
     prov["env"] = {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ}
-    prov["aotriton"] = (
-        common.aotriton_versions(common.torch_lib_dir()) if torch.version.hip else None
-    )
+    prov["aotriton"] = torch.version.hip and common.aotriton_versions(common.torch_lib_dir())
     with contextlib.suppress(Exception):
         prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
@@ -788,27 +849,23 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
     }
 
 
-# Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {
-    "device",
-    "dry_run",
-    "peak_tflops",
-    "out_dir",
-    "json_path",
-    "csv_path",
-    "plot_path",
-    "replot",
-    "compare",
-    "threshold_pct",
-    "compare_runs",
-}
+def write_outputs(opts: Any, paths: dict[str, Path], document: dict[str, Any]) -> None:
+    """The JSON, CSV and plot asked for; each named on stderr (the plot's why when skipped)."""
+    if "json" in paths:
+        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+    if "csv" in paths:
+        write_csv(paths["csv"], document["results"])
+    title = _title(document["provenance"])
+    skipped = write_plot(paths["png"], document["results"], title) if "png" in paths else None
+    for kind, path in paths.items():
+        progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
 
 
 @common.cli(PROG)
 def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
-    if opts.compare or opts.replot:
-        return _compare_or_replot(opts)
+    if opts.compare or opts.learn or opts.replot:
+        return compare_learn_or_replot(opts)
     cases = build_cases(opts)  # everything cheap is checked before the device is touched
     dtypes = common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
     device = common.resolve_device(opts.device)
@@ -818,12 +875,12 @@ def main(argv: list[str] | None) -> int:
         outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
+        plan = f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)}"
         return common.dry_run(
             PROG,
             device,
             [
-                f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x "
-                f"{','.join(backends)} ({opts.suite} suite, --causal {opts.causal})",
+                f"{plan} ({opts.suite} suite, --causal {opts.causal})",
                 *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
                 "outputs: " + (", ".join(o for o in outputs.values() if o) or "the table only"),
             ],
@@ -835,8 +892,7 @@ def main(argv: list[str] | None) -> int:
         except OSError as e:
             raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
     started = time.perf_counter()
-    arch, device_name = common.detect_arch(device)
-    ident = common.identity(device, arch, device_name)
+    ident = common.identity(device, *common.detect_arch(device))
     prov = provenance(device, ident, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
@@ -847,23 +903,11 @@ def main(argv: list[str] | None) -> int:
     settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
     # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
     settings |= {"timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
-    document = {
-        "schema": SCHEMA,
-        "identity": ident,
-        "flop_convention": FLOP_CONVENTION,
-        "byte_convention": BYTE_CONVENTION,
-        "provenance": prov,
-        "settings": settings,
-        "wall_s": round(wall, 3),
-        "results": results,
-    }
-    if "json" in paths:
-        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-    if "csv" in paths:
-        write_csv(paths["csv"], results)
-    skipped = write_plot(paths["png"], results, _title(prov)) if "png" in paths else None
-    for kind, path in paths.items():
-        progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
+    conventions = {"flop_convention": FLOP_CONVENTION, "byte_convention": BYTE_CONVENTION}
+    document = {"schema": SCHEMA, "identity": ident, **conventions, "provenance": prov}
+    write_outputs(
+        opts, paths, document | {"settings": settings, "wall_s": round(wall, 3), "results": results}
+    )
     progress(f"done in {wall:.1f} s")
     return 0
 

@@ -17,9 +17,7 @@ from statistics import geometric_mean
 from typing import Any
 
 from rocmfa.plumbing.errors import UserError
-from rocmfa.probes import bench_change as change
-from rocmfa.probes.bench import FLOP_CONVENTION
-from rocmfa.probes.bench_change import VERDICTS
+from rocmfa.probes import bench
 from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs, svg
 
@@ -106,15 +104,15 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
 
 def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
     """Each bench set against the first baseline set of its configuration, else in not_compared."""
-    rule = (THRESHOLD_PCT, change.load_floors())
+    rule = (THRESHOLD_PCT, bench.load_floors())
     out: list[dict[str, Any]] = []
     for model in models if bases else []:
         if not model["bench"] or any(model is b for b in bases.values()):
             continue
         base = bases.get(model["config_label"])
-        rows = base and change.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
+        rows = base and bench.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
         if rows:
-            counts, geo = change.tally(rows)
+            counts, geo = bench.tally(rows)
             out.append(
                 {
                     "baseline": base["id"],
@@ -138,12 +136,11 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for model in (m for m in models if m["bench"]):
         groups[inputs.machine_key(model["identity"]), model["config_label"]].append(model)
-    at = change.CASE_FIELDS.index("backend")
+    at = bench.CASE_FIELDS.index("backend")
     out = []
     for (machine, _config), members in ((k, v) for k, v in groups.items() if len(v) > 1):
         rated = [
-            {change.case_key(r): r["tflops"] for r in ok_rows(m) if r.get("tflops")}
-            for m in members
+            {bench.case_key(r): r["tflops"] for r in ok_rows(m) if r.get("tflops")} for m in members
         ]
         common = set.intersection(*(set(r) for r in rated))
         series = {
@@ -178,12 +175,12 @@ def build(
     for model in (m for m in models if m["baseline"] and m["bench"]):
         bases.setdefault(model["config_label"], model)
     not_compared: list[dict[str, str]] = []
-    floors = change.load_floors()["source"]
+    floors = bench.load_floors()["source"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {
         "schema": inputs.PAGE_SCHEMA,
         "generated": now,
-        "flop_convention": FLOP_CONVENTION,
+        "flop_convention": bench.FLOP_CONVENTION,
         "change_rule": {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors},
         "sets": models,
         "comparisons": comparisons(bases, models, not_compared),
@@ -305,7 +302,7 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         by_config[model["config_label"]].append(model)
     parts = []
     for ci, (label, members) in enumerate(by_config.items()):
-        index = [{change.case_key(r): r for r in ok_rows(m)} for m in members]
+        index = [{bench.case_key(r): r for r in ok_rows(m)} for m in members]
         first, rows = case_rows(index, lambda r: [td(r.get("bound"))], bench_cells, 4)
         sets = ", ".join(m["id"] for m in members)
         heads = [f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")]
@@ -343,14 +340,14 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
         for p, t in PASS_NAMES.items()
         if p in charts
     ]
-    index = [{change.case_key(r): r for r in c["rows"]} for c in comps]
+    index = [{bench.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731
     first, rows = case_rows(index, lambda r: [td(r["a_ms"])], speedup, 1)
     summary = [
         [
             td(c["set"]),
             td(c["baseline"]),
-            *(td(c["counts"].get(v, 0)) for v in VERDICTS),
+            *(td(c["counts"].get(v, 0)) for v in bench.VERDICTS),
             td(c["geomean_speedup"]),
         ]
         for c in comps
@@ -359,7 +356,9 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
         SPEEDUP,
         count=len(first),
         figs="".join(figs),
-        summary=table("comparisons", ["set", "baseline", *VERDICTS, "geo. mean speedup"], summary),
+        summary=table(
+            "comparisons", ["set", "baseline", *bench.VERDICTS, "geo. mean speedup"], summary
+        ),
         legend=svg.legend(list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"]))),
         table=table("speedup-table", [*CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows),
     )
