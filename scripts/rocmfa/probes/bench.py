@@ -213,19 +213,12 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
     memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
     bound = None if not (peak and roof) else "memory" if memory_bound else "compute"
-    return {
-        "flops": flops,
-        "tflops": None if above else round(tflops, 3),
-        "pct_peak": pct_peak,
-        "above_peak": above,
-        "bytes": nbytes,
-        "intensity": round(flops / nbytes, 2),
-        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
-        "mem_roof_gbps": roof,
-        "bound": bound,
-        "gbps": round(gbps, 2),
-        "pct_roof": round(100.0 * gbps / roof, 2) if memory_bound else pct_peak,
-    }
+    out = {"flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak}
+    above_by = float(f"{tflops:.4g}") if above else None
+    out |= {"above_peak": above, "measured_tflops_above_peak": above_by}
+    out |= {"bytes": nbytes, "intensity": round(flops / nbytes, 2), "mem_roof_gbps": roof}
+    pct_roof = round(100.0 * gbps / roof, 2) if memory_bound else pct_peak
+    return out | {"bound": bound, "gbps": round(gbps, 2), "pct_roof": pct_roof}
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
@@ -308,12 +301,8 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
     ms = {"median_ms": median, "min_ms": ordered[0], "max_ms": ordered[-1], "p25_ms": q[0]}
     ms |= {"p75_ms": q[2]}
-    fields = {
-        "repeats": len(ordered),
-        "spread": round(spread, 4),
-        "noisy": spread > noise_threshold,
-    }
-    return {k: round(v, 5) for k, v in ms.items()} | fields
+    summary = {k: round(v, 5) for k, v in ms.items()} | {"repeats": len(ordered)}
+    return summary | {"spread": round(spread, 4), "noisy": spread > noise_threshold}
 
 
 class Tensors:
@@ -665,18 +654,7 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         prov, runs = side[0].get("provenance", {}), f"; {len(side)} runs" * (len(side) > 1)
         where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
-    header = (
-        "size",
-        "dtype",
-        "causal",
-        "backend",
-        "pass",
-        "A ms",
-        "B ms",
-        "speedup",
-        "allowed",
-        "",
-    )
+    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
     table = []
     for r in rows:
         case = (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"])
@@ -691,7 +669,7 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
             f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
             f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
             "",
-            *common.text_table(header, table),
+            *common.text_table((*header, ""), table),
             "",
             f"{len(rows)} matching cases: {tallied}; geometric-mean speedup {geo or 1.0:.3f}x "
             "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
@@ -808,14 +786,11 @@ def device_info(device: Any) -> dict[str, Any] | None:
             )
             out = subprocess.run(query.split(), capture_output=True, text=True, timeout=10)
             clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
-    return {
-        "compute_units": getattr(props, "multi_processor_count", None),
-        "max_clock_mhz": clock[0],
-        "clock_source": clock[1],
-        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
-        "memory_bus_bits": getattr(props, "memory_bus_width", None),
-        "integrated": bool(getattr(props, "is_integrated", False)),
-    }
+    info = {"compute_units": getattr(props, "multi_processor_count", None)}
+    info |= {"max_clock_mhz": clock[0], "clock_source": clock[1]}
+    info["memory_clock_khz"] = getattr(props, "memory_clock_rate", None)
+    info["memory_bus_bits"] = getattr(props, "memory_bus_width", None)
+    return info | {"integrated": bool(getattr(props, "is_integrated", False))}
 
 
 def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
@@ -849,7 +824,7 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
     }
 
 
-def write_outputs(opts: Any, paths: dict[str, Path], document: dict[str, Any]) -> None:
+def write_outputs(paths: dict[str, Path], document: dict[str, Any]) -> None:
     """The JSON, CSV and plot asked for; each named on stderr (the plot's why when skipped)."""
     if "json" in paths:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
@@ -876,15 +851,10 @@ def main(argv: list[str] | None) -> int:
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
         plan = f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)}"
-        return common.dry_run(
-            PROG,
-            device,
-            [
-                f"{plan} ({opts.suite} suite, --causal {opts.causal})",
-                *(f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases),
-                "outputs: " + (", ".join(o for o in outputs.values() if o) or "the table only"),
-            ],
-        )
+        shapes = [f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
+        wrote = ", ".join(o for o in outputs.values() if o) or "the table only"
+        plan += f" ({opts.suite} suite, --causal {opts.causal})"
+        return common.dry_run(PROG, device, [plan, *shapes, f"outputs: {wrote}"])
     paths = {k: Path(v) for k, v in outputs.items() if v}
     for path in paths.values():
         try:
@@ -905,9 +875,8 @@ def main(argv: list[str] | None) -> int:
     settings |= {"timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
     conventions = {"flop_convention": FLOP_CONVENTION, "byte_convention": BYTE_CONVENTION}
     document = {"schema": SCHEMA, "identity": ident, **conventions, "provenance": prov}
-    write_outputs(
-        opts, paths, document | {"settings": settings, "wall_s": round(wall, 3), "results": results}
-    )
+    document |= {"settings": settings, "wall_s": round(wall, 3), "results": results}
+    write_outputs(paths, document)
     progress(f"done in {wall:.1f} s")
     return 0
 

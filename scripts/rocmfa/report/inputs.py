@@ -58,13 +58,13 @@ def machine_key(identity: dict[str, Any], fields: tuple = MACHINE_FIELDS) -> tup
     return tuple(identity.get(k) for k in fields)
 
 
-def bench_config(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """A bench run's configuration (CONFIG_FIELDS) and its label."""
+def bench_config(data: dict[str, Any]) -> str:
+    """A bench run's configuration (CONFIG_FIELDS) as a label."""
     config = {k: (data.get("settings") or {}).get(k) for k in CONFIG_FIELDS}
     config["suite"] = config["suite"] or "default"
     if not config["dtypes"]:
         config["dtypes"] = "bf16,fp16" if config["suite"] == "llm" else "fp16"
-    return config, ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
+    return ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
 
 
 def check_doc(source: str, data: Any) -> Doc | Rejected:

@@ -71,31 +71,15 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[
     ident = next(iter(docs.values())).identity
     data = docs["bench"].data if "bench" in docs else {}
     prov = data.get("provenance") or {}
-    config, config_label = inputs.bench_config(data) if data else (None, None)
-    verdicts = {}
-    for kind in (k for k in VERDICT_KINDS if k in docs):
-        got = docs[kind].data.get
-        verdicts[kind] = {
-            "passed": got("passed", got("agree")),
-            "counts": got("counts"),
-            "summary": got("summary") or got("verdict"),
-            "failures": got("failures"),
-            "profiler": got("profiler_summary"),
-        }
-    roofs = ("peak_tflops", "peak_source", "memory_roof_gbps", "memory_roof_source")
+    kept = ("passed", "agree", "counts", "summary", "verdict", "failures", "profiler_summary")
+    verdicts = {k: {f: docs[k].data.get(f) for f in kept} for k in VERDICT_KINDS if k in docs}
     label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
-    return {
-        "id": set_id,
-        "label": label,
-        "baseline": baseline,
-        "identity": ident,
-        "files": {kind: doc.source for kind, doc in sorted(docs.items())},
-        "config": config,
-        "config_label": config_label,
-        **{k: prov.get(k) for k in roofs},
-        "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
-        "verdicts": verdicts,
-    }
+    model = {"id": set_id, "label": label, "baseline": baseline, "identity": ident}
+    model["files"] = {kind: doc.source for kind, doc in sorted(docs.items())}
+    model["config_label"] = inputs.bench_config(data) if data else None
+    roofs = ("peak_tflops", "peak_source", "memory_roof_gbps", "memory_roof_source")
+    bench_rows = [r for r in data.get("results", []) if isinstance(r, dict)]
+    return model | {k: prov.get(k) for k in roofs} | {"bench": bench_rows, "verdicts": verdicts}
 
 
 def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
@@ -113,15 +97,8 @@ def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[d
         rows = base and bench.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
         if rows:
             counts, geo = bench.tally(rows)
-            out.append(
-                {
-                    "baseline": base["id"],
-                    "set": model["id"],
-                    "counts": counts,
-                    "geomean_speedup": geo and round(geo, 4),
-                    "rows": rows,
-                }
-            )
+            pair = {"baseline": base["id"], "set": model["id"], "counts": counts}
+            out.append(pair | {"geomean_speedup": geo and round(geo, 4), "rows": rows})
             continue
         known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
         why = f"no baseline of its bench configuration ({model['config_label']}); baseline {known}"
@@ -138,7 +115,7 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[inputs.machine_key(model["identity"]), model["config_label"]].append(model)
     at = bench.CASE_FIELDS.index("backend")
     out = []
-    for (machine, _config), members in ((k, v) for k, v in groups.items() if len(v) > 1):
+    for (machine, config), members in ((k, v) for k, v in groups.items() if len(v) > 1):
         rated = [
             {bench.case_key(r): r["tflops"] for r in ok_rows(m) if r.get("tflops")} for m in members
         ]
@@ -147,16 +124,10 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
             b: [round(geometric_mean(r[k] for k in common if k[at] == b), 3) for r in rated]
             for b in sorted({k[at] for k in common})
         }
-        out.append(
-            {
-                "machine": " ".join(str(x) for x in machine if x),
-                "config_label": members[0]["config_label"],
-                "sets": [m["id"] for m in members],
-                "dates": [m["identity"].get("date") for m in members],
-                "cases": len(common),
-                "series": series,
-            }
-        )
+        named = {"machine": " ".join(str(x) for x in machine if x), "config_label": config}
+        named["sets"] = [m["id"] for m in members]
+        named["dates"] = [m["identity"].get("date") for m in members]
+        out.append(named | {"cases": len(common), "series": series})
     return out
 
 
@@ -177,18 +148,13 @@ def build(
     not_compared: list[dict[str, str]] = []
     floors = bench.load_floors()["source"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "schema": inputs.PAGE_SCHEMA,
-        "generated": now,
-        "flop_convention": bench.FLOP_CONVENTION,
-        "change_rule": {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors},
-        "sets": models,
-        "comparisons": comparisons(bases, models, not_compared),
-        "not_compared": not_compared,
-        "over_time": over_time(models),
-        "not_shown": [{"input": r.source, "why": r.why} for r in rejected + duplicates],
-        "kernel_checks": [d.data for d in every if d.kind == "kernel_check"],
-    }
+    rule = {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors}
+    data = {"schema": inputs.PAGE_SCHEMA, "generated": now, "change_rule": rule, "sets": models}
+    data["flop_convention"] = bench.FLOP_CONVENTION
+    data["comparisons"] = comparisons(bases, models, not_compared)
+    data |= {"not_compared": not_compared, "over_time": over_time(models)}
+    data["not_shown"] = [{"input": r.source, "why": r.why} for r in rejected + duplicates]
+    return data | {"kernel_checks": [d.data for d in every if d.kind == "kernel_check"]}
 
 
 def esc(value: Any) -> str:
@@ -231,12 +197,13 @@ def card(model: dict[str, Any]) -> str:
 def verdict_cell(verdict: dict[str, Any] | None) -> str:
     if not verdict:
         return "<td>-</td>"
+    passed = verdict["agree"] if verdict["passed"] is None else verdict["passed"]
     mark = {True: '<span class="pass">PASS</span>', False: '<span class="fail">FAIL</span>'}
-    shown = f"{mark.get(verdict.get('passed'), '?')} {esc(verdict.get('summary'))}"
-    if verdict.get("counts"):
+    shown = f"{mark.get(passed, '?')} {esc(verdict['summary'] or verdict['verdict'])}"
+    if verdict["counts"]:
         shown += f"<br>counts: {esc(json.dumps(verdict['counts'], sort_keys=True))}"
-    if verdict.get("profiler"):
-        shown += f"<br>{esc(verdict['profiler'])}"
+    if verdict["profiler_summary"]:
+        shown += f"<br>{esc(verdict['profiler_summary'])}"
     return f"<td>{shown}</td>"
 
 
@@ -307,20 +274,12 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         sets = ", ".join(m["id"] for m in members)
         heads = [f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")]
         memory = bench_figures(members, index, first, True, f"bench-mem-{ci}")
-        parts.append(
-            fill(
-                BENCH,
-                label=esc(label),
-                sets=sets,
-                count=len(first),
-                legend=svg.legend(list(dict.fromkeys(r["backend"] for r in first.values()))),
-                figs=bench_figures(members, index, first, False, f"bench-{ci}"),
-                memory=memory and fill(MEMORY, figs=memory),
-                table=table(
-                    "bench-table", [*CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"'
-                ),
-            )
-        )
+        figs = bench_figures(members, index, first, False, f"bench-{ci}")
+        legend = svg.legend(list(dict.fromkeys(r["backend"] for r in first.values())))
+        numbers = table("bench-table", [*CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"')
+        values = {"label": esc(label), "sets": sets, "count": len(first), "legend": legend}
+        values |= {"figs": figs, "memory": memory and fill(MEMORY, figs=memory), "table": numbers}
+        parts.append(fill(BENCH, values))
     return "".join(parts) or "<p>No bench result.</p>"
 
 
@@ -343,25 +302,16 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
     index = [{bench.case_key(r): r for r in c["rows"]} for c in comps]
     speedup = lambda r: [td(r["speedup"], r["verdict"], f" {r['verdict']}")]  # noqa: E731
     first, rows = case_rows(index, lambda r: [td(r["a_ms"])], speedup, 1)
-    summary = [
-        [
-            td(c["set"]),
-            td(c["baseline"]),
-            *(td(c["counts"].get(v, 0)) for v in bench.VERDICTS),
-            td(c["geomean_speedup"]),
-        ]
-        for c in comps
-    ]
-    return fill(
-        SPEEDUP,
-        count=len(first),
-        figs="".join(figs),
-        summary=table(
-            "comparisons", ["set", "baseline", *bench.VERDICTS, "geo. mean speedup"], summary
-        ),
-        legend=svg.legend(list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"]))),
-        table=table("speedup-table", [*CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows),
-    )
+    summary = []
+    for c in comps:
+        counts = [td(c["counts"].get(v, 0)) for v in bench.VERDICTS]
+        summary.append([td(c["set"]), td(c["baseline"]), *counts, td(c["geomean_speedup"])])
+    head = ["set", "baseline", *bench.VERDICTS, "geo. mean speedup"]
+    backends = dict.fromkeys(r["backend"] for c in comps for r in c["rows"])
+    values = {"count": len(first), "figs": "".join(figs), "legend": svg.legend(list(backends))}
+    values["summary"] = table("comparisons", head, summary)
+    every = table("speedup-table", [*CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows)
+    return fill(SPEEDUP, values, table=every)
 
 
 def time_section(groups: list[dict[str, Any]]) -> str:
@@ -419,18 +369,12 @@ def render(data: dict[str, Any]) -> str:
     ]
     sections = [s for s in sections if s[2]]
     rule = data["change_rule"]
-    return fill(
-        PAGE,
-        title=f"SDPA results: {len(models)} result sets",
-        style=STYLE,
-        generated=data["generated"],
-        flops=esc(data["flop_convention"]),
-        rule=esc(rule["text"]),
-        threshold=f"{rule['threshold_pct']:g}",
-        floors=esc(rule["floors"]),
-        nav=" · ".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _b in sections),
-        body="".join(f'<section id="{i}"><h2>{esc(t)}</h2>{b}</section>' for i, t, b in sections),
-    )
+    values = {"title": f"SDPA results: {len(models)} result sets", "style": STYLE}
+    values |= {"generated": data["generated"], "flops": esc(data["flop_convention"])}
+    values |= {"rule": esc(rule["text"]), "threshold": f"{rule['threshold_pct']:g}"}
+    values["nav"] = " · ".join(f'<a href="#{i}">{esc(title)}</a>' for i, title, _b in sections)
+    body = "".join(f'<section id="{i}"><h2>{esc(t)}</h2>{b}</section>' for i, t, b in sections)
+    return fill(PAGE, values, floors=esc(rule["floors"]), body=body)
 
 
 def report(opts: Any, rest: Sequence[str]) -> int:
