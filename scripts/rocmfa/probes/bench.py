@@ -109,12 +109,9 @@ def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, ValueError):
-        return {"floor": {}, "default": DEFAULT_FLOOR, "source": f"{path} unreadable"}
-    return {
-        "floor": {str(k): float(v) for k, v in (data.get("floor") or {}).items()},
-        "default": float(data.get("default_floor", DEFAULT_FLOOR)),
-        "source": str(data.get("source", path.name)),
-    }
+        data = {"source": f"{path} unreadable"}
+    floors = {"floor": data.get("floor", {}), "default": data.get("default_floor", DEFAULT_FLOOR)}
+    return floors | {"source": data.get("source", path.name)}
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
@@ -335,23 +332,16 @@ class Tensors:
         return (lambda: forward().backward(dout)), self.reset_grads
 
 
-def run_pass(
-    timer: Timer,
-    tensors: Tensors,
-    causal: bool,
-    backend: str,
-    pass_name: str,
-    opts: Any,
-    known_estimate: float | None = None,
-) -> dict[str, Any]:
-    """Time one pass; known_estimate: per-call ms when earlier passes warmed it (no probe)."""
-    started = time.perf_counter()
+def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
+    """Time the row's pass, backend and causal setting; known_estimate: per-call ms when earlier
+    passes warmed it (no probe)."""
+    started, pass_name = time.perf_counter(), row["pass"]
     try:
-        with common.backend_context(backend, timer.device):
+        with common.backend_context(row["backend"], timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
             with warnings.catch_warnings(record=True, action="always") as caught:
                 try:
-                    fn, before = tensors.callables(causal, pass_name)
+                    fn, before = tensors.callables(row["causal"], pass_name)
                     first_ms = None if known_estimate else timer.call_once(fn, before)
                 except Exception as exc:
                     return _failure(timer, tensors, exc, caught)
@@ -490,7 +480,7 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
                 # fwd+bwd after fwd and bwd: every kernel is warm, their sum is its estimate
                 warm = row["pass"] == "fwdbwd" and len(estimates) == 2
                 known = sum(estimates.values()) if warm else None
-                row.update(run_pass(timer, tensors, causal, backend, row["pass"], opts, known))
+                row.update(run_pass(timer, tensors, row, opts, known))
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
                     row.update(rates(row, roof))
@@ -662,20 +652,13 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         verdict = "" if r["verdict"] == "same" else r["verdict"]
         table.append((*case, *ms, f"{r['allowance_pct']:.0f}%", verdict))
     counts, geo = tally(rows)
+    beyond = f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})"
+    lines += [f"speedup = A median / B median (>1: B faster); faster/slower only beyond {beyond}"]
     tallied = ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
-    return "\n".join(
-        [
-            *lines,
-            f"speedup = A median / B median (>1: B faster); faster/slower only beyond "
-            f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})",
-            "",
-            *common.text_table((*header, ""), table),
-            "",
-            f"{len(rows)} matching cases: {tallied}; geometric-mean speedup {geo or 1.0:.3f}x "
-            "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
-            "most of the interval, not a kernel change)",
-        ]
-    )
+    summary = f"{len(rows)} matching cases: {tallied}; geometric-mean speedup {geo or 1.0:.3f}x "
+    summary += "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
+    summary += "most of the interval, not a kernel change)"
+    return "\n".join([*lines, "", *common.text_table((*header, ""), table), "", summary])
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -734,7 +717,7 @@ def peak_from_device(
     if override is not None:
         return override, "--peak-tflops"
     info, rate = info or {}, rates.get(arch or "")
-    units, mhz, per_clock = info.get("compute_units"), info.get("max_clock_mhz"), None
+    units, mhz = info.get("compute_units"), info.get("max_clock_mhz")
     per_clock = (rate or {}).get(dtype)
     if units and mhz and isinstance(per_clock, int | float):
         return round(units * mhz * 1e6 * per_clock / 1e12, 1), (
@@ -824,18 +807,6 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
     }
 
 
-def write_outputs(paths: dict[str, Path], document: dict[str, Any]) -> None:
-    """The JSON, CSV and plot asked for; each named on stderr (the plot's why when skipped)."""
-    if "json" in paths:
-        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
-    if "csv" in paths:
-        write_csv(paths["csv"], document["results"])
-    title = _title(document["provenance"])
-    skipped = write_plot(paths["png"], document["results"], title) if "png" in paths else None
-    for kind, path in paths.items():
-        progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
-
-
 @common.cli(PROG)
 def main(argv: list[str] | None) -> int:
     opts = build_parser().parse_args(argv)
@@ -876,7 +847,13 @@ def main(argv: list[str] | None) -> int:
     conventions = {"flop_convention": FLOP_CONVENTION, "byte_convention": BYTE_CONVENTION}
     document = {"schema": SCHEMA, "identity": ident, **conventions, "provenance": prov}
     document |= {"settings": settings, "wall_s": round(wall, 3), "results": results}
-    write_outputs(paths, document)
+    if "json" in paths:
+        paths["json"].write_text(json.dumps(document, indent=1) + "\n")
+    if "csv" in paths:
+        write_csv(paths["csv"], results)
+    skipped = write_plot(paths["png"], results, _title(prov)) if "png" in paths else None
+    for kind, path in paths.items():
+        progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
     progress(f"done in {wall:.1f} s")
     return 0
 

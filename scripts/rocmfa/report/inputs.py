@@ -15,14 +15,9 @@ from typing import Any
 from rocmfa.plumbing.errors import UserError
 
 KERNEL_CHECK_SCHEMA = "rocmfa-kernel-check/1"  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
-KINDS = {
-    "sdpa-bench/1": "bench",
-    "sdpa-validate/1": "validate",
-    "sdpa-upstream/1": "upstream",
-    "sdpa-backend-check/1": "backend_check",
-    "sdpa-crosscheck/1": "crosscheck",
-    KERNEL_CHECK_SCHEMA: "kernel_check",
-}
+KINDS = {"sdpa-bench/1": "bench",                  "sdpa-validate/1": "validate",
+         "sdpa-upstream/1": "upstream",            "sdpa-backend-check/1": "backend_check",
+         "sdpa-crosscheck/1": "crosscheck",        KERNEL_CHECK_SCHEMA: "kernel_check"}  # fmt: skip
 IDENTITY_VERSION = 1  # scripts/rocmfa/probes/sdpa_common.IDENTITY_VERSION
 PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
 PAGE_DATA = "a results page's merged data, not a probe's JSON"
@@ -153,15 +148,12 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
             rejected.append(Rejected(where + name, str(e)))
             continue
         aot, patches = manifest.get("aotriton") or {}, manifest.get("patches") or {}
-        added = {
-            "wheel_set": manifest["set_id"],
-            "rocm_sdk": manifest["rocm_sdk"],
-            "patches": {k: v.get("digest") for k, v in patches.items()},
-        }
+        added = {"wheel_set": manifest["set_id"], "rocm_sdk": manifest["rocm_sdk"]}
+        added["patches"] = {k: v.get("digest") for k, v in patches.items()}
+        aotriton = {k: aot.get(k) for k in ("version", "commit")}
         found = []
         for kind, summary in sorted((manifest.get("reports") or {}).items()):
             if isinstance(ident := summary.get("identity"), dict):  # the probe's, then these
-                aotriton = {k: aot.get(k) for k in ("version", "commit")}
                 ident = {"aotriton": aotriton, **ident, **added}
             found.append(check_doc(f"{where}{name} ({kind})", {**summary, "identity": ident}))
         docs += [d for d in found if isinstance(d, Doc)]
