@@ -127,16 +127,13 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     """The verdict of one case: A's runs against B's runs (one row per run, status ok)."""
     a_ms, b_ms = [r["median_ms"] for r in a_rows], [r["median_ms"] for r in b_rows]
     a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
-    speedup, backend, pass_name = a_med / b_med, a_rows[0]["backend"], a_rows[0]["pass"]
-    floor = floor_of(floors, backend, pass_name, min(a_med, b_med))
-    allowance = max(threshold_pct / 100.0, floor)
-    why = f"floor {100 * floor:.1f}% ({row_class(backend, pass_name, min(a_med, b_med))})"
-    overlap = False
+    speedup = a_med / b_med
+    floor = floor_of(floors, a_rows[0]["backend"], a_rows[0]["pass"], min(a_med, b_med))
+    allowance, overlap = max(threshold_pct / 100.0, floor), False
     if len(a_ms) >= 2 and len(b_ms) >= 2:
         ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
         allowance = max(allowance, ranges)
         overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)
-        why += f"; runs {len(a_ms)}+{len(b_ms)}, ranges {100 * ranges:.1f}%"
     if any(r.get("launch_bound") for r in (*a_rows, *b_rows)):
         verdict = "launch-bound"
     elif abs(speedup - 1.0) <= threshold_pct / 100.0:
@@ -146,7 +143,7 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     else:
         verdict = "faster" if speedup > 1 else "slower"
     shown = {"a_ms": round(a_med, 5), "b_ms": round(b_med, 5), "speedup": round(speedup, 4)}
-    return shown | {"allowance_pct": round(100 * allowance, 2), "verdict": verdict, "why": why}
+    return shown | {"allowance_pct": round(100 * allowance, 2), "verdict": verdict}
 
 
 def compare_runs(

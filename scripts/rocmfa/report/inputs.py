@@ -8,7 +8,6 @@ import json
 import math
 import time
 from collections import namedtuple
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,7 @@ CONFIG_FIELDS = ("suite", "sizes", "shape", "kv_heads", "dtypes", "causal", "pas
 CONFIG_FIELDS += ("sustained",)
 
 
-@dataclass
-class Doc:
-    source: str
-    kind: str
-    identity: dict[str, Any]
-    data: dict[str, Any]
-    when: float  # seconds since the epoch of the identity's date
-
-
+Doc = namedtuple("Doc", "source kind identity data when")  # when: the identity's date, epoch s
 Rejected = namedtuple("Rejected", "source why")  # an input not shown, and why
 
 

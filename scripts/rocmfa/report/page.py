@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import string
 import sys
 import time
@@ -14,12 +15,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import geometric_mean
-from typing import Any
+from typing import Any, NamedTuple
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench
 from rocmfa.probes.sdpa_common import Shape
-from rocmfa.report import inputs, svg
+from rocmfa.report import inputs
 
 THRESHOLD_PCT = 5.0
 CHANGE_RULE = "faster/slower past the threshold and the row class's noise floor; never launch-bound"
@@ -61,6 +62,90 @@ every run has, per backend: a bar per run in time order ($runs), later ones ligh
 $chart"""
 KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
 in $wall_s s, $time; store $store</p>$table"""
+
+
+# Inline SVG bar charts, written as text (no plotting library: docs/attention-tools.md says
+# why); every value is in a <title>, shown on hover.
+PALETTE = {"flash": "#1f77b4", "ck": "#9467bd", "efficient": "#2ca02c", "cudnn": "#ff7f0e"}
+PALETTE["math"] = "#7f7f7f"
+OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
+FONT = 'font-family="sans-serif" font-size="10"'
+LEFT, TOP, PLOT_H = 46, 8, 150
+STROKES = {  # a bar's outline: the first of its flags found here
+    "noisy": ' stroke="#d62728" stroke-width="1.5"',
+    "launch-bound": ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"',
+}
+
+
+class Bar(NamedTuple):
+    value: float | None  # None: nothing to draw
+    series: str  # colour (the backend)
+    shade: int = 0  # which result set: lighter for later sets
+    title: str = ""
+    flags: tuple[str, ...] = ()  # noisy, launch-bound
+
+
+def color(series: str, index: int = 0) -> str:
+    return PALETTE.get(series, OTHER[index % len(OTHER)])
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def _text(x: float | str, y: float | str, label: str, extra: str = ' text-anchor="middle"') -> str:
+    return f'<text x="{x}" y="{y}"{extra} {FONT}>{html.escape(label)}</text>'
+
+
+def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, title="") -> str:
+    """A <figure>: a cluster of bars per group (x), a dashed line at `ref` (1.0, a roof)."""
+    per_group = max(map(len, groups.values()), default=1) or 1
+    bar_w = max(2.0, min(14.0, 520.0 / max(1, per_group * len(groups))))
+    group_w = per_group * bar_w + 12
+    width = int(LEFT + group_w * len(groups) + 10)
+    slanted = any(len(label) > max(4, group_w / 6) for label in groups)
+    height = TOP + PLOT_H + (90 if slanted else 34)
+    top = max([b.value for bars in groups.values() for b in bars if b.value] + [ref or 0.0])
+    exp = 10 ** math.floor(math.log10(top)) if 0 < top < math.inf else 1.0
+    top = next((s * exp for s in (1, 2, 2.5, 5, 10) if top <= s * exp), 1.0)  # 1-2-2.5-5 x 10^n
+    out = [
+        f"<figure><h4>{html.escape(title)}</h4>" if title else "<figure>",
+        f'<svg class="chart" id="{html.escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
+    ]
+    hline = f'<line x1="{LEFT}" x2="{width - 6}" y1="{{0}}" y2="{{0}}"{{1}}/>'.format  # (y, style)
+    for tick in range(5):
+        y = TOP + PLOT_H - PLOT_H * tick / 4
+        out.append(hline(_fmt(y), ' stroke="#ddd"'))
+        out.append(_text(LEFT - 3, _fmt(y + 3), f"{top * tick / 4:g}", ' text-anchor="end"'))
+    turn = f' transform="translate(10,{TOP + PLOT_H / 2}) rotate(-90)" text-anchor="middle"'
+    out.append(f"<text{turn} {FONT}>{html.escape(y_label)}</text>")
+    for gi, (label, bars) in enumerate(groups.items()):
+        x0 = LEFT + gi * group_w + 6
+        for bi, bar in enumerate(b for b in bars if b.value is not None):
+            h = PLOT_H * min(bar.value, top) / top
+            fade = 1.0 - 0.6 * bar.shade / (shades - 1) if shades > 1 else 1.0
+            out.append(
+                f'<rect x="{_fmt(x0 + bi * bar_w)}" y="{_fmt(TOP + PLOT_H - h)}" '
+                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"'
+                + (f' fill-opacity="{fade:.2f}"' if fade < 1 else "")
+                + next((STROKES[f] for f in STROKES if f in bar.flags), "")
+                + f"><title>{html.escape(bar.title)}</title></rect>"
+            )
+        x, y = _fmt(x0 + per_group * bar_w / 2), TOP + PLOT_H + 14
+        turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
+        out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
+    if ref is not None:
+        dashed, y = ' stroke="#000" stroke-dasharray="4,3"', _fmt(TOP + PLOT_H * (1 - ref / top))
+        out.append(hline(y, dashed))
+    out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
+    return "".join([*out, "</svg></figure>"])
+
+
+def svg_legend(series: list[str]) -> str:
+    key = '<span class="key"><i style="background:{}"></i>{}</span>'
+    items = "".join(key.format(color(s, i), html.escape(s)) for i, s in enumerate(series))
+    return f'<div class="legend">{items}</div>'
 
 
 def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> str:
@@ -179,14 +264,13 @@ def card(model: dict[str, Any]) -> str:
         values[commit] = str(values[commit])[:12]
     patches = ", ".join(f"{k} {str(v)[:12]}" for k, v in (ident.get("patches") or {}).items())
     more = [("wheel set", ident.get("wheel_set")), ("patches", patches)]
-    for dtype, peak in (model.get("peak_tflops") or {}).items():
-        source = (model.get("peak_source") or {}).get(dtype, "")
-        kind = "computed" if str(source).startswith("computed") else "table"
-        shown = f"{peak} TFLOP/s ({kind}: {source})" if peak else f"unknown ({source})"
+    for dtype, peak in (model["peak_tflops"] or {}).items():
+        source = (model["peak_source"] or {}).get(dtype)  # computed: ..., or table fallback ...
+        shown = f"{peak} TFLOP/s ({source})" if peak else f"unknown ({source})"
         more.append((f"peak {dtype}", shown))
-    roof, roof_source = model.get("memory_roof_gbps"), model.get("memory_roof_source")
+    roof, roof_source = model["memory_roof_gbps"], model["memory_roof_source"]
     more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source and "-"))
-    more.append(("bench", model.get("config_label")))
+    more.append(("bench", model["config_label"]))
     lines = [*fill(CARD, values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
     body = "".join(f"<br>{esc(line)}" for line in lines)
     base = ' <span class="base">baseline</span>' if model["baseline"] else ""
@@ -207,19 +291,19 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
     return f"<td>{shown}</td>"
 
 
-def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> svg.Bar:
+def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> Bar:
     flags = tuple(f for f in ("noisy", "launch-bound") if row.get(f.replace("-", "_")))
     if row.get("bound") == "memory":
         value, rate = row.get("gbps"), f"GB/s, {row.get('pct_roof')}% of the memory roof"
     else:
         value, rate = row.get("tflops"), f"TFLOP/s, {row.get('pct_peak')}% of peak"
     title = f"{model['id']} {row['size']} {row['backend']}: {row['median_ms']} ms, {value} {rate}"
-    return svg.Bar(value, row["backend"], shade, title + "".join(f" [{f}]" for f in flags), flags)
+    return Bar(value, row["backend"], shade, title + "".join(f" [{f}]" for f in flags), flags)
 
 
 def bench_figures(members: list, index: list[dict], first: dict, memory: bool, prefix: str) -> str:
     """A chart per pass/dtype/causal of the compute-bound (TFLOP/s) or memory-bound rows (GB/s)."""
-    panels: dict[tuple, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
+    panels: dict[tuple, dict[str, list[Bar]]] = defaultdict(lambda: defaultdict(list))
     for key, row in first.items():
         if (row.get("bound") == "memory") == memory:
             shades = enumerate(zip(members, index, strict=True))
@@ -236,7 +320,7 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
         title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
-        figs.append(svg.grouped_bars(groups, unit, len(members), roof, chart_id, title))
+        figs.append(grouped_bars(groups, unit, len(members), roof, chart_id, title))
     return "".join(figs)
 
 
@@ -275,7 +359,7 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         heads = [f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")]
         memory = bench_figures(members, index, first, True, f"bench-mem-{ci}")
         figs = bench_figures(members, index, first, False, f"bench-{ci}")
-        legend = svg.legend(list(dict.fromkeys(r["backend"] for r in first.values())))
+        legend = svg_legend(list(dict.fromkeys(r["backend"] for r in first.values())))
         numbers = table("bench-table", [*CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"')
         values = {"label": esc(label), "sets": sets, "count": len(first), "legend": legend}
         values |= {"figs": figs, "memory": memory and fill(MEMORY, figs=memory), "table": numbers}
@@ -285,7 +369,7 @@ def bench_section(models: list[dict[str, Any]]) -> str:
 
 def comparison_section(comps: list[dict[str, Any]]) -> str:
     """Verdict counts and geo. mean speedups per set, a chart per pass, every case's speedup."""
-    charts: dict[str, dict[str, list[svg.Bar]]] = defaultdict(lambda: defaultdict(list))
+    charts: dict[str, dict[str, list[Bar]]] = defaultdict(lambda: defaultdict(list))
     for shade, comp in enumerate(comps):
         kept = defaultdict(list)
         for r in (r for r in comp["rows"] if r["verdict"] != "launch-bound"):
@@ -293,9 +377,9 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
         for (pass_name, backend), speedups in kept.items():
             geo = round(geometric_mean(speedups), 4)
             title = f"{comp['set']} {backend} {pass_name}: {geo}x"
-            charts[pass_name][backend].append(svg.Bar(geo, backend, shade, title))
+            charts[pass_name][backend].append(Bar(geo, backend, shade, title))
     figs = [
-        svg.grouped_bars(charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}", t)
+        grouped_bars(charts[p], "speedup (x)", len(comps), 1.0, f"speedup-{p}", t)
         for p, t in PASS_NAMES.items()
         if p in charts
     ]
@@ -308,7 +392,7 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
         summary.append([td(c["set"]), td(c["baseline"]), *counts, td(c["geomean_speedup"])])
     head = ["set", "baseline", *bench.VERDICTS, "geo. mean speedup"]
     backends = dict.fromkeys(r["backend"] for c in comps for r in c["rows"])
-    values = {"count": len(first), "figs": "".join(figs), "legend": svg.legend(list(backends))}
+    values = {"count": len(first), "figs": "".join(figs), "legend": svg_legend(list(backends))}
     values["summary"] = table("comparisons", head, summary)
     every = table("speedup-table", [*CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows)
     return fill(SPEEDUP, values, table=every)
@@ -319,12 +403,12 @@ def time_section(groups: list[dict[str, Any]]) -> str:
     for ti, group in enumerate(groups):
         runs = [f"{s} {str(d)[5:16]}" for s, d in zip(group["sets"], group["dates"], strict=True)]
         bars = {
-            b: [svg.Bar(v, b, i, f"{runs[i]} {b}: {v} TFLOP/s") for i, v in enumerate(values)]
+            b: [Bar(v, b, i, f"{runs[i]} {b}: {v} TFLOP/s") for i, v in enumerate(values)]
             for b, values in group["series"].items()
         }
-        chart = svg.grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
+        chart = grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
         shown = {k: esc(group[k] or "") for k in ("machine", "config_label", "cases")}
-        legend = svg.legend(list(group["series"]))
+        legend = svg_legend(list(group["series"]))
         parts.append(fill(OVER_TIME, shown, runs=esc(", ".join(runs)), legend=legend, chart=chart))
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
@@ -347,7 +431,7 @@ def render(data: dict[str, Any]) -> str:
     models = data["sets"]
     item = '<li><code>{}</code>: <span class="why">{}</span></li>'
     listed = {
-        k: "".join(item.format(esc(n["input"]), esc(n["why"])) for n in data.get(k, []))
+        k: "".join(item.format(esc(n["input"]), esc(n["why"])) for n in data[k])
         for k in ("not_shown", "not_compared")
     }
     verdicts = [
@@ -410,9 +494,7 @@ def report(opts: Any, rest: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.html").write_text(render(data), encoding="utf-8")
     (out / "results.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    took, sets, left = time.perf_counter() - started, len(data["sets"]), len(data["not_shown"])
-    print(
-        f"report: wrote {out}/results.html and results.json: {sets} result set(s), {left} "
-        f"input(s) not shown, {took:.2f} s"
-    )
+    shown = f"{len(data['sets'])} result set(s), {len(data['not_shown'])} input(s) not shown"
+    shown += f", {time.perf_counter() - started:.2f} s"
+    print(f"report: wrote {out}/results.html and results.json: {shown}")
     return 0
