@@ -146,10 +146,8 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     return shown | {"allowance_pct": round(100 * allowance, 2), "verdict": verdict}
 
 
-def compare_runs(
-    a_runs: list[list[dict]], b_runs: list[list[dict]], threshold_pct: float, floors: Any = None
-) -> list[dict[str, Any]]:
-    """Every case that ran in every run of both sides: its key fields and verdict."""
+def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: Any = None) -> list:
+    """Every case that ran in every run (a list of rows) of both sides: its fields and verdict."""
     floors = floors if floors is not None else load_floors()
     maps = [
         {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
@@ -183,12 +181,10 @@ def learned_floors(sessions: list[list[str]], source: str) -> str:
                 if row["verdict"] != "launch-bound":
                     cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
                     seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
-    floors = {
-        c: max(0.01, math.ceil(FLOOR_MARGIN * v * 100) / 100) for c, v in sorted(seen.items())
-    }
+    floors = {c: max(0.01, math.ceil(FLOOR_MARGIN * v * 100) / 100) for c, v in seen.items()}
     names = "; ".join(", ".join(Path(f).name for f in files) for files in sessions)
     lines = [f'source = "{source or names}"', f"default_floor = {DEFAULT_FLOOR}", "[floor]"]
-    return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in floors.items())])
+    return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in sorted(floors.items()))])
 
 
 def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
@@ -394,19 +390,17 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
     return round(statistics.median(busy) / 1e3, 5) if busy else None
 
 
-def kernel_fields(
-    timer: Timer, fn: Any, before: Any, median: float, launch: Any, opts: Any
-) -> dict[str, Any]:
-    """Kernel time, busy fraction and launch-bound label of a row that can be one."""
+def kernel_fields(timer: Timer, fn: Any, before: Any, ms: float, launch: Any, opts: Any) -> dict:
+    """Kernel time, busy fraction and launch-bound label of a row (median ms) that can be one."""
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not opts.kernel_time:
         return none
-    if launch < PROFILE_LAUNCH_FRACTION * median:
+    if launch < PROFILE_LAUNCH_FRACTION * ms:
         return {**none, "launch_bound": False}
     kernel = kernel_ms_per_repeat(profile(lambda: timer.measure(fn, before, PROFILED_REPEATS)))
     if not kernel:
         return none
-    busy = kernel / median
+    busy = kernel / ms
     return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
 
 
@@ -761,9 +755,7 @@ def device_info(device: Any) -> dict[str, Any] | None:
             clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
         else:
             index = device.index if device.index is not None else torch.cuda.current_device()
-            query = (
-                f"nvidia-smi --id={index} --query-gpu=clocks.max.sm --format=csv,noheader,nounits"
-            )
+            query = f"nvidia-smi -i {index} --query-gpu=clocks.max.sm --format=csv,noheader,nounits"
             out = subprocess.run(query.split(), capture_output=True, text=True, timeout=10)
             clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
     info = {"compute_units": getattr(props, "multi_processor_count", None)}
@@ -773,7 +765,7 @@ def device_info(device: Any) -> dict[str, Any] | None:
     return info | {"integrated": bool(getattr(props, "is_integrated", False))}
 
 
-def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str, Any]:
+def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, Any]:
     """The identity's software and device, dispatch variables, peaks and memory roof."""
     import torch
 
@@ -790,18 +782,15 @@ def provenance(device: Any, ident: dict[str, Any], peak_tflops: Any) -> dict[str
     prov["device_info"] = info
     rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
     peaks = {
-        d: peak_from_device(arch, d, peak_tflops, arches, info, rates) for d in common.DTYPE_NAMES
+        d: peak_from_device(arch, d, override, arches, info, rates) for d in common.DTYPE_NAMES
     }
     roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
-    return prov | {
-        "peak_tflops": {d: p for d, (p, _) in peaks.items()},
-        "peak_source": {d: src for d, (_, src) in peaks.items()},
-        "memory_roof_gbps": roof,
-        "memory_roof_source": roof_source,
-        "peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})",
-    }
+    prov["peak_tflops"] = {d: p for d, (p, _) in peaks.items()}
+    prov["peak_source"] = {d: src for d, (_, src) in peaks.items()}
+    prov |= {"memory_roof_gbps": roof, "memory_roof_source": roof_source}
+    return prov | {"peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})"}
 
 
 @common.cli(PROG)

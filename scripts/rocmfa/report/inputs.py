@@ -48,8 +48,7 @@ def bench_config(data: dict[str, Any]) -> str:
     """A bench run's configuration (CONFIG_FIELDS) as a label."""
     config = {k: (data.get("settings") or {}).get(k) for k in CONFIG_FIELDS}
     config["suite"] = config["suite"] or "default"
-    if not config["dtypes"]:
-        config["dtypes"] = "bf16,fp16" if config["suite"] == "llm" else "fp16"
+    config["dtypes"] = config["dtypes"] or ("bf16,fp16" if config["suite"] == "llm" else "fp16")
     return ", ".join(f"{k} {v}" for k, v in config.items() if v not in (None, "", 0, 0.0))
 
 

@@ -152,13 +152,14 @@ def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> st
     return string.Template(template).substitute(values or {}, **more)
 
 
-def set_model(set_id: str, docs: dict[str, inputs.Doc], baseline: bool) -> dict[str, Any]:
+def set_model(set_id: str, docs: dict[str, inputs.Doc], base_sources: set) -> dict[str, Any]:
     ident = next(iter(docs.values())).identity
     data = docs["bench"].data if "bench" in docs else {}
     prov = data.get("provenance") or {}
     kept = ("passed", "agree", "counts", "summary", "verdict", "failures", "profiler_summary")
     verdicts = {k: {f: docs[k].data.get(f) for f in kept} for k in VERDICT_KINDS if k in docs}
     label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
+    baseline = any(d.source in base_sources for d in docs.values())
     model = {"id": set_id, "label": label, "baseline": baseline, "identity": ident}
     model["files"] = {kind: doc.source for kind, doc in sorted(docs.items())}
     model["config_label"] = inputs.bench_config(data) if data else None
@@ -216,17 +217,12 @@ def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def build(
-    docs: list[inputs.Doc], rejected: list[inputs.Rejected], baseline_docs: Sequence = ()
-) -> dict[str, Any]:
+def build(docs: list, rejected: list, baseline_docs: Sequence = ()) -> dict[str, Any]:
     """The merged data of the page (results.json)."""
     every = [*baseline_docs, *docs]
     base_sources = {d.source for d in baseline_docs}
     sets, duplicates = inputs.group([d for d in every if d.kind != "kernel_check"])
-    models = [
-        set_model(f"S{n}", s, any(d.source in base_sources for d in s.values()))
-        for n, s in enumerate(sets, 1)
-    ]
+    models = [set_model(f"S{n}", s, base_sources) for n, s in enumerate(sets, 1)]
     bases: dict[str, dict[str, Any]] = {}
     for model in (m for m in models if m["baseline"] and m["bench"]):
         bases.setdefault(model["config_label"], model)
