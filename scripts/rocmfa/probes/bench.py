@@ -51,12 +51,11 @@ SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sl
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 CASE_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
 CASE_FIELDS += ("causal", "backend", "pass")
-RESULT_FIELDS = (
-    *(*CASE_FIELDS, "status", "reason", "median_ms", "min_ms", "max_ms", "p25_ms", "p75_ms"),
-    *("repeats", "spread", "noisy", "flops", "tflops", "pct_peak", "above_peak", "peak_tflops"),
-    *("measured_tflops_above_peak", "bytes", "intensity", "mem_roof_gbps", "bound", "gbps"),
-    *("pct_roof", "launch_ms", "kernel_ms", "busy", "launch_bound", "host_s"),
-)
+RESULT_FIELDS = (*CASE_FIELDS, "status", "reason", "median_ms", "min_ms", "max_ms", "p25_ms")
+RESULT_FIELDS += ("p75_ms", "repeats", "spread", "noisy", "flops", "tflops", "pct_peak")
+RESULT_FIELDS += ("above_peak", "measured_tflops_above_peak", "peak_tflops", "bytes", "intensity")
+RESULT_FIELDS += ("mem_roof_gbps", "bound", "gbps", "pct_roof", "launch_ms", "kernel_ms", "busy")
+RESULT_FIELDS += ("launch_bound", "host_s")
 TIMERS = {
     "cuda": "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
     "(torch.cuda._sleep) queued before each repeat; host launch cost kept out",
@@ -75,12 +74,11 @@ LLM_SUITE = (
     *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
 )  # fmt: skip
 # Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = (
-    *("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK", "AMD_SERIALIZE_KERNEL"),
-    *("HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
-    *("CUDA_VISIBLE_DEVICES", "HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL"),
-    *("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"),
-)
+DISPATCH_ENV_VARS = ("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK")
+DISPATCH_ENV_VARS += ("AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING")
+DISPATCH_ENV_VARS += ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+DISPATCH_ENV_VARS += ("HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL")
+DISPATCH_ENV_VARS += ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 # Options that say where output goes or what else to do; every other option shaped the run.
 NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"}
 NOT_SETTINGS |= {"plot_path", "replot", "compare", "threshold_pct", "compare_runs", "learn"}
@@ -530,11 +528,8 @@ def status_text(r: dict[str, Any]) -> str:
     return "noisy" if r.get("noisy") else "ok"
 
 
-TABLE_HEADER = (
-    *("size", "B,H,S,D", "dtype", "causal", "backend", "pass"),
-    *("median ms", "min ms", "max ms", "spread %", "reps"),
-    *("TFLOP/s", "GB/s", "bound", "% roof", "status"),
-)
+TABLE_HEADER = ("size", "B,H,S,D", "dtype", "causal", "backend", "pass", "median ms", "min ms")
+TABLE_HEADER += ("max ms", "spread %", "reps", "TFLOP/s", "GB/s", "bound", "% roof", "status")
 
 
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
@@ -555,8 +550,7 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
         rows.append((*head, *ms, gb_text, r["bound"] or "-", pct_text, status_text(r)))
     lines = [
-        f"SDPA benchmark on {provenance['device_name']} ({provenance['arch'] or 'cpu'}), "
-        f"torch {provenance['torch']}",
+        _title(provenance),
         f"timing: {timer}",
         f"FLOPs: {FLOP_CONVENTION}",
         f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; % "
@@ -573,7 +567,7 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
 
 def _title(prov: dict[str, Any]) -> str:
     where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
-    return f"SDPA on {where}, torch {prov.get('torch')}"
+    return f"SDPA benchmark on {where}, torch {prov.get('torch')}"
 
 
 def write_csv(path: Path, results: list[dict]) -> None:
