@@ -13,10 +13,10 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 
-KERNEL_CHECK_SCHEMA = "rocmfa-kernel-check/1"  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
-KINDS = {"sdpa-bench/1": "bench",                  "sdpa-validate/1": "validate",
-         "sdpa-upstream/1": "upstream",            "sdpa-backend-check/1": "backend_check",
-         "sdpa-crosscheck/1": "crosscheck",        KERNEL_CHECK_SCHEMA: "kernel_check"}  # fmt: skip
+# The probes' schemas, and kernel_check's summary (scripts/rocmfa/builds/kernel_check.py).
+KINDS = {"sdpa-bench/1": "bench",             "sdpa-validate/1": "validate",
+         "sdpa-upstream/1": "upstream",       "sdpa-backend-check/1": "backend_check",
+         "sdpa-crosscheck/1": "crosscheck",   "rocmfa-kernel-check/1": "kernel_check"}  # fmt: skip
 IDENTITY_VERSION = 1  # scripts/rocmfa/probes/sdpa_common.IDENTITY_VERSION
 PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
 PAGE_DATA = "a results page's merged data, not a probe's JSON"
