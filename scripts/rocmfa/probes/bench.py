@@ -39,14 +39,12 @@ BYTE_CONVENTION = (
 )
 PASSES = ("fwd", "bwd", "fwdbwd")
 SLOW_CALL_MS = 50.0
-# The row after a slow call warms up this long (timed at once, XLarge flash fwd moved 5.6 %).
-SETTLE_AFTER_SLOW_MS = 50.0
+SETTLE_AFTER_SLOW_MS = 50.0  # warm-up of the row after a slow call (without: XLarge fwd moved 5.6%)
 # GPU spin before each repeat (untimed, ~2 GHz): fwd, bwd (autograd's thread wakes late), max.
 HEAD_START_CYCLES, BACKWARD_HEAD_START_CYCLES, MAX_HEAD_START_CYCLES = 300_000, 1_000_000, 2_000_000
 NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
 PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
-# Rows whose host launch time is under this fraction of the event time cannot be launch-bound.
-PROFILE_LAUNCH_FRACTION = 0.25
+PROFILE_LAUNCH_FRACTION = 0.25  # launch under this share of the event time: not launch-bound
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 CASE_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
@@ -80,7 +78,6 @@ DISPATCH_ENV_VARS += ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 # Options that say where output goes or what else to do; every other option shaped the run.
 NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"}
 NOT_SETTINGS |= {"plot_path", "replot", "compare", "threshold_pct", "compare_runs", "learn"}
-NOT_SETTINGS |= {"source"}
 
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
@@ -165,7 +162,7 @@ def tally(rows: list[dict[str, Any]]) -> tuple[dict[str, int], float | None]:
     return counts, statistics.geometric_mean(kernel) if kernel else None
 
 
-def learned_floors(sessions: list[list[str]], source: str) -> str:
+def learned_floors(sessions: list[list[str]]) -> str:
     """bench_noise.toml's text: per class, FLOOR_MARGIN x the largest change of an A/A pair."""
     if any(len(files) < 2 for files in sessions):
         raise common.UsageError("each --learn needs at least two runs of one build")
@@ -179,7 +176,7 @@ def learned_floors(sessions: list[list[str]], source: str) -> str:
                     seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
     floors = {c: max(0.01, math.ceil(FLOOR_MARGIN * v * 100) / 100) for c, v in seen.items()}
     names = "; ".join(", ".join(Path(f).name for f in files) for files in sessions)
-    lines = [f'source = "{source or names}"', f"default_floor = {DEFAULT_FLOOR}", "[floor]"]
+    lines = [f'source = "{names}"', f"default_floor = {DEFAULT_FLOOR}", "[floor]"]
     return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in sorted(floors.items()))])
 
 
@@ -360,11 +357,9 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
     """(name, start us, duration us) of the device records while `run` runs, in order."""
     import torch
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
 
     # Device activity only: host records (every aten op) would cost more than the repeats.
-    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         run()
         torch.cuda.synchronize()
     out = []
@@ -450,8 +445,7 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
     cases, dtypes, backends = plan
     timer = Timer(device)
     total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
-    results: list[dict] = []
-    done = 0
+    results, done = [], 0
     for (shape, causals, passes), dtype in itertools.product(cases, dtypes):
         tensors = None  # made at the first case that fits; cached blocks count as free
         for causal, backend in itertools.product(causals, backends):
@@ -674,7 +668,6 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--threshold-pct", type=float, default=5.0, help="--compare: least change that counts (5)")
     add("--compare-runs", nargs="+", metavar="JSON", help="more runs of A and B: A2 B2 ...")
     add("--learn", nargs="+", action="append", metavar="JSON", help="print floors from A/A runs")
-    add("--source", default="", help="--learn: where the runs came from (written as source)")
     return p
 
 
@@ -683,7 +676,7 @@ def compare_learn_or_replot(opts: Any) -> int:
     if opts.compare:
         print(compare(opts.compare, opts.compare_runs or [], opts.threshold_pct))
     elif opts.learn:
-        print(learned_floors(opts.learn, opts.source))
+        print(learned_floors(opts.learn))
     elif not opts.plot_path:
         raise common.UsageError("--replot needs --plot PATH")
     else:

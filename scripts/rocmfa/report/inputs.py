@@ -55,9 +55,8 @@ def bench_config(data: dict[str, Any]) -> str:
 def check_doc(source: str, data: Any) -> Doc | Rejected:
     if not isinstance(data, dict):
         return Rejected(source, f"not a probe's JSON (top level is a {type(data).__name__})")
-    schema = data.get("schema")
+    schema, identity = data.get("schema"), data.get("identity")
     kind = KINDS.get(str(schema))
-    identity = data.get("identity")
     version = identity.get("version") if isinstance(identity, dict) else None
     if schema == PAGE_SCHEMA:
         why = PAGE_DATA
