@@ -13,10 +13,9 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 
-# The probes' schemas, and kernel_check's summary (scripts/rocmfa/builds/kernel_check.py).
-KINDS = {"sdpa-bench/1": "bench",             "sdpa-validate/1": "validate",
-         "sdpa-upstream/1": "upstream",       "sdpa-backend-check/1": "backend_check",
-         "sdpa-crosscheck/1": "crosscheck",   "rocmfa-kernel-check/1": "kernel_check"}  # fmt: skip
+KINDS = {"sdpa-bench/1": "bench", "sdpa-validate/1": "validate", "sdpa-upstream/1": "upstream"}
+KINDS |= {"sdpa-backend-check/1": "backend_check", "sdpa-crosscheck/1": "crosscheck"}
+KINDS["rocmfa-kernel-check/1"] = "kernel_check"  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
 IDENTITY_VERSION = 1  # scripts/rocmfa/probes/sdpa_common.IDENTITY_VERSION
 PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
 PAGE_DATA = "a results page's merged data, not a probe's JSON"
