@@ -30,10 +30,21 @@ KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn", "fort_native_sdpa", "sdpa_sm")),
     ("efficient", ("fmha_cutlass", "mem_efficient", "attention_kernel_batched")),
     ("ck", ("ck_tile", "fmhafwd", "fmhabwd", "fmha_fwd", "fmha_bwd")),
-    ("flash", ("flash", "attn_fwd", "attn_bwd", "bwd_kernel_dk_dv", "bwd_kernel_dq",
-               "bwd_preprocess", "aiter", "fmha")),
+    (
+        "flash",
+        (
+            "flash",
+            "attn_fwd",
+            "attn_bwd",
+            "bwd_kernel_dk_dv",
+            "bwd_kernel_dq",
+            "bwd_preprocess",
+            "aiter",
+            "fmha",
+        ),
+    ),
     ("math", ("gemm", "xmma", "cijk_", "cutlass", "softmax", "bmm", "matmul")),
-)  # fmt: skip
+)
 # Operator names (what torch dispatched; their _backward too) map exactly onto backends:
 OP_RULES = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": "flash-cpu",
@@ -104,8 +115,12 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
         if not ok and not reasons:
             why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)"
             reasons.append("torch gave no reason" + why * (device.type == "cpu"))
-        return {"compiled_in": compiled_in, "enabled": enabled, "can_use": ok,
-                "reasons": list(dict.fromkeys(reasons))}  # fmt: skip
+        return {
+            "compiled_in": compiled_in,
+            "enabled": enabled,
+            "can_use": ok,
+            "reasons": list(dict.fromkeys(reasons)),
+        }
 
     math = {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True}
     report = {
@@ -132,9 +147,12 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
     table = arches.get(arch or "")
     needs = common.needs_experimental_flag(table, aot["runtime_version"])
     report: dict[str, Any] = {
-        "aotriton": aot, "experimental_flag": flag, "arch_needs_experimental_flag": needs,
-        "arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None,
-    }  # fmt: skip
+        "aotriton": aot,
+        "experimental_flag": flag,
+        "arch_needs_experimental_flag": needs,
+        "arch_in_arch_data": table is not None,
+        "preferred_rocm_fa_library": None,
+    }
     with contextlib.suppress(Exception):  # None where torch cannot say
         library = torch.version.hip and torch.backends.cuda.preferred_rocm_fa_library()
         report["preferred_rocm_fa_library"] = library and str(library)
@@ -196,10 +214,15 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
     tol = TOLERANCE[dtype_name]
     rule = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
     report: dict[str, Any] = {
-        "shape": shape.dims(), "dtype": dtype_name, "causal": True,
-        "forced_flash": flash_profile, "default_dispatch": default_profile,
-        "tolerance": {"rule": rule, **tol}, "errors": None, "correct": None,
-    }  # fmt: skip
+        "shape": shape.dims(),
+        "dtype": dtype_name,
+        "causal": True,
+        "forced_flash": flash_profile,
+        "default_dispatch": default_profile,
+        "tolerance": {"rule": rule, **tol},
+        "errors": None,
+        "correct": None,
+    }
     if flash_result is not None:
         out, grads = flash_result
         fwd_err = _scaled_error(out, ref.detach())
@@ -233,8 +256,10 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     if gpu and default.get("ran") == "math":
         failures.append(f"default SDPA dispatch silently fell back to the math path on {where}")
     if truth.get("correct") is False:
-        failures.append(f"flash output differs from float32 math beyond tolerance: "
-                        f"{truth['errors']} > {truth['tolerance']}")  # fmt: skip
+        failures.append(
+            f"flash output differs from float32 math beyond tolerance: "
+            f"{truth['errors']} > {truth['tolerance']}"
+        )
     return not any(failures), [f for f in failures if f]
 
 
@@ -247,10 +272,18 @@ def render(report: dict[str, Any]) -> str:
         "",
         *common.text_table(
             ("backend", "compiled", "enabled", "can_use", "reasons"),
-            [(name, yn(b["compiled_in"]), yn(b["enabled"]), yn(b["can_use"]),
-              "; ".join(b["reasons"])) for name, b in report["backends"].items()],
+            [
+                (
+                    name,
+                    yn(b["compiled_in"]),
+                    yn(b["enabled"]),
+                    yn(b["can_use"]),
+                    "; ".join(b["reasons"]),
+                )
+                for name, b in report["backends"].items()
+            ],
         ),
-    ]  # fmt: skip
+    ]
     if rocm:
         aot = rocm["aotriton"]
         images = ", ".join(f"{k} {v.get('version')}" for k, v in aot["images"].items()) or "none"
@@ -320,14 +353,22 @@ def main(argv: list[str] | None) -> int:
     arch, device_name = common.detect_arch(device)
     ident = common.identity(device, arch, device_name)
     report: dict[str, Any] = {
-        "schema": SCHEMA, "identity": ident,
-        "torch": {"version": torch.__version__, "cuda": torch.version.cuda,
-                  "hip": torch.version.hip},
-        "device": {"type": device.type, "name": device_name, "arch": arch,
-                   "platform": ident["platform"]},
+        "schema": SCHEMA,
+        "identity": ident,
+        "torch": {
+            "version": torch.__version__,
+            "cuda": torch.version.cuda,
+            "hip": torch.version.hip,
+        },
+        "device": {
+            "type": device.type,
+            "name": device_name,
+            "arch": arch,
+            "platform": ident["platform"],
+        },
         "backends": backend_flags(device, common.torch_dtype(dtype_name), shape),
         "rule_kernel_names": {f: list(n) for f, n in KERNEL_RULES},
-    }  # fmt: skip
+    }
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)

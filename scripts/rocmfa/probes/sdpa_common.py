@@ -215,8 +215,15 @@ class Shape:
 
     def as_dict(self) -> dict[str, Any]:
         d = self
-        return {"size": d.name, "batch": d.batch, "q_heads": d.q_heads, "kv_heads": d.kv_heads,
-                "seq_q": d.seq, "seq_k": d.kv_seq, "head_dim": d.head_dim}  # fmt: skip
+        return {
+            "size": d.name,
+            "batch": d.batch,
+            "q_heads": d.q_heads,
+            "kv_heads": d.kv_heads,
+            "seq_q": d.seq,
+            "seq_k": d.kv_seq,
+            "head_dim": d.head_dim,
+        }
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -237,9 +244,13 @@ def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
 
 
 # name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
-BACKENDS = {"flash": ("FLASH_ATTENTION", "aotriton"), "ck": ("FLASH_ATTENTION", "ck"),
-            "efficient": ("EFFICIENT_ATTENTION", None), "cudnn": ("CUDNN_ATTENTION", None),
-            "math": ("MATH", None)}  # fmt: skip
+BACKENDS = {
+    "flash": ("FLASH_ATTENTION", "aotriton"),
+    "ck": ("FLASH_ATTENTION", "ck"),
+    "efficient": ("EFFICIENT_ATTENTION", None),
+    "cudnn": ("CUDNN_ATTENTION", None),
+    "math": ("MATH", None),
+}
 
 
 def ck_available() -> bool:
@@ -408,11 +419,19 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     signatures = sorted((lib_dir / "aotriton.images").glob("*/__signature__"))
     images = {sig.parent.name: image_signature(sig) for sig in signatures}
     key = version_key(runtime or "")[:2]
-    bad = [f"{pack} images {img['version']}" for pack, img in images.items()
-           if key and img.get("version") and version_key(img["version"])[:2] != key]  # fmt: skip
+    bad = [
+        f"{pack} images {img['version']}"
+        for pack, img in images.items()
+        if key and img.get("version") and version_key(img["version"])[:2] != key
+    ]
     mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
-    return {"lib_dir": str(lib_dir), "runtime_version": runtime, "runtime_source": source,
-            "images": images, "mismatch": mismatch if bad else None}  # fmt: skip
+    return {
+        "lib_dir": str(lib_dir),
+        "runtime_version": runtime,
+        "runtime_source": source,
+        "images": images,
+        "mismatch": mismatch if bad else None,
+    }
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
@@ -447,14 +466,20 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
     with contextlib.suppress(Exception):
         flash = bool(torch.backends.cuda.is_flash_attention_available())
     ident: dict[str, Any] = {
-        "version": IDENTITY_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": socket.gethostname(), "gpu": device_name, "arch": arch,
+        "version": IDENTITY_VERSION,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "gpu": device_name,
+        "arch": arch,
         "platform": "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda",
-        "device": str(device), "rocm": torch.version.hip,
-        "cuda": torch.version.cuda, "torch": torch.__version__,
-        "torch_commit": getattr(torch.version, "git_version", None), "aotriton": aotriton,
+        "device": str(device),
+        "rocm": torch.version.hip,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "torch_commit": getattr(torch.version, "git_version", None),
+        "aotriton": aotriton,
         "flash_built_in": flash,
-    }  # fmt: skip
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count

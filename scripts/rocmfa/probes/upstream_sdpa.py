@@ -36,8 +36,11 @@ WORKDIR_ENV = "ROCMFA_WORKDIR"
 GRACE_S = 120  # after the budget: time for the running test to end before the run is killed
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 THEROCK_PREFIX = "TheRock skip list: "  # the plugin's reason prefix
-SOURCES = {"therock": "TheRock skip list", "test-file": "the test file's own guard or skip",
-           "ours": "ours"}  # fmt: skip
+SOURCES = {
+    "therock": "TheRock skip list",
+    "test-file": "the test file's own guard or skip",
+    "ours": "ours",
+}
 SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
 
 
@@ -50,11 +53,16 @@ def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
     reason, above it)}."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     try:
-        node = [n.value for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]][-1]  # fmt: skip
+        node = [
+            n.value
+            for n in ast.parse(text, file_name).body
+            if isinstance(n, ast.Assign)
+            and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]
+        ][-1]
         ast.literal_eval(node)
-        comments = {t.start[0]: t.string.lstrip("#").strip()
-                    for t in tokens if t.type == tokenize.COMMENT}  # fmt: skip
+        comments = {
+            t.start[0]: t.string.lstrip("#").strip() for t in tokens if t.type == tokenize.COMMENT
+        }
         entries = []
         for section, modules in zip(node.keys, node.values, strict=True):
             for module, names in zip(modules.keys, modules.values, strict=True):
@@ -123,9 +131,16 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
     chosen = select(entries, families, platform.system())
-    info.update(dir=str(skip_dir), commit=commit, commit_from=how, files=notes, families=families,
-                platform=platform.system().lower(), entries_read=len(entries),
-                entries_applied=len(chosen))  # fmt: skip
+    info.update(
+        dir=str(skip_dir),
+        commit=commit,
+        commit_from=how,
+        files=notes,
+        families=families,
+        platform=platform.system().lower(),
+        entries_read=len(entries),
+        entries_applied=len(chosen),
+    )
     return chosen, info
 
 
@@ -147,16 +162,27 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         blob = git_blob_sha1(data)
         how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
         how += f"commit {commit[:12]}"
-        return {"data": data, "commit": commit, "repo": "user", "blob_sha1": blob,
-                "source": "user", "verified": False, "how": how}  # fmt: skip
+        return {
+            "data": data,
+            "commit": commit,
+            "repo": "user",
+            "blob_sha1": blob,
+            "source": "user",
+            "verified": False,
+            "how": how,
+        }
     checkout = Path(opts.torch_src or work / "src" / "pytorch")
     cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
     cannot += " cannot be had"
     if not commit or commit == "Unknown":
         raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
-    named = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+    named = subprocess.run(
+        [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     blob = named.stdout.strip()
     data = b""
     if named.returncode == 0 and (checkout / ".git").exists():
@@ -169,8 +195,15 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             f"{fetch} (ROCm/pytorch for TheRock's wheels)), or pass --test-file PATH"
         )
     how = f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} (git blob {blob[:12]})"
-    return {"data": data, "commit": commit, "repo": "pytorch/pytorch", "blob_sha1": blob,
-            "source": "checkout", "verified": True, "how": how}  # fmt: skip
+    return {
+        "data": data,
+        "commit": commit,
+        "repo": "pytorch/pytorch",
+        "blob_sha1": blob,
+        "source": "checkout",
+        "verified": True,
+        "how": how,
+    }
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
@@ -181,17 +214,41 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
-    config = {"results_path": str(results), "budget_s": budget_s, "quick_max": run["quick_max"],
-              "therock": run["therock"],
-              "label": f"upstream {name}", "progress_every_s": 15}  # fmt: skip
+    config = {
+        "results_path": str(results),
+        "budget_s": budget_s,
+        "quick_max": run["quick_max"],
+        "therock": run["therock"],
+        "label": f"upstream {name}",
+        "progress_every_s": 15,
+    }
     (run_dir / f"plugin-{name}.json").write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "PYTHONUNBUFFERED": "1",
-           "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"], **extra_env,
-           "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(run_dir / f"plugin-{name}.json")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(python_path),
+        "PYTHONUNBUFFERED": "1",
+        "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"],
+        **extra_env,
+        "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(run_dir / f"plugin-{name}.json"),
+    }
     (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
-    argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, "-c", "pytest.ini", "--rootdir",
-            ".", "-q", "--tb=short", "-k", selection, "-p", "upstream_sdpa"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        Path(TEST_PATH).name,
+        "-c",
+        "pytest.ini",
+        "--rootdir",
+        ".",
+        "-q",
+        "--tb=short",
+        "-k",
+        selection,
+        "-p",
+        "upstream_sdpa",
+    ]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
     started, code, killed = time.perf_counter(), None, None
     # pytest's report goes to the log; the plugin's progress lines (stderr) reach ours.
@@ -214,8 +271,15 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         killed += f"; still running: {hung[-1]}"
     collected = next((r for r in records if r.get("event") == "collected"), None)
     wall_s = round(time.perf_counter() - started, 1)
-    done = {"name": name, "selection": selection, "env": extra_env, "collected": collected,
-            "pytest_exit": code, "killed": killed, "wall_s": wall_s}  # fmt: skip
+    done = {
+        "name": name,
+        "selection": selection,
+        "env": extra_env,
+        "collected": collected,
+        "pytest_exit": code,
+        "killed": killed,
+        "wall_s": wall_s,
+    }
     return done, pass_rows(done, records, run["log_path"])
 
 
@@ -230,13 +294,19 @@ def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> li
         if r["nodeid"] not in rows or rank(row["outcome"]) > rank(rows[r["nodeid"]]["outcome"]):
             rows[r["nodeid"]] = row
     p["counts"] = {o: sum(1 for r in rows.values() if r["outcome"] == o) for o in OUTCOMES}
-    errors = [common.first_line(r.get("message", ""), 200) for r in records
-              if r.get("event") == "collect-error"]  # fmt: skip
+    errors = [
+        common.first_line(r.get("message", ""), 200)
+        for r in records
+        if r.get("event") == "collect-error"
+    ]
     budget_skips = sum(1 for r in rows.values() if r.get("source") == "ours")
     collected_nothing = f"pytest collected nothing (exit {p['pytest_exit']}; see {log})"
-    problems = [errors and f"the test file did not import: {errors[0]}", p["killed"],
-                budget_skips and f"time budget spent, {budget_skips} tests not run",
-                not (errors or p["collected"]) and collected_nothing]  # fmt: skip
+    problems = [
+        errors and f"the test file did not import: {errors[0]}",
+        p["killed"],
+        budget_skips and f"time budget spent, {budget_skips} tests not run",
+        not (errors or p["collected"]) and collected_nothing,
+    ]
     p["problems"] = [f"pass {p['name']}: {text}" for text in problems if text]
     return list(rows.values())
 
@@ -246,8 +316,11 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     by_class: dict[str, Counter] = {}
     for r in rows:
         by_class.setdefault(r["class"], Counter())[r["outcome"]] += 1
-    skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in rows
-               if r["outcome"] == "skipped"]  # fmt: skip
+    skipped = [
+        (r.get("source", "test-file"), r.get("reason", ""))
+        for r in rows
+        if r["outcome"] == "skipped"
+    ]
     comments = {e["name"]: e["comment"] for e in skips}
     doc["skips"] = []
     for (source, reason), n in sorted(Counter(skipped).items(), key=lambda kv: (-kv[1], kv[0])):
@@ -256,10 +329,12 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
             name = reason.removeprefix(THEROCK_PREFIX).split(" (")[0]
             group["therock_comment"] = comments.get(name, "")
         doc["skips"].append({**group, "count": n})
-    doc |= {"counts": dict(Counter(r["outcome"] for r in rows)),
-            "skips_by_source": dict(sorted(Counter(s for s, _ in skipped).items())),
-            "by_class": {k: dict(v) for k, v in sorted(by_class.items())},
-            "results": rows}  # fmt: skip
+    doc |= {
+        "counts": dict(Counter(r["outcome"] for r in rows)),
+        "skips_by_source": dict(sorted(Counter(s for s, _ in skipped).items())),
+        "by_class": {k: dict(v) for k, v in sorted(by_class.items())},
+        "results": rows,
+    }
     c, problems, tf = Counter(doc["counts"]), doc["problems"], doc["test_file"]
     bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
@@ -297,14 +372,20 @@ def render(doc: dict[str, Any]) -> str:
         "TheRock: "
         + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
         "",
-        *common.text_table(("pass", "wall s", *OUTCOMES), [
-            (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
-            for p in doc["passes"]]),
+        *common.text_table(
+            ("pass", "wall s", *OUTCOMES),
+            [
+                (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
+                for p in doc["passes"]
+            ],
+        ),
         "",
         "by class:",
-        *common.text_table(("class", *OUTCOMES), [
-            (k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]),
-    ]  # fmt: skip
+        *common.text_table(
+            ("class", *OUTCOMES),
+            [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()],
+        ),
+    ]
     lines += ["", "skips (count, source: reason):"] if doc["skips"] else []
     for g in doc["skips"]:
         reason = g["reason"].removeprefix(THEROCK_PREFIX)
@@ -312,8 +393,10 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  {g['count']:5d}  {g['source_name']}: {common.first_line(reason, 160)}")
     failures = [r for r in doc["results"] if r["outcome"] in ("failed", "error")]
     lines += ["", f"failures ({len(failures)}):"] if failures else []
-    lines += [f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
-              for r in failures[:40]]  # fmt: skip
+    lines += [
+        f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
+        for r in failures[:40]
+    ]
     lines += [f"  ... {len(failures) - 40} more in the JSON"] if len(failures) > 40 else []
     return "\n".join(lines)
 
@@ -321,11 +404,14 @@ def render(doc: dict[str, Any]) -> str:
 def build_parser() -> common.OneLineArgumentParser:
     p = common.OneLineArgumentParser(prog=PROG, description=__doc__)
     add = p.add_argument
-    # fmt: off
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
-    add("--budget-min", type=float, metavar="MIN",
-        help="time budget per pass; tests not started by then are skipped (default 10 quick, 60)")
+    add(
+        "--budget-min",
+        type=float,
+        metavar="MIN",
+        help="time budget per pass; tests not started by then are skipped (default 10 quick, 60)",
+    )
     add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
     add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
     add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
@@ -337,7 +423,6 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--json", metavar="PATH", help="write the full report as JSON to PATH")
     add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
     add("--dry-run", action="store_true", help="refused: see the error it gives")
-    # fmt: on
     return p
 
 
@@ -381,28 +466,50 @@ def main(argv: list[str] | None) -> int:
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    run = {"test_file": test.pop("data"), "run_dir": run_dir, "devices": devices, "therock": skips,
-           "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
-           "quick_max": opts.quick_max if opts.quick else None, "log_path": log_path}  # fmt: skip
+    run = {
+        "test_file": test.pop("data"),
+        "run_dir": run_dir,
+        "devices": devices,
+        "therock": skips,
+        "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
+        "quick_max": opts.quick_max if opts.quick else None,
+        "log_path": log_path,
+    }
     plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
     if device.type == "cuda" and torch.version.hip and common.ck_available() and not opts.no_ck:
         plan.append(("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"}))
     passes, rows = zip(*(run_pass(*planned, run) for planned in plan), strict=True)
     rows = [row for pass_rows in rows for row in pass_rows]
-    doc = summarize({
-        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
-        "torch": {"version": torch.__version__, "git_version": git_version,
-                  "cuda": torch.version.cuda, "hip": torch.version.hip},
-        "python": platform.python_version(),
-        "device": {"type": device.type, "name": device_name, "arch": arch}, "test_file": test,
-        "therock": {**therock_info, "entries": skips},
-        "selection": {"k": selection, "devices": devices, "ck_pass": bool(plan[1:]),
-                      "quick_max": run["quick_max"]},
-        "quick": opts.quick, "budget_min_per_pass": run["budget_s"] / 60, "log": str(log_path),
-        "problems": [text for p in passes for text in p["problems"]],
-        "passes": list(passes),
-        "wall_s": round(time.perf_counter() - started, 1),
-    }, rows, skips)  # fmt: skip
+    doc = summarize(
+        {
+            "schema": SCHEMA,
+            "identity": common.identity(device, arch, device_name),
+            "torch": {
+                "version": torch.__version__,
+                "git_version": git_version,
+                "cuda": torch.version.cuda,
+                "hip": torch.version.hip,
+            },
+            "python": platform.python_version(),
+            "device": {"type": device.type, "name": device_name, "arch": arch},
+            "test_file": test,
+            "therock": {**therock_info, "entries": skips},
+            "selection": {
+                "k": selection,
+                "devices": devices,
+                "ck_pass": bool(plan[1:]),
+                "quick_max": run["quick_max"],
+            },
+            "quick": opts.quick,
+            "budget_min_per_pass": run["budget_s"] / 60,
+            "log": str(log_path),
+            "problems": [text for p in passes for text in p["problems"]],
+            "passes": list(passes),
+            "wall_s": round(time.perf_counter() - started, 1),
+        },
+        rows,
+        skips,
+    )
     common.emit(opts.json, doc, render(doc) + "\n\n" + doc["verdict"])
     return 0 if doc["passed"] else 1
 
@@ -492,8 +599,13 @@ def pytest_runtest_logreport(report: Any) -> None:
         outcome = "error"
     else:
         return
-    record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
-              "when": report.when, "duration": round(report.duration, 4)}  # fmt: skip
+    record = {
+        "event": "result",
+        "nodeid": report.nodeid,
+        "outcome": outcome,
+        "when": report.when,
+        "duration": round(report.duration, 4),
+    }
     if outcome == "skipped":
         reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"

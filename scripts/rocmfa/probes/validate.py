@@ -176,12 +176,13 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
     kept = first != 0
     keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
     checks = {
-        "keep_rate": round(keep, 5), "keep_rate_expected": 1.0 - DROPOUT_P,
+        "keep_rate": round(keep, 5),
+        "keep_rate_expected": 1.0 - DROPOUT_P,
         "keep_rate_tolerance": DROPOUT_TOL,
         "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
         "same_seed_same_mask": torch.equal(first, again),
         "new_seed_new_mask": not torch.equal(kept, other != 0),
-    }  # fmt: skip
+    }
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
     ok = ok and all(v for v in checks.values() if isinstance(v, bool))
@@ -214,8 +215,11 @@ def build_cases(opts: Any) -> list[Case]:
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     table = QUICK_SHAPES if opts.quick else FULL_SHAPES
-    grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
-            for d in head_dims for (b, hq, hkv, s) in table]  # fmt: skip
+    grid = [
+        common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
+        for d in head_dims
+        for (b, hq, hkv, s) in table
+    ]
     shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
     for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
@@ -241,21 +245,22 @@ def render(doc: dict[str, Any]) -> str:
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
-    return "\n".join([
-        f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
-        f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
-        f"tolerance: {doc['tolerance']['rule']}",
-        "",
-        *common.text_table((*header, "status"), rows),
-        "",
-        doc["summary"],
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
+            f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
+            f"tolerance: {doc['tolerance']['rule']}",
+            "",
+            *common.text_table((*header, "status"), rows),
+            "",
+            doc["summary"],
+        ]
+    )
 
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__, json_option=True)
     add = p.add_argument
-    # fmt: off
     add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
     add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
     add("--causal", choices=("yes", "no", "both"), default="both")
@@ -263,7 +268,6 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
     add("--quick", action="store_true", help="a small subset: seconds on a CPU")
     add("--seed", type=int, default=0)
-    # fmt: on
     return p
 
 
@@ -287,10 +291,14 @@ def main(argv: list[str] | None) -> int:
     if opts.dry_run:
         variants = ", ".join(sorted({c.variant or "grid" for c in cases}))
         head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
-        return common.dry_run(PROG, device, [
-            f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}",
-            *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
-        ])  # fmt: skip
+        return common.dry_run(
+            PROG,
+            device,
+            [
+                f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}",
+                *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
+            ],
+        )
     arch, device_name = common.detect_arch(device)
     limit = common.head_dim_limit(common.load_arches().get(arch or ""))
     started = time.perf_counter()
@@ -315,15 +323,25 @@ def main(argv: list[str] | None) -> int:
     none_ran = "" if counts.get("pass") else "; no case ran"
     summary += f"{time.perf_counter() - started:.1f} s){none_ran}"
     doc = {
-        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip,
+        "schema": SCHEMA,
+        "identity": common.identity(device, arch, device_name),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
         "device": {"type": device.type, "name": device_name, "arch": arch},
         "arch_limit": limit[1] if limit else None,
-        "tolerance": {"reference": f"math backend in float64 on {device.type}",
-                      "rule": TOLERANCE_RULE, "fwd_factor": FWD_FACTOR,
-                      "bwd_factor": BWD_FACTOR, "floor": FLOOR},
-        "counts": counts, "passed": passed, "summary": summary, "results": results,
-    }  # fmt: skip
+        "tolerance": {
+            "reference": f"math backend in float64 on {device.type}",
+            "rule": TOLERANCE_RULE,
+            "fwd_factor": FWD_FACTOR,
+            "bwd_factor": BWD_FACTOR,
+            "floor": FLOOR,
+        },
+        "counts": counts,
+        "passed": passed,
+        "summary": summary,
+        "results": results,
+    }
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 
