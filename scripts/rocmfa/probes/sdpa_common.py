@@ -13,7 +13,7 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,10 @@ def parse_dtypes(text: str) -> list[str]:
     return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
+# A result row's names for Shape's fields, in their order (seq_k: always set in a row).
+ROW_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -210,20 +214,10 @@ class Shape:
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> Shape:
         """The shape a result row (as_dict's fields) was run with."""
-        fields = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
-        return cls(*(row.get(f) for f in fields))
+        return cls(*map(row.get, ROW_FIELDS))
 
     def as_dict(self) -> dict[str, Any]:
-        d = self
-        return {
-            "size": d.name,
-            "batch": d.batch,
-            "q_heads": d.q_heads,
-            "kv_heads": d.kv_heads,
-            "seq_q": d.seq,
-            "seq_k": d.kv_seq,
-            "head_dim": d.head_dim,
-        }
+        return dict(zip(ROW_FIELDS, [*astuple(self)[:-1], self.kv_seq], strict=True))
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -244,13 +238,9 @@ def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
 
 
 # name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
-BACKENDS = {
-    "flash": ("FLASH_ATTENTION", "aotriton"),
-    "ck": ("FLASH_ATTENTION", "ck"),
-    "efficient": ("EFFICIENT_ATTENTION", None),
-    "cudnn": ("CUDNN_ATTENTION", None),
-    "math": ("MATH", None),
-}
+BACKENDS = {"flash":     ("FLASH_ATTENTION", "aotriton"), "ck":    ("FLASH_ATTENTION", "ck"),
+            "efficient": ("EFFICIENT_ATTENTION", None),   "cudnn": ("CUDNN_ATTENTION", None),
+            "math":      ("MATH", None)}  # fmt: skip
 
 
 def ck_available() -> bool:
@@ -485,3 +475,9 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
         ident["compute_units"] = props.multi_processor_count
         ident["memory_gib"] = round(props.total_memory / 2**30, 1)
     return ident
+
+
+def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
+    """A probe report's first keys (schema, identity), and the device's (arch, name)."""
+    arch, device_name = detect_arch(device)
+    return {"schema": schema, "identity": identity(device, arch, device_name)}, arch, device_name

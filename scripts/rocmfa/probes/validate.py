@@ -1,8 +1,6 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
-
 Exit 0 iff every case that ran passed (one at least), 1 otherwise, 2 on bad input. Grid,
-tolerance and statuses: docs/attention-tools.md.
-"""
+tolerance and statuses: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -175,14 +173,10 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
     kept = first != 0
     keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
-    checks = {
-        "keep_rate": round(keep, 5),
-        "keep_rate_expected": 1.0 - DROPOUT_P,
-        "keep_rate_tolerance": DROPOUT_TOL,
-        "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
-        "same_seed_same_mask": torch.equal(first, again),
-        "new_seed_new_mask": not torch.equal(kept, other != 0),
-    }
+    checks = dict(keep_rate=round(keep, 5), keep_rate_expected=1.0 - DROPOUT_P)
+    checks |= dict(keep_rate_tolerance=DROPOUT_TOL, same_seed_same_mask=torch.equal(first, again))
+    checks["kept_values_ok"] = bool(((first[kept] - value).abs() <= 0.01 * value).all())
+    checks["new_seed_new_mask"] = not torch.equal(kept, other != 0)
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
     ok = ok and all(v for v in checks.values() if isinstance(v, bool))
@@ -218,7 +212,7 @@ def build_cases(opts: Any) -> list[Case]:
     grid = [
         common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
         for d in head_dims
-        for (b, hq, hkv, s) in table
+        for b, hq, hkv, s in table
     ]
     shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
@@ -245,17 +239,15 @@ def render(doc: dict[str, Any]) -> str:
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
-    return "\n".join(
-        [
-            f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
-            f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
-            f"tolerance: {doc['tolerance']['rule']}",
-            "",
-            *common.text_table((*header, "status"), rows),
-            "",
-            doc["summary"],
-        ]
-    )
+    ident, tolerance = doc["identity"], doc["tolerance"]
+    lines = [
+        f"SDPA validation on {ident['gpu']} ({ident['arch'] or 'cpu'}), torch {ident['torch']}; "
+        f"reference: {tolerance['reference']}",
+        f"tolerance: {tolerance['rule']}",
+        "",
+        *common.text_table((*header, "status"), rows),
+    ]
+    return "\n".join([*lines, "", doc["summary"]])
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -282,8 +274,6 @@ TOLERANCE_RULE = (
 
 @common.cli(PROG)
 def main(argv: list[str] | None) -> int:
-    import torch
-
     opts = build_parser().parse_args(argv)
     device = common.resolve_device(opts.device)
     backends = common.parse_backends(opts.backends, device)
@@ -291,15 +281,10 @@ def main(argv: list[str] | None) -> int:
     if opts.dry_run:
         variants = ", ".join(sorted({c.variant or "grid" for c in cases}))
         head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
-        return common.dry_run(
-            PROG,
-            device,
-            [
-                f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}",
-                *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
-            ],
-        )
-    arch, device_name = common.detect_arch(device)
+        plan = [f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}"]
+        plan += [case_text(c) for c in cases if c.variant or c.shape.seq >= 4096]
+        return common.dry_run(PROG, device, plan)
+    doc, arch, _device_name = common.provenance(SCHEMA, device)
     limit = common.head_dim_limit(common.load_arches().get(arch or ""))
     started = time.perf_counter()
     results = []
@@ -322,26 +307,11 @@ def main(argv: list[str] | None) -> int:
     summary = f"{'PASS' if passed else 'FAIL'}: {summary} ({len(results)} cases, "
     none_ran = "" if counts.get("pass") else "; no case ran"
     summary += f"{time.perf_counter() - started:.1f} s){none_ran}"
-    doc = {
-        "schema": SCHEMA,
-        "identity": common.identity(device, arch, device_name),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": torch.version.hip,
-        "device": {"type": device.type, "name": device_name, "arch": arch},
-        "arch_limit": limit[1] if limit else None,
-        "tolerance": {
-            "reference": f"math backend in float64 on {device.type}",
-            "rule": TOLERANCE_RULE,
-            "fwd_factor": FWD_FACTOR,
-            "bwd_factor": BWD_FACTOR,
-            "floor": FLOOR,
-        },
-        "counts": counts,
-        "passed": passed,
-        "summary": summary,
-        "results": results,
-    }
+    reference = f"math backend in float64 on {device.type}"
+    tolerance = dict(reference=reference, rule=TOLERANCE_RULE, floor=FLOOR)
+    tolerance |= dict(fwd_factor=FWD_FACTOR, bwd_factor=BWD_FACTOR)
+    doc |= dict(arch_limit=limit[1] if limit else None, tolerance=tolerance, counts=counts)
+    doc |= dict(passed=passed, summary=summary, results=results)
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 
