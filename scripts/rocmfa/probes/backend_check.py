@@ -53,13 +53,10 @@ def classify_kernel(name: str) -> str:
 def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
     """events: (name, ran on the device) -> ops, kernel families and names, what ran."""
     ops: list[str] = []
-    kernel_families: dict[str, list[str]] = {}
+    kernel_families: dict[str, dict[str, None]] = {}  # family -> its kernel names, each once
     for name, on_device in events:
         if on_device:
-            family = classify_kernel(name)
-            names = kernel_families.setdefault(family, [])
-            if name not in names:
-                names.append(name)
+            kernel_families.setdefault(classify_kernel(name), {})[name] = None
         elif (family := OP_RULES.get(name.removesuffix("_backward"))) and family not in ops:
             ops.append(family)
     # Device kernels are the ground truth on a GPU; the ops where none were recorded.
@@ -67,7 +64,7 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
     ran = next(iter(fused), "unknown")
     if not kernel_families:
         ran = next((o for o in ops if o in FUSED), ops[0] if ops else "unknown")
-    kernels = {f: names[:6] for f, names in kernel_families.items()}
+    kernels = {f: list(names)[:6] for f, names in kernel_families.items()}
     return {"ops": ops, "kernel_families": sorted(kernel_families), "kernels": kernels, "ran": ran}
 
 
@@ -82,14 +79,9 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
     """Per backend: compiled in, enabled, can_use_* with torch's reasons (C++ warnings too)."""
     import torch
 
-    cuda = torch.backends.cuda
+    cuda, ask = torch.backends.cuda, common.ask
     q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim).to(device, dtype)
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
-
-    def ask(query: Any) -> bool | None:  # None: this torch cannot say
-        with contextlib.suppress(Exception):
-            return bool(query())
-        return None
 
     def flags(name: str, compiled: bool | None, enabled: bool) -> dict[str, Any]:
         error = None

@@ -291,10 +291,8 @@ def render(doc: dict[str, Any]) -> str:
     therock = doc["therock"]
     applied = f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
     applied += f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
-    ident = doc["identity"]
-    passes = [
-        (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in doc["passes"]
-    ]
+    ident, passes = doc["identity"], doc["passes"]
+    passes = [(p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in passes]
     classes = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
     lines = [
         f"PyTorch's SDPA tests on {ident['gpu']} ({ident['arch'] or 'cpu'}), "
@@ -328,9 +326,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add = p.add_argument
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
-    add(
-        "--budget-min", type=float, metavar="MIN", help="per pass; then skip (default 10 quick, 60)"
-    )
+    add("--budget-min", type=float, metavar="MIN", help="per pass (default 10 quick, 60)")
     add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
     add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
     add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
@@ -349,10 +345,9 @@ def parse_args(argv: list[str] | None) -> Any:
     opts = build_parser().parse_args(argv)
     if opts.dry_run:  # which tests run is known only once the file is found and collected
         raise common.UsageError("--dry-run: PyTorch's own tests have no dry run; try --quick")
-    if opts.quick_max <= 0:
-        raise common.UsageError("--quick-max must be positive")
-    if opts.budget_min is not None and opts.budget_min <= 0:
-        raise common.UsageError("--budget-min must be positive")
+    for flag, value in (("--quick-max", opts.quick_max), ("--budget-min", opts.budget_min)):
+        if value is not None and value <= 0:
+            raise common.UsageError(f"{flag} must be positive")
     if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
         raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     for module in ("pytest", "expecttest"):  # PyTorch's test helpers import both
@@ -389,14 +384,14 @@ def main(argv: list[str] | None) -> int:
     run["budget_s"] = 60 * (opts.budget_min or (10 if opts.quick else 60))
     run |= dict(quick_max=opts.quick_max if opts.quick else None, log_path=log_path)
     plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
-    if device.type == "cuda" and torch.version.hip and common.ck_available() and not opts.no_ck:
+    ck = torch.version.hip and common.ask(torch.backends.cuda.is_ck_sdpa_available)
+    if device.type == "cuda" and ck and not opts.no_ck:
         plan.append(("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"}))
     passes, rows = zip(*(run_pass(*planned, run) for planned in plan), strict=True)
     rows = [row for pass_rows in rows for row in pass_rows]
-    selected = dict(
-        k=selection, devices=devices, ck_pass=bool(plan[1:]), quick_max=run["quick_max"]
-    )
-    doc |= dict(python=platform.python_version(), test_file=test, selection=selected)
+    selected = dict(k=selection, devices=devices, ck_pass=bool(plan[1:]))
+    doc |= dict(python=platform.python_version(), test_file=test)
+    doc["selection"] = {**selected, "quick_max": run["quick_max"]}
     doc["therock"] = {**therock_info, "entries": skips}
     doc |= dict(quick=opts.quick, budget_min_per_pass=run["budget_s"] / 60, log=str(log_path))
     doc["problems"] = [text for p in passes for text in p["problems"]]
@@ -491,13 +486,8 @@ def pytest_runtest_logreport(report: Any) -> None:
         outcome = "error"
     else:
         return
-    record = {
-        "event": "result",
-        "nodeid": report.nodeid,
-        "outcome": outcome,
-        "when": report.when,
-        "duration": round(report.duration, 4),
-    }
+    record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome}
+    record |= {"when": report.when, "duration": round(report.duration, 4)}
     if outcome == "skipped":
         reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"

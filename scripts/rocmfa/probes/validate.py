@@ -1,6 +1,5 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
-Exit 0 iff every case that ran passed (one at least), 1 otherwise, 2 on bad input. Grid,
-tolerance and statuses: docs/attention-tools.md."""
+Exit 0 iff each case run passed (one at least), else 1 (2: bad input). docs/attention-tools.md"""
 
 from __future__ import annotations
 
@@ -209,11 +208,8 @@ def build_cases(opts: Any) -> list[Case]:
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     table = QUICK_SHAPES if opts.quick else FULL_SHAPES
-    grid = [
-        common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
-        for d in head_dims
-        for b, hq, hkv, s in table
-    ]
+    dims = [(b, hq, hkv, s, d) for d in head_dims for b, hq, hkv, s in table]
+    grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d) for b, hq, hkv, s, d in dims]
     shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
     for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
@@ -234,8 +230,9 @@ def render(doc: dict[str, Any]) -> str:
             bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
         if drop := r.get("dropout"):
             fwd = f"keep {drop['keep_rate']}/{drop['keep_rate_expected']:g}"
-        why = f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
-        status = r["status"] + why
+        status = r["status"] + (
+            f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
+        )
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
