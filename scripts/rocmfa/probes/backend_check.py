@@ -21,27 +21,9 @@ SCHEMA = "sdpa-backend-check/1"
 # Max |error| / max(1, max|reference|) allowed against the float32 math result.
 TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e-2}}
 
-# Kernel-name rules: the first family whose substring is in the lower-cased device kernel name.
-# flash: AOTriton's Triton kernels, the AITER kernels AOTriton >= 0.11 dispatches, CUDA's
-# pytorch_flash; math: generic gemm/softmax kernels (cuBLAS, CUTLASS, rocBLAS/hipBLASLt Cijk_*).
-KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cudnn",     ("cudnn", "fort_native_sdpa", "sdpa_sm")),
-    ("efficient", ("fmha_cutlass", "mem_efficient", "attention_kernel_batched")),
-    ("ck",        ("ck_tile", "fmhafwd", "fmhabwd", "fmha_fwd", "fmha_bwd")),
-    ("flash",     ("flash", "attn_fwd", "attn_bwd", "bwd_kernel_dk_dv", "bwd_kernel_dq",
-                   "bwd_preprocess", "aiter", "fmha")),
-    ("math",      ("gemm", "xmma", "cijk_", "cutlass", "softmax", "bmm", "matmul")),
-)  # fmt: skip
-# Operator names (what torch dispatched; their _backward too) map exactly onto backends:
-OP_RULES = {
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash-cpu",
-    "aten::_scaled_dot_product_flash_attention": "flash",
-    "aten::_flash_attention_forward": "flash",
-    "aten::_scaled_dot_product_efficient_attention": "efficient",
-    "aten::_efficient_attention_forward": "efficient",
-    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
-    "aten::_scaled_dot_product_attention_math": "math",
-}
+# Kernel-name rules (first match wins) and operator names, each to the backend it means.
+RULES = common.load_table("sdpa_checks", "backend_check")
+KERNEL_RULES, OP_RULES = RULES["kernel_rules"], RULES["ops"]
 FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 
@@ -306,7 +288,7 @@ def main(argv: list[str] | None) -> int:
         return common.dry_run(PROG, device, [what, f"AOTriton files read from {lib_dir}"])
     report, arch, device_name = common.provenance(SCHEMA, device)
     report["backends"] = backend_flags(device, common.torch_dtype(dtype_name), shape)
-    report["rule_kernel_names"] = {f: list(n) for f, n in KERNEL_RULES}
+    report["rule_kernel_names"] = dict(KERNEL_RULES)
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)

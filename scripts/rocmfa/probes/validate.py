@@ -19,24 +19,7 @@ SCHEMA = "sdpa-validate/1"
 FWD_FACTOR, BWD_FACTOR = 2.0, 3.0
 FLOOR = {"fp16": 2e-3, "bf16": 1.6e-2}  # absolute, times max(1, max|reference|)
 
-HEAD_DIMS = (32, 64, 72, 80, 96, 112, 128, 160, 192, 256)
-# (batch, q_heads, kv_heads, seq): odd lengths, odd batch/head counts, grouped-query heads.
-FULL_SHAPES = ((1, 1, 1, 1), (3, 5, 5, 17), (2, 4, 2, 127), (1, 3, 3, 255), (2, 8, 2, 257))
-FULL_SHAPES += ((1, 4, 1, 1023),)
-QUICK_SHAPES = ((1, 1, 1, 1), (3, 3, 3, 17), (2, 4, 2, 33))
-QUICK_HEAD_DIMS = (32, 64, 72, 96)
-# Where AOTriton users hit bugs (docs/attention-tools.md): (variant, B, Hq, Hkv, Sq, Sk, D,
-# causal settings, those in --quick); variant "" is is_causal (top-left alignment).
-SPECIAL_CASES = (
-    ("", 1, 2, 2, 4096, 4096, 72, (False, True), (False,)),  # ROCm/aotriton#54: NaN on gfx1151
-    ("", 2, 4, 4, 17, 129, 64, (True,), (True,)),
-    ("", 2, 4, 4, 129, 17, 64, (True,), ()),
-    ("bottom-right", 2, 4, 4, 17, 129, 64, (True,), (True,)),
-    ("bottom-right", 2, 4, 4, 129, 17, 64, (True,), (True,)),
-    ("transposed", 2, 4, 2, 65, 65, 64, (False, True), (False,)),
-    ("masked-rows", 2, 4, 4, 65, 65, 64, (False,), (False,)),
-    ("dropout", 2, 4, 4, 128, 64, 64, (False,), (False,)),
-)
+CASES = common.load_table("sdpa_checks", "validate")  # the grid and the special cases
 MASKED_ROWS = (0, 7, 64)  # rows of the masked-rows case that keep no key
 # Dropout: q = 0 and v = the identity make out the mask itself times 1/(Sk (1 - p)); 65536
 # draws, so the keep rate is within DROPOUT_TOL of 1 - p (over 6 standard deviations).
@@ -47,7 +30,7 @@ class Case(NamedTuple):
     shape: common.Shape
     dtype: str  # fp16, bf16
     causal: bool
-    variant: str  # "" (the grid) or a SPECIAL_CASES variant
+    variant: str  # "" (the grid) or a special case's variant
 
 
 def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
@@ -196,8 +179,8 @@ def _round(x: float) -> float | str:
 
 
 def build_cases(opts: Any) -> list[Case]:
-    """The grid and the SPECIAL_CASES within its head dims; --shape: those only."""
-    head_dims = QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS
+    """The grid and the special cases within its head dims; --shape: those only."""
+    head_dims = CASES["quick_head_dims" if opts.quick else "head_dims"]
     if opts.head_dims:
         try:
             head_dims = tuple(int(t) for t in opts.head_dims.split(",") if t.strip())
@@ -207,12 +190,14 @@ def build_cases(opts: Any) -> list[Case]:
             raise common.UsageError(f"--head-dims {opts.head_dims!r}: expected positive integers")
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
-    table = QUICK_SHAPES if opts.quick else FULL_SHAPES
+    table = CASES["quick_shapes" if opts.quick else "shapes"]
     dims = [(b, hq, hkv, s, d) for d in head_dims for b, hq, hkv, s in table]
     grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d) for b, hq, hkv, s, d in dims]
     shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
-    for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
+    for variant, b, hq, hkv, s_q, s_k, d, full, quick in (
+        [] if opts.shape else CASES["special_cases"]
+    ):
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
         wanted = [c for c in (quick if opts.quick else full) if c in causals and d in head_dims]
         cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
@@ -253,7 +238,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
     add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
     add("--causal", choices=("yes", "no", "both"), default="both")
-    add("--head-dims", help=f"comma list (default {','.join(map(str, HEAD_DIMS))})")
+    add("--head-dims", help=f"comma list (default {','.join(map(str, CASES['head_dims']))})")
     add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
     add("--quick", action="store_true", help="a small subset: seconds on a CPU")
     add("--seed", type=int, default=0)
