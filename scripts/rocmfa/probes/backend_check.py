@@ -51,10 +51,8 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
 
 
 def profile_events(prof: Any) -> list[tuple[str, bool]]:
-    gpu = ("CUDA", "HIP", "PrivateUse1")
-    return [
-        (e.name, str(getattr(e, "device_type", "")).split(".")[-1] in gpu) for e in prof.events()
-    ]
+    gpu = ("CUDA", "HIP", "PrivateUse1")  # DeviceType.<kind> of an event that ran on a GPU
+    return [(e.name, str(getattr(e, "device_type", "")).endswith(gpu)) for e in prof.events()]
 
 
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
@@ -182,8 +180,7 @@ def _scaled_error(x: Any, ref: Any) -> float:
 
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     """(passed, failures): flash usable, used (forced and by default) and correct."""
-    where = report["identity"]["platform"]
-    gpu = where != "cpu"
+    where = report["identity"]["platform"]  # cpu, rocm or cuda
     rocm, flash, truth = report.get("rocm") or {}, report["backends"]["flash"], report["truth"]
     forced, default = truth.get("forced_flash") or {}, truth.get("default_dispatch") or {}
     failures = [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")]
@@ -192,13 +189,12 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
         failures.append(f"flash attention not usable on {where}: {reasons}")
     if forced.get("error"):  # torch's reasons for refusing flash are quoted above already
         extra = [r for r in forced.get("reasons") or [] if r not in (flash.get("reasons") or [])]
-        failures.append(
-            f"SDPA forced to flash failed on {where}: {'; '.join([*extra, forced['error']])}"
-        )
-    elif gpu and forced.get("ran") not in ("flash", "ck"):
+        why = "; ".join([*extra, forced["error"]])
+        failures.append(f"SDPA forced to flash failed on {where}: {why}")
+    elif where != "cpu" and forced.get("ran") not in ("flash", "ck"):
         kernels = forced.get("kernel_families")
         failures.append(f"SDPA forced to flash ran no flash kernel on {where} (kernels: {kernels})")
-    if gpu and default.get("ran") == "math":
+    if where != "cpu" and default.get("ran") == "math":
         failures.append(f"default SDPA dispatch silently fell back to the math path on {where}")
     if truth.get("correct") is False:
         beyond = f"{truth['errors']} > {truth['tolerance']}"

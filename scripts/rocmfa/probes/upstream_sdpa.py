@@ -11,7 +11,6 @@ import io
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -79,12 +78,9 @@ def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[dict], list[
     """generic.py plus this torch's version file, and a note per file (read, or not there)."""
     if not (skip_dir / "generic.py").is_file():
         raise common.UsageError(f"{skip_dir}: no generic.py (not TheRock's skip_tests folder)")
-    version = re.match(r"(\d+)\.(\d+)", torch_version)
-    if not version:
-        raise common.UsageError(f"cannot read major.minor from torch version {torch_version!r}")
-    entries: list[dict] = []
-    notes = []
-    for name in ("generic.py", f"pytorch_{version[1]}.{version[2]}.py"):
+    major, minor = torch_version.split(".")[:2]
+    entries, notes = [], []
+    for name in ("generic.py", f"pytorch_{major}.{minor}.py"):
         if not (skip_dir / name).is_file():
             notes.append(f"{name}: not in this TheRock (no version-specific skips for it)")
             continue
@@ -152,8 +148,9 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         origin = {"repo": "user", "source": "user", "verified": False}
         return {"data": data, "commit": commit, "blob_sha1": blob, "how": how, **origin}
     checkout = Path(opts.torch_src or work / "src" / "pytorch")
-    cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
-    cannot += " cannot be had"
+    cannot = (
+        f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
+    )
     if not commit or commit == "Unknown":
         raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
@@ -270,14 +267,11 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     source = f"test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
     if not tf["verified"]:
         source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
-    line = (
-        f"{'PASS' if ok else ('INCOMPLETE' if bad == 0 and problems else 'FAIL')}: "
-        f"{c['passed']} passed, {bad} failed, {c['skipped']} skipped"
-        + (f" ({skips})" if skips else "")
-        + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
-        + f" of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
-        f"{doc['wall_s']:.0f} s)"
-    )
+    word = "PASS" if ok else "INCOMPLETE" if bad == 0 and problems else "FAIL"
+    line = f"{word}: {c['passed']} passed, {bad} failed, {c['skipped']} skipped"
+    line += (f" ({skips})" if skips else "") + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
+    line += f" of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
+    line += f"{doc['wall_s']:.0f} s)"
     if problems:
         line += "; " + "; ".join(problems)
     elif bad:

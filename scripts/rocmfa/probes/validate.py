@@ -182,11 +182,9 @@ def build_cases(opts: Any) -> list[Case]:
     """The grid and the special cases within its head dims; --shape: those only."""
     head_dims = CASES["quick_head_dims" if opts.quick else "head_dims"]
     if opts.head_dims:
-        try:
-            head_dims = tuple(int(t) for t in opts.head_dims.split(",") if t.strip())
-        except ValueError:
-            head_dims = ()
-        if not head_dims or min(head_dims) <= 0:
+        texts = [t.strip() for t in opts.head_dims.split(",") if t.strip()]
+        head_dims = [int(t) for t in texts if t.isdigit() and int(t) > 0]
+        if not head_dims or len(head_dims) < len(texts):
             raise common.UsageError(f"--head-dims {opts.head_dims!r}: expected positive integers")
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
