@@ -35,9 +35,8 @@ WORKDIR_ENV = "ROCMFA_WORKDIR"
 GRACE_S = 120  # after the budget: time for the running test to end before the run is killed
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 THEROCK_PREFIX = "TheRock skip list: "  # the plugin's reason prefix
-SOURCES = {"therock":   "TheRock skip list",
-           "test-file": "the test file's own guard or skip",
-           "ours":      "ours"}  # fmt: skip
+# The skip sources' names (the third, "ours", is its own): SOURCES.get(source, source).
+SOURCES = {"therock": "TheRock skip list", "test-file": "the test file's own guard or skip"}
 SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
 PYTEST_ARGS = ["-c", "pytest.ini", "--rootdir", ".", "-q", "--tb=short", "-p", "upstream_sdpa"]
 

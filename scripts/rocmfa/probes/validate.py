@@ -270,10 +270,9 @@ def main(argv: list[str] | None) -> int:
     results = []
     for backend in backends:
         for i, case in enumerate(cases):
-            shape = case.shape
-            row: dict[str, Any] = {"backend": backend, "shape": shape.dims(), **shape.as_dict()}
+            row = {"backend": backend, "shape": case.shape.dims(), **case.shape.as_dict()}
             row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
-            if limit and shape.head_dim > limit[0] and backend != "math":
+            if limit and case.shape.head_dim > limit[0] and backend != "math":
                 row.update(status="known-limit", reason=f"{arch}: {limit[1]}")
             else:
                 row.update(run_case(device, backend, case, opts.seed + i))
