@@ -147,9 +147,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         origin = {"repo": "user", "source": "user", "verified": False}
         return {"data": data, "commit": commit, "blob_sha1": blob, "how": how, **origin}
     checkout = Path(opts.torch_src or work / "src" / "pytorch")
-    cannot = (
-        f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
-    )
+    cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
+    cannot += " cannot be had"
     if not commit or commit == "Unknown":
         raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
@@ -319,7 +318,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add = p.add_argument
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
-    add("--budget-min", type=float, metavar="MIN", help="per pass (default 10 quick, 60)")
+    add("--budget-min", type=float, metavar="MIN", help="budget per pass (default 10 quick, 60)")
     add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
     add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
     add("--no-ck", action="store_true", help="skip the CK pass on ROCm")

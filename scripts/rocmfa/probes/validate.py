@@ -1,5 +1,5 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
-Exit 0 iff each case run passed (one at least), else 1 (2: bad input). docs/attention-tools.md"""
+Exit 0 iff each case run passed (one at least), else 1; 2 on bad input. docs/attention-tools.md"""
 
 from __future__ import annotations
 
@@ -193,9 +193,8 @@ def build_cases(opts: Any) -> list[Case]:
     grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d) for b, hq, hkv, s, d in dims]
     shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
-    for variant, b, hq, hkv, s_q, s_k, d, full, quick in (
-        [] if opts.shape else CASES["special_cases"]
-    ):
+    special = [] if opts.shape else CASES["special_cases"]
+    for variant, b, hq, hkv, s_q, s_k, d, full, quick in special:
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
         wanted = [c for c in (quick if opts.quick else full) if c in causals and d in head_dims]
         cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
@@ -213,9 +212,8 @@ def render(doc: dict[str, Any]) -> str:
             bwd = f"{worst} {e[worst]['err']}/{e[worst]['allowed']}"
         if drop := r.get("dropout"):
             fwd = f"keep {drop['keep_rate']}/{drop['keep_rate_expected']:g}"
-        status = r["status"] + (
-            f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
-        )
+        why = f": {common.first_line(r['reason'], 80)}" if r.get("reason") else ""
+        status = r["status"] + why
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
