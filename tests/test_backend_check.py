@@ -64,7 +64,7 @@ def test_device_kernels_outrank_op_names():
 def gpu_report(forced_ran: str, default_ran: str) -> dict:
     """A report as backend_check builds it on a GPU, with the given profiler verdicts."""
     return {
-        "device": {"type": "cuda", "platform": "rocm"},
+        "identity": {"platform": "rocm"},
         "backends": {"flash": {"can_use": True, "reasons": []}},
         "truth": {
             "forced_flash": {"ran": forced_ran, "kernel_families": [forced_ran]},

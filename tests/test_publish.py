@@ -541,7 +541,7 @@ def test_reports_are_summarized_in_the_manifest(builder, env, tmp_path):
     manifest = json.loads(zipfile.ZipFile(wheel).read(iw.MANIFEST_MEMBER))
     summary = manifest["reports"]["backend_check"]
     assert summary["passed"] is json.loads(report.read_text())["passed"]
-    assert summary["summary"] and summary["device"]["type"] == "cpu"
+    assert summary["summary"] and summary["identity"]["platform"] == "cpu"
     (tmp_path / "other.json").write_text('{"schema": "something-else/1"}')
     with pytest.raises(UserError, match="unknown report schema"):
         publish(builder, str(tree), "--report", str(tmp_path / "other.json"))

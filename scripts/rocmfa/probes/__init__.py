@@ -1,3 +1,2 @@
-"""Probes run inside the target env's Python with torch and the standard library only, also as
-plain scripts (`python scripts/rocmfa/probes/bench.py`): bench, backend_check, validate, and
-their sdpa_common. They import nothing of ours but each other."""
+"""Probes (bench, backend_check, validate, upstream_sdpa and their sdpa_common): torch and the
+standard library only, also run as plain scripts; they import nothing of ours but each other."""

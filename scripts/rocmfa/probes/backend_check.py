@@ -1,7 +1,5 @@
-"""Check that SDPA flash attention is usable, actually used, and correct on this device.
-
-Exit 0 only then, else 1 with one line saying why; 2 on bad input. More: docs/attention-tools.md.
-"""
+"""Is SDPA flash attention usable, used and correct here? Exit 0, else 1 with one line why (2 on
+bad input). More: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -23,27 +21,9 @@ SCHEMA = "sdpa-backend-check/1"
 # Max |error| / max(1, max|reference|) allowed against the float32 math result.
 TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e-2}}
 
-# Kernel-name rules: the first family whose substring is in the lower-cased device kernel name.
-# flash: AOTriton's Triton kernels, the AITER kernels AOTriton >= 0.11 dispatches, CUDA's
-# pytorch_flash; math: generic gemm/softmax kernels (cuBLAS, CUTLASS, rocBLAS/hipBLASLt Cijk_*).
-KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cudnn", ("cudnn", "fort_native_sdpa", "sdpa_sm")),
-    ("efficient", ("fmha_cutlass", "mem_efficient", "attention_kernel_batched")),
-    ("ck", ("ck_tile", "fmhafwd", "fmhabwd", "fmha_fwd", "fmha_bwd")),
-    ("flash", ("flash", "attn_fwd", "attn_bwd", "bwd_kernel_dk_dv", "bwd_kernel_dq",
-               "bwd_preprocess", "aiter", "fmha")),
-    ("math", ("gemm", "xmma", "cijk_", "cutlass", "softmax", "bmm", "matmul")),
-)  # fmt: skip
-# Operator names (what torch dispatched; their _backward too) map exactly onto backends:
-OP_RULES = {
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash-cpu",
-    "aten::_scaled_dot_product_flash_attention": "flash",
-    "aten::_flash_attention_forward": "flash",
-    "aten::_scaled_dot_product_efficient_attention": "efficient",
-    "aten::_efficient_attention_forward": "efficient",
-    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
-    "aten::_scaled_dot_product_attention_math": "math",
-}
+# Kernel-name rules (first match wins) and operator names, each to the backend it means.
+RULES = common.load_table("sdpa_checks", "backend_check")
+KERNEL_RULES, OP_RULES = RULES["kernel_rules"], RULES["ops"]
 FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 
@@ -55,13 +35,10 @@ def classify_kernel(name: str) -> str:
 def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
     """events: (name, ran on the device) -> ops, kernel families and names, what ran."""
     ops: list[str] = []
-    kernel_families: dict[str, list[str]] = {}
+    kernel_families: dict[str, dict[str, None]] = {}  # family -> its kernel names, each once
     for name, on_device in events:
         if on_device:
-            family = classify_kernel(name)
-            names = kernel_families.setdefault(family, [])
-            if name not in names:
-                names.append(name)
+            kernel_families.setdefault(classify_kernel(name), {})[name] = None
         elif (family := OP_RULES.get(name.removesuffix("_backward"))) and family not in ops:
             ops.append(family)
     # Device kernels are the ground truth on a GPU; the ops where none were recorded.
@@ -69,31 +46,24 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
     ran = next(iter(fused), "unknown")
     if not kernel_families:
         ran = next((o for o in ops if o in FUSED), ops[0] if ops else "unknown")
-    kernels = {f: names[:6] for f, names in kernel_families.items()}
+    kernels = {f: list(names)[:6] for f, names in kernel_families.items()}
     return {"ops": ops, "kernel_families": sorted(kernel_families), "kernels": kernels, "ran": ran}
 
 
 def profile_events(prof: Any) -> list[tuple[str, bool]]:
-    gpu = ("CUDA", "HIP", "PrivateUse1")
-    return [
-        (e.name, str(getattr(e, "device_type", "")).split(".")[-1] in gpu) for e in prof.events()
-    ]
+    gpu = ("CUDA", "HIP", "PrivateUse1")  # DeviceType.<kind> of an event that ran on a GPU
+    return [(e.name, str(getattr(e, "device_type", "")).endswith(gpu)) for e in prof.events()]
 
 
 def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any]:
     """Per backend: compiled in, enabled, can_use_* with torch's reasons (C++ warnings too)."""
     import torch
 
-    cuda = torch.backends.cuda
+    cuda, ask = torch.backends.cuda, common.ask
     q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim).to(device, dtype)
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
 
-    def ask(query: Any) -> bool | None:  # None: this torch cannot say
-        with contextlib.suppress(Exception):
-            return bool(query())
-        return None
-
-    def flags(name: str, compiled_in: bool | None, enabled: bool) -> dict[str, Any]:
+    def flags(name: str, compiled: bool | None, enabled: bool) -> dict[str, Any]:
         error = None
         with common.capture_all_warnings() as reasons:
             try:
@@ -104,18 +74,17 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
         if not ok and not reasons:
             why = " (tensors on cpu; can_use_* only checks CUDA/ROCm tensors)"
             reasons.append("torch gave no reason" + why * (device.type == "cpu"))
-        return {"compiled_in": compiled_in, "enabled": enabled, "can_use": ok,
-                "reasons": list(dict.fromkeys(reasons))}  # fmt: skip
+        reasons = list(dict.fromkeys(reasons))
+        return dict(compiled_in=compiled, enabled=enabled, can_use=ok, reasons=reasons)
 
-    math = {"compiled_in": True, "enabled": cuda.math_sdp_enabled(), "can_use": True}
     report = {
         "flash": flags("flash", ask(cuda.is_flash_attention_available), cuda.flash_sdp_enabled()),
         # torch has no public "is compiled in" query for the memory-efficient kernel.
         "efficient": flags("efficient", None, cuda.mem_efficient_sdp_enabled()),
-        "math": math | {"reasons": []},
+        "math": dict(compiled_in=True, enabled=cuda.math_sdp_enabled(), can_use=True, reasons=[]),
     }
     if torch.version.hip:
-        ck = {"compiled_in": ask(cuda.is_ck_sdpa_available), "enabled": None, "can_use": None}
+        ck = dict(compiled_in=ask(cuda.is_ck_sdpa_available), enabled=None, can_use=None)
         report["ck"] = ck | {"reasons": ["selected via preferred_rocm_fa_library"]}
     else:
         compiled = False if device.type == "cpu" else ask(torch.backends.cudnn.is_available)
@@ -131,10 +100,8 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
     flag = os.environ.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")
     table = arches.get(arch or "")
     needs = common.needs_experimental_flag(table, aot["runtime_version"])
-    report: dict[str, Any] = {
-        "aotriton": aot, "experimental_flag": flag, "arch_needs_experimental_flag": needs,
-        "arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None,
-    }  # fmt: skip
+    report = dict(aotriton=aot, experimental_flag=flag, arch_needs_experimental_flag=needs)
+    report |= {"arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None}
     with contextlib.suppress(Exception):  # None where torch cannot say
         library = torch.version.hip and torch.backends.cuda.preferred_rocm_fa_library()
         report["preferred_rocm_fa_library"] = library and str(library)
@@ -195,11 +162,9 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
     ref.backward(inputs[3].float())
     tol = TOLERANCE[dtype_name]
     rule = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
-    report: dict[str, Any] = {
-        "shape": shape.dims(), "dtype": dtype_name, "causal": True,
-        "forced_flash": flash_profile, "default_dispatch": default_profile,
-        "tolerance": {"rule": rule, **tol}, "errors": None, "correct": None,
-    }  # fmt: skip
+    report = dict(shape=shape.dims(), dtype=dtype_name, causal=True, forced_flash=flash_profile)
+    report |= dict(default_dispatch=default_profile, tolerance={"rule": rule, **tol})
+    report |= dict(errors=None, correct=None)
     if flash_result is not None:
         out, grads = flash_result
         fwd_err = _scaled_error(out, ref.detach())
@@ -215,7 +180,7 @@ def _scaled_error(x: Any, ref: Any) -> float:
 
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     """(passed, failures): flash usable, used (forced and by default) and correct."""
-    where, gpu = report["device"]["platform"], report["device"]["type"] == "cuda"
+    where = report["identity"]["platform"]  # cpu, rocm or cuda
     rocm, flash, truth = report.get("rocm") or {}, report["backends"]["flash"], report["truth"]
     forced, default = truth.get("forced_flash") or {}, truth.get("default_dispatch") or {}
     failures = [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")]
@@ -224,33 +189,33 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
         failures.append(f"flash attention not usable on {where}: {reasons}")
     if forced.get("error"):  # torch's reasons for refusing flash are quoted above already
         extra = [r for r in forced.get("reasons") or [] if r not in (flash.get("reasons") or [])]
-        failures.append(
-            f"SDPA forced to flash failed on {where}: {'; '.join([*extra, forced['error']])}"
-        )
-    elif gpu and forced.get("ran") not in ("flash", "ck"):
+        why = "; ".join([*extra, forced["error"]])
+        failures.append(f"SDPA forced to flash failed on {where}: {why}")
+    elif where != "cpu" and forced.get("ran") not in ("flash", "ck"):
         kernels = forced.get("kernel_families")
         failures.append(f"SDPA forced to flash ran no flash kernel on {where} (kernels: {kernels})")
-    if gpu and default.get("ran") == "math":
+    if where != "cpu" and default.get("ran") == "math":
         failures.append(f"default SDPA dispatch silently fell back to the math path on {where}")
     if truth.get("correct") is False:
-        failures.append(f"flash output differs from float32 math beyond tolerance: "
-                        f"{truth['errors']} > {truth['tolerance']}")  # fmt: skip
+        beyond = f"{truth['errors']} > {truth['tolerance']}"
+        failures.append(f"flash output differs from float32 math beyond tolerance: {beyond}")
     return not any(failures), [f for f in failures if f]
 
 
 def render(report: dict[str, Any]) -> str:
-    d, t, rocm, truth = report["device"], report["torch"], report.get("rocm"), report["truth"]
+    d, rocm, truth = report["identity"], report.get("rocm"), report["truth"]
     yn = {True: "yes", False: "no", None: "?"}.get
+    flags = ("compiled_in", "enabled", "can_use")
+    rows = [
+        (n, *(yn(b[f]) for f in flags), "; ".join(b["reasons"]))
+        for n, b in report["backends"].items()
+    ]
     lines = [
-        f"device: {d['name']} ({d['arch'] or 'no GPU arch'}) on {d['platform']}, "
-        f"torch {t['version']} (cuda {t['cuda']}, hip {t['hip']})",
+        f"device: {d['gpu']} ({d['arch'] or 'no GPU arch'}) on {d['platform']}, "
+        f"torch {d['torch']} (cuda {d['cuda']}, hip {d['rocm']})",
         "",
-        *common.text_table(
-            ("backend", "compiled", "enabled", "can_use", "reasons"),
-            [(name, yn(b["compiled_in"]), yn(b["enabled"]), yn(b["can_use"]),
-              "; ".join(b["reasons"])) for name, b in report["backends"].items()],
-        ),
-    ]  # fmt: skip
+        *common.text_table(("backend", "compiled", "enabled", "can_use", "reasons"), rows),
+    ]
     if rocm:
         aot = rocm["aotriton"]
         images = ", ".join(f"{k} {v.get('version')}" for k, v in aot["images"].items()) or "none"
@@ -317,17 +282,9 @@ def main(argv: list[str] | None) -> int:
         what = f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
         what += "under the profiler (kernel names), and its error against fp32 math"
         return common.dry_run(PROG, device, [what, f"AOTriton files read from {lib_dir}"])
-    arch, device_name = common.detect_arch(device)
-    ident = common.identity(device, arch, device_name)
-    report: dict[str, Any] = {
-        "schema": SCHEMA, "identity": ident,
-        "torch": {"version": torch.__version__, "cuda": torch.version.cuda,
-                  "hip": torch.version.hip},
-        "device": {"type": device.type, "name": device_name, "arch": arch,
-                   "platform": ident["platform"]},
-        "backends": backend_flags(device, common.torch_dtype(dtype_name), shape),
-        "rule_kernel_names": {f: list(n) for f, n in KERNEL_RULES},
-    }  # fmt: skip
+    report, arch, device_name = common.provenance(SCHEMA, device)
+    report["backends"] = backend_flags(device, common.torch_dtype(dtype_name), shape)
+    report["rule_kernel_names"] = dict(KERNEL_RULES)
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)

@@ -13,7 +13,7 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,10 @@ class UsageError(Exception):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as a single line (no usage dump) and exits 2."""
+    """argparse whose usage errors are UsageErrors: one line (no usage dump) and exit 2 by cli."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
+        raise UsageError(message)
 
 
 def cli(prog: str) -> Callable[[Callable[[Any], int]], Callable[..., int]]:
@@ -101,9 +100,9 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(1).split(".")) if match else ()
 
 
-def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[str, Any]]:
+def load_table(name: str, key: str) -> dict[str, dict[str, Any]]:
     """The [key.*] tables of data/<name>.toml; {} (with a warning) if unreadable."""
-    path = path or ARCHES_FILE.with_name(f"{name}.toml")
+    path = ARCHES_FILE.with_name(f"{name}.toml")
     try:
         return dict(tomllib.loads(path.read_text()).get(key, {}))
     except (OSError, ValueError) as e:
@@ -111,8 +110,8 @@ def load_table(name: str, key: str, path: Path | None = None) -> dict[str, dict[
         return {}
 
 
-def load_arches(path: Path = ARCHES_FILE) -> dict[str, dict[str, Any]]:
-    return load_table("arches", "arch", path)
+def load_arches() -> dict[str, dict[str, Any]]:
+    return load_table("arches", "arch")
 
 
 def needs_experimental_flag(arch_table: dict[str, Any] | None, aotriton: str | None) -> bool | None:
@@ -170,9 +169,7 @@ def torch_dtype(name: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
-def parse_list(
-    text: str, choices: Sequence[str], what: str, aliases: dict[str, str] | None = None
-) -> list[str]:
+def parse_list(text: str, choices: Sequence[str], what: str, aliases: dict | None = None) -> list:
     """A comma list of choices (case-insensitive, aliases allowed), each once, in order."""
     lookup = {c.lower(): c for c in choices} | (aliases or {})
     names = [t.strip() for t in text.split(",") if t.strip()]
@@ -186,6 +183,10 @@ def parse_list(
 def parse_dtypes(text: str) -> list[str]:
     aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
     return parse_list(text, DTYPE_NAMES, "dtype", aliases)
+
+
+# A result row's names for Shape's fields, in their order (seq_k: always set in a row).
+ROW_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
 
 
 @dataclass(frozen=True)
@@ -210,13 +211,10 @@ class Shape:
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> Shape:
         """The shape a result row (as_dict's fields) was run with."""
-        fields = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
-        return cls(*(row.get(f) for f in fields))
+        return cls(*map(row.get, ROW_FIELDS))
 
     def as_dict(self) -> dict[str, Any]:
-        d = self
-        return {"size": d.name, "batch": d.batch, "q_heads": d.q_heads, "kv_heads": d.kv_heads,
-                "seq_q": d.seq, "seq_k": d.kv_seq, "head_dim": d.head_dim}  # fmt: skip
+        return dict(zip(ROW_FIELDS, [*astuple(self)[:-1], self.kv_seq], strict=True))
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -237,18 +235,16 @@ def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
 
 
 # name -> SDPBackend member name, ROCm FA library to prefer (None = leave alone)
-BACKENDS = {"flash": ("FLASH_ATTENTION", "aotriton"), "ck": ("FLASH_ATTENTION", "ck"),
-            "efficient": ("EFFICIENT_ATTENTION", None), "cudnn": ("CUDNN_ATTENTION", None),
-            "math": ("MATH", None)}  # fmt: skip
+BACKENDS = {"flash":     ("FLASH_ATTENTION", "aotriton"), "ck":    ("FLASH_ATTENTION", "ck"),
+            "efficient": ("EFFICIENT_ATTENTION", None),   "cudnn": ("CUDNN_ATTENTION", None),
+            "math":      ("MATH", None)}  # fmt: skip
 
 
-def ck_available() -> bool:
-    """A ROCm torch with composable_kernel's flash attention compiled in."""
-    import torch
-
+def ask(query: Callable[[], Any]) -> bool | None:
+    """bool(query()) of a torch query; None where this torch cannot say."""
     with contextlib.suppress(Exception):
-        return bool(torch.backends.cuda.is_ck_sdpa_available())
-    return False
+        return bool(query())
+    return None
 
 
 def parse_backends(text: str | None, device: Any) -> list[str]:
@@ -260,7 +256,8 @@ def parse_backends(text: str | None, device: Any) -> list[str]:
     if device.type == "cpu":
         return ["flash", "efficient", "math"]
     if torch.version.hip:
-        return ["flash", *(["ck"] if ck_available() else []), "efficient", "math"]
+        ck = ["ck"] if ask(torch.backends.cuda.is_ck_sdpa_available) else []
+        return ["flash", *ck, "efficient", "math"]
     return ["flash", "efficient", "cudnn", "math"]
 
 
@@ -287,12 +284,10 @@ def backend_context(name: str, device: Any) -> Iterator[None]:
 
 def sdpa_call(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Callable[[], Any]:
     """SDPA bound to its inputs: a timed loop pays no Python wrapper (~2 us a call)."""
-    import torch.nn.functional as F
+    from torch.nn.functional import scaled_dot_product_attention as attention
 
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-    return functools.partial(
-        F.scaled_dot_product_attention, q, k, v, is_causal=causal, **gqa, **more
-    )
+    return functools.partial(attention, q, k, v, is_causal=causal, **gqa, **more)
 
 
 def sdpa(q: Any, k: Any, v: Any, causal: bool, **more: Any) -> Any:
@@ -408,11 +403,11 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     signatures = sorted((lib_dir / "aotriton.images").glob("*/__signature__"))
     images = {sig.parent.name: image_signature(sig) for sig in signatures}
     key = version_key(runtime or "")[:2]
-    bad = [f"{pack} images {img['version']}" for pack, img in images.items()
-           if key and img.get("version") and version_key(img["version"])[:2] != key]  # fmt: skip
+    versions = {pack: img["version"] for pack, img in images.items() if img.get("version")}
+    bad = [f"{pack} images {v}" for pack, v in versions.items() if version_key(v)[:2] != key]
     mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
-    return {"lib_dir": str(lib_dir), "runtime_version": runtime, "runtime_source": source,
-            "images": images, "mismatch": mismatch if bad else None}  # fmt: skip
+    found = dict(lib_dir=str(lib_dir), runtime_version=runtime, runtime_source=source)
+    return found | dict(images=images, mismatch=mismatch if key and bad else None)
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
@@ -443,20 +438,22 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
         signatures = (str(img.get("signature", "")) for img in found["images"].values())
         commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
         aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
-    flash = None
-    with contextlib.suppress(Exception):
-        flash = bool(torch.backends.cuda.is_flash_attention_available())
-    ident: dict[str, Any] = {
-        "version": IDENTITY_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": socket.gethostname(), "gpu": device_name, "arch": arch,
-        "platform": "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda",
-        "device": str(device), "rocm": torch.version.hip,
-        "cuda": torch.version.cuda, "torch": torch.__version__,
-        "torch_commit": getattr(torch.version, "git_version", None), "aotriton": aotriton,
-        "flash_built_in": flash,
-    }  # fmt: skip
+    flash = ask(torch.backends.cuda.is_flash_attention_available)
+    version = torch.version
+    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ident = dict(version=IDENTITY_VERSION, date=date, host=socket.gethostname(), gpu=device_name)
+    platform_ = "cpu" if device.type == "cpu" else "rocm" if version.hip else "cuda"
+    ident |= dict(arch=arch, platform=platform_, device=str(device), rocm=version.hip)
+    ident |= dict(cuda=version.cuda, torch=torch.__version__, aotriton=aotriton)
+    ident |= dict(torch_commit=getattr(version, "git_version", None), flash_built_in=flash)
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count
         ident["memory_gib"] = round(props.total_memory / 2**30, 1)
     return ident
+
+
+def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
+    """A probe report's first keys (schema, identity), and the device's (arch, name)."""
+    arch, device_name = detect_arch(device)
+    return {"schema": schema, "identity": identity(device, arch, device_name)}, arch, device_name

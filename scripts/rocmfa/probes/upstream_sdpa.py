@@ -11,7 +11,6 @@ import io
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -36,9 +35,10 @@ WORKDIR_ENV = "ROCMFA_WORKDIR"
 GRACE_S = 120  # after the budget: time for the running test to end before the run is killed
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 THEROCK_PREFIX = "TheRock skip list: "  # the plugin's reason prefix
-SOURCES = {"therock": "TheRock skip list", "test-file": "the test file's own guard or skip",
-           "ours": "ours"}  # fmt: skip
+# The skip sources' names (the third, "ours", is its own): SOURCES.get(source, source).
+SOURCES = {"therock": "TheRock skip list", "test-file": "the test file's own guard or skip"}
 SKIP_DIR = Path("external-builds") / "pytorch" / "skip_tests"
+PYTEST_ARGS = ["-c", "pytest.ini", "--rootdir", ".", "-q", "--tb=short", "-p", "upstream_sdpa"]
 
 
 # --- TheRock's skip lists, read as ROCm/TheRock@89553ce3 external-builds/pytorch/skip_tests/
@@ -50,11 +50,11 @@ def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
     reason, above it)}."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     try:
-        node = [n.value for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == ["skip_tests"]][-1]  # fmt: skip
+        assigns = [n for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)]
+        node = {getattr(t, "id", None): n.value for n in assigns for t in n.targets}["skip_tests"]
         ast.literal_eval(node)
-        comments = {t.start[0]: t.string.lstrip("#").strip()
-                    for t in tokens if t.type == tokenize.COMMENT}  # fmt: skip
+        comment_tokens = (t for t in tokens if t.type == tokenize.COMMENT)
+        comments = {t.start[0]: t.string.lstrip("#").strip() for t in comment_tokens}
         entries = []
         for section, modules in zip(node.keys, node.values, strict=True):
             for module, names in zip(modules.keys, modules.values, strict=True):
@@ -67,7 +67,7 @@ def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
                     entries.append(dict(zip(("name", "section", "module"), keys, strict=True)))
                     entries[-1] |= {"file": file_name, "comment": comment}
                     start = name.lineno + 1  # comments inside a name that spans lines count
-    except (SyntaxError, ValueError, IndexError, AttributeError) as exc:
+    except (SyntaxError, ValueError, KeyError, AttributeError) as exc:
         what = "not a literal skip_tests = {section: {module: [names]}}"
         raise common.UsageError(f"{file_name}: {what} ({type(exc).__name__}: {exc})") from None
     return entries
@@ -77,12 +77,9 @@ def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[dict], list[
     """generic.py plus this torch's version file, and a note per file (read, or not there)."""
     if not (skip_dir / "generic.py").is_file():
         raise common.UsageError(f"{skip_dir}: no generic.py (not TheRock's skip_tests folder)")
-    version = re.match(r"(\d+)\.(\d+)", torch_version)
-    if not version:
-        raise common.UsageError(f"cannot read major.minor from torch version {torch_version!r}")
-    entries: list[dict] = []
-    notes = []
-    for name in ("generic.py", f"pytorch_{version[1]}.{version[2]}.py"):
+    major, minor = torch_version.split(".")[:2]
+    entries, notes = [], []
+    for name in ("generic.py", f"pytorch_{major}.{minor}.py"):
         if not (skip_dir / name).is_file():
             notes.append(f"{name}: not in this TheRock (no version-specific skips for it)")
             continue
@@ -122,10 +119,10 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
-    chosen = select(entries, families, platform.system())
-    info.update(dir=str(skip_dir), commit=commit, commit_from=how, files=notes, families=families,
-                platform=platform.system().lower(), entries_read=len(entries),
-                entries_applied=len(chosen))  # fmt: skip
+    system = platform.system()
+    chosen = select(entries, families, system)
+    info.update(dir=str(skip_dir), commit=commit, commit_from=how, files=notes, families=families)
+    info.update(platform=system.lower(), entries_read=len(entries), entries_applied=len(chosen))
     return chosen, info
 
 
@@ -147,16 +144,16 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         blob = git_blob_sha1(data)
         how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
         how += f"commit {commit[:12]}"
-        return {"data": data, "commit": commit, "repo": "user", "blob_sha1": blob,
-                "source": "user", "verified": False, "how": how}  # fmt: skip
+        origin = {"repo": "user", "source": "user", "verified": False}
+        return {"data": data, "commit": commit, "blob_sha1": blob, "how": how, **origin}
     checkout = Path(opts.torch_src or work / "src" / "pytorch")
     cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
     cannot += " cannot be had"
     if not commit or commit == "Unknown":
         raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
     git = ["git", "-C", str(checkout)]
-    named = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+    rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
+    named = subprocess.run(rev_parse, capture_output=True, text=True)
     blob = named.stdout.strip()
     data = b""
     if named.returncode == 0 and (checkout / ".git").exists():
@@ -169,8 +166,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             f"{fetch} (ROCm/pytorch for TheRock's wheels)), or pass --test-file PATH"
         )
     how = f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} (git blob {blob[:12]})"
-    return {"data": data, "commit": commit, "repo": "pytorch/pytorch", "blob_sha1": blob,
-            "source": "checkout", "verified": True, "how": how}  # fmt: skip
+    origin = {"repo": "pytorch/pytorch", "source": "checkout", "verified": True}
+    return {"data": data, "commit": commit, "blob_sha1": blob, "how": how, **origin}
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
@@ -181,17 +178,16 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
-    config = {"results_path": str(results), "budget_s": budget_s, "quick_max": run["quick_max"],
-              "therock": run["therock"],
-              "label": f"upstream {name}", "progress_every_s": 15}  # fmt: skip
-    (run_dir / f"plugin-{name}.json").write_text(json.dumps(config))
+    config = {k: run[k] for k in ("budget_s", "quick_max", "therock")}
+    config |= {"results_path": str(results), "label": f"upstream {name}", "progress_every_s": 15}
+    plugin_config = run_dir / f"plugin-{name}.json"
+    plugin_config.write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path), "PYTHONUNBUFFERED": "1",
-           "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"], **extra_env,
-           "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(run_dir / f"plugin-{name}.json")}  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(python_path), PYTHONUNBUFFERED="1")
+    env |= {"PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"], **extra_env}
+    env["ROCMFA_UPSTREAM_PLUGIN_CONFIG"] = str(plugin_config)
     (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
-    argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, "-c", "pytest.ini", "--rootdir",
-            ".", "-q", "--tb=short", "-k", selection, "-p", "upstream_sdpa"]  # fmt: skip
+    argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, *PYTEST_ARGS, "-k", selection]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
     started, code, killed = time.perf_counter(), None, None
     # pytest's report goes to the log; the plugin's progress lines (stderr) reach ours.
@@ -214,8 +210,8 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         killed += f"; still running: {hung[-1]}"
     collected = next((r for r in records if r.get("event") == "collected"), None)
     wall_s = round(time.perf_counter() - started, 1)
-    done = {"name": name, "selection": selection, "env": extra_env, "collected": collected,
-            "pytest_exit": code, "killed": killed, "wall_s": wall_s}  # fmt: skip
+    done = dict(name=name, selection=selection, env=extra_env, collected=collected)
+    done |= dict(pytest_exit=code, killed=killed, wall_s=wall_s)
     return done, pass_rows(done, records, run["log_path"])
 
 
@@ -230,13 +226,15 @@ def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> li
         if r["nodeid"] not in rows or rank(row["outcome"]) > rank(rows[r["nodeid"]]["outcome"]):
             rows[r["nodeid"]] = row
     p["counts"] = {o: sum(1 for r in rows.values() if r["outcome"] == o) for o in OUTCOMES}
-    errors = [common.first_line(r.get("message", ""), 200) for r in records
-              if r.get("event") == "collect-error"]  # fmt: skip
+    errors = [r.get("message", "") for r in records if r.get("event") == "collect-error"]
     budget_skips = sum(1 for r in rows.values() if r.get("source") == "ours")
     collected_nothing = f"pytest collected nothing (exit {p['pytest_exit']}; see {log})"
-    problems = [errors and f"the test file did not import: {errors[0]}", p["killed"],
-                budget_skips and f"time budget spent, {budget_skips} tests not run",
-                not (errors or p["collected"]) and collected_nothing]  # fmt: skip
+    problems = [
+        errors and f"the test file did not import: {common.first_line(errors[0], 200)}",
+        p["killed"],
+        budget_skips and f"time budget spent, {budget_skips} tests not run",
+        not (errors or p["collected"]) and collected_nothing,
+    ]
     p["problems"] = [f"pass {p['name']}: {text}" for text in problems if text]
     return list(rows.values())
 
@@ -246,8 +244,8 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     by_class: dict[str, Counter] = {}
     for r in rows:
         by_class.setdefault(r["class"], Counter())[r["outcome"]] += 1
-    skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in rows
-               if r["outcome"] == "skipped"]  # fmt: skip
+    skipped_rows = (r for r in rows if r["outcome"] == "skipped")
+    skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in skipped_rows]
     comments = {e["name"]: e["comment"] for e in skips}
     doc["skips"] = []
     for (source, reason), n in sorted(Counter(skipped).items(), key=lambda kv: (-kv[1], kv[0])):
@@ -256,10 +254,10 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
             name = reason.removeprefix(THEROCK_PREFIX).split(" (")[0]
             group["therock_comment"] = comments.get(name, "")
         doc["skips"].append({**group, "count": n})
-    doc |= {"counts": dict(Counter(r["outcome"] for r in rows)),
-            "skips_by_source": dict(sorted(Counter(s for s, _ in skipped).items())),
-            "by_class": {k: dict(v) for k, v in sorted(by_class.items())},
-            "results": rows}  # fmt: skip
+    doc["counts"] = dict(Counter(r["outcome"] for r in rows))
+    doc["skips_by_source"] = dict(sorted(Counter(s for s, _ in skipped).items()))
+    doc["by_class"] = {k: dict(v) for k, v in sorted(by_class.items())}
+    doc["results"] = rows
     c, problems, tf = Counter(doc["counts"]), doc["problems"], doc["test_file"]
     bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
@@ -267,14 +265,11 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     source = f"test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
     if not tf["verified"]:
         source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
-    line = (
-        f"{'PASS' if ok else ('INCOMPLETE' if bad == 0 and problems else 'FAIL')}: "
-        f"{c['passed']} passed, {bad} failed, {c['skipped']} skipped"
-        + (f" ({skips})" if skips else "")
-        + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
-        + f" of {c.total()} SDPA tests ({source}; torch {doc['torch']['version']}; "
-        f"{doc['wall_s']:.0f} s)"
-    )
+    word = "PASS" if ok else "INCOMPLETE" if bad == 0 and problems else "FAIL"
+    line = f"{word}: {c['passed']} passed, {bad} failed, {c['skipped']} skipped"
+    line += (f" ({skips})" if skips else "") + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
+    line += f" of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
+    line += f"{doc['wall_s']:.0f} s)"
     if problems:
         line += "; " + "; ".join(problems)
     elif bad:
@@ -288,23 +283,23 @@ def render(doc: dict[str, Any]) -> str:
     therock = doc["therock"]
     applied = f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
     applied += f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
+    ident, passes = doc["identity"], doc["passes"]
+    passes = [(p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in passes]
+    classes = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
     lines = [
-        f"PyTorch's SDPA tests on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), "
-        f"torch {doc['torch']['version']} (git {doc['torch']['git_version'][:12]})",
+        f"PyTorch's SDPA tests on {ident['gpu']} ({ident['arch'] or 'cpu'}), "
+        f"torch {ident['torch']} (git {(ident['torch_commit'] or '')[:12]})",
         f"test file: {doc['test_file']['how']}",
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
         + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
         "TheRock: "
         + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
         "",
-        *common.text_table(("pass", "wall s", *OUTCOMES), [
-            (p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES))
-            for p in doc["passes"]]),
+        *common.text_table(("pass", "wall s", *OUTCOMES), passes),
         "",
         "by class:",
-        *common.text_table(("class", *OUTCOMES), [
-            (k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]),
-    ]  # fmt: skip
+        *common.text_table(("class", *OUTCOMES), classes),
+    ]
     lines += ["", "skips (count, source: reason):"] if doc["skips"] else []
     for g in doc["skips"]:
         reason = g["reason"].removeprefix(THEROCK_PREFIX)
@@ -312,8 +307,8 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  {g['count']:5d}  {g['source_name']}: {common.first_line(reason, 160)}")
     failures = [r for r in doc["results"] if r["outcome"] in ("failed", "error")]
     lines += ["", f"failures ({len(failures)}):"] if failures else []
-    lines += [f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}"
-              for r in failures[:40]]  # fmt: skip
+    for r in failures[:40]:
+        lines.append(f"  {r['class']}::{r['test']}: {common.first_line(r.get('message', ''), 160)}")
     lines += [f"  ... {len(failures) - 40} more in the JSON"] if len(failures) > 40 else []
     return "\n".join(lines)
 
@@ -321,11 +316,9 @@ def render(doc: dict[str, Any]) -> str:
 def build_parser() -> common.OneLineArgumentParser:
     p = common.OneLineArgumentParser(prog=PROG, description=__doc__)
     add = p.add_argument
-    # fmt: off
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
-    add("--budget-min", type=float, metavar="MIN",
-        help="time budget per pass; tests not started by then are skipped (default 10 quick, 60)")
+    add("--budget-min", type=float, metavar="MIN", help="budget per pass (default 10 quick, 60)")
     add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
     add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
     add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
@@ -337,7 +330,6 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--json", metavar="PATH", help="write the full report as JSON to PATH")
     add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
     add("--dry-run", action="store_true", help="refused: see the error it gives")
-    # fmt: on
     return p
 
 
@@ -345,10 +337,9 @@ def parse_args(argv: list[str] | None) -> Any:
     opts = build_parser().parse_args(argv)
     if opts.dry_run:  # which tests run is known only once the file is found and collected
         raise common.UsageError("--dry-run: PyTorch's own tests have no dry run; try --quick")
-    if opts.quick_max <= 0:
-        raise common.UsageError("--quick-max must be positive")
-    if opts.budget_min is not None and opts.budget_min <= 0:
-        raise common.UsageError("--budget-min must be positive")
+    for flag, value in (("--quick-max", opts.quick_max), ("--budget-min", opts.budget_min)):
+        if value is not None and value <= 0:
+            raise common.UsageError(f"{flag} must be positive")
     if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
         raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     for module in ("pytest", "expecttest"):  # PyTorch's test helpers import both
@@ -369,7 +360,7 @@ def main(argv: list[str] | None) -> int:
     git_version = str(getattr(torch.version, "git_version", "") or "")
     devices = opts.devices or ("cuda" if torch.cuda.is_available() else "cpu")
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
-    arch, device_name = common.detect_arch(device)
+    doc, arch, _device_name = common.provenance(SCHEMA, device)
     test = find_test_file(opts, work, git_version, torch.__version__)
     print(f"test file: {test['how']}", file=sys.stderr, flush=True)
     therock_dir = None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock")
@@ -381,28 +372,23 @@ def main(argv: list[str] | None) -> int:
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    run = {"test_file": test.pop("data"), "run_dir": run_dir, "devices": devices, "therock": skips,
-           "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
-           "quick_max": opts.quick_max if opts.quick else None, "log_path": log_path}  # fmt: skip
+    run = dict(test_file=test.pop("data"), run_dir=run_dir, devices=devices, therock=skips)
+    run["budget_s"] = 60 * (opts.budget_min or (10 if opts.quick else 60))
+    run |= dict(quick_max=opts.quick_max if opts.quick else None, log_path=log_path)
     plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
-    if device.type == "cuda" and torch.version.hip and common.ck_available() and not opts.no_ck:
+    ck = torch.version.hip and common.ask(torch.backends.cuda.is_ck_sdpa_available)
+    if device.type == "cuda" and ck and not opts.no_ck:
         plan.append(("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"}))
     passes, rows = zip(*(run_pass(*planned, run) for planned in plan), strict=True)
     rows = [row for pass_rows in rows for row in pass_rows]
-    doc = summarize({
-        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
-        "torch": {"version": torch.__version__, "git_version": git_version,
-                  "cuda": torch.version.cuda, "hip": torch.version.hip},
-        "python": platform.python_version(),
-        "device": {"type": device.type, "name": device_name, "arch": arch}, "test_file": test,
-        "therock": {**therock_info, "entries": skips},
-        "selection": {"k": selection, "devices": devices, "ck_pass": bool(plan[1:]),
-                      "quick_max": run["quick_max"]},
-        "quick": opts.quick, "budget_min_per_pass": run["budget_s"] / 60, "log": str(log_path),
-        "problems": [text for p in passes for text in p["problems"]],
-        "passes": list(passes),
-        "wall_s": round(time.perf_counter() - started, 1),
-    }, rows, skips)  # fmt: skip
+    selected = dict(k=selection, devices=devices, ck_pass=bool(plan[1:]))
+    doc |= dict(python=platform.python_version(), test_file=test)
+    doc["selection"] = {**selected, "quick_max": run["quick_max"]}
+    doc["therock"] = {**therock_info, "entries": skips}
+    doc |= dict(quick=opts.quick, budget_min_per_pass=run["budget_s"] / 60, log=str(log_path))
+    doc["problems"] = [text for p in passes for text in p["problems"]]
+    doc |= dict(passes=list(passes), wall_s=round(time.perf_counter() - started, 1))
+    doc = summarize(doc, rows, skips)
     common.emit(opts.json, doc, render(doc) + "\n\n" + doc["verdict"])
     return 0 if doc["passed"] else 1
 
@@ -492,8 +478,8 @@ def pytest_runtest_logreport(report: Any) -> None:
         outcome = "error"
     else:
         return
-    record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome,
-              "when": report.when, "duration": round(report.duration, 4)}  # fmt: skip
+    record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome}
+    record |= {"when": report.when, "duration": round(report.duration, 4)}
     if outcome == "skipped":
         reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"

@@ -1,8 +1,5 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
-
-Exit 0 iff every case that ran passed (one at least), 1 otherwise, 2 on bad input. Grid,
-tolerance and statuses: docs/attention-tools.md.
-"""
+Exit 0 iff each case run passed (one at least), else 1; 2 on bad input. docs/attention-tools.md"""
 
 from __future__ import annotations
 
@@ -22,24 +19,7 @@ SCHEMA = "sdpa-validate/1"
 FWD_FACTOR, BWD_FACTOR = 2.0, 3.0
 FLOOR = {"fp16": 2e-3, "bf16": 1.6e-2}  # absolute, times max(1, max|reference|)
 
-HEAD_DIMS = (32, 64, 72, 80, 96, 112, 128, 160, 192, 256)
-# (batch, q_heads, kv_heads, seq): odd lengths, odd batch/head counts, grouped-query heads.
-FULL_SHAPES = ((1, 1, 1, 1), (3, 5, 5, 17), (2, 4, 2, 127), (1, 3, 3, 255), (2, 8, 2, 257))
-FULL_SHAPES += ((1, 4, 1, 1023),)
-QUICK_SHAPES = ((1, 1, 1, 1), (3, 3, 3, 17), (2, 4, 2, 33))
-QUICK_HEAD_DIMS = (32, 64, 72, 96)
-# Where AOTriton users hit bugs (docs/attention-tools.md): (variant, B, Hq, Hkv, Sq, Sk, D,
-# causal settings, those in --quick); variant "" is is_causal (top-left alignment).
-SPECIAL_CASES = (
-    ("", 1, 2, 2, 4096, 4096, 72, (False, True), (False,)),  # ROCm/aotriton#54: NaN on gfx1151
-    ("", 2, 4, 4, 17, 129, 64, (True,), (True,)),
-    ("", 2, 4, 4, 129, 17, 64, (True,), ()),
-    ("bottom-right", 2, 4, 4, 17, 129, 64, (True,), (True,)),
-    ("bottom-right", 2, 4, 4, 129, 17, 64, (True,), (True,)),
-    ("transposed", 2, 4, 2, 65, 65, 64, (False, True), (False,)),
-    ("masked-rows", 2, 4, 4, 65, 65, 64, (False,), (False,)),
-    ("dropout", 2, 4, 4, 128, 64, 64, (False,), (False,)),
-)
+CASES = common.load_table("sdpa_checks", "validate")  # the grid and the special cases
 MASKED_ROWS = (0, 7, 64)  # rows of the masked-rows case that keep no key
 # Dropout: q = 0 and v = the identity make out the mask itself times 1/(Sk (1 - p)); 65536
 # draws, so the keep rate is within DROPOUT_TOL of 1 - p (over 6 standard deviations).
@@ -50,7 +30,7 @@ class Case(NamedTuple):
     shape: common.Shape
     dtype: str  # fp16, bf16
     causal: bool
-    variant: str  # "" (the grid) or a SPECIAL_CASES variant
+    variant: str  # "" (the grid) or a special case's variant
 
 
 def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
@@ -175,13 +155,10 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
     kept = first != 0
     keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
-    checks = {
-        "keep_rate": round(keep, 5), "keep_rate_expected": 1.0 - DROPOUT_P,
-        "keep_rate_tolerance": DROPOUT_TOL,
-        "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
-        "same_seed_same_mask": torch.equal(first, again),
-        "new_seed_new_mask": not torch.equal(kept, other != 0),
-    }  # fmt: skip
+    checks = dict(keep_rate=round(keep, 5), keep_rate_expected=1.0 - DROPOUT_P)
+    checks |= dict(keep_rate_tolerance=DROPOUT_TOL, same_seed_same_mask=torch.equal(first, again))
+    checks["kept_values_ok"] = bool(((first[kept] - value).abs() <= 0.01 * value).all())
+    checks["new_seed_new_mask"] = not torch.equal(kept, other != 0)
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
     ok = ok and all(v for v in checks.values() if isinstance(v, bool))
@@ -202,23 +179,22 @@ def _round(x: float) -> float | str:
 
 
 def build_cases(opts: Any) -> list[Case]:
-    """The grid and the SPECIAL_CASES within its head dims; --shape: those only."""
-    head_dims = QUICK_HEAD_DIMS if opts.quick else HEAD_DIMS
+    """The grid and the special cases within its head dims; --shape: those only."""
+    head_dims = CASES["quick_head_dims" if opts.quick else "head_dims"]
     if opts.head_dims:
-        try:
-            head_dims = tuple(int(t) for t in opts.head_dims.split(",") if t.strip())
-        except ValueError:
-            head_dims = ()
-        if not head_dims or min(head_dims) <= 0:
+        texts = [t.strip() for t in opts.head_dims.split(",") if t.strip()]
+        head_dims = [int(t) for t in texts if t.isdigit() and int(t) > 0]
+        if not head_dims or len(head_dims) < len(texts):
             raise common.UsageError(f"--head-dims {opts.head_dims!r}: expected positive integers")
     dtypes = common.parse_dtypes(opts.dtypes)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
-    table = QUICK_SHAPES if opts.quick else FULL_SHAPES
-    grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d)
-            for d in head_dims for (b, hq, hkv, s) in table]  # fmt: skip
+    table = CASES["quick_shapes" if opts.quick else "shapes"]
+    dims = [(b, hq, hkv, s, d) for d in head_dims for b, hq, hkv, s in table]
+    grid = [common.Shape(f"{b},{hq}/{hkv},{s},{d}", b, hq, hkv, s, d) for b, hq, hkv, s, d in dims]
     shapes = [common.parse_shape(s) for s in opts.shape or []] or grid
     cases = [Case(s, dt, c, "") for s in shapes for dt in dtypes for c in causals]
-    for variant, b, hq, hkv, s_q, s_k, d, full, quick in [] if opts.shape else SPECIAL_CASES:
+    special = [] if opts.shape else CASES["special_cases"]
+    for variant, b, hq, hkv, s_q, s_k, d, full, quick in special:
         shape = common.Shape(variant or "special", b, hq, hkv, s_q, d, s_k)
         wanted = [c for c in (quick if opts.quick else full) if c in causals and d in head_dims]
         cases += [Case(shape, dt, c, variant) for dt in dtypes for c in wanted]
@@ -241,29 +217,27 @@ def render(doc: dict[str, Any]) -> str:
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
     header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
-    return "\n".join([
-        f"SDPA validation on {doc['device']['name']} ({doc['device']['arch'] or 'cpu'}), torch "
-        f"{doc['torch']}; reference: {doc['tolerance']['reference']}",
-        f"tolerance: {doc['tolerance']['rule']}",
+    ident, tolerance = doc["identity"], doc["tolerance"]
+    lines = [
+        f"SDPA validation on {ident['gpu']} ({ident['arch'] or 'cpu'}), torch {ident['torch']}; "
+        f"reference: {tolerance['reference']}",
+        f"tolerance: {tolerance['rule']}",
         "",
         *common.text_table((*header, "status"), rows),
-        "",
-        doc["summary"],
-    ])  # fmt: skip
+    ]
+    return "\n".join([*lines, "", doc["summary"]])
 
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__, json_option=True)
     add = p.add_argument
-    # fmt: off
     add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
     add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
     add("--causal", choices=("yes", "no", "both"), default="both")
-    add("--head-dims", help=f"comma list (default {','.join(map(str, HEAD_DIMS))})")
+    add("--head-dims", help=f"comma list (default {','.join(map(str, CASES['head_dims']))})")
     add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
     add("--quick", action="store_true", help="a small subset: seconds on a CPU")
     add("--seed", type=int, default=0)
-    # fmt: on
     return p
 
 
@@ -278,8 +252,6 @@ TOLERANCE_RULE = (
 
 @common.cli(PROG)
 def main(argv: list[str] | None) -> int:
-    import torch
-
     opts = build_parser().parse_args(argv)
     device = common.resolve_device(opts.device)
     backends = common.parse_backends(opts.backends, device)
@@ -287,20 +259,18 @@ def main(argv: list[str] | None) -> int:
     if opts.dry_run:
         variants = ", ".join(sorted({c.variant or "grid" for c in cases}))
         head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
-        return common.dry_run(PROG, device, [
-            f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}",
-            *(case_text(c) for c in cases if c.variant or c.shape.seq >= 4096),
-        ])  # fmt: skip
-    arch, device_name = common.detect_arch(device)
+        plan = [f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}"]
+        plan += [case_text(c) for c in cases if c.variant or c.shape.seq >= 4096]
+        return common.dry_run(PROG, device, plan)
+    doc, arch, _device_name = common.provenance(SCHEMA, device)
     limit = common.head_dim_limit(common.load_arches().get(arch or ""))
     started = time.perf_counter()
     results = []
     for backend in backends:
         for i, case in enumerate(cases):
-            shape = case.shape
-            row: dict[str, Any] = {"backend": backend, "shape": shape.dims(), **shape.as_dict()}
+            row = {"backend": backend, "shape": case.shape.dims(), **case.shape.as_dict()}
             row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
-            if limit and shape.head_dim > limit[0] and backend != "math":
+            if limit and case.shape.head_dim > limit[0] and backend != "math":
                 row.update(status="known-limit", reason=f"{arch}: {limit[1]}")
             else:
                 row.update(run_case(device, backend, case, opts.seed + i))
@@ -314,16 +284,11 @@ def main(argv: list[str] | None) -> int:
     summary = f"{'PASS' if passed else 'FAIL'}: {summary} ({len(results)} cases, "
     none_ran = "" if counts.get("pass") else "; no case ran"
     summary += f"{time.perf_counter() - started:.1f} s){none_ran}"
-    doc = {
-        "schema": SCHEMA, "identity": common.identity(device, arch, device_name),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip,
-        "device": {"type": device.type, "name": device_name, "arch": arch},
-        "arch_limit": limit[1] if limit else None,
-        "tolerance": {"reference": f"math backend in float64 on {device.type}",
-                      "rule": TOLERANCE_RULE, "fwd_factor": FWD_FACTOR,
-                      "bwd_factor": BWD_FACTOR, "floor": FLOOR},
-        "counts": counts, "passed": passed, "summary": summary, "results": results,
-    }  # fmt: skip
+    reference = f"math backend in float64 on {device.type}"
+    tolerance = dict(reference=reference, rule=TOLERANCE_RULE, floor=FLOOR)
+    tolerance |= dict(fwd_factor=FWD_FACTOR, bwd_factor=BWD_FACTOR)
+    doc |= dict(arch_limit=limit[1] if limit else None, tolerance=tolerance, counts=counts)
+    doc |= dict(passed=passed, summary=summary, results=results)
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 
