@@ -58,13 +58,19 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         resolved = pin.data.get("pytorch_cmake")
         cmake = getattr(resolved, "cmake", None)
         if cmake is None or cmake.version != version:
-            raise UserError(f"no release sums for AOTriton {version}: add an [aotriton.release] "
-                            "table with version, runtime_sha256 and image_sha256 to "
-                            "pins/aotriton.toml")  # fmt: skip
+            raise UserError(
+                f"no release sums for AOTriton {version}: add an [aotriton.release] "
+                "table with version, runtime_sha256 and image_sha256 to "
+                "pins/aotriton.toml"
+            )
         got = cmake.lists.get
         runtime, images = {}, {}
-        rows = zip(got("__AOTRITON_ROCM_LIST", ()), got("__AOTRITON_MANYLINUX_LIST", ()),
-                   got("__AOTRITON_SHA256_LIST", ()), strict=False)  # fmt: skip
+        rows = zip(
+            got("__AOTRITON_ROCM_LIST", ()),
+            got("__AOTRITON_MANYLINUX_LIST", ()),
+            got("__AOTRITON_SHA256_LIST", ()),
+            strict=False,
+        )
         for r, m, sha in rows:  # CMake's list(FIND) takes the first of a ROCm listed twice
             runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
         image_names = got("__AOTRITON_IMAGE_LIST", ()) or got("__AOTRITON_IMAGE", ())
@@ -83,9 +89,11 @@ def real_sum(sha256: str, what: str, source: str) -> str:
     if not HEX64.fullmatch(sha256 or ""):
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
-        raise UserError(f"{source}: the sha256 of {what} is a placeholder (all "
-                        "zeros), not a real release sum; that tarball is not "
-                        "published - build from source instead")  # fmt: skip
+        raise UserError(
+            f"{source}: the sha256 of {what} is a placeholder (all "
+            "zeros), not a real release sum; that tarball is not "
+            "published - build from source instead"
+        )
     return sha256
 
 
@@ -111,14 +119,19 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
-        raise UserError(f"AOTriton {info.version} has no prebuilt runtime for ROCm "
-                        f"{rocm} (has {', '.join(sorted(info.runtime)) or 'none'}); "
-                        "build from source instead")  # fmt: skip
+        raise UserError(
+            f"AOTriton {info.version} has no prebuilt runtime for ROCm "
+            f"{rocm} (has {', '.join(sorted(info.runtime)) or 'none'}); "
+            "build from source instead"
+        )
     runner.say(f"release sums from {info.source}")
-    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm,
-                  manylinux=manylinux)  # fmt: skip
-    wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
-              (info.images_name, info.images[pack], f"image pack amd-{pack}")]  # fmt: skip
+    fields = dict(
+        version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm, manylinux=manylinux
+    )
+    wanted = [
+        (info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
+        (info.images_name, info.images[pack], f"image pack amd-{pack}"),
+    ]
     for _name, sha, what in wanted:
         real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
     cache, tars = paths.downloads_dir(ctx.work) / "aotriton" / info.version, []

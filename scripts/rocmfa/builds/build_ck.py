@@ -33,30 +33,46 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
         c, cxx = d / name, d / f"{name}++"
         if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
             return cmake_prefix, c, cxx, version
-    raise UserError(f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
-                    "is rocm[devel] installed? run: nox -s setup_env")  # fmt: skip
+    raise UserError(
+        f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
+        "is rocm[devel] installed? run: nox -s setup_env"
+    )
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
+        say(
+            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
             "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the "
-            "library")  # fmt: skip
-    say("note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
+            "library"
+        )
+    say(
+        "note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
         "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
-        "TORCH_ROCM_FA_PREFER_CK=1")  # fmt: skip
+        "TORCH_ROCM_FA_PREFER_CK=1"
+    )
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
-        say(f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
-            "lives in ROCm/rocm-libraries projects/composablekernel")  # fmt: skip
+        say(
+            f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
+            "lives in ROCm/rocm-libraries projects/composablekernel"
+        )
     say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
 
 
-def cmake_args(arch: Any, source: Path, build: Path, prefix: Path, cmake_prefix: str, cc: Path,
-               cxx: Path, opts: BuildCkOptions) -> list[str]:  # fmt: skip
+def cmake_args(
+    arch: Any,
+    source: Path,
+    build: Path,
+    prefix: Path,
+    cmake_prefix: str,
+    cc: Path,
+    cxx: Path,
+    opts: BuildCkOptions,
+) -> list[str]:
     on = {True: "ON", False: "OFF"}
     # tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS)
     extra = opts.with_tests or opts.with_examples
@@ -96,11 +112,17 @@ def build_ck(opts: BuildCkOptions) -> None:
     build = paths.build_dir(work, "composable_kernel")
     subdir = str(pin.data.get("subdir") or "")
     env = condaenv.env_identity(prefix)
-    inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name,
-              "patches": patches.patch_set_digest("composable_kernel", pin.commit),
-              "tests": bool(opts.with_tests), "examples": bool(opts.with_examples),
-              "compilers": [str(cc), str(cxx)],
-              "rocm": rocm_version, "prefix": str(prefix), "env": env}  # fmt: skip
+    inputs = {
+        "pin": [pin.url, pin.commit, subdir],
+        "arch": arch.name,
+        "patches": patches.patch_set_digest("composable_kernel", pin.commit),
+        "tests": bool(opts.with_tests),
+        "examples": bool(opts.with_examples),
+        "compilers": [str(cc), str(cxx)],
+        "rocm": rocm_version,
+        "prefix": str(prefix),
+        "env": env,
+    }
     stamp = paths.stamp_path(work, "build_ck")
     if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
@@ -119,13 +141,20 @@ def build_ck(opts: BuildCkOptions) -> None:
     runner.apply(build.mkdir, parents=True, exist_ok=True)
     configure = cmake_args(arch, checkout / subdir, build, prefix, cmake_prefix, cc, cxx, opts)
     toolchain = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
-    cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
-                                     runner=runner, toolchain=toolchain)  # fmt: skip
+    cache = compile_cache.plan_cache(
+        opts.cache,
+        work=work,
+        arch=arch.name,
+        env=session.environ,
+        runner=runner,
+        toolchain=toolchain,
+    )
     with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
         sets = cache.build_sets(session.environ)
         runner.run([cmake, *configure, *cache.cmake_args()], cwd=build, sets=sets)
         runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build, sets=sets)
     runner.run([cmake, "--install", str(build)], cwd=build)
     runner.apply(stamps.write, stamp, inputs, install_prefix=str(prefix), build_dir=str(build))
-    runner.say(f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, "
-               "include/ck)")  # fmt: skip
+    runner.say(
+        f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, include/ck)"
+    )

