@@ -109,14 +109,14 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
     if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
         return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
     sets = {"SCCACHE_DIR": str(local / "sccache")}
-    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}.get(spec.backend)
+    name = spec.backend.upper()
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
         sets["SCCACHE_DIR"] = str(Path(str(spec.endpoint)) / plan.key)
-    elif name:
+    elif spec.remote:
         sets[f"SCCACHE_{name}_KEY_PREFIX"] = plan.key
         sets[f"SCCACHE_{name}_RW_MODE"] = "READ_ONLY" if spec.read_only else "READ_WRITE"
-    if name in ("REDIS", "WEBDAV"):
-        sets[f"SCCACHE_{name}_ENDPOINT"] = str(spec.endpoint)
+    if name == "REDIS":
+        sets["SCCACHE_REDIS_ENDPOINT"] = str(spec.endpoint)
         sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
     elif name == "S3":
         sets["SCCACHE_BUCKET"] = str(spec.bucket)
