@@ -41,14 +41,10 @@ def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    user, password = (
-        os.environ.get(f"SCCACHE_REDIS_{n}") or None for n in ("USERNAME", "PASSWORD")
-    )
     return redis.Redis.from_url(
-        str(spec.endpoint),
-        db=int(spec.redis_db or 0),
-        username=user,
-        password=password,
+        f"{spec.endpoint}/{spec.redis_db or 0}",
+        username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
+        password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
     )
@@ -133,15 +129,8 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
 
 
 def plan_cache(
-    spec: CacheSpec | None,
-    *,
-    work: Path,
-    arch: str,
-    toolchain: Mapping[str, Any],
-    env: Mapping[str, str],
-    runner: Runner,
-    planned: bool = False,
-):
+    spec, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
+) -> CachePlan:
     """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
@@ -155,9 +144,8 @@ def plan_cache(
             UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})")
         )
     match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
-    known = (int(match[1]), int(match[2])) if match else None
     # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
-    hip = spec.tool == "sccache" and bool(known and known >= (7, 13))
+    hip = spec.tool == "sccache" and bool(match) and (int(match[1]), int(match[2])) >= (7, 13)
     key = key_prefix(spec, arch, toolchain, planned=planned)
     plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
     said = f"check that the cache server answers: {spec.describe()}"
@@ -177,29 +165,22 @@ def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan
     return replace(plan, sets=_sets(plan, work))
 
 
-def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
-    data = json.loads(stats_json)
-    stats = data.get("stats", data)
-    hits, misses = (
-        sum(stats.get(name, {}).get("counts", {}).values())
-        for name in ("cache_hits", "cache_misses")
-    )
+def _counted(tool: str, hits: int, misses: int, **more: Any) -> dict[str, Any]:
     rate = hits / (hits + misses) if hits + misses else None
-    return {
-        "tool": "sccache",
-        "hits": hits,
-        "misses": misses,
-        "hit_rate": rate,
-        "location": data.get("cache_location"),
-    }
+    return {"tool": tool, "hits": hits, "misses": misses, "hit_rate": rate, **more}
+
+
+def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
+    """`sccache --show-stats --stats-format json`: counts per language under stats.cache_*."""
+    data = json.loads(stats_json)
+    counts = [sum(data["stats"][f"cache_{n}"]["counts"].values()) for n in ("hits", "misses")]
+    return _counted("sccache", *counts, location=data.get("cache_location"))
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     """`ccache -s` (4.x): 'Hits: 10 / 12 (83.33 %)' and 'Misses: 2 / 12'."""
-    h, m = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
-    hits, misses = int(h[1]) if h else 0, int(m[1]) if m else 0
-    rate = hits / (hits + misses) if hits + misses else None
-    return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
+    found = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
+    return _counted("ccache", *(int(m[1]) if m else 0 for m in found))
 
 
 def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
@@ -226,23 +207,16 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
         runner.run([plan.exe, "--stop-server"], sets=plan.sets, capture=True, check=False)
         try:
             record = runner.apply(hit_rate_from_sccache, shown.stdout)
-        except (ValueError, AttributeError):
+        except (ValueError, TypeError, KeyError):
             return runner.say("compile cache: sccache printed no statistics")
     if record is None:  # a plan
         return
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(
-        session=session,
-        cache=plan.spec.describe(),
-        key_prefix=plan.key,
-        wall_s=round(wall_s, 3),
-        time=now,
-    )
-    pct = "n/a (no compiles)" if record["hit_rate"] is None else f"{100 * record['hit_rate']:.1f}%"
-    runner.say(
-        f"compile cache ({record['cache']}): hit rate {pct} "
-        f"({record['hits']} hits, {record['misses']} misses)"
-    )
+    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key, time=now)
+    record["wall_s"], rate = round(wall_s, 3), record["hit_rate"]
+    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    counts = f"{record['hits']} hits, {record['misses']} misses"
+    runner.say(f"compile cache ({record['cache']}): hit rate {pct} ({counts})")
     paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
     with (paths.cache_dir(work) / STATS_FILE).open("a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
