@@ -59,19 +59,13 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         cmake = getattr(resolved, "cmake", None)
         if cmake is None or cmake.version != version:
             raise UserError(
-                f"no release sums for AOTriton {version}: add an [aotriton.release] "
-                "table with version, runtime_sha256 and image_sha256 to "
-                "pins/aotriton.toml"
+                f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
+                "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
             )
         got = cmake.lists.get
         runtime, images = {}, {}
-        rows = zip(
-            got("__AOTRITON_ROCM_LIST", ()),
-            got("__AOTRITON_MANYLINUX_LIST", ()),
-            got("__AOTRITON_SHA256_LIST", ()),
-            strict=False,
-        )
-        for r, m, sha in rows:  # CMake's list(FIND) takes the first of a ROCm listed twice
+        lists = (got(f"__AOTRITON_{n}_LIST", ()) for n in ("ROCM", "MANYLINUX", "SHA256"))
+        for r, m, sha in zip(*lists, strict=False):  # list(FIND): the first of a ROCm twice
             runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
         image_names = got("__AOTRITON_IMAGE_LIST", ()) or got("__AOTRITON_IMAGE", ())
         image_sums = got("__AOTRITON_IMAGE_SHA256_LIST", ()) or got("__AOTRITON_IMAGE_SHA256", ())
@@ -90,9 +84,8 @@ def real_sum(sha256: str, what: str, source: str) -> str:
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
         raise UserError(
-            f"{source}: the sha256 of {what} is a placeholder (all "
-            "zeros), not a real release sum; that tarball is not "
-            "published - build from source instead"
+            f"{source}: the sha256 of {what} is a placeholder (all zeros), not a real release "
+            "sum; that tarball is not published - build from source instead"
         )
     return sha256
 
@@ -119,24 +112,18 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
-        raise UserError(
-            f"AOTriton {info.version} has no prebuilt runtime for ROCm "
-            f"{rocm} (has {', '.join(sorted(info.runtime)) or 'none'}); "
-            "build from source instead"
-        )
+        has = ", ".join(sorted(info.runtime)) or "none"
+        why = f"no prebuilt runtime for ROCm {rocm} (has {has}); build from source instead"
+        raise UserError(f"AOTriton {info.version} has {why}")
     runner.say(f"release sums from {info.source}")
-    fields = dict(
-        version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm, manylinux=manylinux
-    )
-    wanted = [
-        (info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
-        (info.images_name, info.images[pack], f"image pack amd-{pack}"),
-    ]
+    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm)
+    wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime")]
+    wanted += [(info.images_name, info.images[pack], f"image pack amd-{pack}")]
     for _name, sha, what in wanted:
         real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
     cache, tars = paths.downloads_dir(ctx.work) / "aotriton" / info.version, []
     for name, sha, _what in wanted:
-        dest = cache / name.format(**fields)
+        dest = cache / name.format(manylinux=manylinux, **fields)
         url = f"{info.base_url}{info.version}/{dest.name}"
         if not (dest.is_file() and stamps.file_sha256(dest) == sha):
             host = urllib.parse.urlsplit(url).netloc or url

@@ -84,27 +84,17 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in found if e.is_file()}
 
 
-def produced_wheels(
-    out: Path, before: Mapping[str, tuple[int, int]], stage: str
-) -> list[dict[str, Any]]:
+def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, Any]]:
     records = []
     for name in sorted(n for n, st in snapshot(out).items() if before.get(n) != st):
         try:
             project, version, _build, tags = parse_wheel_filename(name)
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
-        path, tags_ = out / name, sorted(str(t) for t in tags)
-        records.append(
-            {
-                "project": str(project),
-                "version": str(version),
-                "tags": tags_,
-                "file": str(path),
-                "sha256": stamps.file_sha256(path),
-                "size": path.stat().st_size,
-                "stage": stage,
-            }
-        )
+        path = out / name
+        record = dict(project=str(project), version=str(version), file=str(path), stage=stage)
+        record |= dict(tags=sorted(str(t) for t in tags), size=path.stat().st_size)
+        records.append(record | {"sha256": stamps.file_sha256(path)})
     wanted = BY_STAGE[stage].wheels
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
@@ -161,9 +151,9 @@ class Context(OnSession):
     env_identity: str
     aotriton: Path | None
     aotriton_digest: str
-    max_jobs: int
-    cache: compile_cache.CachePlan | None
     flash_attention: bool  # the arch has AOTriton kernels, upstream or from our patch set
+    max_jobs: int
+    cache: compile_cache.CachePlan
 
     def src(self, key: str) -> Path:  # <work>/src/<key>
         return paths.src_dir(self.work, key)
@@ -204,8 +194,7 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
         aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
         if not has_lib(aotriton):
             raise UserError(
-                f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
-                "lib/libaotriton_v2.so and include/ there"
+                f"--aotriton-prefix {aotriton}: needs lib/libaotriton_v2.so and include/"
             )
         digest = str(aotriton)
     elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
@@ -232,10 +221,7 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say(
-            "AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's "
-            "build fetches the AOTriton its cmake/External/aotriton.cmake pins"
-        )
+        runner.say("AOTriton: none of ours; torch's build fetches the one its aotriton.cmake pins")
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
@@ -258,36 +244,15 @@ def make_context(opts: BuildPytorchOptions) -> Context:
         runner.say(runner.plan_line(pinned) or pinned)
     tag = "import sys; print('cp%d%d' % sys.version_info[:2])"
     python_tag = runner.ask([session.python, "-c", tag], "$(python tag)")
-    aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
+    aotriton = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
-    cache = None
-    if opts.cache is not None:
-        toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
-        cache = compile_cache.plan_cache(
-            opts.cache,
-            work=work,
-            arch=arch.name,
-            env=session.environ,
-            toolchain=toolchain,
-            runner=runner,
-            planned=not session.ready,
-        )
-    return Context(
-        session,
-        opts,
-        therock_pin,
-        pytorch_pin,
-        rocm_version,
-        python_tag,
-        env_identity,
-        aotriton,
-        aotriton_digest,
-        jobs,
-        cache,
-        flash,
-    )
+    tools = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
+    plan = (opts.cache, work, arch.name, tools, session.environ, runner, not session.ready)
+    cache = compile_cache.plan_cache(*plan)  # --cache not given: a plan that does nothing
+    found = (rocm_version, python_tag, env_identity, *aotriton, jobs, cache)
+    return Context(session, opts, therock_pin, pytorch_pin, *found)
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
@@ -305,15 +270,10 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
         }
     dep = dependency(stage)
     after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
-    return {
-        "after": after,
-        "config": stage_config(ctx, stage),
-        "rocm": ctx.rocm_version,
-        "python": ctx.python_tag,
-        "env": ctx.env_identity,
-        "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
-        "version_suffix": version_suffix(ctx),
-    }
+    cache = ctx.cache.spec.tool if ctx.opts.cache else None
+    inputs = {"after": after, "config": stage_config(ctx, stage), "compile_cache": cache}
+    inputs |= {"rocm": ctx.rocm_version, "python": ctx.python_tag, "env": ctx.env_identity}
+    return inputs | {"version_suffix": version_suffix(ctx)}
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
@@ -321,13 +281,8 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     if stage != "torch":
         return {"arch": ctx.arch.name}
     aotriton = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
-    return {
-        "arch": ctx.arch.name,
-        "triton": ctx.build_triton,
-        "build_tests": ctx.opts.build_tests,
-        "flash_attention": ctx.flash_attention,
-        "aotriton": aotriton,
-    }
+    config = {"arch": ctx.arch.name, "triton": ctx.build_triton, "aotriton": aotriton}
+    return config | {"build_tests": ctx.opts.build_tests, "flash_attention": ctx.flash_attention}
 
 
 def version_suffix(ctx: Context) -> str:
@@ -339,16 +294,9 @@ def version_suffix(ctx: Context) -> str:
     else:
         found = sorted((stamp.get("sources") or {}).items())
         sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
-        identity = stamps.digest(
-            {
-                "therock": ctx.therock_pin.commit,
-                "heads": stamp.get("heads"),
-                "sources": sources,
-                "aotriton": ctx.aotriton_digest,
-                "arch": ctx.arch.name,
-                "rocm": ctx.rocm_version,
-            }
-        )[:8]
+        facts = {"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"), "sources": sources}
+        facts |= {"aotriton": ctx.aotriton_digest, "arch": ctx.arch.name, "rocm": ctx.rocm_version}
+        identity = stamps.digest(facts)[:8]
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
@@ -357,20 +305,10 @@ def version_suffix(ctx: Context) -> str:
 
 
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
-    argv = [
-        str(ctx.python),
-        str(ctx.scripts_dir / BUILD_SCRIPT),
-        "build",
-        "--no-install-rocm",
-        "--output-dir",
-        str(ctx.out),
-        "--pytorch-rocm-arch",
-        ctx.arch.name,
-        "--version-suffix",
-        version_suffix(ctx),
-        "--clean" if clean else "--no-clean",
-    ]
-    argv += ctx.cache.therock_flags() if ctx.cache is not None and ctx.cache.active else []
+    argv = [str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm"]
+    argv += ["--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name]
+    argv += ["--version-suffix", version_suffix(ctx), "--clean" if clean else "--no-clean"]
+    argv += ctx.cache.therock_flags()
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
         argv += [f"--{c.key.replace('_', '-')}-dir", str(ctx.src(c.key))] if built else []
@@ -385,7 +323,7 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     if stage == "torch":
         sets["BUILD_TEST"] = "1" if ctx.opts.build_tests else "0"
         sets |= {"AOTRITON_INSTALLED_PREFIX": str(ctx.aotriton)} if ctx.aotriton else {}
-    return sets | (ctx.cache.build_sets(ctx.runner.base_env) if ctx.cache is not None else {})
+    return sets | ctx.cache.build_sets(ctx.runner.base_env)
 
 
 def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
@@ -411,38 +349,32 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
-    name = component.key.removeprefix("pytorch_").replace("pytorch", "torch")
-    dest, script = ctx.src(component.key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
+    key = component.key
+    name = key.removeprefix("pytorch_").replace("pytorch", "torch")
+    dest, script = ctx.src(key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
-        ctx.runner.apply(
-            ctx.runner.say,
-            f"warning: {component.key} is not pinned ({how}); "
-            "TheRock's checkout script picks its default - pin it in "
-            f"pins/pytorch.toml [pytorch.{component.pin_key}]",
-        )
+        pin_it = f"pin it in pins/pytorch.toml [pytorch.{component.pin_key}]"
+        warning = f"warning: {key} is not pinned ({how}); TheRock picks its default - {pin_it}"
+        ctx.runner.apply(ctx.runner.say, warning)
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
     known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
-    patch_set = patches.patch_set_for(component.key, known) if known else None
+    patch_set = patches.patch_set_for(key, known) if known else None
     hipify_later = bool(patch_set or not known) and component.hipify
-    ctx.runner.say(f"{component.key}: {hashtag or 'default'} from {how}")
+    ctx.runner.say(f"{key}: {hashtag or 'default'} from {how}")
     argv = [ctx.python, script, "checkout", "--checkout-dir", dest]
     argv += ["--repo-hashtag", hashtag] if hashtag else []
     argv += ["--gitrepo-origin", origin] if origin else []
     argv += ["--depth", CHECKOUT_DEPTH, "--jobs", "10"]
-    argv += ["--torch-dir", ctx.src("pytorch")] if component.key != "pytorch" else []
+    argv += ["--torch-dir", ctx.src("pytorch")] if key != "pytorch" else []
     argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
     ctx.runner.run(argv, cwd=ctx.scripts_dir)
     commit = known or ctx.runner.apply(read_head, dest)
-    applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner) if commit else []
+    applied = patches.apply_patch_set(key, commit, dest, ctx.runner) if commit else []
     if not commit:
-        ctx.runner.done(
-            f"{component.key}: patches/{component.key}/<the commit the checkout lands "
-            "on>/ is applied before hipify (a missing set where others exist is "
-            "refused)"
-        )
+        ctx.runner.done(f"{key}: patches/{key}/<the commit checked out>/ goes in before hipify")
     if hipify_later:
         ctx.runner.run([ctx.python, script, "hipify", "--checkout-dir", dest], cwd=ctx.scripts_dir)
     return {"origin": origin, "hashtag": hashtag, "commit": commit, "how": how, "patches": applied}
@@ -454,9 +386,8 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
         if ctx.runner.apply((ctx.scripts_dir / sub).exists):
             raise UserError(
-                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build "
-                "it in every stage by default; move it away (our checkouts live in "
-                "the work dir)"
+                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
+                "every stage; move it away (our checkouts live in the work dir)"
             )
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
@@ -478,12 +409,8 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
             entry["branch"] = hashtag
         manifest[key] = entry
     pin = ctx.therock_pin
-    manifest["therock"] = {
-        "repo": pin.url,
-        "commit": pin.commit,
-        "branch": pin.ref,
-        "version": ctx.rocm_version,
-    }
+    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
+    manifest["therock"] = therock | {"version": ctx.rocm_version}
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -493,11 +420,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
-        ctx.runner.say(
-            f"{stage}: build settings changed since the last build ({previous} -> "
-            f"{config}); passing --clean so the CMake cache does not keep the old "
-            "ones"
-        )
+        changed = f"{stage}: build settings changed ({previous} -> {config}); passing --clean"
+        ctx.runner.say(f"{changed} so the CMake cache does not keep the old ones")
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
@@ -537,9 +461,8 @@ def plan(ctx: Context) -> list[str]:
         for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
                 raise UserError(
-                    f"{flag} {start}: stage {stage} is not done (or its "
-                    f"inputs changed); run without {flag} to resume, or "
-                    f"{flag} {stage}"
+                    f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
+                    f"run without {flag} to resume, or {flag} {stage}"
                 )
         return [start] if only else order[order.index(start) :]
     if ctx.opts.force:
@@ -557,15 +480,9 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
         for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
             by_project[record["project"]] = record
     wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
-    manifest = {
-        "schema": "build_pytorch-manifest/1",
-        "arch": ctx.arch.name,
-        "rocm_version": ctx.rocm_version,
-        "python_tag": ctx.python_tag,
-        "env_prefix": str(ctx.prefix),
-        "stages": ctx.enabled,
-        "wheels": wheels,
-    }
+    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name, "wheels": wheels}
+    manifest |= {"rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag}
+    manifest |= {"env_prefix": str(ctx.prefix), "stages": ctx.enabled}
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     stamps.write_text_atomic(manifest_path(ctx.work), text)
     return manifest
@@ -575,11 +492,9 @@ def checks_before_building(ctx: Context) -> None:
     """Flash attention kept; the pin set and torch release/X.Y x our AOTriton (--force: warn)."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
         raise UserError(
-            "refusing to build (--skip triton): this would build torch for "
-            f"{ctx.arch.name} without flash attention: TheRock's {BUILD_SCRIPT} turns "
-            "flash attention off on Linux when triton is not built in the same call "
-            "(and rejects --enable-pytorch-flash-attention without it); drop --skip "
-            "triton"
+            f"refusing to build torch for {ctx.arch.name} without flash attention (--skip "
+            f"triton): TheRock's {BUILD_SCRIPT} turns flash attention off on Linux when triton "
+            "is not built in the same call; drop --skip triton"
         )
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
@@ -603,10 +518,7 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
             "change of ours (patches, tuning, another AOTriton)"
         )
     if not ctx.flash_attention:
-        say(
-            f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
-            "attention (--no-enable-pytorch-flash-attention)"
-        )
+        say(f"note: {ctx.arch.name} has no AOTriton kernels; torch builds without flash attention")
     checks_before_building(ctx)
     todo = plan(ctx)
     if skipped := [s for s in ctx.enabled if s not in todo]:
