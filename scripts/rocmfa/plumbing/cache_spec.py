@@ -38,8 +38,7 @@ class CacheSpec:
         return self.backend != "local"
 
     @property
-    def place(self) -> str:
-        """Where a shared store is, in words: 'directory /nfs/x', 'redis redis://h:1', ..."""
+    def place(self) -> str:  # where a shared store is, in words: 'directory /nfs/x', ...
         if self.backend == "s3":
             return f"s3 s3://{self.bucket}" + (f" at {self.endpoint}" if self.endpoint else "")
         return f"{'directory' if self.backend == 'dir' else self.backend} {self.endpoint}"
