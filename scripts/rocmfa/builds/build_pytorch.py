@@ -68,8 +68,7 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
 
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     """name -> (size, mtime_ns) of the wheel files in directory."""
-    found = directory.glob("*.whl") if directory.is_dir() else ()
-    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in found if e.is_file()}
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in directory.glob("*.whl")}
 
 
 def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, Any]]:
@@ -186,7 +185,8 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     elif has_lib(default):
         aotriton, digest = default, str(default)
     elif planned.get("install_prefix"):
-        aotriton, how = Path(planned["install_prefix"]), "build_aotriton, earlier in this run"
+        aotriton = Path(planned["install_prefix"])
+        how = "build_aotriton, which fills it earlier in this run"
         digest = "<digest of build_aotriton's build to come>"
     patched, version = False, ""
     if not arch.aotriton_supported() and arch.aotriton_patched:

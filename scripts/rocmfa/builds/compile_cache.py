@@ -29,8 +29,7 @@ STATS_FILE = "compile-cache-stats.jsonl"
 def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
-    rocm = toolchain.get("rocm")
-    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(rocm)) if rocm else "<ROCm SDK version>"
+    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
     digest = hashlib.sha256(blob).hexdigest()[:10]
     tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
     return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
