@@ -1,4 +1,4 @@
-"""--cache against real servers on loopback (redis-server, WsgiDAV, moto's S3): two machines,
+"""--cache against real servers on loopback (redis-server, moto's S3): two machines,
 one cache.
 
 Machine A and machine B have separate work dirs (checkout, build dir, SCCACHE_DIR, sccache
@@ -48,17 +48,6 @@ def test_unreachable_server_warns_once_and_builds_locally(tmp_path: Path) -> Non
     assert len(warnings) == 1 and "unreachable" in warnings[0] and "local" in warnings[0]
     assert build.stats["misses"] == 2 and build.stats["location"].startswith("Local disk")
     assert (tmp_path / "machine" / "build" / "app").exists()
-
-
-@pytest.mark.skipif(shared_cache.WSGIDAV is None, reason="wsgidav (PyPI) is not installed")
-def test_second_machine_is_served_from_webdav(tmp_path: Path) -> None:
-    with shared_cache.webdav_server(tmp_path / "dav") as url:
-        first = shared_cache.build_on_machine(tmp_path / "machine-a", f"{url}?prefix=ci", units=1)
-        second = shared_cache.build_on_machine(tmp_path / "machine-b", f"{url}?prefix=ci", units=1)
-    assert "WARNING" not in first.log + second.log
-    assert first.stats["location"].lower().startswith("webdav") and first.stats["misses"] == 2
-    assert second.stats["hits"] == 2 and second.stats["misses"] == 0
-    assert any((tmp_path / "dav" / "ci" / "rocmfa" / "gfx1151").rglob("*"))
 
 
 @pytest.mark.skipif(shared_cache.MOTO is None, reason="moto[server] (PyPI) is not installed")

@@ -534,7 +534,7 @@ def test_build_aotriton_checks_kernels_before_cmake(
 
 def test_store_form_s3_round_trip_and_read_only(tmp_path: Path, monkeypatch) -> None:
     """S3 goes through the team index's store (rocmfa.plumbing.team_index): moto's real S3
-    server. A WebDAV --cache is sccache's alone: the kernels stay in the local directory."""
+    server."""
     from rocmfa.plumbing.team_index import S3Store
     from tests.support import shared_cache
 
@@ -558,8 +558,6 @@ def test_store_form_s3_round_trip_and_read_only(tmp_path: Path, monkeypatch) -> 
         assert ro is not None and ro.read_only
         ro.put("ef" * 32, blob)
         assert reader.get("ef" * 32) is None
-    dav = kernel_build.open_store("http://127.0.0.1:1/dav", tmp_path / "d", "gfx1151", say=print)
-    assert dav is not None and dav.shared is None and dav.local is not None
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Real cache servers on loopback (redis-server, WsgiDAV, moto's S3) and a stand-in C++ CMake
+"""Real cache servers on loopback (redis-server, moto's S3) and a stand-in C++ CMake
 project built through --cache.
 
 Used by tests/test_compile_cache_servers.py and tests/perf/bench_shared_cache.py: two "machines"
@@ -58,9 +58,6 @@ def redis_server(tmp: Path, *options: str) -> Iterator[str]:
         yield url
 
 
-WSGIDAV = installed_program("wsgidav")
-
-
 def _wait_for_port(proc: subprocess.Popen, port: int, what: str) -> None:
     deadline = time.monotonic() + 15
     while True:
@@ -86,20 +83,6 @@ def _serving(argv: list[str], port: int, what: str, url: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@contextmanager
-def webdav_server(root: Path) -> Iterator[str]:
-    """A real WebDAV server (WsgiDAV, PyPI) on 127.0.0.1:<free port>, anonymous, files in root:
-    sccache's WebDAV backend writes to it."""
-    if WSGIDAV is None:
-        raise RuntimeError("wsgidav not installed")
-    root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    argv = [WSGIDAV, "--host", "127.0.0.1", "--port", str(port), "--root", str(root)]
-    argv += ["--auth", "anonymous", "--no-config"]
-    with _serving(argv, port, "wsgidav", f"http://127.0.0.1:{port}/") as url:
-        yield url
 
 
 MOTO = installed_program("moto_server")

@@ -51,21 +51,20 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
                 raise UserError(f"{where}: runtime_sha256.{rocm} must be [manylinux, sha256]")
             runtime[str(rocm)] = (entry[0], entry[1].lower())
         images = {str(k): str(v).lower() for k, v in (table.get("image_sha256") or {}).items()}
-        base = table.get("base_url", DEFAULT_BASE_URL)
+        base, source = table.get("base_url", DEFAULT_BASE_URL), where
         names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
-        source = where
     else:
         resolved = pin.data.get("pytorch_cmake")
         cmake = getattr(resolved, "cmake", None)
         if cmake is None or cmake.version != version:
-            raise UserError(f"no release sums for AOTriton {version}: add an [aotriton.release] "
-                            "table with version, runtime_sha256 and image_sha256 to "
-                            "pins/aotriton.toml")  # fmt: skip
+            raise UserError(
+                f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
+                "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
+            )
         got = cmake.lists.get
         runtime, images = {}, {}
-        rows = zip(got("__AOTRITON_ROCM_LIST", ()), got("__AOTRITON_MANYLINUX_LIST", ()),
-                   got("__AOTRITON_SHA256_LIST", ()), strict=False)  # fmt: skip
-        for r, m, sha in rows:  # CMake's list(FIND) takes the first of a ROCm listed twice
+        lists = (got(f"__AOTRITON_{n}_LIST", ()) for n in ("ROCM", "MANYLINUX", "SHA256"))
+        for r, m, sha in zip(*lists, strict=False):  # list(FIND): the first of a ROCm twice
             runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
         image_names = got("__AOTRITON_IMAGE_LIST", ()) or got("__AOTRITON_IMAGE", ())
         image_sums = got("__AOTRITON_IMAGE_SHA256_LIST", ()) or got("__AOTRITON_IMAGE_SHA256", ())
@@ -83,9 +82,10 @@ def real_sum(sha256: str, what: str, source: str) -> str:
     if not HEX64.fullmatch(sha256 or ""):
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
-        raise UserError(f"{source}: the sha256 of {what} is a placeholder (all "
-                        "zeros), not a real release sum; that tarball is not "
-                        "published - build from source instead")  # fmt: skip
+        raise UserError(
+            f"{source}: the sha256 of {what} is a placeholder (all zeros), not a real release "
+            "sum; that tarball is not published - build from source instead"
+        )
     return sha256
 
 
@@ -111,19 +111,18 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
-        raise UserError(f"AOTriton {info.version} has no prebuilt runtime for ROCm "
-                        f"{rocm} (has {', '.join(sorted(info.runtime)) or 'none'}); "
-                        "build from source instead")  # fmt: skip
+        has = ", ".join(sorted(info.runtime)) or "none"
+        why = f"no prebuilt runtime for ROCm {rocm} (has {has}); build from source instead"
+        raise UserError(f"AOTriton {info.version} has {why}")
     runner.say(f"release sums from {info.source}")
-    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm,
-                  manylinux=manylinux)  # fmt: skip
-    wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
-              (info.images_name, info.images[pack], f"image pack amd-{pack}")]  # fmt: skip
+    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm)
+    wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime")]
+    wanted += [(info.images_name, info.images[pack], f"image pack amd-{pack}")]
     for _name, sha, what in wanted:
         real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
     cache, tars = paths.downloads_dir(ctx.work) / "aotriton" / info.version, []
     for name, sha, _what in wanted:
-        dest = cache / name.format(**fields)
+        dest = cache / name.format(manylinux=manylinux, **fields)
         url = f"{info.base_url}{info.version}/{dest.name}"
         if not (dest.is_file() and stamps.file_sha256(dest) == sha):
             host = urllib.parse.urlsplit(url).netloc or url

@@ -16,12 +16,12 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
 from rocmfa.sources import checkouts, patches, pins
 
+CK = "composable_kernel"  # its pin, checkout, build dir and patch sets
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
 
 
 def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
-    """(rocm-sdk path --cmake, C and C++ compiler, ROCm version) of the env's SDK:
-    bin/amdclang{,++}, else lib/llvm/bin/clang{,++}."""
+    """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
     sdk = session.tool("rocm-sdk")
     root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
     cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
@@ -33,51 +33,40 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
         c, cxx = d / name, d / f"{name}++"
         if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
             return cmake_prefix, c, cxx, version
-    raise UserError(f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
-                    "is rocm[devel] installed? run: nox -s setup_env")  # fmt: skip
+    raise UserError(
+        f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
+        "is rocm[devel] installed? run: nox -s setup_env"
+    )
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
-            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the "
-            "library")  # fmt: skip
-    say("note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
-        "build (USE_ROCM_CK_SDPA=1, PyTorch's bundled CK), selected at run time with "
-        "TORCH_ROCM_FA_PREFER_CK=1")  # fmt: skip
+        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name} (gfx9 only)")
+    say("note: PyTorch's CK SDPA (USE_ROCM_CK_SDPA=1) is its own bundled CK, not this one")
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
-        say(f"note: {pin.url} is the deprecated CK repository (selected in its pin); CK now "
-            "lives in ROCm/rocm-libraries projects/composablekernel")  # fmt: skip
+        say(f"note: {pin.url} is the deprecated CK repository; CK lives in rocm-libraries now")
     say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
 
 
-def cmake_args(arch: Any, source: Path, build: Path, prefix: Path, cmake_prefix: str, cc: Path,
-               cxx: Path, opts: BuildCkOptions) -> list[str]:  # fmt: skip
-    on = {True: "ON", False: "OFF"}
+def cmake_args(arch: Any, opts: BuildCkOptions, dirs: list[Path], sdk: tuple) -> list[str]:
+    """Configure CK from dirs = [source, build, install prefix] with sdk = compilers()."""
+    (source, build, prefix), (cmake_prefix, cc, cxx, _version) = dirs, sdk
+    tests, examples = ("ON" if flag else "OFF" for flag in (opts.with_tests, opts.with_examples))
     # tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS)
     extra = opts.with_tests or opts.with_examples
-    targets = ["-UGPU_ARCHS", "-DGPU_TARGETS="] if extra else ["-UGPU_TARGETS", "-DGPU_ARCHS="]
-    return [
-        *("-G", "Ninja", "-S", str(source), "-B", str(build)),
-        "-DCMAKE_BUILD_TYPE=Release",
-        f"-DCMAKE_INSTALL_PREFIX={prefix}",
-        f"-DCMAKE_PREFIX_PATH={cmake_prefix}",
-        f"-DCMAKE_C_COMPILER={cc}",
-        f"-DCMAKE_CXX_COMPILER={cxx}",
-        f"-DCMAKE_HIP_COMPILER={cxx}",
-        "-DBUILD_DEV=OFF",
-        targets[0],
-        targets[1] + arch.name,
-        f"-DBUILD_TESTING={on[bool(opts.with_tests)]}",
-        f"-DBUILD_CK_EXAMPLES={on[bool(opts.with_examples)]}",
-        f"-DBUILD_CK_TUTORIALS={on[bool(opts.with_examples)]}",
-        # the monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
-        *(["-DBUILD_MHA_LIB=ON"] if arch.ck_mha else []),
-    ]
+    on, off = ("TARGETS", "ARCHS") if extra else ("ARCHS", "TARGETS")
+    args = ["-G", "Ninja", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"]
+    args += [f"-DCMAKE_INSTALL_PREFIX={prefix}", f"-DCMAKE_PREFIX_PATH={cmake_prefix}"]
+    args += [f"-DCMAKE_C_COMPILER={cc}", f"-DCMAKE_CXX_COMPILER={cxx}"]
+    args += [f"-DCMAKE_HIP_COMPILER={cxx}", "-DBUILD_DEV=OFF", f"-UGPU_{off}"]
+    args += [f"-DGPU_{on}={arch.name}", f"-DBUILD_TESTING={tests}"]
+    args += [f"-DBUILD_CK_EXAMPLES={examples}", f"-DBUILD_CK_TUTORIALS={examples}"]
+    # the monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
+    return args + (["-DBUILD_MHA_LIB=ON"] if arch.ck_mha else [])
 
 
 def build_ck(opts: BuildCkOptions) -> None:
@@ -86,27 +75,25 @@ def build_ck(opts: BuildCkOptions) -> None:
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
     runner.say(session.describe())
-    pin = pins.load_pin("composable_kernel", workdir=work)
+    pin = pins.load_pin(CK, workdir=work)
     announce(session, opts, pin)
-    cmake_prefix, cc, cxx, rocm_version = compilers(session)
+    sdk = compilers(session)
+    _cmake_prefix, cc, cxx, rocm_version = sdk
     cmake, _ninja = session.tool("cmake"), session.tool("ninja")
     jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
-    checkout = paths.src_dir(work, "composable_kernel")
-    build = paths.build_dir(work, "composable_kernel")
-    subdir = str(pin.data.get("subdir") or "")
-    env = condaenv.env_identity(prefix)
-    inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name,
-              "patches": patches.patch_set_digest("composable_kernel", pin.commit),
-              "tests": bool(opts.with_tests), "examples": bool(opts.with_examples),
-              "compilers": [str(cc), str(cxx)],
-              "rocm": rocm_version, "prefix": str(prefix), "env": env}  # fmt: skip
+    checkout, build = paths.src_dir(work, CK), paths.build_dir(work, CK)
+    subdir, env = str(pin.data.get("subdir") or ""), condaenv.env_identity(prefix)
+    inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name, "rocm": rocm_version}
+    inputs |= {"patches": patches.patch_set_digest(CK, pin.commit), "env": env}
+    inputs |= {"tests": bool(opts.with_tests), "examples": bool(opts.with_examples)}
+    inputs |= {"compilers": [str(cc), str(cxx)], "prefix": str(prefix)}
     stamp = paths.stamp_path(work, "build_ck")
     if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return
     checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
-    patches.apply_patch_set("composable_kernel", pin.commit, checkout, runner)
+    patches.apply_patch_set(CK, pin.commit, checkout, runner)
     if checkout.exists() and not (checkout / subdir / "CMakeLists.txt").is_file():
         raise UserError(f"{checkout / subdir} has no CMakeLists.txt (pin subdir {subdir!r})")
     cache_file = build / "CMakeCache.txt"  # --clean or another compiler: start over
@@ -117,15 +104,13 @@ def build_ck(opts: BuildCkOptions) -> None:
         runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
-    configure = cmake_args(arch, checkout / subdir, build, prefix, cmake_prefix, cc, cxx, opts)
-    toolchain = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
-    cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
-                                     runner=runner, toolchain=toolchain)  # fmt: skip
+    configure = cmake_args(arch, opts, [checkout / subdir, build, prefix], sdk)
+    tools = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
+    cache = compile_cache.plan_cache(opts.cache, work, arch.name, tools, session.environ, runner)
     with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
         sets = cache.build_sets(session.environ)
         runner.run([cmake, *configure, *cache.cmake_args()], cwd=build, sets=sets)
         runner.run([cmake, "--build", str(build), "--parallel", str(jobs)], cwd=build, sets=sets)
     runner.run([cmake, "--install", str(build)], cwd=build)
     runner.apply(stamps.write, stamp, inputs, install_prefix=str(prefix), build_dir=str(build))
-    runner.say(f"composable_kernel installed into {prefix} (lib/cmake/composable_kernel, "
-               "include/ck)")  # fmt: skip
+    runner.say(f"composable_kernel installed into {prefix} (lib/cmake, include/ck)")

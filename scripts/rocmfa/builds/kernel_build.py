@@ -241,9 +241,7 @@ def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] 
     if spec is not None and spec.tool == "none":
         return None
     store = KernelStore(directory(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
-    if spec is not None and spec.backend == "webdav":
-        say(f"note: {spec.describe()} serves sccache only; AOTriton's kernels stay local")
-    if spec is None or spec.backend in ("local", "webdav"):
+    if spec is None or spec.backend == "local":
         return store
     problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:

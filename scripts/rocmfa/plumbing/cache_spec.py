@@ -1,6 +1,6 @@
 """`--cache` values (builds/compile_cache.py), parsed with the options before a session's first
-command: none | ccache | sccache | /SHARED/DIR | redis(s)://HOST:PORT[/DB] | http(s)://HOST/PATH
-(WebDAV) | s3://BUCKET/PREFIX[?endpoint=URL&region=R]; on any URL prefix=TEXT, read_only=1."""
+command: none | ccache | sccache | /SHARED/DIR | redis(s)://HOST:PORT[/DB] |
+s3://BUCKET/PREFIX[?endpoint=URL&region=R]; on any URL prefix=TEXT, read_only=1."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from rocmfa.plumbing.errors import UserError
 
 TOOLS = ("none", "ccache", "sccache")
-SCHEMES = {"redis": "redis", "rediss": "redis", "http": "webdav", "https": "webdav", "s3": "s3"}
+FORMS = "none, ccache, sccache, a directory (/PATH), redis://HOST:PORT or s3://BUCKET/PREFIX"
 QUERY_KEYS = {"prefix", "read_only", "endpoint", "region"}
 FLAGS = {"1": True, "true": True, "0": False, "false": False}  # read_only=
 CREDENTIAL_VARS = {
     "redis": "SCCACHE_REDIS_USERNAME/SCCACHE_REDIS_PASSWORD",
-    "webdav": "SCCACHE_WEBDAV_USERNAME/SCCACHE_WEBDAV_PASSWORD or SCCACHE_WEBDAV_TOKEN",
     "s3": "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
 }
 
@@ -26,7 +25,7 @@ class CacheSpec:
     """What --cache asked for. Holds no credentials (URLs with them are refused)."""
 
     tool: str  # none | ccache | sccache
-    backend: str = "local"  # local | dir | redis | webdav | s3
+    backend: str = "local"  # local | dir | redis | s3
     endpoint: str | None = None
     bucket: str | None = None
     prefix: str = ""
@@ -39,8 +38,7 @@ class CacheSpec:
         return self.backend != "local"
 
     @property
-    def place(self) -> str:
-        """Where a shared store is, in words: 'directory /nfs/x', 'redis redis://h:1', ..."""
+    def place(self) -> str:  # where a shared store is, in words: 'directory /nfs/x', ...
         if self.backend == "s3":
             return f"s3 s3://{self.bucket}" + (f" at {self.endpoint}" if self.endpoint else "")
         return f"{'directory' if self.backend == 'dir' else self.backend} {self.endpoint}"
@@ -64,9 +62,9 @@ def parse_cache(value: str | None) -> CacheSpec | None:
     if text.startswith(("/", "./", "../", "~")):  # a shared directory (an NFS path)
         return CacheSpec("sccache", "dir", os.path.abspath(os.path.expanduser(text)))
     parts = urllib.parse.urlsplit(text)
-    if (backend := SCHEMES.get(parts.scheme)) is None or not parts.netloc:
-        raise UserError(f"--cache {value!r}: expected none, ccache, sccache, a directory (/PATH), "
-            "redis://HOST:PORT, http(s)://HOST/PATH (WebDAV) or s3://BUCKET/PREFIX")  # fmt: skip
+    backend = {"rediss": "redis"}.get(parts.scheme, parts.scheme)
+    if backend not in CREDENTIAL_VARS or not parts.netloc:
+        raise UserError(f"--cache {value!r}: expected {FORMS}")
     if parts.username or parts.password:
         raise UserError(
             "--cache: credentials do not belong in the URL (they would be printed and "
@@ -78,20 +76,18 @@ def parse_cache(value: str | None) -> CacheSpec | None:
         raise UserError(f"--cache: unknown URL parameter(s) {unknown} (known: {known})")
     if (read_only := FLAGS.get(opt.get("read_only", "0").lower())) is None:
         raise UserError(f"--cache: read_only={opt['read_only']!r} must be 1/0 (true/false)")
-    if backend != "s3" and {"endpoint", "region"} & set(opt):
-        raise UserError("--cache: endpoint= and region= are for s3:// URLs only")
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
         raise UserError(f"--cache {value!r}: bad port") from None
-    prefix, base = opt.get("prefix", "").strip("/"), f"{parts.scheme}://{parts.netloc}"
+    prefix = opt.get("prefix", "").strip("/")
     if backend == "redis":
+        if {"endpoint", "region"} & set(opt):
+            raise UserError("--cache: endpoint= and region= are for s3:// URLs only")
         if (db := parts.path.strip("/")) and not db.isdigit():
             raise UserError(f"--cache {value!r}: redis path must be a database number")
+        base = f"{parts.scheme}://{parts.netloc}"
         return CacheSpec("sccache", backend, base, None, prefix, None, db or None, read_only)
-    if backend == "webdav":  # no trailing slash: sccache joins endpoint + "/" + key
-        endpoint = base + parts.path.rstrip("/")
-        return CacheSpec("sccache", backend, endpoint, prefix=prefix, read_only=read_only)
     endpoint = opt.get("endpoint")
     if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
         raise UserError(f"--cache: s3 endpoint={endpoint!r} must be an http(s):// URL")

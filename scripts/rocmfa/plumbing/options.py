@@ -202,7 +202,7 @@ OPTIONS = {
     "json": switch("--json", "machine-readable output"),
     "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", **N),
     "cache": value("--cache", f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
-                   f"http(s)://HOST/PATH, {URLS}", type=parse_cache, metavar="KIND|URL"),
+                   f"{URLS}", type=parse_cache, metavar="KIND|URL"),
     "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
     "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
     "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
