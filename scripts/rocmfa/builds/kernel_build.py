@@ -35,8 +35,11 @@ from rocmfa.sources.patches import patch_set_digest
 
 # Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
 # line info embeds the tree's and Triton's paths (.text is the same without it).
-COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1",
-               "TRITON_DISABLE_LINE_INFO": "1"}  # fmt: skip
+COMPILE_ENV = {
+    "TRITON_F32_DEFAULT": "ieee",
+    "TRITON_STORE_BINARY_ONLY": "1",
+    "TRITON_DISABLE_LINE_INFO": "1",
+}
 KEY_VERSION = 3
 MAGIC = b"ROCMFA-KERNEL/2\n"
 LOCAL_DIR = "aotriton-kernels"
@@ -54,8 +57,9 @@ CONNECT_TIMEOUT = "5s"
 
 
 # One line of Bare.compile (line: its number, from 1), and the combination the sample covers.
-Job = namedtuple("Job", "line venv python hsaco source kernel num_warps num_stages waves_per_eu "
-                 "target signature")  # fmt: skip
+Job = namedtuple(
+    "Job", "line venv python hsaco source kernel num_warps num_stages waves_per_eu target signature"
+)
 combo = operator.attrgetter("kernel", "num_warps", "num_stages", "waves_per_eu")
 
 
@@ -78,8 +82,9 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     chosen = list(firsts.values())
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(kernels):
-        raise UserError(f"--sample {size} is below the {len(kernels)} kernel families of this "
-                        "target")  # fmt: skip
+        raise UserError(
+            f"--sample {size} is below the {len(kernels)} kernel families of this target"
+        )
     if size is not None and size < len(chosen):
         groups = [[j for j in chosen if j.kernel == k] for k in kernels]
         depth = max(len(g) for g in groups)
@@ -94,11 +99,28 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
 def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
     """v3src/CMakeLists.txt's command (without cmake -E env); --timeout 0: a failure exits 1."""
     return [
-        python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out),
-        "-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages),
-        "--waves_per_eu", str(job.waves_per_eu), "--target", job.target,
-        "--signature", job.signature, "--timeout", timeout,
-    ]  # fmt: skip
+        python,
+        str(compile_py),
+        job.source,
+        "--kernel_name",
+        job.kernel,
+        "-o",
+        str(out),
+        "-g",
+        "1,1,1",
+        "--num_warps",
+        str(job.num_warps),
+        "--num_stages",
+        str(job.num_stages),
+        "--waves_per_eu",
+        str(job.waves_per_eu),
+        "--target",
+        job.target,
+        "--signature",
+        job.signature,
+        "--timeout",
+        timeout,
+    ]
 
 
 def read_or_none(path: Path) -> bytes | None:
@@ -139,8 +161,14 @@ class KeyContext:
         return hashlib.sha256(json.dumps([*fields, self.compiler]).encode()).hexdigest()
 
 
-def key_context(triton: str, commit: str, arch: str | None, src: Path, python: str | None = None,
-                build: bool = True) -> KeyContext:  # fmt: skip
+def key_context(
+    triton: str,
+    commit: str,
+    arch: str | None,
+    src: Path,
+    python: str | None = None,
+    build: bool = True,
+) -> KeyContext:
     """The shared key part: python's Triton (default: the check's), its build, its settings."""
     python = python or known_python(src.parents[1], recorded_triton(commit) or "")
     info = triton_info(python) if python else {"build": None, "knobs": []}
@@ -211,8 +239,9 @@ class KernelStore:
                 blob = layer.get(key)
                 whole = blob is not None and bool(unpack(blob))
             except Damaged as error:  # only from an entry, so of a layer
-                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); "
-                         "recompiling")  # fmt: skip
+                self.say(
+                    f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); recompiling"
+                )
                 continue
             except Exception as error:
                 self._lost(error)
@@ -233,8 +262,14 @@ class KernelStore:
                 self._lost(error)
 
 
-def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
-               runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
+def open_store(
+    cache: Any,
+    work: Path,
+    arch: str,
+    *,
+    say: Callable[[str], None] | None = None,
+    runner: Runner | None = None,
+) -> KernelStore | None:
     """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
@@ -254,14 +289,20 @@ def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] 
         store.shared = directory(Path(str(spec.endpoint)) / root)
     elif spec.backend == "redis":  # redis-py's connection pool serves the compile threads
         client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
-        store.shared = Layer(spec.place, lambda k: client.get(f"{root}/{k}"),
-                             lambda k, v: client.set(f"{root}/{k}", v))  # fmt: skip
+        store.shared = Layer(
+            spec.place,
+            lambda k: client.get(f"{root}/{k}"),
+            lambda k, v: client.set(f"{root}/{k}", v),
+        )
     else:  # boto3 through the team index's store: a 404 that is not NoSuchKey is an error
         from rocmfa.plumbing.team_index import S3Store
 
         s3 = S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
-        store.shared = Layer(spec.place, lambda k: s3.read(f"{k}.kernel"),
-                             lambda k, v: s3.put_bytes(f"{k}.kernel", v))  # fmt: skip
+        store.shared = Layer(
+            spec.place,
+            lambda k: s3.read(f"{k}.kernel"),
+            lambda k, v: s3.put_bytes(f"{k}.kernel", v),
+        )
     store.read_only = spec.read_only
     return store
 
@@ -343,9 +384,11 @@ def build_kernel(
     if why is None and (not hsaco or meta is None):
         why = "compile.py left " + ("an empty code object" if hsaco == b"" else "no output file")
     if why is not None:
-        raise CompileFailed(f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
+        raise CompileFailed(
+            f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
             f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
-            f"{job.waves_per_eu}, target {job.target}): {why}")  # fmt: skip
+            f"{job.waves_per_eu}, target {job.target}): {why}"
+        )
     if store is not None:
         store.put(key, pack(hsaco, meta))
     install_kernel(out, hsaco, meta)
@@ -413,9 +456,11 @@ class KernelBuild:
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             self.hits = set(pool.map(self._stage_one, jobs)) - {None}
         hits = len(self.hits)
-        runner.say(f"kernel store: {hits} of {len(jobs)} kernel jobs of the build from "
-                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - hits} to "
-                   "compile")  # fmt: skip
+        runner.say(
+            f"kernel store: {hits} of {len(jobs)} kernel jobs of the build from "
+            f"{self.store.describe()} (triton {self.identity}); {len(jobs) - hits} to "
+            "compile"
+        )
 
     def _stage_one(self, job: Job) -> str | None:
         blob = self.store.get(self.keys[job.hsaco])
@@ -429,8 +474,10 @@ class KernelBuild:
             return
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             stored = sum(pool.map(self._store_one, [o for o in self.keys if o not in self.hits]))
-        runner.say(f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
-                   f"the build, stored in {self.store.describe()}")  # fmt: skip
+        runner.say(
+            f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
+            f"the build, stored in {self.store.describe()}"
+        )
 
     def _store_one(self, out: str) -> bool:
         hsaco = read_or_none(Path(out).with_suffix(".hsaco"))
@@ -461,8 +508,9 @@ def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> KernelStore 
     return open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
-def plan(ctx: Any, build_options: Any, src: Path, build: Path,
-         store: KernelStore | None, runner: Runner) -> KernelBuild | None:  # fmt: skip
+def plan(
+    ctx: Any, build_options: Any, src: Path, build: Path, store: KernelStore | None, runner: Runner
+) -> KernelBuild | None:
     """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
     if store is None:
         return None
@@ -485,9 +533,11 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runne
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
     if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
-        raise UserError("--workers needs a shared --cache, not read_only=1 (a directory every "
+        raise UserError(
+            "--workers needs a shared --cache, not read_only=1 (a directory every "
             "machine mounts, redis://, s3://): the workers compile into it and this build reads "
-            "every kernel from it")  # fmt: skip
+            "every kernel from it"
+        )
     try:
         from distributed import Client
     except ImportError:
@@ -512,8 +562,10 @@ def remote_build(job: Job, key: str, task: dict[str, Any]) -> tuple[str, float]:
     python = os.environ.get(PYTHON_ENV) or sys.executable
     have, triton = triton_info(python)["build"], task["triton"]
     if (f"{triton} ({have})" if have else triton) != task["identity"]:
-        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, the keys name "
-            f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)")  # fmt: skip
+        raise RuntimeError(
+            f"worker {worker}: triton {have or 'not installed'}, the keys name "
+            f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)"
+        )
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
         for name, data in task["files"].items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -547,9 +599,15 @@ def fan_out(
     for folder in {Path(job.source).parent for job in jobs}:
         names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
     files = {p.relative_to(tree.src).as_posix(): p.read_bytes() for p in names}
-    task = {"files": files, "src": str(tree.src), "cache": cache,
-            "arch": tree.arch, "triton": tree.triton, "identity": context.triton,
-            "settings": dict(context.env)}  # fmt: skip
+    task = {
+        "files": files,
+        "src": str(tree.src),
+        "cache": cache,
+        "arch": tree.arch,
+        "triton": tree.triton,
+        "identity": context.triton,
+        "settings": dict(context.env),
+    }
     began = time.monotonic()
     with Client(url, timeout=CONNECT_TIMEOUT) as client:
         [shared] = client.scatter([task], broadcast=True)
@@ -559,6 +617,8 @@ def fan_out(
         except Exception as error:
             raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0]) from None
     counts = {how: [result[0] for result in results].count(how) for how in ("hit", "compiled")}
-    runner.say(f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
-               f"store, {time.monotonic() - began:.1f} s")  # fmt: skip
+    runner.say(
+        f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
+        f"store, {time.monotonic() - began:.1f} s"
+    )
     return counts

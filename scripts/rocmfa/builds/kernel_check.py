@@ -82,17 +82,37 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
     say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
     runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
-    compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database),
-               "--database_file", str(database / "tuning_database.sqlite3")]  # fmt: skip
-    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src),
-           "--target_gpus", *tree.gpus, "--build_dir", str(tree.build)]  # fmt: skip
+    compose = [
+        python,
+        "-m",
+        "aotriton.database_compose",
+        "--decomposed",
+        str(database),
+        "--database_file",
+        str(database / "tuning_database.sqlite3"),
+    ]
+    gen = [
+        python,
+        "-X",
+        "utf8",
+        "-m",
+        "aotriton.generate",
+        "--root_dir",
+        str(tree.src),
+        "--target_gpus",
+        *tree.gpus,
+        "--build_dir",
+        str(tree.build),
+    ]
     for argv, what in ((compose, "database_compose"), (gen, "generator")):
         sets = {"PYTHONPATH": str(pkg)}
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
         if done.returncode != 0:
             last = last_line(done.stderr or done.stdout)
-            raise UserError(f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
-                            f"{tree.src} (exit {done.returncode}): {last}")  # fmt: skip
+            raise UserError(
+                f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
+                f"{tree.src} (exit {done.returncode}): {last}"
+            )
     return tree.build / "Bare.compile"
 
 
@@ -118,8 +138,15 @@ def settings_line(python: str | None) -> str:
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, all_jobs: list,
-                   chosen: list, store: kernel_build.KernelStore | None, threads: int):  # fmt: skip
+def compile_sample(
+    tree: Tree,
+    python: str,
+    context: kernel_build.KeyContext,
+    all_jobs: list,
+    chosen: list,
+    store: kernel_build.KernelStore | None,
+    threads: int,
+):
     """Each chosen job from the store or compiled (one line on a failure); counts per family."""
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     sources, build = kernel_build.source_digests(chosen), kernel_build.build_kernel
@@ -130,8 +157,10 @@ def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, al
         except kernel_build.CompileFailed as error:
             pool.shutdown(cancel_futures=True)
             raise UserError(f"kernel check: {error}") from None
-    families = {k: {"jobs": n, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
-                for k, n in Counter(job.kernel for job in all_jobs).items()}  # fmt: skip
+    families = {
+        k: {"jobs": n, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
+        for k, n in Counter(job.kernel for job in all_jobs).items()
+    }
     for job, (how, seconds) in zip(chosen, results, strict=True):
         entry = families[job.kernel]
         entry["sampled"] += 1
@@ -140,8 +169,16 @@ def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, al
     return families
 
 
-def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
-              size: int | None = None, store: kernel_build.KernelStore | None = None):  # fmt: skip
+def run_check(
+    tree: Tree,
+    *,
+    work: Path,
+    runner: Runner,
+    cache: Any,
+    jobs: int | None = None,
+    size: int | None = None,
+    store: kernel_build.KernelStore | None = None,
+):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
     say, began = runner.say, time.monotonic()
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
@@ -168,23 +205,34 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
     chosen = kernel_build.sample(all_jobs, size)
     where = store.describe() if store else "none"
-    say(f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
-        f"families; compiling {len(chosen)} ({why}); kernel store: {where}")  # fmt: skip
+    say(
+        f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
+        f"families; compiling {len(chosen)} ({why}); kernel store: {where}"
+    )
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
+        say(
+            f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
+            f"num_stages/waves_per_eu) combinations: {combos}"
+        )
     say(f"kernel check: {settings_line(python)}")
     context = tree.key_context()
     summary = {
-        "schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src),
-        "arch": tree.arch, "target_gpus": list(tree.gpus), "triton": tree.triton,
-        "patches": context.patches, "jobs": len(all_jobs), "sampled": len(chosen),
+        "schema": SUMMARY_SCHEMA,
+        "aotriton_commit": tree.commit,
+        "tree": str(tree.src),
+        "arch": tree.arch,
+        "target_gpus": list(tree.gpus),
+        "triton": tree.triton,
+        "patches": context.patches,
+        "jobs": len(all_jobs),
+        "sampled": len(chosen),
         "families": compile_sample(tree, python, context, all_jobs, chosen, store, threads),
-        "wall_s": round(time.monotonic() - began, 3), "store": where,
+        "wall_s": round(time.monotonic() - began, 3),
+        "store": where,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }  # fmt: skip
+    }
     stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
     row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
     say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
@@ -235,8 +283,10 @@ def kernel_check(opts: Any) -> None:
     if not tree.triton:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
-    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
-               f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}")  # fmt: skip
+    runner.say(
+        f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
+        f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}"
+    )
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
     # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
