@@ -62,10 +62,9 @@ def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
     store = kernel_build.open_store(url, tmp, "gfx1151", say=print)
     assert store is not None and store.shared is not None
     jobs = kernel_build.read_jobs(tree.build / "Bare.compile")
-    ctx, sources = tree.key_context(), kernel_build.source_digests(jobs)
     whole = 0
-    for job in jobs:
-        blob = store.shared.get(ctx.key(job, sources))
+    for job, key in zip(jobs, tree.key_context().keys(jobs), strict=True):
+        blob = store.shared.get(key)
         assert blob is not None, job.line
         kernel_build.unpack(blob)  # raises on a partial entry
         whole += 1

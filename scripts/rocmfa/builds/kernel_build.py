@@ -1,8 +1,7 @@
 """AOTriton's kernels (ROCm/aotriton 6e00ef3e: python/codegen/root.py write_hsaco writes
-Bare.compile, one compile job a line): the key that decides each code object, the store behind
---cache, the one place a kernel is compiled, AOTriton's own build's jobs staged from the store
-before ninja (kernel_launcher.py skips them) and stored after it, and `--workers`: every job on
-a Dask cluster. What each part guarantees, and why: docs/kernel-check.md."""
+Bare.compile, one compile job a line): each job's key, the store behind --cache, the one place a
+kernel is compiled, AOTriton's own build's jobs staged from the store before ninja and stored
+after it, and `--workers`: every job on a Dask cluster. Why: docs/kernel-check.md."""
 
 import contextlib
 import functools
@@ -18,7 +17,7 @@ import tempfile
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +81,7 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     chosen = list(firsts.values())
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(kernels):
-        raise UserError(
-            f"--sample {size} is below the {len(kernels)} kernel families of this target"
-        )
+        raise UserError(f"--sample {size} is below the {len(kernels)} kernel families")
     if size is not None and size < len(chosen):
         groups = [[j for j in chosen if j.kernel == k] for k in kernels]
         depth = max(len(g) for g in groups)
@@ -98,45 +95,19 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
 
 def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
     """v3src/CMakeLists.txt's command (without cmake -E env); --timeout 0: a failure exits 1."""
-    return [
-        python,
-        str(compile_py),
-        job.source,
-        "--kernel_name",
-        job.kernel,
-        "-o",
-        str(out),
-        "-g",
-        "1,1,1",
-        "--num_warps",
-        str(job.num_warps),
-        "--num_stages",
-        str(job.num_stages),
-        "--waves_per_eu",
-        str(job.waves_per_eu),
-        "--target",
-        job.target,
-        "--signature",
-        job.signature,
-        "--timeout",
-        timeout,
-    ]
+    argv = [python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out)]
+    argv += ["-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages)]
+    argv += ["--waves_per_eu", str(job.waves_per_eu), "--target", job.target]
+    return [*argv, "--signature", job.signature, "--timeout", timeout]
 
 
 def read_or_none(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def source_digests(jobs: Iterable[Job]) -> dict[str, str]:
-    """Per source: its folder's .py files (a kernel imports its siblings), by relative path."""
-    digests = {}
-    for source in {job.source for job in jobs}:
-        h, root = hashlib.sha256(), Path(source).parent
-        for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-        digests[source] = h.hexdigest()
-    return digests
+def py_files(folder: Path) -> list[Path]:
+    """What a kernel source imports from: its folder's .py files."""
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
@@ -155,20 +126,22 @@ class KeyContext:
     env: tuple[tuple[str, str], ...] = ()  # settings(), sorted
     knobs: tuple[str, ...] = ()  # what the Triton reads (dropped from a compile's environment)
 
-    def key(self, job: Job, sources: dict[str, str]) -> str:
-        env = sorted({**dict(self.env), **COMPILE_ENV}.items())  # job[5:]: kernel ... signature
-        fields = [KEY_VERSION, sources[job.source], job[5:], self.triton, self.patches, env]
-        return hashlib.sha256(json.dumps([*fields, self.compiler]).encode()).hexdigest()
+    def keys(self, jobs: Sequence[Job]) -> list[str]:
+        """Each job's key: its source folder (by relative path), job[5:] (kernel ... signature)."""
+        digests = {}
+        for root in {Path(job.source).parent for job in jobs}:
+            h = hashlib.sha256()
+            for path in py_files(root):
+                h.update(path.relative_to(root).as_posix().encode() + b"\0")
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+            digests[root] = h.hexdigest()
+        env = sorted({**dict(self.env), **COMPILE_ENV}.items())
+        shared = [self.triton, self.patches, env, self.compiler]
+        parts = ([KEY_VERSION, digests[Path(j.source).parent], j[5:], *shared] for j in jobs)
+        return [hashlib.sha256(json.dumps(p).encode()).hexdigest() for p in parts]
 
 
-def key_context(
-    triton: str,
-    commit: str,
-    arch: str | None,
-    src: Path,
-    python: str | None = None,
-    build: bool = True,
-) -> KeyContext:
+def key_context(triton: str, commit: str, arch: str | None, src: Path, python=None, build=True):
     """The shared key part: python's Triton (default: the check's), its build, its settings."""
     python = python or known_python(src.parents[1], recorded_triton(commit) or "")
     info = triton_info(python) if python else {"build": None, "knobs": []}
@@ -198,6 +171,19 @@ def unpack(blob: bytes) -> tuple[bytes, bytes]:
     return body[: int(size)], body[int(size) :]
 
 
+def packed(out: Path) -> bytes | None:
+    """The entry of the code object at out and its metadata (None: either missing, or empty)."""
+    hsaco, meta = read_or_none(out.with_suffix(".hsaco")), read_or_none(out.with_suffix(".json"))
+    return pack(hsaco, meta) if hsaco and meta is not None else None
+
+
+def install_kernel(out: Path, blob: bytes) -> None:
+    hsaco, meta = unpack(blob)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
+    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
+
+
 # Where entries are kept: what (in words), get(key) -> entry | None, put(key, entry).
 Layer = namedtuple("Layer", "what get put")
 
@@ -221,7 +207,7 @@ class KernelStore:
     local: Layer | None
     shared: Layer | None = None
     read_only: bool = False
-    say: Callable[[str], None] = print
+    say: Any = print
 
     def describe(self) -> str:
         layers = " over ".join(b.what for b in (self.shared, self.local) if b is not None)
@@ -239,9 +225,7 @@ class KernelStore:
                 blob = layer.get(key)
                 whole = blob is not None and bool(unpack(blob))
             except Damaged as error:  # only from an entry, so of a layer
-                self.say(
-                    f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); recompiling"
-                )
+                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error})")
                 continue
             except Exception as error:
                 self._lost(error)
@@ -262,14 +246,7 @@ class KernelStore:
                 self._lost(error)
 
 
-def open_store(
-    cache: Any,
-    work: Path,
-    arch: str,
-    *,
-    say: Callable[[str], None] | None = None,
-    runner: Runner | None = None,
-) -> KernelStore | None:
+def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> KernelStore | None:
     """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
@@ -342,6 +319,13 @@ def recorded_triton(commit: str) -> str | None:
     return version
 
 
+def pypi_triton(commit: str) -> str:
+    version = recorded_triton(commit)
+    if version is None:
+        raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
+    return version
+
+
 def known_python(work: Path, triton: str) -> str | None:
     """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
     python = work / VENV.format(triton) / "bin" / "python"
@@ -356,50 +340,31 @@ class CompileFailed(Exception):
     """A job that did not compile: the kernel, the job and the compiler's last line."""
 
 
-def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
-    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
-
-
-def build_kernel(
-    job: Job, key: str, compiler: Compiler, store: KernelStore | None, out: Path | None = None
-) -> tuple[str, float]:
+def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | None, out=None):
     """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
     began, out = time.monotonic(), Path(out or job.hsaco)
     blob = store.get(key) if store is not None else None
-    if blob is not None:
-        install_kernel(out, *unpack(blob))
-        return "hit", time.monotonic() - began
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
-        given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
-        env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
-        target = Path(scratch) / out.name
-        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
-        hsaco = read_or_none(target.with_suffix(".hsaco"))
-        meta = read_or_none(target.with_suffix(".json"))
-    why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
-    if why is None and (not hsaco or meta is None):
-        why = "compile.py left " + ("an empty code object" if hsaco == b"" else "no output file")
-    if why is not None:
-        raise CompileFailed(
-            f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
-            f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
-            f"{job.waves_per_eu}, target {job.target}): {why}"
-        )
-    if store is not None:
-        store.put(key, pack(hsaco, meta))
-    install_kernel(out, hsaco, meta)
-    return "compiled", time.monotonic() - began
-
-
-def pypi_triton(commit: str) -> str:
-    version = recorded_triton(commit)
-    if version is None:
-        raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
-    return version
+    how = "hit" if blob is not None else "compiled"
+    if blob is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
+            given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
+            env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
+            target = Path(scratch) / out.name
+            argv = compile_argv(job, compiler.python, compiler.compile_py, target)
+            done = subprocess.run(argv, env=env, capture_output=True, text=True)
+            blob = packed(target)
+        why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
+        if why or blob is None:
+            raise CompileFailed(
+                f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
+                f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
+                f"{job.waves_per_eu}, target {job.target}): {why or 'compile.py left no kernel'}"
+            )
+        if store is not None:
+            store.put(key, blob)
+    install_kernel(out, blob)
+    return how, time.monotonic() - began
 
 
 @dataclass
@@ -428,45 +393,41 @@ class KernelBuild:
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
-        bare = self.build / BARE
+        bare, where = self.build / BARE, self.store.describe()
         line = runner.plan_line(
-            f"then look every job of {bare} up in the kernel store ({self.store.describe()}; keys "
-            f"name triton {self.identity}), each hit at its -o path; ninja runs every custom "
-            f"command through {self.launcher()}; what compiles is stored after ninja"
+            f"then look every job of {bare} up in the kernel store ({where}; keys name triton "
+            f"{self.identity}), each hit at its -o path; ninja runs every custom command through "
+            f"{self.launcher()}; what compiles is stored after ninja"
         )
         if line or not bare.is_file():
             return runner.say(line or f"kernel store: no {bare}; AOTriton's kernel jobs run as is")
         # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
         # we never set) would compile with a Triton the key does not name.
         jobs = [job for job in read_jobs(bare) if job.venv == "default"]
-        wheel = bool(self.wheel)  # the fork's keys name no wheel build
-        context = key_context(self.identity, self.commit, self.arch, self.src, build=wheel)
+        # the fork's keys name no wheel build
+        context = key_context(self.identity, self.commit, self.arch, self.src, build=self.wheel)
         given = {"knobs": context.knobs, "env": {**dict(context.env), **COMPILE_ENV}}
         stamps.write_text_atomic(self.build / ENV_FILE, json.dumps(given))
-        sources = source_digests(jobs)
-        self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
+        self.keys = dict(zip([job.hsaco for job in jobs], context.keys(jobs), strict=True))
         # Ninja keeps a code object built for another key (the jobs depend on neither their
-        # sources nor Triton), and the launcher skips any job whose code object is there:
-        # drop those.
+        # sources nor Triton), and the launcher skips any job whose code object is there: drop.
         built_for = stamps.read(self.build / MANIFEST) or {}
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
         stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            self.hits = set(pool.map(self._stage_one, jobs)) - {None}
-        hits = len(self.hits)
+            self.hits = set(pool.map(self._stage_one, self.keys.items())) - {None}
         runner.say(
-            f"kernel store: {hits} of {len(jobs)} kernel jobs of the build from "
-            f"{self.store.describe()} (triton {self.identity}); {len(jobs) - hits} to "
-            "compile"
+            f"kernel store: {len(self.hits)} of {len(jobs)} kernel jobs of the build from {where} "
+            f"(triton {self.identity}); {len(jobs) - len(self.hits)} to compile"
         )
 
-    def _stage_one(self, job: Job) -> str | None:
-        blob = self.store.get(self.keys[job.hsaco])
+    def _stage_one(self, out_key: tuple[str, str]) -> str | None:
+        blob = self.store.get(out_key[1])
         if blob is not None:
-            install_kernel(Path(job.hsaco), *unpack(blob))
-        return None if blob is None else job.hsaco
+            install_kernel(Path(out_key[0]), blob)
+        return None if blob is None else out_key[0]
 
     def harvest(self, runner: Runner) -> None:
         """After ninja (also a failed one): every code object the store did not give goes in."""
@@ -480,11 +441,10 @@ class KernelBuild:
         )
 
     def _store_one(self, out: str) -> bool:
-        hsaco = read_or_none(Path(out).with_suffix(".hsaco"))
-        meta = read_or_none(Path(out).with_suffix(".json"))
-        if hsaco and meta is not None:
-            self.store.put(self.keys[out], pack(hsaco, meta))
-        return bool(hsaco and meta is not None)
+        blob = packed(Path(out))
+        if blob is not None:
+            self.store.put(self.keys[out], blob)
+        return blob is not None
 
 
 @contextlib.contextmanager
@@ -526,18 +486,15 @@ def plan(
 # --- --workers: the jobs on a Dask cluster ------------------------------------------------
 
 
-def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runner) -> None:
+def require(url: str, cache: Any, runner: Runner) -> None:
     """Everything --workers needs, each missing one a line, before any work (a plan: no reach)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
     if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
-        raise UserError(
-            "--workers needs a shared --cache, not read_only=1 (a directory every "
-            "machine mounts, redis://, s3://): the workers compile into it and this build reads "
-            "every kernel from it"
-        )
+        shared = "a directory every machine mounts, redis://, s3://"
+        raise UserError(f"--workers needs a shared --cache, not read_only=1 ({shared})")
     try:
         from distributed import Client
     except ImportError:
@@ -550,40 +507,38 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runne
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
-def remote_build(job: Job, key: str, task: dict[str, Any]) -> tuple[str, float]:
+def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     """On a worker: the job from the shared store, else compiled here and put there."""
     from distributed import get_worker
 
+    tree, context, cache, files = task  # kernel_check.Tree, KeyContext, --cache, the sources
     worker, scratch = platform.node(), Path(get_worker().local_directory)  # removed with it
-    store = open_store(task["cache"], scratch, task["arch"], say=print)
+    store = open_store(cache, scratch, tree.arch, say=print)
     if store is None or store.shared is None:
-        raise RuntimeError(f"worker {worker}: the kernel store {task['cache']} is unreachable")
+        raise RuntimeError(f"worker {worker}: the kernel store {cache} is unreachable")
     store.local = None  # the shared store alone: nothing kept on the worker
     python = os.environ.get(PYTHON_ENV) or sys.executable
-    have, triton = triton_info(python)["build"], task["triton"]
-    if (f"{triton} ({have})" if have else triton) != task["identity"]:
+    have = triton_info(python)["build"]
+    if (f"{tree.triton} ({have})" if have else tree.triton) != context.triton:
         raise RuntimeError(
-            f"worker {worker}: triton {have or 'not installed'}, the keys name "
-            f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)"
+            f"worker {worker}: triton {have or 'not installed'}, the keys name triton "
+            f"{context.triton} (install it, or set {PYTHON_ENV})"
         )
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
-        for name, data in task["files"].items():
+        for name, data in files.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_bytes(data)
-        compiler = Compiler(python, Path(tmp) / "python/compile.py", task["settings"])
-        here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(task["src"])))
+        compiler = Compiler(python, Path(tmp) / "python/compile.py", dict(context.env))
+        here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(tree.src)))
         result = build_kernel(here, key, compiler, store, Path(tmp) / "k.hsaco")
     if store.shared is None:
-        raise RuntimeError(f"worker {worker}: lost the kernel store {task['cache']}")
+        raise RuntimeError(f"worker {worker}: lost the kernel store {cache}")
     return result
 
 
-def fan_out(
-    tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None
-) -> dict[str, int] | None:
+def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None):
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
-    bare = tree.build / "Bare.compile"
-    spec = compile_cache.as_spec(cache)
+    bare, spec = tree.build / "Bare.compile", compile_cache.as_spec(cache)
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
         f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
@@ -592,33 +547,23 @@ def fan_out(
         return runner.say(line)
     from distributed import Client
 
-    jobs = jobs if jobs is not None else read_jobs(bare)
-    context, sources = tree.key_context(), source_digests(jobs)
-    # python/compile.py and the sources' folders (what source_digests reads), sent once
+    jobs, context = jobs if jobs is not None else read_jobs(bare), tree.key_context()
+    # python/compile.py and the sources' folders (what the keys digest), sent once
     names = [tree.src / "python" / "compile.py"]
     for folder in {Path(job.source).parent for job in jobs}:
-        names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+        names += py_files(folder)
     files = {p.relative_to(tree.src).as_posix(): p.read_bytes() for p in names}
-    task = {
-        "files": files,
-        "src": str(tree.src),
-        "cache": cache,
-        "arch": tree.arch,
-        "triton": tree.triton,
-        "identity": context.triton,
-        "settings": dict(context.env),
-    }
     began = time.monotonic()
     with Client(url, timeout=CONNECT_TIMEOUT) as client:
-        [shared] = client.scatter([task], broadcast=True)
-        keys = [context.key(job, sources) for job in jobs]
+        [task] = client.scatter([(tree, context, cache, files)], broadcast=True)
+        built = client.map(remote_build, jobs, context.keys(jobs), task=task, pure=False)
         try:  # the first failure; closing the client cancels the rest
-            results = client.gather(client.map(remote_build, jobs, keys, task=shared, pure=False))
+            how = [result[0] for result in client.gather(built)]
         except Exception as error:
             raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0]) from None
-    counts = {how: [result[0] for result in results].count(how) for how in ("hit", "compiled")}
+    counts = {name: how.count(name) for name in ("hit", "compiled")}
     runner.say(
-        f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
-        f"store, {time.monotonic() - began:.1f} s"
+        f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the store, "
+        f"{time.monotonic() - began:.1f} s"
     )
     return counts

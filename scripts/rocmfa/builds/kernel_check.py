@@ -3,6 +3,7 @@ stratified sample of its real compile jobs with the Triton pins/kernel_compiler.
 on any machine (no ROCm, no GPU); build_aotriton and tune_aotriton run it before their long
 build (before_build). Steps, files read and the summary: docs/kernel-check.md."""
 
+import functools
 import json
 import os
 import shlex
@@ -82,28 +83,10 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
     say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
     runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
-    compose = [
-        python,
-        "-m",
-        "aotriton.database_compose",
-        "--decomposed",
-        str(database),
-        "--database_file",
-        str(database / "tuning_database.sqlite3"),
-    ]
-    gen = [
-        python,
-        "-X",
-        "utf8",
-        "-m",
-        "aotriton.generate",
-        "--root_dir",
-        str(tree.src),
-        "--target_gpus",
-        *tree.gpus,
-        "--build_dir",
-        str(tree.build),
-    ]
+    compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database)]
+    compose += ["--database_file", str(database / "tuning_database.sqlite3")]
+    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src)]
+    gen += ["--target_gpus", *tree.gpus, "--build_dir", str(tree.build)]
     for argv, what in ((compose, "database_compose"), (gen, "generator")):
         sets = {"PYTHONPATH": str(pkg)}
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
@@ -138,20 +121,13 @@ def settings_line(python: str | None) -> str:
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def compile_sample(
-    tree: Tree,
-    python: str,
-    context: kernel_build.KeyContext,
-    all_jobs: list,
-    chosen: list,
-    store: kernel_build.KernelStore | None,
-    threads: int,
-):
+def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: list, chosen: list):
     """Each chosen job from the store or compiled (one line on a failure); counts per family."""
+    context = tree.key_context()
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
-    sources, build = kernel_build.source_digests(chosen), kernel_build.build_kernel
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        built = pool.map(lambda job: build(job, context.key(job, sources), compiler, store), chosen)
+        build = functools.partial(kernel_build.build_kernel, compiler=compiler, store=store)
+        built = pool.map(build, chosen, context.keys(chosen))
         try:
             results = list(built)
         except kernel_build.CompileFailed as error:
@@ -166,18 +142,11 @@ def compile_sample(
         entry["sampled"] += 1
         entry["compiled" if how == "compiled" else "from_store"] += 1
         entry["seconds"] = round(entry["seconds"] + seconds, 3)
-    return families
+    return context.patches, families
 
 
 def run_check(
-    tree: Tree,
-    *,
-    work: Path,
-    runner: Runner,
-    cache: Any,
-    jobs: int | None = None,
-    size: int | None = None,
-    store: kernel_build.KernelStore | None = None,
+    tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs=None, size=None, store=None
 ):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
     say, began = runner.say, time.monotonic()
@@ -203,8 +172,7 @@ def run_check(
     all_jobs = kernel_build.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
-    chosen = kernel_build.sample(all_jobs, size)
-    where = store.describe() if store else "none"
+    chosen, where = kernel_build.sample(all_jobs, size), store.describe() if store else "none"
     say(
         f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
         f"families; compiling {len(chosen)} ({why}); kernel store: {where}"
@@ -212,33 +180,23 @@ def run_check(
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(
-            f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}"
-        )
+        say(f"kernel check: --sample {size} leaves out {len(left)} combinations: {combos}")
     say(f"kernel check: {settings_line(python)}")
-    context = tree.key_context()
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "aotriton_commit": tree.commit,
-        "tree": str(tree.src),
-        "arch": tree.arch,
-        "target_gpus": list(tree.gpus),
-        "triton": tree.triton,
-        "patches": context.patches,
-        "jobs": len(all_jobs),
-        "sampled": len(chosen),
-        "families": compile_sample(tree, python, context, all_jobs, chosen, store, threads),
-        "wall_s": round(time.monotonic() - began, 3),
-        "store": where,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen)
+    summary = {"schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src)}
+    summary |= {"arch": tree.arch, "target_gpus": list(tree.gpus), "triton": tree.triton}
+    summary |= {"patches": patches, "jobs": len(all_jobs), "sampled": len(chosen)}
+    summary |= {"families": families, "wall_s": round(time.monotonic() - began, 3), "store": where}
+    summary["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
     row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
     say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
-    for name, f in sorted(summary["families"].items()):
-        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
-        say(row(name, *counts, f"{f['seconds']:.1f}"))
+    for name, f in sorted(families.items()):
+        say(
+            row(
+                name, f["jobs"], f["sampled"], f["compiled"], f["from_store"], f"{f['seconds']:.1f}"
+            )
+        )
     say(
         f"kernel check: {tree.arch} OK - {len(chosen)} of {len(all_jobs)} jobs compiled or fetched "
         f"in {summary['wall_s']:.1f} s (triton {tree.triton}); summary: {tree.build / SUMMARY}"
