@@ -1,7 +1,6 @@
-"""AOTriton's kernels (ROCm/aotriton 6e00ef3e: python/codegen/root.py write_hsaco writes
-Bare.compile, one compile job a line): each job's key, the store behind --cache, the one place a
-kernel is compiled, AOTriton's own build's jobs staged from the store before ninja and stored
-after it, and `--workers`: every job on a Dask cluster. Why: docs/kernel-check.md."""
+"""AOTriton's compile jobs (Bare.compile: ROCm/aotriton 6e00ef3e python/codegen/root.py): their
+keys, the --cache store, the one place a kernel compiles, AOTriton's own build through the store
+and `--workers` (a Dask cluster). What each part guarantees, and why: docs/kernel-check.md."""
 
 import contextlib
 import functools
@@ -32,8 +31,7 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.checkouts import last_line
 from rocmfa.sources.patches import patch_set_digest
 
-# Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
-# line info embeds the tree's and Triton's paths (.text is the same without it).
+# Every compile's (v3src/CMakeLists.txt sets the first two; line info would embed paths).
 COMPILE_ENV = {
     "TRITON_F32_DEFAULT": "ieee",
     "TRITON_STORE_BINARY_ONLY": "1",
@@ -141,15 +139,28 @@ class KeyContext:
         return [hashlib.sha256(json.dumps(p).encode()).hexdigest() for p in parts]
 
 
-def key_context(triton: str, commit: str, arch: str | None, src: Path, python=None, build=True):
-    """The shared key part: python's Triton (default: the check's), its build, its settings."""
-    python = python or known_python(src.parents[1], recorded_triton(commit) or "")
-    info = triton_info(python) if python else {"build": None, "knobs": []}
-    env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
-    named = f"{triton} ({info['build']})" if info["build"] and build else triton
-    patches = patch_set_digest("aotriton", commit, arch=arch)
-    compiler = hashlib.sha256((src / "python/compile.py").read_bytes()).hexdigest()
-    return KeyContext(named, patches, compiler, env, tuple(info["knobs"]))
+@dataclass(frozen=True)
+class Tree:
+    """A checked-out (patched) AOTriton tree and the Triton its keys name."""
+
+    src: Path  # work/src/aotriton
+    commit: str
+    arch: str | None  # whose patch set the tree carries
+    triton: str  # the version, or (AOTriton's own build) `fork third_party/triton@<commit>`
+
+    @property
+    def build(self) -> Path:  # the kernel check's
+        return paths.build_dir(self.src.parents[1], "kernel-check") / f"aotriton-{self.arch}"
+
+    def key_context(self, python: str | None = None, build: Any = True) -> KeyContext:
+        """The shared key part: python's Triton (default: the check's), its build, its settings."""
+        python = python or known_python(self.src.parents[1], recorded_triton(self.commit) or "")
+        info = triton_info(python) if python else {"build": None, "knobs": []}
+        env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
+        named = f"{self.triton} ({info['build']})" if info["build"] and build else self.triton
+        patches = patch_set_digest("aotriton", self.commit, arch=self.arch)
+        compiler = hashlib.sha256((self.src / "python/compile.py").read_bytes()).hexdigest()
+        return KeyContext(named, patches, compiler, env, tuple(info["knobs"]))
 
 
 class Damaged(ValueError):
@@ -177,8 +188,7 @@ def packed(out: Path) -> bytes | None:
     return pack(hsaco, meta) if hsaco and meta is not None else None
 
 
-def install_kernel(out: Path, blob: bytes) -> None:
-    hsaco, meta = unpack(blob)
+def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
     stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
@@ -219,22 +229,31 @@ class KernelStore:
             self.say(f"WARNING: kernel store {self.shared.what}: {why}; compiling locally")
             self.shared = None
 
-    def get(self, key: str) -> bytes | None:
+    def fetch(self, key: str, out: Path) -> bool:
+        """key's code object and its .json put at out, if a layer has its entry whole."""
         for layer in [x for x in (self.local, self.shared) if x is not None]:
             try:
                 blob = layer.get(key)
-                whole = blob is not None and bool(unpack(blob))
+                code = None if blob is None else unpack(blob)
             except Damaged as error:  # only from an entry, so of a layer
                 self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error})")
                 continue
             except Exception as error:
                 self._lost(error)
                 continue
-            if whole and layer is self.shared and self.local is not None:
+            if code is not None and layer is self.shared and self.local is not None:
                 self.local.put(key, blob)
-            if whole:
-                return blob
-        return None
+            if code is not None:
+                install_kernel(out, *code)
+                return True
+        return False
+
+    def keep(self, key: str, out: Path) -> bool:
+        """The code object at out and its .json stored for key, if out has one."""
+        blob = packed(out)
+        if blob is not None:
+            self.put(key, blob)
+        return blob is not None
 
     def put(self, key: str, blob: bytes) -> None:
         if self.local is not None:
@@ -342,47 +361,42 @@ class CompileFailed(Exception):
 
 def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | None, out=None):
     """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
-    began, out = time.monotonic(), Path(out or job.hsaco)
-    blob = store.get(key) if store is not None else None
-    how = "hit" if blob is not None else "compiled"
-    if blob is None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
-            given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
-            env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
-            target = Path(scratch) / out.name
-            argv = compile_argv(job, compiler.python, compiler.compile_py, target)
-            done = subprocess.run(argv, env=env, capture_output=True, text=True)
-            blob = packed(target)
-        why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
-        if why or blob is None:
-            raise CompileFailed(
-                f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
-                f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
-                f"{job.waves_per_eu}, target {job.target}): {why or 'compile.py left no kernel'}"
-            )
-        if store is not None:
-            store.put(key, blob)
-    install_kernel(out, blob)
-    return how, time.monotonic() - began
+    began, out, store = time.monotonic(), Path(out or job.hsaco), store or KernelStore(None)
+    if store.fetch(key, out):
+        return "hit", time.monotonic() - began
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
+        given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
+        env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
+        target = Path(scratch) / out.name
+        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        blob = packed(target)
+    why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
+    if why or blob is None:
+        raise CompileFailed(
+            f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
+            f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
+            f"{job.waves_per_eu}, target {job.target}): {why or 'compile.py left no kernel'}"
+        )
+    store.put(key, blob)
+    install_kernel(out, *unpack(blob))
+    return "compiled", time.monotonic() - began
 
 
 @dataclass
 class KernelBuild:
     """One AOTriton build's kernel jobs through the store."""
 
-    src: Path
+    tree: Tree  # its triton: what the keys say about Triton
     build: Path
     store: KernelStore
-    identity: str  # what the keys say about Triton
     wheel: str | None  # AOTRITON_USE_LOCAL_TRITON_WHEEL (pypi)
-    commit: str
-    arch: str | None = None  # whose patches the tree carries (the patch digest in each key)
     keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
     hits: set[str] = field(default_factory=set)  # -o paths staged from the store
 
     def launcher(self) -> str:
-        compile_py = (self.src / "python" / "compile.py").resolve()
+        compile_py = (self.tree.src / "python" / "compile.py").resolve()
         argv = [sys.executable, "-I", "-S", LAUNCHER, compile_py, self.build / ENV_FILE]
         return shlex.join(map(str, argv))
 
@@ -396,55 +410,42 @@ class KernelBuild:
         bare, where = self.build / BARE, self.store.describe()
         line = runner.plan_line(
             f"then look every job of {bare} up in the kernel store ({where}; keys name triton "
-            f"{self.identity}), each hit at its -o path; ninja runs every custom command through "
-            f"{self.launcher()}; what compiles is stored after ninja"
+            f"{self.tree.triton}), each hit at its -o path; ninja runs every custom command "
+            f"through {self.launcher()}; what compiles is stored after ninja"
         )
         if line or not bare.is_file():
             return runner.say(line or f"kernel store: no {bare}; AOTriton's kernel jobs run as is")
-        # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
-        # we never set) would compile with a Triton the key does not name.
+        # Another venv's (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE) Triton is not the keys'.
         jobs = [job for job in read_jobs(bare) if job.venv == "default"]
-        # the fork's keys name no wheel build
-        context = key_context(self.identity, self.commit, self.arch, self.src, build=self.wheel)
+        context = self.tree.key_context(build=self.wheel)  # the fork's keys name no wheel build
         given = {"knobs": context.knobs, "env": {**dict(context.env), **COMPILE_ENV}}
         stamps.write_text_atomic(self.build / ENV_FILE, json.dumps(given))
         self.keys = dict(zip([job.hsaco for job in jobs], context.keys(jobs), strict=True))
-        # Ninja keeps a code object built for another key (the jobs depend on neither their
-        # sources nor Triton), and the launcher skips any job whose code object is there: drop.
+        # Ninja and the launcher would keep a code object built for another key: drop it.
         built_for = stamps.read(self.build / MANIFEST) or {}
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
         stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            self.hits = set(pool.map(self._stage_one, self.keys.items())) - {None}
+            found = pool.map(self.store.fetch, self.keys.values(), map(Path, self.keys))
+            self.hits = {out for out, hit in zip(self.keys, found, strict=True) if hit}
         runner.say(
             f"kernel store: {len(self.hits)} of {len(jobs)} kernel jobs of the build from {where} "
-            f"(triton {self.identity}); {len(jobs) - len(self.hits)} to compile"
+            f"(triton {self.tree.triton}); {len(jobs) - len(self.hits)} to compile"
         )
-
-    def _stage_one(self, out_key: tuple[str, str]) -> str | None:
-        blob = self.store.get(out_key[1])
-        if blob is not None:
-            install_kernel(Path(out_key[0]), blob)
-        return None if blob is None else out_key[0]
 
     def harvest(self, runner: Runner) -> None:
         """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
+        left = [out for out in self.keys if out not in self.hits]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            stored = sum(pool.map(self._store_one, [o for o in self.keys if o not in self.hits]))
+            stored = sum(pool.map(self.store.keep, [self.keys[o] for o in left], map(Path, left)))
         runner.say(
             f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
             f"the build, stored in {self.store.describe()}"
         )
-
-    def _store_one(self, out: str) -> bool:
-        blob = packed(Path(out))
-        if blob is not None:
-            self.store.put(self.keys[out], blob)
-        return blob is not None
 
 
 @contextlib.contextmanager
@@ -468,9 +469,7 @@ def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> KernelStore 
     return open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
-def plan(
-    ctx: Any, build_options: Any, src: Path, build: Path, store: KernelStore | None, runner: Runner
-) -> KernelBuild | None:
+def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runner: Runner):
     """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
     if store is None:
         return None
@@ -480,7 +479,7 @@ def plan(
     else:  # the fork the build pip-installs: the checked-out submodule's commit
         head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
         identity, wheel = f"fork {FORK}@{head}", None
-    return KernelBuild(src, build, store, identity, wheel, ctx.pin.commit, ctx.arch.name)
+    return KernelBuild(Tree(src, ctx.pin.commit, ctx.arch.name, identity), build, store, wheel)
 
 
 # --- --workers: the jobs on a Dask cluster ------------------------------------------------
@@ -511,7 +510,7 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     """On a worker: the job from the shared store, else compiled here and put there."""
     from distributed import get_worker
 
-    tree, context, cache, files = task  # kernel_check.Tree, KeyContext, --cache, the sources
+    tree, context, cache, files = task  # Tree, KeyContext, --cache, the sources
     worker, scratch = platform.node(), Path(get_worker().local_directory)  # removed with it
     store = open_store(cache, scratch, tree.arch, say=print)
     if store is None or store.shared is None:

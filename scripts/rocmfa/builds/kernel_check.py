@@ -1,7 +1,6 @@
-"""`nox -s kernel_check`: AOTriton's own generator on the checked-out, patched tree, then a
-stratified sample of its real compile jobs with the Triton pins/kernel_compiler.toml records,
-on any machine (no ROCm, no GPU); build_aotriton and tune_aotriton run it before their long
-build (before_build). Steps, files read and the summary: docs/kernel-check.md."""
+"""`nox -s kernel_check`: AOTriton's own generator on the patched tree, then a stratified sample
+of its compile jobs with the Triton pins/kernel_compiler.toml records (no ROCm, no GPU); also
+run by build_aotriton and tune_aotriton before their build. docs/kernel-check.md."""
 
 import functools
 import json
@@ -12,11 +11,11 @@ import tarfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import kernel_build
+from rocmfa.builds.kernel_build import Tree
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
@@ -31,29 +30,12 @@ GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDG
 
 
 def summary_path(work: Path, arch: str) -> Path:
-    """Where the check of work/src/aotriton for arch writes its summary (Tree.build)."""
-    return paths.build_dir(work, "kernel-check") / f"aotriton-{arch}" / SUMMARY
+    """Where the check of work/src/aotriton for arch writes its summary."""
+    return Tree(paths.src_dir(work, "aotriton"), "", arch, "").build / SUMMARY
 
 
-@dataclass(frozen=True)
-class Tree:
-    """A checked-out (patched) AOTriton tree and what the check needs to know about it."""
-
-    src: Path  # work/src/aotriton
-    commit: str
-    arch: str
-    triton: str
-
-    @property
-    def gpus(self) -> tuple[str, ...]:  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
-        return (f"{self.arch}_mod0",)
-
-    @property
-    def build(self) -> Path:
-        return summary_path(self.src.parents[1], self.arch).parent
-
-    def key_context(self) -> kernel_build.KeyContext:
-        return kernel_build.key_context(self.triton, self.commit, self.arch, self.src)
+def target(tree: Tree) -> str:  # AOTriton's --target_gpus: python/gpu_targets.py @ 6e00ef3e
+    return f"{tree.arch}_mod0"
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -78,7 +60,7 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
 
 
 def generate(tree: Tree, python: str, runner: Runner) -> Path:
-    """Bare.compile from AOTriton's own generator for tree.gpus; one line when it fails."""
+    """Bare.compile from AOTriton's own generator for its target; one line when it fails."""
     database, pkg = tree.build / "database", tree.build / "pkg"
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
     say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
@@ -86,16 +68,13 @@ def generate(tree: Tree, python: str, runner: Runner) -> Path:
     compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database)]
     compose += ["--database_file", str(database / "tuning_database.sqlite3")]
     gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src)]
-    gen += ["--target_gpus", *tree.gpus, "--build_dir", str(tree.build)]
+    gen += ["--target_gpus", target(tree), "--build_dir", str(tree.build)]
     for argv, what in ((compose, "database_compose"), (gen, "generator")):
         sets = {"PYTHONPATH": str(pkg)}
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
         if done.returncode != 0:
-            last = last_line(done.stderr or done.stdout)
-            raise UserError(
-                f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
-                f"{tree.src} (exit {done.returncode}): {last}"
-            )
+            why = f"exit {done.returncode}: {last_line(done.stderr or done.stdout)}"
+            raise UserError(f"kernel check: AOTriton's {what} failed for {target(tree)} ({why})")
     return tree.build / "Bare.compile"
 
 
@@ -184,7 +163,7 @@ def run_check(
     say(f"kernel check: {settings_line(python)}")
     patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen)
     summary = {"schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src)}
-    summary |= {"arch": tree.arch, "target_gpus": list(tree.gpus), "triton": tree.triton}
+    summary |= {"arch": tree.arch, "target_gpus": [target(tree)], "triton": tree.triton}
     summary |= {"patches": patches, "jobs": len(all_jobs), "sampled": len(chosen)}
     summary |= {"families": families, "wall_s": round(time.monotonic() - began, 3), "store": where}
     summary["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -204,16 +183,7 @@ def run_check(
     return summary
 
 
-def tree_for(arch: archs.Arch, work: Path) -> tuple[pins.Pin, Tree]:
-    """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
-    pin = pins.load_pin("aotriton", workdir=work)
-    triton = kernel_build.recorded_triton(pin.commit) or ""
-    return pin, Tree(paths.src_dir(work, "aotriton"), pin.commit, arch.name, triton)
-
-
-def before_build(
-    ctx: Any, src: Path, build: Any, store: kernel_build.KernelStore | None = None
-) -> None:
+def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
     """build_aotriton / tune_aotriton before cmake: the check, then --workers' cluster."""
     runner = ctx.runner
     if build.workers:
@@ -234,19 +204,18 @@ def before_build(
 
 def kernel_check(opts: Any) -> None:
     """The session: check out and patch the tree (as build_aotriton does), then run_check."""
-    choice = archs.resolve_arch(opts.arch)
+    choice, runner = archs.resolve_arch(opts.arch), runner_for(opts)
     work = paths.workdir(opts.workdir)
-    runner = runner_for(opts)
-    pin, tree = tree_for(choice.arch, work)
-    if not tree.triton:
+    pin = pins.load_pin("aotriton", workdir=work)
+    if not (triton := kernel_build.recorded_triton(pin.commit)):
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
+    tree = Tree(paths.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
     runner.say(
         f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
-        f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}"
+        f"({choice.how}); target {target(tree)}; triton {tree.triton}"
     )
-    # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
-    # fork, which the build compiles); build_aotriton adds them to the same checkout later.
+    # No submodule: the check's Triton is not the fork (build_aotriton adds them later).
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
     apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
     run_check(tree, work=work, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)
