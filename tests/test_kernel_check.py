@@ -421,7 +421,7 @@ def test_real_tree_with_real_triton(tmp_path: Path, capsys) -> None:
     subprocess.run(["git", "clone", "-q", str(real), str(src)], check=True)
     tree = kc.Tree(src, commit, "gfx1151", triton)
     runner = kc.Runner()
-    summary = kc.run_check(tree, work=work, runner=runner, cache=None, jobs=2, size=7)
+    summary = kc.run_check(tree, runner=runner, cache=None, jobs=2, size=7)
     assert summary is not None and summary["sampled"] == 7 and summary["jobs"] > 10000
     assert sum(f["compiled"] for f in summary["families"].values()) == 7
 

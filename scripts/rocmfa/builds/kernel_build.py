@@ -31,12 +31,10 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.checkouts import last_line
 from rocmfa.sources.patches import patch_set_digest
 
-# Every compile's (v3src/CMakeLists.txt sets the first two; line info would embed paths).
-COMPILE_ENV = {
-    "TRITON_F32_DEFAULT": "ieee",
-    "TRITON_STORE_BINARY_ONLY": "1",
-    "TRITON_DISABLE_LINE_INFO": "1",
-}
+# Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
+# (it would embed the tree's and Triton's paths; .text is the same without it).
+COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1"}
+COMPILE_ENV["TRITON_DISABLE_LINE_INFO"] = "1"
 KEY_VERSION = 3
 MAGIC = b"ROCMFA-KERNEL/2\n"
 LOCAL_DIR = "aotriton-kernels"
@@ -374,11 +372,9 @@ def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | No
         blob = packed(target)
     why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
     if why or blob is None:
-        raise CompileFailed(
-            f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
-            f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
-            f"{job.waves_per_eu}, target {job.target}): {why or 'compile.py left no kernel'}"
-        )
+        where = f"Bare.compile line {job.line}: {Path(job.source).name}, num_warps {job.num_warps}"
+        rest = f"num_stages {job.num_stages}, waves_per_eu {job.waves_per_eu}, target {job.target}"
+        raise CompileFailed(f"{job.kernel} ({where}, {rest}): {why or 'compile.py left no kernel'}")
     store.put(key, blob)
     install_kernel(out, *unpack(blob))
     return "compiled", time.monotonic() - began
@@ -430,10 +426,9 @@ class KernelBuild:
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             found = pool.map(self.store.fetch, self.keys.values(), map(Path, self.keys))
             self.hits = {out for out, hit in zip(self.keys, found, strict=True) if hit}
-        runner.say(
-            f"kernel store: {len(self.hits)} of {len(jobs)} kernel jobs of the build from {where} "
-            f"(triton {self.tree.triton}); {len(jobs) - len(self.hits)} to compile"
-        )
+        found = f"{len(self.hits)} of {len(jobs)} kernel jobs of the build from {where}"
+        left = len(jobs) - len(self.hits)
+        runner.say(f"kernel store: {found} (triton {self.tree.triton}); {left} to compile")
 
     def harvest(self, runner: Runner) -> None:
         """After ninja (also a failed one): every code object the store did not give goes in."""
@@ -442,10 +437,8 @@ class KernelBuild:
         left = [out for out in self.keys if out not in self.hits]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             stored = sum(pool.map(self.store.keep, [self.keys[o] for o in left], map(Path, left)))
-        runner.say(
-            f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
-            f"the build, stored in {self.store.describe()}"
-        )
+        got = f"kernel store: {len(self.hits)} kernels from the store"
+        runner.say(f"{got}, {stored} compiled by the build, stored in {self.store.describe()}")
 
 
 @contextlib.contextmanager
@@ -482,11 +475,9 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runne
     return KernelBuild(Tree(src, ctx.pin.commit, ctx.arch.name, identity), build, store, wheel)
 
 
-# --- --workers: the jobs on a Dask cluster ------------------------------------------------
-
-
 def require(url: str, cache: Any, runner: Runner) -> None:
-    """Everything --workers needs, each missing one a line, before any work (a plan: no reach)."""
+    """Everything --workers (the jobs on a Dask cluster) needs, each missing one a line (a plan
+    reaches no scheduler)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
@@ -519,10 +510,8 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     python = os.environ.get(PYTHON_ENV) or sys.executable
     have = triton_info(python)["build"]
     if (f"{tree.triton} ({have})" if have else tree.triton) != context.triton:
-        raise RuntimeError(
-            f"worker {worker}: triton {have or 'not installed'}, the keys name triton "
-            f"{context.triton} (install it, or set {PYTHON_ENV})"
-        )
+        named = f"the keys name triton {context.triton} (install it, or set {PYTHON_ENV})"
+        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, {named}")
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
         for name, data in files.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -561,8 +550,6 @@ def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | N
         except Exception as error:
             raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0]) from None
     counts = {name: how.count(name) for name in ("hit", "compiled")}
-    runner.say(
-        f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the store, "
-        f"{time.monotonic() - began:.1f} s"
-    )
+    took = f"{counts['hit']} already in the store, {time.monotonic() - began:.1f} s"
+    runner.say(f"--workers: {counts['compiled']} compiled, {took}")
     return counts

@@ -26,16 +26,13 @@ from rocmfa.sources.patches import apply_patch_set
 
 SUMMARY = "summary.json"
 SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
+TARGET = "{}_mod0"  # AOTriton's --target_gpus for an arch: python/gpu_targets.py @ 6e00ef3e
 GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU)
 
 
 def summary_path(work: Path, arch: str) -> Path:
     """Where the check of work/src/aotriton for arch writes its summary."""
     return Tree(paths.src_dir(work, "aotriton"), "", arch, "").build / SUMMARY
-
-
-def target(tree: Tree) -> str:  # AOTriton's --target_gpus: python/gpu_targets.py @ 6e00ef3e
-    return f"{tree.arch}_mod0"
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -61,20 +58,20 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
 
 def generate(tree: Tree, python: str, runner: Runner) -> Path:
     """Bare.compile from AOTriton's own generator for its target; one line when it fails."""
-    database, pkg = tree.build / "database", tree.build / "pkg"
+    database, pkg, target = tree.build / "database", tree.build / "pkg", TARGET.format(tree.arch)
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
     say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
     runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
     compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database)]
     compose += ["--database_file", str(database / "tuning_database.sqlite3")]
     gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src)]
-    gen += ["--target_gpus", target(tree), "--build_dir", str(tree.build)]
+    gen += ["--target_gpus", target, "--build_dir", str(tree.build)]
     for argv, what in ((compose, "database_compose"), (gen, "generator")):
         sets = {"PYTHONPATH": str(pkg)}
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
         if done.returncode != 0:
             why = f"exit {done.returncode}: {last_line(done.stderr or done.stdout)}"
-            raise UserError(f"kernel check: AOTriton's {what} failed for {target(tree)} ({why})")
+            raise UserError(f"kernel check: AOTriton's {what} failed for {target} ({why})")
     return tree.build / "Bare.compile"
 
 
@@ -124,11 +121,9 @@ def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: 
     return context.patches, families
 
 
-def run_check(
-    tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs=None, size=None, store=None
-):
+def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, store=None):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
-    say, began = runner.say, time.monotonic()
+    say, began, work = runner.say, time.monotonic(), tree.src.parents[1]  # work/src/aotriton
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
         why = f"{tree.src} has no python/compile.py (the layout of AOTriton >= 0.12b)"
         runner.raise_for_real(UserError(f"kernel check: {why}"))
@@ -152,10 +147,8 @@ def run_check(
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
     chosen, where = kernel_build.sample(all_jobs, size), store.describe() if store else "none"
-    say(
-        f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
-        f"families; compiling {len(chosen)} ({why}); kernel store: {where}"
-    )
+    found = f"{len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel families"
+    say(f"kernel check: {found}; compiling {len(chosen)} ({why}); kernel store: {where}")
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
@@ -163,23 +156,19 @@ def run_check(
     say(f"kernel check: {settings_line(python)}")
     patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen)
     summary = {"schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src)}
-    summary |= {"arch": tree.arch, "target_gpus": [target(tree)], "triton": tree.triton}
+    summary |= {"arch": tree.arch, "target_gpus": [TARGET.format(tree.arch)], "triton": tree.triton}
     summary |= {"patches": patches, "jobs": len(all_jobs), "sampled": len(chosen)}
     summary |= {"families": families, "wall_s": round(time.monotonic() - began, 3), "store": where}
     summary["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    written = tree.build / SUMMARY
+    stamps.write_text_atomic(written, json.dumps(summary, indent=2) + "\n")
     row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
     say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
     for name, f in sorted(families.items()):
-        say(
-            row(
-                name, f["jobs"], f["sampled"], f["compiled"], f["from_store"], f"{f['seconds']:.1f}"
-            )
-        )
-    say(
-        f"kernel check: {tree.arch} OK - {len(chosen)} of {len(all_jobs)} jobs compiled or fetched "
-        f"in {summary['wall_s']:.1f} s (triton {tree.triton}); summary: {tree.build / SUMMARY}"
-    )
+        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
+        say(row(name, *counts, f"{f['seconds']:.1f}"))
+    done = f"{len(chosen)} of {len(all_jobs)} jobs compiled or fetched in {summary['wall_s']:.1f} s"
+    say(f"kernel check: {tree.arch} OK - {done} (triton {tree.triton}); summary: {written}")
     return summary
 
 
@@ -190,14 +179,11 @@ def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
         kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
         return runner.say("kernel check: skipped (--no-images compiles no kernel)")
-    triton = kernel_build.recorded_triton(ctx.pin.commit)
+    triton = kernel_build.recorded_triton(ctx.pin.commit)  # --workers: build_aotriton checked
     if triton is None:
-        why = kernel_build.NO_TRITON.format(ctx.pin.commit)
-        if build.workers:
-            raise UserError(f"--workers: {why}")
-        return runner.say(f"kernel check: {why}; skipped")
+        return runner.say(f"kernel check: {kernel_build.NO_TRITON.format(ctx.pin.commit)}; skipped")
     tree = Tree(src, ctx.pin.commit, ctx.arch.name, triton)
-    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
+    run_check(tree, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_build.fan_out(tree, build.workers, build.cache, runner)
 
@@ -211,11 +197,9 @@ def kernel_check(opts: Any) -> None:
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
     tree = Tree(paths.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
-    runner.say(
-        f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
-        f"({choice.how}); target {target(tree)}; triton {tree.triton}"
-    )
+    what = f"AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} ({choice.how})"
+    runner.say(f"kernel check: {what}; target {TARGET.format(tree.arch)}; triton {tree.triton}")
     # No submodule: the check's Triton is not the fork (build_aotriton adds them later).
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
     apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
-    run_check(tree, work=work, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)
+    run_check(tree, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

@@ -91,9 +91,8 @@ def write(directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tun
     listed = [{"path": n, "sha256": stamps.file_sha256(staging / n)} for n in sorted(files)]
     header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
     header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
-    manifest = tomlkit.dumps({"tuning": header, "file": listed})
     note = "# Written by nox -s tune_aotriton; data, verified by sha256 before any use.\n\n"
-    (staging / MANIFEST).write_text(note + manifest)
+    (staging / MANIFEST).write_text(note + tomlkit.dumps({"tuning": header, "file": listed}))
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
     return load(directory)
