@@ -15,12 +15,11 @@ import pytest
 
 from rocmfa.builds import kernel_build
 from rocmfa.builds import kernel_check as kc
-from rocmfa.env import archs
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_generator_standin as gen
 from tests.support.shared_cache import REDIS, free_port, redis_server
-from tests.test_kernel_check import check, make_tree
+from tests.test_kernel_check import make_tree
 
 pytest.importorskip("distributed", reason="the optional extra: pip install -e '.[cluster]'")
 
@@ -50,8 +49,7 @@ def _generated_tree(tmp_path: Path, monkeypatch, extra=None) -> kc.Tree:
     for key, value in made.env().items():
         monkeypatch.setenv(key, value)
     work = tmp_path / "work"
-    opts = check(work, "--dry-run")
-    _, tree = kc.tree_for(archs.get_arch(opts.arch), work)
+    tree = kc.Tree(work / "src" / "aotriton", made.commit, "gfx1151", "3.5.1")
     runner = Runner()
     kc.ensure_checkout(kc.pins.load_pin("aotriton", workdir=work), tree.src, runner)
     kc.generate(tree, sys.executable, runner)
@@ -62,10 +60,9 @@ def _all_entries_whole(tree: kc.Tree, url: str, tmp: Path) -> int:
     store = kernel_build.open_store(url, tmp, "gfx1151", say=print)
     assert store is not None and store.shared is not None
     jobs = kernel_build.read_jobs(tree.build / "Bare.compile")
-    ctx, sources = tree.key_context(), kernel_build.source_digests(jobs)
     whole = 0
-    for job in jobs:
-        blob = store.shared.get(ctx.key(job, sources))
+    for job, key in zip(jobs, tree.key_context().keys(jobs), strict=True):
+        blob = store.shared.get(key)
         assert blob is not None, job.line
         kernel_build.unpack(blob)  # raises on a partial entry
         whole += 1

@@ -78,9 +78,8 @@ def launcher_cost(root: Path, n: int) -> dict[str, object]:
     out = root / "build" / "k.hsaco"
     job = kernel_build.Job(1, "default", sys.executable, str(out), str(source), "attn_fwd", 4, 1,
                           2, "gfx1151", "*fp16:16, fp32, i32, 16, False")  # fmt: skip
-    kernels = kernel_build.KernelBuild(
-        tree, root / "build", kernel_build.KernelStore(None), "bench", None, "0" * 40
-    )
+    bench = kernel_build.Tree(tree, "0" * 40, None, "bench")
+    kernels = kernel_build.KernelBuild(bench, root / "build", kernel_build.KernelStore(None), None)
     command = v3src_command(job, tree / "python" / "compile.py", root / "build")
     out.parent.mkdir(parents=True)
     compile_ms = mean_ms(command, max(5, n // 10))  # the stand-in compile itself, a miss
@@ -123,13 +122,13 @@ def staging_cost(root: Path, n: int) -> dict[str, object]:
             (build / kernel_build.BARE).write_text("".join(_line(j) + "\n" for j in jobs))
             store = kernel_build.open_store(url, root / name, "gfx1151", say=print)
             assert store is not None
-            kernels = kernel_build.KernelBuild(tree, build, store, "3.5.1", None, "0" * 40)
+            standin = kernel_build.Tree(tree, "0" * 40, None, "3.5.1")
+            kernels = kernel_build.KernelBuild(standin, build, store, None)
             if name == "filled_from_redis":  # machine 1 put every entry there
-                context = kernel_build.key_context("3.5.1", "0" * 40, None, tree, build=False)
-                sources = kernel_build.source_digests(jobs)
-                for job in jobs:
+                context = standin.key_context(build=False)
+                for key in context.keys(jobs):
                     blob = kernel_build.pack(os.urandom(25_000), b'{"num_warps": 4}')
-                    store.put(context.key(job, sources), blob)
+                    store.put(key, blob)
                 store = kernel_build.open_store(url, root / "empty", "gfx1151", say=print)
                 assert store is not None
                 kernels.store = store
@@ -222,7 +221,9 @@ def real_jobs(root: Path, tree_dir: Path, python: str, n: int) -> dict[str, obje
         bare.parent.mkdir(parents=True)
         bare.write_text("".join(_line(j) + "\n" for j in jobs))
         store = kernel_build.KernelStore(kernel_build.directory(store_dir))
-        kernels = kernel_build.KernelBuild(src, build, store, version, None, commit)
+        kernels = kernel_build.KernelBuild(
+            kernel_build.Tree(src, commit, None, version), build, store, None
+        )
         runner = Runner(out=io.StringIO())
         began = time.perf_counter()
         kernels.stage(runner)

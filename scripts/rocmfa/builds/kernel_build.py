@@ -1,8 +1,6 @@
-"""AOTriton's kernels (ROCm/aotriton 6e00ef3e: python/codegen/root.py write_hsaco writes
-Bare.compile, one compile job a line): the key that decides each code object, the store behind
---cache, the one place a kernel is compiled, AOTriton's own build's jobs staged from the store
-before ninja (kernel_launcher.py skips them) and stored after it, and `--workers`: every job on
-a Dask cluster. What each part guarantees, and why: docs/kernel-check.md."""
+"""AOTriton's compile jobs (Bare.compile: ROCm/aotriton 6e00ef3e python/codegen/root.py): their
+keys, the --cache store, the one place a kernel compiles, AOTriton's own build through the store
+and `--workers` (a Dask cluster). What each part guarantees, and why: docs/kernel-check.md."""
 
 import contextlib
 import functools
@@ -18,7 +16,7 @@ import tempfile
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +31,10 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.checkouts import last_line
 from rocmfa.sources.patches import patch_set_digest
 
-# Set for every compile, whatever the environment. v3src/CMakeLists.txt sets the first two;
-# line info embeds the tree's and Triton's paths (.text is the same without it).
-COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1",
-               "TRITON_DISABLE_LINE_INFO": "1"}  # fmt: skip
+# Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
+# (it would embed the tree's and Triton's paths; .text is the same without it).
+COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1"}
+COMPILE_ENV["TRITON_DISABLE_LINE_INFO"] = "1"
 KEY_VERSION = 3
 MAGIC = b"ROCMFA-KERNEL/2\n"
 LOCAL_DIR = "aotriton-kernels"
@@ -54,8 +52,9 @@ CONNECT_TIMEOUT = "5s"
 
 
 # One line of Bare.compile (line: its number, from 1), and the combination the sample covers.
-Job = namedtuple("Job", "line venv python hsaco source kernel num_warps num_stages waves_per_eu "
-                 "target signature")  # fmt: skip
+Job = namedtuple(
+    "Job", "line venv python hsaco source kernel num_warps num_stages waves_per_eu target signature"
+)
 combo = operator.attrgetter("kernel", "num_warps", "num_stages", "waves_per_eu")
 
 
@@ -78,8 +77,7 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     chosen = list(firsts.values())
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(kernels):
-        raise UserError(f"--sample {size} is below the {len(kernels)} kernel families of this "
-                        "target")  # fmt: skip
+        raise UserError(f"--sample {size} is below the {len(kernels)} kernel families")
     if size is not None and size < len(chosen):
         groups = [[j for j in chosen if j.kernel == k] for k in kernels]
         depth = max(len(g) for g in groups)
@@ -93,28 +91,19 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
 
 def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
     """v3src/CMakeLists.txt's command (without cmake -E env); --timeout 0: a failure exits 1."""
-    return [
-        python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out),
-        "-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages),
-        "--waves_per_eu", str(job.waves_per_eu), "--target", job.target,
-        "--signature", job.signature, "--timeout", timeout,
-    ]  # fmt: skip
+    argv = [python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out)]
+    argv += ["-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages)]
+    argv += ["--waves_per_eu", str(job.waves_per_eu), "--target", job.target]
+    return [*argv, "--signature", job.signature, "--timeout", timeout]
 
 
 def read_or_none(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def source_digests(jobs: Iterable[Job]) -> dict[str, str]:
-    """Per source: its folder's .py files (a kernel imports its siblings), by relative path."""
-    digests = {}
-    for source in {job.source for job in jobs}:
-        h, root = hashlib.sha256(), Path(source).parent
-        for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
-            h.update(path.relative_to(root).as_posix().encode() + b"\0")
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-        digests[source] = h.hexdigest()
-    return digests
+def py_files(folder: Path) -> list[Path]:
+    """What a kernel source imports from: its folder's .py files."""
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
@@ -133,22 +122,43 @@ class KeyContext:
     env: tuple[tuple[str, str], ...] = ()  # settings(), sorted
     knobs: tuple[str, ...] = ()  # what the Triton reads (dropped from a compile's environment)
 
-    def key(self, job: Job, sources: dict[str, str]) -> str:
-        env = sorted({**dict(self.env), **COMPILE_ENV}.items())  # job[5:]: kernel ... signature
-        fields = [KEY_VERSION, sources[job.source], job[5:], self.triton, self.patches, env]
-        return hashlib.sha256(json.dumps([*fields, self.compiler]).encode()).hexdigest()
+    def keys(self, jobs: Sequence[Job]) -> list[str]:
+        """Each job's key: its source folder (by relative path), job[5:] (kernel ... signature)."""
+        digests = {}
+        for root in {Path(job.source).parent for job in jobs}:
+            h = hashlib.sha256()
+            for path in py_files(root):
+                h.update(path.relative_to(root).as_posix().encode() + b"\0")
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+            digests[root] = h.hexdigest()
+        env = sorted({**dict(self.env), **COMPILE_ENV}.items())
+        shared = [self.triton, self.patches, env, self.compiler]
+        parts = ([KEY_VERSION, digests[Path(j.source).parent], j[5:], *shared] for j in jobs)
+        return [hashlib.sha256(json.dumps(p).encode()).hexdigest() for p in parts]
 
 
-def key_context(triton: str, commit: str, arch: str | None, src: Path, python: str | None = None,
-                build: bool = True) -> KeyContext:  # fmt: skip
-    """The shared key part: python's Triton (default: the check's), its build, its settings."""
-    python = python or known_python(src.parents[1], recorded_triton(commit) or "")
-    info = triton_info(python) if python else {"build": None, "knobs": []}
-    env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
-    named = f"{triton} ({info['build']})" if info["build"] and build else triton
-    patches = patch_set_digest("aotriton", commit, arch=arch)
-    compiler = hashlib.sha256((src / "python/compile.py").read_bytes()).hexdigest()
-    return KeyContext(named, patches, compiler, env, tuple(info["knobs"]))
+@dataclass(frozen=True)
+class Tree:
+    """A checked-out (patched) AOTriton tree and the Triton its keys name."""
+
+    src: Path  # work/src/aotriton
+    commit: str
+    arch: str | None  # whose patch set the tree carries
+    triton: str  # the version, or (AOTriton's own build) `fork third_party/triton@<commit>`
+
+    @property
+    def build(self) -> Path:  # the kernel check's
+        return paths.build_dir(self.src.parents[1], "kernel-check") / f"aotriton-{self.arch}"
+
+    def key_context(self, python: str | None = None, build: Any = True) -> KeyContext:
+        """The shared key part: python's Triton (default: the check's), its build, its settings."""
+        python = python or known_python(self.src.parents[1], recorded_triton(self.commit) or "")
+        info = triton_info(python) if python else {"build": None, "knobs": []}
+        env = tuple(sorted(settings(os.environ, info["knobs"]).items()))
+        named = f"{self.triton} ({info['build']})" if info["build"] and build else self.triton
+        patches = patch_set_digest("aotriton", self.commit, arch=self.arch)
+        compiler = hashlib.sha256((self.src / "python/compile.py").read_bytes()).hexdigest()
+        return KeyContext(named, patches, compiler, env, tuple(info["knobs"]))
 
 
 class Damaged(ValueError):
@@ -168,6 +178,18 @@ def unpack(blob: bytes) -> tuple[bytes, bytes]:
     if hashlib.sha256(body).hexdigest() != digest:
         raise Damaged(f"sha256 mismatch over {len(body)} bytes (truncated?)")
     return body[: int(size)], body[int(size) :]
+
+
+def packed(out: Path) -> bytes | None:
+    """The entry of the code object at out and its metadata (None: either missing, or empty)."""
+    hsaco, meta = read_or_none(out.with_suffix(".hsaco")), read_or_none(out.with_suffix(".json"))
+    return pack(hsaco, meta) if hsaco and meta is not None else None
+
+
+def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
+    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
 
 
 # Where entries are kept: what (in words), get(key) -> entry | None, put(key, entry).
@@ -193,7 +215,7 @@ class KernelStore:
     local: Layer | None
     shared: Layer | None = None
     read_only: bool = False
-    say: Callable[[str], None] = print
+    say: Any = print
 
     def describe(self) -> str:
         layers = " over ".join(b.what for b in (self.shared, self.local) if b is not None)
@@ -205,23 +227,31 @@ class KernelStore:
             self.say(f"WARNING: kernel store {self.shared.what}: {why}; compiling locally")
             self.shared = None
 
-    def get(self, key: str) -> bytes | None:
+    def fetch(self, key: str, out: Path) -> bool:
+        """key's code object and its .json put at out, if a layer has its entry whole."""
         for layer in [x for x in (self.local, self.shared) if x is not None]:
             try:
                 blob = layer.get(key)
-                whole = blob is not None and bool(unpack(blob))
+                code = None if blob is None else unpack(blob)
             except Damaged as error:  # only from an entry, so of a layer
-                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); "
-                         "recompiling")  # fmt: skip
+                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error})")
                 continue
             except Exception as error:
                 self._lost(error)
                 continue
-            if whole and layer is self.shared and self.local is not None:
+            if code is not None and layer is self.shared and self.local is not None:
                 self.local.put(key, blob)
-            if whole:
-                return blob
-        return None
+            if code is not None:
+                install_kernel(out, *code)
+                return True
+        return False
+
+    def keep(self, key: str, out: Path) -> bool:
+        """The code object at out and its .json stored for key, if out has one."""
+        blob = packed(out)
+        if blob is not None:
+            self.put(key, blob)
+        return blob is not None
 
     def put(self, key: str, blob: bytes) -> None:
         if self.local is not None:
@@ -233,8 +263,7 @@ class KernelStore:
                 self._lost(error)
 
 
-def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] | None = None,
-               runner: Runner | None = None) -> KernelStore | None:  # fmt: skip
+def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> KernelStore | None:
     """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
     spec = compile_cache.as_spec(cache)
@@ -252,14 +281,20 @@ def open_store(cache: Any, work: Path, arch: str, *, say: Callable[[str], None] 
         store.shared = directory(Path(str(spec.endpoint)) / root)
     elif spec.backend == "redis":  # redis-py's connection pool serves the compile threads
         client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
-        store.shared = Layer(spec.place, lambda k: client.get(f"{root}/{k}"),
-                             lambda k, v: client.set(f"{root}/{k}", v))  # fmt: skip
+        store.shared = Layer(
+            spec.place,
+            lambda k: client.get(f"{root}/{k}"),
+            lambda k, v: client.set(f"{root}/{k}", v),
+        )
     else:  # boto3 through the team index's store: a 404 that is not NoSuchKey is an error
         from rocmfa.plumbing.team_index import S3Store
 
         s3 = S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
-        store.shared = Layer(spec.place, lambda k: s3.read(f"{k}.kernel"),
-                             lambda k, v: s3.put_bytes(f"{k}.kernel", v))  # fmt: skip
+        store.shared = Layer(
+            spec.place,
+            lambda k: s3.read(f"{k}.kernel"),
+            lambda k, v: s3.put_bytes(f"{k}.kernel", v),
+        )
     store.read_only = spec.read_only
     return store
 
@@ -299,6 +334,13 @@ def recorded_triton(commit: str) -> str | None:
     return version
 
 
+def pypi_triton(commit: str) -> str:
+    version = recorded_triton(commit)
+    if version is None:
+        raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
+    return version
+
+
 def known_python(work: Path, triton: str) -> str | None:
     """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
     python = work / VENV.format(triton) / "bin" / "python"
@@ -313,20 +355,10 @@ class CompileFailed(Exception):
     """A job that did not compile: the kernel, the job and the compiler's last line."""
 
 
-def install_kernel(out: Path, hsaco: bytes, meta: bytes) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stamps.write_bytes_atomic(out.with_suffix(".json"), meta)
-    stamps.write_bytes_atomic(out.with_suffix(".hsaco"), hsaco)
-
-
-def build_kernel(
-    job: Job, key: str, compiler: Compiler, store: KernelStore | None, out: Path | None = None
-) -> tuple[str, float]:
+def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | None, out=None):
     """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
-    began, out = time.monotonic(), Path(out or job.hsaco)
-    blob = store.get(key) if store is not None else None
-    if blob is not None:
-        install_kernel(out, *unpack(blob))
+    began, out, store = time.monotonic(), Path(out or job.hsaco), store or KernelStore(None)
+    if store.fetch(key, out):
         return "hit", time.monotonic() - began
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
@@ -335,44 +367,30 @@ def build_kernel(
         target = Path(scratch) / out.name
         argv = compile_argv(job, compiler.python, compiler.compile_py, target)
         done = subprocess.run(argv, env=env, capture_output=True, text=True)
-        hsaco = read_or_none(target.with_suffix(".hsaco"))
-        meta = read_or_none(target.with_suffix(".json"))
+        blob = packed(target)
     why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
-    if why is None and (not hsaco or meta is None):
-        why = "compile.py left " + ("an empty code object" if hsaco == b"" else "no output file")
-    if why is not None:
-        raise CompileFailed(f"{job.kernel} (Bare.compile line {job.line}: {Path(job.source).name}, "
-            f"num_warps {job.num_warps}, num_stages {job.num_stages}, waves_per_eu "
-            f"{job.waves_per_eu}, target {job.target}): {why}")  # fmt: skip
-    if store is not None:
-        store.put(key, pack(hsaco, meta))
-    install_kernel(out, hsaco, meta)
+    if why or blob is None:
+        where = f"Bare.compile line {job.line}: {Path(job.source).name}, num_warps {job.num_warps}"
+        rest = f"num_stages {job.num_stages}, waves_per_eu {job.waves_per_eu}, target {job.target}"
+        raise CompileFailed(f"{job.kernel} ({where}, {rest}): {why or 'compile.py left no kernel'}")
+    store.put(key, blob)
+    install_kernel(out, *unpack(blob))
     return "compiled", time.monotonic() - began
-
-
-def pypi_triton(commit: str) -> str:
-    version = recorded_triton(commit)
-    if version is None:
-        raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
-    return version
 
 
 @dataclass
 class KernelBuild:
     """One AOTriton build's kernel jobs through the store."""
 
-    src: Path
+    tree: Tree  # its triton: what the keys say about Triton
     build: Path
     store: KernelStore
-    identity: str  # what the keys say about Triton
     wheel: str | None  # AOTRITON_USE_LOCAL_TRITON_WHEEL (pypi)
-    commit: str
-    arch: str | None = None  # whose patches the tree carries (the patch digest in each key)
     keys: dict[str, str] = field(default_factory=dict)  # -o path -> key
     hits: set[str] = field(default_factory=set)  # -o paths staged from the store
 
     def launcher(self) -> str:
-        compile_py = (self.src / "python" / "compile.py").resolve()
+        compile_py = (self.tree.src / "python" / "compile.py").resolve()
         argv = [sys.executable, "-I", "-S", LAUNCHER, compile_py, self.build / ENV_FILE]
         return shlex.join(map(str, argv))
 
@@ -383,59 +401,42 @@ class KernelBuild:
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
-        bare = self.build / BARE
+        bare, where = self.build / BARE, self.store.describe()
         line = runner.plan_line(
-            f"then look every job of {bare} up in the kernel store ({self.store.describe()}; keys "
-            f"name triton {self.identity}), each hit at its -o path; ninja runs every custom "
-            f"command through {self.launcher()}; what compiles is stored after ninja"
+            f"then look every job of {bare} up in the kernel store ({where}; keys name triton "
+            f"{self.tree.triton}), each hit at its -o path; ninja runs every custom command "
+            f"through {self.launcher()}; what compiles is stored after ninja"
         )
         if line or not bare.is_file():
             return runner.say(line or f"kernel store: no {bare}; AOTriton's kernel jobs run as is")
-        # Only the "default" venv's jobs: another (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE, which
-        # we never set) would compile with a Triton the key does not name.
+        # Another venv's (AOTRITON_ALT_TRITON_WHEEL_CONFIG_FILE) Triton is not the keys'.
         jobs = [job for job in read_jobs(bare) if job.venv == "default"]
-        wheel = bool(self.wheel)  # the fork's keys name no wheel build
-        context = key_context(self.identity, self.commit, self.arch, self.src, build=wheel)
+        context = self.tree.key_context(build=self.wheel)  # the fork's keys name no wheel build
         given = {"knobs": context.knobs, "env": {**dict(context.env), **COMPILE_ENV}}
         stamps.write_text_atomic(self.build / ENV_FILE, json.dumps(given))
-        sources = source_digests(jobs)
-        self.keys = {job.hsaco: context.key(job, sources) for job in jobs}
-        # Ninja keeps a code object built for another key (the jobs depend on neither their
-        # sources nor Triton), and the launcher skips any job whose code object is there:
-        # drop those.
+        self.keys = dict(zip([job.hsaco for job in jobs], context.keys(jobs), strict=True))
+        # Ninja and the launcher would keep a code object built for another key: drop it.
         built_for = stamps.read(self.build / MANIFEST) or {}
         for out, key in self.keys.items():
             if built_for.get(out) != key:
                 Path(out).with_suffix(".hsaco").unlink(missing_ok=True)
         stamps.write_text_atomic(self.build / MANIFEST, json.dumps(self.keys))
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            self.hits = set(pool.map(self._stage_one, jobs)) - {None}
-        hits = len(self.hits)
-        runner.say(f"kernel store: {hits} of {len(jobs)} kernel jobs of the build from "
-                   f"{self.store.describe()} (triton {self.identity}); {len(jobs) - hits} to "
-                   "compile")  # fmt: skip
-
-    def _stage_one(self, job: Job) -> str | None:
-        blob = self.store.get(self.keys[job.hsaco])
-        if blob is not None:
-            install_kernel(Path(job.hsaco), *unpack(blob))
-        return None if blob is None else job.hsaco
+            found = pool.map(self.store.fetch, self.keys.values(), map(Path, self.keys))
+            self.hits = {out for out, hit in zip(self.keys, found, strict=True) if hit}
+        found = f"{len(self.hits)} of {len(jobs)} kernel jobs of the build from {where}"
+        left = len(jobs) - len(self.hits)
+        runner.say(f"kernel store: {found} (triton {self.tree.triton}); {left} to compile")
 
     def harvest(self, runner: Runner) -> None:
         """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
+        left = [out for out in self.keys if out not in self.hits]
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            stored = sum(pool.map(self._store_one, [o for o in self.keys if o not in self.hits]))
-        runner.say(f"kernel store: {len(self.hits)} kernels from the store, {stored} compiled by "
-                   f"the build, stored in {self.store.describe()}")  # fmt: skip
-
-    def _store_one(self, out: str) -> bool:
-        hsaco = read_or_none(Path(out).with_suffix(".hsaco"))
-        meta = read_or_none(Path(out).with_suffix(".json"))
-        if hsaco and meta is not None:
-            self.store.put(self.keys[out], pack(hsaco, meta))
-        return bool(hsaco and meta is not None)
+            stored = sum(pool.map(self.store.keep, [self.keys[o] for o in left], map(Path, left)))
+        got = f"kernel store: {len(self.hits)} kernels from the store"
+        runner.say(f"{got}, {stored} compiled by the build, stored in {self.store.describe()}")
 
 
 @contextlib.contextmanager
@@ -459,8 +460,7 @@ def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> KernelStore 
     return open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
-def plan(ctx: Any, build_options: Any, src: Path, build: Path,
-         store: KernelStore | None, runner: Runner) -> KernelBuild | None:  # fmt: skip
+def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runner: Runner):
     """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
     if store is None:
         return None
@@ -470,22 +470,19 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path,
     else:  # the fork the build pip-installs: the checked-out submodule's commit
         head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
         identity, wheel = f"fork {FORK}@{head}", None
-    return KernelBuild(src, build, store, identity, wheel, ctx.pin.commit, ctx.arch.name)
+    return KernelBuild(Tree(src, ctx.pin.commit, ctx.arch.name, identity), build, store, wheel)
 
 
-# --- --workers: the jobs on a Dask cluster ------------------------------------------------
-
-
-def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runner) -> None:
-    """Everything --workers needs, each missing one a line, before any work (a plan: no reach)."""
+def require(url: str, cache: Any, runner: Runner) -> None:
+    """Everything --workers (the jobs on a Dask cluster) needs, each missing one a line (a plan
+    reaches no scheduler)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = compile_cache.as_spec(cache)
     if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
-        raise UserError("--workers needs a shared --cache, not read_only=1 (a directory every "
-            "machine mounts, redis://, s3://): the workers compile into it and this build reads "
-            "every kernel from it")  # fmt: skip
+        shared = "a directory every machine mounts, redis://, s3://"
+        raise UserError(f"--workers needs a shared --cache, not read_only=1 ({shared})")
     try:
         from distributed import Client
     except ImportError:
@@ -498,38 +495,36 @@ def require(url: str, cache: compile_cache.CacheSpec | str | None, runner: Runne
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
-def remote_build(job: Job, key: str, task: dict[str, Any]) -> tuple[str, float]:
+def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     """On a worker: the job from the shared store, else compiled here and put there."""
     from distributed import get_worker
 
+    tree, context, cache, files = task  # Tree, KeyContext, --cache, the sources
     worker, scratch = platform.node(), Path(get_worker().local_directory)  # removed with it
-    store = open_store(task["cache"], scratch, task["arch"], say=print)
+    store = open_store(cache, scratch, tree.arch, say=print)
     if store is None or store.shared is None:
-        raise RuntimeError(f"worker {worker}: the kernel store {task['cache']} is unreachable")
+        raise RuntimeError(f"worker {worker}: the kernel store {cache} is unreachable")
     store.local = None  # the shared store alone: nothing kept on the worker
     python = os.environ.get(PYTHON_ENV) or sys.executable
-    have, triton = triton_info(python)["build"], task["triton"]
-    if (f"{triton} ({have})" if have else triton) != task["identity"]:
-        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, the keys name "
-            f"triton {task['identity']} (install it, or set ROCMFA_KERNEL_PYTHON)")  # fmt: skip
+    have = triton_info(python)["build"]
+    if (f"{tree.triton} ({have})" if have else tree.triton) != context.triton:
+        named = f"the keys name triton {context.triton} (install it, or set {PYTHON_ENV})"
+        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, {named}")
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
-        for name, data in task["files"].items():
+        for name, data in files.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / name).write_bytes(data)
-        compiler = Compiler(python, Path(tmp) / "python/compile.py", task["settings"])
-        here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(task["src"])))
+        compiler = Compiler(python, Path(tmp) / "python/compile.py", dict(context.env))
+        here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(tree.src)))
         result = build_kernel(here, key, compiler, store, Path(tmp) / "k.hsaco")
     if store.shared is None:
-        raise RuntimeError(f"worker {worker}: lost the kernel store {task['cache']}")
+        raise RuntimeError(f"worker {worker}: lost the kernel store {cache}")
     return result
 
 
-def fan_out(
-    tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None
-) -> dict[str, int] | None:
+def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None):
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
-    bare = tree.build / "Bare.compile"
-    spec = compile_cache.as_spec(cache)
+    bare, spec = tree.build / "Bare.compile", compile_cache.as_spec(cache)
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
         f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
@@ -538,25 +533,21 @@ def fan_out(
         return runner.say(line)
     from distributed import Client
 
-    jobs = jobs if jobs is not None else read_jobs(bare)
-    context, sources = tree.key_context(), source_digests(jobs)
-    # python/compile.py and the sources' folders (what source_digests reads), sent once
+    jobs, context = jobs if jobs is not None else read_jobs(bare), tree.key_context()
+    # python/compile.py and the sources' folders (what the keys digest), sent once
     names = [tree.src / "python" / "compile.py"]
     for folder in {Path(job.source).parent for job in jobs}:
-        names += [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+        names += py_files(folder)
     files = {p.relative_to(tree.src).as_posix(): p.read_bytes() for p in names}
-    task = {"files": files, "src": str(tree.src), "cache": cache,
-            "arch": tree.arch, "triton": tree.triton, "identity": context.triton,
-            "settings": dict(context.env)}  # fmt: skip
     began = time.monotonic()
     with Client(url, timeout=CONNECT_TIMEOUT) as client:
-        [shared] = client.scatter([task], broadcast=True)
-        keys = [context.key(job, sources) for job in jobs]
+        [task] = client.scatter([(tree, context, cache, files)], broadcast=True)
+        built = client.map(remote_build, jobs, context.keys(jobs), task=task, pure=False)
         try:  # the first failure; closing the client cancels the rest
-            results = client.gather(client.map(remote_build, jobs, keys, task=shared, pure=False))
+            how = [result[0] for result in client.gather(built)]
         except Exception as error:
             raise UserError(f"--workers: {type(error).__name__}: {error}".splitlines()[0]) from None
-    counts = {how: [result[0] for result in results].count(how) for how in ("hit", "compiled")}
-    runner.say(f"--workers: {counts['compiled']} compiled, {counts['hit']} already in the "
-               f"store, {time.monotonic() - began:.1f} s")  # fmt: skip
+    counts = {name: how.count(name) for name in ("hit", "compiled")}
+    took = f"{counts['hit']} already in the store, {time.monotonic() - began:.1f} s"
+    runner.say(f"--workers: {counts['compiled']} compiled, {took}")
     return counts

@@ -1,8 +1,8 @@
-"""`nox -s kernel_check`: AOTriton's own generator on the checked-out, patched tree, then a
-stratified sample of its real compile jobs with the Triton pins/kernel_compiler.toml records,
-on any machine (no ROCm, no GPU); build_aotriton and tune_aotriton run it before their long
-build (before_build). Steps, files read and the summary: docs/kernel-check.md."""
+"""`nox -s kernel_check`: AOTriton's own generator on the patched tree, then a stratified sample
+of its compile jobs with the Triton pins/kernel_compiler.toml records (no ROCm, no GPU); also
+run by build_aotriton and tune_aotriton before their build. docs/kernel-check.md."""
 
+import functools
 import json
 import os
 import shlex
@@ -11,11 +11,11 @@ import tarfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import kernel_build
+from rocmfa.builds.kernel_build import Tree
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
@@ -26,33 +26,13 @@ from rocmfa.sources.patches import apply_patch_set
 
 SUMMARY = "summary.json"
 SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it
+TARGET = "{}_mod0"  # AOTriton's --target_gpus for an arch: python/gpu_targets.py @ 6e00ef3e
 GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU)
 
 
 def summary_path(work: Path, arch: str) -> Path:
-    """Where the check of work/src/aotriton for arch writes its summary (Tree.build)."""
-    return paths.build_dir(work, "kernel-check") / f"aotriton-{arch}" / SUMMARY
-
-
-@dataclass(frozen=True)
-class Tree:
-    """A checked-out (patched) AOTriton tree and what the check needs to know about it."""
-
-    src: Path  # work/src/aotriton
-    commit: str
-    arch: str
-    triton: str
-
-    @property
-    def gpus(self) -> tuple[str, ...]:  # AOTriton's target: python/gpu_targets.py @ 6e00ef3e
-        return (f"{self.arch}_mod0",)
-
-    @property
-    def build(self) -> Path:
-        return summary_path(self.src.parents[1], self.arch).parent
-
-    def key_context(self) -> kernel_build.KeyContext:
-        return kernel_build.key_context(self.triton, self.commit, self.arch, self.src)
+    """Where the check of work/src/aotriton for arch writes its summary."""
+    return Tree(paths.src_dir(work, "aotriton"), "", arch, "").build / SUMMARY
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -77,22 +57,21 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
 
 
 def generate(tree: Tree, python: str, runner: Runner) -> Path:
-    """Bare.compile from AOTriton's own generator for tree.gpus; one line when it fails."""
-    database, pkg = tree.build / "database", tree.build / "pkg"
+    """Bare.compile from AOTriton's own generator for its target; one line when it fails."""
+    database, pkg, target = tree.build / "database", tree.build / "pkg", TARGET.format(tree.arch)
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
     say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
     runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
-    compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database),
-               "--database_file", str(database / "tuning_database.sqlite3")]  # fmt: skip
-    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src),
-           "--target_gpus", *tree.gpus, "--build_dir", str(tree.build)]  # fmt: skip
+    compose = [python, "-m", "aotriton.database_compose", "--decomposed", str(database)]
+    compose += ["--database_file", str(database / "tuning_database.sqlite3")]
+    gen = [python, "-X", "utf8", "-m", "aotriton.generate", "--root_dir", str(tree.src)]
+    gen += ["--target_gpus", target, "--build_dir", str(tree.build)]
     for argv, what in ((compose, "database_compose"), (gen, "generator")):
         sets = {"PYTHONPATH": str(pkg)}
         done = runner.run(argv, cwd=tree.src, sets=sets, capture=True, check=False)
         if done.returncode != 0:
-            last = last_line(done.stderr or done.stdout)
-            raise UserError(f"kernel check: AOTriton's {what} failed for {' '.join(tree.gpus)} on "
-                            f"{tree.src} (exit {done.returncode}): {last}")  # fmt: skip
+            why = f"exit {done.returncode}: {last_line(done.stderr or done.stdout)}"
+            raise UserError(f"kernel check: AOTriton's {what} failed for {target} ({why})")
     return tree.build / "Bare.compile"
 
 
@@ -118,32 +97,33 @@ def settings_line(python: str | None) -> str:
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def compile_sample(tree: Tree, python: str, context: kernel_build.KeyContext, all_jobs: list,
-                   chosen: list, store: kernel_build.KernelStore | None, threads: int):  # fmt: skip
+def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: list, chosen: list):
     """Each chosen job from the store or compiled (one line on a failure); counts per family."""
+    context = tree.key_context()
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
-    sources, build = kernel_build.source_digests(chosen), kernel_build.build_kernel
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        built = pool.map(lambda job: build(job, context.key(job, sources), compiler, store), chosen)
+        build = functools.partial(kernel_build.build_kernel, compiler=compiler, store=store)
+        built = pool.map(build, chosen, context.keys(chosen))
         try:
             results = list(built)
         except kernel_build.CompileFailed as error:
             pool.shutdown(cancel_futures=True)
             raise UserError(f"kernel check: {error}") from None
-    families = {k: {"jobs": n, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
-                for k, n in Counter(job.kernel for job in all_jobs).items()}  # fmt: skip
+    families = {
+        k: {"jobs": n, "sampled": 0, "compiled": 0, "from_store": 0, "seconds": 0.0}
+        for k, n in Counter(job.kernel for job in all_jobs).items()
+    }
     for job, (how, seconds) in zip(chosen, results, strict=True):
         entry = families[job.kernel]
         entry["sampled"] += 1
         entry["compiled" if how == "compiled" else "from_store"] += 1
         entry["seconds"] = round(entry["seconds"] + seconds, 3)
-    return families
+    return context.patches, families
 
 
-def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int | None = None,
-              size: int | None = None, store: kernel_build.KernelStore | None = None):  # fmt: skip
+def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, store=None):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
-    say, began = runner.say, time.monotonic()
+    say, began, work = runner.say, time.monotonic(), tree.src.parents[1]  # work/src/aotriton
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
         why = f"{tree.src} has no python/compile.py (the layout of AOTriton >= 0.12b)"
         runner.raise_for_real(UserError(f"kernel check: {why}"))
@@ -166,79 +146,60 @@ def run_check(tree: Tree, *, work: Path, runner: Runner, cache: Any, jobs: int |
     all_jobs = kernel_build.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
-    chosen = kernel_build.sample(all_jobs, size)
-    where = store.describe() if store else "none"
-    say(f"kernel check: {len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel "
-        f"families; compiling {len(chosen)} ({why}); kernel store: {where}")  # fmt: skip
+    chosen, where = kernel_build.sample(all_jobs, size), store.describe() if store else "none"
+    found = f"{len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel families"
+    say(f"kernel check: {found}; compiling {len(chosen)} ({why}); kernel store: {where}")
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}")  # fmt: skip
+        say(f"kernel check: --sample {size} leaves out {len(left)} combinations: {combos}")
     say(f"kernel check: {settings_line(python)}")
-    context = tree.key_context()
-    summary = {
-        "schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src),
-        "arch": tree.arch, "target_gpus": list(tree.gpus), "triton": tree.triton,
-        "patches": context.patches, "jobs": len(all_jobs), "sampled": len(chosen),
-        "families": compile_sample(tree, python, context, all_jobs, chosen, store, threads),
-        "wall_s": round(time.monotonic() - began, 3), "store": where,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }  # fmt: skip
-    stamps.write_text_atomic(tree.build / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen)
+    summary = {"schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src)}
+    summary |= {"arch": tree.arch, "target_gpus": [TARGET.format(tree.arch)], "triton": tree.triton}
+    summary |= {"patches": patches, "jobs": len(all_jobs), "sampled": len(chosen)}
+    summary |= {"families": families, "wall_s": round(time.monotonic() - began, 3), "store": where}
+    summary["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    written = tree.build / SUMMARY
+    stamps.write_text_atomic(written, json.dumps(summary, indent=2) + "\n")
     row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
     say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
-    for name, f in sorted(summary["families"].items()):
+    for name, f in sorted(families.items()):
         counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
         say(row(name, *counts, f"{f['seconds']:.1f}"))
-    say(
-        f"kernel check: {tree.arch} OK - {len(chosen)} of {len(all_jobs)} jobs compiled or fetched "
-        f"in {summary['wall_s']:.1f} s (triton {tree.triton}); summary: {tree.build / SUMMARY}"
-    )
+    done = f"{len(chosen)} of {len(all_jobs)} jobs compiled or fetched in {summary['wall_s']:.1f} s"
+    say(f"kernel check: {tree.arch} OK - {done} (triton {tree.triton}); summary: {written}")
     return summary
 
 
-def tree_for(arch: archs.Arch, work: Path) -> tuple[pins.Pin, Tree]:
-    """The AOTriton pin and the tree the check runs on (the one build_aotriton builds)."""
-    pin = pins.load_pin("aotriton", workdir=work)
-    triton = kernel_build.recorded_triton(pin.commit) or ""
-    return pin, Tree(paths.src_dir(work, "aotriton"), pin.commit, arch.name, triton)
-
-
-def before_build(
-    ctx: Any, src: Path, build: Any, store: kernel_build.KernelStore | None = None
-) -> None:
+def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
     """build_aotriton / tune_aotriton before cmake: the check, then --workers' cluster."""
     runner = ctx.runner
     if build.workers:
         kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
         return runner.say("kernel check: skipped (--no-images compiles no kernel)")
-    triton = kernel_build.recorded_triton(ctx.pin.commit)
+    triton = kernel_build.recorded_triton(ctx.pin.commit)  # --workers: build_aotriton checked
     if triton is None:
-        why = kernel_build.NO_TRITON.format(ctx.pin.commit)
-        if build.workers:
-            raise UserError(f"--workers: {why}")
-        return runner.say(f"kernel check: {why}; skipped")
+        return runner.say(f"kernel check: {kernel_build.NO_TRITON.format(ctx.pin.commit)}; skipped")
     tree = Tree(src, ctx.pin.commit, ctx.arch.name, triton)
-    run_check(tree, work=ctx.work, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
+    run_check(tree, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
     if build.workers:
         kernel_build.fan_out(tree, build.workers, build.cache, runner)
 
 
 def kernel_check(opts: Any) -> None:
     """The session: check out and patch the tree (as build_aotriton does), then run_check."""
-    choice = archs.resolve_arch(opts.arch)
+    choice, runner = archs.resolve_arch(opts.arch), runner_for(opts)
     work = paths.workdir(opts.workdir)
-    runner = runner_for(opts)
-    pin, tree = tree_for(choice.arch, work)
-    if not tree.triton:
+    pin = pins.load_pin("aotriton", workdir=work)
+    if not (triton := kernel_build.recorded_triton(pin.commit)):
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
-    runner.say(f"kernel check: AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} "
-               f"({choice.how}); target {' '.join(tree.gpus)}; triton {tree.triton}")  # fmt: skip
-    # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
-    # fork, which the build compiles); build_aotriton adds them to the same checkout later.
+    tree = Tree(paths.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
+    what = f"AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} ({choice.how})"
+    runner.say(f"kernel check: {what}; target {TARGET.format(tree.arch)}; triton {tree.triton}")
+    # No submodule: the check's Triton is not the fork (build_aotriton adds them later).
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
     apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
-    run_check(tree, work=work, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)
+    run_check(tree, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

@@ -1,17 +1,13 @@
 """Parallel compile jobs: CPUs, capped by MemAvailable (a HIP translation unit takes GiBs; one
 job per core on little memory ends in `clang: error: ... Killed`, ROCm/TheRock#997)."""
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 
 MEMINFO = Path("/proc/meminfo")
 
 
-def choose_jobs(
-    requested: int | None, per_job_gib: float, *, meminfo: Path = MEMINFO, cpus: int | None = None
-) -> tuple[int, str]:
+def choose_jobs(requested: int | None, per_job_gib: float, *, meminfo=MEMINFO, cpus=None):
     """(jobs, one-line reason); requested is --jobs, checked >= 1 by its option."""
     if requested is not None:
         return requested, f"{requested} jobs (--jobs)"
@@ -22,9 +18,6 @@ def choose_jobs(
     except (OSError, ValueError, IndexError, StopIteration):
         return cpus, f"{cpus} jobs (one per CPU; MemAvailable unknown; --jobs to override)"
     by_memory = max(1, int(available // per_job_gib))
-    jobs = min(cpus, by_memory)
-    why = "memory" if by_memory < cpus else "CPUs"
-    return jobs, (
-        f"{jobs} jobs (limited by {why}: {cpus} CPUs, MemAvailable {available:.1f} GiB at "
-        f"~{per_job_gib:g} GiB per job; --jobs to override)"
-    )
+    jobs, why = min(cpus, by_memory), "memory" if by_memory < cpus else "CPUs"
+    at = f"MemAvailable {available:.1f} GiB at ~{per_job_gib:g} GiB per job"
+    return jobs, f"{jobs} jobs (limited by {why}: {cpus} CPUs, {at}; --jobs to override)"

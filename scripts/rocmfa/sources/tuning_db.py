@@ -1,8 +1,6 @@
 """Tuning databases as data: <pins>/tuning/aotriton/<commit>/<arch>/ (or $ROCMFA_TUNING_DIR),
 a manifest of sha256-checked files laid over modules/database (docs/tuning.md)."""
 
-from __future__ import annotations
-
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,8 +49,6 @@ def load(directory: Path) -> TuningDb:
     table, entries = data.get("tuning"), data.get("file")
     if not isinstance(table, dict) or not isinstance(entries, list) or not entries:
         raise UserError(f"{where}: needs a [tuning] table and at least one [[file]]")
-    if (kind := table.get("kind")) != "sharded-sqlite":
-        raise UserError(f"{where}: 'kind' must be sharded-sqlite, got {kind!r}")
     files: dict[str, str] = {}
     for i, entry in enumerate(entries, 1):
         checked(entry, f"{where}: file {i}", FILE)
@@ -65,12 +61,9 @@ def load(directory: Path) -> TuningDb:
                 "refusing this tuning database (re-run nox -s tune_aotriton, or restore the file)"
             )
         files[name] = expected
-    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
-    if unlisted := sorted(present - set(files) - {MANIFEST}):
-        raise UserError(f"{where}: files not in the manifest: {', '.join(unlisted)}; refusing")
     meta = {k: v for k, v in table.items() if k not in ("commit", "arch", "kind", "tuner")}
-    fields = (str(table.get(k, "")) for k in ("commit", "arch"))
-    return TuningDb(directory, *fields, kind, str(table.get("tuner", "")), files, meta)
+    header = (str(table.get(k, "")) for k in ("commit", "arch", "kind", "tuner"))
+    return TuningDb(directory, *header, files, meta)
 
 
 def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
@@ -98,9 +91,8 @@ def write(directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tun
     listed = [{"path": n, "sha256": stamps.file_sha256(staging / n)} for n in sorted(files)]
     header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
     header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
-    manifest = tomlkit.dumps({"tuning": header, "file": listed})
     note = "# Written by nox -s tune_aotriton; data, verified by sha256 before any use.\n\n"
-    (staging / MANIFEST).write_text(note + manifest)
+    (staging / MANIFEST).write_text(note + tomlkit.dumps({"tuning": header, "file": listed}))
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
     return load(directory)
