@@ -63,29 +63,43 @@ def resolved(value: object) -> bool:
 
 HEX = "a string: full 40-hex lowercase"
 ANY = (lambda _: True, "", False)
-COMMON = {"url": TEXT, "ref": TEXT, "commit": (resolved, HEX, True), "depth": (
-    lambda v: type(v) is int and v > 0, "a positive integer (git fetch --depth=N)", False
-)}  # fmt: skip
+COMMON = {
+    "url": TEXT,
+    "ref": TEXT,
+    "commit": (resolved, HEX, True),
+    "depth": (
+        lambda v: type(v) is int and v > 0,
+        "a positive integer (git fetch --depth=N)",
+        False,
+    ),
+}
 RULES = {  # what each project's table may hold
     "therock": COMMON,
-    "pytorch": COMMON | dict.fromkeys(("triton", "audio", "vision", "apex", "aotriton"), ANY) | {
-        "raw_url": (lambda v: isinstance(v, str) and "{commit}" in v and "{path}" in v,
-                    "a string containing {commit} and {path}", False),
+    "pytorch": COMMON
+    | dict.fromkeys(("triton", "audio", "vision", "apex", "aotriton"), ANY)
+    | {
+        "raw_url": (
+            lambda v: isinstance(v, str) and "{commit}" in v and "{path}" in v,
+            "a string containing {commit} and {path}",
+            False,
+        ),
     },
-    "aotriton": COMMON | dict.fromkeys(("tuner", "release", "aiter"), ANY) | {
-        "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"',
-                   True),
+    "aotriton": COMMON
+    | dict.fromkeys(("tuner", "release", "aiter"), ANY)
+    | {
+        "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"', True),
         "version": (filled, "a non-empty string", False),
         # `true` would init what .gitmodules lists: --recursive stops at an unmapped gitlink
-        "submodules": (lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
-                       "a list of paths inside the tree (not true: it fails on an unmapped "
-                       "gitlink; list the paths instead (nox -s update_pins records them))",
-                       False),
+        "submodules": (
+            lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
+            "a list of paths inside the tree (not true: it fails on an unmapped "
+            "gitlink; list the paths instead (nox -s update_pins records them))",
+            False,
+        ),
     },
-    "composable_kernel": COMMON | {
-        "use": ANY, "legacy": ANY, "subdir": (inside, "a relative path", False)
-    },
-}  # fmt: skip
+    "composable_kernel": COMMON
+    | {"use": ANY, "legacy": ANY, "subdir": (inside, "a relative path", False)},
+}
 LEGACY = {k: (ok, good, False) for k, (ok, good, _) in RULES["composable_kernel"].items()}
 
 

@@ -28,8 +28,16 @@ def head_commit(runner: Runner, checkout: Path) -> str | None:
 
 
 def patched_refs(runner: Runner, checkout: Path, base: str) -> list[str]:
-    listed = git(runner, checkout, "for-each-ref", "--format=%(refname)", "--points-at", "HEAD",
-                 f"{REF_PREFIX}/patched/{base}/", check=False)  # fmt: skip
+    listed = git(
+        runner,
+        checkout,
+        "for-each-ref",
+        "--format=%(refname)",
+        "--points-at",
+        "HEAD",
+        f"{REF_PREFIX}/patched/{base}/",
+        check=False,
+    )
     return listed.stdout.split()
 
 
@@ -69,8 +77,18 @@ def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submod
         return dest
     _fetch(pin, dest, runner)
     git(runner, dest, "update-ref", f"{REF_PREFIX}/pin-{pin.commit}", pin.commit)
-    git(runner, dest, "-c", "advice.detachedHead=false", "checkout", "-q",
-        *(["-f"] if force else []), "--detach", pin.commit, capture=False)  # fmt: skip
+    git(
+        runner,
+        dest,
+        "-c",
+        "advice.detachedHead=false",
+        "checkout",
+        "-q",
+        *(["-f"] if force else []),
+        "--detach",
+        pin.commit,
+        capture=False,
+    )
     _update_submodules(runner, dest, paths, force=force, head=pin.commit)
     runner.done(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
     return dest
@@ -86,8 +104,10 @@ def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths)
     resume = ours and step.strip() == head and all(line[3:].strip() in paths for line in changes)
     if resume or (ours and not changes):
         if resume:  # our own submodule step stopped part way at this HEAD: what it left is ours
-            runner.say(f"{pin.project}: resuming the submodule step that stopped part way "
-                       f"({', '.join(paths)})")  # fmt: skip
+            runner.say(
+                f"{pin.project}: resuming the submodule step that stopped part way "
+                f"({', '.join(paths)})"
+            )
         elif _submodules_ready(runner, dest, paths):
             runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
             return True
@@ -104,8 +124,16 @@ def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths)
         runner.say(f"--discard-local-edits: discarding local edits in {dest}")
         git(runner, dest, "reset", "-q", "--hard", capture=False)
     if head and head != pin.commit and not force:
-        extra = git(runner, dest, "rev-list", "--max-count=100", "HEAD", "--not",
-                    f"--glob={REF_PREFIX}", "--remotes").stdout.split()  # fmt: skip
+        extra = git(
+            runner,
+            dest,
+            "rev-list",
+            "--max-count=100",
+            "HEAD",
+            "--not",
+            f"--glob={REF_PREFIX}",
+            "--remotes",
+        ).stdout.split()
         if extra:
             raise UserError(
                 f"{dest} has {len(extra)}{'+' if len(extra) >= 100 else ''} commit(s) that are"
@@ -142,8 +170,18 @@ def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: 
         return
     git(runner, dest, "config", STEP_KEY, head)
     git(runner, dest, "submodule", "sync", "-q", "--", *paths, capture=False)
-    result = git(runner, dest, "submodule", "update", "-q", "--init",
-                 *(["--force"] if force else []), "--", *paths, check=False)  # fmt: skip
+    result = git(
+        runner,
+        dest,
+        "submodule",
+        "update",
+        "-q",
+        "--init",
+        *(["--force"] if force else []),
+        "--",
+        *paths,
+        check=False,
+    )
     if result.returncode != 0:
         why = f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
         raise UserError(f"submodule update failed in {dest} for {', '.join(paths)}: {why}")

@@ -22,10 +22,25 @@ PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
 NAME, EMAIL = "rocmfa patches", "patches@rocmfa.invalid"
 AM_IDENTITY = {"GIT_COMMITTER_NAME": NAME, "GIT_COMMITTER_EMAIL": EMAIL}
-AM = ["-c", f"user.name={NAME}", "-c", f"user.email={EMAIL}",
-      "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "am.threeWay=false",
-      "-c", "am.keepcr=false", "am", "-q", "--no-gpg-sign", "--committer-date-is-author-date",
-      "--whitespace=nowarn"]  # fmt: skip
+AM = [
+    "-c",
+    f"user.name={NAME}",
+    "-c",
+    f"user.email={EMAIL}",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "am.threeWay=false",
+    "-c",
+    "am.keepcr=false",
+    "am",
+    "-q",
+    "--no-gpg-sign",
+    "--committer-date-is-author-date",
+    "--whitespace=nowarn",
+]
 
 
 def patches_root() -> Path:
@@ -95,10 +110,13 @@ def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=Fal
 
 
 ENTRY = dict.fromkeys(("file", "sha256", "reason", "upstream"), TEXT) | {
-    "arches": (lambda v: isinstance(v, list) and v and all(GFX_NAME.fullmatch(str(a)) for a in v),
-               "a non-empty list of gfx arches", False),
+    "arches": (
+        lambda v: isinstance(v, list) and v and all(GFX_NAME.fullmatch(str(a)) for a in v),
+        "a non-empty list of gfx arches",
+        False,
+    ),
     "tuning": (lambda v: v in ("", "only", "never"), '"only" or "never"', False),
-}  # fmt: skip
+}
 
 
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
@@ -136,10 +154,17 @@ def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, 
         shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
         can_ask = shallow.stdout.strip() == "false"
     earlier = [  # git proves the others are not ancestors: another line's sets
-        display(set_dir(project, c, root)) for c in available_sets(project, root) if c != commit
-        and not (can_ask and git(runner, checkout, "merge-base", "--is-ancestor", c, commit,
-                                 check=False).returncode == 1)
-    ]  # fmt: skip
+        display(set_dir(project, c, root))
+        for c in available_sets(project, root)
+        if c != commit
+        and not (
+            can_ask
+            and git(
+                runner, checkout, "merge-base", "--is-ancestor", c, commit, check=False
+            ).returncode
+            == 1
+        )
+    ]
     if not earlier:
         return ""
     return (
@@ -160,8 +185,10 @@ def _try(runner: Runner, tree: Path, patch: Path) -> str:
     return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
 
 
-FAILED = re.compile(r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
-                    r"exist in index|No such file or directory|already exists in))")  # fmt: skip
+FAILED = re.compile(
+    r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
+    r"exist in index|No such file or directory|already exists in))"
+)
 
 
 def _failed_file(stderr: str) -> str:
@@ -259,8 +286,17 @@ def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: 
     tmp = Path(tempfile.mkdtemp(prefix="rocmfa-port-"))
     tree = tmp / "tree"
     try:
-        added = git(runner, checkout, "worktree", "add", "-q", "--detach", str(tree), new_commit,
-                    check=False)  # fmt: skip
+        added = git(
+            runner,
+            checkout,
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            str(tree),
+            new_commit,
+            check=False,
+        )
         if added.returncode != 0:
             return False, f"cannot check out {new_commit[:12]}: {last_line(added.stderr)}"
         for patch in found.patches:

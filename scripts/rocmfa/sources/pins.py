@@ -171,8 +171,10 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, o
     version = parsed.version
     if len(parsed.literals) > 1:
         several = ", ".join(c[:12] for c in parsed.literals)
-        raise UserError(f"{where}: several different AOTriton commits ({several}) - the pin is "
-                        "unknown; set commit in pins/aotriton.toml explicitly")  # fmt: skip
+        raise UserError(
+            f"{where}: several different AOTriton commits ({several}) - the pin is "
+            "unknown; set commit in pins/aotriton.toml explicitly"
+        )
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
         lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
         if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
