@@ -17,6 +17,7 @@ from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECT
 FROM_PYTORCH = "from-pytorch"
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}  # nightly: AOTriton follows
 HEX40 = re.compile(r"[0-9a-f]{40}")
+COMPANIONS = ("triton", "audio", "vision", "apex")  # [pytorch.<name>]: built with torch
 
 
 class Unresolved(UserError):
@@ -40,17 +41,6 @@ def display(path: Path) -> str:
     return str(Path(path).relative_to(REPO_ROOT) if inside else path)
 
 
-def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
-    """table[key] stripped: a string, non-empty unless empty_ok; else one line naming it."""
-    if empty_ok and isinstance(table.get(key), str):
-        return table[key].strip()
-    if key not in table:
-        raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
-    if not filled(value := table[key]):
-        raise UserError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
 def resolved(value: object) -> bool:
     """A full 40-hex commit; Unresolved for a placeholder."""
     if isinstance(value, str) and value.strip().lower() in ("", "unknown", "todo", "none"):
@@ -62,21 +52,19 @@ def resolved(value: object) -> bool:
 
 
 HEX = "a string: full 40-hex lowercase"
-ANY = (lambda _: True, "", False)
+ANY, TABLE = (lambda _: True, "", False), (lambda v: isinstance(v, Mapping), "a table", False)
+STRING = (lambda v: isinstance(v, str), "a string", False)
 COMMON = {
     "url": TEXT,
     "ref": TEXT,
     "commit": (resolved, HEX, True),
-    "depth": (
-        lambda v: type(v) is int and v > 0,
-        "a positive integer (git fetch --depth=N)",
-        False,
-    ),
+    "depth": (lambda v: type(v) is int and v > 0, "a positive integer (fetch --depth=N)", False),
 }
-RULES = {  # what each project's table may hold
+CK = COMMON | {"subdir": (inside, "a relative path", False)}
+RULES = {  # what each project's table, and each [<project>.<key>] table, may hold
     "therock": COMMON,
     "pytorch": COMMON
-    | dict.fromkeys(("triton", "audio", "vision", "apex", "aotriton"), ANY)
+    | dict.fromkeys((*COMPANIONS, "aotriton"), TABLE)
     | {
         "raw_url": (
             lambda v: isinstance(v, str) and "{commit}" in v and "{path}" in v,
@@ -84,8 +72,12 @@ RULES = {  # what each project's table may hold
             False,
         ),
     },
+    **{f"pytorch.{name}": dict.fromkeys(("url", "ref", "commit"), STRING) for name in COMPANIONS},
+    # what the torch pin's own aotriton.cmake names (update_pins records it)
+    "pytorch.aotriton": {"version": STRING}
+    | dict.fromkeys(("pytorch_commit", "commit", "source"), (STRING[0], "a string", True)),
     "aotriton": COMMON
-    | dict.fromkeys(("tuner", "release", "aiter"), ANY)
+    | {"tuner": ANY, "release": TABLE, "aiter": TABLE}  # release: aotriton_release.release_info
     | {
         "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"', True),
         "version": (filled, "a non-empty string", False),
@@ -97,17 +89,18 @@ RULES = {  # what each project's table may hold
             False,
         ),
     },
-    "composable_kernel": COMMON
-    | {"use": ANY, "legacy": ANY, "subdir": (inside, "a relative path", False)},
+    "aotriton.aiter": COMMON,
+    "composable_kernel": CK | {"use": ANY, "legacy": TABLE},
+    "composable_kernel.legacy": {k: (ok, good, False) for k, (ok, good, _) in CK.items()},
 }
-LEGACY = {k: (ok, good, False) for k, (ok, good, _) in RULES["composable_kernel"].items()}
 
 
 def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
-    """Refuse an unknown or bad key, in one line naming the file and key."""
-    if project == "composable_kernel" and isinstance(legacy := table.get("legacy"), Mapping):
-        checked(legacy, f"{where[:-1]}.legacy]", {k: LEGACY[k] for k in (*COMMON, "subdir")})
+    """Refuse an unknown or bad key, in one line naming the file and key; its sub-tables too."""
     checked(table, where, RULES.get(project, COMMON))
+    for key in (k for k in table if f"{project}.{k}" in RULES):
+        inner = where.replace(f"[{project}]", f"[{project}.{key}]")
+        checked(table[key], inner, RULES[f"{project}.{key}"])
 
 
 def table_of(path: Path, project: str) -> dict[str, Any]:

@@ -17,10 +17,9 @@ from typing import Any
 from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import TEXT, checked
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
-from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
+from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40
 
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
@@ -44,46 +43,39 @@ class Pin:
         return tuple(self.data.get("submodules") or ())
 
     def part(self, key: str) -> Pin | None:
-        """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]), checked; or None."""
+        """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]; checked with it)."""
         table = self.data.get(key)
-        where = f"{self.source} [{self.project}.{key}]"
-        return None if table is None else _pin(key, table, where, where)
+        return None if table is None else _pin(key, table, f"{self.source} [{self.project}.{key}]")
 
 
-def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin:
-    """table, checked by pin_files.check_table (and an AOTriton version's form), as a Pin."""
-    pin_files.check_table(project, table, where)
-    if project == "aotriton" and "version" in table:
-        try:
-            archs.aotriton_version_key(table["version"].strip())
-        except UserError as e:
-            raise UserError(f"{where}: {e}") from None
+def _pin(project: str, table: Mapping[str, Any], source: str) -> Pin:
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-    url, ref, commit = (table[k].strip() for k in ("url", "ref", "commit"))
+    url, ref, commit = (str(table.get(k, "")).strip() for k in ("url", "ref", "commit"))
     return Pin(project, url, ref, commit, source, data)
 
 
-def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None, out=None) -> Pin:
+def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
     """The pin of project, checked; an AOTriton `from-pytorch` pin resolved."""
-    if project not in PROJECTS:
-        raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
     environ = os.environ if environ is None else environ
     directory = pin_files.pins_dir(pins_dir, environ)
     path, table = pin_files.read_table(project, directory, environ)
-    where = f"{pin_files.display(path)} [{project}]"
+    where, source = f"{pin_files.display(path)} [{project}]", pin_files.display(path)
+    pin_files.check_table(project, table, where)
+    if project == "aotriton" and "version" in table:
+        try:
+            archs.aotriton_version_key(table["version"])
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
     if project == "aotriton" and pin_files.line(environ) == "nightly":
         # the nightly line's AOTriton follows its torch: agreement by construction
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
-        where = f"{where} (line nightly: follows torch)"
     if project == "composable_kernel":
-        pin_files.check_table(project, table, where)  # [composable_kernel.legacy] too
-        table, where = _ck_variant(table, where, environ)
-    source = where if table.get("use") == "legacy" else pin_files.display(path)
-    pin = _pin(project, table, where, source)
-    if pin.commit != FROM_PYTORCH:
+        table = _ck_variant(table, where, environ)
+        source = where.replace("]", ".legacy]") if table.get("use") == "legacy" else source
+    if (pin := _pin(project, table, source)).commit != FROM_PYTORCH:
         return pin
-    pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ, out=out)
-    resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
+    pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ)
+    resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
     declared = pin.data.get("version")
     if declared and resolved.version and declared != resolved.version:
         raise UserError(
@@ -94,30 +86,29 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None, out=Non
     return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
 
 
-def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None, out=None) -> Pin:
+def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None) -> Pin:
     """load_pin; a dry run names an unresolved commit (update_pins.resolve_for_build)."""
     try:
-        return load_pin(project, workdir=workdir, environ=environ, out=out)
+        return load_pin(project, workdir=workdir, environ=environ)
     except pin_files.Unresolved as e:
         runner.raise_for_real(e)
         path, table = pin_files.read_table(project, pin_files.pins_dir(None, environ), environ)
-        url, ref = str(table.get("url")), str(table.get("ref"))
-        commit = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
-        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-        return Pin(project, url, ref, commit, f"{pin_files.display(path)} ({e})", data)
+        pin = _pin(project, table, f"{pin_files.display(path)} ({e})")
+        commit = f"<commit of {pin.url} {pin.ref}: resolved, checked and recorded by the real run>"
+        return replace(pin, commit=commit)
 
 
-def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[dict, str]:
-    """The monorepo table, or [composable_kernel.legacy] (use = "legacy", $ROCMFA_CK_SOURCE)."""
+def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> dict:
+    """The monorepo table, or [composable_kernel.legacy] over it (use, $ROCMFA_CK_SOURCE)."""
     choice = environment(environ).ck_source or table.get("use", "monorepo")
     if choice not in ("monorepo", "legacy"):
         raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
     base = {k: v for k, v in table.items() if not isinstance(v, dict)}
     if choice == "monorepo":
-        return base, where
+        return base
     if not isinstance(legacy := table.get("legacy"), dict):
         raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
-    return {"subdir": "", **base, **legacy, "use": "legacy"}, where.replace("]", ".legacy]")
+    return {"subdir": "", **base, **legacy, "use": "legacy"}
 
 
 _SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
@@ -163,9 +154,9 @@ class ResolvedAotriton:
         return f"{self.commit} {self.version} ({self.source})"
 
 
-def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, out=None):
+def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     environ = os.environ if environ is None else environ
-    texts, origin = _pytorch_files(pytorch, workdir, environ, out)
+    texts, origin = _pytorch_files(pytorch, workdir)
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
     parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
     version = parsed.version
@@ -198,19 +189,19 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, o
     return ResolvedAotriton(commit, version, source, parsed)
 
 
-def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str], str]:
+def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
     work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
             return cached["files"], f"{cached.get('origin', '?')}, cached"
-    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work, out)
+    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work)
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     files = {AOTRITON_CMAKE: text}
     form_a = parse_aotriton_cmake(text).form == "A"
-    if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]) is not None:
+    if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0]) is not None:
         files[AOTRITON_VERSION_TXT] = txt
     if not origin.startswith("local checkout"):  # over raw_url: named by its template
         origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
@@ -219,13 +210,13 @@ def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str],
     return files, origin
 
 
-def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | None, str]:
+def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
     """(text or None, origin) of one file at the torch pin: local checkout, else raw_url. Read
     only, so a dry run runs it too (the pin decides what it prints)."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
-        result = Runner(out=out or sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
+        result = Runner(out=sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
     template = pytorch.data.get("raw_url")
@@ -233,7 +224,7 @@ def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | Non
         why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
         raise UserError(f"pins/pytorch.toml {why}")
     url = template.format(commit=pytorch.commit, path=path)
-    print(f"fetching {url}", file=out or sys.stderr, flush=True)
+    print(f"fetching {url}", file=sys.stderr, flush=True)
     body = downloads.get(url)
     return (None if body is None else body.decode(errors="replace")), url
 
@@ -259,40 +250,33 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
 RECORD_TABLE = "pytorch.aotriton"
 
 
-def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
+def read_from_torch(pytorch: Pin, *, workdir=None, environ=None) -> ResolvedAotriton:
     """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
     environ = dict(os.environ if environ is None else environ)
     environ.pop(AOTRITON_COMMIT_ENV, None)  # the file's own pin, not a local override
-    return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
+    return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
 
 
 def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record when read at this torch commit (not a public record)."""
-    table = pytorch.data.get("aotriton")
-    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
-        return None
-    where, keys = f"pins/pytorch.toml [{RECORD_TABLE}]", ("pytorch_commit", "commit", "source")
-    version = (lambda v: isinstance(v, str), "a string", False)
-    checked(table, where, dict.fromkeys(keys, TEXT) | {"version": version})
-    if table["pytorch_commit"].strip() != pytorch.commit:  # read at an older torch pin: stale
+    """The [pytorch.aotriton] record when read at this torch commit (not a public record, not a
+    stale one of an older torch pin); load_pin has checked it."""
+    table = pytorch.data.get("aotriton") or {}
+    if table.get("pytorch_commit", "").strip() != pytorch.commit:
         return None
     named = table.get("version", "").strip() or None
     return ResolvedAotriton(table["commit"].strip(), named, table["source"].strip(), None)
 
 
-def check_pin_set(
-    aotriton, version: str, *, force, runner=None, workdir=None, environ=None, out=None
-):
+def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=None, environ=None):
     """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
     unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
     if aotriton.data.get("pytorch_cmake") is not None:
         return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
-    runner = runner or Runner(out=out)
+    runner = runner or Runner()
     try:
-        pytorch = load_pin("pytorch", workdir=workdir, environ=environ, out=out)
-        where = {"workdir": workdir, "environ": environ, "out": out}
-        named = _recorded(pytorch) or read_from_torch(pytorch, **where)
+        pytorch = load_pin("pytorch", workdir=workdir, environ=environ)
+        named = _recorded(pytorch) or read_from_torch(pytorch, workdir=workdir, environ=environ)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):

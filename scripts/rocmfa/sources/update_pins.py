@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
 from rocmfa.plumbing.commands import Runner, runner_for
+from rocmfa.plumbing.datafiles import require
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pins
@@ -110,7 +111,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
     for name in (n for n in names if n != "aotriton.aiter"):  # aiter: record_submodules
         entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
-        url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
+        url, ref = (require(entry, key, str, where).strip() for key in ("url", "ref"))
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
         follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
         companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
