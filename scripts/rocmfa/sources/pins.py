@@ -155,17 +155,15 @@ class ResolvedAotriton:
 
 
 def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
-    environ = os.environ if environ is None else environ
+    """The AOTriton commit the torch pin names; environ: $PYTORCH_AOTRITON_COMMIT (form C)."""
     texts, origin = _pytorch_files(pytorch, workdir)
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
     parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
     version = parsed.version
     if len(parsed.literals) > 1:
         several = ", ".join(c[:12] for c in parsed.literals)
-        raise UserError(
-            f"{where}: several different AOTriton commits ({several}) - the pin is "
-            "unknown; set commit in pins/aotriton.toml explicitly"
-        )
+        unknown = "the pin is unknown; set commit in pins/aotriton.toml explicitly"
+        raise UserError(f"{where}: several different AOTriton commits ({several}) - {unknown}")
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
         lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
         if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
@@ -178,7 +176,7 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     else:
         raise UserError(f"{where}: no AOTriton commit found (no 40-hex literal, no version file)")
     source = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE}, {how}, read from {origin}"
-    if override := environ.get(AOTRITON_COMMIT_ENV):
+    if override := (environ or {}).get(AOTRITON_COMMIT_ENV):
         if not parsed.env_override:
             source += f"; ${AOTRITON_COMMIT_ENV} ignored: this aotriton.cmake does not read it"
         elif not HEX40.fullmatch(value := override.strip().lower()):
@@ -203,24 +201,20 @@ def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     form_a = parse_aotriton_cmake(text).form == "A"
     if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0]) is not None:
         files[AOTRITON_VERSION_TXT] = txt
-    if not origin.startswith("local checkout"):  # over raw_url: named by its template
-        origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
     cache.parent.mkdir(parents=True, exist_ok=True)
     stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
     return files, origin
 
 
 def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
-    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url. Read
-    only, so a dry run runs it too (the pin decides what it prints)."""
+    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
         result = Runner(out=sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
-    template = pytorch.data.get("raw_url")
-    if not template:
+    if not (template := pytorch.data.get("raw_url")):
         why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
         raise UserError(f"pins/pytorch.toml {why}")
     url = template.format(commit=pytorch.commit, path=path)
@@ -230,12 +224,11 @@ def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
-    """project -> (origin, commit) from related_commits (os|source|project|branch|commit|origin),
-    as TheRock's generate_pytorch_source_manifest.py (89553ce3): rows must agree."""
+    """project -> (origin, commit) from related_commits (os|source|project|branch|commit|origin)
+    rows that agree, as TheRock's generate_pytorch_source_manifest.py (89553ce3) reads it."""
     found: dict[str, tuple[str, str]] = {}
-    for line in (line.strip() for line in text.splitlines()):
-        if not line or line.startswith("#"):
-            continue
+    lines = [x.strip() for x in text.splitlines()]
+    for line in (x for x in lines if x and not x.startswith("#")):
         fields = [f.strip() for f in line.split("|")]
         if len(fields) != 6:
             raise UserError(f"{where}: malformed line {line!r}")
@@ -247,19 +240,9 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
 # --- the torch x AOTriton pin set must agree (0.12b changed the varlen LSE shape, 0.13b the .aks2
 # packing): [pytorch.aotriton] records what the torch pin's aotriton.cmake names (update_pins)
 
-RECORD_TABLE = "pytorch.aotriton"
-
-
-def read_from_torch(pytorch: Pin, *, workdir=None, environ=None) -> ResolvedAotriton:
-    """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
-    environ = dict(os.environ if environ is None else environ)
-    environ.pop(AOTRITON_COMMIT_ENV, None)  # the file's own pin, not a local override
-    return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
-
 
 def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record when read at this torch commit (not a public record, not a
-    stale one of an older torch pin); load_pin has checked it."""
+    """The [pytorch.aotriton] record if read at this torch commit (not a public or stale one)."""
     table = pytorch.data.get("aotriton") or {}
     if table.get("pytorch_commit", "").strip() != pytorch.commit:
         return None
@@ -276,13 +259,14 @@ def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=No
     runner = runner or Runner()
     try:
         pytorch = load_pin("pytorch", workdir=workdir, environ=environ)
-        named = _recorded(pytorch) or read_from_torch(pytorch, workdir=workdir, environ=environ)
+        # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
+        named = _recorded(pytorch) or resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
             return [head, line]  # the real run resolves it first: update_pins.resolve_for_build
-        found = f"cannot tell which AOTriton the torch pin names ({e}); "
-        found += "nox -s update_pins records it in pins/pytorch.toml"
+        found = f"cannot tell which AOTriton the torch pin names ({e}); nox -s update_pins "
+        found += "records it in pins/pytorch.toml"
         refused = f"note: {found}; the real run refuses this (--force to go on)"
         if not force and (line := runner.plan_line(refused)):
             return [head, line]

@@ -4,6 +4,7 @@ resolve_for_build: the same for one unresolved pin before a build's first real c
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
 from urllib.parse import urlparse
@@ -67,17 +68,13 @@ def update_pins(opts: UpdatePinsOptions) -> None:
 def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
     """An unresolved pin of project resolved, checked and recorded as update_pins does."""
     directory = pin_files.pins_dir()
-    try:
+    with contextlib.suppress(pin_files.Unresolved):
         pins.load_pin(project, directory, workdir=workdir)
         return
-    except pin_files.Unresolved:
-        pass
     path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
-    if later := runner.plan_line(
-        f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records "
-        "it there first (as nox -s update_pins does)"
-    ):
+    later = f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records"
+    if later := runner.plan_line(f"{later} it there first (as nox -s update_pins does)"):
         return runner.say(later)
     work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
@@ -96,10 +93,8 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         path.write_text(before)  # never a recorded pin that was not checked
         raise
     commit = pins.load_pin(project, directory, workdir=work).commit
-    runner.say(
-        f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path} "
-        "(as nox -s update_pins does)"
-    )
+    done = f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path}"
+    runner.say(f"{done} (as nox -s update_pins does)")
     for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
         runner.say(line)
 
@@ -137,8 +132,14 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
         if name == "aotriton":
             record_submodules(path, name, url, new, aotriton_src, runner)
-        if name == "pytorch":
-            _record_torch_aotriton(path, directory, work, runner)
+        if name == "pytorch":  # [pytorch.aotriton]: what the new torch pin's aotriton.cmake names
+            torch = pins.load_pin("pytorch", directory, workdir=work)
+            named = pins.resolve_aotriton_from_pytorch(torch, workdir=work)  # no local override
+            values = {"pytorch_commit": torch.commit, "version": named.version}
+            values |= {"commit": named.commit, "source": named.source}
+            pin_files.set_values(path, "pytorch.aotriton", {k: v for k, v in values.items() if v})
+            said = f"names AOTriton {named.version or '?'} {named.commit[:12]} ({named.source})"
+            runner.say(f"pytorch: {torch.commit[:12]} {said}; recorded in [pytorch.aotriton]")
         old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
         patches = FROM_TORCH.get(name, (None, None, project))[2]
         _report_patches(patches, old, new, work, runner, port=port)
@@ -194,13 +195,11 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag in
-    third_party/aiter.txt that its configure clones, at its commit)."""
+    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag its
+    configure clones, from third_party/aiter.txt, at its commit)."""
     if not (checkout / ".git").exists():
-        return runner.say(
-            f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
-            "(build once, then rerun update_pins); the recorded list is kept"
-        )
+        why = f"no checkout at {checkout} (build once, then rerun update_pins); the list is kept"
+        return runner.say(f"{table}: submodule paths not re-read at {commit[:12]}: {why}")
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     paths, unmapped = read_tree_submodules(runner, checkout, commit)
@@ -215,19 +214,6 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     if unmapped:
         said += f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(unmapped)}"
     runner.say(said + (f" (rewrote {path.name})" if changed else ""))
-
-
-def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
-    """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
-    pytorch = pins.load_pin("pytorch", directory, workdir=work)
-    named = pins.read_from_torch(pytorch, workdir=work)
-    values = {"pytorch_commit": pytorch.commit, "version": named.version}
-    values |= {"commit": named.commit, "source": named.source}
-    pin_files.set_values(path, pins.RECORD_TABLE, {k: v for k, v in values.items() if v})
-    runner.say(
-        f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-        f"{named.commit[:12]} ({named.source}); recorded in [{pins.RECORD_TABLE}]"
-    )
 
 
 def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) -> None:
