@@ -1,11 +1,10 @@
-"""pins/<project>.toml: where, what a table may hold, the one reader (tomllib) and writer
-(tomlkit: every other byte stays)."""
+"""pins/<project>.toml: where, what a table may hold, the one reader and writer (tomlkit)."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +43,8 @@ def display(path: Path) -> str:
 def resolved(value: object) -> bool:
     """A full 40-hex commit; Unresolved for a placeholder."""
     if isinstance(value, str) and value.strip().lower() in ("", "unknown", "todo", "none"):
-        raise Unresolved(
-            f"is not resolved yet ({value.strip()!r}); the first real build resolves it, or run: "
-            "nox -s update_pins"
-        )
+        why = "the first real build resolves it, or run: nox -s update_pins"
+        raise Unresolved(f"is not resolved yet ({value.strip()!r}); {why}")
     return isinstance(value, str) and bool(HEX40.fullmatch(value.strip()))
 
 
@@ -130,7 +127,7 @@ def check_file(path: Path, project: str) -> dict[str, Any]:
     return table
 
 
-def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
+def set_values(path: Path, table: str, values: Mapping[str, str | list[str]]) -> bool:
     """Set keys of [table] ("pytorch.aotriton") in path, every other byte kept; True if changed."""
     import tomlkit
 
@@ -141,10 +138,7 @@ def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]
         node = node.setdefault(part, tomlkit.table())
         if not isinstance(node, dict):
             raise UserError(f"{display(path)}: [{table}] is not a table")
-    for key, value in values.items():
-        wanted = value if isinstance(value, str) else list(value)
-        if node.get(key) != wanted:
-            node[key] = wanted
+    node.update({key: value for key, value in values.items() if node.get(key) != value})
     if (after := document.as_string()) == before:
         return False
     stamps.write_text_atomic(Path(path), after)

@@ -1,5 +1,4 @@
-"""Checkouts at a pinned commit that never lose the user's work (refs/rocmfa/, local edits,
-the resumable submodule step: docs/aotriton.md)."""
+"""Checkouts at a pinned commit that never lose the user's work (docs/aotriton.md)."""
 
 from __future__ import annotations
 
@@ -83,8 +82,7 @@ def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submod
 
 
 def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths) -> bool:
-    """True when dest is (now) at the pin or its patched state with its submodules; False when
-    it must be fetched and moved to the pin (edits and foreign commits need force)."""
+    """True when dest is (now) at the pin or its patched state; False: fetch and move it there."""
     head = head_commit(runner, dest)
     ours = head is not None and (head == pin.commit or bool(patched_refs(runner, dest, pin.commit)))
     changes = tracked_changes(runner, dest) if head else []

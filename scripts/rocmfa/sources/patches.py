@@ -1,5 +1,4 @@
-"""Checksummed patch sets chosen by the pinned commit: patches/<project>/<commit>/ (manifest,
-`arches`, `tuning`, none_needed, apply and roll back: docs/aotriton.md "Patches")."""
+"""Checksummed patch sets, patches/<project>/<commit>/, chosen by the pin (docs/aotriton.md)."""
 
 from __future__ import annotations
 
@@ -62,9 +61,7 @@ def set_dir(project: str, commit: str) -> Path:
 
 
 def available_sets(project: str) -> list[str]:
-    base = patches_root() / project
-    found = base.iterdir() if base.is_dir() else []
-    return sorted(p.name for p in found if p.is_dir() and HEX40.fullmatch(p.name))
+    return sorted(p.name for p in (patches_root() / project).glob("*/") if HEX40.fullmatch(p.name))
 
 
 def patch_set_for(project: str, commit: str, *, arch=None, tuning=False) -> PatchSet | None:
@@ -113,10 +110,8 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     if not path.is_file():
         raise UserError(f"{here}: {display(path)} does not exist")
     if (actual := stamps.file_sha256(path)) != sha256:
-        raise UserError(
-            f"{display(path)}: sha256 mismatch (manifest {sha256[:12]}…, file {actual[:12]}…): "
-            "the patch changed since it was recorded; nothing applied"
-        )
+        sums = f"manifest {sha256[:12]}…, file {actual[:12]}…"
+        raise UserError(f"{display(path)}: sha256 mismatch ({sums}): changed; nothing applied")
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
@@ -180,11 +175,8 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
     git(runner, checkout, "-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit)
 
 
-def apply_patch_set(
-    project: str, commit: str, checkout: Path, runner: Runner, *, arch=None, tuning=False
-) -> list[str]:
-    """Apply the set of commit (arch, tuning: as patch_set_for) to checkout, at commit or its
-    patched state; the applied sha256s."""
+def apply_patch_set(project, commit, checkout, runner: Runner, *, arch=None, tuning=False):
+    """Apply commit's set (arch, tuning: as patch_set_for) to checkout; the applied sha256s."""
     checkout = Path(checkout)
     found = patch_set_for(project, commit, arch=arch, tuning=tuning)  # sha256s first
     if found is None or not found.patches:

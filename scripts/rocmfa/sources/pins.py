@@ -1,6 +1,5 @@
-"""pins/<project>.toml -> Pin (tables read and checked by rocmfa.plumbing.pin_files). AOTriton's
-`commit = "from-pytorch"` is read from the torch pin's cmake/External/aotriton.cmake (forms:
-docs/upstream-interfaces.md), from the local checkout or over `raw_url`, cached per commit."""
+"""pins/<project>.toml -> Pin; AOTriton's "from-pytorch" read from the torch pin's aotriton.cmake
+(forms: docs/upstream-interfaces.md), from the local checkout or `raw_url`, cached per commit."""
 
 from __future__ import annotations
 
@@ -224,8 +223,7 @@ def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
-    """project -> (origin, commit) from related_commits (os|source|project|branch|commit|origin)
-    rows that agree, as TheRock's generate_pytorch_source_manifest.py (89553ce3) reads it."""
+    """project -> (origin, commit) from related_commits, as TheRock's source manifest reads it."""
     found: dict[str, tuple[str, str]] = {}
     lines = [x.strip() for x in text.splitlines()]
     for line in (x for x in lines if x and not x.startswith("#")):

@@ -1,6 +1,5 @@
-"""`nox -s update_pins`: resolve each ref (git ls-remote), rewrite only `commit` (and what the
-commit says: submodules, aiter, the torch's AOTriton), report patch sets, check the pin set.
-resolve_for_build: the same for one unresolved pin before a build's first real command."""
+"""`nox -s update_pins` (docs/aotriton.md), and resolve_for_build: the same for one unresolved pin
+before a build's first real command."""
 
 from __future__ import annotations
 
@@ -195,8 +194,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag its
-    configure clones, from third_party/aiter.txt, at its commit)."""
+    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (at its commit)."""
     if not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins); the list is kept"
         return runner.say(f"{table}: submodule paths not re-read at {commit[:12]}: {why}")
