@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,12 @@ from rocmfa.sources.checkouts import git, last_line
 
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
-# a fixed committer and date, no hooks: the same pin and patches always give the same HEAD
-AM_IDENTITY = dict(
-    GIT_COMMITTER_NAME="rocmfa patches", GIT_COMMITTER_EMAIL="patches@rocmfa.invalid"
+FAILED = re.compile(
+    r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
+    r"exist in index|No such file or directory|already exists in))"
 )
+# a fixed committer and date, no hooks: the same pin and patches always give the same HEAD
+AM_IDENTITY = {"GIT_COMMITTER_NAME": "rocmfa patches", "GIT_COMMITTER_EMAIL": "am@rocmfa.invalid"}
 AM_FLAGS = ["-q", "--no-3way", "--no-keep-cr", "--no-gpg-sign", "--committer-date-is-author-date"]
 AM = ["-c", "core.hooksPath=/dev/null", "am", *AM_FLAGS]
 
@@ -44,8 +45,6 @@ class Patch:
 
 @dataclass(frozen=True)
 class PatchSet:
-    project: str
-    commit: str
     directory: Path
     patches: tuple[Patch, ...]
     none_needed: str = ""  # manifest.toml `none_needed = "why"`
@@ -88,7 +87,7 @@ def patch_set_for(project: str, commit: str, *, arch=None, tuning=False) -> Patc
     patches = [p for p in patches if p.tuning != ("never" if tuning else "only")]
     others = tuple(p for p in patches if arch and p.arches and arch not in p.arches)
     chosen = tuple(p for p in patches if p not in others)
-    return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
+    return PatchSet(directory, chosen, none_needed.strip(), others)
 
 
 ENTRY = dict.fromkeys(("file", "sha256", "reason", "upstream"), TEXT) | {
@@ -156,12 +155,6 @@ def _try(runner: Runner, tree: Path, patch: Path) -> str:
         return "contained" if reverse.returncode == 0 else _failed_file(forward.stderr)
     result = git(runner, tree, *AM, str(patch), sets=AM_IDENTITY, check=False)
     return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
-
-
-FAILED = re.compile(
-    r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
-    r"exist in index|No such file or directory|already exists in))"
-)
 
 
 def _failed_file(stderr: str) -> str:
@@ -263,14 +256,3 @@ def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: 
         finally:
             git(runner, checkout, "worktree", "remove", "--force", str(tree), check=False)
             git(runner, checkout, "worktree", "prune", check=False)
-
-
-def port_set(found: PatchSet, new_commit: str) -> Path:
-    """Copy a set that applies cleanly to patches/<project>/<new_commit>/ (never over one)."""
-    target = set_dir(found.project, new_commit)
-    if target.exists():
-        raise UserError(f"{display(target)} already exists; not overwriting it")
-    shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
-    note = f"# Ported by update_pins from {found.commit} (applied cleanly at {new_commit}).\n"
-    (target / "manifest.toml").write_text(note + (found.directory / "manifest.toml").read_text())
-    return target

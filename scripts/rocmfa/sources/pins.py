@@ -23,6 +23,10 @@ from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
 AOTRITON_VERSION_TXT = ".ci/docker/aotriton_version.txt"
+_SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
+_LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
+_GIT_TAG = re.compile(r"GIT_TAG\s+([0-9a-fA-F]{40})\b")
+_ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_COMMIT\s+"\$ENV\{')
 
 
 @dataclass(frozen=True)
@@ -110,12 +114,6 @@ def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> dict:
     return {"subdir": "", **base, **legacy, "use": "legacy"}
 
 
-_SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
-_LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
-_GIT_TAG = re.compile(r"GIT_TAG\s+([0-9a-fA-F]{40})\b")
-_ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_COMMIT\s+"\$ENV\{')
-
-
 @dataclass(frozen=True)
 class AotritonCmake:
     """What aotriton.cmake says; form: A, B, C, "git-tag" or "none" (upstream-interfaces.md)."""
@@ -197,9 +195,8 @@ def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     files = {AOTRITON_CMAKE: text}
-    form_a = parse_aotriton_cmake(text).form == "A"
-    if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0]) is not None:
-        files[AOTRITON_VERSION_TXT] = txt
+    if parse_aotriton_cmake(text).form == "A":
+        files[AOTRITON_VERSION_TXT] = torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0] or ""
     cache.parent.mkdir(parents=True, exist_ok=True)
     stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
     return files, origin
@@ -235,10 +232,6 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-# --- the torch x AOTriton pin set must agree (0.12b changed the varlen LSE shape, 0.13b the .aks2
-# packing): [pytorch.aotriton] records what the torch pin's aotriton.cmake names (update_pins)
-
-
 def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
     """The [pytorch.aotriton] record if read at this torch commit (not a public or stale one)."""
     table = pytorch.data.get("aotriton") or {}
@@ -249,8 +242,9 @@ def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
 
 
 def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=None, environ=None):
-    """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
-    unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
+    """[the torch line, the verdict]: torch and AOTriton pins agree (0.12b changed the varlen LSE
+    shape, 0.13b the .aks2 packing), else UserError (--force: a warning); a dry run that cannot
+    read the torch's pin notes that the real run refuses."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
     if aotriton.data.get("pytorch_cmake") is not None:
         return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]

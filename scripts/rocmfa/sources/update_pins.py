@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -15,7 +16,7 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import fetch_commit, git, last_line
-from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
+from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, set_dir
 
 # torch companions: the file naming their commit (ref = "from-pytorch"), its key, patches/<dir>
 FROM_TORCH = {
@@ -43,22 +44,19 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
 
 
 def update_pins(opts: UpdatePinsOptions) -> None:
-    runner = runner_for(opts)
+    runner, failures, pair = runner_for(opts), {}, {"pytorch", "aotriton"}
     work, directory = paths.workdir(opts.workdir), pin_files.pins_dir()
-    chosen, failures = opts.project or pin_files.PROJECTS, {}
-    for project in chosen:
+    chosen = opts.project or pin_files.PROJECTS
+    for step in [*chosen, "pin set"]:  # the pin set: when the pair's pins have been updated
         try:
-            _update_project(project, directory, work, runner, port=opts.port_patches)
+            if step != "pin set":
+                _update_project(step, directory, work, runner, port=opts.port_patches)
+            elif pair & set(chosen) and not pair & set(failures):
+                say = "check the torch x AOTriton pin set"
+                runner.apply(_check_pin_set, directory, work, runner, force=opts.force, say=say)
         except UserError as e:
-            failures[project] = e
-            runner.say(f"{project}: FAILED: {e}")
-    if {"pytorch", "aotriton"} & set(chosen) and not {"pytorch", "aotriton"} & set(failures):
-        try:
-            say = "check the torch x AOTriton pin set"
-            runner.apply(_check_pin_set, directory, work, runner, force=opts.force, say=say)
-        except UserError as e:
-            failures["pin set"] = e
-            runner.say(f"pin set: FAILED: {e}")
+            failures[step] = e
+            runner.say(f"{step}: FAILED: {e}")
     if failures:
         first = "{}: {}".format(*next(iter(failures.items())))
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {first}")
@@ -121,7 +119,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        new = _companion_from_torch(name, directory, work, runner) if companion else None
+        new = _companion_from_torch(name, path, work, runner) if companion else None
         new = new or ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
@@ -144,9 +142,9 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         _report_patches(patches, old, new, work, runner, port=port)
 
 
-def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
+def _companion_from_torch(name: str, pin_file: Path, work: Path, runner: Runner) -> str:
     """The commit the torch pin names for a companion (as TheRock's source manifest)."""
-    pytorch = pins.load_pin("pytorch", directory, workdir=work)
+    pytorch = pins.load_pin("pytorch", pin_file.parent, workdir=work)
     path, key, _ = FROM_TORCH[name]
     text = pins.torch_file(pytorch, path, work)[0]
     where = f"torch {pytorch.commit[:12]} {path}"
@@ -158,8 +156,7 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
             raise UserError(f"{name}: {where} has no {key!r} entry")
         commit = found[1].lower()
         if found[0]:  # TheRock's manifest takes the origin from there too
-            torch_file = pin_files.read_table("pytorch", directory)[0]
-            pin_files.set_values(torch_file, name, {"url": found[0]})
+            pin_files.set_values(pin_file, name, {"url": found[0]})
     if not pin_files.HEX40.fullmatch(commit):
         raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
     runner.say(f"{name}: from {where}")
@@ -187,8 +184,14 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     ok, detail = check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
-    if ok and port:
-        runner.say(f"{project}: ported the set to {port_set(found, new)}")
+    if ok and port:  # a copy under the new commit (none there: patch_set_for found none)
+        target = set_dir(project, new)
+        shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
+        note = f"# Ported by update_pins from {source} (applied cleanly at {new}).\n"
+        (target / "manifest.toml").write_text(
+            note + (found.directory / "manifest.toml").read_text()
+        )
+        runner.say(f"{project}: ported the set to {target}")
     elif ok:
         runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
 
