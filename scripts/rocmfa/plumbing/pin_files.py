@@ -139,10 +139,9 @@ def set_values(path: Path, table: str, values: Mapping[str, str | list[str]]) ->
         if not isinstance(node, dict):
             raise UserError(f"{display(path)}: [{table}] is not a table")
     node.update({key: value for key, value in values.items() if node.get(key) != value})
-    if (after := document.as_string()) == before:
-        return False
-    stamps.write_text_atomic(Path(path), after)
-    return True
+    if (after := document.as_string()) != before:
+        stamps.write_text_atomic(Path(path), after)
+    return after != before
 
 
 def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:

@@ -28,10 +28,6 @@ AM_FLAGS = ["-q", "--no-3way", "--no-keep-cr", "--no-gpg-sign", "--committer-dat
 AM = ["-c", "core.hooksPath=/dev/null", "am", *AM_FLAGS]
 
 
-def patches_root() -> Path:
-    return Path(environment().patches_dir or REPO_ROOT / "patches").expanduser().resolve()
-
-
 @dataclass(frozen=True)
 class Patch:
     name: str
@@ -55,12 +51,14 @@ class PatchSet:
         return [p.sha256 for p in self.patches]
 
 
-def set_dir(project: str, commit: str) -> Path:
-    return patches_root() / project / commit
+def set_dir(project: str, commit: str = "") -> Path:
+    """patches/<project>/<commit> (no commit: the project folder); $ROCMFA_PATCHES_DIR moves it."""
+    root = Path(environment().patches_dir or REPO_ROOT / "patches").expanduser().resolve()
+    return root / project / commit
 
 
 def available_sets(project: str) -> list[str]:
-    return sorted(p.name for p in (patches_root() / project).glob("*/") if HEX40.fullmatch(p.name))
+    return sorted(p.name for p in set_dir(project).glob("*/") if HEX40.fullmatch(p.name))
 
 
 def patch_set_for(project: str, commit: str, *, arch=None, tuning=False) -> PatchSet | None:

@@ -242,9 +242,8 @@ def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
 
 
 def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=None, environ=None):
-    """[the torch line, the verdict]: torch and AOTriton pins agree (0.12b changed the varlen LSE
-    shape, 0.13b the .aks2 packing), else UserError (--force: a warning); a dry run that cannot
-    read the torch's pin notes that the real run refuses."""
+    """[the torch line, the verdict]: the torch and AOTriton pins agree (0.12b changed the varlen
+    LSE shape, 0.13b the .aks2 packing), else UserError (--force: a warning; a dry run: a note)."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
     if aotriton.data.get("pytorch_cmake") is not None:
         return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]

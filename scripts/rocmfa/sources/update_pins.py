@@ -1,5 +1,4 @@
-"""`nox -s update_pins` (docs/aotriton.md), and resolve_for_build: the same for one unresolved pin
-before a build's first real command."""
+"""`nox -s update_pins` (docs/aotriton.md); resolve_for_build: the same for one unresolved pin."""
 
 from __future__ import annotations
 
