@@ -24,8 +24,8 @@ FAILED = re.compile(
 )
 # a fixed committer and date, no hooks: the same pin and patches always give the same HEAD
 AM_IDENTITY = {"GIT_COMMITTER_NAME": "rocmfa patches", "GIT_COMMITTER_EMAIL": "am@rocmfa.invalid"}
-AM_FLAGS = ["-q", "--no-3way", "--no-keep-cr", "--no-gpg-sign", "--committer-date-is-author-date"]
-AM = ["-c", "core.hooksPath=/dev/null", "am", *AM_FLAGS]
+AM_FLAGS = ["-q", "--no-3way", "--no-keep-cr", "--no-gpg-sign", "--whitespace=nowarn"]
+AM = ["-c", "core.hooksPath=/dev/null", "am", *AM_FLAGS, "--committer-date-is-author-date"]
 
 
 @dataclass(frozen=True)
