@@ -107,8 +107,8 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     if not path.is_file():
         raise UserError(f"{here}: {display(path)} does not exist")
     if (actual := stamps.file_sha256(path)) != sha256:
-        sums = f"manifest {sha256[:12]}…, file {actual[:12]}…"
-        raise UserError(f"{display(path)}: sha256 mismatch ({sums}): changed; nothing applied")
+        why = f"(manifest {sha256[:12]}…, file {actual[:12]}…): the patch changed since recorded"
+        raise UserError(f"{display(path)}: sha256 mismatch {why}; nothing applied")
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
