@@ -107,6 +107,26 @@ def test_malformed_pin_is_one_line_naming_file_and_key(tmp_path: Path, body, mes
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            "[pytorch.triton]\nurl = 3\n",
+            r"pytorch\.toml \[pytorch\.triton\]: 'url' must be a string",
+        ),
+        ('[pytorch.aotriton]\nversion = "0.13b"\n', r"\[pytorch\.aotriton\]: missing key"),
+        ("[pytorch.vision]\nbranch = 1\n", r"\[pytorch\.vision\]: unknown key 'branch'"),
+    ],
+)
+def test_a_bad_sub_table_is_one_line_naming_it(tmp_path: Path, table, message) -> None:
+    (tmp_path / "pytorch.toml").write_text(
+        f'[pytorch]\nurl = "u"\nref = "r"\ncommit = "{"a" * 40}"\n{table}'
+    )
+    with pytest.raises(UserError, match=message) as error:
+        pins.load_pin("pytorch", tmp_path)
+    assert "\n" not in str(error.value)
+
+
 def test_broken_toml_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "pytorch.toml").write_text("[pytorch\nurl=")
     with pytest.raises(UserError, match=r"malformed pin file for pytorch .*pytorch\.toml"):

@@ -95,8 +95,6 @@ def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path)
     table = pytorch_pin.data.get(component.pin_key)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
-    for key in [k for k in ("url", "ref", "commit") if k in table]:
-        pin_files.text(table, key, where, empty_ok=True)
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
     url, at = table.get("url"), f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch

@@ -1,11 +1,10 @@
-"""pins/<project>.toml: where, what a table may hold, the one reader (tomllib) and writer
-(tomlkit: every other byte stays)."""
+"""pins/<project>.toml: where, what a table may hold, the one reader and writer (tomlkit)."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECT
 FROM_PYTORCH = "from-pytorch"
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}  # nightly: AOTriton follows
 HEX40 = re.compile(r"[0-9a-f]{40}")
+COMPANIONS = ("triton", "audio", "vision", "apex")  # [pytorch.<name>]: built with torch
 
 
 class Unresolved(UserError):
@@ -40,60 +40,64 @@ def display(path: Path) -> str:
     return str(Path(path).relative_to(REPO_ROOT) if inside else path)
 
 
-def text(table: Mapping[str, Any], key: str, where: str, *, empty_ok: bool = False) -> str:
-    """table[key] stripped: a string, non-empty unless empty_ok; else one line naming it."""
-    if empty_ok and isinstance(table.get(key), str):
-        return table[key].strip()
-    if key not in table:
-        raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
-    if not filled(value := table[key]):
-        raise UserError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
 def resolved(value: object) -> bool:
     """A full 40-hex commit; Unresolved for a placeholder."""
     if isinstance(value, str) and value.strip().lower() in ("", "unknown", "todo", "none"):
-        raise Unresolved(
-            f"is not resolved yet ({value.strip()!r}); the first real build resolves it, or run: "
-            "nox -s update_pins"
-        )
+        why = "the first real build resolves it, or run: nox -s update_pins"
+        raise Unresolved(f"is not resolved yet ({value.strip()!r}); {why}")
     return isinstance(value, str) and bool(HEX40.fullmatch(value.strip()))
 
 
 HEX = "a string: full 40-hex lowercase"
-ANY = (lambda _: True, "", False)
-COMMON = {"url": TEXT, "ref": TEXT, "commit": (resolved, HEX, True), "depth": (
-    lambda v: type(v) is int and v > 0, "a positive integer (git fetch --depth=N)", False
-)}  # fmt: skip
-RULES = {  # what each project's table may hold
+ANY, TABLE = (lambda _: True, "", False), (lambda v: isinstance(v, Mapping), "a table", False)
+STRING = (lambda v: isinstance(v, str), "a string", False)
+COMMON = {
+    "url": TEXT,
+    "ref": TEXT,
+    "commit": (resolved, HEX, True),
+    "depth": (lambda v: type(v) is int and v > 0, "a positive integer (fetch --depth=N)", False),
+}
+CK = COMMON | {"subdir": (inside, "a relative path", False)}
+RULES = {  # what each project's table, and each [<project>.<key>] table, may hold
     "therock": COMMON,
-    "pytorch": COMMON | dict.fromkeys(("triton", "audio", "vision", "apex", "aotriton"), ANY) | {
-        "raw_url": (lambda v: isinstance(v, str) and "{commit}" in v and "{path}" in v,
-                    "a string containing {commit} and {path}", False),
+    "pytorch": COMMON
+    | dict.fromkeys((*COMPANIONS, "aotriton"), TABLE)
+    | {
+        "raw_url": (
+            lambda v: isinstance(v, str) and "{commit}" in v and "{path}" in v,
+            "a string containing {commit} and {path}",
+            False,
+        ),
     },
-    "aotriton": COMMON | dict.fromkeys(("tuner", "release", "aiter"), ANY) | {
-        "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"',
-                   True),
+    **{f"pytorch.{name}": dict.fromkeys(("url", "ref", "commit"), STRING) for name in COMPANIONS},
+    # what the torch pin's own aotriton.cmake names (update_pins records it)
+    "pytorch.aotriton": {"version": STRING}
+    | dict.fromkeys(("pytorch_commit", "commit", "source"), (STRING[0], "a string", True)),
+    "aotriton": COMMON
+    | {"tuner": ANY, "release": TABLE, "aiter": TABLE}  # release: aotriton_release.release_info
+    | {
+        "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"', True),
         "version": (filled, "a non-empty string", False),
         # `true` would init what .gitmodules lists: --recursive stops at an unmapped gitlink
-        "submodules": (lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
-                       "a list of paths inside the tree (not true: it fails on an unmapped "
-                       "gitlink; list the paths instead (nox -s update_pins records them))",
-                       False),
+        "submodules": (
+            lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
+            "a list of paths inside the tree (not true: it fails on an unmapped "
+            "gitlink; list the paths instead (nox -s update_pins records them))",
+            False,
+        ),
     },
-    "composable_kernel": COMMON | {
-        "use": ANY, "legacy": ANY, "subdir": (inside, "a relative path", False)
-    },
-}  # fmt: skip
-LEGACY = {k: (ok, good, False) for k, (ok, good, _) in RULES["composable_kernel"].items()}
+    "aotriton.aiter": COMMON,
+    "composable_kernel": CK | {"use": ANY, "legacy": TABLE},
+    "composable_kernel.legacy": {k: (ok, good, False) for k, (ok, good, _) in CK.items()},
+}
 
 
 def check_table(project: str, table: Mapping[str, Any], where: str) -> None:
-    """Refuse an unknown or bad key, in one line naming the file and key."""
-    if project == "composable_kernel" and isinstance(legacy := table.get("legacy"), Mapping):
-        checked(legacy, f"{where[:-1]}.legacy]", {k: LEGACY[k] for k in (*COMMON, "subdir")})
+    """Refuse an unknown or bad key, in one line naming the file and key; its sub-tables too."""
     checked(table, where, RULES.get(project, COMMON))
+    for key in (k for k in table if f"{project}.{k}" in RULES):
+        inner = where.replace(f"[{project}]", f"[{project}.{key}]")
+        checked(table[key], inner, RULES[f"{project}.{key}"])
 
 
 def table_of(path: Path, project: str) -> dict[str, Any]:
@@ -123,7 +127,7 @@ def check_file(path: Path, project: str) -> dict[str, Any]:
     return table
 
 
-def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]) -> bool:
+def set_values(path: Path, table: str, values: Mapping[str, str | list[str]]) -> bool:
     """Set keys of [table] ("pytorch.aotriton") in path, every other byte kept; True if changed."""
     import tomlkit
 
@@ -134,14 +138,10 @@ def set_values(path: Path, table: str, values: Mapping[str, str | Sequence[str]]
         node = node.setdefault(part, tomlkit.table())
         if not isinstance(node, dict):
             raise UserError(f"{display(path)}: [{table}] is not a table")
-    for key, value in values.items():
-        wanted = value if isinstance(value, str) else list(value)
-        if node.get(key) != wanted:
-            node[key] = wanted
-    if (after := document.as_string()) == before:
-        return False
-    stamps.write_text_atomic(Path(path), after)
-    return True
+    node.update({key: value for key, value in values.items() if node.get(key) != value})
+    if (after := document.as_string()) != before:
+        stamps.write_text_atomic(Path(path), after)
+    return after != before
 
 
 def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> str:

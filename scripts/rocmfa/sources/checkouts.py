@@ -1,9 +1,7 @@
-"""Checkouts at a pinned commit that never lose the user's work (refs/rocmfa/, local edits,
-the resumable submodule step: docs/aotriton.md)."""
+"""Checkouts at a pinned commit that never lose the user's work (docs/aotriton.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from rocmfa.plumbing.commands import Runner
@@ -28,9 +26,9 @@ def head_commit(runner: Runner, checkout: Path) -> str | None:
 
 
 def patched_refs(runner: Runner, checkout: Path, base: str) -> list[str]:
-    listed = git(runner, checkout, "for-each-ref", "--format=%(refname)", "--points-at", "HEAD",
-                 f"{REF_PREFIX}/patched/{base}/", check=False)  # fmt: skip
-    return listed.stdout.split()
+    listing = ["for-each-ref", "--format=%(refname)", "--points-at", "HEAD"]
+    ours = git(runner, checkout, *listing, f"{REF_PREFIX}/patched/{base}/", check=False)
+    return ours.stdout.split()
 
 
 def tracked_changes(runner: Runner, checkout: Path) -> list[str]:
@@ -67,18 +65,24 @@ def ensure_checkout(pin: Pin, dest: Path, runner: Runner, *, force=False, submod
         git(runner, dest, "remote", "add", "origin", pin.url)
     elif _reuse_checkout(pin, dest, runner, force=force, paths=paths):
         return dest
-    _fetch(pin, dest, runner)
+    if first := fetch_commit(runner, dest, "origin", pin.commit, pin.data.get("depth")):
+        # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
+        second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)
+        if second.returncode or not has_commit(runner, dest, pin.commit):
+            detail = last_line(second.stderr) or (first if first != "fetch failed" else "")
+            detail = detail or f"commit not found on ref {pin.ref}"
+            where = f"{pin.project} {pin.commit[:12]} from {pin.url}"
+            raise UserError(f"cannot fetch {where}: {detail}")
     git(runner, dest, "update-ref", f"{REF_PREFIX}/pin-{pin.commit}", pin.commit)
-    git(runner, dest, "-c", "advice.detachedHead=false", "checkout", "-q",
-        *(["-f"] if force else []), "--detach", pin.commit, capture=False)  # fmt: skip
+    detach = ["-c", "advice.detachedHead=false", "checkout", "-q", *(["-f"] if force else [])]
+    git(runner, dest, *detach, "--detach", pin.commit, capture=False)
     _update_submodules(runner, dest, paths, force=force, head=pin.commit)
     runner.done(f"{pin.project}: checkout at {pin.commit[:12]} ({dest})")
     return dest
 
 
 def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths) -> bool:
-    """True when dest is (now) at the pin or its patched state with its submodules; False when
-    it must be fetched and moved to the pin (edits and foreign commits need force)."""
+    """True when dest is (now) at the pin or its patched state; False: fetch and move it there."""
     head = head_commit(runner, dest)
     ours = head is not None and (head == pin.commit or bool(patched_refs(runner, dest, pin.commit)))
     changes = tracked_changes(runner, dest) if head else []
@@ -86,9 +90,9 @@ def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths)
     resume = ours and step.strip() == head and all(line[3:].strip() in paths for line in changes)
     if resume or (ours and not changes):
         if resume:  # our own submodule step stopped part way at this HEAD: what it left is ours
-            runner.say(f"{pin.project}: resuming the submodule step that stopped part way "
-                       f"({', '.join(paths)})")  # fmt: skip
-        elif _submodules_ready(runner, dest, paths):
+            said = f"{pin.project}: resuming the submodule step that stopped part way"
+            runner.say(f"{said} ({', '.join(paths)})")
+        elif not paths or _submodules_ready(runner, dest, paths):
             runner.say(f"{pin.project}: checkout at {head[:12]} ({dest}) - up to date")
             return True
         # only the submodules are missing: fetched where they are (a reset drops the patches)
@@ -104,8 +108,8 @@ def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths)
         runner.say(f"--discard-local-edits: discarding local edits in {dest}")
         git(runner, dest, "reset", "-q", "--hard", capture=False)
     if head and head != pin.commit and not force:
-        extra = git(runner, dest, "rev-list", "--max-count=100", "HEAD", "--not",
-                    f"--glob={REF_PREFIX}", "--remotes").stdout.split()  # fmt: skip
+        not_ours = ["--not", f"--glob={REF_PREFIX}", "--remotes"]  # upstream's or ours
+        extra = git(runner, dest, "rev-list", "--max-count=100", "HEAD", *not_ours).stdout.split()
         if extra:
             raise UserError(
                 f"{dest} has {len(extra)}{'+' if len(extra) >= 100 else ''} commit(s) that are"
@@ -116,25 +120,11 @@ def _reuse_checkout(pin: Pin, dest: Path, runner: Runner, *, force: bool, paths)
     return False
 
 
-def _submodules_ready(runner: Runner, checkout: Path, paths: Sequence[str]) -> bool:
+def _submodules_ready(runner: Runner, checkout: Path, paths) -> bool:
     """Every pinned path initialised and at the commit the tree records (' ' status)."""
-    if not paths:
-        return True
     result = git(runner, checkout, "submodule", "status", "--", *paths, check=False)
     lines = [x for x in result.stdout.splitlines() if x] if not result.returncode else []
     return len(lines) == len(paths) and all(x[:1] == " " for x in lines)
-
-
-def _fetch(pin: Pin, dest: Path, runner: Runner) -> None:
-    if not (first := fetch_commit(runner, dest, "origin", pin.commit, pin.data.get("depth"))):
-        return
-    # Servers that refuse fetching by commit id: fetch the ref and look for the commit.
-    second = git(runner, dest, "fetch", "-q", "--no-tags", "origin", pin.ref, check=False)
-    if second.returncode == 0 and has_commit(runner, dest, pin.commit):
-        return
-    detail = last_line(second.stderr) or (first if first != "fetch failed" else "")
-    detail = detail or f"commit not found on ref {pin.ref}"
-    raise UserError(f"cannot fetch {pin.project} {pin.commit[:12]} from {pin.url}: {detail}")
 
 
 def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: str) -> None:
@@ -142,9 +132,8 @@ def _update_submodules(runner: Runner, dest: Path, paths, *, force: bool, head: 
         return
     git(runner, dest, "config", STEP_KEY, head)
     git(runner, dest, "submodule", "sync", "-q", "--", *paths, capture=False)
-    result = git(runner, dest, "submodule", "update", "-q", "--init",
-                 *(["--force"] if force else []), "--", *paths, check=False)  # fmt: skip
-    if result.returncode != 0:
+    update = ["submodule", "update", "-q", "--init", *(["--force"] if force else []), "--"]
+    if (result := git(runner, dest, *update, *paths, check=False)).returncode != 0:
         why = f"{last_line(result.stderr) or 'see output'} (the next run resumes it)"
         raise UserError(f"submodule update failed in {dest} for {', '.join(paths)}: {why}")
     git(runner, dest, "config", "--unset", STEP_KEY)

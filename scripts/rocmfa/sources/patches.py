@@ -1,10 +1,8 @@
-"""Checksummed patch sets chosen by the pinned commit: patches/<project>/<commit>/ (manifest,
-`arches`, `tuning`, none_needed, apply and roll back: docs/aotriton.md "Patches")."""
+"""Checksummed patch sets, patches/<project>/<commit>/, chosen by the pin (docs/aotriton.md)."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +18,14 @@ from rocmfa.sources.checkouts import git, last_line
 
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")
-NAME, EMAIL = "rocmfa patches", "patches@rocmfa.invalid"
-AM_IDENTITY = {"GIT_COMMITTER_NAME": NAME, "GIT_COMMITTER_EMAIL": EMAIL}
-AM = ["-c", f"user.name={NAME}", "-c", f"user.email={EMAIL}",
-      "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "am.threeWay=false",
-      "-c", "am.keepcr=false", "am", "-q", "--no-gpg-sign", "--committer-date-is-author-date",
-      "--whitespace=nowarn"]  # fmt: skip
-
-
-def patches_root() -> Path:
-    return Path(environment().patches_dir or REPO_ROOT / "patches").expanduser().resolve()
+FAILED = re.compile(
+    r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
+    r"exist in index|No such file or directory|already exists in))"
+)
+# a fixed committer and date, no hooks: the same pin and patches always give the same HEAD
+AM_IDENTITY = {"GIT_COMMITTER_NAME": "rocmfa patches", "GIT_COMMITTER_EMAIL": "am@rocmfa.invalid"}
+AM_FLAGS = ["-q", "--no-3way", "--no-keep-cr", "--no-gpg-sign", "--whitespace=nowarn"]
+AM = ["-c", "core.hooksPath=/dev/null", "am", *AM_FLAGS, "--committer-date-is-author-date"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +41,6 @@ class Patch:
 
 @dataclass(frozen=True)
 class PatchSet:
-    project: str
-    commit: str
     directory: Path
     patches: tuple[Patch, ...]
     none_needed: str = ""  # manifest.toml `none_needed = "why"`
@@ -57,19 +51,19 @@ class PatchSet:
         return [p.sha256 for p in self.patches]
 
 
-def set_dir(project: str, commit: str, root: Path | None = None) -> Path:
-    return (root or patches_root()) / project / commit
+def set_dir(project: str, commit: str = "") -> Path:
+    """patches/<project>/<commit> (no commit: the project folder); $ROCMFA_PATCHES_DIR moves it."""
+    root = Path(environment().patches_dir or REPO_ROOT / "patches").expanduser().resolve()
+    return root / project / commit
 
 
-def available_sets(project: str, root: Path | None = None) -> list[str]:
-    base = (root or patches_root()) / project
-    found = base.iterdir() if base.is_dir() else []
-    return sorted(p.name for p in found if p.is_dir() and HEX40.fullmatch(p.name))
+def available_sets(project: str) -> list[str]:
+    return sorted(p.name for p in set_dir(project).glob("*/") if HEX40.fullmatch(p.name))
 
 
-def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=False):
+def patch_set_for(project: str, commit: str, *, arch=None, tuning=False) -> PatchSet | None:
     """The verified set for commit, or None; arch: its patches (others: other_arches)."""
-    directory = set_dir(project, commit, root)
+    directory = set_dir(project, commit)
     if not directory.is_dir():
         return None
     where = display(directory / "manifest.toml")
@@ -91,14 +85,17 @@ def patch_set_for(project: str, commit: str, *, root=None, arch=None, tuning=Fal
     patches = [p for p in patches if p.tuning != ("never" if tuning else "only")]
     others = tuple(p for p in patches if arch and p.arches and arch not in p.arches)
     chosen = tuple(p for p in patches if p not in others)
-    return PatchSet(project, commit, directory, chosen, none_needed.strip(), others)
+    return PatchSet(directory, chosen, none_needed.strip(), others)
 
 
 ENTRY = dict.fromkeys(("file", "sha256", "reason", "upstream"), TEXT) | {
-    "arches": (lambda v: isinstance(v, list) and v and all(GFX_NAME.fullmatch(str(a)) for a in v),
-               "a non-empty list of gfx arches", False),
+    "arches": (
+        lambda v: isinstance(v, list) and v and all(GFX_NAME.fullmatch(str(a)) for a in v),
+        "a non-empty list of gfx arches",
+        False,
+    ),
     "tuning": (lambda v: v in ("", "only", "never"), '"only" or "never"', False),
-}  # fmt: skip
+}
 
 
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
@@ -110,10 +107,8 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     if not path.is_file():
         raise UserError(f"{here}: {display(path)} does not exist")
     if (actual := stamps.file_sha256(path)) != sha256:
-        raise UserError(
-            f"{display(path)}: sha256 mismatch (manifest {sha256[:12]}…, file {actual[:12]}…): "
-            "the patch changed since it was recorded; nothing applied"
-        )
+        why = f"(manifest {sha256[:12]}…, file {actual[:12]}…): the patch changed since recorded"
+        raise UserError(f"{display(path)}: sha256 mismatch {why}; nothing applied")
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
@@ -121,31 +116,31 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     return Patch(name, path, sha256, reason, upstream, arches, tuning)
 
 
-def patch_set_digest(project: str, commit: str, *, root=None, arch=None, tuning=False) -> str:
+def patch_set_digest(project: str, commit: str, *, arch=None, tuning=False) -> str:
     """For stamps: changes with any patch a build for arch applies, or the set's existence."""
-    found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)
+    found = patch_set_for(project, commit, arch=arch, tuning=tuning)
     if found is not None and found.none_needed:
         return stamps.digest({"commit": commit, "none_needed": found.none_needed})
     return stamps.digest({"commit": commit, "patches": found.shas if found else []})
 
 
-def missing_set_problem(project: str, commit: str, checkout, runner: Runner, *, root=None) -> str:
+def missing_set_problem(project: str, commit: str, checkout, runner: Runner) -> str:
     """'' when commit may go unpatched (no set's commit may be an ancestor), else one sentence."""
     can_ask = checkout is not None and (Path(checkout) / ".git").exists()
     if can_ask:  # a shallow clone (TheRock's --depth 1) cuts the history: ancestry unknown
         shallow = git(runner, checkout, "rev-parse", "--is-shallow-repository", check=False)
         can_ask = shallow.stdout.strip() == "false"
-    earlier = [  # git proves the others are not ancestors: another line's sets
-        display(set_dir(project, c, root)) for c in available_sets(project, root) if c != commit
-        and not (can_ask and git(runner, checkout, "merge-base", "--is-ancestor", c, commit,
-                                 check=False).returncode == 1)
-    ]  # fmt: skip
+    earlier = []  # a set of a commit git proves is no ancestor is another line's
+    for other in (c for c in available_sets(project) if c != commit):
+        ancestry = ["merge-base", "--is-ancestor", other, commit]
+        if not can_ask or git(runner, checkout, *ancestry, check=False).returncode != 1:
+            earlier.append(display(set_dir(project, other)))
     if not earlier:
         return ""
     return (
         f"{project}: no patch set for the pinned commit {commit[:12]} (sets for earlier "
         f"commits: {', '.join(earlier)}); port one (nox -s update_pins -- --port-patches) or "
-        f'write {display(set_dir(project, commit, root))}/manifest.toml with none_needed = "why" '
+        f'write {display(set_dir(project, commit))}/manifest.toml with none_needed = "why" '
         "- refusing to build it unpatched"
     )
 
@@ -160,10 +155,6 @@ def _try(runner: Runner, tree: Path, patch: Path) -> str:
     return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
 
 
-FAILED = re.compile(r"error: (?:patch failed: (.+?):\d+|(.+?): (?:patch does not apply|does not "
-                    r"exist in index|No such file or directory|already exists in))")  # fmt: skip
-
-
 def _failed_file(stderr: str) -> str:
     found = FAILED.search(stderr or "")
     return (found[1] or found[2]) if found else last_line(stderr) or "unknown file"
@@ -175,15 +166,12 @@ def _rollback(runner: Runner, checkout: Path, commit: str) -> None:
     git(runner, checkout, "-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit)
 
 
-def apply_patch_set(
-    project: str, commit: str, checkout: Path, runner: Runner, *, root=None, arch=None, tuning=False
-) -> list[str]:
-    """Apply the set of commit (arch, tuning: as patch_set_for) to checkout, at commit or its
-    patched state; the applied sha256s."""
+def apply_patch_set(project, commit, checkout, runner: Runner, *, arch=None, tuning=False):
+    """Apply commit's set (arch, tuning: as patch_set_for) to checkout; the applied sha256s."""
     checkout = Path(checkout)
-    found = patch_set_for(project, commit, root=root, arch=arch, tuning=tuning)  # sha256s first
+    found = patch_set_for(project, commit, arch=arch, tuning=tuning)  # sha256s first
     if found is None or not found.patches:
-        _nothing_to_apply(found, project, commit, checkout, runner, root=root, arch=arch)
+        _nothing_to_apply(found, project, commit, checkout, runner, arch)
         return []
     label = display(found.directory)
     head = checkouts.head_commit(runner, checkout) or commit  # none yet: a plan of a fresh checkout
@@ -199,19 +187,14 @@ def apply_patch_set(
             )
         return found.shas
     if changes:
-        raise UserError(
-            f"{checkout} has local edits ('{changes[0].strip()}'); cannot apply {label} "
-            "(pass --discard-local-edits to discard them)"
-        )
-    restore_to, restored = commit, "the pristine pin"  # where a failure goes back to
-    if head != commit:
-        if not ours:
-            raise UserError(
-                f"{checkout}: HEAD {head[:12]} is neither the pinned commit {commit[:12]} nor "
-                f"its recorded patched state; cannot apply {label}"
-            )
-        # our commits of an older version of the set: the new set starts at the pin
-        restore_to, restored = head, f"its previous patched state {head[:12]}"
+        why = f"local edits ('{changes[0].strip()}'); cannot apply {label}"
+        raise UserError(f"{checkout} has {why} (pass --discard-local-edits to discard them)")
+    if head != commit and not ours:
+        neither = f"HEAD {head[:12]} is neither the pinned commit {commit[:12]} nor its recorded"
+        raise UserError(f"{checkout}: {neither} patched state; cannot apply {label}")
+    # a failure goes back to head: the pin, or our commits of an older version of the set
+    restored = "the pristine pin" if head == commit else f"its previous patched state {head[:12]}"
+    if head != commit:  # the new set starts at the pin
         _rollback(runner, checkout, commit)
     skipped = 0
     for patch in found.patches:
@@ -219,7 +202,7 @@ def apply_patch_set(
             skipped += 1
             runner.say(f"{project}: {patch.name} is already contained at this commit; skipped")
         elif failed:
-            _rollback(runner, checkout, restore_to)
+            _rollback(runner, checkout, head)
             raise UserError(
                 f"patch {display(patch.path)} does not apply to {project} {commit[:12]}: "
                 f"{failed} conflicts; checkout back at {restored}"
@@ -231,7 +214,7 @@ def apply_patch_set(
     return found.shas
 
 
-def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root, arch) -> None:
+def _nothing_to_apply(found, project, commit, checkout, runner: Runner, arch) -> None:
     """Say why nothing applies (refuse a pin past its set); a patched checkout goes to the pin."""
     if found is not None and found.none_needed:
         runner.say(f"{project}: no patches needed at {commit[:12]}: {found.none_needed}")
@@ -241,7 +224,7 @@ def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root,
             f"{project}: {display(found.directory)} has no patch for {arch} (its "
             f"{len(found.other_arches)} patch(es) are for {others}); built as pinned"
         )
-    elif problem := missing_set_problem(project, commit, checkout, runner, root=root):
+    elif problem := missing_set_problem(project, commit, checkout, runner):
         runner.refuse(problem)
     else:
         runner.say(f"{project}: no patches for {commit[:12]} (none needed)")
@@ -256,31 +239,18 @@ def _nothing_to_apply(found, project, commit, checkout, runner: Runner, *, root,
 
 def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: Runner):
     """(ok, detail): does the set apply at new_commit? Tried in a throwaway worktree."""
-    tmp = Path(tempfile.mkdtemp(prefix="rocmfa-port-"))
-    tree = tmp / "tree"
-    try:
-        added = git(runner, checkout, "worktree", "add", "-q", "--detach", str(tree), new_commit,
-                    check=False)  # fmt: skip
-        if added.returncode != 0:
-            return False, f"cannot check out {new_commit[:12]}: {last_line(added.stderr)}"
-        for patch in found.patches:
-            if (failed := _try(runner, tree, patch.path)) == "contained":
-                return False, f"{patch.name} is already contained upstream (drop it)"
-            if failed:
-                return False, f"{patch.name} conflicts in {failed}"
-        return True, f"all {len(found.patches)} patch(es) apply cleanly"
-    finally:
-        git(runner, checkout, "worktree", "remove", "--force", str(tree), check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
-        git(runner, checkout, "worktree", "prune", check=False)
-
-
-def port_set(found: PatchSet, new_commit: str, *, root: Path | None = None) -> Path:
-    """Copy a set that applies cleanly to patches/<project>/<new_commit>/ (never over one)."""
-    target = set_dir(found.project, new_commit, root)
-    if target.exists():
-        raise UserError(f"{display(target)} already exists; not overwriting it")
-    shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
-    note = f"# Ported by update_pins from {found.commit} (applied cleanly at {new_commit}).\n"
-    (target / "manifest.toml").write_text(note + (found.directory / "manifest.toml").read_text())
-    return target
+    with tempfile.TemporaryDirectory(prefix="rocmfa-port-") as tmp:
+        tree = Path(tmp) / "tree"
+        try:
+            add = ["worktree", "add", "-q", "--detach", str(tree), new_commit]
+            if (added := git(runner, checkout, *add, check=False)).returncode != 0:
+                return False, f"cannot check out {new_commit[:12]}: {last_line(added.stderr)}"
+            for patch in found.patches:
+                if (failed := _try(runner, tree, patch.path)) == "contained":
+                    return False, f"{patch.name} is already contained upstream (drop it)"
+                if failed:
+                    return False, f"{patch.name} conflicts in {failed}"
+            return True, f"all {len(found.patches)} patch(es) apply cleanly"
+        finally:
+            git(runner, checkout, "worktree", "remove", "--force", str(tree), check=False)
+            git(runner, checkout, "worktree", "prune", check=False)

@@ -1,6 +1,5 @@
-"""pins/<project>.toml -> Pin (tables read and checked by rocmfa.plumbing.pin_files). AOTriton's
-`commit = "from-pytorch"` is read from the torch pin's cmake/External/aotriton.cmake (forms:
-docs/upstream-interfaces.md), from the local checkout or over `raw_url`, cached per commit."""
+"""pins/<project>.toml -> Pin; AOTriton's "from-pytorch" read from the torch pin's aotriton.cmake
+(forms: docs/upstream-interfaces.md), from the local checkout or `raw_url`, cached per commit."""
 
 from __future__ import annotations
 
@@ -17,14 +16,17 @@ from typing import Any
 from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import TEXT, checked
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
-from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40, PROJECTS
+from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40
 
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
 AOTRITON_VERSION_TXT = ".ci/docker/aotriton_version.txt"
+_SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
+_LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
+_GIT_TAG = re.compile(r"GIT_TAG\s+([0-9a-fA-F]{40})\b")
+_ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_COMMIT\s+"\$ENV\{')
 
 
 @dataclass(frozen=True)
@@ -44,46 +46,39 @@ class Pin:
         return tuple(self.data.get("submodules") or ())
 
     def part(self, key: str) -> Pin | None:
-        """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]), checked; or None."""
+        """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]; checked with it)."""
         table = self.data.get(key)
-        where = f"{self.source} [{self.project}.{key}]"
-        return None if table is None else _pin(key, table, where, where)
+        return None if table is None else _pin(key, table, f"{self.source} [{self.project}.{key}]")
 
 
-def _pin(project: str, table: Mapping[str, Any], where: str, source: str) -> Pin:
-    """table, checked by pin_files.check_table (and an AOTriton version's form), as a Pin."""
-    pin_files.check_table(project, table, where)
-    if project == "aotriton" and "version" in table:
-        try:
-            archs.aotriton_version_key(table["version"].strip())
-        except UserError as e:
-            raise UserError(f"{where}: {e}") from None
+def _pin(project: str, table: Mapping[str, Any], source: str) -> Pin:
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-    url, ref, commit = (table[k].strip() for k in ("url", "ref", "commit"))
+    url, ref, commit = (str(table.get(k, "")).strip() for k in ("url", "ref", "commit"))
     return Pin(project, url, ref, commit, source, data)
 
 
-def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None, out=None) -> Pin:
+def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
     """The pin of project, checked; an AOTriton `from-pytorch` pin resolved."""
-    if project not in PROJECTS:
-        raise UserError(f"unknown project '{project}'; known: {', '.join(PROJECTS)}")
     environ = os.environ if environ is None else environ
     directory = pin_files.pins_dir(pins_dir, environ)
     path, table = pin_files.read_table(project, directory, environ)
-    where = f"{pin_files.display(path)} [{project}]"
+    where, source = f"{pin_files.display(path)} [{project}]", pin_files.display(path)
+    pin_files.check_table(project, table, where)
+    if project == "aotriton" and "version" in table:
+        try:
+            archs.aotriton_version_key(table["version"])
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
     if project == "aotriton" and pin_files.line(environ) == "nightly":
         # the nightly line's AOTriton follows its torch: agreement by construction
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
-        where = f"{where} (line nightly: follows torch)"
     if project == "composable_kernel":
-        pin_files.check_table(project, table, where)  # [composable_kernel.legacy] too
-        table, where = _ck_variant(table, where, environ)
-    source = where if table.get("use") == "legacy" else pin_files.display(path)
-    pin = _pin(project, table, where, source)
-    if pin.commit != FROM_PYTORCH:
+        table = _ck_variant(table, where, environ)
+        source = where.replace("]", ".legacy]") if table.get("use") == "legacy" else source
+    if (pin := _pin(project, table, source)).commit != FROM_PYTORCH:
         return pin
-    pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ, out=out)
-    resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
+    pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ)
+    resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
     declared = pin.data.get("version")
     if declared and resolved.version and declared != resolved.version:
         raise UserError(
@@ -94,36 +89,29 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None, out=Non
     return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
 
 
-def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None, out=None) -> Pin:
+def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None) -> Pin:
     """load_pin; a dry run names an unresolved commit (update_pins.resolve_for_build)."""
     try:
-        return load_pin(project, workdir=workdir, environ=environ, out=out)
+        return load_pin(project, workdir=workdir, environ=environ)
     except pin_files.Unresolved as e:
         runner.raise_for_real(e)
         path, table = pin_files.read_table(project, pin_files.pins_dir(None, environ), environ)
-        url, ref = str(table.get("url")), str(table.get("ref"))
-        commit = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
-        data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
-        return Pin(project, url, ref, commit, f"{pin_files.display(path)} ({e})", data)
+        pin = _pin(project, table, f"{pin_files.display(path)} ({e})")
+        commit = f"<commit of {pin.url} {pin.ref}: resolved, checked and recorded by the real run>"
+        return replace(pin, commit=commit)
 
 
-def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> tuple[dict, str]:
-    """The monorepo table, or [composable_kernel.legacy] (use = "legacy", $ROCMFA_CK_SOURCE)."""
+def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> dict:
+    """The monorepo table, or [composable_kernel.legacy] over it (use, $ROCMFA_CK_SOURCE)."""
     choice = environment(environ).ck_source or table.get("use", "monorepo")
     if choice not in ("monorepo", "legacy"):
         raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
     base = {k: v for k, v in table.items() if not isinstance(v, dict)}
     if choice == "monorepo":
-        return base, where
+        return base
     if not isinstance(legacy := table.get("legacy"), dict):
         raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
-    return {"subdir": "", **base, **legacy, "use": "legacy"}, where.replace("]", ".legacy]")
-
-
-_SET_BLOCK = re.compile(r"set\(\s*(__AOTRITON_[A-Z0-9_]+)\s+(.*?)\)", re.DOTALL)
-_LITERAL = re.compile(r'set\(\s*__AOTRITON_CI_COMMIT\s+"([0-9a-fA-F]{40})"\s*\)')
-_GIT_TAG = re.compile(r"GIT_TAG\s+([0-9a-fA-F]{40})\b")
-_ENV_READ = re.compile(r'DEFINED\s+ENV\{PYTORCH_AOTRITON_COMMIT\}|__AOTRITON_CI_COMMIT\s+"\$ENV\{')
+    return {"subdir": "", **base, **legacy, "use": "legacy"}
 
 
 @dataclass(frozen=True)
@@ -163,16 +151,16 @@ class ResolvedAotriton:
         return f"{self.commit} {self.version} ({self.source})"
 
 
-def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, out=None):
-    environ = os.environ if environ is None else environ
-    texts, origin = _pytorch_files(pytorch, workdir, environ, out)
+def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
+    """The AOTriton commit the torch pin names; environ: $PYTORCH_AOTRITON_COMMIT (form C)."""
+    texts, origin = _pytorch_files(pytorch, workdir)
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
     parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
     version = parsed.version
     if len(parsed.literals) > 1:
         several = ", ".join(c[:12] for c in parsed.literals)
-        raise UserError(f"{where}: several different AOTriton commits ({several}) - the pin is "
-                        "unknown; set commit in pins/aotriton.toml explicitly")  # fmt: skip
+        unknown = "the pin is unknown; set commit in pins/aotriton.toml explicitly"
+        raise UserError(f"{where}: several different AOTriton commits ({several}) - {unknown}")
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
         lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
         if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
@@ -185,7 +173,7 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, o
     else:
         raise UserError(f"{where}: no AOTriton commit found (no 40-hex literal, no version file)")
     source = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE}, {how}, read from {origin}"
-    if override := environ.get(AOTRITON_COMMIT_ENV):
+    if override := (environ or {}).get(AOTRITON_COMMIT_ENV):
         if not parsed.env_override:
             source += f"; ${AOTRITON_COMMIT_ENV} ignored: this aotriton.cmake does not read it"
         elif not HEX40.fullmatch(value := override.strip().lower()):
@@ -196,53 +184,46 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None, o
     return ResolvedAotriton(commit, version, source, parsed)
 
 
-def _pytorch_files(pytorch: Pin, workdir, environ, out) -> tuple[dict[str, str], str]:
+def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
     work = paths.workdir(workdir)
     cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
             return cached["files"], f"{cached.get('origin', '?')}, cached"
-    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work, out)
+    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work)
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     files = {AOTRITON_CMAKE: text}
-    form_a = parse_aotriton_cmake(text).form == "A"
-    if form_a and (txt := torch_file(pytorch, AOTRITON_VERSION_TXT, work, out)[0]) is not None:
-        files[AOTRITON_VERSION_TXT] = txt
-    if not origin.startswith("local checkout"):  # over raw_url: named by its template
-        origin = pytorch.data["raw_url"].format(commit=pytorch.commit, path="...")
+    if parse_aotriton_cmake(text).form == "A":
+        files[AOTRITON_VERSION_TXT] = torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0] or ""
     cache.parent.mkdir(parents=True, exist_ok=True)
     stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
     return files, origin
 
 
-def torch_file(pytorch: Pin, path: str, work: Path, out=None) -> tuple[str | None, str]:
-    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url. Read
-    only, so a dry run runs it too (the pin decides what it prints)."""
+def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
+    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url."""
     checkout = paths.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
-        result = Runner(out=out or sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
+        result = Runner(out=sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
-    template = pytorch.data.get("raw_url")
-    if not template:
+    if not (template := pytorch.data.get("raw_url")):
         why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
         raise UserError(f"pins/pytorch.toml {why}")
     url = template.format(commit=pytorch.commit, path=path)
-    print(f"fetching {url}", file=out or sys.stderr, flush=True)
+    print(f"fetching {url}", file=sys.stderr, flush=True)
     body = downloads.get(url)
     return (None if body is None else body.decode(errors="replace")), url
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
-    """project -> (origin, commit) from related_commits (os|source|project|branch|commit|origin),
-    as TheRock's generate_pytorch_source_manifest.py (89553ce3): rows must agree."""
+    """project -> (origin, commit) from related_commits, as TheRock's source manifest reads it."""
     found: dict[str, tuple[str, str]] = {}
-    for line in (line.strip() for line in text.splitlines()):
-        if not line or line.startswith("#"):
-            continue
+    lines = [x.strip() for x in text.splitlines()]
+    for line in (x for x in lines if x and not x.startswith("#")):
         fields = [f.strip() for f in line.split("|")]
         if len(fields) != 6:
             raise UserError(f"{where}: malformed line {line!r}")
@@ -251,52 +232,32 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-# --- the torch x AOTriton pin set must agree (0.12b changed the varlen LSE shape, 0.13b the .aks2
-# packing): [pytorch.aotriton] records what the torch pin's aotriton.cmake names (update_pins)
-
-RECORD_TABLE = "pytorch.aotriton"
-
-
-def read_from_torch(pytorch: Pin, *, workdir=None, environ=None, out=None):
-    """Read the torch pin's aotriton.cmake (checkout, cache or HTTP); UserError if it cannot."""
-    environ = dict(os.environ if environ is None else environ)
-    environ.pop(AOTRITON_COMMIT_ENV, None)  # the file's own pin, not a local override
-    return resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ, out=out)
-
-
 def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record when read at this torch commit (not a public record)."""
-    table = pytorch.data.get("aotriton")
-    if not isinstance(table, Mapping) or table.get("pytorch_commit") == "":
-        return None
-    where, keys = f"pins/pytorch.toml [{RECORD_TABLE}]", ("pytorch_commit", "commit", "source")
-    version = (lambda v: isinstance(v, str), "a string", False)
-    checked(table, where, dict.fromkeys(keys, TEXT) | {"version": version})
-    if table["pytorch_commit"].strip() != pytorch.commit:  # read at an older torch pin: stale
+    """The [pytorch.aotriton] record if read at this torch commit (not a public or stale one)."""
+    table = pytorch.data.get("aotriton") or {}
+    if table.get("pytorch_commit", "").strip() != pytorch.commit:
         return None
     named = table.get("version", "").strip() or None
     return ResolvedAotriton(table["commit"].strip(), named, table["source"].strip(), None)
 
 
-def check_pin_set(
-    aotriton, version: str, *, force, runner=None, workdir=None, environ=None, out=None
-):
-    """[the torch line, the verdict]; UserError for a set that disagrees or cannot be read,
-    unless force (a warning); a dry run that cannot read it notes that the real run refuses."""
+def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=None, environ=None):
+    """[the torch line, the verdict]: the torch and AOTriton pins agree (0.12b changed the varlen
+    LSE shape, 0.13b the .aks2 packing), else UserError (--force: a warning; a dry run: a note)."""
     head = pin_files.describe_line(pin_files.pins_dir(None, environ), environ)
     if aotriton.data.get("pytorch_cmake") is not None:
         return [head, f"pin set: AOTriton follows the torch pin ({aotriton.source})"]
-    runner = runner or Runner(out=out)
+    runner = runner or Runner()
     try:
-        pytorch = load_pin("pytorch", workdir=workdir, environ=environ, out=out)
-        where = {"workdir": workdir, "environ": environ, "out": out}
-        named = _recorded(pytorch) or read_from_torch(pytorch, **where)
+        pytorch = load_pin("pytorch", workdir=workdir, environ=environ)
+        # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
+        named = _recorded(pytorch) or resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
             return [head, line]  # the real run resolves it first: update_pins.resolve_for_build
-        found = f"cannot tell which AOTriton the torch pin names ({e}); "
-        found += "nox -s update_pins records it in pins/pytorch.toml"
+        found = f"cannot tell which AOTriton the torch pin names ({e}); nox -s update_pins "
+        found += "records it in pins/pytorch.toml"
         refused = f"note: {found}; the real run refuses this (--force to go on)"
         if not force and (line := runner.plan_line(refused)):
             return [head, line]

@@ -1,20 +1,21 @@
-"""`nox -s update_pins`: resolve each ref (git ls-remote), rewrite only `commit` (and what the
-commit says: submodules, aiter, the torch's AOTriton), report patch sets, check the pin set.
-resolve_for_build: the same for one unresolved pin before a build's first real command."""
+"""`nox -s update_pins` (docs/aotriton.md); resolve_for_build: the same for one unresolved pin."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
 from rocmfa.plumbing.commands import Runner, runner_for
+from rocmfa.plumbing.datafiles import require
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import fetch_commit, git, last_line
-from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, port_set
+from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, set_dir
 
 # torch companions: the file naming their commit (ref = "from-pytorch"), its key, patches/<dir>
 FROM_TORCH = {
@@ -42,22 +43,19 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
 
 
 def update_pins(opts: UpdatePinsOptions) -> None:
-    runner = runner_for(opts)
+    runner, failures, pair = runner_for(opts), {}, {"pytorch", "aotriton"}
     work, directory = paths.workdir(opts.workdir), pin_files.pins_dir()
-    chosen, failures = opts.project or pin_files.PROJECTS, {}
-    for project in chosen:
+    chosen = opts.project or pin_files.PROJECTS
+    for step in [*chosen, "pin set"]:  # the pin set: when the pair's pins have been updated
         try:
-            _update_project(project, directory, work, runner, port=opts.port_patches)
+            if step != "pin set":
+                _update_project(step, directory, work, runner, port=opts.port_patches)
+            elif pair & set(chosen) and not pair & set(failures):
+                say = "check the torch x AOTriton pin set"
+                runner.apply(_check_pin_set, directory, work, runner, force=opts.force, say=say)
         except UserError as e:
-            failures[project] = e
-            runner.say(f"{project}: FAILED: {e}")
-    if {"pytorch", "aotriton"} & set(chosen) and not {"pytorch", "aotriton"} & set(failures):
-        try:
-            say = "check the torch x AOTriton pin set"
-            runner.apply(_check_pin_set, directory, work, runner, force=opts.force, say=say)
-        except UserError as e:
-            failures["pin set"] = e
-            runner.say(f"pin set: FAILED: {e}")
+            failures[step] = e
+            runner.say(f"{step}: FAILED: {e}")
     if failures:
         first = "{}: {}".format(*next(iter(failures.items())))
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {first}")
@@ -66,17 +64,13 @@ def update_pins(opts: UpdatePinsOptions) -> None:
 def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
     """An unresolved pin of project resolved, checked and recorded as update_pins does."""
     directory = pin_files.pins_dir()
-    try:
+    with contextlib.suppress(pin_files.Unresolved):
         pins.load_pin(project, directory, workdir=workdir)
         return
-    except pin_files.Unresolved:
-        pass
     path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
-    if later := runner.plan_line(
-        f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records "
-        "it there first (as nox -s update_pins does)"
-    ):
+    later = f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records"
+    if later := runner.plan_line(f"{later} it there first (as nox -s update_pins does)"):
         return runner.say(later)
     work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
@@ -95,10 +89,8 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         path.write_text(before)  # never a recorded pin that was not checked
         raise
     commit = pins.load_pin(project, directory, workdir=work).commit
-    runner.say(
-        f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path} "
-        "(as nox -s update_pins does)"
-    )
+    done = f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path}"
+    runner.say(f"{done} (as nox -s update_pins does)")
     for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
         runner.say(line)
 
@@ -110,7 +102,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
     for name in (n for n in names if n != "aotriton.aiter"):  # aiter: record_submodules
         entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
-        url, ref = pin_files.text(entry, "url", where), pin_files.text(entry, "ref", where)
+        url, ref = (require(entry, key, str, where).strip() for key in ("url", "ref"))
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
         follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
         companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
@@ -126,7 +118,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        new = _companion_from_torch(name, directory, work, runner) if companion else None
+        new = _companion_from_torch(name, path, work, runner) if companion else None
         new = new or ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
@@ -136,16 +128,22 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             runner.say(f"{name}: {ref} {shown} -> {new[:12]} (rewrote {where})")
         if name == "aotriton":
             record_submodules(path, name, url, new, aotriton_src, runner)
-        if name == "pytorch":
-            _record_torch_aotriton(path, directory, work, runner)
+        if name == "pytorch":  # [pytorch.aotriton]: what the new torch pin's aotriton.cmake names
+            torch = pins.load_pin("pytorch", directory, workdir=work)
+            named = pins.resolve_aotriton_from_pytorch(torch, workdir=work)  # no local override
+            values = {"pytorch_commit": torch.commit, "version": named.version}
+            values |= {"commit": named.commit, "source": named.source}
+            pin_files.set_values(path, "pytorch.aotriton", {k: v for k, v in values.items() if v})
+            said = f"names AOTriton {named.version or '?'} {named.commit[:12]} ({named.source})"
+            runner.say(f"pytorch: {torch.commit[:12]} {said}; recorded in [pytorch.aotriton]")
         old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
         patches = FROM_TORCH.get(name, (None, None, project))[2]
         _report_patches(patches, old, new, work, runner, port=port)
 
 
-def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner) -> str:
+def _companion_from_torch(name: str, pin_file: Path, work: Path, runner: Runner) -> str:
     """The commit the torch pin names for a companion (as TheRock's source manifest)."""
-    pytorch = pins.load_pin("pytorch", directory, workdir=work)
+    pytorch = pins.load_pin("pytorch", pin_file.parent, workdir=work)
     path, key, _ = FROM_TORCH[name]
     text = pins.torch_file(pytorch, path, work)[0]
     where = f"torch {pytorch.commit[:12]} {path}"
@@ -157,8 +155,7 @@ def _companion_from_torch(name: str, directory: Path, work: Path, runner: Runner
             raise UserError(f"{name}: {where} has no {key!r} entry")
         commit = found[1].lower()
         if found[0]:  # TheRock's manifest takes the origin from there too
-            torch_file = pin_files.read_table("pytorch", directory)[0]
-            pin_files.set_values(torch_file, name, {"url": found[0]})
+            pin_files.set_values(pin_file, name, {"url": found[0]})
     if not pin_files.HEX40.fullmatch(commit):
         raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
     runner.say(f"{name}: from {where}")
@@ -186,20 +183,23 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     ok, detail = check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
-    if ok and port:
-        runner.say(f"{project}: ported the set to {port_set(found, new)}")
+    if ok and port:  # a copy under the new commit (none there: patch_set_for found none)
+        target = set_dir(project, new)
+        shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
+        note = f"# Ported by update_pins from {source} (applied cleanly at {new}).\n"
+        (target / "manifest.toml").write_text(
+            note + (found.directory / "manifest.toml").read_text()
+        )
+        runner.say(f"{project}: ported the set to {target}")
     elif ok:
         runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
 
 
 def record_submodules(path: Path, table: str, url: str, commit: str, checkout: Path, runner):
-    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (the tag in
-    third_party/aiter.txt that its configure clones, at its commit)."""
+    """Record `submodules` (what commit's tree can initialise) and [table.aiter] (at its commit)."""
     if not (checkout / ".git").exists():
-        return runner.say(
-            f"{table}: submodule paths not re-read at {commit[:12]}: no checkout at {checkout} "
-            "(build once, then rerun update_pins); the recorded list is kept"
-        )
+        why = f"no checkout at {checkout} (build once, then rerun update_pins); the list is kept"
+        return runner.say(f"{table}: submodule paths not re-read at {commit[:12]}: {why}")
     if problem := fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     paths, unmapped = read_tree_submodules(runner, checkout, commit)
@@ -214,19 +214,6 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     if unmapped:
         said += f"; gitlinks without a .gitmodules entry, not initialised: {', '.join(unmapped)}"
     runner.say(said + (f" (rewrote {path.name})" if changed else ""))
-
-
-def _record_torch_aotriton(path: Path, directory: Path, work: Path, runner: Runner) -> None:
-    """[pytorch.aotriton]: what the (new) torch pin's own aotriton.cmake names."""
-    pytorch = pins.load_pin("pytorch", directory, workdir=work)
-    named = pins.read_from_torch(pytorch, workdir=work)
-    values = {"pytorch_commit": pytorch.commit, "version": named.version}
-    values |= {"commit": named.commit, "source": named.source}
-    pin_files.set_values(path, pins.RECORD_TABLE, {k: v for k, v in values.items() if v})
-    runner.say(
-        f"pytorch: {pytorch.commit[:12]} names AOTriton {named.version or '?'} "
-        f"{named.commit[:12]} ({named.source}); recorded in [{pins.RECORD_TABLE}]"
-    )
 
 
 def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) -> None:
