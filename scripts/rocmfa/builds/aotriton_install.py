@@ -46,9 +46,11 @@ def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
     torch = site_packages(prefix) / "torch"
     if (torch / "__init__.py").is_file() or needed is None:
         return torch if (torch / "__init__.py").is_file() else None
-    raise UserError(f"no torch in the env ({torch.parent}){needed}; install it "
-                    "first: nox -s setup_env -- --with-torch, or nox -s "
-                    "build_pytorch install_wheels")  # fmt: skip
+    raise UserError(
+        f"no torch in the env ({torch.parent}){needed}; install it "
+        "first: nox -s setup_env -- --with-torch, or nox -s "
+        "build_pytorch install_wheels"
+    )
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -224,13 +226,20 @@ def keep_original(site: Path, files: dict[str, str], source: Path | None, out: P
             data = (site / rel).read_bytes()
             sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             if "sha256=" + sha != digest:
-                raise UserError(f"{site / rel} is not the file torch's RECORD lists (changed since "
-                                f"pip installed it); {REINSTALL}")  # fmt: skip
+                raise UserError(
+                    f"{site / rel} is not the file torch's RECORD lists (changed since "
+                    f"pip installed it); {REINSTALL}"
+                )
             whl.writestr(zipfile.ZipInfo.from_file(site / rel, rel), data, zipfile.ZIP_DEFLATED)
 
 
-def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
-           expected_soname: str | None, work: Path) -> Path:  # fmt: skip
+def repack(
+    original: Path,
+    new: AotritonInstall,
+    marker: dict[str, Any],
+    expected_soname: str | None,
+    work: Path,
+) -> Path:
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
     # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
@@ -295,9 +304,11 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
         return
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
-        raise UserError(f"the env's torch is incomplete ({why}) and {wheel}, whose "
-                        "install was killed, is gone; reinstall torch with pip (nox "
-                        "-s install_wheels)")  # fmt: skip
+        raise UserError(
+            f"the env's torch is incomplete ({why}) and {wheel}, whose "
+            "install was killed, is gone; reinstall torch with pip (nox "
+            "-s install_wheels)"
+        )
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
     record = condaenv.torch_record(site)
     if record is None or not record.is_file():
@@ -308,9 +319,16 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
     pip_install(python, wheel, prefix, runner)
 
 
-def install_into_torch(new: AotritonInstall, torch: Path, *, marker: dict[str, Any],
-                       expected_soname: str | None, python: Path, work: Path, runner: Runner
-                       ) -> tuple[Path, Path]:  # fmt: skip
+def install_into_torch(
+    new: AotritonInstall,
+    torch: Path,
+    *,
+    marker: dict[str, Any],
+    expected_soname: str | None,
+    python: Path,
+    work: Path,
+    runner: Runner,
+) -> tuple[Path, Path]:
     """new into the env's torch through pip; (torch's own wheel, the one installed)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}

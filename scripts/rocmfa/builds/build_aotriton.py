@@ -71,9 +71,11 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
         return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
     wall = f"{cpu / jobs / 3600:.1f} h" if cpu / jobs >= 5400 else f"{cpu / jobs / 60:.0f} min"
-    return (f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
-            f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {wall} on {jobs} build jobs; "
-            f"{rest}")  # fmt: skip
+    return (
+        f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
+        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {wall} on {jobs} build jobs; "
+        f"{rest}"
+    )
 
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
@@ -98,9 +100,18 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     return ""
 
 
-def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, rocm: str,
-                patched_arch: bool = False, asked: str | None = None, jobs: int = 1,
-                fork: bool = True) -> AotritonPath:  # fmt: skip
+def choose_path(
+    arch: archs.Arch,
+    pin: pins.Pin,
+    version: str,
+    pack: str,
+    *,
+    rocm: str,
+    patched_arch: bool = False,
+    asked: str | None = None,
+    jobs: int = 1,
+    fork: bool = True,
+) -> AotritonPath:
     """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
     patched arch), an option asks for a source build, or the release has nothing to take."""
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
@@ -200,14 +211,18 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
     patched = arch.aotriton_patched_pack(version)
     if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
         if from_release:
-            raise UserError(f"{arch.name}: AOTriton {version} releases have no {arch.name} images "
-                            "(upstream has no kernels for it; our patch set adds them); drop "
-                            "--from-release to build from source")  # fmt: skip
+            raise UserError(
+                f"{arch.name}: AOTriton {version} releases have no {arch.name} images "
+                "(upstream has no kernels for it; our patch set adds them); drop "
+                "--from-release to build from source"
+            )
         if patch_set_for("aotriton", pin.commit) is None:
-            raise UserError(f"{arch.name}: no AOTriton kernels upstream and no patch set for the "
-                            f"pinned commit {pin.commit[:12]} (patches/aotriton/<commit>/ adds "
-                            f"{arch.name} to {version}); port it with: nox -s update_pins -- "
-                            "--port-patches")  # fmt: skip
+            raise UserError(
+                f"{arch.name}: no AOTriton kernels upstream and no patch set for the "
+                f"pinned commit {pin.commit[:12]} (patches/aotriton/<commit>/ adds "
+                f"{arch.name} to {version}); port it with: nox -s update_pins -- "
+                "--port-patches"
+            )
         return pin, version, patched, True
     if not arch.aotriton_supported(version):
         limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
@@ -223,10 +238,15 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
 def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
-    inputs = {"stamp_version": STAMP_VERSION, "mode": "release" if from_release else "source",
-              "pin": pin, "arch": ctx.arch.name, "pack": ctx.pack,
-              "torch": str(ctx.torch) if ctx.torch is not None else None,
-              "toolchain": toolchain(ctx.prefix, ctx.site)}  # fmt: skip
+    inputs = {
+        "stamp_version": STAMP_VERSION,
+        "mode": "release" if from_release else "source",
+        "pin": pin,
+        "arch": ctx.arch.name,
+        "pack": ctx.pack,
+        "torch": str(ctx.torch) if ctx.torch is not None else None,
+        "toolchain": toolchain(ctx.prefix, ctx.site),
+    }
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
@@ -252,9 +272,11 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
 def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
     if ctx.torch is None and opts.no_images and ctx.session.ready:
-        raise UserError("--no-images builds the runtime only and keeps the images of the env's "
-                        "torch, but the env has no torch: drop --no-images (build_pytorch needs "
-                        "the images too)")  # fmt: skip
+        raise UserError(
+            "--no-images builds the runtime only and keeps the images of the env's "
+            "torch, but the env has no torch: drop --no-images (build_pytorch needs "
+            "the images too)"
+        )
     runner, force = ctx.session.runner, opts.force
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
     torch = ai.dist_version(ctx.torch.parent, "torch") if ctx.torch is not None else None
@@ -263,12 +285,21 @@ def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     if ctx.patched_arch:
-        runner.say(f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
-                   f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)")  # fmt: skip
+        runner.say(
+            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
+            f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
+        )
 
 
-def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch: str | None,
-                  runner: Runner, work: Path, force: bool) -> list[str]:  # fmt: skip
+def check_pairing(
+    arch: archs.Arch,
+    pin: pins.Pin,
+    version: str,
+    torch: str | None,
+    runner: Runner,
+    work: Path,
+    force: bool,
+) -> list[str]:
     """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
     lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
     return lines + compat_matrix.check_combination(arch, version, torch_version=torch, force=force)
@@ -292,8 +323,9 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 def build_aotriton(opts: BuildAotritonOptions) -> None:
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
-        raise UserError(f"--from-release installs the prebuilt pack, {given[0]} needs a source "
-                        "build: drop one")  # fmt: skip
+        raise UserError(
+            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
+        )
     asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
     runner = ctx.session.runner
@@ -304,13 +336,26 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     checks_before_commands(ctx, opts)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
-    path = choose_path(ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, asked=asked,
-                       patched_arch=ctx.patched_arch, jobs=jobs,
-                       fork=opts.kernel_triton == "fork")  # fmt: skip
+    path = choose_path(
+        ctx.arch,
+        ctx.pin,
+        ctx.version,
+        ctx.pack,
+        rocm=rocm,
+        asked=asked,
+        patched_arch=ctx.patched_arch,
+        jobs=jobs,
+        fork=opts.kernel_triton == "fork",
+    )
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
-    build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
-                         triton=opts.kernel_triton, pyaotriton=opts.with_pyaotriton)  # fmt: skip
+    build = source_build(
+        opts,
+        no_images=opts.no_images,
+        workers=opts.workers,
+        triton=opts.kernel_triton,
+        pyaotriton=opts.with_pyaotriton,
+    )
     inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
     if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
@@ -360,9 +405,11 @@ def place_aiter(
         return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
-        return runner.refuse(f"{tag_file} names aiter {wanted}, which AOTriton's configure would "
-                             f"clone from GitHub, but there is {pinned}: run nox -s update_pins "
-                             "(it records tag and commit)")  # fmt: skip
+        return runner.refuse(
+            f"{tag_file} names aiter {wanted}, which AOTriton's configure would "
+            f"clone from GitHub, but there is {pinned}: run nox -s update_pins "
+            "(it records tag and commit)"
+        )
     ensure_checkout(aiter, checkout, runner, force=force)
     git(runner, checkout, "update-ref", f"refs/tags/{aiter.ref}", aiter.commit)
     link = build / "v3src" / "aiter"
@@ -385,8 +432,9 @@ def configure_args(
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
     runner, python = ctx.session.runner, ctx.prefix / "bin/python"
     sdk = ctx.session.tool("rocm-sdk")
-    root, cmake_dir = (runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})")
-                       for q in ("root", "cmake"))  # fmt: skip
+    root, cmake_dir = (
+        runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})") for q in ("root", "cmake")
+    )
     pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
     pkgconfig.append(runner.base_env.get("PKG_CONFIG_PATH"))
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
@@ -419,10 +467,14 @@ def configure_args(
     return [*args, "-DCCACHE_FOUND=OFF"], sets
 
 
-def build_from_source(ctx: Context, build_options: SourceBuild, *,
-                      tuning: tuning_db.TuningDb | None = None,
-                      build_name: str | None = None, extra_cmake: tuple[str, ...] = ()
-                      ) -> ai.AotritonInstall | None:  # fmt: skip
+def build_from_source(
+    ctx: Context,
+    build_options: SourceBuild,
+    *,
+    tuning: tuning_db.TuningDb | None = None,
+    build_name: str | None = None,
+    extra_cmake: tuple[str, ...] = (),
+) -> ai.AotritonInstall | None:
     """Configure, build and install into <build>/install (None in a plan)."""
     session, runner = ctx.session, ctx.session.runner
     if build_options.pyaotriton:
@@ -435,13 +487,20 @@ def build_from_source(ctx: Context, build_options: SourceBuild, *,
     env = runner.base_env
     jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    cache = compile_cache.plan_cache(build_options.cache, work=ctx.work, arch=ctx.arch.name,
-                                     toolchain=toolchain(ctx.prefix, ctx.site), env=env,
-                                     runner=runner, planned=not session.ready)  # fmt: skip
+    cache = compile_cache.plan_cache(
+        build_options.cache,
+        work=ctx.work,
+        arch=ctx.arch.name,
+        toolchain=toolchain(ctx.prefix, ctx.site),
+        env=env,
+        runner=runner,
+        planned=not session.ready,
+    )
     args, sets = configure_args(ctx, build_options, src, build, cache)
     if tuning is not None:
-        args += tuning_db.build_inputs(tuning, src, build.with_name(build.name + "-tuning-db"),
-                                       runner=runner)  # fmt: skip
+        args += tuning_db.build_inputs(
+            tuning, src, build.with_name(build.name + "-tuning-db"), runner=runner
+        )
     # every kernel job through the store (docs/kernel-check.md)
     args += [*extra_cmake, *(kernels.cmake_args() if kernels is not None else ())]
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
@@ -476,14 +535,23 @@ def require_pybind11(ctx: Context) -> None:
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
-        raise UserError("AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's "
-                        "tuner) needs pybind11 (AOTriton's configure imports it with the env's "
-                        f"python and loads its CMake package), and {where}: add `- pybind11` to "
-                        "environment.yml, then run: nox -s lock && nox -s setup_env")  # fmt: skip
+        raise UserError(
+            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's "
+            "tuner) needs pybind11 (AOTriton's configure imports it with the env's "
+            f"python and loads its CMake package), and {where}: add `- pybind11` to "
+            "environment.yml, then run: nox -s lock && nox -s setup_env"
+        )
 
 
-def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str, *,
-           no_images: bool = False, force: bool = False) -> None:  # fmt: skip
+def finish(
+    ctx: Context,
+    new: ai.AotritonInstall | None,
+    inputs: dict[str, Any],
+    how: str,
+    *,
+    no_images: bool = False,
+    force: bool = False,
+) -> None:
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
     # not which torch it goes into: a torch appearing later must not rebuild torch
@@ -507,8 +575,16 @@ def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any],
     stamps.write(stamp, inputs, installed=None, shipped=None, new=new_is, backup=None)
 
 
-def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
-            how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
+def install(
+    ctx: Context,
+    new: ai.AotritonInstall | None,
+    stamp: Path,
+    inputs: dict[str, Any],
+    how: str,
+    *,
+    no_images: bool,
+    force: bool,
+) -> None:
     """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
     runner, torch = ctx.session.runner, ctx.in_torch
     lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
@@ -516,8 +592,10 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
     if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
         shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
-        return runner.done("check versions, repack torch's own wheel with the new AOTriton, pip "
-                           f"install it into {ctx.prefix} and write {stamp}")  # fmt: skip
+        return runner.done(
+            "check versions, repack torch's own wheel with the new AOTriton, pip "
+            f"install it into {ctx.prefix} and write {stamp}"
+        )
     no_images = inputs["mode"] == "source" and no_images
     if not no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
@@ -529,14 +607,25 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: d
     same = not shipped.runtime or shipped.runtime == new.runtime
     expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
     pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
-    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin,
-              "arch": ctx.arch.name, "torch_version": ai.dist_version(torch.parent, "torch"),
-              "shipped": {"runtime": shipped.runtime, "images": shipped.images},
-              "new": {"runtime": new.runtime, "images": effective.images},
-              "forced": overridden}  # fmt: skip
-    original, wheel = ai.install_into_torch(new, torch, marker=record, expected_soname=expected,
-                                            python=ctx.session.python, work=ctx.work,
-                                            runner=runner)  # fmt: skip
+    record = {
+        "installed_by": "nox -s build_aotriton",
+        "how": how,
+        "pin": pin,
+        "arch": ctx.arch.name,
+        "torch_version": ai.dist_version(torch.parent, "torch"),
+        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
+        "new": {"runtime": new.runtime, "images": effective.images},
+        "forced": overridden,
+    }
+    original, wheel = ai.install_into_torch(
+        new,
+        torch,
+        marker=record,
+        expected_soname=expected,
+        python=ctx.session.python,
+        work=ctx.work,
+        runner=runner,
+    )
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")

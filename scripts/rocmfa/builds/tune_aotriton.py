@@ -143,10 +143,12 @@ def need_gpu(arch: str, wd: Path) -> None:
     """The worker's first task imports torch on the GPU (v3python/tune/testrun.py)."""
     found = archs.detect_gpus()
     if arch not in found.gpus:
-        raise UserError(f"tune_aotriton: the worker's first task needs a {arch} GPU and this "
-                        f"machine has {', '.join(found.gpus) or 'none'} ({found.source}); stopped "
-                        f"before the tuning build, the queue kept in {wd} (run the same line on "
-                        f"a {arch} machine to go on)")  # fmt: skip
+        raise UserError(
+            f"tune_aotriton: the worker's first task needs a {arch} GPU and this "
+            f"machine has {', '.join(found.gpus) or 'none'} ({found.source}); stopped "
+            f"before the tuning build, the queue kept in {wd} (run the same line on "
+            f"a {arch} machine to go on)"
+        )
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
@@ -173,8 +175,12 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
             build = replace(build, pyaotriton=True)
         except UserError as missing:
             runner.refuse(str(missing))  # a plan notes it and plans on without it
-        tuned = ba.build_from_source(ctx, build, build_name="aotriton-tuning", extra_cmake=(
-            "-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"))  # fmt: skip
+        tuned = ba.build_from_source(
+            ctx,
+            build,
+            build_name="aotriton-tuning",
+            extra_cmake=("-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"),
+        )
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
     candidate = store(runner, wd, commit, arch, opts)
     runner.say("rebuild with the tuned database")
@@ -212,8 +218,11 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     """One worker on this host's GPUs until the queue drains, then bake_lut."""
     runner = pg.runner
     service = [str(src / ".tune/remote/worker_service.sh")]
-    runner.run([*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
-               cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})  # fmt: skip
+    runner.run(
+        [*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
+        cwd=src,
+        sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"},
+    )
     try:
         final = runner.apply(watch, pg, arch, runner)
     finally:
