@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocmfa.builds import aotriton_install as ai
 from rocmfa.builds import aotriton_release, compile_cache, kernel_build, kernel_check
-from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+from rocmfa.builds.compile_cache import CachePlan
 from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
@@ -26,7 +26,7 @@ from rocmfa.sources.checkouts import ensure_checkout, git
 from rocmfa.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 
 if TYPE_CHECKING:
-    from rocmfa.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
+    from rocmfa.plumbing.options import BuildAotritonOptions
 
 STAMP_NAME = "aotriton"
 # the last build or release unpack in the install prefix: build_pytorch's AOTRITON_INSTALLED_PREFIX
@@ -107,7 +107,6 @@ def choose_path(
     pack: str,
     *,
     rocm: str,
-    patched_arch: bool = False,
     asked: str | None = None,
     jobs: int = 1,
     fork: bool = True,
@@ -124,7 +123,7 @@ def choose_path(
         return AotritonPath(pack, False, "--from-release", release_cost)
     if asked:
         why = f"{asked} asks for one"
-    elif patched_arch:
+    elif arch.aotriton_patched_pack(version):
         why = f"upstream {version} has no {arch.name} kernels and no release has its images; "
         why += f"our patch set adds them ({', '.join(names)})"
     elif names:
@@ -143,41 +142,23 @@ def choose_path(
 def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
     """The path `nox -s build_aotriton -- --arch <arch>` takes with no options (doctor)."""
     chosen = archs.get_arch(arch)
-    pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
+    pin, version, pack, _patched = _upstream_pin(chosen, paths.workdir(workdir))
     rocm = ".".join(rocm_version(site or Path("/nonexistent")).split(".")[:2])
-    return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
-
-
-@dataclass(frozen=True)
-class SourceBuild:
-    """How a source build runs: build_aotriton's options, or tune_aotriton's for its builds."""
-
-    clean: bool = False
-    discard_local_edits: bool = False
-    no_images: bool = False
-    timeout: str = "0"  # AOTRITON_GPU_BUILD_TIMEOUT in minutes ("0" = no limit)
-    cache: CacheSpec | None = None
-    jobs: int | None = None
-    workers: str | None = None  # a Dask cluster compiles the kernels first
-    triton: str = "fork"  # the Triton the kernels compile with
-    pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF (needs pybind11)
-    tuning: bool = False  # the patch set's tuning builds
-
-
-def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
-    shared = {k: getattr(opts, k) for k in ("clean", "discard_local_edits", "cache", "jobs")}
-    timeout = "0" if opts.timeout_min is None else f"{opts.timeout_min:g}"
-    return SourceBuild(**shared, timeout=timeout, **build)
+    return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm)
 
 
 @dataclass(frozen=True)
 class Context(session_env.OnSession):
+    """The session env, its settings (tune_aotriton's as build_aotriton's) and which AOTriton."""
+
     session: session_env.SessionEnv
+    opts: BuildAotritonOptions  # --triton resolved (kernel_triton)
     torch: Path | None  # None: no torch yet, the build stays in its install prefix
     pin: pins.Pin
     version: str
     pack: str
     patched_arch: bool = False  # the arch's kernels come from our patch set (gfx908 on 0.13b)
+    tuning: bool = False  # tune_aotriton's builds: the patch set's tuning patches too
     source_name = "aotriton"  # work/src/<name> and work/build/<name>
 
     @property
@@ -191,15 +172,16 @@ class Context(session_env.OnSession):
         return self.torch or ai.find_torch(self.prefix, " (needed to install into it)")
 
 
-def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) -> Context:
-    """The session env plus which AOTriton: its pin, version and pack."""
-    session = session_env.open_env(where)
-    pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
-    torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
+def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
+    """The session env plus which AOTriton: its pin, version and pack (--restore: a torch)."""
+    session = session_env.open_env(opts)
+    pin, version, pack, patched = _upstream_pin(session.arch, session.work, opts.from_release)
+    torch = session.prefix / "lib/python3.X/site-packages/torch" if opts.restore else None
     if session.ready:  # a torch install killed midway is finished first
         ai.finish_interrupted(session.python, session.prefix, session.runner)
-        torch = ai.find_torch(session.prefix, None if torch_optional else "")
-    return Context(session, torch, pin, version, f"amd-{pack}", patched)
+        torch = ai.find_torch(session.prefix, "" if opts.restore else None)
+    opts = replace(opts, triton=opts.kernel_triton)
+    return Context(session, opts, torch, pin, version, f"amd-{pack}", patched, tuning)
 
 
 def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
@@ -235,7 +217,7 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
     return pin, version, pack, False
 
 
-def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
+def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
     inputs = {
@@ -254,13 +236,13 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
         return inputs
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-    tuning = build.tuning or bool(tuned)
+    tuning, opts = ctx.tuning or bool(tuned), ctx.opts
     inputs["aiter"] = ctx.pin.data.get("aiter")
     digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
     inputs |= {"patches": digest, "tuning_db": tuned.digest() if tuned else None}
-    options = {"noimage": build.no_images, "timeout_min": build.timeout}
-    options["pyaotriton"] = build.pyaotriton
-    if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
+    options = {"noimage": opts.no_images, "timeout_min": f"{opts.timeout_min or 0:g}"}
+    options["pyaotriton"] = opts.with_pyaotriton
+    if opts.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
         options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return {**inputs, "options": options}
 
@@ -269,8 +251,9 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
     return paths.build_dir(ctx.work, ctx.source_name) / "install"
 
 
-def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
+def checks_before_commands(ctx: Context) -> None:
     """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
+    opts = ctx.opts
     if ctx.torch is None and opts.no_images and ctx.session.ready:
         raise UserError(
             "--no-images builds the runtime only and keeps the images of the env's "
@@ -327,36 +310,21 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
         )
     asked = "--from-release" if opts.from_release else next(iter(given), None)
-    ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
-    runner = ctx.session.runner
-    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    ctx = make_context(opts)
+    runner, stamp = ctx.runner, paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
         runner.apply(stamps.remove, stamp)
-        return ai.restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
-    checks_before_commands(ctx, opts)
+        return ai.restore_torch(ctx.in_torch, ctx.python, ctx.work, runner)
+    checks_before_commands(ctx)
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
+    fork = ctx.opts.triton == "fork"
     path = choose_path(
-        ctx.arch,
-        ctx.pin,
-        ctx.version,
-        ctx.pack,
-        rocm=rocm,
-        asked=asked,
-        patched_arch=ctx.patched_arch,
-        jobs=jobs,
-        fork=opts.kernel_triton == "fork",
+        ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, asked=asked, jobs=jobs, fork=fork
     )
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
-    build = source_build(
-        opts,
-        no_images=opts.no_images,
-        workers=opts.workers,
-        triton=opts.kernel_triton,
-        pyaotriton=opts.with_pyaotriton,
-    )
-    inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
+    inputs = stamp_inputs(ctx, from_release=not path.source)
     if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
     runner.apply(stamps.remove, stamp)
@@ -365,31 +333,19 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         how = f"prebuilt release {ctx.version}"
     else:
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-        new = build_from_source(ctx, build, tuning=tuned)
+        new = build_from_source(ctx, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         how += f" with the tuning database {tuned.directory.name}" if tuned else ""
-    finish(ctx, new, inputs, how, no_images=build.no_images, force=opts.force)
+    finish(ctx, new, inputs, how)
 
 
-def check_out(ctx: Context, build_options: SourceBuild) -> Path:
+def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    src, fork = paths.src_dir(ctx.work, ctx.source_name), build_options.triton == "fork"
+    src, fork = paths.src_dir(ctx.work, ctx.source_name), ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
-    force = build_options.discard_local_edits
-    ensure_checkout(ctx.pin, src, ctx.runner, force=force, submodules=pinned)
-    tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
+    ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
+    tuned = ctx.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, ctx.runner, arch=ctx.arch.name, tuning=tuned)
-    return src
-
-
-def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
-    """--clean, the checkout, aiter, then the kernel check (docs/kernel-check.md)."""
-    if build_options.clean and build.exists():
-        ctx.runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    src, aiter = check_out(ctx, build_options), paths.src_dir(ctx.work, "aiter")
-    if not build_options.no_images:  # configure clones aiter only for the images
-        place_aiter(ctx.pin, src, build, aiter, ctx.runner, build_options.discard_local_edits)
-    kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
 
@@ -427,10 +383,10 @@ def _link(link: Path, target: Path) -> None:  # an earlier clone at link goes
 
 
 def configure_args(
-    ctx: Context, build_options: SourceBuild, src: Path, build: Path, cache: CachePlan
+    ctx: Context, src: Path, build: Path, cache: CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
-    runner, python = ctx.session.runner, ctx.prefix / "bin/python"
+    runner, python, opts = ctx.runner, ctx.prefix / "bin/python", ctx.opts
     sdk = ctx.session.tool("rocm-sdk")
     root, cmake_dir = (
         runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})") for q in ("root", "cmake")
@@ -446,10 +402,10 @@ def configure_args(
         f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
         f"-DCMAKE_PREFIX_PATH={cmake_dir}",
         f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
-        f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
-        f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
+        f"-DAOTRITON_GPU_BUILD_TIMEOUT={opts.timeout_min or 0:g}",  # minutes, 0: no limit
+        f"-DAOTRITON_NOIMAGE_MODE={'ON' if opts.no_images else 'OFF'}",
         # as torch's own cmake/External/aotriton.cmake: torch never uses pyaotriton
-        f"-DAOTRITON_NO_PYTHON={'OFF' if build_options.pyaotriton else 'ON'}",
+        f"-DAOTRITON_NO_PYTHON={'OFF' if opts.with_pyaotriton else 'ON'}",
         "-DHIP_PLATFORM=amd",
     ]
     if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
@@ -461,7 +417,7 @@ def configure_args(
     ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
     if cache.active:
         return [*args, *cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"], sets
-    if ccache and build_options.cache is None:
+    if ccache and opts.cache is None:
         launchers = (f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX"))
         return [*args, *launchers], sets
     return [*args, "-DCCACHE_FOUND=OFF"], sets
@@ -469,38 +425,42 @@ def configure_args(
 
 def build_from_source(
     ctx: Context,
-    build_options: SourceBuild,
     *,
     tuning: tuning_db.TuningDb | None = None,
     build_name: str | None = None,
     extra_cmake: tuple[str, ...] = (),
 ) -> ai.AotritonInstall | None:
-    """Configure, build and install into <build>/install (None in a plan)."""
-    session, runner = ctx.session, ctx.session.runner
-    if build_options.pyaotriton:
+    """--clean, the checkout, aiter, the kernel check (docs/kernel-check.md), then configure,
+    build and install into <build>/install (None in a plan)."""
+    runner, opts = ctx.runner, ctx.opts
+    if opts.with_pyaotriton:
         require_pybind11(ctx)
     build = paths.build_dir(ctx.work, build_name or ctx.source_name)
-    install = build / "install"
-    store = kernel_build.open_for_build(ctx, build_options, runner)
-    src = prepare_tree(ctx, build_options, build, store)
-    kernels = kernel_build.plan(ctx, build_options, src, build, store, runner)
-    env = runner.base_env
-    jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
+    store = kernel_build.open_for_build(ctx, opts, runner)
+    if opts.clean and build.exists():
+        runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
+    src = check_out(ctx)
+    if not opts.no_images:  # configure clones aiter only for the images
+        aiter = paths.src_dir(ctx.work, "aiter")
+        place_aiter(ctx.pin, src, build, aiter, runner, opts.discard_local_edits)
+    kernel_check.before_build(ctx, src, opts, store=store)
+    kernels = kernel_build.plan(ctx, opts, src, build, store, runner)
+    jobs, why = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
+    toolchain_now = toolchain(ctx.prefix, ctx.site)
     cache = compile_cache.plan_cache(
-        build_options.cache,
+        opts.cache,
         work=ctx.work,
         arch=ctx.arch.name,
-        toolchain=toolchain(ctx.prefix, ctx.site),
-        env=env,
+        toolchain=toolchain_now,
+        env=runner.base_env,
         runner=runner,
-        planned=not session.ready,
+        planned=not ctx.session.ready,
     )
-    args, sets = configure_args(ctx, build_options, src, build, cache)
+    args, sets = configure_args(ctx, src, build, cache)
     if tuning is not None:
-        args += tuning_db.build_inputs(
-            tuning, src, build.with_name(build.name + "-tuning-db"), runner=runner
-        )
+        db_build = build.with_name(build.name + "-tuning-db")
+        args += tuning_db.build_inputs(tuning, src, db_build, runner=runner)
     # every kernel job through the store (docs/kernel-check.md)
     args += [*extra_cmake, *(kernels.cmake_args() if kernels is not None else ())]
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
@@ -508,19 +468,19 @@ def build_from_source(
     changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
     if previous and changed and cmake_cache.exists():
         runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
-    if install.exists():
-        runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
+    if (build / "install").exists():
+        runner.apply(shutil.rmtree, build / "install")  # ours; `ninja install` repopulates it
     runner.run(args, cwd=src, sets=sets)
     runner.apply(stamps.write, configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
-    ninja = str(session.tool("ninja"))
+    ninja = str(ctx.session.tool("ninja"))
     with (
         kernel_build.through_store(kernels, build, runner),
         compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache,
     ):
-        build_sets = {**sets, **cache.build_sets(env)}
+        build_sets = {**sets, **cache.build_sets(runner.base_env)}
         runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
-    return runner.apply(ai.AotritonInstall.read, install / "lib", install / "include")
+    return runner.apply(ai.AotritonInstall.read, build / "install/lib", build / "install/include")
 
 
 def require_pybind11(ctx: Context) -> None:
@@ -543,15 +503,7 @@ def require_pybind11(ctx: Context) -> None:
         )
 
 
-def finish(
-    ctx: Context,
-    new: ai.AotritonInstall | None,
-    inputs: dict[str, Any],
-    how: str,
-    *,
-    no_images: bool = False,
-    force: bool = False,
-) -> None:
+def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str) -> None:
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
     # not which torch it goes into: a torch appearing later must not rebuild torch
@@ -561,7 +513,7 @@ def finish(
     else:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), install_prefix=str(built))
     if ctx.torch is not None:
-        return install(ctx, new, stamp, inputs, how, no_images=no_images, force=force)
+        return install(ctx, new, stamp, inputs, how)
     story = f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
     story += "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     if new is None:
@@ -575,18 +527,10 @@ def finish(
     stamps.write(stamp, inputs, installed=None, shipped=None, new=new_is, backup=None)
 
 
-def install(
-    ctx: Context,
-    new: ai.AotritonInstall | None,
-    stamp: Path,
-    inputs: dict[str, Any],
-    how: str,
-    *,
-    no_images: bool,
-    force: bool,
-) -> None:
-    """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
-    runner, torch = ctx.session.runner, ctx.in_torch
+def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs, how: str) -> None:
+    """Check versions and images, pip-install torch's own wheel repacked with new (the marker
+    in it names both and that wheel), stamp it."""
+    runner, torch, force = ctx.runner, ctx.in_torch, ctx.opts.force
     lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
     shipped = ai.AotritonInstall.read(lib, torch / "include")
     if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
@@ -596,8 +540,7 @@ def install(
             "check versions, repack torch's own wheel with the new AOTriton, pip "
             f"install it into {ctx.prefix} and write {stamp}"
         )
-    no_images = inputs["mode"] == "source" and no_images
-    if not no_images and ctx.pack not in new.images:
+    if not ctx.opts.no_images and ctx.pack not in new.images:
         raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = replace(new, images=new.images or ai.image_signatures(lib / "aotriton.images"))
@@ -605,7 +548,7 @@ def install(
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
     same = not shipped.runtime or shipped.runtime == new.runtime
-    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
+    original = ai.original_wheel(torch, ctx.work, runner)
     pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
     record = {
         "installed_by": "nox -s build_aotriton",
@@ -616,16 +559,14 @@ def install(
         "shipped": {"runtime": shipped.runtime, "images": shipped.images},
         "new": {"runtime": new.runtime, "images": effective.images},
         "forced": overridden,
+        "original": str(original),
     }
-    original, wheel = ai.install_into_torch(
-        new,
-        torch,
-        marker=record,
-        expected_soname=expected,
-        python=ctx.session.python,
-        work=ctx.work,
-        runner=runner,
-    )
+    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
+    wheel = ai.repack(original, new, record, expected, ctx.work)
+    if (ai.read_marker(torch) or {}).get("wheel") == wheel.parent.name:
+        runner.say(f"the env's torch is already {wheel}")
+    else:
+        ai.pip_install(ctx.python, wheel, ctx.prefix, runner)
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")

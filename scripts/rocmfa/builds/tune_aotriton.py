@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from rocmfa.builds import build_aotriton as ba
@@ -19,7 +19,7 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import TuneAotritonOptions
+from rocmfa.plumbing.options import BuildAotritonOptions, TuneAotritonOptions
 from rocmfa.sources import tuning_db
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
@@ -152,16 +152,16 @@ def need_gpu(arch: str, wd: Path) -> None:
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
-    ctx = ba.make_context(opts, torch_optional=True)
-    runner, arch, commit = ctx.session.runner, ctx.arch.name, ctx.pin.commit
+    build = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name[:5] != "tune_"}
+    ctx = ba.make_context(BuildAotritonOptions(**build), tuning=True)  # builds as build_aotriton
+    runner, arch, commit = ctx.runner, ctx.arch.name, ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
     stored = tuning_db.find(commit, arch)
     if stored is not None and not opts.force:
         runner.say(f"already tuned: {stored.describe()}; nothing run (--force to tune again)")
         return
-    build = ba.source_build(opts, tuning=True)
-    src = ba.check_out(ctx, build)
+    src = ba.check_out(ctx)
     bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
     if bin_dir is None:
         runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
@@ -170,27 +170,26 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     with running(pg):
         queue(pg, src, wd, arch, filters(opts))
         runner.apply(need_gpu, arch, wd)
+        tuner = replace(ctx, opts=replace(ctx.opts, with_pyaotriton=True))
         try:  # the worker imports pyaotriton, which needs pybind11
             ba.require_pybind11(ctx)
-            build = replace(build, pyaotriton=True)
         except UserError as missing:
             runner.refuse(str(missing))  # a plan notes it and plans on without it
+            tuner = ctx
         tuned = ba.build_from_source(
-            ctx,
-            build,
+            tuner,
             build_name="aotriton-tuning",
             extra_cmake=("-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"),
         )
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
     candidate = store(runner, wd, commit, arch, opts)
     runner.say("rebuild with the tuned database")
-    rebuild = ba.source_build(opts, tuning=True)
-    new = ba.build_from_source(ctx, rebuild, tuning=candidate)
-    inputs = ba.stamp_inputs(ctx, from_release=False, build=rebuild)
+    new = ba.build_from_source(ctx, tuning=candidate)
+    inputs = ba.stamp_inputs(ctx, from_release=False)
     if ctx.torch is not None or new is None:  # a plan (no build) shows the gate too
         gate(ctx, new, opts, runner)
     how = f"built from {ctx.pin.url} at {commit[:12]} with {candidate.directory}"
-    ba.finish(ctx, new, inputs, how, force=opts.force)  # no torch: torch is built against it
+    ba.finish(ctx, new, inputs, how)  # no torch: torch is built against it
 
 
 def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> dict[str, int]:
