@@ -1,7 +1,6 @@
 """`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
 AOTRITON_INSTALLED_PREFIX), swapped into the env's torch through pip when there is one: the
-release pack or a source build per arch (choose_path), docs/aotriton.md.
-"""
+release pack or a source build per arch (choose_path), docs/aotriton.md."""
 
 from __future__ import annotations
 
@@ -37,9 +36,10 @@ AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/de
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
 
 
-def rocm_version(site: Path) -> str:
-    """The env's ROCm; before setup_env (a dry run), the one pins/rocm.toml pins."""
-    return (ai.dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
+def rocm_version(site: Path, parts: int | None = None) -> str:
+    """The env's ROCm (its first parts); before setup_env (a dry run), pins/rocm.toml's."""
+    found = ai.dist_version(site, "rocm") if site.is_dir() else None
+    return ".".join((found or rocm_sdk.load_pin().version).split(".")[:parts])
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
@@ -101,18 +101,13 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
 
 
 def choose_path(
-    arch: archs.Arch,
-    pin: pins.Pin,
-    version: str,
-    pack: str,
-    *,
-    rocm: str,
-    asked: str | None = None,
-    jobs: int = 1,
-    fork: bool = True,
+    arch: archs.Arch, work: Path, site: Path, asked: str | None = None, jobs=1, fork=True
 ) -> AotritonPath:
     """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
-    patched arch), an option asks for a source build, or the release has nothing to take."""
+    patched arch), an option asks for a source build, or the release has nothing to take.
+    With only arch, work and site: the path build_aotriton takes with no options."""
+    pin, version, pack = _upstream_pin(arch, work)[:3]
+    rocm, pack = rocm_version(site, 2), f"amd-{pack}"
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
     release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
@@ -139,14 +134,6 @@ def choose_path(
     return AotritonPath(pack, False, why + "(--from-source builds it anyway)", release_cost)
 
 
-def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
-    """The path `nox -s build_aotriton -- --arch <arch>` takes with no options (doctor)."""
-    chosen = archs.get_arch(arch)
-    pin, version, pack, _patched = _upstream_pin(chosen, paths.workdir(workdir))
-    rocm = ".".join(rocm_version(site or Path("/nonexistent")).split(".")[:2])
-    return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm)
-
-
 @dataclass(frozen=True)
 class Context(session_env.OnSession):
     """The session env, its settings (tune_aotriton's as build_aotriton's) and which AOTriton."""
@@ -167,10 +154,6 @@ class Context(session_env.OnSession):
             return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
         return ai.site_packages(self.prefix)
 
-    @property
-    def in_torch(self) -> Path:
-        return self.torch or ai.find_torch(self.prefix, " (needed to install into it)")
-
 
 def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
     """The session env plus which AOTriton: its pin, version and pack (--restore: a torch)."""
@@ -178,7 +161,7 @@ def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
     pin, version, pack, patched = _upstream_pin(session.arch, session.work, opts.from_release)
     torch = session.prefix / "lib/python3.X/site-packages/torch" if opts.restore else None
     if session.ready:  # a torch install killed midway is finished first
-        ai.finish_interrupted(session.python, session.prefix, session.runner)
+        ai.finish_interrupted(session.prefix, session.runner)
         torch = ai.find_torch(session.prefix, "" if opts.restore else None)
     opts = replace(opts, triton=opts.kernel_triton)
     return Context(session, opts, torch, pin, version, f"amd-{pack}", patched, tuning)
@@ -194,16 +177,15 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
     if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
         if from_release:
             raise UserError(
-                f"{arch.name}: AOTriton {version} releases have no {arch.name} images "
-                "(upstream has no kernels for it; our patch set adds them); drop "
-                "--from-release to build from source"
+                f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream "
+                "has no kernels for it; our patch set adds them); drop --from-release to build "
+                "from source"
             )
         if patch_set_for("aotriton", pin.commit) is None:
             raise UserError(
-                f"{arch.name}: no AOTriton kernels upstream and no patch set for the "
-                f"pinned commit {pin.commit[:12]} (patches/aotriton/<commit>/ adds "
-                f"{arch.name} to {version}); port it with: nox -s update_pins -- "
-                "--port-patches"
+                f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
+                f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
+                "port it with: nox -s update_pins -- --port-patches"
             )
         return pin, version, patched, True
     if not arch.aotriton_supported(version):
@@ -220,15 +202,9 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
 def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
-    inputs = {
-        "stamp_version": STAMP_VERSION,
-        "mode": "release" if from_release else "source",
-        "pin": pin,
-        "arch": ctx.arch.name,
-        "pack": ctx.pack,
-        "torch": str(ctx.torch) if ctx.torch is not None else None,
-        "toolchain": toolchain(ctx.prefix, ctx.site),
-    }
+    mode, torch = "release" if from_release else "source", ctx.torch and str(ctx.torch)
+    inputs = {"stamp_version": STAMP_VERSION, "mode": mode, "pin": pin, "arch": ctx.arch.name}
+    inputs |= {"pack": ctx.pack, "torch": torch, "toolchain": toolchain(ctx.prefix, ctx.site)}
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
@@ -249,29 +225,6 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
 
 def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_PREFIX
     return paths.build_dir(ctx.work, ctx.source_name) / "install"
-
-
-def checks_before_commands(ctx: Context) -> None:
-    """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
-    opts = ctx.opts
-    if ctx.torch is None and opts.no_images and ctx.session.ready:
-        raise UserError(
-            "--no-images builds the runtime only and keeps the images of the env's "
-            "torch, but the env has no torch: drop --no-images (build_pytorch needs "
-            "the images too)"
-        )
-    runner, force = ctx.session.runner, opts.force
-    update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
-    torch = ai.dist_version(ctx.torch.parent, "torch") if ctx.torch is not None else None
-    for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, force):
-        runner.say(line)
-    runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
-    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
-    if ctx.patched_arch:
-        runner.say(
-            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
-            f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
-        )
 
 
 def check_pairing(
@@ -314,14 +267,27 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     runner, stamp = ctx.runner, paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
         runner.apply(stamps.remove, stamp)
-        return ai.restore_torch(ctx.in_torch, ctx.python, ctx.work, runner)
-    checks_before_commands(ctx)
+        return ai.restore_torch(ctx.torch, ctx.work, runner)
+    if ctx.torch is None and opts.no_images and ctx.session.ready:
+        raise UserError(
+            "--no-images builds the runtime only and keeps the images of the env's torch, but the "
+            "env has no torch: drop --no-images (build_pytorch needs the images too)"
+        )
+    # the pins, then arch x AOTriton x torch against `nox -s matrix` (--force: warn only)
+    update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=opts.force)
+    torch = ctx.torch and ai.dist_version(ctx.torch.parent, "torch")
+    for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, opts.force):
+        runner.say(line)
+    runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
+    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
+    if ctx.patched_arch:
+        runner.say(
+            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
+            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
+        )
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
-    fork = ctx.opts.triton == "fork"
-    path = choose_path(
-        ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, asked=asked, jobs=jobs, fork=fork
-    )
+    fork, rocm = ctx.opts.triton == "fork", rocm_version(ctx.site, 2)
+    path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     inputs = stamp_inputs(ctx, from_release=not path.source)
@@ -362,9 +328,8 @@ def place_aiter(
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
         return runner.refuse(
-            f"{tag_file} names aiter {wanted}, which AOTriton's configure would "
-            f"clone from GitHub, but there is {pinned}: run nox -s update_pins "
-            "(it records tag and commit)"
+            f"{tag_file} names aiter {wanted}, which AOTriton's configure would clone from "
+            f"GitHub, but there is {pinned}: run nox -s update_pins (it records tag and commit)"
         )
     ensure_checkout(aiter, checkout, runner, force=force)
     git(runner, checkout, "update-ref", f"refs/tags/{aiter.ref}", aiter.commit)
@@ -424,18 +389,14 @@ def configure_args(
 
 
 def build_from_source(
-    ctx: Context,
-    *,
-    tuning: tuning_db.TuningDb | None = None,
-    build_name: str | None = None,
-    extra_cmake: tuple[str, ...] = (),
+    ctx: Context, tuning: tuning_db.TuningDb | None = None, for_tuner: bool = False
 ) -> ai.AotritonInstall | None:
     """--clean, the checkout, aiter, the kernel check (docs/kernel-check.md), then configure,
-    build and install into <build>/install (None in a plan)."""
+    build and install into <build>/install (None in a plan); for_tuner: tune_aotriton's build."""
     runner, opts = ctx.runner, ctx.opts
     if opts.with_pyaotriton:
         require_pybind11(ctx)
-    build = paths.build_dir(ctx.work, build_name or ctx.source_name)
+    build = paths.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
     store = kernel_build.open_for_build(ctx, opts, runner)
     if opts.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
@@ -461,8 +422,9 @@ def build_from_source(
     if tuning is not None:
         db_build = build.with_name(build.name + "-tuning-db")
         args += tuning_db.build_inputs(tuning, src, db_build, runner=runner)
-    # every kernel job through the store (docs/kernel-check.md)
-    args += [*extra_cmake, *(kernels.cmake_args() if kernels is not None else ())]
+    if for_tuner:  # .tune/single/build_arch.sh ~34-43 at 6e00ef3e
+        args += ["-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"]
+    args += kernels.cmake_args() if kernels is not None else []  # every kernel job: the store
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
     previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
     changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
@@ -496,79 +458,63 @@ def require_pybind11(ctx: Context) -> None:
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
         raise UserError(
-            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's "
-            "tuner) needs pybind11 (AOTriton's configure imports it with the env's "
-            f"python and loads its CMake package), and {where}: add `- pybind11` to "
-            "environment.yml, then run: nox -s lock && nox -s setup_env"
+            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) needs "
+            "pybind11 (AOTriton's configure imports it with the env's python and loads its CMake "
+            f"package), and {where}: add `- pybind11` to environment.yml, then run: nox -s lock && "
+            "nox -s setup_env"
         )
 
 
 def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str) -> None:
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
-    # not which torch it goes into: a torch appearing later must not rebuild torch
-    own = {k: v for k, v in inputs.items() if k != "torch"}
-    if new is not None:
-        stamps.write(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), own, install_prefix=str(built))
-    else:  # a plan: build_pytorch later in this run plans against this prefix
-        stamps.plan(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), install_prefix=str(built))
+    built_stamp = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    if new is None:  # a plan: build_pytorch later in this run plans against this prefix
+        stamps.plan(built_stamp, install_prefix=str(built))
+    elif new.runtime is None:
+        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
+    elif not ctx.opts.no_images and ctx.pack not in new.images:
+        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
+    else:  # not which torch it goes into: a torch appearing later must not rebuild torch
+        own = {k: v for k, v in inputs.items() if k != "torch"}
+        stamps.write(built_stamp, own, install_prefix=str(built))
     if ctx.torch is not None:
         return install(ctx, new, stamp, inputs, how)
     story = f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
     story += "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     if new is None:
         return ctx.runner.say(ctx.runner.plan_line(f"{story}; would write {stamp}") or story)
-    if new.runtime is None:
-        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
-    if ctx.pack not in new.images:
-        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
     ctx.runner.say(f"built: {new.describe()}\n{story}")
-    new_is = {"runtime": new.runtime, "images": new.images}
-    stamps.write(stamp, inputs, installed=None, shipped=None, new=new_is, backup=None)
+    stamps.write(stamp, inputs, new={"runtime": new.runtime, "images": new.images})
 
 
 def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs, how: str) -> None:
-    """Check versions and images, pip-install torch's own wheel repacked with new (the marker
-    in it names both and that wheel), stamp it."""
-    runner, torch, force = ctx.runner, ctx.in_torch, ctx.opts.force
-    lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
+    """Check versions, pip-install torch's own wheel repacked with new, stamp it."""
+    runner, torch, lib = ctx.runner, ctx.torch, ctx.torch / "lib"
     shipped = ai.AotritonInstall.read(lib, torch / "include")
-    if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
+    if was := (ai.read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
         shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
         return runner.done(
-            "check versions, repack torch's own wheel with the new AOTriton, pip "
-            f"install it into {ctx.prefix} and write {stamp}"
+            "check versions, repack torch's own wheel with the new AOTriton, pip install it into "
+            f"{ctx.prefix} and write {stamp}"
         )
-    if not ctx.opts.no_images and ctx.pack not in new.images:
-        raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = replace(new, images=new.images or ai.image_signatures(lib / "aotriton.images"))
-    overridden = ai.check_compatible(effective, shipped, force)
+    overridden = ai.check_compatible(effective, shipped, ctx.opts.force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    same = not shipped.runtime or shipped.runtime == new.runtime
-    original = ai.original_wheel(torch, ctx.work, runner)
     pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
-    record = {
-        "installed_by": "nox -s build_aotriton",
-        "how": how,
-        "pin": pin,
-        "arch": ctx.arch.name,
-        "torch_version": ai.dist_version(torch.parent, "torch"),
-        "shipped": {"runtime": shipped.runtime, "images": shipped.images},
-        "new": {"runtime": new.runtime, "images": effective.images},
-        "forced": overridden,
-        "original": str(original),
-    }
+    before = {"runtime": shipped.runtime, "images": shipped.images}
+    versions = {"shipped": before, "new": {"runtime": new.runtime, "images": effective.images}}
+    torch_version = ai.dist_version(torch.parent, "torch")
+    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin, "forced": overridden}
+    record |= {"arch": ctx.arch.name, "torch_version": torch_version, **versions}
+    same = not shipped.runtime or shipped.runtime == new.runtime
     expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
-    wheel = ai.repack(original, new, record, expected, ctx.work)
-    if (ai.read_marker(torch) or {}).get("wheel") == wheel.parent.name:
-        runner.say(f"the env's torch is already {wheel}")
-    else:
-        ai.pip_install(ctx.python, wheel, ctx.prefix, runner)
+    original, wheel = ai.install_into_torch(new, torch, record, expected, ctx.work, runner)
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
-    kept = {"shipped": record["shipped"], "new": record["new"], "wheel": str(wheel)}
-    stamps.write(stamp, inputs, installed=ai.installed_fingerprint(lib), **kept)
+    installed = ai.installed_fingerprint(lib)
+    stamps.write(stamp, inputs, installed=installed, wheel=str(wheel), **versions)

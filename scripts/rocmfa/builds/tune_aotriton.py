@@ -68,13 +68,11 @@ class Postgres:
     def stop(self) -> None:
         self.runner.run(self.tool("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"))
 
-    def psql(self, *args: str, db: str = DB_USER) -> str:
+    def query(self, sql: str, db: str = DB_USER, how: str = "-c") -> str:
+        """psql's answer to sql (how="-f": the file sql names), one row a line."""
         where = ("-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, "-d", db)
         argv = [str(self.bin_dir / "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", *where]
-        return self.runner.run([*argv, *args], capture=True).stdout
-
-    def query(self, sql: str, db: str = DB_USER) -> str:
-        return self.psql("-c", sql, db=db)
+        return self.runner.run([*argv, how, sql], capture=True).stdout
 
 
 def find_postgres(prefix: Path | None) -> Path | None:
@@ -99,7 +97,7 @@ def running(pg: Postgres) -> Iterator[Postgres]:
     pg.start()
     try:
         if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
-            pg.psql("-c", f"CREATE DATABASE {DB_USER}", db="postgres")
+            pg.query(f"CREATE DATABASE {DB_USER}", db="postgres")
         yield pg
     finally:
         pg.stop()
@@ -144,10 +142,9 @@ def need_gpu(arch: str, wd: Path) -> None:
     found = archs.detect_gpus()
     if arch not in found.gpus:
         raise UserError(
-            f"tune_aotriton: the worker's first task needs a {arch} GPU and this "
-            f"machine has {', '.join(found.gpus) or 'none'} ({found.source}); stopped "
-            f"before the tuning build, the queue kept in {wd} (run the same line on "
-            f"a {arch} machine to go on)"
+            f"tune_aotriton: the worker's first task needs a {arch} GPU and this machine has "
+            f"{', '.join(found.gpus) or 'none'} ({found.source}); stopped before the tuning "
+            f"build, the queue kept in {wd} (run the same line on a {arch} machine to go on)"
         )
 
 
@@ -176,11 +173,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
         except UserError as missing:
             runner.refuse(str(missing))  # a plan notes it and plans on without it
             tuner = ctx
-        tuned = ba.build_from_source(
-            tuner,
-            build_name="aotriton-tuning",
-            extra_cmake=("-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"),
-        )
+        tuned = ba.build_from_source(tuner, for_tuner=True)
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
     candidate = store(runner, wd, commit, arch, opts)
     runner.say("rebuild with the tuned database")
@@ -198,7 +191,7 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
     finished ones from being queued again."""
     runner = pg.runner
     if not pg.query("SELECT to_regclass('task_queue')").strip():
-        pg.psql("-f", str(src / "v3python/tune/pq/schema.sql"))
+        pg.query(str(src / "v3python/tune/pq/schema.sql"), how="-f")
     pg.query(f"SELECT create_arch_partition('{arch}')")
     marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
