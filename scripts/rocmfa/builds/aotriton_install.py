@@ -151,8 +151,7 @@ def into_folder(out: Path, name: str) -> Iterator[Path]:
 
 
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
-    """The wheel the env's torch came from: the one our marker names, else one rebuilt from its
-    RECORD-checked files (once per RECORD)."""
+    """The wheel our marker names, else (once per RECORD) one rebuilt from torch's files."""
     marker = read_marker(torch)
     if marker is not None:
         wheel = Path(str(marker.get("original")))
@@ -199,8 +198,7 @@ def repack(
 ) -> Path:
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
-    # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
-    # links, so each name is a copy
+    # a wheel holds no links: the name torch's libtorch_hip was linked with is a copy too
     aliases = sorted({"libaotriton_v2.so", expected_soname or real} - {real})
     images = new.lib / "aotriton.images"
     sources = [new.lib / real, *new.pyaotriton]
@@ -258,8 +256,7 @@ def finish_interrupted(prefix: Path, runner: Runner) -> None:
         return
     site = site_packages(prefix)
     if (why := condaenv.torch_incomplete(site)) is None:
-        runner.apply(path.unlink, missing_ok=True)
-        return
+        return runner.apply(path.unlink, missing_ok=True)
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
         why = f"the env's torch is incomplete ({why}) and {wheel}, whose install was killed"
@@ -291,7 +288,6 @@ def install_into_torch(
 def restore_torch(torch: Path, work: Path, runner: Runner) -> None:
     """Reinstall the wheel torch was repacked from (nothing when torch is not our repack)."""
     if read_marker(torch) is None:
-        runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
-        return
+        return runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
     pip_install(torch.parents[3], original_wheel(torch, work, runner), runner)
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")

@@ -28,11 +28,10 @@ if TYPE_CHECKING:
     from rocmfa.plumbing.options import BuildAotritonOptions
 
 STAMP_NAME = "aotriton"
-# the last build or release unpack in the install prefix: build_pytorch's AOTRITON_INSTALLED_PREFIX
-BUILT_STAMP_NAME = "aotriton-built"
+BUILT_STAMP_NAME = "aotriton-built"  # what the install prefix holds (build_pytorch reads it)
 STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
-# Options that only a source build has: given, they ask for one.
+# Options only a source build has: given, they ask for one.
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
 
 
@@ -103,10 +102,9 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
 def choose_path(
     arch: archs.Arch, work: Path, site: Path, asked: str | None = None, jobs=1, fork=True
 ) -> AotritonPath:
-    """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
-    patched arch), an option asks for a source build, or the release has nothing to take.
-    With only arch, work and site: the path build_aotriton takes with no options."""
-    pin, version, pack = _upstream_pin(arch, work)[:3]
+    """The release pack unless ours changes the arch's kernels (patch, tuning database, patched
+    arch), an option (asked) wants a source build, or the release has nothing to take."""
+    pin, version, pack = _upstream_pin(arch, work)
     rocm, pack = rocm_version(site, 2), f"amd-{pack}"
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
@@ -144,7 +142,6 @@ class Context(session_env.OnSession):
     pin: pins.Pin
     version: str
     pack: str
-    patched_arch: bool = False  # the arch's kernels come from our patch set (gfx908 on 0.13b)
     tuning: bool = False  # tune_aotriton's builds: the patch set's tuning patches too
     source_name = "aotriton"  # work/src/<name> and work/build/<name>
 
@@ -158,17 +155,17 @@ class Context(session_env.OnSession):
 def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
     """The session env plus which AOTriton: its pin, version and pack (--restore: a torch)."""
     session = session_env.open_env(opts)
-    pin, version, pack, patched = _upstream_pin(session.arch, session.work, opts.from_release)
+    pin, version, pack = _upstream_pin(session.arch, session.work, opts.from_release)
     torch = session.prefix / "lib/python3.X/site-packages/torch" if opts.restore else None
     if session.ready:  # a torch install killed midway is finished first
         ai.finish_interrupted(session.prefix, session.runner)
         torch = ai.find_torch(session.prefix, "" if opts.restore else None)
     opts = replace(opts, triton=opts.kernel_triton)
-    return Context(session, opts, torch, pin, version, f"amd-{pack}", patched, tuning)
+    return Context(session, opts, torch, pin, version, f"amd-{pack}", tuning)
 
 
-def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
-    """(pin, version, pack, patched arch) for build_aotriton: the ones refused say why."""
+def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pins.Pin, str, str]:
+    """(pin, version, image pack) for build_aotriton: the ones refused say why."""
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
@@ -187,7 +184,7 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
                 f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
                 "port it with: nox -s update_pins -- --port-patches"
             )
-        return pin, version, patched, True
+        return pin, version, patched
     if not arch.aotriton_supported(version):
         limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
         since = f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else ""
@@ -196,7 +193,7 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    return pin, version, pack, False
+    return pin, version, pack
 
 
 def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
@@ -246,9 +243,8 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
     recorded = stamps.read(stamp)
     stale = not recorded or recorded.get("inputs_digest") != stamps.digest(inputs)
-    if stale or recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
-        return False
-    if lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None:
+    gone = lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None
+    if stale or gone or recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
@@ -280,11 +276,6 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
-    if ctx.patched_arch:
-        runner.say(
-            f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come from "
-            f"patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)"
-        )
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     fork, rocm = ctx.opts.triton == "fork", rocm_version(ctx.site, 2)
     path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
@@ -339,10 +330,9 @@ def place_aiter(
         runner.apply(_link, link, checkout, say=say)
 
 
-def _link(link: Path, target: Path) -> None:  # an earlier clone at link goes
+def _link(link: Path, target: Path) -> None:
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_dir() and not link.is_symlink():
-        shutil.rmtree(link)
+    shutil.rmtree(link, ignore_errors=True)  # an earlier clone; a link (refused) goes next
     link.unlink(missing_ok=True)
     link.symlink_to(target, target_is_directory=True)
 
@@ -391,8 +381,7 @@ def configure_args(
 def build_from_source(
     ctx: Context, tuning: tuning_db.TuningDb | None = None, for_tuner: bool = False
 ) -> ai.AotritonInstall | None:
-    """--clean, the checkout, aiter, the kernel check (docs/kernel-check.md), then configure,
-    build and install into <build>/install (None in a plan); for_tuner: tune_aotriton's build."""
+    """The tree, its kernel check (docs/kernel-check.md), then cmake into <build>/install."""
     runner, opts = ctx.runner, ctx.opts
     if opts.with_pyaotriton:
         require_pybind11(ctx)

@@ -39,8 +39,7 @@ def filters(opts: TuneAotritonOptions) -> list[str]:
 
 @dataclass(frozen=True)
 class Postgres:
-    """A PostgreSQL cluster in data/ on 127.0.0.1:port and a socket in data/..; as root it runs
-    as `nobody` (postgres refuses root)."""
+    """A cluster in data/ on 127.0.0.1:port, its socket in data/..; as `nobody` under root."""
 
     bin_dir: Path
     data: Path
@@ -52,21 +51,6 @@ class Postgres:
         if os.geteuid() == 0 and name in ("initdb", "pg_ctl"):
             argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
         return argv
-
-    def start(self) -> None:
-        runner, sock = self.runner, self.data.parent
-        if not (self.data / "PG_VERSION").is_file():
-            runner.apply(sock.mkdir, parents=True, exist_ok=True)
-            if os.geteuid() == 0:
-                runner.run(["chown", "nobody:nogroup", str(sock)])
-            init = ("-D", str(self.data), "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
-            runner.run(self.tool("initdb", *init, "--no-instructions"), capture=True)
-        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {sock}"
-        log = str(sock / "server.log")
-        runner.run(self.tool("pg_ctl", "-D", str(self.data), "-l", log, "-w", "-o", opts, "start"))
-
-    def stop(self) -> None:
-        self.runner.run(self.tool("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"))
 
     def query(self, sql: str, db: str = DB_USER, how: str = "-c") -> str:
         """psql's answer to sql (how="-f": the file sql names), one row a line."""
@@ -93,20 +77,27 @@ def free_port() -> int:
 
 @contextmanager
 def running(pg: Postgres) -> Iterator[Postgres]:
-    """The server for the session's length, stopped also on failure."""
-    pg.start()
+    """The server for the session's length (its cluster made once), stopped also on failure."""
+    runner, sock, data = pg.runner, pg.data.parent, str(pg.data)
+    if not (pg.data / "PG_VERSION").is_file():
+        runner.apply(sock.mkdir, parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            runner.run(["chown", "nobody:nogroup", str(sock)])
+        init = ("-D", data, "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
+        runner.run(pg.tool("initdb", *init, "--no-instructions"), capture=True)
+    listen, log = f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {sock}", f"{sock}/server.log"
+    runner.run(pg.tool("pg_ctl", "-D", data, "-l", log, "-w", "-o", listen, "start"))
     try:
         if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
             pg.query(f"CREATE DATABASE {DB_USER}", db="postgres")
         yield pg
     finally:
-        pg.stop()
+        runner.run(pg.tool("pg_ctl", "-D", data, "-m", "fast", "-w", "stop"))
 
 
 def write_config(wd: Path, port: int, python: str) -> None:
     """WD/config.rc, KEY=VALUE, as .tune/bin/dispatch sources it."""
-    wd.mkdir(parents=True, exist_ok=True)
-    # trust on 127.0.0.1; dispatch wants a non-empty password
+    wd.mkdir(parents=True, exist_ok=True)  # trust on 127.0.0.1; dispatch wants a password
     text = f"POSTGRES_USER={DB_USER}\nPOSTGRES_PASSWORD=trust\nPOSTGRES_PORT={port}\n"
     text += f"CELERY_SERVICE_HOST=127.0.0.1\nCELERY_WORKER_PYTHON={python}\n"
     stamps.write_text_atomic(wd / "config.rc", text)
@@ -156,8 +147,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
     stored = tuning_db.find(commit, arch)
     if stored is not None and not opts.force:
-        runner.say(f"already tuned: {stored.describe()}; nothing run (--force to tune again)")
-        return
+        return runner.say(f"already tuned: {stored.describe()}; nothing run (--force to redo)")
     src = ba.check_out(ctx)
     bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
     if bin_dir is None:
@@ -186,9 +176,8 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
 
 
 def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> dict[str, int]:
-    """schema.sql (once), the arch's partition, then dispatch once per filter set: another set
-    replaces the pending tasks (dispatch would queue them twice); `--skip_completed` keeps
-    finished ones from being queued again."""
+    """schema.sql (once), the arch's partition, dispatch once per filter set: a new set replaces
+    the pending tasks (dispatch would queue them twice); --skip_completed keeps finished ones."""
     runner = pg.runner
     if not pg.query("SELECT to_regclass('task_queue')").strip():
         pg.query(str(src / "v3python/tune/pq/schema.sql"), how="-f")
@@ -210,11 +199,8 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     """One worker on this host's GPUs until the queue drains, then bake_lut."""
     runner = pg.runner
     service = [str(src / ".tune/remote/worker_service.sh")]
-    runner.run(
-        [*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
-        cwd=src,
-        sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"},
-    )
+    start = [*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"]
+    runner.run(start, cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})
     try:
         final = runner.apply(watch, pg, arch, runner)
     finally:
