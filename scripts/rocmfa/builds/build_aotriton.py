@@ -332,7 +332,7 @@ def place_aiter(
 
 def _link(link: Path, target: Path) -> None:
     link.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(link, ignore_errors=True)  # an earlier clone; a link (refused) goes next
+    shutil.rmtree(link, ignore_errors=True)  # an earlier clone (a link it leaves to unlink)
     link.unlink(missing_ok=True)
     link.symlink_to(target, target_is_directory=True)
 

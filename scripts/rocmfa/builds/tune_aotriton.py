@@ -39,7 +39,7 @@ def filters(opts: TuneAotritonOptions) -> list[str]:
 
 @dataclass(frozen=True)
 class Postgres:
-    """A cluster in data/ on 127.0.0.1:port, its socket in data/..; as `nobody` under root."""
+    """A cluster in data/ on 127.0.0.1:port; under root, as `nobody` (postgres refuses root)."""
 
     bin_dir: Path
     data: Path
