@@ -1,4 +1,4 @@
-"""Which path build_aotriton takes per arch (build_aotriton.choose_path / aotriton_path) on the
+"""Which path build_aotriton takes per arch (build_aotriton.choose_path, no options) on the
 repository's own pins, patches and measured costs: the pinned release pack where nothing of ours
 changes an arch's kernels, a source build where something does."""
 
@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import build_aotriton as ba
+from rocmfa.env import archs
+from rocmfa.plumbing import paths
 from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT
 from rocmfa.sources import patches
 from tests.support import aotriton_standins as st
@@ -25,6 +27,10 @@ def _own_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ROCMFA_TUNING_DIR", str(tmp_path / "no-tuning"))
 
 
+def aotriton_path(arch: str) -> ba.AotritonPath:  # the pinned ROCm: no env
+    return ba.choose_path(archs.get_arch(arch), paths.workdir(None), Path("/nonexistent"))
+
+
 COVERED = [
     ("gfx1151", "gfx115x"),
     ("gfx1100", "gfx110x"),
@@ -35,7 +41,7 @@ COVERED = [
 
 @pytest.mark.parametrize(("arch", "pack"), COVERED)
 def test_archs_the_release_covers_take_the_pinned_pack(arch: str, pack: str) -> None:
-    path = ba.aotriton_path(arch)
+    path = aotriton_path(arch)
     assert not path.source and path.pack == f"amd-{pack}" and path.patches == ()
     assert path.why == (
         f"nothing of ours changes {arch}'s kernels (no patch for it, no tuning database), and "
@@ -50,7 +56,7 @@ def test_archs_the_release_covers_take_the_pinned_pack(arch: str, pack: str) -> 
 
 
 def test_gfx908_takes_the_source_build_with_its_patch_set_and_measured_cost() -> None:
-    path = ba.aotriton_path("gfx908")
+    path = aotriton_path("gfx908")
     assert path.source and path.patches == GFX908_SET
     assert path.why.startswith("upstream 0.13b has no gfx908 kernels and no release has its")
     assert path.cost.startswith("17,545 kernel compile jobs x 1.8 s a job (docs/results/")
@@ -80,11 +86,11 @@ def test_a_patch_for_the_arch_makes_it_a_source_build(
         (mine / tuning_only).unlink()
     st.write_manifest(mine, arches=[["gfx1151"], ["gfx1151"]])
     monkeypatch.setenv("ROCMFA_PATCHES_DIR", str(tmp_path / "patches"))
-    path = ba.aotriton_path("gfx1151")
+    path = aotriton_path("gfx1151")
     assert path.source and path.patches == GFX908_SET
     assert path.why == f"our patch set changes gfx1151's build ({', '.join(GFX908_SET)})"
     assert path.cost.startswith("19,187 kernel compile jobs x 2.2 s a job")
-    assert not ba.aotriton_path("gfx942").source  # the patches are for gfx1151 only
+    assert not aotriton_path("gfx942").source  # the patches are for gfx1151 only
     assert ba.source_cost(COMMIT, "gfx942", 16).startswith(
         "kernel job count for gfx942 not measured at 6e00ef3e335b (gfx1151: 19,187 jobs x 2.2 s"
     )
@@ -99,7 +105,7 @@ def test_a_pin_off_the_release_commit_builds_from_source(
     (pins / "aotriton.toml").write_text(text)
     st.write_pytorch_pin(pins, aotriton_commit="1" * 40, aotriton_version="0.13b")
     monkeypatch.setenv("ROCMFA_PINS_DIR", str(pins))
-    path = ba.aotriton_path("gfx1151")
+    path = aotriton_path("gfx1151")
     assert path.source
     assert path.why == (
         "the pin 111111111111 is not the commit the 0.13b release packs were built from "

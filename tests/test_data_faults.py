@@ -109,7 +109,7 @@ def test_damaged_pip_install_record_is_not_acted_on(tmp_path: Path, kind: str) -
     path.parent.mkdir(parents=True)
     path.write_bytes(GARBAGE[kind])
     runner = Runner()
-    aotriton_install.finish_interrupted(tmp_path / "bin" / "python", tmp_path, runner)
+    aotriton_install.finish_interrupted(tmp_path, runner)
     assert runner.executed == [] and path.read_bytes() == GARBAGE[kind]
 
 

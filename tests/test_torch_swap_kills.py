@@ -41,15 +41,14 @@ from rocmfa.builds import aotriton_install as ai
 from rocmfa.plumbing.commands import Runner
 
 prefix, work, new, what = (Path(a) for a in sys.argv[1:5])
-python, runner = prefix / "bin" / "python", Runner()
-ai.finish_interrupted(python, prefix, runner)
+runner = Runner()
+ai.finish_interrupted(prefix, runner)
 torch = ai.find_torch(prefix)
 if what.name == "restore":
-    ai.restore_torch(torch, python, work, runner)
+    ai.restore_torch(torch, work, runner)
 else:
     new = ai.AotritonInstall.read(new)
-    ai.install_into_torch(new, torch, marker={"how": "kill test"}, expected_soname=None,
-                          python=python, work=work, runner=runner)
+    ai.install_into_torch(new, torch, {"how": "kill test"}, None, work, runner)
 """
 
 
@@ -237,7 +236,7 @@ def test_a_hand_reinstall_after_a_killed_swap_is_kept(rig: Rig) -> None:
     hand = st.install_torch(rig.prefix, build="by hand")
     by_hand = rig.torch_files()
     runner = Runner()
-    ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, runner)
+    ai.finish_interrupted(rig.prefix, runner)
     assert runner.executed == [] and rig.torch_files() == by_hand
     assert (
         not condaenv.pip_pending_path(rig.prefix).exists()
@@ -260,12 +259,12 @@ def test_a_killed_swap_whose_wheel_is_gone_is_one_line_and_blocks_nothing_else(r
     for folder in (work / ai.WHEELS).glob("aotriton-*"):
         shutil.rmtree(folder)
     with pytest.raises(UserError) as error:
-        ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, Runner())
+        ai.finish_interrupted(rig.prefix, Runner())
     message = str(error.value)
     assert "\n" not in message and "is gone; reinstall torch with pip" in message
     assert len(doctor.half_installed(rig.prefix)) == 1  # doctor reports it, and runs
     fresh_torch(rig)  # the hint, followed: torch reinstalled with pip
-    ai.finish_interrupted(rig.prefix / "bin" / "python", rig.prefix, Runner())
+    ai.finish_interrupted(rig.prefix, Runner())
     assert (
         doctor.half_installed(rig.prefix) == []
         and not condaenv.pip_pending_path(rig.prefix).exists()

@@ -574,7 +574,6 @@ def install_torch(
     version: str = "2.13.0+rocm7.15.0",
     *,
     build: str = "",
-    from_file: bool = False,
 ) -> Path:
     """A stand-in torch wheel carrying AOTriton the way TheRock's wheels do (torch/lib/
     libaotriton_v2.so.X.Y.Z, libaotriton_v2.so a copy of it - a wheel holds no links -,
@@ -582,8 +581,7 @@ def install_torch(
     real pip as a user would: `pip install --force-reinstall --no-deps` removes what the old
     RECORD lists, so what others left in torch/ stays. build: a tag in the shipped runtime's
     bytes, so another build is another wheel with another RECORD. From an index (a
-    --find-links folder: no wheel file is recorded, as with TheRock's index) unless from_file
-    (pip records the file in direct_url.json)."""
+    --find-links folder, as with TheRock's index)."""
     files: dict[str, str | bytes] = {"torch/__init__.py": f"__version__ = '{version}'\n"}
     if runtime:
         shipped = b"torch-shipped runtime\n" + (f"build {build}\n".encode() if build else b"")
@@ -599,8 +597,8 @@ def install_torch(
         for i in range(image_files):
             files[f"torch/lib/aotriton.images/{pack}/flash/k{i:05d}.aks2"] = b"shipped %d" % i
     out = prefix.parent / "standin-torch-wheels" / hashlib.sha256(repr(files).encode()).hexdigest()
-    wheel = make_wheel(out, "torch", version, files=files)
-    pip_install(prefix, str(wheel) if from_file else f"torch=={version}", "--find-links", out)
+    make_wheel(out, "torch", version, files=files)
+    pip_install(prefix, f"torch=={version}", "--find-links", out)
     return site_packages(prefix) / "torch"
 
 

@@ -1,19 +1,15 @@
 """AOTriton in the env's torch: read an install layout, refuse versions torch was not built
 for, and install a new one through pip as torch's own wheel repacked (RECORD stays true); a run
-killed while pip replaces torch is finished by the next (finish_interrupted). docs/aotriton.md.
-"""
+killed while pip replaces torch is finished by the next (finish_interrupted). docs/aotriton.md."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import csv
-import glob
 import hashlib
 import json
 import re
 import shutil
-import urllib.parse
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,10 +31,10 @@ REINSTALL = "reinstall torch with pip (nox -s install_wheels), then rerun"
 
 
 def site_packages(prefix: Path) -> Path:
-    found = sorted(glob.glob(str(prefix / "lib" / "python3*" / "site-packages")))
+    found = sorted((prefix / "lib").glob("python3*/site-packages"))
     if not found:
         raise UserError(f"no site-packages under {prefix}/lib/python3*/ - is the env set up?")
-    return Path(found[-1])
+    return found[-1]
 
 
 def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
@@ -46,9 +42,10 @@ def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
     torch = site_packages(prefix) / "torch"
     if (torch / "__init__.py").is_file() or needed is None:
         return torch if (torch / "__init__.py").is_file() else None
-    raise UserError(f"no torch in the env ({torch.parent}){needed}; install it "
-                    "first: nox -s setup_env -- --with-torch, or nox -s "
-                    "build_pytorch install_wheels")  # fmt: skip
+    raise UserError(
+        f"no torch in the env ({torch.parent}){needed}; install it first: nox -s setup_env -- "
+        "--with-torch, or nox -s build_pytorch install_wheels"
+    )
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -105,19 +102,17 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
 
 def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
     """Refuse runtime/image disagreement or a version torch was not built for; force: say them."""
-    if new.runtime is None:
-        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
     runtime, problems = major_minor(new.runtime), []
     built_from = sorted(sig for sig in new.images.values() if sig.startswith("git-"))
     if len(set(built_from)) > 1:
         commits = ", ".join(built_from)
         problems.append(f"the image packs come from different AOTriton commits ({commits})")
-    problems += [
-        f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime and "
-        "images give hipErrorInvalidValue / all-zero attention)"
-        for pack, sig in new.images.items()
-        if not sig.startswith("git-") and major_minor(sig) != runtime
-    ]  # a JSON signature names a commit, not a version
+    for pack, sig in new.images.items():  # a JSON signature names a commit, not a version
+        if not sig.startswith("git-") and major_minor(sig) != runtime:
+            problems.append(
+                f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime "
+                "and images give hipErrorInvalidValue / all-zero attention)"
+            )
     shipped = torch_shipped.runtime if torch_shipped else None
     if shipped is None:
         problems.append("the env's torch ships no AOTriton runtime (built without it?)")
@@ -138,13 +133,7 @@ def read_marker(torch: Path) -> dict[str, Any] | None:
     """Our marker, when torch's RECORD lists it (one a killed pip run left is not trusted)."""
     record, rel = condaenv.torch_record(torch.parent), f"{torch.name}/lib/{MARKER}"
     rows = condaenv.record_rows(record) if record is not None and record.is_file() else []
-    if all(row[0] != rel for row in rows):
-        return None
-    try:
-        data = json.loads((torch / "lib" / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return stamps.read(torch / "lib" / MARKER) if any(row[0] == rel for row in rows) else None
 
 
 def wheel_in(folder: Path) -> Path | None:
@@ -161,34 +150,8 @@ def into_folder(out: Path, name: str) -> Iterator[Path]:
     partial.rename(out)
 
 
-def wheel_files(info: str, rows: list[list[str]]) -> dict[str, str]:
-    """{path: RECORD digest} of what the wheel itself holds (not what pip makes at install)."""
-    return {
-        rel: digest
-        for rel, digest, _size in rows
-        if not ((p := Path(rel).parts)[0] == info and p[-1] in PIP_WRITES)
-        and ".." not in p
-        and "__pycache__" not in p
-    }
-
-
-def installed_from(record: Path, files: dict[str, str]) -> Path | None:
-    """The wheel pip installed torch from (direct_url.json), if it holds what RECORD lists."""
-    try:
-        url = json.loads((record.parent / "direct_url.json").read_text(encoding="utf-8"))["url"]
-        wheel = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
-        with zipfile.ZipFile(wheel) as whl:
-            text = whl.read(f"{record.parent.name}/RECORD").decode("utf-8")
-    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
-        return None
-    rows = [row for row in csv.reader(text.splitlines()) if len(row) == 3]
-    ok = url.startswith("file:") and wheel.suffix == ".whl"
-    return wheel if ok and wheel_files(record.parent.name, rows) == files else None
-
-
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
-    """The wheel the env's torch came from: the one our marker names, else (kept once per
-    RECORD) the file pip installed it from, or one rebuilt from its RECORD-checked files."""
+    """The wheel our marker names, else (once per RECORD) one rebuilt from torch's files."""
     marker = read_marker(torch)
     if marker is not None:
         wheel = Path(str(marker.get("original")))
@@ -202,43 +165,44 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     record = condaenv.torch_record(site)
     assert record is not None  # torch_incomplete() said so
     out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
-    files = wheel_files(record.parent.name, condaenv.record_rows(record))
-    source = installed_from(record, files)
-    how = f"the wheel pip installed it from, {source}" if source else f"{site} and its RECORD"
     if wheel_in(out) is None:
-        said = f"keep torch's own wheel (from {how}) in {out}"
-        runner.apply(keep_original, site, files, source, out, say=said)
+        said = f"rebuild torch's own wheel from {site} and its RECORD in {out}"
+        runner.apply(keep_original, site, record, out, say=said)
     return wheel_in(out) or out / "torch.whl"
 
 
-def keep_original(site: Path, files: dict[str, str], source: Path | None, out: Path) -> None:
-    if source is not None:
-        with into_folder(out, source.name) as dest:
-            shutil.copy2(source, dest)
-        return
-    info = site / next(Path(rel).parts[0] for rel in files if rel.endswith(".dist-info/WHEEL"))
+def keep_original(site: Path, record: Path, out: Path) -> None:
+    """The installed files RECORD lists, each checked against it, as a wheel (dist-info last)."""
+    info = record.parent
     tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
     name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
+    rows = sorted(condaenv.record_rows(record), key=lambda row: ".dist-info/" in row[0])
     with into_folder(out, name) as dest, WheelFile(dest, "w") as whl:  # it writes the RECORD
-        for rel, digest in sorted(files.items(), key=lambda f: ".dist-info/" in f[0]):
+        for rel, digest, _size in rows:
+            parts = Path(rel).parts  # what pip makes at install is not the wheel's
+            made = parts[0] == info.name and parts[-1] in PIP_WRITES
+            if made or ".." in parts or "__pycache__" in parts:
+                continue
             data = (site / rel).read_bytes()
             sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             if "sha256=" + sha != digest:
-                raise UserError(f"{site / rel} is not the file torch's RECORD lists (changed since "
-                                f"pip installed it); {REINSTALL}")  # fmt: skip
+                raise UserError(
+                    f"{site / rel} is not the file torch's RECORD lists (changed since pip "
+                    f"installed it); {REINSTALL}"
+                )
             whl.writestr(zipfile.ZipInfo.from_file(site / rel, rel), data, zipfile.ZIP_DEFLATED)
 
 
-def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
-           expected_soname: str | None, work: Path) -> Path:  # fmt: skip
+def repack(
+    original: Path, new: AotritonInstall, marker: dict, expected_soname: str | None, work: Path
+) -> Path:
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
-    # torch's libtorch_hip links the full-version soname it was built with; a wheel holds no
-    # links, so each name is a copy
+    # a wheel holds no links: the name torch's libtorch_hip was linked with is a copy too
     aliases = sorted({"libaotriton_v2.so", expected_soname or real} - {real})
     images = new.lib / "aotriton.images"
     sources = [new.lib / real, *new.pyaotriton]
-    sources += sorted(p for p in images.rglob("*") if p.is_file()) if images.is_dir() else []
+    sources += sorted(p for p in images.rglob("*") if p.is_file())  # none without images
     files = {str(p.relative_to(new.lib)): stamps.file_sha256(p) for p in sources}
     key = stamps.digest([str(original), files, aliases, marker])
     out = work / WHEELS / f"aotriton-{key[:16]}"
@@ -266,10 +230,11 @@ def repack(original: Path, new: AotritonInstall, marker: dict[str, Any],
     return out / original.name
 
 
-def pip_install(python: Path, wheel: Path, prefix: Path, runner: Runner) -> None:
+def pip_install(prefix: Path, wheel: Path, runner: Runner) -> None:
     """pip replaces torch with wheel; until done, a record names it (finish_interrupted)."""
     runner.apply(write_pending, prefix, wheel)
-    runner.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel])
+    pip = [prefix / "bin" / "python", "-m", "pip", "install", "--no-deps", "--force-reinstall"]
+    runner.run([*pip, wheel])
     runner.apply(condaenv.pip_pending_path(prefix).unlink)
 
 
@@ -284,20 +249,18 @@ def write_pending(prefix: Path, wheel: Path) -> None:
     stamps.write_text_atomic(pending, text)
 
 
-def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
+def finish_interrupted(prefix: Path, runner: Runner) -> None:
     """Finish a killed pip install of a torch wheel; a whole torch is kept as it is."""
     path, pending = condaenv.pip_pending_path(prefix), condaenv.pip_pending(prefix)
     if pending is None:
         return
     site = site_packages(prefix)
     if (why := condaenv.torch_incomplete(site)) is None:
-        runner.apply(path.unlink, missing_ok=True)
-        return
+        return runner.apply(path.unlink, missing_ok=True)
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
-        raise UserError(f"the env's torch is incomplete ({why}) and {wheel}, whose "
-                        "install was killed, is gone; reinstall torch with pip (nox "
-                        "-s install_wheels)")  # fmt: skip
+        why = f"the env's torch is incomplete ({why}) and {wheel}, whose install was killed"
+        raise UserError(f"{why}, is gone; {REINSTALL}")
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
     record = condaenv.torch_record(site)
     if record is None or not record.is_file():
@@ -305,12 +268,12 @@ def finish_interrupted(python: Path, prefix: Path, runner: Runner) -> None:
         # pip removes what the old RECORD lists before it installs the wheel again
         for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
             runner.apply(shutil.copytree, info, site / info.name, dirs_exist_ok=True)
-    pip_install(python, wheel, prefix, runner)
+    pip_install(prefix, wheel, runner)
 
 
-def install_into_torch(new: AotritonInstall, torch: Path, *, marker: dict[str, Any],
-                       expected_soname: str | None, python: Path, work: Path, runner: Runner
-                       ) -> tuple[Path, Path]:  # fmt: skip
+def install_into_torch(
+    new: AotritonInstall, torch: Path, marker: dict, expected_soname: str | None, work: Path, runner
+) -> tuple[Path, Path]:
     """new into the env's torch through pip; (torch's own wheel, the one installed)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}
@@ -318,14 +281,13 @@ def install_into_torch(new: AotritonInstall, torch: Path, *, marker: dict[str, A
     if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
         runner.say(f"the env's torch is already {wheel}")
     else:
-        pip_install(python, wheel, torch.parents[3], runner)  # <prefix>/lib/python3.X/site-...
+        pip_install(torch.parents[3], wheel, runner)  # <prefix>/lib/python3.X/site-packages/torch
     return original, wheel
 
 
-def restore_torch(torch: Path, python: Path, work: Path, runner: Runner) -> None:
+def restore_torch(torch: Path, work: Path, runner: Runner) -> None:
     """Reinstall the wheel torch was repacked from (nothing when torch is not our repack)."""
     if read_marker(torch) is None:
-        runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
-        return
-    pip_install(python, original_wheel(torch, work, runner), torch.parents[3], runner)
+        return runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
+    pip_install(torch.parents[3], original_wheel(torch, work, runner), runner)
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")

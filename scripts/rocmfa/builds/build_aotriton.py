@@ -1,7 +1,6 @@
 """`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
 AOTRITON_INSTALLED_PREFIX), swapped into the env's torch through pip when there is one: the
-release pack or a source build per arch (choose_path), docs/aotriton.md.
-"""
+release pack or a source build per arch (choose_path), docs/aotriton.md."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocmfa.builds import aotriton_install as ai
 from rocmfa.builds import aotriton_release, compile_cache, kernel_build, kernel_check
-from rocmfa.builds.compile_cache import CachePlan, CacheSpec
+from rocmfa.builds.compile_cache import CachePlan
 from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
@@ -26,20 +25,20 @@ from rocmfa.sources.checkouts import ensure_checkout, git
 from rocmfa.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
 
 if TYPE_CHECKING:
-    from rocmfa.plumbing.options import AotritonSourceOptions, BuildAotritonOptions, EnvChoice
+    from rocmfa.plumbing.options import BuildAotritonOptions
 
 STAMP_NAME = "aotriton"
-# the last build or release unpack in the install prefix: build_pytorch's AOTRITON_INSTALLED_PREFIX
-BUILT_STAMP_NAME = "aotriton-built"
+BUILT_STAMP_NAME = "aotriton-built"  # what the install prefix holds (build_pytorch reads it)
 STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
-# Options that only a source build has: given, they ask for one.
+# Options only a source build has: given, they ask for one.
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
 
 
-def rocm_version(site: Path) -> str:
-    """The env's ROCm; before setup_env (a dry run), the one pins/rocm.toml pins."""
-    return (ai.dist_version(site, "rocm") if site.is_dir() else None) or rocm_sdk.load_pin().version
+def rocm_version(site: Path, parts: int | None = None) -> str:
+    """The env's ROCm (its first parts); before setup_env (a dry run), pins/rocm.toml's."""
+    found = ai.dist_version(site, "rocm") if site.is_dir() else None
+    return ".".join((found or rocm_sdk.load_pin().version).split(".")[:parts])
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
@@ -71,9 +70,11 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
         return f"kernel job count for {arch} not measured at {commit[:12]}{known}; {rest}"
     cpu = row["jobs"] * row["seconds_per_job"]
     wall = f"{cpu / jobs / 3600:.1f} h" if cpu / jobs >= 5400 else f"{cpu / jobs / 60:.0f} min"
-    return (f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
-            f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {wall} on {jobs} build jobs; "
-            f"{rest}")  # fmt: skip
+    return (
+        f"{row['jobs']:,} kernel compile jobs x {row['seconds_per_job']:g} s a job "
+        f"({row['source']}) = {cpu / 3600:.1f} CPU-hours, about {wall} on {jobs} build jobs; "
+        f"{rest}"
+    )
 
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
@@ -98,11 +99,13 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     return ""
 
 
-def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, rocm: str,
-                patched_arch: bool = False, asked: str | None = None, jobs: int = 1,
-                fork: bool = True) -> AotritonPath:  # fmt: skip
-    """The pinned release pack unless ours changes the arch's kernels (patch, tuning database,
-    patched arch), an option asks for a source build, or the release has nothing to take."""
+def choose_path(
+    arch: archs.Arch, work: Path, site: Path, asked: str | None = None, jobs=1, fork=True
+) -> AotritonPath:
+    """The release pack unless ours changes the arch's kernels (patch, tuning database, patched
+    arch), an option (asked) wants a source build, or the release has nothing to take."""
+    pin, version, pack = _upstream_pin(arch, work)
+    rocm, pack = rocm_version(site, 2), f"amd-{pack}"
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
     release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
@@ -113,7 +116,7 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
         return AotritonPath(pack, False, "--from-release", release_cost)
     if asked:
         why = f"{asked} asks for one"
-    elif patched_arch:
+    elif arch.aotriton_patched_pack(version):
         why = f"upstream {version} has no {arch.name} kernels and no release has its images; "
         why += f"our patch set adds them ({', '.join(names)})"
     elif names:
@@ -129,44 +132,17 @@ def choose_path(arch: archs.Arch, pin: pins.Pin, version: str, pack: str, *, roc
     return AotritonPath(pack, False, why + "(--from-source builds it anyway)", release_cost)
 
 
-def aotriton_path(arch: str, workdir: Path | None = None, site: Path | None = None) -> AotritonPath:
-    """The path `nox -s build_aotriton -- --arch <arch>` takes with no options (doctor)."""
-    chosen = archs.get_arch(arch)
-    pin, version, pack, patched = _upstream_pin(chosen, paths.workdir(workdir))
-    rocm = ".".join(rocm_version(site or Path("/nonexistent")).split(".")[:2])
-    return choose_path(chosen, pin, version, f"amd-{pack}", rocm=rocm, patched_arch=patched)
-
-
-@dataclass(frozen=True)
-class SourceBuild:
-    """How a source build runs: build_aotriton's options, or tune_aotriton's for its builds."""
-
-    clean: bool = False
-    discard_local_edits: bool = False
-    no_images: bool = False
-    timeout: str = "0"  # AOTRITON_GPU_BUILD_TIMEOUT in minutes ("0" = no limit)
-    cache: CacheSpec | None = None
-    jobs: int | None = None
-    workers: str | None = None  # a Dask cluster compiles the kernels first
-    triton: str = "fork"  # the Triton the kernels compile with
-    pyaotriton: bool = False  # AOTRITON_NO_PYTHON=OFF (needs pybind11)
-    tuning: bool = False  # the patch set's tuning builds
-
-
-def source_build(opts: AotritonSourceOptions, **build: Any) -> SourceBuild:
-    shared = {k: getattr(opts, k) for k in ("clean", "discard_local_edits", "cache", "jobs")}
-    timeout = "0" if opts.timeout_min is None else f"{opts.timeout_min:g}"
-    return SourceBuild(**shared, timeout=timeout, **build)
-
-
 @dataclass(frozen=True)
 class Context(session_env.OnSession):
+    """The session env, its settings (tune_aotriton's as build_aotriton's) and which AOTriton."""
+
     session: session_env.SessionEnv
+    opts: BuildAotritonOptions  # --triton resolved (kernel_triton)
     torch: Path | None  # None: no torch yet, the build stays in its install prefix
     pin: pins.Pin
     version: str
     pack: str
-    patched_arch: bool = False  # the arch's kernels come from our patch set (gfx908 on 0.13b)
+    tuning: bool = False  # tune_aotriton's builds: the patch set's tuning patches too
     source_name = "aotriton"  # work/src/<name> and work/build/<name>
 
     @property
@@ -175,24 +151,21 @@ class Context(session_env.OnSession):
             return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
         return ai.site_packages(self.prefix)
 
-    @property
-    def in_torch(self) -> Path:
-        return self.torch or ai.find_torch(self.prefix, " (needed to install into it)")
 
-
-def make_context(where: EnvChoice, *, from_release=False, torch_optional=False) -> Context:
-    """The session env plus which AOTriton: its pin, version and pack."""
-    session = session_env.open_env(where)
-    pin, version, pack, patched = _upstream_pin(session.arch, session.work, from_release)
-    torch = None if torch_optional else session.prefix / "lib/python3.X/site-packages/torch"
+def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
+    """The session env plus which AOTriton: its pin, version and pack (--restore: a torch)."""
+    session = session_env.open_env(opts)
+    pin, version, pack = _upstream_pin(session.arch, session.work, opts.from_release)
+    torch = session.prefix / "lib/python3.X/site-packages/torch" if opts.restore else None
     if session.ready:  # a torch install killed midway is finished first
-        ai.finish_interrupted(session.python, session.prefix, session.runner)
-        torch = ai.find_torch(session.prefix, None if torch_optional else "")
-    return Context(session, torch, pin, version, f"amd-{pack}", patched)
+        ai.finish_interrupted(session.prefix, session.runner)
+        torch = ai.find_torch(session.prefix, "" if opts.restore else None)
+    opts = replace(opts, triton=opts.kernel_triton)
+    return Context(session, opts, torch, pin, version, f"amd-{pack}", tuning)
 
 
-def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
-    """(pin, version, pack, patched arch) for build_aotriton: the ones refused say why."""
+def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pins.Pin, str, str]:
+    """(pin, version, image pack) for build_aotriton: the ones refused say why."""
     pin = pins.load_pin("aotriton", workdir=work)
     version = pin.data.get("version")
     if not version:
@@ -200,15 +173,18 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
     patched = arch.aotriton_patched_pack(version)
     if patched:  # upstream has no kernels for it; our patch set adds them (arches.toml)
         if from_release:
-            raise UserError(f"{arch.name}: AOTriton {version} releases have no {arch.name} images "
-                            "(upstream has no kernels for it; our patch set adds them); drop "
-                            "--from-release to build from source")  # fmt: skip
+            raise UserError(
+                f"{arch.name}: AOTriton {version} releases have no {arch.name} images (upstream "
+                "has no kernels for it; our patch set adds them); drop --from-release to build "
+                "from source"
+            )
         if patch_set_for("aotriton", pin.commit) is None:
-            raise UserError(f"{arch.name}: no AOTriton kernels upstream and no patch set for the "
-                            f"pinned commit {pin.commit[:12]} (patches/aotriton/<commit>/ adds "
-                            f"{arch.name} to {version}); port it with: nox -s update_pins -- "
-                            "--port-patches")  # fmt: skip
-        return pin, version, patched, True
+            raise UserError(
+                f"{arch.name}: no AOTriton kernels upstream and no patch set for the pinned commit "
+                f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
+                "port it with: nox -s update_pins -- --port-patches"
+            )
+        return pin, version, patched
     if not arch.aotriton_supported(version):
         limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
         since = f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else ""
@@ -217,16 +193,15 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple:
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    return pin, version, pack, False
+    return pin, version, pack
 
 
-def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dict[str, Any]:
+def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
-    inputs = {"stamp_version": STAMP_VERSION, "mode": "release" if from_release else "source",
-              "pin": pin, "arch": ctx.arch.name, "pack": ctx.pack,
-              "torch": str(ctx.torch) if ctx.torch is not None else None,
-              "toolchain": toolchain(ctx.prefix, ctx.site)}  # fmt: skip
+    mode, torch = "release" if from_release else "source", ctx.torch and str(ctx.torch)
+    inputs = {"stamp_version": STAMP_VERSION, "mode": mode, "pin": pin, "arch": ctx.arch.name}
+    inputs |= {"pack": ctx.pack, "torch": torch, "toolchain": toolchain(ctx.prefix, ctx.site)}
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
@@ -234,13 +209,13 @@ def stamp_inputs(ctx: Context, *, from_release: bool, build: SourceBuild) -> dic
         inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
         return inputs
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-    tuning = build.tuning or bool(tuned)
+    tuning, opts = ctx.tuning or bool(tuned), ctx.opts
     inputs["aiter"] = ctx.pin.data.get("aiter")
     digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
     inputs |= {"patches": digest, "tuning_db": tuned.digest() if tuned else None}
-    options = {"noimage": build.no_images, "timeout_min": build.timeout}
-    options["pyaotriton"] = build.pyaotriton
-    if build.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
+    options = {"noimage": opts.no_images, "timeout_min": f"{opts.timeout_min or 0:g}"}
+    options["pyaotriton"] = opts.with_pyaotriton
+    if opts.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
         options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return {**inputs, "options": options}
 
@@ -249,26 +224,15 @@ def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_
     return paths.build_dir(ctx.work, ctx.source_name) / "install"
 
 
-def checks_before_commands(ctx: Context, opts: BuildAotritonOptions) -> None:
-    """The pins and arch x AOTriton x torch against `nox -s matrix` (--force: warn only)."""
-    if ctx.torch is None and opts.no_images and ctx.session.ready:
-        raise UserError("--no-images builds the runtime only and keeps the images of the env's "
-                        "torch, but the env has no torch: drop --no-images (build_pytorch needs "
-                        "the images too)")  # fmt: skip
-    runner, force = ctx.session.runner, opts.force
-    update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=force)
-    torch = ai.dist_version(ctx.torch.parent, "torch") if ctx.torch is not None else None
-    for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, force):
-        runner.say(line)
-    runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
-    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
-    if ctx.patched_arch:
-        runner.say(f"{ctx.arch.name}: not in upstream AOTriton {ctx.version}; its kernels come "
-                   f"from patches/aotriton/{ctx.pin.commit[:12]}…/ (docs/aotriton.md)")  # fmt: skip
-
-
-def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch: str | None,
-                  runner: Runner, work: Path, force: bool) -> list[str]:  # fmt: skip
+def check_pairing(
+    arch: archs.Arch,
+    pin: pins.Pin,
+    version: str,
+    torch: str | None,
+    runner: Runner,
+    work: Path,
+    force: bool,
+) -> list[str]:
     """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
     lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
     return lines + compat_matrix.check_combination(arch, version, torch_version=torch, force=force)
@@ -279,9 +243,8 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
     recorded = stamps.read(stamp)
     stale = not recorded or recorded.get("inputs_digest") != stamps.digest(inputs)
-    if stale or recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
-        return False
-    if lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None:
+    gone = lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None
+    if stale or gone or recorded.get("installed") != (lib and ai.installed_fingerprint(lib)):
         return False
     where = f"installed in {lib}" if lib else f"built in {built_in}; no torch in the env"
     runtime = recorded.get("new", {}).get("runtime")
@@ -292,26 +255,33 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 def build_aotriton(opts: BuildAotritonOptions) -> None:
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
-        raise UserError(f"--from-release installs the prebuilt pack, {given[0]} needs a source "
-                        "build: drop one")  # fmt: skip
+        raise UserError(
+            f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
+        )
     asked = "--from-release" if opts.from_release else next(iter(given), None)
-    ctx = make_context(opts, from_release=opts.from_release, torch_optional=not opts.restore)
-    runner = ctx.session.runner
-    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    ctx = make_context(opts)
+    runner, stamp = ctx.runner, paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
         runner.apply(stamps.remove, stamp)
-        return ai.restore_torch(ctx.in_torch, ctx.session.python, ctx.work, runner)
-    checks_before_commands(ctx, opts)
+        return ai.restore_torch(ctx.torch, ctx.work, runner)
+    if ctx.torch is None and opts.no_images and ctx.session.ready:
+        raise UserError(
+            "--no-images builds the runtime only and keeps the images of the env's torch, but the "
+            "env has no torch: drop --no-images (build_pytorch needs the images too)"
+        )
+    # the pins, then arch x AOTriton x torch against `nox -s matrix` (--force: warn only)
+    update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=opts.force)
+    torch = ctx.torch and ai.dist_version(ctx.torch.parent, "torch")
+    for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, opts.force):
+        runner.say(line)
+    runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
+    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    rocm = ".".join(rocm_version(ctx.site).split(".")[:2])
-    path = choose_path(ctx.arch, ctx.pin, ctx.version, ctx.pack, rocm=rocm, asked=asked,
-                       patched_arch=ctx.patched_arch, jobs=jobs,
-                       fork=opts.kernel_triton == "fork")  # fmt: skip
+    fork, rocm = ctx.opts.triton == "fork", rocm_version(ctx.site, 2)
+    path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
-    build = source_build(opts, no_images=opts.no_images, workers=opts.workers,
-                         triton=opts.kernel_triton, pyaotriton=opts.with_pyaotriton)  # fmt: skip
-    inputs = stamp_inputs(ctx, from_release=not path.source, build=build)
+    inputs = stamp_inputs(ctx, from_release=not path.source)
     if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
     runner.apply(stamps.remove, stamp)
@@ -320,31 +290,19 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         how = f"prebuilt release {ctx.version}"
     else:
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-        new = build_from_source(ctx, build, tuning=tuned)
+        new = build_from_source(ctx, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         how += f" with the tuning database {tuned.directory.name}" if tuned else ""
-    finish(ctx, new, inputs, how, no_images=build.no_images, force=opts.force)
+    finish(ctx, new, inputs, how)
 
 
-def check_out(ctx: Context, build_options: SourceBuild) -> Path:
+def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    src, fork = paths.src_dir(ctx.work, ctx.source_name), build_options.triton == "fork"
+    src, fork = paths.src_dir(ctx.work, ctx.source_name), ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
-    force = build_options.discard_local_edits
-    ensure_checkout(ctx.pin, src, ctx.runner, force=force, submodules=pinned)
-    tuned = build_options.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
+    ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
+    tuned = ctx.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, ctx.runner, arch=ctx.arch.name, tuning=tuned)
-    return src
-
-
-def prepare_tree(ctx: Context, build_options: SourceBuild, build: Path, store: Any = None) -> Path:
-    """--clean, the checkout, aiter, then the kernel check (docs/kernel-check.md)."""
-    if build_options.clean and build.exists():
-        ctx.runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
-    src, aiter = check_out(ctx, build_options), paths.src_dir(ctx.work, "aiter")
-    if not build_options.no_images:  # configure clones aiter only for the images
-        place_aiter(ctx.pin, src, build, aiter, ctx.runner, build_options.discard_local_edits)
-    kernel_check.before_build(ctx, src, build_options, store=store)
     return src
 
 
@@ -360,9 +318,10 @@ def place_aiter(
         return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
-        return runner.refuse(f"{tag_file} names aiter {wanted}, which AOTriton's configure would "
-                             f"clone from GitHub, but there is {pinned}: run nox -s update_pins "
-                             "(it records tag and commit)")  # fmt: skip
+        return runner.refuse(
+            f"{tag_file} names aiter {wanted}, which AOTriton's configure would clone from "
+            f"GitHub, but there is {pinned}: run nox -s update_pins (it records tag and commit)"
+        )
     ensure_checkout(aiter, checkout, runner, force=force)
     git(runner, checkout, "update-ref", f"refs/tags/{aiter.ref}", aiter.commit)
     link = build / "v3src" / "aiter"
@@ -371,22 +330,22 @@ def place_aiter(
         runner.apply(_link, link, checkout, say=say)
 
 
-def _link(link: Path, target: Path) -> None:  # an earlier clone at link goes
+def _link(link: Path, target: Path) -> None:
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_dir() and not link.is_symlink():
-        shutil.rmtree(link)
+    shutil.rmtree(link, ignore_errors=True)  # an earlier clone (a link it leaves to unlink)
     link.unlink(missing_ok=True)
     link.symlink_to(target, target_is_directory=True)
 
 
 def configure_args(
-    ctx: Context, build_options: SourceBuild, src: Path, build: Path, cache: CachePlan
+    ctx: Context, src: Path, build: Path, cache: CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
-    runner, python = ctx.session.runner, ctx.prefix / "bin/python"
+    runner, python, opts = ctx.runner, ctx.prefix / "bin/python", ctx.opts
     sdk = ctx.session.tool("rocm-sdk")
-    root, cmake_dir = (runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})")
-                       for q in ("root", "cmake"))  # fmt: skip
+    root, cmake_dir = (
+        runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})") for q in ("root", "cmake")
+    )
     pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
     pkgconfig.append(runner.base_env.get("PKG_CONFIG_PATH"))
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
@@ -398,10 +357,10 @@ def configure_args(
         f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
         f"-DCMAKE_PREFIX_PATH={cmake_dir}",
         f"-DAOTRITON_TARGET_ARCH={ctx.arch.name}",
-        f"-DAOTRITON_GPU_BUILD_TIMEOUT={build_options.timeout}",
-        f"-DAOTRITON_NOIMAGE_MODE={'ON' if build_options.no_images else 'OFF'}",
+        f"-DAOTRITON_GPU_BUILD_TIMEOUT={opts.timeout_min or 0:g}",  # minutes, 0: no limit
+        f"-DAOTRITON_NOIMAGE_MODE={'ON' if opts.no_images else 'OFF'}",
         # as torch's own cmake/External/aotriton.cmake: torch never uses pyaotriton
-        f"-DAOTRITON_NO_PYTHON={'OFF' if build_options.pyaotriton else 'ON'}",
+        f"-DAOTRITON_NO_PYTHON={'OFF' if opts.with_pyaotriton else 'ON'}",
         "-DHIP_PLATFORM=amd",
     ]
     if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
@@ -413,55 +372,66 @@ def configure_args(
     ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
     if cache.active:
         return [*args, *cache.cmake_args(), f"-DCCACHE_FOUND={cache.exe}"], sets
-    if ccache and build_options.cache is None:
+    if ccache and opts.cache is None:
         launchers = (f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX"))
         return [*args, *launchers], sets
     return [*args, "-DCCACHE_FOUND=OFF"], sets
 
 
-def build_from_source(ctx: Context, build_options: SourceBuild, *,
-                      tuning: tuning_db.TuningDb | None = None,
-                      build_name: str | None = None, extra_cmake: tuple[str, ...] = ()
-                      ) -> ai.AotritonInstall | None:  # fmt: skip
-    """Configure, build and install into <build>/install (None in a plan)."""
-    session, runner = ctx.session, ctx.session.runner
-    if build_options.pyaotriton:
+def build_from_source(
+    ctx: Context, tuning: tuning_db.TuningDb | None = None, for_tuner: bool = False
+) -> ai.AotritonInstall | None:
+    """The tree, its kernel check (docs/kernel-check.md), then cmake into <build>/install."""
+    runner, opts = ctx.runner, ctx.opts
+    if opts.with_pyaotriton:
         require_pybind11(ctx)
-    build = paths.build_dir(ctx.work, build_name or ctx.source_name)
-    install = build / "install"
-    store = kernel_build.open_for_build(ctx, build_options, runner)
-    src = prepare_tree(ctx, build_options, build, store)
-    kernels = kernel_build.plan(ctx, build_options, src, build, store, runner)
-    env = runner.base_env
-    jobs, why = buildjobs.choose_jobs(build_options.jobs, AOTRITON_GIB_PER_JOB)
+    build = paths.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
+    store = kernel_build.open_for_build(ctx, opts, runner)
+    if opts.clean and build.exists():
+        runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
+    src = check_out(ctx)
+    if not opts.no_images:  # configure clones aiter only for the images
+        aiter = paths.src_dir(ctx.work, "aiter")
+        place_aiter(ctx.pin, src, build, aiter, runner, opts.discard_local_edits)
+    kernel_check.before_build(ctx, src, opts, store=store)
+    kernels = kernel_build.plan(ctx, opts, src, build, store, runner)
+    jobs, why = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    cache = compile_cache.plan_cache(build_options.cache, work=ctx.work, arch=ctx.arch.name,
-                                     toolchain=toolchain(ctx.prefix, ctx.site), env=env,
-                                     runner=runner, planned=not session.ready)  # fmt: skip
-    args, sets = configure_args(ctx, build_options, src, build, cache)
+    toolchain_now = toolchain(ctx.prefix, ctx.site)
+    cache = compile_cache.plan_cache(
+        opts.cache,
+        work=ctx.work,
+        arch=ctx.arch.name,
+        toolchain=toolchain_now,
+        env=runner.base_env,
+        runner=runner,
+        planned=not ctx.session.ready,
+    )
+    args, sets = configure_args(ctx, src, build, cache)
     if tuning is not None:
-        args += tuning_db.build_inputs(tuning, src, build.with_name(build.name + "-tuning-db"),
-                                       runner=runner)  # fmt: skip
-    # every kernel job through the store (docs/kernel-check.md)
-    args += [*extra_cmake, *(kernels.cmake_args() if kernels is not None else ())]
+        db_build = build.with_name(build.name + "-tuning-db")
+        args += tuning_db.build_inputs(tuning, src, db_build, runner=runner)
+    if for_tuner:  # .tune/single/build_arch.sh ~34-43 at 6e00ef3e
+        args += ["-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"]
+    args += kernels.cmake_args() if kernels is not None else []  # every kernel job: the store
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
     previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
     changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
     if previous and changed and cmake_cache.exists():
         runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
-    if install.exists():
-        runner.apply(shutil.rmtree, install)  # ours; `ninja install` repopulates it
+    if (build / "install").exists():
+        runner.apply(shutil.rmtree, build / "install")  # ours; `ninja install` repopulates it
     runner.run(args, cwd=src, sets=sets)
     runner.apply(stamps.write, configured, {"args": args, "sets": sets})
     # AOTriton README: `ninja install` runs the whole build; do not run `ninja` separately.
-    ninja = str(session.tool("ninja"))
+    ninja = str(ctx.session.tool("ninja"))
     with (
         kernel_build.through_store(kernels, build, runner),
         compile_cache.compiling(cache, runner, ctx.work, "build_aotriton") as cache,
     ):
-        build_sets = {**sets, **cache.build_sets(env)}
+        build_sets = {**sets, **cache.build_sets(runner.base_env)}
         runner.run([ninja, "-C", str(build), f"-j{jobs}", "install"], cwd=src, sets=build_sets)
-    return runner.apply(ai.AotritonInstall.read, install / "lib", install / "include")
+    return runner.apply(ai.AotritonInstall.read, build / "install/lib", build / "install/include")
 
 
 def require_pybind11(ctx: Context) -> None:
@@ -476,69 +446,64 @@ def require_pybind11(ctx: Context) -> None:
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
-        raise UserError("AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's "
-                        "tuner) needs pybind11 (AOTriton's configure imports it with the env's "
-                        f"python and loads its CMake package), and {where}: add `- pybind11` to "
-                        "environment.yml, then run: nox -s lock && nox -s setup_env")  # fmt: skip
+        raise UserError(
+            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) needs "
+            "pybind11 (AOTriton's configure imports it with the env's python and loads its CMake "
+            f"package), and {where}: add `- pybind11` to environment.yml, then run: nox -s lock && "
+            "nox -s setup_env"
+        )
 
 
-def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str, *,
-           no_images: bool = False, force: bool = False) -> None:  # fmt: skip
+def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str) -> None:
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
-    # not which torch it goes into: a torch appearing later must not rebuild torch
-    own = {k: v for k, v in inputs.items() if k != "torch"}
-    if new is not None:
-        stamps.write(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), own, install_prefix=str(built))
-    else:  # a plan: build_pytorch later in this run plans against this prefix
-        stamps.plan(paths.stamp_path(ctx.work, BUILT_STAMP_NAME), install_prefix=str(built))
+    built_stamp = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    if new is None:  # a plan: build_pytorch later in this run plans against this prefix
+        stamps.plan(built_stamp, install_prefix=str(built))
+    elif new.runtime is None:
+        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
+    elif not ctx.opts.no_images and ctx.pack not in new.images:
+        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
+    else:  # not which torch it goes into: a torch appearing later must not rebuild torch
+        own = {k: v for k, v in inputs.items() if k != "torch"}
+        stamps.write(built_stamp, own, install_prefix=str(built))
     if ctx.torch is not None:
-        return install(ctx, new, stamp, inputs, how, no_images=no_images, force=force)
+        return install(ctx, new, stamp, inputs, how)
     story = f"no torch in the env: AOTriton stays in {built}; nox -s build_pytorch builds torch "
     story += "against it (AOTRITON_INSTALLED_PREFIX) and nox -s install_wheels installs that torch"
     if new is None:
         return ctx.runner.say(ctx.runner.plan_line(f"{story}; would write {stamp}") or story)
-    if new.runtime is None:
-        raise UserError(f"no libaotriton_v2.so.X.Y.Z in {new.lib}; the build did not install one")
-    if ctx.pack not in new.images:
-        raise UserError(f"no {ctx.pack} images under {new.lib}; torch would find no kernels")
     ctx.runner.say(f"built: {new.describe()}\n{story}")
-    new_is = {"runtime": new.runtime, "images": new.images}
-    stamps.write(stamp, inputs, installed=None, shipped=None, new=new_is, backup=None)
+    stamps.write(stamp, inputs, new={"runtime": new.runtime, "images": new.images})
 
 
-def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs: dict[str, Any],
-            how: str, *, no_images: bool, force: bool) -> None:  # fmt: skip
-    """Check versions and images, pip-install torch's own wheel repacked with new, stamp it."""
-    runner, torch = ctx.session.runner, ctx.in_torch
-    lib, was = torch / "lib", (ai.read_marker(torch) or {}).get("shipped")
+def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs, how: str) -> None:
+    """Check versions, pip-install torch's own wheel repacked with new, stamp it."""
+    runner, torch, lib = ctx.runner, ctx.torch, ctx.torch / "lib"
     shipped = ai.AotritonInstall.read(lib, torch / "include")
-    if was:  # what torch shipped: our marker says when the env's torch is a wheel we repacked
+    if was := (ai.read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
         shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
-        return runner.done("check versions, repack torch's own wheel with the new AOTriton, pip "
-                           f"install it into {ctx.prefix} and write {stamp}")  # fmt: skip
-    no_images = inputs["mode"] == "source" and no_images
-    if not no_images and ctx.pack not in new.images:
-        raise UserError(f"no {ctx.pack} images under {new.lib}; nothing installed")
+        return runner.done(
+            "check versions, repack torch's own wheel with the new AOTriton, pip install it into "
+            f"{ctx.prefix} and write {stamp}"
+        )
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = replace(new, images=new.images or ai.image_signatures(lib / "aotriton.images"))
-    overridden = ai.check_compatible(effective, shipped, force)
+    overridden = ai.check_compatible(effective, shipped, ctx.opts.force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
+    pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
+    before = {"runtime": shipped.runtime, "images": shipped.images}
+    versions = {"shipped": before, "new": {"runtime": new.runtime, "images": effective.images}}
+    torch_version = ai.dist_version(torch.parent, "torch")
+    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin, "forced": overridden}
+    record |= {"arch": ctx.arch.name, "torch_version": torch_version, **versions}
     same = not shipped.runtime or shipped.runtime == new.runtime
     expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
-    pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
-    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin,
-              "arch": ctx.arch.name, "torch_version": ai.dist_version(torch.parent, "torch"),
-              "shipped": {"runtime": shipped.runtime, "images": shipped.images},
-              "new": {"runtime": new.runtime, "images": effective.images},
-              "forced": overridden}  # fmt: skip
-    original, wheel = ai.install_into_torch(new, torch, marker=record, expected_soname=expected,
-                                            python=ctx.session.python, work=ctx.work,
-                                            runner=runner)  # fmt: skip
+    original, wheel = ai.install_into_torch(new, torch, record, expected, ctx.work, runner)
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
-    kept = {"shipped": record["shipped"], "new": record["new"], "wheel": str(wheel)}
-    stamps.write(stamp, inputs, installed=ai.installed_fingerprint(lib), **kept)
+    installed = ai.installed_fingerprint(lib)
+    stamps.write(stamp, inputs, installed=installed, wheel=str(wheel), **versions)

@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from rocmfa.builds import build_aotriton as ba
@@ -19,7 +19,7 @@ from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import TuneAotritonOptions
+from rocmfa.plumbing.options import BuildAotritonOptions, TuneAotritonOptions
 from rocmfa.sources import tuning_db
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
@@ -39,8 +39,7 @@ def filters(opts: TuneAotritonOptions) -> list[str]:
 
 @dataclass(frozen=True)
 class Postgres:
-    """A PostgreSQL cluster in data/ on 127.0.0.1:port and a socket in data/..; as root it runs
-    as `nobody` (postgres refuses root)."""
+    """A cluster in data/ on 127.0.0.1:port; under root, as `nobody` (postgres refuses root)."""
 
     bin_dir: Path
     data: Path
@@ -53,28 +52,11 @@ class Postgres:
             argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
         return argv
 
-    def start(self) -> None:
-        runner, sock = self.runner, self.data.parent
-        if not (self.data / "PG_VERSION").is_file():
-            runner.apply(sock.mkdir, parents=True, exist_ok=True)
-            if os.geteuid() == 0:
-                runner.run(["chown", "nobody:nogroup", str(sock)])
-            init = ("-D", str(self.data), "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
-            runner.run(self.tool("initdb", *init, "--no-instructions"), capture=True)
-        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {sock}"
-        log = str(sock / "server.log")
-        runner.run(self.tool("pg_ctl", "-D", str(self.data), "-l", log, "-w", "-o", opts, "start"))
-
-    def stop(self) -> None:
-        self.runner.run(self.tool("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"))
-
-    def psql(self, *args: str, db: str = DB_USER) -> str:
+    def query(self, sql: str, db: str = DB_USER, how: str = "-c") -> str:
+        """psql's answer to sql (how="-f": the file sql names), one row a line."""
         where = ("-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, "-d", db)
         argv = [str(self.bin_dir / "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", *where]
-        return self.runner.run([*argv, *args], capture=True).stdout
-
-    def query(self, sql: str, db: str = DB_USER) -> str:
-        return self.psql("-c", sql, db=db)
+        return self.runner.run([*argv, how, sql], capture=True).stdout
 
 
 def find_postgres(prefix: Path | None) -> Path | None:
@@ -95,20 +77,27 @@ def free_port() -> int:
 
 @contextmanager
 def running(pg: Postgres) -> Iterator[Postgres]:
-    """The server for the session's length, stopped also on failure."""
-    pg.start()
+    """The server for the session's length (its cluster made once), stopped also on failure."""
+    runner, sock, data = pg.runner, pg.data.parent, str(pg.data)
+    if not (pg.data / "PG_VERSION").is_file():
+        runner.apply(sock.mkdir, parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            runner.run(["chown", "nobody:nogroup", str(sock)])
+        init = ("-D", data, "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
+        runner.run(pg.tool("initdb", *init, "--no-instructions"), capture=True)
+    listen, log = f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {sock}", f"{sock}/server.log"
+    runner.run(pg.tool("pg_ctl", "-D", data, "-l", log, "-w", "-o", listen, "start"))
     try:
         if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
-            pg.psql("-c", f"CREATE DATABASE {DB_USER}", db="postgres")
+            pg.query(f"CREATE DATABASE {DB_USER}", db="postgres")
         yield pg
     finally:
-        pg.stop()
+        runner.run(pg.tool("pg_ctl", "-D", data, "-m", "fast", "-w", "stop"))
 
 
 def write_config(wd: Path, port: int, python: str) -> None:
     """WD/config.rc, KEY=VALUE, as .tune/bin/dispatch sources it."""
-    wd.mkdir(parents=True, exist_ok=True)
-    # trust on 127.0.0.1; dispatch wants a non-empty password
+    wd.mkdir(parents=True, exist_ok=True)  # trust on 127.0.0.1; dispatch wants a password
     text = f"POSTGRES_USER={DB_USER}\nPOSTGRES_PASSWORD=trust\nPOSTGRES_PORT={port}\n"
     text += f"CELERY_SERVICE_HOST=127.0.0.1\nCELERY_WORKER_PYTHON={python}\n"
     stamps.write_text_atomic(wd / "config.rc", text)
@@ -143,23 +132,23 @@ def need_gpu(arch: str, wd: Path) -> None:
     """The worker's first task imports torch on the GPU (v3python/tune/testrun.py)."""
     found = archs.detect_gpus()
     if arch not in found.gpus:
-        raise UserError(f"tune_aotriton: the worker's first task needs a {arch} GPU and this "
-                        f"machine has {', '.join(found.gpus) or 'none'} ({found.source}); stopped "
-                        f"before the tuning build, the queue kept in {wd} (run the same line on "
-                        f"a {arch} machine to go on)")  # fmt: skip
+        raise UserError(
+            f"tune_aotriton: the worker's first task needs a {arch} GPU and this machine has "
+            f"{', '.join(found.gpus) or 'none'} ({found.source}); stopped before the tuning "
+            f"build, the queue kept in {wd} (run the same line on a {arch} machine to go on)"
+        )
 
 
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
-    ctx = ba.make_context(opts, torch_optional=True)
-    runner, arch, commit = ctx.session.runner, ctx.arch.name, ctx.pin.commit
+    build = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name[:5] != "tune_"}
+    ctx = ba.make_context(BuildAotritonOptions(**build), tuning=True)  # builds as build_aotriton
+    runner, arch, commit = ctx.runner, ctx.arch.name, ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
     stored = tuning_db.find(commit, arch)
     if stored is not None and not opts.force:
-        runner.say(f"already tuned: {stored.describe()}; nothing run (--force to tune again)")
-        return
-    build = ba.source_build(opts, tuning=True)
-    src = ba.check_out(ctx, build)
+        return runner.say(f"already tuned: {stored.describe()}; nothing run (--force to redo)")
+    src = ba.check_out(ctx)
     bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
     if bin_dir is None:
         runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
@@ -168,32 +157,30 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     with running(pg):
         queue(pg, src, wd, arch, filters(opts))
         runner.apply(need_gpu, arch, wd)
+        tuner = replace(ctx, opts=replace(ctx.opts, with_pyaotriton=True))
         try:  # the worker imports pyaotriton, which needs pybind11
             ba.require_pybind11(ctx)
-            build = replace(build, pyaotriton=True)
         except UserError as missing:
             runner.refuse(str(missing))  # a plan notes it and plans on without it
-        tuned = ba.build_from_source(ctx, build, build_name="aotriton-tuning", extra_cmake=(
-            "-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"))  # fmt: skip
+            tuner = ctx
+        tuned = ba.build_from_source(tuner, for_tuner=True)
         tune_and_bake(pg, src, wd, arch, tuned.lib if tuned else Path("<tuning build>/lib"))
     candidate = store(runner, wd, commit, arch, opts)
     runner.say("rebuild with the tuned database")
-    rebuild = ba.source_build(opts, tuning=True)
-    new = ba.build_from_source(ctx, rebuild, tuning=candidate)
-    inputs = ba.stamp_inputs(ctx, from_release=False, build=rebuild)
+    new = ba.build_from_source(ctx, tuning=candidate)
+    inputs = ba.stamp_inputs(ctx, from_release=False)
     if ctx.torch is not None or new is None:  # a plan (no build) shows the gate too
         gate(ctx, new, opts, runner)
     how = f"built from {ctx.pin.url} at {commit[:12]} with {candidate.directory}"
-    ba.finish(ctx, new, inputs, how, force=opts.force)  # no torch: torch is built against it
+    ba.finish(ctx, new, inputs, how)  # no torch: torch is built against it
 
 
 def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> dict[str, int]:
-    """schema.sql (once), the arch's partition, then dispatch once per filter set: another set
-    replaces the pending tasks (dispatch would queue them twice); `--skip_completed` keeps
-    finished ones from being queued again."""
+    """schema.sql (once), the arch's partition, dispatch once per filter set: a new set replaces
+    the pending tasks (dispatch would queue them twice); --skip_completed keeps finished ones."""
     runner = pg.runner
     if not pg.query("SELECT to_regclass('task_queue')").strip():
-        pg.psql("-f", str(src / "v3python/tune/pq/schema.sql"))
+        pg.query(str(src / "v3python/tune/pq/schema.sql"), how="-f")
     pg.query(f"SELECT create_arch_partition('{arch}')")
     marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
@@ -212,8 +199,8 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     """One worker on this host's GPUs until the queue drains, then bake_lut."""
     runner = pg.runner
     service = [str(src / ".tune/remote/worker_service.sh")]
-    runner.run([*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"],
-               cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})  # fmt: skip
+    start = [*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"]
+    runner.run(start, cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})
     try:
         final = runner.apply(watch, pg, arch, runner)
     finally:
