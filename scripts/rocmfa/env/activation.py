@@ -29,8 +29,11 @@ def _conditions(
     if version is None:
         experimental = (False, "AOTriton version unknown, so the experimental flag is not set")
     elif arch.aotriton_patched_pack(version):
-        experimental = (False, f"{arch.name}'s kernels come from our patch set for AOTriton "
-                        f"{version}, which does not list it as experimental")  # fmt: skip
+        experimental = (
+            False,
+            f"{arch.name}'s kernels come from our patch set for AOTriton "
+            f"{version}, which does not list it as experimental",
+        )
     elif not arch.aotriton_supported(version):
         experimental = (False, f"AOTriton {version} has no kernels for {arch.name}")
     else:
@@ -69,8 +72,14 @@ def _section(table: dict, where: str, conditions, fields, found: Plan) -> None:
             found["set"].append({"name": name, "value": value, "why": why})
 
 
-def plan(arch: Arch, *, rocm_root: str, aotriton_version: str | None,
-         profiles: Sequence[str] = (), vars_file: Path = VARS_FILE) -> Plan:  # fmt: skip
+def plan(
+    arch: Arch,
+    *,
+    rocm_root: str,
+    aotriton_version: str | None,
+    profiles: Sequence[str] = (),
+    vars_file: Path = VARS_FILE,
+) -> Plan:
     data = load_toml(vars_file, "variable data")
     if not data:
         raise UserError(f"variable data {vars_file} is empty; restore it: git checkout {vars_file}")
@@ -139,8 +148,10 @@ def script_paths(prefix: Path) -> tuple[Path, Path]:
 def write_scripts(prefix: Path, variables: Sequence[Variable]) -> tuple[Path, Path]:
     names = " ".join(v["name"] for v in variables)
     exports = [f"export {v['name']}={shlex.quote(v['value'])}  # {v['why']}" for v in variables]
-    texts = (ACTIVATE.replace("@NAMES@", names) + "\n".join(exports) + "\n",
-             DEACTIVATE.replace("@NAMES@", names))  # fmt: skip
+    texts = (
+        ACTIVATE.replace("@NAMES@", names) + "\n".join(exports) + "\n",
+        DEACTIVATE.replace("@NAMES@", names),
+    )
     for path, text in zip(script_paths(prefix), texts, strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
         stamps.write_text_atomic(path, text)
@@ -151,5 +162,11 @@ def show(recorded: Plan) -> str:
     """A plan (as the stamp records it) as the lines setup_env --show prints."""
     chosen = [f"  {v['name']}={shlex.quote(v['value'])}  - {v['why']}" for v in recorded["set"]]
     skipped = [f"  {s['name']}  - {s['why']}" for s in recorded["not_set"]]
-    return "\n".join(["Variables set on activation:", *(chosen or ["  (none)"]), "Not set:",
-                      *(skipped or ["  (none)"])])  # fmt: skip
+    return "\n".join(
+        [
+            "Variables set on activation:",
+            *(chosen or ["  (none)"]),
+            "Not set:",
+            *(skipped or ["  (none)"]),
+        ]
+    )

@@ -72,9 +72,11 @@ class Arch:
 
     def needs_experimental_flag(self, version: str) -> bool:
         key = aotriton_version_key(version)
-        return any(key >= aotriton_version_key(since)
-                   and (until is None or key < aotriton_version_key(until))
-                   for since, until in self.aotriton_experimental)  # fmt: skip
+        return any(
+            key >= aotriton_version_key(since)
+            and (until is None or key < aotriton_version_key(until))
+            for since, until in self.aotriton_experimental
+        )
 
 
 def _bundles(name: str) -> list[Any]:
@@ -102,8 +104,10 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         entries = get(key, list, [])
         if not all(isinstance(entry, dict) for entry in entries):
             raise UserError(f"{where}: {key} entries must be tables")
-        return tuple(tuple(require(e, n, str, where) if n in e or n != "until" else None
-                           for n in names) for e in entries)  # fmt: skip
+        return tuple(
+            tuple(require(e, n, str, where) if n in e or n != "until" else None for n in names)
+            for e in entries
+        )
 
     packs = tables("aotriton_packs", "since", "pack")
     experimental = tables("aotriton_experimental", "since", "until")
@@ -213,8 +217,12 @@ class ArchChoice:
     detection: Detection
 
 
-def resolve_arch(requested: str | None, *, environ: Mapping[str, str] | None = None,
-                 detection: Detection | None = None) -> ArchChoice:  # fmt: skip
+def resolve_arch(
+    requested: str | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    detection: Detection | None = None,
+) -> ArchChoice:
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
     detection = detect_gpus(environ) if detection is None else detection
     if requested:

@@ -43,14 +43,21 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
                 found[-1]["experimental"] = require(raw, "experimental", list, where)
         return found
 
-    releases = sorted(rows("aotriton", "version", "commit", "source"),
-                      key=lambda r: archs.aotriton_version_key(r["version"]))  # fmt: skip
+    releases = sorted(
+        rows("aotriton", "version", "commit", "source"),
+        key=lambda r: archs.aotriton_version_key(r["version"]),
+    )
     if not releases:
         raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
-    torch = sorted(rows("torch", "torch", "tree", "aotriton", "source"),
-                   key=lambda r: tuple(map(int, r["torch"].split("."))))  # fmt: skip
-    return {"releases": releases, "torch": torch,
-            "retired": rows("retired", "name", "arch", "why", "source")}  # fmt: skip
+    torch = sorted(
+        rows("torch", "torch", "tree", "aotriton", "source"),
+        key=lambda r: tuple(map(int, r["torch"].split("."))),
+    )
+    return {
+        "releases": releases,
+        "torch": torch,
+        "retired": rows("retired", "name", "arch", "why", "source"),
+    }
 
 
 def state(arch: archs.Arch, version: str) -> str:
@@ -76,8 +83,10 @@ def table() -> dict[str, Any]:
             for r in data["releases"]
         }
         retired = [r for r in data["retired"] if r["arch"] == arch.name]
-        rows.append({"arch": arch.name, "name": arch.display_name, "cells": cells}
-                    | ({"retired": retired} if retired else {}))  # fmt: skip
+        rows.append(
+            {"arch": arch.name, "name": arch.display_name, "cells": cells}
+            | ({"retired": retired} if retired else {})
+        )
     return {**data, "pinned_build": pinned_build(), "arches": rows}
 
 
@@ -99,8 +108,13 @@ def render_markdown(report: dict[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
     rows = report["arches"]
-    cells = [[f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
-              for c in map(row["cells"].get, versions)] for row in rows]  # fmt: skip
+    cells = [
+        [
+            f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
+            for c in map(row["cells"].get, versions)
+        ]
+        for row in rows
+    ]
     lines += markdown_table(
         ["arch", *versions],
         [[f"{r['arch']} ({r['name']})", *c] for r, c in zip(rows, cells, strict=True)],
@@ -120,10 +134,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "error" not in (built := report["pinned_build"]):
         lines += ["", "## The pinned source build (build_pytorch)", "", built["line"]]
     lines += ["", "## Sources", ""]
-    lines += [f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}"
-              for r in report["releases"]]  # fmt: skip
-    lines += [f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
-              for row in report["arches"] for r in row.get("retired", ())]  # fmt: skip
+    lines += [
+        f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
+    ]
+    lines += [
+        f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
+        for row in report["arches"]
+        for r in row.get("retired", ())
+    ]
     lines.append("- per-arch support and image packs: scripts/rocmfa/data/arches.toml")
     lines += ["", f"This host: {report['host']}"] if report.get("host") else []
     return "\n".join(lines) + "\n"
@@ -149,9 +167,13 @@ def pinned_aotriton_version() -> str | None:
         return None
 
 
-def check_combination(arch: archs.Arch, aotriton_version: str, *,
-                      torch_version: str | None = None, force: bool = False
-                      ) -> list[str]:  # fmt: skip
+def check_combination(
+    arch: archs.Arch,
+    aotriton_version: str,
+    *,
+    torch_version: str | None = None,
+    force: bool = False,
+) -> list[str]:
     """Conflicts of arch x AOTriton release x torch (the first raised unless force, else returned
     as warnings) and notes (experimental, patched)."""
     found, both = state(arch, aotriton_version), f"{arch.name} x AOTriton {aotriton_version}"
@@ -170,8 +192,10 @@ def check_combination(arch: archs.Arch, aotriton_version: str, *,
     if series and "+git" not in torch_version and series[1] in known:
         expected, source = known[series[1]]["aotriton"], known[series[1]]["source"]
         if archs.aotriton_version_key(expected)[:2] != line:
-            problems.append(f"torch {series[1]} x AOTriton {aotriton_version}: torch {series[1]} "
-                            f"expects AOTriton {expected} ({source})")  # fmt: skip
+            problems.append(
+                f"torch {series[1]} x AOTriton {aotriton_version}: torch {series[1]} "
+                f"expects AOTriton {expected} ({source})"
+            )
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes

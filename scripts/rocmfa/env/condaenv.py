@@ -65,8 +65,12 @@ class EnvLocation:
     how: str
 
 
-def resolve_prefix(prefix: str | None, env_name: str | None, manager: Manager | None,
-                   environ: Mapping[str, str] | None = None) -> EnvLocation:  # fmt: skip
+def resolve_prefix(
+    prefix: str | None,
+    env_name: str | None,
+    manager: Manager | None,
+    environ: Mapping[str, str] | None = None,
+) -> EnvLocation:
     """prefix/env_name: the session's settings; environ: the manager's own variables."""
     environ = os.environ if environ is None else environ
     if prefix:
@@ -96,8 +100,9 @@ def _activated(prefix: str, outer_items: tuple[tuple[str, str], ...]) -> tuple:
     # conda stops at an activate.d script that fails; compiler scripts are not `set -u` safe
     script = re.sub(r"^(\. .*)$", r"\1 || exit 97", script, flags=re.M) + "\nexec env -0\n"
     bash = shutil.which("bash", path=outer.get("PATH")) or "/bin/bash"
-    result = subprocess.run([bash, "--norc", "--noprofile", "-c", script], env=outer,
-                            capture_output=True, check=False)  # fmt: skip
+    result = subprocess.run(
+        [bash, "--norc", "--noprofile", "-c", script], env=outer, capture_output=True, check=False
+    )
     if result.returncode != 0:
         detail = result.stderr.decode(errors="replace").strip().splitlines()
         raise UserError(
@@ -126,8 +131,11 @@ def require_env(prefix: Path) -> Path:
     if lockfile.LOCK_FILE.is_file():
         lockfile.require_fresh()
     else:
-        print(f"note: {lockfile.LOCK_FILE.name} is missing, so {prefix} cannot be checked "
-              "against it (nox -s lock makes it)", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: {lockfile.LOCK_FILE.name} is missing, so {prefix} cannot be checked "
+            "against it (nox -s lock makes it)",
+            file=sys.stderr,
+        )
     return prefix
 
 

@@ -90,20 +90,29 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
     path = torch_path(arch, choice.how, pinned)
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
     rows += [
-        ("arch", f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
-         f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}"),
+        (
+            "arch",
+            f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
+            f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}",
+        ),
         ("matrix", f"{compat_matrix.host_line(choice=choice)} (nox -s matrix)"),
         ("path", f"{path['kind']}: {path['why']}{run}"),
         *([("", path["build"])] if path.get("build") else []),
-    ]  # fmt: skip
+    ]
     return {"arch": arch.name, "path": path}
 
 
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
     manager = find_manager()
-    rows.append(("manager", f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager
-                 else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))  # fmt: skip
+    rows.append(
+        (
+            "manager",
+            f"{manager.kind} {manager.exe} (via {manager.found_via})"
+            if manager
+            else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)",
+        )
+    )
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
@@ -118,19 +127,32 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
     if (python := env / "bin" / "python").exists():
         try:
-            probe = subprocess.run([str(python), "-c", ENV_PROBE], capture_output=True, text=True,
-                                   env=condaenv.activated_environ(env), timeout=120,
-                                   check=True)  # fmt: skip
+            probe = subprocess.run(
+                [str(python), "-c", ENV_PROBE],
+                capture_output=True,
+                text=True,
+                env=condaenv.activated_environ(env),
+                timeout=120,
+                check=True,
+            )
             found = json.loads(probe.stdout)
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
     torch = facts["torch"]
     rows += [("ROCm SDK", facts["mixed_sdk"])] if facts.get("mixed_sdk") else []
-    rows.append(("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
-                 if torch.get("version") else torch.get("error", "not installed")))  # fmt: skip
-    rows += [("variable", f"{v['name']}={v['value']}  - {v['why']}")
-             for v in stamp.get("variables", {}).get("set") or []]  # fmt: skip
+    rows.append(
+        (
+            "torch",
+            f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
+            if torch.get("version")
+            else torch.get("error", "not installed"),
+        )
+    )
+    rows += [
+        ("variable", f"{v['name']}={v['value']}  - {v['why']}")
+        for v in stamp.get("variables", {}).get("set") or []
+    ]
     return facts
 
 
@@ -148,9 +170,18 @@ def _pins_section() -> list[dict[str, Any]]:
 
 
 def _builds_section(work: Path) -> list[dict[str, Any]]:
-    return [{"step": path.stem, "stamp": str(path), "facts": {k: v for k, v in (
-        stamps.read(path) or {}).items() if k not in ("inputs", "inputs_digest")}}
-            for path in sorted((work / "stamps").glob("*.json"))]  # fmt: skip
+    return [
+        {
+            "step": path.stem,
+            "stamp": str(path),
+            "facts": {
+                k: v
+                for k, v in (stamps.read(path) or {}).items()
+                if k not in ("inputs", "inputs_digest")
+            },
+        }
+        for path in sorted((work / "stamps").glob("*.json"))
+    ]
 
 
 def _next_step(report: dict[str, Any]) -> str:
@@ -177,8 +208,9 @@ def _next_step(report: dict[str, Any]) -> str:
         return MAIN_JOB[2]
     if not torch.get("version"):
         unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
-        return MAIN_JOB[1] + (" (its first run resolves and records the torch pin's commit)"
-                              if unresolved else "")  # fmt: skip
+        return MAIN_JOB[1] + (
+            " (its first run resolves and records the torch pin's commit)" if unresolved else ""
+        )
     return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 
@@ -226,12 +258,19 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
     }
     builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
     report["rows"] = [
-        *(("HALF-DONE", line) for line in report["interrupted"]), *arch_rows, *env_rows,
-        ("lock", f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
-         if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
-        *(("pin", pin["error"]) for pin in report["pins"]), ("pin line", _pin_line()),
+        *(("HALF-DONE", line) for line in report["interrupted"]),
+        *arch_rows,
+        *env_rows,
+        (
+            "lock",
+            f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
+            if lock["present"]
+            else "conda-lock.yml missing (setup_env generates it)",
+        ),
+        *(("pin", pin["error"]) for pin in report["pins"]),
+        ("pin line", _pin_line()),
         *(("built", build) for build in builds),
-    ]  # fmt: skip
+    ]
     report["next"] = _next_step(report)
     return report
 

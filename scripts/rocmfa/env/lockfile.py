@@ -104,8 +104,9 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             yield spec, vpr, str(mapping)
 
 
-def solve(specs: list[str], channels: list[str], virtual: list[Any],
-          cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
+def solve(
+    specs: list[str], channels: list[str], virtual: list[Any], cache_dir: Path | None = None
+) -> list[rattler.RepoDataRecord]:
     """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
@@ -155,18 +156,29 @@ def locked_dependencies(
         merged = {name: MatchSpec.merge(specs)[0].version for name, specs in by_name.items()}
         if not record.sha256 or not record.md5:
             raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
-        locked.append(LockedDependency(
-            name=record.name.normalized, version=str(record.version), manager="conda",
-            platform=platform, url=_swap_base(record.url, canonical),
-            dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
-            hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
-        ))  # fmt: skip
+        locked.append(
+            LockedDependency(
+                name=record.name.normalized,
+                version=str(record.version),
+                manager="conda",
+                platform=platform,
+                url=_swap_base(record.url, canonical),
+                dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
+                hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+            )
+        )
     return locked
 
 
-def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print,
-               cache_dir: Path | None = None,
-               records_file: Path | None = None) -> list[Any]:  # fmt: skip
+def solve_lock(
+    env_file: Path,
+    lock_file: Path,
+    mirrors: list[str],
+    cuda: str,
+    say=print,
+    cache_dir: Path | None = None,
+    records_file: Path | None = None,
+) -> list[Any]:
     """Solve env_file for linux-64 into lock_file (and records_file: load())."""
     import rattler
     from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
@@ -214,18 +226,39 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
         entries = {urls[r.file_name]: repodata_entry(r) for r in records}
         virtual_names = sorted(str(v) for v in virtual)
-        document = {"format": RECORDS_FORMAT, "platform": PLATFORM, "virtual_packages":
-                    virtual_names, "content_hash": hashes[PLATFORM],
-                    "records": dict(sorted(entries.items()))}  # fmt: skip
+        document = {
+            "format": RECORDS_FORMAT,
+            "platform": PLATFORM,
+            "virtual_packages": virtual_names,
+            "content_hash": hashes[PLATFORM],
+            "records": dict(sorted(entries.items())),
+        }
         records_file.write_text(json.dumps(document, indent=1) + "\n")
     return list(planned.values())
 
 
 # The repodata fields a channel entry keeps (what a solver and an installer read); a lock
 # writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
-RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
-                 "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
-                 "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
+RECORD_FIELDS = (
+    "name",
+    "version",
+    "build",
+    "build_number",
+    "depends",
+    "constrains",
+    "track_features",
+    "features",
+    "noarch",
+    "subdir",
+    "md5",
+    "sha256",
+    "size",
+    "timestamp",
+    "license",
+    "license_family",
+    "arch",
+    "platform",
+)
 
 
 def repodata_entry(record: Any) -> dict[str, Any]:
@@ -287,8 +320,12 @@ def fetch_all(
         failures.append(KeyboardInterrupt())
         downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
-        print(f"interrupted while downloading conda packages from {', '.join(hosts)} into "
-              f"{archives}; partial files removed", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"interrupted while downloading conda packages from {', '.join(hosts)} into "
+            f"{archives}; partial files removed",
+            file=sys.stderr,
+            flush=True,
+        )
         raise
     if failures:
         raise failures[0]
@@ -305,9 +342,15 @@ def _prefix_packages(prefix: Path) -> set[str]:
     return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
 
 
-def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None,
-                 mirrors: Mapping[str, str] | None = None, jobs: int = 8, reporter: Any = None
-                 ) -> InstallResult:  # fmt: skip
+def install_lock(
+    lock_file: Path,
+    prefix: Path,
+    *,
+    cache_dir: Path | None = None,
+    mirrors: Mapping[str, str] | None = None,
+    jobs: int = 8,
+    reporter: Any = None,
+) -> InstallResult:
     import rattler
 
     cache_dir = cache_dir or default_cache_dir()
@@ -323,9 +366,14 @@ def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None
             # Linked from the verified archive; the origin stays in the channel field.
             record.url, record.channel = path.resolve().as_uri(), channel_of(package.url)
             wanted.append(record)
-        await rattler.install(wanted, target_prefix=prefix, cache_dir=cache_dir / "pkgs",
-                              show_progress=False, execute_link_scripts=False,
-                              reporter=reporter)  # fmt: skip
+        await rattler.install(
+            wanted,
+            target_prefix=prefix,
+            cache_dir=cache_dir / "pkgs",
+            show_progress=False,
+            execute_link_scripts=False,
+            reporter=reporter,
+        )
 
     try:
         run_rattler(install)
@@ -403,31 +451,51 @@ def require_suited(lock_file: Path, platform: str) -> str:
 
     path = records_path(lock_file)
     document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
-    needs = next((v.split("=")[1] for v in document["virtual_packages"]
-                  if v.startswith("__glibc=")), None)  # fmt: skip
+    needs = next(
+        (v.split("=")[1] for v in document["virtual_packages"] if v.startswith("__glibc=")), None
+    )
     if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
-        raise UserError(f"{lock_file.name} is locked for {platform}; this host is "
-                        f"{subdir}: its packages would not run here")  # fmt: skip
+        raise UserError(
+            f"{lock_file.name} is locked for {platform}; this host is "
+            f"{subdir}: its packages would not run here"
+        )
     if needs is None:
         return f"host {subdir}"
     found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
-    have = next((str(g.version) for g in (v.into_generic() for v in found)
-                 if g.name.normalized == "__glibc"), None)  # fmt: skip
+    have = next(
+        (
+            str(g.version)
+            for g in (v.into_generic() for v in found)
+            if g.name.normalized == "__glibc"
+        ),
+        None,
+    )
     if have is None:
         why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
         raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):
-        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
-                        f"glibc {have}: its programs would not run here")  # fmt: skip
+        raise UserError(
+            f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
+            f"glibc {have}: its programs would not run here"
+        )
     return f"host {subdir}, glibc {have}"
 
 
-def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE,
-          cache_file: Path | None = None) -> tuple[bool, str]:  # fmt: skip
+def check(
+    env_file: Path = ENV_FILE,
+    lock_file: Path = LOCK_FILE,
+    *,
+    cuda: str = CUDA_CHOICE,
+    cache_file: Path | None = None,
+) -> tuple[bool, str]:
     if not lock_file.is_file():
         raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
-    key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file),
-           "conda_lock": metadata.version("conda-lock"), "cuda": cuda}  # fmt: skip
+    key = {
+        "env": stamps.file_sha256(env_file),
+        "lock": stamps.file_sha256(lock_file),
+        "conda_lock": metadata.version("conda-lock"),
+        "cuda": cuda,
+    }
     if cache_file is not None and stamps.is_current(cache_file, key):
         return True, "content hash matches (cached verdict)"
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
@@ -479,5 +547,8 @@ def write_lock(runner: Runner, mirrors: list[str]) -> None:
         print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
 
     where = ", ".join(mirrors) or "environment.yml's channels"
-    runner.apply(solve_and_verify, say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
-                 f"against {where} and write {LOCK_FILE.name} and {records.name}")  # fmt: skip
+    runner.apply(
+        solve_and_verify,
+        say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
+        f"against {where} and write {LOCK_FILE.name} and {records.name}",
+    )

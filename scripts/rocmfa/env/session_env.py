@@ -89,8 +89,13 @@ class SessionEnv:
         return self.runner.ask(argv, placeholder)
 
 
-def open_env(where: EnvChoice, *, dry_run: bool | None = None, out: TextIO | None = None,
-             makes_env: bool = False) -> SessionEnv:  # fmt: skip
+def open_env(
+    where: EnvChoice,
+    *,
+    dry_run: bool | None = None,
+    out: TextIO | None = None,
+    makes_env: bool = False,
+) -> SessionEnv:
     """A real run needs a set-up env (else "... run: nox -s setup_env"); a dry run goes on with
     placeholders and says so. makes_env (setup_env): the env need not exist."""
     dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
@@ -104,9 +109,12 @@ def open_env(where: EnvChoice, *, dry_run: bool | None = None, out: TextIO | Non
     if ready or not dry_run:
         condaenv.require_env(prefix)
         return SessionEnv(choice, work, location, manager, prefix, True, dry_run, True, out)
-    print(f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env would "
-          "create as placeholders (a real run stops here: run: nox -s setup_env)",
-          file=out or sys.stdout, flush=True)  # fmt: skip
+    print(
+        f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env would "
+        "create as placeholders (a real run stops here: run: nox -s setup_env)",
+        file=out or sys.stdout,
+        flush=True,
+    )
     return SessionEnv(choice, work, location, manager, prefix, False, True, True, out)
 
 
@@ -159,8 +167,9 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
                 f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
                 f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
             )
-        print(f"note: no env found ({location.how}); running with {sys.executable}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"note: no env found ({location.how}); running with {sys.executable}", file=sys.stderr
+        )
         python = Path(sys.executable)
     else:
         if not (prefix / condaenv.ENV_STAMP).is_file():

@@ -56,8 +56,10 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
     if prefix.exists() and not prefix.is_dir():
         raise UserError(f"env prefix {prefix} exists and is not a directory")
     if prefix.is_dir() and not condaenv.is_conda_env(prefix) and any(prefix.iterdir()):
-        raise UserError(f"env prefix {prefix} is a non-empty folder that is not a conda env; "
-                        "choose another --prefix")  # fmt: skip
+        raise UserError(
+            f"env prefix {prefix} is a non-empty folder that is not a conda env; "
+            "choose another --prefix"
+        )
     if condaenv.is_conda_env(prefix) and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
         raise UserError(
             f"conda env {prefix} exists but was not created by setup_env; installing the "
@@ -69,8 +71,9 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
         raise UserError(f"env prefix {prefix} is not writable{where}")
 
 
-def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
-              ) -> activation.Plan:  # fmt: skip
+def provision(
+    prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
+) -> activation.Plan:
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
     python = prefix / "bin" / "python"
     index_url = request.rocm.index_url(request.arch, request.index_kind)
@@ -95,13 +98,22 @@ def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: d
     runner.run([rocm_cli, "init", "--quiet"])
     rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
     version = aotriton_version(prefix)
-    result = activation.plan(request.arch, rocm_root=rocm_paths["root"],
-                             aotriton_version=version, profiles=request.profiles)  # fmt: skip
+    result = activation.plan(
+        request.arch,
+        rocm_root=rocm_paths["root"],
+        aotriton_version=version,
+        profiles=request.profiles,
+    )
     activate, deactivate = activation.script_paths(prefix)
-    runner.apply(activation.write_scripts, prefix, result["set"],
-                 say=f"write {activate} and {deactivate} (variables below)")  # fmt: skip
-    runner.apply(stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths,
-                 variables=result)  # fmt: skip
+    runner.apply(
+        activation.write_scripts,
+        prefix,
+        result["set"],
+        say=f"write {activate} and {deactivate} (variables below)",
+    )
+    runner.apply(
+        stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths, variables=result
+    )
     return result
 
 
@@ -123,13 +135,18 @@ def update_conda_packages(
         channels = sorted({lockfile.channel_of(p.url) for p in locked})
         mirrors = lockfile.parse_mirrors(opts.channel, channels) if opts.channel else {}
         done = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache, mirrors=mirrors)
-        print(f"conda packages: {len(done.installed)} installed, {len(done.removed)} "
-              f"removed, {done.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+        print(
+            f"conda packages: {len(done.installed)} installed, {len(done.removed)} "
+            f"removed, {done.unchanged} unchanged (py-rattler; cache {cache})"
+        )
 
     if needs_conda:
-        runner.apply(install, say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into "
-                     f"{prefix} with py-rattler: sha256-verified downloads into {cache}, then "
-                     "only the difference to the prefix")  # fmt: skip
+        runner.apply(
+            install,
+            say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into "
+            f"{prefix} with py-rattler: sha256-verified downloads into {cache}, then "
+            "only the difference to the prefix",
+        )
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
