@@ -85,10 +85,6 @@ def resolve_prefix(
     return EnvLocation(dirs[0] / name, f"{how} '{name}' (to be created)")
 
 
-def is_conda_env(prefix: Path) -> bool:
-    return (prefix / "conda-meta").is_dir()
-
-
 @functools.lru_cache(maxsize=8)
 def _activated(prefix: str, outer_items: tuple[tuple[str, str], ...]) -> tuple:
     from rattler.shell import ActivationVariables, PathModificationBehavior, Shell, activate
@@ -122,20 +118,16 @@ def activated_environ(prefix: Path, outer: Mapping[str, str] | None = None) -> d
 
 def require_env(prefix: Path) -> Path:
     if not (prefix / ENV_STAMP).is_file():
-        state = "is not a conda env" if not is_conda_env(prefix) else "was not set up by us"
-        if not prefix.exists():
-            state = "does not exist"
+        state = "was not set up by us" if (prefix / "conda-meta").is_dir() else "is not a conda env"
+        state = state if prefix.exists() else "does not exist"
         raise UserError(f"env {prefix} {state}; run: nox -s setup_env")
     from rocmfa.env import lockfile  # lazily: conda-lock's import is slow
 
     if lockfile.LOCK_FILE.is_file():
         lockfile.require_fresh()
     else:
-        print(
-            f"note: {lockfile.LOCK_FILE.name} is missing, so {prefix} cannot be checked "
-            "against it (nox -s lock makes it)",
-            file=sys.stderr,
-        )
+        name = lockfile.LOCK_FILE.name
+        print(f"note: {name} is missing, so {prefix} cannot be checked against it", file=sys.stderr)
     return prefix
 
 

@@ -89,12 +89,10 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
     aotriton = arch.aotriton_supported() or bool(pinned and arch.aotriton_patched_pack(pinned))
     path = torch_path(arch, choice.how, pinned)
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+    line = f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
+    line += f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}"
     rows += [
-        (
-            "arch",
-            f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
-            f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}",
-        ),
+        ("arch", line),
         ("matrix", f"{compat_matrix.host_line(choice=choice)} (nox -s matrix)"),
         ("path", f"{path['kind']}: {path['why']}{run}"),
         *([("", path["build"])] if path.get("build") else []),
@@ -104,15 +102,9 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
 
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
-    manager = find_manager()
-    rows.append(
-        (
-            "manager",
-            f"{manager.kind} {manager.exe} (via {manager.found_via})"
-            if manager
-            else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)",
-        )
-    )
+    manager, none = find_manager(), "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
+    found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else none
+    rows.append(("manager", found))
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
@@ -139,16 +131,10 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    torch = facts["torch"]
+    torch, version = facts["torch"], facts["torch"].get("version")
     rows += [("ROCm SDK", facts["mixed_sdk"])] if facts.get("mixed_sdk") else []
-    rows.append(
-        (
-            "torch",
-            f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
-            if torch.get("version")
-            else torch.get("error", "not installed"),
-        )
-    )
+    shown = f"{version} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})" if version else None
+    rows.append(("torch", shown or torch.get("error", "not installed")))
     rows += [
         ("variable", f"{v['name']}={v['value']}  - {v['why']}")
         for v in stamp.get("variables", {}).get("set") or []
@@ -170,18 +156,12 @@ def _pins_section() -> list[dict[str, Any]]:
 
 
 def _builds_section(work: Path) -> list[dict[str, Any]]:
-    return [
-        {
-            "step": path.stem,
-            "stamp": str(path),
-            "facts": {
-                k: v
-                for k, v in (stamps.read(path) or {}).items()
-                if k not in ("inputs", "inputs_digest")
-            },
-        }
-        for path in sorted((work / "stamps").glob("*.json"))
-    ]
+    builds = []
+    for path in sorted((work / "stamps").glob("*.json")):
+        facts = stamps.read(path) or {}
+        facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
+        builds.append({"step": path.stem, "stamp": str(path), "facts": facts})
+    return builds
 
 
 def _next_step(report: dict[str, Any]) -> str:
@@ -257,16 +237,12 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
     builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
+    shown = f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
     report["rows"] = [
         *(("HALF-DONE", line) for line in report["interrupted"]),
         *arch_rows,
         *env_rows,
-        (
-            "lock",
-            f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
-            if lock["present"]
-            else "conda-lock.yml missing (setup_env generates it)",
-        ),
+        ("lock", shown if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
         *(("pin", pin["error"]) for pin in report["pins"]),
         ("pin line", _pin_line()),
         *(("built", build) for build in builds),

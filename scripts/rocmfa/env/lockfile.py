@@ -1,12 +1,5 @@
-"""conda-lock.yml, solved and installed with py-rattler, written and checked by conda-lock.
-
-solve_lock() (`nox -s lock`) solves environment.yml against its channels or their mirrors
-(`--channel URL`; locked URLs name environment.yml's channel); check() compares conda-lock's own
-content hash, offline and without CUDA; install_lock() (setup_env) links the lock's packages,
-sha256-checked in a package cache, into a prefix. conda-lock.records.json keeps each package's
-whole repodata record (conda-lock's format drops constrains and build numbers, which the
-closed-world check of the lock needs; docs/conda-lock.md).
-"""
+"""conda-lock.yml: solved and installed with py-rattler, written and checked by conda-lock, with
+conda-lock.records.json beside it (the whole records, constrains included; docs/conda-lock.md)."""
 
 from __future__ import annotations
 
@@ -125,11 +118,9 @@ def solve(
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
-        url = re.search(r"url \((\S+?)\)", str(error))
-        cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:] or ["?"]
-        where = url[1] if url else ", ".join(channels)
-        host = urllib.parse.urlsplit(where).netloc or where
-        why = cause[0].removeprefix("Caused by: ")
+        where = url[1] if (url := re.search(r"url \((\S+?)\)", str(error))) else channels[0]
+        why = str(error).strip().splitlines()[-1].strip().removeprefix("Caused by: ")
+        host = urllib.parse.urlsplit(where).netloc
         raise UserError(f"cannot reach {host} ({where}): {why}; {MIRROR_FIX}") from None
     except Exception as error:  # anything else from rattler
         raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
@@ -239,26 +230,10 @@ def solve_lock(
 
 # The repodata fields a channel entry keeps (what a solver and an installer read); a lock
 # writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
-RECORD_FIELDS = (
-    "name",
-    "version",
-    "build",
-    "build_number",
-    "depends",
-    "constrains",
-    "track_features",
-    "features",
-    "noarch",
-    "subdir",
-    "md5",
-    "sha256",
-    "size",
-    "timestamp",
-    "license",
-    "license_family",
-    "arch",
-    "platform",
-)
+RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
+    "name version build build_number depends constrains track_features features noarch subdir md5"
+    " sha256 size timestamp license license_family arch platform"
+).split()
 
 
 def repodata_entry(record: Any) -> dict[str, Any]:
@@ -273,11 +248,8 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
     from conda_lock.lockfile import parse_conda_lock_file
 
     packages = [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
-    for p in packages:
-        if p.manager != "conda":
-            raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
-        if not p.hash.sha256:
-            raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
+    if unhashed := [p.name for p in packages if not p.hash.sha256]:
+        raise UserError(f"{lock_file.name}: {unhashed[0]} has no sha256; relock: nox -s lock")
     return packages
 
 
@@ -320,12 +292,8 @@ def fetch_all(
         failures.append(KeyboardInterrupt())
         downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
-        print(
-            f"interrupted while downloading conda packages from {', '.join(hosts)} into "
-            f"{archives}; partial files removed",
-            file=sys.stderr,
-            flush=True,
-        )
+        where = f"from {', '.join(hosts)} into {archives}"
+        print(f"interrupted while downloading conda packages {where}", file=sys.stderr)
         raise
     if failures:
         raise failures[0]
@@ -387,14 +355,11 @@ T = TypeVar("T")
 
 
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop:
-    else it may take the GIL during interpreter exit and crash it (docs/conda-lock.md, "exit-time
-    crash"; tests/perf/rattler_exit_crash.py). make() builds the coroutine with our loop set."""
+    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop,
+    else it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
 
     async def settled() -> tuple[bool, Any]:
-        # Catch inside the loop: an exception escaping run_until_complete would carry frames
-        # that reference the loop and keep its count above the baseline.
-        try:
+        try:  # caught in the loop: an escaping exception's frames would hold the loop
             return True, await make()
         except BaseException as error:
             return False, error
@@ -462,15 +427,8 @@ def require_suited(lock_file: Path, platform: str) -> str:
     if needs is None:
         return f"host {subdir}"
     found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
-    have = next(
-        (
-            str(g.version)
-            for g in (v.into_generic() for v in found)
-            if g.name.normalized == "__glibc"
-        ),
-        None,
-    )
-    if have is None:
+    generic = (v.into_generic() for v in found)
+    if (have := {g.name.normalized: str(g.version) for g in generic}.get("__glibc")) is None:
         why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
         raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):

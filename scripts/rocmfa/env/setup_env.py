@@ -53,14 +53,14 @@ class Request:
 
 def check_prefix_usable(prefix: Path, force: bool) -> None:
     """Refuse to let the installer replace what we did not make, or write where we cannot."""
+    conda_env = (prefix / "conda-meta").is_dir()
     if prefix.exists() and not prefix.is_dir():
         raise UserError(f"env prefix {prefix} exists and is not a directory")
-    if prefix.is_dir() and not condaenv.is_conda_env(prefix) and any(prefix.iterdir()):
+    if prefix.is_dir() and not conda_env and any(prefix.iterdir()):
         raise UserError(
-            f"env prefix {prefix} is a non-empty folder that is not a conda env; "
-            "choose another --prefix"
+            f"env prefix {prefix} is not empty and not a conda env; choose another --prefix"
         )
-    if condaenv.is_conda_env(prefix) and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+    if conda_env and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
         raise UserError(
             f"conda env {prefix} exists but was not created by setup_env; installing the "
             "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
@@ -75,42 +75,29 @@ def provision(
     prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
 ) -> activation.Plan:
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
-    python = prefix / "bin" / "python"
-    index_url = request.rocm.index_url(request.arch, request.index_kind)
-    if note := request.rocm.index_note(request.arch, request.index_kind):
+    rocm, arch, kind = request.rocm, request.arch, request.index_kind
+    if note := rocm.index_note(arch, kind):
         runner.say(note)
-    requirements = [request.rocm.requirement(request.arch, request.index_kind)]
-    if request.with_torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
-        requirements.append(request.rocm.torch_requirement(request.arch, request.index_kind))
-        runner.say(
-            f"torch and the ROCm SDK in one pip resolve: {requirements[0]} holds the SDK at the "
-            "pin, so only a torch built for it can be chosen"
-        )
-    pre = ["--pre"] * request.rocm.pre
-    pip = [python, "-m", "pip", "install", "--index-url", index_url, *pre, *requirements]
-    if runner.run(pip, check=not request.with_torch).returncode != 0:
+    sdk, torch = rocm.requirement(arch, kind), [rocm.torch_requirement(arch, kind)]
+    torch = torch if request.with_torch else []
+    if torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
+        runner.say(f"torch and the ROCm SDK in one pip resolve: {sdk} holds the SDK at the pin")
+    url, pre = rocm.index_url(arch, kind), ["--pre"] * rocm.pre
+    pip = [prefix / "bin" / "python", "-m", "pip", "install", "--index-url", url, *pre, sdk, *torch]
+    if runner.run(pip, check=not torch).returncode != 0:
         raise UserError(
-            f"pip found no {requirements[1]} on {index_url} that works with {requirements[0]} "
-            "(TheRock's torch requires rocm[libraries]==<its own SDK>); pick an SDK version "
-            "that index has a torch for in pins/rocm.toml, or drop --with-torch"
+            f"pip found no {torch[0]} on {url} that works with {sdk}; pick an SDK version that "
+            "index has a torch for in pins/rocm.toml, or drop --with-torch"
         )
     rocm_cli = prefix / "bin" / "rocm-sdk"
     runner.run([rocm_cli, "init", "--quiet"])
     rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
     version = aotriton_version(prefix)
     result = activation.plan(
-        request.arch,
-        rocm_root=rocm_paths["root"],
-        aotriton_version=version,
-        profiles=request.profiles,
+        arch, rocm_root=rocm_paths["root"], aotriton_version=version, profiles=request.profiles
     )
-    activate, deactivate = activation.script_paths(prefix)
-    runner.apply(
-        activation.write_scripts,
-        prefix,
-        result["set"],
-        say=f"write {activate} and {deactivate} (variables below)",
-    )
+    scripts = " and ".join(map(str, activation.script_paths(prefix)))
+    runner.apply(activation.write_scripts, prefix, result["set"], say=f"write {scripts}")
     runner.apply(
         stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths, variables=result
     )
@@ -135,18 +122,12 @@ def update_conda_packages(
         channels = sorted({lockfile.channel_of(p.url) for p in locked})
         mirrors = lockfile.parse_mirrors(opts.channel, channels) if opts.channel else {}
         done = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache, mirrors=mirrors)
-        print(
-            f"conda packages: {len(done.installed)} installed, {len(done.removed)} "
-            f"removed, {done.unchanged} unchanged (py-rattler; cache {cache})"
-        )
+        counts = f"{len(done.installed)} installed, {len(done.removed)} removed"
+        print(f"conda packages: {counts}, {done.unchanged} unchanged (py-rattler; cache {cache})")
 
     if needs_conda:
-        runner.apply(
-            install,
-            say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into "
-            f"{prefix} with py-rattler: sha256-verified downloads into {cache}, then "
-            "only the difference to the prefix",
-        )
+        lock = f"{lockfile.LOCK_FILE.name} ({lockfile.PLATFORM})"
+        runner.apply(install, say=f"install {lock} into {prefix} with py-rattler (cache {cache})")
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
