@@ -22,33 +22,23 @@ Variable = dict[str, str]  # {"name", "value", "why"}; skipped ones: {"name", "w
 Plan = dict[str, list[Variable]]  # {"set": [...], "not_set": [...]}, as the stamp records it
 
 
-def _conditions(
-    arch: Arch, aotriton_version: str | None, rocm_root: str
-) -> dict[str, tuple[bool, str]]:
-    version = aotriton_version
+def _conditions(arch: Arch, version: str | None, rocm_root: str) -> dict[str, tuple[bool, str]]:
+    supported = version is not None and arch.aotriton_supported(version)
     if version is None:
-        experimental = (False, "AOTriton version unknown, so the experimental flag is not set")
+        why = "AOTriton version unknown, so the experimental flag is not set"
     elif arch.aotriton_patched_pack(version):
-        experimental = (
-            False,
-            f"{arch.name}'s kernels come from our patch set for AOTriton "
-            f"{version}, which does not list it as experimental",
-        )
-    elif not arch.aotriton_supported(version):
-        experimental = (False, f"AOTriton {version} has no kernels for {arch.name}")
+        why = f"{arch.name}'s kernels come from our patch set (not experimental in {version})"
+    elif not supported:
+        why = f"AOTriton {version} has no kernels for {arch.name}"
     else:
-        flag = arch.needs_experimental_flag(version)
-        experimental = (flag, f"{arch.name} is not experimental in AOTriton {version}")
+        why = f"{arch.name} is not experimental in AOTriton {version}"
     bitcode = Path(rocm_root) / "lib" / "llvm" / "amdgcn" / "bitcode"
     # a dry run before the SDK is installed names it by a placeholder: show what would be set
-    device_libs = (
-        not Path(rocm_root).is_absolute() or bitcode.is_dir(),
-        f"the SDK has no {bitcode} (TheRock then relies on clang's own lookup, as here)",
-    )
+    has_libs = not Path(rocm_root).is_absolute() or bitcode.is_dir()
     return {
-        "aotriton_experimental": experimental,
+        "aotriton_experimental": (supported and arch.needs_experimental_flag(version), why),
         "vllm_aiter": (arch.vllm_aiter, arch.vllm_note),
-        "device_libs": device_libs,
+        "device_libs": (has_libs, f"the SDK has no {bitcode} (clang's own lookup is used)"),
     }
 
 
@@ -162,11 +152,5 @@ def show(recorded: Plan) -> str:
     """A plan (as the stamp records it) as the lines setup_env --show prints."""
     chosen = [f"  {v['name']}={shlex.quote(v['value'])}  - {v['why']}" for v in recorded["set"]]
     skipped = [f"  {s['name']}  - {s['why']}" for s in recorded["not_set"]]
-    return "\n".join(
-        [
-            "Variables set on activation:",
-            *(chosen or ["  (none)"]),
-            "Not set:",
-            *(skipped or ["  (none)"]),
-        ]
-    )
+    lines = ["Variables set on activation:", *(chosen or ["  (none)"])]
+    return "\n".join([*lines, "Not set:", *(skipped or ["  (none)"])])

@@ -36,11 +36,10 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
         found = []
         for name, raw in (data.get(table) or {}).items():
             where = f"{path.name} [{table}.{name!r}]"
-            found.append(
-                {key: name} | {k: " ".join(require(raw, k, str, where).split()) for k in keys}
-            )
+            row = {k: " ".join(require(raw, k, str, where).split()) for k in keys}
             if table == "aotriton":  # the archs its util.cc gates as experimental
-                found[-1]["experimental"] = require(raw, "experimental", list, where)
+                row["experimental"] = require(raw, "experimental", list, where)
+            found.append({key: name} | row)
         return found
 
     releases = sorted(
@@ -104,21 +103,18 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [f"| {' | '.join(cells)} |" for cells in [header, ["---"] * len(header), *rows]]
 
 
+def _cell(cell: dict[str, str]) -> str:
+    return f"{SHORT.get(cell['state'], '-')} {cell.get('pack', '')}".strip()
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
-    rows = report["arches"]
-    cells = [
-        [
-            f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
-            for c in map(row["cells"].get, versions)
-        ]
-        for row in rows
+    rows = [
+        [f"{r['arch']} ({r['name']})", *(_cell(r["cells"][v]) for v in versions)]
+        for r in report["arches"]
     ]
-    lines += markdown_table(
-        ["arch", *versions],
-        [[f"{r['arch']} ({r['name']})", *c] for r, c in zip(rows, cells, strict=True)],
-    )
+    lines += markdown_table(["arch", *versions], rows)
     lines += [
         "",
         f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
@@ -199,11 +195,6 @@ def check_combination(
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes
-
-
-def announce(lines: list[str], say: Any = print) -> None:
-    for line in lines:
-        say(line)
 
 
 def matrix(opts: MatrixOptions) -> None:

@@ -1,7 +1,5 @@
-"""The start every setup/build session shares (arch, work dir, env, one Runner; a dry run goes on
-without the env, with named placeholders), the probe sessions (scripts/rocmfa/probes/<session>.py
-in the env's Python and activation), and `guarded`: the work dir's or env's lock around a session
-that changes it (plumbing/locks.py)."""
+"""The start every setup/build session shares (arch, work dir, env, one Runner), the probe sessions
+(scripts/rocmfa/probes/<session>.py in the env), and `guarded`: the session's locks."""
 
 from __future__ import annotations
 
@@ -67,10 +65,8 @@ class SessionEnv:
         return self.prefix / "bin" / "python"
 
     def describe(self) -> str:
-        return (
-            f"arch {self.arch.name} ({self.arch_how}); env {self.prefix} ({self.location.how}); "
-            f"work dir {self.work}"
-        )
+        where = f"env {self.prefix} ({self.location.how}); work dir {self.work}"
+        return f"arch {self.arch.name} ({self.arch_how}); {where}"
 
     def tool(self, program: str) -> Path:
         """A program of the env; on a dry run without it, where setup_env puts it."""
@@ -104,18 +100,16 @@ def open_env(
     location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
     prefix = location.prefix
     ready = (prefix / condaenv.ENV_STAMP).is_file()
-    if makes_env:
-        return SessionEnv(choice, work, location, manager, prefix, ready, dry_run, False, out)
-    if ready or not dry_run:
-        condaenv.require_env(prefix)
-        return SessionEnv(choice, work, location, manager, prefix, True, dry_run, True, out)
-    print(
-        f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env would "
-        "create as placeholders (a real run stops here: run: nox -s setup_env)",
-        file=out or sys.stdout,
-        flush=True,
-    )
-    return SessionEnv(choice, work, location, manager, prefix, False, True, True, out)
+    if not makes_env and (ready or not dry_run):
+        condaenv.require_env(prefix)  # stops a real run on an env that is not set up
+    elif not makes_env:
+        print(
+            f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env "
+            "would create as placeholders (a real run stops here: run: nox -s setup_env)",
+            file=out or sys.stdout,
+            flush=True,
+        )
+    return SessionEnv(choice, work, location, manager, prefix, ready, dry_run, not makes_env, out)
 
 
 class OnSession:
@@ -134,8 +128,7 @@ UPSTREAM = "upstream_sdpa"
 
 def probe_names(declared: Session) -> tuple[str, ...]:
     """scripts/rocmfa/probes/<session>.py, and upstream_sdpa for validate (its --upstream)."""
-    own = declared.name
-    return (own, UPSTREAM) if hasattr(declared.options, "upstream") else (own,)
+    return (declared.name, UPSTREAM)[: 1 + hasattr(declared.options, "upstream")]
 
 
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
@@ -151,9 +144,8 @@ def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
 
 
 def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
-    """A probe session: its script, with the arguments it did not declare, in the env's Python
-    and activation; with no env given or found, the Python running nox when it has torch (a CPU
-    machine without conda). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
+    """A probe's script with the arguments it did not declare, in the env (none found: nox's
+    Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
     script, args = f"{probe_names(declared)[0]}.py", list(rest)
     if getattr(opts, "upstream", False):
         work = paths.workdir(getattr(opts, "workdir", None))
@@ -167,9 +159,8 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
                 f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
                 f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
             )
-        print(
-            f"note: no env found ({location.how}); running with {sys.executable}", file=sys.stderr
-        )
+        note = f"note: no env found ({location.how}); running with {sys.executable}"
+        print(note, file=sys.stderr)
         python = Path(sys.executable)
     else:
         if not (prefix / condaenv.ENV_STAMP).is_file():
@@ -178,13 +169,12 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
     # The scripts read the arch from torch itself; --arch only matters to other sessions.
     argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
     print("$ " + " ".join(argv), flush=True)
-    return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
+    return subprocess.run(argv, env=env, check=False).returncode
 
 
 @contextmanager
 def guarded(declared: Session, opts: object) -> Iterator[None]:
-    """Around one session: its locks (declared.changes_workdir / changes_env), where it takes
-    any (options.takes_locks)."""
+    """Around one session: its locks (declared.changes_workdir / changes_env; plumbing/locks.py)."""
     if not takes_locks(declared, opts):
         yield
         return
