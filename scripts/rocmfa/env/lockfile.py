@@ -186,8 +186,7 @@ def solve_lock(
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
         specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
         say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-        # conda-lock's virtual packages (its FakeRepoData, the ones it hashes); rattler wants
-        # a build string where conda uses 0
+        # conda-lock's virtual packages (the ones it hashes); rattler wants a build string, not 0
         virtual = [
             rattler.GenericVirtualPackage(
                 rattler.PackageName(p.name),
@@ -204,28 +203,19 @@ def solve_lock(
         apply_categories(
             requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=mapping
         )
+    source, locked = os.path.relpath(env_file, lock_file.parent), list(planned.values())
     meta = LockMeta(
-        content_hash=hashes,
-        channels=list(spec.channels),
-        platforms=[PLATFORM],
-        sources=[os.path.relpath(env_file, lock_file.parent)],
+        content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
-    write_conda_lock_file(
-        Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
-    )
+    write_conda_lock_file(Lockfile(package=locked, metadata=meta), lock_file, metadata_choices=())
     if records_file is not None:  # read by load()
-        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
+        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
         entries = {urls[r.file_name]: repodata_entry(r) for r in records}
-        virtual_names = sorted(str(v) for v in virtual)
-        document = {
-            "format": RECORDS_FORMAT,
-            "platform": PLATFORM,
-            "virtual_packages": virtual_names,
-            "content_hash": hashes[PLATFORM],
-            "records": dict(sorted(entries.items())),
-        }
+        solved_for = {"platform": PLATFORM, "virtual_packages": sorted(map(str, virtual))}
+        document = {"format": RECORDS_FORMAT, **solved_for, "content_hash": hashes[PLATFORM]}
+        document["records"] = dict(sorted(entries.items()))
         records_file.write_text(json.dumps(document, indent=1) + "\n")
-    return list(planned.values())
+    return locked
 
 
 # The repodata fields a channel entry keeps (what a solver and an installer read); a lock
