@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 
 PLATFORM = "linux-64"
 RECORDS_FORMAT = 1  # conda-lock.records.json
+ENV_FILE = REPO_ROOT / "environment.yml"
+LOCK_FILE = REPO_ROOT / "conda-lock.yml"
+VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
+CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
+T = TypeVar("T")
 
 
 def default_cache_dir() -> Path:
@@ -247,9 +253,6 @@ def channel_of(url: str) -> str:
     return url.rsplit("/", 2)[0]
 
 
-MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
-
-
 def fetch_all(
     packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
@@ -314,7 +317,6 @@ def install_lock(
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
-
     before = _prefix_packages(prefix)
 
     async def install() -> None:
@@ -341,9 +343,6 @@ def install_lock(
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-T = TypeVar("T")
-
-
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop,
     else it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
@@ -361,8 +360,8 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
         loop.close()
         raise
-    # Measured in this frame, like `baseline`: any excess is rattler's. A reference a rattler
-    # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
+    # Any excess over `baseline` is rattler's; a reference its thread dropped without the GIL
+    # waits in pyo3's pool until the next call into pyo3 (rattler.Version below).
     import rattler
 
     deadline = time.monotonic() + 10  # rattler lets go within microseconds: a bound on a surprise
@@ -373,11 +372,6 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     if not ok:
         raise outcome
     return outcome
-
-
-ENV_FILE = REPO_ROOT / "environment.yml"
-LOCK_FILE = REPO_ROOT / "conda-lock.yml"
-CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 
 
 def records_path(lock_file: Path) -> Path:
@@ -438,12 +432,8 @@ def check(
 ) -> tuple[bool, str]:
     if not lock_file.is_file():
         raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
-    key = {
-        "env": stamps.file_sha256(env_file),
-        "lock": stamps.file_sha256(lock_file),
-        "conda_lock": metadata.version("conda-lock"),
-        "cuda": cuda,
-    }
+    key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file)}
+    key |= {"conda_lock": metadata.version("conda-lock"), "cuda": cuda}
     if cache_file is not None and stamps.is_current(cache_file, key):
         return True, "content hash matches (cached verdict)"
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
@@ -467,16 +457,11 @@ def check(
     return True, "content hash matches"
 
 
-VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
-
-
 def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
     fresh, reason = check(env_file, lock_file, cache_file=VERDICT_CACHE)
     if not fresh:
-        raise UserError(
-            f"{lock_file.name} is stale ({reason}): environment.yml changed since it was "
-            "locked; run: nox -s lock"
-        )
+        why = "environment.yml changed since it was locked"
+        raise UserError(f"{lock_file.name} is stale ({reason}): {why}; run: nox -s lock")
     return stamps.file_sha256(lock_file)
 
 
@@ -495,8 +480,5 @@ def write_lock(runner: Runner, mirrors: list[str]) -> None:
         print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
 
     where = ", ".join(mirrors) or "environment.yml's channels"
-    runner.apply(
-        solve_and_verify,
-        say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
-        f"against {where} and write {LOCK_FILE.name} and {records.name}",
-    )
+    say = f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler against {where}"
+    runner.apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {records.name}")
