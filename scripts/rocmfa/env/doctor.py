@@ -119,14 +119,9 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
     if (python := env / "bin" / "python").exists():
         try:
-            probe = subprocess.run(
-                [str(python), "-c", ENV_PROBE],
-                capture_output=True,
-                text=True,
-                env=condaenv.activated_environ(env),
-                timeout=120,
-                check=True,
-            )
+            argv, environ = [str(python), "-c", ENV_PROBE], condaenv.activated_environ(env)
+            probe = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120)
+            probe.check_returncode()
             found = json.loads(probe.stdout)
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
@@ -209,30 +204,24 @@ def half_installed(prefix: Path | None) -> list[str]:
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
 
 
-def _pin_line() -> str:
-    try:
-        return pin_files.describe_line(pin_files.pins_dir())
-    except UserError as e:
-        return str(e)
-
-
-def _lock_section() -> dict[str, Any]:
-    try:
-        return dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
-    except UserError as e:  # missing (not present) or not a conda-lock file (stale)
-        return {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
-
-
 def gather(opts: DoctorOptions) -> dict[str, Any]:
     """The screen's rows (`--json` prints them too), the facts the next step reads, and next."""
     arch_rows: Rows = []
     env_rows: Rows = []
     env = _env_section(opts.prefix, opts.env_name, env_rows)
+    try:
+        lock = dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
+    except UserError as e:  # missing (not present) or not a conda-lock file (stale)
+        lock = {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
+    try:
+        pin_line = pin_files.describe_line(pin_files.pins_dir())
+    except UserError as e:
+        pin_line = str(e)
     report: dict[str, Any] = {
         "interrupted": half_installed(Path(env["prefix"]) if env.get("prefix") else None),
         "arch": _arch_section(opts.arch, arch_rows),
         "env": env,
-        "lock": (lock := _lock_section()),
+        "lock": lock,
         "pins": _pins_section(),
         "builds": _builds_section(paths.workdir(opts.workdir)),
     }
@@ -244,7 +233,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         *env_rows,
         ("lock", shown if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
         *(("pin", pin["error"]) for pin in report["pins"]),
-        ("pin line", _pin_line()),
+        ("pin line", pin_line),
         *(("built", build) for build in builds),
     ]
     report["next"] = _next_step(report)

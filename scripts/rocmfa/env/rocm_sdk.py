@@ -32,11 +32,9 @@ class RocmPin:
         """Why the multi-arch index is used although "legacy" was asked for ('' otherwise)."""
         if (kind or self.index) != "legacy" or arch.legacy_family:
             return ""
-        return (
-            f"{arch.name}: TheRock has no legacy per-family index (its "
-            "docs/packaging/legacy_per_family_releases.md lists none); using the multi-arch "
-            f"index with the {arch.device_extra} extra"
-        )
+        why = "its docs/packaging/legacy_per_family_releases.md lists none"
+        use = f"the multi-arch index with the {arch.device_extra} extra"
+        return f"{arch.name}: TheRock has no legacy per-family index ({why}); using {use}"
 
     def index_url(self, arch: Arch, kind: str | None = None) -> str:
         if self.kind_for(arch, kind) == "multi-arch":
@@ -59,20 +57,17 @@ class RocmPin:
 def load_pin(path: Path | None = None) -> RocmPin:
     path = path or pins_dir() / "rocm.toml"
     data = load_toml(path, "ROCm pin")
-    where = f"{path.name} [rocm]"
-    rocm = require(data, "rocm", dict, path.name)
-    if (index := require(rocm, "index", str, where)) not in INDEX_KINDS:
+    where, rocm = f"{path.name} [rocm]", require(data, "rocm", dict, path.name)
+    if (index := rocm.get("index")) not in INDEX_KINDS:
         raise UserError(f"{where}: index must be one of {', '.join(INDEX_KINDS)}, got {index!r}")
     keys = ("index", "multi_arch_index_url", "legacy_index_url", "version")
     text = {k: require(rocm, k, str, where) for k in keys}
-    extras = require(rocm, "extras", list, where)
-    if not all(isinstance(e, str) for e in extras):
-        raise UserError(f"{where}: extras must be strings")
     if "{family}" not in text["legacy_index_url"]:
         raise UserError(f"{where}: legacy_index_url needs a {{family}} placeholder")
+    extras = tuple(map(str, require(rocm, "extras", list, where)))
     torch = data.get("torch", {})
     spec = torch.get("spec", "") if isinstance(torch, dict) else ""
-    return RocmPin(**text, extras=tuple(extras), pre=bool(rocm.get("pre", False)), torch_spec=spec)
+    return RocmPin(**text, extras=extras, pre=bool(rocm.get("pre", False)), torch_spec=spec)
 
 
 # The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
