@@ -64,11 +64,8 @@ class Arch:
         """The pack our patch set builds on version's release line (None if upstream has it)."""
         if self.aotriton_supported(version):
             return None
-        key = aotriton_version_key(version)[:2]
-        return next(
-            (pack for rel, pack in self.aotriton_patched if aotriton_version_key(rel)[:2] == key),
-            None,
-        )
+        packs = {aotriton_version_key(rel)[:2]: pack for rel, pack in self.aotriton_patched}
+        return packs.get(aotriton_version_key(version)[:2])
 
     def needs_experimental_flag(self, version: str) -> bool:
         key = aotriton_version_key(version)
@@ -161,22 +158,19 @@ def explain_override(value: str | None, real: str) -> str | None:
     """One sentence about HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal), or None when unset."""
     if not value:
         return None
+    said = f"HSA_OVERRIDE_GFX_VERSION={value}"
     if not (match := re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())):
-        return (
-            f"HSA_OVERRIDE_GFX_VERSION={value} is invalid: ROCr rejects it "
-            "(format major.minor.stepping, decimal)"
-        )
+        return f"{said} is invalid: ROCr rejects it (format major.minor.stepping, decimal)"
     major, minor, step = (int(g) for g in match.groups())
     try:  # rocm-bootstrap's table; LLVM's spelling (stepping in hex) when it does not know it
         reported = parse_gfx_target_version(major * 10000 + minor * 100 + step).name
     except ValueError:
         reported = f"gfx{major}{minor}{step:x}"
     if reported == real:
-        return f"HSA_OVERRIDE_GFX_VERSION={value} matches the real arch ({real})"
+        return f"{said} matches the real arch ({real})"
     return (
-        f"HSA_OVERRIDE_GFX_VERSION={value} makes ROCr report {reported} although the GPU is "
-        f"{real}: kernels built for {reported} run on {real}; builds here target the real arch "
-        "(pass --arch to choose otherwise)"
+        f"{said} makes ROCr report {reported} although the GPU is {real}: kernels built for "
+        f"{reported} run on {real}; builds here target the real arch (--arch chooses otherwise)"
     )
 
 

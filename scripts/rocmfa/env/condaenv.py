@@ -21,6 +21,9 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import env_name as check_env_name
 from rocmfa.plumbing.options import origin
 
+DEFAULT_ENV_NAME = "therock"
+ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
+
 
 @dataclass(frozen=True)
 class Manager:
@@ -44,21 +47,6 @@ def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
     return None
 
 
-DEFAULT_ENV_NAME = "therock"
-ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
-
-
-def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path]:
-    dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
-    if manager is None:  # py-rattler still installs the env: into our own data dir
-        data = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        return [*dirs, Path(data) / "rocm-fa-workflow" / "envs"]
-    if manager.kind == "micromamba":
-        root = environ.get("MAMBA_ROOT_PREFIX") or Path.home() / "micromamba"
-        return [*dirs, Path(root) / "envs"]
-    return [*dirs, manager.exe.resolve().parent.parent / "envs"]  # <root>/{bin,condabin}/conda
-
-
 @dataclass(frozen=True)
 class EnvLocation:
     prefix: Path
@@ -75,10 +63,16 @@ def resolve_prefix(
     environ = os.environ if environ is None else environ
     if prefix:
         return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
-    name = env_name or DEFAULT_ENV_NAME
+    name = check_env_name(env_name or DEFAULT_ENV_NAME)
     how = origin(env_name, "--env-name") if env_name else "default name"
-    check_env_name(name)
-    dirs = _envs_dirs(manager, environ)
+    dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
+    if manager is None:  # py-rattler still installs the env: into our own data dir
+        data = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        dirs.append(Path(data) / "rocm-fa-workflow" / "envs")
+    elif manager.kind == "micromamba":
+        dirs.append(Path(environ.get("MAMBA_ROOT_PREFIX") or Path.home() / "micromamba") / "envs")
+    else:  # <root>/{bin,condabin}/conda
+        dirs.append(manager.exe.resolve().parent.parent / "envs")
     for envs_dir in dirs:
         if (envs_dir / name / "conda-meta").is_dir():
             return EnvLocation(envs_dir / name, f"{how} '{name}'")
