@@ -58,7 +58,7 @@ def load_pin(path: Path | None = None) -> RocmPin:
     path = path or pins_dir() / "rocm.toml"
     data = load_toml(path, "ROCm pin")
     where, rocm = f"{path.name} [rocm]", require(data, "rocm", dict, path.name)
-    if (index := rocm.get("index")) not in INDEX_KINDS:
+    if (index := require(rocm, "index", str, where)) not in INDEX_KINDS:
         raise UserError(f"{where}: index must be one of {', '.join(INDEX_KINDS)}, got {index!r}")
     keys = ("index", "multi_arch_index_url", "legacy_index_url", "version")
     text = {k: require(rocm, k, str, where) for k in keys}
