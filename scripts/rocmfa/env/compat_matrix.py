@@ -1,7 +1,5 @@
-"""`nox -s matrix`: arch x AOTriton release -> flash by default / only with the experimental flag
-/ with our patch set / none, image packs, the AOTriton each torch series expects, retired sources,
-and the check builds run before their first command (data/arches.toml, data/aotriton_matrix.toml).
-"""
+"""`nox -s matrix` (arch x AOTriton release x torch series, from data/arches.toml and
+data/aotriton_matrix.toml) and the check builds run before their first command."""
 
 from __future__ import annotations
 
@@ -42,21 +40,14 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
             found.append({key: name} | row)
         return found
 
-    releases = sorted(
-        rows("aotriton", "version", "commit", "source"),
-        key=lambda r: archs.aotriton_version_key(r["version"]),
-    )
+    releases = rows("aotriton", "version", "commit", "source")
     if not releases:
         raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
-    torch = sorted(
-        rows("torch", "torch", "tree", "aotriton", "source"),
-        key=lambda r: tuple(map(int, r["torch"].split("."))),
-    )
-    return {
-        "releases": releases,
-        "torch": torch,
-        "retired": rows("retired", "name", "arch", "why", "source"),
-    }
+    releases.sort(key=lambda r: archs.aotriton_version_key(r["version"]))
+    torch = rows("torch", "torch", "tree", "aotriton", "source")
+    torch.sort(key=lambda r: tuple(map(int, r["torch"].split("."))))
+    retired = rows("retired", "name", "arch", "why", "source")
+    return {"releases": releases, "torch": torch, "retired": retired}
 
 
 def state(arch: archs.Arch, version: str) -> str:
@@ -164,34 +155,27 @@ def pinned_aotriton_version() -> str | None:
 
 
 def check_combination(
-    arch: archs.Arch,
-    aotriton_version: str,
-    *,
-    torch_version: str | None = None,
-    force: bool = False,
+    arch: archs.Arch, version: str, *, torch_version: str | None = None, force: bool = False
 ) -> list[str]:
     """Conflicts of arch x AOTriton release x torch (the first raised unless force, else returned
     as warnings) and notes (experimental, patched)."""
-    found, both = state(arch, aotriton_version), f"{arch.name} x AOTriton {aotriton_version}"
+    found, both = state(arch, version), f"{arch.name} x AOTriton {version}"
     problems = [f"{both}: no AOTriton support for {arch.name} (nox -s matrix)"] * (found == NONE)
     notes = {
         PATCHED: f"note: {both}: no upstream kernels; built with this repository's patch set "
-        f"(patches/aotriton/), image pack amd-{pack(arch, aotriton_version)}",
+        f"(patches/aotriton/), image pack amd-{pack(arch, version)}",
         EXPERIMENTAL: f"note: {both}: PyTorch uses flash attention only with "
         f"{EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)",
     }
     notes = [notes[found]] if found in notes else []
     # "+git<sha>": a torch built from source, checked against its own aotriton.cmake (pins.py)
     series = re.match(r"\s*(\d+\.\d+)", torch_version or "")
-    line = archs.aotriton_version_key(aotriton_version)[:2]  # 0.13b and 0.13.1b: one ABI line
     known = {t["torch"]: t for t in load_matrix()["torch"]}
-    if series and "+git" not in torch_version and series[1] in known:
-        expected, source = known[series[1]]["aotriton"], known[series[1]]["source"]
-        if archs.aotriton_version_key(expected)[:2] != line:
-            problems.append(
-                f"torch {series[1]} x AOTriton {aotriton_version}: torch {series[1]} "
-                f"expects AOTriton {expected} ({source})"
-            )
+    row = known.get(series[1]) if series and "+git" not in torch_version else None
+    key = archs.aotriton_version_key  # 0.13b and 0.13.1b: one ABI line (the first two numbers)
+    if row and key(row["aotriton"])[:2] != key(version)[:2]:
+        torch, expects = f"torch {series[1]}", f"AOTriton {row['aotriton']} ({row['source']})"
+        problems.append(f"{torch} x AOTriton {version}: {torch} expects {expects}")
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes
