@@ -381,14 +381,10 @@ def records_path(lock_file: Path) -> Path:
 def load(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path.name} is missing; run: nox -s lock") from None
     except (OSError, ValueError) as e:
-        raise UserError(f"{path.name} is not readable: {e}") from None
+        raise UserError(f"{path.name} is not readable ({e}); run: nox -s lock") from None
     if not isinstance(document, dict) or document.get("format") != RECORDS_FORMAT:
-        raise UserError(
-            f"{path.name} is not a records file of format {RECORDS_FORMAT}; run: nox -s lock"
-        )
+        raise UserError(f"{path.name} is not of format {RECORDS_FORMAT}; run: nox -s lock")
     return document
 
 
@@ -399,15 +395,11 @@ def require_suited(lock_file: Path, platform: str) -> str:
     from packaging.version import Version
 
     path = records_path(lock_file)
-    document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
-    needs = next(
-        (v.split("=")[1] for v in document["virtual_packages"] if v.startswith("__glibc=")), None
-    )
+    virtual = load(path)["virtual_packages"] if path.is_file() else []
+    needs = next((v.split("=")[1] for v in virtual if v.startswith("__glibc=")), None)
     if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
-        raise UserError(
-            f"{lock_file.name} is locked for {platform}; this host is "
-            f"{subdir}: its packages would not run here"
-        )
+        why = "its packages would not run here"
+        raise UserError(f"{lock_file.name} is locked for {platform}; this host is {subdir}: {why}")
     if needs is None:
         return f"host {subdir}"
     found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
@@ -416,10 +408,8 @@ def require_suited(lock_file: Path, platform: str) -> str:
         why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
         raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):
-        raise UserError(
-            f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
-            f"glibc {have}: its programs would not run here"
-        )
+        why = f"this host has glibc {have}: its programs would not run here"
+        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); {why}")
     return f"host {subdir}, glibc {have}"
 
 
