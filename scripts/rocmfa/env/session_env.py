@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from rocmfa.env import archs, condaenv
 from rocmfa.env.condaenv import Manager, find_manager
@@ -39,7 +39,6 @@ class SessionEnv:
     ready: bool
     dry_run: bool
     in_env: bool = True
-    out: TextIO | None = None
 
     @property
     def arch(self) -> archs.Arch:
@@ -58,7 +57,7 @@ class SessionEnv:
 
     @functools.cached_property
     def runner(self) -> Runner:
-        return Runner(dry_run=self.dry_run, base_env=self.environ, out=self.out)
+        return Runner(dry_run=self.dry_run, base_env=self.environ)
 
     @property
     def python(self) -> Path:
@@ -80,21 +79,14 @@ class SessionEnv:
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
         """A read-only question, asked even on a dry run when the env and program are there."""
         if self.ready and Path(argv[0]).exists():
-            query = Runner(base_env=self.environ, out=self.out)
-            return query.run(argv, capture=True).stdout.strip()
+            return Runner(base_env=self.environ).run(argv, capture=True).stdout.strip()
         return self.runner.ask(argv, placeholder)
 
 
-def open_env(
-    where: EnvChoice,
-    *,
-    dry_run: bool | None = None,
-    out: TextIO | None = None,
-    makes_env: bool = False,
-) -> SessionEnv:
+def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
     """A real run needs a set-up env (else "... run: nox -s setup_env"); a dry run goes on with
     placeholders and says so. makes_env (setup_env): the env need not exist."""
-    dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
+    dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
     manager, work = find_manager(), paths.workdir(where.workdir)
     location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
@@ -103,13 +95,10 @@ def open_env(
     if not makes_env and (ready or not dry_run):
         condaenv.require_env(prefix)  # stops a real run on an env that is not set up
     elif not makes_env:
-        print(
-            f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env "
-            "would create as placeholders (a real run stops here: run: nox -s setup_env)",
-            file=out or sys.stdout,
-            flush=True,
-        )
-    return SessionEnv(choice, work, location, manager, prefix, ready, dry_run, not makes_env, out)
+        what = "the plan below shows what setup_env would create as placeholders"
+        stop = "a real run stops here: run: nox -s setup_env"
+        print(f"[dry-run] note: env {prefix} is not set up; {what} ({stop})", flush=True)
+    return SessionEnv(choice, work, location, manager, prefix, ready, dry_run, not makes_env)
 
 
 class OnSession:
