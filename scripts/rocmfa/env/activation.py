@@ -1,5 +1,4 @@
-"""Activation variables: which to persist (data/env_vars.toml), and the activate.d/deactivate.d
-pair (zz-rocmfa.sh) that conda, mamba and micromamba source, restoring what was there before."""
+"""Activation variables (data/env_vars.toml) and the activate.d/deactivate.d pair that sets them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""GPU arch knowledge: AMD's rocm-bootstrap detects GPUs (KFD sysfs) and knows the target ->
-sub-family -> family chain and device package names; data/arches.toml holds only the rest.
-HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, not trusted."""
+"""GPU archs: rocm-bootstrap detects GPUs and names families and device packages; data/arches.toml
+holds the rest. HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: reported only."""
 
 from __future__ import annotations
 
@@ -182,8 +181,7 @@ class Detection:
 
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
-    """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's; rocm-bootstrap lists
-    '10' before '2')."""
+    """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's)."""
     environ = os.environ if environ is None else environ
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:

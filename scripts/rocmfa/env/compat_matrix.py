@@ -157,8 +157,7 @@ def pinned_aotriton_version() -> str | None:
 def check_combination(
     arch: archs.Arch, version: str, *, torch_version: str | None = None, force: bool = False
 ) -> list[str]:
-    """Conflicts of arch x AOTriton release x torch (the first raised unless force, else returned
-    as warnings) and notes (experimental, patched)."""
+    """Notes on arch x AOTriton x torch; a conflict raises (with force: a warning line)."""
     found, both = state(arch, version), f"{arch.name} x AOTriton {version}"
     problems = [f"{both}: no AOTriton support for {arch.name} (nox -s matrix)"] * (found == NONE)
     notes = {

@@ -104,8 +104,7 @@ def _activated(prefix: str, outer_items: tuple[tuple[str, str], ...]) -> tuple:
 
 
 def activated_environ(prefix: Path, outer: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment `conda activate PREFIX` gives (py-rattler's activation script: PATH,
-    CONDA_PREFIX, conda-meta/state and env_vars.d variables, activate.d/*.sh), run in bash."""
+    """The environment `conda activate PREFIX` gives (py-rattler's activation script, in bash)."""
     outer = os.environ if outer is None else outer
     return dict(_activated(str(prefix), tuple(sorted(outer.items()))))
 

@@ -82,8 +82,7 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def lock_spec(env_file: Path, platforms: list[str], cuda: str):
-    """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
-    URL: local and empty, as the default one is downloaded from GitHub)."""
+    """conda-lock's spec, virtual packages and PyPI mapping (empty: its default is downloaded)."""
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
@@ -256,10 +255,8 @@ def channel_of(url: str) -> str:
 def fetch_all(
     packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
-    """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
-    threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
-    each stuck up to its read timeout on a silent mirror) and this run's partial files are
-    removed on the way out."""
+    """Each package's sha256-checked archive, in daemon threads: Ctrl-C ends at once (an executor
+    would join workers stuck on a silent mirror) and removes this run's partial files."""
     results: list[Path | None] = [None] * len(packages)
     failures: list[BaseException] = []
     todo = iter(enumerate(packages))  # next() on it is atomic under the GIL
@@ -389,8 +386,7 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def require_suited(lock_file: Path, platform: str) -> str:
-    """'host SUBDIR, glibc V', or a one-line UserError saying why the lock (solved for the
-    records file's platform and __glibc; platform alone without one) does not suit this host."""
+    """'host SUBDIR, glibc V', or why the lock (the records file's __glibc) does not suit it."""
     import rattler
     from packaging.version import Version
 

@@ -28,8 +28,7 @@ from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
 
 @dataclass(frozen=True)
 class SessionEnv:
-    """`ready`: setup_env has made the env at prefix; `in_env`: commands run in its activation
-    (setup_env sets runner.base_env itself once the env exists)."""
+    """`ready`: setup_env made the env; `in_env`: commands run in its activation."""
 
     choice: archs.ArchChoice
     work: Path
@@ -84,8 +83,7 @@ class SessionEnv:
 
 
 def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
-    """A real run needs a set-up env (else "... run: nox -s setup_env"); a dry run goes on with
-    placeholders and says so. makes_env (setup_env): the env need not exist."""
+    """A set-up env (a dry run: placeholders for it); makes_env (setup_env): it need not exist."""
     dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
     manager, work = find_manager(), paths.workdir(where.workdir)

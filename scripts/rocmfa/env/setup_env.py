@@ -1,6 +1,5 @@
-"""`nox -s setup_env`: conda-lock.yml (solved first when missing; stale is an error) installed
-with py-rattler, then TheRock's ROCm SDK (and torch) with pip, then the activation variables;
-each step skipped while its inputs are unchanged (a stamp in conda-meta/, written last)."""
+"""`nox -s setup_env`: the lock with py-rattler, TheRock's ROCm SDK (and torch) with pip, then the
+variables; nothing redone while the stamp (conda-meta/, written last) matches the inputs."""
 
 from __future__ import annotations
 
