@@ -14,10 +14,11 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections import namedtuple
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
@@ -257,18 +258,16 @@ def fetch_all(
 ) -> list[Path]:
     """Each package's sha256-checked archive, in daemon threads: Ctrl-C ends at once (an executor
     would join workers stuck on a silent mirror) and removes this run's partial files."""
-    results: list[Path | None] = [None] * len(packages)
+    paths = [archives / package.url.rsplit("/", 1)[-1] for package in packages]
     failures: list[BaseException] = []
-    todo = iter(enumerate(packages))  # next() on it is atomic under the GIL
+    todo = iter(zip(packages, paths, strict=True))  # next() on it is atomic under the GIL
 
     def work() -> None:
         while not failures and (item := next(todo, None)) is not None:
-            index, package = item
-            url, dest = _swap_base(package.url, mirrors), archives / package.url.rsplit("/", 1)[-1]
+            package, dest = item
+            url, sha256 = _swap_base(package.url, mirrors), package.hash.sha256
             try:
-                results[index] = downloads.fetch_pinned(
-                    url, dest, package.hash.sha256, fix=MIRROR_FIX, pinned_by="the lock's"
-                )
+                downloads.fetch_pinned(url, dest, sha256, fix=MIRROR_FIX, pinned_by="the lock's")
             except BaseException as error:
                 failures.append(error)
 
@@ -287,13 +286,10 @@ def fetch_all(
         raise
     if failures:
         raise failures[0]
-    return [path for path in results if path is not None]
+    return paths
 
 
-class InstallResult(NamedTuple):
-    installed: list[str]
-    removed: list[str]
-    unchanged: int
+InstallResult = namedtuple("InstallResult", "installed removed unchanged")  # names, names, count
 
 
 def _prefix_packages(prefix: Path) -> set[str]:

@@ -35,15 +35,14 @@ class Request:
     profiles: tuple[str, ...]
 
     def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
+        rocm, arch, kind = self.rocm, self.arch, self.index_kind
         return {
             "stamp_version": STAMP_VERSION,
             "lock_sha256": lock_sha256,
-            "arch": self.arch.name,
-            "rocm_index_url": self.rocm.index_url(self.arch, self.index_kind),
-            "rocm_requirement": self.rocm.requirement(self.arch, self.index_kind),
-            "torch_requirement": (
-                self.rocm.torch_requirement(self.arch, self.index_kind) if self.with_torch else None
-            ),
+            "arch": arch.name,
+            "rocm_index_url": rocm.index_url(arch, kind),
+            "rocm_requirement": rocm.requirement(arch, kind),
+            "torch_requirement": rocm.torch_requirement(arch, kind) if self.with_torch else None,
             "profiles": sorted(self.profiles),
             "variables_file": stamps.file_sha256(activation.VARS_FILE),
             "aotriton_version": aotriton_version,
@@ -173,9 +172,8 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
     if path["kind"] != "prebuilt":
         runner.say(f"path {path['kind']}: {path['why']}")
     elif not request.with_torch:
-        runner.say(
-            f"fast path: {path['why']}; run: {', then '.join(path['commands'])}; {path['build']}"
-        )
+        run = ", then ".join(path["commands"])
+        runner.say(f"fast path: {path['why']}; run: {run}; {path['build']}")
     runner.done(f"env {prefix} is ready; next: {(MAIN_JOB[1], FAST_PATH[1])[request.with_torch]}")
 
 
