@@ -1,7 +1,5 @@
 """Activation variables (data/env_vars.toml) and the activate.d/deactivate.d pair that sets them."""
 
-from __future__ import annotations
-
 import re
 import shlex
 from collections.abc import Sequence

@@ -1,8 +1,6 @@
 """GPU archs: rocm-bootstrap detects GPUs and names families and device packages; data/arches.toml
 holds the rest. HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: reported only."""
 
-from __future__ import annotations
-
 import functools
 import os
 import re

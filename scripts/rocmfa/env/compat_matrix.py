@@ -1,8 +1,6 @@
 """`nox -s matrix` (arch x AOTriton release x torch series, from data/arches.toml and
 data/aotriton_matrix.toml) and the check builds run before their first command."""
 
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path

@@ -1,8 +1,6 @@
 """The one shared conda env: where it is (a conda manager, when present, only decides where
 named envs live) and its full activation for the commands nox runs (nox only prepends PATH)."""
 
-from __future__ import annotations
-
 import csv
 import functools
 import os
@@ -32,17 +30,16 @@ class Manager:
     found_via: str
 
 
-def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
+def find_manager() -> Manager | None:
     """$MAMBA_EXE, then $CONDA_EXE, then micromamba, mamba, conda on PATH. Never downloads."""
-    environ = os.environ if environ is None else environ
     for var in ("MAMBA_EXE", "CONDA_EXE"):
-        value = environ.get(var)
+        value = os.environ.get(var)
         if value and os.access(value, os.X_OK):
             name = Path(value).name.lower()
             kind = next((k for k in ("micromamba", "mamba") if name.startswith(k)), "conda")
             return Manager(kind, Path(value), f"${var}")
     for name in ("micromamba", "mamba", "conda"):
-        if found := shutil.which(name, path=environ.get("PATH", "")):
+        if found := shutil.which(name):
             return Manager(name, Path(found), "PATH")
     return None
 
@@ -54,13 +51,10 @@ class EnvLocation:
 
 
 def resolve_prefix(
-    prefix: str | None,
-    env_name: str | None,
-    manager: Manager | None,
-    environ: Mapping[str, str] | None = None,
+    prefix: str | None, env_name: str | None, manager: Manager | None
 ) -> EnvLocation:
-    """prefix/env_name: the session's settings; environ: the manager's own variables."""
-    environ = os.environ if environ is None else environ
+    """prefix/env_name: the session's settings; the manager's own variables say where envs live."""
+    environ = os.environ
     if prefix:
         return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
     name = check_env_name(env_name or DEFAULT_ENV_NAME)

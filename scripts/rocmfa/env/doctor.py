@@ -1,8 +1,6 @@
 """`nox -s doctor`: one screen about this host and the shared env, and the next command. Every
 section reports instead of raising; after the screen, non-zero when it shows damage (problems)."""
 
-from __future__ import annotations
-
 import json
 import subprocess
 from pathlib import Path

@@ -1,8 +1,6 @@
 """TheRock's ROCm SDK from pip: which index and requirement (pins/rocm.toml), and the paths
 `rocm-sdk path` reports once it is installed."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 

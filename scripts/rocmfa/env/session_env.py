@@ -1,8 +1,6 @@
 """The start every setup/build session shares (arch, work dir, env, one Runner), the probe sessions
 (scripts/rocmfa/probes/<session>.py in the env), and `guarded`: the session's locks."""
 
-from __future__ import annotations
-
 import argparse
 import functools
 import importlib

@@ -1,8 +1,6 @@
 """`nox -s setup_env`: the lock with py-rattler, TheRock's ROCm SDK (and torch) with pip, then the
 variables; nothing redone while the stamp (conda-meta/, written last) matches the inputs."""
 
-from __future__ import annotations
-
 import os
 import re
 from dataclasses import dataclass
