@@ -208,15 +208,12 @@ class ArchChoice:
 
 
 def resolve_arch(
-    requested: str | None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    detection: Detection | None = None,
+    given: str | None, *, environ: dict[str, str] | None = None, detection: Detection | None = None
 ) -> ArchChoice:
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
     detection = detect_gpus(environ) if detection is None else detection
-    if requested:
-        return ArchChoice(get_arch(requested), origin(requested, "--arch"), detection)
+    if given:
+        return ArchChoice(get_arch(given), origin(given, "--arch"), detection)
     if not detection.gpus:
         raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
     how = detection.source

@@ -406,17 +406,14 @@ def require_suited(lock_file: Path, platform: str) -> str:
 
 
 def check(
-    env_file: Path = ENV_FILE,
-    lock_file: Path = LOCK_FILE,
-    *,
-    cuda: str = CUDA_CHOICE,
-    cache_file: Path | None = None,
+    env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE, cache=None
 ) -> tuple[bool, str]:
+    """conda-lock's content-hash verdict on lock_file; cache: a stamp file keeping a fresh one."""
     if not lock_file.is_file():
         raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
     key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file)}
     key |= {"conda_lock": metadata.version("conda-lock"), "cuda": cuda}
-    if cache_file is not None and stamps.is_current(cache_file, key):
+    if cache is not None and stamps.is_current(cache, key):
         return True, "content hash matches (cached verdict)"
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
     from conda_lock.lockfile import parse_conda_lock_file
@@ -434,13 +431,13 @@ def check(
             expected = lock.metadata.content_hash.get(platform)
             if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
                 return False, f"its {platform} content hash does not match {env_file.name}"
-    if cache_file is not None:
-        stamps.write(cache_file, key)
+    if cache is not None:
+        stamps.write(cache, key)
     return True, "content hash matches"
 
 
 def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
-    fresh, reason = check(env_file, lock_file, cache_file=VERDICT_CACHE)
+    fresh, reason = check(env_file, lock_file, cache=VERDICT_CACHE)
     if not fresh:
         why = "environment.yml changed since it was locked"
         raise UserError(f"{lock_file.name} is stale ({reason}): {why}; run: nox -s lock")
