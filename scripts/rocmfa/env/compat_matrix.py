@@ -75,17 +75,13 @@ def table() -> dict[str, Any]:
             {"arch": arch.name, "name": arch.display_name, "cells": cells}
             | ({"retired": retired} if retired else {})
         )
-    return {**data, "pinned_build": pinned_build(), "arches": rows}
-
-
-def pinned_build() -> dict[str, str]:
-    """The torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)."""
-    try:
+    try:  # the torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)
         for project in ("pytorch", "aotriton"):
             pin_files.read_table(project, pin_files.pins_dir())
+        built = {"line": pin_files.describe_line(pin_files.pins_dir())}
     except UserError as e:
-        return {"error": str(e)}
-    return {"line": pin_files.describe_line(pin_files.pins_dir())}
+        built = {"error": str(e)}
+    return {**data, "pinned_build": built, "arches": rows}
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -123,9 +123,6 @@ def env_identity(prefix: Path) -> str:
     return (stamps.read(prefix / ENV_STAMP) or {}).get("inputs_digest", "")
 
 
-# --- the env's torch as pip installed it -------------------------------------------------
-
-
 def torch_record(site: Path) -> Path | None:
     infos = sorted(site.glob("torch-*.dist-info"))
     return infos[-1] / "RECORD" if infos else None

@@ -180,10 +180,9 @@ def _next_step(report: dict[str, Any]) -> str:
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
         return MAIN_JOB[2]
     if not torch.get("version"):
-        unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
-        return MAIN_JOB[1] + (
-            " (its first run resolves and records the torch pin's commit)" if unresolved else ""
-        )
+        if any("not resolved yet" in pin.get("error", "") for pin in report["pins"]):
+            return f"{MAIN_JOB[1]} (its first run resolves and records the torch pin's commit)"
+        return MAIN_JOB[1]
     return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 

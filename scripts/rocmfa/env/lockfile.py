@@ -301,15 +301,17 @@ def install_lock(
     prefix: Path,
     *,
     cache_dir: Path | None = None,
-    mirrors: Mapping[str, str] | None = None,
+    channel: Iterable[str] = (),
     jobs: int = 8,
     reporter: Any = None,
 ) -> InstallResult:
     import rattler
 
+    """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
-    paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
+    mirrors = parse_mirrors(channel, sorted({channel_of(p.url) for p in packages}))
+    paths = fetch_all(packages, cache_dir / "archives", mirrors, jobs)
     before = _prefix_packages(prefix)
 
     async def install() -> None:

@@ -111,19 +111,16 @@ def update_conda_packages(
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
-    cache = lockfile.default_cache_dir()
+    cache, lock = lockfile.default_cache_dir(), lockfile.LOCK_FILE
 
     def install() -> None:
-        locked = lockfile.locked_packages(lockfile.LOCK_FILE)
-        channels = sorted({lockfile.channel_of(p.url) for p in locked})
-        mirrors = lockfile.parse_mirrors(opts.channel, channels) if opts.channel else {}
-        done = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache, mirrors=mirrors)
+        done = lockfile.install_lock(lock, prefix, cache_dir=cache, channel=opts.channel)
         counts = f"{len(done.installed)} installed, {len(done.removed)} removed"
         print(f"conda packages: {counts}, {done.unchanged} unchanged (py-rattler; cache {cache})")
 
     if needs_conda:
-        lock = f"{lockfile.LOCK_FILE.name} ({lockfile.PLATFORM})"
-        runner.apply(install, say=f"install {lock} into {prefix} with py-rattler (cache {cache})")
+        what = f"{lock.name} ({lockfile.PLATFORM})"
+        runner.apply(install, say=f"install {what} into {prefix} with py-rattler (cache {cache})")
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
