@@ -13,8 +13,6 @@ from rocmfa.plumbing.errors import UserError
 VARS_FILE = DATA_DIR / "env_vars.toml"
 SCRIPT_NAME = "zz-rocmfa.sh"  # sorts after compiler activation scripts
 NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
-
-
 Variable = dict[str, str]  # {"name", "value", "why"}; skipped ones: {"name", "why"}
 Plan = dict[str, list[Variable]]  # {"set": [...], "not_set": [...]}, as the stamp records it
 

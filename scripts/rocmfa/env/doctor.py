@@ -22,6 +22,7 @@ MAIN_JOB = (
 )
 # The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
 FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
+Rows = list[tuple[str, str]]
 # One run of the env's Python: its torch (or why not) and its ROCm SDK distributions.
 ENV_PROBE = """import json
 from importlib import metadata
@@ -59,9 +60,6 @@ def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict
         }
     why = f"AOTriton has no kernels for {arch.name}: torch has no flash attention here"
     return {"kind": "none", "commands": [], "why": why}
-
-
-Rows = list[tuple[str, str]]
 
 
 def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:

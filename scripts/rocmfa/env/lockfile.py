@@ -37,6 +37,12 @@ VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
 T = TypeVar("T")
+# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
+# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
+RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
+    "name version build build_number depends constrains track_features features noarch subdir md5"
+    " sha256 size timestamp license license_family arch platform"
+).split()
 
 
 def default_cache_dir() -> Path:
@@ -92,10 +98,9 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
         stack.callback(logging.disable, logging.NOTSET)
         mapping = Path(tmp) / "mapping.json"
         mapping.write_text("{}")
+        files, url = [env_file], str(mapping)
         try:
-            spec = make_lock_spec(
-                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
-            )
+            spec = make_lock_spec(src_files=files, platform_overrides=platforms, mapping_url=url)
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
         vpr = default_virtual_package_repodata(cuda)
@@ -206,9 +211,8 @@ def solve_lock(
         hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
-        apply_categories(
-            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=mapping
-        )
+        requested = {d.name: d for d in conda_deps}
+        apply_categories(requested=requested, planned=planned, mapping_url=mapping)
     source, locked = os.path.relpath(env_file, lock_file.parent), list(planned.values())
     meta = LockMeta(
         content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
@@ -222,14 +226,6 @@ def solve_lock(
         document["records"] = dict(sorted(entries.items()))
         records_file.write_text(json.dumps(document, indent=1) + "\n")
     return locked
-
-
-# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
-# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
-RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
-    "name version build build_number depends constrains track_features features noarch subdir md5"
-    " sha256 size timestamp license license_family arch platform"
-).split()
 
 
 def repodata_entry(record: Any) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
 
+UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
+
 
 @dataclass(frozen=True)
 class SessionEnv:
@@ -106,9 +108,6 @@ class OnSession:
         if name in ("arch", "work", "prefix", "python", "runner"):
             return getattr(self.session, name)
         raise AttributeError(name)
-
-
-UPSTREAM = "upstream_sdpa"
 
 
 def probe_names(declared: Session) -> tuple[str, ...]:
