@@ -28,7 +28,7 @@ UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
 
 @dataclass(frozen=True)
 class SessionEnv:
-    """`ready`: setup_env made the env; `in_env`: commands run in its activation."""
+    """`ready`: setup_env made the env, so commands run in its activation (setup_env: never)."""
 
     choice: archs.ArchChoice
     work: Path
@@ -37,7 +37,6 @@ class SessionEnv:
     prefix: Path
     ready: bool
     dry_run: bool
-    in_env: bool = True
 
     @property
     def arch(self) -> archs.Arch:
@@ -50,9 +49,7 @@ class SessionEnv:
     @functools.cached_property
     def environ(self) -> dict[str, str]:
         """The env's full activation (on first use: a no-op rerun never needs it)."""
-        if self.ready and self.in_env:
-            return condaenv.activated_environ(self.prefix)
-        return dict(os.environ)
+        return condaenv.activated_environ(self.prefix) if self.ready else dict(os.environ)
 
     @functools.cached_property
     def runner(self) -> Runner:
@@ -96,7 +93,8 @@ def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
         what = "the plan below shows what setup_env would create as placeholders"
         stop = "a real run stops here: run: nox -s setup_env"
         print(f"[dry-run] note: env {prefix} is not set up; {what} ({stop})", flush=True)
-    return SessionEnv(choice, work, location, manager, prefix, ready, dry_run, not makes_env)
+    ready = ready and not makes_env  # setup_env installs into it first
+    return SessionEnv(choice, work, location, manager, prefix, ready, dry_run)
 
 
 class OnSession:

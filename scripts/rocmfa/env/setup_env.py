@@ -149,7 +149,6 @@ def setup_env(opts: SetupEnvOptions) -> None:
         return
     # before the first change: only what installs must suit this host
     lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
-
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
     in_env = runner.apply(condaenv.activated_environ, prefix, say=said + " + its activate.d")
