@@ -126,10 +126,8 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     rows += [("ROCm SDK", facts["mixed_sdk"])] if facts.get("mixed_sdk") else []
     shown = f"{version} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})" if version else None
     rows.append(("torch", shown or torch.get("error", "not installed")))
-    rows += [
-        ("variable", f"{v['name']}={v['value']}  - {v['why']}")
-        for v in stamp.get("variables", {}).get("set") or []
-    ]
+    variables = stamp.get("variables", {}).get("set") or []
+    rows += [("variable", f"{v['name']}={v['value']}  - {v['why']}") for v in variables]
     return facts
 
 

@@ -37,8 +37,7 @@ VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
 T = TypeVar("T")
-# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
-# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
+# The repodata fields a solver and an installer read (not a lock writer's purls, run_exports, url)
 RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
     "name version build build_number depends constrains track_features features noarch subdir md5"
     " sha256 size timestamp license license_family arch platform"
@@ -346,8 +345,7 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
         loop.close()
         raise
-    # Any excess over `baseline` is rattler's; a reference its thread dropped without the GIL
-    # waits in pyo3's pool until the next call into pyo3 (rattler.Version below).
+    # Excess over `baseline` is rattler's; a reference it dropped waits for a call into pyo3
     import rattler
 
     deadline = time.monotonic() + 10  # rattler lets go within microseconds: a bound on a surprise
