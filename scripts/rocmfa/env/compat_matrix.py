@@ -51,9 +51,7 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
 def state(arch: archs.Arch, version: str) -> str:
     if arch.aotriton_supported(version):
         return EXPERIMENTAL if arch.needs_experimental_flag(version) else DEFAULT
-    if arch.aotriton_patched_pack(version):
-        return PATCHED
-    return NONE
+    return PATCHED if arch.aotriton_patched_pack(version) else NONE
 
 
 def pack(arch: archs.Arch, version: str) -> str | None:

@@ -187,10 +187,7 @@ def half_installed(prefix: Path | None) -> list[str]:
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
     pending = condaenv.pip_pending(site.parents[2]) if site else None
     torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
-    if site is None or not (torch_there or pending):
-        return []
-    why = condaenv.torch_incomplete(site)
-    if why is None:
+    if not (site and (torch_there or pending)) or not (why := condaenv.torch_incomplete(site)):
         return []
     # build_aotriton finishes its own swap first thing; a killed install_wheels reinstalls
     rerun = "nox -s build_aotriton" if pending else "nox -s install_wheels"

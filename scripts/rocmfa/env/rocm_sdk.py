@@ -11,6 +11,9 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import INDEX_KINDS
 from rocmfa.plumbing.pin_files import pins_dir
 
+# The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
+SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
+
 
 @dataclass(frozen=True)
 class RocmPin:
@@ -66,10 +69,6 @@ def load_pin(path: Path | None = None) -> RocmPin:
     torch = data.get("torch", {})
     spec = torch.get("spec", "") if isinstance(torch, dict) else ""
     return RocmPin(**text, extras=extras, pre=bool(rocm.get("pre", False)), torch_spec=spec)
-
-
-# The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
-SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
 
 
 def mixed_sdk(versions: dict[str, str]) -> str:

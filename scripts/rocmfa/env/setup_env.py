@@ -125,7 +125,10 @@ def update_conda_packages(
 
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
+        prefix = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
+        if not (stamp := stamps.read(prefix / condaenv.ENV_STAMP)):
+            raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
+        print(f"env {prefix}\n{activation.show(stamp['variables'])}")
         return
     session = session_env.open_env(opts, makes_env=True)
     runner, rocm = session.runner, rocm_sdk.load_pin()
@@ -169,9 +172,3 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
         run = ", then ".join(path["commands"])
         runner.say(f"fast path: {path['why']}; run: {run}; {path['build']}")
     runner.done(f"env {prefix} is ready; next: {(MAIN_JOB[1], FAST_PATH[1])[request.with_torch]}")
-
-
-def show(prefix: Path) -> None:
-    if not (stamp := stamps.read(prefix / condaenv.ENV_STAMP)):
-        raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
-    print(f"env {prefix}\n{activation.show(stamp['variables'])}")
