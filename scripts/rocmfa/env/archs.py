@@ -180,7 +180,6 @@ class Detection:
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
     """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's)."""
-    environ = os.environ if environ is None else environ
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:
         found = sorted(rocm_bootstrap.detect_gpus(), key=lambda gpu: gpu.node_id)
@@ -196,7 +195,7 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    override = (os.environ if environ is None else environ).get("HSA_OVERRIDE_GFX_VERSION")
     return Detection(gpus, source, explain_override(override, (*gpus, "unknown")[0]))
 
 

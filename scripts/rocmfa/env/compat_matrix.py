@@ -68,11 +68,9 @@ def table() -> dict[str, Any]:
             | ({"pack": f"amd-{found}"} if (found := pack(arch, r["version"])) else {})
             for r in data["releases"]
         }
+        row = {"arch": arch.name, "name": arch.display_name, "cells": cells}
         retired = [r for r in data["retired"] if r["arch"] == arch.name]
-        rows.append(
-            {"arch": arch.name, "name": arch.display_name, "cells": cells}
-            | ({"retired": retired} if retired else {})
-        )
+        rows.append(row | {"retired": retired} if retired else row)
     try:  # the torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)
         for project in ("pytorch", "aotriton"):
             pin_files.read_table(project, pin_files.pins_dir())

@@ -239,10 +239,6 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
     return [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
 
 
-def channel_of(url: str) -> str:
-    return url.rsplit("/", 2)[0]
-
-
 def fetch_all(
     packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
@@ -300,16 +296,17 @@ def install_lock(
     """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
-    mirrors = parse_mirrors(channel, sorted({channel_of(p.url) for p in packages}))
+    origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel
+    mirrors = parse_mirrors(channel, sorted(set(origins)))
     paths = fetch_all(packages, cache_dir / "archives", mirrors, jobs)
     before = _prefix_packages(prefix)
 
     async def install() -> None:
         wanted = []
-        for package, path in zip(packages, paths, strict=True):
+        for path, origin in zip(paths, origins, strict=True):
             record = await rattler.RepoDataRecord.from_package_archive(path)
             # Linked from the verified archive; the origin stays in the channel field.
-            record.url, record.channel = path.resolve().as_uri(), channel_of(package.url)
+            record.url, record.channel = path.resolve().as_uri(), origin
             wanted.append(record)
         await rattler.install(
             wanted,
