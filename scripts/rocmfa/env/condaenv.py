@@ -88,11 +88,8 @@ def _activated(prefix: str, outer_items: tuple[tuple[str, str], ...]) -> tuple:
         [bash, "--norc", "--noprofile", "-c", script], env=outer, capture_output=True, check=False
     )
     if result.returncode != 0:
-        detail = result.stderr.decode(errors="replace").strip().splitlines()
-        raise UserError(
-            f"activating {prefix} failed: an activate.d script exited non-zero"
-            + (f": {detail[-1]}" if detail else "")
-        )
+        last = (result.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"activating {prefix} failed: an activate.d script exited non-zero: {last}")
     pairs = (item.split("=", 1) for item in result.stdout.decode().split("\0") if "=" in item)
     return tuple(sorted((k, v) for k, v in pairs if k not in ("_", "SHLVL", "PWD", "OLDPWD")))
 

@@ -144,15 +144,6 @@ def _pins_section() -> list[dict[str, Any]]:
     return found
 
 
-def _builds_section(work: Path) -> list[dict[str, Any]]:
-    builds = []
-    for path in sorted((work / "stamps").glob("*.json")):
-        facts = stamps.read(path) or {}
-        facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
-        builds.append({"step": path.stem, "stamp": str(path), "facts": facts})
-    return builds
-
-
 def _next_step(report: dict[str, Any]) -> str:
     env, arch = report["env"], report["arch"]
     for line in report.get("interrupted", []):
@@ -207,15 +198,20 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         pin_line = pin_files.describe_line(pin_files.pins_dir())
     except UserError as e:
         pin_line = str(e)
+    builds = []  # what each build's stamp says (its inputs aside)
+    for path in sorted((paths.workdir(opts.workdir) / "stamps").glob("*.json")):
+        facts = stamps.read(path) or {}
+        facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
+        builds.append({"step": path.stem, "stamp": str(path), "facts": facts})
     report: dict[str, Any] = {
         "interrupted": half_installed(Path(env["prefix"]) if env.get("prefix") else None),
         "arch": _arch_section(opts.arch, arch_rows),
         "env": env,
         "lock": lock,
         "pins": _pins_section(),
-        "builds": _builds_section(paths.workdir(opts.workdir)),
+        "builds": builds,
     }
-    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
+    built = [f"{b['step']} ({b['stamp']})" for b in builds] or ["nothing yet"]
     shown = f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
     report["rows"] = [
         *(("HALF-DONE", line) for line in report["interrupted"]),
@@ -224,7 +220,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         ("lock", shown if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
         *(("pin", pin["error"]) for pin in report["pins"]),
         ("pin line", pin_line),
-        *(("built", build) for build in builds),
+        *(("built", line) for line in built),
     ]
     report["next"] = _next_step(report)
     return report

@@ -161,7 +161,7 @@ def guarded(declared: Session, opts: object) -> Iterator[None]:
         yield
         return
     prefix, env_name, workdir = (getattr(opts, k, None) for k in ("prefix", "env_name", "workdir"))
-    work = paths.workdir(workdir)
+    work, name = paths.workdir(workdir), declared.name
     try:
         env = condaenv.resolve_prefix(prefix, env_name, find_manager()).prefix
     except UserError:  # the session itself reports a bad --env-name
@@ -169,9 +169,7 @@ def guarded(declared: Session, opts: object) -> Iterator[None]:
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            stack.enter_context(
-                locks.hold(work / locks.LOCK_NAME, f"workdir {work}", declared.name)
-            )
+            stack.enter_context(locks.hold(work / locks.LOCK_NAME, f"workdir {work}", name))
         if declared.changes_env and env_there:
-            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
+            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", name))
         yield
