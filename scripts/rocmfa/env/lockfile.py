@@ -267,7 +267,7 @@ def fetch_all(
         failures.append(KeyboardInterrupt())
         downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
-        where = f"from {', '.join(hosts)} into {archives}"
+        where = f"from {', '.join(hosts)} into {archives}; partial files removed"
         print(f"interrupted while downloading conda packages {where}", file=sys.stderr)
         raise
     if failures:
