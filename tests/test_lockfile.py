@@ -64,8 +64,8 @@ def test_our_environment_yml_locked_by_conda_lock_writer(tmp_path: Path) -> None
     lock = tmp_path / "conda-lock.yml"
     write_lock_with_conda_lock(env_file, lock)
     cache = tmp_path / "cache.json"
-    assert lockfile.check(env_file, lock, cache_file=cache) == (True, "content hash matches")
-    assert lockfile.check(env_file, lock, cache_file=cache)[1].endswith("(cached verdict)")
+    assert lockfile.check(env_file, lock, cache=cache) == (True, "content hash matches")
+    assert lockfile.check(env_file, lock, cache=cache)[1].endswith("(cached verdict)")
     env_file.write_text(env_file.read_text().replace("  - patchelf\n", ""))
     with pytest.raises(UserError) as error:
         lockfile.require_fresh(env_file, lock)

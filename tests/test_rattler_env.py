@@ -137,9 +137,8 @@ def test_mirror_solves_there_but_locks_the_channels_own_urls(tmp_path: Path) -> 
         "https://conda.anaconda.org/conda-forge/linux-64/tool-2.0-0.tar.bz2",
     ]
     # Installing through the same mirror (an air-gapped site): no conda-forge access needed.
-    mapping = lockfile.parse_mirrors([str(tmp_path / "mirror")], ["conda-forge"])
     result = lockfile.install_lock(lock, tmp_path / "env", cache_dir=tmp_path / "cache",
-                                      mirrors=mapping)  # fmt: skip
+                                   channel=[str(tmp_path / "mirror")])  # fmt: skip
     assert result.installed == ["libfoo-1.2-0", "tool-2.0-0"]
     with pytest.raises(UserError, match="say which one it mirrors"):
         lockfile.parse_mirrors(["file:///m"], ["conda-forge", "bioconda"])

@@ -1,3 +1,1 @@
-"""The one shared env: arch detection and capabilities, the conda manager, the lock, activation
-variables, TheRock's ROCm SDK, setup_env, doctor, and running the probes with the env's Python.
-Imports only rocmfa.plumbing."""
+"""The one shared env: arch, conda manager, lock, ROCm SDK, variables, doctor (plumbing only)."""

@@ -1,8 +1,5 @@
-"""GPU arch knowledge: AMD's rocm-bootstrap detects GPUs (KFD sysfs) and knows the target ->
-sub-family -> family chain and device package names; data/arches.toml holds only the rest.
-HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: it is reported, not trusted."""
-
-from __future__ import annotations
+"""GPU archs: rocm-bootstrap detects GPUs and names families and device packages; data/arches.toml
+holds the rest. HSA_OVERRIDE_GFX_VERSION changes what ROCr reports, not sysfs: reported only."""
 
 import functools
 import os
@@ -64,17 +61,16 @@ class Arch:
         """The pack our patch set builds on version's release line (None if upstream has it)."""
         if self.aotriton_supported(version):
             return None
-        key = aotriton_version_key(version)[:2]
-        return next(
-            (pack for rel, pack in self.aotriton_patched if aotriton_version_key(rel)[:2] == key),
-            None,
-        )
+        packs = {aotriton_version_key(rel)[:2]: pack for rel, pack in self.aotriton_patched}
+        return packs.get(aotriton_version_key(version)[:2])
 
     def needs_experimental_flag(self, version: str) -> bool:
         key = aotriton_version_key(version)
-        return any(key >= aotriton_version_key(since)
-                   and (until is None or key < aotriton_version_key(until))
-                   for since, until in self.aotriton_experimental)  # fmt: skip
+        return any(
+            key >= aotriton_version_key(since)
+            and (until is None or key < aotriton_version_key(until))
+            for since, until in self.aotriton_experimental
+        )
 
 
 def _bundles(name: str) -> list[Any]:
@@ -102,8 +98,10 @@ def _parse_arch(name: str, raw: Any) -> Arch:
         entries = get(key, list, [])
         if not all(isinstance(entry, dict) for entry in entries):
             raise UserError(f"{where}: {key} entries must be tables")
-        return tuple(tuple(require(e, n, str, where) if n in e or n != "until" else None
-                           for n in names) for e in entries)  # fmt: skip
+        return tuple(
+            tuple(require(e, n, str, where) if n in e or n != "until" else None for n in names)
+            for e in entries
+        )
 
     packs = tables("aotriton_packs", "since", "pack")
     experimental = tables("aotriton_experimental", "since", "until")
@@ -157,22 +155,19 @@ def explain_override(value: str | None, real: str) -> str | None:
     """One sentence about HSA_OVERRIDE_GFX_VERSION ('11.0.0', all decimal), or None when unset."""
     if not value:
         return None
+    said = f"HSA_OVERRIDE_GFX_VERSION={value}"
     if not (match := re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", value.strip())):
-        return (
-            f"HSA_OVERRIDE_GFX_VERSION={value} is invalid: ROCr rejects it "
-            "(format major.minor.stepping, decimal)"
-        )
+        return f"{said} is invalid: ROCr rejects it (format major.minor.stepping, decimal)"
     major, minor, step = (int(g) for g in match.groups())
     try:  # rocm-bootstrap's table; LLVM's spelling (stepping in hex) when it does not know it
         reported = parse_gfx_target_version(major * 10000 + minor * 100 + step).name
     except ValueError:
         reported = f"gfx{major}{minor}{step:x}"
     if reported == real:
-        return f"HSA_OVERRIDE_GFX_VERSION={value} matches the real arch ({real})"
+        return f"{said} matches the real arch ({real})"
     return (
-        f"HSA_OVERRIDE_GFX_VERSION={value} makes ROCr report {reported} although the GPU is "
-        f"{real}: kernels built for {reported} run on {real}; builds here target the real arch "
-        "(pass --arch to choose otherwise)"
+        f"{said} makes ROCr report {reported} although the GPU is {real}: kernels built for "
+        f"{reported} run on {real}; builds here target the real arch (--arch chooses otherwise)"
     )
 
 
@@ -184,9 +179,7 @@ class Detection:
 
 
 def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
-    """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's; rocm-bootstrap lists
-    '10' before '2')."""
-    environ = os.environ if environ is None else environ
+    """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's)."""
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:
         found = sorted(rocm_bootstrap.detect_gpus(), key=lambda gpu: gpu.node_id)
@@ -202,7 +195,7 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    override = environ.get("HSA_OVERRIDE_GFX_VERSION")
+    override = (os.environ if environ is None else environ).get("HSA_OVERRIDE_GFX_VERSION")
     return Detection(gpus, source, explain_override(override, (*gpus, "unknown")[0]))
 
 
@@ -213,12 +206,13 @@ class ArchChoice:
     detection: Detection
 
 
-def resolve_arch(requested: str | None, *, environ: Mapping[str, str] | None = None,
-                 detection: Detection | None = None) -> ArchChoice:  # fmt: skip
+def resolve_arch(
+    given: str | None, *, environ: dict[str, str] | None = None, detection: Detection | None = None
+) -> ArchChoice:
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
     detection = detect_gpus(environ) if detection is None else detection
-    if requested:
-        return ArchChoice(get_arch(requested), origin(requested, "--arch"), detection)
+    if given:
+        return ArchChoice(get_arch(given), origin(given, "--arch"), detection)
     if not detection.gpus:
         raise UserError(f"no AMD GPU detected ({detection.source}); pass --arch gfxNNNN")
     how = detection.source

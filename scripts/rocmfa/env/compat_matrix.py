@@ -1,9 +1,5 @@
-"""`nox -s matrix`: arch x AOTriton release -> flash by default / only with the experimental flag
-/ with our patch set / none, image packs, the AOTriton each torch series expects, retired sources,
-and the check builds run before their first command (data/arches.toml, data/aotriton_matrix.toml).
-"""
-
-from __future__ import annotations
+"""`nox -s matrix` (arch x AOTriton release x torch series, from data/arches.toml and
+data/aotriton_matrix.toml) and the check builds run before their first command."""
 
 import json
 import re
@@ -36,29 +32,26 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
         found = []
         for name, raw in (data.get(table) or {}).items():
             where = f"{path.name} [{table}.{name!r}]"
-            found.append(
-                {key: name} | {k: " ".join(require(raw, k, str, where).split()) for k in keys}
-            )
+            row = {k: " ".join(require(raw, k, str, where).split()) for k in keys}
             if table == "aotriton":  # the archs its util.cc gates as experimental
-                found[-1]["experimental"] = require(raw, "experimental", list, where)
+                row["experimental"] = require(raw, "experimental", list, where)
+            found.append({key: name} | row)
         return found
 
-    releases = sorted(rows("aotriton", "version", "commit", "source"),
-                      key=lambda r: archs.aotriton_version_key(r["version"]))  # fmt: skip
+    releases = rows("aotriton", "version", "commit", "source")
     if not releases:
         raise UserError(f"malformed AOTriton matrix data {path}: no [aotriton.<version>] tables")
-    torch = sorted(rows("torch", "torch", "tree", "aotriton", "source"),
-                   key=lambda r: tuple(map(int, r["torch"].split("."))))  # fmt: skip
-    return {"releases": releases, "torch": torch,
-            "retired": rows("retired", "name", "arch", "why", "source")}  # fmt: skip
+    releases.sort(key=lambda r: archs.aotriton_version_key(r["version"]))
+    torch = rows("torch", "torch", "tree", "aotriton", "source")
+    torch.sort(key=lambda r: tuple(map(int, r["torch"].split("."))))
+    retired = rows("retired", "name", "arch", "why", "source")
+    return {"releases": releases, "torch": torch, "retired": retired}
 
 
 def state(arch: archs.Arch, version: str) -> str:
     if arch.aotriton_supported(version):
         return EXPERIMENTAL if arch.needs_experimental_flag(version) else DEFAULT
-    if arch.aotriton_patched_pack(version):
-        return PATCHED
-    return NONE
+    return PATCHED if arch.aotriton_patched_pack(version) else NONE
 
 
 def pack(arch: archs.Arch, version: str) -> str | None:
@@ -75,36 +68,34 @@ def table() -> dict[str, Any]:
             | ({"pack": f"amd-{found}"} if (found := pack(arch, r["version"])) else {})
             for r in data["releases"]
         }
+        row = {"arch": arch.name, "name": arch.display_name, "cells": cells}
         retired = [r for r in data["retired"] if r["arch"] == arch.name]
-        rows.append({"arch": arch.name, "name": arch.display_name, "cells": cells}
-                    | ({"retired": retired} if retired else {}))  # fmt: skip
-    return {**data, "pinned_build": pinned_build(), "arches": rows}
-
-
-def pinned_build() -> dict[str, str]:
-    """The torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)."""
-    try:
+        rows.append(row | {"retired": retired} if retired else row)
+    try:  # the torch line build_pytorch builds and how its AOTriton agrees (pins/; no network)
         for project in ("pytorch", "aotriton"):
             pin_files.read_table(project, pin_files.pins_dir())
+        built = {"line": pin_files.describe_line(pin_files.pins_dir())}
     except UserError as e:
-        return {"error": str(e)}
-    return {"line": pin_files.describe_line(pin_files.pins_dir())}
+        built = {"error": str(e)}
+    return {**data, "pinned_build": built, "arches": rows}
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [f"| {' | '.join(cells)} |" for cells in [header, ["---"] * len(header), *rows]]
 
 
+def _cell(cell: dict[str, str]) -> str:
+    return f"{SHORT.get(cell['state'], '-')} {cell.get('pack', '')}".strip()
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     versions = [r["version"] for r in report["releases"]]
     lines = ["## Flash attention through AOTriton, by arch and AOTriton release", ""]
-    rows = report["arches"]
-    cells = [[f"{SHORT.get(c['state'], '-')} {c.get('pack', '')}".strip()
-              for c in map(row["cells"].get, versions)] for row in rows]  # fmt: skip
-    lines += markdown_table(
-        ["arch", *versions],
-        [[f"{r['arch']} ({r['name']})", *c] for r, c in zip(rows, cells, strict=True)],
-    )
+    rows = [
+        [f"{r['arch']} ({r['name']})", *(_cell(r["cells"][v]) for v in versions)]
+        for r in report["arches"]
+    ]
+    lines += markdown_table(["arch", *versions], rows)
     lines += [
         "",
         f"default: flash attention on by default; experimental*: only with {EXPERIMENTAL_ENV}=1;"
@@ -120,10 +111,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "error" not in (built := report["pinned_build"]):
         lines += ["", "## The pinned source build (build_pytorch)", "", built["line"]]
     lines += ["", "## Sources", ""]
-    lines += [f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}"
-              for r in report["releases"]]  # fmt: skip
-    lines += [f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
-              for row in report["arches"] for r in row.get("retired", ())]  # fmt: skip
+    lines += [
+        f"- AOTriton {r['version']} ({r['commit'][:8]}): {r['source']}" for r in report["releases"]
+    ]
+    lines += [
+        f"- {row['arch']}: {r['name']} is retired: {r['why']} ({r['source']})"
+        for row in report["arches"]
+        for r in row.get("retired", ())
+    ]
     lines.append("- per-arch support and image packs: scripts/rocmfa/data/arches.toml")
     lines += ["", f"This host: {report['host']}"] if report.get("host") else []
     return "\n".join(lines) + "\n"
@@ -149,37 +144,30 @@ def pinned_aotriton_version() -> str | None:
         return None
 
 
-def check_combination(arch: archs.Arch, aotriton_version: str, *,
-                      torch_version: str | None = None, force: bool = False
-                      ) -> list[str]:  # fmt: skip
-    """Conflicts of arch x AOTriton release x torch (the first raised unless force, else returned
-    as warnings) and notes (experimental, patched)."""
-    found, both = state(arch, aotriton_version), f"{arch.name} x AOTriton {aotriton_version}"
+def check_combination(
+    arch: archs.Arch, version: str, *, torch_version: str | None = None, force: bool = False
+) -> list[str]:
+    """Notes on arch x AOTriton x torch; a conflict raises (with force: a warning line)."""
+    found, both = state(arch, version), f"{arch.name} x AOTriton {version}"
     problems = [f"{both}: no AOTriton support for {arch.name} (nox -s matrix)"] * (found == NONE)
     notes = {
         PATCHED: f"note: {both}: no upstream kernels; built with this repository's patch set "
-        f"(patches/aotriton/), image pack amd-{pack(arch, aotriton_version)}",
+        f"(patches/aotriton/), image pack amd-{pack(arch, version)}",
         EXPERIMENTAL: f"note: {both}: PyTorch uses flash attention only with "
         f"{EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)",
     }
     notes = [notes[found]] if found in notes else []
     # "+git<sha>": a torch built from source, checked against its own aotriton.cmake (pins.py)
     series = re.match(r"\s*(\d+\.\d+)", torch_version or "")
-    line = archs.aotriton_version_key(aotriton_version)[:2]  # 0.13b and 0.13.1b: one ABI line
     known = {t["torch"]: t for t in load_matrix()["torch"]}
-    if series and "+git" not in torch_version and series[1] in known:
-        expected, source = known[series[1]]["aotriton"], known[series[1]]["source"]
-        if archs.aotriton_version_key(expected)[:2] != line:
-            problems.append(f"torch {series[1]} x AOTriton {aotriton_version}: torch {series[1]} "
-                            f"expects AOTriton {expected} ({source})")  # fmt: skip
+    row = known.get(series[1]) if series and "+git" not in torch_version else None
+    key = archs.aotriton_version_key  # 0.13b and 0.13.1b: one ABI line (the first two numbers)
+    if row and key(row["aotriton"])[:2] != key(version)[:2]:
+        torch, expects = f"torch {series[1]}", f"AOTriton {row['aotriton']} ({row['source']})"
+        problems.append(f"{torch} x AOTriton {version}: {torch} expects {expects}")
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")
     return [f"WARNING (--force): {p}" for p in problems] + notes
-
-
-def announce(lines: list[str], say: Any = print) -> None:
-    for line in lines:
-        say(line)
 
 
 def matrix(opts: MatrixOptions) -> None:

@@ -1,8 +1,6 @@
 """The one shared conda env: where it is (a conda manager, when present, only decides where
 named envs live) and its full activation for the commands nox runs (nox only prepends PATH)."""
 
-from __future__ import annotations
-
 import csv
 import functools
 import os
@@ -21,6 +19,9 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import env_name as check_env_name
 from rocmfa.plumbing.options import origin
 
+DEFAULT_ENV_NAME = "therock"
+ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
+
 
 @dataclass(frozen=True)
 class Manager:
@@ -29,34 +30,18 @@ class Manager:
     found_via: str
 
 
-def find_manager(environ: Mapping[str, str] | None = None) -> Manager | None:
+def find_manager() -> Manager | None:
     """$MAMBA_EXE, then $CONDA_EXE, then micromamba, mamba, conda on PATH. Never downloads."""
-    environ = os.environ if environ is None else environ
     for var in ("MAMBA_EXE", "CONDA_EXE"):
-        value = environ.get(var)
+        value = os.environ.get(var)
         if value and os.access(value, os.X_OK):
             name = Path(value).name.lower()
             kind = next((k for k in ("micromamba", "mamba") if name.startswith(k)), "conda")
             return Manager(kind, Path(value), f"${var}")
     for name in ("micromamba", "mamba", "conda"):
-        if found := shutil.which(name, path=environ.get("PATH", "")):
+        if found := shutil.which(name):
             return Manager(name, Path(found), "PATH")
     return None
-
-
-DEFAULT_ENV_NAME = "therock"
-ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
-
-
-def _envs_dirs(manager: Manager | None, environ: Mapping[str, str]) -> list[Path]:
-    dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
-    if manager is None:  # py-rattler still installs the env: into our own data dir
-        data = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        return [*dirs, Path(data) / "rocm-fa-workflow" / "envs"]
-    if manager.kind == "micromamba":
-        root = environ.get("MAMBA_ROOT_PREFIX") or Path.home() / "micromamba"
-        return [*dirs, Path(root) / "envs"]
-    return [*dirs, manager.exe.resolve().parent.parent / "envs"]  # <root>/{bin,condabin}/conda
 
 
 @dataclass(frozen=True)
@@ -65,24 +50,27 @@ class EnvLocation:
     how: str
 
 
-def resolve_prefix(prefix: str | None, env_name: str | None, manager: Manager | None,
-                   environ: Mapping[str, str] | None = None) -> EnvLocation:  # fmt: skip
-    """prefix/env_name: the session's settings; environ: the manager's own variables."""
-    environ = os.environ if environ is None else environ
+def resolve_prefix(
+    prefix: str | None, env_name: str | None, manager: Manager | None
+) -> EnvLocation:
+    """prefix/env_name: the session's settings; the manager's own variables say where envs live."""
+    environ = os.environ
     if prefix:
         return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
-    name = env_name or DEFAULT_ENV_NAME
+    name = check_env_name(env_name or DEFAULT_ENV_NAME)
     how = origin(env_name, "--env-name") if env_name else "default name"
-    check_env_name(name)
-    dirs = _envs_dirs(manager, environ)
+    dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
+    if manager is None:  # py-rattler still installs the env: into our own data dir
+        data = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        dirs.append(Path(data) / "rocm-fa-workflow" / "envs")
+    elif manager.kind == "micromamba":
+        dirs.append(Path(environ.get("MAMBA_ROOT_PREFIX") or Path.home() / "micromamba") / "envs")
+    else:  # <root>/{bin,condabin}/conda
+        dirs.append(manager.exe.resolve().parent.parent / "envs")
     for envs_dir in dirs:
         if (envs_dir / name / "conda-meta").is_dir():
             return EnvLocation(envs_dir / name, f"{how} '{name}'")
     return EnvLocation(dirs[0] / name, f"{how} '{name}' (to be created)")
-
-
-def is_conda_env(prefix: Path) -> bool:
-    return (prefix / "conda-meta").is_dir()
 
 
 @functools.lru_cache(maxsize=8)
@@ -96,47 +84,40 @@ def _activated(prefix: str, outer_items: tuple[tuple[str, str], ...]) -> tuple:
     # conda stops at an activate.d script that fails; compiler scripts are not `set -u` safe
     script = re.sub(r"^(\. .*)$", r"\1 || exit 97", script, flags=re.M) + "\nexec env -0\n"
     bash = shutil.which("bash", path=outer.get("PATH")) or "/bin/bash"
-    result = subprocess.run([bash, "--norc", "--noprofile", "-c", script], env=outer,
-                            capture_output=True, check=False)  # fmt: skip
+    result = subprocess.run(
+        [bash, "--norc", "--noprofile", "-c", script], env=outer, capture_output=True, check=False
+    )
     if result.returncode != 0:
-        detail = result.stderr.decode(errors="replace").strip().splitlines()
-        raise UserError(
-            f"activating {prefix} failed: an activate.d script exited non-zero"
-            + (f": {detail[-1]}" if detail else "")
-        )
+        last = (result.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"activating {prefix} failed: an activate.d script exited non-zero: {last}")
     pairs = (item.split("=", 1) for item in result.stdout.decode().split("\0") if "=" in item)
     return tuple(sorted((k, v) for k, v in pairs if k not in ("_", "SHLVL", "PWD", "OLDPWD")))
 
 
 def activated_environ(prefix: Path, outer: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment `conda activate PREFIX` gives (py-rattler's activation script: PATH,
-    CONDA_PREFIX, conda-meta/state and env_vars.d variables, activate.d/*.sh), run in bash."""
+    """The environment `conda activate PREFIX` gives (py-rattler's activation script, in bash)."""
     outer = os.environ if outer is None else outer
     return dict(_activated(str(prefix), tuple(sorted(outer.items()))))
 
 
 def require_env(prefix: Path) -> Path:
     if not (prefix / ENV_STAMP).is_file():
-        state = "is not a conda env" if not is_conda_env(prefix) else "was not set up by us"
-        if not prefix.exists():
-            state = "does not exist"
+        state = "was not set up by us" if (prefix / "conda-meta").is_dir() else "is not a conda env"
+        state = state if prefix.exists() else "does not exist"
         raise UserError(f"env {prefix} {state}; run: nox -s setup_env")
     from rocmfa.env import lockfile  # lazily: conda-lock's import is slow
 
     if lockfile.LOCK_FILE.is_file():
         lockfile.require_fresh()
     else:
-        print(f"note: {lockfile.LOCK_FILE.name} is missing, so {prefix} cannot be checked "
-              "against it (nox -s lock makes it)", file=sys.stderr)  # fmt: skip
+        name = lockfile.LOCK_FILE.name
+        print(f"note: {name} is missing, so {prefix} cannot be checked against it", file=sys.stderr)
     return prefix
 
 
 def env_identity(prefix: Path) -> str:
     """Changes whenever setup_env (re)makes the env: in the stamps of steps installing into it."""
     return (stamps.read(prefix / ENV_STAMP) or {}).get("inputs_digest", "")
-
-
-# --- the env's torch as pip installed it -------------------------------------------------
 
 
 def torch_record(site: Path) -> Path | None:

@@ -1,8 +1,6 @@
 """`nox -s doctor`: one screen about this host and the shared env, and the next command. Every
 section reports instead of raising; after the screen, non-zero when it shows damage (problems)."""
 
-from __future__ import annotations
-
 import json
 import subprocess
 from pathlib import Path
@@ -24,6 +22,7 @@ MAIN_JOB = (
 )
 # The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
 FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
+Rows = list[tuple[str, str]]
 # One run of the env's Python: its torch (or why not) and its ROCm SDK distributions.
 ENV_PROBE = """import json
 from importlib import metadata
@@ -63,9 +62,6 @@ def torch_path(arch: archs.Arch, how: str, aotriton_version: str | None) -> dict
     return {"kind": "none", "commands": [], "why": why}
 
 
-Rows = list[tuple[str, str]]
-
-
 def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
     """The GPU and arch rows; the facts the next step reads (error, bad_value; the arch's path)."""
     try:
@@ -89,21 +85,22 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
     aotriton = arch.aotriton_supported() or bool(pinned and arch.aotriton_patched_pack(pinned))
     path = torch_path(arch, choice.how, pinned)
     run = f"; run: {', then '.join(path['commands'])}" if path["commands"] else ""
+    line = f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
+    line += f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}"
     rows += [
-        ("arch", f"{arch.name} = {arch.display_name} ({choice.how}); AOTriton "
-         f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}"),
+        ("arch", line),
         ("matrix", f"{compat_matrix.host_line(choice=choice)} (nox -s matrix)"),
         ("path", f"{path['kind']}: {path['why']}{run}"),
         *([("", path["build"])] if path.get("build") else []),
-    ]  # fmt: skip
+    ]
     return {"arch": arch.name, "path": path}
 
 
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
-    manager = find_manager()
-    rows.append(("manager", f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager
-                 else "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))  # fmt: skip
+    manager, none = find_manager(), "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
+    found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else none
+    rows.append(("manager", found))
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
@@ -118,19 +115,19 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
     if (python := env / "bin" / "python").exists():
         try:
-            probe = subprocess.run([str(python), "-c", ENV_PROBE], capture_output=True, text=True,
-                                   env=condaenv.activated_environ(env), timeout=120,
-                                   check=True)  # fmt: skip
+            argv, environ = [str(python), "-c", ENV_PROBE], condaenv.activated_environ(env)
+            probe = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120)
+            probe.check_returncode()
             found = json.loads(probe.stdout)
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    torch = facts["torch"]
+    torch, version = facts["torch"], facts["torch"].get("version")
     rows += [("ROCm SDK", facts["mixed_sdk"])] if facts.get("mixed_sdk") else []
-    rows.append(("torch", f"{torch['version']} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})"
-                 if torch.get("version") else torch.get("error", "not installed")))  # fmt: skip
-    rows += [("variable", f"{v['name']}={v['value']}  - {v['why']}")
-             for v in stamp.get("variables", {}).get("set") or []]  # fmt: skip
+    shown = f"{version} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})" if version else None
+    rows.append(("torch", shown or torch.get("error", "not installed")))
+    variables = stamp.get("variables", {}).get("set") or []
+    rows += [("variable", f"{v['name']}={v['value']}  - {v['why']}") for v in variables]
     return facts
 
 
@@ -145,12 +142,6 @@ def _pins_section() -> list[dict[str, Any]]:
         except UserError as e:
             found.append({"file": path.name, "error": str(e)})
     return found
-
-
-def _builds_section(work: Path) -> list[dict[str, Any]]:
-    return [{"step": path.stem, "stamp": str(path), "facts": {k: v for k, v in (
-        stamps.read(path) or {}).items() if k not in ("inputs", "inputs_digest")}}
-            for path in sorted((work / "stamps").glob("*.json"))]  # fmt: skip
 
 
 def _next_step(report: dict[str, Any]) -> str:
@@ -176,9 +167,9 @@ def _next_step(report: dict[str, Any]) -> str:
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
         return MAIN_JOB[2]
     if not torch.get("version"):
-        unresolved = any("not resolved yet" in pin.get("error", "") for pin in report["pins"])
-        return MAIN_JOB[1] + (" (its first run resolves and records the torch pin's commit)"
-                              if unresolved else "")  # fmt: skip
+        if any("not resolved yet" in pin.get("error", "") for pin in report["pins"]):
+            return f"{MAIN_JOB[1]} (its first run resolves and records the torch pin's commit)"
+        return MAIN_JOB[1]
     return f"{MAIN_JOB[3]} (nox -s backend_check first, if install_wheels did not run it)"
 
 
@@ -187,28 +178,11 @@ def half_installed(prefix: Path | None) -> list[str]:
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
     pending = condaenv.pip_pending(site.parents[2]) if site else None
     torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
-    if site is None or not (torch_there or pending):
-        return []
-    why = condaenv.torch_incomplete(site)
-    if why is None:
+    if not (site and (torch_there or pending)) or not (why := condaenv.torch_incomplete(site)):
         return []
     # build_aotriton finishes its own swap first thing; a killed install_wheels reinstalls
     rerun = "nox -s build_aotriton" if pending else "nox -s install_wheels"
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
-
-
-def _pin_line() -> str:
-    try:
-        return pin_files.describe_line(pin_files.pins_dir())
-    except UserError as e:
-        return str(e)
-
-
-def _lock_section() -> dict[str, Any]:
-    try:
-        return dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
-    except UserError as e:  # missing (not present) or not a conda-lock file (stale)
-        return {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
 
 
 def gather(opts: DoctorOptions) -> dict[str, Any]:
@@ -216,22 +190,38 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
     arch_rows: Rows = []
     env_rows: Rows = []
     env = _env_section(opts.prefix, opts.env_name, env_rows)
+    try:
+        lock = dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
+    except UserError as e:  # missing (not present) or not a conda-lock file (stale)
+        lock = {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
+    try:
+        pin_line = pin_files.describe_line(pin_files.pins_dir())
+    except UserError as e:
+        pin_line = str(e)
+    builds = []  # what each build's stamp says (its inputs aside)
+    for path in sorted((paths.workdir(opts.workdir) / "stamps").glob("*.json")):
+        facts = stamps.read(path) or {}
+        facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
+        builds.append({"step": path.stem, "stamp": str(path), "facts": facts})
     report: dict[str, Any] = {
         "interrupted": half_installed(Path(env["prefix"]) if env.get("prefix") else None),
         "arch": _arch_section(opts.arch, arch_rows),
         "env": env,
-        "lock": (lock := _lock_section()),
+        "lock": lock,
         "pins": _pins_section(),
-        "builds": _builds_section(paths.workdir(opts.workdir)),
+        "builds": builds,
     }
-    builds = [f"{b['step']} ({b['stamp']})" for b in report["builds"]] or ["nothing yet"]
+    built = [f"{b['step']} ({b['stamp']})" for b in builds] or ["nothing yet"]
+    shown = f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
     report["rows"] = [
-        *(("HALF-DONE", line) for line in report["interrupted"]), *arch_rows, *env_rows,
-        ("lock", f"{'fresh' if lock['fresh'] else 'STALE'}: {lock['reason']}"
-         if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
-        *(("pin", pin["error"]) for pin in report["pins"]), ("pin line", _pin_line()),
-        *(("built", build) for build in builds),
-    ]  # fmt: skip
+        *(("HALF-DONE", line) for line in report["interrupted"]),
+        *arch_rows,
+        *env_rows,
+        ("lock", shown if lock["present"] else "conda-lock.yml missing (setup_env generates it)"),
+        *(("pin", pin["error"]) for pin in report["pins"]),
+        ("pin line", pin_line),
+        *(("built", line) for line in built),
+    ]
     report["next"] = _next_step(report)
     return report
 

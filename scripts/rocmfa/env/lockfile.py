@@ -1,12 +1,5 @@
-"""conda-lock.yml, solved and installed with py-rattler, written and checked by conda-lock.
-
-solve_lock() (`nox -s lock`) solves environment.yml against its channels or their mirrors
-(`--channel URL`; locked URLs name environment.yml's channel); check() compares conda-lock's own
-content hash, offline and without CUDA; install_lock() (setup_env) links the lock's packages,
-sha256-checked in a package cache, into a prefix. conda-lock.records.json keeps each package's
-whole repodata record (conda-lock's format drops constrains and build numbers, which the
-closed-world check of the lock needs; docs/conda-lock.md).
-"""
+"""conda-lock.yml: solved and installed with py-rattler, written and checked by conda-lock, with
+conda-lock.records.json beside it (the whole records, constrains included; docs/conda-lock.md)."""
 
 from __future__ import annotations
 
@@ -21,27 +14,37 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections import namedtuple
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import LockOptions
+from rocmfa.plumbing.options import LockOptions, environment
 
 if TYPE_CHECKING:
     import rattler
 
 PLATFORM = "linux-64"
 RECORDS_FORMAT = 1  # conda-lock.records.json
+ENV_FILE = REPO_ROOT / "environment.yml"
+LOCK_FILE = REPO_ROOT / "conda-lock.yml"
+VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
+CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
+T = TypeVar("T")
+# The repodata fields a solver and an installer read (not a lock writer's purls, run_exports, url)
+RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
+    "name version build build_number depends constrains track_features features noarch subdir md5"
+    " sha256 size timestamp license license_family arch platform"
+).split()
 
 
 def default_cache_dir() -> Path:
-    from rocmfa.plumbing.options import environment
-
     if chosen := environment().conda_cache:
         return Path(chosen).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -83,8 +86,7 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def lock_spec(env_file: Path, platforms: list[str], cuda: str):
-    """(environment.yml as conda-lock parses it, its virtual-package repo, the PyPI mapping
-    URL: local and empty, as the default one is downloaded from GitHub)."""
+    """conda-lock's spec, virtual packages and PyPI mapping (empty: its default is downloaded)."""
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
@@ -93,10 +95,9 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
         stack.callback(logging.disable, logging.NOTSET)
         mapping = Path(tmp) / "mapping.json"
         mapping.write_text("{}")
+        files, url = [env_file], str(mapping)
         try:
-            spec = make_lock_spec(
-                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
-            )
+            spec = make_lock_spec(src_files=files, platform_overrides=platforms, mapping_url=url)
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
         vpr = default_virtual_package_repodata(cuda)
@@ -104,8 +105,9 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             yield spec, vpr, str(mapping)
 
 
-def solve(specs: list[str], channels: list[str], virtual: list[Any],
-          cache_dir: Path | None = None) -> list[rattler.RepoDataRecord]:  # fmt: skip
+def solve(
+    specs: list[str], channels: list[str], virtual: list[Any], cache_dir: Path | None = None
+) -> list[rattler.RepoDataRecord]:
     """rattler's solver (repodata cached in cache_dir/repodata); errors are one line."""
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
@@ -124,11 +126,9 @@ def solve(specs: list[str], channels: list[str], virtual: list[Any],
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
-        url = re.search(r"url \((\S+?)\)", str(error))
-        cause = [line.strip() for line in str(error).splitlines() if line.strip()][-1:] or ["?"]
-        where = url[1] if url else ", ".join(channels)
-        host = urllib.parse.urlsplit(where).netloc or where
-        why = cause[0].removeprefix("Caused by: ")
+        where = url[1] if (url := re.search(r"url \((\S+?)\)", str(error))) else channels[0]
+        why = str(error).strip().splitlines()[-1].strip().removeprefix("Caused by: ")
+        host = urllib.parse.urlsplit(where).netloc
         raise UserError(f"cannot reach {host} ({where}): {why}; {MIRROR_FIX}") from None
     except Exception as error:  # anything else from rattler
         raise UserError(f"rattler could not solve the env: {_one_line(error)}") from None
@@ -155,18 +155,29 @@ def locked_dependencies(
         merged = {name: MatchSpec.merge(specs)[0].version for name, specs in by_name.items()}
         if not record.sha256 or not record.md5:
             raise UserError(f"{record.file_name}: the channel gives no md5/sha256 for it")
-        locked.append(LockedDependency(
-            name=record.name.normalized, version=str(record.version), manager="conda",
-            platform=platform, url=_swap_base(record.url, canonical),
-            dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
-            hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
-        ))  # fmt: skip
+        locked.append(
+            LockedDependency(
+                name=record.name.normalized,
+                version=str(record.version),
+                manager="conda",
+                platform=platform,
+                url=_swap_base(record.url, canonical),
+                dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
+                hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+            )
+        )
     return locked
 
 
-def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, say=print,
-               cache_dir: Path | None = None,
-               records_file: Path | None = None) -> list[Any]:  # fmt: skip
+def solve_lock(
+    env_file: Path,
+    lock_file: Path,
+    mirrors: list[str],
+    cuda: str,
+    say=print,
+    cache_dir: Path | None = None,
+    records_file: Path | None = None,
+) -> list[Any]:
     """Solve env_file for linux-64 into lock_file (and records_file: load())."""
     import rattler
     from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
@@ -183,8 +194,7 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
         specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
         say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
-        # conda-lock's virtual packages (its FakeRepoData, the ones it hashes); rattler wants
-        # a build string where conda uses 0
+        # conda-lock's virtual packages (the ones it hashes); rattler wants a build string, not 0
         virtual = [
             rattler.GenericVirtualPackage(
                 rattler.PackageName(p.name),
@@ -198,34 +208,21 @@ def solve_lock(env_file: Path, lock_file: Path, mirrors: list[str], cuda: str, s
         hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
-        apply_categories(
-            requested={d.name: d for d in conda_deps}, planned=planned, mapping_url=mapping
-        )
+        requested = {d.name: d for d in conda_deps}
+        apply_categories(requested=requested, planned=planned, mapping_url=mapping)
+    source, locked = os.path.relpath(env_file, lock_file.parent), list(planned.values())
     meta = LockMeta(
-        content_hash=hashes,
-        channels=list(spec.channels),
-        platforms=[PLATFORM],
-        sources=[os.path.relpath(env_file, lock_file.parent)],
+        content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
-    write_conda_lock_file(
-        Lockfile(package=list(planned.values()), metadata=meta), lock_file, metadata_choices=()
-    )
+    write_conda_lock_file(Lockfile(package=locked, metadata=meta), lock_file, metadata_choices=())
     if records_file is not None:  # read by load()
-        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in planned.values()}
+        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
         entries = {urls[r.file_name]: repodata_entry(r) for r in records}
-        virtual_names = sorted(str(v) for v in virtual)
-        document = {"format": RECORDS_FORMAT, "platform": PLATFORM, "virtual_packages":
-                    virtual_names, "content_hash": hashes[PLATFORM],
-                    "records": dict(sorted(entries.items()))}  # fmt: skip
+        solved_for = {"platform": PLATFORM, "virtual_packages": sorted(map(str, virtual))}
+        document = {"format": RECORDS_FORMAT, **solved_for, "content_hash": hashes[PLATFORM]}
+        document["records"] = dict(sorted(entries.items()))
         records_file.write_text(json.dumps(document, indent=1) + "\n")
-    return list(planned.values())
-
-
-# The repodata fields a channel entry keeps (what a solver and an installer read); a lock
-# writer's extras (purls, run_exports, the url itself) are neither kept nor compared.
-RECORD_FIELDS = ("name", "version", "build", "build_number", "depends", "constrains",
-                 "track_features", "features", "noarch", "subdir", "md5", "sha256", "size",
-                 "timestamp", "license", "license_family", "arch", "platform")  # fmt: skip
+    return locked
 
 
 def repodata_entry(record: Any) -> dict[str, Any]:
@@ -239,41 +236,24 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
     """conda-lock's LockedDependency of each of the lock's packages for platform."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    packages = [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
-    for p in packages:
-        if p.manager != "conda":
-            raise UserError(f"{lock_file.name}: {p.name} is a {p.manager} package; only conda")
-        if not p.hash.sha256:
-            raise UserError(f"{lock_file.name}: {p.name} has no sha256; relock: nox -s lock")
-    return packages
-
-
-def channel_of(url: str) -> str:
-    return url.rsplit("/", 2)[0]
-
-
-MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
+    return [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
 
 
 def fetch_all(
     packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
 ) -> list[Path]:
-    """Each package's archive in archives, its sha256 the lock's, jobs at a time in daemon
-    threads: Ctrl-C ends the run at once (a ThreadPoolExecutor would join its workers first,
-    each stuck up to its read timeout on a silent mirror) and this run's partial files are
-    removed on the way out."""
-    results: list[Path | None] = [None] * len(packages)
+    """Each package's sha256-checked archive, in daemon threads: Ctrl-C ends at once (an executor
+    would join workers stuck on a silent mirror) and removes this run's partial files."""
+    paths = [archives / package.url.rsplit("/", 1)[-1] for package in packages]
     failures: list[BaseException] = []
-    todo = iter(enumerate(packages))  # next() on it is atomic under the GIL
+    todo = iter(zip(packages, paths, strict=True))  # next() on it is atomic under the GIL
 
     def work() -> None:
         while not failures and (item := next(todo, None)) is not None:
-            index, package = item
-            url, dest = _swap_base(package.url, mirrors), archives / package.url.rsplit("/", 1)[-1]
+            package, dest = item
+            url, sha256 = _swap_base(package.url, mirrors), package.hash.sha256
             try:
-                results[index] = downloads.fetch_pinned(
-                    url, dest, package.hash.sha256, fix=MIRROR_FIX, pinned_by="the lock's"
-                )
+                downloads.fetch_pinned(url, dest, sha256, fix=MIRROR_FIX, pinned_by="the lock's")
             except BaseException as error:
                 failures.append(error)
 
@@ -287,45 +267,55 @@ def fetch_all(
         failures.append(KeyboardInterrupt())
         downloads.remove_partials(archives, ours=True)
         hosts = sorted({urllib.parse.urlsplit(_swap_base(p.url, mirrors)).netloc for p in packages})
-        print(f"interrupted while downloading conda packages from {', '.join(hosts)} into "
-              f"{archives}; partial files removed", file=sys.stderr, flush=True)  # fmt: skip
+        where = f"from {', '.join(hosts)} into {archives}; partial files removed"
+        print(f"interrupted while downloading conda packages {where}", file=sys.stderr)
         raise
     if failures:
         raise failures[0]
-    return [path for path in results if path is not None]
+    return paths
 
 
-class InstallResult(NamedTuple):
-    installed: list[str]
-    removed: list[str]
-    unchanged: int
+InstallResult = namedtuple("InstallResult", "installed removed unchanged")  # names, names, count
 
 
 def _prefix_packages(prefix: Path) -> set[str]:
     return {p.name[:-5] for p in (prefix / "conda-meta").glob("*-*-*.json")}
 
 
-def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None,
-                 mirrors: Mapping[str, str] | None = None, jobs: int = 8, reporter: Any = None
-                 ) -> InstallResult:  # fmt: skip
+def install_lock(
+    lock_file: Path,
+    prefix: Path,
+    *,
+    cache_dir: Path | None = None,
+    channel: Iterable[str] = (),
+    jobs: int = 8,
+    reporter: Any = None,
+) -> InstallResult:
     import rattler
 
+    """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
-    paths = fetch_all(packages, cache_dir / "archives", mirrors or {}, jobs)
-
+    origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel
+    mirrors = parse_mirrors(channel, sorted(set(origins)))
+    paths = fetch_all(packages, cache_dir / "archives", mirrors, jobs)
     before = _prefix_packages(prefix)
 
     async def install() -> None:
         wanted = []
-        for package, path in zip(packages, paths, strict=True):
+        for path, origin in zip(paths, origins, strict=True):
             record = await rattler.RepoDataRecord.from_package_archive(path)
             # Linked from the verified archive; the origin stays in the channel field.
-            record.url, record.channel = path.resolve().as_uri(), channel_of(package.url)
+            record.url, record.channel = path.resolve().as_uri(), origin
             wanted.append(record)
-        await rattler.install(wanted, target_prefix=prefix, cache_dir=cache_dir / "pkgs",
-                              show_progress=False, execute_link_scripts=False,
-                              reporter=reporter)  # fmt: skip
+        await rattler.install(
+            wanted,
+            target_prefix=prefix,
+            cache_dir=cache_dir / "pkgs",
+            show_progress=False,
+            execute_link_scripts=False,
+            reporter=reporter,
+        )
 
     try:
         run_rattler(install)
@@ -335,18 +325,12 @@ def install_lock(lock_file: Path, prefix: Path, *, cache_dir: Path | None = None
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-T = TypeVar("T")
-
-
 def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop:
-    else it may take the GIL during interpreter exit and crash it (docs/conda-lock.md, "exit-time
-    crash"; tests/perf/rattler_exit_crash.py). make() builds the coroutine with our loop set."""
+    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop,
+    else it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
 
     async def settled() -> tuple[bool, Any]:
-        # Catch inside the loop: an exception escaping run_until_complete would carry frames
-        # that reference the loop and keep its count above the baseline.
-        try:
+        try:  # caught in the loop: an escaping exception's frames would hold the loop
             return True, await make()
         except BaseException as error:
             return False, error
@@ -358,8 +342,7 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except BaseException:  # interrupted (Ctrl-C): nothing left worth waiting for
         loop.close()
         raise
-    # Measured in this frame, like `baseline`: any excess is rattler's. A reference a rattler
-    # thread dropped without the GIL waits in pyo3's pool until the next call into pyo3.
+    # Excess over `baseline` is rattler's; a reference it dropped waits for a call into pyo3
     import rattler
 
     deadline = time.monotonic() + 10  # rattler lets go within microseconds: a bound on a surprise
@@ -372,11 +355,6 @@ def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return outcome
 
 
-ENV_FILE = REPO_ROOT / "environment.yml"
-LOCK_FILE = REPO_ROOT / "conda-lock.yml"
-CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
-
-
 def records_path(lock_file: Path) -> Path:
     return lock_file.with_suffix(".records.json")
 
@@ -384,51 +362,46 @@ def records_path(lock_file: Path) -> Path:
 def load(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path.name} is missing; run: nox -s lock") from None
     except (OSError, ValueError) as e:
-        raise UserError(f"{path.name} is not readable: {e}") from None
+        raise UserError(f"{path.name} is not readable ({e}); run: nox -s lock") from None
     if not isinstance(document, dict) or document.get("format") != RECORDS_FORMAT:
-        raise UserError(
-            f"{path.name} is not a records file of format {RECORDS_FORMAT}; run: nox -s lock"
-        )
+        raise UserError(f"{path.name} is not of format {RECORDS_FORMAT}; run: nox -s lock")
     return document
 
 
 def require_suited(lock_file: Path, platform: str) -> str:
-    """'host SUBDIR, glibc V', or a one-line UserError saying why the lock (solved for the
-    records file's platform and __glibc; platform alone without one) does not suit this host."""
+    """'host SUBDIR, glibc V', or why the lock (the records file's __glibc) does not suit it."""
     import rattler
     from packaging.version import Version
 
     path = records_path(lock_file)
-    document = load(path) if path.is_file() else {"platform": platform, "virtual_packages": []}
-    needs = next((v.split("=")[1] for v in document["virtual_packages"]
-                  if v.startswith("__glibc=")), None)  # fmt: skip
+    virtual = load(path)["virtual_packages"] if path.is_file() else []
+    needs = next((v.split("=")[1] for v in virtual if v.startswith("__glibc=")), None)
     if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
-        raise UserError(f"{lock_file.name} is locked for {platform}; this host is "
-                        f"{subdir}: its packages would not run here")  # fmt: skip
+        why = "its packages would not run here"
+        raise UserError(f"{lock_file.name} is locked for {platform}; this host is {subdir}: {why}")
     if needs is None:
         return f"host {subdir}"
     found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
-    have = next((str(g.version) for g in (v.into_generic() for v in found)
-                 if g.name.normalized == "__glibc"), None)  # fmt: skip
-    if have is None:
+    generic = (v.into_generic() for v in found)
+    if (have := {g.name.normalized: str(g.version) for g in generic}.get("__glibc")) is None:
         why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
         raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):
-        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); this host has "
-                        f"glibc {have}: its programs would not run here")  # fmt: skip
+        why = f"this host has glibc {have}: its programs would not run here"
+        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); {why}")
     return f"host {subdir}, glibc {have}"
 
 
-def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE,
-          cache_file: Path | None = None) -> tuple[bool, str]:  # fmt: skip
+def check(
+    env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str = CUDA_CHOICE, cache=None
+) -> tuple[bool, str]:
+    """conda-lock's content-hash verdict on lock_file; cache: a stamp file keeping a fresh one."""
     if not lock_file.is_file():
         raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
-    key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file),
-           "conda_lock": metadata.version("conda-lock"), "cuda": cuda}  # fmt: skip
-    if cache_file is not None and stamps.is_current(cache_file, key):
+    key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file)}
+    key |= {"conda_lock": metadata.version("conda-lock"), "cuda": cuda}
+    if cache is not None and stamps.is_current(cache, key):
         return True, "content hash matches (cached verdict)"
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
     from conda_lock.lockfile import parse_conda_lock_file
@@ -446,21 +419,16 @@ def check(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE, *, cuda: str =
             expected = lock.metadata.content_hash.get(platform)
             if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
                 return False, f"its {platform} content hash does not match {env_file.name}"
-    if cache_file is not None:
-        stamps.write(cache_file, key)
+    if cache is not None:
+        stamps.write(cache, key)
     return True, "content hash matches"
 
 
-VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
-
-
 def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str:
-    fresh, reason = check(env_file, lock_file, cache_file=VERDICT_CACHE)
+    fresh, reason = check(env_file, lock_file, cache=VERDICT_CACHE)
     if not fresh:
-        raise UserError(
-            f"{lock_file.name} is stale ({reason}): environment.yml changed since it was "
-            "locked; run: nox -s lock"
-        )
+        why = "environment.yml changed since it was locked"
+        raise UserError(f"{lock_file.name} is stale ({reason}): {why}; run: nox -s lock")
     return stamps.file_sha256(lock_file)
 
 
@@ -479,5 +447,5 @@ def write_lock(runner: Runner, mirrors: list[str]) -> None:
         print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
 
     where = ", ".join(mirrors) or "environment.yml's channels"
-    runner.apply(solve_and_verify, say=f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler "
-                 f"against {where} and write {LOCK_FILE.name} and {records.name}")  # fmt: skip
+    say = f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler against {where}"
+    runner.apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {records.name}")

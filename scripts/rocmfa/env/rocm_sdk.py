@@ -1,8 +1,6 @@
 """TheRock's ROCm SDK from pip: which index and requirement (pins/rocm.toml), and the paths
 `rocm-sdk path` reports once it is installed."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +10,9 @@ from rocmfa.plumbing.datafiles import load_toml, require
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import INDEX_KINDS
 from rocmfa.plumbing.pin_files import pins_dir
+
+# The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
+SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,9 @@ class RocmPin:
         """Why the multi-arch index is used although "legacy" was asked for ('' otherwise)."""
         if (kind or self.index) != "legacy" or arch.legacy_family:
             return ""
-        return (
-            f"{arch.name}: TheRock has no legacy per-family index (its "
-            "docs/packaging/legacy_per_family_releases.md lists none); using the multi-arch "
-            f"index with the {arch.device_extra} extra"
-        )
+        why = "its docs/packaging/legacy_per_family_releases.md lists none"
+        use = f"the multi-arch index with the {arch.device_extra} extra"
+        return f"{arch.name}: TheRock has no legacy per-family index ({why}); using {use}"
 
     def index_url(self, arch: Arch, kind: str | None = None) -> str:
         if self.kind_for(arch, kind) == "multi-arch":
@@ -59,24 +58,17 @@ class RocmPin:
 def load_pin(path: Path | None = None) -> RocmPin:
     path = path or pins_dir() / "rocm.toml"
     data = load_toml(path, "ROCm pin")
-    where = f"{path.name} [rocm]"
-    rocm = require(data, "rocm", dict, path.name)
+    where, rocm = f"{path.name} [rocm]", require(data, "rocm", dict, path.name)
     if (index := require(rocm, "index", str, where)) not in INDEX_KINDS:
         raise UserError(f"{where}: index must be one of {', '.join(INDEX_KINDS)}, got {index!r}")
     keys = ("index", "multi_arch_index_url", "legacy_index_url", "version")
     text = {k: require(rocm, k, str, where) for k in keys}
-    extras = require(rocm, "extras", list, where)
-    if not all(isinstance(e, str) for e in extras):
-        raise UserError(f"{where}: extras must be strings")
     if "{family}" not in text["legacy_index_url"]:
         raise UserError(f"{where}: legacy_index_url needs a {{family}} placeholder")
+    extras = tuple(map(str, require(rocm, "extras", list, where)))
     torch = data.get("torch", {})
     spec = torch.get("spec", "") if isinstance(torch, dict) else ""
-    return RocmPin(**text, extras=tuple(extras), pre=bool(rocm.get("pre", False)), torch_spec=spec)
-
-
-# The distributions of one TheRock ROCm SDK: all carry the same version (rocm[...]==V pins each).
-SDK_DISTS = ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-devel")
+    return RocmPin(**text, extras=extras, pre=bool(rocm.get("pre", False)), torch_spec=spec)
 
 
 def mixed_sdk(versions: dict[str, str]) -> str:

@@ -1,9 +1,5 @@
-"""The start every setup/build session shares (arch, work dir, env, one Runner; a dry run goes on
-without the env, with named placeholders), the probe sessions (scripts/rocmfa/probes/<session>.py
-in the env's Python and activation), and `guarded`: the work dir's or env's lock around a session
-that changes it (plumbing/locks.py)."""
-
-from __future__ import annotations
+"""The start every setup/build session shares (arch, work dir, env, one Runner), the probe sessions
+(scripts/rocmfa/probes/<session>.py in the env), and `guarded`: the session's locks."""
 
 import argparse
 import functools
@@ -17,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from rocmfa.env import archs, condaenv
 from rocmfa.env.condaenv import Manager, find_manager
@@ -27,11 +23,12 @@ from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
 
+UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
+
 
 @dataclass(frozen=True)
 class SessionEnv:
-    """`ready`: setup_env has made the env at prefix; `in_env`: commands run in its activation
-    (setup_env sets runner.base_env itself once the env exists)."""
+    """`ready`: setup_env made the env, so commands run in its activation (setup_env: never)."""
 
     choice: archs.ArchChoice
     work: Path
@@ -40,8 +37,6 @@ class SessionEnv:
     prefix: Path
     ready: bool
     dry_run: bool
-    in_env: bool = True
-    out: TextIO | None = None
 
     @property
     def arch(self) -> archs.Arch:
@@ -54,23 +49,19 @@ class SessionEnv:
     @functools.cached_property
     def environ(self) -> dict[str, str]:
         """The env's full activation (on first use: a no-op rerun never needs it)."""
-        if self.ready and self.in_env:
-            return condaenv.activated_environ(self.prefix)
-        return dict(os.environ)
+        return condaenv.activated_environ(self.prefix) if self.ready else dict(os.environ)
 
     @functools.cached_property
     def runner(self) -> Runner:
-        return Runner(dry_run=self.dry_run, base_env=self.environ, out=self.out)
+        return Runner(dry_run=self.dry_run, base_env=self.environ)
 
     @property
     def python(self) -> Path:
         return self.prefix / "bin" / "python"
 
     def describe(self) -> str:
-        return (
-            f"arch {self.arch.name} ({self.arch_how}); env {self.prefix} ({self.location.how}); "
-            f"work dir {self.work}"
-        )
+        where = f"env {self.prefix} ({self.location.how}); work dir {self.work}"
+        return f"arch {self.arch.name} ({self.arch_how}); {where}"
 
     def tool(self, program: str) -> Path:
         """A program of the env; on a dry run without it, where setup_env puts it."""
@@ -84,30 +75,26 @@ class SessionEnv:
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
         """A read-only question, asked even on a dry run when the env and program are there."""
         if self.ready and Path(argv[0]).exists():
-            query = Runner(base_env=self.environ, out=self.out)
-            return query.run(argv, capture=True).stdout.strip()
+            return Runner(base_env=self.environ).run(argv, capture=True).stdout.strip()
         return self.runner.ask(argv, placeholder)
 
 
-def open_env(where: EnvChoice, *, dry_run: bool | None = None, out: TextIO | None = None,
-             makes_env: bool = False) -> SessionEnv:  # fmt: skip
-    """A real run needs a set-up env (else "... run: nox -s setup_env"); a dry run goes on with
-    placeholders and says so. makes_env (setup_env): the env need not exist."""
-    dry_run = bool(getattr(where, "dry_run", False)) if dry_run is None else dry_run
+def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
+    """A set-up env (a dry run: placeholders for it); makes_env (setup_env): it need not exist."""
+    dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
     manager, work = find_manager(), paths.workdir(where.workdir)
     location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
     prefix = location.prefix
     ready = (prefix / condaenv.ENV_STAMP).is_file()
-    if makes_env:
-        return SessionEnv(choice, work, location, manager, prefix, ready, dry_run, False, out)
-    if ready or not dry_run:
-        condaenv.require_env(prefix)
-        return SessionEnv(choice, work, location, manager, prefix, True, dry_run, True, out)
-    print(f"[dry-run] note: env {prefix} is not set up; the plan below shows what setup_env would "
-          "create as placeholders (a real run stops here: run: nox -s setup_env)",
-          file=out or sys.stdout, flush=True)  # fmt: skip
-    return SessionEnv(choice, work, location, manager, prefix, False, True, True, out)
+    if not makes_env and (ready or not dry_run):
+        condaenv.require_env(prefix)  # stops a real run on an env that is not set up
+    elif not makes_env:
+        what = "the plan below shows what setup_env would create as placeholders"
+        stop = "a real run stops here: run: nox -s setup_env"
+        print(f"[dry-run] note: env {prefix} is not set up; {what} ({stop})", flush=True)
+    ready = ready and not makes_env  # setup_env installs into it first
+    return SessionEnv(choice, work, location, manager, prefix, ready, dry_run)
 
 
 class OnSession:
@@ -121,13 +108,9 @@ class OnSession:
         raise AttributeError(name)
 
 
-UPSTREAM = "upstream_sdpa"
-
-
 def probe_names(declared: Session) -> tuple[str, ...]:
     """scripts/rocmfa/probes/<session>.py, and upstream_sdpa for validate (its --upstream)."""
-    own = declared.name
-    return (own, UPSTREAM) if hasattr(declared.options, "upstream") else (own,)
+    return (declared.name, UPSTREAM)[: 1 + hasattr(declared.options, "upstream")]
 
 
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
@@ -143,9 +126,8 @@ def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
 
 
 def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
-    """A probe session: its script, with the arguments it did not declare, in the env's Python
-    and activation; with no env given or found, the Python running nox when it has torch (a CPU
-    machine without conda). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
+    """A probe's script with the arguments it did not declare, in the env (none found: nox's
+    Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
     script, args = f"{probe_names(declared)[0]}.py", list(rest)
     if getattr(opts, "upstream", False):
         work = paths.workdir(getattr(opts, "workdir", None))
@@ -159,8 +141,8 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
                 f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
                 f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
             )
-        print(f"note: no env found ({location.how}); running with {sys.executable}",
-              file=sys.stderr)  # fmt: skip
+        note = f"note: no env found ({location.how}); running with {sys.executable}"
+        print(note, file=sys.stderr)
         python = Path(sys.executable)
     else:
         if not (prefix / condaenv.ENV_STAMP).is_file():
@@ -169,18 +151,17 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
     # The scripts read the arch from torch itself; --arch only matters to other sessions.
     argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
     print("$ " + " ".join(argv), flush=True)
-    return subprocess.run(argv, env=env, cwd=os.getcwd(), check=False).returncode
+    return subprocess.run(argv, env=env, check=False).returncode
 
 
 @contextmanager
 def guarded(declared: Session, opts: object) -> Iterator[None]:
-    """Around one session: its locks (declared.changes_workdir / changes_env), where it takes
-    any (options.takes_locks)."""
+    """Around one session: its locks (declared.changes_workdir / changes_env; plumbing/locks.py)."""
     if not takes_locks(declared, opts):
         yield
         return
     prefix, env_name, workdir = (getattr(opts, k, None) for k in ("prefix", "env_name", "workdir"))
-    work = paths.workdir(workdir)
+    work, name = paths.workdir(workdir), declared.name
     try:
         env = condaenv.resolve_prefix(prefix, env_name, find_manager()).prefix
     except UserError:  # the session itself reports a bad --env-name
@@ -188,9 +169,7 @@ def guarded(declared: Session, opts: object) -> Iterator[None]:
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            stack.enter_context(
-                locks.hold(work / locks.LOCK_NAME, f"workdir {work}", declared.name)
-            )
+            stack.enter_context(locks.hold(work / locks.LOCK_NAME, f"workdir {work}", name))
         if declared.changes_env and env_there:
-            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
+            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", name))
         yield

@@ -1,8 +1,5 @@
-"""`nox -s setup_env`: conda-lock.yml (solved first when missing; stale is an error) installed
-with py-rattler, then TheRock's ROCm SDK (and torch) with pip, then the activation variables;
-each step skipped while its inputs are unchanged (a stamp in conda-meta/, written last)."""
-
-from __future__ import annotations
+"""`nox -s setup_env`: the lock with py-rattler, TheRock's ROCm SDK (and torch) with pip, then the
+variables; nothing redone while the stamp (conda-meta/, written last) matches the inputs."""
 
 import os
 import re
@@ -36,15 +33,14 @@ class Request:
     profiles: tuple[str, ...]
 
     def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
+        rocm, arch, kind = self.rocm, self.arch, self.index_kind
         return {
             "stamp_version": STAMP_VERSION,
             "lock_sha256": lock_sha256,
-            "arch": self.arch.name,
-            "rocm_index_url": self.rocm.index_url(self.arch, self.index_kind),
-            "rocm_requirement": self.rocm.requirement(self.arch, self.index_kind),
-            "torch_requirement": (
-                self.rocm.torch_requirement(self.arch, self.index_kind) if self.with_torch else None
-            ),
+            "arch": arch.name,
+            "rocm_index_url": rocm.index_url(arch, kind),
+            "rocm_requirement": rocm.requirement(arch, kind),
+            "torch_requirement": rocm.torch_requirement(arch, kind) if self.with_torch else None,
             "profiles": sorted(self.profiles),
             "variables_file": stamps.file_sha256(activation.VARS_FILE),
             "aotriton_version": aotriton_version,
@@ -53,12 +49,14 @@ class Request:
 
 def check_prefix_usable(prefix: Path, force: bool) -> None:
     """Refuse to let the installer replace what we did not make, or write where we cannot."""
+    conda_env = (prefix / "conda-meta").is_dir()
     if prefix.exists() and not prefix.is_dir():
         raise UserError(f"env prefix {prefix} exists and is not a directory")
-    if prefix.is_dir() and not condaenv.is_conda_env(prefix) and any(prefix.iterdir()):
-        raise UserError(f"env prefix {prefix} is a non-empty folder that is not a conda env; "
-                        "choose another --prefix")  # fmt: skip
-    if condaenv.is_conda_env(prefix) and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+    if prefix.is_dir() and not conda_env and any(prefix.iterdir()):
+        raise UserError(
+            f"env prefix {prefix} is not empty and not a conda env; choose another --prefix"
+        )
+    if conda_env and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
         raise UserError(
             f"conda env {prefix} exists but was not created by setup_env; installing the "
             "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
@@ -69,39 +67,36 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
         raise UserError(f"env prefix {prefix} is not writable{where}")
 
 
-def provision(prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
-              ) -> activation.Plan:  # fmt: skip
+def provision(
+    prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
+) -> activation.Plan:
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
-    python = prefix / "bin" / "python"
-    index_url = request.rocm.index_url(request.arch, request.index_kind)
-    if note := request.rocm.index_note(request.arch, request.index_kind):
+    rocm, arch, kind = request.rocm, request.arch, request.index_kind
+    if note := rocm.index_note(arch, kind):
         runner.say(note)
-    requirements = [request.rocm.requirement(request.arch, request.index_kind)]
-    if request.with_torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
-        requirements.append(request.rocm.torch_requirement(request.arch, request.index_kind))
-        runner.say(
-            f"torch and the ROCm SDK in one pip resolve: {requirements[0]} holds the SDK at the "
-            "pin, so only a torch built for it can be chosen"
-        )
-    pre = ["--pre"] * request.rocm.pre
-    pip = [python, "-m", "pip", "install", "--index-url", index_url, *pre, *requirements]
-    if runner.run(pip, check=not request.with_torch).returncode != 0:
+    sdk, torch = rocm.requirement(arch, kind), [rocm.torch_requirement(arch, kind)]
+    torch = torch if request.with_torch else []
+    if torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
+        runner.say(f"torch and the ROCm SDK in one pip resolve: {sdk} holds the SDK at the pin")
+    url, pre = rocm.index_url(arch, kind), ["--pre"] * rocm.pre
+    pip = [prefix / "bin" / "python", "-m", "pip", "install", "--index-url", url, *pre, sdk, *torch]
+    if runner.run(pip, check=not torch).returncode != 0:
         raise UserError(
-            f"pip found no {requirements[1]} on {index_url} that works with {requirements[0]} "
-            "(TheRock's torch requires rocm[libraries]==<its own SDK>); pick an SDK version "
-            "that index has a torch for in pins/rocm.toml, or drop --with-torch"
+            f"pip found no {torch[0]} on {url} that works with {sdk}; pick an SDK version that "
+            "index has a torch for in pins/rocm.toml, or drop --with-torch"
         )
     rocm_cli = prefix / "bin" / "rocm-sdk"
     runner.run([rocm_cli, "init", "--quiet"])
     rocm_paths = rocm_sdk.read_paths(runner, rocm_cli)
     version = aotriton_version(prefix)
-    result = activation.plan(request.arch, rocm_root=rocm_paths["root"],
-                             aotriton_version=version, profiles=request.profiles)  # fmt: skip
-    activate, deactivate = activation.script_paths(prefix)
-    runner.apply(activation.write_scripts, prefix, result["set"],
-                 say=f"write {activate} and {deactivate} (variables below)")  # fmt: skip
-    runner.apply(stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths,
-                 variables=result)  # fmt: skip
+    result = activation.plan(
+        arch, rocm_root=rocm_paths["root"], aotriton_version=version, profiles=request.profiles
+    )
+    scripts = " and ".join(map(str, activation.script_paths(prefix)))
+    runner.apply(activation.write_scripts, prefix, result["set"], say=f"write {scripts}")
+    runner.apply(
+        stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths, variables=result
+    )
     return result
 
 
@@ -116,25 +111,24 @@ def update_conda_packages(
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
-    cache = lockfile.default_cache_dir()
+    cache, lock = lockfile.default_cache_dir(), lockfile.LOCK_FILE
 
     def install() -> None:
-        locked = lockfile.locked_packages(lockfile.LOCK_FILE)
-        channels = sorted({lockfile.channel_of(p.url) for p in locked})
-        mirrors = lockfile.parse_mirrors(opts.channel, channels) if opts.channel else {}
-        done = lockfile.install_lock(lockfile.LOCK_FILE, prefix, cache_dir=cache, mirrors=mirrors)
-        print(f"conda packages: {len(done.installed)} installed, {len(done.removed)} "
-              f"removed, {done.unchanged} unchanged (py-rattler; cache {cache})")  # fmt: skip
+        done = lockfile.install_lock(lock, prefix, cache_dir=cache, channel=opts.channel)
+        counts = f"{len(done.installed)} installed, {len(done.removed)} removed"
+        print(f"conda packages: {counts}, {done.unchanged} unchanged (py-rattler; cache {cache})")
 
     if needs_conda:
-        runner.apply(install, say=f"install {lockfile.LOCK_FILE.name} ({lockfile.PLATFORM}) into "
-                     f"{prefix} with py-rattler: sha256-verified downloads into {cache}, then "
-                     "only the difference to the prefix")  # fmt: skip
+        what = f"{lock.name} ({lockfile.PLATFORM})"
+        runner.apply(install, say=f"install {what} into {prefix} with py-rattler (cache {cache})")
 
 
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        show(condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix)
+        prefix = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
+        if not (stamp := stamps.read(prefix / condaenv.ENV_STAMP)):
+            raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
+        print(f"env {prefix}\n{activation.show(stamp['variables'])}")
         return
     session = session_env.open_env(opts, makes_env=True)
     runner, rocm = session.runner, rocm_sdk.load_pin()
@@ -158,7 +152,6 @@ def setup_env(opts: SetupEnvOptions) -> None:
         return
     # before the first change: only what installs must suit this host
     lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
-
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
     in_env = runner.apply(condaenv.activated_environ, prefix, say=said + " + its activate.d")
@@ -176,13 +169,6 @@ def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:
     if path["kind"] != "prebuilt":
         runner.say(f"path {path['kind']}: {path['why']}")
     elif not request.with_torch:
-        runner.say(
-            f"fast path: {path['why']}; run: {', then '.join(path['commands'])}; {path['build']}"
-        )
+        run = ", then ".join(path["commands"])
+        runner.say(f"fast path: {path['why']}; run: {run}; {path['build']}")
     runner.done(f"env {prefix} is ready; next: {(MAIN_JOB[1], FAST_PATH[1])[request.with_torch]}")
-
-
-def show(prefix: Path) -> None:
-    if not (stamp := stamps.read(prefix / condaenv.ENV_STAMP)):
-        raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
-    print(f"env {prefix}\n{activation.show(stamp['variables'])}")
