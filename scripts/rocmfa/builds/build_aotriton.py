@@ -200,8 +200,15 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
     mode, torch = "release" if from_release else "source", ctx.torch and str(ctx.torch)
-    inputs = {"stamp_version": STAMP_VERSION, "mode": mode, "pin": pin, "arch": ctx.arch.name}
-    inputs |= {"pack": ctx.pack, "torch": torch, "toolchain": toolchain(ctx.prefix, ctx.site)}
+    inputs = {
+        "stamp_version": STAMP_VERSION,
+        "mode": mode,
+        "pin": pin,
+        "arch": ctx.arch.name,
+        "pack": ctx.pack,
+        "torch": torch,
+        "toolchain": toolchain(ctx.prefix, ctx.site),
+    }
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         runtime = {k: list(v) for k, v in info.runtime.items()}
@@ -496,9 +503,15 @@ def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs, h
     pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
     before = {"runtime": shipped.runtime, "images": shipped.images}
     versions = {"shipped": before, "new": {"runtime": new.runtime, "images": effective.images}}
-    torch_version = ai.dist_version(torch.parent, "torch")
-    record = {"installed_by": "nox -s build_aotriton", "how": how, "pin": pin, "forced": overridden}
-    record |= {"arch": ctx.arch.name, "torch_version": torch_version, **versions}
+    record = {
+        "installed_by": "nox -s build_aotriton",
+        "how": how,
+        "pin": pin,
+        "forced": overridden,
+        "arch": ctx.arch.name,
+        "torch_version": ai.dist_version(torch.parent, "torch"),
+        **versions,
+    }
     same = not shipped.runtime or shipped.runtime == new.runtime
     expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
     original, wheel = ai.install_into_torch(new, torch, record, expected, ctx.work, runner)

@@ -191,7 +191,8 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
     env_rows: Rows = []
     env = _env_section(opts.prefix, opts.env_name, env_rows)
     try:
-        lock = dict(zip(("fresh", "reason"), lockfile.check(), strict=True), present=True)
+        fresh, reason = lockfile.check()
+        lock = {"present": True, "fresh": fresh, "reason": reason}
     except UserError as e:  # missing (not present) or not a conda-lock file (stale)
         lock = {"present": lockfile.LOCK_FILE.is_file(), "fresh": False, "reason": str(e)}
     try:

@@ -399,8 +399,12 @@ def check(
     """conda-lock's content-hash verdict on lock_file; cache: a stamp file keeping a fresh one."""
     if not lock_file.is_file():
         raise UserError(f"{lock_file.name} is missing; run: nox -s lock")
-    key = {"env": stamps.file_sha256(env_file), "lock": stamps.file_sha256(lock_file)}
-    key |= {"conda_lock": metadata.version("conda-lock"), "cuda": cuda}
+    key = {
+        "env": stamps.file_sha256(env_file),
+        "lock": stamps.file_sha256(lock_file),
+        "conda_lock": metadata.version("conda-lock"),
+        "cuda": cuda,
+    }
     if cache is not None and stamps.is_current(cache, key):
         return True, "content hash matches (cached verdict)"
     from conda_lock.content_hash import backwards_compatible_content_hashes  # slow: pydantic
