@@ -13,7 +13,7 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,10 +185,6 @@ def parse_dtypes(text: str) -> list[str]:
     return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
-# A result row's names for Shape's fields, in their order (seq_k: always set in a row).
-ROW_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
-
-
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -211,10 +207,27 @@ class Shape:
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> Shape:
         """The shape a result row (as_dict's fields) was run with."""
-        return cls(*map(row.get, ROW_FIELDS))
+        return cls(
+            name=row.get("size"),
+            batch=row["batch"],
+            q_heads=row["q_heads"],
+            kv_heads=row["kv_heads"],
+            seq=row["seq_q"],
+            head_dim=row["head_dim"],
+            seq_k=row.get("seq_k"),
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(zip(ROW_FIELDS, [*astuple(self)[:-1], self.kv_seq], strict=True))
+        """A result row's fields for this shape (seq_k always set)."""
+        return {
+            "size": self.name,
+            "batch": self.batch,
+            "q_heads": self.q_heads,
+            "kv_heads": self.kv_heads,
+            "seq_q": self.seq,
+            "head_dim": self.head_dim,
+            "seq_k": self.kv_seq,
+        }
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -406,8 +419,13 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     versions = {pack: img["version"] for pack, img in images.items() if img.get("version")}
     bad = [f"{pack} images {v}" for pack, v in versions.items() if version_key(v)[:2] != key]
     mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
-    found = dict(lib_dir=str(lib_dir), runtime_version=runtime, runtime_source=source)
-    return found | dict(images=images, mismatch=mismatch if key and bad else None)
+    return {
+        "lib_dir": str(lib_dir),
+        "runtime_version": runtime,
+        "runtime_source": source,
+        "images": images,
+        "mismatch": mismatch if key and bad else None,
+    }
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
@@ -438,14 +456,21 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
         signatures = (str(img.get("signature", "")) for img in found["images"].values())
         commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
         aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
-    flash = ask(torch.backends.cuda.is_flash_attention_available)
-    version = torch.version
-    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    ident = dict(version=IDENTITY_VERSION, date=date, host=socket.gethostname(), gpu=device_name)
-    platform_ = "cpu" if device.type == "cpu" else "rocm" if version.hip else "cuda"
-    ident |= dict(arch=arch, platform=platform_, device=str(device), rocm=version.hip)
-    ident |= dict(cuda=version.cuda, torch=torch.__version__, aotriton=aotriton)
-    ident |= dict(torch_commit=getattr(version, "git_version", None), flash_built_in=flash)
+    ident = {
+        "version": IDENTITY_VERSION,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "gpu": device_name,
+        "arch": arch,
+        "platform": "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda",
+        "device": str(device),
+        "rocm": torch.version.hip,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "aotriton": aotriton,
+        "torch_commit": getattr(torch.version, "git_version", None),
+        "flash_built_in": ask(torch.backends.cuda.is_flash_attention_available),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count

@@ -1,5 +1,7 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
-Exit 0 iff each case run passed (one at least), else 1; 2 on bad input. docs/attention-tools.md"""
+
+Exit status: 0 if every case that ran passed (and one ran at least), 1 if not, 2 on bad input.
+Method: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -64,8 +66,9 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
         dims = (seq, heads) if transposed else (heads, seq)
         return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
 
-    q_dims, kv_dims = (shape.q_heads, shape.seq), (shape.kv_heads, shape.kv_seq)
-    base = [make(*q_dims), make(*kv_dims), make(*kv_dims), make(*q_dims)]  # q, k, v, dout
+    q = make(shape.q_heads, shape.seq)
+    k, v = make(shape.kv_heads, shape.kv_seq), make(shape.kv_heads, shape.kv_seq)
+    base = [q, k, v, make(shape.q_heads, shape.seq)]  # and the output gradient
 
     def run(dt: Any, call: Any) -> list[Any]:
         """out, dq, dk, dv (in B,H,S,D order) of call on leaves of dtype dt."""
@@ -155,10 +158,14 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
     kept = first != 0
     keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
-    checks = dict(keep_rate=round(keep, 5), keep_rate_expected=1.0 - DROPOUT_P)
-    checks |= dict(keep_rate_tolerance=DROPOUT_TOL, same_seed_same_mask=torch.equal(first, again))
-    checks["kept_values_ok"] = bool(((first[kept] - value).abs() <= 0.01 * value).all())
-    checks["new_seed_new_mask"] = not torch.equal(kept, other != 0)
+    checks = {
+        "keep_rate": round(keep, 5),
+        "keep_rate_expected": 1.0 - DROPOUT_P,
+        "keep_rate_tolerance": DROPOUT_TOL,
+        "same_seed_same_mask": torch.equal(first, again),
+        "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
+        "new_seed_new_mask": not torch.equal(kept, other != 0),
+    }
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
     ok = ok and all(v for v in checks.values() if isinstance(v, bool))
@@ -268,8 +275,14 @@ def main(argv: list[str] | None) -> int:
     results = []
     for backend in backends:
         for i, case in enumerate(cases):
-            row = {"backend": backend, "shape": case.shape.dims(), **case.shape.as_dict()}
-            row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
+            row = {
+                "backend": backend,
+                "shape": case.shape.dims(),
+                **case.shape.as_dict(),
+                "dtype": case.dtype,
+                "causal": case.causal,
+                "variant": case.variant or None,
+            }
             if limit and case.shape.head_dim > limit[0] and backend != "math":
                 row.update(status="known-limit", reason=f"{arch}: {limit[1]}")
             else:
@@ -280,15 +293,25 @@ def main(argv: list[str] | None) -> int:
             print(f"[{where}] {case_text(case)}: {status}", file=sys.stderr, flush=True)
     counts = dict(Counter(r["status"] for r in results))
     passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    summary = f"{'PASS' if passed else 'FAIL'}: {summary} ({len(results)} cases, "
+    tallied = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     none_ran = "" if counts.get("pass") else "; no case ran"
-    summary += f"{time.perf_counter() - started:.1f} s){none_ran}"
-    reference = f"math backend in float64 on {device.type}"
-    tolerance = dict(reference=reference, rule=TOLERANCE_RULE, floor=FLOOR)
-    tolerance |= dict(fwd_factor=FWD_FACTOR, bwd_factor=BWD_FACTOR)
-    doc |= dict(arch_limit=limit[1] if limit else None, tolerance=tolerance, counts=counts)
-    doc |= dict(passed=passed, summary=summary, results=results)
+    wall = f"{len(results)} cases, {time.perf_counter() - started:.1f} s"
+    summary = f"{'PASS' if passed else 'FAIL'}: {tallied} ({wall}){none_ran}"
+    tolerance = {
+        "reference": f"math backend in float64 on {device.type}",
+        "rule": TOLERANCE_RULE,
+        "floor": FLOOR,
+        "fwd_factor": FWD_FACTOR,
+        "bwd_factor": BWD_FACTOR,
+    }
+    doc |= {
+        "arch_limit": limit[1] if limit else None,
+        "tolerance": tolerance,
+        "counts": counts,
+        "passed": passed,
+        "summary": summary,
+        "results": results,
+    }
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 
