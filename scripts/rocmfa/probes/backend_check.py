@@ -61,7 +61,7 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
     import torch
 
     cuda, ask = torch.backends.cuda, common.ask
-    q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim).to(device, dtype)
+    q = torch.zeros(shape.batch, shape.q_heads, shape.seq_q, shape.head_dim).to(device, dtype)
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
 
     def flags(name: str, compiled: bool | None, enabled: bool) -> dict[str, Any]:
@@ -112,7 +112,6 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
         "aotriton": aot,
         "experimental_flag": flag,
         "arch_needs_experimental_flag": needs,
-        "arch_in_arch_data": table is not None,
         "preferred_rocm_fa_library": library and str(library),
     }
     if needs and flag != "1":
@@ -161,7 +160,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def make(heads: int) -> Any:
-        t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
+        t = torch.randn(shape.batch, heads, shape.seq_q, shape.head_dim, generator=gen)
         return t.to(device=device, dtype=dtype)
 
     q, k, v = (make(h).requires_grad_(True) for h in (shape.q_heads, *[shape.kv_heads] * 2))
@@ -298,12 +297,13 @@ def main(argv: list[str] | None) -> int:
     if opts.torch_lib_dir is not None and not lib_dir.is_dir():
         raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
     if opts.dry_run:
-        what = f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
-        what += "under the profiler (kernel names), and its error against fp32 math"
+        what = (
+            f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
+            "under the profiler (kernel names), and its error against fp32 math"
+        )
         return common.dry_run(PROG, device, [what, f"AOTriton files read from {lib_dir}"])
     report, arch, device_name = common.provenance(SCHEMA, device)
     report["backends"] = backend_flags(device, common.torch_dtype(dtype_name), shape)
-    report["rule_kernel_names"] = dict(KERNEL_RULES)
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)

@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -20,6 +19,7 @@ import time
 import tomllib
 import warnings
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -47,49 +47,9 @@ PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel 
 PROFILE_LAUNCH_FRACTION = 0.25  # launch under this share of the event time: not launch-bound
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
-CASE_FIELDS = (
-    "size",
-    "batch",
-    "q_heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "backend",
-    "pass",
-)
-RESULT_FIELDS = (
-    *CASE_FIELDS,
-    "status",
-    "reason",
-    "median_ms",
-    "min_ms",
-    "max_ms",
-    "p25_ms",
-    "p75_ms",
-    "repeats",
-    "spread",
-    "noisy",
-    "flops",
-    "tflops",
-    "pct_peak",
-    "above_peak",
-    "measured_tflops_above_peak",
-    "peak_tflops",
-    "bytes",
-    "intensity",
-    "mem_roof_gbps",
-    "bound",
-    "gbps",
-    "pct_roof",
-    "launch_ms",
-    "kernel_ms",
-    "busy",
-    "launch_bound",
-    "host_s",
-)
+# A case: its shape, dtype, causal setting, backend and pass; CASE_HEAD: its table columns.
+CASE_FIELDS = (*(f.name for f in fields(common.Shape)), "dtype", "causal", "backend", "pass")
+CASE_HEAD = ("size", "B,H,S,D", "dtype", "causal", "backend", "pass")
 TIMERS = {
     "cpu": "device: time.perf_counter per repeat, no cache flush (CPU)",
     "cuda": "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
@@ -108,36 +68,7 @@ LLM_SUITE = (
     *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
 )  # fmt: skip
 # Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = (
-    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
-    "TORCH_ROCM_FA_PREFER_CK",
-    "AMD_SERIALIZE_KERNEL",
-    "HIP_LAUNCH_BLOCKING",
-    "CUDA_LAUNCH_BLOCKING",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "HSA_OVERRIDE_GFX_VERSION",
-    "AOTRITON_DEBUG_LEVEL",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_HIP_ALLOC_CONF",
-)
-# Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {
-    "device",
-    "dry_run",
-    "peak_tflops",
-    "out_dir",
-    "json_path",
-    "csv_path",
-    "plot_path",
-    "replot",
-    "compare",
-    "threshold_pct",
-    "compare_runs",
-    "learn",
-}
-
+DISPATCH_ENV_VARS = common.load_table("sdpa_checks", "bench").get("dispatch_env_vars", [])
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
@@ -251,11 +182,11 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s, peak, median_ms = common.Shape.of_row(row), row["peak_tflops"], row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
-    work = s.batch * s.q_heads * s.seq * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
+    work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
     flops = 4.0 * work * {"fwd": 1, "bwd": 2.5, "fwdbwd": 3.5}[row["pass"]]
-    n_q = s.batch * s.q_heads * s.seq * s.head_dim
+    n_q = s.batch * s.q_heads * s.seq_q * s.head_dim
     n_kv = s.batch * s.kv_heads * s.kv_seq * s.head_dim
-    lse = 4 * s.batch * s.q_heads * s.seq  # fp32 logsumexp
+    lse = 4 * s.batch * s.q_heads * s.seq_q  # fp32 logsumexp
     fwd, bwd = (2 * n_q + 2 * n_kv) * element_size + lse, (4 * n_q + 4 * n_kv) * element_size + lse
     nbytes = {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[row["pass"]]
     tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
@@ -280,14 +211,14 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
     """Peak memory of one case; the math path adds fp32 scores and fp32 input copies."""
-    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_q = shape.batch * shape.q_heads * shape.seq_q * shape.head_dim
     n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     total = (5 * n_q + 4 * n_kv) * element_size
     if backend == "math":
-        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
+        scores = shape.batch * shape.q_heads * shape.seq_q * shape.kv_seq
         expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
         return total + 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
-    return total + 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
+    return total + 2 * shape.batch * shape.q_heads * shape.seq_q * 4  # logsumexp and friends
 
 
 class Timer:
@@ -380,9 +311,9 @@ class Tensors:
             t = torch.randn(shape.batch, heads, seq, shape.head_dim, generator=gen, device=device)
             return t.to(dtype).requires_grad_(True)
 
-        self.q, self.k = make(shape.q_heads, shape.seq), make(shape.kv_heads, shape.kv_seq)
+        self.q, self.k = make(shape.q_heads, shape.seq_q), make(shape.kv_heads, shape.kv_seq)
         self.v = make(shape.kv_heads, shape.kv_seq)
-        self.dout = make(shape.q_heads, shape.seq).detach()
+        self.dout = make(shape.q_heads, shape.seq_q).detach()
 
     def reset_grads(self) -> None:
         self.q.grad = self.k.grad = self.v.grad = None
@@ -399,8 +330,9 @@ class Tensors:
 
 
 def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
-    """Time the row's pass, backend and causal setting; known_estimate: per-call ms when earlier
-    passes warmed it (no probe)."""
+    """Time one row (its pass, backend and causal setting) and return its timing fields.
+
+    known_estimate: the per-call ms when earlier passes warmed the kernels (no first call then)."""
     started, pass_name = time.perf_counter(), row["pass"]
     try:
         with common.backend_context(row["backend"], timer.device):
@@ -551,8 +483,8 @@ def run_suite(
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
                     row.update(rates(row, roof))
-            results += [{k: row.get(k) for k in RESULT_FIELDS} for row in rows]
-            where = f"[{done}/{total}] {shape.name} {dtype} {'causal' if causal else 'non-causal'}"
+            results += rows
+            where = f"[{done}/{total}] {shape.size} {dtype} {'causal' if causal else 'non-causal'}"
             progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
     timer.sync()
     return results
@@ -607,12 +539,7 @@ def status_text(r: dict[str, Any]) -> str:
 
 
 TABLE_HEADER = (
-    "size",
-    "B,H,S,D",
-    "dtype",
-    "causal",
-    "backend",
-    "pass",
+    *CASE_HEAD,
     "median ms",
     "min ms",
     "max ms",
@@ -666,7 +593,8 @@ def _title(prov: dict[str, Any]) -> str:
 
 def write_csv(path: Path, results: list[dict]) -> None:
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=RESULT_FIELDS)
+        # A failed row has no timing: its columns stay empty.
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in results for k in r)))
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in results)
 
@@ -725,12 +653,21 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
     header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
-    table = []
-    for r in rows:
-        case = (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"])
-        ms = (r["pass"], f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x")
-        verdict = "" if r["verdict"] == "same" else r["verdict"]
-        table.append((*case, *ms, f"{r['allowance_pct']:.0f}%", verdict))
+    table = [
+        (
+            r.get("size") or "?",
+            r["dtype"],
+            "yes" if r["causal"] else "no",
+            r["backend"],
+            r["pass"],
+            f"{r['a_ms']:.4f}",
+            f"{r['b_ms']:.4f}",
+            f"{r['speedup']:.3f}x",
+            f"{r['allowance_pct']:.0f}%",
+            "" if r["verdict"] == "same" else r["verdict"],
+        )
+        for r in rows
+    ]
     counts, geo = tally(rows)
     beyond = f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})"
     lines += [f"speedup = A median / B median (>1: B faster); faster/slower only beyond {beyond}"]
@@ -881,7 +818,7 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
         "cudnn": cudnn,
         "hip": ident["rocm"],
         "device_name": ident["gpu"],
-        "python": platform.python_version(),
+        "python": ident["python"],
         "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
         "aotriton": torch.version.hip and common.aotriton_versions(common.torch_lib_dir()),
         "preferred_rocm_fa_library": library,
@@ -908,10 +845,12 @@ def main(argv: list[str] | None) -> int:
         outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        plan = f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)}"
-        shapes = [f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
+        plan = (
+            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)} "
+            f"({opts.suite} suite, --causal {opts.causal})"
+        )
+        shapes = [f"{s.size} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
         wrote = ", ".join(o for o in outputs.values() if o) or "the table only"
-        plan += f" ({opts.suite} suite, --causal {opts.causal})"
         return common.dry_run(PROG, device, [plan, *shapes, f"outputs: {wrote}"])
     paths = {k: Path(v) for k, v in outputs.items() if v}
     for path in paths.values():
@@ -928,9 +867,8 @@ def main(argv: list[str] | None) -> int:
     results = run_suite(opts, device, cases, dtypes, backends, peaks, roof)
     wall = time.perf_counter() - started
     print(render_table(results, prov, TIMERS[device.type]))
-    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
-    # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
-    settings |= {"timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
+    # The options, and timing/sustained as earlier runs recorded them (the page groups by them).
+    settings = {**vars(opts), "timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
     document = {
         "schema": SCHEMA,
         "identity": ident,

@@ -13,7 +13,7 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -187,47 +187,33 @@ def parse_dtypes(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Shape:
-    name: str
+    """An SDPA case's dimensions; the field names are a result row's keys (the name: size)."""
+
+    size: str
     batch: int
     q_heads: int
     kv_heads: int
-    seq: int
+    seq_q: int
     head_dim: int
     seq_k: int | None = None  # key/value length when it differs from the query's (decode)
 
     @property
     def kv_seq(self) -> int:
-        return self.seq_k or self.seq
+        return self.seq_k or self.seq_q
 
     def dims(self) -> str:
         heads = f"{self.q_heads}/{self.kv_heads}" if self.kv_heads != self.q_heads else self.q_heads
-        seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else self.seq
+        seq = f"{self.seq_q}/{self.kv_seq}" if self.kv_seq != self.seq_q else self.seq_q
         return f"{self.batch},{heads},{seq},{self.head_dim}"
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> Shape:
         """The shape a result row (as_dict's fields) was run with."""
-        return cls(
-            name=row.get("size"),
-            batch=row["batch"],
-            q_heads=row["q_heads"],
-            kv_heads=row["kv_heads"],
-            seq=row["seq_q"],
-            head_dim=row["head_dim"],
-            seq_k=row.get("seq_k"),
-        )
+        return cls(**{f.name: row.get(f.name) for f in fields(cls)})
 
     def as_dict(self) -> dict[str, Any]:
         """A result row's fields for this shape (seq_k always set)."""
-        return {
-            "size": self.name,
-            "batch": self.batch,
-            "q_heads": self.q_heads,
-            "kv_heads": self.kv_heads,
-            "seq_q": self.seq,
-            "head_dim": self.head_dim,
-            "seq_k": self.kv_seq,
-        }
+        return {**asdict(self), "seq_k": self.kv_seq}
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -420,7 +406,6 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     bad = [f"{pack} images {v}" for pack, v in versions.items() if version_key(v)[:2] != key]
     mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
     return {
-        "lib_dir": str(lib_dir),
         "runtime_version": runtime,
         "runtime_source": source,
         "images": images,
@@ -467,6 +452,7 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
         "rocm": torch.version.hip,
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
+        "python": platform.python_version(),
         "aotriton": aotriton,
         "torch_commit": getattr(torch.version, "git_version", None),
         "flash_built_in": ask(torch.backends.cuda.is_flash_attention_available),

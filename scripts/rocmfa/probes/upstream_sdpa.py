@@ -46,8 +46,8 @@ PYTEST_ARGS = ["-c", "pytest.ini", "--rootdir", ".", "-q", "--tb=short", "-p", "
 
 
 def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
-    """Every name of a literal skip_tests dict: {name, section, module, file, comment (TheRock's
-    reason, above it)}."""
+    """Every test name in a skip file's literal `skip_tests` dict, with its section, module and
+    file, and the comment above it (TheRock's reason for the skip)."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     try:
         assigns = [n for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)]
@@ -140,52 +140,46 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
-    """The test file for this torch: --test-file, else torch's commit from git."""
+    """The test file for this torch: --test-file (unverified), else torch's commit from git."""
+    checkout, verified = Path(opts.torch_src or work / "src" / "pytorch"), not opts.test_file
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
         except OSError as exc:
             raise common.UsageError(f"--test-file {opts.test_file}: {exc.strerror}") from None
         blob = git_blob_sha1(data)
-        return {
-            "data": data,
-            "commit": commit,
-            "blob_sha1": blob,
-            "how": f"--test-file {opts.test_file} (git blob {blob[:12]}); "
-            f"NOT checked against torch's commit {commit[:12]}",
-            "repo": "user",
-            "source": "user",
-            "verified": False,
-        }
-    checkout = Path(opts.torch_src or work / "src" / "pytorch")
-    cannot = (
-        f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'}) cannot be had"
-    )
-    if not commit or commit == "Unknown":
-        raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
-    git = ["git", "-C", str(checkout)]
-    rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
-    named = subprocess.run(rev_parse, capture_output=True, text=True)
-    blob = named.stdout.strip()
-    data = b""
-    if named.returncode == 0 and (checkout / ".git").exists():
-        data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
-    if not data or git_blob_sha1(data) != blob:
-        fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
-        raise common.UsageError(
-            f"{cannot}: {checkout} has no commit {commit[:12]} (a git checkout of PyTorch: "
-            f"git clone --filter=blob:none https://github.com/pytorch/pytorch {checkout}; then "
-            f"{fetch} (ROCm/pytorch for TheRock's wheels)), or pass --test-file PATH"
+        how = (
+            f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
+            f"commit {commit[:12]}"
         )
+    else:
+        cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
+        if not commit or commit == "Unknown":
+            raise common.UsageError(f"{cannot} cannot be had: torch.version.git_version is unknown")
+        git = ["git", "-C", str(checkout)]
+        rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
+        named = subprocess.run(rev_parse, capture_output=True, text=True)
+        blob, data = named.stdout.strip(), b""
+        if named.returncode == 0 and (checkout / ".git").exists():
+            data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
+        if not data or git_blob_sha1(data) != blob:
+            fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
+            raise common.UsageError(
+                f"{cannot} cannot be had: {checkout} has no commit {commit[:12]} (a git checkout "
+                f"of PyTorch: git clone --filter=blob:none https://github.com/pytorch/pytorch "
+                f"{checkout}; then {fetch} (ROCm/pytorch for TheRock's wheels)), or pass "
+                "--test-file PATH"
+            )
+        where = f"the source checkout {checkout} (git blob {blob[:12]})"
+        how = f"{TEST_PATH} at {commit[:12]} from {where}"
     return {
         "data": data,
         "commit": commit,
         "blob_sha1": blob,
-        "how": f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} "
-        f"(git blob {blob[:12]})",
-        "repo": "pytorch/pytorch",
-        "source": "checkout",
-        "verified": True,
+        "how": how,
+        "repo": "pytorch/pytorch" if verified else "user",
+        "source": "checkout" if verified else "user",
+        "verified": verified,
     }
 
 
@@ -198,9 +192,7 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
     config = {
-        "budget_s": run["budget_s"],
-        "quick_max": run["quick_max"],
-        "therock": run["therock"],
+        **{k: run[k] for k in ("budget_s", "quick_max", "therock")},
         "results_path": str(results),
         "label": f"upstream {name}",
         "progress_every_s": 15,
@@ -364,7 +356,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
     add("--budget-min", type=float, metavar="MIN", help="budget per pass (default 10 quick, 60)")
-    add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
+    add("--devices", choices=("cuda", "cpu", "cpu,cuda"), help="default: cuda if a GPU, else cpu")
     add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
     add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
     add("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
@@ -385,8 +377,6 @@ def parse_args(argv: list[str] | None) -> Any:
     for flag, value in (("--quick-max", opts.quick_max), ("--budget-min", opts.budget_min)):
         if value is not None and value <= 0:
             raise common.UsageError(f"{flag} must be positive")
-    if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
-        raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     for module in ("pytest", "expecttest"):  # PyTorch's test helpers import both
         if importlib.util.find_spec(module) is None:
             need = f"PyTorch's tests need it: python -m pip install {module}"
@@ -436,17 +426,10 @@ def main(argv: list[str] | None) -> int:
         passes.append(done)
         rows += pass_rows
     doc |= {
-        "python": platform.python_version(),
         "test_file": test,
-        "selection": {
-            "k": selection,
-            "devices": devices,
-            "ck_pass": len(passes) > 1,
-            "quick_max": run["quick_max"],
-        },
+        "selection": {"k": selection, "devices": devices, "ck_pass": len(passes) > 1},
         "therock": {**therock_info, "entries": skips},
         "quick": opts.quick,
-        "budget_min_per_pass": run["budget_s"] / 60,
         "log": str(log_path),
         "problems": [text for p in passes for text in p["problems"]],
         "passes": passes,
