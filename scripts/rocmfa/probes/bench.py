@@ -566,10 +566,20 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
         pct_text = "-" if pct is None else f"{pct:.1f}"
         tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
-        ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
-        ms += [f"{100 * r['spread']:.1f}", str(r["repeats"]), tf_text]
-        gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-        rows.append((*head, *ms, gb_text, r["bound"] or "-", pct_text, status_text(r)))
+        row = (
+            *head,
+            f"{r['median_ms']:.4f}",
+            f"{r['min_ms']:.4f}",
+            f"{r['max_ms']:.4f}",
+            f"{100 * r['spread']:.1f}",
+            str(r["repeats"]),
+            tf_text,
+            f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}",
+            r["bound"] or "-",
+            pct_text,
+            status_text(r),
+        )
+        rows.append(row)
     lines = [
         _title(provenance),
         f"timing: {timer}",
@@ -652,7 +662,18 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         prov, runs = side[0].get("provenance", {}), f"; {len(side)} runs" * (len(side) > 1)
         where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
-    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
+    header = (
+        "size",
+        "dtype",
+        "causal",
+        "backend",
+        "pass",
+        "A ms",
+        "B ms",
+        "speedup",
+        "allowed",
+        "verdict",
+    )
     table = [
         (
             r.get("size") or "?",
@@ -677,7 +698,7 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
         "most of the interval, not a kernel change)"
     )
-    return "\n".join([*lines, "", *common.text_table((*header, ""), table), "", summary])
+    return "\n".join([*lines, "", *common.text_table(header, table), "", summary])
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -776,8 +797,8 @@ def device_info(device: Any) -> dict[str, Any] | None:
     clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
     with contextlib.suppress(Exception):  # no sysfs file or nvidia-smi: torch's figure
         if torch.version.hip:
-            ids = (props.pci_domain_id or 0, props.pci_bus_id, props.pci_device_id)
-            sclk = Path("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.0/pp_dpm_sclk".format(*ids))
+            pci = f"{props.pci_domain_id or 0:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+            sclk = Path(f"/sys/bus/pci/devices/{pci}.0/pp_dpm_sclk")
             levels = re.findall(r"(\d+)\s*Mhz", sclk.read_text(), re.IGNORECASE)
             clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
         else:

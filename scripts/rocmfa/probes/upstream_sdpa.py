@@ -115,20 +115,26 @@ def therock_commit(checkout: Path) -> tuple[str | None, str]:
 
 def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -> tuple[list, dict]:
     """The entries that apply here, and what the report says of them."""
-    info: dict[str, Any] = {"dir": None, "commit": None, "files": [], "families": []}
     skip_dir = therock_dir / SKIP_DIR if therock_dir else None
     if skip_dir is None or not skip_dir.is_dir():
         missing = f"{skip_dir} not found (run build_pytorch, or --therock-dir)"
-        info["note"] = f"{missing if skip_dir else '--no-therock'}: TheRock's skip list not applied"
-        return [], info
+        note = f"{missing if skip_dir else '--no-therock'}: TheRock's skip list not applied"
+        return [], {"dir": None, "commit": None, "files": [], "families": [], "note": note}
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
     system = platform.system()
     chosen = select(entries, families, system)
-    info.update(dir=str(skip_dir), commit=commit, commit_from=how, files=notes, families=families)
-    info.update(platform=system.lower(), entries_read=len(entries), entries_applied=len(chosen))
-    return chosen, info
+    return chosen, {
+        "dir": str(skip_dir),
+        "commit": commit,
+        "commit_from": how,
+        "files": notes,
+        "families": families,
+        "platform": system.lower(),
+        "entries_read": len(entries),
+        "entries_applied": len(chosen),
+    }
 
 
 # --- the test file and the pytest runs

@@ -220,14 +220,22 @@ def render(doc: dict[str, Any]) -> str:
         status = r["status"] + why
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
-    header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
+    header = (
+        "backend",
+        "B,H,S,D",
+        "dtype",
+        "causal",
+        "out err/allowed",
+        "worst grad err/allowed",
+        "status",
+    )
     ident, tolerance = doc["identity"], doc["tolerance"]
     lines = [
         f"SDPA validation on {ident['gpu']} ({ident['arch'] or 'cpu'}), torch {ident['torch']}; "
         f"reference: {tolerance['reference']}",
         f"tolerance: {tolerance['rule']}",
         "",
-        *common.text_table((*header, "status"), rows),
+        *common.text_table(header, rows),
     ]
     return "\n".join([*lines, "", doc["summary"]])
 
