@@ -293,7 +293,7 @@ def main(argv: list[str] | None) -> int:
     dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)
-    lib_dir = opts.torch_lib_dir or common.torch_lib_dir()
+    lib_dir = opts.torch_lib_dir or Path(torch.__file__).resolve().parent / "lib"
     if opts.torch_lib_dir is not None and not lib_dir.is_dir():
         raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
     if opts.dry_run:

@@ -834,6 +834,7 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
     keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
+    torch_lib = Path(torch.__file__).resolve().parent / "lib"
     return {
         **{k: ident.get(k) for k in keep},
         "cudnn": cudnn,
@@ -841,7 +842,7 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
         "device_name": ident["gpu"],
         "python": ident["python"],
         "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
-        "aotriton": torch.version.hip and common.aotriton_versions(common.torch_lib_dir()),
+        "aotriton": torch.version.hip and common.aotriton_versions(torch_lib),
         "preferred_rocm_fa_library": library,
         "device_info": info,
         "peak_tflops": {d: p for d, (p, _) in peaks.items()},

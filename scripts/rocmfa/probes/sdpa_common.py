@@ -384,12 +384,6 @@ def capture_all_warnings() -> Iterator[list[str]]:
                 sys.stderr.write("\n".join(rest) + "\n")
 
 
-def torch_lib_dir() -> Path:
-    import torch
-
-    return Path(torch.__file__).resolve().parent / "lib"
-
-
 def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     """AOTriton runtime version, each image pack's signature, and a mismatch between them."""
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
@@ -437,7 +431,7 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
 
     aotriton = None
     if torch.version.hip:
-        found = aotriton_versions(torch_lib_dir())
+        found = aotriton_versions(Path(torch.__file__).resolve().parent / "lib")
         signatures = (str(img.get("signature", "")) for img in found["images"].values())
         commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
         aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
