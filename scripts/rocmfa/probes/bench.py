@@ -202,7 +202,6 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
         "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
         "bytes": nbytes,
         "intensity": round(flops / nbytes, 2),
-        "mem_roof_gbps": roof,
         "bound": bound,
         "gbps": round(gbps, 2),
         "pct_roof": round(100.0 * gbps / roof, 2) if memory_bound else pct_peak,

@@ -531,13 +531,7 @@ def pytest_runtest_logreport(report: Any) -> None:
         outcome = "error"
     else:
         return
-    record = {
-        "event": "result",
-        "nodeid": report.nodeid,
-        "outcome": outcome,
-        "when": report.when,
-        "duration": round(report.duration, 4),
-    }
+    record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome}
     if outcome == "skipped":
         reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
