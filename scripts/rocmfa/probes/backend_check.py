@@ -1,5 +1,6 @@
-"""Is SDPA flash attention usable, used and correct here? Exit 0, else 1 with one line why (2 on
-bad input). More: docs/attention-tools.md."""
+"""Check that SDPA flash attention is usable, is used and is correct on this machine.
+
+Exit status: 0 if it is, 1 if not (one line says why), 2 on bad input. docs/attention-tools.md"""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
     import torch
 
     cuda, ask = torch.backends.cuda, common.ask
-    q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim).to(device, dtype)
+    q = torch.zeros(shape.batch, shape.q_heads, shape.seq_q, shape.head_dim).to(device, dtype)
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
 
     def flags(name: str, compiled: bool | None, enabled: bool) -> dict[str, Any]:
@@ -84,8 +85,12 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
         "math": dict(compiled_in=True, enabled=cuda.math_sdp_enabled(), can_use=True, reasons=[]),
     }
     if torch.version.hip:
-        ck = dict(compiled_in=ask(cuda.is_ck_sdpa_available), enabled=None, can_use=None)
-        report["ck"] = ck | {"reasons": ["selected via preferred_rocm_fa_library"]}
+        report["ck"] = {
+            "compiled_in": ask(cuda.is_ck_sdpa_available),
+            "enabled": None,
+            "can_use": None,
+            "reasons": ["selected via preferred_rocm_fa_library"],
+        }
     else:
         compiled = False if device.type == "cpu" else ask(torch.backends.cudnn.is_available)
         report["cudnn"] = flags("cudnn", compiled, cuda.cudnn_sdp_enabled())
@@ -100,15 +105,21 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
     flag = os.environ.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")
     table = arches.get(arch or "")
     needs = common.needs_experimental_flag(table, aot["runtime_version"])
-    report = dict(aotriton=aot, experimental_flag=flag, arch_needs_experimental_flag=needs)
-    report |= {"arch_in_arch_data": table is not None, "preferred_rocm_fa_library": None}
+    library = None
     with contextlib.suppress(Exception):  # None where torch cannot say
         library = torch.version.hip and torch.backends.cuda.preferred_rocm_fa_library()
-        report["preferred_rocm_fa_library"] = library and str(library)
+    report = {
+        "aotriton": aot,
+        "experimental_flag": flag,
+        "arch_needs_experimental_flag": needs,
+        "preferred_rocm_fa_library": library and str(library),
+    }
     if needs and flag != "1":
         now = f"it is {'unset' if flag is None else repr(flag)}; set it before the first SDPA call"
-        report["flag_problem"] = f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with "
-        report["flag_problem"] += f"AOTriton {aot['runtime_version']} ({now})"
+        report["flag_problem"] = (
+            f"{arch} needs TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 with "
+            f"AOTriton {aot['runtime_version']} ({now})"
+        )
     return report
 
 
@@ -149,7 +160,7 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def make(heads: int) -> Any:
-        t = torch.randn(shape.batch, heads, shape.seq, shape.head_dim, generator=gen)
+        t = torch.randn(shape.batch, heads, shape.seq_q, shape.head_dim, generator=gen)
         return t.to(device=device, dtype=dtype)
 
     q, k, v = (make(h).requires_grad_(True) for h in (shape.q_heads, *[shape.kv_heads] * 2))
@@ -162,9 +173,16 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
     ref.backward(inputs[3].float())
     tol = TOLERANCE[dtype_name]
     rule = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
-    report = dict(shape=shape.dims(), dtype=dtype_name, causal=True, forced_flash=flash_profile)
-    report |= dict(default_dispatch=default_profile, tolerance={"rule": rule, **tol})
-    report |= dict(errors=None, correct=None)
+    report = {
+        "shape": shape.dims(),
+        "dtype": dtype_name,
+        "causal": True,
+        "forced_flash": flash_profile,
+        "default_dispatch": default_profile,
+        "tolerance": {"rule": rule, **tol},
+        "errors": None,
+        "correct": None,
+    }
     if flash_result is not None:
         out, grads = flash_result
         fwd_err = _scaled_error(out, ref.detach())
@@ -275,16 +293,17 @@ def main(argv: list[str] | None) -> int:
     dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)
-    lib_dir = opts.torch_lib_dir or common.torch_lib_dir()
+    lib_dir = opts.torch_lib_dir or Path(torch.__file__).resolve().parent / "lib"
     if opts.torch_lib_dir is not None and not lib_dir.is_dir():
         raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
     if opts.dry_run:
-        what = f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
-        what += "under the profiler (kernel names), and its error against fp32 math"
+        what = (
+            f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
+            "under the profiler (kernel names), and its error against fp32 math"
+        )
         return common.dry_run(PROG, device, [what, f"AOTriton files read from {lib_dir}"])
     report, arch, device_name = common.provenance(SCHEMA, device)
     report["backends"] = backend_flags(device, common.torch_dtype(dtype_name), shape)
-    report["rule_kernel_names"] = dict(KERNEL_RULES)
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
     report["truth"] = truth_run(device, dtype_name, shape)

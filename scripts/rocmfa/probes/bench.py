@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -20,6 +19,7 @@ import time
 import tomllib
 import warnings
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +47,14 @@ PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel 
 PROFILE_LAUNCH_FRACTION = 0.25  # launch under this share of the event time: not launch-bound
 SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
-CASE_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "seq_k", "head_dim", "dtype")
-CASE_FIELDS += ("causal", "backend", "pass")
-RESULT_FIELDS = (*CASE_FIELDS, "status", "reason", "median_ms", "min_ms", "max_ms", "p25_ms")
-RESULT_FIELDS += ("p75_ms", "repeats", "spread", "noisy", "flops", "tflops", "pct_peak")
-RESULT_FIELDS += ("above_peak", "measured_tflops_above_peak", "peak_tflops", "bytes", "intensity")
-RESULT_FIELDS += ("mem_roof_gbps", "bound", "gbps", "pct_roof", "launch_ms", "kernel_ms", "busy")
-RESULT_FIELDS += ("launch_bound", "host_s")
-TIMERS = {"cpu": "device: time.perf_counter per repeat, no cache flush (CPU)"}
-TIMERS["cuda"] = "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
-TIMERS["cuda"] += "(torch.cuda._sleep) queued before each repeat; host launch cost kept out"
+# A case: its shape, dtype, causal setting, backend and pass; CASE_HEAD: its table columns.
+CASE_FIELDS = (*(f.name for f in fields(common.Shape)), "dtype", "causal", "backend", "pass")
+CASE_HEAD = ("size", "B,H,S,D", "dtype", "causal", "backend", "pass")
+TIMERS = {
+    "cpu": "device: time.perf_counter per repeat, no cache flush (CPU)",
+    "cuda": "device: torch.cuda.Event per repeat, 256 MiB L2 flush and a GPU spin "
+    "(torch.cuda._sleep) queued before each repeat; host launch cost kept out",
+}
 # The original 05-attention-bench.py suite (B, H, S, D).
 SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
          "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
@@ -70,15 +68,7 @@ LLM_SUITE = (
     *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
 )  # fmt: skip
 # Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = ("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "TORCH_ROCM_FA_PREFER_CK")
-DISPATCH_ENV_VARS += ("AMD_SERIALIZE_KERNEL", "HIP_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING")
-DISPATCH_ENV_VARS += ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-DISPATCH_ENV_VARS += ("HSA_OVERRIDE_GFX_VERSION", "AOTRITON_DEBUG_LEVEL")
-DISPATCH_ENV_VARS += ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
-# Options that say where output goes or what else to do; every other option shaped the run.
-NOT_SETTINGS = {"device", "dry_run", "peak_tflops", "out_dir", "json_path", "csv_path"}
-NOT_SETTINGS |= {"plot_path", "replot", "compare", "threshold_pct", "compare_runs", "learn"}
-
+DISPATCH_ENV_VARS = common.load_table("sdpa_checks", "bench").get("dispatch_env_vars", [])
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
@@ -103,8 +93,11 @@ def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except (OSError, ValueError):
         data = {"source": f"{path} unreadable"}
-    floors = {"floor": data.get("floor", {}), "default": data.get("default_floor", DEFAULT_FLOOR)}
-    return floors | {"source": data.get("source", path.name)}
+    return {
+        "floor": data.get("floor", {}),
+        "default": data.get("default_floor", DEFAULT_FLOOR),
+        "source": data.get("source", path.name),
+    }
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
@@ -135,8 +128,13 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
         verdict = "noisy"
     else:
         verdict = "faster" if speedup > 1 else "slower"
-    shown = {"a_ms": round(a_med, 5), "b_ms": round(b_med, 5), "speedup": round(speedup, 4)}
-    return shown | {"allowance_pct": round(100 * allowance, 2), "verdict": verdict}
+    return {
+        "a_ms": round(a_med, 5),
+        "b_ms": round(b_med, 5),
+        "speedup": round(speedup, 4),
+        "allowance_pct": round(100 * allowance, 2),
+        "verdict": verdict,
+    }
 
 
 def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: Any = None) -> list:
@@ -184,11 +182,11 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s, peak, median_ms = common.Shape.of_row(row), row["peak_tflops"], row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
-    work = s.batch * s.q_heads * s.seq * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
+    work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
     flops = 4.0 * work * {"fwd": 1, "bwd": 2.5, "fwdbwd": 3.5}[row["pass"]]
-    n_q = s.batch * s.q_heads * s.seq * s.head_dim
+    n_q = s.batch * s.q_heads * s.seq_q * s.head_dim
     n_kv = s.batch * s.kv_heads * s.kv_seq * s.head_dim
-    lse = 4 * s.batch * s.q_heads * s.seq  # fp32 logsumexp
+    lse = 4 * s.batch * s.q_heads * s.seq_q  # fp32 logsumexp
     fwd, bwd = (2 * n_q + 2 * n_kv) * element_size + lse, (4 * n_q + 4 * n_kv) * element_size + lse
     nbytes = {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[row["pass"]]
     tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
@@ -196,24 +194,30 @@ def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
     memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
     bound = None if not (peak and roof) else "memory" if memory_bound else "compute"
-    out = {"flops": flops, "tflops": None if above else round(tflops, 3), "pct_peak": pct_peak}
-    above_by = float(f"{tflops:.4g}") if above else None
-    out |= {"above_peak": above, "measured_tflops_above_peak": above_by}
-    out |= {"bytes": nbytes, "intensity": round(flops / nbytes, 2), "mem_roof_gbps": roof}
-    pct_roof = round(100.0 * gbps / roof, 2) if memory_bound else pct_peak
-    return out | {"bound": bound, "gbps": round(gbps, 2), "pct_roof": pct_roof}
+    return {
+        "flops": flops,
+        "tflops": None if above else round(tflops, 3),
+        "pct_peak": pct_peak,
+        "above_peak": above,
+        "measured_tflops_above_peak": float(f"{tflops:.4g}") if above else None,
+        "bytes": nbytes,
+        "intensity": round(flops / nbytes, 2),
+        "bound": bound,
+        "gbps": round(gbps, 2),
+        "pct_roof": round(100.0 * gbps / roof, 2) if memory_bound else pct_peak,
+    }
 
 
 def estimate_bytes(shape: common.Shape, backend: str, element_size: int) -> int:
     """Peak memory of one case; the math path adds fp32 scores and fp32 input copies."""
-    n_q = shape.batch * shape.q_heads * shape.seq * shape.head_dim
+    n_q = shape.batch * shape.q_heads * shape.seq_q * shape.head_dim
     n_kv = shape.batch * shape.kv_heads * shape.kv_seq * shape.head_dim
     total = (5 * n_q + 4 * n_kv) * element_size
     if backend == "math":
-        scores = shape.batch * shape.q_heads * shape.seq * shape.kv_seq
+        scores = shape.batch * shape.q_heads * shape.seq_q * shape.kv_seq
         expanded_kv = shape.batch * shape.q_heads * shape.kv_seq * shape.head_dim
         return total + 3 * scores * 4 + (4 * n_q + 4 * expanded_kv) * 4
-    return total + 2 * shape.batch * shape.q_heads * shape.seq * 4  # logsumexp and friends
+    return total + 2 * shape.batch * shape.q_heads * shape.seq_q * 4  # logsumexp and friends
 
 
 class Timer:
@@ -282,10 +286,16 @@ def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -
     q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
     median = statistics.median(ordered)
     spread = (q[2] - q[0]) / median if median > 0 else 0.0
-    ms = {"median_ms": median, "min_ms": ordered[0], "max_ms": ordered[-1], "p25_ms": q[0]}
-    ms |= {"p75_ms": q[2]}
-    summary = {k: round(v, 5) for k, v in ms.items()} | {"repeats": len(ordered)}
-    return summary | {"spread": round(spread, 4), "noisy": spread > noise_threshold}
+    return {
+        "median_ms": round(median, 5),
+        "min_ms": round(ordered[0], 5),
+        "max_ms": round(ordered[-1], 5),
+        "p25_ms": round(q[0], 5),
+        "p75_ms": round(q[2], 5),
+        "repeats": len(ordered),
+        "spread": round(spread, 4),
+        "noisy": spread > noise_threshold,
+    }
 
 
 class Tensors:
@@ -300,9 +310,9 @@ class Tensors:
             t = torch.randn(shape.batch, heads, seq, shape.head_dim, generator=gen, device=device)
             return t.to(dtype).requires_grad_(True)
 
-        self.q, self.k = make(shape.q_heads, shape.seq), make(shape.kv_heads, shape.kv_seq)
+        self.q, self.k = make(shape.q_heads, shape.seq_q), make(shape.kv_heads, shape.kv_seq)
         self.v = make(shape.kv_heads, shape.kv_seq)
-        self.dout = make(shape.q_heads, shape.seq).detach()
+        self.dout = make(shape.q_heads, shape.seq_q).detach()
 
     def reset_grads(self) -> None:
         self.q.grad = self.k.grad = self.v.grad = None
@@ -319,8 +329,9 @@ class Tensors:
 
 
 def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
-    """Time the row's pass, backend and causal setting; known_estimate: per-call ms when earlier
-    passes warmed it (no probe)."""
+    """Time one row (its pass, backend and causal setting) and return its timing fields.
+
+    known_estimate: the per-call ms when earlier passes warmed the kernels (no first call then)."""
     started, pass_name = time.perf_counter(), row["pass"]
     try:
         with common.backend_context(row["backend"], timer.device):
@@ -440,9 +451,10 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
     return [(shape, causals, passes) for shape in shapes]
 
 
-def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | None) -> list[dict]:
-    """Time every case of plan (cases, dtypes, backends), one row per pass."""
-    cases, dtypes, backends = plan
+def run_suite(
+    opts: Any, device: Any, cases: list, dtypes: list, backends: list, peaks: dict, roof: Any
+) -> list[dict]:
+    """Time every case in every dtype and backend, one row per pass."""
     timer = Timer(device)
     total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
     results, done = [], 0
@@ -451,8 +463,13 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
         for causal, backend in itertools.product(causals, backends):
             done += 1
             tensors, skip = _fit(shape, backend, dtype, device, opts.mem_limit_gib, tensors)
-            base = {**shape.as_dict(), "dtype": dtype, "causal": causal, "backend": backend}
-            base |= {"peak_tflops": peaks.get(dtype)}
+            base = {
+                **shape.as_dict(),
+                "dtype": dtype,
+                "causal": causal,
+                "backend": backend,
+                "peak_tflops": peaks.get(dtype),
+            }
             rows, estimates = [dict(base, **{"pass": p}) for p in passes], {}
             for row in rows:
                 if skip is not None:
@@ -465,8 +482,8 @@ def run_suite(opts: Any, device: Any, plan: tuple, peaks: dict, roof: float | No
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
                     row.update(rates(row, roof))
-            results += [{k: row.get(k) for k in RESULT_FIELDS} for row in rows]
-            where = f"[{done}/{total}] {shape.name} {dtype} {'causal' if causal else 'non-causal'}"
+            results += rows
+            where = f"[{done}/{total}] {shape.size} {dtype} {'causal' if causal else 'non-causal'}"
             progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
     timer.sync()
     return results
@@ -520,8 +537,19 @@ def status_text(r: dict[str, Any]) -> str:
     return "noisy" if r.get("noisy") else "ok"
 
 
-TABLE_HEADER = ("size", "B,H,S,D", "dtype", "causal", "backend", "pass", "median ms", "min ms")
-TABLE_HEADER += ("max ms", "spread %", "reps", "TFLOP/s", "GB/s", "bound", "% roof", "status")
+TABLE_HEADER = (
+    *CASE_HEAD,
+    "median ms",
+    "min ms",
+    "max ms",
+    "spread %",
+    "reps",
+    "TFLOP/s",
+    "GB/s",
+    "bound",
+    "% roof",
+    "status",
+)
 
 
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
@@ -537,10 +565,20 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
         pct_text = "-" if pct is None else f"{pct:.1f}"
         tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
-        ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
-        ms += [f"{100 * r['spread']:.1f}", str(r["repeats"]), tf_text]
-        gb_text = f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}"
-        rows.append((*head, *ms, gb_text, r["bound"] or "-", pct_text, status_text(r)))
+        row = (
+            *head,
+            f"{r['median_ms']:.4f}",
+            f"{r['min_ms']:.4f}",
+            f"{r['max_ms']:.4f}",
+            f"{100 * r['spread']:.1f}",
+            str(r["repeats"]),
+            tf_text,
+            f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}",
+            r["bound"] or "-",
+            pct_text,
+            status_text(r),
+        )
+        rows.append(row)
     lines = [
         _title(provenance),
         f"timing: {timer}",
@@ -564,7 +602,8 @@ def _title(prov: dict[str, Any]) -> str:
 
 def write_csv(path: Path, results: list[dict]) -> None:
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=RESULT_FIELDS)
+        # A failed row has no timing: its columns stay empty.
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in results for k in r)))
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in results)
 
@@ -610,7 +649,8 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
     paths_a, paths_b = [pair[0], *more[0::2]], [pair[1], *more[1::2]]
     docs = [[common.read_results(p, "bench result") for p in paths] for paths in (paths_a, paths_b)]
     floors = load_floors()
-    rows = compare_runs(*([d["results"] for d in side] for side in docs), threshold_pct, floors)
+    a_runs, b_runs = ([d["results"] for d in side] for side in docs)
+    rows = compare_runs(a_runs, b_runs, threshold_pct, floors)
     if not rows:
         raise common.UsageError(
             f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
@@ -621,21 +661,43 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         prov, runs = side[0].get("provenance", {}), f"; {len(side)} runs" * (len(side) > 1)
         where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
-    header = ("size", "dtype", "causal", "backend", "pass", "A ms", "B ms", "speedup", "allowed")
-    table = []
-    for r in rows:
-        case = (r.get("size") or "?", r["dtype"], "yes" if r["causal"] else "no", r["backend"])
-        ms = (r["pass"], f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}", f"{r['speedup']:.3f}x")
-        verdict = "" if r["verdict"] == "same" else r["verdict"]
-        table.append((*case, *ms, f"{r['allowance_pct']:.0f}%", verdict))
+    header = (
+        "size",
+        "dtype",
+        "causal",
+        "backend",
+        "pass",
+        "A ms",
+        "B ms",
+        "speedup",
+        "allowed",
+        "verdict",
+    )
+    table = [
+        (
+            r.get("size") or "?",
+            r["dtype"],
+            "yes" if r["causal"] else "no",
+            r["backend"],
+            r["pass"],
+            f"{r['a_ms']:.4f}",
+            f"{r['b_ms']:.4f}",
+            f"{r['speedup']:.3f}x",
+            f"{r['allowance_pct']:.0f}%",
+            "" if r["verdict"] == "same" else r["verdict"],
+        )
+        for r in rows
+    ]
     counts, geo = tally(rows)
     beyond = f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})"
     lines += [f"speedup = A median / B median (>1: B faster); faster/slower only beyond {beyond}"]
     tallied = ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
-    summary = f"{len(rows)} matching cases: {tallied}; geometric-mean speedup {geo or 1.0:.3f}x "
-    summary += "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
-    summary += "most of the interval, not a kernel change)"
-    return "\n".join([*lines, "", *common.text_table((*header, ""), table), "", summary])
+    summary = (
+        f"{len(rows)} matching cases: {tallied}; geometric-mean speedup {geo or 1.0:.3f}x "
+        "(noisy: within run-to-run variation, rerun with more runs; launch-bound: GPU idle "
+        "most of the interval, not a kernel change)"
+    )
+    return "\n".join([*lines, "", *common.text_table(header, table), "", summary])
 
 
 def build_parser() -> common.OneLineArgumentParser:
@@ -734,8 +796,8 @@ def device_info(device: Any) -> dict[str, Any] | None:
     clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
     with contextlib.suppress(Exception):  # no sysfs file or nvidia-smi: torch's figure
         if torch.version.hip:
-            ids = (props.pci_domain_id or 0, props.pci_bus_id, props.pci_device_id)
-            sclk = Path("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.0/pp_dpm_sclk".format(*ids))
+            pci = f"{props.pci_domain_id or 0:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+            sclk = Path(f"/sys/bus/pci/devices/{pci}.0/pp_dpm_sclk")
             levels = re.findall(r"(\d+)\s*Mhz", sclk.read_text(), re.IGNORECASE)
             clock = max(float(x) for x in levels), "amdgpu sysfs pp_dpm_sclk"
         else:
@@ -743,28 +805,26 @@ def device_info(device: Any) -> dict[str, Any] | None:
             query = f"nvidia-smi -i {index} --query-gpu=clocks.max.sm --format=csv,noheader,nounits"
             out = subprocess.run(query.split(), capture_output=True, text=True, timeout=10)
             clock = float(out.stdout.split()[0]), "nvidia-smi clocks.max.sm"
-    info = {"compute_units": getattr(props, "multi_processor_count", None)}
-    info |= {"max_clock_mhz": clock[0], "clock_source": clock[1]}
-    info["memory_clock_khz"] = getattr(props, "memory_clock_rate", None)
-    info["memory_bus_bits"] = getattr(props, "memory_bus_width", None)
-    return info | {"integrated": bool(getattr(props, "is_integrated", False))}
+    return {
+        "compute_units": getattr(props, "multi_processor_count", None),
+        "max_clock_mhz": clock[0],
+        "clock_source": clock[1],
+        "memory_clock_khz": getattr(props, "memory_clock_rate", None),
+        "memory_bus_bits": getattr(props, "memory_bus_width", None),
+        "integrated": bool(getattr(props, "is_integrated", False)),
+    }
 
 
 def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, Any]:
     """The identity's software and device, dispatch variables, peaks and memory roof."""
     import torch
 
-    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
-    prov: dict[str, Any] = {k: ident.get(k) for k in keep} | {"cudnn": None}
-    prov |= {"hip": ident["rocm"], "device_name": ident["gpu"], "python": platform.python_version()}
-    prov["env"] = {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ}
-    prov["aotriton"] = torch.version.hip and common.aotriton_versions(common.torch_lib_dir())
+    cudnn = library = None
     with contextlib.suppress(Exception):
-        prov["cudnn"] = torch.backends.cudnn.version() if torch.version.cuda else None
+        cudnn = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
-            prov["preferred_rocm_fa_library"] = str(torch.backends.cuda.preferred_rocm_fa_library())
+            library = str(torch.backends.cuda.preferred_rocm_fa_library())
     arch, info = ident["arch"], device_info(device)
-    prov["device_info"] = info
     rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
     peaks = {
         d: peak_from_device(arch, d, override, arches, info, rates) for d in common.DTYPE_NAMES
@@ -772,10 +832,24 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
     roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
-    prov["peak_tflops"] = {d: p for d, (p, _) in peaks.items()}
-    prov["peak_source"] = {d: src for d, (_, src) in peaks.items()}
-    prov |= {"memory_roof_gbps": roof, "memory_roof_source": roof_source}
-    return prov | {"peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})"}
+    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
+    torch_lib = Path(torch.__file__).resolve().parent / "lib"
+    return {
+        **{k: ident.get(k) for k in keep},
+        "cudnn": cudnn,
+        "hip": ident["rocm"],
+        "device_name": ident["gpu"],
+        "python": ident["python"],
+        "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
+        "aotriton": torch.version.hip and common.aotriton_versions(torch_lib),
+        "preferred_rocm_fa_library": library,
+        "device_info": info,
+        "peak_tflops": {d: p for d, (p, _) in peaks.items()},
+        "peak_source": {d: src for d, (_, src) in peaks.items()},
+        "memory_roof_gbps": roof,
+        "memory_roof_source": roof_source,
+        "peak_note": f"{rated} ({peaks['fp16'][1]}); memory {memory} ({roof_source})",
+    }
 
 
 @common.cli(PROG)
@@ -792,10 +866,12 @@ def main(argv: list[str] | None) -> int:
         outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        plan = f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)}"
-        shapes = [f"{s.name} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
+        plan = (
+            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)} "
+            f"({opts.suite} suite, --causal {opts.causal})"
+        )
+        shapes = [f"{s.size} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
         wrote = ", ".join(o for o in outputs.values() if o) or "the table only"
-        plan += f" ({opts.suite} suite, --causal {opts.causal})"
         return common.dry_run(PROG, device, [plan, *shapes, f"outputs: {wrote}"])
     paths = {k: Path(v) for k, v in outputs.items() if v}
     for path in paths.values():
@@ -808,16 +884,22 @@ def main(argv: list[str] | None) -> int:
     prov = provenance(device, ident, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
-    plan = (cases, dtypes, backends)
-    results = run_suite(opts, device, plan, prov["peak_tflops"], prov["memory_roof_gbps"])
+    peaks, roof = prov["peak_tflops"], prov["memory_roof_gbps"]
+    results = run_suite(opts, device, cases, dtypes, backends, peaks, roof)
     wall = time.perf_counter() - started
     print(render_table(results, prov, TIMERS[device.type]))
-    settings = {k: v for k, v in vars(opts).items() if k not in NOT_SETTINGS}
-    # timing/sustained as earlier runs recorded them: the results page groups runs by settings.
-    settings |= {"timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
-    conventions = {"flop_convention": FLOP_CONVENTION, "byte_convention": BYTE_CONVENTION}
-    document = {"schema": SCHEMA, "identity": ident, **conventions, "provenance": prov}
-    document |= {"settings": settings, "wall_s": round(wall, 3), "results": results}
+    # The options, and timing/sustained as earlier runs recorded them (the page groups by them).
+    settings = {**vars(opts), "timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
+    document = {
+        "schema": SCHEMA,
+        "identity": ident,
+        "flop_convention": FLOP_CONVENTION,
+        "byte_convention": BYTE_CONVENTION,
+        "provenance": prov,
+        "settings": settings,
+        "wall_s": round(wall, 3),
+        "results": results,
+    }
     if "json" in paths:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
     if "csv" in paths:

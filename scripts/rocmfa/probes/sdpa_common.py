@@ -13,7 +13,7 @@ import sys
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -185,36 +185,35 @@ def parse_dtypes(text: str) -> list[str]:
     return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
-# A result row's names for Shape's fields, in their order (seq_k: always set in a row).
-ROW_FIELDS = ("size", "batch", "q_heads", "kv_heads", "seq_q", "head_dim", "seq_k")
-
-
 @dataclass(frozen=True)
 class Shape:
-    name: str
+    """An SDPA case's dimensions; the field names are a result row's keys (the name: size)."""
+
+    size: str
     batch: int
     q_heads: int
     kv_heads: int
-    seq: int
+    seq_q: int
     head_dim: int
     seq_k: int | None = None  # key/value length when it differs from the query's (decode)
 
     @property
     def kv_seq(self) -> int:
-        return self.seq_k or self.seq
+        return self.seq_k or self.seq_q
 
     def dims(self) -> str:
         heads = f"{self.q_heads}/{self.kv_heads}" if self.kv_heads != self.q_heads else self.q_heads
-        seq = f"{self.seq}/{self.kv_seq}" if self.kv_seq != self.seq else self.seq
+        seq = f"{self.seq_q}/{self.kv_seq}" if self.kv_seq != self.seq_q else self.seq_q
         return f"{self.batch},{heads},{seq},{self.head_dim}"
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> Shape:
         """The shape a result row (as_dict's fields) was run with."""
-        return cls(*map(row.get, ROW_FIELDS))
+        return cls(**{f.name: row.get(f.name) for f in fields(cls)})
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(zip(ROW_FIELDS, [*astuple(self)[:-1], self.kv_seq], strict=True))
+        """A result row's fields for this shape (seq_k always set)."""
+        return {**asdict(self), "seq_k": self.kv_seq}
 
 
 def parse_shape(text: str, kv_heads: int | None = None) -> Shape:
@@ -385,12 +384,6 @@ def capture_all_warnings() -> Iterator[list[str]]:
                 sys.stderr.write("\n".join(rest) + "\n")
 
 
-def torch_lib_dir() -> Path:
-    import torch
-
-    return Path(torch.__file__).resolve().parent / "lib"
-
-
 def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     """AOTriton runtime version, each image pack's signature, and a mismatch between them."""
     config_h = lib_dir.parent / "include" / "aotriton" / "config.h"
@@ -406,8 +399,12 @@ def aotriton_versions(lib_dir: Path) -> dict[str, Any]:
     versions = {pack: img["version"] for pack, img in images.items() if img.get("version")}
     bad = [f"{pack} images {v}" for pack, v in versions.items() if version_key(v)[:2] != key]
     mismatch = f"AOTriton runtime {runtime} ({source}) does not match {', '.join(bad)}"
-    found = dict(lib_dir=str(lib_dir), runtime_version=runtime, runtime_source=source)
-    return found | dict(images=images, mismatch=mismatch if key and bad else None)
+    return {
+        "runtime_version": runtime,
+        "runtime_source": source,
+        "images": images,
+        "mismatch": mismatch if key and bad else None,
+    }
 
 
 def image_signature(sig: Path) -> dict[str, Any]:
@@ -434,18 +431,26 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
 
     aotriton = None
     if torch.version.hip:
-        found = aotriton_versions(torch_lib_dir())
+        found = aotriton_versions(Path(torch.__file__).resolve().parent / "lib")
         signatures = (str(img.get("signature", "")) for img in found["images"].values())
         commits = sorted({sig[4:] for sig in signatures if sig.startswith("git ")})
         aotriton = {"version": found["runtime_version"], "commit": ",".join(commits) or None}
-    flash = ask(torch.backends.cuda.is_flash_attention_available)
-    version = torch.version
-    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    ident = dict(version=IDENTITY_VERSION, date=date, host=socket.gethostname(), gpu=device_name)
-    platform_ = "cpu" if device.type == "cpu" else "rocm" if version.hip else "cuda"
-    ident |= dict(arch=arch, platform=platform_, device=str(device), rocm=version.hip)
-    ident |= dict(cuda=version.cuda, torch=torch.__version__, aotriton=aotriton)
-    ident |= dict(torch_commit=getattr(version, "git_version", None), flash_built_in=flash)
+    ident = {
+        "version": IDENTITY_VERSION,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "gpu": device_name,
+        "arch": arch,
+        "platform": "cpu" if device.type == "cpu" else "rocm" if torch.version.hip else "cuda",
+        "device": str(device),
+        "rocm": torch.version.hip,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "aotriton": aotriton,
+        "torch_commit": getattr(torch.version, "git_version", None),
+        "flash_built_in": ask(torch.backends.cuda.is_flash_attention_available),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count

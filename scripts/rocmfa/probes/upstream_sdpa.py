@@ -46,8 +46,8 @@ PYTEST_ARGS = ["-c", "pytest.ini", "--rootdir", ".", "-q", "--tb=short", "-p", "
 
 
 def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
-    """Every name of a literal skip_tests dict: {name, section, module, file, comment (TheRock's
-    reason, above it)}."""
+    """Every test name in a skip file's literal `skip_tests` dict, with its section, module and
+    file, and the comment above it (TheRock's reason for the skip)."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     try:
         assigns = [n for n in ast.parse(text, file_name).body if isinstance(n, ast.Assign)]
@@ -63,9 +63,14 @@ def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
                     above = (comments.get(n, "") for n in range(start, name.lineno))
                     block = " ".join(c for c in above if c.strip("-= ")) or block
                     comment = f"{block} {comments.get(name.end_lineno or 0, '')}".strip()
-                    keys = [str(ast.literal_eval(x)) for x in (name, section, module)]  # type: ignore
-                    entries.append(dict(zip(("name", "section", "module"), keys, strict=True)))
-                    entries[-1] |= {"file": file_name, "comment": comment}
+                    entry = {
+                        "name": str(ast.literal_eval(name)),
+                        "section": str(ast.literal_eval(section)),  # type: ignore[arg-type]
+                        "module": str(ast.literal_eval(module)),  # type: ignore[arg-type]
+                        "file": file_name,
+                        "comment": comment,
+                    }
+                    entries.append(entry)
                     start = name.lineno + 1  # comments inside a name that spans lines count
     except (SyntaxError, ValueError, KeyError, AttributeError) as exc:
         what = "not a literal skip_tests = {section: {module: [names]}}"
@@ -110,20 +115,26 @@ def therock_commit(checkout: Path) -> tuple[str | None, str]:
 
 def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -> tuple[list, dict]:
     """The entries that apply here, and what the report says of them."""
-    info: dict[str, Any] = {"dir": None, "commit": None, "files": [], "families": []}
     skip_dir = therock_dir / SKIP_DIR if therock_dir else None
     if skip_dir is None or not skip_dir.is_dir():
         missing = f"{skip_dir} not found (run build_pytorch, or --therock-dir)"
-        info["note"] = f"{missing if skip_dir else '--no-therock'}: TheRock's skip list not applied"
-        return [], info
+        note = f"{missing if skip_dir else '--no-therock'}: TheRock's skip list not applied"
+        return [], {"dir": None, "commit": None, "files": [], "families": [], "note": note}
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
     system = platform.system()
     chosen = select(entries, families, system)
-    info.update(dir=str(skip_dir), commit=commit, commit_from=how, files=notes, families=families)
-    info.update(platform=system.lower(), entries_read=len(entries), entries_applied=len(chosen))
-    return chosen, info
+    return chosen, {
+        "dir": str(skip_dir),
+        "commit": commit,
+        "commit_from": how,
+        "files": notes,
+        "families": families,
+        "platform": system.lower(),
+        "entries_read": len(entries),
+        "entries_applied": len(chosen),
+    }
 
 
 # --- the test file and the pytest runs
@@ -135,39 +146,47 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
-    """The test file for this torch: --test-file, else torch's commit from git."""
+    """The test file for this torch: --test-file (unverified), else torch's commit from git."""
+    checkout, verified = Path(opts.torch_src or work / "src" / "pytorch"), not opts.test_file
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
         except OSError as exc:
             raise common.UsageError(f"--test-file {opts.test_file}: {exc.strerror}") from None
         blob = git_blob_sha1(data)
-        how = f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
-        how += f"commit {commit[:12]}"
-        origin = {"repo": "user", "source": "user", "verified": False}
-        return {"data": data, "commit": commit, "blob_sha1": blob, "how": how, **origin}
-    checkout = Path(opts.torch_src or work / "src" / "pytorch")
-    cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
-    cannot += " cannot be had"
-    if not commit or commit == "Unknown":
-        raise common.UsageError(f"{cannot}: torch.version.git_version is unknown")
-    git = ["git", "-C", str(checkout)]
-    rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
-    named = subprocess.run(rev_parse, capture_output=True, text=True)
-    blob = named.stdout.strip()
-    data = b""
-    if named.returncode == 0 and (checkout / ".git").exists():
-        data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
-    if not data or git_blob_sha1(data) != blob:
-        fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
-        raise common.UsageError(
-            f"{cannot}: {checkout} has no commit {commit[:12]} (a git checkout of PyTorch: "
-            f"git clone --filter=blob:none https://github.com/pytorch/pytorch {checkout}; then "
-            f"{fetch} (ROCm/pytorch for TheRock's wheels)), or pass --test-file PATH"
+        how = (
+            f"--test-file {opts.test_file} (git blob {blob[:12]}); NOT checked against torch's "
+            f"commit {commit[:12]}"
         )
-    how = f"{TEST_PATH} at {commit[:12]} from the source checkout {checkout} (git blob {blob[:12]})"
-    origin = {"repo": "pytorch/pytorch", "source": "checkout", "verified": True}
-    return {"data": data, "commit": commit, "blob_sha1": blob, "how": how, **origin}
+    else:
+        cannot = f"PyTorch's test file for torch {torch_version} (git {commit[:12] or '?'})"
+        if not commit or commit == "Unknown":
+            raise common.UsageError(f"{cannot} cannot be had: torch.version.git_version is unknown")
+        git = ["git", "-C", str(checkout)]
+        rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
+        named = subprocess.run(rev_parse, capture_output=True, text=True)
+        blob, data = named.stdout.strip(), b""
+        if named.returncode == 0 and (checkout / ".git").exists():
+            data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
+        if not data or git_blob_sha1(data) != blob:
+            fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
+            raise common.UsageError(
+                f"{cannot} cannot be had: {checkout} has no commit {commit[:12]} (a git checkout "
+                f"of PyTorch: git clone --filter=blob:none https://github.com/pytorch/pytorch "
+                f"{checkout}; then {fetch} (ROCm/pytorch for TheRock's wheels)), or pass "
+                "--test-file PATH"
+            )
+        where = f"the source checkout {checkout} (git blob {blob[:12]})"
+        how = f"{TEST_PATH} at {commit[:12]} from {where}"
+    return {
+        "data": data,
+        "commit": commit,
+        "blob_sha1": blob,
+        "how": how,
+        "repo": "pytorch/pytorch" if verified else "user",
+        "source": "checkout" if verified else "user",
+        "verified": verified,
+    }
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
@@ -178,14 +197,23 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
     results.unlink(missing_ok=True)
-    config = {k: run[k] for k in ("budget_s", "quick_max", "therock")}
-    config |= {"results_path": str(results), "label": f"upstream {name}", "progress_every_s": 15}
+    config = {
+        **{k: run[k] for k in ("budget_s", "quick_max", "therock")},
+        "results_path": str(results),
+        "label": f"upstream {name}",
+        "progress_every_s": 15,
+    }
     plugin_config = run_dir / f"plugin-{name}.json"
     plugin_config.write_text(json.dumps(config))
     python_path = [str(PROBES_DIR), str(run_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(python_path), PYTHONUNBUFFERED="1")
-    env |= {"PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"], **extra_env}
-    env["ROCMFA_UPSTREAM_PLUGIN_CONFIG"] = str(plugin_config)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(python_path),
+        "PYTHONUNBUFFERED": "1",
+        "PYTORCH_TESTING_DEVICE_ONLY_FOR": run["devices"],
+        **extra_env,
+        "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(plugin_config),
+    }
     (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, *PYTEST_ARGS, "-k", selection]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
@@ -209,9 +237,15 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     if killed and hung:
         killed += f"; still running: {hung[-1]}"
     collected = next((r for r in records if r.get("event") == "collected"), None)
-    wall_s = round(time.perf_counter() - started, 1)
-    done = dict(name=name, selection=selection, env=extra_env, collected=collected)
-    done |= dict(pytest_exit=code, killed=killed, wall_s=wall_s)
+    done = {
+        "name": name,
+        "selection": selection,
+        "env": extra_env,
+        "collected": collected,
+        "pytest_exit": code,
+        "killed": killed,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
     return done, pass_rows(done, records, run["log_path"])
 
 
@@ -221,8 +255,12 @@ def pass_rows(p: dict[str, Any], records: list[dict[str, Any]], log: Path) -> li
     rows: dict[str, dict[str, Any]] = {}
     for r in (r for r in records if r.get("event") == "result"):
         parts = r["nodeid"].split("::")
-        row = {k: v for k, v in r.items() if k != "event"} | {"pass": p["name"]}
-        row |= {"class": parts[-2] if len(parts) >= 3 else "", "test": parts[-1]}
+        row = {
+            **{k: v for k, v in r.items() if k != "event"},
+            "pass": p["name"],
+            "class": parts[-2] if len(parts) >= 3 else "",
+            "test": parts[-1],
+        }
         if r["nodeid"] not in rows or rank(row["outcome"]) > rank(rows[r["nodeid"]]["outcome"]):
             rows[r["nodeid"]] = row
     p["counts"] = {o: sum(1 for r in rows.values() if r["outcome"] == o) for o in OUTCOMES}
@@ -266,10 +304,13 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     if not tf["verified"]:
         source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
     word = "PASS" if ok else "INCOMPLETE" if bad == 0 and problems else "FAIL"
-    line = f"{word}: {c['passed']} passed, {bad} failed, {c['skipped']} skipped"
-    line += (f" ({skips})" if skips else "") + (f", {c['xfailed']} xfailed" if c["xfailed"] else "")
-    line += f" of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
-    line += f"{doc['wall_s']:.0f} s)"
+    skips = f" ({skips})" if skips else ""
+    xfailed = f", {c['xfailed']} xfailed" if c["xfailed"] else ""
+    line = (
+        f"{word}: {c['passed']} passed, {bad} failed, {c['skipped']} skipped{skips}{xfailed} "
+        f"of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
+        f"{doc['wall_s']:.0f} s)"
+    )
     if problems:
         line += "; " + "; ".join(problems)
     elif bad:
@@ -281,8 +322,10 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
 def render(doc: dict[str, Any]) -> str:
     stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
     therock = doc["therock"]
-    applied = f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
-    applied += f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
+    applied = (
+        f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
+        f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
+    )
     ident, passes = doc["identity"], doc["passes"]
     passes = [(p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in passes]
     classes = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
@@ -319,7 +362,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
     add("--quick-max", type=int, default=300, metavar="N", help="(default 300)")
     add("--budget-min", type=float, metavar="MIN", help="budget per pass (default 10 quick, 60)")
-    add("--devices", help="cuda, cpu or cpu,cuda (default: cuda if a GPU, else cpu)")
+    add("--devices", choices=("cuda", "cpu", "cpu,cuda"), help="default: cuda if a GPU, else cpu")
     add("-k", dest="extra_k", metavar="EXPR", help="narrow the selection further")
     add("--no-ck", action="store_true", help="skip the CK pass on ROCm")
     add("--workdir", help=f"cache and checkouts (default ${WORKDIR_ENV}, else ./work)")
@@ -340,8 +383,6 @@ def parse_args(argv: list[str] | None) -> Any:
     for flag, value in (("--quick-max", opts.quick_max), ("--budget-min", opts.budget_min)):
         if value is not None and value <= 0:
             raise common.UsageError(f"{flag} must be positive")
-    if opts.devices and not set(opts.devices.split(",")) <= {"cpu", "cuda"}:
-        raise common.UsageError(f"--devices {opts.devices!r}: expected cpu, cuda or cpu,cuda")
     for module in ("pytest", "expecttest"):  # PyTorch's test helpers import both
         if importlib.util.find_spec(module) is None:
             need = f"PyTorch's tests need it: python -m pip install {module}"
@@ -372,22 +413,34 @@ def main(argv: list[str] | None) -> int:
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    run = dict(test_file=test.pop("data"), run_dir=run_dir, devices=devices, therock=skips)
-    run["budget_s"] = 60 * (opts.budget_min or (10 if opts.quick else 60))
-    run |= dict(quick_max=opts.quick_max if opts.quick else None, log_path=log_path)
-    plan = [("main", selection, {})]  # (name, -k selection, extra variables) per pytest pass
+    run = {
+        "test_file": test.pop("data"),
+        "run_dir": run_dir,
+        "devices": devices,
+        "therock": skips,
+        "budget_s": 60 * (opts.budget_min or (10 if opts.quick else 60)),
+        "quick_max": opts.quick_max if opts.quick else None,
+        "log_path": log_path,
+    }
+    plan = {"main": (selection, {})}  # pass name: its -k selection and extra variables
     ck = torch.version.hip and common.ask(torch.backends.cuda.is_ck_sdpa_available)
     if device.type == "cuda" and ck and not opts.no_ck:
-        plan.append(("ck", f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"}))
-    passes, rows = zip(*(run_pass(*planned, run) for planned in plan), strict=True)
-    rows = [row for pass_rows in rows for row in pass_rows]
-    selected = dict(k=selection, devices=devices, ck_pass=bool(plan[1:]))
-    doc |= dict(python=platform.python_version(), test_file=test)
-    doc["selection"] = {**selected, "quick_max": run["quick_max"]}
-    doc["therock"] = {**therock_info, "entries": skips}
-    doc |= dict(quick=opts.quick, budget_min_per_pass=run["budget_s"] / 60, log=str(log_path))
-    doc["problems"] = [text for p in passes for text in p["problems"]]
-    doc |= dict(passes=list(passes), wall_s=round(time.perf_counter() - started, 1))
+        plan["ck"] = (f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})
+    passes, rows = [], []
+    for pass_name, (k, extra_env) in plan.items():
+        done, pass_rows = run_pass(pass_name, k, extra_env, run)
+        passes.append(done)
+        rows += pass_rows
+    doc |= {
+        "test_file": test,
+        "selection": {"k": selection, "devices": devices, "ck_pass": len(passes) > 1},
+        "therock": {**therock_info, "entries": skips},
+        "quick": opts.quick,
+        "log": str(log_path),
+        "problems": [text for p in passes for text in p["problems"]],
+        "passes": passes,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
     doc = summarize(doc, rows, skips)
     common.emit(opts.json, doc, render(doc) + "\n\n" + doc["verdict"])
     return 0 if doc["passed"] else 1
@@ -417,8 +470,8 @@ def _progress(force: bool = False) -> None:
 
 def pytest_configure(config: Any) -> None:
     if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
-        _run.update(json.loads(Path(path).read_text()), started=time.monotonic(), printed=0.0)
-        _run.update(total=0, done=0, counts=Counter())
+        _run.update(json.loads(Path(path).read_text()))
+        _run.update(started=time.monotonic(), printed=0.0, total=0, done=0, counts=Counter())
         _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
@@ -479,7 +532,6 @@ def pytest_runtest_logreport(report: Any) -> None:
     else:
         return
     record = {"event": "result", "nodeid": report.nodeid, "outcome": outcome}
-    record |= {"when": report.when, "duration": round(report.duration, 4)}
     if outcome == "skipped":
         reason = record["reason"] = _message(report)
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"

@@ -1,5 +1,7 @@
 """Validate SDPA forward and backward of every backend against the math backend in float64.
-Exit 0 iff each case run passed (one at least), else 1; 2 on bad input. docs/attention-tools.md"""
+
+Exit status: 0 if every case that ran passed (and one ran at least), 1 if not, 2 on bad input.
+Method: docs/attention-tools.md."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import time
 import warnings
 from collections import Counter
 from typing import Any, NamedTuple
+
+import torch
 
 if __package__:
     from . import sdpa_common as common
@@ -46,17 +50,17 @@ def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
 
 
 def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]:
-    import torch
-
     if case.variant == "dropout":
         return run_dropout(device, backend, case, seed)
     shape, mask = case.shape, None  # the boolean keep-mask (Sq x Sk) the case means
     if case.variant == "masked-rows":
-        mask = torch.rand(shape.seq, shape.kv_seq, generator=torch.Generator().manual_seed(7)) < 0.5
-        mask[[r for r in MASKED_ROWS if r < shape.seq]] = False
+        mask = (
+            torch.rand(shape.seq_q, shape.kv_seq, generator=torch.Generator().manual_seed(7)) < 0.5
+        )
+        mask[[r for r in MASKED_ROWS if r < shape.seq_q]] = False
     elif case.causal:
-        offset = shape.kv_seq - shape.seq if case.variant == "bottom-right" else 0
-        mask = torch.ones(shape.seq, shape.kv_seq, dtype=torch.bool).tril(diagonal=offset)
+        offset = shape.kv_seq - shape.seq_q if case.variant == "bottom-right" else 0
+        mask = torch.ones(shape.seq_q, shape.kv_seq, dtype=torch.bool).tril(diagonal=offset)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     transposed = case.variant == "transposed"  # made as B,S,H,D: non-contiguous as B,H,S,D
 
@@ -64,8 +68,9 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
         dims = (seq, heads) if transposed else (heads, seq)
         return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
 
-    q_dims, kv_dims = (shape.q_heads, shape.seq), (shape.kv_heads, shape.kv_seq)
-    base = [make(*q_dims), make(*kv_dims), make(*kv_dims), make(*q_dims)]  # q, k, v, dout
+    q = make(shape.q_heads, shape.seq_q)
+    k, v = make(shape.kv_heads, shape.kv_seq), make(shape.kv_heads, shape.kv_seq)
+    base = [q, k, v, make(shape.q_heads, shape.seq_q)]  # and the output gradient
 
     def run(dt: Any, call: Any) -> list[Any]:
         """out, dq, dk, dv (in B,H,S,D order) of call on leaves of dtype dt."""
@@ -96,8 +101,6 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
 
 def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str, Any]:
     """The verdict on out, dq, dk, dv: each within its budget, and all finite."""
-    import torch
-
     note = None
     if case.variant == "bottom-right" and mask is not None and not mask.any(-1).all():
         # Rows that see no key: torch's causal_lower_right warns they "will produce NaNs"
@@ -126,7 +129,7 @@ def tested_call(case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
         from torch.nn.attention.bias import causal_lower_right
 
         with warnings.catch_warnings(action="ignore"):  # "NaNs when seq_len_q > seq_len_kv"
-            bias = causal_lower_right(case.shape.seq, case.shape.kv_seq)
+            bias = causal_lower_right(case.shape.seq_q, case.shape.kv_seq)
         return common.sdpa(q, k, v, False, attn_mask=bias)
     if case.variant == "masked-rows":
         return common.sdpa(q, k, v, False, attn_mask=mask)
@@ -135,10 +138,8 @@ def tested_call(case: Case, q: Any, k: Any, v: Any, mask: Any) -> Any:
 
 def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]:
     """DROPOUT_P through SDPA: keep rate, kept values, same seed same mask, new seed new mask."""
-    import torch
-
     shape = case.shape
-    q = torch.zeros(shape.batch, shape.q_heads, shape.seq, shape.head_dim)
+    q = torch.zeros(shape.batch, shape.q_heads, shape.seq_q, shape.head_dim)
     k = torch.randn(shape.batch, shape.kv_heads, shape.kv_seq, shape.head_dim)
     v = torch.eye(shape.kv_seq, shape.head_dim).expand_as(k)
     q, k, v = (t.to(device, common.torch_dtype(case.dtype)) for t in (q, k, v))
@@ -155,10 +156,13 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
     kept = first != 0
     keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
-    checks = dict(keep_rate=round(keep, 5), keep_rate_expected=1.0 - DROPOUT_P)
-    checks |= dict(keep_rate_tolerance=DROPOUT_TOL, same_seed_same_mask=torch.equal(first, again))
-    checks["kept_values_ok"] = bool(((first[kept] - value).abs() <= 0.01 * value).all())
-    checks["new_seed_new_mask"] = not torch.equal(kept, other != 0)
+    checks = {
+        "keep_rate": round(keep, 5),
+        "keep_rate_expected": 1.0 - DROPOUT_P,
+        "same_seed_same_mask": torch.equal(first, again),
+        "kept_values_ok": bool(((first[kept] - value).abs() <= 0.01 * value).all()),
+        "new_seed_new_mask": not torch.equal(kept, other != 0),
+    }
     finite = bool(torch.isfinite(first).all())
     ok = finite and abs(keep - (1.0 - DROPOUT_P)) <= DROPOUT_TOL
     ok = ok and all(v for v in checks.values() if isinstance(v, bool))
@@ -216,14 +220,22 @@ def render(doc: dict[str, Any]) -> str:
         status = r["status"] + why
         causal = ("yes" if r["causal"] else "no") + (f" {r['variant']}" if r.get("variant") else "")
         rows.append((r["backend"], r["shape"], r["dtype"], causal, fwd, bwd, status))
-    header = ("backend", "B,H,S,D", "dtype", "causal", "out err/allowed", "worst grad err/allowed")
+    header = (
+        "backend",
+        "B,H,S,D",
+        "dtype",
+        "causal",
+        "out err/allowed",
+        "worst grad err/allowed",
+        "status",
+    )
     ident, tolerance = doc["identity"], doc["tolerance"]
     lines = [
         f"SDPA validation on {ident['gpu']} ({ident['arch'] or 'cpu'}), torch {ident['torch']}; "
         f"reference: {tolerance['reference']}",
         f"tolerance: {tolerance['rule']}",
         "",
-        *common.text_table((*header, "status"), rows),
+        *common.text_table(header, rows),
     ]
     return "\n".join([*lines, "", doc["summary"]])
 
@@ -260,7 +272,7 @@ def main(argv: list[str] | None) -> int:
         variants = ", ".join(sorted({c.variant or "grid" for c in cases}))
         head_dims = ",".join(str(d) for d in sorted({c.shape.head_dim for c in cases}))
         plan = [f"{len(cases)} cases x {','.join(backends)}: {variants}; head dims {head_dims}"]
-        plan += [case_text(c) for c in cases if c.variant or c.shape.seq >= 4096]
+        plan += [case_text(c) for c in cases if c.variant or c.shape.seq_q >= 4096]
         return common.dry_run(PROG, device, plan)
     doc, arch, _device_name = common.provenance(SCHEMA, device)
     limit = common.head_dim_limit(common.load_arches().get(arch or ""))
@@ -268,8 +280,13 @@ def main(argv: list[str] | None) -> int:
     results = []
     for backend in backends:
         for i, case in enumerate(cases):
-            row = {"backend": backend, "shape": case.shape.dims(), **case.shape.as_dict()}
-            row |= {"dtype": case.dtype, "causal": case.causal, "variant": case.variant or None}
+            row = {
+                **case._asdict(),
+                **case.shape.as_dict(),
+                "shape": case.shape.dims(),
+                "variant": case.variant or None,
+                "backend": backend,
+            }
             if limit and case.shape.head_dim > limit[0] and backend != "math":
                 row.update(status="known-limit", reason=f"{arch}: {limit[1]}")
             else:
@@ -280,15 +297,18 @@ def main(argv: list[str] | None) -> int:
             print(f"[{where}] {case_text(case)}: {status}", file=sys.stderr, flush=True)
     counts = dict(Counter(r["status"] for r in results))
     passed = counts.get("FAIL", 0) == 0 and counts.get("pass", 0) > 0
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    summary = f"{'PASS' if passed else 'FAIL'}: {summary} ({len(results)} cases, "
+    tallied = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     none_ran = "" if counts.get("pass") else "; no case ran"
-    summary += f"{time.perf_counter() - started:.1f} s){none_ran}"
+    wall = f"{len(results)} cases, {time.perf_counter() - started:.1f} s"
+    summary = f"{'PASS' if passed else 'FAIL'}: {tallied} ({wall}){none_ran}"
     reference = f"math backend in float64 on {device.type}"
-    tolerance = dict(reference=reference, rule=TOLERANCE_RULE, floor=FLOOR)
-    tolerance |= dict(fwd_factor=FWD_FACTOR, bwd_factor=BWD_FACTOR)
-    doc |= dict(arch_limit=limit[1] if limit else None, tolerance=tolerance, counts=counts)
-    doc |= dict(passed=passed, summary=summary, results=results)
+    doc |= {
+        "tolerance": {"reference": reference, "rule": TOLERANCE_RULE},
+        "counts": counts,
+        "passed": passed,
+        "summary": summary,
+        "results": results,
+    }
     common.emit(opts.json, doc, render(doc))
     return 0 if passed else 1
 

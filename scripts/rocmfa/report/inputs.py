@@ -13,19 +13,40 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 
-KINDS = {"sdpa-bench/1": "bench", "sdpa-validate/1": "validate", "sdpa-upstream/1": "upstream"}
-KINDS |= {"sdpa-backend-check/1": "backend_check", "sdpa-crosscheck/1": "crosscheck"}
-KINDS["rocmfa-kernel-check/1"] = "kernel_check"  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
+KINDS = {
+    "sdpa-bench/1": "bench",
+    "sdpa-validate/1": "validate",
+    "sdpa-upstream/1": "upstream",
+    "sdpa-backend-check/1": "backend_check",
+    "sdpa-crosscheck/1": "crosscheck",
+    "rocmfa-kernel-check/1": "kernel_check",  # scripts/rocmfa/builds/kernel_check.SUMMARY_SCHEMA
+}
 IDENTITY_VERSION = 1  # scripts/rocmfa/probes/sdpa_common.IDENTITY_VERSION
 PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
 PAGE_DATA = "a results page's merged data, not a probe's JSON"
 COMPANION_WINDOW_S = 3 * 3600
 MACHINE_FIELDS = ("host", "gpu", "device", "platform")
-SOFTWARE_FIELDS = ("torch", "torch_commit", "rocm", "cuda", "aotriton", "flash_built_in")
-SOFTWARE_FIELDS += ("wheel_set",)
+SOFTWARE_FIELDS = (
+    "torch",
+    "torch_commit",
+    "rocm",
+    "cuda",
+    "aotriton",
+    "flash_built_in",
+    "wheel_set",
+)
 # What makes two bench runs comparable (the rest of bench's settings are about noise).
-CONFIG_FIELDS = ("suite", "sizes", "shape", "kv_heads", "dtypes", "causal", "passes", "timing")
-CONFIG_FIELDS += ("sustained",)
+CONFIG_FIELDS = (
+    "suite",
+    "sizes",
+    "shape",
+    "kv_heads",
+    "dtypes",
+    "causal",
+    "passes",
+    "timing",
+    "sustained",
+)
 
 
 Doc = namedtuple("Doc", "source kind identity data when")  # when: the identity's date, epoch s
