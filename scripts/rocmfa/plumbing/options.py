@@ -190,23 +190,39 @@ LIST = {"type": comma_ints, "metavar": "LIST"}
 OPTIONS = {
     "arch": value("--arch", ARCH_HELP, env=ARCH_ENV, type=known_arch),
     "arch:shown": value("--arch", ARCH_HELP, env=ARCH_ENV),  # doctor, matrix: shown, not refused
-    "prefix": value("--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV,
-                    type=folder),
-    "env_name": value("--env-name", f"conda env name (default: ${NAME_ENV}, therock)",
-                      env=NAME_ENV, type=env_name),
-    "workdir": value("--workdir", f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
-                     env=WORKDIR_ENV, type=folder),
+    "prefix": value(
+        "--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV, type=folder
+    ),
+    "env_name": value(
+        "--env-name", f"conda env name (default: ${NAME_ENV}, therock)", env=NAME_ENV, type=env_name
+    ),
+    "workdir": value(
+        "--workdir",
+        f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
+        env=WORKDIR_ENV,
+        type=folder,
+    ),
     "dry_run": switch("--dry-run", "print each command, its directory and variables; run none"),
     "force": switch("--force", "redo what is up to date; replace what would be refused"),
     "force:pins": switch("--force", "an inconsistent torch x AOTriton pin set: warn, not refuse"),
     "json": switch("--json", "machine-readable output"),
     "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", **N),
-    "cache": value("--cache", f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
-                   f"http(s)://HOST/PATH, {URLS}", type=parse_cache, metavar="KIND|URL"),
+    "cache": value(
+        "--cache",
+        f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
+        f"http(s)://HOST/PATH, {URLS}",
+        type=parse_cache,
+        metavar="KIND|URL",
+    ),
     "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
     "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
-    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
-                   "(its v2/<family>/, or {family} in the URL)", type=index_url, metavar="URL"),
+    "index": value(
+        "--index",
+        f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
+        "(its v2/<family>/, or {family} in the URL)",
+        type=index_url,
+        metavar="URL",
+    ),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
     "profile": many("--profile", "add a variable profile (vllm: its flags)", choices=profiles),
@@ -250,7 +266,7 @@ OPTIONS = {
     "with_examples": switch("--with-examples", "also build CK's examples (slow: GPU_TARGETS)"),
     # validate
     "upstream": switch("--upstream", "run PyTorch's own SDPA tests (probes/upstream_sdpa.py)"),
-}  # fmt: skip
+}
 DEFAULTS = {"switch": False, "list": (), "value": None}
 
 

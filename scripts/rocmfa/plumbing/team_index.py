@@ -181,9 +181,13 @@ class S3Store:
         self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
         session = boto3.session.Session()
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
-                        connect_timeout=timeout, read_timeout=timeout,
-                        signature_version=UNSIGNED if self.anonymous else None)  # fmt: skip
+        config = Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 2},
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            signature_version=UNSIGNED if self.anonymous else None,
+        )
         region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 

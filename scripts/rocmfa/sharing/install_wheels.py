@@ -138,10 +138,15 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
         stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
         projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
         runner.done(f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default)")
-        wheels = [{
-            "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
-            "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
-        } for p in projects]  # fmt: skip
+        wheels = [
+            {
+                "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
+                "project": p,
+                "version": f"<{p} version>",
+                "sha256": f"<sha256 of the {p} wheel>",
+            }
+            for p in projects
+        ]
         return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
     manifest = load_manifest(work)
     for record in manifest["wheels"] if checkable else []:  # a plan without the env: not checked

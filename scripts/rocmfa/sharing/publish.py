@@ -119,10 +119,14 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         if summary.get("aotriton_commit") == pin.get("commit"):
             summaries[kind] = summary
     wheels = [
-        {"file": Path(w["file"]).name, **{k: w[k] for k in ("project", "version", "size")},
-         "sha256": w["sha256"], "requires": install_wheels.requires_of(Path(w["file"]))}
+        {
+            "file": Path(w["file"]).name,
+            **{k: w[k] for k in ("project", "version", "size")},
+            "sha256": w["sha256"],
+            "requires": install_wheels.requires_of(Path(w["file"])),
+        }
         for w in run["wheels"]
-    ]  # fmt: skip
+    ]
     components, patches = {}, {}  # each checked-out source; the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
         commit = source.get("hashtag")
@@ -168,13 +172,19 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with WheelFile(target, "w") as wf:
         wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        wf.writestr(f"{info}/METADATA", (
-            f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
-            f"Summary: manifest of wheel set {manifest['set_id']} ({manifest['arch']}, "
-            f"{manifest['python']}, ROCm {manifest['rocm_sdk']})\n"
-        ))  # fmt: skip
-        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: rocmfa-publish\n"
-                    "Root-Is-Purelib: true\nTag: py3-none-any\n")  # fmt: skip
+        wf.writestr(
+            f"{info}/METADATA",
+            (
+                f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
+                f"Summary: manifest of wheel set {manifest['set_id']} ({manifest['arch']}, "
+                f"{manifest['python']}, ROCm {manifest['rocm_sdk']})\n"
+            ),
+        )
+        wf.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: rocmfa-publish\n"
+            "Root-Is-Purelib: true\nTag: py3-none-any\n",
+        )
     return target
 
 
