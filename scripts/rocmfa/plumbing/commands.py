@@ -22,8 +22,7 @@ def runner_for(opts: object, **kw: Any) -> Runner:
 
 
 class Runner:
-    """Runs commands in base_env (default: ours; "in the env": the activated one) with a
-    command's own variables on top, or under dry_run only prints them."""
+    """Runs commands in base_env (default: ours) plus their own variables; dry_run: prints them."""
 
     def __init__(self, *, dry_run=False, base_env: Mapping[str, str] | None = None, out=None):
         self.dry_run = dry_run
@@ -35,8 +34,7 @@ class Runner:
         print(message, file=self.out, flush=True)
 
     def apply(self, action: Callable[..., T], *args: Any, say: str = "", **kw: Any) -> T | None:
-        """A change that is no command (files, stamps): said (when say is given) and made; a
-        dry run only says it."""
+        """A change that is no command (files, stamps): said (if say) and made; a plan says it."""
         if say:
             self.say(("[dry-run] " if self.dry_run else "") + say)
         return None if self.dry_run else action(*args, **kw)
@@ -52,7 +50,7 @@ class Runner:
         self.say(f"[dry-run] note: {message}; the real run stops here")
 
     def plan_line(self, message: str) -> str | None:
-        """ "[dry-run] message" for a step a dry run skips; None in a real run (it takes it)."""
+        """ "[dry-run] message" for a step a plan skips; None in a real run."""
         return f"[dry-run] {message}" if self.dry_run else None
 
     def raise_for_real(self, error: Exception) -> None:
@@ -98,10 +96,8 @@ class Runner:
         return result
 
 
-# A dry run writes no stamp. What it would write is kept here, by path, for the later sessions
-# of the same nox run, which run in this process: `nox -s build_aotriton build_pytorch --
-# --dry-run` plans build_pytorch against the prefix build_aotriton is about to fill, as the real
-# chain does.
+# What a dry run would stamp, by path, for the later sessions of the same nox run (this process):
+# `nox -s build_aotriton build_pytorch -- --dry-run` plans torch against the AOTriton to be.
 _PLANNED: dict[str, dict[str, Any]] = {}
 
 

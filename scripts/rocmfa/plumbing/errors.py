@@ -4,26 +4,17 @@ the OS and decoding errors that reach the noxfile boundary."""
 from __future__ import annotations
 
 import errno
+import tomllib
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class UserError(Exception):
     """A problem the user can fix; reported as one line and a non-zero exit, no traceback."""
 
 
-ELSEWHERE = "or choose another location (--workdir, --prefix)"
-ACCESS = f"give this user write access (chown/chmod) {ELSEWHERE}"
-FIXES = {
-    errno.EROFS: f"the file system is mounted read-only; remount it read-write {ELSEWHERE}",
-    errno.EACCES: ACCESS,
-    errno.EPERM: ACCESS,
-    errno.ENOSPC: "free space on that file system (df -h) or choose another location",
-    errno.EDQUOT: "the disk quota is used up; free space or choose another location",
-    errno.ENOENT: "it does not exist; check the path (or rerun the step that makes it)",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; check the path",
-    errno.EISDIR: "it is a folder where a file was expected; check the path",
-    errno.EMFILE: "too many open files; raise `ulimit -n`",
-}
+# read at import: an EMFILE or ENOSPC error could not open it later
+FIXES = tomllib.loads(Path(__file__).parents[1].joinpath("data/os_fixes.toml").read_text())
 
 
 def os_error_line(error: OSError) -> str:
@@ -32,7 +23,7 @@ def os_error_line(error: OSError) -> str:
     if error.filename2 is not None:
         where = f"{where} -> {error.filename2}"
     cause = error.strerror or type(error).__name__
-    fix = FIXES.get(error.errno or 0, "check the path and its permissions")
+    fix = FIXES.get(errno.errorcode.get(error.errno or 0, ""), "check the path and its permissions")
     return f"cannot use {where}: {cause} (errno {error.errno}); fix: {fix}"
 
 

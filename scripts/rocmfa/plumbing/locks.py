@@ -28,9 +28,8 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             by: Any = {}  # the holder's record, as it wrote it below
-            with contextlib.suppress(OSError, ValueError):
-                by = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-            by = by if isinstance(by, dict) else {}
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                by = dict(json.loads(os.pread(fd, 4096, 0)))
             raise UserError(
                 f"{what} is in use by another session: nox -s {by.get('session', '?')} (pid "
                 f"{by.get('pid', '?')}, since {by.get('since', '?')}; lock {path}); wait for it "

@@ -183,46 +183,32 @@ def value(flags: str, help: str, **more: Any) -> Opt:
     return Opt(tuple(flags.split()), help, **more)
 
 
-ARCH_HELP = f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection)"
 URLS = "s3://BUCKET/PREFIX?endpoint=URL"
+HELP = {  # those too long for a line of OPTIONS
+    "arch": f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection)",
+    "prefix": f"conda env prefix (default: ${PREFIX_ENV})",
+    "env_name": f"conda env name (default: ${NAME_ENV}, therock)",
+    "workdir": f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
+    "cache": f"compile cache: none|ccache|sccache|/DIR|redis://HOST:PORT|http(s)://HOST/PATH|{URLS}",
+    "index": f"team wheel index: DIR|{URLS}|pypi+http(s)://HOST (v2/<family>/ or {{family}} in it)",
+}
 STAGE, N = {"choices": STAGES, "metavar": "STAGE"}, {"type": positive_int, "metavar": "N"}
 LIST = {"type": comma_ints, "metavar": "LIST"}
 OPTIONS = {
-    "arch": value("--arch", ARCH_HELP, env=ARCH_ENV, type=known_arch),
-    "arch:shown": value("--arch", ARCH_HELP, env=ARCH_ENV),  # doctor, matrix: shown, not refused
-    "prefix": value(
-        "--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV, type=folder
-    ),
-    "env_name": value(
-        "--env-name", f"conda env name (default: ${NAME_ENV}, therock)", env=NAME_ENV, type=env_name
-    ),
-    "workdir": value(
-        "--workdir",
-        f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
-        env=WORKDIR_ENV,
-        type=folder,
-    ),
+    "arch": value("--arch", HELP["arch"], env=ARCH_ENV, type=known_arch),
+    "arch:shown": value("--arch", HELP["arch"], env=ARCH_ENV),  # doctor, matrix: shown, not refused
+    "prefix": value("--prefix", HELP["prefix"], env=PREFIX_ENV, type=folder),
+    "env_name": value("--env-name", HELP["env_name"], env=NAME_ENV, type=env_name),
+    "workdir": value("--workdir", HELP["workdir"], env=WORKDIR_ENV, type=folder),
     "dry_run": switch("--dry-run", "print each command, its directory and variables; run none"),
     "force": switch("--force", "redo what is up to date; replace what would be refused"),
     "force:pins": switch("--force", "an inconsistent torch x AOTriton pin set: warn, not refuse"),
     "json": switch("--json", "machine-readable output"),
     "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", **N),
-    "cache": value(
-        "--cache",
-        f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
-        f"http(s)://HOST/PATH, {URLS}",
-        type=parse_cache,
-        metavar="KIND|URL",
-    ),
+    "cache": value("--cache", HELP["cache"], type=parse_cache, metavar="KIND|URL"),
     "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
     "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
-    "index": value(
-        "--index",
-        f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
-        "(its v2/<family>/, or {family} in the URL)",
-        type=index_url,
-        metavar="URL",
-    ),
+    "index": value("--index", HELP["index"], type=index_url, metavar="URL"),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
     "profile": many("--profile", "add a variable profile (vllm: its flags)", choices=profiles),

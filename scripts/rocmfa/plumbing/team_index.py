@@ -10,7 +10,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.utils import canonicalize_name
 
@@ -18,14 +18,11 @@ from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.errors import UserError
 
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
+CLASH = "appeared while publishing (another publish?); refusing to replace it - run publish again"
 FORMS = (
     "a directory (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL (S3-compatible "
     "storage) or pypi+http(s)://HOST/PATH (pypiserver, devpi)"
 )
-
-
-class Clash(Exception):
-    """A file of that name is already on the index (a store never replaces one)."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +83,7 @@ def parse_index(value: str | None) -> IndexSpec:
 # --- reading: pages and files over plain GETs -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Link:
-    filename: str
+class Link(NamedTuple):
     url: str  # absolute, no fragment
     sha256: str | None
 
@@ -101,7 +96,7 @@ def parse_page(text: str, page_url: str) -> dict[str, Link]:
         name = urllib.parse.unquote(absolute.rstrip("/").rsplit("/", 1)[-1])
         sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
         if name:
-            links[name] = Link(name, absolute, sha)
+            links[name] = Link(absolute, sha)
     return links
 
 
@@ -115,11 +110,9 @@ def read_project(
         url = f"{root}/simple/{name}/" if upload else Path(root, name, "index.html").as_uri()
         body = downloads.get(url, missing=(403, 404))
         return parse_page(body.decode(errors="replace"), url) if body is not None else {}
-    body = store.read(f"{name}/index.html")
-    if body is None:
-        return {}
+    body = store.read(f"{name}/index.html") or b""
     links = parse_page(body.decode(errors="replace"), f"http://index.invalid/{name}/")
-    return {n: Link(n, store.target(f"{name}/{n}"), link.sha256) for n, link in links.items()}
+    return {n: Link(store.target(f"{name}/{n}"), link.sha256) for n, link in links.items()}
 
 
 def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
@@ -159,7 +152,7 @@ class DirStore:
         try:
             os.link(tmp, dest)  # fails when dest exists: never replaces
         except FileExistsError:
-            raise Clash(rel) from None
+            raise UserError(f"{self.target(rel)} {CLASH}") from None
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -173,7 +166,7 @@ class S3Store:
     """The same below a key prefix, through boto3; only NoSuchKey reads as absent (any other
     answer is an error naming the endpoint)."""
 
-    def __init__(self, bucket: str, root: str, endpoint=None, region=None, timeout=60.0) -> None:
+    def __init__(self, bucket: str, root: str, endpoint=None, region=None) -> None:
         import boto3
         from botocore import UNSIGNED
         from botocore.config import Config
@@ -184,8 +177,8 @@ class S3Store:
         config = Config(
             s3={"addressing_style": "path"},
             retries={"max_attempts": 2},
-            connect_timeout=timeout,
-            read_timeout=timeout,
+            connect_timeout=60,
+            read_timeout=60,
             signature_version=UNSIGNED if self.anonymous else None,
         )
         region = region or session.region_name or "us-east-1"
@@ -209,7 +202,7 @@ class S3Store:
             if code in missing:
                 return None
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                raise Clash(rel) from None
+                raise UserError(f"{self.target(rel)} {CLASH}") from None
             why = f"{code} {error.get('Message') or ''}".strip()
             if not code:  # a body that is not S3's XML
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

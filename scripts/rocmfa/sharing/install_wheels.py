@@ -128,7 +128,7 @@ def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
 
 
 def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: bool) -> tuple:
-    """(run manifest with each wheel's Requires-Dist, pip argv); in a plan, placeholders."""
+    """(run manifest with each wheel's Requires-Dist, pip argv, None); in a plan, placeholders."""
     work, runner = session.work, session.runner
     if not manifest_path(work).exists():
         runner.refuse(
@@ -142,18 +142,18 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
             {
                 "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
                 "project": p,
-                "version": f"<{p} version>",
                 "sha256": f"<sha256 of the {p} wheel>",
             }
             for p in projects
         ]
-        return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
+        return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels]), None
     manifest = load_manifest(work)
     for record in manifest["wheels"] if checkable else []:  # a plan without the env: not checked
         what = check_wheel(record, *target)
         runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
         record["requires"] = requires_of(Path(record["file"]))
-    return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
+    argv = install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
+    return manifest, argv, None
 
 
 def family_of(arch: archs.Arch) -> str:
@@ -178,14 +178,6 @@ def requires_of(wheel: Path) -> list[str]:
     except (OSError, zipfile.BadZipFile, KeyError, ValueError) as e:  # WheelError: ValueError
         raise UserError(f"{wheel.name}: no readable METADATA ({e})") from None
     return email.parser.BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []
-
-
-def listed_manifests(spec: team_index.IndexSpec, family: str):
-    """(the family's manifest wheels newest first, their links, the S3 store if any)."""
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
-    links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
-    names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
-    return names, links, store
 
 
 def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[str, Any]:
@@ -236,7 +228,9 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     family = family_of(arch)
     where = spec.describe(family)
     runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
-    names, links, store = listed_manifests(spec, family)
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
+    links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
+    names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
     if opts.wheel_set and not (names := [n for n in names if f".{opts.wheel_set}-py3-" in n]):
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
@@ -293,10 +287,7 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
         manifest, argv, where = from_index(opts, session, fits)
     else:
-        manifest, argv, where = (
-            *this_runs_wheels(session, (python_tag, rocm_version), checkable),
-            None,
-        )
+        manifest, argv, where = this_runs_wheels(session, (python_tag, rocm_version), checkable)
     install_unless_current(opts, session, manifest, argv, where)
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
@@ -347,10 +338,7 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
 
 def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
     listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
-    try:
-        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed)}
-    except (ValueError, TypeError, KeyError):
-        return False
+    have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed)}
     return all(
         Version(have.get(canonicalize_name(r["project"]), "0")) == Version(r["version"])
         for r in wheels

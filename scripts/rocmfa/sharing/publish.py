@@ -172,24 +172,12 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with WheelFile(target, "w") as wf:
         wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        metadata = f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
+        wf.writestr(f"{info}/METADATA", metadata)
         wf.writestr(
-            f"{info}/METADATA",
-            (
-                f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
-                f"Summary: manifest of wheel set {manifest['set_id']} ({manifest['arch']}, "
-                f"{manifest['python']}, ROCm {manifest['rocm_sdk']})\n"
-            ),
-        )
-        wf.writestr(
-            f"{info}/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: rocmfa-publish\n"
-            "Root-Is-Purelib: true\nTag: py3-none-any\n",
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
         )
     return target
-
-
-def sha256_of(data: bytes | None) -> str | None:
-    return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
@@ -200,10 +188,10 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
         if project not in links:
             links[project] = team_index.read_project(spec, family, project, store)
         rel, link = f"{project}/{path.name}", links[project].get(path.name)
-        if store is not None and not (link and link.sha256):  # an upload cut short? no hash?
-            there = sha256_of(store.read(rel))
-        else:  # a page without hashes: the file's
-            there = link and (link.sha256 or sha256_of(downloads.get(link.url, missing=(403, 404))))
+        there = link and link.sha256
+        if not there and (store is not None or link):  # an upload cut short, or no hash listed
+            data = store.read(rel) if store else downloads.get(link.url, missing=(403, 404))
+            there = None if data is None else hashlib.sha256(data).hexdigest()
         if there is None:
             uploads.append((project, path))
         elif there == record["sha256"]:
@@ -280,13 +268,7 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     """Each new file, never replaced; then the pages, the wheels' first and the root's last."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
-        try:
-            runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
-        except team_index.Clash:
-            raise UserError(
-                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
-                "replace it - run publish again"
-            ) from None
+        runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
         if project == MANIFEST_PROJECT:
             pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
