@@ -257,7 +257,7 @@ DEFAULTS = {"switch": False, "list": (), "value": None}
 
 
 def settings(*groups: str) -> Callable[[type], type]:
-    """A frozen dataclass, one field per OPTIONS key named in groups; its docstring: --help."""
+    """A frozen dataclass, one field per OPTIONS key named in groups."""
 
     def make(cls: type) -> type:
         names = " ".join(groups).split()
@@ -270,6 +270,11 @@ def settings(*groups: str) -> Callable[[type], type]:
     return make
 
 
+def plain(name: str, *groups: str) -> type:
+    """A settings class with no methods of its own."""
+    return settings(*groups)(type(name, (), {"__module__": __name__}))
+
+
 @functools.cache
 def options_of(cls: type) -> tuple[Opt, ...]:
     """The class's options in field order."""
@@ -280,29 +285,13 @@ WHERE = "arch prefix env_name workdir"
 COMPILE = f"{WHERE} dry_run force jobs cache discard_local_edits"
 
 
-@settings("prefix env_name dry_run channel")
-class LockOptions:
-    """Solve environment.yml (channels, or a --channel mirror) into conda-lock.yml."""
-
-
-@settings(WHERE, "dry_run force channel show profile with_torch rocm_index")
-class SetupEnvOptions:
-    """Create or update the shared env from the lock."""
-
-
-@settings("arch:shown prefix env_name workdir json")
-class DoctorOptions:
-    """What the report looks at (a bad --arch is shown on its screen, not refused)."""
-
-
-@settings("arch:shown json")
-class MatrixOptions:
-    """The arch to show (a bad one is shown on the screen, not refused)."""
-
-
-@settings("workdir dry_run force:pins project port_patches")
-class UpdatePinsOptions:
-    """Which pins to resolve and rewrite."""
+LockOptions = plain("LockOptions", "prefix env_name dry_run channel")
+SetupEnvOptions = plain(
+    "SetupEnvOptions", WHERE, "dry_run force channel show profile with_torch rocm_index"
+)
+DoctorOptions = plain("DoctorOptions", "arch:shown prefix env_name workdir json")
+MatrixOptions = plain("MatrixOptions", "arch:shown json")
+UpdatePinsOptions = plain("UpdatePinsOptions", "workdir dry_run force:pins project port_patches")
 
 
 @settings(
@@ -311,8 +300,6 @@ class UpdatePinsOptions:
     "with_pyaotriton restore workers triton",
 )
 class BuildAotritonOptions:
-    """How AOTriton is had: its release pack, or built from source."""
-
     def check(self) -> None:
         if self.from_release and self.from_source:
             raise UserError("--from-release and --from-source exclude each other: drop one")
@@ -328,58 +315,28 @@ class BuildAotritonOptions:
         return self.triton or ("pypi" if self.workers else "fork")
 
 
-@settings("arch workdir dry_run jobs cache discard_local_edits sample")
-class KernelCheckOptions:
-    """kernel_check needs no env: AOTriton's generator and a pip Triton in their own venv."""
-
-
-@settings(COMPILE, "clean timeout_min tune_head_dims tune_dtypes tune_seqlens")
-class TuneAotritonOptions:
-    """What Tuner v3.5 tunes (its dispatch filters; none: every task); builds as build_aotriton."""
-
-
 @settings(COMPILE, "clean:pytorch from_stage only skip with_apex build_tests aotriton_prefix")
 class BuildPytorchOptions:
-    """Which stages of TheRock's PyTorch build run, and how."""
-
     def check(self) -> None:
         if self.from_stage and self.only:
             raise UserError("--from and --only exclude each other")
 
 
-@settings(WHERE, "dry_run force index no_backend_check wheel_set")
-class InstallWheelsOptions:
-    """Which wheels go into the env: the last build's, or a team index's set."""
-
-
-@settings("arch workdir dry_run index report")
-class PublishOptions:
-    """publish reads the build's run manifest (work dir), not the env."""
-
-
-@settings(COMPILE, "clean:ck with_tests with_examples")
-class BuildCkOptions:
-    """What of composable_kernel is built."""
-
-
-@settings("prefix env_name")
-class ProbeOptions:
-    """bench's and backend_check's own options go through to their scripts/rocmfa/probes/ script."""
-
-
-BenchOptions = BackendCheckOptions = ProbeOptions
-
-
-@settings("prefix env_name workdir upstream")
-class ValidateOptions:
-    """validate's own options go through to scripts/rocmfa/probes/validate.py."""
-
-
-@settings("arch index baseline out")
-class ReportOptions:
-    """report's INPUT... (folders or probe JSON files) go through as the rest; with --index
-    the family comes from the URL, else from --arch."""
-
+KernelCheckOptions = plain(
+    "KernelCheckOptions", "arch workdir dry_run jobs cache discard_local_edits sample"
+)
+TuneAotritonOptions = plain(
+    "TuneAotritonOptions", COMPILE, "clean timeout_min tune_head_dims tune_dtypes tune_seqlens"
+)
+InstallWheelsOptions = plain(
+    "InstallWheelsOptions", WHERE, "dry_run force index no_backend_check wheel_set"
+)
+PublishOptions = plain("PublishOptions", "arch workdir dry_run index report")
+BuildCkOptions = plain("BuildCkOptions", COMPILE, "clean:ck with_tests with_examples")
+# bench's, backend_check's, validate's and report's own options go through to them
+ProbeOptions = BenchOptions = BackendCheckOptions = plain("ProbeOptions", "prefix env_name")
+ValidateOptions = plain("ValidateOptions", "prefix env_name workdir upstream")
+ReportOptions = plain("ReportOptions", "arch index baseline out")  # --index: the URL's family
 
 # Type names the domain modules annotate with: the sessions that read those fields.
 AotritonSourceOptions = BuildAotritonOptions | TuneAotritonOptions
@@ -448,7 +405,7 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog=f"nox -s {name} --",
         allow_abbrev=False,
-        description=f"Options of the {name} session. {BY_NAME[name].options.__doc__}",
+        description=f"Options of the {name} session (nox -l describes it).",
     )
     own = options_of(BY_NAME[name].options)
     for o in own:
