@@ -79,12 +79,10 @@ class Runner:
         self.say(("[dry-run] " if self.dry_run else "$ ") + line)
         if self.dry_run:
             return subprocess.CompletedProcess(argv, 0, dry_run_output, "")
-        pipe = subprocess.PIPE if capture else None
         self.executed.append(argv)
+        env = {**self.base_env, **sets}
         try:
-            result = subprocess.run(
-                argv, cwd=cwd, env={**self.base_env, **sets}, text=True, stdout=pipe, stderr=pipe
-            )
+            result = subprocess.run(argv, cwd=cwd, env=env, text=True, capture_output=capture)
         except FileNotFoundError:
             raise UserError(f"{argv[0]}: command not found") from None
         except KeyboardInterrupt:  # subprocess.run has stopped the child (SIGKILL after 0.25 s)
@@ -94,18 +92,3 @@ class Runner:
             why = f"command failed (exit {result.returncode}) in {cwd}: {shlex.join(argv)}"
             raise UserError(": ".join([why, *(result.stderr or "").strip().splitlines()[-1:]]))
         return result
-
-
-# What a dry run would stamp, by path, for the later sessions of the same nox run (this process):
-# `nox -s build_aotriton build_pytorch -- --dry-run` plans torch against the AOTriton to be.
-_PLANNED: dict[str, dict[str, Any]] = {}
-
-
-def plan(path: Path, **facts: Any) -> None:
-    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
-    _PLANNED[str(Path(path))] = facts
-
-
-def planned(path: Path) -> dict[str, Any] | None:
-    """What an earlier dry run of this process would have stamped at path, or None."""
-    return _PLANNED.get(str(Path(path)))

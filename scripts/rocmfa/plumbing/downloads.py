@@ -24,14 +24,14 @@ _interrupted = threading.Event()
 
 
 def session(tries: int = 5):
-    """A requests session that tries each request up to `tries` times (urllib3's Retry, with
-    backoff) on refused connections and 429/5xx; the last answer is returned, not raised."""
+    """requests, each request tried `tries` times on refused connections and 429/5xx (Retry)."""
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util import Retry
 
-    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=(429, 500, 502, 503, 504))
-    adapter = HTTPAdapter(max_retries=retry.new(raise_on_status=False))
+    codes = (429, 500, 502, 503, 504)  # the last answer is returned, not raised
+    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=codes, raise_on_status=False)
+    adapter = HTTPAdapter(max_retries=retry)
     http = requests.Session()
     http.mount("http://", adapter)
     http.mount("https://", adapter)
@@ -56,10 +56,8 @@ def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> b
     try:
         response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
     except requests.RequestException as e:
-        host = urllib.parse.urlsplit(url).netloc
-        raise UserError(
-            f"cannot fetch {url}: {host} unreachable: {why(e)} (after {tries} tries)"
-        ) from None
+        where = f"{parts.netloc} unreachable: {why(e)} (after {tries} tries)"
+        raise UserError(f"cannot fetch {url}: {where}") from None
     if response.status_code in missing:
         return None
     if response.status_code >= 400:
@@ -92,12 +90,9 @@ def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the 
                 raise UserError(f"cannot download {url}: {e.strerror or e}; {fix}") from None
         else:
             _http_get(url, part, fix=fix, say=say)
-        actual = stamps.file_sha256(part)
-        if actual != sha256:
-            raise UserError(
-                f"{dest.name}: sha256 mismatch: {actual} does not match {pinned_by} {sha256} "
-                f"(from {url}); discarded"
-            )
+        if (actual := stamps.file_sha256(part)) != sha256:
+            mismatch = f"sha256 mismatch: {actual} does not match {pinned_by} {sha256}"
+            raise UserError(f"{dest.name}: {mismatch} (from {url}); discarded")
         os.replace(part, dest)
     finally:
         part.unlink(missing_ok=True)
@@ -115,13 +110,10 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
         except requests.RequestException as e:
             raise UserError(f"cannot download {url}: {why(e)}; {fix}") from None
         with response, open(part, "wb") as out:
-            if response.status_code != 200:
-                raise UserError(
-                    f"cannot download {url}: HTTP {response.status_code} {response.reason}"
-                )
+            if (code := response.status_code) != 200:
+                raise UserError(f"cannot download {url}: HTTP {code} {response.reason}")
             try:
-                for chunk in response.iter_content(1 << 16):
-                    out.write(chunk)
+                out.writelines(response.iter_content(1 << 16))
                 return
             except requests.RequestException as e:
                 say(f"download interrupted ({why(e)}); starting over")

@@ -105,10 +105,9 @@ def known_arch(text: str) -> str:
     table = arch_data().get("arch")
     if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
         return text  # malformed: scripts/rocmfa/env/archs.py says where, in one line, when it loads
+    amd = [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
     if text.strip().split(":")[0] not in table:
-        raise unknown_arch(
-            text, [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
-        )
+        raise unknown_arch(text, amd)
     return text
 
 
@@ -402,11 +401,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """Session `name`'s parser (and --help): a bad argument is a one-line UserError; the other
     sessions' flags found in posargs are taken and dropped; passed: a probe's own flags."""
-    parser = argparse.ArgumentParser(
-        prog=f"nox -s {name} --",
-        allow_abbrev=False,
-        description=f"Options of the {name} session (nox -l describes it).",
-    )
+    parser = argparse.ArgumentParser(prog=f"nox -s {name} --", allow_abbrev=False)
     own = options_of(BY_NAME[name].options)
     for o in own:
         action = {"switch": "store_true", "list": "append", "value": "store"}[o.kind]
@@ -441,8 +436,7 @@ def parse_known(
             values[option.name] = option.convert(name, raw, flag)
         elif raw:
             values[option.name] = raw
-        elif option.env and os.environ.get(option.env):  # settings: the one reader of $ROCMFA_*
-            text = os.environ[option.env]
+        elif option.env and (text := os.environ.get(option.env)):  # the one reader of $ROCMFA_*
             values[option.name] = FromEnv(option.convert(name, text, f"${option.env}"), option.env)
     resolved = BY_NAME[name].options(**values)
     try:

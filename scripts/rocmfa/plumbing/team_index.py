@@ -19,10 +19,7 @@ from rocmfa.plumbing.errors import UserError
 
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
 CLASH = "appeared while publishing (another publish?); refusing to replace it - run publish again"
-FORMS = (
-    "a directory (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL (S3-compatible "
-    "storage) or pypi+http(s)://HOST/PATH (pypiserver, devpi)"
-)
+FORMS = "a directory or NFS path, s3://BUCKET/PREFIX?endpoint=URL or pypi+http(s)://HOST (twine)"
 
 
 @dataclass(frozen=True)
@@ -39,10 +36,8 @@ class IndexSpec:
         """The family index: a path, an http(s) URL or an S3 key prefix (no trailing '/')."""
         base = self.prefix if self.kind == "s3" else self.location
         if "{family}" in base:
-            root = base.replace("{family}", family)
-        else:
-            root = "/".join(p for p in (base.rstrip("/"), "v2", family) if p)
-        return root.rstrip("/")
+            return base.replace("{family}", family).rstrip("/")
+        return "/".join(p for p in (base.rstrip("/"), "v2", family) if p)
 
     def describe(self, family: str) -> str:
         root = self.family_root(family)
@@ -63,9 +58,8 @@ def parse_index(value: str | None) -> IndexSpec:
         return IndexSpec("dir", str(Path(path).expanduser().resolve()))
     if parts.username or parts.password:
         raise UserError(
-            "--index: credentials do not belong in the URL (they would be printed and recorded); "
-            "set them in the environment (TWINE_USERNAME/TWINE_PASSWORD for pypi+http(s)://, "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for s3://)"
+            "--index: credentials do not belong in the URL (it is printed and recorded); set "
+            "TWINE_USERNAME/TWINE_PASSWORD or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY instead"
         )
     if scheme in ("pypi+http", "pypi+https") and parts.netloc and not query:
         url = f"{scheme.removeprefix('pypi+')}://{parts.netloc}{parts.path.rstrip('/')}"
@@ -100,9 +94,7 @@ def parse_page(text: str, page_url: str) -> dict[str, Link]:
     return links
 
 
-def read_project(
-    spec: IndexSpec, family: str, project: str, store: TreeStore | None = None
-) -> dict[str, Link]:
+def read_project(spec: IndexSpec, family: str, project: str, store=None) -> dict[str, Link]:
     """filename -> Link of a project on the family index: a plain GET, or through store."""
     name, root = canonicalize_name(project), spec.family_root(family)
     if store is None:  # a plain GET: an upload API serves its pages under simple/
@@ -116,8 +108,7 @@ def read_project(
 
 
 def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
-    """A PEP 503 page linking the files (or, with suffix "/", the projects) next to it, each
-    with its sha256 where given."""
+    """A PEP 503 page linking the files (suffix "/": the projects) next to it, with sha256s."""
     anchors = "".join(
         f'<a href="{html.escape(urllib.parse.quote(name))}{suffix}'
         f'{"#sha256=" + sha if sha else ""}">{html.escape(name)}</a>\n'
@@ -139,10 +130,8 @@ class DirStore:
         return f"{self.root}/{rel}"
 
     def read(self, rel: str) -> bytes | None:
-        try:
-            return Path(self.root, rel).read_bytes()
-        except FileNotFoundError:
-            return None
+        path = Path(self.root, rel)
+        return path.read_bytes() if path.is_file() else None
 
     def put_new(self, rel: str, source: Path) -> None:
         dest = Path(self.root, rel)
@@ -174,13 +163,8 @@ class S3Store:
         self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
         session = boto3.session.Session()
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
-        config = Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 2},
-            connect_timeout=60,
-            read_timeout=60,
-            signature_version=UNSIGNED if self.anonymous else None,
-        )
+        signing = {"signature_version": UNSIGNED} if self.anonymous else {}
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **signing)
         region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 

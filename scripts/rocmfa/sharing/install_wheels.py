@@ -17,7 +17,7 @@ from typing import Any
 
 import packaging.tags
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelFile
 
@@ -51,38 +51,25 @@ def rocm_of(version: Version) -> tuple[str | None, str]:
 
 def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> str:
     """'name version' of the recorded wheel, unchanged and fit for the env's Python and ROCm."""
-    path = Path(record["file"])
+    path, rebuild = Path(record["file"]), "rebuild: nox -s build_pytorch -- --force"
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
     if stamps.file_sha256(path) != record.get("sha256"):
-        raise UserError(
-            f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
-            "to install it; rerun: nox -s build_pytorch"
-        )
-    filename = path.name  # build_pytorch's name: TheRock's, with its local version
-    try:
-        name, version, _build, tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename as e:
-        raise UserError(f"{filename}: not a valid wheel file name ({e})") from None
+        raise UserError(f"{path.name} changed since build_pytorch recorded it; {rebuild}")
+    name, version, _build, tags = parse_wheel_filename(path.name)  # TheRock's, as recorded
     python = (int(python_tag[2]), int(python_tag[3:]))  # the env's, on this machine's platforms
     if not tags & {*packaging.tags.cpython_tags(python), *packaging.tags.compatible_tags(python)}:
-        wheel_tags = ", ".join(sorted(str(t) for t in tags))
+        its = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
-            f"{filename} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
-            "with this env (nox -s build_pytorch -- --force)"
+            f"{path.name} is for {its}, but the env's Python is {python_tag}; {rebuild}"
         )
     built_for, written = rocm_of(version)
     if built_for is None and str(name) in NEEDS_ROCM:
         what = f"'+{written}'" if written else "no local version"
-        raise UserError(
-            f"{filename} names no ROCm version ({what}); the env has ROCm {rocm_version} "
-            "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
-        )
+        raise UserError(f"{path.name} names no ROCm version ({what}), torch checks it; {rebuild}")
     if built_for is not None and not same_version(built_for, rocm_version):
-        raise UserError(
-            f"{filename} was built against ROCm {built_for}, but the env has ROCm "
-            f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
-        )
+        env_has = f"the env has ROCm {rocm_version} (rocm-sdk version)"
+        raise UserError(f"{path.name} was built against ROCm {built_for}, but {env_has}; {rebuild}")
     return f"{name} {version}"
 
 
@@ -138,14 +125,8 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
         stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
         projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
         runner.done(f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default)")
-        wheels = [
-            {
-                "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
-                "project": p,
-                "sha256": f"<sha256 of the {p} wheel>",
-            }
-            for p in projects
-        ]
+        made = f"written to {work / 'wheels'} by nox -s build_pytorch"
+        wheels = [{"project": p, "file": f"<{p} wheel: {made}>", "sha256": ""} for p in projects]
         return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels]), None
     manifest = load_manifest(work)
     for record in manifest["wheels"] if checkable else []:  # a plan without the env: not checked
@@ -180,13 +161,18 @@ def requires_of(wheel: Path) -> list[str]:
     return email.parser.BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []
 
 
+def listed_manifests(spec: team_index.IndexSpec, family: str):
+    """(the family's manifest wheels newest first, their links, the S3 store if any)."""
+    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
+    links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
+    names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
+    return names, links, store
+
+
 def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[str, Any]:
     """The manifest in wheel `name`, checked against its page's sha256."""
-    data = (
-        store.read(f"{MANIFEST_PROJECT}/{name}")
-        if store
-        else downloads.get(link.url, missing=(403, 404))
-    )
+    rel = f"{MANIFEST_PROJECT}/{name}"
+    data = store.read(rel) if store else downloads.get(link.url, missing=(403, 404))
     if data is None:
         raise UserError(f"{name} is listed on {where} but cannot be downloaded")
     if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
@@ -205,19 +191,14 @@ def mismatch(
     manifest: Mapping[str, Any], family: str, arch: str, python_tag=None, rocm_version=None
 ) -> str | None:
     """One line naming how this wheel set does not fit this machine, or None."""
-    who = f"wheel set {manifest['set_id']}"
+    built, sdk = f"wheel set {manifest['set_id']} was built", manifest["rocm_sdk"]
     if (manifest["arch"], manifest["family"]) != (arch, family):  # one arch of its family
-        return (
-            f"{who} was built for {manifest['arch']} (family {manifest['family']}) only; this "
-            f"machine is {arch} (family {family})"
-        )
+        theirs = f"{manifest['arch']} (family {manifest['family']})"
+        return f"{built} for {theirs} only; this machine is {arch} (family {family})"
     if python_tag is not None and manifest["python"] != python_tag:
-        return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
-    if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
-        return (
-            f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
-            f"{rocm_version} (rocm-sdk version)"
-        )
+        return f"{built} for Python {manifest['python']}; the env has {python_tag}"
+    if rocm_version is not None and not same_version(sdk, rocm_version):
+        return f"{built} against ROCm SDK {sdk}; the env has {rocm_version} (rocm-sdk version)"
     return None
 
 
@@ -228,9 +209,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     family = family_of(arch)
     where = spec.describe(family)
     runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
-    store = team_index.tree_store(spec, family) if spec.kind == "s3" else None
-    links = team_index.read_project(spec, family, MANIFEST_PROJECT, store)
-    names = sorted((n for n in links if n.startswith(MANIFEST_DIST + "-")), reverse=True)
+    names, links, store = listed_manifests(spec, family)
     if opts.wheel_set and not (names := [n for n in names if f".{opts.wheel_set}-py3-" in n]):
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
@@ -256,9 +235,8 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
-            runner.apply(
-                fetch_into, store, rel, local, say=f"download {store.target(rel)} -> {local}"
-            )
+            said = f"download {store.target(rel)} -> {local}"
+            runner.apply(fetch_into, store, rel, local, say=said)
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
     path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
@@ -293,11 +271,8 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         runner.say("backend check skipped (--no-backend-check)")
         return
     check = runner.run([python, REPO_ROOT / "scripts/rocmfa/probes/backend_check.py"], check=False)
-    if check.returncode != 0:
-        raise UserError(
-            f"wheels installed, but the backend check failed (exit {check.returncode}): "
-            "see its report above"
-        )
+    if (code := check.returncode) != 0:
+        raise UserError(f"wheels installed, but the backend check failed (exit {code}): see above")
 
 
 def install_unless_current(opts, session, manifest: dict, argv: list, where: str | None) -> None:
@@ -309,17 +284,13 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
     if needs := runtime_requirements(wheels):
-        runner.say(
-            f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
-            "the env lacks from its configured index, then the wheels themselves with --no-deps"
-        )
+        listed = ", ".join(needs)
+        runner.say(f"runtime requirements of these wheels: {listed} (pip adds what the env lacks)")
         path = write_requirements(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
         result = runner.run([session.python, "-m", "pip", "install", "-r", path], check=False)
-        if result.returncode != 0:
-            raise UserError(
-                f"pip could not install the wheels' runtime requirements (exit "
-                f"{result.returncode}); see pip's message above; none of the wheels was installed"
-            )
+        if (code := result.returncode) != 0:
+            why = f"pip could not install the wheels' runtime requirements (exit {code})"
+            raise UserError(f"{why}; see pip's message above; none of the wheels was installed")
     elif needs is None:
         runner.done(
             "then the runtime requirements the wheels declare (Requires-Dist), from pip's "
@@ -327,19 +298,13 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
         )
     # first: a kill mid-install leaves a torch only a rerun finishes (doctor reads its RECORD)
     runner.apply(stamps.remove, stamp)
-    result = runner.run(argv, check=where is None)
-    if result.returncode != 0:
-        raise UserError(
-            f"pip could not install {where} (exit {result.returncode}); see pip's message above "
-            "(it refuses a wheel whose sha256 differs from the manifest's)"
-        )
+    if (code := runner.run(argv, check=where is None).returncode) != 0:
+        why = f"pip could not install {where} (exit {code}); see pip's message above"
+        raise UserError(f"{why} (it refuses a wheel whose sha256 differs from the manifest's)")
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
 
 
 def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
     listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
-    have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed)}
-    return all(
-        Version(have.get(canonicalize_name(r["project"]), "0")) == Version(r["version"])
-        for r in wheels
-    )
+    have = {canonicalize_name(d["name"]): Version(d["version"]) for d in json.loads(listed)}
+    return all(have.get(canonicalize_name(r["project"])) == Version(r["version"]) for r in wheels)

@@ -93,9 +93,8 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
         return kind, {k: v for k, v in doc.items() if k != "tree"}  # no local path
     summary = {k: doc[k] for k in SUMMARY_KEYS if k in doc}
     if kind == "bench":
-        summary["results"] = [
-            r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"
-        ]
+        ran = [r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"]
+        summary["results"] = ran
     return kind, summary
 
 
@@ -118,15 +117,10 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
         if summary.get("aotriton_commit") == pin.get("commit"):
             summaries[kind] = summary
-    wheels = [
-        {
-            "file": Path(w["file"]).name,
-            **{k: w[k] for k in ("project", "version", "size")},
-            "sha256": w["sha256"],
-            "requires": install_wheels.requires_of(Path(w["file"])),
-        }
-        for w in run["wheels"]
-    ]
+    wheels = [{k: w[k] for k in ("project", "version", "size", "sha256")} for w in run["wheels"]]
+    for wheel, w in zip(wheels, run["wheels"], strict=True):
+        path = Path(w["file"])
+        wheel.update(file=path.name, requires=install_wheels.requires_of(path))
     components, patches = {}, {}  # each checked-out source; the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
         commit = source.get("hashtag")
@@ -197,11 +191,11 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
         elif there == record["sha256"]:
             say(f"already there (same sha256): {path.name}")
         else:  # before any upload
+            shas = f"index {there[:12]}…, this build {record['sha256'][:12]}…"
             raise UserError(
                 f"refusing to publish to {spec.describe(family)}: {path.name} is already on the "
-                f"index with another sha256 (index {there[:12]}…, this build "
-                f"{record['sha256'][:12]}…); files on an index are never replaced - rebuild "
-                "with another version, or remove it from the index by hand"
+                f"index with another sha256 ({shas}); files on an index are never replaced - "
+                "rebuild with another version, or remove it from the index by hand"
             )
     pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
     for record in wheels:
@@ -214,19 +208,16 @@ def publish(opts: PublishOptions) -> None:
     spec = team_index.parse_index(opts.index)
     run = install_wheels.load_manifest(work)
     if opts.arch and opts.arch != run["arch"]:
-        raise UserError(
-            f"--arch {opts.arch}: this run's wheels were built for {run['arch']} "
-            f"({install_wheels.manifest_path(work)})"
-        )
+        built_for = f"{run['arch']} ({install_wheels.manifest_path(work)})"
+        raise UserError(f"--arch {opts.arch}: this run's wheels were built for {built_for}")
     for record in run["wheels"]:  # present, unchanged since the build, the run's Python/ROCm
         install_wheels.check_wheel(record, run["python_tag"], run["rocm_version"])
     manifest = build_manifest(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner, where = runner_for(opts), spec.describe(family)
-    runner.say(
-        f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
-        f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
-    )
+    what = f"{len(run['wheels'])} wheels for {manifest['arch']} (family {family})"
+    env = f"{run['python_tag']}, ROCm SDK {run['rocm_version']}"
+    runner.say(f"wheel set {set_id}: {what}, {env} -> {where}")
     if (aot := manifest["aotriton"]).get("runtime"):
         images = ", ".join(f"{k}={v}" for k, v in sorted(aot["images"].items()))
         runner.say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
@@ -246,20 +237,15 @@ def publish(opts: PublishOptions) -> None:
         upload_api(runner, spec.family_root(family), [path for _project, path in uploads])
     else:
         upload_tree(runner, store, uploads, pages)
-    runner.done(
-        f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}; install it "
-        "on another machine of this family with: nox -s setup_env install_wheels "
-        f"-- --index {shlex.quote(opts.index)}"
-    )
+    install = f"nox -s setup_env install_wheels -- --index {shlex.quote(opts.index)}"
+    done = f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}"
+    runner.done(f"{done}; install it on another machine of this family with: {install}")
 
 
 def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
     """twine (it reads TWINE_USERNAME/TWINE_PASSWORD); the manifest wheel last."""
     if not os.environ.get("TWINE_USERNAME"):
-        runner.refuse(
-            "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
-            "(twine reads them; any values for a server without authentication)"
-        )
+        runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
     argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
     runner.run([*argv, "--disable-progress-bar", "--repository-url", url + "/", *map(str, files)])
 
