@@ -9,11 +9,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 from rocmfa.plumbing.errors import UserError
-
-T = TypeVar("T")
 
 
 def runner_for(opts: object, **kw: Any) -> Runner:
@@ -33,7 +31,7 @@ class Runner:
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
-    def apply(self, action: Callable[..., T], *args: Any, say: str = "", **kw: Any) -> T | None:
+    def apply(self, action: Callable[..., Any], *args: Any, say: str = "", **kw: Any) -> Any:
         """A change that is no command (files, stamps): said (if say) and made; a plan says it."""
         if say:
             self.say(("[dry-run] " if self.dry_run else "") + say)

@@ -46,8 +46,7 @@ def why(error: BaseException) -> str:
 
 
 def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
-    """The body at url (file://, or http(s):// retried as session() does); None when it is not
-    there (a `missing` status), else UserError."""
+    """The body at url (file:// or http(s)://, retried); None for a `missing` status."""
     import requests
 
     if (parts := urllib.parse.urlsplit(url)).scheme == "file":
@@ -66,8 +65,7 @@ def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> b
 
 
 def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the pin's", say=None):
-    """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
-    with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
+    """url (http(s)://, file:// or a path) -> dest with that sha256 (kept if there); fix: a hint."""
     say = say or (lambda _line: None)
     if dest.is_file() and stamps.file_sha256(dest) == sha256:
         say(f"cached: {dest}")
@@ -121,8 +119,7 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
 
 
 def remove_partials(folder: Path, *, ours: bool = False) -> None:
-    """Remove the partial downloads in folder of runs that are gone (a kill leaves them) and,
-    with ours, this process's own (it was interrupted)."""
+    """Remove the partial downloads of gone runs in folder; ours: this (interrupted) run's too."""
     with _creating:
         if ours:
             _interrupted.set()

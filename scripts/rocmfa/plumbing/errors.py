@@ -1,5 +1,4 @@
-"""The one exception type for bad input and failed preconditions, and the one-line form of
-the OS and decoding errors that reach the noxfile boundary."""
+"""UserError (bad input, failed preconditions) and one-line forms of OS and decoding errors."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def _swapped(a: str, b: str) -> bool:
 
 
 def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
-    """' (did you mean 'x'?)' for the closest choice: case first, then two characters
-    swapped (the usual typo in gfx1151), then difflib's closest; or ''."""
+    """' (did you mean 'x'?)': same but case, two characters swapped (gfx1115), difflib; or ''."""
     import difflib  # only on an error path: every session imports this module
 
     options = sorted(choices)

@@ -396,11 +396,8 @@ def _declared() -> dict[str, bool]:
     return {f: o.kind != "switch" for s in SESSIONS for o in options_of(s.options) for f in o.flags}
 
 
-def build_parser(
-    name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()
-) -> argparse.ArgumentParser:
-    """Session `name`'s parser (and --help): a bad argument is a one-line UserError; the other
-    sessions' flags found in posargs are taken and dropped; passed: a probe's own flags."""
+def build_parser(name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()):
+    """Session `name`'s parser; other sessions' flags in posargs are dropped; passed: a probe's."""
     parser = argparse.ArgumentParser(prog=f"nox -s {name} --", allow_abbrev=False)
     own = options_of(BY_NAME[name].options)
     for o in own:
@@ -421,11 +418,8 @@ def build_parser(
     return parser
 
 
-def parse_known(
-    name: str, posargs: Sequence[str], passed: Iterable[str] = ()
-) -> tuple[Any, list[str]]:
-    """(settings, undeclared arguments): flag, else $ROCMFA_* (a FromEnv), else default, each
-    checked; passed: a probe's own flags, kept in the rest even where a session declares them."""
+def parse_known(name: str, posargs: Sequence[str], passed: Iterable[str] = ()) -> tuple:
+    """(settings, the rest): flag, else $ROCMFA_* (a FromEnv), else default; passed: in rest."""
     parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):

@@ -1,5 +1,4 @@
-"""The work directory (checkouts, builds, stamps, downloads): --workdir or $ROCMFA_WORKDIR,
-else <repo>/work (git-ignored)."""
+"""The work directory (checkouts, builds, stamps, downloads) and the folders in it."""
 
 from __future__ import annotations
 

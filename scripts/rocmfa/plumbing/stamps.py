@@ -1,5 +1,4 @@
-"""Stamps: a finished step's inputs as JSON, written last and atomically; a step is up to date
-when its stamp's digest equals its current inputs' digest."""
+"""Stamps: a finished step's inputs as JSON, written last, atomically; equal digests: up to date."""
 
 from __future__ import annotations
 

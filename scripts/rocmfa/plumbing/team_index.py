@@ -152,8 +152,7 @@ class DirStore:
 
 
 class S3Store:
-    """The same below a key prefix, through boto3; only NoSuchKey reads as absent (any other
-    answer is an error naming the endpoint)."""
+    """The same below a key prefix, via boto3: only NoSuchKey is absent, else an error."""
 
     def __init__(self, bucket: str, root: str, endpoint=None, region=None) -> None:
         import boto3

@@ -33,9 +33,7 @@ ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
-SCHEMA = "rocmfa-wheelset/1"
-MANIFEST_PROJECT = "rocmfa-wheelset"
-MANIFEST_DIST = "rocmfa_wheelset"
+SCHEMA, MANIFEST_PROJECT, MANIFEST_DIST = "rocmfa-wheelset/1", "rocmfa-wheelset", "rocmfa_wheelset"
 MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
@@ -203,8 +201,7 @@ def mismatch(
 
 
 def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
-    """(manifest, pip argv, what) of the newest wheel set on this machine's family index that
-    fits (fits' keys compared): its wheels as `name @ URL --hash=sha256:...` lines."""
+    """(manifest, pip argv, what) of the newest set that fits: `name @ URL --hash=...` lines."""
     spec, arch, runner = team_index.parse_index(opts.index), session.choice.arch, session.runner
     family = family_of(arch)
     where = spec.describe(family)
