@@ -1,6 +1,5 @@
-"""Files pinned by sha256 over requests with urllib3's Retry (refused connections, 429/5xx; a
-body cut off midway starts over); file:// URLs and paths are copied. A download goes to a hidden
-partial file next to its final name (.<name>.<pid>.XXXXXXXX), renamed once its sum matches."""
+"""Files pinned by sha256 over requests and urllib3's Retry (a body cut off starts over), or copied
+from file:// or a path, into a hidden .<name>.<pid>.XXXXXXXX renamed once its sum matches."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Every session's settings: a frozen dataclass resolved once by parse() (flag, else $ROCMFA_*,
-else default), checked before the first command; the one reader of $ROCMFA_*. To add an option:
-an OPTIONS entry named in its session's @settings; a session: its class, a SESSIONS row and a
-@nox.session function in noxfile.py."""
+"""Every session's settings: a frozen dataclass resolved once by parse() (flag, else $ROCMFA_*, else
+default), checked before the first command; the one reader of $ROCMFA_*. A new option: an OPTIONS
+entry in its session's class; a session: a class, a SESSIONS row, a noxfile.py function."""
 
 from __future__ import annotations
 
@@ -64,8 +63,6 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
 
 
 # --- checks: each takes the text and returns the value (ValueError or UserError: one line) ---
-
-
 def folder(text: str) -> str:
     """A folder we may create: refused when it exists as something else."""
     if Path(text).expanduser().exists() and not Path(text).expanduser().is_dir():
@@ -137,8 +134,6 @@ def profiles() -> tuple[str, ...]:
 
 
 # --- the options: each declared once, by its field name (NAME:VARIANT: a session's own help) --
-
-
 @dataclass(frozen=True)
 class Opt:
     """One option; kind: switch (default False), list (()) or value (None); type: the check."""
@@ -281,13 +276,12 @@ def options_of(cls: type) -> tuple[Opt, ...]:
 
 
 WHERE = "arch prefix env_name workdir"
-COMPILE = f"{WHERE} dry_run force jobs cache discard_local_edits"
+CHANGE = f"{WHERE} dry_run force"
+COMPILE = f"{CHANGE} jobs cache discard_local_edits"
 
 
 LockOptions = plain("LockOptions", "prefix env_name dry_run channel")
-SetupEnvOptions = plain(
-    "SetupEnvOptions", WHERE, "dry_run force channel show profile with_torch rocm_index"
-)
+SetupEnvOptions = plain("SetupEnvOptions", CHANGE, "channel show profile with_torch rocm_index")
 DoctorOptions = plain("DoctorOptions", "arch:shown prefix env_name workdir json")
 MatrixOptions = plain("MatrixOptions", "arch:shown json")
 UpdatePinsOptions = plain("UpdatePinsOptions", "workdir dry_run force:pins project port_patches")
@@ -327,9 +321,7 @@ KernelCheckOptions = plain(
 TuneAotritonOptions = plain(
     "TuneAotritonOptions", COMPILE, "clean timeout_min tune_head_dims tune_dtypes tune_seqlens"
 )
-InstallWheelsOptions = plain(
-    "InstallWheelsOptions", WHERE, "dry_run force index no_backend_check wheel_set"
-)
+InstallWheelsOptions = plain("InstallWheelsOptions", CHANGE, "index no_backend_check wheel_set")
 PublishOptions = plain("PublishOptions", "arch workdir dry_run index report")
 BuildCkOptions = plain("BuildCkOptions", COMPILE, "clean:ck with_tests with_examples")
 # bench's, backend_check's, validate's and report's own options go through to them
@@ -343,9 +335,8 @@ Compile = AotritonSourceOptions | BuildPytorchOptions | BuildCkOptions
 EnvChoice = SetupEnvOptions | DoctorOptions | Compile | InstallWheelsOptions
 EnvOptions = BenchOptions | BackendCheckOptions | ValidateOptions | LockOptions
 
+
 # --- the sessions ----------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Session:
     """What the guard and the parser need of one nox session (its function: noxfile.py)."""
@@ -387,9 +378,8 @@ SESSIONS = (
 )
 BY_NAME = {s.name: s for s in SESSIONS}
 
+
 # --- the resolver ----------------------------------------------------------------------------
-
-
 @functools.cache
 def _declared() -> dict[str, bool]:
     """Every session's flags: whether each takes a value."""

@@ -12,8 +12,7 @@ WORKDIR_ENV = "ROCMFA_WORKDIR"
 
 def workdir(requested: str | os.PathLike[str] | None) -> Path:
     """The session's --workdir (or $ROCMFA_WORKDIR, resolved with its settings), else ./work."""
-    chosen = requested or REPO_ROOT / "work"
-    return Path(chosen).expanduser().resolve()
+    return Path(requested or REPO_ROOT / "work").expanduser().resolve()
 
 
 def src_dir(work: Path, project: str) -> Path:

@@ -1,6 +1,5 @@
-"""A team wheel index: a PEP 503 index per arch family (v2/<family>/, or {family} in the URL) in
-a directory (NFS), S3 (boto3) or a pypi+http(s):// upload API (twine). Static trees never replace
-a file (link(2); S3 If-None-Match); credentials come from the environment only."""
+"""A team wheel index: PEP 503 per arch family (v2/<family>/ or {family}) in a directory, S3 (boto3)
+or an upload API (twine); trees never replace a file (link(2), If-None-Match)."""
 
 from __future__ import annotations
 
@@ -75,8 +74,6 @@ def parse_index(value: str | None) -> IndexSpec:
 
 
 # --- reading: pages and files over plain GETs -------------------------------------------------
-
-
 class Link(NamedTuple):
     url: str  # absolute, no fragment
     sha256: str | None
@@ -118,8 +115,6 @@ def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
 
 
 # --- writing a static tree --------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class DirStore:
     """Create-only files and replaceable pages below one folder."""

@@ -37,14 +37,11 @@ SCHEMA, MANIFEST_PROJECT, MANIFEST_DIST = "rocmfa-wheelset/1", "rocmfa-wheelset"
 MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
-def rocm_of(version: Version) -> tuple[str | None, str]:
-    """(ROCm version the wheel was built against, how it is written), from the local part."""
-    local = version.local or ""
-    if not (match := ROCM_IN_LOCAL.search(local)):
-        return None, local
-    if match.group(2):  # +rocmsdk<date>: the 2025 suffix, a build date, not a ROCm version
-        return None, f"rocmsdk{match.group(3)}"
-    return match.group(3), f"{match.group(1) or ''}rocm{match.group(3)}"
+def rocm_of(version: Version) -> str | None:
+    """The ROCm version a wheel was built against, from its local part; +rocmsdk<date> (the
+    2025 suffix) is a build date, not a ROCm version."""
+    match = ROCM_IN_LOCAL.search(version.local or "")
+    return match[3] if match and not match[2] else None
 
 
 def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> str:
@@ -61,9 +58,9 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> s
         raise UserError(
             f"{path.name} is for {its}, but the env's Python is {python_tag}; {rebuild}"
         )
-    built_for, written = rocm_of(version)
+    built_for = rocm_of(version)
     if built_for is None and str(name) in NEEDS_ROCM:
-        what = f"'+{written}'" if written else "no local version"
+        what = f"'+{version.local}'" if version.local else "no local version"
         raise UserError(f"{path.name} names no ROCm version ({what}), torch checks it; {rebuild}")
     if built_for is not None and not same_version(built_for, rocm_version):
         env_has = f"the env has ROCm {rocm_version} (rocm-sdk version)"
@@ -106,8 +103,7 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
 
 
 def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
-    runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
-    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"
+    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"  # work/: exists
     runner.apply(path.write_text, text, say=said)
     return path
 
@@ -210,9 +206,9 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     if opts.wheel_set and not (names := [n for n in names if f".{opts.wheel_set}-py3-" in n]):
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
+        publish = f"nox -s publish -- --index {shlex.quote(opts.index)}"
         raise UserError(
-            f"no wheel set on {where}; publish one from the building machine: "
-            f"nox -s publish -- --index {shlex.quote(opts.index)}"
+            f"no wheel set on {where}; publish one from the building machine: {publish}"
         )
     problems = []
     for manifest in (read_manifest(name, links[name], store, where) for name in names):

@@ -176,11 +176,13 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
     """(the wheels not on the index yet, each project's page after); refuses a sha256 clash."""
-    uploads, links = [], {}
+    uploads, links, pages = [], {}, {}
     for record in wheels:
         project, path = canonicalize_name(record["project"]), Path(record["file"])
         if project not in links:
             links[project] = team_index.read_project(spec, family, project, store)
+            pages[project] = {n: link.sha256 for n, link in links[project].items()}
+        pages[project][path.name] = record["sha256"]  # the page after publishing
         rel, link = f"{project}/{path.name}", links[project].get(path.name)
         there = link and link.sha256
         if not there and (store is not None or link):  # an upload cut short, or no hash listed
@@ -197,9 +199,6 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
                 f"index with another sha256 ({shas}); files on an index are never replaced - "
                 "rebuild with another version, or remove it from the index by hand"
             )
-    pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
-    for record in wheels:
-        pages[canonicalize_name(record["project"])][Path(record["file"]).name] = record["sha256"]
     return uploads, pages
 
 
