@@ -30,10 +30,9 @@ def session(tries: int = 5):
 
     codes = (429, 500, 502, 503, 504)  # the last answer is returned, not raised
     retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=codes, raise_on_status=False)
-    adapter = HTTPAdapter(max_retries=retry)
     http = requests.Session()
-    http.mount("http://", adapter)
-    http.mount("https://", adapter)
+    http.mount("http://", HTTPAdapter(max_retries=retry))
+    http.mount("https://", HTTPAdapter(max_retries=retry))
     return http
 
 

@@ -168,8 +168,7 @@ def switch(flag: str, help: str) -> Opt:
     return Opt((flag,), help, "switch")
 
 
-def many(flag: str, help: str, **more: Any) -> Opt:
-    """A repeatable option: a tuple of values."""
+def many(flag: str, help: str, **more: Any) -> Opt:  # repeatable: a tuple of values
     return Opt((flag,), help, "list", **more)
 
 
@@ -278,8 +277,6 @@ def options_of(cls: type) -> tuple[Opt, ...]:
 WHERE = "arch prefix env_name workdir"
 CHANGE = f"{WHERE} dry_run force"
 COMPILE = f"{CHANGE} jobs cache discard_local_edits"
-
-
 LockOptions = plain("LockOptions", "prefix env_name dry_run channel")
 SetupEnvOptions = plain("SetupEnvOptions", CHANGE, "channel show profile with_torch rocm_index")
 DoctorOptions = plain("DoctorOptions", "arch:shown prefix env_name workdir json")

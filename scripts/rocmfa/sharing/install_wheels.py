@@ -73,9 +73,7 @@ def load_manifest(work: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(
-            f"no build_pytorch run manifest at {path}; run: nox -s build_pytorch"
-        ) from None
+        raise UserError(f"no run manifest at {path}; run: nox -s build_pytorch") from None
     except (OSError, ValueError) as e:
         raise UserError(f"unreadable run manifest {path}: {e}") from None
     wheels = manifest.get("wheels") if isinstance(manifest, dict) else None

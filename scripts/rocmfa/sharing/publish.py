@@ -39,6 +39,7 @@ REPORT_KINDS = {
 # What a summary keeps of a probe's report (the results page reads it back as that report).
 SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
 SUMMARY_KEYS += ("provenance", "settings", "wall_s")
+WHEEL = "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"  # the manifest wheel's
 
 
 def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
@@ -168,9 +169,7 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
         wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         metadata = f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
         wf.writestr(f"{info}/METADATA", metadata)
-        wf.writestr(
-            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
+        wf.writestr(f"{info}/WHEEL", WHEEL)
     return target
 
 
