@@ -101,7 +101,8 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
 
 
 def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
-    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"  # work/: exists
+    runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
+    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"
     runner.apply(path.write_text, text, say=said)
     return path
 
