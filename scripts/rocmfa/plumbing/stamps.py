@@ -31,8 +31,7 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def is_current(path: Path, inputs: Any) -> bool:
-    stamp = read(path)
-    return stamp is not None and stamp.get("inputs_digest") == digest(inputs)
+    return (read(path) or {}).get("inputs_digest") == digest(inputs)
 
 
 def write(path: Path, inputs: Any, **extra: Any) -> None:

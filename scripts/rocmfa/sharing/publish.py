@@ -30,12 +30,8 @@ from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 from rocmfa.sources import pins
 
-REPORT_KINDS = {
-    "sdpa-backend-check/1": "backend_check",
-    "sdpa-validate/1": "validate",
-    "sdpa-bench/1": "bench",
-    kernel_check.SUMMARY_SCHEMA: "kernel_check",
-}
+REPORT_KINDS = {"sdpa-backend-check/1": "backend_check", "sdpa-validate/1": "validate"}
+REPORT_KINDS |= {"sdpa-bench/1": "bench", kernel_check.SUMMARY_SCHEMA: "kernel_check"}
 # What a summary keeps of a probe's report (the results page reads it back as that report).
 SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
 SUMMARY_KEYS += ("provenance", "settings", "wall_s")
@@ -132,6 +128,9 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
     origin, commit = inputs.get("pytorch") or [None, None]
     torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
+    aot = {k: pin.get(k) for k in ("commit", "version", "source")}
+    aot.update(runtime=found and found.runtime, images=found.images if found else {})
+    aot["runtime_matches_images"] = True
     return {
         "schema": install_wheels.SCHEMA,
         "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
@@ -144,12 +143,7 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "wheels": wheels,
         "torch": {**torch, "head": heads.get("pytorch")},
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
-        "aotriton": {
-            **{k: pin.get(k) for k in ("commit", "version", "source")},
-            "runtime": found and found.runtime,
-            "images": found.images if found else {},
-            "runtime_matches_images": True,
-        },
+        "aotriton": aot,
         "components": components,
         "patches": patches,
         "reports": summaries,
