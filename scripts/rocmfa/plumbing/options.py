@@ -269,8 +269,7 @@ def plain(name: str, *groups: str) -> type:
 
 
 @functools.cache
-def options_of(cls: type) -> tuple[Opt, ...]:
-    """The class's options in field order."""
+def options_of(cls: type) -> tuple[Opt, ...]:  # in field order
     return tuple(f.metadata["opt"] for f in dataclasses.fields(cls))
 
 
@@ -352,22 +351,19 @@ def takes_locks(declared: Session, opts: object) -> bool:
     return not (declared.reports_only or getattr(opts, "dry_run", False))
 
 
-# W: changes the work dir, WE: the work dir and the env. publish holds the work dir: it reads
-# the run's wheels, a build must not replace them.
-W, WE = {"changes_workdir": True}, {"changes_workdir": True, "changes_env": True}
 SESSIONS = (
     Session("lock", LockOptions),
-    Session("setup_env", SetupEnvOptions, **WE),
+    Session("setup_env", SetupEnvOptions, changes_workdir=True, changes_env=True),
     Session("doctor", DoctorOptions, reports_only=True),
     Session("matrix", MatrixOptions),
-    Session("update_pins", UpdatePinsOptions, **W),
-    Session("build_aotriton", BuildAotritonOptions, **WE),
-    Session("tune_aotriton", TuneAotritonOptions, **WE),
-    Session("kernel_check", KernelCheckOptions, **W),
-    Session("build_pytorch", BuildPytorchOptions, **W),
-    Session("install_wheels", InstallWheelsOptions, **WE),
-    Session("publish", PublishOptions, **W),
-    Session("build_ck", BuildCkOptions, **WE),
+    Session("update_pins", UpdatePinsOptions, changes_workdir=True),
+    Session("build_aotriton", BuildAotritonOptions, changes_workdir=True, changes_env=True),
+    Session("tune_aotriton", TuneAotritonOptions, changes_workdir=True, changes_env=True),
+    Session("kernel_check", KernelCheckOptions, changes_workdir=True),
+    Session("build_pytorch", BuildPytorchOptions, changes_workdir=True),
+    Session("install_wheels", InstallWheelsOptions, changes_workdir=True, changes_env=True),
+    Session("publish", PublishOptions, changes_workdir=True),  # no build replaces its wheels
+    Session("build_ck", BuildCkOptions, changes_workdir=True, changes_env=True),
     Session("bench", BenchOptions, forward=True, probe=True),
     Session("backend_check", BackendCheckOptions, forward=True, probe=True),
     Session("validate", ValidateOptions, forward=True, probe=True),

@@ -154,7 +154,8 @@ class S3Store:
         from botocore import UNSIGNED
         from botocore.config import Config
 
-        self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
+        self.bucket, self.endpoint, root = bucket, endpoint, root.strip("/")
+        self.prefix = f"{root}/" if root else ""  # of every key
         session = boto3.session.Session()
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
         signing = {"signature_version": UNSIGNED} if self.anonymous else {}
@@ -162,18 +163,15 @@ class S3Store:
         region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
-    def _key(self, rel: str) -> str:
-        return f"{self.root}/{rel}" if self.root else rel
-
     def target(self, rel: str) -> str:
-        return f"s3://{self.bucket}/{self._key(rel)}"
+        return f"s3://{self.bucket}/{self.prefix}{rel}"
 
     def _call(self, op: str, rel: str, fn, *, missing: tuple[str, ...] = (), **kwargs: Any):
         from botocore.exceptions import BotoCoreError, ClientError
 
         at = f" at {self.endpoint}" if self.endpoint else ""
         try:
-            return fn(Bucket=self.bucket, Key=self._key(rel), **kwargs)
+            return fn(Bucket=self.bucket, Key=self.prefix + rel, **kwargs)
         except ClientError as e:
             error = e.response.get("Error", {})
             code = str(error.get("Code", ""))

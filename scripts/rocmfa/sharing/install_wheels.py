@@ -1,5 +1,4 @@
-"""`nox -s install_wheels`: this run's wheels, or with --index the newest fitting published set,
-checked (sha256, Python tag, ROCm local version: ROCm/vllm#943). docs/pytorch-and-ck.md."""
+"""`nox -s install_wheels`: this run's or a team index's wheels, checked; docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import InstallWheelsOptions
 
-ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
+ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")  # torch checks it: ROCm/vllm#943
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
@@ -180,9 +179,7 @@ def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[s
     return manifest  # as publish wrote it
 
 
-def mismatch(
-    manifest: Mapping[str, Any], family: str, arch: str, python_tag=None, rocm_version=None
-) -> str | None:
+def mismatch(manifest: Mapping, family: str, arch: str, python_tag=None, rocm_version=None):
     """One line naming how this wheel set does not fit this machine, or None."""
     built, sdk = f"wheel set {manifest['set_id']} was built", manifest["rocm_sdk"]
     if (manifest["arch"], manifest["family"]) != (arch, family):  # one arch of its family

@@ -1,5 +1,4 @@
-"""`nox -s publish`: this run's checked wheels, then their manifest as a tiny wheel
-`rocmfa-wheelset`, onto the family index (team_index.py). docs/pytorch-and-ck.md."""
+"""`nox -s publish`: this run's wheels, then their manifest wheel, to a team index (README.md)."""
 
 from __future__ import annotations
 
