@@ -9,7 +9,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from rocmfa.plumbing.errors import UserError
 LOCK_NAME = ".rocmfa.lock"
 
 
-@contextmanager
+@contextlib.contextmanager
 def hold(path: Path, what: str, session: str) -> Iterator[None]:
     """Hold the lock at path for the block, or fail in one line naming the holder."""
     path.parent.mkdir(parents=True, exist_ok=True)

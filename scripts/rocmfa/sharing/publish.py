@@ -224,21 +224,17 @@ def publish(opts: PublishOptions) -> None:
     runner.apply(write_manifest_wheel, manifest, manifest_file)
     if not set_present:  # the manifest last: a set is listed once all its wheels are there
         uploads.append((MANIFEST_PROJECT, manifest_file))
-    if store is None:
-        upload_api(runner, spec.family_root(family), [path for _project, path in uploads])
+    if store is None:  # twine reads TWINE_USERNAME/TWINE_PASSWORD; the manifest wheel last
+        if not os.environ.get("TWINE_USERNAME"):
+            runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
+        twine = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
+        url, files = spec.family_root(family) + "/", [str(path) for _, path in uploads]
+        runner.run([*twine, "--disable-progress-bar", "--repository-url", url, *files])
     else:
         upload_tree(runner, store, uploads, pages)
     install = f"nox -s setup_env install_wheels -- --index {shlex.quote(opts.index)}"
     done = f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}"
     runner.done(f"{done}; install it on another machine of this family with: {install}")
-
-
-def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
-    """twine (it reads TWINE_USERNAME/TWINE_PASSWORD); the manifest wheel last."""
-    if not os.environ.get("TWINE_USERNAME"):
-        runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
-    argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
-    runner.run([*argv, "--disable-progress-bar", "--repository-url", url + "/", *map(str, files)])
 
 
 def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: dict) -> None:
