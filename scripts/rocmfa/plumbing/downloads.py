@@ -124,6 +124,5 @@ def remove_partials(folder: Path, *, ours: bool = False) -> None:
         for path in list(folder.glob(".*")):
             if match := _PARTIAL.fullmatch(path.name):
                 pid = int(match["pid"] or 0)  # no pid: an older version's, gone
-                gone = not Path(f"/proc/{pid}").exists()  # Linux, as ROCm
-                if ours if pid == os.getpid() else gone:
+                if ours if pid == os.getpid() else not Path(f"/proc/{pid}").exists():  # Linux
                     path.unlink(missing_ok=True)

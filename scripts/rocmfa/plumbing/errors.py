@@ -28,10 +28,8 @@ def os_error_line(error: OSError) -> str:
 
 def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
     where = f"{path} " if path is not None else "a data file "
-    return (
-        f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: re-save it as "
-        "UTF-8, or delete it when it is a record we wrote (stamps, run manifests)"
-    )
+    fix = "re-save it as UTF-8, or delete it when it is a record we wrote (stamps, run manifests)"
+    return f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: {fix}"
 
 
 def _swapped(a: str, b: str) -> bool:

@@ -110,10 +110,8 @@ def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: 
     """(run manifest with each wheel's Requires-Dist, pip argv, None); in a plan, placeholders."""
     work, runner = session.work, session.runner
     if not manifest_path(work).exists():
-        runner.refuse(
-            f"no build_pytorch run manifest at {manifest_path(work)}: run nox -s build_pytorch "
-            "first (or earlier in the same chain)"
-        )
+        first = "run nox -s build_pytorch first (or earlier in the same chain)"
+        runner.refuse(f"no build_pytorch run manifest at {manifest_path(work)}: {first}")
         stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
         projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
         runner.done(f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default)")
@@ -281,10 +279,8 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
             why = f"pip could not install the wheels' runtime requirements (exit {code})"
             raise UserError(f"{why}; see pip's message above; none of the wheels was installed")
     elif needs is None:
-        runner.done(
-            "then the runtime requirements the wheels declare (Requires-Dist), from pip's "
-            f"configured index: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
-        )
+        pip = f"pip install -r {work / RUNTIME_REQUIREMENTS_NAME} (pip's own index)"
+        runner.done(f"then the runtime requirements the wheels declare (Requires-Dist): {pip}")
     # first: a kill mid-install leaves a torch only a rerun finishes (doctor reads its RECORD)
     runner.apply(stamps.remove, stamp)
     if (code := runner.run(argv, check=where is None).returncode) != 0:
