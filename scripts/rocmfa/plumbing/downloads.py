@@ -16,8 +16,7 @@ from rocmfa.plumbing.errors import UserError
 
 # An older version named them without the pid: those count as a gone run's.
 _PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))(?:\.(?P<pid>\d+))?\.[a-z0-9_]{8}")
-# Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
-# running (a daemon thread, never joined) must not leave a new partial file behind.
+# remove_partials(ours=True): interrupted; a download thread still running starts no new file
 _creating = threading.Lock()
 _interrupted = threading.Event()
 

@@ -23,8 +23,7 @@ def build_dir(work: Path, project: str) -> Path:
     return work / "build" / project
 
 
-def stamp_path(work: Path, name: str) -> Path:
-    """Stamps of finished build steps; doctor lists them as 'what is built'."""
+def stamp_path(work: Path, name: str) -> Path:  # doctor lists them as 'what is built'
     return work / "stamps" / f"{name}.json"
 
 
