@@ -143,4 +143,4 @@ def test_no_manifest_is_one_clear_line(session):
     ],
 )
 def test_rocm_version_from_local_part(version, rocm):
-    assert iw.rocm_of(Version(version))[0] == rocm
+    assert iw.rocm_of(Version(version)) == rocm

@@ -9,11 +9,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 from rocmfa.plumbing.errors import UserError
-
-T = TypeVar("T")
 
 
 def runner_for(opts: object, **kw: Any) -> Runner:
@@ -22,8 +20,7 @@ def runner_for(opts: object, **kw: Any) -> Runner:
 
 
 class Runner:
-    """Runs commands in base_env (default: ours; "in the env": the activated one) with a
-    command's own variables on top, or under dry_run only prints them."""
+    """Runs commands in base_env (default: ours) plus their own variables; dry_run: prints them."""
 
     def __init__(self, *, dry_run=False, base_env: Mapping[str, str] | None = None, out=None):
         self.dry_run = dry_run
@@ -34,9 +31,8 @@ class Runner:
     def say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
 
-    def apply(self, action: Callable[..., T], *args: Any, say: str = "", **kw: Any) -> T | None:
-        """A change that is no command (files, stamps): said (when say is given) and made; a
-        dry run only says it."""
+    def apply(self, action: Callable[..., Any], *args: Any, say: str = "", **kw: Any) -> Any:
+        """A change that is no command (files, stamps): said (if say) and made; a plan says it."""
         if say:
             self.say(("[dry-run] " if self.dry_run else "") + say)
         return None if self.dry_run else action(*args, **kw)
@@ -52,7 +48,7 @@ class Runner:
         self.say(f"[dry-run] note: {message}; the real run stops here")
 
     def plan_line(self, message: str) -> str | None:
-        """ "[dry-run] message" for a step a dry run skips; None in a real run (it takes it)."""
+        """ "[dry-run] message" for a step a plan skips; None in a real run."""
         return f"[dry-run] {message}" if self.dry_run else None
 
     def raise_for_real(self, error: Exception) -> None:
@@ -81,12 +77,10 @@ class Runner:
         self.say(("[dry-run] " if self.dry_run else "$ ") + line)
         if self.dry_run:
             return subprocess.CompletedProcess(argv, 0, dry_run_output, "")
-        pipe = subprocess.PIPE if capture else None
         self.executed.append(argv)
+        env = {**self.base_env, **sets}
         try:
-            result = subprocess.run(
-                argv, cwd=cwd, env={**self.base_env, **sets}, text=True, stdout=pipe, stderr=pipe
-            )
+            result = subprocess.run(argv, cwd=cwd, env=env, text=True, capture_output=capture)
         except FileNotFoundError:
             raise UserError(f"{argv[0]}: command not found") from None
         except KeyboardInterrupt:  # subprocess.run has stopped the child (SIGKILL after 0.25 s)
@@ -96,20 +90,3 @@ class Runner:
             why = f"command failed (exit {result.returncode}) in {cwd}: {shlex.join(argv)}"
             raise UserError(": ".join([why, *(result.stderr or "").strip().splitlines()[-1:]]))
         return result
-
-
-# A dry run writes no stamp. What it would write is kept here, by path, for the later sessions
-# of the same nox run, which run in this process: `nox -s build_aotriton build_pytorch --
-# --dry-run` plans build_pytorch against the prefix build_aotriton is about to fill, as the real
-# chain does.
-_PLANNED: dict[str, dict[str, Any]] = {}
-
-
-def plan(path: Path, **facts: Any) -> None:
-    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
-    _PLANNED[str(Path(path))] = facts
-
-
-def planned(path: Path) -> dict[str, Any] | None:
-    """What an earlier dry run of this process would have stamped at path, or None."""
-    return _PLANNED.get(str(Path(path)))

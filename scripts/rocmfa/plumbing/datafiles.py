@@ -18,8 +18,6 @@ def load_toml(path: Path, what: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{what} not found: {path}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"malformed {what} {path}: {e}") from None
     except UnicodeDecodeError as e:

@@ -1,6 +1,5 @@
-"""Files pinned by sha256 over requests with urllib3's Retry (refused connections, 429/5xx; a
-body cut off midway starts over); file:// URLs and paths are copied. A download goes to a hidden
-partial file next to its final name (.<name>.<pid>.XXXXXXXX), renamed once its sum matches."""
+"""Files pinned by sha256 over requests and urllib3's Retry (a body cut off starts over), or copied
+from file:// or a path, into a hidden .<name>.<pid>.XXXXXXXX renamed once its sum matches."""
 
 from __future__ import annotations
 
@@ -17,24 +16,22 @@ from rocmfa.plumbing.errors import UserError
 
 # An older version named them without the pid: those count as a gone run's.
 _PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))(?:\.(?P<pid>\d+))?\.[a-z0-9_]{8}")
-# Once remove_partials(ours=True) ran, this process was interrupted: a download thread still
-# running (a daemon thread, never joined) must not leave a new partial file behind.
+# remove_partials(ours=True): interrupted; a download thread still running starts no new file
 _creating = threading.Lock()
 _interrupted = threading.Event()
 
 
 def session(tries: int = 5):
-    """A requests session that tries each request up to `tries` times (urllib3's Retry, with
-    backoff) on refused connections and 429/5xx; the last answer is returned, not raised."""
+    """requests, each request tried `tries` times on refused connections and 429/5xx (Retry)."""
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util import Retry
 
-    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=(429, 500, 502, 503, 504))
-    adapter = HTTPAdapter(max_retries=retry.new(raise_on_status=False))
+    codes = (429, 500, 502, 503, 504)  # the last answer is returned, not raised
+    retry = Retry(tries - 1, backoff_factor=0.2, status_forcelist=codes, raise_on_status=False)
     http = requests.Session()
-    http.mount("http://", adapter)
-    http.mount("https://", adapter)
+    http.mount("http://", HTTPAdapter(max_retries=retry))
+    http.mount("https://", HTTPAdapter(max_retries=retry))
     return http
 
 
@@ -46,8 +43,7 @@ def why(error: BaseException) -> str:
 
 
 def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
-    """The body at url (file://, or http(s):// retried as session() does); None when it is not
-    there (a `missing` status), else UserError."""
+    """The body at url (file:// or http(s)://, retried); None for a `missing` status."""
     import requests
 
     if (parts := urllib.parse.urlsplit(url)).scheme == "file":
@@ -56,10 +52,8 @@ def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> b
     try:
         response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
     except requests.RequestException as e:
-        host = urllib.parse.urlsplit(url).netloc
-        raise UserError(
-            f"cannot fetch {url}: {host} unreachable: {why(e)} (after {tries} tries)"
-        ) from None
+        where = f"{parts.netloc} unreachable: {why(e)} (after {tries} tries)"
+        raise UserError(f"cannot fetch {url}: {where}") from None
     if response.status_code in missing:
         return None
     if response.status_code >= 400:
@@ -68,8 +62,7 @@ def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> b
 
 
 def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the pin's", say=None):
-    """url (http(s)://, file:// or a path) -> dest with the given sha256; a file already there
-    with that sum is kept. Errors are one line naming url; `fix` follows a network failure."""
+    """url (http(s)://, file:// or a path) -> dest with that sha256 (kept if there); fix: a hint."""
     say = say or (lambda _line: None)
     if dest.is_file() and stamps.file_sha256(dest) == sha256:
         say(f"cached: {dest}")
@@ -92,12 +85,9 @@ def fetch_pinned(url: str, dest: Path, sha256: str, *, fix: str, pinned_by="the 
                 raise UserError(f"cannot download {url}: {e.strerror or e}; {fix}") from None
         else:
             _http_get(url, part, fix=fix, say=say)
-        actual = stamps.file_sha256(part)
-        if actual != sha256:
-            raise UserError(
-                f"{dest.name}: sha256 mismatch: {actual} does not match {pinned_by} {sha256} "
-                f"(from {url}); discarded"
-            )
+        if (actual := stamps.file_sha256(part)) != sha256:
+            mismatch = f"sha256 mismatch: {actual} does not match {pinned_by} {sha256}"
+            raise UserError(f"{dest.name}: {mismatch} (from {url}); discarded")
         os.replace(part, dest)
     finally:
         part.unlink(missing_ok=True)
@@ -115,13 +105,10 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
         except requests.RequestException as e:
             raise UserError(f"cannot download {url}: {why(e)}; {fix}") from None
         with response, open(part, "wb") as out:
-            if response.status_code != 200:
-                raise UserError(
-                    f"cannot download {url}: HTTP {response.status_code} {response.reason}"
-                )
+            if (code := response.status_code) != 200:
+                raise UserError(f"cannot download {url}: HTTP {code} {response.reason}")
             try:
-                for chunk in response.iter_content(1 << 16):
-                    out.write(chunk)
+                out.writelines(response.iter_content(1 << 16))
                 return
             except requests.RequestException as e:
                 say(f"download interrupted ({why(e)}); starting over")
@@ -129,14 +116,12 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
 
 
 def remove_partials(folder: Path, *, ours: bool = False) -> None:
-    """Remove the partial downloads in folder of runs that are gone (a kill leaves them) and,
-    with ours, this process's own (it was interrupted)."""
+    """Remove the partial downloads of gone runs in folder; ours: this (interrupted) run's too."""
     with _creating:
         if ours:
             _interrupted.set()
         for path in list(folder.glob(".*")):
             if match := _PARTIAL.fullmatch(path.name):
                 pid = int(match["pid"] or 0)  # no pid: an older version's, gone
-                gone = not Path(f"/proc/{pid}").exists()  # Linux, as ROCm
-                if ours if pid == os.getpid() else gone:
+                if ours if pid == os.getpid() else not Path(f"/proc/{pid}").exists():  # Linux
                     path.unlink(missing_ok=True)

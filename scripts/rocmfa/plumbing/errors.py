@@ -1,29 +1,19 @@
-"""The one exception type for bad input and failed preconditions, and the one-line form of
-the OS and decoding errors that reach the noxfile boundary."""
+"""UserError (bad input, failed preconditions) and one-line forms of OS and decoding errors."""
 
 from __future__ import annotations
 
 import errno
+import tomllib
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class UserError(Exception):
     """A problem the user can fix; reported as one line and a non-zero exit, no traceback."""
 
 
-ELSEWHERE = "or choose another location (--workdir, --prefix)"
-ACCESS = f"give this user write access (chown/chmod) {ELSEWHERE}"
-FIXES = {
-    errno.EROFS: f"the file system is mounted read-only; remount it read-write {ELSEWHERE}",
-    errno.EACCES: ACCESS,
-    errno.EPERM: ACCESS,
-    errno.ENOSPC: "free space on that file system (df -h) or choose another location",
-    errno.EDQUOT: "the disk quota is used up; free space or choose another location",
-    errno.ENOENT: "it does not exist; check the path (or rerun the step that makes it)",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; check the path",
-    errno.EISDIR: "it is a folder where a file was expected; check the path",
-    errno.EMFILE: "too many open files; raise `ulimit -n`",
-}
+# read at import: an EMFILE or ENOSPC error could not open it later
+FIXES = tomllib.loads(Path(__file__).parents[1].joinpath("data/os_fixes.toml").read_text())
 
 
 def os_error_line(error: OSError) -> str:
@@ -32,16 +22,14 @@ def os_error_line(error: OSError) -> str:
     if error.filename2 is not None:
         where = f"{where} -> {error.filename2}"
     cause = error.strerror or type(error).__name__
-    fix = FIXES.get(error.errno or 0, "check the path and its permissions")
+    fix = FIXES.get(errno.errorcode.get(error.errno or 0, ""), "check the path and its permissions")
     return f"cannot use {where}: {cause} (errno {error.errno}); fix: {fix}"
 
 
 def decode_error_line(error: UnicodeDecodeError, path: object = None) -> str:
     where = f"{path} " if path is not None else "a data file "
-    return (
-        f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: re-save it as "
-        "UTF-8, or delete it when it is a record we wrote (stamps, run manifests)"
-    )
+    fix = "re-save it as UTF-8, or delete it when it is a record we wrote (stamps, run manifests)"
+    return f"{where}is not UTF-8 text (byte {error.start}: {error.reason}); fix: {fix}"
 
 
 def _swapped(a: str, b: str) -> bool:
@@ -51,12 +39,10 @@ def _swapped(a: str, b: str) -> bool:
 
 
 def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
-    """' (did you mean 'x'?)' for the closest choice: case first, then two characters
-    swapped (the usual typo in gfx1151), then difflib's closest; or ''."""
+    """' (did you mean 'x'?)': same but case, two characters swapped (gfx1115), difflib; or ''."""
     import difflib  # only on an error path: every session imports this module
 
-    options = sorted(choices)
-    wanted = word.strip().lower()
+    options, wanted = sorted(choices), word.strip().lower()
     match = (
         [c for c in options if c.lower() == wanted]
         or [c for c in options if len(c) == len(wanted) and _swapped(wanted, c.lower())]

@@ -9,7 +9,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from rocmfa.plumbing.errors import UserError
 LOCK_NAME = ".rocmfa.lock"
 
 
-@contextmanager
+@contextlib.contextmanager
 def hold(path: Path, what: str, session: str) -> Iterator[None]:
     """Hold the lock at path for the block, or fail in one line naming the holder."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -28,9 +27,8 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             by: Any = {}  # the holder's record, as it wrote it below
-            with contextlib.suppress(OSError, ValueError):
-                by = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-            by = by if isinstance(by, dict) else {}
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                by = dict(json.loads(os.pread(fd, 4096, 0)))
             raise UserError(
                 f"{what} is in use by another session: nox -s {by.get('session', '?')} (pid "
                 f"{by.get('pid', '?')}, since {by.get('since', '?')}; lock {path}); wait for it "

@@ -1,7 +1,6 @@
-"""Every session's settings: a frozen dataclass resolved once by parse() (flag, else $ROCMFA_*,
-else default), checked before the first command; the one reader of $ROCMFA_*. To add an option:
-an OPTIONS entry named in its session's @settings; a session: its class, a SESSIONS row and a
-@nox.session function in noxfile.py."""
+"""Every session's settings: a frozen dataclass resolved once by parse() (flag, else $ROCMFA_*, else
+default), checked before the first command; the one reader of $ROCMFA_*. A new option: an OPTIONS
+entry in its session's class; a session: a class, a SESSIONS row, a noxfile.py function."""
 
 from __future__ import annotations
 
@@ -64,8 +63,6 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
 
 
 # --- checks: each takes the text and returns the value (ValueError or UserError: one line) ---
-
-
 def folder(text: str) -> str:
     """A folder we may create: refused when it exists as something else."""
     if Path(text).expanduser().exists() and not Path(text).expanduser().is_dir():
@@ -105,10 +102,9 @@ def known_arch(text: str) -> str:
     table = arch_data().get("arch")
     if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
         return text  # malformed: scripts/rocmfa/env/archs.py says where, in one line, when it loads
+    amd = [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
     if text.strip().split(":")[0] not in table:
-        raise unknown_arch(
-            text, [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
-        )
+        raise unknown_arch(text, amd)
     return text
 
 
@@ -138,8 +134,6 @@ def profiles() -> tuple[str, ...]:
 
 
 # --- the options: each declared once, by its field name (NAME:VARIANT: a session's own help) --
-
-
 @dataclass(frozen=True)
 class Opt:
     """One option; kind: switch (default False), list (()) or value (None); type: the check."""
@@ -174,8 +168,7 @@ def switch(flag: str, help: str) -> Opt:
     return Opt((flag,), help, "switch")
 
 
-def many(flag: str, help: str, **more: Any) -> Opt:
-    """A repeatable option: a tuple of values."""
+def many(flag: str, help: str, **more: Any) -> Opt:  # repeatable: a tuple of values
     return Opt((flag,), help, "list", **more)
 
 
@@ -183,30 +176,32 @@ def value(flags: str, help: str, **more: Any) -> Opt:
     return Opt(tuple(flags.split()), help, **more)
 
 
-ARCH_HELP = f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection)"
 URLS = "s3://BUCKET/PREFIX?endpoint=URL"
+HELP = {  # those too long for a line of OPTIONS
+    "arch": f"GPU arch, e.g. gfx1151 (default: ${ARCH_ENV}, else rocm-bootstrap's detection)",
+    "prefix": f"conda env prefix (default: ${PREFIX_ENV})",
+    "env_name": f"conda env name (default: ${NAME_ENV}, therock)",
+    "workdir": f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
+    "cache": f"compile cache: none|ccache|sccache|/DIR|redis://HOST:PORT|{URLS}",
+    "index": f"team wheel index: DIR|{URLS}|pypi+http(s)://HOST (v2/<family>/ or {{family}} in it)",
+}
 STAGE, N = {"choices": STAGES, "metavar": "STAGE"}, {"type": positive_int, "metavar": "N"}
 LIST = {"type": comma_ints, "metavar": "LIST"}
 OPTIONS = {
-    "arch": value("--arch", ARCH_HELP, env=ARCH_ENV, type=known_arch),
-    "arch:shown": value("--arch", ARCH_HELP, env=ARCH_ENV),  # doctor, matrix: shown, not refused
-    "prefix": value("--prefix", f"conda env prefix (default: ${PREFIX_ENV})", env=PREFIX_ENV,
-                    type=folder),
-    "env_name": value("--env-name", f"conda env name (default: ${NAME_ENV}, therock)",
-                      env=NAME_ENV, type=env_name),
-    "workdir": value("--workdir", f"checkouts, builds, downloads (default: ${WORKDIR_ENV}, ./work)",
-                     env=WORKDIR_ENV, type=folder),
+    "arch": value("--arch", HELP["arch"], env=ARCH_ENV, type=known_arch),
+    "arch:shown": value("--arch", HELP["arch"], env=ARCH_ENV),  # doctor, matrix: shown, not refused
+    "prefix": value("--prefix", HELP["prefix"], env=PREFIX_ENV, type=folder),
+    "env_name": value("--env-name", HELP["env_name"], env=NAME_ENV, type=env_name),
+    "workdir": value("--workdir", HELP["workdir"], env=WORKDIR_ENV, type=folder),
     "dry_run": switch("--dry-run", "print each command, its directory and variables; run none"),
     "force": switch("--force", "redo what is up to date; replace what would be refused"),
     "force:pins": switch("--force", "an inconsistent torch x AOTriton pin set: warn, not refuse"),
     "json": switch("--json", "machine-readable output"),
     "jobs": value("--jobs -j", "parallel jobs (default: by CPUs and memory)", **N),
-    "cache": value("--cache", f"compile cache: none, ccache, sccache, /DIR, redis://HOST:PORT, "
-                   f"{URLS}", type=parse_cache, metavar="KIND|URL"),
+    "cache": value("--cache", HELP["cache"], type=parse_cache, metavar="KIND|URL"),
     "discard_local_edits": switch("--discard-local-edits", "reset an edited checkout to its pin"),
     "channel": many("--channel", "a mirror of a channel (or NAME=URL)", metavar="URL"),
-    "index": value("--index", f"team wheel index: DIR, {URLS} or pypi+http(s)://HOST "
-                   "(its v2/<family>/, or {family} in the URL)", type=index_url, metavar="URL"),
+    "index": value("--index", HELP["index"], type=index_url, metavar="URL"),
     # setup_env
     "show": switch("--show", "list the env's activation variables and why, then stop"),
     "profile": many("--profile", "add a variable profile (vllm: its flags)", choices=profiles),
@@ -250,12 +245,12 @@ OPTIONS = {
     "with_examples": switch("--with-examples", "also build CK's examples (slow: GPU_TARGETS)"),
     # validate
     "upstream": switch("--upstream", "run PyTorch's own SDPA tests (probes/upstream_sdpa.py)"),
-}  # fmt: skip
+}
 DEFAULTS = {"switch": False, "list": (), "value": None}
 
 
 def settings(*groups: str) -> Callable[[type], type]:
-    """A frozen dataclass, one field per OPTIONS key named in groups; its docstring: --help."""
+    """A frozen dataclass, one field per OPTIONS key named in groups."""
 
     def make(cls: type) -> type:
         names = " ".join(groups).split()
@@ -268,39 +263,24 @@ def settings(*groups: str) -> Callable[[type], type]:
     return make
 
 
+def plain(name: str, *groups: str) -> type:
+    """A settings class with no methods of its own."""
+    return settings(*groups)(type(name, (), {"__module__": __name__}))
+
+
 @functools.cache
-def options_of(cls: type) -> tuple[Opt, ...]:
-    """The class's options in field order."""
+def options_of(cls: type) -> tuple[Opt, ...]:  # in field order
     return tuple(f.metadata["opt"] for f in dataclasses.fields(cls))
 
 
 WHERE = "arch prefix env_name workdir"
-COMPILE = f"{WHERE} dry_run force jobs cache discard_local_edits"
-
-
-@settings("prefix env_name dry_run channel")
-class LockOptions:
-    """Solve environment.yml (channels, or a --channel mirror) into conda-lock.yml."""
-
-
-@settings(WHERE, "dry_run force channel show profile with_torch rocm_index")
-class SetupEnvOptions:
-    """Create or update the shared env from the lock."""
-
-
-@settings("arch:shown prefix env_name workdir json")
-class DoctorOptions:
-    """What the report looks at (a bad --arch is shown on its screen, not refused)."""
-
-
-@settings("arch:shown json")
-class MatrixOptions:
-    """The arch to show (a bad one is shown on the screen, not refused)."""
-
-
-@settings("workdir dry_run force:pins project port_patches")
-class UpdatePinsOptions:
-    """Which pins to resolve and rewrite."""
+CHANGE = f"{WHERE} dry_run force"
+COMPILE = f"{CHANGE} jobs cache discard_local_edits"
+LockOptions = plain("LockOptions", "prefix env_name dry_run channel")
+SetupEnvOptions = plain("SetupEnvOptions", CHANGE, "channel show profile with_torch rocm_index")
+DoctorOptions = plain("DoctorOptions", "arch:shown prefix env_name workdir json")
+MatrixOptions = plain("MatrixOptions", "arch:shown json")
+UpdatePinsOptions = plain("UpdatePinsOptions", "workdir dry_run force:pins project port_patches")
 
 
 @settings(
@@ -309,8 +289,6 @@ class UpdatePinsOptions:
     "with_pyaotriton restore workers triton",
 )
 class BuildAotritonOptions:
-    """How AOTriton is had: its release pack, or built from source."""
-
     def check(self) -> None:
         if self.from_release and self.from_source:
             raise UserError("--from-release and --from-source exclude each other: drop one")
@@ -326,58 +304,26 @@ class BuildAotritonOptions:
         return self.triton or ("pypi" if self.workers else "fork")
 
 
-@settings("arch workdir dry_run jobs cache discard_local_edits sample")
-class KernelCheckOptions:
-    """kernel_check needs no env: AOTriton's generator and a pip Triton in their own venv."""
-
-
-@settings(COMPILE, "clean timeout_min tune_head_dims tune_dtypes tune_seqlens")
-class TuneAotritonOptions:
-    """What Tuner v3.5 tunes (its dispatch filters; none: every task); builds as build_aotriton."""
-
-
 @settings(COMPILE, "clean:pytorch from_stage only skip with_apex build_tests aotriton_prefix")
 class BuildPytorchOptions:
-    """Which stages of TheRock's PyTorch build run, and how."""
-
     def check(self) -> None:
         if self.from_stage and self.only:
             raise UserError("--from and --only exclude each other")
 
 
-@settings(WHERE, "dry_run force index no_backend_check wheel_set")
-class InstallWheelsOptions:
-    """Which wheels go into the env: the last build's, or a team index's set."""
-
-
-@settings("arch workdir dry_run index report")
-class PublishOptions:
-    """publish reads the build's run manifest (work dir), not the env."""
-
-
-@settings(COMPILE, "clean:ck with_tests with_examples")
-class BuildCkOptions:
-    """What of composable_kernel is built."""
-
-
-@settings("prefix env_name")
-class ProbeOptions:
-    """bench's and backend_check's own options go through to their scripts/rocmfa/probes/ script."""
-
-
-BenchOptions = BackendCheckOptions = ProbeOptions
-
-
-@settings("prefix env_name workdir upstream")
-class ValidateOptions:
-    """validate's own options go through to scripts/rocmfa/probes/validate.py."""
-
-
-@settings("arch index baseline out")
-class ReportOptions:
-    """report's INPUT... (folders or probe JSON files) go through as the rest; with --index
-    the family comes from the URL, else from --arch."""
-
+KernelCheckOptions = plain(
+    "KernelCheckOptions", "arch workdir dry_run jobs cache discard_local_edits sample"
+)
+TuneAotritonOptions = plain(
+    "TuneAotritonOptions", COMPILE, "clean timeout_min tune_head_dims tune_dtypes tune_seqlens"
+)
+InstallWheelsOptions = plain("InstallWheelsOptions", CHANGE, "index no_backend_check wheel_set")
+PublishOptions = plain("PublishOptions", "arch workdir dry_run index report")
+BuildCkOptions = plain("BuildCkOptions", COMPILE, "clean:ck with_tests with_examples")
+# bench's, backend_check's, validate's and report's own options go through to them
+ProbeOptions = BenchOptions = BackendCheckOptions = plain("ProbeOptions", "prefix env_name")
+ValidateOptions = plain("ValidateOptions", "prefix env_name workdir upstream")
+ReportOptions = plain("ReportOptions", "arch index baseline out")  # --index: the URL's family
 
 # Type names the domain modules annotate with: the sessions that read those fields.
 AotritonSourceOptions = BuildAotritonOptions | TuneAotritonOptions
@@ -385,9 +331,8 @@ Compile = AotritonSourceOptions | BuildPytorchOptions | BuildCkOptions
 EnvChoice = SetupEnvOptions | DoctorOptions | Compile | InstallWheelsOptions
 EnvOptions = BenchOptions | BackendCheckOptions | ValidateOptions | LockOptions
 
+
 # --- the sessions ----------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Session:
     """What the guard and the parser need of one nox session (its function: noxfile.py)."""
@@ -406,22 +351,19 @@ def takes_locks(declared: Session, opts: object) -> bool:
     return not (declared.reports_only or getattr(opts, "dry_run", False))
 
 
-# W: changes the work dir, WE: the work dir and the env. publish holds the work dir: it reads
-# the run's wheels, a build must not replace them.
-W, WE = {"changes_workdir": True}, {"changes_workdir": True, "changes_env": True}
 SESSIONS = (
     Session("lock", LockOptions),
-    Session("setup_env", SetupEnvOptions, **WE),
+    Session("setup_env", SetupEnvOptions, changes_workdir=True, changes_env=True),
     Session("doctor", DoctorOptions, reports_only=True),
     Session("matrix", MatrixOptions),
-    Session("update_pins", UpdatePinsOptions, **W),
-    Session("build_aotriton", BuildAotritonOptions, **WE),
-    Session("tune_aotriton", TuneAotritonOptions, **WE),
-    Session("kernel_check", KernelCheckOptions, **W),
-    Session("build_pytorch", BuildPytorchOptions, **W),
-    Session("install_wheels", InstallWheelsOptions, **WE),
-    Session("publish", PublishOptions, **W),
-    Session("build_ck", BuildCkOptions, **WE),
+    Session("update_pins", UpdatePinsOptions, changes_workdir=True),
+    Session("build_aotriton", BuildAotritonOptions, changes_workdir=True, changes_env=True),
+    Session("tune_aotriton", TuneAotritonOptions, changes_workdir=True, changes_env=True),
+    Session("kernel_check", KernelCheckOptions, changes_workdir=True),
+    Session("build_pytorch", BuildPytorchOptions, changes_workdir=True),
+    Session("install_wheels", InstallWheelsOptions, changes_workdir=True, changes_env=True),
+    Session("publish", PublishOptions, changes_workdir=True),  # no build replaces its wheels
+    Session("build_ck", BuildCkOptions, changes_workdir=True, changes_env=True),
     Session("bench", BenchOptions, forward=True, probe=True),
     Session("backend_check", BackendCheckOptions, forward=True, probe=True),
     Session("validate", ValidateOptions, forward=True, probe=True),
@@ -429,25 +371,17 @@ SESSIONS = (
 )
 BY_NAME = {s.name: s for s in SESSIONS}
 
+
 # --- the resolver ----------------------------------------------------------------------------
-
-
 @functools.cache
 def _declared() -> dict[str, bool]:
     """Every session's flags: whether each takes a value."""
     return {f: o.kind != "switch" for s in SESSIONS for o in options_of(s.options) for f in o.flags}
 
 
-def build_parser(
-    name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()
-) -> argparse.ArgumentParser:
-    """Session `name`'s parser (and --help): a bad argument is a one-line UserError; the other
-    sessions' flags found in posargs are taken and dropped; passed: a probe's own flags."""
-    parser = argparse.ArgumentParser(
-        prog=f"nox -s {name} --",
-        allow_abbrev=False,
-        description=f"Options of the {name} session. {BY_NAME[name].options.__doc__}",
-    )
+def build_parser(name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()):
+    """Session `name`'s parser; other sessions' flags in posargs are dropped; passed: a probe's."""
+    parser = argparse.ArgumentParser(prog=f"nox -s {name} --", allow_abbrev=False)
     own = options_of(BY_NAME[name].options)
     for o in own:
         action = {"switch": "store_true", "list": "append", "value": "store"}[o.kind]
@@ -467,11 +401,8 @@ def build_parser(
     return parser
 
 
-def parse_known(
-    name: str, posargs: Sequence[str], passed: Iterable[str] = ()
-) -> tuple[Any, list[str]]:
-    """(settings, undeclared arguments): flag, else $ROCMFA_* (a FromEnv), else default, each
-    checked; passed: a probe's own flags, kept in the rest even where a session declares them."""
+def parse_known(name: str, posargs: Sequence[str], passed: Iterable[str] = ()) -> tuple:
+    """(settings, the rest): flag, else $ROCMFA_* (a FromEnv), else default; passed: in rest."""
     parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
@@ -482,8 +413,7 @@ def parse_known(
             values[option.name] = option.convert(name, raw, flag)
         elif raw:
             values[option.name] = raw
-        elif option.env and os.environ.get(option.env):  # settings: the one reader of $ROCMFA_*
-            text = os.environ[option.env]
+        elif option.env and (text := os.environ.get(option.env)):  # the one reader of $ROCMFA_*
             values[option.name] = FromEnv(option.convert(name, text, f"${option.env}"), option.env)
     resolved = BY_NAME[name].options(**values)
     try:

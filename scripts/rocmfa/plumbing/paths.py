@@ -1,5 +1,4 @@
-"""The work directory (checkouts, builds, stamps, downloads): --workdir or $ROCMFA_WORKDIR,
-else <repo>/work (git-ignored)."""
+"""The work directory (checkouts, builds, stamps, downloads) and the folders in it."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ WORKDIR_ENV = "ROCMFA_WORKDIR"
 
 def workdir(requested: str | os.PathLike[str] | None) -> Path:
     """The session's --workdir (or $ROCMFA_WORKDIR, resolved with its settings), else ./work."""
-    chosen = requested or REPO_ROOT / "work"
-    return Path(chosen).expanduser().resolve()
+    return Path(requested or REPO_ROOT / "work").expanduser().resolve()
 
 
 def src_dir(work: Path, project: str) -> Path:
@@ -25,8 +23,7 @@ def build_dir(work: Path, project: str) -> Path:
     return work / "build" / project
 
 
-def stamp_path(work: Path, name: str) -> Path:
-    """Stamps of finished build steps; doctor lists them as 'what is built'."""
+def stamp_path(work: Path, name: str) -> Path:  # doctor lists them as 'what is built'
     return work / "stamps" / f"{name}.json"
 
 

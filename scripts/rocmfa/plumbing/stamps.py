@@ -1,5 +1,4 @@
-"""Stamps: a finished step's inputs as JSON, written last and atomically; a step is up to date
-when its stamp's digest equals its current inputs' digest."""
+"""Stamps: a finished step's inputs as JSON, written last, atomically; equal digests: up to date."""
 
 from __future__ import annotations
 
@@ -9,9 +8,6 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
-
-# what a dry run would stamp lives with the runner; builds/ still call stamps.plan/planned
-from rocmfa.plumbing.commands import plan, planned  # noqa: F401
 
 
 def digest(inputs: Any) -> str:
@@ -35,8 +31,7 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def is_current(path: Path, inputs: Any) -> bool:
-    stamp = read(path)
-    return stamp is not None and stamp.get("inputs_digest") == digest(inputs)
+    return (read(path) or {}).get("inputs_digest") == digest(inputs)
 
 
 def write(path: Path, inputs: Any, **extra: Any) -> None:
@@ -47,21 +42,35 @@ def write(path: Path, inputs: Any, **extra: Any) -> None:
     write_text_atomic(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode())
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_text_atomic(path: Path, data: str | bytes) -> None:
     """path holds data or what it held before, never part of data (temp file + rename)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+write_bytes_atomic = write_text_atomic
+
+
 def remove(path: Path) -> None:
     Path(path).unlink(missing_ok=True)
+
+
+# What a plan would stamp, by path, for the later sessions of the same nox run (this process):
+# a chained plan of build_aotriton and build_pytorch plans torch against the AOTriton to be.
+_PLANNED: dict[str, dict[str, Any]] = {}
+
+
+def plan(path: Path, **facts: Any) -> None:
+    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
+    _PLANNED[str(Path(path))] = facts
+
+
+def planned(path: Path) -> dict[str, Any] | None:
+    """What an earlier dry run of this process would have stamped at path, or None."""
+    return _PLANNED.get(str(Path(path)))

@@ -1,6 +1,5 @@
-"""A team wheel index: a PEP 503 index per arch family (v2/<family>/, or {family} in the URL) in
-a directory (NFS), S3 (boto3) or a pypi+http(s):// upload API (twine). Static trees never replace
-a file (link(2); S3 If-None-Match); credentials come from the environment only."""
+"""A team wheel index: PEP 503 per arch family (v2/<family>/ or {family}) in a directory, S3 (boto3)
+or an upload API (twine); trees never replace a file (link(2), If-None-Match)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.utils import canonicalize_name
 
@@ -18,14 +17,8 @@ from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.errors import UserError
 
 HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
-FORMS = (
-    "a directory (a shared disk or NFS path), s3://BUCKET/PREFIX?endpoint=URL (S3-compatible "
-    "storage) or pypi+http(s)://HOST/PATH (pypiserver, devpi)"
-)
-
-
-class Clash(Exception):
-    """A file of that name is already on the index (a store never replaces one)."""
+CLASH = "appeared while publishing (another publish?); refusing to replace it - run publish again"
+FORMS = "a directory or NFS path, s3://BUCKET/PREFIX?endpoint=URL or pypi+http(s)://HOST (twine)"
 
 
 @dataclass(frozen=True)
@@ -42,10 +35,8 @@ class IndexSpec:
         """The family index: a path, an http(s) URL or an S3 key prefix (no trailing '/')."""
         base = self.prefix if self.kind == "s3" else self.location
         if "{family}" in base:
-            root = base.replace("{family}", family)
-        else:
-            root = "/".join(p for p in (base.rstrip("/"), "v2", family) if p)
-        return root.rstrip("/")
+            return base.replace("{family}", family).rstrip("/")
+        return "/".join(p for p in (base.rstrip("/"), "v2", family) if p)
 
     def describe(self, family: str) -> str:
         root = self.family_root(family)
@@ -66,9 +57,8 @@ def parse_index(value: str | None) -> IndexSpec:
         return IndexSpec("dir", str(Path(path).expanduser().resolve()))
     if parts.username or parts.password:
         raise UserError(
-            "--index: credentials do not belong in the URL (they would be printed and recorded); "
-            "set them in the environment (TWINE_USERNAME/TWINE_PASSWORD for pypi+http(s)://, "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for s3://)"
+            "--index: credentials do not belong in the URL (it is printed and recorded); set "
+            "TWINE_USERNAME/TWINE_PASSWORD or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY instead"
         )
     if scheme in ("pypi+http", "pypi+https") and parts.netloc and not query:
         url = f"{scheme.removeprefix('pypi+')}://{parts.netloc}{parts.path.rstrip('/')}"
@@ -84,11 +74,7 @@ def parse_index(value: str | None) -> IndexSpec:
 
 
 # --- reading: pages and files over plain GETs -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Link:
-    filename: str
+class Link(NamedTuple):
     url: str  # absolute, no fragment
     sha256: str | None
 
@@ -101,13 +87,11 @@ def parse_page(text: str, page_url: str) -> dict[str, Link]:
         name = urllib.parse.unquote(absolute.rstrip("/").rsplit("/", 1)[-1])
         sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
         if name:
-            links[name] = Link(name, absolute, sha)
+            links[name] = Link(absolute, sha)
     return links
 
 
-def read_project(
-    spec: IndexSpec, family: str, project: str, store: TreeStore | None = None
-) -> dict[str, Link]:
+def read_project(spec: IndexSpec, family: str, project: str, store=None) -> dict[str, Link]:
     """filename -> Link of a project on the family index: a plain GET, or through store."""
     name, root = canonicalize_name(project), spec.family_root(family)
     if store is None:  # a plain GET: an upload API serves its pages under simple/
@@ -115,16 +99,13 @@ def read_project(
         url = f"{root}/simple/{name}/" if upload else Path(root, name, "index.html").as_uri()
         body = downloads.get(url, missing=(403, 404))
         return parse_page(body.decode(errors="replace"), url) if body is not None else {}
-    body = store.read(f"{name}/index.html")
-    if body is None:
-        return {}
+    body = store.read(f"{name}/index.html") or b""
     links = parse_page(body.decode(errors="replace"), f"http://index.invalid/{name}/")
-    return {n: Link(n, store.target(f"{name}/{n}"), link.sha256) for n, link in links.items()}
+    return {n: Link(store.target(f"{name}/{n}"), link.sha256) for n, link in links.items()}
 
 
 def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
-    """A PEP 503 page linking the files (or, with suffix "/", the projects) next to it, each
-    with its sha256 where given."""
+    """A PEP 503 page linking the files (suffix "/": the projects) next to it, with sha256s."""
     anchors = "".join(
         f'<a href="{html.escape(urllib.parse.quote(name))}{suffix}'
         f'{"#sha256=" + sha if sha else ""}">{html.escape(name)}</a>\n'
@@ -134,8 +115,6 @@ def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
 
 
 # --- writing a static tree --------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class DirStore:
     """Create-only files and replaceable pages below one folder."""
@@ -146,10 +125,8 @@ class DirStore:
         return f"{self.root}/{rel}"
 
     def read(self, rel: str) -> bytes | None:
-        try:
-            return Path(self.root, rel).read_bytes()
-        except FileNotFoundError:
-            return None
+        path = Path(self.root, rel)
+        return path.read_bytes() if path.is_file() else None
 
     def put_new(self, rel: str, source: Path) -> None:
         dest = Path(self.root, rel)
@@ -159,7 +136,7 @@ class DirStore:
         try:
             os.link(tmp, dest)  # fails when dest exists: never replaces
         except FileExistsError:
-            raise Clash(rel) from None
+            raise UserError(f"{self.target(rel)} {CLASH}") from None
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -170,42 +147,38 @@ class DirStore:
 
 
 class S3Store:
-    """The same below a key prefix, through boto3; only NoSuchKey reads as absent (any other
-    answer is an error naming the endpoint)."""
+    """The same below a key prefix, via boto3: only NoSuchKey is absent, else an error."""
 
-    def __init__(self, bucket: str, root: str, endpoint=None, region=None, timeout=60.0) -> None:
+    def __init__(self, bucket: str, root: str, endpoint=None, region=None) -> None:
         import boto3
         from botocore import UNSIGNED
         from botocore.config import Config
 
-        self.bucket, self.root, self.endpoint = bucket, root.strip("/"), endpoint
+        self.bucket, self.endpoint, root = bucket, endpoint, root.strip("/")
+        self.prefix = f"{root}/" if root else ""  # of every key
         session = boto3.session.Session()
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
-        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
-                        connect_timeout=timeout, read_timeout=timeout,
-                        signature_version=UNSIGNED if self.anonymous else None)  # fmt: skip
+        signing = {"signature_version": UNSIGNED} if self.anonymous else {}
+        config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **signing)
         region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
-    def _key(self, rel: str) -> str:
-        return f"{self.root}/{rel}" if self.root else rel
-
     def target(self, rel: str) -> str:
-        return f"s3://{self.bucket}/{self._key(rel)}"
+        return f"s3://{self.bucket}/{self.prefix}{rel}"
 
     def _call(self, op: str, rel: str, fn, *, missing: tuple[str, ...] = (), **kwargs: Any):
         from botocore.exceptions import BotoCoreError, ClientError
 
         at = f" at {self.endpoint}" if self.endpoint else ""
         try:
-            return fn(Bucket=self.bucket, Key=self._key(rel), **kwargs)
+            return fn(Bucket=self.bucket, Key=self.prefix + rel, **kwargs)
         except ClientError as e:
             error = e.response.get("Error", {})
             code = str(error.get("Code", ""))
             if code in missing:
                 return None
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                raise Clash(rel) from None
+                raise UserError(f"{self.target(rel)} {CLASH}") from None
             why = f"{code} {error.get('Message') or ''}".strip()
             if not code:  # a body that is not S3's XML
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

@@ -1,5 +1,4 @@
-"""`nox -s install_wheels`: this run's wheels, or with --index the newest fitting published set,
-checked (sha256, Python tag, ROCm local version: ROCm/vllm#943). docs/pytorch-and-ck.md."""
+"""`nox -s install_wheels`: this run's or a team index's wheels, checked; docs/pytorch-and-ck.md."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Any
 
 import packaging.tags
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 from wheel.wheelfile import WheelFile
 
@@ -29,60 +28,42 @@ from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import InstallWheelsOptions
 
-ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")
+ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")  # torch checks it: ROCm/vllm#943
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
-SCHEMA = "rocmfa-wheelset/1"
-MANIFEST_PROJECT = "rocmfa-wheelset"
-MANIFEST_DIST = "rocmfa_wheelset"
+SCHEMA, MANIFEST_PROJECT, MANIFEST_DIST = "rocmfa-wheelset/1", "rocmfa-wheelset", "rocmfa_wheelset"
 MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
-def rocm_of(version: Version) -> tuple[str | None, str]:
-    """(ROCm version the wheel was built against, how it is written), from the local part."""
-    local = version.local or ""
-    if not (match := ROCM_IN_LOCAL.search(local)):
-        return None, local
-    if match.group(2):  # +rocmsdk<date>: the 2025 suffix, a build date, not a ROCm version
-        return None, f"rocmsdk{match.group(3)}"
-    return match.group(3), f"{match.group(1) or ''}rocm{match.group(3)}"
+def rocm_of(version: Version) -> str | None:
+    """The ROCm version a wheel was built against, from its local part; +rocmsdk<date> (the
+    2025 suffix) is a build date, not a ROCm version."""
+    match = ROCM_IN_LOCAL.search(version.local or "")
+    return match[3] if match and not match[2] else None
 
 
 def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> str:
     """'name version' of the recorded wheel, unchanged and fit for the env's Python and ROCm."""
-    path = Path(record["file"])
+    path, rebuild = Path(record["file"]), "rebuild: nox -s build_pytorch -- --force"
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
     if stamps.file_sha256(path) != record.get("sha256"):
-        raise UserError(
-            f"{path.name} changed since build_pytorch recorded it (sha256 differs); refusing "
-            "to install it; rerun: nox -s build_pytorch"
-        )
-    filename = path.name  # build_pytorch's name: TheRock's, with its local version
-    try:
-        name, version, _build, tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename as e:
-        raise UserError(f"{filename}: not a valid wheel file name ({e})") from None
+        raise UserError(f"{path.name} changed since build_pytorch recorded it; {rebuild}")
+    name, version, _build, tags = parse_wheel_filename(path.name)  # TheRock's, as recorded
     python = (int(python_tag[2]), int(python_tag[3:]))  # the env's, on this machine's platforms
     if not tags & {*packaging.tags.cpython_tags(python), *packaging.tags.compatible_tags(python)}:
-        wheel_tags = ", ".join(sorted(str(t) for t in tags))
+        its = ", ".join(sorted(str(t) for t in tags))
         raise UserError(
-            f"{filename} is for {wheel_tags}, but the env's Python is {python_tag}; rebuild "
-            "with this env (nox -s build_pytorch -- --force)"
+            f"{path.name} is for {its}, but the env's Python is {python_tag}; {rebuild}"
         )
-    built_for, written = rocm_of(version)
+    built_for = rocm_of(version)
     if built_for is None and str(name) in NEEDS_ROCM:
-        what = f"'+{written}'" if written else "no local version"
-        raise UserError(
-            f"{filename} names no ROCm version ({what}); the env has ROCm {rocm_version} "
-            "and torch checks it at import; rebuild: nox -s build_pytorch -- --force"
-        )
+        what = f"'+{version.local}'" if version.local else "no local version"
+        raise UserError(f"{path.name} names no ROCm version ({what}), torch checks it; {rebuild}")
     if built_for is not None and not same_version(built_for, rocm_version):
-        raise UserError(
-            f"{filename} was built against ROCm {built_for}, but the env has ROCm "
-            f"{rocm_version} (rocm-sdk version); rebuild: nox -s build_pytorch -- --force"
-        )
+        env_has = f"the env has ROCm {rocm_version} (rocm-sdk version)"
+        raise UserError(f"{path.name} was built against ROCm {built_for}, but {env_has}; {rebuild}")
     return f"{name} {version}"
 
 
@@ -91,9 +72,7 @@ def load_manifest(work: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(
-            f"no build_pytorch run manifest at {path}; run: nox -s build_pytorch"
-        ) from None
+        raise UserError(f"no run manifest at {path}; run: nox -s build_pytorch") from None
     except (OSError, ValueError) as e:
         raise UserError(f"unreadable run manifest {path}: {e}") from None
     wheels = manifest.get("wheels") if isinstance(manifest, dict) else None
@@ -128,27 +107,24 @@ def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
 
 
 def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: bool) -> tuple:
-    """(run manifest with each wheel's Requires-Dist, pip argv); in a plan, placeholders."""
+    """(run manifest with each wheel's Requires-Dist, pip argv, None); in a plan, placeholders."""
     work, runner = session.work, session.runner
     if not manifest_path(work).exists():
-        runner.refuse(
-            f"no build_pytorch run manifest at {manifest_path(work)}: run nox -s build_pytorch "
-            "first (or earlier in the same chain)"
-        )
+        first = "run nox -s build_pytorch first (or earlier in the same chain)"
+        runner.refuse(f"no build_pytorch run manifest at {manifest_path(work)}: {first}")
         stages = enabled_stages((), with_apex=False)  # its default stages; triton: torch's call
         projects = [c.wheels[0] for c in COMPONENTS if c.stage in stages]
         runner.done(f"the wheels nox -s build_pytorch writes ({', '.join(projects)} by default)")
-        wheels = [{
-            "file": f"<{p} wheel: written to {work / 'wheels'} by nox -s build_pytorch>",
-            "project": p, "version": f"<{p} version>", "sha256": f"<sha256 of the {p} wheel>",
-        } for p in projects]  # fmt: skip
-        return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels])
+        made = f"written to {work / 'wheels'} by nox -s build_pytorch"
+        wheels = [{"project": p, "file": f"<{p} wheel: {made}>", "sha256": ""} for p in projects]
+        return {"wheels": wheels}, install_argv(session.python, [w["file"] for w in wheels]), None
     manifest = load_manifest(work)
     for record in manifest["wheels"] if checkable else []:  # a plan without the env: not checked
         what = check_wheel(record, *target)
         runner.say(f"ok: {what} ({target[0]}, ROCm {target[1]})")
         record["requires"] = requires_of(Path(record["file"]))
-    return manifest, install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
+    argv = install_argv(session.python, [str(r["file"]) for r in manifest["wheels"]])
+    return manifest, argv, None
 
 
 def family_of(arch: archs.Arch) -> str:
@@ -185,11 +161,8 @@ def listed_manifests(spec: team_index.IndexSpec, family: str):
 
 def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[str, Any]:
     """The manifest in wheel `name`, checked against its page's sha256."""
-    data = (
-        store.read(f"{MANIFEST_PROJECT}/{name}")
-        if store
-        else downloads.get(link.url, missing=(403, 404))
-    )
+    rel = f"{MANIFEST_PROJECT}/{name}"
+    data = store.read(rel) if store else downloads.get(link.url, missing=(403, 404))
     if data is None:
         raise UserError(f"{name} is listed on {where} but cannot be downloaded")
     if link.sha256 and hashlib.sha256(data).hexdigest() != link.sha256:
@@ -204,29 +177,21 @@ def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[s
     return manifest  # as publish wrote it
 
 
-def mismatch(
-    manifest: Mapping[str, Any], family: str, arch: str, python_tag=None, rocm_version=None
-) -> str | None:
+def mismatch(manifest: Mapping, family: str, arch: str, python_tag=None, rocm_version=None):
     """One line naming how this wheel set does not fit this machine, or None."""
-    who = f"wheel set {manifest['set_id']}"
+    built, sdk = f"wheel set {manifest['set_id']} was built", manifest["rocm_sdk"]
     if (manifest["arch"], manifest["family"]) != (arch, family):  # one arch of its family
-        return (
-            f"{who} was built for {manifest['arch']} (family {manifest['family']}) only; this "
-            f"machine is {arch} (family {family})"
-        )
+        theirs = f"{manifest['arch']} (family {manifest['family']})"
+        return f"{built} for {theirs} only; this machine is {arch} (family {family})"
     if python_tag is not None and manifest["python"] != python_tag:
-        return f"{who} was built for Python {manifest['python']}; the env has {python_tag}"
-    if rocm_version is not None and not same_version(manifest["rocm_sdk"], rocm_version):
-        return (
-            f"{who} was built against ROCm SDK {manifest['rocm_sdk']}; the env has "
-            f"{rocm_version} (rocm-sdk version)"
-        )
+        return f"{built} for Python {manifest['python']}; the env has {python_tag}"
+    if rocm_version is not None and not same_version(sdk, rocm_version):
+        return f"{built} against ROCm SDK {sdk}; the env has {rocm_version} (rocm-sdk version)"
     return None
 
 
 def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
-    """(manifest, pip argv, what) of the newest wheel set on this machine's family index that
-    fits (fits' keys compared): its wheels as `name @ URL --hash=sha256:...` lines."""
+    """(manifest, pip argv, what) of the newest set that fits: `name @ URL --hash=...` lines."""
     spec, arch, runner = team_index.parse_index(opts.index), session.choice.arch, session.runner
     family = family_of(arch)
     where = spec.describe(family)
@@ -235,9 +200,9 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     if opts.wheel_set and not (names := [n for n in names if f".{opts.wheel_set}-py3-" in n]):
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
+        publish = f"nox -s publish -- --index {shlex.quote(opts.index)}"
         raise UserError(
-            f"no wheel set on {where}; publish one from the building machine: "
-            f"nox -s publish -- --index {shlex.quote(opts.index)}"
+            f"no wheel set on {where}; publish one from the building machine: {publish}"
         )
     problems = []
     for manifest in (read_manifest(name, links[name], store, where) for name in names):
@@ -257,9 +222,8 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
-            runner.apply(
-                fetch_into, store, rel, local, say=f"download {store.target(rel)} -> {local}"
-            )
+            said = f"download {store.target(rel)} -> {local}"
+            runner.apply(fetch_into, store, rel, local, say=said)
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
     path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
@@ -288,20 +252,14 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
         fits = {"python_tag": python_tag, "rocm_version": rocm_version} if checkable else {}
         manifest, argv, where = from_index(opts, session, fits)
     else:
-        manifest, argv, where = (
-            *this_runs_wheels(session, (python_tag, rocm_version), checkable),
-            None,
-        )
+        manifest, argv, where = this_runs_wheels(session, (python_tag, rocm_version), checkable)
     install_unless_current(opts, session, manifest, argv, where)
     if opts.no_backend_check:
         runner.say("backend check skipped (--no-backend-check)")
         return
     check = runner.run([python, REPO_ROOT / "scripts/rocmfa/probes/backend_check.py"], check=False)
-    if check.returncode != 0:
-        raise UserError(
-            f"wheels installed, but the backend check failed (exit {check.returncode}): "
-            "see its report above"
-        )
+    if (code := check.returncode) != 0:
+        raise UserError(f"wheels installed, but the backend check failed (exit {code}): see above")
 
 
 def install_unless_current(opts, session, manifest: dict, argv: list, where: str | None) -> None:
@@ -313,40 +271,25 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
         runner.say("these wheels are already installed in the env (--force to reinstall)")
         return
     if needs := runtime_requirements(wheels):
-        runner.say(
-            f"runtime requirements of these wheels: {', '.join(needs)}; pip installs those "
-            "the env lacks from its configured index, then the wheels themselves with --no-deps"
-        )
+        listed = ", ".join(needs)
+        runner.say(f"runtime requirements of these wheels: {listed} (pip adds what the env lacks)")
         path = write_requirements(work / RUNTIME_REQUIREMENTS_NAME, needs, runner)
         result = runner.run([session.python, "-m", "pip", "install", "-r", path], check=False)
-        if result.returncode != 0:
-            raise UserError(
-                f"pip could not install the wheels' runtime requirements (exit "
-                f"{result.returncode}); see pip's message above; none of the wheels was installed"
-            )
+        if (code := result.returncode) != 0:
+            why = f"pip could not install the wheels' runtime requirements (exit {code})"
+            raise UserError(f"{why}; see pip's message above; none of the wheels was installed")
     elif needs is None:
-        runner.done(
-            "then the runtime requirements the wheels declare (Requires-Dist), from pip's "
-            f"configured index: pip install -r {work / RUNTIME_REQUIREMENTS_NAME}"
-        )
+        pip = f"pip install -r {work / RUNTIME_REQUIREMENTS_NAME} (pip's own index)"
+        runner.done(f"then the runtime requirements the wheels declare (Requires-Dist): {pip}")
     # first: a kill mid-install leaves a torch only a rerun finishes (doctor reads its RECORD)
     runner.apply(stamps.remove, stamp)
-    result = runner.run(argv, check=where is None)
-    if result.returncode != 0:
-        raise UserError(
-            f"pip could not install {where} (exit {result.returncode}); see pip's message above "
-            "(it refuses a wheel whose sha256 differs from the manifest's)"
-        )
+    if (code := runner.run(argv, check=where is None).returncode) != 0:
+        why = f"pip could not install {where} (exit {code}); see pip's message above"
+        raise UserError(f"{why} (it refuses a wheel whose sha256 differs from the manifest's)")
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
 
 
 def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
     listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
-    try:
-        have = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed)}
-    except (ValueError, TypeError, KeyError):
-        return False
-    return all(
-        Version(have.get(canonicalize_name(r["project"]), "0")) == Version(r["version"])
-        for r in wheels
-    )
+    have = {canonicalize_name(d["name"]): Version(d["version"]) for d in json.loads(listed)}
+    return all(have.get(canonicalize_name(r["project"])) == Version(r["version"]) for r in wheels)

@@ -1,5 +1,4 @@
-"""`nox -s publish`: this run's checked wheels, then their manifest as a tiny wheel
-`rocmfa-wheelset`, onto the family index (team_index.py). docs/pytorch-and-ck.md."""
+"""`nox -s publish`: this run's wheels, then their manifest wheel, to a team index (README.md)."""
 
 from __future__ import annotations
 
@@ -30,15 +29,12 @@ from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 from rocmfa.sources import pins
 
-REPORT_KINDS = {
-    "sdpa-backend-check/1": "backend_check",
-    "sdpa-validate/1": "validate",
-    "sdpa-bench/1": "bench",
-    kernel_check.SUMMARY_SCHEMA: "kernel_check",
-}
+REPORT_KINDS = {"sdpa-backend-check/1": "backend_check", "sdpa-validate/1": "validate"}
+REPORT_KINDS |= {"sdpa-bench/1": "bench", kernel_check.SUMMARY_SCHEMA: "kernel_check"}
 # What a summary keeps of a probe's report (the results page reads it back as that report).
 SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
 SUMMARY_KEYS += ("provenance", "settings", "wall_s")
+WHEEL = "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"  # the manifest wheel's
 
 
 def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
@@ -93,9 +89,8 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
         return kind, {k: v for k, v in doc.items() if k != "tree"}  # no local path
     summary = {k: doc[k] for k in SUMMARY_KEYS if k in doc}
     if kind == "bench":
-        summary["results"] = [
-            r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"
-        ]
+        ran = [r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"]
+        summary["results"] = ran
     return kind, summary
 
 
@@ -118,11 +113,10 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
         if summary.get("aotriton_commit") == pin.get("commit"):
             summaries[kind] = summary
-    wheels = [
-        {"file": Path(w["file"]).name, **{k: w[k] for k in ("project", "version", "size")},
-         "sha256": w["sha256"], "requires": install_wheels.requires_of(Path(w["file"]))}
-        for w in run["wheels"]
-    ]  # fmt: skip
+    wheels = [{k: w[k] for k in ("project", "version", "size", "sha256")} for w in run["wheels"]]
+    for wheel, w in zip(wheels, run["wheels"], strict=True):
+        path = Path(w["file"])
+        wheel.update(file=path.name, requires=install_wheels.requires_of(path))
     components, patches = {}, {}  # each checked-out source; the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
         commit = source.get("hashtag")
@@ -133,6 +127,9 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
     origin, commit = inputs.get("pytorch") or [None, None]
     torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
+    aot = {k: pin.get(k) for k in ("commit", "version", "source")}
+    aot.update(runtime=found and found.runtime, images=found.images if found else {})
+    aot["runtime_matches_images"] = True
     return {
         "schema": install_wheels.SCHEMA,
         "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
@@ -145,12 +142,7 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "wheels": wheels,
         "torch": {**torch, "head": heads.get("pytorch")},
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
-        "aotriton": {
-            **{k: pin.get(k) for k in ("commit", "version", "source")},
-            "runtime": found and found.runtime,
-            "images": found.images if found else {},
-            "runtime_matches_images": True,
-        },
+        "aotriton": aot,
         "components": components,
         "patches": patches,
         "reports": summaries,
@@ -168,46 +160,37 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with WheelFile(target, "w") as wf:
         wf.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        wf.writestr(f"{info}/METADATA", (
-            f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
-            f"Summary: manifest of wheel set {manifest['set_id']} ({manifest['arch']}, "
-            f"{manifest['python']}, ROCm {manifest['rocm_sdk']})\n"
-        ))  # fmt: skip
-        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: rocmfa-publish\n"
-                    "Root-Is-Purelib: true\nTag: py3-none-any\n")  # fmt: skip
+        metadata = f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
+        wf.writestr(f"{info}/METADATA", metadata)
+        wf.writestr(f"{info}/WHEEL", WHEEL)
     return target
-
-
-def sha256_of(data: bytes | None) -> str | None:
-    return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
     """(the wheels not on the index yet, each project's page after); refuses a sha256 clash."""
-    uploads, links = [], {}
+    uploads, links, pages = [], {}, {}
     for record in wheels:
         project, path = canonicalize_name(record["project"]), Path(record["file"])
         if project not in links:
             links[project] = team_index.read_project(spec, family, project, store)
+            pages[project] = {n: link.sha256 for n, link in links[project].items()}
+        pages[project][path.name] = record["sha256"]  # the page after publishing
         rel, link = f"{project}/{path.name}", links[project].get(path.name)
-        if store is not None and not (link and link.sha256):  # an upload cut short? no hash?
-            there = sha256_of(store.read(rel))
-        else:  # a page without hashes: the file's
-            there = link and (link.sha256 or sha256_of(downloads.get(link.url, missing=(403, 404))))
+        there = link and link.sha256
+        if not there and (store is not None or link):  # an upload cut short, or no hash listed
+            data = store.read(rel) if store else downloads.get(link.url, missing=(403, 404))
+            there = None if data is None else hashlib.sha256(data).hexdigest()
         if there is None:
             uploads.append((project, path))
         elif there == record["sha256"]:
             say(f"already there (same sha256): {path.name}")
         else:  # before any upload
+            shas = f"index {there[:12]}…, this build {record['sha256'][:12]}…"
             raise UserError(
                 f"refusing to publish to {spec.describe(family)}: {path.name} is already on the "
-                f"index with another sha256 (index {there[:12]}…, this build "
-                f"{record['sha256'][:12]}…); files on an index are never replaced - rebuild "
-                "with another version, or remove it from the index by hand"
+                f"index with another sha256 ({shas}); files on an index are never replaced - "
+                "rebuild with another version, or remove it from the index by hand"
             )
-    pages = {p: {n: link.sha256 for n, link in got.items()} for p, got in links.items()}
-    for record in wheels:
-        pages[canonicalize_name(record["project"])][Path(record["file"]).name] = record["sha256"]
     return uploads, pages
 
 
@@ -216,19 +199,16 @@ def publish(opts: PublishOptions) -> None:
     spec = team_index.parse_index(opts.index)
     run = install_wheels.load_manifest(work)
     if opts.arch and opts.arch != run["arch"]:
-        raise UserError(
-            f"--arch {opts.arch}: this run's wheels were built for {run['arch']} "
-            f"({install_wheels.manifest_path(work)})"
-        )
+        built_for = f"{run['arch']} ({install_wheels.manifest_path(work)})"
+        raise UserError(f"--arch {opts.arch}: this run's wheels were built for {built_for}")
     for record in run["wheels"]:  # present, unchanged since the build, the run's Python/ROCm
         install_wheels.check_wheel(record, run["python_tag"], run["rocm_version"])
     manifest = build_manifest(work, run, [Path(p) for p in opts.report])
     family, set_id = manifest["family"], manifest["set_id"]
     runner, where = runner_for(opts), spec.describe(family)
-    runner.say(
-        f"wheel set {set_id}: {len(run['wheels'])} wheels for {manifest['arch']} (family "
-        f"{family}), {manifest['python']}, ROCm SDK {manifest['rocm_sdk']} -> {where}"
-    )
+    what = f"{len(run['wheels'])} wheels for {manifest['arch']} (family {family})"
+    env = f"{run['python_tag']}, ROCm SDK {run['rocm_version']}"
+    runner.say(f"wheel set {set_id}: {what}, {env} -> {where}")
     if (aot := manifest["aotriton"]).get("runtime"):
         images = ", ".join(f"{k}={v}" for k, v in sorted(aot["images"].items()))
         runner.say(f"AOTriton: runtime {aot['runtime']}, images {images} (they match)")
@@ -244,39 +224,24 @@ def publish(opts: PublishOptions) -> None:
     runner.apply(write_manifest_wheel, manifest, manifest_file)
     if not set_present:  # the manifest last: a set is listed once all its wheels are there
         uploads.append((MANIFEST_PROJECT, manifest_file))
-    if store is None:
-        upload_api(runner, spec.family_root(family), [path for _project, path in uploads])
+    if store is None:  # twine reads TWINE_USERNAME/TWINE_PASSWORD; the manifest wheel last
+        if not os.environ.get("TWINE_USERNAME"):
+            runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
+        twine = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
+        url, files = spec.family_root(family) + "/", [str(path) for _, path in uploads]
+        runner.run([*twine, "--disable-progress-bar", "--repository-url", url, *files])
     else:
         upload_tree(runner, store, uploads, pages)
-    runner.done(
-        f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}; install it "
-        "on another machine of this family with: nox -s setup_env install_wheels "
-        f"-- --index {shlex.quote(opts.index)}"
-    )
-
-
-def upload_api(runner: Runner, url: str, files: list[Path]) -> None:
-    """twine (it reads TWINE_USERNAME/TWINE_PASSWORD); the manifest wheel last."""
-    if not os.environ.get("TWINE_USERNAME"):
-        runner.refuse(
-            "publish to an upload API needs TWINE_USERNAME and TWINE_PASSWORD in the environment "
-            "(twine reads them; any values for a server without authentication)"
-        )
-    argv = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
-    runner.run([*argv, "--disable-progress-bar", "--repository-url", url + "/", *map(str, files)])
+    install = f"nox -s setup_env install_wheels -- --index {shlex.quote(opts.index)}"
+    done = f"published wheel set {set_id} ({len(uploads)} file(s) uploaded) to {where}"
+    runner.done(f"{done}; install it on another machine of this family with: {install}")
 
 
 def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: dict) -> None:
     """Each new file, never replaced; then the pages, the wheels' first and the root's last."""
     for project, path in uploads:
         rel = f"{project}/{path.name}"
-        try:
-            runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
-        except team_index.Clash:
-            raise UserError(
-                f"{store.target(rel)} appeared while publishing (another publish?); refusing to "
-                "replace it - run publish again"
-            ) from None
+        runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
         if project == MANIFEST_PROJECT:
             pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
