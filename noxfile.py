@@ -39,6 +39,8 @@ def _run(session: nox.Session, function=None) -> None:
     from rocmfa.plumbing import errors, options  # here: `nox -l` builds no settings class
 
     declared = options.BY_NAME[session.name]
+    if {"-h", "--help"} & set(session.posargs):  # what the session does, above its options
+        print(nox.registry.get()[session.name].__doc__, end="\n\n")
     try:
         if declared.forward:
             code = _forward(session, declared, function)

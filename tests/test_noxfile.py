@@ -53,6 +53,7 @@ def test_unknown_session_and_help() -> None:
     helped = run_nox(REPO_ROOT, "-s", "setup_env", "--", "--help")
     assert helped.returncode == 0
     assert "--with-torch" in helped.stdout and "--from-release" not in helped.stdout
+    assert helped.stdout.startswith("Create/update the shared env from the lock")
     # a probe's help: ours, then the script's own, with no env and no torch run
     probe = run_nox(REPO_ROOT, "-s", "bench", "--", "--help", env={"ROCMFA_ENV_PREFIX": "/nowhere"})
     assert probe.returncode == 0, probe.stderr
