@@ -193,8 +193,14 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
     if record is None:  # a plan
         return
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key, time=now)
-    record["wall_s"], rate = round(wall_s, 3), record["hit_rate"]
+    record.update(
+        session=session,
+        cache=plan.spec.describe(),
+        key_prefix=plan.key,
+        wall_s=round(wall_s, 3),
+        time=now,
+    )
+    rate = record["hit_rate"]
     pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
     counts = f"{record['hits']} hits, {record['misses']} misses"
     runner.say(f"compile cache ({record['cache']}): hit rate {pct} ({counts})")

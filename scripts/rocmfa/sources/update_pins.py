@@ -57,8 +57,8 @@ def update_pins(opts: UpdatePinsOptions) -> None:
             failures[step] = e
             runner.say(f"{step}: FAILED: {e}")
     if failures:
-        first = "{}: {}".format(*next(iter(failures.items())))
-        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {first}")
+        step, error = next(iter(failures.items()))
+        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {step}: {error}")
 
 
 def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
@@ -131,8 +131,12 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         if name == "pytorch":  # [pytorch.aotriton]: what the new torch pin's aotriton.cmake names
             torch = pins.load_pin("pytorch", directory, workdir=work)
             named = pins.resolve_aotriton_from_pytorch(torch, workdir=work)  # no local override
-            values = {"pytorch_commit": torch.commit, "version": named.version}
-            values |= {"commit": named.commit, "source": named.source}
+            values = {
+                "pytorch_commit": torch.commit,
+                "version": named.version,
+                "commit": named.commit,
+                "source": named.source,
+            }
             pin_files.set_values(path, "pytorch.aotriton", {k: v for k, v in values.items() if v})
             said = f"names AOTriton {named.version or '?'} {named.commit[:12]} ({named.source})"
             runner.say(f"pytorch: {torch.commit[:12]} {said}; recorded in [pytorch.aotriton]")
