@@ -43,15 +43,8 @@ def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) ->
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(
-            f"note: CK has no fused-MHA (flash attention) instances for {arch.name}: it builds "
-            "them only for gfx90a/gfx94x/gfx95x; this build is the rest of the library"
-        )
-    say(
-        "note: PyTorch's CK attention backend does not use this CK: it comes from PyTorch's own "
-        "build (USE_ROCM_CK_SDPA=1, its bundled CK), selected at run time with "
-        "TORCH_ROCM_FA_PREFER_CK=1"
-    )
+        say(f"note: CK has fused-MHA (flash attention) for gfx90a/gfx94x/gfx95x, not {arch.name}")
+    say("note: torch's CK attention (TORCH_ROCM_FA_PREFER_CK=1) is its own bundled CK, not this")
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:

@@ -22,7 +22,6 @@ from rocmfa.env import condaenv, rocm_sdk
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
-from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import checkouts, patches, pins, update_pins
@@ -45,8 +44,7 @@ class Component:  # a row of data/pytorch_components.toml, whose header says wha
     build_flag: str | None = None
 
 
-ROWS = load_toml(DATA_DIR / "pytorch_components.toml", "build_pytorch's components")["component"]
-COMPONENTS = tuple(Component(**row | {"wheels": tuple(row["wheels"])}) for row in ROWS)
+COMPONENTS = tuple(Component(**c | {"wheels": tuple(c["wheels"])}) for c in pin_files.COMPONENTS)
 AFTER = dict.fromkeys(STAGES[2:], "torch") | {"torch": "checkout"}  # the stage each one needs
 
 
@@ -79,16 +77,17 @@ def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, An
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
         path = out / name
-        record = {
-            "project": str(project),
-            "version": str(version),
-            "tags": sorted(str(t) for t in tags),
-            "file": str(path),
-            "sha256": stamps.file_sha256(path),
-            "size": path.stat().st_size,
-            "stage": stage,
-        }
-        records.append(record)
+        records.append(
+            {
+                "project": str(project),
+                "version": str(version),
+                "tags": sorted(str(t) for t in tags),
+                "file": str(path),
+                "sha256": stamps.file_sha256(path),
+                "size": path.stat().st_size,
+                "stage": stage,
+            }
+        )
     wanted = next(c.wheels for c in COMPONENTS if c.stage == stage)  # torch's: not triton's
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
@@ -107,9 +106,9 @@ def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path)
     if table.get("commit") or ref:  # a commit, else a tag or branch
         return url, table.get("commit") or ref, where
     if component.key == "triton":
-        pinned = torch_dir / ".ci/docker/ci_commit_pins/triton.txt"
+        pinned = torch_dir / pin_files.TRITON_PIN
         commit = pinned.read_text().strip() if pinned.is_file() else None
-        how = f"{at} .ci/docker/ci_commit_pins/triton.txt" + ("" if commit else " (after checkout)")
+        how = f"{at} {pin_files.TRITON_PIN}" + ("" if commit else " (after checkout)")
         return url or "https://github.com/ROCm/triton.git", commit, how
     if not (torch_dir / ".git").exists():
         return url, None, f"{at} related_commits (after checkout)"
@@ -209,8 +208,7 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
         runner.say(
-            "AOTriton: no build_aotriton install (nor --aotriton-prefix); PyTorch's build fetches "
-            "the AOTriton its cmake/External/aotriton.cmake pins"
+            "AOTriton: none built here; torch's build fetches the one its aotriton.cmake pins"
         )
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
@@ -222,9 +220,8 @@ def make_context(opts: BuildPytorchOptions) -> Context:
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
     runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
-    update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
+    pytorch_pin = update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
     runner.say(pin_files.describe_line(pin_files.pins_dir()))
-    pytorch_pin = pins.load_pin_for_plan("pytorch", runner, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     if session.ready:
         rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")

@@ -97,8 +97,9 @@ def settings_line(python: str | None) -> str:
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: list, chosen: list):
-    """Each chosen job from the store or compiled (one line on a failure); counts per family."""
+def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chosen, say):
+    """Each chosen job from the store or compiled (one line on a failure); counts per family,
+    said as a table."""
     context = tree.key_context()
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -118,6 +119,11 @@ def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: 
         entry["sampled"] += 1
         entry["compiled" if how == "compiled" else "from_store"] += 1
         entry["seconds"] = round(entry["seconds"] + seconds, 3)
+    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
+    say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
+    for name, f in sorted(families.items()):
+        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
+        say(row(name, *counts, f"{f['seconds']:.1f}"))
     return context.patches, families
 
 
@@ -157,7 +163,7 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
             f"num_stages/waves_per_eu) combinations: {combos}"
         )
     say(f"kernel check: {settings_line(python)}")
-    patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen)
+    patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen, say)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "aotriton_commit": tree.commit,
@@ -175,11 +181,6 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
     }
     written = tree.build / SUMMARY
     stamps.write_text_atomic(written, json.dumps(summary, indent=2) + "\n")
-    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
-    say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
-    for name, f in sorted(families.items()):
-        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
-        say(row(name, *counts, f"{f['seconds']:.1f}"))
     done = f"{len(chosen)} of {len(all_jobs)} jobs compiled or fetched in {summary['wall_s']:.1f} s"
     say(f"kernel check: {tree.arch} OK - {done} (triton {tree.triton}); summary: {written}")
     return summary
