@@ -94,9 +94,8 @@ def extract(archive: Path, target: Path) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")
-    except (tarfile.TarError, OSError) as e:
+        shutil.unpack_archive(archive, target, filter="data")
+    except (tarfile.TarError, OSError) as e:  # shutil.ReadError is an OSError
         raise UserError(f"cannot extract {archive}: {e}") from None
     entries = list(target.iterdir())
     one_top = len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import condaenv, session_env
+from rocmfa.env import condaenv, rocm_sdk, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
@@ -22,10 +22,8 @@ CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with 
 
 def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
     """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
-    sdk = session.tool("rocm-sdk")
-    root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
-    cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
-    version = session.ask([sdk, "version"], "$(rocm-sdk version)")
+    asked = rocm_sdk.read_paths(session, session.tool("rocm-sdk"))  # session.ask: a plan's too
+    root, cmake_prefix, version = Path(asked["root"]), asked["cmake"], asked["version"]
     if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
         session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
         return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
@@ -44,7 +42,8 @@ def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) ->
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
         say(f"note: CK has fused-MHA (flash attention) for gfx90a/gfx94x/gfx95x, not {arch.name}")
-    say("note: torch's CK attention (TORCH_ROCM_FA_PREFER_CK=1) is its own bundled CK, not this")
+    say("note: torch's CK attention (USE_ROCM_CK_SDPA=1) is its own bundled CK, not this one;")
+    say("      a torch built with it selects it at run time with TORCH_ROCM_FA_PREFER_CK=1")
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:

@@ -192,13 +192,12 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
             return runner.say("compile cache: sccache printed no statistics")
     if record is None:  # a plan
         return
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record.update(
         session=session,
         cache=plan.spec.describe(),
         key_prefix=plan.key,
         wall_s=round(wall_s, 3),
-        time=now,
+        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     rate = record["hit_rate"]
     pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"

@@ -222,15 +222,6 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record if read at this torch commit (not a public or stale one)."""
-    table = pytorch.data.get("aotriton") or {}
-    if table.get("pytorch_commit", "").strip() != pytorch.commit:
-        return None
-    named = table.get("version", "").strip() or None
-    return ResolvedAotriton(table["commit"].strip(), named, table["source"].strip(), None)
-
-
 def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=None, environ=None):
     """[the torch line, the verdict]: the torch and AOTriton pins agree (0.12b changed the varlen
     LSE shape, 0.13b the .aks2 packing), else UserError (--force: a warning; a dry run: a note)."""
@@ -240,8 +231,12 @@ def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=No
     runner = runner or Runner()
     try:
         pytorch = load_pin("pytorch", workdir=workdir, environ=environ)
-        # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
-        named = _recorded(pytorch) or resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
+        record = pytorch.data.get("aotriton") or {}  # [pytorch.aotriton], by update_pins
+        if record.get("pytorch_commit", "").strip() == pytorch.commit:  # not a public or stale one
+            version, source = record.get("version", "").strip() or None, record["source"].strip()
+            named = ResolvedAotriton(record["commit"].strip(), version, source, None)
+        else:  # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
+            named = resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):
