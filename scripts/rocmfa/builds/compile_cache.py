@@ -127,7 +127,7 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
 
 
 def plan_cache(
-    spec, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
+    spec, *, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
 ) -> CachePlan:
     """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
