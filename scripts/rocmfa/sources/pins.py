@@ -233,8 +233,8 @@ def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=No
         pytorch = load_pin("pytorch", workdir=workdir, environ=environ)
         record = pytorch.data.get("aotriton") or {}  # [pytorch.aotriton], by update_pins
         if record.get("pytorch_commit", "").strip() == pytorch.commit:  # not a public or stale one
-            version, source = record.get("version", "").strip() or None, record["source"].strip()
-            named = ResolvedAotriton(record["commit"].strip(), version, source, None)
+            said = record.get("version", "").strip() or None  # `version`: ours, the pinned one
+            named = ResolvedAotriton(record["commit"].strip(), said, record["source"].strip(), None)
         else:  # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
             named = resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
     except UserError as e:
