@@ -2,8 +2,6 @@
 sha256-verified, cached in <work>/downloads/aotriton/; sums from pins/aotriton.toml or PyTorch's
 aotriton.cmake; $ROCMFA_AOTRITON_BASE_URL: a mirror."""
 
-from __future__ import annotations
-
 import functools
 import os
 import platform

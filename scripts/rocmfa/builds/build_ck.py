@@ -2,8 +2,6 @@
 arch with the env's ROCm SDK compilers, library only unless tests/examples are asked for, into
 the env prefix. docs/pytorch-and-ck.md; interfaces at 05d98566: docs/upstream-interfaces.md."""
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path

@@ -1,8 +1,6 @@
 """`nox -s build_pytorch`: torch (triton in its call), audio, vision (apex) wheels through
 TheRock's scripts, one stamped stage per call; docs/pytorch-and-ck.md tells the whole story."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import re

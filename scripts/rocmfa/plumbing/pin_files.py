@@ -1,7 +1,5 @@
 """pins/<project>.toml: where, what a table may hold, the one reader and writer (tomlkit)."""
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Mapping

@@ -1,7 +1,5 @@
 """Checksummed patch sets, patches/<project>/<commit>/, chosen by the pin (docs/aotriton.md)."""
 
-from __future__ import annotations
-
 import re
 import tempfile
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """`nox -s update_pins` (docs/aotriton.md); resolve_for_build: the same for one unresolved pin."""
 
-from __future__ import annotations
-
 import contextlib
 import io
 import shutil
