@@ -164,7 +164,7 @@ def test_the_chained_dry_run_tells_the_real_chains_story(fresh) -> None:
     ) in out
     torch_stage = next(line for line in out.splitlines() if "--pytorch-dir" in line)
     assert f"AOTRITON_INSTALLED_PREFIX={prefix} " in torch_stage
-    assert "AOTriton: none of ours" not in out
+    assert "AOTriton: none built here" not in out
     rocm = tomllib.loads((project / "pins" / "rocm.toml").read_text())["rocm"]["version"]
     assert f"[dry-run] ROCm SDK {rocm}: pinned in pins/rocm.toml, setup_env installs it" in out
     keys = [line for line in out.splitlines() if "key prefix" in line]

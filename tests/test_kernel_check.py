@@ -372,7 +372,10 @@ def test_a_shared_directory_serves_a_second_workdir(tree: Tree, tmp_path: Path, 
     kc.kernel_check(check(tmp_path / "m1", "--cache", str(shared), "--sample", "4"))
     out = capsys.readouterr().out
     assert f"kernel store: directory {shared}/rocmfa-kernels/gfx1151 over directory" in out
-    assert f"leaves out {gen.combos() - 4} combinations: " in out
+    assert (
+        f"leaves out {gen.combos() - 4} (kernel, num_warps/num_stages/waves_per_eu) combinations: "
+        in out
+    )
     assert "attn_fwd w2/s1/e2" in out
     entries = list(shared.rglob("*.kernel"))
     assert len(entries) == 4 and all(e.stat().st_mode & 0o044 == 0o044 for e in entries)

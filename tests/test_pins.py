@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import pins
+from rocmfa.sources import pins, update_pins
 from tests.support import aotriton_standins as st
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -271,7 +272,7 @@ def test_from_pytorch_prefers_the_local_checkout(tmp_path: Path) -> None:
 
 
 def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The default torch pin is ROCm/pytorch release/2.13 with no commit yet: load_pin refuses it
     in one line (a build's first real run resolves it first: test_pin_set), a dry run shows a
@@ -284,14 +285,14 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
         match=r"pins/pytorch.toml \[pytorch\]: 'commit' is not resolved yet .*nox -s update_pins$",
     ):
         pins.load_pin("pytorch", environ=env)
-    plan = pins.load_pin_for_plan("pytorch", Runner(dry_run=True), environ=env)
+    monkeypatch.setenv("ROCMFA_PINS_DIR", env["ROCMFA_PINS_DIR"])
+    runner = Runner(dry_run=True, out=io.StringIO())
+    plan = update_pins.resolve_for_build("pytorch", runner, workdir=tmp_path, force=False)
     assert (plan.url, plan.ref) == ("https://github.com/ROCm/pytorch", "release/2.13")
     assert plan.commit == (
         "<commit of https://github.com/ROCm/pytorch release/2.13: resolved, checked and recorded "
         "by the real run>"
     )
-    with pytest.raises(UserError, match="not resolved yet"):
-        pins.load_pin_for_plan("pytorch", Runner(), environ=env)
     said = pin_files.describe_line(REPO_ROOT / "pins", env)
     assert said.startswith("line release: https://github.com/ROCm/pytorch release/2.13 (commit ")
     assert "x AOTriton 0.13b 6e00ef3e335b: agreement known from a public record only" in said

@@ -2,8 +2,6 @@
 sha256-verified, cached in <work>/downloads/aotriton/; sums from pins/aotriton.toml or PyTorch's
 aotriton.cmake; $ROCMFA_AOTRITON_BASE_URL: a mirror."""
 
-from __future__ import annotations
-
 import functools
 import os
 import platform
@@ -94,9 +92,8 @@ def extract(archive: Path, target: Path) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")
-    except (tarfile.TarError, OSError) as e:
+        shutil.unpack_archive(archive, target, filter="data")
+    except (tarfile.TarError, OSError) as e:  # shutil.ReadError is an OSError
         raise UserError(f"cannot extract {archive}: {e}") from None
     entries = list(target.iterdir())
     one_top = len(entries) == 1 and entries[0].is_dir() and not (target / "lib").exists()
@@ -111,18 +108,23 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         raise UserError(f"AOTriton {info.version} has no image pack amd-{pack} ({info.source})")
     manylinux, runtime_sha = info.runtime.get(rocm) or ("", "")
     if not runtime_sha:
-        has = ", ".join(sorted(info.runtime)) or "none"
-        why = f"no prebuilt runtime for ROCm {rocm} (has {has}); build from source instead"
-        raise UserError(f"AOTriton {info.version} has {why}")
+        raise UserError(
+            f"AOTriton {info.version} has no prebuilt runtime for ROCm {rocm} (has "
+            f"{', '.join(sorted(info.runtime)) or 'none'}); build from source instead"
+        )
     runner.say(f"release sums from {info.source}")
-    fields = dict(version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm)
-    wanted = [(info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime")]
-    wanted += [(info.images_name, info.images[pack], f"image pack amd-{pack}")]
+    fields = dict(
+        version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm, manylinux=manylinux
+    )
+    wanted = [
+        (info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
+        (info.images_name, info.images[pack], f"image pack amd-{pack}"),
+    ]
     for _name, sha, what in wanted:
         real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
     cache, tars = paths.downloads_dir(ctx.work) / "aotriton" / info.version, []
     for name, sha, _what in wanted:
-        dest = cache / name.format(manylinux=manylinux, **fields)
+        dest = cache / name.format(**fields)
         url = f"{info.base_url}{info.version}/{dest.name}"
         if not (dest.is_file() and stamps.file_sha256(dest) == sha):
             host = urllib.parse.urlsplit(url).netloc or url

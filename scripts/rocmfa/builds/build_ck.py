@@ -2,15 +2,13 @@
 arch with the env's ROCm SDK compilers, library only unless tests/examples are asked for, into
 the env prefix. docs/pytorch-and-ck.md; interfaces at 05d98566: docs/upstream-interfaces.md."""
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import condaenv, session_env
+from rocmfa.env import condaenv, rocm_sdk, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
@@ -22,10 +20,8 @@ CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with 
 
 def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
     """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
-    sdk = session.tool("rocm-sdk")
-    root = Path(session.ask([sdk, "path", "--root"], "$(rocm-sdk path --root)"))
-    cmake_prefix = session.ask([sdk, "path", "--cmake"], "$(rocm-sdk path --cmake)")
-    version = session.ask([sdk, "version"], "$(rocm-sdk version)")
+    asked = rocm_sdk.read_paths(session, session.tool("rocm-sdk"))  # session.ask: a plan's too
+    root, cmake_prefix, version = Path(asked["root"]), asked["cmake"], asked["version"]
     if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
         session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
         return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
@@ -43,8 +39,9 @@ def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) ->
     """What this CK build is and is not for, and its pin."""
     say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
     if not arch.ck_mha:
-        say(f"note: CK has no fused-MHA (flash attention) instances for {arch.name} (gfx9 only)")
-    say("note: PyTorch's CK SDPA (USE_ROCM_CK_SDPA=1) is its own bundled CK, not this one")
+        say(f"note: CK has fused-MHA (flash attention) for gfx90a/gfx94x/gfx95x, not {arch.name}")
+    say("note: torch's CK attention (USE_ROCM_CK_SDPA=1) is its own bundled CK, not this one;")
+    say("      a torch built with it selects it at run time with TORCH_ROCM_FA_PREFER_CK=1")
     if opts.with_tests or opts.with_examples:
         say("note: tests/examples make this a much longer build (upstream reports ~1.5 h)")
     if pin.data.get("use") == "legacy" or "ROCm/composable_kernel" in pin.url:
@@ -52,21 +49,30 @@ def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) ->
     say(f"pin: {pin.describe()}" + (f", subdir {subdir}" if subdir else ""))
 
 
-def cmake_args(arch: Any, opts: BuildCkOptions, dirs: list[Path], sdk: tuple) -> list[str]:
-    """Configure CK from dirs = [source, build, install prefix] with sdk = compilers()."""
-    (source, build, prefix), (cmake_prefix, cc, cxx, _version) = dirs, sdk
+def cmake_args(arch, opts, source: Path, build: Path, prefix: Path, sdk: tuple) -> list[str]:
+    """CK's configure from source into build, to install into prefix, with sdk = compilers()."""
+    cmake_prefix, cc, cxx, _version = sdk
     tests, examples = ("ON" if flag else "OFF" for flag in (opts.with_tests, opts.with_examples))
     # tests/examples are only added with GPU_TARGETS (and without GPU_ARCHS)
     extra = opts.with_tests or opts.with_examples
     on, off = ("TARGETS", "ARCHS") if extra else ("ARCHS", "TARGETS")
-    args = ["-G", "Ninja", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"]
-    args += [f"-DCMAKE_INSTALL_PREFIX={prefix}", f"-DCMAKE_PREFIX_PATH={cmake_prefix}"]
-    args += [f"-DCMAKE_C_COMPILER={cc}", f"-DCMAKE_CXX_COMPILER={cxx}"]
-    args += [f"-DCMAKE_HIP_COMPILER={cxx}", "-DBUILD_DEV=OFF", f"-UGPU_{off}"]
-    args += [f"-DGPU_{on}={arch.name}", f"-DBUILD_TESTING={tests}"]
-    args += [f"-DBUILD_CK_EXAMPLES={examples}", f"-DBUILD_CK_TUTORIALS={examples}"]
-    # the monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
-    return args + (["-DBUILD_MHA_LIB=ON"] if arch.ck_mha else [])
+    return [
+        *("-G", "Ninja", "-S", str(source), "-B", str(build)),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_INSTALL_PREFIX={prefix}",
+        f"-DCMAKE_PREFIX_PATH={cmake_prefix}",
+        f"-DCMAKE_C_COMPILER={cc}",
+        f"-DCMAKE_CXX_COMPILER={cxx}",
+        f"-DCMAKE_HIP_COMPILER={cxx}",
+        "-DBUILD_DEV=OFF",
+        f"-UGPU_{off}",
+        f"-DGPU_{on}={arch.name}",
+        f"-DBUILD_TESTING={tests}",
+        f"-DBUILD_CK_EXAMPLES={examples}",
+        f"-DBUILD_CK_TUTORIALS={examples}",
+        # the monorepo CK builds fused-MHA instances only with BUILD_MHA_LIB=ON (default OFF)
+        *(["-DBUILD_MHA_LIB=ON"] if arch.ck_mha else []),
+    ]
 
 
 def build_ck(opts: BuildCkOptions) -> None:
@@ -84,10 +90,17 @@ def build_ck(opts: BuildCkOptions) -> None:
     runner.say(f"compile: {why}")
     checkout, build = paths.src_dir(work, CK), paths.build_dir(work, CK)
     subdir, env = str(pin.data.get("subdir") or ""), condaenv.env_identity(prefix)
-    inputs = {"pin": [pin.url, pin.commit, subdir], "arch": arch.name, "rocm": rocm_version}
-    inputs |= {"patches": patches.patch_set_digest(CK, pin.commit), "env": env}
-    inputs |= {"tests": bool(opts.with_tests), "examples": bool(opts.with_examples)}
-    inputs |= {"compilers": [str(cc), str(cxx)], "prefix": str(prefix)}
+    inputs = {
+        "pin": [pin.url, pin.commit, subdir],
+        "arch": arch.name,
+        "patches": patches.patch_set_digest(CK, pin.commit),
+        "tests": bool(opts.with_tests),
+        "examples": bool(opts.with_examples),
+        "compilers": [str(cc), str(cxx)],
+        "rocm": rocm_version,
+        "prefix": str(prefix),
+        "env": env,
+    }
     stamp = paths.stamp_path(work, "build_ck")
     if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
@@ -104,9 +117,11 @@ def build_ck(opts: BuildCkOptions) -> None:
         runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
-    configure = cmake_args(arch, opts, [checkout / subdir, build, prefix], sdk)
+    configure = cmake_args(arch, opts, checkout / subdir, build, prefix, sdk)
     tools = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
-    cache = compile_cache.plan_cache(opts.cache, work, arch.name, tools, session.environ, runner)
+    cache = compile_cache.plan_cache(
+        opts.cache, work=work, arch=arch.name, toolchain=tools, env=session.environ, runner=runner
+    )
     with compile_cache.compiling(cache, runner, work, "build_ck") as cache:
         sets = cache.build_sets(session.environ)
         runner.run([cmake, *configure, *cache.cmake_args()], cwd=build, sets=sets)

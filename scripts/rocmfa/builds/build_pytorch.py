@@ -1,8 +1,6 @@
 """`nox -s build_pytorch`: torch (triton in its call), audio, vision (apex) wheels through
 TheRock's scripts, one stamped stage per call; docs/pytorch-and-ck.md tells the whole story."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import re
@@ -22,7 +20,6 @@ from rocmfa.env import condaenv, rocm_sdk
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
-from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import checkouts, patches, pins, update_pins
@@ -45,8 +42,7 @@ class Component:  # a row of data/pytorch_components.toml, whose header says wha
     build_flag: str | None = None
 
 
-ROWS = load_toml(DATA_DIR / "pytorch_components.toml", "build_pytorch's components")["component"]
-COMPONENTS = tuple(Component(**row | {"wheels": tuple(row["wheels"])}) for row in ROWS)
+COMPONENTS = tuple(Component(**c | {"wheels": tuple(c["wheels"])}) for c in pin_files.COMPONENTS)
 AFTER = dict.fromkeys(STAGES[2:], "torch") | {"torch": "checkout"}  # the stage each one needs
 
 
@@ -79,9 +75,17 @@ def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, An
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
         path = out / name
-        record = dict(project=str(project), version=str(version), file=str(path), stage=stage)
-        record |= dict(tags=sorted(str(t) for t in tags), size=path.stat().st_size)
-        records.append(record | {"sha256": stamps.file_sha256(path)})
+        records.append(
+            {
+                "project": str(project),
+                "version": str(version),
+                "tags": sorted(str(t) for t in tags),
+                "file": str(path),
+                "sha256": stamps.file_sha256(path),
+                "size": path.stat().st_size,
+                "stage": stage,
+            }
+        )
     wanted = next(c.wheels for c in COMPONENTS if c.stage == stage)  # torch's: not triton's
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
@@ -100,9 +104,9 @@ def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path)
     if table.get("commit") or ref:  # a commit, else a tag or branch
         return url, table.get("commit") or ref, where
     if component.key == "triton":
-        pinned = torch_dir / ".ci/docker/ci_commit_pins/triton.txt"
+        pinned = torch_dir / pin_files.TRITON_PIN
         commit = pinned.read_text().strip() if pinned.is_file() else None
-        how = f"{at} .ci/docker/ci_commit_pins/triton.txt" + ("" if commit else " (after checkout)")
+        how = f"{at} {pin_files.TRITON_PIN}" + ("" if commit else " (after checkout)")
         return url or "https://github.com/ROCm/triton.git", commit, how
     if not (torch_dir / ".git").exists():
         return url, None, f"{at} related_commits (after checkout)"
@@ -201,7 +205,9 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say("AOTriton: none of ours; torch's build fetches the one its aotriton.cmake pins")
+        runner.say(
+            "AOTriton: none built here; torch's build fetches the one its aotriton.cmake pins"
+        )
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
@@ -212,9 +218,8 @@ def make_context(opts: BuildPytorchOptions) -> Context:
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
     runner.say(session.describe())
     therock_pin = pins.load_pin("therock", workdir=work)
-    update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
+    pytorch_pin = update_pins.resolve_for_build("pytorch", runner, workdir=work, force=opts.force)
     runner.say(pin_files.describe_line(pin_files.pins_dir()))
-    pytorch_pin = pins.load_pin_for_plan("pytorch", runner, workdir=work)
     runner.say(f"pins: {therock_pin.describe()}; {pytorch_pin.describe()}")
     if session.ready:
         rocm_version = session.ask([session.tool("rocm-sdk"), "version"], "$(rocm-sdk version)")
@@ -224,53 +229,88 @@ def make_context(opts: BuildPytorchOptions) -> Context:
         runner.say(runner.plan_line(pinned) or pinned)
     tag = "import sys; print('cp%d%d' % sys.version_info[:2])"
     python_tag = runner.ask([session.python, "-c", tag], "$(python tag)")
-    aotriton = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
+    aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
-    tools = {"rocm": rocm_version, "python": python_tag, "env": env_identity}
-    plan = (opts.cache, work, arch.name, tools, session.environ, runner, not session.ready)
-    cache = compile_cache.plan_cache(*plan)  # --cache not given: a plan that does nothing
-    found = (rocm_version, python_tag, env_identity, *aotriton, jobs, cache)
-    return Context(session, opts, therock_pin, pytorch_pin, *found)
+    cache = compile_cache.plan_cache(  # --cache not given: a plan that does nothing
+        opts.cache,
+        work=work,
+        arch=arch.name,
+        toolchain={"rocm": rocm_version, "python": python_tag, "env": env_identity},
+        env=session.environ,
+        runner=runner,
+        planned=not session.ready,
+    )
+    return Context(
+        session=session,
+        opts=opts,
+        therock_pin=therock_pin,
+        pytorch_pin=pytorch_pin,
+        rocm_version=rocm_version,
+        python_tag=python_tag,
+        env_identity=env_identity,
+        aotriton=aotriton,
+        aotriton_digest=aotriton_digest,
+        flash_attention=flash,
+        max_jobs=jobs,
+        cache=cache,
+    )
 
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "checkout":
         pin, components = ctx.pytorch_pin, ctx.components()
         sets = {c.key: patches.available_sets(c.key) for c in components}
-        digests = {k: {s: patches.patch_set_digest(k, s) for s in v} for k, v in sets.items()}
-        companions = {c.key: pin.data.get(c.pin_key) for c in components}
-        inputs = {"therock": ctx.therock_pin.commit, "pytorch": [pin.url, pin.commit]}
-        inputs |= {"companions": companions, "depth": CHECKOUT_DEPTH}
-        return inputs | {"patches": digests}
+        return {
+            "therock": ctx.therock_pin.commit,
+            "pytorch": [pin.url, pin.commit],
+            "companions": {c.key: pin.data.get(c.pin_key) for c in components},
+            "patches": {k: {s: patches.patch_set_digest(k, s) for s in v} for k, v in sets.items()},
+            "depth": CHECKOUT_DEPTH,
+        }
     dep = AFTER.get(stage)
-    after = (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest"))
-    cache = ctx.cache.spec.tool if ctx.opts.cache else None
-    inputs = {"after": after, "config": stage_config(ctx, stage), "compile_cache": cache}
-    inputs |= {"rocm": ctx.rocm_version, "python": ctx.python_tag, "env": ctx.env_identity}
-    return inputs | {"version_suffix": version_suffix(ctx)}
+    return {
+        "after": (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest")),
+        "config": stage_config(ctx, stage),
+        "rocm": ctx.rocm_version,
+        "python": ctx.python_tag,
+        "env": ctx.env_identity,
+        "compile_cache": ctx.cache.spec.tool if ctx.opts.cache else None,
+        "version_suffix": version_suffix(ctx),
+    }
 
 
 def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
     """What the CMake cache remembers: a change means a clean rebuild."""
     if stage != "torch":
         return {"arch": ctx.arch.name}
-    aotriton = [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest]
-    config = {"arch": ctx.arch.name, "triton": ctx.build_triton, "aotriton": aotriton}
-    return config | {"build_tests": ctx.opts.build_tests, "flash_attention": ctx.flash_attention}
+    return {
+        "arch": ctx.arch.name,
+        "triton": ctx.build_triton,
+        "build_tests": ctx.opts.build_tests,
+        "flash_attention": ctx.flash_attention,
+        "aotriton": [str(ctx.aotriton) if ctx.aotriton else None, ctx.aotriton_digest],
+    }
 
 
 def version_suffix(ctx: Context) -> str:
-    """`+rocmfa<identity>.rocm<SDK>`: TheRock's +(dev)rocm<SDK> @ 89553ce3, our identity first."""
+    """The wheels' version suffix `+rocmfa<identity>.rocm<SDK>`: TheRock's default
+    (+rocm<SDK> or +devrocm<SDK> @ 89553ce3) with this build's identity first."""
     stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
     if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
     else:
         found = sorted((stamp.get("sources") or {}).items())
         sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
-        facts = {"therock": ctx.therock_pin.commit, "heads": stamp.get("heads"), "sources": sources}
-        facts |= {"aotriton": ctx.aotriton_digest, "arch": ctx.arch.name, "rocm": ctx.rocm_version}
+        facts = {
+            "therock": ctx.therock_pin.commit,
+            "heads": stamp.get("heads"),
+            "sources": sources,
+            "aotriton": ctx.aotriton_digest,
+            "arch": ctx.arch.name,
+            "rocm": ctx.rocm_version,
+        }
         identity = stamps.digest(facts)[:8]
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
@@ -384,8 +424,12 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
             entry["branch"] = hashtag
         manifest[key] = entry
     pin = ctx.therock_pin
-    therock = {"repo": pin.url, "commit": pin.commit, "branch": pin.ref}
-    manifest["therock"] = therock | {"version": ctx.rocm_version}
+    manifest["therock"] = {
+        "repo": pin.url,
+        "commit": pin.commit,
+        "branch": pin.ref,
+        "version": ctx.rocm_version,
+    }
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
     stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
 
@@ -395,8 +439,10 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
     if previous is not None and previous != config and not clean:
-        changed = f"{stage}: build settings changed ({previous} -> {config}); passing --clean"
-        ctx.runner.say(f"{changed} so the CMake cache does not keep the old ones")
+        ctx.runner.say(
+            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
+            "passing --clean so the CMake cache does not keep the old ones"
+        )
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
@@ -454,9 +500,15 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
         for record in (stamps.read(stage_stamp(ctx.work, stage)) or {}).get("wheels", []):
             by_project[record["project"]] = record
     wheels = sorted(by_project.values(), key=lambda r: STAGES.index(r["stage"]))
-    manifest = {"schema": "build_pytorch-manifest/1", "arch": ctx.arch.name, "wheels": wheels}
-    manifest |= {"rocm_version": ctx.rocm_version, "python_tag": ctx.python_tag}
-    manifest |= {"env_prefix": str(ctx.prefix), "stages": ctx.enabled}
+    manifest = {
+        "schema": "build_pytorch-manifest/1",
+        "arch": ctx.arch.name,
+        "rocm_version": ctx.rocm_version,
+        "python_tag": ctx.python_tag,
+        "env_prefix": str(ctx.prefix),
+        "stages": ctx.enabled,
+        "wheels": wheels,
+    }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     stamps.write_text_atomic(manifest_path(ctx.work), text)
     return manifest
@@ -477,8 +529,11 @@ def checks_before_building(ctx: Context) -> None:
     pinned = ((built.get("inputs") or {}).get("pin") or {}).get("version")
     version = str(pinned or aotriton.data.get("version") or "")
     torch = re.search(r"release/(\d+\.\d+)", ctx.pytorch_pin.ref or "")
-    args = (ctx.arch, aotriton, version, torch and torch[1], ctx.runner, ctx.work, ctx.opts.force)
-    for line in check_pairing(*args)[1:]:  # its first line was said already
+    release = torch[1] if torch else None
+    lines = check_pairing(
+        ctx.arch, aotriton, version, release, runner=ctx.runner, work=ctx.work, force=ctx.opts.force
+    )
+    for line in lines[1:]:  # its first line was said already
         ctx.runner.say(line)
 
 

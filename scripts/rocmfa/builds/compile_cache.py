@@ -127,7 +127,7 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
 
 
 def plan_cache(
-    spec, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
+    spec, *, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
 ) -> CachePlan:
     """The tool, its variables and whether a server answers (planned: before setup_env)."""
     spec = spec or CacheSpec("none")
@@ -192,9 +192,14 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
             return runner.say("compile cache: sccache printed no statistics")
     if record is None:  # a plan
         return
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(session=session, cache=plan.spec.describe(), key_prefix=plan.key, time=now)
-    record["wall_s"], rate = round(wall_s, 3), record["hit_rate"]
+    record.update(
+        session=session,
+        cache=plan.spec.describe(),
+        key_prefix=plan.key,
+        wall_s=round(wall_s, 3),
+        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    rate = record["hit_rate"]
     pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
     counts = f"{record['hits']} hits, {record['misses']} misses"
     runner.say(f"compile cache ({record['cache']}): hit rate {pct} ({counts})")

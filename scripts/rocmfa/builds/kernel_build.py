@@ -33,8 +33,11 @@ from rocmfa.sources.patches import patch_set_digest
 
 # Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
 # (it would embed the tree's and Triton's paths; .text is the same without it).
-COMPILE_ENV = {"TRITON_F32_DEFAULT": "ieee", "TRITON_STORE_BINARY_ONLY": "1"}
-COMPILE_ENV["TRITON_DISABLE_LINE_INFO"] = "1"
+COMPILE_ENV = {
+    "TRITON_F32_DEFAULT": "ieee",
+    "TRITON_STORE_BINARY_ONLY": "1",
+    "TRITON_DISABLE_LINE_INFO": "1",
+}
 KEY_VERSION = 3
 MAGIC = b"ROCMFA-KERNEL/2\n"
 LOCAL_DIR = "aotriton-kernels"
@@ -234,7 +237,9 @@ class KernelStore:
                 blob = layer.get(key)
                 code = None if blob is None else unpack(blob)
             except Damaged as error:  # only from an entry, so of a layer
-                self.say(f"kernel store: damaged entry {key[:16]} in {layer.what} ({error})")
+                self.say(
+                    f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); recompiling"
+                )
                 continue
             except Exception as error:
                 self._lost(error)

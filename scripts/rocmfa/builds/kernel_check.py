@@ -97,8 +97,9 @@ def settings_line(python: str | None) -> str:
     return f"Triton settings from the environment, in every key and compile: {given}{also}"
 
 
-def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: list, chosen: list):
-    """Each chosen job from the store or compiled (one line on a failure); counts per family."""
+def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chosen, say):
+    """Each chosen job from the store or compiled (one line on a failure); counts per family,
+    said as a table."""
     context = tree.key_context()
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -118,6 +119,11 @@ def compile_sample(tree: Tree, python: str, store: Any, threads: int, all_jobs: 
         entry["sampled"] += 1
         entry["compiled" if how == "compiled" else "from_store"] += 1
         entry["seconds"] = round(entry["seconds"] + seconds, 3)
+    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
+    say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
+    for name, f in sorted(families.items()):
+        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
+        say(row(name, *counts, f"{f['seconds']:.1f}"))
     return context.patches, families
 
 
@@ -152,21 +158,29 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(f"kernel check: --sample {size} leaves out {len(left)} combinations: {combos}")
+        say(
+            f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
+            f"num_stages/waves_per_eu) combinations: {combos}"
+        )
     say(f"kernel check: {settings_line(python)}")
-    patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen)
-    summary = {"schema": SUMMARY_SCHEMA, "aotriton_commit": tree.commit, "tree": str(tree.src)}
-    summary |= {"arch": tree.arch, "target_gpus": [TARGET.format(tree.arch)], "triton": tree.triton}
-    summary |= {"patches": patches, "jobs": len(all_jobs), "sampled": len(chosen)}
-    summary |= {"families": families, "wall_s": round(time.monotonic() - began, 3), "store": where}
-    summary["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen, say)
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "aotriton_commit": tree.commit,
+        "tree": str(tree.src),
+        "arch": tree.arch,
+        "target_gpus": [TARGET.format(tree.arch)],
+        "triton": tree.triton,
+        "patches": patches,
+        "jobs": len(all_jobs),
+        "sampled": len(chosen),
+        "families": families,
+        "wall_s": round(time.monotonic() - began, 3),
+        "store": where,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     written = tree.build / SUMMARY
     stamps.write_text_atomic(written, json.dumps(summary, indent=2) + "\n")
-    row = "{:<32} {:>6} {:>7} {:>8} {:>6} {:>8}".format
-    say(row("family", "jobs", "sampled", "compiled", "stored", "seconds"))
-    for name, f in sorted(families.items()):
-        counts = (f[k] for k in ("jobs", "sampled", "compiled", "from_store"))
-        say(row(name, *counts, f"{f['seconds']:.1f}"))
     done = f"{len(chosen)} of {len(all_jobs)} jobs compiled or fetched in {summary['wall_s']:.1f} s"
     say(f"kernel check: {tree.arch} OK - {done} (triton {tree.triton}); summary: {written}")
     return summary
@@ -199,7 +213,8 @@ def kernel_check(opts: Any) -> None:
     tree = Tree(paths.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
     what = f"AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} ({choice.how})"
     runner.say(f"kernel check: {what}; target {TARGET.format(tree.arch)}; triton {tree.triton}")
-    # No submodule: the check's Triton is not the fork (build_aotriton adds them later).
+    # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
+    # fork, which the build compiles); build_aotriton adds them to the same checkout later.
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
     apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
     run_check(tree, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

@@ -2,8 +2,6 @@
 command: none | ccache | sccache | /SHARED/DIR | redis(s)://HOST:PORT[/DB] |
 s3://BUCKET/PREFIX[?endpoint=URL&region=R]; on any URL prefix=TEXT, read_only=1."""
 
-from __future__ import annotations
-
 import os
 import urllib.parse
 from dataclasses import dataclass

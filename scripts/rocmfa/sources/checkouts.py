@@ -1,7 +1,5 @@
 """Checkouts at a pinned commit that never lose the user's work (docs/aotriton.md)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from rocmfa.plumbing.commands import Runner

@@ -1,7 +1,5 @@
 """Checksummed patch sets, patches/<project>/<commit>/, chosen by the pin (docs/aotriton.md)."""
 
-from __future__ import annotations
-
 import re
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ FAILED = re.compile(
     r"exist in index|No such file or directory|already exists in))"
 )
 # a fixed committer and date, no hooks: the same pin and patches always give the same HEAD
-AM_IDENTITY = {"GIT_COMMITTER_NAME": "rocmfa patches", "GIT_COMMITTER_EMAIL": "am@rocmfa.invalid"}
+AM_ENV = {"GIT_COMMITTER_NAME": "rocmfa patches", "GIT_COMMITTER_EMAIL": "patches@rocmfa.invalid"}
 AM_FLAGS = ["-q", "--no-3way", "--no-keep-cr", "--no-gpg-sign", "--whitespace=nowarn"]
 AM = ["-c", "core.hooksPath=/dev/null", "am", *AM_FLAGS, "--committer-date-is-author-date"]
 
@@ -107,8 +105,10 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     if not path.is_file():
         raise UserError(f"{here}: {display(path)} does not exist")
     if (actual := stamps.file_sha256(path)) != sha256:
-        why = f"(manifest {sha256[:12]}…, file {actual[:12]}…): the patch changed since recorded"
-        raise UserError(f"{display(path)}: sha256 mismatch {why}; nothing applied")
+        raise UserError(
+            f"{display(path)}: sha256 mismatch (manifest {sha256[:12]}…, file {actual[:12]}…): "
+            "the patch changed since it was recorded; nothing applied"
+        )
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
@@ -151,7 +151,7 @@ def _try(runner: Runner, tree: Path, patch: Path) -> str:
     if forward.returncode != 0:
         reverse = git(runner, tree, "apply", "--reverse", "--check", str(patch), check=False)
         return "contained" if reverse.returncode == 0 else _failed_file(forward.stderr)
-    result = git(runner, tree, *AM, str(patch), sets=AM_IDENTITY, check=False)
+    result = git(runner, tree, *AM, str(patch), sets=AM_ENV, check=False)
     return f"git am: {_failed_file(result.stderr + result.stdout)}" if result.returncode else ""
 
 
@@ -187,11 +187,15 @@ def apply_patch_set(project, commit, checkout, runner: Runner, *, arch=None, tun
             )
         return found.shas
     if changes:
-        why = f"local edits ('{changes[0].strip()}'); cannot apply {label}"
-        raise UserError(f"{checkout} has {why} (pass --discard-local-edits to discard them)")
+        raise UserError(
+            f"{checkout} has local edits ('{changes[0].strip()}'); cannot apply {label} "
+            "(pass --discard-local-edits to discard them)"
+        )
     if head != commit and not ours:
-        neither = f"HEAD {head[:12]} is neither the pinned commit {commit[:12]} nor its recorded"
-        raise UserError(f"{checkout}: {neither} patched state; cannot apply {label}")
+        raise UserError(
+            f"{checkout}: HEAD {head[:12]} is neither the pinned commit {commit[:12]} nor its "
+            f"recorded patched state; cannot apply {label}"
+        )
     # a failure goes back to head: the pin, or our commits of an older version of the set
     restored = "the pristine pin" if head == commit else f"its previous patched state {head[:12]}"
     if head != commit:  # the new set starts at the pin

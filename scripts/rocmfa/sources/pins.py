@@ -47,11 +47,13 @@ class Pin:
 
     def part(self, key: str) -> Pin | None:
         """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]; checked with it)."""
-        table = self.data.get(key)
-        return None if table is None else _pin(key, table, f"{self.source} [{self.project}.{key}]")
+        if (table := self.data.get(key)) is not None:
+            return pin_of(key, table, f"{self.source} [{self.project}.{key}]")
+        return None
 
 
-def _pin(project: str, table: Mapping[str, Any], source: str) -> Pin:
+def pin_of(project: str, table: Mapping[str, Any], source: str) -> Pin:
+    """The Pin of a pin file's table as it stands (unchecked, unresolved)."""
     data = {k: v for k, v in table.items() if k not in ("url", "ref", "commit")}
     url, ref, commit = (str(table.get(k, "")).strip() for k in ("url", "ref", "commit"))
     return Pin(project, url, ref, commit, source, data)
@@ -75,7 +77,7 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
     if project == "composable_kernel":
         table = _ck_variant(table, where, environ)
         source = where.replace("]", ".legacy]") if table.get("use") == "legacy" else source
-    if (pin := _pin(project, table, source)).commit != FROM_PYTORCH:
+    if (pin := pin_of(project, table, source)).commit != FROM_PYTORCH:
         return pin
     pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ)
     resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
@@ -87,18 +89,6 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
         )
     data = {**pin.data, "version": declared or resolved.version, "pytorch_cmake": resolved}
     return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
-
-
-def load_pin_for_plan(project: str, runner: Runner, *, workdir=None, environ=None) -> Pin:
-    """load_pin; a dry run names an unresolved commit (update_pins.resolve_for_build)."""
-    try:
-        return load_pin(project, workdir=workdir, environ=environ)
-    except pin_files.Unresolved as e:
-        runner.raise_for_real(e)
-        path, table = pin_files.read_table(project, pin_files.pins_dir(None, environ), environ)
-        pin = _pin(project, table, f"{pin_files.display(path)} ({e})")
-        commit = f"<commit of {pin.url} {pin.ref}: resolved, checked and recorded by the real run>"
-        return replace(pin, commit=commit)
 
 
 def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> dict:
@@ -232,15 +222,6 @@ def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _recorded(pytorch: Pin) -> ResolvedAotriton | None:
-    """The [pytorch.aotriton] record if read at this torch commit (not a public or stale one)."""
-    table = pytorch.data.get("aotriton") or {}
-    if table.get("pytorch_commit", "").strip() != pytorch.commit:
-        return None
-    named = table.get("version", "").strip() or None
-    return ResolvedAotriton(table["commit"].strip(), named, table["source"].strip(), None)
-
-
 def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=None, environ=None):
     """[the torch line, the verdict]: the torch and AOTriton pins agree (0.12b changed the varlen
     LSE shape, 0.13b the .aks2 packing), else UserError (--force: a warning; a dry run: a note)."""
@@ -250,8 +231,12 @@ def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=No
     runner = runner or Runner()
     try:
         pytorch = load_pin("pytorch", workdir=workdir, environ=environ)
-        # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
-        named = _recorded(pytorch) or resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
+        record = pytorch.data.get("aotriton") or {}  # [pytorch.aotriton], by update_pins
+        if record.get("pytorch_commit", "").strip() == pytorch.commit:  # not a public or stale one
+            said = record.get("version", "").strip() or None  # `version`: ours, the pinned one
+            named = ResolvedAotriton(record["commit"].strip(), said, record["source"].strip(), None)
+        else:  # the file's own pin, not $PYTORCH_AOTRITON_COMMIT's local override
+            named = resolve_aotriton_from_pytorch(pytorch, workdir=workdir)
     except UserError as e:
         later = "pin set: checked once the real run has resolved the torch pin"
         if isinstance(e, pin_files.Unresolved) and (line := runner.plan_line(later)):

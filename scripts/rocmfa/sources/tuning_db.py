@@ -24,6 +24,9 @@ def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
     return (root or default) / "aotriton" / commit / arch
 
 
+HEADER = ("commit", "arch", "kind", "tuner")  # the manifest's own [tuning] keys; the rest: meta
+
+
 @dataclass(frozen=True)
 class TuningDb:
     directory: Path
@@ -61,9 +64,9 @@ def load(directory: Path) -> TuningDb:
                 "refusing this tuning database (re-run nox -s tune_aotriton, or restore the file)"
             )
         files[name] = expected
-    meta = {k: v for k, v in table.items() if k not in ("commit", "arch", "kind", "tuner")}
-    header = (str(table.get(k, "")) for k in ("commit", "arch", "kind", "tuner"))
-    return TuningDb(directory, *header, files, meta)
+    meta = {k: v for k, v in table.items() if k not in HEADER}
+    header = {k: str(table.get(k, "")) for k in HEADER}
+    return TuningDb(directory, files=files, meta=meta, **header)
 
 
 def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:

@@ -1,7 +1,5 @@
 """`nox -s update_pins` (docs/aotriton.md); resolve_for_build: the same for one unresolved pin."""
 
-from __future__ import annotations
-
 import contextlib
 import io
 import shutil
@@ -17,13 +15,6 @@ from rocmfa.sources import pins
 from rocmfa.sources.checkouts import fetch_commit, git, last_line
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, set_dir
 
-# torch companions: the file naming their commit (ref = "from-pytorch"), its key, patches/<dir>
-FROM_TORCH = {
-    "pytorch.triton": (".ci/docker/ci_commit_pins/triton.txt", None, "triton"),
-    "pytorch.audio": ("related_commits", "torchaudio", "pytorch_audio"),
-    "pytorch.vision": ("related_commits", "torchvision", "pytorch_vision"),
-    "pytorch.apex": ("related_commits", "apex", "apex"),
-}
 AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
 
 
@@ -57,21 +48,23 @@ def update_pins(opts: UpdatePinsOptions) -> None:
             failures[step] = e
             runner.say(f"{step}: FAILED: {e}")
     if failures:
-        first = "{}: {}".format(*next(iter(failures.items())))
-        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {first}")
+        step, error = next(iter(failures.items()))
+        raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {step}: {error}")
 
 
-def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> None:
-    """An unresolved pin of project resolved, checked and recorded as update_pins does."""
+def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> pins.Pin:
+    """project's pin; unresolved: resolved, checked and recorded as update_pins does (a dry run:
+    a pin whose commit is a named placeholder)."""
     directory = pin_files.pins_dir()
     with contextlib.suppress(pin_files.Unresolved):
-        pins.load_pin(project, directory, workdir=workdir)
-        return
+        return pins.load_pin(project, directory, workdir=workdir)
     path, table = pin_files.read_table(project, directory)
     url, ref = str(table.get("url")), str(table.get("ref"))
     later = f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records"
     if later := runner.plan_line(f"{later} it there first (as nox -s update_pins does)"):
-        return runner.say(later)
+        runner.say(later)
+        planned = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
+        return pins.pin_of(project, {**table, "commit": planned}, pin_files.display(path))
     work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
@@ -88,11 +81,12 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
     except UserError:
         path.write_text(before)  # never a recorded pin that was not checked
         raise
-    commit = pins.load_pin(project, directory, workdir=work).commit
-    done = f"{project}: resolved {ref} to {commit[:12]}, checked it and recorded it in {path}"
+    pin = pins.load_pin(project, directory, workdir=work)
+    done = f"{project}: resolved {ref} to {pin.commit[:12]}, checked it and recorded it in {path}"
     runner.say(f"{done} (as nox -s update_pins does)")
     for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
         runner.say(line)
+    return pin
 
 
 def _update_project(project: str, directory: Path, work: Path, runner: Runner, *, port: bool):
@@ -105,7 +99,8 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         url, ref = (require(entry, key, str, where).strip() for key in ("url", "ref"))
         old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
         follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
-        companion = name in FROM_TORCH and ref == pin_files.FROM_PYTORCH
+        component = pin_files.COMPANIONS.get(name.removeprefix("pytorch."))  # torch's companion
+        companion = component is not None and ref == pin_files.FROM_PYTORCH
         what = "the torch pin names" if follows or companion else f"{ref} resolves to"
         if plan := runner.plan_line(f"{name}: would record the commit {what} (and what it says)"):
             if not (follows or companion):  # nothing asked, nothing written
@@ -118,7 +113,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        new = _companion_from_torch(name, path, work, runner) if companion else None
+        new = _companion_from_torch(name, component, path, work, runner) if companion else None
         new = new or ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
@@ -131,20 +126,26 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         if name == "pytorch":  # [pytorch.aotriton]: what the new torch pin's aotriton.cmake names
             torch = pins.load_pin("pytorch", directory, workdir=work)
             named = pins.resolve_aotriton_from_pytorch(torch, workdir=work)  # no local override
-            values = {"pytorch_commit": torch.commit, "version": named.version}
-            values |= {"commit": named.commit, "source": named.source}
+            values = {
+                "pytorch_commit": torch.commit,
+                "version": named.version,
+                "commit": named.commit,
+                "source": named.source,
+            }
             pin_files.set_values(path, "pytorch.aotriton", {k: v for k, v in values.items() if v})
             said = f"names AOTriton {named.version or '?'} {named.commit[:12]} ({named.source})"
             runner.say(f"pytorch: {torch.commit[:12]} {said}; recorded in [pytorch.aotriton]")
         old = old if isinstance(old, str) and pin_files.HEX40.fullmatch(old) else None
-        patches = FROM_TORCH.get(name, (None, None, project))[2]
+        patches = component["key"] if component else project  # patches/<its checkout's key>
         _report_patches(patches, old, new, work, runner, port=port)
 
 
-def _companion_from_torch(name: str, pin_file: Path, work: Path, runner: Runner) -> str:
-    """The commit the torch pin names for a companion (as TheRock's source manifest)."""
+def _companion_from_torch(name: str, component: dict, pin_file: Path, work: Path, runner) -> str:
+    """The commit the torch pin names for a companion: its related_commits entry, else (triton)
+    its ci_commit_pins file, as TheRock's source manifest reads them."""
     pytorch = pins.load_pin("pytorch", pin_file.parent, workdir=work)
-    path, key, _ = FROM_TORCH[name]
+    key = component.get("related")
+    path = "related_commits" if key else pin_files.TRITON_PIN
     text = pins.torch_file(pytorch, path, work)[0]
     where = f"torch {pytorch.commit[:12]} {path}"
     if text is None:
