@@ -567,13 +567,18 @@ TABLE_HEADER = (
 )
 
 
+def case_cells(row: dict[str, Any]) -> tuple:
+    """A row's cells under CASE_HEAD."""
+    dims = "-" if row.get("batch") is None else common.Shape.of_row(row).dims()
+    causal = "yes" if row.get("causal") else "no"
+    return (row.get("size"), dims, row.get("dtype"), causal, row.get("backend"), row.get("pass"))
+
+
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
     """The table under the conventions; TFLOP/s and % roof above the peak read "!>peak"."""
     rows = []
     for r in results:
-        causal = "yes" if r["causal"] else "no"
-        dims = common.Shape.of_row(r).dims()
-        head = (r["size"], dims, r["dtype"], causal, r["backend"], r["pass"])
+        head = case_cells(r)
         if r["status"] != "ok":
             rows.append((*head, *("-",) * 9, status_text(r)))
             continue
@@ -680,25 +685,10 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         runs = f"; {len(side)} runs" * (len(side) > 1)
         where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
-    header = (
-        "size",
-        "dtype",
-        "causal",
-        "backend",
-        "pass",
-        "A ms",
-        "B ms",
-        "speedup",
-        "allowed",
-        "verdict",
-    )
+    header = (*CASE_HEAD, "A ms", "B ms", "speedup", "allowed", "verdict")
     table = [
         (
-            r.get("size") or "?",
-            r["dtype"],
-            "yes" if r["causal"] else "no",
-            r["backend"],
-            r["pass"],
+            *case_cells(r),
             f"{r['a_ms']:.4f}",
             f"{r['b_ms']:.4f}",
             f"{r['speedup']:.3f}x",

@@ -19,7 +19,6 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench
-from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs
 
 THRESHOLD_PCT = 5.0
@@ -347,17 +346,7 @@ def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int)
     dash = ["<td>-</td>"] * blank
     cells = []
     for k, row in first.items():
-        shape = "-" if row.get("batch") is None else Shape.of_row(row).dims()
-        causal = "yes" if row.get("causal") else "no"
-        case = [
-            row.get("size"),
-            shape,
-            row.get("dtype"),
-            causal,
-            row.get("backend"),
-            row.get("pass"),
-        ]
-        case = [td(v) for v in case]
+        case = [td(v) for v in bench.case_cells(row)]
         cells.append(
             [*case, *extra(row), *(c for r in index for c in (per_set(r[k]) if k in r else dash))]
         )
