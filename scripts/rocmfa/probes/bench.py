@@ -61,17 +61,10 @@ TIMERS = {
 # The original 05-attention-bench.py suite (B, H, S, D).
 SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
          "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
-# --suite llm: (name, B, Hq, Hkv, Sq, Sk, D, causal, passes). Prefill is causal with Sq = Sk;
-# decode and a chunk against a longer cache run non-causal (is_causal aligns top-left).
-K = 1024
-LLM_SUITE = (
-    *((f"prefill-{k}k-d128", 1, 32, 8, k * K, k * K, 128, True, PASSES) for k in (4, 8, 16, 32)),
-    *((f"prefill-{k}k-d64", 1, 32, 8, k * K, k * K, 64, True, PASSES) for k in (4, 16)),
-    ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
-    *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
-)  # fmt: skip
-# Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = common.load_table("sdpa_checks", "bench").get("dispatch_env_vars", [])
+# The --suite llm shapes, and the variables that change which SDPA kernel runs or its timing.
+BENCH_DATA = common.load_table("sdpa_checks", "bench")
+LLM_SUITE = BENCH_DATA.get("llm_suite", [])
+DISPATCH_ENV_VARS = BENCH_DATA.get("dispatch_env_vars", [])
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
