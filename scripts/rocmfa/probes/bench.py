@@ -134,8 +134,9 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     }
 
 
-def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: dict) -> list:
+def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: Any = None) -> list:
     """Every case that ran in every run (a list of rows) of both sides: its fields and verdict."""
+    floors = floors if floors is not None else load_floors()
     maps = [
         {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
         for rows in (*a_runs, *b_runs)
