@@ -24,7 +24,8 @@ TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e
 
 # Kernel-name rules (first match wins) and operator names, each to the backend it means.
 RULES = common.load_table("sdpa_checks", "backend_check")
-KERNEL_RULES, OP_RULES = RULES["kernel_rules"], RULES["ops"]
+KERNEL_RULES = RULES["kernel_rules"]
+OP_RULES = RULES["ops"]
 FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 
@@ -60,7 +61,8 @@ def backend_flags(device: Any, dtype: Any, shape: common.Shape) -> dict[str, Any
     """Per backend: compiled in, enabled, can_use_* with torch's reasons (C++ warnings too)."""
     import torch
 
-    cuda, ask = torch.backends.cuda, common.ask
+    cuda = torch.backends.cuda
+    ask = common.ask
     q = torch.zeros(shape.batch, shape.q_heads, shape.seq_q, shape.head_dim).to(device, dtype)
     params = cuda.SDPAParams(q, q, q, None, 0.0, False, False)
 
@@ -199,8 +201,11 @@ def _scaled_error(x: Any, ref: Any) -> float:
 def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
     """(passed, failures): flash usable, used (forced and by default) and correct."""
     where = report["identity"]["platform"]  # cpu, rocm or cuda
-    rocm, flash, truth = report.get("rocm") or {}, report["backends"]["flash"], report["truth"]
-    forced, default = truth.get("forced_flash") or {}, truth.get("default_dispatch") or {}
+    rocm = report.get("rocm") or {}
+    flash = report["backends"]["flash"]
+    truth = report["truth"]
+    forced = truth.get("forced_flash") or {}
+    default = truth.get("default_dispatch") or {}
     failures = [rocm.get("aotriton", {}).get("mismatch"), rocm.get("flag_problem")]
     if not flash.get("can_use"):
         reasons = "; ".join(flash.get("reasons") or []) or "torch gave no reason"
@@ -221,7 +226,9 @@ def verdict(report: dict[str, Any]) -> tuple[bool, list[str]]:
 
 
 def render(report: dict[str, Any]) -> str:
-    d, rocm, truth = report["identity"], report.get("rocm"), report["truth"]
+    d = report["identity"]
+    rocm = report.get("rocm")
+    truth = report["truth"]
     yn = {True: "yes", False: "no", None: "?"}.get
     flags = ("compiled_in", "enabled", "can_use")
     rows = [
@@ -271,17 +278,13 @@ def short_kernel_name(name: str) -> str:
     return (short.split() or [name])[-1].split("::")[-1] or name
 
 
-def build_parser() -> common.OneLineArgumentParser:
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
     p = common.new_parser(PROG, __doc__, json_option=True)
     p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
     p.add_argument("--shape", default="1,4,256,64", help="B,H,S,D or B,Hq,Hkv,S,D (1,4,256,64)")
     p.add_argument("--torch-lib-dir", type=Path, help="torch/lib to read AOTriton files from")
-    return p
-
-
-@common.cli(PROG)
-def main(argv: list[str] | None) -> int:
-    opts = build_parser().parse_args(argv)
+    opts = p.parse_args(argv)
     try:  # a broken or partial torch install gives no verdict: one line saying why
         import torch
 

@@ -28,7 +28,8 @@ if __package__:
 else:  # run as a plain script: this file's folder is first on sys.path
     import sdpa_common as common  # type: ignore[no-redef]
 
-PROG, SCHEMA = "bench.py", "sdpa-bench/1"
+PROG = "bench.py"
+SCHEMA = "sdpa-bench/1"
 FLOP_CONVENTION = (
     "flash-attention convention: fwd = 4*B*Hq*Sq*Sk*D (causal: x0.5), "
     "bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd"
@@ -41,7 +42,9 @@ PASSES = ("fwd", "bwd", "fwdbwd")
 SLOW_CALL_MS = 50.0
 SETTLE_AFTER_SLOW_MS = 50.0  # warm-up of the row after a slow call (without: XLarge fwd moved 5.6%)
 # GPU spin before each repeat (untimed, ~2 GHz): fwd, bwd (autograd's thread wakes late), max.
-HEAD_START_CYCLES, BACKWARD_HEAD_START_CYCLES, MAX_HEAD_START_CYCLES = 300_000, 1_000_000, 2_000_000
+HEAD_START_CYCLES = 300_000
+BACKWARD_HEAD_START_CYCLES = 1_000_000
+MAX_HEAD_START_CYCLES = 2_000_000
 NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
 PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
 PROFILE_LAUNCH_FRACTION = 0.25  # launch under this share of the event time: not launch-bound
@@ -58,17 +61,10 @@ TIMERS = {
 # The original 05-attention-bench.py suite (B, H, S, D).
 SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 1024, 64),
          "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
-# --suite llm: (name, B, Hq, Hkv, Sq, Sk, D, causal, passes). Prefill is causal with Sq = Sk;
-# decode and a chunk against a longer cache run non-causal (is_causal aligns top-left).
-K = 1024
-LLM_SUITE = (
-    *((f"prefill-{k}k-d128", 1, 32, 8, k * K, k * K, 128, True, PASSES) for k in (4, 8, 16, 32)),
-    *((f"prefill-{k}k-d64", 1, 32, 8, k * K, k * K, 64, True, PASSES) for k in (4, 16)),
-    ("chunk-512x8k-d128", 1, 32, 8, 512, 8 * K, 128, False, ("fwd", "bwd")),
-    *((f"decode-{k}k-d128", 8, 32, 8, 1, k * K, 128, False, ("fwd",)) for k in (4, 16, 64, 128)),
-)  # fmt: skip
-# Environment variables that change which SDPA kernel runs or how it is timed.
-DISPATCH_ENV_VARS = common.load_table("sdpa_checks", "bench").get("dispatch_env_vars", [])
+# The --suite llm shapes, and the variables that change which SDPA kernel runs or its timing.
+BENCH_DATA = common.load_table("sdpa_checks", "bench")
+LLM_SUITE = BENCH_DATA.get("llm_suite", [])
+DISPATCH_ENV_VARS = BENCH_DATA.get("dispatch_env_vars", [])
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
@@ -115,7 +111,8 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
     speedup = a_med / b_med
     floor = floor_of(floors, a_rows[0]["backend"], a_rows[0]["pass"], min(a_med, b_med))
-    allowance, overlap = max(threshold_pct / 100.0, floor), False
+    allowance = max(threshold_pct / 100.0, floor)
+    overlap = False
     if len(a_ms) >= 2 and len(b_ms) >= 2:
         ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
         allowance = max(allowance, ranges)
@@ -180,16 +177,20 @@ def learned_floors(sessions: list[list[str]]) -> str:
 
 def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
-    s, peak, median_ms = common.Shape.of_row(row), row["peak_tflops"], row["median_ms"]
+    s = common.Shape.of_row(row)
+    peak = row["peak_tflops"]
+    median_ms = row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
     flops = 4.0 * work * {"fwd": 1, "bwd": 2.5, "fwdbwd": 3.5}[row["pass"]]
     n_q = s.batch * s.q_heads * s.seq_q * s.head_dim
     n_kv = s.batch * s.kv_heads * s.kv_seq * s.head_dim
     lse = 4 * s.batch * s.q_heads * s.seq_q  # fp32 logsumexp
-    fwd, bwd = (2 * n_q + 2 * n_kv) * element_size + lse, (4 * n_q + 4 * n_kv) * element_size + lse
+    fwd = (2 * n_q + 2 * n_kv) * element_size + lse
+    bwd = (4 * n_q + 4 * n_kv) * element_size + lse
     nbytes = {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[row["pass"]]
-    tflops, gbps = flops / median_ms / 1e9, nbytes / median_ms / 1e6
+    tflops = flops / median_ms / 1e9
+    gbps = nbytes / median_ms / 1e6
     above = peak is not None and tflops > peak
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
     memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
@@ -226,7 +227,8 @@ class Timer:
     def __init__(self, device: Any) -> None:
         import torch
 
-        self.device, self.gpu = device, device.type == "cuda"
+        self.device = device
+        self.gpu = device.type == "cuda"
         self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if self.gpu else None
         self.head_start_cycles = HEAD_START_CYCLES
         self.launch_ms: list[float] = []  # host time of each timed call (GPU)
@@ -262,7 +264,8 @@ class Timer:
     def measure(self, fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> list:
         import torch
 
-        out, pairs = [], []
+        out = []
+        pairs = []
         for _ in range(repeats):
             before()
             if self.gpu:
@@ -319,7 +322,8 @@ class Tensors:
 
     def callables(self, causal: bool, pass_name: str) -> tuple[Callable, Callable]:
         """(timed fn, untimed setup before each call); bwd: one forward, then backward alone."""
-        forward, dout = common.sdpa_call(self.q, self.k, self.v, causal), self.dout
+        forward = common.sdpa_call(self.q, self.k, self.v, causal)
+        dout = self.dout
         if pass_name == "fwd":
             return forward, (lambda: None)
         if pass_name == "bwd":
@@ -332,7 +336,8 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
     """Time one row (its pass, backend and causal setting) and return its timing fields.
 
     known_estimate: the per-call ms when earlier passes warmed the kernels (no first call then)."""
-    started, pass_name = time.perf_counter(), row["pass"]
+    started = time.perf_counter()
+    pass_name = row["pass"]
     try:
         with common.backend_context(row["backend"], timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
@@ -457,7 +462,8 @@ def run_suite(
     """Time every case in every dtype and backend, one row per pass."""
     timer = Timer(device)
     total = sum(len(c) for _s, c, _p in cases) * len(dtypes) * len(backends)
-    results, done = [], 0
+    results = []
+    done = 0
     for (shape, causals, passes), dtype in itertools.product(cases, dtypes):
         tensors = None  # made at the first case that fits; cached blocks count as free
         for causal, backend in itertools.product(causals, backends):
@@ -470,7 +476,8 @@ def run_suite(
                 "backend": backend,
                 "peak_tflops": peaks.get(dtype),
             }
-            rows, estimates = [dict(base, **{"pass": p}) for p in passes], {}
+            rows = [dict(base, **{"pass": p}) for p in passes]
+            estimates = {}
             for row in rows:
                 if skip is not None:
                     row.update(status="skipped", reason=skip)
@@ -495,7 +502,8 @@ def _fit(
     """(tensors, None), made once per shape and dtype; (tensors, why) when it would not fit."""
     import torch
 
-    need, free = estimate_bytes(shape, backend, 2), None  # fp16 and bf16 alike
+    need = estimate_bytes(shape, backend, 2)  # fp16 and bf16 alike
+    free = None
     if device.type == "cuda":  # free, and blocks torch's allocator caches unused
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         free = torch.cuda.mem_get_info(device)[0] + max(0, cached)
@@ -552,19 +560,27 @@ TABLE_HEADER = (
 )
 
 
+def case_cells(row: dict[str, Any]) -> tuple:
+    """A row's cells under CASE_HEAD."""
+    dims = "-" if row.get("batch") is None else common.Shape.of_row(row).dims()
+    causal = "yes" if row.get("causal") else "no"
+    return (row.get("size"), dims, row.get("dtype"), causal, row.get("backend"), row.get("pass"))
+
+
 def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
     """The table under the conventions; TFLOP/s and % roof above the peak read "!>peak"."""
     rows = []
     for r in results:
-        causal, dims = "yes" if r["causal"] else "no", common.Shape.of_row(r).dims()
-        head = (r["size"], dims, r["dtype"], causal, r["backend"], r["pass"])
+        head = case_cells(r)
         if r["status"] != "ok":
             rows.append((*head, *("-",) * 9, status_text(r)))
             continue
-        tflops, gbps, pct = r["tflops"], r["gbps"], r["pct_roof"]
+        tflops = r["tflops"]
+        gbps = r["gbps"]
         tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
-        pct_text = "-" if pct is None else f"{pct:.1f}"
-        tf_text, pct_text = ("!>peak", "!>peak") if r["above_peak"] else (tf_text, pct_text)
+        pct_text = "-" if r["pct_roof"] is None else f"{r['pct_roof']:.1f}"
+        if r["above_peak"]:
+            tf_text = pct_text = "!>peak"
         row = (
             *head,
             f"{r['median_ms']:.4f}",
@@ -658,28 +674,14 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         )
     lines = []
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
-        prov, runs = side[0].get("provenance", {}), f"; {len(side)} runs" * (len(side) > 1)
+        prov = side[0].get("provenance", {})
+        runs = f"; {len(side)} runs" * (len(side) > 1)
         where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
-    header = (
-        "size",
-        "dtype",
-        "causal",
-        "backend",
-        "pass",
-        "A ms",
-        "B ms",
-        "speedup",
-        "allowed",
-        "verdict",
-    )
+    header = (*CASE_HEAD, "A ms", "B ms", "speedup", "allowed", "verdict")
     table = [
         (
-            r.get("size") or "?",
-            r["dtype"],
-            "yes" if r["causal"] else "no",
-            r["backend"],
-            r["pass"],
+            *case_cells(r),
             f"{r['a_ms']:.4f}",
             f"{r['b_ms']:.4f}",
             f"{r['speedup']:.3f}x",
@@ -754,8 +756,10 @@ def peak_from_device(
     """(peak TFLOP/s, source): --peak-tflops, else CUs x clock x rate, else table."""
     if override is not None:
         return override, "--peak-tflops"
-    info, rate = info or {}, rates.get(arch or "")
-    units, mhz = info.get("compute_units"), info.get("max_clock_mhz")
+    info = info or {}
+    rate = rates.get(arch or "")
+    units = info.get("compute_units")
+    mhz = info.get("max_clock_mhz")
     per_clock = (rate or {}).get(dtype)
     if units and mhz and isinstance(per_clock, int | float):
         return round(units * mhz * 1e6 * per_clock / 1e12, 1), (
@@ -771,8 +775,11 @@ def peak_from_device(
 
 def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
     """(GB/s, source): the device's memory clock x bus width, else the arch table's."""
-    info, entry = info or {}, roofs.get(arch or "") or {}
-    table, khz, bits = entry.get("gbps"), info.get("memory_clock_khz"), info.get("memory_bus_bits")
+    info = info or {}
+    entry = roofs.get(arch or "") or {}
+    table = entry.get("gbps")
+    khz = info.get("memory_clock_khz")
+    bits = info.get("memory_bus_bits")
     if khz and bits and not info.get("integrated"):
         also = f"; table [memory.{arch}]: {table:g} GB/s" if table is not None else ""
         return round(khz * 1e3 * bits * 2 / 8 / 1e9, 1), (
@@ -824,8 +831,10 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
         cudnn = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
             library = str(torch.backends.cuda.preferred_rocm_fa_library())
-    arch, info = ident["arch"], device_info(device)
-    rates, arches = common.load_table("peak_rates", "rate"), common.load_arches()
+    arch = ident["arch"]
+    info = device_info(device)
+    rates = common.load_table("peak_rates", "rate")
+    arches = common.load_arches()
     peaks = {
         d: peak_from_device(arch, d, override, arches, info, rates) for d in common.DTYPE_NAMES
     }

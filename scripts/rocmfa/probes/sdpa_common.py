@@ -333,7 +333,8 @@ _NATIVE_WARNING = re.compile(r"^(?:\[W[^\]]*\]\s*)?Warning:\s*(?P<msg>.*?)\s*(?:
 
 def tidy_reasons(messages: Iterable[str]) -> list[str]:
     """Each warning once, in order, torch's notes and the profiler's notices dropped."""
-    out, heading = [], ""
+    out = []
+    heading = ""
     for text in messages:
         msg = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", " ".join(text.split()))
         msg = re.sub(r"^Warning:\s*", "", msg.strip())

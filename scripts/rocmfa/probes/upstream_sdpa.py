@@ -58,7 +58,8 @@ def parse_skip_file(text: str, file_name: str) -> list[dict[str, str]]:
         entries = []
         for section, modules in zip(node.keys, node.values, strict=True):
             for module, names in zip(modules.keys, modules.values, strict=True):
-                start, block = names.lineno, ""  # a block is its names' until the next one
+                start = names.lineno
+                block = ""  # a block is its names' until the next one
                 for name in names.elts:
                     above = (comments.get(n, "") for n in range(start, name.lineno))
                     block = " ".join(c for c in above if c.strip("-= ")) or block
@@ -147,7 +148,8 @@ def git_blob_sha1(data: bytes) -> str:
 
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
     """The test file for this torch: --test-file (unverified), else torch's commit from git."""
-    checkout, verified = Path(opts.torch_src or work / "src" / "pytorch"), not opts.test_file
+    checkout = Path(opts.torch_src or work / "src" / "pytorch")
+    verified = not opts.test_file
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
@@ -165,7 +167,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         git = ["git", "-C", str(checkout)]
         rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
         named = subprocess.run(rev_parse, capture_output=True, text=True)
-        blob, data = named.stdout.strip(), b""
+        blob = named.stdout.strip()
+        data = b""
         if named.returncode == 0 and (checkout / ".git").exists():
             data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
         if not data or git_blob_sha1(data) != blob:
@@ -191,7 +194,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
     """One pytest run of the test file with this module as its plugin."""
-    run_dir, budget_s = run["run_dir"], run["budget_s"]
+    run_dir = run["run_dir"]
     run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
@@ -217,16 +220,17 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, *PYTEST_ARGS, "-k", selection]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
-    started, code, killed = time.perf_counter(), None, None
+    started = time.perf_counter()
+    code = killed = None
     # pytest's report goes to the log; the plugin's progress lines (stderr) reach ours.
     with run["log_path"].open("ab") as log:
         log.write(f"\n==== pass {name}: {' '.join(argv)}\n".encode())
         log.flush()
         try:
-            limit = budget_s + GRACE_S
+            limit = run["budget_s"] + GRACE_S
             code = subprocess.run(argv, cwd=run_dir, env=env, stdout=log, timeout=limit).returncode
         except subprocess.TimeoutExpired:  # the run is killed
-            killed = f"killed {GRACE_S} s after the {budget_s / 60:g} min budget"
+            killed = f"killed {GRACE_S} s after the {run['budget_s'] / 60:g} min budget"
     records = []
     with contextlib.suppress(OSError):
         for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -296,7 +300,9 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     doc["skips_by_source"] = dict(sorted(Counter(s for s, _ in skipped).items()))
     doc["by_class"] = {k: dict(v) for k, v in sorted(by_class.items())}
     doc["results"] = rows
-    c, problems, tf = Counter(doc["counts"]), doc["problems"], doc["test_file"]
+    c = Counter(doc["counts"])
+    problems = doc["problems"]
+    tf = doc["test_file"]
     bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
     skips = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
@@ -326,7 +332,8 @@ def render(doc: dict[str, Any]) -> str:
         f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
         f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
     )
-    ident, passes = doc["identity"], doc["passes"]
+    ident = doc["identity"]
+    passes = doc["passes"]
     passes = [(p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in passes]
     classes = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
     lines = [
@@ -356,7 +363,7 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> common.OneLineArgumentParser:
+def parse_args(argv: list[str] | None) -> Any:
     p = common.OneLineArgumentParser(prog=PROG, description=__doc__)
     add = p.add_argument
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
@@ -373,11 +380,7 @@ def build_parser() -> common.OneLineArgumentParser:
     add("--json", metavar="PATH", help="write the full report as JSON to PATH")
     add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
     add("--dry-run", action="store_true", help="refused: see the error it gives")
-    return p
-
-
-def parse_args(argv: list[str] | None) -> Any:
-    opts = build_parser().parse_args(argv)
+    opts = p.parse_args(argv)
     if opts.dry_run:  # which tests run is known only once the file is found and collected
         raise common.UsageError("--dry-run: PyTorch's own tests have no dry run; try --quick")
     for flag, value in (("--quick-max", opts.quick_max), ("--budget-min", opts.budget_min)):
@@ -426,7 +429,8 @@ def main(argv: list[str] | None) -> int:
     ck = torch.version.hip and common.ask(torch.backends.cuda.is_ck_sdpa_available)
     if device.type == "cuda" and ck and not opts.no_ck:
         plan["ck"] = (f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})
-    passes, rows = [], []
+    passes = []
+    rows = []
     for pass_name, (k, extra_env) in plan.items():
         done, pass_rows = run_pass(pass_name, k, extra_env, run)
         passes.append(done)
@@ -462,7 +466,8 @@ def _write(record: dict[str, Any]) -> None:
 def _progress(force: bool = False) -> None:
     now = time.monotonic()
     if force or now - _run["printed"] >= _run["progress_every_s"]:
-        _run["printed"], elapsed = now, int(now - _run["started"])
+        _run["printed"] = now
+        elapsed = int(now - _run["started"])
         where = f"{_run['done']}/{_run['total']} {elapsed // 60}m{elapsed % 60:02d}s"
         text = ", ".join(f"{n} {k}" for k, n in sorted(_run["counts"].items())) or "starting"
         print(f"[{_run['label']} {where}] {text}", file=sys.stderr, flush=True)
@@ -480,8 +485,10 @@ def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
 
     if not _run:
         return
-    items, quick_max = session.items, _run["quick_max"]
-    selected, stride = len(items), max(1, -(-len(items) // quick_max)) if quick_max else 1
+    items = session.items
+    quick_max = _run["quick_max"]
+    selected = len(items)
+    stride = max(1, -(-len(items) // quick_max)) if quick_max else 1
     if stride > 1:
         session.config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % stride])
         items[:] = items[::stride]

@@ -20,14 +20,16 @@ else:  # run as `python scripts/rocmfa/probes/validate.py`
 
 PROG = "validate.py"
 SCHEMA = "sdpa-validate/1"
-FWD_FACTOR, BWD_FACTOR = 2.0, 3.0
+FWD_FACTOR = 2.0
+BWD_FACTOR = 3.0
 FLOOR = {"fp16": 2e-3, "bf16": 1.6e-2}  # absolute, times max(1, max|reference|)
 
 CASES = common.load_table("sdpa_checks", "validate")  # the grid and the special cases
 MASKED_ROWS = (0, 7, 64)  # rows of the masked-rows case that keep no key
 # Dropout: q = 0 and v = the identity make out the mask itself times 1/(Sk (1 - p)); 65536
 # draws, so the keep rate is within DROPOUT_TOL of 1 - p (over 6 standard deviations).
-DROPOUT_P, DROPOUT_TOL = 0.2, 0.01
+DROPOUT_P = 0.2
+DROPOUT_TOL = 0.01
 
 
 class Case(NamedTuple):
@@ -52,7 +54,8 @@ def naive_attention(q: Any, k: Any, v: Any, mask: Any = None) -> Any:
 def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]:
     if case.variant == "dropout":
         return run_dropout(device, backend, case, seed)
-    shape, mask = case.shape, None  # the boolean keep-mask (Sq x Sk) the case means
+    shape = case.shape
+    mask = None  # the boolean keep-mask (Sq x Sk) the case means
     if case.variant == "masked-rows":
         mask = (
             torch.rand(shape.seq_q, shape.kv_seq, generator=torch.Generator().manual_seed(7)) < 0.5
@@ -111,7 +114,8 @@ def compare(case: Case, mask: Any, ref: list, low: list, got: list) -> dict[str,
         note = "rows without a key not compared (torch: lower right causal bias produces NaNs)"
     errors: dict[str, Any] = {}
     for i, name in enumerate(("out", "dq", "dk", "dv")):
-        err, factor = common.max_error(got[i], ref[i]), FWD_FACTOR if i == 0 else BWD_FACTOR
+        err = common.max_error(got[i], ref[i])
+        factor = FWD_FACTOR if i == 0 else BWD_FACTOR
         scale = max(1.0, ref[i].abs().max().item())
         budget = factor * common.max_error(low[i], ref[i]) + FLOOR[case.dtype] * scale
         errors[name] = {"err": _round(err), "allowed": _round(budget), "ok": err <= budget}
@@ -155,7 +159,8 @@ def run_dropout(device: Any, backend: str, case: Case, seed: int) -> dict[str, A
         except Exception as exc:
             return {"status": "unsupported", "reason": common.reason_from(exc, caught)}
     kept = first != 0
-    keep, value = kept.float().mean().item(), 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
+    keep = kept.float().mean().item()
+    value = 1.0 / (shape.kv_seq * (1.0 - DROPOUT_P))
     checks = {
         "keep_rate": round(keep, 5),
         "keep_rate_expected": 1.0 - DROPOUT_P,
@@ -229,7 +234,8 @@ def render(doc: dict[str, Any]) -> str:
         "worst grad err/allowed",
         "status",
     )
-    ident, tolerance = doc["identity"], doc["tolerance"]
+    ident = doc["identity"]
+    tolerance = doc["tolerance"]
     lines = [
         f"SDPA validation on {ident['gpu']} ({ident['arch'] or 'cpu'}), torch {ident['torch']}; "
         f"reference: {tolerance['reference']}",
@@ -238,19 +244,6 @@ def render(doc: dict[str, Any]) -> str:
         *common.text_table(header, rows),
     ]
     return "\n".join([*lines, "", doc["summary"]])
-
-
-def build_parser() -> common.OneLineArgumentParser:
-    p = common.new_parser(PROG, __doc__, json_option=True)
-    add = p.add_argument
-    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
-    add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
-    add("--causal", choices=("yes", "no", "both"), default="both")
-    add("--head-dims", help=f"comma list (default {','.join(map(str, CASES['head_dims']))})")
-    add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
-    add("--quick", action="store_true", help="a small subset: seconds on a CPU")
-    add("--seed", type=int, default=0)
-    return p
 
 
 TOLERANCE_RULE = (
@@ -264,7 +257,16 @@ TOLERANCE_RULE = (
 
 @common.cli(PROG)
 def main(argv: list[str] | None) -> int:
-    opts = build_parser().parse_args(argv)
+    p = common.new_parser(PROG, __doc__, json_option=True)
+    add = p.add_argument
+    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
+    add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
+    add("--causal", choices=("yes", "no", "both"), default="both")
+    add("--head-dims", help=f"comma list (default {','.join(map(str, CASES['head_dims']))})")
+    add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
+    add("--quick", action="store_true", help="a small subset: seconds on a CPU")
+    add("--seed", type=int, default=0)
+    opts = p.parse_args(argv)
     device = common.resolve_device(opts.device)
     backends = common.parse_backends(opts.backends, device)
     cases = build_cases(opts)

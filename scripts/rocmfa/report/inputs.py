@@ -75,7 +75,8 @@ def bench_config(data: dict[str, Any]) -> str:
 def check_doc(source: str, data: Any) -> Doc | Rejected:
     if not isinstance(data, dict):
         return Rejected(source, f"not a probe's JSON (top level is a {type(data).__name__})")
-    schema, identity = data.get("schema"), data.get("identity")
+    schema = data.get("schema")
+    identity = data.get("identity")
     kind = KINDS.get(str(schema))
     version = identity.get("version") if isinstance(identity, dict) else None
     if schema == PAGE_SCHEMA:
@@ -142,7 +143,8 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     if head.endswith("/v2") or head == "v2":
         spec = team_index.parse_index(head.removesuffix("/v2") or ".")
     elif arch:
-        spec, family = team_index.parse_index(index), sets.family_of(archs.get_arch(arch))
+        spec = team_index.parse_index(index)
+        family = sets.family_of(archs.get_arch(arch))
     else:
         hint = "name the family (URL/v2/<family>) or give --arch to find it"
         raise UserError(f"--index {index}: {hint}")
@@ -156,7 +158,8 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
-        aot, patches = manifest.get("aotriton") or {}, manifest.get("patches") or {}
+        aot = manifest.get("aotriton") or {}
+        patches = manifest.get("patches") or {}
         added = {"wheel_set": manifest["set_id"], "rocm_sdk": manifest["rocm_sdk"]}
         added["patches"] = {k: v.get("digest") for k, v in patches.items()}
         aotriton = {k: aot.get(k) for k in ("version", "commit")}
@@ -172,10 +175,17 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     return docs, rejected
 
 
+def opening(result_set: dict[str, Doc]) -> Doc:
+    """A result set's opening doc: its bench run or verdict file."""
+    return next(iter(result_set.values()))
+
+
 def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
     """Result sets, oldest first (kind -> Doc, the opening one first: a bench run or a verdict
     file), and the duplicates (same kind, machine and time) left out."""
-    unique, rejected, seen = [], [], {}
+    unique = []
+    rejected = []
+    seen = {}
     for doc in sorted(docs, key=lambda d: (d.when, d.source)):
         key = (doc.kind, machine_key(doc.identity), doc.identity.get("date"))
         if key in seen:
@@ -185,13 +195,17 @@ def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
             seen[key] = doc.source
             unique.append(doc)
     sets = [{"bench": d} for d in unique if d.kind == "bench"]
-    same, first = MACHINE_FIELDS + SOFTWARE_FIELDS, lambda s: next(iter(s.values()))
+    same = MACHINE_FIELDS + SOFTWARE_FIELDS
     for doc in (d for d in unique if d.kind != "bench"):
-        apart = lambda s: abs(first(s).when - doc.when)  # noqa: B023, E731 (used at once)
         key = machine_key(doc.identity, same)
-        near = [s for s in sets if doc.kind not in s and apart(s) <= COMPANION_WINDOW_S]
-        if near := [s for s in near if machine_key(first(s).identity, same) == key]:
-            min(near, key=apart)[doc.kind] = doc
+        near = [
+            (abs(opening(s).when - doc.when), n)
+            for n, s in enumerate(sets)
+            if doc.kind not in s and machine_key(opening(s).identity, same) == key
+        ]
+        seconds, n = min(near, default=(float("inf"), None))
+        if seconds <= COMPANION_WINDOW_S:
+            sets[n][doc.kind] = doc
         else:
             sets.append({doc.kind: doc})
-    return sorted(sets, key=lambda s: (first(s).when, first(s).source)), rejected
+    return sorted(sets, key=lambda s: (opening(s).when, opening(s).source)), rejected

@@ -19,7 +19,6 @@ from typing import Any
 
 from rocmfa.plumbing.errors import UserError
 from rocmfa.probes import bench
-from rocmfa.probes.sdpa_common import Shape
 from rocmfa.report import inputs
 
 THRESHOLD_PCT = 5.0
@@ -64,7 +63,9 @@ PALETTE = {
 }
 OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
 FONT = 'font-family="sans-serif" font-size="10"'
-LEFT, TOP, PLOT_H = 46, 8, 150
+LEFT = 46
+TOP = 8
+PLOT_H = 150
 STROKES = {  # outline: the first flag found here
     "noisy": ' stroke="#d62728" stroke-width="1.5"',
     "launch-bound": ' stroke="#000" stroke-width="1" stroke-dasharray="2,1"',
@@ -120,11 +121,13 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
                 + next((STROKES[f] for f in STROKES if f in bar.flags), "")
                 + f"><title>{html.escape(bar.title)}</title></rect>"
             )
-        x, y = _fmt(x0 + per_group * bar_w / 2), TOP + PLOT_H + 14
+        x = _fmt(x0 + per_group * bar_w / 2)
+        y = TOP + PLOT_H + 14
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if ref is not None:
-        dashed, y = ' stroke="#000" stroke-dasharray="4,3"', _fmt(TOP + PLOT_H * (1 - ref / top))
+        dashed = ' stroke="#000" stroke-dasharray="4,3"'
+        y = _fmt(TOP + PLOT_H * (1 - ref / top))
         out.append(hline(y, dashed))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg></figure>"])
@@ -264,7 +267,8 @@ def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: s
 
 
 def card(model: dict[str, Any]) -> str:
-    ident, aot = model["identity"], model["identity"].get("aotriton") or {}
+    ident = model["identity"]
+    aot = model["identity"].get("aotriton") or {}
     known = {**ident, "aot_version": aot.get("version"), "aot_commit": aot.get("commit")}
     values = defaultdict(lambda: "-", {k: v for k, v in known.items() if v not in (None, "")})
     for commit in ("torch_commit", "aot_commit"):
@@ -301,9 +305,11 @@ def verdict_cell(verdict: dict[str, Any] | None) -> str:
 def bench_bar(model: dict[str, Any], row: dict[str, Any], shade: int) -> Bar:
     flags = tuple(f for f in ("noisy", "launch-bound") if row.get(f.replace("-", "_")))
     if row.get("bound") == "memory":
-        value, rate = row.get("gbps"), f"GB/s, {row.get('pct_roof')}% of the memory roof"
+        value = row.get("gbps")
+        rate = f"GB/s, {row.get('pct_roof')}% of the memory roof"
     else:
-        value, rate = row.get("tflops"), f"TFLOP/s, {row.get('pct_peak')}% of peak"
+        value = row.get("tflops")
+        rate = f"TFLOP/s, {row.get('pct_peak')}% of peak"
     title = f"{model['id']} {row['size']} {row['backend']}: {row['median_ms']} ms, {value} {rate}"
     return Bar(value, row["backend"], shade, title + "".join(f" [{f}]" for f in flags), flags)
 
@@ -317,7 +323,8 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
             bars = [bench_bar(m, rows[key], shade) for shade, (m, rows) in shades if key in rows]
             panels[row["pass"], row["dtype"], bool(row["causal"])][row["size"]] += bars
     roofs = [m["memory_roof_gbps"] for m in members if m.get("memory_roof_gbps") and memory]
-    roof, unit = (roofs[0] if roofs else None), "GB/s" if memory else "TFLOP/s"
+    roof = roofs[0] if roofs else None
+    unit = "GB/s" if memory else "TFLOP/s"
     order = [*PASS_NAMES, *sorted({p[0] for p in panels} - set(PASS_NAMES))]
     figs = []
     for (pass_name, dtype, causal), groups in sorted(
@@ -339,17 +346,7 @@ def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int)
     dash = ["<td>-</td>"] * blank
     cells = []
     for k, row in first.items():
-        shape = "-" if row.get("batch") is None else Shape.of_row(row).dims()
-        causal = "yes" if row.get("causal") else "no"
-        case = [
-            row.get("size"),
-            shape,
-            row.get("dtype"),
-            causal,
-            row.get("backend"),
-            row.get("pass"),
-        ]
-        case = [td(v) for v in case]
+        case = [td(v) for v in bench.case_cells(row)]
         cells.append(
             [*case, *extra(row), *(c for r in index for c in (per_set(r[k]) if k in r else dash))]
         )
@@ -482,7 +479,8 @@ def render(data: dict[str, Any]) -> str:
         ("not-shown", "Not shown, and why", not_shown or "<p>Every input is shown.</p>"),
     ]
     sections = [s for s in sections if s[2]]
-    rule, title = data["change_rule"], f"SDPA results: {len(models)} result sets"
+    rule = data["change_rule"]
+    title = f"SDPA results: {len(models)} result sets"
     nav = " · ".join(f'<a href="#{i}">{esc(t)}</a>' for i, t, _b in sections)
     body = "".join(f'<section id="{i}"><h2>{esc(t)}</h2>{b}</section>' for i, t, b in sections)
     return (
