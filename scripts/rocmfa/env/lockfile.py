@@ -299,9 +299,9 @@ def install_lock(
     jobs: int = 8,
     reporter: Any = None,
 ) -> InstallResult:
+    """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     import rattler
 
-    """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel

@@ -131,8 +131,8 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
     Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
     script, args = f"{probe_names(declared)[0]}.py", list(rest)
     if getattr(opts, "upstream", False):
-        work = paths.workdir(getattr(opts, "workdir", None))
-        script, args = f"{UPSTREAM}.py", ["--workdir", str(work), *rest]
+        script = f"{UPSTREAM}.py"
+        args = ["--workdir", str(paths.workdir(opts.workdir)), *rest]
     location = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager())
     prefix = location.prefix
     env = None

@@ -13,8 +13,6 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import SetupEnvOptions
 
-STAMP_VERSION = 1
-
 
 def aotriton_version(prefix: Path) -> str | None:
     """The AOTriton runtime the env's torch carries (libaotriton_v2.so.X.Y.Z), else the pin's."""
@@ -36,7 +34,7 @@ class Request:
         arch = self.arch
         torch = self.rocm.torch_requirement(arch, self.index_kind) if self.with_torch else None
         return {
-            "stamp_version": STAMP_VERSION,
+            "stamp_version": 1,
             "lock_sha256": lock_sha256,
             "arch": arch.name,
             "rocm_index_url": self.rocm.index_url(arch, self.index_kind),
