@@ -124,8 +124,8 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
                 capture_output=True,
                 text=True,
                 timeout=120,
+                check=True,
             )
-            probe.check_returncode()
             found = json.loads(probe.stdout)
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
