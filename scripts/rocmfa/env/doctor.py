@@ -100,10 +100,8 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
     manager = find_manager()
-    if manager:
-        rows.append(("manager", f"{manager.kind} {manager.exe} (via {manager.found_via})"))
-    else:
-        rows.append(("manager", "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))
+    found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else None
+    rows.append(("manager", found or "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
