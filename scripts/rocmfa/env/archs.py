@@ -112,7 +112,8 @@ def _parse_arch(name: str, raw: Any) -> Arch:
             aotriton_version_key(entry[0])
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
-    vendor, bundles = get("vendor", str, "amd"), _bundles(name)
+    vendor = get("vendor", str, "amd")
+    bundles = _bundles(name)
     # TheRock's multi-arch extra ('device-gfx1151'): rocm-bootstrap's device package naming
     extra = rocm_bootstrap.device_dist_name("device", bundles[0]) if bundles else None
     return Arch(

@@ -14,14 +14,13 @@ from rocmfa.plumbing.options import MatrixOptions
 
 MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
-DEFAULT, EXPERIMENTAL, PATCHED, NONE = "default", "experimental", "patched", "none"
 LABELS = {
-    DEFAULT: "flash by default",
-    EXPERIMENTAL: f"needs {EXPERIMENTAL_ENV}",
-    PATCHED: "flash with our patch set (patches/aotriton/, source build only)",
-    NONE: "none",
+    "default": "flash by default",
+    "experimental": f"needs {EXPERIMENTAL_ENV}",
+    "patched": "flash with our patch set (patches/aotriton/, source build only)",
+    "none": "none",
 }
-SHORT = {DEFAULT: "default", EXPERIMENTAL: "experimental*", PATCHED: "patched"}
+SHORT = {"default": "default", "experimental": "experimental*", "patched": "patched"}
 
 
 def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
@@ -50,8 +49,8 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, list[dict[str, Any]]]:
 
 def state(arch: archs.Arch, version: str) -> str:
     if arch.aotriton_supported(version):
-        return EXPERIMENTAL if arch.needs_experimental_flag(version) else DEFAULT
-    return PATCHED if arch.aotriton_patched_pack(version) else NONE
+        return "experimental" if arch.needs_experimental_flag(version) else "default"
+    return "patched" if arch.aotriton_patched_pack(version) else "none"
 
 
 def pack(arch: archs.Arch, version: str) -> str | None:
@@ -148,12 +147,13 @@ def check_combination(
     arch: archs.Arch, version: str, *, torch_version: str | None = None, force: bool = False
 ) -> list[str]:
     """Notes on arch x AOTriton x torch; a conflict raises (with force: a warning line)."""
-    found, both = state(arch, version), f"{arch.name} x AOTriton {version}"
-    problems = [f"{both}: no AOTriton support for {arch.name} (nox -s matrix)"] * (found == NONE)
+    found = state(arch, version)
+    both = f"{arch.name} x AOTriton {version}"
+    problems = [f"{both}: no AOTriton support for {arch.name} (nox -s matrix)"] * (found == "none")
     notes = {
-        PATCHED: f"note: {both}: no upstream kernels; built with this repository's patch set "
+        "patched": f"note: {both}: no upstream kernels; built with this repository's patch set "
         f"(patches/aotriton/), image pack amd-{pack(arch, version)}",
-        EXPERIMENTAL: f"note: {both}: PyTorch uses flash attention only with "
+        "experimental": f"note: {both}: PyTorch uses flash attention only with "
         f"{EXPERIMENTAL_ENV}=1 (setup_env sets it for this arch)",
     }
     notes = [notes[found]] if found in notes else []
@@ -163,7 +163,8 @@ def check_combination(
     row = known.get(series[1]) if series and "+git" not in torch_version else None
     key = archs.aotriton_version_key  # 0.13b and 0.13.1b: one ABI line (the first two numbers)
     if row and key(row["aotriton"])[:2] != key(version)[:2]:
-        torch, expects = f"torch {series[1]}", f"AOTriton {row['aotriton']} ({row['source']})"
+        torch = f"torch {series[1]}"
+        expects = f"AOTriton {row['aotriton']} ({row['source']})"
         problems.append(f"{torch} x AOTriton {version}: {torch} expects {expects}")
     if problems and not force:
         raise UserError(problems[0] + "; --force to go on anyway")

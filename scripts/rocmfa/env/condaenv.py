@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -107,11 +106,7 @@ def require_env(prefix: Path) -> Path:
         raise UserError(f"env {prefix} {state}; run: nox -s setup_env")
     from rocmfa.env import lockfile  # lazily: conda-lock's import is slow
 
-    if lockfile.LOCK_FILE.is_file():
-        lockfile.require_fresh()
-    else:
-        name = lockfile.LOCK_FILE.name
-        print(f"note: {name} is missing, so {prefix} cannot be checked against it", file=sys.stderr)
+    lockfile.require_fresh()
     return prefix
 
 

@@ -80,7 +80,8 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
         given = origin(requested, "--arch")
         sep = " " if given == "--arch" else "="
         return {"error": str(e), "bad_value": f"{given}{sep}{requested}"}
-    arch, pinned = choice.arch, compat_matrix.pinned_aotriton_version()
+    arch = choice.arch
+    pinned = compat_matrix.pinned_aotriton_version()
     # gfx908: no upstream kernels, ours from the patch set
     aotriton = arch.aotriton_supported() or bool(pinned and arch.aotriton_patched_pack(pinned))
     path = torch_path(arch, choice.how, pinned)
@@ -98,9 +99,9 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
 
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
-    manager, none = find_manager(), "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"
-    found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else none
-    rows.append(("manager", found))
+    manager = find_manager()
+    found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else None
+    rows.append(("manager", found or "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))
     try:
         location = condaenv.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
@@ -115,14 +116,20 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
     if (python := env / "bin" / "python").exists():
         try:
-            argv, environ = [str(python), "-c", ENV_PROBE], condaenv.activated_environ(env)
-            probe = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120)
-            probe.check_returncode()
+            probe = subprocess.run(
+                [str(python), "-c", ENV_PROBE],
+                env=condaenv.activated_environ(env),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
             found = json.loads(probe.stdout)
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    torch, version = facts["torch"], facts["torch"].get("version")
+    torch = facts["torch"]
+    version = torch.get("version")
     rows += [("ROCm SDK", facts["mixed_sdk"])] if facts.get("mixed_sdk") else []
     shown = f"{version} (HIP {torch.get('hip')}, CUDA {torch.get('cuda')})" if version else None
     rows.append(("torch", shown or torch.get("error", "not installed")))
@@ -145,7 +152,8 @@ def _pins_section() -> list[dict[str, Any]]:
 
 
 def _next_step(report: dict[str, Any]) -> str:
-    env, arch = report["env"], report["arch"]
+    env = report["env"]
+    arch = report["arch"]
     for line in report.get("interrupted", []):
         return line.rsplit("rerun: ", 1)[-1]
     if arch.get("bad_value"):

@@ -95,9 +95,10 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
         stack.callback(logging.disable, logging.NOTSET)
         mapping = Path(tmp) / "mapping.json"
         mapping.write_text("{}")
-        files, url = [env_file], str(mapping)
         try:
-            spec = make_lock_spec(src_files=files, platform_overrides=platforms, mapping_url=url)
+            spec = make_lock_spec(
+                src_files=[env_file], platform_overrides=platforms, mapping_url=str(mapping)
+            )
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
         vpr = default_virtual_package_repodata(cuda)
@@ -210,7 +211,8 @@ def solve_lock(
         planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
         requested = {d.name: d for d in conda_deps}
         apply_categories(requested=requested, planned=planned, mapping_url=mapping)
-    source, locked = os.path.relpath(env_file, lock_file.parent), list(planned.values())
+    source = os.path.relpath(env_file, lock_file.parent)
+    locked = list(planned.values())
     meta = LockMeta(
         content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
@@ -218,9 +220,13 @@ def solve_lock(
     if records_file is not None:  # read by load()
         urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
         entries = {urls[r.file_name]: repodata_entry(r) for r in records}
-        solved_for = {"platform": PLATFORM, "virtual_packages": sorted(map(str, virtual))}
-        document = {"format": RECORDS_FORMAT, **solved_for, "content_hash": hashes[PLATFORM]}
-        document["records"] = dict(sorted(entries.items()))
+        document = {
+            "format": RECORDS_FORMAT,
+            "platform": PLATFORM,
+            "virtual_packages": sorted(map(str, virtual)),
+            "content_hash": hashes[PLATFORM],
+            "records": dict(sorted(entries.items())),
+        }
         records_file.write_text(json.dumps(document, indent=1) + "\n")
     return locked
 
@@ -251,9 +257,11 @@ def fetch_all(
     def work() -> None:
         while not failures and (item := next(todo, None)) is not None:
             package, dest = item
-            url, sha256 = _swap_base(package.url, mirrors), package.hash.sha256
+            url = _swap_base(package.url, mirrors)
             try:
-                downloads.fetch_pinned(url, dest, sha256, fix=MIRROR_FIX, pinned_by="the lock's")
+                downloads.fetch_pinned(
+                    url, dest, package.hash.sha256, fix=MIRROR_FIX, pinned_by="the lock's"
+                )
             except BaseException as error:
                 failures.append(error)
 
@@ -291,9 +299,9 @@ def install_lock(
     jobs: int = 8,
     reporter: Any = None,
 ) -> InstallResult:
+    """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     import rattler
 
-    """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel
@@ -306,7 +314,8 @@ def install_lock(
         for path, origin in zip(paths, origins, strict=True):
             record = await rattler.RepoDataRecord.from_package_archive(path)
             # Linked from the verified archive; the origin stays in the channel field.
-            record.url, record.channel = path.resolve().as_uri(), origin
+            record.url = path.resolve().as_uri()
+            record.channel = origin
             wanted.append(record)
         await rattler.install(
             wanted,

@@ -58,7 +58,8 @@ class RocmPin:
 def load_pin(path: Path | None = None) -> RocmPin:
     path = path or pins_dir() / "rocm.toml"
     data = load_toml(path, "ROCm pin")
-    where, rocm = f"{path.name} [rocm]", require(data, "rocm", dict, path.name)
+    where = f"{path.name} [rocm]"
+    rocm = require(data, "rocm", dict, path.name)
     if (index := require(rocm, "index", str, where)) not in INDEX_KINDS:
         raise UserError(f"{where}: index must be one of {', '.join(INDEX_KINDS)}, got {index!r}")
     keys = ("index", "multi_arch_index_url", "legacy_index_url", "version")

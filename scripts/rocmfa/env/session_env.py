@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +83,8 @@ def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
     """A set-up env (a dry run: placeholders for it); makes_env (setup_env): it need not exist."""
     dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
-    manager, work = find_manager(), paths.workdir(where.workdir)
+    manager = find_manager()
+    work = paths.workdir(where.workdir)
     location = condaenv.resolve_prefix(where.prefix, where.env_name, manager)
     prefix = location.prefix
     ready = (prefix / condaenv.ENV_STAMP).is_file()
@@ -130,10 +131,11 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
     Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
     script, args = f"{probe_names(declared)[0]}.py", list(rest)
     if getattr(opts, "upstream", False):
-        work = paths.workdir(getattr(opts, "workdir", None))
-        script, args = f"{UPSTREAM}.py", ["--workdir", str(work), *rest]
+        script = f"{UPSTREAM}.py"
+        args = ["--workdir", str(paths.workdir(opts.workdir)), *rest]
     location = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager())
-    prefix, env = location.prefix, None
+    prefix = location.prefix
+    env = None
     python = prefix / "bin" / "python"
     if not python.exists():
         if opts.prefix or opts.env_name or importlib.util.find_spec("torch") is None:
@@ -155,21 +157,21 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
 
 
 @contextmanager
-def guarded(declared: Session, opts: object) -> Iterator[None]:
+def guarded(declared: Session, opts: Any) -> Iterator[None]:
     """Around one session: its locks (declared.changes_workdir / changes_env; plumbing/locks.py)."""
     if not takes_locks(declared, opts):
         yield
         return
-    prefix, env_name, workdir = (getattr(opts, k, None) for k in ("prefix", "env_name", "workdir"))
-    work, name = paths.workdir(workdir), declared.name
-    try:
-        env = condaenv.resolve_prefix(prefix, env_name, find_manager()).prefix
-    except UserError:  # the session itself reports a bad --env-name
-        env = None
+    work = paths.workdir(getattr(opts, "workdir", None))
+    env = None
+    if declared.changes_env:
+        with suppress(UserError):  # the session itself reports a bad --env-name
+            env = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            stack.enter_context(locks.hold(work / locks.LOCK_NAME, f"workdir {work}", name))
-        if declared.changes_env and env_there:
-            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", name))
+            workdir_lock = locks.hold(work / locks.LOCK_NAME, f"workdir {work}", declared.name)
+            stack.enter_context(workdir_lock)
+        if env_there:
+            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
         yield

@@ -13,8 +13,6 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import SetupEnvOptions
 
-STAMP_VERSION = 1
-
 
 def aotriton_version(prefix: Path) -> str | None:
     """The AOTriton runtime the env's torch carries (libaotriton_v2.so.X.Y.Z), else the pin's."""
@@ -33,14 +31,15 @@ class Request:
     profiles: tuple[str, ...]
 
     def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
-        rocm, arch, kind = self.rocm, self.arch, self.index_kind
+        arch = self.arch
+        torch = self.rocm.torch_requirement(arch, self.index_kind) if self.with_torch else None
         return {
-            "stamp_version": STAMP_VERSION,
+            "stamp_version": 1,
             "lock_sha256": lock_sha256,
             "arch": arch.name,
-            "rocm_index_url": rocm.index_url(arch, kind),
-            "rocm_requirement": rocm.requirement(arch, kind),
-            "torch_requirement": rocm.torch_requirement(arch, kind) if self.with_torch else None,
+            "rocm_index_url": self.rocm.index_url(arch, self.index_kind),
+            "rocm_requirement": self.rocm.requirement(arch, self.index_kind),
+            "torch_requirement": torch,
             "profiles": sorted(self.profiles),
             "variables_file": stamps.file_sha256(activation.VARS_FILE),
             "aotriton_version": aotriton_version,
@@ -71,14 +70,17 @@ def provision(
     prefix: Path, request: Request, runner: Runner, *, stamp_inputs: dict[str, object]
 ) -> activation.Plan:
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
-    rocm, arch, kind = request.rocm, request.arch, request.index_kind
+    rocm = request.rocm
+    arch = request.arch
+    kind = request.index_kind
     if note := rocm.index_note(arch, kind):
         runner.say(note)
-    sdk, torch = rocm.requirement(arch, kind), [rocm.torch_requirement(arch, kind)]
-    torch = torch if request.with_torch else []
+    sdk = rocm.requirement(arch, kind)
+    torch = [rocm.torch_requirement(arch, kind)] if request.with_torch else []
     if torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
         runner.say(f"torch and the ROCm SDK in one pip resolve: {sdk} holds the SDK at the pin")
-    url, pre = rocm.index_url(arch, kind), ["--pre"] * rocm.pre
+    url = rocm.index_url(arch, kind)
+    pre = ["--pre"] if rocm.pre else []
     pip = [prefix / "bin" / "python", "-m", "pip", "install", "--index-url", url, *pre, sdk, *torch]
     if runner.run(pip, check=not torch).returncode != 0:
         raise UserError(
@@ -111,7 +113,8 @@ def update_conda_packages(
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
     runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
-    cache, lock = lockfile.default_cache_dir(), lockfile.LOCK_FILE
+    cache = lockfile.default_cache_dir()
+    lock = lockfile.LOCK_FILE
 
     def install() -> None:
         done = lockfile.install_lock(lock, prefix, cache_dir=cache, channel=opts.channel)
@@ -131,14 +134,17 @@ def setup_env(opts: SetupEnvOptions) -> None:
         print(f"env {prefix}\n{activation.show(stamp['variables'])}")
         return
     session = session_env.open_env(opts, makes_env=True)
-    runner, rocm = session.runner, rocm_sdk.load_pin()
+    runner = session.runner
+    rocm = rocm_sdk.load_pin()
     index_kind = opts.rocm_index or rocm.index
     request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
     note = session.choice.detection.override
     runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
     if session.arch.vendor != "amd":
         raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
-    prefix, manager, lock = session.prefix, session.manager, lockfile.LOCK_FILE
+    prefix = session.prefix
+    manager = session.manager
+    lock = lockfile.LOCK_FILE
     found = f"manager {manager.exe} ({manager.found_via})" if manager else "no conda manager"
     runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
     if not lock.is_file():
