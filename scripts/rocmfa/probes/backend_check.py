@@ -278,13 +278,17 @@ def short_kernel_name(name: str) -> str:
     return (short.split() or [name])[-1].split("::")[-1] or name
 
 
-@common.cli(PROG)
-def main(argv: list[str] | None) -> int:
+def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__, json_option=True)
     p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
     p.add_argument("--shape", default="1,4,256,64", help="B,H,S,D or B,Hq,Hkv,S,D (1,4,256,64)")
     p.add_argument("--torch-lib-dir", type=Path, help="torch/lib to read AOTriton files from")
-    opts = p.parse_args(argv)
+    return p
+
+
+@common.cli(PROG)
+def main(argv: list[str] | None) -> int:
+    opts = build_parser().parse_args(argv)
     try:  # a broken or partial torch install gives no verdict: one line saying why
         import torch
 

@@ -363,7 +363,7 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> Any:
+def build_parser() -> common.OneLineArgumentParser:
     p = common.OneLineArgumentParser(prog=PROG, description=__doc__)
     add = p.add_argument
     add("--quick", action="store_true", help="every Nth test, about --quick-max in all")
@@ -380,7 +380,11 @@ def parse_args(argv: list[str] | None) -> Any:
     add("--json", metavar="PATH", help="write the full report as JSON to PATH")
     add("--log", metavar="PATH", help="pytest's own output (default <run dir>/pytest.log)")
     add("--dry-run", action="store_true", help="refused: see the error it gives")
-    opts = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> Any:
+    opts = build_parser().parse_args(argv)
     if opts.dry_run:  # which tests run is known only once the file is found and collected
         raise common.UsageError("--dry-run: PyTorch's own tests have no dry run; try --quick")
     for flag, value in (("--quick-max", opts.quick_max), ("--budget-min", opts.budget_min)):

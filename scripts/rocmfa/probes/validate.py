@@ -246,6 +246,19 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join([*lines, "", doc["summary"]])
 
 
+def build_parser() -> common.OneLineArgumentParser:
+    p = common.new_parser(PROG, __doc__, json_option=True)
+    add = p.add_argument
+    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
+    add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
+    add("--causal", choices=("yes", "no", "both"), default="both")
+    add("--head-dims", help=f"comma list (default {','.join(map(str, CASES['head_dims']))})")
+    add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
+    add("--quick", action="store_true", help="a small subset: seconds on a CPU")
+    add("--seed", type=int, default=0)
+    return p
+
+
 TOLERANCE_RULE = (
     f"max|x-ref| <= factor x max|naive_same_precision - ref| + floor x "
     f"max(1, max|ref|); factor {FWD_FACTOR:g} (out), {BWD_FACTOR:g} (dq, dk, dv); "
@@ -257,16 +270,7 @@ TOLERANCE_RULE = (
 
 @common.cli(PROG)
 def main(argv: list[str] | None) -> int:
-    p = common.new_parser(PROG, __doc__, json_option=True)
-    add = p.add_argument
-    add("--backends", default="all", help="comma list of flash, ck, efficient, cudnn, math")
-    add("--dtypes", default="fp16,bf16", help="comma list of fp16, bf16")
-    add("--causal", choices=("yes", "no", "both"), default="both")
-    add("--head-dims", help=f"comma list (default {','.join(map(str, CASES['head_dims']))})")
-    add("--shape", action="append", help="only this shape B,H,S,D or B,Hq,Hkv,S,D; repeatable")
-    add("--quick", action="store_true", help="a small subset: seconds on a CPU")
-    add("--seed", type=int, default=0)
-    opts = p.parse_args(argv)
+    opts = build_parser().parse_args(argv)
     device = common.resolve_device(opts.device)
     backends = common.parse_backends(opts.backends, device)
     cases = build_cases(opts)
