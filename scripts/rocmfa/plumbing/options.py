@@ -406,7 +406,8 @@ def parse_known(name: str, posargs: Sequence[str], passed: Iterable[str] = ()) -
     parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
-        raw, flag = getattr(parsed, option.name), option.flags[0]
+        raw = getattr(parsed, option.name)
+        flag = option.flags[0]
         if option.kind == "list" and raw:
             values[option.name] = tuple(option.convert(name, r, flag) for r in raw)
         elif option.kind == "value" and raw is not None:
