@@ -1,5 +1,4 @@
-"""A team wheel index: PEP 503 per arch family (v2/<family>/ or {family}) in a directory, S3 (boto3)
-or an upload API (twine); trees never replace a file (link(2), If-None-Match)."""
+"""A team wheel index, PEP 503 per arch family: a directory, S3 (boto3) or an upload API (twine)."""
 
 from __future__ import annotations
 

@@ -39,8 +39,7 @@ MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
 def rocm_of(version: Version) -> str | None:
-    """The ROCm version a wheel was built against, from its local part; +rocmsdk<date> (the
-    2025 suffix) is a build date, not a ROCm version."""
+    """The ROCm version in a wheel's local version part (+rocmsdk<date> is a date: None)."""
     match = ROCM_IN_LOCAL.search(version.local or "")
     return match[3] if match and not match[2] else None
 
@@ -207,9 +206,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
         publish = f"nox -s publish -- --index {shlex.quote(opts.index)}"
-        raise UserError(
-            f"no wheel set on {where}; publish one from the building machine: {publish}"
-        )
+        raise UserError(f"no wheel set on {where}; on the building machine run: {publish}")
     problems = []
     for manifest in (read_manifest(name, links[name], store, where) for name in names):
         if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
