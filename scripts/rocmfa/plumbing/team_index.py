@@ -206,10 +206,7 @@ class S3Store:
         self.put_bytes(rel, text.encode(), "text/html")
 
 
-TreeStore = DirStore | S3Store
-
-
-def tree_store(spec: IndexSpec, family: str) -> TreeStore:
+def tree_store(spec: IndexSpec, family: str) -> DirStore | S3Store:
     root = spec.family_root(family)
     if spec.kind == "s3":
         return S3Store(spec.location, root, spec.endpoint, spec.region)

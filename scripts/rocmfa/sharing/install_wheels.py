@@ -206,7 +206,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
         publish = f"nox -s publish -- --index {shlex.quote(opts.index)}"
-        raise UserError(f"no wheel set on {where}; on the building machine run: {publish}")
+        raise UserError(f"no wheel set on {where}; publish one on the building machine: {publish}")
     problems = []
     for manifest in (read_manifest(name, links[name], store, where) for name in names):
         if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
@@ -237,7 +237,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     return manifest, argv, f"wheel set {set_id} from {where}"
 
 
-def fetch_into(store: team_index.TreeStore, rel: str, target: Path) -> None:
+def fetch_into(store: team_index.S3Store, rel: str, target: Path) -> None:
     if (data := store.read(rel)) is None:
         raise UserError(f"{store.target(rel)} is listed but cannot be downloaded")
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -40,14 +40,6 @@ SUMMARY_KEYS = "schema identity device passed summary failures counts provenance
 WHEEL = "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"  # the manifest wheel's
 
 
-def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
-    """The AOTriton runtime and image packs in a torch wheel's torch/lib/, read as installed."""
-    with zipfile.ZipFile(wheel) as zf:  # a wheel the build recorded (its sha256 checked)
-        wanted = re.compile(rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)")
-        zf.extractall(into, [n for n in zf.namelist() if wanted.fullmatch(n)])
-    return aotriton_install.AotritonInstall.read(into / "torch" / "lib")
-
-
 def aotriton_problem(found: aotriton_install.AotritonInstall, pin: Mapping[str, Any]):
     """Why the runtime and images in a flash-attention torch wheel do not belong together."""
     if found.runtime is None or not found.images:
@@ -78,6 +70,26 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
     return {"source": "pytorch aotriton.cmake", "commit": commit, "version": parsed.version}
 
 
+def aotriton_of(work: Path, torch_stamp: Mapping, torch_wheel, flash: bool) -> dict[str, Any]:
+    """The AOTriton in the torch wheel's torch/lib/, read as installed; refuses a flash-attention
+    wheel whose runtime and image packs do not belong together."""
+    pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
+    found = None
+    if torch_wheel:  # a wheel the build recorded (its sha256 checked)
+        with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(torch_wheel["file"]) as zf:
+            lib = rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)"
+            zf.extractall(tmp, [n for n in zf.namelist() if re.fullmatch(lib, n)])
+            found = aotriton_install.AotritonInstall.read(Path(tmp, "torch", "lib"))
+    if flash and (problem := aotriton_problem(found, pin)):
+        raise UserError(f"refusing to publish this wheel set: {problem}")
+    return {
+        **{k: pin.get(k) for k in ("commit", "version", "source")},
+        "runtime": found and found.runtime,
+        "images": found.images if found else {},
+        "runtime_matches_images": True,
+    }
+
+
 def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
     """(kind, summary): a probe's report less its bulk (a bench's rows that ran stay)."""
     try:
@@ -106,16 +118,12 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
     heads = checkout.get("heads") or {}
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
-    pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
-    with tempfile.TemporaryDirectory() as tmp:
-        found = torch_wheel and aotriton_in_wheel(Path(torch_wheel["file"]), Path(tmp))
-    if flash and (problem := aotriton_problem(found, pin)):
-        raise UserError(f"refusing to publish this wheel set: {problem}")
+    aot = aotriton_of(work, torch_stamp, torch_wheel, flash)
     summaries = dict(summarize_report(Path(report)) for report in reports)
     checked = kernel_check.summary_path(work, arch.name)  # build_aotriton's, of this AOTriton
     if "kernel_check" not in summaries and checked.is_file():
         kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
-        if summary.get("aotriton_commit") == pin.get("commit"):
+        if summary.get("aotriton_commit") == aot["commit"]:
             summaries[kind] = summary
     wheels = [{k: w[k] for k in ("project", "version", "size", "sha256")} for w in run["wheels"]]
     for wheel, w in zip(wheels, run["wheels"], strict=True):
@@ -131,10 +139,6 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
             patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
     origin, commit = inputs.get("pytorch") or [None, None]
-    torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
-    aot = {k: pin.get(k) for k in ("commit", "version", "source")}
-    aot.update(runtime=found and found.runtime, images=found.images if found else {})
-    aot["runtime_matches_images"] = True
     return {
         "schema": install_wheels.SCHEMA,
         "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
@@ -145,7 +149,12 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "rocm_sdk": run["rocm_version"],
         "flash_attention": flash,
         "wheels": wheels,
-        "torch": {**torch, "head": heads.get("pytorch")},
+        "torch": {
+            "version": torch_wheel and torch_wheel["version"],
+            "origin": origin,
+            "commit": commit,
+            "head": heads.get("pytorch"),
+        },
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": aot,
         "components": components,
