@@ -125,10 +125,11 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
         if summary.get("aotriton_commit") == aot["commit"]:
             summaries[kind] = summary
-    wheels = [{k: w[k] for k in ("project", "version", "size", "sha256")} for w in run["wheels"]]
-    for wheel, w in zip(wheels, run["wheels"], strict=True):
+    wheels = []
+    for w in run["wheels"]:
         path = Path(w["file"])
-        wheel.update(file=path.name, requires=install_wheels.requires_of(path))
+        kept = {k: w[k] for k in ("project", "version", "size", "sha256")}
+        wheels.append({**kept, "file": path.name, "requires": install_wheels.requires_of(path)})
     components = {}  # each checked-out source
     patches = {}  # the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
