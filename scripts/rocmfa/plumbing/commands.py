@@ -71,7 +71,9 @@ class Runner:
         dry_run_output: str = "",
     ) -> subprocess.CompletedProcess[str]:
         """The completed process; under dry run a stand-in whose stdout is dry_run_output."""
-        argv, cwd, sets = tuple(str(a) for a in argv), Path(cwd or Path.cwd()), dict(sets or {})
+        argv = tuple(str(a) for a in argv)
+        cwd = Path(cwd or Path.cwd())
+        sets = dict(sets or {})
         variables = [f"{k}={shlex.quote(v)}" for k, v in sorted(sets.items())]
         line = " ".join([f"(cd {shlex.quote(str(cwd))})", *variables, shlex.join(argv)])
         self.say(("[dry-run] " if self.dry_run else "$ ") + line)

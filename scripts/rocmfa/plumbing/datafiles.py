@@ -41,8 +41,7 @@ Rule = tuple[Callable[[Any], Any], str, bool]  # ok(value), what a good value is
 
 
 def checked(table: object, where: str, rules: Mapping[str, Rule]) -> None:
-    """Check table's keys by rules, unknown keys refused; one line naming where and the key. An
-    ok(value) may raise a UserError kind with its own reason (a placeholder commit: Unresolved)."""
+    """Check table's keys by rules, unknown keys refused; one line naming where and the key."""
     if not isinstance(table, Mapping):
         raise UserError(f"{where}: must be a table")
     if unknown := sorted(set(table) - set(rules)):
@@ -53,7 +52,7 @@ def checked(table: object, where: str, rules: Mapping[str, Rule]) -> None:
         try:
             if key in table and not ok(table[key]):
                 raise UserError(f"must be {good}, got {table[key]!r}")
-        except UserError as e:
+        except UserError as e:  # ok() may raise its own kind and reason (Unresolved)
             raise type(e)(f"{where}: '{key}' {e}") from None
 
 

@@ -42,7 +42,8 @@ def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
     """' (did you mean 'x'?)': same but case, two characters swapped (gfx1115), difflib; or ''."""
     import difflib  # only on an error path: every session imports this module
 
-    options, wanted = sorted(choices), word.strip().lower()
+    options = sorted(choices)
+    wanted = word.strip().lower()
     match = (
         [c for c in options if c.lower() == wanted]
         or [c for c in options if len(c) == len(wanted) and _swapped(wanted, c.lower())]

@@ -1,5 +1,5 @@
-"""One lock per workdir and per env: an flock (the kernel drops it when its process dies) on a
-file naming the holder's pid, session and start; the file stays (unlinking races the next taker)."""
+"""One flock per workdir and per env (the kernel drops it when its holder dies) on a file naming
+the holder's pid, session and start; the file stays (unlinking it races the next taker)."""
 
 from __future__ import annotations
 

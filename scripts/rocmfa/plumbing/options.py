@@ -1,6 +1,5 @@
-"""Every session's settings: a frozen dataclass resolved once by parse() (flag, else $ROCMFA_*, else
-default), checked before the first command; the one reader of $ROCMFA_*. A new option: an OPTIONS
-entry in its session's class; a session: a class, a SESSIONS row, a noxfile.py function."""
+"""Every session's settings: a frozen dataclass that parse() fills from flags, else $ROCMFA_*,
+else defaults. A new option: an OPTIONS entry; a session: a class, a SESSIONS row, a nox session."""
 
 from __future__ import annotations
 
@@ -18,7 +17,9 @@ from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
 from rocmfa.plumbing.errors import UserError, did_you_mean
 from rocmfa.plumbing.paths import WORKDIR_ENV
 
-ARCH_ENV, PREFIX_ENV, NAME_ENV = "ROCMFA_ARCH", "ROCMFA_ENV_PREFIX", "ROCMFA_ENV_NAME"
+ARCH_ENV = "ROCMFA_ARCH"
+PREFIX_ENV = "ROCMFA_ENV_PREFIX"
+NAME_ENV = "ROCMFA_ENV_NAME"
 ARCHES_FILE = DATA_DIR / "arches.toml"
 STAGES = ("checkout", "torch", "audio", "vision", "apex")  # build_pytorch's, in order
 SKIPPABLE = ("triton", "audio", "vision")  # --skip's choices (triton: the torch call's)
@@ -185,7 +186,8 @@ HELP = {  # those too long for a line of OPTIONS
     "cache": f"compile cache: none|ccache|sccache|/DIR|redis://HOST:PORT|{URLS}",
     "index": f"team wheel index: DIR|{URLS}|pypi+http(s)://HOST (v2/<family>/ or {{family}} in it)",
 }
-STAGE, N = {"choices": STAGES, "metavar": "STAGE"}, {"type": positive_int, "metavar": "N"}
+STAGE = {"choices": STAGES, "metavar": "STAGE"}
+N = {"type": positive_int, "metavar": "N"}
 LIST = {"type": comma_ints, "metavar": "LIST"}
 OPTIONS = {
     "arch": value("--arch", HELP["arch"], env=ARCH_ENV, type=known_arch),
@@ -293,10 +295,8 @@ class BuildAotritonOptions:
         if self.from_release and self.from_source:
             raise UserError("--from-release and --from-source exclude each other: drop one")
         if self.triton == "fork" and self.workers:
-            raise UserError(
-                "--workers compiles with the PyPI Triton of pins/kernel_compiler.toml; a build "
-                "with --triton fork would find none of those kernels: drop --triton fork"
-            )
+            why = "--workers compiles with the PyPI Triton of pins/kernel_compiler.toml"
+            raise UserError(f"{why}, not AOTriton's fork: drop --triton fork")
 
     @property
     def kernel_triton(self) -> str:
@@ -406,7 +406,8 @@ def parse_known(name: str, posargs: Sequence[str], passed: Iterable[str] = ()) -
     parsed, rest = build_parser(name, posargs=posargs, passed=passed).parse_known_args(posargs)
     values: dict[str, Any] = {}
     for option in options_of(BY_NAME[name].options):
-        raw, flag = getattr(parsed, option.name), option.flags[0]
+        raw = getattr(parsed, option.name)
+        flag = option.flags[0]
         if option.kind == "list" and raw:
             values[option.name] = tuple(option.convert(name, r, flag) for r in raw)
         elif option.kind == "value" and raw is not None:

@@ -66,11 +66,9 @@ def remove(path: Path) -> None:
 _PLANNED: dict[str, dict[str, Any]] = {}
 
 
-def plan(path: Path, **facts: Any) -> None:
-    """Record what a dry run would have stamped at path (facts only: its inputs may be unknown)."""
+def plan(path: Path, **facts: Any) -> None:  # facts only: a plan's inputs may be unknown
     _PLANNED[str(Path(path))] = facts
 
 
 def planned(path: Path) -> dict[str, Any] | None:
-    """What an earlier dry run of this process would have stamped at path, or None."""
     return _PLANNED.get(str(Path(path)))

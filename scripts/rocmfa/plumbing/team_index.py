@@ -1,5 +1,4 @@
-"""A team wheel index: PEP 503 per arch family (v2/<family>/ or {family}) in a directory, S3 (boto3)
-or an upload API (twine); trees never replace a file (link(2), If-None-Match)."""
+"""A team wheel index, PEP 503 per arch family: a directory, S3 (boto3) or an upload API (twine)."""
 
 from __future__ import annotations
 
@@ -49,7 +48,8 @@ class IndexSpec:
 def parse_index(value: str | None) -> IndexSpec:
     text = (value or "").strip()
     parts = urllib.parse.urlsplit(text)
-    scheme, query = parts.scheme.lower(), urllib.parse.parse_qs(parts.query, True)
+    scheme = parts.scheme.lower()
+    query = urllib.parse.parse_qs(parts.query, True)
     if not text:
         raise UserError(f"--index URL is required: {FORMS}")
     if scheme in ("", "file") and parts.netloc in ("", "localhost"):
@@ -93,7 +93,8 @@ def parse_page(text: str, page_url: str) -> dict[str, Link]:
 
 def read_project(spec: IndexSpec, family: str, project: str, store=None) -> dict[str, Link]:
     """filename -> Link of a project on the family index: a plain GET, or through store."""
-    name, root = canonicalize_name(project), spec.family_root(family)
+    name = canonicalize_name(project)
+    root = spec.family_root(family)
     if store is None:  # a plain GET: an upload API serves its pages under simple/
         upload = spec.kind == "upload"
         url = f"{root}/simple/{name}/" if upload else Path(root, name, "index.html").as_uri()
@@ -154,7 +155,9 @@ class S3Store:
         from botocore import UNSIGNED
         from botocore.config import Config
 
-        self.bucket, self.endpoint, root = bucket, endpoint, root.strip("/")
+        self.bucket = bucket
+        self.endpoint = endpoint
+        root = root.strip("/")
         self.prefix = f"{root}/" if root else ""  # of every key
         session = boto3.session.Session()
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
@@ -203,10 +206,7 @@ class S3Store:
         self.put_bytes(rel, text.encode(), "text/html")
 
 
-TreeStore = DirStore | S3Store
-
-
-def tree_store(spec: IndexSpec, family: str) -> TreeStore:
+def tree_store(spec: IndexSpec, family: str) -> DirStore | S3Store:
     root = spec.family_root(family)
     if spec.kind == "s3":
         return S3Store(spec.location, root, spec.endpoint, spec.region)

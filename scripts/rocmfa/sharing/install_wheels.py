@@ -32,20 +32,22 @@ ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")  # torch checks i
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
 REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
-SCHEMA, MANIFEST_PROJECT, MANIFEST_DIST = "rocmfa-wheelset/1", "rocmfa-wheelset", "rocmfa_wheelset"
+SCHEMA = "rocmfa-wheelset/1"
+MANIFEST_PROJECT = "rocmfa-wheelset"
+MANIFEST_DIST = "rocmfa_wheelset"
 MANIFEST_MEMBER = f"{MANIFEST_DIST}/manifest.json"
 
 
 def rocm_of(version: Version) -> str | None:
-    """The ROCm version a wheel was built against, from its local part; +rocmsdk<date> (the
-    2025 suffix) is a build date, not a ROCm version."""
+    """The ROCm version in a wheel's local version part (+rocmsdk<date> is a date: None)."""
     match = ROCM_IN_LOCAL.search(version.local or "")
     return match[3] if match and not match[2] else None
 
 
 def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> str:
     """'name version' of the recorded wheel, unchanged and fit for the env's Python and ROCm."""
-    path, rebuild = Path(record["file"]), "rebuild: nox -s build_pytorch -- --force"
+    path = Path(record["file"])
+    rebuild = "rebuild: nox -s build_pytorch -- --force"
     if not path.is_file():
         raise UserError(f"{path} is gone (recorded by build_pytorch); rerun: nox -s build_pytorch")
     if stamps.file_sha256(path) != record.get("sha256"):
@@ -101,14 +103,14 @@ def runtime_requirements(records: list[dict[str, Any]]) -> list[str] | None:
 
 def write_requirements(path: Path, lines: list[str], runner: Runner) -> Path:
     runner.apply(path.parent.mkdir, parents=True, exist_ok=True)
-    text, said = "\n".join(lines) + "\n", f"write {path}: {' '.join(lines)}"
-    runner.apply(path.write_text, text, say=said)
+    runner.apply(path.write_text, "\n".join(lines) + "\n", say=f"write {path}: {' '.join(lines)}")
     return path
 
 
 def this_runs_wheels(session: session_env.SessionEnv, target: tuple, checkable: bool) -> tuple:
     """(run manifest with each wheel's Requires-Dist, pip argv, None); in a plan, placeholders."""
-    work, runner = session.work, session.runner
+    work = session.work
+    runner = session.runner
     if not manifest_path(work).exists():
         first = "run nox -s build_pytorch first (or earlier in the same chain)"
         runner.refuse(f"no build_pytorch run manifest at {manifest_path(work)}: {first}")
@@ -179,7 +181,8 @@ def read_manifest(name: str, link: team_index.Link, store, where: str) -> dict[s
 
 def mismatch(manifest: Mapping, family: str, arch: str, python_tag=None, rocm_version=None):
     """One line naming how this wheel set does not fit this machine, or None."""
-    built, sdk = f"wheel set {manifest['set_id']} was built", manifest["rocm_sdk"]
+    built = f"wheel set {manifest['set_id']} was built"
+    sdk = manifest["rocm_sdk"]
     if (manifest["arch"], manifest["family"]) != (arch, family):  # one arch of its family
         theirs = f"{manifest['arch']} (family {manifest['family']})"
         return f"{built} for {theirs} only; this machine is {arch} (family {family})"
@@ -192,7 +195,9 @@ def mismatch(manifest: Mapping, family: str, arch: str, python_tag=None, rocm_ve
 
 def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits: dict) -> tuple:
     """(manifest, pip argv, what) of the newest set that fits: `name @ URL --hash=...` lines."""
-    spec, arch, runner = team_index.parse_index(opts.index), session.choice.arch, session.runner
+    spec = team_index.parse_index(opts.index)
+    arch = session.choice.arch
+    runner = session.runner
     family = family_of(arch)
     where = spec.describe(family)
     runner.say(f"team index: {where} (arch {arch.name} from {session.choice.how}, family {family})")
@@ -201,9 +206,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
         raise UserError(f"no wheel set {opts.wheel_set} on {where}")
     if not names:
         publish = f"nox -s publish -- --index {shlex.quote(opts.index)}"
-        raise UserError(
-            f"no wheel set on {where}; publish one from the building machine: {publish}"
-        )
+        raise UserError(f"no wheel set on {where}; publish one on the building machine: {publish}")
     problems = []
     for manifest in (read_manifest(name, links[name], store, where) for name in names):
         if (problem := mismatch(manifest, family, arch.name, **fits)) is None:
@@ -213,15 +216,18 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
         problems.append(problem)
     else:
         raise UserError(f"refusing to install from {where}: {problems[0]}, and no other fits")
-    set_id, lines = manifest["set_id"], []
+    set_id = manifest["set_id"]
+    lines = []
     page_of = functools.cache(lambda project: team_index.read_project(spec, family, project, store))
     downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
         project = canonicalize_name(wheel["project"])
         if (link := page_of(project).get(wheel["file"])) is None:
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
-        url, rel, local = link.url, f"{project}/{wheel['file']}", downloads / wheel["file"]
+        url = link.url
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
+            rel = f"{project}/{wheel['file']}"
+            local = downloads / wheel["file"]
             said = f"download {store.target(rel)} -> {local}"
             runner.apply(fetch_into, store, rel, local, say=said)
             url = local.as_uri()
@@ -231,7 +237,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     return manifest, argv, f"wheel set {set_id} from {where}"
 
 
-def fetch_into(store: team_index.TreeStore, rel: str, target: Path) -> None:
+def fetch_into(store: team_index.S3Store, rel: str, target: Path) -> None:
     if (data := store.read(rel)) is None:
         raise UserError(f"{store.target(rel)} is listed but cannot be downloaded")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +248,8 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
     if opts.wheel_set and not opts.index:
         raise UserError(f"--wheel-set {opts.wheel_set}: a set on a team index; add --index URL")
     session = session_env.open_env(opts)
-    python, runner = session.python, session.runner
+    python = session.python
+    runner = session.runner
     rocm_sdk = session.tool("rocm-sdk")
     rocm_version = session.ask([rocm_sdk, "version"], "$(rocm-sdk version)")
     probe = "import sys; print('cp%d%d' % sys.version_info[:2])"
@@ -264,7 +271,9 @@ def install_wheels(opts: InstallWheelsOptions) -> None:
 
 def install_unless_current(opts, session, manifest: dict, argv: list, where: str | None) -> None:
     """Unless these wheels are in the env: their runtime requirements, then the wheels."""
-    runner, work, wheels = session.runner, session.work, manifest["wheels"]
+    runner = session.runner
+    work = session.work
+    wheels = manifest["wheels"]
     stamp = paths.stamp_path(work, "install_wheels")
     inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
     if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):

@@ -29,20 +29,15 @@ from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 from rocmfa.sources import pins
 
-REPORT_KINDS = {"sdpa-backend-check/1": "backend_check", "sdpa-validate/1": "validate"}
-REPORT_KINDS |= {"sdpa-bench/1": "bench", kernel_check.SUMMARY_SCHEMA: "kernel_check"}
+REPORT_KINDS = {
+    "sdpa-backend-check/1": "backend_check",
+    "sdpa-validate/1": "validate",
+    "sdpa-bench/1": "bench",
+    kernel_check.SUMMARY_SCHEMA: "kernel_check",
+}
 # What a summary keeps of a probe's report (the results page reads it back as that report).
-SUMMARY_KEYS = ("schema", "identity", "device", "passed", "summary", "failures", "counts")
-SUMMARY_KEYS += ("provenance", "settings", "wall_s")
+SUMMARY_KEYS = "schema identity device passed summary failures counts provenance settings wall_s"
 WHEEL = "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"  # the manifest wheel's
-
-
-def aotriton_in_wheel(wheel: Path, into: Path) -> aotriton_install.AotritonInstall:
-    """The AOTriton runtime and image packs in a torch wheel's torch/lib/, read as installed."""
-    with zipfile.ZipFile(wheel) as zf:  # a wheel the build recorded (its sha256 checked)
-        wanted = re.compile(rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)")
-        zf.extractall(into, [n for n in zf.namelist() if wanted.fullmatch(n)])
-    return aotriton_install.AotritonInstall.read(into / "torch" / "lib")
 
 
 def aotriton_problem(found: aotriton_install.AotritonInstall, pin: Mapping[str, Any]):
@@ -75,6 +70,26 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
     return {"source": "pytorch aotriton.cmake", "commit": commit, "version": parsed.version}
 
 
+def aotriton_of(work: Path, torch_stamp: Mapping, torch_wheel, flash: bool) -> dict[str, Any]:
+    """The AOTriton in the torch wheel's torch/lib/, read as installed; refuses a flash-attention
+    wheel whose runtime and image packs do not belong together."""
+    pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
+    found = None
+    if torch_wheel:  # a wheel the build recorded (its sha256 checked)
+        with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(torch_wheel["file"]) as zf:
+            lib = rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)"
+            zf.extractall(tmp, [n for n in zf.namelist() if re.fullmatch(lib, n)])
+            found = aotriton_install.AotritonInstall.read(Path(tmp, "torch", "lib"))
+    if flash and (problem := aotriton_problem(found, pin)):
+        raise UserError(f"refusing to publish this wheel set: {problem}")
+    return {
+        **{k: pin.get(k) for k in ("commit", "version", "source")},
+        "runtime": found and found.runtime,
+        "images": found.images if found else {},
+        "runtime_matches_images": True,
+    }
+
+
 def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[str, Any]]:
     """(kind, summary): a probe's report less its bulk (a bench's rows that ran stay)."""
     try:
@@ -87,7 +102,7 @@ def summarize_report(path: Path, given_as: str = "--report") -> tuple[str, dict[
         raise UserError(f"{given_as} {path}: unknown report schema (expected one of {known})")
     if kind == "kernel_check":
         return kind, {k: v for k, v in doc.items() if k != "tree"}  # no local path
-    summary = {k: doc[k] for k in SUMMARY_KEYS if k in doc}
+    summary = {k: doc[k] for k in SUMMARY_KEYS.split() if k in doc}
     if kind == "bench":
         ran = [r for r in doc.get("results", []) if isinstance(r, dict) and r.get("status") == "ok"]
         summary["results"] = ran
@@ -99,25 +114,24 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
     arch = archs.get_arch(run["arch"])
     checkout = stamps.read(build_pytorch.stage_stamp(work, "checkout")) or {}
     torch_stamp = stamps.read(build_pytorch.stage_stamp(work, "torch")) or {}
-    inputs, heads = checkout.get("inputs") or {}, checkout.get("heads") or {}
+    inputs = checkout.get("inputs") or {}
+    heads = checkout.get("heads") or {}
     flash = "--enable-pytorch-flash-attention" in (torch_stamp.get("argv") or [])
     torch_wheel = next((w for w in run["wheels"] if w["project"] == "torch"), None)
-    pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
-    with tempfile.TemporaryDirectory() as tmp:
-        found = torch_wheel and aotriton_in_wheel(Path(torch_wheel["file"]), Path(tmp))
-    if flash and (problem := aotriton_problem(found, pin)):
-        raise UserError(f"refusing to publish this wheel set: {problem}")
+    aot = aotriton_of(work, torch_stamp, torch_wheel, flash)
     summaries = dict(summarize_report(Path(report)) for report in reports)
     checked = kernel_check.summary_path(work, arch.name)  # build_aotriton's, of this AOTriton
     if "kernel_check" not in summaries and checked.is_file():
         kind, summary = summarize_report(checked, "the kernel check summary (nox -s kernel_check)")
-        if summary.get("aotriton_commit") == pin.get("commit"):
+        if summary.get("aotriton_commit") == aot["commit"]:
             summaries[kind] = summary
-    wheels = [{k: w[k] for k in ("project", "version", "size", "sha256")} for w in run["wheels"]]
-    for wheel, w in zip(wheels, run["wheels"], strict=True):
+    wheels = []
+    for w in run["wheels"]:
         path = Path(w["file"])
-        wheel.update(file=path.name, requires=install_wheels.requires_of(path))
-    components, patches = {}, {}  # each checked-out source; the patches applied to each
+        kept = {k: w[k] for k in ("project", "version", "size", "sha256")}
+        wheels.append({**kept, "file": path.name, "requires": install_wheels.requires_of(path)})
+    components = {}  # each checked-out source
+    patches = {}  # the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
         commit = source.get("hashtag")
         components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
@@ -126,10 +140,6 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
             patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
     origin, commit = inputs.get("pytorch") or [None, None]
-    torch = {"version": torch_wheel and torch_wheel["version"], "origin": origin, "commit": commit}
-    aot = {k: pin.get(k) for k in ("commit", "version", "source")}
-    aot.update(runtime=found and found.runtime, images=found.images if found else {})
-    aot["runtime_matches_images"] = True
     return {
         "schema": install_wheels.SCHEMA,
         "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
@@ -140,7 +150,12 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "rocm_sdk": run["rocm_version"],
         "flash_attention": flash,
         "wheels": wheels,
-        "torch": {**torch, "head": heads.get("pytorch")},
+        "torch": {
+            "version": torch_wheel and torch_wheel["version"],
+            "origin": origin,
+            "commit": commit,
+            "head": heads.get("pytorch"),
+        },
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": aot,
         "components": components,
@@ -168,17 +183,24 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
     """(the wheels not on the index yet, each project's page after); refuses a sha256 clash."""
-    uploads, links, pages = [], {}, {}
+    uploads = []
+    links = {}
+    pages = {}
     for record in wheels:
-        project, path = canonicalize_name(record["project"]), Path(record["file"])
+        project = canonicalize_name(record["project"])
+        path = Path(record["file"])
         if project not in links:
             links[project] = team_index.read_project(spec, family, project, store)
             pages[project] = {n: link.sha256 for n, link in links[project].items()}
         pages[project][path.name] = record["sha256"]  # the page after publishing
-        rel, link = f"{project}/{path.name}", links[project].get(path.name)
+        link = links[project].get(path.name)
         there = link and link.sha256
         if not there and (store is not None or link):  # an upload cut short, or no hash listed
-            data = store.read(rel) if store else downloads.get(link.url, missing=(403, 404))
+            data = (
+                store.read(f"{project}/{path.name}")
+                if store
+                else downloads.get(link.url, missing=(403, 404))
+            )
             there = None if data is None else hashlib.sha256(data).hexdigest()
         if there is None:
             uploads.append((project, path))
@@ -204,8 +226,10 @@ def publish(opts: PublishOptions) -> None:
     for record in run["wheels"]:  # present, unchanged since the build, the run's Python/ROCm
         install_wheels.check_wheel(record, run["python_tag"], run["rocm_version"])
     manifest = build_manifest(work, run, [Path(p) for p in opts.report])
-    family, set_id = manifest["family"], manifest["set_id"]
-    runner, where = runner_for(opts), spec.describe(family)
+    family = manifest["family"]
+    set_id = manifest["set_id"]
+    runner = runner_for(opts)
+    where = spec.describe(family)
     what = f"{len(run['wheels'])} wheels for {manifest['arch']} (family {family})"
     env = f"{run['python_tag']}, ROCm SDK {run['rocm_version']}"
     runner.say(f"wheel set {set_id}: {what}, {env} -> {where}")
@@ -228,7 +252,8 @@ def publish(opts: PublishOptions) -> None:
         if not os.environ.get("TWINE_USERNAME"):
             runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
         twine = [sys.executable, "-m", "twine", "upload", "--non-interactive"]
-        url, files = spec.family_root(family) + "/", [str(path) for _, path in uploads]
+        url = spec.family_root(family) + "/"
+        files = [str(path) for _, path in uploads]
         runner.run([*twine, "--disable-progress-bar", "--repository-url", url, *files])
     else:
         upload_tree(runner, store, uploads, pages)
@@ -245,7 +270,8 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
         if project == MANIFEST_PROJECT:
             pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
-        rel, page = f"{project}/index.html", team_index.project_page(pages[project])
+        rel = f"{project}/index.html"
+        page = team_index.project_page(pages[project])
         runner.apply(store.put_page, rel, page, say=f"write page {store.target(rel)}")
     root = runner.apply(store.read, "index.html")
     known = set(team_index.parse_page((root or b"").decode(errors="replace"), "http://x.invalid/"))
