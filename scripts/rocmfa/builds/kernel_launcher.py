@@ -17,7 +17,7 @@ def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    compile_py, env_file, command = argv[1], argv[2], argv[3:]
+    compile_py, env_file, *command = argv[1:]
     kernel = any(a.endswith("compile.py") and os.path.realpath(a) == compile_py for a in command)
     if not kernel or "-o" not in command[:-1]:
         os.execvp(command[0], command)

@@ -78,14 +78,17 @@ def free_port() -> int:
 @contextmanager
 def running(pg: Postgres) -> Iterator[Postgres]:
     """The server for the session's length (its cluster made once), stopped also on failure."""
-    runner, sock, data = pg.runner, pg.data.parent, str(pg.data)
+    runner = pg.runner
+    sock = pg.data.parent
+    data = str(pg.data)
     if not (pg.data / "PG_VERSION").is_file():
         runner.apply(sock.mkdir, parents=True, exist_ok=True)
         if os.geteuid() == 0:
             runner.run(["chown", "nobody:nogroup", str(sock)])
         init = ("-D", data, "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
         runner.run(pg.tool("initdb", *init, "--no-instructions"), capture=True)
-    listen, log = f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {sock}", f"{sock}/server.log"
+    listen = f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {sock}"
+    log = f"{sock}/server.log"
     runner.run(pg.tool("pg_ctl", "-D", data, "-l", log, "-w", "-o", listen, "start"))
     try:
         if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
@@ -112,7 +115,8 @@ def progress(pg: Postgres, arch: str) -> dict[str, int]:
 
 def progress_line(counts: dict[str, int], eta_hours: str) -> str:
     done = counts["completed"] + counts["failed"]
-    bar, eta = "#" * (30 * done // (counts["total"] or 1)), eta_hours.strip() and f"{eta_hours} h"
+    bar = "#" * (30 * done // (counts["total"] or 1))
+    eta = eta_hours.strip() and f"{eta_hours} h"
     running = f"{counts['running']} running; ETA {eta or '-'}"
     return f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), {running}"
 
@@ -142,7 +146,9 @@ def need_gpu(arch: str, wd: Path) -> None:
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
     build = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name[:5] != "tune_"}
     ctx = ba.make_context(BuildAotritonOptions(**build), tuning=True)  # builds as build_aotriton
-    runner, arch, commit = ctx.runner, ctx.arch.name, ctx.pin.commit
+    runner = ctx.runner
+    arch = ctx.arch.name
+    commit = ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
     stored = tuning_db.find(commit, arch)
@@ -182,7 +188,8 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
     if not pg.query("SELECT to_regclass('task_queue')").strip():
         pg.query(str(src / "v3python/tune/pq/schema.sql"), how="-f")
     pg.query(f"SELECT create_arch_partition('{arch}')")
-    marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
+    marker = wd / "dispatched"
+    wanted = " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
         runner.say(f"dispatched earlier ({wanted}); the queue resumes")
     else:
@@ -214,7 +221,8 @@ def store(
     runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
 ) -> tuning_db.TuningDb:
     """The shards into pins/tuning/aotriton/<commit>/<arch>/ (sha256 per file)."""
-    target, shards = tuning_db.db_dir(commit, arch), wd / "installed" / "database"
+    target = tuning_db.db_dir(commit, arch)
+    shards = wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
     found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
     files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
@@ -226,8 +234,8 @@ def store(
 
 def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> None:
     """validate.py against the rebuilt library (preloaded) before anything is installed."""
-    argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
-    argv += ["--backends", "flash"]
+    validate = REPO_ROOT / "scripts/rocmfa/probes/validate.py"
+    argv = [str(ctx.session.python), str(validate), "--backends", "flash"]
     argv += ["--head-dims", opts.tune_head_dims] if opts.tune_head_dims else []
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
