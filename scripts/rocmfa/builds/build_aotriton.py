@@ -342,7 +342,7 @@ def place_aiter(
     tag_file = src / "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
     wanted = tag_file.read_text().strip() if tag_file.is_file() else None
     aiter = pin.part("aiter")
-    if (aiter is None and not wanted) or (src.is_dir() and not wanted):
+    if not wanted and (aiter is None or src.is_dir()):
         return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
@@ -431,12 +431,11 @@ def build_from_source(
     kernels = kernel_build.plan(ctx, opts, src, build, store, runner)
     jobs, why = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    toolchain_now = toolchain(ctx.prefix, ctx.site)
     cache = compile_cache.plan_cache(
         opts.cache,
         work=ctx.work,
         arch=ctx.arch.name,
-        toolchain=toolchain_now,
+        toolchain=toolchain(ctx.prefix, ctx.site),
         env=runner.base_env,
         runner=runner,
         planned=not ctx.session.ready,
@@ -483,10 +482,8 @@ def require_pybind11(ctx: Context) -> None:
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
         raise UserError(
-            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) needs "
-            "pybind11 (AOTriton's configure imports it with the env's python and loads its CMake "
-            f"package), and {where}: add `- pybind11` to environment.yml, then run: nox -s lock && "
-            "nox -s setup_env"
+            f"pyaotriton (--with-pyaotriton; tune_aotriton's tuner) needs pybind11, and {where}: "
+            "add `- pybind11` to environment.yml, then run: nox -s lock && nox -s setup_env"
         )
 
 

@@ -30,10 +30,14 @@ VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 def filters(opts: TuneAotritonOptions) -> list[str]:
     """dispatch_tasks' filters for the options (its flash module's names); none = every task."""
     argv: list[str] = []
-    given = (opts.tune_head_dims, ["--hdim"]), (opts.tune_dtypes, ["--dtype"])
-    for value, flags in (*given, (opts.tune_seqlens, ["--seqlen_q", "--seqlen_k"])):
-        for flag in flags if value else []:
-            argv += [flag, *(v.strip() for v in value.split(",") if v.strip())]
+    for flags, value in (
+        (["--hdim"], opts.tune_head_dims),
+        (["--dtype"], opts.tune_dtypes),
+        (["--seqlen_q", "--seqlen_k"], opts.tune_seqlens),
+    ):
+        values = [v.strip() for v in (value or "").split(",") if v.strip()]
+        for flag in flags if values else []:
+            argv += [flag, *values]
     return argv
 
 
@@ -121,15 +125,15 @@ def progress_line(counts: dict[str, int], eta_hours: str) -> str:
     return f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), {running}"
 
 
-def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dict[str, int]:
-    """A progress bar with ETA from the tuner's own views until the queue drains."""
+def watch(pg: Postgres, arch: str) -> dict[str, int]:
+    """A progress bar with ETA from the tuner's own views, every 30 s until the queue drains."""
     while True:
         counts = progress(pg, arch)
         eta = pg.query(f"SELECT eta_hours FROM completion_eta WHERE arch = '{arch}'")
-        runner.say(progress_line(counts, eta))
+        pg.runner.say(progress_line(counts, eta))
         if counts["pending"] + counts["running"] == 0:
             return counts
-        time.sleep(every_s)
+        time.sleep(30)
 
 
 def need_gpu(arch: str, wd: Path) -> None:
@@ -176,7 +180,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     new = ba.build_from_source(ctx, tuning=candidate)
     inputs = ba.stamp_inputs(ctx, from_release=False)
     if ctx.torch is not None or new is None:  # a plan (no build) shows the gate too
-        gate(ctx, new, opts, runner)
+        gate(ctx, new, opts)
     how = f"built from {ctx.pin.url} at {commit[:12]} with {candidate.directory}"
     ba.finish(ctx, new, inputs, how)  # no torch: torch is built against it
 
@@ -209,7 +213,7 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     start = [*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"]
     runner.run(start, cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})
     try:
-        final = runner.apply(watch, pg, arch, runner)
+        final = runner.apply(watch, pg, arch)
     finally:
         runner.run([*service, "stop", str(wd), arch], cwd=src)
     if final and final["completed"] == 0:
@@ -232,7 +236,7 @@ def store(
     return stored or tuning_db.TuningDb(target, commit, arch, how["kind"], how["tuner"], {}, meta)
 
 
-def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> None:
+def gate(ctx: ba.Context, new, opts: TuneAotritonOptions) -> None:
     """validate.py against the rebuilt library (preloaded) before anything is installed."""
     validate = REPO_ROOT / "scripts/rocmfa/probes/validate.py"
     argv = [str(ctx.session.python), str(validate), "--backends", "flash"]
@@ -240,6 +244,6 @@ def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> Non
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
     lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
-    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
+    result = ctx.runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
     if result.returncode != 0:
         raise UserError(f"validate failed (exit {result.returncode}): tuned build NOT installed")
