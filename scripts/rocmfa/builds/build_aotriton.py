@@ -214,11 +214,10 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     }
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
-        runtime = {k: list(v) for k, v in info.runtime.items()}
         inputs["release"] = {
             "version": info.version,
             "base_url": info.base_url,
-            "runtime": runtime,
+            "runtime": dict(info.runtime),  # JSON writes its tuples as lists
             "images": dict(info.images),
             "hostarch": platform.machine(),
         }
@@ -384,7 +383,12 @@ def configure_args(
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
     args = [
         str(ctx.session.tool("cmake")),
-        *("-G", "Ninja", "-S", str(src), "-B", str(build)),
+        "-G",
+        "Ninja",
+        "-S",
+        str(src),
+        "-B",
+        str(build),
         f"-DCMAKE_MAKE_PROGRAM={ctx.session.tool('ninja')}",
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
