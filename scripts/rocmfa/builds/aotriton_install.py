@@ -102,7 +102,8 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
 
 def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
     """Refuse runtime/image disagreement or a version torch was not built for; force: say them."""
-    runtime, problems = major_minor(new.runtime), []
+    runtime = major_minor(new.runtime)
+    problems = []
     built_from = sorted(sig for sig in new.images.values() if sig.startswith("git-"))
     if len(set(built_from)) > 1:
         commits = ", ".join(built_from)
@@ -131,7 +132,8 @@ def installed_fingerprint(lib: Path) -> str | None:
 
 def read_marker(torch: Path) -> dict[str, Any] | None:
     """Our marker, when torch's RECORD lists it (one a killed pip run left is not trusted)."""
-    record, rel = condaenv.torch_record(torch.parent), f"{torch.name}/lib/{MARKER}"
+    record = condaenv.torch_record(torch.parent)
+    rel = f"{torch.name}/lib/{MARKER}"
     rows = condaenv.record_rows(record) if record is not None and record.is_file() else []
     return stamps.read(torch / "lib" / MARKER) if any(row[0] == rel for row in rows) else None
 
@@ -239,7 +241,8 @@ def pip_install(prefix: Path, wheel: Path, runner: Runner) -> None:
 
 
 def write_pending(prefix: Path, wheel: Path) -> None:
-    site, pending = site_packages(prefix), condaenv.pip_pending_path(prefix)
+    site = site_packages(prefix)
+    pending = condaenv.pip_pending_path(prefix)
     replaced = pending.with_name("pip-replaced")
     record = condaenv.torch_record(site)
     if record is not None and condaenv.torch_incomplete(site) is None:
@@ -251,7 +254,8 @@ def write_pending(prefix: Path, wheel: Path) -> None:
 
 def finish_interrupted(prefix: Path, runner: Runner) -> None:
     """Finish a killed pip install of a torch wheel; a whole torch is kept as it is."""
-    path, pending = condaenv.pip_pending_path(prefix), condaenv.pip_pending(prefix)
+    path = condaenv.pip_pending_path(prefix)
+    pending = condaenv.pip_pending(prefix)
     if pending is None:
         return
     site = site_packages(prefix)

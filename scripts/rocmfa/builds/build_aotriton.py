@@ -63,7 +63,8 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     table = load_toml(compat_matrix.MATRIX_FILE, "AOTriton matrix data").get("build_cost", {})
     table = table.get(commit, {})
     fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
-    rest, row = f"plus {fork_part}the C++ runtime", table.get(arch)
+    rest = f"plus {fork_part}the C++ runtime"
+    row = table.get(arch)
     each = [f"{a}: {r['jobs']:,} jobs x {r['seconds_per_job']:g} s a job" for a, r in table.items()]
     if row is None:
         known = f" ({'; '.join(each)})" if table else ""
@@ -89,8 +90,10 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
         info = aotriton_release.release_info(pin, version)
     except UserError as e:
         return f"no release pack to take ({e})"
-    sums = [("image pack " + pack, info.images.get(pack.removeprefix("amd-")))]
-    sums.append((f"runtime for ROCm {rocm}", (info.runtime.get(rocm) or ("", None))[1]))
+    sums = [
+        ("image pack " + pack, info.images.get(pack.removeprefix("amd-"))),
+        (f"runtime for ROCm {rocm}", (info.runtime.get(rocm) or ("", None))[1]),
+    ]
     for what, sha in sums:
         if not sha:
             return f"the {version} release has no {what} ({info.source})"
@@ -105,7 +108,8 @@ def choose_path(
     """The release pack unless ours changes the arch's kernels (patch, tuning database, patched
     arch), an option (asked) wants a source build, or the release has nothing to take."""
     pin, version, pack = _upstream_pin(arch, work)
-    rocm, pack = rocm_version(site, 2), f"amd-{pack}"
+    rocm = rocm_version(site, 2)
+    pack = f"amd-{pack}"
     found = patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
     release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
@@ -199,32 +203,43 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pin
 def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
-    mode, torch = "release" if from_release else "source", ctx.torch and str(ctx.torch)
     inputs = {
         "stamp_version": STAMP_VERSION,
-        "mode": mode,
+        "mode": "release" if from_release else "source",
         "pin": pin,
         "arch": ctx.arch.name,
         "pack": ctx.pack,
-        "torch": torch,
+        "torch": ctx.torch and str(ctx.torch),
         "toolchain": toolchain(ctx.prefix, ctx.site),
     }
     if from_release:
         info = aotriton_release.release_info(ctx.pin, ctx.version)
-        runtime = {k: list(v) for k, v in info.runtime.items()}
-        release = {"version": info.version, "base_url": info.base_url, "runtime": runtime}
-        inputs["release"] = {**release, "images": dict(info.images), "hostarch": platform.machine()}
+        inputs["release"] = {
+            "version": info.version,
+            "base_url": info.base_url,
+            "runtime": dict(info.runtime),  # JSON writes its tuples as lists
+            "images": dict(info.images),
+            "hostarch": platform.machine(),
+        }
         return inputs
     tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
-    tuning, opts = ctx.tuning or bool(tuned), ctx.opts
-    inputs["aiter"] = ctx.pin.data.get("aiter")
+    tuning = ctx.tuning or bool(tuned)
+    opts = ctx.opts
     digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
-    inputs |= {"patches": digest, "tuning_db": tuned.digest() if tuned else None}
-    options = {"noimage": opts.no_images, "timeout_min": f"{opts.timeout_min or 0:g}"}
-    options["pyaotriton"] = opts.with_pyaotriton
+    options = {
+        "noimage": opts.no_images,
+        "timeout_min": f"{opts.timeout_min or 0:g}",
+        "pyaotriton": opts.with_pyaotriton,
+    }
     if opts.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
         options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
-    return {**inputs, "options": options}
+    return {
+        **inputs,
+        "aiter": ctx.pin.data.get("aiter"),
+        "patches": digest,
+        "tuning_db": tuned.digest() if tuned else None,
+        "options": options,
+    }
 
 
 def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_PREFIX
@@ -247,7 +262,8 @@ def check_pairing(
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     """The stamp is current and what it installed is still there."""
-    lib, built_in = ctx.torch and ctx.torch / "lib", install_prefix(ctx)
+    lib = ctx.torch and ctx.torch / "lib"
+    built_in = install_prefix(ctx)
     recorded = stamps.read(stamp)
     stale = not recorded or recorded.get("inputs_digest") != stamps.digest(inputs)
     gone = lib is None and ai.AotritonInstall.read(built_in / "lib").runtime is None
@@ -267,7 +283,8 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         )
     asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts)
-    runner, stamp = ctx.runner, paths.stamp_path(ctx.work, STAMP_NAME)
+    runner = ctx.runner
+    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
         runner.apply(stamps.remove, stamp)
         return ai.restore_torch(ctx.torch, ctx.work, runner)
@@ -284,7 +301,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    fork, rocm = ctx.opts.triton == "fork", rocm_version(ctx.site, 2)
+    fork = ctx.opts.triton == "fork"
     path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
@@ -293,7 +310,9 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         return
     runner.apply(stamps.remove, stamp)
     if not path.source:
-        new = aotriton_release.fetch_release(ctx, runner, install_prefix(ctx), rocm)
+        new = aotriton_release.fetch_release(
+            ctx, runner, install_prefix(ctx), rocm_version(ctx.site, 2)
+        )
         how = f"prebuilt release {ctx.version}"
     else:
         tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
@@ -305,7 +324,8 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
 def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    src, fork = paths.src_dir(ctx.work, ctx.source_name), ctx.opts.triton == "fork"
+    src = paths.src_dir(ctx.work, ctx.source_name)
+    fork = ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
     ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
     tuned = ctx.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
@@ -321,7 +341,7 @@ def place_aiter(
     tag_file = src / "third_party/aiter.txt"  # the aiter tag AOTriton's configure clones
     wanted = tag_file.read_text().strip() if tag_file.is_file() else None
     aiter = pin.part("aiter")
-    if (aiter is None and not wanted) or (src.is_dir() and not wanted):
+    if not wanted and (aiter is None or src.is_dir()):
         return  # a tree that clones no aiter (before 0.13b: a gitlink), or nothing pinned
     if aiter is None or (wanted and aiter.ref != wanted):
         pinned = f"pins [aotriton.aiter] ref {aiter.ref}" if aiter else "no [aotriton.aiter] pin"
@@ -348,17 +368,27 @@ def configure_args(
     ctx: Context, src: Path, build: Path, cache: CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
-    runner, python, opts = ctx.runner, ctx.prefix / "bin/python", ctx.opts
+    runner = ctx.runner
+    python = ctx.prefix / "bin/python"
+    opts = ctx.opts
     sdk = ctx.session.tool("rocm-sdk")
     root, cmake_dir = (
         runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})") for q in ("root", "cmake")
     )
-    pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
-    pkgconfig.append(runner.base_env.get("PKG_CONFIG_PATH"))
+    pkgconfig = [
+        ctx.prefix / "lib/pkgconfig",
+        ctx.prefix / "share/pkgconfig",
+        runner.base_env.get("PKG_CONFIG_PATH"),
+    ]
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
     args = [
         str(ctx.session.tool("cmake")),
-        *("-G", "Ninja", "-S", str(src), "-B", str(build)),
+        "-G",
+        "Ninja",
+        "-S",
+        str(src),
+        "-B",
+        str(build),
         f"-DCMAKE_MAKE_PROGRAM={ctx.session.tool('ninja')}",
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
@@ -389,7 +419,8 @@ def build_from_source(
     ctx: Context, tuning: tuning_db.TuningDb | None = None, for_tuner: bool = False
 ) -> ai.AotritonInstall | None:
     """The tree, its kernel check (docs/kernel-check.md), then cmake into <build>/install."""
-    runner, opts = ctx.runner, ctx.opts
+    runner = ctx.runner
+    opts = ctx.opts
     if opts.with_pyaotriton:
         require_pybind11(ctx)
     build = paths.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
@@ -404,12 +435,11 @@ def build_from_source(
     kernels = kernel_build.plan(ctx, opts, src, build, store, runner)
     jobs, why = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
-    toolchain_now = toolchain(ctx.prefix, ctx.site)
     cache = compile_cache.plan_cache(
         opts.cache,
         work=ctx.work,
         arch=ctx.arch.name,
-        toolchain=toolchain_now,
+        toolchain=toolchain(ctx.prefix, ctx.site),
         env=runner.base_env,
         runner=runner,
         planned=not ctx.session.ready,
@@ -422,7 +452,8 @@ def build_from_source(
         args += ["-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"]
     args += kernels.cmake_args() if kernels is not None else []  # every kernel job: the store
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
-    previous, cmake_cache = stamps.read(configured) or {}, build / "CMakeCache.txt"
+    previous = stamps.read(configured) or {}
+    cmake_cache = build / "CMakeCache.txt"
     changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
     if previous and changed and cmake_cache.exists():
         runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
@@ -447,23 +478,23 @@ def require_pybind11(ctx: Context) -> None:
     python = ctx.prefix / "bin" / "python"
     if ctx.session.ready:
         probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
-        has, where = probe.returncode == 0, f"the env's python ({python}) cannot import it"
+        has = probe.returncode == 0
+        where = f"the env's python ({python}) cannot import it"
     else:
         records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
     if not has:
         raise UserError(
-            "AOTriton's python binding pyaotriton (--with-pyaotriton; tune_aotriton's tuner) needs "
-            "pybind11 (AOTriton's configure imports it with the env's python and loads its CMake "
-            f"package), and {where}: add `- pybind11` to environment.yml, then run: nox -s lock && "
-            "nox -s setup_env"
+            f"pyaotriton (--with-pyaotriton; tune_aotriton's tuner) needs pybind11, and {where}: "
+            "add `- pybind11` to environment.yml, then run: nox -s lock && nox -s setup_env"
         )
 
 
 def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any], how: str) -> None:
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
-    stamp, built = paths.stamp_path(ctx.work, STAMP_NAME), install_prefix(ctx)
+    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    built = install_prefix(ctx)
     built_stamp = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
     if new is None:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built_stamp, install_prefix=str(built))
@@ -486,7 +517,9 @@ def finish(ctx: Context, new: ai.AotritonInstall | None, inputs: dict[str, Any],
 
 def install(ctx: Context, new: ai.AotritonInstall | None, stamp: Path, inputs, how: str) -> None:
     """Check versions, pip-install torch's own wheel repacked with new, stamp it."""
-    runner, torch, lib = ctx.runner, ctx.torch, ctx.torch / "lib"
+    runner = ctx.runner
+    torch = ctx.torch
+    lib = torch / "lib"
     shipped = ai.AotritonInstall.read(lib, torch / "include")
     if was := (ai.read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
         shipped = ai.AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())

@@ -1,8 +1,6 @@
-"""`python -I -S kernel_launcher.py COMPILE_PY ENV_FILE COMMAND...`: every custom command of an
-AOTriton build (RULE_LAUNCH_CUSTOM, kernel_launcher.cmake), once per job, so os and sys only. A
-kernel job whose code object is there (staged from the store, or compiled for its key:
-kernel_build.py drops any other) is touched and skipped; another runs with exactly the key's
-Triton settings (ENV_FILE); other commands run unchanged (docs/kernel-check.md)."""
+"""`python -I -S kernel_launcher.py COMPILE_PY ENV_FILE COMMAND...` runs every custom command of
+an AOTriton build (RULE_LAUNCH_CUSTOM): a kernel job whose code object is there is skipped, another
+runs with exactly its key's Triton settings (ENV_FILE), the rest unchanged. docs/kernel-check.md"""
 
 import os
 import sys
@@ -17,7 +15,7 @@ def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    compile_py, env_file, command = argv[1], argv[2], argv[3:]
+    compile_py, env_file, *command = argv[1:]
     kernel = any(a.endswith("compile.py") and os.path.realpath(a) == compile_py for a in command)
     if not kernel or "-o" not in command[:-1]:
         os.execvp(command[0], command)

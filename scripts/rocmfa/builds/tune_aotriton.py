@@ -30,10 +30,14 @@ VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 def filters(opts: TuneAotritonOptions) -> list[str]:
     """dispatch_tasks' filters for the options (its flash module's names); none = every task."""
     argv: list[str] = []
-    given = (opts.tune_head_dims, ["--hdim"]), (opts.tune_dtypes, ["--dtype"])
-    for value, flags in (*given, (opts.tune_seqlens, ["--seqlen_q", "--seqlen_k"])):
-        for flag in flags if value else []:
-            argv += [flag, *(v.strip() for v in value.split(",") if v.strip())]
+    for flags, value in (
+        (["--hdim"], opts.tune_head_dims),
+        (["--dtype"], opts.tune_dtypes),
+        (["--seqlen_q", "--seqlen_k"], opts.tune_seqlens),
+    ):
+        values = [v.strip() for v in (value or "").split(",") if v.strip()]
+        for flag in flags if values else []:
+            argv += [flag, *values]
     return argv
 
 
@@ -78,14 +82,17 @@ def free_port() -> int:
 @contextmanager
 def running(pg: Postgres) -> Iterator[Postgres]:
     """The server for the session's length (its cluster made once), stopped also on failure."""
-    runner, sock, data = pg.runner, pg.data.parent, str(pg.data)
+    runner = pg.runner
+    sock = pg.data.parent
+    data = str(pg.data)
     if not (pg.data / "PG_VERSION").is_file():
         runner.apply(sock.mkdir, parents=True, exist_ok=True)
         if os.geteuid() == 0:
             runner.run(["chown", "nobody:nogroup", str(sock)])
         init = ("-D", data, "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync")
         runner.run(pg.tool("initdb", *init, "--no-instructions"), capture=True)
-    listen, log = f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {sock}", f"{sock}/server.log"
+    listen = f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {sock}"
+    log = f"{sock}/server.log"
     runner.run(pg.tool("pg_ctl", "-D", data, "-l", log, "-w", "-o", listen, "start"))
     try:
         if not pg.query(f"SELECT 1 FROM pg_database WHERE datname = '{DB_USER}'", db="postgres"):
@@ -112,20 +119,21 @@ def progress(pg: Postgres, arch: str) -> dict[str, int]:
 
 def progress_line(counts: dict[str, int], eta_hours: str) -> str:
     done = counts["completed"] + counts["failed"]
-    bar, eta = "#" * (30 * done // (counts["total"] or 1)), eta_hours.strip() and f"{eta_hours} h"
+    bar = "#" * (30 * done // (counts["total"] or 1))
+    eta = eta_hours.strip() and f"{eta_hours} h"
     running = f"{counts['running']} running; ETA {eta or '-'}"
     return f"[{bar:<30}] {done}/{counts['total']} done ({counts['failed']} failed), {running}"
 
 
-def watch(pg: Postgres, arch: str, runner: Runner, every_s: float = 30.0) -> dict[str, int]:
-    """A progress bar with ETA from the tuner's own views until the queue drains."""
+def watch(pg: Postgres, arch: str) -> dict[str, int]:
+    """A progress bar with ETA from the tuner's own views, every 30 s until the queue drains."""
     while True:
         counts = progress(pg, arch)
         eta = pg.query(f"SELECT eta_hours FROM completion_eta WHERE arch = '{arch}'")
-        runner.say(progress_line(counts, eta))
+        pg.runner.say(progress_line(counts, eta))
         if counts["pending"] + counts["running"] == 0:
             return counts
-        time.sleep(every_s)
+        time.sleep(30)
 
 
 def need_gpu(arch: str, wd: Path) -> None:
@@ -142,7 +150,9 @@ def need_gpu(arch: str, wd: Path) -> None:
 def tune_aotriton(opts: TuneAotritonOptions) -> None:
     build = {f.name: getattr(opts, f.name) for f in fields(opts) if f.name[:5] != "tune_"}
     ctx = ba.make_context(BuildAotritonOptions(**build), tuning=True)  # builds as build_aotriton
-    runner, arch, commit = ctx.runner, ctx.arch.name, ctx.pin.commit
+    runner = ctx.runner
+    arch = ctx.arch.name
+    commit = ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
     stored = tuning_db.find(commit, arch)
@@ -170,7 +180,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     new = ba.build_from_source(ctx, tuning=candidate)
     inputs = ba.stamp_inputs(ctx, from_release=False)
     if ctx.torch is not None or new is None:  # a plan (no build) shows the gate too
-        gate(ctx, new, opts, runner)
+        gate(ctx, new, opts)
     how = f"built from {ctx.pin.url} at {commit[:12]} with {candidate.directory}"
     ba.finish(ctx, new, inputs, how)  # no torch: torch is built against it
 
@@ -182,7 +192,8 @@ def queue(pg: Postgres, src: Path, wd: Path, arch: str, chosen: list[str]) -> di
     if not pg.query("SELECT to_regclass('task_queue')").strip():
         pg.query(str(src / "v3python/tune/pq/schema.sql"), how="-f")
     pg.query(f"SELECT create_arch_partition('{arch}')")
-    marker, wanted = wd / "dispatched", " ".join(["--arch", arch, *chosen])
+    marker = wd / "dispatched"
+    wanted = " ".join(["--arch", arch, *chosen])
     if marker.is_file() and marker.read_text() == wanted:
         runner.say(f"dispatched earlier ({wanted}); the queue resumes")
     else:
@@ -202,7 +213,7 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
     start = [*service, "start", str(wd), arch, "--multi_gpu", "0", "--hostname", "localhost"]
     runner.run(start, cwd=src, sets={"PYTHONPATH": f"{lib}{os.pathsep}{src}"})
     try:
-        final = runner.apply(watch, pg, arch, runner)
+        final = runner.apply(watch, pg, arch)
     finally:
         runner.run([*service, "stop", str(wd), arch], cwd=src)
     if final and final["completed"] == 0:
@@ -214,7 +225,8 @@ def store(
     runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
 ) -> tuning_db.TuningDb:
     """The shards into pins/tuning/aotriton/<commit>/<arch>/ (sha256 per file)."""
-    target, shards = tuning_db.db_dir(commit, arch), wd / "installed" / "database"
+    target = tuning_db.db_dir(commit, arch)
+    shards = wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
     found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
     files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
@@ -224,14 +236,14 @@ def store(
     return stored or tuning_db.TuningDb(target, commit, arch, how["kind"], how["tuner"], {}, meta)
 
 
-def gate(ctx: ba.Context, new, opts: TuneAotritonOptions, runner: Runner) -> None:
+def gate(ctx: ba.Context, new, opts: TuneAotritonOptions) -> None:
     """validate.py against the rebuilt library (preloaded) before anything is installed."""
-    argv = [str(ctx.session.python), str(REPO_ROOT / "scripts/rocmfa/probes/validate.py")]
-    argv += ["--backends", "flash"]
+    validate = REPO_ROOT / "scripts/rocmfa/probes/validate.py"
+    argv = [str(ctx.session.python), str(validate), "--backends", "flash"]
     argv += ["--head-dims", opts.tune_head_dims] if opts.tune_head_dims else []
     if opts.tune_dtypes:
         argv += ["--dtypes", ",".join(VALIDATE_DTYPES[t] for t in opts.tune_dtypes.split(","))]
     lib = f"{new.lib}/libaotriton_v2.so.{new.runtime}" if new else "<rebuild>/lib/libaotriton_v2.so"
-    result = runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
+    result = ctx.runner.run(argv, cwd=REPO_ROOT, sets={"LD_PRELOAD": lib}, check=False)
     if result.returncode != 0:
         raise UserError(f"validate failed (exit {result.returncode}): tuned build NOT installed")
