@@ -321,6 +321,6 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
 def test_a_bad_aotriton_version_is_one_line_naming_file_and_key(tmp_path: Path, version) -> None:
     body = f'[aotriton]\nurl = "x"\nref = "m"\ncommit = "{"a" * 40}"\nversion = {version}\n'
     (tmp_path / "aotriton.toml").write_text(body)
-    with pytest.raises(UserError, match=r"aotriton\.toml \[aotriton\]: 'version' ") as error:
+    with pytest.raises(UserError, match=r"aotriton\.toml \[aotriton\]: .*version") as error:
         pins.load_pin("aotriton", tmp_path)
     assert "\n" not in str(error.value)

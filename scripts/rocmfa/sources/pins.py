@@ -66,6 +66,11 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
     path, table = pin_files.read_table(project, directory, environ)
     where, source = f"{pin_files.display(path)} [{project}]", pin_files.display(path)
     pin_files.check_table(project, table, where)
+    if project == "aotriton" and "version" in table:
+        try:
+            archs.aotriton_version_key(table["version"])
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
     if project == "aotriton" and pin_files.line(environ) == "nightly":
         # the nightly line's AOTriton follows its torch: agreement by construction
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
