@@ -315,3 +315,12 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
     assert "agree by construction" in pin_files.describe_line(REPO_ROOT / "pins", nightly)
     with pytest.raises(UserError, match=r"ROCMFA_PYTORCH_LINE='beta': known lines"):
         pins.load_pin("pytorch", environ={**env, "ROCMFA_PYTORCH_LINE": "beta"})
+
+
+@pytest.mark.parametrize("version", ['"latest"', '""', "13"])
+def test_a_bad_aotriton_version_is_one_line_naming_file_and_key(tmp_path: Path, version) -> None:
+    body = f'[aotriton]\nurl = "x"\nref = "m"\ncommit = "{"a" * 40}"\nversion = {version}\n'
+    (tmp_path / "aotriton.toml").write_text(body)
+    with pytest.raises(UserError, match=r"aotriton\.toml \[aotriton\]: .*version") as error:
+        pins.load_pin("aotriton", tmp_path)
+    assert "\n" not in str(error.value)

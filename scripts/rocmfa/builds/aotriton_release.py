@@ -23,7 +23,6 @@ BASE_URL_ENV = "ROCMFA_AOTRITON_BASE_URL"
 DEFAULT_BASE_URL = "https://github.com/ROCm/aotriton/releases/download/"
 RUNTIME_NAME = "aotriton-{version}-{manylinux}_{hostarch}-rocm{rocm}-shared.tar.gz"
 IMAGES_NAME = "aotriton-{version}-images-amd-{pack}.tar.gz"
-HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
 
 def real_sum(sha256: str, what: str, source: str) -> str:
     """A published sha256, or UserError (all zeros: 0.14b's placeholder for an unpublished one)."""
-    if not HEX64.fullmatch(sha256 or ""):
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256 or ""):
         raise UserError(f"{source}: the sha256 of {what} is not 64 hex digits: {sha256!r}")
     if set(sha256) == {"0"}:
         raise UserError(

@@ -120,7 +120,6 @@ def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path)
 
 
 def read_head(checkout: Path) -> str | None:
-    """HEAD's commit of the checkout (None: none there)."""
     if not (checkout / ".git").exists():  # not the HEAD of a repository around it
         return None
     argv = ["git", "-C", str(checkout), "rev-parse", "--verify", "-q", "HEAD"]
@@ -345,11 +344,10 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     """TheRock's checkout scripts force-checkout: never let them eat the user's work."""
     if not (dest / ".git").exists():
         return
-    status = ["git", "status", "--porcelain", "--untracked-files=no"]
-    result = ctx.runner.apply(ctx.runner.run, status, cwd=dest, capture=True)
-    if result is None:  # a plan: TheRock's checkout does not run either
+    changes = ctx.runner.apply(checkouts.tracked_changes, ctx.runner, dest)
+    if changes is None:  # a plan: TheRock's checkout does not run either
         return
-    changes, head = result.stdout.splitlines(), read_head(dest)
+    head = read_head(dest)
     problem = f"has local edits ('{changes[0].strip()}')" if changes else None
     if not changes and recorded and head != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
@@ -423,11 +421,10 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
         if hashtag and hashtag != entry["commit"]:
             entry["branch"] = hashtag
         manifest[key] = entry
-    pin = ctx.therock_pin
     manifest["therock"] = {
-        "repo": pin.url,
-        "commit": pin.commit,
-        "branch": pin.ref,
+        "repo": ctx.therock_pin.url,
+        "commit": ctx.therock_pin.commit,
+        "branch": ctx.therock_pin.ref,
         "version": ctx.rocm_version,
     }
     text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"

@@ -68,8 +68,6 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 @dataclass
 class CachePlan:
-    """What a build sets and runs for its compile cache."""
-
     spec: CacheSpec
     exe: str | None
     sets: dict[str, str] = field(default_factory=dict)
@@ -84,8 +82,7 @@ class CachePlan:
         """CMAKE_*_COMPILER_LAUNCHER for host code (AOTriton's and CK's own CMake builds)."""
         return [f"-DCMAKE_{c}_COMPILER_LAUNCHER={self.exe}" for c in ("C", "CXX") if self.active]
 
-    def therock_flags(self) -> list[str]:
-        """TheRock build_prod_wheels.py flags for this cache."""
+    def therock_flags(self) -> list[str]:  # for TheRock's build_prod_wheels.py
         sccache = ["--use-sccache", *([] if self.hip_launcher else ["--sccache-no-wrap"])]
         return {"ccache": ["--use-ccache"], "sccache": sccache}.get(self.spec.tool, [])
 

@@ -385,8 +385,6 @@ def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | No
 
 @dataclass
 class KernelBuild:
-    """One AOTriton build's kernel jobs through the store."""
-
     tree: Tree  # its triton: what the keys say about Triton
     build: Path
     store: KernelStore

@@ -30,8 +30,7 @@ TARGET = "{}_mod0"  # AOTriton's --target_gpus for an arch: python/gpu_targets.p
 GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDGPU on CPU)
 
 
-def summary_path(work: Path, arch: str) -> Path:
-    """Where the check of work/src/aotriton for arch writes its summary."""
+def summary_path(work: Path, arch: str) -> Path:  # the check of work/src/aotriton
     return Tree(paths.src_dir(work, "aotriton"), "", arch, "").build / SUMMARY
 
 

@@ -115,8 +115,7 @@ def read_table(project: str, directory: Path, environ=None) -> tuple[Path, dict[
     return directory / name, table_of(directory / name, project)
 
 
-def aotriton_version(directory: Path) -> str | None:
-    """The AOTriton `version` in directory's aotriton.toml, or None."""
+def aotriton_version(directory: Path) -> str | None:  # in directory's aotriton.toml
     path = directory / "aotriton.toml"
     version = table_of(path, "aotriton").get("version") if path.is_file() else None
     return version if isinstance(version, str) else None

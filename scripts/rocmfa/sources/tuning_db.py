@@ -18,10 +18,10 @@ UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 FILE = {"path": (lambda v: filled(v) and inside(v), "a relative path", True), "sha256": TEXT}
 
 
-def db_dir(commit: str, arch: str, root: Path | None = None) -> Path:
+def db_dir(commit: str, arch: str) -> Path:
     chosen = environment().tuning_dir
-    default = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
-    return (root or default) / "aotriton" / commit / arch
+    root = Path(chosen).expanduser().resolve() if chosen else pin_files.pins_dir() / "tuning"
+    return root / "aotriton" / commit / arch
 
 
 HEADER = ("commit", "arch", "kind", "tuner")  # the manifest's own [tuning] keys; the rest: meta
@@ -69,9 +69,9 @@ def load(directory: Path) -> TuningDb:
     return TuningDb(directory, files=files, meta=meta, **header)
 
 
-def find(commit: str, arch: str, root: Path | None = None) -> TuningDb | None:
+def find(commit: str, arch: str) -> TuningDb | None:
     """The stored database for commit + arch, verified, or None."""
-    directory = db_dir(commit, arch, root)
+    directory = db_dir(commit, arch)
     if not (directory / MANIFEST).is_file():
         return None
     found = load(directory)
