@@ -48,7 +48,8 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
                 raise UserError(f"{where}: runtime_sha256.{rocm} must be [manylinux, sha256]")
             runtime[str(rocm)] = (entry[0], entry[1].lower())
         images = {str(k): str(v).lower() for k, v in (table.get("image_sha256") or {}).items()}
-        base, source = table.get("base_url", DEFAULT_BASE_URL), where
+        base = table.get("base_url", DEFAULT_BASE_URL)
+        source = where
         names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
     else:
         resolved = pin.data.get("pytorch_cmake")
@@ -59,7 +60,8 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
                 "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
             )
         got = cmake.lists.get
-        runtime, images = {}, {}
+        runtime = {}
+        images = {}
         lists = (got(f"__AOTRITON_{n}_LIST", ()) for n in ("ROCM", "MANYLINUX", "SHA256"))
         for r, m, sha in zip(*lists, strict=False):  # list(FIND): the first of a ROCm twice
             runtime.setdefault(r.removeprefix("rocm"), (m, sha.lower()))
@@ -69,7 +71,8 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
             images.setdefault(name.removeprefix("amd-"), sha.lower())
         z = (got("__AOTRITON_Z") or ("gz",))[0] or "gz"  # the archive suffix (old files: bz2)
         names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in (RUNTIME_NAME, IMAGES_NAME))
-        base, source = DEFAULT_BASE_URL, resolved.source
+        base = DEFAULT_BASE_URL
+        source = resolved.source
     base = (environ.get(BASE_URL_ENV) or base).rstrip("/") + "/"
     return Release(version, base, names[0], names[1], runtime, images, source)
 
@@ -121,7 +124,8 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
     ]
     for _name, sha, what in wanted:
         real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
-    cache, tars = paths.downloads_dir(ctx.work) / "aotriton" / info.version, []
+    cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
+    tars = []
     for name, sha, _what in wanted:
         dest = cache / name.format(**fields)
         url = f"{info.base_url}{info.version}/{dest.name}"

@@ -21,12 +21,15 @@ CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with 
 def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
     """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
     asked = rocm_sdk.read_paths(session, session.tool("rocm-sdk"))  # session.ask: a plan's too
-    root, cmake_prefix, version = Path(asked["root"]), asked["cmake"], asked["version"]
+    root = Path(asked["root"])
+    cmake_prefix = asked["cmake"]
+    version = asked["version"]
     if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
         session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
         return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
     for d, name in ((root / "bin", "amdclang"), (root / "lib" / "llvm" / "bin", "clang")):
-        c, cxx = d / name, d / f"{name}++"
+        c = d / name
+        cxx = d / f"{name}++"
         if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
             return cmake_prefix, c, cxx, version
     raise UserError(
@@ -37,7 +40,9 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
     """What this CK build is and is not for, and its pin."""
-    say, arch, subdir = session.runner.say, session.arch, pin.data.get("subdir")
+    say = session.runner.say
+    arch = session.arch
+    subdir = pin.data.get("subdir")
     if not arch.ck_mha:
         say(f"note: CK has fused-MHA (flash attention) for gfx90a/gfx94x/gfx95x, not {arch.name}")
     say("note: torch's CK attention (USE_ROCM_CK_SDPA=1) is its own bundled CK, not this one;")
@@ -77,7 +82,10 @@ def cmake_args(arch, opts, source: Path, build: Path, prefix: Path, sdk: tuple) 
 
 def build_ck(opts: BuildCkOptions) -> None:
     session = session_env.open_env(opts)
-    arch, work, prefix, runner = session.arch, session.work, session.prefix, session.runner
+    arch = session.arch
+    work = session.work
+    prefix = session.prefix
+    runner = session.runner
     if arch.vendor != "amd":
         raise UserError(f"composable_kernel targets AMD GPUs; {arch.name} is not one")
     runner.say(session.describe())
@@ -85,11 +93,14 @@ def build_ck(opts: BuildCkOptions) -> None:
     announce(session, opts, pin)
     sdk = compilers(session)
     _cmake_prefix, cc, cxx, rocm_version = sdk
-    cmake, _ninja = session.tool("cmake"), session.tool("ninja")
+    cmake = session.tool("cmake")
+    _ninja = session.tool("ninja")
     jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
-    checkout, build = paths.src_dir(work, CK), paths.build_dir(work, CK)
-    subdir, env = str(pin.data.get("subdir") or ""), condaenv.env_identity(prefix)
+    checkout = paths.src_dir(work, CK)
+    build = paths.build_dir(work, CK)
+    subdir = str(pin.data.get("subdir") or "")
+    env = condaenv.env_identity(prefix)
     inputs = {
         "pin": [pin.url, pin.commit, subdir],
         "arch": arch.name,

@@ -100,7 +100,8 @@ def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path)
     table = table if isinstance(table, dict) else {}
     where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
-    url, at = table.get("url"), f"pytorch {pytorch_pin.commit[:12]}"
+    url = table.get("url")
+    at = f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch
         return url, table.get("commit") or ref, where
     if component.key == "triton":
@@ -173,23 +174,29 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
     stamp = paths.stamp_path(work, "aotriton-built")
-    built, planned = stamps.read(stamp) or {}, stamps.planned(stamp) or {}
-    default, aotriton = paths.build_dir(work, "aotriton") / "install", None
-    how, digest = "build_aotriton", str(built.get("inputs_digest"))
+    built = stamps.read(stamp) or {}
+    planned = stamps.planned(stamp) or {}
+    default = paths.build_dir(work, "aotriton") / "install"
+    aotriton = None
+    how = "build_aotriton"
+    digest = str(built.get("inputs_digest"))
     if requested:
-        aotriton, how = Path(requested).expanduser().resolve(), "--aotriton-prefix"
+        aotriton = Path(requested).expanduser().resolve()
+        how = "--aotriton-prefix"
         if not has_lib(aotriton):
             raise UserError(f"--aotriton-prefix {aotriton}: no lib/libaotriton_v2.so and include/")
         digest = str(aotriton)
     elif built.get("install_prefix") and has_lib(Path(built["install_prefix"])):
         aotriton = Path(built["install_prefix"])
     elif has_lib(default):
-        aotriton, digest = default, str(default)
+        aotriton = default
+        digest = str(default)
     elif planned.get("install_prefix"):
         aotriton = Path(planned["install_prefix"])
         how = "build_aotriton, which fills it earlier in this run"
         digest = "<digest of build_aotriton's build to come>"
-    patched, version = False, ""
+    patched = False
+    version = ""
     if not arch.aotriton_supported() and arch.aotriton_patched:
         version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
         patched = bool(arch.aotriton_patched_pack(version))
@@ -200,7 +207,8 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
             f"{arch.name}: torch gets flash attention only from AOTriton {version} with our "
             f"patch set; run nox -s build_aotriton -- --arch {arch.name} first"
         )
-        aotriton, how = default, "build_aotriton (after it runs)"
+        aotriton = default
+        how = "build_aotriton (after it runs)"
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
@@ -212,7 +220,9 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
 
 def make_context(opts: BuildPytorchOptions) -> Context:
     session = open_env(opts)
-    arch, work, runner = session.arch, session.work, session.runner
+    arch = session.arch
+    work = session.work
+    runner = session.runner
     if arch.vendor != "amd":
         raise UserError(f"build_pytorch builds for AMD GPUs; {arch.name} is not one")
     runner.say(session.describe())
@@ -259,7 +269,8 @@ def make_context(opts: BuildPytorchOptions) -> Context:
 
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "checkout":
-        pin, components = ctx.pytorch_pin, ctx.components()
+        pin = ctx.pytorch_pin
+        components = ctx.components()
         sets = {c.key: patches.available_sets(c.key) for c in components}
         return {
             "therock": ctx.therock_pin.commit,
@@ -364,7 +375,8 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     """One component: TheRock's checkout, our patch set by commit (before hipify), hipify."""
     key = component.key
     name = key.removeprefix("pytorch_").replace("pytorch", "torch")
-    dest, script = ctx.src(key), ctx.scripts_dir / f"pytorch_{name}_repo.py"
+    dest = ctx.src(key)
+    script = ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
     if hashtag is None:  # a plan reads related_commits only after the checkout
@@ -434,7 +446,9 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     cwd = paths.build_dir(ctx.work, "build_pytorch")
     config_file = cwd / f"{stage}.config.json"
-    clean, config, previous = ctx.opts.clean, stage_config(ctx, stage), stamps.read(config_file)
+    clean = ctx.opts.clean
+    config = stage_config(ctx, stage)
+    previous = stamps.read(config_file)
     if previous is not None and previous != config and not clean:
         ctx.runner.say(
             f"{stage}: build settings changed since the last build ({previous} -> {config}); "
@@ -470,7 +484,9 @@ def done(ctx: Context, stage: str) -> bool:
 
 
 def plan(ctx: Context) -> list[str]:
-    order, only, start = ctx.enabled, ctx.opts.only, ctx.opts.only or ctx.opts.from_stage
+    order = ctx.enabled
+    only = ctx.opts.only
+    start = ctx.opts.only or ctx.opts.from_stage
     flag = "--only" if only else "--from"  # they exclude each other
     if start and start not in order:
         raise UserError(f"{flag} {start}: that stage is not part of this build (see --skip)")
@@ -551,7 +567,8 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
         say("nothing to build: every stage is up to date (--from STAGE or --force to rebuild)")
     for stage in todo:
         say(f"=== stage {stage} ===")
-        stamp, inputs = stage_stamp(ctx.work, stage), stage_inputs(ctx, stage)
+        stamp = stage_stamp(ctx.work, stage)
+        inputs = stage_inputs(ctx, stage)
         previous = stamps.read(stamp) or {}
         ctx.runner.apply(stamps.remove, stamp)  # a stage that does not finish is never "done"
         facts = run_checkout(ctx, previous) if stage == "checkout" else run_build_stage(ctx, stage)

@@ -96,7 +96,8 @@ class CachePlan:
 
 def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
     """The tool's variables, its local state (a machine's own) and one server per settings."""
-    spec, local = plan.spec, paths.cache_dir(work)
+    spec = plan.spec
+    local = paths.cache_dir(work)
     if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
         return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
     sets = {"SCCACHE_DIR": str(local / "sccache")}

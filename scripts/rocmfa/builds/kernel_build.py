@@ -111,7 +111,8 @@ def py_files(folder: Path) -> list[Path]:
 
 def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
     """The Triton settings env gives a compile: every knob Triton reads, and any TRITON_*."""
-    names, fixed = set(knobs), {"TRITON_CACHE_DIR", *COMPILE_ENV}
+    names = set(knobs)
+    fixed = {"TRITON_CACHE_DIR", *COMPILE_ENV}
     return {k: v for k, v in env.items() if (k in names or k[:7] == "TRITON_") and k not in fixed}
 
 
@@ -185,7 +186,8 @@ def unpack(blob: bytes) -> tuple[bytes, bytes]:
 
 def packed(out: Path) -> bytes | None:
     """The entry of the code object at out and its metadata (None: either missing, or empty)."""
-    hsaco, meta = read_or_none(out.with_suffix(".hsaco")), read_or_none(out.with_suffix(".json"))
+    hsaco = read_or_none(out.with_suffix(".hsaco"))
+    meta = read_or_none(out.with_suffix(".json"))
     return pack(hsaco, meta) if hsaco and meta is not None else None
 
 
@@ -404,7 +406,8 @@ class KernelBuild:
 
     def stage(self, runner: Runner) -> None:
         """Before ninja: every job's key, the whole set looked up at once, hits put in place."""
-        bare, where = self.build / BARE, self.store.describe()
+        bare = self.build / BARE
+        where = self.store.describe()
         line = runner.plan_line(
             f"then look every job of {bare} up in the kernel store ({where}; keys name triton "
             f"{self.tree.triton}), each hit at its -o path; ninja runs every custom command "
@@ -469,10 +472,12 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runne
         return None
     if build_options.triton == "pypi":
         version = pypi_triton(ctx.pin.commit)
-        identity, wheel = version, f"triton=={version}"
+        identity = version
+        wheel = f"triton=={version}"
     else:  # the fork the build pip-installs: the checked-out submodule's commit
         head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
-        identity, wheel = f"fork {FORK}@{head}", None
+        identity = f"fork {FORK}@{head}"
+        wheel = None
     return KernelBuild(Tree(src, ctx.pin.commit, ctx.arch.name, identity), build, store, wheel)
 
 
@@ -503,7 +508,8 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     from distributed import get_worker
 
     tree, context, cache, files = task  # Tree, KeyContext, --cache, the sources
-    worker, scratch = platform.node(), Path(get_worker().local_directory)  # removed with it
+    worker = platform.node()  # removed with it
+    scratch = Path(get_worker().local_directory)
     store = open_store(cache, scratch, tree.arch, say=print)
     if store is None or store.shared is None:
         raise RuntimeError(f"worker {worker}: the kernel store {cache} is unreachable")
@@ -527,7 +533,8 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
 
 def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None):
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
-    bare, spec = tree.build / "Bare.compile", compile_cache.as_spec(cache)
+    bare = tree.build / "Bare.compile"
+    spec = compile_cache.as_spec(cache)
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
         f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"

@@ -41,7 +41,8 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
         runner.say(f"kernel check: compiler Python {given} (${kernel_build.PYTHON_ENV})")
         return given
     venv = work / kernel_build.VENV.format(tree.triton)
-    python, marker = venv / "bin" / "python", venv / "rocmfa-kernel-venv.json"
+    python = venv / "bin" / "python"
+    marker = venv / "rocmfa-kernel-venv.json"
     requirements = tree.src / "requirements.txt"  # every AOTriton with python/compile.py has it
     text = requirements.read_text() if requirements.is_file() else None  # a plan's tree
     wanted = {"triton": tree.triton, "requirements": text}
@@ -57,7 +58,9 @@ def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
 
 def generate(tree: Tree, python: str, runner: Runner) -> Path:
     """Bare.compile from AOTriton's own generator for its target; one line when it fails."""
-    database, pkg, target = tree.build / "database", tree.build / "pkg", TARGET.format(tree.arch)
+    database = tree.build / "database"
+    pkg = tree.build / "pkg"
+    target = TARGET.format(tree.arch)
     shards = sorted((tree.src / "modules" / "database").rglob("*.sqlite3.tar.xz"))
     say = f"extract {len(shards)} tuning database shards of {tree.src} into {database}"
     runner.apply(_unpack_tree, tree, shards, database, pkg, say=say)
@@ -128,7 +131,9 @@ def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chose
 
 def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, store=None):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
-    say, began, work = runner.say, time.monotonic(), tree.src.parents[1]  # work/src/aotriton
+    say = runner.say  # work/src/aotriton
+    began = time.monotonic()
+    work = tree.src.parents[1]
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
         why = f"{tree.src} has no python/compile.py (the layout of AOTriton >= 0.12b)"
         runner.raise_for_real(UserError(f"kernel check: {why}"))
@@ -151,7 +156,8 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
     all_jobs = kernel_build.read_jobs(bare)
     if not all_jobs:
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
-    chosen, where = kernel_build.sample(all_jobs, size), store.describe() if store else "none"
+    chosen = kernel_build.sample(all_jobs, size)
+    where = store.describe() if store else "none"
     found = f"{len(all_jobs)} jobs in {len({j.kernel for j in all_jobs})} kernel families"
     say(f"kernel check: {found}; compiling {len(chosen)} ({why}); kernel store: {where}")
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
@@ -203,7 +209,8 @@ def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
 
 def kernel_check(opts: Any) -> None:
     """The session: check out and patch the tree (as build_aotriton does), then run_check."""
-    choice, runner = archs.resolve_arch(opts.arch), runner_for(opts)
+    choice = archs.resolve_arch(opts.arch)
+    runner = runner_for(opts)
     work = paths.workdir(opts.workdir)
     pin = pins.load_pin("aotriton", workdir=work)
     if not (triton := kernel_build.recorded_triton(pin.commit)):

@@ -18,6 +18,7 @@ def choose_jobs(requested: int | None, per_job_gib: float, *, meminfo=MEMINFO, c
     except (OSError, ValueError, IndexError, StopIteration):
         return cpus, f"{cpus} jobs (one per CPU; MemAvailable unknown; --jobs to override)"
     by_memory = max(1, int(available // per_job_gib))
-    jobs, why = min(cpus, by_memory), "memory" if by_memory < cpus else "CPUs"
+    jobs = min(cpus, by_memory)
+    why = "memory" if by_memory < cpus else "CPUs"
     at = f"MemAvailable {available:.1f} GiB at ~{per_job_gib:g} GiB per job"
     return jobs, f"{jobs} jobs (limited by {why}: {cpus} CPUs, {at}; --jobs to override)"

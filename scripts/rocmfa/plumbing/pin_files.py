@@ -49,7 +49,8 @@ def resolved(value: object) -> bool:
 
 
 HEX = "a string: full 40-hex lowercase"
-ANY, TABLE = (lambda _: True, "", False), (lambda v: isinstance(v, Mapping), "a table", False)
+ANY = (lambda _: True, "", False)
+TABLE = (lambda v: isinstance(v, Mapping), "a table", False)
 STRING = (lambda v: isinstance(v, str), "a string", False)
 COMMON = {
     "url": TEXT,
@@ -151,7 +152,8 @@ def describe_line(pins_dir: Path, environ: Mapping[str, str] | None = None) -> s
         aotriton = read_table("aotriton", pins_dir, environ)[1]
     except UserError as e:
         return f"line {name}: {e}"
-    commit, cmake = str(torch.get("commit") or ""), "cmake/External/aotriton.cmake"
+    commit = str(torch.get("commit") or "")
+    cmake = "cmake/External/aotriton.cmake"
     at = commit[:12] if HEX40.fullmatch(commit) else "(commit not resolved yet)"
     head = f"line {name}: {torch.get('url')} {torch.get('ref')} {at} ({path.name})"
     pinned = f"AOTriton {aotriton.get('version')} {str(aotriton.get('commit'))[:12]}"

@@ -66,7 +66,8 @@ def patch_set_for(project: str, commit: str, *, arch=None, tuning=False) -> Patc
         return None
     where = display(directory / "manifest.toml")
     data = load_toml(directory / "manifest.toml", "patch manifest")
-    entries, none_needed = data.get("patch", []), data.get("none_needed", "")
+    entries = data.get("patch", [])
+    none_needed = data.get("none_needed", "")
     if not isinstance(entries, list):
         raise UserError(f"{where}: 'patch' must be an array of tables ([[patch]])")
     if not isinstance(none_needed, str) or ("none_needed" in data and not none_needed.strip()):
@@ -112,7 +113,8 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
-    arches, tuning = tuple(entry.get("arches", ())), entry.get("tuning", "")
+    arches = tuple(entry.get("arches", ()))
+    tuning = entry.get("tuning", "")
     return Patch(name, path, sha256, reason, upstream, arches, tuning)
 
 

@@ -64,7 +64,8 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
     environ = os.environ if environ is None else environ
     directory = pin_files.pins_dir(pins_dir, environ)
     path, table = pin_files.read_table(project, directory, environ)
-    where, source = f"{pin_files.display(path)} [{project}]", pin_files.display(path)
+    where = f"{pin_files.display(path)} [{project}]"
+    source = pin_files.display(path)
     pin_files.check_table(project, table, where)
     if project == "aotriton" and "version" in table:
         try:
@@ -155,7 +156,8 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
         lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
         if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
             raise UserError(f"{where} -> {AOTRITON_VERSION_TXT}: line 4 is not a 40-hex commit")
-        commit, version = lines[3].lower(), lines[0] or None
+        commit = lines[3].lower()
+        version = lines[0] or None
         how = f"form A ({AOTRITON_VERSION_TXT} line 4)"
     elif parsed.literals:
         commit = parsed.literals[0]
@@ -170,7 +172,8 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
             raise UserError(f"${AOTRITON_COMMIT_ENV}={override!r} is not a 40-hex commit")
         else:
             source = f"${AOTRITON_COMMIT_ENV} (overrides {commit[:12]} from {source})"
-            commit, version = value, None
+            commit = value
+            version = None
     return ResolvedAotriton(commit, version, source, parsed)
 
 
@@ -247,7 +250,8 @@ def check_pin_set(aotriton: Pin, version: str, *, force, runner=None, workdir=No
         if not force and (line := runner.plan_line(refused)):
             return [head, line]
     else:
-        key, both = archs.aotriton_version_key, named.version and version
+        key = archs.aotriton_version_key
+        both = named.version and version
         if key(named.version)[:2] == key(version)[:2] if both else named.commit == aotriton.commit:
             same = "" if named.commit == aotriton.commit else f" (torch names {named.commit[:12]})"
             names = f"torch {pytorch.commit[:12]} names AOTriton {named.version or '?'}"

@@ -49,13 +49,15 @@ def load(directory: Path) -> TuningDb:
     """The database in directory, every file checked against its manifest sha256."""
     where = str(directory / MANIFEST)
     data = load_toml(directory / MANIFEST, "tuning database manifest")
-    table, entries = data.get("tuning"), data.get("file")
+    table = data.get("tuning")
+    entries = data.get("file")
     if not isinstance(table, dict) or not isinstance(entries, list) or not entries:
         raise UserError(f"{where}: needs a [tuning] table and at least one [[file]]")
     files: dict[str, str] = {}
     for i, entry in enumerate(entries, 1):
         checked(entry, f"{where}: file {i}", FILE)
-        name, expected = entry["path"], entry["sha256"]
+        name = entry["path"]
+        expected = entry["sha256"]
         if not (directory / name).is_file():
             raise UserError(f"{where}: {name} is missing; refusing this tuning database")
         if (actual := stamps.file_sha256(directory / name)) != expected:

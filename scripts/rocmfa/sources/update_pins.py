@@ -34,8 +34,11 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
 
 
 def update_pins(opts: UpdatePinsOptions) -> None:
-    runner, failures, pair = runner_for(opts), {}, {"pytorch", "aotriton"}
-    work, directory = paths.workdir(opts.workdir), pin_files.pins_dir()
+    runner = runner_for(opts)
+    failures = {}
+    pair = {"pytorch", "aotriton"}
+    work = paths.workdir(opts.workdir)
+    directory = pin_files.pins_dir()
     chosen = opts.project or pin_files.PROJECTS
     for step in [*chosen, "pin set"]:  # the pin set: when the pair's pins have been updated
         try:
@@ -59,13 +62,16 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
     with contextlib.suppress(pin_files.Unresolved):
         return pins.load_pin(project, directory, workdir=workdir)
     path, table = pin_files.read_table(project, directory)
-    url, ref = str(table.get("url")), str(table.get("ref"))
+    url = str(table.get("url"))
+    ref = str(table.get("ref"))
     later = f"{project}: {ref} has no commit in {path}: the real run resolves, checks and records"
     if later := runner.plan_line(f"{later} it there first (as nox -s update_pins does)"):
         runner.say(later)
         planned = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
         return pins.pin_of(project, {**table, "commit": planned}, pin_files.display(path))
-    work, before, said = paths.workdir(workdir), path.read_text(), io.StringIO()
+    work = paths.workdir(workdir)
+    before = path.read_text()
+    said = io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
         try:
@@ -97,7 +103,8 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         entry = table if name == project else table[name.partition(".")[2]]
         where = f"{path.name} [{name}]"
         url, ref = (require(entry, key, str, where).strip() for key in ("url", "ref"))
-        old, aotriton_src = entry.get("commit", ""), paths.src_dir(work, "aotriton")
+        old = entry.get("commit", "")
+        aotriton_src = paths.src_dir(work, "aotriton")
         follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
         component = pin_files.COMPANIONS.get(name.removeprefix("pytorch."))  # torch's companion
         companion = component is not None and ref == pin_files.FROM_PYTORCH
@@ -175,7 +182,8 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
         f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
     )
     source = old if old in sets else sets[-1]
-    found, checkout = patch_set_for(project, source), paths.src_dir(work, project)
+    found = patch_set_for(project, source)
+    checkout = paths.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins)"
         return runner.say(f"{project}: patch set {source[:12]} not checked at {new[:12]}: {why}")
