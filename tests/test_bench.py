@@ -29,9 +29,10 @@ def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["schema"] == bench.SCHEMA
     assert "flash-attention convention" in doc["flop_convention"]
+    ident = doc["identity"]
+    assert ident["torch"] and ident["platform"] == "cpu" and ident["arch"] is None
     prov = doc["provenance"]
-    assert prov["torch"] and prov["platform"] == "cpu" and prov["arch"] is None
-    assert "env" in prov and "peak_tflops" in prov
+    assert "env" in prov and "peak_tflops" in prov and not set(prov) & set(ident)
     rows = doc["results"]
     # 1 shape x 1 dtype x 2 causal x 2 backends x 3 passes
     assert len(rows) == 12
@@ -177,8 +178,8 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     assert prefill["bwd"]["bytes"] == 8 * elements * 2 + 4 * 16 * 16 * 4096
     assert prefill["fwdbwd"]["bytes"] == prefill["bwd"]["bytes"] + prefill["fwd"]["bytes"]
     row.update(status="ok", reason=None, min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6)
-    prov = {"device_name": "H200", "arch": "sm_90", "torch": "x", "peak_note": "p"}
-    table = bench.render_table([row | fields], prov, "device: test")
+    ident = {"gpu": "H200", "arch": "sm_90", "torch": "x"}
+    table = bench.render_table([row | fields], ident, {"peak_note": "p"}, "device: test")
     line = next(x for x in table.splitlines() if x.startswith("decode-128k"))
     assert "4465" in line and "memory" in line and "92.8" in line
 

@@ -43,7 +43,7 @@ def test_noisy_rows_marked_on_screen_csv_and_json(tmp_path, capsys):
     with open(tmp_path / "bench.csv") as f:
         (csv_row,) = list(csv.DictReader(f))
     assert csv_row["noisy"] == "True" and float(csv_row["spread"]) == 0.25
-    table = bench.render_table([row], doc["provenance"], "device: test")
+    table = bench.render_table([row], doc["identity"], doc["provenance"], "device: test")
     assert "noisy" in table.splitlines()[-3] and "1 row(s) noisy" in table
     assert "noisy" in bench.progress_text(row)
 

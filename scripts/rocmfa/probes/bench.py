@@ -567,7 +567,7 @@ def case_cells(row: dict[str, Any]) -> tuple:
     return (row.get("size"), dims, row.get("dtype"), causal, row.get("backend"), row.get("pass"))
 
 
-def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
+def render_table(results: list[dict], ident: dict, prov: dict[str, Any], timer: str) -> str:
     """The table under the conventions; TFLOP/s and % roof above the peak read "!>peak"."""
     rows = []
     for r in results:
@@ -596,12 +596,12 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         )
         rows.append(row)
     lines = [
-        _title(provenance),
+        _title(ident),
         f"timing: {timer}",
         f"FLOPs: {FLOP_CONVENTION}",
         f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; % "
         "roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
-        f"peak: {provenance.get('peak_note', '-')}",
+        f"peak: {prov.get('peak_note', '-')}",
         "",
         *common.text_table(TABLE_HEADER, rows),
     ]
@@ -611,9 +611,9 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
     return "\n".join(lines)
 
 
-def _title(prov: dict[str, Any]) -> str:
-    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
-    return f"SDPA benchmark on {where}, torch {prov.get('torch')}"
+def _title(ident: dict[str, Any]) -> str:
+    where = f"{ident.get('gpu')} ({ident.get('arch') or 'cpu'})"
+    return f"SDPA benchmark on {where}, torch {ident.get('torch')}"
 
 
 def write_csv(path: Path, results: list[dict]) -> None:
@@ -674,9 +674,9 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         )
     lines = []
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
-        prov = side[0].get("provenance", {})
+        ident = side[0].get("identity", {})
         runs = f"; {len(side)} runs" * (len(side) > 1)
-        where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
+        where = f"torch {ident.get('torch')}, {ident.get('gpu')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
     header = (*CASE_HEAD, "A ms", "B ms", "speedup", "allowed", "verdict")
     table = [
@@ -745,7 +745,7 @@ def compare_learn_or_replot(opts: Any) -> int:
         raise common.UsageError("--replot needs --plot PATH")
     else:
         data = common.read_results(opts.replot, "--replot")
-        title = _title(data.get("provenance", {}))
+        title = _title(data.get("identity", {}))
         print(write_plot(Path(opts.plot_path), data["results"], title) or f"wrote {opts.plot_path}")
     return 0
 
@@ -822,8 +822,8 @@ def device_info(device: Any) -> dict[str, Any] | None:
     }
 
 
-def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, Any]:
-    """The identity's software and device, dispatch variables, peaks and memory roof."""
+def provenance(device: Any, arch: str | None, override: Any) -> dict[str, Any]:
+    """What the identity lacks: cuDNN, dispatch variables, FA library, peaks and memory roof."""
     import torch
 
     cudnn = library = None
@@ -831,7 +831,6 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
         cudnn = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
             library = str(torch.backends.cuda.preferred_rocm_fa_library())
-    arch = ident["arch"]
     info = device_info(device)
     rates = common.load_table("peak_rates", "rate")
     arches = common.load_arches()
@@ -841,16 +840,9 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
     roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
-    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
-    torch_lib = Path(torch.__file__).resolve().parent / "lib"
     return {
-        **{k: ident.get(k) for k in keep},
         "cudnn": cudnn,
-        "hip": ident["rocm"],
-        "device_name": ident["gpu"],
-        "python": ident["python"],
         "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
-        "aotriton": torch.version.hip and common.aotriton_versions(torch_lib),
         "preferred_rocm_fa_library": library,
         "device_info": info,
         "peak_tflops": {d: p for d, (p, _) in peaks.items()},
@@ -890,13 +882,13 @@ def main(argv: list[str] | None) -> int:
             raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
     started = time.perf_counter()
     ident = common.identity(device, *common.detect_arch(device))
-    prov = provenance(device, ident, opts.peak_tflops)
+    prov = provenance(device, ident["arch"], opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
     peaks, roof = prov["peak_tflops"], prov["memory_roof_gbps"]
     results = run_suite(opts, device, cases, dtypes, backends, peaks, roof)
     wall = time.perf_counter() - started
-    print(render_table(results, prov, TIMERS[device.type]))
+    print(render_table(results, ident, prov, TIMERS[device.type]))
     # The options, and timing/sustained as earlier runs recorded them (the page groups by them).
     settings = {**vars(opts), "timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
     document = {
@@ -913,7 +905,7 @@ def main(argv: list[str] | None) -> int:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
     if "csv" in paths:
         write_csv(paths["csv"], results)
-    skipped = write_plot(paths["png"], results, _title(prov)) if "png" in paths else None
+    skipped = write_plot(paths["png"], results, _title(ident)) if "png" in paths else None
     for kind, path in paths.items():
         progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
     progress(f"done in {wall:.1f} s")
