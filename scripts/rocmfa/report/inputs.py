@@ -44,8 +44,6 @@ CONFIG_FIELDS = (
     "dtypes",
     "causal",
     "passes",
-    "timing",
-    "sustained",
 )
 
 
