@@ -881,8 +881,9 @@ def main(argv: list[str] | None) -> int:
         except OSError as e:
             raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
     started = time.perf_counter()
-    ident = common.identity(device, *common.detect_arch(device))
-    prov = provenance(device, ident["arch"], opts.peak_tflops)
+    head, arch, _device_name = common.provenance(SCHEMA, device)
+    ident = head["identity"]
+    prov = provenance(device, arch, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
     peaks, roof = prov["peak_tflops"], prov["memory_roof_gbps"]
@@ -890,8 +891,7 @@ def main(argv: list[str] | None) -> int:
     wall = time.perf_counter() - started
     print(render_table(results, ident, prov, TIMERS[device.type]))
     document = {
-        "schema": SCHEMA,
-        "identity": ident,
+        **head,
         "flop_convention": FLOP_CONVENTION,
         "byte_convention": BYTE_CONVENTION,
         "provenance": prov,

@@ -423,13 +423,15 @@ def image_signature(sig: Path) -> dict[str, Any]:
     return {"version": m and m.group(1), "signature": first_line(text, 120)}
 
 
-def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
-    """Who made a result: machine, GPU, software and when (UTC)."""
+def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
+    """A probe report's first keys: its schema and identity (who made it: machine, GPU, software
+    and when, UTC); and the device's (arch, name)."""
     import socket
     import time
 
     import torch
 
+    arch, device_name = detect_arch(device)
     aotriton = None
     if torch.version.hip:
         found = aotriton_versions(Path(torch.__file__).resolve().parent / "lib")
@@ -456,10 +458,4 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count
         ident["memory_gib"] = round(props.total_memory / 2**30, 1)
-    return ident
-
-
-def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
-    """A probe report's first keys (schema, identity), and the device's (arch, name)."""
-    arch, device_name = detect_arch(device)
-    return {"schema": schema, "identity": identity(device, arch, device_name)}, arch, device_name
+    return {"schema": schema, "identity": ident}, arch, device_name
