@@ -859,7 +859,8 @@ def main(argv: list[str] | None) -> int:
     if opts.compare or opts.learn or opts.replot:
         return compare_learn_or_replot(opts)
     cases = build_cases(opts)  # everything cheap is checked before the device is touched
-    dtypes = common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
+    default_dtypes = "bf16,fp16" if opts.suite == "llm" else "fp16"
+    dtypes = common.parse_list(opts.dtypes or default_dtypes, common.DTYPE_NAMES, "dtype")
     device = common.resolve_device(opts.device)
     backends = common.parse_backends(opts.backends, device)
     outputs = {"json": opts.json_path, "csv": opts.csv_path, "png": opts.plot_path}

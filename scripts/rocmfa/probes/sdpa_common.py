@@ -169,20 +169,15 @@ def torch_dtype(name: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
-def parse_list(text: str, choices: Sequence[str], what: str, aliases: dict | None = None) -> list:
-    """A comma list of choices (case-insensitive, aliases allowed), each once, in order."""
-    lookup = {c.lower(): c for c in choices} | (aliases or {})
+def parse_list(text: str, choices: Sequence[str], what: str) -> list:
+    """A comma list of choices (case-insensitive), each once, in order."""
+    lookup = {c.lower(): c for c in choices}
     names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n.lower() not in lookup]
     if bad or not names:
         choose = ", ".join(choices)
         raise UsageError(f"unknown {what} {','.join(bad) or text!r} (choose from {choose})")
     return list(dict.fromkeys(lookup[n.lower()] for n in names))
-
-
-def parse_dtypes(text: str) -> list[str]:
-    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-    return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
 @dataclass(frozen=True)
