@@ -83,17 +83,9 @@ def case_key(row: dict[str, Any]) -> tuple:
     return tuple(row.get(k) for k in CASE_FIELDS)
 
 
-def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
-    """{"floor": {class: fraction}, "default": fraction, "source": text}; defaults if unreadable."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {"source": f"{path} unreadable"}
-    return {
-        "floor": data.get("floor", {}),
-        "default": data.get("default_floor", DEFAULT_FLOOR),
-        "source": data.get("source", path.name),
-    }
+def load_floors() -> dict[str, Any]:
+    """bench_noise.toml: {"floor": {class: fraction}, "default_floor": fraction, "source": text}."""
+    return tomllib.loads(NOISE_FILE.read_text())
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
@@ -102,7 +94,7 @@ def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) ->
     if cls in floors["floor"]:
         return floors["floor"][cls]
     same = [v for k, v in floors["floor"].items() if k.endswith(cls[len(backend) :])]
-    return max(same) if same else floors["default"]
+    return max(same) if same else floors["default_floor"]
 
 
 def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: dict) -> dict:
@@ -165,7 +157,7 @@ def learned_floors(sessions: list[list[str]]) -> str:
     for files in sessions:
         runs = [common.read_results(f, "--learn run")["results"] for f in files]
         for a, b in itertools.combinations(runs, 2):
-            for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
+            for row in compare_runs([a], [b], 0.0, {"floor": {}, "default_floor": 0.0}):
                 if row["verdict"] != "launch-bound":
                     cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
                     seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
