@@ -167,10 +167,9 @@ def learned_floors(sessions: list[list[str]]) -> str:
     return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in sorted(floors.items()))])
 
 
-def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
+def rates(row: dict[str, Any], peak: float | None, roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s = common.Shape.of_row(row)
-    peak = row["peak_tflops"]
     median_ms = row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
@@ -461,13 +460,7 @@ def run_suite(
         for causal, backend in itertools.product(causals, backends):
             done += 1
             tensors, skip = _fit(shape, backend, dtype, device, opts.mem_limit_gib, tensors)
-            base = {
-                **shape.as_dict(),
-                "dtype": dtype,
-                "causal": causal,
-                "backend": backend,
-                "peak_tflops": peaks.get(dtype),
-            }
+            base = {**shape.as_dict(), "dtype": dtype, "causal": causal, "backend": backend}
             rows = [dict(base, **{"pass": p}) for p in passes]
             estimates = {}
             for row in rows:
@@ -480,7 +473,7 @@ def run_suite(
                 row.update(run_pass(timer, tensors, row, opts, known))
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
-                    row.update(rates(row, roof))
+                    row.update(rates(row, peaks.get(dtype), roof))
             results += rows
             where = f"[{done}/{total}] {shape.size} {dtype} {'causal' if causal else 'non-causal'}"
             progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
