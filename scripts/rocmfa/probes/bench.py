@@ -324,9 +324,7 @@ class Tensors:
 
 
 def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
-    """Time one row (its pass, backend and causal setting) and return its timing fields.
-
-    known_estimate: the per-call ms when earlier passes warmed the kernels (no first call then)."""
+    """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call."""
     started = time.perf_counter()
     pass_name = row["pass"]
     try:

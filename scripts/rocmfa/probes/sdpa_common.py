@@ -166,7 +166,7 @@ def detect_arch(device: Any) -> tuple[str | None, str]:
 def torch_dtype(name: str) -> Any:
     import torch
 
-    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def parse_list(text: str, choices: Sequence[str], what: str) -> list:
@@ -419,8 +419,7 @@ def image_signature(sig: Path) -> dict[str, Any]:
 
 
 def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
-    """A probe report's first keys: its schema and identity (who made it: machine, GPU, software
-    and when, UTC); and the device's (arch, name)."""
+    """A report's schema and identity (machine, GPU, software, UTC date); the arch and GPU name."""
     import socket
     import time
 
