@@ -36,15 +36,7 @@ SOFTWARE_FIELDS = (
     "wheel_set",
 )
 # What makes two bench runs comparable (the rest of bench's settings are about noise).
-CONFIG_FIELDS = (
-    "suite",
-    "sizes",
-    "shape",
-    "kv_heads",
-    "dtypes",
-    "causal",
-    "passes",
-)
+CONFIG_FIELDS = ("suite", "sizes", "shape", "kv_heads", "dtypes", "causal", "passes")
 
 
 Doc = namedtuple("Doc", "source kind identity data when")  # when: the identity's date, epoch s
