@@ -29,9 +29,10 @@ def test_tiny_end_to_end_writes_json_and_csv(tmp_path, capsys):
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["schema"] == bench.SCHEMA
     assert "flash-attention convention" in doc["flop_convention"]
+    ident = doc["identity"]
+    assert ident["torch"] and ident["platform"] == "cpu" and ident["arch"] is None
     prov = doc["provenance"]
-    assert prov["torch"] and prov["platform"] == "cpu" and prov["arch"] is None
-    assert "env" in prov and "peak_tflops" in prov
+    assert "env" in prov and "peak_tflops" in prov and not set(prov) & set(ident)
     rows = doc["results"]
     # 1 shape x 1 dtype x 2 causal x 2 backends x 3 passes
     assert len(rows) == 12
@@ -69,14 +70,14 @@ def test_rate_above_peak_is_flagged_not_shown(tmp_path, capsys):
     assert "!>peak" in table and "ABOVE PEAK" in table
 
 
-def timed_row(shape, pass_name: str, median_ms: float, peak: float, causal: bool = False) -> dict:
+def timed_row(shape, pass_name: str, median_ms: float, causal: bool = False) -> dict:
     row = {**shape.as_dict(), "dtype": "fp16", "causal": causal, "pass": pass_name}
-    return row | {"median_ms": median_ms, "peak_tflops": peak}
+    return row | {"median_ms": median_ms}
 
 
 def test_rate_below_peak_has_percentage():
     shape = sdpa_common.Shape("x", 1, 1, 1, 500, 1000)  # 1e9 FLOP forward
-    fields = bench.rates(timed_row(shape, "fwd", 0.5, 4.0), None)
+    fields = bench.rates(timed_row(shape, "fwd", 0.5), 4.0, None)
     assert fields["tflops"] == 2.0 and fields["pct_peak"] == 50.0
     assert fields["above_peak"] is False and fields["measured_tflops_above_peak"] is None
 
@@ -160,8 +161,8 @@ def test_runs_as_plain_script():
 def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     # decode against 128k keys on an H200 (docs/results): 0.9619 ms for K and V read once.
     decode = sdpa_common.Shape("decode-128k-d128", 8, 32, 8, 1, 128, 131072)
-    row = {**timed_row(decode, "fwd", 0.9619, 1070.5), "backend": "flash", "dtype": "bf16"}
-    fields = bench.rates(row, 4814.3)
+    row = {**timed_row(decode, "fwd", 0.9619), "backend": "flash", "dtype": "bf16"}
+    fields = bench.rates(row, 1070.5, 4814.3)
     kv = 2 * 8 * 8 * 131072 * 128 * 2
     q_o = 2 * 8 * 32 * 1 * 128 * 2
     assert fields["bytes"] == kv + q_o + 4 * 8 * 32
@@ -170,15 +171,15 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
     assert fields["pct_roof"] == pytest.approx(92.75, abs=0.1)
     assert fields["pct_peak"] < 2  # the compute % that used to be its only figure
     xlarge = sdpa_common.Shape("XLarge", 16, 16, 16, 4096, 64)
-    prefill = {p: bench.rates(timed_row(xlarge, p, 10.0, 1070.5), 4814.3) for p in bench.PASSES}
+    prefill = {p: bench.rates(timed_row(xlarge, p, 10.0), 1070.5, 4814.3) for p in bench.PASSES}
     assert prefill["bwd"]["bound"] == "compute"
     assert prefill["bwd"]["pct_roof"] == prefill["bwd"]["pct_peak"]
     elements = 16 * 16 * 4096 * 64  # q,k,v,o,do in; dq,dk,dv out
     assert prefill["bwd"]["bytes"] == 8 * elements * 2 + 4 * 16 * 16 * 4096
     assert prefill["fwdbwd"]["bytes"] == prefill["bwd"]["bytes"] + prefill["fwd"]["bytes"]
     row.update(status="ok", reason=None, min_ms=0.96, max_ms=0.97, spread=0.004, repeats=6)
-    prov = {"device_name": "H200", "arch": "sm_90", "torch": "x", "peak_note": "p"}
-    table = bench.render_table([row | fields], prov, "device: test")
+    ident = {"gpu": "H200", "arch": "sm_90", "torch": "x"}
+    table = bench.render_table([row | fields], ident, {"peak_note": "p"}, "device: test")
     line = next(x for x in table.splitlines() if x.startswith("decode-128k"))
     assert "4465" in line and "memory" in line and "92.8" in line
 

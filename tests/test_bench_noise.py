@@ -43,7 +43,7 @@ def test_noisy_rows_marked_on_screen_csv_and_json(tmp_path, capsys):
     with open(tmp_path / "bench.csv") as f:
         (csv_row,) = list(csv.DictReader(f))
     assert csv_row["noisy"] == "True" and float(csv_row["spread"]) == 0.25
-    table = bench.render_table([row], doc["provenance"], "device: test")
+    table = bench.render_table([row], doc["identity"], doc["provenance"], "device: test")
     assert "noisy" in table.splitlines()[-3] and "1 row(s) noisy" in table
     assert "noisy" in bench.progress_text(row)
 
@@ -174,7 +174,7 @@ def test_ab_forward_twice_flags_forward_rows_and_no_backward_row():
 
 
 def test_launch_bound_is_never_a_change_and_overlapping_runs_are_noisy():
-    floors = {"floor": {}, "default": 0.0, "source": "test"}
+    floors = {"floor": {}, "default_floor": 0.0, "source": "test"}
     row = {"backend": "math", "pass": "fwdbwd", "median_ms": 1.0}
     fast = dict(row, median_ms=0.3)
     assert bench.judge([row], [fast], 5.0, floors)["verdict"] == "faster"
@@ -195,7 +195,7 @@ def test_floors_come_from_data_with_a_fallback_per_pass_and_bucket():
     # ck was not in the A/A runs: the largest floor of its pass and bucket stands in.
     same_class = [v for k, v in floors["floor"].items() if k.endswith("/fwd/<0.05ms")]
     assert bench.floor_of(floors, "ck", "fwd", 0.01) == max(same_class)
-    assert bench.floor_of(floors, "ck", "sideways", 1.0) == floors["default"]
+    assert bench.floor_of(floors, "ck", "sideways", 1.0) == floors["default_floor"]
 
 
 def test_learned_floors_cover_their_sessions(tmp_path, capsys):

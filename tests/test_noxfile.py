@@ -95,7 +95,7 @@ def test_bench_and_validate_run_through_nox_in_a_standin_env(tmp_path: Path) -> 
     assert bench.returncode == 0, bench.stderr
     assert f"{prefix}/bin/python" in bench.stdout
     result = json.loads((out / "bench.json").read_text())
-    assert result["results"] and result["provenance"]["torch"]
+    assert result["results"] and result["identity"]["torch"]
     bad = run_nox(REPO_ROOT, "-s", "validate", "--", "--no-such-option", env=env)
     assert bad.returncode == 1 and "validate exited with status 2" in bad.stderr
     # --upstream: PyTorch's own tests; the work dir (nox's option) reaches the probe, and a

@@ -231,7 +231,7 @@ def main(argv: list[str] | None) -> int:
         raise common.UsageError(f"--turns {opts.turns}: at least 1")
     device = common.resolve_device(opts.device)
     cases = pick_cases(opts, device)
-    arch, name = common.detect_arch(device)
+    name = common.detect_arch(device)[1]
     clock = "device events" if device.type == "cuda" else "host clock"
     print(f"device: {name}, torch {torch.__version__}, fp16, {clock}")
     print("bench.py's timer and this harness take turns on each case")
@@ -263,7 +263,7 @@ def main(argv: list[str] | None) -> int:
     print(f"{summary}\n{prof_summary}")
     if opts.json:
         doc = {
-            "schema": SCHEMA, "identity": common.identity(device, arch, name), "summary": summary,
+            **common.provenance(SCHEMA, device)[0], "summary": summary,
             "agree": agree, "profiler_summary": prof_summary,
             "max_abs_diff_pct_by_size": {k: round(v, 2) for k, v in worst.items()}, "rows": rows,
         }  # fmt: skip

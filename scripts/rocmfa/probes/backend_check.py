@@ -280,7 +280,7 @@ def short_kernel_name(name: str) -> str:
 
 def build_parser() -> common.OneLineArgumentParser:
     p = common.new_parser(PROG, __doc__, json_option=True)
-    p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
+    p.add_argument("--dtype", choices=common.DTYPE_NAMES, default="fp16")
     p.add_argument("--shape", default="1,4,256,64", help="B,H,S,D or B,Hq,Hkv,S,D (1,4,256,64)")
     p.add_argument("--torch-lib-dir", type=Path, help="torch/lib to read AOTriton files from")
     return p
@@ -297,7 +297,6 @@ def main(argv: list[str] | None) -> int:
         where = getattr(sys.modules.get("torch"), "__file__", None) or "the env's torch"
         version = getattr(sys.modules.get("torch"), "__version__", "?")
         raise common.UsageError(f"torch {version} ({where}) is not a usable build: {e}") from None
-    dtype_name = common.parse_dtypes(opts.dtype)[0]
     shape = common.parse_shape(opts.shape)
     device = common.resolve_device(opts.device)
     lib_dir = opts.torch_lib_dir or Path(torch.__file__).resolve().parent / "lib"
@@ -305,15 +304,15 @@ def main(argv: list[str] | None) -> int:
         raise common.UsageError(f"--torch-lib-dir {lib_dir} is not a folder")
     if opts.dry_run:
         what = (
-            f"each backend on {shape.dims()} {dtype_name}: availability, a forced flash run "
+            f"each backend on {shape.dims()} {opts.dtype}: availability, a forced flash run "
             "under the profiler (kernel names), and its error against fp32 math"
         )
         return common.dry_run(PROG, device, [what, f"AOTriton files read from {lib_dir}"])
     report, arch, device_name = common.provenance(SCHEMA, device)
-    report["backends"] = backend_flags(device, common.torch_dtype(dtype_name), shape)
+    report["backends"] = backend_flags(device, common.torch_dtype(opts.dtype), shape)
     if torch.version.hip or opts.torch_lib_dir is not None:
         report["rocm"] = rocm_report(arch, common.load_arches(), lib_dir)
-    report["truth"] = truth_run(device, dtype_name, shape)
+    report["truth"] = truth_run(device, opts.dtype, shape)
     passed, failures = verdict(report)
     report |= {"passed": passed, "failures": failures}
     ok = f"PASS: flash attention is usable, used and correct on {device_name} ({arch})"

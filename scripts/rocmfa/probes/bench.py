@@ -83,17 +83,9 @@ def case_key(row: dict[str, Any]) -> tuple:
     return tuple(row.get(k) for k in CASE_FIELDS)
 
 
-def load_floors(path: Path = NOISE_FILE) -> dict[str, Any]:
-    """{"floor": {class: fraction}, "default": fraction, "source": text}; defaults if unreadable."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {"source": f"{path} unreadable"}
-    return {
-        "floor": data.get("floor", {}),
-        "default": data.get("default_floor", DEFAULT_FLOOR),
-        "source": data.get("source", path.name),
-    }
+def load_floors() -> dict[str, Any]:
+    """bench_noise.toml: {"floor": {class: fraction}, "default_floor": fraction, "source": text}."""
+    return tomllib.loads(NOISE_FILE.read_text())
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
@@ -102,7 +94,7 @@ def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) ->
     if cls in floors["floor"]:
         return floors["floor"][cls]
     same = [v for k, v in floors["floor"].items() if k.endswith(cls[len(backend) :])]
-    return max(same) if same else floors["default"]
+    return max(same) if same else floors["default_floor"]
 
 
 def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: dict) -> dict:
@@ -165,7 +157,7 @@ def learned_floors(sessions: list[list[str]]) -> str:
     for files in sessions:
         runs = [common.read_results(f, "--learn run")["results"] for f in files]
         for a, b in itertools.combinations(runs, 2):
-            for row in compare_runs([a], [b], 0.0, {"floor": {}, "default": 0.0}):
+            for row in compare_runs([a], [b], 0.0, {"floor": {}, "default_floor": 0.0}):
                 if row["verdict"] != "launch-bound":
                     cls = row_class(row["backend"], row["pass"], min(row["a_ms"], row["b_ms"]))
                     seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
@@ -175,10 +167,9 @@ def learned_floors(sessions: list[list[str]]) -> str:
     return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in sorted(floors.items()))])
 
 
-def rates(row: dict[str, Any], roof: float | None) -> dict[str, Any]:
+def rates(row: dict[str, Any], peak: float | None, roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s = common.Shape.of_row(row)
-    peak = row["peak_tflops"]
     median_ms = row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
@@ -333,9 +324,7 @@ class Tensors:
 
 
 def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
-    """Time one row (its pass, backend and causal setting) and return its timing fields.
-
-    known_estimate: the per-call ms when earlier passes warmed the kernels (no first call then)."""
+    """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call."""
     started = time.perf_counter()
     pass_name = row["pass"]
     try:
@@ -469,13 +458,7 @@ def run_suite(
         for causal, backend in itertools.product(causals, backends):
             done += 1
             tensors, skip = _fit(shape, backend, dtype, device, opts.mem_limit_gib, tensors)
-            base = {
-                **shape.as_dict(),
-                "dtype": dtype,
-                "causal": causal,
-                "backend": backend,
-                "peak_tflops": peaks.get(dtype),
-            }
+            base = {**shape.as_dict(), "dtype": dtype, "causal": causal, "backend": backend}
             rows = [dict(base, **{"pass": p}) for p in passes]
             estimates = {}
             for row in rows:
@@ -488,7 +471,7 @@ def run_suite(
                 row.update(run_pass(timer, tensors, row, opts, known))
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
-                    row.update(rates(row, roof))
+                    row.update(rates(row, peaks.get(dtype), roof))
             results += rows
             where = f"[{done}/{total}] {shape.size} {dtype} {'causal' if causal else 'non-causal'}"
             progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
@@ -567,7 +550,7 @@ def case_cells(row: dict[str, Any]) -> tuple:
     return (row.get("size"), dims, row.get("dtype"), causal, row.get("backend"), row.get("pass"))
 
 
-def render_table(results: list[dict], provenance: dict[str, Any], timer: str) -> str:
+def render_table(results: list[dict], ident: dict, prov: dict[str, Any], timer: str) -> str:
     """The table under the conventions; TFLOP/s and % roof above the peak read "!>peak"."""
     rows = []
     for r in results:
@@ -596,12 +579,12 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
         )
         rows.append(row)
     lines = [
-        _title(provenance),
+        _title(ident),
         f"timing: {timer}",
         f"FLOPs: {FLOP_CONVENTION}",
         f"bytes: {BYTE_CONVENTION}; bound: memory when FLOP/byte is under peak / memory roof; % "
         "roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
-        f"peak: {provenance.get('peak_note', '-')}",
+        f"peak: {prov.get('peak_note', '-')}",
         "",
         *common.text_table(TABLE_HEADER, rows),
     ]
@@ -611,9 +594,9 @@ def render_table(results: list[dict], provenance: dict[str, Any], timer: str) ->
     return "\n".join(lines)
 
 
-def _title(prov: dict[str, Any]) -> str:
-    where = f"{prov.get('device_name')} ({prov.get('arch') or 'cpu'})"
-    return f"SDPA benchmark on {where}, torch {prov.get('torch')}"
+def _title(ident: dict[str, Any]) -> str:
+    where = f"{ident.get('gpu')} ({ident.get('arch') or 'cpu'})"
+    return f"SDPA benchmark on {where}, torch {ident.get('torch')}"
 
 
 def write_csv(path: Path, results: list[dict]) -> None:
@@ -674,9 +657,9 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         )
     lines = []
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
-        prov = side[0].get("provenance", {})
+        ident = side[0].get("identity", {})
         runs = f"; {len(side)} runs" * (len(side) > 1)
-        where = f"torch {prov.get('torch')}, {prov.get('device_name')}{runs}"
+        where = f"torch {ident.get('torch')}, {ident.get('gpu')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
     header = (*CASE_HEAD, "A ms", "B ms", "speedup", "allowed", "verdict")
     table = [
@@ -745,7 +728,7 @@ def compare_learn_or_replot(opts: Any) -> int:
         raise common.UsageError("--replot needs --plot PATH")
     else:
         data = common.read_results(opts.replot, "--replot")
-        title = _title(data.get("provenance", {}))
+        title = _title(data.get("identity", {}))
         print(write_plot(Path(opts.plot_path), data["results"], title) or f"wrote {opts.plot_path}")
     return 0
 
@@ -822,8 +805,8 @@ def device_info(device: Any) -> dict[str, Any] | None:
     }
 
 
-def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, Any]:
-    """The identity's software and device, dispatch variables, peaks and memory roof."""
+def provenance(device: Any, arch: str | None, override: Any) -> dict[str, Any]:
+    """What the identity lacks: cuDNN, dispatch variables, FA library, peaks and memory roof."""
     import torch
 
     cudnn = library = None
@@ -831,7 +814,6 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
         cudnn = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
             library = str(torch.backends.cuda.preferred_rocm_fa_library())
-    arch = ident["arch"]
     info = device_info(device)
     rates = common.load_table("peak_rates", "rate")
     arches = common.load_arches()
@@ -841,16 +823,9 @@ def provenance(device: Any, ident: dict[str, Any], override: Any) -> dict[str, A
     roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
-    keep = ("torch", "cuda", "platform", "device", "arch", "compute_units", "memory_gib")
-    torch_lib = Path(torch.__file__).resolve().parent / "lib"
     return {
-        **{k: ident.get(k) for k in keep},
         "cudnn": cudnn,
-        "hip": ident["rocm"],
-        "device_name": ident["gpu"],
-        "python": ident["python"],
         "env": {k: os.environ[k] for k in DISPATCH_ENV_VARS if k in os.environ},
-        "aotriton": torch.version.hip and common.aotriton_versions(torch_lib),
         "preferred_rocm_fa_library": library,
         "device_info": info,
         "peak_tflops": {d: p for d, (p, _) in peaks.items()},
@@ -867,7 +842,8 @@ def main(argv: list[str] | None) -> int:
     if opts.compare or opts.learn or opts.replot:
         return compare_learn_or_replot(opts)
     cases = build_cases(opts)  # everything cheap is checked before the device is touched
-    dtypes = common.parse_dtypes(opts.dtypes or ("bf16,fp16" if opts.suite == "llm" else "fp16"))
+    default_dtypes = "bf16,fp16" if opts.suite == "llm" else "fp16"
+    dtypes = common.parse_list(opts.dtypes or default_dtypes, common.DTYPE_NAMES, "dtype")
     device = common.resolve_device(opts.device)
     backends = common.parse_backends(opts.backends, device)
     outputs = {"json": opts.json_path, "csv": opts.csv_path, "png": opts.plot_path}
@@ -889,23 +865,21 @@ def main(argv: list[str] | None) -> int:
         except OSError as e:
             raise common.UsageError(f"cannot create {path.parent}: {e.strerror}") from None
     started = time.perf_counter()
-    ident = common.identity(device, *common.detect_arch(device))
-    prov = provenance(device, ident, opts.peak_tflops)
+    head, arch, _device_name = common.provenance(SCHEMA, device)
+    ident = head["identity"]
+    prov = provenance(device, arch, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
     peaks, roof = prov["peak_tflops"], prov["memory_roof_gbps"]
     results = run_suite(opts, device, cases, dtypes, backends, peaks, roof)
     wall = time.perf_counter() - started
-    print(render_table(results, prov, TIMERS[device.type]))
-    # The options, and timing/sustained as earlier runs recorded them (the page groups by them).
-    settings = {**vars(opts), "timing": "device", "sustained": 0.0, "timer": TIMERS[device.type]}
+    print(render_table(results, ident, prov, TIMERS[device.type]))
     document = {
-        "schema": SCHEMA,
-        "identity": ident,
+        **head,
         "flop_convention": FLOP_CONVENTION,
         "byte_convention": BYTE_CONVENTION,
         "provenance": prov,
-        "settings": settings,
+        "settings": {**vars(opts), "timer": TIMERS[device.type]},
         "wall_s": round(wall, 3),
         "results": results,
     }
@@ -913,7 +887,7 @@ def main(argv: list[str] | None) -> int:
         paths["json"].write_text(json.dumps(document, indent=1) + "\n")
     if "csv" in paths:
         write_csv(paths["csv"], results)
-    skipped = write_plot(paths["png"], results, _title(prov)) if "png" in paths else None
+    skipped = write_plot(paths["png"], results, _title(ident)) if "png" in paths else None
     for kind, path in paths.items():
         progress(f"plot: {skipped}" if kind == "png" and skipped else f"wrote {path}")
     progress(f"done in {wall:.1f} s")

@@ -166,23 +166,18 @@ def detect_arch(device: Any) -> tuple[str | None, str]:
 def torch_dtype(name: str) -> Any:
     import torch
 
-    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def parse_list(text: str, choices: Sequence[str], what: str, aliases: dict | None = None) -> list:
-    """A comma list of choices (case-insensitive, aliases allowed), each once, in order."""
-    lookup = {c.lower(): c for c in choices} | (aliases or {})
+def parse_list(text: str, choices: Sequence[str], what: str) -> list:
+    """A comma list of choices (case-insensitive), each once, in order."""
+    lookup = {c.lower(): c for c in choices}
     names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n.lower() not in lookup]
     if bad or not names:
         choose = ", ".join(choices)
         raise UsageError(f"unknown {what} {','.join(bad) or text!r} (choose from {choose})")
     return list(dict.fromkeys(lookup[n.lower()] for n in names))
-
-
-def parse_dtypes(text: str) -> list[str]:
-    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
-    return parse_list(text, DTYPE_NAMES, "dtype", aliases)
 
 
 @dataclass(frozen=True)
@@ -423,13 +418,14 @@ def image_signature(sig: Path) -> dict[str, Any]:
     return {"version": m and m.group(1), "signature": first_line(text, 120)}
 
 
-def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
-    """Who made a result: machine, GPU, software and when (UTC)."""
+def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
+    """A report's schema and identity (machine, GPU, software, UTC date); the arch and GPU name."""
     import socket
     import time
 
     import torch
 
+    arch, device_name = detect_arch(device)
     aotriton = None
     if torch.version.hip:
         found = aotriton_versions(Path(torch.__file__).resolve().parent / "lib")
@@ -456,10 +452,4 @@ def identity(device: Any, arch: str | None, device_name: str) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         ident["compute_units"] = props.multi_processor_count
         ident["memory_gib"] = round(props.total_memory / 2**30, 1)
-    return ident
-
-
-def provenance(schema: str, device: Any) -> tuple[dict[str, Any], str | None, str]:
-    """A probe report's first keys (schema, identity), and the device's (arch, name)."""
-    arch, device_name = detect_arch(device)
-    return {"schema": schema, "identity": identity(device, arch, device_name)}, arch, device_name
+    return {"schema": schema, "identity": ident}, arch, device_name

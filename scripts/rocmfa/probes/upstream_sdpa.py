@@ -134,7 +134,6 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
         "families": families,
         "platform": system.lower(),
         "entries_read": len(entries),
-        "entries_applied": len(chosen),
     }
 
 
@@ -183,11 +182,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
         how = f"{TEST_PATH} at {commit[:12]} from {where}"
     return {
         "data": data,
-        "commit": commit,
         "blob_sha1": blob,
         "how": how,
-        "repo": "pytorch/pytorch" if verified else "user",
-        "source": "checkout" if verified else "user",
         "verified": verified,
     }
 
@@ -306,7 +302,7 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     bad = c["failed"] + c["error"]
     ok = bad == 0 and c["passed"] > 0 and not problems
     skips = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
-    source = f"test_transformers.py @ {tf['repo']}:{tf['commit'][:12]}"
+    source = f"test_transformers.py @ pytorch/pytorch:{doc['identity']['torch_commit'][:12]}"
     if not tf["verified"]:
         source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
     word = "PASS" if ok else "INCOMPLETE" if bad == 0 and problems else "FAIL"
@@ -329,7 +325,7 @@ def render(doc: dict[str, Any]) -> str:
     stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
     therock = doc["therock"]
     applied = (
-        f"{therock.get('entries_applied')} of {therock.get('entries_read')} entries apply "
+        f"{len(therock['entries'])} of {therock.get('entries_read')} entries apply "
         f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
     )
     ident = doc["identity"]
@@ -415,7 +411,8 @@ def main(argv: list[str] | None) -> int:
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
     selection = f"({SELECTION})" + (f" and ({opts.extra_k})" if opts.extra_k else "")
     # One run folder per file version, quick or full; the log emptied.
-    name = f"{test['source']}-{test['blob_sha1'][:12]}" + "-quick" * opts.quick
+    source = "checkout" if test["verified"] else "user"
+    name = f"{source}-{test['blob_sha1'][:12]}" + "-quick" * opts.quick
     run_dir = work / "upstream-tests" / "runs" / name
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -195,7 +195,7 @@ def build_cases(opts: Any) -> list[Case]:
         head_dims = [int(t) for t in texts if t.isdigit() and int(t) > 0]
         if not head_dims or len(head_dims) < len(texts):
             raise common.UsageError(f"--head-dims {opts.head_dims!r}: expected positive integers")
-    dtypes = common.parse_dtypes(opts.dtypes)
+    dtypes = common.parse_list(opts.dtypes, common.DTYPE_NAMES, "dtype")
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     table = CASES["quick_shapes" if opts.quick else "shapes"]
     dims = [(b, hq, hkv, s, d) for d in head_dims for b, hq, hkv, s in table]

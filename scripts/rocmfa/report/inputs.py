@@ -36,17 +36,7 @@ SOFTWARE_FIELDS = (
     "wheel_set",
 )
 # What makes two bench runs comparable (the rest of bench's settings are about noise).
-CONFIG_FIELDS = (
-    "suite",
-    "sizes",
-    "shape",
-    "kv_heads",
-    "dtypes",
-    "causal",
-    "passes",
-    "timing",
-    "sustained",
-)
+CONFIG_FIELDS = ("suite", "sizes", "shape", "kv_heads", "dtypes", "causal", "passes")
 
 
 Doc = namedtuple("Doc", "source kind identity data when")  # when: the identity's date, epoch s
@@ -158,11 +148,12 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
         except UserError as e:
             rejected.append(Rejected(where + name, str(e)))
             continue
-        aot = manifest.get("aotriton") or {}
-        patches = manifest.get("patches") or {}
-        added = {"wheel_set": manifest["set_id"], "rocm_sdk": manifest["rocm_sdk"]}
-        added["patches"] = {k: v.get("digest") for k, v in patches.items()}
-        aotriton = {k: aot.get(k) for k in ("version", "commit")}
+        added = {
+            "wheel_set": manifest["set_id"],
+            "rocm_sdk": manifest["rocm_sdk"],
+            "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
+        }
+        aotriton = {k: (manifest.get("aotriton") or {}).get(k) for k in ("version", "commit")}
         found = []
         for kind, summary in sorted((manifest.get("reports") or {}).items()):
             if isinstance(ident := summary.get("identity"), dict):  # the probe's, then these

@@ -235,12 +235,11 @@ def build(docs: list, rejected: list, baseline_docs: Sequence = ()) -> dict[str,
         bases.setdefault(model["config_label"], model)
     not_compared: list[dict[str, str]] = []
     floors = bench.load_floors()["source"]
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rule = {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors}
     compared = comparisons(bases, models, not_compared)  # fills not_compared
     return {
         "schema": inputs.PAGE_SCHEMA,
-        "generated": now,
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "change_rule": rule,
         "sets": models,
         "flop_convention": bench.FLOP_CONVENTION,
