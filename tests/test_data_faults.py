@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import aotriton_install
-from rocmfa.env import activation, archs, condaenv, doctor
-from rocmfa.plumbing import errors, locks, options, pin_files, stamps
+from rocmfa.env import activation, archs, condaenv, doctor, session_env
+from rocmfa.plumbing import errors, options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sharing import install_wheels
@@ -148,8 +148,8 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from rocmfa.plumbing import locks\n"
-            "with locks.hold(Path(sys.argv[1]), 'workdir', 'build_pytorch'):\n"
+            "import sys, time; from pathlib import Path; from rocmfa.env.session_env import hold\n"
+            "with hold(Path(sys.argv[1]), 'workdir', 'build_pytorch'):\n"
             "    print('held', flush=True); time.sleep(60)",
             str(lock),
         ],
@@ -159,13 +159,13 @@ def test_lock_names_its_holder_and_is_free_after_the_holder_dies(tmp_path: Path)
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(UserError) as error, locks.hold(lock, "workdir X", "build_ck"):
+        with pytest.raises(UserError) as error, session_env.hold(lock, "workdir X", "build_ck"):
             pass
         assert f"pid {holder.pid}" in one_line(error.value) and "build_pytorch" in str(error.value)
     finally:
         holder.kill()
         holder.wait()
-    with locks.hold(lock, "workdir X", "build_ck"):  # the dead run's lock is taken over
+    with session_env.hold(lock, "workdir X", "build_ck"):  # the dead run's lock is taken over
         assert json.loads(lock.read_text())["session"] == "build_ck"
 
 

@@ -139,7 +139,6 @@ def test_session_facts() -> None:
 
 def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, monkeypatch):
     from rocmfa.env import session_env
-    from rocmfa.plumbing import locks
 
     monkeypatch.setenv("ROCMFA_WORKDIR", str(tmp_path / "w"))
     opts = options.parse("build_ck", ["--prefix", str(tmp_path / "env")])
@@ -147,9 +146,9 @@ def test_the_guard_holds_the_work_dir_lock_of_the_resolved_settings(tmp_path, mo
     lock = tmp_path / "w" / ".rocmfa.lock"
     busy = pytest.raises(UserError, match="in use by another session: nox -s build_ck")
     with session_env.guarded(options.BY_NAME["build_ck"], opts), busy:  # the work dir lock
-        locks.hold(lock, "work dir", "tune_aotriton").__enter__()
+        session_env.hold(lock, "work dir", "tune_aotriton").__enter__()
     dry = options.parse("build_ck", ["--prefix", str(tmp_path / "env"), "--dry-run"])
-    with session_env.guarded(options.BY_NAME["build_ck"], dry), locks.hold(lock, "w", "x"):
+    with session_env.guarded(options.BY_NAME["build_ck"], dry), session_env.hold(lock, "w", "x"):
         pass  # a dry run plans only: no lock, and the real run's was given back
 
 

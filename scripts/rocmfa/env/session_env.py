@@ -1,14 +1,19 @@
 """The start every setup/build session shares (arch, work dir, env, one Runner), the probe sessions
-(scripts/rocmfa/probes/<session>.py in the env), and `guarded`: the session's locks."""
+(scripts/rocmfa/probes/<session>.py in the env), and `guarded`: the session's locks, one flock
+per workdir and per env (the kernel drops it when its holder dies) on a file naming the holder;
+the file stays (unlinking it races the next taker)."""
 
 import argparse
+import fcntl
 import functools
 import importlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
@@ -17,12 +22,13 @@ from typing import Any
 
 from rocmfa.env import archs, condaenv
 from rocmfa.env.condaenv import Manager, find_manager
-from rocmfa.plumbing import locks, paths
+from rocmfa.plumbing import paths
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, takes_locks
 
+LOCK_NAME = ".rocmfa.lock"  # in the workdir
 UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
 
 
@@ -157,8 +163,33 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
 
 
 @contextmanager
+def hold(path: Path, what: str, session: str) -> Iterator[None]:
+    """Hold the lock at path for the block, or fail in one line naming the holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            by: Any = {}  # the holder's record, as it wrote it below
+            with suppress(OSError, ValueError, TypeError):
+                by = dict(json.loads(os.pread(fd, 4096, 0)))
+            raise UserError(
+                f"{what} is in use by another session: nox -s {by.get('session', '?')} (pid "
+                f"{by.get('pid', '?')}, since {by.get('since', '?')}; lock {path}); wait for it "
+                "to finish or stop it, then rerun"
+            ) from None
+        me = {"pid": os.getpid(), "session": session, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+@contextmanager
 def guarded(declared: Session, opts: Any) -> Iterator[None]:
-    """Around one session: its locks (declared.changes_workdir / changes_env; plumbing/locks.py)."""
+    """Around one session: its locks (declared.changes_workdir / changes_env)."""
     if not takes_locks(declared, opts):
         yield
         return
@@ -170,8 +201,8 @@ def guarded(declared: Session, opts: Any) -> Iterator[None]:
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            workdir_lock = locks.hold(work / locks.LOCK_NAME, f"workdir {work}", declared.name)
+            workdir_lock = hold(work / LOCK_NAME, f"workdir {work}", declared.name)
             stack.enter_context(workdir_lock)
         if env_there:
-            stack.enter_context(locks.hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
+            stack.enter_context(hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
         yield
