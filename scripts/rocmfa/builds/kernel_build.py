@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.builds.kernel_launcher import ENV_FILE, job_environ
 from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
@@ -45,7 +44,8 @@ PINS_FILE = "kernel_compiler.toml"
 NO_TRITON = "no Triton recorded for AOTriton {:.12} in pins/" + PINS_FILE
 PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 VENV = "kernel-check/venv-triton-{}"  # the check's own, under the work dir
-LAUNCHER = Path(__file__).resolve().with_name("kernel_launcher.py")
+LAUNCHER = Path(__file__).resolve().with_name("kernel_launcher.py")  # run by path, -I -S
+ENV_FILE = "rocmfa-kernels-env.json"  # in the build dir: the knobs to drop, the key's settings
 PROJECT_INCLUDE = LAUNCHER.with_suffix(".cmake")
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
@@ -370,10 +370,14 @@ def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | No
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.stem[:40]}.", dir=out.parent) as scratch:
         given = {**compiler.settings, "TRITON_CACHE_DIR": f"{scratch}/triton", **COMPILE_ENV}
-        env = job_environ(set(triton_info(compiler.python)["knobs"]), given)
+        env_file = Path(scratch) / ENV_FILE  # the launcher sets the job's environment from it
+        knobs = triton_info(compiler.python)["knobs"]
+        env_file.write_text(json.dumps({"knobs": knobs, "env": given}))
         target = Path(scratch) / out.name
-        argv = compile_argv(job, compiler.python, compiler.compile_py, target)
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        compile_py = Path(compiler.compile_py).resolve()
+        argv = [sys.executable, "-I", "-S", LAUNCHER, compile_py, env_file]
+        argv += compile_argv(job, compiler.python, compile_py, target)
+        done = subprocess.run(list(map(str, argv)), capture_output=True, text=True)
         blob = packed(target)
     why = last_line(done.stderr or done.stdout) or "no output" if done.returncode else None
     if why or blob is None:

@@ -5,8 +5,6 @@ runs with exactly its key's Triton settings (ENV_FILE), the rest unchanged. docs
 import os
 import sys
 
-ENV_FILE = "rocmfa-kernels-env.json"  # in the build dir: the knobs to drop, the key's settings
-
 
 def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
     """This environment without Triton's settings (knobs, any TRITON_*), then the key's."""
