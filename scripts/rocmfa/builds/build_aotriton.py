@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmfa.builds import aotriton_install as ai
-from rocmfa.builds import aotriton_release, compile_cache, kernel_build, kernel_check
+from rocmfa.builds import compile_cache, kernel_build
 from rocmfa.builds.compile_cache import CachePlan
-from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk, session_env
+from rocmfa.env import archs, compat_matrix, condaenv, rocm_sdk, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
@@ -80,6 +80,8 @@ def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
 
 def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     """'' when the pinned release has this pack and runtime from the pinned commit; else why."""
+    from rocmfa.builds import aotriton_release  # only the release pack's path needs it
+
     releases = compat_matrix.load_matrix()["releases"]
     tag = next((r["commit"] for r in releases if r["version"] == version), None)
     if tag != pin.commit:
@@ -213,6 +215,8 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
         "toolchain": toolchain(ctx.prefix, ctx.site),
     }
     if from_release:
+        from rocmfa.builds import aotriton_release  # only the release pack's path needs it
+
         info = aotriton_release.release_info(ctx.pin, ctx.version)
         inputs["release"] = {
             "version": info.version,
@@ -310,6 +314,8 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         return
     runner.apply(stamps.remove, stamp)
     if not path.source:
+        from rocmfa.builds import aotriton_release  # only the release pack's path needs it
+
         new = aotriton_release.fetch_release(
             ctx, runner, install_prefix(ctx), rocm_version(ctx.site, 2)
         )
@@ -431,6 +437,8 @@ def build_from_source(
     if not opts.no_images:  # configure clones aiter only for the images
         aiter = paths.src_dir(ctx.work, "aiter")
         place_aiter(ctx.pin, src, build, aiter, runner, opts.discard_local_edits)
+    from rocmfa.builds import kernel_check  # only a source build checks kernels
+
     kernel_check.before_build(ctx, src, opts, store=store)
     kernels = kernel_build.plan(ctx, opts, src, build, store, runner)
     jobs, why = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
@@ -481,6 +489,8 @@ def require_pybind11(ctx: Context) -> None:
         has = probe.returncode == 0
         where = f"the env's python ({python}) cannot import it"
     else:
+        from rocmfa.env import lockfile  # only --with-pyaotriton before setup_env reads the lock
+
         records = lockfile.load(lockfile.records_path(lockfile.LOCK_FILE))["records"]
         has = any(r.get("name") == "pybind11" for r in records.values())
         where = "conda-lock.yml, which setup_env installs, has no pybind11"
