@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import compile_cache as cc
+from rocmfa.plumbing.cache_spec import CacheSpec, parse_cache
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 
@@ -17,7 +18,7 @@ TOOLCHAIN = {"rocm": "7.13.0a20260901", "env": "abc"}
 def plan(value: str, tmp_path: Path, *, dry_run: bool = True, **toolchain: str) -> cc.CachePlan:
     runner = Runner(dry_run=dry_run, out=io.StringIO())
     return cc.plan_cache(
-        cc.parse_cache(value),
+        parse_cache(value),
         work=tmp_path,
         arch="gfx1151",
         toolchain={**TOOLCHAIN, **toolchain},
@@ -27,21 +28,21 @@ def plan(value: str, tmp_path: Path, *, dry_run: bool = True, **toolchain: str) 
 
 
 def test_kinds_and_urls_parse() -> None:
-    assert cc.parse_cache(None) is None
-    assert cc.parse_cache("none").tool == "none"
-    assert cc.parse_cache("ccache") == cc.CacheSpec("ccache")
-    redis = cc.parse_cache("redis://cache.lan:6379/2?prefix=team&read_only=1")
+    assert parse_cache(None) is None
+    assert parse_cache("none").tool == "none"
+    assert parse_cache("ccache") == CacheSpec("ccache")
+    redis = parse_cache("redis://cache.lan:6379/2?prefix=team&read_only=1")
     assert (redis.backend, redis.endpoint, redis.redis_db) == (
         "redis",
         "redis://cache.lan:6379",
         "2",
     )
     assert redis.read_only and redis.prefix == "team"
-    s3 = cc.parse_cache("s3://builds/rocm?endpoint=http://minio:9000&region=eu-1")
+    s3 = parse_cache("s3://builds/rocm?endpoint=http://minio:9000&region=eu-1")
     assert (s3.bucket, s3.prefix, s3.endpoint, s3.region) == (
         "builds", "rocm", "http://minio:9000", "eu-1"
     )  # fmt: skip
-    nfs = cc.parse_cache("/nfs/team/cache")
+    nfs = parse_cache("/nfs/team/cache")
     assert (nfs.backend, nfs.endpoint, nfs.describe()) == (
         "dir", "/nfs/team/cache", "sccache on directory /nfs/team/cache"
     )  # fmt: skip
@@ -70,7 +71,7 @@ def test_a_shared_directory_holds_sccaches_disk_cache(tmp_path: Path) -> None:
 )
 def test_bad_values_are_one_line_and_never_echo_secrets(value: str, message: str) -> None:
     with pytest.raises(UserError, match=message) as error:
-        cc.parse_cache(value)
+        parse_cache(value)
     assert "\n" not in str(error.value)
     assert "secret" not in str(error.value) and "pw@" not in str(error.value)
 
@@ -82,10 +83,10 @@ def test_backend_variables_key_prefix_and_read_only(tmp_path: Path) -> None:
     assert redis.sets["SCCACHE_REDIS_KEY_PREFIX"].startswith("team/rocmfa/gfx1151/rocm-7.13.0a")
     assert redis.sets["HIP_CLANG_LAUNCHER"].endswith("sccache")  # ROCm 7.13: device code cached
     assert redis.therock_flags() == ["--use-sccache"]
-    other_arch = cc.key_prefix(cc.parse_cache("sccache"), "gfx942", TOOLCHAIN)
+    other_arch = cc.key_prefix(parse_cache("sccache"), "gfx942", TOOLCHAIN)
     assert "/gfx942/" in other_arch and other_arch != redis.key
-    assert cc.key_prefix(cc.parse_cache("sccache"), "gfx1151", {**TOOLCHAIN, "rocm": "7.12"}) != (
-        cc.key_prefix(cc.parse_cache("sccache"), "gfx1151", TOOLCHAIN)
+    assert cc.key_prefix(parse_cache("sccache"), "gfx1151", {**TOOLCHAIN, "rocm": "7.12"}) != (
+        cc.key_prefix(parse_cache("sccache"), "gfx1151", TOOLCHAIN)
     )
     s3 = plan("s3://public-cache/vllm?read_only=1&endpoint=https://s3.example", tmp_path)
     assert s3.sets["SCCACHE_BUCKET"] == "public-cache"

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.plumbing import downloads, paths
-from rocmfa.plumbing.cache_spec import CacheSpec, as_spec, parse_cache  # noqa: F401 (their home before)
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.cache_spec import CacheSpec
+from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources.checkouts import last_line
 
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"

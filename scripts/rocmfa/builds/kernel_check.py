@@ -18,10 +18,10 @@ from rocmfa.builds import kernel_build
 from rocmfa.builds.kernel_build import Tree
 from rocmfa.env import archs
 from rocmfa.plumbing import buildjobs, paths, stamps
-from rocmfa.plumbing.commands import Runner, runner_for
+from rocmfa.plumbing.commands import Runner, last_line, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
-from rocmfa.sources.checkouts import ensure_checkout, last_line
+from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.patches import apply_patch_set
 
 SUMMARY = "summary.json"

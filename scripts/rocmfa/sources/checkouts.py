@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.pins import Pin
 
@@ -12,10 +12,6 @@ STEP_KEY = "rocmfa.submodulestep"
 
 def git(runner: Runner, repo: Path | None, *args: str, capture: bool = True, **kwargs):
     return runner.run(["git", *args], cwd=repo, capture=capture, **kwargs)
-
-
-def last_line(text: str) -> str:
-    return next((x.strip() for x in reversed((text or "").splitlines()) if x.strip()), "")
 
 
 def head_commit(runner: Runner, checkout: Path) -> str | None:

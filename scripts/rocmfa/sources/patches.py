@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.commands import Runner
+from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.datafiles import REPO_ROOT, TEXT, checked, load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
 from rocmfa.plumbing.pin_files import HEX40, display
 from rocmfa.sources import checkouts
-from rocmfa.sources.checkouts import git, last_line
+from rocmfa.sources.checkouts import git
 
 PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9._+-]+\.patch")
 GFX_NAME = re.compile(r"gfx[0-9a-f]{3,4}")

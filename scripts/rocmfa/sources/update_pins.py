@@ -7,12 +7,12 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from rocmfa.plumbing import paths, pin_files
-from rocmfa.plumbing.commands import Runner, runner_for
+from rocmfa.plumbing.commands import Runner, last_line, runner_for
 from rocmfa.plumbing.datafiles import require
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pins
-from rocmfa.sources.checkouts import fetch_commit, git, last_line
+from rocmfa.sources.checkouts import fetch_commit, git
 from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, set_dir
 
 AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
