@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rocmfa.builds import aotriton_install as ai
 from rocmfa.builds import compile_cache, kernel_build
 from rocmfa.builds.compile_cache import CachePlan
-from rocmfa.env import archs, compat_matrix, condaenv, rocm_sdk, session_env
+from rocmfa.env import archs, compat_matrix, condaenv, session_env
 from rocmfa.plumbing import buildjobs, paths, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import load_toml
@@ -38,7 +38,11 @@ SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotri
 def rocm_version(site: Path, parts: int | None = None) -> str:
     """The env's ROCm (its first parts); before setup_env (a dry run), pins/rocm.toml's."""
     found = ai.dist_version(site, "rocm") if site.is_dir() else None
-    return ".".join((found or rocm_sdk.load_pin().version).split(".")[:parts])
+    if found is None:
+        from rocmfa.env import rocm_sdk  # only before setup_env made the env
+
+        found = rocm_sdk.load_pin().version
+    return ".".join(found.split(".")[:parts])
 
 
 def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
