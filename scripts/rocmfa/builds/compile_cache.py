@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.plumbing import downloads, paths
+from rocmfa.plumbing import paths
 from rocmfa.plumbing.cache_spec import CacheSpec
 from rocmfa.plumbing.commands import Runner, last_line
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, network_error_line
 
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
@@ -61,7 +61,7 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
             requests.head(spec.endpoint or "https://s3.amazonaws.com", timeout=timeout)
     except Exception as error:
-        return f"{spec.endpoint or f's3://{spec.bucket}'} unreachable ({downloads.why(error)})"
+        return f"{spec.endpoint or f's3://{spec.bucket}'} unreachable ({network_error_line(error)})"
     return None
 
 

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, network_error_line
 
 # An older version named them without the pid: those count as a gone run's.
 _PARTIAL = re.compile(r"\.(?P<file>.+\.(?:conda|tar\.\w+))(?:\.(?P<pid>\d+))?\.[a-z0-9_]{8}")
@@ -35,13 +35,6 @@ def session(tries: int = 5):
     return http
 
 
-def why(error: BaseException) -> str:
-    """One line for a library's network error: its kind and, for requests, urllib3's reason."""
-    reason = getattr(error.args[0], "reason", None) if error.args else None
-    text = " ".join(str(error).split()) if reason is None else str(reason).rsplit(": ", 1)[-1]
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
     """The body at url (file:// or http(s)://, retried); None for a `missing` status."""
     import requests
@@ -52,7 +45,7 @@ def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> b
     try:
         response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
     except requests.RequestException as e:
-        where = f"{parts.netloc} unreachable: {why(e)} (after {tries} tries)"
+        where = f"{parts.netloc} unreachable: {network_error_line(e)} (after {tries} tries)"
         raise UserError(f"cannot fetch {url}: {where}") from None
     if response.status_code in missing:
         return None
@@ -103,7 +96,7 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
         try:
             response = http.get(url, stream=True, timeout=(10, timeout))
         except requests.RequestException as e:
-            raise UserError(f"cannot download {url}: {why(e)}; {fix}") from None
+            raise UserError(f"cannot download {url}: {network_error_line(e)}; {fix}") from None
         with response, open(part, "wb") as out:
             if (code := response.status_code) != 200:
                 raise UserError(f"cannot download {url}: HTTP {code} {response.reason}")
@@ -111,7 +104,7 @@ def _http_get(url, part: Path, *, fix, say, tries: int = 5, timeout: float = 60.
                 out.writelines(response.iter_content(1 << 16))
                 return
             except requests.RequestException as e:
-                say(f"download interrupted ({why(e)}); starting over")
+                say(f"download interrupted ({network_error_line(e)}); starting over")
     raise UserError(f"cannot download {url}: cut off {tries} times; {fix}")
 
 

@@ -16,6 +16,13 @@ class UserError(Exception):
 FIXES = tomllib.loads(Path(__file__).parents[1].joinpath("data/os_fixes.toml").read_text())
 
 
+def network_error_line(error: BaseException) -> str:
+    """One line for a library's network error: its kind and, for requests, urllib3's reason."""
+    reason = getattr(error.args[0], "reason", None) if error.args else None
+    text = " ".join(str(error).split()) if reason is None else str(reason).rsplit(": ", 1)[-1]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def os_error_line(error: OSError) -> str:
     """'cannot use PATH: CAUSE; fix: ...' for an OSError from a path we own."""
     where = error.filename if error.filename is not None else "a file"

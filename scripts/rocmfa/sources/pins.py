@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs
-from rocmfa.plumbing import downloads, paths, pin_files, stamps
+from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
@@ -206,6 +206,8 @@ def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
     if not (template := pytorch.data.get("raw_url")):
         why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
         raise UserError(f"pins/pytorch.toml {why}")
+    from rocmfa.plumbing import downloads  # only without a cached copy or a local checkout
+
     url = template.format(commit=pytorch.commit, path=path)
     print(f"fetching {url}", file=sys.stderr, flush=True)
     body = downloads.get(url)
