@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import compile_cache as cc
-from rocmfa.plumbing.cache_spec import CacheSpec, parse_cache
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import CacheSpec, parse_cache
 
 TOOLCHAIN = {"rocm": "7.13.0a20260901", "env": "abc"}
 

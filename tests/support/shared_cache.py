@@ -25,7 +25,7 @@ from typing import Any
 import requests
 
 from rocmfa.builds import compile_cache
-from rocmfa.plumbing import cache_spec
+from rocmfa.plumbing import options
 from rocmfa.plumbing.commands import Runner
 
 REDIS = shutil.which("redis-server") or (
@@ -153,7 +153,7 @@ def build_on_machine(machine: Path, cache: str, units: int) -> MachineBuild:
     out = io.StringIO()
     runner = Runner(out=out)
     plan = compile_cache.plan_cache(
-        cache_spec.parse_cache(cache),
+        options.parse_cache(cache),
         work=machine,
         arch="gfx1151",
         toolchain={"rocm": "7.13.0", "compiler": "system c++"},

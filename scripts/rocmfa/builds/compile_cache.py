@@ -1,7 +1,8 @@
 """`--cache` for build_aotriton, build_pytorch and build_ck: none, ccache, sccache (local, under
-the work dir) or a shared sccache store (cache_spec.py's forms; credentials from the environment
-only). Device code goes through HIP_CLANG_LAUNCHER (TheRock build_tools/setup_sccache_rocm.py,
-ROCm >= 7.13); an unreachable server is one warning line and a build with the local cache."""
+the work dir) or a shared sccache store (the forms of parse_cache, plumbing/options.py; credentials
+from the environment only). Device code goes through HIP_CLANG_LAUNCHER (TheRock
+build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable server is one warning line and a
+build with the local cache."""
 
 import contextlib
 import hashlib
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.plumbing import paths
-from rocmfa.plumbing.cache_spec import CacheSpec
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError, network_error_line
+from rocmfa.plumbing.options import CacheSpec
 
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"

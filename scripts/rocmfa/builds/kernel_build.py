@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.plumbing import cache_spec, paths, pin_files, stamps
+from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.options import as_spec
 from rocmfa.sources.patches import patch_set_digest
 
 # Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
@@ -272,7 +273,7 @@ class KernelStore:
 def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> KernelStore | None:
     """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
-    spec = cache_spec.as_spec(cache)
+    spec = as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
     store = KernelStore(directory(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
@@ -490,7 +491,7 @@ def require(url: str, cache: Any, runner: Runner) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
-    spec = cache_spec.as_spec(cache)
+    spec = as_spec(cache)
     if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
         shared = "a directory every machine mounts, redis://, s3://"
         raise UserError(f"--workers needs a shared --cache, not read_only=1 ({shared})")
@@ -537,7 +538,7 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
 def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None):
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
-    spec = cache_spec.as_spec(cache)
+    spec = as_spec(cache)
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
         f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
