@@ -1,8 +1,7 @@
 """`--cache` for build_aotriton, build_pytorch and build_ck: none, ccache, sccache (local, under
-the work dir) or a shared sccache store (the forms of parse_cache, plumbing/options.py; credentials
-from the environment only). Device code goes through HIP_CLANG_LAUNCHER (TheRock
-build_tools/setup_sccache_rocm.py, ROCm >= 7.13); an unreachable server is one warning line and a
-build with the local cache."""
+the work dir) or a shared sccache store (plumbing/options.py's parse_cache forms; credentials from
+the environment only). Device code goes through HIP_CLANG_LAUNCHER (ROCm >= 7.13; TheRock
+build_tools/setup_sccache_rocm.py); an unreachable server is one warning and a local build."""
 
 import contextlib
 import hashlib

@@ -129,9 +129,8 @@ def index_url(text: str) -> str:
     return text
 
 
-# --cache values (builds/compile_cache.py), parsed here before a session's first command: none |
-# ccache | sccache | /SHARED/DIR | redis(s)://HOST:PORT[/DB] | s3://BUCKET/PREFIX[?endpoint=URL&
-# region=R]; on any URL prefix=TEXT, read_only=1.
+# --cache (builds/compile_cache.py): none | ccache | sccache | /SHARED/DIR | redis(s)://HOST:PORT
+# [/DB] | s3://BUCKET/PREFIX[?endpoint=URL&region=R]; on any URL prefix=TEXT, read_only=1.
 TOOLS = ("none", "ccache", "sccache")
 FORMS = "none, ccache, sccache, a directory (/PATH), redis://HOST:PORT or s3://BUCKET/PREFIX"
 QUERY_KEYS = {"prefix", "read_only", "endpoint", "region"}
