@@ -364,7 +364,9 @@ class CompileFailed(Exception):
 
 def build_kernel(job: Job, key: str, compiler: Compiler, store: KernelStore | None, out=None):
     """job's code object at out (default: its Bare.compile path): ('hit' | 'compiled', s)."""
-    began, out, store = time.monotonic(), Path(out or job.hsaco), store or KernelStore(None)
+    began = time.monotonic()
+    out = Path(out or job.hsaco)
+    store = store or KernelStore(None)
     if store.fetch(key, out):
         return "hit", time.monotonic() - began
     out.parent.mkdir(parents=True, exist_ok=True)
