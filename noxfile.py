@@ -119,9 +119,9 @@ def doctor(session: nox.Session) -> None:
 @nox.session(python=False, tags=["env"], default=False)
 def matrix(session: nox.Session) -> None:
     """Arch x AOTriton release: flash by default / experimental flag / community port / none."""
-    from rocmfa.env import compat_matrix
+    from rocmfa.env import archs
 
-    _run(session, compat_matrix.matrix)
+    _run(session, archs.matrix)
 
 
 @nox.session(python=False, tags=["build"], default=False)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import build_ck as ck
-from rocmfa.plumbing import buildjobs, options
+from rocmfa.plumbing import options
+from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from tests.support import ck_standin
 from tests.support import therock_standin as standin
@@ -110,9 +111,9 @@ def test_dry_run_legacy_repo_and_cdna_arch(run, monkeypatch, capfd, env_prefix):
 def test_jobs_are_capped_by_available_memory(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 33554432 kB\nMemAvailable: 7340032 kB\n")  # 7 GiB
-    jobs, why = buildjobs.choose_jobs(None, 3.0, meminfo=meminfo, cpus=32)
+    jobs, why = choose_jobs(None, 3.0, meminfo=meminfo, cpus=32)
     assert jobs == 2 and "limited by memory" in why
-    assert buildjobs.choose_jobs(5, 3.0, meminfo=meminfo, cpus=32)[0] == 5
+    assert choose_jobs(5, 3.0, meminfo=meminfo, cpus=32)[0] == 5
 
 
 def test_dry_run_shows_the_compile_cache_and_contacts_nothing(run, capfd, monkeypatch):

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from rocmfa.env import archs, compat_matrix
+from rocmfa.env import archs
 from rocmfa.plumbing.errors import UserError
 
 
 def test_arches_toml_gating_agrees_with_util_cc_lists() -> None:
     """arches.toml's experimental ranges must say what AOTriton's util.cc says at each tag."""
-    data = compat_matrix.load_matrix()
+    data = archs.load_matrix()
     for release in data["releases"]:
         for arch in archs.load_arches().values():
             version = release["version"]
@@ -22,7 +22,7 @@ def test_arches_toml_gating_agrees_with_util_cc_lists() -> None:
 
 
 def test_table_rows_match_upstream_facts() -> None:
-    report = compat_matrix.table()
+    report = archs.matrix_table()
     rows = {row["arch"]: row["cells"] for row in report["arches"]}
     assert set(rows) == {a for a, x in archs.load_arches().items() if x.vendor == "amd"}
     state = {a: {v: c["state"] for v, c in cells.items()} for a, cells in rows.items()}
@@ -41,7 +41,7 @@ def test_table_rows_match_upstream_facts() -> None:
     assert rows["gfx1151"]["0.11b"]["pack"] == "amd-gfx11xx"
     assert {t["torch"]: t["aotriton"] for t in report["torch"]}["2.13"] == "0.13b"
     assert all(r["source"] and len(r["commit"]) == 40 for r in report["releases"])
-    text = compat_matrix.render_markdown(report)
+    text = archs.render_markdown(report)
     assert "| gfx908 (Instinct MI100) | - | - | - | - | - | - | patched amd-gfx908 |" in text
     assert "- gfx908: gfx908-community is retired: the community port" in text
     assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1" in text
@@ -53,7 +53,7 @@ def test_patched_arches_have_a_patch_set_that_adds_them() -> None:
     adds the arch to the tables the generator and the runtime read."""
     from rocmfa.sources import patches
 
-    commits = {r["version"]: r["commit"] for r in compat_matrix.load_matrix()["releases"]}
+    commits = {r["version"]: r["commit"] for r in archs.load_matrix()["releases"]}
     patched = [(a, r) for a in archs.load_arches().values() for r, _pack in a.aotriton_patched]
     assert ("gfx908", "0.13b") in [(a.name, r) for a, r in patched]
     for arch, release in patched:
@@ -68,19 +68,17 @@ def test_patched_arches_have_a_patch_set_that_adds_them() -> None:
 def test_known_bad_combinations_are_one_line_and_force_warns() -> None:
     table = archs.load_arches()
     with pytest.raises(UserError) as error:
-        compat_matrix.check_combination(table["gfx1151"], "0.13b", torch_version="2.11.0+rocm7.1")
+        archs.check_combination(table["gfx1151"], "0.13b", torch_version="2.11.0+rocm7.1")
     assert str(error.value).startswith("torch 2.11 x AOTriton 0.13b: torch 2.11 expects AOTriton")
     assert "\n" not in str(error.value) and "--force" in str(error.value)
     with pytest.raises(UserError, match=r"gfx1152 x AOTriton 0\.11b: no AOTriton support"):
-        compat_matrix.check_combination(table["gfx1152"], "0.11b")
+        archs.check_combination(table["gfx1152"], "0.11b")
     with pytest.raises(UserError, match=r"gfx908 x AOTriton 0\.12b: no AOTriton support"):
-        compat_matrix.check_combination(table["gfx908"], "0.12b")
-    (patched,) = compat_matrix.check_combination(table["gfx908"], "0.13b", torch_version="2.13")
+        archs.check_combination(table["gfx908"], "0.12b")
+    (patched,) = archs.check_combination(table["gfx908"], "0.13b", torch_version="2.13")
     assert "patch set (patches/aotriton/)" in patched and "amd-gfx908" in patched
-    forced = compat_matrix.check_combination(
-        table["gfx1151"], "0.13b", torch_version="2.11.0", force=True
-    )
+    forced = archs.check_combination(table["gfx1151"], "0.13b", torch_version="2.11.0", force=True)
     assert forced[0].startswith("WARNING (--force): torch 2.11")
-    notes = compat_matrix.check_combination(table["gfx1150"], "0.13b", torch_version="2.13.0")
+    notes = archs.check_combination(table["gfx1150"], "0.13b", torch_version="2.13.0")
     assert notes and "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1" in notes[0]
-    assert compat_matrix.check_combination(table["gfx942"], "0.13.1b", torch_version="2.14") == []
+    assert archs.check_combination(table["gfx942"], "0.13.1b", torch_version="2.14") == []

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from rocmfa.builds import aotriton_install as ai
 from rocmfa.builds import compile_cache, kernel_build
 from rocmfa.builds.compile_cache import CachePlan
-from rocmfa.env import archs, compat_matrix, condaenv, session_env
-from rocmfa.plumbing import buildjobs, paths, stamps
-from rocmfa.plumbing.commands import Runner
+from rocmfa.env import archs, condaenv, session_env
+from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing.commands import Runner, choose_jobs
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins, tuning_db, update_pins
@@ -64,7 +64,7 @@ class AotritonPath:
 
 def source_cost(commit: str, arch: str, jobs: int, fork: bool = True) -> str:
     """Measured jobs x seconds a job (data/aotriton_matrix.toml [build_cost])."""
-    table = load_toml(compat_matrix.MATRIX_FILE, "AOTriton matrix data").get("build_cost", {})
+    table = load_toml(archs.MATRIX_FILE, "AOTriton matrix data").get("build_cost", {})
     table = table.get(commit, {})
     fork_part = "AOTriton's Triton fork (its own LLVM download) and " if fork else ""
     rest = f"plus {fork_part}the C++ runtime"
@@ -86,7 +86,7 @@ def release_gap(pin: pins.Pin, version: str, pack: str, rocm: str) -> str:
     """'' when the pinned release has this pack and runtime from the pinned commit; else why."""
     from rocmfa.builds import aotriton_release  # only the release pack's path needs it
 
-    releases = compat_matrix.load_matrix()["releases"]
+    releases = archs.load_matrix()["releases"]
     tag = next((r["commit"] for r in releases if r["version"] == version), None)
     if tag != pin.commit:
         known = tag[:12] if tag else "no such release in scripts/rocmfa/data/aotriton_matrix.toml"
@@ -265,7 +265,7 @@ def check_pairing(
 ) -> list[str]:
     """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
     lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
-    return lines + compat_matrix.check_combination(arch, version, torch_version=torch, force=force)
+    return lines + archs.check_combination(arch, version, torch_version=torch, force=force)
 
 
 def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
@@ -308,7 +308,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
-    jobs = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
+    jobs = choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     fork = ctx.opts.triton == "fork"
     path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
     kind = "source build" if path.source else f"release pack {path.pack}"
@@ -445,7 +445,7 @@ def build_from_source(
 
     kernel_check.before_build(ctx, src, opts, store=store)
     kernels = kernel_build.plan(ctx, opts, src, build, store, runner)
-    jobs, why = buildjobs.choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
+    jobs, why = choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)
     runner.say(f"build jobs: {why}")
     cache = compile_cache.plan_cache(
         opts.cache,

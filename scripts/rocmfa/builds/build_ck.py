@@ -9,7 +9,8 @@ from typing import Any
 
 from rocmfa.builds import compile_cache
 from rocmfa.env import condaenv, rocm_sdk, session_env
-from rocmfa.plumbing import buildjobs, paths, stamps
+from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
 from rocmfa.sources import checkouts, patches, pins
@@ -95,7 +96,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     _cmake_prefix, cc, cxx, rocm_version = sdk
     cmake = session.tool("cmake")
     _ninja = session.tool("ninja")
-    jobs, why = buildjobs.choose_jobs(opts.jobs, CK_GIB_PER_JOB)
+    jobs, why = choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
     checkout = paths.src_dir(work, CK)
     build = paths.build_dir(work, CK)

@@ -19,7 +19,8 @@ from rocmfa.builds.build_aotriton import check_pairing
 from rocmfa.env import condaenv, rocm_sdk
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
-from rocmfa.plumbing import buildjobs, paths, pin_files, stamps
+from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
 from rocmfa.sources import checkouts, patches, pins, update_pins
@@ -239,7 +240,7 @@ def make_context(opts: BuildPytorchOptions) -> Context:
     tag = "import sys; print('cp%d%d' % sys.version_info[:2])"
     python_tag = runner.ask([session.python, "-c", tag], "$(python tag)")
     aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
-    jobs, why = buildjobs.choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
+    jobs, why = choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
     env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
     cache = compile_cache.plan_cache(  # --cache not given: a plan that does nothing

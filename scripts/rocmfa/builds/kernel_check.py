@@ -17,8 +17,8 @@ from typing import Any
 from rocmfa.builds import kernel_build
 from rocmfa.builds.kernel_build import Tree
 from rocmfa.env import archs
-from rocmfa.plumbing import buildjobs, paths, stamps
-from rocmfa.plumbing.commands import Runner, last_line, runner_for
+from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing.commands import Runner, choose_jobs, last_line, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import ensure_checkout
@@ -139,7 +139,7 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
         runner.raise_for_real(UserError(f"kernel check: {why}"))
     python = compiler_python(tree, work, runner)
     bare = generate(tree, python, runner)
-    threads, why = buildjobs.choose_jobs(jobs, GIB_PER_JOB)
+    threads, why = choose_jobs(jobs, GIB_PER_JOB)
     store = store or kernel_build.open_store(cache, work, tree.arch, runner=runner)
     line = runner.plan_line(
         f"then compile a stratified sample of {bare} (one job per kernel x num_warps x "

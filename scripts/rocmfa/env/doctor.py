@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rocmfa.env import archs, compat_matrix, condaenv, lockfile, rocm_sdk
+from rocmfa.env import archs, condaenv, lockfile, rocm_sdk
 from rocmfa.env.condaenv import find_manager
 from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.datafiles import load_toml
@@ -81,7 +81,7 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
         sep = " " if given == "--arch" else "="
         return {"error": str(e), "bad_value": f"{given}{sep}{requested}"}
     arch = choice.arch
-    pinned = compat_matrix.pinned_aotriton_version()
+    pinned = archs.pinned_aotriton_version()
     # gfx908: no upstream kernels, ours from the patch set
     aotriton = arch.aotriton_supported() or bool(pinned and arch.aotriton_patched_pack(pinned))
     path = torch_path(arch, choice.how, pinned)
@@ -90,7 +90,7 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
     line += f"{'yes' if aotriton else 'NO'}; CK MHA {'yes' if arch.ck_mha else 'no'}"
     rows += [
         ("arch", line),
-        ("matrix", f"{compat_matrix.host_line(choice=choice)} (nox -s matrix)"),
+        ("matrix", f"{archs.host_line(choice=choice)} (nox -s matrix)"),
         ("path", f"{path['kind']}: {path['why']}{run}"),
         *([("", path["build"])] if path.get("build") else []),
     ]

@@ -1,5 +1,6 @@
 """Run external commands (no shell), or under --dry-run print each (argv, directory, variables)
-and run none: every session's commands go through one Runner, so a plan shows what would run."""
+and run none: every session's commands go through one Runner, so a plan shows what would run;
+and how many compile jobs to run at once."""
 
 from __future__ import annotations
 
@@ -96,3 +97,25 @@ class Runner:
             why = f"command failed (exit {result.returncode}) in {cwd}: {shlex.join(argv)}"
             raise UserError(": ".join([why, *(result.stderr or "").strip().splitlines()[-1:]]))
         return result
+
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def choose_jobs(requested: int | None, per_job_gib: float, *, meminfo=MEMINFO, cpus=None):
+    """(jobs, one-line reason): --jobs (checked >= 1 by its option), else the CPUs capped by
+    MemAvailable (a HIP translation unit takes GiBs; one job per core on little memory ends in
+    `clang: error: ... Killed`, ROCm/TheRock#997)."""
+    if requested is not None:
+        return requested, f"{requested} jobs (--jobs)"
+    cpus = cpus or os.cpu_count() or 1
+    try:
+        line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:"))
+        available = int(line.split()[1]) / (1024 * 1024)  # kB -> GiB
+    except (OSError, ValueError, IndexError, StopIteration):
+        return cpus, f"{cpus} jobs (one per CPU; MemAvailable unknown; --jobs to override)"
+    by_memory = max(1, int(available // per_job_gib))
+    jobs = min(cpus, by_memory)
+    why = "memory" if by_memory < cpus else "CPUs"
+    at = f"MemAvailable {available:.1f} GiB at ~{per_job_gib:g} GiB per job"
+    return jobs, f"{jobs} jobs (limited by {why}: {cpus} CPUs, {at}; --jobs to override)"
