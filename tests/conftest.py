@@ -45,7 +45,7 @@ def torch_runtime_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
 @pytest.fixture(scope="session")
 def provisioned_env(tmp_path_factory: pytest.TempPathFactory, rocm_index: RocmIndex) -> Path:
     """A stand-in env provisioned by setup_env's own post-conda code (see
-    standin_rocm.provision_env): `rocm-sdk path ...` works and condaenv.require_env accepts it."""
+    standin_rocm.provision_env): `rocm-sdk path ...` works and require_env accepts it."""
     return standin_rocm.provision_env(
         tmp_path_factory.mktemp("env") / "therock", rocm_index.pins_dir
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import activation, archs, condaenv
+from rocmfa.env import activation, archs, session_env
 
 HOSTILE = [
     {"name": "ROCM_PATH", "value": "/opt/my rocm/$HOME/`id`/\"q\"/'s'/back\\slash", "why": "x"},
@@ -59,7 +59,7 @@ def test_activated_environ_sources_activate_d_like_conda(tmp_path: Path) -> None
     )
     (tmp_path / "conda-meta").mkdir()
     (tmp_path / "conda-meta" / "state").write_text(json.dumps({"env_vars": {"from_state": "1"}}))
-    env = condaenv.activated_environ(tmp_path, {"PATH": "/usr/bin:/bin", "VIRTUAL_ENV": "/v"})
+    env = session_env.activated_environ(tmp_path, {"PATH": "/usr/bin:/bin", "VIRTUAL_ENV": "/v"})
     assert env["CONDA_PREFIX"] == str(tmp_path)
     assert env["PATH"].split(":")[0] == str(tmp_path / "bin")
     assert env["CC"] == f"{tmp_path}/bin/gcc"

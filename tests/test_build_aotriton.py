@@ -17,7 +17,7 @@ import pytest
 
 from rocmfa.builds import aotriton_install
 from rocmfa.builds import build_aotriton as ba
-from rocmfa.env import condaenv
+from rocmfa.env import session_env
 from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
@@ -474,10 +474,10 @@ def test_a_session_killed_while_pip_replaces_torch_is_finished_by_the_next(
     inside_pip = next(n for n, c in enumerate(changes, 1) if f"{site / 'torch' / 'lib'}/" in c)
     st.install_torch(bed.prefix)
     status, _ = kill_hook.run(argv, hooks, [site], inside_pip + 1, env)
-    assert status == -9 and condaenv.torch_incomplete(site) is not None
+    assert status == -9 and session_env.torch_incomplete(site) is not None
     out = run_build(bed, capsys)
     assert "the env's torch is incomplete (" in out and "finishing the killed install" in out
-    assert condaenv.torch_incomplete(site) is None and st.record_lies(bed.prefix) == []
+    assert session_env.torch_incomplete(site) is None and st.record_lies(bed.prefix) == []
     assert st.pip_check(bed.prefix).returncode == 0
     assert (bed.torch_lib / aotriton_install.MARKER).is_file()
     assert command_lines(run_build(bed, capsys)) == []  # and the run after it has nothing to do

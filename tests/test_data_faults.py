@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import aotriton_install
-from rocmfa.env import activation, archs, condaenv, doctor, session_env
+from rocmfa.env import activation, archs, doctor, session_env
 from rocmfa.plumbing import errors, options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -105,7 +105,7 @@ def test_run_manifest_is_one_line(tmp_path: Path, kind: str) -> None:
 def test_damaged_pip_install_record_is_not_acted_on(tmp_path: Path, kind: str) -> None:
     """The record naming the torch wheel pip was installing (aotriton_install.pip_install)
     only ever leads to a pip install of that wheel: damaged, it is passed over."""
-    path = condaenv.pip_pending_path(tmp_path)
+    path = session_env.pip_pending_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(GARBAGE[kind])
     runner = Runner()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import activation, condaenv, lockfile
+from rocmfa.env import activation, lockfile, session_env
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.errors import UserError
 from tests.conftest import RocmIndex
@@ -191,7 +191,7 @@ def test_installed_env_is_a_real_prefix_whose_scripts_activate_in_real_shells(lo
         )
         assert after == before, shell
     # What nox sessions run with: the same activation, computed without a manager.
-    env = condaenv.activated_environ(prefix, outer)
+    env = session_env.activated_environ(prefix, outer)
     assert env["TOOL_FLAGS"] == "-O2 -g" and env["PATH"].startswith(f"{prefix}/bin:")
 
 
@@ -323,10 +323,10 @@ def test_setup_env_makes_a_real_env_with_rattler_and_no_conda_manager(
     assert (prefix / "conda-meta" / "tool-2.0-0.json").is_file()
     site = next((prefix / "lib").glob("python3*/site-packages"))
     assert (site / "_rocm_device_gfx1151").is_dir()  # pip ran in the rattler-made prefix
-    activated = condaenv.activated_environ(prefix, {"PATH": "/usr/bin:/bin"})
+    activated = session_env.activated_environ(prefix, {"PATH": "/usr/bin:/bin"})
     assert activated["TOOL_FLAGS"] == "-O2 -g"  # the package's activate.d
     assert activated["PYTORCH_ROCM_ARCH"] == "gfx1151"  # ours, beside it
-    assert condaenv.require_env(prefix) == prefix
+    assert session_env.require_env(prefix) == prefix
     again = run_nox(project, "-s", "setup_env", "--", *args, env=env)
     assert again.returncode == 0 and "is up to date (nothing to do" in again.stdout
 

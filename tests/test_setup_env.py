@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.env import archs, condaenv, rocm_sdk, setup_env
+from rocmfa.env import archs, rocm_sdk, session_env, setup_env
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -24,11 +24,11 @@ def test_provisioned_env_got_the_device_package_and_variables(provisioned_env: P
     site = next((provisioned_env / "lib").glob("python3*/site-packages"))
     assert (site / "_rocm_device_gfx1151").is_dir()  # rocm[...,device-gfx1151] resolved
     assert not (site / "_rocm_device_gfx1100").exists()
-    stamp = stamps.read(provisioned_env / condaenv.ENV_STAMP)
+    stamp = stamps.read(provisioned_env / session_env.ENV_STAMP)
     assert stamp["rocm"]["version"] == "7.15.0a20260630"
     assert stamp["rocm"]["root"] == str(site / "_rocm_sdk_devel")
-    assert condaenv.require_env(provisioned_env) == provisioned_env
-    env = condaenv.activated_environ(provisioned_env)
+    assert session_env.require_env(provisioned_env) == provisioned_env
+    env = session_env.activated_environ(provisioned_env)
     assert env["ROCM_PATH"] == str(site / "_rocm_sdk_devel")
     assert env["PYTORCH_ROCM_ARCH"] == "gfx1151"
     # beside ROCM_PATH, as TheRock's own builds set it (build_prod_wheels.py @ 89553ce3)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from rocmfa.builds import aotriton_install as ai
-from rocmfa.env import condaenv, doctor
+from rocmfa.env import doctor, session_env
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
@@ -86,7 +86,7 @@ class Rig:
     def torch_files(self) -> dict[str, bytes]:
         """What pip installed for torch, by its RECORD."""
         (info,) = self.site.glob("torch-*.dist-info")
-        rows = condaenv.record_rows(info / "RECORD")
+        rows = session_env.record_rows(info / "RECORD")
         return {rel: (self.site / rel).read_bytes() for rel, digest, _ in rows if digest}
 
 
@@ -107,7 +107,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Rig:
 
 def assert_whole(rig: Rig, swapped: bool, when: str) -> None:
     lib = rig.site / "torch" / "lib"
-    assert condaenv.torch_incomplete(rig.site) is None, when
+    assert session_env.torch_incomplete(rig.site) is None, when
     assert st.record_lies(rig.prefix) == [], when
     check = st.pip_check(rig.prefix)
     assert check.returncode == 0, f"{when}: {check.stdout}{check.stderr}"
@@ -166,7 +166,7 @@ def kill_everywhere(rig: Rig, what: str, prepare: Callable[[], Path]) -> None:
         status, seen = rig.run(work, what, kill_at=n)
         when = f"killed at change {n}/{len(changes)} ({seen[-1] if seen else '?'})"
         assert status == -9 and len(seen) == n, when
-        if condaenv.torch_incomplete(rig.site):
+        if session_env.torch_incomplete(rig.site):
             half += 1
             # doctor names it, and its hint is the session that finishes it
             (line,) = doctor.half_installed(rig.prefix)
@@ -194,7 +194,7 @@ def kill_inside_pip(rig: Rig, work: Path) -> None:
     lib = f"{rig.site / 'torch' / 'lib'}/"
     inside_pip = next(n for n, line in enumerate(changes, 1) if lib in line)
     status, _ = rig.run(work, "install", kill_at=inside_pip + 1)
-    assert status == -9 and condaenv.torch_incomplete(rig.site) is not None
+    assert status == -9 and session_env.torch_incomplete(rig.site) is not None
 
 
 @pytest.mark.slow
@@ -239,7 +239,7 @@ def test_a_hand_reinstall_after_a_killed_swap_is_kept(rig: Rig) -> None:
     ai.finish_interrupted(rig.prefix, runner)
     assert runner.executed == [] and rig.torch_files() == by_hand
     assert (
-        not condaenv.pip_pending_path(rig.prefix).exists()
+        not session_env.pip_pending_path(rig.prefix).exists()
         and doctor.half_installed(rig.prefix) == []
     )
     rig.run(work, "install")  # the next swap repacks the torch pip installed
@@ -267,7 +267,7 @@ def test_a_killed_swap_whose_wheel_is_gone_is_one_line_and_blocks_nothing_else(r
     ai.finish_interrupted(rig.prefix, Runner())
     assert (
         doctor.half_installed(rig.prefix) == []
-        and not condaenv.pip_pending_path(rig.prefix).exists()
+        and not session_env.pip_pending_path(rig.prefix).exists()
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from wheel.wheelfile import WheelFile
 
-from rocmfa.env import archs, condaenv
+from rocmfa.env import archs, session_env
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -126,15 +126,15 @@ def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None
 
 def installed_fingerprint(lib: Path) -> str | None:
     """The sha256 of the RECORD of lib's torch (pip rewrites it on every install)."""
-    record = condaenv.torch_record(lib.parent.parent)
+    record = session_env.torch_record(lib.parent.parent)
     return stamps.file_sha256(record) if record is not None and record.is_file() else None
 
 
 def read_marker(torch: Path) -> dict[str, Any] | None:
     """Our marker, when torch's RECORD lists it (one a killed pip run left is not trusted)."""
-    record = condaenv.torch_record(torch.parent)
+    record = session_env.torch_record(torch.parent)
     rel = f"{torch.name}/lib/{MARKER}"
-    rows = condaenv.record_rows(record) if record is not None and record.is_file() else []
+    rows = session_env.record_rows(record) if record is not None and record.is_file() else []
     return stamps.read(torch / "lib" / MARKER) if any(row[0] == rel for row in rows) else None
 
 
@@ -162,9 +162,9 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
             raise UserError(gone + REINSTALL)
         return wheel
     site = torch.parent
-    if why := condaenv.torch_incomplete(site):
+    if why := session_env.torch_incomplete(site):
         raise UserError(f"the env's torch is incomplete ({why}); {REINSTALL}")
-    record = condaenv.torch_record(site)
+    record = session_env.torch_record(site)
     assert record is not None  # torch_incomplete() said so
     out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
     if wheel_in(out) is None:
@@ -178,7 +178,7 @@ def keep_original(site: Path, record: Path, out: Path) -> None:
     info = record.parent
     tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
     name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
-    rows = sorted(condaenv.record_rows(record), key=lambda row: ".dist-info/" in row[0])
+    rows = sorted(session_env.record_rows(record), key=lambda row: ".dist-info/" in row[0])
     with into_folder(out, name) as dest, WheelFile(dest, "w") as whl:  # it writes the RECORD
         for rel, digest, _size in rows:
             parts = Path(rel).parts  # what pip makes at install is not the wheel's
@@ -237,15 +237,15 @@ def pip_install(prefix: Path, wheel: Path, runner: Runner) -> None:
     runner.apply(write_pending, prefix, wheel)
     pip = [prefix / "bin" / "python", "-m", "pip", "install", "--no-deps", "--force-reinstall"]
     runner.run([*pip, wheel])
-    runner.apply(condaenv.pip_pending_path(prefix).unlink)
+    runner.apply(session_env.pip_pending_path(prefix).unlink)
 
 
 def write_pending(prefix: Path, wheel: Path) -> None:
     site = site_packages(prefix)
-    pending = condaenv.pip_pending_path(prefix)
+    pending = session_env.pip_pending_path(prefix)
     replaced = pending.with_name("pip-replaced")
-    record = condaenv.torch_record(site)
-    if record is not None and condaenv.torch_incomplete(site) is None:
+    record = session_env.torch_record(site)
+    if record is not None and session_env.torch_incomplete(site) is None:
         shutil.rmtree(replaced, ignore_errors=True)
         shutil.copytree(record.parent, replaced / record.parent.name)
     text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
@@ -254,19 +254,19 @@ def write_pending(prefix: Path, wheel: Path) -> None:
 
 def finish_interrupted(prefix: Path, runner: Runner) -> None:
     """Finish a killed pip install of a torch wheel; a whole torch is kept as it is."""
-    path = condaenv.pip_pending_path(prefix)
-    pending = condaenv.pip_pending(prefix)
+    path = session_env.pip_pending_path(prefix)
+    pending = session_env.pip_pending(prefix)
     if pending is None:
         return
     site = site_packages(prefix)
-    if (why := condaenv.torch_incomplete(site)) is None:
+    if (why := session_env.torch_incomplete(site)) is None:
         return runner.apply(path.unlink, missing_ok=True)
     wheel = Path(str(pending.get("wheel")))
     if not wheel.is_file():
         why = f"the env's torch is incomplete ({why}) and {wheel}, whose install was killed"
         raise UserError(f"{why}, is gone; {REINSTALL}")
     runner.say(f"the env's torch is incomplete ({why}): finishing the killed install of {wheel}")
-    record = condaenv.torch_record(site)
+    record = session_env.torch_record(site)
     if record is None or not record.is_file():
         # pip was killed after moving the old torch's dist-info away: put it back, so that
         # pip removes what the old RECORD lists before it installs the wheel again

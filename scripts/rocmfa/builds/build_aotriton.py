@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rocmfa.builds import aotriton_install as ai
 from rocmfa.builds import compile_cache, kernel_build
 from rocmfa.builds.compile_cache import CachePlan
-from rocmfa.env import archs, condaenv, session_env
+from rocmfa.env import archs, session_env
 from rocmfa.plumbing import paths, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs
 from rocmfa.plumbing.datafiles import load_toml
@@ -49,7 +49,7 @@ def toolchain(prefix: Path, site: Path) -> dict[str, Any]:
     """The env (its lock covers cmake, ninja, compilers), its ROCm and the tools it would use."""
     env_path = os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")])
     tools = {t: shutil.which(t, path=env_path) for t in ("cmake", "ninja", "ccache")}
-    identity = condaenv.env_identity(prefix)
+    identity = session_env.env_identity(prefix)
     return {"env_identity": identity, "rocm": rocm_version(site), "tools": tools}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.env import condaenv, rocm_sdk, session_env
+from rocmfa.env import rocm_sdk, session_env
 from rocmfa.plumbing import paths, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
@@ -101,7 +101,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     checkout = paths.src_dir(work, CK)
     build = paths.build_dir(work, CK)
     subdir = str(pin.data.get("subdir") or "")
-    env = condaenv.env_identity(prefix)
+    env = session_env.env_identity(prefix)
     inputs = {
         "pin": [pin.url, pin.commit, subdir],
         "arch": arch.name,

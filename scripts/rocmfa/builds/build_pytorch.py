@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from rocmfa.builds import compile_cache
 from rocmfa.builds.build_aotriton import check_pairing
-from rocmfa.env import condaenv, rocm_sdk
+from rocmfa.env import rocm_sdk, session_env
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import paths, pin_files, stamps
@@ -242,7 +242,7 @@ def make_context(opts: BuildPytorchOptions) -> Context:
     aotriton, aotriton_digest, flash = aotriton_for_torch(arch, work, runner, opts.aotriton_prefix)
     jobs, why = choose_jobs(opts.jobs, TORCH_GIB_PER_JOB)
     runner.say(f"compile: MAX_JOBS={jobs}: {why}")
-    env_identity = condaenv.env_identity(session.prefix) if session.ready else ""
+    env_identity = session_env.env_identity(session.prefix) if session.ready else ""
     cache = compile_cache.plan_cache(  # --cache not given: a plan that does nothing
         opts.cache,
         work=work,

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rocmfa.env import archs, condaenv, lockfile, rocm_sdk
-from rocmfa.env.condaenv import find_manager
+from rocmfa.env import archs, lockfile, rocm_sdk, session_env
+from rocmfa.env.session_env import find_manager
 from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
@@ -103,12 +103,12 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else None
     rows.append(("manager", found or "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))
     try:
-        location = condaenv.resolve_prefix(prefix, env_name, manager)
+        location = session_env.resolve_prefix(prefix, env_name, manager)
     except UserError as e:
         rows.append(("env", str(e)))
         return {}
     env = location.prefix
-    stamp = stamps.read(env / condaenv.ENV_STAMP) or {}
+    stamp = stamps.read(env / session_env.ENV_STAMP) or {}
     state = "set up" if stamp else "exists, not set up" if env.exists() else "absent"
     rocm = stamp.get("rocm")
     rows.append(("env", f"{env} ({location.how}): {state}"))
@@ -118,7 +118,7 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
         try:
             probe = subprocess.run(
                 [str(python), "-c", ENV_PROBE],
-                env=condaenv.activated_environ(env),
+                env=session_env.activated_environ(env),
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -184,9 +184,9 @@ def _next_step(report: dict[str, Any]) -> str:
 def half_installed(prefix: Path | None) -> list[str]:
     """One line when torch's RECORD (pip's list of its files) shows a pip run killed midway."""
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
-    pending = condaenv.pip_pending(site.parents[2]) if site else None
+    pending = session_env.pip_pending(site.parents[2]) if site else None
     torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
-    if not (site and (torch_there or pending)) or not (why := condaenv.torch_incomplete(site)):
+    if not (site and (torch_there or pending)) or not (why := session_env.torch_incomplete(site)):
         return []
     # build_aotriton finishes its own swap first thing; a killed install_wheels reinstalls
     rerun = "nox -s build_aotriton" if pending else "nox -s install_wheels"

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.env import activation, archs, condaenv, lockfile, rocm_sdk, session_env
-from rocmfa.env.condaenv import find_manager
+from rocmfa.env import activation, archs, lockfile, rocm_sdk, session_env
+from rocmfa.env.session_env import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -55,7 +55,7 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
         raise UserError(
             f"env prefix {prefix} is not empty and not a conda env; choose another --prefix"
         )
-    if conda_env and not (prefix / condaenv.ENV_STAMP).is_file() and not force:
+    if conda_env and not (prefix / session_env.ENV_STAMP).is_file() and not force:
         raise UserError(
             f"conda env {prefix} exists but was not created by setup_env; installing the "
             "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
@@ -97,7 +97,11 @@ def provision(
     scripts = " and ".join(map(str, activation.script_paths(prefix)))
     runner.apply(activation.write_scripts, prefix, result["set"], say=f"write {scripts}")
     runner.apply(
-        stamps.write, prefix / condaenv.ENV_STAMP, stamp_inputs, rocm=rocm_paths, variables=result
+        stamps.write,
+        prefix / session_env.ENV_STAMP,
+        stamp_inputs,
+        rocm=rocm_paths,
+        variables=result,
     )
     return result
 
@@ -128,8 +132,8 @@ def update_conda_packages(
 
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        prefix = condaenv.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
-        if not (stamp := stamps.read(prefix / condaenv.ENV_STAMP)):
+        prefix = session_env.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
+        if not (stamp := stamps.read(prefix / session_env.ENV_STAMP)):
             raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
         print(f"env {prefix}\n{activation.show(stamp['variables'])}")
         return
@@ -152,7 +156,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         lockfile.write_lock(runner, list(opts.channel))
     lock_sha = lockfile.require_fresh() if lock.is_file() else "(solved above)"  # a planned solve
     inputs = request.inputs(lock_sha, aotriton_version(prefix))
-    stamp_file = prefix / condaenv.ENV_STAMP
+    stamp_file = prefix / session_env.ENV_STAMP
     if not opts.force and stamps.is_current(stamp_file, inputs):
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
@@ -160,7 +164,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
-    in_env = runner.apply(condaenv.activated_environ, prefix, say=said + " + its activate.d")
+    in_env = runner.apply(session_env.activated_environ, prefix, say=said + " + its activate.d")
     runner.base_env = in_env or runner.base_env
     result = provision(prefix, request, runner, stamp_inputs=inputs)
     runner.say(activation.show(result))
