@@ -13,7 +13,7 @@ from rocmfa.builds import build_aotriton as ba
 from rocmfa.env import archs
 from rocmfa.plumbing import paths
 from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT
-from rocmfa.sources import patches
+from rocmfa.sources import checkouts
 from tests.support import aotriton_standins as st
 
 COMMIT = "6e00ef3e335b45dfb49065259533b59c68995bfe"
@@ -66,11 +66,11 @@ def test_gfx908_takes_the_source_build_with_its_patch_set_and_measured_cost() ->
 
 
 def test_the_gfx908_set_is_for_gfx908_only() -> None:
-    for_1151 = patches.patch_set_for("aotriton", COMMIT, arch="gfx1151")
+    for_1151 = checkouts.patch_set_for("aotriton", COMMIT, arch="gfx1151")
     assert for_1151 is not None and for_1151.patches == ()
     assert tuple(p.name for p in for_1151.other_arches) == GFX908_SET
     assert tuple(
-        p.name for p in patches.patch_set_for("aotriton", COMMIT, arch="gfx908").patches
+        p.name for p in checkouts.patch_set_for("aotriton", COMMIT, arch="gfx908").patches
     ) == (GFX908_SET)
 
 

@@ -11,7 +11,7 @@ import pytest
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, update_pins
+from rocmfa.sources import checkouts, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -161,7 +161,7 @@ def test_patched_tree_missing_a_submodule_gets_it_and_keeps_the_patches(
     st.make_patch_set(root, "aotriton", commit, repo, [{"fix.txt": "patched\n"}])
     dest = tmp_path / "co"
     ensure_checkout(pin_for(repo, commit), dest, runner(), submodules=SUBS)
-    patches.apply_patch_set("aotriton", commit, dest, runner())
+    checkouts.apply_patch_set("aotriton", commit, dest, runner())
     patched = st.git(dest, "rev-parse", "HEAD")
     st.git(dest, "submodule", "deinit", "-q", "-f", "--", st.UPSTREAM_SUBMODULE)
     again = runner()

@@ -51,13 +51,13 @@ def test_table_rows_match_upstream_facts() -> None:
 def test_patched_arches_have_a_patch_set_that_adds_them() -> None:
     """arches.toml aotriton_patched names a release: patches/aotriton/<its commit>/ exists and
     adds the arch to the tables the generator and the runtime read."""
-    from rocmfa.sources import patches
+    from rocmfa.sources import checkouts
 
     commits = {r["version"]: r["commit"] for r in archs.load_matrix()["releases"]}
     patched = [(a, r) for a in archs.load_arches().values() for r, _pack in a.aotriton_patched]
     assert ("gfx908", "0.13b") in [(a.name, r) for a, r in patched]
     for arch, release in patched:
-        found = patches.patch_set_for("aotriton", commits[release])
+        found = checkouts.patch_set_for("aotriton", commits[release])
         assert found is not None, (arch.name, release)
         text = "".join(p.path.read_text() for p in found.patches)
         for table in ("python/gpu_targets.py", "v3src/util.cc", "include/aotriton/util.h"):

@@ -18,7 +18,7 @@ import pytest
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.builds import kernel_build
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources.patches import patch_set_digest
+from rocmfa.sources.checkouts import patch_set_digest
 from tests.support import aotriton_generator_standin as gen
 from tests.support.aotriton_env import build_opts, provision_env
 from tests.support.shared_cache import REDIS, free_port, redis_server

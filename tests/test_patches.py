@@ -12,7 +12,7 @@ import pytest
 from rocmfa.plumbing import options
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, update_pins
+from rocmfa.sources import checkouts, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_standins as st
@@ -51,21 +51,23 @@ def test_apply_is_idempotent_and_reproducible(up: Up, tmp_path: Path) -> None:
         up.root, "proj", up.base, up.repo, [{"a.txt": "one\nTWO\nthree\n"}, {"c.txt": "new\n"}]
     )
     first = checkout(up, tmp_path / "one")
-    shas = patches.apply_patch_set("proj", up.base, first, quiet())
+    shas = checkouts.apply_patch_set("proj", up.base, first, quiet())
     assert len(shas) == 2
     head = st.git(first, "rev-parse", "HEAD")
     assert (first / "c.txt").read_text() == "new\n"
     again = quiet()
-    assert patches.apply_patch_set("proj", up.base, first, again) == shas
+    assert checkouts.apply_patch_set("proj", up.base, first, again) == shas
     assert "already applied" in again.out.getvalue()
     assert st.git(first, "rev-parse", "HEAD") == head
     # a later ensure_checkout accepts the patched state as clean
     ensure_checkout(up.pin(), first, quiet())
     assert st.git(first, "rev-parse", "HEAD") == head
     second = checkout(up, tmp_path / "two")
-    patches.apply_patch_set("proj", up.base, second, quiet())
+    checkouts.apply_patch_set("proj", up.base, second, quiet())
     assert st.git(second, "rev-parse", "HEAD") == head  # same pin + patches = same HEAD
-    assert patches.patch_set_digest("proj", up.base) != patches.patch_set_digest("proj", "0" * 40)
+    assert checkouts.patch_set_digest("proj", up.base) != checkouts.patch_set_digest(
+        "proj", "0" * 40
+    )
 
 
 def test_failing_patch_leaves_pristine_checkout(up: Up, tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ def test_failing_patch_leaves_pristine_checkout(up: Up, tmp_path: Path) -> None:
     moved = up.root / "proj" / diverged
     shutil.move(set_dir, moved)
     with pytest.raises(UserError) as error:
-        patches.apply_patch_set("proj", diverged, dest, quiet())
+        checkouts.apply_patch_set("proj", diverged, dest, quiet())
     message = str(error.value)
     assert "\n" not in message
     assert "0002-" in message and "b.txt" in message and diverged[:12] in message
@@ -93,7 +95,7 @@ def test_failing_patch_leaves_pristine_checkout(up: Up, tmp_path: Path) -> None:
 def test_failing_new_set_goes_back_to_the_previous_patched_state(up: Up, tmp_path: Path) -> None:
     set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
     dest = checkout(up, tmp_path / "co")
-    patches.apply_patch_set("proj", up.base, dest, quiet())
+    checkouts.apply_patch_set("proj", up.base, dest, quiet())
     patched = st.git(dest, "rev-parse", "HEAD")
     # the set changes: its patch now conflicts with the pin
     shutil.rmtree(set_dir)
@@ -102,7 +104,7 @@ def test_failing_new_set_goes_back_to_the_previous_patched_state(up: Up, tmp_pat
     patch.write_bytes(patch.read_bytes().replace(b"-beta", b"-gamma"))
     st.write_manifest(set_dir)
     with pytest.raises(UserError) as error:
-        patches.apply_patch_set("proj", up.base, dest, quiet())
+        checkouts.apply_patch_set("proj", up.base, dest, quiet())
     assert f"checkout back at its previous patched state {patched[:12]}" in str(error.value)
     assert st.git(dest, "rev-parse", "HEAD") == patched  # not the pristine pin
     assert (dest / "c.txt").read_text() == "new\n"
@@ -112,10 +114,10 @@ def test_failing_new_set_goes_back_to_the_previous_patched_state(up: Up, tmp_pat
 def test_edit_after_patching_is_kept_and_reported_on_reapply(up: Up, tmp_path: Path) -> None:
     st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
     dest = checkout(up, tmp_path / "co")
-    patches.apply_patch_set("proj", up.base, dest, quiet())
+    checkouts.apply_patch_set("proj", up.base, dest, quiet())
     (dest / "a.txt").write_text("my edit\n")
     said = quiet()
-    patches.apply_patch_set("proj", up.base, dest, said)
+    checkouts.apply_patch_set("proj", up.base, dest, said)
     text = said.out.getvalue()
     assert "already applied" in text
     assert "WARNING:" in text and "1 edit(s) made after the patches were applied" in text
@@ -129,7 +131,7 @@ def test_tampered_patch_refused_before_anything_is_applied(up: Up, tmp_path: Pat
     patch.write_bytes(patch.read_bytes().replace(b"+new", b"+evil"))
     dest = checkout(up, tmp_path / "co")
     with pytest.raises(UserError, match=rf"{patch.name}: sha256 mismatch") as error:
-        patches.apply_patch_set("proj", up.base, dest, quiet())
+        checkouts.apply_patch_set("proj", up.base, dest, quiet())
     assert "\n" not in str(error.value)
     assert st.git(dest, "rev-parse", "HEAD") == up.base and not (dest / "c.txt").exists()
 
@@ -140,7 +142,7 @@ def test_patch_already_contained_upstream_is_skipped(up: Up, tmp_path: Path) -> 
     shutil.copytree(set_dir, up.root / "proj" / newer)
     dest = checkout(up, tmp_path / "co", newer)
     said = quiet()
-    patches.apply_patch_set("proj", newer, dest, said)
+    checkouts.apply_patch_set("proj", newer, dest, said)
     assert "already contained at this commit; skipped" in said.out.getvalue()
     assert st.git(dest, "rev-parse", "HEAD") == newer
 
@@ -153,7 +155,7 @@ def test_pin_bump_without_a_patch_set_is_refused(up: Up, tmp_path: Path) -> None
     newer = st.commit_files(up.repo, {"d.txt": "2\n"}, "three")
     dest = checkout(up, tmp_path / "co", newer)
     with pytest.raises(UserError) as e:
-        patches.apply_patch_set("proj", newer, dest, quiet())
+        checkouts.apply_patch_set("proj", newer, dest, quiet())
     text = str(e.value)
     assert "\n" not in text and text.endswith("refusing to build it unpatched")
     assert f"no patch set for the pinned commit {newer[:12]}" in text
@@ -162,19 +164,19 @@ def test_pin_bump_without_a_patch_set_is_refused(up: Up, tmp_path: Path) -> None
     assert st.git(dest, "rev-parse", "HEAD") == newer
 
     dry = quiet(dry_run=True)
-    assert patches.apply_patch_set("proj", newer, dest, dry) == []
+    assert checkouts.apply_patch_set("proj", newer, dest, dry) == []
     assert "[dry-run] note: proj: no patch set" in dry.out.getvalue()
 
     none = up.root / "proj" / newer
     none.mkdir()
     (none / "manifest.toml").write_text('none_needed = "upstream merged the fix (pr/1)"\n')
     said = quiet()
-    assert patches.apply_patch_set("proj", newer, dest, said) == []
+    assert checkouts.apply_patch_set("proj", newer, dest, said) == []
     assert "no patches needed at" in said.out.getvalue() and "merged the fix" in said.out.getvalue()
-    assert patches.patch_set_digest("proj", newer) != patches.patch_set_digest("proj", "0" * 40)
+    assert checkouts.patch_set_digest("proj", newer) != checkouts.patch_set_digest("proj", "0" * 40)
     (none / "manifest.toml").write_text("")
     with pytest.raises(UserError, match=r"lists no patches; say why none are needed"):
-        patches.patch_set_for("proj", newer)
+        checkouts.patch_set_for("proj", newer)
 
 
 def test_a_set_of_another_line_does_not_block(up: Up, tmp_path: Path) -> None:
@@ -186,9 +188,9 @@ def test_a_set_of_another_line_does_not_block(up: Up, tmp_path: Path) -> None:
     dest = checkout(up, tmp_path / "co", other)
     st.git(dest, "fetch", "-q", "origin", up.base)
     said = quiet()
-    assert patches.apply_patch_set("proj", other, dest, said) == []
+    assert checkouts.apply_patch_set("proj", other, dest, said) == []
     assert "no patches for" in said.out.getvalue()
-    assert patches.missing_set_problem("proj", other, None, quiet())
+    assert checkouts.missing_set_problem("proj", other, None, quiet())
 
 
 @pytest.mark.parametrize(
@@ -205,7 +207,7 @@ def test_manifest_errors_are_one_line(up: Up, mutate, message) -> None:
     set_dir = st.make_patch_set(up.root, "proj", up.base, up.repo, [{"c.txt": "new\n"}])
     mutate(set_dir)
     with pytest.raises(UserError, match=message):
-        patches.patch_set_for("proj", up.base)
+        checkouts.patch_set_for("proj", up.base)
 
 
 def test_update_pins_resolves_rewrites_and_ports(
@@ -232,7 +234,7 @@ def test_update_pins_resolves_rewrites_and_ports(
     assert "submodules = []" in text  # read from the new commit's tree (it has none)
     assert "pin set: torch bbbbbbbbbbbb names AOTriton 0.13b" in out
     assert f"patch set {up.base[:12]} still applies at {newer[:12]}" in out
-    ported = patches.patch_set_for("aotriton", newer)
+    ported = checkouts.patch_set_for("aotriton", newer)
     assert ported is not None and len(ported.patches) == 1
     # the checkout the check used is untouched
     assert st.git(work / "src" / "aotriton", "rev-parse", "HEAD") == up.base
@@ -253,7 +255,7 @@ def test_update_pins_reports_a_set_that_no_longer_applies(
     update_pins.update_pins(options.parse("update_pins", argv))
     out = capsys.readouterr().out
     assert f"does NOT apply at {newer[:12]}: 0001-stand-in-fix-1.patch conflicts in b.txt" in out
-    assert patches.patch_set_for("aotriton", newer) is None
+    assert checkouts.patch_set_for("aotriton", newer) is None
 
 
 def test_update_pins_unreachable_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,16 +284,18 @@ def test_patches_for_other_arches_are_left_out(up: Up, tmp_path: Path) -> None:
         arches=[None, ["gfx908"]],
     )
     dest = checkout(up, tmp_path / "co")
-    general = patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx1151")
+    general = checkouts.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx1151")
     assert len(general) == 1 and (dest / "b.txt").read_text() == "alpha\nbeta\n"
-    both = patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx908")
+    both = checkouts.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx908")
     assert len(both) == 2 and (dest / "b.txt").read_text() == "alpha\nBETA\n"
-    assert patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx1151") == general
+    assert checkouts.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx1151") == general
     assert (dest / "b.txt").read_text() == "alpha\nbeta\n"
     assert (dest / "a.txt").read_text() == "one\nTWO\nthree\n"
-    digests = {a: patches.patch_set_digest("proj", up.base, arch=a) for a in ("gfx1151", "gfx908")}
+    digests = {
+        a: checkouts.patch_set_digest("proj", up.base, arch=a) for a in ("gfx1151", "gfx908")
+    }
     assert digests["gfx1151"] != digests["gfx908"]
-    assert patches.patch_set_for("proj", up.base).patches[1].arches == ("gfx908",)
+    assert checkouts.patch_set_for("proj", up.base).patches[1].arches == ("gfx908",)
 
 
 def test_a_set_only_for_another_arch_leaves_the_pin_as_it_is(up: Up, tmp_path: Path) -> None:
@@ -299,17 +303,17 @@ def test_a_set_only_for_another_arch_leaves_the_pin_as_it_is(up: Up, tmp_path: P
         up.root, "proj", up.base, up.repo, [{"a.txt": "x\n"}], arches=[["gfx908"]]
     )  # fmt: skip
     dest = checkout(up, tmp_path / "co")
-    patches.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx908")
+    checkouts.apply_patch_set("proj", up.base, dest, quiet(), arch="gfx908")
     said = quiet()
-    assert patches.apply_patch_set("proj", up.base, dest, said, arch="gfx1151") == []
+    assert checkouts.apply_patch_set("proj", up.base, dest, said, arch="gfx1151") == []
     assert "has no patch for gfx1151 (its 1 patch(es) are for gfx908); built as pinned" in (
         said.out.getvalue()
     )
     assert st.git(dest, "rev-parse", "HEAD") == up.base
-    gfx1151 = patches.patch_set_digest("proj", up.base, arch="gfx1151")
-    assert gfx1151 != patches.patch_set_digest("proj", up.base, arch="gfx908")
+    gfx1151 = checkouts.patch_set_digest("proj", up.base, arch="gfx1151")
+    assert gfx1151 != checkouts.patch_set_digest("proj", up.base, arch="gfx908")
     shutil.rmtree(up.root / "proj")  # the gfx1151 tree is the pin's own: same digest as no set
-    assert patches.patch_set_digest("proj", up.base, arch="gfx1151") == gfx1151
+    assert checkouts.patch_set_digest("proj", up.base, arch="gfx1151") == gfx1151
 
 
 def test_arches_must_name_gfx_targets(up: Up) -> None:
@@ -318,5 +322,5 @@ def test_arches_must_name_gfx_targets(up: Up) -> None:
     for bad in ("arches = []", 'arches = ["mi100"]', 'arches = "gfx908"'):
         manifest.write_text(manifest.read_text().split("arches")[0].rstrip() + f"\n{bad}\n")
         with pytest.raises(UserError, match=r"manifest\.toml: patch 1: 'arches'") as error:
-            patches.patch_set_for("proj", up.base)
+            checkouts.patch_set_for("proj", up.base)
         assert "\n" not in str(error.value)

@@ -32,7 +32,7 @@ import pytest
 
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
-from rocmfa.sources import patches
+from rocmfa.sources import checkouts
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support.real_trees import borrow_snapshot
@@ -110,11 +110,11 @@ def test_gfx908_patch_set_generator_and_kernels_on_the_real_tree(tmp_path: Path)
 
     unpatched = run_tool(tree, pkg, "-m", "aotriton.gpu_targets", "--target_arch", ARCH)
     assert GPU not in unpatched.stdout  # 0.13b itself has no gfx908
-    applied = patches.apply_patch_set("aotriton", commit, tree, runner)
-    assert len(applied) == len(patches.patch_set_for("aotriton", commit).patches) >= 1
+    applied = checkouts.apply_patch_set("aotriton", commit, tree, runner)
+    assert len(applied) == len(checkouts.patch_set_for("aotriton", commit).patches) >= 1
     gpus = run_tool(tree, pkg, "-m", "aotriton.gpu_targets", "--target_arch", ARCH)
     assert gpus.stdout.split() == [GPU], gpus.stderr[-2000:]
-    report["patches"] = [p.name for p in patches.patch_set_for("aotriton", commit).patches]
+    report["patches"] = [p.name for p in checkouts.patch_set_for("aotriton", commit).patches]
 
     build = tmp_path / "build"
     base = tree / "modules" / "database"

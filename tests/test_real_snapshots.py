@@ -31,7 +31,7 @@ from rocmfa.builds import build_aotriton as ba
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import patches, update_pins
+from rocmfa.sources import checkouts, update_pins
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_port_standin as port
@@ -198,7 +198,7 @@ def test_real_aotriton_patch_engine_all_or_nothing(
     st.make_patch_set(
         root, "aotriton", table["commit"], dest, [{"README.md": readme + "\nrocmfa test\n"}]
     )
-    patches.apply_patch_set("aotriton", table["commit"], dest, quiet())
+    checkouts.apply_patch_set("aotriton", table["commit"], dest, quiet())
     patched = st.git(dest, "rev-parse", "HEAD")
     assert patched != table["commit"] and (dest / "README.md").read_text().endswith("rocmfa test\n")
     # a second patch that conflicts: the tree goes back to the patched state it was in
@@ -209,7 +209,7 @@ def test_real_aotriton_patch_engine_all_or_nothing(
     (set_dir / "0002-conflict.patch").write_text(text)
     st.write_manifest(set_dir)
     with pytest.raises(UserError, match=r"0002-conflict\.patch does not apply"):
-        patches.apply_patch_set("aotriton", table["commit"], dest, quiet())
+        checkouts.apply_patch_set("aotriton", table["commit"], dest, quiet())
     assert st.git(dest, "rev-parse", "HEAD") == patched
     assert st.git(dest, "status", "--porcelain", "--untracked-files=no") == ""
 

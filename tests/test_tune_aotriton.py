@@ -32,7 +32,7 @@ from rocmfa.builds import tune_aotriton as ta
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import TuneAotritonOptions, parse
-from rocmfa.sources import patches, tuning_db
+from rocmfa.sources import checkouts
 from tests.support import aotriton_standins as st
 from tests.support.real_trees import borrow_snapshot
 
@@ -68,12 +68,12 @@ def tuning_options(*argv: str) -> TuneAotritonOptions:
     ],
 )
 def test_tuning_set_only_in_tuning_builds(arch: str, tuning: bool, expected: list[str]) -> None:
-    found = patches.patch_set_for("aotriton", PIN, arch=arch, tuning=tuning)
+    found = checkouts.patch_set_for("aotriton", PIN, arch=arch, tuning=tuning)
     assert [p.name[:4] for p in found.patches] == expected
     assert all("github.com/ROCm/aotriton/commit/" in p.upstream for p in found.patches[-3:]) or (
         not tuning
     )
-    digests = {patches.patch_set_digest("aotriton", PIN, arch=arch, tuning=t) for t in (0, 1)}
+    digests = {checkouts.patch_set_digest("aotriton", PIN, arch=arch, tuning=t) for t in (0, 1)}
     assert len(digests) == 2  # a tuning build never reuses a plain build's stamp
 
 
@@ -93,7 +93,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not AOTRITON_GIT:
         pytest.skip("set ROCMFA_AOTRITON_REAL_GIT to a ROCm/aotriton git snapshot")
     src = export_pin(tmp_path_factory.mktemp("tuner") / "aotriton")
-    for patch in patches.patch_set_for("aotriton", PIN, arch="gfx908", tuning=True).patches:
+    for patch in checkouts.patch_set_for("aotriton", PIN, arch="gfx908", tuning=True).patches:
         subprocess.run(["git", "apply", "--check", str(patch.path)], cwd=src, check=True)
         subprocess.run(["git", "apply", str(patch.path)], cwd=src, check=True)
     return src
@@ -151,7 +151,7 @@ def upstream_database(src: Path, scratch: Path) -> None:
 
 @needs_tree
 def test_tuning_set_applies_to_the_pin_and_names_real_commits(tree: Path) -> None:
-    for patch in patches.patch_set_for("aotriton", PIN, arch="gfx90a", tuning=True).patches:
+    for patch in checkouts.patch_set_for("aotriton", PIN, arch="gfx90a", tuning=True).patches:
         commit = patch.upstream.rsplit("/", 1)[1]
         git = ["git", "--git-dir", AOTRITON_GIT, "cat-file", "-e", f"{commit}^{{commit}}"]
         assert subprocess.run(git).returncode == 0, patch.upstream
@@ -321,12 +321,12 @@ def test_real_queue_resumes_and_bakes_synthetic_results_into_shards_the_rebuild_
     stored = ta.store(Runner(out=io.StringIO()), wd, PIN, "gfx908", tuning_options(*SMALL))
     assert stored.directory == reachable / "tuning/aotriton" / PIN / "gfx908"
     assert list(stored.files) == ["amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"]
-    assert shards.is_dir() and tuning_db.find(PIN, "gfx908") == stored
+    assert shards.is_dir() and checkouts.find_tuning(PIN, "gfx908") == stored
     assert rebuild_reads(tree, stored, reachable) == [(64, 32, 24)]  # ours, over upstream's
     shard = stored.directory / "amd/gfx908/flash/attn_fwd.sqlite3.tar.xz"
     shard.write_bytes(shard.read_bytes() + b"\0")
     with pytest.raises(UserError, match="sha256"):
-        tuning_db.find(PIN, "gfx908")
+        checkouts.find_tuning(PIN, "gfx908")
 
 
 def standin_rebuild(tree: Path, root: Path, build: Path) -> Path:
@@ -344,10 +344,12 @@ def standin_rebuild(tree: Path, root: Path, build: Path) -> Path:
     return central
 
 
-def rebuild_reads(tree: Path, stored: tuning_db.TuningDb, scratch: Path) -> list[tuple]:
-    """The rebuild's database root (tuning_db.build_inputs) through the stand-in rebuild:
+def rebuild_reads(tree: Path, stored: checkouts.TuningDb, scratch: Path) -> list[tuple]:
+    """The rebuild's database root (checkouts.tuning_cmake_args) through the stand-in rebuild:
     gfx908's (BLOCK_M, BLOCK_N, rows) in the central database, gfx90a's still there."""
-    args = tuning_db.build_inputs(stored, tree, scratch / "root", runner=Runner(out=io.StringIO()))
+    args = checkouts.tuning_cmake_args(
+        stored, tree, scratch / "root", runner=Runner(out=io.StringIO())
+    )
     assert args == [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch / 'root'}"]
     central = standin_rebuild(tree, scratch / "root", scratch / "build")
     with sqlite3.connect(central) as conn:

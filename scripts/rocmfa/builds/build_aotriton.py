@@ -20,9 +20,14 @@ from rocmfa.plumbing import paths, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
-from rocmfa.sources import pins, tuning_db, update_pins
-from rocmfa.sources.checkouts import ensure_checkout, git
-from rocmfa.sources.patches import apply_patch_set, patch_set_digest, patch_set_for
+from rocmfa.sources import checkouts, pins, update_pins
+from rocmfa.sources.checkouts import (
+    apply_patch_set,
+    ensure_checkout,
+    git,
+    patch_set_digest,
+    patch_set_for,
+)
 
 if TYPE_CHECKING:
     from rocmfa.plumbing.options import BuildAotritonOptions
@@ -121,7 +126,7 @@ def choose_path(
     release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
     release_cost += f"{pack} image pack (sizes as the server reports them when each starts); "
     release_cost += "no kernel compiles"
-    tuned = tuning_db.find(pin.commit, arch.name)
+    tuned = checkouts.find_tuning(pin.commit, arch.name)
     if asked == "--from-release":
         return AotritonPath(pack, False, "--from-release", release_cost)
     if asked:
@@ -230,7 +235,7 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
             "hostarch": platform.machine(),
         }
         return inputs
-    tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+    tuned = checkouts.find_tuning(ctx.pin.commit, ctx.arch.name)
     tuning = ctx.tuning or bool(tuned)
     opts = ctx.opts
     digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
@@ -325,7 +330,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
         )
         how = f"prebuilt release {ctx.version}"
     else:
-        tuned = tuning_db.find(ctx.pin.commit, ctx.arch.name)
+        tuned = checkouts.find_tuning(ctx.pin.commit, ctx.arch.name)
         new = build_from_source(ctx, tuning=tuned)
         how = f"built from {ctx.pin.url} at {ctx.pin.commit[:12]}"
         how += f" with the tuning database {tuned.directory.name}" if tuned else ""
@@ -338,7 +343,7 @@ def check_out(ctx: Context) -> Path:
     fork = ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
     ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
-    tuned = ctx.tuning or tuning_db.find(ctx.pin.commit, ctx.arch.name) is not None
+    tuned = ctx.tuning or checkouts.find_tuning(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, ctx.runner, arch=ctx.arch.name, tuning=tuned)
     return src
 
@@ -426,7 +431,7 @@ def configure_args(
 
 
 def build_from_source(
-    ctx: Context, tuning: tuning_db.TuningDb | None = None, for_tuner: bool = False
+    ctx: Context, tuning: checkouts.TuningDb | None = None, for_tuner: bool = False
 ) -> ai.AotritonInstall | None:
     """The tree, its kernel check (docs/kernel-check.md), then cmake into <build>/install."""
     runner = ctx.runner
@@ -459,7 +464,7 @@ def build_from_source(
     args, sets = configure_args(ctx, src, build, cache)
     if tuning is not None:
         db_build = build.with_name(build.name + "-tuning-db")
-        args += tuning_db.build_inputs(tuning, src, db_build, runner=runner)
+        args += checkouts.tuning_cmake_args(tuning, src, db_build, runner=runner)
     if for_tuner:  # .tune/single/build_arch.sh ~34-43 at 6e00ef3e
         args += ["-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"]
     args += kernels.cmake_args() if kernels is not None else []  # every kernel job: the store

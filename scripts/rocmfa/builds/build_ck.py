@@ -13,7 +13,7 @@ from rocmfa.plumbing import paths, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
-from rocmfa.sources import checkouts, patches, pins
+from rocmfa.sources import checkouts, pins
 
 CK = "composable_kernel"  # its pin, checkout, build dir and patch sets
 CK_GIB_PER_JOB = 3.0  # CK instance translation units; they get OOM-killed with one job per core
@@ -105,7 +105,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     inputs = {
         "pin": [pin.url, pin.commit, subdir],
         "arch": arch.name,
-        "patches": patches.patch_set_digest(CK, pin.commit),
+        "patches": checkouts.patch_set_digest(CK, pin.commit),
         "tests": bool(opts.with_tests),
         "examples": bool(opts.with_examples),
         "compilers": [str(cc), str(cxx)],
@@ -118,7 +118,7 @@ def build_ck(opts: BuildCkOptions) -> None:
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return
     checkouts.ensure_checkout(pin, checkout, runner, force=opts.discard_local_edits)
-    patches.apply_patch_set(CK, pin.commit, checkout, runner)
+    checkouts.apply_patch_set(CK, pin.commit, checkout, runner)
     if checkout.exists() and not (checkout / subdir / "CMakeLists.txt").is_file():
         raise UserError(f"{checkout / subdir} has no CMakeLists.txt (pin subdir {subdir!r})")
     cache_file = build / "CMakeCache.txt"  # --clean or another compiler: start over

@@ -23,7 +23,7 @@ from rocmfa.plumbing import paths, pin_files, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
-from rocmfa.sources import checkouts, patches, pins, update_pins
+from rocmfa.sources import checkouts, pins, update_pins
 
 BUILD_SCRIPT = "build_prod_wheels.py"
 MANIFEST_NAME = "build_pytorch-manifest.json"
@@ -272,12 +272,14 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "checkout":
         pin = ctx.pytorch_pin
         components = ctx.components()
-        sets = {c.key: patches.available_sets(c.key) for c in components}
+        sets = {c.key: checkouts.available_patch_sets(c.key) for c in components}
         return {
             "therock": ctx.therock_pin.commit,
             "pytorch": [pin.url, pin.commit],
             "companions": {c.key: pin.data.get(c.pin_key) for c in components},
-            "patches": {k: {s: patches.patch_set_digest(k, s) for s in v} for k, v in sets.items()},
+            "patches": {
+                k: {s: checkouts.patch_set_digest(k, s) for s in v} for k, v in sets.items()
+            },
             "depth": CHECKOUT_DEPTH,
         }
     dep = AFTER.get(stage)
@@ -387,7 +389,7 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     # Patch sets are keyed by the commit the source is at, whatever form its ref takes: a
     # 40-hex pin is known now; a tag, a branch or TheRock's default is read from HEAD.
     known = hashtag if pin_files.HEX40.fullmatch(hashtag or "") else None
-    patch_set = patches.patch_set_for(key, known) if known else None
+    patch_set = checkouts.patch_set_for(key, known) if known else None
     hipify_later = bool(patch_set or not known) and component.hipify
     ctx.runner.say(f"{key}: {hashtag or 'default'} from {how}")
     argv = [ctx.python, script, "checkout", "--checkout-dir", dest]
@@ -398,7 +400,7 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     argv += [f"--{'no-' if hipify_later else ''}hipify"] if component.hipify else []
     ctx.runner.run(argv, cwd=ctx.scripts_dir)
     commit = known or ctx.runner.apply(read_head, dest)
-    applied = patches.apply_patch_set(key, commit, dest, ctx.runner) if commit else []
+    applied = checkouts.apply_patch_set(key, commit, dest, ctx.runner) if commit else []
     if not commit:
         ctx.runner.done(f"{key}: patches/{key}/<the commit checked out>/ goes in before hipify")
     if hipify_later:

@@ -28,7 +28,7 @@ from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.datafiles import load_toml
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import as_spec
-from rocmfa.sources.patches import patch_set_digest
+from rocmfa.sources.checkouts import patch_set_digest
 
 # Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
 # (it would embed the tree's and Triton's paths; .text is the same without it).

@@ -21,8 +21,7 @@ from rocmfa.plumbing import paths, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs, last_line, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
-from rocmfa.sources.checkouts import ensure_checkout
-from rocmfa.sources.patches import apply_patch_set
+from rocmfa.sources.checkouts import apply_patch_set, ensure_checkout
 
 SUMMARY = "summary.json"
 SUMMARY_SCHEMA = "rocmfa-kernel-check/1"  # publish's manifest and the results page read it

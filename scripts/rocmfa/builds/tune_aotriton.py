@@ -20,7 +20,7 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildAotritonOptions, TuneAotritonOptions
-from rocmfa.sources import tuning_db
+from rocmfa.sources import checkouts
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
@@ -155,7 +155,7 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     commit = ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
-    stored = tuning_db.find(commit, arch)
+    stored = checkouts.find_tuning(commit, arch)
     if stored is not None and not opts.force:
         return runner.say(f"already tuned: {stored.describe()}; nothing run (--force to redo)")
     src = ba.check_out(ctx)
@@ -223,17 +223,17 @@ def tune_and_bake(pg: Postgres, src: Path, wd: Path, arch: str, lib: Path) -> No
 
 def store(
     runner: Runner, wd: Path, commit: str, arch: str, opts: TuneAotritonOptions
-) -> tuning_db.TuningDb:
+) -> checkouts.TuningDb:
     """The shards into pins/tuning/aotriton/<commit>/<arch>/ (sha256 per file)."""
-    target = tuning_db.db_dir(commit, arch)
+    target = checkouts.tuning_dir(commit, arch)
     shards = wd / "installed" / "database"
     meta = {k: getattr(opts, f"tune_{k}") or "all" for k in ("head_dims", "dtypes", "seqlens")}
     found = sorted((shards / "amd" / arch).rglob("*.sqlite3.tar.xz"))
     files = {p.relative_to(shards).as_posix(): p for p in found}  # as under a database root
     how = dict(commit=commit, arch=arch, kind="sharded-sqlite", tuner="tuner-v3.5", meta=meta)
     say = f"store {shards}/amd/{arch}/flash/*.sqlite3.tar.xz in {target} (sha256 per file)"
-    stored = runner.apply(tuning_db.write, target, files, **how, say=say)
-    return stored or tuning_db.TuningDb(target, commit, arch, how["kind"], how["tuner"], {}, meta)
+    stored = runner.apply(checkouts.write_tuning, target, files, **how, say=say)
+    return stored or checkouts.TuningDb(target, commit, arch, how["kind"], how["tuner"], {}, meta)
 
 
 def gate(ctx: ba.Context, new, opts: TuneAotritonOptions) -> None:

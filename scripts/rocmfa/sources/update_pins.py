@@ -12,8 +12,14 @@ from rocmfa.plumbing.datafiles import require
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pins
-from rocmfa.sources.checkouts import fetch_commit, git
-from rocmfa.sources.patches import available_sets, check_set_applies, patch_set_for, set_dir
+from rocmfa.sources.checkouts import (
+    available_patch_sets,
+    check_set_applies,
+    fetch_commit,
+    git,
+    patch_set_dir,
+    patch_set_for,
+)
 
 AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
 
@@ -174,7 +180,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     if (present := patch_set_for(project, new)) is not None:
         what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
         return runner.say(f"{project}: {what} present for {new[:12]}")
-    if not (sets := available_sets(project)):
+    if not (sets := available_patch_sets(project)):
         return runner.say(f"{project}: no patches")
     runner.say(
         f"{project}: no patch set for {new[:12]} while sets exist for "
@@ -193,7 +199,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
     if ok and port:  # a copy under the new commit (none there: patch_set_for found none)
-        target = set_dir(project, new)
+        target = patch_set_dir(project, new)
         shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
         note = f"# Ported by update_pins from {source} (applied cleanly at {new}).\n"
         (target / "manifest.toml").write_text(
