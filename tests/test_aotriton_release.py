@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.plumbing.errors import UserError
 from tests.support import aotriton_standins as st
@@ -87,14 +87,14 @@ def test_sha256_mismatch_discards_download_and_installs_nothing(
 ) -> None:
     www, _ = release(runtime_sha="1" * 64)
     lib = st.site_packages(env_prefix) / "torch" / "lib"
-    before = aotriton_install.installed_fingerprint(lib)
+    before = build_aotriton.installed_fingerprint(lib)
     with st.serve(www) as (base, _log):
         monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", base + "/")
         with pytest.raises(UserError, match="sha256 mismatch") as error:
             build(env_prefix, tmp_path / "work", capsys)
     assert "\n" not in str(error.value)
     assert not [p for p in (tmp_path / "work" / "downloads").rglob("*") if p.is_file()]
-    assert aotriton_install.installed_fingerprint(lib) == before
+    assert build_aotriton.installed_fingerprint(lib) == before
 
 
 def test_placeholder_sum_is_refused_before_any_download(
@@ -114,12 +114,12 @@ def test_release_runtime_image_mismatch_is_refused(
 ) -> None:
     www, _ = release(signature="0.12")
     lib = st.site_packages(env_prefix) / "torch" / "lib"
-    before = aotriton_install.installed_fingerprint(lib)
+    before = build_aotriton.installed_fingerprint(lib)
     with st.serve(www) as (base, _log):
         monkeypatch.setenv("ROCMFA_AOTRITON_BASE_URL", base + "/")
         with pytest.raises(UserError, match=r"runtime 0\.13\.0 but amd-gfx115x/__signature__"):
             build(env_prefix, tmp_path / "work", capsys)
-    assert aotriton_install.installed_fingerprint(lib) == before
+    assert build_aotriton.installed_fingerprint(lib) == before
 
 
 def test_no_prebuilt_runtime_for_this_rocm(

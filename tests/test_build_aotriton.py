@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.env import session_env
 from rocmfa.plumbing import options, stamps
@@ -105,7 +105,7 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
     # pip installed it: torch's RECORD is true, pip check passes; torch's own wheel (rebuilt
     # from its RECORD) is kept for --restore, and both versions are recorded
     assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
-    marker = json.loads((lib / aotriton_install.MARKER).read_text())
+    marker = json.loads((lib / build_aotriton.MARKER).read_text())
     original = Path(marker["original"])
     with zipfile.ZipFile(original) as whl:
         assert whl.read("torch/lib/libaotriton_v2.so.0.13.0") == shipped
@@ -131,7 +131,7 @@ def test_first_build_installs_then_rerun_runs_nothing(bed: Bed, capsys) -> None:
 
 def test_dry_run_prints_every_command_and_runs_none(bed: Bed, capsys) -> None:
     stamp = bed.work / "stamps" / "aotriton.json"
-    before = (stamp.read_text(), aotriton_install.installed_fingerprint(bed.torch_lib))
+    before = (stamp.read_text(), build_aotriton.installed_fingerprint(bed.torch_lib))
     out = run_build(bed, capsys, "--dry-run", "--force", "--timeout-min", "2.5")
     assert command_lines(out) == []
     lines = [line for line in out.splitlines() if line.startswith("[dry-run] ")]
@@ -145,7 +145,7 @@ def test_dry_run_prints_every_command_and_runs_none(bed: Bed, capsys) -> None:
     assert "'-DCMAKE_PREFIX_PATH=$(rocm-sdk path --cmake)'" in configure
     assert any(line.endswith(" install") and "ninja" in line for line in lines)
     assert any(" git " in f" {line} " and "checkout" in line for line in lines)
-    assert (stamp.read_text(), aotriton_install.installed_fingerprint(bed.torch_lib)) == before
+    assert (stamp.read_text(), build_aotriton.installed_fingerprint(bed.torch_lib)) == before
 
 
 def test_nox_session_dry_run_subprocess(bed: Bed) -> None:
@@ -232,20 +232,18 @@ def test_real_json_signatures_are_read_and_mixed_builds_refused(tmp_path: Path) 
     """0.13b writes JSON signatures without a version (docs/upstream-interfaces.md): they are
     not a runtime/image mismatch, but packs from two different commits are."""
     sig = json.dumps({"AOTRITON_GIT_SHA1": "a" * 40, "AOTRITON_GIT_TREESHA1": "b" * 40})
-    assert aotriton_install.signature_of(sig) == "git-" + "a" * 12
-    assert aotriton_install.signature_of("aotriton0.12\n") == "0.12"
-    one = aotriton_install.AotritonInstall(
-        tmp_path, "0.13.0", {"amd-gfx115x": "git-" + "a" * 12}, ()
-    )
-    assert aotriton_install.check_compatible(one, one, force=False) == []
+    assert build_aotriton.signature_of(sig) == "git-" + "a" * 12
+    assert build_aotriton.signature_of("aotriton0.12\n") == "0.12"
+    one = build_aotriton.AotritonInstall(tmp_path, "0.13.0", {"amd-gfx115x": "git-" + "a" * 12}, ())
+    assert build_aotriton.check_compatible(one, one, force=False) == []
     mixed = replace(one, images={"amd-gfx115x": "git-aaaa", "amd-gfx110x": "git-bbbb"})
     with pytest.raises(UserError, match="different AOTriton commits"):
-        aotriton_install.check_compatible(mixed, one, force=False)
+        build_aotriton.check_compatible(mixed, one, force=False)
     old_text = replace(one, images={"amd-gfx115x": "0.12"})
     with pytest.raises(
         UserError, match=r"runtime 0\.13\.0 but amd-gfx115x/__signature__ says 0\.12"
     ):
-        aotriton_install.check_compatible(old_text, one, force=False)
+        build_aotriton.check_compatible(old_text, one, force=False)
 
 
 def test_version_torch_was_not_built_for_needs_force_then_restore(bed: Bed, capsys) -> None:
@@ -266,7 +264,7 @@ def test_version_torch_was_not_built_for_needs_force_then_restore(bed: Bed, caps
     assert (lib / "aotriton.images" / "amd-gfx115x" / "__signature__").read_text() == (
         "aotriton0.12\n"
     )
-    assert not (lib / aotriton_install.MARKER).exists()
+    assert not (lib / build_aotriton.MARKER).exists()
     assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
     st.install_torch(bed.prefix)
 
@@ -426,13 +424,13 @@ def test_a_reinstalled_torch_is_never_mixed_with_the_old_one(bed: Bed, capsys) -
     lib = bed.torch_lib
     st.install_torch(bed.prefix, build="A")
     run_build(bed, capsys, "--force")  # --force: the same stamp inputs as the last test's
-    first = json.loads((lib / aotriton_install.MARKER).read_text())
+    first = json.loads((lib / build_aotriton.MARKER).read_text())
     with zipfile.ZipFile(first["original"]) as whl:
         assert whl.read("torch/lib/libaotriton_v2.so.0.13.0").endswith(b"build A\n")
 
     # another torch build, for AOTriton 0.12, installed over it by pip
     st.install_torch(bed.prefix, "0.12.0", {"amd-gfx115x": "0.12"}, build="B")
-    assert not (lib / aotriton_install.MARKER).exists()
+    assert not (lib / build_aotriton.MARKER).exists()
     assert not (lib / "libaotriton_v2.so.0.13.0").exists()  # pip removed all of our wheel
     shipped_b = (lib / "libaotriton_v2.so.0.12.0").read_bytes()
     # what torch B shipped (0.12) is what the install is checked against
@@ -442,7 +440,7 @@ def test_a_reinstalled_torch_is_never_mixed_with_the_old_one(bed: Bed, capsys) -
     assert (lib / "libaotriton_v2.so.0.12.0").read_bytes() == shipped_b
 
     run_build(bed, capsys, "--force")
-    second = json.loads((lib / aotriton_install.MARKER).read_text())
+    second = json.loads((lib / build_aotriton.MARKER).read_text())
     assert second["original"] != first["original"] and second["shipped"]["runtime"] == "0.12.0"
     with zipfile.ZipFile(second["original"]) as whl:
         assert whl.read("torch/lib/libaotriton_v2.so.0.12.0") == shipped_b
@@ -479,7 +477,7 @@ def test_a_session_killed_while_pip_replaces_torch_is_finished_by_the_next(
     assert "the env's torch is incomplete (" in out and "finishing the killed install" in out
     assert session_env.torch_incomplete(site) is None and st.record_lies(bed.prefix) == []
     assert st.pip_check(bed.prefix).returncode == 0
-    assert (bed.torch_lib / aotriton_install.MARKER).is_file()
+    assert (bed.torch_lib / build_aotriton.MARKER).is_file()
     assert command_lines(run_build(bed, capsys)) == []  # and the run after it has nothing to do
     st.install_torch(bed.prefix)
 
@@ -489,7 +487,7 @@ def test_pip_uninstall_leaves_nothing_of_ours(bed: Bed, capsys) -> None:
     swap leaves no torch folder behind."""
     st.install_torch(bed.prefix)
     run_build(bed, capsys, "--force")
-    assert (bed.torch_lib / aotriton_install.MARKER).is_file()
+    assert (bed.torch_lib / build_aotriton.MARKER).is_file()
     assert st.record_lies(bed.prefix) == [] and st.pip_check(bed.prefix).returncode == 0
     python = bed.prefix / "bin" / "python"
     subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", "torch"], check=True)

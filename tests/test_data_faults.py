@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton
 from rocmfa.env import activation, archs, doctor, session_env
 from rocmfa.plumbing import errors, options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
@@ -103,13 +103,13 @@ def test_run_manifest_is_one_line(tmp_path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", list(GARBAGE))
 def test_damaged_pip_install_record_is_not_acted_on(tmp_path: Path, kind: str) -> None:
-    """The record naming the torch wheel pip was installing (aotriton_install.pip_install)
+    """The record naming the torch wheel pip was installing (build_aotriton.pip_install)
     only ever leads to a pip install of that wheel: damaged, it is passed over."""
     path = session_env.pip_pending_path(tmp_path)
     path.parent.mkdir(parents=True)
     path.write_bytes(GARBAGE[kind])
     runner = Runner()
-    aotriton_install.finish_interrupted(tmp_path, runner)
+    build_aotriton.finish_interrupted(tmp_path, runner)
     assert runner.executed == [] and path.read_bytes() == GARBAGE[kind]
 
 

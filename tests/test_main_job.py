@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from rocmfa.builds import aotriton_install
+from rocmfa.builds import build_aotriton
 from rocmfa.env import doctor, lockfile
 from tests.conftest import RocmIndex
 from tests.support import aotriton_standins as st
@@ -175,8 +175,8 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
     done = machine.run(setup)
     assert "no conda manager; installer py-rattler" in done.stdout
     assert f"env {machine.prefix} is ready; next: {build}" in done.stdout
-    site = aotriton_install.site_packages(machine.prefix)
-    assert aotriton_install.find_torch(machine.prefix) is None  # an env without torch
+    site = build_aotriton.site_packages(machine.prefix)
+    assert build_aotriton.find_torch(machine.prefix) is None  # an env without torch
     assert machine.doctor_next() == build
 
     built = machine.run(build)
@@ -188,7 +188,7 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
     assert "nox -s install_wheels" in out
     # TheRock's torch call pip-installed the torch it built into the env (README: "When torch
     # enters the env"); install_wheels is still next: the whole set, then the backend check
-    torch = aotriton_install.find_torch(machine.prefix)
+    torch = build_aotriton.find_torch(machine.prefix)
     assert torch is not None and torch.parent == site
     assert (
         f"AOTRITON_INSTALLED_PREFIX = {str(prefix)!r}" in (torch / "_standin_build.py").read_text()
@@ -203,7 +203,7 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
 
     installed = machine.run(install, check=False)
     out = installed.stdout + installed.stderr
-    torch = aotriton_install.find_torch(machine.prefix)
+    torch = build_aotriton.find_torch(machine.prefix)
     assert torch is not None and torch.parent == site
     # the torch install_wheels put in the env was built against build_aotriton's prefix
     build_info = (torch / "_standin_build.py").read_text()
@@ -232,6 +232,6 @@ def test_the_main_job_runs_as_the_readme_writes_it(machine: Machine) -> None:
     swapped = machine.run(build).stdout
     assert f"installed into {torch / 'lib'}" in swapped
     assert "every stage is up to date" in swapped
-    marker = json.loads((torch / "lib" / aotriton_install.MARKER).read_text())
-    assert aotriton_install.read_marker(torch) == marker  # its RECORD lists our marker
+    marker = json.loads((torch / "lib" / build_aotriton.MARKER).read_text())
+    assert build_aotriton.read_marker(torch) == marker  # its RECORD lists our marker
     assert Path(marker["original"]).is_file()

@@ -1,4 +1,4 @@
-"""Kill tests of the AOTriton swap through pip (scripts/rocmfa/builds/aotriton_install.py): the run
+"""Kill tests of the AOTriton swap through pip (scripts/rocmfa/builds/build_aotriton.py): the run
 is
 SIGKILLed (with the pip it started) at every change it makes to the env's site-packages or its
 work dir, seen through Python's audit events (tests/support/kill_hook.py), and the next run
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfa.builds import aotriton_install as ai
+from rocmfa.builds import build_aotriton
 from rocmfa.env import doctor, session_env
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -37,18 +37,18 @@ NEW_RUNTIME = b"new runtime\n"
 RUN = """
 import sys
 from pathlib import Path
-from rocmfa.builds import aotriton_install as ai
+from rocmfa.builds import build_aotriton
 from rocmfa.plumbing.commands import Runner
 
 prefix, work, new, what = (Path(a) for a in sys.argv[1:5])
 runner = Runner()
-ai.finish_interrupted(prefix, runner)
-torch = ai.find_torch(prefix)
+build_aotriton.finish_interrupted(prefix, runner)
+torch = build_aotriton.find_torch(prefix)
 if what.name == "restore":
-    ai.restore_torch(torch, work, runner)
+    build_aotriton.restore_torch(torch, work, runner)
 else:
-    new = ai.AotritonInstall.read(new)
-    ai.install_into_torch(new, torch, {"how": "kill test"}, None, work, runner)
+    new = build_aotriton.AotritonInstall.read(new)
+    build_aotriton.install_into_torch(new, torch, {"how": "kill test"}, None, work, runner)
 """
 
 
@@ -112,7 +112,9 @@ def assert_whole(rig: Rig, swapped: bool, when: str) -> None:
     check = st.pip_check(rig.prefix)
     assert check.returncode == 0, f"{when}: {check.stdout}{check.stderr}"
     runtime = (lib / "libaotriton_v2.so.0.13.0").read_bytes()
-    assert (runtime == NEW_RUNTIME) is swapped and (lib / ai.MARKER).is_file() is swapped, when
+    assert (runtime == NEW_RUNTIME) is swapped and (
+        lib / build_aotriton.MARKER
+    ).is_file() is swapped, when
     assert doctor.half_installed(rig.prefix) == [], when
 
 
@@ -142,7 +144,11 @@ def kill_points(rig: Rig, changes: list[str]) -> list[int]:
             where = (Path(path).relative_to(rig.site).parts[0], str(path.endswith(".tmp")))
         else:  # the work dir: which of its wheel folders
             parts = Path(path).parts
-            where = parts[parts.index(ai.WHEELS) :][:2] if ai.WHEELS in parts else ("work",)
+            where = (
+                parts[parts.index(build_aotriton.WHEELS) :][:2]
+                if build_aotriton.WHEELS in parts
+                else ("work",)
+            )
         where = tuple(re.sub(r"[0-9a-f]{16}|\d+|\w{8}\.tmp$|\.tmp$", "#", w) for w in where)
         # before pip only our work dir changes and a kill anywhere in one of its folders leaves
         # the same; after pip's commit only its stash goes: one kind each
@@ -215,8 +221,8 @@ def test_restore_killed_at_every_change_is_finished_by_the_next_run(rig: Rig) ->
     fresh_torch(rig)
     work = rig.root / "restore-work"
     rig.run(work, "install")
-    wheel = json.loads((rig.site / "torch" / "lib" / ai.MARKER).read_text())["wheel"]
-    repacked = ai.wheel_in(work / ai.WHEELS / wheel)
+    wheel = json.loads((rig.site / "torch" / "lib" / build_aotriton.MARKER).read_text())["wheel"]
+    repacked = build_aotriton.wheel_in(work / build_aotriton.WHEELS / wheel)
     assert repacked is not None
     rig.save("swapped")
 
@@ -236,7 +242,7 @@ def test_a_hand_reinstall_after_a_killed_swap_is_kept(rig: Rig) -> None:
     hand = st.install_torch(rig.prefix, build="by hand")
     by_hand = rig.torch_files()
     runner = Runner()
-    ai.finish_interrupted(rig.prefix, runner)
+    build_aotriton.finish_interrupted(rig.prefix, runner)
     assert runner.executed == [] and rig.torch_files() == by_hand
     assert (
         not session_env.pip_pending_path(rig.prefix).exists()
@@ -244,7 +250,7 @@ def test_a_hand_reinstall_after_a_killed_swap_is_kept(rig: Rig) -> None:
     )
     rig.run(work, "install")  # the next swap repacks the torch pip installed
     assert_whole(rig, swapped=True, when="after the hand reinstall")
-    original = json.loads((hand / "lib" / ai.MARKER).read_text())["original"]
+    original = json.loads((hand / "lib" / build_aotriton.MARKER).read_text())["original"]
     with zipfile.ZipFile(original) as whl:
         shipped = whl.read("torch/lib/libaotriton_v2.so.0.13.0")
     assert shipped == by_hand["torch/lib/libaotriton_v2.so.0.13.0"]
@@ -256,15 +262,15 @@ def test_a_hand_reinstall_after_a_killed_swap_is_kept(rig: Rig) -> None:
 def test_a_killed_swap_whose_wheel_is_gone_is_one_line_and_blocks_nothing_else(rig: Rig) -> None:
     work = rig.root / "gone-work"
     kill_inside_pip(rig, work)
-    for folder in (work / ai.WHEELS).glob("aotriton-*"):
+    for folder in (work / build_aotriton.WHEELS).glob("aotriton-*"):
         shutil.rmtree(folder)
     with pytest.raises(UserError) as error:
-        ai.finish_interrupted(rig.prefix, Runner())
+        build_aotriton.finish_interrupted(rig.prefix, Runner())
     message = str(error.value)
     assert "\n" not in message and "is gone; reinstall torch with pip" in message
     assert len(doctor.half_installed(rig.prefix)) == 1  # doctor reports it, and runs
     fresh_torch(rig)  # the hint, followed: torch reinstalled with pip
-    ai.finish_interrupted(rig.prefix, Runner())
+    build_aotriton.finish_interrupted(rig.prefix, Runner())
     assert (
         doctor.half_installed(rig.prefix) == []
         and not session_env.pip_pending_path(rig.prefix).exists()

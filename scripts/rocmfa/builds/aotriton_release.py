@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.builds.aotriton_install import AotritonInstall
 from rocmfa.plumbing import downloads, paths, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -137,7 +136,7 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
         tars.append(dest)
     staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
     say = f"unpack the {info.version} runtime and amd-{pack} into {into}"
-    return runner.apply(unpack, *tars, pack, staging, into, say=say)
+    runner.apply(unpack, *tars, pack, staging, into, say=say)
 
 
 def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: Path):
@@ -154,4 +153,3 @@ def unpack(runtime_tar: Path, images_tar: Path, pack: str, staging: Path, into: 
     into.parent.mkdir(parents=True, exist_ok=True)
     os.replace(root, into)  # both under <work>/build
     shutil.rmtree(staging)
-    return AotritonInstall.read(into / "lib", into / "include")

@@ -19,7 +19,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from wheel.wheelfile import WheelFile
 
-from rocmfa.builds import aotriton_install, build_pytorch, kernel_check
+from rocmfa.builds import build_aotriton, build_pytorch, kernel_check
 from rocmfa.env import archs
 from rocmfa.plumbing import downloads, paths, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
@@ -40,7 +40,7 @@ SUMMARY_KEYS = "schema identity device passed summary failures counts provenance
 WHEEL = "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"  # the manifest wheel's
 
 
-def aotriton_problem(found: aotriton_install.AotritonInstall, pin: Mapping[str, Any]):
+def aotriton_problem(found: build_aotriton.AotritonInstall, pin: Mapping[str, Any]):
     """Why the runtime and images in a flash-attention torch wheel do not belong together."""
     if found.runtime is None or not found.images:
         return f"torch was built with flash attention but its wheel has {found.describe()}"
@@ -49,7 +49,7 @@ def aotriton_problem(found: aotriton_install.AotritonInstall, pin: Mapping[str, 
         if sig.startswith("git-") and commit and not commit.startswith(sig[4:]):
             return f"image pack {pack} comes from AOTriton {sig}, the runtime from {commit[:12]}"
     pinned = replace(found, runtime=pin["version"]) if pin.get("version") else found
-    return next(iter(aotriton_install.check_compatible(found, pinned, force=True)), None)
+    return next(iter(build_aotriton.check_compatible(found, pinned, force=True)), None)
 
 
 def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,9 +77,9 @@ def aotriton_of(work: Path, torch_stamp: Mapping, torch_wheel, flash: bool) -> d
     found = None
     if torch_wheel:  # a wheel the build recorded (its sha256 checked)
         with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(torch_wheel["file"]) as zf:
-            lib = rf"torch/lib/(.*/)?({aotriton_install.LIB_RE.pattern}|__signature__)"
+            lib = rf"torch/lib/(.*/)?({build_aotriton.LIB_RE.pattern}|__signature__)"
             zf.extractall(tmp, [n for n in zf.namelist() if re.fullmatch(lib, n)])
-            found = aotriton_install.AotritonInstall.read(Path(tmp, "torch", "lib"))
+            found = build_aotriton.AotritonInstall.read(Path(tmp, "torch", "lib"))
     if flash and (problem := aotriton_problem(found, pin)):
         raise UserError(f"refusing to publish this wheel set: {problem}")
     return {
