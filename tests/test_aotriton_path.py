@@ -11,8 +11,8 @@ import pytest
 
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.env import archs
-from rocmfa.plumbing import paths
-from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT
+from rocmfa.plumbing import options
+from rocmfa.plumbing.options import PINS_DIR, REPO_ROOT
 from rocmfa.sources import checkouts
 from tests.support import aotriton_standins as st
 
@@ -28,7 +28,7 @@ def _own_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def aotriton_path(arch: str) -> ba.AotritonPath:  # the pinned ROCm: no env
-    return ba.choose_path(archs.get_arch(arch), paths.workdir(None), Path("/nonexistent"))
+    return ba.choose_path(archs.get_arch(arch), options.workdir(None), Path("/nonexistent"))
 
 
 COVERED = [

@@ -169,11 +169,11 @@ def test_the_private_name_checker_finds_both_forms(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
         "from rocmfa.builds import build_aotriton as ba\n"
-        "from rocmfa.plumbing.paths import _hidden\n"
+        "from rocmfa.plumbing.options import _hidden\n"
         "ba._context(None); ba.__name__; ba.make_context\n"
     )
     assert private_uses(sample) == [
-        "sample.py: from rocmfa.plumbing.paths import _hidden",
+        "sample.py: from rocmfa.plumbing.options import _hidden",
         "sample.py: rocmfa.builds.build_aotriton._context",
     ]
 

@@ -41,8 +41,8 @@ import pytest
 from rocmfa.builds import build_aotriton as ba
 from rocmfa.plumbing import options
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, load_toml
+from rocmfa.plumbing.options import PINS_DIR
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin
 from tests.support import aotriton_standins as st

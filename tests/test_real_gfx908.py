@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import PINS_DIR, load_toml
+from rocmfa.plumbing.errors import load_toml
+from rocmfa.plumbing.options import PINS_DIR
 from rocmfa.sources import checkouts
 from rocmfa.sources.checkouts import ensure_checkout
 from rocmfa.sources.pins import Pin

@@ -21,8 +21,8 @@ from typing import Any
 
 from rocmfa.env.lockfile import repodata_entry
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, load_toml
+from rocmfa.plumbing.options import DATA_DIR
 
 SOURCES_FILE = DATA_DIR / "conda_sources.toml"
 

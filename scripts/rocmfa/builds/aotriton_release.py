@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmfa.plumbing import downloads, paths, stamps
+from rocmfa.plumbing import downloads, options, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.pins import Pin
@@ -123,7 +123,7 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
     ]
     for _name, sha, what in wanted:
         real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
-    cache = paths.downloads_dir(ctx.work) / "aotriton" / info.version
+    cache = options.downloads_dir(ctx.work) / "aotriton" / info.version
     tars = []
     for name, sha, _what in wanted:
         dest = cache / name.format(**fields)
@@ -134,7 +134,7 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
             fetch = functools.partial(downloads.fetch_pinned, fix=fix, say=runner.say)
             runner.apply(fetch, url, dest, sha, say=f"download {url} (sha256 {sha[:12]}…)")
         tars.append(dest)
-    staging = paths.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
+    staging = options.build_dir(ctx.work, "aotriton-release") / f"{info.version}-rocm{rocm}-{pack}"
     say = f"unpack the {info.version} runtime and amd-{pack} into {into}"
     runner.apply(unpack, *tars, pack, staging, into, say=say)
 

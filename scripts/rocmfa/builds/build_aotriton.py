@@ -27,10 +27,9 @@ from wheel.wheelfile import WheelFile
 from rocmfa.builds import compile_cache, kernel_build
 from rocmfa.builds.compile_cache import CachePlan
 from rocmfa.env import archs, session_env
-from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs
-from rocmfa.plumbing.datafiles import load_toml
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, load_toml
 from rocmfa.sources import checkouts, pins, update_pins
 from rocmfa.sources.checkouts import apply_patch_set, ensure_checkout, git, patch_set_digest
 
@@ -535,7 +534,7 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
 
 
 def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_PREFIX
-    return paths.build_dir(ctx.work, ctx.source_name) / "install"
+    return options.build_dir(ctx.work, ctx.source_name) / "install"
 
 
 def check_pairing(
@@ -576,7 +575,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     asked = "--from-release" if opts.from_release else next(iter(given), None)
     ctx = make_context(opts)
     runner = ctx.runner
-    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    stamp = options.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
         runner.apply(stamps.remove, stamp)
         return restore_torch(ctx.torch, ctx.work, runner)
@@ -618,7 +617,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
 def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    src = paths.src_dir(ctx.work, ctx.source_name)
+    src = options.src_dir(ctx.work, ctx.source_name)
     fork = ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
     ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
@@ -717,13 +716,13 @@ def build_from_source(
     opts = ctx.opts
     if opts.with_pyaotriton:
         require_pybind11(ctx)
-    build = paths.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
+    build = options.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
     store = kernel_build.open_for_build(ctx, opts, runner)
     if opts.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
     src = check_out(ctx)
     if not opts.no_images:  # configure clones aiter only for the images
-        aiter = paths.src_dir(ctx.work, "aiter")
+        aiter = options.src_dir(ctx.work, "aiter")
         place_aiter(ctx.pin, src, build, aiter, runner, opts.discard_local_edits)
     from rocmfa.builds import kernel_check  # only a source build checks kernels
 
@@ -791,9 +790,9 @@ def require_pybind11(ctx: Context) -> None:
 
 def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], how: str) -> None:
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
-    stamp = paths.stamp_path(ctx.work, STAMP_NAME)
+    stamp = options.stamp_path(ctx.work, STAMP_NAME)
     built = install_prefix(ctx)
-    built_stamp = paths.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    built_stamp = options.stamp_path(ctx.work, BUILT_STAMP_NAME)
     if new is None:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built_stamp, install_prefix=str(built))
     elif new.runtime is None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rocmfa.builds import compile_cache
 from rocmfa.env import rocm_sdk, session_env
-from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import BuildCkOptions
@@ -98,8 +98,8 @@ def build_ck(opts: BuildCkOptions) -> None:
     _ninja = session.tool("ninja")
     jobs, why = choose_jobs(opts.jobs, CK_GIB_PER_JOB)
     runner.say(f"compile: {why}")
-    checkout = paths.src_dir(work, CK)
-    build = paths.build_dir(work, CK)
+    checkout = options.src_dir(work, CK)
+    build = options.build_dir(work, CK)
     subdir = str(pin.data.get("subdir") or "")
     env = session_env.env_identity(prefix)
     inputs = {
@@ -113,7 +113,7 @@ def build_ck(opts: BuildCkOptions) -> None:
         "prefix": str(prefix),
         "env": env,
     }
-    stamp = paths.stamp_path(work, "build_ck")
+    stamp = options.stamp_path(work, "build_ck")
     if stamps.is_current(stamp, inputs) and not (opts.force or opts.clean):
         runner.say(f"composable_kernel is up to date in {prefix} ({stamp}); --force to rebuild")
         return

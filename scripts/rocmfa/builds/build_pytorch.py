@@ -19,7 +19,7 @@ from rocmfa.builds.build_aotriton import check_pairing
 from rocmfa.env import rocm_sdk, session_env
 from rocmfa.env.doctor import torch_path
 from rocmfa.env.session_env import OnSession, SessionEnv, open_env
-from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import STAGES, BuildPytorchOptions
@@ -52,7 +52,7 @@ def manifest_path(work: Path) -> Path:
 
 
 def stage_stamp(work: Path, stage: str) -> Path:
-    return paths.stamp_path(work, "build_pytorch-" + stage)
+    return options.stamp_path(work, "build_pytorch-" + stage)
 
 
 def enabled_stages(skip: Sequence[str], with_apex: bool) -> list[str]:
@@ -144,7 +144,7 @@ class Context(OnSession):
     cache: compile_cache.CachePlan
 
     def src(self, key: str) -> Path:  # <work>/src/<key>
-        return paths.src_dir(self.work, key)
+        return options.src_dir(self.work, key)
 
     @property
     def scripts_dir(self) -> Path:
@@ -174,10 +174,10 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     def has_lib(prefix: Path) -> bool:  # what PyTorch's aotriton.cmake needs
         return (prefix / "lib" / "libaotriton_v2.so").is_file() and (prefix / "include").is_dir()
 
-    stamp = paths.stamp_path(work, "aotriton-built")
+    stamp = options.stamp_path(work, "aotriton-built")
     built = stamps.read(stamp) or {}
     planned = stamps.planned(stamp) or {}
-    default = paths.build_dir(work, "aotriton") / "install"
+    default = options.build_dir(work, "aotriton") / "install"
     aotriton = None
     how = "build_aotriton"
     digest = str(built.get("inputs_digest"))
@@ -447,7 +447,7 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
 
 
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
-    cwd = paths.build_dir(ctx.work, "build_pytorch")
+    cwd = options.build_dir(ctx.work, "build_pytorch")
     config_file = cwd / f"{stage}.config.json"
     clean = ctx.opts.clean
     config = stage_config(ctx, stage)
@@ -538,7 +538,7 @@ def checks_before_building(ctx: Context) -> None:
             f"triton): TheRock's {BUILD_SCRIPT} turns flash attention off on Linux when triton "
             "is not built in the same call; drop --skip triton"
         )
-    built = stamps.read(paths.stamp_path(ctx.work, "aotriton-built")) or {}
+    built = stamps.read(options.stamp_path(ctx.work, "aotriton-built")) or {}
     if not ctx.aotriton or built.get("install_prefix") != str(ctx.aotriton):
         return
     aotriton = pins.load_pin("aotriton", workdir=ctx.work)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.plumbing import paths
+from rocmfa.plumbing import options
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError, network_error_line
 from rocmfa.plumbing.options import CacheSpec
@@ -96,7 +96,7 @@ class CachePlan:
 def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
     """The tool's variables, its local state (a machine's own) and one server per settings."""
     spec = plan.spec
-    local = paths.cache_dir(work)
+    local = options.cache_dir(work)
     if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
         return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
     sets = {"SCCACHE_DIR": str(local / "sccache")}
@@ -200,8 +200,8 @@ def _finish(plan: CachePlan, runner: Runner, work: Path, session: str, wall_s: f
     pct = "n/a (no compiles)" if rate is None else f"{100 * rate:.1f}%"
     counts = f"{record['hits']} hits, {record['misses']} misses"
     runner.say(f"compile cache ({record['cache']}): hit rate {pct} ({counts})")
-    paths.cache_dir(work).mkdir(parents=True, exist_ok=True)
-    with (paths.cache_dir(work) / STATS_FILE).open("a") as handle:
+    options.cache_dir(work).mkdir(parents=True, exist_ok=True)
+    with (options.cache_dir(work) / STATS_FILE).open("a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 

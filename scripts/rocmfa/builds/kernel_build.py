@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.builds import compile_cache
-from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner, last_line
-from rocmfa.plumbing.datafiles import load_toml
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, load_toml
 from rocmfa.plumbing.options import as_spec
 from rocmfa.sources.checkouts import patch_set_digest
 
@@ -152,7 +151,7 @@ class Tree:
 
     @property
     def build(self) -> Path:  # the kernel check's
-        return paths.build_dir(self.src.parents[1], "kernel-check") / f"aotriton-{self.arch}"
+        return options.build_dir(self.src.parents[1], "kernel-check") / f"aotriton-{self.arch}"
 
     def key_context(self, python: str | None = None, build: Any = True) -> KeyContext:
         """The shared key part: python's Triton (default: the check's), its build, its settings."""
@@ -276,7 +275,7 @@ def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> K
     spec = as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
-    store = KernelStore(directory(paths.cache_dir(work) / LOCAL_DIR / arch), say=say)
+    store = KernelStore(directory(options.cache_dir(work) / LOCAL_DIR / arch), say=say)
     if spec is None or spec.backend == "local":
         return store
     problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)

@@ -17,7 +17,7 @@ from typing import Any
 from rocmfa.builds import kernel_build
 from rocmfa.builds.kernel_build import Tree
 from rocmfa.env import archs
-from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs, last_line, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins
@@ -30,7 +30,7 @@ GIB_PER_JOB = 1.0  # one compile job peaks well below 1 GiB (Triton -> LLVM AMDG
 
 
 def summary_path(work: Path, arch: str) -> Path:  # the check of work/src/aotriton
-    return Tree(paths.src_dir(work, "aotriton"), "", arch, "").build / SUMMARY
+    return Tree(options.src_dir(work, "aotriton"), "", arch, "").build / SUMMARY
 
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
@@ -210,12 +210,12 @@ def kernel_check(opts: Any) -> None:
     """The session: check out and patch the tree (as build_aotriton does), then run_check."""
     choice = archs.resolve_arch(opts.arch)
     runner = runner_for(opts)
-    work = paths.workdir(opts.workdir)
+    work = options.workdir(opts.workdir)
     pin = pins.load_pin("aotriton", workdir=work)
     if not (triton := kernel_build.recorded_triton(pin.commit)):
         fix = 'add [compiler.<commit>] triton = "X.Y.Z"'
         raise UserError(f"kernel check: {kernel_build.NO_TRITON.format(pin.commit)} ({fix})")
-    tree = Tree(paths.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
+    tree = Tree(options.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
     what = f"AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} ({choice.how})"
     runner.say(f"kernel check: {what}; target {TARGET.format(tree.arch)}; triton {tree.triton}")
     # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton

@@ -17,9 +17,8 @@ from rocmfa.builds import build_aotriton as ba
 from rocmfa.env import archs
 from rocmfa.plumbing import stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import BuildAotritonOptions, TuneAotritonOptions
+from rocmfa.plumbing.options import REPO_ROOT, BuildAotritonOptions, TuneAotritonOptions
 from rocmfa.sources import checkouts
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rocmfa.env.archs import Arch
 from rocmfa.plumbing import stamps
-from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, load_toml, require
+from rocmfa.plumbing.options import DATA_DIR
 
 VARS_FILE = DATA_DIR / "env_vars.toml"
 SCRIPT_NAME = "zz-rocmfa.sh"  # sorts after compiler activation scripts

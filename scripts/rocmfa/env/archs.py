@@ -16,9 +16,15 @@ import rocm_bootstrap
 from rocm_bootstrap import parse_gfx_target_version
 
 from rocmfa.plumbing import pin_files
-from rocmfa.plumbing.datafiles import DATA_DIR, load_toml, require
-from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, arch_data, origin, unknown_arch
+from rocmfa.plumbing.errors import UserError, load_toml, require
+from rocmfa.plumbing.options import (
+    ARCHES_FILE,
+    DATA_DIR,
+    MatrixOptions,
+    arch_data,
+    origin,
+    unknown_arch,
+)
 
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"

@@ -8,9 +8,8 @@ from typing import Any
 
 from rocmfa.env import archs, lockfile, rocm_sdk, session_env
 from rocmfa.env.session_env import find_manager
-from rocmfa.plumbing import paths, pin_files, stamps
-from rocmfa.plumbing.datafiles import load_toml
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing import options, pin_files, stamps
+from rocmfa.plumbing.errors import UserError, load_toml
 from rocmfa.plumbing.options import DoctorOptions, origin
 
 # The README's main job after `pip install -e .` (tests/test_main_job.py holds it to them).
@@ -208,7 +207,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
     except UserError as e:
         pin_line = str(e)
     builds = []  # what each build's stamp says (its inputs aside)
-    for path in sorted((paths.workdir(opts.workdir) / "stamps").glob("*.json")):
+    for path in sorted((options.workdir(opts.workdir) / "stamps").glob("*.json")):
         facts = stamps.read(path) or {}
         facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
         builds.append({"step": path.stem, "stamp": str(path), "facts": facts})

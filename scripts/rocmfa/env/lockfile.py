@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.commands import Runner, runner_for
-from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import LockOptions, environment
+from rocmfa.plumbing.options import REPO_ROOT, LockOptions, environment
 
 if TYPE_CHECKING:
     import rattler

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from rocmfa.env.archs import Arch
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import load_toml, require
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, load_toml, require
 from rocmfa.plumbing.options import INDEX_KINDS
 from rocmfa.plumbing.pin_files import pins_dir
 

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs
-from rocmfa.plumbing import paths, stamps
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import EnvChoice, EnvOptions, Session, origin, takes_locks
+from rocmfa.plumbing.options import REPO_ROOT, EnvChoice, EnvOptions, Session, origin, takes_locks
 from rocmfa.plumbing.options import env_name as check_env_name
 
 DEFAULT_ENV_NAME = "therock"
@@ -227,7 +226,7 @@ def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
     dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
     manager = find_manager()
-    work = paths.workdir(where.workdir)
+    work = options.workdir(where.workdir)
     location = resolve_prefix(where.prefix, where.env_name, manager)
     prefix = location.prefix
     ready = (prefix / ENV_STAMP).is_file()
@@ -275,7 +274,7 @@ def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
     script, args = f"{probe_names(declared)[0]}.py", list(rest)
     if getattr(opts, "upstream", False):
         script = f"{UPSTREAM}.py"
-        args = ["--workdir", str(paths.workdir(opts.workdir)), *rest]
+        args = ["--workdir", str(options.workdir(opts.workdir)), *rest]
     location = resolve_prefix(opts.prefix, opts.env_name, find_manager())
     prefix = location.prefix
     env = None
@@ -330,7 +329,7 @@ def guarded(declared: Session, opts: Any) -> Iterator[None]:
     if not takes_locks(declared, opts):
         yield
         return
-    work = paths.workdir(getattr(opts, "workdir", None))
+    work = options.workdir(getattr(opts, "workdir", None))
     env = None
     if declared.changes_env:
         with suppress(UserError):  # the session itself reports a bad --env-name

@@ -1,11 +1,13 @@
-"""UserError (bad input, failed preconditions) and one-line forms of OS and decoding errors."""
+"""UserError (bad input, failed preconditions), one-line forms of OS and decoding errors, and the
+project's TOML data files loaded and their tables checked with them."""
 
 from __future__ import annotations
 
 import errno
 import tomllib
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 
 class UserError(Exception):
@@ -57,3 +59,58 @@ def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
         or difflib.get_close_matches(wanted, options, n=1, cutoff=cutoff)
     )
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def load_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"malformed {what} {path}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what}: {decode_error_line(e, path)}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what}: {os_error_line(e)}") from None
+
+
+def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """table[key], checked for presence and type; errors name the file and key."""
+    if key not in table:
+        raise UserError(f"{where}: missing key '{key}'")
+    value = table[key]
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise UserError(f"{where}: '{key}' must be {names}, got {value!r}")
+    return value
+
+
+Rule = tuple[Callable[[Any], Any], str, bool]  # ok(value), what a good value is, required
+
+
+def checked(table: object, where: str, rules: Mapping[str, Rule]) -> None:
+    """Check table's keys by rules, unknown keys refused; one line naming where and the key."""
+    if not isinstance(table, Mapping):
+        raise UserError(f"{where}: must be a table")
+    if unknown := sorted(set(table) - set(rules)):
+        raise UserError(f"{where}: unknown key '{unknown[0]}'{did_you_mean(unknown[0], rules)}")
+    for key, (ok, good, required) in rules.items():
+        if key not in table and required:
+            raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
+        try:
+            if key in table and not ok(table[key]):
+                raise UserError(f"must be {good}, got {table[key]!r}")
+        except UserError as e:  # ok() may raise its own kind and reason (Unresolved)
+            raise type(e)(f"{where}: '{key}' {e}") from None
+
+
+def filled(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def inside(path: object) -> bool:
+    """A relative path that stays inside its tree."""
+    parts = PurePosixPath(path).parts if isinstance(path, str) else ("..",)
+    return not str(path).startswith(("/", "-")) and ".." not in parts
+
+
+TEXT: Rule = (filled, "a non-empty string", True)

@@ -1,5 +1,6 @@
 """Every session's settings: a frozen dataclass that parse() fills from flags, else $ROCMFA_*,
-else defaults. A new option: an OPTIONS entry; a session: a class, a SESSIONS row, a nox session."""
+else defaults. A new option: an OPTIONS entry; a session: a class, a SESSIONS row, a nox session.
+Also where things are: the repository's data and pins, and the work directory's folders."""
 
 from __future__ import annotations
 
@@ -13,9 +14,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmfa.plumbing.datafiles import DATA_DIR, load_toml
-from rocmfa.plumbing.errors import UserError, did_you_mean
-from rocmfa.plumbing.paths import WORKDIR_ENV
+from rocmfa.plumbing.errors import UserError, did_you_mean, load_toml
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DATA_DIR = REPO_ROOT / "scripts" / "rocmfa" / "data"
+PINS_DIR = REPO_ROOT / "pins"
+WORKDIR_ENV = "ROCMFA_WORKDIR"
+
+
+def workdir(requested: str | os.PathLike[str] | None) -> Path:
+    """The session's --workdir (or $ROCMFA_WORKDIR, resolved with its settings), else ./work."""
+    return Path(requested or REPO_ROOT / "work").expanduser().resolve()
+
+
+def src_dir(work: Path, project: str) -> Path:
+    return work / "src" / project
+
+
+def build_dir(work: Path, project: str) -> Path:
+    return work / "build" / project
+
+
+def stamp_path(work: Path, name: str) -> Path:  # doctor lists them as 'what is built'
+    return work / "stamps" / f"{name}.json"
+
+
+def downloads_dir(work: Path) -> Path:
+    return work / "downloads"
+
+
+def cache_dir(work: Path) -> Path:
+    return work / ".cache"
+
 
 ARCH_ENV = "ROCMFA_ARCH"
 PREFIX_ENV = "ROCMFA_ENV_PREFIX"

@@ -6,15 +6,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rocmfa.plumbing import datafiles, stamps
-from rocmfa.plumbing.datafiles import PINS_DIR, REPO_ROOT, TEXT, checked, filled, inside, load_toml
-from rocmfa.plumbing.errors import UserError, did_you_mean
-from rocmfa.plumbing.options import PROJECTS, environment  # noqa: F401 (PROJECTS: for sources/)
+from rocmfa.plumbing import stamps
+from rocmfa.plumbing.errors import TEXT, UserError, checked, did_you_mean, filled, inside, load_toml
+from rocmfa.plumbing.options import DATA_DIR, PINS_DIR, PROJECTS, REPO_ROOT, environment  # noqa: F401 (PROJECTS: for sources/)
 
 FROM_PYTORCH = "from-pytorch"
 LINES = {"release": "pytorch.toml", "nightly": "pytorch-nightly.toml"}  # nightly: AOTriton follows
 HEX40 = re.compile(r"[0-9a-f]{40}")
-COMPONENTS = load_toml(datafiles.DATA_DIR / "pytorch_components.toml", "components")["component"]
+COMPONENTS = load_toml(DATA_DIR / "pytorch_components.toml", "components")["component"]
 COMPANIONS = {c["pin_key"]: c for c in COMPONENTS if c["pin_key"]}  # [pytorch.<pin_key>] tables
 TRITON_PIN = ".ci/docker/ci_commit_pins/triton.txt"  # in torch: the triton commit it builds with
 

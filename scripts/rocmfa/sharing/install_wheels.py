@@ -22,11 +22,10 @@ from wheel.wheelfile import WheelFile
 
 from rocmfa.builds.build_pytorch import COMPONENTS, enabled_stages, install_argv, manifest_path
 from rocmfa.env import archs, session_env
-from rocmfa.plumbing import downloads, paths, stamps, team_index
+from rocmfa.plumbing import downloads, options, stamps, team_index
 from rocmfa.plumbing.commands import Runner
-from rocmfa.plumbing.datafiles import REPO_ROOT
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import InstallWheelsOptions
+from rocmfa.plumbing.options import REPO_ROOT, InstallWheelsOptions
 
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")  # torch checks it: ROCm/vllm#943
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
@@ -219,7 +218,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     set_id = manifest["set_id"]
     lines = []
     page_of = functools.cache(lambda project: team_index.read_project(spec, family, project, store))
-    downloads = paths.downloads_dir(session.work) / "wheelsets" / set_id
+    downloads = options.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
         project = canonicalize_name(wheel["project"])
         if (link := page_of(project).get(wheel["file"])) is None:
@@ -274,7 +273,7 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
     runner = session.runner
     work = session.work
     wheels = manifest["wheels"]
-    stamp = paths.stamp_path(work, "install_wheels")
+    stamp = options.stamp_path(work, "install_wheels")
     inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
     if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
         runner.say("these wheels are already installed in the env (--force to reinstall)")

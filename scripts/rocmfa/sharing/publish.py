@@ -21,7 +21,7 @@ from wheel.wheelfile import WheelFile
 
 from rocmfa.builds import build_aotriton, build_pytorch, kernel_check
 from rocmfa.env import archs
-from rocmfa.plumbing import downloads, paths, stamps, team_index
+from rocmfa.plumbing import downloads, options, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import PublishOptions
@@ -56,12 +56,12 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
     """The AOTriton torch was built with: build_aotriton's, --aotriton-prefix, aotriton.cmake's."""
     config = (torch_stamp.get("inputs") or {}).get("config") or {}
     if prefix := (config.get("aotriton") or [None])[0]:
-        built = stamps.read(paths.stamp_path(work, "aotriton-built")) or {}
+        built = stamps.read(options.stamp_path(work, "aotriton-built")) or {}
         pin = (built.get("inputs") or {}).get("pin") or {}
         if built.get("install_prefix") == prefix and pin:
             return {"source": "build_aotriton", "prefix": prefix, **pin}
         return {"source": "--aotriton-prefix", "prefix": prefix}
-    cmake = paths.src_dir(work, "pytorch") / "cmake" / "External" / "aotriton.cmake"
+    cmake = options.src_dir(work, "pytorch") / "cmake" / "External" / "aotriton.cmake"
     try:
         parsed = pins.parse_aotriton_cmake(cmake.read_text())
     except OSError:
@@ -217,7 +217,7 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
 
 
 def publish(opts: PublishOptions) -> None:
-    work = paths.workdir(opts.workdir)
+    work = options.workdir(opts.workdir)
     spec = team_index.parse_index(opts.index)
     run = install_wheels.load_manifest(work)
     if opts.arch and opts.arch != run["arch"]:

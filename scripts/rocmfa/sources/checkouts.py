@@ -13,9 +13,8 @@ from typing import Any
 
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner, last_line
-from rocmfa.plumbing.datafiles import REPO_ROOT, TEXT, checked, filled, inside, load_toml
-from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import environment
+from rocmfa.plumbing.errors import TEXT, UserError, checked, filled, inside, load_toml
+from rocmfa.plumbing.options import REPO_ROOT, environment
 from rocmfa.plumbing.pin_files import HEX40, display
 from rocmfa.sources.pins import Pin
 

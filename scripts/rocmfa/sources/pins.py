@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs
-from rocmfa.plumbing import paths, pin_files, stamps
+from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import environment
@@ -179,8 +179,8 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
 
 def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
-    work = paths.workdir(workdir)
-    cache = paths.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
+    work = options.workdir(workdir)
+    cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
             return cached["files"], f"{cached.get('origin', '?')}, cached"
@@ -197,7 +197,7 @@ def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
 
 def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
     """(text or None, origin) of one file at the torch pin: local checkout, else raw_url."""
-    checkout = paths.src_dir(work, "pytorch")
+    checkout = options.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
         result = Runner(out=sys.stderr).run(blob, cwd=checkout, capture=True, check=False)

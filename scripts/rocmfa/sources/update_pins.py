@@ -6,10 +6,9 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rocmfa.plumbing import paths, pin_files
+from rocmfa.plumbing import options, pin_files
 from rocmfa.plumbing.commands import Runner, last_line, runner_for
-from rocmfa.plumbing.datafiles import require
-from rocmfa.plumbing.errors import UserError
+from rocmfa.plumbing.errors import UserError, require
 from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import pins
 from rocmfa.sources.checkouts import (
@@ -43,7 +42,7 @@ def update_pins(opts: UpdatePinsOptions) -> None:
     runner = runner_for(opts)
     failures = {}
     pair = {"pytorch", "aotriton"}
-    work = paths.workdir(opts.workdir)
+    work = options.workdir(opts.workdir)
     directory = pin_files.pins_dir()
     chosen = opts.project or pin_files.PROJECTS
     for step in [*chosen, "pin set"]:  # the pin set: when the pair's pins have been updated
@@ -75,7 +74,7 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         runner.say(later)
         planned = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
         return pins.pin_of(project, {**table, "commit": planned}, pin_files.display(path))
-    work = paths.workdir(workdir)
+    work = options.workdir(workdir)
     before = path.read_text()
     said = io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
@@ -110,7 +109,7 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         where = f"{path.name} [{name}]"
         url, ref = (require(entry, key, str, where).strip() for key in ("url", "ref"))
         old = entry.get("commit", "")
-        aotriton_src = paths.src_dir(work, "aotriton")
+        aotriton_src = options.src_dir(work, "aotriton")
         follows = project == "aotriton" and old == pin_files.FROM_PYTORCH
         component = pin_files.COMPANIONS.get(name.removeprefix("pytorch."))  # torch's companion
         companion = component is not None and ref == pin_files.FROM_PYTORCH
@@ -189,7 +188,7 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
     )
     source = old if old in sets else sets[-1]
     found = patch_set_for(project, source)
-    checkout = paths.src_dir(work, project)
+    checkout = options.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins)"
         return runner.say(f"{project}: patch set {source[:12]} not checked at {new[:12]}: {why}")
