@@ -91,7 +91,7 @@ def registered(checkout: Path) -> list[str]:
 def options_we_pass() -> set[str]:
     text = "".join(
         (REPO_ROOT / "scripts" / "rocmfa" / name).read_text()
-        for name in ("builds/build_aotriton.py", "builds/tune_aotriton.py", "sources/tuning_db.py")
+        for name in ("builds/build_aotriton.py", "builds/tune_aotriton.py", "sources/checkouts.py")
     )
     return set(OPTION.findall(text))
 

@@ -156,7 +156,7 @@ def torch_incomplete(site: Path) -> str | None:
 
 
 def pip_pending_path(prefix: Path) -> Path:
-    """The torch wheel build_aotriton has pip installing, until pip is done (aotriton_install)."""
+    """The torch wheel build_aotriton has pip installing, until pip is done."""
     return prefix / ".rocmfa" / "pip-install.json"
 
 

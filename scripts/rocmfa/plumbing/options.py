@@ -81,8 +81,8 @@ class Environment:
     pytorch_line: str | None = None  # release (default) or nightly (pin_files.LINES)
     conda_cache: str | None = None  # py-rattler's package cache
     ck_source: str | None = None  # sources/pins.py
-    patches_dir: str | None = None  # sources/patches.py
-    tuning_dir: str | None = None  # sources/tuning_db.py
+    patches_dir: str | None = None  # sources/checkouts.py
+    tuning_dir: str | None = None  # sources/checkouts.py
     aotriton_base_url: str | None = None  # builds/aotriton_release.py
     kernel_python: str | None = None  # builds/kernel_check.py, kernel_build.py
 
