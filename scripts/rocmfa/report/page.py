@@ -37,19 +37,19 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}.noisy,.launch-bound{col
 figure{margin:0;break-inside:avoid}.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 @media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}}"""
-# string.Template over values already escaped
-CARD = """GPU: $gpu ($arch), $compute_units CUs
+CARD = string.Template("""GPU: $gpu ($arch), $compute_units CUs
 platform: $platform ROCm $rocm / CUDA $cuda
 torch: $torch @ $torch_commit
 AOTriton: $aot_version @ $aot_commit
 flash built in: $flash_built_in
 host: $host
-date: $date"""
-OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
-every run has, per backend: a bar per run in time order ($runs), later ones lighter.</p>$legend\
-$chart"""
-KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
-in $wall_s s, $time; store $store</p>$table"""
+date: $date""")
+# over values already escaped
+OVER_TIME = string.Template("""<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over \
+the $cases cases every run has, per backend: a bar per run in time order ($runs), later ones \
+lighter.</p>$legend$chart""")
+KERNELS = string.Template("""<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3>\
+<p>$sampled of $jobs jobs in $wall_s s, $time; store $store</p>$table""")
 
 
 # Inline SVG bar charts, written as text (no plotting library: docs/attention-tools.md says
@@ -139,10 +139,6 @@ def svg_legend(series: list[str]) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> str:
-    return string.Template(template).substitute(values or {}, **more)
-
-
 def set_model(set_id: str, docs: dict[str, inputs.Doc], base_sources: set) -> dict[str, Any]:
     ident = next(iter(docs.values())).identity
     data = docs["bench"].data if "bench" in docs else {}
@@ -159,7 +155,7 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], base_sources: set) -> di
         "files": {kind: doc.source for kind, doc in sorted(docs.items())},
         "config_label": inputs.bench_config(data) if data else None,
         **{k: prov.get(k) for k in ROOF_KEYS},  # the bench run's peaks and memory roof
-        "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
+        "bench": data.get("results", []),
         "verdicts": verdicts,
     }
 
@@ -281,7 +277,7 @@ def card(model: dict[str, Any]) -> str:
     roof, roof_source = model["memory_roof_gbps"], model["memory_roof_source"]
     more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source and "-"))
     more.append(("bench", model["config_label"]))
-    lines = [*fill(CARD, values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
+    lines = [*CARD.substitute(values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
     body = "".join(f"<br>{esc(line)}" for line in lines)
     base = ' <span class="base">baseline</span>' if model["baseline"] else ""
     label = f"<b>{esc(model['label'])}</b>{base}"
@@ -435,7 +431,9 @@ def time_section(groups: list[dict[str, Any]]) -> str:
         chart = grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
         shown = {k: esc(group[k] or "") for k in ("machine", "config_label", "cases")}
         legend = svg_legend(list(group["series"]))
-        parts.append(fill(OVER_TIME, shown, runs=esc(", ".join(runs)), legend=legend, chart=chart))
+        parts.append(
+            OVER_TIME.substitute(shown, runs=esc(", ".join(runs)), legend=legend, chart=chart)
+        )
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
 
@@ -447,9 +445,9 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
     for check in checks:
         shown = defaultdict(lambda: "-", {k: esc(v) for k, v in check.items() if v is not None})
         shown["aotriton_commit"] = shown["aotriton_commit"][:12]
-        families = sorted((n, f) for n, f in check["families"].items() if isinstance(f, dict))
+        families = sorted(check["families"].items())
         rows = [[td(n), *(td(family.get(f), f"n {f}") for f in fields)] for n, family in families]
-        parts.append(fill(KERNELS, shown, table=table("kernels", head, rows)))
+        parts.append(KERNELS.substitute(shown, table=table("kernels", head, rows)))
     return "".join(parts)
 
 
