@@ -164,32 +164,36 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in model["bench"] if r.get("status") == "ok" and r.get("median_ms")]
 
 
-def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
-    """Each bench set against the first baseline set of its configuration, else in not_compared."""
-    rule = (THRESHOLD_PCT, bench.load_floors())
-    out: list[dict[str, Any]] = []
+def comparisons(models: list[dict[str, Any]], floors: dict[str, Any]) -> tuple[list, list]:
+    """Each bench set against the first baseline set of its configuration; those not compared."""
+    bases: dict[str, dict[str, Any]] = {}
+    for model in (m for m in models if m["baseline"] and m["bench"]):
+        bases.setdefault(model["config_label"], model)
+    compared = []
+    not_compared = []
     for model in models if bases else []:
-        if not model["bench"] or any(model is b for b in bases.values()):
+        if not model["bench"] or model in bases.values():
             continue
         base = bases.get(model["config_label"])
-        rows = base and bench.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
+        rows = base and bench.compare_runs([base["bench"]], [model["bench"]], THRESHOLD_PCT, floors)
         if rows:
             counts, geo = bench.tally(rows)
-            pair = {
-                "baseline": base["id"],
-                "set": model["id"],
-                "counts": counts,
-                "geomean_speedup": geo and round(geo, 4),
-                "rows": rows,
-            }
-            out.append(pair)
+            compared.append(
+                {
+                    "baseline": base["id"],
+                    "set": model["id"],
+                    "counts": counts,
+                    "geomean_speedup": geo and round(geo, 4),
+                    "rows": rows,
+                }
+            )
             continue
         known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
         why = f"no baseline of its bench configuration ({model['config_label']}); baseline {known}"
         if base:
             why = f"no case ran in both it and baseline {base['id']}"
-        not_compared.append({"input": model["files"].get("bench", model["id"]), "why": why})
-    return out
+        not_compared.append({"input": model["files"]["bench"], "why": why})
+    return compared, not_compared
 
 
 def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -226,13 +230,9 @@ def build(docs: list, rejected: list, baseline_docs: Sequence = ()) -> dict[str,
     base_sources = {d.source for d in baseline_docs}
     sets, duplicates = inputs.group([d for d in every if d.kind != "kernel_check"])
     models = [set_model(f"S{n}", s, base_sources) for n, s in enumerate(sets, 1)]
-    bases: dict[str, dict[str, Any]] = {}
-    for model in (m for m in models if m["baseline"] and m["bench"]):
-        bases.setdefault(model["config_label"], model)
-    not_compared: list[dict[str, str]] = []
-    floors = bench.load_floors()["source"]
-    rule = {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors}
-    compared = comparisons(bases, models, not_compared)  # fills not_compared
+    floors = bench.load_floors()
+    compared, not_compared = comparisons(models, floors)
+    rule = {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors["source"]}
     return {
         "schema": inputs.PAGE_SCHEMA,
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
