@@ -52,8 +52,7 @@ KERNELS = string.Template("""<h3>$arch: AOTriton $aotriton_commit, triton $trito
 <p>$sampled of $jobs jobs in $wall_s s, $time; store $store</p>$table""")
 
 
-# Inline SVG bar charts, written as text (no plotting library: docs/attention-tools.md says
-# why); every value is in a <title>, shown on hover.
+# Inline SVG bar charts written as text (docs/attention-tools.md says why), values on hover
 PALETTE = {
     "flash": "#1f77b4",
     "ck": "#9467bd",
@@ -61,7 +60,7 @@ PALETTE = {
     "cudnn": "#ff7f0e",
     "math": "#7f7f7f",
 }
-OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
+OTHER = "#8c564b"  # a backend not in PALETTE
 FONT = 'font-family="sans-serif" font-size="10"'
 LEFT = 46
 TOP = 8
@@ -72,10 +71,6 @@ STROKES = {  # outline: the first flag found here
 }
 # value (None: not drawn), series (colour: backend), shade (later sets lighter), title, flags
 Bar = namedtuple("Bar", "value series shade title flags", defaults=(0, "", ()))
-
-
-def color(series: str, index: int = 0) -> str:
-    return PALETTE.get(series, OTHER[index % len(OTHER)])
 
 
 def _fmt(x: float) -> str:
@@ -116,7 +111,8 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
             fade = 1.0 - 0.6 * bar.shade / (shades - 1) if shades > 1 else 1.0
             out.append(
                 f'<rect x="{_fmt(x0 + bi * bar_w)}" y="{_fmt(TOP + PLOT_H - h)}" '
-                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"'
+                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}"'
+                f' fill="{PALETTE.get(bar.series, OTHER)}"'
                 + (f' fill-opacity="{fade:.2f}"' if fade < 1 else "")
                 + next((STROKES[f] for f in STROKES if f in bar.flags), "")
                 + f"><title>{html.escape(bar.title)}</title></rect>"
@@ -126,16 +122,15 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if ref is not None:
-        dashed = ' stroke="#000" stroke-dasharray="4,3"'
         y = _fmt(TOP + PLOT_H * (1 - ref / top))
-        out.append(hline(y, dashed))
+        out.append(hline(y, ' stroke="#000" stroke-dasharray="4,3"'))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg></figure>"])
 
 
 def svg_legend(series: list[str]) -> str:
     key = '<span class="key"><i style="background:{}"></i>{}</span>'
-    items = "".join(key.format(color(s, i), html.escape(s)) for i, s in enumerate(series))
+    items = "".join(key.format(PALETTE.get(s, OTHER), html.escape(s)) for s in series)
     return f'<div class="legend">{items}</div>'
 
 
@@ -145,12 +140,10 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], base_sources: set) -> di
     prov = data.get("provenance") or {}
     kept = ("passed", "agree", "counts", "summary", "verdict", "failures", "profiler_summary")
     verdicts = {k: {f: docs[k].data.get(f) for f in kept} for k in VERDICT_KINDS if k in docs}
-    label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
-    baseline = any(d.source in base_sources for d in docs.values())
     return {
         "id": set_id,
-        "label": label,
-        "baseline": baseline,
+        "label": f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}",
+        "baseline": any(d.source in base_sources for d in docs.values()),
         "identity": ident,
         "files": {kind: doc.source for kind, doc in sorted(docs.items())},
         "config_label": inputs.bench_config(data) if data else None,
@@ -317,17 +310,15 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
             shades = enumerate(zip(members, index, strict=True))
             bars = [bench_bar(m, rows[key], shade) for shade, (m, rows) in shades if key in rows]
             panels[row["pass"], row["dtype"], bool(row["causal"])][row["size"]] += bars
-    roofs = [m["memory_roof_gbps"] for m in members if m.get("memory_roof_gbps") and memory]
-    roof = roofs[0] if roofs else None
+    roof = next((m["memory_roof_gbps"] for m in members if memory and m["memory_roof_gbps"]), None)
     unit = "GB/s" if memory else "TFLOP/s"
-    order = [*PASS_NAMES, *sorted({p[0] for p in panels} - set(PASS_NAMES))]
     figs = []
     for (pass_name, dtype, causal), groups in sorted(
-        panels.items(), key=lambda p: (order.index(p[0][0]), *p[0][1:])
+        panels.items(), key=lambda p: (bench.PASSES.index(p[0][0]), p[0])
     ):
         kind = "causal" if causal else "non-causal"
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
-        title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
+        title = f"{PASS_NAMES[pass_name]} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
         figs.append(grouped_bars(groups, unit, len(members), roof, chart_id, title))
     return "".join(figs)
@@ -363,13 +354,12 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         index = [{bench.case_key(r): r for r in ok_rows(m)} for m in members]
         first, rows = case_rows(index, lambda r: [td(r.get("bound"))], bench_cells, 4)
         sets = ", ".join(m["id"] for m in members)
-        heads = [f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")]
+        units = ("ms", "TF/s", "GB/s", "% roof")
+        heads = [*bench.CASE_HEAD, "bound", *(f"{m['id']} {u}" for m in members for u in units)]
         memory = bench_figures(members, index, first, True, f"bench-mem-{ci}")
         figs = bench_figures(members, index, first, False, f"bench-{ci}")
         legend = svg_legend(list(dict.fromkeys(r["backend"] for r in first.values())))
-        numbers = table(
-            "bench-table", [*bench.CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"'
-        )
+        numbers = table("bench-table", heads, rows, f' data-sets="{sets}"')
         memory = memory and (
             "<h4>Memory-bound rows (FLOP/byte under the ridge point): GB/s against the memory "
             f'roof (dashed)</h4><div class="figs">{memory}</div>'
