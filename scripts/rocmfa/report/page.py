@@ -171,15 +171,14 @@ def comparisons(models: list[dict[str, Any]], floors: dict[str, Any]) -> tuple[l
         rows = base and bench.compare_runs([base["bench"]], [model["bench"]], THRESHOLD_PCT, floors)
         if rows:
             counts, geo = bench.tally(rows)
-            compared.append(
-                {
-                    "baseline": base["id"],
-                    "set": model["id"],
-                    "counts": counts,
-                    "geomean_speedup": geo and round(geo, 4),
-                    "rows": rows,
-                }
-            )
+            pair = {
+                "baseline": base["id"],
+                "set": model["id"],
+                "counts": counts,
+                "geomean_speedup": geo and round(geo, 4),
+                "rows": rows,
+            }
+            compared.append(pair)
             continue
         known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
         why = f"no baseline of its bench configuration ({model['config_label']}); baseline {known}"
@@ -256,7 +255,7 @@ def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: s
 
 def card(model: dict[str, Any]) -> str:
     ident = model["identity"]
-    aot = model["identity"].get("aotriton") or {}
+    aot = ident.get("aotriton") or {}
     known = {**ident, "aot_version": aot.get("version"), "aot_commit": aot.get("commit")}
     values = defaultdict(lambda: "-", {k: v for k, v in known.items() if v not in (None, "")})
     for commit in ("torch_commit", "aot_commit"):
@@ -268,7 +267,7 @@ def card(model: dict[str, Any]) -> str:
         shown = f"{peak} TFLOP/s ({source})" if peak else f"unknown ({source})"
         more.append((f"peak {dtype}", shown))
     roof, roof_source = model["memory_roof_gbps"], model["memory_roof_source"]
-    more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source and "-"))
+    more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source))
     more.append(("bench", model["config_label"]))
     lines = [*CARD.substitute(values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
     body = "".join(f"<br>{esc(line)}" for line in lines)
@@ -329,13 +328,10 @@ def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int)
     first: dict[tuple, dict[str, Any]] = {}
     for rows in index:
         first.update({k: r for k, r in rows.items() if k not in first})
-    dash = ["<td>-</td>"] * blank
     cells = []
     for k, row in first.items():
-        case = [td(v) for v in bench.case_cells(row)]
-        cells.append(
-            [*case, *extra(row), *(c for r in index for c in (per_set(r[k]) if k in r else dash))]
-        )
+        per = [per_set(r[k]) if k in r else ["<td>-</td>"] * blank for r in index]
+        cells.append([*map(td, bench.case_cells(row)), *extra(row), *(c for p in per for c in p)])
     return first, cells
 
 
@@ -399,9 +395,8 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
         summary.append([td(c["set"]), td(c["baseline"]), *counts, td(c["geomean_speedup"])])
     head = ["set", "baseline", *bench.VERDICTS, "geo. mean speedup"]
     legend = svg_legend(list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"])))
-    every = table(
-        "speedup-table", [*bench.CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows
-    )
+    case_head = [*bench.CASE_HEAD, "baseline ms", *(c["set"] for c in comps)]
+    every = table("speedup-table", case_head, rows)
     return (
         "<p>Speedup = baseline median / median (&gt;1: faster than the baseline). Verdicts by the "
         "change rule above; launch-bound rows are left out of the means.</p>"
@@ -420,10 +415,9 @@ def time_section(groups: list[dict[str, Any]]) -> str:
         }
         chart = grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
         shown = {k: esc(group[k] or "") for k in ("machine", "config_label", "cases")}
+        shown["runs"] = esc(", ".join(runs))
         legend = svg_legend(list(group["series"]))
-        parts.append(
-            OVER_TIME.substitute(shown, runs=esc(", ".join(runs)), legend=legend, chart=chart)
-        )
+        parts.append(OVER_TIME.substitute(shown, legend=legend, chart=chart))
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
 
