@@ -44,7 +44,7 @@ AOTriton: $aot_version @ $aot_commit
 flash built in: $flash_built_in
 host: $host
 date: $date""")
-# over values already escaped
+# OVER_TIME and KERNELS take values already escaped
 OVER_TIME = string.Template("""<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over \
 the $cases cases every run has, per backend: a bar per run in time order ($runs), later ones \
 lighter.</p>$legend$chart""")
