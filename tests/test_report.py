@@ -79,7 +79,7 @@ def test_page_shows_the_good_and_lists_every_bad_input(tmp_path, capsys):
     assert why["older"].startswith("older schema: sdpa-bench/1 without 'identity'")
     assert why["newer"].startswith("unknown identity version 99")
     assert why["binary"].startswith("not UTF-8")
-    assert why["such"] == "no such file or folder"
+    assert why["such"] == "cannot read: No such file or directory"
     dup = next(k for k in ("aa2", "duplicate") if k in why)  # whichever was read second
     assert "same machine and time" in why[dup]
     assert len(err) == len(data["not_shown"]) and all(
@@ -173,7 +173,7 @@ def test_an_unusable_baseline_is_one_line_and_non_zero(tmp_path, capsys, bad):
     assert {
         "truncated": "malformed or truncated JSON",
         "validate-only": "holds no bench result",
-        "missing": "no such file or folder",
+        "missing": "cannot read: No such file or directory",
     }[bad] in message
     assert not (tmp_path / "o").exists()
 

@@ -26,15 +26,7 @@ PAGE_SCHEMA = "sdpa-results-page/1"  # the page's own merged data (results.json)
 PAGE_DATA = "a results page's merged data, not a probe's JSON"
 COMPANION_WINDOW_S = 3 * 3600
 MACHINE_FIELDS = ("host", "gpu", "device", "platform")
-SOFTWARE_FIELDS = (
-    "torch",
-    "torch_commit",
-    "rocm",
-    "cuda",
-    "aotriton",
-    "flash_built_in",
-    "wheel_set",
-)
+SOFTWARE = ("torch", "torch_commit", "rocm", "cuda", "aotriton", "flash_built_in", "wheel_set")
 # What makes two bench runs comparable (the rest of bench's settings are about noise).
 CONFIG_FIELDS = ("suite", "sizes", "shape", "kv_heads", "dtypes", "causal", "passes")
 
@@ -55,7 +47,6 @@ def machine_key(identity: dict[str, Any], fields: tuple = MACHINE_FIELDS) -> tup
 
 
 def bench_config(data: dict[str, Any]) -> str:
-    """A bench run's configuration (CONFIG_FIELDS) as a label."""
     config = {k: (data.get("settings") or {}).get(k) for k in CONFIG_FIELDS}
     config["suite"] = config["suite"] or "default"
     config["dtypes"] = config["dtypes"] or ("bf16,fp16" if config["suite"] == "llm" else "fp16")
@@ -68,25 +59,18 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
     schema = data.get("schema")
     identity = data.get("identity")
     kind = KINDS.get(str(schema))
-    version = identity.get("version") if isinstance(identity, dict) else None
     if schema == PAGE_SCHEMA:
         why = PAGE_DATA
     elif kind is None:
         why = f"unknown schema {schema!r} (this page reads {', '.join(sorted(KINDS))})"
-    elif kind == "kernel_check":
-        if isinstance(data.get("families"), dict) and data.get("arch"):
-            return Doc(source, kind, {"date": data.get("time")}, data, math.nan)  # in no set
-        why = "kernel check summary without 'arch' and 'families'"
+    elif kind == "kernel_check":  # in no result set
+        return Doc(source, kind, {"date": data.get("time")}, data, math.nan)
     elif not isinstance(identity, dict):
         why = f"older schema: {schema} without 'identity'; rerun the probe to record it"
-    elif not isinstance(version, int) or version > IDENTITY_VERSION:
+    elif (version := identity.get("version")) not in range(IDENTITY_VERSION + 1):
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
-    elif missing := [k for k in ("date", "gpu", "torch") if not identity.get(k)]:
-        why = f"identity without a valid {', '.join(missing)}"
-    elif math.isnan(when := parse_date(identity["date"])):
+    elif math.isnan(when := parse_date(identity.get("date"))):
         why = "identity without a valid date"
-    elif kind == "bench" and not isinstance(data.get("results"), list):
-        why = "bench JSON without a 'results' list"
     else:
         return Doc(source, kind, identity, data, when)
     return Rejected(source, why)
@@ -109,9 +93,6 @@ def read_paths(paths: list[str]) -> tuple[list[Doc], list[Rejected]]:
     for text in paths:
         path = Path(text)
         files = sorted(p for p in path.glob("*.json") if p.is_file()) if path.is_dir() else [path]
-        if not path.exists():
-            rejected.append(Rejected(text, "no such file or folder"))
-            continue
         if not files:
             rejected.append(Rejected(text, "folder holds no .json file"))
         for found in map(load_file, files):
@@ -151,11 +132,11 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
         added = {
             "wheel_set": manifest["set_id"],
             "rocm_sdk": manifest["rocm_sdk"],
-            "patches": {k: v.get("digest") for k, v in (manifest.get("patches") or {}).items()},
+            "patches": {k: v["digest"] for k, v in manifest["patches"].items()},
         }
-        aotriton = {k: (manifest.get("aotriton") or {}).get(k) for k in ("version", "commit")}
+        aotriton = {k: manifest["aotriton"][k] for k in ("version", "commit")}
         found = []
-        for kind, summary in sorted((manifest.get("reports") or {}).items()):
+        for kind, summary in sorted(manifest["reports"].items()):
             if isinstance(ident := summary.get("identity"), dict):  # the probe's, then these
                 ident = {"aotriton": aotriton, **ident, **added}
             found.append(check_doc(f"{where}{name} ({kind})", {**summary, "identity": ident}))
@@ -166,28 +147,23 @@ def read_index(index: str, arch: str | None) -> tuple[list[Doc], list[Rejected]]
     return docs, rejected
 
 
-def opening(result_set: dict[str, Doc]) -> Doc:
-    """A result set's opening doc: its bench run or verdict file."""
+def opening(result_set: dict[str, Doc]) -> Doc:  # its bench run or first verdict file
     return next(iter(result_set.values()))
 
 
 def group(docs: list[Doc]) -> tuple[list[dict[str, Doc]], list[Rejected]]:
     """Result sets, oldest first (kind -> Doc, the opening one first: a bench run or a verdict
     file), and the duplicates (same kind, machine and time) left out."""
-    unique = []
+    unique: dict[tuple, Doc] = {}  # the first of each kind, machine and time
     rejected = []
-    seen = {}
     for doc in sorted(docs, key=lambda d: (d.when, d.source)):
         key = (doc.kind, machine_key(doc.identity), doc.identity.get("date"))
-        if key in seen:
-            why = f"same machine and time as {seen[key]} (a duplicate {doc.kind})"
+        if (first := unique.setdefault(key, doc)) is not doc:
+            why = f"same machine and time as {first.source} (a duplicate {doc.kind})"
             rejected.append(Rejected(doc.source, why))
-        else:
-            seen[key] = doc.source
-            unique.append(doc)
-    sets = [{"bench": d} for d in unique if d.kind == "bench"]
-    same = MACHINE_FIELDS + SOFTWARE_FIELDS
-    for doc in (d for d in unique if d.kind != "bench"):
+    sets = [{"bench": d} for d in unique.values() if d.kind == "bench"]
+    same = MACHINE_FIELDS + SOFTWARE
+    for doc in (d for d in unique.values() if d.kind != "bench"):
         key = machine_key(doc.identity, same)
         near = [
             (abs(opening(s).when - doc.when), n)

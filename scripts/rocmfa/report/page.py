@@ -37,23 +37,22 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}.noisy,.launch-bound{col
 figure{margin:0;break-inside:avoid}.legend{font-size:11px;margin:4px 0}.key{margin-right:12px}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 @media print{body{margin:0;font-size:10px}nav{display:none}h2{break-after:avoid}}"""
-# string.Template over values already escaped
-CARD = """GPU: $gpu ($arch), $compute_units CUs
+CARD = string.Template("""GPU: $gpu ($arch), $compute_units CUs
 platform: $platform ROCm $rocm / CUDA $cuda
 torch: $torch @ $torch_commit
 AOTriton: $aot_version @ $aot_commit
 flash built in: $flash_built_in
 host: $host
-date: $date"""
-OVER_TIME = """<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over the $cases cases \
-every run has, per backend: a bar per run in time order ($runs), later ones lighter.</p>$legend\
-$chart"""
-KERNELS = """<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3><p>$sampled of $jobs jobs \
-in $wall_s s, $time; store $store</p>$table"""
+date: $date""")
+# OVER_TIME and KERNELS take values already escaped
+OVER_TIME = string.Template("""<h3>$machine</h3><p>$config_label: geometric mean TFLOP/s over \
+the $cases cases every run has, per backend: a bar per run in time order ($runs), later ones \
+lighter.</p>$legend$chart""")
+KERNELS = string.Template("""<h3>$arch: AOTriton $aotriton_commit, triton $triton</h3>\
+<p>$sampled of $jobs jobs in $wall_s s, $time; store $store</p>$table""")
 
 
-# Inline SVG bar charts, written as text (no plotting library: docs/attention-tools.md says
-# why); every value is in a <title>, shown on hover.
+# Inline SVG bar charts written as text (docs/attention-tools.md says why), values on hover
 PALETTE = {
     "flash": "#1f77b4",
     "ck": "#9467bd",
@@ -61,7 +60,7 @@ PALETTE = {
     "cudnn": "#ff7f0e",
     "math": "#7f7f7f",
 }
-OTHER = ("#8c564b", "#e377c2", "#17becf", "#bcbd22")
+OTHER = "#8c564b"  # a backend not in PALETTE
 FONT = 'font-family="sans-serif" font-size="10"'
 LEFT = 46
 TOP = 8
@@ -72,10 +71,6 @@ STROKES = {  # outline: the first flag found here
 }
 # value (None: not drawn), series (colour: backend), shade (later sets lighter), title, flags
 Bar = namedtuple("Bar", "value series shade title flags", defaults=(0, "", ()))
-
-
-def color(series: str, index: int = 0) -> str:
-    return PALETTE.get(series, OTHER[index % len(OTHER)])
 
 
 def _fmt(x: float) -> str:
@@ -116,7 +111,8 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
             fade = 1.0 - 0.6 * bar.shade / (shades - 1) if shades > 1 else 1.0
             out.append(
                 f'<rect x="{_fmt(x0 + bi * bar_w)}" y="{_fmt(TOP + PLOT_H - h)}" '
-                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}" fill="{color(bar.series)}"'
+                f'width="{_fmt(bar_w - 1)}" height="{_fmt(max(h, 0.5))}"'
+                f' fill="{PALETTE.get(bar.series, OTHER)}"'
                 + (f' fill-opacity="{fade:.2f}"' if fade < 1 else "")
                 + next((STROKES[f] for f in STROKES if f in bar.flags), "")
                 + f"><title>{html.escape(bar.title)}</title></rect>"
@@ -126,21 +122,16 @@ def grouped_bars(groups: dict, y_label: str, shades: int, ref, chart_id: str, ti
         turn = f' text-anchor="end" transform="rotate(-35 {x} {y})"' if slanted else None
         out.append(_text(x, y, label, turn or ' text-anchor="middle"'))
     if ref is not None:
-        dashed = ' stroke="#000" stroke-dasharray="4,3"'
         y = _fmt(TOP + PLOT_H * (1 - ref / top))
-        out.append(hline(y, dashed))
+        out.append(hline(y, ' stroke="#000" stroke-dasharray="4,3"'))
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + PLOT_H}" stroke="#666"/>')
     return "".join([*out, "</svg></figure>"])
 
 
 def svg_legend(series: list[str]) -> str:
     key = '<span class="key"><i style="background:{}"></i>{}</span>'
-    items = "".join(key.format(color(s, i), html.escape(s)) for i, s in enumerate(series))
+    items = "".join(key.format(PALETTE.get(s, OTHER), html.escape(s)) for s in series)
     return f'<div class="legend">{items}</div>'
-
-
-def fill(template: str, values: dict[str, Any] | None = None, **more: Any) -> str:
-    return string.Template(template).substitute(values or {}, **more)
 
 
 def set_model(set_id: str, docs: dict[str, inputs.Doc], base_sources: set) -> dict[str, Any]:
@@ -149,17 +140,15 @@ def set_model(set_id: str, docs: dict[str, inputs.Doc], base_sources: set) -> di
     prov = data.get("provenance") or {}
     kept = ("passed", "agree", "counts", "summary", "verdict", "failures", "profiler_summary")
     verdicts = {k: {f: docs[k].data.get(f) for f in kept} for k in VERDICT_KINDS if k in docs}
-    label = f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}"
-    baseline = any(d.source in base_sources for d in docs.values())
     return {
         "id": set_id,
-        "label": label,
-        "baseline": baseline,
+        "label": f"{set_id} {ident.get('gpu')} · torch {ident.get('torch')} · {ident.get('date')}",
+        "baseline": any(d.source in base_sources for d in docs.values()),
         "identity": ident,
         "files": {kind: doc.source for kind, doc in sorted(docs.items())},
         "config_label": inputs.bench_config(data) if data else None,
         **{k: prov.get(k) for k in ROOF_KEYS},  # the bench run's peaks and memory roof
-        "bench": [r for r in data.get("results", []) if isinstance(r, dict)],
+        "bench": data.get("results", []),
         "verdicts": verdicts,
     }
 
@@ -168,15 +157,18 @@ def ok_rows(model: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in model["bench"] if r.get("status") == "ok" and r.get("median_ms")]
 
 
-def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[dict]) -> list:
-    """Each bench set against the first baseline set of its configuration, else in not_compared."""
-    rule = (THRESHOLD_PCT, bench.load_floors())
-    out: list[dict[str, Any]] = []
+def comparisons(models: list[dict[str, Any]], floors: dict[str, Any]) -> tuple[list, list]:
+    """Each bench set against the first baseline set of its configuration; those not compared."""
+    bases: dict[str, dict[str, Any]] = {}
+    for model in (m for m in models if m["baseline"] and m["bench"]):
+        bases.setdefault(model["config_label"], model)
+    compared = []
+    not_compared = []
     for model in models if bases else []:
-        if not model["bench"] or any(model is b for b in bases.values()):
+        if not model["bench"] or model in bases.values():
             continue
         base = bases.get(model["config_label"])
-        rows = base and bench.compare_runs([ok_rows(base)], [ok_rows(model)], *rule)
+        rows = base and bench.compare_runs([base["bench"]], [model["bench"]], THRESHOLD_PCT, floors)
         if rows:
             counts, geo = bench.tally(rows)
             pair = {
@@ -186,14 +178,14 @@ def comparisons(bases: dict[str, dict], models: list[dict], not_compared: list[d
                 "geomean_speedup": geo and round(geo, 4),
                 "rows": rows,
             }
-            out.append(pair)
+            compared.append(pair)
             continue
         known = "; ".join(f"{b['id']}: {b['config_label']}" for b in bases.values())
         why = f"no baseline of its bench configuration ({model['config_label']}); baseline {known}"
         if base:
             why = f"no case ran in both it and baseline {base['id']}"
-        not_compared.append({"input": model["files"].get("bench", model["id"]), "why": why})
-    return out
+        not_compared.append({"input": model["files"]["bench"], "why": why})
+    return compared, not_compared
 
 
 def over_time(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -230,13 +222,9 @@ def build(docs: list, rejected: list, baseline_docs: Sequence = ()) -> dict[str,
     base_sources = {d.source for d in baseline_docs}
     sets, duplicates = inputs.group([d for d in every if d.kind != "kernel_check"])
     models = [set_model(f"S{n}", s, base_sources) for n, s in enumerate(sets, 1)]
-    bases: dict[str, dict[str, Any]] = {}
-    for model in (m for m in models if m["baseline"] and m["bench"]):
-        bases.setdefault(model["config_label"], model)
-    not_compared: list[dict[str, str]] = []
-    floors = bench.load_floors()["source"]
-    rule = {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors}
-    compared = comparisons(bases, models, not_compared)  # fills not_compared
+    floors = bench.load_floors()
+    compared, not_compared = comparisons(models, floors)
+    rule = {"threshold_pct": THRESHOLD_PCT, "text": CHANGE_RULE, "floors": floors["source"]}
     return {
         "schema": inputs.PAGE_SCHEMA,
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -267,7 +255,7 @@ def table(cls: str, head: Sequence[str], rows: Sequence[Sequence[str]], attrs: s
 
 def card(model: dict[str, Any]) -> str:
     ident = model["identity"]
-    aot = model["identity"].get("aotriton") or {}
+    aot = ident.get("aotriton") or {}
     known = {**ident, "aot_version": aot.get("version"), "aot_commit": aot.get("commit")}
     values = defaultdict(lambda: "-", {k: v for k, v in known.items() if v not in (None, "")})
     for commit in ("torch_commit", "aot_commit"):
@@ -279,9 +267,9 @@ def card(model: dict[str, Any]) -> str:
         shown = f"{peak} TFLOP/s ({source})" if peak else f"unknown ({source})"
         more.append((f"peak {dtype}", shown))
     roof, roof_source = model["memory_roof_gbps"], model["memory_roof_source"]
-    more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source and "-"))
+    more.append(("memory roof", f"{roof} GB/s ({roof_source})" if roof else roof_source))
     more.append(("bench", model["config_label"]))
-    lines = [*fill(CARD, values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
+    lines = [*CARD.substitute(values).splitlines(), *(f"{k}: {v}" for k, v in more if v)]
     body = "".join(f"<br>{esc(line)}" for line in lines)
     base = ' <span class="base">baseline</span>' if model["baseline"] else ""
     label = f"<b>{esc(model['label'])}</b>{base}"
@@ -321,17 +309,15 @@ def bench_figures(members: list, index: list[dict], first: dict, memory: bool, p
             shades = enumerate(zip(members, index, strict=True))
             bars = [bench_bar(m, rows[key], shade) for shade, (m, rows) in shades if key in rows]
             panels[row["pass"], row["dtype"], bool(row["causal"])][row["size"]] += bars
-    roofs = [m["memory_roof_gbps"] for m in members if m.get("memory_roof_gbps") and memory]
-    roof = roofs[0] if roofs else None
+    roof = next((m["memory_roof_gbps"] for m in members if memory and m["memory_roof_gbps"]), None)
     unit = "GB/s" if memory else "TFLOP/s"
-    order = [*PASS_NAMES, *sorted({p[0] for p in panels} - set(PASS_NAMES))]
     figs = []
     for (pass_name, dtype, causal), groups in sorted(
-        panels.items(), key=lambda p: (order.index(p[0][0]), *p[0][1:])
+        panels.items(), key=lambda p: (bench.PASSES.index(p[0][0]), p[0])
     ):
         kind = "causal" if causal else "non-causal"
         roof_note = f" · memory-bound, roof {roof:g} GB/s" if roof else ""
-        title = f"{PASS_NAMES.get(pass_name, pass_name)} · {dtype} · {kind}{roof_note}"
+        title = f"{PASS_NAMES[pass_name]} · {dtype} · {kind}{roof_note}"
         chart_id = f"{prefix}-{pass_name}-{dtype}-{int(causal)}"
         figs.append(grouped_bars(groups, unit, len(members), roof, chart_id, title))
     return "".join(figs)
@@ -342,13 +328,10 @@ def case_rows(index: list[dict], extra: Callable, per_set: Callable, blank: int)
     first: dict[tuple, dict[str, Any]] = {}
     for rows in index:
         first.update({k: r for k, r in rows.items() if k not in first})
-    dash = ["<td>-</td>"] * blank
     cells = []
     for k, row in first.items():
-        case = [td(v) for v in bench.case_cells(row)]
-        cells.append(
-            [*case, *extra(row), *(c for r in index for c in (per_set(r[k]) if k in r else dash))]
-        )
+        per = [per_set(r[k]) if k in r else ["<td>-</td>"] * blank for r in index]
+        cells.append([*map(td, bench.case_cells(row)), *extra(row), *(c for p in per for c in p)])
     return first, cells
 
 
@@ -367,13 +350,12 @@ def bench_section(models: list[dict[str, Any]]) -> str:
         index = [{bench.case_key(r): r for r in ok_rows(m)} for m in members]
         first, rows = case_rows(index, lambda r: [td(r.get("bound"))], bench_cells, 4)
         sets = ", ".join(m["id"] for m in members)
-        heads = [f"{m['id']} {w}" for m in members for w in ("ms", "TF/s", "GB/s", "% roof")]
+        units = ("ms", "TF/s", "GB/s", "% roof")
+        heads = [*bench.CASE_HEAD, "bound", *(f"{m['id']} {u}" for m in members for u in units)]
         memory = bench_figures(members, index, first, True, f"bench-mem-{ci}")
         figs = bench_figures(members, index, first, False, f"bench-{ci}")
         legend = svg_legend(list(dict.fromkeys(r["backend"] for r in first.values())))
-        numbers = table(
-            "bench-table", [*bench.CASE_HEAD, "bound", *heads], rows, f' data-sets="{sets}"'
-        )
+        numbers = table("bench-table", heads, rows, f' data-sets="{sets}"')
         memory = memory and (
             "<h4>Memory-bound rows (FLOP/byte under the ridge point): GB/s against the memory "
             f'roof (dashed)</h4><div class="figs">{memory}</div>'
@@ -413,9 +395,8 @@ def comparison_section(comps: list[dict[str, Any]]) -> str:
         summary.append([td(c["set"]), td(c["baseline"]), *counts, td(c["geomean_speedup"])])
     head = ["set", "baseline", *bench.VERDICTS, "geo. mean speedup"]
     legend = svg_legend(list(dict.fromkeys(r["backend"] for c in comps for r in c["rows"])))
-    every = table(
-        "speedup-table", [*bench.CASE_HEAD, "baseline ms", *(c["set"] for c in comps)], rows
-    )
+    case_head = [*bench.CASE_HEAD, "baseline ms", *(c["set"] for c in comps)]
+    every = table("speedup-table", case_head, rows)
     return (
         "<p>Speedup = baseline median / median (&gt;1: faster than the baseline). Verdicts by the "
         "change rule above; launch-bound rows are left out of the means.</p>"
@@ -434,8 +415,9 @@ def time_section(groups: list[dict[str, Any]]) -> str:
         }
         chart = grouped_bars(bars, "TFLOP/s (geo. mean)", len(runs), None, f"time-{ti}")
         shown = {k: esc(group[k] or "") for k in ("machine", "config_label", "cases")}
+        shown["runs"] = esc(", ".join(runs))
         legend = svg_legend(list(group["series"]))
-        parts.append(fill(OVER_TIME, shown, runs=esc(", ".join(runs)), legend=legend, chart=chart))
+        parts.append(OVER_TIME.substitute(shown, legend=legend, chart=chart))
     return "".join(parts) or "<p>No machine has two runs of one bench configuration.</p>"
 
 
@@ -447,9 +429,9 @@ def kernel_check_section(checks: list[dict[str, Any]]) -> str:
     for check in checks:
         shown = defaultdict(lambda: "-", {k: esc(v) for k, v in check.items() if v is not None})
         shown["aotriton_commit"] = shown["aotriton_commit"][:12]
-        families = sorted((n, f) for n, f in check["families"].items() if isinstance(f, dict))
+        families = sorted(check["families"].items())
         rows = [[td(n), *(td(family.get(f), f"n {f}") for f in fields)] for n, family in families]
-        parts.append(fill(KERNELS, shown, table=table("kernels", head, rows)))
+        parts.append(KERNELS.substitute(shown, table=table("kernels", head, rows)))
     return "".join(parts)
 
 
