@@ -51,6 +51,8 @@ def make_inputs(folder: Path) -> dict[str, Path]:
         "duplicate": (RESULTS / "aa2.json").read_text(),
         "newer": text.replace('"version": 1,', '"version": 99,', 1),
         "binary": "\udcff",
+        "noresults": json.dumps({**json.loads(text), "results": None}),
+        "nofamilies": json.dumps({"schema": "rocmfa-kernel-check/1", "arch": "gfx1151"}),
     }
     for name, body in bad.items():
         files[name] = folder / f"{name}.json"
@@ -79,6 +81,8 @@ def test_page_shows_the_good_and_lists_every_bad_input(tmp_path, capsys):
     assert why["older"].startswith("older schema: sdpa-bench/1 without 'identity'")
     assert why["newer"].startswith("unknown identity version 99")
     assert why["binary"].startswith("not UTF-8")
+    assert why["noresults"] == "bench JSON without a 'results' list"
+    assert why["nofamilies"] == "kernel check summary without 'families'"
     assert why["such"] == "cannot read: No such file or directory"
     dup = next(k for k in ("aa2", "duplicate") if k in why)  # whichever was read second
     assert "same machine and time" in why[dup]

@@ -64,13 +64,17 @@ def check_doc(source: str, data: Any) -> Doc | Rejected:
     elif kind is None:
         why = f"unknown schema {schema!r} (this page reads {', '.join(sorted(KINDS))})"
     elif kind == "kernel_check":  # in no result set
-        return Doc(source, kind, {"date": data.get("time")}, data, math.nan)
+        if isinstance(data.get("families"), dict):
+            return Doc(source, kind, {"date": data.get("time")}, data, math.nan)
+        why = "kernel check summary without 'families'"
     elif not isinstance(identity, dict):
         why = f"older schema: {schema} without 'identity'; rerun the probe to record it"
     elif (version := identity.get("version")) not in range(IDENTITY_VERSION + 1):
         why = f"unknown identity version {version!r} (this page reads {IDENTITY_VERSION})"
     elif math.isnan(when := parse_date(identity.get("date"))):
         why = "identity without a valid date"
+    elif kind == "bench" and not isinstance(data.get("results"), list):
+        why = "bench JSON without a 'results' list"
     else:
         return Doc(source, kind, identity, data, when)
     return Rejected(source, why)
