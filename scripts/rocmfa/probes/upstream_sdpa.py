@@ -133,7 +133,8 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
         "files": notes,
         "families": families,
         "platform": system.lower(),
-        "entries_read": len(entries),
+        "note": f"{len(chosen)} of {len(entries)} entries apply ({'; '.join(notes)}; commit "
+        f"{str(commit)[:12]} from {how})",
     }
 
 
@@ -148,7 +149,6 @@ def git_blob_sha1(data: bytes) -> str:
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
     """The test file for this torch: --test-file (unverified), else torch's commit from git."""
     checkout = Path(opts.torch_src or work / "src" / "pytorch")
-    verified = not opts.test_file
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
@@ -180,12 +180,7 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             )
         where = f"the source checkout {checkout} (git blob {blob[:12]})"
         how = f"{TEST_PATH} at {commit[:12]} from {where}"
-    return {
-        "data": data,
-        "blob_sha1": blob,
-        "how": how,
-        "verified": verified,
-    }
+    return {"data": data, "blob_sha1": blob, "how": how, "verified": not opts.test_file}
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
@@ -236,12 +231,11 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     hung = [r["nodeid"] for r in records if r.get("event") == "start" and r["nodeid"] not in ended]
     if killed and hung:
         killed += f"; still running: {hung[-1]}"
-    collected = next((r for r in records if r.get("event") == "collected"), None)
     done = {
         "name": name,
         "selection": selection,
         "env": extra_env,
-        "collected": collected,
+        "collected": next((r for r in records if r.get("event") == "collected"), None),
         "pytest_exit": code,
         "killed": killed,
         "wall_s": round(time.perf_counter() - started, 1),
@@ -323,14 +317,8 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
 
 def render(doc: dict[str, Any]) -> str:
     stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
-    therock = doc["therock"]
-    applied = (
-        f"{len(therock['entries'])} of {therock.get('entries_read')} entries apply "
-        f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
-    )
     ident = doc["identity"]
-    passes = doc["passes"]
-    passes = [(p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in passes]
+    passes = [(p["name"], p["wall_s"], *map(p["counts"].get, OUTCOMES)) for p in doc["passes"]]
     classes = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
     lines = [
         f"PyTorch's SDPA tests on {ident['gpu']} ({ident['arch'] or 'cpu'}), "
@@ -338,8 +326,7 @@ def render(doc: dict[str, Any]) -> str:
         f"test file: {doc['test_file']['how']}",
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
         + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
-        "TheRock: "
-        + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
+        f"TheRock: {doc['therock']['note']}",
         "",
         *common.text_table(("pass", "wall s", *OUTCOMES), passes),
         "",
@@ -401,11 +388,10 @@ def main(argv: list[str] | None) -> int:
 
     workdir = opts.workdir or os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work"
     work = Path(workdir).expanduser().resolve()
-    git_version = str(getattr(torch.version, "git_version", "") or "")
     devices = opts.devices or ("cuda" if torch.cuda.is_available() else "cpu")
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     doc, arch, _device_name = common.provenance(SCHEMA, device)
-    test = find_test_file(opts, work, git_version, torch.__version__)
+    test = find_test_file(opts, work, doc["identity"]["torch_commit"] or "", torch.__version__)
     print(f"test file: {test['how']}", file=sys.stderr, flush=True)
     therock_dir = None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock")
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
@@ -430,12 +416,9 @@ def main(argv: list[str] | None) -> int:
     ck = torch.version.hip and common.ask(torch.backends.cuda.is_ck_sdpa_available)
     if device.type == "cuda" and ck and not opts.no_ck:
         plan["ck"] = (f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})
-    passes = []
-    rows = []
-    for pass_name, (k, extra_env) in plan.items():
-        done, pass_rows = run_pass(pass_name, k, extra_env, run)
-        passes.append(done)
-        rows += pass_rows
+    ran = [run_pass(pass_name, k, extra_env, run) for pass_name, (k, extra_env) in plan.items()]
+    passes = [done for done, _ in ran]
+    rows = [row for _, rows_of_pass in ran for row in rows_of_pass]
     doc |= {
         "test_file": test,
         "selection": {"k": selection, "devices": devices, "ck_pass": len(passes) > 1},
@@ -475,17 +458,14 @@ def _progress(force: bool = False) -> None:
 
 
 def pytest_configure(config: Any) -> None:
-    if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
-        _run.update(json.loads(Path(path).read_text()))
-        _run.update(started=time.monotonic(), printed=0.0, total=0, done=0, counts=Counter())
-        _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+    _run.update(json.loads(Path(os.environ["ROCMFA_UPSTREAM_PLUGIN_CONFIG"]).read_text()))
+    _run.update(started=time.monotonic(), printed=0.0, total=0, done=0, counts=Counter())
+    _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
 def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
     import pytest
 
-    if not _run:
-        return
     items = session.items
     quick_max = _run["quick_max"]
     selected = len(items)
@@ -507,17 +487,16 @@ def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
 
 
 def pytest_collectreport(report: Any) -> None:
-    if _run and report.failed:
+    if report.failed:
         _write({"event": "collect-error", "nodeid": report.nodeid, "message": _message(report)})
 
 
 def pytest_runtest_setup(item: Any) -> None:
     import pytest
 
-    if _run:
-        _write({"event": "start", "nodeid": item.nodeid})
-        if _run["budget_s"] and time.monotonic() - _run["started"] > _run["budget_s"]:
-            pytest.skip(f"{BUDGET_PREFIX}{_run['budget_s'] / 60:g} min spent before this test")
+    _write({"event": "start", "nodeid": item.nodeid})
+    if time.monotonic() - _run["started"] > _run["budget_s"]:
+        pytest.skip(f"{BUDGET_PREFIX}{_run['budget_s'] / 60:g} min spent before this test")
 
 
 def _message(report: Any) -> str:
@@ -529,8 +508,6 @@ def _message(report: Any) -> str:
 
 
 def pytest_runtest_logreport(report: Any) -> None:
-    if not _run:
-        return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = report.outcome
         if hasattr(report, "wasxfail"):
@@ -554,11 +531,9 @@ def pytest_runtest_logreport(report: Any) -> None:
     _progress()
 
 
-def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    if _run:
-        _progress(force=True)
-        _write({"event": "finished", "exitstatus": int(exitstatus)})
-        _run["out"].close()
+def pytest_sessionfinish() -> None:
+    _progress(force=True)
+    _run["out"].close()
 
 
 if __name__ == "__main__":
