@@ -276,8 +276,7 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     by_class: dict[str, Counter] = {}
     for r in rows:
         by_class.setdefault(r["class"], Counter())[r["outcome"]] += 1
-    skipped_rows = (r for r in rows if r["outcome"] == "skipped")
-    skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in skipped_rows]
+    skipped = [(r["source"], r["reason"]) for r in rows if r["outcome"] == "skipped"]
     comments = {e["name"]: e["comment"] for e in skips}
     doc["skips"] = []
     for (source, reason), n in sorted(Counter(skipped).items(), key=lambda kv: (-kv[1], kv[0])):
@@ -467,9 +466,8 @@ def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
     import pytest
 
     items = session.items
-    quick_max = _run["quick_max"]
     selected = len(items)
-    stride = max(1, -(-len(items) // quick_max)) if quick_max else 1
+    stride = max(1, -(-selected // _run["quick_max"])) if _run["quick_max"] else 1
     if stride > 1:
         session.config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % stride])
         items[:] = items[::stride]
@@ -522,7 +520,7 @@ def pytest_runtest_logreport(report: Any) -> None:
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
         record["source"] = "ours" if reason.startswith(BUDGET_PREFIX) else source
     elif outcome in ("failed", "error"):
-        record["message"] = (_message(report).strip().splitlines() or [""])[0][:500]
+        record["message"] = common.first_line(_message(report), 500)
     elif outcome in ("xfailed", "xpassed"):
         record["reason"] = str(report.wasxfail)
     _write(record)
