@@ -94,12 +94,6 @@ def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[dict], list[
     return entries, notes
 
 
-def select(entries: list[dict], families: list[str], system: str) -> list[dict]:
-    """The entries create_skip_tests.py would pool: section key a substring of a filter."""
-    filters = ["common", *families, system.lower()]
-    return [e for e in entries if any(e["section"] in f for f in filters)]
-
-
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
     """HEAD of the TheRock checkout itself, else the pinned commit, named as such."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -124,25 +118,22 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
-    system = platform.system()
-    chosen = select(entries, families, system)
+    system = platform.system().lower()
+    # What create_skip_tests.py pools: the entries whose section key is a substring of a filter.
+    chosen = [e for e in entries if any(e["section"] in f for f in ["common", *families, system])]
     return chosen, {
         "dir": str(skip_dir),
         "commit": commit,
         "commit_from": how,
         "files": notes,
         "families": families,
-        "platform": system.lower(),
+        "platform": system,
         "note": f"{len(chosen)} of {len(entries)} entries apply ({'; '.join(notes)}; commit "
         f"{str(commit)[:12]} from {how})",
     }
 
 
-# --- the test file and the pytest runs
-
-
 def git_blob_sha1(data: bytes) -> str:
-    """The id git gives a file's content: sha1 over b"blob <len>\\0" + content."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
@@ -186,7 +177,6 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
     """One pytest run of the test file with this module as its plugin."""
     run_dir = run["run_dir"]
-    run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
@@ -208,7 +198,6 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         **extra_env,
         "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(plugin_config),
     }
-    (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, *PYTEST_ARGS, "-k", selection]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
     started = time.perf_counter()
@@ -290,15 +279,14 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     doc["by_class"] = {k: dict(v) for k, v in sorted(by_class.items())}
     doc["results"] = rows
     c = Counter(doc["counts"])
-    problems = doc["problems"]
     tf = doc["test_file"]
     bad = c["failed"] + c["error"]
-    ok = bad == 0 and c["passed"] > 0 and not problems
+    ok = bad == 0 and c["passed"] > 0 and not doc["problems"]
     skips = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
     source = f"test_transformers.py @ pytorch/pytorch:{doc['identity']['torch_commit'][:12]}"
     if not tf["verified"]:
         source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
-    word = "PASS" if ok else "INCOMPLETE" if bad == 0 and problems else "FAIL"
+    word = "PASS" if ok else "INCOMPLETE" if bad == 0 and doc["problems"] else "FAIL"
     skips = f" ({skips})" if skips else ""
     xfailed = f", {c['xfailed']} xfailed" if c["xfailed"] else ""
     line = (
@@ -306,8 +294,8 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
         f"of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
         f"{doc['wall_s']:.0f} s)"
     )
-    if problems:
-        line += "; " + "; ".join(problems)
+    if doc["problems"]:
+        line += "; " + "; ".join(doc["problems"])
     elif bad:
         first = next(r for r in doc["results"] if r["outcome"] in ("failed", "error"))
         line += f"; first failure: {first['class']}::{first['test']}"
@@ -399,11 +387,12 @@ def main(argv: list[str] | None) -> int:
     source = "checkout" if test["verified"] else "user"
     name = f"{source}-{test['blob_sha1'][:12]}" + "-quick" * opts.quick
     run_dir = work / "upstream-tests" / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / Path(TEST_PATH).name).write_bytes(test.pop("data"))
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
     run = {
-        "test_file": test.pop("data"),
         "run_dir": run_dir,
         "devices": devices,
         "therock": skips,
