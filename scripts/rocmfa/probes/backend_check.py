@@ -19,7 +19,7 @@ else:  # run as `python scripts/rocmfa/probes/backend_check.py`
 PROG = "backend_check.py"
 SCHEMA = "sdpa-backend-check/1"
 
-# Max |error| / max(1, max|reference|) allowed against the float32 math result.
+TOLERANCE_RULE = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
 TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e-2}}
 
 # Kernel-name rules (first match wins) and operator names, each to the backend it means.
@@ -170,14 +170,13 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         ref = common.sdpa(q32, k32, v32, True)
     ref.backward(inputs[3].float())
     tol = TOLERANCE[dtype_name]
-    rule = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
     report = {
         "shape": shape.dims(),
         "dtype": dtype_name,
         "causal": True,
         "forced_flash": flash_profile,
         "default_dispatch": default_profile,
-        "tolerance": {"rule": rule, **tol},
+        "tolerance": {"rule": TOLERANCE_RULE, **tol},
         "errors": None,
         "correct": None,
     }

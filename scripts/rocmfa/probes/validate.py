@@ -72,13 +72,12 @@ def run_case(device: Any, backend: str, case: Case, seed: int) -> dict[str, Any]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     transposed = case.variant == "transposed"  # made as B,S,H,D: non-contiguous as B,H,S,D
 
-    def make(heads: int, seq: int) -> Any:
+    def make(kv: bool) -> Any:
+        heads, seq = (shape.kv_heads, shape.kv_seq) if kv else (shape.q_heads, shape.seq_q)
         dims = (seq, heads) if transposed else (heads, seq)
         return torch.randn(shape.batch, *dims, shape.head_dim, generator=gen)
 
-    q = make(shape.q_heads, shape.seq_q)
-    k, v = make(shape.kv_heads, shape.kv_seq), make(shape.kv_heads, shape.kv_seq)
-    base = [q, k, v, make(shape.q_heads, shape.seq_q)]  # and the output gradient
+    base = [make(kv) for kv in (False, True, True, False)]  # q, k, v and the output gradient
 
     def run(dt: Any, call: Any) -> list[Any]:
         """out, dq, dk, dv (in B,H,S,D order) of call on leaves of dtype dt."""
