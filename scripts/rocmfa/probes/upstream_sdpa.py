@@ -156,11 +156,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             raise common.UsageError(f"{cannot} cannot be had: torch.version.git_version is unknown")
         git = ["git", "-C", str(checkout)]
         rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
-        named = subprocess.run(rev_parse, capture_output=True, text=True)
-        blob = named.stdout.strip()
-        data = b""
-        if named.returncode == 0 and (checkout / ".git").exists():
-            data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
+        blob = subprocess.run(rev_parse, capture_output=True, text=True).stdout.strip()
+        data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
         if not data or git_blob_sha1(data) != blob:
             fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
             raise common.UsageError(
