@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import tomllib
 from pathlib import Path
@@ -58,8 +59,11 @@ def test_the_source_checkout_gives_the_file_of_torchs_commit(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- TheRock
 
 
-def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
-    skip_dir = standin.write_therock(tmp_path) / upstream_sdpa.SKIP_DIR
+def test_therock_skip_files_are_read_in_their_real_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    therock = standin.write_therock(tmp_path)
+    skip_dir = therock / upstream_sdpa.SKIP_DIR
     entries, notes = upstream_sdpa.read_skip_dir(skip_dir, "2.13.0+rocm7.1")
     assert notes == ["generic.py: read", "pytorch_2.13.py: read"]
     by_name = {e["name"]: e for e in entries}
@@ -74,13 +78,14 @@ def test_therock_skip_files_are_read_in_their_real_form(tmp_path: Path) -> None:
     }
     assert by_name["test_ctc_loss_cudnn_tensor_cuda_cuda"]["file"] == "pytorch_2.13.py"
 
-    def chosen(families: list[str], system: str) -> set[str]:
-        return {e["name"] for e in upstream_sdpa.select(entries, families, system)}
+    def chosen(arch: str | None, system: str) -> set[str]:
+        monkeypatch.setattr(platform, "system", lambda: system)  # the OS load_skips sees
+        return {e["name"] for e in upstream_sdpa.load_skips(therock, "2.13.0", arch)[0]}
 
-    assert "test_terminate_handler_on_crash" in chosen(["gfx942"], "Linux")  # "gfx94" in gfx942
-    assert "test_terminate_handler_on_crash" not in chosen(["gfx1151"], "Linux")
-    assert "test_backend_vs_math_ref_grads" not in chosen(["gfx942"], "Linux")
-    assert "test_backend_vs_math_ref_grads" in chosen([], "Windows")
+    assert "test_terminate_handler_on_crash" in chosen("gfx942", "Linux")  # "gfx94" in gfx942
+    assert "test_terminate_handler_on_crash" not in chosen("gfx1151", "Linux")
+    assert "test_backend_vs_math_ref_grads" not in chosen("gfx942", "Linux")
+    assert "test_backend_vs_math_ref_grads" in chosen(None, "Windows")
     # A torch with no version file: generic.py only, and the report says so.
     only, notes = upstream_sdpa.read_skip_dir(skip_dir, "2.11.0+cu130")
     assert notes[1].startswith("pytorch_2.11.py: not in this TheRock")

@@ -19,13 +19,12 @@ else:  # run as `python scripts/rocmfa/probes/backend_check.py`
 PROG = "backend_check.py"
 SCHEMA = "sdpa-backend-check/1"
 
-# Max |error| / max(1, max|reference|) allowed against the float32 math result.
+TOLERANCE_RULE = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
 TOLERANCE = {"fp16": {"fwd": 1e-2, "bwd": 2e-2}, "bf16": {"fwd": 3e-2, "bwd": 6e-2}}
 
 # Kernel-name rules (first match wins) and operator names, each to the backend it means.
 RULES = common.load_table("sdpa_checks", "backend_check")
 KERNEL_RULES = RULES["kernel_rules"]
-OP_RULES = RULES["ops"]
 FUSED = {"flash", "ck", "efficient", "cudnn", "flash-cpu"}
 
 
@@ -41,13 +40,11 @@ def classify_events(events: list[tuple[str, bool]]) -> dict[str, Any]:
     for name, on_device in events:
         if on_device:
             kernel_families.setdefault(classify_kernel(name), {})[name] = None
-        elif (family := OP_RULES.get(name.removesuffix("_backward"))) and family not in ops:
+        elif (family := RULES["ops"].get(name.removesuffix("_backward"))) and family not in ops:
             ops.append(family)
     # Device kernels are the ground truth on a GPU; the ops where none were recorded.
-    fused = [f for f in kernel_families if f in FUSED] + ["math"] * ("math" in kernel_families)
-    ran = next(iter(fused), "unknown")
-    if not kernel_families:
-        ran = next((o for o in ops if o in FUSED), ops[0] if ops else "unknown")
+    seen = list(kernel_families) or ops
+    ran = next((f for f in seen if f in FUSED), "math" if "math" in seen else "unknown")
     kernels = {f: list(names)[:6] for f, names in kernel_families.items()}
     return {"ops": ops, "kernel_families": sorted(kernel_families), "kernels": kernels, "ran": ran}
 
@@ -105,8 +102,7 @@ def rocm_report(arch: str | None, arches: dict[str, Any], lib_dir: Path) -> dict
 
     aot = common.aotriton_versions(lib_dir)
     flag = os.environ.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")
-    table = arches.get(arch or "")
-    needs = common.needs_experimental_flag(table, aot["runtime_version"])
+    needs = common.needs_experimental_flag(arches.get(arch or ""), aot["runtime_version"])
     library = None
     with contextlib.suppress(Exception):  # None where torch cannot say
         library = torch.version.hip and torch.backends.cuda.preferred_rocm_fa_library()
@@ -174,14 +170,13 @@ def truth_run(device: Any, dtype_name: str, shape: common.Shape) -> dict[str, An
         ref = common.sdpa(q32, k32, v32, True)
     ref.backward(inputs[3].float())
     tol = TOLERANCE[dtype_name]
-    rule = "max|x - ref| / max(1, max|ref|), ref = math backend in float32"
     report = {
         "shape": shape.dims(),
         "dtype": dtype_name,
         "causal": True,
         "forced_flash": flash_profile,
         "default_dispatch": default_profile,
-        "tolerance": {"rule": rule, **tol},
+        "tolerance": {"rule": TOLERANCE_RULE, **tol},
         "errors": None,
         "correct": None,
     }
@@ -230,9 +225,8 @@ def render(report: dict[str, Any]) -> str:
     rocm = report.get("rocm")
     truth = report["truth"]
     yn = {True: "yes", False: "no", None: "?"}.get
-    flags = ("compiled_in", "enabled", "can_use")
     rows = [
-        (n, *(yn(b[f]) for f in flags), "; ".join(b["reasons"]))
+        (n, *(yn(b[f]) for f in ("compiled_in", "enabled", "can_use")), "; ".join(b["reasons"]))
         for n, b in report["backends"].items()
     ]
     lines = [

@@ -94,12 +94,6 @@ def read_skip_dir(skip_dir: Path, torch_version: str) -> tuple[list[dict], list[
     return entries, notes
 
 
-def select(entries: list[dict], families: list[str], system: str) -> list[dict]:
-    """The entries create_skip_tests.py would pool: section key a substring of a filter."""
-    filters = ["common", *families, system.lower()]
-    return [e for e in entries if any(e["section"] in f for f in filters)]
-
-
 def therock_commit(checkout: Path) -> tuple[str | None, str]:
     """HEAD of the TheRock checkout itself, else the pinned commit, named as such."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -124,31 +118,28 @@ def load_skips(therock_dir: Path | None, torch_version: str, arch: str | None) -
     entries, notes = read_skip_dir(skip_dir, torch_version)
     commit, how = therock_commit(therock_dir)
     families = [arch] if arch and arch.startswith("gfx") else []
-    system = platform.system()
-    chosen = select(entries, families, system)
+    system = platform.system().lower()
+    # What create_skip_tests.py pools: the entries whose section key is a substring of a filter.
+    chosen = [e for e in entries if any(e["section"] in f for f in ["common", *families, system])]
     return chosen, {
         "dir": str(skip_dir),
         "commit": commit,
         "commit_from": how,
         "files": notes,
         "families": families,
-        "platform": system.lower(),
-        "entries_read": len(entries),
+        "platform": system,
+        "note": f"{len(chosen)} of {len(entries)} entries apply ({'; '.join(notes)}; commit "
+        f"{str(commit)[:12]} from {how})",
     }
 
 
-# --- the test file and the pytest runs
-
-
 def git_blob_sha1(data: bytes) -> str:
-    """The id git gives a file's content: sha1 over b"blob <len>\\0" + content."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> dict[str, Any]:
     """The test file for this torch: --test-file (unverified), else torch's commit from git."""
     checkout = Path(opts.torch_src or work / "src" / "pytorch")
-    verified = not opts.test_file
     if opts.test_file:
         try:
             data = Path(opts.test_file).read_bytes()
@@ -165,11 +156,8 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             raise common.UsageError(f"{cannot} cannot be had: torch.version.git_version is unknown")
         git = ["git", "-C", str(checkout)]
         rev_parse = [*git, "rev-parse", "--verify", "--quiet", f"{commit}:{TEST_PATH}"]
-        named = subprocess.run(rev_parse, capture_output=True, text=True)
-        blob = named.stdout.strip()
-        data = b""
-        if named.returncode == 0 and (checkout / ".git").exists():
-            data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
+        blob = subprocess.run(rev_parse, capture_output=True, text=True).stdout.strip()
+        data = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True).stdout
         if not data or git_blob_sha1(data) != blob:
             fetch = f"git -C {checkout} fetch https://github.com/pytorch/pytorch {commit}"
             raise common.UsageError(
@@ -180,18 +168,12 @@ def find_test_file(opts: Any, work: Path, commit: str, torch_version: str) -> di
             )
         where = f"the source checkout {checkout} (git blob {blob[:12]})"
         how = f"{TEST_PATH} at {commit[:12]} from {where}"
-    return {
-        "data": data,
-        "blob_sha1": blob,
-        "how": how,
-        "verified": verified,
-    }
+    return {"data": data, "blob_sha1": blob, "how": how, "verified": not opts.test_file}
 
 
 def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str, Any]) -> tuple:
     """One pytest run of the test file with this module as its plugin."""
     run_dir = run["run_dir"]
-    run_dir.mkdir(parents=True, exist_ok=True)
     # A pytest.ini of its own: no ini of an enclosing folder (ours, under work/) applies.
     (run_dir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     results = run_dir / f"results-{name}.jsonl"
@@ -213,7 +195,6 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
         **extra_env,
         "ROCMFA_UPSTREAM_PLUGIN_CONFIG": str(plugin_config),
     }
-    (run_dir / Path(TEST_PATH).name).write_bytes(run["test_file"])
     argv = [sys.executable, "-m", "pytest", Path(TEST_PATH).name, *PYTEST_ARGS, "-k", selection]
     print(f"$ {' '.join(argv)}", file=sys.stderr, flush=True)
     started = time.perf_counter()
@@ -236,12 +217,11 @@ def run_pass(name: str, selection: str, extra_env: dict[str, str], run: dict[str
     hung = [r["nodeid"] for r in records if r.get("event") == "start" and r["nodeid"] not in ended]
     if killed and hung:
         killed += f"; still running: {hung[-1]}"
-    collected = next((r for r in records if r.get("event") == "collected"), None)
     done = {
         "name": name,
         "selection": selection,
         "env": extra_env,
-        "collected": collected,
+        "collected": next((r for r in records if r.get("event") == "collected"), None),
         "pytest_exit": code,
         "killed": killed,
         "wall_s": round(time.perf_counter() - started, 1),
@@ -282,8 +262,7 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     by_class: dict[str, Counter] = {}
     for r in rows:
         by_class.setdefault(r["class"], Counter())[r["outcome"]] += 1
-    skipped_rows = (r for r in rows if r["outcome"] == "skipped")
-    skipped = [(r.get("source", "test-file"), r.get("reason", "")) for r in skipped_rows]
+    skipped = [(r["source"], r["reason"]) for r in rows if r["outcome"] == "skipped"]
     comments = {e["name"]: e["comment"] for e in skips}
     doc["skips"] = []
     for (source, reason), n in sorted(Counter(skipped).items(), key=lambda kv: (-kv[1], kv[0])):
@@ -297,15 +276,14 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
     doc["by_class"] = {k: dict(v) for k, v in sorted(by_class.items())}
     doc["results"] = rows
     c = Counter(doc["counts"])
-    problems = doc["problems"]
     tf = doc["test_file"]
     bad = c["failed"] + c["error"]
-    ok = bad == 0 and c["passed"] > 0 and not problems
+    ok = bad == 0 and c["passed"] > 0 and not doc["problems"]
     skips = ", ".join(f"{n} {SOURCES.get(s, s)}" for s, n in doc["skips_by_source"].items())
     source = f"test_transformers.py @ pytorch/pytorch:{doc['identity']['torch_commit'][:12]}"
     if not tf["verified"]:
         source = f"UNVERIFIED --test-file, git blob {tf['blob_sha1'][:12]}, not torch's commit"
-    word = "PASS" if ok else "INCOMPLETE" if bad == 0 and problems else "FAIL"
+    word = "PASS" if ok else "INCOMPLETE" if bad == 0 and doc["problems"] else "FAIL"
     skips = f" ({skips})" if skips else ""
     xfailed = f", {c['xfailed']} xfailed" if c["xfailed"] else ""
     line = (
@@ -313,8 +291,8 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
         f"of {c.total()} SDPA tests ({source}; torch {doc['identity']['torch']}; "
         f"{doc['wall_s']:.0f} s)"
     )
-    if problems:
-        line += "; " + "; ".join(problems)
+    if doc["problems"]:
+        line += "; " + "; ".join(doc["problems"])
     elif bad:
         first = next(r for r in doc["results"] if r["outcome"] in ("failed", "error"))
         line += f"; first failure: {first['class']}::{first['test']}"
@@ -323,14 +301,8 @@ def summarize(doc: dict[str, Any], rows: list[dict], skips: list[dict]) -> dict[
 
 def render(doc: dict[str, Any]) -> str:
     stride = (doc["passes"][0].get("collected") or {}).get("quick_stride") or 1
-    therock = doc["therock"]
-    applied = (
-        f"{len(therock['entries'])} of {therock.get('entries_read')} entries apply "
-        f"({'; '.join(therock['files'])}; commit {str(therock['commit'])[:12]} from "
-    )
     ident = doc["identity"]
-    passes = doc["passes"]
-    passes = [(p["name"], f"{p['wall_s']:.0f}", *map(p["counts"].get, OUTCOMES)) for p in passes]
+    passes = [(p["name"], p["wall_s"], *map(p["counts"].get, OUTCOMES)) for p in doc["passes"]]
     classes = [(k, *(v.get(o, 0) for o in OUTCOMES)) for k, v in doc["by_class"].items()]
     lines = [
         f"PyTorch's SDPA tests on {ident['gpu']} ({ident['arch'] or 'cpu'}), "
@@ -338,8 +310,7 @@ def render(doc: dict[str, Any]) -> str:
         f"test file: {doc['test_file']['how']}",
         f'selection: -k "{SELECTION}", devices {doc["selection"]["devices"]}'
         + (f", --quick: 1 in {stride} selected tests" if doc["quick"] else ""),
-        "TheRock: "
-        + (f"{applied}{therock.get('commit_from')})" if therock["files"] else therock["note"]),
+        f"TheRock: {doc['therock']['note']}",
         "",
         *common.text_table(("pass", "wall s", *OUTCOMES), passes),
         "",
@@ -401,11 +372,10 @@ def main(argv: list[str] | None) -> int:
 
     workdir = opts.workdir or os.environ.get(WORKDIR_ENV) or REPO_ROOT / "work"
     work = Path(workdir).expanduser().resolve()
-    git_version = str(getattr(torch.version, "git_version", "") or "")
     devices = opts.devices or ("cuda" if torch.cuda.is_available() else "cpu")
     device = common.resolve_device("cuda" if "cuda" in devices else "cpu")
     doc, arch, _device_name = common.provenance(SCHEMA, device)
-    test = find_test_file(opts, work, git_version, torch.__version__)
+    test = find_test_file(opts, work, doc["identity"]["torch_commit"] or "", torch.__version__)
     print(f"test file: {test['how']}", file=sys.stderr, flush=True)
     therock_dir = None if opts.no_therock else Path(opts.therock_dir or work / "src" / "therock")
     skips, therock_info = load_skips(therock_dir, torch.__version__, arch)
@@ -414,11 +384,12 @@ def main(argv: list[str] | None) -> int:
     source = "checkout" if test["verified"] else "user"
     name = f"{source}-{test['blob_sha1'][:12]}" + "-quick" * opts.quick
     run_dir = work / "upstream-tests" / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / Path(TEST_PATH).name).write_bytes(test.pop("data"))
     log_path = Path(opts.log) if opts.log else run_dir / "pytest.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
     run = {
-        "test_file": test.pop("data"),
         "run_dir": run_dir,
         "devices": devices,
         "therock": skips,
@@ -430,12 +401,9 @@ def main(argv: list[str] | None) -> int:
     ck = torch.version.hip and common.ask(torch.backends.cuda.is_ck_sdpa_available)
     if device.type == "cuda" and ck and not opts.no_ck:
         plan["ck"] = (f"{selection} and flash", {"TORCH_ROCM_FA_PREFER_CK": "1"})
-    passes = []
-    rows = []
-    for pass_name, (k, extra_env) in plan.items():
-        done, pass_rows = run_pass(pass_name, k, extra_env, run)
-        passes.append(done)
-        rows += pass_rows
+    ran = [run_pass(pass_name, k, extra_env, run) for pass_name, (k, extra_env) in plan.items()]
+    passes = [done for done, _ in ran]
+    rows = [row for _, rows_of_pass in ran for row in rows_of_pass]
     doc |= {
         "test_file": test,
         "selection": {"k": selection, "devices": devices, "ck_pass": len(passes) > 1},
@@ -475,21 +443,17 @@ def _progress(force: bool = False) -> None:
 
 
 def pytest_configure(config: Any) -> None:
-    if path := os.environ.get("ROCMFA_UPSTREAM_PLUGIN_CONFIG"):
-        _run.update(json.loads(Path(path).read_text()))
-        _run.update(started=time.monotonic(), printed=0.0, total=0, done=0, counts=Counter())
-        _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+    _run.update(json.loads(Path(os.environ["ROCMFA_UPSTREAM_PLUGIN_CONFIG"]).read_text()))
+    _run.update(started=time.monotonic(), printed=0.0, total=0, done=0, counts=Counter())
+    _run["out"] = open(_run["results_path"], "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
 
 def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
     import pytest
 
-    if not _run:
-        return
     items = session.items
-    quick_max = _run["quick_max"]
     selected = len(items)
-    stride = max(1, -(-len(items) // quick_max)) if quick_max else 1
+    stride = max(1, -(-selected // _run["quick_max"])) if _run["quick_max"] else 1
     if stride > 1:
         session.config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % stride])
         items[:] = items[::stride]
@@ -507,17 +471,16 @@ def pytest_collection_finish(session: Any) -> None:  # after -k has deselected
 
 
 def pytest_collectreport(report: Any) -> None:
-    if _run and report.failed:
+    if report.failed:
         _write({"event": "collect-error", "nodeid": report.nodeid, "message": _message(report)})
 
 
 def pytest_runtest_setup(item: Any) -> None:
     import pytest
 
-    if _run:
-        _write({"event": "start", "nodeid": item.nodeid})
-        if _run["budget_s"] and time.monotonic() - _run["started"] > _run["budget_s"]:
-            pytest.skip(f"{BUDGET_PREFIX}{_run['budget_s'] / 60:g} min spent before this test")
+    _write({"event": "start", "nodeid": item.nodeid})
+    if time.monotonic() - _run["started"] > _run["budget_s"]:
+        pytest.skip(f"{BUDGET_PREFIX}{_run['budget_s'] / 60:g} min spent before this test")
 
 
 def _message(report: Any) -> str:
@@ -529,8 +492,6 @@ def _message(report: Any) -> str:
 
 
 def pytest_runtest_logreport(report: Any) -> None:
-    if not _run:
-        return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = report.outcome
         if hasattr(report, "wasxfail"):
@@ -545,7 +506,7 @@ def pytest_runtest_logreport(report: Any) -> None:
         source = "therock" if reason.startswith(THEROCK_PREFIX) else "test-file"
         record["source"] = "ours" if reason.startswith(BUDGET_PREFIX) else source
     elif outcome in ("failed", "error"):
-        record["message"] = (_message(report).strip().splitlines() or [""])[0][:500]
+        record["message"] = common.first_line(_message(report), 500)
     elif outcome in ("xfailed", "xpassed"):
         record["reason"] = str(report.wasxfail)
     _write(record)
@@ -554,11 +515,9 @@ def pytest_runtest_logreport(report: Any) -> None:
     _progress()
 
 
-def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    if _run:
-        _progress(force=True)
-        _write({"event": "finished", "exitstatus": int(exitstatus)})
-        _run["out"].close()
+def pytest_sessionfinish() -> None:
+    _progress(force=True)
+    _run["out"].close()
 
 
 if __name__ == "__main__":
