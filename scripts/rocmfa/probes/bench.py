@@ -528,19 +528,8 @@ def status_text(r: dict[str, Any]) -> str:
     return "noisy" if r.get("noisy") else "ok"
 
 
-TABLE_HEADER = (
-    *CASE_HEAD,
-    "median ms",
-    "min ms",
-    "max ms",
-    "spread %",
-    "reps",
-    "TFLOP/s",
-    "GB/s",
-    "bound",
-    "% roof",
-    "status",
-)
+TIMING_HEAD = ("median ms", "min ms", "max ms", "spread %", "reps")
+RATE_HEAD = ("TFLOP/s", "GB/s", "bound", "% roof")
 
 
 def case_cells(row: dict[str, Any]) -> tuple:
@@ -556,28 +545,18 @@ def render_table(results: list[dict], ident: dict, prov: dict[str, Any], timer: 
     for r in results:
         head = case_cells(r)
         if r["status"] != "ok":
-            rows.append((*head, *("-",) * 9, status_text(r)))
+            rows.append((*head, *["-"] * len(TIMING_HEAD + RATE_HEAD), status_text(r)))
             continue
         tflops = r["tflops"]
-        gbps = r["gbps"]
         tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
         pct_text = "-" if r["pct_roof"] is None else f"{r['pct_roof']:.1f}"
         if r["above_peak"]:
             tf_text = pct_text = "!>peak"
-        row = (
-            *head,
-            f"{r['median_ms']:.4f}",
-            f"{r['min_ms']:.4f}",
-            f"{r['max_ms']:.4f}",
-            f"{100 * r['spread']:.1f}",
-            str(r["repeats"]),
-            tf_text,
-            f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}",
-            r["bound"] or "-",
-            pct_text,
-            status_text(r),
-        )
-        rows.append(row)
+        ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
+        timing = [*ms, f"{100 * r['spread']:.1f}", str(r["repeats"])]  # TIMING_HEAD
+        gbps = f"{r['gbps']:.0f}" if r["gbps"] >= 100 else f"{r['gbps']:.3g}"
+        rate_cells = [tf_text, gbps, r["bound"] or "-", pct_text]  # RATE_HEAD
+        rows.append((*head, *timing, *rate_cells, status_text(r)))
     lines = [
         _title(ident),
         f"timing: {timer}",
@@ -586,7 +565,7 @@ def render_table(results: list[dict], ident: dict, prov: dict[str, Any], timer: 
         "roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
         f"peak: {prov.get('peak_note', '-')}",
         "",
-        *common.text_table(TABLE_HEADER, rows),
+        *common.text_table((*CASE_HEAD, *TIMING_HEAD, *RATE_HEAD, "status"), rows),
     ]
     if noisy := sum(1 for r in results if r.get("noisy")):
         why = f"spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}"
