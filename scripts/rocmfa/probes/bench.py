@@ -65,6 +65,10 @@ SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 102
 BENCH_DATA = common.load_table("sdpa_checks", "bench")
 LLM_SUITE = BENCH_DATA.get("llm_suite", [])
 DISPATCH_ENV_VARS = BENCH_DATA.get("dispatch_env_vars", [])
+# The card's own peak: FLOP per CU per clock by arch, else the arch's table peak; memory roofs.
+PEAK_RATES = common.load_table("peak_rates", "rate")
+ARCHES = common.load_arches()
+MEMORY_ROOFS = common.load_table("peak_rates", "memory")
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
@@ -126,9 +130,8 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     }
 
 
-def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: Any = None) -> list:
+def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: dict) -> list:
     """Every case that ran in every run (a list of rows) of both sides: its fields and verdict."""
-    floors = floors if floors is not None else load_floors()
     maps = [
         {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
         for rows in (*a_runs, *b_runs)
@@ -327,36 +330,33 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
     """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call."""
     started = time.perf_counter()
     pass_name = row["pass"]
+    caught: list[warnings.WarningMessage] = []
     try:
         with common.backend_context(row["backend"], timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
             with warnings.catch_warnings(record=True, action="always") as caught:
-                try:
-                    fn, before = tensors.callables(row["causal"], pass_name)
-                    first_ms = None if known_estimate else timer.call_once(fn, before)
-                except Exception as exc:
-                    return _failure(timer, tensors, exc, caught)
+                fn, before = tensors.callables(row["causal"], pass_name)
+                first_ms = None if known_estimate else timer.call_once(fn, before)
             estimate = known_estimate
             if first_ms is not None:
                 warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
-            timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
+            slow = estimate >= SLOW_CALL_MS
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if slow else 0.0
             timer.set_head_start(estimate, backward=pass_name != "fwd")
             # --repeats, else what fits --budget-ms within the bounds (slow calls: their own floor)
-            floor = min(opts.min_repeats, opts.slow_min_repeats)
-            floor = floor if estimate >= SLOW_CALL_MS else opts.min_repeats
+            floor = min(opts.min_repeats, opts.slow_min_repeats if slow else opts.min_repeats)
             fits = int(opts.budget_ms / max(estimate, 1e-6))
             timer.launch_ms = []
             repeats = opts.repeats or max(floor, min(opts.max_repeats, fits))
             summary = summarize(timer.measure(fn, before, repeats))
-            launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
+            launch = round(statistics.median(timer.launch_ms), 5) if timer.launch_ms else None
             busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
         tensors.reset_grads()
-        launch = None if launch is None else round(launch, 5)
         host_s = round(time.perf_counter() - started, 3)
         return dict(status="ok", reason=None, **summary, **busy, launch_ms=launch, host_s=host_s)
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
-        return _failure(timer, tensors, exc, [])
+        return _failure(timer, tensors, exc, caught)
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
@@ -712,14 +712,11 @@ def compare_learn_or_replot(opts: Any) -> int:
     return 0
 
 
-def peak_from_device(
-    arch: Any, dtype: str, override: Any, arches: dict, info: Any, rates: dict
-) -> tuple[float | None, str]:
+def peak_from_device(arch: Any, dtype: str, override: Any, info: dict) -> tuple[float | None, str]:
     """(peak TFLOP/s, source): --peak-tflops, else CUs x clock x rate, else table."""
     if override is not None:
         return override, "--peak-tflops"
-    info = info or {}
-    rate = rates.get(arch or "")
+    rate = PEAK_RATES.get(arch or "")
     units = info.get("compute_units")
     mhz = info.get("max_clock_mhz")
     per_clock = (rate or {}).get(dtype)
@@ -729,16 +726,15 @@ def peak_from_device(
             f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
         )
     why = f"table fallback ({'no per-CU rate' if rate is None else 'no engine clock'})"
-    peak = (arches.get(arch or "") or {}).get(f"peak_tflops_{dtype}")
+    peak = ARCHES.get(arch or "", {}).get(f"peak_tflops_{dtype}")
     if not isinstance(peak, int | float):
         return None, f"{why}: unknown for {arch or 'cpu'} (not in arches.toml)"
     return float(peak), f"{why}: arches.toml [arch.{arch}] peak_tflops_{dtype}"
 
 
-def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
+def memory_roof(arch: Any, info: dict) -> tuple[float | None, str]:
     """(GB/s, source): the device's memory clock x bus width, else the arch table's."""
-    info = info or {}
-    entry = roofs.get(arch or "") or {}
+    entry = MEMORY_ROOFS.get(arch or "", {})
     table = entry.get("gbps")
     khz = info.get("memory_clock_khz")
     bits = info.get("memory_bus_bits")
@@ -754,12 +750,12 @@ def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
     return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
 
 
-def device_info(device: Any) -> dict[str, Any] | None:
-    """CUs, peak engine clock with its source, memory clock and bus width; None on CPU."""
+def device_info(device: Any) -> dict[str, Any]:
+    """CUs, peak engine clock with its source, memory clock and bus width; none on CPU."""
     import torch
 
     if device.type != "cuda":
-        return None
+        return {}
     props = torch.cuda.get_device_properties(device)
     khz = getattr(props, "clock_rate", None)
     clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
@@ -794,12 +790,8 @@ def provenance(device: Any, arch: str | None, override: Any) -> dict[str, Any]:
         if device.type == "cuda" and torch.version.hip:
             library = str(torch.backends.cuda.preferred_rocm_fa_library())
     info = device_info(device)
-    rates = common.load_table("peak_rates", "rate")
-    arches = common.load_arches()
-    peaks = {
-        d: peak_from_device(arch, d, override, arches, info, rates) for d in common.DTYPE_NAMES
-    }
-    roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
+    peaks = {d: peak_from_device(arch, d, override, info) for d in common.DTYPE_NAMES}
+    roof, roof_source = memory_roof(arch, info)
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
     return {
