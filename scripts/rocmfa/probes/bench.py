@@ -107,12 +107,9 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
     speedup = a_med / b_med
     floor = floor_of(floors, a_rows[0]["backend"], a_rows[0]["pass"], min(a_med, b_med))
-    allowance = max(threshold_pct / 100.0, floor)
-    overlap = False
-    if len(a_ms) >= 2 and len(b_ms) >= 2:
-        ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
-        allowance = max(allowance, ranges)
-        overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)
+    ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med  # 0: one run
+    allowance = max(threshold_pct / 100.0, floor, ranges)
+    overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)  # one run a side: if equal
     if any(r.get("launch_bound") for r in (*a_rows, *b_rows)):
         verdict = "launch-bound"
     elif abs(speedup - 1.0) <= threshold_pct / 100.0:
@@ -173,7 +170,6 @@ def learned_floors(sessions: list[list[str]]) -> str:
 def rates(row: dict[str, Any], peak: float | None, roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s = common.Shape.of_row(row)
-    median_ms = row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
     flops = 4.0 * work * {"fwd": 1, "bwd": 2.5, "fwdbwd": 3.5}[row["pass"]]
@@ -183,8 +179,8 @@ def rates(row: dict[str, Any], peak: float | None, roof: float | None) -> dict[s
     fwd = (2 * n_q + 2 * n_kv) * element_size + lse
     bwd = (4 * n_q + 4 * n_kv) * element_size + lse
     nbytes = {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[row["pass"]]
-    tflops = flops / median_ms / 1e9
-    gbps = nbytes / median_ms / 1e6
+    tflops = flops / row["median_ms"] / 1e9
+    gbps = nbytes / row["median_ms"] / 1e6
     above = peak is not None and tflops > peak
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
     memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
@@ -641,17 +637,12 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         where = f"torch {ident.get('torch')}, {ident.get('gpu')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
     header = (*CASE_HEAD, "A ms", "B ms", "speedup", "allowed", "verdict")
-    table = [
-        (
-            *case_cells(r),
-            f"{r['a_ms']:.4f}",
-            f"{r['b_ms']:.4f}",
-            f"{r['speedup']:.3f}x",
-            f"{r['allowance_pct']:.0f}%",
-            "" if r["verdict"] == "same" else r["verdict"],
-        )
-        for r in rows
-    ]
+    table = []
+    for r in rows:
+        medians = (f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}")
+        change = (f"{r['speedup']:.3f}x", f"{r['allowance_pct']:.0f}%")
+        verdict = "" if r["verdict"] == "same" else r["verdict"]
+        table.append((*case_cells(r), *medians, *change, verdict))
     counts, geo = tally(rows)
     beyond = f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})"
     lines += [f"speedup = A median / B median (>1: B faster); faster/slower only beyond {beyond}"]
