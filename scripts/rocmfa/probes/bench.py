@@ -71,7 +71,6 @@ ARCHES = common.load_arches()
 MEMORY_ROOFS = common.load_table("peak_rates", "memory")
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
-NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
 BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)  # row classes by duration: short rows move most
 FLOOR_MARGIN = 2.0  # a learned floor is this times the largest A/A change
 DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
@@ -89,7 +88,7 @@ def case_key(row: dict[str, Any]) -> tuple:
 
 def load_floors() -> dict[str, Any]:
     """bench_noise.toml: {"floor": {class: fraction}, "default_floor": fraction, "source": text}."""
-    return tomllib.loads(NOISE_FILE.read_text())
+    return tomllib.loads(common.ARCHES_FILE.with_name("bench_noise.toml").read_text())
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
@@ -335,10 +334,10 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
                 first_ms = None if known_estimate else timer.call_once(fn, before)
             estimate = known_estimate
             if first_ms is not None:
-                warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
+                warmup_ms = max(opts.warmup_ms, timer.settle_ms)
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
             slow = estimate >= SLOW_CALL_MS
-            timer.settle_ms = SETTLE_AFTER_SLOW_MS if slow else 0.0
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if slow and timer.gpu else 0.0
             timer.set_head_start(estimate, backward=pass_name != "fwd")
             # --repeats, else what fits --budget-ms within the bounds (slow calls: their own floor)
             floor = min(opts.min_repeats, opts.slow_min_repeats if slow else opts.min_repeats)
@@ -442,7 +441,7 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
 
 
 def run_suite(
-    opts: Any, device: Any, cases: list, dtypes: list, backends: list, peaks: dict, roof: Any
+    opts: Any, device: Any, cases: list, dtypes: list, backends: list, prov: dict
 ) -> list[dict]:
     """Time every case in every dtype and backend, one row per pass."""
     timer = Timer(device)
@@ -455,23 +454,19 @@ def run_suite(
             done += 1
             tensors, skip = _fit(shape, backend, dtype, device, opts.mem_limit_gib, tensors)
             base = {**shape.as_dict(), "dtype": dtype, "causal": causal, "backend": backend}
-            rows = [dict(base, **{"pass": p}) for p in passes]
+            rows = [dict(base, **{"pass": p}, status="skipped", reason=skip) for p in passes]
             estimates = {}
-            for row in rows:
-                if skip is not None:
-                    row.update(status="skipped", reason=skip)
-                    continue
+            for row in [] if skip else rows:  # each row runs when the case fits
                 # fwd+bwd after fwd and bwd: every kernel is warm, their sum is its estimate
                 warm = row["pass"] == "fwdbwd" and len(estimates) == 2
                 known = sum(estimates.values()) if warm else None
                 row.update(run_pass(timer, tensors, row, opts, known))
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
-                    row.update(rates(row, peaks.get(dtype), roof))
+                    row.update(rates(row, prov["peak_tflops"].get(dtype), prov["memory_roof_gbps"]))
             results += rows
             where = f"[{done}/{total}] {shape.size} {dtype} {'causal' if causal else 'non-causal'}"
             progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
-    timer.sync()
     return results
 
 
@@ -529,7 +524,6 @@ RATE_HEAD = ("TFLOP/s", "GB/s", "bound", "% roof")
 
 
 def case_cells(row: dict[str, Any]) -> tuple:
-    """A row's cells under CASE_HEAD."""
     dims = "-" if row.get("batch") is None else common.Shape.of_row(row).dims()
     causal = "yes" if row.get("causal") else "no"
     return (row.get("size"), dims, row.get("dtype"), causal, row.get("backend"), row.get("pass"))
@@ -832,8 +826,7 @@ def main(argv: list[str] | None) -> int:
     prov = provenance(device, arch, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
-    peaks, roof = prov["peak_tflops"], prov["memory_roof_gbps"]
-    results = run_suite(opts, device, cases, dtypes, backends, peaks, roof)
+    results = run_suite(opts, device, cases, dtypes, backends, prov)
     wall = time.perf_counter() - started
     print(render_table(results, ident, prov, TIMERS[device.type]))
     document = {
