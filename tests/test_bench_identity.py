@@ -43,7 +43,7 @@ def test_peak_is_computed_from_the_card_and_falls_back_to_the_table():
     override = bench.peak_from_device("gfx908", "fp16", 5.0, {})
     assert override == (5.0, "--peak-tflops")
     # Each rate reproduces the spec sheet it names (units x clock x rate).
-    assert all(rate["source"] for rate in bench.PEAK_RATES.values())
+    assert all(rate["source"] for rate in sdpa_common.load_table("peak_rates", "rate").values())
 
 
 def test_llm_suite_shapes_and_memory_skips(tmp_path):

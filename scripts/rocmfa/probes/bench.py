@@ -63,12 +63,7 @@ SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 102
          "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
 # The --suite llm shapes, and the variables that change which SDPA kernel runs or its timing.
 BENCH_DATA = common.load_table("sdpa_checks", "bench")
-LLM_SUITE = BENCH_DATA.get("llm_suite", [])
 DISPATCH_ENV_VARS = BENCH_DATA.get("dispatch_env_vars", [])
-# The card's own peak: FLOP per CU per clock by arch, else the arch's table peak; memory roofs.
-PEAK_RATES = common.load_table("peak_rates", "rate")
-ARCHES = common.load_arches()
-MEMORY_ROOFS = common.load_table("peak_rates", "memory")
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)  # row classes by duration: short rows move most
@@ -94,10 +89,8 @@ def load_floors() -> dict[str, Any]:
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
     """The class's floor, else the largest of its pass and bucket, else the default."""
     cls = row_class(backend, pass_name, ms)
-    if cls in floors["floor"]:
-        return floors["floor"][cls]
     same = [v for k, v in floors["floor"].items() if k.endswith(cls[len(backend) :])]
-    return max(same) if same else floors["default_floor"]
+    return floors["floor"].get(cls, max(same, default=floors["default_floor"]))
 
 
 def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: dict) -> dict:
@@ -275,15 +268,12 @@ class Timer:
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
     """Median, min, max, quartiles, count and spread (p75 - p25) / median (noisy above)."""
     ordered = sorted(times_ms)
-    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
-    median = statistics.median(ordered)
-    spread = (q[2] - q[0]) / median if median > 0 else 0.0
+    data = ordered if len(ordered) >= 2 else ordered * 2  # quantiles needs two points
+    p25, median, p75 = statistics.quantiles(data, method="inclusive")  # quartiles
+    spread = (p75 - p25) / median if median > 0 else 0.0
+    figures = {"median": median, "min": ordered[0], "max": ordered[-1], "p25": p25, "p75": p75}
     return {
-        "median_ms": round(median, 5),
-        "min_ms": round(ordered[0], 5),
-        "max_ms": round(ordered[-1], 5),
-        "p25_ms": round(q[0], 5),
-        "p75_ms": round(q[2], 5),
+        **{f"{name}_ms": round(ms, 5) for name, ms in figures.items()},
         "repeats": len(ordered),
         "spread": round(spread, 4),
         "noisy": spread > noise_threshold,
@@ -425,7 +415,7 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
             raise common.UsageError("--suite llm has its own shapes: drop --sizes/--shape")
         return [
             (common.Shape(name, b, hq, hkv, sq, d, sk), [causal], [p for p in ps if p in passes])
-            for name, b, hq, hkv, sq, sk, d, causal, ps in LLM_SUITE
+            for name, b, hq, hkv, sq, sk, d, causal, ps in BENCH_DATA.get("llm_suite", [])
         ]
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     named = (opts.sizes or ",".join(SIZES)) if opts.sizes is not None or not opts.shape else ""
@@ -573,7 +563,7 @@ def write_csv(path: Path, results: list[dict]) -> None:
         # A failed row has no timing: its columns stay empty.
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in results for k in r)))
         writer.writeheader()
-        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in results)
+        writer.writerows(results)  # None as an empty cell
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
@@ -701,7 +691,7 @@ def peak_from_device(arch: Any, dtype: str, override: Any, info: dict) -> tuple[
     """(peak TFLOP/s, source): --peak-tflops, else CUs x clock x rate, else table."""
     if override is not None:
         return override, "--peak-tflops"
-    rate = PEAK_RATES.get(arch or "")
+    rate = common.load_table("peak_rates", "rate").get(arch or "")
     units = info.get("compute_units")
     mhz = info.get("max_clock_mhz")
     per_clock = (rate or {}).get(dtype)
@@ -711,7 +701,7 @@ def peak_from_device(arch: Any, dtype: str, override: Any, info: dict) -> tuple[
             f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
         )
     why = f"table fallback ({'no per-CU rate' if rate is None else 'no engine clock'})"
-    peak = ARCHES.get(arch or "", {}).get(f"peak_tflops_{dtype}")
+    peak = common.load_arches().get(arch or "", {}).get(f"peak_tflops_{dtype}")
     if not isinstance(peak, int | float):
         return None, f"{why}: unknown for {arch or 'cpu'} (not in arches.toml)"
     return float(peak), f"{why}: arches.toml [arch.{arch}] peak_tflops_{dtype}"
@@ -719,7 +709,7 @@ def peak_from_device(arch: Any, dtype: str, override: Any, info: dict) -> tuple[
 
 def memory_roof(arch: Any, info: dict) -> tuple[float | None, str]:
     """(GB/s, source): the device's memory clock x bus width, else the arch table's."""
-    entry = MEMORY_ROOFS.get(arch or "", {})
+    entry = common.load_table("peak_rates", "memory").get(arch or "", {})
     table = entry.get("gbps")
     khz = info.get("memory_clock_khz")
     bits = info.get("memory_bus_bits")
