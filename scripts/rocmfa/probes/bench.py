@@ -47,8 +47,6 @@ BACKWARD_HEAD_START_CYCLES = 1_000_000
 MAX_HEAD_START_CYCLES = 2_000_000
 NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
 PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
-PROFILE_LAUNCH_FRACTION = 0.25  # launch under this share of the event time: not launch-bound
-SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
 LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
 # A case: its shape, dtype, causal setting, backend and pass; CASE_HEAD: its table columns.
 CASE_FIELDS = (*(f.name for f in fields(common.Shape)), "dtype", "causal", "backend", "pass")
@@ -266,7 +264,6 @@ class Timer:
 
 
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
-    """Median, min, max, quartiles, count and spread (p75 - p25) / median (noisy above)."""
     ordered = sorted(times_ms)
     data = ordered if len(ordered) >= 2 else ordered * 2  # quantiles needs two points
     p25, median, p75 = statistics.quantiles(data, method="inclusive")  # quartiles
@@ -312,7 +309,10 @@ class Tensors:
 
 
 def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
-    """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call."""
+    """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call.
+    A failure is a row too: skipped (out of memory), unavailable (torch refused) or error."""
+    import torch
+
     started = time.perf_counter()
     pass_name = row["pass"]
     caught: list[warnings.WarningMessage] = []
@@ -341,7 +341,16 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
         host_s = round(time.perf_counter() - started, 3)
         return dict(status="ok", reason=None, **summary, **busy, launch_ms=launch, host_s=host_s)
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
-        return _failure(timer, tensors, exc, caught)
+        tensors.reset_grads()
+        with contextlib.suppress(Exception):
+            timer.sync()
+        if common.is_oom(exc):
+            torch.cuda.empty_cache()  # a no-op without CUDA
+            return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
+        refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
+        unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
+        status = "unavailable" if unsupported else "error"
+        return {"status": status, "reason": common.reason_from(exc, caught)}
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
@@ -363,7 +372,7 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
     """Median busy time (ms) of the repeats: cut at spin kernels, the flush dropped."""
     repeats: list[list[float]] = []
     for name, _start, duration in kernels:
-        if SPIN_KERNEL in name:
+        if "spin_kernel" in name:  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
             repeats.append([])
         elif repeats:
             repeats[-1].append(duration)
@@ -376,28 +385,13 @@ def kernel_fields(timer: Timer, fn: Any, before: Any, ms: float, launch: Any, op
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not opts.kernel_time:
         return none
-    if launch < PROFILE_LAUNCH_FRACTION * ms:
+    if launch < 0.25 * ms:  # launch under a quarter of the event time: busy over half of it
         return {**none, "launch_bound": False}
     kernel = kernel_ms_per_repeat(profile(lambda: timer.measure(fn, before, PROFILED_REPEATS)))
     if not kernel:
         return none
     busy = kernel / ms
     return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
-
-
-def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:
-    import torch
-
-    tensors.reset_grads()
-    with contextlib.suppress(Exception):
-        timer.sync()
-    if common.is_oom(exc):
-        torch.cuda.empty_cache()  # a no-op without CUDA
-        return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
-    refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
-    unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
-    status = "unavailable" if unsupported else "error"
-    return {"status": status, "reason": common.reason_from(exc, caught)}
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
@@ -673,7 +667,6 @@ def build_parser() -> common.OneLineArgumentParser:
 
 
 def compare_learn_or_replot(opts: Any) -> int:
-    """--compare (A B and --compare-runs pairs), --learn, or --replot: a saved JSON's plot."""
     if opts.compare:
         print(compare(opts.compare, opts.compare_runs or [], opts.threshold_pct))
     elif opts.learn:
