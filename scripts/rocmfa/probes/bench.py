@@ -719,11 +719,9 @@ def memory_roof(arch: Any, info: dict) -> tuple[float | None, str]:
 
 
 def device_info(device: Any) -> dict[str, Any]:
-    """CUs, peak engine clock with its source, memory clock and bus width; none on CPU."""
+    """A GPU's CUs, peak engine clock with its source, memory clock and bus width."""
     import torch
 
-    if device.type != "cuda":
-        return {}
     props = torch.cuda.get_device_properties(device)
     khz = getattr(props, "clock_rate", None)
     clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
@@ -757,7 +755,7 @@ def provenance(device: Any, arch: str | None, override: Any) -> dict[str, Any]:
         cudnn = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
             library = str(torch.backends.cuda.preferred_rocm_fa_library())
-    info = device_info(device)
+    info = device_info(device) if device.type == "cuda" else {}
     peaks = {d: peak_from_device(arch, d, override, info) for d in common.DTYPE_NAMES}
     roof, roof_source = memory_roof(arch, info)
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
@@ -790,10 +788,7 @@ def main(argv: list[str] | None) -> int:
         outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        plan = (
-            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)} "
-            f"({opts.suite} suite, --causal {opts.causal})"
-        )
+        plan = f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)}"
         shapes = [f"{s.size} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
         wrote = ", ".join(o for o in outputs.values() if o) or "the table only"
         return common.dry_run(PROG, device, [plan, *shapes, f"outputs: {wrote}"])
