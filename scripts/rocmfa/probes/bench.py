@@ -314,13 +314,12 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
     import torch
 
     started = time.perf_counter()
-    pass_name = row["pass"]
     caught: list[warnings.WarningMessage] = []
     try:
         with common.backend_context(row["backend"], timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
             with warnings.catch_warnings(record=True, action="always") as caught:
-                fn, before = tensors.callables(row["causal"], pass_name)
+                fn, before = tensors.callables(row["causal"], row["pass"])
                 first_ms = None if known_estimate else timer.call_once(fn, before)
             estimate = known_estimate
             if first_ms is not None:
@@ -328,7 +327,7 @@ def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimat
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
             slow = estimate >= SLOW_CALL_MS
             timer.settle_ms = SETTLE_AFTER_SLOW_MS if slow and timer.gpu else 0.0
-            timer.set_head_start(estimate, backward=pass_name != "fwd")
+            timer.set_head_start(estimate, backward=row["pass"] != "fwd")
             # --repeats, else what fits --budget-ms within the bounds (slow calls: their own floor)
             floor = min(opts.min_repeats, opts.slow_min_repeats if slow else opts.min_repeats)
             fits = int(opts.budget_ms / max(estimate, 1e-6))
@@ -554,10 +553,9 @@ def _title(ident: dict[str, Any]) -> str:
 
 def write_csv(path: Path, results: list[dict]) -> None:
     with open(path, "w", newline="") as f:
-        # A failed row has no timing: its columns stay empty.
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in results for k in r)))
         writer.writeheader()
-        writer.writerows(results)  # None as an empty cell
+        writer.writerows(results)  # None, and a failed row's missing timing: empty cells
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
@@ -604,10 +602,8 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
     a_runs, b_runs = ([d["results"] for d in side] for side in docs)
     rows = compare_runs(a_runs, b_runs, threshold_pct, floors)
     if not rows:
-        raise common.UsageError(
-            f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
-            + (" (and every --compare-runs file)" if len(paths_a) > 1 else "")
-        )
+        files = ", ".join(paths_a + paths_b)
+        raise common.UsageError(f"nothing to compare: no case ran successfully in all of {files}")
     lines = []
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
         ident = side[0].get("identity", {})
