@@ -47,8 +47,6 @@ BACKWARD_HEAD_START_CYCLES = 1_000_000
 MAX_HEAD_START_CYCLES = 2_000_000
 NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
 PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
-LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
-# A case: its shape, dtype, causal setting, backend and pass; CASE_HEAD: its table columns.
 CASE_FIELDS = (*(f.name for f in fields(common.Shape)), "dtype", "causal", "backend", "pass")
 CASE_HEAD = ("size", "B,H,S,D", "dtype", "causal", "backend", "pass")
 TIMERS = {
@@ -66,7 +64,6 @@ DISPATCH_ENV_VARS = BENCH_DATA.get("dispatch_env_vars", [])
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
 BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)  # row classes by duration: short rows move most
 FLOOR_MARGIN = 2.0  # a learned floor is this times the largest A/A change
-DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
 VERDICTS = ("faster", "slower", "same", "noisy", "launch-bound")
 
 
@@ -153,7 +150,7 @@ def learned_floors(sessions: list[list[str]]) -> str:
                     seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
     floors = {c: max(0.01, math.ceil(FLOOR_MARGIN * v * 100) / 100) for c, v in seen.items()}
     names = "; ".join(", ".join(Path(f).name for f in files) for files in sessions)
-    lines = [f'source = "{names}"', f"default_floor = {DEFAULT_FLOOR}", "[floor]"]
+    lines = [f'source = "{names}"', "default_floor = 0.1", "[floor]"]  # 0.1: a class no run saw
     return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in sorted(floors.items()))])
 
 
@@ -380,7 +377,7 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
 
 
 def kernel_fields(timer: Timer, fn: Any, before: Any, ms: float, launch: Any, opts: Any) -> dict:
-    """Kernel time, busy fraction and launch-bound label of a row (median ms) that can be one."""
+    """Kernel time, busy fraction, launch-bound (busy under half the time) of a row (median ms)."""
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not opts.kernel_time:
         return none
@@ -390,7 +387,7 @@ def kernel_fields(timer: Timer, fn: Any, before: Any, ms: float, launch: Any, op
     if not kernel:
         return none
     busy = kernel / ms
-    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
+    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < 0.5}
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
