@@ -187,14 +187,14 @@ def test_decode_row_is_memory_bound_and_judged_against_the_memory_roof():
 def test_memory_roof_from_the_device_else_a_named_table_entry():
     roofs = sdpa_common.load_table("peak_rates", "memory")
     h200 = {"memory_clock_khz": 3201000, "memory_bus_bits": 6016, "integrated": False}
-    roof, source = bench.memory_roof("sm_90", h200, roofs)
+    roof, source = bench.memory_roof("sm_90", h200)
     assert roof == 4814.3 and "memory_clock_rate 3201000 kHz" in source
     # An APU's memory is the system's: the table's named LPDDR5X figure, not the properties.
     apu = {"memory_clock_khz": 1000000, "memory_bus_bits": 64, "integrated": True}
-    roof, source = bench.memory_roof("gfx1151", apu, roofs)
+    roof, source = bench.memory_roof("gfx1151", apu)
     assert roof == 256 and "LPDDR5X-8000" in source and "integrated" in source
-    assert bench.memory_roof("gfx942", None, roofs)[0] == 5300
-    assert bench.memory_roof("gfx9999", None, roofs) == (
+    assert bench.memory_roof("gfx942", {})[0] == 5300
+    assert bench.memory_roof("gfx9999", {}) == (
         None,
         "unknown (no memory clock/bus width; gfx9999 not in peak_rates.toml [memory])",
     )

@@ -29,23 +29,21 @@ def test_bench_writes_the_identity(tmp_path):
 
 
 def test_peak_is_computed_from_the_card_and_falls_back_to_the_table():
-    rates = sdpa_common.load_table("peak_rates", "rate")
-    arches = sdpa_common.load_arches()
     h100 = {"compute_units": 132, "max_clock_mhz": 1980.0, "clock_source": "nvidia-smi"}
-    peak, source = bench.peak_from_device("sm_90", "bf16", None, arches, h100, rates)
+    peak, source = bench.peak_from_device("sm_90", "bf16", None, h100)
     assert peak == 1070.5 and source.startswith("computed: 132 CUs x 1980 MHz")
     # 7900 XT: 84 CUs of gfx1100 at 2400 MHz, not the 7900 XTX's table figure.
     xt = {"compute_units": 84, "max_clock_mhz": 2400.0, "clock_source": "sysfs"}
-    assert bench.peak_from_device("gfx1100", "fp16", None, arches, xt, rates)[0] == 103.2
+    assert bench.peak_from_device("gfx1100", "fp16", None, xt)[0] == 103.2
     no_clock = dict(h100, max_clock_mhz=None)
-    peak, source = bench.peak_from_device("sm_90", "fp16", None, arches, no_clock, rates)
+    peak, source = bench.peak_from_device("sm_90", "fp16", None, no_clock)
     assert peak == 989.0 and source.startswith("table fallback (no engine clock)")
-    assert bench.peak_from_device("gfx908", "bf16", None, arches, None, rates)[0] == 92.3
-    assert bench.peak_from_device(None, "fp16", None, arches, None, rates)[0] is None
-    override = bench.peak_from_device("gfx908", "fp16", 5.0, arches, None, rates)
+    assert bench.peak_from_device("gfx908", "bf16", None, {})[0] == 92.3
+    assert bench.peak_from_device(None, "fp16", None, {})[0] is None
+    override = bench.peak_from_device("gfx908", "fp16", 5.0, {})
     assert override == (5.0, "--peak-tflops")
     # Each rate reproduces the spec sheet it names (units x clock x rate).
-    assert all(rate["source"] for rate in rates.values())
+    assert all(rate["source"] for rate in sdpa_common.load_table("peak_rates", "rate").values())
 
 
 def test_llm_suite_shapes_and_memory_skips(tmp_path):

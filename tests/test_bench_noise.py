@@ -21,6 +21,7 @@ from tests.support.project import results_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = results_dir()
+FLOORS = bench.load_floors()
 
 TINY = ["--shape", "1,2,32,16", "--dtypes", "fp16", "--warmup-ms", "0", "--causal", "no"]
 
@@ -150,14 +151,14 @@ def flagged(rows: list[dict]) -> list[dict]:
 def test_aa_pairs_flag_no_row(session):
     runs = session()
     for a, b in itertools.permutations(runs, 2):
-        rows = bench.compare_runs([a], [b], 5.0)
+        rows = bench.compare_runs([a], [b], 5.0, FLOORS)
         assert len(rows) == 120
         assert flagged(rows) == [], [(r["size"], r["backend"], r["pass"]) for r in flagged(rows)]
 
 
 def test_aa_halves_with_several_runs_per_side_flag_no_row():
     runs = [results(RESULTS / f"aa{i}.json") for i in range(1, 5)]
-    assert flagged(bench.compare_runs(runs[:2], runs[2:], 5.0)) == []
+    assert flagged(bench.compare_runs(runs[:2], runs[2:], 5.0, FLOORS)) == []
 
 
 def test_ab_forward_twice_flags_forward_rows_and_no_backward_row():
@@ -165,7 +166,7 @@ def test_ab_forward_twice_flags_forward_rows_and_no_backward_row():
     a_runs = [results(RESULTS / f"aa{i}.json") for i in range(1, 5)]
     b_runs = [results(RESULTS / "ab-forward-twice" / f"ab{i}.json") for i in (1, 2)]
     for a, b in itertools.product(a_runs, b_runs):
-        rows = bench.compare_runs([a], [b], 5.0)
+        rows = bench.compare_runs([a], [b], 5.0, FLOORS)
         by_pass = {p: [r for r in rows if r["pass"] == p] for p in ("fwd", "bwd", "fwdbwd")}
         assert all(r["verdict"] == "slower" for r in by_pass["fwd"])
         assert not flagged(by_pass["bwd"])

@@ -47,10 +47,6 @@ BACKWARD_HEAD_START_CYCLES = 1_000_000
 MAX_HEAD_START_CYCLES = 2_000_000
 NOISE_THRESHOLD = 0.10  # spread = (p75 - p25) / median above this: noisy
 PROFILED_REPEATS = 3  # repeats timed again under torch.profiler for the kernel time
-PROFILE_LAUNCH_FRACTION = 0.25  # launch under this share of the event time: not launch-bound
-SPIN_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
-LAUNCH_BOUND_BUSY = 0.5  # busy / event time below this: the GPU idled most of the interval
-# A case: its shape, dtype, causal setting, backend and pass; CASE_HEAD: its table columns.
 CASE_FIELDS = (*(f.name for f in fields(common.Shape)), "dtype", "causal", "backend", "pass")
 CASE_HEAD = ("size", "B,H,S,D", "dtype", "causal", "backend", "pass")
 TIMERS = {
@@ -63,14 +59,11 @@ SIZES = {"Tiny": (1, 1, 128, 64), "Small": (2, 8, 512, 64), "Medium": (4, 8, 102
          "Large": (8, 16, 2048, 64), "XLarge": (16, 16, 4096, 64)}  # fmt: skip
 # The --suite llm shapes, and the variables that change which SDPA kernel runs or its timing.
 BENCH_DATA = common.load_table("sdpa_checks", "bench")
-LLM_SUITE = BENCH_DATA.get("llm_suite", [])
 DISPATCH_ENV_VARS = BENCH_DATA.get("dispatch_env_vars", [])
 # The change rule: faster or slower only beyond --threshold-pct and the run-to-run floor of the
 # row's class (bench_noise.toml, from `--learn`); launch-bound rows never change.
-NOISE_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_noise.toml"
 BUCKETS_MS = (0.05, 0.2, 1.0, 5.0)  # row classes by duration: short rows move most
 FLOOR_MARGIN = 2.0  # a learned floor is this times the largest A/A change
-DEFAULT_FLOOR = 0.10  # a class no A/A run has seen
 VERDICTS = ("faster", "slower", "same", "noisy", "launch-bound")
 
 
@@ -85,16 +78,14 @@ def case_key(row: dict[str, Any]) -> tuple:
 
 def load_floors() -> dict[str, Any]:
     """bench_noise.toml: {"floor": {class: fraction}, "default_floor": fraction, "source": text}."""
-    return tomllib.loads(NOISE_FILE.read_text())
+    return tomllib.loads(common.ARCHES_FILE.with_name("bench_noise.toml").read_text())
 
 
 def floor_of(floors: dict[str, Any], backend: str, pass_name: str, ms: float) -> float:
     """The class's floor, else the largest of its pass and bucket, else the default."""
     cls = row_class(backend, pass_name, ms)
-    if cls in floors["floor"]:
-        return floors["floor"][cls]
     same = [v for k, v in floors["floor"].items() if k.endswith(cls[len(backend) :])]
-    return max(same) if same else floors["default_floor"]
+    return floors["floor"].get(cls, max(same, default=floors["default_floor"]))
 
 
 def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: dict) -> dict:
@@ -103,12 +94,9 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     a_med, b_med = statistics.median(a_ms), statistics.median(b_ms)
     speedup = a_med / b_med
     floor = floor_of(floors, a_rows[0]["backend"], a_rows[0]["pass"], min(a_med, b_med))
-    allowance = max(threshold_pct / 100.0, floor)
-    overlap = False
-    if len(a_ms) >= 2 and len(b_ms) >= 2:
-        ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med
-        allowance = max(allowance, ranges)
-        overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)
+    ranges = (max(a_ms) - min(a_ms)) / a_med + (max(b_ms) - min(b_ms)) / b_med  # 0: one run
+    allowance = max(threshold_pct / 100.0, floor, ranges)
+    overlap = min(a_ms) <= max(b_ms) and min(b_ms) <= max(a_ms)  # one run a side: if equal
     if any(r.get("launch_bound") for r in (*a_rows, *b_rows)):
         verdict = "launch-bound"
     elif abs(speedup - 1.0) <= threshold_pct / 100.0:
@@ -126,9 +114,8 @@ def judge(a_rows: list[dict], b_rows: list[dict], threshold_pct: float, floors: 
     }
 
 
-def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: Any = None) -> list:
+def compare_runs(a_runs: list, b_runs: list, threshold_pct: float, floors: dict) -> list:
     """Every case that ran in every run (a list of rows) of both sides: its fields and verdict."""
-    floors = floors if floors is not None else load_floors()
     maps = [
         {case_key(r): r for r in rows if r.get("status") == "ok" and r.get("median_ms")}
         for rows in (*a_runs, *b_runs)
@@ -163,14 +150,13 @@ def learned_floors(sessions: list[list[str]]) -> str:
                     seen[cls] = max(seen.get(cls, 0.0), abs(row["speedup"] - 1.0))
     floors = {c: max(0.01, math.ceil(FLOOR_MARGIN * v * 100) / 100) for c, v in seen.items()}
     names = "; ".join(", ".join(Path(f).name for f in files) for files in sessions)
-    lines = [f'source = "{names}"', f"default_floor = {DEFAULT_FLOOR}", "[floor]"]
+    lines = [f'source = "{names}"', "default_floor = 0.1", "[floor]"]  # 0.1: a class no run saw
     return "\n".join([*lines, *(f'"{cls}" = {value}' for cls, value in sorted(floors.items()))])
 
 
 def rates(row: dict[str, Any], peak: float | None, roof: float | None) -> dict[str, Any]:
     """A timed row's FLOPs, bytes, TFLOP/s, % of peak, GB/s and its binding roof with % of it."""
     s = common.Shape.of_row(row)
-    median_ms = row["median_ms"]
     element_size = common.torch_dtype(row["dtype"]).itemsize
     work = s.batch * s.q_heads * s.seq_q * s.kv_seq * s.head_dim * (0.5 if row["causal"] else 1)
     flops = 4.0 * work * {"fwd": 1, "bwd": 2.5, "fwdbwd": 3.5}[row["pass"]]
@@ -180,8 +166,8 @@ def rates(row: dict[str, Any], peak: float | None, roof: float | None) -> dict[s
     fwd = (2 * n_q + 2 * n_kv) * element_size + lse
     bwd = (4 * n_q + 4 * n_kv) * element_size + lse
     nbytes = {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[row["pass"]]
-    tflops = flops / median_ms / 1e9
-    gbps = nbytes / median_ms / 1e6
+    tflops = flops / row["median_ms"] / 1e9
+    gbps = nbytes / row["median_ms"] / 1e6
     above = peak is not None and tflops > peak
     pct_peak = round(100.0 * tflops / peak, 2) if peak and not above else None
     memory_bound = bool(peak and roof) and flops / nbytes < peak * 1e3 / roof  # under the ridge
@@ -275,17 +261,13 @@ class Timer:
 
 
 def summarize(times_ms: list[float], noise_threshold: float = NOISE_THRESHOLD) -> dict[str, Any]:
-    """Median, min, max, quartiles, count and spread (p75 - p25) / median (noisy above)."""
     ordered = sorted(times_ms)
-    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) >= 2 else ordered * 3
-    median = statistics.median(ordered)
-    spread = (q[2] - q[0]) / median if median > 0 else 0.0
+    data = ordered if len(ordered) >= 2 else ordered * 2  # quantiles needs two points
+    p25, median, p75 = statistics.quantiles(data, method="inclusive")  # quartiles
+    spread = (p75 - p25) / median if median > 0 else 0.0
+    figures = {"median": median, "min": ordered[0], "max": ordered[-1], "p25": p25, "p75": p75}
     return {
-        "median_ms": round(median, 5),
-        "min_ms": round(ordered[0], 5),
-        "max_ms": round(ordered[-1], 5),
-        "p25_ms": round(q[0], 5),
-        "p75_ms": round(q[2], 5),
+        **{f"{name}_ms": round(ms, 5) for name, ms in figures.items()},
         "repeats": len(ordered),
         "spread": round(spread, 4),
         "noisy": spread > noise_threshold,
@@ -324,39 +306,47 @@ class Tensors:
 
 
 def run_pass(timer: Timer, tensors: Tensors, row: dict, opts: Any, known_estimate=None) -> dict:
-    """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call."""
+    """Time one row; a known_estimate (ms a call, warmed by earlier passes) skips the first call.
+    A failure is a row too: skipped (out of memory), unavailable (torch refused) or error."""
+    import torch
+
     started = time.perf_counter()
-    pass_name = row["pass"]
+    caught: list[warnings.WarningMessage] = []
     try:
         with common.backend_context(row["backend"], timer.device):
             # torch's refusal reasons are warnings: recorded around the first call only.
             with warnings.catch_warnings(record=True, action="always") as caught:
-                try:
-                    fn, before = tensors.callables(row["causal"], pass_name)
-                    first_ms = None if known_estimate else timer.call_once(fn, before)
-                except Exception as exc:
-                    return _failure(timer, tensors, exc, caught)
+                fn, before = tensors.callables(row["causal"], row["pass"])
+                first_ms = None if known_estimate else timer.call_once(fn, before)
             estimate = known_estimate
             if first_ms is not None:
-                warmup_ms = max(opts.warmup_ms, timer.settle_ms if timer.gpu else 0.0)
+                warmup_ms = max(opts.warmup_ms, timer.settle_ms)
                 estimate = timer.warmup(fn, before, first_ms, warmup_ms, opts.warmup)
-            timer.settle_ms = SETTLE_AFTER_SLOW_MS if estimate >= SLOW_CALL_MS else 0.0
-            timer.set_head_start(estimate, backward=pass_name != "fwd")
+            slow = estimate >= SLOW_CALL_MS
+            timer.settle_ms = SETTLE_AFTER_SLOW_MS if slow and timer.gpu else 0.0
+            timer.set_head_start(estimate, backward=row["pass"] != "fwd")
             # --repeats, else what fits --budget-ms within the bounds (slow calls: their own floor)
-            floor = min(opts.min_repeats, opts.slow_min_repeats)
-            floor = floor if estimate >= SLOW_CALL_MS else opts.min_repeats
+            floor = min(opts.min_repeats, opts.slow_min_repeats if slow else opts.min_repeats)
             fits = int(opts.budget_ms / max(estimate, 1e-6))
             timer.launch_ms = []
             repeats = opts.repeats or max(floor, min(opts.max_repeats, fits))
             summary = summarize(timer.measure(fn, before, repeats))
-            launch = statistics.median(timer.launch_ms) if timer.launch_ms else None
+            launch = round(statistics.median(timer.launch_ms), 5) if timer.launch_ms else None
             busy = kernel_fields(timer, fn, before, summary["median_ms"], launch, opts)
         tensors.reset_grads()
-        launch = None if launch is None else round(launch, 5)
         host_s = round(time.perf_counter() - started, 3)
         return dict(status="ok", reason=None, **summary, **busy, launch_ms=launch, host_s=host_s)
     except Exception as exc:  # torch raises RuntimeError/NotImplementedError/ValueError
-        return _failure(timer, tensors, exc, [])
+        tensors.reset_grads()
+        with contextlib.suppress(Exception):
+            timer.sync()
+        if common.is_oom(exc):
+            torch.cuda.empty_cache()  # a no-op without CUDA
+            return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
+        refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
+        unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
+        status = "unavailable" if unsupported else "error"
+        return {"status": status, "reason": common.reason_from(exc, caught)}
 
 
 def profile(run: Callable[[], Any]) -> list[tuple[str, float, float]]:
@@ -378,7 +368,7 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
     """Median busy time (ms) of the repeats: cut at spin kernels, the flush dropped."""
     repeats: list[list[float]] = []
     for name, _start, duration in kernels:
-        if SPIN_KERNEL in name:
+        if "spin_kernel" in name:  # torch.cuda._sleep's kernel (aten/src/ATen/cuda/Sleep.cu)
             repeats.append([])
         elif repeats:
             repeats[-1].append(duration)
@@ -387,32 +377,17 @@ def kernel_ms_per_repeat(kernels: list[tuple[str, float, float]]) -> float | Non
 
 
 def kernel_fields(timer: Timer, fn: Any, before: Any, ms: float, launch: Any, opts: Any) -> dict:
-    """Kernel time, busy fraction and launch-bound label of a row (median ms) that can be one."""
+    """Kernel time, busy fraction, launch-bound (busy under half the time) of a row (median ms)."""
     none = {"kernel_ms": None, "busy": None, "launch_bound": None}
     if launch is None or not opts.kernel_time:
         return none
-    if launch < PROFILE_LAUNCH_FRACTION * ms:
+    if launch < 0.25 * ms:  # launch under a quarter of the event time: busy over half of it
         return {**none, "launch_bound": False}
     kernel = kernel_ms_per_repeat(profile(lambda: timer.measure(fn, before, PROFILED_REPEATS)))
     if not kernel:
         return none
     busy = kernel / ms
-    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < LAUNCH_BOUND_BUSY}
-
-
-def _failure(timer: Timer, tensors: Tensors, exc: Exception, caught: list) -> dict[str, Any]:
-    import torch
-
-    tensors.reset_grads()
-    with contextlib.suppress(Exception):
-        timer.sync()
-    if common.is_oom(exc):
-        torch.cuda.empty_cache()  # a no-op without CUDA
-        return {"status": "skipped", "reason": f"out of memory: {common.first_line(exc)}"}
-    refusals = ("No available kernel", "No viable backend", "not supported", "only on ROCm")
-    unsupported = isinstance(exc, NotImplementedError) or any(s in str(exc) for s in refusals)
-    status = "unavailable" if unsupported else "error"
-    return {"status": status, "reason": common.reason_from(exc, caught)}
+    return {"kernel_ms": kernel, "busy": round(busy, 3), "launch_bound": busy < 0.5}
 
 
 def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
@@ -430,7 +405,7 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
             raise common.UsageError("--suite llm has its own shapes: drop --sizes/--shape")
         return [
             (common.Shape(name, b, hq, hkv, sq, d, sk), [causal], [p for p in ps if p in passes])
-            for name, b, hq, hkv, sq, sk, d, causal, ps in LLM_SUITE
+            for name, b, hq, hkv, sq, sk, d, causal, ps in BENCH_DATA.get("llm_suite", [])
         ]
     causals = {"yes": [True], "no": [False], "both": [False, True]}[opts.causal]
     named = (opts.sizes or ",".join(SIZES)) if opts.sizes is not None or not opts.shape else ""
@@ -446,7 +421,7 @@ def build_cases(opts: Any) -> list[tuple[common.Shape, list[bool], list[str]]]:
 
 
 def run_suite(
-    opts: Any, device: Any, cases: list, dtypes: list, backends: list, peaks: dict, roof: Any
+    opts: Any, device: Any, cases: list, dtypes: list, backends: list, prov: dict
 ) -> list[dict]:
     """Time every case in every dtype and backend, one row per pass."""
     timer = Timer(device)
@@ -459,23 +434,19 @@ def run_suite(
             done += 1
             tensors, skip = _fit(shape, backend, dtype, device, opts.mem_limit_gib, tensors)
             base = {**shape.as_dict(), "dtype": dtype, "causal": causal, "backend": backend}
-            rows = [dict(base, **{"pass": p}) for p in passes]
+            rows = [dict(base, **{"pass": p}, status="skipped", reason=skip) for p in passes]
             estimates = {}
-            for row in rows:
-                if skip is not None:
-                    row.update(status="skipped", reason=skip)
-                    continue
+            for row in [] if skip else rows:  # each row runs when the case fits
                 # fwd+bwd after fwd and bwd: every kernel is warm, their sum is its estimate
                 warm = row["pass"] == "fwdbwd" and len(estimates) == 2
                 known = sum(estimates.values()) if warm else None
                 row.update(run_pass(timer, tensors, row, opts, known))
                 if row["status"] == "ok":
                     estimates[row["pass"]] = row["median_ms"]
-                    row.update(rates(row, peaks.get(dtype), roof))
+                    row.update(rates(row, prov["peak_tflops"].get(dtype), prov["memory_roof_gbps"]))
             results += rows
             where = f"[{done}/{total}] {shape.size} {dtype} {'causal' if causal else 'non-causal'}"
             progress(f"{where} {backend}: {', '.join(progress_text(r) for r in rows)}")
-    timer.sync()
     return results
 
 
@@ -528,23 +499,11 @@ def status_text(r: dict[str, Any]) -> str:
     return "noisy" if r.get("noisy") else "ok"
 
 
-TABLE_HEADER = (
-    *CASE_HEAD,
-    "median ms",
-    "min ms",
-    "max ms",
-    "spread %",
-    "reps",
-    "TFLOP/s",
-    "GB/s",
-    "bound",
-    "% roof",
-    "status",
-)
+TIMING_HEAD = ("median ms", "min ms", "max ms", "spread %", "reps")
+RATE_HEAD = ("TFLOP/s", "GB/s", "bound", "% roof")
 
 
 def case_cells(row: dict[str, Any]) -> tuple:
-    """A row's cells under CASE_HEAD."""
     dims = "-" if row.get("batch") is None else common.Shape.of_row(row).dims()
     causal = "yes" if row.get("causal") else "no"
     return (row.get("size"), dims, row.get("dtype"), causal, row.get("backend"), row.get("pass"))
@@ -556,28 +515,18 @@ def render_table(results: list[dict], ident: dict, prov: dict[str, Any], timer: 
     for r in results:
         head = case_cells(r)
         if r["status"] != "ok":
-            rows.append((*head, *("-",) * 9, status_text(r)))
+            rows.append((*head, *["-"] * len(TIMING_HEAD + RATE_HEAD), status_text(r)))
             continue
         tflops = r["tflops"]
-        gbps = r["gbps"]
         tf_text = "-" if tflops is None else f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
         pct_text = "-" if r["pct_roof"] is None else f"{r['pct_roof']:.1f}"
         if r["above_peak"]:
             tf_text = pct_text = "!>peak"
-        row = (
-            *head,
-            f"{r['median_ms']:.4f}",
-            f"{r['min_ms']:.4f}",
-            f"{r['max_ms']:.4f}",
-            f"{100 * r['spread']:.1f}",
-            str(r["repeats"]),
-            tf_text,
-            f"{gbps:.0f}" if gbps >= 100 else f"{gbps:.3g}",
-            r["bound"] or "-",
-            pct_text,
-            status_text(r),
-        )
-        rows.append(row)
+        ms = [f"{r[k]:.4f}" for k in ("median_ms", "min_ms", "max_ms")]
+        timing = [*ms, f"{100 * r['spread']:.1f}", str(r["repeats"])]  # TIMING_HEAD
+        gbps = f"{r['gbps']:.0f}" if r["gbps"] >= 100 else f"{r['gbps']:.3g}"
+        rate_cells = [tf_text, gbps, r["bound"] or "-", pct_text]  # RATE_HEAD
+        rows.append((*head, *timing, *rate_cells, status_text(r)))
     lines = [
         _title(ident),
         f"timing: {timer}",
@@ -586,7 +535,7 @@ def render_table(results: list[dict], ident: dict, prov: dict[str, Any], timer: 
         "roof: of the memory roof (GB/s) for memory-bound rows, of the compute peak otherwise",
         f"peak: {prov.get('peak_note', '-')}",
         "",
-        *common.text_table(TABLE_HEADER, rows),
+        *common.text_table((*CASE_HEAD, *TIMING_HEAD, *RATE_HEAD, "status"), rows),
     ]
     if noisy := sum(1 for r in results if r.get("noisy")):
         why = f"spread (p75-p25)/median above {NOISE_THRESHOLD:.0%}"
@@ -601,10 +550,9 @@ def _title(ident: dict[str, Any]) -> str:
 
 def write_csv(path: Path, results: list[dict]) -> None:
     with open(path, "w", newline="") as f:
-        # A failed row has no timing: its columns stay empty.
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in results for k in r)))
         writer.writeheader()
-        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in results)
+        writer.writerows(results)  # None, and a failed row's missing timing: empty cells
 
 
 def write_plot(path: Path, results: list[dict], title: str) -> str | None:
@@ -651,10 +599,8 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
     a_runs, b_runs = ([d["results"] for d in side] for side in docs)
     rows = compare_runs(a_runs, b_runs, threshold_pct, floors)
     if not rows:
-        raise common.UsageError(
-            f"nothing to compare: no case ran successfully in both {paths_a[0]} and {paths_b[0]}"
-            + (" (and every --compare-runs file)" if len(paths_a) > 1 else "")
-        )
+        files = ", ".join(paths_a + paths_b)
+        raise common.UsageError(f"nothing to compare: no case ran successfully in all of {files}")
     lines = []
     for label, side, paths in zip("AB", docs, (paths_a, paths_b), strict=True):
         ident = side[0].get("identity", {})
@@ -662,17 +608,12 @@ def compare(pair: list[str], more: list[str], threshold_pct: float) -> str:
         where = f"torch {ident.get('torch')}, {ident.get('gpu')}{runs}"
         lines.append(f"{label}: {', '.join(paths)} ({where})")
     header = (*CASE_HEAD, "A ms", "B ms", "speedup", "allowed", "verdict")
-    table = [
-        (
-            *case_cells(r),
-            f"{r['a_ms']:.4f}",
-            f"{r['b_ms']:.4f}",
-            f"{r['speedup']:.3f}x",
-            f"{r['allowance_pct']:.0f}%",
-            "" if r["verdict"] == "same" else r["verdict"],
-        )
-        for r in rows
-    ]
+    table = []
+    for r in rows:
+        medians = (f"{r['a_ms']:.4f}", f"{r['b_ms']:.4f}")
+        change = (f"{r['speedup']:.3f}x", f"{r['allowance_pct']:.0f}%")
+        verdict = "" if r["verdict"] == "same" else r["verdict"]
+        table.append((*case_cells(r), *medians, *change, verdict))
     counts, geo = tally(rows)
     beyond = f"{threshold_pct:g}% and the run-to-run allowance (floors: {floors['source']})"
     lines += [f"speedup = A median / B median (>1: B faster); faster/slower only beyond {beyond}"]
@@ -719,7 +660,6 @@ def build_parser() -> common.OneLineArgumentParser:
 
 
 def compare_learn_or_replot(opts: Any) -> int:
-    """--compare (A B and --compare-runs pairs), --learn, or --replot: a saved JSON's plot."""
     if opts.compare:
         print(compare(opts.compare, opts.compare_runs or [], opts.threshold_pct))
     elif opts.learn:
@@ -733,14 +673,11 @@ def compare_learn_or_replot(opts: Any) -> int:
     return 0
 
 
-def peak_from_device(
-    arch: Any, dtype: str, override: Any, arches: dict, info: Any, rates: dict
-) -> tuple[float | None, str]:
+def peak_from_device(arch: Any, dtype: str, override: Any, info: dict) -> tuple[float | None, str]:
     """(peak TFLOP/s, source): --peak-tflops, else CUs x clock x rate, else table."""
     if override is not None:
         return override, "--peak-tflops"
-    info = info or {}
-    rate = rates.get(arch or "")
+    rate = common.load_table("peak_rates", "rate").get(arch or "")
     units = info.get("compute_units")
     mhz = info.get("max_clock_mhz")
     per_clock = (rate or {}).get(dtype)
@@ -750,16 +687,15 @@ def peak_from_device(
             f"{per_clock} FLOP/CU/clock (peak_rates.toml [rate.{arch}])"
         )
     why = f"table fallback ({'no per-CU rate' if rate is None else 'no engine clock'})"
-    peak = (arches.get(arch or "") or {}).get(f"peak_tflops_{dtype}")
+    peak = common.load_arches().get(arch or "", {}).get(f"peak_tflops_{dtype}")
     if not isinstance(peak, int | float):
         return None, f"{why}: unknown for {arch or 'cpu'} (not in arches.toml)"
     return float(peak), f"{why}: arches.toml [arch.{arch}] peak_tflops_{dtype}"
 
 
-def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
+def memory_roof(arch: Any, info: dict) -> tuple[float | None, str]:
     """(GB/s, source): the device's memory clock x bus width, else the arch table's."""
-    info = info or {}
-    entry = roofs.get(arch or "") or {}
+    entry = common.load_table("peak_rates", "memory").get(arch or "", {})
     table = entry.get("gbps")
     khz = info.get("memory_clock_khz")
     bits = info.get("memory_bus_bits")
@@ -775,12 +711,10 @@ def memory_roof(arch: Any, info: Any, roofs: dict) -> tuple[float | None, str]:
     return float(table), f"table ({why}): peak_rates.toml [memory.{arch}]: {entry.get('source')}"
 
 
-def device_info(device: Any) -> dict[str, Any] | None:
-    """CUs, peak engine clock with its source, memory clock and bus width; None on CPU."""
+def device_info(device: Any) -> dict[str, Any]:
+    """A GPU's CUs, peak engine clock with its source, memory clock and bus width."""
     import torch
 
-    if device.type != "cuda":
-        return None
     props = torch.cuda.get_device_properties(device)
     khz = getattr(props, "clock_rate", None)
     clock = (khz / 1000.0, "torch clock_rate property") if khz else (None, None)
@@ -814,13 +748,9 @@ def provenance(device: Any, arch: str | None, override: Any) -> dict[str, Any]:
         cudnn = torch.backends.cudnn.version() if torch.version.cuda else None
         if device.type == "cuda" and torch.version.hip:
             library = str(torch.backends.cuda.preferred_rocm_fa_library())
-    info = device_info(device)
-    rates = common.load_table("peak_rates", "rate")
-    arches = common.load_arches()
-    peaks = {
-        d: peak_from_device(arch, d, override, arches, info, rates) for d in common.DTYPE_NAMES
-    }
-    roof, roof_source = memory_roof(arch, info, common.load_table("peak_rates", "memory"))
+    info = device_info(device) if device.type == "cuda" else {}
+    peaks = {d: peak_from_device(arch, d, override, info) for d in common.DTYPE_NAMES}
+    roof, roof_source = memory_roof(arch, info)
     rated = ", ".join(f"{d} {p:g} TFLOP/s" if p else f"{d} unknown" for d, (p, _) in peaks.items())
     memory = f"{roof:g} GB/s" if roof else "unknown"
     return {
@@ -851,10 +781,7 @@ def main(argv: list[str] | None) -> int:
         outputs = {k: v or f"{opts.out_dir}/bench.{k}" for k, v in outputs.items()}
     if opts.dry_run:
         timings = sum(len(c) * len(p) for _s, c, p in cases) * len(dtypes) * len(backends)
-        plan = (
-            f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)} "
-            f"({opts.suite} suite, --causal {opts.causal})"
-        )
+        plan = f"{timings} timings: {len(cases)} shapes x {','.join(dtypes)} x {','.join(backends)}"
         shapes = [f"{s.size} {s.dims()}: causal {c}, {','.join(p)}" for s, c, p in cases]
         wrote = ", ".join(o for o in outputs.values() if o) or "the table only"
         return common.dry_run(PROG, device, [plan, *shapes, f"outputs: {wrote}"])
@@ -870,8 +797,7 @@ def main(argv: list[str] | None) -> int:
     prov = provenance(device, arch, opts.peak_tflops)
     if prov["env"].get("AMD_SERIALIZE_KERNEL", "0") not in ("", "0"):
         progress("warning: AMD_SERIALIZE_KERNEL is set; launches are serialised, timings suffer")
-    peaks, roof = prov["peak_tflops"], prov["memory_roof_gbps"]
-    results = run_suite(opts, device, cases, dtypes, backends, peaks, roof)
+    results = run_suite(opts, device, cases, dtypes, backends, prov)
     wall = time.perf_counter() - started
     print(render_table(results, ident, prov, TIMERS[device.type]))
     document = {
