@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocmfa.plumbing import downloads, stamps
-from rocmfa.plumbing.commands import Runner, runner_for
+from rocmfa.plumbing.commands import runner_for
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import REPO_ROOT, LockOptions, environment
+from rocmfa.plumbing.options import REPO_ROOT, LockOptions, SetupEnvOptions, environment
 
 if TYPE_CHECKING:
     import rattler
@@ -34,6 +34,7 @@ ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
 VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+DOWNLOADS = 8  # at a time
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
 T = TypeVar("T")
 # The repodata fields a solver and an installer read (not a lock writer's purls, run_exports, url)
@@ -141,7 +142,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def locked_dependencies(
-    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str], platform: str
+    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str]
 ) -> list[Any]:
     """conda-lock's LockedDependency per record, dependencies as conda-lock writes them."""
     from conda_lock.interfaces.vendored_conda import MatchSpec
@@ -160,7 +161,7 @@ def locked_dependencies(
                 name=record.name.normalized,
                 version=str(record.version),
                 manager="conda",
-                platform=platform,
+                platform=PLATFORM,
                 url=_swap_base(record.url, canonical),
                 dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
                 hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
@@ -170,22 +171,16 @@ def locked_dependencies(
 
 
 def solve_lock(
-    env_file: Path,
-    lock_file: Path,
-    mirrors: list[str],
-    cuda: str,
-    say=print,
-    cache_dir: Path | None = None,
-    records_file: Path | None = None,
+    env_file: Path, lock_file: Path, mirrors: list[str], cache_dir: Path | None = None
 ) -> list[Any]:
-    """Solve env_file for linux-64 into lock_file (and records_file: load())."""
+    """Solve env_file for linux-64 into lock_file and its records file (load() reads it)."""
     import rattler
     from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.lockfile import apply_categories, write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
-    with lock_spec(env_file, [PLATFORM], cuda) as (spec, vpr, mapping):
+    with lock_spec(env_file, [PLATFORM], CUDA_CHOICE) as (spec, vpr, mapping):
         conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
         if len(conda_deps) != len(spec.dependencies[PLATFORM]):
             raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
@@ -193,7 +188,7 @@ def solve_lock(
         mirror_of = parse_mirrors(mirrors, channels)
         sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
         specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
-        say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+        print(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
         # conda-lock's virtual packages (the ones it hashes); rattler wants a build string, not 0
         virtual = [
             rattler.GenericVirtualPackage(
@@ -207,7 +202,7 @@ def solve_lock(
         records = solve(specs, sources, virtual, cache_dir=cache_dir)
         hashes = compute_content_hashes(spec, vpr)
         canonical = {mirror: base for base, mirror in mirror_of.items()}
-        planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
+        planned = {d.name: d for d in locked_dependencies(records, canonical)}
         requested = {d.name: d for d in conda_deps}
         apply_categories(requested=requested, planned=planned, mapping_url=mapping)
     source = os.path.relpath(env_file, lock_file.parent)
@@ -216,17 +211,16 @@ def solve_lock(
         content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
     write_conda_lock_file(Lockfile(package=locked, metadata=meta), lock_file, metadata_choices=())
-    if records_file is not None:  # read by load()
-        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
-        entries = {urls[r.file_name]: repodata_entry(r) for r in records}
-        document = {
-            "format": RECORDS_FORMAT,
-            "platform": PLATFORM,
-            "virtual_packages": sorted(map(str, virtual)),
-            "content_hash": hashes[PLATFORM],
-            "records": dict(sorted(entries.items())),
-        }
-        records_file.write_text(json.dumps(document, indent=1) + "\n")
+    urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
+    entries = {urls[r.file_name]: repodata_entry(r) for r in records}
+    document = {
+        "format": RECORDS_FORMAT,
+        "platform": PLATFORM,
+        "virtual_packages": sorted(map(str, virtual)),
+        "content_hash": hashes[PLATFORM],
+        "records": dict(sorted(entries.items())),
+    }
+    records_path(lock_file).write_text(json.dumps(document, indent=1) + "\n")
     return locked
 
 
@@ -244,9 +238,7 @@ def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
     return [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
 
 
-def fetch_all(
-    packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
-) -> list[Path]:
+def fetch_all(packages: list[Any], archives: Path, mirrors: Mapping[str, str]) -> list[Path]:
     """Each package's sha256-checked archive, in daemon threads: Ctrl-C ends at once (an executor
     would join workers stuck on a silent mirror) and removes this run's partial files."""
     paths = [archives / package.url.rsplit("/", 1)[-1] for package in packages]
@@ -264,7 +256,7 @@ def fetch_all(
             except BaseException as error:
                 failures.append(error)
 
-    workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(DOWNLOADS)]
     try:
         for worker in workers:
             worker.start()
@@ -295,7 +287,6 @@ def install_lock(
     *,
     cache_dir: Path | None = None,
     channel: Iterable[str] = (),
-    jobs: int = 8,
     reporter: Any = None,
 ) -> InstallResult:
     """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
@@ -305,7 +296,7 @@ def install_lock(
     packages = locked_packages(lock_file)
     origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel
     mirrors = parse_mirrors(channel, sorted(set(origins)))
-    paths = fetch_all(packages, cache_dir / "archives", mirrors, jobs)
+    paths = fetch_all(packages, cache_dir / "archives", mirrors)
     before = _prefix_packages(prefix)
 
     async def install() -> None:
@@ -377,27 +368,27 @@ def load(path: Path) -> dict[str, Any]:
     return document
 
 
-def require_suited(lock_file: Path, platform: str) -> str:
+def require_suited() -> str:
     """'host SUBDIR, glibc V', or why the lock (the records file's __glibc) does not suit it."""
     import rattler
     from packaging.version import Version
 
-    path = records_path(lock_file)
+    path = records_path(LOCK_FILE)
     virtual = load(path)["virtual_packages"] if path.is_file() else []
     needs = next((v.split("=")[1] for v in virtual if v.startswith("__glibc=")), None)
-    if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
+    if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != PLATFORM:
         why = "its packages would not run here"
-        raise UserError(f"{lock_file.name} is locked for {platform}; this host is {subdir}: {why}")
+        raise UserError(f"{LOCK_FILE.name} is locked for {PLATFORM}; this host is {subdir}: {why}")
     if needs is None:
         return f"host {subdir}"
     found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
     generic = (v.into_generic() for v in found)
     if (have := {g.name.normalized: str(g.version) for g in generic}.get("__glibc")) is None:
         why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
-        raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
+        raise UserError(f"{LOCK_FILE.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):
         why = f"this host has glibc {have}: its programs would not run here"
-        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); {why}")
+        raise UserError(f"{LOCK_FILE.name} needs glibc >= {needs} (its __glibc); {why}")
     return f"host {subdir}, glibc {have}"
 
 
@@ -444,15 +435,12 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
     return stamps.file_sha256(lock_file)
 
 
-def lock(opts: LockOptions) -> None:
-    write_lock(runner_for(opts), list(opts.channel))
-
-
-def write_lock(runner: Runner, mirrors: list[str]) -> None:
-    records = records_path(LOCK_FILE)
+def lock(opts: LockOptions | SetupEnvOptions) -> None:
+    """`nox -s lock`, and setup_env's first step while there is no lock."""
+    mirrors = list(opts.channel)
 
     def solve_and_verify() -> None:
-        locked = solve_lock(ENV_FILE, LOCK_FILE, mirrors, CUDA_CHOICE, records_file=records)
+        locked = solve_lock(ENV_FILE, LOCK_FILE, mirrors)
         fresh, reason = check(ENV_FILE, LOCK_FILE)
         if not fresh:
             raise UserError(f"the lock written does not verify: {reason}")
@@ -460,4 +448,5 @@ def write_lock(runner: Runner, mirrors: list[str]) -> None:
 
     where = ", ".join(mirrors) or "environment.yml's channels"
     say = f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler against {where}"
-    runner.apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {records.name}")
+    also = records_path(LOCK_FILE).name
+    runner_for(opts).apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {also}")

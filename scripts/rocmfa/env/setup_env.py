@@ -153,7 +153,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
     if not lock.is_file():
         runner.say(f"{lock.name} is missing: solving it first (as nox -s lock)")
-        lockfile.write_lock(runner, list(opts.channel))
+        lockfile.lock(opts)
     lock_sha = lockfile.require_fresh() if lock.is_file() else "(solved above)"  # a planned solve
     inputs = request.inputs(lock_sha, aotriton_version(prefix))
     stamp_file = prefix / session_env.ENV_STAMP
@@ -161,7 +161,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
     # before the first change: only what installs must suit this host
-    lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+    lockfile.require_suited()
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
     in_env = runner.apply(session_env.activated_environ, prefix, say=said + " + its activate.d")
