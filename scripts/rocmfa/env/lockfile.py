@@ -18,7 +18,7 @@ from collections import namedtuple
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from rocmfa.plumbing import downloads, stamps
 from rocmfa.plumbing.commands import runner_for
@@ -36,7 +36,6 @@ VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
 DOWNLOADS = 8  # at a time
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
-T = TypeVar("T")
 # The repodata fields a solver and an installer read (not a lock writer's purls, run_exports, url)
 RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
     "name version build build_number depends constrains track_features features noarch subdir md5"
@@ -211,8 +210,7 @@ def solve_lock(
         content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
     write_conda_lock_file(Lockfile(package=locked, metadata=meta), lock_file, metadata_choices=())
-    urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
-    entries = {urls[r.file_name]: repodata_entry(r) for r in records}
+    entries = {_swap_base(r.url, canonical): repodata_entry(r) for r in records}
     document = {
         "format": RECORDS_FORMAT,
         "platform": PLATFORM,
@@ -231,11 +229,11 @@ def repodata_entry(record: Any) -> dict[str, Any]:
     return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
-def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
-    """conda-lock's LockedDependency of each of the lock's packages for platform."""
+def locked_packages(lock_file: Path) -> list[Any]:
+    """conda-lock's LockedDependency of each of the lock's linux-64 packages."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    return [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
+    return [p for p in parse_conda_lock_file(lock_file).package if p.platform == PLATFORM]
 
 
 def fetch_all(packages: list[Any], archives: Path, mirrors: Mapping[str, str]) -> list[Path]:
@@ -324,7 +322,7 @@ def install_lock(
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def run_rattler(make: Callable[[], Coroutine]) -> Any:
     """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop,
     else it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
 
