@@ -115,15 +115,10 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
     if (python := env / "bin" / "python").exists():
         try:
-            probe = subprocess.run(
-                [str(python), "-c", ENV_PROBE],
-                env=session_env.activated_environ(env),
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=True,
-            )
-            found = json.loads(probe.stdout)
+            environ = session_env.activated_environ(env)
+            argv = [python, "-c", ENV_PROBE]
+            out = subprocess.check_output(argv, env=environ, stderr=subprocess.DEVNULL, timeout=120)
+            found = json.loads(out)
             facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}

@@ -85,7 +85,7 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def lock_spec(env_file: Path, platforms: list[str], cuda: str):
-    """conda-lock's spec, virtual packages and PyPI mapping (empty: its default is downloaded)."""
+    """conda-lock's spec and virtual packages; its PyPI mapping is empty (not downloaded)."""
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
@@ -102,7 +102,7 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
         vpr = default_virtual_package_repodata(cuda)
         with vpr:  # its __enter__ does not return it
-            yield spec, vpr, str(mapping)
+            yield spec, vpr
 
 
 def solve(
@@ -164,6 +164,7 @@ def locked_dependencies(
                 url=_swap_base(record.url, canonical),
                 dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
                 hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+                categories={"main"},  # environment.yml's only category
             )
         )
     return locked
@@ -176,10 +177,10 @@ def solve_lock(
     import rattler
     from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
     from conda_lock.content_hash import compute_content_hashes
-    from conda_lock.lockfile import apply_categories, write_conda_lock_file
+    from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
-    with lock_spec(env_file, [PLATFORM], CUDA_CHOICE) as (spec, vpr, mapping):
+    with lock_spec(env_file, [PLATFORM], CUDA_CHOICE) as (spec, vpr):
         conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
         if len(conda_deps) != len(spec.dependencies[PLATFORM]):
             raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
@@ -200,12 +201,9 @@ def solve_lock(
         ]
         records = solve(specs, sources, virtual, cache_dir=cache_dir)
         hashes = compute_content_hashes(spec, vpr)
-        canonical = {mirror: base for base, mirror in mirror_of.items()}
-        planned = {d.name: d for d in locked_dependencies(records, canonical)}
-        requested = {d.name: d for d in conda_deps}
-        apply_categories(requested=requested, planned=planned, mapping_url=mapping)
+    canonical = {mirror: base for base, mirror in mirror_of.items()}
+    locked = locked_dependencies(records, canonical)
     source = os.path.relpath(env_file, lock_file.parent)
-    locked = list(planned.values())
     meta = LockMeta(
         content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
@@ -415,7 +413,7 @@ def check(
     platforms = list(lock.metadata.platforms)
     if PLATFORM not in platforms:
         return False, f"it has no {PLATFORM} platform"
-    with lock_spec(env_file, platforms, cuda) as (spec, repodata, _mapping):
+    with lock_spec(env_file, platforms, cuda) as (spec, repodata):
         for platform in platforms:
             expected = lock.metadata.content_hash.get(platform)
             if expected not in backwards_compatible_content_hashes(spec, repodata, platform):

@@ -31,14 +31,13 @@ class Request:
     profiles: tuple[str, ...]
 
     def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
-        arch = self.arch
-        torch = self.rocm.torch_requirement(arch, self.index_kind) if self.with_torch else None
+        torch = self.rocm.torch_requirement(self.arch, self.index_kind) if self.with_torch else None
         return {
             "stamp_version": 1,
             "lock_sha256": lock_sha256,
-            "arch": arch.name,
-            "rocm_index_url": self.rocm.index_url(arch, self.index_kind),
-            "rocm_requirement": self.rocm.requirement(arch, self.index_kind),
+            "arch": self.arch.name,
+            "rocm_index_url": self.rocm.index_url(self.arch, self.index_kind),
+            "rocm_requirement": self.rocm.requirement(self.arch, self.index_kind),
             "torch_requirement": torch,
             "profiles": sorted(self.profiles),
             "variables_file": stamps.file_sha256(activation.VARS_FILE),
