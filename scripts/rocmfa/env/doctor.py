@@ -162,13 +162,12 @@ def _next_step(report: dict[str, Any]) -> str:
         return MAIN_JOB[0]
     if env.get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
-    torch = env.get("torch") or {}
     # TheRock's call pip-installs its torch; install_wheels the run's whole set, then checks
     facts = {b["step"]: b["facts"] for b in report["builds"]}
     built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
         return MAIN_JOB[2]
-    if not torch.get("version"):
+    if not (env.get("torch") or {}).get("version"):
         if any("not resolved yet" in pin.get("error", "") for pin in report["pins"]):
             return f"{MAIN_JOB[1]} (its first run resolves and records the torch pin's commit)"
         return MAIN_JOB[1]

@@ -281,14 +281,13 @@ def install_lock(
     lock_file: Path,
     prefix: Path,
     *,
-    cache_dir: Path | None = None,
+    cache_dir: Path,
     channel: Iterable[str] = (),
     reporter: Any = None,
 ) -> InstallResult:
     """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     import rattler
 
-    cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel
     mirrors = parse_mirrors(channel, sorted(set(origins)))
@@ -303,13 +302,9 @@ def install_lock(
             record.url = path.resolve().as_uri()
             record.channel = origin
             wanted.append(record)
+        pkgs = cache_dir / "pkgs"  # link scripts are not run (rattler's default)
         await rattler.install(
-            wanted,
-            target_prefix=prefix,
-            cache_dir=cache_dir / "pkgs",
-            show_progress=False,
-            execute_link_scripts=False,
-            reporter=reporter,
+            wanted, target_prefix=prefix, cache_dir=pkgs, show_progress=False, reporter=reporter
         )
 
     try:

@@ -95,13 +95,8 @@ def provision(
     )
     scripts = " and ".join(map(str, activation.script_paths(prefix)))
     runner.apply(activation.write_scripts, prefix, result["set"], say=f"write {scripts}")
-    runner.apply(
-        stamps.write,
-        prefix / session_env.ENV_STAMP,
-        stamp_inputs,
-        rocm=rocm_paths,
-        variables=result,
-    )
+    stamp = prefix / session_env.ENV_STAMP
+    runner.apply(stamps.write, stamp, stamp_inputs, rocm=rocm_paths, variables=result)
     return result
 
 
