@@ -22,17 +22,16 @@ MAIN_JOB = (
 # The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
 FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
 Rows = list[tuple[str, str]]
-# One run of the env's Python: its torch (or why not) and its ROCm SDK distributions.
+# One run of the env's Python: its torch (or why not) and its distributions' versions.
 ENV_PROBE = """import json
 from importlib import metadata
-names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+dists = {d.metadata["Name"]: d.version for d in metadata.distributions()}
 try:
     import torch
     found = {"version": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda}
 except Exception:
     found = {"error": "not importable"}
-rocm = {n: v for n, v in names.items() if n.startswith("rocm")}
-print(json.dumps({"torch": found, "rocm": rocm}))
+print(json.dumps({"torch": found, "dists": dists}))
 """
 
 
@@ -119,7 +118,7 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
             argv = [python, "-c", ENV_PROBE]
             out = subprocess.check_output(argv, env=environ, stderr=subprocess.DEVNULL, timeout=120)
             found = json.loads(out)
-            facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
+            facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["dists"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
     torch = facts["torch"]
