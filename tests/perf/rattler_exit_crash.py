@@ -55,7 +55,7 @@ def child(mode: str, root: Path) -> None:
     else:
         from rocmfa.env import lockfile
 
-        lockfile.run_rattler(solve_and_install)
+        lockfile.run_rattler(solve_and_install())
     print("prefix complete:", (root / "env" / "bin" / "hello").is_file(), flush=True)
 
 

@@ -201,8 +201,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         pin_line = str(e)
     builds = []  # what each build's stamp says (its inputs aside)
     for path in sorted((options.workdir(opts.workdir) / "stamps").glob("*.json")):
-        facts = stamps.read(path) or {}
-        facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
+        facts = {k: v for k, v in (stamps.read(path) or {}).items() if not k.startswith("inputs")}
         builds.append({"step": path.stem, "stamp": str(path), "facts": facts})
     report: dict[str, Any] = {
         "interrupted": half_installed(Path(env["prefix"]) if env.get("prefix") else None),

@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,17 +112,15 @@ def solve(
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
-    async def go() -> list[rattler.RepoDataRecord]:
-        return await rattler.solve(
-            sources=[rattler.Channel(url) for url in channels],
-            specs=specs,
-            gateway=rattler.Gateway(cache_dir=(cache_dir or default_cache_dir()) / "repodata"),
-            platforms=[PLATFORM, "noarch"],
-            virtual_packages=virtual,
-        )
-
+    solving = rattler.solve(
+        sources=[rattler.Channel(url) for url in channels],
+        specs=specs,
+        gateway=rattler.Gateway(cache_dir=(cache_dir or default_cache_dir()) / "repodata"),
+        platforms=[PLATFORM, "noarch"],
+        virtual_packages=virtual,
+    )
     try:
-        return run_rattler(go)
+        return run_rattler(solving)
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
@@ -308,20 +306,20 @@ def install_lock(
         )
 
     try:
-        run_rattler(install)
+        run_rattler(install())
     except Exception as error:
         raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
     after = _prefix_packages(prefix)
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-def run_rattler(make: Callable[[], Coroutine]) -> Any:
-    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop,
-    else it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
+def run_rattler(work: Coroutine) -> Any:
+    """work on an event loop of ours, returning once rattler's thread let go of the loop, else
+    it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
 
     async def settled() -> tuple[bool, Any]:
         try:  # caught in the loop: an escaping exception's frames would hold the loop
-            return True, await make()
+            return True, await work
         except BaseException as error:
             return False, error
 
