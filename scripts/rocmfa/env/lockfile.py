@@ -139,7 +139,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def locked_dependencies(
-    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str]
+    records: list[rattler.RepoDataRecord], canonical: dict[str, str]
 ) -> list[Any]:
     """conda-lock's LockedDependency per record, dependencies as conda-lock writes them."""
     from conda_lock.interfaces.vendored_conda import MatchSpec
@@ -169,7 +169,7 @@ def locked_dependencies(
 
 
 def solve_lock(
-    env_file: Path, lock_file: Path, mirrors: list[str], cache_dir: Path | None = None
+    env_file: Path, lock_file: Path, mirrors: Iterable[str], cache_dir: Path | None = None
 ) -> list[Any]:
     """Solve env_file for linux-64 into lock_file and its records file (load() reads it)."""
     import rattler
@@ -426,16 +426,15 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
 
 def lock(opts: LockOptions | SetupEnvOptions) -> None:
     """`nox -s lock`, and setup_env's first step while there is no lock."""
-    mirrors = list(opts.channel)
 
     def solve_and_verify() -> None:
-        locked = solve_lock(ENV_FILE, LOCK_FILE, mirrors)
+        locked = solve_lock(ENV_FILE, LOCK_FILE, opts.channel)
         fresh, reason = check(ENV_FILE, LOCK_FILE)
         if not fresh:
             raise UserError(f"the lock written does not verify: {reason}")
         print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
 
-    where = ", ".join(mirrors) or "environment.yml's channels"
+    where = ", ".join(opts.channel) or "environment.yml's channels"
     say = f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler against {where}"
     also = records_path(LOCK_FILE).name
     runner_for(opts).apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {also}")
