@@ -71,14 +71,13 @@ def provision(
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
     rocm = request.rocm
     arch = request.arch
-    kind = request.index_kind
-    if note := rocm.index_note(arch, kind):
+    if note := rocm.index_note(arch, request.index_kind):
         runner.say(note)
-    sdk = rocm.requirement(arch, kind)
-    torch = [rocm.torch_requirement(arch, kind)] if request.with_torch else []
+    sdk = rocm.requirement(arch, request.index_kind)
+    torch = [rocm.torch_requirement(arch, request.index_kind)] if request.with_torch else []
     if torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
         runner.say(f"torch and the ROCm SDK in one pip resolve: {sdk} holds the SDK at the pin")
-    url = rocm.index_url(arch, kind)
+    url = rocm.index_url(arch, request.index_kind)
     pre = ["--pre"] if rocm.pre else []
     pip = [prefix / "bin" / "python", "-m", "pip", "install", "--index-url", url, *pre, sdk, *torch]
     if runner.run(pip, check=not torch).returncode != 0:
