@@ -7,10 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs, lockfile, rocm_sdk, session_env
-from rocmfa.env.session_env import find_manager
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.errors import UserError, load_toml
-from rocmfa.plumbing.options import DoctorOptions, origin
 
 # The README's main job after `pip install -e .` (tests/test_main_job.py holds it to them).
 MAIN_JOB = (
@@ -75,7 +73,7 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
         rows.append(("arch", str(e)))
         if not requested:  # no GPU found; a bad value (--arch or $ROCMFA_ARCH) is broken
             return {"error": str(e)}
-        given = origin(requested, "--arch")
+        given = options.origin(requested, "--arch")
         sep = " " if given == "--arch" else "="
         return {"error": str(e), "bad_value": f"{given}{sep}{requested}"}
     arch = choice.arch
@@ -97,7 +95,7 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
 
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
-    manager = find_manager()
+    manager = session_env.find_manager()
     found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else None
     rows.append(("manager", found or "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))
     try:
@@ -185,7 +183,7 @@ def half_installed(prefix: Path | None) -> list[str]:
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
 
 
-def gather(opts: DoctorOptions) -> dict[str, Any]:
+def gather(opts: options.DoctorOptions) -> dict[str, Any]:
     """The screen's rows (`--json` prints them too), the facts the next step reads, and next."""
     arch_rows: Rows = []
     env_rows: Rows = []
@@ -227,7 +225,6 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
-    """One row per fact, `label  text`; HALF-DONE first, the next step last."""
     rows = [*report["rows"], ("", ""), ("next", report["next"])]
     return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
 
@@ -245,7 +242,7 @@ def problems(report: dict[str, Any]) -> list[str]:
     return found
 
 
-def doctor(opts: DoctorOptions) -> None:
+def doctor(opts: options.DoctorOptions) -> None:
     report = gather(opts)
     print(json.dumps(report, indent=2) if opts.json else render(report), flush=True)
     if broken := problems(report):

@@ -226,7 +226,6 @@ def repodata_entry(record: Any) -> dict[str, Any]:
 
 
 def locked_packages(lock_file: Path) -> list[Any]:
-    """conda-lock's LockedDependency of each of the lock's linux-64 packages."""
     from conda_lock.lockfile import parse_conda_lock_file
 
     return [p for p in parse_conda_lock_file(lock_file).package if p.platform == PLATFORM]

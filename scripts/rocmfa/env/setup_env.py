@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfa.env import activation, archs, lockfile, rocm_sdk, session_env
-from rocmfa.env.session_env import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -125,7 +124,8 @@ def update_conda_packages(
 
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        prefix = session_env.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
+        manager = session_env.find_manager()
+        prefix = session_env.resolve_prefix(opts.prefix, opts.env_name, manager).prefix
         if not (stamp := stamps.read(prefix / session_env.ENV_STAMP)):
             raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
         print(f"env {prefix}\n{activation.show(stamp['variables'])}")
