@@ -100,8 +100,7 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             )
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
-        vpr = default_virtual_package_repodata(cuda)
-        with vpr:  # its __enter__ does not return it
+        with (vpr := default_virtual_package_repodata(cuda)):  # its __enter__ returns None
             yield spec, vpr
 
 

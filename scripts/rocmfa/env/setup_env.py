@@ -50,13 +50,11 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
     if prefix.exists() and not prefix.is_dir():
         raise UserError(f"env prefix {prefix} exists and is not a directory")
     if prefix.is_dir() and not conda_env and any(prefix.iterdir()):
-        raise UserError(
-            f"env prefix {prefix} is not empty and not a conda env; choose another --prefix"
-        )
+        raise UserError(f"{prefix} is not empty and not a conda env; choose another --prefix")
     if conda_env and not (prefix / session_env.ENV_STAMP).is_file() and not force:
         raise UserError(
-            f"conda env {prefix} exists but was not created by setup_env; installing the "
-            "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
+            f"conda env {prefix} was not created by setup_env; --force replaces it with the lock's"
+            " packages, or choose another --env-name/--prefix"
         )
     there = next(p for p in (prefix, *prefix.parents) if p.exists())
     if not os.access(there, os.W_OK):
