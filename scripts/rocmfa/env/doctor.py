@@ -143,28 +143,26 @@ def _pins_section() -> list[dict[str, Any]]:
 
 
 def _next_step(report: dict[str, Any]) -> str:
-    env = report["env"]
-    arch = report["arch"]
     for line in report.get("interrupted", []):
         return line.rsplit("rerun: ", 1)[-1]
-    if arch.get("bad_value"):
-        return f"fix {arch['bad_value']}: {arch['error']}"
-    if "error" in arch:
+    if report["arch"].get("bad_value"):
+        return f"fix {report['arch']['bad_value']}: {report['arch']['error']}"
+    if "error" in report["arch"]:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
     if not report["lock"].get("present"):
         return f"{MAIN_JOB[0]} (it generates conda-lock.yml first)"
     if not report["lock"].get("fresh"):
         return "nox -s lock"
-    if not env.get("set_up"):
+    if not report["env"].get("set_up"):
         return MAIN_JOB[0]
-    if env.get("mixed_sdk"):
+    if report["env"].get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
     # TheRock's call pip-installs its torch; install_wheels the run's whole set, then checks
     facts = {b["step"]: b["facts"] for b in report["builds"]}
     built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
         return MAIN_JOB[2]
-    if not (env.get("torch") or {}).get("version"):
+    if not (report["env"].get("torch") or {}).get("version"):
         if any("not resolved yet" in pin.get("error", "") for pin in report["pins"]):
             return f"{MAIN_JOB[1]} (its first run resolves and records the torch pin's commit)"
         return MAIN_JOB[1]
