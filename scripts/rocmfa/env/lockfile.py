@@ -50,14 +50,11 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
 
 
-def channel_base(channel: str) -> str:
-    if "://" in channel:
-        return channel.rstrip("/") + "/"
-    return f"https://conda.anaconda.org/{channel.strip('/')}/"
-
-
 def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
     """`--channel URL` (environment.yml's only channel) or `NAME=URL` -> {base: mirror base}."""
+    import rattler
+
+    bases = {rattler.Channel(c).base_url for c in channels}
     mirrors: dict[str, str] = {}
     for value in values:
         name, sep, url = value.partition("=")
@@ -68,11 +65,11 @@ def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
                     "say which one it mirrors: --channel NAME=URL"
                 )
             name, url = channels[0], value
-        if channel_base(name) not in {channel_base(c) for c in channels}:
+        if (base := rattler.Channel(name).base_url) not in bases:
             raise UserError(f"--channel {value}: {name} is not a channel of environment.yml")
         if "://" not in url:
             url = Path(url).expanduser().resolve().as_uri()
-        mirrors[channel_base(name)] = channel_base(url)
+        mirrors[base] = rattler.Channel(url).base_url
     return mirrors
 
 
@@ -183,7 +180,7 @@ def solve_lock(
             raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
         channels = [c.url for c in spec.channels]
         mirror_of = parse_mirrors(mirrors, channels)
-        sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
+        sources = [_swap_base(rattler.Channel(c).base_url, mirror_of) for c in channels]
         specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
         print(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
         # conda-lock's virtual packages (the ones it hashes); rattler wants a build string, not 0
