@@ -146,9 +146,7 @@ def test_real_sources_rebuild_the_channel_the_committed_lock_solves_from(tmp_pat
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     lock = tmp_path / "conda-lock.yml"
-    lockfile.solve_lock(tmp_path / "environment.yml", lock, [(tmp_path / "a").as_uri()],
-                           lockfile.CUDA_CHOICE, say=lambda _: None,
-                           records_file=lockfile.records_path(lock))  # fmt: skip
+    lockfile.solve_lock(tmp_path / "environment.yml", lock, [(tmp_path / "a").as_uri()])
     assert lock.read_text() == lockfile.LOCK_FILE.read_text()
     committed = lockfile.records_path(lockfile.LOCK_FILE).read_text()
     assert lockfile.records_path(lock).read_text() == committed

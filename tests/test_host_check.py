@@ -23,9 +23,7 @@ def test_committed_lock_names_its_platform_and_glibc() -> None:
 
 def test_this_host_suits_the_committed_lock() -> None:
     confstr = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36" on a glibc Linux
-    assert lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM) == (
-        f"host linux-64, glibc {confstr.split()[1]}"
-    )
+    assert lockfile.require_suited() == (f"host linux-64, glibc {confstr.split()[1]}")
 
 
 @pytest.mark.parametrize(
@@ -44,11 +42,11 @@ def test_hosts_read_as_conda_reads_them(environ, message, monkeypatch) -> None:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     if message is None:
-        found = lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+        found = lockfile.require_suited()
         assert found == f"host linux-64, glibc {environ['CONDA_OVERRIDE_GLIBC']}"
         return
     with pytest.raises(UserError) as error:
-        lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+        lockfile.require_suited()
     assert message in str(error.value) and "\n" not in str(error.value)
 
 

@@ -209,9 +209,7 @@ def test_committed_lock_is_what_its_own_records_solve_to(tmp_path: Path) -> None
     channel = closed_channel(document, tmp_path / "closed")
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     lock = tmp_path / "conda-lock.yml"
-    lockfile.solve_lock(tmp_path / "environment.yml", lock, [channel], lockfile.CUDA_CHOICE,
-                           say=lambda _: None, cache_dir=tmp_path / "cache",
-                           records_file=lockfile.records_path(lock))  # fmt: skip
+    lockfile.solve_lock(tmp_path / "environment.yml", lock, [channel], tmp_path / "cache")
     assert lock.read_text() == lockfile.LOCK_FILE.read_text()
     records = lockfile.records_path(lockfile.LOCK_FILE)
     assert lockfile.records_path(lock).read_text() == records.read_text()
@@ -241,8 +239,7 @@ def test_a_libgomp_that_libgcc_constrains_away_is_caught(tmp_path: Path) -> None
     channel = closed_channel(bad, tmp_path / "closed")
     shutil.copy(lockfile.ENV_FILE, tmp_path / "environment.yml")
     with pytest.raises(UserError, match="cannot solve"):
-        lockfile.solve_lock(tmp_path / "environment.yml", tmp_path / "l.yml", [channel], "",
-                               say=lambda _: None, cache_dir=tmp_path / "cache")  # fmt: skip
+        lockfile.solve_lock(tmp_path / "environment.yml", tmp_path / "l.yml", [channel], tmp_path)
 
 
 def test_duplicates_hash_mismatches_and_unmet_depends_are_caught() -> None:

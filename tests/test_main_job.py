@@ -119,8 +119,6 @@ def machine(
         project / "environment.yml",
         project / "conda-lock.yml",
         [],
-        lockfile.CUDA_CHOICE,
-        say=lambda _: None,
         cache_dir=root / "cache" / "rattler",
     )
     # The pins: TheRock and PyTorch stand-ins, the AOTriton stand-in, the loopback ROCm index;

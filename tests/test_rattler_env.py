@@ -78,7 +78,7 @@ def locked(tmp_path: Path):
     url = make_channel(tmp_path / "channel", packages())
     env_file = write_env(tmp_path / "environment.yml", url, SPECS)
     lock = tmp_path / "conda-lock.yml"
-    lockfile.solve_lock(env_file, lock, [], lockfile.CUDA_CHOICE, say=lambda _: None)
+    lockfile.solve_lock(env_file, lock, [])
     return tmp_path, env_file, lock
 
 
@@ -108,7 +108,7 @@ def test_an_unreachable_channel_is_a_network_error_naming_the_host_and_channel(
 ) -> None:
     env_file = write_env(tmp_path / "environment.yml", "http://127.0.0.1:9/c", ["tool"])
     with pytest.raises(UserError) as error:
-        lockfile.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
+        lockfile.solve_lock(env_file, tmp_path / "lock.yml", [])
     message = str(error.value)
     assert "\n" not in message and message.startswith("cannot reach 127.0.0.1:9 (http://")
     assert "--channel URL" in message and "solve" not in message
@@ -118,7 +118,7 @@ def test_unsolvable_spec_is_one_line_naming_the_conflict(tmp_path: Path) -> None
     url = make_channel(tmp_path / "channel", packages())
     env_file = write_env(tmp_path / "environment.yml", url, ["tool>=2", "libfoo<1"])
     with pytest.raises(UserError) as error:
-        lockfile.solve_lock(env_file, tmp_path / "lock.yml", [], "", say=lambda _: None)
+        lockfile.solve_lock(env_file, tmp_path / "lock.yml", [])
     message = str(error.value)
     assert "\n" not in message and message.startswith("cannot solve tool >=2, libfoo <1:")
     assert "libfoo" in message.split(":", 1)[1]
@@ -129,7 +129,7 @@ def test_mirror_solves_there_but_locks_the_channels_own_urls(tmp_path: Path) -> 
     mirror = make_channel(tmp_path / "mirror", packages())
     env_file = write_env(tmp_path / "environment.yml", "conda-forge", ["tool"])
     lock = tmp_path / "conda-lock.yml"
-    lockfile.solve_lock(env_file, lock, [mirror], "", say=lambda _: None)
+    lockfile.solve_lock(env_file, lock, [mirror])
     assert lockfile.check(env_file, lock)[0]
     urls = sorted(p.url for p in lockfile.locked_packages(lock))
     assert urls == [
@@ -204,7 +204,7 @@ def test_a_changed_lock_installs_only_the_difference(locked) -> None:
     build(Package("libfoo", "2.0", files={"lib/libfoo.txt": "libfoo 2.0\n"}), root / "channel")
     write_repodata(root / "channel")
     env_file.write_text(env_file.read_text().replace("tool>=2", "tool>=2\n  - libfoo>=2"))
-    lockfile.solve_lock(env_file, lock, [], "", say=lambda _: None)
+    lockfile.solve_lock(env_file, lock, [])
     result = lockfile.install_lock(lock, prefix, cache_dir=root / "cache")
     assert (result.installed, result.removed) == (["libfoo-2.0-0"], ["libfoo-1.2-0"])
     assert result.unchanged == 13

@@ -50,12 +50,12 @@ def child(mode: str, root: Path) -> None:
         env_file = root / "environment.yml"
         env_file.write_text(f"channels: [{url}]\nplatforms: [linux-64]\ndependencies: [hello]\n")
         lock = root / "conda-lock.yml"
-        lockfile.solve_lock(env_file, lock, [], "", say=lambda _: None)
+        lockfile.solve_lock(env_file, lock, [])
         lockfile.install_lock(lock, root / "env", cache_dir=root / "cache")
     else:
         from rocmfa.env import lockfile
 
-        lockfile.run_rattler(solve_and_install)
+        lockfile.run_rattler(solve_and_install())
     print("prefix complete:", (root / "env" / "bin" / "hello").is_file(), flush=True)
 
 

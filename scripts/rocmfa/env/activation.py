@@ -130,11 +130,9 @@ def script_paths(prefix: Path) -> tuple[Path, Path]:
 
 def write_scripts(prefix: Path, variables: Sequence[Variable]) -> tuple[Path, Path]:
     names = " ".join(v["name"] for v in variables)
-    exports = [f"export {v['name']}={shlex.quote(v['value'])}  # {v['why']}" for v in variables]
-    texts = (
-        ACTIVATE.replace("@NAMES@", names) + "\n".join(exports) + "\n",
-        DEACTIVATE.replace("@NAMES@", names),
-    )
+    lines = [ACTIVATE.replace("@NAMES@", names)]
+    lines += [f"export {v['name']}={shlex.quote(v['value'])}  # {v['why']}\n" for v in variables]
+    texts = ("".join(lines), DEACTIVATE.replace("@NAMES@", names))
     for path, text in zip(script_paths(prefix), texts, strict=True):
         path.parent.mkdir(parents=True, exist_ok=True)
         stamps.write_text_atomic(path, text)

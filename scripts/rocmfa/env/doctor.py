@@ -7,10 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmfa.env import archs, lockfile, rocm_sdk, session_env
-from rocmfa.env.session_env import find_manager
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.errors import UserError, load_toml
-from rocmfa.plumbing.options import DoctorOptions, origin
 
 # The README's main job after `pip install -e .` (tests/test_main_job.py holds it to them).
 MAIN_JOB = (
@@ -22,17 +20,16 @@ MAIN_JOB = (
 # The prebuilt fast path (arches.toml therock_torch_flash): TheRock's torch from the SDK's index.
 FAST_PATH = ("nox -s setup_env -- --with-torch", "nox -s backend_check")
 Rows = list[tuple[str, str]]
-# One run of the env's Python: its torch (or why not) and its ROCm SDK distributions.
+# One run of the env's Python: its torch (or why not) and its distributions' versions.
 ENV_PROBE = """import json
 from importlib import metadata
-names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+dists = {d.metadata["Name"]: d.version for d in metadata.distributions()}
 try:
     import torch
     found = {"version": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda}
 except Exception:
     found = {"error": "not importable"}
-rocm = {n: v for n, v in names.items() if n.startswith("rocm")}
-print(json.dumps({"torch": found, "rocm": rocm}))
+print(json.dumps({"torch": found, "dists": dists}))
 """
 
 
@@ -76,7 +73,7 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
         rows.append(("arch", str(e)))
         if not requested:  # no GPU found; a bad value (--arch or $ROCMFA_ARCH) is broken
             return {"error": str(e)}
-        given = origin(requested, "--arch")
+        given = options.origin(requested, "--arch")
         sep = " " if given == "--arch" else "="
         return {"error": str(e), "bad_value": f"{given}{sep}{requested}"}
     arch = choice.arch
@@ -98,7 +95,7 @@ def _arch_section(requested: str | None, rows: Rows) -> dict[str, Any]:
 
 def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[str, Any]:
     """The manager, env, ROCm SDK, torch and variable rows; the facts the next step reads."""
-    manager = find_manager()
+    manager = session_env.find_manager()
     found = f"{manager.kind} {manager.exe} (via {manager.found_via})" if manager else None
     rows.append(("manager", found or "none found ($MAMBA_EXE, $CONDA_EXE, micromamba/mamba/conda)"))
     try:
@@ -115,16 +112,11 @@ def _env_section(prefix: str | None, env_name: str | None, rows: Rows) -> dict[s
     facts: dict[str, Any] = {"prefix": str(env), "set_up": bool(stamp), "torch": {}}
     if (python := env / "bin" / "python").exists():
         try:
-            probe = subprocess.run(
-                [str(python), "-c", ENV_PROBE],
-                env=session_env.activated_environ(env),
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=True,
-            )
-            found = json.loads(probe.stdout)
-            facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["rocm"]))
+            environ = session_env.activated_environ(env)
+            argv = [python, "-c", ENV_PROBE]
+            out = subprocess.check_output(argv, env=environ, stderr=subprocess.DEVNULL, timeout=120)
+            found = json.loads(out)
+            facts.update(torch=found["torch"], mixed_sdk=rocm_sdk.mixed_sdk(found["dists"]))
         except (UserError, subprocess.SubprocessError, ValueError) as e:
             facts["torch"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
     torch = facts["torch"]
@@ -151,29 +143,26 @@ def _pins_section() -> list[dict[str, Any]]:
 
 
 def _next_step(report: dict[str, Any]) -> str:
-    env = report["env"]
-    arch = report["arch"]
     for line in report.get("interrupted", []):
         return line.rsplit("rerun: ", 1)[-1]
-    if arch.get("bad_value"):
-        return f"fix {arch['bad_value']}: {arch['error']}"
-    if "error" in arch:
+    if report["arch"].get("bad_value"):
+        return f"fix {report['arch']['bad_value']}: {report['arch']['error']}"
+    if "error" in report["arch"]:
         return "pass --arch gfxNNNN (no AMD GPU detected), e.g. nox -s doctor -- --arch gfx1151"
     if not report["lock"].get("present"):
         return f"{MAIN_JOB[0]} (it generates conda-lock.yml first)"
     if not report["lock"].get("fresh"):
         return "nox -s lock"
-    if not env.get("set_up"):
+    if not report["env"].get("set_up"):
         return MAIN_JOB[0]
-    if env.get("mixed_sdk"):
+    if report["env"].get("mixed_sdk"):
         return "nox -s setup_env -- --force (the ROCm SDK is mixed)"
-    torch = env.get("torch") or {}
     # TheRock's call pip-installs its torch; install_wheels the run's whole set, then checks
     facts = {b["step"]: b["facts"] for b in report["builds"]}
     built = {w.get("file") for w in facts.get("build_pytorch-torch", {}).get("wheels", [])}
     if built and not built <= set(facts.get("install_wheels", {}).get("wheels", [])):
         return MAIN_JOB[2]
-    if not torch.get("version"):
+    if not (report["env"].get("torch") or {}).get("version"):
         if any("not resolved yet" in pin.get("error", "") for pin in report["pins"]):
             return f"{MAIN_JOB[1]} (its first run resolves and records the torch pin's commit)"
         return MAIN_JOB[1]
@@ -192,7 +181,7 @@ def half_installed(prefix: Path | None) -> list[str]:
     return [f"the env's torch is incomplete ({why}): pip was killed midway; rerun: {rerun}"]
 
 
-def gather(opts: DoctorOptions) -> dict[str, Any]:
+def gather(opts: options.DoctorOptions) -> dict[str, Any]:
     """The screen's rows (`--json` prints them too), the facts the next step reads, and next."""
     arch_rows: Rows = []
     env_rows: Rows = []
@@ -208,8 +197,7 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
         pin_line = str(e)
     builds = []  # what each build's stamp says (its inputs aside)
     for path in sorted((options.workdir(opts.workdir) / "stamps").glob("*.json")):
-        facts = stamps.read(path) or {}
-        facts = {k: v for k, v in facts.items() if k not in ("inputs", "inputs_digest")}
+        facts = {k: v for k, v in (stamps.read(path) or {}).items() if not k.startswith("inputs")}
         builds.append({"step": path.stem, "stamp": str(path), "facts": facts})
     report: dict[str, Any] = {
         "interrupted": half_installed(Path(env["prefix"]) if env.get("prefix") else None),
@@ -235,7 +223,6 @@ def gather(opts: DoctorOptions) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> str:
-    """One row per fact, `label  text`; HALF-DONE first, the next step last."""
     rows = [*report["rows"], ("", ""), ("next", report["next"])]
     return "\n".join(["rocm-fa-workflow doctor", "", *(f"{a:<10} {b}".rstrip() for a, b in rows)])
 
@@ -253,7 +240,7 @@ def problems(report: dict[str, Any]) -> list[str]:
     return found
 
 
-def doctor(opts: DoctorOptions) -> None:
+def doctor(opts: options.DoctorOptions) -> None:
     report = gather(opts)
     print(json.dumps(report, indent=2) if opts.json else render(report), flush=True)
     if broken := problems(report):

@@ -15,15 +15,15 @@ import threading
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from rocmfa.plumbing import downloads, stamps
-from rocmfa.plumbing.commands import Runner, runner_for
+from rocmfa.plumbing.commands import runner_for
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import REPO_ROOT, LockOptions, environment
+from rocmfa.plumbing.options import REPO_ROOT, LockOptions, SetupEnvOptions, environment
 
 if TYPE_CHECKING:
     import rattler
@@ -34,8 +34,8 @@ ENV_FILE = REPO_ROOT / "environment.yml"
 LOCK_FILE = REPO_ROOT / "conda-lock.yml"
 VERDICT_CACHE = REPO_ROOT / ".nox" / "rocmfa-lock-check.json"
 CUDA_CHOICE = ""  # "" = no __cuda virtual package (conda-lock's --without-cuda)
+DOWNLOADS = 8  # at a time
 MIRROR_FIX = "offline or blocked? pass a mirror of the channel: --channel URL (file:// too)"
-T = TypeVar("T")
 # The repodata fields a solver and an installer read (not a lock writer's purls, run_exports, url)
 RECORD_FIELDS = (  # noqa: SIM905 (one field list, in the order the records file keeps)
     "name version build build_number depends constrains track_features features noarch subdir md5"
@@ -50,14 +50,11 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser() / "rocm-fa-workflow" / "conda"
 
 
-def channel_base(channel: str) -> str:
-    if "://" in channel:
-        return channel.rstrip("/") + "/"
-    return f"https://conda.anaconda.org/{channel.strip('/')}/"
-
-
 def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
     """`--channel URL` (environment.yml's only channel) or `NAME=URL` -> {base: mirror base}."""
+    import rattler
+
+    bases = {rattler.Channel(c).base_url for c in channels}
     mirrors: dict[str, str] = {}
     for value in values:
         name, sep, url = value.partition("=")
@@ -68,11 +65,11 @@ def parse_mirrors(values: Iterable[str], channels: list[str]) -> dict[str, str]:
                     "say which one it mirrors: --channel NAME=URL"
                 )
             name, url = channels[0], value
-        if channel_base(name) not in {channel_base(c) for c in channels}:
+        if (base := rattler.Channel(name).base_url) not in bases:
             raise UserError(f"--channel {value}: {name} is not a channel of environment.yml")
         if "://" not in url:
             url = Path(url).expanduser().resolve().as_uri()
-        mirrors[channel_base(name)] = channel_base(url)
+        mirrors[base] = rattler.Channel(url).base_url
     return mirrors
 
 
@@ -85,7 +82,7 @@ def _swap_base(url: str, mapping: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def lock_spec(env_file: Path, platforms: list[str], cuda: str):
-    """conda-lock's spec, virtual packages and PyPI mapping (empty: its default is downloaded)."""
+    """conda-lock's spec and virtual packages; its PyPI mapping is empty (not downloaded)."""
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import default_virtual_package_repodata
 
@@ -100,9 +97,8 @@ def lock_spec(env_file: Path, platforms: list[str], cuda: str):
             )
         except Exception as e:
             raise UserError(f"cannot parse {env_file.name}: {e}") from None
-        vpr = default_virtual_package_repodata(cuda)
-        with vpr:  # its __enter__ does not return it
-            yield spec, vpr, str(mapping)
+        with (vpr := default_virtual_package_repodata(cuda)):  # its __enter__ returns None
+            yield spec, vpr
 
 
 def solve(
@@ -112,17 +108,15 @@ def solve(
     import rattler
     from rattler.exceptions import FetchRepoDataError, GatewayError, SolverError
 
-    async def go() -> list[rattler.RepoDataRecord]:
-        return await rattler.solve(
-            sources=[rattler.Channel(url) for url in channels],
-            specs=specs,
-            gateway=rattler.Gateway(cache_dir=(cache_dir or default_cache_dir()) / "repodata"),
-            platforms=[PLATFORM, "noarch"],
-            virtual_packages=virtual,
-        )
-
+    solving = rattler.solve(
+        sources=[rattler.Channel(url) for url in channels],
+        specs=specs,
+        gateway=rattler.Gateway(cache_dir=(cache_dir or default_cache_dir()) / "repodata"),
+        platforms=[PLATFORM, "noarch"],
+        virtual_packages=virtual,
+    )
     try:
-        return run_rattler(go)
+        return run_rattler(solving)
     except SolverError as error:
         raise UserError(f"cannot solve {', '.join(specs)}: {_one_line(error)}") from None
     except (GatewayError, FetchRepoDataError) as error:  # the channel, not the solver
@@ -141,7 +135,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def locked_dependencies(
-    records: list[rattler.RepoDataRecord], canonical: Mapping[str, str], platform: str
+    records: list[rattler.RepoDataRecord], canonical: dict[str, str]
 ) -> list[Any]:
     """conda-lock's LockedDependency per record, dependencies as conda-lock writes them."""
     from conda_lock.interfaces.vendored_conda import MatchSpec
@@ -160,40 +154,35 @@ def locked_dependencies(
                 name=record.name.normalized,
                 version=str(record.version),
                 manager="conda",
-                platform=platform,
+                platform=PLATFORM,
                 url=_swap_base(record.url, canonical),
                 dependencies={n: v.spec_str if v is not None else "" for n, v in merged.items()},
                 hash=HashModel(md5=record.md5.hex(), sha256=record.sha256.hex()),
+                categories={"main"},  # environment.yml's only category
             )
         )
     return locked
 
 
 def solve_lock(
-    env_file: Path,
-    lock_file: Path,
-    mirrors: list[str],
-    cuda: str,
-    say=print,
-    cache_dir: Path | None = None,
-    records_file: Path | None = None,
+    env_file: Path, lock_file: Path, mirrors: Iterable[str], cache_dir: Path | None = None
 ) -> list[Any]:
-    """Solve env_file for linux-64 into lock_file (and records_file: load())."""
+    """Solve env_file for linux-64 into lock_file and its records file (load() reads it)."""
     import rattler
     from conda_lock.conda_solver import _to_match_spec  # as conda-lock spells a spec
     from conda_lock.content_hash import compute_content_hashes
-    from conda_lock.lockfile import apply_categories, write_conda_lock_file
+    from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
-    with lock_spec(env_file, [PLATFORM], cuda) as (spec, vpr, mapping):
+    with lock_spec(env_file, [PLATFORM], CUDA_CHOICE) as (spec, vpr):
         conda_deps = [d for d in spec.dependencies[PLATFORM] if d.manager == "conda"]
         if len(conda_deps) != len(spec.dependencies[PLATFORM]):
             raise UserError(f"{env_file.name}: pip dependencies are not supported; use conda's")
         channels = [c.url for c in spec.channels]
         mirror_of = parse_mirrors(mirrors, channels)
-        sources = [mirror_of.get(channel_base(c), channel_base(c)) for c in channels]
+        sources = [_swap_base(rattler.Channel(c).base_url, mirror_of) for c in channels]
         specs = [_to_match_spec(d.name, d.version, d.build, d.conda_channel) for d in conda_deps]
-        say(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
+        print(f"solving {len(specs)} specs for {PLATFORM} against {', '.join(sources)}")
         # conda-lock's virtual packages (the ones it hashes); rattler wants a build string, not 0
         virtual = [
             rattler.GenericVirtualPackage(
@@ -206,27 +195,22 @@ def solve_lock(
         ]
         records = solve(specs, sources, virtual, cache_dir=cache_dir)
         hashes = compute_content_hashes(spec, vpr)
-        canonical = {mirror: base for base, mirror in mirror_of.items()}
-        planned = {d.name: d for d in locked_dependencies(records, canonical, PLATFORM)}
-        requested = {d.name: d for d in conda_deps}
-        apply_categories(requested=requested, planned=planned, mapping_url=mapping)
+    canonical = {mirror: base for base, mirror in mirror_of.items()}
+    locked = locked_dependencies(records, canonical)
     source = os.path.relpath(env_file, lock_file.parent)
-    locked = list(planned.values())
     meta = LockMeta(
         content_hash=hashes, channels=list(spec.channels), platforms=[PLATFORM], sources=[source]
     )
     write_conda_lock_file(Lockfile(package=locked, metadata=meta), lock_file, metadata_choices=())
-    if records_file is not None:  # read by load()
-        urls = {urllib.parse.unquote(d.url.rsplit("/", 1)[1]): d.url for d in locked}
-        entries = {urls[r.file_name]: repodata_entry(r) for r in records}
-        document = {
-            "format": RECORDS_FORMAT,
-            "platform": PLATFORM,
-            "virtual_packages": sorted(map(str, virtual)),
-            "content_hash": hashes[PLATFORM],
-            "records": dict(sorted(entries.items())),
-        }
-        records_file.write_text(json.dumps(document, indent=1) + "\n")
+    entries = {_swap_base(r.url, canonical): repodata_entry(r) for r in records}
+    document = {
+        "format": RECORDS_FORMAT,
+        "platform": PLATFORM,
+        "virtual_packages": sorted(map(str, virtual)),
+        "content_hash": hashes[PLATFORM],
+        "records": dict(sorted(entries.items())),
+    }
+    records_path(lock_file).write_text(json.dumps(document, indent=1) + "\n")
     return locked
 
 
@@ -237,16 +221,13 @@ def repodata_entry(record: Any) -> dict[str, Any]:
     return {**entry, "depends": entry.get("depends", [])}  # keeps RECORD_FIELDS' order
 
 
-def locked_packages(lock_file: Path, platform: str = PLATFORM) -> list[Any]:
-    """conda-lock's LockedDependency of each of the lock's packages for platform."""
+def locked_packages(lock_file: Path) -> list[Any]:
     from conda_lock.lockfile import parse_conda_lock_file
 
-    return [p for p in parse_conda_lock_file(lock_file).package if p.platform == platform]
+    return [p for p in parse_conda_lock_file(lock_file).package if p.platform == PLATFORM]
 
 
-def fetch_all(
-    packages: list[Any], archives: Path, mirrors: Mapping[str, str], jobs: int
-) -> list[Path]:
+def fetch_all(packages: list[Any], archives: Path, mirrors: Mapping[str, str]) -> list[Path]:
     """Each package's sha256-checked archive, in daemon threads: Ctrl-C ends at once (an executor
     would join workers stuck on a silent mirror) and removes this run's partial files."""
     paths = [archives / package.url.rsplit("/", 1)[-1] for package in packages]
@@ -264,7 +245,7 @@ def fetch_all(
             except BaseException as error:
                 failures.append(error)
 
-    workers = [threading.Thread(target=work, daemon=True) for _ in range(max(1, jobs))]
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(DOWNLOADS)]
     try:
         for worker in workers:
             worker.start()
@@ -293,19 +274,17 @@ def install_lock(
     lock_file: Path,
     prefix: Path,
     *,
-    cache_dir: Path | None = None,
+    cache_dir: Path,
     channel: Iterable[str] = (),
-    jobs: int = 8,
     reporter: Any = None,
 ) -> InstallResult:
     """The lock's packages into prefix; channel: `--channel` values, as `nox -s lock` takes them."""
     import rattler
 
-    cache_dir = cache_dir or default_cache_dir()
     packages = locked_packages(lock_file)
     origins = [p.url.rsplit("/", 2)[0] for p in packages]  # each package's channel
     mirrors = parse_mirrors(channel, sorted(set(origins)))
-    paths = fetch_all(packages, cache_dir / "archives", mirrors, jobs)
+    paths = fetch_all(packages, cache_dir / "archives", mirrors)
     before = _prefix_packages(prefix)
 
     async def install() -> None:
@@ -316,30 +295,26 @@ def install_lock(
             record.url = path.resolve().as_uri()
             record.channel = origin
             wanted.append(record)
+        pkgs = cache_dir / "pkgs"  # link scripts are not run (rattler's default)
         await rattler.install(
-            wanted,
-            target_prefix=prefix,
-            cache_dir=cache_dir / "pkgs",
-            show_progress=False,
-            execute_link_scripts=False,
-            reporter=reporter,
+            wanted, target_prefix=prefix, cache_dir=pkgs, show_progress=False, reporter=reporter
         )
 
     try:
-        run_rattler(install)
+        run_rattler(install())
     except Exception as error:
         raise UserError(f"rattler could not install into {prefix}: {_one_line(error)}") from None
     after = _prefix_packages(prefix)
     return InstallResult(sorted(after - before), sorted(before - after), len(after & before))
 
 
-def run_rattler(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """make()'s coroutine on a loop of ours, returning once rattler's thread let go of the loop,
-    else it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
+def run_rattler(work: Coroutine) -> Any:
+    """work on an event loop of ours, returning once rattler's thread let go of the loop, else
+    it may crash interpreter exit (docs/conda-lock.md, "exit-time crash")."""
 
     async def settled() -> tuple[bool, Any]:
         try:  # caught in the loop: an escaping exception's frames would hold the loop
-            return True, await make()
+            return True, await work
         except BaseException as error:
             return False, error
 
@@ -377,27 +352,27 @@ def load(path: Path) -> dict[str, Any]:
     return document
 
 
-def require_suited(lock_file: Path, platform: str) -> str:
+def require_suited() -> str:
     """'host SUBDIR, glibc V', or why the lock (the records file's __glibc) does not suit it."""
     import rattler
     from packaging.version import Version
 
-    path = records_path(lock_file)
+    path = records_path(LOCK_FILE)
     virtual = load(path)["virtual_packages"] if path.is_file() else []
     needs = next((v.split("=")[1] for v in virtual if v.startswith("__glibc=")), None)
-    if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != platform:
+    if (subdir := os.environ.get("CONDA_SUBDIR") or str(rattler.Subdir.current())) != PLATFORM:
         why = "its packages would not run here"
-        raise UserError(f"{lock_file.name} is locked for {platform}; this host is {subdir}: {why}")
+        raise UserError(f"{LOCK_FILE.name} is locked for {PLATFORM}; this host is {subdir}: {why}")
     if needs is None:
         return f"host {subdir}"
     found = rattler.VirtualPackage.detect(rattler.VirtualPackageOverrides.from_env())
     generic = (v.into_generic() for v in found)
     if (have := {g.name.normalized: str(g.version) for g in generic}.get("__glibc")) is None:
         why = "not glibc (or of unknown version; CONDA_OVERRIDE_GLIBC sets it)"
-        raise UserError(f"{lock_file.name} needs glibc >= {needs}; this host's C library is {why}")
+        raise UserError(f"{LOCK_FILE.name} needs glibc >= {needs}; this host's C library is {why}")
     if Version(have) < Version(needs):
         why = f"this host has glibc {have}: its programs would not run here"
-        raise UserError(f"{lock_file.name} needs glibc >= {needs} (its __glibc); {why}")
+        raise UserError(f"{LOCK_FILE.name} needs glibc >= {needs} (its __glibc); {why}")
     return f"host {subdir}, glibc {have}"
 
 
@@ -426,7 +401,7 @@ def check(
     platforms = list(lock.metadata.platforms)
     if PLATFORM not in platforms:
         return False, f"it has no {PLATFORM} platform"
-    with lock_spec(env_file, platforms, cuda) as (spec, repodata, _mapping):
+    with lock_spec(env_file, platforms, cuda) as (spec, repodata):
         for platform in platforms:
             expected = lock.metadata.content_hash.get(platform)
             if expected not in backwards_compatible_content_hashes(spec, repodata, platform):
@@ -444,20 +419,17 @@ def require_fresh(env_file: Path = ENV_FILE, lock_file: Path = LOCK_FILE) -> str
     return stamps.file_sha256(lock_file)
 
 
-def lock(opts: LockOptions) -> None:
-    write_lock(runner_for(opts), list(opts.channel))
-
-
-def write_lock(runner: Runner, mirrors: list[str]) -> None:
-    records = records_path(LOCK_FILE)
+def lock(opts: LockOptions | SetupEnvOptions) -> None:
+    """`nox -s lock`, and setup_env's first step while there is no lock."""
 
     def solve_and_verify() -> None:
-        locked = solve_lock(ENV_FILE, LOCK_FILE, mirrors, CUDA_CHOICE, records_file=records)
+        locked = solve_lock(ENV_FILE, LOCK_FILE, opts.channel)
         fresh, reason = check(ENV_FILE, LOCK_FILE)
         if not fresh:
             raise UserError(f"the lock written does not verify: {reason}")
         print(f"{LOCK_FILE.name}: {PLATFORM} locked, {len(locked)} packages; {reason}", flush=True)
 
-    where = ", ".join(mirrors) or "environment.yml's channels"
+    where = ", ".join(opts.channel) or "environment.yml's channels"
     say = f"solve {ENV_FILE.name} for {PLATFORM} with py-rattler against {where}"
-    runner.apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {records.name}")
+    also = records_path(LOCK_FILE).name
+    runner_for(opts).apply(solve_and_verify, say=f"{say} and write {LOCK_FILE.name} and {also}")

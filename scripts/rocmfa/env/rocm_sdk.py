@@ -82,6 +82,5 @@ def mixed_sdk(versions: dict[str, str]) -> str:
 
 
 def read_paths(runner: Runner, rocm_sdk: Path | str) -> dict[str, str]:
-    """{root, cmake, version} as `rocm-sdk path` / `rocm-sdk version` report them."""
     asks = {"root": ("path", "--root"), "cmake": ("path", "--cmake"), "version": ("version",)}
     return {k: runner.ask([rocm_sdk, *a], f"$(rocm-sdk {' '.join(a)})") for k, a in asks.items()}

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfa.env import activation, archs, lockfile, rocm_sdk, session_env
-from rocmfa.env.session_env import find_manager
 from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
@@ -31,14 +30,13 @@ class Request:
     profiles: tuple[str, ...]
 
     def inputs(self, lock_sha256: str, aotriton_version: str | None) -> dict[str, object]:
-        arch = self.arch
-        torch = self.rocm.torch_requirement(arch, self.index_kind) if self.with_torch else None
+        torch = self.rocm.torch_requirement(self.arch, self.index_kind) if self.with_torch else None
         return {
             "stamp_version": 1,
             "lock_sha256": lock_sha256,
-            "arch": arch.name,
-            "rocm_index_url": self.rocm.index_url(arch, self.index_kind),
-            "rocm_requirement": self.rocm.requirement(arch, self.index_kind),
+            "arch": self.arch.name,
+            "rocm_index_url": self.rocm.index_url(self.arch, self.index_kind),
+            "rocm_requirement": self.rocm.requirement(self.arch, self.index_kind),
             "torch_requirement": torch,
             "profiles": sorted(self.profiles),
             "variables_file": stamps.file_sha256(activation.VARS_FILE),
@@ -52,13 +50,11 @@ def check_prefix_usable(prefix: Path, force: bool) -> None:
     if prefix.exists() and not prefix.is_dir():
         raise UserError(f"env prefix {prefix} exists and is not a directory")
     if prefix.is_dir() and not conda_env and any(prefix.iterdir()):
-        raise UserError(
-            f"env prefix {prefix} is not empty and not a conda env; choose another --prefix"
-        )
+        raise UserError(f"{prefix} is not empty and not a conda env; choose another --prefix")
     if conda_env and not (prefix / session_env.ENV_STAMP).is_file() and not force:
         raise UserError(
-            f"conda env {prefix} exists but was not created by setup_env; installing the "
-            "lock would replace it; rerun with --force to replace it, or use --env-name/--prefix"
+            f"conda env {prefix} was not created by setup_env; --force replaces it with the lock's"
+            " packages, or choose another --env-name/--prefix"
         )
     there = next(p for p in (prefix, *prefix.parents) if p.exists())
     if not os.access(there, os.W_OK):
@@ -72,14 +68,13 @@ def provision(
     """The ROCm SDK, the variables and the stamp on any prefix with bin/python (tests: a venv)."""
     rocm = request.rocm
     arch = request.arch
-    kind = request.index_kind
-    if note := rocm.index_note(arch, kind):
+    if note := rocm.index_note(arch, request.index_kind):
         runner.say(note)
-    sdk = rocm.requirement(arch, kind)
-    torch = [rocm.torch_requirement(arch, kind)] if request.with_torch else []
+    sdk = rocm.requirement(arch, request.index_kind)
+    torch = [rocm.torch_requirement(arch, request.index_kind)] if request.with_torch else []
     if torch:  # TheRock's torch requires rocm[libraries]==<its own SDK>
         runner.say(f"torch and the ROCm SDK in one pip resolve: {sdk} holds the SDK at the pin")
-    url = rocm.index_url(arch, kind)
+    url = rocm.index_url(arch, request.index_kind)
     pre = ["--pre"] if rocm.pre else []
     pip = [prefix / "bin" / "python", "-m", "pip", "install", "--index-url", url, *pre, sdk, *torch]
     if runner.run(pip, check=not torch).returncode != 0:
@@ -96,13 +91,8 @@ def provision(
     )
     scripts = " and ".join(map(str, activation.script_paths(prefix)))
     runner.apply(activation.write_scripts, prefix, result["set"], say=f"write {scripts}")
-    runner.apply(
-        stamps.write,
-        prefix / session_env.ENV_STAMP,
-        stamp_inputs,
-        rocm=rocm_paths,
-        variables=result,
-    )
+    stamp = prefix / session_env.ENV_STAMP
+    runner.apply(stamps.write, stamp, stamp_inputs, rocm=rocm_paths, variables=result)
     return result
 
 
@@ -132,7 +122,8 @@ def update_conda_packages(
 
 def setup_env(opts: SetupEnvOptions) -> None:
     if opts.show:
-        prefix = session_env.resolve_prefix(opts.prefix, opts.env_name, find_manager()).prefix
+        manager = session_env.find_manager()
+        prefix = session_env.resolve_prefix(opts.prefix, opts.env_name, manager).prefix
         if not (stamp := stamps.read(prefix / session_env.ENV_STAMP)):
             raise UserError(f"env {prefix} has not been set up; run: nox -s setup_env")
         print(f"env {prefix}\n{activation.show(stamp['variables'])}")
@@ -153,7 +144,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner.say(f"env {prefix} ({session.location.how}); {found}; installer py-rattler")
     if not lock.is_file():
         runner.say(f"{lock.name} is missing: solving it first (as nox -s lock)")
-        lockfile.write_lock(runner, list(opts.channel))
+        lockfile.lock(opts)
     lock_sha = lockfile.require_fresh() if lock.is_file() else "(solved above)"  # a planned solve
     inputs = request.inputs(lock_sha, aotriton_version(prefix))
     stamp_file = prefix / session_env.ENV_STAMP
@@ -161,7 +152,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
         runner.say(f"env {prefix} is up to date (nothing to do; --force redoes it)")
         return
     # before the first change: only what installs must suit this host
-    lockfile.require_suited(lockfile.LOCK_FILE, lockfile.PLATFORM)
+    lockfile.require_suited()
     update_conda_packages(prefix, stamp_file, lock_sha, opts, runner)
     said = f"commands in the env run with CONDA_PREFIX={prefix} PATH={prefix / 'bin'}:$PATH"
     in_env = runner.apply(session_env.activated_environ, prefix, say=said + " + its activate.d")
