@@ -126,7 +126,7 @@ def test_env_default_is_named_in_help() -> None:
 
 def test_session_facts() -> None:
     guard = {s.name: s for s in options.SESSIONS}
-    assert guard["doctor"].reports_only
+    assert not (guard["doctor"].changes_env or guard["doctor"].changes_workdir)  # no lock
     assert guard["install_wheels"].changes_env and guard["publish"].changes_workdir
 
     @options.settings("dry_run skip clean:ck")

@@ -17,14 +17,7 @@ from rocm_bootstrap import parse_gfx_target_version
 
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.errors import UserError, load_toml, require
-from rocmfa.plumbing.options import (
-    ARCHES_FILE,
-    DATA_DIR,
-    MatrixOptions,
-    arch_data,
-    origin,
-    unknown_arch,
-)
+from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, arch_data, origin, unknown_arch
 
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
@@ -101,7 +94,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
 
-    def get(key: str, kind: type | tuple[type, ...] = str, default: Any = None) -> Any:
+    def get(key: str, kind: type = str, default: Any = None) -> Any:
         return require(raw, key, kind, where) if key in raw else default
 
     def tables(key: str, *names: str) -> tuple[tuple[Any, ...], ...]:
@@ -232,7 +225,7 @@ def resolve_arch(
     return ArchChoice(get_arch(detection.gpus[0]), how, detection)
 
 
-MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
+MATRIX_FILE = ARCHES_FILE.with_name("aotriton_matrix.toml")
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 MATRIX_LABELS = {
     "default": "flash by default",
@@ -351,11 +344,8 @@ def host_line(requested: str | None = None, choice: ArchChoice | None = None) ->
         return f"no arch ({e})"
     if not (version := pinned_aotriton_version()):
         return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
-    found = (
-        f", image pack amd-{matrix_pack(choice.arch, version)}"
-        if matrix_pack(choice.arch, version)
-        else ""
-    )
+    pack = matrix_pack(choice.arch, version)
+    found = f", image pack amd-{pack}" if pack else ""
     verdict = MATRIX_LABELS[matrix_state(choice.arch, version)]
     return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}{found}"
 

@@ -29,7 +29,7 @@ from rocmfa.env import archs
 from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import REPO_ROOT, EnvChoice, EnvOptions, Session, origin, takes_locks
+from rocmfa.plumbing.options import REPO_ROOT, Session, origin
 from rocmfa.plumbing.options import env_name as check_env_name
 
 DEFAULT_ENV_NAME = "therock"
@@ -160,10 +160,6 @@ def pip_pending_path(prefix: Path) -> Path:
     return prefix / ".rocmfa" / "pip-install.json"
 
 
-def pip_pending(prefix: Path) -> dict[str, Any] | None:
-    return stamps.read(pip_pending_path(prefix))
-
-
 LOCK_NAME = ".rocmfa.lock"  # in the workdir
 UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
 
@@ -184,10 +180,6 @@ class SessionEnv:
     def arch(self) -> archs.Arch:
         return self.choice.arch
 
-    @property
-    def arch_how(self) -> str:
-        return self.choice.how
-
     @functools.cached_property
     def environ(self) -> dict[str, str]:
         """The env's full activation (on first use: a no-op rerun never needs it)."""
@@ -203,7 +195,7 @@ class SessionEnv:
 
     def describe(self) -> str:
         where = f"env {self.prefix} ({self.location.how}); work dir {self.work}"
-        return f"arch {self.arch.name} ({self.arch_how}); {where}"
+        return f"arch {self.arch.name} ({self.choice.how}); {where}"
 
     def tool(self, program: str) -> Path:
         """A program of the env; on a dry run without it, where setup_env puts it."""
@@ -221,7 +213,7 @@ class SessionEnv:
         return self.runner.ask(argv, placeholder)
 
 
-def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
+def open_env(where: Any, *, makes_env: bool = False) -> SessionEnv:
     """A set-up env (a dry run: placeholders for it); makes_env (setup_env): it need not exist."""
     dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
@@ -268,7 +260,7 @@ def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
     return frozenset(f for parser in parsers for a in parser._actions for f in a.option_strings)
 
 
-def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
+def run_probe(declared: Session, opts: Any, rest: Sequence[str]) -> int:
     """A probe's script with the arguments it did not declare, in the env (none found: nox's
     Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
     script, args = f"{probe_names(declared)[0]}.py", list(rest)
@@ -325,8 +317,8 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
 
 @contextmanager
 def guarded(declared: Session, opts: Any) -> Iterator[None]:
-    """Around one session: its locks (declared.changes_workdir / changes_env)."""
-    if not takes_locks(declared, opts):
+    """Around one session: its locks (declared.changes_workdir / changes_env), none on a dry run."""
+    if getattr(opts, "dry_run", False):
         yield
         return
     work = options.workdir(getattr(opts, "workdir", None))

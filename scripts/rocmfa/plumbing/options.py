@@ -443,12 +443,6 @@ ProbeOptions = BenchOptions = BackendCheckOptions = plain("ProbeOptions", "prefi
 ValidateOptions = plain("ValidateOptions", "prefix env_name workdir upstream")
 ReportOptions = plain("ReportOptions", "arch index baseline out")  # --index: the URL's family
 
-# Type names the domain modules annotate with: the sessions that read those fields.
-AotritonSourceOptions = BuildAotritonOptions | TuneAotritonOptions
-Compile = AotritonSourceOptions | BuildPytorchOptions | BuildCkOptions
-EnvChoice = SetupEnvOptions | DoctorOptions | Compile | InstallWheelsOptions
-EnvOptions = BenchOptions | BackendCheckOptions | ValidateOptions | LockOptions
-
 
 # --- the sessions ----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -459,20 +453,14 @@ class Session:
     options: type
     changes_workdir: bool = False  # holds the work dir's lock
     changes_env: bool = False  # holds the env's lock
-    reports_only: bool = False  # never takes a lock (doctor)
     forward: bool = False  # the arguments it does not declare go through to its function
     probe: bool = False  # it is scripts/rocmfa/probes/<name>.py, run in the env's Python
-
-
-def takes_locks(declared: Session, opts: object) -> bool:
-    """A session takes its locks unless it only reports (doctor) or only plans (--dry-run)."""
-    return not (declared.reports_only or getattr(opts, "dry_run", False))
 
 
 SESSIONS = (
     Session("lock", LockOptions),
     Session("setup_env", SetupEnvOptions, changes_workdir=True, changes_env=True),
-    Session("doctor", DoctorOptions, reports_only=True),
+    Session("doctor", DoctorOptions),
     Session("matrix", MatrixOptions),
     Session("update_pins", UpdatePinsOptions, changes_workdir=True),
     Session("build_aotriton", BuildAotritonOptions, changes_workdir=True, changes_env=True),
@@ -485,7 +473,7 @@ SESSIONS = (
     Session("bench", BenchOptions, forward=True, probe=True),
     Session("backend_check", BackendCheckOptions, forward=True, probe=True),
     Session("validate", ValidateOptions, forward=True, probe=True),
-    Session("report", ReportOptions, reports_only=True, forward=True),
+    Session("report", ReportOptions, forward=True),
 )
 BY_NAME = {s.name: s for s in SESSIONS}
 
