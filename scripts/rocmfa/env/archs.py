@@ -17,7 +17,7 @@ from rocm_bootstrap import parse_gfx_target_version
 
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.errors import UserError, load_toml, require
-from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, arch_data, origin, unknown_arch
+from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, arch_data, known_arch, origin
 
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
@@ -148,11 +148,7 @@ def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
 
 
 def get_arch(name: str) -> Arch:
-    arches = load_arches()
-    key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
-    if key not in arches:
-        raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
-    return arches[key]
+    return load_arches()[known_arch(name).strip().split(":")[0]]
 
 
 def explain_override(value: str | None, real: str) -> str | None:

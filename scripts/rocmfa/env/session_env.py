@@ -32,7 +32,6 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import REPO_ROOT, Session, origin
 from rocmfa.plumbing.options import env_name as check_env_name
 
-DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
 
 
@@ -70,7 +69,7 @@ def resolve_prefix(
     environ = os.environ
     if prefix:
         return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
-    name = check_env_name(env_name or DEFAULT_ENV_NAME)
+    name = check_env_name(env_name or "therock")
     how = origin(env_name, "--env-name") if env_name else "default name"
     dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
     if manager is None:  # py-rattler still installs the env: into our own data dir
@@ -160,7 +159,6 @@ def pip_pending_path(prefix: Path) -> Path:
     return prefix / ".rocmfa" / "pip-install.json"
 
 
-LOCK_NAME = ".rocmfa.lock"  # in the workdir
 UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
 
 
@@ -263,27 +261,28 @@ def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
 def run_probe(declared: Session, opts: Any, rest: Sequence[str]) -> int:
     """A probe's script with the arguments it did not declare, in the env (none found: nox's
     Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
-    script, args = f"{probe_names(declared)[0]}.py", list(rest)
+    script = f"{declared.name}.py"
+    args = list(rest)
     if getattr(opts, "upstream", False):
         script = f"{UPSTREAM}.py"
         args = ["--workdir", str(options.workdir(opts.workdir)), *rest]
     location = resolve_prefix(opts.prefix, opts.env_name, find_manager())
     prefix = location.prefix
-    env = None
     python = prefix / "bin" / "python"
-    if not python.exists():
-        if opts.prefix or opts.env_name or importlib.util.find_spec("torch") is None:
-            raise UserError(
-                f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
-                f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
-            )
-        note = f"note: no env found ({location.how}); running with {sys.executable}"
-        print(note, file=sys.stderr)
-        python = Path(sys.executable)
-    else:
+    env = None
+    if python.exists():
         if not (prefix / ENV_STAMP).is_file():
             print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
         env = activated_environ(prefix)
+    elif opts.prefix or opts.env_name or importlib.util.find_spec("torch") is None:
+        raise UserError(
+            f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
+            f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
+        )
+    else:
+        note = f"note: no env found ({location.how}); running with {sys.executable}"
+        print(note, file=sys.stderr)
+        python = Path(sys.executable)
     # The scripts read the arch from torch itself; --arch only matters to other sessions.
     argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
     print("$ " + " ".join(argv), flush=True)
@@ -329,7 +328,7 @@ def guarded(declared: Session, opts: Any) -> Iterator[None]:
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            workdir_lock = hold(work / LOCK_NAME, f"workdir {work}", declared.name)
+            workdir_lock = hold(work / ".rocmfa.lock", f"workdir {work}", declared.name)
             stack.enter_context(workdir_lock)
         if env_there:
             stack.enter_context(hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))

@@ -119,23 +119,20 @@ def minutes(text: str) -> float:
     return number
 
 
-def unknown_arch(name: str, known: Iterable[str]) -> UserError:
-    hint = did_you_mean(name.strip().split(":")[0], known, cutoff=0.85)  # gfx names: a digit
-    return UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(known)}")
-
-
 def arch_data(path: Path = ARCHES_FILE) -> dict[str, Any]:
     """The arch data file: the option check here, scripts/rocmfa/env/archs.py parses it whole."""
     return load_toml(path, "arch data")
 
 
 def known_arch(text: str) -> str:
+    """text, when the arch data names its arch (a gcnArchName may add ':sramecc+:xnack-')."""
     table = arch_data().get("arch")
     if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
         return text  # malformed: scripts/rocmfa/env/archs.py says where, in one line, when it loads
-    amd = [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
-    if text.strip().split(":")[0] not in table:
-        raise unknown_arch(text, amd)
+    if (key := text.strip().split(":")[0]) not in table:
+        amd = [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
+        hint = did_you_mean(key, amd, cutoff=0.85)  # gfx names: a digit
+        raise UserError(f"unknown GPU arch '{text}'{hint}; known: {', '.join(amd)}")
     return text
 
 
