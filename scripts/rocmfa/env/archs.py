@@ -17,7 +17,7 @@ from rocm_bootstrap import parse_gfx_target_version
 
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.errors import UserError, load_toml, require
-from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, arch_data, known_arch, origin
+from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, known_arch, origin
 
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
@@ -141,7 +141,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
 @functools.cache
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
     """The arch table, read and checked once per file."""
-    table = arch_data(path).get("arch")
+    table = load_toml(path, "arch data").get("arch")
     if not isinstance(table, dict) or not table:
         raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
     return {name: _parse_arch(name, raw) for name, raw in table.items()}
@@ -206,11 +206,9 @@ class ArchChoice:
     detection: Detection
 
 
-def resolve_arch(
-    given: str | None, *, environ: dict[str, str] | None = None, detection: Detection | None = None
-) -> ArchChoice:
+def resolve_arch(given: str | None, *, detection: Detection | None = None) -> ArchChoice:
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
-    detection = detect_gpus(environ) if detection is None else detection
+    detection = detection or detect_gpus()
     if given:
         return ArchChoice(get_arch(given), origin(given, "--arch"), detection)
     if not detection.gpus:

@@ -200,8 +200,7 @@ class SessionEnv:
         path = self.environ.get("PATH", "")
         if self.ready and (found := shutil.which(program, path=path)):
             return Path(found)
-        if not self.dry_run:
-            raise UserError(f"{program} not found in the env (PATH={path})")
+        self.runner.raise_for_real(UserError(f"{program} not found in the env (PATH={path})"))
         return self.prefix / "bin" / program
 
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
@@ -328,8 +327,7 @@ def guarded(declared: Session, opts: Any) -> Iterator[None]:
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            workdir_lock = hold(work / ".rocmfa.lock", f"workdir {work}", declared.name)
-            stack.enter_context(workdir_lock)
+            stack.enter_context(hold(work / ".rocmfa.lock", f"workdir {work}", declared.name))
         if env_there:
             stack.enter_context(hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
         yield

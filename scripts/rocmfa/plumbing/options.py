@@ -119,14 +119,9 @@ def minutes(text: str) -> float:
     return number
 
 
-def arch_data(path: Path = ARCHES_FILE) -> dict[str, Any]:
-    """The arch data file: the option check here, scripts/rocmfa/env/archs.py parses it whole."""
-    return load_toml(path, "arch data")
-
-
 def known_arch(text: str) -> str:
     """text, when the arch data names its arch (a gcnArchName may add ':sramecc+:xnack-')."""
-    table = arch_data().get("arch")
+    table = load_toml(ARCHES_FILE, "arch data").get("arch")
     if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
         return text  # malformed: scripts/rocmfa/env/archs.py says where, in one line, when it loads
     if (key := text.strip().split(":")[0]) not in table:
