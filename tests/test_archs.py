@@ -19,7 +19,11 @@ from rocmfa.plumbing.errors import UserError
 
 @pytest.fixture(autouse=True)
 def _clean_bootstrap_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in (archs.BOOTSTRAP_FORCE_ENV, archs.BOOTSTRAP_DISABLE_ENV):
+    for name in (
+        archs.BOOTSTRAP_FORCE_ENV,
+        archs.BOOTSTRAP_DISABLE_ENV,
+        "HSA_OVERRIDE_GFX_VERSION",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_platform, "KFD_TOPOLOGY", tmp_path / "no-kfd")
     monkeypatch.setattr(_platform, "run_clinfo", lambda: "")  # Windows fallback: no clinfo here
@@ -60,7 +64,7 @@ def test_multi_gpu_uses_first_in_node_order_and_says_so(tmp_path: Path) -> None:
     # Node 10 must sort after node 2 (numeric, not lexical order).
     (nodes / "10").mkdir()
     (nodes / "10" / "properties").write_text("simd_count 304\ngfx_target_version 90402\n")
-    detection = archs.detect_gpus({})
+    detection = archs.detect_gpus()
     assert detection.gpus == ("gfx1100", "gfx1151", "gfx942")
     choice = archs.resolve_arch(None)
     assert choice.arch.name == "gfx1100"
@@ -75,7 +79,7 @@ def test_cpu_only_machine_needs_explicit_arch(tmp_path: Path) -> None:
 
 
 def test_no_kfd_at_all() -> None:
-    detection = archs.detect_gpus({})
+    detection = archs.detect_gpus()
     assert detection.gpus == () and "no AMD GPU found" in detection.source
 
 
@@ -94,10 +98,10 @@ def test_rocm_bootstrap_force_variable_and_hierarchy(
     monkeypatch.delenv("ROCMFA_ARCH")
     monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx9999")
     with pytest.raises(UserError, match=r"^GPU detection failed \(\$ROCM_BOOTSTRAP_FORCE"):
-        archs.detect_gpus({})
+        archs.detect_gpus()
     monkeypatch.delenv(archs.BOOTSTRAP_FORCE_ENV)
     monkeypatch.setenv(archs.BOOTSTRAP_DISABLE_ENV, "1")
-    assert "disabled" in archs.detect_gpus({}).source
+    assert "disabled" in archs.detect_gpus().source
 
 
 def test_unknown_gfx_target_version_is_one_line(tmp_path: Path) -> None:
@@ -131,14 +135,18 @@ def test_unknown_arch_lists_known_ones() -> None:
     assert "gfx1151" in message and "gfx908" in message and "\n" not in message
 
 
-def test_hsa_override_is_detected_and_explained(tmp_path: Path) -> None:
+def test_hsa_override_is_detected_and_explained(tmp_path: Path, monkeypatch) -> None:
     kfd_tree(tmp_path, 110501)
-    detection = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
-    assert detection.gpus == ("gfx1151",)  # sysfs still shows the real arch
-    assert "report gfx1100 although the GPU is gfx1151" in detection.override
-    assert "invalid" in archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5"}).override
-    assert "matches" in archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}).override
-    assert archs.detect_gpus({}).override is None
+    assert archs.detect_gpus().override is None
+    for value, said in [
+        ("11.0.0", "report gfx1100 although the GPU is gfx1151"),
+        ("11.5", "invalid"),
+        ("11.5.1", "matches"),
+    ]:
+        monkeypatch.setenv("HSA_OVERRIDE_GFX_VERSION", value)
+        detection = archs.detect_gpus()
+        assert detection.gpus == ("gfx1151",)  # sysfs still shows the real arch
+        assert said in detection.override
 
 
 def test_capabilities_match_upstream_facts() -> None:

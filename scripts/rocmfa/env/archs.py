@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,7 +177,7 @@ class Detection:
     override: str | None = None  # explain_override's sentence
 
 
-def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
+def detect_gpus() -> Detection:
     """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's)."""
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:
@@ -195,7 +194,7 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    override = (os.environ if environ is None else environ).get("HSA_OVERRIDE_GFX_VERSION")
+    override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
     return Detection(gpus, source, explain_override(override, (*gpus, "unknown")[0]))
 
 

@@ -240,16 +240,11 @@ class OnSession:
         raise AttributeError(name)
 
 
-def probe_names(declared: Session) -> tuple[str, ...]:
-    """scripts/rocmfa/probes/<session>.py, and upstream_sdpa for validate (its --upstream)."""
-    return (declared.name, UPSTREAM)[: 1 + hasattr(declared.options, "upstream")]
-
-
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
-    """The probes' own parsers (they import torch only when they run: --help needs no env)."""
-    return [
-        importlib.import_module(f"rocmfa.probes.{n}").build_parser() for n in probe_names(declared)
-    ]
+    """The parsers of scripts/rocmfa/probes/<session>.py, and of upstream_sdpa for validate (its
+    --upstream); they import torch only when they run: --help needs no env."""
+    names = [declared.name, UPSTREAM] if hasattr(declared.options, "upstream") else [declared.name]
+    return [importlib.import_module(f"rocmfa.probes.{n}").build_parser() for n in names]
 
 
 def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
