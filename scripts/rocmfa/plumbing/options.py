@@ -359,6 +359,7 @@ OPTIONS = {
     "upstream": switch("--upstream", "run PyTorch's own SDPA tests (probes/upstream_sdpa.py)"),
 }
 DEFAULTS = {"switch": False, "list": (), "value": None}
+TAKES_VALUE = {flag: o.kind != "switch" for o in OPTIONS.values() for flag in o.flags}  # by flag
 
 
 def settings(*groups: str) -> Callable[[type], type]:
@@ -471,12 +472,6 @@ BY_NAME = {s.name: s for s in SESSIONS}
 
 
 # --- the resolver ----------------------------------------------------------------------------
-@functools.cache
-def _declared() -> dict[str, bool]:
-    """Every session's flags: whether each takes a value."""
-    return {f: o.kind != "switch" for s in SESSIONS for o in options_of(s.options) for f in o.flags}
-
-
 def build_parser(name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()):
     """Session `name`'s parser; other sessions' flags in posargs are dropped; passed: a probe's."""
     parser = argparse.ArgumentParser(prog=f"nox -s {name} --", allow_abbrev=False)
@@ -487,8 +482,8 @@ def build_parser(name: str, *, posargs: Sequence[str] = (), passed: Iterable[str
         parser.add_argument(*o.flags, dest=o.name, action=action, help=o.help, **more)
     taken = {flag for o in own for flag in o.flags} | set(passed)
     for flag in {a.split("=", 1)[0] for a in posargs} | {a[:2] for a in posargs}:
-        if flag in _declared() and flag not in taken:  # another session's: taken, dropped
-            action = "store" if _declared()[flag] else "store_true"
+        if flag in TAKES_VALUE and flag not in taken:  # another session's: taken, dropped
+            action = "store" if TAKES_VALUE[flag] else "store_true"
             parser.add_argument(flag, dest="other", action=action, help=argparse.SUPPRESS)
             taken.add(flag)
 
