@@ -249,7 +249,7 @@ def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
 
 def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
     """Every flag the parsers take (the probe's own, which go through to it)."""
-    return frozenset(f for parser in parsers for a in parser._actions for f in a.option_strings)
+    return frozenset(flag for parser in parsers for flag in parser._option_string_actions)
 
 
 def run_probe(declared: Session, opts: Any, rest: Sequence[str]) -> int:
