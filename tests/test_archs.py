@@ -19,7 +19,11 @@ from rocmfa.plumbing.errors import UserError
 
 @pytest.fixture(autouse=True)
 def _clean_bootstrap_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in (archs.BOOTSTRAP_FORCE_ENV, archs.BOOTSTRAP_DISABLE_ENV):
+    for name in (
+        archs.BOOTSTRAP_FORCE_ENV,
+        archs.BOOTSTRAP_DISABLE_ENV,
+        "HSA_OVERRIDE_GFX_VERSION",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_platform, "KFD_TOPOLOGY", tmp_path / "no-kfd")
     monkeypatch.setattr(_platform, "run_clinfo", lambda: "")  # Windows fallback: no clinfo here
@@ -49,7 +53,8 @@ def kfd_tree(root: Path, *targets: int) -> Path:
      (90010, "gfx90a"), (120001, "gfx1201")],
 )  # fmt: skip
 def test_detects_single_gpu(tmp_path: Path, target: int, arch: str) -> None:
-    choice = (kfd_tree(tmp_path, target), archs.resolve_arch(None, environ={}))[1]
+    kfd_tree(tmp_path, target)
+    choice = archs.resolve_arch(None)
     assert choice.arch.name == arch
     assert "KFD sysfs" in choice.how
 
@@ -59,9 +64,9 @@ def test_multi_gpu_uses_first_in_node_order_and_says_so(tmp_path: Path) -> None:
     # Node 10 must sort after node 2 (numeric, not lexical order).
     (nodes / "10").mkdir()
     (nodes / "10" / "properties").write_text("simd_count 304\ngfx_target_version 90402\n")
-    detection = archs.detect_gpus({})
+    detection = archs.detect_gpus()
     assert detection.gpus == ("gfx1100", "gfx1151", "gfx942")
-    choice = archs.resolve_arch(None, environ={})
+    choice = archs.resolve_arch(None)
     assert choice.arch.name == "gfx1100"
     assert "several GPU archs" in choice.how
 
@@ -69,12 +74,12 @@ def test_multi_gpu_uses_first_in_node_order_and_says_so(tmp_path: Path) -> None:
 def test_cpu_only_machine_needs_explicit_arch(tmp_path: Path) -> None:
     kfd_tree(tmp_path)
     with pytest.raises(UserError, match=r"no AMD GPU detected.*--arch"):
-        archs.resolve_arch(None, environ={})
-    assert archs.resolve_arch("gfx1151", environ={}).how == "--arch"
+        archs.resolve_arch(None)
+    assert archs.resolve_arch("gfx1151").how == "--arch"
 
 
 def test_no_kfd_at_all() -> None:
-    detection = archs.detect_gpus({})
+    detection = archs.detect_gpus()
     assert detection.gpus == () and "no AMD GPU found" in detection.source
 
 
@@ -83,26 +88,26 @@ def test_rocm_bootstrap_force_variable_and_hierarchy(
 ) -> None:
     kfd_tree(tmp_path, 110000)
     monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx1151")
-    choice = archs.resolve_arch(None, environ={})
+    choice = archs.resolve_arch(None)
     assert choice.arch.name == "gfx1151" and "ROCM_BOOTSTRAP_FORCE_GFX_ARCH" in choice.how
     assert archs.packaging_chain(choice.arch.name) == ("gfx1151", "gfx115x", "gfx11")
     # ours ($ROCMFA_ARCH, resolved with the settings) wins over rocm-bootstrap's
     monkeypatch.setenv("ROCMFA_ARCH", "gfx942")
-    choice = archs.resolve_arch(options.parse("build_ck", []).arch, environ={})
+    choice = archs.resolve_arch(options.parse("build_ck", []).arch)
     assert choice.arch.name == "gfx942" and choice.how == "$ROCMFA_ARCH"
     monkeypatch.delenv("ROCMFA_ARCH")
     monkeypatch.setenv(archs.BOOTSTRAP_FORCE_ENV, "gfx9999")
     with pytest.raises(UserError, match=r"^GPU detection failed \(\$ROCM_BOOTSTRAP_FORCE"):
-        archs.detect_gpus({})
+        archs.detect_gpus()
     monkeypatch.delenv(archs.BOOTSTRAP_FORCE_ENV)
     monkeypatch.setenv(archs.BOOTSTRAP_DISABLE_ENV, "1")
-    assert "disabled" in archs.detect_gpus({}).source
+    assert "disabled" in archs.detect_gpus().source
 
 
 def test_unknown_gfx_target_version_is_one_line(tmp_path: Path) -> None:
     kfd_tree(tmp_path, 130007)
     with pytest.raises(UserError, match=r"GPU detection failed \(KFD sysfs\).*130007"):
-        archs.resolve_arch(None, environ={})
+        archs.resolve_arch(None)
 
 
 def test_device_extras_come_from_rocm_bootstrap() -> None:
@@ -116,8 +121,8 @@ def test_device_extras_come_from_rocm_bootstrap() -> None:
 def test_arch_override_order(tmp_path: Path) -> None:
     kfd_tree(tmp_path, 110501)
     from_env = options.FromEnv("gfx942", "ROCMFA_ARCH")
-    assert archs.resolve_arch(from_env, environ={}).arch.name == "gfx942"
-    assert archs.resolve_arch("gfx1100", environ={}).arch.name == "gfx1100"
+    assert archs.resolve_arch(from_env).arch.name == "gfx942"
+    assert archs.resolve_arch("gfx1100").arch.name == "gfx1100"
     # gcnArchName carries feature suffixes
     assert archs.get_arch("gfx90a:sramecc+:xnack-").name == "gfx90a"
 
@@ -130,14 +135,18 @@ def test_unknown_arch_lists_known_ones() -> None:
     assert "gfx1151" in message and "gfx908" in message and "\n" not in message
 
 
-def test_hsa_override_is_detected_and_explained(tmp_path: Path) -> None:
+def test_hsa_override_is_detected_and_explained(tmp_path: Path, monkeypatch) -> None:
     kfd_tree(tmp_path, 110501)
-    detection = archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
-    assert detection.gpus == ("gfx1151",)  # sysfs still shows the real arch
-    assert "report gfx1100 although the GPU is gfx1151" in detection.override
-    assert "invalid" in archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5"}).override
-    assert "matches" in archs.detect_gpus({"HSA_OVERRIDE_GFX_VERSION": "11.5.1"}).override
-    assert archs.detect_gpus({}).override is None
+    assert archs.detect_gpus().override is None
+    for value, said in [
+        ("11.0.0", "report gfx1100 although the GPU is gfx1151"),
+        ("11.5", "invalid"),
+        ("11.5.1", "matches"),
+    ]:
+        monkeypatch.setenv("HSA_OVERRIDE_GFX_VERSION", value)
+        detection = archs.detect_gpus()
+        assert detection.gpus == ("gfx1151",)  # sysfs still shows the real arch
+        assert said in detection.override
 
 
 def test_capabilities_match_upstream_facts() -> None:

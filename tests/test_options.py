@@ -126,7 +126,7 @@ def test_env_default_is_named_in_help() -> None:
 
 def test_session_facts() -> None:
     guard = {s.name: s for s in options.SESSIONS}
-    assert guard["doctor"].reports_only
+    assert not (guard["doctor"].changes_env or guard["doctor"].changes_workdir)  # no lock
     assert guard["install_wheels"].changes_env and guard["publish"].changes_workdir
 
     @options.settings("dry_run skip clean:ck")
@@ -158,8 +158,9 @@ def test_a_probe_session_is_its_script_and_keeps_the_scripts_own_flags() -> None
     from rocmfa.env import session_env
 
     bench = options.BY_NAME["bench"]
-    assert bench.probe and session_env.probe_names(bench) == ("bench",)
-    assert session_env.probe_names(options.BY_NAME["validate"]) == ("validate", "upstream_sdpa")
+    assert bench.probe and [p.prog for p in session_env.probe_parsers(bench)] == ["bench.py"]
+    validate = session_env.probe_parsers(options.BY_NAME["validate"])
+    assert [p.prog for p in validate] == ["validate.py", "upstream_sdpa.py"]
     assert bench.forward  # a probe forwards what it does not declare
     argv = ["--json", "out.json", "--arch", "gfx1151", "--sizes", "small", "-j", "4", "-j8"]
     opts, rest = options.parse_known(

@@ -265,7 +265,7 @@ def write_pending(prefix: Path, wheel: Path) -> None:
 def finish_interrupted(prefix: Path, runner: Runner) -> None:
     """Finish a killed pip install of a torch wheel; a whole torch is kept as it is."""
     path = session_env.pip_pending_path(prefix)
-    pending = session_env.pip_pending(prefix)
+    pending = stamps.read(path)
     if pending is None:
         return
     site = site_packages(prefix)
@@ -577,7 +577,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     runner = ctx.runner
     stamp = options.stamp_path(ctx.work, STAMP_NAME)
     if opts.restore:  # pip reinstalls the wheel torch was repacked from; no stale stamp stays
-        runner.apply(stamps.remove, stamp)
+        runner.apply(stamp.unlink, missing_ok=True)
         return restore_torch(ctx.torch, ctx.work, runner)
     if ctx.torch is None and opts.no_images and ctx.session.ready:
         raise UserError(
@@ -590,7 +590,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, opts.force):
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
-    runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
+    runner.say(f"arch: {ctx.arch.name} ({ctx.session.choice.how}); image pack {ctx.pack}")
     jobs = choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
     fork = ctx.opts.triton == "fork"
     path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
@@ -599,7 +599,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     inputs = stamp_inputs(ctx, from_release=not path.source)
     if not opts.force and not opts.clean and up_to_date(ctx, stamp, inputs):
         return
-    runner.apply(stamps.remove, stamp)
+    runner.apply(stamp.unlink, missing_ok=True)
     if not path.source:
         from rocmfa.builds import aotriton_release  # only the release pack's path needs it
 

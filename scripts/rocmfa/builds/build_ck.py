@@ -127,7 +127,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     if build.exists() and (opts.clean or (cached and cached != str(cxx))):
         why = "--clean" if opts.clean else f"the compiler changed ({cached} -> {cxx})"
         runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
-    runner.apply(stamps.remove, stamp)
+    runner.apply(stamp.unlink, missing_ok=True)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
     configure = cmake_args(arch, opts, checkout / subdir, build, prefix, sdk)
     tools = {"rocm": rocm_version, "cxx": str(cxx), "env": env}

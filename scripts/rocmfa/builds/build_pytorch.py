@@ -557,7 +557,7 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
     ctx = make_context(opts)
     say = ctx.runner.say
     if ctx.arch.therock_torch_flash:  # the long way where a prebuilt flash torch exists: say so
-        path = torch_path(ctx.arch, ctx.session.arch_how, None)
+        path = torch_path(ctx.arch, ctx.session.choice.how, None)
         why = f"{path['why']} ({', then '.join(path['commands'])})"
         say(f"note: {why}; this build is for a change of ours (patches, tuning, another AOTriton)")
     if not ctx.flash_attention:
@@ -573,7 +573,7 @@ def build_pytorch(opts: BuildPytorchOptions) -> None:
         stamp = stage_stamp(ctx.work, stage)
         inputs = stage_inputs(ctx, stage)
         previous = stamps.read(stamp) or {}
-        ctx.runner.apply(stamps.remove, stamp)  # a stage that does not finish is never "done"
+        ctx.runner.apply(stamp.unlink, missing_ok=True)  # an unfinished stage is never "done"
         facts = run_checkout(ctx, previous) if stage == "checkout" else run_build_stage(ctx, stage)
         ctx.runner.apply(stamps.write, stamp, inputs, **facts)
     listed = f"{ctx.out} during each stage: listed in {manifest_path(ctx.work)}"

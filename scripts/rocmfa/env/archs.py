@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,7 @@ from rocm_bootstrap import parse_gfx_target_version
 
 from rocmfa.plumbing import pin_files
 from rocmfa.plumbing.errors import UserError, load_toml, require
-from rocmfa.plumbing.options import (
-    ARCHES_FILE,
-    DATA_DIR,
-    MatrixOptions,
-    arch_data,
-    origin,
-    unknown_arch,
-)
+from rocmfa.plumbing.options import ARCHES_FILE, MatrixOptions, known_arch, origin
 
 BOOTSTRAP_FORCE_ENV = "ROCM_BOOTSTRAP_FORCE_GFX_ARCH"
 BOOTSTRAP_DISABLE_ENV = "ROCM_BOOTSTRAP_DISABLE_DETECTION"
@@ -101,7 +93,7 @@ def _parse_arch(name: str, raw: Any) -> Arch:
     if not isinstance(raw, dict):
         raise UserError(f"{where}: must be a table")
 
-    def get(key: str, kind: type | tuple[type, ...] = str, default: Any = None) -> Any:
+    def get(key: str, kind: type = str, default: Any = None) -> Any:
         return require(raw, key, kind, where) if key in raw else default
 
     def tables(key: str, *names: str) -> tuple[tuple[Any, ...], ...]:
@@ -148,18 +140,14 @@ def _parse_arch(name: str, raw: Any) -> Arch:
 @functools.cache
 def load_arches(path: Path = ARCHES_FILE) -> dict[str, Arch]:
     """The arch table, read and checked once per file."""
-    table = arch_data(path).get("arch")
+    table = load_toml(path, "arch data").get("arch")
     if not isinstance(table, dict) or not table:
         raise UserError(f"malformed arch data {path}: no [arch.<name>] tables")
     return {name: _parse_arch(name, raw) for name, raw in table.items()}
 
 
 def get_arch(name: str) -> Arch:
-    arches = load_arches()
-    key = name.strip().split(":")[0]  # gcnArchName may carry ':sramecc+:xnack-'
-    if key not in arches:
-        raise unknown_arch(name, [a for a in sorted(arches) if arches[a].vendor == "amd"])
-    return arches[key]
+    return load_arches()[known_arch(name).strip().split(":")[0]]
 
 
 def explain_override(value: str | None, real: str) -> str | None:
@@ -189,7 +177,7 @@ class Detection:
     override: str | None = None  # explain_override's sentence
 
 
-def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
+def detect_gpus() -> Detection:
     """GPUs as rocm-bootstrap sees them, in numeric KFD node order (HIP's)."""
     forced = os.environ.get(BOOTSTRAP_FORCE_ENV)  # rocm-bootstrap reads the process env
     try:
@@ -206,7 +194,7 @@ def detect_gpus(environ: Mapping[str, str] | None = None) -> Detection:
         source = "KFD sysfs (rocm-bootstrap)"
     else:
         source = "no AMD GPU found by rocm-bootstrap (no KFD sysfs GPU node)"
-    override = (os.environ if environ is None else environ).get("HSA_OVERRIDE_GFX_VERSION")
+    override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
     return Detection(gpus, source, explain_override(override, (*gpus, "unknown")[0]))
 
 
@@ -217,11 +205,9 @@ class ArchChoice:
     detection: Detection
 
 
-def resolve_arch(
-    given: str | None, *, environ: dict[str, str] | None = None, detection: Detection | None = None
-) -> ArchChoice:
+def resolve_arch(given: str | None, *, detection: Detection | None = None) -> ArchChoice:
     """The session's --arch (or $ROCMFA_ARCH), else rocm-bootstrap's detection."""
-    detection = detect_gpus(environ) if detection is None else detection
+    detection = detection or detect_gpus()
     if given:
         return ArchChoice(get_arch(given), origin(given, "--arch"), detection)
     if not detection.gpus:
@@ -232,7 +218,7 @@ def resolve_arch(
     return ArchChoice(get_arch(detection.gpus[0]), how, detection)
 
 
-MATRIX_FILE = DATA_DIR / "aotriton_matrix.toml"
+MATRIX_FILE = ARCHES_FILE.with_name("aotriton_matrix.toml")
 EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 MATRIX_LABELS = {
     "default": "flash by default",
@@ -351,11 +337,8 @@ def host_line(requested: str | None = None, choice: ArchChoice | None = None) ->
         return f"no arch ({e})"
     if not (version := pinned_aotriton_version()):
         return f"{choice.arch.name} ({choice.how}); AOTriton pin version unknown"
-    found = (
-        f", image pack amd-{matrix_pack(choice.arch, version)}"
-        if matrix_pack(choice.arch, version)
-        else ""
-    )
+    pack = matrix_pack(choice.arch, version)
+    found = f", image pack amd-{pack}" if pack else ""
     verdict = MATRIX_LABELS[matrix_state(choice.arch, version)]
     return f"{choice.arch.name} ({choice.how}) x AOTriton {version} (pinned): {verdict}{found}"
 

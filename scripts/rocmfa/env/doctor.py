@@ -172,7 +172,7 @@ def _next_step(report: dict[str, Any]) -> str:
 def half_installed(prefix: Path | None) -> list[str]:
     """One line when torch's RECORD (pip's list of its files) shows a pip run killed midway."""
     site = next(prefix.glob("lib/python3*/site-packages"), None) if prefix else None
-    pending = session_env.pip_pending(site.parents[2]) if site else None
+    pending = stamps.read(session_env.pip_pending_path(site.parents[2])) if site else None
     torch_there = site and ((site / "torch").is_dir() or any(site.glob("torch-*.dist-info")))
     if not (site and (torch_there or pending)) or not (why := session_env.torch_incomplete(site)):
         return []

@@ -29,10 +29,9 @@ from rocmfa.env import archs
 from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import REPO_ROOT, EnvChoice, EnvOptions, Session, origin, takes_locks
+from rocmfa.plumbing.options import REPO_ROOT, Session, origin
 from rocmfa.plumbing.options import env_name as check_env_name
 
-DEFAULT_ENV_NAME = "therock"
 ENV_STAMP = Path("conda-meta") / "rocmfa-env.json"  # written last by setup_env
 
 
@@ -70,7 +69,7 @@ def resolve_prefix(
     environ = os.environ
     if prefix:
         return EnvLocation(Path(prefix).expanduser().resolve(), origin(prefix, "--prefix"))
-    name = check_env_name(env_name or DEFAULT_ENV_NAME)
+    name = check_env_name(env_name or "therock")
     how = origin(env_name, "--env-name") if env_name else "default name"
     dirs = [Path(p) for p in environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
     if manager is None:  # py-rattler still installs the env: into our own data dir
@@ -160,11 +159,6 @@ def pip_pending_path(prefix: Path) -> Path:
     return prefix / ".rocmfa" / "pip-install.json"
 
 
-def pip_pending(prefix: Path) -> dict[str, Any] | None:
-    return stamps.read(pip_pending_path(prefix))
-
-
-LOCK_NAME = ".rocmfa.lock"  # in the workdir
 UPSTREAM = "upstream_sdpa"  # validate --upstream: PyTorch's own SDPA tests
 
 
@@ -184,10 +178,6 @@ class SessionEnv:
     def arch(self) -> archs.Arch:
         return self.choice.arch
 
-    @property
-    def arch_how(self) -> str:
-        return self.choice.how
-
     @functools.cached_property
     def environ(self) -> dict[str, str]:
         """The env's full activation (on first use: a no-op rerun never needs it)."""
@@ -203,15 +193,14 @@ class SessionEnv:
 
     def describe(self) -> str:
         where = f"env {self.prefix} ({self.location.how}); work dir {self.work}"
-        return f"arch {self.arch.name} ({self.arch_how}); {where}"
+        return f"arch {self.arch.name} ({self.choice.how}); {where}"
 
     def tool(self, program: str) -> Path:
         """A program of the env; on a dry run without it, where setup_env puts it."""
         path = self.environ.get("PATH", "")
         if self.ready and (found := shutil.which(program, path=path)):
             return Path(found)
-        if not self.dry_run:
-            raise UserError(f"{program} not found in the env (PATH={path})")
+        self.runner.raise_for_real(UserError(f"{program} not found in the env (PATH={path})"))
         return self.prefix / "bin" / program
 
     def ask(self, argv: Sequence[str | os.PathLike[str]], placeholder: str) -> str:
@@ -221,7 +210,7 @@ class SessionEnv:
         return self.runner.ask(argv, placeholder)
 
 
-def open_env(where: EnvChoice, *, makes_env: bool = False) -> SessionEnv:
+def open_env(where: Any, *, makes_env: bool = False) -> SessionEnv:
     """A set-up env (a dry run: placeholders for it); makes_env (setup_env): it need not exist."""
     dry_run = bool(getattr(where, "dry_run", False))
     choice = archs.resolve_arch(where.arch)
@@ -251,47 +240,43 @@ class OnSession:
         raise AttributeError(name)
 
 
-def probe_names(declared: Session) -> tuple[str, ...]:
-    """scripts/rocmfa/probes/<session>.py, and upstream_sdpa for validate (its --upstream)."""
-    return (declared.name, UPSTREAM)[: 1 + hasattr(declared.options, "upstream")]
-
-
 def probe_parsers(declared: Session) -> list[argparse.ArgumentParser]:
-    """The probes' own parsers (they import torch only when they run: --help needs no env)."""
-    return [
-        importlib.import_module(f"rocmfa.probes.{n}").build_parser() for n in probe_names(declared)
-    ]
+    """The parsers of scripts/rocmfa/probes/<session>.py, and of upstream_sdpa for validate (its
+    --upstream); they import torch only when they run: --help needs no env."""
+    names = [declared.name, UPSTREAM] if hasattr(declared.options, "upstream") else [declared.name]
+    return [importlib.import_module(f"rocmfa.probes.{n}").build_parser() for n in names]
 
 
 def flags_of(parsers: list[argparse.ArgumentParser]) -> frozenset[str]:
     """Every flag the parsers take (the probe's own, which go through to it)."""
-    return frozenset(f for parser in parsers for a in parser._actions for f in a.option_strings)
+    return frozenset(flag for parser in parsers for flag in parser._option_string_actions)
 
 
-def run_probe(declared: Session, opts: EnvOptions, rest: Sequence[str]) -> int:
+def run_probe(declared: Session, opts: Any, rest: Sequence[str]) -> int:
     """A probe's script with the arguments it did not declare, in the env (none found: nox's
     Python, when it has torch). validate --upstream: PyTorch's own SDPA tests, via the work dir."""
-    script, args = f"{probe_names(declared)[0]}.py", list(rest)
+    script = f"{declared.name}.py"
+    args = list(rest)
     if getattr(opts, "upstream", False):
         script = f"{UPSTREAM}.py"
         args = ["--workdir", str(options.workdir(opts.workdir)), *rest]
     location = resolve_prefix(opts.prefix, opts.env_name, find_manager())
     prefix = location.prefix
-    env = None
     python = prefix / "bin" / "python"
-    if not python.exists():
-        if opts.prefix or opts.env_name or importlib.util.find_spec("torch") is None:
-            raise UserError(
-                f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
-                f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
-            )
-        note = f"note: no env found ({location.how}); running with {sys.executable}"
-        print(note, file=sys.stderr)
-        python = Path(sys.executable)
-    else:
+    env = None
+    if python.exists():
         if not (prefix / ENV_STAMP).is_file():
             print(f"note: {prefix} was not set up by setup_env; using it as is", file=sys.stderr)
         env = activated_environ(prefix)
+    elif opts.prefix or opts.env_name or importlib.util.find_spec("torch") is None:
+        raise UserError(
+            f"no Python in env {prefix} ({location.how}); run: nox -s setup_env, or pass "
+            f"--prefix ENV (an env with torch), or run: python scripts/rocmfa/probes/{script}"
+        )
+    else:
+        note = f"note: no env found ({location.how}); running with {sys.executable}"
+        print(note, file=sys.stderr)
+        python = Path(sys.executable)
     # The scripts read the arch from torch itself; --arch only matters to other sessions.
     argv = [str(python), str(REPO_ROOT / "scripts" / "rocmfa" / "probes" / script), *args]
     print("$ " + " ".join(argv), flush=True)
@@ -325,8 +310,8 @@ def hold(path: Path, what: str, session: str) -> Iterator[None]:
 
 @contextmanager
 def guarded(declared: Session, opts: Any) -> Iterator[None]:
-    """Around one session: its locks (declared.changes_workdir / changes_env)."""
-    if not takes_locks(declared, opts):
+    """Around one session: its locks (declared.changes_workdir / changes_env), none on a dry run."""
+    if getattr(opts, "dry_run", False):
         yield
         return
     work = options.workdir(getattr(opts, "workdir", None))
@@ -337,8 +322,7 @@ def guarded(declared: Session, opts: Any) -> Iterator[None]:
     env_there = env is not None and env.is_dir()
     with ExitStack() as stack:
         if declared.changes_workdir or (declared.changes_env and not env_there):
-            workdir_lock = hold(work / LOCK_NAME, f"workdir {work}", declared.name)
-            stack.enter_context(workdir_lock)
+            stack.enter_context(hold(work / ".rocmfa.lock", f"workdir {work}", declared.name))
         if env_there:
             stack.enter_context(hold(env / ".rocmfa" / "lock", f"env {env}", declared.name))
         yield

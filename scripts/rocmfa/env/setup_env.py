@@ -106,7 +106,7 @@ def update_conda_packages(
         check_prefix_usable(prefix, opts.force)
     else:
         runner.say("conda packages match the lock; updating ROCm SDK and variables only")
-    runner.apply(stamps.remove, stamp_file)  # an interrupted install must not look finished
+    runner.apply(stamp_file.unlink, missing_ok=True)  # an interrupted install looks unfinished
     cache = lockfile.default_cache_dir()
     lock = lockfile.LOCK_FILE
 
@@ -134,7 +134,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     index_kind = opts.rocm_index or rocm.index
     request = Request(session.arch, rocm, index_kind, opts.with_torch, opts.profile)
     note = session.choice.detection.override
-    runner.say(f"arch {session.arch.name} ({session.arch_how})" + (f"; {note}" if note else ""))
+    runner.say(f"arch {session.arch.name} ({session.choice.how})" + (f"; {note}" if note else ""))
     if session.arch.vendor != "amd":
         raise UserError(f"{session.arch.name} is not an AMD GPU arch; setup_env needs one")
     prefix = session.prefix
@@ -159,7 +159,7 @@ def setup_env(opts: SetupEnvOptions) -> None:
     runner.base_env = in_env or runner.base_env
     result = provision(prefix, request, runner, stamp_inputs=inputs)
     runner.say(activation.show(result))
-    say_next(request, session.arch_how, prefix, runner)
+    say_next(request, session.choice.how, prefix, runner)
 
 
 def say_next(request: Request, how: str, prefix: Path, runner: Runner) -> None:

@@ -19,9 +19,9 @@ def last_line(text: str) -> str:
     return next((x.strip() for x in reversed((text or "").splitlines()) if x.strip()), "")
 
 
-def runner_for(opts: object, **kw: Any) -> Runner:
+def runner_for(opts: object) -> Runner:
     """The Runner of a session's settings: it plans (prints, runs nothing) under --dry-run."""
-    return Runner(dry_run=bool(getattr(opts, "dry_run", False)), **kw)
+    return Runner(dry_run=bool(getattr(opts, "dry_run", False)))
 
 
 class Runner:

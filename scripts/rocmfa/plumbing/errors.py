@@ -73,34 +73,35 @@ def load_toml(path: Path, what: str) -> dict[str, Any]:
         raise UserError(f"cannot read {what}: {os_error_line(e)}") from None
 
 
-def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    """table[key], checked for presence and type; errors name the file and key."""
-    if key not in table:
-        raise UserError(f"{where}: missing key '{key}'")
-    value = table[key]
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise UserError(f"{where}: '{key}' must be {names}, got {value!r}")
-    return value
-
-
 Rule = tuple[Callable[[Any], Any], str, bool]  # ok(value), what a good value is, required
 
 
+def require(table: Mapping[str, Any], key: str, rule: type | Rule, where: str) -> Any:
+    """table[key] checked by rule (a type: present, of that type); one line naming where and key."""
+    if isinstance(rule, type):
+        kind = rule
+        rule = (lambda value: isinstance(value, kind), kind.__name__, True)
+    ok, good, required = rule
+    if key not in table:
+        if required:
+            raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
+        return None
+    try:
+        if not ok(table[key]):
+            raise UserError(f"must be {good}, got {table[key]!r}")
+    except UserError as e:  # ok() may raise its own kind and reason (Unresolved)
+        raise type(e)(f"{where}: '{key}' {e}") from None
+    return table[key]
+
+
 def checked(table: object, where: str, rules: Mapping[str, Rule]) -> None:
-    """Check table's keys by rules, unknown keys refused; one line naming where and the key."""
+    """Check table's keys by rules, unknown keys refused."""
     if not isinstance(table, Mapping):
         raise UserError(f"{where}: must be a table")
     if unknown := sorted(set(table) - set(rules)):
         raise UserError(f"{where}: unknown key '{unknown[0]}'{did_you_mean(unknown[0], rules)}")
-    for key, (ok, good, required) in rules.items():
-        if key not in table and required:
-            raise UserError(f"{where}: missing key '{key}'{did_you_mean(key, table)}")
-        try:
-            if key in table and not ok(table[key]):
-                raise UserError(f"must be {good}, got {table[key]!r}")
-        except UserError as e:  # ok() may raise its own kind and reason (Unresolved)
-            raise type(e)(f"{where}: '{key}' {e}") from None
+    for key, rule in rules.items():
+        require(table, key, rule, where)
 
 
 def filled(value: object) -> bool:

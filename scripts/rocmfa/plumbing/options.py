@@ -119,23 +119,15 @@ def minutes(text: str) -> float:
     return number
 
 
-def unknown_arch(name: str, known: Iterable[str]) -> UserError:
-    hint = did_you_mean(name.strip().split(":")[0], known, cutoff=0.85)  # gfx names: a digit
-    return UserError(f"unknown GPU arch '{name}'{hint}; known: {', '.join(known)}")
-
-
-def arch_data(path: Path = ARCHES_FILE) -> dict[str, Any]:
-    """The arch data file: the option check here, scripts/rocmfa/env/archs.py parses it whole."""
-    return load_toml(path, "arch data")
-
-
 def known_arch(text: str) -> str:
-    table = arch_data().get("arch")
+    """text, when the arch data names its arch (a gcnArchName may add ':sramecc+:xnack-')."""
+    table = load_toml(ARCHES_FILE, "arch data").get("arch")
     if not isinstance(table, dict) or not all(isinstance(t, dict) for t in table.values()):
         return text  # malformed: scripts/rocmfa/env/archs.py says where, in one line, when it loads
-    amd = [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
-    if text.strip().split(":")[0] not in table:
-        raise unknown_arch(text, amd)
+    if (key := text.strip().split(":")[0]) not in table:
+        amd = [a for a in sorted(table) if table[a].get("vendor", "amd") == "amd"]
+        hint = did_you_mean(key, amd, cutoff=0.85)  # gfx names: a digit
+        raise UserError(f"unknown GPU arch '{text}'{hint}; known: {', '.join(amd)}")
     return text
 
 
@@ -367,6 +359,7 @@ OPTIONS = {
     "upstream": switch("--upstream", "run PyTorch's own SDPA tests (probes/upstream_sdpa.py)"),
 }
 DEFAULTS = {"switch": False, "list": (), "value": None}
+TAKES_VALUE = {flag: o.kind != "switch" for o in OPTIONS.values() for flag in o.flags}  # by flag
 
 
 def settings(*groups: str) -> Callable[[type], type]:
@@ -443,12 +436,6 @@ ProbeOptions = BenchOptions = BackendCheckOptions = plain("ProbeOptions", "prefi
 ValidateOptions = plain("ValidateOptions", "prefix env_name workdir upstream")
 ReportOptions = plain("ReportOptions", "arch index baseline out")  # --index: the URL's family
 
-# Type names the domain modules annotate with: the sessions that read those fields.
-AotritonSourceOptions = BuildAotritonOptions | TuneAotritonOptions
-Compile = AotritonSourceOptions | BuildPytorchOptions | BuildCkOptions
-EnvChoice = SetupEnvOptions | DoctorOptions | Compile | InstallWheelsOptions
-EnvOptions = BenchOptions | BackendCheckOptions | ValidateOptions | LockOptions
-
 
 # --- the sessions ----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -459,20 +446,14 @@ class Session:
     options: type
     changes_workdir: bool = False  # holds the work dir's lock
     changes_env: bool = False  # holds the env's lock
-    reports_only: bool = False  # never takes a lock (doctor)
     forward: bool = False  # the arguments it does not declare go through to its function
     probe: bool = False  # it is scripts/rocmfa/probes/<name>.py, run in the env's Python
-
-
-def takes_locks(declared: Session, opts: object) -> bool:
-    """A session takes its locks unless it only reports (doctor) or only plans (--dry-run)."""
-    return not (declared.reports_only or getattr(opts, "dry_run", False))
 
 
 SESSIONS = (
     Session("lock", LockOptions),
     Session("setup_env", SetupEnvOptions, changes_workdir=True, changes_env=True),
-    Session("doctor", DoctorOptions, reports_only=True),
+    Session("doctor", DoctorOptions),
     Session("matrix", MatrixOptions),
     Session("update_pins", UpdatePinsOptions, changes_workdir=True),
     Session("build_aotriton", BuildAotritonOptions, changes_workdir=True, changes_env=True),
@@ -485,18 +466,12 @@ SESSIONS = (
     Session("bench", BenchOptions, forward=True, probe=True),
     Session("backend_check", BackendCheckOptions, forward=True, probe=True),
     Session("validate", ValidateOptions, forward=True, probe=True),
-    Session("report", ReportOptions, reports_only=True, forward=True),
+    Session("report", ReportOptions, forward=True),
 )
 BY_NAME = {s.name: s for s in SESSIONS}
 
 
 # --- the resolver ----------------------------------------------------------------------------
-@functools.cache
-def _declared() -> dict[str, bool]:
-    """Every session's flags: whether each takes a value."""
-    return {f: o.kind != "switch" for s in SESSIONS for o in options_of(s.options) for f in o.flags}
-
-
 def build_parser(name: str, *, posargs: Sequence[str] = (), passed: Iterable[str] = ()):
     """Session `name`'s parser; other sessions' flags in posargs are dropped; passed: a probe's."""
     parser = argparse.ArgumentParser(prog=f"nox -s {name} --", allow_abbrev=False)
@@ -507,8 +482,8 @@ def build_parser(name: str, *, posargs: Sequence[str] = (), passed: Iterable[str
         parser.add_argument(*o.flags, dest=o.name, action=action, help=o.help, **more)
     taken = {flag for o in own for flag in o.flags} | set(passed)
     for flag in {a.split("=", 1)[0] for a in posargs} | {a[:2] for a in posargs}:
-        if flag in _declared() and flag not in taken:  # another session's: taken, dropped
-            action = "store" if _declared()[flag] else "store_true"
+        if flag in TAKES_VALUE and flag not in taken:  # another session's: taken, dropped
+            action = "store" if TAKES_VALUE[flag] else "store_true"
             parser.add_argument(flag, dest="other", action=action, help=argparse.SUPPRESS)
             taken.add(flag)
 

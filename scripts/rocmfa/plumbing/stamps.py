@@ -57,10 +57,6 @@ def write_text_atomic(path: Path, data: str | bytes) -> None:
 write_bytes_atomic = write_text_atomic
 
 
-def remove(path: Path) -> None:
-    Path(path).unlink(missing_ok=True)
-
-
 # What a plan would stamp, by path, for the later sessions of the same nox run (this process):
 # a chained plan of build_aotriton and build_pytorch plans torch against the AOTriton to be.
 _PLANNED: dict[str, dict[str, Any]] = {}

@@ -290,7 +290,7 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
         pip = f"pip install -r {work / RUNTIME_REQUIREMENTS_NAME} (pip's own index)"
         runner.done(f"then the runtime requirements the wheels declare (Requires-Dist): {pip}")
     # first: a kill mid-install leaves a torch only a rerun finishes (doctor reads its RECORD)
-    runner.apply(stamps.remove, stamp)
+    runner.apply(stamp.unlink, missing_ok=True)
     if (code := runner.run(argv, check=where is None).returncode) != 0:
         why = f"pip could not install {where} (exit {code}); see pip's message above"
         raise UserError(f"{why} (it refuses a wheel whose sha256 differs from the manifest's)")
