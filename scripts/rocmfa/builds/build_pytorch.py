@@ -93,32 +93,25 @@ def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, An
     return records
 
 
-def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path) -> tuple:
+def resolve_source(component: Component, pytorch_pin: pins.Pin, work: Path) -> tuple:
     """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
     if component.key == "pytorch":
         return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
-    table = pytorch_pin.data.get(component.pin_key)
-    table = table if isinstance(table, dict) else {}
-    where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
+    table = pytorch_pin.data.get(component.pin_key) or {}
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
-    url = table.get("url")
-    at = f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch
-        return url, table.get("commit") or ref, where
-    if component.key == "triton":
-        pinned = torch_dir / pin_files.TRITON_PIN
-        commit = pinned.read_text().strip() if pinned.is_file() else None
-        how = f"{at} {pin_files.TRITON_PIN}" + ("" if commit else " (after checkout)")
-        return url or "https://github.com/ROCm/triton.git", commit, how
-    if not (torch_dir / ".git").exists():
-        return url, None, f"{at} related_commits (after checkout)"
-    related = torch_dir / "related_commits"  # (origin, commit) for os 'ubuntu', as TheRock reads
-    text = related.read_text() if related.is_file() else ""
-    found = pins.parse_related_commits(text, str(related)) if text else {}
-    if component.related not in found:
-        return url, None, f"TheRock's default ({at} has no related_commits entry)"
-    origin, commit = found[component.related]
-    return url or origin, commit, f"{at} related_commits"
+        where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
+        return table.get("url"), table.get("commit") or ref, where
+    origin, commit, how = update_pins.companion_from_torch(
+        component.related, pytorch_pin, work, checkout=True
+    )
+    if component.key == "triton":  # its ci_commit_pins file names no origin
+        origin = "https://github.com/ROCm/triton.git"
+    if commit is None and (options.src_dir(work, "pytorch") / ".git").exists():
+        how = f"TheRock's default ({how} names none)"
+    elif commit is None:
+        how += " (after checkout)"
+    return table.get("url") or origin, commit, how
 
 
 def read_head(checkout: Path) -> str | None:
@@ -381,7 +374,7 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     dest = ctx.src(key)
     script = ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
-    origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
+    origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.work)
     if hashtag is None:  # a plan reads related_commits only after the checkout
         pin_it = f"pin it in pins/pytorch.toml [pytorch.{component.pin_key}]"
         warning = f"warning: {key} is not pinned ({how}); TheRock picks its default - {pin_it}"

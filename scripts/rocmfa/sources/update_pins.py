@@ -125,8 +125,16 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        new = _companion_from_torch(name, component, path, work, runner) if companion else None
-        new = new or ls_remote(runner, url, ref)
+        if companion:
+            torch = pins.load_pin("pytorch", directory, workdir=work)
+            origin, new, where = companion_from_torch(component.get("related"), torch, work)
+            if new is None:
+                raise UserError(f"{name}: {where} names no commit for it")
+            if origin:  # TheRock's manifest takes the origin from there too
+                pin_files.set_values(path, name, {"url": origin})
+            runner.say(f"{name}: from {where}")
+        else:
+            new = ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
         else:
@@ -152,27 +160,23 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         _report_patches(patches, old, new, work, runner, port=port)
 
 
-def _companion_from_torch(name: str, component: dict, pin_file: Path, work: Path, runner) -> str:
-    """The commit the torch pin names for a companion: its related_commits entry, else (triton)
-    its ci_commit_pins file, as TheRock's source manifest reads them."""
-    pytorch = pins.load_pin("pytorch", pin_file.parent, workdir=work)
-    key = component.get("related")
-    path = "related_commits" if key else pin_files.TRITON_PIN
-    text = pins.torch_file(pytorch, path, work)[0]
-    where = f"torch {pytorch.commit[:12]} {path}"
-    if text is None:
-        raise UserError(f"{name}: {where} does not exist")
-    commit = text.strip().lower()
-    if key is not None:
-        if (found := pins.parse_related_commits(text, where).get(key)) is None:
-            raise UserError(f"{name}: {where} has no {key!r} entry")
-        commit = found[1].lower()
-        if found[0]:  # TheRock's manifest takes the origin from there too
-            pin_files.set_values(pin_file, name, {"url": found[0]})
-    if not pin_files.HEX40.fullmatch(commit):
-        raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
-    runner.say(f"{name}: from {where}")
-    return commit
+def companion_from_torch(related: str | None, torch: pins.Pin, work: Path, *, checkout=False):
+    """(origin or None, commit or None, where): what the torch pin names for a companion - its
+    related_commits entry `related`, else (triton) its ci_commit_pins file, as TheRock's source
+    manifest reads them - in the torch checkout as it is (checkout), else at the pin's commit."""
+    path = "related_commits" if related else pin_files.TRITON_PIN
+    where = f"torch {torch.commit[:12]} {path}"
+    file = options.src_dir(work, "pytorch") / path
+    if checkout:
+        text = file.read_text() if file.is_file() else ""
+    else:
+        text = pins.torch_file(torch, path, work)[0] or ""
+    # triton.txt holds the commit alone
+    entries = pins.parse_related_commits(text, where) if related else {None: ("", text.strip())}
+    origin, commit = entries.get(related, ("", ""))
+    if commit and not pin_files.HEX40.fullmatch(commit.lower()):
+        raise UserError(f"{where} names {commit!r}, not a 40-hex commit")
+    return origin or None, commit.lower() or None, where
 
 
 def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
