@@ -35,8 +35,7 @@ class Release:
     source: str
 
 
-def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = None) -> Release:
-    environ = os.environ if environ is None else environ
+def release_info(pin: Pin, version: str) -> Release:
     table = pin.data.get("release")
     where = f"{pin.source} [aotriton.release]"
     if isinstance(table, dict) and table.get("version", version) == version:
@@ -72,7 +71,7 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in (RUNTIME_NAME, IMAGES_NAME))
         base = DEFAULT_BASE_URL
         source = resolved.source
-    base = (environ.get(BASE_URL_ENV) or base).rstrip("/") + "/"
+    base = (os.environ.get(BASE_URL_ENV) or base).rstrip("/") + "/"
     return Release(version, base, names[0], names[1], runtime, images, source)
 
 

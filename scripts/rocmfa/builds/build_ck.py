@@ -93,7 +93,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     pin = pins.load_pin(CK, workdir=work)
     announce(session, opts, pin)
     sdk = compilers(session)
-    _cmake_prefix, cc, cxx, rocm_version = sdk
+    _cmake_prefix, _cc, cxx, rocm_version = sdk
     cmake = session.tool("cmake")
     _ninja = session.tool("ninja")
     jobs, why = choose_jobs(opts.jobs, CK_GIB_PER_JOB)
@@ -102,15 +102,12 @@ def build_ck(opts: BuildCkOptions) -> None:
     build = options.build_dir(work, CK)
     subdir = str(pin.data.get("subdir") or "")
     env = session_env.env_identity(prefix)
+    configure = cmake_args(arch, opts, checkout / subdir, build, prefix, sdk)
     inputs = {
-        "pin": [pin.url, pin.commit, subdir],
-        "arch": arch.name,
+        "pin": [pin.url, pin.commit],
         "patches": checkouts.patch_set_digest(CK, pin.commit),
-        "tests": bool(opts.with_tests),
-        "examples": bool(opts.with_examples),
-        "compilers": [str(cc), str(cxx)],
+        "configure": configure,  # arch, compilers, tests/examples, the prefix
         "rocm": rocm_version,
-        "prefix": str(prefix),
         "env": env,
     }
     stamp = options.stamp_path(work, "build_ck")
@@ -129,7 +126,6 @@ def build_ck(opts: BuildCkOptions) -> None:
         runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
     runner.apply(stamps.remove, stamp)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
-    configure = cmake_args(arch, opts, checkout / subdir, build, prefix, sdk)
     tools = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
     cache = compile_cache.plan_cache(
         opts.cache, work=work, arch=arch.name, toolchain=tools, env=session.environ, runner=runner

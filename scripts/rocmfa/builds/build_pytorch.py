@@ -264,15 +264,13 @@ def make_context(opts: BuildPytorchOptions) -> Context:
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "checkout":
         pin = ctx.pytorch_pin
-        components = ctx.components()
-        sets = {c.key: checkouts.available_patch_sets(c.key) for c in components}
+        keys = [c.key for c in ctx.components()]
+        sets = {k: checkouts.available_patch_sets(k) for k in keys}  # digests: their patches
         return {
             "therock": ctx.therock_pin.commit,
             "pytorch": [pin.url, pin.commit],
-            "companions": {c.key: pin.data.get(c.pin_key) for c in components},
-            "patches": {
-                k: {s: checkouts.patch_set_digest(k, s) for s in v} for k, v in sets.items()
-            },
+            "companions": {c.key: pin.data.get(c.pin_key) for c in ctx.components()},
+            "patches": {k: [checkouts.patch_set_digest(k, c) for c in sets[k]] for k in keys},
             "depth": CHECKOUT_DEPTH,
         }
     dep = AFTER.get(stage)
@@ -303,21 +301,13 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
 def version_suffix(ctx: Context) -> str:
     """The wheels' version suffix `+rocmfa<identity>.rocm<SDK>`: TheRock's default
     (+rocm<SDK> or +devrocm<SDK> @ 89553ce3) with this build's identity first."""
-    stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
-    if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
+    checkout = stage_stamp(ctx.work, "checkout")
+    if not stamps.is_current(checkout, stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
-    else:
-        found = sorted((stamp.get("sources") or {}).items())
-        sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
-        facts = {
-            "therock": ctx.therock_pin.commit,
-            "heads": stamp.get("heads"),
-            "sources": sources,
-            "aotriton": ctx.aotriton_digest,
-            "arch": ctx.arch.name,
-            "rocm": ctx.rocm_version,
-        }
-        identity = stamps.digest(facts)[:8]
+    else:  # the checkout's inputs (pins, patch sets) and heads, and what torch is built with
+        stamp = stamps.read(checkout) or {}
+        built = [ctx.aotriton_digest, ctx.arch.name, ctx.rocm_version]
+        identity = stamps.digest([stamp["inputs_digest"], stamp.get("heads"), *built])[:8]
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
