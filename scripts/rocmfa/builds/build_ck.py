@@ -40,7 +40,6 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
-    """What this CK build is and is not for, and its pin."""
     say = session.runner.say
     arch = session.arch
     subdir = pin.data.get("subdir")

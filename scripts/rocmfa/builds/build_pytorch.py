@@ -18,7 +18,6 @@ from rocmfa.builds import compile_cache
 from rocmfa.builds.build_aotriton import check_pairing
 from rocmfa.env import rocm_sdk, session_env
 from rocmfa.env.doctor import torch_path
-from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
@@ -107,10 +106,8 @@ def resolve_source(component: Component, pytorch_pin: pins.Pin, work: Path) -> t
     )
     if component.key == "triton":  # its ci_commit_pins file names no origin
         origin = "https://github.com/ROCm/triton.git"
-    if commit is None and (options.src_dir(work, "pytorch") / ".git").exists():
-        how = f"TheRock's default ({how} names none)"
-    elif commit is None:
-        how += " (after checkout)"
+    if commit is None:  # no entry there, or (a plan) no torch checkout yet
+        how += " (read after torch's checkout; none: TheRock's default)"
     return table.get("url") or origin, commit, how
 
 
@@ -122,8 +119,8 @@ def read_head(checkout: Path) -> str | None:
 
 
 @dataclass(frozen=True)
-class Context(OnSession):
-    session: SessionEnv
+class Context(session_env.OnSession):
+    session: session_env.SessionEnv
     opts: BuildPytorchOptions
     therock_pin: pins.Pin
     pytorch_pin: pins.Pin
@@ -190,7 +187,6 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
         how = "build_aotriton, which fills it earlier in this run"
         digest = "<digest of build_aotriton's build to come>"
     patched = False
-    version = ""
     if not arch.aotriton_supported() and arch.aotriton_patched:
         version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
         patched = bool(arch.aotriton_patched_pack(version))
@@ -213,7 +209,7 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
 
 
 def make_context(opts: BuildPytorchOptions) -> Context:
-    session = open_env(opts)
+    session = session_env.open_env(opts)
     arch = session.arch
     work = session.work
     runner = session.runner
@@ -365,7 +361,7 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     script = ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
     origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.work)
-    if hashtag is None:  # a plan reads related_commits only after the checkout
+    if hashtag is None:
         pin_it = f"pin it in pins/pytorch.toml [pytorch.{component.pin_key}]"
         warning = f"warning: {key} is not pinned ({how}); TheRock picks its default - {pin_it}"
         ctx.runner.apply(ctx.runner.say, warning)
@@ -425,8 +421,7 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
         "branch": ctx.therock_pin.ref,
         "version": ctx.rocm_version,
     }
-    text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
-    stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
+    stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, json.dumps(manifest, indent=2))
 
 
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
@@ -471,9 +466,8 @@ def done(ctx: Context, stage: str) -> bool:
 
 def plan(ctx: Context) -> list[str]:
     order = ctx.enabled
-    only = ctx.opts.only
     start = ctx.opts.only or ctx.opts.from_stage
-    flag = "--only" if only else "--from"  # they exclude each other
+    flag = "--only" if ctx.opts.only else "--from"  # they exclude each other
     if start and start not in order:
         raise UserError(f"{flag} {start}: that stage is not part of this build (see --skip)")
     if start:
@@ -483,7 +477,7 @@ def plan(ctx: Context) -> list[str]:
                     f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
                     f"run without {flag} to resume, or {flag} {stage}"
                 )
-        return [start] if only else order[order.index(start) :]
+        return [start] if ctx.opts.only else order[order.index(start) :]
     if ctx.opts.force:
         return list(order)
     todo: list[str] = []

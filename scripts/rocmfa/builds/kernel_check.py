@@ -218,8 +218,7 @@ def kernel_check(opts: Any) -> None:
     tree = Tree(options.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
     what = f"AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} ({choice.how})"
     runner.say(f"kernel check: {what}; target {TARGET.format(tree.arch)}; triton {tree.triton}")
-    # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
-    # fork, which the build compiles); build_aotriton adds them to the same checkout later.
+    # no submodules: the check needs none; build_aotriton adds them to this checkout later
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
     apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
     run_check(tree, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

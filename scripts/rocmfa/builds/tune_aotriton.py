@@ -2,8 +2,6 @@
 in pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate`
 passes; a stopped run resumes from the work dir's queue. docs/tuning.md."""
 
-from __future__ import annotations
-
 import os
 import shutil
 import socket
@@ -21,7 +19,6 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import REPO_ROOT, BuildAotritonOptions, TuneAotritonOptions
 from rocmfa.sources import checkouts
 
-PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
@@ -65,7 +62,7 @@ class Postgres:
 def find_postgres(prefix: Path | None) -> Path | None:
     """The directory holding initdb, pg_ctl and psql: the env's, Debian's, then PATH's."""
     dirs = [prefix / "bin"] if prefix else []
-    dirs += [Path(d) for d in PG_BIN_DIRS]
+    dirs += [Path(f"/usr/lib/postgresql/{v}/bin") for v in (17, 16, 15)]
     if found := shutil.which("initdb"):
         dirs.append(Path(found).resolve().parent)
     tools = ("initdb", "pg_ctl", "psql")

@@ -10,15 +10,7 @@ from rocmfa.plumbing import options, pin_files
 from rocmfa.plumbing.commands import Runner, last_line, runner_for
 from rocmfa.plumbing.errors import UserError, require
 from rocmfa.plumbing.options import UpdatePinsOptions
-from rocmfa.sources import pins
-from rocmfa.sources.checkouts import (
-    available_patch_sets,
-    check_set_applies,
-    fetch_commit,
-    git,
-    patch_set_dir,
-    patch_set_for,
-)
+from rocmfa.sources import checkouts, pins
 
 AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
 
@@ -127,12 +119,12 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             continue
         if companion:
             torch = pins.load_pin("pytorch", directory, workdir=work)
-            origin, new, where = companion_from_torch(component.get("related"), torch, work)
+            origin, new, named_in = companion_from_torch(component.get("related"), torch, work)
             if new is None:
-                raise UserError(f"{name}: {where} names no commit for it")
+                raise UserError(f"{name}: {named_in} names no commit for it")
             if origin:  # TheRock's manifest takes the origin from there too
                 pin_files.set_values(path, name, {"url": origin})
-            runner.say(f"{name}: from {where}")
+            runner.say(f"{name}: from {named_in}")
         else:
             new = ls_remote(runner, url, ref)
         if new == old:
@@ -180,10 +172,10 @@ def companion_from_torch(related: str | None, torch: pins.Pin, work: Path, *, ch
 
 
 def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
-    if (present := patch_set_for(project, new)) is not None:
+    if (present := checkouts.patch_set_for(project, new)) is not None:
         what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
         return runner.say(f"{project}: {what} present for {new[:12]}")
-    if not (sets := available_patch_sets(project)):
+    if not (sets := checkouts.available_patch_sets(project)):
         return runner.say(f"{project}: no patches")
     runner.say(
         f"{project}: no patch set for {new[:12]} while sets exist for "
@@ -191,23 +183,22 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
         f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
     )
     source = old if old in sets else sets[-1]
-    found = patch_set_for(project, source)
+    found = checkouts.patch_set_for(project, source)
     checkout = options.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins)"
         return runner.say(f"{project}: patch set {source[:12]} not checked at {new[:12]}: {why}")
-    if problem := fetch_commit(runner, checkout, "origin", new):
+    if problem := checkouts.fetch_commit(runner, checkout, "origin", new):
         return runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
-    ok, detail = check_set_applies(found, new, checkout, runner)
+    ok, detail = checkouts.check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
     if ok and port:  # a copy under the new commit (none there: patch_set_for found none)
-        target = patch_set_dir(project, new)
-        shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
+        target = checkouts.patch_set_dir(project, new)
+        shutil.copytree(found.directory, target)
+        manifest = target / "manifest.toml"
         note = f"# Ported by update_pins from {source} (applied cleanly at {new}).\n"
-        (target / "manifest.toml").write_text(
-            note + (found.directory / "manifest.toml").read_text()
-        )
+        manifest.write_text(note + manifest.read_text())
         runner.say(f"{project}: ported the set to {target}")
     elif ok:
         runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
@@ -218,11 +209,11 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     if not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins); the list is kept"
         return runner.say(f"{table}: submodule paths not re-read at {commit[:12]}: {why}")
-    if problem := fetch_commit(runner, checkout, url, commit):
+    if problem := checkouts.fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     paths, unmapped = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(paths)})
-    show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
+    show = checkouts.git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
     if tag := show.stdout.strip():  # its configure clones aiter by tag: pinned at a commit here
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
@@ -243,9 +234,11 @@ def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) 
 
 def read_tree_submodules(runner: Runner, repo: Path, commit: str):
     """(gitlinks at commit that .gitmodules maps: initialisable, those it does not) (read-only)."""
-    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
+    tree = checkouts.git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
     gitlinks = sorted(line.partition("\t")[2] for line in tree if line.startswith("160000 "))
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
-    config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
+    config = checkouts.git(
+        runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False
+    )
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
     return tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
