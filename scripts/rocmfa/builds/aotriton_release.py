@@ -1,6 +1,5 @@
-"""build_aotriton's release path: AOTriton's prebuilt runtime plus this arch's image pack,
-sha256-verified, cached in <work>/downloads/aotriton/; sums from pins/aotriton.toml or PyTorch's
-aotriton.cmake; $ROCMFA_AOTRITON_BASE_URL: a mirror."""
+"""build_aotriton's release path: AOTriton's runtime and this arch's image pack, checked against
+the sha256 in pins/aotriton.toml or torch's aotriton.cmake ($ROCMFA_AOTRITON_BASE_URL: a mirror)."""
 
 import functools
 import os
@@ -50,8 +49,7 @@ def release_info(pin: Pin, version: str) -> Release:
         names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
     else:
         resolved = pin.data.get("pytorch_cmake")
-        cmake = getattr(resolved, "cmake", None)
-        if cmake is None or cmake.version != version:
+        if (cmake := getattr(resolved, "cmake", None)) is None or cmake.version != version:
             raise UserError(
                 f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
                 "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"

@@ -1,6 +1,5 @@
-"""`nox -s build_ck`: composable_kernel (rocm-libraries projects/composablekernel) for this
-arch with the env's ROCm SDK compilers, library only unless tests/examples are asked for, into
-the env prefix. docs/pytorch-and-ck.md; interfaces at 05d98566: docs/upstream-interfaces.md."""
+"""`nox -s build_ck`: composable_kernel (rocm-libraries) for this arch with the env's ROCm SDK
+compilers, into the env; docs/pytorch-and-ck.md, docs/upstream-interfaces.md (at 05d98566)."""
 
 import os
 import shutil
@@ -23,16 +22,14 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
     """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
     asked = rocm_sdk.read_paths(session, session.tool("rocm-sdk"))  # session.ask: a plan's too
     root = Path(asked["root"])
-    cmake_prefix = asked["cmake"]
-    version = asked["version"]
     if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
         session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
-        return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
+        return asked["cmake"], root / "bin/amdclang", root / "bin/amdclang++", asked["version"]
     for d, name in ((root / "bin", "amdclang"), (root / "lib" / "llvm" / "bin", "clang")):
         c = d / name
         cxx = d / f"{name}++"
         if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
-            return cmake_prefix, c, cxx, version
+            return asked["cmake"], c, cxx, asked["version"]
     raise UserError(
         f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
         "is rocm[devel] installed? run: nox -s setup_env"

@@ -63,7 +63,6 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
-    """name -> (size, mtime_ns) of the wheel files in directory."""
     return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in directory.glob("*.whl")}
 
 
@@ -75,17 +74,16 @@ def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, An
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
         path = out / name
-        records.append(
-            {
-                "project": str(project),
-                "version": str(version),
-                "tags": sorted(str(t) for t in tags),
-                "file": str(path),
-                "sha256": stamps.file_sha256(path),
-                "size": path.stat().st_size,
-                "stage": stage,
-            }
-        )
+        record = {
+            "project": str(project),
+            "version": str(version),
+            "tags": sorted(str(t) for t in tags),
+            "file": str(path),
+            "sha256": stamps.file_sha256(path),
+            "size": path.stat().st_size,
+            "stage": stage,
+        }
+        records.append(record)
     wanted = next(c.wheels for c in COMPONENTS if c.stage == stage)  # torch's: not triton's
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
@@ -202,9 +200,7 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say(
-            "AOTriton: none built here; torch's build fetches the one its aotriton.cmake pins"
-        )
+        runner.say("AOTriton: none built here; torch's build fetches what its aotriton.cmake pins")
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
@@ -260,20 +256,18 @@ def make_context(opts: BuildPytorchOptions) -> Context:
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "checkout":
         pin = ctx.pytorch_pin
-        keys = [c.key for c in ctx.components()]
-        sets = {k: checkouts.available_patch_sets(k) for k in keys}  # digests: their patches
+        sets = {c.key: checkouts.available_patch_sets(c.key) for c in ctx.components()}
         return {
             "therock": ctx.therock_pin.commit,
             "pytorch": [pin.url, pin.commit],
             "companions": {c.key: pin.data.get(c.pin_key) for c in ctx.components()},
-            "patches": {k: [checkouts.patch_set_digest(k, c) for c in sets[k]] for k in keys},
+            "patches": {k: [checkouts.patch_set_digest(k, c) for c in v] for k, v in sets.items()},
             "depth": CHECKOUT_DEPTH,
         }
     dep = AFTER.get(stage)
     return {
         "after": (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest")),
         "config": stage_config(ctx, stage),
-        "rocm": ctx.rocm_version,
         "python": ctx.python_tag,
         "env": ctx.env_identity,
         "compile_cache": ctx.cache.spec.tool if ctx.opts.cache else None,
@@ -340,9 +334,8 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     changes = ctx.runner.apply(checkouts.tracked_changes, ctx.runner, dest)
     if changes is None:  # a plan: TheRock's checkout does not run either
         return
-    head = read_head(dest)
     problem = f"has local edits ('{changes[0].strip()}')" if changes else None
-    if not changes and recorded and head != recorded:
+    if not changes and recorded and (head := read_head(dest)) != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
         raise UserError(
@@ -429,8 +422,7 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean = ctx.opts.clean
     config = stage_config(ctx, stage)
-    previous = stamps.read(config_file)
-    if previous is not None and previous != config and not clean:
+    if (previous := stamps.read(config_file)) is not None and previous != config and not clean:
         ctx.runner.say(
             f"{stage}: build settings changed since the last build ({previous} -> {config}); "
             "passing --clean so the CMake cache does not keep the old ones"
@@ -502,8 +494,7 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
         "stages": ctx.enabled,
         "wheels": wheels,
     }
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    stamps.write_text_atomic(manifest_path(ctx.work), text)
+    stamps.write_text_atomic(manifest_path(ctx.work), json.dumps(manifest, indent=2))
     return manifest
 
 

@@ -1,6 +1,5 @@
-"""`nox -s kernel_check`: AOTriton's own generator on the patched tree, then a stratified sample
-of its compile jobs with the Triton pins/kernel_compiler.toml records (no ROCm, no GPU); also
-run by build_aotriton and tune_aotriton before their build. docs/kernel-check.md."""
+"""`nox -s kernel_check` (docs/kernel-check.md): AOTriton's generator on the patched tree, then
+a sample of its compile jobs with the recorded Triton, no GPU; builds run it before cmake too."""
 
 import functools
 import json
@@ -35,8 +34,7 @@ def summary_path(work: Path, arch: str) -> Path:  # the check of work/src/aotrit
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
-    given = os.environ.get(kernel_build.PYTHON_ENV)
-    if given:
+    if given := os.environ.get(kernel_build.PYTHON_ENV):
         runner.say(f"kernel check: compiler Python {given} (${kernel_build.PYTHON_ENV})")
         return given
     venv = work / kernel_build.VENV.format(tree.triton)
@@ -99,8 +97,7 @@ def settings_line(python: str | None) -> str:
 
 
 def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chosen, say):
-    """Each chosen job from the store or compiled (one line on a failure); counts per family,
-    said as a table."""
+    """Each chosen job from the store or compiled; counts per family, said as a table."""
     context = tree.key_context()
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -130,7 +127,7 @@ def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chose
 
 def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, store=None):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
-    say = runner.say  # work/src/aotriton
+    say = runner.say
     began = time.monotonic()
     work = tree.src.parents[1]
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
@@ -152,8 +149,7 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
         example = " ".join([*(f"{k}={v}" for k, v in sets.items()), shlex.join(argv)])
         settings = settings_line(kernel_build.known_python(work, tree.triton))
         return say(f"{line}\n  {example}\n  {settings}\n  summary: {tree.build / SUMMARY}")
-    all_jobs = kernel_build.read_jobs(bare)
-    if not all_jobs:
+    if not (all_jobs := kernel_build.read_jobs(bare)):
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
     chosen = kernel_build.sample(all_jobs, size)
     where = store.describe() if store else "none"
@@ -197,8 +193,8 @@ def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
         kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
         return runner.say("kernel check: skipped (--no-images compiles no kernel)")
-    triton = kernel_build.recorded_triton(ctx.pin.commit)  # --workers: build_aotriton checked
-    if triton is None:
+    # none with --workers: build_aotriton has refused that already
+    if (triton := kernel_build.recorded_triton(ctx.pin.commit)) is None:
         return runner.say(f"kernel check: {kernel_build.NO_TRITON.format(ctx.pin.commit)}; skipped")
     tree = Tree(src, ctx.pin.commit, ctx.arch.name, triton)
     run_check(tree, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
@@ -207,7 +203,6 @@ def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
 
 
 def kernel_check(opts: Any) -> None:
-    """The session: check out and patch the tree (as build_aotriton does), then run_check."""
     choice = archs.resolve_arch(opts.arch)
     runner = runner_for(opts)
     work = options.workdir(opts.workdir)

@@ -1,6 +1,5 @@
-"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine, its database stored
-in pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate`
-passes; a stopped run resumes from the work dir's queue. docs/tuning.md."""
+"""`nox -s tune_aotriton` (docs/tuning.md): AOTriton's Tuner v3.5 here, its database stored in
+pins/tuning/aotriton/<commit>/<arch>/, the rebuild kept only when `validate` passes."""
 
 import os
 import shutil
@@ -151,12 +150,10 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     commit = ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
-    stored = checkouts.find_tuning(commit, arch)
-    if stored is not None and not opts.force:
+    if (stored := checkouts.find_tuning(commit, arch)) is not None and not opts.force:
         return runner.say(f"already tuned: {stored.describe()}; nothing run (--force to redo)")
     src = ba.check_out(ctx)
-    bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
-    if bin_dir is None:
+    if (bin_dir := find_postgres(ctx.prefix if ctx.session.ready else None)) is None:
         runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
     pg = Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")

@@ -9,7 +9,6 @@ from urllib.parse import urlparse
 from rocmfa.plumbing import options, pin_files
 from rocmfa.plumbing.commands import Runner, last_line, runner_for
 from rocmfa.plumbing.errors import UserError, require
-from rocmfa.plumbing.options import UpdatePinsOptions
 from rocmfa.sources import checkouts, pins
 
 AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
@@ -30,7 +29,7 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
     raise UserError(f"{url} has no ref '{ref}' (branch or tag)")
 
 
-def update_pins(opts: UpdatePinsOptions) -> None:
+def update_pins(opts: options.UpdatePinsOptions) -> None:
     runner = runner_for(opts)
     failures = {}
     pair = {"pytorch", "aotriton"}
@@ -52,9 +51,8 @@ def update_pins(opts: UpdatePinsOptions) -> None:
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {step}: {error}")
 
 
-def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> pins.Pin:
-    """project's pin; unresolved: resolved, checked and recorded as update_pins does (a dry run:
-    a pin whose commit is a named placeholder)."""
+def resolve_for_build(project: str, runner: Runner, *, workdir: Path, force: bool) -> pins.Pin:
+    """project's pin; an unresolved one resolved, checked and recorded as update_pins does."""
     directory = pin_files.pins_dir()
     with contextlib.suppress(pin_files.Unresolved):
         return pins.load_pin(project, directory, workdir=workdir)
@@ -66,13 +64,12 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         runner.say(later)
         planned = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
         return pins.pin_of(project, {**table, "commit": planned}, pin_files.display(path))
-    work = options.workdir(workdir)
     before = path.read_text()
     said = io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
         try:
-            _update_project(project, directory, work, quiet, port=False)
+            _update_project(project, directory, workdir, quiet, port=False)
         except UserError as e:
             raise UserError(
                 f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
@@ -80,11 +77,11 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
                 "$ROCMFA_PINS_DIR at resolved pins"
             ) from None
         if project in ("pytorch", "aotriton"):
-            _check_pin_set(directory, work, quiet, force=force)
+            _check_pin_set(directory, workdir, quiet, force=force)
     except UserError:
         path.write_text(before)  # never a recorded pin that was not checked
         raise
-    pin = pins.load_pin(project, directory, workdir=work)
+    pin = pins.load_pin(project, directory, workdir=workdir)
     done = f"{project}: resolved {ref} to {pin.commit[:12]}, checked it and recorded it in {path}"
     runner.say(f"{done} (as nox -s update_pins does)")
     for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
@@ -153,9 +150,8 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
 
 
 def companion_from_torch(related: str | None, torch: pins.Pin, work: Path, *, checkout=False):
-    """(origin or None, commit or None, where): what the torch pin names for a companion - its
-    related_commits entry `related`, else (triton) its ci_commit_pins file, as TheRock's source
-    manifest reads them - in the torch checkout as it is (checkout), else at the pin's commit."""
+    """(origin, commit, where) torch names for a companion, as TheRock reads them: its entry in
+    related_commits, else (triton) ci_commit_pins; in torch's checkout, else at the pin's commit."""
     path = "related_commits" if related else pin_files.TRITON_PIN
     where = f"torch {torch.commit[:12]} {path}"
     file = options.src_dir(work, "pytorch") / path
