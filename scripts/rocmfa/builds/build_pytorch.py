@@ -261,7 +261,9 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
             "therock": ctx.therock_pin.commit,
             "pytorch": [pin.url, pin.commit],
             "companions": {c.key: pin.data.get(c.pin_key) for c in ctx.components()},
-            "patches": {k: [checkouts.patch_set_digest(k, c) for c in v] for k, v in sets.items()},
+            "patches": {
+                k: {c: checkouts.patch_set_digest(k, c) for c in v} for k, v in sets.items()
+            },
             "depth": CHECKOUT_DEPTH,
         }
     dep = AFTER.get(stage)
@@ -423,10 +425,8 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     clean = ctx.opts.clean
     config = stage_config(ctx, stage)
     if (previous := stamps.read(config_file)) is not None and previous != config and not clean:
-        ctx.runner.say(
-            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
-            "passing --clean so the CMake cache does not keep the old ones"
-        )
+        changed = f"{stage}: build settings changed since the last build ({previous} -> {config})"
+        ctx.runner.say(f"{changed}; passing --clean so the CMake cache keeps none of the old ones")
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":

@@ -158,10 +158,8 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(
-            f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}"
-        )
+        what = f"{len(left)} (kernel, num_warps/num_stages/waves_per_eu) combinations"
+        say(f"kernel check: --sample {size} leaves out {what}: {combos}")
     say(f"kernel check: {settings_line(python)}")
     patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen, say)
     summary = {
