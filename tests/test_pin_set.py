@@ -167,7 +167,7 @@ def test_release_lists_read_as_cmake_does_first_entry_and_bz2(tmp_path: Path) ->
         "99f540a954e80f446ec6980f108e8c25408f1823", "0.4.2b", "test", parsed
     )
     pin = pins.Pin("aotriton", "u", "r", resolved.commit, "t", {"pytorch_cmake": resolved})
-    info = aotriton_release.release_info(pin, "0.4.2b", environ={})
+    info = aotriton_release.release_info(pin, "0.4.2b")
     # CMake's list(FIND ... "rocm6.2") is the first index: manylinux_2_17 and its sum
     assert info.runtime == {"6.2": ("manylinux_2_17", OLD_SUM)}
     assert info.runtime_name.endswith("-shared.tar.bz2") and info.images_name.endswith(".tar.bz2")

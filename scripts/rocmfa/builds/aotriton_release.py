@@ -1,6 +1,5 @@
-"""build_aotriton's release path: AOTriton's prebuilt runtime plus this arch's image pack,
-sha256-verified, cached in <work>/downloads/aotriton/; sums from pins/aotriton.toml or PyTorch's
-aotriton.cmake; $ROCMFA_AOTRITON_BASE_URL: a mirror."""
+"""build_aotriton's release path: AOTriton's runtime and this arch's image pack, checked against
+the sha256 in pins/aotriton.toml or torch's aotriton.cmake ($ROCMFA_AOTRITON_BASE_URL: a mirror)."""
 
 import functools
 import os
@@ -18,7 +17,6 @@ from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources.pins import Pin
 
-BASE_URL_ENV = "ROCMFA_AOTRITON_BASE_URL"
 DEFAULT_BASE_URL = "https://github.com/ROCm/aotriton/releases/download/"
 RUNTIME_NAME = "aotriton-{version}-{manylinux}_{hostarch}-rocm{rocm}-shared.tar.gz"
 IMAGES_NAME = "aotriton-{version}-images-amd-{pack}.tar.gz"
@@ -35,12 +33,11 @@ class Release:
     source: str
 
 
-def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = None) -> Release:
-    environ = os.environ if environ is None else environ
+def release_info(pin: Pin, version: str) -> Release:
     table = pin.data.get("release")
     where = f"{pin.source} [aotriton.release]"
+    runtime: dict[str, tuple[str, str]] = {}  # "7.15" -> (manylinux, sha256)
     if isinstance(table, dict) and table.get("version", version) == version:
-        runtime: dict[str, tuple[str, str]] = {}
         for rocm, entry in (table.get("runtime_sha256") or {}).items():
             pair = isinstance(entry, list) and len(entry) == 2
             if not (pair and all(isinstance(e, str) for e in entry)):
@@ -52,14 +49,12 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         names = (table.get("runtime", RUNTIME_NAME), table.get("images", IMAGES_NAME))
     else:
         resolved = pin.data.get("pytorch_cmake")
-        cmake = getattr(resolved, "cmake", None)
-        if cmake is None or cmake.version != version:
+        if (cmake := getattr(resolved, "cmake", None)) is None or cmake.version != version:
             raise UserError(
                 f"no release sums for AOTriton {version}: add an [aotriton.release] table with "
                 "version, runtime_sha256 and image_sha256 to pins/aotriton.toml"
             )
         got = cmake.lists.get
-        runtime = {}
         images = {}
         lists = (got(f"__AOTRITON_{n}_LIST", ()) for n in ("ROCM", "MANYLINUX", "SHA256"))
         for r, m, sha in zip(*lists, strict=False):  # list(FIND): the first of a ROCm twice
@@ -72,7 +67,7 @@ def release_info(pin: Pin, version: str, environ: Mapping[str, str] | None = Non
         names = tuple(n.replace(".tar.gz", f".tar.{z}") for n in (RUNTIME_NAME, IMAGES_NAME))
         base = DEFAULT_BASE_URL
         source = resolved.source
-    base = (environ.get(BASE_URL_ENV) or base).rstrip("/") + "/"
+    base = (options.environment().aotriton_base_url or base).rstrip("/") + "/"
     return Release(version, base, names[0], names[1], runtime, images, source)
 
 
@@ -117,20 +112,19 @@ def fetch_release(ctx, runner: Runner, into: Path, rocm: str):
     fields = dict(
         version=info.version, hostarch=platform.machine(), pack=pack, rocm=rocm, manylinux=manylinux
     )
-    wanted = [
-        (info.runtime_name, runtime_sha, f"the ROCm {rocm} runtime"),
-        (info.images_name, info.images[pack], f"image pack amd-{pack}"),
-    ]
-    for _name, sha, what in wanted:
-        real_sum(sha, f"{what} of AOTriton {info.version}", info.source)
+    of = f"of AOTriton {info.version}"
+    wanted = {  # both sums checked before any download
+        info.runtime_name: real_sum(runtime_sha, f"the ROCm {rocm} runtime {of}", info.source),
+        info.images_name: real_sum(info.images[pack], f"image pack amd-{pack} {of}", info.source),
+    }
     cache = options.downloads_dir(ctx.work) / "aotriton" / info.version
     tars = []
-    for name, sha, _what in wanted:
+    for name, sha in wanted.items():
         dest = cache / name.format(**fields)
         url = f"{info.base_url}{info.version}/{dest.name}"
         if not (dest.is_file() and stamps.file_sha256(dest) == sha):
             host = urllib.parse.urlsplit(url).netloc or url
-            fix = f"{host} unreachable or offline? set ${BASE_URL_ENV} to a mirror of the releases"
+            fix = f"{host} unreachable or offline? set $ROCMFA_AOTRITON_BASE_URL to a mirror of it"
             fetch = functools.partial(downloads.fetch_pinned, fix=fix, say=runner.say)
             runner.apply(fetch, url, dest, sha, say=f"download {url} (sha256 {sha[:12]}…)")
         tars.append(dest)

@@ -1,6 +1,5 @@
-"""`nox -s build_ck`: composable_kernel (rocm-libraries projects/composablekernel) for this
-arch with the env's ROCm SDK compilers, library only unless tests/examples are asked for, into
-the env prefix. docs/pytorch-and-ck.md; interfaces at 05d98566: docs/upstream-interfaces.md."""
+"""`nox -s build_ck`: composable_kernel (rocm-libraries) for this arch with the env's ROCm SDK
+compilers, into the env; docs/pytorch-and-ck.md, docs/upstream-interfaces.md (at 05d98566)."""
 
 import os
 import shutil
@@ -23,16 +22,14 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
     """The env SDK's (cmake prefix, C and C++ compiler: amdclang or llvm clang, ROCm version)."""
     asked = rocm_sdk.read_paths(session, session.tool("rocm-sdk"))  # session.ask: a plan's too
     root = Path(asked["root"])
-    cmake_prefix = asked["cmake"]
-    version = asked["version"]
     if not root.is_dir():  # a plan before setup_env: where rocm[devel] puts them
         session.runner.refuse(f"no ROCm SDK at {root}; run: nox -s setup_env")
-        return cmake_prefix, root / "bin" / "amdclang", root / "bin" / "amdclang++", version
+        return asked["cmake"], root / "bin/amdclang", root / "bin/amdclang++", asked["version"]
     for d, name in ((root / "bin", "amdclang"), (root / "lib" / "llvm" / "bin", "clang")):
         c = d / name
         cxx = d / f"{name}++"
         if os.access(c, os.X_OK) and os.access(cxx, os.X_OK):
-            return cmake_prefix, c, cxx, version
+            return asked["cmake"], c, cxx, asked["version"]
     raise UserError(
         f"no amdclang/amdclang++ in the env's ROCm SDK ({root}/bin or lib/llvm/bin); "
         "is rocm[devel] installed? run: nox -s setup_env"
@@ -40,7 +37,6 @@ def compilers(session: session_env.SessionEnv) -> tuple[str, Path, Path, str]:
 
 
 def announce(session: session_env.SessionEnv, opts: BuildCkOptions, pin: Any) -> None:
-    """What this CK build is and is not for, and its pin."""
     say = session.runner.say
     arch = session.arch
     subdir = pin.data.get("subdir")
@@ -93,7 +89,7 @@ def build_ck(opts: BuildCkOptions) -> None:
     pin = pins.load_pin(CK, workdir=work)
     announce(session, opts, pin)
     sdk = compilers(session)
-    _cmake_prefix, cc, cxx, rocm_version = sdk
+    _cmake_prefix, _cc, cxx, rocm_version = sdk
     cmake = session.tool("cmake")
     _ninja = session.tool("ninja")
     jobs, why = choose_jobs(opts.jobs, CK_GIB_PER_JOB)
@@ -102,15 +98,12 @@ def build_ck(opts: BuildCkOptions) -> None:
     build = options.build_dir(work, CK)
     subdir = str(pin.data.get("subdir") or "")
     env = session_env.env_identity(prefix)
+    configure = cmake_args(arch, opts, checkout / subdir, build, prefix, sdk)
     inputs = {
-        "pin": [pin.url, pin.commit, subdir],
-        "arch": arch.name,
+        "pin": [pin.url, pin.commit],
         "patches": checkouts.patch_set_digest(CK, pin.commit),
-        "tests": bool(opts.with_tests),
-        "examples": bool(opts.with_examples),
-        "compilers": [str(cc), str(cxx)],
+        "configure": configure,  # arch, compilers, tests/examples, the prefix
         "rocm": rocm_version,
-        "prefix": str(prefix),
         "env": env,
     }
     stamp = options.stamp_path(work, "build_ck")
@@ -129,7 +122,6 @@ def build_ck(opts: BuildCkOptions) -> None:
         runner.apply(shutil.rmtree, build, say=f"{why}: removing {build}")
     runner.apply(stamp.unlink, missing_ok=True)
     runner.apply(build.mkdir, parents=True, exist_ok=True)
-    configure = cmake_args(arch, opts, checkout / subdir, build, prefix, sdk)
     tools = {"rocm": rocm_version, "cxx": str(cxx), "env": env}
     cache = compile_cache.plan_cache(
         opts.cache, work=work, arch=arch.name, toolchain=tools, env=session.environ, runner=runner

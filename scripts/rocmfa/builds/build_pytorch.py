@@ -18,7 +18,6 @@ from rocmfa.builds import compile_cache
 from rocmfa.builds.build_aotriton import check_pairing
 from rocmfa.env import rocm_sdk, session_env
 from rocmfa.env.doctor import torch_path
-from rocmfa.env.session_env import OnSession, SessionEnv, open_env
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import choose_jobs
 from rocmfa.plumbing.errors import UserError
@@ -64,7 +63,6 @@ def install_argv(python: Path, files: list[str]) -> list[str]:
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
-    """name -> (size, mtime_ns) of the wheel files in directory."""
     return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in directory.glob("*.whl")}
 
 
@@ -76,49 +74,39 @@ def produced_wheels(out: Path, before: Mapping, stage: str) -> list[dict[str, An
         except InvalidWheelFilename as e:
             raise UserError(f"{out / name}: not a valid wheel file name ({e})") from None
         path = out / name
-        records.append(
-            {
-                "project": str(project),
-                "version": str(version),
-                "tags": sorted(str(t) for t in tags),
-                "file": str(path),
-                "sha256": stamps.file_sha256(path),
-                "size": path.stat().st_size,
-                "stage": stage,
-            }
-        )
+        record = {
+            "project": str(project),
+            "version": str(version),
+            "tags": sorted(str(t) for t in tags),
+            "file": str(path),
+            "sha256": stamps.file_sha256(path),
+            "size": path.stat().st_size,
+            "stage": stage,
+        }
+        records.append(record)
     wanted = next(c.wheels for c in COMPONENTS if c.stage == stage)  # torch's: not triton's
     if not any(r["project"] in wanted for r in records):
         raise UserError(f"stage {stage} finished but no {'/'.join(wanted)} wheel appeared in {out}")
     return records
 
 
-def resolve_source(component: Component, pytorch_pin: pins.Pin, torch_dir: Path) -> tuple:
+def resolve_source(component: Component, pytorch_pin: pins.Pin, work: Path) -> tuple:
     """(origin, hashtag, how): an explicit [pytorch.<x>] pin, else what the pinned PyTorch says."""
     if component.key == "pytorch":
         return pytorch_pin.url, pytorch_pin.commit, pytorch_pin.source
-    table = pytorch_pin.data.get(component.pin_key)
-    table = table if isinstance(table, dict) else {}
-    where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
+    table = pytorch_pin.data.get(component.pin_key) or {}
     ref = table.get("ref") if table.get("ref") != pin_files.FROM_PYTORCH else None
-    url = table.get("url")
-    at = f"pytorch {pytorch_pin.commit[:12]}"
     if table.get("commit") or ref:  # a commit, else a tag or branch
-        return url, table.get("commit") or ref, where
-    if component.key == "triton":
-        pinned = torch_dir / pin_files.TRITON_PIN
-        commit = pinned.read_text().strip() if pinned.is_file() else None
-        how = f"{at} {pin_files.TRITON_PIN}" + ("" if commit else " (after checkout)")
-        return url or "https://github.com/ROCm/triton.git", commit, how
-    if not (torch_dir / ".git").exists():
-        return url, None, f"{at} related_commits (after checkout)"
-    related = torch_dir / "related_commits"  # (origin, commit) for os 'ubuntu', as TheRock reads
-    text = related.read_text() if related.is_file() else ""
-    found = pins.parse_related_commits(text, str(related)) if text else {}
-    if component.related not in found:
-        return url, None, f"TheRock's default ({at} has no related_commits entry)"
-    origin, commit = found[component.related]
-    return url or origin, commit, f"{at} related_commits"
+        where = f"pins/pytorch.toml [pytorch.{component.pin_key}]"
+        return table.get("url"), table.get("commit") or ref, where
+    origin, commit, how = update_pins.companion_from_torch(
+        component.related, pytorch_pin, work, checkout=True
+    )
+    if component.key == "triton":  # its ci_commit_pins file names no origin
+        origin = "https://github.com/ROCm/triton.git"
+    if commit is None:  # no entry there, or (a plan) no torch checkout yet
+        how += " (read after torch's checkout; none: TheRock's default)"
+    return table.get("url") or origin, commit, how
 
 
 def read_head(checkout: Path) -> str | None:
@@ -129,8 +117,8 @@ def read_head(checkout: Path) -> str | None:
 
 
 @dataclass(frozen=True)
-class Context(OnSession):
-    session: SessionEnv
+class Context(session_env.OnSession):
+    session: session_env.SessionEnv
     opts: BuildPytorchOptions
     therock_pin: pins.Pin
     pytorch_pin: pins.Pin
@@ -197,7 +185,6 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
         how = "build_aotriton, which fills it earlier in this run"
         digest = "<digest of build_aotriton's build to come>"
     patched = False
-    version = ""
     if not arch.aotriton_supported() and arch.aotriton_patched:
         version = str(pins.load_pin("aotriton", workdir=work).data.get("version") or "")
         patched = bool(arch.aotriton_patched_pack(version))
@@ -213,14 +200,12 @@ def aotriton_for_torch(arch: Any, work: Path, runner: Any, requested: str | None
     if aotriton:
         runner.say(f"AOTriton: {aotriton} from {how} -> AOTRITON_INSTALLED_PREFIX")
     elif arch.aotriton_supported():
-        runner.say(
-            "AOTriton: none built here; torch's build fetches the one its aotriton.cmake pins"
-        )
+        runner.say("AOTriton: none built here; torch's build fetches what its aotriton.cmake pins")
     return aotriton, digest if aotriton else "", arch.aotriton_supported() or patched
 
 
 def make_context(opts: BuildPytorchOptions) -> Context:
-    session = open_env(opts)
+    session = session_env.open_env(opts)
     arch = session.arch
     work = session.work
     runner = session.runner
@@ -271,14 +256,13 @@ def make_context(opts: BuildPytorchOptions) -> Context:
 def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     if stage == "checkout":
         pin = ctx.pytorch_pin
-        components = ctx.components()
-        sets = {c.key: checkouts.available_patch_sets(c.key) for c in components}
+        sets = {c.key: checkouts.available_patch_sets(c.key) for c in ctx.components()}
         return {
             "therock": ctx.therock_pin.commit,
             "pytorch": [pin.url, pin.commit],
-            "companions": {c.key: pin.data.get(c.pin_key) for c in components},
+            "companions": {c.key: pin.data.get(c.pin_key) for c in ctx.components()},
             "patches": {
-                k: {s: checkouts.patch_set_digest(k, s) for s in v} for k, v in sets.items()
+                k: {c: checkouts.patch_set_digest(k, c) for c in v} for k, v in sets.items()
             },
             "depth": CHECKOUT_DEPTH,
         }
@@ -286,7 +270,6 @@ def stage_inputs(ctx: Context, stage: str) -> dict[str, Any]:
     return {
         "after": (dep, (stamps.read(stage_stamp(ctx.work, dep)) or {}).get("inputs_digest")),
         "config": stage_config(ctx, stage),
-        "rocm": ctx.rocm_version,
         "python": ctx.python_tag,
         "env": ctx.env_identity,
         "compile_cache": ctx.cache.spec.tool if ctx.opts.cache else None,
@@ -310,21 +293,13 @@ def stage_config(ctx: Context, stage: str) -> dict[str, Any]:
 def version_suffix(ctx: Context) -> str:
     """The wheels' version suffix `+rocmfa<identity>.rocm<SDK>`: TheRock's default
     (+rocm<SDK> or +devrocm<SDK> @ 89553ce3) with this build's identity first."""
-    stamp = stamps.read(stage_stamp(ctx.work, "checkout")) or {}
-    if not stamps.is_current(stage_stamp(ctx.work, "checkout"), stage_inputs(ctx, "checkout")):
+    checkout = stage_stamp(ctx.work, "checkout")
+    if not stamps.is_current(checkout, stage_inputs(ctx, "checkout")):
         identity = "<identity: digest of the checkout's commits and patches, after checkout>"
-    else:
-        found = sorted((stamp.get("sources") or {}).items())
-        sources = {k: [v.get("hashtag"), v.get("patches")] for k, v in found}
-        facts = {
-            "therock": ctx.therock_pin.commit,
-            "heads": stamp.get("heads"),
-            "sources": sources,
-            "aotriton": ctx.aotriton_digest,
-            "arch": ctx.arch.name,
-            "rocm": ctx.rocm_version,
-        }
-        identity = stamps.digest(facts)[:8]
+    else:  # the checkout's inputs (pins, patch sets) and heads, and what torch is built with
+        stamp = stamps.read(checkout) or {}
+        built = [ctx.aotriton_digest, ctx.arch.name, ctx.rocm_version]
+        identity = stamps.digest([stamp["inputs_digest"], stamp.get("heads"), *built])[:8]
     sdk = ctx.rocm_version
     with contextlib.suppress(InvalidVersion):  # a plan's placeholder is shown as it is
         sdk = str(Version(sdk)).replace("+", "-")
@@ -361,9 +336,8 @@ def protect_checkout(ctx: Context, dest: Path, recorded: str | None) -> None:
     changes = ctx.runner.apply(checkouts.tracked_changes, ctx.runner, dest)
     if changes is None:  # a plan: TheRock's checkout does not run either
         return
-    head = read_head(dest)
     problem = f"has local edits ('{changes[0].strip()}')" if changes else None
-    if not changes and recorded and head != recorded:
+    if not changes and recorded and (head := read_head(dest)) != recorded:
         problem = f"HEAD {str(head)[:12]} is not the {recorded[:12]} this build left there"
     if problem and not ctx.opts.discard_local_edits:
         raise UserError(
@@ -381,8 +355,8 @@ def check_out(ctx: Context, component: Component, recorded: str | None) -> dict[
     dest = ctx.src(key)
     script = ctx.scripts_dir / f"pytorch_{name}_repo.py"
     protect_checkout(ctx, dest, recorded)
-    origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.src("pytorch"))
-    if hashtag is None:  # a plan reads related_commits only after the checkout
+    origin, hashtag, how = resolve_source(component, ctx.pytorch_pin, ctx.work)
+    if hashtag is None:
         pin_it = f"pin it in pins/pytorch.toml [pytorch.{component.pin_key}]"
         warning = f"warning: {key} is not pinned ({how}); TheRock picks its default - {pin_it}"
         ctx.runner.apply(ctx.runner.say, warning)
@@ -442,8 +416,7 @@ def write_source_manifest(ctx: Context, sources: Mapping[str, Mapping[str, Any]]
         "branch": ctx.therock_pin.ref,
         "version": ctx.rocm_version,
     }
-    text = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
-    stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, text)
+    stamps.write_text_atomic(ctx.work / SOURCE_MANIFEST_NAME, json.dumps(manifest, indent=2))
 
 
 def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
@@ -451,12 +424,9 @@ def run_build_stage(ctx: Context, stage: str) -> dict[str, Any]:
     config_file = cwd / f"{stage}.config.json"
     clean = ctx.opts.clean
     config = stage_config(ctx, stage)
-    previous = stamps.read(config_file)
-    if previous is not None and previous != config and not clean:
-        ctx.runner.say(
-            f"{stage}: build settings changed since the last build ({previous} -> {config}); "
-            "passing --clean so the CMake cache does not keep the old ones"
-        )
+    if (previous := stamps.read(config_file)) is not None and previous != config and not clean:
+        changed = f"{stage}: build settings changed since the last build ({previous} -> {config})"
+        ctx.runner.say(f"{changed}; passing --clean so the CMake cache keeps none of the old ones")
         clean = True
     argv = build_argv(ctx, stage, clean)
     if stage == "torch":
@@ -488,9 +458,8 @@ def done(ctx: Context, stage: str) -> bool:
 
 def plan(ctx: Context) -> list[str]:
     order = ctx.enabled
-    only = ctx.opts.only
     start = ctx.opts.only or ctx.opts.from_stage
-    flag = "--only" if only else "--from"  # they exclude each other
+    flag = "--only" if ctx.opts.only else "--from"  # they exclude each other
     if start and start not in order:
         raise UserError(f"{flag} {start}: that stage is not part of this build (see --skip)")
     if start:
@@ -500,7 +469,7 @@ def plan(ctx: Context) -> list[str]:
                     f"{flag} {start}: stage {stage} is not done (or its inputs changed); "
                     f"run without {flag} to resume, or {flag} {stage}"
                 )
-        return [start] if only else order[order.index(start) :]
+        return [start] if ctx.opts.only else order[order.index(start) :]
     if ctx.opts.force:
         return list(order)
     todo: list[str] = []
@@ -525,8 +494,7 @@ def write_manifest(ctx: Context) -> dict[str, Any]:
         "stages": ctx.enabled,
         "wheels": wheels,
     }
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    stamps.write_text_atomic(manifest_path(ctx.work), text)
+    stamps.write_text_atomic(manifest_path(ctx.work), json.dumps(manifest, indent=2))
     return manifest
 
 

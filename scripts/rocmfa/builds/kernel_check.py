@@ -1,6 +1,5 @@
-"""`nox -s kernel_check`: AOTriton's own generator on the patched tree, then a stratified sample
-of its compile jobs with the Triton pins/kernel_compiler.toml records (no ROCm, no GPU); also
-run by build_aotriton and tune_aotriton before their build. docs/kernel-check.md."""
+"""`nox -s kernel_check` (docs/kernel-check.md): AOTriton's generator on the patched tree, then
+a sample of its compile jobs with the recorded Triton, no GPU; builds run it before cmake too."""
 
 import functools
 import json
@@ -35,8 +34,7 @@ def summary_path(work: Path, arch: str) -> Path:  # the check of work/src/aotrit
 
 def compiler_python(tree: Tree, work: Path, runner: Runner) -> str:
     """$ROCMFA_KERNEL_PYTHON, else the check's own venv with the recorded Triton."""
-    given = os.environ.get(kernel_build.PYTHON_ENV)
-    if given:
+    if given := os.environ.get(kernel_build.PYTHON_ENV):
         runner.say(f"kernel check: compiler Python {given} (${kernel_build.PYTHON_ENV})")
         return given
     venv = work / kernel_build.VENV.format(tree.triton)
@@ -99,8 +97,7 @@ def settings_line(python: str | None) -> str:
 
 
 def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chosen, say):
-    """Each chosen job from the store or compiled (one line on a failure); counts per family,
-    said as a table."""
+    """Each chosen job from the store or compiled; counts per family, said as a table."""
     context = tree.key_context()
     compiler = kernel_build.Compiler(python, tree.src / "python/compile.py", dict(context.env))
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -130,7 +127,7 @@ def compile_sample(tree: Tree, python: str, store, threads: int, all_jobs, chose
 
 def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, store=None):
     """The check of a checked-out tree (store: build_aotriton's); the summary (a plan: None)."""
-    say = runner.say  # work/src/aotriton
+    say = runner.say
     began = time.monotonic()
     work = tree.src.parents[1]
     if not (tree.src / "python" / "compile.py").is_file():  # a plan's tree may not be there yet
@@ -152,8 +149,7 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
         example = " ".join([*(f"{k}={v}" for k, v in sets.items()), shlex.join(argv)])
         settings = settings_line(kernel_build.known_python(work, tree.triton))
         return say(f"{line}\n  {example}\n  {settings}\n  summary: {tree.build / SUMMARY}")
-    all_jobs = kernel_build.read_jobs(bare)
-    if not all_jobs:
+    if not (all_jobs := kernel_build.read_jobs(bare)):
         raise UserError(f"kernel check: the generator listed no compile job for {tree.arch}")
     chosen = kernel_build.sample(all_jobs, size)
     where = store.describe() if store else "none"
@@ -162,10 +158,8 @@ def run_check(tree: Tree, *, runner: Runner, cache: Any, jobs=None, size=None, s
     left = sorted(set(map(kernel_build.combo, all_jobs)) - set(map(kernel_build.combo, chosen)))
     if left:
         combos = ", ".join(f"{k} w{w}/s{s}/e{e}" for k, w, s, e in left)
-        say(
-            f"kernel check: --sample {size} leaves out {len(left)} (kernel, num_warps/"
-            f"num_stages/waves_per_eu) combinations: {combos}"
-        )
+        what = f"{len(left)} (kernel, num_warps/num_stages/waves_per_eu) combinations"
+        say(f"kernel check: --sample {size} leaves out {what}: {combos}")
     say(f"kernel check: {settings_line(python)}")
     patches, families = compile_sample(tree, python, store, threads, all_jobs, chosen, say)
     summary = {
@@ -197,8 +191,8 @@ def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
         kernel_build.require(build.workers, build.cache, runner)
     if build.no_images:
         return runner.say("kernel check: skipped (--no-images compiles no kernel)")
-    triton = kernel_build.recorded_triton(ctx.pin.commit)  # --workers: build_aotriton checked
-    if triton is None:
+    # none with --workers: build_aotriton has refused that already
+    if (triton := kernel_build.recorded_triton(ctx.pin.commit)) is None:
         return runner.say(f"kernel check: {kernel_build.NO_TRITON.format(ctx.pin.commit)}; skipped")
     tree = Tree(src, ctx.pin.commit, ctx.arch.name, triton)
     run_check(tree, runner=runner, cache=build.cache, jobs=build.jobs, store=store)
@@ -207,7 +201,6 @@ def before_build(ctx: Any, src: Path, build: Any, store: Any = None) -> None:
 
 
 def kernel_check(opts: Any) -> None:
-    """The session: check out and patch the tree (as build_aotriton does), then run_check."""
     choice = archs.resolve_arch(opts.arch)
     runner = runner_for(opts)
     work = options.workdir(opts.workdir)
@@ -218,8 +211,7 @@ def kernel_check(opts: Any) -> None:
     tree = Tree(options.src_dir(work, "aotriton"), pin.commit, choice.arch.name, triton)
     what = f"AOTriton {pin.commit[:12]} from {pin.source}; arch {tree.arch} ({choice.how})"
     runner.say(f"kernel check: {what}; target {TARGET.format(tree.arch)}; triton {tree.triton}")
-    # The check needs none of the pinned submodules (third_party/triton: AOTriton's Triton
-    # fork, which the build compiles); build_aotriton adds them to the same checkout later.
+    # no submodules: the check needs none; build_aotriton adds them to this checkout later
     ensure_checkout(pin, tree.src, runner, force=opts.discard_local_edits, submodules=())
     apply_patch_set("aotriton", pin.commit, tree.src, runner, arch=choice.arch.name)
     run_check(tree, runner=runner, cache=opts.cache, jobs=opts.jobs, size=opts.sample)

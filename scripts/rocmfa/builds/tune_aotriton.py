@@ -1,8 +1,5 @@
-"""`nox -s tune_aotriton`: AOTriton 0.13b's own Tuner v3.5 on one machine, its database stored
-in pins/tuning/aotriton/<commit>/<arch>/, a rebuild with it installed only when `validate`
-passes; a stopped run resumes from the work dir's queue. docs/tuning.md."""
-
-from __future__ import annotations
+"""`nox -s tune_aotriton` (docs/tuning.md): AOTriton's Tuner v3.5 here, its database stored in
+pins/tuning/aotriton/<commit>/<arch>/, the rebuild kept only when `validate` passes."""
 
 import os
 import shutil
@@ -21,7 +18,6 @@ from rocmfa.plumbing.errors import UserError
 from rocmfa.plumbing.options import REPO_ROOT, BuildAotritonOptions, TuneAotritonOptions
 from rocmfa.sources import checkouts
 
-PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15))
 DB_USER = "tuner"  # role and database alike: the tuner connects without a dbname
 VALIDATE_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
@@ -65,7 +61,7 @@ class Postgres:
 def find_postgres(prefix: Path | None) -> Path | None:
     """The directory holding initdb, pg_ctl and psql: the env's, Debian's, then PATH's."""
     dirs = [prefix / "bin"] if prefix else []
-    dirs += [Path(d) for d in PG_BIN_DIRS]
+    dirs += [Path(f"/usr/lib/postgresql/{v}/bin") for v in (17, 16, 15)]
     if found := shutil.which("initdb"):
         dirs.append(Path(found).resolve().parent)
     tools = ("initdb", "pg_ctl", "psql")
@@ -154,12 +150,10 @@ def tune_aotriton(opts: TuneAotritonOptions) -> None:
     commit = ctx.pin.commit
     wd = ctx.work / "tuning" / f"aotriton-{commit[:12]}-{arch}"
     runner.say(f"tune_aotriton: {ctx.pin.url} {ctx.version}; arch {arch}; Tuner v3.5 in {wd}")
-    stored = checkouts.find_tuning(commit, arch)
-    if stored is not None and not opts.force:
+    if (stored := checkouts.find_tuning(commit, arch)) is not None and not opts.force:
         return runner.say(f"already tuned: {stored.describe()}; nothing run (--force to redo)")
     src = ba.check_out(ctx)
-    bin_dir = find_postgres(ctx.prefix if ctx.session.ready else None)
-    if bin_dir is None:
+    if (bin_dir := find_postgres(ctx.prefix if ctx.session.ready else None)) is None:
         runner.refuse("no PostgreSQL (initdb, pg_ctl, psql): apt-get install postgresql")
     pg = Postgres(bin_dir or Path("<postgres bin>"), wd / "pg" / "data", free_port(), runner)
     runner.apply(write_config, wd, pg.port, str(ctx.session.python), say=f"write {wd}/config.rc")

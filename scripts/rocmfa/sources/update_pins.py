@@ -9,16 +9,7 @@ from urllib.parse import urlparse
 from rocmfa.plumbing import options, pin_files
 from rocmfa.plumbing.commands import Runner, last_line, runner_for
 from rocmfa.plumbing.errors import UserError, require
-from rocmfa.plumbing.options import UpdatePinsOptions
-from rocmfa.sources import pins
-from rocmfa.sources.checkouts import (
-    available_patch_sets,
-    check_set_applies,
-    fetch_commit,
-    git,
-    patch_set_dir,
-    patch_set_for,
-)
+from rocmfa.sources import checkouts, pins
 
 AITER_URL = "https://github.com/ROCm/aiter"  # cloned by tag by v3src/CMakeLists.txt (6e00ef3e)
 
@@ -38,7 +29,7 @@ def ls_remote(runner: Runner, url: str, ref: str) -> str:
     raise UserError(f"{url} has no ref '{ref}' (branch or tag)")
 
 
-def update_pins(opts: UpdatePinsOptions) -> None:
+def update_pins(opts: options.UpdatePinsOptions) -> None:
     runner = runner_for(opts)
     failures = {}
     pair = {"pytorch", "aotriton"}
@@ -60,9 +51,8 @@ def update_pins(opts: UpdatePinsOptions) -> None:
         raise UserError(f"update_pins: {len(failures)} project(s) failed; first: {step}: {error}")
 
 
-def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> pins.Pin:
-    """project's pin; unresolved: resolved, checked and recorded as update_pins does (a dry run:
-    a pin whose commit is a named placeholder)."""
+def resolve_for_build(project: str, runner: Runner, *, workdir: Path, force: bool) -> pins.Pin:
+    """project's pin; an unresolved one resolved, checked and recorded as update_pins does."""
     directory = pin_files.pins_dir()
     with contextlib.suppress(pin_files.Unresolved):
         return pins.load_pin(project, directory, workdir=workdir)
@@ -74,13 +64,12 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
         runner.say(later)
         planned = f"<commit of {url} {ref}: resolved, checked and recorded by the real run>"
         return pins.pin_of(project, {**table, "commit": planned}, pin_files.display(path))
-    work = options.workdir(workdir)
     before = path.read_text()
     said = io.StringIO()
     quiet = Runner(out=said)  # update_pins' own lines; the build says one
     try:
         try:
-            _update_project(project, directory, work, quiet, port=False)
+            _update_project(project, directory, workdir, quiet, port=False)
         except UserError as e:
             raise UserError(
                 f"{project}: cannot resolve {ref} of {url} ({e}); run nox -s update_pins where "
@@ -88,11 +77,11 @@ def resolve_for_build(project: str, runner: Runner, *, workdir, force: bool) -> 
                 "$ROCMFA_PINS_DIR at resolved pins"
             ) from None
         if project in ("pytorch", "aotriton"):
-            _check_pin_set(directory, work, quiet, force=force)
+            _check_pin_set(directory, workdir, quiet, force=force)
     except UserError:
         path.write_text(before)  # never a recorded pin that was not checked
         raise
-    pin = pins.load_pin(project, directory, workdir=work)
+    pin = pins.load_pin(project, directory, workdir=workdir)
     done = f"{project}: resolved {ref} to {pin.commit[:12]}, checked it and recorded it in {path}"
     runner.say(f"{done} (as nox -s update_pins does)")
     for line in (x for x in said.getvalue().splitlines() if x.startswith("WARNING")):
@@ -125,8 +114,16 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
             record_submodules(path, name, url, pin.commit, aotriton_src, runner)
             _report_patches(project, None, pin.commit, work, runner, port=False)
             continue
-        new = _companion_from_torch(name, component, path, work, runner) if companion else None
-        new = new or ls_remote(runner, url, ref)
+        if companion:
+            torch = pins.load_pin("pytorch", directory, workdir=work)
+            origin, new, named_in = companion_from_torch(component.get("related"), torch, work)
+            if new is None:
+                raise UserError(f"{name}: {named_in} names no commit for it")
+            if origin:  # TheRock's manifest takes the origin from there too
+                pin_files.set_values(path, name, {"url": origin})
+            runner.say(f"{name}: from {named_in}")
+        else:
+            new = ls_remote(runner, url, ref)
         if new == old:
             runner.say(f"{name}: {ref} is still {new[:12]} (unchanged)")
         else:
@@ -152,34 +149,29 @@ def _update_project(project: str, directory: Path, work: Path, runner: Runner, *
         _report_patches(patches, old, new, work, runner, port=port)
 
 
-def _companion_from_torch(name: str, component: dict, pin_file: Path, work: Path, runner) -> str:
-    """The commit the torch pin names for a companion: its related_commits entry, else (triton)
-    its ci_commit_pins file, as TheRock's source manifest reads them."""
-    pytorch = pins.load_pin("pytorch", pin_file.parent, workdir=work)
-    key = component.get("related")
-    path = "related_commits" if key else pin_files.TRITON_PIN
-    text = pins.torch_file(pytorch, path, work)[0]
-    where = f"torch {pytorch.commit[:12]} {path}"
-    if text is None:
-        raise UserError(f"{name}: {where} does not exist")
-    commit = text.strip().lower()
-    if key is not None:
-        if (found := pins.parse_related_commits(text, where).get(key)) is None:
-            raise UserError(f"{name}: {where} has no {key!r} entry")
-        commit = found[1].lower()
-        if found[0]:  # TheRock's manifest takes the origin from there too
-            pin_files.set_values(pin_file, name, {"url": found[0]})
-    if not pin_files.HEX40.fullmatch(commit):
-        raise UserError(f"{name}: {where} names {commit!r}, not a 40-hex commit")
-    runner.say(f"{name}: from {where}")
-    return commit
+def companion_from_torch(related: str | None, torch: pins.Pin, work: Path, *, checkout=False):
+    """(origin, commit, where) torch names for a companion, as TheRock reads them: its entry in
+    related_commits, else (triton) ci_commit_pins; in torch's checkout, else at the pin's commit."""
+    path = "related_commits" if related else pin_files.TRITON_PIN
+    where = f"torch {torch.commit[:12]} {path}"
+    file = options.src_dir(work, "pytorch") / path
+    if checkout:
+        text = file.read_text() if file.is_file() else ""
+    else:
+        text = pins.torch_file(torch, path, work)[0] or ""
+    # triton.txt holds the commit alone
+    entries = pins.parse_related_commits(text, where) if related else {None: ("", text.strip())}
+    origin, commit = entries.get(related, ("", ""))
+    if commit and not pin_files.HEX40.fullmatch(commit.lower()):
+        raise UserError(f"{where} names {commit!r}, not a 40-hex commit")
+    return origin or None, commit.lower() or None, where
 
 
 def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, port: bool):
-    if (present := patch_set_for(project, new)) is not None:
+    if (present := checkouts.patch_set_for(project, new)) is not None:
         what = f"no patches needed ({present.none_needed})" if present.none_needed else "patch set"
         return runner.say(f"{project}: {what} present for {new[:12]}")
-    if not (sets := available_patch_sets(project)):
+    if not (sets := checkouts.available_patch_sets(project)):
         return runner.say(f"{project}: no patches")
     runner.say(
         f"{project}: no patch set for {new[:12]} while sets exist for "
@@ -187,23 +179,22 @@ def _report_patches(project: str, old, new: str, work: Path, runner: Runner, *, 
         f"(--port-patches) or patches/{project}/{new}/manifest.toml says none_needed"
     )
     source = old if old in sets else sets[-1]
-    found = patch_set_for(project, source)
+    found = checkouts.patch_set_for(project, source)
     checkout = options.src_dir(work, project)
     if found is None or not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins)"
         return runner.say(f"{project}: patch set {source[:12]} not checked at {new[:12]}: {why}")
-    if problem := fetch_commit(runner, checkout, "origin", new):
+    if problem := checkouts.fetch_commit(runner, checkout, "origin", new):
         return runner.say(f"{project}: cannot fetch {new[:12]}: {problem}")
-    ok, detail = check_set_applies(found, new, checkout, runner)
+    ok, detail = checkouts.check_set_applies(found, new, checkout, runner)
     verdict = "still applies" if ok else "does NOT apply"
     runner.say(f"{project}: patch set {source[:12]} {verdict} at {new[:12]}: {detail}")
     if ok and port:  # a copy under the new commit (none there: patch_set_for found none)
-        target = patch_set_dir(project, new)
-        shutil.copytree(found.directory, target, ignore=shutil.ignore_patterns("manifest.toml"))
+        target = checkouts.patch_set_dir(project, new)
+        shutil.copytree(found.directory, target)
+        manifest = target / "manifest.toml"
         note = f"# Ported by update_pins from {source} (applied cleanly at {new}).\n"
-        (target / "manifest.toml").write_text(
-            note + (found.directory / "manifest.toml").read_text()
-        )
+        manifest.write_text(note + manifest.read_text())
         runner.say(f"{project}: ported the set to {target}")
     elif ok:
         runner.say(f"{project}: port it with: nox -s update_pins -- --port-patches")
@@ -214,11 +205,11 @@ def record_submodules(path: Path, table: str, url: str, commit: str, checkout: P
     if not (checkout / ".git").exists():
         why = f"no checkout at {checkout} (build once, then rerun update_pins); the list is kept"
         return runner.say(f"{table}: submodule paths not re-read at {commit[:12]}: {why}")
-    if problem := fetch_commit(runner, checkout, url, commit):
+    if problem := checkouts.fetch_commit(runner, checkout, url, commit):
         raise UserError(f"{table}: cannot fetch {commit[:12]} to read its submodules: {problem}")
     paths, unmapped = read_tree_submodules(runner, checkout, commit)
     changed = pin_files.set_values(path, table, {"submodules": list(paths)})
-    show = git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
+    show = checkouts.git(runner, checkout, "show", f"{commit}:third_party/aiter.txt", check=False)
     if tag := show.stdout.strip():  # its configure clones aiter by tag: pinned at a commit here
         aiter_url = (pin_files.table_of(path, table).get("aiter") or {}).get("url", AITER_URL)
         new = {"url": aiter_url, "ref": tag, "commit": ls_remote(runner, aiter_url, tag)}
@@ -239,9 +230,11 @@ def _check_pin_set(directory: Path, work: Path, runner: Runner, *, force: bool) 
 
 def read_tree_submodules(runner: Runner, repo: Path, commit: str):
     """(gitlinks at commit that .gitmodules maps: initialisable, those it does not) (read-only)."""
-    tree = git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
+    tree = checkouts.git(runner, repo, "ls-tree", "-r", "--full-tree", commit).stdout.splitlines()
     gitlinks = sorted(line.partition("\t")[2] for line in tree if line.startswith("160000 "))
     keys = ["--get-regexp", r"^submodule\..*\.path$"]
-    config = git(runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False)
+    config = checkouts.git(
+        runner, repo, "config", "--blob", f"{commit}:.gitmodules", *keys, check=False
+    )
     mapped = {line.split(" ", 1)[1] for line in config.stdout.splitlines() if " " in line}
     return tuple(p for p in gitlinks if p in mapped), tuple(p for p in gitlinks if p not in mapped)
