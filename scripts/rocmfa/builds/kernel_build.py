@@ -238,9 +238,8 @@ class KernelStore:
                 blob = layer.get(key)
                 code = None if blob is None else unpack(blob)
             except Damaged as error:  # only from an entry, so of a layer
-                self.say(
-                    f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); recompiling"
-                )
+                damaged = f"damaged entry {key[:16]} in {layer.what} ({error})"
+                self.say(f"kernel store: {damaged}; recompiling")
                 continue
             except Exception as error:
                 self._lost(error)
@@ -251,13 +250,6 @@ class KernelStore:
                 install_kernel(out, *code)
                 return True
         return False
-
-    def keep(self, key: str, out: Path) -> bool:
-        """The code object at out and its .json stored for key, if out has one."""
-        blob = packed(out)
-        if blob is not None:
-            self.put(key, blob)
-        return blob is not None
 
     def put(self, key: str, blob: bytes) -> None:
         if self.local is not None:
@@ -443,11 +435,12 @@ class KernelBuild:
         """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
-        left = [out for out in self.keys if out not in self.hits]
+        outputs = {self.keys[out]: packed(Path(out)) for out in self.keys if out not in self.hits}
+        built = {key: blob for key, blob in outputs.items() if blob is not None}
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            stored = sum(pool.map(self.store.keep, [self.keys[o] for o in left], map(Path, left)))
+            list(pool.map(self.store.put, built, built.values()))
         got = f"kernel store: {len(self.hits)} kernels from the store"
-        runner.say(f"{got}, {stored} compiled by the build, stored in {self.store.describe()}")
+        runner.say(f"{got}, {len(built)} compiled by the build, stored in {self.store.describe()}")
 
 
 @contextlib.contextmanager
@@ -462,13 +455,6 @@ def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> I
         yield
     finally:
         kernels.harvest(runner)
-
-
-def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> KernelStore | None:
-    """The build's store, for its kernel check too (None: --cache none, or --no-images)."""
-    if build_options.no_images:
-        return None
-    return open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
 
 
 def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runner: Runner):

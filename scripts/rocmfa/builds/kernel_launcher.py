@@ -6,12 +6,6 @@ import os
 import sys
 
 
-def job_environ(knobs: set[str], settings: dict[str, str]) -> dict[str, str]:
-    """This environment without Triton's settings (knobs, any TRITON_*), then the key's."""
-    kept = {k: v for k, v in os.environ.items() if k not in knobs and k[:7] != "TRITON_"}
-    return {**kept, **settings}
-
-
 def main(argv: list[str]) -> None:
     compile_py, env_file, *command = argv[1:]
     kernel = any(a.endswith("compile.py") and os.path.realpath(a) == compile_py for a in command)
@@ -30,7 +24,9 @@ def main(argv: list[str]) -> None:
             given = json.load(f)
     except FileNotFoundError:  # ninja run by hand: the environment as it is
         os.execvp(command[0], command)
-    os.execvpe(command[0], command, job_environ(set(given["knobs"]), given["env"]))
+    # This environment without Triton's settings (its knobs, any TRITON_*), then the key's.
+    kept = {k: v for k, v in os.environ.items() if k not in given["knobs"] and k[:7] != "TRITON_"}
+    os.execvpe(command[0], command, {**kept, **given["env"]})
 
 
 if __name__ == "__main__":
