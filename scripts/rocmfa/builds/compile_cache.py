@@ -93,35 +93,6 @@ class CachePlan:
         return {**self.sets, "PATH": path}
 
 
-def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
-    """The tool's variables, its local state (a machine's own) and one server per settings."""
-    spec = plan.spec
-    local = options.cache_dir(work)
-    if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
-        return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
-    sets = {"SCCACHE_DIR": str(local / "sccache")}
-    name = spec.backend.upper()
-    if spec.backend == "dir":  # sccache's disk cache, on the shared path
-        sets["SCCACHE_DIR"] = str(Path(str(spec.endpoint)) / plan.key)
-    elif spec.remote:
-        sets[f"SCCACHE_{name}_KEY_PREFIX"] = plan.key
-        sets[f"SCCACHE_{name}_RW_MODE"] = "READ_ONLY" if spec.read_only else "READ_WRITE"
-    if name == "REDIS":
-        sets["SCCACHE_REDIS_ENDPOINT"] = str(spec.endpoint)
-        sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
-    elif name == "S3":
-        sets["SCCACHE_BUCKET"] = str(spec.bucket)
-        if spec.endpoint:
-            sets["SCCACHE_ENDPOINT"] = spec.endpoint
-            sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
-        sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
-        if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
-            sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
-    sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
-    port = 20000 + int(stamps.digest({"work": str(work), **sets}), 16) % 20000
-    return {**sets, "SCCACHE_SERVER_PORT": str(port)}
-
-
 def plan_cache(
     spec, *, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
 ) -> CachePlan:
@@ -144,16 +115,41 @@ def plan_cache(
     plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
     said = f"check that the cache server answers: {spec.describe()}"
     problem = runner.apply(probe, spec, say=said) if spec.remote else None
-    return _degrade(plan, work, problem, runner)
+    return _with_sets(plan, work, problem, runner)
 
 
-def _degrade(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
-    """The plan with its variables; `why` a shared store failed: one warning, the local sccache."""
+def _with_sets(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
+    """The plan with its tool's variables, its local state (a machine's own) and one server per
+    settings; `why` a shared store failed: one warning, and the local sccache instead."""
+    spec = plan.spec
     if why:
-        runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; using the local sccache")
-        local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-        plan = replace(plan, spec=local)
-    return replace(plan, sets=_sets(plan, work))
+        runner.say(f"WARNING: compile cache {spec.describe()}: {why}; using the local sccache")
+        spec = replace(spec, backend="local", endpoint=None, bucket=None, read_only=False)
+    local = options.cache_dir(work)
+    if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
+        sets = {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
+        return replace(plan, spec=spec, sets=sets)
+    sets = {"SCCACHE_DIR": str(local / "sccache")}
+    name = spec.backend.upper()
+    if spec.backend == "dir":  # sccache's disk cache, on the shared path
+        sets["SCCACHE_DIR"] = str(Path(str(spec.endpoint)) / plan.key)
+    elif spec.remote:
+        sets[f"SCCACHE_{name}_KEY_PREFIX"] = plan.key
+        sets[f"SCCACHE_{name}_RW_MODE"] = "READ_ONLY" if spec.read_only else "READ_WRITE"
+    if name == "REDIS":
+        sets["SCCACHE_REDIS_ENDPOINT"] = str(spec.endpoint)
+        sets.update({"SCCACHE_REDIS_DB": spec.redis_db} if spec.redis_db else {})
+    elif name == "S3":
+        sets["SCCACHE_BUCKET"] = str(spec.bucket)
+        if spec.endpoint:
+            sets["SCCACHE_ENDPOINT"] = spec.endpoint
+            sets["SCCACHE_S3_USE_SSL"] = "true" if spec.endpoint.startswith("https") else "false"
+        sets.update({"SCCACHE_REGION": spec.region} if spec.region else {})
+        if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
+            sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
+    sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
+    port = 20000 + int(stamps.digest({"work": str(work), **sets}), 16) % 20000
+    return replace(plan, spec=spec, sets={**sets, "SCCACHE_SERVER_PORT": str(port)})
 
 
 def _counted(tool: str, hits: int, misses: int, **more: Any) -> dict[str, Any]:
@@ -216,7 +212,7 @@ def compiling(plan: CachePlan, runner: Runner, work: Path, session: str) -> Iter
         started = runner.run(start, sets=plan.sets, capture=True, check=False)
         if started.returncode != 0 and plan.spec.remote:
             why = last_line(started.stderr or started.stdout) or "no output"
-            plan = _degrade(plan, work, why, runner)
+            plan = _with_sets(plan, work, why, runner)
             started = runner.run(start, sets=plan.sets, capture=True, check=False)
         if started.returncode != 0:
             why = last_line(started.stderr or started.stdout) or "no output"

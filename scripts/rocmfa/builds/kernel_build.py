@@ -87,12 +87,12 @@ def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     return sorted(chosen, key=lambda job: job.line)
 
 
-def compile_argv(job: Job, python: str, compile_py: Path, out: Path) -> list[str]:
+def compile_argv(job: Job, python: str, compile_py: Path, out: Path, *, timeout: str = "0"):
     """v3src/CMakeLists.txt's command (without cmake -E env); --timeout 0: a failure exits 1."""
     argv = [python, str(compile_py), job.source, "--kernel_name", job.kernel, "-o", str(out)]
     argv += ["-g", "1,1,1", "--num_warps", str(job.num_warps), "--num_stages", str(job.num_stages)]
     argv += ["--waves_per_eu", str(job.waves_per_eu), "--target", job.target]
-    return [*argv, "--signature", job.signature, "--timeout", "0"]
+    return [*argv, "--signature", job.signature, "--timeout", timeout]
 
 
 def read_or_none(path: Path) -> bytes | None:

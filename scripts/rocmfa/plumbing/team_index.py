@@ -142,6 +142,7 @@ class DirStore:
         dest = Path(self.root, rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         stamps.write_text_atomic(dest, text)
+        dest.chmod(0o644)  # a temp file's 0600 would hide it from the rest of the team
 
 
 class S3Store:
