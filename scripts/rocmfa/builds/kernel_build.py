@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,6 @@ from rocmfa.builds import compile_cache
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError, load_toml
-from rocmfa.plumbing.options import as_spec
 from rocmfa.sources.checkouts import patch_set_digest
 
 # Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
@@ -207,6 +206,11 @@ def directory(root: Path) -> Layer:
     return Layer(f"directory {root}", lambda k: read_or_none(root / k[:2] / f"{k}.kernel"), put)
 
 
+def named(what: str, read: Callable, write: Callable, name: str) -> Layer:
+    """A store that keeps key's entry as name.format(key): read(name), write(name, entry)."""
+    return Layer(what, lambda k: read(name.format(k)), lambda k, v: write(name.format(k), v))
+
+
 @dataclass
 class KernelStore:
     """The local directory and a shared store over it (None: none, or gone: one warning line)."""
@@ -259,7 +263,7 @@ class KernelStore:
 def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> KernelStore | None:
     """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
-    spec = as_spec(cache)
+    spec = options.as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
     store = KernelStore(directory(options.cache_dir(work) / LOCAL_DIR / arch), say=say)
@@ -274,20 +278,12 @@ def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> K
         store.shared = directory(Path(str(spec.endpoint)) / root)
     elif spec.backend == "redis":  # redis-py's connection pool serves the compile threads
         client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
-        store.shared = Layer(
-            spec.place,
-            lambda k: client.get(f"{root}/{k}"),
-            lambda k, v: client.set(f"{root}/{k}", v),
-        )
+        store.shared = named(spec.place, client.get, client.set, root + "/{}")
     else:  # boto3 through the team index's store: a 404 that is not NoSuchKey is an error
         from rocmfa.plumbing.team_index import S3Store
 
         s3 = S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
-        store.shared = Layer(
-            spec.place,
-            lambda k: s3.read(f"{k}.kernel"),
-            lambda k, v: s3.put_bytes(f"{k}.kernel", v),
-        )
+        store.shared = named(spec.place, s3.read, s3.put_bytes, "{}.kernel")
     store.read_only = spec.read_only
     return store
 
@@ -328,8 +324,7 @@ def recorded_triton(commit: str) -> str | None:
 
 
 def pypi_triton(commit: str) -> str:
-    version = recorded_triton(commit)
-    if version is None:
+    if (version := recorded_triton(commit)) is None:
         raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
     return version
 
@@ -471,7 +466,7 @@ def require(url: str, cache: Any, runner: Runner) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
-    spec = as_spec(cache)
+    spec = options.as_spec(cache)
     if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
         shared = "a directory every machine mounts, redis://, s3://"
         raise UserError(f"--workers needs a shared --cache, not read_only=1 ({shared})")
@@ -520,7 +515,7 @@ def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | N
     bare = tree.build / "Bare.compile"
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
-        f"{as_spec(cache).place} or runs compile.py with triton {tree.triton} and puts it there"
+        f"{options.as_spec(cache).place} or runs compile.py with triton {tree.triton} to store it"
     )
     if line:
         return runner.say(line)

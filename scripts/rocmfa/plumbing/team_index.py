@@ -6,9 +6,10 @@ import html
 import os
 import re
 import urllib.parse
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -72,9 +73,7 @@ def parse_index(value: str | None) -> IndexSpec:
     raise UserError(f"--index {value!r}{webdav}: expected {FORMS}")
 
 
-class Link(NamedTuple):
-    url: str  # absolute, no fragment
-    sha256: str | None
+Link = namedtuple("Link", "url sha256")  # url: absolute, without its #fragment; sha256 or None
 
 
 def parse_page(text: str, page_url: str) -> dict[str, Link]:
@@ -160,7 +159,6 @@ class S3Store:
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
         signing = {"signature_version": UNSIGNED} if self.anonymous else {}
         config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **signing)
-        region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
     def target(self, rel: str) -> str:
