@@ -26,7 +26,7 @@ STATS_FILE = "compile-cache-stats.jsonl"
 
 def key_prefix(spec: options.CacheSpec, arch: str, toolchain: dict[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
-    blob = json.dumps(toolchain, sort_keys=True, default=str).encode()  # caches in use: keep
+    blob = json.dumps(toolchain, sort_keys=True, default=str).encode()
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
     digest = hashlib.sha256(blob).hexdigest()[:10]
     tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"

@@ -24,7 +24,7 @@ from typing import Any
 from rocmfa.builds import compile_cache
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner, last_line
-from rocmfa.plumbing.errors import UserError, load_toml
+from rocmfa.plumbing.errors import UserError, load_toml, network_error_line
 from rocmfa.sources.checkouts import patch_set_digest
 
 # Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
@@ -478,7 +478,7 @@ def require(url: str, cache: Any, runner: Runner) -> None:
     try:
         runner.apply(lambda: Client(url, timeout=CONNECT_TIMEOUT).close())
     except OSError as error:
-        why = " ".join(str(error).split()) or type(error).__name__
+        why = network_error_line(error)
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
