@@ -117,8 +117,7 @@ def plan_cache(
 
 
 def _with_sets(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
-    """The plan with its tool's variables, its local state (a machine's own) and one server per
-    settings; `why` a shared store failed: one warning, and the local sccache instead."""
+    """The plan with its tool's variables; `why` a shared store failed: a warning, local sccache."""
     spec = plan.spec
     if why:
         runner.say(f"WARNING: compile cache {spec.describe()}: {why}; using the local sccache")

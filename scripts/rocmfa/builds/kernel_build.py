@@ -250,6 +250,11 @@ class KernelStore:
                 return True
         return False
 
+    def keep(self, key: str, out: Path) -> bool:
+        if (blob := packed(out)) is not None:
+            self.put(key, blob)
+        return blob is not None
+
     def put(self, key: str, blob: bytes) -> None:
         if self.local is not None:
             self.local.put(key, blob)
@@ -267,7 +272,7 @@ def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> K
     if spec is not None and spec.tool == "none":
         return None
     store = KernelStore(directory(options.cache_dir(work) / LOCAL_DIR / arch), say=say)
-    if spec is None or spec.backend == "local":
+    if spec is None or not spec.remote:
         return store
     problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:
@@ -313,7 +318,6 @@ def triton_info(python: str) -> dict[str, Any]:
 
 
 def recorded_triton(commit: str) -> str | None:
-    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
     path = pin_files.pins_dir() / PINS_FILE
     table = load_toml(path, "kernel compiler pins").get("compiler", {}) if path.is_file() else {}
     entry = table.get(commit) if isinstance(table, dict) else None
@@ -330,7 +334,6 @@ def pypi_triton(commit: str) -> str:
 
 
 def known_python(work: Path, triton: str) -> str | None:
-    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
     python = work / VENV.format(triton) / "bin" / "python"
     return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
@@ -425,17 +428,15 @@ class KernelBuild:
         """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
-        outputs = {self.keys[out]: packed(Path(out)) for out in self.keys if out not in self.hits}
-        built = {key: blob for key, blob in outputs.items() if blob is not None}
+        left = [out for out in self.keys if out not in self.hits]  # each read in its thread
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
-            list(pool.map(self.store.put, built, built.values()))
+            stored = sum(pool.map(self.store.keep, [self.keys[o] for o in left], map(Path, left)))
         got = f"kernel store: {len(self.hits)} kernels from the store"
-        runner.say(f"{got}, {len(built)} compiled by the build, stored in {self.store.describe()}")
+        runner.say(f"{got}, {stored} compiled by the build, stored in {self.store.describe()}")
 
 
 @contextlib.contextmanager
 def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
-    """Around `ninja install`: stage before, harvest after (also after a failure)."""
     if kernels is None:  # what the build compiles is for no known key
         runner.apply((build / MANIFEST).unlink, missing_ok=True)
         yield
@@ -467,7 +468,7 @@ def require(url: str, cache: Any, runner: Runner) -> None:
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
     spec = options.as_spec(cache)
-    if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
+    if spec is None or not spec.remote or spec.read_only:
         shared = "a directory every machine mounts, redis://, s3://"
         raise UserError(f"--workers needs a shared --cache, not read_only=1 ({shared})")
     try:
