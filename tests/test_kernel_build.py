@@ -176,7 +176,7 @@ def test_dry_run_shows_the_launcher_and_the_staging(bed: Bed, tmp_path: Path, ca
     work = tmp_path / "m1"
     redis = ["--cache", "redis://127.0.0.1:1"]  # a plan asks nothing of it
     plan = build(bed, work, capsys, "--dry-run", "--triton", "pypi", *redis)
-    assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.PROJECT_INCLUDE}" in plan
+    assert f"-DCMAKE_PROJECT_INCLUDE={kernel_build.LAUNCHER.with_suffix('.cmake')}" in plan
     assert "-DROCMFA_KERNEL_LAUNCHER=" in plan and "kernel_launcher.py" in plan
     assert "-DAOTRITON_USE_LOCAL_TRITON_WHEEL=triton==3.5.1" in plan
     assert "[dry-run] then look every job of" in plan and "keys name triton 3.5.1)," in plan

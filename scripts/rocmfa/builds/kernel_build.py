@@ -8,7 +8,6 @@ import hashlib
 import json
 import operator
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import tempfile
 import time
 import urllib.parse
 from collections import namedtuple
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,7 @@ from typing import Any
 from rocmfa.builds import compile_cache
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner, last_line
-from rocmfa.plumbing.errors import UserError, load_toml
-from rocmfa.plumbing.options import as_spec
+from rocmfa.plumbing.errors import UserError, load_toml, network_error_line
 from rocmfa.sources.checkouts import patch_set_digest
 
 # Every compile's, whatever the environment: v3src/CMakeLists.txt's two, and no line info
@@ -45,7 +43,6 @@ PYTHON_ENV = "ROCMFA_KERNEL_PYTHON"
 VENV = "kernel-check/venv-triton-{}"  # the check's own, under the work dir
 LAUNCHER = Path(__file__).resolve().with_name("kernel_launcher.py")  # run by path, -I -S
 ENV_FILE = "rocmfa-kernels-env.json"  # in the build dir: the knobs to drop, the key's settings
-PROJECT_INCLUDE = LAUNCHER.with_suffix(".cmake")
 BARE = Path("v3src") / "Bare.compile"  # v3src/CMakeLists.txt: AOTRITON_V2_BUILD_DIR
 FORK = "third_party/triton"
 MANIFEST = "rocmfa-kernels-keys.json"  # -o path -> the key last staged or let compile there
@@ -73,10 +70,8 @@ def read_jobs(path: Path) -> list[Job]:
 
 def sample(jobs: Sequence[Job], size: int | None = None) -> list[Job]:
     """The first job of every combo; fewer: round-robin over the kernels; more: evenly spaced."""
-    firsts: dict[tuple[str, int, int, int], Job] = {}
-    for job in jobs:
-        firsts.setdefault(combo(job), job)
-    chosen = list(firsts.values())
+    firsts = {combo(job): job for job in reversed(jobs)}  # the first job of each combo
+    chosen = sorted(firsts.values(), key=lambda job: job.line)
     kernels = list(dict.fromkeys(job.kernel for job in jobs))
     if size is not None and size < len(kernels):
         raise UserError(f"--sample {size} is below the {len(kernels)} kernel families")
@@ -108,11 +103,10 @@ def py_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def settings(env: Mapping[str, str], knobs: Iterable[str]) -> dict[str, str]:
+def settings(env: Mapping[str, str], knobs: Collection[str]) -> dict[str, str]:
     """The Triton settings env gives a compile: every knob Triton reads, and any TRITON_*."""
-    names = set(knobs)
     fixed = {"TRITON_CACHE_DIR", *COMPILE_ENV}
-    return {k: v for k, v in env.items() if (k in names or k[:7] == "TRITON_") and k not in fixed}
+    return {k: v for k, v in env.items() if (k in knobs or k[:7] == "TRITON_") and k not in fixed}
 
 
 @dataclass(frozen=True)
@@ -212,6 +206,11 @@ def directory(root: Path) -> Layer:
     return Layer(f"directory {root}", lambda k: read_or_none(root / k[:2] / f"{k}.kernel"), put)
 
 
+def named(what: str, read: Callable, write: Callable, name: str) -> Layer:
+    """A store that keeps key's entry as name.format(key): read(name), write(name, entry)."""
+    return Layer(what, lambda k: read(name.format(k)), lambda k, v: write(name.format(k), v))
+
+
 @dataclass
 class KernelStore:
     """The local directory and a shared store over it (None: none, or gone: one warning line)."""
@@ -238,9 +237,8 @@ class KernelStore:
                 blob = layer.get(key)
                 code = None if blob is None else unpack(blob)
             except Damaged as error:  # only from an entry, so of a layer
-                self.say(
-                    f"kernel store: damaged entry {key[:16]} in {layer.what} ({error}); recompiling"
-                )
+                damaged = f"damaged entry {key[:16]} in {layer.what} ({error})"
+                self.say(f"kernel store: {damaged}; recompiling")
                 continue
             except Exception as error:
                 self._lost(error)
@@ -253,9 +251,7 @@ class KernelStore:
         return False
 
     def keep(self, key: str, out: Path) -> bool:
-        """The code object at out and its .json stored for key, if out has one."""
-        blob = packed(out)
-        if blob is not None:
+        if (blob := packed(out)) is not None:
             self.put(key, blob)
         return blob is not None
 
@@ -272,11 +268,11 @@ class KernelStore:
 def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> KernelStore | None:
     """--cache's store (None: none): the local directory under a shared one that answers."""
     say = say or (runner.say if runner else print)
-    spec = as_spec(cache)
+    spec = options.as_spec(cache)
     if spec is not None and spec.tool == "none":
         return None
     store = KernelStore(directory(options.cache_dir(work) / LOCAL_DIR / arch), say=say)
-    if spec is None or spec.backend == "local":
+    if spec is None or not spec.remote:
         return store
     problem = runner.apply(compile_cache.probe, spec) if runner else compile_cache.probe(spec)
     if problem:
@@ -287,20 +283,12 @@ def open_store(cache: Any, work: Path, arch: str, *, say=None, runner=None) -> K
         store.shared = directory(Path(str(spec.endpoint)) / root)
     elif spec.backend == "redis":  # redis-py's connection pool serves the compile threads
         client = compile_cache.redis_client(spec, compile_cache.PROBE_TIMEOUT_S * 10)
-        store.shared = Layer(
-            spec.place,
-            lambda k: client.get(f"{root}/{k}"),
-            lambda k, v: client.set(f"{root}/{k}", v),
-        )
+        store.shared = named(spec.place, client.get, client.set, root + "/{}")
     else:  # boto3 through the team index's store: a 404 that is not NoSuchKey is an error
         from rocmfa.plumbing.team_index import S3Store
 
         s3 = S3Store(str(spec.bucket), root, spec.endpoint, spec.region)
-        store.shared = Layer(
-            spec.place,
-            lambda k: s3.read(f"{k}.kernel"),
-            lambda k, v: s3.put_bytes(f"{k}.kernel", v),
-        )
+        store.shared = named(spec.place, s3.read, s3.put_bytes, "{}.kernel")
     store.read_only = spec.read_only
     return store
 
@@ -330,7 +318,6 @@ def triton_info(python: str) -> dict[str, Any]:
 
 
 def recorded_triton(commit: str) -> str | None:
-    """The Triton version pins/kernel_compiler.toml records for this AOTriton commit."""
     path = pin_files.pins_dir() / PINS_FILE
     table = load_toml(path, "kernel compiler pins").get("compiler", {}) if path.is_file() else {}
     entry = table.get(commit) if isinstance(table, dict) else None
@@ -341,14 +328,12 @@ def recorded_triton(commit: str) -> str | None:
 
 
 def pypi_triton(commit: str) -> str:
-    version = recorded_triton(commit)
-    if version is None:
+    if (version := recorded_triton(commit)) is None:
         raise UserError(f"--triton pypi: {NO_TRITON.format(commit)}")
     return version
 
 
 def known_python(work: Path, triton: str) -> str | None:
-    """$ROCMFA_KERNEL_PYTHON, else the check's venv for this Triton once it exists."""
     python = work / VENV.format(triton) / "bin" / "python"
     return os.environ.get(PYTHON_ENV) or (str(python) if python.exists() else None)
 
@@ -405,7 +390,7 @@ class KernelBuild:
         return shlex.join(map(str, argv))
 
     def cmake_args(self) -> list[str]:
-        args = [f"-DCMAKE_PROJECT_INCLUDE={PROJECT_INCLUDE}"]
+        args = [f"-DCMAKE_PROJECT_INCLUDE={LAUNCHER.with_suffix('.cmake')}"]
         args += [f"-DROCMFA_KERNEL_LAUNCHER={self.launcher()}"]
         return args + ([f"-DAOTRITON_USE_LOCAL_TRITON_WHEEL={self.wheel}"] if self.wheel else [])
 
@@ -443,7 +428,7 @@ class KernelBuild:
         """After ninja (also a failed one): every code object the store did not give goes in."""
         if not self.keys:  # nothing staged (a plan stages nothing)
             return
-        left = [out for out in self.keys if out not in self.hits]
+        left = [out for out in self.keys if out not in self.hits]  # each read in its thread
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             stored = sum(pool.map(self.store.keep, [self.keys[o] for o in left], map(Path, left)))
         got = f"kernel store: {len(self.hits)} kernels from the store"
@@ -452,7 +437,6 @@ class KernelBuild:
 
 @contextlib.contextmanager
 def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> Iterator[None]:
-    """Around `ninja install`: stage before, harvest after (also after a failure)."""
     if kernels is None:  # what the build compiles is for no known key
         runner.apply((build / MANIFEST).unlink, missing_ok=True)
         yield
@@ -464,21 +448,13 @@ def through_store(kernels: KernelBuild | None, build: Path, runner: Runner) -> I
         kernels.harvest(runner)
 
 
-def open_for_build(ctx: Any, build_options: Any, runner: Runner) -> KernelStore | None:
-    """The build's store, for its kernel check too (None: --cache none, or --no-images)."""
-    if build_options.no_images:
-        return None
-    return open_store(build_options.cache, ctx.work, ctx.arch.name, runner=runner)
-
-
 def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runner: Runner):
     """The launcher and the Triton the build compiles with (None: no store, no launcher)."""
     if store is None:
         return None
     if build_options.triton == "pypi":
-        version = pypi_triton(ctx.pin.commit)
-        identity = version
-        wheel = f"triton=={version}"
+        identity = pypi_triton(ctx.pin.commit)
+        wheel = f"triton=={identity}"
     else:  # the fork the build pip-installs: the checked-out submodule's commit
         head = runner.ask(["git", "-C", src / FORK, "rev-parse", "HEAD"], "<its commit>")
         identity = f"fork {FORK}@{head}"
@@ -487,13 +463,12 @@ def plan(ctx: Any, build_options: Any, src: Path, build: Path, store: Any, runne
 
 
 def require(url: str, cache: Any, runner: Runner) -> None:
-    """Everything --workers (the jobs on a Dask cluster) needs, each missing one a line (a plan
-    reaches no scheduler)."""
+    """What --workers (a Dask cluster) needs, each missing one a line (a plan: no scheduler)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("tcp", "tls") or not parts.hostname:
         raise UserError(f"--workers {url!r}: expected a Dask scheduler address tcp://HOST:PORT")
-    spec = as_spec(cache)
-    if spec is None or spec.backend not in ("dir", "redis", "s3") or spec.read_only:
+    spec = options.as_spec(cache)
+    if spec is None or not spec.remote or spec.read_only:
         shared = "a directory every machine mounts, redis://, s3://"
         raise UserError(f"--workers needs a shared --cache, not read_only=1 ({shared})")
     try:
@@ -504,7 +479,7 @@ def require(url: str, cache: Any, runner: Runner) -> None:
     try:
         runner.apply(lambda: Client(url, timeout=CONNECT_TIMEOUT).close())
     except OSError as error:
-        why = " ".join(str(error).split()) or type(error).__name__
+        why = network_error_line(error)
         raise UserError(f"--workers {url}: Dask scheduler unreachable ({why})") from None
 
 
@@ -513,17 +488,17 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
     from distributed import get_worker
 
     tree, context, cache, files = task  # Tree, KeyContext, --cache, the sources
-    worker = platform.node()  # removed with it
-    scratch = Path(get_worker().local_directory)
-    store = open_store(cache, scratch, tree.arch, say=print)
-    if store is None or store.shared is None:
-        raise RuntimeError(f"worker {worker}: the kernel store {cache} is unreachable")
+    worker = get_worker()
+    scratch = Path(worker.local_directory)
+    store = open_store(cache, scratch, tree.arch, say=print)  # require(): a shared store
+    if store.shared is None:
+        raise RuntimeError(f"worker {worker.address}: the kernel store {cache} is unreachable")
     store.local = None  # the shared store alone: nothing kept on the worker
     python = os.environ.get(PYTHON_ENV) or sys.executable
     have = triton_info(python)["build"]
     if (f"{tree.triton} ({have})" if have else tree.triton) != context.triton:
         named = f"the keys name triton {context.triton} (install it, or set {PYTHON_ENV})"
-        raise RuntimeError(f"worker {worker}: triton {have or 'not installed'}, {named}")
+        raise RuntimeError(f"worker {worker.address}: triton {have or 'not installed'}, {named}")
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:  # the sources, for this job alone
         for name, data in files.items():
             (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
@@ -532,23 +507,23 @@ def remote_build(job: Job, key: str, task: tuple) -> tuple[str, float]:
         here = job._replace(source=str(Path(tmp) / Path(job.source).relative_to(tree.src)))
         result = build_kernel(here, key, compiler, store, Path(tmp) / "k.hsaco")
     if store.shared is None:
-        raise RuntimeError(f"worker {worker}: lost the kernel store {cache}")
+        raise RuntimeError(f"worker {worker.address}: lost the kernel store {cache}")
     return result
 
 
 def fan_out(tree: Any, url: str, cache: Any, runner: Runner, jobs: list[Job] | None = None):
     """Every job of the tree's Bare.compile (or jobs) through the cluster into the store."""
     bare = tree.build / "Bare.compile"
-    spec = as_spec(cache)
     line = runner.plan_line(
         f"--workers {url}: send every job of {bare} as a task; a worker gets its key from the "
-        f"{spec and spec.place} or runs compile.py with triton {tree.triton} and puts it there"
+        f"{options.as_spec(cache).place} or runs compile.py with triton {tree.triton} to store it"
     )
     if line:
         return runner.say(line)
     from distributed import Client
 
-    jobs, context = jobs if jobs is not None else read_jobs(bare), tree.key_context()
+    jobs = read_jobs(bare) if jobs is None else jobs
+    context = tree.key_context()
     # python/compile.py and the sources' folders (what the keys digest), sent once
     names = [tree.src / "python" / "compile.py"]
     for folder in {Path(job.source).parent for job in jobs}:

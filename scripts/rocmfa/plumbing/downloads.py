@@ -21,7 +21,7 @@ _creating = threading.Lock()
 _interrupted = threading.Event()
 
 
-def session(tries: int = 5):
+def session(tries: int):
     """requests, each request tried `tries` times on refused connections and 429/5xx (Retry)."""
     import requests
     from requests.adapters import HTTPAdapter
@@ -35,7 +35,7 @@ def session(tries: int = 5):
     return http
 
 
-def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> bytes | None:
+def get(url: str, *, missing=(404,)) -> bytes | None:
     """The body at url (file:// or http(s)://, retried); None for a `missing` status."""
     import requests
 
@@ -43,9 +43,9 @@ def get(url: str, *, missing=(404,), tries: int = 3, timeout: float = 20.0) -> b
         path = Path(urllib.parse.unquote(parts.path))
         return path.read_bytes() if path.is_file() else None
     try:
-        response = session(tries).get(url, timeout=(min(timeout, 10.0), timeout))
+        response = session(3).get(url, timeout=(10.0, 20.0))
     except requests.RequestException as e:
-        where = f"{parts.netloc} unreachable: {network_error_line(e)} (after {tries} tries)"
+        where = f"{parts.netloc} unreachable: {network_error_line(e)} (after 3 tries)"
         raise UserError(f"cannot fetch {url}: {where}") from None
     if response.status_code in missing:
         return None

@@ -6,9 +6,10 @@ import html
 import os
 import re
 import urllib.parse
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -49,7 +50,7 @@ def parse_index(value: str | None) -> IndexSpec:
     text = (value or "").strip()
     parts = urllib.parse.urlsplit(text)
     scheme = parts.scheme.lower()
-    query = urllib.parse.parse_qs(parts.query, True)
+    query = dict(urllib.parse.parse_qsl(parts.query, True))  # the last of a repeated one
     if not text:
         raise UserError(f"--index URL is required: {FORMS}")
     if scheme in ("", "file") and parts.netloc in ("", "localhost"):
@@ -63,20 +64,16 @@ def parse_index(value: str | None) -> IndexSpec:
     if scheme in ("pypi+http", "pypi+https") and parts.netloc and not query:
         url = f"{scheme.removeprefix('pypi+')}://{parts.netloc}{parts.path.rstrip('/')}"
         return IndexSpec("upload", url)
-    opt = {k: v[-1] for k, v in query.items()}
-    endpoint = opt.get("endpoint")
-    if scheme == "s3" and parts.netloc and set(opt) <= {"endpoint", "region"}:
+    endpoint = query.get("endpoint")
+    if scheme == "s3" and parts.netloc and set(query) <= {"endpoint", "region"}:
         if endpoint and urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
             raise UserError(f"--index: s3 endpoint={endpoint!r} must be an http(s):// URL")
-        return IndexSpec("s3", parts.netloc, parts.path.strip("/"), endpoint, opt.get("region"))
+        return IndexSpec("s3", parts.netloc, parts.path.strip("/"), endpoint, query.get("region"))
     webdav = " (WebDAV indexes are not supported)" if scheme in ("http", "https") else ""
     raise UserError(f"--index {value!r}{webdav}: expected {FORMS}")
 
 
-# --- reading: pages and files over plain GETs -------------------------------------------------
-class Link(NamedTuple):
-    url: str  # absolute, no fragment
-    sha256: str | None
+Link = namedtuple("Link", "url sha256")  # url: absolute, without its #fragment; sha256 or None
 
 
 def parse_page(text: str, page_url: str) -> dict[str, Link]:
@@ -115,7 +112,6 @@ def project_page(entries: dict[str, str | None], suffix: str = "") -> str:
     return f"<!DOCTYPE html>\n<html><body>\n{anchors}</body></html>\n"
 
 
-# --- writing a static tree --------------------------------------------------------------------
 @dataclass(frozen=True)
 class DirStore:
     """Create-only files and replaceable pages below one folder."""
@@ -145,6 +141,7 @@ class DirStore:
         dest = Path(self.root, rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         stamps.write_text_atomic(dest, text)
+        dest.chmod(0o644)  # a temp file's 0600 would hide it from the rest of the team
 
 
 class S3Store:
@@ -157,19 +154,17 @@ class S3Store:
 
         self.bucket = bucket
         self.endpoint = endpoint
-        root = root.strip("/")
-        self.prefix = f"{root}/" if root else ""  # of every key
+        self.prefix = f"{root}/"  # of every key; root: a family's or the kernel store's, never ""
         session = boto3.session.Session()
         self.anonymous = session.get_credentials() is None  # a public bucket: read unsigned
         signing = {"signature_version": UNSIGNED} if self.anonymous else {}
         config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **signing)
-        region = region or session.region_name or "us-east-1"
         self.client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
     def target(self, rel: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{rel}"
 
-    def _call(self, op: str, rel: str, fn, *, missing: tuple[str, ...] = (), **kwargs: Any):
+    def _call(self, op: str, rel: str, fn, **kwargs: Any):
         from botocore.exceptions import BotoCoreError, ClientError
 
         at = f" at {self.endpoint}" if self.endpoint else ""
@@ -178,7 +173,7 @@ class S3Store:
         except ClientError as e:
             error = e.response.get("Error", {})
             code = str(error.get("Code", ""))
-            if code in missing:
+            if code == "NoSuchKey":  # only a GET's: absent
                 return None
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 raise UserError(f"{self.target(rel)} {CLASH}") from None
@@ -192,7 +187,7 @@ class S3Store:
             raise UserError(f"index {self.endpoint or 's3'} unreachable: {e}") from None
 
     def read(self, rel: str) -> bytes | None:
-        got = self._call("GET", rel, self.client.get_object, missing=("NoSuchKey",))
+        got = self._call("GET", rel, self.client.get_object)
         return None if got is None else got["Body"].read()
 
     def put_new(self, rel: str, source: Path) -> None:
