@@ -69,16 +69,10 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> s
 
 
 def load_manifest(work: Path) -> dict[str, Any]:
-    path = manifest_path(work)
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"no run manifest at {path}; run: nox -s build_pytorch") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"unreadable run manifest {path}: {e}") from None
-    wheels = manifest.get("wheels") if isinstance(manifest, dict) else None
-    if not wheels or not isinstance(wheels, list):
-        raise UserError(f"run manifest {path} lists no wheels; run: nox -s build_pytorch")
+    manifest = stamps.read(manifest_path(work)) or {}
+    if not manifest.get("wheels") or not isinstance(manifest["wheels"], list):
+        what = f"no readable run manifest listing wheels at {manifest_path(work)}"
+        raise UserError(f"{what}; run: nox -s build_pytorch")
     return manifest
 
 
@@ -274,10 +268,13 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
     work = session.work
     wheels = manifest["wheels"]
     stamp = options.stamp_path(work, "install_wheels")
-    inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
-    if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
-        runner.say("these wheels are already installed in the env (--force to reinstall)")
-        return
+    inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # and the env's versions: pip list
+    if stamps.is_current(stamp, inputs) and not opts.force:
+        pip_list = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
+        have = {canonicalize_name(d["name"]): Version(d["version"]) for d in json.loads(pip_list)}
+        if all(have.get(canonicalize_name(r["project"])) == Version(r["version"]) for r in wheels):
+            runner.say("these wheels are already installed in the env (--force to reinstall)")
+            return
     if needs := runtime_requirements(wheels):
         listed = ", ".join(needs)
         runner.say(f"runtime requirements of these wheels: {listed} (pip adds what the env lacks)")
@@ -295,9 +292,3 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
         why = f"pip could not install {where} (exit {code}); see pip's message above"
         raise UserError(f"{why} (it refuses a wheel whose sha256 differs from the manifest's)")
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
-
-
-def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
-    listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
-    have = {canonicalize_name(d["name"]): Version(d["version"]) for d in json.loads(listed)}
-    return all(have.get(canonicalize_name(r["project"])) == Version(r["version"]) for r in wheels)

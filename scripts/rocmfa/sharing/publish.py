@@ -139,7 +139,6 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
             digest = ((inputs.get("patches") or {}).get(key) or {}).get(commit)
             patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
-    origin, commit = inputs.get("pytorch") or [None, None]
     return {
         "schema": install_wheels.SCHEMA,
         "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
@@ -152,9 +151,7 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "wheels": wheels,
         "torch": {
             "version": torch_wheel and torch_wheel["version"],
-            "origin": origin,
-            "commit": commit,
-            "head": heads.get("pytorch"),
+            **components.get("pytorch", {}),
         },
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": aot,

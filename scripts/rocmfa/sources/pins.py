@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -41,10 +40,6 @@ class Pin:
     def describe(self) -> str:
         return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
 
-    @property
-    def submodules(self) -> tuple[str, ...]:
-        return tuple(self.data.get("submodules") or ())
-
     def part(self, key: str) -> Pin | None:
         """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]; checked with it)."""
         if (table := self.data.get(key)) is not None:
@@ -72,8 +67,7 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
             archs.aotriton_version_key(table["version"])
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-    if project == "aotriton" and pin_files.line(environ) == "nightly":
-        # the nightly line's AOTriton follows its torch: agreement by construction
+    if project == "aotriton" and pin_files.line(environ) == "nightly":  # it follows its torch
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
     if project == "composable_kernel":
         table = _ck_variant(table, where, environ)
@@ -181,9 +175,9 @@ def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
     work = options.workdir(workdir)
     cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
-            return cached["files"], f"{cached.get('origin', '?')}, cached"
+    cached = stamps.read(cache) or {}
+    if isinstance(files := cached.get("files"), dict) and AOTRITON_CMAKE in files:
+        return files, f"{cached.get('origin', '?')}, cached"
     text, origin = torch_file(pytorch, AOTRITON_CMAKE, work)
     if text is None:
         raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
