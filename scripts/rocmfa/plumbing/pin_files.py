@@ -78,7 +78,6 @@ RULES = {  # what each project's table, and each [<project>.<key>] table, may ho
     | {
         "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"', True),
         "version": (filled, "a non-empty string", False),
-        # `true` would init what .gitmodules lists: --recursive stops at an unmapped gitlink
         "submodules": (
             lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
             "a list of paths inside the tree (not true: it fails on an unmapped "

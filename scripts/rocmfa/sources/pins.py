@@ -69,9 +69,17 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
             raise UserError(f"{where}: {e}") from None
     if project == "aotriton" and pin_files.line(environ) == "nightly":  # it follows its torch
         table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
-    if project == "composable_kernel":
-        table = _ck_variant(table, where, environ)
-        source = where.replace("]", ".legacy]") if table.get("use") == "legacy" else source
+    if project == "composable_kernel":  # the monorepo, or [composable_kernel.legacy] over it
+        choice = environment(environ).ck_source or table.get("use", "monorepo")
+        if choice not in ("monorepo", "legacy"):
+            raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
+        legacy = table.get("legacy")
+        table = {k: v for k, v in table.items() if k != "legacy"}
+        if choice == "legacy" and legacy is None:
+            raise UserError(f"{where}: legacy CK selected; it needs [composable_kernel.legacy]")
+        if choice == "legacy":
+            table = {"subdir": "", **table, **legacy, "use": "legacy"}
+            source = where.replace("]", ".legacy]")
     if (pin := pin_of(project, table, source)).commit != FROM_PYTORCH:
         return pin
     pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ)
@@ -84,19 +92,6 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
         )
     data = {**pin.data, "version": declared or resolved.version, "pytorch_cmake": resolved}
     return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
-
-
-def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> dict:
-    """The monorepo table, or [composable_kernel.legacy] over it (use, $ROCMFA_CK_SOURCE)."""
-    choice = environment(environ).ck_source or table.get("use", "monorepo")
-    if choice not in ("monorepo", "legacy"):
-        raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
-    base = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    if choice == "monorepo":
-        return base
-    if not isinstance(legacy := table.get("legacy"), dict):
-        raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
-    return {"subdir": "", **base, **legacy, "use": "legacy"}
 
 
 @dataclass(frozen=True)
