@@ -120,9 +120,8 @@ def aotriton_version(directory: Path) -> str | None:  # in directory's aotriton.
     return version if isinstance(version, str) else None
 
 
-def check_file(path: Path, project: str) -> dict[str, Any]:
-    check_table(project, table := table_of(path, project), f"{display(path)} [{project}]")
-    return table
+def check_file(path: Path, project: str) -> None:
+    check_table(project, table_of(path, project), f"{display(path)} [{project}]")
 
 
 def set_values(path: Path, table: str, values: Mapping[str, str | list[str]]) -> bool:

@@ -1,7 +1,5 @@
 """`nox -s install_wheels`: this run's or a team index's wheels, checked; docs/pytorch-and-ck.md."""
 
-from __future__ import annotations
-
 import email.parser
 import functools
 import hashlib
@@ -30,7 +28,6 @@ from rocmfa.plumbing.options import REPO_ROOT, InstallWheelsOptions
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")  # torch checks it: ROCm/vllm#943
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
-REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
 SCHEMA = "rocmfa-wheelset/1"
 MANIFEST_PROJECT = "rocmfa-wheelset"
 MANIFEST_DIST = "rocmfa_wheelset"
@@ -225,7 +222,7 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
             runner.apply(fetch_into, store, rel, local, say=said)
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
-    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
+    path = write_requirements(session.work / "install_wheels-requirements.txt", lines, runner)
     argv = install_argv(session.python, ["--require-hashes", "-r", str(path)])
     return manifest, argv, f"wheel set {set_id} from {where}"
 

@@ -1,7 +1,5 @@
 """`nox -s publish`: this run's wheels, then their manifest wheel, to a team index (README.md)."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os
@@ -24,7 +22,6 @@ from rocmfa.env import archs
 from rocmfa.plumbing import downloads, options, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import PublishOptions
 from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 from rocmfa.sources import pins
@@ -193,11 +190,10 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
         link = links[project].get(path.name)
         there = link and link.sha256
         if not there and (store is not None or link):  # an upload cut short, or no hash listed
-            data = (
-                store.read(f"{project}/{path.name}")
-                if store
-                else downloads.get(link.url, missing=(403, 404))
-            )
+            if store:
+                data = store.read(f"{project}/{path.name}")
+            else:
+                data = downloads.get(link.url, missing=(403, 404))
             there = None if data is None else hashlib.sha256(data).hexdigest()
         if there is None:
             uploads.append((project, path))
@@ -213,7 +209,7 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
     return uploads, pages
 
 
-def publish(opts: PublishOptions) -> None:
+def publish(opts: options.PublishOptions) -> None:
     work = options.workdir(opts.workdir)
     spec = team_index.parse_index(opts.index)
     run = install_wheels.load_manifest(work)

@@ -1,8 +1,6 @@
 """pins/<project>.toml -> Pin; AOTriton's "from-pytorch" read from the torch pin's aotriton.cmake
 (forms: docs/upstream-interfaces.md), from the local checkout or `raw_url`, cached per commit."""
 
-from __future__ import annotations
-
 import json
 import os
 import re
@@ -16,8 +14,6 @@ from rocmfa.env import archs
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import environment
-from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40
 
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
@@ -40,7 +36,7 @@ class Pin:
     def describe(self) -> str:
         return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
 
-    def part(self, key: str) -> Pin | None:
+    def part(self, key: str) -> "Pin | None":
         """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]; checked with it)."""
         if (table := self.data.get(key)) is not None:
             return pin_of(key, table, f"{self.source} [{self.project}.{key}]")
@@ -68,9 +64,9 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
     if project == "aotriton" and pin_files.line(environ) == "nightly":  # it follows its torch
-        table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
+        table = {**table, "version": None, "commit": pin_files.FROM_PYTORCH}
     if project == "composable_kernel":  # the monorepo, or [composable_kernel.legacy] over it
-        choice = environment(environ).ck_source or table.get("use", "monorepo")
+        choice = options.environment(environ).ck_source or table.get("use", "monorepo")
         if choice not in ("monorepo", "legacy"):
             raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
         legacy = table.get("legacy")
@@ -80,7 +76,7 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
         if choice == "legacy":
             table = {"subdir": "", **table, **legacy, "use": "legacy"}
             source = where.replace("]", ".legacy]")
-    if (pin := pin_of(project, table, source)).commit != FROM_PYTORCH:
+    if (pin := pin_of(project, table, source)).commit != pin_files.FROM_PYTORCH:
         return pin
     pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ)
     resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
@@ -143,7 +139,7 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
         raise UserError(f"{where}: several different AOTriton commits ({several}) - {unknown}")
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
         lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
-        if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
+        if len(lines) < 4 or not pin_files.HEX40.fullmatch(lines[3].lower()):
             raise UserError(f"{where} -> {AOTRITON_VERSION_TXT}: line 4 is not a 40-hex commit")
         commit = lines[3].lower()
         version = lines[0] or None
@@ -157,7 +153,7 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     if override := (environ or {}).get(AOTRITON_COMMIT_ENV):
         if not parsed.env_override:
             source += f"; ${AOTRITON_COMMIT_ENV} ignored: this aotriton.cmake does not read it"
-        elif not HEX40.fullmatch(value := override.strip().lower()):
+        elif not pin_files.HEX40.fullmatch(value := override.strip().lower()):
             raise UserError(f"${AOTRITON_COMMIT_ENV}={override!r} is not a 40-hex commit")
         else:
             source = f"${AOTRITON_COMMIT_ENV} (overrides {commit[:12]} from {source})"
