@@ -1,7 +1,6 @@
 """pins/<project>.toml -> Pin; AOTriton's "from-pytorch" read from the torch pin's aotriton.cmake
 (forms: docs/upstream-interfaces.md), from the local checkout or `raw_url`, cached per commit."""
 
-import json
 import os
 import re
 import sys
@@ -163,11 +162,11 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
 
 
 def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
-    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
+    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; stamp-cached."""
     work = options.workdir(workdir)
     cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
     cached = stamps.read(cache) or {}
-    if isinstance(files := cached.get("files"), dict) and AOTRITON_CMAKE in files:
+    if isinstance(files := cached.get("inputs"), dict) and AOTRITON_CMAKE in files:
         return files, f"{cached.get('origin', '?')}, cached"
     text, origin = torch_file(pytorch, AOTRITON_CMAKE, work)
     if text is None:
@@ -175,8 +174,7 @@ def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
     files = {AOTRITON_CMAKE: text}
     if parse_aotriton_cmake(text).form == "A":
         files[AOTRITON_VERSION_TXT] = torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0] or ""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
+    stamps.write(cache, files, origin=origin)
     return files, origin
 
 
