@@ -209,17 +209,16 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     set_id = manifest["set_id"]
     lines = []
     page_of = functools.cache(lambda project: team_index.read_project(spec, family, project, store))
-    downloads = options.downloads_dir(session.work) / "wheelsets" / set_id
+    folder = options.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
         project = canonicalize_name(wheel["project"])
         if (link := page_of(project).get(wheel["file"])) is None:
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url = link.url
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
+            local = folder / wheel["file"]
             rel = f"{project}/{wheel['file']}"
-            local = downloads / wheel["file"]
-            said = f"download {store.target(rel)} -> {local}"
-            runner.apply(fetch_into, store, rel, local, say=said)
+            runner.apply(fetch_into, store, rel, local, say=f"download {link.url} -> {local}")
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
     path = write_requirements(session.work / "install_wheels-requirements.txt", lines, runner)

@@ -128,16 +128,19 @@ class ResolvedAotriton:
 
 def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     """The AOTriton commit the torch pin names; environ: $PYTORCH_AOTRITON_COMMIT (form C)."""
-    texts, origin = _pytorch_files(pytorch, workdir)
+    text, origin = torch_file(pytorch, AOTRITON_CMAKE, workdir)
+    if text is None:
+        raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
-    parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
+    parsed = parse_aotriton_cmake(text)
     version = parsed.version
     if len(parsed.literals) > 1:
         several = ", ".join(c[:12] for c in parsed.literals)
         unknown = "the pin is unknown; set commit in pins/aotriton.toml explicitly"
         raise UserError(f"{where}: several different AOTriton commits ({several}) - {unknown}")
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
-        lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
+        listed = torch_file(pytorch, AOTRITON_VERSION_TXT, workdir)[0] or ""
+        lines = [line.strip() for line in listed.splitlines()]
         if len(lines) < 4 or not pin_files.HEX40.fullmatch(lines[3].lower()):
             raise UserError(f"{where} -> {AOTRITON_VERSION_TXT}: line 4 is not a 40-hex commit")
         commit = lines[3].lower()
@@ -161,31 +164,20 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     return ResolvedAotriton(commit, version, source, parsed)
 
 
-def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
-    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; stamp-cached."""
+def torch_file(pytorch: Pin, path: str, workdir) -> tuple[str | None, str]:
+    """(text or None, origin) of one file at the torch pin: the local checkout, else raw_url (kept
+    as a stamp per commit, read from there after)."""
     work = options.workdir(workdir)
-    cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
-    cached = stamps.read(cache) or {}
-    if isinstance(files := cached.get("inputs"), dict) and AOTRITON_CMAKE in files:
-        return files, f"{cached.get('origin', '?')}, cached"
-    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work)
-    if text is None:
-        raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
-    files = {AOTRITON_CMAKE: text}
-    if parse_aotriton_cmake(text).form == "A":
-        files[AOTRITON_VERSION_TXT] = torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0] or ""
-    stamps.write(cache, files, origin=origin)
-    return files, origin
-
-
-def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
-    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url."""
     checkout = options.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
         result = Runner(out=sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
+    cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-{Path(path).name}.json"
+    cached = stamps.read(cache) or {}
+    if isinstance(cached.get("inputs"), str):
+        return cached["inputs"], f"{cached.get('origin', '?')}, cached"
     if not (template := pytorch.data.get("raw_url")):
         why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
         raise UserError(f"pins/pytorch.toml {why}")
@@ -193,8 +185,11 @@ def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
 
     url = template.format(commit=pytorch.commit, path=path)
     print(f"fetching {url}", file=sys.stderr, flush=True)
-    body = downloads.get(url)
-    return (None if body is None else body.decode(errors="replace")), url
+    if (body := downloads.get(url)) is None:
+        return None, url
+    text = body.decode(errors="replace")
+    stamps.write(cache, text, origin=url)
+    return text, url
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
