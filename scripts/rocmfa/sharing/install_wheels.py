@@ -52,9 +52,7 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> s
     python = (int(python_tag[2]), int(python_tag[3:]))  # the env's, on this machine's platforms
     if not tags & {*packaging.tags.cpython_tags(python), *packaging.tags.compatible_tags(python)}:
         its = ", ".join(sorted(str(t) for t in tags))
-        raise UserError(
-            f"{path.name} is for {its}, but the env's Python is {python_tag}; {rebuild}"
-        )
+        raise UserError(f"{path.name} is for {its}; the env's Python is {python_tag}; {rebuild}")
     built_for = rocm_of(version)
     if built_for is None and str(name) in NEEDS_ROCM:
         what = f"'+{version.local}'" if version.local else "no local version"

@@ -68,8 +68,7 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def aotriton_of(work: Path, torch_stamp: Mapping, torch_wheel, flash: bool) -> dict[str, Any]:
-    """The AOTriton in the torch wheel's torch/lib/, read as installed; refuses a flash-attention
-    wheel whose runtime and image packs do not belong together."""
+    """The AOTriton in the torch wheel's torch/lib/, as installed (flash attention: checked)."""
     pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
     found = None
     if torch_wheel:  # a wheel the build recorded (its sha256 checked)
@@ -127,11 +126,11 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         path = Path(w["file"])
         kept = {k: w[k] for k in ("project", "version", "size", "sha256")}
         wheels.append({**kept, "file": path.name, "requires": install_wheels.requires_of(path)})
-    components = {}  # each checked-out source
+    repos = {}  # each checked-out source
     patches = {}  # the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
         commit = source.get("hashtag")
-        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
+        repos[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
         if source.get("patches"):
             digest = ((inputs.get("patches") or {}).get(key) or {}).get(commit)
             patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
@@ -146,13 +145,10 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "rocm_sdk": run["rocm_version"],
         "flash_attention": flash,
         "wheels": wheels,
-        "torch": {
-            "version": torch_wheel and torch_wheel["version"],
-            **components.get("pytorch", {}),
-        },
+        "torch": {"version": torch_wheel and torch_wheel["version"], **repos.get("pytorch", {})},
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": aot,
-        "components": components,
+        "components": repos,
         "patches": patches,
         "reports": summaries,
     }
@@ -163,7 +159,8 @@ def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
     return f"{MANIFEST_DIST}-{when}+{manifest['python']}.{manifest['set_id']}-py3-none-any.whl"
 
 
-def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
+def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> str:
+    """The manifest as a wheel at target; its sha256."""
     version = target.name.split("-")[1]
     info = f"{MANIFEST_DIST}-{version}.dist-info"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +169,7 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
         metadata = f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
         wf.writestr(f"{info}/METADATA", metadata)
         wf.writestr(f"{info}/WHEEL", WHEEL)
-    return target
+    return stamps.file_sha256(target)
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
@@ -238,9 +235,10 @@ def publish(opts: options.PublishOptions) -> None:
         runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
     manifest_file = work / "publish" / manifest_wheel_name(manifest)
-    runner.apply(write_manifest_wheel, manifest, manifest_file)
+    sha256 = runner.apply(write_manifest_wheel, manifest, manifest_file)
     if not set_present:  # the manifest last: a set is listed once all its wheels are there
         uploads.append((MANIFEST_PROJECT, manifest_file))
+        pages[MANIFEST_PROJECT][manifest_file.name] = sha256
     if store is None:  # twine reads TWINE_USERNAME/TWINE_PASSWORD; the manifest wheel last
         if not os.environ.get("TWINE_USERNAME"):
             runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
@@ -260,8 +258,6 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     for project, path in uploads:
         rel = f"{project}/{path.name}"
         runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
-        if project == MANIFEST_PROJECT:
-            pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
         rel = f"{project}/index.html"
         page = team_index.project_page(pages[project])
