@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from rocmfa.plumbing import pin_files
+from rocmfa.plumbing import pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
 from rocmfa.sources import pins, update_pins
@@ -305,10 +304,9 @@ def test_default_line_is_unresolved_until_update_pins_and_nightly_follows_torch(
         "cac8bcf1",
         "pins/pytorch-nightly.toml",
     )
-    cache = tmp_path / ".cache" / "pins" / f"pytorch-{torch.commit}-aotriton.json"
-    cache.parent.mkdir(parents=True)
+    cache = tmp_path / ".cache" / "pins" / f"pytorch-{torch.commit}-aotriton.cmake.json"
     cmake = 'set(__AOTRITON_VER "0.12b")\nset(__AOTRITON_CI_COMMIT "' + C_012 + '")\n'
-    cache.write_text(json.dumps({"origin": "test", "files": {pins.AOTRITON_CMAKE: cmake}}))
+    stamps.write(cache, cmake, origin="test")  # as pins.torch_file keeps what it fetched
     aotriton = pins.load_pin("aotriton", workdir=tmp_path, environ=nightly)
     assert (aotriton.commit, aotriton.data["version"]) == (C_012, "0.12b")
     assert "cac8bcf1ca69" in aotriton.source

@@ -213,7 +213,8 @@ def publish_manifest(family_dir: Path, published: str, *reports: str) -> str:
         "patches": {"aotriton": {"digest": "d1g35t"}}, "reports": summaries,
     }  # fmt: skip
     project = family_dir / install_wheels.MANIFEST_PROJECT
-    wheel = publish.write_manifest_wheel(manifest, project / publish.manifest_wheel_name(manifest))
+    wheel = project / publish.manifest_wheel_name(manifest)
+    publish.write_manifest_wheel(manifest, wheel)
     return wheel.name
 
 

@@ -619,7 +619,7 @@ def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
     src = options.src_dir(ctx.work, ctx.source_name)
     fork = ctx.opts.triton == "fork"
-    pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
+    pinned = tuple(p for p in ctx.pin.data.get("submodules", ()) if fork or p != kernel_build.FORK)
     ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
     tuned = ctx.tuning or checkouts.find_tuning(ctx.pin.commit, ctx.arch.name) is not None
     apply_patch_set("aotriton", ctx.pin.commit, src, ctx.runner, arch=ctx.arch.name, tuning=tuned)

@@ -78,7 +78,6 @@ RULES = {  # what each project's table, and each [<project>.<key>] table, may ho
     | {
         "commit": (lambda v: v == FROM_PYTORCH or resolved(v), f'{HEX} or "{FROM_PYTORCH}"', True),
         "version": (filled, "a non-empty string", False),
-        # `true` would init what .gitmodules lists: --recursive stops at an unmapped gitlink
         "submodules": (
             lambda v: isinstance(v, list) and all(filled(p) and inside(p) for p in v),
             "a list of paths inside the tree (not true: it fails on an unmapped "
@@ -121,9 +120,8 @@ def aotriton_version(directory: Path) -> str | None:  # in directory's aotriton.
     return version if isinstance(version, str) else None
 
 
-def check_file(path: Path, project: str) -> dict[str, Any]:
-    check_table(project, table := table_of(path, project), f"{display(path)} [{project}]")
-    return table
+def check_file(path: Path, project: str) -> None:
+    check_table(project, table_of(path, project), f"{display(path)} [{project}]")
 
 
 def set_values(path: Path, table: str, values: Mapping[str, str | list[str]]) -> bool:

@@ -1,7 +1,5 @@
 """`nox -s install_wheels`: this run's or a team index's wheels, checked; docs/pytorch-and-ck.md."""
 
-from __future__ import annotations
-
 import email.parser
 import functools
 import hashlib
@@ -30,7 +28,6 @@ from rocmfa.plumbing.options import REPO_ROOT, InstallWheelsOptions
 ROCM_IN_LOCAL = re.compile(r"(?:^|\.)(dev)?rocm(sdk)?(\d.*)$")  # torch checks it: ROCm/vllm#943
 NEEDS_ROCM = {"torch", "torchaudio", "torchvision", "triton", "pytorch-triton-rocm"}
 RUNTIME_REQUIREMENTS_NAME = "install_wheels-runtime-requirements.txt"
-REQUIREMENTS_NAME = "install_wheels-requirements.txt"  # --index: the set's wheels, hash-pinned
 SCHEMA = "rocmfa-wheelset/1"
 MANIFEST_PROJECT = "rocmfa-wheelset"
 MANIFEST_DIST = "rocmfa_wheelset"
@@ -55,9 +52,7 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> s
     python = (int(python_tag[2]), int(python_tag[3:]))  # the env's, on this machine's platforms
     if not tags & {*packaging.tags.cpython_tags(python), *packaging.tags.compatible_tags(python)}:
         its = ", ".join(sorted(str(t) for t in tags))
-        raise UserError(
-            f"{path.name} is for {its}, but the env's Python is {python_tag}; {rebuild}"
-        )
+        raise UserError(f"{path.name} is for {its}; the env's Python is {python_tag}; {rebuild}")
     built_for = rocm_of(version)
     if built_for is None and str(name) in NEEDS_ROCM:
         what = f"'+{version.local}'" if version.local else "no local version"
@@ -69,16 +64,10 @@ def check_wheel(record: dict[str, Any], python_tag: str, rocm_version: str) -> s
 
 
 def load_manifest(work: Path) -> dict[str, Any]:
-    path = manifest_path(work)
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"no run manifest at {path}; run: nox -s build_pytorch") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"unreadable run manifest {path}: {e}") from None
-    wheels = manifest.get("wheels") if isinstance(manifest, dict) else None
-    if not wheels or not isinstance(wheels, list):
-        raise UserError(f"run manifest {path} lists no wheels; run: nox -s build_pytorch")
+    manifest = stamps.read(manifest_path(work)) or {}
+    if not manifest.get("wheels") or not isinstance(manifest["wheels"], list):
+        what = f"no readable run manifest listing wheels at {manifest_path(work)}"
+        raise UserError(f"{what}; run: nox -s build_pytorch")
     return manifest
 
 
@@ -218,20 +207,19 @@ def from_index(opts: InstallWheelsOptions, session: session_env.SessionEnv, fits
     set_id = manifest["set_id"]
     lines = []
     page_of = functools.cache(lambda project: team_index.read_project(spec, family, project, store))
-    downloads = options.downloads_dir(session.work) / "wheelsets" / set_id
+    folder = options.downloads_dir(session.work) / "wheelsets" / set_id
     for wheel in manifest["wheels"]:
         project = canonicalize_name(wheel["project"])
         if (link := page_of(project).get(wheel["file"])) is None:
             raise UserError(f"{wheel['file']} of wheel set {set_id} is not on {where}")
         url = link.url
         if store is not None:  # S3: through its API into downloads/, kept as fetched (pip checks)
+            local = folder / wheel["file"]
             rel = f"{project}/{wheel['file']}"
-            local = downloads / wheel["file"]
-            said = f"download {store.target(rel)} -> {local}"
-            runner.apply(fetch_into, store, rel, local, say=said)
+            runner.apply(fetch_into, store, rel, local, say=f"download {link.url} -> {local}")
             url = local.as_uri()
         lines.append(f"{project} @ {url} --hash=sha256:{wheel['sha256']}")
-    path = write_requirements(session.work / REQUIREMENTS_NAME, lines, runner)
+    path = write_requirements(session.work / "install_wheels-requirements.txt", lines, runner)
     argv = install_argv(session.python, ["--require-hashes", "-r", str(path)])
     return manifest, argv, f"wheel set {set_id} from {where}"
 
@@ -274,10 +262,13 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
     work = session.work
     wheels = manifest["wheels"]
     stamp = options.stamp_path(work, "install_wheels")
-    inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # the env's versions: installed_match
-    if stamps.is_current(stamp, inputs) and not opts.force and installed_match(session, wheels):
-        runner.say("these wheels are already installed in the env (--force to reinstall)")
-        return
+    inputs = {"wheels": sorted(r["sha256"] for r in wheels)}  # and the env's versions: pip list
+    if stamps.is_current(stamp, inputs) and not opts.force:
+        pip_list = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
+        have = {canonicalize_name(d["name"]): Version(d["version"]) for d in json.loads(pip_list)}
+        if all(have.get(canonicalize_name(r["project"])) == Version(r["version"]) for r in wheels):
+            runner.say("these wheels are already installed in the env (--force to reinstall)")
+            return
     if needs := runtime_requirements(wheels):
         listed = ", ".join(needs)
         runner.say(f"runtime requirements of these wheels: {listed} (pip adds what the env lacks)")
@@ -295,9 +286,3 @@ def install_unless_current(opts, session, manifest: dict, argv: list, where: str
         why = f"pip could not install {where} (exit {code}); see pip's message above"
         raise UserError(f"{why} (it refuses a wheel whose sha256 differs from the manifest's)")
     runner.apply(stamps.write, stamp, inputs, wheels=[r["file"] for r in wheels])
-
-
-def installed_match(session: session_env.SessionEnv, wheels: list[dict[str, Any]]) -> bool:
-    listed = session.ask([session.python, "-m", "pip", "list", "--format", "json"], "[]")
-    have = {canonicalize_name(d["name"]): Version(d["version"]) for d in json.loads(listed)}
-    return all(have.get(canonicalize_name(r["project"])) == Version(r["version"]) for r in wheels)

@@ -1,7 +1,5 @@
 """`nox -s publish`: this run's wheels, then their manifest wheel, to a team index (README.md)."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os
@@ -24,7 +22,6 @@ from rocmfa.env import archs
 from rocmfa.plumbing import downloads, options, stamps, team_index
 from rocmfa.plumbing.commands import Runner, runner_for
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import PublishOptions
 from rocmfa.sharing import install_wheels
 from rocmfa.sharing.install_wheels import MANIFEST_DIST, MANIFEST_MEMBER, MANIFEST_PROJECT
 from rocmfa.sources import pins
@@ -71,8 +68,7 @@ def aotriton_pin(work: Path, torch_stamp: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def aotriton_of(work: Path, torch_stamp: Mapping, torch_wheel, flash: bool) -> dict[str, Any]:
-    """The AOTriton in the torch wheel's torch/lib/, read as installed; refuses a flash-attention
-    wheel whose runtime and image packs do not belong together."""
+    """The AOTriton in the torch wheel's torch/lib/, as installed (flash attention: checked)."""
     pin = aotriton_pin(work, torch_stamp) if torch_wheel else {}
     found = None
     if torch_wheel:  # a wheel the build recorded (its sha256 checked)
@@ -130,16 +126,15 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         path = Path(w["file"])
         kept = {k: w[k] for k in ("project", "version", "size", "sha256")}
         wheels.append({**kept, "file": path.name, "requires": install_wheels.requires_of(path)})
-    components = {}  # each checked-out source
+    repos = {}  # each checked-out source
     patches = {}  # the patches applied to each
     for key, source in sorted((checkout.get("sources") or {}).items()):
         commit = source.get("hashtag")
-        components[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
+        repos[key] = {"origin": source.get("origin"), "commit": commit, "head": heads.get(key)}
         if source.get("patches"):
             digest = ((inputs.get("patches") or {}).get(key) or {}).get(commit)
             patches[key] = {"commit": commit, "files": source["patches"], "digest": digest}
     lines = sorted(f"{w['file']} {w['sha256']}\n" for w in wheels)  # same set, same id
-    origin, commit = inputs.get("pytorch") or [None, None]
     return {
         "schema": install_wheels.SCHEMA,
         "set_id": hashlib.sha256("".join(lines).encode()).hexdigest()[:16],
@@ -150,15 +145,10 @@ def build_manifest(work: Path, run: Mapping[str, Any], reports: Sequence[Path]) 
         "rocm_sdk": run["rocm_version"],
         "flash_attention": flash,
         "wheels": wheels,
-        "torch": {
-            "version": torch_wheel and torch_wheel["version"],
-            "origin": origin,
-            "commit": commit,
-            "head": heads.get("pytorch"),
-        },
+        "torch": {"version": torch_wheel and torch_wheel["version"], **repos.get("pytorch", {})},
         "therock": {"commit": inputs.get("therock"), "rocm_sdk": run["rocm_version"]},
         "aotriton": aot,
-        "components": components,
+        "components": repos,
         "patches": patches,
         "reports": summaries,
     }
@@ -169,7 +159,8 @@ def manifest_wheel_name(manifest: Mapping[str, Any]) -> str:
     return f"{MANIFEST_DIST}-{when}+{manifest['python']}.{manifest['set_id']}-py3-none-any.whl"
 
 
-def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
+def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> str:
+    """The manifest as a wheel at target; its sha256."""
     version = target.name.split("-")[1]
     info = f"{MANIFEST_DIST}-{version}.dist-info"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -178,7 +169,7 @@ def write_manifest_wheel(manifest: Mapping[str, Any], target: Path) -> Path:
         metadata = f"Metadata-Version: 2.1\nName: {MANIFEST_PROJECT}\nVersion: {version}\n"
         wf.writestr(f"{info}/METADATA", metadata)
         wf.writestr(f"{info}/WHEEL", WHEEL)
-    return target
+    return stamps.file_sha256(target)
 
 
 def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
@@ -196,11 +187,10 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
         link = links[project].get(path.name)
         there = link and link.sha256
         if not there and (store is not None or link):  # an upload cut short, or no hash listed
-            data = (
-                store.read(f"{project}/{path.name}")
-                if store
-                else downloads.get(link.url, missing=(403, 404))
-            )
+            if store:
+                data = store.read(f"{project}/{path.name}")
+            else:
+                data = downloads.get(link.url, missing=(403, 404))
             there = None if data is None else hashlib.sha256(data).hexdigest()
         if there is None:
             uploads.append((project, path))
@@ -216,7 +206,7 @@ def plan_uploads(spec, family: str, wheels: list[dict], store, say) -> tuple:
     return uploads, pages
 
 
-def publish(opts: PublishOptions) -> None:
+def publish(opts: options.PublishOptions) -> None:
     work = options.workdir(opts.workdir)
     spec = team_index.parse_index(opts.index)
     run = install_wheels.load_manifest(work)
@@ -245,9 +235,10 @@ def publish(opts: PublishOptions) -> None:
         runner.say(f"wheel set {set_id} is already published on {where}: nothing to do")
         return
     manifest_file = work / "publish" / manifest_wheel_name(manifest)
-    runner.apply(write_manifest_wheel, manifest, manifest_file)
+    sha256 = runner.apply(write_manifest_wheel, manifest, manifest_file)
     if not set_present:  # the manifest last: a set is listed once all its wheels are there
         uploads.append((MANIFEST_PROJECT, manifest_file))
+        pages[MANIFEST_PROJECT][manifest_file.name] = sha256
     if store is None:  # twine reads TWINE_USERNAME/TWINE_PASSWORD; the manifest wheel last
         if not os.environ.get("TWINE_USERNAME"):
             runner.refuse("an upload API needs TWINE_USERNAME and TWINE_PASSWORD (any, if no auth)")
@@ -267,8 +258,6 @@ def upload_tree(runner: Runner, store, uploads: list[tuple[str, Path]], pages: d
     for project, path in uploads:
         rel = f"{project}/{path.name}"
         runner.apply(store.put_new, rel, path, say=f"upload {path} -> {store.target(rel)}")
-        if project == MANIFEST_PROJECT:
-            pages[project][path.name] = runner.apply(stamps.file_sha256, path)
     for project in [*sorted(p for p in pages if p != MANIFEST_PROJECT), MANIFEST_PROJECT]:
         rel = f"{project}/index.html"
         page = team_index.project_page(pages[project])

@@ -1,10 +1,6 @@
 """pins/<project>.toml -> Pin; AOTriton's "from-pytorch" read from the torch pin's aotriton.cmake
 (forms: docs/upstream-interfaces.md), from the local checkout or `raw_url`, cached per commit."""
 
-from __future__ import annotations
-
-import contextlib
-import json
 import os
 import re
 import sys
@@ -17,8 +13,6 @@ from rocmfa.env import archs
 from rocmfa.plumbing import options, pin_files, stamps
 from rocmfa.plumbing.commands import Runner
 from rocmfa.plumbing.errors import UserError
-from rocmfa.plumbing.options import environment
-from rocmfa.plumbing.pin_files import FROM_PYTORCH, HEX40
 
 AOTRITON_COMMIT_ENV = "PYTORCH_AOTRITON_COMMIT"
 AOTRITON_CMAKE = "cmake/External/aotriton.cmake"
@@ -41,11 +35,7 @@ class Pin:
     def describe(self) -> str:
         return f"{self.project} {self.commit[:12]} ({self.ref}) from {self.source}"
 
-    @property
-    def submodules(self) -> tuple[str, ...]:
-        return tuple(self.data.get("submodules") or ())
-
-    def part(self, key: str) -> Pin | None:
+    def part(self, key: str) -> "Pin | None":
         """The pin of this pin's [<project>.<key>] table ([aotriton.aiter]; checked with it)."""
         if (table := self.data.get(key)) is not None:
             return pin_of(key, table, f"{self.source} [{self.project}.{key}]")
@@ -72,13 +62,20 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
             archs.aotriton_version_key(table["version"])
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-    if project == "aotriton" and pin_files.line(environ) == "nightly":
-        # the nightly line's AOTriton follows its torch: agreement by construction
-        table = {**{k: v for k, v in table.items() if k != "version"}, "commit": FROM_PYTORCH}
-    if project == "composable_kernel":
-        table = _ck_variant(table, where, environ)
-        source = where.replace("]", ".legacy]") if table.get("use") == "legacy" else source
-    if (pin := pin_of(project, table, source)).commit != FROM_PYTORCH:
+    if project == "aotriton" and pin_files.line(environ) == "nightly":  # it follows its torch
+        table = {**table, "version": None, "commit": pin_files.FROM_PYTORCH}
+    if project == "composable_kernel":  # the monorepo, or [composable_kernel.legacy] over it
+        choice = options.environment(environ).ck_source or table.get("use", "monorepo")
+        if choice not in ("monorepo", "legacy"):
+            raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
+        legacy = table.get("legacy")
+        table = {k: v for k, v in table.items() if k != "legacy"}
+        if choice == "legacy" and legacy is None:
+            raise UserError(f"{where}: legacy CK selected; it needs [composable_kernel.legacy]")
+        if choice == "legacy":
+            table = {"subdir": "", **table, **legacy, "use": "legacy"}
+            source = where.replace("]", ".legacy]")
+    if (pin := pin_of(project, table, source)).commit != pin_files.FROM_PYTORCH:
         return pin
     pytorch = load_pin("pytorch", directory, workdir=workdir, environ=environ)
     resolved = resolve_aotriton_from_pytorch(pytorch, workdir=workdir, environ=environ)
@@ -90,19 +87,6 @@ def load_pin(project: str, pins_dir=None, *, workdir=None, environ=None) -> Pin:
         )
     data = {**pin.data, "version": declared or resolved.version, "pytorch_cmake": resolved}
     return replace(pin, commit=resolved.commit, source=resolved.source, data=data)
-
-
-def _ck_variant(table: dict, where: str, environ: Mapping[str, str]) -> dict:
-    """The monorepo table, or [composable_kernel.legacy] over it (use, $ROCMFA_CK_SOURCE)."""
-    choice = environment(environ).ck_source or table.get("use", "monorepo")
-    if choice not in ("monorepo", "legacy"):
-        raise UserError(f'{where}: \'use\' must be "monorepo" or "legacy", got {choice!r}')
-    base = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    if choice == "monorepo":
-        return base
-    if not isinstance(legacy := table.get("legacy"), dict):
-        raise UserError(f"{where}: legacy CK selected but there is no [composable_kernel.legacy]")
-    return {"subdir": "", **base, **legacy, "use": "legacy"}
 
 
 @dataclass(frozen=True)
@@ -144,17 +128,20 @@ class ResolvedAotriton:
 
 def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     """The AOTriton commit the torch pin names; environ: $PYTORCH_AOTRITON_COMMIT (form C)."""
-    texts, origin = _pytorch_files(pytorch, workdir)
+    text, origin = torch_file(pytorch, AOTRITON_CMAKE, workdir)
+    if text is None:
+        raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
     where = f"PyTorch {pytorch.commit[:12]} {AOTRITON_CMAKE} ({origin})"
-    parsed = parse_aotriton_cmake(texts[AOTRITON_CMAKE])
+    parsed = parse_aotriton_cmake(text)
     version = parsed.version
     if len(parsed.literals) > 1:
         several = ", ".join(c[:12] for c in parsed.literals)
         unknown = "the pin is unknown; set commit in pins/aotriton.toml explicitly"
         raise UserError(f"{where}: several different AOTriton commits ({several}) - {unknown}")
     if parsed.form == "A":  # .ci/docker/aotriton_version.txt: ver, manylinux, rocm, commit, ...
-        lines = [line.strip() for line in texts.get(AOTRITON_VERSION_TXT, "").splitlines()]
-        if len(lines) < 4 or not HEX40.fullmatch(lines[3].lower()):
+        listed = torch_file(pytorch, AOTRITON_VERSION_TXT, workdir)[0] or ""
+        lines = [line.strip() for line in listed.splitlines()]
+        if len(lines) < 4 or not pin_files.HEX40.fullmatch(lines[3].lower()):
             raise UserError(f"{where} -> {AOTRITON_VERSION_TXT}: line 4 is not a 40-hex commit")
         commit = lines[3].lower()
         version = lines[0] or None
@@ -168,7 +155,7 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     if override := (environ or {}).get(AOTRITON_COMMIT_ENV):
         if not parsed.env_override:
             source += f"; ${AOTRITON_COMMIT_ENV} ignored: this aotriton.cmake does not read it"
-        elif not HEX40.fullmatch(value := override.strip().lower()):
+        elif not pin_files.HEX40.fullmatch(value := override.strip().lower()):
             raise UserError(f"${AOTRITON_COMMIT_ENV}={override!r} is not a 40-hex commit")
         else:
             source = f"${AOTRITON_COMMIT_ENV} (overrides {commit[:12]} from {source})"
@@ -177,32 +164,20 @@ def resolve_aotriton_from_pytorch(pytorch: Pin, *, workdir=None, environ=None):
     return ResolvedAotriton(commit, version, source, parsed)
 
 
-def _pytorch_files(pytorch: Pin, workdir) -> tuple[dict[str, str], str]:
-    """aotriton.cmake (form A: and aotriton_version.txt) at the torch pin, origin; cached."""
+def torch_file(pytorch: Pin, path: str, workdir) -> tuple[str | None, str]:
+    """(text or None, origin) of one file at the torch pin: the local checkout, else raw_url (kept
+    as a stamp per commit, read from there after)."""
     work = options.workdir(workdir)
-    cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-aotriton.json"
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        if AOTRITON_CMAKE in (cached := json.loads(cache.read_text()))["files"]:
-            return cached["files"], f"{cached.get('origin', '?')}, cached"
-    text, origin = torch_file(pytorch, AOTRITON_CMAKE, work)
-    if text is None:
-        raise UserError(f"{origin}: not found (HTTP 404); is the PyTorch pin right?")
-    files = {AOTRITON_CMAKE: text}
-    if parse_aotriton_cmake(text).form == "A":
-        files[AOTRITON_VERSION_TXT] = torch_file(pytorch, AOTRITON_VERSION_TXT, work)[0] or ""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    stamps.write_text_atomic(cache, json.dumps({"origin": origin, "files": files}, indent=1))
-    return files, origin
-
-
-def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
-    """(text or None, origin) of one file at the torch pin: local checkout, else raw_url."""
     checkout = options.src_dir(work, "pytorch")
     if (checkout / ".git").exists():
         blob = ["git", "cat-file", "blob", f"{pytorch.commit}:{path}"]
         result = Runner(out=sys.stderr).run(blob, cwd=checkout, capture=True, check=False)
         if result.returncode == 0:
             return result.stdout, f"local checkout {checkout}"
+    cache = options.cache_dir(work) / "pins" / f"pytorch-{pytorch.commit}-{Path(path).name}.json"
+    cached = stamps.read(cache) or {}
+    if isinstance(cached.get("inputs"), str):
+        return cached["inputs"], f"{cached.get('origin', '?')}, cached"
     if not (template := pytorch.data.get("raw_url")):
         why = f"has no raw_url to fetch {path} at {pytorch.commit[:12]} (nor has {checkout})"
         raise UserError(f"pins/pytorch.toml {why}")
@@ -210,8 +185,11 @@ def torch_file(pytorch: Pin, path: str, work: Path) -> tuple[str | None, str]:
 
     url = template.format(commit=pytorch.commit, path=path)
     print(f"fetching {url}", file=sys.stderr, flush=True)
-    body = downloads.get(url)
-    return (None if body is None else body.decode(errors="replace")), url
+    if (body := downloads.get(url)) is None:
+        return None, url
+    text = body.decode(errors="replace")
+    stamps.write(cache, text, origin=url)
+    return text, url
 
 
 def parse_related_commits(text: str, where: str) -> dict[str, tuple[str, str]]:
