@@ -1,9 +1,7 @@
-"""`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
-AOTRITON_INSTALLED_PREFIX), swapped into the env's torch through pip when there is one: the
-release pack or a source build per arch (choose_path), docs/aotriton.md.
-Into torch, a new AOTriton goes through pip as torch's own wheel repacked (RECORD stays true),
-after a check that torch was built for its version; a run killed while pip replaces torch is
-finished by the next (finish_interrupted)."""
+"""`nox -s build_aotriton` (docs/aotriton.md): AOTriton at its pin, the release pack or a source
+build per arch (choose_path), into its install prefix (build_pytorch's AOTRITON_INSTALLED_PREFIX),
+then into the env's torch when there is one, as torch's own wheel repacked and installed by pip
+(RECORD stays true; a run killed while pip replaces torch is finished by the next)."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wheel.wheelfile import WheelFile
 
@@ -47,15 +45,15 @@ def site_packages(prefix: Path) -> Path:
     return found[-1]
 
 
-def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
-    """The env's torch; None, or when needed (why) a UserError, if there is none."""
+def find_torch(prefix: Path, required: bool = False) -> Path | None:
+    """The env's torch; None (required: a UserError) if there is none."""
     torch = site_packages(prefix) / "torch"
-    if (torch / "__init__.py").is_file() or needed is None:
-        return torch if (torch / "__init__.py").is_file() else None
-    raise UserError(
-        f"no torch in the env ({torch.parent}){needed}; install it first: nox -s setup_env -- "
-        "--with-torch, or nox -s build_pytorch install_wheels"
-    )
+    if required and not (torch / "__init__.py").is_file():
+        raise UserError(
+            f"no torch in the env ({torch.parent}); install it first: nox -s setup_env -- "
+            "--with-torch, or nox -s build_pytorch install_wheels"
+        )
+    return torch if (torch / "__init__.py").is_file() else None
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -206,12 +204,12 @@ def keep_original(site: Path, record: Path, out: Path) -> None:
 
 
 def repack(
-    original: Path, new: AotritonInstall, marker: dict, expected_soname: str | None, work: Path
+    original: Path, new: AotritonInstall, marker: dict, linked: str | None, work: Path
 ) -> Path:
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
-    # a wheel holds no links: the name torch's libtorch_hip was linked with is a copy too
-    aliases = sorted({"libaotriton_v2.so", expected_soname or real} - {real})
+    # a wheel holds no links: the runtime torch's libtorch_hip was linked with is a copy too
+    aliases = sorted({"libaotriton_v2.so", f"libaotriton_v2.so.{linked or new.runtime}"} - {real})
     images = new.lib / "aotriton.images"
     sources = [new.lib / real, *new.pyaotriton]
     sources += sorted(p for p in images.rglob("*") if p.is_file())  # none without images
@@ -286,12 +284,13 @@ def finish_interrupted(prefix: Path, runner: Runner) -> None:
 
 
 def install_into_torch(
-    new: AotritonInstall, torch: Path, marker: dict, expected_soname: str | None, work: Path, runner
+    new: AotritonInstall, torch: Path, marker: dict, linked: str | None, work: Path, runner
 ) -> tuple[Path, Path]:
-    """new into the env's torch through pip; (torch's own wheel, the one installed)."""
+    """new into the env's torch through pip (linked: the runtime version torch was built for);
+    (torch's own wheel, the one installed)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}
-    wheel = repack(original, new, marker, expected_soname, work)
+    wheel = repack(original, new, marker, linked, work)
     if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
         runner.say(f"the env's torch is already {wheel}")
     else:
@@ -307,12 +306,7 @@ def restore_torch(torch: Path, work: Path, runner: Runner) -> None:
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")
 
 
-if TYPE_CHECKING:
-    from rocmfa.plumbing.options import BuildAotritonOptions
-
 STAMP_NAME = "aotriton"
-BUILT_STAMP_NAME = "aotriton-built"  # what the install prefix holds (build_pytorch reads it)
-STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
 # Options only a source build has: given, they ask for one.
 SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
@@ -398,7 +392,6 @@ def choose_path(
     arch), an option (asked) wants a source build, or the release has nothing to take."""
     pin, version, pack = _upstream_pin(arch, work)
     rocm = rocm_version(site, 2)
-    pack = f"amd-{pack}"
     found = checkouts.patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
     release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
@@ -430,31 +423,27 @@ class Context(session_env.OnSession):
     """The session env, its settings (tune_aotriton's as build_aotriton's) and which AOTriton."""
 
     session: session_env.SessionEnv
-    opts: BuildAotritonOptions  # --triton resolved (kernel_triton)
+    opts: options.BuildAotritonOptions  # --triton resolved (kernel_triton)
     torch: Path | None  # None: no torch yet, the build stays in its install prefix
+    site: Path  # the env's site-packages
     pin: pins.Pin
     version: str
     pack: str
     tuning: bool = False  # tune_aotriton's builds: the patch set's tuning patches too
-    source_name = "aotriton"  # work/src/<name> and work/build/<name>
-
-    @property
-    def site(self) -> Path:
-        if self.torch is not None or not self.session.ready:  # a plan before setup_env: python3.X
-            return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
-        return site_packages(self.prefix)
 
 
-def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
+def make_context(opts: options.BuildAotritonOptions, tuning: bool = False) -> Context:
     """The session env plus which AOTriton: its pin, version and pack (--restore: a torch)."""
     session = session_env.open_env(opts)
     pin, version, pack = _upstream_pin(session.arch, session.work, opts.from_release)
-    torch = session.prefix / "lib/python3.X/site-packages/torch" if opts.restore else None
+    site = session.prefix / "lib/python3.X/site-packages"  # a plan before setup_env made it
+    torch = site / "torch" if opts.restore else None
     if session.ready:  # a torch install killed midway is finished first
         finish_interrupted(session.prefix, session.runner)
-        torch = find_torch(session.prefix, "" if opts.restore else None)
+        site = site_packages(session.prefix)
+        torch = find_torch(session.prefix, required=opts.restore)
     opts = replace(opts, triton=opts.kernel_triton)
-    return Context(session, opts, torch, pin, version, f"amd-{pack}", tuning)
+    return Context(session, opts, torch, site, pin, version, pack, tuning)
 
 
 def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pins.Pin, str, str]:
@@ -477,7 +466,7 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pin
                 f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
                 "port it with: nox -s update_pins -- --port-patches"
             )
-        return pin, version, patched
+        return pin, version, f"amd-{patched}"
     if not arch.aotriton_supported(version):
         limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
         since = f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else ""
@@ -486,14 +475,14 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pin
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    return pin, version, pack
+    return pin, version, f"amd-{pack}"
 
 
 def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
     pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
     inputs = {
-        "stamp_version": STAMP_VERSION,
+        "stamp_version": 1,
         "mode": "release" if from_release else "source",
         "pin": pin,
         "arch": ctx.arch.name,
@@ -517,36 +506,29 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     tuning = ctx.tuning or bool(tuned)
     opts = ctx.opts
     digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
-    options = {
+    flags = {
         "noimage": opts.no_images,
         "timeout_min": f"{opts.timeout_min or 0:g}",
         "pyaotriton": opts.with_pyaotriton,
     }
     if opts.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
-        options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
+        flags["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return {
         **inputs,
         "aiter": ctx.pin.data.get("aiter"),
         "patches": digest,
         "tuning_db": tuned.digest() if tuned else None,
-        "options": options,
+        "options": flags,
     }
 
 
 def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_PREFIX
-    return options.build_dir(ctx.work, ctx.source_name) / "install"
+    return options.build_dir(ctx.work, "aotriton") / "install"
 
 
-def check_pairing(
-    arch: archs.Arch,
-    pin: pins.Pin,
-    version: str,
-    torch: str | None,
-    runner: Runner,
-    work: Path,
-    force: bool,
-) -> list[str]:
-    """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
+def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch, runner, work, force):
+    """The pin set, then arch x AOTriton x torch (its version or None), against `nox -s matrix`:
+    the lines to say (--force: warnings)."""
     lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
     return lines + archs.check_combination(arch, version, torch_version=torch, force=force)
 
@@ -566,7 +548,7 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     return True
 
 
-def build_aotriton(opts: BuildAotritonOptions) -> None:
+def build_aotriton(opts: options.BuildAotritonOptions) -> None:
     given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
     if opts.from_release and given:
         raise UserError(
@@ -592,8 +574,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.arch_how}); image pack {ctx.pack}")
     jobs = choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    fork = ctx.opts.triton == "fork"
-    path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
+    path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, ctx.opts.triton == "fork")
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     inputs = stamp_inputs(ctx, from_release=not path.source)
@@ -617,7 +598,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
 def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    src = options.src_dir(ctx.work, ctx.source_name)
+    src = options.src_dir(ctx.work, "aotriton")
     fork = ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.submodules if fork or p != kernel_build.FORK)
     ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
@@ -716,7 +697,7 @@ def build_from_source(
     opts = ctx.opts
     if opts.with_pyaotriton:
         require_pybind11(ctx)
-    build = options.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
+    build = options.build_dir(ctx.work, "aotriton-tuning" if for_tuner else "aotriton")
     store = kernel_build.open_for_build(ctx, opts, runner)
     if opts.clean and build.exists():
         runner.apply(shutil.rmtree, build, say=f"--clean: removing the build directory {build}")
@@ -747,10 +728,9 @@ def build_from_source(
         args += ["-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"]
     args += kernels.cmake_args() if kernels is not None else []  # every kernel job: the store
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
-    previous = stamps.read(configured) or {}
     cmake_cache = build / "CMakeCache.txt"
-    changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
-    if previous and changed and cmake_cache.exists():
+    changed = not stamps.is_current(configured, {"args": args, "sets": sets})
+    if configured.exists() and changed and cmake_cache.exists():
         runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
     if (build / "install").exists():
         runner.apply(shutil.rmtree, build / "install")  # ours; `ninja install` repopulates it
@@ -792,7 +772,7 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp = options.stamp_path(ctx.work, STAMP_NAME)
     built = install_prefix(ctx)
-    built_stamp = options.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    built_stamp = options.stamp_path(ctx.work, "aotriton-built")  # build_pytorch reads it
     if new is None:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built_stamp, install_prefix=str(built))
     elif new.runtime is None:
@@ -815,38 +795,32 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
 def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs, how: str) -> None:
     """Check versions, pip-install torch's own wheel repacked with new, stamp it."""
     runner = ctx.runner
-    torch = ctx.torch
-    lib = torch / "lib"
-    shipped = AotritonInstall.read(lib, torch / "include")
-    if was := (read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
-        shipped = AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
         return runner.done(
             "check versions, repack torch's own wheel with the new AOTriton, pip install it into "
             f"{ctx.prefix} and write {stamp}"
         )
+    torch = ctx.torch
+    lib = torch / "lib"
+    shipped = AotritonInstall.read(lib, torch / "include")
+    if was := (read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
+        shipped = AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = replace(new, images=new.images or image_signatures(lib / "aotriton.images"))
     overridden = check_compatible(effective, shipped, ctx.opts.force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
     before = {"runtime": shipped.runtime, "images": shipped.images}
     versions = {"shipped": before, "new": {"runtime": new.runtime, "images": effective.images}}
     record = {
-        "installed_by": "nox -s build_aotriton",
         "how": how,
-        "pin": pin,
+        "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "forced": overridden,
         "arch": ctx.arch.name,
-        "torch_version": dist_version(torch.parent, "torch"),
         **versions,
     }
-    same = not shipped.runtime or shipped.runtime == new.runtime
-    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
-    original, wheel = install_into_torch(new, torch, record, expected, ctx.work, runner)
+    original, wheel = install_into_torch(new, torch, record, shipped.runtime, ctx.work, runner)
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
-    installed = installed_fingerprint(lib)
-    stamps.write(stamp, inputs, installed=installed, wheel=str(wheel), **versions)
+    stamps.write(stamp, inputs, installed=installed_fingerprint(lib), wheel=str(wheel), **versions)
