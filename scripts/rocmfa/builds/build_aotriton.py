@@ -6,7 +6,6 @@ then into the env's torch when there is one, as torch's own wheel repacked and i
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +14,6 @@ import re
 import shutil
 import subprocess
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ from typing import Any
 from wheel.wheelfile import WheelFile
 
 from rocmfa.builds import compile_cache, kernel_build
-from rocmfa.builds.compile_cache import CachePlan
 from rocmfa.env import archs, session_env
 from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs
@@ -33,7 +30,7 @@ from rocmfa.sources.checkouts import apply_patch_set, ensure_checkout, git, patc
 
 MARKER = "aotriton.rocmfa.json"  # in torch/lib of our repacked wheel: what we installed
 WHEELS = "torch-wheels"  # under the work dir
-PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # not in the wheel
+PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # WheelFile writes a RECORD
 LIB_RE = re.compile(r"libaotriton_v2\.so\.(\d+)\.(\d+)\.(\d+)")
 REINSTALL = "reinstall torch with pip (nox -s install_wheels), then rerun"
 
@@ -150,16 +147,6 @@ def wheel_in(folder: Path) -> Path | None:
     return min(folder.glob("*.whl"), default=None) if folder.is_dir() else None
 
 
-@contextlib.contextmanager
-def into_folder(out: Path, name: str) -> Iterator[Path]:
-    """<out>.partial/name, renamed to out once written: a kill never leaves a half wheel in out."""
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    yield partial / name
-    partial.rename(out)
-
-
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     """The wheel our marker names, else (once per RECORD) one rebuilt from torch's files."""
     marker = read_marker(torch)
@@ -187,7 +174,7 @@ def keep_original(site: Path, record: Path, out: Path) -> None:
     tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
     name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
     rows = sorted(session_env.record_rows(record), key=lambda row: ".dist-info/" in row[0])
-    with into_folder(out, name) as dest, WheelFile(dest, "w") as whl:  # it writes the RECORD
+    with checkouts.into_folder(out) as partial, WheelFile(partial / name, "w") as whl:
         for rel, digest, _size in rows:
             parts = Path(rel).parts  # what pip makes at install is not the wheel's
             made = parts[0] == info.name and parts[-1] in PIP_WRITES
@@ -224,9 +211,9 @@ def repack(
     gone += ("torch/lib/aotriton.images/",) if images.is_dir() else ()
     text = json.dumps({**marker, "wheel": out.name}, indent=1, default=str) + "\n"
     with (
-        into_folder(out, original.name) as dest,
+        checkouts.into_folder(out) as partial,
         WheelFile(original) as old,  # its reads are checked against its RECORD
-        WheelFile(dest, "w") as whl,
+        WheelFile(partial / original.name, "w") as whl,
     ):
         for rel, path in adds.items():
             whl.write(path, rel)
@@ -256,8 +243,7 @@ def write_pending(prefix: Path, wheel: Path) -> None:
     if record is not None and session_env.torch_incomplete(site) is None:
         shutil.rmtree(replaced, ignore_errors=True)
         shutil.copytree(record.parent, replaced / record.parent.name)
-    text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
-    stamps.write_text_atomic(pending, text)
+    stamps.write_text_atomic(pending, json.dumps({"wheel": str(wheel)}) + "\n")
 
 
 def finish_interrupted(prefix: Path, runner: Runner) -> None:
@@ -278,7 +264,7 @@ def finish_interrupted(prefix: Path, runner: Runner) -> None:
     if record is None or not record.is_file():
         # pip was killed after moving the old torch's dist-info away: put it back, so that
         # pip removes what the old RECORD lists before it installs the wheel again
-        for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
+        for info in path.with_name("pip-replaced").glob("torch-*.dist-info"):
             runner.apply(shutil.copytree, info, site / info.name, dirs_exist_ok=True)
     pip_install(prefix, wheel, runner)
 
@@ -286,8 +272,7 @@ def finish_interrupted(prefix: Path, runner: Runner) -> None:
 def install_into_torch(
     new: AotritonInstall, torch: Path, marker: dict, linked: str | None, work: Path, runner
 ) -> tuple[Path, Path]:
-    """new into the env's torch through pip (linked: the runtime version torch was built for);
-    (torch's own wheel, the one installed)."""
+    """new into torch by pip (linked: the runtime torch was built for): (its own wheel, the new)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}
     wheel = repack(original, new, marker, linked, work)
@@ -308,13 +293,11 @@ def restore_torch(torch: Path, work: Path, runner: Runner) -> None:
 
 STAMP_NAME = "aotriton"
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
-# Options only a source build has: given, they ask for one.
-SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
 
 
 def rocm_version(site: Path, parts: int | None = None) -> str:
     """The env's ROCm (its first parts); before setup_env (a dry run), pins/rocm.toml's."""
-    found = dist_version(site, "rocm") if site.is_dir() else None
+    found = dist_version(site, "rocm")
     if found is None:
         from rocmfa.env import rocm_sdk  # only before setup_env made the env
 
@@ -480,11 +463,10 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pin
 
 def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
-    pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
     inputs = {
         "stamp_version": 1,
         "mode": "release" if from_release else "source",
-        "pin": pin,
+        "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
         "arch": ctx.arch.name,
         "pack": ctx.pack,
         "torch": ctx.torch and str(ctx.torch),
@@ -549,7 +531,8 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 
 
 def build_aotriton(opts: options.BuildAotritonOptions) -> None:
-    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
+    source_only = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
+    given = ["--" + f.replace("_", "-") for f in source_only if getattr(opts, f)]  # ask for one
     if opts.from_release and given:
         raise UserError(
             f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
@@ -566,9 +549,8 @@ def build_aotriton(opts: options.BuildAotritonOptions) -> None:
             "--no-images builds the runtime only and keeps the images of the env's torch, but the "
             "env has no torch: drop --no-images (build_pytorch needs the images too)"
         )
-    # the pins, then arch x AOTriton x torch against `nox -s matrix` (--force: warn only)
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=opts.force)
-    torch = ctx.torch and dist_version(ctx.torch.parent, "torch")
+    torch = ctx.torch and dist_version(ctx.site, "torch")
     for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, opts.force):
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
@@ -639,30 +621,20 @@ def _link(link: Path, target: Path) -> None:
 
 
 def configure_args(
-    ctx: Context, src: Path, build: Path, cache: CachePlan
+    ctx: Context, src: Path, build: Path, cache: compile_cache.CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
     runner = ctx.runner
-    python = ctx.prefix / "bin/python"
     opts = ctx.opts
     sdk = ctx.session.tool("rocm-sdk")
     root, cmake_dir = (
         runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})") for q in ("root", "cmake")
     )
-    pkgconfig = [
-        ctx.prefix / "lib/pkgconfig",
-        ctx.prefix / "share/pkgconfig",
-        runner.base_env.get("PKG_CONFIG_PATH"),
-    ]
+    pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
+    pkgconfig += [runner.base_env.get("PKG_CONFIG_PATH")]  # what the env had, if anything
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
-    args = [
-        str(ctx.session.tool("cmake")),
-        "-G",
-        "Ninja",
-        "-S",
-        str(src),
-        "-B",
-        str(build),
+    args = [str(ctx.session.tool("cmake")), "-G", "Ninja", "-S", str(src), "-B", str(build)]
+    args += [
         f"-DCMAKE_MAKE_PROGRAM={ctx.session.tool('ninja')}",
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
@@ -677,7 +649,7 @@ def configure_args(
     if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
         # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
         args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
-    args += [f"-DPython3_EXECUTABLE={python}"] if python.exists() else []
+    args += [f"-DPython3_EXECUTABLE={ctx.python}"] if ctx.python.exists() else []
     # AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
     # decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used.
     ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
@@ -750,11 +722,10 @@ def build_from_source(
 def require_pybind11(ctx: Context) -> None:
     """AOTRITON_NO_PYTHON=OFF: configure imports pybind11 with the env's python (CMakeLists.txt
     131-143 at 6e00ef3e); before setup_env, the lock must have it."""
-    python = ctx.prefix / "bin" / "python"
     if ctx.session.ready:
-        probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
+        probe = subprocess.run([ctx.python, "-c", "import pybind11"], capture_output=True)
         has = probe.returncode == 0
-        where = f"the env's python ({python}) cannot import it"
+        where = f"the env's python ({ctx.python}) cannot import it"
     else:
         from rocmfa.env import lockfile  # only --with-pyaotriton before setup_env reads the lock
 
