@@ -30,7 +30,7 @@ from rocmfa.sources.checkouts import apply_patch_set, ensure_checkout, git, patc
 
 MARKER = "aotriton.rocmfa.json"  # in torch/lib of our repacked wheel: what we installed
 WHEELS = "torch-wheels"  # under the work dir
-PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # WheelFile writes a RECORD
+PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # not in the wheel
 LIB_RE = re.compile(r"libaotriton_v2\.so\.(\d+)\.(\d+)\.(\d+)")
 REINSTALL = "reinstall torch with pip (nox -s install_wheels), then rerun"
 
@@ -159,21 +159,19 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     site = torch.parent
     if why := session_env.torch_incomplete(site):
         raise UserError(f"the env's torch is incomplete ({why}); {REINSTALL}")
-    record = session_env.torch_record(site)
-    assert record is not None  # torch_incomplete() said so
-    out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
+    out = work / WHEELS / f"original-{installed_fingerprint(torch / 'lib')[:16]}"
     if wheel_in(out) is None:
         said = f"rebuild torch's own wheel from {site} and its RECORD in {out}"
-        runner.apply(keep_original, site, record, out, say=said)
+        runner.apply(keep_original, site, out, say=said)
     return wheel_in(out) or out / "torch.whl"
 
 
-def keep_original(site: Path, record: Path, out: Path) -> None:
+def keep_original(site: Path, out: Path) -> None:
     """The installed files RECORD lists, each checked against it, as a wheel (dist-info last)."""
-    info = record.parent
+    info = session_env.torch_record(site).parent
     tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
     name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
-    rows = sorted(session_env.record_rows(record), key=lambda row: ".dist-info/" in row[0])
+    rows = sorted(session_env.record_rows(info / "RECORD"), key=lambda row: ".dist-info/" in row[0])
     with checkouts.into_folder(out) as partial, WheelFile(partial / name, "w") as whl:
         for rel, digest, _size in rows:
             parts = Path(rel).parts  # what pip makes at install is not the wheel's
@@ -532,7 +530,7 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
 
 def build_aotriton(opts: options.BuildAotritonOptions) -> None:
     source_only = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
-    given = ["--" + f.replace("_", "-") for f in source_only if getattr(opts, f)]  # ask for one
+    given = ["--" + f.replace("_", "-") for f in source_only if getattr(opts, f)]
     if opts.from_release and given:
         raise UserError(
             f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
