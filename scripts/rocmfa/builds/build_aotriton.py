@@ -105,7 +105,7 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
         return None
 
 
-def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
+def check_compatible(new: AotritonInstall, shipped: AotritonInstall, force: bool):
     """Refuse runtime/image disagreement or a version torch was not built for; force: say them."""
     runtime = major_minor(new.runtime)
     problems = []
@@ -119,11 +119,10 @@ def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None
                 f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime "
                 "and images give hipErrorInvalidValue / all-zero attention)"
             )
-    shipped = torch_shipped.runtime if torch_shipped else None
-    if shipped is None:
+    if shipped.runtime is None:
         problems.append("the env's torch ships no AOTriton runtime (built without it?)")
-    elif major_minor(shipped) != runtime:
-        problems.append(f"torch was built for AOTriton {shipped} but this is {new.runtime}")
+    elif major_minor(shipped.runtime) != runtime:
+        problems.append(f"torch was built for AOTriton {shipped.runtime} but this is {new.runtime}")
     if problems and not force:
         raise UserError(f"refusing to install AOTriton: {problems[0]} (--force to install anyway)")
     return problems
