@@ -67,7 +67,7 @@ def signature_of(text: str) -> str:
 
 
 def image_signatures(images: Path) -> dict[str, str]:  # {'amd-gfx115x': '0.13', ...}
-    signatures = sorted(images.glob("*/__signature__")) if images.is_dir() else []
+    signatures = sorted(images.glob("*/__signature__"))  # none when images is no folder
     return {sig.parent.name: signature_of(sig.read_text(errors="replace")) for sig in signatures}
 
 
@@ -143,7 +143,7 @@ def read_marker(torch: Path) -> dict[str, Any] | None:
 
 
 def wheel_in(folder: Path) -> Path | None:
-    return min(folder.glob("*.whl"), default=None) if folder.is_dir() else None
+    return min(folder.glob("*.whl"), default=None)
 
 
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
