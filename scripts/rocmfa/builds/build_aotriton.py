@@ -1,14 +1,11 @@
-"""`nox -s build_aotriton`: AOTriton at its pin into its install prefix (build_pytorch's
-AOTRITON_INSTALLED_PREFIX), swapped into the env's torch through pip when there is one: the
-release pack or a source build per arch (choose_path), docs/aotriton.md.
-Into torch, a new AOTriton goes through pip as torch's own wheel repacked (RECORD stays true),
-after a check that torch was built for its version; a run killed while pip replaces torch is
-finished by the next (finish_interrupted)."""
+"""`nox -s build_aotriton` (docs/aotriton.md): AOTriton at its pin, the release pack or a source
+build per arch (choose_path), into its install prefix (build_pytorch's AOTRITON_INSTALLED_PREFIX),
+then into the env's torch when there is one, as torch's own wheel repacked and installed by pip
+(RECORD stays true; a run killed while pip replaces torch is finished by the next)."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
@@ -17,15 +14,13 @@ import re
 import shutil
 import subprocess
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wheel.wheelfile import WheelFile
 
 from rocmfa.builds import compile_cache, kernel_build
-from rocmfa.builds.compile_cache import CachePlan
 from rocmfa.env import archs, session_env
 from rocmfa.plumbing import options, stamps
 from rocmfa.plumbing.commands import Runner, choose_jobs
@@ -47,15 +42,15 @@ def site_packages(prefix: Path) -> Path:
     return found[-1]
 
 
-def find_torch(prefix: Path, needed: str | None = None) -> Path | None:
-    """The env's torch; None, or when needed (why) a UserError, if there is none."""
+def find_torch(prefix: Path, required: bool = False) -> Path | None:
+    """The env's torch; None (required: a UserError) if there is none."""
     torch = site_packages(prefix) / "torch"
-    if (torch / "__init__.py").is_file() or needed is None:
-        return torch if (torch / "__init__.py").is_file() else None
-    raise UserError(
-        f"no torch in the env ({torch.parent}){needed}; install it first: nox -s setup_env -- "
-        "--with-torch, or nox -s build_pytorch install_wheels"
-    )
+    if required and not (torch / "__init__.py").is_file():
+        raise UserError(
+            f"no torch in the env ({torch.parent}); install it first: nox -s setup_env -- "
+            "--with-torch, or nox -s build_pytorch install_wheels"
+        )
+    return torch if (torch / "__init__.py").is_file() else None
 
 
 def dist_version(site: Path, name: str) -> str | None:
@@ -72,7 +67,7 @@ def signature_of(text: str) -> str:
 
 
 def image_signatures(images: Path) -> dict[str, str]:  # {'amd-gfx115x': '0.13', ...}
-    signatures = sorted(images.glob("*/__signature__")) if images.is_dir() else []
+    signatures = sorted(images.glob("*/__signature__"))  # none when images is no folder
     return {sig.parent.name: signature_of(sig.read_text(errors="replace")) for sig in signatures}
 
 
@@ -110,7 +105,7 @@ def major_minor(version: str | None) -> tuple[int, ...] | None:
         return None
 
 
-def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None, force: bool):
+def check_compatible(new: AotritonInstall, shipped: AotritonInstall, force: bool):
     """Refuse runtime/image disagreement or a version torch was not built for; force: say them."""
     runtime = major_minor(new.runtime)
     problems = []
@@ -124,11 +119,10 @@ def check_compatible(new: AotritonInstall, torch_shipped: AotritonInstall | None
                 f"runtime {new.runtime} but {pack}/__signature__ says {sig} (mismatched runtime "
                 "and images give hipErrorInvalidValue / all-zero attention)"
             )
-    shipped = torch_shipped.runtime if torch_shipped else None
-    if shipped is None:
+    if shipped.runtime is None:
         problems.append("the env's torch ships no AOTriton runtime (built without it?)")
-    elif major_minor(shipped) != runtime:
-        problems.append(f"torch was built for AOTriton {shipped} but this is {new.runtime}")
+    elif major_minor(shipped.runtime) != runtime:
+        problems.append(f"torch was built for AOTriton {shipped.runtime} but this is {new.runtime}")
     if problems and not force:
         raise UserError(f"refusing to install AOTriton: {problems[0]} (--force to install anyway)")
     return problems
@@ -149,17 +143,7 @@ def read_marker(torch: Path) -> dict[str, Any] | None:
 
 
 def wheel_in(folder: Path) -> Path | None:
-    return min(folder.glob("*.whl"), default=None) if folder.is_dir() else None
-
-
-@contextlib.contextmanager
-def into_folder(out: Path, name: str) -> Iterator[Path]:
-    """<out>.partial/name, renamed to out once written: a kill never leaves a half wheel in out."""
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    yield partial / name
-    partial.rename(out)
+    return min(folder.glob("*.whl"), default=None)
 
 
 def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
@@ -174,22 +158,20 @@ def original_wheel(torch: Path, work: Path, runner: Runner) -> Path:
     site = torch.parent
     if why := session_env.torch_incomplete(site):
         raise UserError(f"the env's torch is incomplete ({why}); {REINSTALL}")
-    record = session_env.torch_record(site)
-    assert record is not None  # torch_incomplete() said so
-    out = work / WHEELS / f"original-{stamps.file_sha256(record)[:16]}"
+    out = work / WHEELS / f"original-{installed_fingerprint(torch / 'lib')[:16]}"
     if wheel_in(out) is None:
         said = f"rebuild torch's own wheel from {site} and its RECORD in {out}"
-        runner.apply(keep_original, site, record, out, say=said)
+        runner.apply(keep_original, site, out, say=said)
     return wheel_in(out) or out / "torch.whl"
 
 
-def keep_original(site: Path, record: Path, out: Path) -> None:
+def keep_original(site: Path, out: Path) -> None:
     """The installed files RECORD lists, each checked against it, as a wheel (dist-info last)."""
-    info = record.parent
+    info = session_env.torch_record(site).parent
     tag = re.search(r"^Tag: *(\S+)", (info / "WHEEL").read_text(), re.M)  # torch has one
     name = f"{info.name.removesuffix('.dist-info')}-{tag[1] if tag else 'py3-none-any'}.whl"
-    rows = sorted(session_env.record_rows(record), key=lambda row: ".dist-info/" in row[0])
-    with into_folder(out, name) as dest, WheelFile(dest, "w") as whl:  # it writes the RECORD
+    rows = sorted(session_env.record_rows(info / "RECORD"), key=lambda row: ".dist-info/" in row[0])
+    with checkouts.into_folder(out) as partial, WheelFile(partial / name, "w") as whl:
         for rel, digest, _size in rows:
             parts = Path(rel).parts  # what pip makes at install is not the wheel's
             made = parts[0] == info.name and parts[-1] in PIP_WRITES
@@ -206,12 +188,12 @@ def keep_original(site: Path, record: Path, out: Path) -> None:
 
 
 def repack(
-    original: Path, new: AotritonInstall, marker: dict, expected_soname: str | None, work: Path
+    original: Path, new: AotritonInstall, marker: dict, linked: str | None, work: Path
 ) -> Path:
     """original with new's runtime, images (none: torch's stay), pyaotriton and our marker."""
     real = f"libaotriton_v2.so.{new.runtime}"
-    # a wheel holds no links: the name torch's libtorch_hip was linked with is a copy too
-    aliases = sorted({"libaotriton_v2.so", expected_soname or real} - {real})
+    # a wheel holds no links: the runtime torch's libtorch_hip was linked with is a copy too
+    aliases = sorted({"libaotriton_v2.so", f"libaotriton_v2.so.{linked or new.runtime}"} - {real})
     images = new.lib / "aotriton.images"
     sources = [new.lib / real, *new.pyaotriton]
     sources += sorted(p for p in images.rglob("*") if p.is_file())  # none without images
@@ -226,9 +208,9 @@ def repack(
     gone += ("torch/lib/aotriton.images/",) if images.is_dir() else ()
     text = json.dumps({**marker, "wheel": out.name}, indent=1, default=str) + "\n"
     with (
-        into_folder(out, original.name) as dest,
+        checkouts.into_folder(out) as partial,
         WheelFile(original) as old,  # its reads are checked against its RECORD
-        WheelFile(dest, "w") as whl,
+        WheelFile(partial / original.name, "w") as whl,
     ):
         for rel, path in adds.items():
             whl.write(path, rel)
@@ -258,8 +240,7 @@ def write_pending(prefix: Path, wheel: Path) -> None:
     if record is not None and session_env.torch_incomplete(site) is None:
         shutil.rmtree(replaced, ignore_errors=True)
         shutil.copytree(record.parent, replaced / record.parent.name)
-    text = json.dumps({"wheel": str(wheel), "replaced": str(replaced)}) + "\n"
-    stamps.write_text_atomic(pending, text)
+    stamps.write_text_atomic(pending, json.dumps({"wheel": str(wheel)}) + "\n")
 
 
 def finish_interrupted(prefix: Path, runner: Runner) -> None:
@@ -280,18 +261,18 @@ def finish_interrupted(prefix: Path, runner: Runner) -> None:
     if record is None or not record.is_file():
         # pip was killed after moving the old torch's dist-info away: put it back, so that
         # pip removes what the old RECORD lists before it installs the wheel again
-        for info in Path(str(pending.get("replaced"))).glob("torch-*.dist-info"):
+        for info in path.with_name("pip-replaced").glob("torch-*.dist-info"):
             runner.apply(shutil.copytree, info, site / info.name, dirs_exist_ok=True)
     pip_install(prefix, wheel, runner)
 
 
 def install_into_torch(
-    new: AotritonInstall, torch: Path, marker: dict, expected_soname: str | None, work: Path, runner
+    new: AotritonInstall, torch: Path, marker: dict, linked: str | None, work: Path, runner
 ) -> tuple[Path, Path]:
-    """new into the env's torch through pip; (torch's own wheel, the one installed)."""
+    """new into torch by pip (linked: the runtime torch was built for): (its own wheel, the new)."""
     original = original_wheel(torch, work, runner)
     marker = {**marker, "original": str(original)}
-    wheel = repack(original, new, marker, expected_soname, work)
+    wheel = repack(original, new, marker, linked, work)
     if (read_marker(torch) or {}).get("wheel") == wheel.parent.name:
         runner.say(f"the env's torch is already {wheel}")
     else:
@@ -307,20 +288,13 @@ def restore_torch(torch: Path, work: Path, runner: Runner) -> None:
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")
 
 
-if TYPE_CHECKING:
-    from rocmfa.plumbing.options import BuildAotritonOptions
-
 STAMP_NAME = "aotriton"
-BUILT_STAMP_NAME = "aotriton-built"  # what the install prefix holds (build_pytorch reads it)
-STAMP_VERSION = 1
 AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
-# Options only a source build has: given, they ask for one.
-SOURCE_OPTIONS = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
 
 
 def rocm_version(site: Path, parts: int | None = None) -> str:
     """The env's ROCm (its first parts); before setup_env (a dry run), pins/rocm.toml's."""
-    found = dist_version(site, "rocm") if site.is_dir() else None
+    found = dist_version(site, "rocm")
     if found is None:
         from rocmfa.env import rocm_sdk  # only before setup_env made the env
 
@@ -398,7 +372,6 @@ def choose_path(
     arch), an option (asked) wants a source build, or the release has nothing to take."""
     pin, version, pack = _upstream_pin(arch, work)
     rocm = rocm_version(site, 2)
-    pack = f"amd-{pack}"
     found = checkouts.patch_set_for("aotriton", pin.commit, arch=arch.name)
     names = tuple(p.name for p in found.patches) if found else ()
     release_cost = f"2 downloads, sha256-checked and cached: the runtime for ROCm {rocm} and the "
@@ -430,31 +403,27 @@ class Context(session_env.OnSession):
     """The session env, its settings (tune_aotriton's as build_aotriton's) and which AOTriton."""
 
     session: session_env.SessionEnv
-    opts: BuildAotritonOptions  # --triton resolved (kernel_triton)
+    opts: options.BuildAotritonOptions  # --triton resolved (kernel_triton)
     torch: Path | None  # None: no torch yet, the build stays in its install prefix
+    site: Path  # the env's site-packages
     pin: pins.Pin
     version: str
     pack: str
     tuning: bool = False  # tune_aotriton's builds: the patch set's tuning patches too
-    source_name = "aotriton"  # work/src/<name> and work/build/<name>
-
-    @property
-    def site(self) -> Path:
-        if self.torch is not None or not self.session.ready:  # a plan before setup_env: python3.X
-            return (self.torch or self.prefix / "lib/python3.X/site-packages/torch").parent
-        return site_packages(self.prefix)
 
 
-def make_context(opts: BuildAotritonOptions, tuning: bool = False) -> Context:
+def make_context(opts: options.BuildAotritonOptions, tuning: bool = False) -> Context:
     """The session env plus which AOTriton: its pin, version and pack (--restore: a torch)."""
     session = session_env.open_env(opts)
     pin, version, pack = _upstream_pin(session.arch, session.work, opts.from_release)
-    torch = session.prefix / "lib/python3.X/site-packages/torch" if opts.restore else None
+    site = session.prefix / "lib/python3.X/site-packages"  # a plan before setup_env made it
+    torch = site / "torch" if opts.restore else None
     if session.ready:  # a torch install killed midway is finished first
         finish_interrupted(session.prefix, session.runner)
-        torch = find_torch(session.prefix, "" if opts.restore else None)
+        site = site_packages(session.prefix)
+        torch = find_torch(session.prefix, required=opts.restore)
     opts = replace(opts, triton=opts.kernel_triton)
-    return Context(session, opts, torch, pin, version, f"amd-{pack}", tuning)
+    return Context(session, opts, torch, site, pin, version, pack, tuning)
 
 
 def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pins.Pin, str, str]:
@@ -477,7 +446,7 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pin
                 f"{pin.commit[:12]} (patches/aotriton/<commit>/ adds {arch.name} to {version}); "
                 "port it with: nox -s update_pins -- --port-patches"
             )
-        return pin, version, patched
+        return pin, version, f"amd-{patched}"
     if not arch.aotriton_supported(version):
         limit = next((f": {lim}" for lim in arch.limits if "AOTriton" in lim), "")
         since = f" (needs AOTriton >= {arch.aotriton_since})" if arch.aotriton_since else ""
@@ -486,16 +455,15 @@ def _upstream_pin(arch: archs.Arch, work: Path, from_release=False) -> tuple[pin
     pack = arch.aotriton_pack(version)
     if not pack:
         raise UserError(f"{arch.name}: no AOTriton image pack known for {version}")
-    return pin, version, pack
+    return pin, version, f"amd-{pack}"
 
 
 def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     """Everything the install depends on (a rerun with the same is a no-op)."""
-    pin = {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version}
     inputs = {
-        "stamp_version": STAMP_VERSION,
+        "stamp_version": 1,
         "mode": "release" if from_release else "source",
-        "pin": pin,
+        "pin": {"url": ctx.pin.url, "commit": ctx.pin.commit, "version": ctx.version},
         "arch": ctx.arch.name,
         "pack": ctx.pack,
         "torch": ctx.torch and str(ctx.torch),
@@ -517,36 +485,29 @@ def stamp_inputs(ctx: Context, from_release: bool) -> dict[str, Any]:
     tuning = ctx.tuning or bool(tuned)
     opts = ctx.opts
     digest = patch_set_digest("aotriton", ctx.pin.commit, arch=ctx.arch.name, tuning=tuning)
-    options = {
+    flags = {
         "noimage": opts.no_images,
         "timeout_min": f"{opts.timeout_min or 0:g}",
         "pyaotriton": opts.with_pyaotriton,
     }
     if opts.triton != "fork":  # AOTRITON_USE_LOCAL_TRITON_WHEEL: other kernels
-        options["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
+        flags["triton"] = kernel_build.pypi_triton(ctx.pin.commit)
     return {
         **inputs,
         "aiter": ctx.pin.data.get("aiter"),
         "patches": digest,
         "tuning_db": tuned.digest() if tuned else None,
-        "options": options,
+        "options": flags,
     }
 
 
 def install_prefix(ctx: Context) -> Path:  # build_pytorch's AOTRITON_INSTALLED_PREFIX
-    return options.build_dir(ctx.work, ctx.source_name) / "install"
+    return options.build_dir(ctx.work, "aotriton") / "install"
 
 
-def check_pairing(
-    arch: archs.Arch,
-    pin: pins.Pin,
-    version: str,
-    torch: str | None,
-    runner: Runner,
-    work: Path,
-    force: bool,
-) -> list[str]:
-    """The pin set, then arch x AOTriton x torch, against `nox -s matrix` (--force: warnings)."""
+def check_pairing(arch: archs.Arch, pin: pins.Pin, version: str, torch, runner, work, force):
+    """The pin set, then arch x AOTriton x torch (its version or None), against `nox -s matrix`:
+    the lines to say (--force: warnings)."""
     lines = pins.check_pin_set(pin, version, force=force, runner=runner, workdir=work)
     return lines + archs.check_combination(arch, version, torch_version=torch, force=force)
 
@@ -566,8 +527,9 @@ def up_to_date(ctx: Context, stamp: Path, inputs: dict[str, Any]) -> bool:
     return True
 
 
-def build_aotriton(opts: BuildAotritonOptions) -> None:
-    given = ["--" + f.replace("_", "-") for f in SOURCE_OPTIONS if getattr(opts, f)]
+def build_aotriton(opts: options.BuildAotritonOptions) -> None:
+    source_only = ("from_source", "no_images", "workers", "triton", "with_pyaotriton")
+    given = ["--" + f.replace("_", "-") for f in source_only if getattr(opts, f)]
     if opts.from_release and given:
         raise UserError(
             f"--from-release installs the prebuilt pack, {given[0]} needs a source build: drop one"
@@ -584,16 +546,14 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
             "--no-images builds the runtime only and keeps the images of the env's torch, but the "
             "env has no torch: drop --no-images (build_pytorch needs the images too)"
         )
-    # the pins, then arch x AOTriton x torch against `nox -s matrix` (--force: warn only)
     update_pins.resolve_for_build("pytorch", runner, workdir=ctx.work, force=opts.force)
-    torch = ctx.torch and dist_version(ctx.torch.parent, "torch")
+    torch = ctx.torch and dist_version(ctx.site, "torch")
     for line in check_pairing(ctx.arch, ctx.pin, ctx.version, torch, runner, ctx.work, opts.force):
         runner.say(line)
     runner.say(f"aotriton pin: {ctx.pin.commit} ({ctx.version}) from {ctx.pin.source}")
     runner.say(f"arch: {ctx.arch.name} ({ctx.session.choice.how}); image pack {ctx.pack}")
     jobs = choose_jobs(opts.jobs, AOTRITON_GIB_PER_JOB)[0]
-    fork = ctx.opts.triton == "fork"
-    path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, fork)
+    path = choose_path(ctx.arch, ctx.work, ctx.site, asked, jobs, ctx.opts.triton == "fork")
     kind = "source build" if path.source else f"release pack {path.pack}"
     print(f"path: {kind}: {path.why}\ncost: {path.cost}")
     inputs = stamp_inputs(ctx, from_release=not path.source)
@@ -617,7 +577,7 @@ def build_aotriton(opts: BuildAotritonOptions) -> None:
 
 def check_out(ctx: Context) -> Path:
     """The pinned tree (the Triton fork only when the kernels use it) with the patch set."""
-    src = options.src_dir(ctx.work, ctx.source_name)
+    src = options.src_dir(ctx.work, "aotriton")
     fork = ctx.opts.triton == "fork"
     pinned = tuple(p for p in ctx.pin.data.get("submodules", ()) if fork or p != kernel_build.FORK)
     ensure_checkout(ctx.pin, src, ctx.runner, force=ctx.opts.discard_local_edits, submodules=pinned)
@@ -658,30 +618,20 @@ def _link(link: Path, target: Path) -> None:
 
 
 def configure_args(
-    ctx: Context, src: Path, build: Path, cache: CachePlan
+    ctx: Context, src: Path, build: Path, cache: compile_cache.CachePlan
 ) -> tuple[list[str], dict[str, str]]:
     """cmake's configure command and the variables it runs with (ROCm from rocm-sdk)."""
     runner = ctx.runner
-    python = ctx.prefix / "bin/python"
     opts = ctx.opts
     sdk = ctx.session.tool("rocm-sdk")
     root, cmake_dir = (
         runner.ask([sdk, "path", f"--{q}"], f"$(rocm-sdk path --{q})") for q in ("root", "cmake")
     )
-    pkgconfig = [
-        ctx.prefix / "lib/pkgconfig",
-        ctx.prefix / "share/pkgconfig",
-        runner.base_env.get("PKG_CONFIG_PATH"),
-    ]
+    pkgconfig = [ctx.prefix / "lib/pkgconfig", ctx.prefix / "share/pkgconfig"]
+    pkgconfig += [runner.base_env.get("PKG_CONFIG_PATH")]  # what the env had, if anything
     sets = {"ROCM_PATH": root, "PKG_CONFIG_PATH": os.pathsep.join(str(p) for p in pkgconfig if p)}
-    args = [
-        str(ctx.session.tool("cmake")),
-        "-G",
-        "Ninja",
-        "-S",
-        str(src),
-        "-B",
-        str(build),
+    args = [str(ctx.session.tool("cmake")), "-G", "Ninja", "-S", str(src), "-B", str(build)]
+    args += [
         f"-DCMAKE_MAKE_PROGRAM={ctx.session.tool('ninja')}",
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_INSTALL_PREFIX={build / 'install'}",
@@ -696,7 +646,7 @@ def configure_args(
     if archs.aotriton_version_key(ctx.version) >= (0, 11):  # new in 0.11b (CMakeLists.txt)
         # pyaotriton must not link whichever torch happens to be installed (upstream §8.10).
         args.insert(-1, "-DAOTRITON_USE_TORCH=OFF")
-    args += [f"-DPython3_EXECUTABLE={python}"] if python.exists() else []
+    args += [f"-DPython3_EXECUTABLE={ctx.python}"] if ctx.python.exists() else []
     # AOTriton makes any ccache it finds (CCACHE_FOUND) the launcher: preset that so --cache
     # decides (docs/upstream-interfaces.md); without --cache, a ccache on PATH is used.
     ccache = shutil.which("ccache", path=runner.base_env.get("PATH", ""))
@@ -716,7 +666,7 @@ def build_from_source(
     opts = ctx.opts
     if opts.with_pyaotriton:
         require_pybind11(ctx)
-    build = options.build_dir(ctx.work, "aotriton-tuning" if for_tuner else ctx.source_name)
+    build = options.build_dir(ctx.work, "aotriton-tuning" if for_tuner else "aotriton")
     store = None  # the build's store, for its kernel check too; --no-images: no kernels
     if not opts.no_images:
         store = kernel_build.open_store(opts.cache, ctx.work, ctx.arch.name, runner=runner)
@@ -749,10 +699,9 @@ def build_from_source(
         args += ["-DAOTRITON_BUILD_FOR_TUNING=ON", "-DAOTRITON_NAME_SUFFIX=123"]
     args += kernels.cmake_args() if kernels is not None else []  # every kernel job: the store
     configured = build / ".rocmfa-configure.json"  # a stale CMakeCache wins (pytorch#28373)
-    previous = stamps.read(configured) or {}
     cmake_cache = build / "CMakeCache.txt"
-    changed = previous.get("inputs_digest") != stamps.digest({"args": args, "sets": sets})
-    if previous and changed and cmake_cache.exists():
+    changed = not stamps.is_current(configured, {"args": args, "sets": sets})
+    if configured.exists() and changed and cmake_cache.exists():
         runner.apply(cmake_cache.unlink, say="configuration changed: removing stale CMakeCache.txt")
     if (build / "install").exists():
         runner.apply(shutil.rmtree, build / "install")  # ours; `ninja install` repopulates it
@@ -772,11 +721,10 @@ def build_from_source(
 def require_pybind11(ctx: Context) -> None:
     """AOTRITON_NO_PYTHON=OFF: configure imports pybind11 with the env's python (CMakeLists.txt
     131-143 at 6e00ef3e); before setup_env, the lock must have it."""
-    python = ctx.prefix / "bin" / "python"
     if ctx.session.ready:
-        probe = subprocess.run([str(python), "-c", "import pybind11"], capture_output=True)
+        probe = subprocess.run([ctx.python, "-c", "import pybind11"], capture_output=True)
         has = probe.returncode == 0
-        where = f"the env's python ({python}) cannot import it"
+        where = f"the env's python ({ctx.python}) cannot import it"
     else:
         from rocmfa.env import lockfile  # only --with-pyaotriton before setup_env reads the lock
 
@@ -794,7 +742,7 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
     """Record the build (None in a plan) for build_pytorch; into torch if there is one."""
     stamp = options.stamp_path(ctx.work, STAMP_NAME)
     built = install_prefix(ctx)
-    built_stamp = options.stamp_path(ctx.work, BUILT_STAMP_NAME)
+    built_stamp = options.stamp_path(ctx.work, "aotriton-built")  # build_pytorch reads it
     if new is None:  # a plan: build_pytorch later in this run plans against this prefix
         stamps.plan(built_stamp, install_prefix=str(built))
     elif new.runtime is None:
@@ -817,38 +765,32 @@ def finish(ctx: Context, new: AotritonInstall | None, inputs: dict[str, Any], ho
 def install(ctx: Context, new: AotritonInstall | None, stamp: Path, inputs, how: str) -> None:
     """Check versions, pip-install torch's own wheel repacked with new, stamp it."""
     runner = ctx.runner
-    torch = ctx.torch
-    lib = torch / "lib"
-    shipped = AotritonInstall.read(lib, torch / "include")
-    if was := (read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
-        shipped = AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     if new is None:  # a plan
         return runner.done(
             "check versions, repack torch's own wheel with the new AOTriton, pip install it into "
             f"{ctx.prefix} and write {stamp}"
         )
+    torch = ctx.torch
+    lib = torch / "lib"
+    shipped = AotritonInstall.read(lib, torch / "include")
+    if was := (read_marker(torch) or {}).get("shipped"):  # torch is a wheel we repacked
+        shipped = AotritonInstall(lib, was.get("runtime"), was.get("images", {}), ())
     # --no-images: the runtime joins the images already in torch/lib; check it against those.
     effective = replace(new, images=new.images or image_signatures(lib / "aotriton.images"))
     overridden = check_compatible(effective, shipped, ctx.opts.force)
     for problem in overridden:
         runner.say(f"WARNING (--force): {problem}")
-    pin = {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source}
     before = {"runtime": shipped.runtime, "images": shipped.images}
     versions = {"shipped": before, "new": {"runtime": new.runtime, "images": effective.images}}
     record = {
-        "installed_by": "nox -s build_aotriton",
         "how": how,
-        "pin": pin,
+        "pin": {"commit": ctx.pin.commit, "version": ctx.version, "source": ctx.pin.source},
         "forced": overridden,
         "arch": ctx.arch.name,
-        "torch_version": dist_version(torch.parent, "torch"),
         **versions,
     }
-    same = not shipped.runtime or shipped.runtime == new.runtime
-    expected = None if same else f"libaotriton_v2.so.{shipped.runtime}"
-    original, wheel = install_into_torch(new, torch, record, expected, ctx.work, runner)
+    original, wheel = install_into_torch(new, torch, record, shipped.runtime, ctx.work, runner)
     runner.say(f"installed into {lib} by pip: {wheel.name} ({wheel.parent.name})")
     runner.say(f"torch shipped: {shipped.describe()}; now: {effective.describe()} ({how})")
     runner.say(f"torch's own wheel: {original} (undo: nox -s build_aotriton -- --restore)")
-    installed = installed_fingerprint(lib)
-    stamps.write(stamp, inputs, installed=installed, wheel=str(wheel), **versions)
+    stamps.write(stamp, inputs, installed=installed_fingerprint(lib), wheel=str(wheel), **versions)

@@ -3,10 +3,11 @@ loses the user's work; its checksummed patch set, patches/<project>/<commit>/, c
 and a tuning database, <pins>/tuning/aotriton/<commit>/<arch>/ (or $ROCMFA_TUNING_DIR): a manifest
 of sha256-checked files laid over the tree's modules/database."""
 
+import contextlib
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,8 +163,6 @@ class Patch:
     name: str
     path: Path
     sha256: str
-    reason: str
-    upstream: str
     arches: tuple[str, ...] = ()  # () = every arch
     tuning: str = ""  # "only": tuning builds only; "never": not in them; "": every build
 
@@ -229,8 +228,9 @@ ENTRY = dict.fromkeys(("file", "sha256", "reason", "upstream"), TEXT) | {
 
 
 def _read_entry(entry: object, here: str, directory: Path) -> Patch:
-    checked(entry, here, ENTRY)
-    name, sha256, reason, upstream = (entry[k].strip() for k in list(ENTRY)[:4])
+    checked(entry, here, ENTRY)  # reason and upstream too: for the reader of the manifest
+    name = entry["file"].strip()
+    sha256 = entry["sha256"].strip()
     path = directory / name
     if not PATCH_NAME.fullmatch(name):
         raise UserError(f"{here}: file {name!r} must be named NNNN-<slug>.patch")
@@ -244,9 +244,7 @@ def _read_entry(entry: object, here: str, directory: Path) -> Patch:
     head = path.read_bytes()[:4096]
     if not (head.startswith((b"From ", b"Subject:")) or b"\nSubject:" in head):
         raise UserError(f"{display(path)}: not a `git format-patch` file (no mail header)")
-    arches = tuple(entry.get("arches", ()))
-    tuning = entry.get("tuning", "")
-    return Patch(name, path, sha256, reason, upstream, arches, tuning)
+    return Patch(name, path, sha256, tuple(entry.get("arches", ())), entry.get("tuning", ""))
 
 
 def patch_set_digest(project: str, commit: str, *, arch=None, tuning=False) -> str:
@@ -394,7 +392,6 @@ def check_set_applies(found: PatchSet, new_commit: str, checkout: Path, runner: 
 
 
 TUNING_MANIFEST = "manifest.toml"
-UPSTREAM_DB = "modules/database"  # the tree's own database at 0.13b
 TUNING_FILE = {"path": (lambda v: filled(v) and inside(v), "a relative path", True), "sha256": TEXT}
 
 
@@ -463,23 +460,29 @@ def find_tuning(commit: str, arch: str) -> TuningDb | None:
     return found
 
 
+@contextlib.contextmanager
+def into_folder(out: Path) -> Iterator[Path]:
+    """A folder beside out, put in out's place once written: a kill never leaves half of one."""
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    yield partial
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+
+
 def write_tuning(directory: Path, files: Mapping[str, Path], *, commit, arch, kind, tuner, meta):
-    """Write a database through a staging directory renamed into place (never half of one)."""
     import tomlkit
 
-    staging = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for name, source in files.items():
-        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, staging / name)
-    listed = [{"path": n, "sha256": stamps.file_sha256(staging / n)} for n in sorted(files)]
-    header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner}
-    header |= {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
-    note = "# Written by nox -s tune_aotriton; data, verified by sha256 before any use.\n\n"
-    (staging / TUNING_MANIFEST).write_text(note + tomlkit.dumps({"tuning": header, "file": listed}))
-    shutil.rmtree(directory, ignore_errors=True)
-    staging.rename(directory)
+    with into_folder(directory) as staging:
+        for name, source in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, staging / name)
+        listed = [{"path": n, "sha256": stamps.file_sha256(staging / n)} for n in sorted(files)]
+        header = {"commit": commit, "arch": arch, "kind": kind, "tuner": tuner, **meta}
+        note = "# Written by nox -s tune_aotriton; data, verified by sha256 before any use.\n\n"
+        manifest = note + tomlkit.dumps({"tuning": header, "file": listed})
+        (staging / TUNING_MANIFEST).write_text(manifest)
     return load_tuning(directory)
 
 
@@ -487,13 +490,13 @@ def tuning_cmake_args(db: TuningDb, src: Path, scratch: Path, *, runner: Runner)
     """-DAOTRITON_TUNING_DATABASE_ROOT: it REPLACES modules/database (v3src/CMakeLists.txt at
     6e00ef3e), so the root is the tree's database with db's shards laid over it in scratch."""
     runner.say(f"using {db.describe()}")
-    runner.apply(compose_tuning_root, db, src / UPSTREAM_DB, scratch, say=f"compose {scratch}")
+    runner.apply(compose_tuning_root, db, src, scratch, say=f"compose {scratch}")
     return [f"-DAOTRITON_TUNING_DATABASE_ROOT={scratch}"]
 
 
-def compose_tuning_root(db: TuningDb, upstream: Path, scratch: Path) -> None:
+def compose_tuning_root(db: TuningDb, src: Path, scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(upstream, scratch)
+    shutil.copytree(src / "modules/database", scratch)  # the tree's own database at 0.13b
     for name in db.files:
         (scratch / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(db.directory / name, scratch / name)
