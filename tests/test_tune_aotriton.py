@@ -153,11 +153,14 @@ def upstream_database(src: Path, scratch: Path) -> None:
 
 @needs_tree
 def test_tuning_set_applies_to_the_pin_and_names_real_commits(tree: Path) -> None:
-    for patch in checkouts.patch_set_for("aotriton", PIN, arch="gfx90a", tuning=True).patches:
-        commit = patch.upstream.rsplit("/", 1)[1]
+    found = checkouts.patch_set_for("aotriton", PIN, arch="gfx90a", tuning=True)
+    manifest = tomllib.loads((found.directory / "manifest.toml").read_text())["patch"]
+    upstream = {entry["file"]: entry["upstream"] for entry in manifest}
+    for patch in found.patches:
+        commit = upstream[patch.name].rsplit("/", 1)[1]
         git = ["git", "--git-dir", AOTRITON_GIT, "cat-file", "-e", f"{commit}^{{commit}}"]
-        assert subprocess.run(git).returncode == 0, patch.upstream
-        assert f"Upstream: {patch.upstream}" in patch.path.read_text()
+        assert subprocess.run(git).returncode == 0, upstream[patch.name]
+        assert f"Upstream: {upstream[patch.name]}" in patch.path.read_text()
     # #216: the real search space, not the pin's one placeholder configuration
     assert "PRE_LOAD_OPTIONS" in (tree / "modules/flash/aot/attn_fwd.py").read_text()
     assert "aotriton.generate" in (tree / ".tune/bin/sancheck").read_text()
