@@ -252,6 +252,23 @@ def test_update_pins_resolves_the_default_line_and_records_every_source(
     assert path.read_text() == with_values(before, written)
 
 
+def test_update_pins_names_a_companion_file_the_torch_pin_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch commit without ci_commit_pins/triton.txt (raw_url answers 404): update_pins fails
+    in one line naming that file, not a file that names no commit."""
+    related = f"ubuntu|pytorch|torchaudio|release/2.13|{'a' * 40}|https://x/audio\n"
+    files = {CMAKE: NAMES_012.replace("0.12b", "0.13b").replace(C_012, C_013)}
+    torch_repo, _commit, www, pins_dir = release_line(
+        tmp_path, monkeypatch, {**files, "related_commits": related}
+    )
+    argv = ["--workdir", str(tmp_path / "work"), "--project", "pytorch"]
+    with st.serve(www) as (base, _log):
+        st.write_default_torch_pin(pins_dir, {REPO: f"file://{torch_repo}", RAW: f"{base}/raw"})
+        with pytest.raises(UserError, match=r"ci_commit_pins/triton\.txt does not exist"):
+            update_pins.update_pins(options.parse("update_pins", argv))
+
+
 def test_a_build_resolves_an_unresolved_pin_or_leaves_it_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

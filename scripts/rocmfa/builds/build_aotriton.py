@@ -28,6 +28,8 @@ from rocmfa.plumbing.errors import UserError, load_toml
 from rocmfa.sources import checkouts, pins, update_pins
 from rocmfa.sources.checkouts import apply_patch_set, ensure_checkout, git, patch_set_digest
 
+STAMP_NAME = "aotriton"
+AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
 MARKER = "aotriton.rocmfa.json"  # in torch/lib of our repacked wheel: what we installed
 WHEELS = "torch-wheels"  # under the work dir
 PIP_WRITES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}  # not in the wheel
@@ -286,10 +288,6 @@ def restore_torch(torch: Path, work: Path, runner: Runner) -> None:
         return runner.say(f"nothing to restore: {torch / 'lib'} holds torch's own AOTriton")
     pip_install(torch.parents[3], original_wheel(torch, work, runner), runner)
     runner.say(f"restored torch's own AOTriton ({AotritonInstall.read(torch / 'lib').runtime})")
-
-
-STAMP_NAME = "aotriton"
-AOTRITON_GIB_PER_JOB = 2.0  # peak compiler memory per AOTriton job (HIP host/device C++)
 
 
 def rocm_version(site: Path, parts: int | None = None) -> str:

@@ -295,9 +295,13 @@ def install_lock(
             record.url = path.resolve().as_uri()
             record.channel = origin
             wanted.append(record)
-        pkgs = cache_dir / "pkgs"  # link scripts are not run (rattler's default)
         await rattler.install(
-            wanted, target_prefix=prefix, cache_dir=pkgs, show_progress=False, reporter=reporter
+            wanted,
+            target_prefix=prefix,
+            cache_dir=cache_dir / "pkgs",
+            show_progress=False,
+            execute_link_scripts=False,  # said, not left to rattler's default (None)
+            reporter=reporter,
         )
 
     try:

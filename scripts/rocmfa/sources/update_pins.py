@@ -157,8 +157,8 @@ def companion_from_torch(related: str | None, torch: pins.Pin, work: Path, *, ch
     file = options.src_dir(work, "pytorch") / path
     if checkout:
         text = file.read_text() if file.is_file() else ""
-    else:
-        text = pins.torch_file(torch, path, work)[0] or ""
+    elif (text := pins.torch_file(torch, path, work)[0]) is None:
+        raise UserError(f"{where} does not exist")
     # triton.txt holds the commit alone
     entries = pins.parse_related_commits(text, where) if related else {None: ("", text.strip())}
     origin, commit = entries.get(related, ("", ""))
